@@ -1,0 +1,1 @@
+"""Entry module of anna_audio. It implements no hooks yet (see the package README)."""

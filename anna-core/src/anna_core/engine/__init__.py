@@ -1,0 +1,1 @@
+"""The engine: scheduler, cache manager, model runner, sampler, detokenizer and step loop."""

@@ -1,0 +1,51 @@
+"""The one object that crosses the engine -> model boundary each step."""
+
+from __future__ import annotations
+
+import attrs
+import torch
+
+
+@attrs.define
+class ForwardBatch:
+    """A flattened, variable-length batch of tokens for one forward pass.
+
+    ``B`` sequences contribute ``T`` tokens in total; sequence ``i`` owns rows
+    ``cu_seqlens[i]:cu_seqlens[i+1]``. Prefill chunks and single-token decodes may be mixed.
+    All tensors live on the model's device.
+
+    Attributes:
+        input_ids: ``[T]`` int64 token ids.
+        positions: ``[T]`` int64 absolute positions (0-based) of each token in its sequence.
+        cu_seqlens: ``[B+1]`` int32 query offsets into the flattened tokens.
+        seq_lens: ``[B]`` int32 context length of each sequence *after* this step (cached + new).
+        block_tables: ``[B, max_blocks]`` int32 KV block ids per sequence (padding ``0``).
+        slot_mapping: ``[T]`` int64 flat KV-cache slot (``block * block_size + offset``) of each
+            token, where its K/V are written.
+        state_slots: ``[B]`` int64 recurrent-state slot of each sequence.
+        logits_indices: ``[N]`` int64 rows of the hidden states whose logits are needed (the
+            last token of each sequence that samples this step).
+        query_lens: host copy of the per-sequence query lengths (``list[int]``, length ``B``).
+        context_lens: host copy of ``seq_lens`` (``list[int]``).
+        is_decode: every sequence contributes exactly one token (decode-only step).
+    """
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    cu_seqlens: torch.Tensor
+    seq_lens: torch.Tensor
+    block_tables: torch.Tensor
+    slot_mapping: torch.Tensor
+    state_slots: torch.Tensor
+    logits_indices: torch.Tensor
+    query_lens: list[int]
+    context_lens: list[int]
+    is_decode: bool
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.query_lens)

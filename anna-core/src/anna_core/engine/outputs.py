@@ -1,0 +1,50 @@
+"""What the engine returns to callers."""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.define
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@attrs.define
+class RequestOutput:
+    """The state of one request after an engine step (or at its end).
+
+    Attributes:
+        request_id: the caller's id.
+        prompt_token_ids: the prompt as token ids.
+        text: all text generated so far (stop strings excluded unless asked for).
+        token_ids: all generated token ids so far.
+        delta_text: text added by this step (for streaming).
+        delta_token_ids: token ids added by this step.
+        finished: True once the request ended.
+        finish_reason: ``"stop"`` (EOS, stop token or stop string), ``"length"``, ``"abort"`` or
+            ``"error"``; None while running.
+        stop_reason: the stop string or token id that ended it, if any.
+        usage: prompt and completion token counts.
+        error: message when ``finish_reason == "error"``.
+        metrics: timings in seconds (``arrival``, ``first_token``, ``finished``) from
+            ``time.perf_counter``.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    text: str = ""
+    token_ids: list[int] = attrs.field(factory=list)
+    delta_text: str = ""
+    delta_token_ids: list[int] = attrs.field(factory=list)
+    finished: bool = False
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    usage: Usage = attrs.field(factory=Usage)
+    error: str | None = None
+    metrics: dict[str, float] = attrs.field(factory=dict)

@@ -1,0 +1,108 @@
+"""Kernel selection: explicit priority plus an availability probe, never registration order."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import attrs
+
+from anna_core.errors import KernelNotFoundError
+from anna_core.kernels.ops import OPS
+from anna_core.registry import resolve
+
+log = logging.getLogger("anna.kernels")
+
+REFERENCE_PRIORITY = 0
+
+
+@attrs.frozen
+class ProbeRequest:
+    """What a caller asks a kernel for.
+
+    Attributes:
+        device_type: ``"cpu"``, ``"cuda"`` or ``"xpu"``.
+        dtype: activation dtype as a string (``"bfloat16"``, ``"float16"``, ``"float32"``).
+        shape: op-specific static shape facts (e.g. ``{"head_dim": 128}``); may be empty.
+    """
+
+    device_type: str
+    dtype: str
+    shape: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class KernelSpec:
+    """One implementation of one op.
+
+    Attributes:
+        op: an op name from :data:`anna_core.kernels.ops.OPS`.
+        name: implementation name shown on ``/healthz`` (``"reference"``, ``"triton"``, ``"fla"``).
+        impl: lazy ``"module:attr"`` of the callable implementing the op's signature.
+        priority: higher wins among implementations whose probe accepts.
+        probe: lazy ``"module:attr"`` of ``probe(ProbeRequest) -> bool``; ``None`` accepts all.
+    """
+
+    op: str
+    name: str
+    impl: str
+    priority: int
+    probe: str | None = None
+
+
+class KernelRegistry:
+    """Chooses, caches and reports the implementation of each op."""
+
+    def __init__(self, specs: list[KernelSpec]):
+        unknown = sorted({s.op for s in specs} - set(OPS))
+        if unknown:
+            raise ValueError(f"kernel registrations for unknown ops {unknown}; known ops: {sorted(OPS)}")
+        self._specs: dict[str, list[KernelSpec]] = {}
+        for spec in specs:
+            self._specs.setdefault(spec.op, []).append(spec)
+        for op_specs in self._specs.values():
+            op_specs.sort(key=lambda s: -s.priority)
+        self._chosen: dict[tuple[str, ProbeRequest | str], tuple[KernelSpec, Callable[..., Any]]] = {}
+
+    @classmethod
+    def from_plugins(cls, pm=None) -> "KernelRegistry":
+        from anna_core.plugins import kernel_specs
+
+        return cls(kernel_specs(pm))
+
+    def get(self, op: str, request: ProbeRequest) -> Callable[..., Any]:
+        """The callable for ``op`` under ``request``.
+
+        Raises:
+            KernelNotFoundError: no registered implementation accepts the request.
+        """
+        key = (op, _freeze(request))
+        hit = self._chosen.get(key)
+        if hit is not None:
+            return hit[1]
+        for spec in self._specs.get(op, []):
+            probe = resolve(spec.probe) if spec.probe else None
+            try:
+                ok = probe(request) if probe is not None else True
+            except Exception as exc:  # a broken probe declines, and says why once
+                log.warning("kernel probe %s/%s failed: %s", op, spec.name, exc)
+                ok = False
+            if ok:
+                fn = resolve(spec.impl)
+                self._chosen[key] = (spec, fn)
+                log.info("kernel %s -> %s (priority %d) for %s/%s", op, spec.name, spec.priority,
+                         request.device_type, request.dtype)
+                return fn
+        raise KernelNotFoundError(
+            f"no implementation of kernel op {op!r} accepts device={request.device_type} "
+            f"dtype={request.dtype} shape={request.shape}; registered: "
+            f"{[s.name for s in self._specs.get(op, [])]}"
+        )
+
+    def chosen(self) -> dict[str, str]:
+        """``{op: implementation name}`` for every op chosen so far (for ``/healthz``)."""
+        return {op: spec.name for (op, _), (spec, _) in sorted(self._chosen.items(), key=lambda kv: kv[0][0])}
+
+
+def _freeze(request: ProbeRequest) -> Any:
+    return (request.device_type, request.dtype, tuple(sorted(request.shape.items())))

@@ -1,0 +1,106 @@
+"""The ``anna`` plugin manager: loads the ``anna`` entry-point group once per process.
+
+``ANNA_LOAD_PLUGINS`` (a comma-separated list of entry-point names, e.g.
+``anna_core_reference,anna_qwen35``) restricts which plugins load; unset loads all of them, an
+empty string loads none.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+from typing import Any
+
+import pluggy
+
+from anna_core import hookspecs
+from anna_core.registry import (
+    DefaultModelSpec,
+    ModelFamilySpec,
+    OutputParserSpec,
+    RouteSpec,
+)
+
+ENTRY_POINT_GROUP = "anna"
+ALLOW_LIST_ENV = "ANNA_LOAD_PLUGINS"
+
+
+def _allow_list() -> set[str] | None:
+    raw = os.environ.get(ALLOW_LIST_ENV)
+    if raw is None:
+        return None
+    return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+def make_plugin_manager(allow: set[str] | None = None, *, load_entry_points: bool = True) -> pluggy.PluginManager:
+    """Build a fresh plugin manager and load the ``anna`` entry points into it.
+
+    Args:
+        allow: entry-point names to load (``None`` loads all).
+        load_entry_points: ``False`` gives an empty manager (tests register plugins by hand).
+    """
+    pm = pluggy.PluginManager("anna")
+    pm.add_hookspecs(hookspecs)
+    dists: dict[str, Any] = {}
+    pm.anna_distributions = dists  # type: ignore[attr-defined]  # entry-point name -> Distribution
+    if load_entry_points:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if allow is not None and ep.name not in allow:
+                continue
+            if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+                continue
+            pm.register(ep.load(), name=ep.name)
+            dists[ep.name] = ep.dist
+    return pm
+
+
+@functools.lru_cache(maxsize=1)
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager (entry points loaded once, honouring ``ANNA_LOAD_PLUGINS``)."""
+    return make_plugin_manager(_allow_list())
+
+
+def _collect(pm: pluggy.PluginManager, hook_name: str) -> list[Any]:
+    items: list[Any] = []
+    getattr(pm.hook, hook_name)(register=items.append)
+    return items
+
+
+def model_families(pm: pluggy.PluginManager | None = None) -> list[ModelFamilySpec]:
+    return _collect(pm or get_plugin_manager(), "register_model_families")
+
+
+def output_parsers(pm: pluggy.PluginManager | None = None) -> list[OutputParserSpec]:
+    return _collect(pm or get_plugin_manager(), "register_output_parsers")
+
+
+def routes(pm: pluggy.PluginManager | None = None) -> list[RouteSpec]:
+    return _collect(pm or get_plugin_manager(), "register_routes")
+
+
+def default_models(pm: pluggy.PluginManager | None = None) -> list[DefaultModelSpec]:
+    return _collect(pm or get_plugin_manager(), "register_default_models")
+
+
+def kernel_specs(pm: pluggy.PluginManager | None = None) -> list[Any]:
+    return _collect(pm or get_plugin_manager(), "register_kernels")
+
+
+def describe_plugins(pm: pluggy.PluginManager | None = None) -> list[dict[str, Any]]:
+    """One JSON-ready record per loaded plugin: name, distribution, version and hooks."""
+    pm = pm or get_plugin_manager()
+    dists = getattr(pm, "anna_distributions", {})
+    out = []
+    for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
+        dist = dists.get(name)
+        hooks = sorted(caller.name for caller in pm.get_hookcallers(plugin) or [])
+        out.append(
+            {
+                "name": name,
+                "distribution": dist.metadata["Name"] if dist is not None else None,
+                "version": dist.version if dist is not None else None,
+                "hooks": hooks,
+            }
+        )
+    return out

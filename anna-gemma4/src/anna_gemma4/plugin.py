@@ -1,0 +1,1 @@
+"""Entry module of anna_gemma4. It implements no hooks yet (see the package README)."""

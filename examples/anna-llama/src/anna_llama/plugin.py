@@ -1,0 +1,1 @@
+"""Entry module of anna-llama (filled in by the family implementation)."""

@@ -6,6 +6,6 @@ by the built-in plugin. Plugins (e.g. ``anna-xpu-kernels``) register faster impl
 higher priority and a probe that accepts or declines a ``(device, dtype, shape)``.
 """
 
-from anna_core.kernels.registry import KernelRegistry, KernelSpec, ProbeRequest
+from anna_core.kernels.registry import KernelRegistry, KernelSpec, OpTable, ProbeRequest, bind_ops
 
-__all__ = ["KernelRegistry", "KernelSpec", "ProbeRequest"]
+__all__ = ["KernelRegistry", "KernelSpec", "OpTable", "ProbeRequest", "bind_ops"]

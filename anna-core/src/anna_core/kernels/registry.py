@@ -106,3 +106,31 @@ class KernelRegistry:
 
 def _freeze(request: ProbeRequest) -> Any:
     return (request.device_type, request.dtype, tuple(sorted(request.shape.items())))
+
+
+class OpTable:
+    """Kernel ops bound to one (device, dtype): ``ops.rms_norm(...)`` or ``ops.get(op, **shape)``.
+
+    Models receive one at construction (no module globals) and call ops through it.
+    """
+
+    def __init__(self, registry: KernelRegistry, device_type: str, dtype: str):
+        self.registry = registry
+        self.device_type = device_type
+        self.dtype = dtype
+
+    def get(self, op: str, **shape: Any) -> Callable[..., Any]:
+        """The chosen implementation of ``op`` for this device/dtype and static ``shape`` facts."""
+        return self.registry.get(op, ProbeRequest(self.device_type, self.dtype, dict(shape)))
+
+    def __getattr__(self, op: str) -> Callable[..., Any]:
+        if op.startswith("_") or op not in OPS:
+            raise AttributeError(op)
+        return self.get(op)
+
+
+def bind_ops(registry: KernelRegistry, device: Any, dtype: Any) -> OpTable:
+    """An :class:`OpTable` for ``device`` (``torch.device`` or str) and ``dtype`` (``torch.dtype`` or str)."""
+    device_type = getattr(device, "type", None) or str(device).split(":")[0]
+    dtype_name = str(dtype).replace("torch.", "")
+    return OpTable(registry, device_type, dtype_name)

@@ -6,7 +6,8 @@ Nothing here imports torch: registering a plugin must stay cheap.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 

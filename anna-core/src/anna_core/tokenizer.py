@@ -22,7 +22,7 @@ class Tokenizer:
             self.hf.chat_template = chat_template
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, chat_template: str | None = None) -> "Tokenizer":
+    def from_pretrained(cls, model_dir: str | Path, chat_template: str | None = None) -> Tokenizer:
         """Load ``tokenizer.json`` / ``tokenizer_config.json`` from ``model_dir`` (no network).
 
         Raises:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -65,7 +66,7 @@ class KernelRegistry:
         self._chosen: dict[tuple[str, ProbeRequest | str], tuple[KernelSpec, Callable[..., Any]]] = {}
 
     @classmethod
-    def from_plugins(cls, pm=None) -> "KernelRegistry":
+    def from_plugins(cls, pm=None) -> KernelRegistry:
         from anna_core.plugins import kernel_specs
 
         return cls(kernel_specs(pm))

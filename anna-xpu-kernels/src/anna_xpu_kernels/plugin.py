@@ -1,1 +1,35 @@
-"""Entry module of anna_xpu_kernels. It implements no hooks yet (see the package README)."""
+"""Entry module of anna-xpu-kernels: registers the Triton and fla kernel implementations.
+
+Only lazy ``"module:attr"`` strings are handed over: registering imports neither torch, triton nor
+fla. Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0,
+so they serve whatever the probes (:mod:`anna_xpu_kernels.probes`) decline.
+"""
+
+from anna_core.hookspecs import hookimpl
+from anna_core.kernels.registry import KernelSpec
+
+TRITON_PRIORITY = 100
+FLA_PRIORITY = 90
+
+_PKG = "anna_xpu_kernels"
+TRITON_KERNELS = {
+    # op: (implementation, probe)
+    "rms_norm": ("norms:rms_norm", "probes:norm_probe"),
+    "gated_rms_norm": ("norms:gated_rms_norm", "probes:norm_probe"),
+    "causal_conv1d_update": ("conv1d:causal_conv1d_update", "probes:conv1d_probe"),
+    "causal_conv1d_prefill": ("conv1d:causal_conv1d_prefill", "probes:conv1d_probe"),
+    "gated_delta_rule_decode": ("gated_delta_rule:gated_delta_rule_decode", "probes:gated_delta_rule_decode_probe"),
+    "paged_attention": ("paged_attention:paged_attention", "probes:paged_attention_probe"),
+}
+FLA_KERNELS = {
+    "gated_delta_rule_prefill": ("fla_prefill:gated_delta_rule_prefill", "probes:fla_prefill_probe"),
+}
+
+
+@hookimpl
+def register_kernels(register):
+    for op, (impl, probe) in TRITON_KERNELS.items():
+        register(KernelSpec(op=op, name="triton", impl=f"{_PKG}.{impl}", priority=TRITON_PRIORITY,
+                            probe=f"{_PKG}.{probe}"))
+    for op, (impl, probe) in FLA_KERNELS.items():
+        register(KernelSpec(op=op, name="fla", impl=f"{_PKG}.{impl}", priority=FLA_PRIORITY, probe=f"{_PKG}.{probe}"))

@@ -1,4 +1,49 @@
-"""Pytest plugin shipped to plugin authors (registered as the ``pytest11`` entry point ``anna_core``).
+"""Pytest plugin shipped to plugin authors (the ``pytest11`` entry point ``anna_core``).
 
-Session-scoped fixtures that build tiny random checkpoints once per test session.
+Session-scoped fixtures that build tiny random checkpoints once per test session. Heavy imports
+happen inside the fixtures, so loading this plugin costs nothing for unrelated test suites.
+
+Fixtures:
+    anna_tiny_qwen35_factory: ``build(**kwargs) -> Path``; builds
+        :func:`anna_core.testing.checkpoints.build_tiny_qwen35` once per distinct ``kwargs``.
+    anna_tiny_qwen35: the default tiny checkpoint (text layout, tied, with tokenizer and
+        ``generation_config.json``) -- enough for engine and server tests.
+    anna_tiny_tokenizer_dir: a folder holding only the tiny tokenizer.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def anna_tiny_qwen35_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    built: dict[tuple[tuple[str, Any], ...], Path] = {}
+
+    def build(**kwargs: Any) -> Path:
+        from anna_core.testing.checkpoints import build_tiny_qwen35
+
+        key = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
+        if key not in built:
+            built[key] = build_tiny_qwen35(tmp_path_factory.mktemp("tiny-qwen35"), **kwargs)
+        return built[key]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def anna_tiny_qwen35(anna_tiny_qwen35_factory: Callable[..., Path]) -> Path:
+    return anna_tiny_qwen35_factory()
+
+
+@pytest.fixture(scope="session")
+def anna_tiny_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from anna_core.testing.checkpoints import build_tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-tokenizer")
+    build_tiny_tokenizer(path)
+    return path

@@ -1,0 +1,1 @@
+"""Weight loading: safetensors (lazy, sharded, meta-device assign) and, later, GGUF."""

@@ -1,1 +1,36 @@
-"""Entry module of anna-llama (filled in by the family implementation)."""
+"""Entry module of anna-llama: hook implementations and lazy ``"module:attr"`` strings only.
+
+Importing this module must stay cheap (no torch, no weights): Anna loads every plugin's entry
+module at start-up, and only imports ``anna_llama.loader`` when a Llama model is actually served.
+"""
+
+from anna_core.hookspecs import hookimpl
+from anna_core.registry import DefaultModelSpec, ModelFamilySpec
+
+DISTRIBUTION = "anna-llama"
+
+
+@hookimpl
+def register_model_families(register):
+    register(
+        ModelFamilySpec(
+            name="llama",
+            loader="anna_llama.loader:load",
+            model_types=("llama",),
+            architectures=("LlamaForCausalLM",),
+            gguf_architectures=("llama",),
+            distribution=DISTRIBUTION,
+        )
+    )
+
+
+@hookimpl
+def register_default_models(register):
+    register(
+        DefaultModelSpec(
+            name="SmolLM2-135M-Instruct Q4_1",
+            locate="anna_llama.default_model:locate",
+            priority=100,
+            distribution=DISTRIBUTION,
+        )
+    )

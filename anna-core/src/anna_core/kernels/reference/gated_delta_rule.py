@@ -35,6 +35,10 @@ from anna_core.kernels.reference._checks import check_slots, require, require_di
 CHUNK_SIZE = 64
 """Tokens per chunk of the prefill scan."""
 
+_CHUNK_HEADS_PER_PASS = 512
+"""Chunk x value-head pairs whose chunk-local terms are materialised at once (about 120 MB at
+K = V = 128), so prefill memory stays bounded however long the prompt."""
+
 
 def _check_common(op: str, q, k, v, g, beta, states) -> tuple[int, int]:
     require(q.shape == k.shape, op, f"q and k must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}")
@@ -81,6 +85,43 @@ def _chunk_layout(lens: list[int], device: torch.device) -> tuple[torch.Tensor, 
     rank_t = torch.tensor(rank, dtype=torch.long, device=device)
     dest = (step_start_t[chunk] + rank_t[seq_id]) * CHUNK_SIZE + pos % CHUNK_SIZE
     return dest, order, active, step_start
+
+
+def _step_groups(active: list[int], max_chunks: int) -> list[list[int]]:
+    """Consecutive scan steps grouped so each group holds about ``max_chunks`` chunks (at least one step)."""
+    groups: list[list[int]] = []
+    size = 0
+    for c, a in enumerate(active):
+        if groups and size + a <= max_chunks:
+            groups[-1].append(c)
+            size += a
+        else:
+            groups.append([c])
+            size = a
+    return groups
+
+
+def _intra_chunk(qc, kc, vc, gc, bc):
+    """Chunk-local terms of the module docstring's chunk form, for a block of chunks.
+
+    Inputs: q (already scaled) and k ``[n, H_k, 1, C, K]``, v ``[n, H_k, R, C, V]``, cumulative log
+    decay ``G`` and beta ``[n, H_k, R, C]``. Returns ``(W_v, W_k, (Q K^T) o D, Q * exp(G), K * exp(G_last - G),
+    exp(G_last))``, all float32.
+    """
+    causal = torch.ones(CHUNK_SIZE, CHUNK_SIZE, dtype=torch.bool, device=qc.device).tril()
+    decay = (gc.unsqueeze(-1) - gc.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()  # [n,Hk,R,C,C]
+    # The strictly lower part of `system` is L; solve_triangular(unitriangular=True) ignores the rest.
+    system = (kc @ kc.transpose(-1, -2)) * bc.unsqueeze(-1) * decay
+    rhs = torch.cat([vc * bc.unsqueeze(-1), kc * (bc * gc.exp()).unsqueeze(-1)], dim=-1)
+    w_v, w_k = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True).split(
+        [vc.shape[-1], kc.shape[-1]], dim=-1
+    )
+    del system, rhs
+    intra = (qc @ kc.transpose(-1, -2)) * decay
+    q_read = qc * gc.exp().unsqueeze(-1)  # reads the chunk's initial state
+    k_write = kc * (gc[..., -1:] - gc).exp().unsqueeze(-1)  # writes into the chunk's final state
+    chunk_decay = gc[..., -1].exp()[..., None, None]
+    return w_v, w_k, intra, q_read, k_write, chunk_decay
 
 
 def _to_chunks(x: torch.Tensor, dest: torch.Tensor, n_chunks: int, groups: int) -> torch.Tensor:
@@ -141,29 +182,20 @@ def gated_delta_rule_prefill(
     gc = _to_chunks(g, dest, n, groups).cumsum(-1)
     bc = _to_chunks(beta, dest, n, groups)
 
-    causal = torch.ones(CHUNK_SIZE, CHUNK_SIZE, dtype=torch.bool, device=q.device).tril()
-    decay = (gc.unsqueeze(-1) - gc.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()  # [N,Hk,R,C,C]
-    kk = kc @ kc.transpose(-1, -2)
-    system = kk * bc.unsqueeze(-1) * decay  # strictly-lower part is L; diagonal/upper ignored below
-    rhs = torch.cat([vc * bc.unsqueeze(-1), kc * (bc * gc.exp()).unsqueeze(-1)], dim=-1)
-    solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
-    w_v, w_k = solved.split([d_v, d_k], dim=-1)
-    del system, rhs, solved, kk
-    intra = (qc @ kc.transpose(-1, -2)) * decay  # [N,Hk,R,C,C]
-    q_read = qc * gc.exp().unsqueeze(-1)  # reads the chunk's initial state
-    k_write = kc * (gc[..., -1:] - gc).exp().unsqueeze(-1)  # writes into the chunk's final state
-    chunk_decay = gc[..., -1].exp()[..., None, None]  # [N,Hk,R,1,1]
-    del decay, qc, vc, bc
-
     slot_order = slots[torch.tensor(order, dtype=torch.long, device=slots.device)]
     state = states.index_select(0, slot_order).view(len(order), groups, rep, d_k, d_v)
     o_chunks = torch.empty(n, groups, rep, CHUNK_SIZE, d_v, dtype=torch.float32, device=q.device)
-    for a, s0 in zip(active, step_start):
-        rows = slice(s0, s0 + a)
-        s_in = state[:a]
-        u = w_v[rows] - w_k[rows] @ s_in
-        o_chunks[rows] = q_read[rows] @ s_in + intra[rows] @ u
-        state[:a] = s_in * chunk_decay[rows] + k_write[rows].transpose(-1, -2) @ u
+    for steps in _step_groups(active, max(1, _CHUNK_HEADS_PER_PASS // h_v)):
+        lo = step_start[steps[0]]
+        hi = step_start[steps[-1]] + active[steps[-1]]
+        parts = _intra_chunk(qc[lo:hi], kc[lo:hi], vc[lo:hi], gc[lo:hi], bc[lo:hi])
+        w_v, w_k, intra, q_read, k_write, chunk_decay = parts
+        for c in steps:
+            a, rows = active[c], slice(step_start[c] - lo, step_start[c] - lo + active[c])
+            s_in = state[:a]
+            u = w_v[rows] - w_k[rows] @ s_in
+            o_chunks[step_start[c] : step_start[c] + a] = q_read[rows] @ s_in + intra[rows] @ u
+            state[:a] = s_in * chunk_decay[rows] + k_write[rows].transpose(-1, -2) @ u
     states.index_copy_(0, slot_order, state.view(len(order), h_v, d_k, d_v))
 
     flat = o_chunks.movedim(3, 1).reshape(n * CHUNK_SIZE, h_v, d_v)

@@ -1,0 +1,104 @@
+"""``anna generate``: one prompt, streamed to stdout (or one JSON object with ``--json``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from anna_cli.options import SAMPLING_FLAGS, exit_on_anna_errors, model_options, resolve_model_path, sampling_options
+
+
+def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking: bool | None) -> list[int]:
+    from anna_core.errors import AnnaError
+
+    if tokenizer is None:
+        raise AnnaError("this model was loaded without a tokenizer, so a text prompt cannot be encoded")
+    if chat is None:
+        chat = tokenizer.has_chat_template
+    if not chat:
+        return tokenizer.encode(prompt, add_special_tokens=True)
+    kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, **kwargs)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+@click.command("generate")
+@model_options
+@click.option("--prompt", required=True, help="The prompt text ('-' reads it from stdin).")
+@click.option("--chat/--raw", default=None,
+              help="Wrap the prompt in the chat template as a user message (default when the model has one), "
+                   "or send it as is.")
+@click.option("--enable-thinking/--disable-thinking", default=None,
+              help="Chat template's enable_thinking (default: the template's own).")
+@click.option("--max-new-tokens", type=int, default=128, show_default=True)
+@sampling_options
+@click.option("--seed", type=int, default=None)
+@click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--chat-template", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A Jinja file overriding the checkpoint's chat template.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (text, token_ids, finish_reason, usage, timings) instead of streaming.")
+@exit_on_anna_errors
+def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, prompt: str,
+             chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
+             stop: tuple[str, ...], chat_template: Path | None, as_json: bool, **sampling: Any) -> None:
+    """Generate a completion for one prompt."""
+    from anna_core.engine.config import EngineConfig
+    from anna_core.engine.defaults import sampling_params_with_defaults
+    from anna_core.engine.llm_engine import LLMEngine
+    from anna_core.errors import AnnaError
+    from anna_core.loading import load_model
+
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    path, _ = resolve_model_path(model_dir)
+    t0 = time.perf_counter()
+    loaded = load_model(path, device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
+                        chat_template=chat_template.read_text() if chat_template else None)
+    engine = LLMEngine.from_loaded(loaded, EngineConfig(max_num_seqs=1))
+    load_s = time.perf_counter() - t0
+    prompt_ids = _prompt_ids(loaded.tokenizer, prompt, chat, enable_thinking)
+    explicit = {k: v for k, v in sampling.items() if k in SAMPLING_FLAGS and v is not None}
+    params = sampling_params_with_defaults(loaded.generation, max_tokens=max_new_tokens, seed=seed,
+                                           stop=list(stop), **explicit)
+
+    t_start = time.perf_counter()
+    t_first = None
+    engine.add_request("generate-0", prompt_ids, params)
+    final = None
+    while engine.has_unfinished():
+        for out in engine.step():
+            if t_first is None and out.token_ids:
+                t_first = time.perf_counter()
+            if out.delta_text and not as_json:
+                click.echo(out.delta_text, nl=False)
+            final = out
+    t_end = time.perf_counter()
+    if final is None or final.finish_reason == "error":
+        raise AnnaError(f"generation failed: {final.error if final else 'no output'}")
+    n_out = len(final.token_ids)
+    decode_s = t_end - (t_first or t_end)
+    timings = {
+        "load_s": round(load_s, 4),
+        "ttft_s": round((t_first or t_end) - t_start, 4),
+        "decode_tokens_per_s": round((n_out - 1) / decode_s, 2) if n_out > 1 and decode_s > 0 else None,
+        "total_s": round(t_end - t_start, 4),
+    }
+    if as_json:
+        click.echo(json.dumps({
+            "text": final.text,
+            "token_ids": list(final.token_ids),
+            "finish_reason": final.finish_reason,
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": n_out,
+                      "total_tokens": len(prompt_ids) + n_out},
+            "timings": timings,
+        }, ensure_ascii=False))
+    else:
+        click.echo()
+        click.echo(f"[{final.finish_reason}; {n_out} tokens; load {timings['load_s']:.2f} s, "
+                   f"ttft {timings['ttft_s']:.3f} s, {timings['decode_tokens_per_s'] or 0:.1f} tok/s]", err=True)

@@ -1,0 +1,45 @@
+"""The ``anna`` command group: built-in commands plus those plugins add (``register_commands``)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from anna_cli import __version__
+
+
+def build_cli(pm=None) -> click.Group:
+    """A fresh ``anna`` group with the built-in commands and every plugin's commands.
+
+    Args:
+        pm: plugin manager (default: the process-wide one, honouring ``ANNA_LOAD_PLUGINS``).
+    """
+
+    @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(__version__, prog_name="anna")
+    def anna() -> None:
+        """Anna: serve and run language models with PyTorch."""
+
+    from anna_cli.generate import generate
+    from anna_cli.plugins_cmd import plugins
+    from anna_cli.serve import serve
+
+    for command in (generate, serve, plugins):
+        anna.add_command(command)
+    try:
+        from anna_core.plugins import get_plugin_manager
+
+        (pm or get_plugin_manager()).hook.register_commands(cli=anna)
+    except Exception as exc:  # a broken plugin must not take the built-in commands down with it
+        click.echo(f"warning: a plugin failed to add its commands: {type(exc).__name__}: {exc}", err=True)
+    return anna
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point (``anna``)."""
+    build_cli().main(args=argv if argv is not None else sys.argv[1:], prog_name="anna")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Options shared by ``anna generate`` and ``anna serve``, and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+DEVICES = ("auto", "cpu", "cuda", "xpu")
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+
+
+def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--model-dir``, ``--gguf-file``, ``--device``, ``--dtype``, ``--load-format``."""
+    decorators = [
+        click.option("--model-dir", type=click.Path(path_type=Path), default=None,
+                     help="Model folder (config.json + safetensors, or GGUF) or a .gguf file. "
+                          "Default: the installed default model."),
+        click.option("--gguf-file", default=None, help="Which GGUF file of the folder to load."),
+        click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True),
+        click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
+                     help="auto: the checkpoint's dtype on accelerators, fp32 on CPU."),
+        click.option("--load-format", type=click.Choice(LOAD_FORMATS), default="auto", show_default=True,
+                     help="dummy: random weights from a folder holding only config.json."),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def sampling_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The sampling flags (unset ones fall back to the checkpoint's generation_config.json)."""
+    decorators = [
+        click.option("--temperature", type=float, default=None, help="0 = greedy."),
+        click.option("--top-p", type=float, default=None),
+        click.option("--top-k", type=int, default=None, help="-1 = disabled."),
+        click.option("--min-p", type=float, default=None),
+        click.option("--presence-penalty", type=float, default=None),
+        click.option("--frequency-penalty", type=float, default=None),
+        click.option("--repetition-penalty", type=float, default=None),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                  "repetition_penalty")
+
+
+def resolve_model_path(model_dir: Path | None) -> tuple[Path, str | None]:
+    """``model_dir`` itself, else the installed default model's path and display name.
+
+    Raises:
+        ModelNotInstalledError: no ``--model-dir`` and no default model installed.
+    """
+    if model_dir is not None:
+        return model_dir, None
+    from anna_core.default_model import resolve_default_model
+
+    path, spec = resolve_default_model()
+    return path, spec.name
+
+
+def exit_on_anna_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn Anna's user-facing errors into one ``error: ...`` line on stderr and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from anna_core.errors import AnnaError
+
+        try:
+            return fn(*args, **kwargs)
+        except AnnaError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper

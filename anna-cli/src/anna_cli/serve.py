@@ -1,0 +1,211 @@
+"""``anna serve``: the OpenAI-compatible HTTP server (litestar app on uvicorn).
+
+Start-up order: cheap checks first (model folder, family, flags) so a wrong ``--model-dir``
+fails at once with a one-line error; then the socket opens and ``/health`` answers 503
+``loading`` while the weights load in a background thread; when the engine runs, ``/health``
+turns 200. A failed load is logged, shown on ``/health`` (``failed``) and ends the process with
+exit code 1.
+
+SIGTERM (or Ctrl+C) drains: ``/health`` and new ``/v1/*`` requests get 503, in-flight requests
+finish, then the server exits with code 0. A second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from anna_cli.logging_setup import LEVELS, configure_logging
+from anna_cli.options import SAMPLING_FLAGS, exit_on_anna_errors, model_options, resolve_model_path, sampling_options
+
+logger = logging.getLogger("anna.serve")
+
+
+def _kernel_choices(model: Any) -> dict[str, str]:
+    """``{op: implementation}`` chosen so far by the kernel registries the model's ops are bound to."""
+    chosen: dict[str, str] = {}
+    modules = model.modules() if hasattr(model, "modules") else [model]
+    seen: set[int] = set()
+    for module in modules:
+        registry = getattr(getattr(module, "ops", None), "registry", None)
+        if registry is not None and id(registry) not in seen:
+            seen.add(id(registry))
+            chosen.update(registry.chosen())
+    return chosen
+
+
+class BackgroundLoader:
+    """Loads the model off the event loop after start-up and attaches the engine to the state."""
+
+    def __init__(self, state: Any, model_path: Path, load_kwargs: dict[str, Any], engine_options: dict[str, Any],
+                 requested_max_len: int | None):
+        self.state = state
+        self.model_path = model_path
+        self.load_kwargs = load_kwargs
+        self.engine_options = engine_options
+        self.requested_max_len = requested_max_len
+        self.failed = False
+        self.server: Any = None  # set by serve(): asked to exit when loading fails
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._load())
+
+    async def _load(self) -> None:
+        import time
+
+        from anna_core.engine.async_engine import AsyncEngine
+        from anna_core.engine.config import EngineConfig
+        from anna_core.engine.defaults import default_sampling_fields
+        from anna_core.engine.llm_engine import LLMEngine
+        from anna_core.errors import AnnaError
+        from anna_core.loading import load_model
+
+        t0 = time.perf_counter()
+        try:
+            loaded = await asyncio.to_thread(load_model, self.model_path, **self.load_kwargs)
+            config = EngineConfig(max_model_len=self.requested_max_len, **self.engine_options)
+            llm_engine = await asyncio.to_thread(LLMEngine.from_loaded, loaded, config)
+        except AnnaError as exc:
+            self._fail(str(exc))
+            return
+        except Exception as exc:  # a bug while loading: keep the traceback in the log
+            logger.exception("unexpected error while loading the model")
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return
+        engine = AsyncEngine(llm_engine)
+        engine.start()
+        max_len = llm_engine.max_model_len
+        logger.info("max_model_len = %d tokens (checkpoint limit %d%s; capped by the KV cache memory if smaller)",
+                    max_len, loaded.max_model_len,
+                    f", --max-model-len {self.requested_max_len}" if self.requested_max_len else "")
+        if self.requested_max_len and max_len < self.requested_max_len:
+            logger.warning("--max-model-len %d is more than this model / KV cache allows; serving %d",
+                           self.requested_max_len, max_len)
+        model = loaded.model
+        self.state.set_ready(
+            engine, loaded.tokenizer, max_model_len=max_len, eos_token_ids=loaded.generation.eos_token_ids,
+            checkpoint_sampling=default_sampling_fields(loaded.generation),
+            info={"family": loaded.family, "device": str(loaded.device), "dtype": str(loaded.dtype).replace("torch.", ""),
+                  "load_s": round(time.perf_counter() - t0, 3), "kernels": lambda: _kernel_choices(model)},
+        )
+        logger.info("model %s ready in %.2f s (family %s, %s, %s)", self.state.model_name, time.perf_counter() - t0,
+                    loaded.family, loaded.device, loaded.dtype)
+
+    def _fail(self, message: str) -> None:
+        logger.error("could not load the model: %s", message)
+        self.failed = True
+        self.state.load_error = message
+        if self.server is not None:
+            self.server.should_exit = True
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        if self.state.engine is not None:
+            await self.state.engine.shutdown(drain=True)
+
+
+def _draining_server_class() -> type:
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn, but the first SIGTERM/SIGINT drains (503 for new requests) before exiting."""
+
+        def __init__(self, config: uvicorn.Config, state: Any):
+            super().__init__(config)
+            self.state = state
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if not self.state.draining:
+                self.state.draining = True
+                logger.info("received %s: draining (%d request(s) in flight); no new requests accepted",
+                            signal.Signals(sig).name, self.state.in_flight)
+                return
+            logger.warning("received %s again: stopping now", signal.Signals(sig).name)
+            self.should_exit = True
+            self.force_exit = True
+
+        async def on_tick(self, counter: int) -> bool:
+            if self.state.draining and self.state.in_flight == 0 and not self.should_exit:
+                logger.info("drained; shutting down")
+                self.should_exit = True
+            return await super().on_tick(counter)
+
+    return DrainingServer
+
+
+@click.command("serve")
+@model_options
+@click.option("--model-name", default=None, help="The model id clients use (default: the folder name).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
+@click.option("--log-format", type=click.Choice(("text", "json")), default="text", show_default=True)
+@click.option("--max-model-len", type=click.IntRange(min=1), default=None,
+              help="Prompt + completion tokens per request (default: the checkpoint's limit, capped by what "
+                   "the KV cache memory holds; the value is logged).")
+@click.option("--chat-template", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A Jinja file overriding the checkpoint's chat template.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads for torch.")
+@click.option("--max-completion-tokens", type=click.IntRange(min=1), default=None,
+              help="Default completion limit when a request sets none (default: what the context leaves).")
+@sampling_options
+@click.option("--enable-thinking/--disable-thinking", default=None,
+              help="Default of the chat template's enable_thinking (a request's chat_template_kwargs wins).")
+@exit_on_anna_errors
+def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
+          model_name: str | None, host: str, port: int, log_level: str, log_format: str, max_model_len: int | None,
+          chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
+          enable_thinking: bool | None, **sampling: Any) -> None:
+    """Serve a model over an OpenAI-compatible HTTP API."""
+    import uvicorn
+
+    from anna_core.device import resolve_device
+    from anna_core.model_dir import inspect_model_dir, select_family
+    from anna_core.plugins import model_families
+    from anna_core.server.app import create_app
+    from anna_core.server.state import ServerState
+
+    configure_logging(log_level, log_format)
+    path, default_name = resolve_model_path(model_dir)
+    source = inspect_model_dir(path, gguf_file=gguf_file)  # fail fast: missing folder, unknown family
+    family = select_family(source, model_families())
+    resolve_device(device)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    name = model_name or default_name or (path.stem if path.is_file() else path.resolve().name)
+    state = ServerState(
+        model_name=name,
+        server_sampling={k: v for k, v in sampling.items() if k in SAMPLING_FLAGS and v is not None},
+        max_completion_tokens=max_completion_tokens,
+        enable_thinking=enable_thinking,
+        info={"model_dir": str(path), "family": family.name, "device": device},
+    )
+    loader = BackgroundLoader(
+        state, path,
+        load_kwargs={"device": device, "dtype": dtype, "load_format": load_format, "gguf_file": gguf_file,
+                     "chat_template": chat_template.read_text() if chat_template else None},
+        engine_options={}, requested_max_len=max_model_len,
+    )
+    app = create_app(state, on_startup=[loader.start], on_shutdown=[loader.stop])
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=log_level,
+                            timeout_graceful_shutdown=None, lifespan="on")
+    server = _draining_server_class()(config, state)
+    loader.server = server
+    logger.info("serving %s (%s) on http://%s:%d; loading in the background", name, family.name, host, port)
+    server.run()
+    if loader.failed:
+        sys.exit(1)
+    if not server.started:
+        click.echo(f"error: could not start the server on {host}:{port} (see the log above)", err=True)
+        sys.exit(1)

@@ -1,0 +1,203 @@
+"""The asyncio face of the engine: one thread owns the model, handlers talk to it through queues.
+
+Handlers call :meth:`AsyncEngine.generate`; the request goes into a command list guarded by a
+``threading.Condition``; the engine thread wakes, adds it, steps, and hands each output to the
+request's ``asyncio.Queue`` with ``loop.call_soon_threadsafe``. An idle engine thread sleeps on the
+condition (no polling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from anna_core.engine.llm_engine import LLMEngine
+from anna_core.engine.outputs import RequestOutput, Usage
+from anna_core.engine.sampling_params import SamplingParams
+from anna_core.errors import EngineDeadError, InvalidRequestError
+
+log = logging.getLogger("anna.engine")
+
+
+class _Stream:
+    """Where one request's outputs go: a queue on the caller's event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+
+    def put(self, output: RequestOutput) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, output)
+        except RuntimeError:  # the caller's loop is closed; nobody is listening
+            pass
+
+
+class AsyncEngine:
+    """Serves concurrent callers from one engine thread.
+
+    Args:
+        engine: the synchronous engine; after :meth:`start` only the engine thread touches it.
+    """
+
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self._cond = threading.Condition()
+        self._commands: list[tuple[str, Any]] = []
+        self._streams: dict[str, _Stream] = {}
+        self._thread: threading.Thread | None = None
+        self._accepting = False
+        self._stop = False
+        self._drain = True
+        self._dead: str | None = None
+        self._stats: dict[str, Any] = engine.stats()
+        self._started = time.perf_counter()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the engine thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self._accepting = True
+        self._thread = threading.Thread(target=self._run, name="anna-engine", daemon=True)
+        self._thread.start()
+
+    async def shutdown(self, drain: bool = True) -> None:
+        """Stop accepting requests; with ``drain`` let in-flight ones finish, else abort them;
+        then stop the engine thread."""
+        with self._cond:
+            self._accepting = False
+            self._stop = True
+            self._drain = drain
+            self._cond.notify()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self._accepting
+
+    def stats(self) -> dict[str, Any]:
+        """Latest engine counters: running, waiting, KV blocks and state slots used / total,
+        tokens generated, uptime (seconds)."""
+        with self._cond:
+            stats = dict(self._stats)
+        stats["uptime_s"] = time.perf_counter() - self._started
+        return stats
+
+    # -- requests -----------------------------------------------------------------------------
+
+    async def generate(self, request_id: str, prompt_token_ids: list[int],
+                       params: SamplingParams | None = None) -> AsyncIterator[RequestOutput]:
+        """Submit a request and yield its output after every step that changed it; the last one
+        has ``finished`` set. Leaving the iteration early (break, cancel, disconnect) aborts it.
+
+        Raises:
+            EngineDeadError: the engine is shutting down or has stopped.
+            InvalidRequestError: the request exceeds a limit, or its id is in use.
+        """
+        params = params or SamplingParams()
+        self.engine.validate_request(list(prompt_token_ids), params)
+        stream = _Stream(asyncio.get_running_loop())
+        with self._cond:
+            if self._dead is not None:
+                raise EngineDeadError(f"the engine stopped: {self._dead}")
+            if not self._accepting:
+                raise EngineDeadError("the engine is not accepting requests (not started or shutting down)")
+            if request_id in self._streams:
+                raise InvalidRequestError(f"request id {request_id!r} is already in use")
+            self._streams[request_id] = stream
+            self._commands.append(("add", (request_id, list(prompt_token_ids), params)))
+            self._cond.notify()
+        finished = False
+        try:
+            while True:
+                output = await stream.queue.get()
+                finished = output.finished
+                yield output
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request (no-op if unknown or finished). Safe from any thread."""
+        with self._cond:
+            if request_id in self._streams:
+                self._commands.append(("abort", request_id))
+                self._cond.notify()
+
+    # -- the engine thread --------------------------------------------------------------------
+
+    def _deliver(self, output: RequestOutput) -> None:
+        stream = self._streams.get(output.request_id)
+        if output.finished:
+            with self._cond:
+                self._streams.pop(output.request_id, None)
+        if stream is not None:
+            stream.put(output)
+
+    def _apply(self, commands: list[tuple[str, Any]]) -> None:
+        for kind, arg in commands:
+            if kind == "add":
+                request_id, prompt, params = arg
+                try:
+                    self.engine.add_request(request_id, prompt, params)
+                except Exception as exc:  # validated already; anything here is a failure of this request
+                    self._deliver(_error_output(request_id, prompt, f"{type(exc).__name__}: {exc}"))
+            elif kind == "abort":
+                output = self.engine.abort_request(arg)
+                if output is not None:
+                    self._deliver(output)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._commands and not self._stop and not self.engine.has_unfinished():
+                        self._cond.wait()
+                    commands, self._commands = self._commands, []
+                    stop, drain = self._stop, self._drain
+                self._apply(commands)
+                if stop and not drain:
+                    for request_id in list(self._streams):
+                        output = self.engine.abort_request(request_id)
+                        if output is not None:
+                            self._deliver(output)
+                if stop and not self.engine.has_unfinished():
+                    with self._cond:
+                        if not self._commands:
+                            break
+                    continue
+                outputs = self.engine.step()
+                stats = self.engine.stats()
+                with self._cond:
+                    self._stats = stats
+                for output in outputs:
+                    self._deliver(output)
+        except BaseException as exc:  # a bug in the loop itself: fail everyone, never hang them
+            log.exception("engine thread died")
+            with self._cond:
+                self._dead = f"{type(exc).__name__}: {exc}"
+                self._accepting = False
+                streams, self._streams = self._streams, {}
+            for request_id, stream in streams.items():
+                stream.put(_error_output(request_id, [], f"engine failed: {self._dead}"))
+        finally:
+            with self._cond:
+                self._accepting = False
+                self._stats = self.engine.stats()
+                leftover, self._streams = self._streams, {}
+            for request_id, stream in leftover.items():
+                stream.put(_error_output(request_id, [], "the engine stopped", reason="abort"))
+
+
+def _error_output(request_id: str, prompt: list[int], message: str, reason: str = "error") -> RequestOutput:
+    return RequestOutput(request_id=request_id, prompt_token_ids=prompt, finished=True, finish_reason=reason,
+                         error=message, usage=Usage(prompt_tokens=len(prompt)))

@@ -1,0 +1,91 @@
+"""Per-request engine state (pure Python: the scheduler imports it, so no torch here)."""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any
+
+from anna_core.engine.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Request:
+    """One generation request as the engine tracks it.
+
+    ``num_computed_tokens`` counts the tokens of :attr:`all_token_ids` whose K/V (and recurrent
+    state) are in the caches. A request samples in a step whose chunk reaches the end of its known
+    tokens. Preemption by recompute resets ``num_computed_tokens`` to 0; the prompt and the tokens
+    generated so far are then computed again before the next token is sampled.
+
+    Attributes:
+        request_id: the caller's id.
+        prompt_token_ids: the prompt.
+        params: sampling settings.
+        eos_token_ids: ids that end the request unless ``params.ignore_eos``.
+        seed: the sampling seed (``params.seed`` or a random one drawn at arrival).
+        output_token_ids: generated ids so far.
+        status: waiting, running or finished.
+        finish_reason / stop_reason: set when finished.
+        detokenizer / stop_checker: text pipeline (``None`` without a tokenizer).
+        text: text emitted to the caller so far; ``emitted_tokens``: ids already reported.
+        arrival_time / first_token_time / finished_time: ``time.perf_counter`` timestamps.
+        num_preemptions: how often it was preempted.
+    """
+
+    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, *,
+                 eos_token_ids: tuple[int, ...] = (), seed: int = 0, arrival_time: float | None = None):
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.params = params
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.seed = seed
+        self.output_token_ids: list[int] = []
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
+        self.error: str | None = None
+        self.detokenizer: Any = None
+        self.stop_checker: Any = None
+        self.text = ""
+        self.emitted_tokens = 0
+        self.arrival_time = time.perf_counter() if arrival_time is None else arrival_time
+        self.first_token_time: float | None = None
+        self.finished_time: float | None = None
+        self.num_preemptions = 0
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """Tokens ``start:end`` of prompt + output, without building the concatenation."""
+        p = len(self.prompt_token_ids)
+        if end <= p:
+            return self.prompt_token_ids[start:end]
+        if start >= p:
+            return self.output_token_ids[start - p:end - p]
+        return self.prompt_token_ids[start:] + self.output_token_ids[:end - p]
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """Ids that end the request when sampled (EOS unless ignored, plus ``stop_token_ids``)."""
+        ids = tuple(self.params.stop_token_ids)
+        if not self.params.ignore_eos:
+            ids = self.eos_token_ids + ids
+        return ids
+
+    @property
+    def finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED

@@ -1,0 +1,173 @@
+"""Batched sampling on the device: penalties, temperature, top-k / top-p / min-p, seeded noise.
+
+Everything runs on the logits' device without a host sync; the caller's ``.tolist()`` of the
+returned ids is the step's only sync. Per row, in order:
+
+1. repetition penalty (Keskar et al., CTRL, 2019): logits of tokens seen in the prompt or output
+   are divided by ``r`` when positive, multiplied by ``r`` when negative;
+2. frequency / presence penalties (OpenAI): ``logit -= frequency * count + presence * (count > 0)``
+   over the generated tokens;
+3. ``min_tokens``: while fewer tokens than that were generated, EOS and stop ids get ``-inf``;
+4. greedy rows (``temperature == 0``) take the argmax here;
+5. others: divide by the temperature, keep the ``top_k`` largest, then the smallest set whose
+   probability reaches ``top_p``, then drop tokens below ``min_p`` times the top probability,
+   and sample with the Gumbel-max trick (``argmax(logits / T + G)`` with ``G = -log(-log(U))``
+   samples ``softmax(logits / T)``; Gumbel 1954, Maddison et al. 2014).
+
+Randomness is counter-based: ``U`` for vocabulary entry ``j`` of a request is a hash of the
+request's seed, the index of the token being generated and ``j``. A seeded request therefore
+draws the same numbers alone, in any batch and after preemption, on any device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from anna_core.engine.request import Request
+
+_M32 = 0xFFFFFFFF
+_NEG_INF = float("-inf")
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xorshift-multiply rounds) on int64 tensors holding values < 2**32.
+
+    Multipliers stay below 2**31 so products fit in int64 without overflow.
+    """
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x2C1B3C6D) & _M32
+    x = x ^ (x >> 16)
+    return x
+
+
+def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Counter-based uniforms in ``(0, 1)``.
+
+    Args:
+        seeds: ``[N]`` int64 non-negative seeds (< 2**63).
+        steps: ``[N]`` int64 index of the token being generated (0 for the first output token).
+        vocab_size: ``V``.
+
+    Returns:
+        ``[N, V]`` float32; entry ``(i, j)`` depends only on ``(seeds[i], steps[i], j)``.
+    """
+    lo = seeds & _M32
+    hi = (seeds >> 32) & _M32
+    key = _mix32(lo ^ _mix32(hi ^ _mix32(steps & _M32)))  # [N]
+    j = torch.arange(vocab_size, device=seeds.device, dtype=torch.int64)
+    bits = _mix32(_mix32(key[:, None] ^ j[None, :]) ^ key[:, None])  # [N, V]
+    return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def host_tensor(values: Sequence, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A tensor built on the host and copied to ``device`` without blocking."""
+    t = torch.tensor(values, dtype=dtype)
+    if device.type == "cpu":
+        return t
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
+def _padded(rows: list[list[int]], pad: int) -> list[list[int]]:
+    width = max(1, max(len(r) for r in rows))
+    return [r + [pad] * (width - len(r)) for r in rows]
+
+
+class Sampler:
+    """Samples the next token of each row from ``[N, V]`` logits (see the module doc for the math)."""
+
+    def __call__(self, logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+        """Next token ids.
+
+        Args:
+            logits: ``[N, V]`` float32, row ``i`` for ``requests[i]``.
+            requests: the sampling requests (params, prompt and generated ids, seed).
+
+        Returns:
+            ``[N]`` int64 token ids on the logits' device.
+        """
+        dev = logits.device
+        n, vocab = logits.shape
+        params = [r.params for r in requests]
+        logits = logits.to(torch.float32).clone()
+
+        if any(p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty for p in params):
+            logits = self._penalize(logits, requests)
+
+        min_rows, min_ids = [], []
+        for i, r in enumerate(requests):
+            if len(r.output_token_ids) < r.params.min_tokens:
+                ids = [t for t in r.stop_token_ids if 0 <= t < vocab]
+                min_rows += [i] * len(ids)
+                min_ids += ids
+        if min_rows:
+            logits[host_tensor(min_rows, torch.int64, dev), host_tensor(min_ids, torch.int64, dev)] = _NEG_INF
+
+        greedy_flags = [p.temperature == 0.0 for p in params]
+        greedy_ids = logits.argmax(dim=-1)
+        if all(greedy_flags):
+            return greedy_ids
+
+        temps = host_tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], torch.float32, dev)
+        logits.div_(temps[:, None])
+        logits = self._filter(logits, params)
+        seeds = host_tensor([r.seed for r in requests], torch.int64, dev)
+        steps = host_tensor([len(r.output_token_ids) for r in requests], torch.int64, dev)
+        u = uniform_noise(seeds, steps, vocab)
+        sampled = (logits - torch.log(-torch.log(u))).argmax(dim=-1)
+        if not any(greedy_flags):
+            return sampled
+        return torch.where(host_tensor(greedy_flags, torch.bool, dev), greedy_ids, sampled)
+
+    @staticmethod
+    def _penalize(logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+        dev = logits.device
+        n, vocab = logits.shape
+        params = [r.params for r in requests]
+        out_ids = host_tensor(_padded([r.output_token_ids for r in requests], vocab), torch.int64, dev)
+        counts = torch.zeros(n, vocab + 1, dtype=torch.float32, device=dev)
+        counts.scatter_add_(1, out_ids, torch.ones_like(out_ids, dtype=torch.float32))
+        counts = counts[:, :vocab]  # [N, V] occurrences in the output
+        if any(p.repetition_penalty != 1.0 for p in params):
+            prompt_ids = host_tensor(_padded([r.prompt_token_ids for r in requests], vocab), torch.int64, dev)
+            seen = torch.zeros(n, vocab + 1, dtype=torch.bool, device=dev)
+            seen.scatter_(1, prompt_ids, True)
+            seen = seen[:, :vocab] | (counts > 0)
+            rep = host_tensor([p.repetition_penalty for p in params], torch.float32, dev)[:, None]
+            penalized = torch.where(logits > 0, logits / rep, logits * rep)
+            logits = torch.where(seen, penalized, logits)
+        freq = host_tensor([p.frequency_penalty for p in params], torch.float32, dev)[:, None]
+        pres = host_tensor([p.presence_penalty for p in params], torch.float32, dev)[:, None]
+        return logits - freq * counts - pres * (counts > 0).to(torch.float32)
+
+    @staticmethod
+    def _filter(logits: torch.Tensor, params: list) -> torch.Tensor:
+        """Apply top-k, top-p and min-p to tempered logits ``[N, V]`` (filtered entries -> -inf)."""
+        dev = logits.device
+        vocab = logits.shape[1]
+        need_k = any(0 < p.top_k < vocab for p in params)
+        need_p = any(p.top_p < 1.0 for p in params)
+        if need_k or need_p:
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            if need_k:
+                k = host_tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], torch.int64, dev)
+                ranks = torch.arange(vocab, device=dev)
+                sorted_logits = sorted_logits.masked_fill(ranks[None, :] >= k[:, None], _NEG_INF)
+            if need_p:
+                top_p = host_tensor([p.top_p if p.top_p < 1.0 else 2.0 for p in params], torch.float32, dev)
+                probs = sorted_logits.softmax(dim=-1)
+                mass_before = probs.cumsum(dim=-1) - probs
+                drop = mass_before >= top_p[:, None]
+                drop[:, 0] = False
+                sorted_logits = sorted_logits.masked_fill(drop, _NEG_INF)
+            logits = torch.empty_like(logits).scatter_(1, order, sorted_logits)
+        if any(p.min_p > 0.0 for p in params):
+            min_p = host_tensor([p.min_p for p in params], torch.float32, dev)[:, None]
+            probs = logits.softmax(dim=-1)
+            logits = logits.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, _NEG_INF)
+        return logits

@@ -1,0 +1,61 @@
+"""RMS normalisation (Zhang & Sennrich, "Root Mean Square Layer Normalization", 2019) and its
+SiLU-gated variant (the Gated DeltaNet output norm of Qwen3.5, FLA ``FusedRMSNormGated``).
+
+Both compute in float32 and return x's dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from anna_core.kernels.reference._checks import require
+
+
+def _normalise(x: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x.to(torch.float32)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _check_weight(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
+    require(x.dim() >= 1, op, "x must have at least one dimension")
+    require(weight.dim() == 1 and weight.shape[0] == x.shape[-1], op,
+            f"weight must be [D={x.shape[-1]}], got {tuple(weight.shape)}")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool) -> torch.Tensor:
+    """``x / sqrt(mean(x^2) + eps) * w`` with ``w = 1 + weight`` if ``zero_centered`` else ``weight``.
+
+    Args:
+        x: ``[..., D]``; weight: ``[D]``; eps: added to the mean square.
+        zero_centered: weight stored as an offset from 1 (Qwen3.5, Gemma).
+
+    Returns:
+        ``[..., D]`` in x's dtype (the weight product is taken in float32 before rounding).
+
+    Raises:
+        ValueError: weight is not ``[D]``.
+    """
+    _check_weight("rms_norm", x, weight)
+    w = weight.to(torch.float32)
+    if zero_centered:
+        w = w + 1.0
+    return (_normalise(x, eps) * w).to(x.dtype)
+
+
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``rms_norm(x) * weight * silu(z)``, all in float32.
+
+    Args:
+        x, z: ``[..., D]`` (z is the gate); weight: ``[D]``; eps: added to the mean square.
+
+    Returns:
+        ``[..., D]`` in x's dtype.
+
+    Raises:
+        ValueError: weight is not ``[D]`` or z's shape differs from x's.
+    """
+    _check_weight("gated_rms_norm", x, weight)
+    require(z.shape == x.shape, "gated_rms_norm", f"z must match x's shape {tuple(x.shape)}, got {tuple(z.shape)}")
+    y = _normalise(x, eps) * weight.to(torch.float32) * F.silu(z.to(torch.float32))
+    return y.to(x.dtype)

@@ -1,0 +1,135 @@
+"""``LLM``: offline batched generation from Python.
+
+    from anna_core import LLM, SamplingParams
+    llm = LLM("path/to/model")
+    [out] = llm.generate("The capital of France is", SamplingParams(temperature=0, max_tokens=8))
+    print(out.text)
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from anna_core.engine.config import EngineConfig
+from anna_core.engine.defaults import sampling_params_with_defaults
+from anna_core.engine.llm_engine import LLMEngine
+from anna_core.engine.outputs import RequestOutput
+from anna_core.engine.sampling_params import SamplingParams
+from anna_core.errors import InvalidRequestError
+from anna_core.loading import load_model
+from anna_core.model import LoadedModel
+
+Prompt = str | list[int]
+
+
+class LLM:
+    """A loaded model plus an engine, driven synchronously.
+
+    Args:
+        model_dir: model folder or GGUF file.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"xpu"``.
+        dtype: ``"auto"``, ``"bf16"``, ``"fp16"`` or ``"fp32"``.
+        load_format / gguf_file / chat_template: see :func:`anna_core.loading.load_model`.
+        **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
+            (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``, ``num_blocks``,
+            ``kv_cache_memory_gib``, ``max_model_len``, ``prefill_chunk_size``).
+
+    Raises:
+        ModelLoadError, UnsupportedModelError: see ``load_model``.
+    """
+
+    def __init__(self, model_dir: str | Path, device: str = "auto", dtype: Any = "auto", *,
+                 load_format: str = "auto", gguf_file: str | None = None, chat_template: str | None = None,
+                 **engine_options: Any):
+        loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
+                            gguf_file=gguf_file, chat_template=chat_template)
+        self._setup(loaded, EngineConfig(**engine_options))
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedModel, **engine_options: Any) -> LLM:
+        """Wrap an already loaded model (tests, custom loaders)."""
+        self = cls.__new__(cls)
+        self._setup(loaded, EngineConfig(**engine_options))
+        return self
+
+    def _setup(self, loaded: LoadedModel, config: EngineConfig) -> None:
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.engine = LLMEngine.from_loaded(loaded, config)
+        self._ids = itertools.count()
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """``SamplingParams`` from the checkpoint's ``generation_config.json`` defaults."""
+        return sampling_params_with_defaults(self.loaded.generation)
+
+    def _encode(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidRequestError("this model has no tokenizer; pass token ids", param="prompt")
+            return self.tokenizer.encode(prompt, add_special_tokens=True)
+        if not all(isinstance(t, int) for t in prompt):
+            raise InvalidRequestError("a prompt is a string or a list of token ids", param="prompt")
+        return list(prompt)
+
+    def generate(self, prompts: Prompt | list[Prompt],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        """Generate for each prompt, all batched together.
+
+        Args:
+            prompts: a string (tokenized raw, no chat template), a list of token ids, or a list of
+                those.
+            sampling_params: one for all prompts, one per prompt, or None for the checkpoint's
+                defaults (``generation_config.json``).
+
+        Returns:
+            One finished :class:`RequestOutput` per prompt, in input order.
+
+        Raises:
+            InvalidRequestError: bad prompt or params (e.g. a prompt longer than ``max_model_len``).
+        """
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        encoded = [self._encode(p) for p in prompts]
+        if sampling_params is None:
+            sampling_params = self.get_default_sampling_params()
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(encoded)
+        if len(params) != len(encoded):
+            raise InvalidRequestError(f"{len(params)} sampling params for {len(encoded)} prompts")
+        return self._run(encoded, params)
+
+    def chat(self, messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
+             sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+             add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None,
+             ) -> list[RequestOutput]:
+        """Generate replies to one conversation (a list of ``{"role", "content"}`` messages) or a
+        list of conversations, rendered with the checkpoint's chat template.
+
+        Raises:
+            InvalidRequestError: no tokenizer or chat template, or the template rejected the messages.
+        """
+        if self.tokenizer is None:
+            raise InvalidRequestError("this model has no tokenizer; chat needs one", param="messages")
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [self.tokenizer.encode(self.tokenizer.apply_chat_template(
+            conv, add_generation_prompt=add_generation_prompt, **(chat_template_kwargs or {})),
+            add_special_tokens=False) for conv in conversations]
+        return self.generate(prompts, sampling_params)
+
+    def _run(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
+        ids = [f"llm-{next(self._ids)}" for _ in prompts]
+        added = []
+        try:
+            for request_id, prompt, p in zip(ids, prompts, params):
+                self.engine.add_request(request_id, prompt, p)
+                added.append(request_id)
+            final: dict[str, RequestOutput] = {}
+            while self.engine.has_unfinished():
+                for out in self.engine.step():
+                    if out.finished:
+                        final[out.request_id] = out
+        finally:
+            for request_id in added:  # only does something if we were interrupted
+                self.engine.abort_request(request_id)
+        return [final[i] for i in ids]

@@ -1,0 +1,66 @@
+"""``load_model``: from a path to a :class:`~anna_core.model.LoadedModel` through the plugins.
+
+inspect the folder -> pick the family among the installed plugins -> resolve its lazy loader ->
+call it with the device, dtype and the kernel registry built from the same plugins.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from anna_core.device import resolve_device, resolve_dtype
+from anna_core.errors import AnnaError, ModelLoadError
+from anna_core.kernels.registry import KernelRegistry
+from anna_core.model import LoadedModel
+from anna_core.model_dir import ModelSource, inspect_model_dir, select_family
+from anna_core.plugins import model_families
+from anna_core.registry import resolve
+
+log = logging.getLogger("anna.loading")
+
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+
+
+def _checkpoint_dtype(source: ModelSource) -> str | None:
+    config = source.config
+    for cfg in (config, config.get("text_config") or {}):
+        for key in ("dtype", "torch_dtype"):
+            if isinstance(cfg.get(key), str):
+                return cfg[key]
+    return None
+
+
+def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", load_format: str = "auto",
+               gguf_file: str | None = None, chat_template: str | None = None, pm: Any = None) -> LoadedModel:
+    """Load the model at ``model`` (a folder or a ``.gguf`` file).
+
+    Args:
+        model: model folder or GGUF file.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"xpu"`` (or ``"cuda:1"``...).
+        dtype: ``"auto"``, ``"bf16"``, ``"fp16"``, ``"fp32"`` or a ``torch.dtype``.
+        load_format: ``"auto"``, ``"safetensors"``, ``"gguf"`` or ``"dummy"`` (random weights).
+        gguf_file: which GGUF file of the folder to load.
+        chat_template: a Jinja template overriding the checkpoint's.
+        pm: plugin manager (default: the process-wide one).
+
+    Raises:
+        ModelLoadError: missing / broken checkpoint, or the family's package cannot be imported.
+        UnsupportedModelError: no installed family serves the checkpoint.
+        AnnaError: bad device, dtype or load format.
+    """
+    if load_format not in LOAD_FORMATS:
+        raise AnnaError(f"unknown load format {load_format!r}; use one of {', '.join(LOAD_FORMATS)}")
+    source = inspect_model_dir(model, gguf_file=gguf_file)
+    family = select_family(source, model_families(pm))
+    try:
+        loader = resolve(family.loader)
+    except (ImportError, AttributeError) as exc:
+        raise ModelLoadError(f"cannot import the {family.name!r} loader {family.loader!r} "
+                             f"(from {family.distribution or 'a plugin'}): {exc}") from exc
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev, _checkpoint_dtype(source))
+    log.info("loading %s as family %s on %s in %s", source.root, family.name, dev, dt)
+    return loader(source, device=dev, dtype=dt, load_format=load_format,
+                  kernels=KernelRegistry.from_plugins(pm), chat_template=chat_template)

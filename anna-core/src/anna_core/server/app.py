@@ -1,0 +1,114 @@
+"""The litestar application: OpenAI routes, health routes and plugin routes over one ServerState.
+
+- Every response (errors and unknown routes included) carries ``X-Request-Id``: the client's
+  own when it sent one, else a fresh id.
+- While the server drains, ``/v1/*`` requests get a 503 in OpenAI's error shape; requests
+  already running are counted in ``ServerState.in_flight`` until their last byte is sent.
+- Routes from plugins (``register_routes``) are mounted as given; they may declare a
+  ``server: ServerState`` parameter to receive the state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any, Callable, Sequence
+
+import pluggy
+from litestar import Litestar
+from litestar.datastructures import MutableScopeHeaders
+from litestar.di import Provide
+from litestar.middleware import DefineMiddleware
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from anna_core.registry import resolve
+from anna_core.server import routes_health, routes_openai
+from anna_core.server.errors import error_body, exception_handlers
+from anna_core.server.state import ServerState
+
+logger = logging.getLogger("anna.server")
+
+REQUEST_ID_HEADER = "x-request-id"
+_SCOPE_KEY = "anna_request_id"
+
+
+def _request_id(scope: Scope) -> str:
+    """The client's ``X-Request-Id`` (if sane) or a new one, cached in the scope."""
+    rid = scope.get(_SCOPE_KEY)  # type: ignore[call-overload]
+    if rid is None:
+        sent = MutableScopeHeaders(scope).get(REQUEST_ID_HEADER)  # type: ignore[arg-type]
+        rid = sent if sent and len(sent) <= 200 and sent.isprintable() else uuid.uuid4().hex
+        scope[_SCOPE_KEY] = rid  # type: ignore[literal-required]
+    return rid
+
+
+async def _add_request_id(message: Message, scope: Scope) -> None:
+    if message["type"] == "http.response.start":
+        MutableScopeHeaders.from_message(message)[REQUEST_ID_HEADER] = _request_id(scope)
+
+
+class AdmissionMiddleware:
+    """Refuses ``/v1/*`` requests while draining and counts the ones in flight."""
+
+    def __init__(self, app: ASGIApp, state: ServerState):
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        if self.state.draining:
+            body = json.dumps(error_body("the server is shutting down and takes no new requests",
+                                         "server_error", None, "service_unavailable")).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                       (REQUEST_ID_HEADER.encode(), _request_id(scope).encode())]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        self.state.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.state.in_flight -= 1
+
+
+def _plugin_handlers(pm: pluggy.PluginManager | None) -> list[Any]:
+    from anna_core import plugins
+
+    handlers: list[Any] = []
+    for spec in plugins.routes(pm):
+        resolved = resolve(spec.handlers)
+        handlers.extend(resolved if isinstance(resolved, (list, tuple)) else [resolved])
+        logger.info("mounted routes of plugin %r", spec.name)
+    return handlers
+
+
+def create_app(
+    state: ServerState,
+    *,
+    pm: pluggy.PluginManager | None = None,
+    on_startup: Sequence[Callable[..., Any]] = (),
+    on_shutdown: Sequence[Callable[..., Any]] = (),
+) -> Litestar:
+    """Build the app serving ``state``.
+
+    Args:
+        state: the server state shared by all handlers.
+        pm: plugin manager whose ``register_routes`` handlers are mounted (default: the process's).
+        on_startup / on_shutdown: litestar lifespan hooks (``anna serve`` loads and stops the
+            engine with them).
+    """
+    return Litestar(
+        route_handlers=[*routes_openai.ROUTES, *routes_health.ROUTES, *_plugin_handlers(pm)],
+        dependencies={"server": Provide(lambda: state, sync_to_thread=False, use_cache=True)},
+        exception_handlers=exception_handlers(),
+        middleware=[DefineMiddleware(AdmissionMiddleware, state=state)],
+        before_send=[_add_request_id],
+        on_startup=list(on_startup),
+        on_shutdown=list(on_shutdown),
+        openapi_config=None,
+        logging_config=None,
+        debug=False,
+    )

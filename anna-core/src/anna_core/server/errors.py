@@ -1,0 +1,94 @@
+"""Exceptions -> OpenAI-shaped JSON errors ``{"error": {"message", "type", "param", "code"}}``.
+
+Status codes: 400 ``invalid_request_error`` (bad body, limits), 404 ``model_not_found``,
+503 while the model loads or the server drains, 500 for anything unexpected. A 500 logs the
+traceback server-side and sends the client only a generic message, never the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+
+from anna_core.errors import AnnaError, EngineDeadError, InvalidRequestError
+
+logger = logging.getLogger("anna.server")
+
+
+class ModelNotFoundError(AnnaError):
+    """The request names a model this server does not serve (HTTP 404)."""
+
+    def __init__(self, requested: str, served: str):
+        super().__init__(f"The model '{requested}' does not exist; this server serves '{served}'.")
+        self.requested = requested
+
+
+class ServiceUnavailableError(AnnaError):
+    """The server cannot take requests now: the model is loading or the server drains (HTTP 503)."""
+
+
+class GenerationFailed(AnnaError):
+    """The engine ended a request with ``finish_reason == "error"`` (HTTP 500, with its message)."""
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its (non-streamed) answer was ready; nobody reads the reply."""
+
+
+def error_body(message: str, type_: str, param: str | None = None, code: str | int | None = None) -> dict[str, Any]:
+    """The OpenAI error object."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_response(status: int, message: str, type_: str, param: str | None = None,
+                   code: str | int | None = None) -> Response:
+    return Response(content=error_body(message, type_, param, code), status_code=status)
+
+
+def _invalid_request(_: Request, exc: InvalidRequestError) -> Response:
+    return error_response(400, str(exc), "invalid_request_error", exc.param, exc.code)
+
+
+def _model_not_found(_: Request, exc: ModelNotFoundError) -> Response:
+    return error_response(404, str(exc), "invalid_request_error", "model", "model_not_found")
+
+
+def _unavailable(_: Request, exc: AnnaError) -> Response:
+    return error_response(503, str(exc), "server_error", None, "service_unavailable")
+
+
+def _generation_failed(_: Request, exc: GenerationFailed) -> Response:
+    return error_response(500, str(exc), "server_error")
+
+
+def _client_disconnected(request: Request, exc: ClientDisconnected) -> Response:
+    logger.info("client disconnected; aborted request %s", exc)
+    return error_response(499, "client closed the request", "invalid_request_error")
+
+
+def _http_exception(_: Request, exc: HTTPException) -> Response:
+    status = exc.status_code
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return error_response(status, str(exc.detail), kind, None, None)
+
+
+def _internal(request: Request, exc: Exception) -> Response:
+    logger.error("internal error serving %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "The server had an internal error while processing the request.", "server_error")
+
+
+def exception_handlers() -> dict[type[Exception], Any]:
+    """The litestar ``exception_handlers`` map (most specific class wins by MRO)."""
+    return {
+        InvalidRequestError: _invalid_request,
+        ModelNotFoundError: _model_not_found,
+        ServiceUnavailableError: _unavailable,
+        EngineDeadError: _unavailable,
+        GenerationFailed: _generation_failed,
+        ClientDisconnected: _client_disconnected,
+        HTTPException: _http_exception,
+        Exception: _internal,
+    }

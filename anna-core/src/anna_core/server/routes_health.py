@@ -1,0 +1,77 @@
+"""Health routes: ``GET /health`` (for load balancers) and ``GET /healthz`` (for people).
+
+``/health`` answers 200 ``{"status": "ready"}`` only while requests can be served, else 503 with
+the status (``loading``, ``failed`` or ``draining``). ``/healthz`` always answers 200 with what
+the server runs: model, family, device, dtype, memory, uptime, chosen kernels and engine stats.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import Response, get
+
+from anna_core.server.state import ServerState
+
+logger = logging.getLogger("anna.server")
+
+
+@get("/health", sync_to_thread=False)
+def health(server: ServerState) -> Response:
+    status = server.status
+    body: dict[str, Any] = {"status": status}
+    if server.load_error:
+        body["error"] = server.load_error
+    return Response(body, status_code=200 if status == "ready" else 503)
+
+
+def _memory(device_name: str | None) -> dict[str, int]:
+    if not device_name:
+        return {}
+    try:
+        import torch
+
+        from anna_core.device import memory_stats
+
+        return memory_stats(torch.device(device_name))
+    except Exception:  # health output must not fail because a statistic is unavailable
+        logger.debug("memory statistics unavailable for %s", device_name, exc_info=True)
+        return {}
+
+
+def _engine_stats(server: ServerState) -> dict[str, Any]:
+    if server.engine is None:
+        return {}
+    try:
+        return dict(server.engine.stats())
+    except Exception:
+        logger.debug("engine stats unavailable", exc_info=True)
+        return {}
+
+
+@get("/healthz", sync_to_thread=False)
+def healthz(server: ServerState) -> dict[str, Any]:
+    info = server.info
+    kernels = info.get("kernels", {})
+    if callable(kernels):  # chosen lazily, as the model first calls each op
+        kernels = kernels()
+    return {
+        "status": server.status,
+        "model": server.model_name,
+        "model_dir": info.get("model_dir"),
+        "family": info.get("family"),
+        "device": info.get("device"),
+        "dtype": info.get("dtype"),
+        "max_model_len": server.max_model_len,
+        "memory": _memory(info.get("device")),
+        "uptime_s": round(server.uptime_s, 3),
+        "load_s": info.get("load_s"),
+        "kernels": kernels,
+        "in_flight": server.in_flight,
+        "engine": _engine_stats(server),
+        "error": server.load_error,
+    }
+
+
+ROUTES = [health, healthz]

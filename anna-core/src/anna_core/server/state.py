@@ -1,0 +1,139 @@
+"""What the HTTP server knows: the engine client, the tokenizer, limits, defaults and readiness.
+
+One :class:`ServerState` is created per server process and handed to
+:func:`anna_core.server.app.create_app`; route handlers receive it as the ``server`` dependency
+(plugin routes may declare a ``server: ServerState`` parameter too). It starts not ready
+(``/health`` answers 503) and becomes ready when :meth:`ServerState.set_ready` is called with a
+started engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, AsyncIterator, Protocol
+
+import attrs
+
+from anna_core.engine.outputs import RequestOutput
+from anna_core.engine.sampling_params import SamplingParams
+
+logger = logging.getLogger("anna.server")
+
+# Sampling fields that a server flag or generation_config.json may default (vLLM names).
+SAMPLING_DEFAULT_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
+
+
+class EngineClient(Protocol):
+    """The part of :class:`anna_core.engine.async_engine.AsyncEngine` the server uses."""
+
+    def generate(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[RequestOutput]:
+        """Stream one :class:`RequestOutput` per engine step until ``finished``."""
+
+    def abort(self, request_id: str) -> Any:
+        """Stop a request early (may be sync or return an awaitable)."""
+
+    def stats(self) -> dict[str, Any]:
+        """JSON-ready engine statistics (shown on ``/healthz``)."""
+
+
+@attrs.define
+class ServerState:
+    """Mutable per-process server state.
+
+    Attributes:
+        model_name: the name clients pass as ``model`` (``GET /v1/models`` lists it).
+        engine: the engine client; None until the model has loaded.
+        tokenizer: :class:`anna_core.tokenizer.Tokenizer` (None while loading or for id-only models).
+        max_model_len: prompt + completion token limit per request (0 while loading).
+        eos_token_ids: the checkpoint's stop ids (informational; the engine applies them).
+        checkpoint_sampling: sampling defaults from ``generation_config.json``.
+        server_sampling: sampling defaults from server flags (``--temperature`` ...); they win over
+            ``checkpoint_sampling``, and a request's own fields win over both.
+        max_completion_tokens: default and upper bound of ``max_tokens`` when a request sets none
+            (None: up to the context limit).
+        enable_thinking: server default for the chat template's ``enable_thinking`` (None: the
+            template's own default).
+        info: static facts for ``/healthz`` (family, device, dtype, kernels, ...).
+        ready: the model is loaded and the engine runs.
+        draining: SIGTERM received: new requests get 503, in-flight ones finish.
+        load_error: why loading failed, if it did.
+        in_flight: requests being served right now (maintained by the app middleware).
+        started_at: ``time.time()`` at creation (uptime on ``/healthz``).
+        warned_fields: unknown request fields already logged once.
+    """
+
+    model_name: str
+    engine: Any = None
+    tokenizer: Any = None
+    max_model_len: int = 0
+    eos_token_ids: list[int] = attrs.field(factory=list)
+    checkpoint_sampling: dict[str, Any] = attrs.field(factory=dict)
+    server_sampling: dict[str, Any] = attrs.field(factory=dict)
+    max_completion_tokens: int | None = None
+    enable_thinking: bool | None = None
+    info: dict[str, Any] = attrs.field(factory=dict)
+    ready: bool = False
+    draining: bool = False
+    load_error: str | None = None
+    in_flight: int = 0
+    started_at: float = attrs.field(factory=time.time)
+    warned_fields: set[str] = attrs.field(factory=set)
+
+    def set_ready(
+        self,
+        engine: Any,
+        tokenizer: Any,
+        *,
+        max_model_len: int,
+        eos_token_ids: list[int] | None = None,
+        checkpoint_sampling: dict[str, Any] | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        """Attach a started engine and mark the server ready."""
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.eos_token_ids = list(eos_token_ids or [])
+        self.checkpoint_sampling = {
+            k: v for k, v in (checkpoint_sampling or {}).items() if k in SAMPLING_DEFAULT_FIELDS
+        }
+        if info:
+            self.info.update(info)
+        self.ready = True
+
+    @property
+    def status(self) -> str:
+        """``"ready"``, ``"loading"``, ``"draining"`` or ``"failed"``."""
+        if self.draining:
+            return "draining"
+        if self.load_error is not None:
+            return "failed"
+        return "ready" if self.ready else "loading"
+
+    @property
+    def uptime_s(self) -> float:
+        return time.time() - self.started_at
+
+    def sampling_default(self, name: str) -> Any:
+        """Server flag, else checkpoint default, else None (the :class:`SamplingParams` default)."""
+        if self.server_sampling.get(name) is not None:
+            return self.server_sampling[name]
+        return self.checkpoint_sampling.get(name)
+
+    def warn_unknown_fields(self, names: list[str], endpoint: str) -> None:
+        """Log one warning per unknown request field name over the process lifetime."""
+        for name in names:
+            if name not in self.warned_fields:
+                self.warned_fields.add(name)
+                logger.warning("ignoring unknown request field %r (first seen on %s)", name, endpoint)

@@ -1,0 +1,193 @@
+"""Tiny random checkpoints for tests and plugin authors, built with transformers' own classes.
+
+Everything is seeded and takes well under a second or two on a CPU. The oracle-side imports hide
+``fla`` first (see :func:`anna_core.testing.oracle.hide_fla`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from anna_core.testing.oracle import hide_fla
+
+ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+THINK, END_THINK = "<think>", "</think>"
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}{{- '<think>\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+"""A Qwen-style ChatML template (``enable_thinking`` as in Qwen3.5's)."""
+
+_TRAINING_TEXT = """\
+The quick brown fox jumps over the lazy dog. Anna serves language models over an HTTP API.
+Hello, world! How are you today? I am fine, thank you. 0123456789 + - * / = ( ) [ ] { } < > .
+Tokens are pieces of text; a tokenizer turns text into numbers and numbers back into text.
+user assistant system tool: think answer question reply stream chat completion model weights.
+Unicode: cafe\u0301 na\u00efve \u00fcber \u65e5\u672c\u8a9e \U0001F600 -- emoji and accents survive a byte-level round trip.
+"""
+
+TINY_TOKENIZER_VOCAB = 320
+
+
+def build_tiny_tokenizer(path: str | Path, vocab_size: int = TINY_TOKENIZER_VOCAB) -> Any:
+    """Train a byte-level BPE tokenizer on a fixed text and save it (with a chat template) to ``path``.
+
+    Ids: ``<|endoftext|>`` 0, ``<|im_start|>`` 1, ``<|im_end|>`` 2 (special), byte alphabet and
+    merges up to ``vocab_size``, then ``<think>`` and ``</think>`` (added, not special). The EOS
+    token is ``<|im_end|>``. Returns the transformers tokenizer.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[ENDOFTEXT, IM_START, IM_END],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator([_TRAINING_TEXT] * 4, trainer=trainer)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=IM_END, pad_token=ENDOFTEXT, unk_token=None, bos_token=None,
+        additional_special_tokens=[IM_START],
+    )
+    hf.add_tokens([THINK, END_THINK])
+    hf.chat_template = CHAT_TEMPLATE
+    hf.save_pretrained(str(path))
+    return hf
+
+
+def _text_config_kwargs(
+    *, vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int, head_dim: int,
+    linear_num_key_heads: int, linear_num_value_heads: int, linear_head_dim: int, intermediate_size: int,
+    layer_types: list[str] | None, tie: bool, initializer_range: float, eos_ids: list[int],
+) -> dict[str, Any]:
+    rotary_half = int(head_dim * 0.25) // 2
+    section = [rotary_half - 2 * (rotary_half // 3), rotary_half // 3, rotary_half // 3]
+    if layer_types is None:
+        layer_types = ["linear_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
+    return dict(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+        head_dim=head_dim, linear_num_key_heads=linear_num_key_heads, linear_num_value_heads=linear_num_value_heads,
+        linear_key_head_dim=linear_head_dim, linear_value_head_dim=linear_head_dim, linear_conv_kernel_dim=4,
+        layer_types=layer_types, max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=tie,
+        initializer_range=initializer_range, eos_token_id=eos_ids[0], pad_token_id=0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": section, "mrope_interleaved": True},
+    )
+
+
+def build_tiny_qwen35(
+    path: str | Path,
+    *,
+    layout: str = "text",
+    tie: bool = True,
+    num_kv_heads: int = 2,
+    linear_num_key_heads: int = 2,
+    linear_num_value_heads: int = 4,
+    num_layers: int = 4,
+    layer_types: list[str] | None = None,
+    vocab_size: int = 384,
+    hidden_size: int = 64,
+    mtp: bool = False,
+    max_shard_size: str | None = None,
+    tokenizer: bool = True,
+    seed: int = 0,
+) -> Path:
+    """Save a tiny random Qwen3.5 checkpoint with transformers' ``save_pretrained``.
+
+    Args:
+        path: output folder (created).
+        layout: ``"text"`` (``Qwen3_5ForCausalLM``, weights ``model.*``) or ``"vl"``
+            (``Qwen3_5ForConditionalGeneration`` with a tiny vision tower, ``model.language_model.*``).
+        tie: tie the LM head to the embeddings.
+        num_kv_heads: attention KV heads (4 query heads, head_dim 32, rotary on 8 dims).
+        linear_num_key_heads, linear_num_value_heads: gated DeltaNet heads (value heads may outnumber).
+        num_layers, layer_types: default alternates linear / full attention, starting linear.
+        mtp: add synthetic ``mtp.*`` tensors (HF never writes them) in an extra shard.
+        max_shard_size: e.g. ``"200KB"`` to write a sharded checkpoint with an index.
+        tokenizer: also write :func:`build_tiny_tokenizer` files and ``generation_config.json``.
+        seed: weights seed; all parameters (norms, ``dt_bias`` too) are randomised.
+
+    Returns:
+        ``Path(path)``.
+    """
+    if layout not in ("text", "vl"):
+        raise ValueError(f"layout must be 'text' or 'vl', got {layout!r}")
+    hide_fla()
+    from transformers import Qwen3_5Config, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5TextConfig
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    eos_ids = [2, 0]  # <|im_end|>, <|endoftext|> of the tiny tokenizer
+    text_kwargs = _text_config_kwargs(
+        vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers, num_heads=4,
+        num_kv_heads=num_kv_heads, head_dim=32, linear_num_key_heads=linear_num_key_heads,
+        linear_num_value_heads=linear_num_value_heads, linear_head_dim=16, intermediate_size=2 * hidden_size,
+        layer_types=layer_types, tie=tie, initializer_range=0.1, eos_ids=eos_ids,
+    )
+    if layout == "text":
+        config = Qwen3_5TextConfig(**text_kwargs)
+        config.architectures = ["Qwen3_5ForCausalLM"]
+        cls = Qwen3_5ForCausalLM
+    else:
+        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden_size,
+                      patch_size=4, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
+        config = Qwen3_5Config(text_config=text_kwargs, vision_config=vision, tie_word_embeddings=tie)
+        config.architectures = ["Qwen3_5ForConditionalGeneration"]
+        cls = Qwen3_5ForConditionalGeneration
+    torch.manual_seed(seed)
+    model = cls(config).eval()
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(seed + 1)
+        for param in model.parameters():
+            if param.dim() == 1:  # norms start at 0/1 and dt_bias at 1 in HF; move them off those values
+                param.add_(torch.randn(param.shape, generator=gen) * 0.2)
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(str(path), **kwargs)
+    if mtp:
+        _add_mtp_tensors(path, hidden_size, seed)
+    if tokenizer:
+        build_tiny_tokenizer(path)
+        (path / "generation_config.json").write_text(json.dumps(
+            {"bos_token_id": 0, "eos_token_id": eos_ids, "pad_token_id": 0}, indent=2))
+    return path
+
+
+def _add_mtp_tensors(path: Path, hidden: int, seed: int) -> None:
+    """Write a multi-token-prediction head's tensors the way released Qwen3.5 checkpoints name them."""
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(seed + 2)
+    tensors = {
+        "mtp.fc.weight": torch.randn(hidden, 2 * hidden, generator=gen),
+        "mtp.norm.weight": torch.randn(hidden, generator=gen),
+        "mtp.pre_fc_norm_embedding.weight": torch.randn(hidden, generator=gen),
+        "mtp.pre_fc_norm_hidden.weight": torch.randn(hidden, generator=gen),
+        "mtp.layers.0.mlp.gate_proj.weight": torch.randn(2 * hidden, hidden, generator=gen),
+    }
+    shard = "model-mtp.safetensors"
+    save_file(tensors, str(path / shard), metadata={"format": "pt"})
+    index_path = path / "model.safetensors.index.json"
+    if index_path.is_file():
+        index = json.loads(index_path.read_text())
+    else:  # turn the single-file checkpoint into an indexed one
+        from safetensors import safe_open
+
+        with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+            index = {"metadata": {}, "weight_map": {name: "model.safetensors" for name in f.keys()}}
+    index["weight_map"].update({name: shard for name in tensors})
+    index_path.write_text(json.dumps(index, indent=2))

@@ -1,0 +1,163 @@
+"""Qwen3.5 text configuration, parsed from a checkpoint's ``config.json``.
+
+Two layouts: ``Qwen3_5ForConditionalGeneration`` (``model_type`` ``qwen3_5``) nests the language
+model under ``text_config``; ``Qwen3_5ForCausalLM`` / ``qwen3_5_text`` is flat. Field meanings follow
+transformers' ``Qwen3_5TextConfig``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from anna_core.errors import ModelLoadError, UnsupportedModelError
+
+LINEAR = "linear_attention"
+FULL = "full_attention"
+MOE_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
+
+
+@attrs.frozen
+class Qwen35Config:
+    """The language-model hyper-parameters Anna needs.
+
+    Attributes:
+        layout: ``"vl"`` (weights under ``model.language_model.``) or ``"text"`` (under ``model.``).
+        layer_types: per layer, ``"linear_attention"`` (gated DeltaNet) or ``"full_attention"``.
+        rope_parameters: HF rope dict (``rope_type``, ``rope_theta``, ``mrope_section``, ...).
+        partial_rotary_factor: fraction of each attention head's dims that are rotated.
+        eos_token_id: ids from the config (may be empty).
+    """
+
+    layout: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    layer_types: tuple[str, ...]
+    linear_conv_kernel_dim: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    rope_parameters: dict[str, Any]
+    partial_rotary_factor: float
+    attention_bias: bool = False
+    eos_token_id: tuple[int, ...] = ()
+    dtype: str | None = None
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def num_full_layers(self) -> int:
+        return sum(t == FULL for t in self.layer_types)
+
+    @property
+    def num_linear_layers(self) -> int:
+        return sum(t == LINEAR for t in self.layer_types)
+
+    @classmethod
+    def from_hf(cls, config: dict[str, Any]) -> Qwen35Config:
+        """Parse a ``config.json`` dict.
+
+        Raises:
+            UnsupportedModelError: a Qwen3.5 MoE config (not supported yet).
+            ModelLoadError: missing or inconsistent fields.
+        """
+        nested = isinstance(config.get("text_config"), dict)
+        text = config["text_config"] if nested else config
+        model_type = text.get("model_type") or config.get("model_type")
+        if config.get("model_type") in MOE_TYPES or model_type in MOE_TYPES or "num_experts" in text:
+            raise UnsupportedModelError(
+                f"Qwen3.5 mixture-of-experts checkpoints (model_type {config.get('model_type')!r}) are not "
+                "supported yet by anna-qwen35; only the dense Qwen3.5 models are"
+            )
+        try:
+            return _parse(text, config, nested)
+        except KeyError as exc:
+            raise ModelLoadError(f"config.json lacks the Qwen3.5 field {exc.args[0]!r}") from exc
+        except (TypeError, ValueError) as exc:
+            raise ModelLoadError(f"config.json has an invalid Qwen3.5 field: {exc}") from exc
+
+
+def _parse(text: dict[str, Any], top: dict[str, Any], nested: bool) -> Qwen35Config:
+    num_layers = int(text["num_hidden_layers"])
+    layer_types = text.get("layer_types")
+    if layer_types is None:
+        interval = int(text.get("full_attention_interval", 4))
+        layer_types = [FULL if (i + 1) % interval == 0 else LINEAR for i in range(num_layers)]
+    layer_types = tuple(layer_types)
+    if len(layer_types) != num_layers or set(layer_types) - {LINEAR, FULL}:
+        raise ModelLoadError(
+            f"layer_types must list {num_layers} entries of {LINEAR!r}/{FULL!r}; got {list(layer_types)}"
+        )
+    if text.get("hidden_act", "silu") != "silu":
+        raise ModelLoadError(f"hidden_act {text.get('hidden_act')!r} is not supported (Qwen3.5 uses 'silu')")
+    if text.get("attn_output_gate", True) is False:
+        raise ModelLoadError("attn_output_gate=false is not a Qwen3.5 layout; the gated attention is required")
+    if text.get("mlp_only_layers"):
+        raise ModelLoadError("mlp_only_layers is a mixture-of-experts option and is not supported")
+    rope = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
+    rope.setdefault("rope_type", rope.pop("type", "default"))
+    rope.setdefault("rope_theta", text.get("rope_theta", 10000.0))
+    partial = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25)))
+    hidden = int(text["hidden_size"])
+    heads = int(text["num_attention_heads"])
+    head_dim = int(text.get("head_dim") or hidden // heads)
+    # HF ties by the outer config for the VL class and by the text config for the text-only class.
+    tie_source = top if nested else text
+    tie = bool(tie_source.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+    eos = text.get("eos_token_id", top.get("eos_token_id"))
+    eos_ids = tuple(int(e) for e in ([] if eos is None else eos if isinstance(eos, list) else [eos]))
+    cfg = Qwen35Config(
+        layout="vl" if nested else "text",
+        vocab_size=int(text["vocab_size"]),
+        hidden_size=hidden,
+        intermediate_size=int(text["intermediate_size"]),
+        num_hidden_layers=num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=int(text.get("num_key_value_heads", heads)),
+        head_dim=head_dim,
+        rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
+        max_position_embeddings=int(text.get("max_position_embeddings", 32768)),
+        tie_word_embeddings=tie,
+        layer_types=layer_types,
+        linear_conv_kernel_dim=int(text.get("linear_conv_kernel_dim", 4)),
+        linear_key_head_dim=int(text.get("linear_key_head_dim", 128)),
+        linear_value_head_dim=int(text.get("linear_value_head_dim", 128)),
+        linear_num_key_heads=int(text.get("linear_num_key_heads", 16)),
+        linear_num_value_heads=int(text.get("linear_num_value_heads", 32)),
+        rope_parameters=rope,
+        partial_rotary_factor=partial,
+        attention_bias=bool(text.get("attention_bias", False)),
+        eos_token_id=eos_ids,
+        dtype=text.get("dtype") or text.get("torch_dtype") or top.get("dtype") or top.get("torch_dtype"),
+    )
+    _validate(cfg)
+    return cfg
+
+
+def _validate(cfg: Qwen35Config) -> None:
+    if cfg.num_attention_heads % cfg.num_key_value_heads:
+        raise ModelLoadError(
+            f"num_attention_heads {cfg.num_attention_heads} is not a multiple of num_key_value_heads "
+            f"{cfg.num_key_value_heads}"
+        )
+    if cfg.linear_num_value_heads % cfg.linear_num_key_heads:
+        raise ModelLoadError(
+            f"linear_num_value_heads {cfg.linear_num_value_heads} is not a multiple of linear_num_key_heads "
+            f"{cfg.linear_num_key_heads}"
+        )
+    if cfg.rotary_dim % 2 or cfg.rotary_dim <= 0:
+        raise ModelLoadError(
+            f"partial_rotary_factor {cfg.partial_rotary_factor} x head_dim {cfg.head_dim} gives an invalid "
+            f"rotary dimension {cfg.rotary_dim}"
+        )

@@ -1,0 +1,116 @@
+"""Qwen3.5's gated DeltaNet token mixer (Yang et al., "Gated Delta Networks", 2024).
+
+Per token: project to q/k/v (one fused ``in_proj_qkv``), a gate ``z``, and per-value-head ``a``,
+``b``; run q/k/v through a depthwise causal conv1d + SiLU; L2-normalise q and k; decay
+``g = -exp(A_log) * softplus(a + dt_bias)`` (log space, float32) and write strength
+``beta = sigmoid(b)``; the gated delta rule mixes tokens through a per-sequence float32 state;
+a gated RMSNorm (``rms_norm(o) * weight * silu(z)``) and ``out_proj`` finish.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.model import ModelCaches
+from torch import nn
+
+from anna_qwen35.config import Qwen35Config
+
+L2_EPS = 1e-6  # as FLA's / HF's l2norm: x * rsqrt(sum(x^2) + eps)
+
+
+class DepthwiseConv(nn.Module):
+    """Holds the conv weight in the checkpoint's ``nn.Conv1d`` shape ``[C, 1, W]`` (no bias)."""
+
+    def __init__(self, channels: int, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(channels, 1, width))
+
+
+class GatedRMSNorm(nn.Module):
+    """``rms_norm(x) * weight * silu(z)`` per value head (``weight``: ``[V]``, initialised to ones)."""
+
+    def __init__(self, dim: int, eps: float, ops: Any):
+        super().__init__()
+        self.eps = eps
+        self.ops = ops
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """x, z: ``[..., V]`` -> ``[..., V]``."""
+        return self.ops.gated_rms_norm(x, z, self.weight, self.eps)
+
+
+def l2_normalize(x: torch.Tensor) -> torch.Tensor:
+    """``x / sqrt(sum(x^2) + 1e-6)`` over the last dim, in float32, returned in x's dtype."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).sum(-1, keepdim=True) + L2_EPS)).to(x.dtype)
+
+
+class GatedDeltaNet(nn.Module):
+    """One linear-attention layer; its state lives in ``caches.conv_states[state_index]`` and
+    ``caches.recurrent_states[state_index]`` at the batch's ``state_slots``.
+
+    Parameters (checkpoint names under ``linear_attn.``): ``in_proj_qkv`` ``[2*H_k*K + H_v*V, hidden]``
+    (q, k, v concatenated in that order), ``in_proj_z`` ``[H_v*V, hidden]``, ``in_proj_b`` and
+    ``in_proj_a`` ``[H_v, hidden]``, ``conv1d.weight`` ``[C, 1, W]`` (``C = 2*H_k*K + H_v*V``),
+    ``A_log`` and ``dt_bias`` ``[H_v]`` (kept float32), ``norm.weight`` ``[V]``, ``out_proj``
+    ``[hidden, H_v*V]``.
+    """
+
+    def __init__(self, cfg: Qwen35Config, state_index: int, ops: Any):
+        super().__init__()
+        self.state_index = state_index
+        self.ops = ops
+        self.num_k_heads = cfg.linear_num_key_heads
+        self.num_v_heads = cfg.linear_num_value_heads
+        self.head_k_dim = cfg.linear_key_head_dim
+        self.head_v_dim = cfg.linear_value_head_dim
+        self.key_dim = self.num_k_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        self.conv_width = cfg.linear_conv_kernel_dim
+        hidden = cfg.hidden_size
+        self.in_proj_qkv = nn.Linear(hidden, self.conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(hidden, self.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(hidden, self.num_v_heads, bias=False)
+        self.in_proj_a = nn.Linear(hidden, self.num_v_heads, bias=False)
+        self.conv1d = DepthwiseConv(self.conv_dim, self.conv_width)
+        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
+        self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, ops)
+        self.out_proj = nn.Linear(self.value_dim, hidden, bias=False)
+        self.scale = self.head_k_dim**-0.5
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """x: ``[T, hidden]`` -> ``[T, hidden]``; updates this layer's conv and recurrent states in place."""
+        T = x.shape[0]
+        conv_states = caches.conv_states[self.state_index]  # [S, C, W-1]
+        states = caches.recurrent_states[self.state_index]  # [S, H_v, K, V] float32
+        slots = batch.state_slots
+        conv_w = self.conv1d.weight.squeeze(1)  # [C, W]
+
+        qkv = self.in_proj_qkv(x)  # [T, C]
+        if batch.is_decode:
+            qkv = self.ops.causal_conv1d_update(qkv, conv_w, None, conv_states, slots, "silu")
+        else:
+            qkv = self.ops.causal_conv1d_prefill(qkv, conv_w, None, batch.cu_seqlens, conv_states, slots, "silu")
+        q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = l2_normalize(q.reshape(T, self.num_k_heads, self.head_k_dim))  # [T, H_k, K]
+        k = l2_normalize(k.reshape(T, self.num_k_heads, self.head_k_dim))  # [T, H_k, K]
+        v = v.reshape(T, self.num_v_heads, self.head_v_dim)  # [T, H_v, V]
+
+        a = self.in_proj_a(x).float()  # [T, H_v]
+        g = -torch.exp(self.A_log.float()) * F.softplus(a + self.dt_bias.float())  # [T, H_v] fp32, <= 0
+        beta = torch.sigmoid(self.in_proj_b(x).float())  # [T, H_v] fp32
+
+        if batch.is_decode:
+            o = self.ops.gated_delta_rule_decode(q, k, v, g, beta, states, slots, self.scale)
+        else:
+            o = self.ops.gated_delta_rule_prefill(q, k, v, g, beta, batch.cu_seqlens, states, slots, self.scale)
+        z = self.in_proj_z(x).reshape(T, self.num_v_heads, self.head_v_dim)  # [T, H_v, V]
+        o = self.norm(o, z).reshape(T, self.value_dim)
+        return self.out_proj(o)

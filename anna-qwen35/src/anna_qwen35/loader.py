@@ -1,0 +1,113 @@
+"""The Qwen3.5 family loader: ``config.json`` + safetensors (or dummy weights) -> :class:`LoadedModel`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from anna_core.errors import ModelLoadError
+from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.model import GenerationDefaults, LoadedModel
+from anna_core.model_dir import ModelSource
+from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
+
+from anna_qwen35.config import Qwen35Config
+from anna_qwen35.model import Qwen35ForCausalLM, keep_float32
+from anna_qwen35.weights import name_map
+
+log = logging.getLogger("anna.qwen35")
+
+LOAD_FORMATS = ("auto", "safetensors", "dummy")
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty")
+
+
+def build_model(cfg: Qwen35Config, ops: Any, dtype: torch.dtype) -> Qwen35ForCausalLM:
+    """The model on the meta device (no memory), parameters already in their serving dtypes."""
+    with torch.device("meta"):
+        model = Qwen35ForCausalLM(cfg, ops)
+    cast_meta_params(model, dtype, keep_float32)
+    return model
+
+
+def _dummy_init(name: str, value: torch.Tensor) -> bool:
+    if name.endswith("A_log"):  # A in [1, 16): decays in a realistic range
+        value.uniform_(1.0, 16.0).log_()
+    elif name.endswith(("dt_bias", "linear_attn.norm.weight")):
+        value.fill_(1.0)
+    else:
+        return False
+    return True
+
+
+def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
+         kernels: KernelRegistry, chat_template: str | None = None) -> LoadedModel:
+    """Load a dense Qwen3.5 checkpoint for text generation.
+
+    Args:
+        source: from :func:`anna_core.model_dir.inspect_model_dir` (safetensors folder).
+        device, dtype: where and in which activation dtype to serve (recurrent states are float32).
+        load_format: ``"auto"``/``"safetensors"`` read the weights; ``"dummy"`` fills random ones
+            from a folder that may hold only ``config.json``.
+        kernels: the kernel registry the model's ops are bound from.
+        chat_template: overrides the checkpoint's chat template.
+
+    Raises:
+        UnsupportedModelError: a MoE checkpoint.
+        ModelLoadError: bad config, missing / unexpected / mis-shaped tensors, GGUF input, no tokenizer.
+    """
+    if load_format not in LOAD_FORMATS:
+        raise ModelLoadError(f"load format {load_format!r} is not supported by anna-qwen35; use one of {LOAD_FORMATS}")
+    if source.format != "safetensors":
+        raise ModelLoadError("anna-qwen35 cannot load GGUF Qwen3.5 checkpoints yet; use the safetensors folder")
+    cfg = Qwen35Config.from_hf(source.config)
+    model = build_model(cfg, bind_ops(kernels, device, dtype), dtype)
+    if load_format == "dummy":
+        materialize_dummy(model, device=device, init=_dummy_init)
+    else:
+        load_safetensors(model, source.root, name_map(cfg), device=device)
+    model.eval()
+    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
+    generation = generation_defaults(source.root, cfg, tokenizer)
+    log.info("loaded Qwen3.5 (%d layers: %d gated DeltaNet, %d attention) on %s/%s", cfg.num_hidden_layers,
+             cfg.num_linear_layers, cfg.num_full_layers, device, dtype)
+    return LoadedModel(model=model, tokenizer=tokenizer, generation=generation,
+                       max_model_len=cfg.max_position_embeddings, family="qwen35", dtype=dtype,
+                       device=torch.device(device))
+
+
+def _tokenizer(root: Path, chat_template: str | None, *, required: bool):
+    from anna_core.tokenizer import Tokenizer
+
+    has_files = any((root / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json"))
+    if not required and not has_files:
+        return None
+    return Tokenizer.from_pretrained(root, chat_template)
+
+
+def generation_defaults(root: Path, cfg: Qwen35Config, tokenizer: Any) -> GenerationDefaults:
+    """EOS ids and sampling defaults from ``generation_config.json``, else the config / tokenizer.
+
+    Raises:
+        ModelLoadError: ``generation_config.json`` is not valid JSON.
+    """
+    path = Path(root) / "generation_config.json"
+    gen: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            gen = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ModelLoadError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+    eos = gen.get("eos_token_id")
+    if eos is None:
+        eos = list(cfg.eos_token_id)
+    if not eos and tokenizer is not None and tokenizer.eos_token_id is not None:
+        eos = [tokenizer.eos_token_id]
+    eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos])]
+    sampling = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
+    if gen.get("do_sample") is False:
+        sampling["temperature"] = 0.0
+    return GenerationDefaults(eos_token_ids=eos_ids, sampling=sampling)

@@ -1,0 +1,111 @@
+"""The Qwen3.5 dense text model: decoder layers over the Anna forward-batch contract.
+
+Parameter names mirror the text-only checkpoint layout (``model.embed_tokens``,
+``model.layers.{i}.linear_attn|self_attn|mlp|input_layernorm|post_attention_layernorm``,
+``model.norm``, ``lm_head``) so the weight map is a prefix rewrite.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.layers.mlp import SwiGLUMLP
+from anna_core.layers.norm import RMSNorm
+from anna_core.layers.rotary import RotaryEmbedding
+from anna_core.model import AttentionCacheSpec, CacheSpec, ModelCaches, RecurrentStateSpec
+from torch import nn
+
+from anna_qwen35.attention import GatedAttention
+from anna_qwen35.config import FULL, Qwen35Config
+from anna_qwen35.gated_deltanet import GatedDeltaNet
+
+FLOAT32_PARAMS = ("A_log", "dt_bias")
+"""Parameter-name suffixes kept in float32 whatever the serving dtype (decay math)."""
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual block: token mixer (gated DeltaNet or gated attention), then SwiGLU MLP."""
+
+    def __init__(self, cfg: Qwen35Config, layer_type: str, cache_index: int, rotary: RotaryEmbedding, ops: Any):
+        super().__init__()
+        self.layer_type = layer_type
+        if layer_type == FULL:
+            self.self_attn = GatedAttention(cfg, cache_index, rotary, ops)
+        else:
+            self.linear_attn = GatedDeltaNet(cfg, cache_index, ops)
+        self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
+
+    def forward(self, h: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """h: ``[T, hidden]`` -> ``[T, hidden]``."""
+        mixer = self.self_attn if self.layer_type == FULL else self.linear_attn
+        h = h + mixer(self.input_layernorm(h), batch, caches)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Qwen35TextModel(nn.Module):
+    def __init__(self, cfg: Qwen35Config, ops: Any):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        rotary = RotaryEmbedding(cfg.head_dim, cfg.rotary_dim, cfg.rope_parameters, ops)
+        self.rotary = rotary
+        layers, n_full, n_linear = [], 0, 0
+        for layer_type in cfg.layer_types:
+            index = n_full if layer_type == FULL else n_linear
+            layers.append(DecoderLayer(cfg, layer_type, index, rotary, ops))
+            n_full, n_linear = n_full + (layer_type == FULL), n_linear + (layer_type != FULL)
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
+
+    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        h = self.embed_tokens(batch.input_ids)  # [T, hidden]
+        for layer in self.layers:
+            h = layer(h, batch, caches)
+        return self.norm(h)
+
+
+class Qwen35ForCausalLM(nn.Module):
+    """Implements :class:`anna_core.model.CausalLM` for dense Qwen3.5.
+
+    Args:
+        cfg: parsed config.
+        ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
+
+    With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``.
+    """
+
+    def __init__(self, cfg: Qwen35Config, ops: Any):
+        super().__init__()
+        self.config = cfg
+        self.model = Qwen35TextModel(cfg, ops)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.cache_spec = CacheSpec(
+            attention=AttentionCacheSpec(
+                num_layers=cfg.num_full_layers, num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim
+            ) if cfg.num_full_layers else None,
+            recurrent=RecurrentStateSpec(
+                num_layers=cfg.num_linear_layers,
+                conv_shape=(2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim
+                            + cfg.linear_num_value_heads * cfg.linear_value_head_dim,
+                            cfg.linear_conv_kernel_dim - 1),
+                state_shape=(cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim),
+            ) if cfg.num_linear_layers else None,
+        )
+
+    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
+        return self.model(batch, caches)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32."""
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+
+def keep_float32(param_name: str) -> bool:
+    """Whether ``param_name`` stays float32 in any serving dtype."""
+    return param_name.endswith(FLOAT32_PARAMS)

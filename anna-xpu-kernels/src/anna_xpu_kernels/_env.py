@@ -1,0 +1,40 @@
+"""Environment switch of anna-xpu-kernels (no torch or triton import here).
+
+``ANNA_TRITON_INTERPRET=1`` runs the Triton kernels under Triton's CPU interpreter: it sets Triton's
+own ``TRITON_INTERPRET=1`` before the kernel modules import triton, and makes the probes accept
+``device_type == "cpu"`` so tests and debugging sessions exercise the plugin's registration and
+kernels without an accelerator.
+
+``TRITON_INTERPRET=1`` alone only changes how Triton runs kernels; it does not make the probes
+accept CPU tensors. (A pytest session that interprets Triton kernels must set it for the whole
+process; the CPU model tests of that same session must keep choosing the torch references.)
+"""
+
+from __future__ import annotations
+
+import os
+
+INTERPRET_ENV = "ANNA_TRITON_INTERPRET"
+TRITON_INTERPRET_ENV = "TRITON_INTERPRET"
+_TRUE = ("1", "true", "on", "yes")
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def cpu_interpret_requested() -> bool:
+    """True when ``ANNA_TRITON_INTERPRET`` is set to a true value (probes then accept ``"cpu"``)."""
+    return _flag(INTERPRET_ENV)
+
+
+def enable_interpreter_if_requested() -> bool:
+    """Map ``ANNA_TRITON_INTERPRET=1`` onto ``TRITON_INTERPRET=1``; return whether Triton interprets.
+
+    Triton decides at ``@triton.jit`` decoration time whether a kernel is interpreted (and must see
+    the same setting for the life of the process), so the kernel modules call this before importing
+    triton.
+    """
+    if _flag(INTERPRET_ENV) and not _flag(TRITON_INTERPRET_ENV):
+        os.environ[TRITON_INTERPRET_ENV] = "1"
+    return _flag(TRITON_INTERPRET_ENV)

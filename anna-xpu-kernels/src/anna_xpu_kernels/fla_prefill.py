@@ -1,0 +1,78 @@
+"""Gated delta rule prefill through fla-core's chunked Triton kernel, states gathered from / scattered to slots.
+
+fla-core (``fla.ops.gated_delta_rule.chunk_gated_delta_rule``, Yang et al., "Gated Delta Networks",
+2024) computes the same chunk-parallel recurrence as the torch reference
+(:func:`anna_core.kernels.reference.gated_delta_rule.gated_delta_rule_prefill`) over a packed
+variable-length batch (``cu_seqlens``) with grouped value heads (key head ``h // (H_v // H_k)``
+serves value head ``h``, as in Anna's contract). This wrapper gathers the initial states
+``states[slots]``, asks fla for the final states and writes them back with ``index_copy_``.
+fla's kernels run on CUDA only (not under Triton's CPU interpreter); the microbenchmark checks
+them against the reference on the GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anna_xpu_kernels._checks import require, require_same_device
+
+
+def gated_delta_rule_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    states: torch.Tensor,
+    slots: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Chunked gated delta rule over a varlen batch via fla (signature of the reference op).
+
+    Args:
+        q, k: ``[T, H_k, K]`` L2-normalised; v: ``[T, H_v, V]`` (same dtype as q, k);
+            g: ``[T, H_v]`` float32 log decay; beta: ``[T, H_v]``.
+        cu_seqlens: ``[B+1]`` row offsets on the device; every sequence must have at least one token.
+        states: ``[S, H_v, K, V]`` float32 pool; ``states[slots[i]]`` is read as the initial state and
+            overwritten with the final one.
+        slots: ``[B]`` int64 distinct slot indices.
+        scale: query scale.
+
+    Returns:
+        ``[T, H_v, V]`` in v's dtype.
+
+    Raises:
+        ValueError: inconsistent shapes or non-float32 states.
+        ImportError: fla-core is not installed (the probe declines in that case).
+    """
+    op = "gated_delta_rule_prefill"
+    require(q.dim() == 3 and q.shape == k.shape, op,
+            f"q and k must be [T, H_k, K] of one shape, got {tuple(q.shape)} and {tuple(k.shape)}")
+    total, h_k, d_k = q.shape
+    require(v.dim() == 3 and v.shape[0] == total, op, f"v must be [T={total}, H_v, V], got {tuple(v.shape)}")
+    h_v, d_v = v.shape[1], v.shape[2]
+    require(h_k > 0 and h_v % h_k == 0, op, f"H_v={h_v} must be a positive multiple of H_k={h_k}")
+    require(tuple(g.shape) == (total, h_v) and tuple(beta.shape) == (total, h_v), op,
+            f"g and beta must be [{total}, {h_v}], got {tuple(g.shape)} and {tuple(beta.shape)}")
+    require(states.dim() == 4 and tuple(states.shape[1:]) == (h_v, d_k, d_v), op,
+            f"states must be [S, {h_v}, {d_k}, {d_v}], got {tuple(states.shape)}")
+    require(states.dtype == torch.float32, op, f"states must be float32, got {states.dtype}")
+    require(cu_seqlens.dim() == 1 and cu_seqlens.shape[0] >= 1, op,
+            f"cu_seqlens must be 1-D [B+1], got shape {tuple(cu_seqlens.shape)}")
+    batch = cu_seqlens.shape[0] - 1
+    require(slots.dim() == 1 and slots.shape[0] == batch, op, f"slots must be [B]={batch}, got {tuple(slots.shape)}")
+    require_same_device(op, q=q, k=k, v=v, g=g, beta=beta, states=states, slots=slots, cu_seqlens=cu_seqlens)
+    if total == 0 or batch == 0:
+        return v.new_empty(v.shape)
+
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+    initial = states.index_select(0, slots)  # [B, H_v, K, V] float32
+    o, final = chunk_gated_delta_rule(
+        q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), g.to(torch.float32).unsqueeze(0),
+        beta.to(v.dtype).unsqueeze(0), scale=float(scale), initial_state=initial, output_final_state=True,
+        cu_seqlens=cu_seqlens.to(torch.long),
+    )
+    states.index_copy_(0, slots, final.to(torch.float32))
+    return o[0].to(v.dtype)

@@ -1,0 +1,283 @@
+"""Causal attention over the paged KV cache in Triton: decode, prefill and chunked prefill, GQA, splits.
+
+Math: ``softmax(scale * q K^T) V`` (Vaswani et al., 2017) over each sequence's cached positions,
+causal and optionally windowed, exactly the rule of the torch reference
+(:func:`anna_core.kernels.reference.paged_attention.paged_attention`): query ``j`` of sequence ``i``
+sits at position ``seq_lens[i] - q_len_i + j`` and sees keys at positions ``p <= pos`` (and
+``p > pos - sliding_window``). Softmax is computed online (Milakov & Gimelshein 2018; Dao et al.,
+"FlashAttention", 2022) in float32 with base-2 exponentials.
+
+Layout of the work:
+
+* A *tile* is up to ``BLOCK_Q`` consecutive queries of one sequence times the ``GROUP = H_q / H_kv``
+  query heads sharing one KV head, packed as the ``BLOCK_M`` rows of one matrix (GQA packing): the
+  KV blocks are read once per tile, not once per query head. Decode batches use ``BLOCK_Q = 1``.
+* Tiles of all sequences are numbered on the device (``tile_first``: exclusive cumsum of
+  ``ceil(q_len / BLOCK_Q)``; ``tile_seq``: the owning sequence of each tile); the grid size is a
+  host-known upper bound, so there is no host synchronisation and the call can be graph-captured.
+* Keys are gathered per position through the block table (any cache block size).
+* When tiles x KV heads cannot fill the GPU (decode at small batch), the key range is split into
+  ``NUM_SPLITS`` fixed partitions (flash-decoding); partial ``(max, sum, acc)`` triples are merged
+  by a second kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
+
+MAX_HEAD_DIM = 256
+"""Largest head dim handled; larger heads fall back to the torch reference."""
+LOG2E = 1.4426950408889634
+MIN_KEYS_PER_SPLIT = 256
+
+_CONFIGS = [
+    triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
+    for bn, w, s in ((16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 2), (64, 8, 3), (128, 8, 2))
+]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Keep key tiles of at most 16K elements (``BLOCK_N * BLOCK_D``)."""
+    block_d = kwargs["BLOCK_D"]
+    kept = [c for c in configs if c.kwargs["BLOCK_N"] * block_d <= 16384]
+    return kept or configs[:1]
+
+
+@autotune(_CONFIGS, fixed=triton.Config({"BLOCK_N": 16}, num_warps=4), key=["BLOCK_M", "BLOCK_D", "GROUP", "NUM_SPLITS"],
+          prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def _paged_attention_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr, tile_seq_ptr, tile_first_ptr,
+    o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr,
+    batch, n_tokens, head_dim, block_size, keys_per_split, qk_scale, window,
+    stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_tb, stride_ot, stride_oh,
+    GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, NUM_SPLITS: tl.constexpr, UPCAST_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    h_kv = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_raw = tl.load(tile_seq_ptr + tile)
+    live = seq_raw < batch  # tiles past the last sequence's are idle (the grid is an upper bound)
+    seq = tl.minimum(seq_raw, batch - 1)
+    q_start = tl.load(cu_q_ptr + seq)
+    q_len = tl.where(live, tl.load(cu_q_ptr + seq + 1) - q_start, 0)
+    ctx = tl.load(seq_lens_ptr + seq)
+    q0 = (tile - tl.load(tile_first_ptr + seq)) * BLOCK_Q
+
+    r = tl.arange(0, BLOCK_M)
+    qi = q0 + r // GROUP
+    row_ok = (r < BLOCK_Q * GROUP) & (qi < q_len)
+    head = h_kv * GROUP + r % GROUP
+    tok = (q_start + qi).to(tl.int64)
+    qpos = ctx - q_len + qi  # absolute position of each row's query
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < head_dim
+    q = tl.load(q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST_DOT:
+        q = q.to(tl.float32)
+
+    # Keys this tile can see, intersected with this split's partition.
+    hi = tl.where(q_len > 0, ctx - q_len + tl.minimum(q0 + BLOCK_Q, q_len), 0)
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(ctx - q_len + q0 - window + 1, 0)
+    lo = tl.maximum(lo, split * keys_per_split)
+    hi = tl.minimum(hi, (split + 1) * keys_per_split)
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    head_off = h_kv * stride_ch
+    for start in range(lo, hi, BLOCK_N):
+        kpos = start + tl.arange(0, BLOCK_N)
+        k_ok = kpos < hi
+        blk = tl.load(tables_ptr + seq * stride_tb + kpos // block_size, mask=k_ok, other=0).to(tl.int64)
+        kv_off = blk * stride_cb + (kpos % block_size) * stride_ct + head_off
+        kv_mask = k_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if UPCAST_DOT:
+            k = k.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
+        seen = k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
+        if HAS_WINDOW:
+            seen = seen & (kpos[None, :] > qpos[:, None] - window)
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw nothing yet stay at zero
+        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2(s - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        p = p.to(v.dtype)
+        if UPCAST_DOT:
+            p = p.to(tl.float32)
+            v = v.to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    if NUM_SPLITS == 1:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(o_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
+                 out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    else:
+        n_heads = tl.num_programs(1) * GROUP
+        ws_row = (split * n_tokens + tok) * n_heads + head  # [BLOCK_M] rows of the [splits, T, H_q] workspace
+        tl.store(m_ws_ptr + ws_row, m_i, mask=row_ok)
+        tl.store(l_ws_ptr + ws_row, l_i, mask=row_ok)
+        tl.store(acc_ws_ptr + ws_row[:, None] * BLOCK_D + d[None, :], acc, mask=row_ok[:, None])
+
+
+@triton.jit
+def _merge_splits_kernel(
+    m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, n_rows, n_heads, head_dim, stride_ot, stride_oh,
+    NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)  # token * n_heads + head
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, BLOCK_D)
+    s_ok = s < NUM_SPLITS
+    ws = s * n_rows + row
+    m = tl.load(m_ws_ptr + ws, mask=s_ok, other=float("-inf"))
+    lsum = tl.load(l_ws_ptr + ws, mask=s_ok, other=0.0)
+    acc = tl.load(acc_ws_ptr + ws[:, None] * BLOCK_D + d[None, :], mask=s_ok[:, None], other=0.0)
+    m_all = tl.max(m, axis=0)
+    m_ref = tl.where(m_all == float("-inf"), 0.0, m_all)
+    w = tl.exp2(m - m_ref)  # 0 for empty splits
+    total = tl.sum(w * lsum, axis=0)
+    out = tl.sum(w[:, None] * acc, axis=0) / tl.where(total > 0, total, 1.0)
+    tok = row // n_heads
+    head = row % n_heads
+    tl.store(o_ptr + tok * stride_ot + head * stride_oh + d, out.to(o_ptr.dtype.element_ty), mask=d < head_dim)
+
+
+def _num_splits(device: torch.device, programs: int, max_keys: int) -> int:
+    """Key partitions so that ``programs * splits`` covers about two waves of the GPU's multiprocessors."""
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    elif device.type == "xpu":
+        sms = getattr(torch.xpu.get_device_properties(device), "gpu_subslice_count", 64)
+    else:
+        return 1
+    if programs >= sms:
+        return 1
+    return max(1, min(math.ceil(2 * sms / programs), math.ceil(max_keys / MIN_KEYS_PER_SPLIT), 64))
+
+
+def _reference(*args):
+    from anna_core.kernels.reference.paged_attention import paged_attention as reference
+
+    return reference(*args)
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+    sliding_window: int | None,
+) -> torch.Tensor:
+    """Paged causal attention (signature of the reference ``paged_attention``), decode and prefill.
+
+    Args:
+        q: ``[T, H_q, D]`` (rotary applied; rows may be strided), ``H_q`` a multiple of ``H_kv``.
+        k_cache, v_cache: ``[num_blocks, block_size, H_kv, D]`` in q's dtype, holding the new tokens' K/V.
+        cu_seqlens_q: ``[B+1]`` query row offsets; seq_lens: ``[B]`` context lengths (new tokens
+            included); block_tables: ``[B, max_blocks]`` int32. Values are trusted (no host sync):
+            every sequence needs ``1 <= q_len <= seq_len <= max_blocks * block_size``.
+        scale: softmax scale; sliding_window: window length (the query's own position included) or None.
+
+    Returns:
+        ``[T, H_q, D]`` in q's dtype. Head dims above 256 or a cache dtype different from q's run
+        the torch reference.
+
+    Raises:
+        ValueError: inconsistent shapes, unsupported dtype, non-positive window.
+    """
+    return paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale,
+                                  sliding_window, num_splits=None)
+
+
+def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
+                           *, num_splits: int | None) -> torch.Tensor:
+    """:func:`paged_attention` with the number of key partitions forced (``None``: chosen for the GPU)."""
+    op = "paged_attention"
+    require(q.dim() == 3 and k_cache.dim() == 4 and k_cache.shape == v_cache.shape, op,
+            f"q must be [T, H_q, D] and the caches one [num_blocks, block_size, H_kv, D] shape, got "
+            f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    n_blocks, block_size, h_kv, dim = k_cache.shape
+    total, h_q, _ = q.shape
+    require(q.shape[2] == dim, op, f"q head dim {q.shape[2]} differs from the cache's {dim}")
+    require(h_q % h_kv == 0, op, f"H_q={h_q} must be a multiple of H_kv={h_kv}")
+    require(sliding_window is None or sliding_window >= 1, op, f"sliding_window must be >= 1, got {sliding_window}")
+    require(cu_seqlens_q.dim() == 1 and cu_seqlens_q.shape[0] >= 1, op,
+            f"cu_seqlens_q must be 1-D [B+1], got shape {tuple(cu_seqlens_q.shape)}")
+    batch = cu_seqlens_q.shape[0] - 1
+    require(seq_lens.dim() == 1 and seq_lens.shape[0] == batch and block_tables.dim() == 2
+            and block_tables.shape[0] == batch, op,
+            f"seq_lens {tuple(seq_lens.shape)} and block_tables {tuple(block_tables.shape)} must have B={batch} rows")
+    require_float(op, q=q)
+    require_same_device(op, q=q, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
+                        block_tables=block_tables)
+    if dim > MAX_HEAD_DIM or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        return _reference(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)
+    require(k_cache.stride(3) == 1 and v_cache.stride(3) == 1 and k_cache.stride() == v_cache.stride(), op,
+            "k_cache and v_cache must share strides with unit stride along D")
+    out = torch.empty((total, h_q, dim), dtype=q.dtype, device=q.device)
+    if total == 0 or batch == 0:
+        return out
+    if q.stride(2) != 1:
+        q = q.contiguous()
+
+    group = h_q // h_kv
+    block_q = 1 if total == batch else max(1, 64 // group)  # one query per sequence: decode
+    block_m = max(16, next_pow2(block_q * group))
+    block_q = block_m // group
+    block_d = max(16, next_pow2(dim))
+    cu = cu_seqlens_q.to(torch.int32)
+    tiles = (cu[1:] - cu[:-1] + block_q - 1) // block_q
+    tile_end = torch.cumsum(tiles, 0, dtype=torch.int32)
+    tile_first = tile_end - tiles
+    # Host-known upper bound of sum(tiles): each sequence has >= 1 query and each tile >= 1 query.
+    n_tiles = min(total, (total - min(batch, total)) // block_q + min(batch, total))
+    tile_seq = torch.searchsorted(tile_end, torch.arange(n_tiles, device=q.device, dtype=torch.int32), right=True)
+    tile_seq = tile_seq.to(torch.int32)
+
+    max_keys = block_tables.shape[1] * block_size
+    splits = num_splits or _num_splits(q.device, n_tiles * h_kv, max_keys)
+    splits = max(1, min(splits, triton.cdiv(max(max_keys, 1), 16)))
+    keys_per_split = triton.cdiv(triton.cdiv(max(max_keys, 1), splits), 16) * 16
+    if splits > 1:
+        m_ws = torch.empty((splits, total, h_q), dtype=torch.float32, device=q.device)
+        l_ws = torch.empty_like(m_ws)
+        acc_ws = torch.empty((splits, total, h_q, block_d), dtype=torch.float32, device=q.device)
+    else:
+        m_ws = l_ws = acc_ws = out  # unused
+
+    upcast = INTERPRETING or q.dtype == torch.float32
+    _paged_attention_kernel[(n_tiles, h_kv, splits)](
+        q, k_cache, v_cache, cu, seq_lens, block_tables, tile_seq, tile_first,
+        out, m_ws, l_ws, acc_ws,
+        batch, total, dim, block_size, keys_per_split, float(scale) * LOG2E,
+        int(sliding_window or 0),
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        out.stride(0), out.stride(1),
+        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, HAS_WINDOW=sliding_window is not None,
+        NUM_SPLITS=splits, UPCAST_DOT=upcast, DOT_PRECISION="ieee" if upcast else "tf32",
+    )
+    if splits > 1:
+        _merge_splits_kernel[(total * h_q,)](
+            m_ws, l_ws, acc_ws, out, total * h_q, h_q, dim, out.stride(0), out.stride(1),
+            NUM_SPLITS=splits, BLOCK_S=next_pow2(splits), BLOCK_D=block_d,
+        )
+    return out

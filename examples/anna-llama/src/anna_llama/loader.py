@@ -1,0 +1,127 @@
+"""The anna-llama family loader: a safetensors folder or a GGUF file -> :class:`LoadedModel`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from anna_core.errors import ModelLoadError
+from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.model import GenerationDefaults, LoadedModel
+from anna_core.model_dir import ModelSource
+from anna_core.tokenizer import Tokenizer
+from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
+from anna_llama.config import LlamaConfig
+from anna_llama.model import LlamaForCausalLM
+from anna_llama.weights import gguf_name_map, gguf_transform, safetensors_name_map
+
+log = logging.getLogger("anna.llama")
+
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty")
+
+
+def build_model(cfg: LlamaConfig, ops: Any, dtype: torch.dtype) -> LlamaForCausalLM:
+    """The model on the meta device (no memory), parameters in ``dtype``."""
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg, ops)
+    cast_meta_params(model, dtype)
+    return model
+
+
+def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
+         kernels: KernelRegistry, chat_template: str | None = None) -> LoadedModel:
+    """Load a Llama-architecture checkpoint.
+
+    Args:
+        source: from :func:`anna_core.model_dir.inspect_model_dir` (safetensors folder or GGUF).
+        device, dtype: where and in which dtype to serve (GGUF tensors are dequantized to it).
+        load_format: ``"auto"`` (the source's format), ``"safetensors"``, ``"gguf"`` or ``"dummy"``
+            (random weights from a folder that may hold only ``config.json``).
+        kernels: the registry the model's kernel ops are bound from.
+        chat_template: overrides the checkpoint's chat template.
+
+    Raises:
+        ModelLoadError: unknown load format or one that does not fit the source; a bad config;
+            missing / unexpected / mis-shaped tensors; an unreadable GGUF or tokenizer.
+    """
+    if load_format not in LOAD_FORMATS:
+        raise ModelLoadError(f"load format {load_format!r} is not supported by anna-llama; use one of {LOAD_FORMATS}")
+    if load_format in ("safetensors", "gguf") and load_format != source.format:
+        raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
+                             f"{source.format} weights")
+    ops = bind_ops(kernels, device, dtype)
+    if source.format == "gguf":
+        return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
+                          dummy=load_format == "dummy")
+    cfg = LlamaConfig.from_hf(source.config)
+    model = build_model(cfg, ops, dtype)
+    if load_format == "dummy":
+        materialize_dummy(model, device=device)
+    else:
+        load_safetensors(model, source.root, safetensors_name_map(cfg), device=device)
+    tokenizer = _folder_tokenizer(source.root, chat_template, required=load_format != "dummy")
+    generation = _generation_defaults(source.root, source.config, tokenizer)
+    return _loaded(model.eval(), cfg, tokenizer, generation, device, dtype)
+
+
+def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype, ops: Any,
+               chat_template: str | None, dummy: bool) -> LoadedModel:
+    from anna_core.weights.gguf_loader import load_gguf
+    from anna_core.weights.gguf_reader import GGUFModelFile
+    from anna_core.weights.gguf_tokenizer import load_gguf_tokenizer
+
+    gguf = GGUFModelFile(source.gguf_files)
+    cfg = LlamaConfig.from_gguf(gguf)
+    model = build_model(cfg, ops, dtype)
+    if dummy:
+        materialize_dummy(model, device=device)
+    else:
+        load_gguf(model, gguf, gguf_name_map, device=device, transform=gguf_transform(cfg))
+    tokenizer = load_gguf_tokenizer(source.gguf_files[0], pre_type=gguf.get("tokenizer.ggml.pre", None),
+                                    chat_template=chat_template)
+    eos = gguf.get("tokenizer.ggml.eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    generation = GenerationDefaults(eos_token_ids=[int(eos)] if eos is not None else [])
+    return _loaded(model.eval(), cfg, tokenizer, generation, device, dtype)
+
+
+def _loaded(model: LlamaForCausalLM, cfg: LlamaConfig, tokenizer: Any, generation: GenerationDefaults,
+            device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    log.info("loaded Llama (%d layers, %d/%d heads, %s head) on %s/%s", cfg.num_hidden_layers,
+             cfg.num_attention_heads, cfg.num_key_value_heads, "tied" if cfg.tie_word_embeddings else "untied",
+             device, dtype)
+    return LoadedModel(model=model, tokenizer=tokenizer, generation=generation,
+                       max_model_len=cfg.max_position_embeddings, family="llama", dtype=dtype,
+                       device=torch.device(device))
+
+
+def _folder_tokenizer(root: Path, chat_template: str | None, *, required: bool) -> Tokenizer | None:
+    has_files = any((root / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+    if not required and not has_files:
+        return None
+    return Tokenizer.from_pretrained(root, chat_template)
+
+
+def _generation_defaults(root: Path, config: dict[str, Any], tokenizer: Tokenizer | None) -> GenerationDefaults:
+    path = Path(root) / "generation_config.json"
+    gen: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            gen = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ModelLoadError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+    eos = gen.get("eos_token_id", config.get("eos_token_id"))
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    eos_ids = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
+    sampling = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
+    if gen.get("do_sample") is False:
+        sampling["temperature"] = 0.0
+    return GenerationDefaults(eos_token_ids=eos_ids, sampling=sampling)

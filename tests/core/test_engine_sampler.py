@@ -1,0 +1,115 @@
+"""Sampler: greedy, filters, penalties with exact values, seeded noise independent of the batch."""
+
+import math
+
+import pytest
+import torch
+from anna_core.engine.request import Request
+from anna_core.engine.sampler import Sampler, uniform_noise
+from anna_core.engine.sampling_params import SamplingParams
+
+
+def r(prompt=(1,), output=(), seed=0, eos=(), **params):
+    req = Request("x", list(prompt), SamplingParams(**params), eos_token_ids=tuple(eos), seed=seed)
+    req.output_token_ids = list(output)
+    return req
+
+
+def log_probs(*p):
+    return torch.tensor([[math.log(x) for x in p]], dtype=torch.float32)
+
+
+def test_greedy_is_argmax_and_top_k_1_equals_greedy():
+    torch.manual_seed(0)
+    logits = torch.randn(6, 50)
+    sampler = Sampler()
+    greedy = sampler(logits, [r(temperature=0.0) for _ in range(6)])
+    assert torch.equal(greedy, logits.argmax(-1))
+    top1 = sampler(logits, [r(temperature=1.3, top_k=1, seed=s) for s in range(6)])
+    assert torch.equal(top1, greedy)
+
+
+def test_mixed_greedy_and_sampled_rows():
+    logits = torch.tensor([[0.0, 1.0, 0.5], [0.0, 1.0, 0.5]])
+    out = Sampler()(logits, [r(temperature=0.0), r(temperature=1.0, top_k=1, seed=3)])
+    assert out.tolist() == [1, 1]
+
+
+def test_top_p_and_min_p_mask_the_right_tokens():
+    probs = (0.5, 0.3, 0.15, 0.05)
+    # top_p 0.75: 0.5 < 0.75 so the second token is needed; 0.8 >= 0.75 so the rest goes
+    kept = Sampler._filter(log_probs(*probs), [SamplingParams(top_p=0.75)])
+    assert torch.isfinite(kept[0]).tolist() == [True, True, False, False]
+    # min_p 0.2: threshold 0.2 * 0.5 = 0.1 drops only 0.05
+    kept = Sampler._filter(log_probs(*probs), [SamplingParams(min_p=0.2)])
+    assert torch.isfinite(kept[0]).tolist() == [True, True, True, False]
+    # top_k 3 then top_p 0.9 over the renormalised top 3 (0.526, 0.316, 0.158): keeps all 3
+    kept = Sampler._filter(log_probs(*probs), [SamplingParams(top_k=3, top_p=0.9)])
+    assert torch.isfinite(kept[0]).tolist() == [True, True, True, False]
+    # unsorted vocabulary order is preserved
+    kept = Sampler._filter(log_probs(0.05, 0.3, 0.15, 0.5), [SamplingParams(top_k=2)])
+    assert torch.isfinite(kept[0]).tolist() == [False, True, False, True]
+    assert kept[0, 3].item() == pytest.approx(math.log(0.5))
+
+
+def test_filtered_tokens_are_never_sampled():
+    logits = log_probs(0.4, 0.35, 0.2, 0.05).expand(400, 4)
+    reqs = [r(top_p=0.7, seed=s) for s in range(400)]
+    out = Sampler()(logits, reqs)
+    assert set(out.tolist()) == {0, 1}
+
+
+def test_penalties_change_the_right_logits_by_exact_amounts():
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0]])
+    req = r(prompt=[0], output=[2, 2, 4], repetition_penalty=2.0, presence_penalty=0.5,
+            frequency_penalty=0.25)
+    got = Sampler._penalize(logits.clone(), [req])
+    # token 0: prompt only -> 2/2; token 1, 3: unseen; token 2: 0.5/2 - 0.25*2 - 0.5;
+    # token 4: -2*2 - 0.25 - 0.5
+    assert got[0].tolist() == pytest.approx([1.0, -1.0, 0.25 - 0.5 - 0.5, 3.0, -4.0 - 0.25 - 0.5])
+
+
+def test_penalties_only_touch_their_own_row():
+    logits = torch.zeros(2, 4) + 1.0
+    a = r(output=[3], frequency_penalty=1.0)
+    b = r(output=[], frequency_penalty=1.0)
+    got = Sampler._penalize(logits.clone(), [a, b])
+    assert got.tolist() == [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]]
+
+
+def test_min_tokens_masks_eos_and_stop_ids_until_reached():
+    logits = torch.tensor([[5.0, 4.0, 3.0, 0.0]] * 3)
+    reqs = [r(output=[], eos=[0], stop_token_ids=[1], min_tokens=2, temperature=0.0),
+            r(output=[3, 3], eos=[0], stop_token_ids=[1], min_tokens=2, temperature=0.0),
+            r(output=[], eos=[0], stop_token_ids=[1], min_tokens=2, ignore_eos=True, temperature=0.0)]
+    assert Sampler()(logits, reqs).tolist() == [2, 0, 0]
+
+
+def test_same_seed_same_tokens_alone_and_inside_a_batch():
+    torch.manual_seed(1)
+    logits = torch.randn(5, 64)
+    params = dict(temperature=0.9, top_p=0.95)
+    target = r(seed=1234, output=[1, 2, 3], **params)
+    alone = Sampler()(logits[2:3], [target]).item()
+    others = [r(seed=s, **params) for s in (1, 2, 3, 4)]
+    batch = Sampler()(logits, others[:2] + [target] + others[2:])
+    assert batch[2].item() == alone
+    # a different step index (output length) draws fresh noise
+    noise = uniform_noise(torch.tensor([1234, 1234]), torch.tensor([3, 4]), 64)
+    assert not torch.equal(noise[0], noise[1])
+    assert torch.equal(uniform_noise(torch.tensor([1234]), torch.tensor([3]), 64)[0], noise[0])
+
+
+def test_sampling_frequencies_follow_the_tempered_distribution():
+    probs = torch.tensor([0.5, 0.3, 0.2])
+    n = 3000
+    logits = (probs.log() * 2.0).expand(n, 3)  # temperature 2 undoes the doubling
+    out = Sampler()(logits, [r(seed=s, temperature=2.0) for s in range(n)])
+    freq = torch.bincount(out, minlength=3).float() / n
+    assert torch.allclose(freq, probs, atol=0.035), freq
+
+
+def test_uniform_noise_is_in_the_open_unit_interval():
+    u = uniform_noise(torch.tensor([0, 2**62 + 5]), torch.tensor([0, 10**6]), 1000)
+    assert u.min().item() > 0.0 and u.max().item() < 1.0
+    assert abs(u.mean().item() - 0.5) < 0.03

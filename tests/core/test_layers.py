@@ -1,0 +1,86 @@
+"""anna_core.layers against transformers' implementations of the same math."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from anna_core.errors import ModelLoadError
+from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.layers import RMSNorm, RotaryEmbedding
+from anna_core.layers.rotary import inverse_frequencies
+from anna_core.testing.oracle import hide_fla
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32)
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "default", "rope_theta": 500000.0},
+    {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+    {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+])
+def test_inverse_frequencies_match_hf(rope):
+    hide_fla()
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    config = LlamaConfig(hidden_size=256, num_attention_heads=2, head_dim=128, rope_parameters=dict(rope),
+                         max_position_embeddings=131072)
+    init = ROPE_INIT_FUNCTIONS.get(rope["rope_type"], LlamaRotaryEmbedding.compute_default_rope_parameters)
+    expected, scaling = init(config, device="cpu")
+    assert scaling == 1.0
+    torch.testing.assert_close(inverse_frequencies(128, rope), expected.float(), rtol=1e-6, atol=0)
+
+
+def test_partial_rotary_and_mrope_match_qwen35():
+    hide_fla()
+    from transformers import Qwen3_5TextConfig
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextRotaryEmbedding, apply_rotary_pos_emb
+
+    rope = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+            "mrope_section": [11, 11, 10], "mrope_interleaved": True}
+    config = Qwen3_5TextConfig(hidden_size=512, num_attention_heads=4, head_dim=256, rope_parameters=dict(rope))
+    hf_rope = Qwen3_5TextRotaryEmbedding(config)
+    mine = RotaryEmbedding(256, 64, rope)
+    gen = torch.Generator().manual_seed(0)
+    T = 7
+    pos3 = torch.randint(0, 5000, (3, T), generator=gen)  # distinct t/h/w positions
+    cos, sin = hf_rope(torch.zeros(1, dtype=torch.float32), pos3[:, None, :])  # [1, T, 64]
+    my_cos, my_sin = mine.cos_sin(pos3)
+    torch.testing.assert_close(my_cos, cos[0, :, :32], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(my_sin, sin[0, :, :32], rtol=1e-5, atol=1e-5)
+    # text: equal t/h/w positions reduce to 1-D positions; rotation of the first 25% dims only
+    pos = pos3[0]
+    q = torch.randn(T, 4, 256, generator=gen)
+    k = torch.randn(T, 2, 256, generator=gen)
+    cos, sin = hf_rope(q, pos.expand(3, 1, T))
+    hq, hk = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)
+    mq, mk = mine(pos, q, k)
+    torch.testing.assert_close(mq, hq[0].transpose(0, 1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mk, hk[0].transpose(0, 1), rtol=1e-5, atol=1e-5)
+    assert torch.equal(mq[..., 64:], q[..., 64:])
+
+
+def test_rotary_rejects_bad_parameters():
+    with pytest.raises(ModelLoadError, match="rope_type 'yarn' is not supported"):
+        RotaryEmbedding(64, 64, {"rope_type": "yarn", "rope_theta": 1e4})
+    with pytest.raises(ModelLoadError, match="lack the field 'factor'"):
+        RotaryEmbedding(64, 64, {"rope_type": "linear"})
+    with pytest.raises(ModelLoadError, match="rotary_dim 7"):
+        RotaryEmbedding(64, 7, {})
+
+
+def test_rms_norm_zero_centred_and_plain(ops):
+    x = torch.randn(5, 16, dtype=torch.float64).float()
+    w = torch.randn(16)
+    plain, centred = RMSNorm(16, 1e-6, ops), RMSNorm(16, 1e-6, ops, zero_centered=True)
+    assert torch.equal(plain.weight, torch.ones(16)) and torch.equal(centred.weight, torch.zeros(16))
+    plain.weight.data.copy_(w)
+    centred.weight.data.copy_(w)
+    normed = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(plain(x), normed * w)
+    torch.testing.assert_close(centred(x), normed * (1 + w))

@@ -1,0 +1,79 @@
+"""One live ``anna serve`` per test session, on a free loopback port, over a tiny random Qwen3.5."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+MODEL_NAME = "tiny-qwen35"
+MAX_MODEL_LEN = 512
+START_TIMEOUT_S = 180
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """A running ``anna serve`` subprocess."""
+
+    def __init__(self, proc: subprocess.Popen, base_url: str, model_dir: Path, log_path: Path):
+        self.proc = proc
+        self.base_url = base_url
+        self.model_dir = model_dir
+        self.log_path = log_path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35_dir(tmp_path_factory) -> Path:
+    from anna_core.testing.checkpoints import build_tiny_qwen35
+
+    return build_tiny_qwen35(tmp_path_factory.mktemp("tiny-qwen35-serve"))
+
+
+@pytest.fixture(scope="session")
+def live_server(tiny_qwen35_dir, tmp_path_factory) -> LiveServer:
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("serve-log") / "serve.log"
+    cmd = [sys.executable, "-m", "anna_cli.main", "serve", "--model-dir", str(tiny_qwen35_dir),
+           "--model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+           "--max-model-len", str(MAX_MODEL_LEN), "--threads", "2", "--log-level", "info"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = LiveServer(proc, f"http://127.0.0.1:{port}", tiny_qwen35_dir, log_path)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"anna serve exited with {proc.returncode} before becoming ready:\n{server.log()}")
+        try:
+            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            server.stop(timeout=10)
+            pytest.fail(f"anna serve not ready after {START_TIMEOUT_S} s:\n{server.log()}")
+        time.sleep(0.2)
+    yield server
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -51,19 +51,20 @@ def add_llama_metadata(writer: Any, *, layers: int = 1, hidden: int = 32, heads:
 
 
 def write_gguf(path: Path, arch: str = "llama", tensors: dict[str, np.ndarray] | None = None, *,
-               tokenizer: bool = False, llama: bool = False, split_max_tensors: int = 0,
+               tokenizer: bool = False, llama: bool | dict[str, Any] = False, split_max_tensors: int = 0,
                raw: dict[str, tuple[np.ndarray, Any]] | None = None) -> Path:
     """Write a GGUF at ``path`` (split into ``-0000i-of-0000N`` files when ``split_max_tensors``).
 
     Args:
         tensors: name -> float32/float16 array (torch-order shape).
+        llama: write ``llama.*`` hyper-parameters (a dict overrides :func:`add_llama_metadata`'s defaults).
         raw: name -> (stored bytes ``[rows, bytes per row]`` uint8, GGMLQuantizationType).
     """
     import gguf
 
     w = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
     if llama:
-        add_llama_metadata(w)
+        add_llama_metadata(w, **(llama if isinstance(llama, dict) else {}))
     if tokenizer:
         add_tiny_tokenizer(w)
     for name, arr in (tensors or {}).items():

@@ -11,7 +11,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_qwen35.config import Qwen35Config
 from anna_qwen35.loader import build_model
 
-REFERENCE_CONFIGS = Path("/work/shared/reference/configs")
+REFERENCE_CONFIGS = Path(__file__).parent / "reference_configs"
 DENSE = ["Qwen3.5-0.8B", "Qwen3.5-2B", "Qwen3.5-4B", "Qwen3.5-9B", "Qwen3.5-27B"]
 
 

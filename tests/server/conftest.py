@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
-
 from anna_core.engine.outputs import RequestOutput, Usage
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.server.app import create_app

@@ -6,8 +6,8 @@ import asyncio
 import json
 
 import pytest
-
 from anna_core.server.app import create_app
+
 from tests.server.conftest import MODEL, FakeEngine, make_state
 
 

@@ -6,9 +6,9 @@ import json
 import logging
 
 import pytest
+from anna_core.server.app import create_app
 from litestar.testing import TestClient
 
-from anna_core.server.app import create_app
 from tests.server.conftest import MODEL, SCRIPT, FakeEngine, make_state
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hello"}]}

@@ -167,7 +167,6 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
           enable_thinking: bool | None, **sampling: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API."""
     import uvicorn
-
     from anna_core.device import resolve_device
     from anna_core.model_dir import inspect_model_dir, select_family
     from anna_core.plugins import model_families

@@ -10,8 +10,11 @@ def register_model_families(register):
         ModelFamilySpec(
             name="qwen35",
             loader="anna_qwen35.loader:load",
-            model_types=("qwen3_5", "qwen3_5_text"),
-            architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"),
+            # The MoE types are claimed so that their loader can say clearly that MoE is not
+            # supported yet, instead of "install anna-qwen35" from the generic error.
+            model_types=("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"),
+            architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM",
+                           "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"),
             distribution="anna-qwen35",
         )
     )

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pluggy
 from litestar import Litestar

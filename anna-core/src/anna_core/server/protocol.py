@@ -16,7 +16,8 @@ Responses are plain JSON-ready dicts built by the ``*_body`` / ``*_chunk`` funct
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -250,7 +251,7 @@ class ChatCompletionRequest(_Common):
     continue_final_message: bool = False
 
     @classmethod
-    def from_json(cls, body: Any) -> "ChatCompletionRequest":
+    def from_json(cls, body: Any) -> ChatCompletionRequest:
         """Parse and validate a decoded JSON body.
 
         Raises:
@@ -289,7 +290,7 @@ class CompletionRequest(_Common):
     prompt: str | list[int] = ""
 
     @classmethod
-    def from_json(cls, body: Any) -> "CompletionRequest":
+    def from_json(cls, body: Any) -> CompletionRequest:
         """Parse and validate a decoded JSON body.
 
         Raises:

@@ -16,7 +16,8 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from litestar import Request, Response, get, post
 

@@ -8,7 +8,8 @@ whole characters: the engine's detokenizer only emits complete code points.
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from litestar.response import Stream
 

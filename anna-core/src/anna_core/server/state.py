@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, AsyncIterator, Protocol
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
 import attrs
 
@@ -60,8 +61,8 @@ class ServerState:
         checkpoint_sampling: sampling defaults from ``generation_config.json``.
         server_sampling: sampling defaults from server flags (``--temperature`` ...); they win over
             ``checkpoint_sampling``, and a request's own fields win over both.
-        max_completion_tokens: default and upper bound of ``max_tokens`` when a request sets none
-            (None: up to the context limit).
+        max_completion_tokens: ``max_tokens`` of a request that sets none (None: whatever the
+            context leaves after the prompt).
         enable_thinking: server default for the chat template's ``enable_thinking`` (None: the
             template's own default).
         info: static facts for ``/healthz`` (family, device, dtype, kernels, ...).

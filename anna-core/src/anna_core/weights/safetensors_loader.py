@@ -195,6 +195,7 @@ def materialize_dummy(
     """
     from anna_core.layers.norm import RMSNorm
 
+    device = torch.device(device)
     norm_ones = {f"{m_name}.weight" if m_name else "weight" for m_name, m in model.named_modules()
                  if isinstance(m, RMSNorm) and not m.zero_centered}
     gen = torch.Generator(device=device).manual_seed(seed) if device.type != "meta" else None

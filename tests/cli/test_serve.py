@@ -1,0 +1,69 @@
+"""``anna serve`` start-up failures and log formats (in-process; the live server is in tests/integration)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from anna_cli.logging_setup import configure_logging
+from anna_cli.main import build_cli
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logger():
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from anna_core.testing.checkpoints import build_tiny_qwen35
+
+    return build_tiny_qwen35(tmp_path_factory.mktemp("tiny-qwen35-serve-cli"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unknown_model_type_fails_before_listening(tiny_dir, tmp_path):
+    config = json.loads((tiny_dir / "config.json").read_text())
+    config.update(model_type="mamba9", architectures=["Mamba9ForCausalLM"])
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(build_cli(), ["serve", "--model-dir", str(tmp_path), "--port", str(_free_port())])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error: model_type 'mamba9'")
+    assert "Uvicorn running" not in result.stderr
+
+
+def test_background_load_failure_exits_1(tiny_dir, tmp_path):
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_dir / name, tmp_path / name)
+    result = CliRunner().invoke(build_cli(), ["serve", "--model-dir", str(tmp_path), "--port", str(_free_port()),
+                                              "--log-format", "json"])
+    assert result.exit_code == 1
+    records = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    errors = [r for r in records if r["level"] == "error" and r["logger"] == "anna.serve"]
+    assert len(errors) == 1 and "could not load the model" in errors[0]["message"]
+    assert "safetensors" in errors[0]["message"]
+
+
+def test_json_log_lines(capsys):
+    configure_logging("info", "json")
+    logging.getLogger("anna.test").info("hello %s", "there")
+    logging.getLogger("anna.test").debug("hidden")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert (record["level"], record["logger"], record["message"]) == ("info", "anna.test", "hello there")
+    assert record["ts"].endswith("Z")

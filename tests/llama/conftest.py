@@ -1,0 +1,87 @@
+"""Shared helpers of the anna-llama tests: tiny random Llama checkpoints and loading through the plugin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def build_tiny_llama(path: Path, *, vocab_size: int, tie: bool, rope_parameters: dict[str, Any] | None = None,
+                     attention_bias: bool = False, seed: int = 0) -> Any:
+    """Save a random HF ``LlamaForCausalLM`` (2 layers, GQA 4/2 heads, head dim 8) to ``path``; returns it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
+        tie_word_embeddings=tie, attention_bias=attention_bias,
+        rope_parameters=rope_parameters or {"rope_type": "default", "rope_theta": 10000.0},
+        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # HF zero-initialises biases and ones norms; randomise them to test the mapping
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(str(path))
+    return model
+
+
+def llama_cpp_permute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """The row order llama.cpp's converter writes for ``attn_q`` / ``attn_k`` (rotary pairs interleaved)."""
+    return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+GGUF_NAMES = {
+    "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+}
+
+
+def hf_to_gguf_tensors(model: Any) -> dict[str, np.ndarray]:
+    """HF parameters under llama.cpp names and layouts (float32)."""
+    cfg = model.config
+    out: dict[str, np.ndarray] = {}
+    for name, p in model.state_dict().items():
+        w = p.detach().float().numpy().copy()
+        if name == "model.embed_tokens.weight":
+            out["token_embd.weight"] = w
+        elif name == "model.norm.weight":
+            out["output_norm.weight"] = w
+        elif name == "lm_head.weight":
+            if not cfg.tie_word_embeddings:
+                out["output.weight"] = w
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            module, kind = rest.rsplit(".", 1)
+            gguf_name = GGUF_NAMES[module]
+            if gguf_name == "attn_q":
+                w = llama_cpp_permute(w, cfg.num_attention_heads)
+            elif gguf_name == "attn_k":
+                w = llama_cpp_permute(w, cfg.num_key_value_heads)
+            out[f"blk.{layer}.{gguf_name}.{kind}"] = w
+    return out
+
+
+def load_anna(path: Path, *, dtype: torch.dtype = torch.float32, load_format: str = "auto", gguf_file=None):
+    """Load ``path`` through model-dir inspection, family selection from the installed plugins, and the loader."""
+    from anna_core.kernels.registry import KernelRegistry
+    from anna_core.model_dir import inspect_model_dir, select_family
+    from anna_core.plugins import make_plugin_manager, model_families
+    from anna_core.registry import resolve
+
+    pm = make_plugin_manager()
+    source = inspect_model_dir(path, gguf_file)
+    family = select_family(source, model_families(pm))
+    return resolve(family.loader)(source, device=torch.device("cpu"), dtype=dtype, load_format=load_format,
+                                  kernels=KernelRegistry.from_plugins(pm))
+
+
+def rel_err(mine: torch.Tensor, ref: torch.Tensor) -> float:
+    """``max|mine - ref| / max|ref|``."""
+    return ((mine - ref).abs().max() / ref.abs().max()).item()

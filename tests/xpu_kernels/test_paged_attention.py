@@ -1,0 +1,86 @@
+"""Triton paged_attention (decode, prefill over a cached prefix, windows, split keys) vs the reference."""
+
+import pytest
+import torch
+
+from anna_core.kernels.reference import paged_attention as ref
+from tests.xpu_kernels._interp import require_triton_interpreter, tol
+
+require_triton_interpreter()
+
+from anna_xpu_kernels import paged_attention as pa  # noqa: E402
+
+BLOCK_SIZE = 4
+
+
+def _batch(dtype, q_lens, ctx_lens, h_q, h_kv, dim, seed):
+    """Random K/V written through the paged cache at shuffled blocks; q as a strided view of a merged tensor."""
+    gen = torch.Generator().manual_seed(seed)
+    batch = len(q_lens)
+    max_blocks = max(-(-n // BLOCK_SIZE) for n in ctx_lens) + 1  # one spare column of garbage ids
+    n_blocks = batch * max_blocks + 2
+    k_cache = torch.full((n_blocks, BLOCK_SIZE, h_kv, dim), float("nan"), dtype=dtype)  # unwritten slots are NaN
+    v_cache = torch.full_like(k_cache, float("nan"))
+    tables = torch.randperm(n_blocks, generator=gen)[: batch * max_blocks].view(batch, max_blocks).to(torch.int32)
+    for i, n in enumerate(ctx_lens):
+        pos = torch.arange(n)
+        mapping = tables[i, pos // BLOCK_SIZE].long() * BLOCK_SIZE + pos % BLOCK_SIZE
+        k = torch.randn(n, h_kv, dim, generator=gen).to(dtype)
+        v = torch.randn(n, h_kv, dim, generator=gen).to(dtype)
+        ref.reshape_and_cache(k, v, k_cache, v_cache, mapping)
+    total = sum(q_lens)
+    merged = torch.randn(total, h_q + 2 * h_kv, dim, generator=gen).to(dtype)
+    q = merged[:, :h_q]
+    cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
+    return q, k_cache, v_cache, cu, torch.tensor(ctx_lens, dtype=torch.int32), tables
+
+
+def _check(dtype, q_lens, ctx_lens, *, h_q=4, h_kv=2, dim=32, window=None, splits=None, seed=0):
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(dtype, q_lens, ctx_lens, h_q, h_kv, dim, seed)
+    scale = dim ** -0.5
+    got = pa.paged_attention_splits(q, k_cache, v_cache, cu, seq_lens, tables, scale, window, num_splits=splits)
+    want = ref.paged_attention(q, k_cache, v_cache, cu, seq_lens, tables, scale, window)
+    assert got.dtype == dtype and got.shape == q.shape
+    torch.testing.assert_close(got, want, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("splits", [None, 3])
+def test_decode_batch(poison_outputs, dtype, splits):
+    _check(dtype, [1, 1, 1], [5, 17, 9], splits=splits)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_mixed_prefill_chunked_prefill_and_decode(poison_outputs, dtype):
+    # sequence 0: fresh prefill; 1: decode; 2: 3 new tokens over a 7-token cached prefix.
+    _check(dtype, [7, 1, 3], [7, 20, 10], seed=1)
+
+
+def test_sliding_window(poison_outputs):
+    _check(torch.float32, [7, 1, 3], [7, 20, 10], window=4, seed=2)
+
+
+def test_sliding_window_with_splits(poison_outputs):
+    _check(torch.float32, [1, 1], [30, 3], h_q=4, h_kv=4, window=5, splits=4, seed=3)
+
+
+def test_odd_group_and_head_dim_with_splits(poison_outputs):
+    # group of 3 query heads per KV head, head dim 24 (padded to 32 in registers), 19 queries = 2 row tiles.
+    _check(torch.float32, [19], [30], h_q=6, h_kv=2, dim=24, splits=2, seed=4)
+
+
+def test_public_op_uses_the_same_path(poison_outputs):
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(torch.float32, [2, 1], [6, 9], 4, 2, 32, seed=5)
+    got = pa.paged_attention(q, k_cache, v_cache, cu, seq_lens, tables, 0.2, None)
+    torch.testing.assert_close(got, ref.paged_attention(q, k_cache, v_cache, cu, seq_lens, tables, 0.2, None),
+                               **tol(torch.float32))
+
+
+def test_paged_attention_bad_arguments_are_clear_errors():
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(torch.float32, [1], [3], 4, 2, 32, seed=6)
+    with pytest.raises(ValueError, match="multiple of H_kv"):
+        pa.paged_attention(q[:, :3], k_cache, v_cache, cu, seq_lens, tables, 1.0, None)
+    with pytest.raises(ValueError, match="sliding_window must be >= 1"):
+        pa.paged_attention(q, k_cache, v_cache, cu, seq_lens, tables, 1.0, 0)
+    with pytest.raises(ValueError, match="must have B=1 rows"):
+        pa.paged_attention(q, k_cache, v_cache, cu, seq_lens.repeat(2), tables, 1.0, None)

@@ -1,0 +1,100 @@
+"""anna-xpu-kernels' plugin: lazy registration, priorities, probes (CPU interpreter opt-in, XPU, fla)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from anna_core.kernels import KernelRegistry, ProbeRequest, bind_ops
+from anna_core.kernels.ops import OPS
+from anna_core.plugins import kernel_specs, make_plugin_manager
+from tests.xpu_kernels._interp import require_triton_interpreter
+
+require_triton_interpreter()
+
+from anna_xpu_kernels import plugin, probes  # noqa: E402
+
+
+def _registry():
+    return KernelRegistry.from_plugins(make_plugin_manager({"anna_core_reference", "anna_xpu_kernels"}))
+
+
+def test_registers_every_triton_op_and_fla_prefill_with_priorities_and_probes():
+    specs = [s for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"}))]
+    by_op = {(s.op, s.name): s for s in specs}
+    triton_ops = {"rms_norm", "gated_rms_norm", "causal_conv1d_update", "causal_conv1d_prefill",
+                  "gated_delta_rule_decode", "paged_attention"}
+    assert {op for op, name in by_op if name == "triton"} == triton_ops
+    assert {op for op, name in by_op if name == "fla"} == {"gated_delta_rule_prefill"}
+    for spec in specs:
+        assert spec.op in OPS and spec.probe is not None
+        assert spec.priority == (plugin.TRITON_PRIORITY if spec.name == "triton" else plugin.FLA_PRIORITY)
+
+
+def test_registration_imports_neither_torch_nor_triton_nor_fla():
+    code = ("import sys, json; from anna_core.plugins import make_plugin_manager, kernel_specs; "
+            "specs = kernel_specs(make_plugin_manager({'anna_xpu_kernels'})); "
+            "print(json.dumps([len(specs), [m for m in ('torch', 'triton', 'fla') if m in sys.modules]]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [7, []]
+
+
+def test_cpu_is_declined_unless_the_interpreter_is_requested(monkeypatch):
+    monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
+    reg = _registry()
+    assert reg.get("rms_norm", ProbeRequest("cpu", "float32")).__module__ == "anna_core.kernels.reference.norms"
+    assert reg.chosen() == {"rms_norm": "reference"}
+
+
+def test_interpreter_override_selects_triton_on_cpu_and_it_runs(monkeypatch, poison_outputs):
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    ops = bind_ops(_registry(), torch.device("cpu"), torch.float32)
+    x, w = torch.randn(3, 16), torch.randn(16)
+    y = ops.rms_norm(x, w, 1e-6, True)
+    assert ops.registry.chosen() == {"rms_norm": "triton"}
+    from anna_core.kernels.reference.norms import rms_norm
+
+    torch.testing.assert_close(y, rms_norm(x, w, 1e-6, True))
+    assert ops.get("paged_attention", head_dim=128).__module__ == "anna_xpu_kernels.paged_attention"
+    # Declined shapes / dtypes / ops fall back to the reference at priority 0.
+    assert ops.get("paged_attention", head_dim=512).__module__ == "anna_core.kernels.reference.paged_attention"
+    assert ops.get("gated_delta_rule_prefill").__module__ == "anna_core.kernels.reference.gated_delta_rule"
+    assert ops.registry.get("rms_norm", ProbeRequest("cpu", "float64")).__module__.startswith("anna_core")
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "xpu", "mps", "meta"])
+def test_unavailable_devices_are_declined_cleanly(device_type):
+    if device_type == "cuda" and torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    if device_type == "xpu" and hasattr(torch, "xpu") and torch.xpu.is_available():
+        pytest.skip("an Intel XPU is present")
+    req = ProbeRequest(device_type, "bfloat16", {"head_dim": 128})
+    for probe in (probes.norm_probe, probes.conv1d_probe, probes.gated_delta_rule_decode_probe,
+                  probes.paged_attention_probe, probes.fla_prefill_probe):
+        assert probe(req) is False
+
+
+def test_xpu_needs_the_intel_triton_backend(monkeypatch):
+    """With an Intel GPU visible but no Intel backend in triton, the XPU probe still declines."""
+    monkeypatch.setattr(probes, "_torch_device_available", lambda device_type: True)
+    monkeypatch.setattr(probes, "_triton_backends", lambda: frozenset({"nvidia", "amd"}))
+    assert probes.triton_device_available("xpu") is False
+    assert probes.triton_device_available("cuda") is True
+    monkeypatch.setattr(probes, "_triton_backends", lambda: frozenset({"intel"}))
+    assert probes.paged_attention_probe(ProbeRequest("xpu", "bfloat16", {"head_dim": 256})) is True
+    assert probes.paged_attention_probe(ProbeRequest("xpu", "bfloat16", {"head_dim": 512})) is False
+
+
+def test_fla_probe_needs_cuda_half_precision_and_fla(monkeypatch):
+    monkeypatch.setattr(probes, "_torch_device_available", lambda device_type: True)
+    monkeypatch.setattr(probes, "_triton_backends", lambda: frozenset({"nvidia"}))
+    monkeypatch.setattr(probes, "fla_available", lambda: True)
+    assert probes.fla_prefill_probe(ProbeRequest("cuda", "bfloat16")) is True
+    assert probes.fla_prefill_probe(ProbeRequest("cuda", "float32")) is False
+    assert probes.fla_prefill_probe(ProbeRequest("xpu", "bfloat16")) is False
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    assert probes.fla_prefill_probe(ProbeRequest("cpu", "bfloat16")) is False  # fla never runs interpreted
+    monkeypatch.setattr(probes, "fla_available", lambda: False)
+    assert probes.fla_prefill_probe(ProbeRequest("cuda", "bfloat16")) is False

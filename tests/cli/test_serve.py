@@ -8,10 +8,9 @@ import shutil
 import socket
 
 import pytest
-from click.testing import CliRunner
-
 from anna_cli.logging_setup import configure_logging
 from anna_cli.main import build_cli
+from click.testing import CliRunner
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@ import sys
 import types
 
 import pytest
-
 from anna_core.default_model import resolve_default_model
 from anna_core.errors import ModelNotInstalledError
 from anna_core.hookspecs import hookimpl

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-
 from anna_core.errors import ModelLoadError
 from anna_core.weights.dequant import SUPPORTED_TYPES, dequantize
 
@@ -16,7 +15,7 @@ F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": 
 
 
 def random_blocks(name: str, rows: int, blocks_per_row: int, rng: np.random.Generator) -> np.ndarray:
-    block, nbytes = gguf.GGML_QUANT_SIZES[T[name]]
+    _block, nbytes = gguf.GGML_QUANT_SIZES[T[name]]
     data = rng.integers(0, 256, size=(rows * blocks_per_row, nbytes), dtype=np.uint8)
     for off in F16_FIELDS[name]:
         scales = rng.uniform(-2.0, 2.0, size=data.shape[0]).astype(np.float16)

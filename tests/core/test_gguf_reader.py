@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 import torch
-
 from anna_core.errors import ModelLoadError, UnsupportedModelError
 from anna_core.model_dir import inspect_model_dir, select_family
 from anna_core.registry import ModelFamilySpec
 from anna_core.weights.gguf_reader import GGUFModelFile, read_gguf_architecture
+
 from tests.core._gguf_fakes import write_gguf
 
 gguf = pytest.importorskip("gguf")

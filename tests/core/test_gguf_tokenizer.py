@@ -3,9 +3,9 @@
 import os
 
 import pytest
-
 from anna_core.weights import gguf_tokenizer
 from anna_core.weights.gguf_tokenizer import load_gguf_tokenizer
+
 from tests.core._gguf_fakes import write_gguf
 
 

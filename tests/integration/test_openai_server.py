@@ -104,6 +104,10 @@ def test_bad_body_is_400(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=MODEL_NAME, prompt="Hello", max_tokens=MAX_MODEL_LEN)
     assert str(MAX_MODEL_LEN) in info.value.body["message"] and info.value.body["param"] == "max_tokens"
+    for stream in (False, True):  # the engine's own check (token ids beyond the vocabulary)
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(model=MODEL_NAME, prompt=[1, 10**6], max_tokens=2, stream=stream)
+        assert info.value.body["param"] == "prompt" and "vocabulary" in info.value.body["message"]
 
 
 def test_eight_concurrent_streams_match_sequential_outputs(live_server, client):

@@ -2,13 +2,18 @@
 
 import pytest
 import torch
-
 from anna_core.errors import ModelLoadError
 from anna_core.testing.checkpoints import build_tiny_tokenizer
 from anna_core.testing.oracle import hf_greedy, hf_reference_logits
 from anna_core.testing.runner import prefill_logits, simple_greedy
+
 from tests.core._gguf_fakes import write_gguf
-from tests.llama.conftest import build_tiny_llama, hf_to_gguf_tensors, load_anna, rel_err
+from tests.llama.conftest import (
+    build_tiny_llama,
+    hf_to_gguf_tensors,
+    load_anna,
+    rel_err,
+)
 
 PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 130, 64, 11, 200, 31, 8, 77, 150, 2, 19, 23, 90]
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
@@ -17,9 +22,9 @@ LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "lo
 TINY = {"layers": 2}  # GGUF metadata of build_tiny_llama's shapes (other defaults already match)
 
 CASES = {
-    "tied": dict(tie=True),
-    "untied-llama3-rope-bias": dict(tie=False, rope_parameters=LLAMA3_ROPE, attention_bias=True),
-    "linear-rope": dict(tie=True, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
+    "tied": {"tie": True},
+    "untied-llama3-rope-bias": {"tie": False, "rope_parameters": LLAMA3_ROPE, "attention_bias": True},
+    "linear-rope": {"tie": True, "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}},
 }
 
 

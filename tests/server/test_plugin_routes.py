@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from litestar import get
-from litestar.testing import TestClient
-
 from anna_core.hookspecs import hookimpl
 from anna_core.plugins import make_plugin_manager
 from anna_core.registry import RouteSpec
 from anna_core.server.app import create_app
 from anna_core.server.state import ServerState
+from litestar import get
+from litestar.testing import TestClient
 
 
 @get("/v1/echo-model", sync_to_thread=False)

@@ -233,3 +233,15 @@ def test_healthz_reports_model_device_kernels_and_engine(client):
     assert body["dtype"] == "float32" and body["kernels"] == {"rms_norm": "reference"}
     assert body["engine"]["requests_served"] == 1 and body["uptime_s"] >= 0
     assert body["memory"]["total_bytes"] > 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_engine_refusal_is_an_http_status_even_when_streaming(tiny_tokenizer, stream):
+    from anna_core.errors import EngineDeadError, InvalidRequestError
+
+    for exc, status in ((InvalidRequestError("prompt token id 999 is outside the vocabulary", param="prompt"), 400),
+                        (EngineDeadError("the engine stopped"), 503)):
+        engine = FakeEngine(tiny_tokenizer, fail_with=exc)
+        with TestClient(create_app(make_state(tiny_tokenizer, engine))) as c:
+            r = c.post("/v1/completions", json={"model": MODEL, "prompt": [5], "stream": stream})
+        assert r.status_code == status and r.json()["error"]["message"] == str(exc)

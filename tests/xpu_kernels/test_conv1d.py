@@ -2,13 +2,13 @@
 
 import pytest
 import torch
-
 from anna_core.kernels.reference import conv1d as ref
+
 from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
 require_triton_interpreter()
 
-from anna_xpu_kernels import conv1d  # noqa: E402
+from anna_xpu_kernels import conv1d
 
 DTYPES = [torch.float32, torch.bfloat16]
 CHANNELS = 40  # not a multiple of the interpreter's 32-channel tile

@@ -3,13 +3,13 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from anna_core.kernels.reference import gated_delta_rule as ref
+
 from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
 require_triton_interpreter()
 
-from anna_xpu_kernels import gated_delta_rule  # noqa: E402
+from anna_xpu_kernels import gated_delta_rule
 
 POOL = 5
 

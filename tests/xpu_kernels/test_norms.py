@@ -2,13 +2,13 @@
 
 import pytest
 import torch
-
 from anna_core.kernels.reference import norms as ref
+
 from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
 require_triton_interpreter()
 
-from anna_xpu_kernels import norms  # noqa: E402  (after the interpreter check)
+from anna_xpu_kernels import norms
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 

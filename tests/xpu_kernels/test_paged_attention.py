@@ -2,13 +2,13 @@
 
 import pytest
 import torch
-
 from anna_core.kernels.reference import paged_attention as ref
+
 from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
 require_triton_interpreter()
 
-from anna_xpu_kernels import paged_attention as pa  # noqa: E402
+from anna_xpu_kernels import paged_attention as pa
 
 BLOCK_SIZE = 4
 

@@ -6,15 +6,15 @@ import sys
 
 import pytest
 import torch
-
 from anna_core.kernels import KernelRegistry, ProbeRequest, bind_ops
 from anna_core.kernels.ops import OPS
 from anna_core.plugins import kernel_specs, make_plugin_manager
+
 from tests.xpu_kernels._interp import require_triton_interpreter
 
 require_triton_interpreter()
 
-from anna_xpu_kernels import plugin, probes  # noqa: E402
+from anna_xpu_kernels import plugin, probes
 
 
 def _registry():

@@ -1,8 +1,8 @@
 """``anna serve``: the OpenAI-compatible HTTP server (litestar app on uvicorn).
 
 Start-up order: cheap checks first (model folder, family, flags) so a wrong ``--model-dir``
-fails at once with a one-line error; then the socket opens and ``/health`` answers 503
-``loading`` while the weights load in a background thread; when the engine runs, ``/health``
+fails at once with a one-line error; then the socket is bound (a busy port fails before any
+loading) and ``/health`` answers 503 ``loading`` while the weights load in a background thread; when the engine runs, ``/health``
 turns 200. A failed load is logged, shown on ``/health`` (``failed``) and ends the process with
 exit code 1.
 
@@ -119,9 +119,15 @@ def _draining_server_class() -> type:
     class DrainingServer(uvicorn.Server):
         """uvicorn, but the first SIGTERM/SIGINT drains (503 for new requests) before exiting."""
 
-        def __init__(self, config: uvicorn.Config, state: Any):
+        def __init__(self, config: uvicorn.Config, state: Any, on_listening: Any):
             super().__init__(config)
             self.state = state
+            self.on_listening = on_listening
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # the socket is bound: only now start the (slow) model load
+                await self.on_listening()
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if not self.state.draining:
@@ -196,10 +202,10 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
                      "chat_template": chat_template.read_text() if chat_template else None},
         engine_options={}, requested_max_len=max_model_len,
     )
-    app = create_app(state, on_startup=[loader.start], on_shutdown=[loader.stop])
+    app = create_app(state, on_shutdown=[loader.stop])
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=log_level,
                             timeout_graceful_shutdown=None, lifespan="on")
-    server = _draining_server_class()(config, state)
+    server = _draining_server_class()(config, state, loader.start)
     loader.server = server
     logger.info("serving %s (%s) on http://%s:%d; loading in the background", name, family.name, host, port)
     server.run()

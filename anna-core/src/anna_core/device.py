@@ -81,3 +81,136 @@ def memory_stats(device: torch.device) -> dict[str, int]:
         return {"total_bytes": pages * size, "free_bytes": avail * size}
     except (ValueError, OSError, AttributeError):
         return {}
+
+
+# -- accelerator services: graphs, events, peak memory ----------------------------------------------
+
+
+class StepGraph:
+    """One captured device graph: ``capture()`` is a context manager recording the work issued inside
+    it; ``replay()`` re-issues that work on the tensors it captured (static addresses)."""
+
+    def __init__(self, graph: object, capture_ctx: object):
+        self._graph = graph
+        self._capture_ctx = capture_ctx
+
+    def capture(self):
+        return self._capture_ctx
+
+    def replay(self) -> None:
+        self._graph.replay()
+
+
+class Accelerator:
+    """Device services behind one interface, so callers never branch on the device type.
+
+    ``graphs`` says whether the device can capture and replay graphs (CUDA graphs; XPU graphs where
+    the PyTorch build has ``torch.xpu.XPUGraph``; never on CPU). Tests may subclass this to fake a
+    graph-capable device.
+
+    Args:
+        device: the torch device served.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+        self._module = {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None)}.get(self.device.type)
+
+    @property
+    def graphs(self) -> bool:
+        if self.device.type == "cuda":
+            return True
+        return self.device.type == "xpu" and hasattr(torch.xpu, "XPUGraph")
+
+    def synchronize(self) -> None:
+        synchronize(self.device)
+
+    def graph_pool(self) -> object | None:
+        """A memory-pool handle shared by the graphs of one runner (None where graphs are absent)."""
+        if self.device.type == "cuda":
+            return torch.cuda.graph_pool_handle()
+        if self.device.type == "xpu" and hasattr(torch.xpu, "graph_pool_handle"):
+            return torch.xpu.graph_pool_handle()
+        return None
+
+    def new_graph(self, pool: object | None = None) -> StepGraph:
+        """A fresh graph to capture into.
+
+        Raises:
+            AnnaError: the device cannot capture graphs.
+        """
+        if self.device.type == "cuda":
+            g = torch.cuda.CUDAGraph()
+            return StepGraph(g, torch.cuda.graph(g, pool=pool))
+        if self.device.type == "xpu" and hasattr(torch.xpu, "XPUGraph"):
+            g = torch.xpu.XPUGraph()
+            return StepGraph(g, torch.xpu.graph(g, pool=pool))
+        raise AnnaError(f"graph capture is not available on {self.device}")
+
+    def side_stream(self):
+        """A context running the enclosed work on a fresh side stream (warm-up before capture);
+        a no-op on CPU."""
+        import contextlib
+
+        if self._module is None:
+            return contextlib.nullcontext()
+        stream = self._module.Stream(self.device)
+        stream.wait_stream(self._module.current_stream(self.device))
+
+        @contextlib.contextmanager
+        def _ctx():
+            with self._module.stream(stream):
+                yield
+            self._module.current_stream(self.device).wait_stream(stream)
+
+        return _ctx()
+
+    def timer(self) -> StepTimer:
+        """A stopwatch measuring device time (events on accelerators, the host clock on CPU)."""
+        return StepTimer(self)
+
+    def reset_peak_memory(self) -> None:
+        if self._module is not None and hasattr(self._module, "reset_peak_memory_stats"):
+            self._module.reset_peak_memory_stats(self.device)
+
+    def peak_memory_bytes(self) -> int | None:
+        """Peak bytes allocated by torch on the device since the last reset (None on CPU)."""
+        if self._module is not None and hasattr(self._module, "max_memory_allocated"):
+            return int(self._module.max_memory_allocated(self.device))
+        return None
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` in page-locked host memory where that speeds host -> device copies."""
+        return t.pin_memory() if self.device.type == "cuda" else t
+
+
+class StepTimer:
+    """``start()`` / ``stop()`` -> elapsed milliseconds of device work (synchronizes on ``stop``)."""
+
+    def __init__(self, accel: Accelerator):
+        self._accel = accel
+        mod = accel._module
+        self._events = (mod.Event(enable_timing=True), mod.Event(enable_timing=True)) if mod is not None else None
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        if self._events is not None:
+            self._events[0].record()
+        else:
+            import time
+
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        if self._events is not None:
+            self._events[1].record()
+            self._events[1].synchronize()
+            return float(self._events[0].elapsed_time(self._events[1]))
+        import time
+
+        return (time.perf_counter() - self._t0) * 1e3
+
+
+def accelerator(device: torch.device | str) -> Accelerator:
+    """The :class:`Accelerator` of ``device``."""
+    return Accelerator(torch.device(device))

@@ -32,3 +32,16 @@ class InvalidRequestError(AnnaError):
 
 class EngineDeadError(AnnaError):
     """The engine loop stopped; no further requests can be served."""
+
+
+class QueueFullError(AnnaError):
+    """The engine's waiting queue is full (``max_waiting_requests``); maps to HTTP 429.
+
+    Attributes:
+        retry_after_s: whole seconds after which a retry is likely to be admitted (for the
+            ``Retry-After`` header).
+    """
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

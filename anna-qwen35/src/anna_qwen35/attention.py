@@ -20,6 +20,7 @@ from anna_core.model import ModelCaches
 from torch import nn
 
 from anna_qwen35.config import Qwen35Config
+from anna_qwen35.gated_deltanet import merge_linears
 
 
 class GatedAttention(nn.Module):
@@ -43,15 +44,30 @@ class GatedAttention(nn.Module):
         # Shared across layers; stored in a tuple so it is not registered as a submodule per layer.
         self._rotary = (rotary,)
         self.attn = PagedAttention(self.num_heads, self.num_kv_heads, D, D**-0.5, kv_index, ops)
+        self.qkv_proj: nn.Linear | None = None
+
+    def merge_projections(self) -> None:
+        """Replace ``q_proj``, ``k_proj``, ``v_proj`` by one ``qkv_proj`` (same input, one GEMM).
+        Call once, after the weights are loaded."""
+        if self.qkv_proj is None:
+            self.qkv_proj = merge_linears([self.q_proj, self.k_proj, self.v_proj])
+            del self.q_proj, self.k_proj, self.v_proj
+
+    def _project(self, x: torch.Tensor):
+        if self.qkv_proj is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q_size, kv_size = 2 * self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return torch.split(self.qkv_proj(x), [q_size, kv_size, kv_size], dim=-1)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """x: ``[T, hidden]`` -> ``[T, hidden]``; writes this layer's K/V into the paged cache."""
         T, D = x.shape[0], self.head_dim
-        q_gate = self.q_proj(x).view(T, self.num_heads, 2 * D)
+        q_gate, k, v = self._project(x)
+        q_gate = q_gate.view(T, self.num_heads, 2 * D)
         q = self.q_norm(q_gate[..., :D])  # [T, H, D]
         gate = q_gate[..., D:]  # [T, H, D]
-        k = self.k_norm(self.k_proj(x).view(T, self.num_kv_heads, D))  # [T, H_kv, D]
-        v = self.v_proj(x).view(T, self.num_kv_heads, D)  # [T, H_kv, D]
+        k = self.k_norm(k.view(T, self.num_kv_heads, D))  # [T, H_kv, D]
+        v = v.view(T, self.num_kv_heads, D)  # [T, H_kv, D]
         q, k = self._rotary[0](batch.positions, q, k)
         o = self.attn(q, k, v, batch, caches)  # [T, H, D]
         o = o * torch.sigmoid(gate)

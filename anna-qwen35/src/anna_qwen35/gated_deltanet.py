@@ -5,6 +5,10 @@ Per token: project to q/k/v (one fused ``in_proj_qkv``), a gate ``z``, and per-v
 ``g = -exp(A_log) * softplus(a + dt_bias)`` (log space, float32) and write strength
 ``beta = sigmoid(b)``; the gated delta rule mixes tokens through a per-sequence float32 state;
 a gated RMSNorm (``rms_norm(o) * weight * silu(z)``) and ``out_proj`` finish.
+
+After loading, :meth:`GatedDeltaNet.merge_projections` concatenates the four input projections
+(they read the same input) into one ``in_proj_all`` matrix, so a decode step reads the layer's
+input once and launches one GEMM instead of four.
 """
 
 from __future__ import annotations
@@ -42,6 +46,21 @@ class GatedRMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """x, z: ``[..., V]`` -> ``[..., V]``."""
         return self.ops.gated_rms_norm(x, z, self.weight, self.eps)
+
+
+def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
+    """One ``nn.Linear`` whose output is the concatenation of ``linears``' outputs (same input).
+
+    The merged weight (and bias, when all have one) is a new tensor on the parts' device and dtype.
+    """
+    first = linears[0].weight
+    has_bias = all(m.bias is not None for m in linears)
+    with torch.device("meta"):
+        merged = nn.Linear(first.shape[1], sum(m.weight.shape[0] for m in linears), bias=has_bias)
+    merged.weight = nn.Parameter(torch.cat([m.weight.detach() for m in linears]), requires_grad=False)
+    if has_bias:
+        merged.bias = nn.Parameter(torch.cat([m.bias.detach() for m in linears]), requires_grad=False)
+    return merged
 
 
 def l2_normalize(x: torch.Tensor) -> torch.Tensor:
@@ -84,6 +103,24 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, ops)
         self.out_proj = nn.Linear(self.value_dim, hidden, bias=False)
         self.scale = self.head_k_dim**-0.5
+        self.in_proj_all: nn.Linear | None = None
+        self._neg_a: torch.Tensor | None = None
+
+    def merge_projections(self) -> None:
+        """Replace ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a`` by one ``in_proj_all``
+        (rows in that order) and precompute ``-exp(A_log)``. Call once, after the weights are loaded."""
+        if self.in_proj_all is not None:
+            return
+        self.in_proj_all = merge_linears([self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a])
+        del self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
+        self._neg_a = -torch.exp(self.A_log.detach().float())
+
+    def _project(self, x: torch.Tensor):
+        """x ``[T, hidden]`` -> qkv ``[T, C]``, z ``[T, H_v*V]``, b, a ``[T, H_v]``."""
+        if self.in_proj_all is None:
+            return self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)
+        parts = self.in_proj_all(x)
+        return torch.split(parts, [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads], dim=-1)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """x: ``[T, hidden]`` -> ``[T, hidden]``; updates this layer's conv and recurrent states in place."""
@@ -93,24 +130,24 @@ class GatedDeltaNet(nn.Module):
         slots = batch.state_slots
         conv_w = self.conv1d.weight.squeeze(1)  # [C, W]
 
-        qkv = self.in_proj_qkv(x)  # [T, C]
+        qkv, z, b, a = self._project(x)  # [T, C], [T, H_v*V], [T, H_v], [T, H_v]
         if batch.is_decode:
             qkv = self.ops.causal_conv1d_update(qkv, conv_w, None, conv_states, slots, "silu")
         else:
             qkv = self.ops.causal_conv1d_prefill(qkv, conv_w, None, batch.cu_seqlens, conv_states, slots, "silu")
-        q, k, v = torch.split(qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        q = l2_normalize(q.reshape(T, self.num_k_heads, self.head_k_dim))  # [T, H_k, K]
-        k = l2_normalize(k.reshape(T, self.num_k_heads, self.head_k_dim))  # [T, H_k, K]
+        qk, v = torch.split(qkv, [2 * self.key_dim, self.value_dim], dim=-1)
+        qk = l2_normalize(qk.reshape(T, 2 * self.num_k_heads, self.head_k_dim))  # [T, 2*H_k, K], q then k
+        q, k = qk[:, : self.num_k_heads], qk[:, self.num_k_heads :]  # [T, H_k, K] each
         v = v.reshape(T, self.num_v_heads, self.head_v_dim)  # [T, H_v, V]
 
-        a = self.in_proj_a(x).float()  # [T, H_v]
-        g = -torch.exp(self.A_log.float()) * F.softplus(a + self.dt_bias.float())  # [T, H_v] fp32, <= 0
-        beta = torch.sigmoid(self.in_proj_b(x).float())  # [T, H_v] fp32
+        neg_a = self._neg_a if self._neg_a is not None else -torch.exp(self.A_log.float())
+        g = neg_a * F.softplus(a.float() + self.dt_bias.float())  # [T, H_v] fp32, <= 0
+        beta = torch.sigmoid(b.float())  # [T, H_v] fp32
 
         if batch.is_decode:
             o = self.ops.gated_delta_rule_decode(q, k, v, g, beta, states, slots, self.scale)
         else:
             o = self.ops.gated_delta_rule_prefill(q, k, v, g, beta, batch.cu_seqlens, states, slots, self.scale)
-        z = self.in_proj_z(x).reshape(T, self.num_v_heads, self.head_v_dim)  # [T, H_v, V]
+        z = z.reshape(T, self.num_v_heads, self.head_v_dim)  # [T, H_v, V]
         o = self.norm(o, z).reshape(T, self.value_dim)
         return self.out_proj(o)

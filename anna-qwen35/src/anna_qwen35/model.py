@@ -96,6 +96,19 @@ class Qwen35ForCausalLM(nn.Module):
             ) if cfg.num_linear_layers else None,
         )
 
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def merge_projections(self) -> None:
+        """Merge the projections that read the same input (gated DeltaNet ``in_proj_qkv|z|b|a``,
+        attention ``q|k|v_proj``, MLP ``gate|up_proj``) into one matrix each. The loader calls it
+        once the weights are in place; the math is unchanged."""
+        for layer in self.model.layers:
+            mixer = layer.self_attn if layer.layer_type == FULL else layer.linear_attn
+            mixer.merge_projections()
+            layer.mlp.merge_gate_up()
+
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
         return self.model(batch, caches)

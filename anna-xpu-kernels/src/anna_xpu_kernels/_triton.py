@@ -13,8 +13,8 @@ from anna_xpu_kernels._env import enable_interpreter_if_requested
 INTERPRETING = enable_interpreter_if_requested()
 """Whether kernels defined after this import run under Triton's CPU interpreter (fixed at import)."""
 
-import triton  # noqa: E402  (after the interpreter switch)
-import triton.language as tl  # noqa: E402,F401  (re-exported for the kernel modules)
+import triton
+import triton.language as tl  # noqa: F401  (re-exported for the kernel modules)
 
 
 def _interpreter_scalar_index_shim() -> None:

@@ -118,7 +118,9 @@ def gated_delta_rule_decode(
     require_float(op, q=q, k=k, v=v)
     require_same_device(op, q=q, k=k, v=v, g=g, beta=beta, states=states, slots=slots)
     if d_k > MAX_HEAD_DIM or d_v > MAX_HEAD_DIM:
-        from anna_core.kernels.reference.gated_delta_rule import gated_delta_rule_decode as reference
+        from anna_core.kernels.reference.gated_delta_rule import (
+            gated_delta_rule_decode as reference,
+        )
 
         return reference(q, k, v, g, beta, states, slots, scale)
     out = torch.empty((batch, h_v, d_v), dtype=v.dtype, device=v.device)

@@ -33,7 +33,7 @@ from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, trit
 MAX_HEAD_DIM = 256
 """Largest head dim handled; larger heads fall back to the torch reference."""
 LOG2E = 1.4426950408889634
-MIN_KEYS_PER_SPLIT = 256
+MIN_KEYS_PER_SPLIT = 128
 
 _CONFIGS = [
     triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
@@ -57,7 +57,7 @@ def _paged_attention_kernel(
     batch, n_tokens, head_dim, block_size, keys_per_split, qk_scale, window,
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_tb, stride_ot, stride_oh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, NUM_SPLITS: tl.constexpr, UPCAST_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, NUM_SPLITS: tl.constexpr, UPCAST_DOT: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     tile = tl.program_id(0)
@@ -104,9 +104,11 @@ def _paged_attention_kernel(
         kv_mask = k_ok[:, None] & d_ok[None, :]
         k = tl.load(k_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(v_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if UPCAST_DOT:
-            k = k.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
+        if UPCAST_DOT:  # float32 serving, or the interpreter (whose bfloat16 tl.dot is wrong): exact fp32 products
+            s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
         seen = k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
         if HAS_WINDOW:
             seen = seen & (kpos[None, :] > qpos[:, None] - window)
@@ -116,11 +118,12 @@ def _paged_attention_kernel(
         alpha = tl.exp2(m_i - m_ref)
         p = tl.exp2(s - m_ref[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        p = p.to(v.dtype)
+        p = p.to(v.dtype)  # probabilities rounded to the cache dtype for the P @ V product, as on tensor cores
         if UPCAST_DOT:
-            p = p.to(tl.float32)
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
+            pv = tl.dot(p.to(tl.float32), v.to(tl.float32), input_precision="ieee")
+        else:
+            pv = tl.dot(p, v)
+        acc = acc * alpha[:, None] + pv
         m_i = m_new
 
     if NUM_SPLITS == 1:
@@ -215,7 +218,7 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
     require(q.dim() == 3 and k_cache.dim() == 4 and k_cache.shape == v_cache.shape, op,
             f"q must be [T, H_q, D] and the caches one [num_blocks, block_size, H_kv, D] shape, got "
             f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
-    n_blocks, block_size, h_kv, dim = k_cache.shape
+    _, block_size, h_kv, dim = k_cache.shape
     total, h_q, _ = q.shape
     require(q.shape[2] == dim, op, f"q head dim {q.shape[2]} differs from the cache's {dim}")
     require(h_q % h_kv == 0, op, f"H_q={h_q} must be a multiple of H_kv={h_kv}")
@@ -273,7 +276,7 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, HAS_WINDOW=sliding_window is not None,
-        NUM_SPLITS=splits, UPCAST_DOT=upcast, DOT_PRECISION="ieee" if upcast else "tf32",
+        NUM_SPLITS=splits, UPCAST_DOT=upcast,
     )
     if splits > 1:
         _merge_splits_kernel[(total * h_q,)](

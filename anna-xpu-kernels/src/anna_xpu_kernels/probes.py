@@ -35,7 +35,7 @@ def _triton_backends() -> frozenset[str]:
     """Names of triton's installed backends (empty when triton does not import)."""
     try:
         from triton.backends import backends
-    except Exception:  # not installed, or broken: the Triton kernels are unavailable
+    except Exception:  # noqa: BLE001 -- not installed, or broken: the Triton kernels are unavailable
         return frozenset()
     return frozenset(backends)
 
@@ -46,7 +46,7 @@ def _torch_device_available(device_type: str) -> bool:
     module = getattr(torch, device_type, None)
     try:
         return bool(module is not None and module.is_available())
-    except Exception:  # a driver error means the device is unusable
+    except Exception:  # noqa: BLE001 -- a driver error means the device is unusable
         return False
 
 
@@ -66,7 +66,7 @@ def fla_available() -> bool:
     """Whether fla-core's gated delta rule imports (it pulls in triton)."""
     try:
         importlib.import_module("fla.ops.gated_delta_rule")
-    except Exception:  # missing, hidden (sys.modules["fla"] = None) or broken
+    except Exception:  # noqa: BLE001 -- missing, hidden (sys.modules["fla"] = None) or broken
         return False
     return True
 

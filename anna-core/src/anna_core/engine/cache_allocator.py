@@ -67,17 +67,22 @@ def num_blocks_for_budget(spec: CacheSpec, block_size: int, dtype: torch.dtype, 
 
 def allocate_caches(spec: CacheSpec, *, num_blocks: int, block_size: int, num_slots: int,
                     device: torch.device, dtype: torch.dtype) -> ModelCaches:
-    """Zero-filled cache tensors.
+    """Zero-filled cache tensors, plus one scratch block and one scratch slot.
+
+    The scratch entries (index ``num_blocks`` / ``num_slots``, see :func:`scratch_block` and
+    :func:`scratch_slot`) are never handed out by the block manager or the slot pool; the padding
+    rows of a captured decode graph write their K/V and state there.
 
     Returns:
-        ``ModelCaches`` with, per attention layer, ``k``/``v`` ``[num_blocks, block_size, H_kv, D]``
-        in ``dtype``; per recurrent layer ``conv_states`` ``[num_slots, C, W-1]`` in ``dtype`` and
-        ``recurrent_states`` ``[num_slots, H_v, K, V]`` float32.
+        ``ModelCaches`` with, per attention layer, ``k``/``v`` ``[num_blocks + 1, block_size, H_kv, D]``
+        in ``dtype``; per recurrent layer ``conv_states`` ``[num_slots + 1, C, W-1]`` in ``dtype`` and
+        ``recurrent_states`` ``[num_slots + 1, H_v, K, V]`` float32.
     """
     caches = ModelCaches(block_size=block_size)
+    num_slots += 1
     if spec.attention is not None:
         att = spec.attention
-        shape = (num_blocks, block_size, att.num_kv_heads, att.head_dim)
+        shape = (num_blocks + 1, block_size, att.num_kv_heads, att.head_dim)
         caches.kv = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
                      for _ in range(att.num_layers)]
     if spec.recurrent is not None:
@@ -99,3 +104,13 @@ def zero_slots(caches: ModelCaches, slots: torch.Tensor) -> None:
         conv.index_fill_(0, slots, 0)
     for state in caches.recurrent_states:
         state.index_fill_(0, slots, 0)
+
+
+def scratch_block(caches: ModelCaches) -> int:
+    """Index of the KV block no sequence owns (the last one; 0 without attention layers)."""
+    return caches.kv[0][0].shape[0] - 1 if caches.kv else 0
+
+
+def scratch_slot(caches: ModelCaches) -> int:
+    """Index of the state slot no sequence owns (the last one; 0 without recurrent layers)."""
+    return caches.conv_states[0].shape[0] - 1 if caches.conv_states else 0

@@ -1,20 +1,60 @@
 """Runs one scheduled step: ForwardBatch on the device, forward, logits, sampling.
 
 The ``.tolist()`` of the sampled ids is the step's only host sync; every index tensor is built on
-the host and copied without blocking.
+the host and copied without blocking. After :meth:`ModelRunner.setup` with graphs enabled, a
+decode-only step whose sampling needs no token history replays a captured graph
+(:mod:`anna_core.engine.cuda_graphs`); prefill, mixed steps and penalised sampling run eagerly.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import Any
 
+import attrs
 import torch
 
+from anna_core.device import Accelerator, accelerator
 from anna_core.engine.cache_allocator import zero_slots
+from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.forward_batch import ForwardBatch
-from anna_core.engine.sampler import Sampler, host_tensor
+from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.scheduler import SchedulerOutput
+from anna_core.errors import AnnaError
 from anna_core.model import ModelCaches
+
+log = logging.getLogger("anna.engine")
+
+COMPILE_MODES = ("none", "default", "max-autotune")
+
+
+def _compile_mode(value: str) -> str:
+    if value not in COMPILE_MODES:
+        raise AnnaError(f"compile_mode must be one of {COMPILE_MODES}, got {value!r}")
+    return value
+
+
+@attrs.define
+class RunnerConfig:
+    """How the runner executes steps (independent of :class:`~anna_core.engine.config.EngineConfig`).
+
+    Attributes:
+        cuda_graph: capture decode steps as device graphs where the device supports them
+            (CUDA; XPU with ``torch.xpu.XPUGraph``); ignored on CPU. ``--no-cuda-graph`` sets False.
+        compile_mode: ``torch.compile`` the forward + LM head before capture: ``"none"``,
+            ``"default"`` or ``"max-autotune"`` (run without compile-side CUDA graphs, since the
+            runner captures its own).
+        warmup: run one prefill + decode at start-up so the first request pays no compile or
+            autotune time.
+
+    Raises:
+        AnnaError: unknown ``compile_mode``.
+    """
+
+    cuda_graph: bool = True
+    compile_mode: str = attrs.field(default="none", converter=_compile_mode)
+    warmup: bool = True
 
 
 class ModelRunner:
@@ -27,11 +67,100 @@ class ModelRunner:
         sampler: defaults to :class:`Sampler`.
     """
 
-    def __init__(self, model: Any, caches: ModelCaches, device: torch.device, sampler: Sampler | None = None):
+    def __init__(self, model: Any, caches: ModelCaches, device: torch.device, sampler: Sampler | None = None,
+                 accel: Accelerator | None = None):
         self.model = model
         self.caches = caches
         self.device = device
         self.sampler = sampler or Sampler()
+        self.accel = accel or accelerator(device)
+        self.graphs: DecodeGraphs | None = None
+        self.profile_scopes = False
+        self.num_graph_steps = 0
+        self.num_eager_steps = 0
+
+    def setup(self, config: RunnerConfig, *, max_model_len: int, max_num_seqs: int) -> None:
+        """Warm up and capture the decode graphs (where the device and ``config`` allow).
+
+        A failed capture (e.g. a kernel that synchronizes with the host) is logged and leaves the
+        runner eager: serving continues, only slower.
+        """
+        self.graphs = None
+        if config.warmup:
+            self.warmup(max_model_len)
+        if not (config.cuda_graph and self.accel.graphs):
+            return
+        vocab = int(getattr(self.model, "vocab_size", 0) or self._vocab_size())
+        compile_fn = None
+        if config.compile_mode != "none":
+            mode = "max-autotune-no-cudagraphs" if config.compile_mode == "max-autotune" else "default"
+
+            def compile_fn(fn):
+                return torch.compile(fn, mode=mode, dynamic=False)
+
+        width = -(-max_model_len // self.caches.block_size)
+        graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs, max_blocks_per_seq=width,
+                              vocab_size=vocab, compile_fn=compile_fn)
+        try:
+            graphs.capture()
+        except Exception as exc:  # keep serving eagerly rather than not at all
+            log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, exc)
+            return
+        self.graphs = graphs
+
+    def _vocab_size(self) -> int:
+        cfg = getattr(self.model, "config", None)
+        if getattr(cfg, "vocab_size", None):
+            return int(cfg.vocab_size)
+        hidden = getattr(cfg, "hidden_size", None)
+        if hidden is None:
+            raise AnnaError("the model has no vocab_size; cannot size the captured sampler")
+        with torch.inference_mode():
+            return int(self.model.compute_logits(torch.zeros(1, hidden, device=self.device,
+                                                            dtype=self._dtype())).shape[-1])
+
+    def _dtype(self) -> torch.dtype:
+        for p in self.model.parameters():
+            if p.is_floating_point():
+                return p.dtype
+        return torch.float32
+
+    @torch.inference_mode()
+    def warmup(self, max_model_len: int) -> None:
+        """One short prefill and one decode on the scratch block and slot (compiles and autotunes
+        kernels before the first request; touches no sequence's cache)."""
+        from anna_core.engine.cache_allocator import scratch_block, scratch_slot
+
+        bs = self.caches.block_size
+        n = max(1, min(bs, max_model_len - 1))
+        blk, slot = scratch_block(self.caches), scratch_slot(self.caches)
+        dev = self.device
+        slots = torch.tensor([slot], dtype=torch.int64, device=dev)
+        for start, count in ((0, n), (n, 1)):
+            if start == 0 and (self.caches.conv_states or self.caches.recurrent_states):
+                zero_slots(self.caches, slots)
+            pos = list(range(start, start + count))
+            ctx = start + count
+            table = [blk] * (-(-ctx // bs))
+            batch = ForwardBatch(
+                input_ids=torch.zeros(count, dtype=torch.int64, device=dev),
+                positions=torch.tensor(pos, dtype=torch.int64, device=dev),
+                cu_seqlens=torch.tensor([0, count], dtype=torch.int32, device=dev),
+                seq_lens=torch.tensor([ctx], dtype=torch.int32, device=dev),
+                block_tables=torch.tensor([table], dtype=torch.int32, device=dev),
+                slot_mapping=torch.tensor([blk * bs + p % bs for p in pos], dtype=torch.int64, device=dev),
+                state_slots=slots, logits_indices=torch.tensor([count - 1], dtype=torch.int64, device=dev),
+                query_lens=[count], context_lens=[ctx], is_decode=count == 1,
+            )
+            hidden = self.model(batch, self.caches)
+            self.model.compute_logits(hidden[batch.logits_indices]).argmax(-1)
+        self.accel.synchronize()
+
+    def _scope(self, name: str):
+        """A profiler range around a step component (only while :attr:`profile_scopes` is set)."""
+        if not self.profile_scopes:
+            return contextlib.nullcontext()
+        return torch.profiler.record_function(f"anna::{name}")
 
     def build_batch(self, out: SchedulerOutput) -> ForwardBatch:
         """Flatten the scheduled sequences into a :class:`ForwardBatch` on the device."""
@@ -77,6 +206,11 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
         """Run the step; returns request id -> sampled token for every sequence that samples."""
+        if self.graphs is not None and out.is_decode:
+            ids = self._execute_graph(out)
+            if ids is not None:
+                return ids
+        self.num_eager_steps += 1
         fresh = [s.state_slot for s in out.seqs if s.is_fresh]
         if fresh and (self.caches.conv_states or self.caches.recurrent_states):
             zero_slots(self.caches, host_tensor(fresh, torch.int64, self.device))
@@ -85,6 +219,27 @@ class ModelRunner:
         samplers = [s.request for s in out.seqs if s.samples]
         if not samplers:
             return {}
-        logits = self.model.compute_logits(hidden[batch.logits_indices])  # [N, vocab]
-        ids = self.sampler(logits, samplers).tolist()  # the step's one host sync
+        with self._scope("lm_head"):
+            logits = self.model.compute_logits(hidden[batch.logits_indices])  # [N, vocab]
+        with self._scope("sampling"):
+            ids = self.sampler(logits, samplers)
+        ids = ids.tolist()  # the step's one host sync
         return {r.request_id: t for r, t in zip(samplers, ids)}
+
+    def _execute_graph(self, out: SchedulerOutput) -> dict[str, int] | None:
+        """Replay the captured decode graph; None when this step needs the eager path."""
+        graphs = self.graphs
+        requests = [s.request for s in out.seqs]
+        if graphs.bucket_for(len(requests)) is None or not graph_safe(requests):
+            return None
+        if any(len(s.block_table) > graphs.width or not s.samples for s in out.seqs):
+            return None
+        if all(r.params.temperature == 0.0 for r in requests):
+            mode, floats, ints = "greedy", None, None
+        else:
+            mode = "sample"
+            floats, ints = param_rows(requests, graphs.vocab_size)
+        ids = graphs.run([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
+                         [s.block_table for s in out.seqs], [s.state_slot for s in out.seqs], mode, floats, ints)
+        self.num_graph_steps += 1
+        return {r.request_id: t for r, t in zip(requests, ids.tolist())}  # the step's one host sync

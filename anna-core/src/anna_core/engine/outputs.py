@@ -32,6 +32,8 @@ class RequestOutput:
         stop_reason: the stop string or token id that ended it, if any.
         usage: prompt and completion token counts.
         error: message when ``finish_reason == "error"``.
+        num_cached_tokens: prompt tokens served from the prefix or prompt cache instead of being
+            computed (``usage.prompt_tokens_details.cached_tokens``).
         metrics: timings in seconds (``arrival``, ``first_token``, ``finished``) from
             ``time.perf_counter``.
     """
@@ -47,4 +49,5 @@ class RequestOutput:
     stop_reason: str | int | None = None
     usage: Usage = attrs.field(factory=Usage)
     error: str | None = None
+    num_cached_tokens: int = 0
     metrics: dict[str, float] = attrs.field(factory=dict)

@@ -171,3 +171,64 @@ class Sampler:
             probs = logits.softmax(dim=-1)
             logits = logits.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, _NEG_INF)
         return logits
+
+
+def graph_safe(requests: list[Request]) -> bool:
+    """Whether :func:`sample_no_sync` samples these rows exactly as :class:`Sampler` would: no
+    penalties (they need the token history) and no ``min_tokens`` still masking stop ids."""
+    for r in requests:
+        p = r.params
+        if p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
+            return False
+        if len(r.output_token_ids) < p.min_tokens and r.stop_token_ids:
+            return False
+    return True
+
+
+def param_rows(requests: list[Request], vocab_size: int) -> tuple[list[list[float]], list[list[int]]]:
+    """Per-row sampling parameters in the neutral-value form :func:`sample_no_sync` reads.
+
+    Returns:
+        ``floats``: per row ``[temperature, top_p, min_p]`` (``top_p`` 2.0 when disabled);
+        ``ints``: per row ``[top_k, seed, step]`` (``top_k`` = vocab size when disabled).
+    """
+    floats, ints = [], []
+    for r in requests:
+        p = r.params
+        floats.append([p.temperature, p.top_p if p.top_p < 1.0 else 2.0, p.min_p])
+        ints.append([p.top_k if 0 < p.top_k < vocab_size else vocab_size, r.seed, len(r.output_token_ids)])
+    return floats, ints
+
+
+def sample_no_sync(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                   min_p: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """The :class:`Sampler` math (steps 4-5 of the module doc) with no data-dependent branch and no
+    host sync, so it can be captured in a device graph; every filter is applied to every row with
+    neutral values where a row disables it (``top_k == V``, ``top_p >= 1`` never drops, ``min_p == 0``).
+
+    Args:
+        logits: ``[N, V]`` float32.
+        temperature, top_p, min_p: ``[N]`` float32 (``temperature == 0``: greedy row).
+        top_k: ``[N]`` int64 in ``[1, V]``; seeds, steps: ``[N]`` int64 (see :func:`uniform_noise`).
+
+    Returns:
+        ``[N]`` int64 token ids.
+    """
+    n, vocab = logits.shape
+    greedy_ids = logits.argmax(dim=-1)
+    temps = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    x = logits / temps[:, None]
+    sorted_logits, order = x.sort(dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=logits.device)
+    sorted_logits = sorted_logits.masked_fill(ranks[None, :] >= top_k[:, None], _NEG_INF)
+    probs = sorted_logits.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    drop = mass_before >= top_p[:, None]
+    drop[:, 0] = False
+    sorted_logits = sorted_logits.masked_fill(drop, _NEG_INF)
+    x = torch.empty_like(x).scatter_(1, order, sorted_logits)
+    probs = x.softmax(dim=-1)
+    x = x.masked_fill(probs < min_p[:, None] * probs.max(dim=-1, keepdim=True).values, _NEG_INF)
+    u = uniform_noise(seeds, steps, vocab)
+    sampled = (x - torch.log(-torch.log(u))).argmax(dim=-1)
+    return torch.where(temperature == 0, greedy_ids, sampled)

@@ -15,7 +15,9 @@ class SwiGLUMLP(nn.Module):
         intermediate: inner width ``I``.
 
     Parameters:
-        gate_proj.weight, up_proj.weight: ``[I, H]``; down_proj.weight: ``[H, I]``.
+        gate_proj.weight, up_proj.weight: ``[I, H]``; down_proj.weight: ``[H, I]``. After
+        :meth:`merge_gate_up`: ``gate_up_proj.weight`` ``[2I, H]`` (gate rows, then up rows) replaces
+        the first two.
     """
 
     def __init__(self, hidden: int, intermediate: int):
@@ -23,7 +25,25 @@ class SwiGLUMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.intermediate = intermediate
+        self.gate_up_proj: nn.Linear | None = None
+
+    def merge_gate_up(self) -> None:
+        """Concatenate ``gate_proj`` and ``up_proj`` into ``gate_up_proj`` (one GEMM reading ``x`` once).
+
+        Call after the weights are loaded; idempotent. The originals are removed to free memory.
+        """
+        if self.gate_up_proj is not None:
+            return
+        merged = torch.cat([self.gate_proj.weight.detach(), self.up_proj.weight.detach()])
+        with torch.device("meta"):
+            self.gate_up_proj = nn.Linear(merged.shape[1], merged.shape[0], bias=False)
+        self.gate_up_proj.weight = nn.Parameter(merged, requires_grad=False)
+        del self.gate_proj, self.up_proj
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: ``[T, H]`` -> ``[T, H]``."""
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_proj is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate) * up)

@@ -63,14 +63,14 @@ def completion_prompt_ids(server: ServerState, req: CompletionRequest) -> list[i
     """The prompt as token ids (a text prompt is tokenized as the checkpoint's tokenizer does).
 
     Raises:
-        InvalidRequestError: text prompt without a tokenizer, an empty prompt, or an id outside
-            the vocabulary.
+        InvalidRequestError: a text prompt without a tokenizer, an empty prompt, or a token id
+            outside the tokenizer's vocabulary (the engine checks the model's too).
     """
     if isinstance(req.prompt, list):
         ids = list(req.prompt)
-        vocab = getattr(server.tokenizer, "vocab_size", None) if server.tokenizer is not None else None
+        vocab = server.tokenizer.vocab_size if server.tokenizer is not None else None
         if vocab is not None and max(ids) >= vocab:
-            raise InvalidRequestError(f"prompt token id {max(ids)} is outside the vocabulary (size {vocab})",
+            raise InvalidRequestError(f"prompt token id {max(ids)} is outside the vocabulary of {vocab} tokens",
                                       param="prompt")
         return ids
     ids = _need_tokenizer(server, "a text prompt").encode(req.prompt, add_special_tokens=True)

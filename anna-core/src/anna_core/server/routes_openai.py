@@ -97,18 +97,41 @@ async def _final_output(server: ServerState, request: Request, request_id: str, 
     return final
 
 
-async def _stream_events(server: ServerState, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                         first: bytes | None, delta_chunk: Callable[[str], dict[str, Any]],
+async def _open_stream(server: ServerState, request_id: str, prompt_ids: list[int],
+                       params: SamplingParams) -> tuple[AsyncIterator[RequestOutput], RequestOutput | None]:
+    """Submit a request and wait for its first output, so that the engine refusing it (a limit,
+    shutdown) still reaches the client as an HTTP error status rather than inside a 200 stream."""
+    outputs = server.engine.generate(request_id, prompt_ids, params)
+    try:
+        first = await outputs.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except BaseException:
+        await outputs.aclose()
+        raise
+    return outputs, first
+
+
+async def _stream_events(server: ServerState, request_id: str, prompt_ids: list[int],
+                         outputs: AsyncIterator[RequestOutput], first_output: RequestOutput | None,
+                         head: bytes | None, delta_chunk: Callable[[str], dict[str, Any]],
                          finish_chunk: Callable[[str | None], dict[str, Any]],
                          usage_chunk: Callable[[dict[str, int]], dict[str, Any]] | None) -> AsyncIterator[bytes]:
     """SSE frames for one streamed request; aborts the engine request if the stream is cut."""
+
+    async def all_outputs() -> AsyncIterator[RequestOutput]:
+        if first_output is not None:
+            yield first_output
+        async for out in outputs:
+            yield out
+
     finished = False
     try:
-        if first is not None:
-            yield first
+        if head is not None:
+            yield head
         final: RequestOutput | None = None
-        async with contextlib.aclosing(server.engine.generate(request_id, prompt_ids, params)) as outputs:
-            async for out in outputs:
+        async with contextlib.aclosing(outputs):
+            async for out in all_outputs():
                 final = out
                 if out.delta_text:
                     yield sse_event(delta_chunk(out.delta_text))
@@ -163,9 +186,10 @@ async def chat_completions(request: Request, server: ServerState) -> Response:
         def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: dict[str, int] | None = None):
             return protocol.chat_chunk(request_id, created, model, delta, finish, usage=usage, include_usage=inc)
 
-        first = sse_event(chunk({"role": "assistant", "content": ""}))
+        outputs, first_output = await _open_stream(server, request_id, prompt_ids, params)
+        head = sse_event(chunk({"role": "assistant", "content": ""}))
         return sse_response(_stream_events(
-            server, request_id, prompt_ids, params, first,
+            server, request_id, prompt_ids, outputs, first_output, head,
             delta_chunk=lambda text: chunk({"content": text}),
             finish_chunk=lambda reason: chunk({}, reason),
             usage_chunk=(lambda usage: chunk(None, None, usage)) if inc else None,
@@ -191,8 +215,9 @@ async def completions(request: Request, server: ServerState) -> Response:
         def chunk(text: str | None, finish: str | None = None, usage: dict[str, int] | None = None):
             return protocol.completion_chunk(request_id, created, model, text, finish, usage=usage, include_usage=inc)
 
+        outputs, first_output = await _open_stream(server, request_id, prompt_ids, params)
         return sse_response(_stream_events(
-            server, request_id, prompt_ids, params, None,
+            server, request_id, prompt_ids, outputs, first_output, None,
             delta_chunk=lambda text: chunk(text),
             finish_chunk=lambda reason: chunk("", reason),
             usage_chunk=(lambda usage: chunk(None, None, usage)) if inc else None,

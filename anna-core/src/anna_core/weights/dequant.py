@@ -23,7 +23,8 @@ Block layouts (little-endian, after llama.cpp's ``ggml-common.h``; each is check
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch

@@ -8,7 +8,7 @@ llama.cpp's rotary row permutation of ``attn_q`` / ``attn_k``).
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

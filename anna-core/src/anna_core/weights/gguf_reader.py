@@ -13,8 +13,9 @@ stored as ``[ne0=in, ne1=out]`` is ``(out, in)`` here, like a ``nn.Linear`` weig
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import attrs
 import numpy as np

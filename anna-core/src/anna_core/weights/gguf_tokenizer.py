@@ -137,7 +137,7 @@ def load_gguf_tokenizer(
     if (target / "tokenizer.json").is_file():
         try:
             hf = AutoTokenizer.from_pretrained(str(target), local_files_only=True)
-        except Exception as exc:  # a damaged cache entry: rebuild it
+        except Exception as exc:  # noqa: BLE001 -- any damaged cache entry is rebuilt
             log.warning("ignoring unreadable tokenizer cache %s: %s", target, exc)
             shutil.rmtree(target, ignore_errors=True)
     if hf is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-
 from anna_core.errors import ModelLoadError
 
 
@@ -34,7 +33,7 @@ class LlamaConfig:
     torch_dtype: str | None = None
 
     @classmethod
-    def from_hf(cls, cfg: dict[str, Any]) -> "LlamaConfig":
+    def from_hf(cls, cfg: dict[str, Any]) -> LlamaConfig:
         """From a parsed ``config.json`` (transformers 4.x ``rope_scaling`` or 5.x ``rope_parameters``).
 
         Raises:
@@ -70,7 +69,7 @@ class LlamaConfig:
         return out
 
     @classmethod
-    def from_gguf(cls, gguf: Any) -> "LlamaConfig":
+    def from_gguf(cls, gguf: Any) -> LlamaConfig:
         """From the ``llama.*`` metadata of an :class:`anna_core.weights.gguf_reader.GGUFModelFile`.
 
         The head is tied when the file has no ``output.weight``. llama.cpp stores Llama-3.1

@@ -8,13 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from anna_core.errors import ModelLoadError
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
-from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
+from anna_core.weights.safetensors_loader import (
+    cast_meta_params,
+    load_safetensors,
+    materialize_dummy,
+)
+
 from anna_llama.config import LlamaConfig
 from anna_llama.model import LlamaForCausalLM
 from anna_llama.weights import gguf_name_map, gguf_transform, safetensors_name_map

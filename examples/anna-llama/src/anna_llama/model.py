@@ -9,12 +9,12 @@ HF's ``LlamaForCausalLM`` so a safetensors checkpoint maps onto them one to one.
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.kernels import OpTable
 from anna_core.layers import PagedAttention, RMSNorm, RotaryEmbedding, SwiGLUMLP
 from anna_core.model import AttentionCacheSpec, CacheSpec, ModelCaches
+from torch import nn
+
 from anna_llama.config import LlamaConfig
 
 

@@ -10,7 +10,7 @@ Safetensors checkpoints already use HF's names. GGUF files use llama.cpp's names
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

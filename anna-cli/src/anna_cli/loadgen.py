@@ -1,0 +1,409 @@
+"""Serving load generator for any OpenAI-compatible server (``anna bench-serve``); no anna-core import.
+
+Requests stream (SSE) from ``/v1/completions`` or ``/v1/chat/completions`` under a concurrency cap
+and/or Poisson arrivals at a given rate. Per request it measures, on the client's monotonic clock
+(``time.perf_counter``):
+
+* TTFT: request sent to the first chunk that carries output;
+* ITL: gaps between consecutive output-carrying chunks (a chunk usually holds one token; when a
+  server batches several tokens into one chunk the gap covers all of them);
+* TPOT: ``(e2e - ttft) / (output_tokens - 1)``;
+* end-to-end latency: request sent to the end of the stream.
+
+Output tokens come from the stream's final ``usage`` (``stream_options.include_usage``), or are
+the number of output-carrying chunks when a server sends no usage. Lengths are fixed by sending
+``max_tokens`` with ``ignore_eos: true``. Token-id prompts need no tokenizer; text prompts are
+random common words, about one token each, so their lengths are approximate.
+
+The run is bounded: ``num_requests`` requests at most, and nothing is sent after ``duration_s``;
+requests still streaming then are cancelled and counted as such. Only the given URL is contacted
+(proxy environment variables are ignored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+ENDPOINTS = ("completions", "chat")
+MAX_REQUESTS = 100_000
+
+#: Knob values a ``--scenario`` sets; explicit options override them.
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "concurrent-short": {"input_len": 128, "output_len": 128, "concurrency": 64, "num_requests": 256},
+    "single-long": {"input_len": 4096, "output_len": 512, "concurrency": 1, "num_requests": 4},
+    "mixed": {"input_len": 512, "output_len": 128, "range_ratio": 0.9, "concurrency": 16, "num_requests": 128},
+    "repeated-system-prompt": {"prefix_len": 1024, "input_len": 32, "output_len": 64, "concurrency": 16,
+                               "num_requests": 128},
+}
+
+# ~1 token each in common BPE vocabularies (with the leading space the join adds).
+_WORDS_TEXT = (
+    "the of and to in is was for on are with as at be by this have from or had not but what all were when we "
+    "there can an your which their said if do will each about how up out them then she many some so these "
+    "would other into has more her two like him see time could no make than first been its who now people my "
+    "made over did down only way find use may water long little very after words called just where most know"
+)
+_WORDS = _WORDS_TEXT.split()
+
+
+@dataclass
+class BenchConfig:
+    """One benchmark run; see ``anna bench-serve --help`` for each knob.
+
+    ``input_len`` is the unique part of each prompt (tokens); ``prefix_len`` tokens shared by every
+    request come before it. ``range_ratio`` r draws each request's input and output lengths
+    uniformly from ``[len * (1 - r), len * (1 + r)]``. ``concurrency=None`` means no cap;
+    ``request_rate=None`` (or ``inf``) sends every request at once.
+    """
+
+    base_url: str
+    model: str | None = None
+    api_key: str | None = None
+    endpoint: str = "completions"
+    scenario: str | None = None
+    num_requests: int = 100
+    concurrency: int | None = None
+    request_rate: float | None = None
+    input_len: int = 128
+    output_len: int = 128
+    prefix_len: int = 0
+    range_ratio: float = 0.0
+    prompt_token_ids: bool = False
+    vocab_size: int = 10_000
+    duration_s: float = 600.0
+    request_timeout_s: float = 600.0
+    seed: int = 0
+    ignore_eos: bool = True
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` with a clear message for a knob out of range."""
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"--endpoint must be one of {ENDPOINTS}, got {self.endpoint!r}")
+        if not 1 <= self.num_requests <= MAX_REQUESTS:
+            raise ValueError(f"--num-requests must be within [1, {MAX_REQUESTS}], got {self.num_requests}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"--concurrency must be >= 1, got {self.concurrency}")
+        if self.request_rate is not None and not self.request_rate > 0:
+            raise ValueError(f"--request-rate must be > 0, got {self.request_rate}")
+        if self.input_len < 1 or self.output_len < 1 or self.prefix_len < 0:
+            raise ValueError("--input-len and --output-len must be >= 1 and --prefix-len >= 0")
+        if not 0 <= self.range_ratio < 1:
+            raise ValueError(f"--range-ratio must be within [0, 1), got {self.range_ratio}")
+        if self.prompt_token_ids and self.endpoint == "chat":
+            raise ValueError("--prompt-token-ids needs --endpoint completions (chat messages are text)")
+        if self.vocab_size < 2:
+            raise ValueError(f"--vocab-size must be >= 2, got {self.vocab_size}")
+        if not self.duration_s > 0 or not self.request_timeout_s > 0:
+            raise ValueError("--duration-s and --request-timeout-s must be > 0")
+
+
+def resolve_config(base_url: str, scenario: str | None = None, **options: Any) -> BenchConfig:
+    """A validated config: defaults, then the scenario's values, then every option that is not ``None``.
+
+    With neither a concurrency nor a request rate from the scenario or the options, requests go one
+    at a time (``concurrency=1``); a rate alone leaves the concurrency unbounded.
+
+    Raises:
+        ValueError: unknown scenario or a knob out of range.
+    """
+    values: dict[str, Any] = {}
+    if scenario is not None:
+        if scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {scenario!r}; choose from {sorted(SCENARIOS)}")
+        values.update(SCENARIOS[scenario])
+    values.update({k: v for k, v in options.items() if v is not None})
+    if values.get("concurrency") is None and values.get("request_rate") is None:
+        values["concurrency"] = 1
+    if values.get("request_rate") == math.inf:
+        values["request_rate"] = None
+    cfg = BenchConfig(base_url=base_url, scenario=scenario, **values)
+    cfg.validate()
+    return cfg
+
+
+def api_root(base_url: str) -> str:
+    """``http://host:port`` or ``http://host:port/v1`` -> ``http://host:port/v1``."""
+    root = base_url.rstrip("/")
+    return root if root.endswith("/v1") else root + "/v1"
+
+
+def percentile(samples: list[float], p: float) -> float | None:
+    """The p-th percentile (linear interpolation between closest ranks); ``None`` if empty."""
+    if not samples:
+        return None
+    xs = sorted(samples)
+    rank = p / 100 * (len(xs) - 1)
+    lo = int(rank)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
+
+
+def arrival_offsets(n: int, rate: float | None, rng: random.Random) -> list[float]:
+    """Send times (s after start) of ``n`` requests: a Poisson process of ``rate`` requests/s
+    (exponential gaps, the first request at 0), or all at 0 when ``rate`` is ``None``."""
+    if rate is None or math.isinf(rate):
+        return [0.0] * n
+    out, t = [], 0.0
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+@dataclass
+class RequestSpec:
+    index: int
+    prompt: str | list[int]  # completions prompt, or the chat user message
+    system: str | None  # chat only: the shared prefix as a system message
+    input_len: int  # nominal prompt tokens (prefix + unique part)
+    output_len: int
+
+
+def _length(rng: random.Random, n: int, ratio: float) -> int:
+    if ratio == 0:
+        return n
+    return rng.randint(max(1, int(n * (1 - ratio))), max(1, int(n * (1 + ratio))))
+
+
+def build_requests(cfg: BenchConfig, rng: random.Random) -> list[RequestSpec]:
+    """The ``cfg.num_requests`` prompts of a run (deterministic for a given ``rng`` seed)."""
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(1, cfg.vocab_size) for _ in range(n)]
+
+    def text(n: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+    make = tokens if cfg.prompt_token_ids else text
+    prefix = make(cfg.prefix_len) if cfg.prefix_len else None
+    specs = []
+    for i in range(cfg.num_requests):
+        n_in = _length(rng, cfg.input_len, cfg.range_ratio)
+        n_out = _length(rng, cfg.output_len, cfg.range_ratio)
+        unique = make(n_in)
+        system = None
+        if prefix is None:
+            prompt = unique
+        elif cfg.endpoint == "chat":
+            prompt, system = unique, prefix
+        else:
+            prompt = prefix + unique if cfg.prompt_token_ids else f"{prefix} {unique}"
+        specs.append(RequestSpec(i, prompt, system, cfg.prefix_len + n_in, n_out))
+    return specs
+
+
+def request_body(cfg: BenchConfig, model: str, spec: RequestSpec) -> dict[str, Any]:
+    """The JSON body of one streamed request."""
+    body: dict[str, Any] = {"model": model, "max_tokens": spec.output_len, "stream": True,
+                            "stream_options": {"include_usage": True}}
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    if cfg.endpoint == "chat":
+        messages = [] if spec.system is None else [{"role": "system", "content": spec.system}]
+        body["messages"] = messages + [{"role": "user", "content": spec.prompt}]
+    else:
+        body["prompt"] = spec.prompt
+    return body
+
+
+@dataclass
+class RequestResult:
+    index: int
+    ok: bool = False
+    error: str | None = None
+    cancelled: bool = False
+    sent_at_s: float | None = None  # after the run's start
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    chunks: int = 0
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+def _chunk_has_output(obj: dict[str, Any], endpoint: str) -> bool:
+    for choice in obj.get("choices") or []:
+        if endpoint == "chat":
+            delta = choice.get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
+                    or delta.get("tool_calls"):
+                return True
+        elif choice.get("text"):
+            return True
+    return False
+
+
+async def stream_request(client: httpx.AsyncClient, url: str, body: dict[str, Any], endpoint: str,
+                         result: RequestResult) -> None:
+    """Send one streamed request and fill ``result`` with its timings and token counts."""
+    start = time.perf_counter()
+    last: float | None = None
+    usage: dict[str, Any] | None = None
+    try:
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread())[:300].decode(errors="replace")
+                result.error = f"HTTP {resp.status_code}: {text}"
+                return
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                now = time.perf_counter()
+                obj = json.loads(data)
+                if obj.get("error"):
+                    result.error = f"stream error: {json.dumps(obj['error'])[:300]}"
+                    return
+                if obj.get("usage"):
+                    usage = obj["usage"]
+                if _chunk_has_output(obj, endpoint):
+                    if last is None:
+                        result.ttft_s = now - start
+                    else:
+                        result.itl_s.append(now - last)
+                    last = now
+                    result.chunks += 1
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        return
+    result.e2e_s = time.perf_counter() - start
+    if usage is not None:
+        result.prompt_tokens = usage.get("prompt_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        result.cached_tokens = details.get("cached_tokens")
+    result.output_tokens = int(usage["completion_tokens"]) if usage and "completion_tokens" in usage \
+        else result.chunks
+    if result.chunks == 0:
+        result.error = "the stream ended without output"
+        return
+    result.ok = True
+
+
+async def first_model(client: httpx.AsyncClient, root: str) -> str:
+    """The first model id of ``GET {root}/models``.
+
+    Raises:
+        ValueError: the server answers no model.
+    """
+    resp = await client.get(f"{root}/models")
+    resp.raise_for_status()
+    data = resp.json().get("data") or []
+    if not data:
+        raise ValueError(f"{root}/models lists no model; pass --model")
+    return str(data[0]["id"])
+
+
+async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
+    """Run the benchmark described by ``cfg`` and return :func:`summarize`'s report."""
+    cfg.validate()
+    rng = random.Random(cfg.seed)
+    root = api_root(cfg.base_url)
+    url = f"{root}/chat/completions" if cfg.endpoint == "chat" else f"{root}/completions"
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
+    async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(cfg.request_timeout_s), limits=limits,
+                                 trust_env=False) as client:
+        model = cfg.model or await first_model(client, root)
+        specs = build_requests(cfg, rng)
+        offsets = arrival_offsets(len(specs), cfg.request_rate, rng)
+        results = [RequestResult(s.index) for s in specs]
+        gate = asyncio.Semaphore(cfg.concurrency or len(specs))
+        t0 = time.perf_counter()
+
+        async def one(spec: RequestSpec, offset: float) -> None:
+            result = results[spec.index]
+            try:
+                await asyncio.sleep(max(0.0, t0 + offset - time.perf_counter()))
+                async with gate:
+                    result.sent_at_s = time.perf_counter() - t0
+                    await stream_request(client, url, request_body(cfg, model, spec), cfg.endpoint, result)
+            except asyncio.CancelledError:
+                if result.sent_at_s is not None and not result.ok and result.error is None:
+                    result.cancelled = True
+                raise
+
+        tasks = [asyncio.create_task(one(s, o)) for s, o in zip(specs, offsets)]
+        _, pending = await asyncio.wait(tasks, timeout=cfg.duration_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        elapsed = time.perf_counter() - t0
+    return summarize(cfg, model, results, elapsed)
+
+
+def _stats_ms(samples: list[float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {f"p{p}": None if (v := percentile(samples, p)) is None else v * 1000.0
+                                    for p in (50, 95, 99)}
+    out["mean"] = sum(samples) / len(samples) * 1000.0 if samples else None
+    return out
+
+
+def summarize(cfg: BenchConfig, model: str, results: list[RequestResult], elapsed_s: float) -> dict[str, Any]:
+    """The JSON-ready report: counts, throughput and latency percentiles (ms) of successful requests."""
+    ok = [r for r in results if r.ok]
+    failed = [r for r in results if r.error is not None]
+    out_tokens = sum(r.output_tokens for r in ok)
+    prompt_tokens = sum(r.prompt_tokens or 0 for r in ok)
+    tpot = [(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok
+            if r.output_tokens > 1 and r.e2e_s is not None and r.ttft_s is not None]
+    knobs = asdict(cfg)
+    knobs.pop("api_key")
+    return {
+        "config": knobs,
+        "model": model,
+        "requests": {"total": len(results), "succeeded": len(ok), "failed": len(failed),
+                     "cancelled": sum(r.cancelled for r in results),
+                     "not_sent": sum(r.sent_at_s is None for r in results)},
+        "duration_s": elapsed_s,
+        "requests_per_s": len(ok) / elapsed_s if elapsed_s > 0 else 0.0,
+        "output_tokens": out_tokens,
+        "output_tokens_per_s": out_tokens / elapsed_s if elapsed_s > 0 else 0.0,
+        "prompt_tokens": prompt_tokens,
+        "cached_prompt_tokens": sum(r.cached_tokens or 0 for r in ok),
+        "ttft_ms": _stats_ms([r.ttft_s for r in ok if r.ttft_s is not None]),
+        "itl_ms": _stats_ms([gap for r in ok for gap in r.itl_s]),
+        "tpot_ms": _stats_ms(tpot),
+        "e2e_ms": _stats_ms([r.e2e_s for r in ok if r.e2e_s is not None]),
+        "errors": dict(Counter(r.error for r in failed).most_common(5)),
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report as an aligned two-column text table."""
+    cfg, req = report["config"], report["requests"]
+    rows: list[tuple[str, str]] = [
+        ("scenario", str(cfg["scenario"] or "-")),
+        ("model", report["model"]),
+        ("endpoint", cfg["endpoint"]),
+        ("concurrency / rate", f"{cfg['concurrency'] or 'unbounded'} / {cfg['request_rate'] or 'all at once'}"),
+        ("input / output len", f"{cfg['prefix_len'] + cfg['input_len']} / {cfg['output_len']}"),
+        ("succeeded / total", f"{req['succeeded']} / {req['total']}"),
+        ("failed / cancelled / not sent", f"{req['failed']} / {req['cancelled']} / {req['not_sent']}"),
+        ("duration (s)", f"{report['duration_s']:.2f}"),
+        ("requests/s", f"{report['requests_per_s']:.2f}"),
+        ("output tokens", str(report["output_tokens"])),
+        ("output tokens/s", f"{report['output_tokens_per_s']:.1f}"),
+        ("cached prompt tokens", str(report["cached_prompt_tokens"])),
+    ]
+    for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E")):
+        stats = report[key]
+        rows.append((f"{label} p50 / p95 / p99 (ms)", " / ".join(
+            "-" if stats[p] is None else f"{stats[p]:.1f}" for p in ("p50", "p95", "p99"))))
+    for error, count in report["errors"].items():
+        rows.append((f"error x{count}", error))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

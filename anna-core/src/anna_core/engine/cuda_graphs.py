@@ -1,0 +1,276 @@
+"""Captured decode steps: one device graph per batch-size bucket, replayed over static buffers.
+
+A decode step (every sequence contributes one token) runs the whole model, the LM head and the
+batched sampler. At start-up, for each bucket ``b`` (1, 2, 4, 8, ... up to the largest batch) and
+each sampling mode (``"greedy"``: argmax only; ``"sample"``: :func:`~anna_core.engine.sampler.sample_no_sync`
+with per-row temperature / top-k / top-p / min-p / seed), the step is warmed up and captured over
+static device buffers. A step of ``n`` sequences then
+
+1. writes its inputs into one page-locked host staging buffer (rows ``n..b-1`` are padding that
+   reads and writes only the scratch KV block and state slot, see
+   :func:`~anna_core.engine.cache_allocator.scratch_block`),
+2. copies it to the device in one non-blocking copy,
+3. replays the graph of the smallest bucket ``>= n``,
+4. and the caller reads the ``n`` sampled ids back: the step's one host sync.
+
+Nothing inside the captured region reads device values on the host or depends on ``n``. The
+device services (graph objects, streams, pinned memory) come from :class:`anna_core.device.Accelerator`,
+so a fake accelerator exercises this logic on the CPU in tests.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from anna_core.device import Accelerator
+from anna_core.engine.cache_allocator import scratch_block, scratch_slot
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.sampler import sample_no_sync
+from anna_core.errors import AnnaError
+from anna_core.model import ModelCaches
+
+log = logging.getLogger("anna.engine")
+
+MODES = ("greedy", "sample")
+"""Sampling modes captured per bucket."""
+
+# int64 fields of the staging buffer, one per row (block tables follow as int32 [B, W]).
+_I64 = ("input_ids", "positions", "slot_mapping", "state_slots", "top_k", "seeds", "steps")
+_F32 = ("temperature", "top_p", "min_p")
+_I32 = ("seq_lens",)
+
+
+def bucket_sizes(max_batch: int) -> list[int]:
+    """Powers of two below ``max_batch``, then ``max_batch`` itself: ``7 -> [1, 2, 4, 7]``.
+
+    Raises:
+        AnnaError: ``max_batch < 1``.
+    """
+    if max_batch < 1:
+        raise AnnaError(f"the largest graph batch must be at least 1, got {max_batch}")
+    sizes, b = [], 1
+    while b < max_batch:
+        sizes.append(b)
+        b *= 2
+    return sizes + [max_batch]
+
+
+class _Staging:
+    """One byte buffer holding every per-step input, as a pinned host copy and a device copy.
+
+    Fields are 8-byte aligned slices viewed with their own dtypes, so one ``copy_`` moves them all.
+    """
+
+    def __init__(self, accel: Accelerator, rows: int, width: int):
+        layout: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
+        offset = 0
+
+        def add(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+            nonlocal offset
+            nbytes = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+            layout[name] = (offset, dtype, shape)
+            offset += -(-nbytes // 8) * 8
+
+        for name in _I64:
+            add(name, torch.int64, (rows,))
+        for name in _F32:
+            add(name, torch.float32, (rows,))
+        for name in _I32:
+            add(name, torch.int32, (rows,))
+        add("block_tables", torch.int32, (rows, width))
+        self.nbytes = offset
+        self.host = accel.pin(torch.zeros(offset, dtype=torch.uint8))
+        self.device = torch.zeros(offset, dtype=torch.uint8, device=accel.device)
+        host_np = self.host.numpy()
+        np_types = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32}
+        self.h: dict[str, np.ndarray] = {}
+        self.d: dict[str, torch.Tensor] = {}
+        for name, (off, dtype, shape) in layout.items():
+            size = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+            self.h[name] = host_np[off:off + size].view(np_types[dtype]).reshape(shape)
+            self.d[name] = self.device[off:off + size].view(dtype).view(shape)
+
+    def upload(self) -> None:
+        self.device.copy_(self.host, non_blocking=True)
+
+
+class DecodeGraphs:
+    """Bucketed decode graphs of one model over its caches.
+
+    Args:
+        model: a :class:`~anna_core.model.CausalLM` (``forward`` + ``compute_logits``).
+        caches: its caches, allocated with scratch entries (:func:`~anna_core.engine.cache_allocator.allocate_caches`).
+        accel: the device services; ``accel.graphs`` must be true to :meth:`capture`.
+        max_batch: the largest decode batch captured (the engine's ``max_num_seqs``).
+        max_blocks_per_seq: block-table width ``W`` (``ceil(max_model_len / block_size)``).
+        vocab_size: rows of the LM head (for neutral top-k values).
+        compile_fn: wraps the forward + logits function before capture (``torch.compile``), or None.
+        modes: sampling modes to capture (subset of :data:`MODES`).
+
+    Raises:
+        AnnaError: a non-positive size.
+    """
+
+    def __init__(self, model: Any, caches: ModelCaches, accel: Accelerator, *, max_batch: int,
+                 max_blocks_per_seq: int, vocab_size: int, compile_fn: Callable | None = None,
+                 modes: Sequence[str] = MODES):
+        if max_blocks_per_seq < 1 or vocab_size < 1:
+            raise AnnaError("max_blocks_per_seq and vocab_size must be positive")
+        unknown = set(modes) - set(MODES)
+        if unknown:
+            raise AnnaError(f"unknown sampling modes {sorted(unknown)}; use {MODES}")
+        self.model = model
+        self.caches = caches
+        self.accel = accel
+        self.buckets = bucket_sizes(max_batch)
+        self.width = max_blocks_per_seq
+        self.vocab_size = vocab_size
+        self.modes = tuple(modes)
+        self._forward = compile_fn(self._forward_logits) if compile_fn else self._forward_logits
+        rows = self.buckets[-1]
+        self.staging = _Staging(accel, rows, self.width)
+        self.out = torch.zeros(rows, dtype=torch.int64, device=accel.device)
+        self._cu = torch.arange(rows + 1, dtype=torch.int32, device=accel.device)
+        self._rows = torch.arange(rows, dtype=torch.int64, device=accel.device)
+        self.pad_block = scratch_block(caches)
+        self.pad_slot = scratch_slot(caches)
+        self._graphs: dict[tuple[int, str], Any] = {}
+        self._fill_padding(0)
+
+    # -- capture ------------------------------------------------------------------------------
+
+    def _batch(self, b: int) -> ForwardBatch:
+        d = self.staging.d
+        return ForwardBatch(
+            input_ids=d["input_ids"][:b], positions=d["positions"][:b], cu_seqlens=self._cu[:b + 1],
+            seq_lens=d["seq_lens"][:b], block_tables=d["block_tables"][:b], slot_mapping=d["slot_mapping"][:b],
+            state_slots=d["state_slots"][:b], logits_indices=self._rows[:b], query_lens=[1] * b,
+            context_lens=[1] * b, is_decode=True,
+        )
+
+    def _forward_logits(self, batch: ForwardBatch) -> torch.Tensor:
+        hidden = self.model(batch, self.caches)  # [b, hidden]: every row samples
+        return self.model.compute_logits(hidden)  # [b, vocab] float32
+
+    def _step(self, b: int, mode: str) -> None:
+        """The captured work of bucket ``b``: forward, logits, sampling, ids into ``self.out``."""
+        logits = self._forward(self._batch(b))
+        if mode == "greedy":
+            ids = logits.argmax(dim=-1)
+        else:
+            d = self.staging.d
+            ids = sample_no_sync(logits, d["temperature"][:b], d["top_k"][:b], d["top_p"][:b], d["min_p"][:b],
+                                 d["seeds"][:b], d["steps"][:b])
+        self.out[:b].copy_(ids)
+
+    @torch.inference_mode()
+    def capture(self, warmup_iters: int = 2) -> None:
+        """Warm up and capture every (bucket, mode), largest bucket first, sharing one memory pool.
+
+        Padding inputs (scratch block / slot) are staged, so capture touches no sequence's cache.
+
+        Raises:
+            AnnaError: the device cannot capture graphs.
+        """
+        if not self.accel.graphs:
+            raise AnnaError(f"{self.accel.device} cannot capture graphs")
+        self._fill_padding(0)
+        self.staging.upload()
+        pool = self.accel.graph_pool()
+        for b in reversed(self.buckets):
+            for mode in self.modes:
+                with self.accel.side_stream():
+                    for _ in range(warmup_iters):
+                        self._step(b, mode)
+                self.accel.synchronize()
+                graph = self.accel.new_graph(pool)
+                with graph.capture():
+                    self._step(b, mode)
+                self._graphs[(b, mode)] = graph
+        self.accel.synchronize()
+        log.info("captured decode graphs for batch sizes %s, modes %s", self.buckets, list(self.modes))
+
+    @property
+    def captured(self) -> bool:
+        return bool(self._graphs)
+
+    # -- replay -------------------------------------------------------------------------------
+
+    def bucket_for(self, n: int) -> int | None:
+        """The smallest bucket holding ``n`` rows (None when ``n`` exceeds the largest)."""
+        for b in self.buckets:
+            if b >= n:
+                return b
+        return None
+
+    def _fill_padding(self, start: int) -> None:
+        h = self.staging.h
+        h["input_ids"][start:] = 0
+        h["positions"][start:] = 0
+        h["slot_mapping"][start:] = self.pad_block * self._block_size()
+        h["state_slots"][start:] = self.pad_slot
+        h["seq_lens"][start:] = 1
+        h["block_tables"][start:] = self.pad_block
+        h["temperature"][start:] = 0.0
+        h["top_p"][start:] = 2.0
+        h["min_p"][start:] = 0.0
+        h["top_k"][start:] = self.vocab_size
+        h["seeds"][start:] = 0
+        h["steps"][start:] = 0
+
+    def _block_size(self) -> int:
+        return self.caches.block_size
+
+    def run(self, token_ids: Sequence[int], positions: Sequence[int], block_tables: Sequence[Sequence[int]],
+            state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
+            ints: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+        """Stage one decode step of ``n`` sequences and replay its graph.
+
+        Args:
+            token_ids, positions: ``[n]`` the new token and its position per sequence.
+            block_tables: per sequence its KV blocks (at most ``W`` each).
+            state_slots: ``[n]`` recurrent-state slots.
+            mode: ``"greedy"`` or ``"sample"``.
+            floats, ints: per row sampling parameters from :func:`~anna_core.engine.sampler.param_rows`
+                (needed for ``"sample"``).
+
+        Returns:
+            ``[n]`` int64 sampled ids on the device (not yet synchronized).
+
+        Raises:
+            AnnaError: not captured, ``n`` above the largest bucket, a block table wider than ``W``.
+        """
+        n = len(token_ids)
+        b = self.bucket_for(n)
+        graph = self._graphs.get((b, mode)) if b is not None else None
+        if graph is None:
+            raise AnnaError(f"no captured decode graph for {n} sequences in mode {mode!r}")
+        h = self.staging.h
+        bs = self._block_size()
+        h["input_ids"][:n] = token_ids
+        h["positions"][:n] = positions
+        h["state_slots"][:n] = state_slots
+        h["seq_lens"][:n] = [p + 1 for p in positions]
+        tables = h["block_tables"]
+        slot_map = h["slot_mapping"]
+        for i, (table, pos) in enumerate(zip(block_tables, positions)):
+            if len(table) > self.width:
+                raise AnnaError(f"a block table of {len(table)} blocks exceeds the captured width {self.width}")
+            tables[i, :len(table)] = table
+            tables[i, len(table):] = self.pad_block
+            slot_map[i] = table[pos // bs] * bs + pos % bs
+        if mode == "sample":
+            f = np.asarray(floats, dtype=np.float32).reshape(n, 3)
+            k = np.asarray(ints, dtype=np.int64).reshape(n, 3)
+            h["temperature"][:n], h["top_p"][:n], h["min_p"][:n] = f[:, 0], f[:, 1], f[:, 2]
+            h["top_k"][:n], h["seeds"][:n], h["steps"][:n] = k[:, 0], k[:, 1], k[:, 2]
+        if n < b:
+            self._fill_padding(n)
+        self.staging.upload()
+        graph.replay()
+        return self.out[:n]

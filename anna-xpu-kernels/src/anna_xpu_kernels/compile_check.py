@@ -1,0 +1,97 @@
+"""Compile every Triton kernel of this package for an NVIDIA target without a GPU (ahead of time).
+
+The CPU tests run the kernels under Triton's interpreter, which accepts some programs the compiler
+rejects (and vice versa). This check lowers representative specialisations of each kernel through
+Triton's real pipeline down to a cubin with the bundled ``ptxas`` (default target ``sm_90``,
+the H100/H200), so a kernel that would fail to compile on the GPU fails here first.
+
+    python -m anna_xpu_kernels.compile_check [--arch 90]
+
+Must run in a process without ``TRITON_INTERPRET`` / ``ANNA_TRITON_INTERPRET`` (the kernels would be
+interpreted functions). Prints one line per compiled kernel; exits non-zero on the first failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+_INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr": "i32", "seq_lens_ptr": "i32",
+               "tables_ptr": "i32", "tile_seq_ptr": "i32", "tile_first_ptr": "i32"}
+_FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr"}
+_FLOAT_SCALARS = {"eps", "scale", "qk_scale"}
+
+
+def _signature(fn, act: str, constexprs: dict[str, Any]) -> dict[str, str]:
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            sig[name] = "*" + (_INDEX_PTRS.get(name) or ("fp32" if name in _FP32_PTRS else act))
+        else:
+            sig[name] = "fp32" if name in _FLOAT_SCALARS else "i32"
+    return sig
+
+
+def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    """(kernel, activation type, constexprs, num_warps) at the Qwen3.5-9B shapes."""
+    from anna_xpu_kernels import conv1d, gated_delta_rule, norms, paged_attention
+
+    for act in ("bf16", "fp32"):
+        yield norms._rms_norm_kernel, act, {"ZERO_CENTERED": True, "GATED": False, "BLOCK_M": 1, "BLOCK_D": 4096}, 8
+        yield norms._rms_norm_kernel, act, {"ZERO_CENTERED": False, "GATED": True, "BLOCK_M": 16, "BLOCK_D": 128}, 4
+        yield conv1d._conv_update_kernel, act, {"WIDTH": 4, "BLOCK_W": 4, "HAS_BIAS": True, "SILU": True,
+                                                 "BLOCK_C": 256}, 4
+        yield conv1d._conv_prefill_kernel, act, {"WIDTH": 4, "HAS_BIAS": False, "SILU": True, "BLOCK_T": 32,
+                                                  "BLOCK_C": 128}, 4
+        yield conv1d._conv_prefill_state_kernel, act, {"WIDTH": 4, "BLOCK_W": 4, "BLOCK_C": 256}, 4
+        yield gated_delta_rule._gdr_decode_kernel, act, {"BLOCK_K": 128, "BLOCK_V": 32}, 4
+    attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32}
+    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "NUM_SPLITS": 8}, 4
+    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 16, "BLOCK_M": 64, "NUM_SPLITS": 1,
+                                                            "HAS_WINDOW": True}, 8
+    yield paged_attention._paged_attention_kernel, "fp32", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "NUM_SPLITS": 1,
+                                                            "UPCAST_DOT": True}, 4
+    yield paged_attention._merge_splits_kernel, "bf16", {"NUM_SPLITS": 8, "BLOCK_S": 8, "BLOCK_D": 256}, 4
+
+
+def compile_all(arch: int = 90) -> list[str]:
+    """Compile every case for ``cuda:sm_<arch>``; return one description line per kernel.
+
+    Raises:
+        RuntimeError: the kernels were imported under the interpreter.
+        triton.CompilationError (or ptxas errors): a kernel does not compile.
+    """
+    from anna_xpu_kernels._triton import INTERPRETING, triton
+
+    if INTERPRETING:
+        raise RuntimeError("compile_check needs a process without TRITON_INTERPRET / ANNA_TRITON_INTERPRET")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    lines = []
+    for kernel, act, constexprs, num_warps in _cases():
+        fn = kernel
+        while not isinstance(fn, triton.runtime.jit.JITFunction):  # unwrap @autotune
+            fn = fn.fn
+        src = ASTSource(fn, _signature(fn, act, constexprs), constexprs=constexprs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+        shown = {k: v for k, v in constexprs.items() if k.startswith("BLOCK") or k == "NUM_SPLITS"}
+        lines.append(f"{fn.__name__} {act} {shown}: ok, {compiled.metadata.shared} B shared memory")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m anna_xpu_kernels.compile_check", description=__doc__.split("\n")[0])
+    parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 90 (H100/H200), 80 (A100)")
+    args = parser.parse_args(argv)
+    for line in compile_all(args.arch):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

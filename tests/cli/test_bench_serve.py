@@ -12,12 +12,12 @@ import time
 from typing import Any
 
 import pytest
+from anna_cli.bench_report import percentile
 from anna_cli.loadgen import (
     BenchConfig,
     api_root,
     arrival_offsets,
     build_requests,
-    percentile,
     resolve_config,
     run_benchmark,
 )

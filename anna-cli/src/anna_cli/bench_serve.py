@@ -9,13 +9,8 @@ from typing import Any
 
 import click
 
-from anna_cli.loadgen import (
-    ENDPOINTS,
-    SCENARIOS,
-    format_table,
-    resolve_config,
-    run_benchmark,
-)
+from anna_cli.bench_report import format_table
+from anna_cli.loadgen import ENDPOINTS, SCENARIOS, resolve_config, run_benchmark
 
 
 def _scenario_help() -> str:

@@ -5,6 +5,8 @@ Wraps cpu / cuda / xpu: choosing the device, synchronizing, memory statistics.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from anna_core.errors import AnnaError
@@ -87,18 +89,15 @@ def memory_stats(device: torch.device) -> dict[str, int]:
 
 
 class StepGraph:
-    """One captured device graph: ``capture()`` is a context manager recording the work issued inside
-    it; ``replay()`` re-issues that work on the tensors it captured (static addresses)."""
+    """One captured device graph; ``replay()`` re-issues the captured work on the tensors it captured
+    (static addresses). ``graph`` keeps the backend's graph object alive."""
 
-    def __init__(self, graph: object, capture_ctx: object):
-        self._graph = graph
-        self._capture_ctx = capture_ctx
-
-    def capture(self):
-        return self._capture_ctx
+    def __init__(self, replay: Callable[[], None], graph: object = None):
+        self._replay = replay
+        self.graph = graph
 
     def replay(self) -> None:
-        self._graph.replay()
+        self._replay()
 
 
 class Accelerator:
@@ -133,18 +132,24 @@ class Accelerator:
             return torch.xpu.graph_pool_handle()
         return None
 
-    def new_graph(self, pool: object | None = None) -> StepGraph:
-        """A fresh graph to capture into.
+    def capture(self, fn: Callable[[], None], pool: object | None = None) -> StepGraph:
+        """Run ``fn`` once under graph capture and return the graph that replays its device work.
+
+        ``fn`` must issue only device work on tensors that outlive the graph (no host syncs).
 
         Raises:
             AnnaError: the device cannot capture graphs.
         """
         if self.device.type == "cuda":
             g = torch.cuda.CUDAGraph()
-            return StepGraph(g, torch.cuda.graph(g, pool=pool))
+            with torch.cuda.graph(g, pool=pool):
+                fn()
+            return StepGraph(g.replay, g)
         if self.device.type == "xpu" and hasattr(torch.xpu, "XPUGraph"):
             g = torch.xpu.XPUGraph()
-            return StepGraph(g, torch.xpu.graph(g, pool=pool))
+            with torch.xpu.graph(g, pool=pool):
+                fn()
+            return StepGraph(g.replay, g)
         raise AnnaError(f"graph capture is not available on {self.device}")
 
     def side_stream(self):

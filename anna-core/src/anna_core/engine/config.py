@@ -1,6 +1,13 @@
-"""Engine settings: batch limits, KV block size and how much memory the caches may take."""
+"""Engine settings: scheduler knobs, KV block size, cache memory and prefix caching (pure Python).
+
+Each knob has one meaning. Scheduler profiles (:mod:`anna_core.engine.profiles`) set the
+scheduler knobs together; :meth:`EngineConfig.from_profile` applies a profile, then the knobs a
+caller set explicitly.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 
@@ -12,37 +19,105 @@ def _positive(instance: object, attribute: attrs.Attribute, value: int | None) -
         raise AnnaError(f"{attribute.name} must be at least 1, got {value}")
 
 
+def _non_negative(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
+    if value is not None and value < 0:
+        raise AnnaError(f"{attribute.name} must not be negative, got {value}")
+
+
 @attrs.define
 class EngineConfig:
-    """How the engine batches requests and sizes its caches.
+    """How the engine schedules requests and sizes its caches.
+
+    Scheduler knobs (``0`` means "off" / "no limit" where noted):
 
     Attributes:
-        max_num_seqs: sequences per step (running requests at once); also the number of
-            recurrent-state slots.
-        max_num_batched_tokens: tokens computed per step, all sequences together (prefill chunks
-            plus one per decode).
-        prefill_chunk_size: prompt tokens of one request per step (``None``: bounded only by
-            ``max_num_batched_tokens``).
+        max_num_seqs: max batch size: sequences computed per step (running requests at once);
+            also the number of recurrent-state slots.
+        max_prefill_tokens: prompt tokens computed per step, all requests together (prefill
+            chunks, including the recompute of preempted requests). Decodes are not counted.
+        prefill_chunk_size: prompt tokens of one request per step; ``0`` = auto: a chunk may take
+            at most half of the free KV blocks (at least one block), otherwise the step's budget.
+        max_decode_tokens: cached tokens that one step's decodes may read together (a decode of a
+            sequence with ``n`` tokens reads ``n``); bounds attention cost per step. The first
+            decode of a step always runs; ``0`` = no limit.
+        batch_wait_ms: a busy engine (one with running requests) waits up to this long after a
+            request arrives for more arrivals before admitting a prefill, so that prefills are
+            batched; an idle engine never waits. ``0`` = admit at once.
+        max_queue_wait_ms: fairness: a request that has waited longer than this is admitted
+            before running requests continue their prefills (which would grow the decode work);
+            ``0`` = off.
+        max_waiting_requests: backpressure: adding a request while this many wait raises
+            :class:`~anna_core.errors.QueueFullError` (HTTP 429); ``0`` = unbounded.
+        dynamic_token_budget: scale the prefill budget down as free KV blocks run short (full
+            budget while at least half the cache is free) and as the decodes read more cached
+            tokens (relative to ``max_decode_tokens``).
+        request_timeout_s: a request running longer than this (from arrival) ends with finish
+            reason ``"error"``; ``0`` = no timeout.
+
+    Cache knobs:
+
+    Attributes:
         block_size: tokens per paged KV block.
         num_blocks: KV blocks to allocate; overrides the memory budget when set.
         kv_cache_memory_gib: memory (GiB) for the KV blocks when ``num_blocks`` is unset;
-            ``None`` picks a default from the device (see
-            :func:`anna_core.engine.cache_allocator.default_kv_budget_bytes`).
+            ``None`` sizes it from the device's free memory (see
+            :func:`anna_core.engine.cache_allocator.default_kv_budget_bytes`) minus
+            ``reserve_memory_mib`` and the snapshot budget.
+        reserve_memory_mib: memory (MiB) left free when sizing the KV cache from free memory.
         max_model_len: the longest sequence (prompt + output) served; ``None`` uses the
             checkpoint's limit. Always capped by what the KV cache can hold.
+        enable_prefix_caching: reuse computed KV blocks (and recurrent-state snapshots) of
+            earlier prompts with the same prefix.
+        snapshot_interval: tokens between recurrent-state snapshots of hybrid models (a multiple
+            of ``block_size``); prefill chunks end at these boundaries so the state is captured.
+        snapshot_memory_mib: memory (MiB) for recurrent-state snapshots (their own budget).
+        num_snapshots: snapshots to allocate; overrides ``snapshot_memory_mib`` when set.
+        prompt_cache_size: keep the final state, tail KV block and last logits of this many most
+            recent exact prompts; an exact repeat then samples its first token without computing;
+            ``0`` disables the prompt cache.
 
     Raises:
-        AnnaError: a limit is not positive.
+        AnnaError: a limit is out of range.
     """
 
     max_num_seqs: int = attrs.field(default=64, validator=_positive)
-    max_num_batched_tokens: int = attrs.field(default=2048, validator=_positive)
-    prefill_chunk_size: int | None = attrs.field(default=None, validator=_positive)
+    max_prefill_tokens: int = attrs.field(default=2048, validator=_positive)
+    prefill_chunk_size: int = attrs.field(default=0, validator=_non_negative)
+    max_decode_tokens: int = attrs.field(default=0, validator=_non_negative)
+    batch_wait_ms: float = attrs.field(default=0.0, validator=_non_negative)
+    max_queue_wait_ms: float = attrs.field(default=0.0, validator=_non_negative)
+    max_waiting_requests: int = attrs.field(default=0, validator=_non_negative)
+    dynamic_token_budget: bool = False
+    request_timeout_s: float = attrs.field(default=0.0, validator=_non_negative)
     block_size: int = attrs.field(default=16, validator=_positive)
     num_blocks: int | None = attrs.field(default=None, validator=_positive)
     kv_cache_memory_gib: float | None = None
+    reserve_memory_mib: float = attrs.field(default=0.0, validator=_non_negative)
     max_model_len: int | None = attrs.field(default=None, validator=_positive)
+    enable_prefix_caching: bool = True
+    snapshot_interval: int = attrs.field(default=256, validator=_positive)
+    snapshot_memory_mib: float = attrs.field(default=1024.0, validator=_non_negative)
+    num_snapshots: int | None = attrs.field(default=None, validator=_non_negative)
+    prompt_cache_size: int = attrs.field(default=8, validator=_non_negative)
 
     def __attrs_post_init__(self) -> None:
         if self.kv_cache_memory_gib is not None and self.kv_cache_memory_gib <= 0:
             raise AnnaError(f"kv_cache_memory_gib must be positive, got {self.kv_cache_memory_gib}")
+        if self.snapshot_interval % self.block_size:
+            raise AnnaError(f"snapshot_interval ({self.snapshot_interval}) must be a multiple of block_size "
+                            f"({self.block_size})")
+
+    @classmethod
+    def from_profile(cls, profile: str = "none", **explicit: Any) -> EngineConfig:
+        """A config from a scheduler profile, every explicitly given (non-``None``) field winning.
+
+        Raises:
+            AnnaError: unknown profile or field, or a value out of range.
+        """
+        from anna_core.engine.profiles import resolve_profile
+
+        names = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(explicit) - names)
+        if unknown:
+            raise AnnaError(f"unknown engine settings: {', '.join(unknown)}")
+        return cls(**resolve_profile(profile, explicit))

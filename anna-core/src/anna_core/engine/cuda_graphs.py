@@ -188,10 +188,7 @@ class DecodeGraphs:
                     for _ in range(warmup_iters):
                         self._step(b, mode)
                 self.accel.synchronize()
-                graph = self.accel.new_graph(pool)
-                with graph.capture():
-                    self._step(b, mode)
-                self._graphs[(b, mode)] = graph
+                self._graphs[(b, mode)] = self.accel.capture(lambda b=b, mode=mode: self._step(b, mode), pool)
         self.accel.synchronize()
         log.info("captured decode graphs for batch sizes %s, modes %s", self.buckets, list(self.modes))
 

@@ -36,6 +36,10 @@ class Request:
         text: text emitted to the caller so far; ``emitted_tokens``: ids already reported.
         arrival_time / first_token_time / finished_time: ``time.perf_counter`` timestamps.
         num_preemptions: how often it was preempted.
+        num_cached_tokens: prompt tokens served from a cache at the first admission.
+        block_hashes: prefix-cache chain keys of its full blocks so far (see
+            :mod:`anna_core.engine.prefix_cache`).
+        last_scheduled: the scheduler step that last computed it (decode rotation).
     """
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, *,
@@ -59,10 +63,19 @@ class Request:
         self.first_token_time: float | None = None
         self.finished_time: float | None = None
         self.num_preemptions = 0
+        self.num_cached_tokens = 0
+        self.block_hashes: list[bytes] = []
+        self.last_scheduled = -1
+        self.admitted_once = False
 
     @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt plus generated ids (a new list)."""
+        return self.prompt_token_ids + self.output_token_ids
 
     @property
     def num_tokens(self) -> int:

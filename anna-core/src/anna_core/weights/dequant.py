@@ -39,7 +39,10 @@ def _f16(b: torch.Tensor) -> torch.Tensor:
 
 def _low_high(qs: torch.Tensor) -> torch.Tensor:
     """``[N, 16]`` packed nibbles -> ``[N, 32]``: all low nibbles, then all high nibbles."""
-    return torch.cat((qs & 0x0F, qs >> 4), dim=-1)
+    out = torch.empty((qs.shape[0], 2, 16), dtype=torch.uint8, device=qs.device)
+    torch.bitwise_and(qs, 0x0F, out=out[:, 0])
+    torch.bitwise_right_shift(qs, 4, out=out[:, 1])
+    return out.view(-1, 32)
 
 
 def _bits(b: torch.Tensor) -> torch.Tensor:
@@ -56,7 +59,7 @@ def _q4_0(b: torch.Tensor) -> torch.Tensor:
 
 def _q4_1(b: torch.Tensor) -> torch.Tensor:
     d, m = _f16(b[:, :2]), _f16(b[:, 2:4])
-    return d * _low_high(b[:, 4:20]).float() + m
+    return torch.addcmul(m, d, _low_high(b[:, 4:20]).float())
 
 
 def _q5_0(b: torch.Tensor) -> torch.Tensor:
@@ -68,7 +71,7 @@ def _q5_0(b: torch.Tensor) -> torch.Tensor:
 def _q5_1(b: torch.Tensor) -> torch.Tensor:
     d, m = _f16(b[:, :2]), _f16(b[:, 2:4])
     q = _low_high(b[:, 8:24]) | (_bits(b[:, 4:8]) << 4)
-    return d * q.float() + m
+    return torch.addcmul(m, d, q.float())
 
 
 def _q8_0(b: torch.Tensor) -> torch.Tensor:

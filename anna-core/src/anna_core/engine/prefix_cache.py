@@ -1,0 +1,42 @@
+"""Prefix-cache keys: a hash chain over full KV blocks (pure Python).
+
+The key of block ``i`` of a sequence is ``H(key[i-1], tokens of block i, extra)`` with ``H`` the
+16-byte BLAKE2b digest; ``key[-1]`` is empty. A key therefore names the block's tokens *and*
+everything before them: equal blocks at different positions (or after different prefixes) get
+different keys and never alias, and a block repeated inside one prompt is computed, not reused.
+``extra`` is where multimodal inputs will go (the hashes of images whose placeholder tokens fall
+in the block); text-only requests pass ``b""``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Sequence
+
+
+def hash_block(parent: bytes, tokens: Sequence[int], extra: bytes = b"") -> bytes:
+    """The chain key of one block.
+
+    Args:
+        parent: the previous block's key (``b""`` for the first block).
+        tokens: the block's token ids (non-negative, < 2**63).
+        extra: bytes identifying non-token inputs of the block (multimodal hashes).
+    """
+    h = hashlib.blake2b(parent, digest_size=16)
+    h.update(array("q", tokens).tobytes())
+    if extra:
+        h.update(b"\x00mm")
+        h.update(extra)
+    return h.digest()
+
+
+def extend_hashes(hashes: list[bytes], tokens: Sequence[int], block_size: int) -> list[bytes]:
+    """Append the keys of every full block of ``tokens`` that ``hashes`` lacks; returns ``hashes``.
+
+    ``hashes`` must hold the keys of the first ``len(hashes)`` blocks of ``tokens``.
+    """
+    for i in range(len(hashes), len(tokens) // block_size):
+        parent = hashes[i - 1] if i else b""
+        hashes.append(hash_block(parent, tokens[i * block_size:(i + 1) * block_size]))
+    return hashes

@@ -34,8 +34,10 @@ TEST_DIRS = {
     "anna-qwen35": ["tests/qwen35"],
     "anna-cli": ["tests/cli"],
     "anna-llama": ["tests/llama"],
+    "anna-xpu-kernels": ["tests/xpu_kernels"],
 }
-NEEDS = {"anna-qwen35": ["anna-core"], "anna-cli": ["anna-core", "anna-qwen35"], "anna-llama": ["anna-core"]}
+NEEDS = {"anna-qwen35": ["anna-core"], "anna-cli": ["anna-core", "anna-qwen35"], "anna-llama": ["anna-core"],
+         "anna-xpu-kernels": ["anna-core"]}
 
 
 @nox.session(python=PYTHON)

@@ -70,6 +70,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     else:
         load_safetensors(model, source.root, name_map(cfg), device=device)
     model.merge_projections()
+    model.raw_config = source.config
     model.eval()
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = generation_defaults(source.root, cfg, tokenizer)

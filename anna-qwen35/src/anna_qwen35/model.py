@@ -100,6 +100,25 @@ class Qwen35ForCausalLM(nn.Module):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
+    def hf_export(self) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
+        """``(HF model class, HF config class, config kwargs, state dict)`` for the text-only HF model
+        over this model's tensors (views, no copies); see :func:`anna_qwen35.weights.hf_text_state_dict`.
+
+        Raises:
+            ModelLoadError: the raw ``config.json`` dict was not kept by the loader.
+        """
+        from anna_qwen35.weights import hf_text_state_dict
+
+        raw = getattr(self, "raw_config", None)
+        if raw is None:
+            from anna_core.errors import ModelLoadError
+
+            raise ModelLoadError("hf_export needs the checkpoint's config.json (set by the loader as raw_config)")
+        text = dict(raw.get("text_config") or raw)
+        text["tie_word_embeddings"] = self.config.tie_word_embeddings
+        text.pop("model_type", None)
+        return "Qwen3_5ForCausalLM", "Qwen3_5TextConfig", text, hf_text_state_dict(self)
+
     def merge_projections(self) -> None:
         """Merge the projections that read the same input (gated DeltaNet ``in_proj_qkv|z|b|a``,
         attention ``q|k|v_proj``, MLP ``gate|up_proj``) into one matrix each. The loader calls it

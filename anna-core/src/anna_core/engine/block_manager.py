@@ -65,6 +65,10 @@ class BlockManager:
         """Blocks registered in the prefix cache (referenced or not)."""
         return len(self._by_hash)
 
+    def num_evictable_among(self, blocks: list[int]) -> int:
+        """How many of ``blocks`` are cached and unreferenced (sharing them takes them off the free count)."""
+        return sum(1 for b in blocks if b in self._evictable)
+
     def ref_count(self, block: int) -> int:
         """Sequences plus prompt-cache entries holding ``block``."""
         return self._seq_refs[block] + self._pins[block]

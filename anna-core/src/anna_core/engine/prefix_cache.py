@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def hash_block(parent: bytes, tokens: Sequence[int], extra: bytes = b"") -> bytes:
@@ -31,12 +31,16 @@ def hash_block(parent: bytes, tokens: Sequence[int], extra: bytes = b"") -> byte
     return h.digest()
 
 
-def extend_hashes(hashes: list[bytes], tokens: Sequence[int], block_size: int) -> list[bytes]:
-    """Append the keys of every full block of ``tokens`` that ``hashes`` lacks; returns ``hashes``.
+def extend_hashes(hashes: list[bytes], token_slice: Callable[[int, int], Sequence[int]], num_blocks: int,
+                  block_size: int) -> list[bytes]:
+    """Append chain keys to ``hashes`` until it covers ``num_blocks`` full blocks; returns ``hashes``.
 
-    ``hashes`` must hold the keys of the first ``len(hashes)`` blocks of ``tokens``.
+    Args:
+        hashes: keys of the sequence's first ``len(hashes)`` blocks (extended in place).
+        token_slice: ``(start, end) -> token ids`` of the sequence (only full blocks are read).
+        num_blocks: full blocks to cover.
+        block_size: tokens per block.
     """
-    for i in range(len(hashes), len(tokens) // block_size):
-        parent = hashes[i - 1] if i else b""
-        hashes.append(hash_block(parent, tokens[i * block_size:(i + 1) * block_size]))
+    for i in range(len(hashes), num_blocks):
+        hashes.append(hash_block(hashes[i - 1] if i else b"", token_slice(i * block_size, (i + 1) * block_size)))
     return hashes

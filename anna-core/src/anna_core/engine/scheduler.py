@@ -1,105 +1,74 @@
 """The scheduler: which requests compute which tokens each step (pure Python, no torch).
 
-Each step mixes prefill chunks and decodes under a token budget. Running requests go first, oldest
-first (a decode costs one token; an unfinished prefill continues with its next chunk); then waiting
-requests are admitted first-come first-served while sequences, state slots, blocks and budget
-remain. When a running request needs a KV block and none is free, the newest running request is
-preempted by recompute: its blocks and slot are freed and it goes back to the front of the waiting
-queue; when resumed it computes its prompt and generated tokens again, so its output is unchanged.
+One step, in order (knobs in :class:`~anna_core.engine.config.EngineConfig`):
+
+1. **Decodes** of running requests, one token each, least recently scheduled first, while the
+   cached tokens they read stay within ``max_decode_tokens`` (the first always runs).
+2. **Overdue admissions** (fairness): waiting requests older than ``max_queue_wait_ms`` are
+   admitted before the running batch continues its prefills.
+3. **Prefill chunks** of running requests, oldest first, under the step's prefill budget.
+4. **Admissions**, first come first served, while sequences, state slots, KV blocks and prefill
+   budget remain. A busy engine holds new arrivals back for up to ``batch_wait_ms`` (unless a full
+   batch is waiting) so that their prefills share a step; an idle engine admits at once.
+
+An admission first looks up the caches: the prompt cache (an exact repeat samples its first token
+from stored logits, computing nothing), else the prefix cache (shared KV blocks; on hybrid models
+only up to the deepest recurrent-state snapshot). Prefill chunks of hybrid models end at snapshot
+boundaries so :meth:`update` can ask the engine to capture the state there.
+
+When a running request needs a KV block and none is free, prompt-cache entries are dropped first,
+then the newest running request not yet scheduled this step is preempted by recompute: its blocks
+and slot are freed and it goes back to the front of the waiting queue; when resumed it computes
+its prompt and generated tokens again (reusing cached blocks), so its output is unchanged. No
+request is admitted in a step that preempted.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 
-import attrs
-
-from anna_core.engine.block_manager import BlockManager
+from anna_core.engine.block_manager import BlockManager, blocks_for
 from anna_core.engine.config import EngineConfig
+from anna_core.engine.prefix_cache import extend_hashes
 from anna_core.engine.request import Request, RequestStatus
+from anna_core.engine.sched_output import Capture, PromptHit, ScheduledSeq, SchedulerOutput
 from anna_core.engine.state_pool import StatePool
+from anna_core.engine.state_snapshots import PromptCache, SnapshotIndex
 
-
-@attrs.define
-class ScheduledSeq:
-    """One sequence's share of a step.
-
-    Attributes:
-        request: the request.
-        start: position of the first token computed this step (== tokens already cached).
-        token_ids: the tokens computed this step (positions ``start .. start+len-1``).
-        block_table: the sequence's KV blocks, covering at least ``start + len(token_ids)`` tokens.
-        state_slot: the sequence's recurrent-state slot.
-        samples: True when this chunk reaches the end of the known tokens, so the step samples the
-            sequence's next token from the logits of its last row.
-    """
-
-    request: Request
-    start: int
-    token_ids: list[int]
-    block_table: list[int]
-    state_slot: int
-    samples: bool
-
-    @property
-    def request_id(self) -> str:
-        return self.request.request_id
-
-    @property
-    def num_new_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def context_len(self) -> int:
-        """Cached plus new tokens after this step."""
-        return self.start + len(self.token_ids)
-
-    @property
-    def is_fresh(self) -> bool:
-        """First chunk of the sequence: its state slot must start from zeros."""
-        return self.start == 0
-
-
-@attrs.define
-class SchedulerOutput:
-    """What one step computes: the plain object crossing scheduler -> model runner.
-
-    Attributes:
-        seqs: scheduled sequences, in batch order (running ones first, then newly admitted).
-        preempted: ids of requests preempted (back to waiting) while scheduling this step.
-        num_batched_tokens: total tokens computed this step.
-    """
-
-    seqs: list[ScheduledSeq] = attrs.field(factory=list)
-    preempted: list[str] = attrs.field(factory=list)
-    num_batched_tokens: int = 0
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.seqs
-
-    @property
-    def is_decode(self) -> bool:
-        """Every sequence decodes one token on top of a cached context."""
-        return bool(self.seqs) and all(s.num_new_tokens == 1 and s.start > 0 for s in self.seqs)
+__all__ = ["Scheduler", "ScheduledSeq", "SchedulerOutput", "PromptHit", "Capture"]
 
 
 class Scheduler:
     """Admits, schedules, preempts and retires requests.
 
     Args:
-        config: batch limits (``max_num_seqs``, ``max_num_batched_tokens``, ``prefill_chunk_size``).
-        blocks: the KV block manager.
+        config: scheduler knobs and cache settings.
+        blocks: the KV block manager (its ``enable_caching`` turns the prefix cache on).
         slots: the recurrent-state slot pool (at least ``max_num_seqs`` slots).
+        hybrid: the model has recurrent layers, so prefix hits need state snapshots.
+        num_snapshots: size of the snapshot pool (hybrid models; 0 disables prefix hits there).
+        clock: seconds, the clock of ``Request.arrival_time`` (``time.perf_counter``).
     """
 
-    def __init__(self, config: EngineConfig, blocks: BlockManager, slots: StatePool):
+    def __init__(self, config: EngineConfig, blocks: BlockManager, slots: StatePool, *, hybrid: bool = False,
+                 num_snapshots: int = 0, clock: Callable[[], float] = time.perf_counter):
         self.config = config
         self.blocks = blocks
         self.slots = slots
+        self.hybrid = hybrid
+        self.clock = clock
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+        self.num_steps = 0
+        self.snapshots = SnapshotIndex(num_snapshots if hybrid else 0)
+        self.prompt_cache = PromptCache(config.prompt_cache_size) if config.prompt_cache_size else None
+        # hybrid models capture snapshots (and cut chunks for them) only when hits can use them
+        self.capture_snapshots = hybrid and blocks.enable_caching and self.snapshots.capacity > 0
+
+    # -- queue --------------------------------------------------------------------------------
 
     def add(self, request: Request) -> None:
         request.status = RequestStatus.WAITING
@@ -108,92 +77,304 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def _chunk(self, request: Request, budget: int) -> int:
-        n = min(request.num_tokens - request.num_computed_tokens, budget)
-        if self.config.prefill_chunk_size is not None:
+    def next_wakeup(self, now: float | None = None) -> float | None:
+        """Seconds until :meth:`schedule` may have work (0: now), or None with nothing to do."""
+        if self.running:
+            return 0.0
+        if self.waiting:
+            return 0.0 if self._admission_open(self.clock() if now is None else now) else self._hold_left(now)
+        return None
+
+    # -- budgets ------------------------------------------------------------------------------
+
+    def budgets(self) -> tuple[int, int]:
+        """This step's (prefill token budget, decode read budget; 0 = unlimited).
+
+        With ``dynamic_token_budget`` the prefill budget is scaled by ``min(1, 2 * free / total)``
+        KV blocks and, when ``max_decode_tokens`` is set, by ``max(0.25, 1 - read / max)`` where
+        ``read`` is what the running decodes read; it never drops below one block.
+        """
+        cfg = self.config
+        prefill, decode = cfg.max_prefill_tokens, cfg.max_decode_tokens
+        if cfg.dynamic_token_budget:
+            scale = min(1.0, 2.0 * self.blocks.num_free_blocks / self.blocks.num_blocks)
+            if decode:
+                read = sum(r.num_computed_tokens + 1 for r in self.running if self._remaining(r) == 1)
+                scale *= max(0.25, 1.0 - read / decode)
+            prefill = max(self.blocks.block_size, int(prefill * scale))
+        return prefill, decode
+
+    @staticmethod
+    def _remaining(request: Request) -> int:
+        return request.num_tokens - request.num_computed_tokens
+
+    def _chunk(self, request: Request, budget: int, start: int | None = None) -> int:
+        """Tokens of ``request`` to compute this step from ``start`` (default: its cached count)."""
+        start = request.num_computed_tokens if start is None else start
+        n = min(request.num_tokens - start, budget)
+        bs = self.blocks.block_size
+        if self.config.prefill_chunk_size:
             n = min(n, self.config.prefill_chunk_size)
+        else:  # auto: at most half of the free KV memory
+            n = min(n, max(bs, self.blocks.num_free_blocks * bs // 2))
+        if self.capture_snapshots:
+            interval = self.config.snapshot_interval
+            boundary = (start // interval + 1) * interval
+            if boundary <= request.num_prompt_tokens and start + n > boundary:
+                n = boundary - start
         return n
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def schedule(self, now: float | None = None) -> SchedulerOutput:
+        """Pick this step's work; allocates blocks and slots, may preempt (see module doc)."""
+        now = self.clock() if now is None else now
+        self.num_steps += 1
+        out = SchedulerOutput()
+        prefill_budget, decode_budget = self.budgets()
+        busy = bool(self.running)
+        scheduled: set[str] = set()
+
+        decodes = sorted((r for r in self.running if self._remaining(r) == 1), key=lambda r: r.last_scheduled)
+        read = 0
+        for request in decodes:
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted as a victim in this loop
+            ctx = request.num_computed_tokens + 1
+            if decode_budget and read and read + ctx > decode_budget:
+                continue
+            if not self._ensure_blocks(request, ctx, out, scheduled):
+                continue
+            self._schedule(request, 1, out, scheduled)
+            read += ctx
+
+        max_wait = self.config.max_queue_wait_ms
+        if max_wait and not out.preempted:
+            prefill_budget = self._admit(out, prefill_budget, scheduled, now,
+                                         overdue=lambda r: (now - r.arrival_time) * 1000.0 >= max_wait)
+
+        for request in [r for r in self.running if self._remaining(r) > 1]:
+            if prefill_budget <= 0:
+                break
+            if request.status is not RequestStatus.RUNNING or request.request_id in scheduled:
+                continue
+            n = self._chunk(request, prefill_budget)
+            if not self._ensure_blocks(request, request.num_computed_tokens + n, out, scheduled):
+                continue
+            self._schedule(request, n, out, scheduled)
+            prefill_budget -= n
+
+        if not out.preempted and (not busy or self._admission_open(now)):
+            self._admit(out, prefill_budget, scheduled, now)
+        out.num_batched_tokens = sum(s.num_new_tokens for s in out.seqs)
+        return out
+
+    def _ensure_blocks(self, request: Request, num_tokens: int, out: SchedulerOutput, scheduled: set[str]) -> bool:
+        """Make room for ``request`` to cover ``num_tokens``: drop prompt-cache entries, then preempt
+        the newest running request not scheduled yet (possibly ``request`` itself: False)."""
+        rid = request.request_id
+        while not self.blocks.can_allocate(rid, num_tokens):
+            if self._drop_prompt_entry():
+                continue
+            victim = next((r for r in reversed(self.running) if r.request_id not in scheduled and r is not request),
+                          request)
+            self._preempt(victim)
+            out.preempted.append(victim.request_id)
+            if victim is request:
+                return False
+        return True
+
+    def _drop_prompt_entry(self) -> bool:
+        entry = self.prompt_cache.pop_lru() if self.prompt_cache is not None else None
+        if entry is None:
+            return False
+        self.blocks.unpin(entry.blocks)
+        return True
+
+    def _schedule(self, request: Request, n: int, out: SchedulerOutput, scheduled: set[str],
+                  restore: int | None = None) -> None:
+        start = request.num_computed_tokens
+        end = start + n
+        rid = request.request_id
+        table = self.blocks.allocate(rid, end)
+        p = request.num_prompt_tokens
+        out.seqs.append(ScheduledSeq(
+            request=request, start=start, token_ids=request.token_slice(start, end), block_table=list(table),
+            state_slot=self.slots.allocate(rid), samples=end == request.num_tokens, restore_snapshot=restore,
+            capture_snapshot=self.capture_snapshots and end <= p and end % self.config.snapshot_interval == 0,
+            capture_prompt=(self.prompt_cache is not None and end == p and not request.output_token_ids
+                            and tuple(request.prompt_token_ids) not in self.prompt_cache),
+        ))
+        scheduled.add(rid)
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def _admission_open(self, now: float) -> bool:
+        """Whether a busy engine admits now: ``batch_wait_ms`` passed for the oldest waiting
+        request, or enough requests wait to fill the batch."""
+        wait = self.config.batch_wait_ms
+        if not wait or not self.waiting:
+            return True
+        if (now - self.waiting[0].arrival_time) * 1000.0 >= wait:
+            return True
+        return len(self.waiting) >= self.config.max_num_seqs - len(self.running)
+
+    def _hold_left(self, now: float | None) -> float:
+        now = self.clock() if now is None else now
+        return max(0.0, self.config.batch_wait_ms / 1000.0 - (now - self.waiting[0].arrival_time))
+
+    def _admit(self, out: SchedulerOutput, budget: int, scheduled: set[str], now: float,
+               overdue: Callable[[Request], bool] | None = None) -> int:
+        """Admit waiting requests first come first served (only overdue ones if ``overdue`` is
+        given) while they fit; returns the prefill budget left."""
+        while self.waiting and len(self.running) < self.config.max_num_seqs and self.slots.num_free_slots:
+            request = self.waiting[0]
+            if overdue is not None and not overdue(request):
+                break
+            used = self._try_admit(request, budget, out, scheduled)
+            if used is None:
+                break
+            budget -= used
+        return budget
+
+    def _try_admit(self, request: Request, budget: int, out: SchedulerOutput, scheduled: set[str]) -> int | None:
+        """Admit ``request`` if it fits; returns the prefill tokens it takes, None if it does not fit."""
+        first = not request.admitted_once
+        if self._try_prompt_hit(request, out, scheduled, first):
+            return 0
+        if budget <= 0:
+            return None
+        cached, shared, restore = self._prefix_hit(request)
+        n = self._chunk(request, budget, start=cached)
+        new_blocks = blocks_for(cached + n, self.blocks.block_size) - len(shared)
+        while new_blocks + self.blocks.num_evictable_among(shared) > self.blocks.num_free_blocks:
+            if not self._drop_prompt_entry():
+                return None
+        self.waiting.popleft()
+        request.status = RequestStatus.RUNNING
+        request.admitted_once = True
+        self.running.append(request)
+        if shared:
+            self.blocks.share(request.request_id, shared)
+        request.num_computed_tokens = cached
+        if first:
+            request.num_cached_tokens = cached
+            out.cache_lookups.append((cached, request.num_prompt_tokens))
+        self._schedule(request, n, out, scheduled, restore=restore)
+        return n
+
+    def _prefix_hit(self, request: Request) -> tuple[int, list[int], int | None]:
+        """(cached tokens, shared blocks, snapshot index to restore) for ``request`` now."""
+        if not self.blocks.enable_caching:
+            return 0, [], None
+        bs = self.blocks.block_size
+        limit = (request.num_tokens - 1) // bs  # at least one token is computed, for the logits
+        hashes = extend_hashes(request.block_hashes, request.token_slice, limit, bs)
+        matched = self.blocks.lookup(hashes[:limit])
+        if not self.hybrid:
+            return len(matched) * bs, matched, None
+        step = self.config.snapshot_interval // bs
+        for k in range(len(matched) // step * step, 0, -step):
+            idx = self.snapshots.get(hashes[k - 1])
+            if idx is not None:
+                return k * bs, matched[:k], idx
+        return 0, [], None
+
+    def _try_prompt_hit(self, request: Request, out: SchedulerOutput, scheduled: set[str], first: bool) -> bool:
+        if self.prompt_cache is None or request.output_token_ids:
+            return False
+        entry = self.prompt_cache.get(tuple(request.prompt_token_ids))
+        if entry is None:
+            return False
+        p, bs = request.num_prompt_tokens, self.blocks.block_size
+        tail = p % bs != 0
+        shared = entry.blocks[:-1] if tail else entry.blocks
+        if int(tail) > self.blocks.num_free_blocks:
+            return False
+        rid = request.request_id
+        self.waiting.popleft()
+        request.status = RequestStatus.RUNNING
+        request.admitted_once = True
+        self.running.append(request)
+        table = self.blocks.share(rid, shared)
+        if tail:
+            table = self.blocks.allocate(rid, p)
+        request.num_computed_tokens = p
+        if first:
+            request.num_cached_tokens = p
+            out.cache_lookups.append((p, p))
+        out.prompt_hits.append(PromptHit(request=request, entry=entry, state_slot=self.slots.allocate(rid),
+                                         block_table=list(table),
+                                         tail_copy=(entry.blocks[-1], table[-1]) if tail else None))
+        scheduled.add(rid)
+        return True
+
+    # -- after the step -----------------------------------------------------------------------
+
+    def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
+        """Record a finished step: advance computed tokens, append sampled ids, register full
+        blocks in the prefix cache and list the state captures in ``out.captures``.
+
+        Args:
+            out: the step's schedule.
+            sampled: request id -> sampled token id, for every sequence with ``samples`` and every
+                prompt hit.
+
+        Returns:
+            The requests that received a new token, in batch order.
+        """
+        grew = []
+        bs = self.blocks.block_size
+        for seq in out.seqs:
+            request = seq.request
+            if request.status is not RequestStatus.RUNNING:
+                continue
+            request.num_computed_tokens = end = seq.context_len
+            request.last_scheduled = self.num_steps
+            rid = request.request_id
+            if self.blocks.enable_caching:
+                full = end // bs
+                hashes = extend_hashes(request.block_hashes, request.token_slice, full, bs)
+                table = self.blocks.table(rid)
+                for i in range(seq.start // bs, full):
+                    self.blocks.register(table[i], hashes[i])
+                if seq.capture_snapshot:
+                    idx = self.snapshots.reserve(hashes[end // bs - 1])
+                    if idx is not None:
+                        out.captures.append(Capture("snapshot", seq.state_slot, idx, rid))
+            if seq.capture_prompt and self.prompt_cache is not None:
+                key = tuple(request.prompt_token_ids)
+                if key not in self.prompt_cache:
+                    entry, evicted = self.prompt_cache.insert(key, self.blocks.table(rid)[:blocks_for(end, bs)])
+                    self.blocks.pin(entry.blocks)
+                    if evicted is not None:
+                        self.blocks.unpin(evicted.blocks)
+                    out.captures.append(Capture("prompt", seq.state_slot, entry.store_idx, rid))
+            if seq.samples:
+                request.output_token_ids.append(sampled[rid])
+                grew.append(request)
+        for hit in out.prompt_hits:
+            request = hit.request
+            if request.status is RequestStatus.RUNNING:
+                request.last_scheduled = self.num_steps
+                request.output_token_ids.append(sampled[request.request_id])
+                grew.append(request)
+        return grew
+
+    # -- retiring -----------------------------------------------------------------------------
 
     def _release(self, request: Request) -> None:
         self.blocks.free(request.request_id)
         self.slots.free(request.request_id)
 
     def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
         self._release(request)
         request.status = RequestStatus.WAITING
         request.num_computed_tokens = 0
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
-
-    def _scheduled(self, request: Request, n: int) -> ScheduledSeq:
-        start = request.num_computed_tokens
-        table = self.blocks.allocate(request.request_id, start + n)
-        return ScheduledSeq(
-            request=request,
-            start=start,
-            token_ids=request.token_slice(start, start + n),
-            block_table=list(table),
-            state_slot=self.slots.allocate(request.request_id),
-            samples=start + n == request.num_tokens,
-        )
-
-    def schedule(self) -> SchedulerOutput:
-        """Pick this step's work; allocates blocks and slots, may preempt."""
-        out = SchedulerOutput()
-        budget = self.config.max_num_batched_tokens
-        i = 0
-        while i < len(self.running) and budget > 0:
-            request = self.running[i]
-            n = self._chunk(request, budget)
-            end = request.num_computed_tokens + n
-            preempted_self = False
-            while not self.blocks.can_allocate(request.request_id, end):
-                victim = self.running.pop()
-                self._preempt(victim)
-                out.preempted.append(victim.request_id)
-                if victim is request:
-                    preempted_self = True
-                    break
-            if preempted_self:
-                break
-            out.seqs.append(self._scheduled(request, n))
-            budget -= n
-            i += 1
-        if not out.preempted:
-            while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-                request = self.waiting[0]
-                n = self._chunk(request, budget)
-                if self.slots.num_free_slots == 0 or not self.blocks.can_allocate(request.request_id, n):
-                    break
-                self.waiting.popleft()
-                request.status = RequestStatus.RUNNING
-                self.running.append(request)
-                out.seqs.append(self._scheduled(request, n))
-                budget -= n
-        out.num_batched_tokens = self.config.max_num_batched_tokens - budget
-        return out
-
-    def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
-        """Record a finished step: advance computed tokens and append sampled ids.
-
-        Args:
-            out: the step's schedule.
-            sampled: request id -> sampled token id, for every sequence with ``samples``.
-
-        Returns:
-            The requests that received a new token, in batch order.
-        """
-        grew = []
-        for seq in out.seqs:
-            request = seq.request
-            if request.status is not RequestStatus.RUNNING:
-                continue
-            request.num_computed_tokens = seq.context_len
-            if seq.samples:
-                request.output_token_ids.append(sampled[request.request_id])
-                grew.append(request)
-        return grew
 
     def finish(self, request: Request, reason: str, stop_reason: str | int | None = None) -> None:
         """Retire ``request`` (running or waiting): its blocks and slot return to the pools now."""

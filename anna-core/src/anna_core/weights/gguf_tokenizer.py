@@ -42,16 +42,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "anna").expanduser()
 
 
-def _cache_key(path: Path) -> str:
+def _cache_key(path: Path, splits: tuple[str, ...] | None) -> str:
     import transformers
 
     st = path.stat()
-    ident = f"{_CACHE_FORMAT}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}"
+    ident = f"{_CACHE_FORMAT}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}|{splits}"
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
-def _fix_pre_tokenizer(hf: Any, pre_type: str | None) -> None:
-    splits = _EXTRA_PRE_TOKENIZERS.get(pre_type or "")
+def _extra_splits(tokenizer_model: str | None, pre_type: str | None) -> tuple[str, ...] | None:
+    """llama.cpp split rules to apply for a byte-level (``gpt2``) vocabulary transformers lacks rules for."""
+    return _EXTRA_PRE_TOKENIZERS.get(pre_type or "") if tokenizer_model == "gpt2" else None
+
+
+def _set_splits(hf: Any, splits: tuple[str, ...] | None) -> None:
     if splits is None:
         return
     from tokenizers import Regex, pre_tokenizers
@@ -62,8 +66,9 @@ def _fix_pre_tokenizer(hf: Any, pre_type: str | None) -> None:
     )
 
 
-def convert_gguf_tokenizer(path: Path, pre_type: str | None = None) -> Any:
-    """A transformers tokenizer converted from the GGUF at ``path`` (slow; no caching).
+def convert_gguf_tokenizer(path: Path, splits: tuple[str, ...] | None = None) -> Any:
+    """A transformers tokenizer converted from the GGUF at ``path`` (slow; no caching), with the
+    pre-tokenizer replaced by the ``splits`` regexes (then byte-level) when given.
 
     Raises:
         ModelLoadError: transformers cannot convert this file's tokenizer.
@@ -74,7 +79,7 @@ def convert_gguf_tokenizer(path: Path, pre_type: str | None = None) -> Any:
         hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     except Exception as exc:  # transformers raises many types here
         raise ModelLoadError(f"cannot build a tokenizer from the GGUF metadata of {str(path)!r}: {exc}") from exc
-    _fix_pre_tokenizer(hf, pre_type)
+    _set_splits(hf, splits)
     return hf
 
 
@@ -113,6 +118,7 @@ def flatten_text_parts(message: dict[str, Any]) -> dict[str, Any]:
 def load_gguf_tokenizer(
     path: str | Path,
     *,
+    tokenizer_model: str | None = "gpt2",
     pre_type: str | None = None,
     chat_template: str | None = None,
     cache: Path | None = None,
@@ -121,7 +127,9 @@ def load_gguf_tokenizer(
 
     Args:
         path: the GGUF file.
-        pre_type: its ``tokenizer.ggml.pre`` (selects llama.cpp split rules transformers lacks).
+        tokenizer_model: its ``tokenizer.ggml.model`` (``"gpt2"`` = byte-level BPE).
+        pre_type: its ``tokenizer.ggml.pre``; for byte-level vocabularies, selects llama.cpp split
+            rules that transformers' conversion lacks.
         chat_template: overrides the file's ``tokenizer.chat_template``.
         cache: cache root (default :func:`cache_dir`). An unwritable cache only costs speed.
 
@@ -132,7 +140,8 @@ def load_gguf_tokenizer(
 
     path = Path(path)
     root = (cache or cache_dir()) / "gguf-tokenizers"
-    target = root / _cache_key(path)
+    splits = _extra_splits(tokenizer_model, pre_type)
+    target = root / _cache_key(path, splits)
     hf = None
     if (target / "tokenizer.json").is_file():
         try:
@@ -142,7 +151,7 @@ def load_gguf_tokenizer(
             shutil.rmtree(target, ignore_errors=True)
     if hf is None:
         log.info("converting the GGUF tokenizer of %s (once; cached in %s)", path.name, target)
-        hf = convert_gguf_tokenizer(path, pre_type)
+        hf = convert_gguf_tokenizer(path, splits)
         try:
             _save_atomically(hf, target)
         except OSError as exc:

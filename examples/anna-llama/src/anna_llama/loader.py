@@ -87,8 +87,8 @@ def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype,
         materialize_dummy(model, device=device)
     else:
         load_gguf(model, gguf, gguf_name_map, device=device, transform=gguf_transform(cfg))
-    tokenizer = load_gguf_tokenizer(source.gguf_files[0], pre_type=gguf.get("tokenizer.ggml.pre", None),
-                                    chat_template=chat_template)
+    tokenizer = load_gguf_tokenizer(source.gguf_files[0], tokenizer_model=gguf.get("tokenizer.ggml.model", None),
+                                    pre_type=gguf.get("tokenizer.ggml.pre", None), chat_template=chat_template)
     eos = gguf.get("tokenizer.ggml.eos_token_id", None)
     if eos is None:
         eos = tokenizer.eos_token_id

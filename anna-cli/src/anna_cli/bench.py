@@ -1,0 +1,47 @@
+"""``anna bench``: in-process prefill / decode benchmark with token-id prompts (see
+:mod:`anna_core.bench.engine_bench` for what is measured and how)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, exit_on_anna_errors
+
+
+@click.command("bench")
+@click.option("--model-dir", type=click.Path(exists=True, path_type=Path), required=True,
+              help="Model folder; with --load-format dummy a folder holding only config.json will do.")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True)
+@click.option("--load-format", type=click.Choice(LOAD_FORMATS), default="dummy", show_default=True)
+@click.option("--batch-size", type=int, default=1, show_default=True, help="Concurrent requests.")
+@click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request.")
+@click.option("--output-len", type=int, default=256, show_default=True, help="Generated tokens per request.")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs first.")
+@click.option("--runs", type=int, default=3, show_default=True, help="Timed runs (medians reported).")
+@click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
+              help="Capture decode steps as device graphs (CUDA / XPU).")
+@click.option("--compile-mode", type=click.Choice(["none", "default", "max-autotune"]), default="none",
+              show_default=True, help="torch.compile the forward pass before capture.")
+@click.option("--profile", is_flag=True, help="Also print device time per component of an eager decode step.")
+@click.option("--compare-hf", is_flag=True,
+              help="Also time HF transformers generate (with fla when importable) on the same weights.")
+@click.option("--hf-output-len", type=int, default=None, help="Tokens HF generates (default: --output-len).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@exit_on_anna_errors
+def bench(model_dir: Path, device: str, dtype: str, load_format: str, batch_size: int, input_len: int,
+          output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, profile: bool,
+          compare_hf: bool, hf_output_len: int | None, as_json: bool) -> None:
+    """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
+    from anna_core.bench.engine_bench import BenchSettings, run_bench
+    from anna_core.bench.report import format_report
+
+    settings = BenchSettings(model_dir=model_dir, device=device, dtype=dtype, load_format=load_format,
+                             batch_size=batch_size, input_len=input_len, output_len=output_len, warmup=warmup,
+                             runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode, profile=profile,
+                             compare_hf=compare_hf, hf_output_len=hf_output_len)
+    report = run_bench(settings)
+    click.echo(json.dumps(report, indent=1) if as_json else format_report(report))

@@ -1,0 +1,235 @@
+"""``anna bench``: prefill and decode speed of the real engine, in process, with token-id prompts.
+
+One timed *run* adds ``batch_size`` requests of ``input_len`` random token ids (a fresh draw each
+run, so no prefix cache can help), greedy with EOS ignored, and steps the engine until every
+request has ``output_len`` tokens. Per run: TTFT is the time from adding the requests to the end of
+the step that gave the last of them its first token (prefill tokens/s = ``batch_size * input_len /
+TTFT``); every later step is one inter-token latency (ITL) for every stream, so decode tokens/s per
+stream is ``1 / mean ITL`` and in total ``batch_size`` times that. Medians over the runs are
+reported; ITL percentiles pool the decode steps of all runs. The roofline is the bytes one decode
+step must move (:mod:`anna_core.bench.roofline`, at the mean context of the decode phase) over the
+copy bandwidth measured in the same process.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from anna_core.bench.roofline import copy_bandwidth, decode_step_bytes, wall_clock
+from anna_core.device import accelerator
+from anna_core.errors import AnnaError
+
+log = logging.getLogger("anna.bench")
+
+
+@attrs.define
+class BenchSettings:
+    """What to benchmark (the ``anna bench`` flags).
+
+    Raises:
+        AnnaError: a non-positive length, batch or run count.
+    """
+
+    model_dir: Path
+    device: str = "auto"
+    dtype: str = "auto"
+    load_format: str = "dummy"
+    batch_size: int = 1
+    input_len: int = 512
+    output_len: int = 256
+    warmup: int = 1
+    runs: int = 3
+    cuda_graph: bool = True
+    compile_mode: str = "none"
+    profile: bool = False
+    profile_steps: int = 8
+    compare_hf: bool = False
+    hf_output_len: int | None = None
+    seed: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("batch_size", "input_len", "output_len", "runs"):
+            if getattr(self, name) < 1:
+                raise AnnaError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.output_len < 2:
+            raise AnnaError("--output-len must be at least 2 (one decode step after the first token)")
+        if self.warmup < 0:
+            raise AnnaError(f"--warmup must be non-negative, got {self.warmup}")
+
+
+def engine_config(batch: int, max_len: int, prefill_tokens: int) -> Any:
+    """An :class:`~anna_core.engine.config.EngineConfig` for a benchmark: ``batch`` sequences of at most
+    ``max_len`` tokens, ``prefill_tokens`` per step, prefix caching off (each run draws new prompts anyway)."""
+    from anna_core.engine.config import EngineConfig
+
+    fields = attrs.fields_dict(EngineConfig)
+    kw: dict[str, Any] = {"max_num_seqs": batch, "max_model_len": max_len, "block_size": 16}
+    kw["num_blocks"] = batch * -(-max_len // 16) + 1
+    for name in ("max_num_batched_tokens", "max_prefill_tokens"):
+        if name in fields:
+            kw[name] = prefill_tokens
+    if "enable_prefix_caching" in fields:
+        kw["enable_prefix_caching"] = False
+    return EngineConfig(**kw)
+
+
+def build_engine(loaded: Any, s: BenchSettings) -> Any:
+    """The engine of one benchmark, its runner set up (warm-up, graphs) as ``s`` says."""
+    from anna_core.engine.llm_engine import LLMEngine
+    from anna_core.engine.model_runner import RunnerConfig
+
+    max_len = s.input_len + s.output_len + 1
+    cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len)
+    engine = LLMEngine.from_loaded(loaded, cfg)
+    engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
+                        max_model_len=engine.max_model_len, max_num_seqs=s.batch_size)
+    return engine
+
+
+def _prompts(vocab: int, batch: int, length: int, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, length), generator=gen).tolist()
+
+
+def timed_run(engine: Any, prompts: list[list[int]], output_len: int, tag: str) -> dict[str, Any]:
+    """Generate ``output_len`` greedy tokens for each prompt; returns ``ttft_s``, ``itl_s`` (list) and
+    the generated ids per request."""
+    from anna_core.engine.sampling_params import SamplingParams
+
+    params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
+    t0 = wall_clock()
+    for i, p in enumerate(prompts):
+        engine.add_request(f"{tag}-{i}", p, params)
+    waiting = {f"{tag}-{i}" for i in range(len(prompts))}
+    ttft = None
+    itl: list[float] = []
+    tokens: dict[str, list[int]] = {}
+    last = t0
+    while engine.has_unfinished():
+        outs = engine.step()
+        now = wall_clock()
+        if ttft is not None:
+            itl.append(now - last)
+        for o in outs:
+            waiting.discard(o.request_id)
+            if o.error:
+                raise AnnaError(f"benchmark request {o.request_id} failed: {o.error}")
+            if o.finished:
+                tokens[o.request_id] = list(o.token_ids)
+        if ttft is None and not waiting:
+            ttft = now - t0
+        last = now
+    return {"ttft_s": ttft, "itl_s": itl, "tokens": [tokens[f"{tag}-{i}"] for i in range(len(prompts))]}
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    idx = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
+    """Load (unless ``loaded`` is given), set up, warm up and time the engine; returns the report dict
+    (keys documented in :func:`anna_core.bench.report.format_report`)."""
+    from anna_core.loading import load_model
+
+    if loaded is None:
+        from anna_core.device import resolve_device
+
+        accel = accelerator(resolve_device(s.device))
+        accel.reset_peak_memory()
+        t = wall_clock()
+        loaded = load_model(s.model_dir, device=s.device, dtype=s.dtype, load_format=s.load_format)
+        load_s = wall_clock() - t
+    else:
+        load_s = 0.0
+    accel = accelerator(loaded.device)
+    t = wall_clock()
+    engine = build_engine(loaded, s)
+    setup_s = wall_clock() - t
+    model = loaded.model
+    vocab = int(getattr(model, "vocab_size", 0) or getattr(getattr(model, "config", None), "vocab_size", 0))
+    if vocab < 1:
+        raise AnnaError("the model exposes no vocab_size; cannot draw token-id prompts")
+    bandwidth = copy_bandwidth(accel)
+
+    runs = []
+    for r in range(s.warmup + s.runs):
+        prompts = _prompts(vocab, s.batch_size, s.input_len, s.seed * 1000 + r)
+        res = timed_run(engine, prompts, s.output_len, f"run{r}")
+        if r >= s.warmup:
+            runs.append(res)
+    ttft = statistics.median(x["ttft_s"] for x in runs)
+    itl_all = [v for x in runs for v in x["itl_s"]]
+    mean_itl = statistics.median(statistics.fmean(x["itl_s"]) for x in runs)
+    context = s.input_len + s.output_len / 2
+    step = decode_step_bytes(model, model.cache_spec, s.batch_size, context, loaded.dtype)
+    roof_per_stream = bandwidth / step.total
+    per_stream = 1.0 / mean_itl
+    report: dict[str, Any] = {
+        "model": str(s.model_dir), "device": str(loaded.device), "device_name": device_name(loaded.device),
+        "dtype": str(loaded.dtype).replace("torch.", ""), "batch_size": s.batch_size, "input_len": s.input_len,
+        "output_len": s.output_len, "runs": s.runs, "warmup": s.warmup, "cuda_graph": s.cuda_graph,
+        "compile_mode": s.compile_mode, "graphs_captured": engine.runner.graphs is not None,
+        "graph_steps": engine.runner.num_graph_steps, "eager_steps": engine.runner.num_eager_steps,
+        "load_s": load_s, "setup_s": setup_s,
+        "ttft_ms": ttft * 1e3, "prefill_tokens_per_s": s.batch_size * s.input_len / ttft,
+        "decode_tokens_per_s_per_stream": per_stream, "decode_tokens_per_s_total": per_stream * s.batch_size,
+        "itl_ms_p50": _pct(itl_all, 0.5) * 1e3, "itl_ms_p99": _pct(itl_all, 0.99) * 1e3,
+        "peak_memory_gib": (accel.peak_memory_bytes() or 0) / 2**30,
+        "copy_bandwidth_gbps": bandwidth / 1e9,
+        "step_bytes": {"weights": step.weights, "state": step.state, "kv": step.kv, "total": step.total},
+        "roofline_tokens_per_s_per_stream": roof_per_stream,
+        "roofline_fraction": per_stream / roof_per_stream,
+        "first_tokens": runs[-1]["tokens"][0][:8],
+    }
+    if s.profile:
+        report["profile_ms_per_step"] = profile_decode(engine, vocab, s)
+    if s.compare_hf:
+        from anna_core.bench.hf_compare import compare_hf
+
+        prompt = _prompts(vocab, s.batch_size, s.input_len, s.seed * 1000 + 999)
+        report["hf"] = compare_hf(loaded, engine, prompt, s.hf_output_len or s.output_len, report)
+    return report
+
+
+def profile_decode(engine: Any, vocab: int, s: BenchSettings) -> dict[str, float]:
+    """Per-component ms of ``s.profile_steps`` eager decode steps at this batch size (after a prefill)."""
+    from anna_core.bench.profile import profile_steps
+    from anna_core.engine.sampling_params import SamplingParams
+
+    params = SamplingParams(max_tokens=s.profile_steps + 2, temperature=0.0, ignore_eos=True)
+    for i, p in enumerate(_prompts(vocab, s.batch_size, s.input_len, 4242)):
+        engine.add_request(f"prof-{i}", p, params)
+    engine.step()  # prefill, not profiled
+
+    def run() -> int:
+        n = 0
+        while engine.has_unfinished() and n < s.profile_steps:
+            engine.step()
+            n += 1
+        return n
+
+    try:
+        return profile_steps(engine.runner, run)
+    finally:
+        while engine.has_unfinished():
+            engine.step()
+
+
+def device_name(device: torch.device) -> str:
+    """The accelerator's marketing name, or ``"cpu"``."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    if dev.type == "xpu":
+        return torch.xpu.get_device_name(dev)
+    return "cpu"

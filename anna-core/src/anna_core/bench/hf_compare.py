@@ -1,0 +1,119 @@
+"""Side by side: HF transformers ``generate`` on Anna's own random weights, in the same process.
+
+The family model exports its weights under HF names (``hf_export``: views of Anna's tensors, no
+copy); the HF model is built on the meta device and takes those tensors with
+``load_state_dict(assign=True)``, so both run the same weights and the comparison costs no extra
+weight memory. HF uses flash-linear-attention's kernels for the gated delta rule when ``fla`` is
+importable (on CUDA); the report says which path it took.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+from typing import Any
+
+import torch
+
+from anna_core.bench.roofline import wall_clock
+from anna_core.errors import AnnaError
+
+
+def fla_in_use() -> bool:
+    """Whether ``fla`` is importable (transformers then routes the gated delta rule to it)."""
+    if "fla" in sys.modules and sys.modules["fla"] is None:
+        return False
+    return importlib.util.find_spec("fla") is not None
+
+
+def build_hf(loaded: Any) -> Any:
+    """The HF model over ``loaded``'s weights (shared tensors), in eval mode.
+
+    Raises:
+        AnnaError: the family has no ``hf_export`` or HF lacks the class.
+    """
+    import transformers
+
+    export = getattr(loaded.model, "hf_export", None)
+    if export is None:
+        raise AnnaError(f"the {loaded.family!r} model has no hf_export(); --compare-hf is not available for it")
+    cls_name, config_cls_name, config_kwargs, state = export()
+    cls = getattr(transformers, cls_name, None)
+    config_cls = getattr(transformers, config_cls_name, None)
+    if cls is None or config_cls is None:
+        raise AnnaError(f"transformers {transformers.__version__} has no {cls_name}/{config_cls_name}")
+    config = config_cls(**config_kwargs)
+    with torch.device("meta"):
+        hf = cls(config)
+    missing, unexpected = hf.load_state_dict(state, strict=False, assign=True)
+    missing = [m for m in missing if not m.endswith("lm_head.weight")]
+    if missing or unexpected:
+        raise AnnaError(f"HF weight export mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if getattr(config, "tie_word_embeddings", False):
+        hf.tie_weights()
+    _rebuild_meta_modules(hf, loaded.device)
+    left = [n for n, t in list(hf.named_parameters()) + list(hf.named_buffers()) if t.is_meta]
+    if left:
+        raise AnnaError(f"HF tensors stayed on the meta device: {left[:5]}")
+    return hf.eval()
+
+
+def _rebuild_meta_modules(hf: Any, device: torch.device) -> None:
+    """Modules holding only computed buffers (rotary tables) were built on meta: build them again on
+    ``device`` from their config."""
+    for name, module in list(hf.named_modules()):
+        own = list(module.named_buffers(recurse=False))
+        if not own or not any(b.is_meta for _, b in own) or list(module.parameters(recurse=False)):
+            continue
+        with torch.device(device):
+            fresh = type(module)(module.config)
+        parent_name, _, attr = name.rpartition(".")
+        setattr(hf.get_submodule(parent_name) if parent_name else hf, attr, fresh)
+
+
+def hf_generate_time(hf: Any, prompts: list[list[int]], new_tokens: int) -> tuple[float, list[list[int]]]:
+    """Seconds of one greedy ``generate`` of exactly ``new_tokens`` tokens, and the generated ids."""
+    from transformers import GenerationConfig
+
+    dev = next(hf.parameters()).device
+    ids = torch.tensor(prompts, device=dev)
+    gen = GenerationConfig(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                           eos_token_id=None, pad_token_id=0)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    sync()
+    t = wall_clock()
+    with torch.inference_mode():
+        out = hf.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen)
+    sync()
+    return wall_clock() - t, out[:, ids.shape[1]:].tolist()
+
+
+def compare_hf(loaded: Any, engine: Any, prompts: list[list[int]], new_tokens: int,
+               anna_report: dict[str, Any]) -> dict[str, Any]:
+    """Time HF generate (prefill alone, then prefill + ``new_tokens``) and Anna on the same prompts.
+
+    Returns:
+        ``{"fla": bool, "hf_ttft_ms", "hf_decode_tokens_per_s_per_stream", "anna_decode_tokens_per_s_per_stream",
+        "speedup", "greedy_match_tokens"}``; ``greedy_match_tokens`` counts the leading tokens where
+        HF and Anna agree on the first prompt (bf16 rounding makes long agreement unlikely on random weights).
+    """
+    from anna_core.bench.engine_bench import timed_run
+
+    hf = build_hf(loaded)
+    hf_generate_time(hf, prompts, 2)  # warm-up
+    first = statistics.median(hf_generate_time(hf, prompts, 1)[0] for _ in range(2))
+    total, hf_tokens = hf_generate_time(hf, prompts, new_tokens)
+    hf_per_stream = (new_tokens - 1) / max(total - first, 1e-9)
+    anna = timed_run(engine, prompts, new_tokens, "hfcmp")
+    match = 0
+    for a, b in zip(anna["tokens"][0], hf_tokens[0]):
+        if a != b:
+            break
+        match += 1
+    anna_per_stream = anna_report["decode_tokens_per_s_per_stream"]
+    del hf
+    return {"fla": fla_in_use(), "new_tokens": new_tokens, "hf_ttft_ms": first * 1e3,
+            "hf_decode_tokens_per_s_per_stream": hf_per_stream,
+            "anna_decode_tokens_per_s_per_stream": anna_per_stream,
+            "speedup": anna_per_stream / hf_per_stream, "greedy_match_tokens": match}

@@ -1,0 +1,43 @@
+"""Human-readable benchmark reports (the ``--json`` form is the report dict itself)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """Lines for one :func:`anna_core.bench.engine_bench.run_bench` report.
+
+    Keys: ``ttft_ms``, ``prefill_tokens_per_s``, ``decode_tokens_per_s_per_stream`` / ``_total``,
+    ``itl_ms_p50`` / ``_p99``, ``peak_memory_gib``, ``copy_bandwidth_gbps``, ``step_bytes``,
+    ``roofline_tokens_per_s_per_stream``, ``roofline_fraction``, optional ``profile_ms_per_step`` and ``hf``.
+    """
+    gb = r["step_bytes"]["total"] / 1e9
+    lines = [
+        f"model {r['model']}  device {r['device']} ({r['device_name']})  dtype {r['dtype']}",
+        f"batch {r['batch_size']}  input {r['input_len']}  output {r['output_len']}  runs {r['runs']} "
+        f"(+{r['warmup']} warm-up)  graphs {'on' if r['graphs_captured'] else 'off'} "
+        f"({r['graph_steps']} graph / {r['eager_steps']} eager steps)  compile {r['compile_mode']}",
+        f"prefill   {r['prefill_tokens_per_s']:10.1f} tok/s   TTFT {r['ttft_ms']:.2f} ms",
+        f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "
+        f"{r['decode_tokens_per_s_total']:.1f} tok/s total",
+        f"ITL       p50 {r['itl_ms_p50']:.3f} ms   p99 {r['itl_ms_p99']:.3f} ms",
+        f"memory    peak {r['peak_memory_gib']:.2f} GiB",
+        f"roofline  {gb:.3f} GB/step (weights {r['step_bytes']['weights'] / 1e9:.3f}, state "
+        f"{r['step_bytes']['state'] / 1e9:.3f}, KV {r['step_bytes']['kv'] / 1e9:.3f}) at "
+        f"{r['copy_bandwidth_gbps']:.0f} GB/s copy -> {r['roofline_tokens_per_s_per_stream']:.1f} tok/s per stream; "
+        f"reached {100 * r['roofline_fraction']:.1f}%",
+    ]
+    prof = r.get("profile_ms_per_step")
+    if prof:
+        total = prof["total"] or 1.0
+        parts = "  ".join(f"{k} {v:.3f} ({100 * v / total:.0f}%)" for k, v in prof.items() if k != "total")
+        lines.append(f"profile   eager kernel time per decode step {prof['total']:.3f} ms: {parts}")
+    hf = r.get("hf")
+    if hf:
+        lines.append(
+            f"HF        transformers{' + fla' if hf['fla'] else ' (torch path, no fla)'}: "
+            f"{hf['hf_decode_tokens_per_s_per_stream']:.1f} tok/s per stream, TTFT {hf['hf_ttft_ms']:.1f} ms; "
+            f"Anna {hf['anna_decode_tokens_per_s_per_stream']:.1f} -> {hf['speedup']:.1f}x "
+            f"(greedy agreement: first {hf['greedy_match_tokens']} tokens)")
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""The memory-bandwidth roofline of a decode step, and the copy bandwidth it is measured against.
+
+Single-stream decode is bound by memory traffic: every step reads every weight once (the LM head
+included; the input embedding contributes one row per token, which is negligible and excluded),
+reads and writes each sequence's recurrent (gated DeltaNet) and conv states, and reads each
+sequence's K/V from the cache (and writes the new token's). Those bytes over the device's copy
+bandwidth (bytes read plus bytes written per second of a large device-to-device copy, measured in
+the same process) give the fastest possible step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import attrs
+import torch
+from torch import nn
+
+from anna_core.device import Accelerator
+from anna_core.model import CacheSpec
+
+
+@attrs.frozen
+class StepBytes:
+    """Bytes one decode step must move, by kind (all ints)."""
+
+    weights: int
+    state: int
+    kv: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.state + self.kv
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of every weight a decode step reads: all parameters, except an input embedding that is
+    not also the LM head (untied models read only one of its rows per token)."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    tied = getattr(model, "lm_head", "absent") is None  # Anna's models: lm_head None means tied
+    if not tied:
+        seen = set()
+        for m in model.modules():
+            if isinstance(m, nn.Embedding) and id(m.weight) not in seen:
+                seen.add(id(m.weight))
+                total -= m.weight.numel() * m.weight.element_size()
+    return total
+
+
+def decode_step_bytes(model: nn.Module, spec: CacheSpec, batch: int, context: float, dtype: torch.dtype) -> StepBytes:
+    """Bytes of one decode step of ``batch`` sequences whose context holds ``context`` tokens.
+
+    Args:
+        model: the loaded model (its parameters are counted as they are stored).
+        spec: its cache spec.
+        batch: sequences decoded together.
+        context: mean cached tokens per sequence during the step (float allowed).
+        dtype: the cache dtype (KV and conv state; recurrent state is float32).
+    """
+    elem = torch.empty((), dtype=dtype).element_size()
+    state = 0
+    if spec.recurrent is not None:
+        rec = spec.recurrent
+        h, k, v = rec.state_shape
+        c, w = rec.conv_shape
+        state = rec.num_layers * batch * 2 * (h * k * v * 4 + c * w * elem)
+    kv = 0
+    if spec.attention is not None:
+        att = spec.attention
+        per_token = 2 * att.num_kv_heads * att.head_dim * elem  # K and V
+        kv = int(att.num_layers * batch * per_token * (context + 1))  # read the context, write one token
+    return StepBytes(weights=weight_bytes(model), state=state, kv=kv)
+
+
+def copy_bandwidth(accel: Accelerator, nbytes: int | None = None, repeats: int = 10) -> float:
+    """Median bytes/s (read + written) of a ``nbytes`` device-to-device copy on ``accel``'s device.
+
+    Default size: 1 GiB on accelerators (far above any cache), 128 MiB on CPU. Random data, never zeros.
+    """
+    dev = accel.device
+    if nbytes is None:
+        nbytes = (1 << 30) if dev.type != "cpu" else (128 << 20)
+    n = nbytes // 4
+    src = torch.rand(n, device=dev)
+    dst = torch.empty_like(src)
+    for _ in range(2):
+        dst.copy_(src)
+    accel.synchronize()
+    times = []
+    for _ in range(repeats):
+        timer = accel.timer()
+        timer.start()
+        dst.copy_(src)
+        times.append(timer.stop() / 1e3)
+    del src, dst
+    return 2 * n * 4 / statistics.median(times)
+
+
+def wall_clock() -> float:
+    """Seconds from a monotonic high-resolution clock."""
+    return time.perf_counter()

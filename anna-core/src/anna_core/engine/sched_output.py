@@ -1,0 +1,125 @@
+"""The plain objects the scheduler hands the model runner and the engine each step (pure Python)."""
+
+from __future__ import annotations
+
+import attrs
+
+from anna_core.engine.request import Request
+from anna_core.engine.state_snapshots import PromptEntry
+
+
+@attrs.define
+class ScheduledSeq:
+    """One sequence's share of a step.
+
+    Attributes:
+        request: the request.
+        start: position of the first token computed this step (== tokens already cached).
+        token_ids: the tokens computed this step (positions ``start .. start+len-1``).
+        block_table: the sequence's KV blocks, covering at least ``start + len(token_ids)`` tokens.
+        state_slot: the sequence's recurrent-state slot.
+        samples: True when this chunk reaches the end of the known tokens, so the step samples the
+            sequence's next token from the logits of its last row.
+        restore_snapshot: snapshot-pool index whose state is copied into ``state_slot`` before the
+            step (a prefix-cache hit on a hybrid model resuming at ``start``), or None.
+        capture_snapshot: the chunk ends at a snapshot boundary of the prompt; the engine copies the
+            state into the snapshot pool after the step.
+        capture_prompt: the chunk completes the prompt; the engine stores the state and the logits
+            in the prompt cache after the step.
+    """
+
+    request: Request
+    start: int
+    token_ids: list[int]
+    block_table: list[int]
+    state_slot: int
+    samples: bool
+    restore_snapshot: int | None = None
+    capture_snapshot: bool = False
+    capture_prompt: bool = False
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def num_new_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def context_len(self) -> int:
+        """Cached plus new tokens after this step."""
+        return self.start + len(self.token_ids)
+
+    @property
+    def is_fresh(self) -> bool:
+        """First chunk of the sequence: its state slot must start from zeros."""
+        return self.start == 0
+
+
+@attrs.define
+class PromptHit:
+    """A request whose whole prompt is in the prompt cache: nothing is computed for it this step.
+
+    The engine copies the entry's state into ``state_slot`` and, when the prompt ends inside a
+    block, the entry's last block into the request's own last block (``tail_copy``: source and
+    destination block ids); then samples the first token from the entry's stored logits.
+    """
+
+    request: Request
+    entry: PromptEntry
+    state_slot: int
+    block_table: list[int]
+    tail_copy: tuple[int, int] | None
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+
+@attrs.define
+class Capture:
+    """A state copy the engine performs after a successful step (filled in by ``Scheduler.update``).
+
+    Attributes:
+        kind: ``"snapshot"`` (into the snapshot pool) or ``"prompt"`` (into the prompt store, with
+            the request's last logits row).
+        state_slot: the slot to copy from.
+        index: the destination index in its pool.
+        request_id: the request the state belongs to.
+    """
+
+    kind: str
+    state_slot: int
+    index: int
+    request_id: str
+
+
+@attrs.define
+class SchedulerOutput:
+    """What one step computes: the plain object crossing scheduler -> model runner.
+
+    Attributes:
+        seqs: scheduled sequences, in batch order (decodes, then prefill chunks).
+        preempted: ids of requests preempted (back to waiting) while scheduling this step.
+        num_batched_tokens: total tokens computed this step.
+        prompt_hits: requests served from the prompt cache this step (not in ``seqs``).
+        cache_lookups: ``(cached_tokens, prompt_tokens)`` of each first admission (hit-rate metric).
+        captures: state copies to make after the step (filled in by ``Scheduler.update``).
+    """
+
+    seqs: list[ScheduledSeq] = attrs.field(factory=list)
+    preempted: list[str] = attrs.field(factory=list)
+    num_batched_tokens: int = 0
+    prompt_hits: list[PromptHit] = attrs.field(factory=list)
+    cache_lookups: list[tuple[int, int]] = attrs.field(factory=list)
+    captures: list[Capture] = attrs.field(factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.seqs and not self.prompt_hits
+
+    @property
+    def is_decode(self) -> bool:
+        """Every sequence decodes one token on top of a cached context."""
+        return bool(self.seqs) and all(s.num_new_tokens == 1 and s.start > 0 for s in self.seqs)

@@ -15,7 +15,7 @@ V = 101
 
 
 def make(model=None, **cfg):
-    cfg = {"block_size": 4, "num_blocks": 128, "max_num_seqs": 4, "max_num_batched_tokens": 32, **cfg}
+    cfg = {"block_size": 4, "num_blocks": 128, "max_num_seqs": 4, "max_prefill_tokens": 32, **cfg}
     eng = AsyncEngine(LLMEngine(model or FakeLM(V), config=EngineConfig(**cfg)))
     eng.start()
     return eng

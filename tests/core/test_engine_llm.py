@@ -29,7 +29,7 @@ def run(engine, prompts, params):
 
 
 def engine(**cfg):
-    cfg = {"block_size": 4, "num_blocks": 256, "max_num_seqs": 8, "max_num_batched_tokens": 64, **cfg}
+    cfg = {"block_size": 4, "num_blocks": 256, "max_num_seqs": 8, "max_prefill_tokens": 64, **cfg}
     return LLMEngine(FakeLM(V), config=EngineConfig(**cfg))
 
 
@@ -45,7 +45,7 @@ def test_batched_greedy_equals_each_request_alone_and_the_reference():
 
 
 def test_preemption_with_a_tiny_cache_still_gives_full_correct_outputs():
-    eng = engine(num_blocks=24, max_num_batched_tokens=32)  # 96 token slots for 8 requests
+    eng = engine(num_blocks=24, max_prefill_tokens=32)  # 96 token slots for 8 requests
     params = SamplingParams(temperature=0.0, max_tokens=20)
     outs = run(eng, PROMPTS, params)
     assert eng.scheduler.num_preemptions > 0
@@ -57,7 +57,7 @@ def test_preemption_with_a_tiny_cache_still_gives_full_correct_outputs():
 def test_seeded_sampling_is_the_same_alone_in_a_batch_and_after_preemption():
     params = [SamplingParams(temperature=1.0, top_p=0.9, seed=100 + i, max_tokens=15) for i in range(len(PROMPTS))]
     batched = run(engine(), PROMPTS, params)
-    squeezed = run(engine(num_blocks=24, max_num_batched_tokens=16), PROMPTS, params)
+    squeezed = run(engine(num_blocks=24, max_prefill_tokens=16), PROMPTS, params)
     for i, p in enumerate(PROMPTS):
         alone = run(engine(), [p], [params[i]])[0]
         assert batched[i].token_ids == alone.token_ids == squeezed[i].token_ids

@@ -67,7 +67,7 @@ def test_state_pool_hands_out_each_slot_once():
 
 
 def test_prefill_chunks_and_decodes_share_a_step():
-    sched, blocks, slots = make(max_num_batched_tokens=10, prefill_chunk_size=6)
+    sched, blocks, slots = make(max_prefill_tokens=10, prefill_chunk_size=6)
     a, b = req("a", 3), req("b", 14)
     sched.add(a)
     out = sched.schedule()
@@ -95,14 +95,14 @@ def test_prefill_chunks_and_decodes_share_a_step():
 
 
 def test_token_budget_and_max_num_seqs_limit_admission():
-    sched, _, _ = make(max_num_batched_tokens=8, max_num_seqs=2)
+    sched, _, _ = make(max_prefill_tokens=8, max_num_seqs=2)
     for rid in "abc":
         sched.add(req(rid, 3))
     out = sched.schedule()
     # a (3) + b (3) fill the sequence limit; c waits although budget is left
     assert [s.request_id for s in out.seqs] == ["a", "b"]
     assert [r.request_id for r in sched.waiting] == ["c"]
-    sched2, _, _ = make(max_num_batched_tokens=5, max_num_seqs=8)
+    sched2, _, _ = make(max_prefill_tokens=5, max_num_seqs=8)
     for rid in "ab":
         sched2.add(req(rid, 3))
     out = sched2.schedule()
@@ -128,7 +128,7 @@ def test_finish_returns_blocks_and_slots_at_once():
 
 def test_preemption_frees_the_newest_and_resumes_it_by_recompute():
     # 4 blocks of 2 tokens: a (3 tokens) and b (3 tokens) take 2 blocks each.
-    sched, blocks, slots = make(num_blocks=4, block_size=2)
+    sched, blocks, slots = make(num_blocks=4, block_size=2, prefill_chunk_size=16)
     a, b = req("a", 3), req("b", 3)
     sched.add(a)
     sched.add(b)

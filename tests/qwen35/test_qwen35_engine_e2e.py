@@ -26,7 +26,7 @@ def test_batched_greedy_matches_hf_generate(anna_tiny_qwen35, prompts, hf_tokens
     # a 32-token budget with 16-token chunks: the 90-token prompt is prefilled over 6 steps while
     # the others decode next to it
     llm = LLM(anna_tiny_qwen35, device="cpu", dtype="fp32", block_size=16, num_blocks=64, max_num_seqs=8,
-              max_num_batched_tokens=32, prefill_chunk_size=16)
+              max_prefill_tokens=32, prefill_chunk_size=16)
     outs = llm.generate(prompts, GREEDY)
     for out, ref in zip(outs, hf_tokens):
         assert out.finish_reason == "length", out.error
@@ -37,7 +37,7 @@ def test_batched_greedy_matches_hf_generate(anna_tiny_qwen35, prompts, hf_tokens
 
 def test_preempted_requests_still_match_hf(anna_tiny_qwen35, prompts, hf_tokens):
     llm = LLM(anna_tiny_qwen35, device="cpu", dtype="fp32", block_size=4, num_blocks=40, max_num_seqs=8,
-              max_num_batched_tokens=128)
+              max_prefill_tokens=128)
     outs = llm.generate(prompts, GREEDY)
     assert llm.engine.scheduler.num_preemptions > 0
     assert [o.token_ids for o in outs] == hf_tokens

@@ -108,3 +108,21 @@ def client(state):
 
     with TestClient(create_app(state), raise_server_exceptions=False) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def qwen35_tokenizer_dir(tmp_path_factory):
+    """The real Qwen3.5 vocabulary as a tokenizer folder, converted once per session (~5 s)."""
+    from anna_core.testing.qwen_vocab import build_qwen35_tokenizer
+
+    return build_qwen35_tokenizer(tmp_path_factory.mktemp("qwen35-tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def scripted(qwen35_tokenizer_dir):
+    """The scripted-model server (see tests/server/scripted_server.py), started once per session."""
+    from tests.server.scripted_server import ScriptedServer
+
+    server = ScriptedServer(qwen35_tokenizer_dir)
+    yield server
+    server.close()

@@ -42,6 +42,9 @@ class ModelFamilySpec:
         loader: lazy ``"module:attr"`` of a callable
             ``load(source: ModelSource, *, device, dtype, load_format) -> LoadedModel``.
         distribution: the installable distribution providing it (for error messages).
+        reasoning_parser / tool_call_parser: names of the output parsers (``register_output_parsers``)
+            used for this family unless ``--reasoning-parser`` / ``--tool-call-parser`` choose
+            others ("" = none).
     """
 
     name: str
@@ -50,6 +53,8 @@ class ModelFamilySpec:
     architectures: tuple[str, ...] = ()
     gguf_architectures: tuple[str, ...] = ()
     distribution: str = ""
+    reasoning_parser: str = ""
+    tool_call_parser: str = ""
 
 
 @attrs.frozen

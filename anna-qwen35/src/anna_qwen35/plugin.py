@@ -1,7 +1,7 @@
 """Entry module of anna-qwen35: registration only (no torch import here)."""
 
 from anna_core.hookspecs import hookimpl
-from anna_core.registry import ModelFamilySpec
+from anna_core.registry import ModelFamilySpec, OutputParserSpec
 
 
 @hookimpl
@@ -16,5 +16,16 @@ def register_model_families(register):
             architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM",
                            "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"),
             distribution="anna-qwen35",
+            reasoning_parser="qwen3",
+            tool_call_parser="qwen3_coder",
         )
     )
+
+
+@hookimpl
+def register_output_parsers(register):
+    # Qwen3.5 reasons in <think> blocks and calls tools in Qwen3-Coder's XML markup; the generic
+    # implementations live in anna-core.
+    register(OutputParserSpec(name="qwen3", kind="reasoning", factory="anna_core.parsers.think:ThinkReasoningParser"))
+    register(OutputParserSpec(name="qwen3_coder", kind="tool_call",
+                              factory="anna_core.parsers.qwen3_coder:Qwen3CoderToolParser"))

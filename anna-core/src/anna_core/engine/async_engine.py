@@ -3,7 +3,12 @@
 Handlers call :meth:`AsyncEngine.generate`; the request goes into a command list guarded by a
 ``threading.Condition``; the engine thread wakes, adds it, steps, and hands each output to the
 request's ``asyncio.Queue`` with ``loop.call_soon_threadsafe``. An idle engine thread sleeps on the
-condition (no polling).
+condition (no polling), with a timeout when the engine says work becomes ready later
+(:meth:`LLMEngine.next_wakeup`).
+
+Backpressure: with ``max_waiting_requests`` set, :meth:`AsyncEngine.generate` refuses a request
+while that many are queued (submitted but not running) with
+:class:`~anna_core.errors.QueueFullError`, which the server turns into HTTP 429 + ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.outputs import RequestOutput, Usage
 from anna_core.engine.sampling_params import SamplingParams
-from anna_core.errors import EngineDeadError, InvalidRequestError
+from anna_core.errors import EngineDeadError, InvalidRequestError, QueueFullError
 
 log = logging.getLogger("anna.engine")
 
@@ -56,6 +61,11 @@ class AsyncEngine:
         self._dead: str | None = None
         self._stats: dict[str, Any] = engine.stats()
         self._started = time.perf_counter()
+
+    @property
+    def metrics(self) -> Any:
+        """The engine's :class:`~anna_core.metrics.EngineMetrics` (safe to read from any thread)."""
+        return self.engine.metrics
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -100,6 +110,7 @@ class AsyncEngine:
         Raises:
             EngineDeadError: the engine is shutting down or has stopped.
             InvalidRequestError: the request exceeds a limit, or its id is in use.
+            QueueFullError: ``max_waiting_requests`` requests are queued already (HTTP 429).
         """
         params = params or SamplingParams()
         self.engine.validate_request(list(prompt_token_ids), params)
@@ -111,6 +122,12 @@ class AsyncEngine:
                 raise EngineDeadError("the engine is not accepting requests (not started or shutting down)")
             if request_id in self._streams:
                 raise InvalidRequestError(f"request id {request_id!r} is already in use")
+            limit = self.engine.config.max_waiting_requests
+            queued = len(self._streams) - self._stats["running"]  # submitted, not running (last step's view)
+            if limit and queued >= limit:
+                self.engine.metrics.on_rejected_429()
+                raise QueueFullError(f"the engine's waiting queue is full ({limit} requests); retry later",
+                                     retry_after_s=self._stats.get("retry_after_s", 1))
             self._streams[request_id] = stream
             self._commands.append(("add", (request_id, list(prompt_token_ids), params)))
             self._cond.notify()
@@ -148,7 +165,7 @@ class AsyncEngine:
             if kind == "add":
                 request_id, prompt, params = arg
                 try:
-                    self.engine.add_request(request_id, prompt, params)
+                    self.engine.add_request(request_id, prompt, params, enforce_queue_limit=False)
                 except Exception as exc:  # validated already; anything here is a failure of this request
                     self._deliver(_error_output(request_id, prompt, f"{type(exc).__name__}: {exc}"))
             elif kind == "abort":
@@ -160,8 +177,11 @@ class AsyncEngine:
         try:
             while True:
                 with self._cond:
-                    while not self._commands and not self._stop and not self.engine.has_unfinished():
-                        self._cond.wait()
+                    while not self._commands and not self._stop:
+                        delay = self.engine.next_wakeup()
+                        if delay is not None and delay <= 0:
+                            break
+                        self._cond.wait(delay)  # None: until notified
                     commands, self._commands = self._commands, []
                     stop, drain = self._stop, self._drain
                 self._apply(commands)

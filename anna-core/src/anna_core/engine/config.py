@@ -35,8 +35,9 @@ class EngineConfig:
             also the number of recurrent-state slots.
         max_prefill_tokens: prompt tokens computed per step, all requests together (prefill
             chunks, including the recompute of preempted requests). Decodes are not counted.
-        prefill_chunk_size: prompt tokens of one request per step; ``0`` = auto: a chunk may take
-            at most half of the free KV blocks (at least one block), otherwise the step's budget.
+        prefill_chunk_size: prompt tokens of one request per step; ``0`` = auto from free KV
+            memory: a chunk leaves one free block per running sequence (for its next decode), takes
+            at least one block, and is otherwise bounded by the step's prefill budget.
         max_decode_tokens: cached tokens that one step's decodes may read together (a decode of a
             sequence with ``n`` tokens reads ``n``); bounds attention cost per step. The first
             decode of a step always runs; ``0`` = no limit.

@@ -9,25 +9,37 @@ the caller of :class:`~anna_core.llm.LLM`) drives it.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import time
+from collections import deque
 from typing import Any
 
 import torch
 
 from anna_core.engine.block_manager import BlockManager, blocks_for
-from anna_core.engine.cache_allocator import allocate_caches, default_kv_budget_bytes, num_blocks_for_budget
+from anna_core.engine.cache_allocator import (
+    allocate_caches,
+    default_kv_budget_bytes,
+    num_blocks_for_budget,
+    state_bytes,
+)
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.detokenizer import IncrementalDetokenizer
+from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
 from anna_core.engine.model_runner import ModelRunner
 from anna_core.engine.outputs import RequestOutput, Usage
 from anna_core.engine.request import Request
 from anna_core.engine.sampling_params import SamplingParams
-from anna_core.engine.scheduler import Scheduler
+from anna_core.engine.scheduler import Scheduler, SchedulerOutput
 from anna_core.engine.state_pool import StatePool
+from anna_core.engine.state_store import LogitsTap, StateStore, copy_blocks
 from anna_core.engine.stop_checker import StopStringChecker
-from anna_core.errors import InvalidRequestError
-from anna_core.model import LoadedModel
+from anna_core.errors import InvalidRequestError, QueueFullError
+from anna_core.metrics import EngineMetrics
+from anna_core.model import CacheSpec, LoadedModel
+
+_MIB = 1 << 20
 
 log = logging.getLogger("anna.engine")
 
@@ -57,29 +69,58 @@ class LLMEngine:
         spec = model.cache_spec
         bs = config.block_size
         want_len = min(x for x in (config.max_model_len, model_max_len, 1 << 20) if x is not None)
-        if spec.attention is None:  # bookkeeping only: no KV tensors
-            num_blocks = config.num_blocks or config.max_num_seqs * blocks_for(want_len, bs)
-        else:
-            num_blocks = config.num_blocks
-            if num_blocks is None:
-                budget = (int(config.kv_cache_memory_gib * (1 << 30)) if config.kv_cache_memory_gib is not None
-                          else default_kv_budget_bytes(self.device))
-                num_blocks = min(num_blocks_for_budget(spec, bs, dtype, budget),
-                                 config.max_num_seqs * blocks_for(want_len, bs))
+        hybrid = spec.recurrent is not None
+        snapshot_bytes = state_bytes(spec, 1, dtype)
+        snapshot_budget = int(config.snapshot_memory_mib * _MIB) if hybrid and config.enable_prefix_caching else 0
+        prompt_budget = snapshot_bytes * config.prompt_cache_size
+        num_blocks = self._num_blocks(spec, want_len, snapshot_budget + prompt_budget)
         self.max_model_len = min(want_len, num_blocks * bs)
         if self.max_model_len < want_len:
             log.warning("max_model_len capped at %d tokens: the KV cache holds %d blocks of %d",
                         self.max_model_len, num_blocks, bs)
+        num_snapshots = 0
+        if hybrid and config.enable_prefix_caching:
+            useful = num_blocks * bs // config.snapshot_interval  # more cannot have KV blocks behind them
+            num_snapshots = (config.num_snapshots if config.num_snapshots is not None
+                             else min(useful, snapshot_budget // max(snapshot_bytes, 1)))
+            if num_snapshots == 0:
+                log.warning("prefix caching is off: the snapshot budget holds no recurrent-state snapshot")
         self.caches = allocate_caches(spec, num_blocks=num_blocks if spec.attention else 0, block_size=bs,
                                       num_slots=config.max_num_seqs, device=self.device, dtype=dtype)
-        self.blocks = BlockManager(num_blocks, bs)
+        self.snapshot_store = StateStore(spec, num_snapshots, self.device, dtype)
+        self.prompt_store = StateStore(spec, config.prompt_cache_size, self.device, dtype)
+        caching = config.enable_prefix_caching and (not hybrid or num_snapshots > 0)
+        self.blocks = BlockManager(num_blocks, bs, enable_caching=caching)
         self.slots = StatePool(config.max_num_seqs)
-        self.scheduler = Scheduler(config, self.blocks, self.slots)
+        self.scheduler = Scheduler(config, self.blocks, self.slots, hybrid=hybrid, num_snapshots=num_snapshots)
         self.runner = ModelRunner(model, self.caches, self.device)
+        self.tap = LogitsTap(self.runner.sampler)
+        self.runner.sampler = self.tap
+        self.runner.logits_processors = LogitsProcessors(tokenizer, getattr(model, "vocab_size", None),
+                                                         self.eos_token_ids)
+        self.metrics = EngineMetrics()
         self._requests: dict[str, Request] = {}
+        self._finish_times: deque[float] = deque(maxlen=64)
+        self._lookup_tokens = [0, 0]  # prompt tokens found in a cache, prompt tokens looked up
         self.num_generated_tokens = 0
         self.num_steps = 0
         self.started = time.perf_counter()
+
+    def _num_blocks(self, spec: CacheSpec, want_len: int, other_bytes: int) -> int:
+        """KV blocks: ``num_blocks``, else the memory budget (explicit GiB, or free memory minus
+        ``reserve_memory_mib`` and the snapshot / prompt-cache budgets), at most what
+        ``max_num_seqs`` sequences of ``want_len`` tokens can use."""
+        config, bs = self.config, self.config.block_size
+        cap = config.max_num_seqs * blocks_for(want_len, bs)
+        if config.num_blocks is not None:
+            return config.num_blocks
+        if spec.attention is None:  # bookkeeping only: no KV tensors
+            return cap
+        if config.kv_cache_memory_gib is not None:
+            budget = int(config.kv_cache_memory_gib * (1 << 30))
+        else:
+            budget = default_kv_budget_bytes(self.device) - int(config.reserve_memory_mib * _MIB) - other_bytes
+        return min(num_blocks_for_budget(spec, bs, self.dtype, budget), cap)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, config: EngineConfig | None = None) -> LLMEngine:
@@ -110,28 +151,51 @@ class LLMEngine:
                 "tokens including the output", param="prompt", code="context_length_exceeded")
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model was loaded without one", param="stop")
+        self.runner.logits_processors.validate(params)  # logit_bias ids, grammar compiles
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None,
-                    *, arrival_time: float | None = None) -> None:
+                    *, arrival_time: float | None = None, enforce_queue_limit: bool = True) -> None:
         """Queue a request.
+
+        Args:
+            enforce_queue_limit: refuse it when ``max_waiting_requests`` wait already (the
+                :class:`~anna_core.engine.async_engine.AsyncEngine` checks at its front door and
+                passes False).
 
         Raises:
             InvalidRequestError: see :meth:`validate_request`, or ``request_id`` is in use.
+            QueueFullError: the waiting queue is full (HTTP 429).
         """
         params = params or SamplingParams()
         prompt_token_ids = list(prompt_token_ids)
         self.validate_request(prompt_token_ids, params)
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        limit = self.config.max_waiting_requests
+        if enforce_queue_limit and limit and len(self.scheduler.waiting) >= limit:
+            self.metrics.on_rejected_429()
+            raise QueueFullError(f"the engine's waiting queue is full ({limit} requests); retry later",
+                                 retry_after_s=self.retry_after_s())
         seed = params.seed if params.seed is not None else secrets.randbits(63)
         req = Request(request_id, prompt_token_ids, params, eos_token_ids=self.eos_token_ids,
                       seed=seed % (1 << 63), arrival_time=arrival_time)
         if self.tokenizer is not None:
             req.detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
             req.stop_checker = StopStringChecker(params)
+        req.grammar = self.runner.logits_processors.new_state(params)
         self._requests[request_id] = req
         self.scheduler.add(req)
+        self.metrics.on_request_arrived(request_id, req.arrival_time)
 
+    def retry_after_s(self, num_waiting: int | None = None) -> int:
+        """Seconds until ``num_waiting`` queued requests (default: those waiting now) are likely
+        admitted, from the recent finish rate; 1 to 60."""
+        waiting = len(self.scheduler.waiting) if num_waiting is None else num_waiting
+        times = self._finish_times
+        if len(times) < 2 or times[-1] <= times[0]:
+            return 1
+        rate = (len(times) - 1) / (times[-1] - times[0])  # requests finished per second
+        return max(1, min(60, math.ceil(waiting / rate)))
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """End a request now (finish reason ``"abort"``); None if it is unknown or already done."""
         req = self._requests.get(request_id)
@@ -148,27 +212,111 @@ class LLMEngine:
 
     # -- the step ---------------------------------------------------------------------------
 
+    def next_wakeup(self) -> float | None:
+        """Seconds until :meth:`step` may have work (0: now), None when there is nothing to do."""
+        return self.scheduler.next_wakeup()
+
     def step(self) -> list[RequestOutput]:
         """Run one batched step; returns an output for every request that produced a token,
-        finished or failed in it."""
+        finished, timed out or failed in it."""
+        results = self._expire()
         out = self.scheduler.schedule()
+        for _ in out.preempted:
+            self.metrics.on_preemption()
+        for hit, total in out.cache_lookups:
+            self.metrics.on_prefix_cache_lookup(hit, total)
+            self._lookup_tokens[0] += hit
+            self._lookup_tokens[1] += total
         if out.is_empty:
-            return []
+            self._set_gauges()
+            return results
         self.num_steps += 1
         try:
-            sampled = self.runner.execute(out)
+            self._restore(out)
+            # raw logits only: requests whose logits are processed (bias, grammar) make no entry
+            self.tap.wanted = frozenset(s.request_id for s in out.seqs
+                                        if s.capture_prompt and not needs_processing(s.request.params))
+            sampled = self.runner.execute(out) if out.seqs else {}
+            if out.prompt_hits:
+                sampled.update(self._sample_prompt_hits(out))
         except Exception as exc:  # the model failed: fail this step's requests, keep serving others
             log.exception("engine step failed")
             msg = f"{type(exc).__name__}: {exc}"
-            return [self.fail_request(s.request_id, msg) for s in out.seqs if s.request_id in self._requests]
-        results = []
-        for req in self.scheduler.update(out, sampled):
+            ids = [s.request_id for s in out.seqs] + [h.request_id for h in out.prompt_hits]
+            self.tap.captured.clear()
+            return results + [self.fail_request(i, msg) for i in ids if i in self._requests]
+        finally:
+            self.tap.wanted = frozenset()
+        grown = self.scheduler.update(out, sampled)
+        self._capture(out)
+        for req in grown:
             try:
                 results.append(self._process(req))
             except Exception as exc:  # e.g. the tokenizer failed on this request's ids
                 log.exception("output processing failed for %s", req.request_id)
                 results.append(self.fail_request(req.request_id, f"{type(exc).__name__}: {exc}"))
+        self._set_gauges()
         return results
+
+    def _expire(self) -> list[RequestOutput]:
+        """Fail requests older than ``request_timeout_s`` (requests are kept in arrival order)."""
+        timeout = self.config.request_timeout_s
+        if not timeout:
+            return []
+        now = time.perf_counter()
+        expired = []
+        for req in self._requests.values():
+            if now - req.arrival_time <= timeout:
+                break
+            expired.append(req.request_id)
+        return [self.fail_request(rid, f"the request timed out after {timeout:g} s (request_timeout_s)")
+                for rid in expired]
+
+    def _restore(self, out: SchedulerOutput) -> None:
+        """Cache hits: snapshot states into slots; prompt-cache states and tail blocks."""
+        restores = [(s.restore_snapshot, s.state_slot) for s in out.seqs if s.restore_snapshot is not None]
+        if restores:
+            self.snapshot_store.load(self.caches, [i for i, _ in restores], [s for _, s in restores])
+        if out.prompt_hits:
+            hits = out.prompt_hits
+            self.prompt_store.load(self.caches, [h.entry.store_idx for h in hits], [h.state_slot for h in hits])
+            tails = [h.tail_copy for h in hits if h.tail_copy is not None]
+            copy_blocks(self.caches, [t[0] for t in tails], [t[1] for t in tails])
+
+    def _sample_prompt_hits(self, out: SchedulerOutput) -> dict[str, int]:
+        """First tokens of prompt-cache hits, from the stored last-row logits (one host sync)."""
+        logits = torch.stack([self.prompt_store.logits[h.entry.store_idx] for h in out.prompt_hits])  # [N, V]
+        requests = [h.request for h in out.prompt_hits]
+        processors = getattr(self.runner, "logits_processors", None)
+        if processors is not None and any(needs_processing(r.params) for r in requests):
+            ids = processors.sample(logits, requests, self.runner.sampler)
+        else:
+            ids = self.runner.sampler(logits, requests).tolist()
+        return {r.request_id: t for r, t in zip(requests, ids)}
+
+    def _capture(self, out: SchedulerOutput) -> None:
+        """The state copies :meth:`Scheduler.update` asked for (snapshots, prompt-cache entries)."""
+        snaps = [c for c in out.captures if c.kind == "snapshot"]
+        if snaps:
+            self.snapshot_store.save(self.caches, [c.state_slot for c in snaps], [c.index for c in snaps])
+        prompts = []
+        for c in out.captures:
+            if c.kind != "prompt":
+                continue
+            logits = self.tap.captured.pop(c.request_id, None)
+            if logits is None:  # the runner did not sample it through the tap: no entry
+                self.scheduler.forget_prompt(self._requests[c.request_id])
+                continue
+            self.prompt_store.logits[c.index] = logits
+            prompts.append(c)
+        if prompts:
+            self.prompt_store.save(self.caches, [c.state_slot for c in prompts], [c.index for c in prompts])
+        self.tap.captured.clear()
+
+    def _set_gauges(self) -> None:
+        self.metrics.set_gauges(len(self.scheduler.running), len(self.scheduler.waiting),
+                                self.blocks.num_used_blocks, self.blocks.num_blocks,
+                                self.slots.num_used_slots, self.slots.num_slots)
 
     def fail_request(self, request_id: str, message: str) -> RequestOutput:
         """End a request with finish reason ``"error"`` and ``message``."""
@@ -181,8 +329,12 @@ class LLMEngine:
         token = req.output_token_ids[-1]
         n_out = len(req.output_token_ids)
         self.num_generated_tokens += 1
+        now = time.perf_counter()
         if req.first_token_time is None:
-            req.first_token_time = time.perf_counter()
+            req.first_token_time = now
+            self.metrics.on_first_token(req.request_id, now)
+        else:
+            self.metrics.on_token(req.request_id, now)
         reason: str | None = None
         stop_reason: str | int | None = None
         if n_out > req.params.min_tokens:
@@ -213,6 +365,9 @@ class LLMEngine:
         self.scheduler.finish(req, reason, stop_reason)
         req.finished_time = time.perf_counter()
         del self._requests[req.request_id]
+        self._finish_times.append(req.finished_time)
+        self.metrics.on_request_finished(req.request_id, req.finished_time, req.num_prompt_tokens,
+                                         len(req.output_token_ids), req.num_cached_tokens, reason)
         return self._output(req, delta, delta_ids)
 
     def _output(self, req: Request, delta: str, delta_ids: list[int]) -> RequestOutput:
@@ -234,7 +389,9 @@ class LLMEngine:
             stop_reason=req.stop_reason,
             usage=Usage(prompt_tokens=req.num_prompt_tokens, completion_tokens=len(req.output_token_ids)),
             error=req.error,
+            num_cached_tokens=req.num_cached_tokens,
             metrics=metrics,
+            logprobs=req.logprobs[len(req.logprobs) - len(delta_ids):] if req.logprobs and delta_ids else [],
         )
 
     def stats(self) -> dict[str, Any]:
@@ -248,6 +405,13 @@ class LLMEngine:
             "state_slots_total": self.slots.num_slots,
             "tokens_generated": self.num_generated_tokens,
             "preemptions": self.scheduler.num_preemptions,
+            "prefix_cache_hit_rate": (self._lookup_tokens[0] / self._lookup_tokens[1]
+                                      if self._lookup_tokens[1] else None),
+            "cached_blocks": self.blocks.num_cached_blocks,
+            "snapshots_used": len(self.scheduler.snapshots),
+            "snapshots_total": self.scheduler.snapshots.capacity,
+            "prompt_cache_entries": len(self.scheduler.prompt_cache or ()),
+            "retry_after_s": self.retry_after_s(),
             "steps": self.num_steps,
             "max_model_len": self.max_model_len,
             "uptime_s": time.perf_counter() - self.started,

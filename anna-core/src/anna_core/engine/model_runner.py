@@ -19,6 +19,7 @@ from anna_core.device import Accelerator, accelerator
 from anna_core.engine.cache_allocator import zero_slots
 from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.logits_processors import needs_processing
 from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.scheduler import SchedulerOutput
 from anna_core.errors import AnnaError
@@ -78,6 +79,7 @@ class ModelRunner:
         self.profile_scopes = False
         self.num_graph_steps = 0
         self.num_eager_steps = 0
+        self.logits_processors: Any = None  # LogitsProcessors: logit_bias, grammars, logprobs
 
     def setup(self, config: RunnerConfig, *, max_model_len: int, max_num_seqs: int) -> None:
         """Warm up and capture the decode graphs (where the device and ``config`` allow).
@@ -222,8 +224,10 @@ class ModelRunner:
         with self._scope("lm_head"):
             logits = self.model.compute_logits(hidden[batch.logits_indices])  # [N, vocab]
         with self._scope("sampling"):
-            ids = self.sampler(logits, samplers)
-        ids = ids.tolist()  # the step's one host sync
+            if self.logits_processors is not None and any(needs_processing(r.params) for r in samplers):
+                ids = self.logits_processors.sample(logits, samplers, self.sampler)  # one host sync inside
+            else:
+                ids = self.sampler(logits, samplers).tolist()  # the step's one host sync
         return {r.request_id: t for r, t in zip(samplers, ids)}
 
     def _execute_graph(self, out: SchedulerOutput) -> dict[str, int] | None:

@@ -16,6 +16,21 @@ class Usage:
 
 
 @attrs.define
+class TokenLogprob:
+    """The log-probability of one generated token (natural log, model distribution).
+
+    Attributes:
+        token_id: the generated token.
+        logprob: its log-probability.
+        top: the most likely tokens at that position, ``(token_id, logprob)``, best first.
+    """
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = attrs.field(factory=list)
+
+
+@attrs.define
 class RequestOutput:
     """The state of one request after an engine step (or at its end).
 
@@ -34,6 +49,8 @@ class RequestOutput:
         error: message when ``finish_reason == "error"``.
         num_cached_tokens: prompt tokens served from the prefix or prompt cache instead of being
             computed (``usage.prompt_tokens_details.cached_tokens``).
+        logprobs: :class:`TokenLogprob` of each id in ``delta_token_ids`` when the request asked
+            for ``logprobs`` (else empty).
         metrics: timings in seconds (``arrival``, ``first_token``, ``finished``) from
             ``time.perf_counter``.
     """
@@ -51,3 +68,4 @@ class RequestOutput:
     error: str | None = None
     num_cached_tokens: int = 0
     metrics: dict[str, float] = attrs.field(factory=dict)
+    logprobs: list[TokenLogprob] = attrs.field(factory=list)

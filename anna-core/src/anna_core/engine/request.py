@@ -63,6 +63,8 @@ class Request:
         self.first_token_time: float | None = None
         self.finished_time: float | None = None
         self.num_preemptions = 0
+        self.grammar: Any = None  # logits_processors.GrammarState (structured output)
+        self.logprobs: list[Any] = []  # outputs.TokenLogprob per generated token (when asked)
         self.num_cached_tokens = 0
         self.block_hashes: list[bytes] = []
         self.last_scheduled = -1

@@ -182,6 +182,8 @@ def graph_safe(requests: list[Request]) -> bool:
             return False
         if len(r.output_token_ids) < p.min_tokens and r.stop_token_ids:
             return False
+        if p.logit_bias or p.structured is not None or p.logprobs is not None:  # LogitsProcessors rows
+            return False
     return True
 
 

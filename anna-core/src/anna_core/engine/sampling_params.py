@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from anna_core.errors import InvalidRequestError
+
+STRUCTURED_KINDS = ("json_object", "json_schema", "grammar")
+MAX_LOGPROBS = 20
 
 
 def _check(cond: bool, message: str, param: str) -> None:
     if not cond:
         raise InvalidRequestError(message, param=param)
+
+
+@attrs.frozen
+class StructuredOutput:
+    """A grammar the output must follow (constrained decoding with xgrammar).
+
+    Attributes:
+        kind: ``"json_object"`` (any JSON object), ``"json_schema"`` (``spec`` is the schema as
+            JSON text) or ``"grammar"`` (``spec`` is an xgrammar EBNF grammar with a ``root`` rule).
+        spec: see ``kind``.
+        after_token_id: constrain only the tokens generated after this token (e.g. ``</think>``,
+            so that a reasoning model thinks freely first); None: from the first token.
+    """
+
+    kind: str
+    spec: str = ""
+    after_token_id: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _check(self.kind in STRUCTURED_KINDS, f"structured output kind must be one of {STRUCTURED_KINDS}",
+               "response_format")
+
+
+def _bias(value: Any) -> dict[int, float]:
+    return {int(k): float(v) for k, v in (value or {}).items()}
 
 
 @attrs.define
@@ -21,7 +51,10 @@ class SamplingParams:
     presence and frequency penalties are subtracted from the logits of generated tokens
     (``logit -= presence * (count > 0) + frequency * count``); the repetition penalty
     (Keskar et al., CTRL, 2019) divides positive and multiplies negative logits of tokens seen in
-    the prompt or output.
+    the prompt or output. ``logit_bias`` (token id -> value in [-100, 100]) is added to the logits
+    before everything else; ``structured`` masks tokens the grammar forbids; ``logprobs`` asks for
+    the chosen token's log-probability plus that many top alternatives (0..20) under the model's
+    unprocessed distribution (see :mod:`anna_core.engine.logprobs`).
 
     Raises:
         InvalidRequestError: a field is out of range (``param`` names it).
@@ -42,6 +75,9 @@ class SamplingParams:
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    logprobs: int | None = None
+    logit_bias: dict[int, float] = attrs.field(factory=dict, converter=_bias)
+    structured: StructuredOutput | None = None
 
     def __attrs_post_init__(self) -> None:
         _check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens must be at least 1", "max_tokens")
@@ -56,6 +92,11 @@ class SamplingParams:
         _check(-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty must be in [-2, 2]", "frequency_penalty")
         _check(0.0 < self.repetition_penalty <= 10.0, "repetition_penalty must be in (0, 10]", "repetition_penalty")
         _check(all(isinstance(s, str) and s for s in self.stop), "stop strings must be non-empty strings", "stop")
+        _check(self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS,
+               f"logprobs must be in [0, {MAX_LOGPROBS}]", "logprobs")
+        _check(all(-100.0 <= v <= 100.0 for v in self.logit_bias.values()),
+               "logit_bias values must be in [-100, 100]", "logit_bias")
+        _check(all(k >= 0 for k in self.logit_bias), "logit_bias keys must be token ids >= 0", "logit_bias")
 
     @property
     def greedy(self) -> bool:

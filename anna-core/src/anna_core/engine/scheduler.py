@@ -77,13 +77,14 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def next_wakeup(self, now: float | None = None) -> float | None:
-        """Seconds until :meth:`schedule` may have work (0: now), or None with nothing to do."""
-        if self.running:
-            return 0.0
-        if self.waiting:
-            return 0.0 if self._admission_open(self.clock() if now is None else now) else self._hold_left(now)
-        return None
+    def next_wakeup(self) -> float | None:
+        """Seconds until :meth:`schedule` has work (0: now), or None with nothing to do.
+
+        Work is always ready while anything is unfinished: a busy engine keeps stepping its running
+        requests while arrivals are held back by ``batch_wait_ms``, and an idle one admits at once.
+        The engine thread sleeps on its condition (no polling) only when this is None or positive.
+        """
+        return 0.0 if self.running or self.waiting else None
 
     # -- budgets ------------------------------------------------------------------------------
 
@@ -115,8 +116,8 @@ class Scheduler:
         bs = self.blocks.block_size
         if self.config.prefill_chunk_size:
             n = min(n, self.config.prefill_chunk_size)
-        else:  # auto: at most half of the free KV memory
-            n = min(n, max(bs, self.blocks.num_free_blocks * bs // 2))
+        else:  # auto: leave a free block for each running sequence (its next decode), at least one block
+            n = min(n, max(bs, (self.blocks.num_free_blocks - len(self.running)) * bs))
         if self.capture_snapshots:
             interval = self.config.snapshot_interval
             boundary = (start // interval + 1) * interval
@@ -218,10 +219,6 @@ class Scheduler:
         if (now - self.waiting[0].arrival_time) * 1000.0 >= wait:
             return True
         return len(self.waiting) >= self.config.max_num_seqs - len(self.running)
-
-    def _hold_left(self, now: float | None) -> float:
-        now = self.clock() if now is None else now
-        return max(0.0, self.config.batch_wait_ms / 1000.0 - (now - self.waiting[0].arrival_time))
 
     def _admit(self, out: SchedulerOutput, budget: int, scheduled: set[str], now: float,
                overdue: Callable[[Request], bool] | None = None) -> int:
@@ -360,6 +357,12 @@ class Scheduler:
                 request.output_token_ids.append(sampled[request.request_id])
                 grew.append(request)
         return grew
+
+    def forget_prompt(self, request: Request) -> None:
+        """Drop ``request``'s prompt-cache entry (its capture could not be completed)."""
+        entry = self.prompt_cache.remove(tuple(request.prompt_token_ids)) if self.prompt_cache is not None else None
+        if entry is not None:
+            self.blocks.unpin(entry.blocks)
 
     # -- retiring -----------------------------------------------------------------------------
 

@@ -106,6 +106,13 @@ class PromptCache:
         self._entries[key] = entry
         return entry, evicted
 
+    def remove(self, key: tuple[int, ...]) -> PromptEntry | None:
+        """Drop ``key``'s entry (the caller unpins its blocks); None if absent."""
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._free.append(entry.store_idx)
+        return entry
+
     def pop_lru(self) -> PromptEntry | None:
         """Drop the least recently used entry (to reclaim its blocks); None if empty."""
         if not self._entries:

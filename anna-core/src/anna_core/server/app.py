@@ -6,10 +6,14 @@
   already running are counted in ``ServerState.in_flight`` until their last byte is sent.
 - Routes from plugins (``register_routes``) are mounted as given; they may declare a
   ``server: ServerState`` parameter to receive the state.
+- With ``ServerState.api_key`` set, ``/v1/*``, ``/tokenize`` and ``/detokenize`` need
+  ``Authorization: Bearer <key>`` (else 401 in OpenAI's shape); ``/health`` and ``/healthz``
+  stay open.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import uuid
@@ -24,7 +28,7 @@ from litestar.middleware import DefineMiddleware
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from anna_core.registry import resolve
-from anna_core.server import routes_health, routes_openai
+from anna_core.server import routes_health, routes_openai, routes_tokenize
 from anna_core.server.errors import error_body, exception_handlers
 from anna_core.server.state import ServerState
 
@@ -49,6 +53,41 @@ async def _add_request_id(message: Message, scope: Scope) -> None:
         MutableScopeHeaders.from_message(message)[REQUEST_ID_HEADER] = _request_id(scope)
 
 
+_PROTECTED_EXACT = frozenset(("/tokenize", "/detokenize"))
+
+
+async def _send_json(send: Send, scope: Scope, status: int, payload: dict[str, Any],
+                     extra: list[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (REQUEST_ID_HEADER.encode(), _request_id(scope).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class AuthMiddleware:
+    """``Authorization: Bearer <api_key>`` on the API routes when the server has a key."""
+
+    def __init__(self, app: ASGIApp, state: ServerState):
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = self.state.api_key
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if key and (path.startswith("/v1/") or path in _PROTECTED_EXACT):
+            sent = MutableScopeHeaders(scope).get("authorization") or ""  # type: ignore[arg-type]
+            scheme, _, token = sent.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+                message = ("Incorrect API key provided." if sent else
+                           "Missing API key: send 'Authorization: Bearer <key>'.")
+                await _send_json(send, scope, 401, error_body(message, "invalid_request_error", None,
+                                                              "invalid_api_key"),
+                                 [(b"www-authenticate", b"Bearer")])
+                return
+        await self.app(scope, receive, send)
+
+
 class AdmissionMiddleware:
     """Refuses ``/v1/*`` requests while draining and counts the ones in flight."""
 
@@ -61,12 +100,8 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         if self.state.draining:
-            body = json.dumps(error_body("the server is shutting down and takes no new requests",
-                                         "server_error", None, "service_unavailable")).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                       (REQUEST_ID_HEADER.encode(), _request_id(scope).encode())]
-            await send({"type": "http.response.start", "status": 503, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            await _send_json(send, scope, 503, error_body("the server is shutting down and takes no new requests",
+                                                          "server_error", None, "service_unavailable"))
             return
         self.state.in_flight += 1
         try:
@@ -102,10 +137,11 @@ def create_app(
             engine with them).
     """
     return Litestar(
-        route_handlers=[*routes_openai.ROUTES, *routes_health.ROUTES, *_plugin_handlers(pm)],
+        route_handlers=[*routes_openai.ROUTES, *routes_tokenize.ROUTES, *routes_health.ROUTES,
+                        *_plugin_handlers(pm)],
         dependencies={"server": Provide(lambda: state, sync_to_thread=False, use_cache=True)},
         exception_handlers=exception_handlers(),
-        middleware=[DefineMiddleware(AdmissionMiddleware, state=state)],
+        middleware=[DefineMiddleware(AuthMiddleware, state=state), DefineMiddleware(AdmissionMiddleware, state=state)],
         before_send=[_add_request_id],
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),

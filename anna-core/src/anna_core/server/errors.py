@@ -1,7 +1,8 @@
 """Exceptions -> OpenAI-shaped JSON errors ``{"error": {"message", "type", "param", "code"}}``.
 
-Status codes: 400 ``invalid_request_error`` (bad body, limits), 404 ``model_not_found``,
-503 while the model loads or the server drains, 500 for anything unexpected. A 500 logs the
+Status codes: 400 ``invalid_request_error`` (bad body, limits), 401 ``invalid_api_key``, 404
+``model_not_found``, 429 ``rate_limit_exceeded`` with ``Retry-After`` when the engine's waiting
+queue is full, 503 while the model loads or the server drains, 500 for anything unexpected. A 500 logs the
 traceback server-side and sends the client only a generic message, never the traceback.
 """
 
@@ -13,7 +14,12 @@ from typing import Any
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
-from anna_core.errors import AnnaError, EngineDeadError, InvalidRequestError
+from anna_core.errors import (
+    AnnaError,
+    EngineDeadError,
+    InvalidRequestError,
+    QueueFullError,
+)
 
 logger = logging.getLogger("anna.server")
 
@@ -60,6 +66,12 @@ def _unavailable(_: Request, exc: AnnaError) -> Response:
     return error_response(503, str(exc), "server_error", None, "service_unavailable")
 
 
+def _queue_full(_: Request, exc: QueueFullError) -> Response:
+    response = error_response(429, str(exc), "rate_limit_error", None, "rate_limit_exceeded")
+    response.headers["Retry-After"] = str(max(1, int(exc.retry_after_s)))
+    return response
+
+
 def _generation_failed(_: Request, exc: GenerationFailed) -> Response:
     return error_response(500, str(exc), "server_error")
 
@@ -87,6 +99,7 @@ def exception_handlers() -> dict[type[Exception], Any]:
         ModelNotFoundError: _model_not_found,
         ServiceUnavailableError: _unavailable,
         EngineDeadError: _unavailable,
+        QueueFullError: _queue_full,
         GenerationFailed: _generation_failed,
         ClientDisconnected: _client_disconnected,
         HTTPException: _http_exception,

@@ -1,21 +1,28 @@
 """Turn a parsed OpenAI request into what the engine takes: prompt token ids and SamplingParams.
 
 Chat prompts are rendered with the checkpoint's own chat template
-(:meth:`anna_core.tokenizer.Tokenizer.apply_chat_template`) and tokenized without adding special
-tokens (the template writes them). Sampling fields resolve in this order: the request's own
-value, the server flag (``--temperature`` ...), the checkpoint's ``generation_config.json``,
-the :class:`SamplingParams` default.
+(:meth:`anna_core.tokenizer.Tokenizer.apply_chat_template`, with the request's tools unless
+``tool_choice`` is ``none``) and tokenized without adding special tokens (the template writes
+them). Sampling fields resolve in this order: the request's own value, the server flag
+(``--temperature`` ...), the checkpoint's ``generation_config.json``, the :class:`SamplingParams`
+default. Each of ``n`` choices is its own engine request; with a ``seed``, choice 0 uses the seed
+itself and choice ``i`` a seed derived from it, so the whole response is reproducible.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from anna_core.engine.sampling_params import SamplingParams
-from anna_core.errors import InvalidRequestError
+import attrs
+
+from anna_core.engine.sampling_params import SamplingParams, StructuredOutput
+from anna_core.errors import AnnaError, InvalidRequestError
 from anna_core.server.errors import ModelNotFoundError, ServiceUnavailableError
-from anna_core.server.protocol import ChatCompletionRequest, CompletionRequest
+from anna_core.server.protocol import ChatCompletionRequest
 from anna_core.server.state import SAMPLING_DEFAULT_FIELDS, ServerState
+
+_SEED_STEP = 0x9E3779B97F4A7C15  # golden-ratio increment: choice seeds far apart
+_SEED_MASK = (1 << 63) - 1
 
 
 def check_servable(server: ServerState, requested_model: str | None) -> None:
@@ -34,7 +41,7 @@ def check_servable(server: ServerState, requested_model: str | None) -> None:
         raise ModelNotFoundError(requested_model, server.model_name)
 
 
-def _need_tokenizer(server: ServerState, what: str) -> Any:
+def need_tokenizer(server: ServerState, what: str) -> Any:
     if server.tokenizer is None:
         raise InvalidRequestError(f"this model was loaded without a tokenizer, so {what} is not possible")
     return server.tokenizer
@@ -46,7 +53,7 @@ def chat_prompt_ids(server: ServerState, req: ChatCompletionRequest) -> list[int
     Raises:
         InvalidRequestError: no tokenizer or chat template, or the template rejected the messages.
     """
-    tokenizer = _need_tokenizer(server, "chat completion")
+    tokenizer = need_tokenizer(server, "chat completion")
     template_kwargs = dict(req.chat_template_kwargs)
     if "enable_thinking" not in template_kwargs and server.enable_thinking is not None:
         template_kwargs["enable_thinking"] = server.enable_thinking
@@ -54,26 +61,27 @@ def chat_prompt_ids(server: ServerState, req: ChatCompletionRequest) -> list[int
         req.messages,
         add_generation_prompt=req.add_generation_prompt,
         continue_final_message=req.continue_final_message,
+        tools=req.tools.tools if req.tools.choice != "none" and req.tools.tools else None,
         **template_kwargs,
     )
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def completion_prompt_ids(server: ServerState, req: CompletionRequest) -> list[int]:
-    """The prompt as token ids (a text prompt is tokenized as the checkpoint's tokenizer does).
+def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[int]:
+    """One prompt as token ids (a text prompt is tokenized as the checkpoint's tokenizer does).
 
     Raises:
         InvalidRequestError: a text prompt without a tokenizer, an empty prompt, or a token id
             outside the tokenizer's vocabulary (the engine checks the model's too).
     """
-    if isinstance(req.prompt, list):
-        ids = list(req.prompt)
+    if isinstance(prompt, list):
+        ids = list(prompt)
         vocab = server.tokenizer.vocab_size if server.tokenizer is not None else None
         if vocab is not None and max(ids) >= vocab:
             raise InvalidRequestError(f"prompt token id {max(ids)} is outside the vocabulary of {vocab} tokens",
                                       param="prompt")
         return ids
-    ids = _need_tokenizer(server, "a text prompt").encode(req.prompt, add_special_tokens=True)
+    ids = need_tokenizer(server, "a text prompt").encode(prompt, add_special_tokens=True)
     if not ids:
         raise InvalidRequestError("the prompt is empty", param="prompt")
     return ids
@@ -116,3 +124,55 @@ def sampling_params(server: ServerState, sampling: dict[str, Any], max_tokens: i
             if default is not None:
                 fields[name] = default
     return SamplingParams(max_tokens=max_tokens, **fields)
+
+
+def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """``n`` copies of ``params`` with per-choice seeds (see the module doc)."""
+    if n == 1:
+        return [params]
+    if params.seed is None:
+        return [attrs.evolve(params) for _ in range(n)]
+    return [attrs.evolve(params, seed=(params.seed + i * _SEED_STEP) & _SEED_MASK) for i in range(n)]
+
+
+def new_reasoning_parser(server: ServerState, prompt_ids: list[int], interrupt_tags: tuple[str, ...]) -> Any:
+    """A reasoning parser started on the prompt (None when the server has none)."""
+    if server.reasoning_parser is None:
+        return None
+    parser = server.reasoning_parser(server.tokenizer)
+    parser.start(prompt_ids, interrupt_tags)
+    return parser
+
+
+def new_tool_parser(server: ServerState, req: ChatCompletionRequest) -> Any:
+    """A tool-call parser for the request's tools (None without tools or with ``tool_choice: none``).
+
+    Raises:
+        InvalidRequestError: the request uses tools but the server has no tool-call parser.
+    """
+    if not req.tools.parse_calls:
+        return None
+    if server.tool_call_parser is None:
+        raise InvalidRequestError("this server has no tool-call parser (start it with --tool-call-parser)",
+                                  param="tools")
+    return server.tool_call_parser(server.tokenizer, tools=req.tools.tools)
+
+
+def chat_structured(req: ChatCompletionRequest, tool_parser: Any, reasoning: Any) -> StructuredOutput | None:
+    """The grammar of a chat request: ``response_format``, or the forced tool call(s); it starts
+    after the reasoning when the prompt leaves a reasoning block open.
+
+    Raises:
+        InvalidRequestError: the tool grammar cannot be built.
+    """
+    after = reasoning.end_token_id if reasoning is not None and reasoning.in_reasoning else None
+    if req.response_format is not None:
+        return attrs.evolve(req.response_format, after_token_id=after)
+    if not req.tools.forced or tool_parser is None:
+        return None
+    try:
+        ebnf = tool_parser.grammar(req.tools.tools, req.tools.function, req.tools.parallel,
+                                   reasoning is not None and reasoning.in_reasoning)
+    except (ValueError, AnnaError) as exc:
+        raise InvalidRequestError(str(exc), param="tool_choice") from exc
+    return StructuredOutput("grammar", ebnf, after_token_id=after)

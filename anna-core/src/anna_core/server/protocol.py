@@ -5,52 +5,63 @@ Requests are parsed from the decoded JSON body by hand (not by a schema library)
 names the offending field in OpenAI's ``param`` and reads well. Rules:
 
 - a field of the wrong type or out of range raises :class:`InvalidRequestError` (HTTP 400);
-- a field OpenAI or vLLM defines that Anna does not implement yet is accepted only at its
-  neutral value (``n=1``, ``tools=[]`` ...); any other value is a 400 naming the field, never
-  silently dropped;
+- a field OpenAI or vLLM defines that Anna does not implement is accepted only at its neutral
+  value (``store=false``, ``modalities=["text"]`` ...); any other value is a 400 naming the
+  field, never silently dropped;
 - a field nobody defines is ignored and reported in ``unknown_fields`` (the route logs one
   warning per field name).
 
-Responses are plain JSON-ready dicts built by the ``*_body`` / ``*_chunk`` functions below.
+Tools, ``tool_choice`` and ``response_format`` are validated in :mod:`anna_core.server.tools`.
+Response bodies are built in :mod:`anna_core.server.responses`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
+from anna_core.engine.sampling_params import MAX_LOGPROBS, StructuredOutput
 from anna_core.errors import InvalidRequestError
+from anna_core.server.tools import ToolSetup, parse_response_format, parse_tools
 
 # Sampling fields passed straight into SamplingParams when the client sets them.
 _SAMPLING_NUMBERS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 _SAMPLING_INTS = ("top_k", "seed", "min_tokens")
 _SAMPLING_BOOLS = ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output")
 
+MAX_N = 16
+
 _COMMON_FIELDS = frozenset(
-    ("model", "max_tokens", "stream", "stream_options", "stop", "stop_token_ids", "user", "n", "logit_bias")
+    ("model", "max_tokens", "stream", "stream_options", "stop", "stop_token_ids", "user", "n", "logit_bias",
+     "service_tier")
     + _SAMPLING_NUMBERS + _SAMPLING_INTS + _SAMPLING_BOOLS
 )
 CHAT_FIELDS = _COMMON_FIELDS | {
     "messages", "max_completion_tokens", "chat_template_kwargs", "add_generation_prompt",
     "continue_final_message", "tools", "tool_choice", "parallel_tool_calls", "response_format",
-    "logprobs", "top_logprobs", "store", "metadata",
+    "logprobs", "top_logprobs", "store", "metadata", "functions", "function_call", "modalities", "audio",
+    "prediction", "web_search_options", "reasoning_effort", "include_reasoning",
 }
 COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "logprobs"}
 
-# Known fields not implemented yet: accepted only when the value is neutral.
+# Known fields Anna does not implement: accepted only when the value is neutral.
 _NEUTRAL: dict[str, Callable[[Any], bool]] = {
-    "n": lambda v: v is None or v == 1,
-    "best_of": lambda v: v is None or v == 1,
-    "logit_bias": lambda v: not v,
-    "logprobs": lambda v: v is None or v is False,
-    "top_logprobs": lambda v: v is None or v == 0,
-    "tools": lambda v: not v,
-    "tool_choice": lambda v: v is None or v in ("none", "auto"),
-    "response_format": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
-    "echo": lambda v: v is None or v is False,
-    "suffix": lambda v: v is None or v == "",
+    "store": lambda v: v is None or v is False,
+    "functions": lambda v: not v,
+    "function_call": lambda v: v is None or v == "none",
+    "modalities": lambda v: v is None or v == ["text"],
+    "audio": lambda v: v is None,
+    "prediction": lambda v: v is None,
+    "web_search_options": lambda v: v is None,
+    "reasoning_effort": lambda v: v is None,
+    "service_tier": lambda v: v is None or v in ("auto", "default"),
+}
+_NEUTRAL_HINT = {
+    "functions": "use 'tools'", "function_call": "use 'tool_choice'",
+    "reasoning_effort": "use chat_template_kwargs.enable_thinking",
 }
 
 _ROLES = frozenset(("system", "developer", "user", "assistant", "tool"))
@@ -140,6 +151,7 @@ class _Common:
         include_usage: ``stream_options.include_usage``: a final chunk carries usage.
         sampling: SamplingParams fields the client set explicitly (vLLM names).
         unknown_fields: body keys nobody defines (ignored).
+        n: independent choices per prompt.
     """
 
     model: str | None
@@ -148,6 +160,7 @@ class _Common:
     include_usage: bool
     sampling: dict[str, Any]
     unknown_fields: tuple[str, ...]
+    n: int
 
 
 def _parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str, ...]) -> dict[str, Any]:
@@ -158,7 +171,8 @@ def _parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str,
         raise _fail(f"'model' must be a string, got {_type_name(model)}", "model")
     for name, neutral in _NEUTRAL.items():
         if name in known and not neutral(body.get(name)):
-            raise _fail(f"'{name}' = {body.get(name)!r} is not supported by this server yet", name)
+            hint = f" ({_NEUTRAL_HINT[name]})" if name in _NEUTRAL_HINT else ""
+            raise _fail(f"'{name}' = {body.get(name)!r} is not supported by this server{hint}", name)
     max_tokens = None
     for name in max_tokens_names:  # the first one set wins (max_completion_tokens over max_tokens)
         max_tokens = _int(body, name, minimum=1)
@@ -187,14 +201,32 @@ def _parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str,
     stop_ids = _int_list(body, "stop_token_ids")
     if stop_ids:
         sampling["stop_token_ids"] = stop_ids
-    return dict(
-        model=model,
-        max_tokens=max_tokens,
-        stream=stream,
-        include_usage=include_usage,
-        sampling=sampling,
-        unknown_fields=tuple(sorted(k for k in body if k not in known)),
-    )
+    bias = _logit_bias(body)
+    if bias:
+        sampling["logit_bias"] = bias
+    n = _int(body, "n", minimum=1)
+    if n is not None and n > MAX_N:
+        raise _fail(f"'n' must be at most {MAX_N}, got {n}", "n")
+    return {
+        "model": model, "max_tokens": max_tokens, "stream": stream, "include_usage": include_usage,
+        "sampling": sampling, "unknown_fields": tuple(sorted(k for k in body if k not in known)), "n": n or 1,
+    }
+
+
+def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
+    value = _dict(body, "logit_bias")
+    if not value:
+        return {}
+    out = {}
+    for key, bias in value.items():
+        try:
+            tid = int(key)
+        except (TypeError, ValueError):
+            raise _fail(f"'logit_bias' keys must be token ids, got {key!r}", "logit_bias") from None
+        if tid < 0 or isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise _fail(f"'logit_bias[{key}]' must be a number in [-100, 100] for a token id >= 0", "logit_bias")
+        out[tid] = float(bias)
+    return out
 
 
 def _flatten_content(content: Any, where: str) -> str | None:
@@ -228,10 +260,49 @@ def _parse_messages(value: Any) -> list[dict[str, Any]]:
         if role not in _ROLES:
             raise _fail(f"'{where}.role' must be one of {sorted(_ROLES)}, got {role!r}", f"{where}.role")
         content = _flatten_content(msg.get("content"), f"{where}.content")
-        if content is None and not (role == "assistant" and msg.get("tool_calls")):
+        if content is None and role != "assistant":
             raise _fail(f"'{where}.content' is required", f"{where}.content")
-        out.append({**msg, "content": content})
+        parsed = {**msg, "content": content}
+        if role == "assistant":
+            parsed.update(_assistant_fields(msg, where))
+        elif role == "tool" and msg.get("tool_call_id") is not None and not isinstance(msg["tool_call_id"], str):
+            raise _fail(f"'{where}.tool_call_id' must be a string", f"{where}.tool_call_id")
+        out.append(parsed)
     return out
+
+
+def _assistant_fields(msg: dict[str, Any], where: str) -> dict[str, Any]:
+    """Reasoning under both names and tool calls with object arguments, as chat templates expect."""
+    fields: dict[str, Any] = {}
+    reasoning = msg.get("reasoning_content", msg.get("reasoning"))
+    if reasoning is not None:
+        if not isinstance(reasoning, str):
+            raise _fail(f"'{where}.reasoning_content' must be a string", f"{where}.reasoning_content")
+        fields["reasoning_content"] = fields["reasoning"] = reasoning
+    calls = msg.get("tool_calls")
+    if calls is None:
+        if msg.get("content") is None and reasoning is None:
+            raise _fail(f"'{where}.content' is required", f"{where}.content")
+        return fields
+    if not isinstance(calls, list):
+        raise _fail(f"'{where}.tool_calls' must be an array", f"{where}.tool_calls")
+    parsed = []
+    for j, call in enumerate(calls):
+        here = f"{where}.tool_calls[{j}]"
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise _fail(f"'{here}.function.name' must be a string", f"{here}.function")
+        args = fn.get("arguments", "{}")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                raise _fail(f"'{here}.function.arguments' must be a JSON object", f"{here}.function.arguments") from None
+        if not isinstance(args, dict):
+            raise _fail(f"'{here}.function.arguments' must be a JSON object", f"{here}.function.arguments")
+        parsed.append({"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": args}})
+    fields["tool_calls"] = parsed
+    return fields
 
 
 @attrs.frozen
@@ -239,16 +310,25 @@ class ChatCompletionRequest(_Common):
     """A parsed ``POST /v1/chat/completions`` body.
 
     Attributes:
-        messages: messages with text content flattened to strings (other keys kept for the template).
+        messages: messages with text content flattened to strings (other keys kept for the
+            template; assistant reasoning under ``reasoning_content`` and ``reasoning``, tool-call
+            arguments as objects).
         chat_template_kwargs: extra variables for the chat template (``enable_thinking`` ...).
         add_generation_prompt: end the prompt with the assistant header (default True).
-        continue_final_message: continue the last (assistant) message instead of starting one.
+        continue_final_message: continue the last (assistant) message instead of starting one
+            (default: True when the last message is the assistant's).
+        tools: tools, ``tool_choice`` and ``parallel_tool_calls``.
+        response_format: the grammar for ``json_object`` / ``json_schema`` (None: free text).
+        include_reasoning: return the reasoning (vLLM's ``include_reasoning``, default True).
     """
 
     messages: list[dict[str, Any]] = attrs.field(factory=list)
     chat_template_kwargs: dict[str, Any] = attrs.field(factory=dict)
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    tools: ToolSetup = attrs.field(factory=ToolSetup)
+    response_format: StructuredOutput | None = None
+    include_reasoning: bool = True
 
     @classmethod
     def from_json(cls, body: Any) -> ChatCompletionRequest:
@@ -263,20 +343,47 @@ class ChatCompletionRequest(_Common):
         if reserved:
             raise _fail(f"'chat_template_kwargs' may not set {reserved}", "chat_template_kwargs")
         add_gen = _bool(body, "add_generation_prompt")
-        cont = bool(_bool(body, "continue_final_message"))
+        cont = _bool(body, "continue_final_message")
         if cont and add_gen:
             raise _fail("'continue_final_message' and 'add_generation_prompt' cannot both be true",
                         "continue_final_message")
         messages = _parse_messages(body.get("messages"))
+        if cont is None:
+            cont = add_gen is None and messages[-1]["role"] == "assistant"
         if cont and messages[-1]["role"] != "assistant":
             raise _fail("'continue_final_message' needs an assistant message last", "continue_final_message")
+        logprobs = _bool(body, "logprobs")
+        top = _int(body, "top_logprobs", minimum=0)
+        if top is not None and top > MAX_LOGPROBS:
+            raise _fail(f"'top_logprobs' must be at most {MAX_LOGPROBS}, got {top}", "top_logprobs")
+        if top and not logprobs:
+            raise _fail("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        if logprobs:
+            common["sampling"]["logprobs"] = top or 0
+        tools = parse_tools(body)
+        response_format = parse_response_format(body)
+        if response_format is not None and tools.forced:
+            raise _fail("'response_format' cannot be combined with a forced 'tool_choice'", "response_format")
+        include_reasoning = _bool(body, "include_reasoning")
         return cls(
             **common,
             messages=messages,
             chat_template_kwargs=dict(kwargs),
             add_generation_prompt=not cont if add_gen is None else add_gen,
             continue_final_message=cont,
+            tools=tools,
+            response_format=response_format,
+            include_reasoning=True if include_reasoning is None else include_reasoning,
         )
+
+
+def _prompt_item(item: Any) -> str | list[int] | None:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, list) and item and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                               for t in item):
+        return list(item)
+    return None
 
 
 @attrs.frozen
@@ -284,10 +391,18 @@ class CompletionRequest(_Common):
     """A parsed ``POST /v1/completions`` body.
 
     Attributes:
-        prompt: the prompt text, or the prompt as token ids.
+        prompts: one or more prompts, each text or token ids (choice ``i * n + j`` is prompt ``i``'s
+            ``j``-th sample).
+        echo: prepend the prompt to each choice's text.
     """
 
-    prompt: str | list[int] = ""
+    prompts: list[str | list[int]] = attrs.field(factory=list)
+    echo: bool = False
+
+    @property
+    def prompt(self) -> str | list[int]:
+        """The first prompt."""
+        return self.prompts[0]
 
     @classmethod
     def from_json(cls, body: Any) -> CompletionRequest:
@@ -297,88 +412,30 @@ class CompletionRequest(_Common):
             InvalidRequestError: a field is missing, mistyped, out of range or unsupported.
         """
         common = _parse_common(body, COMPLETION_FIELDS, ("max_tokens",))
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # a batch of one prompt
-        if isinstance(prompt, list):
-            if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-                raise _fail("'prompt' must be a string, an array of token ids, or an array of one of those "
-                            "(several prompts per request are not supported yet)", "prompt")
-        elif not isinstance(prompt, str):
-            raise _fail("'prompt' is required and must be a string or an array of token ids", "prompt")
-        return cls(**common, prompt=prompt)
-
-
-# ----------------------------------------------------------------------------- responses
-
-
-def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
-
-
-def chat_completion_body(
-    request_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: dict[str, int]
-) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": None,
-            "finish_reason": finish_reason,
-        }],
-        "usage": usage,
-    }
-
-
-def chat_chunk(
-    request_id: str, created: int, model: str, delta: dict[str, Any] | None, finish_reason: str | None = None,
-    *, usage: dict[str, int] | None = None, include_usage: bool = False,
-) -> dict[str, Any]:
-    """One ``chat.completion.chunk``; ``delta=None`` gives the usage-only chunk (empty choices)."""
-    chunk: dict[str, Any] = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model}
-    chunk["choices"] = [] if delta is None else [
-        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-    ]
-    if include_usage:
-        chunk["usage"] = usage
-    return chunk
-
-
-def completion_body(
-    request_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: dict[str, int]
-) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
-        "usage": usage,
-    }
-
-
-def completion_chunk(
-    request_id: str, created: int, model: str, text: str | None, finish_reason: str | None = None,
-    *, usage: dict[str, int] | None = None, include_usage: bool = False,
-) -> dict[str, Any]:
-    """One streamed ``text_completion``; ``text=None`` gives the usage-only chunk (empty choices)."""
-    chunk: dict[str, Any] = {"id": request_id, "object": "text_completion", "created": created, "model": model}
-    chunk["choices"] = [] if text is None else [
-        {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-    ]
-    if include_usage:
-        chunk["usage"] = usage
-    return chunk
-
-
-def model_list_body(model: str, created: int, max_model_len: int) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [{"id": model, "object": "model", "created": created, "owned_by": "anna",
-                  "root": model, "parent": None, "max_model_len": max_model_len}],
-    }
+        raw = body.get("prompt")
+        single = _prompt_item(raw)
+        if single is not None:
+            prompts = [single]
+        elif isinstance(raw, list) and raw and all(_prompt_item(p) is not None for p in raw):
+            prompts = [_prompt_item(p) for p in raw]
+        else:
+            raise _fail("'prompt' is required: a string, an array of token ids, or an array of those", "prompt")
+        if len(prompts) * common["n"] > MAX_N * 4:
+            raise _fail(f"at most {MAX_N * 4} choices per request (prompts x n)", "prompt")
+        best_of = _int(body, "best_of", minimum=1)
+        if best_of is not None and best_of != common["n"]:
+            raise _fail("'best_of' other than 'n' is not supported (every sample is returned)", "best_of")
+        suffix = body.get("suffix")
+        if suffix is not None and not isinstance(suffix, str):
+            raise _fail("'suffix' must be a string", "suffix")
+        if suffix:
+            raise _fail("'suffix' (fill-in-the-middle) is not supported by this model's completions API", "suffix")
+        logprobs = _int(body, "logprobs", minimum=0)
+        if logprobs is not None:
+            if logprobs > MAX_LOGPROBS:
+                raise _fail(f"'logprobs' must be at most {MAX_LOGPROBS}, got {logprobs}", "logprobs")
+            common["sampling"]["logprobs"] = logprobs
+        echo = bool(_bool(body, "echo"))
+        if echo and logprobs is not None:
+            raise _fail("'echo' with 'logprobs' is not supported (prompt logprobs are not computed)", "echo")
+        return cls(**common, prompts=prompts, echo=echo)

@@ -1,16 +1,16 @@
 """OpenAI routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``.
 
-Each handler parses the body (:mod:`anna_core.server.protocol`), prepares prompt ids and
-:class:`SamplingParams` (:mod:`anna_core.server.prepare`) -- every validation error is raised
-before any response starts, so it reaches the client as a 400 -- then talks to the engine only
-through ``engine.generate(...)`` (an async iterator fed by the engine loop's queue; no polling).
-A client that disconnects aborts its engine request, streaming or not.
+Each handler parses the body (:mod:`anna_core.server.protocol`), prepares prompt ids,
+:class:`SamplingParams`, parsers and grammars (:mod:`anna_core.server.prepare`) -- every
+validation error is raised before any response starts, so it reaches the client as a 400 --
+then submits one engine request per choice (:mod:`anna_core.server.fanout`) and turns the outputs
+into choices (:mod:`anna_core.server.choices`). A client that disconnects aborts its engine
+requests, streaming or not.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import json
 import logging
@@ -19,27 +19,23 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import attrs
 from litestar import Request, Response, get, post
 
 from anna_core.engine.outputs import RequestOutput
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError, InvalidRequestError
-from anna_core.server import protocol
+from anna_core.server import prepare, protocol, responses
+from anna_core.server.choices import ChatChoice, CompletionChoice
 from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body
-from anna_core.server.prepare import (
-    chat_prompt_ids,
-    check_servable,
-    completion_prompt_ids,
-    resolve_max_tokens,
-    sampling_params,
-)
+from anna_core.server.fanout import Opened, merged, open_all
 from anna_core.server.sse import DONE, sse_event, sse_response
 from anna_core.server.state import ServerState
 
 logger = logging.getLogger("anna.server")
 
 
-async def _json_body(request: Request) -> Any:
+async def json_body(request: Request) -> Any:
     raw = await request.body()
     try:
         return json.loads(raw)
@@ -63,21 +59,59 @@ async def _wait_for_disconnect(request: Request) -> None:
             return
 
 
-async def _final_output(server: ServerState, request: Request, request_id: str, prompt_ids: list[int],
-                        params: SamplingParams) -> RequestOutput:
-    """Run a request to its end; abort it if the client disconnects first.
+def _failed(out: RequestOutput | None) -> str | None:
+    if out is None:
+        return "generation failed: the engine returned nothing"
+    if out.finish_reason == "error":
+        return f"generation failed: {out.error}"
+    return None
+
+
+class _Run:
+    """The engine requests of one HTTP request: ids, which finished, and their final outputs."""
+
+    def __init__(self, server: ServerState, base_id: str, jobs: list[tuple[list[int], SamplingParams]], n: int):
+        self.server = server
+        self.n = n
+        self.ids = [base_id if len(jobs) == 1 else f"{base_id}-{i}" for i in range(len(jobs))]
+        self.jobs = [(rid, ids, params) for rid, (ids, params) in zip(self.ids, jobs)]
+        self.final: list[RequestOutput | None] = [None] * len(jobs)
+        self.opened: Opened = []
+
+    async def open(self) -> None:
+        self.opened = await open_all(self.server.engine, self.jobs)
+
+    async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        async for i, out in merged(self.opened):
+            if out.finished:
+                self.final[i] = out
+            yield i, out
+
+    async def abort_unfinished(self) -> None:
+        for rid, final in zip(self.ids, self.final):
+            if final is None:
+                await _abort(self.server, rid)
+
+    def usage(self) -> dict[str, Any]:
+        """Token counts: each prompt once, every choice's completion."""
+        firsts = range(0, len(self.jobs), self.n)
+        prompt = sum(len(self.jobs[i][1]) for i in firsts)
+        completion = sum(f.usage.completion_tokens or len(f.token_ids) for f in self.final if f is not None)
+        cached = sum(self.final[i].num_cached_tokens for i in firsts if self.final[i] is not None)
+        return responses.usage_body(prompt, completion, cached)
+
+
+async def _collect(run: _Run, request: Request, on_output: Callable[[int, RequestOutput], Any]) -> None:
+    """Run every request to its end; abort them all if the client disconnects first.
 
     Raises:
-        ClientDisconnected: the client went away (the engine request was aborted).
+        ClientDisconnected: the client went away (the engine requests were aborted).
         GenerationFailed: the engine reported an error.
     """
 
-    async def consume() -> RequestOutput | None:
-        final = None
-        async with contextlib.aclosing(server.engine.generate(request_id, prompt_ids, params)) as outputs:
-            async for out in outputs:
-                final = out
-        return final
+    async def consume() -> None:
+        async for i, out in run.outputs():
+            on_output(i, out)
 
     work = asyncio.ensure_future(consume())
     disconnect = asyncio.ensure_future(_wait_for_disconnect(request))
@@ -85,146 +119,151 @@ async def _final_output(server: ServerState, request: Request, request_id: str, 
         await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():
             work.cancel()
-            await _abort(server, request_id)
-            raise ClientDisconnected(request_id)
-        final = work.result()
+            await asyncio.gather(work, return_exceptions=True)
+            await run.abort_unfinished()
+            raise ClientDisconnected(",".join(run.ids))
+        work.result()
     finally:
         disconnect.cancel()
         if not work.done():
             work.cancel()
-    if final is None or final.finish_reason == "error":
-        raise GenerationFailed(f"generation failed: {final.error if final else 'the engine returned nothing'}")
-    return final
+    for out in run.final:
+        message = _failed(out)
+        if message:
+            raise GenerationFailed(message)
 
 
-async def _open_stream(server: ServerState, request_id: str, prompt_ids: list[int],
-                       params: SamplingParams) -> tuple[AsyncIterator[RequestOutput], RequestOutput | None]:
-    """Submit a request and wait for its first output, so that the engine refusing it (a limit,
-    shutdown) still reaches the client as an HTTP error status rather than inside a 200 stream."""
-    outputs = server.engine.generate(request_id, prompt_ids, params)
+async def _stream(run: _Run, head: list[bytes], on_output: Callable[[int, RequestOutput], list[dict[str, Any]]],
+                  frame: Callable[[list[dict[str, Any]]], bytes],
+                  usage_frame: Callable[[dict[str, Any]], bytes] | None) -> AsyncIterator[bytes]:
+    """SSE frames; aborts unfinished engine requests if the stream is cut."""
     try:
-        first = await outputs.__anext__()
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        await outputs.aclose()
-        raise
-    return outputs, first
-
-
-async def _stream_events(server: ServerState, request_id: str, prompt_ids: list[int],
-                         outputs: AsyncIterator[RequestOutput], first_output: RequestOutput | None,
-                         head: bytes | None, delta_chunk: Callable[[str], dict[str, Any]],
-                         finish_chunk: Callable[[str | None], dict[str, Any]],
-                         usage_chunk: Callable[[dict[str, int]], dict[str, Any]] | None) -> AsyncIterator[bytes]:
-    """SSE frames for one streamed request; aborts the engine request if the stream is cut."""
-
-    async def all_outputs() -> AsyncIterator[RequestOutput]:
-        if first_output is not None:
-            yield first_output
-        async for out in outputs:
-            yield out
-
-    finished = False
-    try:
-        if head is not None:
-            yield head
-        final: RequestOutput | None = None
-        async with contextlib.aclosing(outputs):
-            async for out in all_outputs():
-                final = out
-                if out.delta_text:
-                    yield sse_event(delta_chunk(out.delta_text))
-        finished = final is not None and final.finished
-        if final is None or final.finish_reason == "error":
-            message = f"generation failed: {final.error if final else 'the engine returned nothing'}"
-            yield sse_event(error_body(message, "server_error"))
-        else:
-            yield sse_event(finish_chunk(final.finish_reason))
-            if usage_chunk is not None:
-                yield sse_event(usage_chunk(_usage(prompt_ids, final)))
+        for h in head:
+            yield h
+        async for i, out in run.outputs():
+            message = _failed(out) if out.finished else None
+            if message:
+                yield sse_event(error_body(message, "server_error"))
+                yield DONE
+                return
+            for choices in on_output(i, out):
+                yield frame(choices)
+        if usage_frame is not None:
+            yield usage_frame(run.usage())
         yield DONE
     except AnnaError as exc:
-        yield sse_event(error_body(str(exc), "invalid_request_error" if isinstance(exc, InvalidRequestError)
-                                   else "server_error"))
+        kind = "invalid_request_error" if isinstance(exc, InvalidRequestError) else "server_error"
+        yield sse_event(error_body(str(exc), kind))
         yield DONE
     finally:
-        if not finished:
-            await _abort(server, request_id)
-
-
-def _usage(prompt_ids: list[int], final: RequestOutput) -> dict[str, int]:
-    """Token counts: the engine's own, else counted here."""
-    return protocol.usage_body(final.usage.prompt_tokens or len(prompt_ids),
-                               final.usage.completion_tokens or len(final.token_ids))
-
-
-def _prepare(server: ServerState, req: Any, prompt_ids: list[int], prompt_param: str) -> SamplingParams:
-    max_tokens = resolve_max_tokens(server, req.max_tokens, len(prompt_ids), prompt_param)
-    return sampling_params(server, req.sampling, max_tokens)
+        await run.abort_unfinished()
 
 
 @get("/v1/models", sync_to_thread=False)
 def list_models(server: ServerState) -> dict[str, Any]:
     """The served model, with its ``max_model_len``."""
-    return protocol.model_list_body(server.model_name, int(server.started_at), server.max_model_len)
+    return responses.model_list_body(server.model_name, int(server.started_at), server.max_model_len)
+
+
+def _chat_choices(server: ServerState, req: protocol.ChatCompletionRequest,
+                  prompt_ids: list[int], params: SamplingParams) -> tuple[list[ChatChoice], SamplingParams]:
+    tool_parsers = [prepare.new_tool_parser(server, req) for _ in range(req.n)]
+    tags = (tool_parsers[0].start_tag,) if tool_parsers[0] is not None else ()
+    reasoners = [prepare.new_reasoning_parser(server, prompt_ids, tags) for _ in range(req.n)]
+    structured = prepare.chat_structured(req, tool_parsers[0], reasoners[0])
+    if structured is not None:
+        params = attrs.evolve(params, structured=structured)
+    token_text = responses.TokenText(server.tokenizer) if params.logprobs is not None else None
+    choices = [ChatChoice(i, reasoning=reasoners[i], split_reasoning=server.reasoning_format != "none",
+                          tool_parser=tool_parsers[i], tools=req.tools, include_reasoning=req.include_reasoning,
+                          token_text=token_text) for i in range(req.n)]
+    return choices, params
 
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request, server: ServerState) -> Response:
     """OpenAI chat completions, streamed (SSE) or not."""
-    req = protocol.ChatCompletionRequest.from_json(await _json_body(request))
+    req = protocol.ChatCompletionRequest.from_json(await json_body(request))
     server.warn_unknown_fields(list(req.unknown_fields), "/v1/chat/completions")
-    check_servable(server, req.model)
-    prompt_ids = chat_prompt_ids(server, req)
-    params = _prepare(server, req, prompt_ids, "messages")
+    prepare.check_servable(server, req.model)
+    prompt_ids = prepare.chat_prompt_ids(server, req)
+    max_tokens = prepare.resolve_max_tokens(server, req.max_tokens, len(prompt_ids), "messages")
+    params = prepare.sampling_params(server, req.sampling, max_tokens)
+    choices, params = _chat_choices(server, req, prompt_ids, params)
     request_id, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), server.model_name
+    run = _Run(server, request_id, [(prompt_ids, p) for p in prepare.choice_params(params, req.n)], req.n)
+    await run.open()
 
     if req.stream:
         inc = req.include_usage
 
-        def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: dict[str, int] | None = None):
-            return protocol.chat_chunk(request_id, created, model, delta, finish, usage=usage, include_usage=inc)
+        def frame(chunk_choices: list[dict[str, Any]]) -> bytes:
+            return sse_event(responses.chat_chunk(request_id, created, model, chunk_choices, include_usage=inc))
 
-        outputs, first_output = await _open_stream(server, request_id, prompt_ids, params)
-        head = sse_event(chunk({"role": "assistant", "content": ""}))
-        return sse_response(_stream_events(
-            server, request_id, prompt_ids, outputs, first_output, head,
-            delta_chunk=lambda text: chunk({"content": text}),
-            finish_chunk=lambda reason: chunk({}, reason),
-            usage_chunk=(lambda usage: chunk(None, None, usage)) if inc else None,
-        ))
-    final = await _final_output(server, request, request_id, prompt_ids, params)
-    usage = _usage(prompt_ids, final)
-    return Response(protocol.chat_completion_body(request_id, created, model, final.text, final.finish_reason, usage))
+        def on_output(i: int, out: RequestOutput) -> list[list[dict[str, Any]]]:
+            frames = []
+            delta = choices[i].push(out)
+            if delta is not None:
+                frames.append([delta])
+            if out.finished:
+                reason = choices[i].finish_reason(out.finish_reason)
+                frames.append([responses.chat_delta_choice(i, {}, reason)])
+            return frames
+
+        head = [frame([responses.chat_delta_choice(i, {"role": "assistant", "content": ""})]) for i in range(req.n)]
+        usage_frame = (lambda usage: sse_event(responses.chat_chunk(request_id, created, model, [], usage=usage,
+                                                                     include_usage=True))) if inc else None
+        return sse_response(_stream(run, head, on_output, frame, usage_frame))
+    await _collect(run, request, lambda i, out: choices[i].collect(out))
+    body = [c.message_choice(run.final[c.index]) for c in choices]
+    return Response(responses.chat_completion_body(request_id, created, model, body, run.usage()))
 
 
 @post("/v1/completions", status_code=200)
 async def completions(request: Request, server: ServerState) -> Response:
-    """OpenAI (legacy) text completions, streamed (SSE) or not."""
-    req = protocol.CompletionRequest.from_json(await _json_body(request))
+    """OpenAI (legacy) text completions, streamed (SSE) or not; several prompts and ``n`` give
+    ``len(prompts) * n`` choices (choice ``i * n + j``)."""
+    req = protocol.CompletionRequest.from_json(await json_body(request))
     server.warn_unknown_fields(list(req.unknown_fields), "/v1/completions")
-    check_servable(server, req.model)
-    prompt_ids = completion_prompt_ids(server, req)
-    params = _prepare(server, req, prompt_ids, "prompt")
+    prepare.check_servable(server, req.model)
+    jobs, choices = [], []
+    for prompt in req.prompts:
+        ids = prepare.completion_prompt_ids(server, prompt)
+        max_tokens = prepare.resolve_max_tokens(server, req.max_tokens, len(ids), "prompt")
+        params = prepare.sampling_params(server, req.sampling, max_tokens)
+        prefix = ""
+        if req.echo:
+            prefix = prompt if isinstance(prompt, str) else prepare.need_tokenizer(server, "echo").decode(
+                ids, skip_special_tokens=False)
+        token_text = responses.TokenText(server.tokenizer) if params.logprobs is not None else None
+        for p in prepare.choice_params(params, req.n):
+            choices.append(CompletionChoice(len(jobs), prefix, token_text))
+            jobs.append((ids, p))
     request_id, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), server.model_name
+    run = _Run(server, request_id, jobs, req.n)
+    await run.open()
 
     if req.stream:
         inc = req.include_usage
 
-        def chunk(text: str | None, finish: str | None = None, usage: dict[str, int] | None = None):
-            return protocol.completion_chunk(request_id, created, model, text, finish, usage=usage, include_usage=inc)
+        def frame(chunk_choices: list[dict[str, Any]]) -> bytes:
+            return sse_event(responses.completion_chunk(request_id, created, model, chunk_choices, include_usage=inc))
 
-        outputs, first_output = await _open_stream(server, request_id, prompt_ids, params)
-        return sse_response(_stream_events(
-            server, request_id, prompt_ids, outputs, first_output, None,
-            delta_chunk=lambda text: chunk(text),
-            finish_chunk=lambda reason: chunk("", reason),
-            usage_chunk=(lambda usage: chunk(None, None, usage)) if inc else None,
-        ))
-    final = await _final_output(server, request, request_id, prompt_ids, params)
-    usage = _usage(prompt_ids, final)
-    return Response(protocol.completion_body(request_id, created, model, final.text, final.finish_reason, usage))
+        def on_output(i: int, out: RequestOutput) -> list[list[dict[str, Any]]]:
+            frames = []
+            piece = choices[i].push(out)
+            if piece is not None:
+                frames.append([piece])
+            if out.finished:
+                frames.append([responses.completion_choice(i, "", out.finish_reason)])
+            return frames
+
+        usage_frame = (lambda usage: sse_event(responses.completion_chunk(
+            request_id, created, model, [], usage=usage, include_usage=True))) if inc else None
+        return sse_response(_stream(run, [], on_output, frame, usage_frame))
+    await _collect(run, request, lambda i, out: choices[i].collect(out))
+    body = [c.final_choice(run.final[c.index]) for c in choices]
+    return Response(responses.completion_body(request_id, created, model, body, run.usage()))
 
 
 ROUTES = [list_models, chat_completions, completions]

@@ -65,6 +65,11 @@ class ServerState:
             context leaves after the prompt).
         enable_thinking: server default for the chat template's ``enable_thinking`` (None: the
             template's own default).
+        reasoning_parser / tool_call_parser: factories of the output parsers (``--reasoning-parser``
+            / ``--tool-call-parser`` or the family's defaults); None: no parsing.
+        reasoning_format: ``"deepseek"`` (reasoning in ``reasoning_content``) or ``"none"`` (inline).
+        api_key: when set, ``/v1/*``, ``/tokenize`` and ``/detokenize`` require
+            ``Authorization: Bearer <api_key>``.
         info: static facts for ``/healthz`` (family, device, dtype, kernels, ...).
         ready: the model is loaded and the engine runs.
         draining: SIGTERM received: new requests get 503, in-flight ones finish.
@@ -83,6 +88,10 @@ class ServerState:
     server_sampling: dict[str, Any] = attrs.field(factory=dict)
     max_completion_tokens: int | None = None
     enable_thinking: bool | None = None
+    reasoning_parser: Any = None
+    tool_call_parser: Any = None
+    reasoning_format: str = "deepseek"
+    api_key: str | None = None
     info: dict[str, Any] = attrs.field(factory=dict)
     ready: bool = False
     draining: bool = False

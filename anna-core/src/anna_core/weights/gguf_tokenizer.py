@@ -33,7 +33,7 @@ _CACHE_FORMAT = "1"
 _STARCODER_SPLITS = (r"\p{N}", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)")
 _EXTRA_PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
     name: _STARCODER_SPLITS
-    for name in ("starcoder", "refact", "smollm", "codeshell", "exaone", "minerva-7b", "command-r")
+    for name in ("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2")
 }
 
 

@@ -1,0 +1,129 @@
+"""Scheduler and cache flags shared by ``anna serve`` and ``anna generate``.
+
+    @click.command()
+    @engine_options
+    def serve(**kwargs):
+        config = engine_config_from_options(**kwargs)
+
+Every flag defaults to "not given" (``None``); ``--scheduler-profile`` sets the scheduler knobs
+together and an explicitly given flag overrides its profile value
+(:func:`anna_core.engine.profiles.resolve_profile`). Unset cache flags keep the
+:class:`~anna_core.engine.config.EngineConfig` defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+PROFILE_NAMES = ("none", "interactive", "throughput")
+
+#: click parameter name -> EngineConfig field.
+OPTION_FIELDS: dict[str, str] = {
+    "scheduler_max_batch_size": "max_num_seqs",
+    "scheduler_max_prefill_tokens": "max_prefill_tokens",
+    "prefill_chunk_size": "prefill_chunk_size",
+    "scheduler_max_decode_tokens": "max_decode_tokens",
+    "scheduler_batch_wait_ms": "batch_wait_ms",
+    "scheduler_max_queue_wait_ms": "max_queue_wait_ms",
+    "scheduler_max_waiting_requests": "max_waiting_requests",
+    "scheduler_dynamic_token_budget": "dynamic_token_budget",
+    "request_timeout_s": "request_timeout_s",
+    "block_size": "block_size",
+    "num_kv_blocks": "num_blocks",
+    "kv_cache_memory_gib": "kv_cache_memory_gib",
+    "reserve_memory_mib": "reserve_memory_mib",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "snapshot_interval": "snapshot_interval",
+    "snapshot_memory_mib": "snapshot_memory_mib",
+    "prompt_cache_size": "prompt_cache_size",
+}
+#: Every parameter name :func:`engine_options` adds (pop these before passing the rest on).
+ENGINE_OPTION_NAMES = ("scheduler_profile", "disable_prompt_cache", *OPTION_FIELDS)
+
+_NON_NEG_INT = click.IntRange(min=0)
+_POS_INT = click.IntRange(min=1)
+_NON_NEG = click.FloatRange(min=0.0)
+
+
+def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the scheduler and cache flags to a click command (see the module doc)."""
+    decorators = [
+        click.option("--scheduler-profile", type=click.Choice(PROFILE_NAMES), default="none", show_default=True,
+                     help="Set the scheduler flags together: interactive (latency), throughput (tokens/s), "
+                          "none (each flag's own default). An explicit flag overrides its profile value."),
+        click.option("--scheduler-max-batch-size", type=_POS_INT, default=None,
+                     help="Sequences computed per step (running requests at once). Default 64."),
+        click.option("--scheduler-max-prefill-tokens", type=_POS_INT, default=None,
+                     help="Prompt tokens computed per step, all requests together. Default 2048."),
+        click.option("--prefill-chunk-size", type=_NON_NEG_INT, default=None,
+                     help="Prompt tokens of one request per step; 0 = auto from free KV memory. Default 0."),
+        click.option("--scheduler-max-decode-tokens", type=_NON_NEG_INT, default=None,
+                     help="Cached tokens one step's decodes may read (bounds attention cost); 0 = no limit."),
+        click.option("--scheduler-batch-wait-ms", type=_NON_NEG, default=None,
+                     help="How long a busy engine waits for more arrivals before admitting a prefill; "
+                          "an idle engine never waits. Default 0."),
+        click.option("--scheduler-max-queue-wait-ms", type=_NON_NEG, default=None,
+                     help="Fairness: a request waiting longer is admitted before running requests continue "
+                          "their prefills; 0 = off."),
+        click.option("--scheduler-max-waiting-requests", type=_NON_NEG_INT, default=None,
+                     help="Backpressure: with this many requests waiting, new ones get HTTP 429 with "
+                          "Retry-After; 0 = unbounded."),
+        click.option("--scheduler-dynamic-token-budget/--no-scheduler-dynamic-token-budget", default=None,
+                     help="Scale the prefill budget from free KV blocks and the decodes' cached lengths."),
+        click.option("--request-timeout-s", type=_NON_NEG, default=None,
+                     help="End a request running longer than this with an error; 0 = no timeout."),
+        click.option("--block-size", type=_POS_INT, default=None, help="Tokens per paged KV block. Default 16."),
+        click.option("--num-kv-blocks", type=_POS_INT, default=None,
+                     help="KV blocks to allocate (overrides the memory sizing)."),
+        click.option("--kv-cache-memory-gib", type=click.FloatRange(min=0.0, min_open=True), default=None,
+                     help="Memory for the KV cache (default: from free device memory; on CPU a quarter of "
+                          "free RAM, at most 4 GiB)."),
+        click.option("--reserve-memory-mib", type=_NON_NEG, default=None,
+                     help="Memory left free when the KV cache is sized from free memory. Default 0."),
+        click.option("--enable-prefix-caching/--disable-prefix-caching", default=None,
+                     help="Reuse KV blocks (and recurrent-state snapshots) of earlier prompts. Default on."),
+        click.option("--snapshot-interval", type=_POS_INT, default=None,
+                     help="Tokens between recurrent-state snapshots of hybrid models (a multiple of the "
+                          "block size). Default 256."),
+        click.option("--snapshot-memory-mib", type=_NON_NEG, default=None,
+                     help="Memory for recurrent-state snapshots. Default 1024."),
+        click.option("--prompt-cache-size", type=_NON_NEG_INT, default=None,
+                     help="Keep the final state and logits of this many most recent exact prompts. Default 8."),
+        click.option("--disable-prompt-cache", is_flag=True, default=False,
+                     help="Turn the prompt cache off (same as --prompt-cache-size 0)."),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def engine_config_from_options(**kwargs: Any) -> Any:
+    """The :class:`~anna_core.engine.config.EngineConfig` for the flags of :func:`engine_options`.
+
+    Keys that are not engine flags are ignored, so a command may pass all its parameters; other
+    ``EngineConfig`` fields (e.g. ``max_model_len``) may be given by their field names.
+
+    Raises:
+        AnnaError: unknown profile, or an inconsistent value (e.g. a snapshot interval that is not
+            a multiple of the block size).
+    """
+    from anna_core.engine.config import EngineConfig
+
+    explicit = {field: kwargs.get(name) for name, field in OPTION_FIELDS.items()}
+    if kwargs.get("disable_prompt_cache"):
+        explicit["prompt_cache_size"] = 0
+    fields = _config_fields()
+    for key, value in kwargs.items():
+        if key in fields and value is not None and explicit.get(key) is None:
+            explicit[key] = value
+    return EngineConfig.from_profile(kwargs.get("scheduler_profile") or "none", **explicit)
+
+
+def _config_fields() -> set[str]:
+    import attrs
+    from anna_core.engine.config import EngineConfig
+
+    return {f.name for f in attrs.fields(EngineConfig)}

@@ -1,0 +1,198 @@
+"""Per-request logits processing outside the plain sampler: ``logit_bias``, grammar masks, logprobs.
+
+:class:`LogitsProcessors` is used by the model runner for steps where any sampling request set
+``logit_bias``, ``structured`` or ``logprobs`` (such steps run eagerly, never in a decode graph):
+
+1. the raw log-probabilities of the rows that asked for logprobs are taken first
+   (:mod:`anna_core.engine.logprobs`);
+2. ``logit_bias`` is added in place, batched as one ``index_put_``;
+3. grammar rows are masked in place with xgrammar's token bitmask (``[N, ceil(V/32)]`` int32, one
+   bit per vocabulary entry; forbidden tokens get ``-inf``), filled per row by the request's
+   ``GrammarMatcher``;
+4. the sampler draws the ids; ids and logprob tables leave the device in one ``.tolist()``;
+5. each grammar's matcher accepts its row's sampled token.
+
+Grammars are compiled with xgrammar (the well-kept structured-generation library) against the
+tokenizer's vocabulary; compiled grammars are cached by spec. xgrammar is imported on the first
+structured request only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from anna_core.engine import logprobs as lp
+from anna_core.engine.sampling_params import SamplingParams, StructuredOutput
+from anna_core.errors import InvalidRequestError
+
+log = logging.getLogger("anna.engine")
+
+_CACHE_LIMIT = 256
+
+
+class GrammarState:
+    """One request's grammar: an xgrammar ``GrammarMatcher`` plus its activation token.
+
+    Attributes:
+        matcher: the matcher (advanced by every token generated while active).
+        waiting_for: token id that activates the grammar (None: active).
+        failed: the matcher rejected a sampled token; the request is no longer constrained.
+    """
+
+    def __init__(self, matcher: Any, waiting_for: int | None):
+        self.matcher = matcher
+        self.waiting_for = waiting_for
+        self.failed = False
+
+    @property
+    def active(self) -> bool:
+        return self.waiting_for is None and not self.failed and not self.matcher.is_terminated()
+
+    def accept(self, token_id: int) -> None:
+        if self.failed:
+            return
+        if self.waiting_for is not None:
+            if token_id == self.waiting_for:
+                self.waiting_for = None
+            return
+        if self.matcher.is_terminated():
+            return
+        if not self.matcher.accept_token(token_id):
+            log.warning("grammar rejected sampled token %d; the rest of the request is unconstrained", token_id)
+            self.failed = True
+
+
+def needs_processing(params: SamplingParams) -> bool:
+    """Whether a request needs :class:`LogitsProcessors` (so its steps cannot use a decode graph)."""
+    return bool(params.logit_bias) or params.structured is not None or params.logprobs is not None
+
+
+class LogitsProcessors:
+    """Bias, grammar masks and logprobs for one engine.
+
+    Args:
+        tokenizer: :class:`anna_core.tokenizer.Tokenizer` (grammars need it; None refuses them).
+        vocab_size: rows of the model's logits ``V`` (may exceed the tokenizer's vocabulary).
+        stop_token_ids: ids that may end a grammar (EOS).
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int | None, stop_token_ids: tuple[int, ...] = ()):
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.stop_token_ids = list(stop_token_ids)
+        self._compiler: Any = None
+        self._compiled: dict[StructuredOutput, Any] = {}
+
+    # -- grammars --------------------------------------------------------------------------
+
+    def _grammar_compiler(self) -> Any:
+        if self._compiler is None:
+            import xgrammar
+
+            vocab = self.vocab_size or self.tokenizer.vocab_size
+            info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer.hf, vocab_size=vocab,
+                                                           stop_token_ids=self.stop_token_ids or None)
+            self._compiler = xgrammar.GrammarCompiler(info, max_threads=1)
+        return self._compiler
+
+    def compile(self, spec: StructuredOutput) -> Any:
+        """The compiled grammar for ``spec`` (cached).
+
+        Raises:
+            InvalidRequestError: no tokenizer, or xgrammar rejected the schema / grammar.
+        """
+        if spec in self._compiled:
+            return self._compiled[spec]
+        if self.tokenizer is None:
+            raise InvalidRequestError("structured output needs a tokenizer; this model was loaded without one",
+                                      param="response_format")
+        compiler = self._grammar_compiler()
+        try:
+            if spec.kind == "json_object":
+                compiled = compiler.compile_builtin_json_grammar()
+            elif spec.kind == "json_schema":
+                compiled = compiler.compile_json_schema(spec.spec, any_whitespace=False)
+            else:
+                compiled = compiler.compile_grammar(spec.spec)
+        except Exception as exc:  # xgrammar raises RuntimeError / ValueError with a useful message
+            raise InvalidRequestError(f"cannot compile the {spec.kind.replace('_', ' ')} for constrained "
+                                      f"decoding: {exc}", param="response_format") from exc
+        if len(self._compiled) >= _CACHE_LIMIT:
+            self._compiled.pop(next(iter(self._compiled)))
+        self._compiled[spec] = compiled
+        return compiled
+
+    def validate(self, params: SamplingParams) -> None:
+        """Check bias ids and compile the grammar now, so that bad input is a 400 at submission.
+
+        Raises:
+            InvalidRequestError: a ``logit_bias`` id outside the vocabulary, or a bad grammar.
+        """
+        if params.logit_bias and self.vocab_size is not None:
+            bad = [t for t in params.logit_bias if t >= self.vocab_size]
+            if bad:
+                raise InvalidRequestError(f"logit_bias token id {bad[0]} is outside the vocabulary of "
+                                          f"{self.vocab_size} tokens", param="logit_bias")
+        if params.structured is not None:
+            self.compile(params.structured)
+
+    def new_state(self, params: SamplingParams) -> GrammarState | None:
+        """A fresh :class:`GrammarState` for a request (None when it has no grammar)."""
+        if params.structured is None:
+            return None
+        import xgrammar
+
+        matcher = xgrammar.GrammarMatcher(self.compile(params.structured))
+        return GrammarState(matcher, params.structured.after_token_id)
+
+    # -- the step --------------------------------------------------------------------------
+
+    def apply(self, logits: torch.Tensor, requests: list[Any]) -> None:
+        """Add ``logit_bias`` and mask grammar rows of ``[N, V]`` float32 ``logits`` in place."""
+        dev = logits.device
+        n, vocab = logits.shape
+        rows, cols, vals = [], [], []
+        for i, r in enumerate(requests):
+            for tok, value in r.params.logit_bias.items():
+                if tok < vocab:
+                    rows.append(i)
+                    cols.append(tok)
+                    vals.append(value)
+        if rows:
+            index = (torch.tensor(rows, device=dev), torch.tensor(cols, device=dev))
+            logits.index_put_(index, torch.tensor(vals, dtype=logits.dtype, device=dev), accumulate=True)
+        grammar_rows = [i for i, r in enumerate(requests) if r.grammar is not None and r.grammar.active]
+        if grammar_rows:
+            import xgrammar
+
+            bitmask = xgrammar.allocate_token_bitmask(n, vocab)
+            for i in grammar_rows:
+                requests[i].grammar.matcher.fill_next_token_bitmask(bitmask, i)
+            xgrammar.apply_token_bitmask_inplace(logits, bitmask.to(dev), indices=grammar_rows)
+
+    def sample(self, logits: torch.Tensor, requests: list[Any], sampler: Any) -> list[int]:
+        """Process ``[N, V]`` logits, sample with ``sampler``, record logprobs, advance grammars.
+
+        Returns:
+            the ``N`` sampled ids (host ints). Each request that asked for logprobs gets a
+            :class:`~anna_core.engine.outputs.TokenLogprob` appended to ``request.logprobs``.
+        """
+        rows = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
+        wanted = [requests[i].params.logprobs for i in rows]
+        k = max(wanted, default=0)
+        raw = lp.raw_logprobs(logits[rows]) if rows else None
+        logits = logits.to(torch.float32, copy=True)  # the caller's logits stay raw
+        self.apply(logits, requests)
+        ids = sampler(logits, requests)
+        row_index = torch.tensor(rows, dtype=torch.int64, device=logits.device) if rows else None
+        values = lp.pack(ids, raw, row_index, k).tolist()  # the step's one host sync
+        ids_list, entries = lp.unpack(values, len(requests), rows, wanted, k)
+        for i, entry in zip(rows, entries):
+            requests[i].logprobs.append(entry)
+        for r, t in zip(requests, ids_list):
+            if r.grammar is not None:
+                r.grammar.accept(t)
+        return ids_list

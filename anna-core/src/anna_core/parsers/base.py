@@ -1,0 +1,104 @@
+"""What output parsers produce, the two parser interfaces, and a tag scanner for streamed text.
+
+A *reasoning parser* splits generated text into reasoning and answer; a *tool-call parser* turns
+the answer's function-call markup into OpenAI ``tool_calls``. Both are fed text deltas as the
+engine streams them (``feed``) and flushed once at the end (``finish``); a non-streamed response
+feeds the whole text once, so both paths give the same result by construction. Parsers are
+created per response choice (they hold state) by factories registered through the
+``register_output_parsers`` hook (:mod:`anna_core.parsers.loading`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import attrs
+
+
+@attrs.define
+class ToolCallDelta:
+    """A piece of one tool call.
+
+    The first piece of call ``index`` carries ``id`` and ``name`` (and ``arguments == ""``); later
+    pieces carry only ``arguments`` fragments, which concatenate to the call's JSON arguments.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@attrs.define
+class ParsedDelta:
+    """Parsed output added by one ``feed`` / ``finish`` call."""
+
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: list[ToolCallDelta] = attrs.field(factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.reasoning or self.content or self.tool_calls)
+
+    def extend(self, other: ParsedDelta) -> None:
+        self.reasoning += other.reasoning
+        self.content += other.content
+        self.tool_calls.extend(other.tool_calls)
+
+
+class ReasoningParser(Protocol):
+    """Splits text into ``(kind, text)`` segments, ``kind`` ``"reasoning"`` or ``"content"``.
+
+    ``interrupt_tags``: markup that ends an unterminated reasoning block and belongs to the
+    answer (a tool-call start tag). ``end_token_id``: the token that closes reasoning (grammars
+    for structured output start after it), or None.
+    """
+
+    end_token_id: int | None
+
+    def start(self, prompt_token_ids: list[int], interrupt_tags: tuple[str, ...] = ()) -> None: ...
+
+    @property
+    def in_reasoning(self) -> bool: ...
+
+    def feed(self, text: str) -> list[tuple[str, str]]: ...
+
+    def finish(self) -> list[tuple[str, str]]: ...
+
+
+class ToolCallParser(Protocol):
+    """Turns answer text into content plus :class:`ToolCallDelta` pieces."""
+
+    start_tag: str
+
+    def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]: ...
+
+    def finish(self) -> tuple[str, list[ToolCallDelta]]: ...
+
+    @property
+    def num_calls(self) -> int: ...
+
+    def grammar(self, tools: list[dict[str, Any]], function: str | None, parallel: bool,
+                reasoning_open: bool) -> str: ...
+
+
+def partial_tag_len(text: str, tags: tuple[str, ...] | list[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``tags``
+    (text that must be held back until the next delta shows whether a tag starts there)."""
+    best = 0
+    for tag in tags:
+        for k in range(min(len(tag) - 1, len(text)), best, -1):
+            if text.endswith(tag[:k]):
+                best = k
+                break
+    return best
+
+
+def find_first(text: str, tags: tuple[str, ...] | list[str]) -> tuple[int, str | None]:
+    """``(index, tag)`` of the earliest occurrence of any tag in ``text`` (``(-1, None)`` if none)."""
+    best, found = -1, None
+    for tag in tags:
+        i = text.find(tag)
+        if i >= 0 and (best < 0 or i < best):
+            best, found = i, tag
+    return best, found

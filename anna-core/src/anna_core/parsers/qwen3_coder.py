@@ -1,0 +1,247 @@
+"""Qwen3.5 / Qwen3-Coder XML function calls -> OpenAI ``tool_calls``.
+
+The model writes each call as::
+
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>
+    Paris
+    </parameter>
+    <parameter=days>
+    3
+    </parameter>
+    </function>
+    </tool_call>
+
+Parameter values are raw text (one newline after the opening and before the closing tag is
+markup). Each value is converted to the type the tool's JSON schema declares for that parameter:
+``string`` keeps the text; ``integer`` / ``number`` parse as JSON numbers; ``boolean`` takes
+``true`` / ``false``; ``object`` / ``array`` parse as JSON (falling back to a Python literal);
+``null`` takes ``null``/``none``; an undeclared parameter is JSON when it parses, else text. A
+value that does not convert stays a string.
+
+Streaming follows OpenAI: a call's first delta carries ``index``, ``id``, ``type`` and the function
+name as soon as ``<function=NAME>`` is complete; each complete parameter appends an
+``arguments`` fragment (``{"city": "Paris"``, then ``, "days": 3``), and ``</function>`` appends
+``}``; the fragments concatenate to ``json.dumps`` of the arguments. Output cut inside a call
+closes it with the parameters completed so far. Text before the first call is content;
+whitespace around and between calls is dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import uuid
+from typing import Any
+
+from anna_core.parsers.base import ToolCallDelta, partial_tag_len
+
+START, END = "<tool_call>", "</tool_call>"
+FUNC_END = "</function>"
+PARAM_END = "</parameter>"
+_FUNC = re.compile(r"\s*<function=([^>\n]+)>")
+_PARAM = re.compile(r"\s*<parameter=([^>\n]+)>")
+
+
+def _types(schema: Any) -> list[str]:
+    if not isinstance(schema, dict):
+        return []
+    t = schema.get("type")
+    if isinstance(t, str):
+        return [t]
+    if isinstance(t, list):
+        return [x for x in t if isinstance(x, str)]
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return [x for sub in schema[key] for x in _types(sub)]
+    if "enum" in schema:
+        return ["string"] if all(isinstance(v, str) for v in schema["enum"]) else []
+    return []
+
+
+def convert_value(raw: str, schema: Any) -> Any:
+    """``raw`` parameter text as the type ``schema`` declares (see the module doc)."""
+    types = _types(schema)
+    if not types:
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    text = raw.strip()
+    for t in types:
+        if t == "string":
+            return raw
+        if t in ("integer", "number"):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if t == "integer" and isinstance(value, float):
+                if not value.is_integer():
+                    continue
+                value = int(value)
+            return value
+        if t == "boolean" and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        if t == "null" and text.lower() in ("null", "none"):
+            return None
+        if t in ("object", "array"):
+            want = dict if t == "object" else list
+            for parse in (json.loads, ast.literal_eval):
+                try:
+                    value = parse(text)
+                except (ValueError, SyntaxError):
+                    continue
+                if isinstance(value, want):
+                    return value
+    return raw
+
+
+def _fragment(first: bool, key: str, value: Any) -> str:
+    return ("{" if first else ", ") + json.dumps(key, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False)
+
+
+class Qwen3CoderToolParser:
+    """Streaming parser of Qwen3.5's XML tool calls (one instance per response choice).
+
+    Args:
+        tokenizer: unused (the markup is matched on text); kept for the factory signature.
+        tools: the request's OpenAI ``tools`` (their JSON schemas type the parameters).
+    """
+
+    start_tag = START
+
+    def __init__(self, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None):
+        self.schemas: dict[str, dict[str, Any]] = {}
+        for tool in tools or []:
+            fn = tool.get("function", {}) if isinstance(tool, dict) else {}
+            if isinstance(fn.get("name"), str):
+                params = fn.get("parameters") or {}
+                self.schemas[fn["name"]] = params.get("properties", {}) if isinstance(params, dict) else {}
+        self._buf = ""
+        self._state = "text"  # text | head | params | tail
+        self._index = -1
+        self._function = ""
+        self._nparams = 0
+        self._held_space = ""  # whitespace that precedes a call (dropped) or more content (emitted)
+        self._text_after_call = False  # content was emitted after the latest call
+
+    @property
+    def num_calls(self) -> int:
+        return self._index + 1
+
+    def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
+        self._buf += text
+        content: list[str] = []
+        calls: list[ToolCallDelta] = []
+        while True:
+            before = (self._state, len(self._buf))
+            getattr(self, f"_step_{self._state}")(content, calls)
+            if (self._state, len(self._buf)) == before:
+                break
+        return "".join(content), calls
+
+    def finish(self) -> tuple[str, list[ToolCallDelta]]:
+        """Flush: held text becomes content; an unfinished call is closed."""
+        content, calls = "", []
+        if self._state == "text":
+            rest = self._held_space + self._buf
+            if self.num_calls:
+                rest = rest.rstrip() if self._text_after_call else rest.strip()
+            content = rest
+        elif self._state == "head":
+            self._index -= 1  # the call never named its function: drop it
+        elif self._state == "params":
+            calls.append(ToolCallDelta(self._index, arguments="}" if self._nparams else "{}"))
+        self._buf, self._held_space, self._state = "", "", "text"
+        return content, calls
+
+    # -- states --------------------------------------------------------------------------------
+
+    def _step_text(self, content: list[str], calls: list[ToolCallDelta]) -> None:
+        idx = self._buf.find(START)
+        if idx < 0:
+            body = self._buf[:len(self._buf) - partial_tag_len(self._buf, (START,))]
+            self._buf = self._buf[len(body):]
+        else:
+            body = self._buf[:idx]
+            self._buf = self._buf[idx + len(START):]
+        text = self._held_space + body
+        if self.num_calls and not self._text_after_call:
+            text = text.lstrip()  # whitespace between and after calls is markup
+        kept = text.rstrip()  # trailing whitespace waits: dropped if a call follows
+        if kept:
+            content.append(kept)
+            self._text_after_call = self.num_calls > 0
+        self._held_space = text[len(kept):]
+        if idx >= 0:
+            self._held_space = ""
+            self._state = "head"
+
+    def _step_head(self, content: list[str], calls: list[ToolCallDelta]) -> None:
+        m = _FUNC.match(self._buf)
+        if m is None:
+            if END in self._buf:  # a call without a function: skip it
+                self._buf = self._buf[self._buf.index(END) + len(END):]
+                self._state = "text"
+            return
+        self._index += 1
+        self._function = m.group(1).strip()
+        self._nparams = 0
+        calls.append(ToolCallDelta(self._index, id=f"call_{uuid.uuid4().hex[:24]}", name=self._function))
+        self._buf = self._buf[m.end():]
+        self._state = "params"
+
+    def _step_params(self, content: list[str], calls: list[ToolCallDelta]) -> None:
+        m = _PARAM.match(self._buf)
+        if m is not None:
+            end = self._buf.find(PARAM_END, m.end())
+            if end < 0:
+                return
+            raw = self._buf[m.end():end]
+            raw = raw.removeprefix("\n")
+            raw = raw.removesuffix("\n")
+            name = m.group(1).strip()
+            value = convert_value(raw, self.schemas.get(self._function, {}).get(name))
+            calls.append(ToolCallDelta(self._index, arguments=_fragment(self._nparams == 0, name, value)))
+            self._nparams += 1
+            self._buf = self._buf[end + len(PARAM_END):]
+            return
+        stripped = self._buf.lstrip()
+        if stripped.startswith((FUNC_END, END)):
+            calls.append(ToolCallDelta(self._index, arguments="}" if self._nparams else "{}"))
+            tag = FUNC_END if stripped.startswith(FUNC_END) else ""
+            self._buf = stripped[len(tag):]
+            self._state = "tail"
+            return
+        lt = stripped.find("<")
+        if lt > 0:  # stray text inside a function: skip it
+            self._buf = stripped[lt:]
+        elif lt < 0:
+            self._buf = ""
+
+    def _step_tail(self, content: list[str], calls: list[ToolCallDelta]) -> None:
+        stripped = self._buf.lstrip()
+        if stripped.startswith(END):
+            self._buf = stripped[len(END):]
+            self._state, self._text_after_call = "text", False
+        elif stripped and not END.startswith(stripped[:len(END)]):
+            self._buf = stripped
+            self._state, self._text_after_call = "text", False  # tolerate a missing </tool_call>
+
+    # -- constrained decoding ------------------------------------------------------------------
+
+    def grammar(self, tools: list[dict[str, Any]], function: str | None, parallel: bool,
+                reasoning_open: bool = False) -> str:
+        """An xgrammar EBNF grammar forcing one call (``function`` named or any of ``tools``),
+        or one or more when ``parallel``. Parameter names are restricted to each function's
+        declared properties; values are typed (integer, number, boolean) or free text without
+        ``</parameter>``. ``reasoning_open`` is unused (the engine starts the grammar after
+        ``</think>``)."""
+        from anna_core.parsers.grammar import qwen_xml_calls_grammar
+
+        return qwen_xml_calls_grammar(tools, function, parallel)

@@ -1,0 +1,77 @@
+"""Run several engine requests of one HTTP request (``n`` choices, several prompts) as one stream.
+
+:func:`open_all` submits every request and waits for each one's first output together, so an
+engine refusal (a limit, a full queue, shutdown) reaches the client as an HTTP error status before
+any response starts. :func:`merged` then yields ``(choice index, output)`` pairs as the engine
+produces them; leaving it early (disconnect, error) aborts every unfinished request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from anna_core.engine.outputs import RequestOutput
+from anna_core.engine.sampling_params import SamplingParams
+
+Opened = list[tuple[AsyncIterator[RequestOutput], RequestOutput | None]]
+
+
+async def open_all(engine: Any, jobs: list[tuple[str, list[int], SamplingParams]]) -> Opened:
+    """Submit ``(request_id, prompt_ids, params)`` jobs; returns each stream with its first output.
+
+    Raises:
+        whatever the engine raised for the first failing job (all jobs are then closed).
+    """
+    streams = [engine.generate(rid, ids, params) for rid, ids, params in jobs]
+
+    async def first(stream: AsyncIterator[RequestOutput]) -> RequestOutput | None:
+        try:
+            return await stream.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    results = await asyncio.gather(*(first(s) for s in streams), return_exceptions=True)
+    failure = next((r for r in results if isinstance(r, BaseException)), None)
+    if failure is not None:
+        for s in streams:
+            with contextlib.suppress(Exception):
+                await s.aclose()
+        raise failure
+    return list(zip(streams, results))  # type: ignore[arg-type]
+
+
+async def merged(opened: Opened) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """``(index, output)`` of all streams in arrival order, until every stream has finished."""
+    queue: asyncio.Queue[tuple[int, RequestOutput | BaseException | None]] = asyncio.Queue()
+
+    async def pump(i: int, stream: AsyncIterator[RequestOutput], first: RequestOutput | None) -> None:
+        try:
+            if first is not None:
+                queue.put_nowait((i, first))
+            async with contextlib.aclosing(stream):  # type: ignore[type-var]
+                if first is None or not first.finished:
+                    async for out in stream:
+                        queue.put_nowait((i, out))
+        except Exception as exc:  # noqa: BLE001 -- handed to the consumer, which re-raises it
+            queue.put_nowait((i, exc))
+        finally:
+            queue.put_nowait((i, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s, f)) for i, (s, f) in enumerate(opened)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            i, item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,126 @@
+"""OpenAI response bodies and streamed chunks, as plain JSON-ready dicts.
+
+Chat: ``chat.completion`` with ``choices[i].message`` (``content``, ``reasoning_content`` and
+``reasoning``, ``tool_calls``), ``choices[i].logprobs`` (``{"content": [...], "refusal": None}``);
+streamed as ``chat.completion.chunk`` deltas. Completions: ``text_completion`` with the legacy
+``logprobs`` object (``tokens``, ``token_logprobs``, ``top_logprobs``, ``text_offset``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anna_core.engine.outputs import TokenLogprob
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    body: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens}
+    if cached_tokens:
+        body["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return body
+
+
+class TokenText:
+    """Token ids -> the strings and UTF-8 bytes OpenAI's logprobs show.
+
+    A byte-level BPE token may hold part of a character; its ``bytes`` are exact and its string
+    is the UTF-8 decoding with replacement characters (as OpenAI does).
+    """
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self._byte_of: dict[str, int] | None = None
+
+    def _byte_map(self) -> dict[str, int]:
+        if self._byte_of is None:
+            from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+            self._byte_of = {ch: b for b, ch in bytes_to_unicode().items()}
+        return self._byte_of
+
+    def token_bytes(self, token_id: int) -> list[int]:
+        piece = self.tokenizer.convert_ids_to_tokens([token_id])[0]
+        byte_of = self._byte_map()
+        if piece is not None and all(ch in byte_of for ch in piece):
+            return [byte_of[ch] for ch in piece]
+        text = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return list(text.encode("utf-8"))
+
+    def token(self, token_id: int) -> str:
+        return bytes(self.token_bytes(token_id)).decode("utf-8", errors="replace")
+
+
+def chat_logprobs(entries: list[TokenLogprob], text: TokenText) -> dict[str, Any]:
+    """``choices[i].logprobs`` of a chat response for the given tokens."""
+    content = []
+    for e in entries:
+        content.append({
+            "token": text.token(e.token_id), "logprob": e.logprob, "bytes": text.token_bytes(e.token_id),
+            "top_logprobs": [{"token": text.token(t), "logprob": lp, "bytes": text.token_bytes(t)} for t, lp in e.top],
+        })
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(entries: list[TokenLogprob], text: TokenText, offset: int) -> dict[str, Any]:
+    """The legacy completions ``logprobs`` object; ``offset``: characters before the first token."""
+    tokens, offsets = [], []
+    for e in entries:
+        tokens.append(text.token(e.token_id))
+        offsets.append(offset)
+        offset += len(tokens[-1])
+    return {
+        "tokens": tokens,
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{text.token(t): lp for t, lp in e.top} for e in entries],
+        "text_offset": offsets,
+    }
+
+
+def chat_completion_body(request_id: str, created: int, model: str, choices: list[dict[str, Any]],
+                         usage: dict[str, Any]) -> dict[str, Any]:
+    return {"id": request_id, "object": "chat.completion", "created": created, "model": model,
+            "choices": choices, "usage": usage}
+
+
+def chat_chunk(request_id: str, created: int, model: str, choices: list[dict[str, Any]], *,
+               usage: dict[str, Any] | None = None, include_usage: bool = False) -> dict[str, Any]:
+    """One ``chat.completion.chunk``; ``choices=[]`` with ``usage`` is the final usage chunk."""
+    chunk: dict[str, Any] = {"id": request_id, "object": "chat.completion.chunk", "created": created,
+                             "model": model, "choices": choices}
+    if include_usage:
+        chunk["usage"] = usage
+    return chunk
+
+
+def chat_delta_choice(index: int, delta: dict[str, Any], finish_reason: str | None = None,
+                      logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def completion_body(request_id: str, created: int, model: str, choices: list[dict[str, Any]],
+                    usage: dict[str, Any]) -> dict[str, Any]:
+    return {"id": request_id, "object": "text_completion", "created": created, "model": model,
+            "choices": choices, "usage": usage}
+
+
+def completion_choice(index: int, text: str, finish_reason: str | None,
+                      logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def completion_chunk(request_id: str, created: int, model: str, choices: list[dict[str, Any]], *,
+                     usage: dict[str, Any] | None = None, include_usage: bool = False) -> dict[str, Any]:
+    chunk: dict[str, Any] = {"id": request_id, "object": "text_completion", "created": created, "model": model,
+                             "choices": choices}
+    if include_usage:
+        chunk["usage"] = usage
+    return chunk
+
+
+def model_list_body(model: str, created: int, max_model_len: int) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [{"id": model, "object": "model", "created": created, "owned_by": "anna",
+                  "root": model, "parent": None, "max_model_len": max_model_len}],
+    }

@@ -1,0 +1,148 @@
+"""Captured decode graphs, exercised on the CPU through a fake graph-capable accelerator.
+
+The fake "captures" by running the step once under a dispatch mode that fails on any host read of a
+device value (``.item()``, ``bool(tensor)``: ``aten._local_scalar_dense``) and "replays" by running the
+same step again over the same static buffers, which is what a real graph does with its kernels. The
+engine with graphs must then produce exactly the tokens of the eager engine, for batches that hit
+padded buckets and shrink as requests finish, greedy and seeded sampling alike.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from anna_core.device import Accelerator, StepGraph
+from anna_core.engine.cuda_graphs import DecodeGraphs, bucket_sizes
+from anna_core.engine.sampler import Sampler, graph_safe, param_rows, sample_no_sync
+from anna_core.engine.sampling_params import SamplingParams
+from anna_core.errors import AnnaError
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tests.bench.tiny_config import write_tiny_qwen35_config
+
+
+class _NoHostSync(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise AssertionError("host sync (.item() / bool(tensor)) inside a captured step")
+        return func(*args, **(kwargs or {}))
+
+
+class FakeGraphAccelerator(Accelerator):
+    """A CPU accelerator that claims graph support (see the module doc)."""
+
+    def __init__(self):
+        super().__init__(torch.device("cpu"))
+        self.captures = 0
+        self.replays = 0
+
+    @property
+    def graphs(self) -> bool:
+        return True
+
+    def capture(self, fn, pool=None):
+        with _NoHostSync():
+            fn()
+        self.captures += 1
+
+        def replay():
+            self.replays += 1
+            fn()
+
+        return StepGraph(replay)
+
+
+def test_bucket_sizes():
+    assert bucket_sizes(1) == [1]
+    assert bucket_sizes(7) == [1, 2, 4, 7]
+    assert bucket_sizes(64) == [1, 2, 4, 8, 16, 32, 64]
+    with pytest.raises(AnnaError):
+        bucket_sizes(0)
+
+
+def _engine(model_dir, *, graphs: bool, max_seqs: int = 5):
+    from anna_core.engine.config import EngineConfig
+    from anna_core.engine.llm_engine import LLMEngine
+    from anna_core.engine.model_runner import RunnerConfig
+    from anna_core.loading import load_model
+
+    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
+    engine = LLMEngine.from_loaded(loaded, EngineConfig(max_num_seqs=max_seqs, block_size=4, num_blocks=64,
+                                                        max_model_len=48))
+    accel = FakeGraphAccelerator()
+    engine.runner.accel = accel
+    engine.runner.setup(RunnerConfig(cuda_graph=graphs), max_model_len=engine.max_model_len, max_num_seqs=max_seqs)
+    return engine, accel
+
+
+def _generate(engine, prompts, params):
+    for i, (p, sp) in enumerate(zip(prompts, params)):
+        engine.add_request(f"r{i}", p, sp)
+    done = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = out.token_ids
+    return [done[f"r{i}"] for i in range(len(prompts))]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return write_tiny_qwen35_config(tmp_path_factory.mktemp("tinyq"))
+
+
+def test_graph_engine_matches_eager_engine(tiny_dir):
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (5, 9, 3)]
+    params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in (7, 4, 10)]
+    sampled = [SamplingParams(max_tokens=6, temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, seed=s,
+                              ignore_eos=True) for s in (1, 2, 3)]
+    eager, _ = _engine(tiny_dir, graphs=False)
+    ref = _generate(eager, prompts, params)
+    ref_sampled = _generate(eager, prompts, sampled)
+    graph, accel = _engine(tiny_dir, graphs=True)
+    assert graph.runner.graphs is not None and graph.runner.graphs.buckets == [1, 2, 4, 5]
+    assert accel.captures == 8  # 4 buckets x (greedy, sample)
+    assert _generate(graph, prompts, params) == ref
+    assert _generate(graph, prompts, sampled) == ref_sampled
+    assert graph.runner.num_graph_steps > 0 and accel.replays == graph.runner.num_graph_steps
+    assert all(len(t) == p.max_tokens for t, p in zip(ref, params))
+
+
+def test_penalties_fall_back_to_eager(tiny_dir):
+    engine, accel = _engine(tiny_dir, graphs=True)
+    params = SamplingParams(max_tokens=4, temperature=0.0, repetition_penalty=1.3, ignore_eos=True)
+    _generate(engine, [[1, 2, 3]], [params])
+    assert accel.replays == 0 and engine.runner.num_eager_steps == 4
+
+
+def test_padding_rows_touch_only_scratch_entries(tiny_dir):
+    engine, _ = _engine(tiny_dir, graphs=True, max_seqs=4)
+    caches = engine.caches
+    before = [t.clone() for t in caches.recurrent_states] + [k.clone() for k, _ in caches.kv]
+    graphs: DecodeGraphs = engine.runner.graphs
+    # one real sequence in bucket 1 would not pad; use 3 rows in bucket 4 at slots 0..2
+    graphs.run([5, 6, 7], [0, 0, 0], [[0], [1], [2]], [0, 1, 2], "greedy")
+    after = [t for t in caches.recurrent_states] + [k for k, _ in caches.kv]
+    for b, a in zip(before, after):
+        assert torch.equal(b[3:-1], a[3:-1])  # untouched: slots / blocks 3 .. scratch-1
+    assert not torch.equal(before[0][0], after[0][0])  # a real slot was updated
+
+
+def test_sample_no_sync_matches_sampler():
+    from anna_core.engine.request import Request
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, 50, generator=gen) * 3
+    ps = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.7, top_k=5, seed=1),
+          SamplingParams(temperature=1.2, top_p=0.8, seed=2), SamplingParams(temperature=1.0, min_p=0.1, seed=3)]
+    reqs = [Request(f"r{i}", [1, 2], p, seed=p.seed or 0) for i, p in enumerate(ps)]
+    assert graph_safe(reqs)
+    floats, ints = param_rows(reqs, 50)
+    f, k = torch.tensor(floats), torch.tensor(ints)
+    got = sample_no_sync(logits, f[:, 0], k[:, 0], f[:, 1], f[:, 2], k[:, 1], k[:, 2])
+    assert got.tolist() == Sampler()(logits, reqs).tolist()
+    assert got[0].item() == logits[0].argmax().item()
+    assert not graph_safe([Request("x", [1], SamplingParams(presence_penalty=0.5))])

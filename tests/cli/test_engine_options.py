@@ -2,7 +2,11 @@
 
 import click
 import pytest
-from anna_cli.engine_options import ENGINE_OPTION_NAMES, engine_config_from_options, engine_options
+from anna_cli.engine_options import (
+    ENGINE_OPTION_NAMES,
+    engine_config_from_options,
+    engine_options,
+)
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.profiles import PROFILES
 from anna_core.errors import AnnaError

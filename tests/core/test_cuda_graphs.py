@@ -9,8 +9,6 @@ padded buckets and shrink as requests finish, greedy and seeded sampling alike.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from anna_core.device import Accelerator, StepGraph
@@ -62,15 +60,14 @@ def test_bucket_sizes():
         bucket_sizes(0)
 
 
-def _engine(model_dir, *, graphs: bool, max_seqs: int = 5):
-    from anna_core.engine.config import EngineConfig
+def _engine(model_dir, *, graphs: bool, max_seqs: int = 5, prefix_caching: bool = False):
+    from anna_core.bench.engine_bench import engine_config
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.model_runner import RunnerConfig
     from anna_core.loading import load_model
 
     loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
-    engine = LLMEngine.from_loaded(loaded, EngineConfig(max_num_seqs=max_seqs, block_size=4, num_blocks=64,
-                                                        max_model_len=48))
+    engine = LLMEngine.from_loaded(loaded, engine_config(max_seqs, 48, 64, block_size=4, prefix_caching=prefix_caching))
     accel = FakeGraphAccelerator()
     engine.runner.accel = accel
     engine.runner.setup(RunnerConfig(cuda_graph=graphs), max_model_len=engine.max_model_len, max_num_seqs=max_seqs)
@@ -93,16 +90,17 @@ def tiny_dir(tmp_path_factory):
     return write_tiny_qwen35_config(tmp_path_factory.mktemp("tinyq"))
 
 
-def test_graph_engine_matches_eager_engine(tiny_dir):
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_graph_engine_matches_eager_engine(tiny_dir, prefix_caching):
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (5, 9, 3)]
     params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in (7, 4, 10)]
     sampled = [SamplingParams(max_tokens=6, temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, seed=s,
                               ignore_eos=True) for s in (1, 2, 3)]
-    eager, _ = _engine(tiny_dir, graphs=False)
+    eager, _ = _engine(tiny_dir, graphs=False, prefix_caching=prefix_caching)
     ref = _generate(eager, prompts, params)
     ref_sampled = _generate(eager, prompts, sampled)
-    graph, accel = _engine(tiny_dir, graphs=True)
+    graph, accel = _engine(tiny_dir, graphs=True, prefix_caching=prefix_caching)
     assert graph.runner.graphs is not None and graph.runner.graphs.buckets == [1, 2, 4, 5]
     assert accel.captures == 8  # 4 buckets x (greedy, sample)
     assert _generate(graph, prompts, params) == ref

@@ -246,3 +246,14 @@ def test_engine_refusal_is_an_http_status_even_when_streaming(tiny_tokenizer, st
         with TestClient(create_app(make_state(tiny_tokenizer, engine))) as c:
             r = c.post("/v1/completions", json={"model": MODEL, "prompt": [5], "stream": stream})
         assert r.status_code == status and r.json()["error"]["message"] == str(exc)
+
+
+def test_queue_full_is_429_with_retry_after(tiny_tokenizer):
+    from anna_core.errors import QueueFullError
+
+    engine = FakeEngine(tiny_tokenizer, fail_with=QueueFullError("the engine's waiting queue is full", retry_after_s=7))
+    with TestClient(create_app(make_state(tiny_tokenizer, engine)), raise_server_exceptions=False) as c:
+        for stream in (False, True):
+            r = c.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+            assert r.status_code == 429 and r.headers["retry-after"] == "7"
+            assert r.json()["error"]["code"] == "rate_limit_exceeded"

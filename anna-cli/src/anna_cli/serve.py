@@ -23,7 +23,13 @@ from typing import Any
 import click
 
 from anna_cli.logging_setup import LEVELS, configure_logging
-from anna_cli.options import SAMPLING_FLAGS, exit_on_anna_errors, model_options, resolve_model_path, sampling_options
+from anna_cli.options import (
+    SAMPLING_FLAGS,
+    exit_on_anna_errors,
+    model_options,
+    resolve_model_path,
+    sampling_options,
+)
 
 logger = logging.getLogger("anna.serve")
 
@@ -39,6 +45,22 @@ def _kernel_choices(model: Any) -> dict[str, str]:
             seen.add(id(registry))
             chosen.update(registry.chosen())
     return chosen
+
+
+def _parser(kind: str, flag: str | None, family_default: str) -> Any:
+    """The parser factory chosen by the flag, else the family's default (None: no parsing).
+
+    Raises:
+        AnnaError: no installed plugin registers that name.
+    """
+    from anna_core.parsers.loading import parser_factory
+
+    name = family_default if flag is None else flag
+    if not name or name == "none":
+        return None
+    factory = parser_factory(kind, name)
+    logger.info("%s parser: %s", kind.replace("_", "-"), name)
+    return factory
 
 
 class BackgroundLoader:
@@ -166,11 +188,20 @@ def _draining_server_class() -> type:
 @sampling_options
 @click.option("--enable-thinking/--disable-thinking", default=None,
               help="Default of the chat template's enable_thinking (a request's chat_template_kwargs wins).")
+@click.option("--reasoning-parser", default=None,
+              help="Reasoning parser (register_output_parsers name; default: the family's; 'none' = off).")
+@click.option("--tool-call-parser", default=None,
+              help="Tool-call parser (register_output_parsers name; default: the family's; 'none' = off).")
+@click.option("--reasoning-format", type=click.Choice(("deepseek", "none")), default="deepseek", show_default=True,
+              help="deepseek: reasoning in message.reasoning_content; none: left inline in content.")
+@click.option("--api-key", envvar="ANNA_API_KEY", default=None, show_envvar=True,
+              help="Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize.")
 @exit_on_anna_errors
 def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
           model_name: str | None, host: str, port: int, log_level: str, log_format: str, max_model_len: int | None,
           chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
-          enable_thinking: bool | None, **sampling: Any) -> None:
+          enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
+          reasoning_format: str, api_key: str | None, **sampling: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API."""
     import uvicorn
     from anna_core.device import resolve_device
@@ -194,6 +225,10 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         server_sampling={k: v for k, v in sampling.items() if k in SAMPLING_FLAGS and v is not None},
         max_completion_tokens=max_completion_tokens,
         enable_thinking=enable_thinking,
+        reasoning_parser=_parser("reasoning", reasoning_parser, family.reasoning_parser),
+        tool_call_parser=_parser("tool_call", tool_call_parser, family.tool_call_parser),
+        reasoning_format=reasoning_format,
+        api_key=api_key or None,
         info={"model_dir": str(path), "family": family.name, "device": device},
     )
     loader = BackgroundLoader(

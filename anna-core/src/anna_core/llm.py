@@ -33,8 +33,9 @@ class LLM:
         dtype: ``"auto"``, ``"bf16"``, ``"fp16"`` or ``"fp32"``.
         load_format / gguf_file / chat_template: see :func:`anna_core.loading.load_model`.
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
-            (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``, ``num_blocks``,
-            ``kv_cache_memory_gib``, ``max_model_len``, ``prefill_chunk_size``).
+            (``max_num_seqs``, ``max_prefill_tokens``, ``prefill_chunk_size``, ``block_size``,
+            ``num_blocks``, ``kv_cache_memory_gib``, ``max_model_len``, ``enable_prefix_caching``,
+            ``prompt_cache_size``, ...).
 
     Raises:
         ModelLoadError, UnsupportedModelError: see ``load_model``.

@@ -65,8 +65,8 @@ def _free(device: str) -> None:
 
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    except Exception:  # noqa: BLE001 - best effort between targets
-        pass
+    except Exception as exc:  # noqa: BLE001 - best effort between targets
+        print(f"could not free device memory: {exc}", file=sys.stderr)
 
 
 def run_all(configs: Path, *, device: str, dtype: str, runs: int, warmup: int, hf_output_len: int,
@@ -110,7 +110,7 @@ def run_microbench(timeout_s: float) -> dict[str, Any]:
         return {"skipped": "anna_xpu_kernels.microbench not installed"}
     try:
         proc = subprocess.run([sys.executable, "-m", "anna_xpu_kernels.microbench"], capture_output=True, text=True,
-                              timeout=timeout_s)
+                              timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s:.0f} s"}
     print("\n== kernel microbench\n" + proc.stdout[-6000:] + proc.stderr[-2000:], flush=True)

@@ -63,19 +63,21 @@ class BenchSettings:
             raise AnnaError(f"--warmup must be non-negative, got {self.warmup}")
 
 
-def engine_config(batch: int, max_len: int, prefill_tokens: int) -> Any:
+def engine_config(batch: int, max_len: int, prefill_tokens: int, *, block_size: int = 16,
+                  prefix_caching: bool = False) -> Any:
     """An :class:`~anna_core.engine.config.EngineConfig` for a benchmark: ``batch`` sequences of at most
-    ``max_len`` tokens, ``prefill_tokens`` per step, prefix caching off (each run draws new prompts anyway)."""
+    ``max_len`` tokens, ``prefill_tokens`` per step, prefix caching off unless asked (each run draws
+    new prompts anyway)."""
     from anna_core.engine.config import EngineConfig
 
     fields = attrs.fields_dict(EngineConfig)
-    kw: dict[str, Any] = {"max_num_seqs": batch, "max_model_len": max_len, "block_size": 16}
-    kw["num_blocks"] = batch * -(-max_len // 16) + 1
+    kw: dict[str, Any] = {"max_num_seqs": batch, "max_model_len": max_len, "block_size": block_size}
+    kw["num_blocks"] = batch * -(-max_len // block_size) + 1
     for name in ("max_num_batched_tokens", "max_prefill_tokens"):
         if name in fields:
             kw[name] = prefill_tokens
     if "enable_prefix_caching" in fields:
-        kw["enable_prefix_caching"] = False
+        kw["enable_prefix_caching"] = prefix_caching
     return EngineConfig(**kw)
 
 

@@ -15,18 +15,18 @@ def format_report(r: dict[str, Any]) -> str:
     gb = r["step_bytes"]["total"] / 1e9
     lines = [
         f"model {r['model']}  device {r['device']} ({r['device_name']})  dtype {r['dtype']}",
-        f"batch {r['batch_size']}  input {r['input_len']}  output {r['output_len']}  runs {r['runs']} "
-        f"(+{r['warmup']} warm-up)  graphs {'on' if r['graphs_captured'] else 'off'} "
-        f"({r['graph_steps']} graph / {r['eager_steps']} eager steps)  compile {r['compile_mode']}",
+        (f"batch {r['batch_size']}  input {r['input_len']}  output {r['output_len']}  runs {r['runs']} "
+         f"(+{r['warmup']} warm-up)  graphs {'on' if r['graphs_captured'] else 'off'} "
+         f"({r['graph_steps']} graph / {r['eager_steps']} eager steps)  compile {r['compile_mode']}"),
         f"prefill   {r['prefill_tokens_per_s']:10.1f} tok/s   TTFT {r['ttft_ms']:.2f} ms",
-        f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "
-        f"{r['decode_tokens_per_s_total']:.1f} tok/s total",
+        (f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "
+         f"{r['decode_tokens_per_s_total']:.1f} tok/s total"),
         f"ITL       p50 {r['itl_ms_p50']:.3f} ms   p99 {r['itl_ms_p99']:.3f} ms",
         f"memory    peak {r['peak_memory_gib']:.2f} GiB",
-        f"roofline  {gb:.3f} GB/step (weights {r['step_bytes']['weights'] / 1e9:.3f}, state "
-        f"{r['step_bytes']['state'] / 1e9:.3f}, KV {r['step_bytes']['kv'] / 1e9:.3f}) at "
-        f"{r['copy_bandwidth_gbps']:.0f} GB/s copy -> {r['roofline_tokens_per_s_per_stream']:.1f} tok/s per stream; "
-        f"reached {100 * r['roofline_fraction']:.1f}%",
+        (f"roofline  {gb:.3f} GB/step (weights {r['step_bytes']['weights'] / 1e9:.3f}, state "
+         f"{r['step_bytes']['state'] / 1e9:.3f}, KV {r['step_bytes']['kv'] / 1e9:.3f}) at "
+         f"{r['copy_bandwidth_gbps']:.0f} GB/s copy -> {r['roofline_tokens_per_s_per_stream']:.1f} tok/s per stream; "
+         f"reached {100 * r['roofline_fraction']:.1f}%"),
     ]
     prof = r.get("profile_ms_per_step")
     if prof:

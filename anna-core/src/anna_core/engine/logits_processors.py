@@ -111,8 +111,8 @@ class LogitsProcessors:
                                       param="response_format")
         compiler = self._grammar_compiler()
         try:
-            if spec.kind == "json_object":
-                compiled = compiler.compile_builtin_json_grammar()
+            if spec.kind == "json_object":  # any object (xgrammar's builtin JSON grammar allows any value)
+                compiled = compiler.compile_json_schema('{"type": "object"}')
             elif spec.kind == "json_schema":
                 compiled = compiler.compile_json_schema(spec.spec, any_whitespace=False)
             else:

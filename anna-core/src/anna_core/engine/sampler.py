@@ -216,7 +216,7 @@ def sample_no_sync(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
     Returns:
         ``[N]`` int64 token ids.
     """
-    n, vocab = logits.shape
+    vocab = logits.shape[1]
     greedy_ids = logits.argmax(dim=-1)
     temps = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
     x = logits / temps[:, None]

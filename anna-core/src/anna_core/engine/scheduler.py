@@ -33,11 +33,16 @@ from anna_core.engine.block_manager import BlockManager, blocks_for
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.prefix_cache import extend_hashes
 from anna_core.engine.request import Request, RequestStatus
-from anna_core.engine.sched_output import Capture, PromptHit, ScheduledSeq, SchedulerOutput
+from anna_core.engine.sched_output import (
+    Capture,
+    PromptHit,
+    ScheduledSeq,
+    SchedulerOutput,
+)
 from anna_core.engine.state_pool import StatePool
 from anna_core.engine.state_snapshots import PromptCache, SnapshotIndex
 
-__all__ = ["Scheduler", "ScheduledSeq", "SchedulerOutput", "PromptHit", "Capture"]
+__all__ = ["Capture", "PromptHit", "ScheduledSeq", "Scheduler", "SchedulerOutput"]
 
 
 class Scheduler:

@@ -57,7 +57,6 @@ class ThinkReasoningParser:
             elif t == self.end_token_id:
                 last_close = i
         self._reasoning = last_open > last_close
-        self._strip_content = True
 
     @property
     def in_reasoning(self) -> bool:

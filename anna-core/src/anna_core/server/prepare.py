@@ -171,7 +171,8 @@ def chat_structured(req: ChatCompletionRequest, tool_parser: Any, reasoning: Any
     if not req.tools.forced or tool_parser is None:
         return None
     try:
-        ebnf = tool_parser.grammar(req.tools.tools, req.tools.function, req.tools.parallel,
+        parallel = req.tools.parallel and req.tools.choice == "required"  # a named function: one call
+        ebnf = tool_parser.grammar(req.tools.tools, req.tools.function, parallel,
                                    reasoning is not None and reasoning.in_reasoning)
     except (ValueError, AnnaError) as exc:
         raise InvalidRequestError(str(exc), param="tool_choice") from exc

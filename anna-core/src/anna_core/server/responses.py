@@ -12,6 +12,17 @@ from typing import Any
 
 from anna_core.engine.outputs import TokenLogprob
 
+CHAT_RESPONSE_FIELDS = (
+    "id", "object", "created", "model", "choices[].index", "choices[].message.role", "choices[].message.content",
+    "choices[].message.reasoning_content", "choices[].message.reasoning", "choices[].message.tool_calls",
+    "choices[].delta", "choices[].logprobs", "choices[].finish_reason", "usage",
+)
+"""Fields the chat bodies below produce (the compatibility table documents each)."""
+COMPLETION_RESPONSE_FIELDS = (
+    "id", "object", "created", "model", "choices[].index", "choices[].text", "choices[].logprobs",
+    "choices[].finish_reason", "usage",
+)
+
 
 def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     body: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,

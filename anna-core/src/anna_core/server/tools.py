@@ -131,4 +131,4 @@ def parse_response_format(body: dict[str, Any]) -> StructuredOutput | None:
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(schema, dict):
         raise _fail("'response_format.json_schema.schema' must be a JSON schema object", "response_format")
-    return StructuredOutput("json_schema", json.dumps(schema, sort_keys=True))
+    return StructuredOutput("json_schema", json.dumps(schema))  # key order matters: properties come in order

@@ -5,10 +5,10 @@ and ignores what the prompt means: the prompt only selects a script by containin
 ``[[script:NAME]]``. Scripts:
 
 - :class:`TokenScript`: emits the given token ids, then EOS. The logits at output position ``k``
-  are ``100 - 20 j`` for the script token at ``k + j`` (``j < 5``, first occurrence wins) and 0
-  for every other token, so sampling follows the script at any temperature up to 1 (a deviation
-  has probability below ``e^-20`` per token); when a grammar forbids the scripted token, the next
-  allowed upcoming script token wins.
+  are ``100 - 20 j`` for the script token at ``k + j`` (``j < 5``), ``10 - j / 1000`` for later
+  script tokens (first occurrence wins) and 0 for every other token, so sampling follows the
+  script at any temperature up to 1 (a deviation has probability below ``e^-20`` per token); when
+  a grammar forbids the scripted token, the nearest allowed upcoming script token wins.
 - :class:`UniformScript`: logits 0 on ``candidates`` and ``-inf`` elsewhere, for ``length`` tokens
   then EOS: sampling is uniform over the candidates (``logprob = -ln(len(candidates))``), so
   seeds and ``n`` choices give visibly different, reproducible outputs.
@@ -111,9 +111,9 @@ class ScriptedLM(torch.nn.Module):
                 logits[r] = float("-inf")
                 logits[r, list(script.candidates)] = 0.0
             elif isinstance(script, TokenScript) and k < len(script.token_ids):
-                upcoming = script.token_ids[k:k + _LOOKAHEAD]
+                upcoming = script.token_ids[k:]
                 for j in reversed(range(len(upcoming))):  # earlier positions overwrite later ones
-                    logits[r, upcoming[j]] = 100.0 - 20.0 * j
+                    logits[r, upcoming[j]] = 100.0 - 20.0 * j if j < _LOOKAHEAD else 10.0 - j / 1000
             else:
                 logits[r, self.eos_token_id] = 100.0
         return logits

@@ -1,0 +1,42 @@
+"""``anna bench`` on the CPU with a tiny config-only Qwen3.5 folder and dummy weights."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from anna_cli.bench import bench
+from click.testing import CliRunner
+
+from tests.bench.tiny_config import TINY_QWEN35, write_tiny_qwen35_config
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return write_tiny_qwen35_config(tmp_path_factory.mktemp("tinyq"))
+
+
+def test_anna_bench_json_on_cpu(tiny_dir):
+    res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--batch-size", "2",
+                                     "--input-len", "6", "--output-len", "3", "--warmup", "0", "--runs", "1",
+                                     "--profile", "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.output[res.output.index("{"):])
+    assert r["batch_size"] == 2 and r["device"] == "cpu" and not r["graphs_captured"]
+    assert r["eager_steps"] == 3  # one prefill, two decodes
+    assert r["ttft_ms"] > 0 and r["prefill_tokens_per_s"] == pytest.approx(2 * 6 / (r["ttft_ms"] / 1e3))
+    assert r["decode_tokens_per_s_total"] == pytest.approx(2 * r["decode_tokens_per_s_per_stream"])
+    assert 0 < r["itl_ms_p50"] <= r["itl_ms_p99"]
+    # tied embeddings: every parameter is read once per step (the LM head reads the embedding)
+    c = TINY_QWEN35
+    assert r["step_bytes"]["weights"] > c["vocab_size"] * c["hidden_size"] * 4
+    state = 2 * 2 * 2 * (c["linear_num_value_heads"] * 16 * 16 * 4 + (2 * 2 * 16 + 4 * 16) * 3 * 4)
+    assert r["step_bytes"]["state"] == state  # 2 linear layers x batch 2 x read+write
+    assert r["roofline_fraction"] > 0 and r["copy_bandwidth_gbps"] > 0
+    prof = r["profile_ms_per_step"]
+    assert prof["gdn"] > 0 and prof["attention"] > 0 and prof["mlp"] > 0 and prof["lm_head"] > 0
+
+
+def test_anna_bench_rejects_bad_lengths(tiny_dir):
+    res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--output-len", "1"])
+    assert res.exit_code == 1 and "output-len" in res.output

@@ -21,11 +21,12 @@ def build_cli(pm=None) -> click.Group:
     def anna() -> None:
         """Anna: serve and run language models with PyTorch."""
 
+    from anna_cli.bench import bench
     from anna_cli.generate import generate
     from anna_cli.plugins_cmd import plugins
     from anna_cli.serve import serve
 
-    for command in (generate, serve, plugins):
+    for command in (generate, serve, bench, plugins):
         anna.add_command(command)
     try:
         from anna_core.plugins import get_plugin_manager

@@ -144,6 +144,55 @@ def test_eight_concurrent_streams_match_sequential_outputs(live_server, client):
     assert [r[2] for r in results] == lengths
 
 
+def test_cancel_half_of_100_streams_keeps_serving_and_frees_everything(live_server, client):
+    """Cancel 50 of 100 streaming requests mid-way: the rest finish, then every block and slot is free."""
+
+    async def run() -> list[int]:
+        aclient = openai.AsyncOpenAI(base_url=f"{live_server.base_url}/v1", api_key="unused", max_retries=0,
+                                     timeout=120)
+
+        async def one(i: int) -> int:
+            stream = await aclient.completions.create(model=MODEL_NAME, prompt=f"Stream {i} says", max_tokens=12,
+                                                      stream=True, **GREEDY)
+            chunks = 0
+            async for chunk in stream:
+                chunks += bool(chunk.choices and chunk.choices[0].text)
+                if i % 2 == 0 and chunks == 2:
+                    await stream.close()  # the client goes away mid-stream
+                    break
+            return chunks
+
+        try:
+            return await asyncio.gather(*(one(i) for i in range(100)))
+        finally:
+            await aclient.close()
+
+    chunks = asyncio.run(run())
+    assert all(c == 2 for c in chunks[0::2])
+    assert all(c >= 3 for c in chunks[1::2])  # the others ran to their 12 tokens
+    # the server still answers, and once idle holds no block or slot
+    assert client.completions.create(model=MODEL_NAME, prompt="Still there?", max_tokens=3, **GREEDY).choices[0].text
+    deadline = time.monotonic() + 30
+    while True:
+        engine = httpx.get(f"{live_server.base_url}/healthz").json()["engine"]
+        if engine["running"] == 0 and engine["waiting"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert engine["running"] == 0 and engine["waiting"] == 0
+    assert engine["kv_blocks_used"] == 0 and engine["state_slots_used"] == 0
+
+
+def test_metrics_on_healthz_and_prometheus(live_server):
+    metrics = httpx.get(f"{live_server.base_url}/healthz").json()["metrics"]
+    assert metrics["requests"]["finished"] > 0
+    assert metrics["latency_ms"]["ttft"]["p50"] > 0 and metrics["latency_ms"]["itl"]["p95"] > 0
+    assert metrics["tokens"]["generated"] > 0
+    r = httpx.get(f"{live_server.base_url}/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert "anna_time_to_first_token_seconds_bucket" in r.text
+    assert "anna_kv_blocks_used" in r.text
+
+
 def test_health_healthz_and_request_id(live_server):
     assert httpx.get(f"{live_server.base_url}/health").json() == {"status": "ready"}
     body = httpx.get(f"{live_server.base_url}/healthz").json()

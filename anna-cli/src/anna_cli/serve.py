@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from anna_cli.engine_options import engine_config_from_options, engine_options
 from anna_cli.logging_setup import LEVELS, configure_logging
 from anna_cli.options import (
     SAMPLING_FLAGS,
@@ -66,13 +67,16 @@ def _parser(kind: str, flag: str | None, family_default: str) -> Any:
 class BackgroundLoader:
     """Loads the model off the event loop after start-up and attaches the engine to the state."""
 
-    def __init__(self, state: Any, model_path: Path, load_kwargs: dict[str, Any], engine_options: dict[str, Any],
-                 requested_max_len: int | None):
+    def __init__(self, state: Any, model_path: Path, load_kwargs: dict[str, Any], engine_config: Any,
+                 runner_config: Any, requested_max_len: int | None, metrics_log_interval_s: float = 0.0):
         self.state = state
         self.model_path = model_path
         self.load_kwargs = load_kwargs
-        self.engine_options = engine_options
+        self.engine_config = engine_config
+        self.runner_config = runner_config
         self.requested_max_len = requested_max_len
+        self.metrics_log_interval_s = metrics_log_interval_s
+        self._metrics_task: asyncio.Task[None] | None = None
         self.failed = False
         self.server: Any = None  # set by serve(): asked to exit when loading fails
         self._task: asyncio.Task[None] | None = None
@@ -84,7 +88,6 @@ class BackgroundLoader:
         import time
 
         from anna_core.engine.async_engine import AsyncEngine
-        from anna_core.engine.config import EngineConfig
         from anna_core.engine.defaults import default_sampling_fields
         from anna_core.engine.llm_engine import LLMEngine
         from anna_core.errors import AnnaError
@@ -93,8 +96,11 @@ class BackgroundLoader:
         t0 = time.perf_counter()
         try:
             loaded = await asyncio.to_thread(load_model, self.model_path, **self.load_kwargs)
-            config = EngineConfig(max_model_len=self.requested_max_len, **self.engine_options)
-            llm_engine = await asyncio.to_thread(LLMEngine.from_loaded, loaded, config)
+            llm_engine = await asyncio.to_thread(LLMEngine.from_loaded, loaded, self.engine_config)
+            # Warm-up and decode-graph capture (eager fallback on CPU or when capture fails).
+            await asyncio.to_thread(llm_engine.runner.setup, self.runner_config,
+                                    max_model_len=llm_engine.max_model_len,
+                                    max_num_seqs=self.engine_config.max_num_seqs)
         except AnnaError as exc:
             self._fail(str(exc))
             return
@@ -120,6 +126,14 @@ class BackgroundLoader:
         )
         logger.info("model %s ready in %.2f s (family %s, %s, %s)", self.state.model_name, time.perf_counter() - t0,
                     loaded.family, loaded.device, loaded.dtype)
+        if self.metrics_log_interval_s > 0:
+            self._metrics_task = asyncio.create_task(self._log_metrics(engine))
+
+    async def _log_metrics(self, engine: Any) -> None:
+        """One summary line every ``--metrics-log-interval-seconds`` while serving."""
+        while True:
+            await asyncio.sleep(self.metrics_log_interval_s)
+            logger.info("%s", engine.metrics.summary_line())
 
     def _fail(self, message: str) -> None:
         logger.error("could not load the model: %s", message)
@@ -129,8 +143,9 @@ class BackgroundLoader:
             self.server.should_exit = True
 
     async def stop(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        for task in (self._task, self._metrics_task):
+            if task is not None and not task.done():
+                task.cancel()
         if self.state.engine is not None:
             await self.state.engine.shutdown(drain=True)
 
@@ -196,12 +211,20 @@ def _draining_server_class() -> type:
               help="deepseek: reasoning in message.reasoning_content; none: left inline in content.")
 @click.option("--api-key", envvar="ANNA_API_KEY", default=None, show_envvar=True,
               help="Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize.")
+@engine_options
+@click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
+              help="Capture decode steps as device graphs per batch-size bucket (CUDA / XPU; eager on CPU).")
+@click.option("--compile-mode", type=click.Choice(("none", "default", "max-autotune")), default="none",
+              show_default=True, help="torch.compile the forward pass before graph capture.")
+@click.option("--metrics-log-interval-seconds", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+              help="Log a one-line metrics summary this often (0 = never). Full figures: /healthz, /metrics.")
 @exit_on_anna_errors
 def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
           model_name: str | None, host: str, port: int, log_level: str, log_format: str, max_model_len: int | None,
           chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
-          reasoning_format: str, api_key: str | None, **sampling: Any) -> None:
+          reasoning_format: str, api_key: str | None, cuda_graph: bool, compile_mode: str,
+          metrics_log_interval_seconds: float, **options: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API."""
     import uvicorn
     from anna_core.device import resolve_device
@@ -210,11 +233,16 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     from anna_core.server.app import create_app
     from anna_core.server.state import ServerState
 
+    from anna_core.engine.model_runner import RunnerConfig
+
+    sampling = {k: v for k, v in options.items() if k in SAMPLING_FLAGS}
+    engine_config = engine_config_from_options(**options, max_model_len=max_model_len)  # bad flags fail here
     configure_logging(log_level, log_format)
     path, default_name = resolve_model_path(model_dir)
     source = inspect_model_dir(path, gguf_file=gguf_file)  # fail fast: missing folder, unknown family
     family = select_family(source, model_families())
-    resolve_device(device)
+    runner_config = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
+                                 warmup=resolve_device(device).type != "cpu")
     if threads is not None:
         import torch
 
@@ -235,7 +263,8 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         state, path,
         load_kwargs={"device": device, "dtype": dtype, "load_format": load_format, "gguf_file": gguf_file,
                      "chat_template": chat_template.read_text() if chat_template else None},
-        engine_options={}, requested_max_len=max_model_len,
+        engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,
+        metrics_log_interval_s=metrics_log_interval_seconds,
     )
     app = create_app(state, on_shutdown=[loader.stop])
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=log_level,

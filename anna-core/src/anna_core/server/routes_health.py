@@ -2,7 +2,9 @@
 
 ``/health`` answers 200 ``{"status": "ready"}`` only while requests can be served, else 503 with
 the status (``loading``, ``failed`` or ``draining``). ``/healthz`` always answers 200 with what
-the server runs: model, family, device, dtype, memory, uptime, chosen kernels and engine stats.
+the server runs: model, family, device, dtype, memory, uptime, chosen kernels, engine stats and the
+serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s).
+``/metrics`` gives the same figures in Prometheus text format.
 """
 
 from __future__ import annotations
@@ -70,8 +72,24 @@ def healthz(server: ServerState) -> dict[str, Any]:
         "kernels": kernels,
         "in_flight": server.in_flight,
         "engine": _engine_stats(server),
+        "metrics": _metrics(server).snapshot() if _metrics(server) is not None else None,
         "error": server.load_error,
     }
 
 
-ROUTES = [health, healthz]
+def _metrics(server: ServerState) -> Any:
+    """The engine's :class:`~anna_core.metrics.EngineMetrics`, or None before the model is loaded."""
+    return getattr(server.engine, "metrics", None) if server.engine is not None else None
+
+
+@get("/metrics", sync_to_thread=False)
+def metrics(server: ServerState) -> Response:
+    """Prometheus exposition of the engine's metrics (empty while the model loads)."""
+    from anna_core.metrics import PROMETHEUS_CONTENT_TYPE
+
+    engine_metrics = _metrics(server)
+    body = engine_metrics.prometheus_text() if engine_metrics is not None else b""
+    return Response(body, media_type=PROMETHEUS_CONTENT_TYPE, status_code=200)
+
+
+ROUTES = [health, healthz, metrics]

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from anna_core.errors import ModelLoadError, UnsupportedModelError
 from anna_core.model_dir import ModelSource, inspect_model_dir, select_family
 from anna_core.registry import ModelFamilySpec

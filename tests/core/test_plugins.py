@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from anna_core.errors import KernelNotFoundError
 from anna_core.hookspecs import hookimpl
 from anna_core.kernels import KernelRegistry, KernelSpec, ProbeRequest

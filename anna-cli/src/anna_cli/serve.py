@@ -228,12 +228,11 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     """Serve a model over an OpenAI-compatible HTTP API."""
     import uvicorn
     from anna_core.device import resolve_device
+    from anna_core.engine.model_runner import RunnerConfig
     from anna_core.model_dir import inspect_model_dir, select_family
     from anna_core.plugins import model_families
     from anna_core.server.app import create_app
     from anna_core.server.state import ServerState
-
-    from anna_core.engine.model_runner import RunnerConfig
 
     sampling = {k: v for k, v in options.items() if k in SAMPLING_FLAGS}
     engine_config = engine_config_from_options(**options, max_model_len=max_model_len)  # bad flags fail here

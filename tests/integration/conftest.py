@@ -49,31 +49,41 @@ def tiny_qwen35_dir(tmp_path_factory) -> Path:
     return build_tiny_qwen35(tmp_path_factory.mktemp("tiny-qwen35-serve"))
 
 
-@pytest.fixture(scope="session")
-def live_server(tiny_qwen35_dir, tmp_path_factory) -> LiveServer:
+def start_server(args: list[str], log_dir: Path, model_dir: Path | None = None) -> LiveServer:
+    """Start ``anna serve ARGS`` on a free loopback port and wait until ``/health`` is 200."""
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("serve-log") / "serve.log"
-    cmd = [sys.executable, "-m", "anna_cli.main", "serve", "--model-dir", str(tiny_qwen35_dir),
-           "--model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
-           "--max-model-len", str(MAX_MODEL_LEN), "--threads", "2", "--log-level", "info"]
+    log_path = log_dir / "serve.log"
+    cmd = [sys.executable, "-m", "anna_cli.main", "serve", *args, "--host", "127.0.0.1", "--port", str(port),
+           "--device", "cpu", "--threads", "2", "--log-level", "info"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    server = LiveServer(proc, f"http://127.0.0.1:{port}", tiny_qwen35_dir, log_path)
+    server = LiveServer(proc, f"http://127.0.0.1:{port}", model_dir, log_path)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         if proc.poll() is not None:
             pytest.fail(f"anna serve exited with {proc.returncode} before becoming ready:\n{server.log()}")
         try:
             if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
-                break
+                return server
         except httpx.TransportError:
             pass
         if time.monotonic() > deadline:
             server.stop(timeout=10)
             pytest.fail(f"anna serve not ready after {START_TIMEOUT_S} s:\n{server.log()}")
         time.sleep(0.2)
+
+
+def kill(server: LiveServer) -> None:
+    if server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_server(tiny_qwen35_dir, tmp_path_factory) -> LiveServer:
+    server = start_server(["--model-dir", str(tiny_qwen35_dir), "--model-name", MODEL_NAME,
+                           "--max-model-len", str(MAX_MODEL_LEN)],
+                          tmp_path_factory.mktemp("serve-log"), tiny_qwen35_dir)
     yield server
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=10)
+    kill(server)

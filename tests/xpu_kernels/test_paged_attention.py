@@ -84,3 +84,12 @@ def test_paged_attention_bad_arguments_are_clear_errors():
         pa.paged_attention(q, k_cache, v_cache, cu, seq_lens, tables, 1.0, 0)
     with pytest.raises(ValueError, match="must have B=1 rows"):
         pa.paged_attention(q, k_cache, v_cache, cu, seq_lens.repeat(2), tables, 1.0, None)
+
+
+def test_many_splits_follow_each_sequences_context(poison_outputs):
+    # 64 splits over contexts of 3..40 keys: most splits of the short sequences are empty.
+    _check(torch.float32, [1, 1, 1], [3, 40, 17], splits=64, seed=7)
+
+
+def test_prefill_tiles_with_an_odd_number_of_splits(poison_outputs):
+    _check(torch.bfloat16, [9, 1, 5], [9, 33, 12], splits=5, seed=8)

@@ -122,6 +122,18 @@ class GatedDeltaNet(nn.Module):
         parts = self.in_proj_all(x)
         return torch.split(parts, [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads], dim=-1)
 
+    def _fused_step(self):
+        """The decode op's fused layer step (``fused_step`` attribute of the chosen
+        ``gated_delta_rule_decode`` implementation, e.g. anna-xpu-kernels' Triton one), or None when
+        the implementation has none, the head dims cannot be fused or projections are not merged."""
+        if self._neg_a is None:
+            return None
+        fused = getattr(self.ops.gated_delta_rule_decode, "fused_step", None)
+        fusable = getattr(fused, "fusable", None)
+        if fused is None or (fusable is not None and not fusable(self.head_k_dim, self.head_v_dim)):
+            return None
+        return fused
+
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """x: ``[T, hidden]`` -> ``[T, hidden]``; updates this layer's conv and recurrent states in place."""
         T = x.shape[0]
@@ -133,6 +145,11 @@ class GatedDeltaNet(nn.Module):
         qkv, z, b, a = self._project(x)  # [T, C], [T, H_v*V], [T, H_v], [T, H_v]
         if batch.is_decode:
             qkv = self.ops.causal_conv1d_update(qkv, conv_w, None, conv_states, slots, "silu")
+            fused = self._fused_step()
+            if fused is not None:  # L2 norm, gating, recurrent update and gated norm in one kernel
+                o = fused(qkv, z, a, b, self._neg_a, self.dt_bias, self.norm.weight, self.norm.eps, states, slots,
+                          self.scale, self.num_k_heads)
+                return self.out_proj(o)
         else:
             qkv = self.ops.causal_conv1d_prefill(qkv, conv_w, None, batch.cu_seqlens, conv_states, slots, "silu")
         qk, v = torch.split(qkv, [2 * self.key_dim, self.value_dim], dim=-1)

@@ -12,7 +12,11 @@ from anna_core.errors import ModelLoadError
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
-from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
+from anna_core.weights.safetensors_loader import (
+    cast_meta_params,
+    load_safetensors,
+    materialize_dummy,
+)
 
 from anna_qwen35.config import Qwen35Config
 from anna_qwen35.model import Qwen35ForCausalLM, keep_float32

@@ -15,7 +15,12 @@ from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
-from anna_core.model import AttentionCacheSpec, CacheSpec, ModelCaches, RecurrentStateSpec
+from anna_core.model import (
+    AttentionCacheSpec,
+    CacheSpec,
+    ModelCaches,
+    RecurrentStateSpec,
+)
 from torch import nn
 
 from anna_qwen35.attention import GatedAttention

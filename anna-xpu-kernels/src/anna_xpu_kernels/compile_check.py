@@ -38,7 +38,13 @@ def _signature(fn, act: str, constexprs: dict[str, Any]) -> dict[str, str]:
 
 def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     """(kernel, activation type, constexprs, num_warps) at the Qwen3.5-9B shapes."""
-    from anna_xpu_kernels import conv1d, gated_delta_rule, norms, paged_attention
+    from anna_xpu_kernels import (
+        conv1d,
+        gated_delta_rule,
+        gdn_decode_fused,
+        norms,
+        paged_attention,
+    )
 
     for act in ("bf16", "fp32"):
         yield norms._rms_norm_kernel, act, {"ZERO_CENTERED": True, "GATED": False, "BLOCK_M": 1, "BLOCK_D": 4096}, 8
@@ -49,13 +55,15 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                                   "BLOCK_C": 128}, 4
         yield conv1d._conv_prefill_state_kernel, act, {"WIDTH": 4, "BLOCK_W": 4, "BLOCK_C": 256}, 4
         yield gated_delta_rule._gdr_decode_kernel, act, {"BLOCK_K": 128, "BLOCK_V": 32}, 4
+        yield gdn_decode_fused._fused_gdn_decode_kernel, act, {"BLOCK_K": 128, "BLOCK_V": 128}, 8
     attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32}
-    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "NUM_SPLITS": 8}, 4
-    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 16, "BLOCK_M": 64, "NUM_SPLITS": 1,
-                                                            "HAS_WINDOW": True}, 8
-    yield paged_attention._paged_attention_kernel, "fp32", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "NUM_SPLITS": 1,
-                                                            "UPCAST_DOT": True}, 4
-    yield paged_attention._merge_splits_kernel, "bf16", {"NUM_SPLITS": 8, "BLOCK_S": 8, "BLOCK_D": 256}, 4
+    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
+                                                            "DECODE": True}, 4
+    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 16, "BLOCK_M": 64, "SPLIT": False,
+                                                            "DECODE": False, "HAS_WINDOW": True}, 8
+    yield paged_attention._paged_attention_kernel, "fp32", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
+                                                            "DECODE": False, "UPCAST_DOT": True}, 4
+    yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256}, 8
 
 
 def compile_all(arch: int = 90) -> list[str]:

@@ -140,3 +140,18 @@ def gated_delta_rule_decode(
         BLOCK_K=next_pow2(d_k),
     )
     return out
+
+
+def _attach_fused_step() -> None:
+    """Expose the fused layer step as ``gated_delta_rule_decode.fused_step`` (see :mod:`.gdn_decode_fused`).
+
+    Models that find this attribute on the decode op the registry chose may call it instead of
+    their separate L2 norm / gating / decode / gated-norm ops; the torch reference has none.
+    """
+    from anna_xpu_kernels.gdn_decode_fused import fusable, fused_gdn_decode
+
+    fused_gdn_decode.fusable = fusable
+    gated_delta_rule_decode.fused_step = fused_gdn_decode
+
+
+_attach_fused_step()

@@ -16,9 +16,14 @@ Layout of the work:
   ``ceil(q_len / BLOCK_Q)``; ``tile_seq``: the owning sequence of each tile); the grid size is a
   host-known upper bound, so there is no host synchronisation and the call can be graph-captured.
 * Keys are gathered per position through the block table (any cache block size).
-* When tiles x KV heads cannot fill the GPU (decode at small batch), the key range is split into
-  ``NUM_SPLITS`` fixed partitions (flash-decoding); partial ``(max, sum, acc)`` triples are merged
-  by a second kernel.
+* When tiles x KV heads cannot fill the GPU (decode at small batch), each tile's visible key range
+  is split on the device into ``num_splits`` equal partitions (flash-decoding; the partition follows
+  the sequence's actual context, not the block-table width, so short contexts still use every
+  split); partial ``(max, sum, acc)`` triples are merged by a second kernel.
+* Nothing that changes with the prompt length, the context or the block-table width is a compile-
+  time constant or an autotuning key: ``num_splits`` is a run-time argument (only "split or not"
+  is a constexpr), so serving never re-compiles or re-tunes as requests vary. Decode batches
+  (one query per sequence) skip the tile numbering entirely (``DECODE``: tile ``i`` is sequence ``i``).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, trit
 MAX_HEAD_DIM = 256
 """Largest head dim handled; larger heads fall back to the torch reference."""
 LOG2E = 1.4426950408889634
-MIN_KEYS_PER_SPLIT = 128
+MIN_KEYS_PER_SPLIT = 16
+MAX_SPLITS = 64
 
 _CONFIGS = [
     triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
@@ -48,28 +54,34 @@ def _prune(configs, named_args, **kwargs):
     return kept or configs[:1]
 
 
-@autotune(_CONFIGS, fixed=triton.Config({"BLOCK_N": 16}, num_warps=4), key=["BLOCK_M", "BLOCK_D", "GROUP", "NUM_SPLITS"],
+@autotune(_CONFIGS, fixed=triton.Config({"BLOCK_N": 16}, num_warps=4), key=["BLOCK_M", "BLOCK_D", "GROUP", "SPLIT", "DECODE"],
           prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr, tile_seq_ptr, tile_first_ptr,
     o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr,
-    batch, n_tokens, head_dim, block_size, keys_per_split, qk_scale, window,
+    batch, n_tokens, head_dim, block_size, num_splits, qk_scale, window,
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_tb, stride_ot, stride_oh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, NUM_SPLITS: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr, DECODE: tl.constexpr, UPCAST_DOT: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     tile = tl.program_id(0)
     h_kv = tl.program_id(1)
     split = tl.program_id(2)
-    seq_raw = tl.load(tile_seq_ptr + tile)
-    live = seq_raw < batch  # tiles past the last sequence's are idle (the grid is an upper bound)
-    seq = tl.minimum(seq_raw, batch - 1)
-    q_start = tl.load(cu_q_ptr + seq)
-    q_len = tl.where(live, tl.load(cu_q_ptr + seq + 1) - q_start, 0)
+    if DECODE:  # one query per sequence: tile i is sequence i, query row i
+        seq = tile
+        q_start = tile
+        q_len = 1
+        q0 = 0
+    else:
+        seq_raw = tl.load(tile_seq_ptr + tile)
+        live = seq_raw < batch  # tiles past the last sequence's are idle (the grid is an upper bound)
+        seq = tl.minimum(seq_raw, batch - 1)
+        q_start = tl.load(cu_q_ptr + seq)
+        q_len = tl.where(live, tl.load(cu_q_ptr + seq + 1) - q_start, 0)
+        q0 = (tile - tl.load(tile_first_ptr + seq)) * BLOCK_Q
     ctx = tl.load(seq_lens_ptr + seq)
-    q0 = (tile - tl.load(tile_first_ptr + seq)) * BLOCK_Q
 
     r = tl.arange(0, BLOCK_M)
     qi = q0 + r // GROUP
@@ -89,8 +101,10 @@ def _paged_attention_kernel(
     lo = 0
     if HAS_WINDOW:
         lo = tl.maximum(ctx - q_len + q0 - window + 1, 0)
-    lo = tl.maximum(lo, split * keys_per_split)
-    hi = tl.minimum(hi, (split + 1) * keys_per_split)
+    if SPLIT:  # this split's share of the visible keys [lo, hi), in whole key tiles
+        per_split = tl.cdiv(tl.cdiv(tl.maximum(hi - lo, 0), num_splits), BLOCK_N) * BLOCK_N
+        lo = lo + split * per_split
+        hi = tl.minimum(hi, lo + per_split)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -126,7 +140,7 @@ def _paged_attention_kernel(
         acc = acc * alpha[:, None] + pv
         m_i = m_new
 
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         tl.store(o_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
                  out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
@@ -140,13 +154,13 @@ def _paged_attention_kernel(
 
 @triton.jit
 def _merge_splits_kernel(
-    m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, n_rows, n_heads, head_dim, stride_ot, stride_oh,
-    NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, n_rows, n_heads, head_dim, num_splits, stride_ot, stride_oh,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)  # token * n_heads + head
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)
-    s_ok = s < NUM_SPLITS
+    s_ok = s < num_splits
     ws = s * n_rows + row
     m = tl.load(m_ws_ptr + ws, mask=s_ok, other=float("-inf"))
     lsum = tl.load(l_ws_ptr + ws, mask=s_ok, other=0.0)
@@ -162,7 +176,8 @@ def _merge_splits_kernel(
 
 
 def _num_splits(device: torch.device, programs: int, max_keys: int) -> int:
-    """Key partitions so that ``programs * splits`` covers about two waves of the GPU's multiprocessors."""
+    """Key partitions so that ``programs * splits`` covers about two waves of the GPU's multiprocessors
+    (a power of two, at most :data:`MAX_SPLITS`, and no more than ``max_keys / 16``)."""
     if device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
     elif device.type == "xpu":
@@ -171,7 +186,8 @@ def _num_splits(device: torch.device, programs: int, max_keys: int) -> int:
         return 1
     if programs >= sms:
         return 1
-    return max(1, min(math.ceil(2 * sms / programs), math.ceil(max_keys / MIN_KEYS_PER_SPLIT), 64))
+    want = min(math.ceil(2 * sms / programs), math.ceil(max_keys / MIN_KEYS_PER_SPLIT), MAX_SPLITS)
+    return max(1, min(next_pow2(want), MAX_SPLITS))
 
 
 def _reference(*args):
@@ -243,23 +259,27 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
         q = q.contiguous()
 
     group = h_q // h_kv
-    block_q = 1 if total == batch else max(1, 64 // group)  # one query per sequence: decode
+    decode = total == batch  # one query per sequence
+    block_q = 1 if decode else max(1, 64 // group)
     block_m = max(16, next_pow2(block_q * group))
     block_q = block_m // group
     block_d = max(16, next_pow2(dim))
-    cu = cu_seqlens_q.to(torch.int32)
-    tiles = (cu[1:] - cu[:-1] + block_q - 1) // block_q
-    tile_end = torch.cumsum(tiles, 0, dtype=torch.int32)
-    tile_first = tile_end - tiles
-    # Host-known upper bound of sum(tiles): each sequence has >= 1 query and each tile >= 1 query.
-    n_tiles = min(total, (total - min(batch, total)) // block_q + min(batch, total))
-    tile_seq = torch.searchsorted(tile_end, torch.arange(n_tiles, device=q.device, dtype=torch.int32), right=True)
-    tile_seq = tile_seq.to(torch.int32)
+    cu = cu_seqlens_q if cu_seqlens_q.dtype == torch.int32 else cu_seqlens_q.to(torch.int32)
+    if decode:
+        n_tiles = batch
+        tile_seq = tile_first = cu  # unused by the DECODE kernel
+    else:
+        tiles = (cu[1:] - cu[:-1] + block_q - 1) // block_q
+        tile_end = torch.cumsum(tiles, 0, dtype=torch.int32)
+        tile_first = tile_end - tiles
+        # Host-known upper bound of sum(tiles): each sequence has >= 1 query and each tile >= 1 query.
+        n_tiles = min(total, (total - min(batch, total)) // block_q + min(batch, total))
+        tile_seq = torch.searchsorted(tile_end, torch.arange(n_tiles, device=q.device, dtype=torch.int32),
+                                      right=True).to(torch.int32)
 
     max_keys = block_tables.shape[1] * block_size
     splits = num_splits or _num_splits(q.device, n_tiles * h_kv, max_keys)
-    splits = max(1, min(splits, triton.cdiv(max(max_keys, 1), 16)))
-    keys_per_split = triton.cdiv(triton.cdiv(max(max_keys, 1), splits), 16) * 16
+    splits = max(1, min(splits, triton.cdiv(max(max_keys, 1), 16), MAX_SPLITS))
     if splits > 1:
         m_ws = torch.empty((splits, total, h_q), dtype=torch.float32, device=q.device)
         l_ws = torch.empty_like(m_ws)
@@ -271,16 +291,16 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
     _paged_attention_kernel[(n_tiles, h_kv, splits)](
         q, k_cache, v_cache, cu, seq_lens, block_tables, tile_seq, tile_first,
         out, m_ws, l_ws, acc_ws,
-        batch, total, dim, block_size, keys_per_split, float(scale) * LOG2E,
+        batch, total, dim, block_size, splits, float(scale) * LOG2E,
         int(sliding_window or 0),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, HAS_WINDOW=sliding_window is not None,
-        NUM_SPLITS=splits, UPCAST_DOT=upcast,
+        SPLIT=splits > 1, DECODE=decode, UPCAST_DOT=upcast,
     )
     if splits > 1:
         _merge_splits_kernel[(total * h_q,)](
-            m_ws, l_ws, acc_ws, out, total * h_q, h_q, dim, out.stride(0), out.stride(1),
-            NUM_SPLITS=splits, BLOCK_S=next_pow2(splits), BLOCK_D=block_d,
+            m_ws, l_ws, acc_ws, out, total * h_q, h_q, dim, splits, out.stride(0), out.stride(1),
+            BLOCK_S=next_pow2(splits), BLOCK_D=block_d, num_warps=4 if INTERPRETING else 8,
         )
     return out

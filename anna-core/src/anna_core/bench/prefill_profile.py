@@ -1,0 +1,68 @@
+"""``python -m anna_core.bench.prefill_profile``: where a prefill's time goes (TTFT diagnosis).
+
+Loads one model with random weights, sets the engine up as ``anna bench`` does, then
+
+1. times single-prompt prefills of several lengths, each length twice (a first call that costs more
+   than the second means compiling or autotuning; cost not proportional to the length means host
+   work), with the device synchronised around each step;
+2. profiles one prefill of the longest length under ``torch.profiler`` and prints the device
+   kernels and the host ops that cost most, plus the device-busy fraction of the step.
+
+Run with ``TRITON_PRINT_AUTOTUNING=1`` to see every autotuning event in the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+from anna_core.bench.engine_bench import (
+    BenchSettings,
+    _prompts,
+    build_engine,
+    timed_run,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--lengths", default="512,2048,1000,2048,512,1000")
+    ap.add_argument("--rows", type=int, default=18)
+    args = ap.parse_args(argv)
+    from anna_core.loading import load_model
+
+    lengths = [int(x) for x in args.lengths.split(",")]
+    loaded = load_model(args.model_dir, device="auto", dtype="bf16", load_format="dummy")
+    s = BenchSettings(model_dir=args.model_dir, batch_size=1, input_len=max(lengths), output_len=2)
+    t = time.perf_counter()
+    engine = build_engine(loaded, s)
+    print(f"setup {time.perf_counter() - t:.1f} s", flush=True)
+    vocab = int(loaded.model.vocab_size)
+    for i, n in enumerate(lengths):
+        torch.cuda.synchronize()
+        res = timed_run(engine, _prompts(vocab, 1, n, 77 + i), 2, f"len{i}")
+        print(f"prefill {n:5d} tokens: TTFT {res['ttft_s'] * 1e3:8.1f} ms  (eager steps so far "
+              f"{engine.runner.num_eager_steps})", flush=True)
+    from torch.profiler import ProfilerActivity, profile
+
+    n = max(lengths)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        res = timed_run(engine, _prompts(vocab, 1, n, 999), 2, "prof")
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t
+    events = prof.key_averages()
+    dev_total = sum(e.self_device_time_total for e in events) / 1e3
+    print(f"\nprofiled prefill of {n}: TTFT {res['ttft_s'] * 1e3:.1f} ms (profiler on), wall {wall * 1e3:.1f} ms, "
+          f"device kernel time {dev_total:.1f} ms", flush=True)
+    print(events.table(sort_by="self_device_time_total", row_limit=args.rows), flush=True)
+    print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -36,8 +36,7 @@ TEST_DIRS = {
     "anna-llama": ["tests/llama"],
     "anna-xpu-kernels": ["tests/xpu_kernels"],
 }
-NEEDS = {"anna-qwen35": ["anna-core"], "anna-cli": ["anna-core", "anna-qwen35"], "anna-llama": ["anna-core"],
-         "anna-xpu-kernels": ["anna-core"]}
+NEEDS = {"anna-core": [], "anna-cli": ["anna-core", "anna-qwen35"]}  # others: anna-core only
 
 
 @nox.session(python=PYTHON)
@@ -54,7 +53,7 @@ def tests(session: nox.Session) -> None:
 def dist(session: nox.Session, dist: str) -> None:
     """One distribution (plus only what it depends on) in a fresh virtualenv: it installs alone."""
     by_name = {d.name: d for d in distributions()}
-    needed = [str(by_name[n]) for n in NEEDS.get(dist, [])] + [str(by_name[dist])]
+    needed = [str(by_name[n]) for n in NEEDS.get(dist, ["anna-core"])] + [str(by_name[dist])]
     session.install(*CONSTRAINTS, *DEV, *needed)
     module = "anna_" + dist.removeprefix("anna-").replace("-", "_")
     session.run("python", "-c", f"import {module}; print({module}.__name__, 'imports')")

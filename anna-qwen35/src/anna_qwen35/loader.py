@@ -37,9 +37,9 @@ def build_model(cfg: Qwen35Config, ops: Any, dtype: torch.dtype) -> Qwen35ForCau
     return model
 
 
-def _dummy_init(name: str, value: torch.Tensor) -> bool:
-    if name.endswith("A_log"):  # A in [1, 16): decays in a realistic range
-        value.uniform_(1.0, 16.0).log_()
+def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> bool:
+    if name.endswith("A_log"):  # A in [1, 16): decays in a realistic range (seeded: loads agree)
+        value.uniform_(1.0, 16.0, generator=gen).log_()
     elif name.endswith(("dt_bias", "linear_attn.norm.weight")):
         value.fill_(1.0)
     else:

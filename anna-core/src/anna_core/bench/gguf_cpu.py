@@ -26,7 +26,7 @@ def bench_anna(gguf: Path, new_tokens: int) -> dict[str, Any]:
     from anna_core import LLM, SamplingParams
 
     t0 = time.perf_counter()
-    llm = LLM(gguf, device="cpu", dtype="fp32")
+    llm = LLM(gguf, device="cpu", dtype="fp32", enable_prefix_caching=False, prompt_cache_size=0)
     load_s = time.perf_counter() - t0
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
     llm.chat(PROMPT, SamplingParams(temperature=0, max_tokens=2))  # warm-up

@@ -184,14 +184,16 @@ def materialize_dummy(
     *,
     device: torch.device,
     seed: int = 0,
-    init: Callable[[str, torch.Tensor], bool] | None = None,
+    init: Callable[[str, torch.Tensor, torch.Generator | None], bool] | None = None,
     std: float = 0.02,
 ) -> None:
     """Replace every parameter of a (meta-built) model with random values on ``device``.
 
     Matrices and embeddings get ``normal(0, std)``; ``RMSNorm`` weights get their identity value
-    (zeros when zero-centred, else ones); other vectors get zeros. ``init(name, tensor)`` may fill a
-    tensor itself (e.g. ``A_log``) and return True to skip the default. Parameters keep their dtype.
+    (zeros when zero-centred, else ones); other vectors get zeros. ``init(name, tensor, generator)``
+    may fill a tensor itself (e.g. ``A_log``) and return True to skip the default; it must draw
+    from ``generator`` (seeded with ``seed``; ``None`` on the meta device), never from the global
+    RNG, so that every load of the same model gets the same weights. Parameters keep their dtype.
     """
     from anna_core.layers.norm import RMSNorm
 
@@ -203,7 +205,7 @@ def materialize_dummy(
     with torch.no_grad(), _progress(len(params), "initialising dummy weights") as bar:
         for name, param in params:
             value = torch.empty(param.shape, dtype=param.dtype, device=device)
-            if init is None or not init(name, value):
+            if init is None or not init(name, value, gen):
                 if value.dim() >= 2:
                     value.normal_(0.0, std, generator=gen)
                 elif name in norm_ones:

@@ -8,6 +8,12 @@ serves value head ``h``, as in Anna's contract). This wrapper gathers the initia
 ``states[slots]``, asks fla for the final states and writes them back with ``index_copy_``.
 fla's kernels run on CUDA only (not under Triton's CPU interpreter); the microbenchmark checks
 them against the reference on the GPU.
+
+Host cost: fla derives its chunk indices from ``cu_seqlens`` with a host copy and caches them by
+the *identity* of the tensor it is given. Every layer of one forward pass receives the same
+``cu_seqlens`` tensor, so :class:`_SeqlensMemo` hands fla the same int64 tensor (and its host
+copy, ``cu_seqlens_cpu``) for all of them: one device-to-host copy per forward pass instead of
+one per layer, and fla's index cache hits from the second layer on.
 """
 
 from __future__ import annotations
@@ -15,6 +21,25 @@ from __future__ import annotations
 import torch
 
 from anna_xpu_kernels._checks import require, require_same_device
+
+
+class _SeqlensMemo:
+    """The int64 device copy and host copy of the last ``cu_seqlens`` tensor seen (by identity and
+    in-place version, so a tensor rewritten in place is converted again)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[torch.Tensor, int] | None = None
+        self._value: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def get(self, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = self._key
+        if key is None or key[0] is not cu_seqlens or key[1] != cu_seqlens._version or self._value is None:
+            long = cu_seqlens.to(torch.long)
+            self._key, self._value = (cu_seqlens, cu_seqlens._version), (long, long.cpu())
+        return self._value
+
+
+_SEQLENS = _SeqlensMemo()
 
 
 def gated_delta_rule_prefill(
@@ -68,11 +93,12 @@ def gated_delta_rule_prefill(
 
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
+    cu_long, cu_cpu = _SEQLENS.get(cu_seqlens)
     initial = states.index_select(0, slots)  # [B, H_v, K, V] float32
     o, final = chunk_gated_delta_rule(
         q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), g.to(torch.float32).unsqueeze(0),
         beta.to(v.dtype).unsqueeze(0), scale=float(scale), initial_state=initial, output_final_state=True,
-        cu_seqlens=cu_seqlens.to(torch.long),
+        cu_seqlens=cu_long, cu_seqlens_cpu=cu_cpu,
     )
     states.index_copy_(0, slots, final.to(torch.float32))
     return o[0].to(v.dtype)

@@ -14,8 +14,8 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 CFG=tests/qwen35/reference_configs
 # 1. prefill / TTFT diagnosis (autotuning events printed)
 TRITON_PRINT_AUTOTUNING=1 timeout "${T_PREFILL:-150}" python3 -m anna_core.bench.prefill_profile \
-  --model-dir $CFG/Qwen3.5-9B > "$OUT/prefill.log" 2>&1
-grep -E "^setup|^prefill|^profiled" "$OUT/prefill.log"
+  --model-dir $CFG/Qwen3.5-9B --decode-batch 32 > "$OUT/prefill.log" 2>&1
+grep -E "^setup|^prefill|^profiled|^host profile" "$OUT/prefill.log"
 # 2. every issue-5 target
 timeout "${T_ALL:-280}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench --skip-hf \
   --out "$OUT/bench_all.json" > "$OUT/bench.log" 2>&1

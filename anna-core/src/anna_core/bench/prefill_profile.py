@@ -8,6 +8,9 @@ Loads one model with random weights, sets the engine up as ``anna bench`` does, 
 2. profiles one prefill of the longest length under ``torch.profiler`` and prints the device
    kernels and the host ops that cost most, plus the device-busy fraction of the step.
 
+3. with ``--decode-batch N``, runs ``N`` streams of graph-replayed decode steps under ``cProfile``
+   and prints the host functions that cost most per step (the engine's Python between replays).
+
 Run with ``TRITON_PRINT_AUTOTUNING=1`` to see every autotuning event in the log.
 """
 
@@ -32,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-dir", type=Path, required=True)
     ap.add_argument("--lengths", default="512,2048,1000,2048,512,1000")
     ap.add_argument("--rows", type=int, default=18)
+    ap.add_argument("--decode-batch", type=int, default=0)
     args = ap.parse_args(argv)
     from anna_core.loading import load_model
 
@@ -61,7 +65,36 @@ def main(argv: list[str] | None = None) -> int:
           f"device kernel time {dev_total:.1f} ms", flush=True)
     print(events.table(sort_by="self_device_time_total", row_limit=args.rows), flush=True)
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows), flush=True)
+    if args.decode_batch:
+        host_profile(loaded, args.model_dir, args.decode_batch, args.rows)
     return 0
+
+
+def host_profile(loaded, model_dir: Path, batch: int, rows: int, steps: int = 48) -> None:
+    """cProfile of ``steps`` decode steps of ``batch`` streams (graphs on), printed per step."""
+    import cProfile
+    import pstats
+
+    from anna_core.engine.sampling_params import SamplingParams
+
+    s = BenchSettings(model_dir=model_dir, batch_size=batch, input_len=128, output_len=steps + 8)
+    engine = build_engine(loaded, s)
+    params = SamplingParams(max_tokens=steps + 8, temperature=0.0, ignore_eos=True)
+    for i, p in enumerate(_prompts(int(loaded.model.vocab_size), batch, 128, 5)):
+        engine.add_request(f"host-{i}", p, params)
+    for _ in range(4):
+        engine.step()
+    prof = cProfile.Profile()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    prof.enable()
+    for _ in range(steps):
+        engine.step()
+    prof.disable()
+    wall = (time.perf_counter() - t) / steps
+    print(f"\nhost profile: {batch} streams, {wall * 1e3:.2f} ms per decode step (graph steps "
+          f"{engine.runner.num_graph_steps})", flush=True)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(rows)
 
 
 if __name__ == "__main__":

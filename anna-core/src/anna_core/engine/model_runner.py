@@ -28,6 +28,8 @@ from anna_core.model import ModelCaches
 log = logging.getLogger("anna.engine")
 
 COMPILE_MODES = ("none", "default", "max-autotune")
+WARMUP_LONG_PREFILL = 1024
+"""Tokens of the long warm-up prefill run at start-up on an accelerator."""
 
 
 def _compile_mode(value: str) -> str:
@@ -129,8 +131,14 @@ class ModelRunner:
 
     @torch.inference_mode()
     def warmup(self, max_model_len: int) -> None:
-        """One short prefill and one decode on the scratch block and slot (compiles and autotunes
-        kernels before the first request; touches no sequence's cache)."""
+        """Prefills and one decode on the scratch block and slot (compiles and autotunes kernels
+        before the first request; touches no sequence's cache).
+
+        On an accelerator a long prefill (up to :data:`WARMUP_LONG_PREFILL` tokens) runs first, so
+        the kernel variants of long prompts (e.g. attention without key splits) are compiled and
+        tuned at start-up rather than inside the first long request; then a short prefill and a
+        decode step follow it.
+        """
         from anna_core.engine.cache_allocator import scratch_block, scratch_slot
 
         bs = self.caches.block_size
@@ -138,7 +146,11 @@ class ModelRunner:
         blk, slot = scratch_block(self.caches), scratch_slot(self.caches)
         dev = self.device
         slots = torch.tensor([slot], dtype=torch.int64, device=dev)
-        for start, count in ((0, n), (n, 1)):
+        plan = [(0, n), (n, 1)]
+        long_n = min(WARMUP_LONG_PREFILL, max_model_len - 1)
+        if dev.type != "cpu" and long_n > 2 * n:
+            plan.insert(0, (0, long_n))
+        for start, count in plan:
             if start == 0 and (self.caches.conv_states or self.caches.recurrent_states):
                 zero_slots(self.caches, slots)
             pos = list(range(start, start + count))

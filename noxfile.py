@@ -37,6 +37,8 @@ TEST_DIRS = {
     "anna-xpu-kernels": ["tests/xpu_kernels"],
 }
 NEEDS = {"anna-core": [], "anna-cli": ["anna-core", "anna-qwen35"]}  # others: anna-core only
+# Distributions a distribution's tests use as fixtures (installed after the alone-install check).
+TEST_FIXTURES = {"anna-core": ["anna-qwen35", "anna-llama"], "anna-xpu-kernels": ["anna-qwen35"]}
 
 
 @nox.session(python=PYTHON)
@@ -59,6 +61,10 @@ def dist(session: nox.Session, dist: str) -> None:
     session.run("python", "-c", f"import {module}; print({module}.__name__, 'imports')")
     session.run("python", "-c", "from anna_core.plugins import describe_plugins; import json; "
                 "print(json.dumps(describe_plugins()))")
+    # The distribution installed alone; its tests may then pull in the families they run as fixtures.
+    fixtures = [str(by_name[n]) for n in TEST_FIXTURES.get(dist, [])]
+    if fixtures:
+        session.install(*CONSTRAINTS, *fixtures)
     for test_dir in TEST_DIRS.get(dist, []):
         if (ROOT / test_dir).is_dir():
             session.run("pytest", str(ROOT / test_dir), *session.posargs)

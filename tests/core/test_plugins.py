@@ -12,7 +12,7 @@ from anna_core.plugins import describe_plugins, make_plugin_manager, model_famil
 
 
 def test_builtin_reference_kernels_are_a_plugin():
-    pm = make_plugin_manager({"anna_core_reference"})
+    pm = make_plugin_manager(set())
     names = [p["name"] for p in describe_plugins(pm)]
     assert names == ["anna_core_reference"]
     [rec] = describe_plugins(pm)
@@ -24,15 +24,22 @@ def test_builtin_reference_kernels_are_a_plugin():
     assert reg.chosen() == {"rms_norm": "reference"}
 
 
-def test_allow_list_env_restricts_plugins():
+def test_allow_list_env_restricts_plugins_but_keeps_reference_kernels():
     code = ("from anna_core.plugins import get_plugin_manager; "
             "print(sorted(n for n, _ in get_plugin_manager().list_name_plugin()))")
     env_out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={"ANNA_LOAD_PLUGINS": "anna_qwen35", "PATH": ""})
-    assert env_out.stdout.strip() == "['anna_qwen35']"
+    assert env_out.stdout.strip() == "['anna_core_reference', 'anna_qwen35']"
     none = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={"ANNA_LOAD_PLUGINS": "", "PATH": ""})
-    assert none.stdout.strip() == "[]"
+    assert none.stdout.strip() == "['anna_core_reference']"  # every op keeps an implementation
+
+
+def test_unknown_allow_list_name_warns(caplog):
+    with caplog.at_level("WARNING", logger="anna.plugins"):
+        pm = make_plugin_manager({"anna_qwen35", "no_such_plugin"})
+    assert "no_such_plugin" in caplog.text and "not installed" in caplog.text
+    assert sorted(n for n, _ in pm.list_name_plugin()) == ["anna_core_reference", "anna_qwen35"]
 
 
 def test_registering_plugins_does_not_import_torch():

@@ -64,6 +64,7 @@ def test_serve_without_model_dir_answers_like_hf(default_server, hf_answers):
     assert "SmolLM2-135M-Instruct" in log and "anna-llama" in log  # which default and package were chosen
     client = openai.OpenAI(base_url=f"{default_server.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
     [model] = client.models.list().data
+    assert model.id == "SmolLM2-135M-Instruct"  # the id the README's quick-start example uses
     for question, fact in QUESTIONS.items():
         reply = client.chat.completions.create(model=model.id, messages=[{"role": "user", "content": question}],
                                                temperature=0, max_tokens=MAX_TOKENS)

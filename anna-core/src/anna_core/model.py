@@ -68,6 +68,9 @@ class CausalLM(Protocol):
     """The protocol a family's model (a ``torch.nn.Module``) implements."""
 
     cache_spec: CacheSpec
+    vocab_size: int
+    """Rows of the LM head: token ids ``>= vocab_size`` are rejected before a step (prompt ids,
+    ``logit_bias`` keys)."""
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` after the final norm, for every token of ``batch``."""

@@ -1,14 +1,18 @@
 """The ``anna`` plugin manager: loads the ``anna`` entry-point group once per process.
 
 ``ANNA_LOAD_PLUGINS`` (a comma-separated list of entry-point names, e.g.
-``anna_core_reference,anna_qwen35``) restricts which plugins load; unset loads all of them, an
-empty string loads none.
+``anna_qwen35,anna_xpu_kernels``) restricts which plugins load; unset loads all of them, an
+empty string loads none. The built-in reference kernels (``anna_core_reference``) are part of
+anna-core, not an optional plugin: they are always registered, whatever the allow-list says,
+so every op has an implementation. An allow-list name that matches no installed plugin is
+logged as a warning.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import logging
 import os
 from typing import Any
 
@@ -24,6 +28,9 @@ from anna_core.registry import (
 
 ENTRY_POINT_GROUP = "anna"
 ALLOW_LIST_ENV = "ANNA_LOAD_PLUGINS"
+BUILTIN_PLUGIN = "anna_core_reference"
+
+log = logging.getLogger("anna.plugins")
 
 
 def _allow_list() -> set[str] | None:
@@ -45,8 +52,14 @@ def make_plugin_manager(allow: set[str] | None = None, *, load_entry_points: boo
     dists: dict[str, Any] = {}
     pm.anna_distributions = dists  # type: ignore[attr-defined]  # entry-point name -> Distribution
     if load_entry_points:
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            if allow is not None and ep.name not in allow:
+        entry_points = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        if allow is not None:
+            unknown = sorted(allow - {ep.name for ep in entry_points})
+            if unknown:
+                log.warning("%s names plugins that are not installed: %s (installed: %s)", ALLOW_LIST_ENV,
+                            unknown, sorted(ep.name for ep in entry_points))
+        for ep in entry_points:
+            if allow is not None and ep.name not in allow and ep.name != BUILTIN_PLUGIN:
                 continue
             if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
                 continue

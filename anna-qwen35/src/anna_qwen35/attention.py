@@ -45,6 +45,7 @@ class GatedAttention(nn.Module):
         self._rotary = (rotary,)
         self.attn = PagedAttention(self.num_heads, self.num_kv_heads, D, D**-0.5, kv_index, ops)
         self.qkv_proj: nn.Linear | None = None
+        self.ops = ops
 
     def merge_projections(self) -> None:
         """Replace ``q_proj``, ``k_proj``, ``v_proj`` by one ``qkv_proj`` (same input, one GEMM).
@@ -59,16 +60,36 @@ class GatedAttention(nn.Module):
         q_size, kv_size = 2 * self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         return torch.split(self.qkv_proj(x), [q_size, kv_size, kv_size], dim=-1)
 
+    def _fused_pre(self, batch: ForwardBatch):
+        """The fused q/k-norm + rotary + cache-write kernel (``qk_norm_rope_cache`` attribute of the
+        chosen ``rms_norm`` implementation, e.g. anna-xpu-kernels' Triton one), or None: the torch
+        reference has none, and M-RoPE ``[3, T]`` positions or q/k norm variants other than the
+        zero-centred one take the separate ops."""
+        fused = getattr(self.ops.rms_norm, "qk_norm_rope_cache", None)
+        if fused is None or batch.positions.dim() != 1 or not (self.q_norm.zero_centered and self.k_norm.zero_centered):
+            return None
+        return fused
+
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """x: ``[T, hidden]`` -> ``[T, hidden]``; writes this layer's K/V into the paged cache."""
         T, D = x.shape[0], self.head_dim
         q_gate, k, v = self._project(x)
         q_gate = q_gate.view(T, self.num_heads, 2 * D)
-        q = self.q_norm(q_gate[..., :D])  # [T, H, D]
         gate = q_gate[..., D:]  # [T, H, D]
-        k = self.k_norm(k.view(T, self.num_kv_heads, D))  # [T, H_kv, D]
-        v = v.view(T, self.num_kv_heads, D)  # [T, H_kv, D]
-        q, k = self._rotary[0](batch.positions, q, k)
-        o = self.attn(q, k, v, batch, caches)  # [T, H, D]
+        fused = self._fused_pre(batch)
+        if fused is not None:  # q/k norms, rotary and the cache write in one kernel
+            attn = self.attn
+            k_cache, v_cache = caches.kv[attn.kv_index]
+            q = fused(q_gate[..., :D], k.view(T, self.num_kv_heads, D), v.view(T, self.num_kv_heads, D),
+                      self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, True, batch.positions,
+                      self._rotary[0]._tables(x.device)[0], k_cache, v_cache, batch.slot_mapping)
+            o = self.ops.get("paged_attention", head_dim=D)(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens,
+                                                             batch.block_tables, attn.scale, attn.sliding_window)
+        else:
+            q = self.q_norm(q_gate[..., :D])  # [T, H, D]
+            k = self.k_norm(k.view(T, self.num_kv_heads, D))  # [T, H_kv, D]
+            v = v.view(T, self.num_kv_heads, D)  # [T, H_kv, D]
+            q, k = self._rotary[0](batch.positions, q, k)
+            o = self.attn(q, k, v, batch, caches)  # [T, H, D]
         o = o * torch.sigmoid(gate)
         return self.o_proj(o.reshape(T, self.num_heads * D))

@@ -44,6 +44,7 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         gdn_decode_fused,
         norms,
         paged_attention,
+        qk_norm_rope,
     )
 
     for act in ("bf16", "fp32"):
@@ -56,6 +57,7 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield conv1d._conv_prefill_state_kernel, act, {"WIDTH": 4, "BLOCK_W": 4, "BLOCK_C": 256}, 4
         yield gated_delta_rule._gdr_decode_kernel, act, {"BLOCK_K": 128, "BLOCK_V": 32}, 4
         yield gdn_decode_fused._fused_gdn_decode_kernel, act, {"BLOCK_K": 128, "BLOCK_V": 128}, 8
+        yield qk_norm_rope._qk_norm_rope_cache_kernel, act, {"ZERO_CENTERED": True, "BLOCK_D": 256}, 4
     attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32}
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": True}, 4

@@ -32,10 +32,11 @@ class _SeqlensMemo:
         self._value: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def get(self, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        version = -1 if cu_seqlens.is_inference() else cu_seqlens._version  # inference tensors keep no counter
         key = self._key
-        if key is None or key[0] is not cu_seqlens or key[1] != cu_seqlens._version or self._value is None:
+        if key is None or key[0] is not cu_seqlens or key[1] != version or self._value is None:
             long = cu_seqlens.to(torch.long)
-            self._key, self._value = (cu_seqlens, cu_seqlens._version), (long, long.cpu())
+            self._key, self._value = (cu_seqlens, version), (long, long.cpu())
         return self._value
 
 

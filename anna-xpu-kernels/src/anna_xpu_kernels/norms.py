@@ -114,3 +114,15 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
 
         return reference(x, z, weight, eps)
     return _launch("gated_rms_norm", x, z, weight, eps, False)
+
+
+def _attach_fused_qk() -> None:
+    """Expose :func:`anna_xpu_kernels.qk_norm_rope.qk_norm_rope_cache` as ``rms_norm.qk_norm_rope_cache``:
+    attention layers that find it on the rms_norm op the registry chose may run their q/k norms,
+    rotary and cache write as one launch; the torch reference has no such attribute."""
+    from anna_xpu_kernels.qk_norm_rope import qk_norm_rope_cache
+
+    rms_norm.qk_norm_rope_cache = qk_norm_rope_cache
+
+
+_attach_fused_qk()

@@ -23,12 +23,12 @@ timeout "${T_ALL:-280}" python3 -m anna_core.bench.all --configs $CFG --skip-mic
 PORT=8011
 ( timeout "${T_SERVE:-170}" anna serve --load-format dummy --model-dir $CFG/Qwen3.5-2B --port $PORT \
   --scheduler-max-batch-size 64 --max-model-len 4096 --log-level warning > "$OUT/serve.log" 2>&1 & )
-for i in $(seq 1 90); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/healthz', timeout=2)" \
+for i in $(seq 1 90); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/health', timeout=2)" \
   2> /dev/null && break; sleep 1; done; echo "server up after ~$i s"
 B="anna bench-serve --base-url http://127.0.0.1:$PORT --prompt-token-ids --ignore-eos --vocab-size 150000 --json"
-for spec in "1 8 128 128 single" "64 192 128 128 c64" "16 64 512 32 ttft512"; do
+for spec in "1 6 128 128 single" "64 128 128 128 c64" "16 48 512 32 ttft512"; do
   set -- $spec
-  timeout 60 $B --concurrency $1 --num-requests $2 --input-len $3 --output-len $4 --output "$OUT/serve_$5.json" \
+  timeout 45 $B --concurrency $1 --num-requests $2 --input-len $3 --output-len $4 --output "$OUT/serve_$5.json" \
     > /dev/null 2>> "$OUT/serve.log"
 done
 # 4. save the Triton cache for the next session

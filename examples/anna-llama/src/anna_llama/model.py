@@ -81,6 +81,7 @@ class LlamaForCausalLM(nn.Module):
         self.config = cfg
         self.model = LlamaModel(cfg, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.vocab_size = cfg.vocab_size  # token ids the model accepts (the engine validates against it)
         self.cache_spec = CacheSpec(
             attention=AttentionCacheSpec(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim)
         )

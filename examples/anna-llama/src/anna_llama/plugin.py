@@ -28,7 +28,7 @@ def register_model_families(register):
 def register_default_models(register):
     register(
         DefaultModelSpec(
-            name="SmolLM2-135M-Instruct Q4_1",
+            name="SmolLM2-135M-Instruct",
             locate="anna_llama.default_model:locate",
             priority=100,
             distribution=DISTRIBUTION,

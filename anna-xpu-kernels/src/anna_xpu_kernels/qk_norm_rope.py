@@ -1,0 +1,137 @@
+"""Attention pre-processing in one Triton launch: RMSNorm of each query and key head, partial rotary
+embedding, and the write of the new keys and values into the paged cache.
+
+Math, exactly the composition the unfused layer runs (each intermediate rounded to the activation
+dtype where the unfused ops round it):
+
+* ``x = rms_norm(x, w, eps, zero_centered)`` per head (Zhang & Sennrich, 2019), float32, rounded;
+* rotary (Su et al., "RoFormer", 2021; NeoX ``rotate_half`` halves) on the first ``rotary_dim``
+  dims with ``cos/sin(position * inv_freq)`` in float32, the remaining dims passed through;
+* keys and values stored at ``slot_mapping`` in ``[num_blocks, block_size, H_kv, D]`` caches (as
+  the ``reshape_and_cache`` op).
+
+Grid: one program per (token, head) over the ``H_q`` query heads followed by the ``H_kv`` key
+heads; a key-head program also copies its value head into the cache. Each program reads its row
+and the rotary partner of every element (``d +- rotary_dim / 2``) and writes the row once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._triton import next_pow2, tl, triton
+
+
+@triton.jit
+def _norm_rope_row(src, w_ptr, pos, inv_freq_ptr, head_dim, half, rotary_dim, eps,
+                   ZERO_CENTERED: tl.constexpr, OUT_TY: tl.constexpr, BLOCK_D: tl.constexpr):
+    d = tl.arange(0, BLOCK_D)
+    ok = d < head_dim
+    partner = tl.where(d < half, d + half, tl.where(d < rotary_dim, d - half, d))
+    x = tl.load(src + d, mask=ok, other=0.0).to(tl.float32)
+    xp = tl.load(src + partner, mask=ok, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / head_dim + eps)
+    w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
+    wp = tl.load(w_ptr + partner, mask=ok, other=0.0).to(tl.float32)
+    if ZERO_CENTERED:
+        w = w + 1.0
+        wp = wp + 1.0
+    xn = (x * rstd * w).to(OUT_TY).to(tl.float32)  # the normed head, rounded as the unfused op returns it
+    xpn = (xp * rstd * wp).to(OUT_TY).to(tl.float32)
+    f = tl.where(d < half, d, d - half)
+    in_rot = d < rotary_dim
+    angle = pos * tl.load(inv_freq_ptr + f, mask=ok & in_rot, other=0.0)
+    c = tl.cos(angle)
+    s = tl.sin(angle)
+    rot = tl.where(d < half, xn * c - xpn * s, xn * c + xpn * s)
+    return tl.where(in_rot, rot, xn).to(OUT_TY), d, ok
+
+
+@triton.jit
+def _qk_norm_rope_cache_kernel(
+    q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, pos_ptr, inv_freq_ptr, slot_ptr, qo_ptr, k_cache_ptr, v_cache_ptr,
+    h_q, h_kv, head_dim, half, rotary_dim, eps,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_slot,
+    ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
+    pos = tl.load(pos_ptr + t).to(tl.float32)
+    if j < h_q:
+        y, d, ok = _norm_rope_row(q_ptr + t * stride_qt + j * stride_qh, qw_ptr, pos, inv_freq_ptr, head_dim, half,
+                                  rotary_dim, eps, ZERO_CENTERED, qo_ptr.dtype.element_ty, BLOCK_D)
+        tl.store(qo_ptr + t * stride_ot + j * stride_oh + d, y, mask=ok)
+    else:
+        h = j - h_q
+        y, d, ok = _norm_rope_row(k_ptr + t * stride_kt + h * stride_kh, kw_ptr, pos, inv_freq_ptr, head_dim, half,
+                                  rotary_dim, eps, ZERO_CENTERED, k_cache_ptr.dtype.element_ty, BLOCK_D)
+        slot = tl.load(slot_ptr + t * stride_slot).to(tl.int64)
+        dst = (slot * h_kv + h) * head_dim + d
+        tl.store(k_cache_ptr + dst, y, mask=ok)
+        v = tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=ok, other=0.0)
+        tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=ok)
+
+
+def qk_norm_rope_cache(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    zero_centered: bool,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor:
+    """Normalise and rotate q and k per head, store k and v into the paged cache; returns the new q.
+
+    Args:
+        q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (any strides with unit stride along D).
+        q_weight, k_weight: ``[D]`` RMSNorm weights; eps; zero_centered: weights stored as offsets from 1.
+        positions: ``[T]`` int64 token positions; inv_freq: ``[rotary_dim / 2]`` float32 inverse
+            frequencies (``rotary_dim <= D``, even).
+        k_cache, v_cache: ``[num_blocks, block_size, H_kv, D]`` contiguous caches in q's dtype, written
+            at ``slot_mapping`` (``[T]`` int64, ``block * block_size + offset``; trusted, no host sync).
+
+    Returns:
+        ``[T, H_q, D]`` contiguous, q's dtype: the normalised, rotated queries.
+
+    Raises:
+        ValueError: inconsistent shapes, a non-contiguous cache, unsupported dtype.
+    """
+    op = "qk_norm_rope_cache"
+    require(q.dim() == 3 and k.dim() == 3 and k.shape == v.shape, op,
+            f"q must be [T, H_q, D] and k, v one [T, H_kv, D] shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}")
+    total, h_q, dim = q.shape
+    h_kv = k.shape[1]
+    require(k.shape[0] == total and k.shape[2] == dim, op, "q and k must share T and D")
+    require(tuple(k_cache.shape[2:]) == (h_kv, dim) and k_cache.shape == v_cache.shape, op,
+            f"caches must be [num_blocks, block_size, {h_kv}, {dim}], got {tuple(k_cache.shape)}")
+    require(k_cache.is_contiguous() and v_cache.is_contiguous(), op, "caches must be contiguous")
+    rotary_dim = 2 * inv_freq.shape[0]
+    require(inv_freq.dim() == 1 and 0 < rotary_dim <= dim, op, f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
+    require(tuple(q_weight.shape) == (dim,) and tuple(k_weight.shape) == (dim,), op, f"weights must be [{dim}]")
+    require(positions.dim() == 1 and positions.shape[0] == total and slot_mapping.shape == positions.shape, op,
+            f"positions and slot_mapping must be [T={total}]")
+    require(positions.stride(0) == 1, op, "positions must be contiguous")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require(t.stride(2) == 1, op, f"{name} needs unit stride along D")
+    require_float(op, q=q)
+    require_same_device(op, q=q, k=k, v=v, k_cache=k_cache, positions=positions, inv_freq=inv_freq,
+                        slot_mapping=slot_mapping)
+    out = torch.empty((total, h_q, dim), dtype=q.dtype, device=q.device)
+    if total == 0:
+        return out
+    _qk_norm_rope_cache_kernel[(total, h_q + h_kv)](
+        q, k, v, q_weight, k_weight, positions, inv_freq.to(torch.float32), slot_mapping, out, k_cache, v_cache,
+        h_q, h_kv, dim, rotary_dim // 2, rotary_dim, float(eps),
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
+        slot_mapping.stride(0),
+        ZERO_CENTERED=bool(zero_centered), BLOCK_D=max(16, next_pow2(dim)), num_warps=4 if dim <= 256 else 8,
+    )
+    return out

@@ -66,3 +66,22 @@ def test_json_log_lines(capsys):
     record = json.loads(lines[0])
     assert (record["level"], record["logger"], record["message"]) == ("info", "anna.test", "hello there")
     assert record["ts"].endswith("Z")
+
+
+def test_port_out_of_range_is_a_one_line_usage_error(tiny_dir):
+    result = CliRunner().invoke(build_cli(), ["serve", "--model-dir", str(tiny_dir), "--port", "99999"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--port'" in result.stderr and "65535" in result.stderr
+    assert isinstance(result.exception, SystemExit)  # click's usage error, not an OverflowError
+
+
+def test_busy_port_prints_one_error_line_and_exits_1(tiny_dir):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = CliRunner().invoke(build_cli(), ["serve", "--model-dir", str(tiny_dir), "--port", str(port)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: could not start the server on 127.0.0.1:{port} (see the log above)")
+    assert "Traceback" not in result.stderr

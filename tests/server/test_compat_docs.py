@@ -24,10 +24,21 @@ def _section(title: str) -> set[str]:
     ("Completions request", protocol.COMPLETION_FIELDS),
     ("Chat completion response", responses.CHAT_RESPONSE_FIELDS),
     ("Completion response", responses.COMPLETION_RESPONSE_FIELDS),
+    ("Models", tuple(responses.model_body("m", 0, 1))),
 ])
 def test_every_field_is_in_the_table(title, fields):
     documented = _section(title)
     assert not set(fields) - documented, f"undocumented in '{title}': {sorted(set(fields) - documented)}"
+
+
+def test_every_route_is_mentioned():
+    from anna_core.server import routes_health, routes_openai, routes_tokenize
+
+    text = DOC.read_text()
+    handlers = [*routes_openai.ROUTES, *routes_tokenize.ROUTES, *routes_health.ROUTES]
+    paths = {path.replace("{model:path}", "{model}") for handler in handlers for path in handler.paths}
+    assert "/v1/models/{model}" in paths and "/metrics" in paths
+    assert not {p for p in paths if f"`{p}`" not in text and f" {p}`" not in text}
 
 
 def test_table_rows_have_a_known_status():

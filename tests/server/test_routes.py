@@ -257,3 +257,69 @@ def test_queue_full_is_429_with_retry_after(tiny_tokenizer):
             r = c.post("/v1/chat/completions", json={**CHAT, "stream": stream})
             assert r.status_code == 429 and r.headers["retry-after"] == "7"
             assert r.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_metrics_content_type_has_exactly_one_charset(client):
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers.get_list("content-type") == ["text/plain; version=1.0.0; charset=utf-8"]
+
+
+def _with_queue_limit(engine: FakeEngine, limit: int) -> FakeEngine:
+    from types import SimpleNamespace
+
+    from anna_core.engine.config import EngineConfig
+
+    engine.engine = SimpleNamespace(config=EngineConfig(max_waiting_requests=limit))  # as AsyncEngine.engine
+    return engine
+
+
+def test_n_beyond_the_waiting_queue_limit_is_400_stating_both_numbers(tiny_tokenizer):
+    engine = _with_queue_limit(FakeEngine(tiny_tokenizer), 2)
+    with TestClient(create_app(make_state(tiny_tokenizer, engine))) as c:
+        r = c.post("/v1/chat/completions", json={**CHAT, "n": 3})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == "n" and "n is 3" in err["message"] and "at most 2 waiting" in err["message"]
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": ["a", "b"], "n": 2, "max_tokens": 1})
+        assert r.status_code == 400 and "make 4 choices" in r.json()["error"]["message"]
+        assert engine.calls == []
+        assert len(c.post("/v1/chat/completions", json={**CHAT, "n": 2}).json()["choices"]) == 2
+    unbounded = _with_queue_limit(FakeEngine(tiny_tokenizer), 0)
+    with TestClient(create_app(make_state(tiny_tokenizer, unbounded))) as c:
+        assert len(c.post("/v1/chat/completions", json={**CHAT, "n": 5, "max_tokens": 1}).json()["choices"]) == 5
+
+
+def test_retrieve_model_serves_the_model_object_or_404(client):
+    listed = client.get("/v1/models").json()["data"][0]
+    r = client.get(f"/v1/models/{MODEL}")
+    assert r.status_code == 200 and r.json() == listed and listed["max_model_len"] == 256
+    missing = client.get("/v1/models/gpt-4o")
+    assert missing.status_code == 404
+    err = missing.json()["error"]
+    assert err["code"] == "model_not_found" and err["param"] == "model" and "'gpt-4o'" in err["message"]
+    assert client.get("/v1/models/%ED%A0%80").status_code == 404  # undecodable id: a 404, not a 500
+
+
+def test_retrieve_model_with_a_slash_in_its_id(tiny_tokenizer, engine):
+    with TestClient(create_app(make_state(tiny_tokenizer, engine, model_name="org/tiny"))) as c:
+        for path in ("/v1/models/org/tiny", "/v1/models/org%2Ftiny"):
+            r = c.get(path)
+            assert r.status_code == 200 and r.json()["id"] == "org/tiny"
+        assert c.get("/v1/models/tiny").status_code == 404
+
+
+def test_while_loading_max_model_len_is_null_and_503s_say_when_to_retry():
+    from anna_core.server.state import ServerState
+
+    loading = ServerState(model_name=MODEL)
+    with TestClient(create_app(loading)) as c:
+        assert c.get("/v1/models").json()["data"][0]["max_model_len"] is None
+        assert c.get(f"/v1/models/{MODEL}").json()["max_model_len"] is None
+        assert c.get("/healthz").json()["max_model_len"] is None
+        for r in (c.post("/v1/chat/completions", json=CHAT), c.post("/tokenize", json={"prompt": "hi"}),
+                  c.get("/health")):
+            assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
+        loading.load_error = "no weights"  # a failed load will not get better: no Retry-After
+        r = c.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 503 and "retry-after" not in r.headers

@@ -155,3 +155,21 @@ def test_known_but_unsupported_fields_are_400_naming_the_field(scripted):
     with pytest.raises(openai.BadRequestError) as err:
         _chat(scripted, "x", extra_body={"reasoning_effort": "high"})
     assert err.value.body["param"] == "reasoning_effort"
+
+
+def test_models_retrieve_and_the_queue_limit_through_the_real_engine(scripted):
+    client = scripted.client()
+    model = client.models.retrieve(MODEL)
+    assert model.id == MODEL and model.model_extra["max_model_len"] == 2048
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+    config = scripted.llm.config  # the LLMEngine behind the server's AsyncEngine
+    assert scripted.state.max_waiting_requests == 0
+    config.max_waiting_requests = 2
+    try:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.completions.create(model=MODEL, prompt=[9419], n=3, max_tokens=1)
+        assert err.value.body["param"] == "n" and "n is 3" in err.value.body["message"]
+        assert "at most 2" in err.value.body["message"]
+    finally:
+        config.max_waiting_requests = 0

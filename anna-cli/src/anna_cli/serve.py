@@ -189,7 +189,7 @@ def _draining_server_class() -> type:
 @model_options
 @click.option("--model-name", default=None, help="The model id clients use (default: the folder name).")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
 @click.option("--log-format", type=click.Choice(("text", "json")), default="text", show_default=True)
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None,
@@ -271,7 +271,11 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     server = _draining_server_class()(config, state, loader.start)
     loader.server = server
     logger.info("serving %s (%s) on http://%s:%d; loading in the background", name, family.name, host, port)
-    server.run()
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits with its own code (3) when the port is busy or start-up fails
+        if server.started:
+            raise
     if loader.failed:
         sys.exit(1)
     if not server.started:

@@ -134,10 +134,10 @@ class ModelRunner:
         """Prefills and one decode on the scratch block and slot (compiles and autotunes kernels
         before the first request; touches no sequence's cache).
 
-        On an accelerator a long prefill (up to :data:`WARMUP_LONG_PREFILL` tokens) runs first, so
-        the kernel variants of long prompts (e.g. attention without key splits) are compiled and
-        tuned at start-up rather than inside the first long request; then a short prefill and a
-        decode step follow it.
+        On an accelerator, long prefills (up to :data:`WARMUP_LONG_PREFILL` tokens) and prefill
+        chunks over a long context run first, so the kernel variants of long prompts and of chunked
+        prefills are compiled and tuned at start-up rather than inside the first such request; then
+        a short prefill and a decode step follow.
         """
         from anna_core.engine.cache_allocator import scratch_block, scratch_slot
 
@@ -148,8 +148,12 @@ class ModelRunner:
         slots = torch.tensor([slot], dtype=torch.int64, device=dev)
         plan = [(0, n), (n, 1)]
         long_n = min(WARMUP_LONG_PREFILL, max_model_len - 1)
-        if dev.type != "cpu" and long_n > 2 * n:
-            plan.insert(0, (0, long_n))
+        if dev.type != "cpu" and long_n > 8 * n:
+            # long prompts (attention without key splits) and prefill chunks over a long context
+            # (with splits), each at a length that is a multiple of 16 and one that is not: Triton
+            # specialises integer arguments on divisibility by 16, so these cover every variant
+            odd = long_n - 5 - (long_n - 5) % 16 + 13
+            plan[:0] = [(0, long_n), (0, odd), (long_n - 4 * n, 4 * n), (long_n - 4 * n + 3, 4 * n - 3)]
         for start, count in plan:
             if start == 0 and (self.caches.conv_states or self.caches.recurrent_states):
                 zero_slots(self.caches, slots)

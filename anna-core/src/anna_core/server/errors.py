@@ -2,8 +2,9 @@
 
 Status codes: 400 ``invalid_request_error`` (bad body, limits), 401 ``invalid_api_key``, 404
 ``model_not_found``, 429 ``rate_limit_exceeded`` with ``Retry-After`` when the engine's waiting
-queue is full, 503 while the model loads or the server drains, 500 for anything unexpected. A 500 logs the
-traceback server-side and sends the client only a generic message, never the traceback.
+queue is full, 503 while the model loads (with ``Retry-After``) or the server drains, 500 for
+anything unexpected. A 500 logs the traceback server-side and sends the client only a generic
+message, never the traceback. Messages and params are made UTF-8-encodable before sending.
 """
 
 from __future__ import annotations
@@ -32,8 +33,20 @@ class ModelNotFoundError(AnnaError):
         self.requested = requested
 
 
+LOADING_RETRY_AFTER_S = 5
+"""``Retry-After`` (seconds) of a 503 while the model loads."""
+
+
 class ServiceUnavailableError(AnnaError):
-    """The server cannot take requests now: the model is loading or the server drains (HTTP 503)."""
+    """The server cannot take requests now: the model is loading or the server drains (HTTP 503).
+
+    Attributes:
+        retry_after_s: sent as ``Retry-After`` when set (while loading; not when loading failed).
+    """
+
+    def __init__(self, message: str, retry_after_s: int | None = None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class GenerationFailed(AnnaError):
@@ -44,9 +57,17 @@ class ClientDisconnected(Exception):
     """The client went away before its (non-streamed) answer was ready; nobody reads the reply."""
 
 
+def _encodable(text: str | None) -> str | None:
+    """``text`` with anything UTF-8 cannot encode (lone surrogates) written as ``\\udXXX`` escapes."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_body(message: str, type_: str, param: str | None = None, code: str | int | None = None) -> dict[str, Any]:
-    """The OpenAI error object."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    """The OpenAI error object; ``message`` and ``param`` are made UTF-8-encodable, so an error
+    about client text can always be sent."""
+    return {"error": {"message": _encodable(message), "type": type_, "param": _encodable(param), "code": code}}
 
 
 def error_response(status: int, message: str, type_: str, param: str | None = None,
@@ -63,7 +84,11 @@ def _model_not_found(_: Request, exc: ModelNotFoundError) -> Response:
 
 
 def _unavailable(_: Request, exc: AnnaError) -> Response:
-    return error_response(503, str(exc), "server_error", None, "service_unavailable")
+    response = error_response(503, str(exc), "server_error", None, "service_unavailable")
+    retry_after = getattr(exc, "retry_after_s", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, int(retry_after)))
+    return response
 
 
 def _queue_full(_: Request, exc: QueueFullError) -> Response:

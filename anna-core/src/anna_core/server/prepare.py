@@ -17,7 +17,7 @@ import attrs
 
 from anna_core.engine.sampling_params import SamplingParams, StructuredOutput
 from anna_core.errors import AnnaError, InvalidRequestError
-from anna_core.server.errors import ModelNotFoundError, ServiceUnavailableError
+from anna_core.server.errors import LOADING_RETRY_AFTER_S, ModelNotFoundError, ServiceUnavailableError
 from anna_core.server.protocol import ChatCompletionRequest
 from anna_core.server.state import SAMPLING_DEFAULT_FIELDS, ServerState
 
@@ -36,9 +36,31 @@ def check_servable(server: ServerState, requested_model: str | None) -> None:
         raise ServiceUnavailableError("the server is shutting down and takes no new requests")
     if not server.ready:
         why = f"the model failed to load: {server.load_error}" if server.load_error else "the model is still loading"
-        raise ServiceUnavailableError(f"{why}; retry when GET /health answers 200")
+        raise ServiceUnavailableError(f"{why}; retry when GET /health answers 200",
+                                      retry_after_s=None if server.load_error else LOADING_RETRY_AFTER_S)
     if requested_model is not None and requested_model != server.model_name:
         raise ModelNotFoundError(requested_model, server.model_name)
+
+
+def check_queue_room(server: ServerState, num_requests: int, n: int) -> None:
+    """Refuse a request that fans out to more engine requests than the waiting queue ever holds.
+
+    Every choice is its own engine request and all are submitted at once, so with
+    ``--scheduler-max-waiting-requests L`` a request of more than ``L`` choices would be a 429
+    on every retry, even on an idle server.
+
+    Raises:
+        InvalidRequestError: ``num_requests`` (``n`` per prompt) exceeds the limit (the message
+            states both numbers; ``param`` is ``n``).
+    """
+    limit = server.max_waiting_requests
+    if not limit or num_requests <= limit:
+        return
+    what = f"n is {n}" if num_requests == n else f"{num_requests // n} prompts with n={n} make {num_requests} choices"
+    raise InvalidRequestError(
+        f"{what}, but this server queues at most {limit} waiting requests (--scheduler-max-waiting-requests "
+        f"{limit}) and every choice is one request, so it could never be admitted; lower n to {limit} or less, "
+        "or start the server with a larger limit.", param="n")
 
 
 def need_tokenizer(server: ServerState, what: str) -> Any:

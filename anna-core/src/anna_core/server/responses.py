@@ -129,9 +129,12 @@ def completion_chunk(request_id: str, created: int, model: str, choices: list[di
     return chunk
 
 
-def model_list_body(model: str, created: int, max_model_len: int) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [{"id": model, "object": "model", "created": created, "owned_by": "anna",
-                  "root": model, "parent": None, "max_model_len": max_model_len}],
-    }
+def model_body(model: str, created: int, max_model_len: int | None) -> dict[str, Any]:
+    """One OpenAI model object (``GET /v1/models/{model}``); ``max_model_len`` None: not known
+    yet (the model is loading)."""
+    return {"id": model, "object": "model", "created": created, "owned_by": "anna",
+            "root": model, "parent": None, "max_model_len": max_model_len}
+
+
+def model_list_body(model: str, created: int, max_model_len: int | None) -> dict[str, Any]:
+    return {"object": "list", "data": [model_body(model, created, max_model_len)]}

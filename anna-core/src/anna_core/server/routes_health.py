@@ -4,7 +4,8 @@
 the status (``loading``, ``failed`` or ``draining``). ``/healthz`` always answers 200 with what
 the server runs: model, family, device, dtype, memory, uptime, chosen kernels, engine stats and the
 serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s).
-``/metrics`` gives the same figures in Prometheus text format.
+``/metrics`` gives the same figures in Prometheus text format. A 503 ``loading`` carries
+``Retry-After``; ``max_model_len`` is null until the model has loaded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from litestar import Response, get
 
+from anna_core.server.errors import LOADING_RETRY_AFTER_S
 from anna_core.server.state import ServerState
 
 logger = logging.getLogger("anna.server")
@@ -25,7 +27,8 @@ def health(server: ServerState) -> Response:
     body: dict[str, Any] = {"status": status}
     if server.load_error:
         body["error"] = server.load_error
-    return Response(body, status_code=200 if status == "ready" else 503)
+    headers = {"Retry-After": str(LOADING_RETRY_AFTER_S)} if status == "loading" else None
+    return Response(body, status_code=200 if status == "ready" else 503, headers=headers)
 
 
 def _memory(device_name: str | None) -> dict[str, int]:
@@ -65,7 +68,7 @@ def healthz(server: ServerState) -> dict[str, Any]:
         "family": info.get("family"),
         "device": info.get("device"),
         "dtype": info.get("dtype"),
-        "max_model_len": server.max_model_len,
+        "max_model_len": server.known_max_model_len,
         "memory": _memory(info.get("device")),
         "uptime_s": round(server.uptime_s, 3),
         "load_s": info.get("load_s"),
@@ -84,12 +87,16 @@ def _metrics(server: ServerState) -> Any:
 
 @get("/metrics", sync_to_thread=False)
 def metrics(server: ServerState) -> Response:
-    """Prometheus exposition of the engine's metrics (empty while the model loads)."""
+    """Prometheus exposition of the engine's metrics (empty while the model loads).
+
+    The ``Content-Type`` header is set whole: given as ``media_type``, litestar would append a
+    second ``charset`` to the one the Prometheus type already has, which Prometheus 3 rejects.
+    """
     from anna_core.metrics import PROMETHEUS_CONTENT_TYPE
 
     engine_metrics = _metrics(server)
     body = engine_metrics.prometheus_text() if engine_metrics is not None else b""
-    return Response(body, media_type=PROMETHEUS_CONTENT_TYPE, status_code=200)
+    return Response(body, headers={"content-type": PROMETHEUS_CONTENT_TYPE}, status_code=200)
 
 
 ROUTES = [health, healthz, metrics]

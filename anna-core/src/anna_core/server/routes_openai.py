@@ -1,4 +1,5 @@
-"""OpenAI routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``.
+"""OpenAI routes: ``GET /v1/models``, ``GET /v1/models/{model}``, ``POST /v1/chat/completions``,
+``POST /v1/completions``.
 
 Each handler parses the body (:mod:`anna_core.server.protocol`), prepares prompt ids,
 :class:`SamplingParams`, parsers and grammars (:mod:`anna_core.server.prepare`) -- every
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import time
 import uuid
@@ -27,20 +27,13 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError, InvalidRequestError
 from anna_core.server import prepare, protocol, responses
 from anna_core.server.choices import ChatChoice, CompletionChoice
-from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body
+from anna_core.server.errors import ClientDisconnected, GenerationFailed, ModelNotFoundError, error_body
 from anna_core.server.fanout import Opened, merged, open_all
+from anna_core.server.request_body import json_body
 from anna_core.server.sse import DONE, sse_event, sse_response
 from anna_core.server.state import ServerState
 
 logger = logging.getLogger("anna.server")
-
-
-async def json_body(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from exc
 
 
 async def _abort(server: ServerState, request_id: str) -> None:
@@ -161,8 +154,21 @@ async def _stream(run: _Run, head: list[bytes], on_output: Callable[[int, Reques
 
 @get("/v1/models", sync_to_thread=False)
 def list_models(server: ServerState) -> dict[str, Any]:
-    """The served model, with its ``max_model_len``."""
-    return responses.model_list_body(server.model_name, int(server.started_at), server.max_model_len)
+    """The served model, with its ``max_model_len`` (null while loading)."""
+    return responses.model_list_body(server.model_name, int(server.started_at), server.known_max_model_len)
+
+
+@get("/v1/models/{model:path}", sync_to_thread=False)
+def retrieve_model(model: str, server: ServerState) -> dict[str, Any]:
+    """OpenAI's ``models.retrieve``: the served model's object (ids may contain ``/``).
+
+    Raises:
+        ModelNotFoundError: another id (HTTP 404 ``model_not_found``).
+    """
+    requested = model[1:] if model.startswith("/") else model  # a path parameter keeps its leading slash
+    if requested != server.model_name:
+        raise ModelNotFoundError(requested, server.model_name)
+    return responses.model_body(server.model_name, int(server.started_at), server.known_max_model_len)
 
 
 def _chat_choices(server: ServerState, req: protocol.ChatCompletionRequest,
@@ -186,6 +192,7 @@ async def chat_completions(request: Request, server: ServerState) -> Response:
     req = protocol.ChatCompletionRequest.from_json(await json_body(request))
     server.warn_unknown_fields(list(req.unknown_fields), "/v1/chat/completions")
     prepare.check_servable(server, req.model)
+    prepare.check_queue_room(server, req.n, req.n)
     prompt_ids = prepare.chat_prompt_ids(server, req)
     max_tokens = prepare.resolve_max_tokens(server, req.max_tokens, len(prompt_ids), "messages")
     params = prepare.sampling_params(server, req.sampling, max_tokens)
@@ -226,6 +233,7 @@ async def completions(request: Request, server: ServerState) -> Response:
     req = protocol.CompletionRequest.from_json(await json_body(request))
     server.warn_unknown_fields(list(req.unknown_fields), "/v1/completions")
     prepare.check_servable(server, req.model)
+    prepare.check_queue_room(server, len(req.prompts) * req.n, req.n)
     jobs, choices = [], []
     for prompt in req.prompts:
         ids = prepare.completion_prompt_ids(server, prompt)
@@ -266,4 +274,4 @@ async def completions(request: Request, server: ServerState) -> Response:
     return Response(responses.completion_body(request_id, created, model, body, run.usage()))
 
 
-ROUTES = [list_models, chat_completions, completions]
+ROUTES = [list_models, retrieve_model, chat_completions, completions]

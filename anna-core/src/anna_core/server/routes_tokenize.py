@@ -15,7 +15,7 @@ from litestar import Request, post
 
 from anna_core.errors import InvalidRequestError
 from anna_core.server import prepare, protocol
-from anna_core.server.routes_openai import json_body
+from anna_core.server.request_body import json_body
 from anna_core.server.state import ServerState
 
 

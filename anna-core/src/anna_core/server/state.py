@@ -56,7 +56,8 @@ class ServerState:
         model_name: the name clients pass as ``model`` (``GET /v1/models`` lists it).
         engine: the engine client; None until the model has loaded.
         tokenizer: :class:`anna_core.tokenizer.Tokenizer` (None while loading or for id-only models).
-        max_model_len: prompt + completion token limit per request (0 while loading).
+        max_model_len: prompt + completion token limit per request (0 while loading; the API
+            shows null then).
         eos_token_ids: the checkpoint's stop ids (informational; the engine applies them).
         checkpoint_sampling: sampling defaults from ``generation_config.json``.
         server_sampling: sampling defaults from server flags (``--temperature`` ...); they win over
@@ -130,6 +131,20 @@ class ServerState:
         if self.load_error is not None:
             return "failed"
         return "ready" if self.ready else "loading"
+
+    @property
+    def known_max_model_len(self) -> int | None:
+        """``max_model_len`` as the API shows it: None (JSON null) until the model has loaded."""
+        return self.max_model_len if self.ready and self.max_model_len > 0 else None
+
+    @property
+    def max_waiting_requests(self) -> int:
+        """The engine's waiting-queue limit (``EngineConfig.max_waiting_requests`` of the
+        :class:`~anna_core.engine.llm_engine.LLMEngine` behind the async engine); 0: unbounded,
+        or no engine yet, or an engine client that has no such limit."""
+        config = getattr(getattr(self.engine, "engine", None), "config", None)
+        limit = getattr(config, "max_waiting_requests", 0)
+        return limit if isinstance(limit, int) and limit > 0 else 0
 
     @property
     def uptime_s(self) -> float:

@@ -204,6 +204,8 @@ def request_body(cfg: BenchConfig, model: str, spec: RequestSpec) -> dict[str, A
         body["messages"] = messages + [{"role": "user", "content": spec.prompt}]
     else:
         body["prompt"] = spec.prompt
+        if cfg.prompt_token_ids:
+            body["return_token_ids"] = True  # count output even when the server has no tokenizer
     return body
 
 
@@ -214,7 +216,7 @@ def _chunk_has_output(obj: dict[str, Any], endpoint: str) -> bool:
             if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
                     or delta.get("tool_calls"):
                 return True
-        elif choice.get("text"):
+        elif choice.get("text") or choice.get("token_ids"):  # token ids: a server without a tokenizer
             return True
     return False
 

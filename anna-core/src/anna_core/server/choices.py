@@ -125,10 +125,12 @@ class ChatChoice:
 class CompletionChoice:
     """State of one text-completion choice (``echo`` prepends ``prefix``)."""
 
-    def __init__(self, index: int, prefix: str = "", token_text: responses.TokenText | None = None):
+    def __init__(self, index: int, prefix: str = "", token_text: responses.TokenText | None = None,
+                 return_token_ids: bool = False):
         self.index = index
         self.prefix = prefix
         self.token_text = token_text
+        self.return_token_ids = return_token_ids
         self.text = ""
         self.logprobs: list[TokenLogprob] = []
         self._offset = 0
@@ -143,9 +145,10 @@ class CompletionChoice:
             lp = responses.completion_logprobs(out.logprobs, self.token_text, self._offset)
             self._offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
             self.logprobs += out.logprobs
-        if not text and lp is None:
+        token_ids = out.delta_token_ids if self.return_token_ids else None
+        if not text and lp is None and not token_ids:
             return None
-        return responses.completion_choice(self.index, text, None, lp)
+        return responses.completion_choice(self.index, text, None, lp, token_ids=token_ids)
 
     def collect(self, out: RequestOutput) -> None:
         """Non-streaming: keep the logprobs of an output."""
@@ -154,4 +157,5 @@ class CompletionChoice:
     def final_choice(self, final: RequestOutput) -> dict[str, Any]:
         self.text = self.prefix + final.text
         lp = responses.completion_logprobs(self.logprobs, self.token_text, 0) if self.token_text else None
-        return responses.completion_choice(self.index, self.text, final.finish_reason, lp)
+        token_ids = final.token_ids if self.return_token_ids else None
+        return responses.completion_choice(self.index, self.text, final.finish_reason, lp, token_ids=token_ids)

@@ -45,7 +45,7 @@ CHAT_FIELDS = _COMMON_FIELDS | {
     "logprobs", "top_logprobs", "store", "metadata", "functions", "function_call", "modalities", "audio",
     "prediction", "web_search_options", "reasoning_effort", "include_reasoning",
 }
-COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "logprobs"}
+COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "logprobs", "return_token_ids"}
 
 # Known fields Anna does not implement: accepted only when the value is neutral.
 _NEUTRAL: dict[str, Callable[[Any], bool]] = {
@@ -394,10 +394,13 @@ class CompletionRequest(_Common):
         prompts: one or more prompts, each text or token ids (choice ``i * n + j`` is prompt ``i``'s
             ``j``-th sample).
         echo: prepend the prompt to each choice's text.
+        return_token_ids: each choice (and each streamed chunk) also carries the generated
+            ``token_ids`` (vLLM's extra); always on for a model served without a tokenizer.
     """
 
     prompts: list[str | list[int]] = attrs.field(factory=list)
     echo: bool = False
+    return_token_ids: bool = False
 
     @property
     def prompt(self) -> str | list[int]:
@@ -438,4 +441,4 @@ class CompletionRequest(_Common):
         echo = bool(_bool(body, "echo"))
         if echo and logprobs is not None:
             raise _fail("'echo' with 'logprobs' is not supported (prompt logprobs are not computed)", "echo")
-        return cls(**common, prompts=prompts, echo=echo)
+        return cls(**common, prompts=prompts, echo=echo, return_token_ids=bool(_bool(body, "return_token_ids")))

@@ -116,8 +116,11 @@ def completion_body(request_id: str, created: int, model: str, choices: list[dic
 
 
 def completion_choice(index: int, text: str, finish_reason: str | None,
-                      logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+                      logprobs: dict[str, Any] | None = None, *, token_ids: list[int] | None = None) -> dict[str, Any]:
+    choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+    if token_ids is not None:  # vLLM's return_token_ids extra
+        choice["token_ids"] = list(token_ids)
+    return choice
 
 
 def completion_chunk(request_id: str, created: int, model: str, choices: list[dict[str, Any]], *,

@@ -244,8 +244,9 @@ async def completions(request: Request, server: ServerState) -> Response:
             prefix = prompt if isinstance(prompt, str) else prepare.need_tokenizer(server, "echo").decode(
                 ids, skip_special_tokens=False)
         token_text = responses.TokenText(server.tokenizer) if params.logprobs is not None else None
+        return_ids = req.return_token_ids or server.tokenizer is None  # no tokenizer: ids are the output
         for p in prepare.choice_params(params, req.n):
-            choices.append(CompletionChoice(len(jobs), prefix, token_text))
+            choices.append(CompletionChoice(len(jobs), prefix, token_text, return_ids))
             jobs.append((ids, p))
     request_id, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), server.model_name
     run = _Run(server, request_id, jobs, req.n)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Issue 4 serving benchmark on the GPU machine: anna serve (dummy 2B weights) + anna bench-serve.
+# SERVE_FLAGS adds serve flags, e.g. SERVE_FLAGS='--disable-prefix-caching --scheduler-max-prefill-tokens 8192'.
 # Needs .whl (third-party wheels), .annawhl (Anna wheels: pip wheel --no-deps ./anna-core ./anna-cli ./anna-qwen35 ./anna-xpu-kernels) and .tcache (saved Triton cache).
 OUT=${OUT:-/tmp/anna_out}; mkdir -p "$OUT"
 set -u; export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tc; mkdir -p /tmp/tc
@@ -7,7 +8,7 @@ cat .tcache/tc.tgz.* | tar xz -C /tmp/tc 2>/dev/null
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .annawhl/*.whl || exit 1
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 CFG=tests/qwen35/reference_configs; P=8011
-(timeout 300 anna serve --load-format dummy --model-dir $CFG/Qwen3.5-2B --port $P --scheduler-max-batch-size 64 --max-model-len 4096 --disable-prompt-cache --log-level warning > $OUT/serve.log 2>&1 &)
+(timeout 300 anna serve --load-format dummy --model-dir $CFG/Qwen3.5-2B --port $P --scheduler-max-batch-size 64 --max-model-len 4096 --disable-prompt-cache ${SERVE_FLAGS:-} --log-level warning > $OUT/serve.log 2>&1 &)
 for i in $(seq 1 150); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$P/health', timeout=2)" 2>/dev/null && break; sleep 1; done; echo "up after ~$i s"
 B="anna bench-serve --base-url http://127.0.0.1:$P --prompt-token-ids --vocab-size 150000 --json"
 for s in "1 8 128 128 single" "64 192 128 128 c64" "16 64 512 32 ttft512"; do set -- $s

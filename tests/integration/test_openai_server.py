@@ -182,6 +182,16 @@ def test_cancel_half_of_100_streams_keeps_serving_and_frees_everything(live_serv
     assert engine["kv_blocks_used"] == 0 and engine["state_slots_used"] == 0
 
 
+def test_repeated_prompt_reports_cached_tokens_and_hit_rate(live_server, client):
+    prompt = "Once upon a time " * 20  # several KV blocks
+    first = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=3, **GREEDY)
+    again = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=3, **GREEDY)
+    assert again.choices[0].text == first.choices[0].text
+    assert again.usage.prompt_tokens_details.cached_tokens > 0
+    metrics = httpx.get(f"{live_server.base_url}/healthz").json()["metrics"]
+    assert metrics["prefix_cache"]["hit_rate"] > 0
+
+
 def test_metrics_on_healthz_and_prometheus(live_server):
     metrics = httpx.get(f"{live_server.base_url}/healthz").json()["metrics"]
     assert metrics["requests"]["finished"] > 0

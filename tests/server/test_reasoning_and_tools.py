@@ -203,3 +203,15 @@ def test_api_key_guards_v1_but_not_health(scripted):
     assert httpx.get(f"{scripted.base_url}/healthz").status_code == 200
     assert httpx.post(f"{scripted.base_url}/tokenize", json={"prompt": "x"}).status_code == 401
     assert [m.id for m in scripted.client().models.list().data] == [MODEL]
+
+
+def test_parallel_tool_calls_false_gives_at_most_one_call_in_auto_mode(scripted):
+    text = "Two lookups.\n</think>\n\n" + CALL_WEATHER + "\n" + CALL_TIME
+    r = _ask(scripted, "nopar", text, tools=[WEATHER, TIME], parallel_tool_calls=False)
+    choice = r.choices[0]
+    assert [c.function.name for c in choice.message.tool_calls] == ["get_weather"]
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == WEATHER_ARGS
+    assert choice.finish_reason == "tool_calls"
+    assert r.usage.completion_tokens < len(scripted.tokenizer.encode(text))  # generation stopped at the call
+    _, deltas, _, content, finish = _stream(scripted, "nopar", text, tools=[WEATHER, TIME], parallel_tool_calls=False)
+    assert [s["name"] for s in _streamed_calls(deltas)] == ["get_weather"] and finish == ["tool_calls"]

@@ -114,6 +114,7 @@ class Qwen3CoderToolParser:
     """
 
     start_tag = START
+    end_tag = END
 
     def __init__(self, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None):
         self.schemas: dict[str, dict[str, Any]] = {}

@@ -180,6 +180,19 @@ def new_tool_parser(server: ServerState, req: ChatCompletionRequest) -> Any:
     return server.tool_call_parser(server.tokenizer, tools=req.tools.tools)
 
 
+def stop_after_first_call(server: ServerState, tool_parser: Any, params: SamplingParams) -> SamplingParams:
+    """``parallel_tool_calls: false`` with ``tool_choice: auto``: generation ends with the first call's
+    end tag (a stop token when the tag is one token, else a stop string); the parser closes the call.
+    (``required`` and named choices are limited by their grammar instead.)"""
+    end_tag = getattr(tool_parser, "end_tag", None)
+    if not end_tag:
+        return params
+    ids = server.tokenizer.encode(end_tag)
+    if len(ids) == 1:
+        return attrs.evolve(params, stop_token_ids=[*params.stop_token_ids, ids[0]])
+    return attrs.evolve(params, stop=[*params.stop, end_tag])
+
+
 def chat_structured(req: ChatCompletionRequest, tool_parser: Any, reasoning: Any) -> StructuredOutput | None:
     """The grammar of a chat request: ``response_format``, or the forced tool call(s); it starts
     after the reasoning when the prompt leaves a reasoning block open.

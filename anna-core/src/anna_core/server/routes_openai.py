@@ -179,6 +179,8 @@ def _chat_choices(server: ServerState, req: protocol.ChatCompletionRequest,
     structured = prepare.chat_structured(req, tool_parsers[0], reasoners[0])
     if structured is not None:
         params = attrs.evolve(params, structured=structured)
+    elif tool_parsers[0] is not None and not req.tools.parallel:
+        params = prepare.stop_after_first_call(server, tool_parsers[0], params)
     token_text = responses.TokenText(server.tokenizer) if params.logprobs is not None else None
     choices = [ChatChoice(i, reasoning=reasoners[i], split_reasoning=server.reasoning_format != "none",
                           tool_parser=tool_parsers[i], tools=req.tools, include_reasoning=req.include_reasoning,

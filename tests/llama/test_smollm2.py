@@ -114,4 +114,4 @@ def test_default_model_resolves_to_this_file(gguf_path):
 
     path, spec = resolve_default_model(make_plugin_manager({"anna_llama"}))
     assert path == gguf_path and spec.distribution == "anna-llama"
-    assert spec.name == "SmolLM2-135M-Instruct Q4_1"
+    assert spec.name == "SmolLM2-135M-Instruct"

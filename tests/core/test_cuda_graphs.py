@@ -16,6 +16,7 @@ from anna_core.engine.cuda_graphs import DecodeGraphs, bucket_sizes
 from anna_core.engine.sampler import Sampler, graph_safe, param_rows, sample_no_sync
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
+from anna_core.testing.engine_run import run_to_completion
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.bench.tiny_config import write_tiny_qwen35_config
@@ -75,14 +76,7 @@ def _engine(model_dir, *, graphs: bool, max_seqs: int = 5, prefix_caching: bool 
 
 
 def _generate(engine, prompts, params):
-    for i, (p, sp) in enumerate(zip(prompts, params)):
-        engine.add_request(f"r{i}", p, sp)
-    done = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            if out.finished:
-                done[out.request_id] = out.token_ids
-    return [done[f"r{i}"] for i in range(len(prompts))]
+    return [out.token_ids for out in run_to_completion(engine, prompts, params)]
 
 
 @pytest.fixture(scope="module")

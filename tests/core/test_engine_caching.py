@@ -10,6 +10,7 @@ from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import QueueFullError
+from anna_core.testing.engine_run import run_to_completion
 
 from ._engine_fakes import FakeLM, greedy_reference
 
@@ -34,15 +35,7 @@ def engine(model=None, **cfg):
 
 
 def run(eng, prompts, params=GREEDY, prefix="r"):
-    params = params if isinstance(params, list) else [params] * len(prompts)
-    for i, (p, sp) in enumerate(zip(prompts, params)):
-        eng.add_request(f"{prefix}{i}", p, sp)
-    final = {}
-    while eng.has_unfinished():
-        for out in eng.step():
-            if out.finished:
-                final[out.request_id] = out
-    return [final[f"{prefix}{i}"] for i in range(len(prompts))]
+    return run_to_completion(eng, prompts, params, prefix=prefix)
 
 
 def mixed_prompts(n=16, longest=300):

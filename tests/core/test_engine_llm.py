@@ -6,6 +6,7 @@ from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import InvalidRequestError
 from anna_core.llm import LLM
+from anna_core.testing.engine_run import run_to_completion
 
 from ._engine_fakes import FakeLM, build_tokenizer, greedy_reference, loaded
 
@@ -14,18 +15,12 @@ PROMPTS = [[1, 2, 3], [5] * 21, [7, 8], [(i * 13) % V for i in range(45)], [3] *
 
 
 def run(engine, prompts, params):
-    params = params if isinstance(params, list) else [params] * len(prompts)
-    for i, (p, sp) in enumerate(zip(prompts, params)):
-        engine.add_request(f"r{i}", p, sp)
-    final, streamed = {}, {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            streamed.setdefault(out.request_id, []).extend(out.delta_token_ids)
-            if out.finished:
-                final[out.request_id] = out
-    for rid, out in final.items():
-        assert streamed[rid] == out.token_ids  # deltas add up to the cumulative ids
-    return [final[f"r{i}"] for i in range(len(prompts))]
+    streamed = {}
+    final = run_to_completion(engine, prompts, params,
+                              on_output=lambda out: streamed.setdefault(out.request_id, []).extend(out.delta_token_ids))
+    for out in final:
+        assert streamed[out.request_id] == out.token_ids  # deltas add up to the cumulative ids
+    return final
 
 
 def engine(**cfg):

@@ -10,6 +10,7 @@ import torch
 from anna_core import SamplingParams
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
+from anna_core.testing.engine_run import run_to_completion
 
 from tests.llama.conftest import load_anna
 
@@ -24,16 +25,14 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 LENGTHS = [1, 300, 7, 150, 33, 64, 255, 2, 97, 180, 16, 290, 48, 129, 5, 222]
 
 
+def _check_finished(out) -> None:
+    if out.finished:
+        assert out.finish_reason == "length", out.error
+
+
 def _run(engine: LLMEngine, prompts: list[list[int]], prefix: str) -> list[list[int]]:
-    for i, p in enumerate(prompts):
-        engine.add_request(f"{prefix}{i}", p, GREEDY)
-    done: dict[str, list[int]] = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            if out.finished:
-                assert out.finish_reason == "length", out.error
-                done[out.request_id] = out.token_ids
-    return [done[f"{prefix}{i}"] for i in range(len(prompts))]
+    outs = run_to_completion(engine, prompts, GREEDY, prefix=prefix, on_output=_check_finished)
+    return [out.token_ids for out in outs]
 
 
 def test_sixteen_mixed_requests_at_once_equal_each_alone():

@@ -10,6 +10,7 @@ import torch
 from anna_core import LLM, SamplingParams
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
+from anna_core.testing.engine_run import run_to_completion
 
 from .conftest import load_anna
 
@@ -47,15 +48,7 @@ def engine(loaded, **cfg):
 
 
 def run(eng, prompts, params=GREEDY, prefix="r"):
-    params = params if isinstance(params, list) else [params] * len(prompts)
-    for i, (p, sp) in enumerate(zip(prompts, params)):
-        eng.add_request(f"{prefix}{i}", p, sp)
-    final = {}
-    while eng.has_unfinished():
-        for out in eng.step():
-            if out.finished:
-                final[out.request_id] = out
-    return [final[f"{prefix}{i}"] for i in range(len(prompts))]
+    return run_to_completion(eng, prompts, params, prefix=prefix)
 
 
 @pytest.fixture(scope="module")

@@ -10,26 +10,24 @@ from tests.xpu_kernels._interp import require_triton_interpreter
 require_triton_interpreter()
 
 
+def _check_no_error(out) -> None:
+    assert out.error is None, out.error
+
+
 def _generate(model_dir, prompts):
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.sampling_params import SamplingParams
     from anna_core.loading import load_model
+    from anna_core.testing.engine_run import run_to_completion
 
     loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
     engine = LLMEngine.from_loaded(loaded, EngineConfig(max_num_seqs=4, num_blocks=32, block_size=4,
                                                         max_model_len=64, enable_prefix_caching=False))
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
-    for i, p in enumerate(prompts):
-        engine.add_request(str(i), p, params)
-    tokens = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            assert out.error is None, out.error
-            if out.finished:
-                tokens[out.request_id] = list(out.token_ids)
+    outs = run_to_completion(engine, prompts, params, prefix="", on_output=_check_no_error)
     chosen = engine.runner.model.model.layers[0].linear_attn.ops.registry.chosen()
-    return [tokens[str(i)] for i in range(len(prompts))], chosen
+    return [list(out.token_ids) for out in outs], chosen
 
 
 def test_triton_model_matches_reference_model(tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """Results of ``anna bench-serve``: per-request measurements, the summary report and its table.
 
-Percentiles interpolate linearly between the closest ranks (numpy's default "linear" method):
-for sorted samples ``x[0..n-1]`` the p-th percentile is ``x[k] + (x[k+1] - x[k]) * f`` with
-``k + f = p / 100 * (n - 1)``. Latencies are reported in milliseconds, over successful requests.
+Percentiles (:func:`anna_core.metrics.percentile`) interpolate linearly between the closest ranks
+(numpy's default "linear" method): for sorted samples ``x[0..n-1]`` the p-th percentile is
+``x[k] + (x[k+1] - x[k]) * f`` with ``k + f = p / 100 * (n - 1)``. Latencies are reported in milliseconds, over successful requests.
 """
 
 from __future__ import annotations
@@ -11,19 +11,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from anna_core.metrics import percentile
+
 if TYPE_CHECKING:
     from anna_cli.loadgen import BenchConfig
-
-
-def percentile(samples: list[float], p: float) -> float | None:
-    """The p-th percentile (linear interpolation between closest ranks); ``None`` if empty."""
-    if not samples:
-        return None
-    xs = sorted(samples)
-    rank = p / 100 * (len(xs) - 1)
-    lo = int(rank)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
 
 
 @dataclass

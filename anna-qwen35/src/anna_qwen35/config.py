@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 from anna_core.errors import ModelLoadError, UnsupportedModelError
+from anna_core.layers.rotary import rope_parameters_from_config
 
 LINEAR = "linear_attention"
 FULL = "full_attention"
@@ -105,9 +106,7 @@ def _parse(text: dict[str, Any], top: dict[str, Any], nested: bool) -> Qwen35Con
         raise ModelLoadError("attn_output_gate=false is not a Qwen3.5 layout; the gated attention is required")
     if text.get("mlp_only_layers"):
         raise ModelLoadError("mlp_only_layers is a mixture-of-experts option and is not supported")
-    rope = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
-    rope.setdefault("rope_type", rope.pop("type", "default"))
-    rope.setdefault("rope_theta", text.get("rope_theta", 10000.0))
+    rope = rope_parameters_from_config(text)
     partial = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25)))
     hidden = int(text["hidden_size"])
     heads = int(text["num_attention_heads"])

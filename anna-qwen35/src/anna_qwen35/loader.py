@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import torch
 from anna_core.errors import ModelLoadError
+from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
-from anna_core.model import GenerationDefaults, LoadedModel
+from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.weights.safetensors_loader import (
     cast_meta_params,
@@ -25,8 +25,6 @@ from anna_qwen35.weights import name_map
 log = logging.getLogger("anna.qwen35")
 
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-                 "frequency_penalty")
 
 
 def build_model(cfg: Qwen35Config, ops: Any, dtype: torch.dtype) -> Qwen35ForCausalLM:
@@ -77,7 +75,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     model.raw_config = source.config
     model.eval()
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
-    generation = generation_defaults(source.root, cfg, tokenizer)
+    generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     log.info("loaded Qwen3.5 (%d layers: %d gated DeltaNet, %d attention) on %s/%s", cfg.num_hidden_layers,
              cfg.num_linear_layers, cfg.num_full_layers, device, dtype)
     return LoadedModel(model=model, tokenizer=tokenizer, generation=generation,
@@ -92,28 +90,3 @@ def _tokenizer(root: Path, chat_template: str | None, *, required: bool):
     if not required and not has_files:
         return None
     return Tokenizer.from_pretrained(root, chat_template)
-
-
-def generation_defaults(root: Path, cfg: Qwen35Config, tokenizer: Any) -> GenerationDefaults:
-    """EOS ids and sampling defaults from ``generation_config.json``, else the config / tokenizer.
-
-    Raises:
-        ModelLoadError: ``generation_config.json`` is not valid JSON.
-    """
-    path = Path(root) / "generation_config.json"
-    gen: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            gen = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ModelLoadError(f"{str(path)!r} is not valid JSON: {exc}") from exc
-    eos = gen.get("eos_token_id")
-    if eos is None:
-        eos = list(cfg.eos_token_id)
-    if not eos and tokenizer is not None and tokenizer.eos_token_id is not None:
-        eos = [tokenizer.eos_token_id]
-    eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos])]
-    sampling = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
-    if gen.get("do_sample") is False:
-        sampling["temperature"] = 0.0
-    return GenerationDefaults(eos_token_ids=eos_ids, sampling=sampling)

@@ -1,17 +1,13 @@
-"""Argument checks of the Triton wrappers: cheap, host-side, shape-only (no device sync)."""
+"""Argument checks of the Triton wrappers beyond :mod:`anna_core.kernels.checks`: dtype and device (no device sync)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from anna_core.kernels.checks import require
+
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 """Activation dtypes the Triton kernels accept (as ``str(torch.dtype)`` without the ``torch.`` prefix)."""
-
-
-def require(cond: bool, op: str, message: str) -> None:
-    """Raise ``ValueError("<op>: <message>")`` unless ``cond`` holds (same style as the references)."""
-    if not cond:
-        raise ValueError(f"{op}: {message}")
 
 
 def dtype_name(tensor: Any) -> str:

@@ -16,11 +16,10 @@ first). Every slot in ``slots`` is rewritten in place with the sequence's last `
 from __future__ import annotations
 
 import torch
+from anna_core.kernels.checks import check_conv1d, check_slots, num_sequences, require, require_dims
 
-from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
-
-_ACTIVATIONS = (None, "silu")
 
 _UPDATE_CONFIGS = [triton.Config({"BLOCK_C": bc}, num_warps=w) for bc in (128, 256, 512, 1024) for w in (2, 4, 8)]
 _PREFILL_CONFIGS = [
@@ -120,17 +119,9 @@ def _conv_prefill_state_kernel(
 
 
 def _check(op, x, weight, bias, conv_states, slots, activation, batch) -> int:
-    require(x.dim() == 2, op, f"x must have 2 dims, got shape {tuple(x.shape)}")
-    channels = x.shape[1]
-    require(weight.dim() == 2 and weight.shape[0] == channels and weight.shape[1] >= 1, op,
-            f"weight must be [C={channels}, W], got {tuple(weight.shape)}")
-    width = weight.shape[1]
-    require(bias is None or tuple(bias.shape) == (channels,), op,
-            f"bias must be [C={channels}] or None, got {None if bias is None else tuple(bias.shape)}")
-    require(conv_states.dim() == 3 and tuple(conv_states.shape[1:]) == (channels, width - 1), op,
-            f"conv_states must be [S, {channels}, {width - 1}], got {tuple(conv_states.shape)}")
-    require(activation in _ACTIVATIONS, op, f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
-    require(slots.dim() == 1 and slots.shape[0] == batch, op, f"slots must be [B]={batch}, got {tuple(slots.shape)}")
+    require_dims(op, x=(x, 2))
+    width = check_conv1d(op, x, weight, bias, conv_states, activation)
+    check_slots(op, slots, batch, conv_states.shape[0], host_check=False)
     require_float(op, x=x)
     require_same_device(op, x=x, weight=weight, bias=bias, conv_states=conv_states, slots=slots)
     return width
@@ -163,7 +154,7 @@ def causal_conv1d_update(
         ValueError: inconsistent shapes, unknown activation, unsupported dtype.
     """
     op = "causal_conv1d_update"
-    require(x.dim() == 2, op, f"x must have 2 dims, got shape {tuple(x.shape)}")
+    require_dims(op, x=(x, 2))
     width = _check(op, x, weight, bias, conv_states, slots, activation, x.shape[0])
     batch, channels = x.shape
     x = _unit_stride_rows(x)
@@ -210,9 +201,7 @@ def causal_conv1d_prefill(
         ValueError: inconsistent shapes, unknown activation, unsupported dtype.
     """
     op = "causal_conv1d_prefill"
-    require(cu_seqlens.dim() == 1 and cu_seqlens.shape[0] >= 1, op,
-            f"cu_seqlens must be 1-D [B+1], got shape {tuple(cu_seqlens.shape)}")
-    batch = cu_seqlens.shape[0] - 1
+    batch = num_sequences(op, cu_seqlens)
     width = _check(op, x, weight, bias, conv_states, slots, activation, batch)
     require(cu_seqlens.device == x.device, op, f"cu_seqlens must be on {x.device}, got {cu_seqlens.device}")
     total, channels = x.shape

@@ -19,8 +19,9 @@ one per layer, and fla's index cache hits from the second layer on.
 from __future__ import annotations
 
 import torch
+from anna_core.kernels.checks import check_gated_delta_rule, check_slots, num_sequences, require_dims
 
-from anna_xpu_kernels._checks import require, require_same_device
+from anna_xpu_kernels._checks import require_same_device
 
 
 class _SeqlensMemo:
@@ -73,21 +74,11 @@ def gated_delta_rule_prefill(
         ImportError: fla-core is not installed (the probe declines in that case).
     """
     op = "gated_delta_rule_prefill"
-    require(q.dim() == 3 and q.shape == k.shape, op,
-            f"q and k must be [T, H_k, K] of one shape, got {tuple(q.shape)} and {tuple(k.shape)}")
-    total, h_k, d_k = q.shape
-    require(v.dim() == 3 and v.shape[0] == total, op, f"v must be [T={total}, H_v, V], got {tuple(v.shape)}")
-    h_v, d_v = v.shape[1], v.shape[2]
-    require(h_k > 0 and h_v % h_k == 0, op, f"H_v={h_v} must be a positive multiple of H_k={h_k}")
-    require(tuple(g.shape) == (total, h_v) and tuple(beta.shape) == (total, h_v), op,
-            f"g and beta must be [{total}, {h_v}], got {tuple(g.shape)} and {tuple(beta.shape)}")
-    require(states.dim() == 4 and tuple(states.shape[1:]) == (h_v, d_k, d_v), op,
-            f"states must be [S, {h_v}, {d_k}, {d_v}], got {tuple(states.shape)}")
-    require(states.dtype == torch.float32, op, f"states must be float32, got {states.dtype}")
-    require(cu_seqlens.dim() == 1 and cu_seqlens.shape[0] >= 1, op,
-            f"cu_seqlens must be 1-D [B+1], got shape {tuple(cu_seqlens.shape)}")
-    batch = cu_seqlens.shape[0] - 1
-    require(slots.dim() == 1 and slots.shape[0] == batch, op, f"slots must be [B]={batch}, got {tuple(slots.shape)}")
+    require_dims(op, q=(q, 3), k=(k, 3), v=(v, 3), g=(g, 2), beta=(beta, 2))
+    check_gated_delta_rule(op, q, k, v, g, beta, states)
+    total = q.shape[0]
+    batch = num_sequences(op, cu_seqlens)
+    check_slots(op, slots, batch, states.shape[0], host_check=False)
     require_same_device(op, q=q, k=k, v=v, g=g, beta=beta, states=states, slots=slots, cu_seqlens=cu_seqlens)
     if total == 0 or batch == 0:
         return v.new_empty(v.shape)

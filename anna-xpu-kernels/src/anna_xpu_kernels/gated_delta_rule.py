@@ -18,8 +18,9 @@ touched by no other program, so the in-place update needs no synchronisation and
 from __future__ import annotations
 
 import torch
+from anna_core.kernels.checks import check_gated_delta_rule, check_slots, require_dims
 
-from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
 
 MAX_HEAD_DIM = 256
@@ -103,18 +104,11 @@ def gated_delta_rule_decode(
         ValueError: inconsistent shapes, non-float32 states, unsupported dtype.
     """
     op = "gated_delta_rule_decode"
-    require(q.dim() == 3 and q.shape == k.shape, op,
-            f"q and k must be [B, H_k, K] of one shape, got {tuple(q.shape)} and {tuple(k.shape)}")
-    batch, h_k, d_k = q.shape
-    require(v.dim() == 3 and v.shape[0] == batch, op, f"v must be [B={batch}, H_v, V], got {tuple(v.shape)}")
+    require_dims(op, q=(q, 3), k=(k, 3), v=(v, 3), g=(g, 2), beta=(beta, 2))
+    h_k, _ = check_gated_delta_rule(op, q, k, v, g, beta, states)
+    batch, _, d_k = q.shape
     h_v, d_v = v.shape[1], v.shape[2]
-    require(h_k > 0 and h_v % h_k == 0, op, f"H_v={h_v} must be a positive multiple of H_k={h_k}")
-    require(tuple(g.shape) == (batch, h_v), op, f"g must be [{batch}, {h_v}], got {tuple(g.shape)}")
-    require(tuple(beta.shape) == (batch, h_v), op, f"beta must be [{batch}, {h_v}], got {tuple(beta.shape)}")
-    require(states.dim() == 4 and tuple(states.shape[1:]) == (h_v, d_k, d_v), op,
-            f"states must be [S, {h_v}, {d_k}, {d_v}], got {tuple(states.shape)}")
-    require(states.dtype == torch.float32, op, f"states must be float32, got {states.dtype}")
-    require(slots.dim() == 1 and slots.shape[0] == batch, op, f"slots must be [B]={batch}, got {tuple(slots.shape)}")
+    check_slots(op, slots, batch, states.shape[0], host_check=False)
     require_float(op, q=q, k=k, v=v)
     require_same_device(op, q=q, k=k, v=v, g=g, beta=beta, states=states, slots=slots)
     if d_k > MAX_HEAD_DIM or d_v > MAX_HEAD_DIM:

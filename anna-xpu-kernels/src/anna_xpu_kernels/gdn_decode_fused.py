@@ -20,8 +20,9 @@ fused (:func:`fusable` is False; callers use the separate ops).
 from __future__ import annotations
 
 import torch
+from anna_core.kernels.checks import check_slots, require
 
-from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
 
 L2_EPS = tl.constexpr(1e-6)
@@ -128,7 +129,7 @@ def fused_gdn_decode(
     require(tuple(neg_a.shape) == (h_v,) and tuple(dt_bias.shape) == (h_v,) and tuple(norm_weight.shape) == (d_v,),
             op, "neg_a, dt_bias must be [H_v] and norm_weight [V]")
     require(states.dtype == torch.float32, op, f"states must be float32, got {states.dtype}")
-    require(slots.dim() == 1 and slots.shape[0] == batch, op, f"slots must be [B]={batch}, got {tuple(slots.shape)}")
+    check_slots(op, slots, batch, states.shape[0], host_check=False)
     require(fusable(d_k, d_v), op, f"head dims K={d_k}, V={d_v} are too large to fuse")
     require_float(op, qkv=qkv)
     require_same_device(op, qkv=qkv, z=z, a=a, b=b, neg_a=neg_a, states=states, slots=slots)

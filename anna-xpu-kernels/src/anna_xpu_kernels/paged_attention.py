@@ -31,8 +31,9 @@ from __future__ import annotations
 import math
 
 import torch
+from anna_core.kernels.checks import check_paged_attention, num_sequences, require, require_dims
 
-from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 
 MAX_HEAD_DIM = 256
@@ -231,20 +232,12 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
                            *, num_splits: int | None) -> torch.Tensor:
     """:func:`paged_attention` with the number of key partitions forced (``None``: chosen for the GPU)."""
     op = "paged_attention"
-    require(q.dim() == 3 and k_cache.dim() == 4 and k_cache.shape == v_cache.shape, op,
-            f"q must be [T, H_q, D] and the caches one [num_blocks, block_size, H_kv, D] shape, got "
-            f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    require_dims(op, q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4), seq_lens=(seq_lens, 1),
+                 block_tables=(block_tables, 2))
+    batch = num_sequences(op, cu_seqlens_q, "cu_seqlens_q")
+    check_paged_attention(op, q, k_cache, v_cache, seq_lens, block_tables, sliding_window, batch)
     _, block_size, h_kv, dim = k_cache.shape
     total, h_q, _ = q.shape
-    require(q.shape[2] == dim, op, f"q head dim {q.shape[2]} differs from the cache's {dim}")
-    require(h_q % h_kv == 0, op, f"H_q={h_q} must be a multiple of H_kv={h_kv}")
-    require(sliding_window is None or sliding_window >= 1, op, f"sliding_window must be >= 1, got {sliding_window}")
-    require(cu_seqlens_q.dim() == 1 and cu_seqlens_q.shape[0] >= 1, op,
-            f"cu_seqlens_q must be 1-D [B+1], got shape {tuple(cu_seqlens_q.shape)}")
-    batch = cu_seqlens_q.shape[0] - 1
-    require(seq_lens.dim() == 1 and seq_lens.shape[0] == batch and block_tables.dim() == 2
-            and block_tables.shape[0] == batch, op,
-            f"seq_lens {tuple(seq_lens.shape)} and block_tables {tuple(block_tables.shape)} must have B={batch} rows")
     require_float(op, q=q)
     require_same_device(op, q=q, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
                         block_tables=block_tables)

@@ -65,6 +65,30 @@ def num_blocks_for_budget(spec: CacheSpec, block_size: int, dtype: torch.dtype, 
     return int(n)
 
 
+def zeroed_caches(spec: CacheSpec, *, num_blocks: int, block_size: int, num_slots: int,
+                  device: torch.device, dtype: torch.dtype) -> ModelCaches:
+    """Zero-filled caches of exactly these sizes (no scratch entries).
+
+    Returns:
+        ``ModelCaches`` with, per attention layer, ``k``/``v`` ``[num_blocks, block_size, H_kv, D]`` in
+        ``dtype``; per recurrent layer ``conv_states`` ``[num_slots, C, W-1]`` in ``dtype`` and
+        ``recurrent_states`` ``[num_slots, H_v, K, V]`` float32.
+    """
+    caches = ModelCaches(block_size=block_size)
+    if spec.attention is not None:
+        att = spec.attention
+        shape = (num_blocks, block_size, att.num_kv_heads, att.head_dim)
+        caches.kv = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+                     for _ in range(att.num_layers)]
+    if spec.recurrent is not None:
+        rec = spec.recurrent
+        caches.conv_states = [torch.zeros((num_slots, *rec.conv_shape), dtype=dtype, device=device)
+                              for _ in range(rec.num_layers)]
+        caches.recurrent_states = [torch.zeros((num_slots, *rec.state_shape), dtype=torch.float32, device=device)
+                                   for _ in range(rec.num_layers)]
+    return caches
+
+
 def allocate_caches(spec: CacheSpec, *, num_blocks: int, block_size: int, num_slots: int,
                     device: torch.device, dtype: torch.dtype) -> ModelCaches:
     """Zero-filled cache tensors, plus one scratch block and one scratch slot.
@@ -74,23 +98,11 @@ def allocate_caches(spec: CacheSpec, *, num_blocks: int, block_size: int, num_sl
     rows of a captured decode graph write their K/V and state there.
 
     Returns:
-        ``ModelCaches`` with, per attention layer, ``k``/``v`` ``[num_blocks + 1, block_size, H_kv, D]``
-        in ``dtype``; per recurrent layer ``conv_states`` ``[num_slots + 1, C, W-1]`` in ``dtype`` and
-        ``recurrent_states`` ``[num_slots + 1, H_v, K, V]`` float32.
+        :func:`zeroed_caches` with ``num_blocks + 1`` KV blocks and ``num_slots + 1`` state slots.
     """
-    caches = ModelCaches(block_size=block_size)
     num_slots += 1
-    if spec.attention is not None:
-        att = spec.attention
-        shape = (num_blocks + 1, block_size, att.num_kv_heads, att.head_dim)
-        caches.kv = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-                     for _ in range(att.num_layers)]
-    if spec.recurrent is not None:
-        rec = spec.recurrent
-        caches.conv_states = [torch.zeros((num_slots, *rec.conv_shape), dtype=dtype, device=device)
-                              for _ in range(rec.num_layers)]
-        caches.recurrent_states = [torch.zeros((num_slots, *rec.state_shape), dtype=torch.float32, device=device)
-                                   for _ in range(rec.num_layers)]
+    caches = zeroed_caches(spec, num_blocks=num_blocks + 1, block_size=block_size, num_slots=num_slots,
+                           device=device, dtype=dtype)
     log.info("caches: %d KV blocks of %d tokens (%.1f MiB), %d state slots (%.1f MiB)",
              num_blocks if spec.attention else 0, block_size,
              bytes_per_block(spec, block_size, dtype) * num_blocks / 2**20,

@@ -19,6 +19,20 @@ from anna_core.errors import ModelLoadError
 _SUPPORTED = ("default", "linear", "llama3")
 
 
+def rope_parameters_from_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The rope dict of a parsed HF ``config.json`` (or its ``text_config``), normalised.
+
+    Reads transformers 5.x ``rope_parameters`` or 4.x ``rope_scaling`` (a copy; the config is not
+    modified), renames the old ``type`` key to ``rope_type`` (default ``"default"``) and fills
+    ``rope_theta`` from the config's top-level ``rope_theta`` (default 10000.0) when absent.
+    """
+    rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    old_type = rope.pop("type", None)
+    rope.setdefault("rope_type", old_type or "default")
+    rope.setdefault("rope_theta", float(config.get("rope_theta", 10000.0)))
+    return rope
+
+
 def inverse_frequencies(rotary_dim: int, rope_parameters: dict[str, Any]) -> torch.Tensor:
     """``[rotary_dim // 2]`` float32 inverse frequencies on the CPU.
 

@@ -1,4 +1,5 @@
-"""Test helpers for Anna and its plugin authors: tiny checkpoints, the HF oracle, a greedy driver.
+"""Test helpers for Anna and its plugin authors: tiny checkpoints, the HF oracle, a greedy driver,
+an engine driver.
 
 Submodules import torch / transformers lazily through these names.
 """
@@ -19,6 +20,7 @@ _LAZY = {
     "prefill_logits": "anna_core.testing.runner:prefill_logits",
     "simple_greedy": "anna_core.testing.runner:simple_greedy",
     "simple_greedy_batch": "anna_core.testing.runner:simple_greedy_batch",
+    "run_to_completion": "anna_core.testing.engine_run:run_to_completion",
 }
 
 __all__ = sorted(_LAZY)

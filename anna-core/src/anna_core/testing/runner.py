@@ -10,27 +10,9 @@ from typing import Any
 
 import torch
 
+from anna_core.engine.cache_allocator import zeroed_caches as allocate_caches
 from anna_core.engine.forward_batch import ForwardBatch
-from anna_core.model import CacheSpec, ModelCaches
-
-
-def allocate_caches(spec: CacheSpec, *, num_blocks: int, block_size: int, num_slots: int,
-                    device: torch.device, dtype: torch.dtype) -> ModelCaches:
-    """Zeroed caches for ``spec``: KV ``[num_blocks, block_size, H_kv, D]`` and ``dtype``; conv states
-    ``[num_slots, C, W-1]`` in ``dtype``; recurrent states ``[num_slots, H_v, K, V]`` float32."""
-    caches = ModelCaches(block_size=block_size)
-    if spec.attention is not None:
-        a = spec.attention
-        shape = (num_blocks, block_size, a.num_kv_heads, a.head_dim)
-        caches.kv = [(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
-                     for _ in range(a.num_layers)]
-    if spec.recurrent is not None:
-        r = spec.recurrent
-        caches.conv_states = [torch.zeros((num_slots, *r.conv_shape), device=device, dtype=dtype)
-                              for _ in range(r.num_layers)]
-        caches.recurrent_states = [torch.zeros((num_slots, *r.state_shape), device=device, dtype=torch.float32)
-                                   for _ in range(r.num_layers)]
-    return caches
+from anna_core.model import ModelCaches
 
 
 def build_batch(chunks: list[tuple[list[int], int]], *, block_size: int, blocks_per_seq: int,

@@ -10,7 +10,6 @@ name map: checkpoint tensor name -> parameter name, or ``None`` to ignore the te
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,8 +17,7 @@ import torch
 from torch import nn
 
 from anna_core.errors import ModelLoadError
-
-NameMap = Callable[[str], "str | None"]
+from anna_core.weights.assign import NameMap, check_plan, plan_load, progress, set_param
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -84,18 +82,6 @@ def iter_checkpoint_tensors(files: dict[str, Path], names: list[str]) -> Iterato
             raise ModelLoadError(f"cannot read tensors from {str(path)!r}: {exc}") from exc
 
 
-def _set_param(model: nn.Module, name: str, value: torch.Tensor) -> None:
-    module_name, _, attr = name.rpartition(".")
-    module = model.get_submodule(module_name) if module_name else model
-    module._parameters[attr] = nn.Parameter(value, requires_grad=False)
-
-
-def _progress(total: int, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="tensor", disable=not sys.stderr.isatty(), leave=False)
-
-
 def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, device: torch.device) -> None:
     """Assign every parameter of ``model`` from the checkpoint in ``root``.
 
@@ -116,36 +102,14 @@ def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, d
     """
     files = checkpoint_files(root)
     params = dict(model.named_parameters(remove_duplicate=False))
-    plan: dict[str, str] = {}  # checkpoint name -> parameter name
-    unexpected, twice = [], []
-    for ckpt_name in files:
-        target = name_map(ckpt_name)
-        if target is None:
-            continue
-        if target not in params:
-            unexpected.append(ckpt_name)
-        elif target in plan.values():
-            twice.append(ckpt_name)
-        else:
-            plan[ckpt_name] = target
-    missing = sorted(set(params) - set(plan.values()))
-    mismatched = _shape_mismatches(files, plan, params)
-    problems = []
-    if missing:
-        problems.append(f"missing tensors (model parameters not in the checkpoint): {missing}")
-    if unexpected:
-        problems.append(f"unexpected tensors (no matching model parameter): {sorted(unexpected)}")
-    if twice:
-        problems.append(f"tensors mapping to an already-loaded parameter: {sorted(twice)}")
-    if mismatched:
-        problems.append("shape mismatches: " + "; ".join(mismatched))
-    if problems:
-        raise ModelLoadError(f"checkpoint {str(root)!r} does not match the model: " + " | ".join(problems))
-    with _progress(len(plan), "loading weights") as bar:
-        for ckpt_name, tensor in iter_checkpoint_tensors(files, list(plan)):
-            target = plan[ckpt_name]
+    plan = plan_load(files, name_map, params)
+    check_plan(plan, source=f"checkpoint {str(root)!r}", where="the checkpoint",
+               mismatched=_shape_mismatches(files, plan.targets, params))
+    with progress(len(plan.targets), "loading weights") as bar:
+        for ckpt_name, tensor in iter_checkpoint_tensors(files, list(plan.targets)):
+            target = plan.targets[ckpt_name]
             value = tensor.to(device=device, dtype=params[target].dtype)
-            _set_param(model, target, value)
+            set_param(model, target, value)
             bar.update(1)
 
 
@@ -176,7 +140,7 @@ def cast_meta_params(model: nn.Module, dtype: torch.dtype, keep_float32: Callabl
             continue
         want = torch.float32 if keep_float32(name) else dtype
         if param.dtype != want:
-            _set_param(model, name, param.detach().to(want))
+            set_param(model, name, param.detach().to(want))
 
 
 def materialize_dummy(
@@ -202,7 +166,7 @@ def materialize_dummy(
                  if isinstance(m, RMSNorm) and not m.zero_centered}
     gen = torch.Generator(device=device).manual_seed(seed) if device.type != "meta" else None
     params = list(model.named_parameters())
-    with torch.no_grad(), _progress(len(params), "initialising dummy weights") as bar:
+    with torch.no_grad(), progress(len(params), "initialising dummy weights") as bar:
         for name, param in params:
             value = torch.empty(param.shape, dtype=param.dtype, device=device)
             if init is None or not init(name, value, gen):
@@ -212,5 +176,5 @@ def materialize_dummy(
                     value.fill_(1.0)
                 else:
                     value.zero_()
-            _set_param(model, name, value)
+            set_param(model, name, value)
             bar.update(1)

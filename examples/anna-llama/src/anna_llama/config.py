@@ -6,6 +6,7 @@ from typing import Any
 
 import attrs
 from anna_core.errors import ModelLoadError
+from anna_core.layers.rotary import rope_parameters_from_config
 
 
 @attrs.frozen
@@ -41,11 +42,7 @@ class LlamaConfig:
         """
         try:
             heads = int(cfg["num_attention_heads"])
-            rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-            rope.setdefault("rope_theta", float(cfg.get("rope_theta", 10000.0)))
-            if "type" in rope and "rope_type" not in rope:
-                rope["rope_type"] = rope.pop("type")
-            rope.setdefault("rope_type", "default")
+            rope = rope_parameters_from_config(cfg)
             out = cls(
                 vocab_size=int(cfg["vocab_size"]),
                 hidden_size=int(cfg["hidden_size"]),

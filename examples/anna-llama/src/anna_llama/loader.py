@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import torch
 from anna_core.errors import ModelLoadError
+from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
@@ -26,8 +26,6 @@ from anna_llama.weights import gguf_name_map, gguf_transform, safetensors_name_m
 log = logging.getLogger("anna.llama")
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-                 "frequency_penalty")
 
 
 def build_model(cfg: LlamaConfig, ops: Any, dtype: torch.dtype) -> LlamaForCausalLM:
@@ -70,7 +68,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     else:
         load_safetensors(model, source.root, safetensors_name_map(cfg), device=device)
     tokenizer = _folder_tokenizer(source.root, chat_template, required=load_format != "dummy")
-    generation = _generation_defaults(source.root, source.config, tokenizer)
+    generation = read_generation_defaults(source.root, config_eos=source.config.get("eos_token_id"),
+                                          tokenizer=tokenizer)
     return _loaded(model.eval(), cfg, tokenizer, generation, device, dtype)
 
 
@@ -111,21 +110,3 @@ def _folder_tokenizer(root: Path, chat_template: str | None, *, required: bool) 
     if not required and not has_files:
         return None
     return Tokenizer.from_pretrained(root, chat_template)
-
-
-def _generation_defaults(root: Path, config: dict[str, Any], tokenizer: Tokenizer | None) -> GenerationDefaults:
-    path = Path(root) / "generation_config.json"
-    gen: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            gen = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ModelLoadError(f"{str(path)!r} is not valid JSON: {exc}") from exc
-    eos = gen.get("eos_token_id", config.get("eos_token_id"))
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
-    eos_ids = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
-    sampling = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
-    if gen.get("do_sample") is False:
-        sampling["temperature"] = 0.0
-    return GenerationDefaults(eos_token_ids=eos_ids, sampling=sampling)

@@ -12,22 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from anna_core.kernels.reference._checks import check_slots, require, require_dims
-
-_ACTIVATIONS = (None, "silu")
-
-
-def _check(op: str, x, weight, bias, conv_states, activation) -> int:
-    channels = x.shape[1]
-    require(weight.dim() == 2 and weight.shape[0] == channels and weight.shape[1] >= 1, op,
-            f"weight must be [C={channels}, W], got {tuple(weight.shape)}")
-    width = weight.shape[1]
-    require(bias is None or tuple(bias.shape) == (channels,), op,
-            f"bias must be [C={channels}] or None, got {None if bias is None else tuple(bias.shape)}")
-    require(conv_states.dim() == 3 and tuple(conv_states.shape[1:]) == (channels, width - 1), op,
-            f"conv_states must be [S, {channels}, {width - 1}], got {tuple(conv_states.shape)}")
-    require(activation in _ACTIVATIONS, op, f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
-    return width
+from anna_core.kernels.checks import check_conv1d, check_slots, require, require_dims
 
 
 def _finish(y: torch.Tensor, bias: torch.Tensor | None, activation: str | None, dtype: torch.dtype) -> torch.Tensor:
@@ -68,7 +53,7 @@ def causal_conv1d_prefill(
     """
     op = "causal_conv1d_prefill"
     require_dims(op, x=(x, 2), cu_seqlens=(cu_seqlens, 1))
-    width = _check(op, x, weight, bias, conv_states, activation)
+    width = check_conv1d(op, x, weight, bias, conv_states, activation)
     total, channels = x.shape
     batch = cu_seqlens.shape[0] - 1
     require(batch >= 0, op, "cu_seqlens must have B+1 >= 1 entries")
@@ -124,7 +109,7 @@ def causal_conv1d_update(
     """
     op = "causal_conv1d_update"
     require_dims(op, x=(x, 2))
-    width = _check(op, x, weight, bias, conv_states, activation)
+    width = check_conv1d(op, x, weight, bias, conv_states, activation)
     batch = x.shape[0]
     check_slots(op, slots, batch, conv_states.shape[0], host_check=False)
     window = torch.cat(

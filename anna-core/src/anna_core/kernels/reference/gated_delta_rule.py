@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from anna_core.kernels.reference._checks import check_slots, require, require_dims, sequence_lengths
+from anna_core.kernels.checks import check_gated_delta_rule, check_slots, require_dims, sequence_lengths
 
 CHUNK_SIZE = 64
 """Tokens per chunk of the prefill scan."""
@@ -38,20 +38,6 @@ CHUNK_SIZE = 64
 _CHUNK_HEADS_PER_PASS = 512
 """Chunk x value-head pairs whose chunk-local terms are materialised at once (about 120 MB at
 K = V = 128), so prefill memory stays bounded however long the prompt."""
-
-
-def _check_common(op: str, q, k, v, g, beta, states) -> tuple[int, int]:
-    require(q.shape == k.shape, op, f"q and k must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}")
-    n, h_k, d_k = q.shape
-    h_v, d_v = v.shape[1], v.shape[2]
-    require(v.shape[0] == n, op, f"v has {v.shape[0]} rows, q has {n}")
-    require(h_k > 0 and h_v % h_k == 0, op, f"H_v={h_v} must be a positive multiple of H_k={h_k}")
-    require(tuple(g.shape) == (n, h_v), op, f"g must be [{n}, {h_v}], got {tuple(g.shape)}")
-    require(tuple(beta.shape) == (n, h_v), op, f"beta must be [{n}, {h_v}], got {tuple(beta.shape)}")
-    require(states.dim() == 4 and tuple(states.shape[1:]) == (h_v, d_k, d_v), op,
-            f"states must be [S, {h_v}, {d_k}, {d_v}], got {tuple(states.shape)}")
-    require(states.dtype == torch.float32, op, f"states must be float32, got {states.dtype}")
-    return h_k, h_v // h_k
 
 
 def _chunk_layout(lens: list[int], device: torch.device) -> tuple[torch.Tensor, list[int], list[int], list[int]]:
@@ -164,7 +150,7 @@ def gated_delta_rule_prefill(
     """
     op = "gated_delta_rule_prefill"
     require_dims(op, q=(q, 3), k=(k, 3), v=(v, 3), g=(g, 2), beta=(beta, 2))
-    groups, rep = _check_common(op, q, k, v, g, beta, states)
+    groups, rep = check_gated_delta_rule(op, q, k, v, g, beta, states)
     total, _, d_k = q.shape
     h_v, d_v = v.shape[1], v.shape[2]
     lens = sequence_lengths(op, cu_seqlens, total)
@@ -228,7 +214,7 @@ def gated_delta_rule_decode(
     """
     op = "gated_delta_rule_decode"
     require_dims(op, q=(q, 3), k=(k, 3), v=(v, 3), g=(g, 2), beta=(beta, 2))
-    groups, rep = _check_common(op, q, k, v, g, beta, states)
+    groups, rep = check_gated_delta_rule(op, q, k, v, g, beta, states)
     batch, _, d_k = q.shape
     h_v, d_v = v.shape[1], v.shape[2]
     check_slots(op, slots, batch, states.shape[0], host_check=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from anna_core.kernels.reference._checks import require
+from anna_core.kernels.checks import require
 
 
 def _normalise(x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from anna_core.kernels.reference._checks import require, require_dims, sequence_lengths
+from anna_core.kernels.checks import check_paged_attention, require, require_dims, sequence_lengths
 
 
 def reshape_and_cache(
@@ -99,16 +99,9 @@ def paged_attention(
     op = "paged_attention"
     require_dims(op, q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4), seq_lens=(seq_lens, 1),
                  block_tables=(block_tables, 2))
-    require(k_cache.shape == v_cache.shape, op, "k_cache and v_cache must have the same shape")
-    n_blocks, block_size, h_kv, dim = k_cache.shape
-    h_q = q.shape[1]
-    require(q.shape[2] == dim, op, f"q head dim {q.shape[2]} differs from the cache's {dim}")
-    require(h_q % h_kv == 0, op, f"H_q={h_q} must be a multiple of H_kv={h_kv}")
-    require(sliding_window is None or sliding_window >= 1, op, f"sliding_window must be >= 1, got {sliding_window}")
     q_lens = sequence_lengths(op, cu_seqlens_q, q.shape[0])
-    batch = len(q_lens)
-    require(seq_lens.shape[0] == batch and block_tables.shape[0] == batch, op,
-            f"seq_lens {tuple(seq_lens.shape)} and block_tables {tuple(block_tables.shape)} must have B={batch} rows")
+    check_paged_attention(op, q, k_cache, v_cache, seq_lens, block_tables, sliding_window, len(q_lens))
+    n_blocks, block_size = k_cache.shape[:2]
     ctx_lens = seq_lens.tolist()
     for i, (n_q, n_ctx) in enumerate(zip(q_lens, ctx_lens)):
         require(n_q <= n_ctx, op, f"sequence {i} has {n_q} queries but context length {n_ctx}")

@@ -63,6 +63,11 @@ def test_partial_rotary_and_mrope_match_qwen35():
     torch.testing.assert_close(mq, hq[0].transpose(0, 1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mk, hk[0].transpose(0, 1), rtol=1e-5, atol=1e-5)
     assert torch.equal(mq[..., 64:], q[..., 64:])
+    # a precomputed (cos, sin) shared across layers, and q|k heads rotated side by side, give the same result
+    shared = mine.cos_sin(pos)
+    sq, sk = mine(torch.full_like(pos, -1), q, k, cos_sin=shared)  # positions unread when cos_sin is given
+    assert torch.equal(sq, mq) and torch.equal(sk, mk)
+    assert torch.equal(mine.rotate(torch.cat([q, k], dim=1), shared), torch.cat([mq, mk], dim=1))
 
 
 def test_rotary_rejects_bad_parameters():

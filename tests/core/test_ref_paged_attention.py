@@ -65,6 +65,20 @@ def test_mixed_batch_matches_dense(dtype, h_q, h_kv, window):
         torch.testing.assert_close(out[offs[i] : offs[i + 1]].double(), ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("h_q,h_kv", [(2, 2), (6, 1)])
+@pytest.mark.parametrize("n_ctx", [1, 4, 10])
+def test_single_sequence_decode_matches_dense(dtype, h_q, h_kv, n_ctx):
+    # batch-1 decode takes its own path (no mask); the NaN-filled slots past n_ctx must stay unread
+    k_cache, v_cache, tables, [(k, v)] = build_cache([n_ctx], h_kv, dtype, seed=n_ctx)
+    q = torch.randn(1, h_q, D, generator=torch.Generator().manual_seed(7)).to(dtype)
+    cu_q = torch.tensor([0, 1], dtype=torch.int32)
+    out = paged_attention(q, k_cache, v_cache, cu_q, torch.tensor([n_ctx], dtype=torch.int32), tables, 0.4, None)
+    assert out.shape == q.shape and out.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.double(), dense(q, k, v, 0.4, None), atol=tol, rtol=tol)
+
+
 def test_chunked_prefill_equals_full_prefill():
     n, h = 11, 2
     k_cache, v_cache, tables, _ = build_cache([n], h, torch.float32, seed=3)

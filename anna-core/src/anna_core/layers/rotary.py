@@ -143,6 +143,16 @@ class RotaryEmbedding(nn.Module):
             angles = pos * inv_freq[None, :]
         return torch.cos(angles), torch.sin(angles)
 
+    def rotate(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """x: ``[T, N, D]`` (any number of heads ``N``) rotated by ``cos_sin`` from :meth:`cos_sin`
+        (``[T, rotary_dim // 2]`` each). Math in float32; the output keeps x's dtype.
+
+        Lets a model compute ``cos_sin`` once per forward pass and share it across its layers, and
+        rotate q and k heads that sit side by side in one call.
+        """
+        cos, sin = cos_sin[0][:, None, :], cos_sin[1][:, None, :]  # [T, 1, rotary_dim/2]
+        return self._rotate(x, cos, sin)
+
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = self.rotary_dim // 2
         x1 = x[..., :half].float()
@@ -152,14 +162,17 @@ class RotaryEmbedding(nn.Module):
             return rot
         return torch.cat((rot, x[..., self.rotary_dim :]), dim=-1)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """positions: ``[T]`` int64 (or ``[3, T]``); q: ``[T, H, D]``; k: ``[T, H_kv, D]`` -> rotated (q, k).
 
-        Math in float32; outputs keep the inputs' dtypes.
+        ``cos_sin``: optional ``self.cos_sin(positions)`` computed once by the caller (e.g. per forward
+        pass, shared by all layers); when given, ``positions`` is not read. Math in float32; outputs
+        keep the inputs' dtypes.
         """
-        cos, sin = self.cos_sin(positions)
-        cos, sin = cos[:, None, :], sin[:, None, :]  # [T, 1, rotary_dim/2]
-        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        if cos_sin is None:
+            cos_sin = self.cos_sin(positions)
+        return self.rotate(q, cos_sin), self.rotate(k, cos_sin)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}"

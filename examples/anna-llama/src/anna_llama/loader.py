@@ -68,9 +68,17 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     else:
         load_safetensors(model, source.root, safetensors_name_map(cfg), device=device)
     tokenizer = _folder_tokenizer(source.root, chat_template, required=load_format != "dummy")
+    _prepare(model, device)
     generation = read_generation_defaults(source.root, config_eos=source.config.get("eos_token_id"),
                                           tokenizer=tokenizer)
     return _loaded(model.eval(), cfg, tokenizer, generation, device, dtype)
+
+
+def _prepare(model: LlamaForCausalLM, device: torch.device) -> None:
+    """Merge the projections; on the CPU also lay the weights out column-major (faster decode)."""
+    model.merge_projections()
+    if torch.device(device).type == "cpu":
+        model.use_column_major_weights()
 
 
 def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype, ops: Any,
@@ -86,6 +94,7 @@ def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype,
         materialize_dummy(model, device=device)
     else:
         load_gguf(model, gguf, gguf_name_map, device=device, transform=gguf_transform(cfg))
+    _prepare(model, device)
     tokenizer = load_gguf_tokenizer(source.gguf_files[0], tokenizer_model=gguf.get("tokenizer.ggml.model", None),
                                     pre_type=gguf.get("tokenizer.ggml.pre", None), chat_template=chat_template)
     eos = gguf.get("tokenizer.ggml.eos_token_id", None)

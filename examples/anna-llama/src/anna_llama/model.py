@@ -18,10 +18,27 @@ from torch import nn
 from anna_llama.config import LlamaConfig
 
 
-class LlamaAttention(nn.Module):
-    """q/k/v projections, rotary, paged GQA attention, output projection."""
+def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
+    """One ``nn.Linear`` whose output is the parts' outputs concatenated (weights, and biases when
+    present, stacked along the output dim); a new tensor on the parts' device and dtype."""
+    first = linears[0].weight
+    has_bias = linears[0].bias is not None
+    with torch.device("meta"):
+        merged = nn.Linear(first.shape[1], sum(m.weight.shape[0] for m in linears), bias=has_bias)
+    merged.weight = nn.Parameter(torch.cat([m.weight.detach() for m in linears]), requires_grad=False)
+    if has_bias:
+        merged.bias = nn.Parameter(torch.cat([m.bias.detach() for m in linears]), requires_grad=False)
+    return merged
 
-    def __init__(self, cfg: LlamaConfig, layer: int, ops: OpTable):
+
+class LlamaAttention(nn.Module):
+    """q/k/v projections, rotary, paged GQA attention, output projection.
+
+    After :meth:`merge_projections` one ``qkv_proj`` (rows: q, then k, then v) replaces the three
+    input projections, and q and k are rotated in one call.
+    """
+
+    def __init__(self, cfg: LlamaConfig, layer: int, ops: OpTable, rotary: RotaryEmbedding):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         bias = cfg.attention_bias
@@ -29,31 +46,49 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=bias)
-        self.rotary = RotaryEmbedding(self.head_dim, self.head_dim, cfg.rope_parameters, ops)
+        self.qkv_proj: nn.Linear | None = None
+        self.rotary = rotary  # one instance shared by all layers (no parameters)
         self.attn = PagedAttention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim**-0.5, layer, ops)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
-        """x: ``[T, hidden]`` -> ``[T, hidden]``."""
-        t = x.shape[0]
-        q = self.q_proj(x).view(t, self.num_heads, self.head_dim)  # q: [T, H, D]
-        k = self.k_proj(x).view(t, self.num_kv_heads, self.head_dim)  # k: [T, Hkv, D]
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
-        q, k = self.rotary(batch.positions, q, k)
+    def merge_projections(self) -> None:
+        """Replace ``q_proj``, ``k_proj``, ``v_proj`` by one ``qkv_proj`` (same input, one GEMM).
+        Call once the weights are loaded; idempotent; the math is unchanged."""
+        if self.qkv_proj is None:
+            self.qkv_proj = merge_linears([self.q_proj, self.k_proj, self.v_proj])
+            del self.q_proj, self.k_proj, self.v_proj
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
+                cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x: ``[T, hidden]`` -> ``[T, hidden]``; ``cos_sin``: ``self.rotary.cos_sin(batch.positions)``
+        when the caller computed it once for all layers (None: computed here)."""
+        t, h, h_kv = x.shape[0], self.num_heads, self.num_kv_heads
+        if cos_sin is None:
+            cos_sin = self.rotary.cos_sin(batch.positions)
+        if self.qkv_proj is None:
+            q = self.q_proj(x).view(t, h, self.head_dim)  # q: [T, H, D]
+            k = self.k_proj(x).view(t, h_kv, self.head_dim)  # k: [T, Hkv, D]
+            v = self.v_proj(x).view(t, h_kv, self.head_dim)
+            q, k = self.rotary(batch.positions, q, k, cos_sin=cos_sin)
+        else:
+            qkv = self.qkv_proj(x).view(t, h + 2 * h_kv, self.head_dim)  # [T, H + 2 Hkv, D]
+            qk = self.rotary.rotate(qkv[:, : h + h_kv], cos_sin)  # q and k heads in one call
+            q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + h_kv :]
         o = self.attn(q, k, v, batch, caches)  # o: [T, H, D]
-        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+        return self.o_proj(o.reshape(t, h * self.head_dim))
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, cfg: LlamaConfig, layer: int, ops: OpTable):
+    def __init__(self, cfg: LlamaConfig, layer: int, ops: OpTable, rotary: RotaryEmbedding):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops)
-        self.self_attn = LlamaAttention(cfg, layer, ops)
+        self.self_attn = LlamaAttention(cfg, layer, ops, rotary)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops)
         self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
-        """x: ``[T, hidden]`` -> ``[T, hidden]``."""
-        h = x + self.self_attn(self.input_layernorm(x), batch, caches)
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
+                cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x: ``[T, hidden]`` -> ``[T, hidden]``; ``cos_sin`` as in :meth:`LlamaAttention.forward`."""
+        h = x + self.self_attn(self.input_layernorm(x), batch, caches, cos_sin)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -61,7 +96,8 @@ class LlamaModel(nn.Module):
     def __init__(self, cfg: LlamaConfig, ops: OpTable):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, i, ops) for i in range(cfg.num_hidden_layers))
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.head_dim, cfg.rope_parameters, ops)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, i, ops, self.rotary) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops)
 
 
@@ -73,7 +109,9 @@ class LlamaForCausalLM(nn.Module):
         ops: kernel ops bound to the serving device and dtype.
 
     Parameters (HF names): ``model.embed_tokens.weight`` ``[V, H]``, ``model.layers.{i}.*``,
-    ``model.norm.weight`` and, when untied, ``lm_head.weight`` ``[V, H]``.
+    ``model.norm.weight`` and, when untied, ``lm_head.weight`` ``[V, H]``. After
+    :meth:`merge_projections` (the loader calls it), ``self_attn.qkv_proj`` and ``mlp.gate_up_proj``
+    replace the q/k/v and gate/up projections.
     """
 
     def __init__(self, cfg: LlamaConfig, ops: OpTable):
@@ -86,11 +124,30 @@ class LlamaForCausalLM(nn.Module):
             attention=AttentionCacheSpec(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim)
         )
 
+    def merge_projections(self) -> None:
+        """Merge the projections that read the same input (attention ``q|k|v_proj``, MLP
+        ``gate|up_proj``) into one matrix each. The loader calls it once the weights are in place;
+        the math is unchanged."""
+        for layer in self.model.layers:
+            layer.self_attn.merge_projections()
+            layer.mlp.merge_gate_up()
+
+    def use_column_major_weights(self) -> None:
+        """Store every projection matrix (and the LM head) transposed in memory, keeping its
+        ``[out, in]`` shape: on the CPU a one-token matrix-vector product streams such a weight about
+        twice as fast as a row-major one (decode is memory-bound), at a small cost for mid-size
+        prompts. The values, shapes and parameter names are unchanged. Call after loading/merging."""
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Embedding)) and module.weight.is_contiguous():
+                    module.weight = nn.Parameter(module.weight.t().contiguous().t(), requires_grad=False)
+
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
         x = self.model.embed_tokens(batch.input_ids)  # x: [T, H]
+        cos_sin = self.model.rotary.cos_sin(batch.positions)  # once per pass, shared by every layer
         for layer in self.model.layers:
-            x = layer(x, batch, caches)
+            x = layer(x, batch, caches, cos_sin)
         return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -108,6 +108,8 @@ def paged_attention(
         require(-(-n_ctx // block_size) <= block_tables.shape[1], op,
                 f"sequence {i} needs {-(-n_ctx // block_size)} blocks, block_tables has {block_tables.shape[1]}")
 
+    if len(q_lens) == 1 and q_lens[0] == 1 and sliding_window is None:
+        return _decode_one(q, k_cache, v_cache, ctx_lens[0], block_tables[0], scale)
     out = torch.empty_like(q)
     starts = cu_seqlens_q.tolist()
     tables = block_tables.to(device=q.device, dtype=torch.long).clamp(0, n_blocks - 1)
@@ -141,6 +143,20 @@ def _allowed(q_pos: torch.Tensor, k_pos: torch.Tensor, sliding_window: int | Non
     if sliding_window is not None:
         allowed = allowed & (k_pos > q_pos - sliding_window)
     return allowed
+
+
+def _decode_one(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, n_ctx: int, table: torch.Tensor,
+                scale: float) -> torch.Tensor:
+    """The single-sequence decode step without a window (batch-1 generation): the one query sees every
+    cached key, so no mask, padding or index bookkeeping is needed. q ``[1, H_q, D]`` -> ``[1, H_q, D]``."""
+    n_blocks, block_size = k_cache.shape[:2]
+    blocks = table[: -(-n_ctx // block_size)].to(device=q.device, dtype=torch.long).clamp(0, n_blocks - 1)
+    k = _gather(k_cache, blocks)[:n_ctx].transpose(0, 1)  # [H_kv, n_ctx, D]
+    v = _gather(v_cache, blocks)[:n_ctx].transpose(0, 1)
+    q_h = q.to(torch.float32).transpose(0, 1)  # [H_q, 1, D]
+    o = F.scaled_dot_product_attention(q_h[None], k[None], v[None], scale=scale,
+                                       enable_gqa=q.shape[1] != k_cache.shape[2])  # [1, H_q, 1, D]
+    return o[0].transpose(0, 1).to(q.dtype)
 
 
 def _decode_batch(q, k_cache, v_cache, out, rows, starts, ctx_lens, tables, scale, sliding_window) -> None:

@@ -156,21 +156,33 @@ class Sampler:
             sorted_logits, order = logits.sort(dim=-1, descending=True)
             if need_k:
                 k = host_tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], torch.int64, dev)
-                ranks = torch.arange(vocab, device=dev)
-                sorted_logits = sorted_logits.masked_fill(ranks[None, :] >= k[:, None], _NEG_INF)
+                sorted_logits = mask_top_k(sorted_logits, k)
             if need_p:
                 top_p = host_tensor([p.top_p if p.top_p < 1.0 else 2.0 for p in params], torch.float32, dev)
-                probs = sorted_logits.softmax(dim=-1)
-                mass_before = probs.cumsum(dim=-1) - probs
-                drop = mass_before >= top_p[:, None]
-                drop[:, 0] = False
-                sorted_logits = sorted_logits.masked_fill(drop, _NEG_INF)
+                sorted_logits = mask_top_p(sorted_logits, top_p)
             logits = torch.empty_like(logits).scatter_(1, order, sorted_logits)
         if any(p.min_p > 0.0 for p in params):
             min_p = host_tensor([p.min_p for p in params], torch.float32, dev)[:, None]
             probs = logits.softmax(dim=-1)
             logits = logits.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, _NEG_INF)
         return logits
+
+
+def mask_top_k(sorted_logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Keep the ``top_k[i]`` best entries of row ``i`` of descending-sorted logits ``[N, V]``
+    (``top_k``: ``[N]`` int64; ``V`` keeps all); the rest become -inf."""
+    ranks = torch.arange(sorted_logits.shape[1], device=sorted_logits.device)
+    return sorted_logits.masked_fill(ranks[None, :] >= top_k[:, None], _NEG_INF)
+
+
+def mask_top_p(sorted_logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Nucleus filter (Holtzman et al., 2019) on descending-sorted logits ``[N, V]``: drop entries whose
+    preceding probability mass already reaches ``top_p[i]`` (``[N]`` float32; ``>= 1`` keeps all); the
+    best entry always stays."""
+    probs = sorted_logits.softmax(dim=-1)
+    drop = (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
+    drop[:, 0] = False
+    return sorted_logits.masked_fill(drop, _NEG_INF)
 
 
 def graph_safe(requests: list[Request]) -> bool:
@@ -221,13 +233,7 @@ def sample_no_sync(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
     temps = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
     x = logits / temps[:, None]
     sorted_logits, order = x.sort(dim=-1, descending=True)
-    ranks = torch.arange(vocab, device=logits.device)
-    sorted_logits = sorted_logits.masked_fill(ranks[None, :] >= top_k[:, None], _NEG_INF)
-    probs = sorted_logits.softmax(dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs
-    drop = mass_before >= top_p[:, None]
-    drop[:, 0] = False
-    sorted_logits = sorted_logits.masked_fill(drop, _NEG_INF)
+    sorted_logits = mask_top_p(mask_top_k(sorted_logits, top_k), top_p)
     x = torch.empty_like(x).scatter_(1, order, sorted_logits)
     probs = x.softmax(dim=-1)
     x = x.masked_fill(probs < min_p[:, None] * probs.max(dim=-1, keepdim=True).values, _NEG_INF)

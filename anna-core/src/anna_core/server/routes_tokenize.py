@@ -19,13 +19,23 @@ from anna_core.server.request_body import json_body
 from anna_core.server.state import ServerState
 
 
-@post("/tokenize", status_code=200)
-async def tokenize(request: Request, server: ServerState) -> dict[str, Any]:
+async def _body_and_tokenizer(request: Request, server: ServerState, what: str) -> tuple[dict[str, Any], Any]:
+    """The decoded JSON object body and the served tokenizer.
+
+    Raises:
+        InvalidRequestError: the body is not a JSON object, or the model has no tokenizer.
+        ModelNotFoundError: ``model`` names another model.
+    """
     body = await json_body(request)
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object")
     prepare.check_servable(server, body.get("model"))
-    tokenizer = prepare.need_tokenizer(server, "tokenization")
+    return body, prepare.need_tokenizer(server, what)
+
+
+@post("/tokenize", status_code=200)
+async def tokenize(request: Request, server: ServerState) -> dict[str, Any]:
+    body, tokenizer = await _body_and_tokenizer(request, server, "tokenization")
     if "messages" in body:
         chat = protocol.ChatCompletionRequest.from_json({k: v for k, v in body.items()
                                                          if k not in ("add_special_tokens", "return_token_strs")})
@@ -46,11 +56,7 @@ async def tokenize(request: Request, server: ServerState) -> dict[str, Any]:
 
 @post("/detokenize", status_code=200)
 async def detokenize(request: Request, server: ServerState) -> dict[str, Any]:
-    body = await json_body(request)
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    prepare.check_servable(server, body.get("model"))
-    tokenizer = prepare.need_tokenizer(server, "detokenization")
+    body, tokenizer = await _body_and_tokenizer(request, server, "detokenization")
     ids = body.get("tokens")
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
         raise InvalidRequestError("'tokens' must be an array of token ids", param="tokens")

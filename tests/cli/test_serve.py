@@ -85,3 +85,11 @@ def test_busy_port_prints_one_error_line_and_exits_1(tiny_dir):
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: could not start the server on 127.0.0.1:{port} (see the log above)")
     assert "Traceback" not in result.stderr
+
+
+def test_unknown_disabled_kernel_fails_before_listening(tiny_dir):
+    result = CliRunner().invoke(build_cli(), ["serve", "--model-dir", str(tiny_dir), "--port", str(_free_port()),
+                                              "--disable-kernel", "rms_norm:nope"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error: cannot disable kernel 'rms_norm:nope'")
+    assert "Uvicorn running" not in result.stderr

@@ -138,3 +138,17 @@ def test_sample_no_sync_matches_sampler():
     assert got.tolist() == Sampler()(logits, reqs).tolist()
     assert got[0].item() == logits[0].argmax().item()
     assert not graph_safe([Request("x", [1], SamplingParams(presence_penalty=0.5))])
+
+
+def test_time_replay_touches_only_scratch_entries(tiny_dir):
+    engine, accel = _engine(tiny_dir, graphs=True, max_seqs=4)
+    caches = engine.caches
+    before = [t.clone() for t in caches.recurrent_states] + [k.clone() for k, _ in caches.kv]
+    replays = accel.replays
+    ms = engine.runner.graphs.time_replay(4, iters=3)
+    assert ms > 0 and accel.replays == replays + 4  # one warm + three timed
+    after = [t for t in caches.recurrent_states] + [k for k, _ in caches.kv]
+    for b, a in zip(before, after):
+        assert torch.equal(b[:-1], a[:-1])  # every real slot / block untouched
+    with pytest.raises(AnnaError, match="no captured decode graph"):
+        engine.runner.graphs.time_replay(3)

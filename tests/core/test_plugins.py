@@ -80,6 +80,21 @@ def test_kernel_choice_by_priority_and_probe_not_order():
     assert reg.get("rms_norm", ProbeRequest("cuda", "float32")).__name__ == "rms_norm"
 
 
+def test_disabled_kernels_fall_back_to_the_next_choice():
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(_FastKernels(), name="fast")
+    from anna_core import builtin_plugin
+
+    pm.register(builtin_plugin, name="ref")
+    cuda = ProbeRequest("cuda", "bfloat16")
+    for disabled in (["rms_norm:fast"], ["fast"]):
+        reg = KernelRegistry.from_plugins(pm, disabled=disabled)
+        assert reg.get("rms_norm", cuda).__name__ == "rms_norm"  # the reference, not max
+    for bad in (["rms_norm:nope"], ["no_such_op:fast"], ["reference"], ["rms_norm:reference"]):
+        with pytest.raises(ValueError, match="cannot disable kernel"):
+            KernelRegistry.from_plugins(pm, disabled=bad)
+
+
 def test_missing_kernel_is_a_clear_error():
     reg = KernelRegistry([KernelSpec(op="rms_norm", name="fast", impl="builtins:max", priority=1,
                                      probe="tests.core.test_plugins:_probe_cuda_bf16")])

@@ -1,8 +1,11 @@
-"""The fused gated-DeltaNet decode step vs the composition of the torch reference ops (interpreter)."""
+"""The fused gated-DeltaNet decode step (conv update included) vs the composition of the torch reference
+ops, over consecutive steps (interpreter; programs run sequentially there, so the last-arriver
+handshake is checked for its logic, not for races: see the module docs of gdn_decode_fused)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
+from anna_core.kernels.reference import conv1d as ref_conv
 from anna_core.kernels.reference import gated_delta_rule as ref
 from anna_core.kernels.reference import norms as ref_norms
 
@@ -11,10 +14,11 @@ from tests.xpu_kernels._interp import require_triton_interpreter, tol
 require_triton_interpreter()
 
 from anna_xpu_kernels import gated_delta_rule
-from anna_xpu_kernels.gdn_decode_fused import fusable, fused_gdn_decode
+from anna_xpu_kernels.gdn_decode_fused import choose_splits, fusable, fused_gdn_decode
 
-POOL = 5
+POOL = 6
 EPS = 1e-6
+WIDTH = 4
 
 
 def _l2(x):
@@ -22,9 +26,11 @@ def _l2(x):
     return (xf * torch.rsqrt(xf.pow(2).sum(-1, keepdim=True) + 1e-6)).to(x.dtype)
 
 
-def _unfused(qkv, z, a, b, neg_a, dt_bias, w, states, slots, scale, h_k, d_k, d_v):
+def _unfused(raw, conv_w, conv_states, z, a, b, neg_a, dt_bias, w, states, slots, scale, h_k, d_k, d_v):
+    """The layer's separate-op decode path: conv update, L2 norms, gating, decode, gated norm."""
     batch, h_v = a.shape
     key_dim = h_k * d_k
+    qkv = ref_conv.causal_conv1d_update(raw, conv_w, None, conv_states, slots, "silu")
     qk, v = torch.split(qkv, [2 * key_dim, h_v * d_v], dim=-1)
     qk = _l2(qk.reshape(batch, 2 * h_k, d_k))
     q, k = qk[:, :h_k], qk[:, h_k:]
@@ -34,52 +40,83 @@ def _unfused(qkv, z, a, b, neg_a, dt_bias, w, states, slots, scale, h_k, d_k, d_
     return ref_norms.gated_rms_norm(o, z.reshape(batch, h_v, d_v), w, EPS).reshape(batch, h_v * d_v)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("h_k,h_v,d_k,d_v", [(2, 4, 16, 32), (1, 1, 24, 16)])
-def test_fused_step_matches_the_unfused_layer(poison_outputs, dtype, h_k, h_v, d_k, d_v):
-    gen = torch.Generator().manual_seed(h_k * 100 + d_k)
-    batch = 3
+def _inputs(gen, batch, h_k, h_v, d_k, d_v, dtype):
     conv_dim = 2 * h_k * d_k + h_v * d_v
     merged = torch.randn(batch, conv_dim + h_v * d_v + 2 * h_v + 3, generator=gen).to(dtype)  # strided rows
-    qkv, z, b, a = torch.split(merged[:, :-3], [conv_dim, h_v * d_v, h_v, h_v], dim=-1)
+    return torch.split(merged[:, :-3], [conv_dim, h_v * d_v, h_v, h_v], dim=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("h_k,h_v,d_k,d_v,splits", [
+    (2, 4, 16, 32, 1), (2, 4, 16, 32, 2), (1, 2, 16, 32, 4), (2, 2, 16, 32, 2), (1, 1, 24, 16, 1), (1, 1, 16, 24, 2),
+])
+def test_fused_step_matches_the_unfused_layer_over_steps(poison_outputs, dtype, h_k, h_v, d_k, d_v, splits):
+    gen = torch.Generator().manual_seed(h_k * 100 + h_v * 10 + d_k + splits)
+    batch = 3
+    conv_dim = 2 * h_k * d_k + h_v * d_v
+    conv_w = (0.5 * torch.randn(conv_dim, WIDTH, generator=gen)).to(dtype)
     neg_a = -torch.rand(h_v, generator=gen) * 4
     dt_bias = torch.randn(h_v, generator=gen)
     w = (1 + 0.3 * torch.randn(d_v, generator=gen)).to(dtype)
     states = torch.randn(POOL, h_v, d_k, d_v, generator=gen) * 0.5
-    slots = torch.tensor([4, 1, 2])
+    conv_states = torch.randn(POOL, conv_dim, WIDTH - 1, generator=gen).to(dtype)
+    slots = torch.tensor([4, 1, 2])  # non-contiguous, unsorted
     mine, theirs = states.clone(), states.clone()
-    got = fused_gdn_decode(qkv, z, a, b, neg_a, dt_bias, w, EPS, mine, slots, d_k ** -0.5, h_k)
-    want = _unfused(qkv, z, a, b, neg_a, dt_bias, w, theirs, slots, d_k ** -0.5, h_k, d_k, d_v)
-    assert got.dtype == dtype and got.shape == (batch, h_v * d_v)
-    if dtype == torch.float32:
-        torch.testing.assert_close(got, want, **tol(dtype))
-    else:
-        # q, k and o are each rounded to bf16 (toward zero in the interpreter, to nearest in torch), and the
-        # gated norm amplifies those roundings: both must be as close to the float32 layer as each other.
-        up = [t.float() for t in (qkv, z, a, b, neg_a, dt_bias, w)]
-        truth = _unfused(*up, states.clone(), slots, d_k ** -0.5, h_k, d_k, d_v)
+    conv_mine, conv_theirs = conv_states.clone(), conv_states.clone()
+    truth_states, truth_conv = states.clone(), conv_states.float()
+    for _ in range(3):
+        raw, z, b, a = _inputs(gen, batch, h_k, h_v, d_k, d_v, dtype)
+        got = fused_gdn_decode(raw, conv_w, conv_mine, z, a, b, neg_a, dt_bias, w, EPS, mine, slots, d_k ** -0.5, h_k,
+                               num_v_splits=splits)
+        want = _unfused(raw, conv_w, conv_theirs, z, a, b, neg_a, dt_bias, w, theirs, slots, d_k ** -0.5, h_k, d_k, d_v)
+        assert got.dtype == dtype and got.shape == (batch, h_v * d_v)
+        if dtype == torch.float32:
+            torch.testing.assert_close(got, want, **tol(dtype))
+        else:
+            # q, k, v and o are each rounded to bf16 (toward zero in the interpreter, to nearest in torch), and
+            # the gated norm amplifies those roundings: both must be as close to the float32 layer as each other.
+            up = [t.float() for t in (raw, conv_w)] + [truth_conv] + [t.float() for t in (z, a, b, neg_a, dt_bias, w)]
+            truth = _unfused(*up, truth_states, slots, d_k ** -0.5, h_k, d_k, d_v)
 
-        def rel(x):
-            return ((x.float() - truth).norm() / truth.norm()).item()
+            def rel(x, truth=truth):
+                return ((x.float() - truth).norm() / truth.norm()).item()
 
-        assert rel(got) < max(2 * rel(want), 5e-3), (rel(got), rel(want))
-    # q, k are rounded to the activation dtype inside (the interpreter rounds bf16 toward zero, torch to nearest)
-    torch.testing.assert_close(mine, theirs, **tol(dtype))
-    assert torch.equal(mine[[0, 3]], states[[0, 3]])
+            assert rel(got) < max(2 * rel(want), 5e-3), (rel(got), rel(want))
+        torch.testing.assert_close(mine, theirs, **tol(dtype))
+        torch.testing.assert_close(conv_mine, conv_theirs, atol=0, rtol=0)  # the state holds raw inputs: exact
+    assert torch.equal(mine[[0, 3, 5]], states[[0, 3, 5]]) and torch.equal(conv_mine[[0, 3, 5]], conv_states[[0, 3, 5]])
+    counters = fused_gdn_decode.counters.get(raw.device, batch * h_k)
+    assert not counters.any()  # left at zero for the next launch
+
+
+def test_split_choice_fills_the_gpu_and_keeps_wide_chunks():
+    assert choose_splits(16, 128, 128) == 8  # 0.8B batch 1: 128 programs, 16-wide chunks
+    assert choose_splits(32, 128, 128) == 8 and choose_splits(64, 128, 128) == 4
+    assert choose_splits(128, 128, 128) == 2 and choose_splits(256, 128, 128) == 1
+    assert choose_splits(1024, 128, 128) == 1  # 9B batch 32
+    assert choose_splits(1024, 256, 256) == 4  # a [256, 64] tile at most
+    assert choose_splits(1, 16, 24) == 2
 
 
 def test_fused_step_is_exposed_on_the_decode_op_and_bounded():
     assert gated_delta_rule.gated_delta_rule_decode.fused_step is fused_gdn_decode
-    assert fusable(128, 128) and not fusable(256, 128)
+    assert fusable(128, 128) and fusable(256, 256) and not fusable(512, 128)
 
 
 def test_fused_step_bad_arguments_are_clear_errors():
     states = torch.zeros(2, 2, 16, 16)
     qkv = torch.zeros(1, 2 * 16 + 2 * 16)
+    conv_w, conv_s = torch.zeros(64, WIDTH), torch.zeros(2, 64, WIDTH - 1)
+    rest = (torch.zeros(1, 32), torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(2), torch.zeros(2), torch.ones(16),
+            EPS, states, torch.tensor([0]), 0.25, 1)
     with pytest.raises(ValueError, match="columns"):
-        fused_gdn_decode(qkv[:, :-1], torch.zeros(1, 32), torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(2),
-                         torch.zeros(2), torch.ones(16), EPS, states, torch.tensor([0]), 0.25, 1)
+        fused_gdn_decode(qkv[:, :-1], conv_w, conv_s, *rest)
+    with pytest.raises(ValueError, match="conv_states"):
+        fused_gdn_decode(qkv, conv_w, conv_s[:, :, :2], *rest)
+    with pytest.raises(ValueError, match="num_v_splits"):
+        fused_gdn_decode(qkv, conv_w, conv_s, *rest, num_v_splits=3)
     with pytest.raises(ValueError, match="too large"):
-        big = torch.zeros(1, 1, 256, 128)
-        fused_gdn_decode(torch.zeros(1, 2 * 256 + 128), torch.zeros(1, 128), torch.zeros(1, 1), torch.zeros(1, 1),
-                         torch.zeros(1), torch.zeros(1), torch.ones(128), EPS, big, torch.tensor([0]), 0.25, 1)
+        big = torch.zeros(1, 1, 512, 128)
+        fused_gdn_decode(torch.zeros(1, 2 * 512 + 128), torch.zeros(1152, WIDTH), torch.zeros(1, 1152, WIDTH - 1),
+                         torch.zeros(1, 128), torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.zeros(1),
+                         torch.ones(128), EPS, big, torch.tensor([0]), 0.25, 1)

@@ -26,6 +26,10 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, exit_on_anna_errors
               help="Capture decode steps as device graphs (CUDA / XPU).")
 @click.option("--compile-mode", type=click.Choice(["none", "default", "max-autotune"]), default="none",
               show_default=True, help="torch.compile the forward pass before capture.")
+@click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
+              help="Launch the next decode step before reading back the current one.")
+@click.option("--disable-kernel", "disable_kernels", multiple=True, metavar="OP:NAME|NAME",
+              help="Never use this kernel implementation (e.g. linear:triton); repeatable.")
 @click.option("--profile", is_flag=True, help="Also print device time per component of an eager decode step.")
 @click.option("--compare-hf", is_flag=True,
               help="Also time HF transformers generate (with fla when importable) on the same weights.")
@@ -33,7 +37,8 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, exit_on_anna_errors
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @exit_on_anna_errors
 def bench(model_dir: Path, device: str, dtype: str, load_format: str, batch_size: int, input_len: int,
-          output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, profile: bool,
+          output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
+          disable_kernels: tuple[str, ...], profile: bool,
           compare_hf: bool, hf_output_len: int | None, as_json: bool) -> None:
     """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
     from anna_core.bench.engine_bench import BenchSettings, run_bench
@@ -41,7 +46,8 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, batch_size
 
     settings = BenchSettings(model_dir=model_dir, device=device, dtype=dtype, load_format=load_format,
                              batch_size=batch_size, input_len=input_len, output_len=output_len, warmup=warmup,
-                             runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode, profile=profile,
+                             runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode,
+                             async_scheduling=async_scheduling, disable_kernels=disable_kernels, profile=profile,
                              compare_hf=compare_hf, hf_output_len=hf_output_len)
     report = run_bench(settings)
     click.echo(json.dumps(report, indent=1) if as_json else format_report(report))

@@ -31,6 +31,7 @@ OPTION_FIELDS: dict[str, str] = {
     "scheduler_max_waiting_requests": "max_waiting_requests",
     "scheduler_dynamic_token_budget": "dynamic_token_budget",
     "request_timeout_s": "request_timeout_s",
+    "async_scheduling": "async_scheduling",
     "block_size": "block_size",
     "num_kv_blocks": "num_blocks",
     "kv_cache_memory_gib": "kv_cache_memory_gib",
@@ -75,6 +76,9 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Scale the prefill budget from free KV blocks and the decodes' cached lengths."),
         click.option("--request-timeout-s", type=_NON_NEG, default=None,
                      help="End a request running longer than this with an error; 0 = no timeout."),
+        click.option("--async-scheduling/--no-async-scheduling", default=None,
+                     help="Launch the next decode step before reading back the one in flight (host work "
+                          "overlaps device work; with decode graphs). Default on."),
         click.option("--block-size", type=_POS_INT, default=None, help="Tokens per paged KV block. Default 16."),
         click.option("--num-kv-blocks", type=_POS_INT, default=None,
                      help="KV blocks to allocate (overrides the memory sizing)."),

@@ -35,17 +35,19 @@ from anna_cli.options import (
 logger = logging.getLogger("anna.serve")
 
 
-def _kernel_choices(model: Any) -> dict[str, str]:
-    """``{op: implementation}`` chosen so far by the kernel registries the model's ops are bound to."""
-    chosen: dict[str, str] = {}
-    modules = model.modules() if hasattr(model, "modules") else [model]
-    seen: set[int] = set()
-    for module in modules:
-        registry = getattr(getattr(module, "ops", None), "registry", None)
-        if registry is not None and id(registry) not in seen:
-            seen.add(id(registry))
-            chosen.update(registry.chosen())
-    return chosen
+def _check_disabled_kernels(disabled: tuple[str, ...]) -> None:
+    """Fail fast on a ``--disable-kernel`` entry that names no registered implementation.
+
+    Raises:
+        AnnaError: the entry is unknown (or names the torch reference).
+    """
+    from anna_core.errors import AnnaError
+    from anna_core.kernels.registry import KernelRegistry
+
+    try:
+        KernelRegistry.from_plugins(disabled=disabled)
+    except ValueError as exc:
+        raise AnnaError(str(exc)) from exc
 
 
 def _parser(kind: str, flag: str | None, family_default: str) -> Any:
@@ -91,6 +93,7 @@ class BackgroundLoader:
         from anna_core.engine.defaults import default_sampling_fields
         from anna_core.engine.llm_engine import LLMEngine
         from anna_core.errors import AnnaError
+        from anna_core.kernels.registry import chosen_kernels
         from anna_core.loading import load_model
 
         t0 = time.perf_counter()
@@ -122,7 +125,7 @@ class BackgroundLoader:
             engine, loaded.tokenizer, max_model_len=max_len, eos_token_ids=loaded.generation.eos_token_ids,
             checkpoint_sampling=default_sampling_fields(loaded.generation),
             info={"family": loaded.family, "device": str(loaded.device), "dtype": str(loaded.dtype).replace("torch.", ""),
-                  "load_s": round(time.perf_counter() - t0, 3), "kernels": lambda: _kernel_choices(model)},
+                  "load_s": round(time.perf_counter() - t0, 3), "kernels": lambda: chosen_kernels(model)},
         )
         logger.info("model %s ready in %.2f s (family %s, %s, %s)", self.state.model_name, time.perf_counter() - t0,
                     loaded.family, loaded.device, loaded.dtype)
@@ -216,6 +219,8 @@ def _draining_server_class() -> type:
               help="Capture decode steps as device graphs per batch-size bucket (CUDA / XPU; eager on CPU).")
 @click.option("--compile-mode", type=click.Choice(("none", "default", "max-autotune")), default="none",
               show_default=True, help="torch.compile the forward pass before graph capture.")
+@click.option("--disable-kernel", "disable_kernels", multiple=True, metavar="OP:NAME|NAME",
+              help="Never use this kernel implementation (e.g. linear:triton, or fla for all its ops); repeatable.")
 @click.option("--metrics-log-interval-seconds", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="Log a one-line metrics summary this often (0 = never). Full figures: /healthz, /metrics.")
 @exit_on_anna_errors
@@ -224,7 +229,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
           chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
           reasoning_format: str, api_key: str | None, cuda_graph: bool, compile_mode: str,
-          metrics_log_interval_seconds: float, **options: Any) -> None:
+          disable_kernels: tuple[str, ...], metrics_log_interval_seconds: float, **options: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API."""
     import uvicorn
     from anna_core.device import resolve_device
@@ -240,6 +245,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     path, default_name = resolve_model_path(model_dir)
     source = inspect_model_dir(path, gguf_file=gguf_file)  # fail fast: missing folder, unknown family
     family = select_family(source, model_families())
+    _check_disabled_kernels(disable_kernels)
     runner_config = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
                                  warmup=resolve_device(device).type != "cpu")
     if threads is not None:
@@ -261,6 +267,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     loader = BackgroundLoader(
         state, path,
         load_kwargs={"device": device, "dtype": dtype, "load_format": load_format, "gguf_file": gguf_file,
+                     "disable_kernels": disable_kernels,
                      "chat_template": chat_template.read_text() if chat_template else None},
         engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,
         metrics_log_interval_s=metrics_log_interval_seconds,

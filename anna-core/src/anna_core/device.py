@@ -170,6 +170,13 @@ class Accelerator:
 
         return _ctx()
 
+    def event(self) -> object | None:
+        """A device event (``record()`` after enqueued work, ``synchronize()`` to wait for it); None on
+        CPU, where enqueued work has finished when the call returns."""
+        if self._module is None:
+            return None
+        return self._module.Event()
+
     def timer(self) -> StepTimer:
         """A stopwatch measuring device time (events on accelerators, the host clock on CPU)."""
         return StepTimer(self)

@@ -7,6 +7,7 @@ call it with the device, dtype and the kernel registry built from the same plugi
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ def _checkpoint_dtype(source: ModelSource) -> str | None:
 
 
 def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", load_format: str = "auto",
-               gguf_file: str | None = None, chat_template: str | None = None, pm: Any = None) -> LoadedModel:
+               gguf_file: str | None = None, chat_template: str | None = None, pm: Any = None,
+               disable_kernels: Sequence[str] = ()) -> LoadedModel:
     """Load the model at ``model`` (a folder or a ``.gguf`` file).
 
     Args:
@@ -44,11 +46,13 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
         gguf_file: which GGUF file of the folder to load.
         chat_template: a Jinja template overriding the checkpoint's.
         pm: plugin manager (default: the process-wide one).
+        disable_kernels: kernel implementations not to use, ``"op:name"`` or ``"name"`` (see
+            :class:`~anna_core.kernels.KernelRegistry`), e.g. to work around a faulty kernel.
 
     Raises:
         ModelLoadError: missing / broken checkpoint, or the family's package cannot be imported.
         UnsupportedModelError: no installed family serves the checkpoint.
-        AnnaError: bad device, dtype or load format.
+        AnnaError: bad device, dtype, load format or ``disable_kernels`` entry.
     """
     if load_format not in LOAD_FORMATS:
         raise AnnaError(f"unknown load format {load_format!r}; use one of {', '.join(LOAD_FORMATS)}")
@@ -59,8 +63,12 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
     except (ImportError, AttributeError) as exc:
         raise ModelLoadError(f"cannot import the {family.name!r} loader {family.loader!r} "
                              f"(from {family.distribution or 'a plugin'}): {exc}") from exc
+    try:
+        kernels = KernelRegistry.from_plugins(pm, disabled=disable_kernels)
+    except ValueError as exc:
+        raise AnnaError(str(exc)) from exc
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev, _checkpoint_dtype(source))
     log.info("loading %s as family %s on %s in %s", source.root, family.name, dev, dt)
     return loader(source, device=dev, dtype=dt, load_format=load_format,
-                  kernels=KernelRegistry.from_plugins(pm), chat_template=chat_template)
+                  kernels=kernels, chat_template=chat_template)

@@ -91,5 +91,5 @@ class GatedAttention(nn.Module):
             v = v.view(T, self.num_kv_heads, D)  # [T, H_kv, D]
             q, k = self._rotary[0](batch.positions, q, k)
             o = self.attn(q, k, v, batch, caches)  # [T, H, D]
-        o = o * torch.sigmoid(gate)
+        o = self.ops.sigmoid_mul(o, gate)  # o * sigmoid(gate), one launch
         return self.o_proj(o.reshape(T, self.num_heads * D))

@@ -125,7 +125,11 @@ class GatedDeltaNet(nn.Module):
     def _fused_step(self):
         """The decode op's fused layer step (``fused_step`` attribute of the chosen
         ``gated_delta_rule_decode`` implementation, e.g. anna-xpu-kernels' Triton one), or None when
-        the implementation has none, the head dims cannot be fused or projections are not merged."""
+        the implementation has none, the head dims cannot be fused or projections are not merged.
+
+        Its signature: ``fused(qkv_before_conv [T, C], conv_w [C, W], conv_states [S, C, W-1], z, a, b,
+        neg_a, dt_bias, norm_weight, norm_eps, states, slots, scale, num_k_heads) -> [T, H_v*V]``; it
+        also performs the conv1d update (the separate ``causal_conv1d_update`` is skipped)."""
         if self._neg_a is None:
             return None
         fused = getattr(self.ops.gated_delta_rule_decode, "fused_step", None)
@@ -144,12 +148,12 @@ class GatedDeltaNet(nn.Module):
 
         qkv, z, b, a = self._project(x)  # [T, C], [T, H_v*V], [T, H_v], [T, H_v]
         if batch.is_decode:
-            qkv = self.ops.causal_conv1d_update(qkv, conv_w, None, conv_states, slots, "silu")
             fused = self._fused_step()
-            if fused is not None:  # L2 norm, gating, recurrent update and gated norm in one kernel
-                o = fused(qkv, z, a, b, self._neg_a, self.dt_bias, self.norm.weight, self.norm.eps, states, slots,
-                          self.scale, self.num_k_heads)
+            if fused is not None:  # conv update, L2 norm, gating, recurrent update and gated norm in one kernel
+                o = fused(qkv, conv_w, conv_states, z, a, b, self._neg_a, self.dt_bias, self.norm.weight,
+                          self.norm.eps, states, slots, self.scale, self.num_k_heads)
                 return self.out_proj(o)
+            qkv = self.ops.causal_conv1d_update(qkv, conv_w, None, conv_states, slots, "silu")
         else:
             qkv = self.ops.causal_conv1d_prefill(qkv, conv_w, None, batch.cu_seqlens, conv_states, slots, "silu")
         qk, v = torch.split(qkv, [2 * self.key_dim, self.value_dim], dim=-1)

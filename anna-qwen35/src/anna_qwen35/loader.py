@@ -10,6 +10,7 @@ import torch
 from anna_core.errors import ModelLoadError
 from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.layers.linear import use_linear_op
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.weights.safetensors_loader import (
@@ -66,12 +67,14 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if source.format != "safetensors":
         raise ModelLoadError("anna-qwen35 cannot load GGUF Qwen3.5 checkpoints yet; use the safetensors folder")
     cfg = Qwen35Config.from_hf(source.config)
-    model = build_model(cfg, bind_ops(kernels, device, dtype), dtype)
+    ops = bind_ops(kernels, device, dtype)
+    model = build_model(cfg, ops, dtype)
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init)
     else:
         load_safetensors(model, source.root, name_map(cfg), device=device)
     model.merge_projections()
+    use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
     model.raw_config = source.config
     model.eval()
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
@@ -32,7 +31,13 @@ FLOAT32_PARAMS = ("A_log", "dt_bias")
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block: token mixer (gated DeltaNet or gated attention), then SwiGLU MLP."""
+    """Pre-norm residual block: token mixer (gated DeltaNet or gated attention), then SwiGLU MLP.
+
+    Residual-stream form: the layer receives the previous block's output ``h`` and the residual
+    stream it has not yet been added to, and returns the same pair; each add is fused into the norm
+    that follows it (``add_rms_norm``), the last one into the model's final norm. The math is HF's
+    ``h = h + mixer(norm(h)); h = h + mlp(norm(h))`` with the same roundings.
+    """
 
     def __init__(self, cfg: Qwen35Config, layer_type: str, cache_index: int, rotary: RotaryEmbedding, ops: Any):
         super().__init__()
@@ -41,15 +46,19 @@ class DecoderLayer(nn.Module):
             self.self_attn = GatedAttention(cfg, cache_index, rotary, ops)
         else:
             self.linear_attn = GatedDeltaNet(cfg, cache_index, ops)
-        self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size, ops)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
 
-    def forward(self, h: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
-        """h: ``[T, hidden]`` -> ``[T, hidden]``."""
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch,
+                caches: ModelCaches) -> tuple[torch.Tensor, torch.Tensor]:
+        """h, residual: ``[T, hidden]`` (residual None in the first layer: the stream starts at h)
+        -> ``(mlp output, residual stream before adding it)``, both ``[T, hidden]``."""
         mixer = self.self_attn if self.layer_type == FULL else self.linear_attn
-        h = h + mixer(self.input_layernorm(h), batch, caches)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        x, residual = self.input_layernorm.add_and_norm(h, residual)  # residual = h + residual
+        h = mixer(x, batch, caches)
+        x, residual = self.post_attention_layernorm.add_and_norm(h, residual)
+        return self.mlp(x), residual
 
 
 class Qwen35TextModel(nn.Module):
@@ -68,9 +77,10 @@ class Qwen35TextModel(nn.Module):
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         h = self.embed_tokens(batch.input_ids)  # [T, hidden]
+        residual = None
         for layer in self.layers:
-            h = layer(h, batch, caches)
-        return self.norm(h)
+            h, residual = layer(h, residual, batch, caches)
+        return self.norm.add_and_norm(h, residual)[0]  # the last residual add fused into the final norm
 
 
 class Qwen35ForCausalLM(nn.Module):
@@ -86,6 +96,7 @@ class Qwen35ForCausalLM(nn.Module):
     def __init__(self, cfg: Qwen35Config, ops: Any):
         super().__init__()
         self.config = cfg
+        self.ops = ops
         self.model = Qwen35TextModel(cfg, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.cache_spec = CacheSpec(
@@ -140,7 +151,7 @@ class Qwen35ForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        return self.ops.linear(hidden, weight, None).float()
 
 
 def keep_float32(param_name: str) -> bool:

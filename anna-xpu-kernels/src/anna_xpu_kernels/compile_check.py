@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr": "i32", "seq_lens_ptr": "i32",
-               "tables_ptr": "i32", "tile_seq_ptr": "i32", "tile_first_ptr": "i32"}
-_FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr"}
+               "tables_ptr": "i32", "tile_seq_ptr": "i32", "tile_first_ptr": "i32",
+               "count_ptr": "i32"}
+_FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr"}
 _FLOAT_SCALARS = {"eps", "scale", "qk_scale"}
 
 
@@ -39,6 +40,7 @@ def _signature(fn, act: str, constexprs: dict[str, Any]) -> dict[str, str]:
 def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     """(kernel, activation type, constexprs, num_warps) at the Qwen3.5-9B shapes."""
     from anna_xpu_kernels import (
+        activations,
         conv1d,
         gated_delta_rule,
         gdn_decode_fused,
@@ -56,8 +58,12 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                                   "BLOCK_C": 128}, 4
         yield conv1d._conv_prefill_state_kernel, act, {"WIDTH": 4, "BLOCK_W": 4, "BLOCK_C": 256}, 4
         yield gated_delta_rule._gdr_decode_kernel, act, {"BLOCK_K": 128, "BLOCK_V": 32}, 4
-        yield gdn_decode_fused._fused_gdn_decode_kernel, act, {"BLOCK_K": 128, "BLOCK_V": 128}, 8
+        yield gdn_decode_fused._fused_gdn_decode_kernel, act, {  # V split in 8: the last-arriver path
+            "WIDTH": 4, "BLOCK_W": 4, "BLOCK_K": 128, "BLOCK_V": 16, "BLOCK_VH": 128, "NUM_SPLITS": 8}, 4
         yield qk_norm_rope._qk_norm_rope_cache_kernel, act, {"ZERO_CENTERED": True, "BLOCK_D": 256}, 4
+        yield norms._add_rms_norm_kernel, act, {"ZERO_CENTERED": True, "BLOCK_M": 1, "BLOCK_D": 4096}, 8
+        yield activations._silu_and_mul_kernel, act, {"BLOCK_M": 1, "BLOCK_N": 1024}, 4
+        yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256}, 4
     attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32}
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": True}, 4
@@ -66,6 +72,21 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     yield paged_attention._paged_attention_kernel, "fp32", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": False, "UPCAST_DOT": True}, 4
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256}, 8
+    yield from _gemv_cases()
+
+
+def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    """The decode GEMV (CUDA-core and tensor-core paths, split or not) and its split-K reduce (its
+    ``weight_ptr`` / ``bias_ptr`` have the activation type, ``ws_ptr`` is float32)."""
+    from anna_xpu_kernels import gemv
+
+    base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1}
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False}, 4
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
+                                      "SPLIT_K": 4, "HAS_BIAS": True}, 4
+    yield gemv._gemv_kernel, "fp32", {**base, "BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
+                                      "UPCAST_DOT": True, "EVEN_K": False}, 4
+    yield gemv._splitk_reduce_kernel, "bf16", {"SPLIT_K": 4, "HAS_BIAS": True, "BLOCK": 1024}, 4
 
 
 def compile_all(arch: int = 90) -> list[str]:

@@ -1,90 +1,242 @@
-"""One fused gated-DeltaNet decode step after the conv: L2 norm, decay / write strength, the recurrent
-update of the slot state in place, and the SiLU-gated RMSNorm of the output, in one Triton launch.
+"""One fused gated-DeltaNet decode step from the raw projection: the causal conv1d update + SiLU, the
+L2 norms, decay / write strength, the recurrent update of the slot state in place, and the SiLU-gated
+RMSNorm of the output, in one Triton launch.
 
 Math (Yang, Kautz & Hatamizadeh, "Gated Delta Networks", 2024; Qwen3.5's gated DeltaNet layer), per
 sequence ``b`` and value head ``h`` (key head ``hk = h // (H_v / H_k)``), exactly the composition of
 the torch references the unfused layer calls, each intermediate rounded to the activation dtype
 where the unfused layer rounds it::
 
-    q = l2norm(q_raw[hk]),  k = l2norm(k_raw[hk])          # x * rsqrt(sum(x^2) + 1e-6)
+    c = silu(sum_w conv_w[:, w] * [conv_state, x][:, w])   # per channel; state := [conv_state[1:], x]
+    q = l2norm(c_q[hk]),  k = l2norm(c_k[hk]),  v = c_v[h]   # l2norm: x * rsqrt(sum(x^2) + 1e-6)
     g = neg_a[h] * softplus(a[h] + dt_bias[h]),  beta = sigmoid(b[h])      (float32)
     S = exp(g) * S;  u = beta * (v - S^T k);  S = S + k u^T;  o = S^T (scale * q)
     y = o * rsqrt(mean(o^2) + eps) * w * silu(z[h])
 
-One program owns one (sequence, value head) and holds the whole ``[K, V]`` float32 state slice in
-registers (the gated norm needs every value of the head), so no other program touches it and the
-in-place update needs no synchronisation and no host sync. Heads with ``K * V > 16384`` are not
-fused (:func:`fusable` is False; callers use the separate ops).
+Work split. The grid has ``B * H_v * NV`` programs: program ``(b, h, j)`` owns the value columns
+``j*BLOCK_V .. (j+1)*BLOCK_V`` of head ``h`` (``NV`` chunks; the recurrent update and ``o = S^T q``
+are independent per value column). It holds its ``[K, BLOCK_V]`` float32 state slice in registers
+and is the only program that reads or writes it, and the only one that touches the conv channels of
+its value columns. ``NV`` is chosen from the batch so that small batches still fill the GPU.
+
+Two things couple programs, and both are resolved by one *last-arriver* handshake per group
+``(b, hk)`` of the ``G = (H_v / H_k) * NV`` programs that share key head ``hk``:
+
+* The q / k conv channels of key head ``hk`` are read by all ``G`` programs (each recomputes the
+  q / k conv output from the OLD conv state plus x). Their new conv state may only be written after
+  every reader has read the old one.
+* With ``NV > 1`` the gated RMSNorm needs the whole head's ``o``.
+
+Each program (1) reads everything it needs from the conv state, (2) writes its un-normalised ``o``
+chunk into the output ``y`` (only when ``NV > 1``), (3) waits at a CTA barrier (all its threads'
+memory accesses are performed), then (4) one thread does ``atomic_add(counter[b, hk], 1)`` with
+acquire-release semantics at GPU scope. The program that sees ``G - 1`` arrives last: by the
+release / acquire pairing every other program of the group has finished all its reads of the q / k
+conv state and all its ``o`` stores, so only then does it (5) write the group's new q / k conv state
+(no program reads it after this in this launch), (6) normalise the ``H_v / H_k`` heads of the group
+in ``y`` (loads bypass L1), and (7) reset the counter to 0 so the next launch (e.g. a CUDA-graph
+replay) starts from zero. Every conv-state channel is therefore written by exactly one program,
+after all of its reads. With ``G == 1`` (``H_v == H_k`` and ``NV == 1``) no counter is used: the
+one program reads then writes its own channels, with a CTA barrier between. Under
+``TRITON_INTERPRET=1`` programs run one after another, so the CPU tests cannot exercise the race;
+the argument above is what makes it race-free.
+
+The counters are ``int32`` words on the device (``B * H_k`` of them), zero between launches; they are
+allocated once per device by :class:`CounterPool` (grown on an eager call when a larger batch
+arrives: the engine warms every batch bucket up eagerly before it captures a graph). No host sync.
+Heads with ``K > 256`` or ``V > 256`` are not fused (:func:`fusable` is False; callers use the
+separate ops).
 """
 
 from __future__ import annotations
 
 import torch
-from anna_core.kernels.checks import check_slots, require
+from anna_core.kernels.checks import check_conv1d, check_slots, require
 
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
 
 L2_EPS = tl.constexpr(1e-6)
+MAX_HEAD_DIM = 256
 MAX_TILE = 16384
-_CONFIGS = [triton.Config({}, num_warps=w) for w in (2, 4, 8, 16)]
+"""Largest ``[K, BLOCK_V]`` float32 state tile one program holds in registers."""
+TARGET_PROGRAMS = 256
+"""Split V until the grid has at least this many programs (about twice an H100/H200's 132 SMs). On an
+H200 (bf16, K = V = 128, graph-replayed) B * H_v = 16 or 32 ran fastest with NV = 8, 128 with NV = 2,
+and 256 or more with NV = 1 (more, thinner programs only add redundant q / k conv work there)."""
+MIN_BLOCK_V = 16
+_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16)]
 
 
 def fusable(d_k: int, d_v: int) -> bool:
-    """Whether one program can hold a ``[d_k, d_v]`` state slice (padded to powers of two) in registers."""
-    return next_pow2(d_k) * next_pow2(d_v) <= MAX_TILE
+    """Whether the fused step supports ``[d_k, d_v]`` heads (both at most 256)."""
+    return 0 < d_k <= MAX_HEAD_DIM and 0 < d_v <= MAX_HEAD_DIM
 
 
-@autotune(_CONFIGS, fixed=triton.Config({}, num_warps=4), key=["d_k", "d_v", "BLOCK_K", "BLOCK_V"],
-          restore_value=["state_ptr"])
+def choose_splits(rows: int, d_k: int, d_v: int) -> int:
+    """Number ``NV`` of value chunks per head for ``rows = B * H_v`` (sequence, head) pairs.
+
+    The smallest power of two with ``rows * NV >= TARGET_PROGRAMS``, keeping chunks at least 16 wide
+    (``NV = 1`` for large batches), raised until a ``[K, BLOCK_V]`` tile fits in :data:`MAX_TILE`.
+    """
+    block_k, block_v = next_pow2(d_k), next_pow2(d_v)
+    splits = 1
+    while block_k * (block_v // splits) > MAX_TILE:
+        splits *= 2
+    while rows * splits < TARGET_PROGRAMS and block_v // (2 * splits) >= MIN_BLOCK_V:
+        splits *= 2
+    return splits
+
+
+class CounterPool:
+    """Per-device ``int32`` arrival counters of the last-arriver handshake, zero between launches.
+
+    One buffer per device, grown (never shrunk) when a launch needs more words; a new buffer is
+    zero-filled when allocated, and every launch leaves the words it used at zero.
+    """
+
+    def __init__(self, min_words: int = 4096):
+        self.min_words = min_words
+        self._buffers: dict[torch.device, torch.Tensor] = {}
+
+    def get(self, device: torch.device, words: int) -> torch.Tensor:
+        """At least ``words`` zeroed int32 counters on ``device``."""
+        buf = self._buffers.get(device)
+        if buf is None or buf.numel() < words:
+            buf = torch.zeros(max(words, self.min_words, 2 * (0 if buf is None else buf.numel())),
+                              dtype=torch.int32, device=device)
+            self._buffers[device] = buf
+        return buf
+
+
+@triton.jit
+def _conv_silu(x_row, cw_ptr, cs_base, ch, ok, stride_cwc, stride_cww, stride_cc, stride_cw,
+               WIDTH: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Conv + SiLU of channels ``ch`` (float32 ``[N]``) and their ``[N, BLOCK_W]`` window (oldest first)."""
+    j = tl.arange(0, BLOCK_W)
+    x = tl.load(x_row + ch, mask=ok, other=0.0).to(tl.float32)
+    old = tl.load(cs_base + ch[:, None].to(tl.int64) * stride_cc + j[None, :] * stride_cw,
+                  mask=ok[:, None] & (j[None, :] < WIDTH - 1), other=0.0).to(tl.float32)
+    window = tl.where(j[None, :] == WIDTH - 1, x[:, None], old)
+    w = tl.load(cw_ptr + ch[:, None].to(tl.int64) * stride_cwc + j[None, :] * stride_cww,
+                mask=ok[:, None] & (j[None, :] < WIDTH), other=0.0).to(tl.float32)
+    y = tl.sum(window * w, axis=1)
+    return y * tl.sigmoid(y), window
+
+
+@triton.jit
+def _conv_shift(cs_base, ch, ok, window, stride_cc, stride_cw, WIDTH: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Write the new conv state of channels ``ch``: window columns ``1..W-1`` to state columns ``0..W-2``."""
+    j = tl.arange(0, BLOCK_W)
+    ptrs = cs_base + ch[:, None].to(tl.int64) * stride_cc + (j[None, :] - 1) * stride_cw
+    tl.store(ptrs, window.to(cs_base.dtype.element_ty), mask=ok[:, None] & (j[None, :] >= 1) & (j[None, :] < WIDTH))
+
+
+@triton.jit
+def _l2norm(x, act_ty):
+    x = x.to(act_ty).to(tl.float32)  # the conv output, rounded as the unfused conv op returns it
+    return (x * tl.rsqrt(tl.sum(x * x, axis=0) + L2_EPS)).to(act_ty).to(tl.float32)
+
+
+@triton.jit
+def _gated_norm(o, z, w, eps, d_v):
+    rstd = tl.rsqrt(tl.sum(o * o, axis=0) / d_v + eps)
+    return o * rstd * w * (z * tl.sigmoid(z))
+
+
+@autotune(_CONFIGS, fixed=triton.Config({}, num_warps=4),
+          key=["d_k", "d_v", "rows_bucket", "WIDTH", "BLOCK_K", "BLOCK_V", "NUM_SPLITS"],
+          restore_value=["state_ptr", "conv_state_ptr"])
 @triton.jit
 def _fused_gdn_decode_kernel(
-    qkv_ptr, z_ptr, a_ptr, b_ptr, neg_a_ptr, dt_bias_ptr, w_ptr, state_ptr, slot_ptr, y_ptr,
-    h_v, rep, d_k, d_v, key_dim, scale, eps,
-    stride_qkv, stride_z, stride_a, stride_b, stride_ss, stride_sh, stride_sk, stride_sv, stride_y,
-    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+    x_ptr, conv_w_ptr, conv_state_ptr, z_ptr, a_ptr, b_ptr, neg_a_ptr, dt_bias_ptr, w_ptr,
+    state_ptr, slot_ptr, count_ptr, y_ptr,
+    h_k, h_v, rep, d_k, d_v, key_dim, scale, eps, rows_bucket,
+    stride_x, stride_cwc, stride_cww, stride_cs, stride_cc, stride_cw, stride_z, stride_a, stride_b,
+    stride_ss, stride_sh, stride_sk, stride_sv, stride_y,
+    WIDTH: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+    BLOCK_VH: tl.constexpr, NUM_SPLITS: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    bi = (pid // h_v).to(tl.int64)
-    h = pid % h_v
+    chunk = pid % NUM_SPLITS
+    bh = pid // NUM_SPLITS
+    h = bh % h_v
+    bi = (bh // h_v).to(tl.int64)
     hk = h // rep
     kk = tl.arange(0, BLOCK_K)
-    vv = tl.arange(0, BLOCK_V)
+    vv = chunk * BLOCK_V + tl.arange(0, BLOCK_V)
     k_ok = kk < d_k
     v_ok = vv < d_v
-    row = qkv_ptr + bi * stride_qkv
-    q = tl.load(row + hk * d_k + kk, mask=k_ok, other=0.0).to(tl.float32)
-    k = tl.load(row + key_dim + hk * d_k + kk, mask=k_ok, other=0.0).to(tl.float32)
-    v = tl.load(row + 2 * key_dim + h * d_v + vv, mask=v_ok, other=0.0).to(tl.float32)
-    # L2 norms, rounded to the activation dtype like the unfused layer's l2_normalize
-    q = (q * tl.rsqrt(tl.sum(q * q, axis=0) + L2_EPS)).to(qkv_ptr.dtype.element_ty).to(tl.float32)
-    k = (k * tl.rsqrt(tl.sum(k * k, axis=0) + L2_EPS)).to(qkv_ptr.dtype.element_ty).to(tl.float32)
-    # decay and write strength (float32; softplus with torch's threshold of 20)
-    x = tl.load(a_ptr + bi * stride_a + h).to(tl.float32) + tl.load(dt_bias_ptr + h).to(tl.float32)
-    softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-    g = tl.load(neg_a_ptr + h).to(tl.float32) * softplus
-    beta = tl.sigmoid(tl.load(b_ptr + bi * stride_b + h).to(tl.float32))
+    act = x_ptr.dtype.element_ty
 
     slot = tl.load(slot_ptr + bi).to(tl.int64)
     s_ptrs = state_ptr + slot * stride_ss + h * stride_sh + kk[:, None] * stride_sk + vv[None, :] * stride_sv
     s_ok = k_ok[:, None] & v_ok[None, :]
-    state = tl.load(s_ptrs, mask=s_ok, other=0.0) * tl.exp(g)  # [BLOCK_K, BLOCK_V] float32
+    state = tl.load(s_ptrs, mask=s_ok, other=0.0)  # [BLOCK_K, BLOCK_V] float32, read first: the longest load
+
+    # conv1d + SiLU from the OLD conv state (q, k of key head hk; v of this chunk)
+    x_row = x_ptr + bi * stride_x
+    cs_base = conv_state_ptr + slot * stride_cs
+    q_ch = hk * d_k + kk
+    k_ch = key_dim + hk * d_k + kk
+    v_ch = 2 * key_dim + h * d_v + vv
+    q, q_win = _conv_silu(x_row, conv_w_ptr, cs_base, q_ch, k_ok, stride_cwc, stride_cww, stride_cc, stride_cw,
+                          WIDTH, BLOCK_W)
+    k, k_win = _conv_silu(x_row, conv_w_ptr, cs_base, k_ch, k_ok, stride_cwc, stride_cww, stride_cc, stride_cw,
+                          WIDTH, BLOCK_W)
+    v, v_win = _conv_silu(x_row, conv_w_ptr, cs_base, v_ch, v_ok, stride_cwc, stride_cww, stride_cc, stride_cw,
+                          WIDTH, BLOCK_W)
+    q = _l2norm(q, act)
+    k = _l2norm(k, act)
+    v = v.to(act).to(tl.float32)
+
+    # decay and write strength (float32; softplus with torch's threshold of 20)
+    xa = tl.load(a_ptr + bi * stride_a + h).to(tl.float32) + tl.load(dt_bias_ptr + h).to(tl.float32)
+    softplus = tl.where(xa > 20.0, xa, tl.log(1.0 + tl.exp(tl.minimum(xa, 20.0))))
+    g = tl.load(neg_a_ptr + h).to(tl.float32) * softplus
+    beta = tl.sigmoid(tl.load(b_ptr + bi * stride_b + h).to(tl.float32))
+
+    state = state * tl.exp(g)
     u = beta * (v - tl.sum(k[:, None] * state, axis=0))
     state = state + k[:, None] * u[None, :]
     o = tl.sum((q * scale)[:, None] * state, axis=0)
     tl.store(s_ptrs, state, mask=s_ok)
 
-    # gated RMSNorm over the head's values (o rounded first, as the unfused op returns it)
-    o = o.to(y_ptr.dtype.element_ty).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(o * o, axis=0) / d_v + eps)
-    w = tl.load(w_ptr + vv, mask=v_ok, other=0.0).to(tl.float32)
-    z = tl.load(z_ptr + bi * stride_z + h * d_v + vv, mask=v_ok, other=0.0).to(tl.float32)
-    y = o * rstd * w * (z * tl.sigmoid(z))
-    tl.store(y_ptr + bi * stride_y + h * d_v + vv, y.to(y_ptr.dtype.element_ty), mask=v_ok)
+    o = o.to(y_ptr.dtype.element_ty).to(tl.float32)  # rounded, as the unfused decode op returns it
+    y_row = y_ptr + bi * stride_y
+    if NUM_SPLITS == 1:
+        w = tl.load(w_ptr + vv, mask=v_ok, other=0.0).to(tl.float32)
+        z = tl.load(z_ptr + bi * stride_z + h * d_v + vv, mask=v_ok, other=0.0).to(tl.float32)
+        tl.store(y_row + h * d_v + vv, _gated_norm(o, z, w, eps, d_v).to(y_ptr.dtype.element_ty), mask=v_ok)
+    else:
+        tl.store(y_row + h * d_v + vv, o.to(y_ptr.dtype.element_ty), mask=v_ok)  # un-normalised, for the last
+    tl.debug_barrier()  # all conv-state reads and o stores of this program are performed
+    _conv_shift(cs_base, v_ch, v_ok, v_win, stride_cc, stride_cw, WIDTH, BLOCK_W)  # own channels only
+
+    group = rep * NUM_SPLITS
+    arrived = group - 1
+    if group > 1:
+        arrived = tl.atomic_add(count_ptr + bi * h_k + hk, 1, sem="acq_rel", scope="gpu")
+    if arrived == group - 1:  # every program of the group has read the old q/k conv state
+        _conv_shift(cs_base, q_ch, k_ok, q_win, stride_cc, stride_cw, WIDTH, BLOCK_W)
+        _conv_shift(cs_base, k_ch, k_ok, k_win, stride_cc, stride_cw, WIDTH, BLOCK_W)
+        if NUM_SPLITS > 1:
+            vf = tl.arange(0, BLOCK_VH)
+            vf_ok = vf < d_v
+            w = tl.load(w_ptr + vf, mask=vf_ok, other=0.0).to(tl.float32)
+            for j in range(rep):
+                col = (hk * rep + j) * d_v + vf
+                oh = tl.load(y_row + col, mask=vf_ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+                z = tl.load(z_ptr + bi * stride_z + col, mask=vf_ok, other=0.0).to(tl.float32)
+                tl.store(y_row + col, _gated_norm(oh, z, w, eps, d_v).to(y_ptr.dtype.element_ty), mask=vf_ok)
+        if group > 1:
+            tl.store(count_ptr + bi * h_k + hk, 0)  # zero for the next launch (graph replays)
 
 
 def fused_gdn_decode(
     qkv: torch.Tensor,
+    conv_weight: torch.Tensor,
+    conv_states: torch.Tensor,
     z: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
@@ -96,23 +248,30 @@ def fused_gdn_decode(
     slots: torch.Tensor,
     scale: float,
     num_k_heads: int,
+    num_v_splits: int | None = None,
 ) -> torch.Tensor:
-    """Decode step of a gated DeltaNet layer from its conv output to the gated-norm output.
+    """Decode step of a gated DeltaNet layer from its input projection to the gated-norm output.
 
     Args:
-        qkv: ``[B, 2*H_k*K + H_v*V]`` conv1d + SiLU output (q, k, v concatenated; rows may be strided).
+        qkv: ``[B, C]`` raw projection BEFORE the conv (``C = 2*H_k*K + H_v*V``, q, k, v concatenated;
+            rows may be strided).
+        conv_weight: ``[C, W]`` depthwise conv kernel (no bias); conv_states: ``[S, C, W-1]`` pool
+            (any float dtype), read at ``slots`` and shifted in place.
         z: ``[B, H_v*V]`` output gate; a, b: ``[B, H_v]`` raw decay / write-strength projections
             (rows may be strided views of one merged projection; unit stride along the last dim).
         neg_a: ``[H_v]`` float32 ``-exp(A_log)``; dt_bias: ``[H_v]``; norm_weight: ``[V]``; norm_eps: RMSNorm eps.
         states: ``[S, H_v, K, V]`` float32 pool, updated in place at ``slots``.
         slots: ``[B]`` int64 distinct slot indices (not checked on the host: no device sync).
         scale: query scale; num_k_heads: ``H_k`` (divides ``H_v``).
+        num_v_splits: value chunks per head (a power of two, ``NV`` in the module docs); None chooses
+            it from the batch (:func:`choose_splits`).
 
     Returns:
         ``[B, H_v*V]`` in qkv's dtype: the gated-normalised output, ready for ``out_proj``.
 
     Raises:
-        ValueError: inconsistent shapes, non-float32 states, a head too large to fuse (see :func:`fusable`).
+        ValueError: inconsistent shapes, non-float32 states, a head too large to fuse (see
+            :func:`fusable`), a bad ``num_v_splits``.
     """
     op = "fused_gdn_decode"
     require(qkv.dim() == 2 and states.dim() == 4, op,
@@ -123,6 +282,7 @@ def fused_gdn_decode(
     key_dim = num_k_heads * d_k
     require(qkv.shape[1] == 2 * key_dim + h_v * d_v, op,
             f"qkv must have {2 * key_dim + h_v * d_v} columns, got {qkv.shape[1]}")
+    width = check_conv1d(op, qkv, conv_weight, None, conv_states, "silu")
     require(tuple(z.shape) == (batch, h_v * d_v), op, f"z must be [{batch}, {h_v * d_v}], got {tuple(z.shape)}")
     require(tuple(a.shape) == (batch, h_v) and tuple(b.shape) == (batch, h_v), op,
             f"a and b must be [{batch}, {h_v}], got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -130,19 +290,34 @@ def fused_gdn_decode(
             op, "neg_a, dt_bias must be [H_v] and norm_weight [V]")
     require(states.dtype == torch.float32, op, f"states must be float32, got {states.dtype}")
     check_slots(op, slots, batch, states.shape[0], host_check=False)
-    require(fusable(d_k, d_v), op, f"head dims K={d_k}, V={d_v} are too large to fuse")
+    require(conv_states.shape[0] == states.shape[0], op,
+            f"conv_states and states must have the same slot count, got {conv_states.shape[0]} and {states.shape[0]}")
+    require(fusable(d_k, d_v), op, f"head dims K={d_k}, V={d_v} are too large to fuse (max {MAX_HEAD_DIM})")
     require_float(op, qkv=qkv)
-    require_same_device(op, qkv=qkv, z=z, a=a, b=b, neg_a=neg_a, states=states, slots=slots)
+    require_same_device(op, qkv=qkv, conv_weight=conv_weight, conv_states=conv_states, z=z, a=a, b=b, neg_a=neg_a,
+                        states=states, slots=slots)
     for name, t in (("qkv", qkv), ("z", z), ("a", a), ("b", b)):
         require(t.stride(-1) == 1, op, f"{name} needs unit stride along its last dim")
+    block_v_head = next_pow2(d_v)
+    splits = choose_splits(batch * h_v, d_k, d_v) if num_v_splits is None else int(num_v_splits)
+    require(0 < splits <= block_v_head and splits & (splits - 1) == 0, op,
+            f"num_v_splits must be a power of two <= {block_v_head}, got {num_v_splits}")
     y = torch.empty((batch, h_v * d_v), dtype=qkv.dtype, device=qkv.device)
     if batch == 0:
         return y
-    _fused_gdn_decode_kernel[(batch * h_v,)](
-        qkv, z, a, b, neg_a, dt_bias, norm_weight, states, slots, y,
-        h_v, h_v // num_k_heads, d_k, d_v, key_dim, float(scale), float(norm_eps),
-        qkv.stride(0), z.stride(0), a.stride(0), b.stride(0),
+    counters = fused_gdn_decode.counters.get(qkv.device, batch * num_k_heads)
+    _fused_gdn_decode_kernel[(batch * h_v * splits,)](
+        qkv, conv_weight, conv_states, z, a, b, neg_a, dt_bias, norm_weight, states, slots, counters, y,
+        num_k_heads, h_v, h_v // num_k_heads, d_k, d_v, key_dim, float(scale), float(norm_eps),
+        next_pow2(batch * h_v),  # rows_bucket: only an autotune key (the best warp count depends on the grid)
+        qkv.stride(0), conv_weight.stride(0), conv_weight.stride(1),
+        conv_states.stride(0), conv_states.stride(1), conv_states.stride(2),
+        z.stride(0), a.stride(0), b.stride(0),
         states.stride(0), states.stride(1), states.stride(2), states.stride(3), y.stride(0),
-        BLOCK_K=next_pow2(d_k), BLOCK_V=next_pow2(d_v),
+        WIDTH=width, BLOCK_W=next_pow2(width), BLOCK_K=next_pow2(d_k), BLOCK_V=block_v_head // splits,
+        BLOCK_VH=block_v_head, NUM_SPLITS=splits,
     )
     return y
+
+
+fused_gdn_decode.counters = CounterPool()

@@ -12,6 +12,8 @@ reference on the output (and on the updated state for state ops). fla-core's ker
 Triton's interpreter, so this is where their errors against the reference are measured.
 
 ``--smoke`` runs tiny shapes (CPU with ``ANNA_TRITON_INTERPRET=1`` works) to check the script itself.
+``--only linear`` runs only the decode GEMV cases (Triton vs cuBLAS at the Qwen3.5 0.8B/2B/9B weight
+shapes, :mod:`anna_xpu_kernels.microbench_linear`); ``--only ops`` everything else.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Shapes:
     h_q: int = 16
     h_kv: int = 4
     head_dim: int = 256
+    intermediate: int = 12288
 
     @property
     def conv_dim(self) -> int:
@@ -45,7 +48,7 @@ class Shapes:
 
 
 QWEN35_9B = Shapes()
-SMOKE = Shapes(hidden=64, h_k=2, h_v=4, d_k=16, d_v=16, h_q=4, h_kv=2, head_dim=32)
+SMOKE = Shapes(hidden=64, h_k=2, h_v=4, d_k=16, d_v=16, h_q=4, h_kv=2, head_dim=32, intermediate=96)
 
 
 @attrs.frozen
@@ -140,12 +143,19 @@ def _have_fla() -> bool:
 def run(device, dtype, shapes: Shapes, batch_sizes, context: int, prefill_len: int, block_size: int) -> list[Row]:
     import torch
     import torch.nn.functional as F
+    from anna_core.kernels.reference import activations as ract
     from anna_core.kernels.reference import conv1d as rconv
     from anna_core.kernels.reference import gated_delta_rule as rgdr
     from anna_core.kernels.reference import norms as rnorm
     from anna_core.kernels.reference import paged_attention as rpa
 
-    from anna_xpu_kernels import conv1d, gated_delta_rule, norms, paged_attention
+    from anna_xpu_kernels import (
+        activations,
+        conv1d,
+        gated_delta_rule,
+        norms,
+        paged_attention,
+    )
 
     fla = _have_fla() and device.type == "cuda"
     fla_prefill = None
@@ -176,6 +186,20 @@ def run(device, dtype, shapes: Shapes, batch_sizes, context: int, prefill_len: i
                   {"reference": rnorm.gated_rms_norm, "triton": norms.gated_rms_norm,
                    "fla": _fla_gated_rms_norm if fla else None},
                   [randn(b, s.h_v, s.d_v), randn(b, s.h_v, s.d_v), wv, 1e-6])
+        # add_rms_norm: timed with both outputs, compared on y (which normalises the new residual)
+        _bench_op(rows, timer, "add_rms_norm (zero-centred)", f"[{b}, {s.hidden}]", 4 * b * s.hidden * es,
+                  {"reference": lambda *a: rnorm.add_rms_norm(*a)[0], "triton": lambda *a: norms.add_rms_norm(*a)[0]},
+                  [randn(b, s.hidden), randn(b, s.hidden), w, 1e-6, True])
+
+        # --- gated activations (MLP SwiGLU, attention output gate) ---------------------------------
+        _bench_op(rows, timer, "silu_and_mul", f"[{b}, 2x{s.intermediate}]", 3 * b * s.intermediate * es,
+                  {"reference": ract.silu_and_mul, "triton": activations.silu_and_mul},
+                  [randn(b, 2 * s.intermediate)])
+        d = s.head_dim  # the gate is read in place from q_gate[..., D:] (cloning the view would compact it)
+        _bench_op(rows, timer, "sigmoid_mul (strided gate)", f"[{b}, {s.h_q}, {d}]", 3 * b * s.h_q * d * es,
+                  {"reference": lambda o, qg, d=d: ract.sigmoid_mul(o, qg[..., d:]),
+                   "triton": lambda o, qg, d=d: activations.sigmoid_mul(o, qg[..., d:])},
+                  [randn(b, s.h_q, d), randn(b, s.h_q, 2 * d)])
 
         # --- conv1d update -----------------------------------------------------------------------
         c, width = s.conv_dim, s.conv_width
@@ -262,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=1024, help="decode context length per sequence")
     parser.add_argument("--prefill-len", type=int, default=2048, help="tokens of the prefill cases")
     parser.add_argument("--block-size", type=int, default=16, help="KV cache block size")
+    parser.add_argument("--only", choices=["ops", "linear"], default=None, help="run only these cases")
+    parser.add_argument("--configs", default="tests/qwen35/reference_configs",
+                        help="folder of the Qwen3.5 <model>/config.json files for the linear cases")
+    parser.add_argument("--linear-rows", default="1,4,32", help="activation rows M of the linear cases")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, to check the script (CPU: set "
                         "ANNA_TRITON_INTERPRET=1)")
     args = parser.parse_args(argv)
@@ -282,11 +310,24 @@ def main(argv: list[str] | None = None) -> int:
     context, prefill_len = (24, 32) if args.smoke else (args.context, args.prefill_len)
     block_size = 4 if args.smoke else args.block_size
     torch.manual_seed(0)
-    with torch.inference_mode():
-        rows = run(device, dtype, shapes, batch_sizes, context, prefill_len, block_size)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    print(f"# anna-xpu-kernels microbenchmark on {name}, {args.dtype}, shapes {'smoke' if args.smoke else 'Qwen3.5-9B'}")
-    print(format_table(rows))
+    if args.only != "linear":
+        with torch.inference_mode():
+            rows = run(device, dtype, shapes, batch_sizes, context, prefill_len, block_size)
+        print(f"# anna-xpu-kernels microbenchmark on {name}, {args.dtype}, "
+              f"shapes {'smoke' if args.smoke else 'Qwen3.5-9B'}")
+        print(format_table(rows))
+    if args.only != "ops":
+        from pathlib import Path
+
+        from anna_xpu_kernels import microbench_linear as mbl
+
+        models = mbl.SMOKE_MODELS if args.smoke else mbl.load_models(Path(args.configs), mbl.DEFAULT_MODELS)
+        with torch.inference_mode():
+            lines = mbl.run_linear(device, dtype, models, [int(m) for m in args.linear_rows.split(",") if m],
+                                   _timer(device))
+        print(f"# linear (decode GEMV) on {name}, {args.dtype}: Triton GEMV vs F.linear")
+        print("\n".join(lines))
     return 0
 
 

@@ -6,6 +6,7 @@ all in float32 and rounded once to x's dtype at the end, as in the torch referen
 
     rms_norm:        y = x * rsqrt(mean(x^2) + eps) * (1 + w if zero_centered else w)
     gated_rms_norm:  y = x * rsqrt(mean(x^2) + eps) * w * silu(z)
+    add_rms_norm:    r = round(x + residual);  y = rms_norm(r)   (returns y and r)
 
 One program normalises ``BLOCK_M`` rows held in registers (``BLOCK_M * BLOCK_D <= 4096`` values),
 so each element of x (and z) is read once and y written once.
@@ -46,6 +47,37 @@ def _rms_norm_kernel(
         z = tl.load(z_ptr + rows64 * stride_z + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         y = y * (z * tl.sigmoid(z))
     tl.store(y_ptr + rows64 * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_D", "BLOCK_M"])
+@triton.jit
+def _add_rms_norm_kernel(
+    x_ptr, r_ptr, w_ptr, y_ptr, s_ptr,
+    n_rows, dim, stride_x, stride_r, stride_y, stride_s, eps,
+    ZERO_CENTERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    col_ok = cols < dim
+    mask = (rows < n_rows)[:, None] & col_ok[None, :]
+    rows64 = rows.to(tl.int64)[:, None]
+    x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + rows64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    s = (x + r).to(s_ptr.dtype.element_ty)  # the residual stream, rounded as torch's x + residual
+    tl.store(s_ptr + rows64 * stride_s + cols[None, :], s, mask=mask)
+    s = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=1) / dim + eps)  # [BLOCK_M]
+    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    if ZERO_CENTERED:
+        w = w + 1.0
+    y = s * rstd[:, None] * w[None, :]
+    tl.store(y_ptr + rows64 * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _row_tile(dim: int) -> tuple[int, int]:
+    """``(BLOCK_M, BLOCK_D)``: whole rows of ``dim`` values, ``BLOCK_M * BLOCK_D <= 4096``."""
+    block_d = next_pow2(dim)
+    return max(1, min(16, 4096 // block_d)), block_d
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -114,6 +146,50 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
 
         return reference(x, z, weight, eps)
     return _launch("gated_rms_norm", x, z, weight, eps, False)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                 zero_centered: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add fused into RMSNorm (signature of the reference ``add_rms_norm``), one launch.
+
+    Args:
+        x, residual: ``[..., D]`` float32 / float16 / bfloat16, one dtype; residual may be None
+            (then this is :func:`rms_norm` and the residual returned is ``x``).
+        weight: ``[D]``; eps: added to the mean square; zero_centered: use ``1 + weight``.
+
+    Returns:
+        ``(y, r)``: ``r = x + residual`` rounded to x's dtype, ``y = rms_norm(r)``; fresh tensors, the
+        inputs are not written (so a captured graph and the reference agree on what a step changes).
+
+    Raises:
+        ValueError: weight is not ``[D]``, residual's shape or dtype differs from x's, unsupported
+            dtype, or tensors on different devices.
+    """
+    op = "add_rms_norm"
+    if residual is None:
+        return rms_norm(x, weight, eps, zero_centered), x
+    require(x.dim() >= 1, op, "x must have at least one dimension")
+    require(residual.shape == x.shape, op, f"residual must match x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    require(residual.dtype == x.dtype, op, f"residual must have x's dtype {x.dtype}, got {residual.dtype}")
+    dim = x.shape[-1]
+    require(weight.dim() == 1 and weight.shape[0] == dim, op, f"weight must be [D={dim}], got {tuple(weight.shape)}")
+    if dim > MAX_DIM:
+        from anna_core.kernels.reference.norms import add_rms_norm as reference
+
+        return reference(x, residual, weight, eps, zero_centered)
+    require_float(op, x=x)
+    require_same_device(op, x=x, residual=residual, weight=weight)
+    x2, r2 = _rows(x), _rows(residual)
+    y2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    s2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    n_rows = x2.shape[0]
+    if n_rows and dim:
+        block_m, block_d = _row_tile(dim)
+        _add_rms_norm_kernel[(triton.cdiv(n_rows, block_m),)](
+            x2, r2, weight.contiguous(), y2, s2, n_rows, dim, x2.stride(0), r2.stride(0), y2.stride(0),
+            s2.stride(0), float(eps), ZERO_CENTERED=bool(zero_centered), BLOCK_M=block_m, BLOCK_D=block_d,
+        )
+    return y2.view(x.shape), s2.view(x.shape)
 
 
 def _attach_fused_qk() -> None:

@@ -16,10 +16,14 @@ TRITON_KERNELS = {
     # op: (implementation, probe)
     "rms_norm": ("norms:rms_norm", "probes:norm_probe"),
     "gated_rms_norm": ("norms:gated_rms_norm", "probes:norm_probe"),
+    "add_rms_norm": ("norms:add_rms_norm", "probes:norm_probe"),
+    "silu_and_mul": ("activations:silu_and_mul", "probes:norm_probe"),
+    "sigmoid_mul": ("activations:sigmoid_mul", "probes:norm_probe"),
     "causal_conv1d_update": ("conv1d:causal_conv1d_update", "probes:conv1d_probe"),
     "causal_conv1d_prefill": ("conv1d:causal_conv1d_prefill", "probes:conv1d_probe"),
     "gated_delta_rule_decode": ("gated_delta_rule:gated_delta_rule_decode", "probes:gated_delta_rule_decode_probe"),
     "paged_attention": ("paged_attention:paged_attention", "probes:paged_attention_probe"),
+    "linear": ("gemv:linear", "probes:linear_probe"),
 }
 FLA_KERNELS = {
     "gated_delta_rule_prefill": ("fla_prefill:gated_delta_rule_prefill", "probes:fla_prefill_probe"),

@@ -84,7 +84,8 @@ def _triton_ok(request: Any) -> bool:
 
 
 def norm_probe(request: Any) -> bool:
-    """rms_norm / gated_rms_norm: any Triton device, float dtypes, ``dim`` up to 16384."""
+    """rms_norm / gated_rms_norm / add_rms_norm, and the elementwise silu_and_mul / sigmoid_mul: any
+    Triton device, float dtypes, ``dim`` up to 16384 (the elementwise ops take any size)."""
     return _shape_within(request.shape, {"dim": MAX_NORM_DIM, "hidden_size": MAX_NORM_DIM}) and _triton_ok(request)
 
 
@@ -102,6 +103,11 @@ def gated_delta_rule_decode_probe(request: Any) -> bool:
 def paged_attention_probe(request: Any) -> bool:
     """paged_attention: any Triton device, float dtypes, ``head_dim`` up to 256."""
     return _shape_within(request.shape, {"head_dim": MAX_HEAD_DIM}) and _triton_ok(request)
+
+
+def linear_probe(request: Any) -> bool:
+    """linear: any Triton device, float dtypes (rows beyond the GEMV's 8 go to ``F.linear`` inside)."""
+    return _triton_ok(request)
 
 
 def fla_prefill_probe(request: Any) -> bool:

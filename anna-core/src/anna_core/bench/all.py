@@ -71,7 +71,8 @@ def _free(device: str) -> None:
 
 def run_all(configs: Path, *, device: str, dtype: str, runs: int, warmup: int, hf_output_len: int,
             only: list[str] | None, cuda_graph: bool, compile_mode: str,
-            compare_hf: bool = True) -> list[dict[str, Any]]:
+            compare_hf: bool = True, async_scheduling: bool = True,
+            disable_kernels: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Run the targets (grouped by model so each model loads once); returns one record per target."""
     from anna_core.loading import load_model
 
@@ -86,12 +87,14 @@ def run_all(configs: Path, *, device: str, dtype: str, runs: int, warmup: int, h
             if loaded_name != t.model:
                 loaded = None
                 _free(device)
-                loaded = load_model(configs / t.model, device=device, dtype=dtype, load_format="dummy")
+                loaded = load_model(configs / t.model, device=device, dtype=dtype, load_format="dummy",
+                                    disable_kernels=disable_kernels)
                 loaded_name = t.model
             s = BenchSettings(model_dir=configs / t.model, device=device, dtype=dtype, batch_size=t.batch_size,
                               input_len=t.input_len, output_len=t.output_len, warmup=warmup, runs=runs,
                               profile=t.profile, compare_hf=t.compare_hf and compare_hf, hf_output_len=hf_output_len,
-                              cuda_graph=cuda_graph, compile_mode=compile_mode)
+                              cuda_graph=cuda_graph, compile_mode=compile_mode, async_scheduling=async_scheduling,
+                              disable_kernels=disable_kernels)
             report = run_bench(s, loaded)
             value = report[t.metric]
             rec.update(value=value, met=value >= t.goal if t.higher_is_better else value <= t.goal, report=report)
@@ -144,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", help="run targets whose name contains this (repeatable)")
     ap.add_argument("--no-cuda-graph", action="store_true")
     ap.add_argument("--compile-mode", default="none")
+    ap.add_argument("--no-async-scheduling", action="store_true")
+    ap.add_argument("--disable-kernel", action="append", default=[], help="OP:NAME or NAME (repeatable)")
     ap.add_argument("--microbench-timeout", type=float, default=150.0)
     ap.add_argument("--skip-microbench", action="store_true")
     ap.add_argument("--skip-hf", action="store_true", help="leave out the HF transformers side by side")
@@ -152,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     records = run_all(args.configs, device=args.device, dtype=args.dtype, runs=args.runs, warmup=args.warmup,
                       hf_output_len=args.hf_output_len, only=args.only, cuda_graph=not args.no_cuda_graph,
-                      compile_mode=args.compile_mode, compare_hf=not args.skip_hf)
+                      compile_mode=args.compile_mode, compare_hf=not args.skip_hf,
+                      async_scheduling=not args.no_async_scheduling, disable_kernels=tuple(args.disable_kernel))
     micro = {"skipped": "--skip-microbench"} if args.skip_microbench else run_microbench(args.microbench_timeout)
     if args.out:
         args.out.write_text(json.dumps({"targets": records, "microbench": micro,

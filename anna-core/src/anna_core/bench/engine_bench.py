@@ -4,8 +4,9 @@ One timed *run* adds ``batch_size`` requests of ``input_len`` random token ids (
 run, so no prefix cache can help), greedy with EOS ignored, and steps the engine until every
 request has ``output_len`` tokens. Per run: TTFT is the time from adding the requests to the end of
 the step that gave the last of them its first token (prefill tokens/s = ``batch_size * input_len /
-TTFT``); every later step is one inter-token latency (ITL) for every stream, so decode tokens/s per
-stream is ``1 / mean ITL`` and in total ``batch_size`` times that. Medians over the runs are
+TTFT``); every later step that delivers tokens is one inter-token latency (ITL) for every stream
+(with asynchronous scheduling a step may only launch work and deliver nothing; it adds no ITL of
+its own, its time falls into the next one), so decode tokens/s per stream is ``1 / mean ITL`` and in total ``batch_size`` times that. Medians over the runs are
 reported; ITL percentiles pool the decode steps of all runs. The roofline is the bytes one decode
 step must move (:mod:`anna_core.bench.roofline`, at the mean context of the decode phase) over the
 copy bandwidth measured in the same process.
@@ -24,6 +25,7 @@ import torch
 from anna_core.bench.roofline import copy_bandwidth, decode_step_bytes, wall_clock
 from anna_core.device import accelerator
 from anna_core.errors import AnnaError
+from anna_core.kernels.registry import chosen_kernels
 
 log = logging.getLogger("anna.bench")
 
@@ -47,6 +49,8 @@ class BenchSettings:
     runs: int = 3
     cuda_graph: bool = True
     compile_mode: str = "none"
+    async_scheduling: bool = True
+    disable_kernels: tuple[str, ...] = ()
     profile: bool = False
     profile_steps: int = 8
     compare_hf: bool = False
@@ -64,7 +68,7 @@ class BenchSettings:
 
 
 def engine_config(batch: int, max_len: int, prefill_tokens: int, *, block_size: int = 16,
-                  prefix_caching: bool = False) -> Any:
+                  prefix_caching: bool = False, async_scheduling: bool = True) -> Any:
     """An :class:`~anna_core.engine.config.EngineConfig` for a benchmark: ``batch`` sequences of at most
     ``max_len`` tokens, ``prefill_tokens`` per step, prefix caching off unless asked and the prompt
     cache off (each run draws new prompts anyway). The KV cache holds every sequence at full length
@@ -82,6 +86,8 @@ def engine_config(batch: int, max_len: int, prefill_tokens: int, *, block_size: 
         kw["enable_prefix_caching"] = prefix_caching
     if "prompt_cache_size" in fields:
         kw["prompt_cache_size"] = 0
+    if "async_scheduling" in fields:
+        kw["async_scheduling"] = async_scheduling
     return EngineConfig(**kw)
 
 
@@ -91,7 +97,7 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
     from anna_core.engine.model_runner import RunnerConfig
 
     max_len = s.input_len + s.output_len + 1
-    cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len)
+    cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling)
     engine = LLMEngine.from_loaded(loaded, cfg)
     engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
                         max_model_len=engine.max_model_len, max_num_seqs=s.batch_size)
@@ -120,15 +126,19 @@ def timed_run(engine: Any, prompts: list[list[int]], output_len: int, tag: str) 
     while engine.has_unfinished():
         outs = engine.step()
         now = wall_clock()
-        if ttft is not None:
-            itl.append(now - last)
+        produced = False
         for o in outs:
             waiting.discard(o.request_id)
             if o.error:
                 raise AnnaError(f"benchmark request {o.request_id} failed: {o.error}")
+            produced = produced or bool(o.delta_token_ids)
             if o.finished:
                 tokens[o.request_id] = list(o.token_ids)
-        if ttft is None and not waiting:
+        if not produced:
+            continue  # e.g. a step launched without waiting (asynchronous scheduling): no token yet
+        if ttft is not None:
+            itl.append(now - last)  # time between consecutive token-bearing steps
+        elif not waiting:
             ttft = now - t0
         last = now
     return {"ttft_s": ttft, "itl_s": itl, "tokens": [tokens[f"{tag}-{i}"] for i in range(len(prompts))]}
@@ -153,7 +163,8 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         accel = accelerator(resolve_device(s.device))
         accel.reset_peak_memory()
         t = wall_clock()
-        loaded = load_model(s.model_dir, device=s.device, dtype=s.dtype, load_format=s.load_format)
+        loaded = load_model(s.model_dir, device=s.device, dtype=s.dtype, load_format=s.load_format,
+                            disable_kernels=s.disable_kernels)
         load_s = wall_clock() - t
     else:
         load_s = 0.0
@@ -184,7 +195,8 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "model": str(s.model_dir), "device": str(loaded.device), "device_name": device_name(loaded.device),
         "dtype": str(loaded.dtype).replace("torch.", ""), "batch_size": s.batch_size, "input_len": s.input_len,
         "output_len": s.output_len, "runs": s.runs, "warmup": s.warmup, "cuda_graph": s.cuda_graph,
-        "compile_mode": s.compile_mode, "graphs_captured": engine.runner.graphs is not None,
+        "compile_mode": s.compile_mode, "async_scheduling": s.async_scheduling,
+        "disabled_kernels": list(s.disable_kernels), "kernels": chosen_kernels(loaded.model), "graphs_captured": engine.runner.graphs is not None,
         "graph_steps": engine.runner.num_graph_steps, "eager_steps": engine.runner.num_eager_steps,
         "load_s": load_s, "setup_s": setup_s,
         "ttft_ms": ttft * 1e3, "prefill_tokens_per_s": s.batch_size * s.input_len / ttft,
@@ -197,6 +209,10 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "roofline_fraction": per_stream / roof_per_stream,
         "first_tokens": runs[-1]["tokens"][0][:8],
     }
+    graphs = engine.runner.graphs
+    if graphs is not None and graphs.bucket_for(s.batch_size) is not None:
+        # device time of one captured step alone: ITL minus this is host time the device waited for
+        report["graph_replay_ms"] = graphs.time_replay(graphs.bucket_for(s.batch_size))
     if s.profile:
         report["profile_ms_per_step"] = profile_decode(engine, vocab, s)
     if s.compare_hf:

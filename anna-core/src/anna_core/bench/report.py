@@ -10,7 +10,8 @@ def format_report(r: dict[str, Any]) -> str:
 
     Keys: ``ttft_ms``, ``prefill_tokens_per_s``, ``decode_tokens_per_s_per_stream`` / ``_total``,
     ``itl_ms_p50`` / ``_p99``, ``peak_memory_gib``, ``copy_bandwidth_gbps``, ``step_bytes``,
-    ``roofline_tokens_per_s_per_stream``, ``roofline_fraction``, optional ``profile_ms_per_step`` and ``hf``.
+    ``roofline_tokens_per_s_per_stream``, ``roofline_fraction``, optional ``graph_replay_ms``,
+    ``async_scheduling``, ``profile_ms_per_step`` and ``hf``.
     """
     gb = r["step_bytes"]["total"] / 1e9
     lines = [
@@ -21,7 +22,9 @@ def format_report(r: dict[str, Any]) -> str:
         f"prefill   {r['prefill_tokens_per_s']:10.1f} tok/s   TTFT {r['ttft_ms']:.2f} ms",
         (f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "
          f"{r['decode_tokens_per_s_total']:.1f} tok/s total"),
-        f"ITL       p50 {r['itl_ms_p50']:.3f} ms   p99 {r['itl_ms_p99']:.3f} ms",
+        (f"ITL       p50 {r['itl_ms_p50']:.3f} ms   p99 {r['itl_ms_p99']:.3f} ms"
+         + (f"   (one graph replay alone: {r['graph_replay_ms']:.3f} ms)" if r.get("graph_replay_ms") else "")
+         + f"   async scheduling {'on' if r.get('async_scheduling', False) else 'off'}"),
         f"memory    peak {r['peak_memory_gib']:.2f} GiB",
         (f"roofline  {gb:.3f} GB/step (weights {r['step_bytes']['weights'] / 1e9:.3f}, state "
          f"{r['step_bytes']['state'] / 1e9:.3f}, KV {r['step_bytes']['kv'] / 1e9:.3f}) at "

@@ -54,6 +54,10 @@ class EngineConfig:
             tokens (relative to ``max_decode_tokens``).
         request_timeout_s: a request running longer than this (from arrival) ends with finish
             reason ``"error"``; ``0`` = no timeout.
+        async_scheduling: schedule and launch the next decode step before reading back the one
+            in flight, so host work overlaps device work (where decode graphs are captured; see
+            :mod:`anna_core.engine.llm_engine`). A request that stops on EOS or a stop string
+            computes one discarded extra token.
 
     Cache knobs:
 
@@ -90,6 +94,7 @@ class EngineConfig:
     max_waiting_requests: int = attrs.field(default=0, validator=_non_negative)
     dynamic_token_budget: bool = False
     request_timeout_s: float = attrs.field(default=0.0, validator=_non_negative)
+    async_scheduling: bool = True
     block_size: int = attrs.field(default=16, validator=_positive)
     num_blocks: int | None = attrs.field(default=None, validator=_positive)
     kv_cache_memory_gib: float | None = None

@@ -11,7 +11,10 @@ static device buffers. A step of ``n`` sequences then
    :func:`~anna_core.engine.cache_allocator.scratch_block`),
 2. copies it to the device in one non-blocking copy,
 3. replays the graph of the smallest bucket ``>= n``,
-4. and the caller reads the ``n`` sampled ids back: the step's one host sync.
+4. and enqueues the copy of the ``n`` sampled ids to page-locked host memory; the caller reads
+   them (the step's one host sync) when it needs them, possibly after staging and replaying the
+   next step, whose rows may take their input token straight from this step's sampled ids on the
+   device (``prev_rows``).
 
 Nothing inside the captured region reads device values on the host or depends on ``n``. The
 device services (graph objects, streams, pinned memory) come from :class:`anna_core.device.Accelerator`,
@@ -30,6 +33,7 @@ import torch
 from anna_core.device import Accelerator
 from anna_core.engine.cache_allocator import scratch_block, scratch_slot
 from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.graph_staging import IdsReadback, PendingIds, Staging
 from anna_core.engine.sampler import sample_no_sync
 from anna_core.errors import AnnaError
 from anna_core.model import ModelCaches
@@ -40,7 +44,7 @@ MODES = ("greedy", "sample")
 """Sampling modes captured per bucket."""
 
 # int64 fields of the staging buffer, one per row (block tables follow as int32 [B, W]).
-_I64 = ("input_ids", "positions", "slot_mapping", "state_slots", "top_k", "seeds", "steps")
+_I64 = ("input_ids", "token_index", "positions", "slot_mapping", "state_slots", "top_k", "seeds", "steps")
 _F32 = ("temperature", "top_p", "min_p")
 _I32 = ("seq_lens",)
 
@@ -58,45 +62,6 @@ def bucket_sizes(max_batch: int) -> list[int]:
         sizes.append(b)
         b *= 2
     return sizes + [max_batch]
-
-
-class _Staging:
-    """One byte buffer holding every per-step input, as a pinned host copy and a device copy.
-
-    Fields are 8-byte aligned slices viewed with their own dtypes, so one ``copy_`` moves them all.
-    """
-
-    def __init__(self, accel: Accelerator, rows: int, width: int):
-        layout: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
-        offset = 0
-
-        def add(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
-            nonlocal offset
-            nbytes = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
-            layout[name] = (offset, dtype, shape)
-            offset += -(-nbytes // 8) * 8
-
-        for name in _I64:
-            add(name, torch.int64, (rows,))
-        for name in _F32:
-            add(name, torch.float32, (rows,))
-        for name in _I32:
-            add(name, torch.int32, (rows,))
-        add("block_tables", torch.int32, (rows, width))
-        self.nbytes = offset
-        self.host = accel.pin(torch.zeros(offset, dtype=torch.uint8))
-        self.device = torch.zeros(offset, dtype=torch.uint8, device=accel.device)
-        host_np = self.host.numpy()
-        np_types = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32}
-        self.h: dict[str, np.ndarray] = {}
-        self.d: dict[str, torch.Tensor] = {}
-        for name, (off, dtype, shape) in layout.items():
-            size = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
-            self.h[name] = host_np[off:off + size].view(np_types[dtype]).reshape(shape)
-            self.d[name] = self.device[off:off + size].view(dtype).view(shape)
-
-    def upload(self) -> None:
-        self.device.copy_(self.host, non_blocking=True)
 
 
 class DecodeGraphs:
@@ -133,8 +98,14 @@ class DecodeGraphs:
         self.modes = tuple(modes)
         self._forward = compile_fn(self._forward_logits) if compile_fn else self._forward_logits
         rows = self.buckets[-1]
-        self.staging = _Staging(accel, rows, self.width)
-        self.out = torch.zeros(rows, dtype=torch.int64, device=accel.device)
+        fields = ([(n, torch.int64, (rows,)) for n in _I64] + [(n, torch.float32, (rows,)) for n in _F32]
+                  + [(n, torch.int32, (rows,)) for n in _I32] + [("block_tables", torch.int32, (rows, self.width))])
+        self.staging = Staging(accel, fields)
+        self.rows = rows
+        # tokens[:rows]: the ids sampled by the last replay; tokens[rows:]: this step's staged ids
+        self.tokens = torch.zeros(2 * rows, dtype=torch.int64, device=accel.device)
+        self.out = self.tokens[:rows]
+        self.readback = IdsReadback(accel, rows)
         self._cu = torch.arange(rows + 1, dtype=torch.int32, device=accel.device)
         self._rows = torch.arange(rows, dtype=torch.int64, device=accel.device)
         self.pad_block = scratch_block(caches)
@@ -146,8 +117,12 @@ class DecodeGraphs:
 
     def _batch(self, b: int) -> ForwardBatch:
         d = self.staging.d
+        # each row's input token: staged from the host, or sampled by the previous replay (token_index
+        # < rows) when the engine scheduled this step before reading that one back
+        self.tokens[self.rows:self.rows + b].copy_(d["input_ids"][:b])
+        input_ids = self.tokens.index_select(0, d["token_index"][:b])
         return ForwardBatch(
-            input_ids=d["input_ids"][:b], positions=d["positions"][:b], cu_seqlens=self._cu[:b + 1],
+            input_ids=input_ids, positions=d["positions"][:b], cu_seqlens=self._cu[:b + 1],
             seq_lens=d["seq_lens"][:b], block_tables=d["block_tables"][:b], slot_mapping=d["slot_mapping"][:b],
             state_slots=d["state_slots"][:b], logits_indices=self._rows[:b], query_lens=[1] * b,
             context_lens=[1] * b, is_decode=True,
@@ -208,6 +183,7 @@ class DecodeGraphs:
     def _fill_padding(self, start: int) -> None:
         h = self.staging.h
         h["input_ids"][start:] = 0
+        h["token_index"][start:] = np.arange(self.rows + start, 2 * self.rows)
         h["positions"][start:] = 0
         h["slot_mapping"][start:] = self.pad_block * self._block_size()
         h["state_slots"][start:] = self.pad_slot
@@ -223,10 +199,34 @@ class DecodeGraphs:
     def _block_size(self) -> int:
         return self.caches.block_size
 
+    @torch.inference_mode()
+    def time_replay(self, batch: int, mode: str = "greedy", iters: int = 20) -> float:
+        """Median device milliseconds of one replay of bucket ``batch``'s graph with every row padding
+        (scratch block and slot only), replays back to back: the step's device time without any
+        host work in between (compare with the measured inter-token latency).
+
+        Raises:
+            AnnaError: no graph for that bucket and mode.
+        """
+        graph = self._graphs.get((batch, mode))
+        if graph is None:
+            raise AnnaError(f"no captured decode graph for bucket {batch} in mode {mode!r}")
+        self.staging.next_buffer()
+        self._fill_padding(0)
+        self.staging.upload()
+        graph.replay()  # warm
+        times = []
+        timer = self.accel.timer()
+        for _ in range(iters):
+            timer.start()
+            graph.replay()
+            times.append(timer.stop())
+        return sorted(times)[len(times) // 2]
+
     def run(self, token_ids: Sequence[int], positions: Sequence[int], block_tables: Sequence[Sequence[int]],
             state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
-            ints: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
-        """Stage one decode step of ``n`` sequences and replay its graph.
+            ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None) -> PendingIds:
+        """Stage one decode step of ``n`` sequences and replay its graph, without waiting for it.
 
         Args:
             token_ids, positions: ``[n]`` the new token and its position per sequence.
@@ -235,9 +235,11 @@ class DecodeGraphs:
             mode: ``"greedy"`` or ``"sample"``.
             floats, ints: per row sampling parameters from :func:`~anna_core.engine.sampler.param_rows`
                 (needed for ``"sample"``).
+            prev_rows: per row, the row of the previous replay whose sampled id is this row's input
+                token (the host does not know it yet), or ``-1`` to use ``token_ids[i]``.
 
         Returns:
-            ``[n]`` int64 sampled ids on the device (not yet synchronized).
+            The ``n`` sampled ids, being copied to the host (:meth:`PendingIds.tolist` waits).
 
         Raises:
             AnnaError: not captured, ``n`` above the largest bucket, a block table wider than ``W``.
@@ -247,9 +249,15 @@ class DecodeGraphs:
         graph = self._graphs.get((b, mode)) if b is not None else None
         if graph is None:
             raise AnnaError(f"no captured decode graph for {n} sequences in mode {mode!r}")
+        self.staging.next_buffer()
         h = self.staging.h
         bs = self._block_size()
         h["input_ids"][:n] = token_ids
+        index = np.arange(self.rows, self.rows + n)
+        if prev_rows is not None:
+            prev = np.asarray(prev_rows, dtype=np.int64)
+            index = np.where(prev >= 0, prev, index)
+        h["token_index"][:n] = index
         h["positions"][:n] = positions
         h["state_slots"][:n] = state_slots
         h["seq_lens"][:n] = [p + 1 for p in positions]
@@ -270,4 +278,4 @@ class DecodeGraphs:
             self._fill_padding(n)
         self.staging.upload()
         graph.replay()
-        return self.out[:n]
+        return self.readback.start(self.out[:n])

@@ -1,9 +1,20 @@
-"""The synchronous engine core: add requests, step, get per-step outputs.
+"""The engine core: add requests, step, get per-step outputs.
 
 One step = schedule -> model runner -> update -> detokenize / stop checks -> outputs. Blocks and
 state slots return to their pools the moment a request finishes, fails or is aborted. Not
 thread-safe: exactly one thread (the :class:`~anna_core.engine.async_engine.AsyncEngine` loop, or
 the caller of :class:`~anna_core.llm.LLM`) drives it.
+
+**Asynchronous scheduling** (``EngineConfig.async_scheduling``, on by default; effective where decode
+graphs are captured): a decode step that replays a graph is not waited for. Its requests get a
+:data:`~anna_core.engine.request.PENDING` placeholder token, and the *next* call schedules and
+launches the following step first (a row whose input token is pending takes it on the device from
+the previous replay's sampled ids), then reads the previous step's ids back and processes them
+(stop checks, text, outputs) while the device computes. The host's scheduling and output work thus
+overlaps the device's step instead of idling it. Outputs come one call later; a request that stops
+(EOS, stop string) has computed one extra token, which is discarded; a request that reaches
+``max_tokens`` is not scheduled past it. Steps that are not plain graph decodes (prefill, mixed,
+logits processors, prompt-cache hits) first read back the step in flight and then run as before.
 """
 
 from __future__ import annotations
@@ -26,10 +37,11 @@ from anna_core.engine.cache_allocator import (
 )
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.detokenizer import IncrementalDetokenizer
+from anna_core.engine.graph_staging import PendingIds
 from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
 from anna_core.engine.model_runner import ModelRunner
 from anna_core.engine.outputs import RequestOutput, Usage
-from anna_core.engine.request import Request
+from anna_core.engine.request import PENDING, Request
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler, SchedulerOutput
 from anna_core.engine.state_pool import StatePool
@@ -42,6 +54,17 @@ from anna_core.model import CacheSpec, LoadedModel
 _MIB = 1 << 20
 
 log = logging.getLogger("anna.engine")
+
+
+class _Inflight:
+    """A launched graph decode step whose sampled ids are not read back yet."""
+
+    __slots__ = ("ids", "requests", "rows")
+
+    def __init__(self, ids: PendingIds, requests: list[Request], rows: dict[str, int]):
+        self.ids = ids
+        self.requests = requests  # those given a PENDING placeholder by this step
+        self.rows = rows  # request id -> row of the step (its index in the sampled ids)
 
 
 class LLMEngine:
@@ -93,6 +116,8 @@ class LLMEngine:
         self.blocks = BlockManager(num_blocks, bs, enable_caching=caching)
         self.slots = StatePool(config.max_num_seqs)
         self.scheduler = Scheduler(config, self.blocks, self.slots, hybrid=hybrid, num_snapshots=num_snapshots)
+        self.scheduler.max_model_len = self.max_model_len
+        self._inflight: _Inflight | None = None
         self.runner = ModelRunner(model, self.caches, self.device)
         self.tap = LogitsTap(self.runner.sampler)
         self.runner.sampler = self.tap
@@ -204,7 +229,8 @@ class LLMEngine:
         return self._finish(req, "abort", None, "", [])
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        """Requests remain, or a launched step is still to be read back."""
+        return self.scheduler.has_unfinished() or self._inflight is not None
 
     @property
     def num_unfinished(self) -> int:
@@ -214,11 +240,12 @@ class LLMEngine:
 
     def next_wakeup(self) -> float | None:
         """Seconds until :meth:`step` may have work (0: now), None when there is nothing to do."""
-        return self.scheduler.next_wakeup()
+        return 0.0 if self._inflight is not None else self.scheduler.next_wakeup()
 
     def step(self) -> list[RequestOutput]:
         """Run one batched step; returns an output for every request that produced a token,
-        finished, timed out or failed in it."""
+        finished, timed out or failed in it (with asynchronous scheduling, the tokens of a graph
+        decode step arrive from the next call)."""
         results = self._expire()
         out = self.scheduler.schedule()
         for _ in out.preempted:
@@ -228,34 +255,87 @@ class LLMEngine:
             self._lookup_tokens[0] += hit
             self._lookup_tokens[1] += total
         if out.is_empty:
+            results += self._read_back()
             self._set_gauges()
             return results
         self.num_steps += 1
+        launched = None
         try:
             self._restore(out)
             # raw logits only: requests whose logits are processed (bias, grammar) make no entry
             self.tap.wanted = frozenset(s.request_id for s in out.seqs
                                         if s.capture_prompt and not needs_processing(s.request.params))
-            sampled = self.runner.execute(out) if out.seqs else {}
-            if out.prompt_hits:
-                sampled.update(self._sample_prompt_hits(out))
+            if self._can_overlap(out):
+                launched = self.runner.launch_graph(out, self._inflight.rows if self._inflight else None)
+            if launched is None:
+                results += self._read_back()
+                self._resolve_pending(out)
+                sampled = self.runner.execute(out) if out.seqs else {}
+                if out.prompt_hits:
+                    sampled.update(self._sample_prompt_hits(out))
         except Exception as exc:  # the model failed: fail this step's requests, keep serving others
             log.exception("engine step failed")
             msg = f"{type(exc).__name__}: {exc}"
+            results += self._read_back()
             ids = [s.request_id for s in out.seqs] + [h.request_id for h in out.prompt_hits]
             self.tap.captured.clear()
             return results + [self.fail_request(i, msg) for i in ids if i in self._requests]
         finally:
             self.tap.wanted = frozenset()
+        if launched is not None:
+            results += self._read_back()
+            grown = self.scheduler.update(out, {s.request_id: PENDING for s in out.seqs})
+            self._inflight = _Inflight(launched, grown, {s.request_id: i for i, s in enumerate(out.seqs)})
+            self._set_gauges()
+            return results
         grown = self.scheduler.update(out, sampled)
         self._capture(out)
-        for req in grown:
+        results += self._process_all(grown)
+        self._set_gauges()
+        return results
+
+    def _can_overlap(self, out: SchedulerOutput) -> bool:
+        """Whether ``out`` may be launched without waiting (a plain decode the runner can replay)."""
+        if not self.config.async_scheduling or out.prompt_hits or self.tap.wanted:
+            return False
+        if any(s.capture_prompt or s.capture_snapshot or s.restore_snapshot is not None for s in out.seqs):
+            return False
+        return self.runner.can_launch_graph(out)
+
+    def _read_back(self) -> list[RequestOutput]:
+        """Wait for the step in flight (if any), put its ids in place of the placeholders and
+        process them; requests that ended meanwhile are skipped."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return []
+        live = [r for r in inflight.requests if not r.finished]
+        try:
+            ids = inflight.ids.tolist()
+        except Exception as exc:  # the device step failed
+            log.exception("reading back a launched step failed")
+            msg = f"{type(exc).__name__}: {exc}"
+            return [self.fail_request(r.request_id, msg) for r in live if r.request_id in self._requests]
+        for req in live:
+            if req.output_token_ids[-1] != PENDING:
+                raise RuntimeError(f"request {req.request_id} has no pending token to fill")  # engine bug
+            req.output_token_ids[-1] = ids[inflight.rows[req.request_id]]
+        return self._process_all(live)
+
+    @staticmethod
+    def _resolve_pending(out: SchedulerOutput) -> None:
+        """Re-read the input tokens of scheduled sequences that were scheduled while pending."""
+        for seq in out.seqs:
+            if PENDING in seq.token_ids:
+                seq.token_ids = seq.request.token_slice(seq.start, seq.start + len(seq.token_ids))
+
+    def _process_all(self, requests: list[Request]) -> list[RequestOutput]:
+        results = []
+        for req in requests:
             try:
                 results.append(self._process(req))
             except Exception as exc:  # e.g. the tokenizer failed on this request's ids
                 log.exception("output processing failed for %s", req.request_id)
                 results.append(self.fail_request(req.request_id, f"{type(exc).__name__}: {exc}"))
-        self._set_gauges()
         return results
 
     def _expire(self) -> list[RequestOutput]:
@@ -362,6 +442,7 @@ class LLMEngine:
 
     def _finish(self, req: Request, reason: str, stop_reason: str | int | None, delta: str,
                 delta_ids: list[int]) -> RequestOutput:
+        req.drop_pending()  # ended before its launched step was read back: that token is discarded
         self.scheduler.finish(req, reason, stop_reason)
         req.finished_time = time.perf_counter()
         del self._requests[req.request_id]

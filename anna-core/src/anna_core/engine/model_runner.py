@@ -19,7 +19,9 @@ from anna_core.device import Accelerator, accelerator
 from anna_core.engine.cache_allocator import zero_slots
 from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.graph_staging import PendingIds
 from anna_core.engine.logits_processors import needs_processing
+from anna_core.engine.request import PENDING
 from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.scheduler import SchedulerOutput
 from anna_core.errors import AnnaError
@@ -225,9 +227,9 @@ class ModelRunner:
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
         """Run the step; returns request id -> sampled token for every sequence that samples."""
         if self.graphs is not None and out.is_decode:
-            ids = self._execute_graph(out)
-            if ids is not None:
-                return ids
+            pending = self.launch_graph(out)
+            if pending is not None:
+                return dict(zip([s.request_id for s in out.seqs], pending.tolist()))  # the step's one host sync
         self.num_eager_steps += 1
         fresh = [s.state_slot for s in out.seqs if s.is_fresh]
         if fresh and (self.caches.conv_states or self.caches.recurrent_states):
@@ -246,22 +248,52 @@ class ModelRunner:
                 ids = self.sampler(logits, samplers).tolist()  # the step's one host sync
         return {r.request_id: t for r, t in zip(samplers, ids)}
 
-    def _execute_graph(self, out: SchedulerOutput) -> dict[str, int] | None:
-        """Replay the captured decode graph; None when this step needs the eager path."""
+    def can_launch_graph(self, out: SchedulerOutput) -> bool:
+        """Whether ``out`` can replay a captured decode graph (see :meth:`launch_graph`)."""
         graphs = self.graphs
+        if graphs is None or not out.is_decode or not out.seqs:
+            return False
         requests = [s.request for s in out.seqs]
         if graphs.bucket_for(len(requests)) is None or not graph_safe(requests):
-            return None
+            return False
         if getattr(self.sampler, "wanted", None):  # a sampler wrapper wants this step's logits rows
+            return False
+        return not any(len(s.block_table) > graphs.width or not s.samples for s in out.seqs)
+
+    @torch.inference_mode()
+    def launch_graph(self, out: SchedulerOutput, prev_rows: dict[str, int] | None = None) -> PendingIds | None:
+        """Stage and replay the captured decode graph without waiting for it; None when this step
+        needs the eager path.
+
+        Args:
+            out: a decode step.
+            prev_rows: request id -> row of the previous (launched, not yet read back) graph step
+                whose sampled id is that sequence's input token; sequences whose token is
+                :data:`~anna_core.engine.request.PENDING` must be listed.
+
+        Returns:
+            The sampled ids in ``out.seqs`` order, being copied to the host.
+
+        Raises:
+            AnnaError: a pending input token with no row in ``prev_rows``.
+        """
+        if not self.can_launch_graph(out):
             return None
-        if any(len(s.block_table) > graphs.width or not s.samples for s in out.seqs):
-            return None
+        graphs = self.graphs
+        requests = [s.request for s in out.seqs]
         if all(r.params.temperature == 0.0 for r in requests):
             mode, floats, ints = "greedy", None, None
         else:
             mode = "sample"
             floats, ints = param_rows(requests, graphs.vocab_size)
-        ids = graphs.run([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
-                         [s.block_table for s in out.seqs], [s.state_slot for s in out.seqs], mode, floats, ints)
+        tokens = [s.token_ids[0] for s in out.seqs]
+        rows = None
+        if PENDING in tokens:
+            prev_rows = prev_rows or {}
+            rows = [prev_rows.get(s.request_id, -1) if t == PENDING else -1 for s, t in zip(out.seqs, tokens)]
+            if any(t == PENDING and r < 0 for t, r in zip(tokens, rows)):
+                raise AnnaError("a decode input token is pending but no launched step produces it")
+        pending = graphs.run(tokens, [s.start for s in out.seqs], [s.block_table for s in out.seqs],
+                             [s.state_slot for s in out.seqs], mode, floats, ints, prev_rows=rows)
         self.num_graph_steps += 1
-        return {r.request_id: t for r, t in zip(requests, ids.tolist())}  # the step's one host sync
+        return pending

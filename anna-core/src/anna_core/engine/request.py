@@ -8,6 +8,11 @@ from typing import Any
 
 from anna_core.engine.sampling_params import SamplingParams
 
+PENDING = -1
+"""Placeholder in :attr:`Request.output_token_ids` for a token sampled by a step that is launched on
+the device but not read back yet (asynchronous scheduling, see :mod:`anna_core.engine.llm_engine`).
+At most the last entry is pending; the engine replaces it before it reaches any caller."""
+
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
@@ -100,6 +105,19 @@ class Request:
         if not self.params.ignore_eos:
             ids = self.eos_token_ids + ids
         return ids
+
+    def reached_length(self, max_model_len: int | None) -> bool:
+        """Whether ``max_tokens`` outputs (pending ones included) or ``max_model_len`` tokens are
+        reached: such a request ends once its last token is read back, so it is not scheduled again."""
+        max_tokens = self.params.max_tokens
+        if max_tokens is not None and len(self.output_token_ids) >= max_tokens:
+            return True
+        return max_model_len is not None and self.num_tokens >= max_model_len
+
+    def drop_pending(self) -> None:
+        """Remove a trailing :data:`PENDING` placeholder (the request ends before it is read back)."""
+        while self.output_token_ids and self.output_token_ids[-1] == PENDING:
+            self.output_token_ids.pop()
 
     @property
     def finished(self) -> bool:

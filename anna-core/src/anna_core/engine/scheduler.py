@@ -68,6 +68,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.num_preemptions = 0
         self.num_steps = 0
+        self.max_model_len: int | None = None  # set by the engine (its capped context limit)
         self.snapshots = SnapshotIndex(num_snapshots if hybrid else 0)
         self.prompt_cache = PromptCache(config.prompt_cache_size) if config.prompt_cache_size else None
         # hybrid models capture snapshots (and cut chunks for them) only when hits can use them
@@ -146,6 +147,8 @@ class Scheduler:
         for request in decodes:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted as a victim in this loop
+            if request.reached_length(self.max_model_len):
+                continue  # its last token is still in flight; it ends when read back
             ctx = request.num_computed_tokens + 1
             if decode_budget and read and read + ctx > decode_budget:
                 continue

@@ -23,6 +23,21 @@ Op names (keys of :data:`OPS`) and signatures:
     x, z: ``[..., D]``; weight: ``[D]``. ``y = rms_norm(x) * weight * silu(z)`` (float32 math; the
     gated DeltaNet output norm of Qwen3.5 / FLA ``FusedRMSNormGated``).
 
+``add_rms_norm(x, residual, weight, eps, zero_centered) -> (y, new_residual)``
+    x, residual: ``[T, D]``, one dtype (residual may be None: ``new_residual = x``); weight: ``[D]``.
+    ``new_residual = x + residual`` rounded to x's dtype (as torch's ``x + residual``), then
+    ``y = rms_norm(new_residual, weight, eps, zero_centered)``: the residual add of a pre-norm block
+    fused into the next norm. Both outputs are fresh tensors; the inputs are not written.
+
+``silu_and_mul(x) -> y``
+    x: ``[..., 2I]`` (gate, then up: the merged gate/up projection); y: ``[..., I]`` =
+    ``silu(gate) * up`` evaluated as torch does in x's dtype (SiLU in float32 rounded to x's dtype,
+    then the product in float32 rounded again).
+
+``sigmoid_mul(x, gate) -> y``
+    x, gate: ``[..., D]``, one dtype (gate may be a strided view with unit stride along D);
+    ``y = x * sigmoid(gate)`` evaluated as torch does in x's dtype (the attention output gate).
+
 ``causal_conv1d_prefill(x, weight, bias, cu_seqlens, conv_states, slots, activation) -> y``
     x: ``[T, C]``; weight: ``[C, W]`` (depthwise); bias: ``[C]`` or None;
     conv_states: ``[S, C, W-1]`` (the last ``W-1`` inputs of each sequence, oldest first);
@@ -55,16 +70,27 @@ Op names (keys of :data:`OPS`) and signatures:
     ``seq_lens[i] - q_len_i + j`` and attends causally to positions ``<=`` its own (and
     ``> pos - sliding_window`` when ``sliding_window`` is an int). Covers prefill, chunked
     prefill over a cached prefix, and decode. o: ``[T, H_q, D]``.
+
+``linear(x, weight, bias) -> y``
+    x: ``[M, K]`` (``[..., K]`` works too: leading dims are flattened and restored); weight:
+    ``[N, K]`` as ``nn.Linear`` stores it, same dtype as x; bias: ``[N]`` or None.
+    ``y = x @ weight^T + bias``, float32 accumulation; y: ``[M, N]`` in x's dtype. Decode calls it
+    with a handful of rows (``M`` = batch size), where reading the weight is all the cost:
+    implementations may specialise those skinny shapes (GEMV, split-K) and leave larger ``M`` to a GEMM.
 """
 
 OPS: dict[str, str] = {
     "rms_norm": "anna_core.kernels.reference.norms:rms_norm",
     "gated_rms_norm": "anna_core.kernels.reference.norms:gated_rms_norm",
+    "add_rms_norm": "anna_core.kernels.reference.norms:add_rms_norm",
+    "silu_and_mul": "anna_core.kernels.reference.activations:silu_and_mul",
+    "sigmoid_mul": "anna_core.kernels.reference.activations:sigmoid_mul",
     "causal_conv1d_prefill": "anna_core.kernels.reference.conv1d:causal_conv1d_prefill",
     "causal_conv1d_update": "anna_core.kernels.reference.conv1d:causal_conv1d_update",
     "gated_delta_rule_prefill": "anna_core.kernels.reference.gated_delta_rule:gated_delta_rule_prefill",
     "gated_delta_rule_decode": "anna_core.kernels.reference.gated_delta_rule:gated_delta_rule_decode",
     "reshape_and_cache": "anna_core.kernels.reference.paged_attention:reshape_and_cache",
     "paged_attention": "anna_core.kernels.reference.paged_attention:paged_attention",
+    "linear": "anna_core.kernels.reference.linear:linear",
 }
 """Op name -> its torch reference implementation (registered at priority 0 by the built-in plugin)."""

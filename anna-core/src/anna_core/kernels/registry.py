@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -54,22 +54,42 @@ class KernelSpec:
 class KernelRegistry:
     """Chooses, caches and reports the implementation of each op."""
 
-    def __init__(self, specs: list[KernelSpec]):
+    def __init__(self, specs: list[KernelSpec], disabled: Sequence[str] = ()):
+        """Args:
+            specs: every registered implementation.
+            disabled: implementations never to choose, each ``"op:name"`` (one op) or ``"name"``
+                (that implementation of every op), e.g. ``"linear:triton"`` or ``"fla"``; the torch
+                references cannot be disabled (they are the fallback).
+
+        Raises:
+            ValueError: registrations for unknown ops, or a ``disabled`` entry naming an unknown op,
+                an unknown implementation or the reference.
+        """
         unknown = sorted({s.op for s in specs} - set(OPS))
         if unknown:
             raise ValueError(f"kernel registrations for unknown ops {unknown}; known ops: {sorted(OPS)}")
+        names = {s.name for s in specs}
+        off: set[tuple[str | None, str]] = set()
+        for entry in disabled:
+            op, _, name = entry.rpartition(":")
+            if (op and op not in OPS) or name not in names or name == "reference":
+                raise ValueError(f"cannot disable kernel {entry!r}: use OP:NAME or NAME with a registered "
+                                 f"implementation other than 'reference' ({sorted(names - {'reference'})})")
+            off.add((op or None, name))
         self._specs: dict[str, list[KernelSpec]] = {}
         for spec in specs:
+            if (spec.op, spec.name) in off or (None, spec.name) in off:
+                continue
             self._specs.setdefault(spec.op, []).append(spec)
         for op_specs in self._specs.values():
             op_specs.sort(key=lambda s: -s.priority)
         self._chosen: dict[tuple[str, ProbeRequest | str], tuple[KernelSpec, Callable[..., Any]]] = {}
 
     @classmethod
-    def from_plugins(cls, pm=None) -> KernelRegistry:
+    def from_plugins(cls, pm=None, disabled: Sequence[str] = ()) -> KernelRegistry:
         from anna_core.plugins import kernel_specs
 
-        return cls(kernel_specs(pm))
+        return cls(kernel_specs(pm), disabled)
 
     def get(self, op: str, request: ProbeRequest) -> Callable[..., Any]:
         """The callable for ``op`` under ``request``.
@@ -135,3 +155,17 @@ def bind_ops(registry: KernelRegistry, device: Any, dtype: Any) -> OpTable:
     device_type = getattr(device, "type", None) or str(device).split(":")[0]
     dtype_name = str(dtype).replace("torch.", "")
     return OpTable(registry, device_type, dtype_name)
+
+
+def chosen_kernels(model: Any) -> dict[str, str]:
+    """``{op: implementation}`` chosen so far by the registries ``model``'s op tables are bound to
+    (``model``: an ``nn.Module`` whose submodules hold an :class:`OpTable` as ``ops``)."""
+    chosen: dict[str, str] = {}
+    modules = model.modules() if hasattr(model, "modules") else [model]
+    seen: set[int] = set()
+    for module in modules:
+        registry = getattr(getattr(module, "ops", None), "registry", None)
+        if registry is not None and id(registry) not in seen:
+            seen.add(id(registry))
+            chosen.update(registry.chosen())
+    return chosen

@@ -13,6 +13,9 @@ class SwiGLUMLP(nn.Module):
     Args:
         hidden: model width ``H``.
         intermediate: inner width ``I``.
+        ops: the model's :class:`anna_core.kernels.OpTable`, or None. With it, the merged path runs
+            ``silu(gate) * up`` as the one ``silu_and_mul`` op (same rounding as the eager torch
+            expression); without it (or before :meth:`merge_gate_up`) eager torch ops compute it.
 
     Parameters:
         gate_proj.weight, up_proj.weight: ``[I, H]``; down_proj.weight: ``[H, I]``. After
@@ -20,8 +23,9 @@ class SwiGLUMLP(nn.Module):
         the first two.
     """
 
-    def __init__(self, hidden: int, intermediate: int):
+    def __init__(self, hidden: int, intermediate: int, ops=None):
         super().__init__()
+        self.ops = ops
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
@@ -45,5 +49,8 @@ class SwiGLUMLP(nn.Module):
         """x: ``[T, H]`` -> ``[T, H]``."""
         if self.gate_up_proj is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        gate_up = self.gate_up_proj(x)  # [T, 2I]
+        if self.ops is not None:
+            return self.down_proj(self.ops.silu_and_mul(gate_up))
+        gate, up = gate_up.split(self.intermediate, dim=-1)
         return self.down_proj(F.silu(gate) * up)

@@ -1,4 +1,4 @@
-"""RMS normalisation over the last dimension, through the ``rms_norm`` kernel op."""
+"""RMS normalisation over the last dimension, through the ``rms_norm`` (and fused ``add_rms_norm``) kernel ops."""
 
 from __future__ import annotations
 
@@ -31,9 +31,27 @@ class RMSNorm(nn.Module):
         self.ops = ops
         self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: ``[..., D]`` -> ``[..., D]`` (same dtype)."""
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *, fuse_add: bool = False):
+        """Normalise ``x``; with ``fuse_add``, first add it to the residual stream (one fused op).
+
+        Args:
+            x: ``[..., D]``.
+            residual: ``[..., D]`` in x's dtype, or None (the first layer: the stream starts at x).
+            fuse_add: return the pair below instead of ``y`` alone (the ``add_rms_norm`` op).
+
+        Returns:
+            ``y`` ``[..., D]`` (same dtype) without ``fuse_add``; with it ``(y, new_residual)`` where
+            ``new_residual = x + residual`` (x when residual is None) and ``y = norm(new_residual)``.
+        """
+        if fuse_add:
+            return self.ops.add_rms_norm(x, residual, self.weight, self.eps, self.zero_centered)
         return self.ops.rms_norm(x, self.weight, self.eps, self.zero_centered)
+
+    def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(x + residual), x + residual)`` in one ``add_rms_norm`` launch (``residual`` None:
+        ``(norm(x), x)``): the residual add of a pre-norm block fused into the next norm. Goes through
+        ``__call__``, so module hooks (the profiler's) see it as this norm's forward."""
+        return self(x, residual, fuse_add=True)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, zero_centered={self.zero_centered}"

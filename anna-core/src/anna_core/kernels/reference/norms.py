@@ -61,3 +61,31 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     require(z.shape == x.shape, "gated_rms_norm", f"z must match x's shape {tuple(x.shape)}, got {tuple(z.shape)}")
     y = _normalise(x, eps) * weight.to(torch.float32) * F.silu(z.to(torch.float32))
     return y.to(x.dtype)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                 zero_centered: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add fused with the next RMSNorm: ``r = x + residual``, ``y = rms_norm(r)``.
+
+    The sum is rounded to x's dtype (exactly ``x + residual`` in torch) before it is normalised, as in
+    a pre-norm decoder that adds the block output to the residual stream and then normalises it.
+
+    Args:
+        x: ``[T, D]`` (the previous block's output); residual: ``[T, D]``, x's dtype, or None (the
+            first layer: no add, ``r = x``); weight: ``[D]``; eps, zero_centered: as :func:`rms_norm`.
+
+    Returns:
+        ``(y, r)``: the normalised sum and the new residual stream, both ``[T, D]`` in x's dtype.
+        Fresh tensors (the inputs are not written), except ``r`` is ``x`` itself when residual is None.
+
+    Raises:
+        ValueError: weight is not ``[D]``; residual's shape or dtype differs from x's.
+    """
+    _check_weight("add_rms_norm", x, weight)
+    if residual is not None:
+        require(residual.shape == x.shape, "add_rms_norm",
+                f"residual must match x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+        require(residual.dtype == x.dtype, "add_rms_norm",
+                f"residual must have x's dtype {x.dtype}, got {residual.dtype}")
+        x = x + residual
+    return rms_norm(x, weight, eps, zero_centered), x

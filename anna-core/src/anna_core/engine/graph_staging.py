@@ -1,0 +1,121 @@
+"""Host <-> device buffers of the captured decode step, double-buffered for asynchronous scheduling.
+
+The engine may stage step ``N+1`` while step ``N`` is still queued on the device (see
+:mod:`anna_core.engine.llm_engine`). A non-blocking host -> device copy reads its page-locked source
+when the copy *executes*, and a device -> host copy writes its destination whenever it executes,
+so a single host buffer could be overwritten before its copy ran, or read after the next step's copy
+landed. Two host buffers alternate, and an event recorded after each copy is waited on before that
+buffer is touched again (in practice it has long completed: the engine reads step ``N``'s ids before
+it stages step ``N+2``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from anna_core.device import Accelerator
+
+_NP = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32}
+
+
+def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+
+
+class Staging:
+    """One byte buffer holding every per-step input: two page-locked host copies and one device copy.
+
+    Fields are 8-byte aligned slices viewed with their own dtypes, so one ``copy_`` moves them all.
+
+    Args:
+        accel: device services (pinning, events).
+        fields: ``(name, dtype, shape)`` per field.
+
+    Attributes:
+        h: numpy views of the current host buffer, by field name (write the step's inputs here).
+        d: device tensor views, by field name (what the captured graph reads).
+    """
+
+    def __init__(self, accel: Accelerator, fields: Sequence[tuple[str, torch.dtype, tuple[int, ...]]]):
+        layout: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
+        offset = 0
+        for name, dtype, shape in fields:
+            layout[name] = (offset, dtype, shape)
+            offset += -(-_nbytes(dtype, shape) // 8) * 8
+        self.nbytes = offset
+        self._accel = accel
+        self._hosts = [accel.pin(torch.zeros(offset, dtype=torch.uint8)) for _ in range(2)]
+        self._events: list[object | None] = [None, None]
+        self._views: list[dict[str, np.ndarray]] = []
+        for host in self._hosts:
+            host_np = host.numpy()
+            self._views.append({name: host_np[off:off + _nbytes(dtype, shape)].view(_NP[dtype]).reshape(shape)
+                                for name, (off, dtype, shape) in layout.items()})
+        self.device = torch.zeros(offset, dtype=torch.uint8, device=accel.device)
+        self.d: dict[str, torch.Tensor] = {name: self.device[off:off + _nbytes(dtype, shape)].view(dtype).view(shape)
+                                           for name, (off, dtype, shape) in layout.items()}
+        self._cur = 0
+        self.h = self._views[0]
+
+    def next_buffer(self) -> None:
+        """Switch :attr:`h` to the other host buffer, waiting until its last upload has run.
+
+        The new buffer still holds the inputs of two steps ago: callers rewrite every row they use.
+        """
+        self._cur ^= 1
+        event = self._events[self._cur]
+        if event is not None:
+            event.synchronize()
+        self.h = self._views[self._cur]
+
+    def upload(self) -> None:
+        """Copy the current host buffer to the device without blocking the host."""
+        self.device.copy_(self._hosts[self._cur], non_blocking=True)
+        event = self._accel.event()
+        if event is not None:
+            event.record()
+        self._events[self._cur] = event
+
+
+class PendingIds:
+    """The sampled ids of a launched step, on their way to page-locked host memory.
+
+    :meth:`tolist` waits for that copy (the step's one host sync) and returns the ids.
+    """
+
+    def __init__(self, device_ids: torch.Tensor, host: torch.Tensor, event: object | None):
+        self.device_ids = device_ids
+        self._host = host
+        self._event = event
+
+    def tolist(self) -> list[int]:
+        if self._event is not None:
+            self._event.synchronize()
+        return self._host.tolist()
+
+
+class IdsReadback:
+    """Two alternating page-locked host buffers receiving each step's sampled ids."""
+
+    def __init__(self, accel: Accelerator, rows: int):
+        self._accel = accel
+        self._hosts = [accel.pin(torch.zeros(rows, dtype=torch.int64)) for _ in range(2)]
+        self._events: list[object | None] = [None, None]
+        self._cur = 0
+
+    def start(self, device_ids: torch.Tensor) -> PendingIds:
+        """Enqueue the copy of ``device_ids`` (``[n]`` int64) into the next host buffer."""
+        self._cur ^= 1
+        event = self._events[self._cur]
+        if event is not None:  # its previous step was read long ago; never blocks in practice
+            event.synchronize()
+        host = self._hosts[self._cur][:device_ids.shape[0]]
+        host.copy_(device_ids, non_blocking=True)
+        event = self._accel.event()
+        if event is not None:
+            event.record()
+        self._events[self._cur] = event
+        return PendingIds(device_ids, host, event)

@@ -1,0 +1,51 @@
+"""Gated activations of the Qwen3.5 blocks: the SwiGLU product and the attention output gate.
+
+Both evaluate the eager torch expressions the HF models use, so a kernel that matches these matches
+the oracle's rounding too: in a half-precision dtype the activation (SiLU or sigmoid, computed in
+float32 by torch) is rounded to the activation dtype, then the product is computed in float32 and
+rounded again.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from anna_core.kernels.checks import require
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` of the merged gate/up projection (SwiGLU; Shazeer, "GLU Variants Improve
+    Transformer", 2020).
+
+    Args:
+        x: ``[..., 2I]``: the gate (first ``I`` values of the last dim), then the up projection.
+
+    Returns:
+        ``[..., I]`` in x's dtype, equal to ``F.silu(gate) * up`` evaluated in x's dtype.
+
+    Raises:
+        ValueError: x has no dimension or an odd last dimension.
+    """
+    require(x.dim() >= 1 and x.shape[-1] % 2 == 0, "silu_and_mul",
+            f"x must be [..., 2I] with an even last dim, got shape {tuple(x.shape)}")
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def sigmoid_mul(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """``x * sigmoid(gate)``: the output gate of Qwen3.5's full attention (applied before ``o_proj``).
+
+    Args:
+        x: ``[..., D]`` (e.g. the attention output ``[T, H, D]``).
+        gate: x's shape and dtype; may be a strided view (Qwen3.5 passes ``q_gate[..., D:]``).
+
+    Returns:
+        ``[..., D]`` in x's dtype, equal to ``x * torch.sigmoid(gate)``.
+
+    Raises:
+        ValueError: gate's shape or dtype differs from x's.
+    """
+    require(gate.shape == x.shape, "sigmoid_mul", f"gate must match x's shape {tuple(x.shape)}, got {tuple(gate.shape)}")
+    require(gate.dtype == x.dtype, "sigmoid_mul", f"gate must have x's dtype {x.dtype}, got {gate.dtype}")
+    return x * torch.sigmoid(gate)

@@ -1,0 +1,40 @@
+"""The affine map of ``nn.Linear``: ``y = x @ weight^T + bias`` (torch's ``F.linear``)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from anna_core.kernels.checks import require
+
+
+def check_linear(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """Check ``x`` ``[..., K]``, ``weight`` ``[N, K]`` and ``bias`` ``[N]`` or None, all of x's dtype (no sync).
+
+    Raises:
+        ValueError: any of the above does not hold.
+    """
+    require(weight.dim() == 2, op, f"weight must be [N, K], got shape {tuple(weight.shape)}")
+    n, k = weight.shape
+    require(x.dim() >= 1 and x.shape[-1] == k, op, f"x must be [M, K={k}], got shape {tuple(x.shape)}")
+    require(x.dtype == weight.dtype, op, f"x ({x.dtype}) and weight ({weight.dtype}) must share one dtype")
+    require(bias is None or tuple(bias.shape) == (n,), op,
+            f"bias must be [N={n}] or None, got {None if bias is None else tuple(bias.shape)}")
+    require(bias is None or bias.dtype == x.dtype, op, f"bias ({bias.dtype if bias is not None else None}) "
+            f"must have x's dtype ({x.dtype})")
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight^T + bias`` through ``F.linear`` (cuBLAS / oneDNN / MKL on their devices).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``); weight: ``[N, K]``, x's dtype; bias: ``[N]`` or None.
+
+    Returns:
+        ``[M, N]`` (or ``[..., N]``) in x's dtype.
+
+    Raises:
+        ValueError: shapes or dtypes disagree (see :func:`check_linear`).
+    """
+    check_linear("linear", x, weight, bias)
+    return F.linear(x, weight, bias)

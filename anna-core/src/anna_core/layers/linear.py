@@ -1,0 +1,85 @@
+"""``nn.Linear`` whose product runs through the ``linear`` kernel op (GEMV kernels for decode)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Linear(nn.Linear):
+    """``y = x @ weight^T + bias`` through ``ops.linear`` when given an op table, ``F.linear`` otherwise.
+
+    Same parameters, names and state dict as ``nn.Linear`` (``weight`` ``[N, K]``, ``bias`` ``[N]``
+    or absent), so checkpoints load unchanged. The op table is a plain attribute, never a submodule
+    or buffer: it stays out of ``state_dict`` and ``parameters()``.
+
+    Args:
+        in_features: ``K``; out_features: ``N``; bias: whether to hold a ``bias``.
+        ops: the model's :class:`anna_core.kernels.OpTable`, or None for plain ``F.linear``.
+        device, dtype: as for ``nn.Linear``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, ops: Any = None,
+                 device: Any = None, dtype: torch.dtype | None = None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.ops = ops
+        self._bound: tuple[Any, Callable[..., torch.Tensor]] | None = None
+
+    def _op(self) -> Callable[..., torch.Tensor]:
+        """The ``linear`` implementation chosen for ``self.ops``, resolved once per op table."""
+        bound = self._bound
+        if bound is None or bound[0] is not self.ops:
+            bound = self._bound = (self.ops, self.ops.linear)
+        return bound[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: ``[..., K]`` -> ``[..., N]`` in x's dtype."""
+        if self.ops is None:
+            return F.linear(x, self.weight, self.bias)
+        return self._op()(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, ops={'none' if self.ops is None else 'kernel'}"
+
+
+def linear_from(module: nn.Linear, ops: Any) -> Linear:
+    """A :class:`Linear` holding ``module``'s own ``weight`` and ``bias`` Parameter objects (no copy).
+
+    Weights tied elsewhere (an LM head sharing the embedding) stay tied. Hooks registered on
+    ``module`` are not carried over. The result is in ``module``'s train/eval mode.
+
+    Raises:
+        TypeError: ``module`` is not an ``nn.Linear``.
+    """
+    if not isinstance(module, nn.Linear):
+        raise TypeError(f"expected an nn.Linear, got {type(module).__name__}")
+    with torch.device("meta"):  # no allocation: the real Parameters are assigned below
+        new = Linear(module.in_features, module.out_features, bias=module.bias is not None, ops=ops)
+    new.weight = module.weight
+    if module.bias is not None:
+        new.bias = module.bias
+    new.train(module.training)
+    return new
+
+
+def use_linear_op(root: nn.Module, ops: Any) -> int:
+    """Route every linear layer under ``root`` through ``ops.linear``; returns how many changed.
+
+    Plain ``nn.Linear`` children are replaced by :func:`linear_from` (sharing their Parameters);
+    existing :class:`Linear` layers get ``ops`` set. Call it after loading and merging weights.
+    ``root`` itself is not replaced (wrap it with :func:`linear_from` if it is a linear layer).
+    """
+    changed = 0
+    for parent in list(root.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Linear):
+                child.ops = ops
+                changed += 1
+            elif type(child) is nn.Linear:
+                setattr(parent, name, linear_from(child, ops))
+                changed += 1
+    return changed

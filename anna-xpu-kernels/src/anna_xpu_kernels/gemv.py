@@ -1,0 +1,310 @@
+"""Skinny ``linear`` (decode GEMV) in Triton: ``y[M, N] = x[M, K] @ w[N, K]^T + b`` for ``M <= 8``.
+
+At decode a linear layer multiplies a few activation rows by a weight matrix read once: the time is
+the weight's bytes over the memory bandwidth, and cuBLAS' GEMM tiles leave much of that bandwidth
+unused at these shapes. Each program here owns ``BLOCK_N`` output columns for all ``M`` rows and
+streams its ``[BLOCK_N, K]`` slice of the weight along K in ``[BLOCK_N, BLOCK_K]`` tiles (loads
+contiguous along K, so vectorised), accumulating in float32 either
+
+* on the CUDA cores (``USE_DOT=False``): a ``[BLOCK_M, BLOCK_N, BLOCK_K]`` product summed over K
+  once after the loop (best for one or two rows), or
+* on the tensor cores (``USE_DOT=True``): ``w_tile @ x_tile^T`` with the rows padded to 16
+  (the arithmetic of eight rows would otherwise saturate the CUDA cores).
+
+Split-K: with few output columns (``N = 1024`` at ``K = 3584``) there are too few programs to keep
+every multiprocessor's loads in flight, so ``SPLIT_K`` programs share the K range of each column
+block; each writes its float32 partial sums to a workspace ``[SPLIT_K, M, N]`` and a second small
+kernel adds them up (with the bias) in a fixed order, so results are deterministic. Both launches
+allocate nothing outside PyTorch's allocator (CUDA-graph capture safe).
+
+The tile sizes, ``SPLIT_K``, ``USE_DOT`` and warps are autotuned per (row bucket ``BLOCK_M`` in
+1, 2, 4, 8; N; K; dtypes); the benchmark of a split configuration includes its reduce kernel.
+Under Triton's interpreter one fixed configuration runs. ``M > 8``, empty shapes, or a weight that
+is not a contiguous row-major ``[N, K]`` of x's dtype go to ``F.linear``.
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+import torch.nn.functional as F
+
+from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
+
+MAX_ROWS = 8
+"""Largest ``M`` run by the GEMV kernel; more rows go to ``F.linear`` (a GEMM)."""
+MAX_SPLIT_N = 16384
+"""Split-K is only tuned for ``N`` up to this (the workspace is ``SPLIT_K * M * N`` float32)."""
+
+
+@attrs.frozen
+class GemvConfig:
+    """One launch configuration of the GEMV kernel (what the autotuner chooses among)."""
+
+    block_n: int
+    block_k: int
+    split_k: int = 1
+    use_dot: bool = False
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def triton(self) -> triton.Config:
+        return triton.Config({"BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "SPLIT_K": self.split_k,
+                              "USE_DOT": self.use_dot}, num_warps=self.num_warps, num_stages=self.num_stages)
+
+
+def _tuning_space() -> list[triton.Config]:
+    """Tiles that won a sweep over the Qwen3.5 0.8B/2B/9B decode shapes on an H200 (CUDA-core tiles
+    for one row, tensor-core tiles for more rows and for the LM head), each with and without split-K."""
+    space = []
+    for split in (1, 2, 4, 8):
+        for bn, bk, warps, stages in ((4, 512, 2, 3), (8, 256, 2, 3), (8, 512, 4, 3), (16, 256, 4, 3),
+                                      (16, 512, 4, 3)):
+            space.append(GemvConfig(bn, bk, split, False, warps, stages).triton())
+        for bn, bk, warps, stages in ((64, 128, 4, 3), (128, 128, 4, 3), (64, 256, 4, 3), (64, 64, 4, 6)):
+            space.append(GemvConfig(bn, bk, split, True, warps, stages).triton())
+    return space
+
+
+def cold_time_ms(fn, reps: int = 16, flush_bytes: int = 128 << 20) -> float:
+    """Milliseconds per call of ``fn`` with a cold L2, without host launch overhead (CUDA only).
+
+    Captures ``reps`` x (L2 flush, ``fn``) in one CUDA graph and ``reps`` flushes alone in another;
+    the difference of their median replay times over ``reps`` is ``fn``'s device time on weights
+    that come from memory, as in a decode step (``triton.testing.do_bench`` times eager launches, whose
+    host overhead exceeds these kernels' few microseconds).
+    """
+    fn()
+    flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+    graphs = [torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()]
+    for with_fn, graph in zip((True, False), graphs):
+        with torch.cuda.graph(graph):
+            for _ in range(reps):
+                flush.zero_()
+                if with_fn:
+                    fn()
+    times: list[list[float]] = [[], []]
+    for _ in range(5):
+        for i, graph in enumerate(graphs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times[i].append(start.elapsed_time(end))
+    both, alone = (sorted(t)[len(t) // 2] for t in times)
+    return max(both - alone, 1e-4) / reps
+
+
+def _autotune_bench(kernel_call, quantiles):
+    """The autotuner's timer: :func:`cold_time_ms` on CUDA, ``triton.testing.do_bench`` elsewhere."""
+    if torch.cuda.is_available():
+        t = cold_time_ms(kernel_call)
+        return [t for _ in quantiles] if quantiles else t
+    return triton.testing.do_bench(kernel_call, quantiles=quantiles)
+
+
+FIXED = GemvConfig(block_n=16, block_k=32, split_k=1, use_dot=False, num_warps=4)
+"""The configuration run under the interpreter."""
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop configurations that cannot win: split-K for wide N or short K, the CUDA-core path for
+    ``M > 2`` (its arithmetic grows with M), and tiles wider than the matrix."""
+    n, k, block_m = named_args["N"], named_args["K"], kwargs["BLOCK_M"]
+    keep = []
+    for c in configs:
+        kw = c.kwargs
+        split = kw["SPLIT_K"]
+        if split > 1 and (n > MAX_SPLIT_N or k < split * kw["BLOCK_K"] * 2):
+            continue
+        if not kw["USE_DOT"] and block_m > 2:
+            continue
+        if kw["BLOCK_N"] > max(16, next_pow2(n)) or kw["BLOCK_K"] > max(32, next_pow2(k)):
+            continue
+        keep.append(c)
+    return keep or [c for c in configs if c.kwargs["SPLIT_K"] == 1][:1]
+
+
+def _reduce_after_bench(nargs, exception):
+    """Autotuner post-hook: a split configuration's benchmark also pays for its reduce kernel."""
+    if exception is None and nargs["SPLIT_K"] > 1:
+        _launch_reduce(nargs["ws_ptr"], nargs["bias_ptr"], nargs["y_ptr"], nargs["M"], nargs["N"], nargs["stride_ym"],
+                       nargs["SPLIT_K"], nargs["HAS_BIAS"])
+
+
+@autotune(_tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K"], prune_configs_by={
+    "early_config_prune": _prune}, post_hook=_reduce_after_bench, do_bench=_autotune_bench)
+@triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
+@triton.jit
+def _gemv_kernel(
+    x_ptr, weight_ptr, bias_ptr, y_ptr, ws_ptr,
+    M, N, K, stride_xm, stride_wn, stride_ym,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, USE_DOT: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    w_rows = tl.minimum(cols, N - 1).to(tl.int64)  # clamped: unmasked weight loads, masked store
+    # This program's K range: whole BLOCK_K tiles, split as evenly as tiles allow.
+    tiles_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+    k_begin = pid_k * tiles_per_split * BLOCK_K
+    k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K, K)
+    ks = tl.arange(0, BLOCK_K)
+    w_tile = weight_ptr + w_rows[:, None] * stride_wn + ks[None, :]  # [BLOCK_N, BLOCK_K]
+    if USE_DOT:
+        # rows padded to 16 for the tensor cores; acc is y^T: [BLOCK_N, 16]
+        rows = tl.arange(0, 16)
+        x_tile = x_ptr + rows[None, :] * stride_xm + ks[:, None]  # [BLOCK_K, 16] = x^T
+        acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
+        for k0 in range(k_begin, k_end, BLOCK_K):
+            if EVEN_K:
+                w = tl.load(w_tile + k0, eviction_policy="evict_first")
+                xt = tl.load(x_tile + k0, mask=(rows < M)[None, :], other=0.0)
+            else:
+                k_ok = (k0 + ks) < k_end
+                w = tl.load(w_tile + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
+                xt = tl.load(x_tile + k0, mask=(rows < M)[None, :] & k_ok[:, None], other=0.0)
+            if UPCAST_DOT:  # float32 weights, or the interpreter (whose bfloat16 tl.dot is wrong): exact products
+                acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(w, xt, acc)
+        out = tl.trans(acc)  # [16, BLOCK_N]
+    else:
+        rows = tl.arange(0, BLOCK_M)
+        x_tile = x_ptr + rows[:, None] * stride_xm + ks[None, :]  # [BLOCK_M, BLOCK_K]
+        acc3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(k_begin, k_end, BLOCK_K):
+            if EVEN_K:
+                w = tl.load(w_tile + k0, eviction_policy="evict_first")
+                x = tl.load(x_tile + k0, mask=(rows < M)[:, None], other=0.0)
+            else:
+                k_ok = (k0 + ks) < k_end
+                w = tl.load(w_tile + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
+                x = tl.load(x_tile + k0, mask=(rows < M)[:, None] & k_ok[None, :], other=0.0)
+            acc3 += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+        out = tl.sum(acc3, axis=2)  # [BLOCK_M, BLOCK_N]
+    mask = (rows < M)[:, None] & col_ok[None, :]
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            out += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        ws = ws_ptr + (pid_k * M + rows[:, None]) * N + cols[None, :]
+        tl.store(ws, out, mask=mask)
+
+
+@triton.jit
+def _splitk_reduce_kernel(ws_ptr, bias_ptr, y_ptr, M, N, stride_ym,
+                          SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    """``y[m, n] = sum_s ws[s, m, n] (+ b[n])``, summed in split order."""
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = idx < M * N
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        total += tl.load(ws_ptr + s * M * N + idx, mask=ok, other=0.0)
+    row = idx // N
+    col = idx % N
+    if HAS_BIAS:
+        total += tl.load(bias_ptr + col, mask=ok, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * stride_ym + col, total.to(y_ptr.dtype.element_ty), mask=ok)
+
+
+_REDUCE_BLOCK = 1024
+
+
+def _launch_reduce(ws, bias, y, m: int, n: int, stride_ym: int, split_k: int, has_bias: bool) -> None:
+    grid = (triton.cdiv(m * n, _REDUCE_BLOCK),)
+    _splitk_reduce_kernel[grid](ws, bias, y, m, n, stride_ym, SPLIT_K=split_k, HAS_BIAS=has_bias,
+                                BLOCK=_REDUCE_BLOCK, num_warps=4)
+
+
+def supports(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the GEMV kernel takes ``x`` ``[M, K]`` and ``weight``: ``1 <= M <= 8``, ``N, K >= 1``,
+    weight a contiguous row-major ``[N, K]`` of x's dtype (float32 / float16 / bfloat16)."""
+    m = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
+    return (1 <= m <= MAX_ROWS and weight.dim() == 2 and weight.shape[0] >= 1 and weight.is_contiguous()
+            and weight.dtype == x.dtype and x.dtype in (torch.float32, torch.float16, torch.bfloat16))
+
+
+def _max_split(n: int) -> int:
+    return 1 if INTERPRETING or n > MAX_SPLIT_N else max(c.kwargs["SPLIT_K"] for c in _tuning_space())
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+         config: GemvConfig | None = None) -> torch.Tensor:
+    """The GEMV kernel on ``x`` ``[M, K]`` (``1 <= M <= 8``), ``weight`` ``[N, K]``, ``bias`` ``[N]`` or None.
+
+    Args:
+        config: run this configuration instead of the autotuned one (tests force split-K on and
+            off, and each accumulation path, with it).
+
+    Returns:
+        ``[M, N]`` in x's dtype.
+
+    Raises:
+        ValueError: :func:`supports` does not hold, or the tensors are on different devices.
+    """
+    require(x.dim() == 2 and supports(x, weight), "linear",
+            f"the GEMV kernel takes x [M<={MAX_ROWS}, K] and a contiguous weight [N, K] of x's dtype, got "
+            f"x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} {weight.dtype}")
+    require_same_device("linear", x=x, weight=weight, bias=bias)
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    m, k = x.shape
+    n = weight.shape[0]
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    has_bias = bias is not None
+    b = bias.contiguous() if has_bias else y  # dummy pointer when there is no bias
+    block_m = next_pow2(m)
+    upcast = INTERPRETING or x.dtype == torch.float32
+    if config is not None:
+        ws = torch.empty((config.split_k, m, n), dtype=torch.float32, device=x.device) if config.split_k > 1 else y
+        grid = (triton.cdiv(n, config.block_n), config.split_k)
+        _gemv_kernel.fn[grid](x, weight, b, y, ws, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
+                              HAS_BIAS=has_bias, BLOCK_M=block_m, UPCAST_DOT=upcast,
+                              BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=config.split_k,
+                              USE_DOT=config.use_dot, num_warps=config.num_warps, num_stages=config.num_stages)
+        split = config.split_k
+    else:
+        max_split = _max_split(n)
+        ws = torch.empty((max_split, m, n), dtype=torch.float32, device=x.device) if max_split > 1 else y
+
+        def grid(meta):
+            return (triton.cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"])
+
+        _gemv_kernel[grid](x, weight, b, y, ws, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
+                           HAS_BIAS=has_bias, BLOCK_M=block_m, UPCAST_DOT=upcast)
+        # The configuration this launch ran (single-threaded use: the model runner's step).
+        split = _gemv_kernel.best_config.kwargs["SPLIT_K"]
+    if split > 1:
+        _launch_reduce(ws, b, y, m, n, y.stride(0), split, has_bias)
+    return y
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight^T + bias`` (signature of :func:`anna_core.kernels.reference.linear.linear`).
+
+    Args:
+        x: ``[M, K]`` or ``[..., K]``, float32 / float16 / bfloat16; weight: ``[N, K]`` of x's dtype;
+            bias: ``[N]`` or None.
+
+    Returns:
+        ``[..., N]`` in x's dtype: the Triton GEMV when there are 1..8 rows and the weight is a
+        contiguous row-major matrix, else ``F.linear``.
+
+    Raises:
+        ValueError: shapes or dtypes disagree, or tensors on different devices.
+    """
+    from anna_core.kernels.reference.linear import check_linear
+
+    check_linear("linear", x, weight, bias)
+    require_float("linear", x=x)
+    if not supports(x, weight):
+        return F.linear(x, weight, bias)
+    y = gemv(x.reshape(-1, x.shape[-1]), weight, bias)
+    return y.view(*x.shape[:-1], weight.shape[0])

@@ -1,0 +1,44 @@
+"""RMSNorm.add_and_norm and SwiGLUMLP's silu_and_mul path give the unfused layers' results."""
+
+import pytest
+import torch
+from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.layers import RMSNorm, SwiGLUMLP
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return KernelRegistry.from_plugins()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_add_and_norm_is_the_add_then_the_norm(registry, dtype):
+    ops = bind_ops(registry, "cpu", dtype)
+    norm = RMSNorm(24, 1e-6, ops, zero_centered=True)
+    norm.weight.data.normal_()
+    x, residual = torch.randn(3, 24).to(dtype), torch.randn(3, 24).to(dtype)
+    y, new_residual = norm.add_and_norm(x, residual)
+    assert torch.equal(new_residual, x + residual) and torch.equal(y, norm(x + residual))
+    y0, r0 = norm.add_and_norm(x, None)  # the first layer: the stream starts at x
+    assert r0 is x and torch.equal(y0, norm(x))
+    calls = []
+    norm.register_forward_hook(lambda *_: calls.append(1))  # the profiler's hooks see the fused call
+    norm.add_and_norm(x, residual)
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_swiglu_with_ops_matches_the_eager_mlp(registry, dtype):
+    torch.manual_seed(0)
+    plain = SwiGLUMLP(16, 40).to(dtype)
+    fused = SwiGLUMLP(16, 40, bind_ops(registry, "cpu", dtype)).to(dtype)
+    fused.load_state_dict(plain.state_dict())
+    x = torch.randn(5, 16).to(dtype)
+    want = plain(x)
+    assert torch.equal(fused(x), want)  # unmerged: eager ops either way
+    plain.merge_gate_up()
+    fused.merge_gate_up()
+    merged = plain(x)  # one GEMM for gate and up: equal to the unmerged MLP up to summation order
+    torch.testing.assert_close(merged, want)
+    assert torch.equal(fused(x), merged)  # silu_and_mul rounds exactly as F.silu(gate) * up
+    assert fused.ops.registry.chosen()["silu_and_mul"] == "reference"

@@ -1,0 +1,93 @@
+"""Triton decode GEMV (``linear``) vs the anna-core torch reference, under the interpreter."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from anna_core.kernels.reference.linear import linear as ref_linear
+
+from tests.xpu_kernels._interp import require_triton_interpreter, tol
+
+require_triton_interpreter()
+
+from anna_xpu_kernels import gemv
+from anna_xpu_kernels.gemv import GemvConfig
+
+DTYPES = [torch.float32, torch.bfloat16]
+# (name, forced configuration): None = the autotuner's (fixed, when interpreting) choice
+CONFIGS = [
+    ("auto", None),
+    ("cuda-cores", GemvConfig(block_n=16, block_k=32, split_k=1, use_dot=False)),
+    ("cuda-cores split-K", GemvConfig(block_n=16, block_k=16, split_k=3, use_dot=False)),
+    ("tensor-cores", GemvConfig(block_n=32, block_k=32, split_k=1, use_dot=True)),
+    ("tensor-cores split-K", GemvConfig(block_n=16, block_k=16, split_k=2, use_dot=True)),
+]
+
+
+def _inputs(m, n, k, dtype, bias, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    w = (torch.randn(n, k, generator=gen) * k ** -0.5).to(dtype)
+    b = torch.randn(n, generator=gen).to(dtype) if bias else None
+    return x, w, b
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name, config", CONFIGS, ids=[c[0] for c in CONFIGS])
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+def test_gemv_matches_reference(poison_outputs, dtype, name, config, m, bias):
+    # N=37, K=75: neither a multiple of any tile (masked columns, a partial K tile, uneven splits)
+    x, w, b = _inputs(m, 37, 75, dtype, bias, seed=m)
+    got = gemv.gemv(x, w, b, config)
+    assert got.dtype == dtype and got.shape == (m, 37)
+    torch.testing.assert_close(got, ref_linear(x, w, b), **tol(dtype))
+
+
+def test_split_k_covers_whole_k_tiles(poison_outputs):
+    # K a multiple of BLOCK_K (the unmasked loop) with more splits than some need: 4 tiles over 3 splits
+    x, w, b = _inputs(2, 40, 64, torch.float32, True, seed=5)
+    got = gemv.gemv(x, w, b, GemvConfig(block_n=16, block_k=16, split_k=3, use_dot=False))
+    torch.testing.assert_close(got, ref_linear(x, w, b), **tol(torch.float32))
+
+
+def test_linear_op_keeps_leading_dims(poison_outputs):
+    x, w, b = _inputs(6, 24, 40, torch.float32, True, seed=6)
+    got = gemv.linear(x.view(2, 3, 40), w, b)
+    assert got.shape == (2, 3, 24)
+    torch.testing.assert_close(got, ref_linear(x, w, b).view(2, 3, 24), **tol(torch.float32))
+
+
+def test_linear_falls_back_to_torch_beyond_eight_rows_and_for_strided_weights(monkeypatch, poison_outputs):
+    calls = []
+    monkeypatch.setattr(gemv, "gemv", lambda *a, **k: calls.append(a) or pytest.fail("GEMV kernel ran"))
+    x, w, b = _inputs(9, 20, 30, torch.bfloat16, True, seed=7)
+    torch.testing.assert_close(gemv.linear(x, w, b), F.linear(x, w, b))  # M = 9 > 8
+    x4 = x[:4]
+    wt = torch.randn(30, 20).to(torch.bfloat16).t()  # [20, 30] column-major
+    torch.testing.assert_close(gemv.linear(x4, wt, b), F.linear(x4, wt, b))
+    assert not calls
+
+
+def test_linear_bad_arguments_are_clear_errors():
+    with pytest.raises(ValueError, match="linear: x must be"):
+        gemv.linear(torch.randn(2, 5), torch.randn(3, 4), None)
+    with pytest.raises(ValueError, match="must share one dtype"):
+        gemv.linear(torch.randn(2, 4), torch.randn(3, 4).to(torch.bfloat16), None)
+    with pytest.raises(ValueError, match="linear: the GEMV kernel takes"):
+        gemv.gemv(torch.randn(9, 4), torch.randn(3, 4), None)
+
+
+def test_microbench_linear_smoke_on_cpu():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ANNA_TRITON_INTERPRET="1", TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-m", "anna_xpu_kernels.microbench", "--device", "cpu", "--smoke",
+                          "--only", "linear", "--dtype", "float32", "--linear-rows", "1,9"],
+                         check=False, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("smoke ") and " M=" not in line]
+    assert len(rows) == 8 and {r[6] for r in rows} == {"cuBLAS", "triton"}
+    assert all(float(r[-1]) < 1e-4 for r in rows), rows  # float32: agrees with the fp32 product to rounding
+    assert "smoke M=1:" in out.stdout and "smoke M=9:" in out.stdout

@@ -40,3 +40,16 @@ def test_anna_bench_json_on_cpu(tiny_dir):
 def test_anna_bench_rejects_bad_lengths(tiny_dir):
     res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--output-len", "1"])
     assert res.exit_code == 1 and "output-len" in res.output
+
+
+def test_anna_bench_compare_hf_on_cpu(tiny_dir):
+    res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--dtype", "fp32",
+                                     "--input-len", "12", "--output-len", "6", "--warmup", "0", "--runs", "1",
+                                     "--compare-hf", "--json"])
+    assert res.exit_code == 0, res.output
+    hf = json.loads(res.output[res.output.index("{"):])["hf"]
+    assert hf["speedup"] > 0 and hf["hf_decode_tokens_per_s_per_stream"] > 0
+    # float32, same weights: the two models agree (random weights, so only rounding separates them)
+    assert hf["top1_agree"] and hf["top5_overlap"] == 5
+    assert hf["logits_max_abs_diff"] < 1e-3 * max(1.0, hf["logits_std"])
+    assert hf["greedy_match_tokens"] == 6 and hf["engine_vs_eager_match_tokens"] == 6

@@ -54,11 +54,19 @@ class GatedAttention(nn.Module):
             self.qkv_proj = merge_linears([self.q_proj, self.k_proj, self.v_proj])
             del self.q_proj, self.k_proj, self.v_proj
 
-    def _project(self, x: torch.Tensor):
-        if self.qkv_proj is None:
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+    def _project(self, x: torch.Tensor, pre_norm=None):
+        """x ``[T, hidden]`` -> (q+gate, k, v), new residual (None without ``pre_norm``; see :meth:`forward`)."""
+        residual = None
         q_size, kv_size = 2 * self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        return torch.split(self.qkv_proj(x), [q_size, kv_size, kv_size], dim=-1)
+        if pre_norm is not None:
+            norm, residual = pre_norm
+            if self.qkv_proj is not None:  # add + norm fused into the merged projection
+                qkv, residual = norm.add_norm_linear(x, residual, self.qkv_proj)
+                return torch.split(qkv, [q_size, kv_size, kv_size], dim=-1), residual
+            x, residual = norm.add_and_norm(x, residual)
+        if self.qkv_proj is None:
+            return (self.q_proj(x), self.k_proj(x), self.v_proj(x)), residual
+        return torch.split(self.qkv_proj(x), [q_size, kv_size, kv_size], dim=-1), residual
 
     def _fused_pre(self, batch: ForwardBatch):
         """The fused q/k-norm + rotary + cache-write kernel (``qk_norm_rope_cache`` attribute of the
@@ -70,10 +78,20 @@ class GatedAttention(nn.Module):
             return None
         return fused
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
-        """x: ``[T, hidden]`` -> ``[T, hidden]``; writes this layer's K/V into the paged cache."""
-        T, D = x.shape[0], self.head_dim
-        q_gate, k, v = self._project(x)
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches, pre_norm=None):
+        """x: ``[T, hidden]`` -> ``[T, hidden]``; writes this layer's K/V into the paged cache.
+
+        With ``pre_norm = (norm, residual)`` (the block's input RMSNorm and the residual stream, or
+        None in the first block) x is the previous block's output: the layer runs on
+        ``norm(x + residual)`` (add and norm fused into the q/k/v projection) and returns
+        ``(output, x + residual)``.
+        """
+        (q_gate, k, v), residual = self._project(x, pre_norm)
+        out = self._attend(q_gate, k, v, batch, caches)
+        return out if pre_norm is None else (out, residual)
+
+    def _attend(self, q_gate, k, v, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        T, D = q_gate.shape[0], self.head_dim
         q_gate = q_gate.view(T, self.num_heads, 2 * D)
         gate = q_gate[..., D:]  # [T, H, D]
         fused = self._fused_pre(batch)
@@ -82,7 +100,7 @@ class GatedAttention(nn.Module):
             k_cache, v_cache = caches.kv[attn.kv_index]
             q = fused(q_gate[..., :D], k.view(T, self.num_kv_heads, D), v.view(T, self.num_kv_heads, D),
                       self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, True, batch.positions,
-                      self._rotary[0]._tables(x.device)[0], k_cache, v_cache, batch.slot_mapping)
+                      self._rotary[0]._tables(q_gate.device)[0], k_cache, v_cache, batch.slot_mapping)
             o = self.ops.get("paged_attention", head_dim=D)(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens,
                                                              batch.block_tables, attn.scale, attn.sliding_window)
         else:

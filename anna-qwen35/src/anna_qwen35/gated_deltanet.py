@@ -115,12 +115,22 @@ class GatedDeltaNet(nn.Module):
         del self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
         self._neg_a = -torch.exp(self.A_log.detach().float())
 
-    def _project(self, x: torch.Tensor):
-        """x ``[T, hidden]`` -> qkv ``[T, C]``, z ``[T, H_v*V]``, b, a ``[T, H_v]``."""
+    def _project(self, x: torch.Tensor, pre_norm=None):
+        """x ``[T, hidden]`` -> (qkv ``[T, C]``, z ``[T, H_v*V]``, b, a ``[T, H_v]``), new residual
+        (None without ``pre_norm``; see :meth:`forward`)."""
+        residual = None
+        if pre_norm is not None:
+            norm, residual = pre_norm
+            if self.in_proj_all is not None:  # add + norm fused into the merged projection
+                parts, residual = norm.add_norm_linear(x, residual, self.in_proj_all)
+                sizes = [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]
+                return torch.split(parts, sizes, dim=-1), residual
+            x, residual = norm.add_and_norm(x, residual)
         if self.in_proj_all is None:
-            return self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)
+            return (self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)), residual
         parts = self.in_proj_all(x)
-        return torch.split(parts, [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads], dim=-1)
+        sizes = [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]
+        return torch.split(parts, sizes, dim=-1), residual
 
     def _fused_step(self):
         """The decode op's fused layer step (``fused_step`` attribute of the chosen
@@ -138,15 +148,28 @@ class GatedDeltaNet(nn.Module):
             return None
         return fused
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
-        """x: ``[T, hidden]`` -> ``[T, hidden]``; updates this layer's conv and recurrent states in place."""
-        T = x.shape[0]
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches, pre_norm=None):
+        """x: ``[T, hidden]`` -> ``[T, hidden]``; updates this layer's conv and recurrent states in place.
+
+        With ``pre_norm = (norm, residual)`` (the block's input RMSNorm and the residual stream, or
+        None in the first block) x is the previous block's output: the layer runs on
+        ``norm(x + residual)`` (add and norm fused into the input projection) and returns
+        ``(output, x + residual)``.
+        """
+        if pre_norm is not None:
+            (qkv, z, b, a), residual = self._project(x, pre_norm)
+            return self._mix(qkv, z, b, a, batch, caches), residual
+        (qkv, z, b, a), _ = self._project(x)
+        return self._mix(qkv, z, b, a, batch, caches)
+
+    def _mix(self, qkv, z, b, a, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """The layer after its input projection: qkv ``[T, C]``, z ``[T, H_v*V]``, b, a ``[T, H_v]``
+        -> ``[T, hidden]``."""
+        T = qkv.shape[0]
         conv_states = caches.conv_states[self.state_index]  # [S, C, W-1]
         states = caches.recurrent_states[self.state_index]  # [S, H_v, K, V] float32
         slots = batch.state_slots
         conv_w = self.conv1d.weight.squeeze(1)  # [C, W]
-
-        qkv, z, b, a = self._project(x)  # [T, C], [T, H_v*V], [T, H_v], [T, H_v]
         if batch.is_decode:
             fused = self._fused_step()
             if fused is not None:  # conv update, L2 norm, gating, recurrent update and gated norm in one kernel

@@ -34,9 +34,11 @@ class DecoderLayer(nn.Module):
     """Pre-norm residual block: token mixer (gated DeltaNet or gated attention), then SwiGLU MLP.
 
     Residual-stream form: the layer receives the previous block's output ``h`` and the residual
-    stream it has not yet been added to, and returns the same pair; each add is fused into the norm
-    that follows it (``add_rms_norm``), the last one into the model's final norm. The math is HF's
-    ``h = h + mixer(norm(h)); h = h + mlp(norm(h))`` with the same roundings.
+    stream it has not yet been added to, and returns the same pair; each add and the norm after it
+    are fused into the projection that reads the normalised rows (``add_rms_norm_linear``: the
+    mixer's input projection, the MLP's gate/up), the last add into the model's final norm
+    (``add_rms_norm``). The math is HF's ``h = h + mixer(norm(h)); h = h + mlp(norm(h))`` with the
+    same roundings.
     """
 
     def __init__(self, cfg: Qwen35Config, layer_type: str, cache_index: int, rotary: RotaryEmbedding, ops: Any):
@@ -55,10 +57,9 @@ class DecoderLayer(nn.Module):
         """h, residual: ``[T, hidden]`` (residual None in the first layer: the stream starts at h)
         -> ``(mlp output, residual stream before adding it)``, both ``[T, hidden]``."""
         mixer = self.self_attn if self.layer_type == FULL else self.linear_attn
-        x, residual = self.input_layernorm.add_and_norm(h, residual)  # residual = h + residual
-        h = mixer(x, batch, caches)
-        x, residual = self.post_attention_layernorm.add_and_norm(h, residual)
-        return self.mlp(x), residual
+        # each residual add and norm runs fused into the projection that reads the normalised rows
+        h, residual = mixer(h, batch, caches, pre_norm=(self.input_layernorm, residual))
+        return self.mlp(h, pre_norm=(self.post_attention_layernorm, residual))
 
 
 class Qwen35TextModel(nn.Module):

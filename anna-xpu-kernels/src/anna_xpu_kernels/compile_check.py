@@ -76,16 +76,26 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
 
 
 def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
-    """The decode GEMV (CUDA-core and tensor-core paths, split or not) and its split-K reduce (its
-    ``weight_ptr`` / ``bias_ptr`` have the activation type, ``ws_ptr`` is float32)."""
+    """The decode GEMV (CUDA-core and tensor-core paths, split or not, plain or with a fused prologue)
+    and its split-K reduce (its ``weight_ptr`` / ``bias_ptr`` have the activation type, ``ws_ptr`` is
+    float32)."""
     from anna_xpu_kernels import gemv
 
-    base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1}
+    base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1, "PROLOGUE": 0, "ZERO_CENTERED": False}
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
                                       "SPLIT_K": 4, "HAS_BIAS": True}, 4
     yield gemv._gemv_kernel, "fp32", {**base, "BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
                                       "UPCAST_DOT": True, "EVEN_K": False}, 4
+    # the fused prologues (anna_xpu_kernels.gemv_prologue): add+RMSNorm, RMSNorm, SiLU-mul
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 512, "USE_DOT": False,
+                                      "SPLIT_K": 4, "PROLOGUE": 2, "ZERO_CENTERED": True}, 4
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
+                                      "PROLOGUE": 1}, 4
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_K": 256, "USE_DOT": False,
+                                      "SPLIT_K": 2, "PROLOGUE": 3}, 4
+    yield gemv._gemv_kernel, "fp32", {**base, "BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
+                                      "UPCAST_DOT": True, "EVEN_K": False, "PROLOGUE": 3}, 4
     yield gemv._splitk_reduce_kernel, "bf16", {"SPLIT_K": 4, "HAS_BIAS": True, "BLOCK": 1024}, 4
 
 

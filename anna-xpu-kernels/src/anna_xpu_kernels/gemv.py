@@ -21,6 +21,10 @@ The tile sizes, ``SPLIT_K``, ``USE_DOT`` and warps are autotuned per (row bucket
 1, 2, 4, 8; N; K; dtypes); the benchmark of a split configuration includes its reduce kernel.
 Under Triton's interpreter one fixed configuration runs. ``M > 8``, empty shapes, or a weight that
 is not a contiguous row-major ``[N, K]`` of x's dtype go to ``F.linear``.
+
+A ``PROLOGUE`` constexpr (:mod:`anna_xpu_kernels.gemv_prologue`, keyed in the autotuner too) lets the
+kernel compute its activation tiles from the raw inputs of the op before it (residual add + RMSNorm,
+SiLU-mul): :mod:`anna_xpu_kernels.fused_linear` runs those ops and the projection as one launch.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import torch.nn.functional as F
 
 from anna_xpu_kernels._checks import require, require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
+from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_rstd
 
 MAX_ROWS = 8
 """Largest ``M`` run by the GEMV kernel; more rows go to ``F.linear`` (a GEMM)."""
@@ -52,6 +57,20 @@ class GemvConfig:
     def triton(self) -> triton.Config:
         return triton.Config({"BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "SPLIT_K": self.split_k,
                               "USE_DOT": self.use_dot}, num_warps=self.num_warps, num_stages=self.num_stages)
+
+
+@attrs.frozen
+class Prologue:
+    """What the kernel computes its activation tile from (:mod:`anna_xpu_kernels.gemv_prologue`):
+    ``mode`` and, for the norm modes, the residual ``[M, K]`` (or None), the norm weight ``[K]``, eps,
+    zero-centring and the new-residual output ``[M, K]`` (written with ``ADD_RMS_NORM``)."""
+
+    mode: int = PLAIN
+    residual: torch.Tensor | None = None
+    norm_weight: torch.Tensor | None = None
+    new_residual: torch.Tensor | None = None
+    eps: float = 0.0
+    zero_centered: bool = False
 
 
 def _tuning_space() -> list[triton.Config]:
@@ -134,17 +153,20 @@ def _reduce_after_bench(nargs, exception):
                        nargs["SPLIT_K"], nargs["HAS_BIAS"])
 
 
-@autotune(_tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K"], prune_configs_by={
+@autotune(_tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "PROLOGUE"], prune_configs_by={
     "early_config_prune": _prune}, post_hook=_reduce_after_bench, do_bench=_autotune_bench)
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
 @triton.jit
 def _gemv_kernel(
-    x_ptr, weight_ptr, bias_ptr, y_ptr, ws_ptr,
-    M, N, K, stride_xm, stride_wn, stride_ym,
+    x_ptr, weight_ptr, bias_ptr, y_ptr, ws_ptr, r_ptr, nw_ptr, s_ptr,
+    M, N, K, stride_xm, stride_wn, stride_ym, stride_rm, stride_sm, eps,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, USE_DOT: tl.constexpr,
     EVEN_K: tl.constexpr,
 ):
+    # r_ptr, nw_ptr, s_ptr, stride_rm, stride_sm, eps, ZERO_CENTERED: inputs and output of the
+    # prologue (anna_xpu_kernels.gemv_prologue), unused with PROLOGUE == 0 (PLAIN).
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -156,36 +178,44 @@ def _gemv_kernel(
     k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K, K)
     ks = tl.arange(0, BLOCK_K)
     w_tile = weight_ptr + w_rows[:, None] * stride_wn + ks[None, :]  # [BLOCK_N, BLOCK_K]
+    # rows of the activation tile: padded to 16 for the tensor cores, BLOCK_M on the CUDA cores
+    rows = tl.arange(0, 16) if USE_DOT else tl.arange(0, BLOCK_M)
+    if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms needs the whole row, whatever this program's K range
+        first = (pid_n == 0) & (pid_k == 0)
+        rstd = row_rstd(x_ptr, r_ptr, s_ptr, rows, M, K, stride_xm, stride_rm, stride_sm, eps, first,
+                        PROLOGUE, 16 if USE_DOT else BLOCK_M, BLOCK_K)
+    else:
+        rstd = tl.zeros((16 if USE_DOT else BLOCK_M,), dtype=tl.float32)
     if USE_DOT:
-        # rows padded to 16 for the tensor cores; acc is y^T: [BLOCK_N, 16]
-        rows = tl.arange(0, 16)
-        x_tile = x_ptr + rows[None, :] * stride_xm + ks[:, None]  # [BLOCK_K, 16] = x^T
+        # acc is y^T: [BLOCK_N, 16]; the activation tile is x^T: [BLOCK_K, 16]
         acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
         for k0 in range(k_begin, k_end, BLOCK_K):
             if EVEN_K:
                 w = tl.load(w_tile + k0, eviction_policy="evict_first")
-                xt = tl.load(x_tile + k0, mask=(rows < M)[None, :], other=0.0)
+                x_ok = (rows < M)[None, :]
             else:
                 k_ok = (k0 + ks) < k_end
                 w = tl.load(w_tile + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
-                xt = tl.load(x_tile + k0, mask=(rows < M)[None, :] & k_ok[:, None], other=0.0)
+                x_ok = (rows < M)[None, :] & k_ok[:, None]
+            xt = act_tile(x_ptr, r_ptr, nw_ptr, rows[None, :], (k0 + ks)[:, None], x_ok, rstd[None, :], K,
+                          stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED)
             if UPCAST_DOT:  # float32 weights, or the interpreter (whose bfloat16 tl.dot is wrong): exact products
                 acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(w, xt, acc)
         out = tl.trans(acc)  # [16, BLOCK_N]
     else:
-        rows = tl.arange(0, BLOCK_M)
-        x_tile = x_ptr + rows[:, None] * stride_xm + ks[None, :]  # [BLOCK_M, BLOCK_K]
         acc3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
         for k0 in range(k_begin, k_end, BLOCK_K):
             if EVEN_K:
                 w = tl.load(w_tile + k0, eviction_policy="evict_first")
-                x = tl.load(x_tile + k0, mask=(rows < M)[:, None], other=0.0)
+                x_ok = (rows < M)[:, None]
             else:
                 k_ok = (k0 + ks) < k_end
                 w = tl.load(w_tile + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
-                x = tl.load(x_tile + k0, mask=(rows < M)[:, None] & k_ok[None, :], other=0.0)
+                x_ok = (rows < M)[:, None] & k_ok[None, :]
+            x = act_tile(x_ptr, r_ptr, nw_ptr, rows[:, None], (k0 + ks)[None, :], x_ok, rstd[:, None], K,
+                         stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED)
             acc3 += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
         out = tl.sum(acc3, axis=2)  # [BLOCK_M, BLOCK_N]
     mask = (rows < M)[:, None] & col_ok[None, :]
@@ -255,30 +285,39 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     require_same_device("linear", x=x, weight=weight, bias=bias)
     if x.stride(-1) != 1:
         x = x.contiguous()
-    m, k = x.shape
-    n = weight.shape[0]
+    return launch(x, weight, bias, config, Prologue())
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, config: GemvConfig | None,
+           prologue: Prologue) -> torch.Tensor:
+    """Run the kernel (and the split-K reduce) on checked arguments: ``x`` ``[M, K]`` (``[M, 2K]`` with
+    ``SILU_MUL``) with unit stride along K, ``weight`` contiguous ``[N, K]``; returns ``y`` ``[M, N]``."""
+    m = x.shape[0]
+    n, k = weight.shape
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     has_bias = bias is not None
     b = bias.contiguous() if has_bias else y  # dummy pointer when there is no bias
-    block_m = next_pow2(m)
-    upcast = INTERPRETING or x.dtype == torch.float32
+    p = prologue
+    r = p.residual if p.residual is not None else x  # dummy pointers where the mode reads nothing
+    nw = p.norm_weight if p.norm_weight is not None else x
+    s = p.new_residual if p.new_residual is not None else x
+    splits = config.split_k if config is not None else _max_split(n)  # the workspace's, at most
+    ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else y
+    args = (x, weight, b, y, ws, r, nw, s, m, n, k, x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
+            s.stride(0), float(p.eps))
+    common = {"HAS_BIAS": has_bias, "BLOCK_M": next_pow2(m), "UPCAST_DOT": INTERPRETING or x.dtype == torch.float32,
+              "PROLOGUE": p.mode, "ZERO_CENTERED": bool(p.zero_centered)}
     if config is not None:
-        ws = torch.empty((config.split_k, m, n), dtype=torch.float32, device=x.device) if config.split_k > 1 else y
-        grid = (triton.cdiv(n, config.block_n), config.split_k)
-        _gemv_kernel.fn[grid](x, weight, b, y, ws, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
-                              HAS_BIAS=has_bias, BLOCK_M=block_m, UPCAST_DOT=upcast,
-                              BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=config.split_k,
-                              USE_DOT=config.use_dot, num_warps=config.num_warps, num_stages=config.num_stages)
         split = config.split_k
+        grid = (triton.cdiv(n, config.block_n), split)
+        _gemv_kernel.fn[grid](*args, **common, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=split,
+                              USE_DOT=config.use_dot, num_warps=config.num_warps, num_stages=config.num_stages)
     else:
-        max_split = _max_split(n)
-        ws = torch.empty((max_split, m, n), dtype=torch.float32, device=x.device) if max_split > 1 else y
 
         def grid(meta):
             return (triton.cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"])
 
-        _gemv_kernel[grid](x, weight, b, y, ws, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
-                           HAS_BIAS=has_bias, BLOCK_M=block_m, UPCAST_DOT=upcast)
+        _gemv_kernel[grid](*args, **common)
         # The configuration this launch ran (single-threaded use: the model runner's step).
         split = _gemv_kernel.best_config.kwargs["SPLIT_K"]
     if split > 1:

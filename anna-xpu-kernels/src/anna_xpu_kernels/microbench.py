@@ -328,6 +328,12 @@ def main(argv: list[str] | None = None) -> int:
                                    _timer(device))
         print(f"# linear (decode GEMV) on {name}, {args.dtype}: Triton GEMV vs F.linear")
         print("\n".join(lines))
+        fused = mbl.SMOKE_FUSED if args.smoke else mbl.load_models(Path(args.configs), mbl.DEFAULT_MODELS,
+                                                                   mbl.decode_fused_shapes)
+        with torch.inference_mode():
+            lines = mbl.run_fused(device, dtype, fused, _timer(device))
+        print(f"# fused prologue GEMV on {name}, {args.dtype}: one launch vs add_rms_norm / silu_and_mul + GEMV")
+        print("\n".join(lines))
     return 0
 
 

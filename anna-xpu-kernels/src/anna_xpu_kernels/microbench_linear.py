@@ -10,6 +10,10 @@ bandwidth (weight + activations read, output written, over that time) and the la
 difference from a float32 ``F.linear`` of the same (rounded) inputs; then, per model, the time of
 all the GEMVs of one decode step (each shape times the layers that use it).
 
+Then the prologue fusions at one row (:mod:`anna_xpu_kernels.fused_linear`): each block's residual
+add + RMSNorm fused into its input projection and the SwiGLU product fused into ``down``, against
+the two launches they replace, and the time saved per decode step.
+
     python -m anna_xpu_kernels.microbench --only linear [--linear-rows 1,4,32]
 """
 
@@ -66,12 +70,14 @@ def decode_gemv_shapes(text_config: dict[str, Any]) -> list[GemvShape]:
     return [GemvShape(n, k, count, "+".join(names)) for (n, k), (count, names) in merged.items()]
 
 
-def load_models(config_dir: Path, models: tuple[str, ...]) -> dict[str, list[GemvShape]]:
-    """``{model: shapes}`` from ``config_dir/<model>/config.json`` (the ``text_config`` part)."""
+def load_models(config_dir: Path, models: tuple[str, ...], shapes_of=None) -> dict[str, list[Any]]:
+    """``{model: shapes_of(text_config)}`` from ``config_dir/<model>/config.json`` (the ``text_config``
+    part); ``shapes_of`` defaults to :func:`decode_gemv_shapes`."""
+    shapes_of = shapes_of or decode_gemv_shapes
     out = {}
     for model in models:
         cfg = json.loads((config_dir / model / "config.json").read_text())
-        out[model] = decode_gemv_shapes(cfg.get("text_config", cfg))
+        out[model] = shapes_of(cfg.get("text_config", cfg))
     return out
 
 
@@ -131,4 +137,91 @@ def run_linear(device, dtype, models: dict[str, list[GemvShape]], row_counts, ti
             lines.append(f"{model} M={m}: cuBLAS {t_ref:.0f} us ({weight_bytes / (t_ref * 1e-6) / 1e12:.2f} TB/s), "
                          f"triton {t_tri:.0f} us ({weight_bytes / (t_tri * 1e-6) / 1e12:.2f} TB/s), "
                          f"speedup {t_ref / t_tri:.2f}x")
+    return lines
+
+
+@attrs.frozen
+class FusedShape:
+    """One fused-prologue case: ``kind`` ``"add_rms_norm"`` (weight ``[n, k]`` after the residual add
+    and norm) or ``"silu_mul"`` (weight ``[n, k]`` after the SwiGLU product of ``2k`` values), used
+    ``count`` times per decode step by ``names``."""
+
+    kind: str
+    n: int
+    k: int
+    count: int
+    names: str
+
+
+def decode_fused_shapes(text_config: dict[str, Any]) -> list[FusedShape]:
+    """The projections of one Qwen3.5 decode step that a prologue fusion serves: each block's input
+    projection after its residual add + norm (DeltaNet ``in_proj``, attention qkv, MLP gate+up) and
+    the MLP's ``down`` after the SwiGLU product.
+
+    Raises:
+        KeyError: the config lacks a Qwen3.5 text field.
+    """
+    by_name = {name: s for s in decode_gemv_shapes(text_config) for name in s.names.split("+")}
+    kinds = text_config.get("layer_types") or []
+    counts = {"in_proj": sum(1 for t in kinds if t == "linear_attention"),
+              "qkv": sum(1 for t in kinds if t == "full_attention"), "gate_up": text_config["num_hidden_layers"]}
+    out = [FusedShape("add_rms_norm", by_name[name].n, by_name[name].k, count, name)
+           for name, count in counts.items() if count]
+    down = by_name["down"]
+    out.append(FusedShape("silu_mul", down.n, down.k, text_config["num_hidden_layers"], "down"))
+    return out
+
+
+SMOKE_FUSED = {"smoke": [FusedShape("add_rms_norm", 37, 75, 2, "a"), FusedShape("silu_mul", 40, 24, 2, "b")]}
+"""Tiny fused cases (odd N and K) for a run under the interpreter."""
+
+
+def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: int = 1) -> list[str]:
+    """Time each fused prologue GEMV against its two unfused launches (Triton ``add_rms_norm`` or
+    ``silu_and_mul``, then the GEMV) at ``rows`` activation rows; return the printed lines: one row per
+    case starting with ``fused``, then per model the time saved per decode step."""
+    import torch
+
+    from anna_xpu_kernels import activations, fused_linear, gemv, norms
+
+    if device.type == "cuda":
+
+        def timer(fn):
+            return gemv.cold_time_ms(fn) * 1e3
+
+    header = ("fused", "model", "layers", "N x K", "M", "unfused us", "fused us", "saved us", "max |fused - unfused|")
+    cells: list[tuple[str, ...]] = [header]
+    saved: dict[str, float] = {}
+    for model, shapes in models.items():
+        for s in shapes:
+            gen = torch.Generator(device=device).manual_seed(s.n * 31 + s.k)
+            w = (torch.randn(s.n, s.k, device=device, generator=gen) * s.k ** -0.5).to(dtype)
+            if s.kind == "add_rms_norm":
+                x, r = (torch.randn(rows, s.k, device=device, generator=gen).to(dtype) for _ in range(2))
+                nw = torch.randn(s.k, device=device, generator=gen).to(dtype)
+
+                def unfused(x=x, r=r, nw=nw, w=w):
+                    h, _ = norms.add_rms_norm(x, r, nw, 1e-6, True)
+                    return gemv.linear(h, w, None)
+
+                def fused(x=x, r=r, nw=nw, w=w):
+                    return fused_linear.add_rms_norm_linear(x, r, nw, 1e-6, True, w)[0]
+            else:
+                x = torch.randn(rows, 2 * s.k, device=device, generator=gen).to(dtype)
+
+                def unfused(x=x, w=w):
+                    return gemv.linear(activations.silu_and_mul(x), w, None)
+
+                def fused(x=x, w=w):
+                    return fused_linear.silu_mul_linear(x, w)
+            err = (fused().float() - unfused().float()).abs().max().item()
+            t_un, t_fu = timer(unfused), timer(fused)
+            saved[model] = saved.get(model, 0.0) + s.count * (t_un - t_fu)
+            cells.append(("fused", model, f"{s.kind}+{s.names}", f"{s.n} x {s.k}", str(rows), f"{t_un:.1f}",
+                          f"{t_fu:.1f}", f"{t_un - t_fu:.1f}", f"{err:.2e}"))
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)) for row in cells]
+    lines.append("")
+    lines.append("# time saved per decode step by the prologue fusions (each case x the layers using it):")
+    lines.extend(f"{model} fused M={rows}: {us:.0f} us saved" for model, us in saved.items())
     return lines

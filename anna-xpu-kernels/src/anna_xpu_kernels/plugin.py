@@ -24,6 +24,8 @@ TRITON_KERNELS = {
     "gated_delta_rule_decode": ("gated_delta_rule:gated_delta_rule_decode", "probes:gated_delta_rule_decode_probe"),
     "paged_attention": ("paged_attention:paged_attention", "probes:paged_attention_probe"),
     "linear": ("gemv:linear", "probes:linear_probe"),
+    "add_rms_norm_linear": ("fused_linear:add_rms_norm_linear", "probes:linear_probe"),
+    "silu_mul_linear": ("fused_linear:silu_mul_linear", "probes:linear_probe"),
 }
 FLA_KERNELS = {
     "gated_delta_rule_prefill": ("fla_prefill:gated_delta_rule_prefill", "probes:fla_prefill_probe"),

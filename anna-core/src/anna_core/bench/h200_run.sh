@@ -2,7 +2,8 @@
 # The GPU benchmark session recorded in BENCHMARKS.md (run from the repository root on the GPU machine,
 # with the wheels of anna-core / anna-qwen35 / anna-xpu-kernels / anna-cli in .annawhl, the third-party
 # wheels in .whl and a saved Triton cache in .tcache/tc.tgz.*). Writes logs and the new cache under $OUT.
-#   MODE=targets (default): every issue-5 target, HF transformers + fla side by side at 9B.
+#   MODE=targets (default): every issue-5 target, HF transformers + fla side by side at 9B, then the
+#   kernel microbenchmarks.
 #   MODE=ab: the b=1 targets again with asynchronous scheduling off, then with the Triton GEMV off.
 set -u
 OUT=${OUT:-/tmp/anna_out}; mkdir -p "$OUT" /tmp/tc
@@ -20,7 +21,11 @@ if [ "${MODE:-targets}" = "targets" ]; then
     --out "$OUT/bench_all.json" > "$OUT/bench.log" 2>&1
   echo "bench.all exit $?"
   save_cache
-  tail -14 "$OUT/bench.log"
+  tail -16 "$OUT/bench.log"
+  # kernel microbenchmarks (every op vs its reference and fla; linear: Triton GEMV / fused vs cuBLAS)
+  timeout "${T_MICRO:-150}" python3 -m anna_xpu_kernels.microbench --linear-rows 1,4 > "$OUT/micro.log" 2>&1
+  echo "microbench exit $?"
+  save_cache
 else
   for variant in "--no-async-scheduling" "--disable-kernel linear:triton"; do
     tag=$(echo "$variant" | tr -dc 'a-z')

@@ -95,8 +95,11 @@ def compare_hf(loaded: Any, engine: Any, prompts: list[list[int]], new_tokens: i
 
     Returns:
         ``{"fla": bool, "hf_ttft_ms", "hf_decode_tokens_per_s_per_stream", "anna_decode_tokens_per_s_per_stream",
-        "speedup", "greedy_match_tokens"}``; ``greedy_match_tokens`` counts the leading tokens where
-        HF and Anna agree on the first prompt (bf16 rounding makes long agreement unlikely on random weights).
+        "speedup", "greedy_match_tokens", ...}``; ``greedy_match_tokens`` counts the leading tokens where
+        HF and Anna agree on the first prompt (bf16 rounding makes long agreement unlikely on random
+        weights), the :func:`logits_agreement` fields compare both models' last-prompt-position
+        logits, and ``engine_vs_eager_match_tokens`` compares the served tokens (graphs, asynchronous
+        scheduling) with Anna's eager greedy loop.
     """
     from anna_core.bench.engine_bench import timed_run
 
@@ -112,8 +115,29 @@ def compare_hf(loaded: Any, engine: Any, prompts: list[list[int]], new_tokens: i
             break
         match += 1
     anna_per_stream = anna_report["decode_tokens_per_s_per_stream"]
+    agreement = logits_agreement(hf, loaded.model, prompts[0])
     del hf
+    from anna_core.testing.runner import simple_greedy
+
+    eager = simple_greedy(loaded.model, prompts[0], min(16, new_tokens))  # Anna eager, same kernels
+    served = anna["tokens"][0]
+    agreement["engine_vs_eager_match_tokens"] = next(
+        (i for i, (a, b) in enumerate(zip(served, eager)) if a != b), len(eager))
     return {"fla": fla_in_use(), "new_tokens": new_tokens, "hf_ttft_ms": first * 1e3,
             "hf_decode_tokens_per_s_per_stream": hf_per_stream,
             "anna_decode_tokens_per_s_per_stream": anna_per_stream,
-            "speedup": anna_per_stream / hf_per_stream, "greedy_match_tokens": match}
+            "speedup": anna_per_stream / hf_per_stream, "greedy_match_tokens": match, **agreement}
+
+
+@torch.inference_mode()
+def logits_agreement(hf: Any, model: Any, prompt: list[int]) -> dict[str, float]:
+    """HF vs Anna float32 logits at the last position of ``prompt`` (one prefill each, same weights):
+    ``logits_max_abs_diff``, ``logits_std`` (HF's, for scale), ``top1_agree`` and ``top5_overlap``."""
+    from anna_core.testing.runner import prefill_logits
+
+    dev = next(hf.parameters()).device
+    ref = hf(torch.tensor([prompt], device=dev)).logits[0, -1].float()
+    got = prefill_logits(model, prompt)[-1].float()
+    top_ref, top_got = ref.topk(5).indices.tolist(), got.topk(5).indices.tolist()
+    return {"logits_max_abs_diff": float((got - ref).abs().max()), "logits_std": float(ref.std()),
+            "top1_agree": top_ref[0] == top_got[0], "top5_overlap": len(set(top_ref) & set(top_got))}

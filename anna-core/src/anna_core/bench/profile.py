@@ -2,14 +2,20 @@
 
 Forward hooks wrap each component module in a profiler range (``anna::gdn``, ``anna::attention``,
 ``anna::mlp``, ``anna::norms``, ``anna::embed``), the runner wraps the LM head and the sampler
-(``anna::lm_head``, ``anna::sampling``). Decode steps run eagerly under ``torch.profiler``; each
-range is charged the summed duration of the device kernels launched inside it (CPU time on the
-CPU). Kernel time excludes launch gaps, so the sum approximates a captured graph's replay time;
-``other`` is kernel time outside every range.
+(``anna::lm_head``, ``anna::sampling``). Decode steps run eagerly under ``torch.profiler``.
+
+On an accelerator every range boundary synchronizes the device, so each device kernel runs
+entirely inside the host time range of the component that launched it; a kernel is charged to the
+range that contains its midpoint. (The profiler links a kernel to its launching *aten* op only:
+kernels launched directly by Triton or other extensions have no such link, so attribution by
+time window is what counts them.) Kernel durations exclude launch gaps and the idle time the
+synchronization adds, so the sum approximates a captured graph's replay time; ``other`` is kernel
+time outside every range. On the CPU each range is charged its CPU time.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -46,26 +52,42 @@ def component_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return found
 
 
-def _attach(model: nn.Module) -> Callable[[], None]:
+def _attach(model: nn.Module, sync: Callable[[], None] | None = None) -> Callable[[], None]:
+    """Wrap each component in an ``anna::<component>`` profiler range (``sync()`` at both ends)."""
     handles = []
     for comp, module in component_modules(model):
         stack: list[Any] = []
 
         def pre(_m, _a, comp=comp, stack=stack):
+            if sync is not None:
+                sync()
             rf = torch.profiler.record_function(f"anna::{comp}")
             rf.__enter__()
             stack.append(rf)
 
         def post(_m, _a, _o, stack=stack):
+            if sync is not None:
+                sync()
             stack.pop().__exit__(None, None, None)
 
         handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
     return lambda: [h.remove() for h in handles]
 
 
-def _kernel_us(evt) -> float:
-    own = sum(k.duration for k in getattr(evt, "kernels", []) or [])
-    return own + sum(_kernel_us(c) for c in evt.cpu_children)
+def attribute_device_time(ranges: list[tuple[str, float, float]],
+                          kernels: list[tuple[float, float]]) -> dict[str, float]:
+    """Charge each device kernel ``(start, end)`` to the named host range ``(name, start, end)`` that
+    contains its midpoint (``"other"`` when none does); returns summed durations per name (same
+    unit as the inputs). Ranges must not overlap."""
+    ordered = sorted(ranges, key=lambda r: r[1])
+    starts = [r[1] for r in ordered]
+    per: dict[str, float] = defaultdict(float)
+    for start, end in kernels:
+        mid = (start + end) / 2
+        i = bisect.bisect_right(starts, mid) - 1
+        name = ordered[i][0] if i >= 0 and ordered[i][1] <= mid <= ordered[i][2] else "other"
+        per[name] += end - start
+    return dict(per)
 
 
 def profile_steps(runner: Any, run_steps: Callable[[], int]) -> dict[str, float]:
@@ -84,7 +106,7 @@ def profile_steps(runner: Any, run_steps: Callable[[], int]) -> dict[str, float]
     if runner.device.type == "xpu":
         activities.append(ProfilerActivity.XPU)
     graphs, runner.graphs = runner.graphs, None
-    detach = _attach(runner.model)
+    detach = _attach(runner.model, runner.accel.synchronize if on_device else None)
     runner.profile_scopes = True
     try:
         with profile(activities=activities) as prof:
@@ -93,17 +115,21 @@ def profile_steps(runner: Any, run_steps: Callable[[], int]) -> dict[str, float]
         runner.profile_scopes = False
         detach()
         runner.graphs = graphs
-    per = defaultdict(float)
     events = prof.events()
-    for evt in events:
-        if evt.name.startswith("anna::") and evt.device_type == DeviceType.CPU:
-            comp = evt.name.split("::", 1)[1]
-            per[comp] += _kernel_us(evt) if on_device else evt.cpu_time_total
-    if on_device:
-        total = sum(sum(k.duration for k in (getattr(e, "kernels", []) or [])) for e in events)
-    else:
-        total = sum(e.cpu_time_total for e in events if e.cpu_parent is None)
     steps = max(1, steps)
+    ranges = [(e.name.split("::", 1)[1], e.time_range.start, e.time_range.end) for e in events
+              if e.name.startswith("anna::") and e.device_type == DeviceType.CPU]
+    if on_device:
+        kernels = [(e.time_range.start, e.time_range.end) for e in events
+                   if e.device_type in (DeviceType.CUDA, DeviceType.XPU)]
+        per = attribute_device_time(ranges, kernels)
+        total = sum(end - start for start, end in kernels)
+    else:
+        per = defaultdict(float)
+        for e in events:
+            if e.name.startswith("anna::") and e.device_type == DeviceType.CPU:
+                per[e.name.split("::", 1)[1]] += e.cpu_time_total
+        total = sum(e.cpu_time_total for e in events if e.cpu_parent is None)
     out = {c: per.get(c, 0.0) / steps / 1e3 for c in COMPONENTS if c != "other"}
     out["total"] = total / steps / 1e3
     out["other"] = max(0.0, out["total"] - sum(out[c] for c in COMPONENTS if c != "other"))

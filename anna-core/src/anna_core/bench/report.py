@@ -43,4 +43,9 @@ def format_report(r: dict[str, Any]) -> str:
             f"{hf['hf_decode_tokens_per_s_per_stream']:.1f} tok/s per stream, TTFT {hf['hf_ttft_ms']:.1f} ms; "
             f"Anna {hf['anna_decode_tokens_per_s_per_stream']:.1f} -> {hf['speedup']:.1f}x "
             f"(greedy agreement: first {hf['greedy_match_tokens']} tokens)")
+        if "logits_max_abs_diff" in hf:
+            lines.append(
+                f"agreement last-prompt logits vs HF: max |diff| {hf['logits_max_abs_diff']:.4f} (HF logit std "
+                f"{hf['logits_std']:.4f}), top-1 {'same' if hf['top1_agree'] else 'DIFFERENT'}, top-5 overlap "
+                f"{hf['top5_overlap']}/5; served vs eager greedy: first {hf['engine_vs_eager_match_tokens']} tokens")
     return "\n".join(lines)

@@ -177,10 +177,19 @@ class ModelRunner:
         self.accel.synchronize()
 
     def _scope(self, name: str):
-        """A profiler range around a step component (only while :attr:`profile_scopes` is set)."""
+        """A profiler range around a step component (only while :attr:`profile_scopes` is set); on
+        an accelerator the device is synchronized at both ends so its kernels fall inside the range
+        (see :mod:`anna_core.bench.profile`)."""
         if not self.profile_scopes:
             return contextlib.nullcontext()
-        return torch.profiler.record_function(f"anna::{name}")
+        return self._synced_range(name)
+
+    @contextlib.contextmanager
+    def _synced_range(self, name: str):
+        self.accel.synchronize()
+        with torch.profiler.record_function(f"anna::{name}"):
+            yield
+            self.accel.synchronize()
 
     def build_batch(self, out: SchedulerOutput) -> ForwardBatch:
         """Flatten the scheduled sequences into a :class:`ForwardBatch` on the device."""

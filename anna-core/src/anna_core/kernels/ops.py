@@ -77,6 +77,18 @@ Op names (keys of :data:`OPS`) and signatures:
     ``y = x @ weight^T + bias``, float32 accumulation; y: ``[M, N]`` in x's dtype. Decode calls it
     with a handful of rows (``M`` = batch size), where reading the weight is all the cost:
     implementations may specialise those skinny shapes (GEMV, split-K) and leave larger ``M`` to a GEMM.
+
+``add_rms_norm_linear(x, residual, norm_weight, eps, zero_centered, weight) -> (y, new_residual)``
+    x, residual: ``[M, K]``, one dtype (residual may be None: ``new_residual = x``); norm_weight:
+    ``[K]``; weight: ``[N, K]`` of x's dtype, no bias. ``(h, new_residual) = add_rms_norm(x, residual,
+    norm_weight, eps, zero_centered)`` then ``y = linear(h, weight, None)`` ``[M, N]``, every
+    intermediate rounded to x's dtype as those ops round it: a pre-norm block's residual add and norm
+    fused into its input projection (one launch at decode instead of two). Inputs are not written.
+
+``silu_mul_linear(x, weight) -> y``
+    x: ``[M, 2K]`` (gate, then up); weight: ``[N, K]`` of x's dtype, no bias.
+    ``y = linear(silu_and_mul(x), weight, None)`` ``[M, N]``, the product rounded to x's dtype as
+    ``silu_and_mul`` rounds it: the SwiGLU product fused into ``down_proj``.
 """
 
 OPS: dict[str, str] = {
@@ -92,5 +104,7 @@ OPS: dict[str, str] = {
     "reshape_and_cache": "anna_core.kernels.reference.paged_attention:reshape_and_cache",
     "paged_attention": "anna_core.kernels.reference.paged_attention:paged_attention",
     "linear": "anna_core.kernels.reference.linear:linear",
+    "add_rms_norm_linear": "anna_core.kernels.reference.fused_linear:add_rms_norm_linear",
+    "silu_mul_linear": "anna_core.kernels.reference.fused_linear:silu_mul_linear",
 }
 """Op name -> its torch reference implementation (registered at priority 0 by the built-in plugin)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -45,8 +47,23 @@ class SwiGLUMLP(nn.Module):
         self.gate_up_proj.weight = nn.Parameter(merged, requires_grad=False)
         del self.gate_proj, self.up_proj
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: ``[T, H]`` -> ``[T, H]``."""
+    def forward(self, x: torch.Tensor, pre_norm: tuple[Any, torch.Tensor | None] | None = None):
+        """x: ``[T, H]`` -> ``[T, H]``.
+
+        With ``pre_norm = (norm, residual)`` (an :class:`~anna_core.layers.norm.RMSNorm` and the
+        residual stream, or None in a first block), ``x`` is the previous block's output: the block
+        computes ``mlp(norm(x + residual))`` and returns ``(output, x + residual)``; after
+        :meth:`merge_gate_up` with ``ops``, the add and norm are fused into the gate/up projection
+        and SiLU-and-multiply into the down projection (``add_rms_norm_linear``,
+        ``silu_mul_linear``).
+        """
+        if pre_norm is not None:
+            norm, residual = pre_norm
+            if self.gate_up_proj is not None and self.ops is not None and self.down_proj.bias is None:
+                gate_up, new_residual = norm.add_norm_linear(x, residual, self.gate_up_proj)
+                return self.ops.silu_mul_linear(gate_up, self.down_proj.weight), new_residual
+            y, new_residual = norm.add_and_norm(x, residual)
+            return self(y), new_residual
         if self.gate_up_proj is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         gate_up = self.gate_up_proj(x)  # [T, 2I]

@@ -53,5 +53,24 @@ class RMSNorm(nn.Module):
         ``__call__``, so module hooks (the profiler's) see it as this norm's forward."""
         return self(x, residual, fuse_add=True)
 
+    def add_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None,
+                        linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(linear(norm(x + residual)), x + residual)``: the residual add and this norm fused into
+        the projection that reads the normalised rows (the ``add_rms_norm_linear`` op: one launch at
+        decode on GPUs). ``linear`` must have no bias for the fused op; with a bias the add + norm
+        run as :meth:`add_and_norm`, then ``linear``.
+
+        Args:
+            x, residual: ``[T, D]`` (residual None: the stream starts at x).
+            linear: ``nn.Linear`` with ``weight`` ``[N, D]``.
+
+        Returns:
+            ``([T, N], [T, D])`` in x's dtype.
+        """
+        if linear.bias is not None:
+            y, new_residual = self.add_and_norm(x, residual)
+            return linear(y), new_residual
+        return self.ops.add_rms_norm_linear(x, residual, self.weight, self.eps, self.zero_centered, linear.weight)
+
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, zero_centered={self.zero_centered}"

@@ -1,0 +1,95 @@
+"""Small ops fused into the linear layer that follows them (the decode prologue fusions).
+
+At batch 1 a decode step is bound by the number of kernel launches as much as by bytes: the norm
+before a projection and the SwiGLU product before ``down_proj`` are tiny kernels. Kernel plugins may
+compute these in the GEMV's prologue (one launch); the references here compose the unfused
+references, so a fused kernel is checked against exactly the numerics of the unfused path:
+
+    add_rms_norm_linear:  (h, r) = add_rms_norm(x, residual);  y = linear(h, weight)
+    silu_mul_linear:      y = linear(silu_and_mul(x), weight)
+
+with every intermediate rounded to x's dtype as the unfused ops round it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anna_core.kernels.checks import require
+from anna_core.kernels.reference.activations import silu_and_mul
+from anna_core.kernels.reference.linear import check_linear, linear
+from anna_core.kernels.reference.norms import add_rms_norm
+
+
+def check_add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                              weight: torch.Tensor) -> None:
+    """Check the arguments of :func:`add_rms_norm_linear` (shapes and dtypes only, no sync).
+
+    Raises:
+        ValueError: ``"add_rms_norm_linear: ..."`` when any documented shape or dtype does not hold.
+    """
+    op = "add_rms_norm_linear"
+    check_linear(op, x, weight, None)
+    k = weight.shape[1]
+    require(norm_weight.dim() == 1 and norm_weight.shape[0] == k, op,
+            f"norm_weight must be [K={k}], got {tuple(norm_weight.shape)}")
+    if residual is not None:
+        require(residual.shape == x.shape, op, f"residual must match x's shape {tuple(x.shape)}, "
+                f"got {tuple(residual.shape)}")
+        require(residual.dtype == x.dtype, op, f"residual must have x's dtype {x.dtype}, got {residual.dtype}")
+
+
+def check_silu_mul_linear(x: torch.Tensor, weight: torch.Tensor) -> None:
+    """Check the arguments of :func:`silu_mul_linear` (shapes and dtypes only, no sync).
+
+    Raises:
+        ValueError: ``"silu_mul_linear: ..."`` unless weight is ``[N, K]`` and x ``[..., 2K]`` of its dtype.
+    """
+    op = "silu_mul_linear"
+    require(weight.dim() == 2, op, f"weight must be [N, K], got shape {tuple(weight.shape)}")
+    k = weight.shape[1]
+    require(x.dim() >= 1 and x.shape[-1] == 2 * k, op,
+            f"x must be [M, 2K={2 * k}] (gate, then up), got shape {tuple(x.shape)}")
+    require(x.dtype == weight.dtype, op, f"x ({x.dtype}) and weight ({weight.dtype}) must share one dtype")
+
+
+def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                        zero_centered: bool, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add, RMSNorm, then a bias-free linear layer (a pre-norm block's input projection).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``) float activations: the previous block's output.
+        residual: x's shape and dtype, or None (first layer: no add).
+        norm_weight: ``[K]`` RMSNorm weight (any float dtype); eps: added to the mean square;
+            zero_centered: the norm scales by ``1 + norm_weight`` (Qwen3.5).
+        weight: ``[N, K]`` of x's dtype (``nn.Linear`` layout).
+
+    Returns:
+        ``(y, new_residual)``: ``new_residual = x + residual`` rounded to x's dtype (``x`` itself when
+        residual is None), ``h = rms_norm(new_residual)`` rounded to x's dtype, ``y = h @ weight^T``
+        ``[M, N]`` in x's dtype (:func:`~anna_core.kernels.reference.norms.add_rms_norm`, then
+        :func:`~anna_core.kernels.reference.linear.linear`). The inputs are not written.
+
+    Raises:
+        ValueError: shapes or dtypes disagree (see :func:`check_add_rms_norm_linear`).
+    """
+    check_add_rms_norm_linear(x, residual, norm_weight, weight)
+    h, new_residual = add_rms_norm(x, residual, norm_weight, eps, zero_centered)
+    return linear(h, weight, None), new_residual
+
+
+def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """SwiGLU product, then a bias-free linear layer (an MLP's ``down_proj`` after the merged gate/up).
+
+    Args:
+        x: ``[M, 2K]`` (or ``[..., 2K]``): gate values, then up values; weight: ``[N, K]`` of x's dtype.
+
+    Returns:
+        ``[M, N]`` in x's dtype: ``silu_and_mul(x) @ weight^T``, the intermediate rounded to x's dtype as
+        :func:`~anna_core.kernels.reference.activations.silu_and_mul` rounds it.
+
+    Raises:
+        ValueError: shapes or dtypes disagree (see :func:`check_silu_mul_linear`).
+    """
+    check_silu_mul_linear(x, weight)
+    return linear(silu_and_mul(x), weight, None)

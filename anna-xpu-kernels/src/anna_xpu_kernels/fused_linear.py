@@ -1,0 +1,93 @@
+"""The small op before a decode projection fused into the GEMV's prologue: one launch instead of two.
+
+``add_rms_norm_linear`` (residual add + RMSNorm + input projection) and ``silu_mul_linear`` (SwiGLU
+product + ``down_proj``) run the decode GEMV (:mod:`anna_xpu_kernels.gemv`) with a prologue
+(:mod:`anna_xpu_kernels.gemv_prologue`) that computes each activation tile from the raw inputs, with
+the roundings of the unfused references (:mod:`anna_core.kernels.reference.fused_linear`). Split-K,
+the tensor-core path and autotuning (keyed on the prologue mode too) work as for the plain GEMV.
+
+Outside the GEMV's domain (more than 8 rows, a weight that is not a contiguous ``[N, K]`` of x's
+dtype, or rows longer than :data:`MAX_K`) both run unfused: the Triton ``add_rms_norm`` /
+``silu_and_mul`` kernel, then :func:`anna_xpu_kernels.gemv.linear` (``F.linear`` beyond 8 rows).
+"""
+
+from __future__ import annotations
+
+import torch
+from anna_core.kernels.reference.fused_linear import check_add_rms_norm_linear, check_silu_mul_linear
+
+from anna_xpu_kernels import activations, gemv, norms
+from anna_xpu_kernels._checks import require_float, require_same_device
+from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, RMS_NORM, SILU_MUL
+
+MAX_K = 16384
+"""Longest row the norm prologue takes: every program re-reads its rows (``M * K`` values, from L2)
+to get their mean square, a cost that grows with K."""
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """``[..., D]`` -> ``[M, D]`` with unit stride along D (a view when possible)."""
+    t2 = t.reshape(-1, t.shape[-1])
+    return t2 if t2.stride(-1) == 1 else t2.contiguous()
+
+
+def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                        zero_centered: bool, weight: torch.Tensor, config: gemv.GemvConfig | None = None,
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add + RMSNorm + bias-free linear (signature of the reference ``add_rms_norm_linear``).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``) float32 / float16 / bfloat16; residual: x's shape and dtype, or
+            None; norm_weight: ``[K]`` (any float dtype); eps: added to the mean square;
+            zero_centered: scale by ``1 + norm_weight``; weight: ``[N, K]`` of x's dtype.
+        config: run this GEMV configuration instead of the autotuned one (tests).
+
+    Returns:
+        ``(y, new_residual)``: ``y`` ``[..., N]`` and ``new_residual = round(x + residual)`` ``[..., K]``
+        (``x`` itself when residual is None), both in x's dtype; the inputs are not written.
+
+    Raises:
+        ValueError: shapes or dtypes disagree, unsupported dtype, or tensors on different devices.
+    """
+    op = "add_rms_norm_linear"
+    check_add_rms_norm_linear(x, residual, norm_weight, weight)
+    require_float(op, x=x)
+    require_same_device(op, x=x, residual=residual, norm_weight=norm_weight, weight=weight)
+    k = weight.shape[1]
+    if not (gemv.supports(x, weight) and k <= MAX_K):
+        h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
+        return gemv.linear(h, weight, None), new_residual
+    x2 = _rows(x)
+    if residual is None:
+        prologue = gemv.Prologue(RMS_NORM, norm_weight=norm_weight.contiguous(), eps=eps, zero_centered=zero_centered)
+        new_residual = x
+    else:
+        new2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+        prologue = gemv.Prologue(ADD_RMS_NORM, _rows(residual), norm_weight.contiguous(), new2, eps, zero_centered)
+        new_residual = new2.view(x.shape)
+    y = gemv.launch(x2, weight, None, config, prologue)
+    return y.view(*x.shape[:-1], weight.shape[0]), new_residual
+
+
+def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConfig | None = None) -> torch.Tensor:
+    """SwiGLU product + bias-free linear (signature of the reference ``silu_mul_linear``).
+
+    Args:
+        x: ``[M, 2K]`` (or ``[..., 2K]``) float32 / float16 / bfloat16: gate values, then up values.
+        weight: ``[N, K]`` of x's dtype.
+        config: run this GEMV configuration instead of the autotuned one (tests).
+
+    Returns:
+        ``[..., N]`` in x's dtype: ``silu_and_mul(x) @ weight^T`` (the product rounded to x's dtype first).
+
+    Raises:
+        ValueError: shapes or dtypes disagree, unsupported dtype, or tensors on different devices.
+    """
+    op = "silu_mul_linear"
+    check_silu_mul_linear(x, weight)
+    require_float(op, x=x)
+    require_same_device(op, x=x, weight=weight)
+    if not gemv.supports(x, weight):
+        return gemv.linear(activations.silu_and_mul(x), weight, None)
+    y = gemv.launch(_rows(x), weight, None, config, gemv.Prologue(SILU_MUL))
+    return y.view(*x.shape[:-1], weight.shape[0])

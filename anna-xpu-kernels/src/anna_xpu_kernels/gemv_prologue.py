@@ -1,0 +1,69 @@
+"""Prologues of the decode GEMV: the activation tile it multiplies, computed from the raw inputs.
+
+:func:`anna_xpu_kernels.gemv._gemv_kernel` takes a ``PROLOGUE`` constexpr; instead of loading its
+activation tile it may compute it here, so the small op before a projection runs inside the
+projection's launch (:mod:`anna_xpu_kernels.fused_linear`). Each mode rounds every intermediate to
+the activation dtype exactly where the unfused torch references round it
+(:mod:`anna_core.kernels.reference.fused_linear`):
+
+* ``PLAIN`` (0): the tile of ``x``.
+* ``RMS_NORM`` (1): ``round(x * rstd * w)``, ``w = 1 + norm_weight`` if zero-centred, where
+  ``rstd = 1 / sqrt(mean(x^2) + eps)`` over the whole row (:func:`row_rstd`, a pass over the row
+  that every program makes: the row is a few KiB, read from L2).
+* ``ADD_RMS_NORM`` (2): as ``RMS_NORM`` on ``s = round(x + residual)``, recomputed per tile; the
+  first program (pid ``(0, 0)``) also writes ``s`` (the new residual stream) during its row pass.
+* ``SILU_MUL`` (3): ``round(round(silu(gate)) * up)`` with gate ``x[:, k]`` and up ``x[:, K + k]``.
+
+Inside the kernels the modes are compared as integer literals (Triton kernels cannot read
+non-constexpr module globals).
+"""
+
+from __future__ import annotations
+
+from anna_xpu_kernels._triton import tl, triton
+
+PLAIN, RMS_NORM, ADD_RMS_NORM, SILU_MUL = 0, 1, 2, 3
+"""The ``PROLOGUE`` modes of the GEMV kernel."""
+
+
+@triton.jit
+def row_rstd(x_ptr, r_ptr, s_ptr, rows, M, K, stride_xm, stride_rm, stride_sm, eps, write,
+             PROLOGUE: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``[ROWS]`` float32 ``1 / sqrt(mean(s^2) + eps)`` of the rows ``rows`` (``s = x``, or
+    ``round(x + residual)`` with ``ADD_RMS_NORM``, also stored to ``s_ptr`` where ``write``)."""
+    ks = tl.arange(0, BLOCK_K)
+    row_ok = (rows < M)[:, None]
+    acc = tl.zeros((ROWS, BLOCK_K), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = (k0 + ks)[None, :]
+        mask = row_ok & (kk < K)
+        s = tl.load(x_ptr + rows[:, None] * stride_xm + kk, mask=mask, other=0.0)
+        if PROLOGUE == 2:
+            r = tl.load(r_ptr + rows[:, None] * stride_rm + kk, mask=mask, other=0.0)
+            s = (s.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+            tl.store(s_ptr + rows[:, None] * stride_sm + kk, s, mask=mask & write)
+        s = s.to(tl.float32)
+        acc += s * s
+    return tl.rsqrt(tl.sum(acc, axis=1) / K + eps)
+
+
+@triton.jit
+def act_tile(x_ptr, r_ptr, nw_ptr, rows, kk, mask, rstd, K, stride_xm, stride_rm,
+             PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr):
+    """The activation tile at row indices ``rows`` and column indices ``kk`` (broadcastable to the
+    tile's shape; ``rstd`` broadcast like ``rows``), in x's dtype, zero where ``mask`` is false."""
+    a = tl.load(x_ptr + rows * stride_xm + kk, mask=mask, other=0.0)
+    if PROLOGUE == 3:
+        up = tl.load(x_ptr + rows * stride_xm + K + kk, mask=mask, other=0.0)
+        g = a.to(tl.float32)
+        act = (g / (1.0 + tl.exp(-g))).to(x_ptr.dtype.element_ty).to(tl.float32)
+        a = (act * up.to(tl.float32)).to(x_ptr.dtype.element_ty)
+    if PROLOGUE == 1 or PROLOGUE == 2:
+        if PROLOGUE == 2:
+            r = tl.load(r_ptr + rows * stride_rm + kk, mask=mask, other=0.0)
+            a = (a.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+        w = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+        if ZERO_CENTERED:
+            w = w + 1.0
+        a = (a.to(tl.float32) * rstd * w).to(x_ptr.dtype.element_ty)
+    return a

@@ -1,0 +1,18 @@
+"""Charging device kernels to the component whose host range contains them (``--profile``)."""
+
+from __future__ import annotations
+
+import pytest
+from anna_core.bench.profile import attribute_device_time
+
+
+def test_kernels_are_charged_to_the_range_holding_their_midpoint():
+    ranges = [("mlp", 10.0, 20.0), ("gdn", 0.0, 10.0), ("lm_head", 30.0, 40.0)]
+    kernels = [(1.0, 3.0), (8.0, 12.0), (12.0, 19.0), (21.0, 29.0), (35.0, 36.5), (41.0, 42.0)]
+    per = attribute_device_time(ranges, kernels)
+    # (8, 12) has its midpoint at 10.0: the later range starting there takes it
+    assert per == pytest.approx({"gdn": 2.0, "mlp": 4.0 + 7.0, "other": 8.0 + 1.0, "lm_head": 1.5})
+
+
+def test_no_ranges_charges_everything_to_other():
+    assert attribute_device_time([], [(0.0, 2.0), (5.0, 6.0)]) == {"other": 3.0}

@@ -1,0 +1,67 @@
+"""Reference add_rms_norm_linear and silu_mul_linear: bit-identical to the unfused references they compose."""
+
+import pytest
+import torch
+from anna_core.kernels import KernelRegistry, KernelSpec, bind_ops
+from anna_core.kernels.ops import OPS
+from anna_core.kernels.reference.activations import silu_and_mul
+from anna_core.kernels.reference.fused_linear import add_rms_norm_linear, silu_mul_linear
+from anna_core.kernels.reference.norms import add_rms_norm
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("zero_centered", [False, True])
+def test_add_rms_norm_linear_is_the_unfused_path(dtype, zero_centered):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 24, generator=gen).to(dtype)
+    residual = (torch.randn(3, 24, generator=gen) * 4).to(dtype)
+    nw, w = torch.randn(24, generator=gen).to(dtype), torch.randn(10, 24, generator=gen).to(dtype)
+    before = [t.clone() for t in (x, residual, nw, w)]
+    y, r = add_rms_norm_linear(x, residual, nw, 1e-6, zero_centered, w)
+    h, want_r = add_rms_norm(x, residual, nw, 1e-6, zero_centered)
+    assert torch.equal(r, x + residual) and torch.equal(r, want_r)
+    assert y.dtype == dtype and torch.equal(y, h @ w.t())
+    # the norm output is rounded to the activation dtype before the product
+    hf = (r.float() * torch.rsqrt(r.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+          * ((1 + nw.float()) if zero_centered else nw.float()))
+    torch.testing.assert_close(y.float(), hf.to(dtype).float() @ w.float().t(), atol=5e-2, rtol=2e-2)
+    assert all(torch.equal(a, b) for a, b in zip((x, residual, nw, w), before))
+
+
+def test_add_rms_norm_linear_without_residual_returns_x():
+    x, nw, w = torch.randn(2, 8), torch.randn(8), torch.randn(5, 8)
+    y, r = add_rms_norm_linear(x, None, nw, 1e-5, False, w)
+    assert r is x
+    torch.testing.assert_close(y, torch.nn.functional.rms_norm(x, (8,), nw, 1e-5) @ w.t())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_silu_mul_linear_is_the_unfused_path(dtype):
+    gen = torch.Generator().manual_seed(1)
+    x, w = torch.randn(4, 32, generator=gen).to(dtype), torch.randn(6, 16, generator=gen).to(dtype)
+    y = silu_mul_linear(x, w)
+    gate, up = x.chunk(2, dim=-1)
+    assert torch.equal(silu_and_mul(x), torch.nn.functional.silu(gate) * up)
+    assert y.dtype == dtype and y.shape == (4, 6) and torch.equal(y, silu_and_mul(x) @ w.t())
+
+
+def test_fused_linear_errors_name_the_op():
+    x, nw, w = torch.randn(2, 8), torch.randn(8), torch.randn(5, 8)
+    with pytest.raises(ValueError, match="add_rms_norm_linear: norm_weight must be"):
+        add_rms_norm_linear(x, None, torch.randn(4), 1e-6, False, w)
+    with pytest.raises(ValueError, match="add_rms_norm_linear: residual must have x's dtype"):
+        add_rms_norm_linear(x, x.bfloat16(), nw, 1e-6, False, w)
+    with pytest.raises(ValueError, match="add_rms_norm_linear: x must be"):
+        add_rms_norm_linear(torch.randn(2, 6), None, nw, 1e-6, False, w)
+    with pytest.raises(ValueError, match="silu_mul_linear: x must be"):
+        silu_mul_linear(torch.randn(2, 8), w)
+    with pytest.raises(ValueError, match="silu_mul_linear: weight must be"):
+        silu_mul_linear(torch.randn(2, 16), torch.randn(8))
+
+
+def test_fused_ops_bind_through_the_registry():
+    registry = KernelRegistry([KernelSpec(op=op, name="reference", impl=path, priority=0) for op, path in OPS.items()])
+    ops = bind_ops(registry, torch.device("cpu"), torch.float32)
+    x, w = torch.randn(1, 16), torch.randn(3, 8)
+    assert torch.equal(ops.silu_mul_linear(x, w), silu_mul_linear(x, w))
+    assert registry.chosen() == {"silu_mul_linear": "reference"}

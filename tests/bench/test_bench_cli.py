@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from anna_cli.bench import bench
 from click.testing import CliRunner
 
@@ -53,3 +54,17 @@ def test_anna_bench_compare_hf_on_cpu(tiny_dir):
     assert hf["top1_agree"] and hf["top5_overlap"] == 5
     assert hf["logits_max_abs_diff"] < 1e-3 * max(1.0, hf["logits_std"])
     assert hf["greedy_match_tokens"] == 6 and hf["engine_vs_eager_match_tokens"] == 6
+
+
+def test_compare_hf_fp32_oracle_in_bf16(tiny_dir):
+    from anna_core.bench.hf_compare import build_hf, logits_agreement
+    from anna_core.loading import load_model
+
+    loaded = load_model(tiny_dir, device="cpu", dtype="bf16", load_format="dummy")
+    hf = build_hf(loaded)
+    before = loaded.model.model.embed_tokens.weight.clone()
+    got = logits_agreement(hf, loaded.model, list(range(3, 20)))
+    assert loaded.model.model.embed_tokens.weight.dtype == before.dtype  # Anna's weights untouched
+    assert torch.equal(loaded.model.model.embed_tokens.weight, before)
+    assert got["hf_err_vs_fp32"] > 0  # bf16 really rounds
+    assert got["anna_err_vs_fp32"] <= 4 * got["hf_err_vs_fp32"] + 0.05 * got["logits_std"]

@@ -16,3 +16,15 @@ def test_kernels_are_charged_to_the_range_holding_their_midpoint():
 
 def test_no_ranges_charges_everything_to_other():
     assert attribute_device_time([], [(0.0, 2.0), (5.0, 6.0)]) == {"other": 3.0}
+
+
+def test_only_kernels_copies_and_memsets_count_as_device_work():
+    from types import SimpleNamespace
+
+    from anna_core.bench.profile import is_device_work
+
+    kinds = {"kernel": True, "gpu_memcpy": True, "gpu_memset": True, "gpu_user_annotation": False,
+             "cuda_sync": False}
+    for kind, want in kinds.items():
+        assert is_device_work(SimpleNamespace(activity_type=kind, name="x")) is want
+    assert not is_device_work(SimpleNamespace(activity_type=None, name="anna::mlp"))  # older torch: by name

@@ -7,7 +7,8 @@ the roundings of the unfused references (:mod:`anna_core.kernels.reference.fused
 the tensor-core path and autotuning (keyed on the prologue mode too) work as for the plain GEMV.
 
 Outside the GEMV's domain (more than 8 rows, a weight that is not a contiguous ``[N, K]`` of x's
-dtype, or rows longer than :data:`MAX_K`) both run unfused: the Triton ``add_rms_norm`` /
+dtype) or beyond the widths where fusing measured faster (:data:`MAX_K`, :data:`SILU_MAX_K`) both run
+unfused: the Triton ``add_rms_norm`` /
 ``silu_and_mul`` kernel, then :func:`anna_xpu_kernels.gemv.linear` (``F.linear`` beyond 8 rows).
 """
 
@@ -20,9 +21,14 @@ from anna_xpu_kernels import activations, gemv, norms
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, RMS_NORM, SILU_MUL
 
-MAX_K = 16384
+MAX_K = 1024
 """Longest row the norm prologue takes: every program re-reads its rows (``M * K`` values, from L2)
-to get their mean square, a cost that grows with K."""
+to get their mean square, a cost that grows with K. On an H200 (2026-11-30 microbenchmark, M=1,
+BENCHMARKS.md) the fusion saved 0.1–0.5 us per projection at K=1024 and lost 1–5 us at K=2048 and
+4096 (a separate add_rms_norm launch costs less than that re-reading)."""
+SILU_MAX_K = 8192
+"""Longest SwiGLU half the SiLU-mul prologue takes (same measurement: +0.3 us at K=3584, +0.5 us at
+6144, -1.2 us at 12288)."""
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -87,7 +93,7 @@ def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConf
     check_silu_mul_linear(x, weight)
     require_float(op, x=x)
     require_same_device(op, x=x, weight=weight)
-    if not gemv.supports(x, weight):
+    if not (gemv.supports(x, weight) and weight.shape[1] <= SILU_MAX_K):
         return gemv.linear(activations.silu_and_mul(x), weight, None)
     y = gemv.launch(_rows(x), weight, None, config, gemv.Prologue(SILU_MUL))
     return y.view(*x.shape[:-1], weight.shape[0])

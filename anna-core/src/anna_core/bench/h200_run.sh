@@ -17,11 +17,14 @@ python3 -c "import torch, triton, transformers; print('torch', torch.__version__
 CFG=tests/qwen35/reference_configs
 save_cache() { rm -f "$OUT"/tc.tgz.*; tar cz -C /tmp/tc . | split -b 15M - "$OUT/tc.tgz."; }
 if [ "${MODE:-targets}" = "targets" ]; then
-  timeout "${T_ALL:-480}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench \
+  # ONLY="9B b=1,2B" runs the targets whose names contain one of these (default: all)
+  only=(); IFS=, read -ra names <<< "${ONLY:-}"; for n in "${names[@]}"; do only+=(--only "$n"); done
+  timeout "${T_ALL:-480}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench "${only[@]}" \
     --out "$OUT/bench_all.json" > "$OUT/bench.log" 2>&1
   echo "bench.all exit $?"
-  save_cache
+  [ -n "${NO_SAVE:-}" ] || save_cache
   tail -16 "$OUT/bench.log"
+  [ -n "${SKIP_MICRO:-}" ] && exit 0
   # kernel microbenchmarks (every op vs its reference and fla; linear: Triton GEMV / fused vs cuBLAS)
   timeout "${T_MICRO:-150}" python3 -m anna_xpu_kernels.microbench --linear-rows 1,4 > "$OUT/micro.log" 2>&1
   echo "microbench exit $?"

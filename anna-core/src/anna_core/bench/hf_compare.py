@@ -132,12 +132,25 @@ def compare_hf(loaded: Any, engine: Any, prompts: list[list[int]], new_tokens: i
 @torch.inference_mode()
 def logits_agreement(hf: Any, model: Any, prompt: list[int]) -> dict[str, float]:
     """HF vs Anna float32 logits at the last position of ``prompt`` (one prefill each, same weights):
-    ``logits_max_abs_diff``, ``logits_std`` (HF's, for scale), ``top1_agree`` and ``top5_overlap``."""
+    ``logits_max_abs_diff``, ``logits_std`` (HF's, for scale), ``top1_agree`` and ``top5_overlap``.
+
+    When the models run in a 16-bit dtype, HF is then converted to float32 (its own copy of the
+    weights; Anna's tensors are untouched) as the oracle: ``anna_err_vs_fp32`` and ``hf_err_vs_fp32``
+    are each 16-bit model's largest absolute logit error against it, so Anna's rounding error can be
+    judged against HF's own."""
     from anna_core.testing.runner import prefill_logits
 
     dev = next(hf.parameters()).device
-    ref = hf(torch.tensor([prompt], device=dev)).logits[0, -1].float()
+    ids = torch.tensor([prompt], device=dev)
+    ref = hf(ids).logits[0, -1].float()
     got = prefill_logits(model, prompt)[-1].float()
     top_ref, top_got = ref.topk(5).indices.tolist(), got.topk(5).indices.tolist()
-    return {"logits_max_abs_diff": float((got - ref).abs().max()), "logits_std": float(ref.std()),
-            "top1_agree": top_ref[0] == top_got[0], "top5_overlap": len(set(top_ref) & set(top_got))}
+    out = {"logits_max_abs_diff": float((got - ref).abs().max()), "logits_std": float(ref.std()),
+           "top1_agree": top_ref[0] == top_got[0], "top5_overlap": len(set(top_ref) & set(top_got))}
+    if next(hf.parameters()).dtype in (torch.bfloat16, torch.float16):
+        oracle = hf.float()(ids).logits[0, -1].float()
+        out.update(anna_err_vs_fp32=float((got - oracle).abs().max()),
+                   hf_err_vs_fp32=float((ref - oracle).abs().max()),
+                   fp32_top1_is_anna=int(oracle.argmax()) == top_got[0],
+                   fp32_top1_is_hf=int(oracle.argmax()) == top_ref[0])
+    return out

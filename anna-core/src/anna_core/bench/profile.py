@@ -74,6 +74,19 @@ def _attach(model: nn.Module, sync: Callable[[], None] | None = None) -> Callabl
     return lambda: [h.remove() for h in handles]
 
 
+DEVICE_WORK = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+"""Kineto activity types that are device work (the device timeline also carries the profiler ranges
+themselves, ``gpu_user_annotation``, and synchronization waits, ``cuda_sync``)."""
+
+
+def is_device_work(event: Any) -> bool:
+    """Whether a device-side profiler event is a kernel, copy or memset (not a range or a wait)."""
+    kind = getattr(event, "activity_type", None)
+    if kind:
+        return kind in DEVICE_WORK
+    return not event.name.startswith("anna::")
+
+
 def attribute_device_time(ranges: list[tuple[str, float, float]],
                           kernels: list[tuple[float, float]]) -> dict[str, float]:
     """Charge each device kernel ``(start, end)`` to the named host range ``(name, start, end)`` that
@@ -121,7 +134,7 @@ def profile_steps(runner: Any, run_steps: Callable[[], int]) -> dict[str, float]
               if e.name.startswith("anna::") and e.device_type == DeviceType.CPU]
     if on_device:
         kernels = [(e.time_range.start, e.time_range.end) for e in events
-                   if e.device_type in (DeviceType.CUDA, DeviceType.XPU)]
+                   if e.device_type in (DeviceType.CUDA, DeviceType.XPU) and is_device_work(e)]
         per = attribute_device_time(ranges, kernels)
         total = sum(end - start for start, end in kernels)
     else:

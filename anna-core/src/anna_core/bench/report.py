@@ -48,4 +48,9 @@ def format_report(r: dict[str, Any]) -> str:
                 f"agreement last-prompt logits vs HF: max |diff| {hf['logits_max_abs_diff']:.4f} (HF logit std "
                 f"{hf['logits_std']:.4f}), top-1 {'same' if hf['top1_agree'] else 'DIFFERENT'}, top-5 overlap "
                 f"{hf['top5_overlap']}/5; served vs eager greedy: first {hf['engine_vs_eager_match_tokens']} tokens")
+        if "anna_err_vs_fp32" in hf:
+            lines.append(
+                f"fp32 oracle (HF in float32): max |logit error| Anna {hf['anna_err_vs_fp32']:.4f}, HF "
+                f"{hf['hf_err_vs_fp32']:.4f}; fp32 top-1 = Anna's: {hf['fp32_top1_is_anna']}, = HF's: "
+                f"{hf['fp32_top1_is_hf']}")
     return "\n".join(lines)

@@ -28,3 +28,8 @@ def test_only_kernels_copies_and_memsets_count_as_device_work():
     for kind, want in kinds.items():
         assert is_device_work(SimpleNamespace(activity_type=kind, name="x")) is want
     assert not is_device_work(SimpleNamespace(activity_type=None, name="anna::mlp"))  # older torch: by name
+
+
+def test_nested_ranges_charge_the_innermost():
+    per = attribute_device_time([("mlp", 0.0, 10.0), ("norms", 1.0, 2.0)], [(1.2, 1.8), (5.0, 6.0), (11.0, 12.0)])
+    assert per == pytest.approx({"norms": 0.6, "mlp": 1.0, "other": 1.0})

@@ -90,9 +90,12 @@ def test_disabled_kernels_fall_back_to_the_next_choice():
     for disabled in (["rms_norm:fast"], ["fast"]):
         reg = KernelRegistry.from_plugins(pm, disabled=disabled)
         assert reg.get("rms_norm", cuda).__name__ == "rms_norm"  # the reference, not max
-    for bad in (["rms_norm:nope"], ["no_such_op:fast"], ["reference"], ["rms_norm:reference"]):
+    for bad in (["rms_norm:nope"], ["no_such_op:fast"], ["reference"], ["rms_norm:reference"], [":fast"],
+                ["linear:fast"], ["rms_norm:"]):  # "fast" registers rms_norm only
         with pytest.raises(ValueError, match="cannot disable kernel"):
             KernelRegistry.from_plugins(pm, disabled=bad)
+    with pytest.raises(ValueError, match="known ops"):
+        KernelRegistry.from_plugins(pm, disabled=["bogus:fast"])
 
 
 def test_missing_kernel_is_a_clear_error():

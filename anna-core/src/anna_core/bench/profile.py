@@ -11,6 +11,10 @@ kernels launched directly by Triton or other extensions have no such link, so at
 time window is what counts them.) Kernel durations exclude launch gaps and the idle time the
 synchronization adds, so the sum approximates a captured graph's replay time; ``other`` is kernel
 time outside every range. On the CPU each range is charged its CPU time.
+
+``norms`` counts only norms called as modules outside a token mixer / MLP: in Qwen3.5 the per-layer
+pre-norms are fused into the projection that follows them (``add_rms_norm_linear``), so their time
+is part of ``gdn`` / ``attention`` / ``mlp`` and ``norms`` is the final norm alone.
 """
 
 from __future__ import annotations
@@ -89,16 +93,20 @@ def is_device_work(event: Any) -> bool:
 
 def attribute_device_time(ranges: list[tuple[str, float, float]],
                           kernels: list[tuple[float, float]]) -> dict[str, float]:
-    """Charge each device kernel ``(start, end)`` to the named host range ``(name, start, end)`` that
-    contains its midpoint (``"other"`` when none does); returns summed durations per name (same
-    unit as the inputs). Ranges must not overlap."""
+    """Charge each device kernel ``(start, end)`` to the innermost named host range ``(name, start,
+    end)`` containing its midpoint (``"other"`` when none does); returns summed durations per name
+    (same unit as the inputs). Ranges may nest (e.g. a norm called inside a mixer); a kernel inside
+    the inner range is charged to it, one outside it to the enclosing range."""
     ordered = sorted(ranges, key=lambda r: r[1])
     starts = [r[1] for r in ordered]
     per: dict[str, float] = defaultdict(float)
     for start, end in kernels:
         mid = (start + end) / 2
-        i = bisect.bisect_right(starts, mid) - 1
-        name = ordered[i][0] if i >= 0 and ordered[i][1] <= mid <= ordered[i][2] else "other"
+        name = "other"
+        for i in range(bisect.bisect_right(starts, mid) - 1, -1, -1):  # latest start first: innermost
+            if ordered[i][2] >= mid:
+                name = ordered[i][0]
+                break
         per[name] += end - start
     return dict(per)
 

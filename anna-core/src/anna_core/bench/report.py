@@ -24,7 +24,8 @@ def format_report(r: dict[str, Any]) -> str:
          f"{r['decode_tokens_per_s_total']:.1f} tok/s total"),
         (f"ITL       p50 {r['itl_ms_p50']:.3f} ms   p99 {r['itl_ms_p99']:.3f} ms"
          + (f"   (one graph replay alone: {r['graph_replay_ms']:.3f} ms)" if r.get("graph_replay_ms") else "")
-         + f"   async scheduling {'on' if r.get('async_scheduling', False) else 'off'}"),
+         + ("   async scheduling " + ("on" if r.get("async_scheduling") and r.get("graphs_captured")
+                                       else "off" if r.get("graphs_captured") else "n/a (no graphs)"))),
         f"memory    peak {r['peak_memory_gib']:.2f} GiB",
         (f"roofline  {gb:.3f} GB/step (weights {r['step_bytes']['weights'] / 1e9:.3f}, state "
          f"{r['step_bytes']['state'] / 1e9:.3f}, KV {r['step_bytes']['kv'] / 1e9:.3f}) at "

@@ -37,10 +37,10 @@ from anna_core.engine.cache_allocator import (
 )
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.detokenizer import IncrementalDetokenizer
-from anna_core.engine.graph_staging import PendingIds
+from anna_core.engine.inflight import Inflight, resolve_pending
 from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
 from anna_core.engine.model_runner import ModelRunner
-from anna_core.engine.outputs import RequestOutput, Usage
+from anna_core.engine.outputs import RequestOutput, request_output
 from anna_core.engine.request import PENDING, Request
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler, SchedulerOutput
@@ -54,17 +54,6 @@ from anna_core.model import CacheSpec, LoadedModel
 _MIB = 1 << 20
 
 log = logging.getLogger("anna.engine")
-
-
-class _Inflight:
-    """A launched graph decode step whose sampled ids are not read back yet."""
-
-    __slots__ = ("ids", "requests", "rows")
-
-    def __init__(self, ids: PendingIds, requests: list[Request], rows: dict[str, int]):
-        self.ids = ids
-        self.requests = requests  # those given a PENDING placeholder by this step
-        self.rows = rows  # request id -> row of the step (its index in the sampled ids)
 
 
 class LLMEngine:
@@ -117,7 +106,7 @@ class LLMEngine:
         self.slots = StatePool(config.max_num_seqs)
         self.scheduler = Scheduler(config, self.blocks, self.slots, hybrid=hybrid, num_snapshots=num_snapshots)
         self.scheduler.max_model_len = self.max_model_len
-        self._inflight: _Inflight | None = None
+        self._inflight: Inflight | None = None
         self.runner = ModelRunner(model, self.caches, self.device)
         self.tap = LogitsTap(self.runner.sampler)
         self.runner.sampler = self.tap
@@ -269,7 +258,7 @@ class LLMEngine:
                 launched = self.runner.launch_graph(out, self._inflight.rows if self._inflight else None)
             if launched is None:
                 results += self._read_back()
-                self._resolve_pending(out)
+                resolve_pending(out)
                 sampled = self.runner.execute(out) if out.seqs else {}
                 if out.prompt_hits:
                     sampled.update(self._sample_prompt_hits(out))
@@ -285,7 +274,7 @@ class LLMEngine:
         if launched is not None:
             results += self._read_back()
             grown = self.scheduler.update(out, {s.request_id: PENDING for s in out.seqs})
-            self._inflight = _Inflight(launched, grown, {s.request_id: i for i, s in enumerate(out.seqs)})
+            self._inflight = Inflight(launched, grown, {s.request_id: i for i, s in enumerate(out.seqs)})
             self._set_gauges()
             return results
         grown = self.scheduler.update(out, sampled)
@@ -315,18 +304,8 @@ class LLMEngine:
             log.exception("reading back a launched step failed")
             msg = f"{type(exc).__name__}: {exc}"
             return [self.fail_request(r.request_id, msg) for r in live if r.request_id in self._requests]
-        for req in live:
-            if req.output_token_ids[-1] != PENDING:
-                raise RuntimeError(f"request {req.request_id} has no pending token to fill")  # engine bug
-            req.output_token_ids[-1] = ids[inflight.rows[req.request_id]]
+        inflight.fill(live, ids)
         return self._process_all(live)
-
-    @staticmethod
-    def _resolve_pending(out: SchedulerOutput) -> None:
-        """Re-read the input tokens of scheduled sequences that were scheduled while pending."""
-        for seq in out.seqs:
-            if PENDING in seq.token_ids:
-                seq.token_ids = seq.request.token_slice(seq.start, seq.start + len(seq.token_ids))
 
     def _process_all(self, requests: list[Request]) -> list[RequestOutput]:
         results = []
@@ -438,7 +417,7 @@ class LLMEngine:
                 delta += req.stop_checker.flush()
         if reason is not None:
             return self._finish(req, reason, stop_reason, delta, [token])
-        return self._output(req, delta, [token])
+        return request_output(req, delta, [token])
 
     def _finish(self, req: Request, reason: str, stop_reason: str | int | None, delta: str,
                 delta_ids: list[int]) -> RequestOutput:
@@ -449,31 +428,7 @@ class LLMEngine:
         self._finish_times.append(req.finished_time)
         self.metrics.on_request_finished(req.request_id, req.finished_time, req.num_prompt_tokens,
                                          len(req.output_token_ids), req.num_cached_tokens, reason)
-        return self._output(req, delta, delta_ids)
-
-    def _output(self, req: Request, delta: str, delta_ids: list[int]) -> RequestOutput:
-        req.text += delta
-        metrics = {"arrival": req.arrival_time}
-        if req.first_token_time is not None:
-            metrics["first_token"] = req.first_token_time
-        if req.finished_time is not None:
-            metrics["finished"] = req.finished_time
-        return RequestOutput(
-            request_id=req.request_id,
-            prompt_token_ids=req.prompt_token_ids,
-            text=req.text,
-            token_ids=list(req.output_token_ids),
-            delta_text=delta,
-            delta_token_ids=delta_ids,
-            finished=req.finished,
-            finish_reason=req.finish_reason,
-            stop_reason=req.stop_reason,
-            usage=Usage(prompt_tokens=req.num_prompt_tokens, completion_tokens=len(req.output_token_ids)),
-            error=req.error,
-            num_cached_tokens=req.num_cached_tokens,
-            metrics=metrics,
-            logprobs=req.logprobs[len(req.logprobs) - len(delta_ids):] if req.logprobs and delta_ids else [],
-        )
+        return request_output(req, delta, delta_ids)
 
     def stats(self) -> dict[str, Any]:
         """Counters for ``/healthz`` (read them on the engine thread)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 
@@ -69,3 +71,30 @@ class RequestOutput:
     num_cached_tokens: int = 0
     metrics: dict[str, float] = attrs.field(factory=dict)
     logprobs: list[TokenLogprob] = attrs.field(factory=list)
+
+
+def request_output(req: Any, delta: str, delta_ids: list[int]) -> RequestOutput:
+    """The output of :class:`~anna_core.engine.request.Request` ``req`` after its latest step:
+    appends ``delta`` to ``req.text``; ``delta_ids`` are the token ids this output adds."""
+    req.text += delta
+    metrics = {"arrival": req.arrival_time}
+    if req.first_token_time is not None:
+        metrics["first_token"] = req.first_token_time
+    if req.finished_time is not None:
+        metrics["finished"] = req.finished_time
+    return RequestOutput(
+        request_id=req.request_id,
+        prompt_token_ids=req.prompt_token_ids,
+        text=req.text,
+        token_ids=list(req.output_token_ids),
+        delta_text=delta,
+        delta_token_ids=delta_ids,
+        finished=req.finished,
+        finish_reason=req.finish_reason,
+        stop_reason=req.stop_reason,
+        usage=Usage(prompt_tokens=req.num_prompt_tokens, completion_tokens=len(req.output_token_ids)),
+        error=req.error,
+        num_cached_tokens=req.num_cached_tokens,
+        metrics=metrics,
+        logprobs=req.logprobs[len(req.logprobs) - len(delta_ids):] if req.logprobs and delta_ids else [],
+    )

@@ -68,14 +68,21 @@ class KernelRegistry:
         unknown = sorted({s.op for s in specs} - set(OPS))
         if unknown:
             raise ValueError(f"kernel registrations for unknown ops {unknown}; known ops: {sorted(OPS)}")
-        names = {s.name for s in specs}
+        names = {s.name for s in specs} - {"reference"}
+        per_op: dict[str, set[str]] = {}
+        for spec in specs:
+            per_op.setdefault(spec.op, set()).add(spec.name)
         off: set[tuple[str | None, str]] = set()
         for entry in disabled:
-            op, _, name = entry.rpartition(":")
-            if (op and op not in OPS) or name not in names or name == "reference":
-                raise ValueError(f"cannot disable kernel {entry!r}: use OP:NAME or NAME with a registered "
-                                 f"implementation other than 'reference' ({sorted(names - {'reference'})})")
-            off.add((op or None, name))
+            op, sep, name = entry.rpartition(":")
+            if sep and op not in OPS:
+                raise ValueError(f"cannot disable kernel {entry!r}: unknown op {op!r}; known ops: {sorted(OPS)}")
+            allowed = per_op.get(op, set()) - {"reference"} if sep else names
+            if name not in allowed:
+                where = f"op {op!r}" if sep else "any op"
+                raise ValueError(f"cannot disable kernel {entry!r}: no implementation {name!r} is registered for "
+                                 f"{where} (disable one of {sorted(allowed)}; the torch 'reference' always stays)")
+            off.add((op if sep else None, name))
         self._specs: dict[str, list[KernelSpec]] = {}
         for spec in specs:
             if (spec.op, spec.name) in off or (None, spec.name) in off:

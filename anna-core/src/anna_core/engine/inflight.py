@@ -1,0 +1,49 @@
+"""The decode step in flight under asynchronous scheduling (see :mod:`anna_core.engine.llm_engine`).
+
+A graph decode step is launched without waiting; each of its requests gets a
+:data:`~anna_core.engine.request.PENDING` placeholder as its newest token. The next engine call
+launches the following step first (rows with a pending input token read it on the device), then
+reads this step's ids back and :meth:`Inflight.fill` puts them in place of the placeholders.
+"""
+
+from __future__ import annotations
+
+from anna_core.engine.graph_staging import PendingIds
+from anna_core.engine.request import PENDING, Request
+from anna_core.engine.sched_output import SchedulerOutput
+
+
+class Inflight:
+    """A launched graph decode step whose sampled ids are not read back yet.
+
+    Args:
+        ids: the step's sampled ids on their way to the host.
+        requests: the requests this step gave a placeholder token.
+        rows: request id -> the request's row in the step (its index in ``ids``).
+    """
+
+    __slots__ = ("ids", "requests", "rows")
+
+    def __init__(self, ids: PendingIds, requests: list[Request], rows: dict[str, int]):
+        self.ids = ids
+        self.requests = requests
+        self.rows = rows
+
+    def fill(self, live: list[Request], ids: list[int]) -> None:
+        """Replace each ``live`` request's placeholder (its last token) by its sampled id.
+
+        Raises:
+            RuntimeError: a request has no placeholder to fill (an engine bug, never bad input).
+        """
+        for req in live:
+            if req.output_token_ids[-1] != PENDING:
+                raise RuntimeError(f"request {req.request_id} has no pending token to fill")
+            req.output_token_ids[-1] = ids[self.rows[req.request_id]]
+
+
+def resolve_pending(out: SchedulerOutput) -> None:
+    """Re-read the input tokens of sequences that were scheduled while their token was pending
+    (for a step that runs eagerly after the step in flight was read back)."""
+    for seq in out.seqs:
+        if PENDING in seq.token_ids:
+            seq.token_ids = seq.request.token_slice(seq.start, seq.start + len(seq.token_ids))

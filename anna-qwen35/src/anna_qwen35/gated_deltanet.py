@@ -119,18 +119,16 @@ class GatedDeltaNet(nn.Module):
         """x ``[T, hidden]`` -> (qkv ``[T, C]``, z ``[T, H_v*V]``, b, a ``[T, H_v]``), new residual
         (None without ``pre_norm``; see :meth:`forward`)."""
         residual = None
+        sizes = [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]
         if pre_norm is not None:
             norm, residual = pre_norm
             if self.in_proj_all is not None:  # add + norm fused into the merged projection
                 parts, residual = norm.add_norm_linear(x, residual, self.in_proj_all)
-                sizes = [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]
                 return torch.split(parts, sizes, dim=-1), residual
             x, residual = norm.add_and_norm(x, residual)
         if self.in_proj_all is None:
             return (self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)), residual
-        parts = self.in_proj_all(x)
-        sizes = [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]
-        return torch.split(parts, sizes, dim=-1), residual
+        return torch.split(self.in_proj_all(x), sizes, dim=-1), residual
 
     def _fused_step(self):
         """The decode op's fused layer step (``fused_step`` attribute of the chosen

@@ -1,9 +1,11 @@
-"""Argument checks of the Triton wrappers beyond :mod:`anna_core.kernels.checks`: dtype and device (no device sync)."""
+"""Argument checks of the Triton wrappers beyond :mod:`anna_core.kernels.checks` (dtype and device, no device
+sync), and the row layout the kernels take."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from anna_core.kernels.checks import require
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -25,3 +27,9 @@ def require_same_device(op: str, **tensors: Any) -> None:
     """All named tensors (None skipped) must live on one device."""
     devices = {name: t.device for name, t in tensors.items() if t is not None}
     require(len(set(devices.values())) <= 1, op, f"tensors must share one device, got {devices}")
+
+
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """``[..., D]`` -> ``[N, D]`` with unit stride along D (a view when possible, else a copy)."""
+    t2 = t.reshape(-1, t.shape[-1])
+    return t2 if t2.stride(-1) == 1 else t2.contiguous()

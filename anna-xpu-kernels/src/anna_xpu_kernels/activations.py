@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
 
 MAX_BLOCK_N = 1024
@@ -69,10 +69,6 @@ def _tile(n_cols: int) -> tuple[int, int]:
     return max(1, min(16, _TILE // block_n)), block_n
 
 
-def _unit_stride(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """Fused ``silu(gate) * up`` (signature of :func:`anna_core.kernels.reference.activations.silu_and_mul`).
 
@@ -90,7 +86,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
             f"x must be [..., 2I] with an even last dim, got shape {tuple(x.shape)}")
     require_float(op, x=x)
     inter = x.shape[-1] // 2
-    x2 = _unit_stride(x.reshape(-1, x.shape[-1]))
+    x2 = as_rows(x)
     y2 = torch.empty((x2.shape[0], inter), dtype=x.dtype, device=x.device)
     if x2.shape[0] and inter:
         block_m, block_n = _tile(inter)
@@ -108,7 +104,7 @@ def _as_3d(t: torch.Tensor) -> torch.Tensor:
         t = t.unsqueeze(1)
     elif t.dim() > 3:
         t = t.reshape(-1, t.shape[-2], t.shape[-1])
-    return _unit_stride(t)
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def sigmoid_mul(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from anna_core.kernels.checks import check_conv1d, check_slots, num_sequences, require, require_dims
 
-from anna_xpu_kernels._checks import require_float, require_same_device
+from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
 
 _UPDATE_CONFIGS = [triton.Config({"BLOCK_C": bc}, num_warps=w) for bc in (128, 256, 512, 1024) for w in (2, 4, 8)]
@@ -127,10 +127,6 @@ def _check(op, x, weight, bias, conv_states, slots, activation, batch) -> int:
     return width
 
 
-def _unit_stride_rows(x: torch.Tensor) -> torch.Tensor:
-    return x if x.stride(1) == 1 else x.contiguous()
-
-
 def causal_conv1d_update(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -157,7 +153,7 @@ def causal_conv1d_update(
     require_dims(op, x=(x, 2))
     width = _check(op, x, weight, bias, conv_states, slots, activation, x.shape[0])
     batch, channels = x.shape
-    x = _unit_stride_rows(x)
+    x = as_rows(x)
     y = torch.empty((batch, channels), dtype=x.dtype, device=x.device)
     if batch == 0 or channels == 0:
         return y
@@ -205,7 +201,7 @@ def causal_conv1d_prefill(
     width = _check(op, x, weight, bias, conv_states, slots, activation, batch)
     require(cu_seqlens.device == x.device, op, f"cu_seqlens must be on {x.device}, got {cu_seqlens.device}")
     total, channels = x.shape
-    x = _unit_stride_rows(x)
+    x = as_rows(x)
     y = torch.empty((total, channels), dtype=x.dtype, device=x.device)
     if batch == 0 or channels == 0:
         return y

@@ -18,7 +18,7 @@ import torch
 from anna_core.kernels.reference.fused_linear import check_add_rms_norm_linear, check_silu_mul_linear
 
 from anna_xpu_kernels import activations, gemv, norms
-from anna_xpu_kernels._checks import require_float, require_same_device
+from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
 from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, RMS_NORM, SILU_MUL
 
 MAX_K = 1024
@@ -29,12 +29,6 @@ BENCHMARKS.md) the fusion saved 0.1–0.5 us per projection at K=1024 and lost 1
 SILU_MAX_K = 8192
 """Longest SwiGLU half the SiLU-mul prologue takes (same measurement: +0.3 us at K=3584, +0.5 us at
 6144, -1.2 us at 12288)."""
-
-
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """``[..., D]`` -> ``[M, D]`` with unit stride along D (a view when possible)."""
-    t2 = t.reshape(-1, t.shape[-1])
-    return t2 if t2.stride(-1) == 1 else t2.contiguous()
 
 
 def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -63,13 +57,13 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_wei
     if not (gemv.supports(x, weight) and k <= MAX_K):
         h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
         return gemv.linear(h, weight, None), new_residual
-    x2 = _rows(x)
+    x2 = as_rows(x)
     if residual is None:
         prologue = gemv.Prologue(RMS_NORM, norm_weight=norm_weight.contiguous(), eps=eps, zero_centered=zero_centered)
         new_residual = x
     else:
         new2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
-        prologue = gemv.Prologue(ADD_RMS_NORM, _rows(residual), norm_weight.contiguous(), new2, eps, zero_centered)
+        prologue = gemv.Prologue(ADD_RMS_NORM, as_rows(residual), norm_weight.contiguous(), new2, eps, zero_centered)
         new_residual = new2.view(x.shape)
     y = gemv.launch(x2, weight, None, config, prologue)
     return y.view(*x.shape[:-1], weight.shape[0]), new_residual
@@ -95,5 +89,5 @@ def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConf
     require_same_device(op, x=x, weight=weight)
     if not (gemv.supports(x, weight) and weight.shape[1] <= SILU_MAX_K):
         return gemv.linear(activations.silu_and_mul(x), weight, None)
-    y = gemv.launch(_rows(x), weight, None, config, gemv.Prologue(SILU_MUL))
+    y = gemv.launch(as_rows(x), weight, None, config, gemv.Prologue(SILU_MUL))
     return y.view(*x.shape[:-1], weight.shape[0])

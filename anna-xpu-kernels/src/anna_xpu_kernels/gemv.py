@@ -33,7 +33,7 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_rstd
 
@@ -261,8 +261,12 @@ def supports(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.dtype == x.dtype and x.dtype in (torch.float32, torch.float16, torch.bfloat16))
 
 
+_MOST_SPLITS = max(c.kwargs["SPLIT_K"] for c in _tuning_space())
+
+
 def _max_split(n: int) -> int:
-    return 1 if INTERPRETING or n > MAX_SPLIT_N else max(c.kwargs["SPLIT_K"] for c in _tuning_space())
+    """Rows of the split-K workspace an autotuned launch may need for ``n`` output columns."""
+    return 1 if INTERPRETING or n > MAX_SPLIT_N else _MOST_SPLITS
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -345,5 +349,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     require_float("linear", x=x)
     if not supports(x, weight):
         return F.linear(x, weight, bias)
-    y = gemv(x.reshape(-1, x.shape[-1]), weight, bias)
+    require_same_device("linear", x=x, weight=weight, bias=bias)
+    y = launch(as_rows(x), weight, bias, None, Prologue())
     return y.view(*x.shape[:-1], weight.shape[0])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from anna_xpu_kernels._checks import require, require_float, require_same_device
+from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
 
 MAX_DIM = 16384
@@ -80,12 +80,6 @@ def _row_tile(dim: int) -> tuple[int, int]:
     return max(1, min(16, 4096 // block_d)), block_d
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    """``[..., D]`` -> ``[N, D]`` with unit stride along D (a view when possible)."""
-    x2 = x.reshape(-1, x.shape[-1])
-    return x2 if x2.stride(-1) == 1 else x2.contiguous()
-
-
 def _launch(op: str, x: torch.Tensor, z: torch.Tensor | None, weight: torch.Tensor, eps: float,
             zero_centered: bool) -> torch.Tensor:
     require(x.dim() >= 1, op, "x must have at least one dimension")
@@ -93,8 +87,8 @@ def _launch(op: str, x: torch.Tensor, z: torch.Tensor | None, weight: torch.Tens
     require(weight.dim() == 1 and weight.shape[0] == dim, op, f"weight must be [D={dim}], got {tuple(weight.shape)}")
     require_float(op, x=x)
     require_same_device(op, x=x, z=z, weight=weight)
-    x2 = _rows(x)
-    z2 = _rows(z) if z is not None else x2
+    x2 = as_rows(x)
+    z2 = as_rows(z) if z is not None else x2
     y2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     n_rows = x2.shape[0]
     if n_rows and dim:
@@ -179,7 +173,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
         return reference(x, residual, weight, eps, zero_centered)
     require_float(op, x=x)
     require_same_device(op, x=x, residual=residual, weight=weight)
-    x2, r2 = _rows(x), _rows(residual)
+    x2, r2 = as_rows(x), as_rows(residual)
     y2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     s2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     n_rows = x2.shape[0]

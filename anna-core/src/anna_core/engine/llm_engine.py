@@ -284,12 +284,11 @@ class LLMEngine:
         return results
 
     def _can_overlap(self, out: SchedulerOutput) -> bool:
-        """Whether ``out`` may be launched without waiting (a plain decode the runner can replay)."""
+        """Whether ``out`` may be launched without waiting: no prompt-cache or snapshot work around it."""
         if not self.config.async_scheduling or out.prompt_hits or self.tap.wanted:
             return False
-        if any(s.capture_prompt or s.capture_snapshot or s.restore_snapshot is not None for s in out.seqs):
-            return False
-        return self.runner.can_launch_graph(out)
+        # whether the runner can replay a graph for it is launch_graph's own check (None otherwise)
+        return not any(s.capture_prompt or s.capture_snapshot or s.restore_snapshot is not None for s in out.seqs)
 
     def _read_back(self) -> list[RequestOutput]:
         """Wait for the step in flight (if any), put its ids in place of the placeholders and

@@ -50,6 +50,20 @@ def test_split_k_covers_whole_k_tiles(poison_outputs):
     torch.testing.assert_close(got, ref_linear(x, w, b), **tol(torch.float32))
 
 
+@pytest.mark.parametrize("use_dot", [False, True])
+def test_split_k_last_arriver_sums_in_split_order_and_resets_its_counters(poison_outputs, use_dot):
+    # the last split program of each column block adds the float32 partials in split order: the result
+    # is the same on every call (a graph replay), and the arrival counters are back at zero afterwards
+    x, w, b = _inputs(3, 50, 96, torch.float32, True, seed=8)
+    config = GemvConfig(block_n=16, block_k=16, split_k=4, use_dot=use_dot)
+    first = gemv.gemv(x, w, b, config)
+    partials = [x[:, k:k + 32].double() @ w[:, k:k + 32].double().T for k in range(0, 96, 32)]
+    want = sum(p.float() for p in partials) + b  # 6 tiles in 4 splits: 2 + 2 + 2 + an empty split
+    torch.testing.assert_close(first, want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(gemv.gemv(x, w, b, config), first)
+    assert not gemv.launch.counters.get(x.device, 1).any()
+
+
 def test_linear_op_keeps_leading_dims(poison_outputs):
     x, w, b = _inputs(6, 24, 40, torch.float32, True, seed=6)
     got = gemv.linear(x.view(2, 3, 40), w, b)

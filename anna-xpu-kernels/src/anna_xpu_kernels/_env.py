@@ -38,3 +38,13 @@ def enable_interpreter_if_requested() -> bool:
     if _flag(INTERPRET_ENV) and not _flag(TRITON_INTERPRET_ENV):
         os.environ[TRITON_INTERPRET_ENV] = "1"
     return _flag(TRITON_INTERPRET_ENV)
+
+
+PDL_ENV = "ANNA_TRITON_PDL"
+_FALSE = ("0", "false", "off", "no")
+
+
+def pdl_requested() -> bool:
+    """False when ``ANNA_TRITON_PDL`` is set to a false value (``0``): the decode kernels then launch
+    without programmatic dependent launch (:mod:`anna_xpu_kernels.pdl`); on by default."""
+    return os.environ.get(PDL_ENV, "").strip().lower() not in _FALSE

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
 
@@ -31,8 +32,10 @@ _WARPS = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8)]
 @triton.jit
 def _silu_and_mul_kernel(
     x_ptr, y_ptr, n_rows, inter, stride_x, stride_y,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl.launch_dependents(USE_PDL)
+    pdl.wait(USE_PDL)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < n_rows)[:, None] & (cols < inter)[None, :]
@@ -48,8 +51,10 @@ def _silu_and_mul_kernel(
 @triton.jit
 def _sigmoid_mul_kernel(
     x_ptr, gate_ptr, y_ptr, n_rows, inner, dim, stride_xa, stride_xb, stride_ga, stride_gb,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl.launch_dependents(USE_PDL)
+    pdl.wait(USE_PDL)
     # Row r of the [A * B, D] output is (a, b) = (r // inner, r % inner) of the [A, B, D] inputs.
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -92,7 +97,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         block_m, block_n = _tile(inter)
         grid = (triton.cdiv(x2.shape[0], block_m), triton.cdiv(inter, block_n))
         _silu_and_mul_kernel[grid](x2, y2, x2.shape[0], inter, x2.stride(0), y2.stride(0),
-                                   BLOCK_M=block_m, BLOCK_N=block_n)
+                                   BLOCK_M=block_m, BLOCK_N=block_n, **pdl.launch_options(x2))
     return y2.view(*x.shape[:-1], inter)
 
 
@@ -135,5 +140,5 @@ def sigmoid_mul(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         block_m, block_n = _tile(dim)
         grid = (triton.cdiv(n_rows, block_m), triton.cdiv(dim, block_n))
         _sigmoid_mul_kernel[grid](x3, g3, y, n_rows, inner, dim, x3.stride(0), x3.stride(1), g3.stride(0),
-                                  g3.stride(1), BLOCK_M=block_m, BLOCK_N=block_n)
+                                  g3.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, **pdl.launch_options(y))
     return y

@@ -49,9 +49,11 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         qk_norm_rope,
     )
 
+    pdl, no_pdl = {"USE_PDL": True}, {"USE_PDL": False}  # both variants compile (griddepcontrol on sm_90)
     for act in ("bf16", "fp32"):
-        yield norms._rms_norm_kernel, act, {"ZERO_CENTERED": True, "GATED": False, "BLOCK_M": 1, "BLOCK_D": 4096}, 8
-        yield norms._rms_norm_kernel, act, {"ZERO_CENTERED": False, "GATED": True, "BLOCK_M": 16, "BLOCK_D": 128}, 4
+        yield norms._rms_norm_kernel, act, {"ZERO_CENTERED": True, "GATED": False, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
+        yield norms._rms_norm_kernel, act, {"ZERO_CENTERED": False, "GATED": True, "BLOCK_M": 16, "BLOCK_D": 128,
+                                                **no_pdl}, 4
         yield conv1d._conv_update_kernel, act, {"WIDTH": 4, "BLOCK_W": 4, "HAS_BIAS": True, "SILU": True,
                                                  "BLOCK_C": 256}, 4
         yield conv1d._conv_prefill_kernel, act, {"WIDTH": 4, "HAS_BIAS": False, "SILU": True, "BLOCK_T": 32,
@@ -59,30 +61,32 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield conv1d._conv_prefill_state_kernel, act, {"WIDTH": 4, "BLOCK_W": 4, "BLOCK_C": 256}, 4
         yield gated_delta_rule._gdr_decode_kernel, act, {"BLOCK_K": 128, "BLOCK_V": 32}, 4
         yield gdn_decode_fused._fused_gdn_decode_kernel, act, {  # V split in 8: the last-arriver path
-            "WIDTH": 4, "BLOCK_W": 4, "BLOCK_K": 128, "BLOCK_V": 16, "BLOCK_VH": 128, "NUM_SPLITS": 8}, 4
-        yield qk_norm_rope._qk_norm_rope_cache_kernel, act, {"ZERO_CENTERED": True, "BLOCK_D": 256}, 4
-        yield norms._add_rms_norm_kernel, act, {"ZERO_CENTERED": True, "BLOCK_M": 1, "BLOCK_D": 4096}, 8
-        yield activations._silu_and_mul_kernel, act, {"BLOCK_M": 1, "BLOCK_N": 1024}, 4
-        yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256}, 4
-    attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32}
+            "WIDTH": 4, "BLOCK_W": 4, "BLOCK_K": 128, "BLOCK_V": 16, "BLOCK_VH": 128, "NUM_SPLITS": 8, **pdl}, 4
+        yield qk_norm_rope._qk_norm_rope_cache_kernel, act, {"ZERO_CENTERED": True, "BLOCK_D": 256, **pdl}, 4
+        yield norms._add_rms_norm_kernel, act, {"ZERO_CENTERED": True, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
+        yield activations._silu_and_mul_kernel, act, {"BLOCK_M": 1, "BLOCK_N": 1024, **pdl}, 4
+        yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256, **no_pdl}, 4
+    attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32, **pdl}
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": True}, 4
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 16, "BLOCK_M": 64, "SPLIT": False,
-                                                            "DECODE": False, "HAS_WINDOW": True}, 8
+                                                            "DECODE": False, "HAS_WINDOW": True, **no_pdl}, 8
     yield paged_attention._paged_attention_kernel, "fp32", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": False, "UPCAST_DOT": True}, 4
-    yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256}, 8
+    yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
     yield from _gemv_cases()
 
 
 def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
-    """The decode GEMV (CUDA-core and tensor-core paths, split or not, plain or with a fused prologue)
-    and its split-K reduce (its ``weight_ptr`` / ``bias_ptr`` have the activation type, ``ws_ptr`` is
-    float32)."""
+    """The decode GEMV: CUDA-core and tensor-core paths, split (with the last-arriver reduction) or not,
+    plain or with a fused prologue (``weight_ptr`` / ``bias_ptr`` have the activation type, ``ws_ptr``
+    is float32)."""
     from anna_xpu_kernels import gemv
 
-    base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1, "PROLOGUE": 0, "ZERO_CENTERED": False}
-    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False}, 4
+    base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1, "PROLOGUE": 0, "ZERO_CENTERED": False,
+            "USE_PDL": True}
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False,
+                                      "USE_PDL": False}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
                                       "SPLIT_K": 4, "HAS_BIAS": True}, 4
     yield gemv._gemv_kernel, "fp32", {**base, "BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
@@ -96,7 +100,24 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                       "SPLIT_K": 2, "PROLOGUE": 3}, 4
     yield gemv._gemv_kernel, "fp32", {**base, "BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
                                       "UPCAST_DOT": True, "EVEN_K": False, "PROLOGUE": 3}, 4
-    yield gemv._splitk_reduce_kernel, "bf16", {"SPLIT_K": 4, "HAS_BIAS": True, "BLOCK": 1024}, 4
+
+
+_GLOBAL_WRITES = ("st.global", "atom.global", "red.global")
+
+
+def check_pdl_order(ptx: str) -> None:
+    """The PDL contract visible in a kernel's PTX (:mod:`anna_xpu_kernels.pdl`): it signals its
+    dependents and waits (``griddepcontrol``), and no global store or atomic precedes the first wait.
+
+    Raises:
+        RuntimeError: a griddepcontrol instruction is missing, or a global write comes before the wait.
+    """
+    wait = ptx.find("griddepcontrol.wait")
+    if wait < 0 or "griddepcontrol.launch_dependents" not in ptx:
+        raise RuntimeError("a USE_PDL kernel lacks griddepcontrol.wait / launch_dependents")
+    early = [w for w in _GLOBAL_WRITES if w in ptx[:wait]]
+    if early:
+        raise RuntimeError(f"{early} before griddepcontrol.wait: the kernel writes before its predecessor completed")
 
 
 def compile_all(arch: int = 90) -> list[str]:
@@ -121,6 +142,9 @@ def compile_all(arch: int = 90) -> list[str]:
         src = ASTSource(fn, _signature(fn, act, constexprs), constexprs=constexprs)
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
         shown = {k: v for k, v in constexprs.items() if k.startswith("BLOCK") or k == "NUM_SPLITS"}
+        if constexprs.get("USE_PDL"):
+            check_pdl_order(compiled.asm["ptx"])
+            shown["pdl"] = "waits before writing"
         lines.append(f"{fn.__name__} {act} {shown}: ok, {compiled.metadata.shared} B shared memory")
     return lines
 

@@ -7,9 +7,10 @@ the roundings of the unfused references (:mod:`anna_core.kernels.reference.fused
 the tensor-core path and autotuning (keyed on the prologue mode too) work as for the plain GEMV.
 
 Outside the GEMV's domain (more than 8 rows, a weight that is not a contiguous ``[N, K]`` of x's
-dtype) or beyond the widths where fusing measured faster (:data:`MAX_K`, :data:`SILU_MAX_K`) both run
-unfused: the Triton ``add_rms_norm`` /
-``silu_and_mul`` kernel, then :func:`anna_xpu_kernels.gemv.linear` (``F.linear`` beyond 8 rows).
+dtype), beyond the widths where fusing measured faster (:data:`MAX_K`, :data:`SILU_MAX_K`) or when the
+kernels launch with programmatic dependent launch (:func:`prologue_pays`) both run unfused: the Triton
+``add_rms_norm`` / ``silu_and_mul`` kernel, then :func:`anna_xpu_kernels.gemv.linear` (``F.linear``
+beyond 8 rows).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 from anna_core.kernels.reference.fused_linear import check_add_rms_norm_linear, check_silu_mul_linear
 
-from anna_xpu_kernels import activations, gemv, norms
+from anna_xpu_kernels import activations, gemv, norms, pdl
 from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
 from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, RMS_NORM, SILU_MUL
 
@@ -31,9 +32,21 @@ SILU_MAX_K = 8192
 6144, -1.2 us at 12288)."""
 
 
+def prologue_pays(x: torch.Tensor, k: int, max_k: int) -> bool:
+    """Whether fusing a prologue of width ``k`` into the GEMV on x's device is expected to be faster:
+    ``k <= max_k`` and the kernels launch without programmatic dependent launch (:mod:`anna_xpu_kernels.pdl`).
+
+    With PDL the separate small kernel starts while the previous projection finishes and the GEMV after
+    it prefetches its first weight tile meanwhile, whereas the fused prologue's row pass waits for the
+    previous kernel in every program: on an H200 (2026-11-30, M=1, BENCHMARKS.md) the fused launches
+    were 1.8 us slower per projection at 0.8B (K=1024) and within +-0.4 us at 2B and 9B.
+    """
+    return k <= max_k and not pdl.enabled(x)
+
+
 def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                         zero_centered: bool, weight: torch.Tensor, config: gemv.GemvConfig | None = None,
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
+                        fuse: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Residual add + RMSNorm + bias-free linear (signature of the reference ``add_rms_norm_linear``).
 
     Args:
@@ -41,6 +54,8 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_wei
             None; norm_weight: ``[K]`` (any float dtype); eps: added to the mean square;
             zero_centered: scale by ``1 + norm_weight``; weight: ``[N, K]`` of x's dtype.
         config: run this GEMV configuration instead of the autotuned one (tests).
+        fuse: None fuses where :func:`prologue_pays` (``MAX_K``); True wherever the GEMV takes the
+            shapes (microbenchmarks); False never.
 
     Returns:
         ``(y, new_residual)``: ``y`` ``[..., N]`` and ``new_residual = round(x + residual)`` ``[..., K]``
@@ -54,7 +69,7 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_wei
     require_float(op, x=x)
     require_same_device(op, x=x, residual=residual, norm_weight=norm_weight, weight=weight)
     k = weight.shape[1]
-    if not (gemv.supports(x, weight) and k <= MAX_K):
+    if not (gemv.supports(x, weight) and (prologue_pays(x, k, MAX_K) if fuse is None else fuse)):
         h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
         return gemv.linear(h, weight, None), new_residual
     x2 = as_rows(x)
@@ -69,13 +84,16 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_wei
     return y.view(*x.shape[:-1], weight.shape[0]), new_residual
 
 
-def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConfig | None = None) -> torch.Tensor:
+def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConfig | None = None,
+                    fuse: bool | None = None) -> torch.Tensor:
     """SwiGLU product + bias-free linear (signature of the reference ``silu_mul_linear``).
 
     Args:
         x: ``[M, 2K]`` (or ``[..., 2K]``) float32 / float16 / bfloat16: gate values, then up values.
         weight: ``[N, K]`` of x's dtype.
         config: run this GEMV configuration instead of the autotuned one (tests).
+        fuse: None fuses where :func:`prologue_pays` (``SILU_MAX_K``); True wherever the GEMV takes the
+            shapes (microbenchmarks); False never.
 
     Returns:
         ``[..., N]`` in x's dtype: ``silu_and_mul(x) @ weight^T`` (the product rounded to x's dtype first).
@@ -87,7 +105,8 @@ def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConf
     check_silu_mul_linear(x, weight)
     require_float(op, x=x)
     require_same_device(op, x=x, weight=weight)
-    if not (gemv.supports(x, weight) and weight.shape[1] <= SILU_MAX_K):
+    k = weight.shape[1]
+    if not (gemv.supports(x, weight) and (prologue_pays(x, k, SILU_MAX_K) if fuse is None else fuse)):
         return gemv.linear(activations.silu_and_mul(x), weight, None)
     y = gemv.launch(as_rows(x), weight, None, config, gemv.Prologue(SILU_MUL))
     return y.view(*x.shape[:-1], weight.shape[0])

@@ -53,8 +53,10 @@ from __future__ import annotations
 import torch
 from anna_core.kernels.checks import check_conv1d, check_slots, require
 
+from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
+from anna_xpu_kernels.counters import CounterPool
 
 L2_EPS = tl.constexpr(1e-6)
 MAX_HEAD_DIM = 256
@@ -86,27 +88,6 @@ def choose_splits(rows: int, d_k: int, d_v: int) -> int:
     while rows * splits < TARGET_PROGRAMS and block_v // (2 * splits) >= MIN_BLOCK_V:
         splits *= 2
     return splits
-
-
-class CounterPool:
-    """Per-device ``int32`` arrival counters of the last-arriver handshake, zero between launches.
-
-    One buffer per device, grown (never shrunk) when a launch needs more words; a new buffer is
-    zero-filled when allocated, and every launch leaves the words it used at zero.
-    """
-
-    def __init__(self, min_words: int = 4096):
-        self.min_words = min_words
-        self._buffers: dict[torch.device, torch.Tensor] = {}
-
-    def get(self, device: torch.device, words: int) -> torch.Tensor:
-        """At least ``words`` zeroed int32 counters on ``device``."""
-        buf = self._buffers.get(device)
-        if buf is None or buf.numel() < words:
-            buf = torch.zeros(max(words, self.min_words, 2 * (0 if buf is None else buf.numel())),
-                              dtype=torch.int32, device=device)
-            self._buffers[device] = buf
-        return buf
 
 
 @triton.jit
@@ -155,8 +136,9 @@ def _fused_gdn_decode_kernel(
     stride_x, stride_cwc, stride_cww, stride_cs, stride_cc, stride_cw, stride_z, stride_a, stride_b,
     stride_ss, stride_sh, stride_sk, stride_sv, stride_y,
     WIDTH: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
-    BLOCK_VH: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    BLOCK_VH: tl.constexpr, NUM_SPLITS: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl.launch_dependents(USE_PDL)
     pid = tl.program_id(0)
     chunk = pid % NUM_SPLITS
     bh = pid // NUM_SPLITS
@@ -173,6 +155,9 @@ def _fused_gdn_decode_kernel(
     s_ptrs = state_ptr + slot * stride_ss + h * stride_sh + kk[:, None] * stride_sk + vv[None, :] * stride_sv
     s_ok = k_ok[:, None] & v_ok[None, :]
     state = tl.load(s_ptrs, mask=s_ok, other=0.0)  # [BLOCK_K, BLOCK_V] float32, read first: the longest load
+    # Everything above reads what no kernel of the forward pass writes before this one: the slots (copied
+    # in by the host) and this layer's state (written only here). The rest depends on the projection.
+    pdl.wait(USE_PDL)
 
     # conv1d + SiLU from the OLD conv state (q, k of key head hk; v of this chunk)
     x_row = x_ptr + bi * stride_x
@@ -315,7 +300,7 @@ def fused_gdn_decode(
         z.stride(0), a.stride(0), b.stride(0),
         states.stride(0), states.stride(1), states.stride(2), states.stride(3), y.stride(0),
         WIDTH=width, BLOCK_W=next_pow2(width), BLOCK_K=next_pow2(d_k), BLOCK_V=block_v_head // splits,
-        BLOCK_VH=block_v_head, NUM_SPLITS=splits,
+        BLOCK_VH=block_v_head, NUM_SPLITS=splits, **pdl.launch_options(y),
     )
     return y
 

@@ -13,12 +13,15 @@ contiguous along K, so vectorised), accumulating in float32 either
 
 Split-K: with few output columns (``N = 1024`` at ``K = 3584``) there are too few programs to keep
 every multiprocessor's loads in flight, so ``SPLIT_K`` programs share the K range of each column
-block; each writes its float32 partial sums to a workspace ``[SPLIT_K, M, N]`` and a second small
-kernel adds them up (with the bias) in a fixed order, so results are deterministic. Both launches
-allocate nothing outside PyTorch's allocator (CUDA-graph capture safe).
+block; each writes its float32 partial sums to a workspace ``[SPLIT_K, M, N]`` and counts itself in
+with an acquire-release atomic on its column block's counter; the last of them to arrive adds all
+partials up (with the bias) in split order, so results are deterministic and no second kernel is
+launched (one launch fewer per split projection of a decode step). The launch allocates
+nothing outside PyTorch's allocator (CUDA-graph capture safe); the counters are a per-device pool
+(:class:`anna_xpu_kernels.counters.CounterPool`) that each launch leaves at zero.
 
 The tile sizes, ``SPLIT_K``, ``USE_DOT`` and warps are autotuned per (row bucket ``BLOCK_M`` in
-1, 2, 4, 8; N; K; dtypes); the benchmark of a split configuration includes its reduce kernel.
+1, 2, 4, 8; N; K; dtypes).
 Under Triton's interpreter one fixed configuration runs. ``M > 8``, empty shapes, or a weight that
 is not a contiguous row-major ``[N, K]`` of x's dtype go to ``F.linear``.
 
@@ -33,8 +36,10 @@ import attrs
 import torch
 import torch.nn.functional as F
 
+from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
+from anna_xpu_kernels.counters import CounterPool
 from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_rstd
 
 MAX_ROWS = 8
@@ -146,38 +151,67 @@ def _prune(configs, named_args, **kwargs):
     return keep or [c for c in configs if c.kwargs["SPLIT_K"] == 1][:1]
 
 
-def _reduce_after_bench(nargs, exception):
-    """Autotuner post-hook: a split configuration's benchmark also pays for its reduce kernel."""
-    if exception is None and nargs["SPLIT_K"] > 1:
-        _launch_reduce(nargs["ws_ptr"], nargs["bias_ptr"], nargs["y_ptr"], nargs["M"], nargs["N"], nargs["stride_ym"],
-                       nargs["SPLIT_K"], nargs["HAS_BIAS"])
+@triton.jit
+def _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k0, ks, k_end, M, K, rstd, stride_xm, stride_rm,
+                PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, USE_DOT: tl.constexpr,
+                UPCAST_DOT: tl.constexpr, MASK_K: tl.constexpr):
+    """Add one K tile to the accumulator: ``w`` is the ``[BLOCK_N, BLOCK_K]`` weight tile at ``k0``,
+    the activation tile comes from the prologue (``MASK_K``: columns past ``k_end`` are masked)."""
+    if USE_DOT:  # acc is y^T [BLOCK_N, 16]; the activation tile is x^T [BLOCK_K, 16]
+        x_ok = (rows < M)[None, :]
+        if MASK_K:
+            x_ok = x_ok & ((k0 + ks) < k_end)[:, None]
+        xt = act_tile(x_ptr, r_ptr, nw_ptr, rows[None, :], (k0 + ks)[:, None], x_ok, rstd[None, :], K,
+                      stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED)
+        if UPCAST_DOT:  # float32 weights, or the interpreter (whose bfloat16 tl.dot is wrong): exact products
+            acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(w, xt, acc)
+    else:  # acc is [BLOCK_M, BLOCK_N, BLOCK_K], summed over K after the loop
+        x_ok = (rows < M)[:, None]
+        if MASK_K:
+            x_ok = x_ok & ((k0 + ks) < k_end)[None, :]
+        x = act_tile(x_ptr, r_ptr, nw_ptr, rows[:, None], (k0 + ks)[None, :], x_ok, rstd[:, None], K,
+                     stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED)
+        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+    return acc
 
 
 @autotune(_tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "PROLOGUE"], prune_configs_by={
-    "early_config_prune": _prune}, post_hook=_reduce_after_bench, do_bench=_autotune_bench)
+    "early_config_prune": _prune}, do_bench=_autotune_bench)
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
 @triton.jit
 def _gemv_kernel(
-    x_ptr, weight_ptr, bias_ptr, y_ptr, ws_ptr, r_ptr, nw_ptr, s_ptr,
+    x_ptr, weight_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, s_ptr,
     M, N, K, stride_xm, stride_wn, stride_ym, stride_rm, stride_sm, eps,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr,
+    PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, USE_PDL: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, USE_DOT: tl.constexpr,
     EVEN_K: tl.constexpr,
 ):
     # r_ptr, nw_ptr, s_ptr, stride_rm, stride_sm, eps, ZERO_CENTERED: inputs and output of the
     # prologue (anna_xpu_kernels.gemv_prologue), unused with PROLOGUE == 0 (PLAIN).
+    pdl.launch_dependents(USE_PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     w_rows = tl.minimum(cols, N - 1).to(tl.int64)  # clamped: unmasked weight loads, masked store
-    # This program's K range: whole BLOCK_K tiles, split as evenly as tiles allow.
+    # This program's K range: whole BLOCK_K tiles, split as evenly as tiles allow (the last split's
+    # range may be empty).
     tiles_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
     k_begin = pid_k * tiles_per_split * BLOCK_K
     k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K, K)
     ks = tl.arange(0, BLOCK_K)
     w_tile = weight_ptr + w_rows[:, None] * stride_wn + ks[None, :]  # [BLOCK_N, BLOCK_K]
+    # The first weight tile is loaded before waiting for the previous kernel (with PDL it streams in
+    # while that kernel finishes), then accumulated ahead of the loop over the others.
+    if EVEN_K:  # whole tiles: one predicate for the tile (an empty split loads nothing), vector loads
+        w_first = tl.load(w_tile + k_begin, mask=k_begin < k_end, other=0.0, eviction_policy="evict_first")
+    else:
+        w_first = tl.load(w_tile + k_begin, mask=((k_begin + ks) < k_end)[None, :], other=0.0,
+                          eviction_policy="evict_first")
+    pdl.wait(USE_PDL)
     # rows of the activation tile: padded to 16 for the tensor cores, BLOCK_M on the CUDA cores
     rows = tl.arange(0, 16) if USE_DOT else tl.arange(0, BLOCK_M)
     if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms needs the whole row, whatever this program's K range
@@ -187,70 +221,56 @@ def _gemv_kernel(
     else:
         rstd = tl.zeros((16 if USE_DOT else BLOCK_M,), dtype=tl.float32)
     if USE_DOT:
-        # acc is y^T: [BLOCK_N, 16]; the activation tile is x^T: [BLOCK_K, 16]
         acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
-        for k0 in range(k_begin, k_end, BLOCK_K):
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    if USE_DOT:  # Triton pipelines the loads that feed tl.dot (num_stages) by itself
+        acc = _accumulate(acc, w_first, x_ptr, r_ptr, nw_ptr, rows, k_begin, ks, k_end, M, K, rstd, stride_xm,
+                          stride_rm, PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, True)
+        for k0 in range(k_begin + BLOCK_K, k_end, BLOCK_K):
             if EVEN_K:
                 w = tl.load(w_tile + k0, eviction_policy="evict_first")
-                x_ok = (rows < M)[None, :]
             else:
-                k_ok = (k0 + ks) < k_end
-                w = tl.load(w_tile + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
-                x_ok = (rows < M)[None, :] & k_ok[:, None]
-            xt = act_tile(x_ptr, r_ptr, nw_ptr, rows[None, :], (k0 + ks)[:, None], x_ok, rstd[None, :], K,
-                          stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED)
-            if UPCAST_DOT:  # float32 weights, or the interpreter (whose bfloat16 tl.dot is wrong): exact products
-                acc = tl.dot(w.to(tl.float32), xt.to(tl.float32), acc, input_precision="ieee")
+                w = tl.load(w_tile + k0, mask=((k0 + ks) < k_end)[None, :], other=0.0, eviction_policy="evict_first")
+            acc = _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k0, ks, k_end, M, K, rstd, stride_xm, stride_rm,
+                              PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, not EVEN_K)
+    else:  # it does not pipeline these: load the next weight tile before using the current one
+        w = w_first
+        for k0 in range(k_begin + BLOCK_K, k_end, BLOCK_K):
+            if EVEN_K:
+                w_next = tl.load(w_tile + k0, eviction_policy="evict_first")
             else:
-                acc = tl.dot(w, xt, acc)
+                w_next = tl.load(w_tile + k0, mask=((k0 + ks) < k_end)[None, :], other=0.0,
+                                 eviction_policy="evict_first")
+            acc = _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k0 - BLOCK_K, ks, k_end, M, K, rstd, stride_xm,
+                              stride_rm, PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, not EVEN_K)
+            w = w_next
+        # the last tile (the first one when the loop did not run: possibly an empty split, hence masked)
+        k_last = tl.maximum(k_begin, k_begin + ((k_end - k_begin - 1) // BLOCK_K) * BLOCK_K)
+        acc = _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k_last, ks, k_end, M, K, rstd, stride_xm,
+                          stride_rm, PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, True)
+    if USE_DOT:
         out = tl.trans(acc)  # [16, BLOCK_N]
     else:
-        acc3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-        for k0 in range(k_begin, k_end, BLOCK_K):
-            if EVEN_K:
-                w = tl.load(w_tile + k0, eviction_policy="evict_first")
-                x_ok = (rows < M)[:, None]
-            else:
-                k_ok = (k0 + ks) < k_end
-                w = tl.load(w_tile + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
-                x_ok = (rows < M)[:, None] & k_ok[None, :]
-            x = act_tile(x_ptr, r_ptr, nw_ptr, rows[:, None], (k0 + ks)[None, :], x_ok, rstd[:, None], K,
-                         stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED)
-            acc3 += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
-        out = tl.sum(acc3, axis=2)  # [BLOCK_M, BLOCK_N]
+        out = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
     mask = (rows < M)[:, None] & col_ok[None, :]
     if SPLIT_K == 1:
         if HAS_BIAS:
             out += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=mask)
     else:
-        ws = ws_ptr + (pid_k * M + rows[:, None]) * N + cols[None, :]
-        tl.store(ws, out, mask=mask)
-
-
-@triton.jit
-def _splitk_reduce_kernel(ws_ptr, bias_ptr, y_ptr, M, N, stride_ym,
-                          SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
-    """``y[m, n] = sum_s ws[s, m, n] (+ b[n])``, summed in split order."""
-    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = idx < M * N
-    total = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in tl.static_range(SPLIT_K):
-        total += tl.load(ws_ptr + s * M * N + idx, mask=ok, other=0.0)
-    row = idx // N
-    col = idx % N
-    if HAS_BIAS:
-        total += tl.load(bias_ptr + col, mask=ok, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * stride_ym + col, total.to(y_ptr.dtype.element_ty), mask=ok)
-
-
-_REDUCE_BLOCK = 1024
-
-
-def _launch_reduce(ws, bias, y, m: int, n: int, stride_ym: int, split_k: int, has_bias: bool) -> None:
-    grid = (triton.cdiv(m * n, _REDUCE_BLOCK),)
-    _splitk_reduce_kernel[grid](ws, bias, y, m, n, stride_ym, SPLIT_K=split_k, HAS_BIAS=has_bias,
-                                BLOCK=_REDUCE_BLOCK, num_warps=4)
+        ws = ws_ptr + rows[:, None] * N + cols[None, :]  # split s's partials at ws + s * M * N
+        tl.store(ws + pid_k * M * N, out, mask=mask)
+        tl.debug_barrier()  # every thread's partial sums are stored before this program counts itself in
+        arrived = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:  # the last split of this column block: every partial is visible
+            total = tl.load(ws, mask=mask, other=0.0, cache_modifier=".cg")
+            for s in tl.static_range(1, SPLIT_K):  # split order: deterministic sums
+                total += tl.load(ws + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                total += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], total.to(y_ptr.dtype.element_ty), mask=mask)
+            tl.store(count_ptr + pid_n, 0)  # zero for the next launch (graph replays)
 
 
 def supports(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -294,7 +314,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, config: GemvConfig | None,
            prologue: Prologue) -> torch.Tensor:
-    """Run the kernel (and the split-K reduce) on checked arguments: ``x`` ``[M, K]`` (``[M, 2K]`` with
+    """Run the kernel on checked arguments: ``x`` ``[M, K]`` (``[M, 2K]`` with
     ``SILU_MUL``) with unit stride along K, ``weight`` contiguous ``[N, K]``; returns ``y`` ``[M, N]``."""
     m = x.shape[0]
     n, k = weight.shape
@@ -307,14 +327,16 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     s = p.new_residual if p.new_residual is not None else x
     splits = config.split_k if config is not None else _max_split(n)  # the workspace's, at most
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else y
-    args = (x, weight, b, y, ws, r, nw, s, m, n, k, x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
+    # one arrival counter per column block of a split launch (the narrowest split tile is 4 columns)
+    counters = launch.counters.get(x.device, triton.cdiv(n, config.block_n if config is not None else 4))
+    args = (x, weight, b, y, ws, counters, r, nw, s, m, n, k, x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
             s.stride(0), float(p.eps))
     common = {"HAS_BIAS": has_bias, "BLOCK_M": next_pow2(m), "UPCAST_DOT": INTERPRETING or x.dtype == torch.float32,
-              "PROLOGUE": p.mode, "ZERO_CENTERED": bool(p.zero_centered)}
+              "PROLOGUE": p.mode, "ZERO_CENTERED": bool(p.zero_centered), "USE_PDL": pdl.enabled(x)}
+    common["launch_pdl"] = common["USE_PDL"]
     if config is not None:
-        split = config.split_k
-        grid = (triton.cdiv(n, config.block_n), split)
-        _gemv_kernel.fn[grid](*args, **common, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=split,
+        grid = (triton.cdiv(n, config.block_n), config.split_k)
+        _gemv_kernel.fn[grid](*args, **common, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=config.split_k,
                               USE_DOT=config.use_dot, num_warps=config.num_warps, num_stages=config.num_stages)
     else:
 
@@ -322,11 +344,10 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
             return (triton.cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"])
 
         _gemv_kernel[grid](*args, **common)
-        # The configuration this launch ran (single-threaded use: the model runner's step).
-        split = _gemv_kernel.best_config.kwargs["SPLIT_K"]
-    if split > 1:
-        _launch_reduce(ws, b, y, m, n, y.stride(0), split, has_bias)
     return y
+
+
+launch.counters = CounterPool(min_words=triton.cdiv(MAX_SPLIT_N, 4))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -205,7 +205,7 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
                     return gemv.linear(h, w, None)
 
                 def fused(x=x, r=r, nw=nw, w=w):
-                    return fused_linear.add_rms_norm_linear(x, r, nw, 1e-6, True, w)[0]
+                    return fused_linear.add_rms_norm_linear(x, r, nw, 1e-6, True, w, fuse=True)[0]
             else:
                 x = torch.randn(rows, 2 * s.k, device=device, generator=gen).to(dtype)
 
@@ -213,7 +213,7 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
                     return gemv.linear(activations.silu_and_mul(x), w, None)
 
                 def fused(x=x, w=w):
-                    return fused_linear.silu_mul_linear(x, w)
+                    return fused_linear.silu_mul_linear(x, w, fuse=True)
             err = (fused().float() - unfused().float()).abs().max().item()
             t_un, t_fu = timer(unfused), timer(fused)
             saved[model] = saved.get(model, 0.0) + s.count * (t_un - t_fu)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
 from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
 
@@ -31,7 +32,10 @@ def _rms_norm_kernel(
     x_ptr, z_ptr, w_ptr, y_ptr,
     n_rows, dim, stride_x, stride_z, stride_y, eps,
     ZERO_CENTERED: tl.constexpr, GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl.launch_dependents(USE_PDL)
+    pdl.wait(USE_PDL)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_D)
     col_ok = cols < dim
@@ -54,8 +58,10 @@ def _rms_norm_kernel(
 def _add_rms_norm_kernel(
     x_ptr, r_ptr, w_ptr, y_ptr, s_ptr,
     n_rows, dim, stride_x, stride_r, stride_y, stride_s, eps,
-    ZERO_CENTERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    ZERO_CENTERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl.launch_dependents(USE_PDL)
+    pdl.wait(USE_PDL)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_D)
     col_ok = cols < dim
@@ -98,6 +104,7 @@ def _launch(op: str, x: torch.Tensor, z: torch.Tensor | None, weight: torch.Tens
         _rms_norm_kernel[grid](
             x2, z2, weight.contiguous(), y2, n_rows, dim, x2.stride(0), z2.stride(0), y2.stride(0), float(eps),
             ZERO_CENTERED=bool(zero_centered), GATED=z is not None, BLOCK_M=block_m, BLOCK_D=block_d,
+            **pdl.launch_options(y2),
         )
     return y2.view(x.shape)
 
@@ -182,6 +189,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
         _add_rms_norm_kernel[(triton.cdiv(n_rows, block_m),)](
             x2, r2, weight.contiguous(), y2, s2, n_rows, dim, x2.stride(0), r2.stride(0), y2.stride(0),
             s2.stride(0), float(eps), ZERO_CENTERED=bool(zero_centered), BLOCK_M=block_m, BLOCK_D=block_d,
+            **pdl.launch_options(y2),
         )
     return y2.view(x.shape), s2.view(x.shape)
 

@@ -33,6 +33,7 @@ import math
 import torch
 from anna_core.kernels.checks import check_paged_attention, num_sequences, require, require_dims
 
+from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 
@@ -65,8 +66,10 @@ def _paged_attention_kernel(
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_tb, stride_ot, stride_oh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr, DECODE: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
+    pdl.launch_dependents(USE_PDL)
+    pdl.wait(USE_PDL)
     tile = tl.program_id(0)
     h_kv = tl.program_id(1)
     split = tl.program_id(2)
@@ -156,8 +159,10 @@ def _paged_attention_kernel(
 @triton.jit
 def _merge_splits_kernel(
     m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, n_rows, n_heads, head_dim, num_splits, stride_ot, stride_oh,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl.launch_dependents(USE_PDL)
+    pdl.wait(USE_PDL)
     row = tl.program_id(0).to(tl.int64)  # token * n_heads + head
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)
@@ -289,11 +294,12 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, HAS_WINDOW=sliding_window is not None,
-        SPLIT=splits > 1, DECODE=decode, UPCAST_DOT=upcast,
+        SPLIT=splits > 1, DECODE=decode, UPCAST_DOT=upcast, **pdl.launch_options(out),
     )
     if splits > 1:
         _merge_splits_kernel[(total * h_q,)](
             m_ws, l_ws, acc_ws, out, total * h_q, h_q, dim, splits, out.stride(0), out.stride(1),
             BLOCK_S=next_pow2(splits), BLOCK_D=block_d, num_warps=4 if INTERPRETING else 8,
+            **pdl.launch_options(out),
         )
     return out

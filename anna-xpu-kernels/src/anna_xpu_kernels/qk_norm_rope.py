@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require, require_float, require_same_device
 from anna_xpu_kernels._triton import next_pow2, tl, triton
 
@@ -53,8 +54,10 @@ def _qk_norm_rope_cache_kernel(
     q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, pos_ptr, inv_freq_ptr, slot_ptr, qo_ptr, k_cache_ptr, v_cache_ptr,
     h_q, h_kv, head_dim, half, rotary_dim, eps,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_slot,
-    ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr,
+    ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl.launch_dependents(USE_PDL)
+    pdl.wait(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     pos = tl.load(pos_ptr + t).to(tl.float32)
@@ -133,5 +136,6 @@ def qk_norm_rope_cache(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         slot_mapping.stride(0),
         ZERO_CENTERED=bool(zero_centered), BLOCK_D=max(16, next_pow2(dim)), num_warps=4 if dim <= 256 else 8,
+        **pdl.launch_options(out),
     )
     return out

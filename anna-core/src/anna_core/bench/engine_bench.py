@@ -144,6 +144,17 @@ def timed_run(engine: Any, prompts: list[list[int]], output_len: int, tag: str) 
     return {"ttft_s": ttft, "itl_s": itl, "tokens": [tokens[f"{tag}-{i}"] for i in range(len(prompts))]}
 
 
+def served_vs_eager(model: Any, prompts: list[list[int]], served: list[list[int]], n: int = 16) -> int:
+    """How many leading tokens (of the first ``n``) every stream served by the engine (graphs,
+    asynchronous scheduling, the chosen kernels) shares with Anna's eager greedy loop over the same
+    prompts (:func:`anna_core.testing.runner.simple_greedy_batch`): a check of the captured step."""
+    from anna_core.testing.runner import simple_greedy_batch
+
+    n = min(n, min(len(t) for t in served))
+    eager = simple_greedy_batch(model, prompts, n)
+    return min(next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), n) for x, y in zip(served, eager))
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -184,6 +195,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         res = timed_run(engine, prompts, s.output_len, f"run{r}")
         if r >= s.warmup:
             runs.append(res)
+            last_prompts = prompts
     ttft = statistics.median(x["ttft_s"] for x in runs)
     itl_all = [v for x in runs for v in x["itl_s"]]
     mean_itl = statistics.median(statistics.fmean(x["itl_s"]) for x in runs)
@@ -208,6 +220,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "roofline_tokens_per_s_per_stream": roof_per_stream,
         "roofline_fraction": per_stream / roof_per_stream,
         "first_tokens": runs[-1]["tokens"][0][:8],
+        "served_vs_eager_match_tokens": served_vs_eager(model, last_prompts, runs[-1]["tokens"]),
     }
     graphs = engine.runner.graphs
     if graphs is not None and graphs.bucket_for(s.batch_size) is not None:

@@ -5,6 +5,7 @@
 #   MODE=targets (default): every issue-5 target, HF transformers + fla side by side at 9B, then the
 #   kernel microbenchmarks.
 #   MODE=ab: the b=1 targets again with asynchronous scheduling off, then with the Triton GEMV off.
+#   TAG=x names this run's logs bench_x.log / bench_all_x.json (e.g. an A/B with ANNA_TRITON_PDL=0).
 set -u
 OUT=${OUT:-/tmp/anna_out}; mkdir -p "$OUT" /tmp/tc
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tc
@@ -20,10 +21,10 @@ if [ "${MODE:-targets}" = "targets" ]; then
   # ONLY="9B b=1,2B" runs the targets whose names contain one of these (default: all)
   only=(); IFS=, read -ra names <<< "${ONLY:-}"; for n in "${names[@]}"; do only+=(--only "$n"); done
   timeout "${T_ALL:-480}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench "${only[@]}" \
-    --out "$OUT/bench_all.json" > "$OUT/bench.log" 2>&1
+    --out "$OUT/bench_all${TAG:+_$TAG}.json" > "$OUT/bench${TAG:+_$TAG}.log" 2>&1
   echo "bench.all exit $?"
   [ -n "${NO_SAVE:-}" ] || save_cache
-  tail -16 "$OUT/bench.log"
+  tail -16 "$OUT/bench${TAG:+_$TAG}.log"
   [ -n "${SKIP_MICRO:-}" ] && exit 0
   # kernel microbenchmarks (every op vs its reference and fla; linear: Triton GEMV / fused vs cuBLAS)
   timeout "${T_MICRO:-150}" python3 -m anna_xpu_kernels.microbench --linear-rows 1,4 > "$OUT/micro.log" 2>&1

@@ -11,6 +11,7 @@ def format_report(r: dict[str, Any]) -> str:
     Keys: ``ttft_ms``, ``prefill_tokens_per_s``, ``decode_tokens_per_s_per_stream`` / ``_total``,
     ``itl_ms_p50`` / ``_p99``, ``peak_memory_gib``, ``copy_bandwidth_gbps``, ``step_bytes``,
     ``roofline_tokens_per_s_per_stream``, ``roofline_fraction``, optional ``graph_replay_ms``,
+    ``served_vs_eager_match_tokens``,
     ``async_scheduling``, ``profile_ms_per_step`` and ``hf``.
     """
     gb = r["step_bytes"]["total"] / 1e9
@@ -27,6 +28,8 @@ def format_report(r: dict[str, Any]) -> str:
          + ("   async scheduling " + ("on" if r.get("async_scheduling") and r.get("graphs_captured")
                                        else "off" if r.get("graphs_captured") else "n/a (no graphs)"))),
         f"memory    peak {r['peak_memory_gib']:.2f} GiB",
+        *([f"check     served tokens = Anna's eager greedy loop for the first {r['served_vs_eager_match_tokens']} "
+           "tokens of every stream"] if "served_vs_eager_match_tokens" in r else []),
         (f"roofline  {gb:.3f} GB/step (weights {r['step_bytes']['weights'] / 1e9:.3f}, state "
          f"{r['step_bytes']['state'] / 1e9:.3f}, KV {r['step_bytes']['kv'] / 1e9:.3f}) at "
          f"{r['copy_bandwidth_gbps']:.0f} GB/s copy -> {r['roofline_tokens_per_s_per_stream']:.1f} tok/s per stream; "
@@ -48,7 +51,7 @@ def format_report(r: dict[str, Any]) -> str:
             lines.append(
                 f"agreement last-prompt logits vs HF: max |diff| {hf['logits_max_abs_diff']:.4f} (HF logit std "
                 f"{hf['logits_std']:.4f}), top-1 {'same' if hf['top1_agree'] else 'DIFFERENT'}, top-5 overlap "
-                f"{hf['top5_overlap']}/5; served vs eager greedy: first {hf['engine_vs_eager_match_tokens']} tokens")
+                f"{hf['top5_overlap']}/5")
         if "anna_err_vs_fp32" in hf:
             lines.append(
                 f"fp32 oracle (HF in float32): max |logit error| Anna {hf['anna_err_vs_fp32']:.4f}, HF "

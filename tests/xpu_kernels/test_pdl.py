@@ -1,0 +1,50 @@
+"""Programmatic dependent launch: when it is on, and the contract its kernels' PTX must keep."""
+
+import pytest
+import torch
+
+from tests.xpu_kernels._interp import require_triton_interpreter
+
+require_triton_interpreter()
+
+from anna_xpu_kernels import _env, pdl
+from anna_xpu_kernels.compile_check import check_pdl_order
+
+
+def test_off_on_cpu_and_under_the_interpreter():
+    t = torch.zeros(1)
+    assert not pdl.enabled(t)
+    assert pdl.launch_options(t) == {"USE_PDL": False, "launch_pdl": False}
+
+
+@pytest.mark.parametrize(("value", "wanted"), [(None, True), ("1", True), ("", True), ("0", False),
+                                               ("off", False), ("False", False), ("no", False)])
+def test_env_switch(monkeypatch, value, wanted):
+    if value is None:
+        monkeypatch.delenv(_env.PDL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_env.PDL_ENV, value)
+    assert _env.pdl_requested() is wanted
+
+
+def test_pdl_order_check():
+    ok = ("ld.global.v4.b32 {%r1, %r2, %r3, %r4}, [%rd1];\n griddepcontrol.launch_dependents;\n"
+          " griddepcontrol.wait;\n st.global.b16 [%rd2], %rs1;\n atom.global.add.u32 %r5, [%rd3], 1;")
+    check_pdl_order(ok)  # loads (weights) may come before the wait, writes after it
+    with pytest.raises(RuntimeError, match="before griddepcontrol.wait"):
+        check_pdl_order("griddepcontrol.launch_dependents;\n st.global.b32 [%rd2], %r1;\n griddepcontrol.wait;")
+    with pytest.raises(RuntimeError, match="before griddepcontrol.wait"):
+        check_pdl_order("griddepcontrol.launch_dependents;\n red.global.add.f32 [%rd2], %f1;\n griddepcontrol.wait;")
+    with pytest.raises(RuntimeError, match="lacks"):
+        check_pdl_order("st.global.b32 [%rd2], %r1;")
+
+
+def test_prologues_are_fused_only_without_pdl(monkeypatch):
+    from anna_xpu_kernels import fused_linear
+
+    x = torch.zeros(1, 8)
+    assert fused_linear.prologue_pays(x, 1024, fused_linear.MAX_K)
+    assert not fused_linear.prologue_pays(x, 2048, fused_linear.MAX_K)
+    monkeypatch.setattr(pdl, "enabled", lambda t: True)
+    assert not fused_linear.prologue_pays(x, 1024, fused_linear.MAX_K)
+    assert not fused_linear.prologue_pays(x, 128, fused_linear.SILU_MAX_K)

@@ -48,3 +48,14 @@ def test_prologues_are_fused_only_without_pdl(monkeypatch):
     monkeypatch.setattr(pdl, "enabled", lambda t: True)
     assert not fused_linear.prologue_pays(x, 1024, fused_linear.MAX_K)
     assert not fused_linear.prologue_pays(x, 128, fused_linear.SILU_MAX_K)
+
+
+def test_capability_probe_needs_nvidia_sm90(monkeypatch):
+    pdl._capable.cache_clear()
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: {0: (9, 0), 1: (8, 0)}[index])
+    assert pdl._capable(0) and not pdl._capable(1)
+    pdl._capable.cache_clear()
+    monkeypatch.setattr(torch.version, "hip", "6.4")  # ROCm reports "cuda" devices too, without griddepcontrol
+    assert not pdl._capable(0)
+    pdl._capable.cache_clear()

@@ -56,12 +56,14 @@ def launch_dependents(USE_PDL: tl.constexpr):
 
 @functools.cache
 def _capable(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index)[0] >= 9
+    """An NVIDIA GPU of compute capability 9.0+ (ROCm builds also report ``cuda`` devices, with
+    capabilities like 9.4, but have no ``griddepcontrol``)."""
+    return torch.version.hip is None and torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
 def enabled(t: torch.Tensor) -> bool:
-    """Whether kernels on ``t``'s device launch with PDL: a CUDA device of compute capability 9.0 or
-    newer, not under Triton's interpreter, and ``ANNA_TRITON_PDL`` not set to ``0``."""
+    """Whether kernels on ``t``'s device launch with PDL: an NVIDIA device of compute capability 9.0
+    or newer, not under Triton's interpreter, and ``ANNA_TRITON_PDL`` not set to ``0``."""
     if INTERPRETING or t.device.type != "cuda" or not pdl_requested():
         return False
     return _capable(t.device.index if t.device.index is not None else torch.cuda.current_device())

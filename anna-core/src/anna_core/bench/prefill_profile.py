@@ -9,7 +9,9 @@ Loads one model with random weights, sets the engine up as ``anna bench`` does, 
    kernels and the host ops that cost most, plus the device-busy fraction of the step.
 
 3. with ``--decode-batch N``, runs ``N`` streams of graph-replayed decode steps under ``cProfile``
-   and prints the host functions that cost most per step (the engine's Python between replays).
+   and prints the host functions that cost most per step (the engine's Python between replays);
+4. with ``--host-prefill``, runs one more prefill of the longest length under ``cProfile`` and prints
+   the host functions that cost most (where a host-bound prefill spends its Python time).
 
 Run with ``TRITON_PRINT_AUTOTUNING=1`` to see every autotuning event in the log.
 """
@@ -36,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", default="512,2048,1000,2048,512,1000")
     ap.add_argument("--rows", type=int, default=18)
     ap.add_argument("--decode-batch", type=int, default=0)
+    ap.add_argument("--host-prefill", action="store_true", help="cProfile one prefill of the longest length")
     args = ap.parse_args(argv)
     from anna_core.loading import load_model
 
@@ -65,9 +68,28 @@ def main(argv: list[str] | None = None) -> int:
           f"device kernel time {dev_total:.1f} ms", flush=True)
     print(events.table(sort_by="self_device_time_total", row_limit=args.rows), flush=True)
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows), flush=True)
+    if args.host_prefill:
+        host_prefill_profile(engine, vocab, n, args.rows)
     if args.decode_batch:
         host_profile(loaded, args.model_dir, args.decode_batch, args.rows)
     return 0
+
+
+def host_prefill_profile(engine, vocab: int, length: int, rows: int) -> None:
+    """cProfile of one ``length``-token prefill (and its first token), sorted by own time, then by
+    cumulative time (which of Anna's or fla's functions the host time sits under)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    torch.cuda.synchronize()
+    prof.enable()
+    res = timed_run(engine, _prompts(vocab, 1, length, 4242), 2, "hostprefill")
+    prof.disable()
+    print(f"\nhost profile of one {length}-token prefill: TTFT {res['ttft_s'] * 1e3:.1f} ms (cProfile on)", flush=True)
+    stats = pstats.Stats(prof)
+    stats.sort_stats("tottime").print_stats(rows)
+    stats.sort_stats("cumulative").print_stats(rows)
 
 
 def host_profile(loaded, model_dir: Path, batch: int, rows: int, steps: int = 48) -> None:

@@ -110,3 +110,32 @@ def test_microbench_linear_smoke_on_cpu():
     assert [r[2] for r in fused] == ["add_rms_norm+a", "silu_mul+b"] and all(r[6] == "1" for r in fused)
     assert all(float(r[-1]) < 1e-4 for r in fused), fused
     assert "smoke fused M=1:" in out.stdout
+
+
+def test_counter_pool_keeps_replaced_buffers_alive():
+    import gc
+    import weakref
+
+    from anna_xpu_kernels.counters import CounterPool
+
+    pool = CounterPool(min_words=8)
+    first = pool.get(torch.device("cpu"), 4)
+    assert first.numel() == 8 and not first.any()
+    assert pool.get(torch.device("cpu"), 8) is first  # big enough: the same buffer
+    ref = weakref.ref(first)
+    grown = pool.get(torch.device("cpu"), 20)
+    assert grown.numel() >= 20 and not grown.any() and grown is not first
+    del first
+    gc.collect()
+    assert ref() is not None  # a captured graph may still point at it
+
+
+def test_unsplittable_launch_takes_no_counters(monkeypatch, poison_outputs):
+    # the LM head (N above the split limit) must not grow the counter pool
+    asked = []
+    real_get = gemv.launch.counters.get
+    monkeypatch.setattr(gemv.launch.counters, "get", lambda device, words: asked.append(words) or real_get(device, words))
+    x, w, b = _inputs(1, 24, 40, torch.float32, False, seed=9)
+    gemv.gemv(x, w, b, GemvConfig(block_n=16, block_k=16, split_k=1, use_dot=False))
+    gemv.gemv(x, w, b, GemvConfig(block_n=8, block_k=16, split_k=2, use_dot=False))
+    assert asked == [0, 3]

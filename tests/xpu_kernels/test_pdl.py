@@ -30,13 +30,22 @@ def test_env_switch(monkeypatch, value, wanted):
 def test_pdl_order_check():
     ok = ("ld.global.v4.b32 {%r1, %r2, %r3, %r4}, [%rd1];\n griddepcontrol.launch_dependents;\n"
           " griddepcontrol.wait;\n st.global.b16 [%rd2], %rs1;\n atom.global.add.u32 %r5, [%rd3], 1;")
-    check_pdl_order(ok)  # loads (weights) may come before the wait, writes after it
+    check_pdl_order(ok, r"ld\.global\.v4")  # declared loads (weights) may come before the wait, writes after it
     with pytest.raises(RuntimeError, match="before griddepcontrol.wait"):
         check_pdl_order("griddepcontrol.launch_dependents;\n st.global.b32 [%rd2], %r1;\n griddepcontrol.wait;")
     with pytest.raises(RuntimeError, match="before griddepcontrol.wait"):
         check_pdl_order("griddepcontrol.launch_dependents;\n red.global.add.f32 [%rd2], %f1;\n griddepcontrol.wait;")
     with pytest.raises(RuntimeError, match="lacks"):
         check_pdl_order("st.global.b32 [%rd2], %r1;")
+    # loads before the wait: only those the kernel declares (its weights / own state)
+    with pytest.raises(RuntimeError, match="read its predecessor's output early"):
+        check_pdl_order(ok)
+    weights = r"ld\.global\.L1::evict_first"
+    early_activation = ("ld.global.L1::evict_first.L2::cache_hint.v4.b32 {%r1, %r2, %r3, %r4}, [%rd1];\n"
+                        " ld.global.b16 %rs1, [%rd4];\n griddepcontrol.launch_dependents;\n griddepcontrol.wait;")
+    with pytest.raises(RuntimeError, match=r"ld\.global\.b16"):
+        check_pdl_order(early_activation, weights)
+    check_pdl_order(early_activation.replace(" ld.global.b16 %rs1, [%rd4];\n", ""), weights)
 
 
 def test_prologues_are_fused_only_without_pdl(monkeypatch):

@@ -14,6 +14,7 @@ interpreted functions). Prints one line per compiled kernel; exits non-zero on t
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -85,8 +86,9 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
 
     base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1, "PROLOGUE": 0, "ZERO_CENTERED": False,
             "USE_PDL": True}
-    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False,
-                                      "USE_PDL": False}, 4
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False}, 4
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 2, "BLOCK_N": 8, "BLOCK_K": 512, "USE_DOT": False,
+                                      "EVEN_K": False, "SPLIT_K": 3, "USE_PDL": False}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
                                       "SPLIT_K": 4, "HAS_BIAS": True}, 4
     yield gemv._gemv_kernel, "fp32", {**base, "BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
@@ -103,14 +105,22 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
 
 
 _GLOBAL_WRITES = ("st.global", "atom.global", "red.global")
+_PRELOADS = {
+    "_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight tile (the only evict-first loads)
+    "_fused_gdn_decode_kernel": r"ld\.global\.b(32|64)\b",  # the slot (int64), the float32 state
+}
+"""Global loads a kernel may issue before ``griddepcontrol.wait`` (a regex each must match); none for the
+others. The GDN pattern tells the state apart from bf16 activations, not from float32 ones."""
 
 
-def check_pdl_order(ptx: str) -> None:
+def check_pdl_order(ptx: str, preload: str | None = None) -> None:
     """The PDL contract visible in a kernel's PTX (:mod:`anna_xpu_kernels.pdl`): it signals its
-    dependents and waits (``griddepcontrol``), and no global store or atomic precedes the first wait.
+    dependents and waits (``griddepcontrol``), no global store or atomic precedes the first wait, and
+    every global load before it matches ``preload`` (None: no load may come first).
 
     Raises:
-        RuntimeError: a griddepcontrol instruction is missing, or a global write comes before the wait.
+        RuntimeError: a griddepcontrol instruction is missing, or a global write or an unexpected
+            global load comes before the wait.
     """
     wait = ptx.find("griddepcontrol.wait")
     if wait < 0 or "griddepcontrol.launch_dependents" not in ptx:
@@ -118,6 +128,10 @@ def check_pdl_order(ptx: str) -> None:
     early = [w for w in _GLOBAL_WRITES if w in ptx[:wait]]
     if early:
         raise RuntimeError(f"{early} before griddepcontrol.wait: the kernel writes before its predecessor completed")
+    loads = re.findall(r"ld\.global[.\w:]*", ptx[:wait])
+    stray = sorted({ld for ld in loads if preload is None or not re.match(preload, ld)})
+    if stray:
+        raise RuntimeError(f"{stray} before griddepcontrol.wait: the kernel may read its predecessor's output early")
 
 
 def compile_all(arch: int = 90) -> list[str]:
@@ -143,8 +157,8 @@ def compile_all(arch: int = 90) -> list[str]:
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
         shown = {k: v for k, v in constexprs.items() if k.startswith("BLOCK") or k == "NUM_SPLITS"}
         if constexprs.get("USE_PDL"):
-            check_pdl_order(compiled.asm["ptx"])
-            shown["pdl"] = "waits before writing"
+            check_pdl_order(compiled.asm["ptx"], _PRELOADS.get(fn.__name__))
+            shown["pdl"] = "waits first"
         lines.append(f"{fn.__name__} {act} {shown}: ok, {compiled.metadata.shared} B shared memory")
     return lines
 

@@ -327,8 +327,10 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     s = p.new_residual if p.new_residual is not None else x
     splits = config.split_k if config is not None else _max_split(n)  # the workspace's, at most
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else y
-    # one arrival counter per column block of a split launch (the narrowest split tile is 4 columns)
-    counters = launch.counters.get(x.device, triton.cdiv(n, config.block_n if config is not None else 4))
+    # one arrival counter per column block of a split launch (the narrowest split tile is 4 columns);
+    # a launch that cannot split (wide N, e.g. the LM head) uses none
+    blocks = triton.cdiv(n, config.block_n if config is not None else 4) if splits > 1 else 0
+    counters = launch.counters.get(x.device, blocks)
     args = (x, weight, b, y, ws, counters, r, nw, s, m, n, k, x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
             s.stride(0), float(p.eps))
     common = {"HAS_BIAS": has_bias, "BLOCK_M": next_pow2(m), "UPCAST_DOT": INTERPRETING or x.dtype == torch.float32,

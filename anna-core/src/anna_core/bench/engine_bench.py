@@ -144,14 +144,34 @@ def timed_run(engine: Any, prompts: list[list[int]], output_len: int, tag: str) 
     return {"ttft_s": ttft, "itl_s": itl, "tokens": [tokens[f"{tag}-{i}"] for i in range(len(prompts))]}
 
 
-def served_vs_eager(model: Any, prompts: list[list[int]], served: list[list[int]], n: int = 16) -> int:
+SERVED_VS_EAGER_TOKENS = 16
+"""Leading tokens of every stream the benchmark compares with the eager greedy loop."""
+
+
+def served_vs_eager(model: Any, prompts: list[list[int]], served: list[list[int]],
+                    n: int = SERVED_VS_EAGER_TOKENS) -> int:
     """How many leading tokens (of the first ``n``) every stream served by the engine (graphs,
     asynchronous scheduling, the chosen kernels) shares with Anna's eager greedy loop over the same
-    prompts (:func:`anna_core.testing.runner.simple_greedy_batch`): a check of the captured step."""
+    prompts (:func:`anna_core.testing.runner.simple_greedy_batch`): a check of the captured step.
+
+    The eager loop runs with ``ANNA_TRITON_PDL=0`` (anna-xpu-kernels then launches its kernels without
+    programmatic dependent launch, with the same arithmetic), so a kernel reading its predecessor's
+    output too early shows up as a mismatch instead of on both sides.
+    """
+    import os
+
     from anna_core.testing.runner import simple_greedy_batch
 
     n = min(n, min(len(t) for t in served))
-    eager = simple_greedy_batch(model, prompts, n)
+    saved = os.environ.get("ANNA_TRITON_PDL")
+    os.environ["ANNA_TRITON_PDL"] = "0"
+    try:
+        eager = simple_greedy_batch(model, prompts, n)
+    finally:
+        if saved is None:
+            os.environ.pop("ANNA_TRITON_PDL", None)
+        else:
+            os.environ["ANNA_TRITON_PDL"] = saved
     return min(next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), n) for x, y in zip(served, eager))
 
 

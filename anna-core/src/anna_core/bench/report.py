@@ -5,6 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 
+def _served_check(r: dict[str, Any]) -> str:
+    from anna_core.bench.engine_bench import SERVED_VS_EAGER_TOKENS
+
+    checked = min(SERVED_VS_EAGER_TOKENS, r["output_len"])
+    got = r["served_vs_eager_match_tokens"]
+    verdict = "ok" if got >= checked else "MISMATCH"
+    return (f"check     served tokens vs Anna's eager greedy loop: {got}/{checked} leading tokens equal in every "
+            f"stream ({verdict})")
+
+
 def format_report(r: dict[str, Any]) -> str:
     """Lines for one :func:`anna_core.bench.engine_bench.run_bench` report.
 
@@ -28,8 +38,7 @@ def format_report(r: dict[str, Any]) -> str:
          + ("   async scheduling " + ("on" if r.get("async_scheduling") and r.get("graphs_captured")
                                        else "off" if r.get("graphs_captured") else "n/a (no graphs)"))),
         f"memory    peak {r['peak_memory_gib']:.2f} GiB",
-        *([f"check     served tokens = Anna's eager greedy loop for the first {r['served_vs_eager_match_tokens']} "
-           "tokens of every stream"] if "served_vs_eager_match_tokens" in r else []),
+        *([_served_check(r)] if "served_vs_eager_match_tokens" in r else []),
         (f"roofline  {gb:.3f} GB/step (weights {r['step_bytes']['weights'] / 1e9:.3f}, state "
          f"{r['step_bytes']['state'] / 1e9:.3f}, KV {r['step_bytes']['kv'] / 1e9:.3f}) at "
          f"{r['copy_bandwidth_gbps']:.0f} GB/s copy -> {r['roofline_tokens_per_s_per_stream']:.1f} tok/s per stream; "

@@ -14,13 +14,13 @@ from typing import Any
 import torch
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.attention import PagedAttention
+from anna_core.layers.linear import merge_linears
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
 from anna_core.model import ModelCaches
 from torch import nn
 
 from anna_qwen35.config import Qwen35Config
-from anna_qwen35.gated_deltanet import merge_linears
 
 
 class GatedAttention(nn.Module):

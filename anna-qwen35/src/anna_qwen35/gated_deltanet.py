@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.layers.linear import merge_linears
 from anna_core.model import ModelCaches
 from torch import nn
 
@@ -46,21 +47,6 @@ class GatedRMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """x, z: ``[..., V]`` -> ``[..., V]``."""
         return self.ops.gated_rms_norm(x, z, self.weight, self.eps)
-
-
-def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
-    """One ``nn.Linear`` whose output is the concatenation of ``linears``' outputs (same input).
-
-    The merged weight (and bias, when all have one) is a new tensor on the parts' device and dtype.
-    """
-    first = linears[0].weight
-    has_bias = all(m.bias is not None for m in linears)
-    with torch.device("meta"):
-        merged = nn.Linear(first.shape[1], sum(m.weight.shape[0] for m in linears), bias=has_bias)
-    merged.weight = nn.Parameter(torch.cat([m.weight.detach() for m in linears]), requires_grad=False)
-    if has_bias:
-        merged.bias = nn.Parameter(torch.cat([m.bias.detach() for m in linears]), requires_grad=False)
-    return merged
 
 
 def l2_normalize(x: torch.Tensor) -> torch.Tensor:

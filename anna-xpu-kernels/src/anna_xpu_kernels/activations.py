@@ -34,8 +34,7 @@ def _silu_and_mul_kernel(
     x_ptr, y_ptr, n_rows, inter, stride_x, stride_y,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.launch_dependents(USE_PDL)
-    pdl.wait(USE_PDL)
+    pdl.enter(USE_PDL)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < n_rows)[:, None] & (cols < inter)[None, :]
@@ -53,8 +52,7 @@ def _sigmoid_mul_kernel(
     x_ptr, gate_ptr, y_ptr, n_rows, inner, dim, stride_xa, stride_xb, stride_ga, stride_gb,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.launch_dependents(USE_PDL)
-    pdl.wait(USE_PDL)
+    pdl.enter(USE_PDL)
     # Row r of the [A * B, D] output is (a, b) = (r // inner, r % inner) of the [A, B, D] inputs.
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)

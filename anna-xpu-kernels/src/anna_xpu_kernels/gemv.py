@@ -220,11 +220,8 @@ def _gemv_kernel(
                         PROLOGUE, 16 if USE_DOT else BLOCK_M, BLOCK_K)
     else:
         rstd = tl.zeros((16 if USE_DOT else BLOCK_M,), dtype=tl.float32)
-    if USE_DOT:
-        acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     if USE_DOT:  # Triton pipelines the loads that feed tl.dot (num_stages) by itself
+        acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
         acc = _accumulate(acc, w_first, x_ptr, r_ptr, nw_ptr, rows, k_begin, ks, k_end, M, K, rstd, stride_xm,
                           stride_rm, PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, True)
         for k0 in range(k_begin + BLOCK_K, k_end, BLOCK_K):
@@ -235,6 +232,7 @@ def _gemv_kernel(
             acc = _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k0, ks, k_end, M, K, rstd, stride_xm, stride_rm,
                               PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, not EVEN_K)
     else:  # it does not pipeline these: load the next weight tile before using the current one
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
         w = w_first
         for k0 in range(k_begin + BLOCK_K, k_end, BLOCK_K):
             if EVEN_K:
@@ -334,8 +332,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     args = (x, weight, b, y, ws, counters, r, nw, s, m, n, k, x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
             s.stride(0), float(p.eps))
     common = {"HAS_BIAS": has_bias, "BLOCK_M": next_pow2(m), "UPCAST_DOT": INTERPRETING or x.dtype == torch.float32,
-              "PROLOGUE": p.mode, "ZERO_CENTERED": bool(p.zero_centered), "USE_PDL": pdl.enabled(x)}
-    common["launch_pdl"] = common["USE_PDL"]
+              "PROLOGUE": p.mode, "ZERO_CENTERED": bool(p.zero_centered), **pdl.launch_options(x)}
     if config is not None:
         grid = (triton.cdiv(n, config.block_n), config.split_k)
         _gemv_kernel.fn[grid](*args, **common, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=config.split_k,

@@ -26,6 +26,26 @@ MAX_DIM = 16384
 _WARPS = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16)]
 
 
+@triton.jit
+def _row_block(n_rows, dim, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """This program's ``BLOCK_M`` rows: int64 row indices ``[BLOCK_M, 1]``, columns ``[BLOCK_D]``, the
+    column mask and the ``[BLOCK_M, BLOCK_D]`` tile mask."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    col_ok = cols < dim
+    return rows.to(tl.int64)[:, None], cols, col_ok, (rows < n_rows)[:, None] & col_ok[None, :]
+
+
+@triton.jit
+def _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED: tl.constexpr):
+    """float32 ``x * rstd * w`` of the ``[BLOCK_M, BLOCK_D]`` tile ``x`` (``w = 1 + weight`` if zero-centred)."""
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)  # [BLOCK_M]
+    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    if ZERO_CENTERED:
+        w = w + 1.0
+    return x * rstd[:, None] * w[None, :]
+
+
 @autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_D", "BLOCK_M"])
 @triton.jit
 def _rms_norm_kernel(
@@ -34,19 +54,10 @@ def _rms_norm_kernel(
     ZERO_CENTERED: tl.constexpr, GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    pdl.launch_dependents(USE_PDL)
-    pdl.wait(USE_PDL)
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_D)
-    col_ok = cols < dim
-    mask = (rows < n_rows)[:, None] & col_ok[None, :]
-    rows64 = rows.to(tl.int64)[:, None]
+    pdl.enter(USE_PDL)
+    rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
     x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)  # [BLOCK_M]
-    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    if ZERO_CENTERED:
-        w = w + 1.0
-    y = x * rstd[:, None] * w[None, :]
+    y = _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED)
     if GATED:
         z = tl.load(z_ptr + rows64 * stride_z + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         y = y * (z * tl.sigmoid(z))
@@ -60,23 +71,14 @@ def _add_rms_norm_kernel(
     n_rows, dim, stride_x, stride_r, stride_y, stride_s, eps,
     ZERO_CENTERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.launch_dependents(USE_PDL)
-    pdl.wait(USE_PDL)
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_D)
-    col_ok = cols < dim
-    mask = (rows < n_rows)[:, None] & col_ok[None, :]
-    rows64 = rows.to(tl.int64)[:, None]
+    pdl.enter(USE_PDL)
+    rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
     x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     r = tl.load(r_ptr + rows64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     s = (x + r).to(s_ptr.dtype.element_ty)  # the residual stream, rounded as torch's x + residual
     tl.store(s_ptr + rows64 * stride_s + cols[None, :], s, mask=mask)
     s = s.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(s * s, axis=1) / dim + eps)  # [BLOCK_M]
-    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    if ZERO_CENTERED:
-        w = w + 1.0
-    y = s * rstd[:, None] * w[None, :]
+    y = _normalize(s, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED)
     tl.store(y_ptr + rows64 * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 

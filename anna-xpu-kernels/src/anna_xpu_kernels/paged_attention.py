@@ -68,8 +68,7 @@ def _paged_attention_kernel(
     HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr, DECODE: tl.constexpr, UPCAST_DOT: tl.constexpr,
     USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    pdl.launch_dependents(USE_PDL)
-    pdl.wait(USE_PDL)
+    pdl.enter(USE_PDL)
     tile = tl.program_id(0)
     h_kv = tl.program_id(1)
     split = tl.program_id(2)
@@ -161,8 +160,7 @@ def _merge_splits_kernel(
     m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, n_rows, n_heads, head_dim, num_splits, stride_ot, stride_oh,
     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.launch_dependents(USE_PDL)
-    pdl.wait(USE_PDL)
+    pdl.enter(USE_PDL)
     row = tl.program_id(0).to(tl.int64)  # token * n_heads + head
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)

@@ -54,6 +54,13 @@ def launch_dependents(USE_PDL: tl.constexpr):
         gdc_launch_dependents()
 
 
+@triton.jit
+def enter(USE_PDL: tl.constexpr):
+    """:func:`launch_dependents` then :func:`wait`: the start of a kernel with nothing to prefetch."""
+    launch_dependents(USE_PDL)
+    wait(USE_PDL)
+
+
 @functools.cache
 def _capable(device_index: int) -> bool:
     """An NVIDIA GPU of compute capability 9.0+ (ROCm builds also report ``cuda`` devices, with

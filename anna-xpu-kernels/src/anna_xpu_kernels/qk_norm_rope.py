@@ -56,8 +56,7 @@ def _qk_norm_rope_cache_kernel(
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_slot,
     ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.launch_dependents(USE_PDL)
-    pdl.wait(USE_PDL)
+    pdl.enter(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     pos = tl.load(pos_ptr + t).to(tl.float32)

@@ -159,19 +159,13 @@ def served_vs_eager(model: Any, prompts: list[list[int]], served: list[list[int]
     output too early shows up as a mismatch instead of on both sides.
     """
     import os
+    from unittest import mock
 
     from anna_core.testing.runner import simple_greedy_batch
 
     n = min(n, min(len(t) for t in served))
-    saved = os.environ.get("ANNA_TRITON_PDL")
-    os.environ["ANNA_TRITON_PDL"] = "0"
-    try:
+    with mock.patch.dict(os.environ, {"ANNA_TRITON_PDL": "0"}):
         eager = simple_greedy_batch(model, prompts, n)
-    finally:
-        if saved is None:
-            os.environ.pop("ANNA_TRITON_PDL", None)
-        else:
-            os.environ["ANNA_TRITON_PDL"] = saved
     return min(next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), n) for x, y in zip(served, eager))
 
 

@@ -46,6 +46,22 @@ class Linear(nn.Linear):
         return f"{super().extra_repr()}, ops={'none' if self.ops is None else 'kernel'}"
 
 
+def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
+    """One ``nn.Linear`` whose output is the concatenation of ``linears``' outputs (same input), so
+    projections that read the same activations run as one GEMM / GEMV.
+
+    The merged weight (and bias, when all have one) is a new tensor on the parts' device and dtype.
+    """
+    first = linears[0].weight
+    has_bias = all(m.bias is not None for m in linears)
+    with torch.device("meta"):
+        merged = nn.Linear(first.shape[1], sum(m.weight.shape[0] for m in linears), bias=has_bias)
+    merged.weight = nn.Parameter(torch.cat([m.weight.detach() for m in linears]), requires_grad=False)
+    if has_bias:
+        merged.bias = nn.Parameter(torch.cat([m.bias.detach() for m in linears]), requires_grad=False)
+    return merged
+
+
 def linear_from(module: nn.Linear, ops: Any) -> Linear:
     """A :class:`Linear` holding ``module``'s own ``weight`` and ``bias`` Parameter objects (no copy).
 

@@ -12,23 +12,11 @@ import torch
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.kernels import OpTable
 from anna_core.layers import PagedAttention, RMSNorm, RotaryEmbedding, SwiGLUMLP
+from anna_core.layers.linear import merge_linears
 from anna_core.model import AttentionCacheSpec, CacheSpec, ModelCaches
 from torch import nn
 
 from anna_llama.config import LlamaConfig
-
-
-def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
-    """One ``nn.Linear`` whose output is the parts' outputs concatenated (weights, and biases when
-    present, stacked along the output dim); a new tensor on the parts' device and dtype."""
-    first = linears[0].weight
-    has_bias = linears[0].bias is not None
-    with torch.device("meta"):
-        merged = nn.Linear(first.shape[1], sum(m.weight.shape[0] for m in linears), bias=has_bias)
-    merged.weight = nn.Parameter(torch.cat([m.weight.detach() for m in linears]), requires_grad=False)
-    if has_bias:
-        merged.bias = nn.Parameter(torch.cat([m.bias.detach() for m in linears]), requires_grad=False)
-    return merged
 
 
 class LlamaAttention(nn.Module):

@@ -1,4 +1,4 @@
-"""RMSNorm.add_and_norm and SwiGLUMLP's silu_and_mul path give the unfused layers' results."""
+"""RMSNorm.add_and_norm and SwiGLUMLP's linear_silu_mul path give the unfused layers' results."""
 
 import pytest
 import torch
@@ -40,5 +40,5 @@ def test_swiglu_with_ops_matches_the_eager_mlp(registry, dtype):
     fused.merge_gate_up()
     merged = plain(x)  # one GEMM for gate and up: equal to the unmerged MLP up to summation order
     torch.testing.assert_close(merged, want)
-    assert torch.equal(fused(x), merged)  # silu_and_mul rounds exactly as F.silu(gate) * up
-    assert fused.ops.registry.chosen()["silu_and_mul"] == "reference"
+    assert torch.equal(fused(x), merged)  # linear_silu_mul rounds exactly as F.silu(gate) * up
+    assert fused.ops.registry.chosen()["linear_silu_mul"] == "reference"

@@ -1,11 +1,11 @@
-"""Reference add_rms_norm_linear and silu_mul_linear: bit-identical to the unfused references they compose."""
+"""Reference add_rms_norm_linear, silu_mul_linear and linear_silu_mul: bit-identical to the unfused references they compose."""
 
 import pytest
 import torch
 from anna_core.kernels import KernelRegistry, KernelSpec, bind_ops
 from anna_core.kernels.ops import OPS
 from anna_core.kernels.reference.activations import silu_and_mul
-from anna_core.kernels.reference.fused_linear import add_rms_norm_linear, silu_mul_linear
+from anna_core.kernels.reference.fused_linear import add_rms_norm_linear, linear_silu_mul, silu_mul_linear
 from anna_core.kernels.reference.norms import add_rms_norm
 
 
@@ -45,6 +45,15 @@ def test_silu_mul_linear_is_the_unfused_path(dtype):
     assert y.dtype == dtype and y.shape == (4, 6) and torch.equal(y, silu_and_mul(x) @ w.t())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_linear_silu_mul_is_the_unfused_path(dtype):
+    gen = torch.Generator().manual_seed(2)
+    x, w = torch.randn(3, 16, generator=gen).to(dtype), torch.randn(10, 16, generator=gen).to(dtype)
+    y = linear_silu_mul(x, w)
+    gate, up = (x @ w.t()).chunk(2, dim=-1)  # gate rows first, then up rows
+    assert y.dtype == dtype and y.shape == (3, 5) and torch.equal(y, torch.nn.functional.silu(gate) * up)
+
+
 def test_fused_linear_errors_name_the_op():
     x, nw, w = torch.randn(2, 8), torch.randn(8), torch.randn(5, 8)
     with pytest.raises(ValueError, match="add_rms_norm_linear: norm_weight must be"):
@@ -57,6 +66,8 @@ def test_fused_linear_errors_name_the_op():
         silu_mul_linear(torch.randn(2, 8), w)
     with pytest.raises(ValueError, match="silu_mul_linear: weight must be"):
         silu_mul_linear(torch.randn(2, 16), torch.randn(8))
+    with pytest.raises(ValueError, match="linear_silu_mul: weight must be"):
+        linear_silu_mul(torch.randn(2, 8), w)
 
 
 def test_fused_ops_bind_through_the_registry():

@@ -1,4 +1,5 @@
-"""GEMV with a fused prologue (add+RMSNorm, SiLU-mul) vs the anna-core torch references, under the interpreter."""
+"""GEMV with a fused prologue (add+RMSNorm, SiLU-mul) or epilogue (SiLU-mul of gate/up) vs the anna-core torch
+references, under the interpreter."""
 
 import pytest
 import torch
@@ -98,6 +99,51 @@ def test_leading_dims_and_strided_rows(poison_outputs):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name, config", CONFIGS + [("narrowest split tile", GemvConfig(4, 16, 3, False, 2))],
+                         ids=[c[0] for c in CONFIGS] + ["narrowest split tile"])
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_linear_silu_mul_matches_reference(poison_outputs, dtype, name, config, m):
+    """I = 37 (odd): the last program's outputs are partly masked, its gate/up rows clamped."""
+    gen = torch.Generator().manual_seed(20 + m)
+    x = torch.randn(m, K, generator=gen).to(dtype)
+    w = (torch.randn(2 * N, K, generator=gen) * K ** -0.5).to(dtype)  # gate values ~N(0, 1): the curved part of SiLU
+    before = (x.clone(), w.clone())
+    y = fused_linear.linear_silu_mul(x, w, config=config)
+    assert y.dtype == dtype and y.shape == (m, N)
+    torch.testing.assert_close(y, ref.linear_silu_mul(x, w), **tol(dtype))
+    assert torch.equal(x, before[0]) and torch.equal(w, before[1])
+
+
+def test_linear_silu_mul_pairs_each_gate_with_its_own_up_row(poison_outputs):
+    """Gate row c alone is non-zero: only output c may be non-zero; then up row c alone: all zero."""
+    x = torch.ones(1, K)
+    w = torch.zeros(2 * N, K)
+    w[5] = 0.1  # gate 5: silu(7.5)
+    w[N + 5] = 0.02  # up 5: 1.5
+    w[N + 6] = 0.02  # up 6 without its gate: silu(0) * 1.5 = 0
+    y = fused_linear.linear_silu_mul(x, w, config=GemvConfig(16, 16, 2, False, 4))
+    want = torch.zeros(1, N)
+    want[0, 5] = torch.nn.functional.silu(torch.tensor(7.5)) * 1.5
+    torch.testing.assert_close(y, want, **tol(torch.float32))
+
+
+def test_linear_silu_mul_leading_dims_strided_rows_and_unfused_fallbacks(monkeypatch, poison_outputs):
+    gen = torch.Generator().manual_seed(31)
+    w = torch.randn(2 * N, K, generator=gen) * K ** -0.5
+    x3 = torch.randn(2, 3, K, generator=gen)
+    torch.testing.assert_close(fused_linear.linear_silu_mul(x3, w), ref.linear_silu_mul(x3, w), **tol(torch.float32))
+    wide = torch.randn(3, K + 5, generator=gen)[:, :K]  # rows with a stride beyond K
+    torch.testing.assert_close(fused_linear.linear_silu_mul(wide, w), ref.linear_silu_mul(wide, w),
+                               **tol(torch.float32))
+    monkeypatch.setattr(gemv, "launch", lambda *a, **k: pytest.fail("the fused GEMV ran"))
+    x9 = torch.randn(9, K, generator=gen)  # more rows than the GEMV takes: GEMM + silu_and_mul kernel
+    torch.testing.assert_close(fused_linear.linear_silu_mul(x9, w), ref.linear_silu_mul(x9, w), **tol(torch.float32))
+    wt = w.t().contiguous().t()  # column-major weight: not the GEMV's layout
+    torch.testing.assert_close(fused_linear.linear_silu_mul(x9[:1], wt), ref.linear_silu_mul(x9[:1], w),
+                               **tol(torch.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_more_than_eight_rows_or_a_strided_weight_run_unfused(monkeypatch, poison_outputs, dtype):
     monkeypatch.setattr(gemv, "launch", lambda *a, **k: pytest.fail("the fused GEMV ran"))
     x, r, nw, w = _norm_inputs(9, K, dtype, True, seed=13)
@@ -128,6 +174,12 @@ def test_bad_arguments_are_clear_errors():
         fused_linear.silu_mul_linear(x, w)
     with pytest.raises(ValueError, match="silu_mul_linear: x .* must share one dtype"):
         fused_linear.silu_mul_linear(torch.randn(2, 16), w.bfloat16())
+    with pytest.raises(ValueError, match=r"linear_silu_mul: weight must be \[2I, K\]"):
+        fused_linear.linear_silu_mul(torch.randn(2, 8), torch.randn(7, 8))
+    with pytest.raises(ValueError, match="linear_silu_mul"):
+        fused_linear.linear_silu_mul(torch.randn(2, 8), torch.randn(6, 8).bfloat16())
+    with pytest.raises(ValueError, match="linear_silu_mul"):
+        fused_linear.linear_silu_mul(torch.randn(2, 9), torch.randn(6, 8))
 
 
 def test_registry_serves_the_fused_ops_from_triton_on_the_interpreter(monkeypatch, poison_outputs):
@@ -141,7 +193,11 @@ def test_registry_serves_the_fused_ops_from_triton_on_the_interpreter(monkeypatc
     y, new_r = ops.add_rms_norm_linear(x, r, nw, 1e-6, True, w)
     g = torch.randn(1, 2 * K)
     y2 = ops.silu_mul_linear(g, w)
-    assert registry.chosen() == {"add_rms_norm_linear": "triton", "silu_mul_linear": "triton"}
+    w2 = torch.randn(2 * N, K) * K ** -0.5
+    y3 = ops.linear_silu_mul(x, w2)
+    assert registry.chosen() == {"add_rms_norm_linear": "triton", "silu_mul_linear": "triton",
+                                 "linear_silu_mul": "triton"}
+    torch.testing.assert_close(y3, ref.linear_silu_mul(x, w2), **tol(torch.float32))
     want_y, want_r = ref.add_rms_norm_linear(x, r, nw, 1e-6, True, w)
     torch.testing.assert_close(y, want_y, **tol(torch.float32))
     assert torch.equal(new_r, want_r)

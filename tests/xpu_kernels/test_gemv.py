@@ -105,9 +105,9 @@ def test_microbench_linear_smoke_on_cpu():
     assert len(rows) == 8 and {r[6] for r in rows} == {"cuBLAS", "triton"}
     assert all(float(r[-1]) < 1e-4 for r in rows), rows  # float32: agrees with the fp32 product to rounding
     assert "smoke M=1:" in out.stdout and "smoke M=9:" in out.stdout
-    # the prologue fusions against their two unfused launches, at one row
+    # the prologue and epilogue fusions against their two unfused launches, at one row
     fused = [r for r in (line.split() for line in out.stdout.splitlines()) if r[:2] == ["fused", "smoke"]]
-    assert [r[2] for r in fused] == ["add_rms_norm+a", "silu_mul+b"] and all(r[6] == "1" for r in fused)
+    assert [r[2] for r in fused] == ["add_rms_norm+a", "silu_mul+b", "silu_mul_out+c"] and all(r[6] == "1" for r in fused)
     assert all(float(r[-1]) < 1e-4 for r in fused), fused
     assert "smoke fused M=1:" in out.stdout
 

@@ -58,5 +58,33 @@ def test_triton_model_matches_reference_model(tmp_path, monkeypatch):
     assert chosen["gated_delta_rule_decode"] == "triton" and chosen["rms_norm"] == "triton"
     assert chosen["paged_attention"] == "triton"
     assert chosen["add_rms_norm"] == chosen["sigmoid_mul"] == "triton"  # the final norm, the attention gate
-    assert chosen["add_rms_norm_linear"] == chosen["silu_mul_linear"] == chosen["linear"] == "triton"
+    assert chosen["add_rms_norm_linear"] == chosen["linear_silu_mul"] == chosen["linear"] == "triton"
+    assert got == want
+
+
+def test_fused_prefill_path_matches_reference_model(tmp_path, monkeypatch):
+    """The model's fused GDN prefill (one-launch input preparation, then the chunked rule) wired as
+    anna-xpu-kernels wires it: fla's chunked kernels need CUDA, so the rule itself is the torch
+    reference here; the preparation kernel runs in the interpreter."""
+    from anna_core.kernels.reference import gated_delta_rule as ref_gdr
+    from anna_xpu_kernels import fla_prefill
+
+    d = write_tiny_qwen35_config(tmp_path / "tiny")
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, 200, (n,), generator=gen).tolist() for n in (3, 9, 14)]
+    monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
+    want, _ = _generate(d, prompts)
+
+    calls = {"chunked": 0}
+
+    def chunked(q, k, v, g, beta, cu_seqlens, states, slots, scale):
+        calls["chunked"] += 1
+        assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous() and g.dtype == torch.float32
+        return ref_gdr.gated_delta_rule_prefill(q, k, v, g, beta, cu_seqlens, states, slots, scale)
+
+    monkeypatch.setattr(fla_prefill, "chunked_forward", chunked)
+    monkeypatch.setattr(ref_gdr.gated_delta_rule_prefill, "fused_prefill", fla_prefill.fused_prefill, raising=False)
+    got, chosen = _generate(d, prompts)
+    assert chosen["gated_delta_rule_prefill"] == "reference"
+    assert calls["chunked"] > 0
     assert got == want

@@ -132,6 +132,18 @@ class GatedDeltaNet(nn.Module):
             return None
         return fused
 
+    def _fused_prefill(self):
+        """The prefill op's fused input preparation + chunked rule (``fused_prefill`` attribute of the
+        chosen ``gated_delta_rule_prefill`` implementation, e.g. anna-xpu-kernels' fla one), or None
+        (the torch reference has none; projections not merged).
+
+        Its signature: ``fused(qkv_after_conv [T, C], a, b, neg_a, dt_bias, cu_seqlens, states, slots,
+        scale, num_k_heads, head_k_dim, head_v_dim) -> o [T, H_v, V]``: the L2 norms, ``g`` and ``beta``
+        of :meth:`_mix`'s unfused path, then ``gated_delta_rule_prefill``."""
+        if self._neg_a is None:
+            return None
+        return getattr(self.ops.gated_delta_rule_prefill, "fused_prefill", None)
+
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches, pre_norm=None):
         """x: ``[T, hidden]`` -> ``[T, hidden]``; updates this layer's conv and recurrent states in place.
 
@@ -163,6 +175,11 @@ class GatedDeltaNet(nn.Module):
             qkv = self.ops.causal_conv1d_update(qkv, conv_w, None, conv_states, slots, "silu")
         else:
             qkv = self.ops.causal_conv1d_prefill(qkv, conv_w, None, batch.cu_seqlens, conv_states, slots, "silu")
+            fused = self._fused_prefill()
+            if fused is not None:  # L2 norms, gating and the chunked rule without the torch glue between them
+                o = fused(qkv, a, b, self._neg_a, self.dt_bias, batch.cu_seqlens, states, slots, self.scale,
+                          self.num_k_heads, self.head_k_dim, self.head_v_dim)
+                return self._output(o, z)
         qk, v = torch.split(qkv, [2 * self.key_dim, self.value_dim], dim=-1)
         qk = l2_normalize(qk.reshape(T, 2 * self.num_k_heads, self.head_k_dim))  # [T, 2*H_k, K], q then k
         q, k = qk[:, : self.num_k_heads], qk[:, self.num_k_heads :]  # [T, H_k, K] each
@@ -176,6 +193,10 @@ class GatedDeltaNet(nn.Module):
             o = self.ops.gated_delta_rule_decode(q, k, v, g, beta, states, slots, self.scale)
         else:
             o = self.ops.gated_delta_rule_prefill(q, k, v, g, beta, batch.cu_seqlens, states, slots, self.scale)
-        z = z.reshape(T, self.num_v_heads, self.head_v_dim)  # [T, H_v, V]
-        o = self.norm(o, z).reshape(T, self.value_dim)
-        return self.out_proj(o)
+        return self._output(o, z)
+
+    def _output(self, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """The gated norm and ``out_proj``: o ``[T, H_v, V]``, z ``[T, H_v*V]`` -> ``[T, hidden]``."""
+        T = o.shape[0]
+        o = self.norm(o, z.reshape(T, self.num_v_heads, self.head_v_dim))
+        return self.out_proj(o.reshape(T, self.value_dim))

@@ -45,6 +45,7 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         conv1d,
         gated_delta_rule,
         gdn_decode_fused,
+        gdn_prefill_prep,
         norms,
         paged_attention,
         qk_norm_rope,
@@ -67,6 +68,8 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield norms._add_rms_norm_kernel, act, {"ZERO_CENTERED": True, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
         yield activations._silu_and_mul_kernel, act, {"BLOCK_M": 1, "BLOCK_N": 1024, **pdl}, 4
         yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256, **no_pdl}, 4
+        yield gdn_prefill_prep._gdn_prefill_prep_kernel, act, {"BLOCK_T": 16, "BLOCK_K": 128, "BLOCK_V": 128,
+                                                                "BLOCK_R": 2, **pdl}, 4
     attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32, **pdl}
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": True}, 4
@@ -80,12 +83,12 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
 
 def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     """The decode GEMV: CUDA-core and tensor-core paths, split (with the last-arriver reduction) or not,
-    plain or with a fused prologue (``weight_ptr`` / ``bias_ptr`` have the activation type, ``ws_ptr``
+    plain or with a fused prologue or epilogue (``weight_ptr`` / ``bias_ptr`` have the activation type, ``ws_ptr``
     is float32)."""
     from anna_xpu_kernels import gemv
 
     base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1, "PROLOGUE": 0, "ZERO_CENTERED": False,
-            "USE_PDL": True}
+            "EPILOGUE": 0, "USE_PDL": True}
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 2, "BLOCK_N": 8, "BLOCK_K": 512, "USE_DOT": False,
                                       "EVEN_K": False, "SPLIT_K": 3, "USE_PDL": False}, 4
@@ -102,6 +105,13 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                       "SPLIT_K": 2, "PROLOGUE": 3}, 4
     yield gemv._gemv_kernel, "fp32", {**base, "BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
                                       "UPCAST_DOT": True, "EVEN_K": False, "PROLOGUE": 3}, 4
+    # the SwiGLU epilogue of a merged gate/up projection: plain, split-K last arriver, tensor cores
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 512, "USE_DOT": False,
+                                      "EPILOGUE": 1}, 4
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 256, "USE_DOT": False,
+                                      "SPLIT_K": 2, "EPILOGUE": 1}, 4
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
+                                      "EPILOGUE": 1}, 4
 
 
 _GLOBAL_WRITES = ("st.global", "atom.global", "red.global")

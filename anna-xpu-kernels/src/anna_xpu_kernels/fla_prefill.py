@@ -1,47 +1,88 @@
-"""Gated delta rule prefill through fla-core's chunked Triton kernel, states gathered from / scattered to slots.
+"""Gated delta rule prefill through fla-core's chunked Triton kernels, states gathered from / scattered to slots.
 
-fla-core (``fla.ops.gated_delta_rule.chunk_gated_delta_rule``, Yang et al., "Gated Delta Networks",
-2024) computes the same chunk-parallel recurrence as the torch reference
-(:func:`anna_core.kernels.reference.gated_delta_rule.gated_delta_rule_prefill`) over a packed
-variable-length batch (``cu_seqlens``) with grouped value heads (key head ``h // (H_v // H_k)``
-serves value head ``h``, as in Anna's contract). This wrapper gathers the initial states
-``states[slots]``, asks fla for the final states and writes them back with ``index_copy_``.
-fla's kernels run on CUDA only (not under Triton's CPU interpreter); the microbenchmark checks
-them against the reference on the GPU.
+fla-core (Yang et al., "Gated Delta Networks", 2024) computes the same chunk-parallel recurrence as
+the torch reference (:func:`anna_core.kernels.reference.gated_delta_rule.gated_delta_rule_prefill`)
+over a packed variable-length batch (``cu_seqlens``) with grouped value heads (key head
+``h // (H_v // H_k)`` serves value head ``h``, as in Anna's contract). This module gathers the initial
+states ``states[slots]``, runs fla's forward pass and writes the final states back with ``index_copy_``.
+fla's kernels run on CUDA only (not under Triton's CPU interpreter); the microbenchmark checks them
+against the reference on the GPU.
 
-Host cost: fla derives its chunk indices from ``cu_seqlens`` with a host copy and caches them by
-the *identity* of the tensor it is given. Every layer of one forward pass receives the same
-``cu_seqlens`` tensor, so :class:`_SeqlensMemo` hands fla the same int64 tensor (and its host
-copy, ``cu_seqlens_cpu``) for all of them: one device-to-host copy per forward pass instead of
-one per layer, and fla's index cache hits from the second layer on.
+Host cost (a long prefill is bound by the host's launch work as much as by the GPU): the op calls
+fla's forward function ``chunk_gated_delta_rule_fwd`` directly, not the autograd-wrapped public
+``chunk_gated_delta_rule``, which adds an ``autograd.Function``, its decorators (contiguity guard,
+autocast, backend dispatch) and saved tensors for a backward pass inference never runs, about a
+third of fla's host time per layer. The inputs are made contiguous here instead (fla's kernels index
+them as packed ``[1, T, H, D]``). fla's chunk indices come from ``cu_seqlens`` through a host copy;
+:class:`_ChunkIndexMemo` computes them once per distinct ``cu_seqlens`` tensor, so every layer of one
+forward pass (they all receive the same tensor) shares one device-to-host copy.
+
+:func:`fused_prefill` (exposed as ``gated_delta_rule_prefill.fused_prefill``, which Qwen3.5's gated
+DeltaNet layer uses when present) also takes over the layer's preparation of those inputs: q / k L2
+norms, v, the decay and the write strength come from the conv output in one launch
+(:func:`anna_xpu_kernels.gdn_prefill_prep.gdn_prefill_prep`) instead of a dozen torch ops.
 """
 
 from __future__ import annotations
 
+import attrs
 import torch
 from anna_core.kernels.checks import check_gated_delta_rule, check_slots, num_sequences, require_dims
 
 from anna_xpu_kernels._checks import require_same_device
+from anna_xpu_kernels.gdn_prefill_prep import gdn_prefill_prep
+
+CHUNK = 64
+"""fla's chunk length (tokens per chunk of the chunk-parallel form)."""
 
 
-class _SeqlensMemo:
-    """The int64 device copy and host copy of the last ``cu_seqlens`` tensor seen (by identity and
-    in-place version, so a tensor rewritten in place is converted again)."""
+@attrs.frozen
+class ChunkIndex:
+    """What fla needs to walk a varlen batch: ``cu_seqlens`` as int64 on the device, and ``chunk_indices``
+    ``[num_chunks, 2]`` int64 (sequence, chunk within it) from ``fla.ops.utils.index.prepare_chunk_indices``."""
+
+    cu_seqlens: torch.Tensor
+    chunk_indices: torch.Tensor
+
+
+class _ChunkIndexMemo:
+    """The :class:`ChunkIndex` of the last ``cu_seqlens`` tensor seen (by identity and in-place version,
+    so a tensor rewritten in place is converted again)."""
 
     def __init__(self) -> None:
         self._key: tuple[torch.Tensor, int] | None = None
-        self._value: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._value: ChunkIndex | None = None
 
-    def get(self, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def get(self, cu_seqlens: torch.Tensor) -> ChunkIndex:
         version = -1 if cu_seqlens.is_inference() else cu_seqlens._version  # inference tensors keep no counter
         key = self._key
         if key is None or key[0] is not cu_seqlens or key[1] != version or self._value is None:
+            from fla.ops.utils.index import prepare_chunk_indices
+
             long = cu_seqlens.to(torch.long)
-            self._key, self._value = (cu_seqlens, version), (long, long.cpu())
+            self._key = (cu_seqlens, version)
+            self._value = ChunkIndex(long, prepare_chunk_indices(long, CHUNK, cu_seqlens_cpu=long.cpu()))
         return self._value
 
 
-_SEQLENS = _SeqlensMemo()
+_CHUNK_INDEX = _ChunkIndexMemo()
+
+
+def chunked_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                    cu_seqlens: torch.Tensor, states: torch.Tensor, slots: torch.Tensor, scale: float) -> torch.Tensor:
+    """fla's chunked forward pass on checked arguments (shapes as :func:`gated_delta_rule_prefill`'s, with
+    ``beta`` already in v's dtype and ``g`` float32); ``states[slots]`` updated in place; returns o ``[T, H_v, V]``."""
+    from fla.ops.gated_delta_rule.chunk import chunk_gated_delta_rule_fwd
+
+    index = _CHUNK_INDEX.get(cu_seqlens)
+    initial = states.index_select(0, slots)  # [B, H_v, K, V] float32
+    with torch.cuda.device(q.device):
+        _, o, _, final, _, _ = chunk_gated_delta_rule_fwd(
+            q.contiguous().unsqueeze(0), k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0),
+            g.contiguous().unsqueeze(0), beta.contiguous().unsqueeze(0), float(scale), initial, True,
+            cu_seqlens=index.cu_seqlens, chunk_indices=index.chunk_indices, chunk_size=CHUNK)
+    states.index_copy_(0, slots, final.to(torch.float32))
+    return o[0].to(v.dtype)
 
 
 def gated_delta_rule_prefill(
@@ -59,7 +100,7 @@ def gated_delta_rule_prefill(
 
     Args:
         q, k: ``[T, H_k, K]`` L2-normalised; v: ``[T, H_v, V]`` (same dtype as q, k);
-            g: ``[T, H_v]`` float32 log decay; beta: ``[T, H_v]``.
+            g: ``[T, H_v]`` float32 log decay; beta: ``[T, H_v]`` (rounded to v's dtype for fla).
         cu_seqlens: ``[B+1]`` row offsets on the device; every sequence must have at least one token.
         states: ``[S, H_v, K, V]`` float32 pool; ``states[slots[i]]`` is read as the initial state and
             overwritten with the final one.
@@ -82,15 +123,40 @@ def gated_delta_rule_prefill(
     require_same_device(op, q=q, k=k, v=v, g=g, beta=beta, states=states, slots=slots, cu_seqlens=cu_seqlens)
     if total == 0 or batch == 0:
         return v.new_empty(v.shape)
+    return chunked_forward(q, k, v, g.to(torch.float32), beta.to(v.dtype), cu_seqlens, states, slots, scale)
 
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
-    cu_long, cu_cpu = _SEQLENS.get(cu_seqlens)
-    initial = states.index_select(0, slots)  # [B, H_v, K, V] float32
-    o, final = chunk_gated_delta_rule(
-        q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), g.to(torch.float32).unsqueeze(0),
-        beta.to(v.dtype).unsqueeze(0), scale=float(scale), initial_state=initial, output_final_state=True,
-        cu_seqlens=cu_long, cu_seqlens_cpu=cu_cpu,
-    )
-    states.index_copy_(0, slots, final.to(torch.float32))
-    return o[0].to(v.dtype)
+def fused_prefill(qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, neg_a: torch.Tensor, dt_bias: torch.Tensor,
+                  cu_seqlens: torch.Tensor, states: torch.Tensor, slots: torch.Tensor, scale: float,
+                  num_k_heads: int, head_k_dim: int, head_v_dim: int) -> torch.Tensor:
+    """A gated DeltaNet layer's prefill after its conv1d: input preparation and the chunked rule.
+
+    Equal to the layer's unfused path: ``q, k`` = L2-normalised q / k heads of ``qkv``, ``v`` its v
+    heads, ``g = neg_a * softplus(a + dt_bias)``, ``beta = sigmoid(b)``, then
+    :func:`gated_delta_rule_prefill` (fla rounds beta to the activation dtype either way).
+
+    Args:
+        qkv: ``[T, C]`` conv output, ``C = 2*H_k*K + H_v*V`` (q, k, v heads); a, b: ``[T, H_v]`` raw
+            projections (strided column views are fine); neg_a: ``[H_v]`` float32 ``-exp(A_log)``;
+            dt_bias: ``[H_v]``; cu_seqlens, states, slots, scale: as :func:`gated_delta_rule_prefill`;
+            num_k_heads, head_k_dim, head_v_dim: ``H_k``, ``K``, ``V``.
+
+    Returns:
+        o ``[T, H_v, V]`` in qkv's dtype; ``states[slots]`` hold the final states.
+
+    Raises:
+        ValueError: inconsistent shapes, dtypes or devices (see
+            :func:`~anna_xpu_kernels.gdn_prefill_prep.gdn_prefill_prep` and :func:`gated_delta_rule_prefill`).
+    """
+    op = "gated_delta_rule_prefill"
+    q, k, v, g, beta = gdn_prefill_prep(qkv, a, b, neg_a, dt_bias, num_k_heads, head_k_dim, head_v_dim)
+    check_gated_delta_rule(op, q, k, v, g, beta, states)
+    batch = num_sequences(op, cu_seqlens)
+    check_slots(op, slots, batch, states.shape[0], host_check=False)
+    require_same_device(op, q=q, states=states, slots=slots, cu_seqlens=cu_seqlens)
+    if q.shape[0] == 0 or batch == 0:
+        return v.new_empty(v.shape)
+    return chunked_forward(q, k, v, g, beta, cu_seqlens, states, slots, scale)
+
+
+gated_delta_rule_prefill.fused_prefill = fused_prefill

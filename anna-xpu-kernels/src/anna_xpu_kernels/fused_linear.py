@@ -1,10 +1,16 @@
-"""The small op before a decode projection fused into the GEMV's prologue: one launch instead of two.
+"""The small op next to a decode projection fused into the GEMV: one launch instead of two.
 
 ``add_rms_norm_linear`` (residual add + RMSNorm + input projection) and ``silu_mul_linear`` (SwiGLU
 product + ``down_proj``) run the decode GEMV (:mod:`anna_xpu_kernels.gemv`) with a prologue
-(:mod:`anna_xpu_kernels.gemv_prologue`) that computes each activation tile from the raw inputs, with
-the roundings of the unfused references (:mod:`anna_core.kernels.reference.fused_linear`). Split-K,
-the tensor-core path and autotuning (keyed on the prologue mode too) work as for the plain GEMV.
+(:mod:`anna_xpu_kernels.gemv_prologue`) that computes each activation tile from the raw inputs;
+``linear_silu_mul`` (merged gate/up projection + SwiGLU product) runs it with the ``SILU_MUL_OUT``
+epilogue. All keep the roundings of the unfused references
+(:mod:`anna_core.kernels.reference.fused_linear`). Split-K, the tensor-core path and autotuning (keyed
+on the prologue and epilogue modes too) work as for the plain GEMV.
+
+The epilogue has no cost to weigh, unlike the prologues: the last program to finish a block of
+columns computes the product on values it already holds, so ``linear_silu_mul`` fuses wherever the
+GEMV takes the shapes, with or without programmatic dependent launch.
 
 Outside the GEMV's domain (more than 8 rows, a weight that is not a contiguous ``[N, K]`` of x's
 dtype), beyond the widths where fusing measured faster (:data:`MAX_K`, :data:`SILU_MAX_K`) or when the
@@ -16,7 +22,11 @@ beyond 8 rows).
 from __future__ import annotations
 
 import torch
-from anna_core.kernels.reference.fused_linear import check_add_rms_norm_linear, check_silu_mul_linear
+from anna_core.kernels.reference.fused_linear import (
+    check_add_rms_norm_linear,
+    check_linear_silu_mul,
+    check_silu_mul_linear,
+)
 
 from anna_xpu_kernels import activations, gemv, norms, pdl
 from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
@@ -110,3 +120,32 @@ def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConf
         return gemv.linear(activations.silu_and_mul(x), weight, None)
     y = gemv.launch(as_rows(x), weight, None, config, gemv.Prologue(SILU_MUL))
     return y.view(*x.shape[:-1], weight.shape[0])
+
+
+def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConfig | None = None) -> torch.Tensor:
+    """Merged gate/up projection + SwiGLU product (signature of the reference ``linear_silu_mul``).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``) float32 / float16 / bfloat16.
+        weight: ``[2I, K]`` of x's dtype: gate rows, then up rows.
+        config: run this GEMV configuration instead of the autotuned one (tests).
+
+    Returns:
+        ``[..., I]`` in x's dtype: ``silu_and_mul(x @ weight^T)``, the projection rounded to x's dtype
+        first. One GEMV launch with the ``SILU_MUL_OUT`` epilogue for 1..8 rows; beyond the GEMV's
+        domain, ``F.linear`` then the Triton ``silu_and_mul`` kernel.
+
+    Raises:
+        ValueError: shapes or dtypes disagree, unsupported dtype, or tensors on different devices.
+    """
+    op = "linear_silu_mul"
+    check_linear_silu_mul(x, weight)
+    require_float(op, x=x)
+    require_same_device(op, x=x, weight=weight)
+    if not gemv.supports(x, weight):
+        return activations.silu_and_mul(gemv.linear(x, weight, None))
+    x2 = as_rows(x)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = gemv.launch(x2, weight, None, config, gemv.Prologue(), gemv.SILU_MUL_OUT)
+    return y.view(*x.shape[:-1], weight.shape[0] // 2)

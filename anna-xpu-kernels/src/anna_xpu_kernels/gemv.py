@@ -28,6 +28,14 @@ is not a contiguous row-major ``[N, K]`` of x's dtype go to ``F.linear``.
 A ``PROLOGUE`` constexpr (:mod:`anna_xpu_kernels.gemv_prologue`, keyed in the autotuner too) lets the
 kernel compute its activation tiles from the raw inputs of the op before it (residual add + RMSNorm,
 SiLU-mul): :mod:`anna_xpu_kernels.fused_linear` runs those ops and the projection as one launch.
+
+An ``EPILOGUE`` constexpr (keyed too) applies the op after it: with ``SILU_MUL_OUT`` the weight is a
+merged ``[gate; up]`` projection ``[2I, K]`` and the kernel writes ``silu(gate) * up`` ``[M, I]``
+instead of both halves. Each program then owns ``BLOCK_N / 2`` output columns: its weight tile
+interleaves gate row ``c`` and up row ``I + c`` for each of them (tile row ``2j`` / ``2j + 1``), so one
+program holds both factors of its outputs and the product needs no second launch (nor a round trip of
+the ``[M, 2I]`` projection through memory). The weight layout itself is unchanged (prefill's GEMM reads
+the same matrix).
 """
 
 from __future__ import annotations
@@ -41,6 +49,11 @@ from anna_xpu_kernels._checks import as_rows, require, require_float, require_sa
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.counters import CounterPool
 from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_rstd
+
+NO_EPILOGUE, SILU_MUL_OUT = 0, 1
+"""The ``EPILOGUE`` modes of the GEMV kernel: write ``y``, or ``silu(y[:, :I]) * y[:, I:]`` of a
+merged gate/up projection (rounded as ``silu_and_mul(linear(x, w))``: ``y`` to x's dtype, SiLU to x's
+dtype, product to x's dtype)."""
 
 MAX_ROWS = 8
 """Largest ``M`` run by the GEMV kernel; more rows go to ``F.linear`` (a GEMM)."""
@@ -177,7 +190,26 @@ def _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k0, ks, k_end, M, K, rstd, s
     return acc
 
 
-@autotune(_tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "PROLOGUE"], prune_configs_by={
+@triton.jit
+def _store(y_ptr, out, rows, pid_n, M, N, stride_ym, EPILOGUE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Write the program's float32 result ``out`` ``[R, BLOCK_N]`` (rows ``rows``) to ``y``: as is, or
+    with ``SILU_MUL_OUT`` as ``BLOCK_N / 2`` SwiGLU products of its interleaved (gate, up) columns."""
+    if EPILOGUE == 1:
+        half = N // 2
+        gate, up = tl.split(tl.reshape(out, (out.shape[0], BLOCK_N // 2, 2)))
+        gate = gate.to(y_ptr.dtype.element_ty).to(tl.float32)  # the projection's rounding
+        up = up.to(y_ptr.dtype.element_ty).to(tl.float32)
+        act = (gate / (1.0 + tl.exp(-gate))).to(y_ptr.dtype.element_ty).to(tl.float32)
+        cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        mask = (rows < M)[:, None] & (cols < half)[None, :]
+        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], (act * up).to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@autotune(_tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "PROLOGUE", "EPILOGUE"], prune_configs_by={
     "early_config_prune": _prune}, do_bench=_autotune_bench)
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
 @triton.jit
@@ -185,7 +217,7 @@ def _gemv_kernel(
     x_ptr, weight_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, s_ptr,
     M, N, K, stride_xm, stride_wn, stride_ym, stride_rm, stride_sm, eps,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, USE_PDL: tl.constexpr,
+    PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, USE_DOT: tl.constexpr,
     EVEN_K: tl.constexpr,
 ):
@@ -194,9 +226,15 @@ def _gemv_kernel(
     pdl.launch_dependents(USE_PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    w_rows = tl.minimum(cols, N - 1).to(tl.int64)  # clamped: unmasked weight loads, masked store
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # this program's columns of the split-K workspace
+    if EPILOGUE == 1:  # tile row 2j: gate row c_j, tile row 2j + 1: up row I + c_j (c_j this program's j-th output)
+        half = N // 2
+        out_cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N) // 2
+        col_ok = out_cols < half
+        w_rows = (tl.minimum(out_cols, half - 1) + (tl.arange(0, BLOCK_N) % 2) * half).to(tl.int64)
+    else:
+        col_ok = cols < N
+        w_rows = tl.minimum(cols, N - 1).to(tl.int64)  # clamped: unmasked weight loads, masked store
     # This program's K range: whole BLOCK_K tiles, split as evenly as tiles allow (the last split's
     # range may be empty).
     tiles_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
@@ -254,8 +292,8 @@ def _gemv_kernel(
     mask = (rows < M)[:, None] & col_ok[None, :]
     if SPLIT_K == 1:
         if HAS_BIAS:
-            out += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=mask)
+            out += tl.load(bias_ptr + w_rows, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        _store(y_ptr, out, rows, pid_n, M, N, stride_ym, EPILOGUE, BLOCK_N)
     else:
         ws = ws_ptr + rows[:, None] * N + cols[None, :]  # split s's partials at ws + s * M * N
         tl.store(ws + pid_k * M * N, out, mask=mask)
@@ -266,8 +304,8 @@ def _gemv_kernel(
             for s in tl.static_range(1, SPLIT_K):  # split order: deterministic sums
                 total += tl.load(ws + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
             if HAS_BIAS:
-                total += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-            tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], total.to(y_ptr.dtype.element_ty), mask=mask)
+                total += tl.load(bias_ptr + w_rows, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            _store(y_ptr, total, rows, pid_n, M, N, stride_ym, EPILOGUE, BLOCK_N)
             tl.store(count_ptr + pid_n, 0)  # zero for the next launch (graph replays)
 
 
@@ -311,12 +349,13 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, config: GemvConfig | None,
-           prologue: Prologue) -> torch.Tensor:
+           prologue: Prologue, epilogue: int = NO_EPILOGUE) -> torch.Tensor:
     """Run the kernel on checked arguments: ``x`` ``[M, K]`` (``[M, 2K]`` with
-    ``SILU_MUL``) with unit stride along K, ``weight`` contiguous ``[N, K]``; returns ``y`` ``[M, N]``."""
+    ``SILU_MUL``) with unit stride along K, ``weight`` contiguous ``[N, K]`` (N even with
+    ``SILU_MUL_OUT``); returns ``y`` ``[M, N]`` (``[M, N / 2]`` with ``SILU_MUL_OUT``)."""
     m = x.shape[0]
     n, k = weight.shape
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    y = torch.empty((m, n // 2 if epilogue == SILU_MUL_OUT else n), dtype=x.dtype, device=x.device)
     has_bias = bias is not None
     b = bias.contiguous() if has_bias else y  # dummy pointer when there is no bias
     p = prologue
@@ -332,7 +371,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     args = (x, weight, b, y, ws, counters, r, nw, s, m, n, k, x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
             s.stride(0), float(p.eps))
     common = {"HAS_BIAS": has_bias, "BLOCK_M": next_pow2(m), "UPCAST_DOT": INTERPRETING or x.dtype == torch.float32,
-              "PROLOGUE": p.mode, "ZERO_CENTERED": bool(p.zero_centered), **pdl.launch_options(x)}
+              "PROLOGUE": p.mode, "ZERO_CENTERED": bool(p.zero_centered), "EPILOGUE": epilogue,
+              **pdl.launch_options(x)}
     if config is not None:
         grid = (triton.cdiv(n, config.block_n), config.split_k)
         _gemv_kernel.fn[grid](*args, **common, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=config.split_k,

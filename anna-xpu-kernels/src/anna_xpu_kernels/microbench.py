@@ -134,6 +134,23 @@ def _fla_decode(q, k, v, g, beta, states, slots, scale):
     return o[:, 0]
 
 
+def _reference_fused_prefill(qkv, a, b, neg_a, dt_bias, cu_seqlens, states, slots, scale, h_k, d_k, d_v):
+    """The gated DeltaNet layer's unfused prefill after its conv (torch ops + the reference rule), the
+    reference of ``fla_prefill.fused_prefill``: beta rounded to the activation dtype as fla gets it."""
+    import torch
+    import torch.nn.functional as F
+    from anna_core.kernels.reference import gated_delta_rule as rgdr
+
+    t, h_v = a.shape
+    qk, v = qkv.split([2 * h_k * d_k, h_v * d_v], dim=-1)
+    qk = qk.reshape(t, 2 * h_k, d_k).float()
+    qk = (qk * torch.rsqrt(qk.pow(2).sum(-1, keepdim=True) + 1e-6)).to(qkv.dtype)
+    g = neg_a * F.softplus(a.float() + dt_bias.float())
+    beta = torch.sigmoid(b.float()).to(qkv.dtype)
+    return rgdr.gated_delta_rule_prefill(qk[:, :h_k], qk[:, h_k:], v.reshape(t, h_v, d_v), g, beta, cu_seqlens,
+                                         states, slots, scale)
+
+
 def _have_fla() -> bool:
     from anna_xpu_kernels.probes import fla_available
 
@@ -158,8 +175,9 @@ def run(device, dtype, shapes: Shapes, batch_sizes, context: int, prefill_len: i
     )
 
     fla = _have_fla() and device.type == "cuda"
-    fla_prefill = None
+    fla_prefill = fla_fused_prefill = None
     if fla:
+        from anna_xpu_kernels.fla_prefill import fused_prefill as fla_fused_prefill
         from anna_xpu_kernels.fla_prefill import gated_delta_rule_prefill as fla_prefill
     timer = _timer(device)
     es = torch.finfo(dtype).bits // 8
@@ -255,6 +273,13 @@ def run(device, dtype, shapes: Shapes, batch_sizes, context: int, prefill_len: i
                            torch.rand(t, s.h_v, device=device).to(dtype), cu,
                            randn(pool, s.h_v, s.d_k, s.d_v, dt=torch.float32) * 0.1, slots, s.d_k ** -0.5],
                   state_index=6)
+        ab = randn(t, 2 * s.h_v + 5)  # a and b: column views of a wider projection, as in the model
+        _bench_op(rows, timer, "gdn prefill (L2 norms, gates + rule)",
+                  f"T={t} B={b} Hk={s.h_k} Hv={s.h_v} K=V={s.d_k}", nbytes,
+                  {"reference": _reference_fused_prefill, "fla (fused prep + chunk)": fla_fused_prefill},
+                  [randn(t, c), ab[:, : s.h_v], ab[:, s.h_v: 2 * s.h_v], -torch.rand(s.h_v, device=device) * 2,
+                   randn(s.h_v, dt=torch.float32), cu, randn(pool, s.h_v, s.d_k, s.d_v, dt=torch.float32) * 0.1,
+                   slots, s.d_k ** -0.5, s.h_k, s.d_k, s.d_v], state_index=6)
         blocks_per_seq = -(-max(lens) // block_size)
         n_blocks = b * blocks_per_seq
         tables = torch.randperm(n_blocks, device=device).view(b, blocks_per_seq).to(torch.int32)
@@ -332,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                    mbl.decode_fused_shapes)
         with torch.inference_mode():
             lines = mbl.run_fused(device, dtype, fused, _timer(device))
-        print(f"# fused prologue GEMV on {name}, {args.dtype}: one launch vs add_rms_norm / silu_and_mul + GEMV")
+        print(f"# fused GEMV on {name}, {args.dtype}: one launch vs add_rms_norm / silu_and_mul + GEMV "
+              f"(silu_mul_out: GEMV + silu_and_mul)")
         print("\n".join(lines))
     return 0
 

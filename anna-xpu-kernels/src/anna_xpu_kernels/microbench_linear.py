@@ -10,9 +10,10 @@ bandwidth (weight + activations read, output written, over that time) and the la
 difference from a float32 ``F.linear`` of the same (rounded) inputs; then, per model, the time of
 all the GEMVs of one decode step (each shape times the layers that use it).
 
-Then the prologue fusions at one row (:mod:`anna_xpu_kernels.fused_linear`): each block's residual
-add + RMSNorm fused into its input projection and the SwiGLU product fused into ``down``, against
-the two launches they replace, and the time saved per decode step.
+Then the fusions at one row (:mod:`anna_xpu_kernels.fused_linear`): each block's residual add +
+RMSNorm fused into its input projection, the SwiGLU product fused into ``down`` (prologues) or into
+the merged gate/up projection (epilogue), against the two launches they replace, and the time saved
+per decode step.
 
     python -m anna_xpu_kernels.microbench --only linear [--linear-rows 1,4,32]
 """
@@ -169,16 +170,19 @@ def decode_fused_shapes(text_config: dict[str, Any]) -> list[FusedShape]:
            for name, count in counts.items() if count]
     down = by_name["down"]
     out.append(FusedShape("silu_mul", down.n, down.k, text_config["num_hidden_layers"], "down"))
+    gate_up = by_name["gate_up"]
+    out.append(FusedShape("silu_mul_out", gate_up.n, gate_up.k, text_config["num_hidden_layers"], "gate_up"))
     return out
 
 
-SMOKE_FUSED = {"smoke": [FusedShape("add_rms_norm", 37, 75, 2, "a"), FusedShape("silu_mul", 40, 24, 2, "b")]}
+SMOKE_FUSED = {"smoke": [FusedShape("add_rms_norm", 37, 75, 2, "a"), FusedShape("silu_mul", 40, 24, 2, "b"),
+                         FusedShape("silu_mul_out", 48, 24, 2, "c")]}
 """Tiny fused cases (odd N and K) for a run under the interpreter."""
 
 
 def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: int = 1) -> list[str]:
-    """Time each fused prologue GEMV against its two unfused launches (Triton ``add_rms_norm`` or
-    ``silu_and_mul``, then the GEMV) at ``rows`` activation rows; return the printed lines: one row per
+    """Time each fused GEMV against its two unfused launches (Triton ``add_rms_norm`` or ``silu_and_mul``
+    then the GEMV; for the ``silu_mul_out`` epilogue the GEMV then ``silu_and_mul``) at ``rows`` activation rows; return the printed lines: one row per
     case starting with ``fused``, then per model the time saved per decode step."""
     import torch
 
@@ -206,6 +210,14 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
 
                 def fused(x=x, r=r, nw=nw, w=w):
                     return fused_linear.add_rms_norm_linear(x, r, nw, 1e-6, True, w, fuse=True)[0]
+            elif s.kind == "silu_mul_out":
+                x = torch.randn(rows, s.k, device=device, generator=gen).to(dtype)
+
+                def unfused(x=x, w=w):
+                    return activations.silu_and_mul(gemv.linear(x, w, None))
+
+                def fused(x=x, w=w):
+                    return fused_linear.linear_silu_mul(x, w)
             else:
                 x = torch.randn(rows, 2 * s.k, device=device, generator=gen).to(dtype)
 
@@ -222,6 +234,6 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)) for row in cells]
     lines.append("")
-    lines.append("# time saved per decode step by the prologue fusions (each case x the layers using it):")
+    lines.append("# time saved per decode step by the fusions (each case x the layers using it):")
     lines.extend(f"{model} fused M={rows}: {us:.0f} us saved" for model, us in saved.items())
     return lines

@@ -5,7 +5,12 @@
 #   MODE=targets (default): every issue-5 target, HF transformers + fla side by side at 9B, then the
 #   kernel microbenchmarks.
 #   MODE=ab: the b=1 targets again with asynchronous scheduling off, then with the Triton GEMV off.
+#   MODE=repeat: the ONLY targets (default "2B") in REPEAT (default 4) separate processes, logging the
+#   GEMV autotuning picks of each (run-to-run spread on one machine).
 #   TAG=x names this run's logs bench_x.log / bench_all_x.json (e.g. an A/B with ANNA_TRITON_PDL=0).
+# The device tool returns at most 8 files under $OUT, each under ~16 MB: the cache is split in 15 MB
+# parts, and cached binaries of a kernel whose source changed should be pruned before carrying it
+# (.tcache carries within the 64 MiB limit only without them).
 set -u
 OUT=${OUT:-/tmp/anna_out}; mkdir -p "$OUT" /tmp/tc
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tc
@@ -30,6 +35,14 @@ if [ "${MODE:-targets}" = "targets" ]; then
   timeout "${T_MICRO:-150}" python3 -m anna_xpu_kernels.microbench --linear-rows 1,4 > "$OUT/micro.log" 2>&1
   echo "microbench exit $?"
   save_cache
+elif [ "${MODE}" = "repeat" ]; then
+  only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
+  for i in $(seq 1 "${REPEAT:-4}"); do
+    TRITON_PRINT_AUTOTUNING=1 timeout "${T_ONE:-140}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench \
+      --skip-hf "${only[@]}" --out "/tmp/repeat_$i.json" > "$OUT/repeat_$i.log" 2>&1
+    echo "run $i exit $?"; grep -E "^decode|copy ->" "$OUT/repeat_$i.log"
+  done
+  [ -n "${NO_SAVE:-}" ] || save_cache
 else
   for variant in "--no-async-scheduling" "--disable-kernel linear:triton"; do
     tag=$(echo "$variant" | tr -dc 'a-z')

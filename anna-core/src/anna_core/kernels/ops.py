@@ -89,6 +89,11 @@ Op names (keys of :data:`OPS`) and signatures:
     x: ``[M, 2K]`` (gate, then up); weight: ``[N, K]`` of x's dtype, no bias.
     ``y = linear(silu_and_mul(x), weight, None)`` ``[M, N]``, the product rounded to x's dtype as
     ``silu_and_mul`` rounds it: the SwiGLU product fused into ``down_proj``.
+
+``linear_silu_mul(x, weight) -> y``
+    x: ``[M, K]``; weight: ``[2I, K]`` of x's dtype (gate rows, then up rows), no bias.
+    ``y = silu_and_mul(linear(x, weight, None))`` ``[M, I]``, the projection rounded to x's dtype first:
+    the SwiGLU product fused into the merged gate/up projection (no ``[M, 2I]`` intermediate).
 """
 
 OPS: dict[str, str] = {
@@ -106,5 +111,6 @@ OPS: dict[str, str] = {
     "linear": "anna_core.kernels.reference.linear:linear",
     "add_rms_norm_linear": "anna_core.kernels.reference.fused_linear:add_rms_norm_linear",
     "silu_mul_linear": "anna_core.kernels.reference.fused_linear:silu_mul_linear",
+    "linear_silu_mul": "anna_core.kernels.reference.fused_linear:linear_silu_mul",
 }
 """Op name -> its torch reference implementation (registered at priority 0 by the built-in plugin)."""

@@ -16,8 +16,9 @@ class SwiGLUMLP(nn.Module):
         hidden: model width ``H``.
         intermediate: inner width ``I``.
         ops: the model's :class:`anna_core.kernels.OpTable`, or None. With it, the merged path runs
-            ``silu(gate) * up`` as the one ``silu_and_mul`` op (same rounding as the eager torch
-            expression); without it (or before :meth:`merge_gate_up`) eager torch ops compute it.
+            the gate/up projection and ``silu(gate) * up`` as the one ``linear_silu_mul`` op (same
+            rounding as the eager torch expressions; one GEMV launch at decode on GPUs); without it
+            (or before :meth:`merge_gate_up`) eager torch ops compute it.
 
     Parameters:
         gate_proj.weight, up_proj.weight: ``[I, H]``; down_proj.weight: ``[H, I]``. After
@@ -52,22 +53,17 @@ class SwiGLUMLP(nn.Module):
 
         With ``pre_norm = (norm, residual)`` (an :class:`~anna_core.layers.norm.RMSNorm` and the
         residual stream, or None in a first block), ``x`` is the previous block's output: the block
-        computes ``mlp(norm(x + residual))`` and returns ``(output, x + residual)``; after
-        :meth:`merge_gate_up` with ``ops``, the add and norm are fused into the gate/up projection
-        and SiLU-and-multiply into the down projection (``add_rms_norm_linear``,
-        ``silu_mul_linear``).
+        computes ``mlp(norm(x + residual))`` and returns ``(output, x + residual)``, the add fused
+        into the norm (``add_rms_norm``); after :meth:`merge_gate_up` with ``ops`` the block is three
+        launches at decode: ``add_rms_norm``, ``linear_silu_mul`` and ``down_proj``.
         """
         if pre_norm is not None:
             norm, residual = pre_norm
-            if self.gate_up_proj is not None and self.ops is not None and self.down_proj.bias is None:
-                gate_up, new_residual = norm.add_norm_linear(x, residual, self.gate_up_proj)
-                return self.ops.silu_mul_linear(gate_up, self.down_proj.weight), new_residual
             y, new_residual = norm.add_and_norm(x, residual)
             return self(y), new_residual
         if self.gate_up_proj is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate_up = self.gate_up_proj(x)  # [T, 2I]
         if self.ops is not None:
-            return self.down_proj(self.ops.silu_and_mul(gate_up))
-        gate, up = gate_up.split(self.intermediate, dim=-1)
+            return self.down_proj(self.ops.linear_silu_mul(x, self.gate_up_proj.weight))
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)  # [T, I] each
         return self.down_proj(F.silu(gate) * up)

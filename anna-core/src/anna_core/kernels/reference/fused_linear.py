@@ -1,12 +1,14 @@
-"""Small ops fused into the linear layer that follows them (the decode prologue fusions).
+"""Small ops fused into the linear layer next to them (the decode prologue and epilogue fusions).
 
 At batch 1 a decode step is bound by the number of kernel launches as much as by bytes: the norm
-before a projection and the SwiGLU product before ``down_proj`` are tiny kernels. Kernel plugins may
-compute these in the GEMV's prologue (one launch); the references here compose the unfused
-references, so a fused kernel is checked against exactly the numerics of the unfused path:
+before a projection and the SwiGLU product between the gate/up and down projections are tiny
+kernels. Kernel plugins may compute these in the GEMV's prologue or epilogue (one launch); the
+references here compose the unfused references, so a fused kernel is checked against exactly the
+numerics of the unfused path:
 
     add_rms_norm_linear:  (h, r) = add_rms_norm(x, residual);  y = linear(h, weight)
     silu_mul_linear:      y = linear(silu_and_mul(x), weight)
+    linear_silu_mul:      y = silu_and_mul(linear(x, weight))
 
 with every intermediate rounded to x's dtype as the unfused ops round it.
 """
@@ -53,6 +55,18 @@ def check_silu_mul_linear(x: torch.Tensor, weight: torch.Tensor) -> None:
     require(x.dtype == weight.dtype, op, f"x ({x.dtype}) and weight ({weight.dtype}) must share one dtype")
 
 
+def check_linear_silu_mul(x: torch.Tensor, weight: torch.Tensor) -> None:
+    """Check the arguments of :func:`linear_silu_mul` (shapes and dtypes only, no sync).
+
+    Raises:
+        ValueError: ``"linear_silu_mul: ..."`` unless weight is ``[2I, K]`` (even row count) and x
+            ``[..., K]`` of its dtype.
+    """
+    op = "linear_silu_mul"
+    check_linear(op, x, weight, None)
+    require(weight.shape[0] % 2 == 0, op, f"weight must be [2I, K] (gate rows, then up rows), got {tuple(weight.shape)}")
+
+
 def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                         zero_centered: bool, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Residual add, RMSNorm, then a bias-free linear layer (a pre-norm block's input projection).
@@ -93,3 +107,22 @@ def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """
     check_silu_mul_linear(x, weight)
     return linear(silu_and_mul(x), weight, None)
+
+
+def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """A merged gate/up projection followed by the SwiGLU product (an MLP's first half).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``) float activations; weight: ``[2I, K]`` of x's dtype, the gate
+            projection's rows then the up projection's (as ``SwiGLUMLP.merge_gate_up`` stores them).
+
+    Returns:
+        ``[M, I]`` in x's dtype: ``silu_and_mul(linear(x, weight, None))``, the projection rounded to x's
+        dtype first (:func:`~anna_core.kernels.reference.linear.linear`, then
+        :func:`~anna_core.kernels.reference.activations.silu_and_mul`).
+
+    Raises:
+        ValueError: shapes or dtypes disagree (see :func:`check_linear_silu_mul`).
+    """
+    check_linear_silu_mul(x, weight)
+    return silu_and_mul(linear(x, weight, None))

@@ -180,6 +180,10 @@ def test_bad_arguments_are_clear_errors():
         fused_linear.linear_silu_mul(torch.randn(2, 8), torch.randn(6, 8).bfloat16())
     with pytest.raises(ValueError, match="linear_silu_mul"):
         fused_linear.linear_silu_mul(torch.randn(2, 9), torch.randn(6, 8))
+    with pytest.raises(ValueError, match="linear_silu_mul: the SwiGLU epilogue needs block_n >= 2"):
+        fused_linear.linear_silu_mul(torch.randn(2, 8), torch.randn(6, 8), config=GemvConfig(1, 16))
+    assert fused_linear.linear_silu_mul(torch.randn(2, 8), torch.randn(0, 8)).shape == (2, 0)  # I = 0
+    assert fused_linear.linear_silu_mul(torch.randn(0, 8), torch.randn(6, 8)).shape == (0, 3)  # no rows
 
 
 def test_registry_serves_the_fused_ops_from_triton_on_the_interpreter(monkeypatch, poison_outputs):

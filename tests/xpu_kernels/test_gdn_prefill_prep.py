@@ -84,6 +84,15 @@ def test_low_precision_dt_bias_and_small_heads(poison_outputs):
     torch.testing.assert_close(g, neg_a * F.softplus(a + dt_bias.float()), **G_TOL)
 
 
+def test_nan_decay_input_stays_nan():
+    """A NaN in ``a`` gives a NaN decay, not a finite one (the clamp before exp must not swallow it)."""
+    qkv, a, b, neg_a, dt_bias = _inputs(torch.Generator().manual_seed(10), 3, 1, 2, 16, 16, torch.float32)
+    a = a.clone()
+    a[1, 0] = float("nan")
+    g = gdn_prefill_prep(qkv, a, b, neg_a, dt_bias, 1, 16, 16)[3]
+    assert torch.isnan(g[1, 0]) and torch.isfinite(g[[0, 2]]).all() and torch.isfinite(g[1, 1])
+
+
 def test_no_tokens_gives_empty_outputs():
     qkv, a, b, neg_a, dt_bias = _inputs(torch.Generator().manual_seed(8), 0, 2, 4, 16, 8, torch.bfloat16)
     q, k, v, g, beta = gdn_prefill_prep(qkv, a, b, neg_a, dt_bias, 2, 16, 8)

@@ -11,8 +11,11 @@ against the reference on the GPU.
 Host cost (a long prefill is bound by the host's launch work as much as by the GPU): the op calls
 fla's forward function ``chunk_gated_delta_rule_fwd`` directly, not the autograd-wrapped public
 ``chunk_gated_delta_rule``, which adds an ``autograd.Function``, its decorators (contiguity guard,
-autocast, backend dispatch) and saved tensors for a backward pass inference never runs, about a
-third of fla's host time per layer. The inputs are made contiguous here instead (fla's kernels index
+autocast, backend dispatch) and saved tensors for a backward pass inference never runs (about a
+fifth of fla's host time per layer under cProfile). Skipping the dispatch also means fla's
+alternative backends (e.g. FlashQLA, when installed) are not consulted: fla's Triton kernels run.
+The probe (:func:`anna_xpu_kernels.probes.fla_available`) checks that the installed fla has this
+forward function with the parameters used here. The inputs are made contiguous here instead (fla's kernels index
 them as packed ``[1, T, H, D]``). fla's chunk indices come from ``cu_seqlens`` through a host copy;
 :class:`_ChunkIndexMemo` computes them once per distinct ``cu_seqlens`` tensor, so every layer of one
 forward pass (they all receive the same tensor) shares one device-to-host copy.
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import attrs
 import torch
-from anna_core.kernels.checks import check_gated_delta_rule, check_slots, num_sequences, require_dims
+from anna_core.kernels.checks import check_gated_delta_rule, check_slots, num_sequences, require, require_dims
 
 from anna_xpu_kernels._checks import require_same_device
 from anna_xpu_kernels.gdn_prefill_prep import gdn_prefill_prep
@@ -46,8 +49,11 @@ class ChunkIndex:
 
 
 class _ChunkIndexMemo:
-    """The :class:`ChunkIndex` of the last ``cu_seqlens`` tensor seen (by identity and in-place version,
-    so a tensor rewritten in place is converted again)."""
+    """The :class:`ChunkIndex` of the last ``cu_seqlens`` tensor seen, by identity (and by in-place
+    version for tensors outside inference mode, which are converted again after an in-place rewrite;
+    inference tensors keep no version: callers must not rewrite them in place, and the engine builds a
+    fresh one per step). The int64 tensor handed to fla is always a fresh copy, because fla caches its
+    own derived indices by the identity of the tensor it is given."""
 
     def __init__(self) -> None:
         self._key: tuple[torch.Tensor, int] | None = None
@@ -59,13 +65,24 @@ class _ChunkIndexMemo:
         if key is None or key[0] is not cu_seqlens or key[1] != version or self._value is None:
             from fla.ops.utils.index import prepare_chunk_indices
 
-            long = cu_seqlens.to(torch.long)
+            long = cu_seqlens.to(torch.long, copy=True)
             self._key = (cu_seqlens, version)
             self._value = ChunkIndex(long, prepare_chunk_indices(long, CHUNK, cu_seqlens_cpu=long.cpu()))
         return self._value
 
 
 _CHUNK_INDEX = _ChunkIndexMemo()
+
+
+def _batch(op: str, cu_seqlens: torch.Tensor, total: int) -> int:
+    """``B`` from ``cu_seqlens`` ``[B+1]`` (shape only, no sync).
+
+    Raises:
+        ValueError: ``cu_seqlens`` is not 1-D, or has no sequence while there are ``total > 0`` tokens.
+    """
+    batch = num_sequences(op, cu_seqlens)
+    require(batch > 0 or total == 0, op, f"{total} tokens but cu_seqlens {tuple(cu_seqlens.shape)} has no sequence")
+    return batch
 
 
 def chunked_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -111,17 +128,17 @@ def gated_delta_rule_prefill(
         ``[T, H_v, V]`` in v's dtype.
 
     Raises:
-        ValueError: inconsistent shapes or non-float32 states.
+        ValueError: inconsistent shapes, non-float32 states, or tokens without a sequence in ``cu_seqlens``.
         ImportError: fla-core is not installed (the probe declines in that case).
     """
     op = "gated_delta_rule_prefill"
     require_dims(op, q=(q, 3), k=(k, 3), v=(v, 3), g=(g, 2), beta=(beta, 2))
     check_gated_delta_rule(op, q, k, v, g, beta, states)
     total = q.shape[0]
-    batch = num_sequences(op, cu_seqlens)
+    batch = _batch(op, cu_seqlens, total)
     check_slots(op, slots, batch, states.shape[0], host_check=False)
     require_same_device(op, q=q, k=k, v=v, g=g, beta=beta, states=states, slots=slots, cu_seqlens=cu_seqlens)
-    if total == 0 or batch == 0:
+    if total == 0:
         return v.new_empty(v.shape)
     return chunked_forward(q, k, v, g.to(torch.float32), beta.to(v.dtype), cu_seqlens, states, slots, scale)
 
@@ -146,16 +163,21 @@ def fused_prefill(qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, neg_a: to
 
     Raises:
         ValueError: inconsistent shapes, dtypes or devices (see
-            :func:`~anna_xpu_kernels.gdn_prefill_prep.gdn_prefill_prep` and :func:`gated_delta_rule_prefill`).
+            :func:`~anna_xpu_kernels.gdn_prefill_prep.gdn_prefill_prep` and :func:`gated_delta_rule_prefill`),
+            checked before anything is launched.
     """
     op = "gated_delta_rule_prefill"
-    q, k, v, g, beta = gdn_prefill_prep(qkv, a, b, neg_a, dt_bias, num_k_heads, head_k_dim, head_v_dim)
-    check_gated_delta_rule(op, q, k, v, g, beta, states)
-    batch = num_sequences(op, cu_seqlens)
+    require_dims(op, qkv=(qkv, 2), a=(a, 2), states=(states, 4))
+    h_v = a.shape[-1]
+    require(tuple(states.shape[1:]) == (h_v, head_k_dim, head_v_dim) and states.dtype == torch.float32, op,
+            f"states must be float32 [S, H_v={h_v}, K={head_k_dim}, V={head_v_dim}], got {tuple(states.shape)} "
+            f"{states.dtype}")
+    batch = _batch(op, cu_seqlens, qkv.shape[0])
     check_slots(op, slots, batch, states.shape[0], host_check=False)
-    require_same_device(op, q=q, states=states, slots=slots, cu_seqlens=cu_seqlens)
-    if q.shape[0] == 0 or batch == 0:
-        return v.new_empty(v.shape)
+    require_same_device(op, qkv=qkv, states=states, slots=slots, cu_seqlens=cu_seqlens)
+    q, k, v, g, beta = gdn_prefill_prep(qkv, a, b, neg_a, dt_bias, num_k_heads, head_k_dim, head_v_dim)
+    if q.shape[0] == 0:
+        return v
     return chunked_forward(q, k, v, g, beta, cu_seqlens, states, slots, scale)
 
 

@@ -59,7 +59,7 @@ def _l2_normalize_head(src, dst, mask):
 @triton.jit
 def _softplus(x):
     """torch's ``softplus(x)`` (beta 1, threshold 20) in float32, with an accurate ``log1p``."""
-    u = tl.exp(tl.minimum(x, SOFTPLUS_THRESHOLD))
+    u = tl.exp(tl.where(x > SOFTPLUS_THRESHOLD, SOFTPLUS_THRESHOLD, x))  # a NaN stays NaN (tl.minimum drops it)
     w = 1.0 + u
     exact = w == 1.0
     log1p = tl.where(exact, u, tl.log(w) * (u / tl.where(exact, 1.0, w - 1.0)))
@@ -159,7 +159,7 @@ def gdn_prefill_prep(
             then k heads, then v heads); unit stride along C, any row stride.
         a, b: ``[T, H_v]`` raw decay / write-strength projections in qkv's dtype; unit stride along
             H_v, any row stride (e.g. column slices of one merged projection).
-        neg_a: ``[H_v]`` float32 ``-exp(A_log)``; dt_bias: ``[H_v]`` any float dtype.
+        neg_a: ``[H_v]`` float32 ``-exp(A_log)``; dt_bias: ``[H_v]`` float32 / float16 / bfloat16.
         num_k_heads: ``H_k`` (divides ``H_v = a.shape[1]``); head_k_dim: ``K``; head_v_dim: ``V``.
 
     Returns:

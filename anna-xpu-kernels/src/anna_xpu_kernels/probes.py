@@ -61,14 +61,37 @@ def triton_device_available(device_type: str) -> bool:
     return False
 
 
+FLA_FORWARD_PARAMS = ("q", "k", "v", "g", "beta", "scale", "initial_state", "output_final_state", "cu_seqlens",
+                      "chunk_indices", "chunk_size")
+"""Parameters of fla's ``chunk_gated_delta_rule_fwd`` that :mod:`anna_xpu_kernels.fla_prefill` passes
+(the first eight positionally, in this order; fla-core 0.6.0)."""
+
+
+def fla_api_ok(chunk_module: Any, index_module: Any) -> bool:
+    """Whether fla's ``chunk`` module has ``chunk_gated_delta_rule_fwd`` with :data:`FLA_FORWARD_PARAMS`
+    (positional ones in order) and its index module ``prepare_chunk_indices``: the private API Anna calls."""
+    import inspect
+
+    fwd = getattr(chunk_module, "chunk_gated_delta_rule_fwd", None)
+    if fwd is None or not callable(getattr(index_module, "prepare_chunk_indices", None)):
+        return False
+    try:
+        params = list(inspect.signature(fwd).parameters)
+    except (TypeError, ValueError):
+        return False
+    return params[:8] == list(FLA_FORWARD_PARAMS[:8]) and all(p in params for p in FLA_FORWARD_PARAMS[8:])
+
+
 @functools.cache
 def fla_available() -> bool:
-    """Whether fla-core's gated delta rule imports (it pulls in triton)."""
+    """Whether fla-core's chunked gated delta rule imports (it pulls in triton) and has the forward
+    function Anna calls (:func:`fla_api_ok`; another fla version declines instead of failing mid-prefill)."""
     try:
-        importlib.import_module("fla.ops.gated_delta_rule")
+        chunk = importlib.import_module("fla.ops.gated_delta_rule.chunk")
+        index = importlib.import_module("fla.ops.utils.index")
     except Exception:  # noqa: BLE001 -- missing, hidden (sys.modules["fla"] = None) or broken
         return False
-    return True
+    return fla_api_ok(chunk, index)
 
 
 def _shape_within(shape: dict[str, Any], limits: dict[str, int]) -> bool:

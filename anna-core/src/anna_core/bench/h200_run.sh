@@ -44,7 +44,8 @@ elif [ "${MODE}" = "repeat" ]; then
   done
   [ -n "${NO_SAVE:-}" ] || save_cache
 else
-  for variant in "--no-async-scheduling" "--disable-kernel linear:triton"; do
+  # the GEMV serves linear and the fused ops built on it (the MLP's gate/up runs as linear_silu_mul)
+  for variant in "--no-async-scheduling" "--disable-kernel linear:triton --disable-kernel linear_silu_mul:triton"; do
     tag=$(echo "$variant" | tr -dc 'a-z')
     timeout "${T_AB:-200}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench --skip-hf \
       --only "b=1" $variant --out "$OUT/ab_$tag.json" > "$OUT/ab_$tag.log" 2>&1

@@ -21,7 +21,7 @@ nothing outside PyTorch's allocator (CUDA-graph capture safe); the counters are 
 (:class:`anna_xpu_kernels.counters.CounterPool`) that each launch leaves at zero.
 
 The tile sizes, ``SPLIT_K``, ``USE_DOT`` and warps are autotuned per (row bucket ``BLOCK_M`` in
-1, 2, 4, 8; N; K; dtypes).
+1, 2, 4, 8; N; K; dtypes) among :func:`anna_xpu_kernels.gemv_tuning.tuning_space`.
 Under Triton's interpreter one fixed configuration runs. ``M > 8``, empty shapes, or a weight that
 is not a contiguous row-major ``[N, K]`` of x's dtype go to ``F.linear``.
 
@@ -49,6 +49,7 @@ from anna_xpu_kernels._checks import as_rows, require, require_float, require_sa
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.counters import CounterPool
 from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_rstd
+from anna_xpu_kernels.gemv_tuning import FIXED, MAX_SPLIT_N, GemvConfig, autotune_bench, prune, tuning_space
 
 NO_EPILOGUE, SILU_MUL_OUT = 0, 1
 """The ``EPILOGUE`` modes of the GEMV kernel: write ``y``, or ``silu(y[:, :I]) * y[:, I:]`` of a
@@ -57,24 +58,6 @@ dtype, product to x's dtype)."""
 
 MAX_ROWS = 8
 """Largest ``M`` run by the GEMV kernel; more rows go to ``F.linear`` (a GEMM)."""
-MAX_SPLIT_N = 16384
-"""Split-K is only tuned for ``N`` up to this (the workspace is ``SPLIT_K * M * N`` float32)."""
-
-
-@attrs.frozen
-class GemvConfig:
-    """One launch configuration of the GEMV kernel (what the autotuner chooses among)."""
-
-    block_n: int
-    block_k: int
-    split_k: int = 1
-    use_dot: bool = False
-    num_warps: int = 4
-    num_stages: int = 3
-
-    def triton(self) -> triton.Config:
-        return triton.Config({"BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "SPLIT_K": self.split_k,
-                              "USE_DOT": self.use_dot}, num_warps=self.num_warps, num_stages=self.num_stages)
 
 
 @attrs.frozen
@@ -89,79 +72,6 @@ class Prologue:
     new_residual: torch.Tensor | None = None
     eps: float = 0.0
     zero_centered: bool = False
-
-
-def _tuning_space() -> list[triton.Config]:
-    """Tiles that won a sweep over the Qwen3.5 0.8B/2B/9B decode shapes on an H200 (CUDA-core tiles
-    for one row, tensor-core tiles for more rows and for the LM head), each with and without split-K."""
-    space = []
-    for split in (1, 2, 4, 8):
-        for bn, bk, warps, stages in ((4, 512, 2, 3), (8, 256, 2, 3), (8, 512, 4, 3), (16, 256, 4, 3),
-                                      (16, 512, 4, 3)):
-            space.append(GemvConfig(bn, bk, split, False, warps, stages).triton())
-        for bn, bk, warps, stages in ((64, 128, 4, 3), (128, 128, 4, 3), (64, 256, 4, 3), (64, 64, 4, 6)):
-            space.append(GemvConfig(bn, bk, split, True, warps, stages).triton())
-    return space
-
-
-def cold_time_ms(fn, reps: int = 16, flush_bytes: int = 128 << 20) -> float:
-    """Milliseconds per call of ``fn`` with a cold L2, without host launch overhead (CUDA only).
-
-    Captures ``reps`` x (L2 flush, ``fn``) in one CUDA graph and ``reps`` flushes alone in another;
-    the difference of their median replay times over ``reps`` is ``fn``'s device time on weights
-    that come from memory, as in a decode step (``triton.testing.do_bench`` times eager launches, whose
-    host overhead exceeds these kernels' few microseconds).
-    """
-    fn()
-    flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
-    graphs = [torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()]
-    for with_fn, graph in zip((True, False), graphs):
-        with torch.cuda.graph(graph):
-            for _ in range(reps):
-                flush.zero_()
-                if with_fn:
-                    fn()
-    times: list[list[float]] = [[], []]
-    for _ in range(5):
-        for i, graph in enumerate(graphs):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times[i].append(start.elapsed_time(end))
-    both, alone = (sorted(t)[len(t) // 2] for t in times)
-    return max(both - alone, 1e-4) / reps
-
-
-def _autotune_bench(kernel_call, quantiles):
-    """The autotuner's timer: :func:`cold_time_ms` on CUDA, ``triton.testing.do_bench`` elsewhere."""
-    if torch.cuda.is_available():
-        t = cold_time_ms(kernel_call)
-        return [t for _ in quantiles] if quantiles else t
-    return triton.testing.do_bench(kernel_call, quantiles=quantiles)
-
-
-FIXED = GemvConfig(block_n=16, block_k=32, split_k=1, use_dot=False, num_warps=4)
-"""The configuration run under the interpreter."""
-
-
-def _prune(configs, named_args, **kwargs):
-    """Drop configurations that cannot win: split-K for wide N or short K, the CUDA-core path for
-    ``M > 2`` (its arithmetic grows with M), and tiles wider than the matrix."""
-    n, k, block_m = named_args["N"], named_args["K"], kwargs["BLOCK_M"]
-    keep = []
-    for c in configs:
-        kw = c.kwargs
-        split = kw["SPLIT_K"]
-        if split > 1 and (n > MAX_SPLIT_N or k < split * kw["BLOCK_K"] * 2):
-            continue
-        if not kw["USE_DOT"] and block_m > 2:
-            continue
-        if kw["BLOCK_N"] > max(16, next_pow2(n)) or kw["BLOCK_K"] > max(32, next_pow2(k)):
-            continue
-        keep.append(c)
-    return keep or [c for c in configs if c.kwargs["SPLIT_K"] == 1][:1]
 
 
 @triton.jit
@@ -209,8 +119,8 @@ def _store(y_ptr, out, rows, pid_n, M, N, stride_ym, EPILOGUE: tl.constexpr, BLO
         tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@autotune(_tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "PROLOGUE", "EPILOGUE"], prune_configs_by={
-    "early_config_prune": _prune}, do_bench=_autotune_bench)
+@autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "PROLOGUE", "EPILOGUE"], prune_configs_by={
+    "early_config_prune": prune}, do_bench=autotune_bench)
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
 @triton.jit
 def _gemv_kernel(
@@ -317,7 +227,7 @@ def supports(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.dtype == x.dtype and x.dtype in (torch.float32, torch.float16, torch.bfloat16))
 
 
-_MOST_SPLITS = max(c.kwargs["SPLIT_K"] for c in _tuning_space())
+_MOST_SPLITS = max(c.kwargs["SPLIT_K"] for c in tuning_space())
 
 
 def _max_split(n: int) -> int:

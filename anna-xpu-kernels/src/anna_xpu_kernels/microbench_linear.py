@@ -5,7 +5,7 @@ Every distinct weight shape one decode step of a Qwen3.5 text model multiplies (
 (qkv + z + b + a rows) and ``out_proj``, attention qkv (query and output gate, keys, values) and
 ``o_proj``, MLP gate+up and down, and the LM head. For each shape and row count M it prints the
 time per call on CUDA from graph replays with the L2 flushed before each call
-(:func:`anna_xpu_kernels.gemv.cold_time_ms`: no host launch overhead, weights read from memory), the achieved
+(:func:`anna_xpu_kernels.gemv_tuning.cold_time_ms`: no host launch overhead, weights read from memory), the achieved
 bandwidth (weight + activations read, output written, over that time) and the largest absolute
 difference from a float32 ``F.linear`` of the same (rounded) inputs; then, per model, the time of
 all the GEMVs of one decode step (each shape times the layers that use it).
@@ -91,14 +91,14 @@ def run_linear(device, dtype, models: dict[str, list[GemvShape]], row_counts, ti
     import torch
     import torch.nn.functional as F
 
-    from anna_xpu_kernels import gemv
+    from anna_xpu_kernels import gemv, gemv_tuning
 
     es = torch.finfo(dtype).bits // 8
     impls = {"cuBLAS": F.linear, "triton": gemv.linear}
     if device.type == "cuda":  # graph-replayed, L2 flushed: no host overhead, weights from memory
 
         def timer(fn):
-            return gemv.cold_time_ms(fn) * 1e3
+            return gemv_tuning.cold_time_ms(fn) * 1e3
 
     header = ("model", "layers", "N x K", "M", "impl", "us/call", "TB/s", "max |err| vs fp32")
     cells: list[tuple[str, ...]] = [header]
@@ -186,12 +186,12 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
     case starting with ``fused``, then per model the time saved per decode step."""
     import torch
 
-    from anna_xpu_kernels import activations, fused_linear, gemv, norms
+    from anna_xpu_kernels import activations, fused_linear, gemv, gemv_tuning, norms
 
     if device.type == "cuda":
 
         def timer(fn):
-            return gemv.cold_time_ms(fn) * 1e3
+            return gemv_tuning.cold_time_ms(fn) * 1e3
 
     header = ("fused", "model", "layers", "N x K", "M", "unfused us", "fused us", "saved us", "max |fused - unfused|")
     cells: list[tuple[str, ...]] = [header]

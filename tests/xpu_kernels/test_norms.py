@@ -36,6 +36,29 @@ def test_gated_rms_norm_matches_reference(poison_outputs, dtype):
     torch.testing.assert_close(got, ref.gated_rms_norm(x, z, weight, 1e-5), **tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gated_rms_norm_reads_a_column_slice_gate_in_place(monkeypatch, poison_outputs, dtype):
+    """Qwen3.5's z: a column slice of the merged projection viewed as [T, H, D]; its rows cannot be
+    flattened without a copy, so the kernel walks (token, head) strides instead."""
+    gen = torch.Generator().manual_seed(4)
+    merged = (torch.randn(5, 3 * 40 + 17, generator=gen) * 2).to(dtype)
+    z = merged[:, 9:9 + 3 * 40].reshape(5, 3, 40)  # a view: strides (137, 40, 1)
+    assert z.data_ptr() == merged[:, 9:].data_ptr() and not z.is_contiguous()
+    x = torch.randn(5, 3, 40, generator=gen).to(dtype)
+    weight = torch.rand(40, generator=gen) + 0.5
+    monkeypatch.setattr(norms, "as_rows", _no_copy(norms.as_rows))
+    got = norms.gated_rms_norm(x, z, weight, 1e-5)
+    torch.testing.assert_close(got, ref.gated_rms_norm(x, z, weight, 1e-5), **tol(dtype))
+
+
+def _no_copy(as_rows):
+    def checked(t):
+        out = as_rows(t)
+        assert out.data_ptr() == t.data_ptr(), "copied"
+        return out
+    return checked
+
+
 def test_rms_norm_strided_rows(poison_outputs):
     base = torch.randn(6, 64)
     x = base[:, :32]  # rows with stride 64

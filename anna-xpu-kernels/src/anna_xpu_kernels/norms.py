@@ -50,7 +50,7 @@ def _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED: tl.constexpr):
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, z_ptr, w_ptr, y_ptr,
-    n_rows, dim, stride_x, stride_z, stride_y, eps,
+    n_rows, dim, stride_x, stride_z, z_heads, stride_zh, stride_y, eps,
     ZERO_CENTERED: tl.constexpr, GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
@@ -58,8 +58,9 @@ def _rms_norm_kernel(
     rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
     x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     y = _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED)
-    if GATED:
-        z = tl.load(z_ptr + rows64 * stride_z + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if GATED:  # gate row r sits at (r // z_heads) * stride_z + (r % z_heads) * stride_zh
+        z_row = (rows64 // z_heads) * stride_z + (rows64 % z_heads) * stride_zh
+        z = tl.load(z_ptr + z_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         y = y * (z * tl.sigmoid(z))
     tl.store(y_ptr + rows64 * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -88,6 +89,17 @@ def _row_tile(dim: int) -> tuple[int, int]:
     return max(1, min(16, 4096 // block_d)), block_d
 
 
+def _gate_rows(z: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
+    """The gate as ``(tensor, heads, outer stride, head stride)``: row ``r`` of the flattened ``[N, D]``
+    gate sits at ``(r // heads) * outer + (r % heads) * head``. A ``[T, H, D]`` view with unit stride
+    along D (Qwen3.5's ``z``: a column slice of the merged projection, whose rows cannot be flattened
+    without a copy) is read in place; anything else goes through :func:`as_rows` (``heads = 1``)."""
+    if z.dim() == 3 and z.stride(-1) == 1 and z.shape[1] > 0:
+        return z, z.shape[1], z.stride(0), z.stride(1)
+    z2 = as_rows(z)
+    return z2, 1, z2.stride(0), 0
+
+
 def _launch(op: str, x: torch.Tensor, z: torch.Tensor | None, weight: torch.Tensor, eps: float,
             zero_centered: bool) -> torch.Tensor:
     require(x.dim() >= 1, op, "x must have at least one dimension")
@@ -96,7 +108,7 @@ def _launch(op: str, x: torch.Tensor, z: torch.Tensor | None, weight: torch.Tens
     require_float(op, x=x)
     require_same_device(op, x=x, z=z, weight=weight)
     x2 = as_rows(x)
-    z2 = as_rows(z) if z is not None else x2
+    z2, z_heads, stride_z, stride_zh = _gate_rows(z) if z is not None else (x2, 1, x2.stride(0), 0)
     y2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     n_rows = x2.shape[0]
     if n_rows and dim:
@@ -104,7 +116,8 @@ def _launch(op: str, x: torch.Tensor, z: torch.Tensor | None, weight: torch.Tens
         block_m = max(1, min(16, 4096 // block_d))
         grid = (triton.cdiv(n_rows, block_m),)
         _rms_norm_kernel[grid](
-            x2, z2, weight.contiguous(), y2, n_rows, dim, x2.stride(0), z2.stride(0), y2.stride(0), float(eps),
+            x2, z2, weight.contiguous(), y2, n_rows, dim, x2.stride(0), stride_z, z_heads, stride_zh, y2.stride(0),
+            float(eps),
             ZERO_CENTERED=bool(zero_centered), GATED=z is not None, BLOCK_M=block_m, BLOCK_D=block_d,
             **pdl.launch_options(y2),
         )

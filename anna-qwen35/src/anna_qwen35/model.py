@@ -34,10 +34,10 @@ class DecoderLayer(nn.Module):
     """Pre-norm residual block: token mixer (gated DeltaNet or gated attention), then SwiGLU MLP.
 
     Residual-stream form: the layer receives the previous block's output ``h`` and the residual
-    stream it has not yet been added to, and returns the same pair; each add and the norm after it
-    are fused into the projection that reads the normalised rows (``add_rms_norm_linear``: the
-    mixer's input projection, the MLP's gate/up), the last add into the model's final norm
-    (``add_rms_norm``). The math is HF's ``h = h + mixer(norm(h)); h = h + mlp(norm(h))`` with the
+    stream it has not yet been added to, and returns the same pair; each add is fused into the norm
+    after it, and that norm into the mixer's input projection (``add_rms_norm_linear``) or, before
+    the MLP, run as ``add_rms_norm`` ahead of the gate/up projection with its SwiGLU epilogue
+    (``linear_silu_mul``); the last add goes into the model's final norm (``add_rms_norm``). The math is HF's ``h = h + mixer(norm(h)); h = h + mlp(norm(h))`` with the
     same roundings.
     """
 
@@ -57,7 +57,7 @@ class DecoderLayer(nn.Module):
         """h, residual: ``[T, hidden]`` (residual None in the first layer: the stream starts at h)
         -> ``(mlp output, residual stream before adding it)``, both ``[T, hidden]``."""
         mixer = self.self_attn if self.layer_type == FULL else self.linear_attn
-        # each residual add and norm runs fused into the projection that reads the normalised rows
+        # each residual add runs fused into the norm after it (and that norm into the mixer's projection)
         h, residual = mixer(h, batch, caches, pre_norm=(self.input_layernorm, residual))
         return self.mlp(h, pre_norm=(self.post_attention_layernorm, residual))
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -32,3 +34,25 @@ def require_triton_interpreter() -> None:
 def tol(dtype) -> dict[str, float]:
     """``{"atol": ..., "rtol": ...}`` for a torch dtype."""
     return TOLERANCES[str(dtype).replace("torch.", "")]
+
+
+def run_microbench_smoke(*args: str) -> subprocess.CompletedProcess:
+    """``python -m anna_xpu_kernels.microbench --device cpu --smoke ARGS`` under the interpreter
+    (stdout / stderr captured as text; 300 s limit)."""
+    env = dict(os.environ, ANNA_TRITON_INTERPRET="1", TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, "-m", "anna_xpu_kernels.microbench", "--device", "cpu", "--smoke", *args],
+                          check=False, capture_output=True, text=True, env=env, timeout=300)
+
+
+def gemv_configs():
+    """``(name, GemvConfig or None)`` cases covering each GEMV path (None: the autotuner's choice,
+    the fixed one when interpreting). Imports the kernels: call after :func:`require_triton_interpreter`."""
+    from anna_xpu_kernels.gemv import GemvConfig
+
+    return [
+        ("auto", None),
+        ("cuda-cores", GemvConfig(block_n=16, block_k=32, split_k=1, use_dot=False)),
+        ("cuda-cores split-K", GemvConfig(block_n=16, block_k=16, split_k=3, use_dot=False)),
+        ("tensor-cores", GemvConfig(block_n=32, block_k=32, split_k=1, use_dot=True)),
+        ("tensor-cores split-K", GemvConfig(block_n=16, block_k=16, split_k=2, use_dot=True)),
+    ]

@@ -5,7 +5,7 @@ import pytest
 import torch
 from anna_core.kernels.reference import fused_linear as ref
 
-from tests.xpu_kernels._interp import require_triton_interpreter, tol
+from tests.xpu_kernels._interp import gemv_configs, require_triton_interpreter, tol
 
 require_triton_interpreter()
 
@@ -13,13 +13,7 @@ from anna_xpu_kernels import fused_linear, gemv
 from anna_xpu_kernels.gemv import GemvConfig
 
 DTYPES = [torch.float32, torch.bfloat16]
-# (name, forced configuration): None = the autotuner's (fixed, when interpreting) choice
-CONFIGS = [
-    ("auto", None),
-    ("cuda-cores split-K", GemvConfig(block_n=16, block_k=16, split_k=3, use_dot=False)),
-    ("tensor-cores", GemvConfig(block_n=32, block_k=32, split_k=1, use_dot=True)),
-    ("tensor-cores split-K", GemvConfig(block_n=16, block_k=16, split_k=2, use_dot=True)),
-]
+CONFIGS = [c for c in gemv_configs() if c[0] != "cuda-cores"]  # the GEMV's paths, split where it can split
 N, K = 37, 75  # neither a multiple of any tile: masked columns, a partial K tile, uneven splits
 
 

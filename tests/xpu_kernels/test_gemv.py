@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from anna_core.kernels.reference.linear import linear as ref_linear
 
-from tests.xpu_kernels._interp import require_triton_interpreter, tol
+from tests.xpu_kernels._interp import gemv_configs, require_triton_interpreter, run_microbench_smoke, tol
 
 require_triton_interpreter()
 
@@ -13,14 +13,7 @@ from anna_xpu_kernels import gemv
 from anna_xpu_kernels.gemv import GemvConfig
 
 DTYPES = [torch.float32, torch.bfloat16]
-# (name, forced configuration): None = the autotuner's (fixed, when interpreting) choice
-CONFIGS = [
-    ("auto", None),
-    ("cuda-cores", GemvConfig(block_n=16, block_k=32, split_k=1, use_dot=False)),
-    ("cuda-cores split-K", GemvConfig(block_n=16, block_k=16, split_k=3, use_dot=False)),
-    ("tensor-cores", GemvConfig(block_n=32, block_k=32, split_k=1, use_dot=True)),
-    ("tensor-cores split-K", GemvConfig(block_n=16, block_k=16, split_k=2, use_dot=True)),
-]
+CONFIGS = gemv_configs()
 
 
 def _inputs(m, n, k, dtype, bias, seed):
@@ -92,14 +85,7 @@ def test_linear_bad_arguments_are_clear_errors():
 
 
 def test_microbench_linear_smoke_on_cpu():
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, ANNA_TRITON_INTERPRET="1", TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, "-m", "anna_xpu_kernels.microbench", "--device", "cpu", "--smoke",
-                          "--only", "linear", "--dtype", "float32", "--linear-rows", "1,9"],
-                         check=False, capture_output=True, text=True, env=env, timeout=300)
+    out = run_microbench_smoke("--only", "linear", "--dtype", "float32", "--linear-rows", "1,9")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("smoke ") and " M=" not in line]
     assert len(rows) == 8 and {r[6] for r in rows} == {"cuBLAS", "triton"}

@@ -4,16 +4,13 @@ import os
 import subprocess
 import sys
 
-from tests.xpu_kernels._interp import require_triton_interpreter
+from tests.xpu_kernels._interp import require_triton_interpreter, run_microbench_smoke
 
 require_triton_interpreter()
 
 
 def test_microbench_smoke_on_cpu():
-    env = dict(os.environ, ANNA_TRITON_INTERPRET="1", TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, "-m", "anna_xpu_kernels.microbench", "--device", "cpu", "--smoke",
-                          "--batch-sizes", "1", "--dtype", "float32", "--only", "ops"],
-                         check=False, capture_output=True, text=True, env=env, timeout=300)
+    out = run_microbench_smoke("--batch-sizes", "1", "--dtype", "float32", "--only", "ops")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split() for line in out.stdout.splitlines()[3:]]
     triton_rows = [r for r in rows if "triton" in r]

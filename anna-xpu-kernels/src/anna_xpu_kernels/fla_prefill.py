@@ -12,11 +12,11 @@ Host cost (a long prefill is bound by the host's launch work as much as by the G
 fla's forward function ``chunk_gated_delta_rule_fwd`` directly, not the autograd-wrapped public
 ``chunk_gated_delta_rule``, which adds an ``autograd.Function``, its decorators (contiguity guard,
 autocast, backend dispatch) and saved tensors for a backward pass inference never runs (about a
-fifth of fla's host time per layer under cProfile). Skipping the dispatch also means fla's
-alternative backends (e.g. FlashQLA, when installed) are not consulted: fla's Triton kernels run.
-The probe (:func:`anna_xpu_kernels.probes.fla_available`) checks that the installed fla has this
-forward function with the parameters used here. The inputs are made contiguous here instead (fla's kernels index
-them as packed ``[1, T, H, D]``). fla's chunk indices come from ``cu_seqlens`` through a host copy;
+fifth of fla's host time per layer under cProfile). The inputs are made contiguous here instead (fla's
+kernels index them as packed ``[1, T, H, D]``). Skipping the dispatch also means fla's alternative
+backends (e.g. FlashQLA, when installed) are not consulted: fla's Triton kernels run. The probe
+(:func:`anna_xpu_kernels.probes.fla_available`) checks that the installed fla has this forward
+function with the parameters used here. fla's chunk indices come from ``cu_seqlens`` through a host copy;
 :class:`_ChunkIndexMemo` computes them once per distinct ``cu_seqlens`` tensor, so every layer of one
 forward pass (they all receive the same tensor) shares one device-to-host copy.
 
@@ -30,7 +30,14 @@ from __future__ import annotations
 
 import attrs
 import torch
-from anna_core.kernels.checks import check_gated_delta_rule, check_slots, num_sequences, require, require_dims
+from anna_core.kernels.checks import (
+    check_gated_delta_rule,
+    check_recurrent_states,
+    check_slots,
+    num_sequences,
+    require,
+    require_dims,
+)
 
 from anna_xpu_kernels._checks import require_same_device
 from anna_xpu_kernels.gdn_prefill_prep import gdn_prefill_prep
@@ -168,10 +175,7 @@ def fused_prefill(qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, neg_a: to
     """
     op = "gated_delta_rule_prefill"
     require_dims(op, qkv=(qkv, 2), a=(a, 2), states=(states, 4))
-    h_v = a.shape[-1]
-    require(tuple(states.shape[1:]) == (h_v, head_k_dim, head_v_dim) and states.dtype == torch.float32, op,
-            f"states must be float32 [S, H_v={h_v}, K={head_k_dim}, V={head_v_dim}], got {tuple(states.shape)} "
-            f"{states.dtype}")
+    check_recurrent_states(op, states, a.shape[-1], head_k_dim, head_v_dim)
     batch = _batch(op, cu_seqlens, qkv.shape[0])
     check_slots(op, slots, batch, states.shape[0], host_check=False)
     require_same_device(op, qkv=qkv, states=states, slots=slots, cu_seqlens=cu_seqlens)

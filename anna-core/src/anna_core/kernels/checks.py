@@ -107,10 +107,18 @@ def check_gated_delta_rule(op: str, q: torch.Tensor, k: torch.Tensor, v: torch.T
     require(h_k > 0 and h_v % h_k == 0, op, f"H_v={h_v} must be a positive multiple of H_k={h_k}")
     require(tuple(g.shape) == (n, h_v), op, f"g must be [{n}, {h_v}], got {tuple(g.shape)}")
     require(tuple(beta.shape) == (n, h_v), op, f"beta must be [{n}, {h_v}], got {tuple(beta.shape)}")
-    require(states.dim() == 4 and tuple(states.shape[1:]) == (h_v, d_k, d_v), op,
-            f"states must be [S, {h_v}, {d_k}, {d_v}], got {tuple(states.shape)}")
-    require(states.dtype == torch.float32, op, f"states must be float32, got {states.dtype}")
+    check_recurrent_states(op, states, h_v, d_k, d_v)
     return h_k, h_v // h_k
+
+
+def check_recurrent_states(op: str, states: torch.Tensor, h_v: int, d_k: int, d_v: int) -> None:
+    """Check a gated delta rule state pool: ``[S, H_v, K, V]`` float32.
+
+    Raises:
+        ValueError: another shape or dtype.
+    """
+    require(states.dim() == 4 and tuple(states.shape[1:]) == (h_v, d_k, d_v) and states.dtype == torch.float32, op,
+            f"states must be float32 [S, {h_v}, {d_k}, {d_v}], got {tuple(states.shape)} {states.dtype}")
 
 
 def check_paged_attention(op: str, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

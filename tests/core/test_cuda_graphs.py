@@ -61,7 +61,7 @@ def test_bucket_sizes():
         bucket_sizes(0)
 
 
-def _engine(model_dir, *, graphs: bool, max_seqs: int = 5, prefix_caching: bool = False):
+def _engine(model_dir, *, graphs: bool, max_seqs: int = 5, prefix_caching: bool = False, compile_mode: str = "none"):
     from anna_core.bench.engine_bench import engine_config
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.model_runner import RunnerConfig
@@ -71,7 +71,8 @@ def _engine(model_dir, *, graphs: bool, max_seqs: int = 5, prefix_caching: bool 
     engine = LLMEngine.from_loaded(loaded, engine_config(max_seqs, 48, 64, block_size=4, prefix_caching=prefix_caching))
     accel = FakeGraphAccelerator()
     engine.runner.accel = accel
-    engine.runner.setup(RunnerConfig(cuda_graph=graphs), max_model_len=engine.max_model_len, max_num_seqs=max_seqs)
+    engine.runner.setup(RunnerConfig(cuda_graph=graphs, compile_mode=compile_mode), max_model_len=engine.max_model_len,
+                        max_num_seqs=max_seqs)
     return engine, accel
 
 
@@ -101,6 +102,31 @@ def test_graph_engine_matches_eager_engine(tiny_dir, prefix_caching):
     assert _generate(graph, prompts, sampled) == ref_sampled
     assert graph.runner.num_graph_steps > 0 and accel.replays == graph.runner.num_graph_steps
     assert all(len(t) == p.max_tokens for t, p in zip(ref, params))
+
+
+def test_a_step_that_cannot_be_compiled_is_captured_uncompiled(tiny_dir, monkeypatch, caplog):
+    """torch.compile failing on the step (dynamo cannot trace a kernel launcher: seen on an H200 with
+    torch 2.11) must not leave the runner eager: the uncompiled step is captured instead."""
+    compiled = []
+
+    def failing_compile(fn, **kwargs):
+        compiled.append(kwargs["mode"])
+
+        def step(*args, **kw):
+            raise AssertionError("Can't construct an AttrSource without a valid base source")
+
+        return step
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    prompts, params = [[5, 9, 3]], [SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)]
+    with caplog.at_level("WARNING"):
+        engine, accel = _engine(tiny_dir, graphs=True, compile_mode="default")
+    assert compiled and compiled[0] == "default"
+    assert "capturing the uncompiled step" in caplog.text and "running eagerly" not in caplog.text
+    assert engine.runner.graphs is not None and accel.captures == 8
+    eager, _ = _engine(tiny_dir, graphs=False)
+    assert _generate(engine, prompts, params) == _generate(eager, prompts, params)
+    assert accel.replays > 0
 
 
 def test_penalties_fall_back_to_eager(tiny_dir):

@@ -1,11 +1,17 @@
-"""Reference add_rms_norm_linear, silu_mul_linear and linear_silu_mul: bit-identical to the unfused references they compose."""
+"""Reference add_rms_norm_linear, silu_mul_linear, linear_silu_mul and add_rms_norm_linear_silu_mul: bit-identical
+to the unfused references they compose."""
 
 import pytest
 import torch
 from anna_core.kernels import KernelRegistry, KernelSpec, bind_ops
 from anna_core.kernels.ops import OPS
 from anna_core.kernels.reference.activations import silu_and_mul
-from anna_core.kernels.reference.fused_linear import add_rms_norm_linear, linear_silu_mul, silu_mul_linear
+from anna_core.kernels.reference.fused_linear import (
+    add_rms_norm_linear,
+    add_rms_norm_linear_silu_mul,
+    linear_silu_mul,
+    silu_mul_linear,
+)
 from anna_core.kernels.reference.norms import add_rms_norm
 
 
@@ -54,6 +60,19 @@ def test_linear_silu_mul_is_the_unfused_path(dtype):
     assert y.dtype == dtype and y.shape == (3, 5) and torch.equal(y, torch.nn.functional.silu(gate) * up)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_add_rms_norm_linear_silu_mul_is_the_unfused_path(dtype):
+    gen = torch.Generator().manual_seed(3)
+    x, r = torch.randn(3, 16, generator=gen).to(dtype), torch.randn(3, 16, generator=gen).to(dtype)
+    nw, w = torch.randn(16, generator=gen).to(dtype), torch.randn(10, 16, generator=gen).to(dtype)
+    y, new_r = add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w)
+    h, want_r = add_rms_norm(x, r, nw, 1e-6, True)
+    assert torch.equal(new_r, want_r) and torch.equal(new_r, x + r)
+    assert y.dtype == dtype and y.shape == (3, 5) and torch.equal(y, linear_silu_mul(h, w))
+    y0, r0 = add_rms_norm_linear_silu_mul(x, None, nw, 1e-6, True, w)
+    assert r0 is x and torch.equal(y0, linear_silu_mul(add_rms_norm(x, None, nw, 1e-6, True)[0], w))
+
+
 def test_fused_linear_errors_name_the_op():
     x, nw, w = torch.randn(2, 8), torch.randn(8), torch.randn(5, 8)
     with pytest.raises(ValueError, match="add_rms_norm_linear: norm_weight must be"):
@@ -68,6 +87,10 @@ def test_fused_linear_errors_name_the_op():
         silu_mul_linear(torch.randn(2, 16), torch.randn(8))
     with pytest.raises(ValueError, match="linear_silu_mul: weight must be"):
         linear_silu_mul(torch.randn(2, 8), w)
+    with pytest.raises(ValueError, match="add_rms_norm_linear_silu_mul: weight must be"):
+        add_rms_norm_linear_silu_mul(x, None, nw, 1e-6, False, w)
+    with pytest.raises(ValueError, match="add_rms_norm_linear_silu_mul: norm_weight must be"):
+        add_rms_norm_linear_silu_mul(x, None, torch.randn(4), 1e-6, False, torch.randn(6, 8))
 
 
 def test_fused_ops_bind_through_the_registry():

@@ -200,3 +200,78 @@ def test_registry_serves_the_fused_ops_from_triton_on_the_interpreter(monkeypatc
     torch.testing.assert_close(y, want_y, **tol(torch.float32))
     assert torch.equal(new_r, want_r)
     torch.testing.assert_close(y2, ref.silu_mul_linear(g, w), **tol(torch.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name, config", CONFIGS, ids=[c[0] for c in CONFIGS])
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("residual", [False, True], ids=["no-residual", "residual"])
+def test_add_rms_norm_linear_silu_mul_matches_reference(poison_outputs, dtype, name, config, m, residual):
+    """The norm prologue and the SwiGLU epilogue in one launch; I = 37 (odd). In bfloat16 the result
+    passes through four roundings (norm, projection, SiLU, product), each toward zero under the
+    interpreter and to nearest in torch: it is held to the unfused Triton launches (same roundings) at
+    the bfloat16 tolerance and to the torch reference at twice it."""
+    x, r, nw, _ = _norm_inputs(m, K, dtype, residual, seed=40 + m)
+    w = (torch.randn(2 * N, K, generator=torch.Generator().manual_seed(m)) * K ** -0.5).to(dtype)
+    before = [t.clone() for t in (x, r, nw, w) if t is not None]
+    y, new_r = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w, config=config, fuse=True)
+    want_y, want_r = ref.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w)
+    assert y.dtype == new_r.dtype == dtype and y.shape == (m, N) and new_r.shape == (m, K)
+    unfused_y, _ = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w, config=config, fuse=False)
+    torch.testing.assert_close(y, unfused_y, **tol(dtype))
+    torch.testing.assert_close(y, want_y, **{name: 2 * v for name, v in tol(dtype).items()})
+    if residual:
+        _check_residual(new_r, want_r, dtype)
+    else:
+        assert new_r is x
+    assert all(torch.equal(a, b) for a, b in zip([t for t in (x, r, nw, w) if t is not None], before))
+
+
+def test_row_block_covers_the_row_in_one_load_up_to_the_budget():
+    from anna_xpu_kernels.gemv_prologue import ROW_VALUES, row_block
+
+    assert row_block(2048, 1, 512) == 2048 and row_block(4096, 1, 512) == 4096 == ROW_VALUES
+    assert row_block(75, 1, 32) == 128  # the next power of two
+    assert row_block(5120, 1, 512) == 4096 and row_block(2048, 16, 128) == 256  # looped passes
+    assert row_block(100, 16, 512) == 512  # never below the K tile
+
+
+@pytest.mark.parametrize("fn", ["add_rms_norm_linear", "add_rms_norm_linear_silu_mul"])
+def test_norm_prologue_over_a_row_wider_than_one_load(poison_outputs, fn):
+    """8 rows of 600 values: the row pass takes two steps of 512 columns (the second partly masked)."""
+    from anna_xpu_kernels.gemv_prologue import row_block
+
+    k = 600
+    assert row_block(k, 8, 32) == 512
+    x, r, nw, _ = _norm_inputs(8, k, torch.float32, True, seed=50)
+    w = torch.randn(2 * N, k, generator=torch.Generator().manual_seed(51)) * k ** -0.5
+    got_y, got_r = getattr(fused_linear, fn)(x, r, nw, 1e-6, True, w, fuse=True)
+    want_y, want_r = getattr(ref, fn)(x, r, nw, 1e-6, True, w)
+    torch.testing.assert_close(got_y, want_y, **tol(torch.float32))
+    assert torch.equal(got_r, want_r)
+
+
+def test_add_rms_norm_linear_silu_mul_unfused_paths(monkeypatch, poison_outputs):
+    """Declined fusion (fuse=False), more than eight rows, and a forced tile too narrow for the epilogue."""
+    x, r, nw, _ = _norm_inputs(9, K, torch.float32, True, seed=60)
+    w = torch.randn(2 * N, K, generator=torch.Generator().manual_seed(61)) * K ** -0.5
+    want_y, want_r = ref.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, False, w)
+    calls = []
+    real_launch = gemv.launch
+
+    def spy(*args, **kwargs):
+        calls.append(args[4].mode)  # the prologue
+        return real_launch(*args, **kwargs)
+
+    spy.counters = real_launch.counters  # launch finds its counter pool through the module global
+    monkeypatch.setattr(gemv, "launch", spy)
+    y, new_r = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, False, w)  # 9 rows: norm kernel + GEMM
+    torch.testing.assert_close(y, want_y, **tol(torch.float32))
+    assert torch.equal(new_r, want_r) and calls == []
+    y, new_r = fused_linear.add_rms_norm_linear_silu_mul(x[:2], r[:2], nw, 1e-6, False, w, fuse=False)
+    torch.testing.assert_close(y, want_y[:2], **tol(torch.float32))
+    assert torch.equal(new_r, want_r[:2]) and calls == [0]  # the plain GEMV with its epilogue, after the norm
+    with pytest.raises(ValueError, match="block_n >= 2"):
+        fused_linear.add_rms_norm_linear_silu_mul(x[:1], r[:1], nw, 1e-6, False, w, config=GemvConfig(1, 16))
+    with pytest.raises(ValueError, match="add_rms_norm_linear_silu_mul: weight must be"):
+        fused_linear.add_rms_norm_linear_silu_mul(x[:1], r[:1], nw, 1e-6, False, w[:-1])

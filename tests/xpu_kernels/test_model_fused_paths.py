@@ -58,7 +58,7 @@ def test_triton_model_matches_reference_model(tmp_path, monkeypatch):
     assert chosen["gated_delta_rule_decode"] == "triton" and chosen["rms_norm"] == "triton"
     assert chosen["paged_attention"] == "triton"
     assert chosen["add_rms_norm"] == chosen["sigmoid_mul"] == "triton"  # the final norm, the attention gate
-    assert chosen["add_rms_norm_linear"] == chosen["linear_silu_mul"] == chosen["linear"] == "triton"
+    assert chosen["add_rms_norm_linear"] == chosen["add_rms_norm_linear_silu_mul"] == chosen["linear"] == "triton"
     assert got == want
 
 

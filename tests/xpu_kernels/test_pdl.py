@@ -48,15 +48,31 @@ def test_pdl_order_check():
     check_pdl_order(early_activation.replace(" ld.global.b16 %rs1, [%rd4];\n", ""), weights)
 
 
-def test_prologues_are_fused_only_without_pdl(monkeypatch):
+def test_silu_prologue_is_fused_only_without_pdl(monkeypatch):
     from anna_xpu_kernels import fused_linear
 
     x = torch.zeros(1, 8)
-    assert fused_linear.prologue_pays(x, 1024, fused_linear.MAX_K)
-    assert not fused_linear.prologue_pays(x, 2048, fused_linear.MAX_K)
+    assert fused_linear.prologue_pays(x, 1024, fused_linear.SILU_MAX_K)
+    assert not fused_linear.prologue_pays(x, 16384, fused_linear.SILU_MAX_K)
     monkeypatch.setattr(pdl, "enabled", lambda t: True)
-    assert not fused_linear.prologue_pays(x, 1024, fused_linear.MAX_K)
     assert not fused_linear.prologue_pays(x, 128, fused_linear.SILU_MAX_K)
+
+
+def test_norm_prologue_is_fused_where_its_row_pass_is_one_load(monkeypatch):
+    from anna_xpu_kernels import _env, fused_linear
+
+    monkeypatch.delenv(_env.NORM_PROLOGUE_ENV, raising=False)
+    pays = fused_linear.norm_prologue_pays
+    assert pays(torch.zeros(1, 1024), 1024) and not pays(torch.zeros(1, 2048), 2048)  # without PDL: K <= MAX_K
+    monkeypatch.setattr(pdl, "enabled", lambda t: True)
+    assert pays(torch.zeros(1, 2048), 2048) and pays(torch.zeros(1, 1000), 1000)  # M = 1: rows up to 2048
+    assert not pays(torch.zeros(1, 4096), 4096)  # the 9B width: not measured
+    assert pays(torch.zeros(2, 1024), 1024) and not pays(torch.zeros(2, 2048), 2048)
+    assert not pays(torch.zeros(3, 512), 512)  # the tensor-core tiles' 16 padded rows: a looped pass
+    monkeypatch.setenv(_env.NORM_PROLOGUE_ENV, "0")
+    assert not pays(torch.zeros(1, 2048), 2048)
+    monkeypatch.setenv(_env.NORM_PROLOGUE_ENV, "1")
+    assert pays(torch.zeros(8, 8192), 8192)
 
 
 def test_capability_probe_needs_nvidia_sm90(monkeypatch):

@@ -48,3 +48,15 @@ def pdl_requested() -> bool:
     """False when ``ANNA_TRITON_PDL`` is set to a false value (``0``): the decode kernels then launch
     without programmatic dependent launch (:mod:`anna_xpu_kernels.pdl`); on by default."""
     return os.environ.get(PDL_ENV, "").strip().lower() not in _FALSE
+
+
+NORM_PROLOGUE_ENV = "ANNA_GEMV_NORM_PROLOGUE"
+
+
+def norm_prologue_requested() -> bool | None:
+    """``ANNA_GEMV_NORM_PROLOGUE``: a true value fuses every pre-projection RMSNorm into the decode
+    GEMV where the kernel takes the shapes, a false value never does, unset (or anything else) leaves it
+    to :func:`anna_xpu_kernels.fused_linear.prologue_pays` (for A/B measurements and debugging)."""
+    value = os.environ.get(NORM_PROLOGUE_ENV, "").strip().lower()
+    return True if value in _TRUE else False if value in _FALSE else None
+

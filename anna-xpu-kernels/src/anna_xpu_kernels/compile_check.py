@@ -88,7 +88,7 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     from anna_xpu_kernels import gemv
 
     base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1, "PROLOGUE": 0, "ZERO_CENTERED": False,
-            "EPILOGUE": 0, "USE_PDL": True}
+            "EPILOGUE": 0, "USE_PDL": True, "ROW_BLOCK": 512}
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 2, "BLOCK_N": 8, "BLOCK_K": 512, "USE_DOT": False,
                                       "EVEN_K": False, "SPLIT_K": 3, "USE_PDL": False}, 4
@@ -98,9 +98,9 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                       "UPCAST_DOT": True, "EVEN_K": False}, 4
     # the fused prologues (anna_xpu_kernels.gemv_prologue): add+RMSNorm, RMSNorm, SiLU-mul
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 512, "USE_DOT": False,
-                                      "SPLIT_K": 4, "PROLOGUE": 2, "ZERO_CENTERED": True}, 4
+                                      "SPLIT_K": 4, "PROLOGUE": 2, "ZERO_CENTERED": True, "ROW_BLOCK": 4096}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
-                                      "PROLOGUE": 1}, 4
+                                      "PROLOGUE": 1, "ROW_BLOCK": 256}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_K": 256, "USE_DOT": False,
                                       "SPLIT_K": 2, "PROLOGUE": 3}, 4
     yield gemv._gemv_kernel, "fp32", {**base, "BLOCK_M": 4, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
@@ -112,6 +112,9 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                       "SPLIT_K": 2, "EPILOGUE": 1}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
                                       "EPILOGUE": 1}, 4
+    # the MLP's input norm and its SwiGLU epilogue in one launch (add_rms_norm_linear_silu_mul)
+    yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 512, "USE_DOT": False,
+                                      "PROLOGUE": 2, "ZERO_CENTERED": True, "EPILOGUE": 1, "ROW_BLOCK": 2048}, 4
 
 
 _GLOBAL_WRITES = ("st.global", "atom.global", "red.global")

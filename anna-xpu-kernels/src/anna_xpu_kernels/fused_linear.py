@@ -4,7 +4,8 @@
 product + ``down_proj``) run the decode GEMV (:mod:`anna_xpu_kernels.gemv`) with a prologue
 (:mod:`anna_xpu_kernels.gemv_prologue`) that computes each activation tile from the raw inputs;
 ``linear_silu_mul`` (merged gate/up projection + SwiGLU product) runs it with the ``SILU_MUL_OUT``
-epilogue. All keep the roundings of the unfused references
+epilogue, and ``add_rms_norm_linear_silu_mul`` (the MLP's norm, gate/up projection and product) with
+both. All keep the roundings of the unfused references
 (:mod:`anna_core.kernels.reference.fused_linear`). Split-K, the tensor-core path and autotuning (keyed
 on the prologue and epilogue modes too) work as for the plain GEMV.
 
@@ -16,11 +17,12 @@ measured 674 -> 691 tok/s at 2B on one machine (a single A/B within the ±2% run
 ``linear_silu_mul`` fuses wherever the GEMV takes the shapes, with or without programmatic dependent
 launch.
 
+The norm prologue fuses where :func:`norm_prologue_pays` (measured on an H200; with programmatic
+dependent launch one row of at most 2048 values), the SiLU-mul prologue where :func:`prologue_pays`.
 Outside the GEMV's domain (more than 8 rows, a weight that is not a contiguous ``[N, K]`` of x's
-dtype), beyond the widths where fusing measured faster (:data:`MAX_K`, :data:`SILU_MAX_K`) or when the
-kernels launch with programmatic dependent launch (:func:`prologue_pays`) both run unfused: the Triton
-``add_rms_norm`` / ``silu_and_mul`` kernel, then :func:`anna_xpu_kernels.gemv.linear` (``F.linear``
-beyond 8 rows).
+dtype) or where fusing does not pay, the ops run unfused: the Triton ``add_rms_norm`` /
+``silu_and_mul`` kernel, then :func:`anna_xpu_kernels.gemv.linear` (``F.linear`` beyond 8 rows) or
+:func:`linear_silu_mul`.
 """
 
 from __future__ import annotations
@@ -29,34 +31,70 @@ import torch
 from anna_core.kernels.checks import require
 from anna_core.kernels.reference.fused_linear import (
     check_add_rms_norm_linear,
+    check_add_rms_norm_linear_silu_mul,
     check_linear_silu_mul,
     check_silu_mul_linear,
 )
 
 from anna_xpu_kernels import activations, gemv, norms, pdl
 from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
+from anna_xpu_kernels._env import norm_prologue_requested
+from anna_xpu_kernels._triton import next_pow2
 from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, RMS_NORM, SILU_MUL
 
 MAX_K = 1024
-"""Longest row the norm prologue takes: every program re-reads its rows (``M * K`` values, from L2)
-to get their mean square, a cost that grows with K. On an H200 (2026-11-30 microbenchmark, M=1,
-BENCHMARKS.md) the fusion saved 0.1–0.5 us per projection at K=1024 and lost 1–5 us at K=2048 and
-4096 (a separate add_rms_norm launch costs less than that re-reading)."""
+"""Longest row the norm prologue takes without programmatic dependent launch: every program re-reads
+its rows (``M * K`` values, from L2) to get their mean square. On an H200 (2026-11-30 microbenchmark,
+M=1, BENCHMARKS.md, with the row pass then looping over ``BLOCK_K`` columns) the fusion saved
+0.1–0.5 us per projection at K=1024 and lost 1–5 us at K=2048 and 4096."""
 SILU_MAX_K = 8192
 """Longest SwiGLU half the SiLU-mul prologue takes (same measurement: +0.3 us at K=3584, +0.5 us at
 6144, -1.2 us at 12288)."""
 
 
 def prologue_pays(x: torch.Tensor, k: int, max_k: int) -> bool:
-    """Whether fusing a prologue of width ``k`` into the GEMV on x's device is expected to be faster:
-    ``k <= max_k`` and the kernels launch without programmatic dependent launch (:mod:`anna_xpu_kernels.pdl`).
-
-    With PDL the separate small kernel starts while the previous projection finishes and the GEMV after
-    it prefetches its first weight tile meanwhile, whereas the fused prologue's row pass waits for the
-    previous kernel in every program: on an H200 (2026-11-30, M=1, BENCHMARKS.md) the fused launches
-    were 1.8 us slower per projection at 0.8B (K=1024) and within +-0.4 us at 2B and 9B.
-    """
+    """Whether fusing the SiLU-mul prologue of width ``k`` into the GEMV on x's device is expected to
+    be faster: ``k <= max_k`` and the kernels launch without programmatic dependent launch
+    (:mod:`anna_xpu_kernels.pdl`; with it the separate ``silu_and_mul`` starts while the projection
+    before it finishes, and the GEMV after it prefetches its first weight tile meanwhile)."""
     return k <= max_k and not pdl.enabled(x)
+
+
+NORM_FUSE_VALUES = 2048
+"""With programmatic dependent launch, the norm is fused where its rows hold at most this many values
+(``next_pow2(M) * next_pow2(K)``): the widths measured (2B, K = 2048; 0.8B, K = 1024, M = 1)."""
+
+
+def norm_prologue_pays(x: torch.Tensor, k: int) -> bool:
+    """Whether to fuse the residual add + RMSNorm of rows of width ``k`` into the GEMV after it
+    (``ANNA_GEMV_NORM_PROLOGUE`` overrides, :func:`anna_xpu_kernels._env.norm_prologue_requested`).
+
+    With programmatic dependent launch: for one or two rows of at most :data:`NORM_FUSE_VALUES` values
+    in all, where the prologue's row pass is one load per row
+    (:func:`anna_xpu_kernels.gemv_prologue.row_block`), so it adds one L2 round trip after the wait and
+    saves a launch. On an H200 (2026-11-30, graph-replayed decode steps, interleaved processes,
+    BENCHMARKS.md) fusing all 48 pre-projection norms of the 2B shape measured within the run-to-run
+    spread (682 vs 690 tok/s, means of three runs each), and the 0.8B shape 1145 vs 1116 tok/s (one
+    run each); the 9B width (K = 4096) was not measured and stays unfused. Without PDL: ``k <=
+    MAX_K``.
+    """
+    forced = norm_prologue_requested()
+    if forced is not None:
+        return forced
+    if not pdl.enabled(x):
+        return k <= MAX_K
+    m = x.numel() // k if k else 0
+    return 1 <= m <= 2 and next_pow2(m) * next_pow2(k) <= NORM_FUSE_VALUES
+
+
+def _norm_prologue(x2: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                   zero_centered: bool) -> tuple[gemv.Prologue, torch.Tensor | None]:
+    """The GEMV prologue of ``rms_norm(x2 + residual)`` for ``x2`` ``[M, K]`` rows, and the new residual
+    ``[M, K]`` it writes (None without a residual: the stream is x itself)."""
+    if residual is None:
+        return gemv.Prologue(RMS_NORM, norm_weight=norm_weight.contiguous(), eps=eps, zero_centered=zero_centered), None
+    new2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+    return gemv.Prologue(ADD_RMS_NORM, as_rows(residual), norm_weight.contiguous(), new2, eps, zero_centered), new2
 
 
 def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -69,8 +107,8 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_wei
             None; norm_weight: ``[K]`` (any float dtype); eps: added to the mean square;
             zero_centered: scale by ``1 + norm_weight``; weight: ``[N, K]`` of x's dtype.
         config: run this GEMV configuration instead of the autotuned one (tests).
-        fuse: None fuses where :func:`prologue_pays` (``MAX_K``); True wherever the GEMV takes the
-            shapes (microbenchmarks); False never.
+        fuse: None fuses where :func:`norm_prologue_pays`; True wherever the GEMV takes the shapes
+            (microbenchmarks); False never.
 
     Returns:
         ``(y, new_residual)``: ``y`` ``[..., N]`` and ``new_residual = round(x + residual)`` ``[..., K]``
@@ -84,19 +122,13 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_wei
     require_float(op, x=x)
     require_same_device(op, x=x, residual=residual, norm_weight=norm_weight, weight=weight)
     k = weight.shape[1]
-    if not (gemv.supports(x, weight) and (prologue_pays(x, k, MAX_K) if fuse is None else fuse)):
+    if not (gemv.supports(x, weight) and (norm_prologue_pays(x, k) if fuse is None else fuse)):
         h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
         return gemv.linear(h, weight, None), new_residual
     x2 = as_rows(x)
-    if residual is None:
-        prologue = gemv.Prologue(RMS_NORM, norm_weight=norm_weight.contiguous(), eps=eps, zero_centered=zero_centered)
-        new_residual = x
-    else:
-        new2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
-        prologue = gemv.Prologue(ADD_RMS_NORM, as_rows(residual), norm_weight.contiguous(), new2, eps, zero_centered)
-        new_residual = new2.view(x.shape)
+    prologue, new2 = _norm_prologue(x2, residual, norm_weight, eps, zero_centered)
     y = gemv.launch(x2, weight, None, config, prologue)
-    return y.view(*x.shape[:-1], weight.shape[0]), new_residual
+    return y.view(*x.shape[:-1], weight.shape[0]), x if new2 is None else new2.view(x.shape)
 
 
 def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConfig | None = None,
@@ -156,3 +188,43 @@ def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConf
         return activations.silu_and_mul(gemv.linear(x, weight, None))
     y = gemv.launch(as_rows(x), weight, None, config, gemv.Prologue(), gemv.SILU_MUL_OUT)
     return y.view(*x.shape[:-1], weight.shape[0] // 2)
+
+
+def add_rms_norm_linear_silu_mul(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                                 eps: float, zero_centered: bool, weight: torch.Tensor,
+                                 config: gemv.GemvConfig | None = None,
+                                 fuse: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add + RMSNorm + merged gate/up projection + SwiGLU product (signature of the reference
+    ``add_rms_norm_linear_silu_mul``): the GEMV with the norm prologue and the ``SILU_MUL_OUT``
+    epilogue, one launch.
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``) float32 / float16 / bfloat16; residual: x's shape and dtype, or
+            None; norm_weight: ``[K]`` (any float dtype); eps: added to the mean square;
+            zero_centered: scale by ``1 + norm_weight``; weight: ``[2I, K]`` of x's dtype.
+        config: run this GEMV configuration instead of the autotuned one (tests).
+        fuse: None fuses the norm where :func:`norm_prologue_pays`; True wherever the GEMV takes the
+            shapes; False never (then ``add_rms_norm`` and :func:`linear_silu_mul`, two launches).
+
+    Returns:
+        ``(y, new_residual)``: ``y`` ``[..., I]`` and ``new_residual = round(x + residual)`` ``[..., K]``
+        (``x`` itself when residual is None), both in x's dtype; the inputs are not written.
+
+    Raises:
+        ValueError: shapes or dtypes disagree, unsupported dtype, tensors on different devices, or a
+            forced ``config`` with ``block_n < 2``.
+    """
+    op = "add_rms_norm_linear_silu_mul"
+    check_add_rms_norm_linear_silu_mul(x, residual, norm_weight, weight)
+    require_float(op, x=x)
+    require_same_device(op, x=x, residual=residual, norm_weight=norm_weight, weight=weight)
+    require(config is None or config.block_n >= 2, op,
+            f"the SwiGLU epilogue needs block_n >= 2 (a gate and an up row), got {config}")
+    k = weight.shape[1]
+    if not (gemv.supports(x, weight) and (norm_prologue_pays(x, k) if fuse is None else fuse)):
+        h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
+        return linear_silu_mul(h, weight, config), new_residual
+    x2 = as_rows(x)
+    prologue, new2 = _norm_prologue(x2, residual, norm_weight, eps, zero_centered)
+    y = gemv.launch(x2, weight, None, config, prologue, gemv.SILU_MUL_OUT)
+    return y.view(*x.shape[:-1], weight.shape[0] // 2), x if new2 is None else new2.view(x.shape)

@@ -48,7 +48,7 @@ from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.counters import CounterPool
-from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_rstd
+from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_block, row_rstd
 from anna_xpu_kernels.gemv_tuning import FIXED, MAX_SPLIT_N, GemvConfig, autotune_bench, prune, tuning_space
 
 NO_EPILOGUE, SILU_MUL_OUT = 0, 1
@@ -121,7 +121,8 @@ def _store(y_ptr, out, rows, pid_n, M, N, stride_ym, EPILOGUE: tl.constexpr, BLO
 
 @autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "PROLOGUE", "EPILOGUE"], prune_configs_by={
     "early_config_prune": prune}, do_bench=autotune_bench)
-@triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
+@triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0,
+                    "ROW_BLOCK": lambda a: row_block(a["K"], 16 if a["USE_DOT"] else a["BLOCK_M"], a["BLOCK_K"])})
 @triton.jit
 def _gemv_kernel(
     x_ptr, weight_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, s_ptr,
@@ -129,7 +130,7 @@ def _gemv_kernel(
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, UPCAST_DOT: tl.constexpr,
     PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, USE_DOT: tl.constexpr,
-    EVEN_K: tl.constexpr,
+    EVEN_K: tl.constexpr, ROW_BLOCK: tl.constexpr,
 ):
     # r_ptr, nw_ptr, s_ptr, stride_rm, stride_sm, eps, ZERO_CENTERED: inputs and output of the
     # prologue (anna_xpu_kernels.gemv_prologue), unused with PROLOGUE == 0 (PLAIN).
@@ -165,7 +166,7 @@ def _gemv_kernel(
     if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms needs the whole row, whatever this program's K range
         first = (pid_n == 0) & (pid_k == 0)
         rstd = row_rstd(x_ptr, r_ptr, s_ptr, rows, M, K, stride_xm, stride_rm, stride_sm, eps, first,
-                        PROLOGUE, 16 if USE_DOT else BLOCK_M, BLOCK_K)
+                        PROLOGUE, 16 if USE_DOT else BLOCK_M, ROW_BLOCK)
     else:
         rstd = tl.zeros((16 if USE_DOT else BLOCK_M,), dtype=tl.float32)
     if USE_DOT:  # Triton pipelines the loads that feed tl.dot (num_stages) by itself

@@ -9,7 +9,8 @@ the activation dtype exactly where the unfused torch references round it
 * ``PLAIN`` (0): the tile of ``x``.
 * ``RMS_NORM`` (1): ``round(x * rstd * w)``, ``w = 1 + norm_weight`` if zero-centred, where
   ``rstd = 1 / sqrt(mean(x^2) + eps)`` over the whole row (:func:`row_rstd`, a pass over the row
-  that every program makes: the row is a few KiB, read from L2).
+  that every program makes: the row is a few KiB, read from L2 in one load of ``ROW_BLOCK`` columns
+  per row where :func:`row_block` allows, so the pass costs one L2 round trip, not one per tile).
 * ``ADD_RMS_NORM`` (2): as ``RMS_NORM`` on ``s = round(x + residual)``, recomputed per tile; the
   first program (pid ``(0, 0)``) also writes ``s`` (the new residual stream) during its row pass.
 * ``SILU_MUL`` (3): ``round(round(silu(gate)) * up)`` with gate ``x[:, k]`` and up ``x[:, K + k]``.
@@ -25,12 +26,24 @@ from anna_xpu_kernels._triton import tl, triton
 PLAIN, RMS_NORM, ADD_RMS_NORM, SILU_MUL = 0, 1, 2, 3
 """The ``PROLOGUE`` modes of the GEMV kernel."""
 
+ROW_VALUES = 4096
+"""Most row values (rows x columns) the norm prologue's row pass loads at once per program."""
+
+
+def row_block(k: int, rows: int, block_k: int) -> int:
+    """Columns per step of the row pass over ``rows`` rows of width ``k``: the whole row in one step
+    while ``rows * next_pow2(k) <= ROW_VALUES`` (one row of up to 4096 values, e.g. M = 1 at the 9B
+    width), else ``ROW_VALUES / rows`` (at least ``block_k``)."""
+    whole = 1 << max(0, (k - 1).bit_length())
+    return max(block_k, min(whole, ROW_VALUES // rows))
+
 
 @triton.jit
 def row_rstd(x_ptr, r_ptr, s_ptr, rows, M, K, stride_xm, stride_rm, stride_sm, eps, write,
              PROLOGUE: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """``[ROWS]`` float32 ``1 / sqrt(mean(s^2) + eps)`` of the rows ``rows`` (``s = x``, or
-    ``round(x + residual)`` with ``ADD_RMS_NORM``, also stored to ``s_ptr`` where ``write``)."""
+    ``round(x + residual)`` with ``ADD_RMS_NORM``, also stored to ``s_ptr`` where ``write``), read in
+    steps of ``BLOCK_K`` columns (:func:`row_block`: one step for a whole row)."""
     ks = tl.arange(0, BLOCK_K)
     row_ok = (rows < M)[:, None]
     acc = tl.zeros((ROWS, BLOCK_K), dtype=tl.float32)

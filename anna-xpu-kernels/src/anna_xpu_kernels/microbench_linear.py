@@ -143,9 +143,11 @@ def run_linear(device, dtype, models: dict[str, list[GemvShape]], row_counts, ti
 
 @attrs.frozen
 class FusedShape:
-    """One fused-prologue case: ``kind`` ``"add_rms_norm"`` (weight ``[n, k]`` after the residual add
-    and norm) or ``"silu_mul"`` (weight ``[n, k]`` after the SwiGLU product of ``2k`` values), used
-    ``count`` times per decode step by ``names``."""
+    """One fused case: ``kind`` ``"add_rms_norm"`` (weight ``[n, k]`` after the residual add and
+    norm), ``"silu_mul"`` (weight ``[n, k]`` after the SwiGLU product of ``2k`` values),
+    ``"silu_mul_out"`` (a merged gate/up weight ``[n, k]`` with the SwiGLU product after it) or
+    ``"add_rms_norm_silu_out"`` (both: the MLP's ``add_rms_norm_linear_silu_mul``), used ``count``
+    times per decode step by ``names``."""
 
     kind: str
     n: int
@@ -172,18 +174,21 @@ def decode_fused_shapes(text_config: dict[str, Any]) -> list[FusedShape]:
     out.append(FusedShape("silu_mul", down.n, down.k, text_config["num_hidden_layers"], "down"))
     gate_up = by_name["gate_up"]
     out.append(FusedShape("silu_mul_out", gate_up.n, gate_up.k, text_config["num_hidden_layers"], "gate_up"))
+    out.append(FusedShape("add_rms_norm_silu_out", gate_up.n, gate_up.k, text_config["num_hidden_layers"], "gate_up"))
     return out
 
 
 SMOKE_FUSED = {"smoke": [FusedShape("add_rms_norm", 37, 75, 2, "a"), FusedShape("silu_mul", 40, 24, 2, "b"),
-                         FusedShape("silu_mul_out", 48, 24, 2, "c")]}
+                         FusedShape("silu_mul_out", 48, 24, 2, "c"), FusedShape("add_rms_norm_silu_out", 48, 75, 2, "d")]}
 """Tiny fused cases (odd N and K) for a run under the interpreter."""
 
 
 def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: int = 1) -> list[str]:
     """Time each fused GEMV against its two unfused launches (Triton ``add_rms_norm`` or ``silu_and_mul``
-    then the GEMV; for the ``silu_mul_out`` epilogue the GEMV then ``silu_and_mul``) at ``rows`` activation rows; return the printed lines: one row per
-    case starting with ``fused``, then per model the time saved per decode step."""
+    then the GEMV; for the ``silu_mul_out`` epilogue the GEMV then ``silu_and_mul``; for
+    ``add_rms_norm_silu_out`` ``add_rms_norm`` then the GEMV with the epilogue) at ``rows`` activation
+    rows; return the printed lines: one row per case starting with ``fused``, then per model the time
+    saved per decode step (each kind alone: the gate/up cases overlap)."""
     import torch
 
     from anna_xpu_kernels import activations, fused_linear, gemv, gemv_tuning, norms
@@ -210,6 +215,16 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
 
                 def fused(x=x, r=r, nw=nw, w=w):
                     return fused_linear.add_rms_norm_linear(x, r, nw, 1e-6, True, w, fuse=True)[0]
+            elif s.kind == "add_rms_norm_silu_out":
+                x, r = (torch.randn(rows, s.k, device=device, generator=gen).to(dtype) for _ in range(2))
+                nw = torch.randn(s.k, device=device, generator=gen).to(dtype)
+
+                def unfused(x=x, r=r, nw=nw, w=w):
+                    h, _ = norms.add_rms_norm(x, r, nw, 1e-6, True)
+                    return fused_linear.linear_silu_mul(h, w)
+
+                def fused(x=x, r=r, nw=nw, w=w):
+                    return fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w, fuse=True)[0]
             elif s.kind == "silu_mul_out":
                 x = torch.randn(rows, s.k, device=device, generator=gen).to(dtype)
 

@@ -27,6 +27,7 @@ TRITON_KERNELS = {
     "add_rms_norm_linear": ("fused_linear:add_rms_norm_linear", "probes:linear_probe"),
     "silu_mul_linear": ("fused_linear:silu_mul_linear", "probes:linear_probe"),
     "linear_silu_mul": ("fused_linear:linear_silu_mul", "probes:linear_probe"),
+    "add_rms_norm_linear_silu_mul": ("fused_linear:add_rms_norm_linear_silu_mul", "probes:linear_probe"),
 }
 FLA_KERNELS = {
     "gated_delta_rule_prefill": ("fla_prefill:gated_delta_rule_prefill", "probes:fla_prefill_probe"),

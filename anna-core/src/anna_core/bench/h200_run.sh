@@ -7,6 +7,8 @@
 #   MODE=ab: the b=1 targets again with asynchronous scheduling off, then with the Triton GEMV off.
 #   MODE=repeat: the ONLY targets (default "2B") in REPEAT (default 4) separate processes, logging the
 #   GEMV autotuning picks of each (run-to-run spread on one machine).
+#   MODE=abenv: A/B of the environment switch ABVAR (A: ABVAR=0, B: default) in REPEAT (default 3)
+#   interleaved pairs of processes over the ONLY targets (default "2B").
 #   TAG=x names this run's logs bench_x.log / bench_all_x.json (e.g. an A/B with ANNA_TRITON_PDL=0).
 # The device tool returns at most 8 files under $OUT, each under ~16 MB: the cache is split in 15 MB
 # parts, and cached binaries of a kernel whose source changed should be pruned before carrying it
@@ -34,7 +36,7 @@ if [ "${MODE:-targets}" = "targets" ]; then
   # kernel microbenchmarks (every op vs its reference and fla; linear: Triton GEMV / fused vs cuBLAS)
   timeout "${T_MICRO:-150}" python3 -m anna_xpu_kernels.microbench --linear-rows 1,4 > "$OUT/micro.log" 2>&1
   echo "microbench exit $?"
-  save_cache
+  [ -n "${NO_SAVE:-}" ] || save_cache
 elif [ "${MODE}" = "repeat" ]; then
   only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
   for i in $(seq 1 "${REPEAT:-4}"); do
@@ -43,9 +45,27 @@ elif [ "${MODE}" = "repeat" ]; then
     echo "run $i exit $?"; grep -E "^decode|copy ->" "$OUT/repeat_$i.log"
   done
   [ -n "${NO_SAVE:-}" ] || save_cache
+elif [ "${MODE}" = "abenv" ]; then
+  # A/B of an environment switch ABVAR (e.g. ANNA_GEMV_NORM_PROLOGUE) in interleaved processes: A with
+  # ABVAR=0, B with it unset (the default), REPEAT (default 3) pairs of the ONLY targets (default "2B");
+  # one summary line per run, the logs in $OUT/abenv_logs.tgz (one file: the tool returns at most 8)
+  only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
+  mkdir -p /tmp/abenv
+  for i in $(seq 1 "${REPEAT:-3}"); do
+    for arm in A B; do
+      (if [ "$arm" = A ]; then export "${ABVAR:?set ABVAR}=0"; else unset "${ABVAR:?set ABVAR}"; fi
+       timeout "${T_ONE:-170}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench --skip-hf \
+         "${only[@]}" --out "/tmp/abenv/$arm$i.json" > "/tmp/abenv/$arm$i.log" 2>&1)
+      echo "$arm$i exit $?: $(grep -E '^decode' "/tmp/abenv/$arm$i.log" | head -1) |" \
+        "$(grep -o 'replay alone: [0-9.]* ms' "/tmp/abenv/$arm$i.log" | head -1) |" \
+        "$(grep -o 'at [0-9]* GB/s copy' "/tmp/abenv/$arm$i.log" | head -1)"
+      tar czf "$OUT/abenv_logs.tgz" -C /tmp abenv
+    done
+  done
+  [ -n "${NO_SAVE:-}" ] || save_cache
 else
   # the GEMV serves linear and the fused ops built on it (the MLP's gate/up runs as linear_silu_mul)
-  for variant in "--no-async-scheduling" "--disable-kernel linear:triton --disable-kernel linear_silu_mul:triton"; do
+  for variant in "--no-async-scheduling" "--disable-kernel linear:triton --disable-kernel linear_silu_mul:triton --disable-kernel add_rms_norm_linear_silu_mul:triton"; do
     tag=$(echo "$variant" | tr -dc 'a-z')
     timeout "${T_AB:-200}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench --skip-hf \
       --only "b=1" $variant --out "$OUT/ab_$tag.json" > "$OUT/ab_$tag.log" 2>&1

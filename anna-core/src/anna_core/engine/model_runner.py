@@ -89,7 +89,8 @@ class ModelRunner:
         """Warm up and capture the decode graphs (where the device and ``config`` allow).
 
         A failed capture (e.g. a kernel that synchronizes with the host) is logged and leaves the
-        runner eager: serving continues, only slower.
+        runner eager: serving continues, only slower. When ``torch.compile`` of the step is what fails
+        (dynamo cannot trace every kernel plugin's launcher), the uncompiled step is captured instead.
         """
         self.graphs = None
         if config.warmup:
@@ -105,14 +106,27 @@ class ModelRunner:
                 return torch.compile(fn, mode=mode, dynamic=False)
 
         width = -(-max_model_len // self.caches.block_size)
-        graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs, max_blocks_per_seq=width,
-                              vocab_size=vocab, compile_fn=compile_fn)
-        try:
+
+        def capture(fn):
+            graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,
+                                  max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn)
             graphs.capture()
-        except Exception as exc:  # noqa: BLE001 - keep serving eagerly rather than not at all
-            log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, exc)
+            return graphs
+
+        try:
+            self.graphs = capture(compile_fn)
             return
-        self.graphs = graphs
+        except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
+            if compile_fn is None:
+                log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, exc)
+                return
+            # e.g. dynamo cannot trace a kernel plugin's launcher: the graphs still pay without compile
+            log.warning("decode graph capture with torch.compile (mode %s) failed, capturing the uncompiled step: "
+                        "%s: %s", config.compile_mode, type(exc).__name__, exc)
+        try:
+            self.graphs = capture(None)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, exc)
 
     def _vocab_size(self) -> int:
         cfg = getattr(self.model, "config", None)

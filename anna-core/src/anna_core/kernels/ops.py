@@ -94,6 +94,12 @@ Op names (keys of :data:`OPS`) and signatures:
     x: ``[M, K]``; weight: ``[2I, K]`` of x's dtype (gate rows, then up rows), no bias.
     ``y = silu_and_mul(linear(x, weight, None))`` ``[M, I]``, the projection rounded to x's dtype first:
     the SwiGLU product fused into the merged gate/up projection (no ``[M, 2I]`` intermediate).
+
+``add_rms_norm_linear_silu_mul(x, residual, norm_weight, eps, zero_centered, weight) -> (y, new_residual)``
+    Arguments as ``add_rms_norm_linear`` with weight ``[2I, K]`` (gate rows, then up rows).
+    ``(h, new_residual) = add_rms_norm(x, residual, norm_weight, eps, zero_centered)`` then
+    ``y = linear_silu_mul(h, weight)`` ``[M, I]``, rounded as those ops round: a pre-norm MLP's
+    residual add, norm, gate/up projection and SwiGLU product (one launch at decode instead of two).
 """
 
 OPS: dict[str, str] = {
@@ -112,5 +118,6 @@ OPS: dict[str, str] = {
     "add_rms_norm_linear": "anna_core.kernels.reference.fused_linear:add_rms_norm_linear",
     "silu_mul_linear": "anna_core.kernels.reference.fused_linear:silu_mul_linear",
     "linear_silu_mul": "anna_core.kernels.reference.fused_linear:linear_silu_mul",
+    "add_rms_norm_linear_silu_mul": "anna_core.kernels.reference.fused_linear:add_rms_norm_linear_silu_mul",
 }
 """Op name -> its torch reference implementation (registered at priority 0 by the built-in plugin)."""

@@ -54,11 +54,15 @@ class SwiGLUMLP(nn.Module):
         With ``pre_norm = (norm, residual)`` (an :class:`~anna_core.layers.norm.RMSNorm` and the
         residual stream, or None in a first block), ``x`` is the previous block's output: the block
         computes ``mlp(norm(x + residual))`` and returns ``(output, x + residual)``, the add fused
-        into the norm (``add_rms_norm``); after :meth:`merge_gate_up` with ``ops`` the block is three
-        launches at decode: ``add_rms_norm``, ``linear_silu_mul`` and ``down_proj``.
+        into the norm (``add_rms_norm``); after :meth:`merge_gate_up` with ``ops`` the add, norm,
+        gate/up projection and SwiGLU product are one op (``add_rms_norm_linear_silu_mul``), so the
+        block is two launches at decode where the kernels fuse them.
         """
         if pre_norm is not None:
             norm, residual = pre_norm
+            if self.gate_up_proj is not None and self.ops is not None:
+                h, new_residual = norm.add_norm_linear_silu_mul(x, residual, self.gate_up_proj)
+                return self.down_proj(h), new_residual
             y, new_residual = norm.add_and_norm(x, residual)
             return self(y), new_residual
         if self.gate_up_proj is None:

@@ -72,5 +72,21 @@ class RMSNorm(nn.Module):
             return linear(y), new_residual
         return self.ops.add_rms_norm_linear(x, residual, self.weight, self.eps, self.zero_centered, linear.weight)
 
+    def add_norm_linear_silu_mul(self, x: torch.Tensor, residual: torch.Tensor | None,
+                                 gate_up: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(silu_and_mul(gate_up(norm(x + residual))), x + residual)``: the residual add and this
+        norm fused into a merged, bias-free gate/up projection and its SwiGLU product (the
+        ``add_rms_norm_linear_silu_mul`` op: one launch at decode on GPUs).
+
+        Args:
+            x, residual: ``[T, D]`` (residual None: the stream starts at x).
+            gate_up: bias-free ``nn.Linear`` with ``weight`` ``[2I, D]`` (gate rows, then up rows).
+
+        Returns:
+            ``([T, I], [T, D])`` in x's dtype.
+        """
+        return self.ops.add_rms_norm_linear_silu_mul(x, residual, self.weight, self.eps, self.zero_centered,
+                                                     gate_up.weight)
+
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, zero_centered={self.zero_centered}"

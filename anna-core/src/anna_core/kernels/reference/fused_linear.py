@@ -6,9 +6,10 @@ kernels. Kernel plugins may compute these in the GEMV's prologue or epilogue (on
 references here compose the unfused references, so a fused kernel is checked against exactly the
 numerics of the unfused path:
 
-    add_rms_norm_linear:  (h, r) = add_rms_norm(x, residual);  y = linear(h, weight)
-    silu_mul_linear:      y = linear(silu_and_mul(x), weight)
-    linear_silu_mul:      y = silu_and_mul(linear(x, weight))
+    add_rms_norm_linear:           (h, r) = add_rms_norm(x, residual);  y = linear(h, weight)
+    silu_mul_linear:               y = linear(silu_and_mul(x), weight)
+    linear_silu_mul:               y = silu_and_mul(linear(x, weight))
+    add_rms_norm_linear_silu_mul:  (h, r) = add_rms_norm(x, residual);  y = linear_silu_mul(h, weight)
 
 with every intermediate rounded to x's dtype as the unfused ops round it.
 """
@@ -24,13 +25,12 @@ from anna_core.kernels.reference.norms import add_rms_norm
 
 
 def check_add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                              weight: torch.Tensor) -> None:
+                              weight: torch.Tensor, op: str = "add_rms_norm_linear") -> None:
     """Check the arguments of :func:`add_rms_norm_linear` (shapes and dtypes only, no sync).
 
     Raises:
-        ValueError: ``"add_rms_norm_linear: ..."`` when any documented shape or dtype does not hold.
+        ValueError: ``"<op>: ..."`` when any documented shape or dtype does not hold.
     """
-    op = "add_rms_norm_linear"
     check_linear(op, x, weight, None)
     k = weight.shape[1]
     require(norm_weight.dim() == 1 and norm_weight.shape[0] == k, op,
@@ -64,6 +64,19 @@ def check_linear_silu_mul(x: torch.Tensor, weight: torch.Tensor) -> None:
     """
     op = "linear_silu_mul"
     check_linear(op, x, weight, None)
+    require(weight.shape[0] % 2 == 0, op, f"weight must be [2I, K] (gate rows, then up rows), got {tuple(weight.shape)}")
+
+
+def check_add_rms_norm_linear_silu_mul(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                                       weight: torch.Tensor) -> None:
+    """Check the arguments of :func:`add_rms_norm_linear_silu_mul` (shapes and dtypes only, no sync).
+
+    Raises:
+        ValueError: ``"add_rms_norm_linear_silu_mul: ..."`` when a shape or dtype of
+            :func:`check_add_rms_norm_linear` does not hold or weight's row count is odd.
+    """
+    op = "add_rms_norm_linear_silu_mul"
+    check_add_rms_norm_linear(x, residual, norm_weight, weight, op)
     require(weight.shape[0] % 2 == 0, op, f"weight must be [2I, K] (gate rows, then up rows), got {tuple(weight.shape)}")
 
 
@@ -126,3 +139,29 @@ def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """
     check_linear_silu_mul(x, weight)
     return silu_and_mul(linear(x, weight, None))
+
+
+def add_rms_norm_linear_silu_mul(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                                 eps: float, zero_centered: bool,
+                                 weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add, RMSNorm, then a merged gate/up projection and the SwiGLU product (a pre-norm MLP's
+    first half: its norm, gate/up projection and activation).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``) float activations: the previous block's output.
+        residual: x's shape and dtype, or None (no add).
+        norm_weight: ``[K]`` RMSNorm weight (any float dtype); eps: added to the mean square;
+            zero_centered: the norm scales by ``1 + norm_weight`` (Qwen3.5).
+        weight: ``[2I, K]`` of x's dtype, gate rows then up rows (as ``SwiGLUMLP.merge_gate_up`` stores them).
+
+    Returns:
+        ``(y, new_residual)``: ``(h, new_residual) = add_rms_norm(x, residual, ...)`` as in
+        :func:`add_rms_norm_linear`, then ``y = linear_silu_mul(h, weight)`` ``[M, I]`` in x's dtype.
+        The inputs are not written.
+
+    Raises:
+        ValueError: shapes or dtypes disagree (see :func:`check_add_rms_norm_linear_silu_mul`).
+    """
+    check_add_rms_norm_linear_silu_mul(x, residual, norm_weight, weight)
+    h, new_residual = add_rms_norm(x, residual, norm_weight, eps, zero_centered)
+    return linear_silu_mul(h, weight), new_residual

@@ -129,6 +129,29 @@ def test_a_step_that_cannot_be_compiled_is_captured_uncompiled(tiny_dir, monkeyp
     assert accel.replays > 0
 
 
+def test_compile_failing_after_some_captures_leaves_only_uncompiled_graphs(tiny_dir, monkeypatch):
+    """The compiled step fails at bucket 2, after the larger buckets were captured compiled: the runner
+    keeps none of that attempt's graphs and serves from a fresh, uncompiled capture."""
+
+    def compile_failing_at_two_rows(fn, **kwargs):
+        def step(batch):
+            if batch.input_ids.shape[0] == 2:
+                raise RuntimeError("dynamo failed on this bucket")
+            return fn(batch)
+
+        return step
+
+    monkeypatch.setattr(torch, "compile", compile_failing_at_two_rows)
+    engine, accel = _engine(tiny_dir, graphs=True, compile_mode="default")
+    graphs = engine.runner.graphs
+    assert graphs is not None and graphs._forward == graphs._forward_logits  # the uncompiled step
+    assert accel.captures == 4 + 8  # buckets 5 and 4 (x 2 modes) in the failed attempt, then all 8
+    prompts = [[5, 9, 3], [1, 2]]
+    params = [SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)] * 2
+    eager, _ = _engine(tiny_dir, graphs=False)
+    assert _generate(engine, prompts, params) == _generate(eager, prompts, params)
+
+
 def test_penalties_fall_back_to_eager(tiny_dir):
     engine, accel = _engine(tiny_dir, graphs=True)
     params = SamplingParams(max_tokens=4, temperature=0.0, repetition_penalty=1.3, ignore_eos=True)

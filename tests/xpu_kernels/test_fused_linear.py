@@ -206,7 +206,9 @@ def test_registry_serves_the_fused_ops_from_triton_on_the_interpreter(monkeypatc
 @pytest.mark.parametrize("name, config", CONFIGS, ids=[c[0] for c in CONFIGS])
 @pytest.mark.parametrize("m", [1, 3, 8])
 @pytest.mark.parametrize("residual", [False, True], ids=["no-residual", "residual"])
-def test_add_rms_norm_linear_silu_mul_matches_reference(poison_outputs, dtype, name, config, m, residual):
+@pytest.mark.parametrize("zero_centered", [False, True], ids=["w", "1+w"])
+def test_add_rms_norm_linear_silu_mul_matches_reference(poison_outputs, dtype, name, config, m, residual,
+                                                        zero_centered):
     """The norm prologue and the SwiGLU epilogue in one launch; I = 37 (odd). In bfloat16 the result
     passes through four roundings (norm, projection, SiLU, product), each toward zero under the
     interpreter and to nearest in torch: it is held to the unfused Triton launches (same roundings) at
@@ -214,10 +216,11 @@ def test_add_rms_norm_linear_silu_mul_matches_reference(poison_outputs, dtype, n
     x, r, nw, _ = _norm_inputs(m, K, dtype, residual, seed=40 + m)
     w = (torch.randn(2 * N, K, generator=torch.Generator().manual_seed(m)) * K ** -0.5).to(dtype)
     before = [t.clone() for t in (x, r, nw, w) if t is not None]
-    y, new_r = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w, config=config, fuse=True)
-    want_y, want_r = ref.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w)
+    y, new_r = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, zero_centered, w, config=config, fuse=True)
+    want_y, want_r = ref.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, zero_centered, w)
     assert y.dtype == new_r.dtype == dtype and y.shape == (m, N) and new_r.shape == (m, K)
-    unfused_y, _ = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w, config=config, fuse=False)
+    unfused_y, _ = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, zero_centered, w, config=config,
+                                                             fuse=False)
     torch.testing.assert_close(y, unfused_y, **tol(dtype))
     torch.testing.assert_close(y, want_y, **{name: 2 * v for name, v in tol(dtype).items()})
     if residual:
@@ -275,3 +278,15 @@ def test_add_rms_norm_linear_silu_mul_unfused_paths(monkeypatch, poison_outputs)
         fused_linear.add_rms_norm_linear_silu_mul(x[:1], r[:1], nw, 1e-6, False, w, config=GemvConfig(1, 16))
     with pytest.raises(ValueError, match="add_rms_norm_linear_silu_mul: weight must be"):
         fused_linear.add_rms_norm_linear_silu_mul(x[:1], r[:1], nw, 1e-6, False, w[:-1])
+
+
+def test_an_empty_reduction_gives_zeros_like_the_reference(poison_outputs):
+    """K = 0 (rows with no values): every product is an empty sum, so y is the op applied to zeros."""
+    x, nw, w = torch.randn(2, 0), torch.randn(0), torch.randn(6, 0)
+    torch.testing.assert_close(fused_linear.linear_silu_mul(x, w), ref.linear_silu_mul(x, w))
+    assert torch.equal(fused_linear.linear_silu_mul(x, w), torch.zeros(2, 3))
+    for residual in (None, torch.randn(2, 0)):
+        for fn in ("add_rms_norm_linear", "add_rms_norm_linear_silu_mul"):
+            got_y, got_r = getattr(fused_linear, fn)(x, residual, nw, 1e-6, True, w)
+            want_y, want_r = getattr(ref, fn)(x, residual, nw, 1e-6, True, w)
+            assert torch.equal(got_y, want_y) and got_r.shape == want_r.shape == (2, 0)

@@ -96,7 +96,7 @@ def test_microbench_linear_smoke_on_cpu():
     assert [r[2] for r in fused] == ["add_rms_norm+a", "silu_mul+b", "silu_mul_out+c", "add_rms_norm_silu_out+d"]
     assert all(r[6] == "1" for r in fused)
     assert all(float(r[-1]) < 1e-4 for r in fused), fused
-    assert "smoke fused M=1:" in out.stdout
+    assert "smoke fused M=1 add_rms_norm_silu_out:" in out.stdout
 
 
 def test_counter_pool_keeps_replaced_buffers_alive():

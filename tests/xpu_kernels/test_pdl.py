@@ -67,8 +67,8 @@ def test_norm_prologue_is_fused_where_its_row_pass_is_one_load(monkeypatch):
     monkeypatch.setattr(pdl, "enabled", lambda t: True)
     assert pays(torch.zeros(1, 2048), 2048) and pays(torch.zeros(1, 1000), 1000)  # M = 1: rows up to 2048
     assert not pays(torch.zeros(1, 4096), 4096)  # the 9B width: not measured
-    assert pays(torch.zeros(2, 1024), 1024) and not pays(torch.zeros(2, 2048), 2048)
-    assert not pays(torch.zeros(3, 512), 512)  # the tensor-core tiles' 16 padded rows: a looped pass
+    assert not pays(torch.zeros(2, 1024), 1024) and not pays(torch.zeros(3, 512), 512)  # M > 1: not measured
+    assert not pays(torch.zeros(0, 1024), 1024)
     monkeypatch.setenv(_env.NORM_PROLOGUE_ENV, "0")
     assert not pays(torch.zeros(1, 2048), 2048)
     monkeypatch.setenv(_env.NORM_PROLOGUE_ENV, "1")

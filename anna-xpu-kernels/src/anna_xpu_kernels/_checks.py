@@ -3,6 +3,7 @@ sync), and the row layout the kernels take."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -31,5 +32,5 @@ def require_same_device(op: str, **tensors: Any) -> None:
 
 def as_rows(t: torch.Tensor) -> torch.Tensor:
     """``[..., D]`` -> ``[N, D]`` with unit stride along D (a view when possible, else a copy)."""
-    t2 = t.reshape(-1, t.shape[-1])
+    t2 = t.reshape(math.prod(t.shape[:-1]), t.shape[-1])  # not -1: D may be 0
     return t2 if t2.stride(-1) == 1 else t2.contiguous()

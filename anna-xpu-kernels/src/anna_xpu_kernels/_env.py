@@ -1,4 +1,6 @@
-"""Environment switch of anna-xpu-kernels (no torch or triton import here).
+"""Environment switches of anna-xpu-kernels (no torch or triton import here): the interpreter
+(below), programmatic dependent launch (``ANNA_TRITON_PDL``) and the GEMV's norm prologue
+(``ANNA_GEMV_NORM_PROLOGUE``).
 
 ``ANNA_TRITON_INTERPRET=1`` runs the Triton kernels under Triton's CPU interpreter: it sets Triton's
 own ``TRITON_INTERPRET=1`` before the kernel modules import triton, and makes the probes accept
@@ -56,7 +58,6 @@ NORM_PROLOGUE_ENV = "ANNA_GEMV_NORM_PROLOGUE"
 def norm_prologue_requested() -> bool | None:
     """``ANNA_GEMV_NORM_PROLOGUE``: a true value fuses every pre-projection RMSNorm into the decode
     GEMV where the kernel takes the shapes, a false value never does, unset (or anything else) leaves it
-    to :func:`anna_xpu_kernels.fused_linear.prologue_pays` (for A/B measurements and debugging)."""
+    to :func:`anna_xpu_kernels.fused_linear.norm_prologue_pays` (for A/B measurements and debugging)."""
     value = os.environ.get(NORM_PROLOGUE_ENV, "").strip().lower()
     return True if value in _TRUE else False if value in _FALSE else None
-

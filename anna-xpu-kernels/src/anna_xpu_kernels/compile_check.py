@@ -88,7 +88,7 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     from anna_xpu_kernels import gemv
 
     base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1, "PROLOGUE": 0, "ZERO_CENTERED": False,
-            "EPILOGUE": 0, "USE_PDL": True, "ROW_BLOCK": 512}
+            "EPILOGUE": 0, "USE_PDL": True, "ROW_BLOCK": 1}
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 2, "BLOCK_N": 8, "BLOCK_K": 512, "USE_DOT": False,
                                       "EVEN_K": False, "SPLIT_K": 3, "USE_PDL": False}, 4

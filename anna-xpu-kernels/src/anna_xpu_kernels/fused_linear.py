@@ -27,6 +27,8 @@ dtype) or where fusing does not pay, the ops run unfused: the Triton ``add_rms_n
 
 from __future__ import annotations
 
+import math
+
 import torch
 from anna_core.kernels.checks import require
 from anna_core.kernels.reference.fused_linear import (
@@ -39,7 +41,6 @@ from anna_core.kernels.reference.fused_linear import (
 from anna_xpu_kernels import activations, gemv, norms, pdl
 from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
 from anna_xpu_kernels._env import norm_prologue_requested
-from anna_xpu_kernels._triton import next_pow2
 from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, RMS_NORM, SILU_MUL
 
 MAX_K = 1024
@@ -60,31 +61,31 @@ def prologue_pays(x: torch.Tensor, k: int, max_k: int) -> bool:
     return k <= max_k and not pdl.enabled(x)
 
 
-NORM_FUSE_VALUES = 2048
-"""With programmatic dependent launch, the norm is fused where its rows hold at most this many values
-(``next_pow2(M) * next_pow2(K)``): the widths measured (2B, K = 2048; 0.8B, K = 1024, M = 1)."""
+NORM_FUSE_K = 2048
+"""With programmatic dependent launch, the norm is fused for one row of at most this width: the widths
+measured in the decode step (2B, K = 2048; 0.8B, K = 1024; M = 1)."""
 
 
 def norm_prologue_pays(x: torch.Tensor, k: int) -> bool:
     """Whether to fuse the residual add + RMSNorm of rows of width ``k`` into the GEMV after it
     (``ANNA_GEMV_NORM_PROLOGUE`` overrides, :func:`anna_xpu_kernels._env.norm_prologue_requested`).
 
-    With programmatic dependent launch: for one or two rows of at most :data:`NORM_FUSE_VALUES` values
-    in all, where the prologue's row pass is one load per row
-    (:func:`anna_xpu_kernels.gemv_prologue.row_block`), so it adds one L2 round trip after the wait and
-    saves a launch. On an H200 (2026-11-30, graph-replayed decode steps, interleaved processes,
-    BENCHMARKS.md) fusing all 48 pre-projection norms of the 2B shape measured within the run-to-run
-    spread (682 vs 690 tok/s, means of three runs each), and the 0.8B shape 1145 vs 1116 tok/s (one
-    run each); the 9B width (K = 4096) was not measured and stays unfused. Without PDL: ``k <=
-    MAX_K``.
+    With programmatic dependent launch: for one row (batch-1 decode) of at most :data:`NORM_FUSE_K`
+    values. With the CUDA-core tiles the prologue's row pass is then one load
+    (:func:`anna_xpu_kernels.gemv_prologue.row_block`; the tensor-core tiles pad to 16 rows and loop,
+    and the autotuner times both), so it adds one L2 round trip after the wait and saves a launch. On
+    an H200 (2026-11-30, graph-replayed decode steps, interleaved processes, BENCHMARKS.md) fusing all
+    48 pre-projection norms of the 2B shape measured within the run-to-run spread (682 vs 690 tok/s,
+    means of three runs each), and the 0.8B shape 1145 vs 1116 tok/s (one run each); wider rows (the
+    9B width, K = 4096) and more rows were not measured in the step and stay unfused. Without PDL:
+    ``k <= MAX_K``.
     """
     forced = norm_prologue_requested()
     if forced is not None:
         return forced
     if not pdl.enabled(x):
         return k <= MAX_K
-    m = x.numel() // k if k else 0
-    return 1 <= m <= 2 and next_pow2(m) * next_pow2(k) <= NORM_FUSE_VALUES
+    return x.numel() == k and 0 < k <= NORM_FUSE_K
 
 
 def _norm_prologue(x2: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -182,7 +183,7 @@ def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConf
     require_same_device(op, x=x, weight=weight)
     require(config is None or config.block_n >= 2, op,
             f"the SwiGLU epilogue needs block_n >= 2 (a gate and an up row), got {config}")
-    if weight.shape[0] == 0 or x.numel() == 0:  # no output column, or no row
+    if weight.shape[0] == 0 or math.prod(x.shape[:-1]) == 0:  # no output column, or no row (K = 0 is a product)
         return x.new_empty(*x.shape[:-1], weight.shape[0] // 2)
     if not gemv.supports(x, weight):
         return activations.silu_and_mul(gemv.linear(x, weight, None))

@@ -122,7 +122,9 @@ def _store(y_ptr, out, rows, pid_n, M, N, stride_ym, EPILOGUE: tl.constexpr, BLO
 @autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "PROLOGUE", "EPILOGUE"], prune_configs_by={
     "early_config_prune": prune}, do_bench=autotune_bench)
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0,
-                    "ROW_BLOCK": lambda a: row_block(a["K"], 16 if a["USE_DOT"] else a["BLOCK_M"], a["BLOCK_K"])})
+                    # the norm prologues' row step (a constant otherwise: no extra specialisation per K)
+                    "ROW_BLOCK": lambda a: (row_block(a["K"], 16 if a["USE_DOT"] else a["BLOCK_M"], a["BLOCK_K"])
+                                            if a["PROLOGUE"] in (1, 2) else 1)})
 @triton.jit
 def _gemv_kernel(
     x_ptr, weight_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, s_ptr,

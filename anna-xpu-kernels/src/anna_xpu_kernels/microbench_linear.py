@@ -12,8 +12,8 @@ all the GEMVs of one decode step (each shape times the layers that use it).
 
 Then the fusions at one row (:mod:`anna_xpu_kernels.fused_linear`): each block's residual add +
 RMSNorm fused into its input projection, the SwiGLU product fused into ``down`` (prologues) or into
-the merged gate/up projection (epilogue), against the two launches they replace, and the time saved
-per decode step.
+the merged gate/up projection (epilogue), or both into gate/up (the MLP's norm, projection and
+product), against the two launches they replace, and the time saved per decode step by each kind.
 
     python -m anna_xpu_kernels.microbench --only linear [--linear-rows 1,4,32]
 """
@@ -188,7 +188,8 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
     then the GEMV; for the ``silu_mul_out`` epilogue the GEMV then ``silu_and_mul``; for
     ``add_rms_norm_silu_out`` ``add_rms_norm`` then the GEMV with the epilogue) at ``rows`` activation
     rows; return the printed lines: one row per case starting with ``fused``, then per model the time
-    saved per decode step (each kind alone: the gate/up cases overlap)."""
+    saved per decode step and kind (``{model} fused M=1 {kind}: ... us saved``; kinds are alternatives
+    for the same projections, e.g. three for gate/up, so they are not summed)."""
     import torch
 
     from anna_xpu_kernels import activations, fused_linear, gemv, gemv_tuning, norms
@@ -200,7 +201,7 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
 
     header = ("fused", "model", "layers", "N x K", "M", "unfused us", "fused us", "saved us", "max |fused - unfused|")
     cells: list[tuple[str, ...]] = [header]
-    saved: dict[str, float] = {}
+    saved: dict[tuple[str, str], float] = {}
     for model, shapes in models.items():
         for s in shapes:
             gen = torch.Generator(device=device).manual_seed(s.n * 31 + s.k)
@@ -243,12 +244,12 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
                     return fused_linear.silu_mul_linear(x, w, fuse=True)
             err = (fused().float() - unfused().float()).abs().max().item()
             t_un, t_fu = timer(unfused), timer(fused)
-            saved[model] = saved.get(model, 0.0) + s.count * (t_un - t_fu)
+            saved[(model, s.kind)] = saved.get((model, s.kind), 0.0) + s.count * (t_un - t_fu)
             cells.append(("fused", model, f"{s.kind}+{s.names}", f"{s.n} x {s.k}", str(rows), f"{t_un:.1f}",
                           f"{t_fu:.1f}", f"{t_un - t_fu:.1f}", f"{err:.2e}"))
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)) for row in cells]
     lines.append("")
-    lines.append("# time saved per decode step by the fusions (each case x the layers using it):")
-    lines.extend(f"{model} fused M={rows}: {us:.0f} us saved" for model, us in saved.items())
+    lines.append("# time saved per decode step by each kind of fusion (each case x the layers using it):")
+    lines.extend(f"{model} fused M={rows} {kind}: {us:.0f} us saved" for (model, kind), us in saved.items())
     return lines

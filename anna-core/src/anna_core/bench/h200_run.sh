@@ -49,11 +49,12 @@ elif [ "${MODE}" = "abenv" ]; then
   # A/B of an environment switch ABVAR (e.g. ANNA_GEMV_NORM_PROLOGUE) in interleaved processes: A with
   # ABVAR=0, B with it unset (the default), REPEAT (default 3) pairs of the ONLY targets (default "2B");
   # one summary line per run, the logs in $OUT/abenv_logs.tgz (one file: the tool returns at most 8)
+  : "${ABVAR:?MODE=abenv needs ABVAR, the environment switch to compare}"
   only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
   mkdir -p /tmp/abenv
   for i in $(seq 1 "${REPEAT:-3}"); do
     for arm in A B; do
-      (if [ "$arm" = A ]; then export "${ABVAR:?set ABVAR}=0"; else unset "${ABVAR:?set ABVAR}"; fi
+      (if [ "$arm" = A ]; then export "$ABVAR=0"; else unset "$ABVAR"; fi
        timeout "${T_ONE:-170}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench --skip-hf \
          "${only[@]}" --out "/tmp/abenv/$arm$i.json" > "/tmp/abenv/$arm$i.log" 2>&1)
       echo "$arm$i exit $?: $(grep -E '^decode' "/tmp/abenv/$arm$i.log" | head -1) |" \
@@ -64,8 +65,9 @@ elif [ "${MODE}" = "abenv" ]; then
   done
   [ -n "${NO_SAVE:-}" ] || save_cache
 else
-  # the GEMV serves linear and the fused ops built on it (the MLP's gate/up runs as linear_silu_mul)
-  for variant in "--no-async-scheduling" "--disable-kernel linear:triton --disable-kernel linear_silu_mul:triton --disable-kernel add_rms_norm_linear_silu_mul:triton"; do
+  # the GEMV serves linear and the fused ops built on it; with them off each op runs its torch
+  # reference (F.linear and torch's norm / activation ops)
+  for variant in "--no-async-scheduling" "--disable-kernel linear:triton --disable-kernel linear_silu_mul:triton --disable-kernel add_rms_norm_linear:triton --disable-kernel add_rms_norm_linear_silu_mul:triton"; do
     tag=$(echo "$variant" | tr -dc 'a-z')
     timeout "${T_AB:-200}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench --skip-hf \
       --only "b=1" $variant --out "$OUT/ab_$tag.json" > "$OUT/ab_$tag.log" 2>&1

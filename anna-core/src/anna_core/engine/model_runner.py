@@ -118,15 +118,15 @@ class ModelRunner:
             return
         except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
             if compile_fn is None:
-                log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, exc)
+                log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
                 return
             # e.g. dynamo cannot trace a kernel plugin's launcher: the graphs still pay without compile
             log.warning("decode graph capture with torch.compile (mode %s) failed, capturing the uncompiled step: "
-                        "%s: %s", config.compile_mode, type(exc).__name__, exc)
+                        "%s: %s", config.compile_mode, type(exc).__name__, str(exc))  # str: frees the attempt
         try:
             self.graphs = capture(None)
         except Exception as exc:  # noqa: BLE001
-            log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, exc)
+            log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
 
     def _vocab_size(self) -> int:
         cfg = getattr(self.model, "config", None)

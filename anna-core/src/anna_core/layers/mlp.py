@@ -17,8 +17,9 @@ class SwiGLUMLP(nn.Module):
         intermediate: inner width ``I``.
         ops: the model's :class:`anna_core.kernels.OpTable`, or None. With it, the merged path runs
             the gate/up projection and ``silu(gate) * up`` as the one ``linear_silu_mul`` op (same
-            rounding as the eager torch expressions; one GEMV launch at decode on GPUs); without it
-            (or before :meth:`merge_gate_up`) eager torch ops compute it.
+            rounding as the eager torch expressions; one GEMV launch at decode on GPUs), and with a
+            ``pre_norm`` the norm too (``add_rms_norm_linear_silu_mul``); without it (or before
+            :meth:`merge_gate_up`) eager torch ops compute it.
 
     Parameters:
         gate_proj.weight, up_proj.weight: ``[I, H]``; down_proj.weight: ``[H, I]``. After

@@ -76,15 +76,19 @@ class RMSNorm(nn.Module):
                                  gate_up: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
         """``(silu_and_mul(gate_up(norm(x + residual))), x + residual)``: the residual add and this
         norm fused into a merged, bias-free gate/up projection and its SwiGLU product (the
-        ``add_rms_norm_linear_silu_mul`` op: one launch at decode on GPUs).
+        ``add_rms_norm_linear_silu_mul`` op: one launch at decode on GPUs). With a bias on ``gate_up``
+        the add + norm run as :meth:`add_and_norm`, then ``gate_up`` and ``silu_and_mul``.
 
         Args:
             x, residual: ``[T, D]`` (residual None: the stream starts at x).
-            gate_up: bias-free ``nn.Linear`` with ``weight`` ``[2I, D]`` (gate rows, then up rows).
+            gate_up: ``nn.Linear`` with ``weight`` ``[2I, D]`` (gate rows, then up rows).
 
         Returns:
             ``([T, I], [T, D])`` in x's dtype.
         """
+        if gate_up.bias is not None:
+            y, new_residual = self.add_and_norm(x, residual)
+            return self.ops.silu_and_mul(gate_up(y)), new_residual
         return self.ops.add_rms_norm_linear_silu_mul(x, residual, self.weight, self.eps, self.zero_centered,
                                                      gate_up.weight)
 

@@ -97,7 +97,7 @@ def test_graph_engine_matches_eager_engine(tiny_dir, prefix_caching):
     ref_sampled = _generate(eager, prompts, sampled)
     graph, accel = _engine(tiny_dir, graphs=True, prefix_caching=prefix_caching)
     assert graph.runner.graphs is not None and graph.runner.graphs.buckets == [1, 2, 4, 5]
-    assert accel.captures == 8  # 4 buckets x (greedy, sample)
+    assert accel.captures == 12  # 4 buckets x (greedy, sample, logits)
     assert _generate(graph, prompts, params) == ref
     assert _generate(graph, prompts, sampled) == ref_sampled
     assert graph.runner.num_graph_steps > 0 and accel.replays == graph.runner.num_graph_steps
@@ -123,7 +123,7 @@ def test_a_step_that_cannot_be_compiled_is_captured_uncompiled(tiny_dir, monkeyp
         engine, accel = _engine(tiny_dir, graphs=True, compile_mode="default")
     assert compiled and compiled[0] == "default"
     assert "capturing the uncompiled step" in caplog.text and "running eagerly" not in caplog.text
-    assert engine.runner.graphs is not None and accel.captures == 8
+    assert engine.runner.graphs is not None and accel.captures == 12
     eager, _ = _engine(tiny_dir, graphs=False)
     assert _generate(engine, prompts, params) == _generate(eager, prompts, params)
     assert accel.replays > 0
@@ -145,18 +145,43 @@ def test_compile_failing_after_some_captures_leaves_only_uncompiled_graphs(tiny_
     engine, accel = _engine(tiny_dir, graphs=True, compile_mode="default")
     graphs = engine.runner.graphs
     assert graphs is not None and graphs._forward == graphs._forward_logits  # the uncompiled step
-    assert accel.captures == 4 + 8  # buckets 5 and 4 (x 2 modes) in the failed attempt, then all 8
+    assert accel.captures == 6 + 12  # buckets 5 and 4 (x 3 modes) in the failed attempt, then all 12
     prompts = [[5, 9, 3], [1, 2]]
     params = [SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)] * 2
     eager, _ = _engine(tiny_dir, graphs=False)
     assert _generate(engine, prompts, params) == _generate(eager, prompts, params)
 
 
-def test_penalties_fall_back_to_eager(tiny_dir):
+def _generate_with_logprobs(engine, prompts, params):
+    """Tokens and every streamed logprob of each request (the final output carries only its last delta)."""
+    logprobs: dict[str, list] = {}
+    outs = run_to_completion(engine, prompts, params,
+                             on_output=lambda o: logprobs.setdefault(o.request_id, []).extend(o.logprobs))
+    return [o.token_ids for o in outs], [logprobs.get(o.request_id, []) for o in outs]
+
+
+def test_requests_the_captured_sampler_cannot_serve_replay_the_logits_graph(tiny_dir):
+    """Penalties, min_tokens over a stop id, logit bias and logprobs run the eager sampler, but on the
+    logits of the captured "logits" graph: every decode step replays a graph, only the prefill is
+    eager, and tokens and logprobs equal the eager engine's."""
+    prompts = [[1, 2, 3], [7, 8, 9, 10, 11], [4, 5]]
+    params = [SamplingParams(max_tokens=5, temperature=0.0, repetition_penalty=1.3, presence_penalty=0.5,
+                             ignore_eos=True),
+              SamplingParams(max_tokens=5, temperature=0.7, seed=3, min_tokens=4, stop_token_ids=[5],
+                             logit_bias={17: 5.0}, ignore_eos=True),
+              SamplingParams(max_tokens=5, temperature=0.0, logprobs=2, ignore_eos=True)]
+    eager, _ = _engine(tiny_dir, graphs=False)
+    want_tokens, want_logprobs = _generate_with_logprobs(eager, prompts, params)
     engine, accel = _engine(tiny_dir, graphs=True)
-    params = SamplingParams(max_tokens=4, temperature=0.0, repetition_penalty=1.3, ignore_eos=True)
-    _generate(engine, [[1, 2, 3]], [params])
-    assert accel.replays == 0 and engine.runner.num_eager_steps == 4
+    got_tokens, got_logprobs = _generate_with_logprobs(engine, prompts, params)
+    assert got_tokens == want_tokens and all(len(t) == 5 for t in got_tokens)
+    assert [len(lp) for lp in got_logprobs] == [0, 0, 5]
+    for got, want in zip(got_logprobs[2], want_logprobs[2]):
+        assert got.token_id == want.token_id and [t for t, _ in got.top] == [t for t, _ in want.top]
+        assert got.logprob == pytest.approx(want.logprob, abs=1e-5)
+    runner = engine.runner
+    assert runner.num_graph_steps == accel.replays > 0  # every decode step: a graph replay
+    assert runner.num_eager_steps == eager.runner.num_eager_steps - accel.replays  # the prefills only
 
 
 def test_padding_rows_touch_only_scratch_entries(tiny_dir):

@@ -3,8 +3,10 @@
 A decode step (every sequence contributes one token) runs the whole model, the LM head and the
 batched sampler. At start-up, for each bucket ``b`` (1, 2, 4, 8, ... up to the largest batch) and
 each sampling mode (``"greedy"``: argmax only; ``"sample"``: :func:`~anna_core.engine.sampler.sample_no_sync`
-with per-row temperature / top-k / top-p / min-p / seed), the step is warmed up and captured over
-static device buffers. A step of ``n`` sequences then
+with per-row temperature / top-k / top-p / min-p / seed; ``"logits"``: no sampling, the float32
+logits stay in the graph's output buffer for the eager sampler, for the requests the captured
+sampler does not serve: penalties, ``min_tokens``, logit bias, grammars, logprobs), the step is
+warmed up and captured over static device buffers. A step of ``n`` sequences then
 
 1. writes its inputs into one page-locked host staging buffer (rows ``n..b-1`` are padding that
    reads and writes only the scratch KV block and state slot, see
@@ -40,8 +42,8 @@ from anna_core.model import ModelCaches
 
 log = logging.getLogger("anna.engine")
 
-MODES = ("greedy", "sample")
-"""Sampling modes captured per bucket."""
+MODES = ("greedy", "sample", "logits")
+"""Sampling modes captured per bucket (``"logits"``: forward and LM head only, see :meth:`DecodeGraphs.run_logits`)."""
 
 # int64 fields of the staging buffer, one per row (block tables follow as int32 [B, W]).
 _I64 = ("input_ids", "token_index", "positions", "slot_mapping", "state_slots", "top_k", "seeds", "steps")
@@ -111,6 +113,9 @@ class DecodeGraphs:
         self.pad_block = scratch_block(caches)
         self.pad_slot = scratch_slot(caches)
         self._graphs: dict[tuple[int, str], Any] = {}
+        # the "logits" graphs' output [rows, vocab] float32, outside the graph pool (one for all buckets)
+        self.logits_out = (torch.empty(rows, vocab_size, dtype=torch.float32, device=accel.device)
+                           if "logits" in self.modes else None)
         self._fill_padding(0)
 
     # -- capture ------------------------------------------------------------------------------
@@ -133,8 +138,12 @@ class DecodeGraphs:
         return self.model.compute_logits(hidden)  # [b, vocab] float32
 
     def _step(self, b: int, mode: str) -> None:
-        """The captured work of bucket ``b``: forward, logits, sampling, ids into ``self.out``."""
+        """The captured work of bucket ``b``: forward, logits, sampling, ids into ``self.out`` (with
+        ``"logits"``: the logits into ``self.logits_out[:b]``)."""
         logits = self._forward(self._batch(b))
+        if mode == "logits":
+            self.logits_out[:b].copy_(logits)
+            return
         if mode == "greedy":
             ids = logits.argmax(dim=-1)
         else:
@@ -242,8 +251,38 @@ class DecodeGraphs:
             The ``n`` sampled ids, being copied to the host (:meth:`PendingIds.tolist` waits).
 
         Raises:
-            AnnaError: not captured, ``n`` above the largest bucket, a block table wider than ``W``.
+            AnnaError: not captured, ``n`` above the largest bucket, a block table wider than ``W``, or
+                mode ``"logits"`` (use :meth:`run_logits`).
         """
+        if mode not in ("greedy", "sample"):
+            raise AnnaError(f"run() samples (mode 'greedy' or 'sample'), got {mode!r}; logits: run_logits()")
+        n = len(token_ids)
+        self._replay(token_ids, positions, block_tables, state_slots, mode, floats, ints, prev_rows)
+        return self.readback.start(self.out[:n])
+
+    def run_logits(self, token_ids: Sequence[int], positions: Sequence[int], block_tables: Sequence[Sequence[int]],
+                   state_slots: Sequence[int]) -> torch.Tensor:
+        """Stage one decode step of ``n`` sequences and replay the ``"logits"`` graph (forward and LM
+        head, no sampling), without waiting for it.
+
+        Args:
+            token_ids, positions, block_tables, state_slots: as for :meth:`run` (input tokens known).
+
+        Returns:
+            ``[n, vocab]`` float32 logits on the device: a view of the graphs' output buffer, valid until
+            the next replay in mode ``"logits"``.
+
+        Raises:
+            AnnaError: as for :meth:`run`.
+        """
+        n = len(token_ids)
+        self._replay(token_ids, positions, block_tables, state_slots, "logits")
+        return self.logits_out[:n]
+
+    def _replay(self, token_ids: Sequence[int], positions: Sequence[int], block_tables: Sequence[Sequence[int]],
+                state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
+                ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None) -> int:
+        """Stage the step's inputs, upload them and replay the graph of ``mode``; returns its bucket."""
         n = len(token_ids)
         b = self.bucket_for(n)
         graph = self._graphs.get((b, mode)) if b is not None else None
@@ -278,4 +317,4 @@ class DecodeGraphs:
             self._fill_padding(n)
         self.staging.upload()
         graph.replay()
-        return self.readback.start(self.out[:n])
+        return b

@@ -248,11 +248,20 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
-        """Run the step; returns request id -> sampled token for every sequence that samples."""
+        """Run the step; returns request id -> sampled token for every sequence that samples.
+
+        A decode step replays a captured graph where one fits: the graph with the sampler inside for the
+        requests :func:`~anna_core.engine.sampler.graph_safe` accepts, else the ``"logits"`` graph
+        (forward and LM head) followed by the eager sampler (penalties, ``min_tokens``, logit bias,
+        grammars, logprobs); otherwise the step runs eagerly.
+        """
         if self.graphs is not None and out.is_decode:
             pending = self.launch_graph(out)
             if pending is not None:
                 return dict(zip([s.request_id for s in out.seqs], pending.tolist()))  # the step's one host sync
+            logits = self._graph_logits(out)
+            if logits is not None:
+                return self._sample(logits, [s.request for s in out.seqs])
         self.num_eager_steps += 1
         fresh = [s.state_slot for s in out.seqs if s.is_fresh]
         if fresh and (self.caches.conv_states or self.caches.recurrent_states):
@@ -264,6 +273,11 @@ class ModelRunner:
             return {}
         with self._scope("lm_head"):
             logits = self.model.compute_logits(hidden[batch.logits_indices])  # [N, vocab]
+        return self._sample(logits, samplers)
+
+    def _sample(self, logits: torch.Tensor, samplers: list) -> dict[str, int]:
+        """The eager sampler (with the logits processors where a request needs them) on ``logits``
+        ``[N, vocab]`` float32, one row per request of ``samplers``; request id -> sampled token."""
         with self._scope("sampling"):
             if self.logits_processors is not None and any(needs_processing(r.params) for r in samplers):
                 ids = self.logits_processors.sample(logits, samplers, self.sampler)  # one host sync inside
@@ -271,17 +285,34 @@ class ModelRunner:
                 ids = self.sampler(logits, samplers).tolist()  # the step's one host sync
         return {r.request_id: t for r, t in zip(samplers, ids)}
 
-    def can_launch_graph(self, out: SchedulerOutput) -> bool:
-        """Whether ``out`` can replay a captured decode graph (see :meth:`launch_graph`)."""
+    def _graph_fits(self, out: SchedulerOutput, mode: str | None = None) -> bool:
+        """Whether ``out`` is a decode step that the captured graphs (of ``mode``, when given) can run: a
+        bucket holds its batch, every block table fits the captured width and every sequence samples."""
         graphs = self.graphs
-        if graphs is None or not out.is_decode or not out.seqs:
+        if graphs is None or not out.is_decode or not out.seqs or (mode is not None and mode not in graphs.modes):
             return False
-        requests = [s.request for s in out.seqs]
-        if graphs.bucket_for(len(requests)) is None or not graph_safe(requests):
-            return False
-        if getattr(self.sampler, "wanted", None):  # a sampler wrapper wants this step's logits rows
+        if graphs.bucket_for(len(out.seqs)) is None:
             return False
         return not any(len(s.block_table) > graphs.width or not s.samples for s in out.seqs)
+
+    def _graph_logits(self, out: SchedulerOutput) -> torch.Tensor | None:
+        """Replay the ``"logits"`` graph for decode step ``out`` (input tokens known) and return its
+        ``[n, vocab]`` logits, or None when no captured graph fits the step."""
+        if not self._graph_fits(out, "logits") or PENDING in (s.token_ids[0] for s in out.seqs):
+            return None
+        logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
+                                        [s.block_table for s in out.seqs], [s.state_slot for s in out.seqs])
+        self.num_graph_steps += 1
+        return logits
+
+    def can_launch_graph(self, out: SchedulerOutput) -> bool:
+        """Whether ``out`` can replay a captured decode graph with its sampler inside (see
+        :meth:`launch_graph`)."""
+        if not self._graph_fits(out):
+            return False
+        if not graph_safe([s.request for s in out.seqs]):
+            return False
+        return not getattr(self.sampler, "wanted", None)  # a sampler wrapper wants this step's logits rows
 
     @torch.inference_mode()
     def launch_graph(self, out: SchedulerOutput, prev_rows: dict[str, int] | None = None) -> PendingIds | None:

@@ -16,7 +16,8 @@ warmed up and captured over static device buffers. A step of ``n`` sequences the
 4. and enqueues the copy of the ``n`` sampled ids to page-locked host memory; the caller reads
    them (the step's one host sync) when it needs them, possibly after staging and replaying the
    next step, whose rows may take their input token straight from this step's sampled ids on the
-   device (``prev_rows``).
+   device (``prev_rows``). In mode ``"logits"`` (:meth:`DecodeGraphs.run_logits`) the replay leaves
+   the logits in ``logits_out[:n]`` instead, for the caller's eager sampler.
 
 Nothing inside the captured region reads device values on the host or depends on ``n``. The
 device services (graph objects, streams, pinned memory) come from :class:`anna_core.device.Accelerator`,
@@ -104,7 +105,7 @@ class DecodeGraphs:
                   + [(n, torch.int32, (rows,)) for n in _I32] + [("block_tables", torch.int32, (rows, self.width))])
         self.staging = Staging(accel, fields)
         self.rows = rows
-        # tokens[:rows]: the ids sampled by the last replay; tokens[rows:]: this step's staged ids
+        # tokens[:rows]: the ids sampled by the last sampling replay; tokens[rows:]: this step's staged ids
         self.tokens = torch.zeros(2 * rows, dtype=torch.int64, device=accel.device)
         self.out = self.tokens[:rows]
         self.readback = IdsReadback(accel, rows)
@@ -281,8 +282,8 @@ class DecodeGraphs:
 
     def _replay(self, token_ids: Sequence[int], positions: Sequence[int], block_tables: Sequence[Sequence[int]],
                 state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
-                ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None) -> int:
-        """Stage the step's inputs, upload them and replay the graph of ``mode``; returns its bucket."""
+                ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None) -> None:
+        """Stage the step's inputs, upload them and replay the graph of ``mode``."""
         n = len(token_ids)
         b = self.bucket_for(n)
         graph = self._graphs.get((b, mode)) if b is not None else None
@@ -317,4 +318,3 @@ class DecodeGraphs:
             self._fill_padding(n)
         self.staging.upload()
         graph.replay()
-        return b

@@ -1,7 +1,8 @@
 """Per-request logits processing outside the plain sampler: ``logit_bias``, grammar masks, logprobs.
 
 :class:`LogitsProcessors` is used by the model runner for steps where any sampling request set
-``logit_bias``, ``structured`` or ``logprobs`` (such steps run eagerly, never in a decode graph):
+``logit_bias``, ``structured`` or ``logprobs`` (at decode on the logits of the captured "logits"
+graph, never inside a graph's own sampler):
 
 1. the raw log-probabilities of the rows that asked for logprobs are taken first
    (:mod:`anna_core.engine.logprobs`);
@@ -66,7 +67,8 @@ class GrammarState:
 
 
 def needs_processing(params: SamplingParams) -> bool:
-    """Whether a request needs :class:`LogitsProcessors` (so its steps cannot use a decode graph)."""
+    """Whether a request needs :class:`LogitsProcessors` (so its steps cannot use a decode graph's own
+    sampler: they sample eagerly, at decode on the "logits" graph's output)."""
     return bool(params.logit_bias) or params.structured is not None or params.logprobs is not None
 
 

@@ -2,8 +2,9 @@
 
 The ``.tolist()`` of the sampled ids is the step's only host sync; every index tensor is built on
 the host and copied without blocking. After :meth:`ModelRunner.setup` with graphs enabled, a
-decode-only step whose sampling needs no token history replays a captured graph
-(:mod:`anna_core.engine.cuda_graphs`); prefill, mixed steps and penalised sampling run eagerly.
+decode-only step replays a captured graph (:mod:`anna_core.engine.cuda_graphs`): with the sampler
+inside when every request's sampling fits it, else the forward and LM head only, sampled eagerly
+(penalties, ``min_tokens``, logit bias, grammars, logprobs); prefill and mixed steps run eagerly.
 """
 
 from __future__ import annotations
@@ -250,11 +251,17 @@ class ModelRunner:
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
         """Run the step; returns request id -> sampled token for every sequence that samples.
 
+        Raises:
+            AnnaError: a decode input token is still :data:`~anna_core.engine.request.PENDING` (the
+                engine reads the step in flight back before it calls this).
+
         A decode step replays a captured graph where one fits: the graph with the sampler inside for the
         requests :func:`~anna_core.engine.sampler.graph_safe` accepts, else the ``"logits"`` graph
         (forward and LM head) followed by the eager sampler (penalties, ``min_tokens``, logit bias,
         grammars, logprobs); otherwise the step runs eagerly.
         """
+        if out.is_decode and any(s.token_ids[0] == PENDING for s in out.seqs):
+            raise AnnaError("a decode input token is still pending: read the step in flight back first")
         if self.graphs is not None and out.is_decode:
             pending = self.launch_graph(out)
             if pending is not None:
@@ -298,7 +305,7 @@ class ModelRunner:
     def _graph_logits(self, out: SchedulerOutput) -> torch.Tensor | None:
         """Replay the ``"logits"`` graph for decode step ``out`` (input tokens known) and return its
         ``[n, vocab]`` logits, or None when no captured graph fits the step."""
-        if not self._graph_fits(out, "logits") or PENDING in (s.token_ids[0] for s in out.seqs):
+        if not self._graph_fits(out, "logits"):
             return None
         logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
                                         [s.block_table for s in out.seqs], [s.state_slot for s in out.seqs])
@@ -340,6 +347,8 @@ class ModelRunner:
         else:
             mode = "sample"
             floats, ints = param_rows(requests, graphs.vocab_size)
+        if mode not in graphs.modes:  # graphs captured without it: the caller takes another path
+            return None
         tokens = [s.token_ids[0] for s in out.seqs]
         rows = None
         if PENDING in tokens:

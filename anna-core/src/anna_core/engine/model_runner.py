@@ -251,14 +251,14 @@ class ModelRunner:
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
         """Run the step; returns request id -> sampled token for every sequence that samples.
 
-        Raises:
-            AnnaError: a decode input token is still :data:`~anna_core.engine.request.PENDING` (the
-                engine reads the step in flight back before it calls this).
-
         A decode step replays a captured graph where one fits: the graph with the sampler inside for the
         requests :func:`~anna_core.engine.sampler.graph_safe` accepts, else the ``"logits"`` graph
         (forward and LM head) followed by the eager sampler (penalties, ``min_tokens``, logit bias,
         grammars, logprobs); otherwise the step runs eagerly.
+
+        Raises:
+            AnnaError: a decode input token is still :data:`~anna_core.engine.request.PENDING` (the
+                engine reads the step in flight back before it calls this).
         """
         if out.is_decode and any(s.token_ids[0] == PENDING for s in out.seqs):
             raise AnnaError("a decode input token is still pending: read the step in flight back first")

@@ -137,3 +137,25 @@ def test_a_pending_input_token_is_an_error_not_garbage(tiny_dir):
     out.seqs[0].token_ids[0] = PENDING
     with pytest.raises(AnnaError, match="pending"):
         engine.runner.execute(out)
+
+
+def test_the_logits_buffer_takes_the_width_of_the_models_logits(tiny_dir, monkeypatch):
+    """A family whose logits are wider than its vocab_size (a padded LM head): the buffer is sized from
+    the logits themselves, so the capture still succeeds and the steps match the eager engine."""
+    from anna_core.engine.model_runner import ModelRunner
+
+    real_setup = ModelRunner.setup
+
+    def setup_with_padded_logits(self, *args, **kwargs):
+        compute = self.model.compute_logits
+        self.model.compute_logits = lambda hidden: torch.nn.functional.pad(compute(hidden), (0, 4), value=float("-inf"))
+        return real_setup(self, *args, **kwargs)
+
+    monkeypatch.setattr(ModelRunner, "setup", setup_with_padded_logits)
+    schedule = [(0, [3, 4, 5], KINDS[2](6)), (1, [9, 8], KINDS[3](5))]
+    want = _drive(_engine(tiny_dir, graphs=False, async_scheduling=False), schedule)
+    engine = _engine(tiny_dir, graphs=True)
+    assert engine.runner.graphs is not None  # captured, not left eager
+    vocab = engine.runner.graphs.vocab_size
+    assert _drive(engine, schedule) == want
+    assert engine.runner.graphs.logits_out.shape == (4, vocab + 4) and engine.runner.num_graph_steps > 0

@@ -114,9 +114,9 @@ class DecodeGraphs:
         self.pad_block = scratch_block(caches)
         self.pad_slot = scratch_slot(caches)
         self._graphs: dict[tuple[int, str], Any] = {}
-        # the "logits" graphs' output [rows, vocab] float32, outside the graph pool (one for all buckets)
-        self.logits_out = (torch.empty(rows, vocab_size, dtype=torch.float32, device=accel.device)
-                           if "logits" in self.modes else None)
+        # the "logits" graphs' output [rows, logits width] float32, one for all buckets: allocated by the
+        # first warm-up (eager, outside the graph pool) at the width the model's logits really have
+        self.logits_out: torch.Tensor | None = None
         self._fill_padding(0)
 
     # -- capture ------------------------------------------------------------------------------
@@ -143,6 +143,8 @@ class DecodeGraphs:
         ``"logits"``: the logits into ``self.logits_out[:b]``)."""
         logits = self._forward(self._batch(b))
         if mode == "logits":
+            if self.logits_out is None:
+                self.logits_out = torch.empty((self.rows, logits.shape[-1]), dtype=torch.float32, device=logits.device)
             self.logits_out[:b].copy_(logits)
             return
         if mode == "greedy":

@@ -15,7 +15,7 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.testing.engine_run import run_to_completion
 
 from tests.bench.tiny_config import write_tiny_qwen35_config
-from tests.core.test_cuda_graphs import FakeGraphAccelerator
+from tests.core._graph_engine import graph_engine
 
 
 @pytest.fixture(scope="module")
@@ -25,19 +25,8 @@ def tiny_dir(tmp_path_factory):
 
 def _engine(model_dir, *, async_scheduling: bool, max_seqs: int = 4, num_blocks: int | None = None,
             max_len: int = 64):
-    from anna_core.engine.config import EngineConfig
-    from anna_core.engine.llm_engine import LLMEngine
-    from anna_core.engine.model_runner import RunnerConfig
-    from anna_core.loading import load_model
-
-    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
-    cfg = EngineConfig(max_num_seqs=max_seqs, max_model_len=max_len, block_size=4, prompt_cache_size=0,
-                       enable_prefix_caching=False, num_blocks=num_blocks or 2 * max_seqs * (max_len // 4) + 8,
-                       async_scheduling=async_scheduling)
-    engine = LLMEngine.from_loaded(loaded, cfg)
-    engine.runner.accel = FakeGraphAccelerator()
-    engine.runner.setup(RunnerConfig(cuda_graph=True), max_model_len=engine.max_model_len, max_num_seqs=max_seqs)
-    return engine
+    return graph_engine(model_dir, async_scheduling=async_scheduling, max_seqs=max_seqs, num_blocks=num_blocks,
+                        max_len=max_len)
 
 
 def _record_pending_launches(engine) -> list[int]:

@@ -16,7 +16,7 @@ from anna_core.engine.request import PENDING
 from anna_core.engine.sampling_params import SamplingParams
 
 from tests.bench.tiny_config import write_tiny_qwen35_config
-from tests.core.test_cuda_graphs import FakeGraphAccelerator
+from tests.core._graph_engine import graph_engine
 
 KINDS = [  # cycled over the requests: the captured sampler serves the first two, the eager one the rest
     lambda n: SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True),
@@ -36,19 +36,9 @@ def tiny_dir(tmp_path_factory):
 
 
 def _engine(model_dir, *, graphs: bool, async_scheduling: bool = True, num_blocks: int | None = None,
-            prefix_caching: bool = False, max_seqs: int = 4):
-    from anna_core.engine.config import EngineConfig
-    from anna_core.engine.llm_engine import LLMEngine
-    from anna_core.engine.model_runner import RunnerConfig
-    from anna_core.loading import load_model
-
-    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
-    config = EngineConfig(max_num_seqs=max_seqs, max_model_len=64, block_size=4, num_blocks=num_blocks or 72,
-                          enable_prefix_caching=prefix_caching, async_scheduling=async_scheduling)
-    engine = LLMEngine.from_loaded(loaded, config)
-    engine.runner.accel = FakeGraphAccelerator()
-    engine.runner.setup(RunnerConfig(cuda_graph=graphs), max_model_len=engine.max_model_len, max_num_seqs=max_seqs)
-    return engine
+            prefix_caching: bool = False):
+    return graph_engine(model_dir, graphs=graphs, async_scheduling=async_scheduling, num_blocks=num_blocks or 72,
+                        prefix_caching=prefix_caching)
 
 
 def _count_logits_replays(engine) -> list[int]:

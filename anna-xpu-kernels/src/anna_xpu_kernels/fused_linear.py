@@ -88,14 +88,27 @@ def norm_prologue_pays(x: torch.Tensor, k: int) -> bool:
     return x.numel() == k and 0 < k <= NORM_FUSE_K
 
 
-def _norm_prologue(x2: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-                   zero_centered: bool) -> tuple[gemv.Prologue, torch.Tensor | None]:
-    """The GEMV prologue of ``rms_norm(x2 + residual)`` for ``x2`` ``[M, K]`` rows, and the new residual
-    ``[M, K]`` it writes (None without a residual: the stream is x itself)."""
+def _add_rms_norm_then(op: str, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                       eps: float, zero_centered: bool, weight: torch.Tensor, config: gemv.GemvConfig | None,
+                       fuse: bool | None, epilogue: int, unfused) -> tuple[torch.Tensor, torch.Tensor]:
+    """The body of the norm-prologue ops once their shapes are checked: the GEMV with the norm prologue
+    and ``epilogue`` where it takes the shapes and fusing pays (:func:`norm_prologue_pays`, or
+    ``fuse``), else the Triton ``add_rms_norm`` then ``unfused(h)``. Returns ``(y, new_residual)``
+    (``x`` itself without a residual)."""
+    require_float(op, x=x)
+    require_same_device(op, x=x, residual=residual, norm_weight=norm_weight, weight=weight)
+    if not (gemv.supports(x, weight) and (norm_prologue_pays(x, weight.shape[1]) if fuse is None else fuse)):
+        h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
+        return unfused(h), new_residual
+    x2 = as_rows(x)
+    norm_weight = norm_weight.contiguous()
     if residual is None:
-        return gemv.Prologue(RMS_NORM, norm_weight=norm_weight.contiguous(), eps=eps, zero_centered=zero_centered), None
-    new2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
-    return gemv.Prologue(ADD_RMS_NORM, as_rows(residual), norm_weight.contiguous(), new2, eps, zero_centered), new2
+        prologue, new2 = gemv.Prologue(RMS_NORM, norm_weight=norm_weight, eps=eps, zero_centered=zero_centered), None
+    else:
+        new2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+        prologue = gemv.Prologue(ADD_RMS_NORM, as_rows(residual), norm_weight, new2, eps, zero_centered)
+    y = gemv.launch(x2, weight, None, config, prologue, epilogue)
+    return y.view(*x.shape[:-1], y.shape[-1]), x if new2 is None else new2.view(x.shape)
 
 
 def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -120,16 +133,8 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_wei
     """
     op = "add_rms_norm_linear"
     check_add_rms_norm_linear(x, residual, norm_weight, weight)
-    require_float(op, x=x)
-    require_same_device(op, x=x, residual=residual, norm_weight=norm_weight, weight=weight)
-    k = weight.shape[1]
-    if not (gemv.supports(x, weight) and (norm_prologue_pays(x, k) if fuse is None else fuse)):
-        h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
-        return gemv.linear(h, weight, None), new_residual
-    x2 = as_rows(x)
-    prologue, new2 = _norm_prologue(x2, residual, norm_weight, eps, zero_centered)
-    y = gemv.launch(x2, weight, None, config, prologue)
-    return y.view(*x.shape[:-1], weight.shape[0]), x if new2 is None else new2.view(x.shape)
+    return _add_rms_norm_then(op, x, residual, norm_weight, eps, zero_centered, weight, config, fuse,
+                              gemv.NO_EPILOGUE, lambda h: gemv.linear(h, weight, None))
 
 
 def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConfig | None = None,
@@ -217,15 +222,7 @@ def add_rms_norm_linear_silu_mul(x: torch.Tensor, residual: torch.Tensor | None,
     """
     op = "add_rms_norm_linear_silu_mul"
     check_add_rms_norm_linear_silu_mul(x, residual, norm_weight, weight)
-    require_float(op, x=x)
-    require_same_device(op, x=x, residual=residual, norm_weight=norm_weight, weight=weight)
     require(config is None or config.block_n >= 2, op,
             f"the SwiGLU epilogue needs block_n >= 2 (a gate and an up row), got {config}")
-    k = weight.shape[1]
-    if not (gemv.supports(x, weight) and (norm_prologue_pays(x, k) if fuse is None else fuse)):
-        h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
-        return linear_silu_mul(h, weight, config), new_residual
-    x2 = as_rows(x)
-    prologue, new2 = _norm_prologue(x2, residual, norm_weight, eps, zero_centered)
-    y = gemv.launch(x2, weight, None, config, prologue, gemv.SILU_MUL_OUT)
-    return y.view(*x.shape[:-1], weight.shape[0] // 2), x if new2 is None else new2.view(x.shape)
+    return _add_rms_norm_then(op, x, residual, norm_weight, eps, zero_centered, weight, config, fuse,
+                              gemv.SILU_MUL_OUT, lambda h: linear_silu_mul(h, weight, config))

@@ -69,3 +69,16 @@ def test_compare_hf_fp32_oracle_in_bf16(tiny_dir):
     assert torch.equal(loaded.model.model.embed_tokens.weight, before)
     assert got["hf_err_vs_fp32"] > 0  # bf16 really rounds
     assert got["anna_err_vs_fp32"] <= 4 * got["hf_err_vs_fp32"] + 0.05 * got["logits_std"]
+
+
+def test_anna_bench_logprobs_on_cpu(tiny_dir):
+    res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--input-len", "6",
+                                     "--output-len", "4", "--warmup", "0", "--runs", "1", "--logprobs", "3"])
+    assert res.exit_code == 0, res.output
+    assert "logprobs 3 per token" in res.output
+    assert "4/4 leading tokens equal in every stream (ok)" in res.output  # greedy tokens unchanged by logprobs
+
+
+def test_anna_bench_rejects_negative_logprobs(tiny_dir):
+    res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--logprobs", "-1"])
+    assert res.exit_code == 1 and "--logprobs" in res.output

@@ -57,6 +57,28 @@ def test_split_k_last_arriver_sums_in_split_order_and_resets_its_counters(poison
     assert not gemv.launch.counters.get(x.device, 1).any()
 
 
+@pytest.mark.parametrize("k", [16, 40, 64, 80, 96, 112])  # 1 to 7 K tiles of 16: fewer, as many and more than prefetched
+@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("deep", [True, False], ids=["deep-prefetch", "first-tile"])
+def test_prefetched_weight_tiles_add_up_to_the_reference(monkeypatch, poison_outputs, k, split, deep):
+    # block 8 x 16 (256 B): deep prefetch loads 4 tiles before the PDL wait (the wait is a no-op here),
+    # then accumulates them ahead of the loop; tiles past a program's range (or an empty split) add nothing
+    monkeypatch.setenv("ANNA_GEMV_PREFETCH", "1" if deep else "0")
+    assert gemv.prefetch_tiles(8, 16, False, deep) == (4 if deep else 1)
+    x, w, b = _inputs(2, 20, k, torch.float32, True, seed=k)
+    got = gemv.gemv(x, w, b, GemvConfig(block_n=8, block_k=16, split_k=split, use_dot=False))
+    torch.testing.assert_close(got, ref_linear(x, w, b), **tol(torch.float32))
+
+
+def test_prefetch_tiles_fit_the_prefetch_budget():
+    assert gemv.prefetch_tiles(4, 512, False, True) == 4  # 4 KiB tiles
+    assert gemv.prefetch_tiles(8, 512, False, True) == 2
+    assert gemv.prefetch_tiles(16, 512, False, True) == 1  # 16 KiB: one tile, never none
+    assert gemv.prefetch_tiles(64, 1024, False, True) == 1
+    assert gemv.prefetch_tiles(4, 512, True, True) == 1  # tensor cores: Triton pipelines the loads
+    assert gemv.prefetch_tiles(4, 512, False, False) == 1
+
+
 def test_linear_op_keeps_leading_dims(poison_outputs):
     x, w, b = _inputs(6, 24, 40, torch.float32, True, seed=6)
     got = gemv.linear(x.view(2, 3, 40), w, b)

@@ -34,12 +34,17 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, exit_on_anna_errors
 @click.option("--compare-hf", is_flag=True,
               help="Also time HF transformers generate (with fla when importable) on the same weights.")
 @click.option("--hf-output-len", type=int, default=None, help="Tokens HF generates (default: --output-len).")
+@click.option("--logprobs", type=int, default=None,
+              help="Ask for this many top log-probabilities per token (decode then replays the captured "
+                   "logits graph and samples eagerly).")
+@click.option("--timeline", is_flag=True,
+              help="Also trace one captured decode step kernel by kernel (CUDA; see anna_core.bench.timeline).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @exit_on_anna_errors
 def bench(model_dir: Path, device: str, dtype: str, load_format: str, batch_size: int, input_len: int,
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
           disable_kernels: tuple[str, ...], profile: bool,
-          compare_hf: bool, hf_output_len: int | None, as_json: bool) -> None:
+          compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool, as_json: bool) -> None:
     """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
     from anna_core.bench.engine_bench import BenchSettings, run_bench
     from anna_core.bench.report import format_report
@@ -48,6 +53,7 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, batch_size
                              batch_size=batch_size, input_len=input_len, output_len=output_len, warmup=warmup,
                              runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode,
                              async_scheduling=async_scheduling, disable_kernels=disable_kernels, profile=profile,
-                             compare_hf=compare_hf, hf_output_len=hf_output_len)
+                             compare_hf=compare_hf, hf_output_len=hf_output_len, logprobs=logprobs,
+                             timeline=timeline)
     report = run_bench(settings)
     click.echo(json.dumps(report, indent=1) if as_json else format_report(report))

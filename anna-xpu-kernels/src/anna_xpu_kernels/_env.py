@@ -1,6 +1,7 @@
 """Environment switches of anna-xpu-kernels (no torch or triton import here): the interpreter
-(below), programmatic dependent launch (``ANNA_TRITON_PDL``) and the GEMV's norm prologue
-(``ANNA_GEMV_NORM_PROLOGUE``).
+(below), programmatic dependent launch (``ANNA_TRITON_PDL``), the GEMV's norm prologue
+(``ANNA_GEMV_NORM_PROLOGUE``), its weight prefetch (``ANNA_GEMV_PREFETCH``), its tuned-configuration tables
+(``ANNA_GEMV_TUNED``) and the one-wave GEMV for one row (``ANNA_GEMV_PERSISTENT``).
 
 ``ANNA_TRITON_INTERPRET=1`` runs the Triton kernels under Triton's CPU interpreter: it sets Triton's
 own ``TRITON_INTERPRET=1`` before the kernel modules import triton, and makes the probes accept
@@ -61,3 +62,32 @@ def norm_prologue_requested() -> bool | None:
     to :func:`anna_xpu_kernels.fused_linear.norm_prologue_pays` (for A/B measurements and debugging)."""
     value = os.environ.get(NORM_PROLOGUE_ENV, "").strip().lower()
     return True if value in _TRUE else False if value in _FALSE else None
+
+
+GEMV_PREFETCH_ENV = "ANNA_GEMV_PREFETCH"
+
+
+def gemv_prefetch_requested() -> bool:
+    """False when ``ANNA_GEMV_PREFETCH`` is set to a false value (``0``): the decode GEMV then loads only
+    its first weight tile before waiting for the previous kernel, instead of up to
+    :data:`anna_xpu_kernels.gemv.PREFETCH_BYTES` (for A/B measurements); on by default."""
+    return os.environ.get(GEMV_PREFETCH_ENV, "").strip().lower() not in _FALSE
+
+
+GEMV_TUNED_ENV = "ANNA_GEMV_TUNED"
+
+
+def gemv_tuned_requested() -> bool:
+    """False when ``ANNA_GEMV_TUNED`` is set to a false value (``0``): the decode GEMV then autotunes every
+    shape instead of taking the configurations measured in the whole decode step for this device
+    (:func:`anna_xpu_kernels.gemv_tuning.tuned_config`); on by default."""
+    return os.environ.get(GEMV_TUNED_ENV, "").strip().lower() not in _FALSE
+
+
+GEMV_PERSISTENT_ENV = "ANNA_GEMV_PERSISTENT"
+
+
+def gemv_persistent_requested() -> bool:
+    """False when ``ANNA_GEMV_PERSISTENT`` is set to a false value (``0``): one-row GEMVs then run the
+    tiled kernel instead of the one-wave kernel (:mod:`anna_xpu_kernels.gemv_persistent`); on by default."""
+    return os.environ.get(GEMV_PERSISTENT_ENV, "").strip().lower() not in _FALSE

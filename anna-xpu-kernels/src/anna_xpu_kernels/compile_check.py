@@ -79,16 +79,37 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                                             "DECODE": False, "UPCAST_DOT": True}, 4
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
     yield from _gemv_cases()
+    yield from _persistent_gemv_cases()
 
 
 def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     """The decode GEMV: CUDA-core and tensor-core paths, split (with the last-arriver reduction) or not,
-    plain or with a fused prologue or epilogue (``weight_ptr`` / ``bias_ptr`` have the activation type, ``ws_ptr``
-    is float32)."""
+    plain or with a fused prologue or epilogue, each with the weight prefetch the launch would use (1, 2
+    or 4 tiles) (``weight_ptr`` / ``bias_ptr`` have the activation type, ``ws_ptr`` is float32)."""
+    from anna_xpu_kernels import gemv
+
+    for kernel, act, c, warps in _gemv_shapes():
+        yield kernel, act, {**c, "PREFETCH": gemv.prefetch_tiles(c["BLOCK_N"], c["BLOCK_K"], c["USE_DOT"], True)}, warps
+
+
+def _persistent_gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    """The one-wave GEMV at the 9B width (K = 4096) and the 2B MLP's (K = 6144): plain, the MLP's norm
+    prologue with the SwiGLU epilogue, the SiLU-mul prologue with a bias."""
+    from anna_xpu_kernels import gemv_persistent
+
+    base = {"HAS_BIAS": False, "PROLOGUE": 0, "ZERO_CENTERED": False, "EPILOGUE": 0, "USE_PDL": True}
+    for k, extra in ((4096, {}), (4096, {"PROLOGUE": 2, "ZERO_CENTERED": True, "EPILOGUE": 1}),
+                     (6144, {"PROLOGUE": 3, "HAS_BIAS": True})):
+        block_n, warps, _ = gemv_persistent.launch_shape(k)
+        yield (gemv_persistent._persistent_gemv_kernel, "bf16",
+               {**base, **extra, "BLOCK_N": block_n, "KP": 1 << (k - 1).bit_length()}, warps)
+
+
+def _gemv_shapes() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     from anna_xpu_kernels import gemv
 
     base = {"HAS_BIAS": False, "UPCAST_DOT": False, "EVEN_K": True, "SPLIT_K": 1, "PROLOGUE": 0, "ZERO_CENTERED": False,
-            "EPILOGUE": 0, "USE_PDL": True, "ROW_BLOCK": 1}
+            "EPILOGUE": 0, "USE_PDL": True, "ROW_BLOCK": 1, "DEEP_PREFETCH": True}
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 32, "BLOCK_K": 256, "USE_DOT": False}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 2, "BLOCK_N": 8, "BLOCK_K": 512, "USE_DOT": False,
                                       "EVEN_K": False, "SPLIT_K": 3, "USE_PDL": False}, 4
@@ -119,7 +140,8 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
 
 _GLOBAL_WRITES = ("st.global", "atom.global", "red.global")
 _PRELOADS = {
-    "_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight tile (the only evict-first loads)
+    "_gemv_kernel": r"ld\.global\.L1::evict_first",  # the prefetched weight tiles (the only evict-first loads)
+    "_persistent_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight block
     "_fused_gdn_decode_kernel": r"ld\.global\.b(32|64)\b",  # the slot (int64), the float32 state
 }
 """Global loads a kernel may issue before ``griddepcontrol.wait`` (a regex each must match); none for the

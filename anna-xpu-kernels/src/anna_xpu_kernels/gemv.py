@@ -44,20 +44,34 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from anna_xpu_kernels import pdl
+from anna_xpu_kernels import gemv_persistent, gemv_tuning, pdl
 from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
+from anna_xpu_kernels._env import gemv_persistent_requested, gemv_prefetch_requested
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.counters import CounterPool
+from anna_xpu_kernels.gemv_epilogue import NO_EPILOGUE, SILU_MUL_OUT, store_out
 from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_block, row_rstd
 from anna_xpu_kernels.gemv_tuning import FIXED, MAX_SPLIT_N, GemvConfig, autotune_bench, prune, tuning_space
 
-NO_EPILOGUE, SILU_MUL_OUT = 0, 1
-"""The ``EPILOGUE`` modes of the GEMV kernel: write ``y``, or ``silu(y[:, :I]) * y[:, I:]`` of a
-merged gate/up projection (rounded as ``silu_and_mul(linear(x, w))``: ``y`` to x's dtype, SiLU to x's
-dtype, product to x's dtype)."""
-
 MAX_ROWS = 8
 """Largest ``M`` run by the GEMV kernel; more rows go to ``F.linear`` (a GEMM)."""
+
+PREFETCH_BYTES = 16384
+"""Weight bytes (at 16 bits per value) a CUDA-core program loads before it waits for the previous
+kernel: whole ``[BLOCK_N, BLOCK_K]`` tiles, at least one and at most :data:`MAX_PREFETCH_TILES`. With
+programmatic dependent launch those loads are in flight while the previous kernel drains, so the memory
+pipe stays busy across the kernel boundary instead of waiting one memory latency per tile after it."""
+
+MAX_PREFETCH_TILES = 4
+
+
+def prefetch_tiles(block_n: int, block_k: int, use_dot: bool, deep: bool) -> int:
+    """Weight tiles a program loads before its PDL wait: one on the tensor-core path (Triton pipelines
+    its loads itself) or without ``deep`` (``ANNA_GEMV_PREFETCH=0``), else as many as fit in
+    :data:`PREFETCH_BYTES`, between 1 and :data:`MAX_PREFETCH_TILES`."""
+    if use_dot or not deep:
+        return 1
+    return max(1, min(MAX_PREFETCH_TILES, PREFETCH_BYTES // (2 * block_n * block_k)))
 
 
 @attrs.frozen
@@ -101,22 +115,12 @@ def _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k0, ks, k_end, M, K, rstd, s
 
 
 @triton.jit
-def _store(y_ptr, out, rows, pid_n, M, N, stride_ym, EPILOGUE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Write the program's float32 result ``out`` ``[R, BLOCK_N]`` (rows ``rows``) to ``y``: as is, or
-    with ``SILU_MUL_OUT`` as ``BLOCK_N / 2`` SwiGLU products of its interleaved (gate, up) columns."""
-    if EPILOGUE == 1:
-        half = N // 2
-        gate, up = tl.split(tl.reshape(out, (out.shape[0], BLOCK_N // 2, 2)))
-        gate = gate.to(y_ptr.dtype.element_ty).to(tl.float32)  # the projection's rounding
-        up = up.to(y_ptr.dtype.element_ty).to(tl.float32)
-        act = (gate / (1.0 + tl.exp(-gate))).to(y_ptr.dtype.element_ty).to(tl.float32)
-        cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-        mask = (rows < M)[:, None] & (cols < half)[None, :]
-        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], (act * up).to(y_ptr.dtype.element_ty), mask=mask)
+def _load_w(w_tile, k0, k_end, ks, EVEN_K: tl.constexpr):
+    """The ``[BLOCK_N, BLOCK_K]`` weight tile at column ``k0`` (columns from ``k_end`` on read as 0)."""
+    if EVEN_K:  # whole tiles: one predicate for the tile (past the range: nothing loaded), vector loads
+        return tl.load(w_tile + k0, mask=k0 < k_end, other=0.0, eviction_policy="evict_first")
     else:
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (rows < M)[:, None] & (cols < N)[None, :]
-        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], out.to(y_ptr.dtype.element_ty), mask=mask)
+        return tl.load(w_tile + k0, mask=((k0 + ks) < k_end)[None, :], other=0.0, eviction_policy="evict_first")
 
 
 @autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "PROLOGUE", "EPILOGUE"], prune_configs_by={
@@ -124,15 +128,18 @@ def _store(y_ptr, out, rows, pid_n, M, N, stride_ym, EPILOGUE: tl.constexpr, BLO
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0,
                     # the norm prologues' row step (a constant otherwise: no extra specialisation per K)
                     "ROW_BLOCK": lambda a: (row_block(a["K"], 16 if a["USE_DOT"] else a["BLOCK_M"], a["BLOCK_K"])
-                                            if a["PROLOGUE"] in (1, 2) else 1)})
+                                            if a["PROLOGUE"] in (1, 2) else 1),
+                    "PREFETCH": lambda a: prefetch_tiles(a["BLOCK_N"], a["BLOCK_K"], a["USE_DOT"],
+                                                         a["DEEP_PREFETCH"])})
 @triton.jit
 def _gemv_kernel(
     x_ptr, weight_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, s_ptr,
     M, N, K, stride_xm, stride_wn, stride_ym, stride_rm, stride_sm, eps,
     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, UPCAST_DOT: tl.constexpr,
     PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr,
+    DEEP_PREFETCH: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, USE_DOT: tl.constexpr,
-    EVEN_K: tl.constexpr, ROW_BLOCK: tl.constexpr,
+    EVEN_K: tl.constexpr, ROW_BLOCK: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     # r_ptr, nw_ptr, s_ptr, stride_rm, stride_sm, eps, ZERO_CENTERED: inputs and output of the
     # prologue (anna_xpu_kernels.gemv_prologue), unused with PROLOGUE == 0 (PLAIN).
@@ -155,13 +162,16 @@ def _gemv_kernel(
     k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K, K)
     ks = tl.arange(0, BLOCK_K)
     w_tile = weight_ptr + w_rows[:, None] * stride_wn + ks[None, :]  # [BLOCK_N, BLOCK_K]
-    # The first weight tile is loaded before waiting for the previous kernel (with PDL it streams in
-    # while that kernel finishes), then accumulated ahead of the loop over the others.
-    if EVEN_K:  # whole tiles: one predicate for the tile (an empty split loads nothing), vector loads
-        w_first = tl.load(w_tile + k_begin, mask=k_begin < k_end, other=0.0, eviction_policy="evict_first")
-    else:
-        w_first = tl.load(w_tile + k_begin, mask=((k_begin + ks) < k_end)[None, :], other=0.0,
-                          eviction_policy="evict_first")
+    # The first PREFETCH weight tiles are loaded before waiting for the previous kernel (with PDL they
+    # stream in while that kernel finishes), then accumulated ahead of the loop over the others; tiles
+    # past this program's K range load nothing (masked) and add nothing.
+    w_first = _load_w(w_tile, k_begin, k_end, ks, EVEN_K)
+    if PREFETCH >= 2:
+        w_p1 = _load_w(w_tile, k_begin + BLOCK_K, k_end, ks, EVEN_K)
+    if PREFETCH >= 3:
+        w_p2 = _load_w(w_tile, k_begin + 2 * BLOCK_K, k_end, ks, EVEN_K)
+    if PREFETCH >= 4:
+        w_p3 = _load_w(w_tile, k_begin + 3 * BLOCK_K, k_end, ks, EVEN_K)
     pdl.wait(USE_PDL)
     # rows of the activation tile: padded to 16 for the tensor cores, BLOCK_M on the CUDA cores
     rows = tl.arange(0, 16) if USE_DOT else tl.arange(0, BLOCK_M)
@@ -184,8 +194,20 @@ def _gemv_kernel(
                               PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, not EVEN_K)
     else:  # it does not pipeline these: load the next weight tile before using the current one
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-        w = w_first
-        for k0 in range(k_begin + BLOCK_K, k_end, BLOCK_K):
+        w = w_first  # then the prefetched tiles but the last (accumulated as they are), the last one in w
+        if PREFETCH >= 2:
+            acc = _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k_begin, ks, k_end, M, K, rstd, stride_xm,
+                              stride_rm, PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, True)
+            w = w_p1
+        if PREFETCH >= 3:
+            acc = _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k_begin + BLOCK_K, ks, k_end, M, K, rstd,
+                              stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, True)
+            w = w_p2
+        if PREFETCH >= 4:
+            acc = _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k_begin + 2 * BLOCK_K, ks, k_end, M, K, rstd,
+                              stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, True)
+            w = w_p3
+        for k0 in range(k_begin + PREFETCH * BLOCK_K, k_end, BLOCK_K):
             if EVEN_K:
                 w_next = tl.load(w_tile + k0, eviction_policy="evict_first")
             else:
@@ -194,8 +216,8 @@ def _gemv_kernel(
             acc = _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k0 - BLOCK_K, ks, k_end, M, K, rstd, stride_xm,
                               stride_rm, PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, not EVEN_K)
             w = w_next
-        # the last tile (the first one when the loop did not run: possibly an empty split, hence masked)
-        k_last = tl.maximum(k_begin, k_begin + ((k_end - k_begin - 1) // BLOCK_K) * BLOCK_K)
+        # the last tile (the last prefetched one when the loop did not run: possibly past the range, masked)
+        k_last = tl.maximum(k_begin + (PREFETCH - 1) * BLOCK_K, k_begin + ((k_end - k_begin - 1) // BLOCK_K) * BLOCK_K)
         acc = _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k_last, ks, k_end, M, K, rstd, stride_xm,
                           stride_rm, PROLOGUE, ZERO_CENTERED, USE_DOT, UPCAST_DOT, True)
     if USE_DOT:
@@ -206,7 +228,7 @@ def _gemv_kernel(
     if SPLIT_K == 1:
         if HAS_BIAS:
             out += tl.load(bias_ptr + w_rows, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        _store(y_ptr, out, rows, pid_n, M, N, stride_ym, EPILOGUE, BLOCK_N)
+        store_out(y_ptr, out, rows, pid_n, M, N, stride_ym, EPILOGUE, BLOCK_N)
     else:
         ws = ws_ptr + rows[:, None] * N + cols[None, :]  # split s's partials at ws + s * M * N
         tl.store(ws + pid_k * M * N, out, mask=mask)
@@ -218,7 +240,7 @@ def _gemv_kernel(
                 total += tl.load(ws + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
             if HAS_BIAS:
                 total += tl.load(bias_ptr + w_rows, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-            _store(y_ptr, total, rows, pid_n, M, N, stride_ym, EPILOGUE, BLOCK_N)
+            store_out(y_ptr, total, rows, pid_n, M, N, stride_ym, EPILOGUE, BLOCK_N)
             tl.store(count_ptr + pid_n, 0)  # zero for the next launch (graph replays)
 
 
@@ -265,9 +287,14 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
            prologue: Prologue, epilogue: int = NO_EPILOGUE) -> torch.Tensor:
     """Run the kernel on checked arguments: ``x`` ``[M, K]`` (``[M, 2K]`` with
     ``SILU_MUL``) with unit stride along K, ``weight`` contiguous ``[N, K]`` (N even with
-    ``SILU_MUL_OUT``); returns ``y`` ``[M, N]`` (``[M, N / 2]`` with ``SILU_MUL_OUT``)."""
+    ``SILU_MUL_OUT``); returns ``y`` ``[M, N]`` (``[M, N / 2]`` with ``SILU_MUL_OUT``).
+
+    One row without a forced ``config`` runs the one-wave kernel (:mod:`anna_xpu_kernels.gemv_persistent`)
+    where it takes the width, unless ``ANNA_GEMV_PERSISTENT=0``."""
     m = x.shape[0]
     n, k = weight.shape
+    if config is None and gemv_persistent.takes(m, k) and gemv_persistent_requested():
+        return gemv_persistent.launch(x, weight, bias, prologue, epilogue)
     y = torch.empty((m, n // 2 if epilogue == SILU_MUL_OUT else n), dtype=x.dtype, device=x.device)
     has_bias = bias is not None
     b = bias.contiguous() if has_bias else y  # dummy pointer when there is no bias
@@ -275,6 +302,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     r = p.residual if p.residual is not None else x  # dummy pointers where the mode reads nothing
     nw = p.norm_weight if p.norm_weight is not None else x
     s = p.new_residual if p.new_residual is not None else x
+    if config is None:  # a configuration measured in the whole decode step for this device, if listed
+        config = gemv_tuning.tuned_config(x, next_pow2(m), n, k, p.mode, epilogue)
     splits = config.split_k if config is not None else _max_split(n)  # the workspace's, at most
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else y
     # one arrival counter per column block of a split launch (the narrowest split tile is 4 columns);
@@ -285,7 +314,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
             s.stride(0), float(p.eps))
     common = {"HAS_BIAS": has_bias, "BLOCK_M": next_pow2(m), "UPCAST_DOT": INTERPRETING or x.dtype == torch.float32,
               "PROLOGUE": p.mode, "ZERO_CENTERED": bool(p.zero_centered), "EPILOGUE": epilogue,
-              **pdl.launch_options(x)}
+              "DEEP_PREFETCH": gemv_prefetch_requested(), **pdl.launch_options(x)}
     if config is not None:
         grid = (triton.cdiv(n, config.block_n), config.split_k)
         _gemv_kernel.fn[grid](*args, **common, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=config.split_k,

@@ -5,14 +5,28 @@ warps, stages); :func:`tuning_space` the ones the autotuner times, :func:`prune`
 win for a shape before timing, and :func:`autotune_bench` times each with :func:`cold_time_ms`: CUDA
 graph replays with a cold L2, as the weights of a decode step arrive (no host launch overhead).
 :data:`FIXED` runs under Triton's interpreter, which cannot time anything.
+
+Timed alone, a launch is not timed as it runs in a decode step, where (with programmatic dependent
+launch) it overlaps the kernels around it. :func:`tuned_config` therefore first looks the shape up in a
+table measured in the whole captured step for the device (``tuned/gemv_<device>.json``, written by
+``python -m anna_xpu_kernels.tune_in_step``); shapes it does not list are autotuned. No table ships yet:
+on an H200 the 2B step's in-step picks measured within the run-to-run spread of the autotuner's in
+separate processes (2026-11-30, BENCHMARKS.md), and the one-wave kernel
+(:mod:`anna_xpu_kernels.gemv_persistent`) now serves every one-row shape they covered.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import re
+from pathlib import Path
+
 import attrs
 import torch
 
-from anna_xpu_kernels._triton import next_pow2, triton
+from anna_xpu_kernels._env import gemv_tuned_requested
+from anna_xpu_kernels._triton import INTERPRETING, next_pow2, triton
 
 MAX_SPLIT_N = 16384
 """Split-K is only tuned for ``N`` up to this (the workspace is ``SPLIT_K * M * N`` float32)."""
@@ -32,6 +46,57 @@ class GemvConfig:
     def triton(self) -> triton.Config:
         return triton.Config({"BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "SPLIT_K": self.split_k,
                               "USE_DOT": self.use_dot}, num_warps=self.num_warps, num_stages=self.num_stages)
+
+
+TUNED_DIR = Path(__file__).parent / "tuned"
+"""Where the per-device tables of :func:`tuned_config` live (package data)."""
+
+
+def tuned_table_path(device_name: str) -> Path:
+    """The table file of a device: ``"NVIDIA H200"`` -> ``tuned/gemv_nvidia_h200.json``."""
+    return TUNED_DIR / f"gemv_{re.sub(r'[^a-z0-9]+', '_', device_name.lower()).strip('_')}.json"
+
+
+TunedKey = tuple[str, int, int, int, int, int]
+"""``(dtype, BLOCK_M, N, K, PROLOGUE, EPILOGUE)``, dtype as ``"bfloat16"``."""
+
+
+def load_tuned_table(path: Path) -> dict[TunedKey, GemvConfig]:
+    """A table file's configurations by key; empty when the file does not exist.
+
+    Raises:
+        ValueError: the file is not a table (bad JSON, missing fields).
+    """
+    if not path.exists():
+        return {}
+    try:
+        entries = json.loads(path.read_text())["configs"]
+        return {(e["dtype"], int(e["block_m"]), int(e["n"]), int(e["k"]), int(e["prologue"]), int(e["epilogue"])):
+                GemvConfig(**e["config"]) for e in entries}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a GEMV tuning table: {exc}") from exc
+
+
+def dump_tuned_table(table: dict[TunedKey, GemvConfig], device_name: str) -> str:
+    """The JSON text of a table (:func:`load_tuned_table` reads it back)."""
+    entries = [{"dtype": k[0], "block_m": k[1], "n": k[2], "k": k[3], "prologue": k[4], "epilogue": k[5],
+                "config": attrs.asdict(c)} for k, c in sorted(table.items())]
+    return json.dumps({"device": device_name, "configs": entries}, indent=1) + "\n"
+
+
+@functools.cache
+def _device_table(device_index: int) -> dict[TunedKey, GemvConfig]:
+    return load_tuned_table(tuned_table_path(torch.cuda.get_device_name(device_index)))
+
+
+def tuned_config(x: torch.Tensor, block_m: int, n: int, k: int, prologue: int, epilogue: int) -> GemvConfig | None:
+    """The configuration measured in the decode step for this shape on ``x``'s CUDA device, or None (not
+    listed, not CUDA, under the interpreter, or ``ANNA_GEMV_TUNED=0``): the autotuner decides then."""
+    if INTERPRETING or x.device.type != "cuda" or not gemv_tuned_requested():
+        return None
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    table = _device_table(index)
+    return table.get((str(x.dtype).removeprefix("torch."), block_m, n, k, prologue, epilogue)) if table else None
 
 
 def tuning_space() -> list[triton.Config]:

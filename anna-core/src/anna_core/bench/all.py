@@ -72,7 +72,7 @@ def _free(device: str) -> None:
 def run_all(configs: Path, *, device: str, dtype: str, runs: int, warmup: int, hf_output_len: int,
             only: list[str] | None, cuda_graph: bool, compile_mode: str,
             compare_hf: bool = True, async_scheduling: bool = True,
-            disable_kernels: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+            disable_kernels: tuple[str, ...] = (), timeline: bool = False) -> list[dict[str, Any]]:
     """Run the targets (grouped by model so each model loads once); returns one record per target."""
     from anna_core.loading import load_model
 
@@ -94,7 +94,7 @@ def run_all(configs: Path, *, device: str, dtype: str, runs: int, warmup: int, h
                               input_len=t.input_len, output_len=t.output_len, warmup=warmup, runs=runs,
                               profile=t.profile, compare_hf=t.compare_hf and compare_hf, hf_output_len=hf_output_len,
                               cuda_graph=cuda_graph, compile_mode=compile_mode, async_scheduling=async_scheduling,
-                              disable_kernels=disable_kernels)
+                              disable_kernels=disable_kernels, timeline=timeline)
             report = run_bench(s, loaded)
             value = report[t.metric]
             rec.update(value=value, met=value >= t.goal if t.higher_is_better else value <= t.goal, report=report)
@@ -153,12 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-microbench", action="store_true")
     ap.add_argument("--skip-hf", action="store_true", help="leave out the HF transformers side by side")
     ap.add_argument("--out", type=Path, default=None, help="write all records as JSON here")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also trace one captured decode step per target, kernel by kernel (anna_core.bench.timeline)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     records = run_all(args.configs, device=args.device, dtype=args.dtype, runs=args.runs, warmup=args.warmup,
                       hf_output_len=args.hf_output_len, only=args.only, cuda_graph=not args.no_cuda_graph,
                       compile_mode=args.compile_mode, compare_hf=not args.skip_hf,
-                      async_scheduling=not args.no_async_scheduling, disable_kernels=tuple(args.disable_kernel))
+                      async_scheduling=not args.no_async_scheduling, disable_kernels=tuple(args.disable_kernel),
+                      timeline=args.timeline)
     micro = {"skipped": "--skip-microbench"} if args.skip_microbench else run_microbench(args.microbench_timeout)
     if args.out:
         args.out.write_text(json.dumps({"targets": records, "microbench": micro,

@@ -56,6 +56,8 @@ class BenchSettings:
     compare_hf: bool = False
     hf_output_len: int | None = None
     seed: int = 0
+    logprobs: int | None = None
+    timeline: bool = False
 
     def __attrs_post_init__(self) -> None:
         for name in ("batch_size", "input_len", "output_len", "runs"):
@@ -65,6 +67,8 @@ class BenchSettings:
             raise AnnaError("--output-len must be at least 2 (one decode step after the first token)")
         if self.warmup < 0:
             raise AnnaError(f"--warmup must be non-negative, got {self.warmup}")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise AnnaError(f"--logprobs must be non-negative, got {self.logprobs}")
 
 
 def engine_config(batch: int, max_len: int, prefill_tokens: int, *, block_size: int = 16,
@@ -109,12 +113,18 @@ def _prompts(vocab: int, batch: int, length: int, seed: int) -> list[list[int]]:
     return torch.randint(0, vocab, (batch, length), generator=gen).tolist()
 
 
-def timed_run(engine: Any, prompts: list[list[int]], output_len: int, tag: str) -> dict[str, Any]:
-    """Generate ``output_len`` greedy tokens for each prompt; returns ``ttft_s``, ``itl_s`` (list) and
-    the generated ids per request."""
+def timed_run(engine: Any, prompts: list[list[int]], output_len: int, tag: str,
+              logprobs: int | None = None) -> dict[str, Any]:
+    """Generate ``output_len`` greedy tokens for each prompt (with ``logprobs`` top log-probabilities
+    per token when given: such steps take the captured logits graph and the eager sampler); returns
+    ``ttft_s``, ``itl_s`` (list) and the generated ids per request.
+
+    Raises:
+        AnnaError: a request failed, or ``logprobs`` was asked and a token came without them.
+    """
     from anna_core.engine.sampling_params import SamplingParams
 
-    params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True, logprobs=logprobs)
     t0 = wall_clock()
     for i, p in enumerate(prompts):
         engine.add_request(f"{tag}-{i}", p, params)
@@ -132,6 +142,8 @@ def timed_run(engine: Any, prompts: list[list[int]], output_len: int, tag: str) 
             if o.error:
                 raise AnnaError(f"benchmark request {o.request_id} failed: {o.error}")
             produced = produced or bool(o.delta_token_ids)
+            if logprobs is not None and o.delta_token_ids and len(o.logprobs) != len(o.delta_token_ids):
+                raise AnnaError(f"benchmark request {o.request_id} got tokens without their logprobs")
             if o.finished:
                 tokens[o.request_id] = list(o.token_ids)
         if not produced:
@@ -206,7 +218,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     runs = []
     for r in range(s.warmup + s.runs):
         prompts = _prompts(vocab, s.batch_size, s.input_len, s.seed * 1000 + r)
-        res = timed_run(engine, prompts, s.output_len, f"run{r}")
+        res = timed_run(engine, prompts, s.output_len, f"run{r}", s.logprobs)
         if r >= s.warmup:
             runs.append(res)
             last_prompts = prompts
@@ -221,7 +233,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "model": str(s.model_dir), "device": str(loaded.device), "device_name": device_name(loaded.device),
         "dtype": str(loaded.dtype).replace("torch.", ""), "batch_size": s.batch_size, "input_len": s.input_len,
         "output_len": s.output_len, "runs": s.runs, "warmup": s.warmup, "cuda_graph": s.cuda_graph,
-        "compile_mode": s.compile_mode, "async_scheduling": s.async_scheduling,
+        "compile_mode": s.compile_mode, "async_scheduling": s.async_scheduling, "logprobs": s.logprobs,
         "disabled_kernels": list(s.disable_kernels), "kernels": chosen_kernels(loaded.model), "graphs_captured": engine.runner.graphs is not None,
         "graph_steps": engine.runner.num_graph_steps, "eager_steps": engine.runner.num_eager_steps,
         "load_s": load_s, "setup_s": setup_s,
@@ -240,6 +252,13 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     if graphs is not None and graphs.bucket_for(s.batch_size) is not None:
         # device time of one captured step alone: ITL minus this is host time the device waited for
         report["graph_replay_ms"] = graphs.time_replay(graphs.bucket_for(s.batch_size))
+        if s.timeline and loaded.device.type == "cuda":
+            from anna_core.bench.timeline import graph_timeline
+
+            try:
+                report["timeline"] = graph_timeline(graphs, graphs.bucket_for(s.batch_size), engine.runner.accel)
+            except AnnaError as exc:  # a trace that does not split into replays: keep the measurements
+                report["timeline_error"] = str(exc)
     if s.profile:
         report["profile_ms_per_step"] = profile_decode(engine, vocab, s)
     if s.compare_hf:

@@ -7,8 +7,9 @@
 #   MODE=ab: the b=1 targets again with asynchronous scheduling off, then with the Triton GEMV off.
 #   MODE=repeat: the ONLY targets (default "2B") in REPEAT (default 4) separate processes, logging the
 #   GEMV autotuning picks of each (run-to-run spread on one machine).
-#   MODE=abenv: A/B of the environment switch ABVAR (A: ABVAR=0, B: default) in REPEAT (default 3)
-#   interleaved pairs of processes over the ONLY targets (default "2B").
+#   MODE=abenv: A/B of the environment switch ABVAR (A: ABVAR=$AVAL, default 0; B: ABVAR=$BVAL, default
+#   unset) in REPEAT (default 3) interleaved pairs of processes over the ONLY targets (default "2B");
+#   TIMELINE=1 adds each run's kernel timeline (--timeline) to its log.
 #   TAG=x names this run's logs bench_x.log / bench_all_x.json (e.g. an A/B with ANNA_TRITON_PDL=0).
 # The device tool returns at most 8 files under $OUT, each under ~16 MB: the cache is split in 15 MB
 # parts, and cached binaries of a kernel whose source changed should be pruned before carrying it
@@ -23,7 +24,9 @@ export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,noheader
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
 CFG=tests/qwen35/reference_configs
-save_cache() { rm -f "$OUT"/tc.tgz.*; tar cz -C /tmp/tc . | split -b 15M - "$OUT/tc.tgz."; }
+# the cache without the intermediate IRs (Triton loads a cached kernel from its cubin and metadata): ~5x smaller
+save_cache() { find /tmp/tc -type f \( -name '*.llir' -o -name '*.ptx' -o -name '*.ttgir' -o -name '*.ttir' \
+  -o -name '*.source' \) -delete; rm -f "$OUT"/tc.tgz.*; tar cz -C /tmp/tc . | split -b 15M - "$OUT/tc.tgz."; }
 if [ "${MODE:-targets}" = "targets" ]; then
   # ONLY="9B b=1,2B" runs the targets whose names contain one of these (default: all)
   only=(); IFS=, read -ra names <<< "${ONLY:-}"; for n in "${names[@]}"; do only+=(--only "$n"); done
@@ -47,16 +50,17 @@ elif [ "${MODE}" = "repeat" ]; then
   [ -n "${NO_SAVE:-}" ] || save_cache
 elif [ "${MODE}" = "abenv" ]; then
   # A/B of an environment switch ABVAR (e.g. ANNA_GEMV_NORM_PROLOGUE) in interleaved processes: A with
-  # ABVAR=0, B with it unset (the default), REPEAT (default 3) pairs of the ONLY targets (default "2B");
+  # ABVAR=AVAL (default 0), B with ABVAR=BVAL (default: unset), REPEAT (default 3) pairs of the ONLY targets (default "2B");
   # one summary line per run, the logs in $OUT/abenv_logs.tgz (one file: the tool returns at most 8)
   : "${ABVAR:?MODE=abenv needs ABVAR, the environment switch to compare}"
   only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
   mkdir -p /tmp/abenv
   for i in $(seq 1 "${REPEAT:-3}"); do
     for arm in A B; do
-      (if [ "$arm" = A ]; then export "$ABVAR=0"; else unset "$ABVAR"; fi
+      (if [ "$arm" = A ]; then export "$ABVAR=${AVAL:-0}"; elif [ -n "${BVAL:-}" ]; then export "$ABVAR=$BVAL"
+       else unset "$ABVAR"; fi
        timeout "${T_ONE:-170}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench --skip-hf \
-         "${only[@]}" --out "/tmp/abenv/$arm$i.json" > "/tmp/abenv/$arm$i.log" 2>&1)
+         "${only[@]}" ${TIMELINE:+--timeline} --out "/tmp/abenv/$arm$i.json" > "/tmp/abenv/$arm$i.log" 2>&1)
       echo "$arm$i exit $?: $(grep -E '^decode' "/tmp/abenv/$arm$i.log" | head -1) |" \
         "$(grep -o 'replay alone: [0-9.]* ms' "/tmp/abenv/$arm$i.log" | head -1) |" \
         "$(grep -o 'at [0-9]* GB/s copy' "/tmp/abenv/$arm$i.log" | head -1)"

@@ -29,7 +29,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"model {r['model']}  device {r['device']} ({r['device_name']})  dtype {r['dtype']}",
         (f"batch {r['batch_size']}  input {r['input_len']}  output {r['output_len']}  runs {r['runs']} "
          f"(+{r['warmup']} warm-up)  graphs {'on' if r['graphs_captured'] else 'off'} "
-         f"({r['graph_steps']} graph / {r['eager_steps']} eager steps)  compile {r['compile_mode']}"),
+         f"({r['graph_steps']} graph / {r['eager_steps']} eager steps)  compile {r['compile_mode']}"
+         + (f"  logprobs {r['logprobs']} per token" if r.get("logprobs") is not None else "")),
         f"prefill   {r['prefill_tokens_per_s']:10.1f} tok/s   TTFT {r['ttft_ms']:.2f} ms",
         (f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "
          f"{r['decode_tokens_per_s_total']:.1f} tok/s total"),
@@ -49,6 +50,13 @@ def format_report(r: dict[str, Any]) -> str:
         total = prof["total"] or 1.0
         parts = "  ".join(f"{k} {v:.3f} ({100 * v / total:.0f}%)" for k, v in prof.items() if k != "total")
         lines.append(f"profile   eager kernel time per decode step {prof['total']:.3f} ms: {parts}")
+    if r.get("timeline"):
+        from anna_core.bench.timeline import format_timeline
+
+        lines.append("timeline  one captured decode step, kernel by kernel (us):")
+        lines.append(format_timeline(r["timeline"], r.get("graph_replay_ms")))
+    if r.get("timeline_error"):
+        lines.append(f"timeline  not traced: {r['timeline_error']}")
     hf = r.get("hf")
     if hf:
         lines.append(

@@ -220,20 +220,30 @@ class DecodeGraphs:
         Raises:
             AnnaError: no graph for that bucket and mode.
         """
+        replay = self.padded_replay(batch, mode)
+        replay()  # warm
+        times = []
+        timer = self.accel.timer()
+        for _ in range(iters):
+            timer.start()
+            replay()
+            times.append(timer.stop())
+        return sorted(times)[len(times) // 2]
+
+    def padded_replay(self, batch: int, mode: str = "greedy") -> Callable[[], None]:
+        """Stage a step whose rows are all padding (scratch block and slot only) for bucket ``batch``
+        and return the replay of its graph (for timing and tracing the step's device work alone).
+
+        Raises:
+            AnnaError: no graph for that bucket and mode.
+        """
         graph = self._graphs.get((batch, mode))
         if graph is None:
             raise AnnaError(f"no captured decode graph for bucket {batch} in mode {mode!r}")
         self.staging.next_buffer()
         self._fill_padding(0)
         self.staging.upload()
-        graph.replay()  # warm
-        times = []
-        timer = self.accel.timer()
-        for _ in range(iters):
-            timer.start()
-            graph.replay()
-            times.append(timer.stop())
-        return sorted(times)[len(times) // 2]
+        return graph.replay
 
     def run(self, token_ids: Sequence[int], positions: Sequence[int], block_tables: Sequence[Sequence[int]],
             state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,

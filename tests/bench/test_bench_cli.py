@@ -82,3 +82,10 @@ def test_anna_bench_logprobs_on_cpu(tiny_dir):
 def test_anna_bench_rejects_negative_logprobs(tiny_dir):
     res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--logprobs", "-1"])
     assert res.exit_code == 1 and "--logprobs" in res.output
+
+
+def test_anna_bench_timeline_without_graphs_says_why(tiny_dir):
+    res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--input-len", "6",
+                                     "--output-len", "3", "--warmup", "0", "--runs", "1", "--timeline"])
+    assert res.exit_code == 0, res.output
+    assert "timeline  not traced: needs a CUDA device with captured decode graphs" in res.output

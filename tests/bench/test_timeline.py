@@ -40,6 +40,8 @@ def test_split_replays_checks_counts_and_names():
     assert [[s.name for s in st] for st in steps] == [["a", "b", "c"], ["a", "b", "c"]]
     with pytest.raises(AnnaError, match="do not split"):
         split_replays(spans, 4)
+    with pytest.raises(AnnaError, match="no device kernels"):
+        split_replays([], 3)
     with pytest.raises(AnnaError, match="different kernels"):
         split_replays([KernelSpan(n, float(i), 1.0) for i, n in enumerate("abcacb")], 2)
 

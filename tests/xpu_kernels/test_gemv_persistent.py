@@ -12,7 +12,7 @@ require_triton_interpreter()
 
 from anna_xpu_kernels import fused_linear, gemv, gemv_persistent
 
-DTYPES = [torch.float32, torch.bfloat16]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
 @pytest.fixture(params=[(2, 1), (4, 2), None], ids=["bn2-1prog", "bn4-2progs", "default"])
@@ -68,6 +68,31 @@ def test_silu_mul_prologue_and_epilogue_alone(poison_outputs, grid, dtype):
                                **{name: 2 * v for name, v in tol(dtype).items()})
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_bias_with_the_swiglu_epilogue(poison_outputs, grid, dtype):
+    # the bias belongs to the merged [gate; up] rows: each program adds gate row c's and up row I + c's
+    k, i = 33, 9
+    x, w = _rand(1, k, seed=13, dtype=dtype), _rand(2 * i, k, seed=14, scale=k ** -0.5, dtype=dtype)
+    b = _rand(2 * i, seed=15, dtype=dtype)
+    got = gemv.launch(x, w, b, None, gemv.Prologue(), gemv.SILU_MUL_OUT)
+    y = ref_linear(x, w, b)
+    want = (torch.nn.functional.silu(y[:, :i].float()).to(dtype).float() * y[:, i:].float()).to(dtype)
+    torch.testing.assert_close(got, want, **{name: 2 * v for name, v in tol(dtype).items()})
+
+
+def test_tiled_kernel_still_serves_one_row_when_switched_off(monkeypatch, poison_outputs):
+    # ANNA_GEMV_PERSISTENT=0: one row goes through the tiled kernel's autotuned (fixed, interpreted) path
+    monkeypatch.setenv("ANNA_GEMV_PERSISTENT", "0")
+    monkeypatch.setattr(gemv_persistent, "launch", lambda *a, **kw: pytest.fail("one-wave kernel used"))
+    k, n = 75, 37
+    x, nw, r = _rand(1, k, seed=16), _rand(k, seed=17), _rand(1, k, seed=18)
+    w = _rand(2 * n, k, seed=19, scale=k ** -0.5)
+    torch.testing.assert_close(gemv.linear(x, w, None), ref_linear(x, w, None), **tol(torch.float32))
+    y, _ = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, False, w, fuse=True)
+    want, _ = ref.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, False, w)
+    torch.testing.assert_close(y, want, **tol(torch.float32))
+
+
 def test_dispatch_one_row_only_widths_it_takes_and_the_switch(monkeypatch, poison_outputs):
     calls = []
     real = gemv_persistent.launch
@@ -76,7 +101,9 @@ def test_dispatch_one_row_only_widths_it_takes_and_the_switch(monkeypatch, poiso
     for m in (1, 2):
         gemv.linear(_rand(m, 64, seed=12), w, None)
     assert calls == [(6, 64)]  # two rows: the tiled kernel
-    assert gemv_persistent.takes(1, gemv_persistent.MAX_K) and not gemv_persistent.takes(1, gemv_persistent.MAX_K + 1)
+    one, two = torch.zeros(1, 8), torch.zeros(2, 8)
+    assert gemv_persistent.takes(one, gemv_persistent.MAX_K) and not gemv_persistent.takes(one, gemv_persistent.MAX_K + 1)
+    assert not gemv_persistent.takes(two, 8) and not gemv_persistent.takes(one, 0)
     monkeypatch.setenv("ANNA_GEMV_PERSISTENT", "0")
     gemv.linear(_rand(1, 64, seed=12), w, None)
     assert len(calls) == 1

@@ -1,7 +1,8 @@
 """Environment switches of anna-xpu-kernels (no torch or triton import here): the interpreter
 (below), programmatic dependent launch (``ANNA_TRITON_PDL``), the GEMV's norm prologue
-(``ANNA_GEMV_NORM_PROLOGUE``), its weight prefetch (``ANNA_GEMV_PREFETCH``), its tuned-configuration tables
-(``ANNA_GEMV_TUNED``) and the one-wave GEMV for one row (``ANNA_GEMV_PERSISTENT``).
+(``ANNA_GEMV_NORM_PROLOGUE``), its weight prefetch (``ANNA_GEMV_PREFETCH``) and the one-wave GEMV for one row
+(``ANNA_GEMV_PERSISTENT``). Each exists to A/B a kernel choice in separate processes
+(``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 
 ``ANNA_TRITON_INTERPRET=1`` runs the Triton kernels under Triton's CPU interpreter: it sets Triton's
 own ``TRITON_INTERPRET=1`` before the kernel modules import triton, and makes the probes accept
@@ -72,16 +73,6 @@ def gemv_prefetch_requested() -> bool:
     its first weight tile before waiting for the previous kernel, instead of up to
     :data:`anna_xpu_kernels.gemv.PREFETCH_BYTES` (for A/B measurements); on by default."""
     return os.environ.get(GEMV_PREFETCH_ENV, "").strip().lower() not in _FALSE
-
-
-GEMV_TUNED_ENV = "ANNA_GEMV_TUNED"
-
-
-def gemv_tuned_requested() -> bool:
-    """False when ``ANNA_GEMV_TUNED`` is set to a false value (``0``): the decode GEMV then autotunes every
-    shape instead of taking the configurations measured in the whole decode step for this device
-    (:func:`anna_xpu_kernels.gemv_tuning.tuned_config`); on by default."""
-    return os.environ.get(GEMV_TUNED_ENV, "").strip().lower() not in _FALSE
 
 
 GEMV_PERSISTENT_ENV = "ANNA_GEMV_PERSISTENT"

@@ -79,6 +79,11 @@ def norm_prologue_pays(x: torch.Tensor, k: int) -> bool:
     means of three runs each), and the 0.8B shape 1145 vs 1116 tok/s (one run each); wider rows (the
     9B width, K = 4096) and more rows were not measured in the step and stay unfused. Without PDL:
     ``k <= MAX_K``.
+
+    Those measurements ran the tiled GEMV. One row now takes the one-wave kernel
+    (:mod:`anna_xpu_kernels.gemv_persistent`), which computes the normalised row once per program
+    rather than once per tile, so the fusion costs it less; it is measured fused at the 2B and 0.8B
+    widths (BENCHMARKS.md), and the 9B width is still left unfused, unmeasured.
     """
     forced = norm_prologue_requested()
     if forced is not None:

@@ -57,10 +57,10 @@ MAX_ROWS = 8
 """Largest ``M`` run by the GEMV kernel; more rows go to ``F.linear`` (a GEMM)."""
 
 PREFETCH_BYTES = 16384
-"""Weight bytes (at 16 bits per value) a CUDA-core program loads before it waits for the previous
-kernel: whole ``[BLOCK_N, BLOCK_K]`` tiles, at least one and at most :data:`MAX_PREFETCH_TILES`. With
-programmatic dependent launch those loads are in flight while the previous kernel drains, so the memory
-pipe stays busy across the kernel boundary instead of waiting one memory latency per tile after it."""
+"""Weight bytes (at 16 bits per value; float32 weights load twice as many) a CUDA-core program loads
+before it waits for the previous kernel: whole ``[BLOCK_N, BLOCK_K]`` tiles, at least one and at most
+:data:`MAX_PREFETCH_TILES`. With programmatic dependent launch those loads are in flight while the
+previous kernel drains. Measured neutral in the 2B step (BENCHMARKS.md, sixth session)."""
 
 MAX_PREFETCH_TILES = 4
 
@@ -293,7 +293,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     where it takes the width, unless ``ANNA_GEMV_PERSISTENT=0``."""
     m = x.shape[0]
     n, k = weight.shape
-    if config is None and gemv_persistent.takes(m, k) and gemv_persistent_requested():
+    if config is None and gemv_persistent.takes(x, k) and gemv_persistent_requested():
         return gemv_persistent.launch(x, weight, bias, prologue, epilogue)
     y = torch.empty((m, n // 2 if epilogue == SILU_MUL_OUT else n), dtype=x.dtype, device=x.device)
     has_bias = bias is not None

@@ -1,14 +1,17 @@
-"""One-wave ("persistent") decode GEMV for a single row: ``y[1, N] = x[1, K] @ w[N, K]^T + b``, with the
-prologues (:mod:`anna_xpu_kernels.gemv_prologue`) and epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`) of
-the tiled GEMV (:mod:`anna_xpu_kernels.gemv`).
+"""Persistent decode GEMV for a single row: ``y[1, N] = x[1, K] @ w[N, K]^T + b``, with the prologues
+(:mod:`anna_xpu_kernels.gemv_prologue`) and epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`) of the tiled
+GEMV (:mod:`anna_xpu_kernels.gemv`). The docs call it the "one-wave" GEMV: its grid is about one wave.
 
 Why. At batch 1 a decode step is a chain of GEMVs that each read a few to a few tens of MB, joined by
 programmatic dependent launch (:mod:`anna_xpu_kernels.pdl`). The tiled GEMV launches thousands of short
 programs in several waves; the next kernel may only start once every program of this one has started,
-i.e. during its last wave, so each boundary drains the memory pipe. Here the grid is ``G = SMs x
-PROGRAMS_PER_SM`` programs (at most one wave, each using a fraction of a multiprocessor), so every
-program signals its dependents at once and the next kernel's programs become resident and load their
-first weights while this kernel still streams. Measured in PDL chains of distinct weights on an H200
+i.e. during its last wave, so each boundary drains the memory pipe, and with a norm prologue every short
+program re-reads the row for its mean square. Here the grid is ``G = SMs x PROGRAMS_PER_SM`` long-lived
+programs that stride over the weight: the prologue runs once per program, each program keeps two weight
+blocks in flight, and the next kernel may start as soon as the last of these few programs has started.
+(The register counts of the compiled kernels allow about 6 programs of 4 warps per SM at the 2B width,
+fewer than the 8 asked for, so the grid is about 1.3 waves there; 8 still measured fastest.) Measured
+in PDL chains of distinct weights on an H200
 (2B shapes, 2026-11-30, BENCHMARKS.md): 8.5 vs 10.8 us for 34 MB, 12.6 vs 14.9 us for 50 MB, 7.6 vs
 8.4 us for 25 MB (K = 6144), 3.1 vs 4.2 us for 8 MB; a layer's four projections 32.5 vs 38.7 us. In the
 captured 2B decode step (interleaved processes) the step's replay went from 1.408 / 1.460 ms to 1.256 /
@@ -69,9 +72,11 @@ def launch_shape(k: int) -> tuple[int, int, int]:
     return 2, 4, 2
 
 
-def takes(m: int, k: int) -> bool:
-    """Whether this kernel takes an ``[m, k]`` activation: one row, ``1 <= k <= MAX_K``."""
-    return m == 1 and 1 <= k <= MAX_K
+def takes(x: torch.Tensor, k: int) -> bool:
+    """Whether this kernel takes the activation rows ``x`` ``[m, k]``: one row, ``1 <= k <= MAX_K``, on a
+    CUDA device (or under the interpreter). Intel XPUs keep the tiled kernel: the grid is sized from
+    CUDA's multiprocessor count and the shapes were only measured on an H200."""
+    return x.shape[0] == 1 and 1 <= k <= MAX_K and (INTERPRETING or x.device.type == "cuda")
 
 
 @triton.jit
@@ -142,14 +147,10 @@ def _persistent_gemv_kernel(
         w_cur = w_next
 
 
-def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, prologue, epilogue: int,
-           programs: int | None = None) -> torch.Tensor:
-    """Run the kernel on checked arguments (as :func:`anna_xpu_kernels.gemv.launch`, with ``x`` one row
-    and :func:`takes` true); ``prologue`` is a :class:`anna_xpu_kernels.gemv.Prologue`.
-
-    Args:
-        programs: the grid size (default ``multiprocessors x`` :func:`launch_shape`'s programs per
-            multiprocessor, at most the number of row blocks); tests force small grids with it.
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, prologue, epilogue: int) -> torch.Tensor:
+    """Run the kernel on checked arguments (as :func:`anna_xpu_kernels.gemv.launch`, :func:`takes` true);
+    ``prologue`` is a :class:`anna_xpu_kernels.gemv.Prologue`. The grid is :func:`multiprocessors` times
+    :func:`launch_shape`'s programs per multiprocessor, at most the number of row blocks.
 
     Returns:
         ``y`` ``[1, N]`` (``[1, N / 2]`` with ``SILU_MUL_OUT``) in x's dtype.
@@ -159,7 +160,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
     out_n = n // 2 if epilogue == SILU_MUL_OUT else n
     y = torch.empty((1, out_n), dtype=x.dtype, device=x.device)
     n_blocks = triton.cdiv(out_n, block_n // 2) if epilogue == SILU_MUL_OUT else triton.cdiv(n, block_n)
-    grid = (max(1, min(n_blocks, programs or multiprocessors(x) * per_sm)),)
+    grid = (max(1, min(n_blocks, multiprocessors(x) * per_sm)),)
     p = prologue
     r = p.residual if p.residual is not None else x  # dummy pointers where the mode reads nothing
     nw = p.norm_weight if p.norm_weight is not None else x

@@ -25,7 +25,6 @@ from pathlib import Path
 import attrs
 import torch
 
-from anna_xpu_kernels._env import gemv_tuned_requested
 from anna_xpu_kernels._triton import INTERPRETING, next_pow2, triton
 
 MAX_SPLIT_N = 16384
@@ -91,8 +90,8 @@ def _device_table(device_index: int) -> dict[TunedKey, GemvConfig]:
 
 def tuned_config(x: torch.Tensor, block_m: int, n: int, k: int, prologue: int, epilogue: int) -> GemvConfig | None:
     """The configuration measured in the decode step for this shape on ``x``'s CUDA device, or None (not
-    listed, not CUDA, under the interpreter, or ``ANNA_GEMV_TUNED=0``): the autotuner decides then."""
-    if INTERPRETING or x.device.type != "cuda" or not gemv_tuned_requested():
+    listed, not CUDA, or under the interpreter): the autotuner decides then."""
+    if INTERPRETING or x.device.type != "cuda":
         return None
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     table = _device_table(index)

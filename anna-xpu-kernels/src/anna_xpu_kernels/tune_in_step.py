@@ -8,7 +8,9 @@ step itself: it loads a model with dummy weights, captures its batch-``b`` greed
 each GEMV shape of the step (largest weight first) replays the graph with every candidate configuration
 of that shape in turn (the others held at their current best), keeping a candidate only when the replay
 is faster by more than ``--min-gain`` (coordinate descent, one pass). The result is written as the
-device's table (:func:`anna_xpu_kernels.gemv_tuning.tuned_config` reads it; ``ANNA_GEMV_TUNED=0`` ignores it).
+device's table (:func:`anna_xpu_kernels.gemv_tuning.tuned_config` reads it). Only launches that take the
+tiled kernel are tuned: at batch 1 the projections take the one-wave kernel
+(:mod:`anna_xpu_kernels.gemv_persistent`) unless ``ANNA_GEMV_PERSISTENT=0`` or their K exceeds its limit.
 
     python -m anna_xpu_kernels.tune_in_step --model-dir tests/qwen35/reference_configs/Qwen3.5-2B \\
         [--model-dir ...] [--batch-size 1] [--out PATH]
@@ -106,8 +108,13 @@ def tune_model(model_dir: Path, batch_size: int, iters: int, min_gain: float,
         return statistics.median(graphs.time_replay(batch_size, iters=iters) for _ in range(3))
 
     working.clear()
+    gemv._gemv_kernel.cache.clear()  # only this model's shapes: an earlier model's are not in its step
     time_step()  # the autotuner chooses every shape of the step
     working.update(autotuned_keys(1 << (batch_size - 1).bit_length()))
+    if not working:
+        print(f"{model_dir.name}: no tiled GEMV launch in the batch-{batch_size} step (one-row projections take "
+              "the one-wave kernel: use --batch-size 2..8, or ANNA_GEMV_PERSISTENT=0)", flush=True)
+        return {}
     found = dict(sweep(working, time_step, min_gain, log=lambda s: print(s, flush=True)))
     working.clear()
     base = time_step()

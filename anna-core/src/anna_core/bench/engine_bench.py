@@ -252,13 +252,8 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     if graphs is not None and graphs.bucket_for(s.batch_size) is not None:
         # device time of one captured step alone: ITL minus this is host time the device waited for
         report["graph_replay_ms"] = graphs.time_replay(graphs.bucket_for(s.batch_size))
-        if s.timeline and loaded.device.type == "cuda":
-            from anna_core.bench.timeline import graph_timeline
-
-            try:
-                report["timeline"] = graph_timeline(graphs, graphs.bucket_for(s.batch_size), engine.runner.accel)
-            except AnnaError as exc:  # a trace that does not split into replays: keep the measurements
-                report["timeline_error"] = str(exc)
+    if s.timeline:
+        report.update(_timeline(engine, s))
     if s.profile:
         report["profile_ms_per_step"] = profile_decode(engine, vocab, s)
     if s.compare_hf:
@@ -267,6 +262,22 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         prompt = _prompts(vocab, s.batch_size, s.input_len, s.seed * 1000 + 999)
         report["hf"] = compare_hf(loaded, engine, prompt, s.hf_output_len or s.output_len, report)
     return report
+
+
+def _timeline(engine: Any, s: BenchSettings) -> dict[str, Any]:
+    """``{"timeline": rows}`` of the captured graph this run's decode steps replayed (the logits graph
+    with ``--logprobs``), or ``{"timeline_error": why}`` (no CUDA graph, or a trace that does not split
+    into replays): the other measurements stand either way."""
+    from anna_core.bench.timeline import graph_timeline
+
+    graphs = engine.runner.graphs
+    if graphs is None or engine.runner.device.type != "cuda" or graphs.bucket_for(s.batch_size) is None:
+        return {"timeline_error": "needs a CUDA device with captured decode graphs"}
+    mode = "logits" if s.logprobs is not None else "greedy"
+    try:
+        return {"timeline": graph_timeline(graphs, graphs.bucket_for(s.batch_size), engine.runner.accel, mode)}
+    except AnnaError as exc:
+        return {"timeline_error": str(exc)}
 
 
 def profile_decode(engine: Any, vocab: int, s: BenchSettings) -> dict[str, float]:

@@ -8,8 +8,9 @@ device activity, splits the kernels into replays, and reports per kernel positio
 
 * ``dur``: the kernel's own start-to-end time (µs);
 * ``exposed``: how far it moved the step's end, ``end - max(end of every earlier kernel)``, floored at
-  0 (µs). The exposed times of a replay add up to its span, so they say which kernels the step's
-  length is made of; a kernel that overlaps its predecessor (PDL) shows ``exposed < dur``;
+  0 (µs). The exposed times of a replay add up to the time since the previous replay ended (the gap
+  between replays falls to the first kernel), so they say which kernels the step's length is made of;
+  a kernel that overlaps its predecessor (PDL) shows ``exposed < dur``;
 * ``grid`` / ``block`` / registers per thread / the profiler's estimated occupancy, to tell launches
   of the same kernel apart (e.g. the GEMVs of different projections).
 
@@ -68,8 +69,11 @@ def split_replays(spans: Sequence[KernelSpan], replays: int) -> list[list[Kernel
     """Cut a trace of ``replays`` identical back-to-back replays into one kernel list per replay.
 
     Raises:
-        AnnaError: the kernel count is not a multiple of ``replays`` or the replays' kernel names differ.
+        AnnaError: no kernels, a kernel count that is not a multiple of ``replays``, or replays whose
+            kernel names differ.
     """
+    if not spans:
+        raise AnnaError("the profiler recorded no device kernels for the replays")
     if replays < 1 or len(spans) % replays:
         raise AnnaError(f"{len(spans)} kernels traced do not split into {replays} identical replays")
     n = len(spans) // replays
@@ -82,8 +86,10 @@ def split_replays(spans: Sequence[KernelSpan], replays: int) -> list[list[Kernel
 
 
 def exposed_times(steps: Sequence[Sequence[KernelSpan]]) -> list[list[float]]:
-    """Per replay, per kernel: ``end - max(end of every earlier kernel)`` floored at 0 (µs); the first
-    kernel of the first replay counts from its own start."""
+    """Per replay, per kernel: ``end - max(end of every earlier kernel)`` floored at 0 (µs), earlier
+    replays included: a replay's exposed times add up to the time from the previous replay's end to its
+    own (the gap between replays is charged to its first kernel); the first kernel of the first replay
+    counts from its own start."""
     out = []
     frontier = steps[0][0].start if steps and steps[0] else 0.0
     for step in steps:

@@ -36,6 +36,12 @@ interleaves gate row ``c`` and up row ``I + c`` for each of them (tile row ``2j`
 program holds both factors of its outputs and the product needs no second launch (nor a round trip of
 the ``[M, 2I]`` projection through memory). The weight layout itself is unchanged (prefill's GEMM reads
 the same matrix).
+
+One activation row on CUDA (batch-1 decode, ``K <= 8192``) without a forced configuration goes to the
+one-wave kernel instead (:mod:`anna_xpu_kernels.gemv_persistent`, same prologues and epilogues), which
+measured faster in the decode step; ``ANNA_GEMV_PERSISTENT=0`` keeps it here. A shape listed in the
+device's in-step tuning table (:func:`anna_xpu_kernels.gemv_tuning.tuned_config`) runs the listed
+configuration instead of the autotuner's.
 """
 
 from __future__ import annotations

@@ -93,6 +93,11 @@ class Prologue:
     eps: float = 0.0
     zero_centered: bool = False
 
+    def tensors_or(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(residual, norm_weight, new_residual)`` for a kernel launch, ``x`` standing in (a dummy
+        pointer) for each one the mode does not use."""
+        return tuple(t if t is not None else x for t in (self.residual, self.norm_weight, self.new_residual))
+
 
 @triton.jit
 def _accumulate(acc, w, x_ptr, r_ptr, nw_ptr, rows, k0, ks, k_end, M, K, rstd, stride_xm, stride_rm,
@@ -305,9 +310,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     has_bias = bias is not None
     b = bias.contiguous() if has_bias else y  # dummy pointer when there is no bias
     p = prologue
-    r = p.residual if p.residual is not None else x  # dummy pointers where the mode reads nothing
-    nw = p.norm_weight if p.norm_weight is not None else x
-    s = p.new_residual if p.new_residual is not None else x
+    r, nw, s = p.tensors_or(x)
     if config is None:  # a configuration measured in the whole decode step for this device, if listed
         config = gemv_tuning.tuned_config(x, next_pow2(m), n, k, p.mode, epilogue)
     splits = config.split_k if config is not None else _max_split(n)  # the workspace's, at most

@@ -38,6 +38,7 @@ import torch
 from anna_xpu_kernels import pdl
 from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
 from anna_xpu_kernels.gemv_epilogue import SILU_MUL_OUT, store_out
+from anna_xpu_kernels.gemv_prologue import add_residual, normalize, silu_mul
 
 MAX_K = 8192
 """Longest row the one-load blocks take (``KP = next_pow2(K)`` values per block row); longer rows go to
@@ -96,24 +97,16 @@ def _activation_row(x_ptr, r_ptr, nw_ptr, s_ptr, kk, k_ok, K, eps, write_residua
     """The ``[KP]`` activation row (float32 values of x's dtype) computed from the raw inputs: ``x``;
     ``round(x * rstd * w)`` (``RMS_NORM``) on ``s = round(x + residual)`` with ``ADD_RMS_NORM`` (also
     stored to ``s_ptr`` where ``write_residual``); ``round(round(silu(gate)) * up)`` (``SILU_MUL``)."""
-    act_ty = x_ptr.dtype.element_ty
     a = tl.load(x_ptr + kk, mask=k_ok, other=0.0)
     if PROLOGUE == 3:
-        up = tl.load(x_ptr + K + kk, mask=k_ok, other=0.0)
-        g = a.to(tl.float32)
-        act = (g / (1.0 + tl.exp(-g))).to(act_ty).to(tl.float32)
-        a = (act * up.to(tl.float32)).to(act_ty)
+        a = silu_mul(a, tl.load(x_ptr + K + kk, mask=k_ok, other=0.0), x_ptr)
     if PROLOGUE == 1 or PROLOGUE == 2:
         if PROLOGUE == 2:
-            r = tl.load(r_ptr + kk, mask=k_ok, other=0.0)
-            a = (a.to(tl.float32) + r.to(tl.float32)).to(act_ty)
+            a = add_residual(a, tl.load(r_ptr + kk, mask=k_ok, other=0.0), x_ptr)
             tl.store(s_ptr + kk, a, mask=k_ok & write_residual)
         s = a.to(tl.float32)
         rstd = tl.rsqrt(tl.sum(s * s, axis=0) / K + eps)
-        w = tl.load(nw_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
-        if ZERO_CENTERED:
-            w = w + 1.0
-        a = (s * rstd * w).to(act_ty)
+        a = normalize(a, rstd, tl.load(nw_ptr + kk, mask=k_ok, other=0.0), x_ptr, ZERO_CENTERED)
     return a.to(tl.float32)
 
 
@@ -162,9 +155,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
     n_blocks = triton.cdiv(out_n, block_n // 2) if epilogue == SILU_MUL_OUT else triton.cdiv(n, block_n)
     grid = (max(1, min(n_blocks, multiprocessors(x) * per_sm)),)
     p = prologue
-    r = p.residual if p.residual is not None else x  # dummy pointers where the mode reads nothing
-    nw = p.norm_weight if p.norm_weight is not None else x
-    s = p.new_residual if p.new_residual is not None else x
+    r, nw, s = p.tensors_or(x)
     b = bias.contiguous() if bias is not None else y
     _persistent_gemv_kernel[grid](
         x, weight, b, y, r, nw, s, n, k, weight.stride(0), n_blocks, float(p.eps),

@@ -39,6 +39,29 @@ def row_block(k: int, rows: int, block_k: int) -> int:
 
 
 @triton.jit
+def add_residual(a, r, x_ptr):
+    """``round(a + r)`` in x's dtype (the new residual stream of ``ADD_RMS_NORM``)."""
+    return (a.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+
+
+@triton.jit
+def normalize(a, rstd, w, x_ptr, ZERO_CENTERED: tl.constexpr):
+    """``round(a * rstd * w)`` in x's dtype, ``w = 1 + w`` if zero-centred (float32 math)."""
+    w = w.to(tl.float32)
+    if ZERO_CENTERED:
+        w = w + 1.0
+    return (a.to(tl.float32) * rstd * w).to(x_ptr.dtype.element_ty)
+
+
+@triton.jit
+def silu_mul(gate, up, x_ptr):
+    """``round(round(silu(gate)) * up)`` in x's dtype (the SwiGLU product as ``silu_and_mul`` rounds it)."""
+    g = gate.to(tl.float32)
+    act = (g / (1.0 + tl.exp(-g))).to(x_ptr.dtype.element_ty).to(tl.float32)
+    return (act * up.to(tl.float32)).to(x_ptr.dtype.element_ty)
+
+
+@triton.jit
 def row_rstd(x_ptr, r_ptr, s_ptr, rows, M, K, stride_xm, stride_rm, stride_sm, eps, write,
              PROLOGUE: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """``[ROWS]`` float32 ``1 / sqrt(mean(s^2) + eps)`` of the rows ``rows`` (``s = x``, or
@@ -53,7 +76,7 @@ def row_rstd(x_ptr, r_ptr, s_ptr, rows, M, K, stride_xm, stride_rm, stride_sm, e
         s = tl.load(x_ptr + rows[:, None] * stride_xm + kk, mask=mask, other=0.0)
         if PROLOGUE == 2:
             r = tl.load(r_ptr + rows[:, None] * stride_rm + kk, mask=mask, other=0.0)
-            s = (s.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+            s = add_residual(s, r, x_ptr)
             tl.store(s_ptr + rows[:, None] * stride_sm + kk, s, mask=mask & write)
         s = s.to(tl.float32)
         acc += s * s
@@ -67,16 +90,9 @@ def act_tile(x_ptr, r_ptr, nw_ptr, rows, kk, mask, rstd, K, stride_xm, stride_rm
     tile's shape; ``rstd`` broadcast like ``rows``), in x's dtype, zero where ``mask`` is false."""
     a = tl.load(x_ptr + rows * stride_xm + kk, mask=mask, other=0.0)
     if PROLOGUE == 3:
-        up = tl.load(x_ptr + rows * stride_xm + K + kk, mask=mask, other=0.0)
-        g = a.to(tl.float32)
-        act = (g / (1.0 + tl.exp(-g))).to(x_ptr.dtype.element_ty).to(tl.float32)
-        a = (act * up.to(tl.float32)).to(x_ptr.dtype.element_ty)
+        a = silu_mul(a, tl.load(x_ptr + rows * stride_xm + K + kk, mask=mask, other=0.0), x_ptr)
     if PROLOGUE == 1 or PROLOGUE == 2:
         if PROLOGUE == 2:
-            r = tl.load(r_ptr + rows * stride_rm + kk, mask=mask, other=0.0)
-            a = (a.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
-        w = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-        if ZERO_CENTERED:
-            w = w + 1.0
-        a = (a.to(tl.float32) * rstd * w).to(x_ptr.dtype.element_ty)
+            a = add_residual(a, tl.load(r_ptr + rows * stride_rm + kk, mask=mask, other=0.0), x_ptr)
+        a = normalize(a, rstd, tl.load(nw_ptr + kk, mask=kk < K, other=0.0), x_ptr, ZERO_CENTERED)
     return a

@@ -7,6 +7,7 @@ from anna_core.bench.timeline import (
     KernelSpan,
     by_kernel,
     exposed_times,
+    find_steps,
     format_timeline,
     kernels_from_trace,
     split_replays,
@@ -66,4 +67,29 @@ def test_step_table_medians_over_replays_without_the_first():
     summary = by_kernel(rows + [dict(rows[1], index=2)])
     assert summary[0]["name"] == "a" and summary[1]["launches"] == 2 and summary[1]["dur_us"] == 4.0
     text = format_timeline(rows, replay_ms=0.007)
-    assert "2 kernels" in text and "timed replay 7.0 us" in text
+    assert "2 kernels" in text and "timed replay (padding rows) 7.0 us" in text
+
+
+def test_find_steps_takes_whole_step_windows_and_skips_other_kernels():
+    names = list("abc")
+    # a partial step at the start (a step already in flight), eager work between steps, a partial step at the end
+    seq = "bc" + "abc" + "xy" + "abc" + "abc" + "ab"
+    spans = [KernelSpan(n, float(i), 1.0) for i, n in enumerate(seq)]
+    steps = find_steps(spans, names)
+    assert [[s.name for s in st] for st in steps] == [names] * 3
+    assert [st[0].start for st in steps] == [2.0, 7.0, 10.0]
+    assert find_steps(spans, []) == [] and find_steps(spans[:2], names) == []
+
+
+def test_served_timeline_needs_enough_steps(monkeypatch):
+    from anna_core.bench import timeline
+
+    seq = "abc" * 4
+    calls = []
+    monkeypatch.setattr(timeline, "trace_replays",
+                        lambda step, n, sync: calls.append(n) or [KernelSpan(c, float(i), 1.0) for i, c in enumerate(seq)])
+    rows = timeline.served_timeline(lambda: None, 4, list("abc"), lambda: None)
+    assert calls == [4] and [r["name"] for r in rows] == list("abc")
+    assert rows[0]["exposed_us"] == 1.0  # back-to-back: each kernel adds its own microsecond
+    with pytest.raises(AnnaError, match="4 launches of the captured step, fewer than 5"):
+        timeline.served_timeline(lambda: None, 4, list("abc"), lambda: None, min_steps=5)

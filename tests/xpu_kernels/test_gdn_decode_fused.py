@@ -14,7 +14,8 @@ from tests.xpu_kernels._interp import require_triton_interpreter, tol
 require_triton_interpreter()
 
 from anna_xpu_kernels import gated_delta_rule
-from anna_xpu_kernels.gdn_decode_fused import choose_splits, fusable, fused_gdn_decode
+import triton
+from anna_xpu_kernels.gdn_decode_fused import _prune_warps, choose_splits, choose_sub_v, fusable, fused_gdn_decode
 
 POOL = 6
 EPS = 1e-6
@@ -47,10 +48,12 @@ def _inputs(gen, batch, h_k, h_v, d_k, d_v, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("h_k,h_v,d_k,d_v,splits", [
-    (2, 4, 16, 32, 1), (2, 4, 16, 32, 2), (1, 2, 16, 32, 4), (2, 2, 16, 32, 2), (1, 1, 24, 16, 1), (1, 1, 16, 24, 2),
+@pytest.mark.parametrize("h_k,h_v,d_k,d_v,splits,sub_v", [
+    (2, 4, 16, 32, 1, None), (2, 4, 16, 32, 2, None), (1, 2, 16, 32, 4, None), (2, 2, 16, 32, 2, None),
+    (1, 1, 24, 16, 1, None), (1, 1, 16, 24, 2, None),
+    (2, 4, 16, 32, 1, 16), (1, 1, 16, 64, 1, 16), (2, 4, 16, 64, 2, 16),
 ])
-def test_fused_step_matches_the_unfused_layer_over_steps(poison_outputs, dtype, h_k, h_v, d_k, d_v, splits):
+def test_fused_step_matches_the_unfused_layer_over_steps(poison_outputs, dtype, h_k, h_v, d_k, d_v, splits, sub_v):
     gen = torch.Generator().manual_seed(h_k * 100 + h_v * 10 + d_k + splits)
     batch = 3
     conv_dim = 2 * h_k * d_k + h_v * d_v
@@ -67,7 +70,7 @@ def test_fused_step_matches_the_unfused_layer_over_steps(poison_outputs, dtype, 
     for _ in range(3):
         raw, z, b, a = _inputs(gen, batch, h_k, h_v, d_k, d_v, dtype)
         got = fused_gdn_decode(raw, conv_w, conv_mine, z, a, b, neg_a, dt_bias, w, EPS, mine, slots, d_k ** -0.5, h_k,
-                               num_v_splits=splits)
+                               num_v_splits=splits, sub_v=sub_v)
         want = _unfused(raw, conv_w, conv_theirs, z, a, b, neg_a, dt_bias, w, theirs, slots, d_k ** -0.5, h_k, d_k, d_v)
         assert got.dtype == dtype and got.shape == (batch, h_v * d_v)
         if dtype == torch.float32:
@@ -89,6 +92,34 @@ def test_fused_step_matches_the_unfused_layer_over_steps(poison_outputs, dtype, 
     assert not counters.any()  # left at zero for the next launch
 
 
+@pytest.mark.parametrize("h_k,h_v,d_v,splits,sub_v", [
+    (1, 1, 48, 1, 16), (2, 4, 64, 1, 32), (1, 2, 64, 2, 16), (1, 1, 80, 1, 16), (2, 4, 128, 1, 32),
+])
+def test_sub_chunks_give_the_same_step_as_whole_chunks(poison_outputs, h_k, h_v, d_v, splits, sub_v):
+    """Updating a program's value columns in sub-chunks (the next one's state loaded during the update) is
+    the same arithmetic per column: output, state and conv state equal the whole-chunk step exactly."""
+    gen = torch.Generator().manual_seed(7 + d_v + sub_v)
+    d_k, batch = 16, 2
+    conv_dim = 2 * h_k * d_k + h_v * d_v
+    conv_w = (0.5 * torch.randn(conv_dim, WIDTH, generator=gen)).to(torch.bfloat16)
+    neg_a, dt_bias = -torch.rand(h_v, generator=gen) * 4, torch.randn(h_v, generator=gen)
+    w = (1 + 0.3 * torch.randn(d_v, generator=gen)).to(torch.bfloat16)
+    states = torch.randn(POOL, h_v, d_k, d_v, generator=gen) * 0.5
+    conv_states = torch.randn(POOL, conv_dim, WIDTH - 1, generator=gen).to(torch.bfloat16)
+    slots = torch.tensor([3, 0])
+    outs = []
+    for sub in (None, sub_v):
+        st, cs = states.clone(), conv_states.clone()
+        gen.manual_seed(99)
+        for _ in range(2):
+            raw, z, b, a = _inputs(gen, batch, h_k, h_v, d_k, d_v, torch.bfloat16)
+            y = fused_gdn_decode(raw, conv_w, cs, z, a, b, neg_a, dt_bias, w, EPS, st, slots, d_k ** -0.5, h_k,
+                                 num_v_splits=splits, sub_v=sub)
+        outs.append((y, st, cs))
+    for got, want in zip(outs[1], outs[0]):
+        assert torch.equal(got, want)
+
+
 def test_split_choice_fills_the_gpu_and_keeps_wide_chunks():
     assert choose_splits(16, 128, 128) == 8  # 0.8B batch 1: 128 programs, 16-wide chunks
     assert choose_splits(32, 128, 128) == 8 and choose_splits(64, 128, 128) == 4
@@ -96,6 +127,19 @@ def test_split_choice_fills_the_gpu_and_keeps_wide_chunks():
     assert choose_splits(1024, 128, 128) == 1  # 9B batch 32
     assert choose_splits(1024, 256, 256) == 4  # a [256, 64] tile at most
     assert choose_splits(1, 16, 24) == 2
+
+
+def test_sub_chunks_only_for_grids_of_many_whole_heads():
+    assert choose_sub_v(1024, 128, 1) == 32  # 9B batch 32
+    assert choose_sub_v(256, 128, 1) == 32
+    assert choose_sub_v(128, 64, 2) == 64  # split heads: the chunk is already narrow
+    assert choose_sub_v(1024, 32, 1) == 32 and choose_sub_v(1024, 16, 1) == 16
+
+
+def test_sub_chunked_programs_tune_over_4_or_8_warps():
+    configs = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16)]
+    assert [c.num_warps for c in _prune_warps(configs, {}, SUB_V=32, BLOCK_V=128)] == [4, 8]
+    assert _prune_warps(configs, {}, SUB_V=128, BLOCK_V=128) == configs
 
 
 def test_fused_step_is_exposed_on_the_decode_op_and_bounded():
@@ -115,6 +159,10 @@ def test_fused_step_bad_arguments_are_clear_errors():
         fused_gdn_decode(qkv, conv_w, conv_s[:, :, :2], *rest)
     with pytest.raises(ValueError, match="num_v_splits"):
         fused_gdn_decode(qkv, conv_w, conv_s, *rest, num_v_splits=3)
+    with pytest.raises(ValueError, match="sub_v"):
+        fused_gdn_decode(qkv, conv_w, conv_s, *rest, sub_v=8)
+    with pytest.raises(ValueError, match="sub_v"):
+        fused_gdn_decode(qkv, conv_w, conv_s, *rest, sub_v=12)
     with pytest.raises(ValueError, match="too large"):
         big = torch.zeros(1, 1, 512, 128)
         fused_gdn_decode(torch.zeros(1, 2 * 512 + 128), torch.zeros(1152, WIDTH), torch.zeros(1, 1152, WIDTH - 1),

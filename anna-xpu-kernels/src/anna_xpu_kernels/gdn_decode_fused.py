@@ -15,9 +15,12 @@ where the unfused layer rounds it::
 
 Work split. The grid has ``B * H_v * NV`` programs: program ``(b, h, j)`` owns the value columns
 ``j*BLOCK_V .. (j+1)*BLOCK_V`` of head ``h`` (``NV`` chunks; the recurrent update and ``o = S^T q``
-are independent per value column). It holds its ``[K, BLOCK_V]`` float32 state slice in registers
-and is the only program that reads or writes it, and the only one that touches the conv channels of
-its value columns. ``NV`` is chosen from the batch so that small batches still fill the GPU.
+are independent per value column). It is the only program that reads or writes that ``[K, BLOCK_V]``
+float32 state slice, and the only one that touches the conv channels of its value columns. ``NV`` is
+chosen from the batch so that small batches still fill the GPU. A program holds its slice in registers
+whole, or, in large grids of whole heads (:func:`choose_sub_v`), walks it in ``[K, SUB_V]`` sub-chunks
+with the next one's load in flight during each update; it then stores the head's un-normalised ``o``
+and normalises it after a CTA barrier, as the last arriver does below.
 
 Two things couple programs, and both are resolved by one *last-arriver* handshake per group
 ``(b, hk)`` of the ``G = (H_v / H_k) * NV`` programs that share key head ``hk``:
@@ -67,7 +70,21 @@ TARGET_PROGRAMS = 256
 H200 (bf16, K = V = 128, graph-replayed) B * H_v = 16 or 32 ran fastest with NV = 8, 128 with NV = 2,
 and 256 or more with NV = 1 (more, thinner programs only add redundant q / k conv work there)."""
 MIN_BLOCK_V = 16
+SUB_V = 32
+"""Value columns a program of a whole-head (``NV = 1``) grid updates at a time. On an H200 (9B shape,
+batch 32, 1024 rows, 24 launches graph-replayed) a whole ``[128, 128]`` tile took 78 us per launch
+(255 registers per thread, 13% occupancy); 32-column sub-chunks, the next one loading during the
+update, took 60 us (64: 68 us, 16: 74 us)."""
 _CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16)]
+
+
+def _prune_warps(configs, named_args, **kwargs):
+    """Sub-chunked programs (``SUB_V < BLOCK_V``) tune over 4 or 8 warps only: 1, 2 and 16 were 13% to
+    4.7x slower there, and the autotuner times the warm-up step (scratch state slots in L2), not the
+    served one."""
+    if kwargs.get("SUB_V", 0) < kwargs.get("BLOCK_V", 0):
+        return [c for c in configs if c.num_warps in (4, 8)] or configs
+    return configs
 
 
 def fusable(d_k: int, d_v: int) -> bool:
@@ -88,6 +105,14 @@ def choose_splits(rows: int, d_k: int, d_v: int) -> int:
     while rows * splits < TARGET_PROGRAMS and block_v // (2 * splits) >= MIN_BLOCK_V:
         splits *= 2
     return splits
+
+
+def choose_sub_v(rows: int, block_v: int, splits: int) -> int:
+    """Sub-chunk width for a program owning ``block_v`` value columns: :data:`SUB_V` when the grid has
+    whole heads (``splits == 1``) and at least :data:`TARGET_PROGRAMS` of them, else the whole chunk."""
+    if splits == 1 and rows >= TARGET_PROGRAMS and block_v > SUB_V:
+        return SUB_V
+    return block_v
 
 
 @triton.jit
@@ -125,9 +150,40 @@ def _gated_norm(o, z, w, eps, d_v):
     return o * rstd * w * (z * tl.sigmoid(z))
 
 
+@triton.jit
+def _state_columns(s_base, cols, k_ok, d_v, stride_sv):
+    """The ``[BLOCK_K, n]`` float32 state tile of value columns ``cols`` (``s_base``: rows ``kk`` of the head)."""
+    return tl.load(s_base + cols[None, :] * stride_sv, mask=k_ok[:, None] & (cols < d_v)[None, :], other=0.0)
+
+
+@triton.jit
+def _delta_rule_columns(state, s_ptrs, s_ok, q, k, v, decay, beta, scale):
+    """The recurrent update of the value columns of ``state`` (``[BLOCK_K, n]`` float32, stored back
+    at ``s_ptrs``); returns their un-rounded ``o = S^T (scale * q)`` (float32 ``[n]``)."""
+    state = state * decay
+    u = beta * (v - tl.sum(k[:, None] * state, axis=0))
+    state = state + k[:, None] * u[None, :]
+    tl.store(s_ptrs, state, mask=s_ok)
+    return tl.sum((q * scale)[:, None] * state, axis=0)
+
+
+@triton.jit
+def _normalise_heads(y_row, z_row, w_ptr, first, count, d_v, eps, BLOCK_VH: tl.constexpr):
+    """Gated RMSNorm in place of the ``count`` heads from ``first`` of output row ``y_row`` (whose
+    un-normalised ``o`` this launch stored; the loads bypass L1)."""
+    vf = tl.arange(0, BLOCK_VH)
+    vf_ok = vf < d_v
+    w = tl.load(w_ptr + vf, mask=vf_ok, other=0.0).to(tl.float32)
+    for j in range(count):
+        col = (first + j) * d_v + vf
+        oh = tl.load(y_row + col, mask=vf_ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+        z = tl.load(z_row + col, mask=vf_ok, other=0.0).to(tl.float32)
+        tl.store(y_row + col, _gated_norm(oh, z, w, eps, d_v).to(y_row.dtype.element_ty), mask=vf_ok)
+
+
 @autotune(_CONFIGS, fixed=triton.Config({}, num_warps=4),
-          key=["d_k", "d_v", "rows_bucket", "WIDTH", "BLOCK_K", "BLOCK_V", "NUM_SPLITS"],
-          restore_value=["state_ptr", "conv_state_ptr"])
+          key=["d_k", "d_v", "rows_bucket", "WIDTH", "BLOCK_K", "BLOCK_V", "SUB_V", "NUM_SPLITS"],
+          restore_value=["state_ptr", "conv_state_ptr"], prune_configs_by={"early_config_prune": _prune_warps})
 @triton.jit
 def _fused_gdn_decode_kernel(
     x_ptr, conv_w_ptr, conv_state_ptr, z_ptr, a_ptr, b_ptr, neg_a_ptr, dt_bias_ptr, w_ptr,
@@ -136,7 +192,7 @@ def _fused_gdn_decode_kernel(
     stride_x, stride_cwc, stride_cww, stride_cs, stride_cc, stride_cw, stride_z, stride_a, stride_b,
     stride_ss, stride_sh, stride_sk, stride_sv, stride_y,
     WIDTH: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
-    BLOCK_VH: tl.constexpr, NUM_SPLITS: tl.constexpr, USE_PDL: tl.constexpr,
+    SUB_V: tl.constexpr, BLOCK_VH: tl.constexpr, NUM_SPLITS: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     pdl.launch_dependents(USE_PDL)
     pid = tl.program_id(0)
@@ -146,15 +202,14 @@ def _fused_gdn_decode_kernel(
     bi = (bh // h_v).to(tl.int64)
     hk = h // rep
     kk = tl.arange(0, BLOCK_K)
-    vv = chunk * BLOCK_V + tl.arange(0, BLOCK_V)
     k_ok = kk < d_k
-    v_ok = vv < d_v
     act = x_ptr.dtype.element_ty
+    NUM_SUB: tl.constexpr = BLOCK_V // SUB_V
 
     slot = tl.load(slot_ptr + bi).to(tl.int64)
-    s_ptrs = state_ptr + slot * stride_ss + h * stride_sh + kk[:, None] * stride_sk + vv[None, :] * stride_sv
-    s_ok = k_ok[:, None] & v_ok[None, :]
-    state = tl.load(s_ptrs, mask=s_ok, other=0.0)  # [BLOCK_K, BLOCK_V] float32, read first: the longest load
+    s_base = state_ptr + slot * stride_ss + h * stride_sh + kk[:, None] * stride_sk
+    v0 = chunk * BLOCK_V + tl.arange(0, SUB_V)
+    state = _state_columns(s_base, v0, k_ok, d_v, stride_sv)  # [BLOCK_K, SUB_V] float32, read first: the longest load
     # Everything above reads what no kernel of the forward pass writes before this one: the slots (copied
     # in by the host) and this layer's state (written only here). The rest depends on the projection.
     pdl.wait(USE_PDL)
@@ -164,39 +219,55 @@ def _fused_gdn_decode_kernel(
     cs_base = conv_state_ptr + slot * stride_cs
     q_ch = hk * d_k + kk
     k_ch = key_dim + hk * d_k + kk
+    vv = chunk * BLOCK_V + tl.arange(0, BLOCK_V)
+    v_ok = vv < d_v
     v_ch = 2 * key_dim + h * d_v + vv
     q, q_win = _conv_silu(x_row, conv_w_ptr, cs_base, q_ch, k_ok, stride_cwc, stride_cww, stride_cc, stride_cw,
                           WIDTH, BLOCK_W)
     k, k_win = _conv_silu(x_row, conv_w_ptr, cs_base, k_ch, k_ok, stride_cwc, stride_cww, stride_cc, stride_cw,
                           WIDTH, BLOCK_W)
-    v, v_win = _conv_silu(x_row, conv_w_ptr, cs_base, v_ch, v_ok, stride_cwc, stride_cww, stride_cc, stride_cw,
-                          WIDTH, BLOCK_W)
     q = _l2norm(q, act)
     k = _l2norm(k, act)
-    v = v.to(act).to(tl.float32)
 
     # decay and write strength (float32; softplus with torch's threshold of 20)
     xa = tl.load(a_ptr + bi * stride_a + h).to(tl.float32) + tl.load(dt_bias_ptr + h).to(tl.float32)
     softplus = tl.where(xa > 20.0, xa, tl.log(1.0 + tl.exp(tl.minimum(xa, 20.0))))
-    g = tl.load(neg_a_ptr + h).to(tl.float32) * softplus
+    decay = tl.exp(tl.load(neg_a_ptr + h).to(tl.float32) * softplus)
     beta = tl.sigmoid(tl.load(b_ptr + bi * stride_b + h).to(tl.float32))
 
-    state = state * tl.exp(g)
-    u = beta * (v - tl.sum(k[:, None] * state, axis=0))
-    state = state + k[:, None] * u[None, :]
-    o = tl.sum((q * scale)[:, None] * state, axis=0)
-    tl.store(s_ptrs, state, mask=s_ok)
-
-    o = o.to(y_ptr.dtype.element_ty).to(tl.float32)  # rounded, as the unfused decode op returns it
     y_row = y_ptr + bi * stride_y
-    if NUM_SPLITS == 1:
-        w = tl.load(w_ptr + vv, mask=v_ok, other=0.0).to(tl.float32)
-        z = tl.load(z_ptr + bi * stride_z + h * d_v + vv, mask=v_ok, other=0.0).to(tl.float32)
-        tl.store(y_row + h * d_v + vv, _gated_norm(o, z, w, eps, d_v).to(y_ptr.dtype.element_ty), mask=v_ok)
+    if NUM_SUB == 1:
+        v, v_win = _conv_silu(x_row, conv_w_ptr, cs_base, v_ch, v_ok, stride_cwc, stride_cww, stride_cc, stride_cw,
+                              WIDTH, BLOCK_W)
+        o = _delta_rule_columns(state, s_base + vv[None, :] * stride_sv, k_ok[:, None] & v_ok[None, :],
+                                q, k, v.to(act).to(tl.float32), decay, beta, scale)
+        o = o.to(y_ptr.dtype.element_ty).to(tl.float32)  # rounded, as the unfused decode op returns it
+        if NUM_SPLITS == 1:
+            w = tl.load(w_ptr + vv, mask=v_ok, other=0.0).to(tl.float32)
+            z = tl.load(z_ptr + bi * stride_z + h * d_v + vv, mask=v_ok, other=0.0).to(tl.float32)
+            tl.store(y_row + h * d_v + vv, _gated_norm(o, z, w, eps, d_v).to(y_ptr.dtype.element_ty), mask=v_ok)
+        else:
+            tl.store(y_row + h * d_v + vv, o.to(y_ptr.dtype.element_ty), mask=v_ok)  # un-normalised, for the last
     else:
-        tl.store(y_row + h * d_v + vv, o.to(y_ptr.dtype.element_ty), mask=v_ok)  # un-normalised, for the last
+        # the value columns in NUM_SUB sub-chunks, the next one's state loaded while this one is updated
+        _, v_win = _conv_silu(x_row, conv_w_ptr, cs_base, v_ch, v_ok, stride_cwc, stride_cww, stride_cc, stride_cw,
+                              WIDTH, BLOCK_W)  # the whole chunk's window, for the conv-state shift below
+        for s in tl.static_range(NUM_SUB):
+            vs = chunk * BLOCK_V + s * SUB_V + tl.arange(0, SUB_V)
+            vs_ok = vs < d_v
+            if s + 1 < NUM_SUB:
+                ahead = _state_columns(s_base, vs + SUB_V, k_ok, d_v, stride_sv)
+            v, _ = _conv_silu(x_row, conv_w_ptr, cs_base, 2 * key_dim + h * d_v + vs, vs_ok, stride_cwc, stride_cww,
+                              stride_cc, stride_cw, WIDTH, BLOCK_W)
+            o = _delta_rule_columns(state, s_base + vs[None, :] * stride_sv, k_ok[:, None] & vs_ok[None, :],
+                                    q, k, v.to(act).to(tl.float32), decay, beta, scale)
+            tl.store(y_row + h * d_v + vs, o.to(y_ptr.dtype.element_ty), mask=vs_ok)  # un-normalised
+            if s + 1 < NUM_SUB:
+                state = ahead
     tl.debug_barrier()  # all conv-state reads and o stores of this program are performed
     _conv_shift(cs_base, v_ch, v_ok, v_win, stride_cc, stride_cw, WIDTH, BLOCK_W)  # own channels only
+    if NUM_SPLITS == 1 and NUM_SUB > 1:  # the whole head's o is in y: normalise it
+        _normalise_heads(y_row, z_ptr + bi * stride_z, w_ptr, h, 1, d_v, eps, BLOCK_VH)
 
     group = rep * NUM_SPLITS
     arrived = group - 1
@@ -206,14 +277,7 @@ def _fused_gdn_decode_kernel(
         _conv_shift(cs_base, q_ch, k_ok, q_win, stride_cc, stride_cw, WIDTH, BLOCK_W)
         _conv_shift(cs_base, k_ch, k_ok, k_win, stride_cc, stride_cw, WIDTH, BLOCK_W)
         if NUM_SPLITS > 1:
-            vf = tl.arange(0, BLOCK_VH)
-            vf_ok = vf < d_v
-            w = tl.load(w_ptr + vf, mask=vf_ok, other=0.0).to(tl.float32)
-            for j in range(rep):
-                col = (hk * rep + j) * d_v + vf
-                oh = tl.load(y_row + col, mask=vf_ok, other=0.0, cache_modifier=".cg").to(tl.float32)
-                z = tl.load(z_ptr + bi * stride_z + col, mask=vf_ok, other=0.0).to(tl.float32)
-                tl.store(y_row + col, _gated_norm(oh, z, w, eps, d_v).to(y_ptr.dtype.element_ty), mask=vf_ok)
+            _normalise_heads(y_row, z_ptr + bi * stride_z, w_ptr, hk * rep, rep, d_v, eps, BLOCK_VH)
         if group > 1:
             tl.store(count_ptr + bi * h_k + hk, 0)  # zero for the next launch (graph replays)
 
@@ -234,6 +298,7 @@ def fused_gdn_decode(
     scale: float,
     num_k_heads: int,
     num_v_splits: int | None = None,
+    sub_v: int | None = None,
 ) -> torch.Tensor:
     """Decode step of a gated DeltaNet layer from its input projection to the gated-norm output.
 
@@ -250,6 +315,9 @@ def fused_gdn_decode(
         scale: query scale; num_k_heads: ``H_k`` (divides ``H_v``).
         num_v_splits: value chunks per head (a power of two, ``NV`` in the module docs); None chooses
             it from the batch (:func:`choose_splits`).
+        sub_v: columns a program updates at a time (a power of two dividing its chunk's width, at least
+            16; the next sub-chunk's state loads while one is updated); None chooses it
+            (:func:`choose_sub_v`).
 
     Returns:
         ``[B, H_v*V]`` in qkv's dtype: the gated-normalised output, ready for ``out_proj``.
@@ -287,6 +355,10 @@ def fused_gdn_decode(
     splits = choose_splits(batch * h_v, d_k, d_v) if num_v_splits is None else int(num_v_splits)
     require(0 < splits <= block_v_head and splits & (splits - 1) == 0, op,
             f"num_v_splits must be a power of two <= {block_v_head}, got {num_v_splits}")
+    block_v = block_v_head // splits
+    sub = choose_sub_v(batch * h_v, block_v, splits) if sub_v is None else int(sub_v)
+    require(sub == block_v or (MIN_BLOCK_V <= sub < block_v and sub & (sub - 1) == 0), op,
+            f"sub_v must be a power of two in [{MIN_BLOCK_V}, {block_v}], got {sub_v}")
     y = torch.empty((batch, h_v * d_v), dtype=qkv.dtype, device=qkv.device)
     if batch == 0:
         return y
@@ -299,7 +371,8 @@ def fused_gdn_decode(
         conv_states.stride(0), conv_states.stride(1), conv_states.stride(2),
         z.stride(0), a.stride(0), b.stride(0),
         states.stride(0), states.stride(1), states.stride(2), states.stride(3), y.stride(0),
-        WIDTH=width, BLOCK_W=next_pow2(width), BLOCK_K=next_pow2(d_k), BLOCK_V=block_v_head // splits,
+        WIDTH=width, BLOCK_W=next_pow2(width), BLOCK_K=next_pow2(d_k), BLOCK_V=block_v, SUB_V=sub,
+
         BLOCK_VH=block_v_head, NUM_SPLITS=splits, **pdl.launch_options(y),
     )
     return y

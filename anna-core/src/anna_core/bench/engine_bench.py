@@ -253,7 +253,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         # device time of one captured step alone: ITL minus this is host time the device waited for
         report["graph_replay_ms"] = graphs.time_replay(graphs.bucket_for(s.batch_size))
     if s.timeline:
-        report.update(_timeline(engine, s))
+        report.update(_timeline(engine, s, vocab))
     if s.profile:
         report["profile_ms_per_step"] = profile_decode(engine, vocab, s)
     if s.compare_hf:
@@ -264,10 +264,13 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     return report
 
 
-def _timeline(engine: Any, s: BenchSettings) -> dict[str, Any]:
-    """``{"timeline": rows}`` of the captured graph this run's decode steps replayed (the logits graph
-    with ``--logprobs``), or ``{"timeline_error": why}`` (no CUDA graph, or a trace that does not split
-    into replays): the other measurements stand either way."""
+def _timeline(engine: Any, s: BenchSettings, vocab: int) -> dict[str, Any]:
+    """``{"timeline": rows, "timeline_source": "served" | "padded"}`` of the captured graph this run's
+    decode steps replayed (the logits graph with ``--logprobs``): traced over steps the engine serves
+    (:func:`~anna_core.bench.timeline.served_timeline`), or over back-to-back replays with padding
+    rows when the served trace cannot be split (``timeline_served_error`` says why); or
+    ``{"timeline_error": why}`` (no CUDA graph, or a trace that does not split into replays): the
+    other measurements stand either way."""
     from anna_core.bench.timeline import graph_timeline
 
     graphs = engine.runner.graphs
@@ -275,9 +278,37 @@ def _timeline(engine: Any, s: BenchSettings) -> dict[str, Any]:
         return {"timeline_error": "needs a CUDA device with captured decode graphs"}
     mode = "logits" if s.logprobs is not None else "greedy"
     try:
-        return {"timeline": graph_timeline(graphs, graphs.bucket_for(s.batch_size), engine.runner.accel, mode)}
+        padded = graph_timeline(graphs, graphs.bucket_for(s.batch_size), engine.runner.accel, mode)
     except AnnaError as exc:
         return {"timeline_error": str(exc)}
+    try:
+        served = _served_timeline(engine, s, vocab, [r["name"] for r in padded])
+    except AnnaError as exc:
+        return {"timeline": padded, "timeline_source": "padded", "timeline_served_error": str(exc)}
+    return {"timeline": served, "timeline_source": "served"}
+
+
+SERVED_TIMELINE_STEPS = 12
+"""Decode steps ``--timeline`` traces while the engine serves a batch."""
+
+
+def _served_timeline(engine: Any, s: BenchSettings, vocab: int, names: list[str]) -> list[dict[str, Any]]:
+    """Trace :data:`SERVED_TIMELINE_STEPS` served decode steps of a fresh batch (after its prefill and
+    first decode steps) and split out the captured step ``names``."""
+    from anna_core.bench.timeline import served_timeline
+    from anna_core.engine.sampling_params import SamplingParams
+
+    steps = SERVED_TIMELINE_STEPS
+    params = SamplingParams(max_tokens=steps + 8, temperature=0.0, ignore_eos=True, logprobs=s.logprobs)
+    for i, p in enumerate(_prompts(vocab, s.batch_size, s.input_len, s.seed * 1000 + 777)):
+        engine.add_request(f"timeline-{i}", p, params)
+    try:
+        for _ in range(4):  # the prefill, then decode steps until graph replays are in flight
+            engine.step()
+        return served_timeline(engine.step, steps, names, engine.runner.accel.synchronize)
+    finally:
+        while engine.has_unfinished():
+            engine.step()
 
 
 def profile_decode(engine: Any, vocab: int, s: BenchSettings) -> dict[str, float]:

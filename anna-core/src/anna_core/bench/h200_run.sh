@@ -10,6 +10,7 @@
 #   MODE=abenv: A/B of the environment switch ABVAR (A: ABVAR=$AVAL, default 0; B: ABVAR=$BVAL, default
 #   unset) in REPEAT (default 3) interleaved pairs of processes over the ONLY targets (default "2B");
 #   TIMELINE=1 adds each run's kernel timeline (--timeline) to its log.
+#   MODE=script: bash SCRIPT (e.g. a tools/gpu_experiments sequence) with this setup, then save the cache.
 #   TAG=x names this run's logs bench_x.log / bench_all_x.json (e.g. an A/B with ANNA_TRITON_PDL=0).
 # The device tool returns at most 8 files under $OUT, each under ~16 MB: the cache is split in 15 MB
 # parts, and cached binaries of a kernel whose source changed should be pruned before carrying it
@@ -40,6 +41,10 @@ if [ "${MODE:-targets}" = "targets" ]; then
   timeout "${T_MICRO:-150}" python3 -m anna_xpu_kernels.microbench --linear-rows 1,4 > "$OUT/micro.log" 2>&1
   echo "microbench exit $?"
   [ -n "${NO_SAVE:-}" ] || save_cache
+elif [ "${MODE}" = "script" ]; then
+  bash "${SCRIPT:?MODE=script needs SCRIPT}"
+  echo "script exit $?"
+  [ -n "${NO_SAVE:-}" ] || save_cache
 elif [ "${MODE}" = "repeat" ]; then
   only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
   for i in $(seq 1 "${REPEAT:-4}"); do
@@ -62,7 +67,7 @@ elif [ "${MODE}" = "abenv" ]; then
        timeout "${T_ONE:-170}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench --skip-hf \
          "${only[@]}" ${TIMELINE:+--timeline} --out "/tmp/abenv/$arm$i.json" > "/tmp/abenv/$arm$i.log" 2>&1)
       echo "$arm$i exit $?: $(grep -E '^decode' "/tmp/abenv/$arm$i.log" | head -1) |" \
-        "$(grep -o 'replay alone: [0-9.]* ms' "/tmp/abenv/$arm$i.log" | head -1) |" \
+        "$(grep -o 'replay alone[a-z, ]*: [0-9.]* ms' "/tmp/abenv/$arm$i.log" | head -1) |" \
         "$(grep -o 'at [0-9]* GB/s copy' "/tmp/abenv/$arm$i.log" | head -1)"
       tar czf "$OUT/abenv_logs.tgz" -C /tmp abenv
     done

@@ -35,7 +35,7 @@ def format_report(r: dict[str, Any]) -> str:
         (f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "
          f"{r['decode_tokens_per_s_total']:.1f} tok/s total"),
         (f"ITL       p50 {r['itl_ms_p50']:.3f} ms   p99 {r['itl_ms_p99']:.3f} ms"
-         + (f"   (one graph replay alone: {r['graph_replay_ms']:.3f} ms)" if r.get("graph_replay_ms") else "")
+         + (f"   (one graph replay alone, padding rows: {r['graph_replay_ms']:.3f} ms)" if r.get("graph_replay_ms") else "")
          + ("   async scheduling " + ("on" if r.get("async_scheduling") and r.get("graphs_captured")
                                        else "off" if r.get("graphs_captured") else "n/a (no graphs)"))),
         f"memory    peak {r['peak_memory_gib']:.2f} GiB",
@@ -53,7 +53,13 @@ def format_report(r: dict[str, Any]) -> str:
     if r.get("timeline"):
         from anna_core.bench.timeline import format_timeline
 
-        lines.append("timeline  one captured decode step, kernel by kernel (us):")
+        if r.get("timeline_source") == "served":
+            lines.append("timeline  one captured decode step as served (distinct slots, real contexts), "
+                         "kernel by kernel (us):")
+        else:
+            lines.append("timeline  one captured decode step replayed with padding rows, kernel by kernel (us):")
+            if r.get("timeline_served_error"):
+                lines.append(f"          (served steps not traced: {r['timeline_served_error']})")
         lines.append(format_timeline(r["timeline"], r.get("graph_replay_ms")))
     if r.get("timeline_error"):
         lines.append(f"timeline  not traced: {r['timeline_error']}")

@@ -93,3 +93,42 @@ def test_served_timeline_needs_enough_steps(monkeypatch):
     assert rows[0]["exposed_us"] == 1.0  # back-to-back: each kernel adds its own microsecond
     with pytest.raises(AnnaError, match="4 launches of the captured step, fewer than 5"):
         timeline.served_timeline(lambda: None, 4, list("abc"), lambda: None, min_steps=5)
+
+
+class _FakeEngine:
+    """Records requests; has unfinished work until ``left`` steps ran."""
+
+    def __init__(self):
+        self.requests, self.steps, self.left = [], 0, 0
+        self.runner = type("R", (), {"accel": type("A", (), {"synchronize": staticmethod(lambda: None)})()})()
+
+    def add_request(self, rid, prompt, params):
+        self.requests.append((rid, len(prompt), params.max_tokens))
+        self.left = params.max_tokens + 1
+
+    def step(self):
+        self.steps += 1
+        self.left -= 1
+        return []
+
+    def has_unfinished(self):
+        return self.left > 0
+
+
+@pytest.mark.parametrize("input_len,output_len,prompt_len,max_tokens", [
+    (512, 256, 640, 20),  # the decode phase's mean context
+    (2048, 4, 2032, 20),  # the TTFT target: as long as the length limit allows
+    (8, 3, 1, 10),  # tiny: both shrink to fit
+])
+def test_served_timeline_requests_fit_the_benchmarks_length_limit(monkeypatch, input_len, output_len, prompt_len,
+                                                                  max_tokens):
+    from anna_core.bench import engine_bench, timeline
+
+    traced = []
+    monkeypatch.setattr(timeline, "served_timeline", lambda step, n, names, sync: traced.append((n, names)) or ["row"])
+    engine = _FakeEngine()
+    s = engine_bench.BenchSettings(model_dir="x", batch_size=2, input_len=input_len, output_len=output_len)
+    assert engine_bench._served_timeline(engine, s, 100, ["k"]) == ["row"]
+    assert [r[1:] for r in engine.requests] == [(prompt_len, max_tokens)] * 2
+    assert prompt_len + max_tokens <= input_len + output_len
+    assert traced == [(engine_bench.SERVED_TIMELINE_STEPS, ["k"])] and not engine.has_unfinished()

@@ -13,8 +13,8 @@ from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
 require_triton_interpreter()
 
-from anna_xpu_kernels import gated_delta_rule
 import triton
+from anna_xpu_kernels import gated_delta_rule
 from anna_xpu_kernels.gdn_decode_fused import _prune_warps, choose_splits, choose_sub_v, fusable, fused_gdn_decode
 
 POOL = 6
@@ -130,15 +130,16 @@ def test_split_choice_fills_the_gpu_and_keeps_wide_chunks():
 
 
 def test_sub_chunks_only_for_grids_of_many_whole_heads():
-    assert choose_sub_v(1024, 128, 1) == 32  # 9B batch 32
-    assert choose_sub_v(256, 128, 1) == 32
+    assert choose_sub_v(1024, 128, 1) == 64  # 9B batch 32
+    assert choose_sub_v(256, 128, 1) == 64 and choose_sub_v(255, 128, 1) == 128
+    assert choose_sub_v(1024, 256, 1) == 64
     assert choose_sub_v(128, 64, 2) == 64  # split heads: the chunk is already narrow
-    assert choose_sub_v(1024, 32, 1) == 32 and choose_sub_v(1024, 16, 1) == 16
+    assert choose_sub_v(1024, 64, 1) == 64 and choose_sub_v(1024, 16, 1) == 16
 
 
-def test_sub_chunked_programs_tune_over_4_or_8_warps():
+def test_sub_chunked_programs_run_with_4_warps():
     configs = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16)]
-    assert [c.num_warps for c in _prune_warps(configs, {}, SUB_V=32, BLOCK_V=128)] == [4, 8]
+    assert [c.num_warps for c in _prune_warps(configs, {}, SUB_V=64, BLOCK_V=128)] == [4]
     assert _prune_warps(configs, {}, SUB_V=128, BLOCK_V=128) == configs
 
 

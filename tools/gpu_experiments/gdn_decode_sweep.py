@@ -23,13 +23,27 @@ DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: TRITO
 H_K, H_V, D, W = 16, 32, 128, 4
 LAYERS = 24 if DEV.type == "cuda" else 1
 CONV = 2 * H_K * D + H_V * D
-CONFIGS = [  # (NV, sub-chunk width, warps, extra keyword arguments); the first is the output check's reference
-    (1, 128, 4, {}), (1, 64, 4, {}), (1, 32, 4, {}), (1, 32, 8, {}), (1, 16, 4, {}), (1, 16, 8, {}),
-    (2, 32, 4, {}), (2, 64, 8, {}),
+CONFIGS = [  # (NV, sub-chunk width, warps[, maxnreg]); the first is the output check's reference
+    (1, 128, 4), (1, 64, 4), (1, 64, 8), (1, 32, 4), (1, 32, 8), (1, 16, 4), (1, 16, 8),
+    (2, 32, 4), (2, 64, 8), (1, 32, 4, 128), (1, 64, 4, 168),
+    # many thin one- or two-warp programs (fla's fused recurrent kernel's shape): K reductions inside a warp
+    (4, 32, 1), (4, 32, 2), (8, 16, 1), (8, 16, 2), (16, 8, 1), (16, 8, 2),
 ]
-# Call 2 also swept two variants of the kernel that were then removed (see BENCHMARKS.md): the next two
-# sub-chunks in flight instead of one ({"prefetch": 2}) and o formed from the old state in one pass
-# ({"one_pass": True}); neither beat the plain 32-column sub-chunks.
+# Variants measured and removed (BENCHMARKS.md, seventh session): calls 1-2 unrolled the sub-chunk loop
+# (every load hoisted: 242 registers), also with two sub-chunks in flight or o formed from the old state
+# in one pass; call 4 compared that with the loop the kernel now has.
+
+
+def registers(kern, seen: set) -> str:
+    """Registers / spills of the kernel variant this configuration compiled (Triton 3.6 internals), or
+    "" when it compiled none (the same variant ran at an earlier batch)."""
+    try:
+        cache = kern.fn.device_caches[torch.cuda.current_device()][0]
+        new = [k for key, k in cache.items() if key not in seen]
+        seen.update(cache)
+        return " ".join(f"regs {k.n_regs} spills {k.n_spills}" for k in new)
+    except Exception as exc:  # noqa: BLE001 (informational only)
+        return f"(registers unknown: {exc})"
 
 
 def layer_inputs(batch, gen):
@@ -51,6 +65,7 @@ def main(batches):
     print(f"copy bandwidth {bw / 1e9:.0f} GB/s; {DEV} triton {triton.__version__}")
     kern = gdf._fused_gdn_decode_kernel
     all_configs = list(kern.configs)
+    seen = set()
     for batch in batches:
         layers = [layer_inputs(batch, gen) for _ in range(LAYERS)]
         state_bytes = 2 * batch * H_V * D * D * 4
@@ -58,21 +73,25 @@ def main(batches):
         print(f"\n== batch {batch}: {batch * H_V} rows, choose_splits -> NV={auto_nv}; state traffic "
               f"{state_bytes / 1e6:.1f} MB per launch = {state_bytes / bw * 1e6:.1f} us at copy bandwidth")
 
-        def call(L, nv, sub, variant):
+        def call(L, nv, sub):
             return gdf.fused_gdn_decode(L["qkv"], conv_w, L["conv_states"], L["z"], L["a"], L["b"], neg_a, dt_bias,
                                         norm_w, 1e-6, L["states"], L["slots"], D ** -0.5, H_K, num_v_splits=nv,
-                                        sub_v=sub, **variant)
+                                        sub_v=sub)
 
         first = {k: v.clone() for k, v in layers[0].items()}  # layer 0 before any launch: the check's input
         ref = None
         results = []
-        for nv, sub, warps, variant in CONFIGS:
-            if batch * H_V * nv > 8192 or sub > D // nv:
+        for nv, sub, warps, *cap in CONFIGS:
+            if batch * H_V * nv > 16384 or sub > D // nv:
                 continue
-            kern.configs = [triton.Config({}, num_warps=warps)]
+            kern.configs = [triton.Config({}, num_warps=warps, maxnreg=cap[0] if cap else None)]
             kern.cache.clear()
             L0 = {k: v.clone() for k, v in first.items()}
-            y = call(L0, nv, sub, variant)
+            try:
+                y = call(L0, nv, sub)
+            except Exception as exc:  # noqa: BLE001 (report and go on with the next configuration)
+                print(f"NV={nv} sub={sub} warps={warps} {cap}: FAILED {type(exc).__name__}: {exc}"[:400])
+                continue
             if DEV.type == "cuda":
                 torch.cuda.synchronize()
             if ref is None:
@@ -80,28 +99,31 @@ def main(batches):
             err = max((y.float() - ref[0]).abs().max().item(), (L0["states"] - ref[1]).abs().max().item())
             conv_ok = torch.equal(L0["conv_states"], ref[2])
             if DEV.type == "cpu":
-                print(f"NV={nv} sub={sub} warps={warps} {variant}: max|diff| {err:.2e} conv {conv_ok}")
+                print(f"NV={nv} sub={sub} warps={warps} {cap}: max|diff| {err:.2e} conv {conv_ok}")
                 continue
             for L in layers:  # compile + warm
-                call(L, nv, sub, variant)
+                call(L, nv, sub)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 for L in layers:
-                    call(L, nv, sub, variant)
+                    call(L, nv, sub)
             g.replay()
             torch.cuda.synchronize()
             times = []
             for _ in range(7):
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record(); g.replay(); e.record(); e.synchronize()
+                s.record()
+                g.replay()
+                e.record()
+                e.synchronize()
                 times.append(s.elapsed_time(e) * 1e3 / LAYERS)
             us = statistics.median(times)
-            tag = ",".join(f"{k}={v}" for k, v in variant.items()) or "-"
+            tag = ",".join(f"maxnreg={c}" for c in cap) or "-"
             results.append((us, nv, sub, warps, tag))
             print(f"NV={nv} sub={sub:3d} warps={warps:2d} {tag:24s}: {us:7.2f} us/launch  "
                   f"{state_bytes / us / 1e3:6.0f} GB/s ({state_bytes / us / 1e3 / (bw / 1e9) * 100:4.1f}% copy)"
-                  f"  max|diff| {err:.2e} conv {'=' if conv_ok else 'DIFF'}", flush=True)
+                  f"  max|diff| {err:.2e} conv {'=' if conv_ok else 'DIFF'}  {registers(kern, seen)}", flush=True)
             del g
         kern.configs = all_configs
         kern.cache.clear()

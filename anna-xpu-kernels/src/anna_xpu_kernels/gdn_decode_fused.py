@@ -70,20 +70,20 @@ TARGET_PROGRAMS = 256
 H200 (bf16, K = V = 128, graph-replayed) B * H_v = 16 or 32 ran fastest with NV = 8, 128 with NV = 2,
 and 256 or more with NV = 1 (more, thinner programs only add redundant q / k conv work there)."""
 MIN_BLOCK_V = 16
-SUB_V = 32
+SUB_V = 64
 """Value columns a program of a whole-head (``NV = 1``) grid updates at a time. On an H200 (9B shape,
-batch 32, 1024 rows, 24 launches graph-replayed) a whole ``[128, 128]`` tile took 78 us per launch
-(255 registers per thread, 13% occupancy); 32-column sub-chunks, the next one loading during the
-update, took 60 us (64: 68 us, 16: 74 us)."""
+batch 32, 1024 rows, 24 launches graph-replayed, 4 warps) a whole ``[128, 128]`` tile took 77 us per
+launch (255 registers per thread, 96 spilled); a loop over 64-column sub-chunks, the next one loading
+during each update, 53 us (32 columns: 58 us, 16: 90 us). At batch 8: 23 vs 16 us."""
 _CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16)]
 
 
 def _prune_warps(configs, named_args, **kwargs):
-    """Sub-chunked programs (``SUB_V < BLOCK_V``) tune over 4 or 8 warps only: 1, 2 and 16 were 13% to
-    4.7x slower there, and the autotuner times the warm-up step (scratch state slots in L2), not the
-    served one."""
+    """Sub-chunked programs (``SUB_V < BLOCK_V``) run with 4 warps, untuned: the autotuner would time the
+    warm-up step (every row on one scratch state slot, in L2), not a served one, and the other counts
+    were 37% (8 warps) to several times slower at 64-column sub-chunks (H200, 9B batch 32 and 8)."""
     if kwargs.get("SUB_V", 0) < kwargs.get("BLOCK_V", 0):
-        return [c for c in configs if c.num_warps in (4, 8)] or configs
+        return [c for c in configs if c.num_warps == 4] or configs
     return configs
 
 
@@ -252,18 +252,18 @@ def _fused_gdn_decode_kernel(
         # the value columns in NUM_SUB sub-chunks, the next one's state loaded while this one is updated
         _, v_win = _conv_silu(x_row, conv_w_ptr, cs_base, v_ch, v_ok, stride_cwc, stride_cww, stride_cc, stride_cw,
                               WIDTH, BLOCK_W)  # the whole chunk's window, for the conv-state shift below
-        for s in tl.static_range(NUM_SUB):
+        v_end = tl.minimum(d_v, (chunk + 1) * BLOCK_V)
+        for s in range(NUM_SUB):  # a loop, not unrolled: unrolled, every sub-chunk's load is hoisted to the start
             vs = chunk * BLOCK_V + s * SUB_V + tl.arange(0, SUB_V)
             vs_ok = vs < d_v
-            if s + 1 < NUM_SUB:
-                ahead = _state_columns(s_base, vs + SUB_V, k_ok, d_v, stride_sv)
-            v, _ = _conv_silu(x_row, conv_w_ptr, cs_base, 2 * key_dim + h * d_v + vs, vs_ok, stride_cwc, stride_cww,
-                              stride_cc, stride_cw, WIDTH, BLOCK_W)
+            vn = vs + SUB_V
+            ahead = tl.load(s_base + vn[None, :] * stride_sv, mask=k_ok[:, None] & (vn < v_end)[None, :], other=0.0)
+            v, v_sub_win = _conv_silu(x_row, conv_w_ptr, cs_base, 2 * key_dim + h * d_v + vs, vs_ok, stride_cwc,
+                                      stride_cww, stride_cc, stride_cw, WIDTH, BLOCK_W)
             o = _delta_rule_columns(state, s_base + vs[None, :] * stride_sv, k_ok[:, None] & vs_ok[None, :],
                                     q, k, v.to(act).to(tl.float32), decay, beta, scale)
             tl.store(y_row + h * d_v + vs, o.to(y_ptr.dtype.element_ty), mask=vs_ok)  # un-normalised
-            if s + 1 < NUM_SUB:
-                state = ahead
+            state = ahead
     tl.debug_barrier()  # all conv-state reads and o stores of this program are performed
     _conv_shift(cs_base, v_ch, v_ok, v_win, stride_cc, stride_cw, WIDTH, BLOCK_W)  # own channels only
     if NUM_SPLITS == 1 and NUM_SUB > 1:  # the whole head's o is in y: normalise it

@@ -294,13 +294,18 @@ SERVED_TIMELINE_STEPS = 12
 
 def _served_timeline(engine: Any, s: BenchSettings, vocab: int, names: list[str]) -> list[dict[str, Any]]:
     """Trace :data:`SERVED_TIMELINE_STEPS` served decode steps of a fresh batch (after its prefill and
-    first decode steps) and split out the captured step ``names``."""
+    first decode steps; prompts of the decode phase's mean context, ``input_len + output_len / 2``, as
+    far as the benchmark's length limit allows) and split out the captured step ``names``."""
     from anna_core.bench.timeline import served_timeline
     from anna_core.engine.sampling_params import SamplingParams
 
     steps = SERVED_TIMELINE_STEPS
-    params = SamplingParams(max_tokens=steps + 8, temperature=0.0, ignore_eos=True, logprobs=s.logprobs)
-    for i, p in enumerate(_prompts(vocab, s.batch_size, s.input_len, s.seed * 1000 + 777)):
+    # prompts at the decode phase's mean context where the engine's length limit allows
+    total = s.input_len + s.output_len
+    max_tokens = min(steps + 8, total - 1)
+    prompt_len = max(1, min(s.input_len + s.output_len // 2, total - max_tokens))
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, logprobs=s.logprobs)
+    for i, p in enumerate(_prompts(vocab, s.batch_size, prompt_len, s.seed * 1000 + 777)):
         engine.add_request(f"timeline-{i}", p, params)
     try:
         for _ in range(4):  # the prefill, then decode steps until graph replays are in flight

@@ -109,16 +109,17 @@ class _FakeEngine:
     def step(self):
         self.steps += 1
         self.left -= 1
-        return []
+        return [type("Out", (), {"request_id": r[0], "error": None, "delta_token_ids": [1]})() for r in self.requests]
 
     def has_unfinished(self):
         return self.left > 0
 
 
 @pytest.mark.parametrize("input_len,output_len,prompt_len,max_tokens", [
-    (512, 256, 640, 20),  # the decode phase's mean context
-    (2048, 4, 2032, 20),  # the TTFT target: as long as the length limit allows
+    (512, 256, 640, 22),  # the decode phase's mean context (a 2-step prefill)
+    (2048, 4, 2030, 21),  # the TTFT target: as long as the length limit allows
     (8, 3, 1, 10),  # tiny: both shrink to fit
+    (8, 256, 136, 37),  # a 17-step prefill: 17 more tokens each, for the requests' skew
 ])
 def test_served_timeline_requests_fit_the_benchmarks_length_limit(monkeypatch, input_len, output_len, prompt_len,
                                                                   max_tokens):
@@ -132,3 +133,32 @@ def test_served_timeline_requests_fit_the_benchmarks_length_limit(monkeypatch, i
     assert [r[1:] for r in engine.requests] == [(prompt_len, max_tokens)] * 2
     assert prompt_len + max_tokens <= input_len + output_len
     assert traced == [(engine_bench.SERVED_TIMELINE_STEPS, ["k"])] and not engine.has_unfinished()
+
+
+@pytest.mark.parametrize("input_len,output_len", [(16, 128), (8, 256)])
+def test_served_timeline_traces_only_steps_that_decode_the_whole_batch(tmp_path, monkeypatch, input_len, output_len):
+    """On a real (tiny, CPU) engine: even when the prompts take several prefill steps (longer than the
+    per-step prefill budget), every traced step delivers a token to every request."""
+    import torch
+    from anna_core.bench import engine_bench, timeline
+    from anna_core.loading import load_model
+
+    from tests.bench.tiny_config import write_tiny_qwen35_config
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    model_dir = write_tiny_qwen35_config(tmp_path)
+    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
+    s = engine_bench.BenchSettings(model_dir=model_dir, device="cpu", dtype="fp32", batch_size=2,
+                                   input_len=input_len, output_len=output_len)
+    engine = engine_bench.build_engine(loaded, s)
+    traced = []
+
+    def fake_served(step, n, names, sync):
+        for _ in range(n):
+            traced.append(sum(1 for o in step() if o.delta_token_ids))
+        return ["row"]
+
+    monkeypatch.setattr(timeline, "served_timeline", fake_served)
+    assert engine_bench._served_timeline(engine, s, 256, ["k"]) == ["row"]
+    assert not engine.has_unfinished()
+    assert traced == [2] * engine_bench.SERVED_TIMELINE_STEPS, traced

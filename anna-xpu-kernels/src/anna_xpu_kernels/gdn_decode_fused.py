@@ -31,7 +31,7 @@ Two things couple programs, and both are resolved by one *last-arriver* handshak
 * With ``NV > 1`` the gated RMSNorm needs the whole head's ``o``.
 
 Each program (1) reads everything it needs from the conv state, (2) writes its un-normalised ``o``
-chunk into the output ``y`` (only when ``NV > 1``), (3) waits at a CTA barrier (all its threads'
+chunk into the output ``y`` (only when ``NV > 1`` or in sub-chunks), (3) waits at a CTA barrier (all its threads'
 memory accesses are performed), then (4) one thread does ``atomic_add(counter[b, hk], 1)`` with
 acquire-release semantics at GPU scope. The program that sees ``G - 1`` arrives last: by the
 release / acquire pairing every other program of the group has finished all its reads of the q / k
@@ -79,7 +79,7 @@ _CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16)]
 
 
 def _prune_warps(configs, named_args, **kwargs):
-    """Sub-chunked programs (``SUB_V < BLOCK_V``) run with 4 warps, untuned: the autotuner would time the
+    """Sub-chunked programs (``SUB_V < BLOCK_V``) run with 4 warps (one config, nothing to choose): the autotuner would time the
     warm-up step (every row on one scratch state slot, in L2), not a served one, and the other counts
     were 37% (8 warps) to several times slower at 64-column sub-chunks (H200, 9B batch 32 and 8)."""
     if kwargs.get("SUB_V", 0) < kwargs.get("BLOCK_V", 0):
@@ -151,9 +151,10 @@ def _gated_norm(o, z, w, eps, d_v):
 
 
 @triton.jit
-def _state_columns(s_base, cols, k_ok, d_v, stride_sv):
-    """The ``[BLOCK_K, n]`` float32 state tile of value columns ``cols`` (``s_base``: rows ``kk`` of the head)."""
-    return tl.load(s_base + cols[None, :] * stride_sv, mask=k_ok[:, None] & (cols < d_v)[None, :], other=0.0)
+def _state_columns(s_base, cols, k_ok, end, stride_sv):
+    """The ``[BLOCK_K, n]`` float32 state tile of value columns ``cols`` below ``end`` (zeros beyond;
+    ``s_base``: rows ``kk`` of the head)."""
+    return tl.load(s_base + cols[None, :] * stride_sv, mask=k_ok[:, None] & (cols < end)[None, :], other=0.0)
 
 
 @triton.jit
@@ -256,9 +257,8 @@ def _fused_gdn_decode_kernel(
         for s in range(NUM_SUB):  # a loop, not unrolled: unrolled, every sub-chunk's load is hoisted to the start
             vs = chunk * BLOCK_V + s * SUB_V + tl.arange(0, SUB_V)
             vs_ok = vs < d_v
-            vn = vs + SUB_V
-            ahead = tl.load(s_base + vn[None, :] * stride_sv, mask=k_ok[:, None] & (vn < v_end)[None, :], other=0.0)
-            v, v_sub_win = _conv_silu(x_row, conv_w_ptr, cs_base, 2 * key_dim + h * d_v + vs, vs_ok, stride_cwc,
+            ahead = _state_columns(s_base, vs + SUB_V, k_ok, v_end, stride_sv)  # none after the last sub-chunk
+            v, _sub_win = _conv_silu(x_row, conv_w_ptr, cs_base, 2 * key_dim + h * d_v + vs, vs_ok, stride_cwc,
                                       stride_cww, stride_cc, stride_cw, WIDTH, BLOCK_W)
             o = _delta_rule_columns(state, s_base + vs[None, :] * stride_sv, k_ok[:, None] & vs_ok[None, :],
                                     q, k, v.to(act).to(tl.float32), decay, beta, scale)
@@ -324,7 +324,7 @@ def fused_gdn_decode(
 
     Raises:
         ValueError: inconsistent shapes, non-float32 states, a head too large to fuse (see
-            :func:`fusable`), a bad ``num_v_splits``.
+            :func:`fusable`), a bad ``num_v_splits`` or ``sub_v``.
     """
     op = "fused_gdn_decode"
     require(qkv.dim() == 2 and states.dim() == 4, op,
@@ -358,7 +358,7 @@ def fused_gdn_decode(
     block_v = block_v_head // splits
     sub = choose_sub_v(batch * h_v, block_v, splits) if sub_v is None else int(sub_v)
     require(sub == block_v or (MIN_BLOCK_V <= sub < block_v and sub & (sub - 1) == 0), op,
-            f"sub_v must be a power of two in [{MIN_BLOCK_V}, {block_v}], got {sub_v}")
+            f"sub_v must be the chunk width {block_v} or a power of two from {MIN_BLOCK_V} below it, got {sub_v}")
     y = torch.empty((batch, h_v * d_v), dtype=qkv.dtype, device=qkv.device)
     if batch == 0:
         return y
@@ -372,7 +372,6 @@ def fused_gdn_decode(
         z.stride(0), a.stride(0), b.stride(0),
         states.stride(0), states.stride(1), states.stride(2), states.stride(3), y.stride(0),
         WIDTH=width, BLOCK_W=next_pow2(width), BLOCK_K=next_pow2(d_k), BLOCK_V=block_v, SUB_V=sub,
-
         BLOCK_VH=block_v_head, NUM_SPLITS=splits, **pdl.launch_options(y),
     )
     return y

@@ -293,23 +293,44 @@ SERVED_TIMELINE_STEPS = 12
 
 
 def _served_timeline(engine: Any, s: BenchSettings, vocab: int, names: list[str]) -> list[dict[str, Any]]:
-    """Trace :data:`SERVED_TIMELINE_STEPS` served decode steps of a fresh batch (after its prefill and
-    first decode steps; prompts of the decode phase's mean context, ``input_len + output_len / 2``, as
-    far as the benchmark's length limit allows) and split out the captured step ``names``."""
+    """Trace :data:`SERVED_TIMELINE_STEPS` served decode steps of a fresh batch and split out the captured
+    step ``names``. The prompts have the decode phase's mean context (``input_len + output_len / 2``) as far
+    as the benchmark's length limit allows; tracing starts once every request has its first token (the
+    prefill may take several steps) and one more step is in flight, so every traced step decodes the
+    whole batch.
+
+    Raises:
+        AnnaError: the prefill did not finish within its step bound, or a request failed.
+    """
     from anna_core.bench.timeline import served_timeline
     from anna_core.engine.sampling_params import SamplingParams
 
     steps = SERVED_TIMELINE_STEPS
-    # prompts at the decode phase's mean context where the engine's length limit allows
     total = s.input_len + s.output_len
-    max_tokens = min(steps + 8, total - 1)
-    prompt_len = max(1, min(s.input_len + s.output_len // 2, total - max_tokens))
+    prompt_len = s.input_len + s.output_len // 2
+    # the prefill budget is input_len tokens per request and step: longer prompts take several steps and
+    # the requests may get their first token up to that many steps apart, so each asks for that many more
+    for _ in range(2):
+        prefill_steps = -(-prompt_len // s.input_len)
+        max_tokens = min(steps + 8 + prefill_steps, total - 1)
+        prompt_len = max(1, min(prompt_len, total - max_tokens))
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, logprobs=s.logprobs)
-    for i, p in enumerate(_prompts(vocab, s.batch_size, prompt_len, s.seed * 1000 + 777)):
-        engine.add_request(f"timeline-{i}", p, params)
+    waiting = {f"timeline-{i}" for i in range(s.batch_size)}
     try:
-        for _ in range(4):  # the prefill, then decode steps until graph replays are in flight
-            engine.step()
+        for i, p in enumerate(_prompts(vocab, s.batch_size, prompt_len, s.seed * 1000 + 777)):
+            engine.add_request(f"timeline-{i}", p, params)
+        bound = 8 + 2 * prefill_steps
+        for _ in range(bound):
+            for o in engine.step():
+                if o.error:
+                    raise AnnaError(f"timeline request {o.request_id} failed: {o.error}")
+                if o.delta_token_ids:
+                    waiting.discard(o.request_id)
+            if not waiting:
+                break
+        if waiting:
+            raise AnnaError(f"{len(waiting)} timeline requests had no token after {bound} steps")
+        engine.step()  # the next decode step in flight (asynchronous scheduling)
         return served_timeline(engine.step, steps, names, engine.runner.accel.synchronize)
     finally:
         while engine.has_unfinished():

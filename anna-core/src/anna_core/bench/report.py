@@ -22,7 +22,9 @@ def format_report(r: dict[str, Any]) -> str:
     ``itl_ms_p50`` / ``_p99``, ``peak_memory_gib``, ``copy_bandwidth_gbps``, ``step_bytes``,
     ``roofline_tokens_per_s_per_stream``, ``roofline_fraction``, optional ``graph_replay_ms``,
     ``served_vs_eager_match_tokens``,
-    ``async_scheduling``, ``profile_ms_per_step`` and ``hf``.
+    ``async_scheduling``, ``profile_ms_per_step``, ``timeline`` (with ``timeline_source`` "served" or
+    "padded" and, when served steps could not be traced, ``timeline_served_error``), ``timeline_error``
+    and ``hf``.
     """
     gb = r["step_bytes"]["total"] / 1e9
     lines = [

@@ -3,10 +3,11 @@
 # with the wheels of anna-core / anna-qwen35 / anna-xpu-kernels / anna-cli in .annawhl, the third-party
 # wheels in .whl and a saved Triton cache in .tcache/tc.tgz.*). Writes logs and the new cache under $OUT.
 #   MODE=targets (default): every issue-5 target, HF transformers + fla side by side at 9B, then the
-#   kernel microbenchmarks.
+#   kernel microbenchmarks; the log holds the autotuner's picks, and TIMELINE=1 adds each target's
+#   served-step kernel timeline.
 #   MODE=ab: the b=1 targets again with asynchronous scheduling off, then with the Triton GEMV off.
 #   MODE=repeat: the ONLY targets (default "2B") in REPEAT (default 4) separate processes, logging the
-#   GEMV autotuning picks of each (run-to-run spread on one machine).
+#   autotuning picks of each (run-to-run spread on one machine); TIMELINE=1 adds each run's timeline.
 #   MODE=abenv: A/B of the environment switch ABVAR (A: ABVAR=$AVAL, default 0; B: ABVAR=$BVAL, default
 #   unset) in REPEAT (default 3) interleaved pairs of processes over the ONLY targets (default "2B");
 #   TIMELINE=1 adds each run's kernel timeline (--timeline) to its log.
@@ -31,8 +32,9 @@ save_cache() { find /tmp/tc -type f \( -name '*.llir' -o -name '*.ptx' -o -name 
 if [ "${MODE:-targets}" = "targets" ]; then
   # ONLY="9B b=1,2B" runs the targets whose names contain one of these (default: all)
   only=(); IFS=, read -ra names <<< "${ONLY:-}"; for n in "${names[@]}"; do only+=(--only "$n"); done
-  timeout "${T_ALL:-480}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench "${only[@]}" \
-    --out "$OUT/bench_all${TAG:+_$TAG}.json" > "$OUT/bench${TAG:+_$TAG}.log" 2>&1
+  # the autotuner's picks go into the log (a slow process can then be compared with a fast one)
+  TRITON_PRINT_AUTOTUNING=1 timeout "${T_ALL:-480}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench \
+    "${only[@]}" ${TIMELINE:+--timeline} --out "$OUT/bench_all${TAG:+_$TAG}.json" > "$OUT/bench${TAG:+_$TAG}.log" 2>&1
   echo "bench.all exit $?"
   [ -n "${NO_SAVE:-}" ] || save_cache
   tail -16 "$OUT/bench${TAG:+_$TAG}.log"
@@ -49,7 +51,7 @@ elif [ "${MODE}" = "repeat" ]; then
   only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
   for i in $(seq 1 "${REPEAT:-4}"); do
     TRITON_PRINT_AUTOTUNING=1 timeout "${T_ONE:-140}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench \
-      --skip-hf "${only[@]}" --out "/tmp/repeat_$i.json" > "$OUT/repeat_$i.log" 2>&1
+      --skip-hf "${only[@]}" ${TIMELINE:+--timeline} --out "/tmp/repeat_$i.json" > "$OUT/repeat_$i.log" 2>&1
     echo "run $i exit $?"; grep -E "^decode|copy ->" "$OUT/repeat_$i.log"
   done
   [ -n "${NO_SAVE:-}" ] || save_cache

@@ -8,7 +8,6 @@ step where cuBLAS GEMMs sit between these launches. Reports µs per launch and t
 configuration's output and state against the first one (the same input every time). Run from the repository root on the GPU machine:
 ``python3 tools/gpu_experiments/gdn_decode_sweep.py [batch ...]`` (default 32)."""
 import os
-import statistics
 import sys
 
 os.environ["ANNA_TRITON_PDL"] = "0"
@@ -18,6 +17,7 @@ import triton
 from anna_core.bench.roofline import copy_bandwidth
 from anna_core.device import accelerator
 from anna_xpu_kernels import gdn_decode_fused as gdf
+from graph_timing import chain_time_us
 
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: TRITON_INTERPRET=1 dry run, no timing
 H_K, H_V, D, W = 16, 32, 128, 4
@@ -101,30 +101,12 @@ def main(batches):
             if DEV.type == "cpu":
                 print(f"NV={nv} sub={sub} warps={warps} {cap}: max|diff| {err:.2e} conv {conv_ok}")
                 continue
-            for L in layers:  # compile + warm
-                call(L, nv, sub)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for L in layers:
-                    call(L, nv, sub)
-            g.replay()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(7):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                g.replay()
-                e.record()
-                e.synchronize()
-                times.append(s.elapsed_time(e) * 1e3 / LAYERS)
-            us = statistics.median(times)
+            us = chain_time_us([lambda L=L, nv=nv, sub=sub: call(L, nv, sub) for L in layers], reps=1, replays=7)
             tag = ",".join(f"maxnreg={c}" for c in cap) or "-"
             results.append((us, nv, sub, warps, tag))
             print(f"NV={nv} sub={sub:3d} warps={warps:2d} {tag:24s}: {us:7.2f} us/launch  "
                   f"{state_bytes / us / 1e3:6.0f} GB/s ({state_bytes / us / 1e3 / (bw / 1e9) * 100:4.1f}% copy)"
                   f"  max|diff| {err:.2e} conv {'=' if conv_ok else 'DIFF'}  {registers(kern, seen)}", flush=True)
-            del g
         kern.configs = all_configs
         kern.cache.clear()
         results.sort()

@@ -6,7 +6,6 @@ distinct weights captured in one graph, at the Qwen3.5-2B shapes.
 prologues, epilogue and bias), swept over BLOCK_N, warps and programs per multiprocessor. Kept as the
 exact script behind the recorded numbers. Run from the repository root on the GPU machine:
 ``python3 tools/gpu_experiments/gemv_chain.py``."""
-import statistics
 import sys
 
 import torch
@@ -14,6 +13,7 @@ import triton
 import triton.language as tl
 from anna_xpu_kernels import gemv, pdl
 from anna_xpu_kernels.gemv_tuning import GemvConfig
+from graph_timing import chain_time_us
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 DEV = "cuda"
@@ -58,29 +58,6 @@ def persist(x, w, bn, warps, per_sm):
 
 def current(x, w, cfg):
     return gemv.launch(x, w, None, cfg, gemv.Prologue())
-
-
-def chain_time_us(calls, reps=3):
-    """Per-call microseconds of the list of calls captured back to back in one graph (median of 10 replays)."""
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            for c in calls:
-                c()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(10):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(ts) / (reps * len(calls))
 
 
 def main():

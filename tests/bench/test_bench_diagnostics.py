@@ -22,6 +22,39 @@ def test_host_prefill_profile_prints_the_prefill_functions(tmp_path, monkeypatch
     assert not engine.has_unfinished()
 
 
+def test_host_issue_times_the_forward_pass_and_says_whether_it_waited(tmp_path, monkeypatch, capsys):
+    import time
+
+    from anna_core.bench import prefill_profile
+    from anna_core.bench.engine_bench import BenchSettings, build_engine
+    from anna_core.loading import load_model
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    slept = []
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: slept.append(cycles))  # no device to keep busy on CPU
+    model_dir = write_tiny_qwen35_config(tmp_path)
+    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
+    s = BenchSettings(model_dir=model_dir, device="cpu", dtype="fp32", batch_size=1, input_len=12, output_len=2)
+    engine = build_engine(loaded, s)
+    forward = engine.runner.model.forward
+
+    def slow_forward(*args, **kwargs):
+        time.sleep(0.03)  # the host's work for the pass
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(engine.runner.model, "forward", slow_forward)
+    prefill_profile.host_issue(engine, int(loaded.model.vocab_size), 12, busy_ms=20.0)
+    out = capsys.readouterr().out.splitlines()
+    assert slept == [int(20.0 * 1.98e6)]
+    idle = float(out[0].split("device idle: ")[1].split(" ms")[0])
+    assert 30.0 <= idle < 1000.0  # the pass's host time, the sleep in the forward pass included
+    assert "20 ms of device sleep queued first" in out[1]
+    assert "(the forward pass waited for the device inside)" in out[1]  # 30 ms > 20 ms, as after a host sync
+    prefill_profile.host_issue(engine, int(loaded.model.vocab_size), 12, busy_ms=5000.0)
+    assert "(the forward pass did not wait for the device)" in capsys.readouterr().out
+    assert not engine.has_unfinished()
+
+
 def test_served_vs_eager_runs_the_eager_loop_without_pdl(monkeypatch):
     import os
 

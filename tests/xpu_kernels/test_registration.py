@@ -100,3 +100,24 @@ def test_fla_probe_needs_cuda_half_precision_and_fla(monkeypatch):
     assert probes.fla_prefill_probe(ProbeRequest("cpu", "bfloat16")) is False  # fla never runs interpreted
     monkeypatch.setattr(probes, "fla_available", lambda: False)
     assert probes.fla_prefill_probe(ProbeRequest("cuda", "bfloat16")) is False
+
+
+@pytest.mark.parametrize("preset", [None, "0"])
+def test_fla_probe_turns_fla_backend_dispatch_off_unless_the_user_chose(monkeypatch, preset):
+    # fla reads the switch when first imported: the probe (the first to import it) sets it beforehand
+    import os
+
+    switch = probes.FLA_DISPATCH_SWITCH
+    monkeypatch.setenv(switch, "placeholder")  # recorded, so the variable is restored after the test
+    if preset is None:
+        monkeypatch.delenv(switch)
+    else:
+        monkeypatch.setenv(switch, preset)
+    monkeypatch.delitem(sys.modules, "fla", raising=False)
+    monkeypatch.setattr(probes.importlib, "import_module", lambda name: (_ for _ in ()).throw(ImportError(name)))
+    probes.fla_available.cache_clear()
+    try:
+        assert probes.fla_available() is False  # the import failed: declined, not raised
+        assert os.environ[switch] == (preset or "1")
+    finally:
+        probes.fla_available.cache_clear()

@@ -14,8 +14,10 @@ fla's forward function ``chunk_gated_delta_rule_fwd`` directly, not the autograd
 autocast, backend dispatch) and saved tensors for a backward pass inference never runs (about a
 fifth of fla's host time per layer under cProfile). The inputs are made contiguous here instead (fla's
 kernels index them as packed ``[1, T, H, D]``). Skipping the dispatch also means fla's alternative
-backends (e.g. FlashQLA, when installed) are not consulted: fla's Triton kernels run. The probe
-(:func:`anna_xpu_kernels.probes.fla_available`) checks that the installed fla has this forward
+backends (e.g. FlashQLA, when installed) are not consulted: fla's Triton kernels run. The kernel
+wrappers inside that function have the same dispatch; the probe turns it off before fla is imported
+(``FLA_DISABLE_BACKEND_DISPATCH=1`` unless already set). The probe
+(:func:`anna_xpu_kernels.probes.fla_available`) also checks that the installed fla has this forward
 function with the parameters used here. fla's chunk indices come from ``cu_seqlens`` through a host copy;
 :class:`_ChunkIndexMemo` computes them once per distinct ``cu_seqlens`` tensor, so every layer of one
 forward pass (they all receive the same tensor) shares one device-to-host copy.

@@ -58,7 +58,7 @@ from anna_core.kernels.checks import check_conv1d, check_slots, require
 
 from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require_float, require_same_device
-from anna_xpu_kernels._triton import autotune, next_pow2, tl, triton
+from anna_xpu_kernels._triton import next_pow2, tl, triton
 from anna_xpu_kernels.counters import CounterPool
 
 L2_EPS = tl.constexpr(1e-6)
@@ -75,16 +75,13 @@ SUB_V = 64
 batch 32, 1024 rows, 24 launches graph-replayed, 4 warps) a whole ``[128, 128]`` tile took 77 us per
 launch (255 registers per thread, 96 spilled); a loop over 64-column sub-chunks, the next one loading
 during each update, 53 us (32 columns: 58 us, 16: 90 us). At batch 8: 23 vs 16 us."""
-_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16)]
-
-
-def _prune_warps(configs, named_args, **kwargs):
-    """Sub-chunked programs (``SUB_V < BLOCK_V``) run with 4 warps (one config, nothing to choose): the autotuner would time the
-    warm-up step (every row on one scratch state slot, in L2), not a served one, and the other counts
-    were 37% (8 warps) to several times slower at 64-column sub-chunks (H200, 9B batch 32 and 8)."""
-    if kwargs.get("SUB_V", 0) < kwargs.get("BLOCK_V", 0):
-        return [c for c in configs if c.num_warps == 4] or configs
-    return configs
+NUM_WARPS = 4
+"""Warps per program, at every grid; not autotuned. The autotuner timed the launch alone, on the warm-up
+step (batch 1: a launch of a few microseconds whatever the count; batch 32: every row on one scratch
+state slot, in L2), and its per-process pick made whole served steps slower. On an H200, graph-replayed
+in the served Qwen3.5-2B batch-1 step (16 rows, ``NV = 8``), 18 launches took 113 us with 4 or 8 warps,
+133 us with 2 and 266 us with 1 (the two processes that picked 1 warp decoded at 697 tokens/s, the
+others at 772-784); at 9B batch 32 (64-column sub-chunks) 8 warps were 37% slower than 4."""
 
 
 def fusable(d_k: int, d_v: int) -> bool:
@@ -182,14 +179,11 @@ def _normalise_heads(y_row, z_row, w_ptr, first, count, d_v, eps, BLOCK_VH: tl.c
         tl.store(y_row + col, _gated_norm(oh, z, w, eps, d_v).to(y_row.dtype.element_ty), mask=vf_ok)
 
 
-@autotune(_CONFIGS, fixed=triton.Config({}, num_warps=4),
-          key=["d_k", "d_v", "rows_bucket", "WIDTH", "BLOCK_K", "BLOCK_V", "SUB_V", "NUM_SPLITS"],
-          restore_value=["state_ptr", "conv_state_ptr"], prune_configs_by={"early_config_prune": _prune_warps})
 @triton.jit
 def _fused_gdn_decode_kernel(
     x_ptr, conv_w_ptr, conv_state_ptr, z_ptr, a_ptr, b_ptr, neg_a_ptr, dt_bias_ptr, w_ptr,
     state_ptr, slot_ptr, count_ptr, y_ptr,
-    h_k, h_v, rep, d_k, d_v, key_dim, scale, eps, rows_bucket,
+    h_k, h_v, rep, d_k, d_v, key_dim, scale, eps,
     stride_x, stride_cwc, stride_cww, stride_cs, stride_cc, stride_cw, stride_z, stride_a, stride_b,
     stride_ss, stride_sh, stride_sk, stride_sv, stride_y,
     WIDTH: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
@@ -366,13 +360,12 @@ def fused_gdn_decode(
     _fused_gdn_decode_kernel[(batch * h_v * splits,)](
         qkv, conv_weight, conv_states, z, a, b, neg_a, dt_bias, norm_weight, states, slots, counters, y,
         num_k_heads, h_v, h_v // num_k_heads, d_k, d_v, key_dim, float(scale), float(norm_eps),
-        next_pow2(batch * h_v),  # rows_bucket: only an autotune key (the best warp count depends on the grid)
         qkv.stride(0), conv_weight.stride(0), conv_weight.stride(1),
         conv_states.stride(0), conv_states.stride(1), conv_states.stride(2),
         z.stride(0), a.stride(0), b.stride(0),
         states.stride(0), states.stride(1), states.stride(2), states.stride(3), y.stride(0),
         WIDTH=width, BLOCK_W=next_pow2(width), BLOCK_K=next_pow2(d_k), BLOCK_V=block_v, SUB_V=sub,
-        BLOCK_VH=block_v_head, NUM_SPLITS=splits, **pdl.launch_options(y),
+        BLOCK_VH=block_v_head, NUM_SPLITS=splits, num_warps=NUM_WARPS, **pdl.launch_options(y),
     )
     return y
 

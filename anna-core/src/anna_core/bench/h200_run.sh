@@ -26,6 +26,13 @@ export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,noheader
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
 CFG=tests/qwen35/reference_configs
+# MONITOR=1: the GPU's clocks, power, temperature and throttle reasons every 100 ms into $OUT/smi.csv
+# (a slow process can then be matched against the clock it ran at)
+if [ -n "${MONITOR:-}" ]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,temperature.memory,\
+clocks_throttle_reasons.active,utilization.gpu --format=csv -lms 100 > "$OUT/smi.csv" 2>&1 &
+  trap 'kill %1 2>/dev/null' EXIT
+fi
 # the cache without the intermediate IRs (Triton loads a cached kernel from its cubin and metadata): ~5x smaller
 save_cache() { find /tmp/tc -type f \( -name '*.llir' -o -name '*.ptx' -o -name '*.ttgir' -o -name '*.ttir' \
   -o -name '*.source' \) -delete; rm -f "$OUT"/tc.tgz.*; tar cz -C /tmp/tc . | split -b 15M - "$OUT/tc.tgz."; }
@@ -48,11 +55,15 @@ elif [ "${MODE}" = "script" ]; then
   echo "script exit $?"
   [ -n "${NO_SAVE:-}" ] || save_cache
 elif [ "${MODE}" = "repeat" ]; then
+  # the logs in $OUT/repeat_logs.tgz (one file: the tool returns at most 8)
+  mkdir -p /tmp/repeat
   only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
   for i in $(seq 1 "${REPEAT:-4}"); do
+    echo "run $i start $(date +%T.%N | cut -c1-12)"
     TRITON_PRINT_AUTOTUNING=1 timeout "${T_ONE:-140}" python3 -m anna_core.bench.all --configs $CFG --skip-microbench \
-      --skip-hf "${only[@]}" ${TIMELINE:+--timeline} --out "/tmp/repeat_$i.json" > "$OUT/repeat_$i.log" 2>&1
-    echo "run $i exit $?"; grep -E "^decode|copy ->" "$OUT/repeat_$i.log"
+      --skip-hf "${only[@]}" ${TIMELINE:+--timeline} --out "/tmp/repeat/$i.json" > "/tmp/repeat/$i.log" 2>&1
+    echo "run $i exit $? ($(date +%T.%N | cut -c1-12))"; grep -E "^decode|copy ->|replay alone" "/tmp/repeat/$i.log"
+    tar czf "$OUT/repeat_logs.tgz" -C /tmp repeat
   done
   [ -n "${NO_SAVE:-}" ] || save_cache
 elif [ "${MODE}" = "abenv" ]; then

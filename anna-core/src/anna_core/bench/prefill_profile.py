@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 
 from anna_core.bench.engine_bench import (
     BenchSettings,
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=18)
     ap.add_argument("--decode-batch", type=int, default=0)
     ap.add_argument("--host-prefill", action="store_true", help="cProfile one prefill of the longest length")
+    ap.add_argument("--host-issue", action="store_true",
+                    help="time the host's issue of one prefill's forward pass (device idle, then kept busy)")
     args = ap.parse_args(argv)
     from anna_core.loading import load_model
 
@@ -63,16 +66,49 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
         wall = time.perf_counter() - t
     events = prof.key_averages()
-    dev_total = sum(e.self_device_time_total for e in events) / 1e3
+    # kernels, copies and fills only: an op's row also carries its kernels' time
+    dev_total = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e3
     print(f"\nprofiled prefill of {n}: TTFT {res['ttft_s'] * 1e3:.1f} ms (profiler on), wall {wall * 1e3:.1f} ms, "
           f"device kernel time {dev_total:.1f} ms", flush=True)
     print(events.table(sort_by="self_device_time_total", row_limit=args.rows), flush=True)
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows), flush=True)
     if args.host_prefill:
         host_prefill_profile(engine, vocab, n, args.rows)
+    if args.host_issue:
+        host_issue(engine, vocab, n)
     if args.decode_batch:
         host_profile(loaded, args.model_dir, args.decode_batch, args.rows)
     return 0
+
+
+def host_issue(engine, vocab: int, length: int, busy_ms: float = 400.0) -> None:
+    """The host's time to issue one ``length``-token prefill's forward pass (model call entered to
+    returned), twice: with the device idle, and with ``busy_ms`` of device sleep queued first. With the
+    device idle it is the host's work plus any wait at a host sync; TTFT cannot be shorter. If the
+    forward pass returns only after the sleep, it waited for the device inside (a host sync; fla's chunk
+    indices are computed from a host copy of ``cu_seqlens`` at the first gated DeltaNet layer)."""
+    model = engine.runner.model
+    spans: list[float] = []
+    pre = model.register_forward_pre_hook(lambda *a: spans.append(time.perf_counter()))
+    post = model.register_forward_hook(lambda *a: spans.append(time.perf_counter()))
+    try:
+        for busy in (False, True):
+            spans.clear()
+            torch.cuda.synchronize()
+            if busy:
+                torch.cuda._sleep(int(busy_ms * 1.98e6))  # cycles at an H200's 1980 MHz (longer when clocked lower)
+            res = timed_run(engine, _prompts(vocab, 1, length, 777 + busy), 2, f"issue{int(busy)}")
+            fwd = (spans[1] - spans[0]) * 1e3 if len(spans) >= 2 else float("nan")
+            if not busy:
+                print(f"host issue of a {length}-token prefill's forward pass, device idle: {fwd:.1f} ms "
+                      f"(TTFT {res['ttft_s'] * 1e3:.1f} ms)", flush=True)
+            else:
+                waited = "waited for the device inside" if fwd > busy_ms else "did not wait for the device"
+                print(f"the same with {busy_ms:.0f} ms of device sleep queued first: {fwd:.1f} ms (the forward pass "
+                      f"{waited})", flush=True)
+    finally:
+        pre.remove()
+        post.remove()
 
 
 def host_prefill_profile(engine, vocab: int, length: int, rows: int) -> None:

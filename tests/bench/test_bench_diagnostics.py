@@ -1,5 +1,6 @@
 """Benchmark diagnostics: the host profile of one prefill, the served-vs-eager token check."""
 
+import pytest
 import torch
 
 from tests.bench.tiny_config import write_tiny_qwen35_config
@@ -22,7 +23,8 @@ def test_host_prefill_profile_prints_the_prefill_functions(tmp_path, monkeypatch
     assert not engine.has_unfinished()
 
 
-def test_host_issue_times_the_forward_pass_and_says_whether_it_waited(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("syncs", [False, True])
+def test_host_issue_times_the_forward_pass_and_says_whether_it_waited(tmp_path, monkeypatch, capsys, syncs):
     import time
 
     from anna_core.bench import prefill_profile
@@ -30,28 +32,28 @@ def test_host_issue_times_the_forward_pass_and_says_whether_it_waited(tmp_path, 
     from anna_core.loading import load_model
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    slept = []
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: slept.append(cycles))  # no device to keep busy on CPU
+    queued = []  # device sleep queued (CPU: none runs; a "host sync" below waits it out)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: queued.append(cycles / 1.98e6))
     model_dir = write_tiny_qwen35_config(tmp_path)
     loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
     s = BenchSettings(model_dir=model_dir, device="cpu", dtype="fp32", batch_size=1, input_len=12, output_len=2)
     engine = build_engine(loaded, s)
     forward = engine.runner.model.forward
 
-    def slow_forward(*args, **kwargs):
-        time.sleep(0.03)  # the host's work for the pass
+    def forward_with_host_work(*args, **kwargs):
+        time.sleep(0.02)  # the host's work for the pass
+        if syncs and queued:  # a host sync waits for the queued device work
+            time.sleep(queued.pop() * 1e-3)
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(engine.runner.model, "forward", slow_forward)
-    prefill_profile.host_issue(engine, int(loaded.model.vocab_size), 12, busy_ms=20.0)
+    monkeypatch.setattr(engine.runner.model, "forward", forward_with_host_work)
+    prefill_profile.host_issue(engine, int(loaded.model.vocab_size), 12, busy_ms=60.0)
     out = capsys.readouterr().out.splitlines()
-    assert slept == [int(20.0 * 1.98e6)]
     idle = float(out[0].split("device idle: ")[1].split(" ms")[0])
-    assert 30.0 <= idle < 1000.0  # the pass's host time, the sleep in the forward pass included
-    assert "20 ms of device sleep queued first" in out[1]
-    assert "(the forward pass waited for the device inside)" in out[1]  # 30 ms > 20 ms, as after a host sync
-    prefill_profile.host_issue(engine, int(loaded.model.vocab_size), 12, busy_ms=5000.0)
-    assert "(the forward pass did not wait for the device)" in capsys.readouterr().out
+    assert 20.0 <= idle < 1000.0  # the pass's host time
+    assert "60 ms of device sleep queued first" in out[1]
+    verdict = "waited for the device inside" if syncs else "did not wait for the device"
+    assert f"(the forward pass {verdict})" in out[1]
     assert not engine.has_unfinished()
 
 

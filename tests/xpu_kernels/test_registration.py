@@ -114,10 +114,34 @@ def test_fla_probe_turns_fla_backend_dispatch_off_unless_the_user_chose(monkeypa
     else:
         monkeypatch.setenv(switch, preset)
     monkeypatch.delitem(sys.modules, "fla", raising=False)
-    monkeypatch.setattr(probes.importlib, "import_module", lambda name: (_ for _ in ()).throw(ImportError(name)))
+    seen_at_import = []
+
+    def failing_import(name):
+        seen_at_import.append(os.environ.get(switch))
+        raise ImportError(name)
+
+    monkeypatch.setattr(probes, "importlib", type("FakeImportlib", (), {"import_module": staticmethod(failing_import)}))
     probes.fla_available.cache_clear()
     try:
         assert probes.fla_available() is False  # the import failed: declined, not raised
+        assert seen_at_import == [preset or "1"]  # set before fla's import, which reads it
         assert os.environ[switch] == (preset or "1")
+    finally:
+        probes.fla_available.cache_clear()
+
+
+def test_fla_probe_warns_when_fla_came_first(monkeypatch, caplog):
+    import types
+
+    monkeypatch.delenv(probes.FLA_DISPATCH_SWITCH, raising=False)
+    monkeypatch.setitem(sys.modules, "fla", types.ModuleType("fla"))
+    monkeypatch.setattr(probes, "importlib", type("FakeImportlib", (), {
+        "import_module": staticmethod(lambda name: (_ for _ in ()).throw(ImportError(name)))}))
+    probes.fla_available.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="anna.kernels"):
+            assert probes.fla_available() is False
+        assert "backend dispatch stays on" in caplog.text
+        assert probes.FLA_DISPATCH_SWITCH not in __import__("os").environ
     finally:
         probes.fla_available.cache_clear()

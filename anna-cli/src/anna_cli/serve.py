@@ -100,10 +100,11 @@ class BackgroundLoader:
         try:
             loaded = await asyncio.to_thread(load_model, self.model_path, **self.load_kwargs)
             llm_engine = await asyncio.to_thread(LLMEngine.from_loaded, loaded, self.engine_config)
-            # Warm-up and decode-graph capture (eager fallback on CPU or when capture fails).
+            # Warm-up and prefill / decode graph capture (eager fallback on CPU or when capture fails).
             await asyncio.to_thread(llm_engine.runner.setup, self.runner_config,
                                     max_model_len=llm_engine.max_model_len,
-                                    max_num_seqs=self.engine_config.max_num_seqs)
+                                    max_num_seqs=self.engine_config.max_num_seqs,
+                                    max_prefill_tokens=self.engine_config.max_prefill_tokens)
         except AnnaError as exc:
             self._fail(str(exc))
             return

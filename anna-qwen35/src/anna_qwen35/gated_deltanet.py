@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.linear import merge_linears
+from anna_core.layers.padding import mask_rows, write_conv_state
 from anna_core.model import ModelCaches
 from torch import nn
 
@@ -174,7 +175,12 @@ class GatedDeltaNet(nn.Module):
                 return self.out_proj(o)
             qkv = self.ops.causal_conv1d_update(qkv, conv_w, None, conv_states, slots, "silu")
         else:
+            raw = qkv
+            if batch.num_valid is not None:  # a padded prefill: padding rows neither decay nor write the state
+                a, b = mask_rows(a, batch.num_valid, float("-inf")), mask_rows(b, batch.num_valid, float("-inf"))
             qkv = self.ops.causal_conv1d_prefill(qkv, conv_w, None, batch.cu_seqlens, conv_states, slots, "silu")
+            if batch.num_valid is not None:  # the conv state ends at the last real row
+                write_conv_state(conv_states, slots, raw, batch.num_valid)
             fused = self._fused_prefill()
             if fused is not None:  # L2 norms, gating and the chunked rule without the torch glue between them
                 o = fused(qkv, a, b, self._neg_a, self.dt_bias, batch.cu_seqlens, states, slots, self.scale,

@@ -93,7 +93,11 @@ class Qwen35ForCausalLM(nn.Module):
         ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
 
     With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``.
+    Padding rows of a padded prefill (``ForwardBatch.num_valid``) change none of its state, so the
+    runner may capture its prefills (:mod:`anna_core.engine.prefill_graphs`).
     """
+
+    padded_prefill = True
 
     def __init__(self, cfg: Qwen35Config, ops: Any):
         super().__init__()

@@ -64,10 +64,10 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield gated_delta_rule._gdr_decode_kernel, act, {"BLOCK_K": 128, "BLOCK_V": 32}, 4
         yield gdn_decode_fused._fused_gdn_decode_kernel, act, {  # V split in 8: the last-arriver path
             "WIDTH": 4, "BLOCK_W": 4, "BLOCK_K": 128, "BLOCK_V": 16, "SUB_V": 16, "BLOCK_VH": 128, "NUM_SPLITS": 8,
-            **pdl}, 4
+            **pdl}, gdn_decode_fused.NUM_WARPS
         yield gdn_decode_fused._fused_gdn_decode_kernel, act, {  # whole heads in 64-column sub-chunks
             "WIDTH": 4, "BLOCK_W": 4, "BLOCK_K": 128, "BLOCK_V": 128, "SUB_V": 64, "BLOCK_VH": 128, "NUM_SPLITS": 1,
-            **pdl}, 4
+            **pdl}, gdn_decode_fused.NUM_WARPS
         yield qk_norm_rope._qk_norm_rope_cache_kernel, act, {"ZERO_CENTERED": True, "BLOCK_D": 256, **pdl}, 4
         yield norms._add_rms_norm_kernel, act, {"ZERO_CENTERED": True, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
         yield activations._silu_and_mul_kernel, act, {"BLOCK_M": 1, "BLOCK_N": 1024, **pdl}, 4

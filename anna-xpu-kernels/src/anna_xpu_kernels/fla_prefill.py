@@ -18,7 +18,9 @@ backends (e.g. FlashQLA, when installed) are not consulted: fla's Triton kernels
 wrappers inside that function have the same dispatch; the probe turns it off before fla is imported
 (``FLA_DISABLE_BACKEND_DISPATCH=1`` unless already set). The probe
 (:func:`anna_xpu_kernels.probes.fla_available`) also checks that the installed fla has this forward
-function with the parameters used here. fla's chunk indices come from ``cu_seqlens`` through a host copy;
+function with the parameters used here. A batch of one sequence runs fla's dense form (no ``cu_seqlens``):
+nothing is read on the host, so it can be captured in a graph. Otherwise fla's chunk indices come
+from ``cu_seqlens`` through a host copy;
 :class:`_ChunkIndexMemo` computes them once per distinct ``cu_seqlens`` tensor, so every layer of one
 forward pass (they all receive the same tensor) shares one device-to-host copy.
 
@@ -100,13 +102,15 @@ def chunked_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.
     ``beta`` already in v's dtype and ``g`` float32); ``states[slots]`` updated in place; returns o ``[T, H_v, V]``."""
     from fla.ops.gated_delta_rule.chunk import chunk_gated_delta_rule_fwd
 
-    index = _CHUNK_INDEX.get(cu_seqlens)
+    # one sequence holds every row: fla's dense form needs no chunk indices (no host copy; graph-capturable)
+    index = _CHUNK_INDEX.get(cu_seqlens) if cu_seqlens.shape[0] > 2 else None
     initial = states.index_select(0, slots)  # [B, H_v, K, V] float32
     with torch.cuda.device(q.device):
         _, o, _, final, _, _ = chunk_gated_delta_rule_fwd(
             q.contiguous().unsqueeze(0), k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0),
             g.contiguous().unsqueeze(0), beta.contiguous().unsqueeze(0), float(scale), initial, True,
-            cu_seqlens=index.cu_seqlens, chunk_indices=index.chunk_indices, chunk_size=CHUNK)
+            cu_seqlens=None if index is None else index.cu_seqlens,
+            chunk_indices=None if index is None else index.chunk_indices, chunk_size=CHUNK)
     states.index_copy_(0, slots, final.to(torch.float32))
     return o[0].to(v.dtype)
 

@@ -97,12 +97,19 @@ def fla_available() -> bool:
     for each of the ~5 kernel wrappers per gated DeltaNet layer (host time of a 9B 2048-token prefill
     on an H200 host: 54.1 vs 60.7 ms, BENCHMARKS.md). The Triton kernels are what fla runs anyway when
     no alternative backend is installed, and what the GPU benchmark checks against the reference. Set
-    it to ``0`` to keep fla's dispatch. Anna's kernels import fla only after this probe."""
+    it to ``0`` to keep fla's dispatch. Anna's kernels import fla only after this probe; when something
+    imported fla earlier (e.g. transformers' Qwen3.5 model class) the switch cannot take effect, and a
+    warning says so. In ``anna bench --compare-hf`` HF's fla calls run without the dispatch too."""
+    import logging
     import os
     import sys
 
     if "fla" not in sys.modules:
         os.environ.setdefault(FLA_DISPATCH_SWITCH, "1")
+    elif FLA_DISPATCH_SWITCH not in os.environ:
+        logging.getLogger("anna.kernels").warning(
+            "fla was imported before Anna's kernels: its backend dispatch stays on (set %s=1 before importing fla "
+            "to skip it; prefill host time)", FLA_DISPATCH_SWITCH)
     try:
         chunk = importlib.import_module("fla.ops.gated_delta_rule.chunk")
         index = importlib.import_module("fla.ops.utils.index")

@@ -104,7 +104,8 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
     cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling)
     engine = LLMEngine.from_loaded(loaded, cfg)
     engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
-                        max_model_len=engine.max_model_len, max_num_seqs=s.batch_size)
+                        max_model_len=engine.max_model_len, max_num_seqs=s.batch_size,
+                        max_prefill_tokens=cfg.max_prefill_tokens)
     return engine
 
 
@@ -236,6 +237,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "compile_mode": s.compile_mode, "async_scheduling": s.async_scheduling, "logprobs": s.logprobs,
         "disabled_kernels": list(s.disable_kernels), "kernels": chosen_kernels(loaded.model), "graphs_captured": engine.runner.graphs is not None,
         "graph_steps": engine.runner.num_graph_steps, "eager_steps": engine.runner.num_eager_steps,
+        "prefill_graph_steps": engine.runner.num_prefill_graph_steps,
         "load_s": load_s, "setup_s": setup_s,
         "ttft_ms": ttft * 1e3, "prefill_tokens_per_s": s.batch_size * s.input_len / ttft,
         "decode_tokens_per_s_per_stream": per_stream, "decode_tokens_per_s_total": per_stream * s.batch_size,

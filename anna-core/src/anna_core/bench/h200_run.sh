@@ -12,6 +12,7 @@
 #   unset) in REPEAT (default 3) interleaved pairs of processes over the ONLY targets (default "2B");
 #   TIMELINE=1 adds each run's kernel timeline (--timeline) to its log.
 #   MODE=script: bash SCRIPT (e.g. a tools/gpu_experiments sequence) with this setup, then save the cache.
+#   MONITOR=1 (any mode): the GPU's clocks, power, temperature and throttle reasons every 100 ms in $OUT/smi.csv.
 #   TAG=x names this run's logs bench_x.log / bench_all_x.json (e.g. an A/B with ANNA_TRITON_PDL=0).
 # The device tool returns at most 8 files under $OUT, each under ~16 MB: the cache is split in 15 MB
 # parts, and cached binaries of a kernel whose source changed should be pruned before carrying it
@@ -28,10 +29,11 @@ python3 -c "import torch, triton, transformers; print('torch', torch.__version__
 CFG=tests/qwen35/reference_configs
 # MONITOR=1: the GPU's clocks, power, temperature and throttle reasons every 100 ms into $OUT/smi.csv
 # (a slow process can then be matched against the clock it ran at)
-if [ -n "${MONITOR:-}" ]; then
+if [ -n "${MONITOR:-}" ] && [ -z "${ANNA_H200_MONITORING:-}" ]; then  # once: not again in nested MODE=script runs
+  export ANNA_H200_MONITORING=1
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,temperature.memory,\
 clocks_throttle_reasons.active,utilization.gpu --format=csv -lms 100 > "$OUT/smi.csv" 2>&1 &
-  trap 'kill %1 2>/dev/null' EXIT
+  monitor=$!; trap 'kill $monitor 2>/dev/null' EXIT
 fi
 # the cache without the intermediate IRs (Triton loads a cached kernel from its cubin and metadata): ~5x smaller
 save_cache() { find /tmp/tc -type f \( -name '*.llir' -o -name '*.ptx' -o -name '*.ttgir' -o -name '*.ttir' \
@@ -56,7 +58,7 @@ elif [ "${MODE}" = "script" ]; then
   [ -n "${NO_SAVE:-}" ] || save_cache
 elif [ "${MODE}" = "repeat" ]; then
   # the logs in $OUT/repeat_logs.tgz (one file: the tool returns at most 8)
-  mkdir -p /tmp/repeat
+  rm -rf /tmp/repeat; mkdir -p /tmp/repeat
   only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
   for i in $(seq 1 "${REPEAT:-4}"); do
     echo "run $i start $(date +%T.%N | cut -c1-12)"
@@ -72,7 +74,7 @@ elif [ "${MODE}" = "abenv" ]; then
   # one summary line per run, the logs in $OUT/abenv_logs.tgz (one file: the tool returns at most 8)
   : "${ABVAR:?MODE=abenv needs ABVAR, the environment switch to compare}"
   only=(); IFS=, read -ra names <<< "${ONLY:-2B}"; for n in "${names[@]}"; do only+=(--only "$n"); done
-  mkdir -p /tmp/abenv
+  rm -rf /tmp/abenv; mkdir -p /tmp/abenv
   for i in $(seq 1 "${REPEAT:-3}"); do
     for arm in A B; do
       (if [ "$arm" = A ]; then export "$ABVAR=${AVAL:-0}"; elif [ -n "${BVAL:-}" ]; then export "$ABVAR=$BVAL"

@@ -31,7 +31,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"model {r['model']}  device {r['device']} ({r['device_name']})  dtype {r['dtype']}",
         (f"batch {r['batch_size']}  input {r['input_len']}  output {r['output_len']}  runs {r['runs']} "
          f"(+{r['warmup']} warm-up)  graphs {'on' if r['graphs_captured'] else 'off'} "
-         f"({r['graph_steps']} graph / {r['eager_steps']} eager steps)  compile {r['compile_mode']}"
+         f"({r['graph_steps']} graph / {r['prefill_graph_steps']} prefill graph / {r['eager_steps']} eager steps)"
+         f"  compile {r['compile_mode']}"
          + (f"  logprobs {r['logprobs']} per token" if r.get("logprobs") is not None else "")),
         f"prefill   {r['prefill_tokens_per_s']:10.1f} tok/s   TTFT {r['ttft_ms']:.2f} ms",
         (f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "

@@ -28,6 +28,10 @@ class ForwardBatch:
         query_lens: host copy of the per-sequence query lengths (``list[int]``, length ``B``).
         context_lens: host copy of ``seq_lens`` (``list[int]``).
         is_decode: every sequence contributes exactly one token (decode-only step).
+        num_valid: ``[1]`` int64, or None. Set only for a single-sequence prefill padded to a captured
+            length (:mod:`anna_core.engine.prefill_graphs`): rows ``num_valid..T-1`` are padding. Their
+            K/V go to the scratch slot through ``slot_mapping``; layers with recurrent state must make
+            them change no state (:mod:`anna_core.layers.padding`). None: every row is a real token.
     """
 
     input_ids: torch.Tensor
@@ -41,6 +45,7 @@ class ForwardBatch:
     query_lens: list[int]
     context_lens: list[int]
     is_decode: bool
+    num_valid: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:

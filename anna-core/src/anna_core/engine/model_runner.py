@@ -22,6 +22,7 @@ from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.engine.graph_staging import PendingIds
 from anna_core.engine.logits_processors import needs_processing
+from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets, supports_padded_prefill
 from anna_core.engine.request import PENDING
 from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.scheduler import SchedulerOutput
@@ -81,23 +82,31 @@ class ModelRunner:
         self.sampler = sampler or Sampler()
         self.accel = accel or accelerator(device)
         self.graphs: DecodeGraphs | None = None
+        self.prefill_graphs: PrefillGraphs | None = None
         self.profile_scopes = False
         self.num_graph_steps = 0
+        self.num_prefill_graph_steps = 0
         self.num_eager_steps = 0
         self.logits_processors: Any = None  # LogitsProcessors: logit_bias, grammars, logprobs
 
-    def setup(self, config: RunnerConfig, *, max_model_len: int, max_num_seqs: int) -> None:
-        """Warm up and capture the decode graphs (where the device and ``config`` allow).
+    def setup(self, config: RunnerConfig, *, max_model_len: int, max_num_seqs: int,
+              max_prefill_tokens: int | None = None) -> None:
+        """Warm up and capture the prefill graphs (:mod:`anna_core.engine.prefill_graphs`, for prompts of
+        up to ``max_prefill_tokens``, default ``max_model_len``, where the model supports them) and the
+        decode graphs (where the device and ``config`` allow).
 
-        A failed capture (e.g. a kernel that synchronizes with the host) is logged and leaves the
-        runner eager: serving continues, only slower. When ``torch.compile`` of the step is what fails
+        A failed capture (e.g. a kernel that synchronizes with the host) is logged and leaves those
+        steps eager: serving continues, only slower. When ``torch.compile`` of the step is what fails
         (dynamo cannot trace every kernel plugin's launcher), the uncompiled step is captured instead.
         """
         self.graphs = None
+        self.prefill_graphs = None
         if config.warmup:
             self.warmup(max_model_len)
         if not (config.cuda_graph and self.accel.graphs):
             return
+        self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len),
+                              -(-max_model_len // self.caches.block_size))
         vocab = int(getattr(self.model, "vocab_size", 0) or self._vocab_size())
         compile_fn = None
         if config.compile_mode != "none":
@@ -128,6 +137,37 @@ class ModelRunner:
             self.graphs = capture(None)
         except Exception as exc:  # noqa: BLE001
             log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
+
+    def _capture_prefill(self, max_tokens: int, width: int) -> None:
+        """Capture the prefill graphs of prompts up to ``max_tokens`` with block tables of up to ``width``
+        blocks (none when the model does not support padded prefills or no bucket fits); a failure is
+        logged and leaves prefills eager."""
+        buckets = prefill_buckets(max_tokens)
+        if not buckets or not supports_padded_prefill(self.model):
+            return
+        try:
+            graphs = PrefillGraphs(self.model, self.caches, self.accel, buckets=buckets, max_blocks_per_seq=width)
+            graphs.capture()
+            self.prefill_graphs = graphs
+        except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
+            log.warning("prefill graph capture failed, prefills run eagerly: %s: %s", type(exc).__name__, str(exc))
+
+    def _prefill_graph_logits(self, out: SchedulerOutput) -> torch.Tensor | None:
+        """Replay the prefill graph for ``out`` when it is one fresh prompt, whole in this step, that a
+        bucket holds; returns its last token's ``[1, vocab]`` logits, or None (the step runs eagerly)."""
+        graphs = self.prefill_graphs
+        if graphs is None or out.is_decode or len(out.seqs) != 1:
+            return None
+        seq = out.seqs[0]
+        if not (seq.is_fresh and seq.start == 0 and seq.samples) or graphs.bucket_for(seq.num_new_tokens) is None:
+            return None
+        if len(seq.block_table) > graphs.width:
+            return None
+        if self.caches.conv_states or self.caches.recurrent_states:
+            zero_slots(self.caches, host_tensor([seq.state_slot], torch.int64, self.device))
+        logits = graphs.run(seq.token_ids, seq.block_table, seq.state_slot)
+        self.num_prefill_graph_steps += 1
+        return logits
 
     def _vocab_size(self) -> int:
         cfg = getattr(self.model, "config", None)
@@ -269,6 +309,9 @@ class ModelRunner:
             logits = self._graph_logits(out)
             if logits is not None:
                 return self._sample(logits, [s.request for s in out.seqs])
+        logits = self._prefill_graph_logits(out)
+        if logits is not None:
+            return self._sample(logits, [out.seqs[0].request])
         self.num_eager_steps += 1
         fresh = [s.state_slot for s in out.seqs if s.is_fresh]
         if fresh and (self.caches.conv_states or self.caches.recurrent_states):

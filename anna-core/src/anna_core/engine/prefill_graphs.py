@@ -1,0 +1,170 @@
+"""Captured prefills: a fresh single-sequence prompt replays a device graph of its length bucket.
+
+An eager prefill is as much host work as device work: a 9B prompt makes ~750 kernel launches and
+~55-60 ms of Python on a fast host, about what the GPU needs for 2048 tokens (BENCHMARKS.md), so the
+time to first token follows the host's CPU. Here, at start-up, the forward pass and the LM head of
+a one-sequence prefill are captured for each length bucket ``T`` (:func:`prefill_buckets`). A prompt
+of ``L <= T`` tokens then
+
+1. writes its ids, KV slots, block table, state slot and ``L`` into page-locked staging (rows
+   ``L..T-1`` are padding: id 0, K/V to the scratch block's first slot),
+2. copies them to the device in one non-blocking copy and replays the graph,
+3. and gets the logits of its last token (``[1, vocab]`` float32), sampled eagerly by the caller.
+
+The padding changes no state: the batch carries ``num_valid = [L]``, and layers with recurrent state
+keep padding rows out of it (:mod:`anna_core.layers.padding`); causal attention keeps them out of
+the real rows. Only models that declare ``padded_prefill = True`` are captured. Only fresh prompts
+qualify (no cached prefix, no earlier chunk: the conv state is rebuilt from the prompt alone), of at
+most the largest bucket, in a step of their own; anything else runs eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from anna_core.device import Accelerator
+from anna_core.engine.cache_allocator import scratch_block, scratch_slot
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.graph_staging import Staging
+from anna_core.errors import AnnaError
+from anna_core.model import ModelCaches
+
+log = logging.getLogger("anna.engine")
+
+BUCKET_LADDER = (128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
+"""Captured prompt lengths: each step at most 1.5x the previous, so padding costs at most half the
+device work of a prompt (a prompt just past a bucket). Prompts up to 2048 tokens are captured."""
+
+
+def prefill_buckets(max_tokens: int) -> list[int]:
+    """The lengths of :data:`BUCKET_LADDER` up to ``max_tokens`` (the longest prompt one step may hold)."""
+    return [b for b in BUCKET_LADDER if b <= max_tokens]
+
+
+def supports_padded_prefill(model: Any) -> bool:
+    """Whether ``model`` declares that padding rows (``ForwardBatch.num_valid``) change none of its state."""
+    return bool(getattr(model, "padded_prefill", False))
+
+
+class PrefillGraphs:
+    """Bucketed one-sequence prefill graphs of one model over its caches.
+
+    Args:
+        model: a :class:`~anna_core.model.CausalLM` with ``padded_prefill = True``.
+        caches: its caches, with the scratch block and slot (:func:`~anna_core.engine.cache_allocator.allocate_caches`).
+        accel: the device services; ``accel.graphs`` must be true to :meth:`capture`.
+        buckets: the captured lengths, ascending (:func:`prefill_buckets`).
+        max_blocks_per_seq: block-table width ``W`` (``ceil(max_model_len / block_size)``).
+
+    Raises:
+        AnnaError: no bucket, a model without ``padded_prefill``, or a table narrower than the largest bucket.
+    """
+
+    def __init__(self, model: Any, caches: ModelCaches, accel: Accelerator, *, buckets: Sequence[int],
+                 max_blocks_per_seq: int):
+        if not buckets:
+            raise AnnaError("no prefill length to capture")
+        if not supports_padded_prefill(model):
+            raise AnnaError(f"{type(model).__name__} does not declare padded_prefill; its prefills stay eager")
+        bs = caches.block_size
+        self.buckets = sorted(int(b) for b in buckets)
+        self.width = max(int(max_blocks_per_seq), -(-self.buckets[-1] // bs))
+        self.model, self.caches, self.accel = model, caches, accel
+        rows = self.buckets[-1]
+        self.staging = Staging(accel, [("input_ids", torch.int64, (rows,)), ("slot_mapping", torch.int64, (rows,)),
+                                       ("block_tables", torch.int32, (1, self.width)), ("state_slots", torch.int64, (1,)),
+                                       ("last", torch.int64, (1,)), ("num_valid", torch.int64, (1,))])
+        dev = accel.device
+        self._positions = torch.arange(rows, dtype=torch.int64, device=dev)
+        self._cu = {b: torch.tensor([0, b], dtype=torch.int32, device=dev) for b in self.buckets}
+        self._lens = {b: torch.tensor([b], dtype=torch.int32, device=dev) for b in self.buckets}
+        self.pad_block = scratch_block(caches)
+        self.logits_out: torch.Tensor | None = None
+        self._graphs: dict[int, Any] = {}
+
+    def bucket_for(self, n: int) -> int | None:
+        """The smallest captured length holding ``n`` tokens (None when ``n`` exceeds the largest)."""
+        return next((b for b in self.buckets if b >= n), None)
+
+    def _batch(self, t: int) -> ForwardBatch:
+        d = self.staging.d
+        return ForwardBatch(
+            input_ids=d["input_ids"][:t], positions=self._positions[:t], cu_seqlens=self._cu[t], seq_lens=self._lens[t],
+            block_tables=d["block_tables"], slot_mapping=d["slot_mapping"][:t], state_slots=d["state_slots"],
+            logits_indices=d["last"], query_lens=[t], context_lens=[t], is_decode=False, num_valid=d["num_valid"])
+
+    def _step(self, t: int) -> None:
+        """The captured work of bucket ``t``: forward pass, the last real row's logits into :attr:`logits_out`."""
+        batch = self._batch(t)
+        hidden = self.model(batch, self.caches)  # [t, hidden]
+        logits = self.model.compute_logits(hidden.index_select(0, batch.logits_indices))  # [1, vocab] float32
+        if self.logits_out is None:  # the first warm-up (eager, outside the graph pool) sizes it
+            self.logits_out = torch.empty_like(logits)
+        self.logits_out.copy_(logits)
+
+    def _stage(self, token_ids: Sequence[int], block_table: Sequence[int], state_slot: int, t: int) -> None:
+        n = len(token_ids)
+        bs = self.caches.block_size
+        self.staging.next_buffer()
+        h = self.staging.h
+        h["input_ids"][:n] = token_ids
+        h["input_ids"][n:t] = 0
+        h["slot_mapping"][:n] = [block_table[p // bs] * bs + p % bs for p in range(n)]
+        h["slot_mapping"][n:t] = self.pad_block * bs
+        h["block_tables"][0, :len(block_table)] = block_table
+        h["block_tables"][0, len(block_table):] = self.pad_block
+        h["state_slots"][0] = state_slot
+        h["last"][0] = n - 1
+        h["num_valid"][0] = n
+        self.staging.upload()
+
+    @torch.inference_mode()
+    def capture(self, warmup_iters: int = 2) -> None:
+        """Warm up and capture every bucket, largest first, sharing one memory pool. The inputs are all
+        padding on the scratch block and slot, so capture touches no sequence's cache.
+
+        Raises:
+            AnnaError: the device cannot capture graphs.
+        """
+        if not self.accel.graphs:
+            raise AnnaError(f"{self.accel.device} cannot capture graphs")
+        pool = self.accel.graph_pool()
+        slot = scratch_slot(self.caches)
+        for t in reversed(self.buckets):
+            self._stage([0] * t, [self.pad_block] * -(-t // self.caches.block_size), slot, t)
+            with self.accel.side_stream():
+                for _ in range(warmup_iters):
+                    self._step(t)
+            self.accel.synchronize()
+            self._graphs[t] = self.accel.capture(lambda t=t: self._step(t), pool)
+        self.accel.synchronize()
+        log.info("captured prefill graphs for prompt lengths %s", self.buckets)
+
+    def run(self, token_ids: Sequence[int], block_table: Sequence[int], state_slot: int) -> torch.Tensor:
+        """Replay the graph of the smallest bucket holding this fresh prompt, without waiting for it.
+
+        Args:
+            token_ids: the prompt's ``L`` ids; block_table: its KV blocks (at least ``ceil(L / block_size)``);
+            state_slot: its recurrent-state slot, already zeroed.
+
+        Returns:
+            ``[1, vocab]`` float32 logits of the last prompt token on the device: a view of the graphs'
+            output buffer, valid until the next replay.
+
+        Raises:
+            AnnaError: an empty prompt, one longer than the largest bucket, or a block table wider than
+                the captured one.
+        """
+        n = len(token_ids)
+        t = self.bucket_for(n) if n else None
+        if t is None or t not in self._graphs:
+            raise AnnaError(f"no captured prefill graph for a prompt of {n} tokens (captured: {sorted(self._graphs)})")
+        if len(block_table) > self.width:
+            raise AnnaError(f"a block table of {len(block_table)} blocks exceeds the captured width {self.width}")
+        self._stage(token_ids, block_table, state_slot, t)
+        self._graphs[t].replay()
+        return self.logits_out

@@ -69,21 +69,51 @@ def _sched(ids, table, slot):
     from anna_core.engine.request import Request
     from anna_core.engine.sched_output import ScheduledSeq, SchedulerOutput
 
-    req = Request("r", list(ids), SamplingParams(max_tokens=1))
+    req = Request("r", list(ids), SamplingParams(max_tokens=1, temperature=0.0))
     return SchedulerOutput(seqs=[ScheduledSeq(request=req, start=0, token_ids=list(ids), block_table=table,
                                               state_slot=slot, samples=True)])
 
 
+def test_a_replay_starts_from_a_zeroed_slot_and_reads_no_stale_cache(tiny_dir, small_buckets):
+    """The runner zeroes a reused slot before the replay, and padding rows attend only to K/V this step
+    wrote: a slot and blocks full of garbage (inf in the prompt's last block) leave the eager results."""
+    engine, _ = _engine(tiny_dir, graphs=True)
+    runner = engine.runner
+    caches, model = runner.caches, runner.model
+    bs = caches.block_size
+    ids = torch.randint(0, 256, (9,), generator=torch.Generator().manual_seed(3)).tolist()
+    table = [0, 1, 2]  # 9 tokens in blocks of 4: the last block holds 1 token and 3 stale slots
+    with torch.inference_mode():
+        for t in caches.recurrent_states + caches.conv_states:
+            t[0] = torch.randn(t[0].shape)  # a dirty, reused slot
+        for _, v in caches.kv:
+            v[2, 1:] = float("inf")  # leftovers of a request that overflowed
+        got = runner.execute(_sched(ids, table, 0))
+        assert runner.num_prefill_graph_steps == 1
+        zero_slots(caches, torch.tensor([1]))
+        batch = runner.build_batch(_sched(ids, [3, 4, 5], 1))
+        ref = model.compute_logits(model(batch, caches)[batch.logits_indices])
+    assert got == {"r": int(ref.argmax(-1))}
+    for t in caches.recurrent_states + caches.conv_states:
+        assert torch.isfinite(t[0]).all()
+        torch.testing.assert_close(t[0], t[1], rtol=1e-5, atol=1e-6)
+    assert all(torch.isfinite(k.view(-1, *k.shape[2:])[:9]).all() for k, _ in caches.kv)
+    assert bs == 4
+
+
 def test_engine_with_prefill_graphs_generates_the_eager_tokens(tiny_dir, small_buckets):
     gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (5, 9, 16, 20, 40)]
-    params = [SamplingParams(max_tokens=6, temperature=1.0, seed=s, ignore_eos=True) for s in range(len(prompts))]
+    lengths = (5, 9, 16, 20, 40, 7, 30, 11)  # more prompts than the engine's 5 slots: slots are reused
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lengths]
+    params = [SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True) for _ in prompts]
+    sampled = [SamplingParams(max_tokens=6, temperature=1.0, seed=s, ignore_eos=True) for s in range(len(prompts))]
     eager, _ = _engine(tiny_dir, graphs=False)
     graph, _ = _engine(tiny_dir, graphs=True)
     # one request at a time: each prompt is a step of its own (40 tokens exceed the largest bucket)
-    ref = [_generate(eager, [p], [q]) for p, q in zip(prompts, params)]
-    assert [_generate(graph, [p], [q]) for p, q in zip(prompts, params)] == ref
-    assert graph.runner.num_prefill_graph_steps == 4
+    for p_list in (params, sampled):
+        ref = [_generate(eager, [p], [q]) for p, q in zip(prompts, p_list)]
+        assert [_generate(graph, [p], [q]) for p, q in zip(prompts, p_list)] == ref
+    assert graph.runner.num_prefill_graph_steps == 14
     before = graph.runner.num_prefill_graph_steps
     assert _generate(graph, prompts[:2], params[:2]) == _generate(eager, prompts[:2], params[:2])  # two prompts: eager
     assert graph.runner.num_prefill_graph_steps == before
@@ -96,3 +126,38 @@ def test_models_without_padded_prefill_are_not_captured(tiny_dir, small_buckets)
         PrefillGraphs(object(), engine.runner.caches, FakeGraphAccelerator(), buckets=[8], max_blocks_per_seq=4)
     with pytest.raises(AnnaError, match="no prefill length"):
         PrefillGraphs(model, engine.runner.caches, FakeGraphAccelerator(), buckets=[], max_blocks_per_seq=4)
+
+
+def test_graph_lengths_stop_where_the_scheduler_cuts_a_prompt(tiny_dir):
+    from anna_core.bench.engine_bench import engine_config
+    from anna_core.engine.llm_engine import LLMEngine
+    from anna_core.loading import load_model
+
+    loaded = load_model(tiny_dir, device="cpu", dtype="fp32", load_format="dummy")
+    plain = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16))
+    assert plain.longest_one_step_prompt() == 3000  # the step's prefill budget
+    cached = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16, prefix_caching=True))
+    # a hybrid model's prefix cache snapshots the state every snapshot_interval tokens: prompts are cut there
+    assert cached.scheduler.capture_snapshots and cached.longest_one_step_prompt() == cached.config.snapshot_interval
+
+
+def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_zeroed(tiny_dir, monkeypatch):
+    from anna_core.engine.cache_allocator import scratch_block, scratch_slot
+
+    engine, _ = _engine(tiny_dir, graphs=False)
+    runner, caches = engine.runner, engine.runner.caches
+    blk, slot = scratch_block(caches), scratch_slot(caches)
+    seen = []
+    forward = runner.model.forward
+    monkeypatch.setattr(runner.model, "forward", lambda batch, c: seen.append(batch) or forward(batch, c))
+    kv_before = [t.clone() for kv in caches.kv for t in kv]
+    with torch.inference_mode():
+        runner._warmup_two_prompts(9, 6, blk, torch.tensor([slot]))
+    (batch,) = seen
+    assert batch.query_lens == [9, 6] and batch.cu_seqlens.tolist() == [0, 9, 15]
+    assert batch.state_slots.tolist() == [slot, 0] and set(batch.block_tables.flatten().tolist()) == {blk}
+    for b, a in zip(kv_before, [t for kv in caches.kv for t in kv]):
+        assert torch.equal(a[:blk], b[:blk])  # K/V written in the scratch block only
+        assert not torch.equal(a[blk], b[blk])
+    for t in caches.conv_states + caches.recurrent_states:
+        assert not t[[0, slot]].any()  # both slots zeroed again

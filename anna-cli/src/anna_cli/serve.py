@@ -104,7 +104,7 @@ class BackgroundLoader:
             await asyncio.to_thread(llm_engine.runner.setup, self.runner_config,
                                     max_model_len=llm_engine.max_model_len,
                                     max_num_seqs=self.engine_config.max_num_seqs,
-                                    max_prefill_tokens=self.engine_config.max_prefill_tokens)
+                                    max_prefill_tokens=llm_engine.longest_one_step_prompt())
         except AnnaError as exc:
             self._fail(str(exc))
             return

@@ -179,8 +179,9 @@ class GatedDeltaNet(nn.Module):
             if batch.num_valid is not None:  # a padded prefill: padding rows neither decay nor write the state
                 a, b = mask_rows(a, batch.num_valid, float("-inf")), mask_rows(b, batch.num_valid, float("-inf"))
             qkv = self.ops.causal_conv1d_prefill(qkv, conv_w, None, batch.cu_seqlens, conv_states, slots, "silu")
-            if batch.num_valid is not None:  # the conv state ends at the last real row
+            if batch.num_valid is not None:  # the conv state ends at the last real row; padding q/k/v are 0
                 write_conv_state(conv_states, slots, raw, batch.num_valid)
+                qkv = mask_rows(qkv, batch.num_valid, 0.0)
             fused = self._fused_prefill()
             if fused is not None:  # L2 norms, gating and the chunked rule without the torch glue between them
                 o = fused(qkv, a, b, self._neg_a, self.dt_bias, batch.cu_seqlens, states, slots, self.scale,

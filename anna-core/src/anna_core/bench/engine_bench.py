@@ -105,7 +105,7 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
     engine = LLMEngine.from_loaded(loaded, cfg)
     engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
                         max_model_len=engine.max_model_len, max_num_seqs=s.batch_size,
-                        max_prefill_tokens=cfg.max_prefill_tokens)
+                        max_prefill_tokens=engine.longest_one_step_prompt())
     return engine
 
 

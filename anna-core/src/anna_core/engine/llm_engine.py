@@ -142,6 +142,19 @@ class LLMEngine:
                    dtype=loaded.dtype, eos_token_ids=loaded.generation.eos_token_ids,
                    model_max_len=loaded.max_model_len)
 
+    def longest_one_step_prompt(self) -> int:
+        """The most prompt tokens the scheduler computes in one step for a request alone: the step's
+        prefill budget, the chunk size when set, and, when hybrid-model prefix caching snapshots the
+        recurrent state, the snapshot interval (prompts are cut at its boundaries). The runner captures
+        prefill graphs up to this length (:meth:`ModelRunner.setup`'s ``max_prefill_tokens``)."""
+        cfg = self.config
+        n = cfg.max_prefill_tokens
+        if cfg.prefill_chunk_size:
+            n = min(n, cfg.prefill_chunk_size)
+        if self.scheduler.capture_snapshots:
+            n = min(n, cfg.snapshot_interval)
+        return n
+
     # -- requests ---------------------------------------------------------------------------
 
     def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:

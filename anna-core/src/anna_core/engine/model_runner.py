@@ -159,7 +159,7 @@ class ModelRunner:
         if graphs is None or out.is_decode or len(out.seqs) != 1:
             return None
         seq = out.seqs[0]
-        if not (seq.is_fresh and seq.start == 0 and seq.samples) or graphs.bucket_for(seq.num_new_tokens) is None:
+        if not (seq.is_fresh and seq.samples) or graphs.bucket_for(seq.num_new_tokens) is None:
             return None
         if len(seq.block_table) > graphs.width:
             return None
@@ -194,7 +194,7 @@ class ModelRunner:
         On an accelerator, long prefills (up to :data:`WARMUP_LONG_PREFILL` tokens) and prefill
         chunks over a long context run first, so the kernel variants of long prompts and of chunked
         prefills are compiled and tuned at start-up rather than inside the first such request; then
-        a short prefill and a decode step follow.
+        a short prefill and a decode step follow; then a prefill of two prompts in one batch.
         """
         from anna_core.engine.cache_allocator import scratch_block, scratch_slot
 
@@ -229,7 +229,35 @@ class ModelRunner:
             )
             hidden = self.model(batch, self.caches)
             self.model.compute_logits(hidden[batch.logits_indices]).argmax(-1)
+        if dev.type != "cpu" and long_n > 8 * n:
+            self._warmup_two_prompts(long_n // 2, long_n // 2 - 3, blk, slots)
         self.accel.synchronize()
+
+    def _warmup_two_prompts(self, a: int, b: int, blk: int, slots: torch.Tensor) -> None:
+        """One prefill of two fresh prompts (``a`` and ``b`` tokens) on the scratch block, in the scratch
+        slot and state slot 0 (no request runs during set-up; both are zeroed after): a batch of several
+        sequences takes kernel variants a single sequence does not (fla's chunked rule compiles its
+        variable-length form separately)."""
+        bs, dev = self.caches.block_size, self.device
+        recurrent = bool(self.caches.conv_states or self.caches.recurrent_states)
+        slots = torch.cat([slots[:1], torch.zeros(1, dtype=slots.dtype, device=dev)])
+        if recurrent:
+            zero_slots(self.caches, slots)
+        pos = list(range(a)) + list(range(b))
+        batch = ForwardBatch(
+            input_ids=torch.zeros(a + b, dtype=torch.int64, device=dev),
+            positions=torch.tensor(pos, dtype=torch.int64, device=dev),
+            cu_seqlens=torch.tensor([0, a, a + b], dtype=torch.int32, device=dev),
+            seq_lens=torch.tensor([a, b], dtype=torch.int32, device=dev),
+            block_tables=torch.tensor([[blk] * -(-a // bs)] * 2, dtype=torch.int32, device=dev),
+            slot_mapping=torch.tensor([blk * bs + p % bs for p in pos], dtype=torch.int64, device=dev),
+            state_slots=slots, logits_indices=torch.tensor([a - 1, a + b - 1], dtype=torch.int64, device=dev),
+            query_lens=[a, b], context_lens=[a, b], is_decode=False,
+        )
+        hidden = self.model(batch, self.caches)
+        self.model.compute_logits(hidden[batch.logits_indices]).argmax(-1)
+        if recurrent:
+            zero_slots(self.caches, slots)
 
     def _scope(self, name: str):
         """A profiler range around a step component (only while :attr:`profile_scopes` is set); on

@@ -7,7 +7,8 @@ a one-sequence prefill are captured for each length bucket ``T`` (:func:`prefill
 of ``L <= T`` tokens then
 
 1. writes its ids, KV slots, block table, state slot and ``L`` into page-locked staging (rows
-   ``L..T-1`` are padding: id 0, K/V to the scratch block's first slot),
+   ``L..T-1`` are padding: id 0, K/V at their own positions of the block table padded with the
+   scratch block, so attention reads nothing this step did not write),
 2. copies them to the device in one non-blocking copy and replays the graph,
 3. and gets the logits of its last token (``[1, vocab]`` float32), sampled eagerly by the caller.
 
@@ -113,10 +114,12 @@ class PrefillGraphs:
         h = self.staging.h
         h["input_ids"][:n] = token_ids
         h["input_ids"][n:t] = 0
-        h["slot_mapping"][:n] = [block_table[p // bs] * bs + p % bs for p in range(n)]
-        h["slot_mapping"][n:t] = self.pad_block * bs
-        h["block_tables"][0, :len(block_table)] = block_table
-        h["block_tables"][0, len(block_table):] = self.pad_block
+        # every row writes its K/V at its own position of the table padded with the scratch block, so the
+        # padding rows' attention reads only values written by this step (never a freed block's leftovers;
+        # the slots after the prompt in its last block are overwritten by its decodes before they are read)
+        table = list(block_table) + [self.pad_block] * (self.width - len(block_table))
+        h["slot_mapping"][:t] = [table[p // bs] * bs + p % bs for p in range(t)]
+        h["block_tables"][0, :] = table
         h["state_slots"][0] = state_slot
         h["last"][0] = n - 1
         h["num_valid"][0] = n

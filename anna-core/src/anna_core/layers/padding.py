@@ -9,7 +9,8 @@ state must keep the padding from changing it:
 * gated delta rule (Yang, Kautz & Hatamizadeh, "Gated Delta Networks", 2024): with the decay input
   ``a = -inf`` a row's ``g = -exp(A_log) * softplus(a + dt_bias) = 0`` (decay ``exp(g) = 1``) and with
   the write-strength input ``b = -inf`` its ``beta = sigmoid(b) = 0`` (the delta update
-  ``beta * (v - S^T k) k^T`` is zero): :func:`mask_rows` on ``a`` and ``b``;
+  ``beta * (v - S^T k) k^T`` is zero): :func:`mask_rows` on ``a`` and ``b``, and on the conv's output
+  (q / k / v of padding rows 0, so not even a non-finite padding value reaches the state as 0 * inf);
 * causal conv1d: its state after the prompt holds the last ``W - 1`` inputs before row ``L``, not
   before row ``T``: :func:`write_conv_state` rewrites it after the conv.
 

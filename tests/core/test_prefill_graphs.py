@@ -152,7 +152,7 @@ def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_z
     monkeypatch.setattr(runner.model, "forward", lambda batch, c: seen.append(batch) or forward(batch, c))
     kv_before = [t.clone() for kv in caches.kv for t in kv]
     with torch.inference_mode():
-        runner._warmup_two_prompts(9, 6, blk, torch.tensor([slot]))
+        runner._forward_on_scratch([(0, 9), (0, 6)], torch.tensor([slot, 0]), zero_states=True)  # the warm-up's two prompts
     (batch,) = seen
     assert batch.query_lens == [9, 6] and batch.cu_seqlens.tolist() == [0, 9, 15]
     assert batch.state_slots.tolist() == [slot, 0] and set(batch.block_tables.flatten().tolist()) == {blk}

@@ -30,8 +30,9 @@ class ForwardBatch:
         is_decode: every sequence contributes exactly one token (decode-only step).
         num_valid: ``[1]`` int64, or None. Set only for a single-sequence prefill padded to a captured
             length (:mod:`anna_core.engine.prefill_graphs`): rows ``num_valid..T-1`` are padding. Their
-            K/V go to the scratch slot through ``slot_mapping``; layers with recurrent state must make
-            them change no state (:mod:`anna_core.layers.padding`). None: every row is a real token.
+            K/V go to their own positions of the block table (padded with the scratch block) through
+            ``slot_mapping``; layers with recurrent state must make them change no state
+            (:mod:`anna_core.layers.padding`). None: every row is a real token.
     """
 
     input_ids: torch.Tensor

@@ -17,7 +17,7 @@ import attrs
 import torch
 
 from anna_core.device import Accelerator, accelerator
-from anna_core.engine.cache_allocator import zero_slots
+from anna_core.engine.cache_allocator import scratch_block, scratch_slot, zero_slots
 from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.engine.graph_staging import PendingIds
@@ -196,11 +196,9 @@ class ModelRunner:
         prefills are compiled and tuned at start-up rather than inside the first such request; then
         a short prefill and a decode step follow; then a prefill of two prompts in one batch.
         """
-        from anna_core.engine.cache_allocator import scratch_block, scratch_slot
-
         bs = self.caches.block_size
         n = max(1, min(bs, max_model_len - 1))
-        blk, slot = scratch_block(self.caches), scratch_slot(self.caches)
+        slot = scratch_slot(self.caches)
         dev = self.device
         slots = torch.tensor([slot], dtype=torch.int64, device=dev)
         plan = [(0, n), (n, 1)]
@@ -211,52 +209,41 @@ class ModelRunner:
             # specialises integer arguments on divisibility by 16, so these cover every variant
             odd = long_n - 5 - (long_n - 5) % 16 + 13
             plan[:0] = [(0, long_n), (0, odd), (long_n - 4 * n, 4 * n), (long_n - 4 * n + 3, 4 * n - 3)]
+        recurrent = bool(self.caches.conv_states or self.caches.recurrent_states)
         for start, count in plan:
-            if start == 0 and (self.caches.conv_states or self.caches.recurrent_states):
+            if start == 0 and recurrent:
                 zero_slots(self.caches, slots)
-            pos = list(range(start, start + count))
-            ctx = start + count
-            table = [blk] * (-(-ctx // bs))
-            batch = ForwardBatch(
-                input_ids=torch.zeros(count, dtype=torch.int64, device=dev),
-                positions=torch.tensor(pos, dtype=torch.int64, device=dev),
-                cu_seqlens=torch.tensor([0, count], dtype=torch.int32, device=dev),
-                seq_lens=torch.tensor([ctx], dtype=torch.int32, device=dev),
-                block_tables=torch.tensor([table], dtype=torch.int32, device=dev),
-                slot_mapping=torch.tensor([blk * bs + p % bs for p in pos], dtype=torch.int64, device=dev),
-                state_slots=slots, logits_indices=torch.tensor([count - 1], dtype=torch.int64, device=dev),
-                query_lens=[count], context_lens=[ctx], is_decode=count == 1,
-            )
-            hidden = self.model(batch, self.caches)
-            self.model.compute_logits(hidden[batch.logits_indices]).argmax(-1)
+            self._forward_on_scratch([(start, count)], slots)
         if dev.type != "cpu" and long_n > 8 * n:
-            self._warmup_two_prompts(long_n // 2, long_n // 2 - 3, blk, slots)
+            # two prompts in one batch take kernel variants one prompt does not (fla's chunked rule compiles
+            # its variable-length form separately); state slot 0 is free during set-up, zeroed after
+            two = torch.tensor([slot, 0], dtype=torch.int64, device=dev)
+            self._forward_on_scratch([(0, long_n // 2), (0, long_n // 2 - 3)], two, zero_states=recurrent)
         self.accel.synchronize()
 
-    def _warmup_two_prompts(self, a: int, b: int, blk: int, slots: torch.Tensor) -> None:
-        """One prefill of two fresh prompts (``a`` and ``b`` tokens) on the scratch block, in the scratch
-        slot and state slot 0 (no request runs during set-up; both are zeroed after): a batch of several
-        sequences takes kernel variants a single sequence does not (fla's chunked rule compiles its
-        variable-length form separately)."""
-        bs, dev = self.caches.block_size, self.device
-        recurrent = bool(self.caches.conv_states or self.caches.recurrent_states)
-        slots = torch.cat([slots[:1], torch.zeros(1, dtype=slots.dtype, device=dev)])
-        if recurrent:
+    def _forward_on_scratch(self, seqs: list[tuple[int, int]], slots: torch.Tensor, zero_states: bool = False) -> None:
+        """Run the model and LM head on sequences ``(start, count)`` whose K/V all go to the scratch block,
+        their states in ``slots`` (``[len(seqs)]`` int64; zeroed before and after with ``zero_states``)."""
+        bs, dev, blk = self.caches.block_size, self.device, scratch_block(self.caches)
+        if zero_states:
             zero_slots(self.caches, slots)
-        pos = list(range(a)) + list(range(b))
+        pos = [p for start, count in seqs for p in range(start, start + count)]
+        ctx = [start + count for start, count in seqs]
+        cu = [0]
+        for _, count in seqs:
+            cu.append(cu[-1] + count)
+        t = lambda v, dt: torch.tensor(v, dtype=dt, device=dev)  # noqa: E731
         batch = ForwardBatch(
-            input_ids=torch.zeros(a + b, dtype=torch.int64, device=dev),
-            positions=torch.tensor(pos, dtype=torch.int64, device=dev),
-            cu_seqlens=torch.tensor([0, a, a + b], dtype=torch.int32, device=dev),
-            seq_lens=torch.tensor([a, b], dtype=torch.int32, device=dev),
-            block_tables=torch.tensor([[blk] * -(-a // bs)] * 2, dtype=torch.int32, device=dev),
-            slot_mapping=torch.tensor([blk * bs + p % bs for p in pos], dtype=torch.int64, device=dev),
-            state_slots=slots, logits_indices=torch.tensor([a - 1, a + b - 1], dtype=torch.int64, device=dev),
-            query_lens=[a, b], context_lens=[a, b], is_decode=False,
+            input_ids=torch.zeros(len(pos), dtype=torch.int64, device=dev), positions=t(pos, torch.int64),
+            cu_seqlens=t(cu, torch.int32), seq_lens=t(ctx, torch.int32),
+            block_tables=t([[blk] * -(-max(ctx) // bs)] * len(seqs), torch.int32),
+            slot_mapping=t([blk * bs + p % bs for p in pos], torch.int64), state_slots=slots,
+            logits_indices=t([c - 1 for c in cu[1:]], torch.int64), query_lens=[count for _, count in seqs],
+            context_lens=ctx, is_decode=all(count == 1 for _, count in seqs),
         )
         hidden = self.model(batch, self.caches)
         self.model.compute_logits(hidden[batch.logits_indices]).argmax(-1)
-        if recurrent:
+        if zero_states:
             zero_slots(self.caches, slots)
 
     def _scope(self, name: str):

@@ -138,7 +138,7 @@ class PrefillGraphs:
         pool = self.accel.graph_pool()
         slot = scratch_slot(self.caches)
         for t in reversed(self.buckets):
-            self._stage([0] * t, [self.pad_block] * -(-t // self.caches.block_size), slot, t)
+            self._stage([0] * t, [], slot, t)  # an empty table: every row on the scratch block
             with self.accel.side_stream():
                 for _ in range(warmup_iters):
                     self._step(t)

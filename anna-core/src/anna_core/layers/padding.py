@@ -2,8 +2,9 @@
 
 A prefill captured as a device graph for a fixed length ``T`` (:mod:`anna_core.engine.prefill_graphs`)
 runs a fresh prompt of ``L <= T`` tokens followed by ``T - L`` padding rows
-(``ForwardBatch.num_valid = [L]``). Attention needs nothing: the padding's K/V go to the scratch
-slot, and causal masking keeps every padding row after the real ones. A layer with recurrent
+(``ForwardBatch.num_valid = [L]``). Attention needs nothing: the padding's K/V go to their own
+positions of the block table (padded with the scratch block), and causal masking keeps every padding
+row after the real ones. A layer with recurrent
 state must keep the padding from changing it:
 
 * gated delta rule (Yang, Kautz & Hatamizadeh, "Gated Delta Networks", 2024): with the decay input

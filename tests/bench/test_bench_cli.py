@@ -89,3 +89,16 @@ def test_anna_bench_timeline_without_graphs_says_why(tiny_dir):
                                      "--output-len", "3", "--warmup", "0", "--runs", "1", "--timeline"])
     assert res.exit_code == 0, res.output
     assert "timeline  not traced: needs a CUDA device with captured decode graphs" in res.output
+
+
+def test_anna_bench_with_prefix_caching_snapshots_inside_one_prefill(tiny_dir):
+    """As `anna serve` runs: a 600-token prompt is one prefill step that snapshots the recurrent state at
+    256 and 512 (the default snapshot interval), not three chunks."""
+    res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--input-len", "600",
+                                     "--output-len", "3", "--warmup", "0", "--runs", "1", "--enable-prefix-caching",
+                                     "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.output[res.output.index("{"):])
+    assert r["prefix_caching"] and r["snapshots_held"] == 2
+    assert r["eager_steps"] == 3  # one prefill, two decodes
+    assert r["served_vs_eager_match_tokens"] == 3

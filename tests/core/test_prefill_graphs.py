@@ -137,8 +137,16 @@ def test_graph_lengths_stop_where_the_scheduler_cuts_a_prompt(tiny_dir):
     plain = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16))
     assert plain.longest_one_step_prompt() == 3000  # the step's prefill budget
     cached = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16, prefix_caching=True))
-    # a hybrid model's prefix cache snapshots the state every snapshot_interval tokens: prompts are cut there
-    assert cached.scheduler.capture_snapshots and cached.longest_one_step_prompt() == cached.config.snapshot_interval
+    # Qwen3.5 snapshots the recurrent state inside a prefill pass: prompts are not cut at the boundaries
+    assert cached.scheduler.checkpoints_in_pass and cached.longest_one_step_prompt() == 3000
+    # a hybrid model that cannot snapshots between passes only: prompts are cut every snapshot_interval tokens
+    loaded.model.state_checkpoints = False
+    try:
+        cut = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16, prefix_caching=True))
+    finally:
+        del loaded.model.state_checkpoints
+    assert cut.scheduler.capture_snapshots and not cut.scheduler.checkpoints_in_pass
+    assert cut.longest_one_step_prompt() == cut.config.snapshot_interval
 
 
 def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_zeroed(tiny_dir, monkeypatch):

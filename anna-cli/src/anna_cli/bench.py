@@ -28,6 +28,9 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, exit_on_anna_errors
               show_default=True, help="torch.compile the forward pass before capture.")
 @click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
               help="Launch the next decode step before reading back the current one.")
+@click.option("--enable-prefix-caching/--disable-prefix-caching", "prefix_caching", default=False, show_default=True,
+              help="Prefix caching as `anna serve` has it on (each run's prompts are new: no hits, but a hybrid "
+                   "model snapshots its recurrent state every snapshot interval).")
 @click.option("--disable-kernel", "disable_kernels", multiple=True, metavar="OP:NAME|NAME",
               help="Never use this kernel implementation (e.g. linear:triton); repeatable.")
 @click.option("--profile", is_flag=True, help="Also print device time per component of an eager decode step.")
@@ -43,7 +46,7 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, exit_on_anna_errors
 @exit_on_anna_errors
 def bench(model_dir: Path, device: str, dtype: str, load_format: str, batch_size: int, input_len: int,
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
-          disable_kernels: tuple[str, ...], profile: bool,
+          prefix_caching: bool, disable_kernels: tuple[str, ...], profile: bool,
           compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool, as_json: bool) -> None:
     """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
     from anna_core.bench.engine_bench import BenchSettings, run_bench
@@ -52,7 +55,8 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, batch_size
     settings = BenchSettings(model_dir=model_dir, device=device, dtype=dtype, load_format=load_format,
                              batch_size=batch_size, input_len=input_len, output_len=output_len, warmup=warmup,
                              runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode,
-                             async_scheduling=async_scheduling, disable_kernels=disable_kernels, profile=profile,
+                             async_scheduling=async_scheduling, prefix_caching=prefix_caching,
+                             disable_kernels=disable_kernels, profile=profile,
                              compare_hf=compare_hf, hf_output_len=hf_output_len, logprobs=logprobs,
                              timeline=timeline)
     report = run_bench(settings)

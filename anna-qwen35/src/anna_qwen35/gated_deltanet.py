@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.linear import merge_linears
 from anna_core.layers.padding import mask_rows, write_conv_state
+from anna_core.layers.state_checkpoints import run_in_rounds, save_conv_checkpoints
 from anna_core.model import ModelCaches
 from torch import nn
 
@@ -182,11 +183,14 @@ class GatedDeltaNet(nn.Module):
             if batch.num_valid is not None:  # the conv state ends at the last real row; padding q/k/v are 0
                 write_conv_state(conv_states, slots, raw, batch.num_valid)
                 qkv = mask_rows(qkv, batch.num_valid, 0.0)
+            if batch.checkpoints is not None:  # snapshots inside the pass: the conv states at each boundary
+                save_conv_checkpoints(batch.checkpoints, self.state_index, raw)
             fused = self._fused_prefill()
             if fused is not None:  # L2 norms, gating and the chunked rule without the torch glue between them
-                o = fused(qkv, a, b, self._neg_a, self.dt_bias, batch.cu_seqlens, states, slots, self.scale,
-                          self.num_k_heads, self.head_k_dim, self.head_v_dim)
-                return self._output(o, z)
+                def rule(rows, cu_seqlens, seq_slots):
+                    return fused(qkv[rows], a[rows], b[rows], self._neg_a, self.dt_bias, cu_seqlens, states, seq_slots,
+                                 self.scale, self.num_k_heads, self.head_k_dim, self.head_v_dim)
+                return self._output(self._prefill_rule(rule, batch, states, T), z)
         qk, v = torch.split(qkv, [2 * self.key_dim, self.value_dim], dim=-1)
         qk = l2_normalize(qk.reshape(T, 2 * self.num_k_heads, self.head_k_dim))  # [T, 2*H_k, K], q then k
         q, k = qk[:, : self.num_k_heads], qk[:, self.num_k_heads :]  # [T, H_k, K] each
@@ -199,8 +203,18 @@ class GatedDeltaNet(nn.Module):
         if batch.is_decode:
             o = self.ops.gated_delta_rule_decode(q, k, v, g, beta, states, slots, self.scale)
         else:
-            o = self.ops.gated_delta_rule_prefill(q, k, v, g, beta, batch.cu_seqlens, states, slots, self.scale)
+            def rule(rows, cu_seqlens, seq_slots):
+                return self.ops.gated_delta_rule_prefill(q[rows], k[rows], v[rows], g[rows], beta[rows], cu_seqlens,
+                                                         states, seq_slots, self.scale)
+            o = self._prefill_rule(rule, batch, states, T)
         return self._output(o, z)
+
+    def _prefill_rule(self, rule, batch: ForwardBatch, states: torch.Tensor, num_rows: int) -> torch.Tensor:
+        """``rule(rows, cu_seqlens, slots)`` over the whole pass, or in rounds that snapshot the recurrent
+        state at the batch's checkpoints (:func:`~anna_core.layers.state_checkpoints.run_in_rounds`)."""
+        if batch.checkpoints is None:
+            return rule(slice(None), batch.cu_seqlens, batch.state_slots)
+        return run_in_rounds(batch.checkpoints, self.state_index, states, num_rows, rule)
 
     def _output(self, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """The gated norm and ``out_proj``: o ``[T, H_v, V]``, z ``[T, H_v*V]`` -> ``[T, hidden]``."""

@@ -94,10 +94,13 @@ class Qwen35ForCausalLM(nn.Module):
 
     With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``.
     Padding rows of a padded prefill (``ForwardBatch.num_valid``) change none of its state, so the
-    runner may capture its prefills (:mod:`anna_core.engine.prefill_graphs`).
+    runner may capture its prefills (:mod:`anna_core.engine.prefill_graphs`); its gated-DeltaNet layers
+    take recurrent-state snapshots inside a prefill pass (``ForwardBatch.checkpoints``,
+    :mod:`anna_core.layers.state_checkpoints`).
     """
 
     padded_prefill = True
+    state_checkpoints = True
 
     def __init__(self, cfg: Qwen35Config, ops: Any):
         super().__init__()

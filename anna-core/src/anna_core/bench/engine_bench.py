@@ -50,6 +50,7 @@ class BenchSettings:
     cuda_graph: bool = True
     compile_mode: str = "none"
     async_scheduling: bool = True
+    prefix_caching: bool = False
     disable_kernels: tuple[str, ...] = ()
     profile: bool = False
     profile_steps: int = 8
@@ -101,7 +102,8 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
     from anna_core.engine.model_runner import RunnerConfig
 
     max_len = s.input_len + s.output_len + 1
-    cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling)
+    cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling,
+                        prefix_caching=s.prefix_caching)
     engine = LLMEngine.from_loaded(loaded, cfg)
     engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
                         max_model_len=engine.max_model_len, max_num_seqs=s.batch_size,
@@ -235,6 +237,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "dtype": str(loaded.dtype).replace("torch.", ""), "batch_size": s.batch_size, "input_len": s.input_len,
         "output_len": s.output_len, "runs": s.runs, "warmup": s.warmup, "cuda_graph": s.cuda_graph,
         "compile_mode": s.compile_mode, "async_scheduling": s.async_scheduling, "logprobs": s.logprobs,
+        "prefix_caching": s.prefix_caching, "snapshots_held": len(engine.scheduler.snapshots),
         "disabled_kernels": list(s.disable_kernels), "kernels": chosen_kernels(loaded.model), "graphs_captured": engine.runner.graphs is not None,
         "graph_steps": engine.runner.num_graph_steps, "eager_steps": engine.runner.num_eager_steps,
         "prefill_graph_steps": engine.runner.num_prefill_graph_steps,

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import torch
+
+if TYPE_CHECKING:  # the layers import this module
+    from anna_core.layers.state_checkpoints import StateCheckpoints
 
 
 @attrs.define
@@ -33,6 +38,9 @@ class ForwardBatch:
             K/V go to their own positions of the block table (padded with the scratch block) through
             ``slot_mapping``; layers with recurrent state must make them change no state
             (:mod:`anna_core.layers.padding`). None: every row is a real token.
+        checkpoints: recurrent-state snapshots to take inside this prefill pass
+            (:mod:`anna_core.layers.state_checkpoints`; only for models with ``state_checkpoints = True``),
+            or None.
     """
 
     input_ids: torch.Tensor
@@ -47,6 +55,7 @@ class ForwardBatch:
     context_lens: list[int]
     is_decode: bool
     num_valid: torch.Tensor | None = None
+    checkpoints: StateCheckpoints | None = None
 
     @property
     def num_tokens(self) -> int:

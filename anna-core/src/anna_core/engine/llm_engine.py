@@ -35,6 +35,7 @@ from anna_core.engine.cache_allocator import (
     num_blocks_for_budget,
     state_bytes,
 )
+from anna_core.engine.checkpoint_plan import CheckpointTarget
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.detokenizer import IncrementalDetokenizer
 from anna_core.engine.inflight import Inflight, resolve_pending
@@ -48,6 +49,7 @@ from anna_core.engine.state_pool import StatePool
 from anna_core.engine.state_store import LogitsTap, StateStore, copy_blocks
 from anna_core.engine.stop_checker import StopStringChecker
 from anna_core.errors import InvalidRequestError, QueueFullError
+from anna_core.layers.state_checkpoints import supports_state_checkpoints
 from anna_core.metrics import EngineMetrics
 from anna_core.model import CacheSpec, LoadedModel
 
@@ -99,15 +101,24 @@ class LLMEngine:
                 log.warning("prefix caching is off: the snapshot budget holds no recurrent-state snapshot")
         self.caches = allocate_caches(spec, num_blocks=num_blocks if spec.attention else 0, block_size=bs,
                                       num_slots=config.max_num_seqs, device=self.device, dtype=dtype)
-        self.snapshot_store = StateStore(spec, num_snapshots, self.device, dtype)
+        # snapshots taken inside a prefill pass: the model supports them and a boundary leaves room for a conv state
+        in_pass = (num_snapshots > 0 and supports_state_checkpoints(model)
+                   and spec.recurrent.conv_shape[-1] <= config.snapshot_interval)
+        # in-pass snapshots get one more entry: the scratch that captured prefills write unreserved ones to
+        self.snapshot_store = StateStore(spec, num_snapshots + int(in_pass), self.device, dtype)
         self.prompt_store = StateStore(spec, config.prompt_cache_size, self.device, dtype)
         caching = config.enable_prefix_caching and (not hybrid or num_snapshots > 0)
         self.blocks = BlockManager(num_blocks, bs, enable_caching=caching)
         self.slots = StatePool(config.max_num_seqs)
-        self.scheduler = Scheduler(config, self.blocks, self.slots, hybrid=hybrid, num_snapshots=num_snapshots)
+        self.scheduler = Scheduler(config, self.blocks, self.slots, hybrid=hybrid, num_snapshots=num_snapshots,
+                                   checkpoints_in_pass=in_pass)
         self.scheduler.max_model_len = self.max_model_len
         self._inflight: Inflight | None = None
         self.runner = ModelRunner(model, self.caches, self.device)
+        if self.scheduler.checkpoints_in_pass:
+            store = self.snapshot_store
+            self.runner.checkpoint_target = CheckpointTarget(store.conv, store.recurrent, num_snapshots,
+                                                             config.snapshot_interval)
         self.tap = LogitsTap(self.runner.sampler)
         self.runner.sampler = self.tap
         self.runner.logits_processors = LogitsProcessors(tokenizer, getattr(model, "vocab_size", None),
@@ -145,13 +156,14 @@ class LLMEngine:
     def longest_one_step_prompt(self) -> int:
         """The most prompt tokens the scheduler computes in one step for a request alone: the step's
         prefill budget, the chunk size when set, and, when hybrid-model prefix caching snapshots the
-        recurrent state, the snapshot interval (prompts are cut at its boundaries). The runner captures
-        prefill graphs up to this length (:meth:`ModelRunner.setup`'s ``max_prefill_tokens``)."""
+        recurrent state between passes (not inside them), the snapshot interval (prompts are cut at its
+        boundaries). The runner captures prefill graphs up to this length (:meth:`ModelRunner.setup`'s
+        ``max_prefill_tokens``)."""
         cfg = self.config
         n = cfg.max_prefill_tokens
         if cfg.prefill_chunk_size:
             n = min(n, cfg.prefill_chunk_size)
-        if self.scheduler.capture_snapshots:
+        if self.scheduler.capture_snapshots and not self.scheduler.checkpoints_in_pass:
             n = min(n, cfg.snapshot_interval)
         return n
 
@@ -277,6 +289,7 @@ class LLMEngine:
                     sampled.update(self._sample_prompt_hits(out))
         except Exception as exc:  # the model failed: fail this step's requests, keep serving others
             log.exception("engine step failed")
+            self.scheduler.abandon(out)
             msg = f"{type(exc).__name__}: {exc}"
             results += self._read_back()
             ids = [s.request_id for s in out.seqs] + [h.request_id for h in out.prompt_hits]
@@ -301,7 +314,8 @@ class LLMEngine:
         if not self.config.async_scheduling or out.prompt_hits or self.tap.wanted:
             return False
         # whether the runner can replay a graph for it is launch_graph's own check (None otherwise)
-        return not any(s.capture_prompt or s.capture_snapshot or s.restore_snapshot is not None for s in out.seqs)
+        return not any(s.capture_prompt or s.capture_snapshot or s.checkpoints or s.restore_snapshot is not None
+                       for s in out.seqs)
 
     def _read_back(self) -> list[RequestOutput]:
         """Wait for the step in flight (if any), put its ids in place of the placeholders and

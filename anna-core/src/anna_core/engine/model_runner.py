@@ -18,6 +18,7 @@ import torch
 
 from anna_core.device import Accelerator, accelerator
 from anna_core.engine.cache_allocator import scratch_block, scratch_slot, zero_slots
+from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, build_checkpoints
 from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.engine.graph_staging import PendingIds
@@ -27,6 +28,7 @@ from anna_core.engine.request import PENDING
 from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.scheduler import SchedulerOutput
 from anna_core.errors import AnnaError
+from anna_core.layers.state_checkpoints import StateCheckpoints
 from anna_core.model import ModelCaches
 
 log = logging.getLogger("anna.engine")
@@ -88,6 +90,8 @@ class ModelRunner:
         self.num_prefill_graph_steps = 0
         self.num_eager_steps = 0
         self.logits_processors: Any = None  # LogitsProcessors: logit_bias, grammars, logprobs
+        # where snapshots taken inside a prefill pass go (set by the engine when the scheduler plans them)
+        self.checkpoint_target: CheckpointTarget | None = None
 
     def setup(self, config: RunnerConfig, *, max_model_len: int, max_num_seqs: int,
               max_prefill_tokens: int | None = None) -> None:
@@ -146,7 +150,8 @@ class ModelRunner:
         if not buckets or not supports_padded_prefill(self.model):
             return
         try:
-            graphs = PrefillGraphs(self.model, self.caches, self.accel, buckets=buckets, max_blocks_per_seq=width)
+            graphs = PrefillGraphs(self.model, self.caches, self.accel, buckets=buckets, max_blocks_per_seq=width,
+                                   checkpoints=self.checkpoint_target)
             graphs.capture()
             self.prefill_graphs = graphs
         except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
@@ -161,11 +166,11 @@ class ModelRunner:
         seq = out.seqs[0]
         if not (seq.is_fresh and seq.samples) or graphs.bucket_for(seq.num_new_tokens) is None:
             return None
-        if len(seq.block_table) > graphs.width:
+        if len(seq.block_table) > graphs.width or (seq.checkpoints and graphs.checkpoints is None):
             return None
         if self.caches.conv_states or self.caches.recurrent_states:
             zero_slots(self.caches, host_tensor([seq.state_slot], torch.int64, self.device))
-        logits = graphs.run(seq.token_ids, seq.block_table, seq.state_slot)
+        logits = graphs.run(seq.token_ids, seq.block_table, seq.state_slot, [(p, i) for p, i, _ in seq.checkpoints])
         self.num_prefill_graph_steps += 1
         return logits
 
@@ -289,6 +294,7 @@ class ModelRunner:
         tables = [s.block_table + [0] * (width - len(s.block_table)) for s in out.seqs]
         dev = self.device
         return ForwardBatch(
+            checkpoints=self._checkpoints(out, cu_seqlens) if any(s.checkpoints for s in out.seqs) else None,
             input_ids=host_tensor(input_ids, torch.int64, dev),
             positions=host_tensor(positions, torch.int64, dev),
             cu_seqlens=host_tensor(cu_seqlens, torch.int32, dev),
@@ -301,6 +307,20 @@ class ModelRunner:
             context_lens=seq_lens,
             is_decode=out.is_decode,
         )
+
+    def _checkpoints(self, out: SchedulerOutput, cu_seqlens: list[int]) -> StateCheckpoints:
+        """The in-pass snapshots of ``out``'s sequences (rows from ``cu_seqlens``).
+
+        Raises:
+            AnnaError: the scheduler planned them but the engine set no :attr:`checkpoint_target`.
+        """
+        target = self.checkpoint_target
+        if target is None:
+            raise AnnaError("a step carries in-pass state snapshots but the runner has no snapshot store")
+        seqs = [SeqCheckpoints(row=cu_seqlens[i], num_rows=s.num_new_tokens, slot=s.state_slot,
+                               points=[(p - s.start, idx) for p, idx, _ in s.checkpoints])
+                for i, s in enumerate(out.seqs)]
+        return build_checkpoints(seqs, target.conv_width, target.conv_store, target.recurrent_store, self.device)
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> dict[str, int]:

@@ -17,6 +17,11 @@ keep padding rows out of it (:mod:`anna_core.layers.padding`); causal attention 
 the real rows. Only models that declare ``padded_prefill = True`` are captured. Only fresh prompts
 qualify (no cached prefix, no earlier chunk: the conv state is rebuilt from the prompt alone), of at
 most the largest bucket, in a step of their own; anything else runs eagerly.
+
+With in-pass state snapshots (hybrid-model prefix caching, :mod:`anna_core.layers.state_checkpoints`)
+each bucket's graph runs the recurrent rule in rounds that end at every snapshot boundary inside the
+bucket; the snapshot-store entry of each boundary is staged with the inputs, and boundaries the
+scheduler did not reserve (or that lie in the padding) write the store's scratch entry.
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ import torch
 
 from anna_core.device import Accelerator
 from anna_core.engine.cache_allocator import scratch_block, scratch_slot
+from anna_core.engine.checkpoint_plan import CheckpointTarget
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.engine.graph_staging import Staging
 from anna_core.errors import AnnaError
+from anna_core.layers.state_checkpoints import CheckpointRound, StateCheckpoints
 from anna_core.model import ModelCaches
 
 log = logging.getLogger("anna.engine")
@@ -60,13 +67,14 @@ class PrefillGraphs:
         accel: the device services; ``accel.graphs`` must be true to :meth:`capture`.
         buckets: the captured lengths, ascending (:func:`prefill_buckets`).
         max_blocks_per_seq: block-table width ``W`` (``ceil(max_model_len / block_size)``).
+        checkpoints: where in-pass state snapshots go, or None (prompts with snapshots stay eager).
 
     Raises:
         AnnaError: no bucket, a model without ``padded_prefill``, or a table narrower than the largest bucket.
     """
 
     def __init__(self, model: Any, caches: ModelCaches, accel: Accelerator, *, buckets: Sequence[int],
-                 max_blocks_per_seq: int):
+                 max_blocks_per_seq: int, checkpoints: CheckpointTarget | None = None):
         if not buckets:
             raise AnnaError("no prefill length to capture")
         if not supports_padded_prefill(model):
@@ -76,9 +84,13 @@ class PrefillGraphs:
         self.width = max(int(max_blocks_per_seq), -(-self.buckets[-1] // bs))
         self.model, self.caches, self.accel = model, caches, accel
         rows = self.buckets[-1]
+        self.checkpoints = checkpoints
+        # snapshot boundaries strictly inside the largest bucket (its end is captured after the step)
+        self.num_boundaries = (rows - 1) // checkpoints.interval if checkpoints is not None else 0
         self.staging = Staging(accel, [("input_ids", torch.int64, (rows,)), ("slot_mapping", torch.int64, (rows,)),
                                        ("block_tables", torch.int32, (1, self.width)), ("state_slots", torch.int64, (1,)),
-                                       ("last", torch.int64, (1,)), ("num_valid", torch.int64, (1,))])
+                                       ("last", torch.int64, (1,)), ("num_valid", torch.int64, (1,)),
+                                       ("snapshot_dst", torch.int64, (max(1, self.num_boundaries),))])
         dev = accel.device
         self._positions = torch.arange(rows, dtype=torch.int64, device=dev)
         self._cu = {b: torch.tensor([0, b], dtype=torch.int32, device=dev) for b in self.buckets}
@@ -86,6 +98,23 @@ class PrefillGraphs:
         self.pad_block = scratch_block(caches)
         self.logits_out: torch.Tensor | None = None
         self._graphs: dict[int, Any] = {}
+        self._ckpt = {b: self._static_checkpoints(b) for b in self.buckets}
+
+    def _static_checkpoints(self, t: int) -> StateCheckpoints | None:
+        """Bucket ``t``'s rounds: one per snapshot interval, each boundary's state to its staged entry."""
+        target = self.checkpoints
+        k = (t - 1) // target.interval if target is not None else 0
+        if k == 0:
+            return None
+        d, dev, iv, w = self.staging.d, self.accel.device, target.interval, target.conv_width
+        cuts = [j * iv for j in range(k + 1)] + [t]
+        rounds = [CheckpointRound(rows=slice(lo, hi), cu_seqlens=torch.tensor([0, hi - lo], dtype=torch.int32, device=dev),
+                                  slots=d["state_slots"], save_slots=d["state_slots"] if j < k else None,
+                                  save_dst=d["snapshot_dst"][j:j + 1] if j < k else None)
+                  for j, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
+        conv_rows = torch.tensor([[b - w + r for r in range(w)] for b in cuts[1:k + 1]], dtype=torch.int64, device=dev)
+        return StateCheckpoints(rounds=rounds, conv_rows=conv_rows, conv_dst=d["snapshot_dst"][:k],
+                                conv_store=target.conv_store, recurrent_store=target.recurrent_store)
 
     def bucket_for(self, n: int) -> int | None:
         """The smallest captured length holding ``n`` tokens (None when ``n`` exceeds the largest)."""
@@ -96,7 +125,8 @@ class PrefillGraphs:
         return ForwardBatch(
             input_ids=d["input_ids"][:t], positions=self._positions[:t], cu_seqlens=self._cu[t], seq_lens=self._lens[t],
             block_tables=d["block_tables"], slot_mapping=d["slot_mapping"][:t], state_slots=d["state_slots"],
-            logits_indices=d["last"], query_lens=[t], context_lens=[t], is_decode=False, num_valid=d["num_valid"])
+            logits_indices=d["last"], query_lens=[t], context_lens=[t], is_decode=False, num_valid=d["num_valid"],
+            checkpoints=self._ckpt[t])
 
     def _step(self, t: int) -> None:
         """The captured work of bucket ``t``: forward pass, the last real row's logits into :attr:`logits_out`."""
@@ -107,7 +137,8 @@ class PrefillGraphs:
             self.logits_out = torch.empty_like(logits)
         self.logits_out.copy_(logits)
 
-    def _stage(self, token_ids: Sequence[int], block_table: Sequence[int], state_slot: int, t: int) -> None:
+    def _stage(self, token_ids: Sequence[int], block_table: Sequence[int], state_slot: int, t: int,
+               snapshots: Sequence[tuple[int, int]] = ()) -> None:
         n = len(token_ids)
         bs = self.caches.block_size
         self.staging.next_buffer()
@@ -123,6 +154,11 @@ class PrefillGraphs:
         h["state_slots"][0] = state_slot
         h["last"][0] = n - 1
         h["num_valid"][0] = n
+        if self.checkpoints is not None:
+            iv = self.checkpoints.interval
+            h["snapshot_dst"][:] = self.checkpoints.scratch
+            for pos, idx in snapshots:
+                h["snapshot_dst"][pos // iv - 1] = idx
         self.staging.upload()
 
     @torch.inference_mode()
@@ -147,20 +183,23 @@ class PrefillGraphs:
         self.accel.synchronize()
         log.info("captured prefill graphs for prompt lengths %s", self.buckets)
 
-    def run(self, token_ids: Sequence[int], block_table: Sequence[int], state_slot: int) -> torch.Tensor:
+    def run(self, token_ids: Sequence[int], block_table: Sequence[int], state_slot: int,
+            snapshots: Sequence[tuple[int, int]] = ()) -> torch.Tensor:
         """Replay the graph of the smallest bucket holding this fresh prompt, without waiting for it.
 
         Args:
             token_ids: the prompt's ``L`` ids; block_table: its KV blocks (at least ``ceil(L / block_size)``);
             state_slot: its recurrent-state slot, already zeroed.
+            snapshots: ``(position, snapshot-store entry)`` of the reserved boundaries inside the prompt
+                (positions multiples of the interval, ``< L``).
 
         Returns:
             ``[1, vocab]`` float32 logits of the last prompt token on the device: a view of the graphs'
             output buffer, valid until the next replay.
 
         Raises:
-            AnnaError: an empty prompt, one longer than the largest bucket, or a block table wider than
-                the captured one.
+            AnnaError: an empty prompt, one longer than the largest bucket, a block table wider than
+                the captured one, or snapshots without a snapshot store or off the boundaries.
         """
         n = len(token_ids)
         t = self.bucket_for(n) if n else None
@@ -168,6 +207,9 @@ class PrefillGraphs:
             raise AnnaError(f"no captured prefill graph for a prompt of {n} tokens (captured: {sorted(self._graphs)})")
         if len(block_table) > self.width:
             raise AnnaError(f"a block table of {len(block_table)} blocks exceeds the captured width {self.width}")
-        self._stage(token_ids, block_table, state_slot, t)
+        if snapshots and (self.checkpoints is None or any(p % self.checkpoints.interval or not 0 < p < n
+                                                          for p, _ in snapshots)):
+            raise AnnaError(f"snapshots at {[p for p, _ in snapshots]} do not fit a {n}-token prompt's graph")
+        self._stage(token_ids, block_table, state_slot, t, snapshots)
         self._graphs[t].replay()
         return self.logits_out

@@ -26,6 +26,11 @@ class ScheduledSeq:
             state into the snapshot pool after the step.
         capture_prompt: the chunk completes the prompt; the engine stores the state and the logits
             in the prompt cache after the step.
+        checkpoints: snapshots taken inside the pass (:mod:`anna_core.layers.state_checkpoints`):
+            ``(position, snapshot index, prefix key)`` of each snapshot boundary strictly inside the
+            chunk, ascending; the state after ``position`` tokens goes to the index, whose entry is
+            pending in the scheduler's :class:`~anna_core.engine.state_snapshots.SnapshotIndex` until the
+            step is recorded.
     """
 
     request: Request
@@ -37,6 +42,7 @@ class ScheduledSeq:
     restore_snapshot: int | None = None
     capture_snapshot: bool = False
     capture_prompt: bool = False
+    checkpoints: list[tuple[int, int, bytes]] = attrs.Factory(list)
 
     @property
     def request_id(self) -> str:

@@ -13,8 +13,13 @@ One step, in order (knobs in :class:`~anna_core.engine.config.EngineConfig`):
 
 An admission first looks up the caches: the prompt cache (an exact repeat samples its first token
 from stored logits, computing nothing), else the prefix cache (shared KV blocks; on hybrid models
-only up to the deepest recurrent-state snapshot). Prefill chunks of hybrid models end at snapshot
-boundaries so :meth:`update` can ask the engine to capture the state there.
+only up to the deepest recurrent-state snapshot). A hybrid model's recurrent state is snapshotted at
+every ``snapshot_interval`` prompt tokens. With ``checkpoints_in_pass`` (the model takes snapshots
+inside a prefill pass, :mod:`anna_core.layers.state_checkpoints`) a chunk that starts at a snapshot
+boundary spans the following ones, each reserved in the snapshot index when scheduled and committed by
+:meth:`update`; a chunk cut short by the budget ends at a boundary. Otherwise (and for a chunk starting
+between boundaries) chunks end at the next boundary, and :meth:`update` asks the engine to copy the
+state there after the step.
 
 When a running request needs a KV block and none is free, prompt-cache entries are dropped first,
 then the newest running request not yet scheduled this step is preempted by recompute: its blocks
@@ -54,11 +59,14 @@ class Scheduler:
         slots: the recurrent-state slot pool (at least ``max_num_seqs`` slots).
         hybrid: the model has recurrent layers, so prefix hits need state snapshots.
         num_snapshots: size of the snapshot pool (hybrid models; 0 disables prefix hits there).
+        checkpoints_in_pass: the model snapshots the recurrent state inside a prefill pass, so chunks
+            may span snapshot boundaries (see the module doc).
         clock: seconds, the clock of ``Request.arrival_time`` (``time.perf_counter``).
     """
 
     def __init__(self, config: EngineConfig, blocks: BlockManager, slots: StatePool, *, hybrid: bool = False,
-                 num_snapshots: int = 0, clock: Callable[[], float] = time.perf_counter):
+                 num_snapshots: int = 0, checkpoints_in_pass: bool = False,
+                 clock: Callable[[], float] = time.perf_counter):
         self.config = config
         self.blocks = blocks
         self.slots = slots
@@ -73,6 +81,7 @@ class Scheduler:
         self.prompt_cache = PromptCache(config.prompt_cache_size) if config.prompt_cache_size else None
         # hybrid models capture snapshots (and cut chunks for them) only when hits can use them
         self.capture_snapshots = hybrid and blocks.enable_caching and self.snapshots.capacity > 0
+        self.checkpoints_in_pass = self.capture_snapshots and checkpoints_in_pass
 
     # -- queue --------------------------------------------------------------------------------
 
@@ -125,10 +134,15 @@ class Scheduler:
         else:  # auto: leave a free block for each running sequence (its next decode), at least one block
             n = min(n, max(bs, (self.blocks.num_free_blocks - len(self.running)) * bs))
         if self.capture_snapshots:
-            interval = self.config.snapshot_interval
-            boundary = (start // interval + 1) * interval
-            if boundary <= request.num_prompt_tokens and start + n > boundary:
-                n = boundary - start
+            interval, p = self.config.snapshot_interval, request.num_prompt_tokens
+            if self.checkpoints_in_pass and start % interval == 0:
+                # spans the boundaries; a budget cut inside the prompt ends at one (the next chunk starts there)
+                if start + n < min(p, request.num_tokens) and n >= interval:
+                    n -= n % interval
+            else:
+                boundary = (start // interval + 1) * interval
+                if boundary <= p and start + n > boundary:
+                    n = boundary - start
         return n
 
     # -- the step -----------------------------------------------------------------------------
@@ -213,8 +227,32 @@ class Scheduler:
             capture_snapshot=self.capture_snapshots and end <= p and end % self.config.snapshot_interval == 0,
             capture_prompt=(self.prompt_cache is not None and end == p and not request.output_token_ids
                             and tuple(request.prompt_token_ids) not in self.prompt_cache),
+            checkpoints=self._reserve_checkpoints(request, start, min(end - 1, p)) if self.checkpoints_in_pass else [],
         ))
         scheduled.add(rid)
+
+    def _reserve_checkpoints(self, request: Request, start: int, last: int) -> list[tuple[int, int, bytes]]:
+        """Pending snapshot entries for the boundaries ``start < b <= last`` of ``request`` (those whose
+        prefix is held already, or that find no room, are skipped): ``(b, index, key)`` ascending. The
+        deepest are reserved first: a pool too small for all keeps them, as LRU does between passes."""
+        interval, bs = self.config.snapshot_interval, self.blocks.block_size
+        first = (start // interval + 1) * interval
+        if first > last:
+            return []
+        hashes = extend_hashes(request.block_hashes, request.token_slice, last // bs, bs)
+        points = []
+        for b in range(last // interval * interval, first - 1, -interval):
+            key = hashes[b // bs - 1]
+            idx = self.snapshots.reserve(key, pending=True)
+            if idx is not None:
+                points.append((b, idx, key))
+        return points[::-1]
+
+    def abandon(self, out: SchedulerOutput) -> None:
+        """The step of ``out`` failed: release its pending snapshot entries (nothing was recorded)."""
+        for seq in out.seqs:
+            for _, _, key in seq.checkpoints:
+                self.snapshots.release(key)
 
     # -- admission ----------------------------------------------------------------------------
 
@@ -331,6 +369,8 @@ class Scheduler:
         grew = []
         bs = self.blocks.block_size
         for seq in out.seqs:
+            for _, _, key in seq.checkpoints:  # written by the pass, whatever became of the request since
+                self.snapshots.commit(key)
             request = seq.request
             if request.status is not RequestStatus.RUNNING:
                 continue

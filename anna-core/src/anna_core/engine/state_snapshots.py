@@ -20,6 +20,10 @@ import attrs
 class SnapshotIndex:
     """Prefix key -> index into a pool of ``capacity`` state snapshots, least recently used evicted.
 
+    A snapshot taken inside a prefill pass (:mod:`anna_core.layers.state_checkpoints`) is reserved when
+    the step is scheduled and written while it runs: it stays *pending* (invisible to :meth:`get`,
+    never evicted) until :meth:`commit` after the step, or :meth:`release` when the step failed.
+
     Args:
         capacity: snapshots in the pool (0 disables snapshots).
     """
@@ -27,10 +31,15 @@ class SnapshotIndex:
     def __init__(self, capacity: int):
         self.capacity = capacity
         self._index: OrderedDict[bytes, int] = OrderedDict()
+        self._pending: dict[bytes, int] = {}
         self._free = list(range(capacity - 1, -1, -1))
 
     def __len__(self) -> int:
         return len(self._index)
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._pending)
 
     def get(self, key: bytes) -> int | None:
         """The pool index holding the state after the prefix ``key`` (marks it recently used)."""
@@ -39,9 +48,12 @@ class SnapshotIndex:
             self._index.move_to_end(key)
         return idx
 
-    def reserve(self, key: bytes) -> int | None:
+    def reserve(self, key: bytes, pending: bool = False) -> int | None:
         """A pool index to copy the state of prefix ``key`` into, or None when ``key`` is held
-        already (then it is marked recently used) or the pool has no room at all."""
+        already (then it is marked recently used) or the pool has no room at all. With ``pending`` the
+        entry stays invisible until :meth:`commit`."""
+        if key in self._pending:
+            return None
         if key in self._index:
             self._index.move_to_end(key)
             return None
@@ -51,8 +63,23 @@ class SnapshotIndex:
             _, idx = self._index.popitem(last=False)
         else:
             return None
-        self._index[key] = idx
+        if pending:
+            self._pending[key] = idx
+        else:
+            self._index[key] = idx
         return idx
+
+    def commit(self, key: bytes) -> None:
+        """Make the pending entry of ``key`` visible (its state is written); no-op when not pending."""
+        idx = self._pending.pop(key, None)
+        if idx is not None:
+            self._index[key] = idx
+
+    def release(self, key: bytes) -> None:
+        """Drop the pending entry of ``key`` (its step failed); no-op when not pending."""
+        idx = self._pending.pop(key, None)
+        if idx is not None:
+            self._free.append(idx)
 
 
 @attrs.define

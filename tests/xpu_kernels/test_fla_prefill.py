@@ -46,6 +46,23 @@ def test_chunk_indices_once_per_tensor_and_fla_gets_a_fresh_copy(fake_index):
     assert len(fake_index) == 3 and third.cu_seqlens.dtype == torch.long
 
 
+def test_the_rounds_of_a_pass_share_one_conversion_per_tensor(fake_index):
+    """A pass that takes state snapshots runs the rule in rounds, each with its own cu_seqlens, in every layer:
+    each round's tensor is converted once for all layers; the oldest is dropped beyond the capacity."""
+    memo = fla_prefill._ChunkIndexMemo(capacity=3)
+    rounds = [torch.tensor([0, 8, 16 - r], dtype=torch.int32) for r in range(3)]
+    with torch.inference_mode():
+        rounds = [r.clone() for r in rounds]
+    for _layer in range(4):
+        got = [memo.get(r) for r in rounds]
+    assert len(fake_index) == 3 and memo.num_conversions == 3
+    assert [g.cu_seqlens.tolist() for g in got] == [[0, 8, 16], [0, 8, 15], [0, 8, 14]]
+    memo.get(torch.tensor([0, 4, 9], dtype=torch.int32))  # a fourth tensor drops the oldest
+    assert memo.get(rounds[2]) is got[2] and memo.num_conversions == 4
+    memo.get(rounds[0])
+    assert memo.num_conversions == 5
+
+
 def _fused_args(t=4, states_shape=(3, 2, 8, 8), cu=(0, 4)):
     qkv = torch.randn(t, 2 * 1 * 8 + 2 * 8)
     ab = torch.randn(t, 4)

@@ -99,6 +99,11 @@ def main() -> None:
     agree = next((i for i, (x, y) in enumerate(zip(hit.token_ids, want)) if x != y), len(want))
     print(f"prefix hit: {hit.num_cached_tokens} cached tokens, first {agree}/{len(want)} greedy tokens equal a cold "
           f"engine's", flush=True)
+    [old] = run_to_completion(cut, [q], GREEDY, prefix="hit")  # the same hit on the cut path, for comparison
+    agree_old = next((i for i, (x, y) in enumerate(zip(old.token_ids, want)) if x != y), len(want))
+    print(f"the same hit on the cut path: {old.num_cached_tokens} cached tokens, first {agree_old}/{len(want)} "
+          f"equal the cold engine's; in-pass and cut hits agree on the first "
+          f"{next((i for i, (x, y) in enumerate(zip(hit.token_ids, old.token_ids)) if x != y), len(want))}", flush=True)
     a, b = draw(1000), draw(700)
     tokens(one, [a, b], "two")
     tokens(cut, [a], "ca")

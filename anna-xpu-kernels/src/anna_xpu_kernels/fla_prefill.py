@@ -21,8 +21,10 @@ wrappers inside that function have the same dispatch; the probe turns it off bef
 function with the parameters used here. A batch of one sequence runs fla's dense form (no ``cu_seqlens``):
 nothing is read on the host, so it can be captured in a graph. Otherwise fla's chunk indices come
 from ``cu_seqlens`` through a host copy;
-:class:`_ChunkIndexMemo` computes them once per distinct ``cu_seqlens`` tensor, so every layer of one
-forward pass (they all receive the same tensor) shares one device-to-host copy.
+:class:`_ChunkIndexMemo` computes them once per distinct ``cu_seqlens`` tensor and keeps the most recent
+ones, so every layer of one forward pass (they all receive the same tensor, or the same per-round tensors
+of a pass that takes state snapshots, :mod:`anna_core.layers.state_checkpoints`) shares one
+device-to-host copy per tensor.
 
 :func:`fused_prefill` (exposed as ``gated_delta_rule_prefill.fused_prefill``, which Qwen3.5's gated
 DeltaNet layer uses when present) also takes over the layer's preparation of those inputs: q / k L2
@@ -60,26 +62,38 @@ class ChunkIndex:
 
 
 class _ChunkIndexMemo:
-    """The :class:`ChunkIndex` of the last ``cu_seqlens`` tensor seen, by identity (and by in-place
-    version for tensors outside inference mode, which are converted again after an in-place rewrite;
-    inference tensors keep no version: callers must not rewrite them in place, and the engine builds a
-    fresh one per step). The int64 tensor handed to fla is always a fresh copy, because fla caches its
-    own derived indices by the identity of the tensor it is given."""
+    """The :class:`ChunkIndex` of the ``capacity`` most recent ``cu_seqlens`` tensors seen, by identity (and
+    by in-place version for tensors outside inference mode, which are converted again after an in-place
+    rewrite; inference tensors keep no version: callers must not rewrite them in place, and the engine
+    builds fresh ones per step). The memo holds its tensors, so an identity is never reused while listed.
+    The int64 tensor handed to fla is always a fresh copy, because fla caches its own derived indices by
+    the identity of the tensor it is given.
 
-    def __init__(self) -> None:
-        self._key: tuple[torch.Tensor, int] | None = None
-        self._value: ChunkIndex | None = None
+    Args:
+        capacity: tensors remembered (a step's rounds each have one; the oldest is dropped first).
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._entries: list[tuple[torch.Tensor, int, ChunkIndex]] = []  # oldest first
+        self.num_conversions = 0
 
     def get(self, cu_seqlens: torch.Tensor) -> ChunkIndex:
         version = -1 if cu_seqlens.is_inference() else cu_seqlens._version  # inference tensors keep no counter
-        key = self._key
-        if key is None or key[0] is not cu_seqlens or key[1] != version or self._value is None:
-            from fla.ops.utils.index import prepare_chunk_indices
+        for i, (tensor, ver, value) in enumerate(self._entries):
+            if tensor is cu_seqlens:
+                if ver == version:
+                    return value
+                del self._entries[i]
+                break
+        from fla.ops.utils.index import prepare_chunk_indices
 
-            long = cu_seqlens.to(torch.long, copy=True)
-            self._key = (cu_seqlens, version)
-            self._value = ChunkIndex(long, prepare_chunk_indices(long, CHUNK, cu_seqlens_cpu=long.cpu()))
-        return self._value
+        long = cu_seqlens.to(torch.long, copy=True)
+        value = ChunkIndex(long, prepare_chunk_indices(long, CHUNK, cu_seqlens_cpu=long.cpu()))
+        self.num_conversions += 1
+        self._entries.append((cu_seqlens, version, value))
+        del self._entries[:-self.capacity]
+        return value
 
 
 _CHUNK_INDEX = _ChunkIndexMemo()

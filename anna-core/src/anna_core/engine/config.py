@@ -74,8 +74,11 @@ class EngineConfig:
         enable_prefix_caching: reuse computed KV blocks (and recurrent-state snapshots) of
             earlier prompts with the same prefix.
         snapshot_interval: tokens between recurrent-state snapshots of hybrid models (a multiple
-            of ``block_size``); prefill chunks end at these boundaries so the state is captured.
-        snapshot_memory_mib: memory (MiB) for recurrent-state snapshots (their own budget).
+            of ``block_size``). Models with ``state_checkpoints = True`` take them inside the prefill
+            pass (:mod:`anna_core.layers.state_checkpoints`); for others, prefill chunks end at these
+            boundaries so the state is copied after the step.
+        snapshot_memory_mib: memory (MiB) for recurrent-state snapshots (their own budget; with in-pass
+            snapshots one more entry, the captured prefills' scratch, is allocated beyond it).
         num_snapshots: snapshots to allocate; overrides ``snapshot_memory_mib`` when set.
         prompt_cache_size: keep the final state, tail KV block and last logits of this many most
             recent exact prompts; an exact repeat then samples its first token without computing;

@@ -98,11 +98,12 @@ def test_prompt_cache_evicts_lru_and_hands_back_entries():
 
 # -- the scheduler with caches -----------------------------------------------------------------
 
-def make(num_blocks=64, block_size=4, hybrid=False, num_snapshots=8, **cfg):
+def make(num_blocks=64, block_size=4, hybrid=False, num_snapshots=8, in_pass=False, **cfg):
     cfg = {"prefill_chunk_size": 1000, "prompt_cache_size": 0, **cfg}
     config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **cfg)
     blocks = BlockManager(num_blocks, block_size, enable_caching=config.enable_prefix_caching)
-    sched = Scheduler(config, blocks, StatePool(config.max_num_seqs), hybrid=hybrid, num_snapshots=num_snapshots)
+    sched = Scheduler(config, blocks, StatePool(config.max_num_seqs), hybrid=hybrid, num_snapshots=num_snapshots,
+                      checkpoints_in_pass=in_pass)
     return sched, blocks
 
 

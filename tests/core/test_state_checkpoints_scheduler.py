@@ -1,43 +1,18 @@
 """The scheduler with recurrent-state snapshots taken inside a prefill pass (``checkpoints_in_pass``) and the
 snapshot index's pending entries: pure Python (no torch)."""
 
-from anna_core.engine.block_manager import BlockManager
-from anna_core.engine.config import EngineConfig
 from anna_core.engine.prefix_cache import extend_hashes
-from anna_core.engine.request import Request
-from anna_core.engine.sampling_params import SamplingParams
-from anna_core.engine.scheduler import Scheduler
-from anna_core.engine.state_pool import StatePool
 from anna_core.engine.state_snapshots import SnapshotIndex
+
+from tests.core import test_engine_prefix_cache as base
+from tests.core.test_engine_prefix_cache import req, run_to_end
 
 PROMPT = list(range(1, 30))  # 29 tokens; with block_size 4 and snapshot_interval 8: boundaries 8, 16, 24
 
 
-def make(num_blocks=64, block_size=4, hybrid=True, num_snapshots=8, in_pass=True, **cfg):
-    cfg = {"prefill_chunk_size": 1000, "prompt_cache_size": 0, "snapshot_interval": 8, **cfg}
-    config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **cfg)
-    blocks = BlockManager(num_blocks, block_size, enable_caching=config.enable_prefix_caching)
-    sched = Scheduler(config, blocks, StatePool(config.max_num_seqs), hybrid=hybrid, num_snapshots=num_snapshots,
-                      checkpoints_in_pass=in_pass)
-    return sched, blocks
-
-
-def req(rid, tokens, max_tokens=4):
-    return Request(rid, list(tokens), SamplingParams(max_tokens=max_tokens))
-
-
-def run_to_end(sched, token=7):
-    """Step until nothing is left; retire requests at max_tokens. Returns every step's output."""
-    outs = []
-    while sched.has_unfinished():
-        out = sched.schedule()
-        outs.append(out)
-        sampled = {s.request_id: token for s in out.seqs if s.samples}
-        sampled.update({h.request_id: token for h in out.prompt_hits})
-        for r in sched.update(out, sampled):
-            if len(r.output_token_ids) >= r.params.max_tokens:
-                sched.finish(r, "length")
-    return outs
+def make(hybrid=True, in_pass=True, **cfg):
+    """A hybrid scheduler taking snapshots inside the pass, every 8 tokens (the prefix-cache tests' helper)."""
+    return base.make(hybrid=hybrid, in_pass=in_pass, **{"snapshot_interval": 8, **cfg})
 
 
 def key_at(tokens, position, bs=4):

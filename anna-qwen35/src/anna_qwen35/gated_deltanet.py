@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.linear import merge_linears
 from anna_core.layers.padding import mask_rows, write_conv_state
-from anna_core.layers.state_checkpoints import run_in_rounds, save_conv_checkpoints
+from anna_core.layers.state_checkpoints import run_prefill_rule, save_conv_checkpoints
 from anna_core.model import ModelCaches
 from torch import nn
 
@@ -190,7 +190,7 @@ class GatedDeltaNet(nn.Module):
                 def rule(rows, cu_seqlens, seq_slots):
                     return fused(qkv[rows], a[rows], b[rows], self._neg_a, self.dt_bias, cu_seqlens, states, seq_slots,
                                  self.scale, self.num_k_heads, self.head_k_dim, self.head_v_dim)
-                return self._output(self._prefill_rule(rule, batch, states, T), z)
+                return self._output(run_prefill_rule(batch, self.state_index, states, rule), z)
         qk, v = torch.split(qkv, [2 * self.key_dim, self.value_dim], dim=-1)
         qk = l2_normalize(qk.reshape(T, 2 * self.num_k_heads, self.head_k_dim))  # [T, 2*H_k, K], q then k
         q, k = qk[:, : self.num_k_heads], qk[:, self.num_k_heads :]  # [T, H_k, K] each
@@ -206,15 +206,8 @@ class GatedDeltaNet(nn.Module):
             def rule(rows, cu_seqlens, seq_slots):
                 return self.ops.gated_delta_rule_prefill(q[rows], k[rows], v[rows], g[rows], beta[rows], cu_seqlens,
                                                          states, seq_slots, self.scale)
-            o = self._prefill_rule(rule, batch, states, T)
+            o = run_prefill_rule(batch, self.state_index, states, rule)
         return self._output(o, z)
-
-    def _prefill_rule(self, rule, batch: ForwardBatch, states: torch.Tensor, num_rows: int) -> torch.Tensor:
-        """``rule(rows, cu_seqlens, slots)`` over the whole pass, or in rounds that snapshot the recurrent
-        state at the batch's checkpoints (:func:`~anna_core.layers.state_checkpoints.run_in_rounds`)."""
-        if batch.checkpoints is None:
-            return rule(slice(None), batch.cu_seqlens, batch.state_slots)
-        return run_in_rounds(batch.checkpoints, self.state_index, states, num_rows, rule)
 
     def _output(self, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """The gated norm and ``out_proj``: o ``[T, H_v, V]``, z ``[T, H_v*V]`` -> ``[T, hidden]``."""

@@ -19,9 +19,16 @@ chunks there. A model opts in with ``state_checkpoints = True`` (:func:`supports
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import torch
+
+if TYPE_CHECKING:  # forward_batch imports this module's types
+    from anna_core.engine.forward_batch import ForwardBatch
+
+Rule = Callable[[slice | torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``rule(rows, cu_seqlens, slots) -> o``: a recurrent rule on some rows of a pass (see :class:`CheckpointRound`)."""
 
 
 def supports_state_checkpoints(model: object) -> bool:
@@ -82,8 +89,24 @@ def save_conv_checkpoints(ckpt: StateCheckpoints, layer: int, x: torch.Tensor) -
     store.index_copy_(0, ckpt.conv_dst, rows.transpose(1, 2).to(store.dtype))
 
 
+def run_prefill_rule(batch: ForwardBatch, layer: int, states: torch.Tensor, rule: Rule) -> torch.Tensor:
+    """A recurrent layer's rule over a prefill pass: once over every row, or in rounds (:func:`run_in_rounds`)
+    when the batch carries checkpoints.
+
+    Args:
+        batch: the pass; layer: the layer's index among the recurrent layers; states: its slots
+            ``[S, H_v, K, V]`` float32; rule: as in :func:`run_in_rounds`.
+
+    Returns:
+        ``[T, ...]`` the rule's output for every row.
+    """
+    if batch.checkpoints is None:
+        return rule(slice(None), batch.cu_seqlens, batch.state_slots)
+    return run_in_rounds(batch.checkpoints, layer, states, batch.num_tokens, rule)
+
+
 def run_in_rounds(ckpt: StateCheckpoints, layer: int, states: torch.Tensor, num_rows: int,
-                  rule: Callable[[slice | torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+                  rule: Rule) -> torch.Tensor:
     """Run a recurrent rule round by round, saving the checkpoints' states after each round.
 
     Args:

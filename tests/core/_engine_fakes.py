@@ -14,10 +14,11 @@ import math
 
 import torch
 from anna_core.model import (
-    AttentionCacheSpec,
     CacheSpec,
+    FullAttentionSpec,
     GenerationDefaults,
     LoadedModel,
+    ModelCapabilities,
     RecurrentStateSpec,
 )
 
@@ -45,24 +46,24 @@ class FakeLM(torch.nn.Module):
         self.script = script
         self.sharpness = sharpness
         self.fail_on_token: int | None = None
-        self.cache_spec = CacheSpec(
-            attention=AttentionCacheSpec(num_layers=1, num_kv_heads=1, head_dim=2),
-            recurrent=RecurrentStateSpec(num_layers=1, conv_shape=(1, 1), state_shape=(1, 1, 1)),
-        )
+        self.cache_spec = CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=2),
+                                     RecurrentStateSpec(layers=[1], conv_shape=(1, 1), state_shape=(1, 1, 1))))
+        self.capabilities = ModelCapabilities()
 
     def forward(self, batch, caches):
-        k_cache, _ = caches.kv[0]
+        k_cache, _ = caches.attention(0).layer(0)
         bs = caches.block_size
+        table = batch.tables[0]
         flat = k_cache.view(-1, 2)  # [num_blocks * block_size, 2]
-        flat[batch.slot_mapping] = torch.stack([batch.input_ids, batch.positions], -1).to(flat.dtype)
-        rec, conv = caches.recurrent_states[0], caches.conv_states[0]
+        flat[table.slot_mapping] = torch.stack([batch.input_ids, batch.positions], -1).to(flat.dtype)
+        rec, conv = caches.state(1).recurrent[0], caches.state(1).conv[0]
         targets = []
         cu = batch.cu_seqlens.tolist()
         for i in range(batch.num_seqs):
             q_len, ctx = batch.query_lens[i], batch.context_lens[i]
             start = ctx - q_len
             pos = torch.arange(ctx)
-            slots = batch.block_tables[i].long()[pos // bs] * bs + pos % bs
+            slots = table.block_tables[i].long()[pos // bs] * bs + pos % bs
             cached = flat[slots]
             if not torch.equal(cached[:, 1].long(), pos):
                 raise RuntimeError(f"KV cache of sequence {i} holds the wrong positions")

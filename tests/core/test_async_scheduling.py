@@ -88,7 +88,7 @@ def test_stop_tokens_mid_batch_discard_the_extra_token(tiny_dir):
     assert any(r[1] == "stop" for r in ref)
     eng = _engine(tiny_dir, async_scheduling=True)
     assert _run(eng, prompts, stops) == ref
-    assert eng.blocks.num_used_blocks == 0 and eng.slots.num_used_slots == 0  # everything returned
+    assert eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0  # everything returned
 
 
 def test_new_arrivals_and_preemption_match(tiny_dir):
@@ -126,4 +126,4 @@ def test_abort_while_a_step_is_in_flight(tiny_dir):
             assert o.request_id != "a"
             if o.finished:
                 finals[o.request_id] = o
-    assert len(finals["b"].token_ids) == 6 and eng.slots.num_used_slots == 0
+    assert len(finals["b"].token_ids) == 6 and eng.kv.slots.num_used_slots == 0

@@ -187,11 +187,11 @@ def test_requests_the_captured_sampler_cannot_serve_replay_the_logits_graph(tiny
 def test_padding_rows_touch_only_scratch_entries(tiny_dir):
     engine, _ = _engine(tiny_dir, graphs=True, max_seqs=4)
     caches = engine.caches
-    before = [t.clone() for t in caches.recurrent_states] + [k.clone() for k, _ in caches.kv]
+    before = [t.clone() for t in caches.state_caches[0].recurrent] + [k.clone() for k, _ in caches.kv_pairs()]
     graphs: DecodeGraphs = engine.runner.graphs
     # one real sequence in bucket 1 would not pad; use 3 rows in bucket 4 at slots 0..2
-    graphs.run([5, 6, 7], [0, 0, 0], [[0], [1], [2]], [0, 1, 2], "greedy")
-    after = [t for t in caches.recurrent_states] + [k for k, _ in caches.kv]
+    graphs.run([5, 6, 7], [0, 0, 0], [[[0], [1], [2]]], [0, 1, 2], "greedy")
+    after = [t for t in caches.state_caches[0].recurrent] + [k for k, _ in caches.kv_pairs()]
     for b, a in zip(before, after):
         assert torch.equal(b[3:-1], a[3:-1])  # untouched: slots / blocks 3 .. scratch-1
     assert not torch.equal(before[0][0], after[0][0])  # a real slot was updated
@@ -217,11 +217,11 @@ def test_sample_no_sync_matches_sampler():
 def test_time_replay_touches_only_scratch_entries(tiny_dir):
     engine, accel = _engine(tiny_dir, graphs=True, max_seqs=4)
     caches = engine.caches
-    before = [t.clone() for t in caches.recurrent_states] + [k.clone() for k, _ in caches.kv]
+    before = [t.clone() for t in caches.state_caches[0].recurrent] + [k.clone() for k, _ in caches.kv_pairs()]
     replays = accel.replays
     ms = engine.runner.graphs.time_replay(4, iters=3)
     assert ms > 0 and accel.replays == replays + 4  # one warm + three timed
-    after = [t for t in caches.recurrent_states] + [k for k, _ in caches.kv]
+    after = [t for t in caches.state_caches[0].recurrent] + [k for k, _ in caches.kv_pairs()]
     for b, a in zip(before, after):
         assert torch.equal(b[:-1], a[:-1])  # every real slot / block untouched
     with pytest.raises(AnnaError, match="no captured decode graph"):

@@ -54,7 +54,7 @@ def test_sixteen_mixed_requests_at_once_equal_each_alone_with_caches_on():
         assert out.token_ids == greedy_reference(p, 6, V)
         alone = run(engine(max_num_seqs=1, enable_prefix_caching=False, prompt_cache_size=0), [p])[0]
         assert alone.token_ids == out.token_ids
-    assert eng.blocks.num_used_blocks == 0 and eng.slots.num_used_slots == 0
+    assert eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0
     # later requests sharing the base sequence resumed from snapshots
     again = run(eng, prompts[1:2] + [prompts[1][:250] + [5, 6, 7]], prefix="again")
     assert again[0].num_cached_tokens == 300  # the exact prompt: prompt cache
@@ -89,7 +89,7 @@ def test_prompt_cache_hit_samples_the_first_token_without_computing():
     [again] = run(eng, [prompt], sampled, prefix="again")
     assert again.num_cached_tokens == 30 and model.computed == 7  # only the 7 decodes
     assert again.token_ids == first.token_ids
-    assert eng.stats()["prompt_cache_entries"] == 1 and eng.blocks.num_used_blocks == 0
+    assert eng.stats()["prompt_cache_entries"] == 1 and eng.kv.num_used_blocks == 0
 
 
 def test_failed_step_leaves_no_cache_entry_behind():
@@ -128,7 +128,7 @@ def test_request_timeout_ends_with_a_clear_error_and_frees_everything():
         for o in eng.step():
             outs[o.request_id] = o
     assert outs["new"].token_ids == greedy_reference([1, 2, 3], 6, V)
-    assert eng.blocks.num_used_blocks == 0 and eng.slots.num_used_slots == 0
+    assert eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0
 
 
 # -- AsyncEngine -------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def test_preemption_with_a_tiny_cache_still_gives_full_correct_outputs():
     assert eng.scheduler.num_preemptions > 0
     for p, out in zip(PROMPTS, outs):
         assert out.token_ids == greedy_reference(p, 20, V)
-    assert eng.blocks.num_used_blocks == 0 and eng.slots.num_used_slots == 0
+    assert eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0
 
 
 def test_seeded_sampling_is_the_same_alone_in_a_batch_and_after_preemption():
@@ -65,13 +65,13 @@ def test_abort_frees_blocks_and_slots_at_once():
     eng.add_request("b", [2] * 3, SamplingParams(temperature=0.0, max_tokens=50))
     eng.step()
     eng.step()
-    assert eng.blocks.num_used_blocks > 0 and eng.slots.num_used_slots == 2
+    assert eng.kv.num_used_blocks > 0 and eng.kv.slots.num_used_slots == 2
     out = eng.abort_request("a")
     assert out.finished and out.finish_reason == "abort" and len(out.token_ids) >= 1
-    assert eng.slots.num_used_slots == 1 and eng.blocks.num_used_blocks == 1  # b: 4 tokens computed, one block
+    assert eng.kv.slots.num_used_slots == 1 and eng.kv.num_used_blocks == 1  # b: 4 tokens computed, one block
     assert eng.abort_request("a") is None
     eng.abort_request("b")
-    assert not eng.has_unfinished() and eng.blocks.num_used_blocks == 0 and eng.slots.num_used_slots == 0
+    assert not eng.has_unfinished() and eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0
 
 
 def test_eos_and_stop_token_ids_end_requests_unless_ignored():
@@ -93,7 +93,7 @@ def test_model_failure_fails_its_requests_with_error_and_frees_them():
     model.fail_on_token = 99
     outs = run(eng, [[1, 2], [99, 1]], SamplingParams(temperature=0.0, max_tokens=3))
     assert all(o.finish_reason == "error" and "injected failure" in o.error for o in outs)
-    assert eng.blocks.num_used_blocks == 0 and eng.slots.num_used_slots == 0
+    assert eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0
     model.fail_on_token = None
     [out] = run(eng, [[1, 2]], SamplingParams(temperature=0.0, max_tokens=3))
     assert out.token_ids == greedy_reference([1, 2], 3, V)

@@ -4,13 +4,14 @@ import subprocess
 import sys
 
 import pytest
+from anna_core.cache_spec import CacheSpec, FullAttentionSpec, RecurrentStateSpec
 from anna_core.engine.block_manager import BlockManager
+from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.prefix_cache import extend_hashes, hash_block
 from anna_core.engine.request import Request
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler
-from anna_core.engine.state_pool import StatePool
 from anna_core.engine.state_snapshots import PromptCache, SnapshotIndex
 from anna_core.errors import AnnaError
 
@@ -98,13 +99,19 @@ def test_prompt_cache_evicts_lru_and_hands_back_entries():
 
 # -- the scheduler with caches -----------------------------------------------------------------
 
+ATTENTION = CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=1),))
+HYBRID = CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=1),
+                    RecurrentStateSpec(layers=[1], conv_shape=(1, 1), state_shape=(1, 1, 1))))
+
+
 def make(num_blocks=64, block_size=4, hybrid=False, num_snapshots=8, in_pass=False, **cfg):
     cfg = {"prefill_chunk_size": 1000, "prompt_cache_size": 0, **cfg}
     config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **cfg)
-    blocks = BlockManager(num_blocks, block_size, enable_caching=config.enable_prefix_caching)
-    sched = Scheduler(config, blocks, StatePool(config.max_num_seqs), hybrid=hybrid, num_snapshots=num_snapshots,
-                      checkpoints_in_pass=in_pass)
-    return sched, blocks
+    kv = CacheManager(HYBRID if hybrid else ATTENTION, num_blocks, block_size, config.max_num_seqs,
+                      enable_caching=config.enable_prefix_caching, num_snapshots=num_snapshots,
+                      snapshot_interval=config.snapshot_interval)
+    sched = Scheduler(config, kv, checkpoints_in_pass=in_pass)
+    return sched, kv.groups[0]
 
 
 def req(rid, tokens, max_tokens=4):
@@ -193,7 +200,8 @@ def test_prompt_cache_hit_computes_nothing_and_copies_the_tail_block():
     assert out.seqs == [] and len(out.prompt_hits) == 1 and out.cache_lookups == [(10, 10)]
     hit = out.prompt_hits[0]
     entry = hit.entry
-    assert hit.block_table[:2] == entry.blocks[:2] and hit.tail_copy == (entry.blocks[2], hit.block_table[2])
+    assert hit.block_tables[0][:2] == entry.blocks[0][:2]
+    assert hit.tail_copies == [(0, entry.blocks[0][2], hit.block_tables[0][2])]
     assert hit.request.num_computed_tokens == 10 and hit.request.num_cached_tokens == 10
     sched.update(out, {"b": 5})
     [s] = sched.schedule().seqs  # next step decodes position 10 into its own tail block

@@ -4,7 +4,9 @@ import subprocess
 import sys
 
 import pytest
+from anna_core.cache_spec import CacheSpec, FullAttentionSpec
 from anna_core.engine.block_manager import BlockManager
+from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.request import Request, RequestStatus
 from anna_core.engine.sampling_params import SamplingParams
@@ -12,9 +14,12 @@ from anna_core.engine.scheduler import Scheduler
 from anna_core.engine.state_pool import StatePool
 from anna_core.errors import AnnaError
 
+ATTENTION = CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=1),))
+
 
 def test_bookkeeping_modules_do_not_import_torch():
     code = ("import sys; import anna_core.engine.scheduler, anna_core.engine.block_manager, "
+            "anna_core.engine.cache_manager, anna_core.cache_spec, "
             "anna_core.engine.state_pool, anna_core.engine.request, anna_core.engine.config; "
             "assert 'torch' not in sys.modules, 'torch was imported'; print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
@@ -24,9 +29,8 @@ def test_bookkeeping_modules_do_not_import_torch():
 
 def make(num_blocks=64, block_size=4, **cfg):
     config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **cfg)
-    blocks = BlockManager(num_blocks, block_size)
-    slots = StatePool(config.max_num_seqs)
-    return Scheduler(config, blocks, slots), blocks, slots
+    kv = CacheManager(ATTENTION, num_blocks, block_size, config.max_num_seqs)
+    return Scheduler(config, kv), kv.groups[0], kv.slots
 
 
 def req(rid, n, max_tokens=100):
@@ -79,7 +83,7 @@ def test_prefill_chunks_and_decodes_share_a_step():
         ("a", 3, [7], True), ("b", 0, [1, 2, 3, 4, 5, 6], False)]
     assert out.num_batched_tokens == 7 and not out.is_decode
     assert out.seqs[1].is_fresh and not out.seqs[0].is_fresh
-    assert out.seqs[1].block_table == blocks.table("b") and len(out.seqs[1].block_table) == 2
+    assert out.seqs[1].block_tables == [blocks.table("b")] and len(out.seqs[1].block_tables[0]) == 2
     step(sched, out)
     out = sched.schedule()
     assert [(s.request_id, s.start, len(s.token_ids), s.samples) for s in out.seqs] == [

@@ -2,13 +2,13 @@
 budget (pure Python, no torch)."""
 
 import pytest
-from anna_core.engine.block_manager import BlockManager
+from anna_core.cache_spec import CacheSpec, FullAttentionSpec
+from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.profiles import PROFILES, SCHEDULER_KNOBS, resolve_profile
 from anna_core.engine.request import Request
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler
-from anna_core.engine.state_pool import StatePool
 from anna_core.errors import AnnaError
 
 
@@ -24,7 +24,9 @@ def make(num_blocks=256, block_size=4, **cfg):
     clock = Clock()
     cfg = {"prefill_chunk_size": 1000, "prompt_cache_size": 0, "enable_prefix_caching": False, **cfg}
     config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **cfg)
-    sched = Scheduler(config, BlockManager(num_blocks, block_size), StatePool(config.max_num_seqs), clock=clock)
+    kv = CacheManager(CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=1),)), num_blocks, block_size,
+                      config.max_num_seqs)
+    sched = Scheduler(config, kv, clock=clock)
     return sched, clock
 
 
@@ -113,7 +115,7 @@ def test_dynamic_budget_shrinks_prefill_when_memory_runs_short():
     for rid in "ab":
         sched2.add(req(rid, 9, clock2))
     step(sched2, sched2.schedule())  # two decodes read 10 each: 20 of 40 -> half the prefill budget
-    assert sched2.budgets() == (int(100 * (1 - 20 / 40) * min(1.0, 2 * sched2.blocks.num_free_blocks / 256)), 40)
+    assert sched2.budgets() == (int(100 * (1 - 20 / 40) * min(1.0, 2 * sched2.kv.groups[0].num_free_blocks / 256)), 40)
 
 
 # -- waiting: batch wait and fairness -----------------------------------------------------------

@@ -20,6 +20,7 @@ from anna_core.engine.prefix_cache import extend_hashes
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
 from anna_core.loading import load_model
+from anna_core.model import ModelCapabilities
 
 from tests.bench.tiny_config import write_tiny_qwen35_config
 from tests.core.test_cuda_graphs import FakeGraphAccelerator, _generate
@@ -43,7 +44,7 @@ def small_buckets(monkeypatch):
 def _engine(model_dir, *, graphs: bool, in_pass: bool = True, caching: bool = True, max_seqs: int = 3):
     loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
     if not in_pass:
-        loaded.model.state_checkpoints = False  # an instance attribute: this engine's model only
+        loaded.model.capabilities = ModelCapabilities(padded_prefill=True)  # an instance attribute: this model only
     cfg = EngineConfig(max_num_seqs=max_seqs, max_model_len=48, block_size=BS, num_blocks=96, max_prefill_tokens=64,
                        enable_prefix_caching=caching, snapshot_interval=INTERVAL, num_snapshots=12,
                        prompt_cache_size=0, async_scheduling=False)
@@ -139,16 +140,16 @@ def test_a_replay_writes_reserved_boundaries_only_and_the_rest_to_the_scratch_en
         for t in store.conv + store.recurrent:
             t.fill_(float("nan"))
         zero_slots(caches, torch.tensor([0, 1]))
-        graphs.run(ids, list(range(5)), 0, [(8, 3)])
+        graphs.run(ids, [list(range(5))], 0, [(8, 3)])
         zero_slots(caches, torch.tensor([1]))
         batch = runner.build_batch(_sched(ids[:8], list(range(5, 7)), 1))  # the first 8 tokens eagerly
         runner.model(batch, caches)
-    for t, slots in zip(store.conv + store.recurrent, caches.conv_states + caches.recurrent_states):
+    for t, slots in zip(store.conv + store.recurrent, caches.state_caches[0].conv + caches.state_caches[0].recurrent):
         torch.testing.assert_close(t[3], slots[1], rtol=1e-5, atol=1e-6)
         assert torch.isfinite(t[scratch]).all()  # 16 and 24 went to the scratch entry
         untouched = [i for i in range(store.capacity) if i not in (3, scratch)]
         assert torch.isnan(t[untouched]).all()
     with pytest.raises(AnnaError, match="do not fit"):
-        graphs.run(ids, list(range(5)), 0, [(12, 3)])  # not a boundary
+        graphs.run(ids, [list(range(5))], 0, [(12, 3)])  # not a boundary
     with pytest.raises(AnnaError, match="do not fit"):
-        graphs.run(ids, list(range(5)), 0, [(24, 3)])  # past the prompt
+        graphs.run(ids, [list(range(5))], 0, [(24, 3)])  # past the prompt

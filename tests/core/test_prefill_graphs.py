@@ -14,6 +14,7 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
 
 from tests.bench.tiny_config import write_tiny_qwen35_config
+from tests.core._engine_fakes import FakeLM
 from tests.core.test_cuda_graphs import FakeGraphAccelerator, _engine, _generate
 
 SMALL = (8, 12, 16, 32)
@@ -47,22 +48,22 @@ def test_graph_prefill_gives_the_eager_logits(tiny_dir, small_buckets):
         table = list(range(-(-n // bs)))
         zero_slots(caches, torch.tensor([0, 1]))
         with torch.inference_mode():
-            got = graphs.run(ids, table, 0).clone()
-            conv0 = [c[0].clone() for c in caches.conv_states]
-            state0 = [s[0].clone() for s in caches.recurrent_states]
+            got = graphs.run(ids, [table], 0).clone()
+            conv0 = [c[0].clone() for c in caches.state_caches[0].conv]
+            state0 = [s[0].clone() for s in caches.state_caches[0].recurrent]
             # the same prompt eagerly, on other blocks and another slot
             other = [b + len(table) for b in table]
             batch = runner.build_batch(_sched(ids, other, 1))
             ref = model.compute_logits(model(batch, caches)[batch.logits_indices])
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
-        for c, c0 in zip(caches.conv_states, conv0):
+        for c, c0 in zip(caches.state_caches[0].conv, conv0):
             torch.testing.assert_close(c0, c[1], rtol=1e-5, atol=1e-6)
-        for s, s0 in zip(caches.recurrent_states, state0):
+        for s, s0 in zip(caches.state_caches[0].recurrent, state0):
             torch.testing.assert_close(s0, s[1], rtol=1e-5, atol=1e-6)
     with pytest.raises(AnnaError, match="no captured prefill graph"):
-        graphs.run(list(range(33)), list(range(9)), 0)
+        graphs.run(list(range(33)), [list(range(9))], 0)
     with pytest.raises(AnnaError, match="no captured prefill graph"):
-        graphs.run([], [], 0)
+        graphs.run([], [[]], 0)
 
 
 def _sched(ids, table, slot):
@@ -70,7 +71,7 @@ def _sched(ids, table, slot):
     from anna_core.engine.sched_output import ScheduledSeq, SchedulerOutput
 
     req = Request("r", list(ids), SamplingParams(max_tokens=1, temperature=0.0))
-    return SchedulerOutput(seqs=[ScheduledSeq(request=req, start=0, token_ids=list(ids), block_table=table,
+    return SchedulerOutput(seqs=[ScheduledSeq(request=req, start=0, token_ids=list(ids), block_tables=[table, []],
                                               state_slot=slot, samples=True)])
 
 
@@ -84,20 +85,20 @@ def test_a_replay_starts_from_a_zeroed_slot_and_reads_no_stale_cache(tiny_dir, s
     ids = torch.randint(0, 256, (9,), generator=torch.Generator().manual_seed(3)).tolist()
     table = [0, 1, 2]  # 9 tokens in blocks of 4: the last block holds 1 token and 3 stale slots
     with torch.inference_mode():
-        for t in caches.recurrent_states + caches.conv_states:
+        for t in caches.state_caches[0].recurrent + caches.state_caches[0].conv:
             t[0] = torch.randn(t[0].shape)  # a dirty, reused slot
-        for _, v in caches.kv:
+        for _, v in caches.kv_pairs():
             v[2, 1:] = float("inf")  # leftovers of a request that overflowed
         got = runner.execute(_sched(ids, table, 0))
         assert runner.num_prefill_graph_steps == 1
         zero_slots(caches, torch.tensor([1]))
         batch = runner.build_batch(_sched(ids, [3, 4, 5], 1))
         ref = model.compute_logits(model(batch, caches)[batch.logits_indices])
-    assert got == {"r": int(ref.argmax(-1))}
-    for t in caches.recurrent_states + caches.conv_states:
+    assert got.sampled == {"r": int(ref.argmax(-1))}
+    for t in caches.state_caches[0].recurrent + caches.state_caches[0].conv:
         assert torch.isfinite(t[0]).all()
         torch.testing.assert_close(t[0], t[1], rtol=1e-5, atol=1e-6)
-    assert all(torch.isfinite(k.view(-1, *k.shape[2:])[:9]).all() for k, _ in caches.kv)
+    assert all(torch.isfinite(k.view(-1, *k.shape[2:])[:9]).all() for k, _ in caches.kv_pairs())
     assert bs == 4
 
 
@@ -123,7 +124,7 @@ def test_models_without_padded_prefill_are_not_captured(tiny_dir, small_buckets)
     engine, _ = _engine(tiny_dir, graphs=True)
     model = engine.runner.model
     with pytest.raises(AnnaError, match="padded_prefill"):
-        PrefillGraphs(object(), engine.runner.caches, FakeGraphAccelerator(), buckets=[8], max_blocks_per_seq=4)
+        PrefillGraphs(FakeLM(), engine.runner.caches, FakeGraphAccelerator(), buckets=[8], max_blocks_per_seq=4)
     with pytest.raises(AnnaError, match="no prefill length"):
         PrefillGraphs(model, engine.runner.caches, FakeGraphAccelerator(), buckets=[], max_blocks_per_seq=4)
 
@@ -132,6 +133,7 @@ def test_graph_lengths_stop_where_the_scheduler_cuts_a_prompt(tiny_dir):
     from anna_core.bench.engine_bench import engine_config
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.loading import load_model
+    from anna_core.model import ModelCapabilities
 
     loaded = load_model(tiny_dir, device="cpu", dtype="fp32", load_format="dummy")
     plain = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16))
@@ -140,11 +142,11 @@ def test_graph_lengths_stop_where_the_scheduler_cuts_a_prompt(tiny_dir):
     # Qwen3.5 snapshots the recurrent state inside a prefill pass: prompts are not cut at the boundaries
     assert cached.scheduler.checkpoints_in_pass and cached.longest_one_step_prompt() == 3000
     # a hybrid model that cannot snapshots between passes only: prompts are cut every snapshot_interval tokens
-    loaded.model.state_checkpoints = False
+    loaded.model.capabilities = ModelCapabilities(padded_prefill=True)
     try:
         cut = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16, prefix_caching=True))
     finally:
-        del loaded.model.state_checkpoints
+        del loaded.model.capabilities
     assert cut.scheduler.capture_snapshots and not cut.scheduler.checkpoints_in_pass
     assert cut.longest_one_step_prompt() == cut.config.snapshot_interval
 
@@ -154,18 +156,18 @@ def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_z
 
     engine, _ = _engine(tiny_dir, graphs=False)
     runner, caches = engine.runner, engine.runner.caches
-    blk, slot = scratch_block(caches), scratch_slot(caches)
+    blk, slot = scratch_block(caches, 0), scratch_slot(caches)
     seen = []
     forward = runner.model.forward
     monkeypatch.setattr(runner.model, "forward", lambda batch, c: seen.append(batch) or forward(batch, c))
-    kv_before = [t.clone() for kv in caches.kv for t in kv]
+    kv_before = [t.clone() for kv in caches.kv_pairs() for t in kv]
     with torch.inference_mode():
         runner._forward_on_scratch([(0, 9), (0, 6)], torch.tensor([slot, 0]), zero_states=True)  # the warm-up's two prompts
     (batch,) = seen
     assert batch.query_lens == [9, 6] and batch.cu_seqlens.tolist() == [0, 9, 15]
-    assert batch.state_slots.tolist() == [slot, 0] and set(batch.block_tables.flatten().tolist()) == {blk}
-    for b, a in zip(kv_before, [t for kv in caches.kv for t in kv]):
+    assert batch.state_slots.tolist() == [slot, 0] and set(batch.tables[0].block_tables.flatten().tolist()) == {blk}
+    for b, a in zip(kv_before, [t for kv in caches.kv_pairs() for t in kv]):
         assert torch.equal(a[:blk], b[:blk])  # K/V written in the scratch block only
         assert not torch.equal(a[blk], b[blk])
-    for t in caches.conv_states + caches.recurrent_states:
+    for t in caches.state_caches[0].conv + caches.state_caches[0].recurrent:
         assert not t[[0, slot]].any()  # both slots zeroed again

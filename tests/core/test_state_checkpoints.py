@@ -10,8 +10,8 @@ from anna_core.layers.state_checkpoints import (
     StateCheckpoints,
     run_in_rounds,
     save_conv_checkpoints,
-    supports_state_checkpoints,
 )
+from anna_core.model import ModelCapabilities
 
 CPU = torch.device("cpu")
 W1 = 3  # W - 1: a width-4 conv (Qwen3.5)
@@ -101,10 +101,7 @@ def test_checkpoint_target_conv_width_and_model_opt_in():
                               scratch=NUM_ENTRIES, interval=8)
     assert target.conv_width == W1
 
-    class Opted:
-        state_checkpoints = True
-
-    assert supports_state_checkpoints(Opted()) and not supports_state_checkpoints(object())
+    assert ModelCapabilities(state_checkpoints=True).state_checkpoints and not ModelCapabilities().state_checkpoints
 
 
 # -- the recurrent rule in rounds ---------------------------------------------------------------

@@ -228,7 +228,7 @@ def test_cached_blocks_do_not_resume_from_a_snapshot_still_pending_in_the_same_s
     out = sched.schedule()
     a, b = out.seqs
     assert a.start == 0 and [p for p, _, _ in a.checkpoints] == [8, 16, 24]
-    assert sched.blocks.lookup([key_at(PROMPT, n) for n in (4, 8, 12, 16)]) != []  # x's blocks are still cached
+    assert sched.kv.groups[0].lookup([key_at(PROMPT, n) for n in (4, 8, 12, 16)]) != []  # x's blocks are still cached
     assert (b.start, b.restore_snapshot, b.checkpoints) == (0, None, [])
     sched.update(out, {"a": 7, "b": 7})
     assert [sched.snapshots.get(key_at(PROMPT, n)) for n in (8, 16, 24)] == [i for _, i, _ in a.checkpoints]

@@ -51,4 +51,4 @@ def test_sixteen_mixed_requests_at_once_equal_each_alone():
                                                               enable_prefix_caching=False, prompt_cache_size=0))
     for i, (p, out) in enumerate(zip(prompts, outs)):
         assert out == _run(alone_engine, [p], f"alone{i}-")[0], len(p)
-    assert batched.blocks.num_used_blocks == 0 and batched.slots.num_used_slots == 0
+    assert batched.kv.num_used_blocks == 0 and batched.kv.slots.num_used_slots == 0

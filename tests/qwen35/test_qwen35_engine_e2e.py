@@ -32,7 +32,7 @@ def test_batched_greedy_matches_hf_generate(anna_tiny_qwen35, prompts, hf_tokens
         assert out.finish_reason == "length", out.error
         assert out.token_ids == ref
     assert llm.engine.eos_token_ids == (2, 0)  # from generation_config.json
-    assert llm.engine.blocks.num_used_blocks == 0 and llm.engine.slots.num_used_slots == 0
+    assert llm.engine.kv.num_used_blocks == 0 and llm.engine.kv.slots.num_used_slots == 0
 
 
 def test_preempted_requests_still_match_hf(anna_tiny_qwen35, prompts, hf_tokens):

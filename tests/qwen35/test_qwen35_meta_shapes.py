@@ -35,5 +35,7 @@ def test_meta_parameter_count_matches_hf(name):
         hf = AutoModelForCausalLM.from_config(hf_config)
     assert _count(model) == _count(hf)
     spec = model.cache_spec
-    assert spec.attention.num_layers + spec.recurrent.num_layers == cfg.num_hidden_layers
-    assert spec.attention.head_dim == 256 and spec.recurrent.state_shape[1:] == (128, 128)
+    attention, recurrent = spec.groups
+    assert sorted(attention.layers + recurrent.layers) == list(range(cfg.num_hidden_layers))
+    assert attention.kind == "full_attention" and recurrent.kind == "recurrent"
+    assert attention.head_dim == 256 and recurrent.state_shape[1:] == (128, 128)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from anna_core.engine.cache_allocator import scratch_block, zero_slots
-from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.forward_batch import ForwardBatch, GroupTable
 from anna_core.layers.padding import mask_rows, row_mask, write_conv_state
 
 from tests.bench.tiny_config import write_tiny_qwen35_config
@@ -19,7 +19,8 @@ def _batch(ids, total, table, slot, bs, pad_block, num_valid=None):
     t = lambda v, dt: torch.tensor(v, dtype=dt)  # noqa: E731
     return ForwardBatch(
         input_ids=t(ids, torch.int64), positions=torch.arange(total), cu_seqlens=t([0, total], torch.int32),
-        seq_lens=t([total], torch.int32), block_tables=t([table], torch.int32), slot_mapping=t(slots, torch.int64),
+        seq_lens=t([total], torch.int32),
+        tables=[GroupTable(block_tables=t([table], torch.int32), slot_mapping=t(slots, torch.int64)), None],
         state_slots=t([slot], torch.int64), logits_indices=t([n - 1], torch.int64), query_lens=[total],
         context_lens=[total], is_decode=False, num_valid=None if num_valid is None else t([num_valid], torch.int64))
 
@@ -38,7 +39,7 @@ def engine(tmp_path_factory):
 @pytest.mark.parametrize("n", [2, 7, 8])  # shorter than the conv window, mid-block, a whole number of blocks
 def test_padded_prefill_leaves_the_caches_and_logits_of_the_unpadded_one(engine, n):
     model, caches = engine.runner.model, engine.runner.caches
-    bs, pad = caches.block_size, scratch_block(caches)
+    bs, pad = caches.block_size, scratch_block(caches, 0)
     total = 13
     ids = torch.randint(2, 256, (n,), generator=torch.Generator().manual_seed(n)).tolist()
     zero_slots(caches, torch.tensor([0, 1]))
@@ -49,13 +50,13 @@ def test_padded_prefill_leaves_the_caches_and_logits_of_the_unpadded_one(engine,
         got = model.compute_logits(model(padded, caches)[n - 1:n])
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     assert torch.equal(got.argmax(-1), ref.argmax(-1))
-    for conv in caches.conv_states:
+    for conv in caches.state_caches[0].conv:
         assert conv[0].abs().max() > 0
         torch.testing.assert_close(conv[1], conv[0], rtol=1e-5, atol=1e-6)  # the last real inputs (GEMMs of 13 vs n rows round apart)
-    for state in caches.recurrent_states:
+    for state in caches.state_caches[0].recurrent:
         assert state[0].abs().max() > 0  # the prompt wrote it
         torch.testing.assert_close(state[1], state[0], rtol=1e-5, atol=1e-6)
-    for k, v in caches.kv:
+    for k, v in caches.kv_pairs():
         for cache in (k, v):
             flat = cache.view(-1, *cache.shape[2:])
             a = flat[[0 * bs + p if p < bs else 1 * bs + p - bs for p in range(n)]]

@@ -68,7 +68,7 @@ def test_sixteen_mixed_requests_at_once_equal_each_alone(loaded, base):
         assert out.finish_reason == "length", out.error
         [alone] = run(alone_eng, [p], prefix=f"alone{i}-")
         assert out.token_ids == alone.token_ids, (len(p), out.num_cached_tokens)
-    assert eng.blocks.num_used_blocks == 0 and eng.slots.num_used_slots == 0
+    assert eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0
 
 
 def test_prefix_hit_gives_the_logits_of_a_miss(loaded, base):
@@ -120,7 +120,7 @@ def test_preemption_with_a_tiny_cache_and_prefix_caching_keeps_outputs(loaded, b
     outs = run(tight, prompts)
     assert tight.scheduler.num_preemptions > 0
     assert [o.token_ids for o in outs] == want
-    assert tight.blocks.num_used_blocks == 0 and tight.slots.num_used_slots == 0
+    assert tight.kv.num_used_blocks == 0 and tight.kv.slots.num_used_slots == 0
 
 
 def test_seeded_sampling_gives_the_same_text_alone_and_in_a_batch_of_eight(loaded):

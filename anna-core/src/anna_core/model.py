@@ -1,76 +1,136 @@
-"""What a model family hands the engine: cache specs, the model protocol and the loaded bundle."""
+"""What a model family hands the engine: cache groups, capabilities, the model protocol and the loaded bundle."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import torch
 
+from anna_core.cache_spec import (
+    CacheGroupSpec,
+    CacheSpec,
+    FullAttentionSpec,
+    RecurrentStateSpec,
+    SlidingWindowSpec,
+)
 from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.errors import AnnaError
+
+if TYPE_CHECKING:
+    from anna_core.tokenizer import Tokenizer
+
+__all__ = [
+    "AttentionCache", "CacheGroupSpec", "CacheSpec", "CausalLM", "FullAttentionSpec", "GenerationDefaults",
+    "LoadedModel", "ModelCaches", "ModelCapabilities", "RecurrentStateSpec", "SlidingWindowSpec", "StateCache",
+    "check_model",
+]
 
 
-@attrs.frozen
-class AttentionCacheSpec:
-    """Paged KV cache needs of the model's full-attention layers.
-
-    Attributes:
-        num_layers: number of layers with a KV cache (layer ``i`` uses ``caches.kv[i]``).
-        num_kv_heads: KV heads per layer.
-        head_dim: dimension of each head.
-    """
-
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-
-
-@attrs.frozen
-class RecurrentStateSpec:
-    """State-slot needs of the model's recurrent (gated DeltaNet) layers.
+@attrs.define
+class AttentionCache:
+    """The device tensors of one attention cache group.
 
     Attributes:
-        num_layers: number of recurrent layers (layer ``i`` uses ``caches.conv_states[i]`` and
-            ``caches.recurrent_states[i]``).
-        conv_shape: per-slot conv state shape ``(C, W-1)`` (serving dtype).
-        state_shape: per-slot recurrent state shape ``(H_v, K, V)`` (float32).
+        k, v: per owning layer of the group (its spec's ``layers`` order),
+            ``[num_blocks + 1, block_size, H_kv, D]``; the last block is the group's scratch block.
     """
 
-    num_layers: int
-    conv_shape: tuple[int, int]
-    state_shape: tuple[int, int, int]
+    k: list[torch.Tensor] = attrs.field(factory=list)
+    v: list[torch.Tensor] = attrs.field(factory=list)
+
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(k_cache, v_cache)`` of the group's ``index``-th owning layer."""
+        return self.k[index], self.v[index]
 
 
-@attrs.frozen
-class CacheSpec:
-    attention: AttentionCacheSpec | None = None
-    recurrent: RecurrentStateSpec | None = None
+@attrs.define
+class StateCache:
+    """The device tensors of the recurrent cache group.
+
+    Attributes:
+        conv: per layer of the group ``[num_slots + 1, C, W-1]`` in the serving dtype.
+        recurrent: per layer ``[num_slots + 1, H_v, K, V]`` float32. The last slot is the scratch slot.
+    """
+
+    conv: list[torch.Tensor] = attrs.field(factory=list)
+    recurrent: list[torch.Tensor] = attrs.field(factory=list)
 
 
 @attrs.define
 class ModelCaches:
-    """Device tensors of all caches, allocated by the engine from the model's :class:`CacheSpec`.
+    """Device tensors of all cache groups, allocated by the engine from the model's :class:`CacheSpec`.
 
     Attributes:
-        block_size: tokens per KV block.
-        kv: per attention layer, ``(k_cache, v_cache)`` each ``[num_blocks, block_size, H_kv, D]``.
-        conv_states: per recurrent layer, ``[num_slots, C, W-1]``.
-        recurrent_states: per recurrent layer, ``[num_slots, H_v, K, V]`` float32.
+        block_size: tokens per KV block (every attention group).
+        groups: per cache group of the spec, in its order: :class:`AttentionCache` or :class:`StateCache`.
     """
 
     block_size: int
-    kv: list[tuple[torch.Tensor, torch.Tensor]] = attrs.field(factory=list)
-    conv_states: list[torch.Tensor] = attrs.field(factory=list)
-    recurrent_states: list[torch.Tensor] = attrs.field(factory=list)
+    groups: list[AttentionCache | StateCache] = attrs.field(factory=list)
+
+    def attention(self, group: int) -> AttentionCache:
+        """Group ``group``'s tensors.
+
+        Raises:
+            AnnaError: that group is not an attention group.
+        """
+        cache = self.groups[group]
+        if not isinstance(cache, AttentionCache):
+            raise AnnaError(f"cache group {group} is not an attention group")
+        return cache
+
+    def state(self, group: int) -> StateCache:
+        """Group ``group``'s tensors.
+
+        Raises:
+            AnnaError: that group is not the recurrent group.
+        """
+        cache = self.groups[group]
+        if not isinstance(cache, StateCache):
+            raise AnnaError(f"cache group {group} is not a recurrent group")
+        return cache
+
+    @property
+    def state_caches(self) -> list[StateCache]:
+        """The recurrent group's tensors (a list of zero or one)."""
+        return [c for c in self.groups if isinstance(c, StateCache)]
+
+    def kv_pairs(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(k_cache, v_cache)`` of every owning layer of every attention group, in group order."""
+        return [pair for _, c in self.attention_caches for pair in zip(c.k, c.v)]
+
+    @property
+    def attention_caches(self) -> list[tuple[int, AttentionCache]]:
+        """``(group index, tensors)`` of every attention group."""
+        return [(i, c) for i, c in enumerate(self.groups) if isinstance(c, AttentionCache)]
+
+
+@attrs.frozen
+class ModelCapabilities:
+    """What a model declares it supports beyond the :class:`CausalLM` contract (all off by default).
+
+    Attributes:
+        padded_prefill: padding rows of a one-sequence prefill (``ForwardBatch.num_valid``) change none
+            of its state (:mod:`anna_core.layers.padding`), so the runner may capture its prefills as
+            graphs (:mod:`anna_core.engine.prefill_graphs`).
+        state_checkpoints: its recurrent layers take ``ForwardBatch.checkpoints``
+            (:mod:`anna_core.layers.state_checkpoints`), so prefills need not be cut at snapshot boundaries.
+    """
+
+    padded_prefill: bool = False
+    state_checkpoints: bool = False
 
 
 class CausalLM(Protocol):
     """The protocol a family's model (a ``torch.nn.Module``) implements."""
 
     cache_spec: CacheSpec
+    """The model's cache groups (:mod:`anna_core.cache_spec`)."""
+    capabilities: ModelCapabilities
     vocab_size: int
-    """Rows of the LM head: token ids ``>= vocab_size`` are rejected before a step (prompt ids,
-    ``logit_bias`` keys)."""
+    """Rows of the LM head (the logits width): token ids ``>= vocab_size`` are rejected before a step
+    (prompt ids, ``logit_bias`` keys)."""
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` after the final norm, for every token of ``batch``."""
@@ -100,7 +160,7 @@ class LoadedModel:
 
     Attributes:
         model: the ``CausalLM`` module, on its device, in eval mode.
-        tokenizer: :class:`anna_core.tokenizer.Tokenizer` (None for token-id-only dummy loads).
+        tokenizer: the checkpoint's tokenizer (None for token-id-only dummy loads).
         generation: checkpoint generation defaults.
         max_model_len: the checkpoint's context limit (``max_position_embeddings``).
         family: family name (``"qwen35"``).
@@ -108,10 +168,30 @@ class LoadedModel:
         device: the device.
     """
 
-    model: Any
-    tokenizer: Any
+    model: CausalLM
+    tokenizer: Tokenizer | None
     generation: GenerationDefaults
     max_model_len: int
     family: str
     dtype: torch.dtype
     device: torch.device
+
+
+_REQUIRED = ("cache_spec", "capabilities", "vocab_size", "forward", "compute_logits")
+
+
+def check_model(model: object) -> None:
+    """Check that ``model`` declares what :class:`CausalLM` requires (once, when an engine is built).
+
+    Raises:
+        AnnaError: a required attribute is missing or of the wrong type.
+    """
+    missing = [name for name in _REQUIRED if not hasattr(model, name)]
+    if missing:
+        raise AnnaError(f"{type(model).__name__} does not implement anna_core.model.CausalLM: missing {missing}")
+    if not isinstance(model.cache_spec, CacheSpec):
+        raise AnnaError(f"{type(model).__name__}.cache_spec must be an anna_core.model.CacheSpec")
+    if not isinstance(model.capabilities, ModelCapabilities):
+        raise AnnaError(f"{type(model).__name__}.capabilities must be an anna_core.model.ModelCapabilities")
+    if not isinstance(model.vocab_size, int) or model.vocab_size < 1:
+        raise AnnaError(f"{type(model).__name__}.vocab_size must be a positive int, got {model.vocab_size!r}")

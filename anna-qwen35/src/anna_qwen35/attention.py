@@ -29,7 +29,7 @@ class GatedAttention(nn.Module):
     ``attention_bias``), ``q_norm``/``k_norm`` ``[D]``.
     """
 
-    def __init__(self, cfg: Qwen35Config, kv_index: int, rotary: RotaryEmbedding, ops: Any):
+    def __init__(self, cfg: Qwen35Config, group: int, kv_index: int, rotary: RotaryEmbedding, ops: Any):
         super().__init__()
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
@@ -43,7 +43,7 @@ class GatedAttention(nn.Module):
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps, ops, zero_centered=True)
         # Shared across layers; stored in a tuple so it is not registered as a submodule per layer.
         self._rotary = (rotary,)
-        self.attn = PagedAttention(self.num_heads, self.num_kv_heads, D, D**-0.5, kv_index, ops)
+        self.attn = PagedAttention(self.num_heads, self.num_kv_heads, D, D**-0.5, group, kv_index, ops)
         self.qkv_proj: nn.Linear | None = None
         self.ops = ops
 
@@ -97,12 +97,13 @@ class GatedAttention(nn.Module):
         fused = self._fused_pre(batch)
         if fused is not None:  # q/k norms, rotary and the cache write in one kernel
             attn = self.attn
-            k_cache, v_cache = caches.kv[attn.kv_index]
+            k_cache, v_cache = caches.attention(attn.group).layer(attn.kv_index)
+            table = batch.tables[attn.group]
             q = fused(q_gate[..., :D], k.view(T, self.num_kv_heads, D), v.view(T, self.num_kv_heads, D),
                       self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, True, batch.positions,
-                      self._rotary[0]._tables(q_gate.device)[0], k_cache, v_cache, batch.slot_mapping)
+                      self._rotary[0]._tables(q_gate.device)[0], k_cache, v_cache, table.slot_mapping)
             o = self.ops.get("paged_attention", head_dim=D)(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens,
-                                                             batch.block_tables, attn.scale, attn.sliding_window)
+                                                             table.block_tables, attn.scale, attn.sliding_window)
         else:
             q = self.q_norm(q_gate[..., :D])  # [T, H, D]
             k = self.k_norm(k.view(T, self.num_kv_heads, D))  # [T, H_kv, D]

@@ -58,8 +58,8 @@ def l2_normalize(x: torch.Tensor) -> torch.Tensor:
 
 
 class GatedDeltaNet(nn.Module):
-    """One linear-attention layer; its state lives in ``caches.conv_states[state_index]`` and
-    ``caches.recurrent_states[state_index]`` at the batch's ``state_slots``.
+    """One linear-attention layer; its state lives in the recurrent cache group ``group``'s
+    ``conv[state_index]`` and ``recurrent[state_index]`` at the batch's ``state_slots``.
 
     Parameters (checkpoint names under ``linear_attn.``): ``in_proj_qkv`` ``[2*H_k*K + H_v*V, hidden]``
     (q, k, v concatenated in that order), ``in_proj_z`` ``[H_v*V, hidden]``, ``in_proj_b`` and
@@ -68,8 +68,9 @@ class GatedDeltaNet(nn.Module):
     ``[hidden, H_v*V]``.
     """
 
-    def __init__(self, cfg: Qwen35Config, state_index: int, ops: Any):
+    def __init__(self, cfg: Qwen35Config, group: int, state_index: int, ops: Any):
         super().__init__()
+        self.group = group
         self.state_index = state_index
         self.ops = ops
         self.num_k_heads = cfg.linear_num_key_heads
@@ -164,8 +165,9 @@ class GatedDeltaNet(nn.Module):
         """The layer after its input projection: qkv ``[T, C]``, z ``[T, H_v*V]``, b, a ``[T, H_v]``
         -> ``[T, hidden]``."""
         T = qkv.shape[0]
-        conv_states = caches.conv_states[self.state_index]  # [S, C, W-1]
-        states = caches.recurrent_states[self.state_index]  # [S, H_v, K, V] float32
+        cache = caches.state(self.group)
+        conv_states = cache.conv[self.state_index]  # [S, C, W-1]
+        states = cache.recurrent[self.state_index]  # [S, H_v, K, V] float32
         slots = batch.state_slots
         conv_w = self.conv1d.weight.squeeze(1)  # [C, W]
         if batch.is_decode:

@@ -15,9 +15,10 @@ from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
 from anna_core.model import (
-    AttentionCacheSpec,
     CacheSpec,
+    FullAttentionSpec,
     ModelCaches,
+    ModelCapabilities,
     RecurrentStateSpec,
 )
 from torch import nn
@@ -42,13 +43,14 @@ class DecoderLayer(nn.Module):
     same roundings.
     """
 
-    def __init__(self, cfg: Qwen35Config, layer_type: str, cache_index: int, rotary: RotaryEmbedding, ops: Any):
+    def __init__(self, cfg: Qwen35Config, layer_type: str, group: int, cache_index: int, rotary: RotaryEmbedding,
+                 ops: Any):
         super().__init__()
         self.layer_type = layer_type
         if layer_type == FULL:
-            self.self_attn = GatedAttention(cfg, cache_index, rotary, ops)
+            self.self_attn = GatedAttention(cfg, group, cache_index, rotary, ops)
         else:
-            self.linear_attn = GatedDeltaNet(cfg, cache_index, ops)
+            self.linear_attn = GatedDeltaNet(cfg, group, cache_index, ops)
         self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size, ops)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
@@ -63,17 +65,33 @@ class DecoderLayer(nn.Module):
         return self.mlp(h, pre_norm=(self.post_attention_layernorm, residual))
 
 
+def cache_spec(cfg: Qwen35Config) -> CacheSpec:
+    """Qwen3.5's cache groups: one full-attention group (the gated-attention layers), then one recurrent
+    group (the gated-DeltaNet layers); either is left out when the model has no such layer."""
+    full = [i for i, t in enumerate(cfg.layer_types) if t == FULL]
+    linear = [i for i, t in enumerate(cfg.layer_types) if t != FULL]
+    groups = []
+    if full:
+        groups.append(FullAttentionSpec(layers=full, num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim))
+    if linear:
+        groups.append(RecurrentStateSpec(
+            layers=linear,
+            conv_shape=(2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim
+                        + cfg.linear_num_value_heads * cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim - 1),
+            state_shape=(cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim)))
+    return CacheSpec(groups)
+
+
 class Qwen35TextModel(nn.Module):
-    def __init__(self, cfg: Qwen35Config, ops: Any):
+    def __init__(self, cfg: Qwen35Config, spec: CacheSpec, ops: Any):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         rotary = RotaryEmbedding(cfg.head_dim, cfg.rotary_dim, cfg.rope_parameters, ops)
         self.rotary = rotary
-        layers, n_full, n_linear = [], 0, 0
-        for layer_type in cfg.layer_types:
-            index = n_full if layer_type == FULL else n_linear
-            layers.append(DecoderLayer(cfg, layer_type, index, rotary, ops))
-            n_full, n_linear = n_full + (layer_type == FULL), n_linear + (layer_type != FULL)
+        layers = []
+        for i, layer_type in enumerate(cfg.layer_types):
+            group = spec.group_of(i)
+            layers.append(DecoderLayer(cfg, layer_type, group, spec.groups[group].cache_index(i), rotary, ops))
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
 
@@ -93,33 +111,21 @@ class Qwen35ForCausalLM(nn.Module):
         ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
 
     With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``.
-    Padding rows of a padded prefill (``ForwardBatch.num_valid``) change none of its state, so the
-    runner may capture its prefills (:mod:`anna_core.engine.prefill_graphs`); its gated-DeltaNet layers
+    Its capabilities: padding rows of a padded prefill (``ForwardBatch.num_valid``) change none of its
+    state, so the runner may capture its prefills (:mod:`anna_core.engine.prefill_graphs`); its gated-DeltaNet layers
     take recurrent-state snapshots inside a prefill pass (``ForwardBatch.checkpoints``,
     :mod:`anna_core.layers.state_checkpoints`).
     """
 
-    padded_prefill = True
-    state_checkpoints = True
+    capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True)
 
     def __init__(self, cfg: Qwen35Config, ops: Any):
         super().__init__()
         self.config = cfg
         self.ops = ops
-        self.model = Qwen35TextModel(cfg, ops)
+        self.cache_spec = cache_spec(cfg)
+        self.model = Qwen35TextModel(cfg, self.cache_spec, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.cache_spec = CacheSpec(
-            attention=AttentionCacheSpec(
-                num_layers=cfg.num_full_layers, num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim
-            ) if cfg.num_full_layers else None,
-            recurrent=RecurrentStateSpec(
-                num_layers=cfg.num_linear_layers,
-                conv_shape=(2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim
-                            + cfg.linear_num_value_heads * cfg.linear_value_head_dim,
-                            cfg.linear_conv_kernel_dim - 1),
-                state_shape=(cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim),
-            ) if cfg.num_linear_layers else None,
-        )
 
     @property
     def vocab_size(self) -> int:

@@ -213,9 +213,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     engine = build_engine(loaded, s)
     setup_s = wall_clock() - t
     model = loaded.model
-    vocab = int(getattr(model, "vocab_size", 0) or getattr(getattr(model, "config", None), "vocab_size", 0))
-    if vocab < 1:
-        raise AnnaError("the model exposes no vocab_size; cannot draw token-id prompts")
+    vocab = model.vocab_size
     bandwidth = copy_bandwidth(accel)
 
     runs = []

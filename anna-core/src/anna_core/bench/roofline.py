@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from anna_core.device import Accelerator
-from anna_core.model import CacheSpec
+from anna_core.model import CacheSpec, SlidingWindowSpec
 
 
 @attrs.frozen
@@ -60,16 +60,18 @@ def decode_step_bytes(model: nn.Module, spec: CacheSpec, batch: int, context: fl
     """
     elem = torch.empty((), dtype=dtype).element_size()
     state = 0
-    if spec.recurrent is not None:
-        rec = spec.recurrent
+    rec = spec.recurrent
+    if rec is not None:
         h, k, v = rec.state_shape
         c, w = rec.conv_shape
-        state = rec.num_layers * batch * 2 * (h * k * v * 4 + c * w * elem)
-    kv = 0
-    if spec.attention is not None:
-        att = spec.attention
-        per_token = 2 * att.num_kv_heads * att.head_dim * elem  # K and V
-        kv = int(att.num_layers * batch * per_token * (context + 1))  # read the context, write one token
+        state = len(rec.layers) * batch * 2 * (h * k * v * 4 + c * w * elem)  # read and write
+    kv = 0.0
+    for g in spec.attention_groups:
+        group = spec.groups[g]
+        per_token = 2 * group.num_kv_heads * group.head_dim * torch.empty((), dtype=group.dtype or dtype).element_size()
+        read = min(context, group.window - 1) if isinstance(group, SlidingWindowSpec) else context
+        kv += len(group.layers) * batch * per_token * (read + 1)  # read the context (window), write one token
+    kv = int(kv)
     return StepBytes(weights=weight_bytes(model), state=state, kv=kv)
 
 

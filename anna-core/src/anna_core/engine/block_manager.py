@@ -7,6 +7,10 @@ entries. With prefix caching on, a full block whose K/V are computed is register
 hash-chain key (:mod:`anna_core.engine.prefix_cache`); when nothing references or pins it any more
 it stays in the cache, *evictable*, and a later sequence with the same prefix can share it.
 Allocation takes never-used blocks first, then evicts the least recently released cached block.
+
+A table is indexed by ``position // block_size``. An entry a sequence no longer holds (a block wholly
+behind a sliding window, :meth:`BlockManager.drop_before`) is the *null block* ``num_blocks``, the
+cache's scratch block: never handed out, never referenced, and read only under an attention mask.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
+        self.null_block = num_blocks
         self._free: deque[int] = deque(range(num_blocks))
         self._seq_refs = [0] * num_blocks
         self._pins = [0] * num_blocks
@@ -68,6 +73,10 @@ class BlockManager:
     def num_evictable_among(self, blocks: list[int]) -> int:
         """How many of ``blocks`` are cached and unreferenced (sharing them takes them off the free count)."""
         return sum(1 for b in blocks if b in self._evictable)
+
+    def num_held(self, seq_id: str) -> int:
+        """Blocks ``seq_id`` references (its table's entries other than the null block)."""
+        return sum(1 for b in self.table(seq_id) if b != self.null_block)
 
     def ref_count(self, block: int) -> int:
         """Sequences plus prompt-cache entries holding ``block``."""
@@ -103,7 +112,8 @@ class BlockManager:
         return table
 
     def share(self, seq_id: str, blocks: list[int]) -> list[int]:
-        """Start ``seq_id``'s (empty) table with existing ``blocks`` (a cache hit); returns the table.
+        """Start ``seq_id``'s (empty) table with existing ``blocks`` (a cache hit; entries may be the null
+        block, which is not referenced); returns the table.
 
         Raises:
             AnnaError: ``seq_id`` already holds blocks.
@@ -111,6 +121,8 @@ class BlockManager:
         if self.table(seq_id):
             raise AnnaError(f"{seq_id!r} already holds blocks; shared blocks must start its table")
         for block in blocks:
+            if block == self.null_block:
+                continue
             self._evictable.pop(block, None)
             self._ref(block)
         self._tables[seq_id] = list(blocks)
@@ -119,20 +131,35 @@ class BlockManager:
     def free(self, seq_id: str) -> None:
         """Release every block of ``seq_id`` (a no-op if it holds none)."""
         for block in reversed(self._tables.pop(seq_id, [])):
-            self._seq_refs[block] -= 1
-            if self._seq_refs[block] == 0:
-                self._num_seq_used -= 1
-                self._maybe_release(block)
+            if block != self.null_block:
+                self._unref(block)
+
+    def drop_before(self, seq_id: str, num_blocks: int) -> int:
+        """Release ``seq_id``'s references to its first ``num_blocks`` table entries (blocks wholly behind
+        a sliding window); they become null entries, and a cached one stays in the prefix cache as
+        evictable. Returns how many were released."""
+        table = self._tables.get(seq_id, [])
+        dropped = 0
+        for i in range(min(num_blocks, len(table))):
+            if table[i] != self.null_block:
+                block, table[i] = table[i], self.null_block
+                self._unref(block)
+                dropped += 1
+        return dropped
 
     def pin(self, blocks: list[int]) -> None:
-        """Hold ``blocks`` for a prompt-cache entry (they must be in use)."""
+        """Hold ``blocks`` for a prompt-cache entry (they must be in use; null entries are skipped)."""
         for block in blocks:
+            if block == self.null_block:
+                continue
             if self.ref_count(block) == 0:
                 raise AnnaError(f"cannot pin free block {block}")
             self._pins[block] += 1
 
     def unpin(self, blocks: list[int]) -> None:
         for block in blocks:
+            if block == self.null_block:
+                continue
             self._pins[block] -= 1
             self._maybe_release(block)
 
@@ -147,6 +174,10 @@ class BlockManager:
         if self.enable_caching and block_hash not in self._by_hash and block not in self._hash_of:
             self._by_hash[block_hash] = block
             self._hash_of[block] = block_hash
+
+    def cached_block(self, block_hash: bytes) -> int | None:
+        """The block registered under ``block_hash``, or None."""
+        return self._by_hash.get(block_hash)
 
     def lookup(self, hashes: list[bytes]) -> list[int]:
         """The cached blocks of the longest prefix of ``hashes`` found in the cache."""
@@ -164,6 +195,12 @@ class BlockManager:
         if self._seq_refs[block] == 0:
             self._num_seq_used += 1
         self._seq_refs[block] += 1
+
+    def _unref(self, block: int) -> None:
+        self._seq_refs[block] -= 1
+        if self._seq_refs[block] == 0:
+            self._num_seq_used -= 1
+            self._maybe_release(block)
 
     def _take(self) -> int:
         if self._free:

@@ -1,14 +1,22 @@
-"""Allocate the model's cache tensors (:class:`~anna_core.model.ModelCaches`) from its CacheSpec."""
+"""Allocate the model's cache tensors (:class:`~anna_core.model.ModelCaches`) group by group, and size them.
+
+Each attention group gets its own block pool (its geometry differs from the others'); the recurrent
+group gets ``num_slots`` state slots. Every pool has one extra entry, its *scratch* block or slot,
+never handed out: padding rows of captured graphs write there, and block-table entries a sequence
+does not hold point there.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 
+from anna_core.cache_spec import CacheSpec, FullAttentionSpec, RecurrentStateSpec, SlidingWindowSpec
 from anna_core.device import memory_stats
 from anna_core.errors import AnnaError
-from anna_core.model import CacheSpec, ModelCaches
+from anna_core.model import AttentionCache, ModelCaches, StateCache
 
 log = logging.getLogger("anna.engine")
 
@@ -20,23 +28,14 @@ _ACCEL_FRACTION = 0.85
 
 
 def bytes_per_block(spec: CacheSpec, block_size: int, dtype: torch.dtype) -> int:
-    """Bytes of one KV block over all attention layers (K and V); 0 without attention layers."""
-    att = spec.attention
-    if att is None:
-        return 0
-    elem = torch.empty((), dtype=dtype).element_size()
-    return 2 * att.num_layers * block_size * att.num_kv_heads * att.head_dim * elem
+    """Bytes of one block in every attention group together (K and V); 0 without attention groups."""
+    return sum(spec.groups[g].bytes_per_block(block_size, dtype) for g in spec.attention_groups)
 
 
 def state_bytes(spec: CacheSpec, num_slots: int, dtype: torch.dtype) -> int:
-    """Bytes of the recurrent-state pools (conv state in ``dtype``, recurrent state float32)."""
+    """Bytes of ``num_slots`` recurrent-state slots (conv state in ``dtype``, recurrent state float32)."""
     rec = spec.recurrent
-    if rec is None:
-        return 0
-    elem = torch.empty((), dtype=dtype).element_size()
-    c, w = rec.conv_shape
-    h, k, v = rec.state_shape
-    return rec.num_layers * num_slots * (c * w * elem + h * k * v * 4)
+    return 0 if rec is None else num_slots * rec.bytes_per_slot(dtype)
 
 
 def default_kv_budget_bytes(device: torch.device) -> int:
@@ -51,78 +50,146 @@ def default_kv_budget_bytes(device: torch.device) -> int:
     return int(free * _ACCEL_FRACTION)
 
 
+def group_block_caps(spec: CacheSpec, block_size: int, max_len: int, max_num_seqs: int,
+                     max_prefill_tokens: int) -> list[int]:
+    """Per attention group (``spec.attention_groups`` order), the most blocks it can use: every one of
+    ``max_num_seqs`` sequences at ``max_len`` tokens; a sliding-window group needs only its window per
+    sequence plus the blocks of one step's prefill chunks."""
+    caps = []
+    for g in spec.attention_groups:
+        group = spec.groups[g]
+        cap = max_num_seqs * group.max_blocks_per_seq(max_len, block_size)
+        if isinstance(group, SlidingWindowSpec):
+            cap = min(max_num_seqs * -(-max_len // block_size), cap + -(-max_prefill_tokens // block_size))
+        caps.append(cap)
+    return caps
+
+
+def plan_num_blocks(spec: CacheSpec, block_size: int, dtype: torch.dtype, budget_bytes: int,
+                    caps: Sequence[int]) -> list[int]:
+    """Blocks per attention group within ``budget_bytes``: the largest ``n`` such that every full-attention
+    group holding ``min(n, cap)`` blocks and every sliding-window group ``min(n, cap)`` fits (a window group
+    stops growing at its cap while the full groups grow on).
+
+    Args:
+        caps: per attention group, the most blocks it can use (:func:`group_block_caps`).
+
+    Raises:
+        AnnaError: not even one block per group fits.
+    """
+    groups = [spec.groups[g] for g in spec.attention_groups]
+    per = [g.bytes_per_block(block_size, dtype) for g in groups]
+
+    def cost(n: int) -> int:
+        return sum(min(n, c) * b for c, b in zip(caps, per))
+
+    if cost(1) > budget_bytes:
+        raise AnnaError(f"KV cache budget of {budget_bytes} bytes holds no block of {cost(1)} bytes (all groups); "
+                        "raise kv_cache_memory_gib")
+    lo, hi = 1, max(caps)
+    while lo < hi:  # the largest n with cost(n) <= budget
+        mid = (lo + hi + 1) // 2
+        if cost(mid) <= budget_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return [min(lo, c) for c in caps]
+
+
 def num_blocks_for_budget(spec: CacheSpec, block_size: int, dtype: torch.dtype, budget_bytes: int) -> int:
-    """Blocks that fit in ``budget_bytes``.
+    """Blocks that fit in ``budget_bytes`` when every attention group holds the same number.
 
     Raises:
         AnnaError: not even one block fits.
     """
     per_block = bytes_per_block(spec, block_size, dtype)
-    n = budget_bytes // per_block
+    n = budget_bytes // per_block if per_block else 0
     if n < 1:
         raise AnnaError(f"KV cache budget of {budget_bytes} bytes holds no block of {per_block} bytes; "
                         "raise kv_cache_memory_gib")
     return int(n)
 
 
-def zeroed_caches(spec: CacheSpec, *, num_blocks: int, block_size: int, num_slots: int,
+def zeroed_caches(spec: CacheSpec, *, num_blocks: int | Sequence[int], block_size: int, num_slots: int,
                   device: torch.device, dtype: torch.dtype) -> ModelCaches:
     """Zero-filled caches of exactly these sizes (no scratch entries).
 
+    Args:
+        num_blocks: blocks of every attention group, or one count per attention group.
+
     Returns:
-        ``ModelCaches`` with, per attention layer, ``k``/``v`` ``[num_blocks, block_size, H_kv, D]`` in
-        ``dtype``; per recurrent layer ``conv_states`` ``[num_slots, C, W-1]`` in ``dtype`` and
-        ``recurrent_states`` ``[num_slots, H_v, K, V]`` float32.
+        ``ModelCaches`` with, per attention group and owning layer, ``k``/``v``
+        ``[num_blocks, block_size, H_kv, D]`` in the group's dtype (default ``dtype``); for the recurrent
+        group, per layer ``conv`` ``[num_slots, C, W-1]`` in ``dtype`` and ``recurrent``
+        ``[num_slots, H_v, K, V]`` float32.
     """
+    counts = _per_group(spec, num_blocks)
     caches = ModelCaches(block_size=block_size)
-    if spec.attention is not None:
-        att = spec.attention
-        shape = (num_blocks, block_size, att.num_kv_heads, att.head_dim)
-        caches.kv = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-                     for _ in range(att.num_layers)]
-    if spec.recurrent is not None:
-        rec = spec.recurrent
-        caches.conv_states = [torch.zeros((num_slots, *rec.conv_shape), dtype=dtype, device=device)
-                              for _ in range(rec.num_layers)]
-        caches.recurrent_states = [torch.zeros((num_slots, *rec.state_shape), dtype=torch.float32, device=device)
-                                   for _ in range(rec.num_layers)]
+    for i, group in enumerate(spec.groups):
+        if isinstance(group, FullAttentionSpec):
+            shape = (counts[i], block_size, group.num_kv_heads, group.head_dim)
+            dt = group.dtype or dtype
+            caches.groups.append(AttentionCache(
+                k=[torch.zeros(shape, dtype=dt, device=device) for _ in group.layers],
+                v=[torch.zeros(shape, dtype=dt, device=device) for _ in group.layers]))
+        elif isinstance(group, RecurrentStateSpec):
+            caches.groups.append(StateCache(
+                conv=[torch.zeros((num_slots, *group.conv_shape), dtype=dtype, device=device) for _ in group.layers],
+                recurrent=[torch.zeros((num_slots, *group.state_shape), dtype=torch.float32, device=device)
+                           for _ in group.layers]))
+        else:
+            raise AnnaError(f"unknown cache group kind {type(group).__name__}")
     return caches
 
 
-def allocate_caches(spec: CacheSpec, *, num_blocks: int, block_size: int, num_slots: int,
+def _per_group(spec: CacheSpec, num_blocks: int | Sequence[int]) -> dict[int, int]:
+    groups = spec.attention_groups
+    counts = [int(num_blocks)] * len(groups) if isinstance(num_blocks, int) else [int(n) for n in num_blocks]
+    if len(counts) != len(groups):
+        raise AnnaError(f"{len(counts)} block counts for {len(groups)} attention groups")
+    return dict(zip(groups, counts))
+
+
+def allocate_caches(spec: CacheSpec, *, num_blocks: int | Sequence[int], block_size: int, num_slots: int,
                     device: torch.device, dtype: torch.dtype) -> ModelCaches:
-    """Zero-filled cache tensors, plus one scratch block and one scratch slot.
+    """Zero-filled cache tensors, plus one scratch block per attention group and one scratch slot.
 
     The scratch entries (index ``num_blocks`` / ``num_slots``, see :func:`scratch_block` and
-    :func:`scratch_slot`) are never handed out by the block manager or the slot pool; the padding
-    rows of a captured decode graph write their K/V and state there.
+    :func:`scratch_slot`) are never handed out by the block managers or the slot pool.
 
     Returns:
-        :func:`zeroed_caches` with ``num_blocks + 1`` KV blocks and ``num_slots + 1`` state slots.
+        :func:`zeroed_caches` with ``num_blocks + 1`` blocks per attention group and ``num_slots + 1`` slots.
     """
-    num_slots += 1
-    caches = zeroed_caches(spec, num_blocks=num_blocks + 1, block_size=block_size, num_slots=num_slots,
-                           device=device, dtype=dtype)
-    log.info("caches: %d KV blocks of %d tokens (%.1f MiB), %d state slots (%.1f MiB)",
-             num_blocks if spec.attention else 0, block_size,
-             bytes_per_block(spec, block_size, dtype) * num_blocks / 2**20,
-             num_slots, state_bytes(spec, num_slots, dtype) / 2**20)
+    counts = _per_group(spec, num_blocks)
+    caches = zeroed_caches(spec, num_blocks=[counts[g] + 1 for g in spec.attention_groups], block_size=block_size,
+                           num_slots=num_slots + 1, device=device, dtype=dtype)
+    for g in spec.attention_groups:
+        log.info("cache group %d (%s): %d blocks of %d tokens (%.1f MiB)", g, spec.groups[g].kind, counts[g],
+                 block_size, spec.groups[g].bytes_per_block(block_size, dtype) * counts[g] / 2**20)
+    if spec.recurrent is not None:
+        log.info("cache group %d (recurrent): %d state slots (%.1f MiB)", spec.state_group, num_slots + 1,
+                 state_bytes(spec, num_slots + 1, dtype) / 2**20)
     return caches
 
 
 def zero_slots(caches: ModelCaches, slots: torch.Tensor) -> None:
     """Zero the recurrent and conv state of ``slots`` (``[n]`` int64, on the caches' device)."""
-    for conv in caches.conv_states:
-        conv.index_fill_(0, slots, 0)
-    for state in caches.recurrent_states:
-        state.index_fill_(0, slots, 0)
+    for group in caches.state_caches:
+        for t in group.conv + group.recurrent:
+            t.index_fill_(0, slots, 0)
 
 
-def scratch_block(caches: ModelCaches) -> int:
-    """Index of the KV block no sequence owns (the last one; 0 without attention layers)."""
-    return caches.kv[0][0].shape[0] - 1 if caches.kv else 0
+def has_state(caches: ModelCaches) -> bool:
+    """Whether the caches have a recurrent group (fresh slots must be zeroed)."""
+    return bool(caches.state_caches)
+
+
+def scratch_block(caches: ModelCaches, group: int) -> int:
+    """Index of attention group ``group``'s block no sequence owns (its last one)."""
+    return caches.attention(group).k[0].shape[0] - 1
 
 
 def scratch_slot(caches: ModelCaches) -> int:
-    """Index of the state slot no sequence owns (the last one; 0 without recurrent layers)."""
-    return caches.conv_states[0].shape[0] - 1 if caches.conv_states else 0
+    """Index of the state slot no sequence owns (the last one; 0 without a recurrent group)."""
+    states = caches.state_caches
+    return states[0].conv[0].shape[0] - 1 if states else 0

@@ -63,7 +63,8 @@ class EngineConfig:
 
     Attributes:
         block_size: tokens per paged KV block.
-        num_blocks: KV blocks to allocate; overrides the memory budget when set.
+        num_blocks: KV blocks to allocate in every attention cache group; overrides the memory budget
+            when set.
         kv_cache_memory_gib: memory (GiB) for the KV blocks when ``num_blocks`` is unset;
             ``None`` sizes it from the device's free memory (see
             :func:`anna_core.engine.cache_allocator.default_kv_budget_bytes`) minus
@@ -73,10 +74,10 @@ class EngineConfig:
             checkpoint's limit. Always capped by what the KV cache can hold.
         enable_prefix_caching: reuse computed KV blocks (and recurrent-state snapshots) of
             earlier prompts with the same prefix.
-        snapshot_interval: tokens between recurrent-state snapshots of hybrid models (a multiple
-            of ``block_size``). Models with ``state_checkpoints = True`` take them inside the prefill
-            pass (:mod:`anna_core.layers.state_checkpoints`); for others, prefill chunks end at these
-            boundaries so the state is copied after the step.
+        snapshot_interval: tokens between recurrent-state snapshots of models with a recurrent cache
+            group (a multiple of ``block_size``). Models whose capabilities declare ``state_checkpoints``
+            take them inside the prefill pass (:mod:`anna_core.layers.state_checkpoints`); for others,
+            prefill chunks end at these boundaries so the state is copied after the step.
         snapshot_memory_mib: memory (MiB) for recurrent-state snapshots (their own budget; with in-pass
             snapshots one more entry, the captured prefills' scratch, is allocated beyond it).
         num_snapshots: snapshots to allocate; overrides ``snapshot_memory_mib`` when set.

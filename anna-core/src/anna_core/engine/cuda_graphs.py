@@ -35,7 +35,7 @@ import torch
 
 from anna_core.device import Accelerator
 from anna_core.engine.cache_allocator import scratch_block, scratch_slot
-from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.forward_batch import ForwardBatch, GroupTable
 from anna_core.engine.graph_staging import IdsReadback, PendingIds, Staging
 from anna_core.engine.sampler import sample_no_sync
 from anna_core.errors import AnnaError
@@ -46,8 +46,9 @@ log = logging.getLogger("anna.engine")
 MODES = ("greedy", "sample", "logits")
 """Sampling modes captured per bucket (``"logits"``: forward and LM head only, see :meth:`DecodeGraphs.run_logits`)."""
 
-# int64 fields of the staging buffer, one per row (block tables follow as int32 [B, W]).
-_I64 = ("input_ids", "token_index", "positions", "slot_mapping", "state_slots", "top_k", "seeds", "steps")
+# int64 fields of the staging buffer, one per row (per attention group g: "slot_mapping{g}" int64 [B] and
+# "block_tables{g}" int32 [B, W] follow).
+_I64 = ("input_ids", "token_index", "positions", "state_slots", "top_k", "seeds", "steps")
 _F32 = ("temperature", "top_p", "min_p")
 _I32 = ("seq_lens",)
 
@@ -101,8 +102,11 @@ class DecodeGraphs:
         self.modes = tuple(modes)
         self._forward = compile_fn(self._forward_logits) if compile_fn else self._forward_logits
         rows = self.buckets[-1]
+        self.groups = [g for g, _ in caches.attention_caches]
         fields = ([(n, torch.int64, (rows,)) for n in _I64] + [(n, torch.float32, (rows,)) for n in _F32]
-                  + [(n, torch.int32, (rows,)) for n in _I32] + [("block_tables", torch.int32, (rows, self.width))])
+                  + [(n, torch.int32, (rows,)) for n in _I32])
+        for g in self.groups:
+            fields += [(f"slot_mapping{g}", torch.int64, (rows,)), (f"block_tables{g}", torch.int32, (rows, self.width))]
         self.staging = Staging(accel, fields)
         self.rows = rows
         # tokens[:rows]: the ids sampled by the last sampling replay; tokens[rows:]: this step's staged ids
@@ -111,7 +115,7 @@ class DecodeGraphs:
         self.readback = IdsReadback(accel, rows)
         self._cu = torch.arange(rows + 1, dtype=torch.int32, device=accel.device)
         self._rows = torch.arange(rows, dtype=torch.int64, device=accel.device)
-        self.pad_block = scratch_block(caches)
+        self.pad_blocks = {g: scratch_block(caches, g) for g in self.groups}
         self.pad_slot = scratch_slot(caches)
         self._graphs: dict[tuple[int, str], Any] = {}
         # the "logits" graphs' output [rows, logits width] float32, one for all buckets: allocated by the
@@ -127,9 +131,12 @@ class DecodeGraphs:
         # < rows) when the engine scheduled this step before reading that one back
         self.tokens[self.rows:self.rows + b].copy_(d["input_ids"][:b])
         input_ids = self.tokens.index_select(0, d["token_index"][:b])
+        tables: list[GroupTable | None] = [None] * len(self.caches.groups)
+        for g in self.groups:
+            tables[g] = GroupTable(block_tables=d[f"block_tables{g}"][:b], slot_mapping=d[f"slot_mapping{g}"][:b])
         return ForwardBatch(
             input_ids=input_ids, positions=d["positions"][:b], cu_seqlens=self._cu[:b + 1],
-            seq_lens=d["seq_lens"][:b], block_tables=d["block_tables"][:b], slot_mapping=d["slot_mapping"][:b],
+            seq_lens=d["seq_lens"][:b], tables=tables,
             state_slots=d["state_slots"][:b], logits_indices=self._rows[:b], query_lens=[1] * b,
             context_lens=[1] * b, is_decode=True,
         )
@@ -197,10 +204,11 @@ class DecodeGraphs:
         h["input_ids"][start:] = 0
         h["token_index"][start:] = np.arange(self.rows + start, 2 * self.rows)
         h["positions"][start:] = 0
-        h["slot_mapping"][start:] = self.pad_block * self._block_size()
+        for g, pad in self.pad_blocks.items():
+            h[f"slot_mapping{g}"][start:] = pad * self._block_size()
+            h[f"block_tables{g}"][start:] = pad
         h["state_slots"][start:] = self.pad_slot
         h["seq_lens"][start:] = 1
-        h["block_tables"][start:] = self.pad_block
         h["temperature"][start:] = 0.0
         h["top_p"][start:] = 2.0
         h["min_p"][start:] = 0.0
@@ -248,14 +256,14 @@ class DecodeGraphs:
         self.staging.upload()
         return graph.replay
 
-    def run(self, token_ids: Sequence[int], positions: Sequence[int], block_tables: Sequence[Sequence[int]],
-            state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
+    def run(self, token_ids: Sequence[int], positions: Sequence[int],
+            block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
             ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None) -> PendingIds:
         """Stage one decode step of ``n`` sequences and replay its graph, without waiting for it.
 
         Args:
             token_ids, positions: ``[n]`` the new token and its position per sequence.
-            block_tables: per sequence its KV blocks (at most ``W`` each).
+            block_tables: per attention group (the caches' order), per sequence its blocks (at most ``W`` each).
             state_slots: ``[n]`` recurrent-state slots.
             mode: ``"greedy"`` or ``"sample"``.
             floats, ints: per row sampling parameters from :func:`~anna_core.engine.sampler.param_rows`
@@ -276,8 +284,8 @@ class DecodeGraphs:
         self._replay(token_ids, positions, block_tables, state_slots, mode, floats, ints, prev_rows)
         return self.readback.start(self.out[:n])
 
-    def run_logits(self, token_ids: Sequence[int], positions: Sequence[int], block_tables: Sequence[Sequence[int]],
-                   state_slots: Sequence[int]) -> torch.Tensor:
+    def run_logits(self, token_ids: Sequence[int], positions: Sequence[int],
+                   block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int]) -> torch.Tensor:
         """Stage one decode step of ``n`` sequences and replay the ``"logits"`` graph (forward and LM
         head, no sampling), without waiting for it.
 
@@ -295,8 +303,8 @@ class DecodeGraphs:
         self._replay(token_ids, positions, block_tables, state_slots, "logits")
         return self.logits_out[:n]
 
-    def _replay(self, token_ids: Sequence[int], positions: Sequence[int], block_tables: Sequence[Sequence[int]],
-                state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
+    def _replay(self, token_ids: Sequence[int], positions: Sequence[int],
+                block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
                 ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None) -> None:
         """Stage the step's inputs, upload them and replay the graph of ``mode``."""
         n = len(token_ids)
@@ -316,14 +324,18 @@ class DecodeGraphs:
         h["positions"][:n] = positions
         h["state_slots"][:n] = state_slots
         h["seq_lens"][:n] = [p + 1 for p in positions]
-        tables = h["block_tables"]
-        slot_map = h["slot_mapping"]
-        for i, (table, pos) in enumerate(zip(block_tables, positions)):
-            if len(table) > self.width:
-                raise AnnaError(f"a block table of {len(table)} blocks exceeds the captured width {self.width}")
-            tables[i, :len(table)] = table
-            tables[i, len(table):] = self.pad_block
-            slot_map[i] = table[pos // bs] * bs + pos % bs
+        if len(block_tables) != len(self.groups):
+            raise AnnaError(f"{len(block_tables)} block-table groups for {len(self.groups)} attention groups")
+        for g, group_tables in zip(self.groups, block_tables):
+            tables = h[f"block_tables{g}"]
+            slot_map = h[f"slot_mapping{g}"]
+            pad = self.pad_blocks[g]
+            for i, (table, pos) in enumerate(zip(group_tables, positions)):
+                if len(table) > self.width:
+                    raise AnnaError(f"a block table of {len(table)} blocks exceeds the captured width {self.width}")
+                tables[i, :len(table)] = table
+                tables[i, len(table):] = pad
+                slot_map[i] = table[pos // bs] * bs + pos % bs
         if mode == "sample":
             f = np.asarray(floats, dtype=np.float32).reshape(n, 3)
             k = np.asarray(ints, dtype=np.int64).reshape(n, 3)

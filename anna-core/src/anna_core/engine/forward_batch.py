@@ -12,6 +12,22 @@ if TYPE_CHECKING:  # the layers import this module
 
 
 @attrs.define
+class GroupTable:
+    """One attention cache group's share of a batch.
+
+    Attributes:
+        block_tables: ``[B, max_blocks]`` int32 block ids per sequence, indexed by ``position // block_size``
+            (entries the sequence does not hold, e.g. blocks behind a sliding window, and padding hold
+            the group's scratch block).
+        slot_mapping: ``[T]`` int64 flat cache slot (``block * block_size + offset``) of each token,
+            where its K/V are written.
+    """
+
+    block_tables: torch.Tensor
+    slot_mapping: torch.Tensor
+
+
+@attrs.define
 class ForwardBatch:
     """A flattened, variable-length batch of tokens for one forward pass.
 
@@ -24,10 +40,10 @@ class ForwardBatch:
         positions: ``[T]`` int64 absolute positions (0-based) of each token in its sequence.
         cu_seqlens: ``[B+1]`` int32 query offsets into the flattened tokens.
         seq_lens: ``[B]`` int32 context length of each sequence *after* this step (cached + new).
-        block_tables: ``[B, max_blocks]`` int32 KV block ids per sequence (padding ``0``).
-        slot_mapping: ``[T]`` int64 flat KV-cache slot (``block * block_size + offset``) of each
-            token, where its K/V are written.
-        state_slots: ``[B]`` int64 recurrent-state slot of each sequence.
+        tables: per cache group of the model's :class:`~anna_core.cache_spec.CacheSpec`, in its order, a
+            :class:`GroupTable` (attention groups) or None (the recurrent group, addressed by ``state_slots``).
+        state_slots: ``[B]`` int64 state slot of each sequence (the recurrent group's slots; every
+            sequence has one, so models without recurrent layers may key per-sequence data by it).
         logits_indices: ``[N]`` int64 rows of the hidden states whose logits are needed (the
             last token of each sequence that samples this step).
         query_lens: host copy of the per-sequence query lengths (``list[int]``, length ``B``).
@@ -35,11 +51,11 @@ class ForwardBatch:
         is_decode: every sequence contributes exactly one token (decode-only step).
         num_valid: ``[1]`` int64, or None. Set only for a single-sequence prefill padded to a captured
             length (:mod:`anna_core.engine.prefill_graphs`): rows ``num_valid..T-1`` are padding. Their
-            K/V go to their own positions of the block table (padded with the scratch block) through
+            K/V go to their own positions of each block table (padded with the scratch block) through
             ``slot_mapping``; layers with recurrent state must make them change no state
             (:mod:`anna_core.layers.padding`). None: every row is a real token.
         checkpoints: recurrent-state snapshots to take inside this prefill pass
-            (:mod:`anna_core.layers.state_checkpoints`; only for models with ``state_checkpoints = True``),
+            (:mod:`anna_core.layers.state_checkpoints`; only for models whose capabilities declare ``state_checkpoints``),
             or None.
     """
 
@@ -47,8 +63,7 @@ class ForwardBatch:
     positions: torch.Tensor
     cu_seqlens: torch.Tensor
     seq_lens: torch.Tensor
-    block_tables: torch.Tensor
-    slot_mapping: torch.Tensor
+    tables: list[GroupTable | None]
     state_slots: torch.Tensor
     logits_indices: torch.Tensor
     query_lens: list[int]

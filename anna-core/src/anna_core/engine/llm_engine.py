@@ -28,30 +28,30 @@ from typing import Any
 
 import torch
 
-from anna_core.engine.block_manager import BlockManager, blocks_for
+from anna_core.cache_spec import SlidingWindowSpec
 from anna_core.engine.cache_allocator import (
     allocate_caches,
     default_kv_budget_bytes,
-    num_blocks_for_budget,
+    group_block_caps,
+    plan_num_blocks,
     state_bytes,
 )
+from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.checkpoint_plan import CheckpointTarget
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.detokenizer import IncrementalDetokenizer
 from anna_core.engine.inflight import Inflight, resolve_pending
-from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
-from anna_core.engine.model_runner import ModelRunner
+from anna_core.engine.logits_processors import LogitsProcessors
+from anna_core.engine.model_runner import ModelRunner, ModelRunnerOutput, StepPath
 from anna_core.engine.outputs import RequestOutput, request_output
 from anna_core.engine.request import PENDING, Request
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler, SchedulerOutput
-from anna_core.engine.state_pool import StatePool
-from anna_core.engine.state_store import LogitsTap, StateStore, copy_blocks
+from anna_core.engine.state_store import StateStore, copy_blocks
 from anna_core.engine.stop_checker import StopStringChecker
 from anna_core.errors import InvalidRequestError, QueueFullError
-from anna_core.layers.state_checkpoints import supports_state_checkpoints
 from anna_core.metrics import EngineMetrics
-from anna_core.model import CacheSpec, LoadedModel
+from anna_core.model import CacheSpec, LoadedModel, check_model
 
 _MIB = 1 << 20
 
@@ -80,49 +80,47 @@ class LLMEngine:
         self.device = torch.device(device)
         self.dtype = dtype
         self.eos_token_ids = tuple(eos_token_ids)
+        check_model(model)
         spec = model.cache_spec
         bs = config.block_size
         want_len = min(x for x in (config.max_model_len, model_max_len, 1 << 20) if x is not None)
-        hybrid = spec.recurrent is not None
+        recurrent = spec.recurrent is not None
         snapshot_bytes = state_bytes(spec, 1, dtype)
-        snapshot_budget = int(config.snapshot_memory_mib * _MIB) if hybrid and config.enable_prefix_caching else 0
+        snapshot_budget = int(config.snapshot_memory_mib * _MIB) if recurrent and config.enable_prefix_caching else 0
         prompt_budget = snapshot_bytes * config.prompt_cache_size
         num_blocks = self._num_blocks(spec, want_len, snapshot_budget + prompt_budget)
-        self.max_model_len = min(want_len, num_blocks * bs)
+        full = [n for g, n in zip(spec.attention_groups, num_blocks) if not isinstance(spec.groups[g], SlidingWindowSpec)]
+        self.max_model_len = min([want_len] + [n * bs for n in full])
         if self.max_model_len < want_len:
             log.warning("max_model_len capped at %d tokens: the KV cache holds %d blocks of %d",
-                        self.max_model_len, num_blocks, bs)
+                        self.max_model_len, min(full), bs)
         num_snapshots = 0
-        if hybrid and config.enable_prefix_caching:
-            useful = num_blocks * bs // config.snapshot_interval  # more cannot have KV blocks behind them
+        if recurrent and config.enable_prefix_caching:
+            useful = self.max_model_len * config.max_num_seqs // config.snapshot_interval  # more have no KV behind them
+            if full:
+                useful = min(full) * bs // config.snapshot_interval
             num_snapshots = (config.num_snapshots if config.num_snapshots is not None
                              else min(useful, snapshot_budget // max(snapshot_bytes, 1)))
             if num_snapshots == 0:
                 log.warning("prefix caching is off: the snapshot budget holds no recurrent-state snapshot")
-        self.caches = allocate_caches(spec, num_blocks=num_blocks if spec.attention else 0, block_size=bs,
-                                      num_slots=config.max_num_seqs, device=self.device, dtype=dtype)
+        self.caches = allocate_caches(spec, num_blocks=num_blocks, block_size=bs, num_slots=config.max_num_seqs,
+                                      device=self.device, dtype=dtype)
         # snapshots taken inside a prefill pass: the model supports them and a boundary leaves room for a conv state
-        in_pass = (num_snapshots > 0 and supports_state_checkpoints(model)
+        in_pass = (num_snapshots > 0 and model.capabilities.state_checkpoints
                    and spec.recurrent.conv_shape[-1] <= config.snapshot_interval)
         # in-pass snapshots get one more entry: the scratch that captured prefills write unreserved ones to
         self.snapshot_store = StateStore(spec, num_snapshots + int(in_pass), self.device, dtype)
         self.prompt_store = StateStore(spec, config.prompt_cache_size, self.device, dtype)
-        caching = config.enable_prefix_caching and (not hybrid or num_snapshots > 0)
-        self.blocks = BlockManager(num_blocks, bs, enable_caching=caching)
-        self.slots = StatePool(config.max_num_seqs)
-        self.scheduler = Scheduler(config, self.blocks, self.slots, hybrid=hybrid, num_snapshots=num_snapshots,
-                                   checkpoints_in_pass=in_pass)
-        self.scheduler.max_model_len = self.max_model_len
+        self.kv = CacheManager(spec, num_blocks, bs, config.max_num_seqs, enable_caching=config.enable_prefix_caching,
+                               num_snapshots=num_snapshots, snapshot_interval=config.snapshot_interval)
+        self.scheduler = Scheduler(config, self.kv, checkpoints_in_pass=in_pass, max_model_len=self.max_model_len)
         self._inflight: Inflight | None = None
-        self.runner = ModelRunner(model, self.caches, self.device)
+        target = None
         if self.scheduler.checkpoints_in_pass:
             store = self.snapshot_store
-            self.runner.checkpoint_target = CheckpointTarget(store.conv, store.recurrent, num_snapshots,
-                                                             config.snapshot_interval)
-        self.tap = LogitsTap(self.runner.sampler)
-        self.runner.sampler = self.tap
-        self.runner.logits_processors = LogitsProcessors(tokenizer, getattr(model, "vocab_size", None),
-                                                         self.eos_token_ids)
+            target = CheckpointTarget(store.conv, store.recurrent, num_snapshots, config.snapshot_interval)
+        self.runner = ModelRunner(model, self.caches, self.device, checkpoint_target=target,
+                                  logits_processors=LogitsProcessors(tokenizer, model.vocab_size, self.eos_token_ids))
         self.metrics = EngineMetrics()
         self._requests: dict[str, Request] = {}
         self._finish_times: deque[float] = deque(maxlen=64)
@@ -131,21 +129,22 @@ class LLMEngine:
         self.num_steps = 0
         self.started = time.perf_counter()
 
-    def _num_blocks(self, spec: CacheSpec, want_len: int, other_bytes: int) -> int:
-        """KV blocks: ``num_blocks``, else the memory budget (explicit GiB, or free memory minus
-        ``reserve_memory_mib`` and the snapshot / prompt-cache budgets), at most what
-        ``max_num_seqs`` sequences of ``want_len`` tokens can use."""
-        config, bs = self.config, self.config.block_size
-        cap = config.max_num_seqs * blocks_for(want_len, bs)
+    def _num_blocks(self, spec: CacheSpec, want_len: int, other_bytes: int) -> list[int]:
+        """Blocks per attention group: ``num_blocks`` each, else the memory budget (explicit GiB, or free
+        memory minus ``reserve_memory_mib`` and the snapshot / prompt-cache budgets) shared out by
+        :func:`~anna_core.engine.cache_allocator.plan_num_blocks`, each group at most what ``max_num_seqs``
+        sequences of ``want_len`` tokens can use in it."""
+        config = self.config
         if config.num_blocks is not None:
-            return config.num_blocks
-        if spec.attention is None:  # bookkeeping only: no KV tensors
-            return cap
+            return [config.num_blocks] * len(spec.attention_groups)
+        if not spec.attention_groups:
+            return []
+        caps = group_block_caps(spec, config.block_size, want_len, config.max_num_seqs, config.max_prefill_tokens)
         if config.kv_cache_memory_gib is not None:
             budget = int(config.kv_cache_memory_gib * (1 << 30))
         else:
             budget = default_kv_budget_bytes(self.device) - int(config.reserve_memory_mib * _MIB) - other_bytes
-        return min(num_blocks_for_budget(spec, bs, self.dtype, budget), cap)
+        return plan_num_blocks(spec, config.block_size, self.dtype, budget, caps)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, config: EngineConfig | None = None) -> LLMEngine:
@@ -155,8 +154,8 @@ class LLMEngine:
 
     def longest_one_step_prompt(self) -> int:
         """The most prompt tokens the scheduler computes in one step for a request alone: the step's
-        prefill budget, the chunk size when set, and, when hybrid-model prefix caching snapshots the
-        recurrent state between passes (not inside them), the snapshot interval (prompts are cut at its
+        prefill budget, the chunk size when set, and, when prefix caching snapshots the recurrent group's
+        state between passes (not inside them), the snapshot interval (prompts are cut at its
         boundaries). The runner captures prefill graphs up to this length (:meth:`ModelRunner.setup`'s
         ``max_prefill_tokens``)."""
         cfg = self.config
@@ -180,8 +179,8 @@ class LLMEngine:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         if not all(isinstance(t, int) and t >= 0 for t in prompt_token_ids):
             raise InvalidRequestError("prompt token ids must be non-negative integers", param="prompt")
-        vocab = getattr(self.model, "vocab_size", None)
-        if vocab is not None and max(prompt_token_ids) >= vocab:
+        vocab = self.model.vocab_size
+        if max(prompt_token_ids) >= vocab:
             raise InvalidRequestError(f"prompt token id {max(prompt_token_ids)} is outside the vocabulary "
                                       f"of {vocab} tokens", param="prompt")
         if len(prompt_token_ids) >= self.max_model_len:
@@ -273,49 +272,47 @@ class LLMEngine:
             self._set_gauges()
             return results
         self.num_steps += 1
-        launched = None
+        result: ModelRunnerOutput | None = None
         try:
             self._restore(out)
-            # raw logits only: requests whose logits are processed (bias, grammar) make no entry
-            self.tap.wanted = frozenset(s.request_id for s in out.seqs
-                                        if s.capture_prompt and not needs_processing(s.request.params))
             if self._can_overlap(out):
-                launched = self.runner.launch_graph(out, self._inflight.rows if self._inflight else None)
-            if launched is None:
+                result = self.runner.execute(out, prev_rows=self._inflight.rows if self._inflight else None,
+                                             wait=False)
+            else:
                 results += self._read_back()
                 resolve_pending(out)
-                sampled = self.runner.execute(out) if out.seqs else {}
+                result = self.runner.execute(out) if out.seqs else ModelRunnerOutput(StepPath.EAGER)
                 if out.prompt_hits:
-                    sampled.update(self._sample_prompt_hits(out))
+                    result.sampled.update(self._sample_prompt_hits(out))
         except Exception as exc:  # the model failed: fail this step's requests, keep serving others
             log.exception("engine step failed")
             self.scheduler.abandon(out)
             msg = f"{type(exc).__name__}: {exc}"
             results += self._read_back()
             ids = [s.request_id for s in out.seqs] + [h.request_id for h in out.prompt_hits]
-            self.tap.captured.clear()
             return results + [self.fail_request(i, msg) for i in ids if i in self._requests]
-        finally:
-            self.tap.wanted = frozenset()
-        if launched is not None:
+        if result.pending is not None:
             results += self._read_back()
             grown = self.scheduler.update(out, {s.request_id: PENDING for s in out.seqs})
-            self._inflight = Inflight(launched, grown, {s.request_id: i for i, s in enumerate(out.seqs)})
+            self._inflight = Inflight(result.pending, grown, {s.request_id: i for i, s in enumerate(out.seqs)})
             self._set_gauges()
             return results
-        grown = self.scheduler.update(out, sampled)
-        self._capture(out)
+        grown = self.scheduler.update(out, result.sampled)
+        self._capture(out, result.prompt_logits)
         results += self._process_all(grown)
         self._set_gauges()
         return results
 
     def _can_overlap(self, out: SchedulerOutput) -> bool:
-        """Whether ``out`` may be launched without waiting: no prompt-cache or snapshot work around it."""
-        if not self.config.async_scheduling or out.prompt_hits or self.tap.wanted:
+        """Whether ``out`` may be launched without waiting: asynchronous scheduling is on, the runner runs
+        it as a captured decode graph with the sampler inside, and no prompt-cache or snapshot work
+        surrounds it."""
+        if not self.config.async_scheduling or out.prompt_hits or not out.seqs:
             return False
-        # whether the runner can replay a graph for it is launch_graph's own check (None otherwise)
-        return not any(s.capture_prompt or s.capture_snapshot or s.checkpoints or s.restore_snapshot is not None
-                       for s in out.seqs)
+        if any(s.capture_prompt or s.capture_snapshot or s.checkpoints or s.restore_snapshot is not None
+               for s in out.seqs):
+            return False
+        return self.runner.plan(out) is StepPath.DECODE_GRAPH
 
     def _read_back(self) -> list[RequestOutput]:
         """Wait for the step in flight (if any), put its ids in place of the placeholders and
@@ -365,22 +362,18 @@ class LLMEngine:
         if out.prompt_hits:
             hits = out.prompt_hits
             self.prompt_store.load(self.caches, [h.entry.store_idx for h in hits], [h.state_slot for h in hits])
-            tails = [h.tail_copy for h in hits if h.tail_copy is not None]
-            copy_blocks(self.caches, [t[0] for t in tails], [t[1] for t in tails])
+            copy_blocks(self.caches, [c for h in hits for c in h.tail_copies])
 
     def _sample_prompt_hits(self, out: SchedulerOutput) -> dict[str, int]:
         """First tokens of prompt-cache hits, from the stored last-row logits (one host sync)."""
         logits = torch.stack([self.prompt_store.logits[h.entry.store_idx] for h in out.prompt_hits])  # [N, V]
         requests = [h.request for h in out.prompt_hits]
-        processors = getattr(self.runner, "logits_processors", None)
-        if processors is not None and any(needs_processing(r.params) for r in requests):
-            ids = processors.sample(logits, requests, self.runner.sampler)
-        else:
-            ids = self.runner.sampler(logits, requests).tolist()
+        ids = self.runner.sample_rows(logits, requests)
         return {r.request_id: t for r, t in zip(requests, ids)}
 
-    def _capture(self, out: SchedulerOutput) -> None:
-        """The state copies :meth:`Scheduler.update` asked for (snapshots, prompt-cache entries)."""
+    def _capture(self, out: SchedulerOutput, prompt_logits: dict[str, torch.Tensor]) -> None:
+        """The state copies :meth:`Scheduler.update` asked for (snapshots, prompt-cache entries, with the
+        runner's last-row logits of each completed prompt)."""
         snaps = [c for c in out.captures if c.kind == "snapshot"]
         if snaps:
             self.snapshot_store.save(self.caches, [c.state_slot for c in snaps], [c.index for c in snaps])
@@ -388,20 +381,19 @@ class LLMEngine:
         for c in out.captures:
             if c.kind != "prompt":
                 continue
-            logits = self.tap.captured.pop(c.request_id, None)
-            if logits is None:  # the runner did not sample it through the tap: no entry
+            logits = prompt_logits.get(c.request_id)
+            if logits is None:  # the runner kept no logits row for it (processed logits): no entry
                 self.scheduler.forget_prompt(self._requests[c.request_id])
                 continue
             self.prompt_store.logits[c.index] = logits
             prompts.append(c)
         if prompts:
             self.prompt_store.save(self.caches, [c.state_slot for c in prompts], [c.index for c in prompts])
-        self.tap.captured.clear()
 
     def _set_gauges(self) -> None:
         self.metrics.set_gauges(len(self.scheduler.running), len(self.scheduler.waiting),
-                                self.blocks.num_used_blocks, self.blocks.num_blocks,
-                                self.slots.num_used_slots, self.slots.num_slots)
+                                self.kv.num_used_blocks, self.kv.num_blocks,
+                                self.kv.slots.num_used_slots, self.kv.slots.num_slots)
 
     def fail_request(self, request_id: str, message: str) -> RequestOutput:
         """End a request with finish reason ``"error"`` and ``message``."""
@@ -461,15 +453,16 @@ class LLMEngine:
         return {
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
-            "kv_blocks_used": self.blocks.num_used_blocks,
-            "kv_blocks_total": self.blocks.num_blocks,
-            "state_slots_used": self.slots.num_used_slots,
-            "state_slots_total": self.slots.num_slots,
+            "kv_blocks_used": self.kv.num_used_blocks,
+            "kv_blocks_total": self.kv.num_blocks,
+            "cache_groups": self.kv.group_stats(),
+            "state_slots_used": self.kv.slots.num_used_slots,
+            "state_slots_total": self.kv.slots.num_slots,
             "tokens_generated": self.num_generated_tokens,
             "preemptions": self.scheduler.num_preemptions,
             "prefix_cache_hit_rate": (self._lookup_tokens[0] / self._lookup_tokens[1]
                                       if self._lookup_tokens[1] else None),
-            "cached_blocks": self.blocks.num_cached_blocks,
+            "cached_blocks": self.kv.num_cached_blocks,
             "snapshots_used": len(self.scheduler.snapshots),
             "snapshots_total": self.scheduler.snapshots.capacity,
             "prompt_cache_entries": len(self.scheduler.prompt_cache or ()),

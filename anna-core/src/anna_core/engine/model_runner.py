@@ -10,26 +10,26 @@ inside when every request's sampling fits it, else the forward and LM head only,
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
-from typing import Any
 
 import attrs
 import torch
 
 from anna_core.device import Accelerator, accelerator
-from anna_core.engine.cache_allocator import scratch_block, scratch_slot, zero_slots
+from anna_core.engine.cache_allocator import has_state, scratch_block, scratch_slot, zero_slots
 from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, build_checkpoints
 from anna_core.engine.cuda_graphs import DecodeGraphs
-from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.forward_batch import ForwardBatch, GroupTable
 from anna_core.engine.graph_staging import PendingIds
-from anna_core.engine.logits_processors import needs_processing
-from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets, supports_padded_prefill
+from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
+from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from anna_core.engine.request import PENDING
 from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.scheduler import SchedulerOutput
 from anna_core.errors import AnnaError
 from anna_core.layers.state_checkpoints import StateCheckpoints
-from anna_core.model import ModelCaches
+from anna_core.model import CausalLM, ModelCaches
 
 log = logging.getLogger("anna.engine")
 
@@ -66,6 +66,45 @@ class RunnerConfig:
     warmup: bool = True
 
 
+class StepPath(enum.Enum):
+    """How the runner executes a step (:meth:`ModelRunner.plan`, the one place this is decided)."""
+
+    DECODE_GRAPH = "decode_graph"
+    """A captured decode graph with the sampler inside; may be launched without waiting (asynchronous
+    scheduling)."""
+    DECODE_LOGITS_GRAPH = "decode_logits_graph"
+    """A captured decode graph of the forward pass and LM head, sampled eagerly (penalties, ``min_tokens``,
+    logit bias, grammars, logprobs, or logits the step must return)."""
+    PREFILL_GRAPH = "prefill_graph"
+    """A captured one-sequence prefill of the prompt's length bucket, sampled eagerly."""
+    EAGER = "eager"
+    """The model called eagerly on the step's :class:`ForwardBatch`."""
+
+
+@attrs.define
+class ModelRunnerOutput:
+    """What one step produced: the plain object crossing model runner -> engine / scheduler.
+
+    Attributes:
+        path: how the step ran.
+        sampled: request id -> sampled token of every sequence that samples (empty while ``pending``).
+        pending: a launched decode step's ids in ``out.seqs`` order, still being copied to the host
+            (``wait=False``), or None.
+        prompt_logits: request id -> ``[V]`` float32 last-row logits of each sequence whose chunk completes
+            its prompt for the prompt cache (``capture_prompt``, raw logits: none for requests whose logits
+            are processed).
+    """
+
+    path: StepPath
+    sampled: dict[str, int] = attrs.field(factory=dict)
+    pending: PendingIds | None = None
+    prompt_logits: dict[str, torch.Tensor] = attrs.field(factory=dict)
+
+
+def _wants_logits(seq) -> bool:
+    return seq.capture_prompt and not needs_processing(seq.request.params)
+
+
 class ModelRunner:
     """Owns the model, its caches and the sampler.
 
@@ -74,24 +113,28 @@ class ModelRunner:
         caches: its allocated caches.
         device: the model's device.
         sampler: defaults to :class:`Sampler`.
+        logits_processors: logit bias, grammars and logprobs for the requests that need them, or None.
+        checkpoint_target: where snapshots taken inside a prefill pass go (when the scheduler plans them).
+        accel: device services (default: :func:`anna_core.device.accelerator` of ``device``).
     """
 
-    def __init__(self, model: Any, caches: ModelCaches, device: torch.device, sampler: Sampler | None = None,
-                 accel: Accelerator | None = None):
+    def __init__(self, model: CausalLM, caches: ModelCaches, device: torch.device, *, sampler: Sampler | None = None,
+                 logits_processors: LogitsProcessors | None = None,
+                 checkpoint_target: CheckpointTarget | None = None, accel: Accelerator | None = None):
         self.model = model
         self.caches = caches
         self.device = device
         self.sampler = sampler or Sampler()
         self.accel = accel or accelerator(device)
+        self.logits_processors = logits_processors
+        self.checkpoint_target = checkpoint_target
+        self.groups = [g for g, _ in caches.attention_caches]  # attention groups, in spec order
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
         self.profile_scopes = False
         self.num_graph_steps = 0
         self.num_prefill_graph_steps = 0
         self.num_eager_steps = 0
-        self.logits_processors: Any = None  # LogitsProcessors: logit_bias, grammars, logprobs
-        # where snapshots taken inside a prefill pass go (set by the engine when the scheduler plans them)
-        self.checkpoint_target: CheckpointTarget | None = None
 
     def setup(self, config: RunnerConfig, *, max_model_len: int, max_num_seqs: int,
               max_prefill_tokens: int | None = None) -> None:
@@ -111,7 +154,7 @@ class ModelRunner:
             return
         self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len),
                               -(-max_model_len // self.caches.block_size))
-        vocab = int(getattr(self.model, "vocab_size", 0) or self._vocab_size())
+        vocab = self.model.vocab_size
         compile_fn = None
         if config.compile_mode != "none":
             mode = "max-autotune-no-cudagraphs" if config.compile_mode == "max-autotune" else "default"
@@ -147,7 +190,7 @@ class ModelRunner:
         blocks (none when the model does not support padded prefills or no bucket fits); a failure is
         logged and leaves prefills eager."""
         buckets = prefill_buckets(max_tokens)
-        if not buckets or not supports_padded_prefill(self.model):
+        if not buckets or not self.model.capabilities.padded_prefill:
             return
         try:
             graphs = PrefillGraphs(self.model, self.caches, self.accel, buckets=buckets, max_blocks_per_seq=width,
@@ -156,40 +199,6 @@ class ModelRunner:
             self.prefill_graphs = graphs
         except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
             log.warning("prefill graph capture failed, prefills run eagerly: %s: %s", type(exc).__name__, str(exc))
-
-    def _prefill_graph_logits(self, out: SchedulerOutput) -> torch.Tensor | None:
-        """Replay the prefill graph for ``out`` when it is one fresh prompt, whole in this step, that a
-        bucket holds; returns its last token's ``[1, vocab]`` logits, or None (the step runs eagerly)."""
-        graphs = self.prefill_graphs
-        if graphs is None or out.is_decode or len(out.seqs) != 1:
-            return None
-        seq = out.seqs[0]
-        if not (seq.is_fresh and seq.samples) or graphs.bucket_for(seq.num_new_tokens) is None:
-            return None
-        if len(seq.block_table) > graphs.width or (seq.checkpoints and graphs.checkpoints is None):
-            return None
-        if self.caches.conv_states or self.caches.recurrent_states:
-            zero_slots(self.caches, host_tensor([seq.state_slot], torch.int64, self.device))
-        logits = graphs.run(seq.token_ids, seq.block_table, seq.state_slot, [(p, i) for p, i, _ in seq.checkpoints])
-        self.num_prefill_graph_steps += 1
-        return logits
-
-    def _vocab_size(self) -> int:
-        cfg = getattr(self.model, "config", None)
-        if getattr(cfg, "vocab_size", None):
-            return int(cfg.vocab_size)
-        hidden = getattr(cfg, "hidden_size", None)
-        if hidden is None:
-            raise AnnaError("the model has no vocab_size; cannot size the captured sampler")
-        with torch.inference_mode():
-            return int(self.model.compute_logits(torch.zeros(1, hidden, device=self.device,
-                                                            dtype=self._dtype())).shape[-1])
-
-    def _dtype(self) -> torch.dtype:
-        for p in self.model.parameters():
-            if p.is_floating_point():
-                return p.dtype
-        return torch.float32
 
     @torch.inference_mode()
     def warmup(self, max_model_len: int) -> None:
@@ -214,7 +223,7 @@ class ModelRunner:
             # specialises integer arguments on divisibility by 16, so these cover every variant
             odd = long_n - 5 - (long_n - 5) % 16 + 13
             plan[:0] = [(0, long_n), (0, odd), (long_n - 4 * n, 4 * n), (long_n - 4 * n + 3, 4 * n - 3)]
-        recurrent = bool(self.caches.conv_states or self.caches.recurrent_states)
+        recurrent = has_state(self.caches)
         for start, count in plan:
             if start == 0 and recurrent:
                 zero_slots(self.caches, slots)
@@ -229,7 +238,7 @@ class ModelRunner:
     def _forward_on_scratch(self, seqs: list[tuple[int, int]], slots: torch.Tensor, zero_states: bool = False) -> None:
         """Run the model and LM head on sequences ``(start, count)`` whose K/V all go to the scratch block,
         their states in ``slots`` (``[len(seqs)]`` int64; zeroed before and after with ``zero_states``)."""
-        bs, dev, blk = self.caches.block_size, self.device, scratch_block(self.caches)
+        bs, dev = self.caches.block_size, self.device
         if zero_states:
             zero_slots(self.caches, slots)
         pos = [p for start, count in seqs for p in range(start, start + count)]
@@ -238,11 +247,14 @@ class ModelRunner:
         for _, count in seqs:
             cu.append(cu[-1] + count)
         t = lambda v, dt: torch.tensor(v, dtype=dt, device=dev)  # noqa: E731
+        tables: list[GroupTable | None] = [None] * len(self.caches.groups)
+        for g in self.groups:
+            blk = scratch_block(self.caches, g)
+            tables[g] = GroupTable(block_tables=t([[blk] * -(-max(ctx) // bs)] * len(seqs), torch.int32),
+                                   slot_mapping=t([blk * bs + p % bs for p in pos], torch.int64))
         batch = ForwardBatch(
             input_ids=torch.zeros(len(pos), dtype=torch.int64, device=dev), positions=t(pos, torch.int64),
-            cu_seqlens=t(cu, torch.int32), seq_lens=t(ctx, torch.int32),
-            block_tables=t([[blk] * -(-max(ctx) // bs)] * len(seqs), torch.int32),
-            slot_mapping=t([blk * bs + p % bs for p in pos], torch.int64), state_slots=slots,
+            cu_seqlens=t(cu, torch.int32), seq_lens=t(ctx, torch.int32), tables=tables, state_slots=slots,
             logits_indices=t([c - 1 for c in cu[1:]], torch.int64), query_lens=[count for _, count in seqs],
             context_lens=ctx, is_decode=all(count == 1 for _, count in seqs),
         )
@@ -271,7 +283,6 @@ class ModelRunner:
         bs = self.caches.block_size
         input_ids: list[int] = []
         positions: list[int] = []
-        slot_mapping: list[int] = []
         cu_seqlens = [0]
         seq_lens: list[int] = []
         query_lens: list[int] = []
@@ -279,28 +290,33 @@ class ModelRunner:
         logits_indices: list[int] = []
         for seq in out.seqs:
             n = seq.num_new_tokens
-            table = seq.block_table
             input_ids += seq.token_ids
-            pos = range(seq.start, seq.start + n)
-            positions += pos
-            slot_mapping += [table[p // bs] * bs + p % bs for p in pos]
+            positions += range(seq.start, seq.start + n)
             cu_seqlens.append(cu_seqlens[-1] + n)
             seq_lens.append(seq.context_len)
             query_lens.append(n)
             state_slots.append(seq.state_slot)
             if seq.samples:
                 logits_indices.append(cu_seqlens[-1] - 1)
-        width = max(len(s.block_table) for s in out.seqs)
-        tables = [s.block_table + [0] * (width - len(s.block_table)) for s in out.seqs]
         dev = self.device
+        tables: list[GroupTable | None] = [None] * len(self.caches.groups)
+        for g in self.groups:
+            pad = scratch_block(self.caches, g)
+            slot_mapping: list[int] = []
+            for seq in out.seqs:
+                table = seq.block_tables[g]
+                slot_mapping += [table[p // bs] * bs + p % bs for p in range(seq.start, seq.context_len)]
+            width = max(len(s.block_tables[g]) for s in out.seqs)
+            rows = [s.block_tables[g] + [pad] * (width - len(s.block_tables[g])) for s in out.seqs]
+            tables[g] = GroupTable(block_tables=host_tensor(rows, torch.int32, dev),
+                                   slot_mapping=host_tensor(slot_mapping, torch.int64, dev))
         return ForwardBatch(
             checkpoints=self._checkpoints(out, cu_seqlens) if any(s.checkpoints for s in out.seqs) else None,
             input_ids=host_tensor(input_ids, torch.int64, dev),
             positions=host_tensor(positions, torch.int64, dev),
             cu_seqlens=host_tensor(cu_seqlens, torch.int32, dev),
             seq_lens=host_tensor(seq_lens, torch.int32, dev),
-            block_tables=host_tensor(tables, torch.int32, dev),
-            slot_mapping=host_tensor(slot_mapping, torch.int64, dev),
+            tables=tables,
             state_slots=host_tensor(state_slots, torch.int64, dev),
             logits_indices=host_tensor(logits_indices, torch.int64, dev),
             query_lens=query_lens,
@@ -322,102 +338,120 @@ class ModelRunner:
                 for i, s in enumerate(out.seqs)]
         return build_checkpoints(seqs, target.conv_width, target.conv_store, target.recurrent_store, self.device)
 
-    @torch.inference_mode()
-    def execute(self, out: SchedulerOutput) -> dict[str, int]:
-        """Run the step; returns request id -> sampled token for every sequence that samples.
+    # -- the step ----------------------------------------------------------------------------
 
-        A decode step replays a captured graph where one fits: the graph with the sampler inside for the
-        requests :func:`~anna_core.engine.sampler.graph_safe` accepts, else the ``"logits"`` graph
-        (forward and LM head) followed by the eager sampler (penalties, ``min_tokens``, logit bias,
-        grammars, logprobs); otherwise the step runs eagerly.
+    def plan(self, out: SchedulerOutput) -> StepPath:
+        """How :meth:`execute` runs ``out`` (the one place the graph-or-eager choice is made).
+
+        A decode step replays a captured decode graph when a bucket holds its batch and every table fits
+        the captured width: with the sampler inside when every request's sampling fits it
+        (:func:`~anna_core.engine.sampler.graph_safe`) and no row's logits must be returned, else the
+        logits graph. A fresh prompt alone in its step, whole, that a bucket holds, replays its prefill
+        graph. Everything else runs eagerly.
+        """
+        seqs = out.seqs
+        if not seqs:
+            return StepPath.EAGER
+        graphs = self.graphs
+        if graphs is not None and out.is_decode and self._fits_decode(out):
+            requests = [s.request for s in seqs]
+            mode = "greedy" if all(r.params.temperature == 0.0 for r in requests) else "sample"
+            if graph_safe(requests) and mode in graphs.modes and not any(_wants_logits(s) for s in seqs):
+                return StepPath.DECODE_GRAPH
+            if "logits" in graphs.modes:
+                return StepPath.DECODE_LOGITS_GRAPH
+        pg = self.prefill_graphs
+        if pg is not None and not out.is_decode and len(seqs) == 1:
+            seq = seqs[0]
+            if (seq.is_fresh and seq.samples and pg.bucket_for(seq.num_new_tokens) is not None
+                    and all(len(seq.block_tables[g]) <= pg.width for g in self.groups)
+                    and (not seq.checkpoints or pg.checkpoints is not None)):
+                return StepPath.PREFILL_GRAPH
+        return StepPath.EAGER
+
+    def _fits_decode(self, out: SchedulerOutput) -> bool:
+        graphs = self.graphs
+        if graphs.bucket_for(len(out.seqs)) is None:
+            return False
+        return all(s.samples and all(len(s.block_tables[g]) <= graphs.width for g in self.groups) for s in out.seqs)
+
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput, *, prev_rows: dict[str, int] | None = None,
+                wait: bool = True) -> ModelRunnerOutput:
+        """Run the step along :meth:`plan`'s path.
+
+        Args:
+            out: the step.
+            prev_rows: request id -> row of the previous (launched, not yet read back) decode graph step
+                whose sampled id is that sequence's input token; every sequence whose token is
+                :data:`~anna_core.engine.request.PENDING` must be listed (decode graph path only).
+            wait: read the sampled ids back now; with False a decode graph step returns them as
+                ``pending`` (other paths always wait).
 
         Raises:
-            AnnaError: a decode input token is still :data:`~anna_core.engine.request.PENDING` (the
-                engine reads the step in flight back before it calls this).
+            AnnaError: a pending input token with no row in ``prev_rows``, or on a path other than the
+                decode graph.
         """
-        if out.is_decode and any(s.token_ids[0] == PENDING for s in out.seqs):
+        path = self.plan(out)
+        pending_input = any(PENDING in s.token_ids for s in out.seqs)
+        if pending_input and path is not StepPath.DECODE_GRAPH:
             raise AnnaError("a decode input token is still pending: read the step in flight back first")
-        if self.graphs is not None and out.is_decode:
-            pending = self.launch_graph(out)
-            if pending is not None:
-                return dict(zip([s.request_id for s in out.seqs], pending.tolist()))  # the step's one host sync
-            logits = self._graph_logits(out)
-            if logits is not None:
-                return self._sample(logits, [s.request for s in out.seqs])
-        logits = self._prefill_graph_logits(out)
-        if logits is not None:
-            return self._sample(logits, [out.seqs[0].request])
+        if path is StepPath.DECODE_GRAPH:
+            ids = self._launch_decode(out, prev_rows)
+            if not wait:
+                return ModelRunnerOutput(path, pending=ids)
+            return ModelRunnerOutput(path, sampled=dict(zip([s.request_id for s in out.seqs], ids.tolist())))
+        if path is StepPath.DECODE_LOGITS_GRAPH:
+            self.num_graph_steps += 1
+            logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
+                                            self._tables_by_group(out), [s.state_slot for s in out.seqs])
+            return self._sample(path, logits, out.seqs)
+        if path is StepPath.PREFILL_GRAPH:
+            seq = out.seqs[0]
+            if has_state(self.caches):
+                zero_slots(self.caches, host_tensor([seq.state_slot], torch.int64, self.device))
+            logits = self.prefill_graphs.run(seq.token_ids, [seq.block_tables[g] for g in self.groups],
+                                             seq.state_slot, [(p, i) for p, i, _ in seq.checkpoints])
+            self.num_prefill_graph_steps += 1
+            return self._sample(path, logits, out.seqs)
         self.num_eager_steps += 1
         fresh = [s.state_slot for s in out.seqs if s.is_fresh]
-        if fresh and (self.caches.conv_states or self.caches.recurrent_states):
+        if fresh and has_state(self.caches):
             zero_slots(self.caches, host_tensor(fresh, torch.int64, self.device))
         batch = self.build_batch(out)
         hidden = self.model(batch, self.caches)  # [T, hidden]
-        samplers = [s.request for s in out.seqs if s.samples]
+        samplers = [s for s in out.seqs if s.samples]
         if not samplers:
-            return {}
+            return ModelRunnerOutput(path)
         with self._scope("lm_head"):
             logits = self.model.compute_logits(hidden[batch.logits_indices])  # [N, vocab]
-        return self._sample(logits, samplers)
+        return self._sample(path, logits, samplers)
 
-    def _sample(self, logits: torch.Tensor, samplers: list) -> dict[str, int]:
+    def _tables_by_group(self, out: SchedulerOutput) -> list[list[list[int]]]:
+        """Per attention group (runner order), every sequence's block table."""
+        return [[s.block_tables[g] for s in out.seqs] for g in self.groups]
+
+    def _sample(self, path: StepPath, logits: torch.Tensor, seqs: list) -> ModelRunnerOutput:
         """The eager sampler (with the logits processors where a request needs them) on ``logits``
-        ``[N, vocab]`` float32, one row per request of ``samplers``; request id -> sampled token."""
+        ``[N, vocab]`` float32, one row per sequence of ``seqs``; keeps the rows the prompt cache wants."""
+        requests = [s.request for s in seqs]
+        kept = {s.request_id: logits[i].detach().to(torch.float32).clone()
+                for i, s in enumerate(seqs) if _wants_logits(s)}
         with self._scope("sampling"):
-            if self.logits_processors is not None and any(needs_processing(r.params) for r in samplers):
-                ids = self.logits_processors.sample(logits, samplers, self.sampler)  # one host sync inside
+            if self.logits_processors is not None and any(needs_processing(r.params) for r in requests):
+                ids = self.logits_processors.sample(logits, requests, self.sampler)  # one host sync inside
             else:
-                ids = self.sampler(logits, samplers).tolist()  # the step's one host sync
-        return {r.request_id: t for r, t in zip(samplers, ids)}
+                ids = self.sampler(logits, requests).tolist()  # the step's one host sync
+        return ModelRunnerOutput(path, sampled={r.request_id: t for r, t in zip(requests, ids)}, prompt_logits=kept)
 
-    def _graph_fits(self, out: SchedulerOutput, mode: str | None = None) -> bool:
-        """Whether ``out`` is a decode step that the captured graphs (of ``mode``, when given) can run: a
-        bucket holds its batch, every block table fits the captured width and every sequence samples."""
-        graphs = self.graphs
-        if graphs is None or not out.is_decode or not out.seqs or (mode is not None and mode not in graphs.modes):
-            return False
-        if graphs.bucket_for(len(out.seqs)) is None:
-            return False
-        return not any(len(s.block_table) > graphs.width or not s.samples for s in out.seqs)
+    def sample_rows(self, logits: torch.Tensor, requests: list) -> list[int]:
+        """Sample ``logits`` ``[N, vocab]`` float32 for ``requests`` (e.g. prompt-cache hits' stored logits)."""
+        if self.logits_processors is not None and any(needs_processing(r.params) for r in requests):
+            return self.logits_processors.sample(logits, requests, self.sampler)
+        return self.sampler(logits, requests).tolist()
 
-    def _graph_logits(self, out: SchedulerOutput) -> torch.Tensor | None:
-        """Replay the ``"logits"`` graph for decode step ``out`` (input tokens known) and return its
-        ``[n, vocab]`` logits, or None when no captured graph fits the step."""
-        if not self._graph_fits(out, "logits"):
-            return None
-        logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
-                                        [s.block_table for s in out.seqs], [s.state_slot for s in out.seqs])
-        self.num_graph_steps += 1
-        return logits
-
-    def can_launch_graph(self, out: SchedulerOutput) -> bool:
-        """Whether ``out`` can replay a captured decode graph with its sampler inside (see
-        :meth:`launch_graph`)."""
-        if not self._graph_fits(out):
-            return False
-        if not graph_safe([s.request for s in out.seqs]):
-            return False
-        return not getattr(self.sampler, "wanted", None)  # a sampler wrapper wants this step's logits rows
-
-    @torch.inference_mode()
-    def launch_graph(self, out: SchedulerOutput, prev_rows: dict[str, int] | None = None) -> PendingIds | None:
-        """Stage and replay the captured decode graph without waiting for it; None when this step
-        needs the eager path.
-
-        Args:
-            out: a decode step.
-            prev_rows: request id -> row of the previous (launched, not yet read back) graph step
-                whose sampled id is that sequence's input token; sequences whose token is
-                :data:`~anna_core.engine.request.PENDING` must be listed.
-
-        Returns:
-            The sampled ids in ``out.seqs`` order, being copied to the host.
-
-        Raises:
-            AnnaError: a pending input token with no row in ``prev_rows``.
-        """
-        if not self.can_launch_graph(out):
-            return None
+    def _launch_decode(self, out: SchedulerOutput, prev_rows: dict[str, int] | None) -> PendingIds:
+        """Stage and replay the captured decode graph with its sampler inside, without waiting for it."""
         graphs = self.graphs
         requests = [s.request for s in out.seqs]
         if all(r.params.temperature == 0.0 for r in requests):
@@ -425,8 +459,6 @@ class ModelRunner:
         else:
             mode = "sample"
             floats, ints = param_rows(requests, graphs.vocab_size)
-        if mode not in graphs.modes:  # graphs captured without it: the caller takes another path
-            return None
         tokens = [s.token_ids[0] for s in out.seqs]
         rows = None
         if PENDING in tokens:
@@ -434,7 +466,7 @@ class ModelRunner:
             rows = [prev_rows.get(s.request_id, -1) if t == PENDING else -1 for s, t in zip(out.seqs, tokens)]
             if any(t == PENDING and r < 0 for t, r in zip(tokens, rows)):
                 raise AnnaError("a decode input token is pending but no launched step produces it")
-        pending = graphs.run(tokens, [s.start for s in out.seqs], [s.block_table for s in out.seqs],
+        pending = graphs.run(tokens, [s.start for s in out.seqs], self._tables_by_group(out),
                              [s.state_slot for s in out.seqs], mode, floats, ints, prev_rows=rows)
         self.num_graph_steps += 1
         return pending

@@ -14,7 +14,7 @@ of ``L <= T`` tokens then
 
 The padding changes no state: the batch carries ``num_valid = [L]``, and layers with recurrent state
 keep padding rows out of it (:mod:`anna_core.layers.padding`); causal attention keeps them out of
-the real rows. Only models that declare ``padded_prefill = True`` are captured. Only fresh prompts
+the real rows. Only models whose capabilities declare ``padded_prefill`` are captured. Only fresh prompts
 qualify (no cached prefix, no earlier chunk: the conv state is rebuilt from the prompt alone), of at
 most the largest bucket, in a step of their own; anything else runs eagerly.
 
@@ -35,7 +35,7 @@ import torch
 from anna_core.device import Accelerator
 from anna_core.engine.cache_allocator import scratch_block, scratch_slot
 from anna_core.engine.checkpoint_plan import CheckpointTarget
-from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.forward_batch import ForwardBatch, GroupTable
 from anna_core.engine.graph_staging import Staging
 from anna_core.errors import AnnaError
 from anna_core.layers.state_checkpoints import CheckpointRound, StateCheckpoints
@@ -53,16 +53,11 @@ def prefill_buckets(max_tokens: int) -> list[int]:
     return [b for b in BUCKET_LADDER if b <= max_tokens]
 
 
-def supports_padded_prefill(model: Any) -> bool:
-    """Whether ``model`` declares that padding rows (``ForwardBatch.num_valid``) change none of its state."""
-    return bool(getattr(model, "padded_prefill", False))
-
-
 class PrefillGraphs:
     """Bucketed one-sequence prefill graphs of one model over its caches.
 
     Args:
-        model: a :class:`~anna_core.model.CausalLM` with ``padded_prefill = True``.
+        model: a :class:`~anna_core.model.CausalLM` whose capabilities declare ``padded_prefill``.
         caches: its caches, with the scratch block and slot (:func:`~anna_core.engine.cache_allocator.allocate_caches`).
         accel: the device services; ``accel.graphs`` must be true to :meth:`capture`.
         buckets: the captured lengths, ascending (:func:`prefill_buckets`).
@@ -77,7 +72,7 @@ class PrefillGraphs:
                  max_blocks_per_seq: int, checkpoints: CheckpointTarget | None = None):
         if not buckets:
             raise AnnaError("no prefill length to capture")
-        if not supports_padded_prefill(model):
+        if not model.capabilities.padded_prefill:
             raise AnnaError(f"{type(model).__name__} does not declare padded_prefill; its prefills stay eager")
         bs = caches.block_size
         self.buckets = sorted(int(b) for b in buckets)
@@ -87,15 +82,18 @@ class PrefillGraphs:
         self.checkpoints = checkpoints
         # snapshot boundaries strictly inside the largest bucket (its end is captured after the step)
         self.num_boundaries = (rows - 1) // checkpoints.interval if checkpoints is not None else 0
-        self.staging = Staging(accel, [("input_ids", torch.int64, (rows,)), ("slot_mapping", torch.int64, (rows,)),
-                                       ("block_tables", torch.int32, (1, self.width)), ("state_slots", torch.int64, (1,)),
-                                       ("last", torch.int64, (1,)), ("num_valid", torch.int64, (1,)),
-                                       ("snapshot_dst", torch.int64, (max(1, self.num_boundaries),))])
+        self.groups = [g for g, _ in caches.attention_caches]
+        fields = [("input_ids", torch.int64, (rows,)), ("state_slots", torch.int64, (1,)),
+                  ("last", torch.int64, (1,)), ("num_valid", torch.int64, (1,)),
+                  ("snapshot_dst", torch.int64, (max(1, self.num_boundaries),))]
+        for g in self.groups:
+            fields += [(f"slot_mapping{g}", torch.int64, (rows,)), (f"block_tables{g}", torch.int32, (1, self.width))]
+        self.staging = Staging(accel, fields)
         dev = accel.device
         self._positions = torch.arange(rows, dtype=torch.int64, device=dev)
         self._cu = {b: torch.tensor([0, b], dtype=torch.int32, device=dev) for b in self.buckets}
         self._lens = {b: torch.tensor([b], dtype=torch.int32, device=dev) for b in self.buckets}
-        self.pad_block = scratch_block(caches)
+        self.pad_blocks = {g: scratch_block(caches, g) for g in self.groups}
         self.logits_out: torch.Tensor | None = None
         self._graphs: dict[int, Any] = {}
         self._ckpt = {b: self._static_checkpoints(b) for b in self.buckets}
@@ -122,9 +120,12 @@ class PrefillGraphs:
 
     def _batch(self, t: int) -> ForwardBatch:
         d = self.staging.d
+        tables: list[GroupTable | None] = [None] * len(self.caches.groups)
+        for g in self.groups:
+            tables[g] = GroupTable(block_tables=d[f"block_tables{g}"], slot_mapping=d[f"slot_mapping{g}"][:t])
         return ForwardBatch(
             input_ids=d["input_ids"][:t], positions=self._positions[:t], cu_seqlens=self._cu[t], seq_lens=self._lens[t],
-            block_tables=d["block_tables"], slot_mapping=d["slot_mapping"][:t], state_slots=d["state_slots"],
+            tables=tables, state_slots=d["state_slots"],
             logits_indices=d["last"], query_lens=[t], context_lens=[t], is_decode=False, num_valid=d["num_valid"],
             checkpoints=self._ckpt[t])
 
@@ -137,7 +138,7 @@ class PrefillGraphs:
             self.logits_out = torch.empty_like(logits)
         self.logits_out.copy_(logits)
 
-    def _stage(self, token_ids: Sequence[int], block_table: Sequence[int], state_slot: int, t: int,
+    def _stage(self, token_ids: Sequence[int], block_tables: Sequence[Sequence[int]], state_slot: int, t: int,
                snapshots: Sequence[tuple[int, int]] = ()) -> None:
         n = len(token_ids)
         bs = self.caches.block_size
@@ -148,9 +149,10 @@ class PrefillGraphs:
         # every row writes its K/V at its own position of the table padded with the scratch block, so the
         # padding rows' attention reads only values written by this step (never a freed block's leftovers;
         # the slots after the prompt in its last block are overwritten by its decodes before they are read)
-        table = list(block_table) + [self.pad_block] * (self.width - len(block_table))
-        h["slot_mapping"][:t] = [table[p // bs] * bs + p % bs for p in range(t)]
-        h["block_tables"][0, :] = table
+        for g, block_table in zip(self.groups, block_tables):
+            table = list(block_table) + [self.pad_blocks[g]] * (self.width - len(block_table))
+            h[f"slot_mapping{g}"][:t] = [table[p // bs] * bs + p % bs for p in range(t)]
+            h[f"block_tables{g}"][0, :] = table
         h["state_slots"][0] = state_slot
         h["last"][0] = n - 1
         h["num_valid"][0] = n
@@ -174,7 +176,7 @@ class PrefillGraphs:
         pool = self.accel.graph_pool()
         slot = scratch_slot(self.caches)
         for t in reversed(self.buckets):
-            self._stage([0] * t, [], slot, t)  # an empty table: every row on the scratch block
+            self._stage([0] * t, [[] for _ in self.groups], slot, t)  # empty tables: every row on the scratch blocks
             with self.accel.side_stream():
                 for _ in range(warmup_iters):
                     self._step(t)
@@ -183,12 +185,13 @@ class PrefillGraphs:
         self.accel.synchronize()
         log.info("captured prefill graphs for prompt lengths %s", self.buckets)
 
-    def run(self, token_ids: Sequence[int], block_table: Sequence[int], state_slot: int,
+    def run(self, token_ids: Sequence[int], block_tables: Sequence[Sequence[int]], state_slot: int,
             snapshots: Sequence[tuple[int, int]] = ()) -> torch.Tensor:
         """Replay the graph of the smallest bucket holding this fresh prompt, without waiting for it.
 
         Args:
-            token_ids: the prompt's ``L`` ids; block_table: its KV blocks (at least ``ceil(L / block_size)``);
+            token_ids: the prompt's ``L`` ids; block_tables: per attention group (the caches' order) its
+            blocks (at least ``ceil(L / block_size)`` each);
             state_slot: its recurrent-state slot, already zeroed.
             snapshots: ``(position, snapshot-store entry)`` of the reserved boundaries inside the prompt
                 (positions multiples of the interval, ``< L``).
@@ -205,11 +208,12 @@ class PrefillGraphs:
         t = self.bucket_for(n) if n else None
         if t is None or t not in self._graphs:
             raise AnnaError(f"no captured prefill graph for a prompt of {n} tokens (captured: {sorted(self._graphs)})")
-        if len(block_table) > self.width:
-            raise AnnaError(f"a block table of {len(block_table)} blocks exceeds the captured width {self.width}")
+        if len(block_tables) != len(self.groups) or any(len(b) > self.width for b in block_tables):
+            raise AnnaError(f"block tables of {[len(b) for b in block_tables]} blocks for {len(self.groups)} attention "
+                            f"groups do not fit the captured width {self.width}")
         if snapshots and (self.checkpoints is None or any(p % self.checkpoints.interval or not 0 < p < n
                                                           for p, _ in snapshots)):
             raise AnnaError(f"snapshots at {[p for p, _ in snapshots]} do not fit a {n}-token prompt's graph")
-        self._stage(token_ids, block_table, state_slot, t, snapshots)
+        self._stage(token_ids, block_tables, state_slot, t, snapshots)
         self._graphs[t].replay()
         return self.logits_out

@@ -16,12 +16,14 @@ class ScheduledSeq:
         request: the request.
         start: position of the first token computed this step (== tokens already cached).
         token_ids: the tokens computed this step (positions ``start .. start+len-1``).
-        block_table: the sequence's KV blocks, covering at least ``start + len(token_ids)`` tokens.
-        state_slot: the sequence's recurrent-state slot.
+        block_tables: per cache group (:class:`~anna_core.cache_spec.CacheSpec` order), the sequence's
+            blocks, indexed by ``position // block_size`` and covering at least ``start + len(token_ids)``
+            tokens (entries behind a sliding window are the group's null block; empty for the recurrent group).
+        state_slot: the sequence's state slot (the recurrent group's).
         samples: True when this chunk reaches the end of the known tokens, so the step samples the
             sequence's next token from the logits of its last row.
         restore_snapshot: snapshot-pool index whose state is copied into ``state_slot`` before the
-            step (a prefix-cache hit on a hybrid model resuming at ``start``), or None.
+            step (a prefix-cache hit of a model with a recurrent group, resuming at ``start``), or None.
         capture_snapshot: the chunk ends at a snapshot boundary of the prompt; the engine copies the
             state into the snapshot pool after the step.
         capture_prompt: the chunk completes the prompt; the engine stores the state and the logits
@@ -36,7 +38,7 @@ class ScheduledSeq:
     request: Request
     start: int
     token_ids: list[int]
-    block_table: list[int]
+    block_tables: list[list[int]]
     state_slot: int
     samples: bool
     restore_snapshot: int | None = None
@@ -68,15 +70,16 @@ class PromptHit:
     """A request whose whole prompt is in the prompt cache: nothing is computed for it this step.
 
     The engine copies the entry's state into ``state_slot`` and, when the prompt ends inside a
-    block, the entry's last block into the request's own last block (``tail_copy``: source and
-    destination block ids); then samples the first token from the entry's stored logits.
+    block, the entry's last block of each attention group into the request's own last block
+    (``tail_copies``: ``(group, source block, destination block)``); then samples the first token from
+    the entry's stored logits.
     """
 
     request: Request
     entry: PromptEntry
     state_slot: int
-    block_table: list[int]
-    tail_copy: tuple[int, int] | None
+    block_tables: list[list[int]]
+    tail_copies: list[tuple[int, int, int]]
 
     @property
     def request_id(self) -> str:

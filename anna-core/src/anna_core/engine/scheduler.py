@@ -12,9 +12,10 @@ One step, in order (knobs in :class:`~anna_core.engine.config.EngineConfig`):
    batch is waiting) so that their prefills share a step; an idle engine admits at once.
 
 An admission first looks up the caches: the prompt cache (an exact repeat samples its first token
-from stored logits, computing nothing), else the prefix cache (shared KV blocks; on hybrid models
-only up to the deepest recurrent-state snapshot). A hybrid model's recurrent state is snapshotted at
-every ``snapshot_interval`` prompt tokens. With ``checkpoints_in_pass`` (the model takes snapshots
+from stored logits, computing nothing), else the prefix cache, which resumes at the largest point every
+cache group can serve (:meth:`~anna_core.engine.cache_manager.CacheManager.prefix_hit`: shared KV blocks;
+with a recurrent group only at a recurrent-state snapshot). The recurrent group's state is snapshotted
+at every ``snapshot_interval`` prompt tokens. With ``checkpoints_in_pass`` (the model takes snapshots
 inside a prefill pass, :mod:`anna_core.layers.state_checkpoints`) a chunk that starts at a snapshot
 boundary spans the following ones, each reserved in the snapshot index when scheduled and committed by
 :meth:`update`; a chunk cut short by the budget ends at a boundary. Otherwise (and for a chunk starting
@@ -34,7 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from anna_core.engine.block_manager import BlockManager, blocks_for
+from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.prefix_cache import extend_hashes
 from anna_core.engine.request import Request, RequestStatus
@@ -44,8 +45,7 @@ from anna_core.engine.sched_output import (
     ScheduledSeq,
     SchedulerOutput,
 )
-from anna_core.engine.state_pool import StatePool
-from anna_core.engine.state_snapshots import PromptCache, SnapshotIndex
+from anna_core.engine.state_snapshots import PromptCache
 
 __all__ = ["Capture", "PromptHit", "ScheduledSeq", "Scheduler", "SchedulerOutput"]
 
@@ -54,33 +54,29 @@ class Scheduler:
     """Admits, schedules, preempts and retires requests.
 
     Args:
-        config: scheduler knobs and cache settings.
-        blocks: the KV block manager (its ``enable_caching`` turns the prefix cache on).
-        slots: the recurrent-state slot pool (at least ``max_num_seqs`` slots).
-        hybrid: the model has recurrent layers, so prefix hits need state snapshots.
-        num_snapshots: size of the snapshot pool (hybrid models; 0 disables prefix hits there).
+        config: scheduler knobs and cache settings (its ``snapshot_interval`` must be the cache manager's).
+        kv: every cache group's bookkeeping (its ``enable_caching`` turns the prefix cache on; its slot
+            pool holds at least ``max_num_seqs`` slots).
         checkpoints_in_pass: the model snapshots the recurrent state inside a prefill pass, so chunks
             may span snapshot boundaries (see the module doc).
+        max_model_len: the longest sequence served (the engine's capped context limit), or None.
         clock: seconds, the clock of ``Request.arrival_time`` (``time.perf_counter``).
     """
 
-    def __init__(self, config: EngineConfig, blocks: BlockManager, slots: StatePool, *, hybrid: bool = False,
-                 num_snapshots: int = 0, checkpoints_in_pass: bool = False,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, config: EngineConfig, kv: CacheManager, *, checkpoints_in_pass: bool = False,
+                 max_model_len: int | None = None, clock: Callable[[], float] = time.perf_counter):
         self.config = config
-        self.blocks = blocks
-        self.slots = slots
-        self.hybrid = hybrid
+        self.kv = kv
+        self.slots = kv.slots
+        self.snapshots = kv.snapshots
         self.clock = clock
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
         self.num_steps = 0
-        self.max_model_len: int | None = None  # set by the engine (its capped context limit)
-        self.snapshots = SnapshotIndex(num_snapshots if hybrid else 0)
+        self.max_model_len = max_model_len
         self.prompt_cache = PromptCache(config.prompt_cache_size) if config.prompt_cache_size else None
-        # hybrid models capture snapshots (and cut chunks for them) only when hits can use them
-        self.capture_snapshots = hybrid and blocks.enable_caching and self.snapshots.capacity > 0
+        self.capture_snapshots = kv.capture_snapshots
         self.checkpoints_in_pass = self.capture_snapshots and checkpoints_in_pass
 
     # -- queue --------------------------------------------------------------------------------
@@ -113,11 +109,11 @@ class Scheduler:
         cfg = self.config
         prefill, decode = cfg.max_prefill_tokens, cfg.max_decode_tokens
         if cfg.dynamic_token_budget:
-            scale = min(1.0, 2.0 * self.blocks.num_free_blocks / self.blocks.num_blocks)
+            scale = min(1.0, 2.0 * self.kv.free_fraction())
             if decode:
                 read = sum(r.num_computed_tokens + 1 for r in self.running if self._remaining(r) == 1)
                 scale *= max(0.25, 1.0 - read / decode)
-            prefill = max(self.blocks.block_size, int(prefill * scale))
+            prefill = max(self.kv.block_size, int(prefill * scale))
         return prefill, decode
 
     @staticmethod
@@ -128,11 +124,10 @@ class Scheduler:
         """Tokens of ``request`` to compute this step from ``start`` (default: its cached count)."""
         start = request.num_computed_tokens if start is None else start
         n = min(request.num_tokens - start, budget)
-        bs = self.blocks.block_size
         if self.config.prefill_chunk_size:
             n = min(n, self.config.prefill_chunk_size)
         else:  # auto: leave a free block for each running sequence (its next decode), at least one block
-            n = min(n, max(bs, (self.blocks.num_free_blocks - len(self.running)) * bs))
+            n = min(n, self.kv.chunk_room(len(self.running)))
         if self.capture_snapshots:
             interval, p = self.config.snapshot_interval, request.num_prompt_tokens
             if self.checkpoints_in_pass and start % interval == 0:
@@ -196,7 +191,7 @@ class Scheduler:
         """Make room for ``request`` to cover ``num_tokens``: drop prompt-cache entries, then preempt
         the newest running request not scheduled yet (possibly ``request`` itself: False)."""
         rid = request.request_id
-        while not self.blocks.can_allocate(rid, num_tokens):
+        while not self.kv.can_allocate(rid, num_tokens):
             if self._drop_prompt_entry():
                 continue
             victim = next((r for r in reversed(self.running) if r.request_id not in scheduled and r is not request),
@@ -211,7 +206,7 @@ class Scheduler:
         entry = self.prompt_cache.pop_lru() if self.prompt_cache is not None else None
         if entry is None:
             return False
-        self.blocks.unpin(entry.blocks)
+        self.kv.unpin(entry.blocks)
         return True
 
     def _schedule(self, request: Request, n: int, out: SchedulerOutput, scheduled: set[str],
@@ -219,10 +214,10 @@ class Scheduler:
         start = request.num_computed_tokens
         end = start + n
         rid = request.request_id
-        table = self.blocks.allocate(rid, end)
+        tables = self.kv.allocate(rid, end)
         p = request.num_prompt_tokens
         out.seqs.append(ScheduledSeq(
-            request=request, start=start, token_ids=request.token_slice(start, end), block_table=list(table),
+            request=request, start=start, token_ids=request.token_slice(start, end), block_tables=tables,
             state_slot=self.slots.allocate(rid), samples=end == request.num_tokens, restore_snapshot=restore,
             capture_snapshot=self.capture_snapshots and end <= p and end % self.config.snapshot_interval == 0,
             capture_prompt=(self.prompt_cache is not None and end == p and not request.output_token_ids
@@ -235,7 +230,7 @@ class Scheduler:
         """Pending snapshot entries for the boundaries ``start < b <= last`` of ``request`` (those whose
         prefix is held already, or that find no room, are skipped): ``(b, index, key)`` ascending. The
         deepest are reserved first: a pool too small for all keeps them, as LRU does between passes."""
-        interval, bs = self.config.snapshot_interval, self.blocks.block_size
+        interval, bs = self.config.snapshot_interval, self.kv.block_size
         first = (start // interval + 1) * interval
         if first > last:
             return []
@@ -287,41 +282,23 @@ class Scheduler:
             return 0
         if budget <= 0:
             return None
-        cached, shared, restore = self._prefix_hit(request)
+        hit = self.kv.prefix_hit(request)
+        cached = hit.num_tokens
         n = self._chunk(request, budget, start=cached)
-        new_blocks = blocks_for(cached + n, self.blocks.block_size) - len(shared)
-        while new_blocks + self.blocks.num_evictable_among(shared) > self.blocks.num_free_blocks:
+        while not self.kv.fits(hit.shared, cached + n):
             if not self._drop_prompt_entry():
                 return None
         self.waiting.popleft()
         request.status = RequestStatus.RUNNING
         request.admitted_once = True
         self.running.append(request)
-        if shared:
-            self.blocks.share(request.request_id, shared)
+        self.kv.share(request.request_id, hit.shared)
         request.num_computed_tokens = cached
         if first:
             request.num_cached_tokens = cached
             out.cache_lookups.append((cached, request.num_prompt_tokens))
-        self._schedule(request, n, out, scheduled, restore=restore)
+        self._schedule(request, n, out, scheduled, restore=hit.snapshot)
         return n
-
-    def _prefix_hit(self, request: Request) -> tuple[int, list[int], int | None]:
-        """(cached tokens, shared blocks, snapshot index to restore) for ``request`` now."""
-        if not self.blocks.enable_caching:
-            return 0, [], None
-        bs = self.blocks.block_size
-        limit = (request.num_tokens - 1) // bs  # at least one token is computed, for the logits
-        hashes = extend_hashes(request.block_hashes, request.token_slice, limit, bs)
-        matched = self.blocks.lookup(hashes[:limit])
-        if not self.hybrid:
-            return len(matched) * bs, matched, None
-        step = self.config.snapshot_interval // bs
-        for k in range(len(matched) // step * step, 0, -step):
-            idx = self.snapshots.get(hashes[k - 1])
-            if idx is not None:
-                return k * bs, matched[:k], idx
-        return 0, [], None
 
     def _try_prompt_hit(self, request: Request, out: SchedulerOutput, scheduled: set[str], first: bool) -> bool:
         if self.prompt_cache is None or request.output_token_ids:
@@ -329,26 +306,21 @@ class Scheduler:
         entry = self.prompt_cache.get(tuple(request.prompt_token_ids))
         if entry is None:
             return False
-        p, bs = request.num_prompt_tokens, self.blocks.block_size
-        tail = p % bs != 0
-        shared = entry.blocks[:-1] if tail else entry.blocks
-        if int(tail) > self.blocks.num_free_blocks:
+        p = request.num_prompt_tokens
+        if not self.kv.prompt_hit_fits(entry.blocks, p):
             return False
         rid = request.request_id
         self.waiting.popleft()
         request.status = RequestStatus.RUNNING
         request.admitted_once = True
         self.running.append(request)
-        table = self.blocks.share(rid, shared)
-        if tail:
-            table = self.blocks.allocate(rid, p)
+        tables, copies = self.kv.share_prompt(rid, entry.blocks, p)
         request.num_computed_tokens = p
         if first:
             request.num_cached_tokens = p
             out.cache_lookups.append((p, p))
         out.prompt_hits.append(PromptHit(request=request, entry=entry, state_slot=self.slots.allocate(rid),
-                                         block_table=list(table),
-                                         tail_copy=(entry.blocks[-1], table[-1]) if tail else None))
+                                         block_tables=tables, tail_copies=copies))
         scheduled.add(rid)
         return True
 
@@ -367,7 +339,7 @@ class Scheduler:
             The requests that received a new token, in batch order.
         """
         grew = []
-        bs = self.blocks.block_size
+        bs = self.kv.block_size
         for seq in out.seqs:
             for _, _, key in seq.checkpoints:  # written by the pass, whatever became of the request since
                 self.snapshots.commit(key)
@@ -377,12 +349,10 @@ class Scheduler:
             request.num_computed_tokens = end = seq.context_len
             request.last_scheduled = self.num_steps
             rid = request.request_id
-            if self.blocks.enable_caching:
+            if self.kv.enable_caching:
                 full = end // bs
                 hashes = extend_hashes(request.block_hashes, request.token_slice, full, bs)
-                table = self.blocks.table(rid)
-                for i in range(seq.start // bs, full):
-                    self.blocks.register(table[i], hashes[i])
+                self.kv.register(rid, hashes, seq.start // bs, full)
                 if seq.capture_snapshot:
                     idx = self.snapshots.reserve(hashes[end // bs - 1])
                     if idx is not None:
@@ -390,11 +360,12 @@ class Scheduler:
             if seq.capture_prompt and self.prompt_cache is not None:
                 key = tuple(request.prompt_token_ids)
                 if key not in self.prompt_cache:
-                    entry, evicted = self.prompt_cache.insert(key, self.blocks.table(rid)[:blocks_for(end, bs)])
-                    self.blocks.pin(entry.blocks)
+                    entry, evicted = self.prompt_cache.insert(key, self.kv.entry_blocks(rid, end))
+                    self.kv.pin(entry.blocks)
                     if evicted is not None:
-                        self.blocks.unpin(evicted.blocks)
+                        self.kv.unpin(evicted.blocks)
                     out.captures.append(Capture("prompt", seq.state_slot, entry.store_idx, rid))
+            self.kv.computed(rid, end)
             if seq.samples:
                 request.output_token_ids.append(sampled[rid])
                 grew.append(request)
@@ -410,13 +381,12 @@ class Scheduler:
         """Drop ``request``'s prompt-cache entry (its capture could not be completed)."""
         entry = self.prompt_cache.remove(tuple(request.prompt_token_ids)) if self.prompt_cache is not None else None
         if entry is not None:
-            self.blocks.unpin(entry.blocks)
+            self.kv.unpin(entry.blocks)
 
     # -- retiring -----------------------------------------------------------------------------
 
     def _release(self, request: Request) -> None:
-        self.blocks.free(request.request_id)
-        self.slots.free(request.request_id)
+        self.kv.free(request.request_id)
 
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)

@@ -1,6 +1,6 @@
 """Bookkeeping of recurrent-state snapshots and of the prompt cache (pure Python).
 
-A hybrid model's prefix-cache hit needs, besides the KV blocks, the gated-DeltaNet conv and
+A prefix-cache hit of a model with a recurrent cache group needs, besides the KV blocks, the conv and
 recurrent state at the point where the computation resumes. States are large (tens of MiB per
 sequence at real shapes), so they are copied into a separate pool only every
 ``snapshot_interval`` tokens; :class:`SnapshotIndex` maps the prefix key (the chain key of the
@@ -88,12 +88,13 @@ class PromptEntry:
 
     Attributes:
         store_idx: index of its final state and last-row logits in the prompt store.
-        blocks: the KV blocks covering the prompt (pinned while the entry lives).
+        blocks: per cache group, the blocks covering the prompt (pinned while the entry lives; only the
+            window before the prompt's end in sliding-window groups, null entries before it).
         num_tokens: prompt length.
     """
 
     store_idx: int
-    blocks: list[int]
+    blocks: list[list[int]]
     num_tokens: int
 
 
@@ -120,7 +121,7 @@ class PromptCache:
             self._entries.move_to_end(key)
         return entry
 
-    def insert(self, key: tuple[int, ...], blocks: list[int]) -> tuple[PromptEntry, PromptEntry | None]:
+    def insert(self, key: tuple[int, ...], blocks: list[list[int]]) -> tuple[PromptEntry, PromptEntry | None]:
         """Add ``key`` (not present) with its ``blocks``; returns (the entry, the evicted entry or None).
 
         The caller pins ``blocks`` and unpins the evicted entry's blocks.

@@ -23,16 +23,22 @@ class PagedAttention(nn.Module):
         num_kv_heads: key/value heads ``H_kv`` (divides ``H_q``).
         head_dim: ``D``.
         scale: softmax scale (usually ``D ** -0.5``).
-        kv_index: index of this layer's cache in ``caches.kv``.
+        group: the index of this layer's cache group in the model's
+            :class:`~anna_core.cache_spec.CacheSpec` (an attention group).
+        kv_index: index of the K/V tensors this layer uses within the group
+            (:meth:`~anna_core.cache_spec.FullAttentionSpec.cache_index`: its own, or its owner's when it
+            shares another layer's K/V).
         ops: the model's :class:`anna_core.kernels.OpTable`.
-        sliding_window: attend only to the last ``sliding_window`` positions (None: full context).
+        sliding_window: attend only to the last ``sliding_window`` positions (None: full context);
+            the group's window for a sliding-window group.
+        writes_kv: False for a layer that reads another layer's K/V (KV sharing): it writes none.
 
     Raises:
         ValueError: ``num_heads`` is not a multiple of ``num_kv_heads``.
     """
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, kv_index: int, ops: Any,
-                 sliding_window: int | None = None):
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, group: int, kv_index: int,
+                 ops: Any, sliding_window: int | None = None, writes_kv: bool = True):
         super().__init__()
         if num_kv_heads <= 0 or num_heads % num_kv_heads:
             raise ValueError(f"num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})")
@@ -40,22 +46,28 @@ class PagedAttention(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scale = float(scale)
+        self.group = group
         self.kv_index = kv_index
         self.sliding_window = sliding_window
+        self.writes_kv = writes_kv
         self.ops = ops
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
                 caches: ModelCaches) -> torch.Tensor:
         """q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (rotary already applied) -> ``[T, H_q, D]``.
 
-        Side effect: k, v are written to ``caches.kv[kv_index]`` at ``batch.slot_mapping``.
+        Side effect: k, v are written to the group's cache ``kv_index`` at the group's ``slot_mapping``
+        (unless the layer reads another layer's K/V: then k and v may be None).
         """
-        k_cache, v_cache = caches.kv[self.kv_index]
-        self.ops.reshape_and_cache(k, v, k_cache, v_cache, batch.slot_mapping)
+        k_cache, v_cache = caches.attention(self.group).layer(self.kv_index)
+        table = batch.tables[self.group]
+        if self.writes_kv:
+            self.ops.reshape_and_cache(k, v, k_cache, v_cache, table.slot_mapping)
         attend = self.ops.get("paged_attention", head_dim=self.head_dim)
-        return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, batch.block_tables, self.scale,
+        return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables, self.scale,
                       self.sliding_window)
 
     def extra_repr(self) -> str:
         return (f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-                f"kv_index={self.kv_index}, sliding_window={self.sliding_window}")
+                f"group={self.group}, kv_index={self.kv_index}, sliding_window={self.sliding_window}, "
+                f"writes_kv={self.writes_kv}")

@@ -13,7 +13,7 @@ and carry :class:`StateCheckpoints`: a recurrent layer then
 
 Everything else (projections, conv, norms, attention, MLP) runs once over the whole pass. Segment
 ends are checkpoint positions, so the rule computes exactly what it computes when the scheduler cuts
-chunks there. A model opts in with ``state_checkpoints = True`` (:func:`supports_state_checkpoints`).
+chunks there. A model opts in with ``ModelCapabilities(state_checkpoints=True)`` (:mod:`anna_core.model`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,6 @@ if TYPE_CHECKING:  # forward_batch imports this module's types
 
 Rule = Callable[[slice | torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """``rule(rows, cu_seqlens, slots) -> o``: a recurrent rule on some rows of a pass (see :class:`CheckpointRound`)."""
-
-
-def supports_state_checkpoints(model: object) -> bool:
-    """Whether ``model`` declares that its recurrent layers take ``ForwardBatch.checkpoints``."""
-    return bool(getattr(model, "state_checkpoints", False))
 
 
 @attrs.define

@@ -10,19 +10,23 @@ from typing import Any
 
 import torch
 
+from anna_core.cache_spec import CacheSpec
 from anna_core.engine.cache_allocator import zeroed_caches as allocate_caches
-from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.forward_batch import ForwardBatch, GroupTable
 from anna_core.model import ModelCaches
 
 
 def build_batch(chunks: list[tuple[list[int], int]], *, block_size: int, blocks_per_seq: int,
-                device: torch.device, slots: list[int] | None = None) -> ForwardBatch:
+                device: torch.device, spec: CacheSpec, slots: list[int] | None = None) -> ForwardBatch:
     """A :class:`ForwardBatch` for sequences ``i`` feeding ``tokens`` from position ``start``.
 
     Args:
         chunks: per sequence ``(tokens, start)``: new token ids and the number already cached.
         block_size: tokens per KV block.
-        blocks_per_seq: KV blocks reserved per sequence (consecutive).
+        blocks_per_seq: KV blocks reserved per sequence (consecutive, the same in every attention group;
+            a sliding-window group keeps every block, its attention reads only the window).
+        device: where the tensors go.
+        spec: the model's cache groups (one table per attention group).
         slots: state slot per sequence (default ``0..B-1``); sequence ``i``'s blocks follow its slot.
 
     Raises:
@@ -48,10 +52,12 @@ def build_batch(chunks: list[tuple[list[int], int]], *, block_size: int, blocks_
         return torch.tensor(data, dtype=dtype, device=device)
 
     query_lens = [len(c[0]) for c in chunks]
+    group_tables: list[GroupTable | None] = [None] * len(spec.groups)
+    for g in spec.attention_groups:
+        group_tables[g] = GroupTable(block_tables=t(tables, torch.int32), slot_mapping=t(slot_mapping, torch.int64))
     return ForwardBatch(
         input_ids=t(ids, torch.int64), positions=t(positions, torch.int64), cu_seqlens=t(cu, torch.int32),
-        seq_lens=t(seq_lens, torch.int32), block_tables=t(tables, torch.int32),
-        slot_mapping=t(slot_mapping, torch.int64), state_slots=t(slots, torch.int64),
+        seq_lens=t(seq_lens, torch.int32), tables=group_tables, state_slots=t(slots, torch.int64),
         logits_indices=t([c - 1 for c in cu[1:]], torch.int64), query_lens=query_lens,
         context_lens=seq_lens, is_decode=all(n == 1 for n in query_lens),
     )
@@ -82,7 +88,7 @@ def prefill_logits(model: Any, prompt_ids: list[int], *, chunk_size: int | None 
     out = []
     for start in range(0, len(prompt_ids), step):
         batch = build_batch([(prompt_ids[start:start + step], start)], block_size=block_size,
-                            blocks_per_seq=bps, device=device)
+                            blocks_per_seq=bps, device=device, spec=model.cache_spec)
         out.append(model.compute_logits(model(batch, caches)))
     return torch.cat(out)
 
@@ -103,7 +109,8 @@ def simple_greedy_batch(model: Any, prompts: list[list[int]], n: int, *, block_s
     while any(d < len(p) for d, p in zip(done, prompts)):
         live = [i for i, p in enumerate(prompts) if done[i] < len(p)]
         chunks = [(prompts[i][done[i]:done[i] + step], done[i]) for i in live]
-        batch = build_batch(chunks, block_size=block_size, blocks_per_seq=bps, device=device, slots=live)
+        batch = build_batch(chunks, block_size=block_size, blocks_per_seq=bps, device=device, spec=model.cache_spec,
+                            slots=live)
         logits = model.compute_logits(model(batch, caches)[batch.logits_indices])
         best = logits.argmax(-1).tolist()
         for i, c, b in zip(live, chunks, best):
@@ -113,7 +120,7 @@ def simple_greedy_batch(model: Any, prompts: list[list[int]], n: int, *, block_s
     out: list[list[int]] = [[t] for t in next_tok]  # type: ignore[list-item]
     for _ in range(n - 1):
         chunks = [([seq[-1]], len(p) + len(seq) - 1) for p, seq in zip(prompts, out)]
-        batch = build_batch(chunks, block_size=block_size, blocks_per_seq=bps, device=device)
+        batch = build_batch(chunks, block_size=block_size, blocks_per_seq=bps, device=device, spec=model.cache_spec)
         logits = model.compute_logits(model(batch, caches)[batch.logits_indices])
         for seq, b in zip(out, logits.argmax(-1).tolist()):
             seq.append(b)

@@ -26,7 +26,7 @@ import attrs
 import torch
 
 from anna_core.engine.forward_batch import ForwardBatch
-from anna_core.model import CacheSpec, ModelCaches
+from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
 
 _MARKER = re.compile(r"\[\[script:([A-Za-z0-9_\-]+)\]\]")
 _LOOKAHEAD = 5
@@ -61,6 +61,7 @@ class ScriptedLM(torch.nn.Module):
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
         self.cache_spec = CacheSpec()
+        self.capabilities = ModelCapabilities()
         self._names: list[str] = []
         self._scripts: list[TokenScript | UniformScript] = []
         self._slots: dict[int, dict[str, Any]] = {}

@@ -13,7 +13,7 @@ from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.kernels import OpTable
 from anna_core.layers import PagedAttention, RMSNorm, RotaryEmbedding, SwiGLUMLP
 from anna_core.layers.linear import merge_linears
-from anna_core.model import AttentionCacheSpec, CacheSpec, ModelCaches
+from anna_core.model import CacheSpec, FullAttentionSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
 from anna_llama.config import LlamaConfig
@@ -36,7 +36,8 @@ class LlamaAttention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=bias)
         self.qkv_proj: nn.Linear | None = None
         self.rotary = rotary  # one instance shared by all layers (no parameters)
-        self.attn = PagedAttention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim**-0.5, layer, ops)
+        # one full-attention cache group (group 0) holds every layer's K/V, layer i at index i
+        self.attn = PagedAttention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim**-0.5, 0, layer, ops)
 
     def merge_projections(self) -> None:
         """Replace ``q_proj``, ``k_proj``, ``v_proj`` by one ``qkv_proj`` (same input, one GEMM).
@@ -108,9 +109,9 @@ class LlamaForCausalLM(nn.Module):
         self.model = LlamaModel(cfg, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.vocab_size = cfg.vocab_size  # token ids the model accepts (the engine validates against it)
-        self.cache_spec = CacheSpec(
-            attention=AttentionCacheSpec(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim)
-        )
+        self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(cfg.num_hidden_layers),
+                                                       num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim),))
+        self.capabilities = ModelCapabilities()
 
     def merge_projections(self) -> None:
         """Merge the projections that read the same input (attention ``q|k|v_proj``, MLP

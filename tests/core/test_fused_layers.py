@@ -1,4 +1,4 @@
-"""RMSNorm.add_and_norm and SwiGLUMLP's linear_silu_mul path give the unfused layers' results."""
+"""RMSNorm.add_and_norm and SwiGLUMLP's linear_act_mul path give the unfused layers' results."""
 
 import pytest
 import torch
@@ -40,24 +40,24 @@ def test_swiglu_with_ops_matches_the_eager_mlp(registry, dtype):
     fused.merge_gate_up()
     merged = plain(x)  # one GEMM for gate and up: equal to the unmerged MLP up to summation order
     torch.testing.assert_close(merged, want)
-    assert torch.equal(fused(x), merged)  # linear_silu_mul rounds exactly as F.silu(gate) * up
-    assert fused.ops.registry.chosen()["linear_silu_mul"] == "reference"
+    assert torch.equal(fused(x), merged)  # linear_act_mul rounds exactly as F.silu(gate) * up
+    assert fused.ops.registry.chosen()["linear_act_mul"] == "reference"
 
 
 def test_norm_into_gate_up_with_a_bias_runs_unfused(registry):
-    """``RMSNorm.add_norm_linear_silu_mul`` on a biased gate/up: the fused op takes no bias, so the add +
+    """``RMSNorm.add_norm_linear_act_mul`` on a biased gate/up: the fused op takes no bias, so the add +
     norm, the projection and the SwiGLU product run one after another."""
     ops = bind_ops(registry, "cpu", torch.float32)
     norm = RMSNorm(8, 1e-6, ops, zero_centered=True)
     norm.weight.data.normal_()
     gate_up = torch.nn.Linear(8, 12)
     x, residual = torch.randn(3, 8), torch.randn(3, 8)
-    y, new_residual = norm.add_norm_linear_silu_mul(x, residual, gate_up)
+    y, new_residual = norm.add_norm_linear_act_mul(x, residual, gate_up)
     h, want_residual = norm.add_and_norm(x, residual)
     gate, up = gate_up(h).chunk(2, dim=-1)
     assert torch.equal(new_residual, want_residual)
     torch.testing.assert_close(y, torch.nn.functional.silu(gate) * up)
     gate_up.bias = None  # bias-free: the fused op, same result
-    y2, _ = norm.add_norm_linear_silu_mul(x, residual, gate_up)
+    y2, _ = norm.add_norm_linear_act_mul(x, residual, gate_up)
     gate, up = gate_up(h).chunk(2, dim=-1)
     torch.testing.assert_close(y2, torch.nn.functional.silu(gate) * up)

@@ -3,8 +3,8 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from anna_core.kernels import KernelRegistry, KernelSpec, bind_ops
-from anna_core.kernels.ops import OPS
+from anna_core.kernels import KernelRegistry, bind_ops
+from anna_core.kernels.ops import CORE_OPS
 from anna_core.kernels.reference.linear import linear as ref_linear
 from anna_core.layers.linear import Linear, linear_from, use_linear_op
 from torch import nn
@@ -47,7 +47,7 @@ def test_reference_linear_bad_arguments(args, match):
 
 
 def test_linear_layer_through_the_registry_matches_nn_linear():
-    registry = KernelRegistry([KernelSpec(op=op, name="reference", impl=path, priority=0) for op, path in OPS.items()])
+    registry = KernelRegistry(CORE_OPS)
     ops = bind_ops(registry, "cpu", torch.float32)
     torch.manual_seed(0)
     layer = Linear(6, 4, bias=True, ops=ops)

@@ -8,6 +8,7 @@ import pytest
 from anna_core.errors import KernelNotFoundError
 from anna_core.hookspecs import hookimpl
 from anna_core.kernels import KernelRegistry, KernelSpec, ProbeRequest
+from anna_core.kernels.ops import CORE_OPS
 from anna_core.plugins import describe_plugins, make_plugin_manager, model_families
 
 
@@ -17,7 +18,7 @@ def test_builtin_reference_kernels_are_a_plugin():
     assert names == ["anna_core_reference"]
     [rec] = describe_plugins(pm)
     assert rec["distribution"] == "anna-core"
-    assert rec["hooks"] == ["register_kernels"]
+    assert rec["hooks"] == ["register_ops"]
     reg = KernelRegistry.from_plugins(pm)
     fn = reg.get("rms_norm", ProbeRequest("cpu", "float32"))
     assert fn.__module__ == "anna_core.kernels.reference.norms"
@@ -43,8 +44,8 @@ def test_unknown_allow_list_name_warns(caplog):
 
 
 def test_registering_plugins_does_not_import_torch():
-    code = ("import sys; from anna_core.plugins import get_plugin_manager, model_families, kernel_specs; "
-            "get_plugin_manager(); model_families(); kernel_specs(); print('torch' in sys.modules)")
+    code = ("import sys; from anna_core.plugins import get_plugin_manager, model_families, kernel_specs, op_contracts; "
+            "get_plugin_manager(); model_families(); kernel_specs(); op_contracts(); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -98,16 +99,21 @@ def test_disabled_kernels_fall_back_to_the_next_choice():
         KernelRegistry.from_plugins(pm, disabled=["bogus:fast"])
 
 
-def test_missing_kernel_is_a_clear_error():
-    reg = KernelRegistry([KernelSpec(op="rms_norm", name="fast", impl="builtins:max", priority=1,
-                                     probe="tests.core.test_plugins:_probe_cuda_bf16")])
-    with pytest.raises(KernelNotFoundError, match="rms_norm.*device=cpu"):
-        reg.get("rms_norm", ProbeRequest("cpu", "float32"))
+def test_unknown_op_lookup_is_a_clear_error():
+    reg = KernelRegistry(CORE_OPS)
+    with pytest.raises(KernelNotFoundError, match="no kernel op 'no_such_op' is registered"):
+        reg.get("no_such_op", ProbeRequest("cpu", "float32"))
+    with pytest.raises(AttributeError):
+        _ = __import__("anna_core.kernels", fromlist=["bind_ops"]).bind_ops(reg, "cpu", "float32").no_such_op
 
 
-def test_unknown_op_registration_is_rejected():
-    with pytest.raises(ValueError, match="unknown ops"):
-        KernelRegistry([KernelSpec(op="no_such_op", name="x", impl="builtins:max", priority=1)])
+def test_implementation_of_an_op_without_a_contract_is_rejected():
+    with pytest.raises(ValueError, match="ops without a contract \\['no_such_op'\\]"):
+        KernelRegistry(CORE_OPS, [KernelSpec(op="no_such_op", name="x", impl="builtins:max", priority=1)])
+    with pytest.raises(ValueError, match="name is the contract's torch reference"):
+        KernelRegistry(CORE_OPS, [KernelSpec(op="rms_norm", name="reference", impl="builtins:max", priority=1)])
+    with pytest.raises(ValueError, match="two contracts"):
+        KernelRegistry([*CORE_OPS, CORE_OPS[0]])
 
 
 def test_describe_plugins_is_json():

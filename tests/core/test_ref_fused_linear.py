@@ -1,16 +1,17 @@
-"""Reference add_rms_norm_linear, silu_mul_linear, linear_silu_mul and add_rms_norm_linear_silu_mul: bit-identical
+"""Reference add_rms_norm_linear, act_mul_linear, linear_act_mul and add_rms_norm_linear_act_mul: bit-identical
 to the unfused references they compose."""
 
 import pytest
 import torch
-from anna_core.kernels import KernelRegistry, KernelSpec, bind_ops
-from anna_core.kernels.ops import OPS
+import torch.nn.functional as F
+from anna_core.kernels import KernelRegistry, bind_ops
+from anna_core.kernels.ops import CORE_OPS
 from anna_core.kernels.reference.activations import silu_and_mul
 from anna_core.kernels.reference.fused_linear import (
+    act_mul_linear,
     add_rms_norm_linear,
-    add_rms_norm_linear_silu_mul,
-    linear_silu_mul,
-    silu_mul_linear,
+    add_rms_norm_linear_act_mul,
+    linear_act_mul,
 )
 from anna_core.kernels.reference.norms import add_rms_norm
 
@@ -42,35 +43,35 @@ def test_add_rms_norm_linear_without_residual_returns_x():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_silu_mul_linear_is_the_unfused_path(dtype):
+def test_act_mul_linear_is_the_unfused_path(dtype):
     gen = torch.Generator().manual_seed(1)
     x, w = torch.randn(4, 32, generator=gen).to(dtype), torch.randn(6, 16, generator=gen).to(dtype)
-    y = silu_mul_linear(x, w)
+    y = act_mul_linear(x, w)
     gate, up = x.chunk(2, dim=-1)
     assert torch.equal(silu_and_mul(x), torch.nn.functional.silu(gate) * up)
     assert y.dtype == dtype and y.shape == (4, 6) and torch.equal(y, silu_and_mul(x) @ w.t())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_linear_silu_mul_is_the_unfused_path(dtype):
+def test_linear_act_mul_is_the_unfused_path(dtype):
     gen = torch.Generator().manual_seed(2)
     x, w = torch.randn(3, 16, generator=gen).to(dtype), torch.randn(10, 16, generator=gen).to(dtype)
-    y = linear_silu_mul(x, w)
+    y = linear_act_mul(x, w)
     gate, up = (x @ w.t()).chunk(2, dim=-1)  # gate rows first, then up rows
     assert y.dtype == dtype and y.shape == (3, 5) and torch.equal(y, torch.nn.functional.silu(gate) * up)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_add_rms_norm_linear_silu_mul_is_the_unfused_path(dtype):
+def test_add_rms_norm_linear_act_mul_is_the_unfused_path(dtype):
     gen = torch.Generator().manual_seed(3)
     x, r = torch.randn(3, 16, generator=gen).to(dtype), torch.randn(3, 16, generator=gen).to(dtype)
     nw, w = torch.randn(16, generator=gen).to(dtype), torch.randn(10, 16, generator=gen).to(dtype)
-    y, new_r = add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w)
+    y, new_r = add_rms_norm_linear_act_mul(x, r, nw, 1e-6, True, w)
     h, want_r = add_rms_norm(x, r, nw, 1e-6, True)
     assert torch.equal(new_r, want_r) and torch.equal(new_r, x + r)
-    assert y.dtype == dtype and y.shape == (3, 5) and torch.equal(y, linear_silu_mul(h, w))
-    y0, r0 = add_rms_norm_linear_silu_mul(x, None, nw, 1e-6, True, w)
-    assert r0 is x and torch.equal(y0, linear_silu_mul(add_rms_norm(x, None, nw, 1e-6, True)[0], w))
+    assert y.dtype == dtype and y.shape == (3, 5) and torch.equal(y, linear_act_mul(h, w))
+    y0, r0 = add_rms_norm_linear_act_mul(x, None, nw, 1e-6, True, w)
+    assert r0 is x and torch.equal(y0, linear_act_mul(add_rms_norm(x, None, nw, 1e-6, True)[0], w))
 
 
 def test_fused_linear_errors_name_the_op():
@@ -81,21 +82,41 @@ def test_fused_linear_errors_name_the_op():
         add_rms_norm_linear(x, x.bfloat16(), nw, 1e-6, False, w)
     with pytest.raises(ValueError, match="add_rms_norm_linear: x must be"):
         add_rms_norm_linear(torch.randn(2, 6), None, nw, 1e-6, False, w)
-    with pytest.raises(ValueError, match="silu_mul_linear: x must be"):
-        silu_mul_linear(torch.randn(2, 8), w)
-    with pytest.raises(ValueError, match="silu_mul_linear: weight must be"):
-        silu_mul_linear(torch.randn(2, 16), torch.randn(8))
-    with pytest.raises(ValueError, match="linear_silu_mul: weight must be"):
-        linear_silu_mul(torch.randn(2, 8), w)
-    with pytest.raises(ValueError, match="add_rms_norm_linear_silu_mul: weight must be"):
-        add_rms_norm_linear_silu_mul(x, None, nw, 1e-6, False, w)
-    with pytest.raises(ValueError, match="add_rms_norm_linear_silu_mul: norm_weight must be"):
-        add_rms_norm_linear_silu_mul(x, None, torch.randn(4), 1e-6, False, torch.randn(6, 8))
+    with pytest.raises(ValueError, match="act_mul_linear: x must be"):
+        act_mul_linear(torch.randn(2, 8), w)
+    with pytest.raises(ValueError, match="act_mul_linear: weight must be"):
+        act_mul_linear(torch.randn(2, 16), torch.randn(8))
+    with pytest.raises(ValueError, match="linear_act_mul: weight must be"):
+        linear_act_mul(torch.randn(2, 8), w)
+    with pytest.raises(ValueError, match="add_rms_norm_linear_act_mul: weight must be"):
+        add_rms_norm_linear_act_mul(x, None, nw, 1e-6, False, w)
+    with pytest.raises(ValueError, match="add_rms_norm_linear_act_mul: norm_weight must be"):
+        add_rms_norm_linear_act_mul(x, None, torch.randn(4), 1e-6, False, torch.randn(6, 8))
 
 
 def test_fused_ops_bind_through_the_registry():
-    registry = KernelRegistry([KernelSpec(op=op, name="reference", impl=path, priority=0) for op, path in OPS.items()])
+    registry = KernelRegistry(CORE_OPS)
     ops = bind_ops(registry, torch.device("cpu"), torch.float32)
     x, w = torch.randn(1, 16), torch.randn(3, 8)
-    assert torch.equal(ops.silu_mul_linear(x, w), silu_mul_linear(x, w))
-    assert registry.chosen() == {"silu_mul_linear": "reference"}
+    assert torch.equal(ops.act_mul_linear(x, w), act_mul_linear(x, w))
+    assert registry.chosen() == {"act_mul_linear": "reference"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_gelu_tanh_ops_are_torch_gelu_tanh_products(dtype):
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 8, generator=gen).to(dtype)
+    w = torch.randn(10, 8, generator=gen).to(dtype)
+    gate, up = F.linear(x, w).chunk(2, dim=-1)
+    want = F.gelu(gate, approximate="tanh") * up
+    assert torch.equal(linear_act_mul(x, w, "gelu_tanh"), want)
+    g = torch.randn(3, 16, generator=gen).to(dtype)
+    wd = torch.randn(5, 8, generator=gen).to(dtype)
+    gg, gu = g.chunk(2, dim=-1)
+    assert torch.equal(act_mul_linear(g, wd, "gelu_tanh"), F.linear(F.gelu(gg, approximate="tanh") * gu, wd))
+    nw = torch.randn(8, generator=gen).to(dtype)
+    y, r = add_rms_norm_linear_act_mul(x, x, nw, 1e-6, True, w, "gelu_tanh")
+    h, r2 = add_rms_norm(x, x, nw, 1e-6, True)
+    assert torch.equal(r, r2) and torch.equal(y, linear_act_mul(h, w, "gelu_tanh"))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        linear_act_mul(x, w, "gelu")

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from anna_core.kernels.reference import conv1d as ref_conv
 from anna_core.kernels.reference import gated_delta_rule as ref
+from anna_core.kernels.reference import gdn_fused as ref_fused
 from anna_core.kernels.reference import norms as ref_norms
 
 from tests.xpu_kernels._interp import require_triton_interpreter, tol
@@ -14,7 +15,6 @@ from tests.xpu_kernels._interp import require_triton_interpreter, tol
 require_triton_interpreter()
 
 import triton
-from anna_xpu_kernels import gated_delta_rule
 from anna_xpu_kernels import gdn_decode_fused as gdf
 from anna_xpu_kernels.gdn_decode_fused import choose_splits, choose_sub_v, fusable, fused_gdn_decode
 
@@ -145,9 +145,48 @@ def test_launches_are_not_autotuned():
     assert gdf.NUM_WARPS == 4
 
 
-def test_fused_step_is_exposed_on_the_decode_op_and_bounded():
-    assert gated_delta_rule.gated_delta_rule_decode.fused_step is fused_gdn_decode
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_fused_step_matches_the_op_reference(poison_outputs, dtype):
+    """The Triton kernel against the ``fused_gdn_decode`` op's torch reference (anna-core)."""
+    gen = torch.Generator().manual_seed(11)
+    batch, h_k, h_v, d_k, d_v = 2, 1, 2, 16, 32
+    conv_dim = 2 * h_k * d_k + h_v * d_v
+    conv_w = (0.5 * torch.randn(conv_dim, WIDTH, generator=gen)).to(dtype)
+    neg_a, dt_bias = -torch.rand(h_v, generator=gen) * 4, torch.randn(h_v, generator=gen)
+    w = (1 + 0.3 * torch.randn(d_v, generator=gen)).to(dtype)
+    states = torch.randn(POOL, h_v, d_k, d_v, generator=gen) * 0.5
+    conv_states = torch.randn(POOL, conv_dim, WIDTH - 1, generator=gen).to(dtype)
+    slots = torch.tensor([5, 0])
+    mine, theirs, conv_mine, conv_theirs = states.clone(), states.clone(), conv_states.clone(), conv_states.clone()
+    raw, z, b, a = _inputs(gen, batch, h_k, h_v, d_k, d_v, dtype)
+    got = fused_gdn_decode(raw, conv_w, conv_mine, z, a, b, neg_a, dt_bias, w, EPS, mine, slots, d_k ** -0.5, h_k)
+    want = ref_fused.fused_gdn_decode(raw, conv_w, conv_theirs, z, a, b, neg_a, dt_bias, w, EPS, theirs, slots,
+                                      d_k ** -0.5, h_k)
+    t = tol(dtype) if dtype == torch.float32 else {"atol": 6e-2, "rtol": 6e-2}  # bf16: four roundings, gated norm
+    torch.testing.assert_close(got, want, **t)
+    torch.testing.assert_close(mine, theirs, **tol(dtype))
+    assert torch.equal(conv_mine, conv_theirs)
+
+
+def test_registered_as_the_fused_gdn_decode_op_for_fusable_heads(monkeypatch):
+    from anna_core.kernels import KernelRegistry, ProbeRequest
+    from anna_core.plugins import make_plugin_manager
+
     assert fusable(128, 128) and fusable(256, 256) and not fusable(512, 128)
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+
+    def chosen(**shape):
+        return registry.get("fused_gdn_decode", ProbeRequest("cpu", "bfloat16", shape))
+
+    assert chosen(head_k_dim=128, head_v_dim=128) is fused_gdn_decode
+    assert chosen(head_k_dim=256, head_v_dim=256) is fused_gdn_decode
+    # heads the kernel cannot fuse, or a lookup without the facts: the op's reference (the unfused composition)
+    assert chosen(head_k_dim=512, head_v_dim=128) is ref_fused.fused_gdn_decode
+    assert chosen(head_k_dim=128) is ref_fused.fused_gdn_decode
+    off = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}), disabled=["fused_gdn_decode:triton"])
+    assert off.get("fused_gdn_decode", ProbeRequest("cpu", "bfloat16", {"head_k_dim": 128, "head_v_dim": 128})) \
+        is ref_fused.fused_gdn_decode
 
 
 def test_fused_step_bad_arguments_are_clear_errors():

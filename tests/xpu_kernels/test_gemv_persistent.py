@@ -52,8 +52,8 @@ def test_norm_prologue_and_swiglu_epilogue(poison_outputs, grid, dtype, residual
     torch.testing.assert_close(y, want_y, **tol(dtype))
     if residual:
         torch.testing.assert_close(new_r, want_r, atol=0, rtol=2 ** -7)  # one program writes it
-    y, _ = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, zero_centered, w, fuse=True)
-    want_y, _ = ref.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, zero_centered, w)
+    y, _ = fused_linear.add_rms_norm_linear_act_mul(x, r, nw, 1e-6, zero_centered, w, fuse=True)
+    want_y, _ = ref.add_rms_norm_linear_act_mul(x, r, nw, 1e-6, zero_centered, w)
     torch.testing.assert_close(y, want_y, **{name: 2 * v for name, v in tol(dtype).items()})
 
 
@@ -62,9 +62,9 @@ def test_silu_mul_prologue_and_epilogue_alone(poison_outputs, grid, dtype):
     k, i = 40, 13  # an odd number of SwiGLU outputs: the last block holds one pair
     g = _rand(1, 2 * k, seed=8, dtype=dtype)
     w = _rand(2 * i, k, seed=9, scale=k ** -0.5, dtype=dtype)
-    torch.testing.assert_close(fused_linear.silu_mul_linear(g, w, fuse=True), ref.silu_mul_linear(g, w), **tol(dtype))
+    torch.testing.assert_close(fused_linear.act_mul_linear(g, w, fuse=True), ref.act_mul_linear(g, w), **tol(dtype))
     x = _rand(1, k, seed=10, dtype=dtype)
-    torch.testing.assert_close(fused_linear.linear_silu_mul(x, w), ref.linear_silu_mul(x, w),
+    torch.testing.assert_close(fused_linear.linear_act_mul(x, w), ref.linear_act_mul(x, w),
                                **{name: 2 * v for name, v in tol(dtype).items()})
 
 
@@ -88,8 +88,8 @@ def test_tiled_kernel_still_serves_one_row_when_switched_off(monkeypatch, poison
     x, nw, r = _rand(1, k, seed=16), _rand(k, seed=17), _rand(1, k, seed=18)
     w = _rand(2 * n, k, seed=19, scale=k ** -0.5)
     torch.testing.assert_close(gemv.linear(x, w, None), ref_linear(x, w, None), **tol(torch.float32))
-    y, _ = fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, False, w, fuse=True)
-    want, _ = ref.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, False, w)
+    y, _ = fused_linear.add_rms_norm_linear_act_mul(x, r, nw, 1e-6, False, w, fuse=True)
+    want, _ = ref.add_rms_norm_linear_act_mul(x, r, nw, 1e-6, False, w)
     torch.testing.assert_close(y, want, **tol(torch.float32))
 
 

@@ -14,14 +14,14 @@ def _check_no_error(out) -> None:
     assert out.error is None, out.error
 
 
-def _generate(model_dir, prompts):
+def _generate(model_dir, prompts, disable_kernels=()):
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.sampling_params import SamplingParams
     from anna_core.loading import load_model
     from anna_core.testing.engine_run import run_to_completion
 
-    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
+    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy", disable_kernels=disable_kernels)
     engine = LLMEngine.from_loaded(loaded, EngineConfig(max_num_seqs=4, num_blocks=32, block_size=4,
                                                         max_model_len=64, enable_prefix_caching=False))
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
@@ -37,8 +37,9 @@ def test_triton_model_matches_reference_model(tmp_path, monkeypatch):
     monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
     want, chosen_ref = _generate(d, prompts)
     assert set(chosen_ref.values()) == {"reference"}
+    assert {"fused_gdn_decode", "fused_gdn_prefill", "qk_norm_rope_cache"} <= set(chosen_ref)  # their references
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
-    from anna_xpu_kernels import gated_delta_rule, norms
+    from anna_xpu_kernels import gdn_decode_fused, qk_norm_rope
 
     calls = {"gdn": 0, "qk": 0}
 
@@ -47,18 +48,20 @@ def test_triton_model_matches_reference_model(tmp_path, monkeypatch):
             calls[name] += 1
             return fn(*args, **kwargs)
 
-        wrapper.fusable = getattr(fn, "fusable", None)
+        wrapper.counters = getattr(fn, "counters", None)  # fused_gdn_decode finds its pool through its name
         return wrapper
 
-    step = gated_delta_rule.gated_delta_rule_decode.fused_step
-    monkeypatch.setattr(gated_delta_rule.gated_delta_rule_decode, "fused_step", counting("gdn", step))
-    monkeypatch.setattr(norms.rms_norm, "qk_norm_rope_cache", counting("qk", norms.rms_norm.qk_norm_rope_cache))
+    # the registry resolves an implementation's "module:attr" when it first chooses it
+    monkeypatch.setattr(gdn_decode_fused, "fused_gdn_decode", counting("gdn", gdn_decode_fused.fused_gdn_decode))
+    monkeypatch.setattr(qk_norm_rope, "qk_norm_rope_cache", counting("qk", qk_norm_rope.qk_norm_rope_cache))
     got, chosen = _generate(d, prompts)
     assert calls["gdn"] > 0 and calls["qk"] > 0, calls
-    assert chosen["gated_delta_rule_decode"] == "triton" and chosen["rms_norm"] == "triton"
+    assert chosen["fused_gdn_decode"] == chosen["qk_norm_rope_cache"] == "triton"  # the fused ops, through the table
+    assert chosen["fused_gdn_prefill"] == "reference"  # fla needs CUDA
+    assert "rms_norm" not in chosen and "gated_delta_rule_decode" not in chosen  # inside the fused ops
     assert chosen["paged_attention"] == "triton"
     assert chosen["add_rms_norm"] == chosen["sigmoid_mul"] == "triton"  # the final norm, the attention gate
-    assert chosen["add_rms_norm_linear"] == chosen["add_rms_norm_linear_silu_mul"] == chosen["linear"] == "triton"
+    assert chosen["add_rms_norm_linear"] == chosen["add_rms_norm_linear_act_mul"] == chosen["linear"] == "triton"
     assert got == want
 
 
@@ -67,7 +70,7 @@ def test_fused_prefill_path_matches_reference_model(tmp_path, monkeypatch):
     anna-xpu-kernels wires it: fla's chunked kernels need CUDA, so the rule itself is the torch
     reference here; the preparation kernel runs in the interpreter."""
     from anna_core.kernels.reference import gated_delta_rule as ref_gdr
-    from anna_xpu_kernels import fla_prefill
+    from anna_xpu_kernels import fla_prefill, probes
 
     d = write_tiny_qwen35_config(tmp_path / "tiny")
     gen = torch.Generator().manual_seed(1)
@@ -83,8 +86,22 @@ def test_fused_prefill_path_matches_reference_model(tmp_path, monkeypatch):
         return ref_gdr.gated_delta_rule_prefill(q, k, v, g, beta, cu_seqlens, states, slots, scale)
 
     monkeypatch.setattr(fla_prefill, "chunked_forward", chunked)
-    monkeypatch.setattr(ref_gdr.gated_delta_rule_prefill, "fused_prefill", fla_prefill.fused_prefill, raising=False)
+    # fla's probe accepts the CPU here (its rule is the reference above); everything else keeps the references
+    monkeypatch.setattr(probes, "fla_prefill_probe", lambda request: request.device_type == "cpu")
     got, chosen = _generate(d, prompts)
-    assert chosen["gated_delta_rule_prefill"] == "reference"
+    assert chosen["fused_gdn_prefill"] == "fla" and chosen["fused_gdn_decode"] == "reference"
     assert calls["chunked"] > 0
+    assert got == want
+
+
+def test_disabling_the_fused_kernels_falls_back_to_their_references(tmp_path, monkeypatch):
+    d = write_tiny_qwen35_config(tmp_path / "tiny")
+    prompts = [[5, 17, 33], list(range(1, 12))]
+    monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
+    want, _ = _generate(d, prompts)
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    got, chosen = _generate(d, prompts, disable_kernels=("fused_gdn_decode:triton", "qk_norm_rope_cache:triton"))
+    assert chosen["fused_gdn_decode"] == chosen["qk_norm_rope_cache"] == "reference"
+    assert "gated_delta_rule_decode" not in chosen  # the references compose the unfused references directly
+    assert chosen["paged_attention"] == "triton"
     assert got == want

@@ -4,13 +4,13 @@ import pytest
 import torch
 from anna_core.kernels.reference import norms as ref_norms
 from anna_core.kernels.reference import paged_attention as ref_pa
+from anna_core.kernels.reference import qk_norm_rope as ref_qk
 from anna_core.layers.rotary import RotaryEmbedding
 
 from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
 require_triton_interpreter()
 
-from anna_xpu_kernels import norms
 from anna_xpu_kernels.qk_norm_rope import qk_norm_rope_cache
 
 BLOCK = 4
@@ -44,8 +44,37 @@ def test_matches_norm_rotary_and_reshape_and_cache(poison_outputs, dtype, dim, r
     torch.testing.assert_close(caches[1], caches[3], equal_nan=True, **t)
 
 
-def test_exposed_on_the_triton_rms_norm():
-    assert norms.rms_norm.qk_norm_rope_cache is qk_norm_rope_cache
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_matches_the_op_reference(poison_outputs, dtype):
+    """The Triton kernel against the ``qk_norm_rope_cache`` op's torch reference (anna-core)."""
+    gen = torch.Generator().manual_seed(3)
+    T, h_q, h_kv, dim = 4, 4, 2, 32
+    q = torch.randn(T, h_q, dim, generator=gen).to(dtype)
+    k, v = torch.randn(2, T, h_kv, dim, generator=gen).to(dtype)
+    qw, kw = (0.2 * torch.randn(2, dim, generator=gen)).to(dtype)
+    positions = torch.tensor([3, 0, 11, 250])
+    inv_freq = RotaryEmbedding(dim, 16, {"rope_theta": 1e6})._inv_freq
+    slots = torch.tensor([1, 6, 2, 13])
+    caches = [torch.zeros(4, BLOCK, h_kv, dim, dtype=dtype) for _ in range(4)]
+    got = qk_norm_rope_cache(q, k, v, qw, kw, 1e-6, True, positions, inv_freq, caches[0], caches[1], slots)
+    want = ref_qk.qk_norm_rope_cache(q, k, v, qw, kw, 1e-6, True, positions, inv_freq, caches[2], caches[3], slots)
+    t = tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    torch.testing.assert_close(got, want, **t)
+    torch.testing.assert_close(caches[0], caches[2], **t)
+    torch.testing.assert_close(caches[1], caches[3], **t)
+    assert not torch.equal(caches[0], torch.zeros_like(caches[0]))
+
+
+def test_registered_as_the_qk_norm_rope_cache_op(monkeypatch):
+    from anna_core.kernels import KernelRegistry, ProbeRequest
+    from anna_core.plugins import make_plugin_manager
+
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get("qk_norm_rope_cache", ProbeRequest("cpu", "float32", {"head_dim": 256})) is qk_norm_rope_cache
+    # without the head_dim fact (or on a dtype the kernels do not take) the op's reference serves it
+    assert registry.get("qk_norm_rope_cache", ProbeRequest("cpu", "float32")) is ref_qk.qk_norm_rope_cache
+    assert registry.get("qk_norm_rope_cache", ProbeRequest("cpu", "float64", {"head_dim": 64})) is ref_qk.qk_norm_rope_cache
 
 
 def test_bad_arguments_are_clear_errors():

@@ -1,11 +1,11 @@
-"""Anna-core's own plugin: the torch reference kernels, registered like any other kernel plugin."""
+"""Anna-core's own plugin: its op contracts (and so their torch references), registered like any other
+plugin's ops."""
 
 from anna_core.hookspecs import hookimpl
-from anna_core.kernels.ops import OPS
-from anna_core.kernels.registry import REFERENCE_PRIORITY, KernelSpec
+from anna_core.kernels.ops import CORE_OPS
 
 
 @hookimpl
-def register_kernels(register):
-    for op, impl in OPS.items():
-        register(KernelSpec(op=op, name="reference", impl=impl, priority=REFERENCE_PRIORITY))
+def register_ops(register):
+    for contract in CORE_OPS:
+        register(contract)

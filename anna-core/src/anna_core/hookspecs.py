@@ -28,12 +28,24 @@ def register_model_families(register):
 
 
 @hookspec
+def register_ops(register):
+    """Register kernel op contracts.
+
+    Call ``register(anna_core.kernels.OpContract(...))`` once per op the plugin defines: its name,
+    documented signature, lazy ``"module:attr"`` torch reference (the op's ``"reference"``
+    implementation, priority 0) and optionally its argument check and probe shape facts. An op has
+    exactly one contract; anna-core registers its own ops (``anna_core.kernels.ops``) this way.
+    """
+
+
+@hookspec
 def register_kernels(register):
     """Register kernel implementations.
 
-    Call ``register(anna_core.kernels.KernelSpec(...))`` once per (op, implementation). Each
-    carries an explicit integer priority and a lazy availability probe; the highest-priority
-    implementation whose probe accepts a (device, dtype, shape) wins.
+    Call ``register(anna_core.kernels.KernelSpec(...))`` once per (op, implementation) of an op
+    whose contract some plugin registers (``register_ops``). Each carries an explicit integer
+    priority and a lazy availability probe; the highest-priority implementation whose probe accepts
+    a (device, dtype, shape) wins, and the op's torch reference serves what every probe declines.
     """
 
 

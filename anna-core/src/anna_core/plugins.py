@@ -2,9 +2,9 @@
 
 ``ANNA_LOAD_PLUGINS`` (a comma-separated list of entry-point names, e.g.
 ``anna_qwen35,anna_xpu_kernels``) restricts which plugins load; unset loads all of them, an
-empty string loads none. The built-in reference kernels (``anna_core_reference``) are part of
-anna-core, not an optional plugin: they are always registered, whatever the allow-list says,
-so every op has an implementation. An allow-list name that matches no installed plugin is
+empty string loads none. The built-in plugin (``anna_core_reference``: anna-core's op contracts and
+their torch references) is part of anna-core, not an optional plugin: it is always registered,
+whatever the allow-list says, so every core op has an implementation. An allow-list name that matches no installed plugin is
 logged as a warning.
 """
 
@@ -98,6 +98,11 @@ def default_models(pm: pluggy.PluginManager | None = None) -> list[DefaultModelS
 
 def kernel_specs(pm: pluggy.PluginManager | None = None) -> list[Any]:
     return _collect(pm or get_plugin_manager(), "register_kernels")
+
+
+def op_contracts(pm: pluggy.PluginManager | None = None) -> list[Any]:
+    """Every ``OpContract`` the plugins register (``register_ops``), anna-core's own included."""
+    return _collect(pm or get_plugin_manager(), "register_ops")
 
 
 def describe_plugins(pm: pluggy.PluginManager | None = None) -> list[dict[str, Any]]:

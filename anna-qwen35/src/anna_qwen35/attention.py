@@ -69,14 +69,13 @@ class GatedAttention(nn.Module):
         return torch.split(self.qkv_proj(x), [q_size, kv_size, kv_size], dim=-1), residual
 
     def _fused_pre(self, batch: ForwardBatch):
-        """The fused q/k-norm + rotary + cache-write kernel (``qk_norm_rope_cache`` attribute of the
-        chosen ``rms_norm`` implementation, e.g. anna-xpu-kernels' Triton one), or None: the torch
-        reference has none, and M-RoPE ``[3, T]`` positions or q/k norm variants other than the
-        zero-centred one take the separate ops."""
-        fused = getattr(self.ops.rms_norm, "qk_norm_rope_cache", None)
-        if fused is None or batch.positions.dim() != 1 or not (self.q_norm.zero_centered and self.k_norm.zero_centered):
+        """The ``qk_norm_rope_cache`` op (q/k norms, rotary and the cache write as one op) chosen for
+        this head dim: anna-xpu-kernels' Triton kernel where its probe accepts, else the op's torch
+        reference. None for M-RoPE ``[3, T]`` positions or q/k norm variants other than the
+        zero-centred one, which take the separate ops."""
+        if batch.positions.dim() != 1 or not (self.q_norm.zero_centered and self.k_norm.zero_centered):
             return None
-        return fused
+        return self.ops.get("qk_norm_rope_cache", head_dim=self.head_dim)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches, pre_norm=None):
         """x: ``[T, hidden]`` -> ``[T, hidden]``; writes this layer's K/V into the paged cache.

@@ -120,32 +120,28 @@ class GatedDeltaNet(nn.Module):
         return torch.split(self.in_proj_all(x), sizes, dim=-1), residual
 
     def _fused_step(self):
-        """The decode op's fused layer step (``fused_step`` attribute of the chosen
-        ``gated_delta_rule_decode`` implementation, e.g. anna-xpu-kernels' Triton one), or None when
-        the implementation has none, the head dims cannot be fused or projections are not merged.
+        """The ``fused_gdn_decode`` op chosen for this layer's head dims (anna-xpu-kernels' Triton kernel
+        where its probe accepts them, else the op's torch reference), or None before
+        :meth:`merge_projections` (it needs ``-exp(A_log)``).
 
-        Its signature: ``fused(qkv_before_conv [T, C], conv_w [C, W], conv_states [S, C, W-1], z, a, b,
-        neg_a, dt_bias, norm_weight, norm_eps, states, slots, scale, num_k_heads) -> [T, H_v*V]``; it
-        also performs the conv1d update (the separate ``causal_conv1d_update`` is skipped)."""
+        Its signature (``anna_core.kernels.ops``): ``fused(qkv_before_conv [T, C], conv_w [C, W],
+        conv_states [S, C, W-1], z, a, b, neg_a, dt_bias, norm_weight, norm_eps, states, slots, scale,
+        num_k_heads) -> [T, H_v*V]``; it also performs the conv1d update (the separate
+        ``causal_conv1d_update`` is skipped)."""
         if self._neg_a is None:
             return None
-        fused = getattr(self.ops.gated_delta_rule_decode, "fused_step", None)
-        fusable = getattr(fused, "fusable", None)
-        if fused is None or (fusable is not None and not fusable(self.head_k_dim, self.head_v_dim)):
-            return None
-        return fused
+        return self.ops.get("fused_gdn_decode", head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim)
 
     def _fused_prefill(self):
-        """The prefill op's fused input preparation + chunked rule (``fused_prefill`` attribute of the
-        chosen ``gated_delta_rule_prefill`` implementation, e.g. anna-xpu-kernels' fla one), or None
-        (the torch reference has none; projections not merged).
+        """The ``fused_gdn_prefill`` op chosen for this layer's head dims (anna-xpu-kernels' fla one where
+        its probe accepts, else the op's torch reference), or None before :meth:`merge_projections`.
 
         Its signature: ``fused(qkv_after_conv [T, C], a, b, neg_a, dt_bias, cu_seqlens, states, slots,
         scale, num_k_heads, head_k_dim, head_v_dim) -> o [T, H_v, V]``: the L2 norms, ``g`` and ``beta``
         of :meth:`_mix`'s unfused path, then ``gated_delta_rule_prefill``."""
         if self._neg_a is None:
             return None
-        return getattr(self.ops.gated_delta_rule_prefill, "fused_prefill", None)
+        return self.ops.get("fused_gdn_prefill", head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches, pre_norm=None):
         """x: ``[T, hidden]`` -> ``[T, hidden]``; updates this layer's conv and recurrent states in place.

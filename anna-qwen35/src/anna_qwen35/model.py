@@ -38,7 +38,7 @@ class DecoderLayer(nn.Module):
     stream it has not yet been added to, and returns the same pair; each add is fused into the norm
     after it, and that norm into the mixer's input projection (``add_rms_norm_linear``) or, before
     the MLP, into the merged gate/up projection and its SwiGLU product
-    (``add_rms_norm_linear_silu_mul``); the last add goes into the model's final norm
+    (``add_rms_norm_linear_act_mul``); the last add goes into the model's final norm
     (``add_rms_norm``). The math is HF's ``h = h + mixer(norm(h)); h = h + mlp(norm(h))`` with the
     same roundings.
     """

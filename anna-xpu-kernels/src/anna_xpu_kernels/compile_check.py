@@ -137,7 +137,7 @@ def _gemv_shapes() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                       "SPLIT_K": 2, "EPILOGUE": 1}, 4
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 128, "USE_DOT": True,
                                       "EPILOGUE": 1}, 4
-    # the MLP's input norm and its SwiGLU epilogue in one launch (add_rms_norm_linear_silu_mul)
+    # the MLP's input norm and its SwiGLU epilogue in one launch (add_rms_norm_linear_act_mul)
     yield gemv._gemv_kernel, "bf16", {**base, "BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 512, "USE_DOT": False,
                                       "PROLOGUE": 2, "ZERO_CENTERED": True, "EPILOGUE": 1, "ROW_BLOCK": 2048}, 4
 

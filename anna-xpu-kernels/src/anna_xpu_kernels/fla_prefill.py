@@ -26,8 +26,8 @@ ones, so every layer of one forward pass (they all receive the same tensor, or t
 of a pass that takes state snapshots, :mod:`anna_core.layers.state_checkpoints`) shares one
 device-to-host copy per tensor.
 
-:func:`fused_prefill` (exposed as ``gated_delta_rule_prefill.fused_prefill``, which Qwen3.5's gated
-DeltaNet layer uses when present) also takes over the layer's preparation of those inputs: q / k L2
+:func:`fused_prefill` (the ``fused_gdn_prefill`` op, which Qwen3.5's gated DeltaNet layer calls) also
+takes over the layer's preparation of those inputs: q / k L2
 norms, v, the decay and the write strength come from the conv output in one launch
 (:func:`anna_xpu_kernels.gdn_prefill_prep.gdn_prefill_prep`) instead of a dozen torch ops.
 """
@@ -173,7 +173,8 @@ def gated_delta_rule_prefill(
 def fused_prefill(qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, neg_a: torch.Tensor, dt_bias: torch.Tensor,
                   cu_seqlens: torch.Tensor, states: torch.Tensor, slots: torch.Tensor, scale: float,
                   num_k_heads: int, head_k_dim: int, head_v_dim: int) -> torch.Tensor:
-    """A gated DeltaNet layer's prefill after its conv1d: input preparation and the chunked rule.
+    """A gated DeltaNet layer's prefill after its conv1d: input preparation and the chunked rule (the
+    ``fused_gdn_prefill`` op; contract and reference in :mod:`anna_core.kernels.reference.gdn_fused`).
 
     Equal to the layer's unfused path: ``q, k`` = L2-normalised q / k heads of ``qkv``, ``v`` its v
     heads, ``g = neg_a * softplus(a + dt_bias)``, ``beta = sigmoid(b)``, then
@@ -193,7 +194,7 @@ def fused_prefill(qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, neg_a: to
             :func:`~anna_xpu_kernels.gdn_prefill_prep.gdn_prefill_prep` and :func:`gated_delta_rule_prefill`),
             checked before anything is launched.
     """
-    op = "gated_delta_rule_prefill"
+    op = "fused_gdn_prefill"
     require_dims(op, qkv=(qkv, 2), a=(a, 2), states=(states, 4))
     check_recurrent_states(op, states, a.shape[-1], head_k_dim, head_v_dim)
     batch = _batch(op, cu_seqlens, qkv.shape[0])
@@ -204,5 +205,3 @@ def fused_prefill(qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, neg_a: to
         return v
     return chunked_forward(q, k, v, g, beta, cu_seqlens, states, slots, scale)
 
-
-gated_delta_rule_prefill.fused_prefill = fused_prefill

@@ -1,11 +1,13 @@
 """The small op next to a decode projection fused into the GEMV: one launch instead of two.
 
-``add_rms_norm_linear`` (residual add + RMSNorm + input projection) and ``silu_mul_linear`` (SwiGLU
+``add_rms_norm_linear`` (residual add + RMSNorm + input projection) and ``act_mul_linear`` (gated
 product + ``down_proj``) run the decode GEMV (:mod:`anna_xpu_kernels.gemv`) with a prologue
 (:mod:`anna_xpu_kernels.gemv_prologue`) that computes each activation tile from the raw inputs;
-``linear_silu_mul`` (merged gate/up projection + SwiGLU product) runs it with the ``SILU_MUL_OUT``
-epilogue, and ``add_rms_norm_linear_silu_mul`` (the MLP's norm, gate/up projection and product) with
-both. All keep the roundings of the unfused references
+``linear_act_mul`` (merged gate/up projection + gated product) runs it with a gated epilogue, and
+``add_rms_norm_linear_act_mul`` (the MLP's norm, gate/up projection and product) with both. The
+activation (``"silu"``: SwiGLU, ``"gelu_tanh"``: GeGLU) picks the prologue / epilogue mode, a
+compile-time constant of the kernels (``SILU_MUL`` / ``GELU_TANH_MUL``, ``SILU_MUL_OUT`` /
+``GELU_TANH_MUL_OUT``), so each activation compiles its own specialisation and SiLU's is unchanged. All keep the roundings of the unfused references
 (:mod:`anna_core.kernels.reference.fused_linear`). Split-K, the tensor-core path and autotuning (keyed
 on the prologue and epilogue modes too) work as for the plain GEMV.
 
@@ -14,15 +16,15 @@ columns computes the product on values it already holds. Timed alone (H200, cold
 BENCHMARKS.md) the fused launch was within 1 µs of GEMV + ``silu_and_mul`` (0.2 µs faster at 0.8B,
 0.4 / 1.1 µs slower at 2B / 9B); in the graph-replayed decode step, one launch fewer per layer
 measured 674 -> 691 tok/s at 2B on one machine (a single A/B within the ±2% run-to-run spread).
-``linear_silu_mul`` fuses wherever the GEMV takes the shapes, with or without programmatic dependent
+``linear_act_mul`` fuses wherever the GEMV takes the shapes, with or without programmatic dependent
 launch.
 
 The norm prologue fuses where :func:`norm_prologue_pays` (measured on an H200; with programmatic
 dependent launch one row of at most 2048 values), the SiLU-mul prologue where :func:`prologue_pays`.
 Outside the GEMV's domain (more than 8 rows, a weight that is not a contiguous ``[N, K]`` of x's
 dtype) or where fusing does not pay, the ops run unfused: the Triton ``add_rms_norm`` /
-``silu_and_mul`` kernel, then :func:`anna_xpu_kernels.gemv.linear` (``F.linear`` beyond 8 rows) or
-:func:`linear_silu_mul`.
+``silu_and_mul`` kernel (the torch ``act_and_mul`` reference for ``"gelu_tanh"``), then
+:func:`anna_xpu_kernels.gemv.linear` (``F.linear`` beyond 8 rows) or :func:`linear_act_mul`.
 """
 
 from __future__ import annotations
@@ -31,17 +33,19 @@ import math
 
 import torch
 from anna_core.kernels.checks import require
+from anna_core.kernels.reference.activations import act_and_mul as reference_act_and_mul
 from anna_core.kernels.reference.fused_linear import (
+    check_act_mul_linear,
     check_add_rms_norm_linear,
-    check_add_rms_norm_linear_silu_mul,
-    check_linear_silu_mul,
-    check_silu_mul_linear,
+    check_add_rms_norm_linear_act_mul,
+    check_linear_act_mul,
 )
 
 from anna_xpu_kernels import activations, gemv, norms, pdl
 from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
 from anna_xpu_kernels._env import norm_prologue_requested
-from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, RMS_NORM, SILU_MUL
+from anna_xpu_kernels.gemv_epilogue import GATED_EPILOGUES
+from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, GATED_PROLOGUES, RMS_NORM
 
 MAX_K = 1024
 """Longest row the norm prologue takes without programmatic dependent launch: every program re-reads
@@ -51,6 +55,14 @@ M=1, BENCHMARKS.md, with the row pass then looping over ``BLOCK_K`` columns) the
 SILU_MAX_K = 8192
 """Longest SwiGLU half the SiLU-mul prologue takes (same measurement: +0.3 us at K=3584, +0.5 us at
 6144, -1.2 us at 12288)."""
+
+
+def act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
+    """The unfused gated product: the Triton ``silu_and_mul`` kernel for ``"silu"``, the torch reference
+    (:func:`anna_core.kernels.reference.activations.act_and_mul`) for ``"gelu_tanh"``."""
+    if activation == "silu":
+        return activations.silu_and_mul(x)
+    return reference_act_and_mul(x, activation)
 
 
 def prologue_pays(x: torch.Tensor, k: int, max_k: int) -> bool:
@@ -142,53 +154,57 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_wei
                               gemv.NO_EPILOGUE, lambda h: gemv.linear(h, weight, None))
 
 
-def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConfig | None = None,
-                    fuse: bool | None = None) -> torch.Tensor:
-    """SwiGLU product + bias-free linear (signature of the reference ``silu_mul_linear``).
+def act_mul_linear(x: torch.Tensor, weight: torch.Tensor, activation: str = "silu",
+                   config: gemv.GemvConfig | None = None, fuse: bool | None = None) -> torch.Tensor:
+    """Gated product + bias-free linear (signature of the reference ``act_mul_linear``).
 
     Args:
         x: ``[M, 2K]`` (or ``[..., 2K]``) float32 / float16 / bfloat16: gate values, then up values.
         weight: ``[N, K]`` of x's dtype.
+        activation: ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` (GeGLU), the prologue's constexpr mode.
         config: run this GEMV configuration instead of the autotuned one (tests).
         fuse: None fuses where :func:`prologue_pays` (``SILU_MAX_K``); True wherever the GEMV takes the
             shapes (microbenchmarks); False never.
 
     Returns:
-        ``[..., N]`` in x's dtype: ``silu_and_mul(x) @ weight^T`` (the product rounded to x's dtype first).
+        ``[..., N]`` in x's dtype: ``act_and_mul(x, activation) @ weight^T`` (the product rounded to x's
+        dtype first).
 
     Raises:
-        ValueError: shapes or dtypes disagree, unsupported dtype, or tensors on different devices.
+        ValueError: shapes or dtypes disagree, unsupported dtype or activation, or tensors on different devices.
     """
-    op = "silu_mul_linear"
-    check_silu_mul_linear(x, weight)
+    op = "act_mul_linear"
+    check_act_mul_linear(x, weight, activation)
     require_float(op, x=x)
     require_same_device(op, x=x, weight=weight)
     k = weight.shape[1]
     if not (gemv.supports(x, weight) and (prologue_pays(x, k, SILU_MAX_K) if fuse is None else fuse)):
-        return gemv.linear(activations.silu_and_mul(x), weight, None)
-    y = gemv.launch(as_rows(x), weight, None, config, gemv.Prologue(SILU_MUL))
+        return gemv.linear(act_and_mul(x, activation), weight, None)
+    y = gemv.launch(as_rows(x), weight, None, config, gemv.Prologue(GATED_PROLOGUES[activation]))
     return y.view(*x.shape[:-1], weight.shape[0])
 
 
-def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConfig | None = None) -> torch.Tensor:
-    """Merged gate/up projection + SwiGLU product (signature of the reference ``linear_silu_mul``).
+def linear_act_mul(x: torch.Tensor, weight: torch.Tensor, activation: str = "silu",
+                   config: gemv.GemvConfig | None = None) -> torch.Tensor:
+    """Merged gate/up projection + gated product (signature of the reference ``linear_act_mul``).
 
     Args:
         x: ``[M, K]`` (or ``[..., K]``) float32 / float16 / bfloat16.
         weight: ``[2I, K]`` of x's dtype: gate rows, then up rows.
+        activation: ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` (GeGLU), the epilogue's constexpr mode.
         config: run this GEMV configuration instead of the autotuned one (tests).
 
     Returns:
-        ``[..., I]`` in x's dtype: ``silu_and_mul(x @ weight^T)``, the projection rounded to x's dtype
-        first. One GEMV launch with the ``SILU_MUL_OUT`` epilogue for 1..8 rows; beyond the GEMV's
-        domain, ``F.linear`` then the Triton ``silu_and_mul`` kernel.
+        ``[..., I]`` in x's dtype: ``act_and_mul(x @ weight^T, activation)``, the projection rounded to
+        x's dtype first. One GEMV launch with the gated epilogue for 1..8 rows; beyond the GEMV's
+        domain, ``F.linear`` then :func:`act_and_mul`.
 
     Raises:
-        ValueError: shapes or dtypes disagree, unsupported dtype, tensors on different devices, or a
-            forced ``config`` with ``block_n < 2``.
+        ValueError: shapes or dtypes disagree, unsupported dtype or activation, tensors on different
+            devices, or a forced ``config`` with ``block_n < 2``.
     """
-    op = "linear_silu_mul"
-    check_linear_silu_mul(x, weight)
+    op = "linear_act_mul"
+    check_linear_act_mul(x, weight, activation)
     require_float(op, x=x)
     require_same_device(op, x=x, weight=weight)
     require(config is None or config.block_n >= 2, op,
@@ -196,26 +212,27 @@ def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, config: gemv.GemvConf
     if weight.shape[0] == 0 or math.prod(x.shape[:-1]) == 0:  # no output column, or no row (K = 0 is a product)
         return x.new_empty(*x.shape[:-1], weight.shape[0] // 2)
     if not gemv.supports(x, weight):
-        return activations.silu_and_mul(gemv.linear(x, weight, None))
-    y = gemv.launch(as_rows(x), weight, None, config, gemv.Prologue(), gemv.SILU_MUL_OUT)
+        return act_and_mul(gemv.linear(x, weight, None), activation)
+    y = gemv.launch(as_rows(x), weight, None, config, gemv.Prologue(), GATED_EPILOGUES[activation])
     return y.view(*x.shape[:-1], weight.shape[0] // 2)
 
 
-def add_rms_norm_linear_silu_mul(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                                 eps: float, zero_centered: bool, weight: torch.Tensor,
-                                 config: gemv.GemvConfig | None = None,
-                                 fuse: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Residual add + RMSNorm + merged gate/up projection + SwiGLU product (signature of the reference
-    ``add_rms_norm_linear_silu_mul``): the GEMV with the norm prologue and the ``SILU_MUL_OUT``
+def add_rms_norm_linear_act_mul(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                                eps: float, zero_centered: bool, weight: torch.Tensor, activation: str = "silu",
+                                config: gemv.GemvConfig | None = None,
+                                fuse: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add + RMSNorm + merged gate/up projection + gated product (signature of the reference
+    ``add_rms_norm_linear_act_mul``): the GEMV with the norm prologue and the activation's gated
     epilogue, one launch.
 
     Args:
         x: ``[M, K]`` (or ``[..., K]``) float32 / float16 / bfloat16; residual: x's shape and dtype, or
             None; norm_weight: ``[K]`` (any float dtype); eps: added to the mean square;
             zero_centered: scale by ``1 + norm_weight``; weight: ``[2I, K]`` of x's dtype.
+        activation: ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` (GeGLU).
         config: run this GEMV configuration instead of the autotuned one (tests).
         fuse: None fuses the norm where :func:`norm_prologue_pays`; True wherever the GEMV takes the
-            shapes; False never (then ``add_rms_norm`` and :func:`linear_silu_mul`, two launches).
+            shapes; False never (then ``add_rms_norm`` and :func:`linear_act_mul`, two launches).
 
     Returns:
         ``(y, new_residual)``: ``y`` ``[..., I]`` and ``new_residual = round(x + residual)`` ``[..., K]``
@@ -225,9 +242,9 @@ def add_rms_norm_linear_silu_mul(x: torch.Tensor, residual: torch.Tensor | None,
         ValueError: shapes or dtypes disagree, unsupported dtype, tensors on different devices, or a
             forced ``config`` with ``block_n < 2``.
     """
-    op = "add_rms_norm_linear_silu_mul"
-    check_add_rms_norm_linear_silu_mul(x, residual, norm_weight, weight)
+    op = "add_rms_norm_linear_act_mul"
+    check_add_rms_norm_linear_act_mul(x, residual, norm_weight, weight, activation)
     require(config is None or config.block_n >= 2, op,
             f"the SwiGLU epilogue needs block_n >= 2 (a gate and an up row), got {config}")
     return _add_rms_norm_then(op, x, residual, norm_weight, eps, zero_centered, weight, config, fuse,
-                              gemv.SILU_MUL_OUT, lambda h: linear_silu_mul(h, weight, config))
+                              GATED_EPILOGUES[activation], lambda h: linear_act_mul(h, weight, activation, config))

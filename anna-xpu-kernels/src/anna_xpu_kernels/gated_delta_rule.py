@@ -135,18 +135,3 @@ def gated_delta_rule_decode(
     )
     return out
 
-
-def _attach_fused_step() -> None:
-    """Expose the fused layer step as ``gated_delta_rule_decode.fused_step`` (see :mod:`.gdn_decode_fused`).
-
-    Models that find this attribute on the decode op the registry chose may call it instead of
-    their separate conv1d update / L2 norm / gating / decode / gated-norm ops (it takes the
-    projection before the conv, the conv weight and the conv-state pool); the torch reference has none.
-    """
-    from anna_xpu_kernels.gdn_decode_fused import fusable, fused_gdn_decode
-
-    fused_gdn_decode.fusable = fusable
-    gated_delta_rule_decode.fused_step = fused_gdn_decode
-
-
-_attach_fused_step()

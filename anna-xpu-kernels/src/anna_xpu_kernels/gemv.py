@@ -55,7 +55,7 @@ from anna_xpu_kernels._checks import as_rows, require, require_float, require_sa
 from anna_xpu_kernels._env import gemv_persistent_requested, gemv_prefetch_requested
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.counters import CounterPool
-from anna_xpu_kernels.gemv_epilogue import NO_EPILOGUE, SILU_MUL_OUT, store_out
+from anna_xpu_kernels.gemv_epilogue import NO_EPILOGUE, SILU_MUL_OUT, store_out  # noqa: F401 -- SILU_MUL_OUT re-exported
 from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_block, row_rstd
 from anna_xpu_kernels.gemv_tuning import FIXED, MAX_SPLIT_N, GemvConfig, autotune_bench, prune, tuning_space
 
@@ -158,7 +158,7 @@ def _gemv_kernel(
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # this program's columns of the split-K workspace
-    if EPILOGUE == 1:  # tile row 2j: gate row c_j, tile row 2j + 1: up row I + c_j (c_j this program's j-th output)
+    if EPILOGUE == 1 or EPILOGUE == 2:  # tile row 2j: gate row c_j, tile row 2j + 1: up row I + c_j (c_j this program's j-th output)
         half = N // 2
         out_cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N) // 2
         col_ok = out_cols < half
@@ -297,8 +297,9 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, config: GemvConfig | None,
            prologue: Prologue, epilogue: int = NO_EPILOGUE) -> torch.Tensor:
     """Run the kernel on checked arguments: ``x`` ``[M, K]`` (``[M, 2K]`` with
-    ``SILU_MUL``) with unit stride along K, ``weight`` contiguous ``[N, K]`` (N even with
-    ``SILU_MUL_OUT``); returns ``y`` ``[M, N]`` (``[M, N / 2]`` with ``SILU_MUL_OUT``).
+    ``SILU_MUL`` / ``GELU_TANH_MUL``) with unit stride along K, ``weight`` contiguous ``[N, K]`` (N even
+    with a gated epilogue); returns ``y`` ``[M, N]`` (``[M, N / 2]`` with ``SILU_MUL_OUT`` /
+    ``GELU_TANH_MUL_OUT``).
 
     One row without a forced ``config`` runs the one-wave kernel (:mod:`anna_xpu_kernels.gemv_persistent`)
     where it takes the width, unless ``ANNA_GEMV_PERSISTENT=0``."""
@@ -306,7 +307,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     n, k = weight.shape
     if config is None and gemv_persistent.takes(x, k) and gemv_persistent_requested():
         return gemv_persistent.launch(x, weight, bias, prologue, epilogue)
-    y = torch.empty((m, n // 2 if epilogue == SILU_MUL_OUT else n), dtype=x.dtype, device=x.device)
+    y = torch.empty((m, n // 2 if epilogue != NO_EPILOGUE else n), dtype=x.dtype, device=x.device)
     has_bias = bias is not None
     b = bias.contiguous() if has_bias else y  # dummy pointer when there is no bias
     p = prologue

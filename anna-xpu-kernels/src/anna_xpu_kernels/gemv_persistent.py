@@ -37,8 +37,8 @@ import torch
 
 from anna_xpu_kernels import pdl
 from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
-from anna_xpu_kernels.gemv_epilogue import SILU_MUL_OUT, store_out
-from anna_xpu_kernels.gemv_prologue import add_residual, normalize, silu_mul
+from anna_xpu_kernels.gemv_epilogue import NO_EPILOGUE, store_out
+from anna_xpu_kernels.gemv_prologue import act_mul, add_residual, normalize
 
 MAX_K = 8192
 """Longest row the one-load blocks take (``KP = next_pow2(K)`` values per block row); longer rows go to
@@ -83,7 +83,7 @@ def takes(x: torch.Tensor, k: int) -> bool:
 @triton.jit
 def _weight_rows(block, j, N, BLOCK_N: tl.constexpr, EPILOGUE: tl.constexpr):
     """Weight rows (int64, clamped into the matrix) of tile row ``j`` of row block ``block``."""
-    if EPILOGUE == 1:  # interleaved (gate c, up I + c) pairs of the block's BLOCK_N / 2 outputs
+    if EPILOGUE == 1 or EPILOGUE == 2:  # interleaved (gate c, up I + c) pairs of the block's BLOCK_N / 2 outputs
         half = N // 2
         c = block * (BLOCK_N // 2) + j // 2
         return (tl.minimum(c, half - 1) + (j % 2) * half).to(tl.int64)
@@ -96,10 +96,11 @@ def _activation_row(x_ptr, r_ptr, nw_ptr, s_ptr, kk, k_ok, K, eps, write_residua
                     PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr):
     """The ``[KP]`` activation row (float32 values of x's dtype) computed from the raw inputs: ``x``;
     ``round(x * rstd * w)`` (``RMS_NORM``) on ``s = round(x + residual)`` with ``ADD_RMS_NORM`` (also
-    stored to ``s_ptr`` where ``write_residual``); ``round(round(silu(gate)) * up)`` (``SILU_MUL``)."""
+    stored to ``s_ptr`` where ``write_residual``); ``round(round(act(gate)) * up)`` (``SILU_MUL``,
+    ``GELU_TANH_MUL``)."""
     a = tl.load(x_ptr + kk, mask=k_ok, other=0.0)
-    if PROLOGUE == 3:
-        a = silu_mul(a, tl.load(x_ptr + K + kk, mask=k_ok, other=0.0), x_ptr)
+    if PROLOGUE == 3 or PROLOGUE == 4:
+        a = act_mul(a, tl.load(x_ptr + K + kk, mask=k_ok, other=0.0), x_ptr, PROLOGUE == 4)
     if PROLOGUE == 1 or PROLOGUE == 2:
         if PROLOGUE == 2:
             a = add_residual(a, tl.load(r_ptr + kk, mask=k_ok, other=0.0), x_ptr)
@@ -146,13 +147,13 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
     :func:`launch_shape`'s programs per multiprocessor, at most the number of row blocks.
 
     Returns:
-        ``y`` ``[1, N]`` (``[1, N / 2]`` with ``SILU_MUL_OUT``) in x's dtype.
+        ``y`` ``[1, N]`` (``[1, N / 2]`` with a gated epilogue) in x's dtype.
     """
     n, k = weight.shape
     block_n, warps, per_sm = launch_shape(k)
-    out_n = n // 2 if epilogue == SILU_MUL_OUT else n
+    out_n = n // 2 if epilogue != NO_EPILOGUE else n
     y = torch.empty((1, out_n), dtype=x.dtype, device=x.device)
-    n_blocks = triton.cdiv(out_n, block_n // 2) if epilogue == SILU_MUL_OUT else triton.cdiv(n, block_n)
+    n_blocks = triton.cdiv(out_n, block_n // 2) if epilogue != NO_EPILOGUE else triton.cdiv(n, block_n)
     grid = (max(1, min(n_blocks, multiprocessors(x) * per_sm)),)
     p = prologue
     r, nw, s = p.tensors_or(x)

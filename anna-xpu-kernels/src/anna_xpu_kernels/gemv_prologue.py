@@ -14,6 +14,7 @@ the activation dtype exactly where the unfused torch references round it
 * ``ADD_RMS_NORM`` (2): as ``RMS_NORM`` on ``s = round(x + residual)``, recomputed per tile; the
   first program (pid ``(0, 0)``) also writes ``s`` (the new residual stream) during its row pass.
 * ``SILU_MUL`` (3): ``round(round(silu(gate)) * up)`` with gate ``x[:, k]`` and up ``x[:, K + k]``.
+* ``GELU_TANH_MUL`` (4): the same with ``gelu_tanh`` (:func:`gelu_tanh`) instead of SiLU (GeGLU).
 
 Inside the kernels the modes are compared as integer literals (Triton kernels cannot read
 non-constexpr module globals).
@@ -23,8 +24,11 @@ from __future__ import annotations
 
 from anna_xpu_kernels._triton import tl, triton
 
-PLAIN, RMS_NORM, ADD_RMS_NORM, SILU_MUL = 0, 1, 2, 3
+PLAIN, RMS_NORM, ADD_RMS_NORM, SILU_MUL, GELU_TANH_MUL = 0, 1, 2, 3, 4
 """The ``PROLOGUE`` modes of the GEMV kernel."""
+
+GATED_PROLOGUES = {"silu": SILU_MUL, "gelu_tanh": GELU_TANH_MUL}
+"""The gated-product prologue of each activation of :data:`anna_core.kernels.checks.GATED_ACTIVATIONS`."""
 
 ROW_VALUES = 4096
 """Most row values (rows x columns) the norm prologue's row pass loads at once per program."""
@@ -54,10 +58,26 @@ def normalize(a, rstd, w, x_ptr, ZERO_CENTERED: tl.constexpr):
 
 
 @triton.jit
-def silu_mul(gate, up, x_ptr):
-    """``round(round(silu(gate)) * up)`` in x's dtype (the SwiGLU product as ``silu_and_mul`` rounds it)."""
-    g = gate.to(tl.float32)
-    act = (g / (1.0 + tl.exp(-g))).to(x_ptr.dtype.element_ty).to(tl.float32)
+def gelu_tanh(g):
+    """torch's ``gelu(g, approximate="tanh")`` of float32 ``g``: ``0.5 g (1 + tanh(u))`` with ``u =
+    sqrt(2/pi) (g + 0.044715 g^3)``, computed as ``g * sigmoid(2u)`` (the same function)."""
+    return g / (1.0 + tl.exp(-1.5957691216057308 * (g + 0.044715 * g * g * g)))
+
+
+@triton.jit
+def gated_act(g, GELU: tl.constexpr):
+    """``silu(g)`` (``GELU`` false) or ``gelu_tanh(g)`` of float32 ``g``."""
+    if GELU:
+        return gelu_tanh(g)
+    else:
+        return g / (1.0 + tl.exp(-g))
+
+
+@triton.jit
+def act_mul(gate, up, x_ptr, GELU: tl.constexpr):
+    """``round(round(act(gate)) * up)`` in x's dtype (the gated product as ``act_and_mul`` rounds it;
+    ``act``: SiLU, or the tanh GELU with ``GELU``)."""
+    act = gated_act(gate.to(tl.float32), GELU).to(x_ptr.dtype.element_ty).to(tl.float32)
     return (act * up.to(tl.float32)).to(x_ptr.dtype.element_ty)
 
 
@@ -89,8 +109,8 @@ def act_tile(x_ptr, r_ptr, nw_ptr, rows, kk, mask, rstd, K, stride_xm, stride_rm
     """The activation tile at row indices ``rows`` and column indices ``kk`` (broadcastable to the
     tile's shape; ``rstd`` broadcast like ``rows``), in x's dtype, zero where ``mask`` is false."""
     a = tl.load(x_ptr + rows * stride_xm + kk, mask=mask, other=0.0)
-    if PROLOGUE == 3:
-        a = silu_mul(a, tl.load(x_ptr + rows * stride_xm + K + kk, mask=mask, other=0.0), x_ptr)
+    if PROLOGUE == 3 or PROLOGUE == 4:
+        a = act_mul(a, tl.load(x_ptr + rows * stride_xm + K + kk, mask=mask, other=0.0), x_ptr, PROLOGUE == 4)
     if PROLOGUE == 1 or PROLOGUE == 2:
         if PROLOGUE == 2:
             a = add_residual(a, tl.load(r_ptr + rows * stride_rm + kk, mask=mask, other=0.0), x_ptr)

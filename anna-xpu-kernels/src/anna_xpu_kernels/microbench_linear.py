@@ -146,7 +146,7 @@ class FusedShape:
     """One fused case: ``kind`` ``"add_rms_norm"`` (weight ``[n, k]`` after the residual add and
     norm), ``"silu_mul"`` (weight ``[n, k]`` after the SwiGLU product of ``2k`` values),
     ``"silu_mul_out"`` (a merged gate/up weight ``[n, k]`` with the SwiGLU product after it) or
-    ``"add_rms_norm_silu_out"`` (both: the MLP's ``add_rms_norm_linear_silu_mul``), used ``count``
+    ``"add_rms_norm_silu_out"`` (both: the MLP's ``add_rms_norm_linear_act_mul``), used ``count``
     times per decode step by ``names``."""
 
     kind: str
@@ -222,10 +222,10 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
 
                 def unfused(x=x, r=r, nw=nw, w=w):
                     h, _ = norms.add_rms_norm(x, r, nw, 1e-6, True)
-                    return fused_linear.linear_silu_mul(h, w)
+                    return fused_linear.linear_act_mul(h, w)
 
                 def fused(x=x, r=r, nw=nw, w=w):
-                    return fused_linear.add_rms_norm_linear_silu_mul(x, r, nw, 1e-6, True, w, fuse=True)[0]
+                    return fused_linear.add_rms_norm_linear_act_mul(x, r, nw, 1e-6, True, w, fuse=True)[0]
             elif s.kind == "silu_mul_out":
                 x = torch.randn(rows, s.k, device=device, generator=gen).to(dtype)
 
@@ -233,7 +233,7 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
                     return activations.silu_and_mul(gemv.linear(x, w, None))
 
                 def fused(x=x, w=w):
-                    return fused_linear.linear_silu_mul(x, w)
+                    return fused_linear.linear_act_mul(x, w)
             else:
                 x = torch.randn(rows, 2 * s.k, device=device, generator=gen).to(dtype)
 
@@ -241,7 +241,7 @@ def run_fused(device, dtype, models: dict[str, list[FusedShape]], timer, rows: i
                     return gemv.linear(activations.silu_and_mul(x), w, None)
 
                 def fused(x=x, w=w):
-                    return fused_linear.silu_mul_linear(x, w, fuse=True)
+                    return fused_linear.act_mul_linear(x, w, fuse=True)
             err = (fused().float() - unfused().float()).abs().max().item()
             t_un, t_fu = timer(unfused), timer(fused)
             saved[(model, s.kind)] = saved.get((model, s.kind), 0.0) + s.count * (t_un - t_fu)

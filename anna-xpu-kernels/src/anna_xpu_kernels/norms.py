@@ -208,14 +208,3 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
         )
     return y2.view(x.shape), s2.view(x.shape)
 
-
-def _attach_fused_qk() -> None:
-    """Expose :func:`anna_xpu_kernels.qk_norm_rope.qk_norm_rope_cache` as ``rms_norm.qk_norm_rope_cache``:
-    attention layers that find it on the rms_norm op the registry chose may run their q/k norms,
-    rotary and cache write as one launch; the torch reference has no such attribute."""
-    from anna_xpu_kernels.qk_norm_rope import qk_norm_rope_cache
-
-    rms_norm.qk_norm_rope_cache = qk_norm_rope_cache
-
-
-_attach_fused_qk()

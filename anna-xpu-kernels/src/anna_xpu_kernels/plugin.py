@@ -1,7 +1,9 @@
 """Entry module of anna-xpu-kernels: registers the Triton and fla kernel implementations.
 
 Only lazy ``"module:attr"`` strings are handed over: registering imports neither torch, triton nor
-fla. Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0,
+fla. Every op implemented here has its contract (and torch reference) in anna-core
+(:mod:`anna_core.kernels.ops`), the fused ones included: ``qk_norm_rope_cache``, ``fused_gdn_decode``
+(the gated DeltaNet decode step) and ``fused_gdn_prefill`` (its prefill after the conv). Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0,
 so they serve whatever the probes (:mod:`anna_xpu_kernels.probes`) decline.
 """
 
@@ -25,12 +27,15 @@ TRITON_KERNELS = {
     "paged_attention": ("paged_attention:paged_attention", "probes:paged_attention_probe"),
     "linear": ("gemv:linear", "probes:linear_probe"),
     "add_rms_norm_linear": ("fused_linear:add_rms_norm_linear", "probes:linear_probe"),
-    "silu_mul_linear": ("fused_linear:silu_mul_linear", "probes:linear_probe"),
-    "linear_silu_mul": ("fused_linear:linear_silu_mul", "probes:linear_probe"),
-    "add_rms_norm_linear_silu_mul": ("fused_linear:add_rms_norm_linear_silu_mul", "probes:linear_probe"),
+    "act_mul_linear": ("fused_linear:act_mul_linear", "probes:linear_probe"),
+    "linear_act_mul": ("fused_linear:linear_act_mul", "probes:linear_probe"),
+    "add_rms_norm_linear_act_mul": ("fused_linear:add_rms_norm_linear_act_mul", "probes:linear_probe"),
+    "qk_norm_rope_cache": ("qk_norm_rope:qk_norm_rope_cache", "probes:qk_norm_rope_probe"),
+    "fused_gdn_decode": ("gdn_decode_fused:fused_gdn_decode", "probes:fused_gdn_decode_probe"),
 }
 FLA_KERNELS = {
     "gated_delta_rule_prefill": ("fla_prefill:gated_delta_rule_prefill", "probes:fla_prefill_probe"),
+    "fused_gdn_prefill": ("fla_prefill:fused_prefill", "probes:fla_prefill_probe"),
 }
 
 

@@ -13,7 +13,10 @@ Devices:
 Shape facts (``ProbeRequest.shape``; absent keys are not checked, the implementations fall back to
 the torch reference themselves for shapes they cannot hold in registers):
     ``head_dim`` (attention, GDN), ``head_k_dim`` / ``head_v_dim`` (GDN): at most 256;
-    ``dim`` / ``hidden_size`` (norms): at most 16384.
+    ``dim`` / ``hidden_size`` (norms): at most 16384. The fused gated DeltaNet decode step
+    (``fused_gdn_decode``) requires ``head_k_dim`` and ``head_v_dim`` (it fuses heads of at most 256
+    only, :func:`anna_xpu_kernels.gdn_decode_fused.fusable`), the fused attention pre-processing
+    (``qk_norm_rope_cache``) ``head_dim``: without them they decline.
 """
 
 from __future__ import annotations
@@ -147,6 +150,25 @@ def gated_delta_rule_decode_probe(request: Any) -> bool:
     return _shape_within(request.shape, limits) and _triton_ok(request)
 
 
+def _shape_given(shape: dict[str, Any], keys: tuple[str, ...]) -> bool:
+    return all(shape.get(key) is not None for key in keys)
+
+
+def fused_gdn_decode_probe(request: Any) -> bool:
+    """fused_gdn_decode: any Triton device, float dtypes, ``head_k_dim`` and ``head_v_dim`` given and at
+    most 256 (the heads :func:`anna_xpu_kernels.gdn_decode_fused.fusable` accepts)."""
+    keys = ("head_k_dim", "head_v_dim")
+    return (_shape_given(request.shape, keys) and _shape_within(request.shape, dict.fromkeys(keys, MAX_HEAD_DIM))
+            and _triton_ok(request))
+
+
+def qk_norm_rope_probe(request: Any) -> bool:
+    """qk_norm_rope_cache: any Triton device, float dtypes, ``head_dim`` given and at most 16384 (one head
+    row per program, as the norms)."""
+    return (_shape_given(request.shape, ("head_dim",)) and _shape_within(request.shape, {"head_dim": MAX_NORM_DIM})
+            and _triton_ok(request))
+
+
 def paged_attention_probe(request: Any) -> bool:
     """paged_attention: any Triton device, float dtypes, ``head_dim`` up to 256."""
     return _shape_within(request.shape, {"head_dim": MAX_HEAD_DIM}) and _triton_ok(request)
@@ -158,7 +180,7 @@ def linear_probe(request: Any) -> bool:
 
 
 def fla_prefill_probe(request: Any) -> bool:
-    """gated_delta_rule_prefill via fla: CUDA only, float16 / bfloat16, head dims up to 256, fla importable."""
+    """gated_delta_rule_prefill and fused_gdn_prefill via fla: CUDA only, float16 / bfloat16, head dims up to 256, fla importable."""
     limits = {"head_dim": MAX_HEAD_DIM, "head_k_dim": MAX_HEAD_DIM, "head_v_dim": MAX_HEAD_DIM}
     return (request.device_type == "cuda" and request.dtype in FLA_DTYPES and _shape_within(request.shape, limits)
             and triton_device_available("cuda") and fla_available())

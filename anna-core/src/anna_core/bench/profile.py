@@ -14,7 +14,7 @@ time outside every range. On the CPU each range is charged its CPU time.
 
 ``norms`` counts only norms called as modules outside a token mixer / MLP: in Qwen3.5 the per-layer
 pre-norms are fused into the projection that follows them (``add_rms_norm_linear``,
-``add_rms_norm_linear_silu_mul``; where a kernel plugin runs them as separate launches, still inside
+``add_rms_norm_linear_act_mul``; where a kernel plugin runs them as separate launches, still inside
 the mixer's / MLP's call), so their time is part of ``gdn`` / ``attention`` / ``mlp`` and ``norms``
 is the final norm alone.
 """

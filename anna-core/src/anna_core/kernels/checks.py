@@ -16,11 +16,25 @@ import torch
 CONV_ACTIVATIONS = (None, "silu")
 """Activations the causal conv1d ops accept."""
 
+GATED_ACTIVATIONS = ("silu", "gelu_tanh")
+"""Activations of the gated MLP ops (``act_mul_linear``, ``linear_act_mul``, ``add_rms_norm_linear_act_mul``):
+``"silu"`` (SwiGLU: ``silu(gate) * up``) and ``"gelu_tanh"`` (GeGLU with torch's
+``gelu(approximate="tanh")``, as Gemma's MLP)."""
+
 
 def require(cond: bool, op: str, message: str) -> None:
     """Raise ``ValueError("<op>: <message>")`` unless ``cond`` holds."""
     if not cond:
         raise ValueError(f"{op}: {message}")
+
+
+def check_gated_activation(op: str, activation: str) -> None:
+    """Check ``activation`` is one of :data:`GATED_ACTIVATIONS`.
+
+    Raises:
+        ValueError: another value.
+    """
+    require(activation in GATED_ACTIVATIONS, op, f"activation must be one of {GATED_ACTIVATIONS}, got {activation!r}")
 
 
 def require_dims(op: str, **tensors: tuple[torch.Tensor, int]) -> None:

@@ -1,4 +1,8 @@
-"""The kernel ops of Anna and their one documented signature each.
+"""The kernel ops of anna-core: one :class:`~anna_core.kernels.contracts.OpContract` each.
+
+The built-in plugin (:mod:`anna_core.builtin_plugin`) registers :data:`CORE_OPS` through the
+``register_ops`` hook, exactly as a plugin registers ops of its own; each contract's torch reference
+(:mod:`anna_core.kernels.reference`) becomes that op's ``"reference"`` implementation.
 
 Conventions shared by every op:
 
@@ -13,111 +17,254 @@ Conventions shared by every op:
   token at position ``p`` lives in block ``block_tables[i, p // block_size]`` at offset
   ``p % block_size``; ``slot_mapping[t] = block * block_size + offset`` for token ``t``.
 
-Op names (keys of :data:`OPS`) and signatures:
-
-``rms_norm(x, weight, eps, zero_centered) -> y``
-    x: ``[..., D]``; weight: ``[D]``; computed in float32, returned in x's dtype.
-    ``y = x / sqrt(mean(x^2) + eps) * (1 + weight if zero_centered else weight)``.
-
-``gated_rms_norm(x, z, weight, eps) -> y``
-    x, z: ``[..., D]``; weight: ``[D]``. ``y = rms_norm(x) * weight * silu(z)`` (float32 math; the
-    gated DeltaNet output norm of Qwen3.5 / FLA ``FusedRMSNormGated``).
-
-``add_rms_norm(x, residual, weight, eps, zero_centered) -> (y, new_residual)``
-    x, residual: ``[T, D]``, one dtype (residual may be None: ``new_residual = x``); weight: ``[D]``.
-    ``new_residual = x + residual`` rounded to x's dtype (as torch's ``x + residual``), then
-    ``y = rms_norm(new_residual, weight, eps, zero_centered)``: the residual add of a pre-norm block
-    fused into the next norm. Both outputs are fresh tensors; the inputs are not written.
-
-``silu_and_mul(x) -> y``
-    x: ``[..., 2I]`` (gate, then up: the merged gate/up projection); y: ``[..., I]`` =
-    ``silu(gate) * up`` evaluated as torch does in x's dtype (SiLU in float32 rounded to x's dtype,
-    then the product in float32 rounded again).
-
-``sigmoid_mul(x, gate) -> y``
-    x, gate: ``[..., D]``, one dtype (gate may be a strided view with unit stride along D);
-    ``y = x * sigmoid(gate)`` evaluated as torch does in x's dtype (the attention output gate).
-
-``causal_conv1d_prefill(x, weight, bias, cu_seqlens, conv_states, slots, activation) -> y``
-    x: ``[T, C]``; weight: ``[C, W]`` (depthwise); bias: ``[C]`` or None;
-    conv_states: ``[S, C, W-1]`` (the last ``W-1`` inputs of each sequence, oldest first);
-    activation: ``"silu"`` or None. Each sequence starts from its slot's state (zeros if fresh)
-    and writes back its last ``W-1`` inputs. y: ``[T, C]``.
-
-``causal_conv1d_update(x, weight, bias, conv_states, slots, activation) -> y``
-    One new token per sequence. x: ``[B, C]``; other arguments as above. y: ``[B, C]``.
-
-``gated_delta_rule_prefill(q, k, v, g, beta, cu_seqlens, states, slots, scale) -> o``
-    q, k: ``[T, H_k, K]`` (already L2-normalised); v: ``[T, H_v, V]``; ``H_v`` a multiple of
-    ``H_k`` (key head ``h // (H_v // H_k)`` serves value head ``h``); g: ``[T, H_v]`` float32 log
-    decay (``<= 0``); beta: ``[T, H_v]``; states: ``[S, H_v, K, V]`` float32; scale: float.
-    Per head and token (Yang et al., "Gated Delta Networks", 2024; HF ``torch_chunk_gated_delta_rule``):
-    ``S = exp(g_t) S;  S += k_t (beta_t (v_t - S^T k_t))^T;  o_t = S^T (scale q_t)``.
-    Computed chunk-wise (64 tokens); returns o ``[T, H_v, V]`` in v's dtype; final state written
-    to ``states[slots[i]]``.
-
-``gated_delta_rule_decode(q, k, v, g, beta, states, slots, scale) -> o``
-    One token per sequence: q, k ``[B, H_k, K]``, v ``[B, H_v, V]``, g, beta ``[B, H_v]``; same
-    recurrence; o ``[B, H_v, V]``; states updated in place.
-
-``reshape_and_cache(k, v, k_cache, v_cache, slot_mapping) -> None``
-    k, v: ``[T, H_kv, D]`` written to the paged cache at ``slot_mapping`` (``[T]`` int64).
-
-``paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window) -> o``
-    q: ``[T, H_q, D]`` (rotary applied; ``H_q`` a multiple of ``H_kv``); seq_lens: ``[B]`` int32,
-    each sequence's context length *including* its new tokens, whose K/V are already in the
-    cache; block_tables: ``[B, max_blocks]`` int32. Query ``j`` of sequence ``i`` sits at position
-    ``seq_lens[i] - q_len_i + j`` and attends causally to positions ``<=`` its own (and
-    ``> pos - sliding_window`` when ``sliding_window`` is an int). Covers prefill, chunked
-    prefill over a cached prefix, and decode. o: ``[T, H_q, D]``.
-
-``linear(x, weight, bias) -> y``
-    x: ``[M, K]`` (``[..., K]`` works too: leading dims are flattened and restored); weight:
-    ``[N, K]`` as ``nn.Linear`` stores it, same dtype as x; bias: ``[N]`` or None.
-    ``y = x @ weight^T + bias``, float32 accumulation; y: ``[M, N]`` in x's dtype. Decode calls it
-    with a handful of rows (``M`` = batch size), where reading the weight is all the cost:
-    implementations may specialise those skinny shapes (GEMV, split-K) and leave larger ``M`` to a GEMM.
-
-``add_rms_norm_linear(x, residual, norm_weight, eps, zero_centered, weight) -> (y, new_residual)``
-    x, residual: ``[M, K]``, one dtype (residual may be None: ``new_residual = x``); norm_weight:
-    ``[K]``; weight: ``[N, K]`` of x's dtype, no bias. ``(h, new_residual) = add_rms_norm(x, residual,
-    norm_weight, eps, zero_centered)`` then ``y = linear(h, weight, None)`` ``[M, N]``, every
-    intermediate rounded to x's dtype as those ops round it: a pre-norm block's residual add and norm
-    fused into its input projection (one launch at decode instead of two). Inputs are not written.
-
-``silu_mul_linear(x, weight) -> y``
-    x: ``[M, 2K]`` (gate, then up); weight: ``[N, K]`` of x's dtype, no bias.
-    ``y = linear(silu_and_mul(x), weight, None)`` ``[M, N]``, the product rounded to x's dtype as
-    ``silu_and_mul`` rounds it: the SwiGLU product fused into ``down_proj``.
-
-``linear_silu_mul(x, weight) -> y``
-    x: ``[M, K]``; weight: ``[2I, K]`` of x's dtype (gate rows, then up rows), no bias.
-    ``y = silu_and_mul(linear(x, weight, None))`` ``[M, I]``, the projection rounded to x's dtype first:
-    the SwiGLU product fused into the merged gate/up projection (no ``[M, 2I]`` intermediate).
-
-``add_rms_norm_linear_silu_mul(x, residual, norm_weight, eps, zero_centered, weight) -> (y, new_residual)``
-    Arguments as ``add_rms_norm_linear`` with weight ``[2I, K]`` (gate rows, then up rows).
-    ``(h, new_residual) = add_rms_norm(x, residual, norm_weight, eps, zero_centered)`` then
-    ``y = linear_silu_mul(h, weight)`` ``[M, I]``, rounded as those ops round: a pre-norm MLP's
-    residual add, norm, gate/up projection and SwiGLU product (one launch at decode instead of two).
+The fused ops (``add_rms_norm_linear``, ``act_mul_linear``, ``linear_act_mul``,
+``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``fused_gdn_decode``, ``fused_gdn_prefill``)
+are compositions of the others; their references compose the unfused references, so a fused kernel is
+checked against exactly the numerics of the unfused path.
 """
 
-OPS: dict[str, str] = {
-    "rms_norm": "anna_core.kernels.reference.norms:rms_norm",
-    "gated_rms_norm": "anna_core.kernels.reference.norms:gated_rms_norm",
-    "add_rms_norm": "anna_core.kernels.reference.norms:add_rms_norm",
-    "silu_and_mul": "anna_core.kernels.reference.activations:silu_and_mul",
-    "sigmoid_mul": "anna_core.kernels.reference.activations:sigmoid_mul",
-    "causal_conv1d_prefill": "anna_core.kernels.reference.conv1d:causal_conv1d_prefill",
-    "causal_conv1d_update": "anna_core.kernels.reference.conv1d:causal_conv1d_update",
-    "gated_delta_rule_prefill": "anna_core.kernels.reference.gated_delta_rule:gated_delta_rule_prefill",
-    "gated_delta_rule_decode": "anna_core.kernels.reference.gated_delta_rule:gated_delta_rule_decode",
-    "reshape_and_cache": "anna_core.kernels.reference.paged_attention:reshape_and_cache",
-    "paged_attention": "anna_core.kernels.reference.paged_attention:paged_attention",
-    "linear": "anna_core.kernels.reference.linear:linear",
-    "add_rms_norm_linear": "anna_core.kernels.reference.fused_linear:add_rms_norm_linear",
-    "silu_mul_linear": "anna_core.kernels.reference.fused_linear:silu_mul_linear",
-    "linear_silu_mul": "anna_core.kernels.reference.fused_linear:linear_silu_mul",
-    "add_rms_norm_linear_silu_mul": "anna_core.kernels.reference.fused_linear:add_rms_norm_linear_silu_mul",
-}
-"""Op name -> its torch reference implementation (registered at priority 0 by the built-in plugin)."""
+from __future__ import annotations
+
+from anna_core.kernels.contracts import OpContract
+
+_REFERENCE = "anna_core.kernels.reference"
+
+
+def _ref(module: str, attr: str) -> str:
+    return f"{_REFERENCE}.{module}:{attr}"
+
+
+CORE_OPS: tuple[OpContract, ...] = (
+    OpContract(
+        name="rms_norm",
+        signature="rms_norm(x, weight, eps, zero_centered) -> y",
+        doc="""\
+x: ``[..., D]``; weight: ``[D]``; computed in float32, returned in x's dtype.
+``y = x / sqrt(mean(x^2) + eps) * (1 + weight if zero_centered else weight)``.
+""",
+        reference=_ref("norms", "rms_norm"),
+    ),
+    OpContract(
+        name="gated_rms_norm",
+        signature="gated_rms_norm(x, z, weight, eps) -> y",
+        doc="""\
+x, z: ``[..., D]``; weight: ``[D]``. ``y = rms_norm(x) * weight * silu(z)`` (float32 math; the
+gated DeltaNet output norm of Qwen3.5 / FLA ``FusedRMSNormGated``).
+""",
+        reference=_ref("norms", "gated_rms_norm"),
+    ),
+    OpContract(
+        name="add_rms_norm",
+        signature="add_rms_norm(x, residual, weight, eps, zero_centered) -> (y, new_residual)",
+        doc="""\
+x, residual: ``[T, D]``, one dtype (residual may be None: ``new_residual = x``); weight: ``[D]``.
+``new_residual = x + residual`` rounded to x's dtype (as torch's ``x + residual``), then
+``y = rms_norm(new_residual, weight, eps, zero_centered)``: the residual add of a pre-norm block
+fused into the next norm. Both outputs are fresh tensors; the inputs are not written.
+""",
+        reference=_ref("norms", "add_rms_norm"),
+    ),
+    OpContract(
+        name="silu_and_mul",
+        signature="silu_and_mul(x) -> y",
+        doc="""\
+x: ``[..., 2I]`` (gate, then up: the merged gate/up projection); y: ``[..., I]`` =
+``silu(gate) * up`` evaluated as torch does in x's dtype (SiLU in float32 rounded to x's dtype,
+then the product in float32 rounded again).
+""",
+        reference=_ref("activations", "silu_and_mul"),
+    ),
+    OpContract(
+        name="sigmoid_mul",
+        signature="sigmoid_mul(x, gate) -> y",
+        doc="""\
+x, gate: ``[..., D]``, one dtype (gate may be a strided view with unit stride along D);
+``y = x * sigmoid(gate)`` evaluated as torch does in x's dtype (the attention output gate).
+""",
+        reference=_ref("activations", "sigmoid_mul"),
+    ),
+    OpContract(
+        name="causal_conv1d_prefill",
+        signature="causal_conv1d_prefill(x, weight, bias, cu_seqlens, conv_states, slots, activation) -> y",
+        doc="""\
+x: ``[T, C]``; weight: ``[C, W]`` (depthwise); bias: ``[C]`` or None;
+conv_states: ``[S, C, W-1]`` (the last ``W-1`` inputs of each sequence, oldest first);
+activation: ``"silu"`` or None. Each sequence starts from its slot's state (zeros if fresh)
+and writes back its last ``W-1`` inputs. y: ``[T, C]``.
+""",
+        reference=_ref("conv1d", "causal_conv1d_prefill"),
+    ),
+    OpContract(
+        name="causal_conv1d_update",
+        signature="causal_conv1d_update(x, weight, bias, conv_states, slots, activation) -> y",
+        doc="""\
+One new token per sequence. x: ``[B, C]``; other arguments as above. y: ``[B, C]``.
+""",
+        reference=_ref("conv1d", "causal_conv1d_update"),
+    ),
+    OpContract(
+        name="gated_delta_rule_prefill",
+        signature="gated_delta_rule_prefill(q, k, v, g, beta, cu_seqlens, states, slots, scale) -> o",
+        doc="""\
+q, k: ``[T, H_k, K]`` (already L2-normalised); v: ``[T, H_v, V]``; ``H_v`` a multiple of
+``H_k`` (key head ``h // (H_v // H_k)`` serves value head ``h``); g: ``[T, H_v]`` float32 log
+decay (``<= 0``); beta: ``[T, H_v]``; states: ``[S, H_v, K, V]`` float32; scale: float.
+Per head and token (Yang et al., "Gated Delta Networks", 2024; HF ``torch_chunk_gated_delta_rule``):
+``S = exp(g_t) S;  S += k_t (beta_t (v_t - S^T k_t))^T;  o_t = S^T (scale q_t)``.
+Computed chunk-wise (64 tokens); returns o ``[T, H_v, V]`` in v's dtype; final state written
+to ``states[slots[i]]``.
+""",
+        reference=_ref("gated_delta_rule", "gated_delta_rule_prefill"),
+    ),
+    OpContract(
+        name="gated_delta_rule_decode",
+        signature="gated_delta_rule_decode(q, k, v, g, beta, states, slots, scale) -> o",
+        doc="""\
+One token per sequence: q, k ``[B, H_k, K]``, v ``[B, H_v, V]``, g, beta ``[B, H_v]``; same
+recurrence; o ``[B, H_v, V]``; states updated in place.
+""",
+        reference=_ref("gated_delta_rule", "gated_delta_rule_decode"),
+    ),
+    OpContract(
+        name="reshape_and_cache",
+        signature="reshape_and_cache(k, v, k_cache, v_cache, slot_mapping) -> None",
+        doc="""\
+k, v: ``[T, H_kv, D]`` written to the paged cache at ``slot_mapping`` (``[T]`` int64).
+""",
+        reference=_ref("paged_attention", "reshape_and_cache"),
+    ),
+    OpContract(
+        name="paged_attention",
+        signature="paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window) -> o",
+        doc="""\
+q: ``[T, H_q, D]`` (rotary applied; ``H_q`` a multiple of ``H_kv``); seq_lens: ``[B]`` int32,
+each sequence's context length *including* its new tokens, whose K/V are already in the
+cache; block_tables: ``[B, max_blocks]`` int32. Query ``j`` of sequence ``i`` sits at position
+``seq_lens[i] - q_len_i + j`` and attends causally to positions ``<=`` its own (and
+``> pos - sliding_window`` when ``sliding_window`` is an int). Covers prefill, chunked
+prefill over a cached prefix, and decode. o: ``[T, H_q, D]``.
+""",
+        reference=_ref("paged_attention", "paged_attention"), shape_facts=("head_dim",),
+    ),
+    OpContract(
+        name="linear",
+        signature="linear(x, weight, bias) -> y",
+        doc="""\
+x: ``[M, K]`` (``[..., K]`` works too: leading dims are flattened and restored); weight:
+``[N, K]`` as ``nn.Linear`` stores it, same dtype as x; bias: ``[N]`` or None.
+``y = x @ weight^T + bias``, float32 accumulation; y: ``[M, N]`` in x's dtype. Decode calls it
+with a handful of rows (``M`` = batch size), where reading the weight is all the cost:
+implementations may specialise those skinny shapes (GEMV, split-K) and leave larger ``M`` to a GEMM.
+""",
+        reference=_ref("linear", "linear"),
+    ),
+    OpContract(
+        name="add_rms_norm_linear",
+        signature="add_rms_norm_linear(x, residual, norm_weight, eps, zero_centered, weight) -> (y, new_residual)",
+        doc="""\
+x, residual: ``[M, K]``, one dtype (residual may be None: ``new_residual = x``); norm_weight:
+``[K]``; weight: ``[N, K]`` of x's dtype, no bias. ``(h, new_residual) = add_rms_norm(x, residual,
+norm_weight, eps, zero_centered)`` then ``y = linear(h, weight, None)`` ``[M, N]``, every
+intermediate rounded to x's dtype as those ops round it: a pre-norm block's residual add and norm
+fused into its input projection (one launch at decode instead of two). Inputs are not written.
+""",
+        reference=_ref("fused_linear", "add_rms_norm_linear"),
+    ),
+    OpContract(
+        name="act_mul_linear",
+        signature='act_mul_linear(x, weight, activation="silu") -> y',
+        doc="""\
+x: ``[M, 2K]`` (gate, then up); weight: ``[N, K]`` of x's dtype, no bias; activation: one of
+:data:`~anna_core.kernels.checks.GATED_ACTIVATIONS` (``"silu"``: SwiGLU, ``"gelu_tanh"``: GeGLU with
+the tanh approximation, as Gemma). ``y = linear(act_and_mul(x, activation), weight, None)`` ``[M, N]``,
+the product rounded to x's dtype as ``act_and_mul`` rounds it: the gated product fused into
+``down_proj``.
+""",
+        reference=_ref("fused_linear", "act_mul_linear"),
+    ),
+    OpContract(
+        name="linear_act_mul",
+        signature='linear_act_mul(x, weight, activation="silu") -> y',
+        doc="""\
+x: ``[M, K]``; weight: ``[2I, K]`` of x's dtype (gate rows, then up rows), no bias; activation:
+``"silu"`` or ``"gelu_tanh"``. ``y = act_and_mul(linear(x, weight, None), activation)`` ``[M, I]``, the
+projection rounded to x's dtype first: the gated product fused into the merged gate/up projection (no
+``[M, 2I]`` intermediate).
+""",
+        reference=_ref("fused_linear", "linear_act_mul"),
+    ),
+    OpContract(
+        name="add_rms_norm_linear_act_mul",
+        signature=('add_rms_norm_linear_act_mul(x, residual, norm_weight, eps, zero_centered, weight, activation="silu") '
+                   '-> (y, new_residual)'),
+        doc="""\
+Arguments as ``add_rms_norm_linear`` with weight ``[2I, K]`` (gate rows, then up rows), plus the
+activation (``"silu"`` or ``"gelu_tanh"``). ``(h, new_residual) = add_rms_norm(x, residual,
+norm_weight, eps, zero_centered)`` then ``y = linear_act_mul(h, weight, activation)`` ``[M, I]``,
+rounded as those ops round: a pre-norm MLP's residual add, norm, gate/up projection and gated product
+(one launch at decode instead of two).
+""",
+        reference=_ref("fused_linear", "add_rms_norm_linear_act_mul"),
+    ),
+    OpContract(
+        name="qk_norm_rope_cache",
+        signature=("qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, "
+                   "v_cache, slot_mapping) -> q_out"),
+        doc="""\
+An attention layer's pre-processing as one op: q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (unit
+stride along D); q_weight, k_weight: ``[D]``; positions: ``[T]`` int64; inv_freq: ``[R/2]`` float32
+rotary inverse frequencies (``R <= D`` rotated dims, even); caches and slot_mapping as
+``reshape_and_cache``. ``q_out = rope(rms_norm(q, q_weight, eps, zero_centered))`` ``[T, H_q, D]``
+(contiguous, q's dtype); ``k`` is normalised and rotated the same way and written with ``v`` into the
+caches at ``slot_mapping``. Rotary: NeoX halves on the first ``R`` dims, ``cos/sin(position *
+inv_freq)`` in float32, the remaining dims passed through; every intermediate rounded to q's dtype
+where the unfused ``rms_norm`` / rotary / ``reshape_and_cache`` round it.
+""",
+        reference=_ref("qk_norm_rope", "qk_norm_rope_cache"),
+        check=_ref("qk_norm_rope", "check_qk_norm_rope_cache"),
+        shape_facts=("head_dim",),
+    ),
+    OpContract(
+        name="fused_gdn_decode",
+        signature=("fused_gdn_decode(qkv, conv_weight, conv_states, z, a, b, neg_a, dt_bias, norm_weight, norm_eps, "
+                   "states, slots, scale, num_k_heads) -> y"),
+        doc="""\
+One decode step of a gated DeltaNet layer from its input projection to its gated-norm output (the
+``out_proj`` input). qkv: ``[B, C]`` projection before the conv (``C = 2*H_k*K + H_v*V``: q, k, v);
+conv_weight: ``[C, W]`` (no bias); conv_states: ``[S, C, W-1]``; z: ``[B, H_v*V]``; a, b: ``[B, H_v]``
+(rows may be strided, unit stride along the last dim); neg_a: ``[H_v]`` float32 ``-exp(A_log)``;
+dt_bias: ``[H_v]``; norm_weight: ``[V]``; states: ``[S, H_v, K, V]`` float32; slots: ``[B]`` int64;
+num_k_heads: ``H_k`` (divides ``H_v``; ``K``, ``V`` come from states). Equal to
+``c = causal_conv1d_update(qkv, conv_weight, None, conv_states, slots, "silu")``; q, k = the
+L2-normalised (``x * rsqrt(sum(x^2) + 1e-6)``, float32, rounded) q / k heads of ``c``, v its v heads;
+``g = neg_a * softplus(a + dt_bias)``, ``beta = sigmoid(b)`` (float32); ``o = gated_delta_rule_decode(q,
+k, v, g, beta, states, slots, scale)``; ``y = gated_rms_norm(o, z, norm_weight, norm_eps)`` ``[B,
+H_v*V]`` in qkv's dtype. conv_states and states are updated in place at slots. Callers look it up with
+the shape facts ``head_k_dim`` / ``head_v_dim`` (a kernel may fuse only some head sizes).
+""",
+        reference=_ref("gdn_fused", "fused_gdn_decode"),
+        check=_ref("gdn_fused", "check_fused_gdn_decode"),
+        shape_facts=("head_k_dim", "head_v_dim"),
+    ),
+    OpContract(
+        name="fused_gdn_prefill",
+        signature=("fused_gdn_prefill(qkv, a, b, neg_a, dt_bias, cu_seqlens, states, slots, scale, num_k_heads, "
+                   "head_k_dim, head_v_dim) -> o"),
+        doc="""\
+A gated DeltaNet layer's prefill after its conv1d: qkv: ``[T, C]`` conv output (``C = 2*H_k*K +
+H_v*V``); a, b: ``[T, H_v]`` raw projections (strided column views allowed); neg_a: ``[H_v]`` float32;
+dt_bias: ``[H_v]``; cu_seqlens, states, slots, scale: as ``gated_delta_rule_prefill``; num_k_heads,
+head_k_dim, head_v_dim: ``H_k``, ``K``, ``V``. Equal to q, k = the L2-normalised q / k heads of qkv, v
+its v heads, ``g = neg_a * softplus(a + dt_bias)``, ``beta = sigmoid(b)``, then ``o =
+gated_delta_rule_prefill(q, k, v, g, beta, cu_seqlens, states, slots, scale)`` ``[T, H_v, V]`` in
+qkv's dtype; final states written to ``states[slots]``. Looked up with ``head_k_dim`` / ``head_v_dim``.
+""",
+        reference=_ref("gdn_fused", "fused_gdn_prefill"),
+        check=_ref("gdn_fused", "check_fused_gdn_prefill"),
+        shape_facts=("head_k_dim", "head_v_dim"),
+    ),
+)
+"""Every op of anna-core, in documentation order."""
+
+OPS: dict[str, OpContract] = {contract.name: contract for contract in CORE_OPS}
+""":data:`CORE_OPS` by name."""

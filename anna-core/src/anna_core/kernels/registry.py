@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from anna_core.errors import KernelNotFoundError
-from anna_core.kernels.ops import OPS
+from anna_core.kernels.contracts import REFERENCE_NAME, OpContract
 from anna_core.registry import resolve
 
 log = logging.getLogger("anna.kernels")
@@ -37,8 +37,9 @@ class KernelSpec:
     """One implementation of one op.
 
     Attributes:
-        op: an op name from :data:`anna_core.kernels.ops.OPS`.
-        name: implementation name shown on ``/healthz`` (``"reference"``, ``"triton"``, ``"fla"``).
+        op: the name of a registered op contract (:class:`~anna_core.kernels.contracts.OpContract`).
+        name: implementation name shown on ``/healthz`` (``"triton"``, ``"fla"``; ``"reference"`` is
+            reserved for the contract's own reference).
         impl: lazy ``"module:attr"`` of the callable implementing the op's signature.
         priority: higher wins among implementations whose probe accepts.
         probe: lazy ``"module:attr"`` of ``probe(ProbeRequest) -> bool``; ``None`` accepts all.
@@ -52,39 +53,55 @@ class KernelSpec:
 
 
 class KernelRegistry:
-    """Chooses, caches and reports the implementation of each op."""
+    """Knows the registered ops (their contracts); chooses, caches and reports the implementation of each."""
 
-    def __init__(self, specs: list[KernelSpec], disabled: Sequence[str] = ()):
+    def __init__(self, contracts: Sequence[OpContract], specs: Sequence[KernelSpec] = (), disabled: Sequence[str] = ()):
         """Args:
-            specs: every registered implementation.
+            contracts: every registered op (:class:`~anna_core.kernels.contracts.OpContract`); each
+                one's reference becomes the op's ``"reference"`` implementation at priority 0.
+            specs: every registered (non-reference) implementation.
             disabled: implementations never to choose, each ``"op:name"`` (one op) or ``"name"``
                 (that implementation of every op), e.g. ``"linear:triton"`` or ``"fla"``; the torch
                 references cannot be disabled (they are the fallback).
 
         Raises:
-            ValueError: registrations for unknown ops, or a ``disabled`` entry naming an unknown op,
-                an unknown implementation or the reference.
+            ValueError: two contracts for one op, an implementation of an op without a contract or
+                named ``"reference"``, or a ``disabled`` entry naming an unknown op, an unknown
+                implementation or the reference.
         """
-        unknown = sorted({s.op for s in specs} - set(OPS))
+        self.contracts: dict[str, OpContract] = {}
+        for contract in contracts:
+            if contract.name in self.contracts:
+                raise ValueError(f"op {contract.name!r} has two contracts: {self.contracts[contract.name]} and {contract}")
+            self.contracts[contract.name] = contract
+        known = sorted(self.contracts)
+        unknown = sorted({s.op for s in specs} - set(known))
         if unknown:
-            raise ValueError(f"kernel registrations for unknown ops {unknown}; known ops: {sorted(OPS)}")
-        names = {s.name for s in specs} - {"reference"}
+            raise ValueError(f"kernel registrations for ops without a contract {unknown} (register the op with "
+                             f"register_ops first); known ops: {known}")
+        reserved = sorted({s.op for s in specs if s.name == REFERENCE_NAME})
+        if reserved:
+            raise ValueError(f"kernel registrations named {REFERENCE_NAME!r} for {reserved}: that name is the "
+                             f"contract's torch reference")
+        names = {s.name for s in specs}
         per_op: dict[str, set[str]] = {}
         for spec in specs:
             per_op.setdefault(spec.op, set()).add(spec.name)
         off: set[tuple[str | None, str]] = set()
         for entry in disabled:
             op, sep, name = entry.rpartition(":")
-            if sep and op not in OPS:
-                raise ValueError(f"cannot disable kernel {entry!r}: unknown op {op!r}; known ops: {sorted(OPS)}")
-            allowed = per_op.get(op, set()) - {"reference"} if sep else names
+            if sep and op not in self.contracts:
+                raise ValueError(f"cannot disable kernel {entry!r}: unknown op {op!r}; known ops: {known}")
+            allowed = per_op.get(op, set()) if sep else names
             if name not in allowed:
                 where = f"op {op!r}" if sep else "any op"
                 raise ValueError(f"cannot disable kernel {entry!r}: no implementation {name!r} is registered for "
                                  f"{where} (disable one of {sorted(allowed)}; the torch 'reference' always stays)")
             off.add((op if sep else None, name))
+        references = [KernelSpec(op=c.name, name=REFERENCE_NAME, impl=c.reference, priority=REFERENCE_PRIORITY)
+                      for c in self.contracts.values()]
         self._specs: dict[str, list[KernelSpec]] = {}
-        for spec in specs:
+        for spec in [*specs, *references]:
             if (spec.op, spec.name) in off or (None, spec.name) in off:
                 continue
             self._specs.setdefault(spec.op, []).append(spec)
@@ -94,20 +111,40 @@ class KernelRegistry:
 
     @classmethod
     def from_plugins(cls, pm=None, disabled: Sequence[str] = ()) -> KernelRegistry:
-        from anna_core.plugins import kernel_specs
-
-        return cls(kernel_specs(pm), disabled)
-
-    def get(self, op: str, request: ProbeRequest) -> Callable[..., Any]:
-        """The callable for ``op`` under ``request``.
+        """The registry of every op contract (``register_ops``) and implementation (``register_kernels``)
+        the plugin manager ``pm`` (default: the process-wide one) holds.
 
         Raises:
-            KernelNotFoundError: no registered implementation accepts the request.
+            ValueError: as the constructor.
+        """
+        from anna_core.plugins import kernel_specs, op_contracts
+
+        return cls(op_contracts(pm), kernel_specs(pm), disabled)
+
+    def implementations(self, op: str) -> list[str]:
+        """Names of the enabled implementations of ``op``, highest priority first (the reference last).
+
+        Raises:
+            KeyError: ``op`` has no contract.
+        """
+        if op not in self.contracts:
+            raise KeyError(op)
+        return [spec.name for spec in self._specs.get(op, [])]
+
+    def get(self, op: str, request: ProbeRequest) -> Callable[..., Any]:
+        """The callable for ``op`` under ``request``: the highest-priority enabled implementation whose
+        probe accepts it (the contract's reference accepts everything).
+
+        Raises:
+            KernelNotFoundError: ``op`` has no contract, or no implementation accepts the request.
         """
         key = (op, _freeze(request))
         hit = self._chosen.get(key)
         if hit is not None:
             return hit[1]
+        if op not in self.contracts:
+            raise KernelNotFoundError(f"no kernel op {op!r} is registered (register_ops); known ops: "
+                                      f"{sorted(self.contracts)}")
         for spec in self._specs.get(op, []):
             probe = resolve(spec.probe) if spec.probe else None
             try:
@@ -152,7 +189,7 @@ class OpTable:
         return self.registry.get(op, ProbeRequest(self.device_type, self.dtype, dict(shape)))
 
     def __getattr__(self, op: str) -> Callable[..., Any]:
-        if op.startswith("_") or op not in OPS:
+        if op.startswith("_") or op not in self.registry.contracts:
             raise AttributeError(op)
         return self.get(op)
 

@@ -1,4 +1,5 @@
-"""The SwiGLU feed-forward block (Shazeer, "GLU Variants Improve Transformer", 2020)."""
+"""The gated feed-forward block: SwiGLU, or GeGLU with the tanh GELU (Shazeer, "GLU Variants Improve
+Transformer", 2020)."""
 
 from __future__ import annotations
 
@@ -8,27 +9,36 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anna_core.kernels.checks import check_gated_activation
+
 
 class SwiGLUMLP(nn.Module):
-    """``down_proj(silu(gate_proj(x)) * up_proj(x))``, no biases.
+    """``down_proj(act(gate_proj(x)) * up_proj(x))``, no biases; ``act`` is SiLU (SwiGLU, the default)
+    or the tanh-approximated GELU (``activation="gelu_tanh"``: GeGLU, as Gemma).
 
     Args:
         hidden: model width ``H``.
         intermediate: inner width ``I``.
         ops: the model's :class:`anna_core.kernels.OpTable`, or None. With it, the merged path runs
-            the gate/up projection and ``silu(gate) * up`` as the one ``linear_silu_mul`` op (same
+            the gate/up projection and ``act(gate) * up`` as the one ``linear_act_mul`` op (same
             rounding as the eager torch expressions; one GEMV launch at decode on GPUs), and with a
-            ``pre_norm`` the norm too (``add_rms_norm_linear_silu_mul``); without it (or before
+            ``pre_norm`` the norm too (``add_rms_norm_linear_act_mul``); without it (or before
             :meth:`merge_gate_up`) eager torch ops compute it.
+        activation: ``"silu"`` or ``"gelu_tanh"`` (:data:`anna_core.kernels.checks.GATED_ACTIVATIONS`).
 
     Parameters:
         gate_proj.weight, up_proj.weight: ``[I, H]``; down_proj.weight: ``[H, I]``. After
         :meth:`merge_gate_up`: ``gate_up_proj.weight`` ``[2I, H]`` (gate rows, then up rows) replaces
         the first two.
+
+    Raises:
+        ValueError: an unknown activation.
     """
 
-    def __init__(self, hidden: int, intermediate: int, ops=None):
+    def __init__(self, hidden: int, intermediate: int, ops=None, activation: str = "silu"):
         super().__init__()
+        check_gated_activation("SwiGLUMLP", activation)
+        self.activation = activation
         self.ops = ops
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
@@ -56,19 +66,22 @@ class SwiGLUMLP(nn.Module):
         residual stream, or None in a first block), ``x`` is the previous block's output: the block
         computes ``mlp(norm(x + residual))`` and returns ``(output, x + residual)``, the add fused
         into the norm (``add_rms_norm``); after :meth:`merge_gate_up` with ``ops`` the add, norm,
-        gate/up projection and SwiGLU product are one op (``add_rms_norm_linear_silu_mul``), so the
+        gate/up projection and gated product are one op (``add_rms_norm_linear_act_mul``), so the
         block is two launches at decode where the kernels fuse them.
         """
         if pre_norm is not None:
             norm, residual = pre_norm
             if self.gate_up_proj is not None and self.ops is not None:
-                h, new_residual = norm.add_norm_linear_silu_mul(x, residual, self.gate_up_proj)
+                h, new_residual = norm.add_norm_linear_act_mul(x, residual, self.gate_up_proj, self.activation)
                 return self.down_proj(h), new_residual
             y, new_residual = norm.add_and_norm(x, residual)
             return self(y), new_residual
         if self.gate_up_proj is None:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+            return self.down_proj(self._act(self.gate_proj(x)) * self.up_proj(x))
         if self.ops is not None:
-            return self.down_proj(self.ops.linear_silu_mul(x, self.gate_up_proj.weight))
+            return self.down_proj(self.ops.linear_act_mul(x, self.gate_up_proj.weight, self.activation))
         gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)  # [T, I] each
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self._act(gate) * up)
+
+    def _act(self, gate: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate) if self.activation == "silu" else F.gelu(gate, approximate="tanh")

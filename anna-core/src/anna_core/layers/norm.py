@@ -72,25 +72,32 @@ class RMSNorm(nn.Module):
             return linear(y), new_residual
         return self.ops.add_rms_norm_linear(x, residual, self.weight, self.eps, self.zero_centered, linear.weight)
 
-    def add_norm_linear_silu_mul(self, x: torch.Tensor, residual: torch.Tensor | None,
-                                 gate_up: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(silu_and_mul(gate_up(norm(x + residual))), x + residual)``: the residual add and this
-        norm fused into a merged, bias-free gate/up projection and its SwiGLU product (the
-        ``add_rms_norm_linear_silu_mul`` op: one launch at decode on GPUs). With a bias on ``gate_up``
-        the add + norm run as :meth:`add_and_norm`, then ``gate_up`` and ``silu_and_mul``.
+    def add_norm_linear_act_mul(self, x: torch.Tensor, residual: torch.Tensor | None, gate_up: nn.Linear,
+                                activation: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(act_and_mul(gate_up(norm(x + residual)), activation), x + residual)``: the residual add and
+        this norm fused into a merged, bias-free gate/up projection and its gated product (the
+        ``add_rms_norm_linear_act_mul`` op: one launch at decode on GPUs). With a bias on ``gate_up``
+        the add + norm run as :meth:`add_and_norm`, then ``gate_up`` and the gated product.
 
         Args:
             x, residual: ``[T, D]`` (residual None: the stream starts at x).
             gate_up: ``nn.Linear`` with ``weight`` ``[2I, D]`` (gate rows, then up rows).
+            activation: ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` (GeGLU).
 
         Returns:
             ``([T, I], [T, D])`` in x's dtype.
+
+        Raises:
+            ValueError: an unknown activation (from the op).
         """
         if gate_up.bias is not None:
+            from anna_core.kernels.reference.activations import act_and_mul
+
             y, new_residual = self.add_and_norm(x, residual)
-            return self.ops.silu_and_mul(gate_up(y)), new_residual
-        return self.ops.add_rms_norm_linear_silu_mul(x, residual, self.weight, self.eps, self.zero_centered,
-                                                     gate_up.weight)
+            h = gate_up(y)
+            return (self.ops.silu_and_mul(h) if activation == "silu" else act_and_mul(h, activation)), new_residual
+        return self.ops.add_rms_norm_linear_act_mul(x, residual, self.weight, self.eps, self.zero_centered,
+                                                    gate_up.weight, activation)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, zero_centered={self.zero_centered}"

@@ -1,4 +1,4 @@
-"""Gated activations of the Qwen3.5 blocks: the SwiGLU product and the attention output gate.
+"""Gated activations: the gated MLP products (SwiGLU, GeGLU-tanh) and the attention output gate.
 
 Both evaluate the eager torch expressions the HF models use, so a kernel that matches these matches
 the oracle's rounding too: in a half-precision dtype the activation (SiLU or sigmoid, computed in
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from anna_core.kernels.checks import require
+from anna_core.kernels.checks import check_gated_activation, require
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
@@ -31,6 +31,30 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
             f"x must be [..., 2I] with an even last dim, got shape {tuple(x.shape)}")
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
+    """``act(gate) * up`` of a merged gate/up projection, ``act`` chosen by name.
+
+    Args:
+        x: ``[..., 2I]``: the gate (first ``I`` values of the last dim), then the up projection.
+        activation: ``"silu"`` (:func:`silu_and_mul`) or ``"gelu_tanh"`` (``F.gelu(gate,
+            approximate="tanh") * up``: GeGLU, Gemma's MLP).
+
+    Returns:
+        ``[..., I]`` in x's dtype, evaluated as the eager torch expression (the activation computed in
+        float32 and rounded to x's dtype, then the product rounded again).
+
+    Raises:
+        ValueError: an unknown activation, x without dimensions or with an odd last dimension.
+    """
+    check_gated_activation("act_and_mul", activation)
+    if activation == "silu":
+        return silu_and_mul(x)
+    require(x.dim() >= 1 and x.shape[-1] % 2 == 0, "act_and_mul",
+            f"x must be [..., 2I] with an even last dim, got shape {tuple(x.shape)}")
+    gate, up = x.chunk(2, dim=-1)
+    return F.gelu(gate, approximate="tanh") * up
 
 
 def sigmoid_mul(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:

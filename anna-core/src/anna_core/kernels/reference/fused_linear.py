@@ -6,20 +6,21 @@ kernels. Kernel plugins may compute these in the GEMV's prologue or epilogue (on
 references here compose the unfused references, so a fused kernel is checked against exactly the
 numerics of the unfused path:
 
-    add_rms_norm_linear:           (h, r) = add_rms_norm(x, residual);  y = linear(h, weight)
-    silu_mul_linear:               y = linear(silu_and_mul(x), weight)
-    linear_silu_mul:               y = silu_and_mul(linear(x, weight))
-    add_rms_norm_linear_silu_mul:  (h, r) = add_rms_norm(x, residual);  y = linear_silu_mul(h, weight)
+    add_rms_norm_linear:          (h, r) = add_rms_norm(x, residual);  y = linear(h, weight)
+    act_mul_linear:               y = linear(act_and_mul(x, activation), weight)
+    linear_act_mul:               y = act_and_mul(linear(x, weight), activation)
+    add_rms_norm_linear_act_mul:  (h, r) = add_rms_norm(x, residual);  y = linear_act_mul(h, weight, activation)
 
-with every intermediate rounded to x's dtype as the unfused ops round it.
+with every intermediate rounded to x's dtype as the unfused ops round it; ``activation`` is ``"silu"``
+(SwiGLU) or ``"gelu_tanh"`` (GeGLU, :func:`~anna_core.kernels.reference.activations.act_and_mul`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from anna_core.kernels.checks import require
-from anna_core.kernels.reference.activations import silu_and_mul
+from anna_core.kernels.checks import check_gated_activation, require
+from anna_core.kernels.reference.activations import act_and_mul
 from anna_core.kernels.reference.linear import check_linear, linear
 from anna_core.kernels.reference.norms import add_rms_norm
 
@@ -41,13 +42,15 @@ def check_add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, no
         require(residual.dtype == x.dtype, op, f"residual must have x's dtype {x.dtype}, got {residual.dtype}")
 
 
-def check_silu_mul_linear(x: torch.Tensor, weight: torch.Tensor) -> None:
-    """Check the arguments of :func:`silu_mul_linear` (shapes and dtypes only, no sync).
+def check_act_mul_linear(x: torch.Tensor, weight: torch.Tensor, activation: str = "silu") -> None:
+    """Check the arguments of :func:`act_mul_linear` (shapes and dtypes only, no sync).
 
     Raises:
-        ValueError: ``"silu_mul_linear: ..."`` unless weight is ``[N, K]`` and x ``[..., 2K]`` of its dtype.
+        ValueError: ``"act_mul_linear: ..."`` unless weight is ``[N, K]``, x ``[..., 2K]`` of its dtype
+            and activation one of :data:`~anna_core.kernels.checks.GATED_ACTIVATIONS`.
     """
-    op = "silu_mul_linear"
+    op = "act_mul_linear"
+    check_gated_activation(op, activation)
     require(weight.dim() == 2, op, f"weight must be [N, K], got shape {tuple(weight.shape)}")
     k = weight.shape[1]
     require(x.dim() >= 1 and x.shape[-1] == 2 * k, op,
@@ -55,27 +58,30 @@ def check_silu_mul_linear(x: torch.Tensor, weight: torch.Tensor) -> None:
     require(x.dtype == weight.dtype, op, f"x ({x.dtype}) and weight ({weight.dtype}) must share one dtype")
 
 
-def check_linear_silu_mul(x: torch.Tensor, weight: torch.Tensor) -> None:
-    """Check the arguments of :func:`linear_silu_mul` (shapes and dtypes only, no sync).
+def check_linear_act_mul(x: torch.Tensor, weight: torch.Tensor, activation: str = "silu") -> None:
+    """Check the arguments of :func:`linear_act_mul` (shapes and dtypes only, no sync).
 
     Raises:
-        ValueError: ``"linear_silu_mul: ..."`` unless weight is ``[2I, K]`` (even row count) and x
-            ``[..., K]`` of its dtype.
+        ValueError: ``"linear_act_mul: ..."`` unless weight is ``[2I, K]`` (even row count), x
+            ``[..., K]`` of its dtype and activation one of :data:`~anna_core.kernels.checks.GATED_ACTIVATIONS`.
     """
-    op = "linear_silu_mul"
+    op = "linear_act_mul"
+    check_gated_activation(op, activation)
     check_linear(op, x, weight, None)
     require(weight.shape[0] % 2 == 0, op, f"weight must be [2I, K] (gate rows, then up rows), got {tuple(weight.shape)}")
 
 
-def check_add_rms_norm_linear_silu_mul(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                                       weight: torch.Tensor) -> None:
-    """Check the arguments of :func:`add_rms_norm_linear_silu_mul` (shapes and dtypes only, no sync).
+def check_add_rms_norm_linear_act_mul(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                                      weight: torch.Tensor, activation: str = "silu") -> None:
+    """Check the arguments of :func:`add_rms_norm_linear_act_mul` (shapes and dtypes only, no sync).
 
     Raises:
-        ValueError: ``"add_rms_norm_linear_silu_mul: ..."`` when a shape or dtype of
-            :func:`check_add_rms_norm_linear` does not hold or weight's row count is odd.
+        ValueError: ``"add_rms_norm_linear_act_mul: ..."`` when a shape or dtype of
+            :func:`check_add_rms_norm_linear` does not hold, weight's row count is odd or the
+            activation is unknown.
     """
-    op = "add_rms_norm_linear_silu_mul"
+    op = "add_rms_norm_linear_act_mul"
+    check_gated_activation(op, activation)
     check_add_rms_norm_linear(x, residual, norm_weight, weight, op)
     require(weight.shape[0] % 2 == 0, op, f"weight must be [2I, K] (gate rows, then up rows), got {tuple(weight.shape)}")
 
@@ -105,46 +111,48 @@ def add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_wei
     return linear(h, weight, None), new_residual
 
 
-def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """SwiGLU product, then a bias-free linear layer (an MLP's ``down_proj`` after the merged gate/up).
+def act_mul_linear(x: torch.Tensor, weight: torch.Tensor, activation: str = "silu") -> torch.Tensor:
+    """Gated product, then a bias-free linear layer (an MLP's ``down_proj`` after the merged gate/up).
 
     Args:
         x: ``[M, 2K]`` (or ``[..., 2K]``): gate values, then up values; weight: ``[N, K]`` of x's dtype.
+        activation: ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` (GeGLU).
 
     Returns:
-        ``[M, N]`` in x's dtype: ``silu_and_mul(x) @ weight^T``, the intermediate rounded to x's dtype as
-        :func:`~anna_core.kernels.reference.activations.silu_and_mul` rounds it.
+        ``[M, N]`` in x's dtype: ``act_and_mul(x, activation) @ weight^T``, the intermediate rounded to x's
+        dtype as :func:`~anna_core.kernels.reference.activations.act_and_mul` rounds it.
 
     Raises:
-        ValueError: shapes or dtypes disagree (see :func:`check_silu_mul_linear`).
+        ValueError: shapes, dtypes or the activation are wrong (see :func:`check_act_mul_linear`).
     """
-    check_silu_mul_linear(x, weight)
-    return linear(silu_and_mul(x), weight, None)
+    check_act_mul_linear(x, weight, activation)
+    return linear(act_and_mul(x, activation), weight, None)
 
 
-def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """A merged gate/up projection followed by the SwiGLU product (an MLP's first half).
+def linear_act_mul(x: torch.Tensor, weight: torch.Tensor, activation: str = "silu") -> torch.Tensor:
+    """A merged gate/up projection followed by the gated product (an MLP's first half).
 
     Args:
         x: ``[M, K]`` (or ``[..., K]``) float activations; weight: ``[2I, K]`` of x's dtype, the gate
             projection's rows then the up projection's (as ``SwiGLUMLP.merge_gate_up`` stores them).
+        activation: ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` (GeGLU).
 
     Returns:
-        ``[M, I]`` in x's dtype: ``silu_and_mul(linear(x, weight, None))``, the projection rounded to x's
-        dtype first (:func:`~anna_core.kernels.reference.linear.linear`, then
-        :func:`~anna_core.kernels.reference.activations.silu_and_mul`).
+        ``[M, I]`` in x's dtype: ``act_and_mul(linear(x, weight, None), activation)``, the projection
+        rounded to x's dtype first (:func:`~anna_core.kernels.reference.linear.linear`, then
+        :func:`~anna_core.kernels.reference.activations.act_and_mul`).
 
     Raises:
-        ValueError: shapes or dtypes disagree (see :func:`check_linear_silu_mul`).
+        ValueError: shapes, dtypes or the activation are wrong (see :func:`check_linear_act_mul`).
     """
-    check_linear_silu_mul(x, weight)
-    return silu_and_mul(linear(x, weight, None))
+    check_linear_act_mul(x, weight, activation)
+    return act_and_mul(linear(x, weight, None), activation)
 
 
-def add_rms_norm_linear_silu_mul(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                                 eps: float, zero_centered: bool,
-                                 weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Residual add, RMSNorm, then a merged gate/up projection and the SwiGLU product (a pre-norm MLP's
+def add_rms_norm_linear_act_mul(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                                eps: float, zero_centered: bool, weight: torch.Tensor,
+                                activation: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add, RMSNorm, then a merged gate/up projection and the gated product (a pre-norm MLP's
     first half: its norm, gate/up projection and activation).
 
     Args:
@@ -153,15 +161,17 @@ def add_rms_norm_linear_silu_mul(x: torch.Tensor, residual: torch.Tensor | None,
         norm_weight: ``[K]`` RMSNorm weight (any float dtype); eps: added to the mean square;
             zero_centered: the norm scales by ``1 + norm_weight`` (Qwen3.5).
         weight: ``[2I, K]`` of x's dtype, gate rows then up rows (as ``SwiGLUMLP.merge_gate_up`` stores them).
+        activation: ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` (GeGLU).
 
     Returns:
         ``(y, new_residual)``: ``(h, new_residual) = add_rms_norm(x, residual, ...)`` as in
-        :func:`add_rms_norm_linear`, then ``y = linear_silu_mul(h, weight)`` ``[M, I]`` in x's dtype.
+        :func:`add_rms_norm_linear`, then ``y = linear_act_mul(h, weight, activation)`` ``[M, I]`` in x's
+        dtype.
         The inputs are not written.
 
     Raises:
-        ValueError: shapes or dtypes disagree (see :func:`check_add_rms_norm_linear_silu_mul`).
+        ValueError: shapes or dtypes disagree (see :func:`check_add_rms_norm_linear_act_mul`).
     """
-    check_add_rms_norm_linear_silu_mul(x, residual, norm_weight, weight)
+    check_add_rms_norm_linear_act_mul(x, residual, norm_weight, weight, activation)
     h, new_residual = add_rms_norm(x, residual, norm_weight, eps, zero_centered)
-    return linear_silu_mul(h, weight), new_residual
+    return linear_act_mul(h, weight, activation), new_residual

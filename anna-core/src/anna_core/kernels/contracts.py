@@ -1,0 +1,86 @@
+"""Op contracts: what an op *is* (its name, one documented signature, its torch reference).
+
+Every kernel op, core's own and any a plugin adds, is declared by one :class:`OpContract`,
+registered through the ``register_ops`` hook (:mod:`anna_core.hookspecs`). The kernel registry
+(:mod:`anna_core.kernels.registry`) knows exactly the ops whose contract is registered: it rejects
+implementations (``register_kernels``) of an op without one, and registers each contract's
+reference as that op's ``"reference"`` implementation at priority 0 (the fallback every probe
+leaves). Nothing here imports torch: contracts hold lazy ``"module:attr"`` strings.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+REFERENCE_NAME = "reference"
+"""Implementation name of every contract's torch reference (on ``/healthz``; cannot be disabled)."""
+
+_SIGNATURE = re.compile(r"^(\w+)\((.*)\) -> .+$", re.S)
+
+
+def signature_parameters(signature: str) -> list[str]:
+    """The parameter names of a contract signature ``"op(a, b, c=1) -> y"`` (``["a", "b", "c"]``).
+
+    Raises:
+        ValueError: the text does not look like ``name(params) -> result``.
+    """
+    match = _SIGNATURE.match(signature.strip())
+    if match is None:
+        raise ValueError(f"op signature {signature!r} must look like 'op(arg, ...) -> result'")
+    params = [p.strip() for p in match.group(2).split(",") if p.strip()]
+    return [p.split("=")[0].strip() for p in params]
+
+
+def _check_contract(contract: OpContract) -> None:
+    where = f"op contract {contract.name!r}"
+    if not contract.name.isidentifier():
+        raise ValueError(f"{where}: the name must be a Python identifier")
+    match = _SIGNATURE.match(contract.signature.strip())
+    if match is None or match.group(1) != contract.name:
+        raise ValueError(f"{where}: signature {contract.signature!r} must look like '{contract.name}(arg, ...) -> result'")
+    if not contract.doc.strip():
+        raise ValueError(f"{where}: doc must document the arguments' shapes and dtypes and the result")
+    for field, target in (("reference", contract.reference), ("check", contract.check)):
+        if target is not None and ":" not in target:
+            raise ValueError(f"{where}: {field} {target!r} must be a lazy 'package.module:attr' string")
+
+
+@attrs.frozen
+class OpContract:
+    """One kernel op: the one signature every implementation of it follows.
+
+    Attributes:
+        name: the op name (a Python identifier): the ``OpTable`` attribute, the ``/healthz`` key and
+            the ``OP`` of ``--disable-kernel OP:NAME``.
+        signature: ``"name(arg, ...) -> result"``; parameter names as the reference spells them.
+        doc: the contract proper: each argument's shape and dtype, the result, the math (rounding
+            included) and what is written in place. Shown by ``anna kernels``-style tooling and checked
+            non-empty by the test suite.
+        reference: lazy ``"module:attr"`` of the pure-torch reference implementation (any device).
+        check: lazy ``"module:attr"`` of ``check(<the op's arguments>) -> None`` raising
+            ``ValueError("<op>: ...")`` for bad arguments (shapes and dtypes only, no device sync), for
+            implementations to share; None when the reference checks inline.
+        shape_facts: the ``ProbeRequest.shape`` keys callers pass when they look the op up (e.g.
+            ``("head_k_dim", "head_v_dim")``): what probes may decide on.
+
+    Raises:
+        ValueError: a name that is no identifier, a signature not of that name, an empty doc, or a
+            lazy target without ``":"``.
+    """
+
+    name: str
+    signature: str
+    doc: str
+    reference: str
+    check: str | None = None
+    shape_facts: tuple[str, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        _check_contract(self)
+
+    @property
+    def parameters(self) -> list[str]:
+        """The parameter names of :attr:`signature`."""
+        return signature_parameters(self.signature)

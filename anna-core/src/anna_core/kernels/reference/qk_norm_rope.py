@@ -1,0 +1,82 @@
+"""An attention layer's pre-processing composed of the unfused references: the per-head RMSNorm of q
+and k (Zhang & Sennrich, 2019), rotary embedding (Su et al., "RoFormer", 2021; NeoX ``rotate_half``
+halves on the first ``R`` dims) and the paged-cache write of the new keys and values.
+
+The rotary math is :class:`anna_core.layers.rotary.RotaryEmbedding`'s for 1-D positions: angles
+``position * inv_freq`` in float32, both halves rotated in float32 and rounded to the activation dtype
+once, the dims past ``R`` passed through.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anna_core.kernels.checks import require
+from anna_core.kernels.reference.norms import rms_norm
+from anna_core.kernels.reference.paged_attention import reshape_and_cache
+
+
+def check_qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                             k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                             inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                             slot_mapping: torch.Tensor) -> None:
+    """Check the arguments of :func:`qk_norm_rope_cache` (shapes only, no device sync).
+
+    Raises:
+        ValueError: ``"qk_norm_rope_cache: ..."`` when q is not ``[T, H_q, D]``, k / v not one
+            ``[T, H_kv, D]`` shape, a weight not ``[D]``, inv_freq not ``[R/2]`` with ``0 < R <= D``,
+            positions / slot_mapping not ``[T]`` or the caches not ``[num_blocks, block_size, H_kv, D]``.
+    """
+    op = "qk_norm_rope_cache"
+    require(q.dim() == 3 and k.dim() == 3 and k.shape == v.shape, op,
+            f"q must be [T, H_q, D] and k, v one [T, H_kv, D] shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}")
+    total, _, dim = q.shape
+    require(k.shape[0] == total and k.shape[2] == dim, op, "q and k must share T and D")
+    require(tuple(q_weight.shape) == (dim,) and tuple(k_weight.shape) == (dim,), op, f"weights must be [{dim}]")
+    require(inv_freq.dim() == 1 and 0 < 2 * inv_freq.shape[0] <= dim, op, f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
+    require(positions.dim() == 1 and positions.shape[0] == total and tuple(slot_mapping.shape) == (total,), op,
+            f"positions and slot_mapping must be [T={total}]")
+    require(tuple(k_cache.shape[2:]) == tuple(k.shape[1:]) and k_cache.shape == v_cache.shape, op,
+            f"caches must be [num_blocks, block_size, {k.shape[1]}, {dim}], got {tuple(k_cache.shape)}")
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x ``[T, N, D]`` rotated on its first ``2 * cos.shape[-1]`` dims (cos, sin ``[T, R/2]`` float32)."""
+    half = cos.shape[-1]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    x1 = x[..., :half].float()
+    x2 = x[..., half : 2 * half].float()
+    rot = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+    if 2 * half == x.shape[-1]:
+        return rot
+    return torch.cat((rot, x[..., 2 * half :]), dim=-1)
+
+
+def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                       k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                       inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       slot_mapping: torch.Tensor) -> torch.Tensor:
+    """Normalise and rotate q and k per head, store k and v into the paged cache; returns the new q.
+
+    Args:
+        q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]``; q_weight, k_weight: ``[D]`` RMSNorm weights;
+            eps; zero_centered: weights stored as offsets from 1.
+        positions: ``[T]`` int64 token positions; inv_freq: ``[R/2]`` float32 inverse frequencies.
+        k_cache, v_cache: ``[num_blocks, block_size, H_kv, D]`` contiguous, written at ``slot_mapping``
+            (``[T]`` int64).
+
+    Returns:
+        ``[T, H_q, D]`` contiguous in q's dtype: ``rope(rms_norm(q))``.
+
+    Raises:
+        ValueError: inconsistent shapes (:func:`check_qk_norm_rope_cache`, and ``reshape_and_cache``'s).
+    """
+    check_qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache,
+                             slot_mapping)
+    angles = positions.to(torch.float32)[:, None] * inv_freq.to(device=q.device, dtype=torch.float32)[None, :]
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    q = _rope(rms_norm(q, q_weight, eps, zero_centered), cos, sin)
+    k = _rope(rms_norm(k, k_weight, eps, zero_centered), cos, sin)
+    reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
+    return q.contiguous()

@@ -7,16 +7,15 @@ product + ``down_proj``) run the decode GEMV (:mod:`anna_xpu_kernels.gemv`) with
 ``add_rms_norm_linear_act_mul`` (the MLP's norm, gate/up projection and product) with both. The
 activation (``"silu"``: SwiGLU, ``"gelu_tanh"``: GeGLU) picks the prologue / epilogue mode, a
 compile-time constant of the kernels (``SILU_MUL`` / ``GELU_TANH_MUL``, ``SILU_MUL_OUT`` /
-``GELU_TANH_MUL_OUT``), so each activation compiles its own specialisation and SiLU's is unchanged. All keep the roundings of the unfused references
+``GELU_TANH_MUL_OUT``), so each activation compiles its own specialisation and SiLU's is unchanged.
+All keep the roundings of the unfused references
 (:mod:`anna_core.kernels.reference.fused_linear`). Split-K, the tensor-core path and autotuning (keyed
 on the prologue and epilogue modes too) work as for the plain GEMV.
 
 The epilogue does no extra memory work, unlike the prologues: the program that finishes a block of
-columns computes the product on values it already holds. Timed alone (H200, cold L2, M = 1,
-BENCHMARKS.md) the fused launch was within 1 µs of GEMV + ``silu_and_mul`` (0.2 µs faster at 0.8B,
-0.4 / 1.1 µs slower at 2B / 9B); in the graph-replayed decode step, one launch fewer per layer
-measured 674 -> 691 tok/s at 2B on one machine (a single A/B within the ±2% run-to-run spread).
-``linear_act_mul`` fuses wherever the GEMV takes the shapes, with or without programmatic dependent
+columns computes the product on values it already holds. Timed alone the fused launch takes about
+as long as GEMV + ``silu_and_mul``; its gain is the launch boundary it removes from the decode step
+(BENCHMARKS.md, second and fourth sessions). ``linear_act_mul`` fuses wherever the GEMV takes the shapes, with or without programmatic dependent
 launch.
 
 The norm prologue fuses where :func:`norm_prologue_pays` (measured on an H200; with programmatic
@@ -49,12 +48,11 @@ from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, GATED_PROLOGUES, RMS_NO
 
 MAX_K = 1024
 """Longest row the norm prologue takes without programmatic dependent launch: every program re-reads
-its rows (``M * K`` values, from L2) to get their mean square. On an H200 (2026-11-30 microbenchmark,
-M=1, BENCHMARKS.md, with the row pass then looping over ``BLOCK_K`` columns) the fusion saved
-0.1–0.5 us per projection at K=1024 and lost 1–5 us at K=2048 and 4096."""
+its rows (``M * K`` values, from L2) to get their mean square, which the H200 microbenchmark found to pay
+at K = 1024 and to lose at K = 2048 and 4096 (BENCHMARKS.md, second session)."""
 SILU_MAX_K = 8192
-"""Longest SwiGLU half the SiLU-mul prologue takes (same measurement: +0.3 us at K=3584, +0.5 us at
-6144, -1.2 us at 12288)."""
+"""Longest SwiGLU half the SiLU-mul prologue takes (the same measurement: it paid up to K = 6144, not at
+12288)."""
 
 
 def act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
@@ -85,10 +83,9 @@ def norm_prologue_pays(x: torch.Tensor, k: int) -> bool:
     With programmatic dependent launch: for one row (batch-1 decode) of at most :data:`NORM_FUSE_K`
     values. With the CUDA-core tiles the prologue's row pass is then one load
     (:func:`anna_xpu_kernels.gemv_prologue.row_block`; the tensor-core tiles pad to 16 rows and loop,
-    and the autotuner times both), so it adds one L2 round trip after the wait and saves a launch. On
-    an H200 (2026-11-30, graph-replayed decode steps, interleaved processes, BENCHMARKS.md) fusing all
-    48 pre-projection norms of the 2B shape measured within the run-to-run spread (682 vs 690 tok/s,
-    means of three runs each), and the 0.8B shape 1145 vs 1116 tok/s (one run each); wider rows (the
+    and the autotuner times both), so it adds one L2 round trip after the wait and saves a launch. In
+    graph-replayed decode steps on an H200 fusing the 2B shape's pre-projection norms measured within the
+    run-to-run spread and the 0.8B shape's a little faster (BENCHMARKS.md, fifth session); wider rows (the
     9B width, K = 4096) and more rows were not measured in the step and stay unfused. Without PDL:
     ``k <= MAX_K``.
 

@@ -67,22 +67,20 @@ MAX_HEAD_DIM = 256
 MAX_TILE = 16384
 """Largest ``[K, BLOCK_V]`` float32 state tile one program holds in registers."""
 TARGET_PROGRAMS = 256
-"""Split V until the grid has at least this many programs (about twice an H100/H200's 132 SMs). On an
-H200 (bf16, K = V = 128, graph-replayed) B * H_v = 16 or 32 ran fastest with NV = 8, 128 with NV = 2,
-and 256 or more with NV = 1 (more, thinner programs only add redundant q / k conv work there)."""
+"""Split V until the grid has at least this many programs (about twice an H100/H200's 132 SMs): the
+split that the H200 sweep found fastest at each ``B * H_v`` (BENCHMARKS.md, seventh session); past that
+more, thinner programs only add redundant q / k conv work."""
 MIN_BLOCK_V = 16
 SUB_V = 64
-"""Value columns a program of a whole-head (``NV = 1``) grid updates at a time. On an H200 (9B shape,
-batch 32, 1024 rows, 24 launches graph-replayed, 4 warps) a whole ``[128, 128]`` tile took 77 us per
-launch (255 registers per thread, 96 spilled); a loop over 64-column sub-chunks, the next one loading
-during each update, 53 us (32 columns: 58 us, 16: 90 us). At batch 8: 23 vs 16 us."""
+"""Value columns a program of a whole-head (``NV = 1``) grid updates at a time: a whole ``[128, 128]``
+tile spills registers, and a loop over 64-column sub-chunks, the next one loading during each update,
+was the fastest sub-chunk width in the H200 sweep (BENCHMARKS.md, seventh session)."""
 NUM_WARPS = 4
 """Warps per program, at every grid; not autotuned. The autotuner timed the launch alone, on the warm-up
 step (batch 1: a launch of a few microseconds whatever the count; batch 32: every row on one scratch
-state slot, in L2), and its per-process pick made whole served steps slower. On an H200, graph-replayed
-in the served Qwen3.5-2B batch-1 step (16 rows, ``NV = 8``), 18 launches took 113 us with 4 or 8 warps,
-133 us with 2 and 266 us with 1 (the two processes that picked 1 warp decoded at 697 tokens/s, the
-others at 772-784); at 9B batch 32 (64-column sub-chunks) 8 warps were 37% slower than 4."""
+state slot, in L2), and its per-process pick made whole served steps slower: in the served 2B batch-1
+step one warp was about twice as slow as four, and at 9B batch 32 eight warps were slower than four
+(BENCHMARKS.md, eighth session)."""
 
 
 def fusable(d_k: int, d_v: int) -> bool:

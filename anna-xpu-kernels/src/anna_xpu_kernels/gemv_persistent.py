@@ -10,13 +10,9 @@ program re-reads the row for its mean square. Here the grid is ``G = SMs x PROGR
 programs that stride over the weight: the prologue runs once per program, each program keeps two weight
 blocks in flight, and the next kernel may start as soon as the last of these few programs has started.
 (The register counts of the compiled kernels allow about 6 programs of 4 warps per SM at the 2B width,
-fewer than the 8 asked for, so the grid is about 1.3 waves there; 8 still measured fastest.) Measured
-in PDL chains of distinct weights on an H200 (2B shapes, 2026-11-30, BENCHMARKS.md): 8.5 vs 10.8 us for
-34 MB, 12.6 vs 14.9 us for 50 MB, 7.6 vs 8.4 us for 25 MB (K = 6144), 3.1 vs 4.2 us for 8 MB; a
-layer's four projections 32.5 vs 38.7 us. In the
-captured 2B decode step (interleaved processes) the step's replay went from 1.408 / 1.460 ms to 1.256 /
-1.271 ms (704 / 673 -> 793 / 774 tokens/s); the MLP's norm + gate/up launch, whose norm prologue each
-program now computes once instead of once per 8 weight rows, from 17.6 to 13.3 us.
+fewer than the 8 asked for, so the grid is about 1.3 waves there; 8 still measured fastest.) In PDL
+chains of distinct weights and in the captured 2B decode step on an H200 this grid was faster than the
+tiled kernel for every one-row projection measured (BENCHMARKS.md, sixth session, with the figures).
 
 Work split. Program ``p`` takes the blocks of ``BLOCK_N`` weight rows ``p, p + G, p + 2G, ...``; a block is
 the whole ``[BLOCK_N, K]`` slice, loaded in one ``tl.load`` (``K <= MAX_K``, padded to a power of two

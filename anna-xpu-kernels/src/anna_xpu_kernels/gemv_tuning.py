@@ -10,8 +10,8 @@ Timed alone, a launch is not timed as it runs in a decode step, where (with prog
 launch) it overlaps the kernels around it. :func:`tuned_config` therefore first looks the shape up in a
 table measured in the whole captured step for the device (``tuned/gemv_<device>.json``, written by
 ``python -m anna_xpu_kernels.tune_in_step``); shapes it does not list are autotuned. No table ships yet:
-on an H200 the 2B step's in-step picks measured within the run-to-run spread of the autotuner's in
-separate processes (2026-11-30, BENCHMARKS.md), and the one-wave kernel
+the 2B step's in-step picks measured within the run-to-run spread of the autotuner's (BENCHMARKS.md),
+and the one-wave kernel
 (:mod:`anna_xpu_kernels.gemv_persistent`) now serves every one-row shape they covered.
 """
 

@@ -97,8 +97,8 @@ def fla_available() -> bool:
 
     Before the first import of fla this sets ``FLA_DISABLE_BACKEND_DISPATCH=1`` unless the environment
     already sets it: fla then calls its Triton kernels directly instead of asking its backend registry
-    for each of the ~5 kernel wrappers per gated DeltaNet layer (host time of a 9B 2048-token prefill
-    on an H200 host: 54.1 vs 60.7 ms, BENCHMARKS.md). The Triton kernels are what fla runs anyway when
+    for each of the ~5 kernel wrappers per gated DeltaNet layer (which measurably shortens an eager
+    prefill's host time: BENCHMARKS.md, eighth session). The Triton kernels are what fla runs anyway when
     no alternative backend is installed, and what the GPU benchmark checks against the reference. Set
     it to ``0`` to keep fla's dispatch. Anna's kernels import fla only after this probe; when something
     imported fla earlier (e.g. transformers' Qwen3.5 model class) the switch cannot take effect, and a

@@ -18,7 +18,7 @@ Medians over the replays. ``python -m anna_core.bench.timeline --model-dir DIR``
 (random-weight) model; CUDA only (the trace needs the profiler's CUDA activity).
 
 Padding rows all read and write one scratch state slot over a one-token context, so with several rows
-a padded replay is cheaper than a served step (Qwen3.5-9B shape, batch 32: 6.3 vs 7.1 ms).
+a padded replay is cheaper than a served step (BENCHMARKS.md, seventh session).
 :func:`served_timeline` therefore traces steps the engine serves (distinct state slots, real contexts)
 and finds the captured step's kernel sequence in that trace (:func:`find_steps`); ``anna bench
 --timeline`` reports it when it finds enough steps, the padded replays otherwise. In a served trace

@@ -165,7 +165,7 @@ class AsyncEngine:
             if kind == "add":
                 request_id, prompt, params = arg
                 try:
-                    self.engine.add_request(request_id, prompt, params, enforce_queue_limit=False)
+                    self.engine.add_request(request_id, prompt, params, enforce_queue_limit=False, validated=True)
                 except Exception as exc:  # validated already; anything here is a failure of this request
                     self._deliver(_error_output(request_id, prompt, f"{type(exc).__name__}: {exc}"))
             elif kind == "abort":

@@ -226,7 +226,7 @@ class DecodeGraphs:
         host work in between (compare with the measured inter-token latency). With several rows this is
         a lower bound: every padding row reads and writes the same scratch state slot (in L2 after the
         first) over a one-token context, so a served step with distinct slots and long contexts takes
-        longer on the device (Qwen3.5-9B shape, batch 32, H200: 6.3 ms here, 7.1 ms served).
+        longer on the device (BENCHMARKS.md compares the two).
 
         Raises:
             AnnaError: no graph for that bucket and mode.

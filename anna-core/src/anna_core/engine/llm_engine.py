@@ -192,13 +192,17 @@ class LLMEngine:
         self.runner.logits_processors.validate(params)  # logit_bias ids, grammar compiles
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None,
-                    *, arrival_time: float | None = None, enforce_queue_limit: bool = True) -> None:
+                    *, arrival_time: float | None = None, enforce_queue_limit: bool = True,
+                    validated: bool = False) -> None:
         """Queue a request.
 
         Args:
             enforce_queue_limit: refuse it when ``max_waiting_requests`` wait already (the
                 :class:`~anna_core.engine.async_engine.AsyncEngine` checks at its front door and
                 passes False).
+            validated: the caller ran :meth:`validate_request` on these very arguments already (the
+                :class:`~anna_core.engine.async_engine.AsyncEngine` does, on the caller's thread), so a
+                request is validated once.
 
         Raises:
             InvalidRequestError: see :meth:`validate_request`, or ``request_id`` is in use.
@@ -206,7 +210,8 @@ class LLMEngine:
         """
         params = params or SamplingParams()
         prompt_token_ids = list(prompt_token_ids)
-        self.validate_request(prompt_token_ids, params)
+        if not validated:
+            self.validate_request(prompt_token_ids, params)
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         limit = self.config.max_waiting_requests

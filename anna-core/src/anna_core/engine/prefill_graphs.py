@@ -1,8 +1,8 @@
 """Captured prefills: a fresh single-sequence prompt replays a device graph of its length bucket.
 
-An eager prefill is as much host work as device work: a 9B prompt makes ~750 kernel launches and
-~55-60 ms of Python on a fast host, about what the GPU needs for 2048 tokens (BENCHMARKS.md), so the
-time to first token follows the host's CPU. Here, at start-up, the forward pass and the LM head of
+An eager prefill is as much host work as device work: a 9B prompt makes ~750 kernel launches, and the
+host's Python takes about as long as the GPU needs for a long prompt (BENCHMARKS.md), so the time to
+first token follows the host's CPU. Here, at start-up, the forward pass and the LM head of
 a one-sequence prefill are captured for each length bucket ``T`` (:func:`prefill_buckets`). A prompt
 of ``L <= T`` tokens then
 

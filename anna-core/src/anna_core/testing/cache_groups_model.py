@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from anna_core.engine.forward_batch import ForwardBatch
-from anna_core.kernels.ops import OPS
+from anna_core.kernels.ops import CORE_OPS
 from anna_core.kernels.reference import conv1d, gated_delta_rule
-from anna_core.kernels.registry import REFERENCE_PRIORITY, KernelRegistry, KernelSpec, bind_ops
+from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.attention import PagedAttention
 from anna_core.model import (
     CacheSpec,
@@ -155,8 +155,7 @@ class CacheGroupsLM(nn.Module):
     def __init__(self, window: int = 8, vocab_size: int = 64, seed: int = 0):
         super().__init__()
         torch.manual_seed(seed)
-        references = [KernelSpec(op, "reference", impl, REFERENCE_PRIORITY) for op, impl in OPS.items()]
-        ops = bind_ops(KernelRegistry(references), "cpu", torch.float32)
+        ops = bind_ops(KernelRegistry(CORE_OPS), "cpu", torch.float32)  # the torch references
         self.vocab_size = vocab_size
         self.window = window
         self.cache_spec = CacheSpec((

@@ -103,6 +103,7 @@ class JsonToolCallParser:
         return StructuredOutput("json_schema", json.dumps(calls_schema(tools, function, parallel)))
 
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
+        """``(content, call pieces)`` for the next piece of output text (see the module doc)."""
         if self.function is not None:
             return "", self._feed_arguments(text)
         content: list[str] = []

@@ -44,7 +44,6 @@ FUNC_END = "</function>"
 PARAM_END = "</parameter>"
 _FUNC = re.compile(r"\s*<function=([^>\n]+)>")
 _PARAM = re.compile(r"\s*<parameter=([^>\n]+)>")
-_MAX_WHITESPACE = 4
 
 
 def _types(schema: Any) -> list[str]:
@@ -255,7 +254,7 @@ class Qwen3CoderToolParser:
                 reasoning_open: bool = False) -> StructuredOutput:
         """xgrammar's structural tag for Qwen3.5's XML calls (``xgrammar.get_model_structural_tag``,
         model ``qwen_3_5``): one call of the named ``function``, or of any of ``tools`` (one or
-        more when ``parallel``, free text allowed only after the first). Each call's parameters
+        more separated by newlines when ``parallel``, and nothing else). Each call's parameters
         follow the function's JSON schema (names, types, required ones, in the schema's order).
         ``reasoning_open`` is unused: the engine starts the grammar after ``</think>``.
 
@@ -269,8 +268,12 @@ class Qwen3CoderToolParser:
             raise ValueError("tool_choice needs at least one tool")
         if function is not None and function not in names:
             raise ValueError(f"tool_choice names function {function!r}, which is not among the tools")
+        from xgrammar.structural_tag import StructuralTag, TagsWithSeparatorFormat
+
         choice: Any = "required" if function is None else {"type": "function", "function": {"name": function}}
-        tag = xgrammar.get_model_structural_tag(  # whitespace runs between tags bounded: no endless newlines
-            "qwen_3_5", tools=tools, tool_choice=choice, reasoning="disabled", parallel_tool_calls=parallel,
-            max_whitespace_cnt=_MAX_WHITESPACE)
+        tag = xgrammar.get_model_structural_tag("qwen_3_5", tools=tools, tool_choice=choice, reasoning="disabled",
+                                                parallel_tool_calls=parallel)
+        if function is None:  # xgrammar's "required" lets text follow the first call: keep its calls only
+            tag = StructuralTag(format=TagsWithSeparatorFormat(tags=tag.format.tags, separator="\n", at_least_one=True,
+                                                               stop_after_first=not parallel))
         return StructuredOutput("structural_tag", tag.model_dump_json())

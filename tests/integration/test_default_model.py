@@ -82,3 +82,59 @@ def test_generate_without_model_dir_answers():
     body = json.loads(out.stdout)
     assert "Paris" in body["text"]
     assert body["usage"]["completion_tokens"] <= 12
+
+
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                   "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+                  "required": ["city", "days"], "additionalProperties": False}
+TIME_SCHEMA = {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET", "JST"]}},
+               "required": ["zone"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather forecast for a city",
+                                           "parameters": WEATHER_SCHEMA}},
+         {"type": "function", "function": {"name": "get_time", "description": "Current time in a time zone",
+                                           "parameters": TIME_SCHEMA}}]
+SCHEMAS = {"get_weather": WEATHER_SCHEMA, "get_time": TIME_SCHEMA}
+
+
+@pytest.mark.parametrize(("tool_choice", "finish"), [
+    ({"type": "function", "function": {"name": "get_weather"}}, "stop"), ("required", "tool_calls")])
+def test_forced_tool_choice_on_the_default_model(default_server, tool_choice, finish):
+    """The default model has no tool-call parser: the call is JSON generated under the schema. (One
+    call: left free, this small model repeats its call until max_tokens.)"""
+    import jsonschema
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    client = openai.OpenAI(base_url=f"{default_server.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+    ask = {"model": "SmolLM2-135M-Instruct", "temperature": 0, "max_tokens": 96, "tools": TOOLS,
+           "tool_choice": tool_choice, "parallel_tool_calls": False,
+           "messages": [{"role": "user", "content": "What will the weather be in Paris for the next 3 days?"}]}
+    reply = client.chat.completions.create(**ask)
+    choice = reply.choices[0]
+    assert choice.finish_reason == finish and choice.message.content is None
+    calls = [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls]
+    assert calls and all(c.id.startswith("call_") and c.type == "function" for c in choice.message.tool_calls)
+    for name, args in calls:
+        jsonschema.validate(args, SCHEMAS[name])
+    if finish == "stop":
+        assert [name for name, _ in calls] == ["get_weather"]
+    state = ChatCompletionStreamState()
+    for chunk in client.chat.completions.create(**ask, stream=True):
+        state.handle_chunk(chunk)
+    streamed = state.get_final_completion().choices[0]
+    assert streamed.finish_reason == finish
+    assert [(c.function.name, c.function.arguments) for c in streamed.message.tool_calls] == [
+        (c.function.name, c.function.arguments) for c in choice.message.tool_calls]
+
+
+def test_tool_call_history_is_answered_by_the_default_model(default_server):
+    client = openai.OpenAI(base_url=f"{default_server.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                              "arguments": '{"city": "Paris", "days": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "Sunny, 21 C"}]},
+    ]
+    reply = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=messages, temperature=0,
+                                           max_tokens=8)
+    assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.completion_tokens > 0

@@ -8,7 +8,7 @@ import attrs
 
 from anna_core.errors import InvalidRequestError
 
-STRUCTURED_KINDS = ("json_object", "json_schema", "grammar")
+STRUCTURED_KINDS = ("json_object", "json_schema", "grammar", "structural_tag")
 MAX_LOGPROBS = 20
 
 
@@ -23,7 +23,9 @@ class StructuredOutput:
 
     Attributes:
         kind: ``"json_object"`` (any JSON object), ``"json_schema"`` (``spec`` is the schema as
-            JSON text) or ``"grammar"`` (``spec`` is an xgrammar EBNF grammar with a ``root`` rule).
+            JSON text), ``"grammar"`` (``spec`` is an xgrammar EBNF grammar with a ``root`` rule) or
+            ``"structural_tag"`` (``spec`` is an xgrammar structural tag as JSON text, such as
+            ``xgrammar.get_model_structural_tag`` builds for a model's tool-call format).
         spec: see ``kind``.
         after_token_id: constrain only the tokens generated after this token (e.g. ``</think>``,
             so that a reasoning model thinks freely first); None: from the first token.

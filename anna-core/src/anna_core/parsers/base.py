@@ -10,9 +10,12 @@ created per response choice (they hold state) by factories registered through th
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Protocol
 
 import attrs
+
+from anna_core.engine.sampling_params import StructuredOutput
 
 
 @attrs.define
@@ -67,7 +70,15 @@ class ReasoningParser(Protocol):
 
 
 class ToolCallParser(Protocol):
-    """Turns answer text into content plus :class:`ToolCallDelta` pieces."""
+    """Turns answer text into content plus :class:`ToolCallDelta` pieces.
+
+    ``start_tag``: the markup that opens a call (a reasoning parser ends reasoning there), or
+    ``""`` for a format without one. ``grammar`` returns the constrained-decoding spec that forces
+    ``tool_choice`` ``required`` (``function`` None: one call of any tool, several when
+    ``parallel``) or the named ``function`` (one call): a
+    :class:`~anna_core.engine.sampling_params.StructuredOutput`, or an xgrammar EBNF text (taken as
+    ``StructuredOutput("grammar", text)``); it raises ``ValueError`` for tools it cannot force.
+    """
 
     start_tag: str
 
@@ -79,7 +90,12 @@ class ToolCallParser(Protocol):
     def num_calls(self) -> int: ...
 
     def grammar(self, tools: list[dict[str, Any]], function: str | None, parallel: bool,
-                reasoning_open: bool) -> str: ...
+                reasoning_open: bool) -> StructuredOutput | str: ...
+
+
+def new_call_id() -> str:
+    """A fresh OpenAI-style tool-call id (``call_`` + 24 hex digits)."""
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def partial_tag_len(text: str, tags: tuple[str, ...] | list[str]) -> int:

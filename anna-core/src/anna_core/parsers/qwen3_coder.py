@@ -17,8 +17,9 @@ Parameter values are raw text (one newline after the opening and before the clos
 markup). Each value is converted to the type the tool's JSON schema declares for that parameter:
 ``string`` keeps the text; ``integer`` / ``number`` parse as JSON numbers; ``boolean`` takes
 ``true`` / ``false``; ``object`` / ``array`` parse as JSON (falling back to a Python literal);
-``null`` takes ``null``/``none``; an undeclared parameter is JSON when it parses, else text. A
-value that does not convert stays a string.
+``null`` takes ``null``/``none``; an undeclared parameter is JSON when it parses, else text; a
+string the schema pins (``enum`` / ``const``) loses the whitespace around it. A value that does
+not convert stays a string.
 
 Streaming follows OpenAI: a call's first delta carries ``index``, ``id``, ``type`` and the function
 name as soon as ``<function=NAME>`` is complete; each complete parameter appends an
@@ -33,10 +34,10 @@ from __future__ import annotations
 import ast
 import json
 import re
-import uuid
 from typing import Any
 
-from anna_core.parsers.base import ToolCallDelta, partial_tag_len
+from anna_core.engine.sampling_params import StructuredOutput
+from anna_core.parsers.base import ToolCallDelta, new_call_id, partial_tag_len
 
 START, END = "<tool_call>", "</tool_call>"
 FUNC_END = "</function>"
@@ -61,8 +62,21 @@ def _types(schema: Any) -> list[str]:
     return []
 
 
+def _pinned_strings(schema: Any) -> list[str]:
+    """The strings of a schema's ``enum`` / ``const`` (empty when it pins none)."""
+    if not isinstance(schema, dict):
+        return []
+    values = list(schema["enum"]) if isinstance(schema.get("enum"), list) else []
+    if "const" in schema:
+        values.append(schema["const"])
+    return [v for v in values if isinstance(v, str)]
+
+
 def convert_value(raw: str, schema: Any) -> Any:
     """``raw`` parameter text as the type ``schema`` declares (see the module doc)."""
+    allowed = _pinned_strings(schema)
+    if allowed and raw not in allowed and raw.strip() in allowed:
+        return raw.strip()  # the grammar lets whitespace surround a pinned value
     types = _types(schema)
     if not types:
         try:
@@ -193,7 +207,7 @@ class Qwen3CoderToolParser:
         self._index += 1
         self._function = m.group(1).strip()
         self._nparams = 0
-        calls.append(ToolCallDelta(self._index, id=f"call_{uuid.uuid4().hex[:24]}", name=self._function))
+        calls.append(ToolCallDelta(self._index, id=new_call_id(), name=self._function))
         self._buf = self._buf[m.end():]
         self._state = "params"
 
@@ -237,12 +251,29 @@ class Qwen3CoderToolParser:
     # -- constrained decoding ------------------------------------------------------------------
 
     def grammar(self, tools: list[dict[str, Any]], function: str | None, parallel: bool,
-                reasoning_open: bool = False) -> str:
-        """An xgrammar EBNF grammar forcing one call (``function`` named or any of ``tools``),
-        or one or more when ``parallel``. Parameter names are restricted to each function's
-        declared properties; values are typed (integer, number, boolean) or free text without
-        ``</parameter>``. ``reasoning_open`` is unused (the engine starts the grammar after
-        ``</think>``)."""
-        from anna_core.parsers.grammar import qwen_xml_calls_grammar
+                reasoning_open: bool = False) -> StructuredOutput:
+        """xgrammar's structural tag for Qwen3.5's XML calls (``xgrammar.get_model_structural_tag``,
+        model ``qwen_3_5``): one call of the named ``function``, or of any of ``tools`` (one or
+        more separated by newlines when ``parallel``, and nothing else). Each call's parameters
+        follow the function's JSON schema (names, types, required ones, in the schema's order).
+        ``reasoning_open`` is unused: the engine starts the grammar after ``</think>``.
 
-        return qwen_xml_calls_grammar(tools, function, parallel)
+        Raises:
+            ValueError: ``function`` is not among ``tools``, or there are no tools.
+        """
+        import xgrammar
+
+        names = [t["function"]["name"] for t in tools]
+        if not names:
+            raise ValueError("tool_choice needs at least one tool")
+        if function is not None and function not in names:
+            raise ValueError(f"tool_choice names function {function!r}, which is not among the tools")
+        from xgrammar.structural_tag import StructuralTag, TagsWithSeparatorFormat
+
+        choice: Any = "required" if function is None else {"type": "function", "function": {"name": function}}
+        tag = xgrammar.get_model_structural_tag("qwen_3_5", tools=tools, tool_choice=choice, reasoning="disabled",
+                                                parallel_tool_calls=parallel)
+        if function is None:  # xgrammar's "required" lets text follow the first call: keep its calls only
+            tag = StructuralTag(format=TagsWithSeparatorFormat(tags=tag.format.tags, separator="\n", at_least_one=True,
+                                                               stop_after_first=not parallel))
+        return StructuredOutput("structural_tag", tag.model_dump_json())

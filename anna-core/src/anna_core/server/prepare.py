@@ -17,6 +17,7 @@ import attrs
 
 from anna_core.engine.sampling_params import SamplingParams, StructuredOutput
 from anna_core.errors import AnnaError, InvalidRequestError
+from anna_core.parsers.json_calls import JsonToolCallParser
 from anna_core.server.errors import LOADING_RETRY_AFTER_S, ModelNotFoundError, ServiceUnavailableError
 from anna_core.server.protocol import ChatCompletionRequest
 from anna_core.server.state import SAMPLING_DEFAULT_FIELDS, ServerState
@@ -167,17 +168,22 @@ def new_reasoning_parser(server: ServerState, prompt_ids: list[int], interrupt_t
 
 
 def new_tool_parser(server: ServerState, req: ChatCompletionRequest) -> Any:
-    """A tool-call parser for the request's tools (None without tools or with ``tool_choice: none``).
+    """A tool-call parser for the request's tools (None without tools or with ``tool_choice: none``):
+    the server's (``--tool-call-parser``), or, for a forced choice (``required`` / a named
+    function) on a server without one, :class:`~anna_core.parsers.json_calls.JsonToolCallParser`.
 
     Raises:
-        InvalidRequestError: the request uses tools but the server has no tool-call parser.
+        InvalidRequestError: ``tool_choice`` ``auto`` on a server without a tool-call parser.
     """
     if not req.tools.parse_calls:
         return None
-    if server.tool_call_parser is None:
-        raise InvalidRequestError("this server has no tool-call parser (start it with --tool-call-parser)",
-                                  param="tools")
-    return server.tool_call_parser(server.tokenizer, tools=req.tools.tools)
+    if server.tool_call_parser is not None:
+        return server.tool_call_parser(server.tokenizer, tools=req.tools.tools)
+    if req.tools.forced:
+        return JsonToolCallParser(req.tools.function)
+    raise InvalidRequestError(
+        "tool_choice 'auto' needs a tool-call parser for this model's call format and this server has none "
+        "(start it with --tool-call-parser); 'required' and a named function work without one", param="tool_choice")
 
 
 def stop_after_first_call(server: ServerState, tool_parser: Any, params: SamplingParams) -> SamplingParams:
@@ -207,8 +213,10 @@ def chat_structured(req: ChatCompletionRequest, tool_parser: Any, reasoning: Any
         return None
     try:
         parallel = req.tools.parallel and req.tools.choice == "required"  # a named function: one call
-        ebnf = tool_parser.grammar(req.tools.tools, req.tools.function, parallel,
+        spec = tool_parser.grammar(req.tools.tools, req.tools.function, parallel,
                                    reasoning is not None and reasoning.in_reasoning)
     except (ValueError, AnnaError) as exc:
         raise InvalidRequestError(str(exc), param="tool_choice") from exc
-    return StructuredOutput("grammar", ebnf, after_token_id=after)
+    if isinstance(spec, str):  # a parser that writes EBNF itself
+        spec = StructuredOutput("grammar", spec)
+    return attrs.evolve(spec, after_token_id=after)

@@ -265,6 +265,10 @@ def _parse_messages(value: Any) -> list[dict[str, Any]]:
         parsed = {**msg, "content": content}
         if role == "assistant":
             parsed.update(_assistant_fields(msg, where))
+            if parsed["content"] is None:  # beside tool calls: templates concatenate content, as vLLM renders it
+                parsed["content"] = ""
+            if not parsed.get("tool_calls"):  # null or []: a plain turn
+                parsed.pop("tool_calls", None)
         elif role == "tool" and msg.get("tool_call_id") is not None and not isinstance(msg["tool_call_id"], str):
             raise _fail(f"'{where}.tool_call_id' must be a string", f"{where}.tool_call_id")
         out.append(parsed)
@@ -280,7 +284,7 @@ def _assistant_fields(msg: dict[str, Any], where: str) -> dict[str, Any]:
             raise _fail(f"'{where}.reasoning_content' must be a string", f"{where}.reasoning_content")
         fields["reasoning_content"] = fields["reasoning"] = reasoning
     calls = msg.get("tool_calls")
-    if calls is None:
+    if not calls and isinstance(calls, (list, type(None))):
         if msg.get("content") is None and reasoning is None:
             raise _fail(f"'{where}.content' is required", f"{where}.content")
         return fields
@@ -312,7 +316,8 @@ class ChatCompletionRequest(_Common):
     Attributes:
         messages: messages with text content flattened to strings (other keys kept for the
             template; assistant reasoning under ``reasoning_content`` and ``reasoning``, tool-call
-            arguments as objects).
+            arguments as objects, an assistant's missing or null ``content`` as ``""``, a null or
+            empty ``tool_calls`` left out).
         chat_template_kwargs: extra variables for the chat template (``enable_thinking`` ...).
         add_generation_prompt: end the prompt with the assistant header (default True).
         continue_final_message: continue the last (assistant) message instead of starting one

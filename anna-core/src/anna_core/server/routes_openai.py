@@ -174,7 +174,8 @@ def retrieve_model(model: str, server: ServerState) -> dict[str, Any]:
 def _chat_choices(server: ServerState, req: protocol.ChatCompletionRequest,
                   prompt_ids: list[int], params: SamplingParams) -> tuple[list[ChatChoice], SamplingParams]:
     tool_parsers = [prepare.new_tool_parser(server, req) for _ in range(req.n)]
-    tags = (tool_parsers[0].start_tag,) if tool_parsers[0] is not None else ()
+    start_tag = getattr(tool_parsers[0], "start_tag", "")
+    tags = (start_tag,) if start_tag else ()  # a call's opening markup ends unterminated reasoning
     reasoners = [prepare.new_reasoning_parser(server, prompt_ids, tags) for _ in range(req.n)]
     structured = prepare.chat_structured(req, tool_parsers[0], reasoners[0])
     if structured is not None:

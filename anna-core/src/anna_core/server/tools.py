@@ -3,13 +3,17 @@
 Only function tools exist in the chat API. ``tool_choice`` is ``"none"`` (the tools are not shown
 to the model and nothing is parsed), ``"auto"`` (the default when tools are given), ``"required"``
 or ``{"type": "function", "function": {"name": ...}}``; the last two are enforced by a grammar
-(:meth:`anna_core.parsers.base.ToolCallParser.grammar`). ``response_format`` ``json_object`` /
-``json_schema`` become a :class:`~anna_core.engine.sampling_params.StructuredOutput`.
+(:meth:`anna_core.parsers.base.ToolCallParser.grammar`, or JSON under the tools' schemas when the
+server has no tool-call parser: :mod:`anna_core.parsers.json_calls`), so the ``parameters`` schema
+of every tool they may call is checked here the way xgrammar converts it (an unusable one is a 400
+naming the tool). ``response_format`` ``json_object`` / ``json_schema`` become a
+:class:`~anna_core.engine.sampling_params.StructuredOutput`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import attrs
@@ -17,6 +21,7 @@ import attrs
 from anna_core.engine.sampling_params import StructuredOutput
 from anna_core.errors import InvalidRequestError
 
+_XGRAMMAR_LOG_PREFIX = re.compile(r"^\[[0-9:]+\] \S+:[0-9]+: ")  # "[12:00:00] /path/file.cc:123: "
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
@@ -47,6 +52,13 @@ class ToolSetup:
     @property
     def forced(self) -> bool:
         return self.choice in ("required", "function")
+
+    @property
+    def callable(self) -> list[int]:
+        """Indices into ``tools`` of the functions a forced choice may call (empty unless forced)."""
+        if not self.forced:
+            return []
+        return [i for i, t in enumerate(self.tools) if self.function in (None, t["function"]["name"])]
 
 
 def _parse_tool(tool: Any, where: str) -> dict[str, Any]:
@@ -108,7 +120,28 @@ def parse_tools(body: dict[str, Any]) -> ToolSetup:
         raise _fail(f"'tool_choice' must be 'none', 'auto', 'required' or a function, got {choice!r}", "tool_choice")
     if choice in ("required", "auto") and not tools and body.get("tool_choice") is not None:
         raise _fail(f"'tool_choice' = {choice!r} needs 'tools'", "tool_choice")
-    return ToolSetup(tools=tools, choice=choice, function=function, parallel=True if parallel is None else parallel)
+    setup = ToolSetup(tools=tools, choice=choice, function=function, parallel=True if parallel is None else parallel)
+    for i in setup.callable:
+        check_parameters_schema(tools[i]["function"], f"tools[{i}].function.parameters")
+    return setup
+
+
+def check_parameters_schema(function: dict[str, Any], param: str) -> None:
+    """Convert a function's ``parameters`` JSON schema with xgrammar, as a grammar built from it
+    would be (no tokenizer needed), so that an unusable schema is refused before generation.
+
+    Raises:
+        InvalidRequestError: xgrammar rejects the schema (``param`` names the tool's parameters).
+    """
+    import xgrammar
+
+    try:
+        xgrammar.Grammar.from_json_schema(json.dumps(function["parameters"]), any_whitespace=False)
+    except Exception as exc:  # xgrammar raises RuntimeError / ValueError with a useful message
+        lines = str(exc).strip().splitlines()
+        reason = _XGRAMMAR_LOG_PREFIX.sub("", lines[0]) if lines else type(exc).__name__
+        raise _fail(f"the parameters of function {function['name']!r} are not a usable JSON schema: {reason}",
+                    param) from exc
 
 
 def parse_response_format(body: dict[str, Any]) -> StructuredOutput | None:

@@ -170,3 +170,13 @@ def test_preemption_with_a_small_cache_keeps_outputs(model):
     outs = run_to_completion(eng, prompts, greedy(10))
     assert [o.token_ids for o in outs] == [model.reference_greedy(p, 10) for p in prompts]
     assert eng.kv.num_used_blocks == 0
+
+
+def test_a_model_without_caches_gets_no_prefix_hits():
+    from anna_core.cache_spec import CacheSpec
+    from anna_core.engine.cache_manager import CacheManager
+    from anna_core.engine.request import Request
+
+    kv = CacheManager(CacheSpec(), [], BS, 2, enable_caching=True)
+    assert not kv.enable_caching
+    assert kv.prefix_hit(Request("r", list(range(20)), greedy(1))).num_tokens == 0

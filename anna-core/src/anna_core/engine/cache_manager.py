@@ -60,8 +60,8 @@ class CacheManager:
         num_blocks: blocks per attention group, in ``spec.attention_groups`` order (or one count for all).
         block_size: tokens per block.
         num_slots: state slots (the engine's ``max_num_seqs``).
-        enable_caching: keep computed blocks for prefix hits (ignored, i.e. off, for a model with a
-            recurrent group but no snapshot: its hits would have nothing to resume from).
+        enable_caching: keep computed blocks for prefix hits (ignored, i.e. off, for a model without
+            cache groups, or with a recurrent group but no snapshot: a hit would have nothing to resume from).
         num_snapshots: recurrent-state snapshots (models with a recurrent group).
         snapshot_interval: tokens between snapshot boundaries.
 
@@ -79,7 +79,9 @@ class CacheManager:
         self.has_state = spec.recurrent is not None
         self.snapshots = SnapshotIndex(num_snapshots if self.has_state else 0)
         self.snapshot_interval = snapshot_interval
-        self.enable_caching = enable_caching and (not self.has_state or self.snapshots.capacity > 0)
+        # a model without caches has nothing a hit could resume from; one with a recurrent group needs snapshots
+        self.enable_caching = (enable_caching and bool(spec.groups)
+                               and (not self.has_state or self.snapshots.capacity > 0))
         self.groups: list[BlockManager | None] = [None] * len(spec.groups)
         for g, n in zip(spec.attention_groups, counts):
             self.groups[g] = BlockManager(n, block_size, enable_caching=self.enable_caching)

@@ -10,6 +10,7 @@ from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
+from anna_core.model import ModelCapabilities
 from anna_core.testing.cache_groups_model import CacheGroupsLM
 from anna_core.testing.engine_run import run_to_completion
 
@@ -180,3 +181,38 @@ def test_a_model_without_caches_gets_no_prefix_hits():
     kv = CacheManager(CacheSpec(), [], BS, 2, enable_caching=True)
     assert not kv.enable_caching
     assert kv.prefix_hit(Request("r", list(range(20)), greedy(1))).num_tokens == 0
+
+
+class SlidingOnly(torch.nn.Module):
+    """A model with one sliding-window group and nothing else (nothing bounds its max_model_len)."""
+
+    vocab_size = 64
+    capabilities = ModelCapabilities()
+    cache_spec = CacheSpec((SlidingWindowSpec(layers=[0], num_kv_heads=1, head_dim=4, window=WINDOW),))
+
+    def forward(self, batch, caches):
+        return torch.zeros(batch.num_tokens, 1)
+
+    def compute_logits(self, hidden):
+        return torch.zeros(hidden.shape[0], self.vocab_size)
+
+
+def test_the_engine_refuses_a_window_pool_too_small_for_one_sequence(model):
+    with pytest.raises(AnnaError, match="sliding window of 8 tokens.* has 2 blocks of 4 tokens; one sequence needs 3"):
+        engine(SlidingOnly(), num_blocks=2)
+    assert engine(SlidingOnly(), num_blocks=MAX_HELD).kv.groups[0].num_blocks == MAX_HELD
+    # with a full-attention group beside it, a small pool caps max_model_len instead
+    assert engine(model, num_blocks=2).max_model_len == 2 * BS
+
+
+def test_the_engine_checks_each_attention_layer_against_its_group():
+    bad = CacheGroupsLM(window=WINDOW)
+    bad.sliding.attn.sliding_window = 2  # the layer reads 2 back, the group keeps 8
+    with pytest.raises(AnnaError, match="sliding.attn: sliding_window 2, but cache group 1"):
+        engine(bad)
+    bad = CacheGroupsLM(window=WINDOW)
+    bad.full.attn.group = 2  # the recurrent group
+    with pytest.raises(AnnaError, match="full.attn: cache group 2 is not an attention group"):
+        engine(bad)
+    with pytest.raises(AnnaError, match="reads two layers"):
+        FullAttentionSpec(layers=[0, 1], num_kv_heads=1, head_dim=8, shared=[(2, 0), (2, 1)])

@@ -11,9 +11,15 @@ from anna_core.engine.config import EngineConfig
 from anna_core.engine.prefix_cache import extend_hashes, hash_block
 from anna_core.engine.request import Request
 from anna_core.engine.sampling_params import SamplingParams
+from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import Scheduler
 from anna_core.engine.state_snapshots import PromptCache, SnapshotIndex
 from anna_core.errors import AnnaError
+
+
+def ran(sampled):
+    """The runner's output of a step that sampled ``sampled`` (request id -> token)."""
+    return ModelRunnerOutput(StepPath.EAGER, sampled=sampled)
 
 
 def test_cache_modules_do_not_import_torch():
@@ -126,7 +132,7 @@ def run_to_end(sched, token=7):
         outs.append(out)
         sampled = {s.request_id: token for s in out.seqs if s.samples}
         sampled.update({h.request_id: token for h in out.prompt_hits})
-        for r in sched.update(out, sampled):
+        for r in sched.update(out, ran(sampled)):
             if len(r.output_token_ids) >= r.params.max_tokens:
                 sched.finish(r, "length")
     return outs
@@ -203,7 +209,7 @@ def test_prompt_cache_hit_computes_nothing_and_copies_the_tail_block():
     assert hit.block_tables[0][:2] == entry.blocks[0][:2]
     assert hit.tail_copies == [(0, entry.blocks[0][2], hit.block_tables[0][2])]
     assert hit.request.num_computed_tokens == 10 and hit.request.num_cached_tokens == 10
-    sched.update(out, {"b": 5})
+    sched.update(out, ran({"b": 5}))
     [s] = sched.schedule().seqs  # next step decodes position 10 into its own tail block
     assert (s.start, s.token_ids) == (10, [5])
 
@@ -229,7 +235,7 @@ def test_preempted_request_reuses_its_own_cached_blocks():
     while not preempted:
         out = sched.schedule()
         preempted = out.preempted
-        sched.update(out, {s.request_id: 7 for s in out.seqs if s.samples})
+        sched.update(out, ran({s.request_id: 7 for s in out.seqs if s.samples}))
     assert preempted == ["b"]
     sched.finish(a, "abort")
     [s] = sched.schedule().seqs

@@ -10,9 +10,15 @@ from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.request import Request, RequestStatus
 from anna_core.engine.sampling_params import SamplingParams
+from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import Scheduler
 from anna_core.engine.state_pool import StatePool
 from anna_core.errors import AnnaError
+
+
+def ran(sampled):
+    """The runner's output of a step that sampled ``sampled`` (request id -> token)."""
+    return ModelRunnerOutput(StepPath.EAGER, sampled=sampled)
 
 ATTENTION = CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=1),))
 
@@ -39,7 +45,7 @@ def req(rid, n, max_tokens=100):
 
 def step(sched, out, token=7):
     """Pretend the model ran: every sampling sequence gets ``token``."""
-    return sched.update(out, {s.request_id: token for s in out.seqs if s.samples})
+    return sched.update(out, ran({s.request_id: token for s in out.seqs if s.samples}))
 
 
 def test_block_manager_allocates_grows_and_frees():

@@ -8,8 +8,14 @@ from anna_core.engine.config import EngineConfig
 from anna_core.engine.profiles import PROFILES, SCHEDULER_KNOBS, resolve_profile
 from anna_core.engine.request import Request
 from anna_core.engine.sampling_params import SamplingParams
+from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import Scheduler
 from anna_core.errors import AnnaError
+
+
+def ran(sampled):
+    """The runner's output of a step that sampled ``sampled`` (request id -> token)."""
+    return ModelRunnerOutput(StepPath.EAGER, sampled=sampled)
 
 
 class Clock:
@@ -35,7 +41,7 @@ def req(rid, n, clock, max_tokens=100):
 
 
 def step(sched, out, token=7):
-    return sched.update(out, {s.request_id: token for s in out.seqs if s.samples})
+    return sched.update(out, ran({s.request_id: token for s in out.seqs if s.samples}))
 
 
 def summary(out):

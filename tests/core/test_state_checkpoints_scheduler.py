@@ -2,10 +2,16 @@
 snapshot index's pending entries: pure Python (no torch)."""
 
 from anna_core.engine.prefix_cache import extend_hashes
+from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.state_snapshots import SnapshotIndex
 
 from tests.core import test_engine_prefix_cache as base
 from tests.core.test_engine_prefix_cache import req, run_to_end
+
+
+def ran(sampled):
+    """The runner's output of a step that sampled ``sampled`` (request id -> token)."""
+    return ModelRunnerOutput(StepPath.EAGER, sampled=sampled)
 
 PROMPT = list(range(1, 30))  # 29 tokens; with block_size 4 and snapshot_interval 8: boundaries 8, 16, 24
 
@@ -22,7 +28,7 @@ def key_at(tokens, position, bs=4):
 
 def step(sched, sampled_token=7):
     out = sched.schedule()
-    sched.update(out, {s.request_id: sampled_token for s in out.seqs if s.samples})
+    sched.update(out, ran({s.request_id: sampled_token for s in out.seqs if s.samples}))
     return out
 
 
@@ -68,7 +74,7 @@ def test_one_chunk_spans_every_boundary_and_commits_its_snapshots_on_update():
     assert s.checkpoints == [(8, 2, keys[0]), (16, 1, keys[1]), (24, 0, keys[2])]  # reserved deepest first
     snaps = sched.snapshots
     assert snaps.num_pending == 3 and len(snaps) == 0 and all(snaps.get(k) is None for k in keys)
-    sched.update(out, {"a": 7})
+    sched.update(out, ran({"a": 7}))
     assert snaps.num_pending == 0 and len(snaps) == 3 and [snaps.get(k) for k in keys] == [2, 1, 0]
     assert out.captures == []  # nothing for the engine to copy after the step
     outs = run_to_end(sched)
@@ -84,7 +90,7 @@ def test_a_prompt_ending_at_a_boundary_captures_its_end_after_the_step():
     [s] = out.seqs
     assert (s.start, s.num_new_tokens, s.capture_snapshot) == (0, 24, True)
     assert [(p, i) for p, i, _ in s.checkpoints] == [(8, 1), (16, 0)]  # strictly inside the chunk, deepest first
-    sched.update(out, {"a": 7})
+    sched.update(out, ran({"a": 7}))
     assert [(c.kind, c.index) for c in out.captures] == [("snapshot", 2)]  # 24: copied from the slot after the step
     assert [sched.snapshots.get(key_at(prompt, b)) for b in (8, 16, 24)] == [1, 0, 2]
 
@@ -153,7 +159,7 @@ def test_a_shared_prefix_resumes_from_a_snapshot_and_spans_the_next_boundary():
     assert s.start == 16 and s.restore_snapshot == 1 and s.request.num_cached_tokens == 16
     assert s.num_new_tokens == 9 and s.samples and not s.capture_snapshot
     assert s.checkpoints == [(24, 3, key_at(prompt, 24))]  # a new prefix (tokens 20..23 differ from a's)
-    sched.update(out, {"b": 7})
+    sched.update(out, ran({"b": 7}))
     assert len(sched.snapshots) == 4 and sched.snapshots.get(key_at(prompt, 24)) == 3
 
 
@@ -167,7 +173,7 @@ def test_same_prompt_admitted_in_one_step_gets_no_hit_on_pending_snapshots():
     assert (b.request_id, b.start, b.num_new_tokens) == ("b", 0, 29)  # a's snapshots are pending: no hit
     assert b.restore_snapshot is None and b.request.num_cached_tokens == 0
     assert [p for p, _, _ in a.checkpoints] == [8, 16, 24] and b.checkpoints == []  # one writer per key
-    sched.update(out, {"a": 7, "b": 7})
+    sched.update(out, ran({"a": 7, "b": 7}))
     assert len(sched.snapshots) == 3 and sched.snapshots.num_pending == 0
 
 
@@ -178,7 +184,7 @@ def test_pending_entries_are_not_evicted_for_later_boundaries():
     [s] = out.seqs
     keys = [key_at(PROMPT, b) for b in (8, 16, 24)]
     assert s.num_new_tokens == 29 and s.checkpoints == [(16, 1, keys[1]), (24, 0, keys[2])]  # 8 finds no room
-    sched.update(out, {"a": 7})
+    sched.update(out, ran({"a": 7}))
     snaps = sched.snapshots
     assert snaps.num_pending == 0 and len(snaps) == 2 and [snaps.get(k) for k in keys] == [None, 1, 0]
 
@@ -189,7 +195,7 @@ def test_a_request_finished_before_update_still_commits_its_written_snapshots():
     sched.add(a)
     out = sched.schedule()
     sched.finish(a, "abort")  # e.g. the client went away while the step ran
-    sched.update(out, {"a": 7})
+    sched.update(out, ran({"a": 7}))
     assert sched.snapshots.num_pending == 0 and len(sched.snapshots) == 3
     assert a.num_computed_tokens == 0 and blocks.num_used_blocks == 0
 
@@ -230,5 +236,5 @@ def test_cached_blocks_do_not_resume_from_a_snapshot_still_pending_in_the_same_s
     assert a.start == 0 and [p for p, _, _ in a.checkpoints] == [8, 16, 24]
     assert sched.kv.groups[0].lookup([key_at(PROMPT, n) for n in (4, 8, 12, 16)]) != []  # x's blocks are still cached
     assert (b.start, b.restore_snapshot, b.checkpoints) == (0, None, [])
-    sched.update(out, {"a": 7, "b": 7})
+    sched.update(out, ran({"a": 7, "b": 7}))
     assert [sched.snapshots.get(key_at(PROMPT, n)) for n in (8, 16, 24)] == [i for _, i, _ in a.checkpoints]

@@ -29,8 +29,8 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, exit_on_anna_errors
 @click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
               help="Launch the next decode step before reading back the current one.")
 @click.option("--enable-prefix-caching/--disable-prefix-caching", "prefix_caching", default=False, show_default=True,
-              help="Prefix caching as `anna serve` has it on (each run's prompts are new: no hits, but a hybrid "
-                   "model snapshots its recurrent state every snapshot interval).")
+              help="Prefix caching as `anna serve` has it on (each run's prompts are new: no hits, but a model "
+                   "with recurrent layers snapshots its recurrent state every snapshot interval).")
 @click.option("--disable-kernel", "disable_kernels", multiple=True, metavar="OP:NAME|NAME",
               help="Never use this kernel implementation (e.g. linear:triton); repeatable.")
 @click.option("--profile", is_flag=True, help="Also print device time per component of an eager decode step.")

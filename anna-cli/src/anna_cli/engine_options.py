@@ -90,7 +90,7 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--enable-prefix-caching/--disable-prefix-caching", default=None,
                      help="Reuse KV blocks (and recurrent-state snapshots) of earlier prompts. Default on."),
         click.option("--snapshot-interval", type=_POS_INT, default=None,
-                     help="Tokens between recurrent-state snapshots of hybrid models (a multiple of the "
+                     help="Tokens between recurrent-state snapshots of models with recurrent layers (a multiple of the "
                           "block size). Default 256."),
         click.option("--snapshot-memory-mib", type=_NON_NEG, default=None,
                      help="Memory for recurrent-state snapshots. Default 1024."),

@@ -60,8 +60,8 @@ class FullAttentionSpec:
             future field of this class: sizing goes through :meth:`bytes_per_block` only.
 
     Raises:
-        AnnaError: no layer, a repeated layer, non-positive geometry, or a reader whose owner is not
-            in ``layers``.
+        AnnaError: no layer, a repeated layer, non-positive geometry, a reader listed twice, or a reader
+            whose owner is not in ``layers``.
     """
 
     layers: tuple[int, ...] = attrs.field(converter=_as_tuple)
@@ -77,6 +77,9 @@ class FullAttentionSpec:
             raise AnnaError(f"an attention cache group needs distinct layers, got {list(self.layers)}")
         if self.num_kv_heads < 1 or self.head_dim < 1:
             raise AnnaError(f"num_kv_heads and head_dim must be positive, got {self.num_kv_heads}, {self.head_dim}")
+        readers = [r for r, _ in self.shared]
+        if len(set(readers)) != len(readers):
+            raise AnnaError(f"a layer reads two layers' K/V: {sorted(readers)}")
         for reader, owner in self.shared:
             if owner not in self.layers or reader in self.layers:
                 raise AnnaError(f"layer {reader} reads layer {owner}'s K/V: the owner must own tensors in the "

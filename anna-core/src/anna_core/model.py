@@ -195,3 +195,5 @@ def check_model(model: object) -> None:
         raise AnnaError(f"{type(model).__name__}.capabilities must be an anna_core.model.ModelCapabilities")
     if not isinstance(model.vocab_size, int) or model.vocab_size < 1:
         raise AnnaError(f"{type(model).__name__}.vocab_size must be a positive int, got {model.vocab_size!r}")
+    if model.capabilities.state_checkpoints and model.cache_spec.recurrent is None:
+        raise AnnaError(f"{type(model).__name__} declares state_checkpoints but has no recurrent cache group")

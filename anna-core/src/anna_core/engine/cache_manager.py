@@ -202,9 +202,12 @@ class CacheManager:
                 shared[g] = full[g][:k]
                 continue
             first = spec.first_needed_block(k * self.block_size, self.block_size)
-            window = [bm.cached_block(h) for h in hashes[first:k]]
-            if any(b is None for b in window):
-                return None
+            window = []
+            for h in hashes[first:k]:
+                block = bm.cached_block(h)
+                if block is None:
+                    return None
+                window.append(block)
             shared[g] = [bm.null_block] * first + window
         return shared
 

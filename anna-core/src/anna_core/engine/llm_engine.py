@@ -49,7 +49,8 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler, SchedulerOutput
 from anna_core.engine.state_store import StateStore, copy_blocks
 from anna_core.engine.stop_checker import StopStringChecker
-from anna_core.errors import InvalidRequestError, QueueFullError
+from anna_core.errors import AnnaError, InvalidRequestError, QueueFullError
+from anna_core.layers.attention import check_attention_layers
 from anna_core.metrics import EngineMetrics
 from anna_core.model import CacheSpec, LoadedModel, check_model
 
@@ -69,6 +70,11 @@ class LLMEngine:
         device / dtype: where the caches live and their dtype.
         eos_token_ids: ids that end every request unless it sets ``ignore_eos``.
         model_max_len: the checkpoint's context limit (``None``: only the config / cache bound it).
+
+    Raises:
+        AnnaError: the model does not declare what :class:`~anna_core.model.CausalLM` requires, an
+            attention layer disagrees with its cache group, or a sliding-window group's blocks cannot hold
+            one sequence's window.
     """
 
     def __init__(self, model: Any, *, tokenizer: Any = None, config: EngineConfig | None = None,
@@ -82,6 +88,8 @@ class LLMEngine:
         self.eos_token_ids = tuple(eos_token_ids)
         check_model(model)
         spec = model.cache_spec
+        if isinstance(model, torch.nn.Module):
+            check_attention_layers(model, spec)
         bs = config.block_size
         want_len = min(x for x in (config.max_model_len, model_max_len, 1 << 20) if x is not None)
         recurrent = spec.recurrent is not None
@@ -94,6 +102,11 @@ class LLMEngine:
         if self.max_model_len < want_len:
             log.warning("max_model_len capped at %d tokens: the KV cache holds %d blocks of %d",
                         self.max_model_len, min(full), bs)
+        for g, n in zip(spec.attention_groups, num_blocks):
+            need = spec.groups[g].max_blocks_per_seq(self.max_model_len, bs)
+            if isinstance(spec.groups[g], SlidingWindowSpec) and n < need:
+                raise AnnaError(f"cache group {g} (sliding window of {spec.groups[g].window} tokens) has {n} blocks of "
+                                f"{bs} tokens; one sequence needs {need}: raise kv_cache_memory_gib or num_blocks")
         num_snapshots = 0
         if recurrent and config.enable_prefix_caching:
             useful = self.max_model_len * config.max_num_seqs // config.snapshot_interval  # more have no KV behind them
@@ -298,11 +311,12 @@ class LLMEngine:
             return results + [self.fail_request(i, msg) for i in ids if i in self._requests]
         if result.pending is not None:
             results += self._read_back()
-            grown = self.scheduler.update(out, {s.request_id: PENDING for s in out.seqs})
+            result.sampled = {s.request_id: PENDING for s in out.seqs}
+            grown = self.scheduler.update(out, result)
             self._inflight = Inflight(result.pending, grown, {s.request_id: i for i, s in enumerate(out.seqs)})
             self._set_gauges()
             return results
-        grown = self.scheduler.update(out, result.sampled)
+        grown = self.scheduler.update(out, result)
         self._capture(out, result.prompt_logits)
         results += self._process_all(grown)
         self._set_gauges()

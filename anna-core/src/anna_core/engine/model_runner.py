@@ -10,7 +10,6 @@ inside when every request's sampling fits it, else the forward and LM head only,
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 
 import attrs
@@ -26,6 +25,7 @@ from anna_core.engine.logits_processors import LogitsProcessors, needs_processin
 from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from anna_core.engine.request import PENDING
 from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
+from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import SchedulerOutput
 from anna_core.errors import AnnaError
 from anna_core.layers.state_checkpoints import StateCheckpoints
@@ -64,41 +64,6 @@ class RunnerConfig:
     cuda_graph: bool = True
     compile_mode: str = attrs.field(default="none", converter=_compile_mode)
     warmup: bool = True
-
-
-class StepPath(enum.Enum):
-    """How the runner executes a step (:meth:`ModelRunner.plan`, the one place this is decided)."""
-
-    DECODE_GRAPH = "decode_graph"
-    """A captured decode graph with the sampler inside; may be launched without waiting (asynchronous
-    scheduling)."""
-    DECODE_LOGITS_GRAPH = "decode_logits_graph"
-    """A captured decode graph of the forward pass and LM head, sampled eagerly (penalties, ``min_tokens``,
-    logit bias, grammars, logprobs, or logits the step must return)."""
-    PREFILL_GRAPH = "prefill_graph"
-    """A captured one-sequence prefill of the prompt's length bucket, sampled eagerly."""
-    EAGER = "eager"
-    """The model called eagerly on the step's :class:`ForwardBatch`."""
-
-
-@attrs.define
-class ModelRunnerOutput:
-    """What one step produced: the plain object crossing model runner -> engine / scheduler.
-
-    Attributes:
-        path: how the step ran.
-        sampled: request id -> sampled token of every sequence that samples (empty while ``pending``).
-        pending: a launched decode step's ids in ``out.seqs`` order, still being copied to the host
-            (``wait=False``), or None.
-        prompt_logits: request id -> ``[V]`` float32 last-row logits of each sequence whose chunk completes
-            its prompt for the prompt cache (``capture_prompt``, raw logits: none for requests whose logits
-            are processed).
-    """
-
-    path: StepPath
-    sampled: dict[str, int] = attrs.field(factory=dict)
-    pending: PendingIds | None = None
-    prompt_logits: dict[str, torch.Tensor] = attrs.field(factory=dict)
 
 
 def _wants_logits(seq) -> bool:

@@ -18,7 +18,7 @@ the real rows. Only models whose capabilities declare ``padded_prefill`` are cap
 qualify (no cached prefix, no earlier chunk: the conv state is rebuilt from the prompt alone), of at
 most the largest bucket, in a step of their own; anything else runs eagerly.
 
-With in-pass state snapshots (hybrid-model prefix caching, :mod:`anna_core.layers.state_checkpoints`)
+With in-pass state snapshots (prefix caching of a model with a recurrent cache group, :mod:`anna_core.layers.state_checkpoints`)
 each bucket's graph runs the recurrent rule in rounds that end at every snapshot boundary inside the
 bucket; the snapshot-store entry of each boundary is staged with the inputs, and boundaries the
 scheduler did not reserve (or that lie in the padding) write the store's scratch entry.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import enum
+from typing import Any
+
 import attrs
 
 from anna_core.engine.request import Request
@@ -132,3 +135,39 @@ class SchedulerOutput:
     def is_decode(self) -> bool:
         """Every sequence decodes one token on top of a cached context."""
         return bool(self.seqs) and all(s.num_new_tokens == 1 and s.start > 0 for s in self.seqs)
+
+
+class StepPath(enum.Enum):
+    """How the runner executes a step (:meth:`~anna_core.engine.model_runner.ModelRunner.plan`, the one
+    place this is decided)."""
+
+    DECODE_GRAPH = "decode_graph"
+    """A captured decode graph with the sampler inside; may be launched without waiting (asynchronous
+    scheduling)."""
+    DECODE_LOGITS_GRAPH = "decode_logits_graph"
+    """A captured decode graph of the forward pass and LM head, sampled eagerly (penalties, ``min_tokens``,
+    logit bias, grammars, logprobs, or logits the step must return)."""
+    PREFILL_GRAPH = "prefill_graph"
+    """A captured one-sequence prefill of the prompt's length bucket, sampled eagerly."""
+    EAGER = "eager"
+    """The model called eagerly on the step's :class:`~anna_core.engine.forward_batch.ForwardBatch`."""
+
+
+@attrs.define
+class ModelRunnerOutput:
+    """What one step produced: the plain object crossing model runner -> engine / scheduler.
+
+    Attributes:
+        path: how the step ran.
+        sampled: request id -> sampled token of every sequence that samples (empty while ``pending``).
+        pending: a launched decode step's ids in ``out.seqs`` order, still being copied to the host
+            (``wait=False``; :class:`~anna_core.engine.graph_staging.PendingIds`), or None.
+        prompt_logits: request id -> ``[V]`` float32 tensor, the last-row logits of each sequence whose
+            chunk completes its prompt, for the prompt cache (``capture_prompt``; raw logits only, so none
+            for requests whose logits are processed).
+    """
+
+    path: StepPath
+    sampled: dict[str, int] = attrs.field(factory=dict)
+    pending: Any = None
+    prompt_logits: dict[str, Any] = attrs.field(factory=dict)

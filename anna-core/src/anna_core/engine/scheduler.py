@@ -41,13 +41,15 @@ from anna_core.engine.prefix_cache import extend_hashes
 from anna_core.engine.request import Request, RequestStatus
 from anna_core.engine.sched_output import (
     Capture,
+    ModelRunnerOutput,
     PromptHit,
     ScheduledSeq,
     SchedulerOutput,
+    StepPath,
 )
 from anna_core.engine.state_snapshots import PromptCache
 
-__all__ = ["Capture", "PromptHit", "ScheduledSeq", "Scheduler", "SchedulerOutput"]
+__all__ = ["Capture", "ModelRunnerOutput", "PromptHit", "ScheduledSeq", "Scheduler", "SchedulerOutput", "StepPath"]
 
 
 class Scheduler:
@@ -326,18 +328,20 @@ class Scheduler:
 
     # -- after the step -----------------------------------------------------------------------
 
-    def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
+    def update(self, out: SchedulerOutput, result: ModelRunnerOutput) -> list[Request]:
         """Record a finished step: advance computed tokens, append sampled ids, register full
         blocks in the prefix cache and list the state captures in ``out.captures``.
 
         Args:
             out: the step's schedule.
-            sampled: request id -> sampled token id, for every sequence with ``samples`` and every
-                prompt hit.
+            result: what the runner produced for it; its ``sampled`` maps every sequence with ``samples``
+                and every prompt hit to its token id (:data:`~anna_core.engine.request.PENDING` for a
+                launched step not read back yet).
 
         Returns:
             The requests that received a new token, in batch order.
         """
+        sampled = result.sampled
         grew = []
         bs = self.kv.block_size
         for seq in out.seqs:

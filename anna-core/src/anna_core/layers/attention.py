@@ -7,7 +7,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from anna_core.cache_spec import CacheSpec, FullAttentionSpec, SlidingWindowSpec
 from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.errors import AnnaError
 from anna_core.model import ModelCaches
 
 
@@ -71,3 +73,31 @@ class PagedAttention(nn.Module):
         return (f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
                 f"group={self.group}, kv_index={self.kv_index}, sliding_window={self.sliding_window}, "
                 f"writes_kv={self.writes_kv}")
+
+
+def check_attention_layers(model: nn.Module, spec: CacheSpec) -> None:
+    """Check every :class:`PagedAttention` of ``model`` against the cache group it names (once, when an
+    engine is built): an attention group, a tensor index inside it, its K/V geometry, and its window (the
+    group's ``window`` for a sliding-window group, None for a full-attention one), since the engine drops
+    blocks by the group's window.
+
+    Raises:
+        AnnaError: a layer that disagrees with its group, naming the module.
+    """
+    for name, module in model.named_modules():
+        if not isinstance(module, PagedAttention):
+            continue
+        g = module.group
+        group = spec.groups[g] if 0 <= g < len(spec.groups) else None
+        if not isinstance(group, FullAttentionSpec):
+            raise AnnaError(f"{name}: cache group {g} is not an attention group of the model's cache spec")
+        if not 0 <= module.kv_index < len(group.layers):
+            raise AnnaError(f"{name}: K/V index {module.kv_index} is outside cache group {g} "
+                            f"({len(group.layers)} layers)")
+        if (module.num_kv_heads, module.head_dim) != (group.num_kv_heads, group.head_dim):
+            raise AnnaError(f"{name}: {module.num_kv_heads} KV heads of dim {module.head_dim}, but cache group {g} "
+                            f"holds {group.num_kv_heads} of dim {group.head_dim}")
+        window = group.window if isinstance(group, SlidingWindowSpec) else None
+        if module.sliding_window != window:
+            raise AnnaError(f"{name}: sliding_window {module.sliding_window}, but cache group {g} ({group.kind}) "
+                            f"has window {window}")

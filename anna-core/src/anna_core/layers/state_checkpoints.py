@@ -1,6 +1,7 @@
-"""Recurrent-state checkpoints taken inside one prefill pass (prefix caching of hybrid models).
+"""Recurrent-state checkpoints taken inside one prefill pass (prefix caching of models with a recurrent
+cache group).
 
-A prefix-cache hit on a hybrid model resumes from a snapshot of every recurrent layer's conv and
+A prefix-cache hit of such a model resumes from a snapshot of every recurrent layer's conv and
 recurrent state, taken every ``snapshot_interval`` prompt tokens. Ending a prefill chunk at each such
 boundary costs a step, and an eager forward pass, per interval. Instead a chunk may span boundaries
 and carry :class:`StateCheckpoints`: a recurrent layer then

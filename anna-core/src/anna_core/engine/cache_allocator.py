@@ -27,11 +27,6 @@ _CPU_DEFAULT_CAP = 4 * _GIB
 _ACCEL_FRACTION = 0.85
 
 
-def bytes_per_block(spec: CacheSpec, block_size: int, dtype: torch.dtype) -> int:
-    """Bytes of one block in every attention group together (K and V); 0 without attention groups."""
-    return sum(spec.groups[g].bytes_per_block(block_size, dtype) for g in spec.attention_groups)
-
-
 def state_bytes(spec: CacheSpec, num_slots: int, dtype: torch.dtype) -> int:
     """Bytes of ``num_slots`` recurrent-state slots (conv state in ``dtype``, recurrent state float32)."""
     rec = spec.recurrent
@@ -94,20 +89,6 @@ def plan_num_blocks(spec: CacheSpec, block_size: int, dtype: torch.dtype, budget
         else:
             hi = mid - 1
     return [min(lo, c) for c in caps]
-
-
-def num_blocks_for_budget(spec: CacheSpec, block_size: int, dtype: torch.dtype, budget_bytes: int) -> int:
-    """Blocks that fit in ``budget_bytes`` when every attention group holds the same number.
-
-    Raises:
-        AnnaError: not even one block fits.
-    """
-    per_block = bytes_per_block(spec, block_size, dtype)
-    n = budget_bytes // per_block if per_block else 0
-    if n < 1:
-        raise AnnaError(f"KV cache budget of {budget_bytes} bytes holds no block of {per_block} bytes; "
-                        "raise kv_cache_memory_gib")
-    return int(n)
 
 
 def zeroed_caches(spec: CacheSpec, *, num_blocks: int | Sequence[int], block_size: int, num_slots: int,

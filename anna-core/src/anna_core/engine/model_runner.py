@@ -403,14 +403,13 @@ class ModelRunner:
         kept = {s.request_id: logits[i].detach().to(torch.float32).clone()
                 for i, s in enumerate(seqs) if _wants_logits(s)}
         with self._scope("sampling"):
-            if self.logits_processors is not None and any(needs_processing(r.params) for r in requests):
-                ids = self.logits_processors.sample(logits, requests, self.sampler)  # one host sync inside
-            else:
-                ids = self.sampler(logits, requests).tolist()  # the step's one host sync
+            ids = self.sample_rows(logits, requests)
         return ModelRunnerOutput(path, sampled={r.request_id: t for r, t in zip(requests, ids)}, prompt_logits=kept)
 
     def sample_rows(self, logits: torch.Tensor, requests: list) -> list[int]:
-        """Sample ``logits`` ``[N, vocab]`` float32 for ``requests`` (e.g. prompt-cache hits' stored logits)."""
+        """Sample ``logits`` ``[N, vocab]`` float32, one row per request of ``requests`` (a step's rows, or
+        prompt-cache hits' stored logits), through the logits processors where a request needs them; the
+        ``tolist`` is the step's one host sync."""
         if self.logits_processors is not None and any(needs_processing(r.params) for r in requests):
             return self.logits_processors.sample(logits, requests, self.sampler)
         return self.sampler(logits, requests).tolist()

@@ -216,3 +216,63 @@ def test_the_engine_checks_each_attention_layer_against_its_group():
         engine(bad)
     with pytest.raises(AnnaError, match="reads two layers"):
         FullAttentionSpec(layers=[0, 1], num_kv_heads=1, head_dim=8, shared=[(2, 0), (2, 1)])
+
+
+REFS: dict = {}
+
+
+def _reference(window, prompt_ids, n):
+    key = (window, tuple(prompt_ids))
+    if len(REFS.get(key, ())) < n:
+        REFS[key] = CacheGroupsLM(window=window).reference_greedy(list(prompt_ids), n)
+    return REFS[key][:n]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_workloads_match_the_reference_and_return_every_block(seed):
+    """Random windows, block sizes, chunking, batch sizes, tiny pools (preemption), prefix and prompt caching
+    with shared prefixes and exact repeats, staggered arrivals and an abort: every request's tokens are the
+    reference's (a prefix of them when cut off), the window group stays within its bound after every step,
+    and every block and slot is returned."""
+    import random
+
+    rng = random.Random(seed)
+    window, bs = rng.choice([1, 3, 4, 8, 13]), rng.choice([2, 4, 8])
+    cfg = dict(block_size=bs, max_num_seqs=rng.choice([1, 2, 3, 5]), max_prefill_tokens=rng.choice([8, 13, 32]),
+               prefill_chunk_size=rng.choice([0, 1, 3, 5]), enable_prefix_caching=rng.random() < 0.8,
+               snapshot_interval=bs * rng.choice([1, 2]), num_snapshots=rng.choice([1, 2, 8]),
+               prompt_cache_size=rng.choice([0, 2]), num_blocks=rng.choice([12, 20, 64]), max_model_len=48)
+    model = CacheGroupsLM(window=window)
+    eng = LLMEngine(model, config=EngineConfig(**cfg))
+    shared = [rng.randrange(64) for _ in range(24)]
+    prompts = []
+    for _ in range(6):
+        if prompts and rng.random() < 0.25:
+            prompts.append(list(rng.choice(prompts)))  # an exact repeat
+        else:
+            prompts.append(shared[:rng.randint(0, 24)] + [rng.randrange(64) for _ in range(rng.randint(1, 6))])
+    n_new = [rng.randint(1, 10) for _ in prompts]
+    aborted = rng.randrange(len(prompts))
+    bound = -(-window // bs) + 1
+    tokens: dict[str, list[int]] = {}
+    step = 0
+    while step < 400 and (step < 2 * len(prompts) or eng.has_unfinished()):
+        if step % 2 == 0 and step // 2 < len(prompts):  # staggered arrivals
+            i = step // 2
+            eng.add_request(f"r{i}", prompts[i], greedy(n_new[i]))
+        if step == 5:
+            eng.abort_request(f"r{aborted}")
+        for out in eng.step():
+            tokens.setdefault(out.request_id, []).extend(out.delta_token_ids)
+        for r in eng.scheduler.running:
+            assert eng.kv.groups[1].num_held(r.request_id) <= bound
+        step += 1
+    assert not eng.has_unfinished(), "the engine made no progress"
+    for i, (p, n) in enumerate(zip(prompts, n_new)):
+        got = tokens.get(f"r{i}", [])
+        want = _reference(window, p, n)
+        if i == aborted:
+            assert got == want[:len(got)]
+        else:
+            assert got == want[:len(got)] and (len(got) == n or len(p) + len(got) >= eng.max_model_len), (i, got, want)
+    assert eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0

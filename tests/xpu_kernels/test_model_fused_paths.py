@@ -37,7 +37,9 @@ def test_triton_model_matches_reference_model(tmp_path, monkeypatch):
     monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
     want, chosen_ref = _generate(d, prompts)
     assert set(chosen_ref.values()) == {"reference"}
-    assert {"fused_gdn_decode", "fused_gdn_prefill", "qk_norm_rope_cache"} <= set(chosen_ref)  # their references
+    # only the references of the fused ops would run them: the layers compose the unfused ops instead
+    assert not {"fused_gdn_decode", "fused_gdn_prefill", "qk_norm_rope_cache"} & set(chosen_ref)
+    assert {"gated_delta_rule_decode", "gated_delta_rule_prefill", "rms_norm"} <= set(chosen_ref)
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     from anna_xpu_kernels import gdn_decode_fused, qk_norm_rope
 
@@ -57,7 +59,7 @@ def test_triton_model_matches_reference_model(tmp_path, monkeypatch):
     got, chosen = _generate(d, prompts)
     assert calls["gdn"] > 0 and calls["qk"] > 0, calls
     assert chosen["fused_gdn_decode"] == chosen["qk_norm_rope_cache"] == "triton"  # the fused ops, through the table
-    assert chosen["fused_gdn_prefill"] == "reference"  # fla needs CUDA
+    assert "fused_gdn_prefill" not in chosen  # fla needs CUDA: the unfused prefill ops run
     assert "rms_norm" not in chosen and "gated_delta_rule_decode" not in chosen  # inside the fused ops
     assert chosen["paged_attention"] == "triton"
     assert chosen["add_rms_norm"] == chosen["sigmoid_mul"] == "triton"  # the final norm, the attention gate
@@ -89,19 +91,20 @@ def test_fused_prefill_path_matches_reference_model(tmp_path, monkeypatch):
     # fla's probe accepts the CPU here (its rule is the reference above); everything else keeps the references
     monkeypatch.setattr(probes, "fla_prefill_probe", lambda request: request.device_type == "cpu")
     got, chosen = _generate(d, prompts)
-    assert chosen["fused_gdn_prefill"] == "fla" and chosen["fused_gdn_decode"] == "reference"
+    assert chosen["fused_gdn_prefill"] == "fla" and "fused_gdn_decode" not in chosen
     assert calls["chunked"] > 0
     assert got == want
 
 
-def test_disabling_the_fused_kernels_falls_back_to_their_references(tmp_path, monkeypatch):
+def test_disabling_the_fused_kernels_falls_back_to_the_unfused_kernels(tmp_path, monkeypatch):
     d = write_tiny_qwen35_config(tmp_path / "tiny")
     prompts = [[5, 17, 33], list(range(1, 12))]
     monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
     want, _ = _generate(d, prompts)
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     got, chosen = _generate(d, prompts, disable_kernels=("fused_gdn_decode:triton", "qk_norm_rope_cache:triton"))
-    assert chosen["fused_gdn_decode"] == chosen["qk_norm_rope_cache"] == "reference"
-    assert "gated_delta_rule_decode" not in chosen  # the references compose the unfused references directly
+    assert "fused_gdn_decode" not in chosen and "qk_norm_rope_cache" not in chosen
+    # the layers compose the unfused ops, each chosen on its own: Triton where it runs (the interpreter)
+    assert chosen["gated_delta_rule_decode"] == chosen["rms_norm"] == "triton"
     assert chosen["paged_attention"] == "triton"
     assert got == want

@@ -70,12 +70,12 @@ class GatedAttention(nn.Module):
 
     def _fused_pre(self, batch: ForwardBatch):
         """The ``qk_norm_rope_cache`` op (q/k norms, rotary and the cache write as one op) chosen for
-        this head dim: anna-xpu-kernels' Triton kernel where its probe accepts, else the op's torch
-        reference. None for M-RoPE ``[3, T]`` positions or q/k norm variants other than the
-        zero-centred one, which take the separate ops."""
+        this head dim (anna-xpu-kernels' Triton kernel where its probe accepts), or None: where only the
+        op's torch reference would run it, for M-RoPE ``[3, T]`` positions, or for q/k norm variants other
+        than the zero-centred one; the separate ops then run, each chosen on its own."""
         if batch.positions.dim() != 1 or not (self.q_norm.zero_centered and self.k_norm.zero_centered):
             return None
-        return self.ops.get("qk_norm_rope_cache", head_dim=self.head_dim)
+        return self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches, pre_norm=None):
         """x: ``[T, hidden]`` -> ``[T, hidden]``; writes this layer's K/V into the paged cache.

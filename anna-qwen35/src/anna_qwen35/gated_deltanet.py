@@ -121,8 +121,9 @@ class GatedDeltaNet(nn.Module):
 
     def _fused_step(self):
         """The ``fused_gdn_decode`` op chosen for this layer's head dims (anna-xpu-kernels' Triton kernel
-        where its probe accepts them, else the op's torch reference), or None before
-        :meth:`merge_projections` (it needs ``-exp(A_log)``).
+        where its probe accepts them), or None: before :meth:`merge_projections` (it needs ``-exp(A_log)``),
+        or where only the op's torch reference would run it (the layer then composes the unfused ops, each
+        chosen on its own: :meth:`anna_core.kernels.OpTable.accelerated`).
 
         Its signature (``anna_core.kernels.ops``): ``fused(qkv_before_conv [T, C], conv_w [C, W],
         conv_states [S, C, W-1], z, a, b, neg_a, dt_bias, norm_weight, norm_eps, states, slots, scale,
@@ -130,18 +131,19 @@ class GatedDeltaNet(nn.Module):
         ``causal_conv1d_update`` is skipped)."""
         if self._neg_a is None:
             return None
-        return self.ops.get("fused_gdn_decode", head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim)
+        return self.ops.accelerated("fused_gdn_decode", head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim)
 
     def _fused_prefill(self):
         """The ``fused_gdn_prefill`` op chosen for this layer's head dims (anna-xpu-kernels' fla one where
-        its probe accepts, else the op's torch reference), or None before :meth:`merge_projections`.
+        its probe accepts), or None before :meth:`merge_projections` or where only its torch reference
+        would run it (the unfused ops then, as for :meth:`_fused_step`).
 
         Its signature: ``fused(qkv_after_conv [T, C], a, b, neg_a, dt_bias, cu_seqlens, states, slots,
         scale, num_k_heads, head_k_dim, head_v_dim) -> o [T, H_v, V]``: the L2 norms, ``g`` and ``beta``
         of :meth:`_mix`'s unfused path, then ``gated_delta_rule_prefill``."""
         if self._neg_a is None:
             return None
-        return self.ops.get("fused_gdn_prefill", head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim)
+        return self.ops.accelerated("fused_gdn_prefill", head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches, pre_norm=None):
         """x: ``[T, hidden]`` -> ``[T, hidden]``; updates this layer's conv and recurrent states in place.

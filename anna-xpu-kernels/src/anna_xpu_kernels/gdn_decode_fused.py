@@ -49,7 +49,7 @@ allocated once per device by :class:`CounterPool` (grown on an eager call when a
 arrives: the engine warms every batch bucket up eagerly before it captures a graph). No host sync.
 Heads with ``K > 256`` or ``V > 256`` are not fused: :func:`fusable` is False and the op's probe
 (:func:`anna_xpu_kernels.probes.fused_gdn_decode_probe`, on the ``head_k_dim`` / ``head_v_dim`` shape
-facts) declines, so the registry serves the ``fused_gdn_decode`` op's torch reference instead.
+facts) declines, so the layer composes the unfused ops (``OpTable.accelerated`` returns None).
 """
 
 from __future__ import annotations

@@ -107,6 +107,7 @@ class KernelRegistry:
             self._specs.setdefault(spec.op, []).append(spec)
         for op_specs in self._specs.values():
             op_specs.sort(key=lambda s: -s.priority)
+        self._declined: set[tuple[str, Any]] = set()
         self._chosen: dict[tuple[str, ProbeRequest | str], tuple[KernelSpec, Callable[..., Any]]] = {}
 
     @classmethod
@@ -164,6 +165,25 @@ class KernelRegistry:
             f"{[s.name for s in self._specs.get(op, [])]}"
         )
 
+    def get_accelerated(self, op: str, request: ProbeRequest) -> Callable[..., Any] | None:
+        """:meth:`get`, or None where only the op's torch reference accepts ``request``: for a fused op whose
+        caller can compose the unfused ops instead (each then chosen on its own, so disabling a fused
+        kernel falls back to the fastest unfused ones, not to the fused op's reference). A declined
+        request is remembered and not listed by :meth:`chosen`.
+
+        Raises:
+            KernelNotFoundError: ``op`` has no contract.
+        """
+        key = (op, _freeze(request))
+        if key in self._declined:
+            return None
+        fn = self.get(op, request)
+        if self._chosen[key][0].name == "reference":
+            del self._chosen[key]
+            self._declined.add(key)
+            return None
+        return fn
+
     def chosen(self) -> dict[str, str]:
         """``{op: implementation name}`` for every op chosen so far (for ``/healthz``)."""
         return {op: spec.name for (op, _), (spec, _) in sorted(self._chosen.items(), key=lambda kv: kv[0][0])}
@@ -187,6 +207,11 @@ class OpTable:
     def get(self, op: str, **shape: Any) -> Callable[..., Any]:
         """The chosen implementation of ``op`` for this device/dtype and static ``shape`` facts."""
         return self.registry.get(op, ProbeRequest(self.device_type, self.dtype, dict(shape)))
+
+    def accelerated(self, op: str, **shape: Any) -> Callable[..., Any] | None:
+        """The chosen implementation of ``op`` unless it is the op's torch reference (then None: the caller
+        composes the unfused ops); see :meth:`KernelRegistry.get_accelerated`."""
+        return self.registry.get_accelerated(op, ProbeRequest(self.device_type, self.dtype, dict(shape)))
 
     def __getattr__(self, op: str) -> Callable[..., Any]:
         if op.startswith("_") or op not in self.registry.contracts:

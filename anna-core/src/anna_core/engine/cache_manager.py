@@ -248,8 +248,9 @@ class CacheManager:
         for g, _, bm in self.paged:
             bm.unpin(blocks[g])
 
-    def prompt_hit_fits(self, entry_blocks: list[list[int]], num_tokens: int) -> bool:
-        """Whether every group has the free block a prompt hit ending inside a block needs."""
+    def prompt_hit_fits(self, num_tokens: int) -> bool:
+        """Whether every group has the free block a prompt hit of ``num_tokens`` tokens needs when the
+        prompt ends inside a block (its own copy of the entry's last block)."""
         tail = num_tokens % self.block_size != 0
         return all(int(tail) <= bm.num_free_blocks for _, _, bm in self.paged)
 

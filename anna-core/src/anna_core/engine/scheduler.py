@@ -309,7 +309,7 @@ class Scheduler:
         if entry is None:
             return False
         p = request.num_prompt_tokens
-        if not self.kv.prompt_hit_fits(entry.blocks, p):
+        if not self.kv.prompt_hit_fits(p):
             return False
         rid = request.request_id
         self.waiting.popleft()

@@ -295,7 +295,7 @@ class LLMEngine:
             self._restore(out)
             if self._can_overlap(out):
                 result = self.runner.execute(out, prev_rows=self._inflight.rows if self._inflight else None,
-                                             wait=False)
+                                             wait=False, path=StepPath.DECODE_GRAPH)
             else:
                 results += self._read_back()
                 resolve_pending(out)

@@ -341,8 +341,8 @@ class ModelRunner:
         return all(s.samples and all(len(s.block_tables[g]) <= graphs.width for g in self.groups) for s in out.seqs)
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput, *, prev_rows: dict[str, int] | None = None,
-                wait: bool = True) -> ModelRunnerOutput:
+    def execute(self, out: SchedulerOutput, *, prev_rows: dict[str, int] | None = None, wait: bool = True,
+                path: StepPath | None = None) -> ModelRunnerOutput:
         """Run the step along :meth:`plan`'s path.
 
         Args:
@@ -352,12 +352,13 @@ class ModelRunner:
                 :data:`~anna_core.engine.request.PENDING` must be listed (decode graph path only).
             wait: read the sampled ids back now; with False a decode graph step returns them as
                 ``pending`` (other paths always wait).
+            path: :meth:`plan`'s answer for ``out`` when the caller asked already (default: asked here).
 
         Raises:
             AnnaError: a pending input token with no row in ``prev_rows``, or on a path other than the
                 decode graph.
         """
-        path = self.plan(out)
+        path = self.plan(out) if path is None else path
         pending_input = any(PENDING in s.token_ids for s in out.seqs)
         if pending_input and path is not StepPath.DECODE_GRAPH:
             raise AnnaError("a decode input token is still pending: read the step in flight back first")

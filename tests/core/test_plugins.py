@@ -119,3 +119,24 @@ def test_implementation_of_an_op_without_a_contract_is_rejected():
 def test_describe_plugins_is_json():
     out = json.dumps(describe_plugins(make_plugin_manager()))
     assert "anna_core_reference" in out
+
+
+def test_registry_refuses_duplicate_or_unrankable_implementations_and_bad_contracts():
+    from anna_core.kernels.contracts import OpContract
+    from anna_core.kernels.ops import CORE_OPS
+    from anna_core.kernels.registry import KernelRegistry, KernelSpec
+
+    twice = [KernelSpec(op="rms_norm", name="fast", impl="builtins:max", priority=5)] * 2
+    with pytest.raises(ValueError, match="two kernel registrations named 'fast'"):
+        KernelRegistry(CORE_OPS, twice)
+    with pytest.raises(ValueError, match="priority -3"):
+        KernelRegistry(CORE_OPS, [KernelSpec(op="rms_norm", name="slow", impl="builtins:max", priority=-3)])
+    doc = "x: [N] float32 -> y: [N] float32."
+    for kwargs, match in ((dict(name="get", signature="get(x) -> y"), "name must be"),
+                          (dict(name="class", signature="class(x) -> y"), "name must be"),
+                          (dict(name="op", signature="op(a, a) -> y"), "twice"),
+                          (dict(name="op", signature="op(x) -> y", reference=":"), "reference"),
+                          (dict(name="op", signature="op(x) -> y", shape_facts="width"), "shape_facts")):
+        fields = {"doc": doc, "reference": "builtins:abs", **kwargs}
+        with pytest.raises(ValueError, match=match):
+            OpContract(**fields)

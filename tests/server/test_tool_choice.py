@@ -203,3 +203,27 @@ def test_an_unusable_parameters_schema_is_a_400_naming_the_tool(scripted, with_p
     assert err.value.status_code == 400 and body["type"] == "invalid_request_error"
     assert body["param"] == "tools[1].function.parameters"
     assert "'broken'" in body["message"] and "must be a number" in body["message"]
+
+
+def test_parameters_that_are_not_an_object_schema_are_a_400(no_parser):
+    scalar = {"type": "function", "function": {"name": "say", "parameters": {"type": "string", "maxLength": 5}}}
+    with pytest.raises(openai.BadRequestError) as err:
+        _ask(no_parser, "x-scalar", "x", tools=[scalar], tool_choice={"type": "function", "function": {"name": "say"}})
+    assert err.value.status_code == 400 and err.value.body["param"] == "tools[0].function.parameters"
+    assert "type 'object'" in err.value.body["message"]
+
+
+def test_required_choice_follows_a_pydantic_schema_with_defs(no_parser):
+    """A tool schema with ``$defs`` (every ``openai.pydantic_function_tool`` has them) nested into the
+    required-choice array: its ``$ref``s still resolve, and the call follows them."""
+    located = {"type": "function", "function": {"name": "locate", "parameters": {
+        "type": "object", "$defs": {"Loc": {"type": "object", "properties": {"city": {"type": "string"}},
+                                            "required": ["city"], "additionalProperties": False}},
+        "properties": {"loc": {"$ref": "#/$defs/Loc"}}, "required": ["loc"], "additionalProperties": False}}}
+    text = '[{"name": "locate", "parameters": {"loc": {"city": "Oslo"}}}]'
+    r = _ask(no_parser, "j-defs", text, tools=[located], tool_choice="required", parallel_tool_calls=False)
+    [call] = r.choices[0].message.tool_calls
+    assert call.function.name == "locate"
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, located["function"]["parameters"])
+    assert args == {"loc": {"city": "Oslo"}}

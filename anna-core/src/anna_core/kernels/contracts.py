@@ -10,6 +10,7 @@ leaves). Nothing here imports torch: contracts hold lazy ``"module:attr"`` strin
 
 from __future__ import annotations
 
+import keyword
 import re
 
 import attrs
@@ -33,18 +34,34 @@ def signature_parameters(signature: str) -> list[str]:
     return [p.split("=")[0].strip() for p in params]
 
 
+RESERVED_NAMES = frozenset({"get", "accelerated", "registry", "device_type", "dtype"})
+"""Names an op cannot take: the ``OpTable`` attributes they would be shadowed by."""
+
+
+def _lazy(target: object) -> bool:
+    module, sep, attr = target.partition(":") if isinstance(target, str) else ("", "", "")
+    return bool(sep and module and attr)
+
+
 def _check_contract(contract: OpContract) -> None:
     where = f"op contract {contract.name!r}"
-    if not contract.name.isidentifier():
-        raise ValueError(f"{where}: the name must be a Python identifier")
+    if not contract.name.isidentifier() or keyword.iskeyword(contract.name) or contract.name in RESERVED_NAMES:
+        raise ValueError(f"{where}: the name must be a Python identifier, not a keyword nor one of "
+                         f"{sorted(RESERVED_NAMES)} (OpTable attributes)")
     match = _SIGNATURE.match(contract.signature.strip())
     if match is None or match.group(1) != contract.name:
         raise ValueError(f"{where}: signature {contract.signature!r} must look like '{contract.name}(arg, ...) -> result'")
+    params = contract.parameters
+    if len(set(params)) != len(params):
+        raise ValueError(f"{where}: signature {contract.signature!r} names a parameter twice")
     if not contract.doc.strip():
         raise ValueError(f"{where}: doc must document the arguments' shapes and dtypes and the result")
-    for field, target in (("reference", contract.reference), ("check", contract.check)):
-        if target is not None and ":" not in target:
-            raise ValueError(f"{where}: {field} {target!r} must be a lazy 'package.module:attr' string")
+    if not _lazy(contract.reference):
+        raise ValueError(f"{where}: reference {contract.reference!r} must be a lazy 'package.module:attr' string")
+    if contract.check is not None and not _lazy(contract.check):
+        raise ValueError(f"{where}: check {contract.check!r} must be a lazy 'package.module:attr' string")
+    if isinstance(contract.shape_facts, str) or not all(isinstance(k, str) for k in contract.shape_facts):
+        raise ValueError(f"{where}: shape_facts must be a tuple of key names, got {contract.shape_facts!r}")
 
 
 @attrs.frozen

@@ -65,8 +65,9 @@ class KernelRegistry:
                 references cannot be disabled (they are the fallback).
 
         Raises:
-            ValueError: two contracts for one op, an implementation of an op without a contract or
-                named ``"reference"``, or a ``disabled`` entry naming an unknown op, an unknown
+            ValueError: two contracts for one op, an implementation of an op without a contract, named
+                ``"reference"``, registered twice under one name or at a priority not above the
+                reference's, or a ``disabled`` entry naming an unknown op, an unknown
                 implementation or the reference.
         """
         self.contracts: dict[str, OpContract] = {}
@@ -79,6 +80,14 @@ class KernelRegistry:
         if unknown:
             raise ValueError(f"kernel registrations for ops without a contract {unknown} (register the op with "
                              f"register_ops first); known ops: {known}")
+        seen: set[tuple[str, str]] = set()
+        for spec in specs:
+            if (spec.op, spec.name) in seen:
+                raise ValueError(f"two kernel registrations named {spec.name!r} for op {spec.op!r}")
+            if spec.priority <= REFERENCE_PRIORITY:
+                raise ValueError(f"kernel {spec.op}:{spec.name} has priority {spec.priority}: implementations rank "
+                                 f"above the torch reference's {REFERENCE_PRIORITY}")
+            seen.add((spec.op, spec.name))
         reserved = sorted({s.op for s in specs if s.name == REFERENCE_NAME})
         if reserved:
             raise ValueError(f"kernel registrations named {REFERENCE_NAME!r} for {reserved}: that name is the "

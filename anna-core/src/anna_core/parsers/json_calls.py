@@ -53,13 +53,55 @@ def calls_schema(tools: list[dict[str, Any]], function: str | None, parallel: bo
     fns = _functions(tools, function)
     if function is not None:
         return fns[0].get("parameters") or _EMPTY_PARAMETERS
+    defs: dict[str, Any] = {}
     items = [{"type": "object",
-              "properties": {"name": {"const": f["name"]}, "parameters": f.get("parameters") or _EMPTY_PARAMETERS},
-              "required": ["name", "parameters"], "additionalProperties": False} for f in fns]
+              "properties": {"name": {"const": f["name"]},
+                             "parameters": _hoist_definitions(f.get("parameters") or _EMPTY_PARAMETERS, f"t{i}_", defs)},
+              "required": ["name", "parameters"], "additionalProperties": False} for i, f in enumerate(fns)]
     schema: dict[str, Any] = {"type": "array", "items": {"anyOf": items}, "minItems": 1}
+    if defs:
+        schema["$defs"] = defs
     if not parallel:
         schema["maxItems"] = 1
     return schema
+
+
+_DEF_KEYS = ("$defs", "definitions")
+
+
+def _hoist_definitions(parameters: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """``parameters`` for nesting inside the combined schema: its ``$defs`` / ``definitions`` move to the
+    root's ``$defs`` under ``prefix`` (``defs`` collects them), and its local ``$ref``s follow them, since
+    ``#/...`` pointers resolve from the root of the document they are in (a pydantic model's schema
+    refers to its ``#/$defs/...``)."""
+    local = {}
+    for key in _DEF_KEYS:
+        if isinstance(parameters.get(key), dict):
+            local.update({name: (key, value) for name, value in parameters[key].items()})
+    if not local:
+        return parameters
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for k, v in node.items():
+                if k in _DEF_KEYS and node is parameters:
+                    continue
+                if k == "$ref" and isinstance(v, str):
+                    for key in _DEF_KEYS:
+                        head = f"#/{key}/"
+                        if v.startswith(head) and v[len(head):].split("/")[0] in local:
+                            v = f"#/$defs/{prefix}{v[len(head):]}"
+                            break
+                out[k] = rewrite(v)
+            return out
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        return node
+
+    for name, (_, value) in local.items():
+        defs[f"{prefix}{name}"] = rewrite(value)
+    return rewrite(parameters)
 
 
 class JsonToolCallParser:

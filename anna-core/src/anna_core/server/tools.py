@@ -74,6 +74,9 @@ def _parse_tool(tool: Any, where: str) -> dict[str, Any]:
     params = fn.get("parameters", {"type": "object", "properties": {}})
     if not isinstance(params, dict):
         raise _fail(f"'{where}.function.parameters' must be a JSON schema object", f"{where}.function.parameters")
+    if params.get("type", "object") != "object":
+        raise _fail(f"'{where}.function.parameters' must be a JSON schema of type 'object' (the arguments are a "
+                    f"JSON object), got type {params.get('type')!r}", f"{where}.function.parameters")
     if not isinstance(params.get("properties", {}), dict):
         raise _fail(f"'{where}.function.parameters.properties' must be an object",
                     f"{where}.function.parameters")

@@ -76,3 +76,21 @@ def test_calls_schema_matches_vllm_shapes():
         jsonschema.validate([{"name": "ping", "parameters": {}}] * 2, one)
     with pytest.raises(ValueError, match="not among the tools"):
         calls_schema(TOOLS, "nope", parallel=True)
+
+
+def test_a_grammar_that_does_not_compile_names_its_request_field_without_xgrammars_log_prefix():
+    from anna_core.engine.logits_processors import LogitsProcessors
+    from anna_core.engine.sampling_params import StructuredOutput
+    from anna_core.errors import InvalidRequestError
+
+    from tests.core._engine_fakes import build_tokenizer
+
+    tok = build_tokenizer()
+    processors = LogitsProcessors(tok, len(tok.hf), [0])
+    bad = '{"type": "object", "properties": {"x": {"$ref": "#/$defs/Missing"}}}'
+    for param in ("tools", "response_format"):
+        with pytest.raises(InvalidRequestError) as err:
+            processors.compile(StructuredOutput("json_schema", bad, param=param))
+        assert err.value.param == param
+        message = str(err.value)
+        assert "cannot compile the json schema" in message and ".cc:" not in message and "Missing" in message

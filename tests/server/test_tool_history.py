@@ -129,3 +129,15 @@ def test_malformed_history_arguments_are_a_400(openai_app, tiny_tokenizer, argum
         client.chat.completions.create(model=MODEL, messages=messages)
     assert err.value.status_code == 400 and err.value.body["param"] == param
     assert "must be a JSON object" in err.value.body["message"] and not engine.calls
+
+
+@pytest.mark.parametrize("tool_call_id", [None, 7])
+def test_a_tool_result_without_its_call_id_is_a_400(openai_app, tiny_tokenizer, tool_call_id):
+    client, engine = openai_app(tiny_tokenizer)
+    result = {"role": "tool", "content": "12:00"}
+    if tool_call_id is not None:
+        result["tool_call_id"] = tool_call_id
+    messages = [HISTORY[0], {"role": "assistant", "content": None, "tool_calls": [_call("c", "get_time", "{}")]}, result]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=messages)
+    assert err.value.status_code == 400 and err.value.body["param"] == "messages[2].tool_call_id" and not engine.calls

@@ -21,6 +21,7 @@ structured request only.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import torch
@@ -32,6 +33,15 @@ from anna_core.errors import InvalidRequestError
 log = logging.getLogger("anna.engine")
 
 _CACHE_LIMIT = 256
+
+
+_XGRAMMAR_LOG_PREFIX = re.compile(r"^\[[0-9:]+\] \S+:[0-9]+: ")  # "[12:00:00] /path/file.cc:123: "
+
+
+def xgrammar_reason(exc: Exception) -> str:
+    """The first line of an xgrammar error without its log prefix (time, C++ source path and line)."""
+    lines = str(exc).strip().splitlines()
+    return _XGRAMMAR_LOG_PREFIX.sub("", lines[0]) if lines else type(exc).__name__
 
 
 class GrammarState:
@@ -110,7 +120,7 @@ class LogitsProcessors:
             return self._compiled[spec]
         if self.tokenizer is None:
             raise InvalidRequestError("structured output needs a tokenizer; this model was loaded without one",
-                                      param="response_format")
+                                      param=spec.param)
         compiler = self._grammar_compiler()
         try:
             if spec.kind == "json_object":  # any object (xgrammar's builtin JSON grammar allows any value)
@@ -123,7 +133,7 @@ class LogitsProcessors:
                 compiled = compiler.compile_grammar(spec.spec)
         except Exception as exc:  # xgrammar raises RuntimeError / ValueError with a useful message
             raise InvalidRequestError(f"cannot compile the {spec.kind.replace('_', ' ')} for constrained "
-                                      f"decoding: {exc}", param="response_format") from exc
+                                      f"decoding: {xgrammar_reason(exc)}", param=spec.param) from exc
         if len(self._compiled) >= _CACHE_LIMIT:
             self._compiled.pop(next(iter(self._compiled)))
         self._compiled[spec] = compiled

@@ -29,11 +29,14 @@ class StructuredOutput:
         spec: see ``kind``.
         after_token_id: constrain only the tokens generated after this token (e.g. ``</think>``,
             so that a reasoning model thinks freely first); None: from the first token.
+        param: the request field the grammar comes from, named by a compile error (``"response_format"``,
+            or ``"tools"`` for a forced tool choice).
     """
 
     kind: str
     spec: str = ""
     after_token_id: int | None = None
+    param: str = "response_format"
 
     def __attrs_post_init__(self) -> None:
         _check(self.kind in STRUCTURED_KINDS, f"structured output kind must be one of {STRUCTURED_KINDS}",

@@ -219,4 +219,4 @@ def chat_structured(req: ChatCompletionRequest, tool_parser: Any, reasoning: Any
         raise InvalidRequestError(str(exc), param="tool_choice") from exc
     if isinstance(spec, str):  # a parser that writes EBNF itself
         spec = StructuredOutput("grammar", spec)
-    return attrs.evolve(spec, after_token_id=after)
+    return attrs.evolve(spec, after_token_id=after, param="tools")

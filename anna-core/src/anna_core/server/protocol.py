@@ -269,8 +269,10 @@ def _parse_messages(value: Any) -> list[dict[str, Any]]:
                 parsed["content"] = ""
             if not parsed.get("tool_calls"):  # null or []: a plain turn
                 parsed.pop("tool_calls", None)
-        elif role == "tool" and msg.get("tool_call_id") is not None and not isinstance(msg["tool_call_id"], str):
-            raise _fail(f"'{where}.tool_call_id' must be a string", f"{where}.tool_call_id")
+        elif role == "tool" and not isinstance(msg.get("tool_call_id"), str):
+            # as the OpenAI API: a tool result names the call it answers
+            raise _fail(f"'{where}.tool_call_id' must be the id (a string) of the call this message answers",
+                        f"{where}.tool_call_id")
         out.append(parsed)
     return out
 

@@ -13,15 +13,14 @@ naming the tool). ``response_format`` ``json_object`` / ``json_schema`` become a
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import attrs
 
+from anna_core.engine.logits_processors import xgrammar_reason
 from anna_core.engine.sampling_params import StructuredOutput
 from anna_core.errors import InvalidRequestError
 
-_XGRAMMAR_LOG_PREFIX = re.compile(r"^\[[0-9:]+\] \S+:[0-9]+: ")  # "[12:00:00] /path/file.cc:123: "
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
@@ -141,10 +140,8 @@ def check_parameters_schema(function: dict[str, Any], param: str) -> None:
     try:
         xgrammar.Grammar.from_json_schema(json.dumps(function["parameters"]), any_whitespace=False)
     except Exception as exc:  # xgrammar raises RuntimeError / ValueError with a useful message
-        lines = str(exc).strip().splitlines()
-        reason = _XGRAMMAR_LOG_PREFIX.sub("", lines[0]) if lines else type(exc).__name__
-        raise _fail(f"the parameters of function {function['name']!r} are not a usable JSON schema: {reason}",
-                    param) from exc
+        raise _fail(f"the parameters of function {function['name']!r} are not a usable JSON schema: "
+                    f"{xgrammar_reason(exc)}", param) from exc
 
 
 def parse_response_format(body: dict[str, Any]) -> StructuredOutput | None:

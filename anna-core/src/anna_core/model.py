@@ -75,10 +75,7 @@ class ModelCaches:
         Raises:
             AnnaError: that group is not an attention group.
         """
-        cache = self.groups[group]
-        if not isinstance(cache, AttentionCache):
-            raise AnnaError(f"cache group {group} is not an attention group")
-        return cache
+        return self._group(group, AttentionCache, "an attention")
 
     def state(self, group: int) -> StateCache:
         """Group ``group``'s tensors.
@@ -86,9 +83,12 @@ class ModelCaches:
         Raises:
             AnnaError: that group is not the recurrent group.
         """
+        return self._group(group, StateCache, "a recurrent")
+
+    def _group(self, group: int, kind: type, what: str):
         cache = self.groups[group]
-        if not isinstance(cache, StateCache):
-            raise AnnaError(f"cache group {group} is not a recurrent group")
+        if not isinstance(cache, kind):
+            raise AnnaError(f"cache group {group} is not {what} group")
         return cache
 
     @property

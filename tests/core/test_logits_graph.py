@@ -46,9 +46,9 @@ def _count_logits_replays(engine) -> list[int]:
     graphs = engine.runner.graphs
     run_logits = graphs.run_logits
 
-    def counting(token_ids, *args):
+    def counting(token_ids, *args, **kwargs):
         sizes.append(len(token_ids))
-        return run_logits(token_ids, *args)
+        return run_logits(token_ids, *args, **kwargs)
 
     graphs.run_logits = counting
     return sizes

@@ -32,6 +32,8 @@ OPTION_FIELDS: dict[str, str] = {
     "scheduler_dynamic_token_budget": "dynamic_token_budget",
     "request_timeout_s": "request_timeout_s",
     "async_scheduling": "async_scheduling",
+    "max_encoder_tokens": "max_encoder_tokens",
+    "encoder_cache_tokens": "encoder_cache_tokens",
     "block_size": "block_size",
     "num_kv_blocks": "num_blocks",
     "kv_cache_memory_gib": "kv_cache_memory_gib",
@@ -79,6 +81,11 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--async-scheduling/--no-async-scheduling", default=None,
                      help="Launch the next decode step before reading back the one in flight (host work "
                           "overlaps device work; with decode graphs). Default on."),
+        click.option("--max-encoder-tokens", type=_POS_INT, default=None,
+                     help="Media placeholder tokens encoded per step (models that take images / audio); a "
+                          "larger medium is refused. Default 16384."),
+        click.option("--encoder-cache-tokens", type=_POS_INT, default=None,
+                     help="Encoder-output rows kept while prefills still need them. Default 32768."),
         click.option("--block-size", type=_POS_INT, default=None, help="Tokens per paged KV block. Default 16."),
         click.option("--num-kv-blocks", type=_POS_INT, default=None,
                      help="KV blocks to allocate (overrides the memory sizing)."),

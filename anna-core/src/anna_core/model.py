@@ -16,6 +16,7 @@ from anna_core.cache_spec import (
 )
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.errors import AnnaError
+from anna_core.multimodal import MODALITIES
 
 if TYPE_CHECKING:
     from anna_core.tokenizer import Tokenizer
@@ -116,10 +117,16 @@ class ModelCapabilities:
             graphs (:mod:`anna_core.engine.prefill_graphs`).
         state_checkpoints: its recurrent layers take ``ForwardBatch.checkpoints``
             (:mod:`anna_core.layers.state_checkpoints`), so prefills need not be cut at snapshot boundaries.
+        modalities: the media it encodes (:data:`anna_core.multimodal.MODALITIES`: ``"image"``, ``"video"``,
+            ``"audio"``); non-empty requires ``encode`` and ``hidden_size`` (:class:`CausalLM`), and its
+            forward pass splices ``ForwardBatch.embeds`` (:func:`anna_core.layers.media.splice_media`).
+        position_rows: rows of ``ForwardBatch.positions`` (1: ``[T]``; M-RoPE: 3, ``[3, T]``).
     """
 
     padded_prefill: bool = False
     state_checkpoints: bool = False
+    modalities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    position_rows: int = 1
 
 
 class CausalLM(Protocol):
@@ -137,6 +144,12 @@ class CausalLM(Protocol):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[N, vocab]`` float32 for hidden rows ``[N, hidden]``."""
+
+    # Models whose capabilities declare ``modalities`` also have:
+    #   hidden_size: int -- the width of the token embeddings that encoder outputs replace.
+    #   def encode(self, items: list[MediaItem]) -> list[torch.Tensor]:
+    #       the encoder output of each medium, ``[item.length, hidden_size]`` on the model's device
+    #       (any float dtype; cast to the embeddings' dtype when spliced).
 
 
 @attrs.define
@@ -197,3 +210,13 @@ def check_model(model: object) -> None:
         raise AnnaError(f"{type(model).__name__}.vocab_size must be a positive int, got {model.vocab_size!r}")
     if model.capabilities.state_checkpoints and model.cache_spec.recurrent is None:
         raise AnnaError(f"{type(model).__name__} declares state_checkpoints but has no recurrent cache group")
+    caps = model.capabilities
+    unknown = sorted(set(caps.modalities) - set(MODALITIES))
+    if unknown:
+        raise AnnaError(f"{type(model).__name__} declares unknown modalities {unknown} (known: {list(MODALITIES)})")
+    if caps.modalities and not (callable(getattr(model, "encode", None))
+                                and isinstance(getattr(model, "hidden_size", None), int)):
+        raise AnnaError(f"{type(model).__name__} declares modalities {list(caps.modalities)} but lacks "
+                        "encode(items) or an int hidden_size")
+    if not isinstance(caps.position_rows, int) or caps.position_rows < 1:
+        raise AnnaError(f"{type(model).__name__}.capabilities.position_rows must be a positive int")

@@ -24,6 +24,7 @@ from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.outputs import RequestOutput, Usage
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import EngineDeadError, InvalidRequestError, QueueFullError
+from anna_core.multimodal import MultiModalInputs
 
 log = logging.getLogger("anna.engine")
 
@@ -102,10 +103,11 @@ class AsyncEngine:
 
     # -- requests -----------------------------------------------------------------------------
 
-    async def generate(self, request_id: str, prompt_token_ids: list[int],
-                       params: SamplingParams | None = None) -> AsyncIterator[RequestOutput]:
+    async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None,
+                       multimodal: MultiModalInputs | None = None) -> AsyncIterator[RequestOutput]:
         """Submit a request and yield its output after every step that changed it; the last one
         has ``finished`` set. Leaving the iteration early (break, cancel, disconnect) aborts it.
+        ``multimodal``: its media and positions (:mod:`anna_core.multimodal`), or None.
 
         Raises:
             EngineDeadError: the engine is shutting down or has stopped.
@@ -113,7 +115,7 @@ class AsyncEngine:
             QueueFullError: ``max_waiting_requests`` requests are queued already (HTTP 429).
         """
         params = params or SamplingParams()
-        self.engine.validate_request(list(prompt_token_ids), params)
+        self.engine.validate_request(list(prompt_token_ids), params, multimodal)
         stream = _Stream(asyncio.get_running_loop())
         with self._cond:
             if self._dead is not None:
@@ -129,7 +131,7 @@ class AsyncEngine:
                 raise QueueFullError(f"the engine's waiting queue is full ({limit} requests); retry later",
                                      retry_after_s=self._stats.get("retry_after_s", 1))
             self._streams[request_id] = stream
-            self._commands.append(("add", (request_id, list(prompt_token_ids), params)))
+            self._commands.append(("add", (request_id, list(prompt_token_ids), params, multimodal)))
             self._cond.notify()
         finished = False
         try:
@@ -163,9 +165,10 @@ class AsyncEngine:
     def _apply(self, commands: list[tuple[str, Any]]) -> None:
         for kind, arg in commands:
             if kind == "add":
-                request_id, prompt, params = arg
+                request_id, prompt, params, multimodal = arg
                 try:
-                    self.engine.add_request(request_id, prompt, params, enforce_queue_limit=False, validated=True)
+                    self.engine.add_request(request_id, prompt, params, enforce_queue_limit=False, validated=True,
+                                            multimodal=multimodal)
                 except Exception as exc:  # validated already; anything here is a failure of this request
                     self._deliver(_error_output(request_id, prompt, f"{type(exc).__name__}: {exc}"))
             elif kind == "abort":

@@ -29,7 +29,6 @@ import attrs
 
 from anna_core.cache_spec import CacheSpec, SlidingWindowSpec
 from anna_core.engine.block_manager import BlockManager, blocks_for
-from anna_core.engine.prefix_cache import extend_hashes
 from anna_core.engine.request import Request
 from anna_core.engine.state_pool import StatePool
 from anna_core.engine.state_snapshots import SnapshotIndex
@@ -173,7 +172,7 @@ class CacheManager:
             return self.miss()
         bs = self.block_size
         limit = (request.num_tokens - 1) // bs
-        hashes = extend_hashes(request.block_hashes, request.token_slice, limit, bs)
+        hashes = request.hashes_upto(limit, bs)
         bound = limit
         full: dict[int, list[int]] = {}
         for g, spec, bm in self.paged:

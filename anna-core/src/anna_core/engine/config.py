@@ -59,6 +59,12 @@ class EngineConfig:
             :mod:`anna_core.engine.llm_engine`). A request that stops on EOS or a stop string
             computes one discarded extra token.
 
+        max_encoder_tokens: encoder-output rows (media placeholder tokens) encoded per step, all
+            requests together; a chunk that would need more ends before the medium that does not fit.
+            A medium larger than this (or than ``encoder_cache_tokens``) is refused.
+        encoder_cache_tokens: encoder-output rows the runner keeps for requests whose prefill still
+            needs them (:mod:`anna_core.engine.encoder_cache`).
+
     Cache knobs:
 
     Attributes:
@@ -99,6 +105,8 @@ class EngineConfig:
     dynamic_token_budget: bool = False
     request_timeout_s: float = attrs.field(default=0.0, validator=_non_negative)
     async_scheduling: bool = True
+    max_encoder_tokens: int = attrs.field(default=16384, validator=_positive)
+    encoder_cache_tokens: int = attrs.field(default=32768, validator=_positive)
     block_size: int = attrs.field(default=16, validator=_positive)
     num_blocks: int | None = attrs.field(default=None, validator=_positive)
     kv_cache_memory_gib: float | None = None

@@ -80,6 +80,10 @@ class DecodeGraphs:
         vocab_size: rows of the LM head (for neutral top-k values).
         compile_fn: wraps the forward + logits function before capture (``torch.compile``), or None.
         modes: sampling modes to capture (subset of :data:`MODES`).
+        position_rows: rows ``R`` of the model's positions (M-RoPE: 3; a decode token has one position,
+            repeated in every row).
+        staged_positions: the model's positions may differ from the cache index (media, M-RoPE): they are
+            staged per row (``rope_positions`` of :meth:`run`) instead of taken from the index.
 
     Raises:
         AnnaError: a non-positive size.
@@ -87,7 +91,7 @@ class DecodeGraphs:
 
     def __init__(self, model: Any, caches: ModelCaches, accel: Accelerator, *, max_batch: int,
                  max_blocks_per_seq: int, vocab_size: int, compile_fn: Callable | None = None,
-                 modes: Sequence[str] = MODES):
+                 modes: Sequence[str] = MODES, position_rows: int = 1, staged_positions: bool = False):
         if max_blocks_per_seq < 1 or vocab_size < 1:
             raise AnnaError("max_blocks_per_seq and vocab_size must be positive")
         unknown = set(modes) - set(MODES)
@@ -103,8 +107,12 @@ class DecodeGraphs:
         self._forward = compile_fn(self._forward_logits) if compile_fn else self._forward_logits
         rows = self.buckets[-1]
         self.groups = [g for g, _ in caches.attention_caches]
+        self.position_rows = position_rows
+        self.staged_positions = staged_positions or position_rows > 1
         fields = ([(n, torch.int64, (rows,)) for n in _I64] + [(n, torch.float32, (rows,)) for n in _F32]
                   + [(n, torch.int32, (rows,)) for n in _I32])
+        if self.staged_positions:
+            fields.append(("rope_positions", torch.int64, (rows,)))
         for g in self.groups:
             fields += [(f"slot_mapping{g}", torch.int64, (rows,)), (f"block_tables{g}", torch.int32, (rows, self.width))]
         self.staging = Staging(accel, fields)
@@ -134,8 +142,13 @@ class DecodeGraphs:
         tables: list[GroupTable | None] = [None] * len(self.caches.groups)
         for g in self.groups:
             tables[g] = GroupTable(block_tables=d[f"block_tables{g}"][:b], slot_mapping=d[f"slot_mapping{g}"][:b])
+        positions = d["positions"][:b]
+        if self.staged_positions:
+            positions = d["rope_positions"][:b]
+            if self.position_rows > 1:
+                positions = positions.expand(self.position_rows, b)
         return ForwardBatch(
-            input_ids=input_ids, positions=d["positions"][:b], cu_seqlens=self._cu[:b + 1],
+            input_ids=input_ids, positions=positions, cu_seqlens=self._cu[:b + 1],
             seq_lens=d["seq_lens"][:b], tables=tables,
             state_slots=d["state_slots"][:b], logits_indices=self._rows[:b], query_lens=[1] * b,
             context_lens=[1] * b, is_decode=True,
@@ -204,6 +217,8 @@ class DecodeGraphs:
         h["input_ids"][start:] = 0
         h["token_index"][start:] = np.arange(self.rows + start, 2 * self.rows)
         h["positions"][start:] = 0
+        if self.staged_positions:
+            h["rope_positions"][start:] = 0
         for g, pad in self.pad_blocks.items():
             h[f"slot_mapping{g}"][start:] = pad * self._block_size()
             h[f"block_tables{g}"][start:] = pad
@@ -258,7 +273,8 @@ class DecodeGraphs:
 
     def run(self, token_ids: Sequence[int], positions: Sequence[int],
             block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
-            ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None) -> PendingIds:
+            ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None,
+            rope_positions: Sequence[int] | None = None) -> PendingIds:
         """Stage one decode step of ``n`` sequences and replay its graph, without waiting for it.
 
         Args:
@@ -270,6 +286,8 @@ class DecodeGraphs:
                 (needed for ``"sample"``).
             prev_rows: per row, the row of the previous replay whose sampled id is this row's input
                 token (the host does not know it yet), or ``-1`` to use ``token_ids[i]``.
+            rope_positions: ``[n]`` the position the model sees per sequence (every row), when the graphs
+                stage positions (``staged_positions``); None: ``positions``.
 
         Returns:
             The ``n`` sampled ids, being copied to the host (:meth:`PendingIds.tolist` waits).
@@ -281,16 +299,18 @@ class DecodeGraphs:
         if mode not in ("greedy", "sample"):
             raise AnnaError(f"run() samples (mode 'greedy' or 'sample'), got {mode!r}; logits: run_logits()")
         n = len(token_ids)
-        self._replay(token_ids, positions, block_tables, state_slots, mode, floats, ints, prev_rows)
+        self._replay(token_ids, positions, block_tables, state_slots, mode, floats, ints, prev_rows, rope_positions)
         return self.readback.start(self.out[:n])
 
     def run_logits(self, token_ids: Sequence[int], positions: Sequence[int],
-                   block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int]) -> torch.Tensor:
+                   block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int],
+                   rope_positions: Sequence[int] | None = None) -> torch.Tensor:
         """Stage one decode step of ``n`` sequences and replay the ``"logits"`` graph (forward and LM
         head, no sampling), without waiting for it.
 
         Args:
-            token_ids, positions, block_tables, state_slots: as for :meth:`run` (input tokens known).
+            token_ids, positions, block_tables, state_slots, rope_positions: as for :meth:`run` (input
+                tokens known).
 
         Returns:
             ``[n, vocab]`` float32 logits on the device: a view of the graphs' output buffer, valid until
@@ -300,12 +320,13 @@ class DecodeGraphs:
             AnnaError: as for :meth:`run`.
         """
         n = len(token_ids)
-        self._replay(token_ids, positions, block_tables, state_slots, "logits")
+        self._replay(token_ids, positions, block_tables, state_slots, "logits", rope_positions=rope_positions)
         return self.logits_out[:n]
 
     def _replay(self, token_ids: Sequence[int], positions: Sequence[int],
                 block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,
-                ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None) -> None:
+                ints: Sequence[Sequence[int]] | None = None, prev_rows: Sequence[int] | None = None,
+                rope_positions: Sequence[int] | None = None) -> None:
         """Stage the step's inputs, upload them and replay the graph of ``mode``."""
         n = len(token_ids)
         b = self.bucket_for(n)
@@ -322,6 +343,8 @@ class DecodeGraphs:
             index = np.where(prev >= 0, prev, index)
         h["token_index"][:n] = index
         h["positions"][:n] = positions
+        if self.staged_positions:
+            h["rope_positions"][:n] = positions if rope_positions is None else rope_positions
         h["state_slots"][:n] = state_slots
         h["seq_lens"][:n] = [p + 1 for p in positions]
         if len(block_tables) != len(self.groups):

@@ -37,7 +37,9 @@ class ForwardBatch:
 
     Attributes:
         input_ids: ``[T]`` int64 token ids.
-        positions: ``[T]`` int64 absolute positions (0-based) of each token in its sequence.
+        positions: ``[T]`` int64 absolute positions (0-based) of each token in its sequence; ``[R, T]`` for
+            a model whose capabilities declare ``position_rows = R > 1`` (M-RoPE: temporal / height / width
+            rows, see :mod:`anna_core.multimodal`).
         cu_seqlens: ``[B+1]`` int32 query offsets into the flattened tokens.
         seq_lens: ``[B]`` int32 context length of each sequence *after* this step (cached + new).
         tables: per cache group of the model's :class:`~anna_core.cache_spec.CacheSpec`, in its order, a
@@ -57,6 +59,10 @@ class ForwardBatch:
         checkpoints: recurrent-state snapshots to take inside this prefill pass
             (:mod:`anna_core.layers.state_checkpoints`; only for models whose capabilities declare ``state_checkpoints``),
             or None.
+        embeds: ``[T, hidden]`` encoder outputs to splice in place of the token embeddings of the rows
+            ``embeds_mask`` marks (media placeholders; :func:`anna_core.layers.media.splice_media`), or None
+            (no medium in this step). Rows the mask does not mark hold anything.
+        embeds_mask: ``[T]`` bool, True at the rows whose embedding comes from ``embeds``; None with ``embeds``.
     """
 
     input_ids: torch.Tensor
@@ -71,6 +77,8 @@ class ForwardBatch:
     is_decode: bool
     num_valid: torch.Tensor | None = None
     checkpoints: StateCheckpoints | None = None
+    embeds: torch.Tensor | None = None
+    embeds_mask: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:

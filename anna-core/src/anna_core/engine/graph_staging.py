@@ -18,7 +18,7 @@ import torch
 
 from anna_core.device import Accelerator
 
-_NP = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32}
+_NP = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32, torch.bool: np.bool_}
 
 
 def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:

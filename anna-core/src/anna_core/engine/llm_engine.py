@@ -53,6 +53,7 @@ from anna_core.errors import AnnaError, InvalidRequestError, QueueFullError
 from anna_core.layers.attention import check_attention_layers
 from anna_core.metrics import EngineMetrics
 from anna_core.model import CacheSpec, LoadedModel, check_model
+from anna_core.multimodal import MultiModalInputs, check_multimodal
 
 _MIB = 1 << 20
 
@@ -181,12 +182,14 @@ class LLMEngine:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                         multimodal: MultiModalInputs | None = None) -> None:
         """Check a request against the engine's limits (thread-safe: reads only settings).
 
         Raises:
             InvalidRequestError: empty or too long prompt, bad token ids, stop strings without a
-                tokenizer.
+                tokenizer, media the model does not take or that do not fit the prompt or the encoder
+                budget (:func:`~anna_core.multimodal.check_multimodal`).
         """
         if not prompt_token_ids:
             raise InvalidRequestError("the prompt is empty", param="prompt")
@@ -200,16 +203,22 @@ class LLMEngine:
             raise InvalidRequestError(
                 f"the prompt has {len(prompt_token_ids)} tokens; this model serves at most {self.max_model_len} "
                 "tokens including the output", param="prompt", code="context_length_exceeded")
+        if multimodal is not None:
+            caps = self.model.capabilities
+            check_multimodal(multimodal, len(prompt_token_ids), modalities=caps.modalities,
+                             position_rows=caps.position_rows,
+                             max_item_tokens=min(self.config.max_encoder_tokens, self.config.encoder_cache_tokens))
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model was loaded without one", param="stop")
         self.runner.logits_processors.validate(params)  # logit_bias ids, grammar compiles
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None,
                     *, arrival_time: float | None = None, enforce_queue_limit: bool = True,
-                    validated: bool = False) -> None:
+                    validated: bool = False, multimodal: MultiModalInputs | None = None) -> None:
         """Queue a request.
 
         Args:
+            multimodal: its media (placeholder ranges in ``prompt_token_ids``) and positions, or None.
             enforce_queue_limit: refuse it when ``max_waiting_requests`` wait already (the
                 :class:`~anna_core.engine.async_engine.AsyncEngine` checks at its front door and
                 passes False).
@@ -224,7 +233,7 @@ class LLMEngine:
         params = params or SamplingParams()
         prompt_token_ids = list(prompt_token_ids)
         if not validated:
-            self.validate_request(prompt_token_ids, params)
+            self.validate_request(prompt_token_ids, params, multimodal)
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         limit = self.config.max_waiting_requests
@@ -234,7 +243,7 @@ class LLMEngine:
                                  retry_after_s=self.retry_after_s())
         seed = params.seed if params.seed is not None else secrets.randbits(63)
         req = Request(request_id, prompt_token_ids, params, eos_token_ids=self.eos_token_ids,
-                      seed=seed % (1 << 63), arrival_time=arrival_time)
+                      seed=seed % (1 << 63), arrival_time=arrival_time, multimodal=multimodal)
         if self.tokenizer is not None:
             req.detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
             req.stop_checker = StopStringChecker(params)
@@ -279,6 +288,8 @@ class LLMEngine:
         decode step arrive from the next call)."""
         results = self._expire()
         out = self.scheduler.schedule()
+        if self.runner.encoder is not None:
+            self.runner.encoder.drop(out.free_encoder_hashes)
         for _ in out.preempted:
             self.metrics.on_preemption()
         for hit, total in out.cache_lookups:

@@ -19,6 +19,7 @@ from anna_core.device import Accelerator, accelerator
 from anna_core.engine.cache_allocator import has_state, scratch_block, scratch_slot, zero_slots
 from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, build_checkpoints
 from anna_core.engine.cuda_graphs import DecodeGraphs
+from anna_core.engine.encoder_outputs import EncoderOutputs
 from anna_core.engine.forward_batch import ForwardBatch, GroupTable
 from anna_core.engine.graph_staging import PendingIds
 from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
@@ -94,6 +95,12 @@ class ModelRunner:
         self.logits_processors = logits_processors
         self.checkpoint_target = checkpoint_target
         self.groups = [g for g, _ in caches.attention_caches]  # attention groups, in spec order
+        caps = model.capabilities
+        self.position_rows = caps.position_rows
+        # positions that may differ from the cache index (media, M-RoPE) are built per token, and staged
+        # separately into the graphs
+        self.own_positions = bool(caps.modalities) or caps.position_rows > 1
+        self.encoder = EncoderOutputs(model, device) if caps.modalities else None
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
         self.profile_scopes = False
@@ -131,7 +138,8 @@ class ModelRunner:
 
         def capture(fn):
             graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,
-                                  max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn)
+                                  max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn,
+                                  position_rows=self.position_rows, staged_positions=self.own_positions)
             graphs.capture()
             return graphs
 
@@ -158,8 +166,11 @@ class ModelRunner:
         if not buckets or not self.model.capabilities.padded_prefill:
             return
         try:
+            caps = self.model.capabilities
             graphs = PrefillGraphs(self.model, self.caches, self.accel, buckets=buckets, max_blocks_per_seq=width,
-                                   checkpoints=self.checkpoint_target)
+                                   checkpoints=self.checkpoint_target, position_rows=self.position_rows,
+                                   staged_positions=self.own_positions,
+                                   hidden_size=self.model.hidden_size if caps.modalities else None)
             graphs.capture()
             self.prefill_graphs = graphs
         except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
@@ -217,8 +228,11 @@ class ModelRunner:
             blk = scratch_block(self.caches, g)
             tables[g] = GroupTable(block_tables=t([[blk] * -(-max(ctx) // bs)] * len(seqs), torch.int32),
                                    slot_mapping=t([blk * bs + p % bs for p in pos], torch.int64))
+        positions = t(pos, torch.int64)
+        if self.position_rows > 1:
+            positions = positions.expand(self.position_rows, -1)
         batch = ForwardBatch(
-            input_ids=torch.zeros(len(pos), dtype=torch.int64, device=dev), positions=t(pos, torch.int64),
+            input_ids=torch.zeros(len(pos), dtype=torch.int64, device=dev), positions=positions,
             cu_seqlens=t(cu, torch.int32), seq_lens=t(ctx, torch.int32), tables=tables, state_slots=slots,
             logits_indices=t([c - 1 for c in cu[1:]], torch.int64), query_lens=[count for _, count in seqs],
             context_lens=ctx, is_decode=all(count == 1 for _, count in seqs),
@@ -247,16 +261,24 @@ class ModelRunner:
         """Flatten the scheduled sequences into a :class:`ForwardBatch` on the device."""
         bs = self.caches.block_size
         input_ids: list[int] = []
-        positions: list[int] = []
         cu_seqlens = [0]
         seq_lens: list[int] = []
         query_lens: list[int] = []
         state_slots: list[int] = []
         logits_indices: list[int] = []
+        num_rows = self.position_rows
+        position_rows: list[list[int]] = [[] for _ in range(num_rows)]
         for seq in out.seqs:
             n = seq.num_new_tokens
             input_ids += seq.token_ids
-            positions += range(seq.start, seq.start + n)
+            mm = seq.request.multimodal if self.own_positions else None
+            if mm is not None:
+                for r, p in zip(position_rows, mm.position_rows(seq.start, seq.context_len,
+                                                               seq.request.num_prompt_tokens, num_rows)):
+                    r += p
+            else:
+                for r in position_rows:
+                    r += range(seq.start, seq.start + n)
             cu_seqlens.append(cu_seqlens[-1] + n)
             seq_lens.append(seq.context_len)
             query_lens.append(n)
@@ -275,10 +297,13 @@ class ModelRunner:
             rows = [s.block_tables[g] + [pad] * (width - len(s.block_tables[g])) for s in out.seqs]
             tables[g] = GroupTable(block_tables=host_tensor(rows, torch.int32, dev),
                                    slot_mapping=host_tensor(slot_mapping, torch.int64, dev))
+        positions = host_tensor(position_rows if num_rows > 1 else position_rows[0], torch.int64, dev)
+        embeds, embeds_mask = self.encoder.rows(out.seqs, cu_seqlens) if self.encoder is not None else (None, None)
         return ForwardBatch(
             checkpoints=self._checkpoints(out, cu_seqlens) if any(s.checkpoints for s in out.seqs) else None,
+            embeds=embeds, embeds_mask=embeds_mask,
             input_ids=host_tensor(input_ids, torch.int64, dev),
-            positions=host_tensor(positions, torch.int64, dev),
+            positions=positions,
             cu_seqlens=host_tensor(cu_seqlens, torch.int32, dev),
             seq_lens=host_tensor(seq_lens, torch.int32, dev),
             tables=tables,
@@ -318,7 +343,7 @@ class ModelRunner:
         if not seqs:
             return StepPath.EAGER
         graphs = self.graphs
-        if graphs is not None and out.is_decode and self._fits_decode(out):
+        if graphs is not None and out.is_decode and self._fits_decode(out) and not self._prompt_decodes(out):
             requests = [s.request for s in seqs]
             mode = "greedy" if all(r.params.temperature == 0.0 for r in requests) else "sample"
             if graph_safe(requests) and mode in graphs.modes and not any(_wants_logits(s) for s in seqs):
@@ -330,9 +355,15 @@ class ModelRunner:
             seq = seqs[0]
             if (seq.is_fresh and seq.samples and pg.bucket_for(seq.num_new_tokens) is not None
                     and all(len(seq.block_tables[g]) <= pg.width for g in self.groups)
-                    and (not seq.checkpoints or pg.checkpoints is not None)):
+                    and (not seq.checkpoints or pg.checkpoints is not None) and (not seq.media or pg.media)):
                 return StepPath.PREFILL_GRAPH
         return StepPath.EAGER
+
+    def _prompt_decodes(self, out: SchedulerOutput) -> bool:
+        """Whether a one-token step computes a prompt token of a request with media or its own positions
+        (its rows may differ, or be a placeholder): such a step runs eagerly."""
+        return self.own_positions and any(s.request.multimodal is not None and s.start < s.request.num_prompt_tokens
+                                          for s in out.seqs)
 
     def _fits_decode(self, out: SchedulerOutput) -> bool:
         graphs = self.graphs
@@ -359,6 +390,9 @@ class ModelRunner:
                 decode graph.
         """
         path = self.plan(out) if path is None else path
+        if self.encoder is not None:
+            with self._scope("encoder"):
+                self.encoder.encode(out.encoder_inputs)
         pending_input = any(PENDING in s.token_ids for s in out.seqs)
         if pending_input and path is not StepPath.DECODE_GRAPH:
             raise AnnaError("a decode input token is still pending: read the step in flight back first")
@@ -370,14 +404,20 @@ class ModelRunner:
         if path is StepPath.DECODE_LOGITS_GRAPH:
             self.num_graph_steps += 1
             logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
-                                            self._tables_by_group(out), [s.state_slot for s in out.seqs])
+                                            self._tables_by_group(out), [s.state_slot for s in out.seqs],
+                                            rope_positions=self._decode_positions(out))
             return self._sample(path, logits, out.seqs)
         if path is StepPath.PREFILL_GRAPH:
             seq = out.seqs[0]
             if has_state(self.caches):
                 zero_slots(self.caches, host_tensor([seq.state_slot], torch.int64, self.device))
+            mm = seq.request.multimodal if self.own_positions else None
+            positions = (mm.position_rows(0, seq.num_new_tokens, seq.request.num_prompt_tokens, self.position_rows)
+                         if mm is not None else None)
             logits = self.prefill_graphs.run(seq.token_ids, [seq.block_tables[g] for g in self.groups],
-                                             seq.state_slot, [(p, i) for p, i, _ in seq.checkpoints])
+                                             seq.state_slot, [(p, i) for p, i, _ in seq.checkpoints],
+                                             positions=positions,
+                                             media=self.encoder.spans(out.seqs, [0]) if self.encoder is not None else ())
             self.num_prefill_graph_steps += 1
             return self._sample(path, logits, out.seqs)
         self.num_eager_steps += 1
@@ -392,6 +432,14 @@ class ModelRunner:
         with self._scope("lm_head"):
             logits = self.model.compute_logits(hidden[batch.logits_indices])  # [N, vocab]
         return self._sample(path, logits, samplers)
+
+    def _decode_positions(self, out: SchedulerOutput) -> list[int] | None:
+        """The position (every row) of each decode's token when the model has its own positions: its index
+        plus the request's ``position_delta``; None otherwise (the index)."""
+        if not self.own_positions:
+            return None
+        return [s.start + (s.request.multimodal.position_delta if s.request.multimodal is not None else 0)
+                for s in out.seqs]
 
     def _tables_by_group(self, out: SchedulerOutput) -> list[list[list[int]]]:
         """Per attention group (runner order), every sequence's block table."""
@@ -432,6 +480,7 @@ class ModelRunner:
             if any(t == PENDING and r < 0 for t, r in zip(tokens, rows)):
                 raise AnnaError("a decode input token is pending but no launched step produces it")
         pending = graphs.run(tokens, [s.start for s in out.seqs], self._tables_by_group(out),
-                             [s.state_slot for s in out.seqs], mode, floats, ints, prev_rows=rows)
+                             [s.state_slot for s in out.seqs], mode, floats, ints, prev_rows=rows,
+                             rope_positions=self._decode_positions(out))
         self.num_graph_steps += 1
         return pending

@@ -18,6 +18,12 @@ the real rows. Only models whose capabilities declare ``padded_prefill`` are cap
 qualify (no cached prefix, no earlier chunk: the conv state is rebuilt from the prompt alone), of at
 most the largest bucket, in a step of their own; anything else runs eagerly.
 
+A model with media or positions of its own (capabilities ``modalities`` / ``position_rows > 1``) gets its
+positions staged per prompt (``[R, T]``), and, with media, a ``[T, hidden]`` float32 device buffer of
+encoder outputs plus a staged row mask (``ForwardBatch.embeds`` / ``embeds_mask``): before the replay the
+prompt's encoder-output rows are copied into the buffer on the device, so a multimodal prompt replays
+its bucket's graph like a text prompt (whose mask is all False).
+
 With in-pass state snapshots (prefix caching of a model with a recurrent cache group, :mod:`anna_core.layers.state_checkpoints`)
 each bucket's graph runs the recurrent rule in rounds that end at every snapshot boundary inside the
 bucket; the snapshot-store entry of each boundary is staged with the inputs, and boundaries the
@@ -63,13 +69,17 @@ class PrefillGraphs:
         buckets: the captured lengths, ascending (:func:`prefill_buckets`).
         max_blocks_per_seq: block-table width ``W`` (``ceil(max_model_len / block_size)``).
         checkpoints: where in-pass state snapshots go, or None (prompts with snapshots stay eager).
+        position_rows: rows ``R`` of the model's positions.
+        staged_positions: stage every prompt's positions (media / M-RoPE) instead of ``0 .. T-1``.
+        hidden_size: the embedding width of a model with media (stages encoder outputs), or None.
 
     Raises:
         AnnaError: no bucket, a model without ``padded_prefill``, or a table narrower than the largest bucket.
     """
 
     def __init__(self, model: Any, caches: ModelCaches, accel: Accelerator, *, buckets: Sequence[int],
-                 max_blocks_per_seq: int, checkpoints: CheckpointTarget | None = None):
+                 max_blocks_per_seq: int, checkpoints: CheckpointTarget | None = None, position_rows: int = 1,
+                 staged_positions: bool = False, hidden_size: int | None = None):
         if not buckets:
             raise AnnaError("no prefill length to capture")
         if not model.capabilities.padded_prefill:
@@ -88,8 +98,17 @@ class PrefillGraphs:
                   ("snapshot_dst", torch.int64, (max(1, self.num_boundaries),))]
         for g in self.groups:
             fields += [(f"slot_mapping{g}", torch.int64, (rows,)), (f"block_tables{g}", torch.int32, (1, self.width))]
+        self.position_rows = position_rows
+        self.staged_positions = staged_positions or position_rows > 1
+        self.media = hidden_size is not None
+        if self.staged_positions:
+            fields.append(("positions", torch.int64, (position_rows, rows)))
+        if self.media:
+            fields.append(("embeds_mask", torch.bool, (rows,)))
         self.staging = Staging(accel, fields)
         dev = accel.device
+        # encoder outputs of the staged prompt's placeholder rows (float32: spliced in the embeddings' dtype)
+        self.embeds = torch.zeros(rows, hidden_size, dtype=torch.float32, device=dev) if self.media else None
         self._positions = torch.arange(rows, dtype=torch.int64, device=dev)
         self._cu = {b: torch.tensor([0, b], dtype=torch.int32, device=dev) for b in self.buckets}
         self._lens = {b: torch.tensor([b], dtype=torch.int32, device=dev) for b in self.buckets}
@@ -123,8 +142,12 @@ class PrefillGraphs:
         tables: list[GroupTable | None] = [None] * len(self.caches.groups)
         for g in self.groups:
             tables[g] = GroupTable(block_tables=d[f"block_tables{g}"], slot_mapping=d[f"slot_mapping{g}"][:t])
+        positions = self._positions[:t]
+        if self.staged_positions:
+            positions = d["positions"][:, :t] if self.position_rows > 1 else d["positions"][0, :t]
         return ForwardBatch(
-            input_ids=d["input_ids"][:t], positions=self._positions[:t], cu_seqlens=self._cu[t], seq_lens=self._lens[t],
+            embeds=self.embeds[:t] if self.media else None, embeds_mask=d["embeds_mask"][:t] if self.media else None,
+            input_ids=d["input_ids"][:t], positions=positions, cu_seqlens=self._cu[t], seq_lens=self._lens[t],
             tables=tables, state_slots=d["state_slots"],
             logits_indices=d["last"], query_lens=[t], context_lens=[t], is_decode=False, num_valid=d["num_valid"],
             checkpoints=self._ckpt[t])
@@ -139,13 +162,22 @@ class PrefillGraphs:
         self.logits_out.copy_(logits)
 
     def _stage(self, token_ids: Sequence[int], block_tables: Sequence[Sequence[int]], state_slot: int, t: int,
-               snapshots: Sequence[tuple[int, int]] = ()) -> None:
+               snapshots: Sequence[tuple[int, int]] = (), positions: Sequence[Sequence[int]] | None = None,
+               media: Sequence[tuple[int, torch.Tensor, int, int]] = ()) -> None:
         n = len(token_ids)
         bs = self.caches.block_size
         self.staging.next_buffer()
         h = self.staging.h
         h["input_ids"][:n] = token_ids
         h["input_ids"][n:t] = 0
+        if self.staged_positions:
+            for r in range(self.position_rows):
+                h["positions"][r, :n] = positions[r] if positions is not None else range(n)
+                h["positions"][r, n:t] = range(n, t)  # padding rows: any position
+        if self.media:
+            h["embeds_mask"][:t] = False
+            for row, _, _, k in media:
+                h["embeds_mask"][row:row + k] = True
         # every row writes its K/V at its own position of the table padded with the scratch block, so the
         # padding rows' attention reads only values written by this step (never a freed block's leftovers;
         # the slots after the prompt in its last block are overwritten by its decodes before they are read)
@@ -162,6 +194,8 @@ class PrefillGraphs:
             for pos, idx in snapshots:
                 h["snapshot_dst"][pos // iv - 1] = idx
         self.staging.upload()
+        for row, emb, src, k in media:  # device copies, ordered before the replay
+            self.embeds[row:row + k].copy_(emb[src:src + k])
 
     @torch.inference_mode()
     def capture(self, warmup_iters: int = 2) -> None:
@@ -186,7 +220,8 @@ class PrefillGraphs:
         log.info("captured prefill graphs for prompt lengths %s", self.buckets)
 
     def run(self, token_ids: Sequence[int], block_tables: Sequence[Sequence[int]], state_slot: int,
-            snapshots: Sequence[tuple[int, int]] = ()) -> torch.Tensor:
+            snapshots: Sequence[tuple[int, int]] = (), positions: Sequence[Sequence[int]] | None = None,
+            media: Sequence[tuple[int, torch.Tensor, int, int]] = ()) -> torch.Tensor:
         """Replay the graph of the smallest bucket holding this fresh prompt, without waiting for it.
 
         Args:
@@ -195,6 +230,9 @@ class PrefillGraphs:
             state_slot: its recurrent-state slot, already zeroed.
             snapshots: ``(position, snapshot-store entry)`` of the reserved boundaries inside the prompt
                 (positions multiples of the interval, ``< L``).
+            positions: ``R`` rows of ``L`` positions (graphs with ``staged_positions``; None: ``0 .. L-1``).
+            media: ``(row, encoder output [m, hidden], first output row, rows)`` of each placeholder span
+                (graphs captured with ``hidden_size``).
 
         Returns:
             ``[1, vocab]`` float32 logits of the last prompt token on the device: a view of the graphs'
@@ -202,7 +240,8 @@ class PrefillGraphs:
 
         Raises:
             AnnaError: an empty prompt, one longer than the largest bucket, a block table wider than
-                the captured one, or snapshots without a snapshot store or off the boundaries.
+                the captured one, snapshots without a snapshot store or off the boundaries, or media for
+                graphs captured without them.
         """
         n = len(token_ids)
         t = self.bucket_for(n) if n else None
@@ -214,6 +253,8 @@ class PrefillGraphs:
         if snapshots and (self.checkpoints is None or any(p % self.checkpoints.interval or not 0 < p < n
                                                           for p, _ in snapshots)):
             raise AnnaError(f"snapshots at {[p for p, _ in snapshots]} do not fit a {n}-token prompt's graph")
-        self._stage(token_ids, block_tables, state_slot, t, snapshots)
+        if media and not self.media:
+            raise AnnaError("these prefill graphs were captured without media")
+        self._stage(token_ids, block_tables, state_slot, t, snapshots, positions, media)
         self._graphs[t].replay()
         return self.logits_out

@@ -4,8 +4,9 @@ The key of block ``i`` of a sequence is ``H(key[i-1], tokens of block i, extra)`
 16-byte BLAKE2b digest; ``key[-1]`` is empty. A key therefore names the block's tokens *and*
 everything before them: equal blocks at different positions (or after different prefixes) get
 different keys and never alias, and a block repeated inside one prompt is computed, not reused.
-``extra`` is where multimodal inputs will go (the hashes of images whose placeholder tokens fall
-in the block); text-only requests pass ``b""``.
+``extra`` names the media whose placeholder tokens fall in the block (their offsets and content hashes,
+:meth:`anna_core.multimodal.MultiModalInputs.block_extra`), so equal placeholder tokens behind different
+images get different keys; text-only blocks pass ``b""``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def hash_block(parent: bytes, tokens: Sequence[int], extra: bytes = b"") -> byte
 
 
 def extend_hashes(hashes: list[bytes], token_slice: Callable[[int, int], Sequence[int]], num_blocks: int,
-                  block_size: int) -> list[bytes]:
+                  block_size: int, extra: Callable[[int, int], bytes] | None = None) -> list[bytes]:
     """Append chain keys to ``hashes`` until it covers ``num_blocks`` full blocks; returns ``hashes``.
 
     Args:
@@ -40,7 +41,10 @@ def extend_hashes(hashes: list[bytes], token_slice: Callable[[int, int], Sequenc
         token_slice: ``(start, end) -> token ids`` of the sequence (only full blocks are read).
         num_blocks: full blocks to cover.
         block_size: tokens per block.
+        extra: ``(start, end) -> bytes`` the non-token inputs of tokens ``start .. end-1`` (media), or None.
     """
     for i in range(len(hashes), num_blocks):
-        hashes.append(hash_block(hashes[i - 1] if i else b"", token_slice(i * block_size, (i + 1) * block_size)))
+        start, end = i * block_size, (i + 1) * block_size
+        hashes.append(hash_block(hashes[i - 1] if i else b"", token_slice(start, end),
+                                 extra(start, end) if extra is not None else b""))
     return hashes

@@ -6,7 +6,9 @@ import enum
 import time
 from typing import Any
 
+from anna_core.engine.prefix_cache import extend_hashes
 from anna_core.engine.sampling_params import SamplingParams
+from anna_core.multimodal import MultiModalInputs
 
 PENDING = -1
 """Placeholder in :attr:`Request.output_token_ids` for a token sampled by a step that is launched on
@@ -43,12 +45,14 @@ class Request:
         num_preemptions: how often it was preempted.
         num_cached_tokens: prompt tokens served from a cache at the first admission.
         block_hashes: prefix-cache chain keys of its full blocks so far (see
-            :mod:`anna_core.engine.prefix_cache`).
+            :mod:`anna_core.engine.prefix_cache`; :meth:`hashes_upto` extends them).
+        multimodal: its media and positions (:mod:`anna_core.multimodal`), or None (text).
         last_scheduled: the scheduler step that last computed it (decode rotation).
     """
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, *,
-                 eos_token_ids: tuple[int, ...] = (), seed: int = 0, arrival_time: float | None = None):
+                 eos_token_ids: tuple[int, ...] = (), seed: int = 0, arrival_time: float | None = None,
+                 multimodal: MultiModalInputs | None = None):
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.params = params
@@ -74,6 +78,10 @@ class Request:
         self.block_hashes: list[bytes] = []
         self.last_scheduled = -1
         self.admitted_once = False
+        self.multimodal = multimodal if multimodal is not None and (multimodal.items or multimodal.positions) else None
+        # the prompt-cache key: the prompt's ids, and its media when it has some
+        ids = tuple(self.prompt_token_ids)
+        self.prompt_key: tuple = ids if self.multimodal is None else (ids, self.multimodal.key)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -97,6 +105,12 @@ class Request:
         if start >= p:
             return self.output_token_ids[start - p:end - p]
         return self.prompt_token_ids[start:] + self.output_token_ids[:end - p]
+
+    def hashes_upto(self, num_blocks: int, block_size: int) -> list[bytes]:
+        """:attr:`block_hashes` extended to cover ``num_blocks`` full blocks (media hashed into the blocks
+        their placeholders fall in); returns the list itself."""
+        extra = self.multimodal.block_extra if self.multimodal is not None and self.multimodal.items else None
+        return extend_hashes(self.block_hashes, self.token_slice, num_blocks, block_size, extra)
 
     @property
     def stop_token_ids(self) -> tuple[int, ...]:

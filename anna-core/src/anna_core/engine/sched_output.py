@@ -9,6 +9,7 @@ import attrs
 
 from anna_core.engine.request import Request
 from anna_core.engine.state_snapshots import PromptEntry
+from anna_core.multimodal import MediaItem
 
 
 @attrs.define
@@ -61,6 +62,12 @@ class ScheduledSeq:
     def context_len(self) -> int:
         """Cached plus new tokens after this step."""
         return self.start + len(self.token_ids)
+
+    @property
+    def media(self) -> list[MediaItem]:
+        """The media whose placeholders this chunk covers (their encoder outputs are spliced in)."""
+        mm = self.request.multimodal
+        return mm.items_in(self.start, self.context_len) if mm is not None else []
 
     @property
     def is_fresh(self) -> bool:
@@ -118,6 +125,11 @@ class SchedulerOutput:
         prompt_hits: requests served from the prompt cache this step (not in ``seqs``).
         cache_lookups: ``(cached_tokens, prompt_tokens)`` of each first admission (hit-rate metric).
         captures: state copies to make after the step (filled in by ``Scheduler.update``).
+        encoder_inputs: media to encode before this step's forward pass (each once, new to the encoder
+            cache; :mod:`anna_core.engine.encoder_cache`); the chunks of ``seqs`` that cover placeholders
+            read their rows from the cache.
+        free_encoder_hashes: content hashes of encoder outputs nobody needs any more: the runner drops
+            them before encoding ``encoder_inputs`` (which may bring one back).
     """
 
     seqs: list[ScheduledSeq] = attrs.field(factory=list)
@@ -126,6 +138,8 @@ class SchedulerOutput:
     prompt_hits: list[PromptHit] = attrs.field(factory=list)
     cache_lookups: list[tuple[int, int]] = attrs.field(factory=list)
     captures: list[Capture] = attrs.field(factory=list)
+    encoder_inputs: list[MediaItem] = attrs.field(factory=list)
+    free_encoder_hashes: list[bytes] = attrs.field(factory=list)
 
     @property
     def is_empty(self) -> bool:

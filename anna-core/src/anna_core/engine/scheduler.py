@@ -22,6 +22,13 @@ boundary spans the following ones, each reserved in the snapshot index when sche
 between boundaries) chunks end at the next boundary, and :meth:`update` asks the engine to copy the
 state there after the step.
 
+**Media** (:mod:`anna_core.multimodal`): a chunk covering placeholders of a medium whose encoder output
+is not cached gets it encoded in its step (``SchedulerOutput.encoder_inputs``), within the step's
+``max_encoder_tokens`` and the encoder cache's room (:mod:`anna_core.engine.encoder_cache`); a medium that
+does not fit cuts the chunk before its first placeholder (a chunk cut to nothing waits for the next step).
+The output stays cached while the request has placeholders of it left to compute, so a later chunk reads
+it instead of encoding again.
+
 When a running request needs a KV block and none is free, prompt-cache entries are dropped first,
 then the newest running request not yet scheduled this step is preempted by recompute: its blocks
 and slot are freed and it goes back to the front of the waiting queue; when resumed it computes
@@ -37,7 +44,7 @@ from collections.abc import Callable
 
 from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.config import EngineConfig
-from anna_core.engine.prefix_cache import extend_hashes
+from anna_core.engine.encoder_cache import EncoderCacheManager
 from anna_core.engine.request import Request, RequestStatus
 from anna_core.engine.sched_output import (
     Capture,
@@ -80,6 +87,8 @@ class Scheduler:
         self.prompt_cache = PromptCache(config.prompt_cache_size) if config.prompt_cache_size else None
         self.capture_snapshots = kv.capture_snapshots
         self.checkpoints_in_pass = self.capture_snapshots and checkpoints_in_pass
+        self.encoder_cache = EncoderCacheManager(config.encoder_cache_tokens)
+        self._encoder_budget = 0  # encoder-output rows this step may still encode
 
     # -- queue --------------------------------------------------------------------------------
 
@@ -140,6 +149,24 @@ class Scheduler:
                 boundary = (start // interval + 1) * interval
                 if boundary <= p and start + n > boundary:
                     n = boundary - start
+        return self._encoder_limit(request, start, n)
+
+    def _encoder_limit(self, request: Request, start: int, n: int) -> int:
+        """``n`` cut before the first medium of tokens ``start .. start+n-1`` whose encoder output is not
+        cached and does not fit this step's encoder budget or the encoder cache (0: nothing fits)."""
+        mm = request.multimodal
+        if mm is None or not mm.items:
+            return n
+        budget, room, seen = self._encoder_budget, self.encoder_cache.num_free, set()
+        for item in mm.items_in(start, start + n):
+            h = item.content_hash
+            if h in self.encoder_cache or h in seen:
+                continue
+            if item.length > budget or item.length > room:
+                return max(0, item.offset - start)
+            budget -= item.length
+            room -= item.length
+            seen.add(h)
         return n
 
     # -- the step -----------------------------------------------------------------------------
@@ -150,6 +177,7 @@ class Scheduler:
         self.num_steps += 1
         out = SchedulerOutput()
         prefill_budget, decode_budget = self.budgets()
+        self._encoder_budget = self.config.max_encoder_tokens
         busy = bool(self.running)
         scheduled: set[str] = set()
 
@@ -163,6 +191,8 @@ class Scheduler:
             ctx = request.num_computed_tokens + 1
             if decode_budget and read and read + ctx > decode_budget:
                 continue
+            if not self._encoder_limit(request, ctx - 1, 1):
+                continue  # the last prompt token is a placeholder whose medium does not fit this step
             if not self._ensure_blocks(request, ctx, out, scheduled):
                 continue
             self._schedule(request, 1, out, scheduled)
@@ -179,6 +209,8 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING or request.request_id in scheduled:
                 continue
             n = self._chunk(request, prefill_budget)
+            if n == 0:
+                continue
             if not self._ensure_blocks(request, request.num_computed_tokens + n, out, scheduled):
                 continue
             self._schedule(request, n, out, scheduled)
@@ -187,6 +219,7 @@ class Scheduler:
         if not out.preempted and (not busy or self._admission_open(now)):
             self._admit(out, prefill_budget, scheduled, now)
         out.num_batched_tokens = sum(s.num_new_tokens for s in out.seqs)
+        out.free_encoder_hashes = self.encoder_cache.take_freed()
         return out
 
     def _ensure_blocks(self, request: Request, num_tokens: int, out: SchedulerOutput, scheduled: set[str]) -> bool:
@@ -223,10 +256,31 @@ class Scheduler:
             state_slot=self.slots.allocate(rid), samples=end == request.num_tokens, restore_snapshot=restore,
             capture_snapshot=self.capture_snapshots and end <= p and end % self.config.snapshot_interval == 0,
             capture_prompt=(self.prompt_cache is not None and end == p and not request.output_token_ids
-                            and tuple(request.prompt_token_ids) not in self.prompt_cache),
+                            and request.prompt_key not in self.prompt_cache),
             checkpoints=self._reserve_checkpoints(request, start, min(end - 1, p)) if self.checkpoints_in_pass else [],
         ))
         scheduled.add(rid)
+        self._acquire_media(out.seqs[-1], out)
+
+    def _acquire_media(self, seq: ScheduledSeq, out: SchedulerOutput) -> None:
+        """Hold the encoder outputs ``seq``'s chunk reads; media new to the cache are encoded this step."""
+        rid = seq.request_id
+        for item in seq.media:
+            if self.encoder_cache.holds(rid, item.content_hash):
+                continue
+            if self.encoder_cache.acquire(rid, item.content_hash, item.length):
+                out.encoder_inputs.append(item)
+                self._encoder_budget -= item.length
+
+    def _release_media(self, request: Request) -> None:
+        """Release the encoder outputs ``request`` has computed past (every placeholder of the medium)."""
+        mm = request.multimodal
+        if mm is None:
+            return
+        done = request.num_computed_tokens
+        for h in self.encoder_cache.held_by(request.request_id):
+            if all(m.end <= done for m in mm.items if m.content_hash == h):
+                self.encoder_cache.release(request.request_id, h)
 
     def _reserve_checkpoints(self, request: Request, start: int, last: int) -> list[tuple[int, int, bytes]]:
         """Pending snapshot entries for the boundaries ``start < b <= last`` of ``request`` (those whose
@@ -236,7 +290,7 @@ class Scheduler:
         first = (start // interval + 1) * interval
         if first > last:
             return []
-        hashes = extend_hashes(request.block_hashes, request.token_slice, last // bs, bs)
+        hashes = request.hashes_upto(last // bs, bs)
         points = []
         for b in range(last // interval * interval, first - 1, -interval):
             key = hashes[b // bs - 1]
@@ -287,6 +341,8 @@ class Scheduler:
         hit = self.kv.prefix_hit(request)
         cached = hit.num_tokens
         n = self._chunk(request, budget, start=cached)
+        if n == 0:
+            return None  # its next medium does not fit this step's encoder budget
         while not self.kv.fits(hit.shared, cached + n):
             if not self._drop_prompt_entry():
                 return None
@@ -305,7 +361,7 @@ class Scheduler:
     def _try_prompt_hit(self, request: Request, out: SchedulerOutput, scheduled: set[str], first: bool) -> bool:
         if self.prompt_cache is None or request.output_token_ids:
             return False
-        entry = self.prompt_cache.get(tuple(request.prompt_token_ids))
+        entry = self.prompt_cache.get(request.prompt_key)
         if entry is None:
             return False
         p = request.num_prompt_tokens
@@ -355,14 +411,14 @@ class Scheduler:
             rid = request.request_id
             if self.kv.enable_caching:
                 full = end // bs
-                hashes = extend_hashes(request.block_hashes, request.token_slice, full, bs)
+                hashes = request.hashes_upto(full, bs)
                 self.kv.register(rid, hashes, seq.start // bs, full)
                 if seq.capture_snapshot:
                     idx = self.snapshots.reserve(hashes[end // bs - 1])
                     if idx is not None:
                         out.captures.append(Capture("snapshot", seq.state_slot, idx, rid))
             if seq.capture_prompt and self.prompt_cache is not None:
-                key = tuple(request.prompt_token_ids)
+                key = request.prompt_key
                 if key not in self.prompt_cache:
                     entry, evicted = self.prompt_cache.insert(key, self.kv.entry_blocks(rid, end))
                     self.kv.pin(entry.blocks)
@@ -370,6 +426,8 @@ class Scheduler:
                         self.kv.unpin(evicted.blocks)
                     out.captures.append(Capture("prompt", seq.state_slot, entry.store_idx, rid))
             self.kv.computed(rid, end)
+            if seq.media:
+                self._release_media(request)
             if seq.samples:
                 request.output_token_ids.append(sampled[rid])
                 grew.append(request)
@@ -383,7 +441,7 @@ class Scheduler:
 
     def forget_prompt(self, request: Request) -> None:
         """Drop ``request``'s prompt-cache entry (its capture could not be completed)."""
-        entry = self.prompt_cache.remove(tuple(request.prompt_token_ids)) if self.prompt_cache is not None else None
+        entry = self.prompt_cache.remove(request.prompt_key) if self.prompt_cache is not None else None
         if entry is not None:
             self.kv.unpin(entry.blocks)
 
@@ -391,6 +449,7 @@ class Scheduler:
 
     def _release(self, request: Request) -> None:
         self.kv.free(request.request_id)
+        self.encoder_cache.release_all(request.request_id)
 
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)

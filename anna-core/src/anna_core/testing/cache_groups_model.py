@@ -31,6 +31,7 @@ from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.kernels.ops import CORE_OPS
 from anna_core.kernels.reference import conv1d, gated_delta_rule
 from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.layers import padding
 from anna_core.layers.attention import PagedAttention
 from anna_core.model import (
     CacheSpec,
@@ -116,6 +117,17 @@ class _Recurrent(nn.Module):
         cache = caches.state(self.group)
         conv, states = cache.conv[self.index], cache.recurrent[self.index]
         qkv, g, beta = self._gates(x)
+        if batch.num_valid is not None:  # a padded prefill: padding rows change no state (anna_core.layers.padding)
+            g = padding.mask_rows(g, batch.num_valid, 0.0)
+            beta = padding.mask_rows(beta, batch.num_valid, 0.0)
+            raw = qkv
+            qkv = conv1d.causal_conv1d_prefill(qkv, self.conv_w, None, batch.cu_seqlens, conv, batch.state_slots,
+                                               "silu")
+            padding.write_conv_state(conv, batch.state_slots, raw, batch.num_valid)
+            q, k, v = self._heads(padding.mask_rows(qkv, batch.num_valid, 0.0))
+            o = gated_delta_rule.gated_delta_rule_prefill(q, k, v, g, beta, batch.cu_seqlens, states,
+                                                          batch.state_slots, D_K**-0.5)
+            return self.o(o.reshape(x.shape[0], -1))
         if batch.is_decode:
             qkv = conv1d.causal_conv1d_update(qkv, self.conv_w, None, conv, batch.state_slots, "silu")
             q, k, v = self._heads(qkv)
@@ -179,12 +191,16 @@ class CacheGroupsLM(nn.Module):
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, 16]`` for every token of ``batch``."""
-        h = self.embed(batch.input_ids) + _sinusoid(batch.positions, HIDDEN)
+        h = self.embed_inputs(batch)
         h = h + self.full(self._norm(h), batch, caches)
         h = h + self.sliding(self._norm(h), batch, caches)
         h = h + self.shared(self._norm(h), batch, caches)
         h = h + self.recurrent(self._norm(h), batch, caches)
         return self._norm(h)
+
+    def embed_inputs(self, batch: ForwardBatch) -> torch.Tensor:
+        """``[T, 16]`` the first residual stream: token embeddings plus position features."""
+        return self.embed(batch.input_ids) + _sinusoid(batch.positions, HIDDEN)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[N, 16]`` -> ``[N, vocab]`` float32."""
@@ -194,7 +210,10 @@ class CacheGroupsLM(nn.Module):
     def reference_logits(self, token_ids: list[int]) -> torch.Tensor:
         """``[T, vocab]`` float32 logits of one whole sequence, computed without any cache."""
         ids = torch.tensor(token_ids, dtype=torch.int64)
-        h = self.embed(ids) + _sinusoid(torch.arange(len(token_ids)), HIDDEN)
+        return self.dense_logits(self.embed(ids) + _sinusoid(torch.arange(len(token_ids)), HIDDEN))
+
+    def dense_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """``[T, vocab]`` logits of one whole sequence from its first residual stream ``h`` ``[T, 16]``."""
         out, kv0 = self.full.dense(self._norm(h), None)
         h = h + out
         h = h + self.sliding.dense(self._norm(h), None)[0]

@@ -1,0 +1,88 @@
+"""The model runner's encoder outputs: media encoded by the model, kept while prefills read them.
+
+What to encode and when to drop is the scheduler's decision (:mod:`anna_core.engine.encoder_cache`,
+``SchedulerOutput.encoder_inputs`` / ``free_encoder_hashes``); this holds the tensors and turns a step's
+placeholder rows into ``ForwardBatch.embeds`` / ``embeds_mask`` (:mod:`anna_core.multimodal`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from anna_core.engine.sampler import host_tensor
+from anna_core.errors import AnnaError
+from anna_core.multimodal import MediaItem
+
+Span = tuple[int, torch.Tensor, int, int]
+"""``(batch row, encoder output [length, hidden], its first row, rows)`` of one placeholder span."""
+
+
+class EncoderOutputs:
+    """Encoder outputs by content hash, for a model whose capabilities declare ``modalities``.
+
+    Args:
+        model: the model (``encode`` and ``hidden_size``, :class:`~anna_core.model.CausalLM`).
+        device: where batches are built.
+    """
+
+    def __init__(self, model: Any, device: torch.device):
+        self.model = model
+        self.device = device
+        self.outputs: dict[bytes, torch.Tensor] = {}
+
+    def drop(self, hashes: Sequence[bytes]) -> None:
+        """Forget the outputs nobody needs any more."""
+        for h in hashes:
+            self.outputs.pop(h, None)
+
+    def encode(self, items: Sequence[MediaItem]) -> None:
+        """Run the model's encoder on ``items`` (one call for all) and keep each output.
+
+        Raises:
+            AnnaError: the model returned the wrong number of outputs or one not ``[length, hidden_size]``.
+        """
+        if not items:
+            return
+        outputs = self.model.encode(list(items))
+        if len(outputs) != len(items):
+            raise AnnaError(f"encode returned {len(outputs)} outputs for {len(items)} media")
+        hidden = self.model.hidden_size
+        for item, emb in zip(items, outputs):
+            if tuple(emb.shape) != (item.length, hidden):
+                raise AnnaError(f"the encoder output of an {item.modality} is {tuple(emb.shape)}, expected "
+                                f"({item.length}, {hidden}) for its {item.length} placeholder tokens")
+        for item, emb in zip(items, outputs):
+            self.outputs[item.content_hash] = emb
+
+    def spans(self, seqs: Sequence[Any], cu_seqlens: Sequence[int]) -> list[Span]:
+        """The placeholder spans of the scheduled sequences ``seqs`` (rows from ``cu_seqlens``).
+
+        Raises:
+            AnnaError: a medium's output is not here (the scheduler did not have it encoded).
+        """
+        spans = []
+        for i, seq in enumerate(seqs):
+            for item in seq.media:
+                emb = self.outputs.get(item.content_hash)
+                if emb is None:
+                    raise AnnaError(f"no encoder output for a medium of {seq.request_id} (not scheduled for encoding)")
+                lo, hi = max(item.offset, seq.start), min(item.end, seq.context_len)
+                spans.append((cu_seqlens[i] + lo - seq.start, emb, lo - item.offset, hi - lo))
+        return spans
+
+    def rows(self, seqs: Sequence[Any], cu_seqlens: Sequence[int]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(embeds [T, hidden], embeds_mask [T] bool)`` of the step's placeholder rows (``T =
+        cu_seqlens[-1]``), or ``(None, None)`` when no sequence covers a placeholder."""
+        spans = self.spans(seqs, cu_seqlens)
+        if not spans:
+            return None, None
+        t = cu_seqlens[-1]
+        embeds = torch.zeros(t, spans[0][1].shape[-1], dtype=spans[0][1].dtype, device=self.device)
+        mask = [False] * t
+        for row, emb, src, n in spans:
+            embeds[row:row + n] = emb[src:src + n]
+            mask[row:row + n] = [True] * n
+        return embeds, host_tensor(mask, torch.bool, self.device)

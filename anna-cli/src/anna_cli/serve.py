@@ -237,8 +237,8 @@ def _draining_server_class() -> type:
               help="Log a one-line metrics summary this often (0 = never). Full figures: /healthz, /metrics.")
 @exit_on_anna_errors
 def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
-          model_name: str | None, task_name: str | None, host: str, port: int, log_level: str, log_format: str, max_model_len: int | None,
-          chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
+          model_name: str | None, task_name: str | None, host: str, port: int, log_level: str, log_format: str,
+          max_model_len: int | None, chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
           reasoning_format: str, api_key: str | None, cuda_graph: bool, compile_mode: str,
           disable_kernels: tuple[str, ...], metrics_log_interval_seconds: float, **options: Any) -> None:

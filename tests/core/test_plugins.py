@@ -18,7 +18,7 @@ def test_builtin_reference_kernels_are_a_plugin():
     assert names == ["anna_core_reference"]
     [rec] = describe_plugins(pm)
     assert rec["distribution"] == "anna-core"
-    assert rec["hooks"] == ["register_ops"]
+    assert rec["hooks"] == ["register_ops", "register_tasks"]
     reg = KernelRegistry.from_plugins(pm)
     fn = reg.get("rms_norm", ProbeRequest("cpu", "float32"))
     assert fn.__module__ == "anna_core.kernels.reference.norms"
@@ -44,8 +44,9 @@ def test_unknown_allow_list_name_warns(caplog):
 
 
 def test_registering_plugins_does_not_import_torch():
-    code = ("import sys; from anna_core.plugins import get_plugin_manager, model_families, kernel_specs, op_contracts; "
-            "get_plugin_manager(); model_families(); kernel_specs(); op_contracts(); print('torch' in sys.modules)")
+    code = ("import sys; from anna_core.plugins import get_plugin_manager, model_families, kernel_specs, op_contracts, "
+            "tasks; get_plugin_manager(); model_families(); kernel_specs(); op_contracts(); tasks(); "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

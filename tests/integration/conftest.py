@@ -49,15 +49,22 @@ def tiny_qwen35_dir(tmp_path_factory) -> Path:
     return build_tiny_qwen35(tmp_path_factory.mktemp("tiny-qwen35-serve"))
 
 
-def start_server(args: list[str], log_dir: Path, model_dir: Path | None = None) -> LiveServer:
-    """Start ``anna serve ARGS`` on a free loopback port and wait until ``/health`` is 200."""
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_server(args: list[str], log_dir: Path, model_dir: Path | None = None,
+                 module: str = "anna_cli.main") -> LiveServer:
+    """Start ``anna serve ARGS`` on a free loopback port and wait until ``/health`` is 200.
+
+    ``module`` is the ``python -m`` entry (another one may register test plugins before calling the
+    ``anna`` CLI; it runs from the repository root, so ``tests.*`` modules import)."""
     port = _free_port()
     log_path = log_dir / "serve.log"
-    cmd = [sys.executable, "-m", "anna_cli.main", "serve", *args, "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", module, "serve", *args, "--host", "127.0.0.1", "--port", str(port),
            "--device", "cpu", "--threads", "2", "--log-level", "info"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     server = LiveServer(proc, f"http://127.0.0.1:{port}", model_dir, log_path)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:

@@ -1,4 +1,7 @@
-"""``anna generate``: one prompt, streamed to stdout (or one JSON object with ``--json``)."""
+"""``anna generate``: one prompt, streamed to stdout (or one JSON object with ``--json``).
+
+The engine is the ``generate`` task's (``register_tasks``); a family whose tasks do not include
+``generate`` is refused before any weights load."""
 
 from __future__ import annotations
 
@@ -50,17 +53,21 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
     """Generate a completion for one prompt."""
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.defaults import sampling_params_with_defaults
-    from anna_core.engine.llm_engine import LLMEngine
     from anna_core.errors import AnnaError
     from anna_core.loading import load_model
+    from anna_core.model_dir import inspect_model_dir, select_family
+    from anna_core.plugins import model_families, task_for
+    from anna_core.registry import resolve
 
     if prompt == "-":
         prompt = sys.stdin.read()
     path, _ = resolve_model_path(model_dir)
+    family = select_family(inspect_model_dir(path, gguf_file=gguf_file), model_families())
+    build = resolve(task_for(family, name="generate").engine)  # fail fast: not a text-generation family
     t0 = time.perf_counter()
     loaded = load_model(path, device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
                         chat_template=chat_template.read_text() if chat_template else None)
-    engine = LLMEngine.from_loaded(loaded, EngineConfig(max_num_seqs=1))
+    engine = build(loaded, EngineConfig(max_num_seqs=1), None)
     load_s = time.perf_counter() - t0
     prompt_ids = _prompt_ids(loaded.tokenizer, prompt, chat, enable_thinking)
     explicit = {k: v for k, v in sampling.items() if k in SAMPLING_FLAGS and v is not None}

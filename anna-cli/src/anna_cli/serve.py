@@ -1,7 +1,9 @@
-"""``anna serve``: the OpenAI-compatible HTTP server (litestar app on uvicorn).
+"""``anna serve``: the HTTP server (litestar app on uvicorn) of the loaded family's task
+(``generate``: the OpenAI-compatible API).
 
-Start-up order: cheap checks first (model folder, family, flags) so a wrong ``--model-dir``
-fails at once with a one-line error; then the socket is bound (a busy port fails before any
+Start-up order: cheap checks first (model folder, family, its task through ``register_tasks``,
+flags) so a wrong ``--model-dir`` or a task no plugin installs fails at once with a one-line error;
+then the app is built with the task's routes and the socket is bound (a busy port fails before any
 loading) and ``/health`` answers 503 ``loading`` while the weights load in a background thread; when the engine runs, ``/health``
 turns 200. A failed load is logged, shown on ``/health`` (``failed``) and ends the process with
 exit code 1.
@@ -67,11 +69,22 @@ def _parser(kind: str, flag: str | None, family_default: str) -> Any:
 
 
 class BackgroundLoader:
-    """Loads the model off the event loop after start-up and attaches the engine to the state."""
+    """Loads the model off the event loop after start-up, builds and starts the task's engine
+    (``TaskSpec.engine`` in a worker thread, then ``TaskSpec.serving``) and attaches it to the state.
 
-    def __init__(self, state: Any, model_path: Path, load_kwargs: dict[str, Any], engine_config: Any,
+    Args:
+        state: the server state the engine is attached to.
+        task: the served task (:class:`anna_core.registry.TaskSpec`).
+        model_path / load_kwargs: what :func:`anna_core.loading.load_model` loads.
+        engine_config / runner_config: passed to the task's ``build``.
+        requested_max_len: ``--max-model-len`` (for the log line), or None.
+        metrics_log_interval_s: seconds between metrics log lines (0: none).
+    """
+
+    def __init__(self, state: Any, task: Any, model_path: Path, load_kwargs: dict[str, Any], engine_config: Any,
                  runner_config: Any, requested_max_len: int | None, metrics_log_interval_s: float = 0.0):
         self.state = state
+        self.task = task
         self.model_path = model_path
         self.load_kwargs = load_kwargs
         self.engine_config = engine_config
@@ -89,22 +102,19 @@ class BackgroundLoader:
     async def _load(self) -> None:
         import time
 
-        from anna_core.engine.async_engine import AsyncEngine
         from anna_core.engine.defaults import default_sampling_fields
-        from anna_core.engine.llm_engine import LLMEngine
         from anna_core.errors import AnnaError
         from anna_core.kernels.registry import chosen_kernels
         from anna_core.loading import load_model
+        from anna_core.registry import resolve
 
         t0 = time.perf_counter()
         try:
+            build, start = resolve(self.task.engine), resolve(self.task.serving)
             loaded = await asyncio.to_thread(load_model, self.model_path, **self.load_kwargs)
-            llm_engine = await asyncio.to_thread(LLMEngine.from_loaded, loaded, self.engine_config)
-            # Warm-up and prefill / decode graph capture (eager fallback on CPU or when capture fails).
-            await asyncio.to_thread(llm_engine.runner.setup, self.runner_config,
-                                    max_model_len=llm_engine.max_model_len,
-                                    max_num_seqs=self.engine_config.max_num_seqs,
-                                    max_prefill_tokens=llm_engine.longest_one_step_prompt())
+            # The task's engine, warmed up (graph capture for generate; eager on CPU or when capture fails).
+            task_engine = await asyncio.to_thread(build, loaded, self.engine_config, self.runner_config)
+            engine = start(task_engine)
         except AnnaError as exc:
             self._fail(str(exc))
             return
@@ -112,12 +122,11 @@ class BackgroundLoader:
             logger.exception("unexpected error while loading the model")
             self._fail(f"{type(exc).__name__}: {exc}")
             return
-        engine = AsyncEngine(llm_engine)
-        engine.start()
-        max_len = llm_engine.max_model_len
-        logger.info("max_model_len = %d tokens (checkpoint limit %d%s; capped by the KV cache memory if smaller)",
-                    max_len, loaded.max_model_len,
-                    f", --max-model-len {self.requested_max_len}" if self.requested_max_len else "")
+        max_len = task_engine.max_model_len
+        if max_len:
+            logger.info("max_model_len = %d tokens (checkpoint limit %d%s; capped by the KV cache memory if smaller)",
+                        max_len, loaded.max_model_len,
+                        f", --max-model-len {self.requested_max_len}" if self.requested_max_len else "")
         if self.requested_max_len and max_len < self.requested_max_len:
             logger.warning("--max-model-len %d is more than this model / KV cache allows; serving %d",
                            self.requested_max_len, max_len)
@@ -128,9 +137,9 @@ class BackgroundLoader:
             info={"family": loaded.family, "device": str(loaded.device), "dtype": str(loaded.dtype).replace("torch.", ""),
                   "load_s": round(time.perf_counter() - t0, 3), "kernels": lambda: chosen_kernels(model)},
         )
-        logger.info("model %s ready in %.2f s (family %s, %s, %s)", self.state.model_name, time.perf_counter() - t0,
-                    loaded.family, loaded.device, loaded.dtype)
-        if self.metrics_log_interval_s > 0:
+        logger.info("model %s ready in %.2f s (family %s, task %s, %s, %s)", self.state.model_name,
+                    time.perf_counter() - t0, loaded.family, self.task.name, loaded.device, loaded.dtype)
+        if self.metrics_log_interval_s > 0 and engine.metrics is not None:
             self._metrics_task = asyncio.create_task(self._log_metrics(engine))
 
     async def _log_metrics(self, engine: Any) -> None:
@@ -192,6 +201,8 @@ def _draining_server_class() -> type:
 @click.command("serve")
 @model_options
 @click.option("--model-name", default=None, help="The model id clients use (default: the folder name).")
+@click.option("--task", "task_name", default=None,
+              help="Which of the family's tasks to serve (generate, transcribe, speech, ...; default: its main one).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
@@ -226,17 +237,17 @@ def _draining_server_class() -> type:
               help="Log a one-line metrics summary this often (0 = never). Full figures: /healthz, /metrics.")
 @exit_on_anna_errors
 def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
-          model_name: str | None, host: str, port: int, log_level: str, log_format: str, max_model_len: int | None,
-          chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
+          model_name: str | None, task_name: str | None, host: str, port: int, log_level: str, log_format: str,
+          max_model_len: int | None, chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
           reasoning_format: str, api_key: str | None, cuda_graph: bool, compile_mode: str,
           disable_kernels: tuple[str, ...], metrics_log_interval_seconds: float, **options: Any) -> None:
-    """Serve a model over an OpenAI-compatible HTTP API."""
+    """Serve a model over HTTP: its task's routes (generate: the OpenAI-compatible API)."""
     import uvicorn
     from anna_core.device import resolve_device
     from anna_core.engine.model_runner import RunnerConfig
     from anna_core.model_dir import inspect_model_dir, select_family
-    from anna_core.plugins import model_families
+    from anna_core.plugins import model_families, task_for
     from anna_core.server.app import create_app
     from anna_core.server.state import ServerState
 
@@ -246,6 +257,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     path, default_name = resolve_model_path(model_dir)
     source = inspect_model_dir(path, gguf_file=gguf_file)  # fail fast: missing folder, unknown family
     family = select_family(source, model_families())
+    task = task_for(family, name=task_name)  # fail fast: the family's task is not installed
     _check_disabled_kernels(disable_kernels)
     runner_config = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
                                  warmup=resolve_device(device).type != "cpu")
@@ -263,22 +275,23 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         tool_call_parser=_parser("tool_call", tool_call_parser, family.tool_call_parser),
         reasoning_format=reasoning_format,
         api_key=api_key or None,
-        info={"model_dir": str(path), "family": family.name, "device": device},
+        info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device},
     )
     loader = BackgroundLoader(
-        state, path,
+        state, task, path,
         load_kwargs={"device": device, "dtype": dtype, "load_format": load_format, "gguf_file": gguf_file,
                      "disable_kernels": disable_kernels,
                      "chat_template": chat_template.read_text() if chat_template else None},
         engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,
         metrics_log_interval_s=metrics_log_interval_seconds,
     )
-    app = create_app(state, on_shutdown=[loader.stop])
+    app = create_app(state, task=task, on_shutdown=[loader.stop])
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=log_level,
                             timeout_graceful_shutdown=None, lifespan="on")
     server = _draining_server_class()(config, state, loader.start)
     loader.server = server
-    logger.info("serving %s (%s) on http://%s:%d; loading in the background", name, family.name, host, port)
+    logger.info("serving %s (%s, task %s) on http://%s:%d; loading in the background", name, family.name, task.name,
+                host, port)
     try:
         server.run()
     except SystemExit:  # uvicorn exits with its own code (3) when the port is busy or start-up fails

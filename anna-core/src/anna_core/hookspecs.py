@@ -67,6 +67,18 @@ def register_routes(register):
 
 
 @hookspec
+def register_tasks(register):
+    """Register tasks (what a family's models do: ``generate``, ``transcribe``, ``speech``).
+
+    Call ``register(anna_core.registry.TaskSpec(...))`` once per task: its name (unique across
+    plugins), a lazy ``"module:attr"`` engine builder, a lazy starter wrapping that engine for the
+    server, and lazy route handlers. Families name their tasks in ``ModelFamilySpec.tasks``;
+    ``anna serve`` builds and serves the loaded family's task through this hook. anna-core registers
+    ``generate`` (text out, the OpenAI routes) this way.
+    """
+
+
+@hookspec
 def register_commands(cli):
     """Add click commands to the ``anna`` command group ``cli``."""
 

@@ -14,18 +14,22 @@ from typing import Any
 
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.defaults import sampling_params_with_defaults
-from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.outputs import RequestOutput
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import InvalidRequestError
 from anna_core.loading import load_model
 from anna_core.model import LoadedModel
+from anna_core.model_dir import inspect_model_dir, select_family
+from anna_core.plugins import model_families, task_for
+from anna_core.registry import resolve
+from anna_core.tasks import generate as generate_task
 
 Prompt = str | list[int]
 
 
 class LLM:
-    """A loaded model plus an engine, driven synchronously.
+    """A loaded model plus the ``generate`` task's engine (:func:`anna_core.tasks.generate.build`),
+    driven synchronously.
 
     Args:
         model_dir: model folder or GGUF file.
@@ -38,27 +42,32 @@ class LLM:
             ``prompt_cache_size``, ...).
 
     Raises:
-        ModelLoadError, UnsupportedModelError: see ``load_model``.
+        ModelLoadError: see ``load_model``.
+        UnsupportedModelError: no installed family serves the checkpoint (see ``load_model``), or its
+            family's tasks do not include ``generate`` (raised before any weights load).
     """
 
     def __init__(self, model_dir: str | Path, device: str = "auto", dtype: Any = "auto", *,
                  load_format: str = "auto", gguf_file: str | None = None, chat_template: str | None = None,
                  **engine_options: Any):
+        family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
+        build = resolve(task_for(family, name="generate").engine)
         loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
                             gguf_file=gguf_file, chat_template=chat_template)
-        self._setup(loaded, EngineConfig(**engine_options))
+        self._setup(loaded, build(loaded, EngineConfig(**engine_options), None))
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, **engine_options: Any) -> LLM:
-        """Wrap an already loaded model (tests, custom loaders)."""
+        """Wrap an already loaded text-generation model (tests, custom loaders): its engine is built by
+        :func:`anna_core.tasks.generate.build`, without looking the family's tasks up."""
         self = cls.__new__(cls)
-        self._setup(loaded, EngineConfig(**engine_options))
+        self._setup(loaded, generate_task.build(loaded, EngineConfig(**engine_options), None))
         return self
 
-    def _setup(self, loaded: LoadedModel, config: EngineConfig) -> None:
+    def _setup(self, loaded: LoadedModel, engine: Any) -> None:
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
-        self.engine = LLMEngine.from_loaded(loaded, config)
+        self.engine = engine
         self._ids = itertools.count()
 
     def get_default_sampling_params(self) -> SamplingParams:

@@ -19,11 +19,14 @@ from typing import Any
 import pluggy
 
 from anna_core import hookspecs
+from anna_core.errors import AnnaError, UnsupportedModelError
 from anna_core.registry import (
+    KNOWN_TASK_DISTRIBUTIONS,
     DefaultModelSpec,
     ModelFamilySpec,
     OutputParserSpec,
     RouteSpec,
+    TaskSpec,
 )
 
 ENTRY_POINT_GROUP = "anna"
@@ -94,6 +97,45 @@ def routes(pm: pluggy.PluginManager | None = None) -> list[RouteSpec]:
 
 def default_models(pm: pluggy.PluginManager | None = None) -> list[DefaultModelSpec]:
     return _collect(pm or get_plugin_manager(), "register_default_models")
+
+
+def tasks(pm: pluggy.PluginManager | None = None) -> list[TaskSpec]:
+    """Every task the plugins register (``register_tasks``), anna-core's ``generate`` included.
+
+    Raises:
+        AnnaError: two plugins register one task name.
+    """
+    found = _collect(pm or get_plugin_manager(), "register_tasks")
+    by_name: dict[str, TaskSpec] = {}
+    for spec in found:
+        if spec.name in by_name:
+            both = sorted(s.distribution or "a plugin" for s in (by_name[spec.name], spec))
+            raise AnnaError(f"two plugins register the task {spec.name!r} ({both[0]} and {both[1]}); "
+                            f"uninstall one or restrict {ALLOW_LIST_ENV}")
+        by_name[spec.name] = spec
+    return found
+
+
+def task_for(family: ModelFamilySpec, pm: pluggy.PluginManager | None = None, name: str | None = None) -> TaskSpec:
+    """The task ``family`` runs: ``name`` (one of ``family.tasks``) or, by default, its main task.
+
+    Raises:
+        UnsupportedModelError: ``name`` is not one of the family's tasks, or no installed plugin
+            registers the task (the message names the task and what to install, when known).
+        AnnaError: two plugins register the task's name.
+    """
+    name = family.tasks[0] if name is None else name
+    if name not in family.tasks:
+        raise UnsupportedModelError(f"the {family.name!r} family serves the task(s) {', '.join(family.tasks)}, "
+                                    f"not {name!r}")
+    registered = {spec.name: spec for spec in tasks(pm)}
+    if name not in registered:
+        hint = KNOWN_TASK_DISTRIBUTIONS.get(name) or family.distribution
+        raise UnsupportedModelError(
+            f"the {family.name!r} family needs the task {name!r}, which no installed plugin registers "
+            f"(installed tasks: {', '.join(sorted(registered)) or 'none'})"
+            + (f"; install {hint}" if hint else ""))
+    return registered[name]
 
 
 def kernel_specs(pm: pluggy.PluginManager | None = None) -> list[Any]:

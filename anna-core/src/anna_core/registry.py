@@ -45,6 +45,11 @@ class ModelFamilySpec:
         reasoning_parser / tool_call_parser: names of the output parsers (``register_output_parsers``)
             used for this family unless ``--reasoning-parser`` / ``--tool-call-parser`` choose
             others ("" = none).
+        tasks: the tasks (``register_tasks`` names) this family's models serve, the main one first
+            (``anna serve`` serves it unless ``--task`` picks another). Default: ``("generate",)``.
+
+    Raises:
+        ValueError: ``tasks`` is empty or names a task twice.
     """
 
     name: str
@@ -55,6 +60,53 @@ class ModelFamilySpec:
     distribution: str = ""
     reasoning_parser: str = ""
     tool_call_parser: str = ""
+    tasks: tuple[str, ...] = attrs.field(default=("generate",), converter=tuple)
+
+    @tasks.validator
+    def _check_tasks(self, _attribute: Any, value: tuple[str, ...]) -> None:
+        if not value or len(set(value)) != len(value) or not all(isinstance(t, str) and t for t in value):
+            raise ValueError(f"family {self.name!r}: tasks must be distinct non-empty names, got {value!r}")
+
+
+def _lazy(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a lazy 'package.module:attr' "
+                         f"string, got {value!r}")
+
+
+@attrs.frozen
+class TaskSpec:
+    """What a task needs to run in a server or from the command line: its engine, how the server
+    drives it, and its HTTP routes. One main model (and so one task) per process.
+
+    Attributes:
+        name: the task name families list in ``ModelFamilySpec.tasks`` (``"generate"``,
+            ``"transcribe"``, ``"speech"``); unique across plugins.
+        engine: lazy ``"module:attr"`` of ``build(loaded: LoadedModel, config: EngineConfig,
+            runner: RunnerConfig | None) -> engine``: the task's synchronous engine over the loaded
+            model (run in a worker thread; with ``runner`` given it also warms up and captures
+            graphs). The engine has a ``max_model_len: int`` attribute (its token limit per request;
+            0 when the task has none).
+        serving: lazy ``"module:attr"`` of ``start(engine) -> client``, called on the server's event
+            loop: wraps the built engine for concurrent requests and starts it. The client offers
+            ``stats() -> dict``, ``metrics`` (an ``anna_core.metrics.EngineMetrics`` or None) and
+            ``async shutdown(drain: bool)``; the task's routes use whatever else it offers.
+        routes: lazy ``"module:attr"`` of a list of litestar route handlers served for this task
+            (besides the health and ``/v1/models`` routes every server has). Handlers reach the
+            client as ``server.engine`` by declaring a ``server: ServerState`` parameter.
+        description: one line for people (``anna plugins``, error messages).
+        distribution: the installable distribution providing it (for error messages).
+
+    Raises:
+        ValueError: an empty name, or ``engine`` / ``serving`` / ``routes`` not lazy strings.
+    """
+
+    name: str = attrs.field(validator=attrs.validators.min_len(1))
+    engine: str = attrs.field(validator=_lazy)
+    serving: str = attrs.field(validator=_lazy)
+    routes: str = attrs.field(validator=_lazy)
+    description: str = ""
+    distribution: str = ""
 
 
 @attrs.frozen
@@ -103,4 +155,10 @@ KNOWN_FAMILY_DISTRIBUTIONS: dict[str, str] = {
     "qwen3_asr": "anna-audio",
     "qwen3_tts": "anna-audio",
     "llama": "anna-llama (examples/anna-llama)",
+}
+
+# Tasks known to exist, so a family whose task is not installed can name what to install.
+KNOWN_TASK_DISTRIBUTIONS: dict[str, str] = {
+    "transcribe": "anna-audio",
+    "speech": "anna-audio",
 }

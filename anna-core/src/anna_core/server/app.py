@@ -1,4 +1,6 @@
-"""The litestar application: OpenAI routes, health routes and plugin routes over one ServerState.
+"""The litestar application over one ServerState: the served task's routes (``generate``: the OpenAI
+routes), the routes every server has (``/health``, ``/healthz``, ``/metrics``, ``/v1/models``) and
+plugin routes.
 
 - Every response (errors and unknown routes included) carries ``X-Request-Id``: the client's
   own when it sent one, else a fresh id.
@@ -27,8 +29,8 @@ from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from anna_core.registry import resolve
-from anna_core.server import routes_health, routes_openai, routes_tokenize
+from anna_core.registry import TaskSpec, resolve
+from anna_core.server import routes_health, routes_models
 from anna_core.server.errors import error_body, exception_handlers
 from anna_core.server.state import ServerState
 
@@ -110,13 +112,21 @@ class AdmissionMiddleware:
             self.state.in_flight -= 1
 
 
+ALWAYS_ROUTES = [*routes_health.ROUTES, *routes_models.ROUTES]
+"""Handlers every server mounts, whatever its task."""
+
+
+def _handlers(target: str) -> list[Any]:
+    resolved = resolve(target)
+    return list(resolved) if isinstance(resolved, (list, tuple)) else [resolved]
+
+
 def _plugin_handlers(pm: pluggy.PluginManager | None) -> list[Any]:
     from anna_core import plugins
 
     handlers: list[Any] = []
     for spec in plugins.routes(pm):
-        resolved = resolve(spec.handlers)
-        handlers.extend(resolved if isinstance(resolved, (list, tuple)) else [resolved])
+        handlers.extend(_handlers(spec.handlers))
         logger.info("mounted routes of plugin %r", spec.name)
     return handlers
 
@@ -125,6 +135,7 @@ def create_app(
     state: ServerState,
     *,
     pm: pluggy.PluginManager | None = None,
+    task: TaskSpec | None = None,
     on_startup: Sequence[Callable[..., Any]] = (),
     on_shutdown: Sequence[Callable[..., Any]] = (),
 ) -> Litestar:
@@ -133,12 +144,20 @@ def create_app(
     Args:
         state: the server state shared by all handlers.
         pm: plugin manager whose ``register_routes`` handlers are mounted (default: the process's).
+        task: the served task, whose ``routes`` are mounted next to :data:`ALWAYS_ROUTES` (default:
+            anna-core's ``generate``, the OpenAI routes).
         on_startup / on_shutdown: litestar lifespan hooks (``anna serve`` loads and stops the
             engine with them).
+
+    Raises:
+        ImportError / AttributeError: the task's or a plugin's lazy routes do not resolve.
     """
+    if task is None:
+        from anna_core.builtin_plugin import GENERATE_TASK
+
+        task = GENERATE_TASK
     return Litestar(
-        route_handlers=[*routes_openai.ROUTES, *routes_tokenize.ROUTES, *routes_health.ROUTES,
-                        *_plugin_handlers(pm)],
+        route_handlers=[*_handlers(task.routes), *ALWAYS_ROUTES, *_plugin_handlers(pm)],
         dependencies={"server": Provide(lambda: state, sync_to_thread=False, use_cache=True)},
         exception_handlers=exception_handlers(),
         middleware=[DefineMiddleware(AuthMiddleware, state=state), DefineMiddleware(AdmissionMiddleware, state=state)],

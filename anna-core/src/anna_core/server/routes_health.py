@@ -2,7 +2,7 @@
 
 ``/health`` answers 200 ``{"status": "ready"}`` only while requests can be served, else 503 with
 the status (``loading``, ``failed`` or ``draining``). ``/healthz`` always answers 200 with what
-the server runs: model, family, device, dtype, memory, uptime, chosen kernels, engine stats and the
+the server runs: model, family, task, device, dtype, memory, uptime, chosen kernels, engine stats and the
 serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s).
 ``/metrics`` gives the same figures in Prometheus text format. A 503 ``loading`` carries
 ``Retry-After``; ``max_model_len`` is null until the model has loaded.
@@ -66,6 +66,7 @@ def healthz(server: ServerState) -> dict[str, Any]:
         "model": server.model_name,
         "model_dir": info.get("model_dir"),
         "family": info.get("family"),
+        "task": info.get("task"),
         "device": info.get("device"),
         "dtype": info.get("dtype"),
         "max_model_len": server.known_max_model_len,

@@ -1,5 +1,5 @@
-"""OpenAI routes: ``GET /v1/models``, ``GET /v1/models/{model}``, ``POST /v1/chat/completions``,
-``POST /v1/completions``.
+"""OpenAI text routes of the ``generate`` task: ``POST /v1/chat/completions``, ``POST /v1/completions``
+(``GET /v1/models`` is in :mod:`anna_core.server.routes_models`, served for every task).
 
 Each handler parses the body (:mod:`anna_core.server.protocol`), prepares prompt ids,
 :class:`SamplingParams`, parsers and grammars (:mod:`anna_core.server.prepare`) -- every
@@ -20,14 +20,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import attrs
-from litestar import Request, Response, get, post
+from litestar import Request, Response, post
 
 from anna_core.engine.outputs import RequestOutput
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError, InvalidRequestError
 from anna_core.server import prepare, protocol, responses
 from anna_core.server.choices import ChatChoice, CompletionChoice
-from anna_core.server.errors import ClientDisconnected, GenerationFailed, ModelNotFoundError, error_body
+from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body
 from anna_core.server.fanout import Opened, merged, open_all
 from anna_core.server.request_body import json_body
 from anna_core.server.sse import DONE, sse_event, sse_response
@@ -152,25 +152,6 @@ async def _stream(run: _Run, head: list[bytes], on_output: Callable[[int, Reques
         await run.abort_unfinished()
 
 
-@get("/v1/models", sync_to_thread=False)
-def list_models(server: ServerState) -> dict[str, Any]:
-    """The served model, with its ``max_model_len`` (null while loading)."""
-    return responses.model_list_body(server.model_name, int(server.started_at), server.known_max_model_len)
-
-
-@get("/v1/models/{model:path}", sync_to_thread=False)
-def retrieve_model(model: str, server: ServerState) -> dict[str, Any]:
-    """OpenAI's ``models.retrieve``: the served model's object (ids may contain ``/``).
-
-    Raises:
-        ModelNotFoundError: another id (HTTP 404 ``model_not_found``).
-    """
-    requested = model[1:] if model.startswith("/") else model  # a path parameter keeps its leading slash
-    if requested != server.model_name:
-        raise ModelNotFoundError(requested, server.model_name)
-    return responses.model_body(server.model_name, int(server.started_at), server.known_max_model_len)
-
-
 def _chat_choices(server: ServerState, req: protocol.ChatCompletionRequest,
                   prompt_ids: list[int], params: SamplingParams) -> tuple[list[ChatChoice], SamplingParams]:
     tool_parsers = [prepare.new_tool_parser(server, req) for _ in range(req.n)]
@@ -278,4 +259,4 @@ async def completions(request: Request, server: ServerState) -> Response:
     return Response(responses.completion_body(request_id, created, model, body, run.usage()))
 
 
-ROUTES = [list_models, retrieve_model, chat_completions, completions]
+ROUTES = [chat_completions, completions]

@@ -34,7 +34,8 @@ SAMPLING_DEFAULT_FIELDS = (
 
 
 class EngineClient(Protocol):
-    """The part of :class:`anna_core.engine.async_engine.AsyncEngine` the server uses."""
+    """The part of :class:`anna_core.engine.async_engine.AsyncEngine` the ``generate`` task's routes use
+    (every task's client offers ``stats``: :class:`anna_core.tasks.TaskClient`)."""
 
     def generate(
         self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
@@ -54,7 +55,8 @@ class ServerState:
 
     Attributes:
         model_name: the name clients pass as ``model`` (``GET /v1/models`` lists it).
-        engine: the engine client; None until the model has loaded.
+        engine: the served task's client (``TaskSpec.serving``'s result; ``generate``: an
+            :class:`~anna_core.engine.async_engine.AsyncEngine`); None until the model has loaded.
         tokenizer: :class:`anna_core.tokenizer.Tokenizer` (None while loading or for id-only models).
         max_model_len: prompt + completion token limit per request (0 while loading; the API
             shows null then).
@@ -71,7 +73,7 @@ class ServerState:
         reasoning_format: ``"deepseek"`` (reasoning in ``reasoning_content``) or ``"none"`` (inline).
         api_key: when set, ``/v1/*``, ``/tokenize`` and ``/detokenize`` require
             ``Authorization: Bearer <api_key>``.
-        info: static facts for ``/healthz`` (family, device, dtype, kernels, ...).
+        info: static facts for ``/healthz`` (family, task, device, dtype, kernels, ...).
         ready: the model is loaded and the engine runs.
         draining: SIGTERM received: new requests get 503, in-flight ones finish.
         load_error: why loading failed, if it did.

@@ -251,3 +251,33 @@ def test_media_hash_names_content_shape_and_dtype():
     assert media_hash(b"abc", 3) != media_hash(b"abc", 4)
     with pytest.raises(TypeError):
         media_hash(object())
+
+
+def _loaded(model):
+    from anna_core.model import GenerationDefaults, LoadedModel
+
+    return LoadedModel(model=model, tokenizer=None, generation=GenerationDefaults(), max_model_len=64, family="test",
+                       dtype=torch.float32, device=torch.device("cpu"))
+
+
+def test_llm_takes_media_and_runs_the_graph_path_by_default(model, monkeypatch):
+    from anna_core.llm import LLM
+
+    monkeypatch.setattr(model_runner, "prefill_buckets", lambda n: [b for b in (8, 16, 24) if b <= n])
+    p1, mm1 = mm_prompt(seed=21, offset=2, length=6, tail=4)
+    p2, mm2 = mm_prompt(seed=22, offset=0, length=4, tail=3)
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    cfg = {"block_size": BS, "num_blocks": 64, "max_num_seqs": 2, "prompt_cache_size": 0, "enable_prefix_caching": False}
+    eager = LLM.from_loaded(_loaded(model), cuda_graph=False, **cfg)
+    outs = eager.generate([p1, p2], params, multimodal=[mm1, mm2])
+    assert [o.token_ids for o in outs] == [model.reference_greedy(p1, 6, mm1), model.reference_greedy(p2, 6, mm2)]
+    assert eager.engine.runner.graphs is None and eager.engine.runner.prefill_graphs is None
+    monkeypatch.setattr(model_runner, "accelerator", lambda device: FakeGraphAccelerator())
+    fast = LLM.from_loaded(_loaded(model), **cfg)  # the defaults: the runner set up as anna serve does
+    runner = fast.engine.runner
+    assert runner.graphs is not None and runner.prefill_graphs is not None
+    [one] = fast.generate(p1, params, multimodal=mm1)
+    assert one.token_ids == outs[0].token_ids
+    assert runner.num_prefill_graph_steps == 1 and runner.num_graph_steps >= 4
+    with pytest.raises(InvalidRequestError, match="one MultiModalInputs is for one prompt"):
+        fast.generate([p1, p2], params, multimodal=mm1)

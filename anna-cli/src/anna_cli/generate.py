@@ -46,13 +46,20 @@ def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking:
               help="A Jinja file overriding the checkpoint's chat template.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object (text, token_ids, finish_reason, usage, timings) instead of streaming.")
+@click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
+              help="Warm up and capture decode and prefill graphs first, as anna serve does (CUDA / XPU; "
+                   "eager on CPU).")
+@click.option("--compile-mode", type=click.Choice(("none", "default", "max-autotune")), default="none",
+              show_default=True, help="torch.compile the forward pass before graph capture.")
 @exit_on_anna_errors
 def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, prompt: str,
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
-             stop: tuple[str, ...], chat_template: Path | None, as_json: bool, **sampling: Any) -> None:
+             stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
+             **sampling: Any) -> None:
     """Generate a completion for one prompt."""
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.defaults import sampling_params_with_defaults
+    from anna_core.engine.model_runner import RunnerConfig
     from anna_core.errors import AnnaError
     from anna_core.loading import load_model
     from anna_core.model_dir import inspect_model_dir, select_family
@@ -67,7 +74,8 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
     t0 = time.perf_counter()
     loaded = load_model(path, device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
                         chat_template=chat_template.read_text() if chat_template else None)
-    engine = build(loaded, EngineConfig(max_num_seqs=1), None)
+    runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=loaded.device.type != "cpu")
+    engine = build(loaded, EngineConfig(max_num_seqs=1), runner)
     load_s = time.perf_counter() - t0
     prompt_ids = _prompt_ids(loaded.tokenizer, prompt, chat, enable_thinking)
     explicit = {k: v for k, v in sampling.items() if k in SAMPLING_FLAGS and v is not None}

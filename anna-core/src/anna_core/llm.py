@@ -20,11 +20,19 @@ from anna_core.errors import InvalidRequestError
 from anna_core.loading import load_model
 from anna_core.model import LoadedModel
 from anna_core.model_dir import inspect_model_dir, select_family
+from anna_core.multimodal import MultiModalInputs
 from anna_core.plugins import model_families, task_for
 from anna_core.registry import resolve
 from anna_core.tasks import generate as generate_task
 
 Prompt = str | list[int]
+
+
+def _runner_config(loaded: LoadedModel, cuda_graph: bool, compile_mode: str, warmup: bool | None) -> Any:
+    from anna_core.engine.model_runner import RunnerConfig
+
+    return RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
+                        warmup=loaded.device.type != "cpu" if warmup is None else warmup)
 
 
 class LLM:
@@ -36,6 +44,13 @@ class LLM:
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"xpu"``.
         dtype: ``"auto"``, ``"bf16"``, ``"fp16"`` or ``"fp32"``.
         load_format / gguf_file / chat_template: see :func:`anna_core.loading.load_model`.
+        cuda_graph / compile_mode / warmup: the runner's set-up, as ``anna serve`` does it
+            (:class:`~anna_core.engine.model_runner.RunnerConfig`): decode and prefill graphs captured where the
+            device has them (CUDA, XPU; nothing on the CPU), no ``torch.compile``, and a warm-up prefill and
+            decode on an accelerator (``warmup=None``: on unless the device is the CPU). On a GPU this makes
+            construction take longer (Triton compiles and autotunes the kernels, graphs are captured per
+            batch and prompt-length bucket: seconds to a couple of minutes, see BENCHMARKS.md) so that every
+            request runs the fast path; ``cuda_graph=False, warmup=False`` skips both (eager steps).
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
             (``max_num_seqs``, ``max_prefill_tokens``, ``prefill_chunk_size``, ``block_size``,
             ``num_blocks``, ``kv_cache_memory_gib``, ``max_model_len``, ``enable_prefix_caching``,
@@ -49,19 +64,24 @@ class LLM:
 
     def __init__(self, model_dir: str | Path, device: str = "auto", dtype: Any = "auto", *,
                  load_format: str = "auto", gguf_file: str | None = None, chat_template: str | None = None,
+                 cuda_graph: bool = True, compile_mode: str = "none", warmup: bool | None = None,
                  **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
         build = resolve(task_for(family, name="generate").engine)
+        config = EngineConfig(**engine_options)
         loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
                             gguf_file=gguf_file, chat_template=chat_template)
-        self._setup(loaded, build(loaded, EngineConfig(**engine_options), None))
+        self._setup(loaded, build(loaded, config, _runner_config(loaded, cuda_graph, compile_mode, warmup)))
 
     @classmethod
-    def from_loaded(cls, loaded: LoadedModel, **engine_options: Any) -> LLM:
+    def from_loaded(cls, loaded: LoadedModel, *, cuda_graph: bool = True, compile_mode: str = "none",
+                    warmup: bool | None = None, **engine_options: Any) -> LLM:
         """Wrap an already loaded text-generation model (tests, custom loaders): its engine is built by
-        :func:`anna_core.tasks.generate.build`, without looking the family's tasks up."""
+        :func:`anna_core.tasks.generate.build`, without looking the family's tasks up; the runner is set
+        up as in the constructor."""
         self = cls.__new__(cls)
-        self._setup(loaded, generate_task.build(loaded, EngineConfig(**engine_options), None))
+        runner = _runner_config(loaded, cuda_graph, compile_mode, warmup)
+        self._setup(loaded, generate_task.build(loaded, EngineConfig(**engine_options), runner))
         return self
 
     def _setup(self, loaded: LoadedModel, engine: Any) -> None:
@@ -84,7 +104,8 @@ class LLM:
         return list(prompt)
 
     def generate(self, prompts: Prompt | list[Prompt],
-                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+                 multimodal: MultiModalInputs | list[MultiModalInputs | None] | None = None) -> list[RequestOutput]:
         """Generate for each prompt, all batched together.
 
         Args:
@@ -92,12 +113,15 @@ class LLM:
                 those.
             sampling_params: one for all prompts, one per prompt, or None for the checkpoint's
                 defaults (``generation_config.json``).
+            multimodal: the media of a single prompt, or one entry (None: text) per prompt, for a model
+                that takes media (:mod:`anna_core.multimodal`: placeholder ranges index the prompt's ids).
 
         Returns:
             One finished :class:`RequestOutput` per prompt, in input order.
 
         Raises:
-            InvalidRequestError: bad prompt or params (e.g. a prompt longer than ``max_model_len``).
+            InvalidRequestError: bad prompt, params or media (e.g. a prompt longer than ``max_model_len``,
+                media for a text-only model).
         """
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
@@ -107,7 +131,13 @@ class LLM:
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(encoded)
         if len(params) != len(encoded):
             raise InvalidRequestError(f"{len(params)} sampling params for {len(encoded)} prompts")
-        return self._run(encoded, params)
+        if multimodal is not None and not isinstance(multimodal, list) and len(encoded) != 1:
+            raise InvalidRequestError(f"one MultiModalInputs is for one prompt; for {len(encoded)} prompts pass a "
+                                      "list with an entry (or None) per prompt", param="multimodal")
+        media = multimodal if isinstance(multimodal, list) else [multimodal] * len(encoded)
+        if len(media) != len(encoded):
+            raise InvalidRequestError(f"{len(media)} multimodal entries for {len(encoded)} prompts", param="multimodal")
+        return self._run(encoded, params, media)
 
     def chat(self, messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
              sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
@@ -127,12 +157,14 @@ class LLM:
             add_special_tokens=False) for conv in conversations]
         return self.generate(prompts, sampling_params)
 
-    def _run(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
+    def _run(self, prompts: list[list[int]], params: list[SamplingParams],
+             media: list[MultiModalInputs | None] | None = None) -> list[RequestOutput]:
         ids = [f"llm-{next(self._ids)}" for _ in prompts]
+        media = media or [None] * len(prompts)
         added = []
         try:
-            for request_id, prompt, p in zip(ids, prompts, params):
-                self.engine.add_request(request_id, prompt, p)
+            for request_id, prompt, p, mm in zip(ids, prompts, params, media):
+                self.engine.add_request(request_id, prompt, p, multimodal=mm)
                 added.append(request_id)
             final: dict[str, RequestOutput] = {}
             while self.engine.has_unfinished():

@@ -226,3 +226,18 @@ def test_time_replay_touches_only_scratch_entries(tiny_dir):
         assert torch.equal(b[:-1], a[:-1])  # every real slot / block untouched
     with pytest.raises(AnnaError, match="no captured decode graph"):
         engine.runner.graphs.time_replay(3)
+
+
+def test_staging_uploads_the_first_rows_of_row_fields_and_every_other_field():
+    from anna_core.device import Accelerator
+    from anna_core.engine.graph_staging import Staging
+
+    st = Staging(Accelerator(torch.device("cpu")), [("tables", torch.int32, (4, 3)), ("ids", torch.int64, (4,))],
+                 row_fields=["tables"])
+    st.h["tables"][:] = 7
+    st.h["ids"][:] = [1, 2, 3, 4]
+    st.upload(rows=2)
+    assert st.d["ids"].tolist() == [1, 2, 3, 4]
+    assert st.d["tables"].tolist() == [[7] * 3, [7] * 3, [0] * 3, [0] * 3]  # rows 2.. not copied
+    st.upload()
+    assert st.d["tables"].tolist() == [[7] * 3] * 4

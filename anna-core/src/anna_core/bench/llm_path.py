@@ -56,12 +56,12 @@ def bench_figures(model_dir: Path, device: str, dtype: str, input_len: int, outp
 
 
 def llm_figures(model_dir: Path, device: str, dtype: str, input_len: int, output_len: int, ttft_len: int,
-                runs: int) -> dict[str, float]:
-    """Decode tokens/s and TTFT through ``LLM`` with its defaults (see the module doc)."""
+                runs: int, options: dict[str, Any] | None = None) -> dict[str, float]:
+    """Decode tokens/s and TTFT through ``LLM`` with its defaults, or ``options`` (see the module doc)."""
     from anna_core import LLM, SamplingParams
 
     t0 = time.perf_counter()
-    llm = LLM(model_dir, device=device, dtype=dtype, load_format="dummy")
+    llm = LLM(model_dir, device=device, dtype=dtype, load_format="dummy", **(options or {}))
     start_s = time.perf_counter() - t0
     vocab = llm.engine.model.vocab_size
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
@@ -92,14 +92,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-len", type=int, default=2048)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--also", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                        help="Also measure LLM with these keyword arguments (ints as ints), e.g. max_model_len=4096; "
+                             "repeatable.")
     a = parser.parse_args(argv)
     bench = bench_figures(a.model_dir, a.device, a.dtype, a.input_len, a.output_len, a.ttft_len, a.runs)
     _free()
     llm = llm_figures(a.model_dir, a.device, a.dtype, a.input_len, a.output_len, a.ttft_len, a.runs)
+    _free()
+    variants = {}
+    for spec in a.also:
+        options = {k: int(v) if v.lstrip("-").isdigit() else v
+                   for k, v in (kv.split("=", 1) for kv in spec.split(","))}
+        variants[spec] = llm_figures(a.model_dir, a.device, a.dtype, a.input_len, a.output_len, a.ttft_len, a.runs,
+                                     options)
+        _free()
     result: dict[str, Any] = {"model": str(a.model_dir), "bench": bench, "llm": llm,
                               "decode_ratio": llm["decode_tokens_per_s"] / bench["decode_tokens_per_s"],
                               "ttft_ratio": llm["ttft_ms"] / bench["ttft_ms"],
-                              "ttft_ratio_vs_prefix_caching": llm["ttft_ms"] / bench["ttft_prefix_caching_ms"]}
+                              "ttft_ratio_vs_prefix_caching": llm["ttft_ms"] / bench["ttft_prefix_caching_ms"],
+                              "variants": variants}
     print(f"copy bandwidth {bench['copy_bandwidth_gbps']:.0f} GB/s")
     print(f"anna bench: decode {bench['decode_tokens_per_s']:.1f} tok/s (replay {bench['graph_replay_ms']:.3f} ms), "
           f"TTFT {a.ttft_len} {bench['ttft_ms']:.1f} ms (prefix caching on: {bench['ttft_prefix_caching_ms']:.1f} ms)")
@@ -108,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{int(llm['prefill_graph_steps'])} prefill-graph steps, {int(llm['eager_steps'])} eager steps)")
     print(f"LLM / bench: decode {result['decode_ratio']:.3f}, TTFT {result['ttft_ratio']:.3f} "
           f"(vs prefix caching on: {result['ttft_ratio_vs_prefix_caching']:.3f})")
+    for spec, v in variants.items():
+        print(f"LLM({spec}): decode {v['decode_tokens_per_s']:.1f} tok/s, TTFT {a.ttft_len} {v['ttft_ms']:.1f} ms, "
+              f"constructed in {v['start_s']:.1f} s")
     if a.out is not None:
         a.out.write_text(json.dumps(result, indent=2))
     return 0

@@ -115,7 +115,8 @@ class DecodeGraphs:
             fields.append(("rope_positions", torch.int64, (rows,)))
         for g in self.groups:
             fields += [(f"slot_mapping{g}", torch.int64, (rows,)), (f"block_tables{g}", torch.int32, (rows, self.width))]
-        self.staging = Staging(accel, fields)
+        # a step uploads the block tables of its bucket's rows only (each row is max_model_len / block_size wide)
+        self.staging = Staging(accel, fields, row_fields=[f"block_tables{g}" for g in self.groups])
         self.rows = rows
         # tokens[:rows]: the ids sampled by the last sampling replay; tokens[rows:]: this step's staged ids
         self.tokens = torch.zeros(2 * rows, dtype=torch.int64, device=accel.device)
@@ -366,5 +367,5 @@ class DecodeGraphs:
             h["top_k"][:n], h["seeds"][:n], h["steps"][:n] = k[:, 0], k[:, 1], k[:, 2]
         if n < b:
             self._fill_padding(n)
-        self.staging.upload()
+        self.staging.upload(rows=b)
         graph.replay()

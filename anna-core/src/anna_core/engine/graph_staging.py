@@ -29,23 +29,35 @@ class Staging:
     """One byte buffer holding every per-step input: two page-locked host copies and one device copy.
 
     Fields are 8-byte aligned slices viewed with their own dtypes, so one ``copy_`` moves them all.
+    Row fields (e.g. block tables ``[rows, max_blocks]``, megabytes at long context lengths) are laid out
+    last, and :meth:`upload` with ``rows`` copies only their first rows: a step of a few sequences does not
+    move every row's table.
 
     Args:
         accel: device services (pinning, events).
         fields: ``(name, dtype, shape)`` per field.
+        row_fields: names of fields whose first dimension is the row (sequence) index, uploaded by rows.
 
     Attributes:
         h: numpy views of the current host buffer, by field name (write the step's inputs here).
         d: device tensor views, by field name (what the captured graph reads).
     """
 
-    def __init__(self, accel: Accelerator, fields: Sequence[tuple[str, torch.dtype, tuple[int, ...]]]):
+    def __init__(self, accel: Accelerator, fields: Sequence[tuple[str, torch.dtype, tuple[int, ...]]],
+                 row_fields: Sequence[str] = ()):
         layout: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
         offset = 0
-        for name, dtype, shape in fields:
+        ordered = [f for f in fields if f[0] not in row_fields] + [f for f in fields if f[0] in row_fields]
+        self._head = 0  # bytes before the first row field: uploaded whole
+        for name, dtype, shape in ordered:
+            if name in row_fields and not self._head:
+                self._head = offset
             layout[name] = (offset, dtype, shape)
             offset += -(-_nbytes(dtype, shape) // 8) * 8
         self.nbytes = offset
+        if not row_fields:
+            self._head = offset
+        self._row_fields = [n for n, _, _ in ordered if n in row_fields]
         self._accel = accel
         self._hosts = [accel.pin(torch.zeros(offset, dtype=torch.uint8)) for _ in range(2)]
         self._events: list[object | None] = [None, None]
@@ -57,6 +69,10 @@ class Staging:
         self.device = torch.zeros(offset, dtype=torch.uint8, device=accel.device)
         self.d: dict[str, torch.Tensor] = {name: self.device[off:off + _nbytes(dtype, shape)].view(dtype).view(shape)
                                            for name, (off, dtype, shape) in layout.items()}
+        # torch views of each host buffer's row fields (their first rows are copied by upload(rows))
+        self._host_rows = [{name: host[off:off + _nbytes(dtype, shape)].view(dtype).view(shape)
+                            for name, (off, dtype, shape) in layout.items() if name in self._row_fields}
+                           for host in self._hosts]
         self._cur = 0
         self.h = self._views[0]
 
@@ -71,9 +87,16 @@ class Staging:
             event.synchronize()
         self.h = self._views[self._cur]
 
-    def upload(self) -> None:
-        """Copy the current host buffer to the device without blocking the host."""
-        self.device.copy_(self._hosts[self._cur], non_blocking=True)
+    def upload(self, rows: int | None = None) -> None:
+        """Copy the current host buffer to the device without blocking the host: every field, or with
+        ``rows`` the fields other than the row fields and the first ``rows`` rows of each row field."""
+        host = self._hosts[self._cur]
+        if rows is None or not self._row_fields:
+            self.device.copy_(host, non_blocking=True)
+        else:
+            self.device[:self._head].copy_(host[:self._head], non_blocking=True)
+            for name in self._row_fields:
+                self.d[name][:rows].copy_(self._host_rows[self._cur][name][:rows], non_blocking=True)
         event = self._accel.event()
         if event is not None:
             event.record()

@@ -112,6 +112,8 @@ class BackgroundLoader:
         try:
             build, start = resolve(self.task.engine), resolve(self.task.serving)
             loaded = await asyncio.to_thread(load_model, self.model_path, **self.load_kwargs)
+            weights_s = time.perf_counter() - t0
+            logger.info("weights loaded in %.1f s; building the %s engine", weights_s, self.task.name)
             # The task's engine, warmed up (graph capture for generate; eager on CPU or when capture fails).
             task_engine = await asyncio.to_thread(build, loaded, self.engine_config, self.runner_config)
             engine = start(task_engine)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import attrs
 import torch
@@ -107,6 +108,7 @@ class ModelRunner:
         self.num_graph_steps = 0
         self.num_prefill_graph_steps = 0
         self.num_eager_steps = 0
+        self.startup: dict[str, float] = {}  # seconds per set-up phase (warmup_s, prefill_graphs_s, decode_graphs_s)
 
     def setup(self, config: RunnerConfig, *, max_model_len: int, max_num_seqs: int,
               max_prefill_tokens: int | None = None) -> None:
@@ -117,15 +119,35 @@ class ModelRunner:
         A failed capture (e.g. a kernel that synchronizes with the host) is logged and leaves those
         steps eager: serving continues, only slower. When ``torch.compile`` of the step is what fails
         (dynamo cannot trace every kernel plugin's launcher), the uncompiled step is captured instead.
+        The seconds each phase took are logged and kept in :attr:`startup`.
         """
         self.graphs = None
         self.prefill_graphs = None
+        self.startup = {}
+        clock = time.perf_counter
         if config.warmup:
+            t0 = clock()
             self.warmup(max_model_len)
-        if not (config.cuda_graph and self.accel.graphs):
-            return
-        self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len),
-                              -(-max_model_len // self.caches.block_size))
+            self.startup["warmup_s"] = clock() - t0
+        if config.cuda_graph and self.accel.graphs:
+            width = -(-max_model_len // self.caches.block_size)
+            t0 = clock()
+            self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len), width)
+            self.startup["prefill_graphs_s"] = clock() - t0
+            t0 = clock()
+            self._capture_decode(config, max_num_seqs, width)
+            self.startup["decode_graphs_s"] = clock() - t0
+        if self.startup:
+            pg, dg = self.prefill_graphs, self.graphs
+            log.info("runner set-up: warm-up %.1f s (kernel compile and autotune), prefill graphs %.1f s (%s), decode "
+                     "graphs %.1f s (%s)", self.startup.get("warmup_s", 0.0), self.startup.get("prefill_graphs_s", 0.0),
+                     f"{len(pg.buckets)} prompt lengths" if pg is not None else "none",
+                     self.startup.get("decode_graphs_s", 0.0),
+                     f"{len(dg.buckets)} batch sizes x {len(dg.modes)} modes" if dg is not None else "none")
+
+    def _capture_decode(self, config: RunnerConfig, max_num_seqs: int, width: int) -> None:
+        """Capture the decode graphs (with ``torch.compile`` when ``config`` asks; uncompiled when that fails);
+        a failed capture is logged and leaves decode steps eager."""
         vocab = self.model.vocab_size
         compile_fn = None
         if config.compile_mode != "none":
@@ -133,8 +155,6 @@ class ModelRunner:
 
             def compile_fn(fn):
                 return torch.compile(fn, mode=mode, dynamic=False)
-
-        width = -(-max_model_len // self.caches.block_size)
 
         def capture(fn):
             graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,

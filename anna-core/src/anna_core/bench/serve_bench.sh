@@ -2,6 +2,9 @@
 # Issue 4 serving benchmark on the GPU machine: anna serve (dummy 2B weights) + anna bench-serve.
 # BARE=1 starts the server with no flags but the model; MODEL (default Qwen3.5-2B) picks the config.
 # SERVE_FLAGS adds serve flags, e.g. SERVE_FLAGS='--disable-prefix-caching --scheduler-max-prefill-tokens 8192'.
+# The device image has no litestar / uvicorn: put them and their dependencies into .whl first
+#   pip download --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 --platform any \
+#     -d .whl uvicorn litestar prometheus-client
 # Needs .whl (third-party wheels), .annawhl (Anna wheels: pip wheel --no-deps ./anna-core ./anna-cli ./anna-qwen35 ./anna-xpu-kernels) and .tcache (saved Triton cache).
 OUT=${OUT:-/tmp/anna_out}; mkdir -p "$OUT"
 set -u; export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tc; mkdir -p /tmp/tc

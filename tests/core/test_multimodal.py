@@ -40,7 +40,9 @@ def run(eng, requests, n=5, params=None):
     for i, (prompt, mm) in enumerate(requests):
         eng.add_request(f"r{i}", prompt, params or greedy(n), multimodal=mm)
     final, lps = {}, {}
-    while eng.has_unfinished():
+    for _ in range(2000):  # a stalled request fails the test instead of hanging it
+        if not eng.has_unfinished():
+            break
         for out in eng.step():
             lps.setdefault(out.request_id, []).extend(out.logprobs)
             if out.finished:
@@ -219,7 +221,7 @@ def test_bad_media_get_a_clear_error(model):
     assert not eng.has_unfinished()
 
 
-def test_a_wrong_encoder_output_shape_fails_the_request_not_the_engine(model, monkeypatch):
+def test_a_wrong_encoder_output_shape_fails_its_step_not_the_engine(model, monkeypatch):
     eng = engine(model)
     prompt, mm = mm_prompt(seed=1)
     monkeypatch.setattr(model, "encode", lambda items: [torch.zeros(m.length + 1, 16) for m in items])
@@ -281,3 +283,60 @@ def test_llm_takes_media_and_runs_the_graph_path_by_default(model, monkeypatch):
     assert runner.num_prefill_graph_steps == 1 and runner.num_graph_steps >= 4
     with pytest.raises(InvalidRequestError, match="one MultiModalInputs is for one prompt"):
         fast.generate([p1, p2], params, multimodal=mm1)
+
+
+def _prompt_of(media, sep=40):
+    """A prompt of ``sep`` tokens each followed by one medium's placeholders (MediaItems re-placed)."""
+    prompt, items = [], []
+    for m in media:
+        prompt.append(sep)
+        items.append(MediaItem(m.modality, len(prompt), m.length, m.content_hash, m.data))
+        prompt += [PLACEHOLDER] * m.length
+    prompt.append(sep + 1)
+    return prompt, grid_positions(len(prompt), items)
+
+
+@pytest.mark.parametrize("budget,cache", [(4, 8), (4, 4), (3, 3)])
+def test_a_prompt_that_repeats_media_does_not_stall_on_its_own_held_outputs(model, budget, cache):
+    a, b, c = (image(s, 0, 3) for s in (31, 32, 33))
+    prompt, mm = _prompt_of([a, b, c, a, b])
+    eng = engine(model, max_encoder_tokens=budget, encoder_cache_tokens=cache, enable_prefix_caching=False)
+    [out] = run(eng, [(prompt, mm)], n=4)
+    check(model, prompt, mm, out, n=4)
+    assert eng.scheduler.encoder_cache.num_used == 0 and not eng.runner.encoder.outputs
+
+
+def test_positions_are_part_of_the_cache_keys(model):
+    prompt = list(range(5, 18))
+    shifted = MultiModalInputs((), [[i + 50 for i in range(len(prompt))]] * 3, 50)
+    eng = engine(model, prompt_cache_size=4)
+    plain = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    [a] = run(eng, [(prompt, None)], params=plain)
+    [b] = run(eng, [(prompt, shifted)], params=plain)
+    assert b.num_cached_tokens == 0  # the same ids at other positions: no block, no exact prompt shared
+    assert a.token_ids == model.reference_greedy(prompt, 4) and b.token_ids == model.reference_greedy(prompt, 4, shifted)
+    [again] = run(eng, [(prompt, shifted)], params=plain)
+    assert again.num_cached_tokens == len(prompt) and again.token_ids == b.token_ids
+
+
+def test_equal_hashes_of_different_lengths_are_different_media(model):
+    short = image(41, 2, 4)
+    long = MediaItem("image", 2, 6, short.content_hash, image(42, 2, 6).data)  # a processor setting changed the length
+    p1 = [7, 8] + [PLACEHOLDER] * 4 + [9, 10, 11]
+    p2 = [7, 8] + [PLACEHOLDER] * 6 + [9, 10, 11]
+    mm1, mm2 = grid_positions(len(p1), [short]), grid_positions(len(p2), [long])
+    outs = run(engine(model), [(p1, mm1), (p2, mm2), (list(range(20, 30)), None)])
+    check(model, p1, mm1, outs[0])
+    check(model, p2, mm2, outs[1])
+    check(model, list(range(20, 30)), None, outs[2])
+
+
+def test_an_aborted_request_frees_its_encoder_outputs_at_once(model):
+    prompt, mm = mm_prompt(seed=43, offset=2, length=9, tail=4)
+    eng = engine(model, prefill_chunk_size=4, enable_prefix_caching=False)
+    eng.add_request("r", prompt, greedy(3), multimodal=mm)
+    eng.step()  # the first chunk: the image is encoded and held
+    assert eng.runner.encoder.outputs and eng.scheduler.encoder_cache.num_used == 9
+    eng.abort_request("r")
+    assert not eng.runner.encoder.outputs and eng.scheduler.encoder_cache.num_used == 0
+    assert eng.next_wakeup() is None

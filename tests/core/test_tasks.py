@@ -102,3 +102,16 @@ def test_the_echo_task_builds_and_starts_through_its_lazy_strings():
     client = resolve(TASK.serving)(engine)
     assert engine.max_model_len == 0 and asyncio.run(client.echo("abc")) == "cba"
     assert client.stats() == {"served": 1, "warmed_up": False}
+
+
+def test_check_task_names_a_target_that_does_not_import():
+    import attrs
+    from anna_core.errors import AnnaError
+    from anna_core.plugins import check_task
+
+    from tests.server.echo_task import TASK
+
+    check_task(TASK)  # every target imports
+    for field, bad in (("routes", "tests.server.echo_task:NOPE"), ("engine", "tests.server.no_such_module:build")):
+        with pytest.raises(AnnaError, match=f"'echo' task's {field} '{bad}' .* does not import"):
+            check_task(attrs.evolve(TASK, **{field: bad}))

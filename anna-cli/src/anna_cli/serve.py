@@ -249,7 +249,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     from anna_core.device import resolve_device
     from anna_core.engine.model_runner import RunnerConfig
     from anna_core.model_dir import inspect_model_dir, select_family
-    from anna_core.plugins import model_families, task_for
+    from anna_core.plugins import check_task, model_families, task_for
     from anna_core.server.app import create_app
     from anna_core.server.state import ServerState
 
@@ -260,6 +260,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     source = inspect_model_dir(path, gguf_file=gguf_file)  # fail fast: missing folder, unknown family
     family = select_family(source, model_families())
     task = task_for(family, name=task_name)  # fail fast: the family's task is not installed
+    check_task(task)  # ... or its plugin's targets do not import
     _check_disabled_kernels(disable_kernels)
     runner_config = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
                                  warmup=resolve_device(device).type != "cpu")

@@ -21,6 +21,7 @@ Pure Python (torch only inside :func:`media_hash`): the scheduler imports this m
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,8 +41,9 @@ class MediaItem:
         modality: one of :data:`MODALITIES`.
         offset: prompt index of its first placeholder token.
         length: its placeholder tokens, i.e. the rows of its encoder output.
-        content_hash: bytes naming its content (:func:`media_hash` of the medium's bytes or of its
-            encoder inputs); equal media must have equal hashes.
+        content_hash: bytes naming its content: :func:`media_hash` of its encoder inputs (or of the
+            medium's bytes together with every processor setting that changes them). Equal hashes of equal
+            length must mean equal encoder outputs: they share one output and prefix-cache blocks.
         data: the encoder inputs as the family's processor made them (e.g. a dict of tensors: pixel
             values and the patch grid); passed to the model's ``encode`` unchanged.
     """
@@ -56,6 +58,11 @@ class MediaItem:
     def end(self) -> int:
         """One past its last placeholder token."""
         return self.offset + self.length
+
+    @property
+    def key(self) -> bytes:
+        """The encoder-cache key: the content hash and the length (equal keys: one encoder output)."""
+        return self.content_hash + self.length.to_bytes(8, "little")
 
 
 @attrs.frozen
@@ -79,15 +86,27 @@ class MultiModalInputs:
         """The media whose placeholders overlap tokens ``start .. end-1``."""
         return [m for m in self.items if m.offset < end and m.end > start]
 
-    def block_extra(self, start: int, end: int) -> bytes:
-        """The prefix-cache key material of tokens ``start .. end-1``: the content hashes of the media
-        overlapping them, each with its offset (b"" when none)."""
-        return b"".join(m.offset.to_bytes(8, "little") + m.content_hash for m in self.items_in(start, end))
+    def block_extra(self, start: int, end: int, num_prompt_tokens: int) -> bytes:
+        """The prefix-cache key material of tokens ``start .. end-1`` beyond their ids: the media overlapping
+        them (offset, content hash, length) and, when the positions are not the token indices, the
+        positions of those tokens (b"" for a text block at its own indices)."""
+        out = [m.offset.to_bytes(8, "little") + m.key for m in self.items_in(start, end)]
+        if self.positions is not None and start < num_prompt_tokens:
+            out.append(b"pos" + array("q", [p for r in self.positions for p in r[start:min(end, num_prompt_tokens)]])
+                       .tobytes())
+        if self.position_delta and end > num_prompt_tokens:
+            out.append(b"delta" + self.position_delta.to_bytes(8, "little", signed=True))
+        return b"".join(out)
 
     @property
-    def key(self) -> tuple[tuple[int, bytes], ...]:
-        """Every medium's ``(offset, content_hash)``: with the prompt's ids, the prompt-cache key."""
-        return tuple((m.offset, m.content_hash) for m in self.items)
+    def is_plain(self) -> bool:
+        """No media, and every token at its own index (a text prompt)."""
+        return not self.items and self.positions is None and not self.position_delta
+
+    @property
+    def key(self) -> tuple:
+        """The prompt-cache key's media part: every medium's ``(offset, key)``, the positions and the delta."""
+        return (tuple((m.offset, m.key) for m in self.items), self.positions, self.position_delta)
 
     def position_rows(self, start: int, end: int, num_prompt_tokens: int, rows: int) -> list[list[int]]:
         """``rows`` lists of the positions of tokens ``start .. end-1`` (prompt positions, then

@@ -138,6 +138,25 @@ def task_for(family: ModelFamilySpec, pm: pluggy.PluginManager | None = None, na
     return registered[name]
 
 
+def check_task(task: TaskSpec) -> None:
+    """Import ``task``'s ``engine``, ``serving`` and ``routes`` targets now, so a broken plugin fails before a
+    server binds its socket or loads weights.
+
+    Raises:
+        AnnaError: a target does not import (the message names the task, the target and why).
+    """
+    from anna_core.errors import AnnaError
+    from anna_core.registry import resolve
+
+    for field in ("engine", "serving", "routes"):
+        target = getattr(task, field)
+        try:
+            resolve(target)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise AnnaError(f"the {task.name!r} task's {field} {target!r} (from {task.distribution or 'a plugin'}) "
+                            f"does not import: {type(exc).__name__}: {exc}") from exc
+
+
 def kernel_specs(pm: pluggy.PluginManager | None = None) -> list[Any]:
     return _collect(pm or get_plugin_manager(), "register_kernels")
 

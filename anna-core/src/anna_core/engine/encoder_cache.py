@@ -2,12 +2,12 @@
 
 The runner keeps the encoder output of a medium (``[length, hidden]``, :mod:`anna_core.multimodal`)
 from the step that encodes it until no request still has placeholders of it left to compute, so a
-prefill cut into chunks encodes each medium once. Entries are keyed by the medium's content hash:
-requests carrying the same image share one output. Capacity is counted in encoder-output rows
+prefill cut into chunks encodes each medium once. Entries are keyed by the medium's key (content hash
+and length, :attr:`~anna_core.multimodal.MediaItem.key`): requests carrying the same image share one output. Capacity is counted in encoder-output rows
 (placeholder tokens).
 
 The scheduler :meth:`acquire`\\ s an entry when it schedules a chunk that covers placeholders of a
-medium, :meth:`release`\\ s it when the request has computed past the medium (or finishes, or is
+medium, :meth:`release`\\ s it when the request is no longer inside it (or finishes, or is
 preempted); an entry nobody holds is dropped at once, and the runner is told to drop its tensor through
 ``SchedulerOutput.free_encoder_hashes`` of the next step (:meth:`take_freed`).
 """
@@ -39,12 +39,15 @@ class EncoderCacheManager:
 
     @property
     def num_free(self) -> int:
+        """Rows a new entry may still take."""
         return self.capacity - self.num_used
 
     def __contains__(self, content_hash: bytes) -> bool:
+        """Whether an entry of that key exists (held by some request)."""
         return content_hash in self._rows
 
     def holds(self, request_id: str, content_hash: bytes) -> bool:
+        """Whether ``request_id`` holds the entry of that key."""
         return content_hash in self._held.get(request_id, ())
 
     def held_by(self, request_id: str) -> set[bytes]:

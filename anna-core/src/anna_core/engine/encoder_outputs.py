@@ -21,7 +21,8 @@ Span = tuple[int, torch.Tensor, int, int]
 
 
 class EncoderOutputs:
-    """Encoder outputs by content hash, for a model whose capabilities declare ``modalities``.
+    """Encoder outputs by medium key (:attr:`~anna_core.multimodal.MediaItem.key`), for a model whose
+    capabilities declare ``modalities``.
 
     Args:
         model: the model (``encode`` and ``hidden_size``, :class:`~anna_core.model.CausalLM`).
@@ -34,7 +35,7 @@ class EncoderOutputs:
         self.outputs: dict[bytes, torch.Tensor] = {}
 
     def drop(self, hashes: Sequence[bytes]) -> None:
-        """Forget the outputs nobody needs any more."""
+        """Forget the outputs nobody needs any more (``hashes``: medium keys)."""
         for h in hashes:
             self.outputs.pop(h, None)
 
@@ -55,7 +56,7 @@ class EncoderOutputs:
                 raise AnnaError(f"the encoder output of an {item.modality} is {tuple(emb.shape)}, expected "
                                 f"({item.length}, {hidden}) for its {item.length} placeholder tokens")
         for item, emb in zip(items, outputs):
-            self.outputs[item.content_hash] = emb
+            self.outputs[item.key] = emb
 
     def spans(self, seqs: Sequence[Any], cu_seqlens: Sequence[int]) -> list[Span]:
         """The placeholder spans of the scheduled sequences ``seqs`` (rows from ``cu_seqlens``).
@@ -66,7 +67,7 @@ class EncoderOutputs:
         spans = []
         for i, seq in enumerate(seqs):
             for item in seq.media:
-                emb = self.outputs.get(item.content_hash)
+                emb = self.outputs.get(item.key)
                 if emb is None:
                     raise AnnaError(f"no encoder output for a medium of {seq.request_id} (not scheduled for encoding)")
                 lo, hi = max(item.offset, seq.start), min(item.end, seq.context_len)

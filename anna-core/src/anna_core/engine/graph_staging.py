@@ -48,14 +48,14 @@ class Staging:
         layout: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
         offset = 0
         ordered = [f for f in fields if f[0] not in row_fields] + [f for f in fields if f[0] in row_fields]
-        self._head = 0  # bytes before the first row field: uploaded whole
+        self._head: int | None = None  # bytes before the first row field: uploaded whole
         for name, dtype, shape in ordered:
-            if name in row_fields and not self._head:
+            if name in row_fields and self._head is None:
                 self._head = offset
             layout[name] = (offset, dtype, shape)
             offset += -(-_nbytes(dtype, shape) // 8) * 8
         self.nbytes = offset
-        if not row_fields:
+        if self._head is None:
             self._head = offset
         self._row_fields = [n for n, _, _ in ordered if n in row_fields]
         self._accel = accel

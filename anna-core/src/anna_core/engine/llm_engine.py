@@ -471,6 +471,8 @@ class LLMEngine:
                 delta_ids: list[int]) -> RequestOutput:
         req.drop_pending()  # ended before its launched step was read back: that token is discarded
         self.scheduler.finish(req, reason, stop_reason)
+        if self.runner.encoder is not None:  # encoder outputs only it held go now, not at the next step
+            self.runner.encoder.drop(self.scheduler.encoder_cache.take_freed())
         req.finished_time = time.perf_counter()
         del self._requests[req.request_id]
         self._finish_times.append(req.finished_time)

@@ -78,7 +78,7 @@ class Request:
         self.block_hashes: list[bytes] = []
         self.last_scheduled = -1
         self.admitted_once = False
-        self.multimodal = multimodal if multimodal is not None and (multimodal.items or multimodal.positions) else None
+        self.multimodal = multimodal if multimodal is not None and not multimodal.is_plain else None
         # the prompt-cache key: the prompt's ids, and its media when it has some
         ids = tuple(self.prompt_token_ids)
         self.prompt_key: tuple = ids if self.multimodal is None else (ids, self.multimodal.key)
@@ -109,7 +109,8 @@ class Request:
     def hashes_upto(self, num_blocks: int, block_size: int) -> list[bytes]:
         """:attr:`block_hashes` extended to cover ``num_blocks`` full blocks (media hashed into the blocks
         their placeholders fall in); returns the list itself."""
-        extra = self.multimodal.block_extra if self.multimodal is not None and self.multimodal.items else None
+        mm, p = self.multimodal, len(self.prompt_token_ids)
+        extra = (lambda start, end: mm.block_extra(start, end, p)) if mm is not None else None  # noqa: E731
         return extend_hashes(self.block_hashes, self.token_slice, num_blocks, block_size, extra)
 
     @property

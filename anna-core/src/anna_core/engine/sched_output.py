@@ -128,8 +128,8 @@ class SchedulerOutput:
         encoder_inputs: media to encode before this step's forward pass (each once, new to the encoder
             cache; :mod:`anna_core.engine.encoder_cache`); the chunks of ``seqs`` that cover placeholders
             read their rows from the cache.
-        free_encoder_hashes: content hashes of encoder outputs nobody needs any more: the runner drops
-            them before encoding ``encoder_inputs`` (which may bring one back).
+        free_encoder_hashes: keys (:attr:`~anna_core.multimodal.MediaItem.key`) of encoder outputs nobody
+            needs any more: the runner drops them before encoding ``encoder_inputs`` (which may bring one back).
     """
 
     seqs: list[ScheduledSeq] = attrs.field(factory=list)

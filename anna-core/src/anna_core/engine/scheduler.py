@@ -26,8 +26,9 @@ state there after the step.
 is not cached gets it encoded in its step (``SchedulerOutput.encoder_inputs``), within the step's
 ``max_encoder_tokens`` and the encoder cache's room (:mod:`anna_core.engine.encoder_cache`); a medium that
 does not fit cuts the chunk before its first placeholder (a chunk cut to nothing waits for the next step).
-The output stays cached while the request has placeholders of it left to compute, so a later chunk reads
-it instead of encoding again.
+The output stays cached while a request's chunks are inside the medium, so a later chunk reads it instead
+of encoding again (a medium the prompt repeats further on is encoded again there unless another request
+still holds it).
 
 When a running request needs a KV block and none is free, prompt-cache entries are dropped first,
 then the newest running request not yet scheduled this step is preempted by recompute: its blocks
@@ -159,7 +160,7 @@ class Scheduler:
             return n
         budget, room, seen = self._encoder_budget, self.encoder_cache.num_free, set()
         for item in mm.items_in(start, start + n):
-            h = item.content_hash
+            h = item.key
             if h in self.encoder_cache or h in seen:
                 continue
             if item.length > budget or item.length > room:
@@ -266,20 +267,22 @@ class Scheduler:
         """Hold the encoder outputs ``seq``'s chunk reads; media new to the cache are encoded this step."""
         rid = seq.request_id
         for item in seq.media:
-            if self.encoder_cache.holds(rid, item.content_hash):
+            if self.encoder_cache.holds(rid, item.key):
                 continue
-            if self.encoder_cache.acquire(rid, item.content_hash, item.length):
+            if self.encoder_cache.acquire(rid, item.key, item.length):
                 out.encoder_inputs.append(item)
                 self._encoder_budget -= item.length
 
     def _release_media(self, request: Request) -> None:
-        """Release the encoder outputs ``request`` has computed past (every placeholder of the medium)."""
+        """Release the encoder outputs ``request`` holds but is not in the middle of: a medium it computed
+        past is released even when a later placeholder range repeats it (that one acquires it again), so
+        held outputs never block the request's own next medium."""
         mm = request.multimodal
         if mm is None:
             return
         done = request.num_computed_tokens
         for h in self.encoder_cache.held_by(request.request_id):
-            if all(m.end <= done for m in mm.items if m.content_hash == h):
+            if not any(m.offset < done < m.end for m in mm.items if m.key == h):
                 self.encoder_cache.release(request.request_id, h)
 
     def _reserve_checkpoints(self, request: Request, start: int, last: int) -> list[tuple[int, int, bytes]]:

@@ -21,12 +21,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from anna_core.cache_dir import cache_dir
 from anna_core.errors import ModelLoadError
 from anna_core.tokenizer import Tokenizer
 
 log = logging.getLogger("anna.gguf")
 
-CACHE_DIR_ENV = "ANNA_CACHE_DIR"
 _CACHE_FORMAT = "1"
 
 # llama.cpp's STARCODER / REFACT / SMOLLM / ... pre-tokenizer: every digit alone, then GPT-2's split.
@@ -35,11 +35,6 @@ _EXTRA_PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
     name: _STARCODER_SPLITS
     for name in ("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2")
 }
-
-
-def cache_dir() -> Path:
-    """``$ANNA_CACHE_DIR`` if set, else ``~/.cache/anna``."""
-    return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "anna").expanduser()
 
 
 def _cache_key(path: Path, splits: tuple[str, ...] | None) -> str:

@@ -1,4 +1,5 @@
-"""Shared Triton plumbing: the interpreter switch, autotuning with one fixed config when interpreting.
+"""Shared Triton plumbing: the interpreter switch, the kernel cache folder, autotuning (one fixed config
+when interpreting, results kept on disk on a device).
 
 Importing this module imports triton; only the kernel modules (resolved lazily by the kernel
 registry after a probe accepted) import it.
@@ -12,6 +13,11 @@ from anna_xpu_kernels._env import enable_interpreter_if_requested
 
 INTERPRETING = enable_interpreter_if_requested()
 """Whether kernels defined after this import run under Triton's CPU interpreter (fixed at import)."""
+
+if not INTERPRETING:  # compiled kernels and autotuning results persist under Anna's cache root
+    from anna_xpu_kernels import kernel_cache
+
+    kernel_cache.configure()
 
 import triton
 import triton.language as tl  # noqa: F401  (re-exported for the kernel modules)
@@ -48,9 +54,13 @@ def autotune(configs: Sequence[triton.Config], fixed: triton.Config, key: list[s
 
     Autotuning benchmarks every config on the device, which the CPU interpreter cannot do; with a
     single config Triton skips benchmarking. Pass ``restore_value=[...]`` for kernels that update an
-    argument in place (the state pools), so benchmark runs do not advance the state.
+    argument in place (the state pools), so benchmark runs do not advance the state. On a device the
+    results are kept in Triton's cache (``cache_results``; the cache folder: :mod:`anna_xpu_kernels.kernel_cache`),
+    so a later process with the same shapes tunes nothing.
     """
-    return triton.autotune(configs=[fixed] if INTERPRETING else list(configs), key=key, **kwargs)
+    if INTERPRETING:
+        return triton.autotune(configs=[fixed], key=key, **kwargs)
+    return triton.autotune(configs=list(configs), key=key, cache_results=True, **kwargs)
 
 
 def next_pow2(n: int) -> int:

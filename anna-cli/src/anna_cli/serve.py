@@ -112,6 +112,7 @@ class BackgroundLoader:
         try:
             build, start = resolve(self.task.engine), resolve(self.task.serving)
             loaded = await asyncio.to_thread(load_model, self.model_path, **self.load_kwargs)
+            await asyncio.to_thread(self._check_chat_template, loaded.tokenizer)
             # The task's engine, warmed up (graph capture for generate; eager on CPU or when capture fails).
             task_engine = await asyncio.to_thread(build, loaded, self.engine_config, self.runner_config)
             engine = start(task_engine)
@@ -141,6 +142,24 @@ class BackgroundLoader:
                     time.perf_counter() - t0, loaded.family, self.task.name, loaded.device, loaded.dtype)
         if self.metrics_log_interval_s > 0 and engine.metrics is not None:
             self._metrics_task = asyncio.create_task(self._log_metrics(engine))
+
+    def _check_chat_template(self, tokenizer: Any) -> None:
+        """Render the chat template once: a broken ``--chat-template`` fails the start (exit 1);
+        a checkpoint's own template that does not render is only logged (completions still work).
+
+        Raises:
+            AnnaError: the ``--chat-template`` file does not render.
+        """
+        from anna_core.errors import AnnaError
+
+        if tokenizer is None:
+            return
+        try:
+            tokenizer.check_chat_template()
+        except AnnaError as exc:
+            if self.load_kwargs.get("chat_template") is not None:
+                raise AnnaError(f"--chat-template: {exc}") from exc
+            logger.warning("%s; chat requests will fail until it is fixed (--chat-template)", exc)
 
     async def _log_metrics(self, engine: Any) -> None:
         """One summary line every ``--metrics-log-interval-seconds`` while serving."""

@@ -68,6 +68,11 @@ def _check_disabled_kernels(disabled: tuple[str, ...]) -> None:
         raise AnnaError(str(exc)) from exc
 
 
+def _split(values: tuple[str, ...]) -> list[str]:
+    """Repeated and comma-separated flag values as one list."""
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
 def _parser(kind: str, flag: str | None, family_default: str) -> Any:
     """The parser factory chosen by the flag, else the family's default (None: no parsing).
 
@@ -287,6 +292,12 @@ def _draining_server_class() -> type:
               show_default=True, help="torch.compile the forward pass before graph capture.")
 @click.option("--disable-kernel", "disable_kernels", multiple=True, metavar="OP:NAME|NAME",
               help="Never use this kernel implementation (e.g. linear:triton, or fla for all its ops); repeatable.")
+@click.option("--allowed-hosts", "allowed_hosts", multiple=True, metavar="HOST[,HOST...]",
+              help="Host header values served besides localhost / 127.0.0.1 / [::1] ('*' = any). Default: only "
+                   "those on a loopback --host, any on 0.0.0.0 / ::. Repeatable.")
+@click.option("--allowed-origins", "allowed_origins", multiple=True, metavar="ORIGIN[,ORIGIN...]",
+              help="Origin header values served, e.g. http://localhost:3000 ('*' = any). Default: none, so "
+                   "browsers' cross-site requests get a 403. Repeatable.")
 @click.option("--drain-timeout-s", type=click.FloatRange(min=0.0), default=120.0, show_default=True,
               help="After SIGTERM, how long in-flight requests may run before they are ended (streams get a "
                    "final error event and [DONE]); a second SIGTERM ends them at once.")
@@ -306,7 +317,8 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
           max_model_len: int | None, chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
           reasoning_format: str, api_key: str | None, cuda_graph: bool, compile_mode: str,
-          disable_kernels: tuple[str, ...], drain_timeout_s: float, header_timeout_s: float, body_timeout_s: float,
+          disable_kernels: tuple[str, ...], allowed_hosts: tuple[str, ...], allowed_origins: tuple[str, ...],
+          drain_timeout_s: float, header_timeout_s: float, body_timeout_s: float,
           keep_alive_timeout_s: int, max_connections: int, metrics_log_interval_seconds: float,
           **options: Any) -> None:
     """Serve a model over HTTP: its task's routes (generate: the OpenAI-compatible API)."""
@@ -316,6 +328,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     from anna_core.model_dir import inspect_model_dir, select_family
     from anna_core.plugins import model_families, task_for
     from anna_core.server.app import create_app
+    from anna_core.server.request_guard import RequestGuard
     from anna_core.server.state import ServerState
 
     sampling = {k: v for k, v in options.items() if k in SAMPLING_FLAGS}
@@ -342,6 +355,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         tool_call_parser=_parser("tool_call", tool_call_parser, family.tool_call_parser),
         reasoning_format=reasoning_format,
         api_key=api_key or None,
+        request_guard=RequestGuard.for_bind(host, _split(allowed_hosts), _split(allowed_origins)),
         info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device},
     )
     loader = BackgroundLoader(

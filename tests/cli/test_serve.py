@@ -57,6 +57,21 @@ def test_background_load_failure_exits_1(tiny_dir, tmp_path):
     assert "safetensors" in errors[0]["message"]
 
 
+def test_a_broken_chat_template_fails_the_start_with_its_error(tiny_dir, tmp_path):
+    template = tmp_path / "broken.jinja"
+    template.write_text("{% for m in messages %}{{ m.content | no_such_filter }}{% endfor %}")
+    result = CliRunner().invoke(build_cli(), ["serve", "--model-dir", str(tiny_dir), "--port", str(_free_port()),
+                                              "--chat-template", str(template), "--log-format", "json"])
+    assert result.exit_code == 1
+    records = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    errors = [r for r in records if r["level"] == "error"]
+    assert len(errors) == 1, errors
+    message = errors[0]["message"]
+    assert "--chat-template" in message and "no_such_filter" in message and "\n" not in message
+    assert not any("model tiny" in r["message"] and "ready" in r["message"] for r in records)
+    assert "Traceback" not in result.stderr
+
+
 def test_json_log_lines(capsys):
     configure_logging("info", "json")
     logging.getLogger("anna.test").info("hello %s", "there")

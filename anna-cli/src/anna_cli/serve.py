@@ -9,7 +9,15 @@ turns 200. A failed load is logged, shown on ``/health`` (``failed``) and ends t
 exit code 1.
 
 SIGTERM (or Ctrl+C) drains: ``/health`` and new ``/v1/*`` requests get 503, in-flight requests
-finish, then the server exits with code 0. A second signal stops at once.
+finish, then the server exits with code 0. A drain that outlasts ``--drain-timeout-s`` ends the
+responses still in flight (a stream gets a final SSE error event and ``[DONE]``, a waiting
+non-streamed request a 503: :mod:`anna_core.server.shutdown`) and exits with code 0. A second
+signal does the same at once and exits with code 1 (a third one quits without waiting).
+
+The socket is served for the internet (:mod:`anna_cli.http_protocol`): request headers must
+arrive within ``--header-timeout-s`` and the body within ``--body-timeout-s``, an idle kept-alive
+connection closes after ``--keep-alive-timeout-s``, and beyond ``--max-connections`` open
+connections a new one gets a 503.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -36,6 +45,13 @@ from anna_cli.options import (
 
 logger = logging.getLogger("anna.serve")
 
+MAX_HEADER_BYTES = 16 * 1024
+"""Most bytes of a request line plus headers (h11's incomplete-event limit); more is a 400."""
+
+GRACEFUL_SHUTDOWN_S = 10
+"""uvicorn's ``timeout_graceful_shutdown``: how long connections still open when the server stops
+may take to finish (after a drain or a cut the app has nothing left to send)."""
+
 
 def _check_disabled_kernels(disabled: tuple[str, ...]) -> None:
     """Fail fast on a ``--disable-kernel`` entry that names no registered implementation.
@@ -50,6 +66,11 @@ def _check_disabled_kernels(disabled: tuple[str, ...]) -> None:
         KernelRegistry.from_plugins(disabled=disabled)
     except ValueError as exc:
         raise AnnaError(str(exc)) from exc
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    """Repeated and comma-separated flag values as one list."""
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
 def _parser(kind: str, flag: str | None, family_default: str) -> Any:
@@ -114,6 +135,7 @@ class BackgroundLoader:
             loaded = await asyncio.to_thread(load_model, self.model_path, **self.load_kwargs)
             weights_s = time.perf_counter() - t0
             logger.info("weights loaded in %.1f s; building the %s engine", weights_s, self.task.name)
+            await asyncio.to_thread(self._check_chat_template, loaded.tokenizer)
             # The task's engine, warmed up (graph capture for generate; eager on CPU or when capture fails).
             task_engine = await asyncio.to_thread(build, loaded, self.engine_config, self.runner_config)
             engine = start(task_engine)
@@ -144,6 +166,24 @@ class BackgroundLoader:
         if self.metrics_log_interval_s > 0 and engine.metrics is not None:
             self._metrics_task = asyncio.create_task(self._log_metrics(engine))
 
+    def _check_chat_template(self, tokenizer: Any) -> None:
+        """Render the chat template once: a broken ``--chat-template`` fails the start (exit 1);
+        a checkpoint's own template that does not render is only logged (completions still work).
+
+        Raises:
+            AnnaError: the ``--chat-template`` file does not render.
+        """
+        from anna_core.errors import AnnaError
+
+        if tokenizer is None:
+            return
+        try:
+            tokenizer.check_chat_template()
+        except AnnaError as exc:
+            if self.load_kwargs.get("chat_template") is not None:
+                raise AnnaError(f"--chat-template: {exc}") from exc
+            logger.warning("%s; chat requests will fail until it is fixed (--chat-template)", exc)
+
     async def _log_metrics(self, engine: Any) -> None:
         """One summary line every ``--metrics-log-interval-seconds`` while serving."""
         while True:
@@ -161,20 +201,25 @@ class BackgroundLoader:
         for task in (self._task, self._metrics_task):
             if task is not None and not task.done():
                 task.cancel()
-        if self.state.engine is not None:
-            await self.state.engine.shutdown(drain=True)
+        if self.state.engine is not None:  # responses cut (drain timeout, forced stop): abort what is left
+            await self.state.engine.shutdown(drain=not self.state.streams.is_cut)
 
 
 def _draining_server_class() -> type:
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
-        """uvicorn, but the first SIGTERM/SIGINT drains (503 for new requests) before exiting."""
+        """uvicorn, but the first SIGTERM/SIGINT drains (503 for new requests) before exiting, for at
+        most ``drain_timeout_s``; a second one ends every response in flight at once (a final event
+        for streams) and sets ``forced``; a third quits without waiting."""
 
-        def __init__(self, config: uvicorn.Config, state: Any, on_listening: Any):
+        def __init__(self, config: uvicorn.Config, state: Any, on_listening: Any, drain_timeout_s: float):
             super().__init__(config)
             self.state = state
             self.on_listening = on_listening
+            self.drain_timeout_s = drain_timeout_s
+            self.forced = False
+            self._drain_started = 0.0
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
@@ -182,16 +227,30 @@ def _draining_server_class() -> type:
                 await self.on_listening()
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # A signal handler: only flags here; on_tick (on the event loop) acts on them.
+            name = signal.Signals(sig).name
             if not self.state.draining:
                 self.state.draining = True
-                logger.info("received %s: draining (%d request(s) in flight); no new requests accepted",
-                            signal.Signals(sig).name, self.state.in_flight)
-                return
-            logger.warning("received %s again: stopping now", signal.Signals(sig).name)
-            self.should_exit = True
-            self.force_exit = True
+                self._drain_started = time.monotonic()
+                logger.info("received %s: draining (%d request(s) in flight, at most %g s); no new requests "
+                            "accepted", name, self.state.in_flight, self.drain_timeout_s)
+            elif not self.forced:
+                self.forced = True
+                logger.warning("received %s again: ending the %d response(s) in flight and stopping",
+                               name, self.state.in_flight)
+            else:
+                logger.warning("received %s a third time: quitting without waiting", name)
+                self.should_exit = True
+                self.force_exit = True
 
         async def on_tick(self, counter: int) -> bool:
+            if self.state.draining and not self.state.streams.is_cut:
+                if self.forced:
+                    self.state.streams.cut("the server was stopped before this response finished")
+                elif time.monotonic() - self._drain_started > self.drain_timeout_s:
+                    logger.warning("drain timeout (%g s, --drain-timeout-s) reached: ending the %d response(s) "
+                                   "still in flight", self.drain_timeout_s, self.state.in_flight)
+                    self.state.streams.cut("the server's drain timeout ended this response before it finished")
             if self.state.draining and self.state.in_flight == 0 and not self.should_exit:
                 logger.info("drained; shutting down")
                 self.should_exit = True
@@ -235,6 +294,23 @@ def _draining_server_class() -> type:
               show_default=True, help="torch.compile the forward pass before graph capture.")
 @click.option("--disable-kernel", "disable_kernels", multiple=True, metavar="OP:NAME|NAME",
               help="Never use this kernel implementation (e.g. linear:triton, or fla for all its ops); repeatable.")
+@click.option("--allowed-hosts", "allowed_hosts", multiple=True, metavar="HOST[,HOST...]",
+              help="Host header values served besides localhost / 127.0.0.1 / [::1] ('*' = any). Default: only "
+                   "those on a loopback --host, any on 0.0.0.0 / ::. Repeatable.")
+@click.option("--allowed-origins", "allowed_origins", multiple=True, metavar="ORIGIN[,ORIGIN...]",
+              help="Origin header values served, e.g. http://localhost:3000 ('*' = any). Default: none, so "
+                   "browsers' cross-site requests get a 403. Repeatable.")
+@click.option("--drain-timeout-s", type=click.FloatRange(min=0.0), default=120.0, show_default=True,
+              help="After SIGTERM, how long in-flight requests may run before they are ended (streams get a "
+                   "final error event and [DONE]); a second SIGTERM ends them at once.")
+@click.option("--header-timeout-s", type=click.FloatRange(min=0.0), default=10.0, show_default=True,
+              help="Close a connection whose request line and headers take longer (0 = no limit).")
+@click.option("--body-timeout-s", type=click.FloatRange(min=0.0), default=60.0, show_default=True,
+              help="Close a connection whose request body takes longer once its headers are in (0 = no limit).")
+@click.option("--keep-alive-timeout-s", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Close a kept-alive connection idle this long between requests.")
+@click.option("--max-connections", type=click.IntRange(min=0), default=1024, show_default=True,
+              help="Open connections beyond which a new one gets a 503 (0 = no limit).")
 @click.option("--metrics-log-interval-seconds", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="Log a one-line metrics summary this often (0 = never). Full figures: /healthz, /metrics.")
 @exit_on_anna_errors
@@ -243,7 +319,10 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
           max_model_len: int | None, chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
           reasoning_format: str, api_key: str | None, cuda_graph: bool, compile_mode: str,
-          disable_kernels: tuple[str, ...], metrics_log_interval_seconds: float, **options: Any) -> None:
+          disable_kernels: tuple[str, ...], allowed_hosts: tuple[str, ...], allowed_origins: tuple[str, ...],
+          drain_timeout_s: float, header_timeout_s: float, body_timeout_s: float,
+          keep_alive_timeout_s: int, max_connections: int, metrics_log_interval_seconds: float,
+          **options: Any) -> None:
     """Serve a model over HTTP: its task's routes (generate: the OpenAI-compatible API)."""
     import uvicorn
     from anna_core.device import resolve_device
@@ -251,6 +330,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     from anna_core.model_dir import inspect_model_dir, select_family
     from anna_core.plugins import check_task, model_families, task_for
     from anna_core.server.app import create_app
+    from anna_core.server.request_guard import RequestGuard
     from anna_core.server.state import ServerState
 
     sampling = {k: v for k, v in options.items() if k in SAMPLING_FLAGS}
@@ -278,6 +358,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         tool_call_parser=_parser("tool_call", tool_call_parser, family.tool_call_parser),
         reasoning_format=reasoning_format,
         api_key=api_key or None,
+        request_guard=RequestGuard.for_bind(host, _split(allowed_hosts), _split(allowed_origins)),
         info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device},
     )
     loader = BackgroundLoader(
@@ -289,9 +370,17 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         metrics_log_interval_s=metrics_log_interval_seconds,
     )
     app = create_app(state, task=task, on_shutdown=[loader.stop])
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=log_level,
-                            timeout_graceful_shutdown=None, lifespan="on")
-    server = _draining_server_class()(config, state, loader.start)
+    from anna_cli.http_protocol import protocol_class
+
+    config = uvicorn.Config(
+        app, host=host, port=port, log_config=None, log_level=log_level, lifespan="on",
+        http=protocol_class(header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s,
+                            max_connections=max_connections),
+        timeout_keep_alive=keep_alive_timeout_s,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,  # request line + headers; beyond: 400
+        # Once the app is done (drained or cut), connections still open get this long to finish.
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    server = _draining_server_class()(config, state, loader.start, drain_timeout_s)
     loader.server = server
     logger.info("serving %s (%s, task %s) on http://%s:%d; loading in the background", name, family.name, task.name,
                 host, port)
@@ -301,6 +390,9 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         if server.started:
             raise
     if loader.failed:
+        sys.exit(1)
+    if server.forced:
+        click.echo("error: stopped by a second signal before every response finished", err=True)
         sys.exit(1)
     if not server.started:
         click.echo(f"error: could not start the server on {host}:{port} (see the log above)", err=True)

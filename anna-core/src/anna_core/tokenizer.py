@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from anna_core.errors import InvalidRequestError, ModelLoadError
+from anna_core.errors import AnnaError, InvalidRequestError, ModelLoadError
 
 
 class Tokenizer:
@@ -60,6 +60,21 @@ class Tokenizer:
     @property
     def all_special_ids(self) -> set[int]:
         return set(self.hf.all_special_ids)
+
+    def check_chat_template(self) -> None:
+        """Render a one-message conversation with the chat template (if any), so that a broken one
+        is found before any request (``anna serve`` does this at start-up).
+
+        Raises:
+            AnnaError: the template does not render (its first error line).
+        """
+        if not self.has_chat_template:
+            return
+        try:
+            self.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True)
+        except InvalidRequestError as exc:
+            first = (str(exc).strip().splitlines() or ["chat template error"])[0]
+            raise AnnaError(f"the chat template cannot render a conversation: {first}") from exc
 
     def apply_chat_template(
         self,

@@ -115,7 +115,8 @@ class AsyncEngine:
             QueueFullError: ``max_waiting_requests`` requests are queued already (HTTP 429).
         """
         params = params or SamplingParams()
-        self.engine.validate_request(list(prompt_token_ids), params, multimodal)
+        # CPU work (grammar compilation above all): in a worker thread, so the event loop keeps serving.
+        await asyncio.to_thread(self.engine.validate_request, list(prompt_token_ids), params, multimodal)
         stream = _Stream(asyncio.get_running_loop())
         with self._cond:
             if self._dead is not None:

@@ -187,7 +187,7 @@ class LLMEngine:
         """Check a request against the engine's limits (thread-safe: reads only settings).
 
         Raises:
-            InvalidRequestError: empty or too long prompt, bad token ids, stop strings without a
+            InvalidRequestError: empty or too long prompt, bad prompt or stop token ids, stop strings without a
                 tokenizer, media the model does not take or that do not fit the prompt or the encoder
                 budget (:func:`~anna_core.multimodal.check_multimodal`).
         """
@@ -208,6 +208,10 @@ class LLMEngine:
             check_multimodal(multimodal, len(prompt_token_ids), modalities=caps.modalities,
                              position_rows=caps.position_rows,
                              max_item_tokens=min(self.config.max_encoder_tokens, self.config.encoder_cache_tokens))
+        bad_stop = [t for t in params.stop_token_ids if not 0 <= t < vocab]
+        if bad_stop:
+            raise InvalidRequestError(f"stop_token_ids entry {bad_stop[0]} is outside the vocabulary "
+                                      f"(0 <= id < {vocab})", param="stop_token_ids")
         if params.stop and self.tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model was loaded without one", param="stop")
         self.runner.logits_processors.validate(params)  # logit_bias ids, grammar compiles

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from typing import Any
 
 import torch
@@ -36,12 +37,24 @@ _CACHE_LIMIT = 256
 
 
 _XGRAMMAR_LOG_PREFIX = re.compile(r"^\[[0-9:]+\] \S+:[0-9]+: ")  # "[12:00:00] /path/file.cc:123: "
+_XGRAMMAR_INTERNALS = (
+    re.compile(r"\S+\.(?:cc|cpp|cxx|h|hpp)(?::[0-9]+)+:? ?"),  # any other C++ source location
+    re.compile(r"Check failed: \(.*?\) is (?:false|true): "),  # an internal assertion's condition
+    re.compile(r"\. The JSON string is:.*$"),  # the input echoed back (the client has it)
+)
 
 
 def xgrammar_reason(exc: Exception) -> str:
-    """The first line of an xgrammar error without its log prefix (time, C++ source path and line)."""
+    """The first line of an xgrammar error without library internals: its log prefix (time, C++
+    source path and line), other source locations, internal assertion conditions and the echoed
+    input."""
     lines = str(exc).strip().splitlines()
-    return _XGRAMMAR_LOG_PREFIX.sub("", lines[0]) if lines else type(exc).__name__
+    if not lines:
+        return type(exc).__name__
+    reason = _XGRAMMAR_LOG_PREFIX.sub("", lines[0])
+    for pattern in _XGRAMMAR_INTERNALS:
+        reason = pattern.sub("", reason)
+    return reason.strip() or "the grammar library rejected it"
 
 
 class GrammarState:
@@ -96,19 +109,21 @@ class LogitsProcessors:
         self.vocab_size = vocab_size
         self.stop_token_ids = list(stop_token_ids)
         self._compiler: Any = None
+        self._compiler_lock = threading.Lock()
         self._compiled: dict[StructuredOutput, Any] = {}
 
     # -- grammars --------------------------------------------------------------------------
 
     def _grammar_compiler(self) -> Any:
-        if self._compiler is None:
-            import xgrammar
+        with self._compiler_lock:  # validate() runs on request threads, new_state() on the engine's
+            if self._compiler is None:
+                import xgrammar
 
-            vocab = self.vocab_size or self.tokenizer.vocab_size
-            info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer.hf, vocab_size=vocab,
-                                                           stop_token_ids=self.stop_token_ids or None)
-            self._compiler = xgrammar.GrammarCompiler(info, max_threads=1)
-        return self._compiler
+                vocab = self.vocab_size or self.tokenizer.vocab_size
+                info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer.hf, vocab_size=vocab,
+                                                               stop_token_ids=self.stop_token_ids or None)
+                self._compiler = xgrammar.GrammarCompiler(info, max_threads=1)
+            return self._compiler
 
     def compile(self, spec: StructuredOutput) -> Any:
         """The compiled grammar for ``spec`` (cached).
@@ -116,8 +131,9 @@ class LogitsProcessors:
         Raises:
             InvalidRequestError: no tokenizer, or xgrammar rejected the schema / grammar.
         """
-        if spec in self._compiled:
-            return self._compiled[spec]
+        cached = self._compiled.get(spec)
+        if cached is not None:
+            return cached
         if self.tokenizer is None:
             raise InvalidRequestError("structured output needs a tokenizer; this model was loaded without one",
                                       param=spec.param)
@@ -134,9 +150,10 @@ class LogitsProcessors:
         except Exception as exc:  # xgrammar raises RuntimeError / ValueError with a useful message
             raise InvalidRequestError(f"cannot compile the {spec.kind.replace('_', ' ')} for constrained "
                                       f"decoding: {xgrammar_reason(exc)}", param=spec.param) from exc
-        if len(self._compiled) >= _CACHE_LIMIT:
-            self._compiled.pop(next(iter(self._compiled)))
-        self._compiled[spec] = compiled
+        with self._compiler_lock:
+            while len(self._compiled) >= _CACHE_LIMIT:
+                self._compiled.pop(next(iter(self._compiled)))
+            self._compiled[spec] = compiled
         return compiled
 
     def validate(self, params: SamplingParams) -> None:

@@ -10,12 +10,13 @@ plugin routes.
   ``server: ServerState`` parameter to receive the state.
 - With ``ServerState.api_key`` set, ``/v1/*``, ``/tokenize`` and ``/detokenize`` need
   ``Authorization: Bearer <key>`` (else 401 in OpenAI's shape); ``/health`` and ``/healthz``
-  stay open.
+  stay open (``/healthz`` leaves out the model path and memory figures unless the key is sent).
+- With ``ServerState.request_guard`` set, requests with a ``Host`` or ``Origin`` it does not allow
+  get a 403 before anything else (:mod:`anna_core.server.request_guard`).
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import uuid
@@ -31,6 +32,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from anna_core.registry import TaskSpec, resolve
 from anna_core.server import routes_health, routes_models
+from anna_core.server.auth import is_authorized
 from anna_core.server.errors import error_body, exception_handlers
 from anna_core.server.state import ServerState
 
@@ -67,6 +69,32 @@ async def _send_json(send: Send, scope: Scope, status: int, payload: dict[str, A
     await send({"type": "http.response.body", "body": body})
 
 
+class RequestGuardMiddleware:
+    """Refuses (403) requests whose ``Host`` or ``Origin`` the server's
+    :class:`~anna_core.server.request_guard.RequestGuard` does not allow."""
+
+    def __init__(self, app: ASGIApp, state: ServerState):
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        guard = self.state.request_guard
+        if guard is not None and scope["type"] == "http":
+            headers = MutableScopeHeaders(scope)  # type: ignore[arg-type]
+            host, origin = headers.get("host"), headers.get("origin")
+            if not guard.host_allowed(host):
+                await _send_json(send, scope, 403, error_body(
+                    f"this server does not answer requests for host {host!r}; start it with --allowed-hosts to "
+                    "allow it", "invalid_request_error", None, "host_not_allowed"))
+                return
+            if not guard.origin_allowed(origin):
+                await _send_json(send, scope, 403, error_body(
+                    f"this server does not answer cross-origin requests from {origin!r}; start it with "
+                    "--allowed-origins to allow it", "invalid_request_error", None, "origin_not_allowed"))
+                return
+        await self.app(scope, receive, send)
+
+
 class AuthMiddleware:
     """``Authorization: Bearer <api_key>`` on the API routes when the server has a key."""
 
@@ -79,8 +107,7 @@ class AuthMiddleware:
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if key and (path.startswith("/v1/") or path in _PROTECTED_EXACT):
             sent = MutableScopeHeaders(scope).get("authorization") or ""  # type: ignore[arg-type]
-            scheme, _, token = sent.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+            if not is_authorized(scope, key):
                 message = ("Incorrect API key provided." if sent else
                            "Missing API key: send 'Authorization: Bearer <key>'.")
                 await _send_json(send, scope, 401, error_body(message, "invalid_request_error", None,
@@ -160,7 +187,8 @@ def create_app(
         route_handlers=[*_handlers(task.routes), *ALWAYS_ROUTES, *_plugin_handlers(pm)],
         dependencies={"server": Provide(lambda: state, sync_to_thread=False, use_cache=True)},
         exception_handlers=exception_handlers(),
-        middleware=[DefineMiddleware(AuthMiddleware, state=state), DefineMiddleware(AdmissionMiddleware, state=state)],
+        middleware=[DefineMiddleware(RequestGuardMiddleware, state=state), DefineMiddleware(AuthMiddleware, state=state),
+                    DefineMiddleware(AdmissionMiddleware, state=state)],
         before_send=[_add_request_id],
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),

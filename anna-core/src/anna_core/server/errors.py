@@ -1,7 +1,8 @@
 """Exceptions -> OpenAI-shaped JSON errors ``{"error": {"message", "type", "param", "code"}}``.
 
-Status codes: 400 ``invalid_request_error`` (bad body, limits), 401 ``invalid_api_key``, 404
-``model_not_found``, 429 ``rate_limit_exceeded`` with ``Retry-After`` when the engine's waiting
+Status codes: 400 ``invalid_request_error`` (bad body, limits), 401 ``invalid_api_key``, 403
+``host_not_allowed`` / ``origin_not_allowed`` (:mod:`anna_core.server.request_guard`), 404
+``model_not_found``, 415 ``unsupported_media_type`` (a JSON route without ``application/json``), 429 ``rate_limit_exceeded`` with ``Retry-After`` when the engine's waiting
 queue is full, 503 while the model loads (with ``Retry-After``) or the server drains, 500 for
 anything unexpected. A 500 logs the traceback server-side and sends the client only a generic
 message, never the traceback. Messages and params are made UTF-8-encodable before sending.
@@ -53,6 +54,10 @@ class GenerationFailed(AnnaError):
     """The engine ended a request with ``finish_reason == "error"`` (HTTP 500, with its message)."""
 
 
+class UnsupportedMediaTypeError(AnnaError):
+    """A JSON route got a body of another ``Content-Type`` (HTTP 415)."""
+
+
 class ClientDisconnected(Exception):
     """The client went away before its (non-streamed) answer was ready; nobody reads the reply."""
 
@@ -97,6 +102,10 @@ def _queue_full(_: Request, exc: QueueFullError) -> Response:
     return response
 
 
+def _unsupported_media_type(_: Request, exc: UnsupportedMediaTypeError) -> Response:
+    return error_response(415, str(exc), "invalid_request_error", None, "unsupported_media_type")
+
+
 def _generation_failed(_: Request, exc: GenerationFailed) -> Response:
     return error_response(500, str(exc), "server_error")
 
@@ -126,6 +135,7 @@ def exception_handlers() -> dict[type[Exception], Any]:
         EngineDeadError: _unavailable,
         QueueFullError: _queue_full,
         GenerationFailed: _generation_failed,
+        UnsupportedMediaTypeError: _unsupported_media_type,
         ClientDisconnected: _client_disconnected,
         HTTPException: _http_exception,
         Exception: _internal,

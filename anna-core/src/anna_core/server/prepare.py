@@ -19,6 +19,7 @@ from anna_core.engine.sampling_params import SamplingParams, StructuredOutput
 from anna_core.errors import AnnaError, InvalidRequestError
 from anna_core.parsers.json_calls import JsonToolCallParser
 from anna_core.server.errors import LOADING_RETRY_AFTER_S, ModelNotFoundError, ServiceUnavailableError
+from anna_core.server.limits import check_prompt_chars
 from anna_core.server.protocol import ChatCompletionRequest
 from anna_core.server.state import SAMPLING_DEFAULT_FIELDS, ServerState
 
@@ -71,10 +72,13 @@ def need_tokenizer(server: ServerState, what: str) -> Any:
 
 
 def chat_prompt_ids(server: ServerState, req: ChatCompletionRequest) -> list[int]:
-    """Render the messages with the chat template and tokenize them.
+    """Render the messages with the chat template and tokenize them (CPU work: call it off the
+    event loop).
 
     Raises:
-        InvalidRequestError: no tokenizer or chat template, or the template rejected the messages.
+        InvalidRequestError: no tokenizer or chat template, the template rejected the messages, or
+            the rendering has more characters than the context could hold
+            (``context_length_exceeded``, param ``messages``; checked before tokenizing).
     """
     tokenizer = need_tokenizer(server, "chat completion")
     template_kwargs = dict(req.chat_template_kwargs)
@@ -87,15 +91,19 @@ def chat_prompt_ids(server: ServerState, req: ChatCompletionRequest) -> list[int
         tools=req.tools.tools if req.tools.choice != "none" and req.tools.tools else None,
         **template_kwargs,
     )
+    check_prompt_chars(len(text), server.max_model_len, "messages")
     return tokenizer.encode(text, add_special_tokens=False)
 
 
 def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[int]:
-    """One prompt as token ids (a text prompt is tokenized as the checkpoint's tokenizer does).
+    """One prompt as token ids (a text prompt is tokenized as the checkpoint's tokenizer does; CPU
+    work: call it off the event loop).
 
     Raises:
-        InvalidRequestError: a text prompt without a tokenizer, an empty prompt, or a token id
-            outside the tokenizer's vocabulary (the engine checks the model's too).
+        InvalidRequestError: a text prompt without a tokenizer, an empty prompt, a text prompt with
+            more characters than the context could hold (``context_length_exceeded``, checked before
+            tokenizing), or a token id outside the tokenizer's vocabulary (the engine checks the
+            model's too).
     """
     if isinstance(prompt, list):
         ids = list(prompt)
@@ -104,7 +112,9 @@ def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[
             raise InvalidRequestError(f"prompt token id {max(ids)} is outside the vocabulary of {vocab} tokens",
                                       param="prompt")
         return ids
-    ids = need_tokenizer(server, "a text prompt").encode(prompt, add_special_tokens=True)
+    tokenizer = need_tokenizer(server, "a text prompt")
+    check_prompt_chars(len(prompt), server.max_model_len, "prompt")
+    ids = tokenizer.encode(prompt, add_special_tokens=True)
     if not ids:
         raise InvalidRequestError("the prompt is empty", param="prompt")
     return ids

@@ -199,6 +199,8 @@ def _parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str,
     if stop:
         sampling["stop"] = stop
     stop_ids = _int_list(body, "stop_token_ids")
+    if any(t < 0 for t in stop_ids):
+        raise _fail(f"'stop_token_ids' entries must be token ids (>= 0), got {min(stop_ids)}", "stop_token_ids")
     if stop_ids:
         sampling["stop_token_ids"] = stop_ids
     bias = _logit_bias(body)

@@ -4,27 +4,42 @@ JSON allows ``\\ud800``-style escapes that decode to lone UTF-16 surrogates: Pyt
 are not valid Unicode text and cannot be encoded as UTF-8. Left in, they crash the tokenizer and
 the response encoder (HTTP 500). :func:`json_body` rejects them with a 400 whose ``param`` is the
 JSON path of the offending string (``messages[0].content``); the message never repeats the
-string itself. Bodies nested deeper than the JSON decoder can follow are a 400 too.
+string itself. Bodies nested deeper than the JSON decoder can follow are a 400 too. A body whose
+``Content-Type`` is not ``application/json`` is a 415 and is never parsed: a browser sends a
+``text/plain`` or form POST cross-site without asking, and it must not start a generation.
+Decoding a large body is CPU work: it runs in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from litestar import Request
 
 from anna_core.errors import InvalidRequestError
+from anna_core.server.errors import UnsupportedMediaTypeError
 
 
 async def json_body(request: Request) -> Any:
     """The request's JSON body, with every string (keys included) valid Unicode.
 
     Raises:
+        UnsupportedMediaTypeError: the ``Content-Type`` is not ``application/json``.
         InvalidRequestError: the body is not JSON, is nested too deeply, or holds a lone
             surrogate (``param`` names where).
     """
+    content_type = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if content_type != "application/json":
+        shown = f"'{content_type}'" if content_type else "none"
+        raise UnsupportedMediaTypeError(f"this route takes a JSON body: send 'Content-Type: application/json' "
+                                        f"(got {shown})")
     raw = await request.body()
+    return await asyncio.to_thread(_decode, raw)
+
+
+def _decode(raw: bytes) -> Any:
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

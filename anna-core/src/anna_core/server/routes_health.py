@@ -5,7 +5,9 @@ the status (``loading``, ``failed`` or ``draining``). ``/healthz`` always answer
 the server runs: model, family, task, device, dtype, memory, uptime, chosen kernels, engine stats and the
 serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s).
 ``/metrics`` gives the same figures in Prometheus text format. A 503 ``loading`` carries
-``Retry-After``; ``max_model_len`` is null until the model has loaded.
+``Retry-After``; ``max_model_len`` is null until the model has loaded. When the server has an API
+key, ``/healthz`` shows the model path (``model_dir``) and the memory figures only to callers that
+send it (others get null / ``{}``); ``/health`` never needs it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from litestar import Response, get
+from litestar import Request, Response, get
 
+from anna_core.server.auth import is_authorized
 from anna_core.server.errors import LOADING_RETRY_AFTER_S
 from anna_core.server.state import ServerState
 
@@ -56,7 +59,8 @@ def _engine_stats(server: ServerState) -> dict[str, Any]:
 
 
 @get("/healthz", sync_to_thread=False)
-def healthz(server: ServerState) -> dict[str, Any]:
+def healthz(request: Request, server: ServerState) -> dict[str, Any]:
+    detail = is_authorized(request.scope, server.api_key)
     info = server.info
     kernels = info.get("kernels", {})
     if callable(kernels):  # chosen lazily, as the model first calls each op
@@ -64,13 +68,13 @@ def healthz(server: ServerState) -> dict[str, Any]:
     return {
         "status": server.status,
         "model": server.model_name,
-        "model_dir": info.get("model_dir"),
+        "model_dir": info.get("model_dir") if detail else None,
         "family": info.get("family"),
         "task": info.get("task"),
         "device": info.get("device"),
         "dtype": info.get("dtype"),
         "max_model_len": server.known_max_model_len,
-        "memory": _memory(info.get("device")),
+        "memory": _memory(info.get("device")) if detail else {},
         "uptime_s": round(server.uptime_s, 3),
         "load_s": info.get("load_s"),
         "kernels": kernels,

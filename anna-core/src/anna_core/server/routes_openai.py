@@ -7,6 +7,13 @@ validation error is raised before any response starts, so it reaches the client 
 then submits one engine request per choice (:mod:`anna_core.server.fanout`) and turns the outputs
 into choices (:mod:`anna_core.server.choices`). A client that disconnects aborts its engine
 requests, streaming or not.
+
+Everything between the decoded body and the engine submission -- field validation (tool schemas
+are converted by xgrammar), chat-template rendering, tokenization, grammar set-up -- is CPU work
+bounded by :mod:`anna_core.server.limits` and runs in a worker thread (``asyncio.to_thread``), so
+the event loop keeps answering (``/healthz``, other streams) meanwhile. When the server stops
+before a response finishes (:mod:`anna_core.server.shutdown`), a stream ends with an error event
+and ``[DONE]``, a non-streamed request with a 503.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from anna_core.server.choices import ChatChoice, CompletionChoice
 from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body
 from anna_core.server.fanout import Opened, merged, open_all
 from anna_core.server.request_body import json_body
+from anna_core.server.shutdown import ServerStopping
 from anna_core.server.sse import DONE, sse_event, sse_response
 from anna_core.server.state import ServerState
 
@@ -75,7 +83,7 @@ class _Run:
         self.opened = await open_all(self.server.engine, self.jobs)
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
-        async for i, out in merged(self.opened):
+        async for i, out in self.server.streams.until_cut(merged(self.opened)):
             if out.finished:
                 self.final[i] = out
             yield i, out
@@ -115,7 +123,11 @@ async def _collect(run: _Run, request: Request, on_output: Callable[[int, Reques
             await asyncio.gather(work, return_exceptions=True)
             await run.abort_unfinished()
             raise ClientDisconnected(",".join(run.ids))
-        work.result()
+        try:
+            work.result()
+        except ServerStopping:
+            await run.abort_unfinished()
+            raise
     finally:
         disconnect.cancel()
         if not work.done():
@@ -146,7 +158,7 @@ async def _stream(run: _Run, head: list[bytes], on_output: Callable[[int, Reques
         yield DONE
     except AnnaError as exc:
         kind = "invalid_request_error" if isinstance(exc, InvalidRequestError) else "server_error"
-        yield sse_event(error_body(str(exc), kind))
+        yield sse_event(error_body(str(exc), kind, None, getattr(exc, "code", None)))
         yield DONE
     finally:
         await run.abort_unfinished()
@@ -170,10 +182,14 @@ def _chat_choices(server: ServerState, req: protocol.ChatCompletionRequest,
     return choices, params
 
 
-@post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: Request, server: ServerState) -> Response:
-    """OpenAI chat completions, streamed (SSE) or not."""
-    req = protocol.ChatCompletionRequest.from_json(await json_body(request))
+def _plan_chat(server: ServerState, body: Any) -> tuple[protocol.ChatCompletionRequest, list[int],
+                                                        SamplingParams, list[ChatChoice]]:
+    """Validate a chat body and prepare its prompt, parameters and choices (CPU work: run in a thread).
+
+    Raises:
+        InvalidRequestError / ModelNotFoundError / ServiceUnavailableError: see :mod:`prepare`.
+    """
+    req = protocol.ChatCompletionRequest.from_json(body)
     server.warn_unknown_fields(list(req.unknown_fields), "/v1/chat/completions")
     prepare.check_servable(server, req.model)
     prepare.check_queue_room(server, req.n, req.n)
@@ -181,6 +197,13 @@ async def chat_completions(request: Request, server: ServerState) -> Response:
     max_tokens = prepare.resolve_max_tokens(server, req.max_tokens, len(prompt_ids), "messages")
     params = prepare.sampling_params(server, req.sampling, max_tokens)
     choices, params = _chat_choices(server, req, prompt_ids, params)
+    return req, prompt_ids, params, choices
+
+
+@post("/v1/chat/completions", status_code=200)
+async def chat_completions(request: Request, server: ServerState) -> Response:
+    """OpenAI chat completions, streamed (SSE) or not."""
+    req, prompt_ids, params, choices = await asyncio.to_thread(_plan_chat, server, await json_body(request))
     request_id, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), server.model_name
     run = _Run(server, request_id, [(prompt_ids, p) for p in prepare.choice_params(params, req.n)], req.n)
     await run.open()
@@ -210,11 +233,16 @@ async def chat_completions(request: Request, server: ServerState) -> Response:
     return Response(responses.chat_completion_body(request_id, created, model, body, run.usage()))
 
 
-@post("/v1/completions", status_code=200)
-async def completions(request: Request, server: ServerState) -> Response:
-    """OpenAI (legacy) text completions, streamed (SSE) or not; several prompts and ``n`` give
-    ``len(prompts) * n`` choices (choice ``i * n + j``)."""
-    req = protocol.CompletionRequest.from_json(await json_body(request))
+def _plan_completions(server: ServerState, body: Any) -> tuple[protocol.CompletionRequest,
+                                                               list[tuple[list[int], SamplingParams]],
+                                                               list[CompletionChoice]]:
+    """Validate a completions body and prepare its prompts, parameters and choices (CPU work: run
+    in a thread).
+
+    Raises:
+        InvalidRequestError / ModelNotFoundError / ServiceUnavailableError: see :mod:`prepare`.
+    """
+    req = protocol.CompletionRequest.from_json(body)
     server.warn_unknown_fields(list(req.unknown_fields), "/v1/completions")
     prepare.check_servable(server, req.model)
     prepare.check_queue_room(server, len(req.prompts) * req.n, req.n)
@@ -232,6 +260,14 @@ async def completions(request: Request, server: ServerState) -> Response:
         for p in prepare.choice_params(params, req.n):
             choices.append(CompletionChoice(len(jobs), prefix, token_text, return_ids))
             jobs.append((ids, p))
+    return req, jobs, choices
+
+
+@post("/v1/completions", status_code=200)
+async def completions(request: Request, server: ServerState) -> Response:
+    """OpenAI (legacy) text completions, streamed (SSE) or not; several prompts and ``n`` give
+    ``len(prompts) * n`` choices (choice ``i * n + j``)."""
+    req, jobs, choices = await asyncio.to_thread(_plan_completions, server, await json_body(request))
     request_id, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), server.model_name
     run = _Run(server, request_id, jobs, req.n)
     await run.open()

@@ -4,17 +4,20 @@
 (``messages``, ``add_generation_prompt``, ``continue_final_message``, ``chat_template_kwargs``,
 ``tools``) rendered exactly as ``/v1/chat/completions`` would, and answers
 ``{"count", "max_model_len", "tokens"}`` (plus ``token_strs`` with ``return_token_strs``).
-``/detokenize`` takes ``{"tokens": [ids]}`` and answers ``{"prompt": text}``.
+``/detokenize`` takes ``{"tokens": [ids]}`` and answers ``{"prompt": text}``. Rendering and
+tokenizing run in a worker thread, under the prompt-size bound of :mod:`anna_core.server.limits`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from litestar import Request, post
 
 from anna_core.errors import InvalidRequestError
 from anna_core.server import prepare, protocol
+from anna_core.server.limits import check_prompt_chars
 from anna_core.server.request_body import json_body
 from anna_core.server.state import ServerState
 
@@ -36,6 +39,10 @@ async def _body_and_tokenizer(request: Request, server: ServerState, what: str) 
 @post("/tokenize", status_code=200)
 async def tokenize(request: Request, server: ServerState) -> dict[str, Any]:
     body, tokenizer = await _body_and_tokenizer(request, server, "tokenization")
+    return await asyncio.to_thread(_tokenize, server, tokenizer, body)  # CPU work: off the event loop
+
+
+def _tokenize(server: ServerState, tokenizer: Any, body: dict[str, Any]) -> dict[str, Any]:
     if "messages" in body:
         chat = protocol.ChatCompletionRequest.from_json({k: v for k, v in body.items()
                                                          if k not in ("add_special_tokens", "return_token_strs")})
@@ -47,6 +54,7 @@ async def tokenize(request: Request, server: ServerState) -> dict[str, Any]:
         add_special = body.get("add_special_tokens", True)
         if not isinstance(add_special, bool):
             raise InvalidRequestError("'add_special_tokens' must be a boolean", param="add_special_tokens")
+        check_prompt_chars(len(prompt), server.max_model_len, "prompt")
         ids = tokenizer.encode(prompt, add_special_tokens=add_special)
     out: dict[str, Any] = {"count": len(ids), "max_model_len": server.max_model_len, "tokens": ids}
     if body.get("return_token_strs"):

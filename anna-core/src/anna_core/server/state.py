@@ -10,6 +10,7 @@ started engine.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -18,8 +19,13 @@ import attrs
 
 from anna_core.engine.outputs import RequestOutput
 from anna_core.engine.sampling_params import SamplingParams
+from anna_core.server.shutdown import StreamCutter
 
 logger = logging.getLogger("anna.server")
+
+MAX_WARNED_FIELDS = 32
+"""Distinct unknown request field names logged one by one over a process's life; after them one
+summary line says that further ones are not logged."""
 
 # Sampling fields that a server flag or generation_config.json may default (vLLM names).
 SAMPLING_DEFAULT_FIELDS = (
@@ -79,7 +85,12 @@ class ServerState:
         load_error: why loading failed, if it did.
         in_flight: requests being served right now (maintained by the app middleware).
         started_at: ``time.time()`` at creation (uptime on ``/healthz``).
-        warned_fields: unknown request fields already logged once.
+        warned_fields: unknown request fields already logged once (at most
+            :data:`MAX_WARNED_FIELDS`).
+        streams: ends every response in flight when the server stops before they finish
+            (:mod:`anna_core.server.shutdown`).
+        request_guard: the Host / Origin / Content-Type rules
+            (:class:`anna_core.server.request_guard.RequestGuard`); None: no checks (tests, embedding).
     """
 
     model_name: str
@@ -102,6 +113,10 @@ class ServerState:
     in_flight: int = 0
     started_at: float = attrs.field(factory=time.time)
     warned_fields: set[str] = attrs.field(factory=set)
+    streams: Any = attrs.field(factory=StreamCutter)  # a StreamCutter (Any: litestar inspects these types)
+    request_guard: Any = None
+    _warn_lock: Any = attrs.field(factory=threading.Lock, init=False, repr=False)
+    _warnings_capped: bool = attrs.field(default=False, init=False, repr=False)
 
     def set_ready(
         self,
@@ -159,8 +174,20 @@ class ServerState:
         return self.checkpoint_sampling.get(name)
 
     def warn_unknown_fields(self, names: list[str], endpoint: str) -> None:
-        """Log one warning per unknown request field name over the process lifetime."""
-        for name in names:
-            if name not in self.warned_fields:
+        """Log one warning per unknown request field name over the process lifetime, for at most
+        :data:`MAX_WARNED_FIELDS` names; then one line saying further names are not logged (a body
+        of 20,000 made-up fields writes 33 lines, not 20,000). Safe from any thread."""
+        with self._warn_lock:
+            for name in names:
+                if name in self.warned_fields:
+                    continue
+                if len(self.warned_fields) >= MAX_WARNED_FIELDS:
+                    if not self._warnings_capped:
+                        self._warnings_capped = True
+                        logger.warning("ignoring unknown request field(s) on %s; %d distinct unknown names logged "
+                                       "already, so further ones are ignored without a warning",
+                                       endpoint, MAX_WARNED_FIELDS)
+                    return
                 self.warned_fields.add(name)
-                logger.warning("ignoring unknown request field %r (first seen on %s)", name, endpoint)
+                name_shown = name if len(name) <= 100 else name[:100] + "..."
+                logger.warning("ignoring unknown request field %r (first seen on %s)", name_shown, endpoint)

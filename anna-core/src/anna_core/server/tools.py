@@ -4,10 +4,13 @@ Only function tools exist in the chat API. ``tool_choice`` is ``"none"`` (the to
 to the model and nothing is parsed), ``"auto"`` (the default when tools are given), ``"required"``
 or ``{"type": "function", "function": {"name": ...}}``; the last two are enforced by a grammar
 (:meth:`anna_core.parsers.base.ToolCallParser.grammar`, or JSON under the tools' schemas when the
-server has no tool-call parser: :mod:`anna_core.parsers.json_calls`), so the ``parameters`` schema
-of every tool they may call is checked here the way xgrammar converts it (an unusable one is a 400
-naming the tool). ``response_format`` ``json_object`` / ``json_schema`` become a
-:class:`~anna_core.engine.sampling_params.StructuredOutput`.
+server has no tool-call parser: :mod:`anna_core.parsers.json_calls`). The ``parameters`` schema
+of every tool is checked here, whatever ``tool_choice`` is, the way xgrammar converts it (an
+unusable one -- an unknown type, a dangling ``$ref``, a bad ``pattern``, ``minLength`` over
+``maxLength`` -- is a 400 naming the tool), after the size and depth limits of
+:mod:`anna_core.server.limits`. ``response_format`` ``json_object`` / ``json_schema`` become a
+:class:`~anna_core.engine.sampling_params.StructuredOutput`, under the same limits. These checks
+are CPU work: the routes run them off the event loop.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import attrs
 from anna_core.engine.logits_processors import xgrammar_reason
 from anna_core.engine.sampling_params import StructuredOutput
 from anna_core.errors import InvalidRequestError
+from anna_core.server.limits import check_schema
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
@@ -79,6 +83,7 @@ def _parse_tool(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(params.get("properties", {}), dict):
         raise _fail(f"'{where}.function.parameters.properties' must be an object",
                     f"{where}.function.parameters")
+    check_schema(params, f"{where}.function.parameters", f"the parameters of function {name!r}")
     out = {"type": "function", "function": {"name": name, "parameters": params}}
     if isinstance(fn.get("description"), str):
         out["function"]["description"] = fn["description"]
@@ -123,8 +128,8 @@ def parse_tools(body: dict[str, Any]) -> ToolSetup:
     if choice in ("required", "auto") and not tools and body.get("tool_choice") is not None:
         raise _fail(f"'tool_choice' = {choice!r} needs 'tools'", "tool_choice")
     setup = ToolSetup(tools=tools, choice=choice, function=function, parallel=True if parallel is None else parallel)
-    for i in setup.callable:
-        check_parameters_schema(tools[i]["function"], f"tools[{i}].function.parameters")
+    for i, tool in enumerate(tools):  # every tool: the template shows them all, a parser may call any
+        check_parameters_schema(tool["function"], f"tools[{i}].function.parameters")
     return setup
 
 
@@ -164,4 +169,5 @@ def parse_response_format(body: dict[str, Any]) -> StructuredOutput | None:
     schema = spec.get("schema") if isinstance(spec, dict) else None
     if not isinstance(schema, dict):
         raise _fail("'response_format.json_schema.schema' must be a JSON schema object", "response_format")
+    check_schema(schema, "response_format.json_schema.schema", "the response_format schema")
     return StructuredOutput("json_schema", json.dumps(schema))  # key order matters: properties come in order

@@ -51,3 +51,11 @@ def test_bench_serve_counts_every_request(dummy_server):
     report = json.loads(out.stdout)
     assert report["requests"]["succeeded"] == 8 and report["requests"]["failed"] == 0, report
     assert report["output_tokens"] == 8 * 6
+
+
+def test_logprobs_without_a_tokenizer_name_the_token_ids(dummy_server):
+    body = {"model": "dummy", "prompt": [1, 2, 3], "max_tokens": 3, "ignore_eos": True, "temperature": 0, "logprobs": 2}
+    r = httpx.post(f"{dummy_server.base_url}/v1/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["logprobs"]["tokens"] == [f"token_id:{t}" for t in choice["token_ids"]]

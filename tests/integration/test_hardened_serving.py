@@ -206,3 +206,28 @@ def test_the_drain_timeout_ends_remaining_streams_and_exits_0(dummy_folder, tmp_
         assert "drain timeout" in log and "Traceback" not in log, log[-3000:]
     finally:
         kill(server)
+
+
+def test_a_client_that_stops_reading_does_not_hold_a_forced_stop(dummy_folder, tmp_path_factory):
+    server = _serve(dummy_folder, tmp_path_factory, "--max-model-len", "4096")
+    host, port = server.base_url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        sock.connect((host, int(port)))
+        body = json.dumps({"model": "dummy", "prompt": [1, 2, 3], "max_tokens": 3500, "ignore_eos": True,
+                           "stream": True, "n": 4, "logprobs": 5}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        time.sleep(4)  # never read: the server's sends back up and its handler blocks
+        t0 = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        server.proc.send_signal(signal.SIGTERM)
+        code = server.proc.wait(timeout=40)
+        assert code != 0 and time.monotonic() - t0 < 25
+        log = server.log()
+        assert "Traceback" not in log, log[-3000:]
+    finally:
+        sock.close()
+        kill(server)

@@ -66,6 +66,29 @@ def test_a_schema_over_64_kib_is_refused_naming_the_limit(client):
     assert err["param"] == "response_format.json_schema.schema" and str(limits.MAX_SCHEMA_BYTES) in err["message"]
 
 
+@pytest.mark.parametrize("pattern", ["[a-z]{50000}", "(a{100}){100}", "(x|y{5000})"])
+def test_a_pattern_that_unrolls_too_far_is_refused_before_compiling(client, monkeypatch, pattern):
+    import xgrammar
+
+    def never(*a, **k):
+        raise AssertionError("compiled a schema that should have been refused")
+
+    monkeypatch.setattr(xgrammar.Grammar, "from_json_schema", never)
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}}
+    r = client.post("/v1/chat/completions", json=chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}))
+    assert r.status_code == 400 and str(limits.MAX_PATTERN_EXPANSION) in r.json()["error"]["message"]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    r = client.post("/v1/chat/completions", json=chat(tools=tools, tool_choice="none"))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].function.parameters"
+
+
+def test_pattern_expansion_counts_counted_repetitions():
+    assert limits.pattern_expansion(r"\d{3}-\d{3}-\d{4}") == 12
+    assert limits.pattern_expansion("(ab|cde){10}") == 30 and limits.pattern_expansion("a{3,}") == 4
+    assert limits.pattern_expansion("[a-z]+@[a-z]+") == 3 and limits.pattern_expansion("[\\]a]{10}") == 10
+
+
 def test_a_too_deep_tool_schema_is_refused_naming_the_tool(client):
     tools = [{"type": "function", "function": {"name": "ok", "parameters": {"type": "object"}}},
              {"type": "function", "function": {"name": "deep", "parameters": nested_schema(100)}}]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -205,6 +206,13 @@ class BackgroundLoader:
             await self.state.engine.shutdown(drain=not self.state.streams.is_cut)
 
 
+CUT_GRACE_S = 5.0
+"""Seconds a response ended by the drain timeout or a forced stop gets to finish its last event; one still
+running then (its client stopped reading, or it is still being prepared, e.g. a grammar compiling in a worker
+thread, which nothing can interrupt) is left behind: the process exits at once (``os._exit``; 1 after a
+forced stop, 0 after the drain timeout)."""
+
+
 def _draining_server_class() -> type:
     import uvicorn
 
@@ -220,6 +228,7 @@ def _draining_server_class() -> type:
             self.drain_timeout_s = drain_timeout_s
             self.forced = False
             self._drain_started = 0.0
+            self._cut_at = 0.0
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
@@ -247,10 +256,23 @@ def _draining_server_class() -> type:
             if self.state.draining and not self.state.streams.is_cut:
                 if self.forced:
                     self.state.streams.cut("the server was stopped before this response finished")
+                    self._cut_at = time.monotonic()
                 elif time.monotonic() - self._drain_started > self.drain_timeout_s:
                     logger.warning("drain timeout (%g s, --drain-timeout-s) reached: ending the %d response(s) "
                                    "still in flight", self.drain_timeout_s, self.state.in_flight)
                     self.state.streams.cut("the server's drain timeout ended this response before it finished")
+                    self._cut_at = time.monotonic()
+            if (self.state.streams.is_cut and self.state.in_flight and not self.should_exit
+                    and time.monotonic() - self._cut_at > CUT_GRACE_S):
+                # a client that stopped reading, or a request still being prepared (a grammar compiling):
+                # neither can be interrupted, so the process leaves them behind
+                # (cancelling them would only log their tracebacks): exit now
+                logger.warning("%d response(s) still running %g s after being ended (a client not reading, or a "
+                               "request still being prepared); exiting without them", self.state.in_flight, CUT_GRACE_S)
+                if self.forced:
+                    click.echo("error: stopped by a second signal before every response finished", err=True)
+                logging.shutdown()
+                os._exit(1 if self.forced else 0)
             if self.state.draining and self.state.in_flight == 0 and not self.should_exit:
                 logger.info("drained; shutting down")
                 self.should_exit = True

@@ -43,7 +43,10 @@ class ServiceUnavailableError(AnnaError):
 
     Attributes:
         retry_after_s: sent as ``Retry-After`` when set (while loading; not when loading failed).
+        code: the error's ``code`` (subclasses name their reason, e.g. ``server_shutdown``).
     """
+
+    code = "service_unavailable"
 
     def __init__(self, message: str, retry_after_s: int | None = None):
         super().__init__(message)
@@ -89,7 +92,8 @@ def _model_not_found(_: Request, exc: ModelNotFoundError) -> Response:
 
 
 def _unavailable(_: Request, exc: AnnaError) -> Response:
-    response = error_response(503, str(exc), "server_error", None, "service_unavailable")
+    code = exc.code if isinstance(exc, ServiceUnavailableError) else "service_unavailable"
+    response = error_response(503, str(exc), "server_error", None, code)
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
         response.headers["Retry-After"] = str(max(1, int(retry_after)))

@@ -36,7 +36,8 @@ class TokenText:
     """Token ids -> the strings and UTF-8 bytes OpenAI's logprobs show.
 
     A byte-level BPE token may hold part of a character; its ``bytes`` are exact and its string
-    is the UTF-8 decoding with replacement characters (as OpenAI does).
+    is the UTF-8 decoding with replacement characters (as OpenAI does). Without a tokenizer (a model
+    served from token ids only) a token's string is ``"token_id:<id>"``, as vLLM writes it.
     """
 
     def __init__(self, tokenizer: Any):
@@ -51,6 +52,8 @@ class TokenText:
         return self._byte_of
 
     def token_bytes(self, token_id: int) -> list[int]:
+        if self.tokenizer is None:
+            return list(f"token_id:{token_id}".encode())
         piece = self.tokenizer.convert_ids_to_tokens([token_id])[0]
         byte_of = self._byte_map()
         if piece is not None and all(ch in byte_of for ch in piece):

@@ -30,7 +30,7 @@ import re
 from typing import Any
 
 from anna_core.engine.sampling_params import StructuredOutput
-from anna_core.parsers.base import ToolCallDelta, find_first, new_call_id, partial_tag_len
+from anna_core.parsers.base import CallSpacing, ToolCallDelta, find_first, new_call_id, partial_tag_len
 
 START, END = "<|tool_call>", "<tool_call|>"
 STR = '<|"|>'
@@ -171,9 +171,8 @@ class Gemma4ToolParser:
         self._buf = ""
         self._state = "text"  # text | call | channel
         self._index = -1
-        self._held_space = ""  # whitespace that precedes a call (dropped) or more content (emitted)
+        self._spacing = CallSpacing()
         self._call_space = ""  # the whitespace dropped before the open call (back if it is malformed)
-        self._text_after_call = False  # content was emitted after the latest call
         self._scan = 0  # how far the open call's text has been scanned for its end tag
         self._in_str = False  # the scan is inside a <|"|> string
 
@@ -203,11 +202,8 @@ class Gemma4ToolParser:
         elif self._state == "channel":
             content.append(self._buf)
         else:
-            rest = self._held_space + self._buf
-            if self.num_calls:
-                rest = rest.rstrip() if self._text_after_call else rest.strip()
-            content.append(rest)
-        self._buf, self._held_space, self._state = "", "", "text"
+            content.append(self._spacing.flush(self._buf, self.num_calls))
+        self._buf, self._spacing.held, self._state = "", "", "text"
         return "".join(content), calls
 
     # -- helpers -------------------------------------------------------------------------------
@@ -216,15 +212,11 @@ class Gemma4ToolParser:
         self._index += 1
         calls.append(ToolCallDelta(self._index, id=new_call_id(), name=parsed[0]))
         calls.append(ToolCallDelta(self._index, arguments=json.dumps(parsed[1], ensure_ascii=False)))
-        self._text_after_call = False
+        self._spacing.call_ended()
 
     def _content(self, content: list[str], text: str) -> None:
         """Emit ``text`` as content verbatim (a malformed call, a channel)."""
-        if self.num_calls and not self._text_after_call:
-            text = text.lstrip()
-        if text:
-            content.append(text)
-            self._text_after_call = self.num_calls > 0
+        self._spacing.emit(content, text, self.num_calls, hold=False)
 
     # -- states: each returns whether to step again --------------------------------------------
 
@@ -235,23 +227,15 @@ class Gemma4ToolParser:
         else:
             body = self._buf[:idx]
         self._buf = self._buf[len(body):]
-        text = self._held_space + body
-        if self.num_calls and not self._text_after_call:
-            text = text.lstrip()  # whitespace between and after calls is markup
-        kept = text.rstrip()  # trailing whitespace waits: dropped if a call follows
-        if kept:
-            content.append(kept)
-            self._text_after_call = self.num_calls > 0
-        self._held_space = text[len(kept):]
+        self._spacing.emit(content, body, self.num_calls)
         if tag == START:
             self._buf = self._buf[len(START):]
-            self._call_space, self._held_space = self._held_space, ""
+            self._call_space = self._spacing.call_started()
             self._state, self._scan, self._in_str = "call", 0, False
             return True
         if tag == CH_OPEN:  # a thinking channel is content, calls inside it too
-            content.append(self._held_space + CH_OPEN)
-            self._held_space, self._buf = "", self._buf[len(CH_OPEN):]
-            self._text_after_call = self.num_calls > 0
+            self._content(content, CH_OPEN)
+            self._buf = self._buf[len(CH_OPEN):]
             self._state = "channel"
             return True
         return False

@@ -118,3 +118,47 @@ def find_first(text: str, tags: tuple[str, ...] | list[str]) -> tuple[int, str |
         if i >= 0 and (best < 0 or i < best):
             best, found = i, tag
     return best, found
+
+
+class CallSpacing:
+    """The content around a tool-call parser's calls: whitespace between and after calls is markup
+    (dropped), whitespace before a possible call waits in :attr:`held` until it is known whether a call
+    follows (dropped then) or more content does (emitted then). One per parser instance.
+
+    Attributes:
+        held: trailing whitespace not emitted yet.
+        text_after_call: content was emitted after the latest call.
+    """
+
+    def __init__(self) -> None:
+        self.held = ""
+        self.text_after_call = False
+
+    def emit(self, content: list[str], text: str, num_calls: int, *, hold: bool = True) -> None:
+        """Append ``text`` (after :attr:`held`) to ``content``: whitespace right after a call dropped, trailing
+        whitespace held unless ``hold`` is False (text emitted verbatim, e.g. a malformed call)."""
+        text = self.held + text
+        if num_calls and not self.text_after_call:
+            text = text.lstrip()  # whitespace between and after calls is markup
+        kept = text.rstrip() if hold else text
+        if kept:
+            content.append(kept)
+            self.text_after_call = num_calls > 0
+        self.held = text[len(kept):]
+
+    def call_started(self) -> str:
+        """A call opens: the held whitespace is markup; returns it (for a call that turns out malformed)."""
+        held, self.held = self.held, ""
+        return held
+
+    def call_ended(self) -> None:
+        """A call was emitted: whitespace after it is markup again."""
+        self.text_after_call = False
+
+    def flush(self, rest: str, num_calls: int) -> str:
+        """The content left at the end of the output: :attr:`held` plus ``rest``, whitespace after the last
+        call dropped."""
+        rest, self.held = self.held + rest, ""
+        if num_calls:
+            rest = rest.rstrip() if self.text_after_call else rest.strip()
+        return rest

@@ -37,7 +37,7 @@ import re
 from typing import Any
 
 from anna_core.engine.sampling_params import StructuredOutput
-from anna_core.parsers.base import ToolCallDelta, new_call_id, partial_tag_len
+from anna_core.parsers.base import CallSpacing, ToolCallDelta, new_call_id, partial_tag_len
 
 START, END = "<tool_call>", "</tool_call>"
 FUNC_END = "</function>"
@@ -142,8 +142,7 @@ class Qwen3CoderToolParser:
         self._index = -1
         self._function = ""
         self._nparams = 0
-        self._held_space = ""  # whitespace that precedes a call (dropped) or more content (emitted)
-        self._text_after_call = False  # content was emitted after the latest call
+        self._spacing = CallSpacing()
 
     @property
     def num_calls(self) -> int:
@@ -164,15 +163,12 @@ class Qwen3CoderToolParser:
         """Flush: held text becomes content; an unfinished call is closed."""
         content, calls = "", []
         if self._state == "text":
-            rest = self._held_space + self._buf
-            if self.num_calls:
-                rest = rest.rstrip() if self._text_after_call else rest.strip()
-            content = rest
+            content = self._spacing.flush(self._buf, self.num_calls)
         elif self._state == "head":
             self._index -= 1  # the call never named its function: drop it
         elif self._state == "params":
             calls.append(ToolCallDelta(self._index, arguments="}" if self._nparams else "{}"))
-        self._buf, self._held_space, self._state = "", "", "text"
+        self._buf, self._spacing.held, self._state = "", "", "text"
         return content, calls
 
     # -- states --------------------------------------------------------------------------------
@@ -185,16 +181,9 @@ class Qwen3CoderToolParser:
         else:
             body = self._buf[:idx]
             self._buf = self._buf[idx + len(START):]
-        text = self._held_space + body
-        if self.num_calls and not self._text_after_call:
-            text = text.lstrip()  # whitespace between and after calls is markup
-        kept = text.rstrip()  # trailing whitespace waits: dropped if a call follows
-        if kept:
-            content.append(kept)
-            self._text_after_call = self.num_calls > 0
-        self._held_space = text[len(kept):]
+        self._spacing.emit(content, body, self.num_calls)
         if idx >= 0:
-            self._held_space = ""
+            self._spacing.call_started()
             self._state = "head"
 
     def _step_head(self, content: list[str], calls: list[ToolCallDelta]) -> None:
@@ -243,10 +232,12 @@ class Qwen3CoderToolParser:
         stripped = self._buf.lstrip()
         if stripped.startswith(END):
             self._buf = stripped[len(END):]
-            self._state, self._text_after_call = "text", False
+            self._state = "text"
+            self._spacing.call_ended()
         elif stripped and not END.startswith(stripped[:len(END)]):
             self._buf = stripped
-            self._state, self._text_after_call = "text", False  # tolerate a missing </tool_call>
+            self._state = "text"  # tolerate a missing </tool_call>
+            self._spacing.call_ended()
 
     # -- constrained decoding ------------------------------------------------------------------
 

@@ -153,6 +153,7 @@ def test_graph_lengths_stop_where_the_scheduler_cuts_a_prompt(tiny_dir):
 
 def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_zeroed(tiny_dir, monkeypatch):
     from anna_core.engine.cache_allocator import scratch_block, scratch_slot
+    from anna_core.engine.warmup import forward_on_scratch
 
     engine, _ = _engine(tiny_dir, graphs=False)
     runner, caches = engine.runner, engine.runner.caches
@@ -162,7 +163,8 @@ def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_z
     monkeypatch.setattr(runner.model, "forward", lambda batch, c: seen.append(batch) or forward(batch, c))
     kv_before = [t.clone() for kv in caches.kv_pairs() for t in kv]
     with torch.inference_mode():
-        runner._forward_on_scratch([(0, 9), (0, 6)], torch.tensor([slot, 0]), zero_states=True)  # the warm-up's two prompts
+        forward_on_scratch(runner.model, caches, [(0, 9), (0, 6)], torch.tensor([slot, 0]),
+                           zero_states=True)  # the warm-up's two prompts
     (batch,) = seen
     assert batch.query_lens == [9, 6] and batch.cu_seqlens.tolist() == [0, 9, 15]
     assert batch.state_slots.tolist() == [slot, 0] and set(batch.tables[0].block_tables.flatten().tolist()) == {blk}

@@ -17,7 +17,7 @@ import attrs
 import torch
 
 from anna_core.device import Accelerator, accelerator
-from anna_core.engine.cache_allocator import has_state, scratch_block, scratch_slot, zero_slots
+from anna_core.engine.cache_allocator import has_state, scratch_block, zero_slots
 from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, build_checkpoints
 from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.encoder_outputs import EncoderOutputs
@@ -29,6 +29,7 @@ from anna_core.engine.request import PENDING
 from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import SchedulerOutput
+from anna_core.engine.warmup import warm_up
 from anna_core.errors import AnnaError
 from anna_core.layers.state_checkpoints import StateCheckpoints
 from anna_core.model import CausalLM, ModelCaches
@@ -36,8 +37,6 @@ from anna_core.model import CausalLM, ModelCaches
 log = logging.getLogger("anna.engine")
 
 COMPILE_MODES = ("none", "default", "max-autotune")
-WARMUP_LONG_PREFILL = 1024
-"""Tokens of the long warm-up prefill run at start-up on an accelerator."""
 
 
 def _compile_mode(value: str) -> str:
@@ -196,71 +195,10 @@ class ModelRunner:
         except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
             log.warning("prefill graph capture failed, prefills run eagerly: %s: %s", type(exc).__name__, str(exc))
 
-    @torch.inference_mode()
     def warmup(self, max_model_len: int) -> None:
-        """Prefills and one decode on the scratch block and slot (compiles and autotunes kernels
-        before the first request; touches no sequence's cache).
-
-        On an accelerator, long prefills (up to :data:`WARMUP_LONG_PREFILL` tokens) and prefill
-        chunks over a long context run first, so the kernel variants of long prompts and of chunked
-        prefills are compiled and tuned at start-up rather than inside the first such request; then
-        a short prefill and a decode step follow; then a prefill of two prompts in one batch.
-        """
-        bs = self.caches.block_size
-        n = max(1, min(bs, max_model_len - 1))
-        slot = scratch_slot(self.caches)
-        dev = self.device
-        slots = torch.tensor([slot], dtype=torch.int64, device=dev)
-        plan = [(0, n), (n, 1)]
-        long_n = min(WARMUP_LONG_PREFILL, max_model_len - 1)
-        if dev.type != "cpu" and long_n > 8 * n:
-            # long prompts (attention without key splits) and prefill chunks over a long context
-            # (with splits), each at a length that is a multiple of 16 and one that is not: Triton
-            # specialises integer arguments on divisibility by 16, so these cover every variant
-            odd = long_n - 5 - (long_n - 5) % 16 + 13
-            plan[:0] = [(0, long_n), (0, odd), (long_n - 4 * n, 4 * n), (long_n - 4 * n + 3, 4 * n - 3)]
-        recurrent = has_state(self.caches)
-        for start, count in plan:
-            if start == 0 and recurrent:
-                zero_slots(self.caches, slots)
-            self._forward_on_scratch([(start, count)], slots)
-        if dev.type != "cpu" and long_n > 8 * n:
-            # two prompts in one batch take kernel variants one prompt does not (fla's chunked rule compiles
-            # its variable-length form separately); state slot 0 is free during set-up, zeroed after
-            two = torch.tensor([slot, 0], dtype=torch.int64, device=dev)
-            self._forward_on_scratch([(0, long_n // 2), (0, long_n // 2 - 3)], two, zero_states=recurrent)
-        self.accel.synchronize()
-
-    def _forward_on_scratch(self, seqs: list[tuple[int, int]], slots: torch.Tensor, zero_states: bool = False) -> None:
-        """Run the model and LM head on sequences ``(start, count)`` whose K/V all go to the scratch block,
-        their states in ``slots`` (``[len(seqs)]`` int64; zeroed before and after with ``zero_states``)."""
-        bs, dev = self.caches.block_size, self.device
-        if zero_states:
-            zero_slots(self.caches, slots)
-        pos = [p for start, count in seqs for p in range(start, start + count)]
-        ctx = [start + count for start, count in seqs]
-        cu = [0]
-        for _, count in seqs:
-            cu.append(cu[-1] + count)
-        t = lambda v, dt: torch.tensor(v, dtype=dt, device=dev)  # noqa: E731
-        tables: list[GroupTable | None] = [None] * len(self.caches.groups)
-        for g in self.groups:
-            blk = scratch_block(self.caches, g)
-            tables[g] = GroupTable(block_tables=t([[blk] * -(-max(ctx) // bs)] * len(seqs), torch.int32),
-                                   slot_mapping=t([blk * bs + p % bs for p in pos], torch.int64))
-        positions = t(pos, torch.int64)
-        if self.position_rows > 1:
-            positions = positions.expand(self.position_rows, -1)
-        batch = ForwardBatch(
-            input_ids=torch.zeros(len(pos), dtype=torch.int64, device=dev), positions=positions,
-            cu_seqlens=t(cu, torch.int32), seq_lens=t(ctx, torch.int32), tables=tables, state_slots=slots,
-            logits_indices=t([c - 1 for c in cu[1:]], torch.int64), query_lens=[count for _, count in seqs],
-            context_lens=ctx, is_decode=all(count == 1 for _, count in seqs),
-        )
-        hidden = self.model(batch, self.caches)
-        self.model.compute_logits(hidden[batch.logits_indices]).argmax(-1)
-        if zero_states:
-            zero_slots(self.caches, slots)
+        """Prefills and one decode on the scratch block and slot before the first request
+        (:func:`anna_core.engine.warmup.warm_up`)."""
+        warm_up(self.model, self.caches, self.accel, max_model_len, self.position_rows)
 
     def _scope(self, name: str):
         """A profiler range around a step component (only while :attr:`profile_scopes` is set); on

@@ -102,3 +102,21 @@ def test_anna_bench_with_prefix_caching_snapshots_inside_one_prefill(tiny_dir):
     assert r["prefix_caching"] and r["snapshots_held"] == 2
     assert r["eager_steps"] == 3  # one prefill, two decodes
     assert r["served_vs_eager_match_tokens"] == 3
+
+
+def test_anna_bench_serve_defaults_builds_the_engine_anna_serve_builds(tiny_dir):
+    """--serve-defaults: prefix caching on without asking (a 600-token prompt snapshots at 256 and 512 inside
+    its one prefill step), the prompt cache and 64 sequences, the checkpoint's context."""
+    res = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--batch-size", "2",
+                                     "--input-len", "600", "--output-len", "3", "--warmup", "0", "--runs", "1",
+                                     "--serve-defaults", "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.output[res.output.index("{"):])
+    assert r["serve_defaults"] and r["prefix_caching"] and r["snapshots_held"] == 4
+    assert r["eager_steps"] == 3 and r["served_vs_eager_match_tokens"] == 3
+    bad = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--batch-size", "65",
+                                     "--serve-defaults"])
+    assert bad.exit_code != 0 and "at most 64 sequences" in bad.output
+    bad = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--serve-defaults",
+                                     "--enable-prefix-caching"])
+    assert bad.exit_code != 0 and "--serve-defaults builds the engine" in bad.output

@@ -97,9 +97,18 @@ def test_graph_engine_matches_eager_engine(tiny_dir, prefix_caching):
     ref_sampled = _generate(eager, prompts, sampled)
     graph, accel = _engine(tiny_dir, graphs=True, prefix_caching=prefix_caching)
     assert graph.runner.graphs is not None and graph.runner.graphs.buckets == [1, 2, 4, 5]
-    assert accel.captures == 12  # 4 buckets x (greedy, sample, logits)
+    assert accel.captures == 16  # 4 buckets x (greedy, sample, sample_plain, logits)
     assert _generate(graph, prompts, params) == ref
+    modes = []
+    run = graph.runner.graphs.run
+    graph.runner.graphs.run = lambda *a, **kw: modes.append(a[4]) or run(*a, **kw)
     assert _generate(graph, prompts, sampled) == ref_sampled
+    assert set(modes) == {"sample"}
+    # OpenAI's defaults (temperature 1, no top-k / top-p / min-p): the captured sampler that sorts nothing
+    plain = [SamplingParams(max_tokens=6, temperature=t, seed=s, ignore_eos=True) for s, t in ((1, 1.0), (2, 0.7), (3, 1.3))]
+    modes.clear()
+    assert _generate(graph, prompts, plain) == _generate(eager, prompts, plain)
+    assert set(modes) == {"sample_plain"}
     assert graph.runner.num_graph_steps > 0 and accel.replays == graph.runner.num_graph_steps
     assert all(len(t) == p.max_tokens for t, p in zip(ref, params))
 
@@ -123,7 +132,7 @@ def test_a_step_that_cannot_be_compiled_is_captured_uncompiled(tiny_dir, monkeyp
         engine, accel = _engine(tiny_dir, graphs=True, compile_mode="default")
     assert compiled and compiled[0] == "default"
     assert "capturing the uncompiled step" in caplog.text and "running eagerly" not in caplog.text
-    assert engine.runner.graphs is not None and accel.captures == 12
+    assert engine.runner.graphs is not None and accel.captures == 16
     eager, _ = _engine(tiny_dir, graphs=False)
     assert _generate(engine, prompts, params) == _generate(eager, prompts, params)
     assert accel.replays > 0
@@ -145,7 +154,7 @@ def test_compile_failing_after_some_captures_leaves_only_uncompiled_graphs(tiny_
     engine, accel = _engine(tiny_dir, graphs=True, compile_mode="default")
     graphs = engine.runner.graphs
     assert graphs is not None and graphs._forward == graphs._forward_logits  # the uncompiled step
-    assert accel.captures == 6 + 12  # buckets 5 and 4 (x 3 modes) in the failed attempt, then all 12
+    assert accel.captures == 8 + 16  # buckets 5 and 4 (x 4 modes) in the failed attempt, then all 16
     prompts = [[5, 9, 3], [1, 2]]
     params = [SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)] * 2
     eager, _ = _engine(tiny_dir, graphs=False)

@@ -112,6 +112,7 @@ HYBRID = CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=1),
 
 def make(num_blocks=64, block_size=4, hybrid=False, num_snapshots=8, in_pass=False, **cfg):
     cfg = {"prefill_chunk_size": 1000, "prompt_cache_size": 0, **cfg}
+    cfg.setdefault("max_prefill_tokens", 2048)  # what an engine on the CPU sets
     config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **cfg)
     kv = CacheManager(HYBRID if hybrid else ATTENTION, num_blocks, block_size, config.max_num_seqs,
                       enable_caching=config.enable_prefix_caching, num_snapshots=num_snapshots,

@@ -113,3 +113,30 @@ def test_uniform_noise_is_in_the_open_unit_interval():
     u = uniform_noise(torch.tensor([0, 2**62 + 5]), torch.tensor([0, 10**6]), 1000)
     assert u.min().item() > 0.0 and u.max().item() < 1.0
     assert abs(u.mean().item() - 0.5) < 0.03
+
+
+def test_the_plain_captured_sampler_draws_what_the_filtering_one_draws():
+    """Rows that filter nothing (OpenAI's defaults): sample_plain_no_sync, which sorts nothing, gives the ids
+    sample_no_sync gives with neutral filters, greedy rows included; unfiltered() tells such rows apart."""
+    from anna_core.engine.sampler import sample_no_sync, sample_plain_no_sync, unfiltered
+
+    torch.manual_seed(0)
+    n, vocab = 6, 300
+    logits = torch.randn(n, vocab) * 3
+    temperature = torch.tensor([1.0, 0.7, 0.0, 1.3, 2.0, 1.0])
+    seeds = torch.arange(n, dtype=torch.int64) * 7919
+    steps = torch.tensor([0, 3, 5, 1, 9, 2], dtype=torch.int64)
+    for shift in range(4):  # several draws
+        plain = sample_plain_no_sync(logits, temperature, seeds, steps + shift)
+        full = sample_no_sync(logits, temperature, torch.full((n,), vocab), torch.full((n,), 2.0), torch.zeros(n),
+                              seeds, steps + shift)
+        assert plain.tolist() == full.tolist()
+        assert plain[2] == logits[2].argmax()
+    assert len(set(sample_plain_no_sync(logits[:1].expand(64, -1), torch.ones(64), torch.arange(64), torch.zeros(64, dtype=torch.int64)).tolist())) > 5
+
+    def req(**kw):
+        return Request("r", [1], SamplingParams(**kw))
+
+    assert unfiltered([req(temperature=1.0), req(temperature=0.0), req(top_k=vocab)], vocab)
+    assert not unfiltered([req(temperature=1.0), req(top_k=5)], vocab)
+    assert not unfiltered([req(top_p=0.9)], vocab) and not unfiltered([req(min_p=0.1)], vocab)

@@ -34,6 +34,7 @@ def test_bookkeeping_modules_do_not_import_torch():
 
 
 def make(num_blocks=64, block_size=4, **cfg):
+    cfg.setdefault("max_prefill_tokens", 2048)  # what an engine on the CPU sets
     config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **cfg)
     kv = CacheManager(ATTENTION, num_blocks, block_size, config.max_num_seqs)
     return Scheduler(config, kv), kv.groups[0], kv.slots

@@ -29,6 +29,7 @@ class Clock:
 def make(num_blocks=256, block_size=4, **cfg):
     clock = Clock()
     cfg = {"prefill_chunk_size": 1000, "prompt_cache_size": 0, "enable_prefix_caching": False, **cfg}
+    cfg.setdefault("max_prefill_tokens", 2048)  # what an engine on the CPU sets
     config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **cfg)
     kv = CacheManager(CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=1),)), num_blocks, block_size,
                       config.max_num_seqs)

@@ -31,6 +31,10 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, exit_on_anna_errors
 @click.option("--enable-prefix-caching/--disable-prefix-caching", "prefix_caching", default=False, show_default=True,
               help="Prefix caching as `anna serve` has it on (each run's prompts are new: no hits, but a model "
                    "with recurrent layers snapshots its recurrent state every snapshot interval).")
+@click.option("--serve-defaults", is_flag=True,
+              help="Build the engine as `anna serve` does with no flags (prefix caching and the prompt cache on, "
+                   "64 sequences, the checkpoint's context, the device's prefill budget) instead of one sized to "
+                   "the benchmark, so the figures are what a server gets.")
 @click.option("--disable-kernel", "disable_kernels", multiple=True, metavar="OP:NAME|NAME",
               help="Never use this kernel implementation (e.g. linear:triton); repeatable.")
 @click.option("--profile", is_flag=True, help="Also print device time per component of an eager decode step.")
@@ -46,7 +50,7 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, exit_on_anna_errors
 @exit_on_anna_errors
 def bench(model_dir: Path, device: str, dtype: str, load_format: str, batch_size: int, input_len: int,
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
-          prefix_caching: bool, disable_kernels: tuple[str, ...], profile: bool,
+          prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
           compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool, as_json: bool) -> None:
     """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
     from anna_core.bench.engine_bench import BenchSettings, run_bench
@@ -56,7 +60,7 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, batch_size
                              batch_size=batch_size, input_len=input_len, output_len=output_len, warmup=warmup,
                              runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode,
                              async_scheduling=async_scheduling, prefix_caching=prefix_caching,
-                             disable_kernels=disable_kernels, profile=profile,
+                             serve_defaults=serve_defaults, disable_kernels=disable_kernels, profile=profile,
                              compare_hf=compare_hf, hf_output_len=hf_output_len, logprobs=logprobs,
                              timeline=timeline)
     report = run_bench(settings)

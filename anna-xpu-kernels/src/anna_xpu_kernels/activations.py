@@ -29,7 +29,7 @@ _WARPS = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8)]
 
 
 @autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_M", "BLOCK_N"])
-@triton.jit
+@triton.jit(do_not_specialize=['n_rows'])
 def _silu_and_mul_kernel(
     x_ptr, y_ptr, n_rows, inter, stride_x, stride_y,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
@@ -47,7 +47,7 @@ def _silu_and_mul_kernel(
 
 
 @autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_M", "BLOCK_N"])
-@triton.jit
+@triton.jit(do_not_specialize=['n_rows'])
 def _sigmoid_mul_kernel(
     x_ptr, gate_ptr, y_ptr, n_rows, inner, dim, stride_xa, stride_xb, stride_ga, stride_gb,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,

@@ -62,7 +62,7 @@ def _conv_update_kernel(
 
 @autotune(_PREFILL_CONFIGS, fixed=triton.Config({"BLOCK_T": 8, "BLOCK_C": 32}, num_warps=4),
           key=["channels", "WIDTH"])
-@triton.jit
+@triton.jit(do_not_specialize=['n_tokens'])
 def _conv_prefill_kernel(
     x_ptr, w_ptr, b_ptr, state_ptr, slot_ptr, cu_ptr, seq_ptr, y_ptr,
     n_tokens, channels, stride_xt, stride_wc, stride_ww, stride_ss, stride_sc, stride_sw, stride_yt,

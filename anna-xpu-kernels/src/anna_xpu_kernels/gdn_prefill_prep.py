@@ -67,7 +67,7 @@ def _softplus(x):
 
 
 @autotune(_CONFIGS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_T", "BLOCK_K", "BLOCK_V", "BLOCK_R"])
-@triton.jit
+@triton.jit(do_not_specialize=['n_tokens'])
 def _gdn_prefill_prep_kernel(
     qkv_ptr, a_ptr, b_raw_ptr, neg_a_ptr, dt_bias_ptr, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr,
     n_tokens, h_k, rep, d_k, d_v, stride_x, stride_a, stride_b,

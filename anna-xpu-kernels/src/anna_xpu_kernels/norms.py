@@ -47,7 +47,7 @@ def _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED: tl.constexpr):
 
 
 @autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_D", "BLOCK_M"])
-@triton.jit
+@triton.jit(do_not_specialize=['n_rows'])
 def _rms_norm_kernel(
     x_ptr, z_ptr, w_ptr, y_ptr,
     n_rows, dim, stride_x, stride_z, z_heads, stride_zh, stride_y, eps,
@@ -66,7 +66,7 @@ def _rms_norm_kernel(
 
 
 @autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_D", "BLOCK_M"])
-@triton.jit
+@triton.jit(do_not_specialize=['n_rows'])
 def _add_rms_norm_kernel(
     x_ptr, r_ptr, w_ptr, y_ptr, s_ptr,
     n_rows, dim, stride_x, stride_r, stride_y, stride_s, eps,

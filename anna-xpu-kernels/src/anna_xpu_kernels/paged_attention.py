@@ -58,7 +58,7 @@ def _prune(configs, named_args, **kwargs):
 
 @autotune(_CONFIGS, fixed=triton.Config({"BLOCK_N": 16}, num_warps=4), key=["BLOCK_M", "BLOCK_D", "GROUP", "SPLIT", "DECODE"],
           prune_configs_by={"early_config_prune": _prune})
-@triton.jit
+@triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
 def _paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr, tile_seq_ptr, tile_first_ptr,
     o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr,
@@ -155,7 +155,7 @@ def _paged_attention_kernel(
         tl.store(acc_ws_ptr + ws_row[:, None] * BLOCK_D + d[None, :], acc, mask=row_ok[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['n_rows', 'num_splits'])
 def _merge_splits_kernel(
     m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, n_rows, n_heads, head_dim, num_splits, stride_ot, stride_oh,
     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,

@@ -51,6 +51,7 @@ class BenchSettings:
     compile_mode: str = "none"
     async_scheduling: bool = True
     prefix_caching: bool = False
+    serve_defaults: bool = False
     disable_kernels: tuple[str, ...] = ()
     profile: bool = False
     profile_steps: int = 8
@@ -70,6 +71,9 @@ class BenchSettings:
             raise AnnaError(f"--warmup must be non-negative, got {self.warmup}")
         if self.logprobs is not None and self.logprobs < 0:
             raise AnnaError(f"--logprobs must be non-negative, got {self.logprobs}")
+        if self.serve_defaults and (self.prefix_caching or not self.async_scheduling):
+            raise AnnaError("--serve-defaults builds the engine as `anna serve` does: drop --enable-prefix-caching "
+                            "(on there) and --no-async-scheduling")
 
 
 def engine_config(batch: int, max_len: int, prefill_tokens: int, *, block_size: int = 16,
@@ -101,9 +105,17 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.model_runner import RunnerConfig
 
-    max_len = s.input_len + s.output_len + 1
-    cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling,
-                        prefix_caching=s.prefix_caching)
+    if s.serve_defaults:  # `anna serve` with no flags
+        from anna_core.engine.config import EngineConfig
+
+        cfg = EngineConfig()
+        if s.batch_size > cfg.max_num_seqs:
+            raise AnnaError(f"--serve-defaults runs at most {cfg.max_num_seqs} sequences at once (anna serve's "
+                            f"--scheduler-max-batch-size default), got --batch-size {s.batch_size}")
+    else:
+        max_len = s.input_len + s.output_len + 1
+        cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling,
+                            prefix_caching=s.prefix_caching)
     engine = LLMEngine.from_loaded(loaded, cfg)
     engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
                         max_model_len=engine.max_model_len, max_num_seqs=s.batch_size,
@@ -235,7 +247,8 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "dtype": str(loaded.dtype).replace("torch.", ""), "batch_size": s.batch_size, "input_len": s.input_len,
         "output_len": s.output_len, "runs": s.runs, "warmup": s.warmup, "cuda_graph": s.cuda_graph,
         "compile_mode": s.compile_mode, "async_scheduling": s.async_scheduling, "logprobs": s.logprobs,
-        "prefix_caching": s.prefix_caching, "snapshots_held": len(engine.scheduler.snapshots),
+        "prefix_caching": engine.config.enable_prefix_caching, "snapshots_held": len(engine.scheduler.snapshots),
+        "serve_defaults": s.serve_defaults, "split_steps": engine.runner.num_split_steps,
         "disabled_kernels": list(s.disable_kernels), "kernels": chosen_kernels(loaded.model), "graphs_captured": engine.runner.graphs is not None,
         "graph_steps": engine.runner.num_graph_steps, "eager_steps": engine.runner.num_eager_steps,
         "prefill_graph_steps": engine.runner.num_prefill_graph_steps,

@@ -3,7 +3,8 @@
     python -m anna_core.bench.llm_path --model-dir tests/qwen35/reference_configs/Qwen3.5-9B
 
 1. ``anna bench``'s figures (:func:`anna_core.bench.engine_bench.run_bench`, dummy weights): batch-1 decode
-   tokens/s of a ``--input-len`` prompt, and the TTFT of one ``--ttft-len`` prompt, prefix caching off and on.
+   tokens/s of a ``--input-len`` prompt, and the TTFT of one ``--ttft-len`` prompt, prefix caching off and on,
+   and both again with ``--serve-defaults`` (the engine ``anna serve`` and ``LLM`` build by default).
 2. The same through ``LLM(model_dir, load_format="dummy", ...)`` with its defaults, as a user writes it:
    decode tokens/s of one request = ``(n - 1) / (finished - first_token)`` from its ``RequestOutput.metrics``
    (``n`` = ``--output-len`` tokens), and TTFT = ``first_token - arrival`` of a fresh ``--ttft-len`` prompt;
@@ -50,9 +51,15 @@ def bench_figures(model_dir: Path, device: str, dtype: str, input_len: int, outp
     decode = run_bench(BenchSettings(input_len=input_len, output_len=output_len, **common), loaded)
     ttft = run_bench(BenchSettings(input_len=ttft_len, output_len=2, **common), loaded)
     ttft_pc = run_bench(BenchSettings(input_len=ttft_len, output_len=2, prefix_caching=True, **common), loaded)
+    _free()
+    served = run_bench(BenchSettings(input_len=input_len, output_len=output_len, serve_defaults=True, **common), loaded)
+    _free()
+    ttft_served = run_bench(BenchSettings(input_len=ttft_len, output_len=2, serve_defaults=True, **common), loaded)
     return {"decode_tokens_per_s": decode["decode_tokens_per_s_per_stream"], "ttft_ms": ttft["ttft_ms"],
             "ttft_prefix_caching_ms": ttft_pc["ttft_ms"], "copy_bandwidth_gbps": decode["copy_bandwidth_gbps"],
-            "graph_replay_ms": decode.get("graph_replay_ms", float("nan"))}
+            "graph_replay_ms": decode.get("graph_replay_ms", float("nan")),
+            "serve_defaults_decode_tokens_per_s": served["decode_tokens_per_s_per_stream"],
+            "serve_defaults_ttft_ms": ttft_served["ttft_ms"]}
 
 
 def llm_figures(model_dir: Path, device: str, dtype: str, input_len: int, output_len: int, ttft_len: int,
@@ -111,15 +118,21 @@ def main(argv: list[str] | None = None) -> int:
                               "decode_ratio": llm["decode_tokens_per_s"] / bench["decode_tokens_per_s"],
                               "ttft_ratio": llm["ttft_ms"] / bench["ttft_ms"],
                               "ttft_ratio_vs_prefix_caching": llm["ttft_ms"] / bench["ttft_prefix_caching_ms"],
+                              "decode_ratio_vs_serve_defaults": llm["decode_tokens_per_s"]
+                              / bench["serve_defaults_decode_tokens_per_s"],
+                              "ttft_ratio_vs_serve_defaults": llm["ttft_ms"] / bench["serve_defaults_ttft_ms"],
                               "variants": variants}
     print(f"copy bandwidth {bench['copy_bandwidth_gbps']:.0f} GB/s")
     print(f"anna bench: decode {bench['decode_tokens_per_s']:.1f} tok/s (replay {bench['graph_replay_ms']:.3f} ms), "
           f"TTFT {a.ttft_len} {bench['ttft_ms']:.1f} ms (prefix caching on: {bench['ttft_prefix_caching_ms']:.1f} ms)")
+    print(f"anna bench --serve-defaults: decode {bench['serve_defaults_decode_tokens_per_s']:.1f} tok/s, "
+          f"TTFT {a.ttft_len} {bench['serve_defaults_ttft_ms']:.1f} ms")
     print(f"LLM:        decode {llm['decode_tokens_per_s']:.1f} tok/s, TTFT {a.ttft_len} {llm['ttft_ms']:.1f} ms, "
           f"constructed in {llm['start_s']:.1f} s (graphs {bool(llm['graphs_captured'])}, "
           f"{int(llm['prefill_graph_steps'])} prefill-graph steps, {int(llm['eager_steps'])} eager steps)")
     print(f"LLM / bench: decode {result['decode_ratio']:.3f}, TTFT {result['ttft_ratio']:.3f} "
-          f"(vs prefix caching on: {result['ttft_ratio_vs_prefix_caching']:.3f})")
+          f"(vs prefix caching on: {result['ttft_ratio_vs_prefix_caching']:.3f}); vs --serve-defaults: decode "
+          f"{result['decode_ratio_vs_serve_defaults']:.3f}, TTFT {result['ttft_ratio_vs_serve_defaults']:.3f}")
     for spec, v in variants.items():
         print(f"LLM({spec}): decode {v['decode_tokens_per_s']:.1f} tok/s, TTFT {a.ttft_len} {v['ttft_ms']:.1f} ms, "
               f"constructed in {v['start_s']:.1f} s")

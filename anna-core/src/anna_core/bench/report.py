@@ -34,7 +34,8 @@ def format_report(r: dict[str, Any]) -> str:
          f"({r['graph_steps']} graph / {r['prefill_graph_steps']} prefill graph / {r['eager_steps']} eager steps)"
          f"  compile {r['compile_mode']}"
          + (f"  logprobs {r['logprobs']} per token" if r.get("logprobs") is not None else "")
-         + (f"  prefix caching on ({r['snapshots_held']} recurrent-state snapshots held)" if r.get("prefix_caching") else "")),
+         + (f"  prefix caching on ({r['snapshots_held']} recurrent-state snapshots held)" if r.get("prefix_caching") else "")
+         + ("  engine as `anna serve` builds it (--serve-defaults)" if r.get("serve_defaults") else "")),
         f"prefill   {r['prefill_tokens_per_s']:10.1f} tok/s   TTFT {r['ttft_ms']:.2f} ms",
         (f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "
          f"{r['decode_tokens_per_s_total']:.1f} tok/s total"),

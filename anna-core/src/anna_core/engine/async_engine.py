@@ -1,8 +1,9 @@
 """The asyncio face of the engine: one thread owns the model, handlers talk to it through queues.
 
 Handlers call :meth:`AsyncEngine.generate`; the request goes into a command list guarded by a
-``threading.Condition``; the engine thread wakes, adds it, steps, and hands each output to the
-request's ``asyncio.Queue`` with ``loop.call_soon_threadsafe``. An idle engine thread sleeps on the
+``threading.Condition``; the engine thread wakes, adds it, steps, and hands the step's outputs to their
+requests' ``asyncio.Queue`` s with one ``loop.call_soon_threadsafe`` per event loop and step (one wake-up
+of the loop for all of a step's tokens, not one per request). An idle engine thread sleeps on the
 condition (no polling), with a timeout when the engine says work becomes ready later
 (:meth:`LLMEngine.next_wakeup`).
 
@@ -37,10 +38,20 @@ class _Stream:
         self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
 
     def put(self, output: RequestOutput) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, output)
-        except RuntimeError:  # the caller's loop is closed; nobody is listening
-            pass
+        _hand_over(self.loop, [(self.queue, output)])
+
+
+def _put_all(items: list[tuple[asyncio.Queue[RequestOutput], RequestOutput]]) -> None:
+    for queue, output in items:
+        queue.put_nowait(output)
+
+
+def _hand_over(loop: asyncio.AbstractEventLoop, items: list[tuple[asyncio.Queue[RequestOutput], RequestOutput]]) -> None:
+    """Put ``items`` into their queues on ``loop`` (one wake-up of the loop), from the engine thread."""
+    try:
+        loop.call_soon_threadsafe(_put_all, items)
+    except RuntimeError:  # the caller's loop is closed; nobody is listening
+        pass
 
 
 class AsyncEngine:
@@ -156,12 +167,20 @@ class AsyncEngine:
     # -- the engine thread --------------------------------------------------------------------
 
     def _deliver(self, output: RequestOutput) -> None:
-        stream = self._streams.get(output.request_id)
-        if output.finished:
-            with self._cond:
-                self._streams.pop(output.request_id, None)
-        if stream is not None:
-            stream.put(output)
+        self._deliver_all([output])
+
+    def _deliver_all(self, outputs: list[RequestOutput]) -> None:
+        """Hand ``outputs`` to their streams: one call into each caller's event loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[RequestOutput], RequestOutput]]] = {}
+        with self._cond:
+            for output in outputs:
+                stream = self._streams.get(output.request_id)
+                if output.finished:
+                    self._streams.pop(output.request_id, None)
+                if stream is not None:
+                    by_loop.setdefault(stream.loop, []).append((stream.queue, output))
+        for loop, items in by_loop.items():
+            _hand_over(loop, items)
 
     def _apply(self, commands: list[tuple[str, Any]]) -> None:
         for kind, arg in commands:
@@ -203,8 +222,8 @@ class AsyncEngine:
                 stats = self.engine.stats()
                 with self._cond:
                     self._stats = stats
-                for output in outputs:
-                    self._deliver(output)
+                if outputs:
+                    self._deliver_all(outputs)
         except BaseException as exc:  # a bug in the loop itself: fail everyone, never hang them
             log.exception("engine thread died")
             with self._cond:

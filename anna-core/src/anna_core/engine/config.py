@@ -24,6 +24,20 @@ def _non_negative(instance: object, attribute: attrs.Attribute, value: float | N
         raise AnnaError(f"{attribute.name} must not be negative, got {value}")
 
 
+ACCELERATOR_PREFILL_TOKENS = 8192
+"""The default prefill budget per step on an accelerator: a burst of arrivals is computed in a few large
+steps (their decodes run as graphs beside them, :meth:`~anna_core.engine.model_runner.ModelRunner.split`);
+BENCHMARKS.md (issue 22) has the serving figures it was chosen by."""
+CPU_PREFILL_TOKENS = 2048
+"""The default prefill budget per step on the CPU, where a step's time grows with its tokens."""
+
+
+def default_max_prefill_tokens(device_type: str) -> int:
+    """The prefill budget of an engine on a device of ``device_type`` (``"cpu"``, ``"cuda"``, ``"xpu"``, ...)
+    whose config leaves ``max_prefill_tokens`` unset."""
+    return CPU_PREFILL_TOKENS if device_type == "cpu" else ACCELERATOR_PREFILL_TOKENS
+
+
 @attrs.define
 class EngineConfig:
     """How the engine schedules requests and sizes its caches.
@@ -34,7 +48,9 @@ class EngineConfig:
         max_num_seqs: max batch size: sequences computed per step (running requests at once);
             also the number of recurrent-state slots.
         max_prefill_tokens: prompt tokens computed per step, all requests together (prefill
-            chunks, including the recompute of preempted requests). Decodes are not counted.
+            chunks, including the recompute of preempted requests). Decodes are not counted. ``None``:
+            :func:`default_max_prefill_tokens` of the engine's device (8192 on an accelerator, 2048 on
+            the CPU).
         prefill_chunk_size: prompt tokens of one request per step; ``0`` = auto from free KV
             memory: a chunk leaves one free block per running sequence (for its next decode), takes
             at least one block, and is otherwise bounded by the step's prefill budget.
@@ -96,7 +112,7 @@ class EngineConfig:
     """
 
     max_num_seqs: int = attrs.field(default=64, validator=_positive)
-    max_prefill_tokens: int = attrs.field(default=2048, validator=_positive)
+    max_prefill_tokens: int | None = attrs.field(default=None, validator=_positive)
     prefill_chunk_size: int = attrs.field(default=0, validator=_non_negative)
     max_decode_tokens: int = attrs.field(default=0, validator=_non_negative)
     batch_wait_ms: float = attrs.field(default=0.0, validator=_non_negative)

@@ -3,7 +3,9 @@
 A decode step (every sequence contributes one token) runs the whole model, the LM head and the
 batched sampler. At start-up, for each bucket ``b`` (1, 2, 4, 8, ... up to the largest batch) and
 each sampling mode (``"greedy"``: argmax only; ``"sample"``: :func:`~anna_core.engine.sampler.sample_no_sync`
-with per-row temperature / top-k / top-p / min-p / seed; ``"logits"``: no sampling, the float32
+with per-row temperature / top-k / top-p / min-p / seed; ``"sample_plain"``: temperature and seed only,
+:func:`~anna_core.engine.sampler.sample_plain_no_sync`, which does not sort the vocabulary, for steps whose
+rows filter nothing, e.g. OpenAI's defaults; ``"logits"``: no sampling, the float32
 logits stay in the graph's output buffer for the eager sampler, for the requests the captured
 sampler does not serve: penalties, ``min_tokens``, logit bias, grammars, logprobs), the step is
 warmed up and captured over static device buffers. A step of ``n`` sequences then
@@ -37,13 +39,13 @@ from anna_core.device import Accelerator
 from anna_core.engine.cache_allocator import scratch_block, scratch_slot
 from anna_core.engine.forward_batch import ForwardBatch, GroupTable
 from anna_core.engine.graph_staging import IdsReadback, PendingIds, Staging
-from anna_core.engine.sampler import sample_no_sync
+from anna_core.engine.sampler import sample_no_sync, sample_plain_no_sync
 from anna_core.errors import AnnaError
 from anna_core.model import ModelCaches
 
 log = logging.getLogger("anna.engine")
 
-MODES = ("greedy", "sample", "logits")
+MODES = ("greedy", "sample", "sample_plain", "logits")
 """Sampling modes captured per bucket (``"logits"``: forward and LM head only, see :meth:`DecodeGraphs.run_logits`)."""
 
 # int64 fields of the staging buffer, one per row (per attention group g: "slot_mapping{g}" int64 [B] and
@@ -168,10 +170,12 @@ class DecodeGraphs:
                 self.logits_out = torch.empty((self.rows, logits.shape[-1]), dtype=torch.float32, device=logits.device)
             self.logits_out[:b].copy_(logits)
             return
+        d = self.staging.d
         if mode == "greedy":
             ids = logits.argmax(dim=-1)
+        elif mode == "sample_plain":
+            ids = sample_plain_no_sync(logits, d["temperature"][:b], d["seeds"][:b], d["steps"][:b])
         else:
-            d = self.staging.d
             ids = sample_no_sync(logits, d["temperature"][:b], d["top_k"][:b], d["top_p"][:b], d["min_p"][:b],
                                  d["seeds"][:b], d["steps"][:b])
         self.out[:b].copy_(ids)
@@ -282,9 +286,9 @@ class DecodeGraphs:
             token_ids, positions: ``[n]`` the new token and its position per sequence.
             block_tables: per attention group (the caches' order), per sequence its blocks (at most ``W`` each).
             state_slots: ``[n]`` recurrent-state slots.
-            mode: ``"greedy"`` or ``"sample"``.
+            mode: ``"greedy"``, ``"sample"`` or ``"sample_plain"``.
             floats, ints: per row sampling parameters from :func:`~anna_core.engine.sampler.param_rows`
-                (needed for ``"sample"``).
+                (needed for the sampling modes).
             prev_rows: per row, the row of the previous replay whose sampled id is this row's input
                 token (the host does not know it yet), or ``-1`` to use ``token_ids[i]``.
             rope_positions: ``[n]`` the position the model sees per sequence (every row), when the graphs
@@ -297,8 +301,9 @@ class DecodeGraphs:
             AnnaError: not captured, ``n`` above the largest bucket, a block table wider than ``W``, or
                 mode ``"logits"`` (use :meth:`run_logits`).
         """
-        if mode not in ("greedy", "sample"):
-            raise AnnaError(f"run() samples (mode 'greedy' or 'sample'), got {mode!r}; logits: run_logits()")
+        if mode not in ("greedy", "sample", "sample_plain"):
+            raise AnnaError(f"run() samples (mode 'greedy', 'sample' or 'sample_plain'), got {mode!r}; "
+                            "logits: run_logits()")
         n = len(token_ids)
         self._replay(token_ids, positions, block_tables, state_slots, mode, floats, ints, prev_rows, rope_positions)
         return self.readback.start(self.out[:n])
@@ -360,7 +365,7 @@ class DecodeGraphs:
                 tables[i, :len(table)] = table
                 tables[i, len(table):] = pad
                 slot_map[i] = table[pos // bs] * bs + pos % bs
-        if mode == "sample":
+        if mode in ("sample", "sample_plain"):
             f = np.asarray(floats, dtype=np.float32).reshape(n, 3)
             k = np.asarray(ints, dtype=np.int64).reshape(n, 3)
             h["temperature"][:n], h["top_p"][:n], h["min_p"][:n] = f[:, 0], f[:, 1], f[:, 2]

@@ -26,6 +26,7 @@ import time
 from collections import deque
 from typing import Any
 
+import attrs
 import torch
 
 from anna_core.cache_spec import SlidingWindowSpec
@@ -38,7 +39,7 @@ from anna_core.engine.cache_allocator import (
 )
 from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.checkpoint_plan import CheckpointTarget
-from anna_core.engine.config import EngineConfig
+from anna_core.engine.config import EngineConfig, default_max_prefill_tokens
 from anna_core.engine.detokenizer import IncrementalDetokenizer
 from anna_core.engine.inflight import Inflight, resolve_pending
 from anna_core.engine.logits_processors import LogitsProcessors
@@ -81,10 +82,13 @@ class LLMEngine:
     def __init__(self, model: Any, *, tokenizer: Any = None, config: EngineConfig | None = None,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  eos_token_ids: list[int] | tuple[int, ...] = (), model_max_len: int | None = None):
-        self.config = config = config or EngineConfig()
+        self.device = torch.device(device)
+        config = config or EngineConfig()
+        if config.max_prefill_tokens is None:
+            config = attrs.evolve(config, max_prefill_tokens=default_max_prefill_tokens(self.device.type))
+        self.config = config
         self.model = model
         self.tokenizer = tokenizer
-        self.device = torch.device(device)
         self.dtype = dtype
         self.eos_token_ids = tuple(eos_token_ids)
         check_model(model)

@@ -4,7 +4,9 @@ The ``.tolist()`` of the sampled ids is the step's only host sync; every index t
 the host and copied without blocking. After :meth:`ModelRunner.setup` with graphs enabled, a
 decode-only step replays a captured graph (:mod:`anna_core.engine.cuda_graphs`): with the sampler
 inside when every request's sampling fits it, else the forward and LM head only, sampled eagerly
-(penalties, ``min_tokens``, logit bias, grammars, logprobs); prefill and mixed steps run eagerly.
+(penalties, ``min_tokens``, logit bias, grammars, logprobs); a fresh prompt replays a prefill graph of its
+length bucket, and a step mixing decodes and prompts runs its parts apart (:meth:`ModelRunner.split`).
+Everything else runs eagerly.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from anna_core.engine.graph_staging import PendingIds
 from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
 from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from anna_core.engine.request import PENDING
-from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
+from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows, unfiltered
 from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import SchedulerOutput
 from anna_core.engine.warmup import warm_up
@@ -37,6 +39,11 @@ from anna_core.model import CausalLM, ModelCaches
 log = logging.getLogger("anna.engine")
 
 COMPILE_MODES = ("none", "default", "max-autotune")
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute, value: int) -> None:
+    if value < 0:
+        raise AnnaError(f"{attribute.name} must not be negative, got {value}")
 
 
 def _compile_mode(value: str) -> str:
@@ -57,6 +64,9 @@ class RunnerConfig:
             runner captures its own).
         warmup: run one prefill + decode at start-up so the first request pays no compile or
             autotune time.
+        max_prefill_replays: the most fresh prompts of one step that each replay their own prefill graph
+            (a step of decodes and prompts, or of several prompts; see :meth:`ModelRunner.plan`); a step with
+            more prompts computes them in one eager pass, which reads the weights once for all of them.
 
     Raises:
         AnnaError: unknown ``compile_mode``.
@@ -65,6 +75,7 @@ class RunnerConfig:
     cuda_graph: bool = True
     compile_mode: str = attrs.field(default="none", converter=_compile_mode)
     warmup: bool = True
+    max_prefill_replays: int = attrs.field(default=16, validator=_non_negative)
 
 
 def _wants_logits(seq) -> bool:
@@ -106,7 +117,9 @@ class ModelRunner:
         self.profile_scopes = False
         self.num_graph_steps = 0
         self.num_prefill_graph_steps = 0
+        self.num_split_steps = 0
         self.num_eager_steps = 0
+        self.max_prefill_replays = 0  # set by setup() (graphs only exist after it)
         self.startup: dict[str, float] = {}  # seconds per set-up phase (warmup_s, prefill_graphs_s, decode_graphs_s)
 
     def setup(self, config: RunnerConfig, *, max_model_len: int, max_num_seqs: int,
@@ -123,6 +136,7 @@ class ModelRunner:
         self.graphs = None
         self.prefill_graphs = None
         self.startup = {}
+        self.max_prefill_replays = config.max_prefill_replays
         clock = time.perf_counter
         if config.warmup:
             t0 = clock()
@@ -295,27 +309,74 @@ class ModelRunner:
         the captured width: with the sampler inside when every request's sampling fits it
         (:func:`~anna_core.engine.sampler.graph_safe`) and no row's logits must be returned, else the
         logits graph. A fresh prompt alone in its step, whole, that a bucket holds, replays its prefill
-        graph. Everything else runs eagerly.
+        graph. A step of decodes that a decode graph holds and prompt chunks, or of several fresh prompts
+        that each fit a prefill graph, is split (:meth:`split`): the decodes replay their graph and the
+        prompts replay one prefill graph each (at most ``max_prefill_replays`` of them) or share one eager
+        pass. Everything else runs eagerly.
         """
         seqs = out.seqs
         if not seqs:
             return StepPath.EAGER
+        if out.is_decode:
+            path = self._decode_path(out)
+            if path is not None:
+                return path
+        elif len(seqs) == 1 and self._prefill_graph_fits(seqs[0]):
+            return StepPath.PREFILL_GRAPH
+        return StepPath.SPLIT if self.split(out) is not None else StepPath.EAGER
+
+    def _decode_path(self, out: SchedulerOutput) -> StepPath | None:
+        """The decode graph path of a decode-only ``out``, or None when no captured decode graph runs it."""
         graphs = self.graphs
-        if graphs is not None and out.is_decode and self._fits_decode(out) and not self._prompt_decodes(out):
-            requests = [s.request for s in seqs]
-            mode = "greedy" if all(r.params.temperature == 0.0 for r in requests) else "sample"
-            if graph_safe(requests) and mode in graphs.modes and not any(_wants_logits(s) for s in seqs):
-                return StepPath.DECODE_GRAPH
-            if "logits" in graphs.modes:
-                return StepPath.DECODE_LOGITS_GRAPH
+        if graphs is None or not self._fits_decode(out) or self._prompt_decodes(out):
+            return None
+        requests = [s.request for s in out.seqs]
+        mode = self._sample_mode(requests)
+        if graph_safe(requests) and mode in graphs.modes and not any(_wants_logits(s) for s in out.seqs):
+            return StepPath.DECODE_GRAPH
+        if "logits" in graphs.modes:
+            return StepPath.DECODE_LOGITS_GRAPH
+        return None
+
+    def _sample_mode(self, requests: list) -> str:
+        """The captured sampler of a decode step: ``"greedy"`` (every row greedy), ``"sample_plain"`` (no row
+        filters its distribution, when captured) or ``"sample"``."""
+        if all(r.params.temperature == 0.0 for r in requests):
+            return "greedy"
+        if "sample_plain" in self.graphs.modes and unfiltered(requests, self.graphs.vocab_size):
+            return "sample_plain"
+        return "sample"
+
+    def _prefill_graph_fits(self, seq) -> bool:
+        """Whether ``seq``, a fresh prompt computed whole this step, replays a captured prefill graph."""
         pg = self.prefill_graphs
-        if pg is not None and not out.is_decode and len(seqs) == 1:
-            seq = seqs[0]
-            if (seq.is_fresh and seq.samples and pg.bucket_for(seq.num_new_tokens) is not None
-                    and all(len(seq.block_tables[g]) <= pg.width for g in self.groups)
-                    and (not seq.checkpoints or pg.checkpoints is not None) and (not seq.media or pg.media)):
-                return StepPath.PREFILL_GRAPH
-        return StepPath.EAGER
+        return (pg is not None and seq.is_fresh and seq.samples and pg.bucket_for(seq.num_new_tokens) is not None
+                and all(len(seq.block_tables[g]) <= pg.width for g in self.groups)
+                and (not seq.checkpoints or pg.checkpoints is not None) and (not seq.media or pg.media))
+
+    def split(self, out: SchedulerOutput) -> tuple[SchedulerOutput | None, SchedulerOutput, bool] | None:
+        """How a step of decodes and prompt chunks (or of several prompts) runs without one eager pass over
+        all of it: ``(decodes, prompts, replay)``, or None when it does not split.
+
+        ``decodes`` (the one-token sequences, or None when there are none) must run as a decode graph; the
+        ``prompts`` replay their prefill graphs one by one when ``replay`` (every one fits a graph and there
+        are at most ``max_prefill_replays``), else they share one eager pass. A step of prompts alone splits
+        only when they replay. Both parts are :class:`SchedulerOutput` views of ``out``'s sequences, in
+        ``out``'s order.
+        """
+        if self.graphs is None and self.prefill_graphs is None:
+            return None
+        one = [s for s in out.seqs if s.num_new_tokens == 1 and s.start > 0]
+        rest = [s for s in out.seqs if not (s.num_new_tokens == 1 and s.start > 0)]
+        if not rest:
+            return None
+        replay = len(rest) <= self.max_prefill_replays and all(self._prefill_graph_fits(s) for s in rest)
+        decodes = attrs.evolve(out, seqs=one) if one else None
+        if decodes is not None and self._decode_path(decodes) is None:
+            return None  # the decodes would be eager anyway: one eager pass computes everything
+        if decodes is None and not replay:
+            return None
+        return decodes, attrs.evolve(out, seqs=rest), replay
 
     def _prompt_decodes(self, out: SchedulerOutput) -> bool:
         """Whether a one-token step computes a prompt token of a request with media or its own positions
@@ -369,16 +430,16 @@ class ModelRunner:
             seq = out.seqs[0]
             if has_state(self.caches):
                 zero_slots(self.caches, host_tensor([seq.state_slot], torch.int64, self.device))
-            mm = seq.request.multimodal if self.own_positions else None
-            positions = (mm.position_rows(0, seq.num_new_tokens, seq.request.num_prompt_tokens, self.position_rows)
-                         if mm is not None else None)
-            logits = self.prefill_graphs.run(seq.token_ids, [seq.block_tables[g] for g in self.groups],
-                                             seq.state_slot, [(p, i) for p, i, _ in seq.checkpoints],
-                                             positions=positions,
-                                             media=self.encoder.spans(out.seqs, [0]) if self.encoder is not None else ())
+            logits = self._replay_prefill(seq)
             self.num_prefill_graph_steps += 1
             return self._sample(path, logits, out.seqs)
+        if path is StepPath.SPLIT:
+            return self._run_split(out)
         self.num_eager_steps += 1
+        return self._run_eager(out, path)
+
+    def _run_eager(self, out: SchedulerOutput, path: StepPath) -> ModelRunnerOutput:
+        """The model called eagerly on all of ``out``'s sequences; samples those that sample."""
         fresh = [s.state_slot for s in out.seqs if s.is_fresh]
         if fresh and has_state(self.caches):
             zero_slots(self.caches, host_tensor(fresh, torch.int64, self.device))
@@ -390,6 +451,50 @@ class ModelRunner:
         with self._scope("lm_head"):
             logits = self.model.compute_logits(hidden[batch.logits_indices])  # [N, vocab]
         return self._sample(path, logits, samplers)
+
+    def _run_split(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        """:meth:`split`'s parts: the decode graph is launched first, the prompts' prefill graphs (or their
+        eager pass) queue behind it, and the prompts' sampling is the step's one wait."""
+        decodes, prompts, replay = self.split(out)
+        self.num_split_steps += 1
+        pending, decoded = None, None
+        if decodes is not None:
+            if self._decode_path(decodes) is StepPath.DECODE_GRAPH:
+                pending = self._launch_decode(decodes, None)
+            else:
+                self.num_graph_steps += 1
+                logits = self.graphs.run_logits([s.token_ids[0] for s in decodes.seqs], [s.start for s in decodes.seqs],
+                                                self._tables_by_group(decodes), [s.state_slot for s in decodes.seqs],
+                                                rope_positions=self._decode_positions(decodes))
+                decoded = self._sample(StepPath.SPLIT, logits, decodes.seqs)
+        if replay:
+            seqs = prompts.seqs
+            if has_state(self.caches):
+                zero_slots(self.caches, host_tensor([s.state_slot for s in seqs], torch.int64, self.device))
+            rows = []
+            for seq in seqs:
+                rows.append(self._replay_prefill(seq).clone())  # the graphs' output buffer is reused
+            self.num_prefill_graph_steps += len(seqs)
+            result = self._sample(StepPath.SPLIT, torch.cat(rows), seqs)
+        else:
+            self.num_eager_steps += 1
+            result = self._run_eager(prompts, StepPath.SPLIT)
+        if pending is not None:
+            result.sampled.update(zip([s.request_id for s in decodes.seqs], pending.tolist()))
+        if decoded is not None:
+            result.sampled.update(decoded.sampled)
+            result.prompt_logits.update(decoded.prompt_logits)
+        return result
+
+    def _replay_prefill(self, seq) -> torch.Tensor:
+        """Replay ``seq``'s prefill graph (its state slot zeroed already); ``[1, vocab]`` float32 logits, a
+        view of the graphs' output buffer."""
+        mm = seq.request.multimodal if self.own_positions else None
+        positions = (mm.position_rows(0, seq.num_new_tokens, seq.request.num_prompt_tokens, self.position_rows)
+                     if mm is not None else None)
+        return self.prefill_graphs.run(seq.token_ids, [seq.block_tables[g] for g in self.groups], seq.state_slot,
+                                       [(p, i) for p, i, _ in seq.checkpoints], positions=positions,
+                                       media=self.encoder.spans([seq], [0]) if self.encoder is not None else ())
 
     def _decode_positions(self, out: SchedulerOutput) -> list[int] | None:
         """The position (every row) of each decode's token when the model has its own positions: its index
@@ -425,11 +530,8 @@ class ModelRunner:
         """Stage and replay the captured decode graph with its sampler inside, without waiting for it."""
         graphs = self.graphs
         requests = [s.request for s in out.seqs]
-        if all(r.params.temperature == 0.0 for r in requests):
-            mode, floats, ints = "greedy", None, None
-        else:
-            mode = "sample"
-            floats, ints = param_rows(requests, graphs.vocab_size)
+        mode = self._sample_mode(requests)
+        floats, ints = param_rows(requests, graphs.vocab_size) if mode != "greedy" else (None, None)
         tokens = [s.token_ids[0] for s in out.seqs]
         rows = None
         if PENDING in tokens:

@@ -98,3 +98,11 @@ def request_output(req: Any, delta: str, delta_ids: list[int]) -> RequestOutput:
         metrics=metrics,
         logprobs=req.logprobs[len(req.logprobs) - len(delta_ids):] if req.logprobs and delta_ids else [],
     )
+
+
+def coalesce(earlier: RequestOutput, later: RequestOutput) -> RequestOutput:
+    """One output standing for two consecutive outputs of the same request: ``later``'s state with both
+    deltas (text, token ids, logprobs) joined, as if one step had produced them."""
+    return attrs.evolve(later, delta_text=earlier.delta_text + later.delta_text,
+                        delta_token_ids=earlier.delta_token_ids + later.delta_token_ids,
+                        logprobs=earlier.logprobs + later.logprobs)

@@ -214,6 +214,32 @@ def param_rows(requests: list[Request], vocab_size: int) -> tuple[list[list[floa
     return floats, ints
 
 
+def unfiltered(requests: list[Request], vocab_size: int) -> bool:
+    """Whether no row of ``requests`` filters its distribution (top-k, top-p, min-p off): then
+    :func:`sample_plain_no_sync` samples them as :func:`sample_no_sync` would, without sorting the vocabulary."""
+    return all(not 0 < r.params.top_k < vocab_size and r.params.top_p >= 1.0 and r.params.min_p <= 0.0
+               for r in requests)
+
+
+def sample_plain_no_sync(logits: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor,
+                         steps: torch.Tensor) -> torch.Tensor:
+    """:func:`sample_no_sync` for rows that filter nothing (top-k / top-p / min-p off): the tempered logits
+    plus Gumbel noise, argmax; no sort of the vocabulary. Same ids as :func:`sample_no_sync` on such rows.
+
+    Args:
+        logits: ``[N, V]`` float32; temperature: ``[N]`` float32 (``0``: greedy row); seeds, steps: ``[N]``
+            int64 (see :func:`uniform_noise`).
+
+    Returns:
+        ``[N]`` int64 token ids.
+    """
+    greedy_ids = logits.argmax(dim=-1)
+    temps = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    u = uniform_noise(seeds, steps, logits.shape[1])
+    sampled = (logits / temps[:, None] - torch.log(-torch.log(u))).argmax(dim=-1)
+    return torch.where(temperature == 0, greedy_ids, sampled)
+
+
 def sample_no_sync(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                    min_p: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     """The :class:`Sampler` math (steps 4-5 of the module doc) with no data-dependent branch and no

@@ -163,6 +163,10 @@ class StepPath(enum.Enum):
     logit bias, grammars, logprobs, or logits the step must return)."""
     PREFILL_GRAPH = "prefill_graph"
     """A captured one-sequence prefill of the prompt's length bucket, sampled eagerly."""
+    SPLIT = "split"
+    """Decodes through a captured decode graph, then the step's prompts through one prefill graph each or
+    one eager pass (a step mixing decodes and prompt chunks, or of several fresh prompts); sampled eagerly
+    except the decodes of a graph with the sampler inside."""
     EAGER = "eager"
     """The model called eagerly on the step's :class:`~anna_core.engine.forward_batch.ForwardBatch`."""
 

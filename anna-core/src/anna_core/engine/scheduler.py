@@ -56,6 +56,7 @@ from anna_core.engine.sched_output import (
     StepPath,
 )
 from anna_core.engine.state_snapshots import PromptCache
+from anna_core.errors import AnnaError
 
 __all__ = ["Capture", "ModelRunnerOutput", "PromptHit", "ScheduledSeq", "Scheduler", "SchedulerOutput", "StepPath"]
 
@@ -71,10 +72,16 @@ class Scheduler:
             may span snapshot boundaries (see the module doc).
         max_model_len: the longest sequence served (the engine's capped context limit), or None.
         clock: seconds, the clock of ``Request.arrival_time`` (``time.perf_counter``).
+
+    Raises:
+        AnnaError: ``config.max_prefill_tokens`` is unset (the engine sets it for its device first).
     """
 
     def __init__(self, config: EngineConfig, kv: CacheManager, *, checkpoints_in_pass: bool = False,
                  max_model_len: int | None = None, clock: Callable[[], float] = time.perf_counter):
+        if config.max_prefill_tokens is None:
+            raise AnnaError("max_prefill_tokens is unset: give it, or let the engine choose it for its device "
+                            "(anna_core.engine.config.default_max_prefill_tokens)")
         self.config = config
         self.kv = kv
         self.slots = kv.slots

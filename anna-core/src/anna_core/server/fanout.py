@@ -3,7 +3,8 @@
 :func:`open_all` submits every request and waits for each one's first output together, so an
 engine refusal (a limit, a full queue, shutdown) reaches the client as an HTTP error status before
 any response starts. :func:`merged` then yields ``(choice index, output)`` pairs as the engine
-produces them; leaving it early (disconnect, error) aborts every unfinished request.
+produces them (outputs that queued up for one choice joined into one); leaving it early (disconnect,
+error, a server stop) aborts every unfinished request.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from anna_core.engine.outputs import RequestOutput
+from anna_core.engine.outputs import RequestOutput, coalesce
 from anna_core.engine.sampling_params import SamplingParams
+from anna_core.server.shutdown import StreamCutter
 
 Opened = list[tuple[AsyncIterator[RequestOutput], RequestOutput | None]]
 
@@ -43,8 +45,17 @@ async def open_all(engine: Any, jobs: list[tuple[str, list[int], SamplingParams]
     return list(zip(streams, results))  # type: ignore[arg-type]
 
 
-async def merged(opened: Opened) -> AsyncIterator[tuple[int, RequestOutput]]:
-    """``(index, output)`` of all streams in arrival order, until every stream has finished."""
+async def merged(opened: Opened, cutter: StreamCutter | None = None) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """``(index, output)`` of all streams in arrival order, until every stream has finished.
+
+    Outputs that queued up for the same stream while the consumer was busy (a loaded server) come as one,
+    their deltas joined (:func:`~anna_core.engine.outputs.coalesce`): a client then gets one frame for
+    several tokens instead of falling further behind.
+
+    Raises:
+        ServerStopping: ``cutter`` cut the responses (the streams are closed first).
+        whatever a stream raised.
+    """
     queue: asyncio.Queue[tuple[int, RequestOutput | BaseException | None]] = asyncio.Queue()
 
     async def pump(i: int, stream: AsyncIterator[RequestOutput], first: RequestOutput | None) -> None:
@@ -60,18 +71,26 @@ async def merged(opened: Opened) -> AsyncIterator[tuple[int, RequestOutput]]:
         finally:
             queue.put_nowait((i, None))
 
-    tasks = [asyncio.ensure_future(pump(i, s, f)) for i, (s, f) in enumerate(opened)]
-    remaining = len(tasks)
-    try:
-        while remaining:
-            i, item = await queue.get()
-            if item is None:
-                remaining -= 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield i, item
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    watch = cutter.watch(lambda exc: queue.put_nowait((-1, exc))) if cutter is not None else contextlib.nullcontext()
+    with watch:
+        tasks = [asyncio.ensure_future(pump(i, s, f)) for i, (s, f) in enumerate(opened)]
+        remaining = len(tasks)
+        try:
+            while remaining:
+                batch = [await queue.get()]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                ready: dict[int, RequestOutput] = {}  # per stream, the outputs of this batch joined
+                for i, item in batch:
+                    if isinstance(item, BaseException):
+                        raise item
+                    if item is None:
+                        remaining -= 1
+                    else:
+                        ready[i] = coalesce(ready[i], item) if i in ready else item
+                for i, out in ready.items():
+                    yield i, out
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -83,7 +83,7 @@ class _Run:
         self.opened = await open_all(self.server.engine, self.jobs)
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
-        async for i, out in self.server.streams.until_cut(merged(self.opened)):
+        async for i, out in merged(self.opened, self.server.streams):
             if out.finished:
                 self.final[i] = out
             yield i, out

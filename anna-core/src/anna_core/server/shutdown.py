@@ -10,14 +10,10 @@ engine requests are aborted. Nothing is cancelled from outside, so nothing logs 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import TypeVar
+from collections.abc import Callable, Iterator
 
 from anna_core.server.errors import ServiceUnavailableError
-
-T = TypeVar("T")
 
 
 class ServerStopping(ServiceUnavailableError):
@@ -29,20 +25,17 @@ class ServerStopping(ServiceUnavailableError):
 class StreamCutter:
     """The server-wide signal that ends every response still in flight.
 
+    A response registers what ends it with :meth:`watch` (the output stream of
+    :func:`~anna_core.server.fanout.merged` puts the :class:`ServerStopping` into its queue, so its
+    consumer raises it at the next item): nothing waits on the signal per output.
+
     Attributes:
         reason: why responses were cut (the message clients get), None until :meth:`cut`.
     """
 
     def __init__(self) -> None:
         self.reason: str | None = None
-        self._event: asyncio.Event | None = None
-
-    def _cut_event(self) -> asyncio.Event:
-        if self._event is None:  # created on the serving loop, on first use
-            self._event = asyncio.Event()
-            if self.reason is not None:
-                self._event.set()
-        return self._event
+        self._watchers: set[Callable[[ServerStopping], None]] = set()
 
     @property
     def is_cut(self) -> bool:
@@ -52,38 +45,20 @@ class StreamCutter:
         """End every response in flight now (call on the serving event loop); idempotent."""
         if self.reason is None:
             self.reason = reason
-        if self._event is not None:
-            self._event.set()
+        for on_cut in list(self._watchers):
+            on_cut(ServerStopping(self.reason))
 
-    async def until_cut(self, source: AsyncIterator[T]) -> AsyncIterator[T]:
-        """Yield from ``source`` until it ends or :meth:`cut` is called.
+    @contextlib.contextmanager
+    def watch(self, on_cut: Callable[[ServerStopping], None]) -> Iterator[None]:
+        """Call ``on_cut`` (on the serving loop) if the responses are cut while inside this block.
 
         Raises:
-            ServerStopping: the responses were cut (``source`` is closed first).
+            ServerStopping: the responses were cut already.
         """
         if self.reason is not None:
             raise ServerStopping(self.reason)
-        iterator = source.__aiter__()
-        waiter = asyncio.ensure_future(self._cut_event().wait())
-        step: asyncio.Future[T] | None = None
+        self._watchers.add(on_cut)
         try:
-            while True:
-                step = asyncio.ensure_future(iterator.__anext__())  # type: ignore[arg-type]
-                await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                if not step.done():
-                    raise ServerStopping(self.reason or "the server is shutting down")
-                try:
-                    item = step.result()
-                except StopAsyncIteration:
-                    return
-                yield item
+            yield
         finally:
-            waiter.cancel()
-            if step is not None and not step.done():  # cut, or this generator itself was cancelled / closed
-                step.cancel()  # the source sees CancelledError where it waits, and cleans up
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.gather(step, return_exceptions=True)
-            aclose = getattr(iterator, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(RuntimeError):  # still running: its cancelled step closes it
-                    await aclose()
+            self._watchers.discard(on_cut)

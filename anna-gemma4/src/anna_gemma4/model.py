@@ -107,11 +107,15 @@ class Gemma4ForCausalLM(nn.Module):
         ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
 
     With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``. Logits
-    are soft-capped (``cap * tanh(logits / cap)``, float32) when the config says so. Capabilities: none
-    beyond the protocol (prefill graphs are not declared: padded prefills are untested for this family).
+    are soft-capped (``cap * tanh(logits / cap)``, float32) when the config says so. Capabilities: padding
+    rows of a padded prefill (``ForwardBatch.num_valid``) change no state (the model has attention caches
+    only; their K/V go to the scratch block and every per-token step, MoE routing included, is row-wise),
+    so the runner may capture its prefills (checked on the CPU; not yet on a GPU). The MoE block reads its
+    per-expert counts on the host, so a graph capture of a model with it fails and the runner, which
+    catches failed captures, runs those steps eagerly.
     """
 
-    capabilities = ModelCapabilities()
+    capabilities = ModelCapabilities(padded_prefill=True)
 
     def __init__(self, cfg: Gemma4Config, ops: Any):
         super().__init__()

@@ -67,6 +67,9 @@ def test_e2b_cache_groups():
     assert len(sliding.shared) + len(full.shared) == 20
     assert spec.groups[spec.group_of(34)].cache_index(34) == full.layers.index(14)
     assert [cfg.layers[i].intermediate_size for i in (14, 15)] == [6144, 12288]  # double-wide when shared
+    assert cfg.eos_token_id == (1, 106) and cfg.pad_token_id == 0  # the outer config's end ids
+    assert cfg.placeholder_token_ids == (258880, 258884, 258881)  # image, video, audio: embedded as pad
+    assert (cfg.final_logit_softcapping, cfg.hidden_size_per_layer_input, cfg.tie_word_embeddings) == (30.0, 256, True)
 
 
 def test_26b_and_31b_cache_groups():

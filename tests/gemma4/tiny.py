@@ -36,9 +36,10 @@ def text_config(variant: str, **overrides: Any) -> dict[str, Any]:
                     use_double_wide_mlp=True, num_key_value_heads=1)
     elif variant == "moe":
         base.update(attention_k_eq_v=True, num_global_key_value_heads=1, enable_moe_block=True, num_experts=4,
-                    top_k_experts=2, moe_intermediate_size=32, intermediate_size=48)
+                    top_k_experts=2, moe_intermediate_size=32, intermediate_size=48,
+                    use_bidirectional_attention="vision")  # as released: bidirectional over images only
     elif variant == "dense":
-        base.update(attention_k_eq_v=True, num_global_key_value_heads=1)
+        base.update(attention_k_eq_v=True, num_global_key_value_heads=1, use_bidirectional_attention="vision")
     else:
         raise ValueError(f"unknown variant {variant!r}; use one of {VARIANTS}")
     base.update(overrides)

@@ -225,7 +225,9 @@ def _parse(text: dict[str, Any], top: dict[str, Any], nested: bool) -> Gemma4Con
         attention_bias=bool(text.get("attention_bias", False)),
         pad_token_id=int(text.get("pad_token_id") or 0),
         placeholder_token_ids=placeholders,
-        eos_token_id=_ids(text.get("eos_token_id", top.get("eos_token_id"))),
+        # the outer config's list (released: [1, 106], <eos> and <end_of_turn>) over the text config's one id
+        eos_token_id=_ids(top.get("eos_token_id") if nested and top.get("eos_token_id") is not None
+                          else text.get("eos_token_id")),
         dtype=text.get("dtype") or text.get("torch_dtype") or top.get("dtype") or top.get("torch_dtype"),
     )
     _validate(cfg)

@@ -89,3 +89,52 @@ def test_rms_norm_zero_centred_and_plain(ops):
     normed = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
     torch.testing.assert_close(plain(x), normed * w)
     torch.testing.assert_close(centred(x), normed * (1 + w))
+
+
+def test_rms_norm_without_scale_has_no_parameter_and_matches_gemma4(ops):
+    hide_fla()
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4RMSNorm
+
+    norm = RMSNorm(16, 1e-6, ops, scale=False)
+    assert list(norm.parameters()) == []
+    x = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(3)) * 4
+    torch.testing.assert_close(norm(x), Gemma4RMSNorm(16, 1e-6, with_scale=False)(x), rtol=1e-6, atol=1e-6)
+    y, r = norm.add_and_norm(x, x)
+    torch.testing.assert_close(y, norm(2 * x), rtol=1e-6, atol=1e-6)
+    assert torch.equal(r, 2 * x)
+    with pytest.raises(ValueError, match="zero-centred"):
+        RMSNorm(16, 1e-6, ops, zero_centered=True, scale=False)
+    with torch.device("meta"):
+        assert RMSNorm(16, 1e-6, ops, scale=False).weight is None  # nothing for a loader to fill
+
+
+@pytest.mark.parametrize("partial, head_dim", [(0.25, 64), (0.5, 32), (1.0, 16)])
+def test_proportional_rope_matches_gemma4_global_layers(partial, head_dim):
+    hide_fla()
+    from transformers import Gemma4TextConfig
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding, apply_rotary_pos_emb
+
+    rope = {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": partial}
+    config = Gemma4TextConfig(hidden_size=32, num_attention_heads=2, head_dim=8, global_head_dim=head_dim,
+                              num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"],
+                              rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                               "full_attention": dict(rope)})
+    hf_rope = Gemma4TextRotaryEmbedding(config)
+    mine = RotaryEmbedding(head_dim, head_dim, rope)
+    rotated = int(partial * head_dim // 2)
+    assert (mine._inv_freq[rotated:] == 0).all() and (mine._inv_freq[:rotated] > 0).all()
+    gen = torch.Generator().manual_seed(1)
+    T = 9
+    pos = torch.randint(0, 3000, (T,), generator=gen)
+    q = torch.randn(T, 2, head_dim, generator=gen)
+    k = torch.randn(T, 1, head_dim, generator=gen)
+    cos, sin = hf_rope(q, pos[None], "full_attention")  # [1, T, D]
+    hq = apply_rotary_pos_emb(q[None], cos, sin, unsqueeze_dim=2)[0]
+    hk = apply_rotary_pos_emb(k[None], cos, sin, unsqueeze_dim=2)[0]
+    mq, mk = mine(pos, q, k)
+    torch.testing.assert_close(mq, hq, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mk, hk, rtol=1e-5, atol=1e-5)
+    if rotated < head_dim // 2:  # dims past the rotated pairs pass through bit for bit
+        half = head_dim // 2
+        assert torch.equal(mq[..., rotated:half], q[..., rotated:half])
+        assert torch.equal(mq[..., half + rotated:], q[..., half + rotated:])

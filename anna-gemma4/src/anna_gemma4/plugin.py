@@ -1,7 +1,24 @@
 """Entry module of anna-gemma4: registration only (cheap to import: factories are lazy strings)."""
 
 from anna_core.hookspecs import hookimpl
-from anna_core.registry import OutputParserSpec
+from anna_core.registry import ModelFamilySpec, OutputParserSpec
+
+
+@hookimpl
+def register_model_families(register):
+    # One family for both layouts: the conditional-generation checkpoints (text served, the vision and
+    # audio towers' weights skipped) and the text-only causal LM.
+    register(
+        ModelFamilySpec(
+            name="gemma4",
+            loader="anna_gemma4.loader:load",
+            model_types=("gemma4", "gemma4_text"),
+            architectures=("Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"),
+            distribution="anna-gemma4",
+            reasoning_parser="gemma4",
+            tool_call_parser="gemma4",
+        )
+    )
 
 
 @hookimpl

@@ -10,7 +10,8 @@ class RMSNorm(nn.Module):
     """Root-mean-square norm (Zhang & Sennrich, 2019) with a learned per-channel scale.
 
     ``y = x / sqrt(mean(x^2) + eps) * w`` where ``w = 1 + weight`` when ``zero_centered``
-    (Qwen3.5 / Gemma style: the stored weight is an offset from one) and ``w = weight`` otherwise.
+    (Qwen3.5 / Gemma 3 style: the stored weight is an offset from one) and ``w = weight`` otherwise;
+    without ``scale`` there is no weight (``w = 1``: Gemma 4's value norm and MoE router norm).
     Math runs in float32 inside the op; the result has ``x``'s dtype.
 
     Args:
@@ -18,18 +19,36 @@ class RMSNorm(nn.Module):
         eps: added to the mean square.
         ops: the model's :class:`anna_core.kernels.OpTable`.
         zero_centered: store ``weight`` as an offset from one (initialised to zeros).
+        scale: hold a learned ``weight`` (False: none; the op gets a ones vector of x's dtype, made once
+            per device and dtype, so a meta-built model has nothing to load for it).
 
     Parameters:
-        weight: ``[D]``.
+        weight: ``[D]`` (absent without ``scale``).
     """
 
-    def __init__(self, dim: int, eps: float, ops, zero_centered: bool = False):
+    def __init__(self, dim: int, eps: float, ops, zero_centered: bool = False, scale: bool = True):
         super().__init__()
         self.dim = dim
         self.eps = float(eps)
         self.zero_centered = zero_centered
+        self.scale = scale
         self.ops = ops
-        self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
+        if scale:
+            self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
+        else:
+            if zero_centered:
+                raise ValueError("an RMSNorm without a scale cannot be zero-centred")
+            self.register_parameter("weight", None)
+        self._ones: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+    def _weight(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight is not None:
+            return self.weight
+        key = (x.device, x.dtype)
+        ones = self._ones.get(key)
+        if ones is None:
+            ones = self._ones[key] = torch.ones(self.dim, device=x.device, dtype=x.dtype)
+        return ones
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *, fuse_add: bool = False):
         """Normalise ``x``; with ``fuse_add``, first add it to the residual stream (one fused op).
@@ -44,8 +63,8 @@ class RMSNorm(nn.Module):
             ``new_residual = x + residual`` (x when residual is None) and ``y = norm(new_residual)``.
         """
         if fuse_add:
-            return self.ops.add_rms_norm(x, residual, self.weight, self.eps, self.zero_centered)
-        return self.ops.rms_norm(x, self.weight, self.eps, self.zero_centered)
+            return self.ops.add_rms_norm(x, residual, self._weight(x), self.eps, self.zero_centered)
+        return self.ops.rms_norm(x, self._weight(x), self.eps, self.zero_centered)
 
     def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(norm(x + residual), x + residual)`` in one ``add_rms_norm`` launch (``residual`` None:
@@ -70,7 +89,7 @@ class RMSNorm(nn.Module):
         if linear.bias is not None:
             y, new_residual = self.add_and_norm(x, residual)
             return linear(y), new_residual
-        return self.ops.add_rms_norm_linear(x, residual, self.weight, self.eps, self.zero_centered, linear.weight)
+        return self.ops.add_rms_norm_linear(x, residual, self._weight(x), self.eps, self.zero_centered, linear.weight)
 
     def add_norm_linear_act_mul(self, x: torch.Tensor, residual: torch.Tensor | None, gate_up: nn.Linear,
                                 activation: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,8 +115,8 @@ class RMSNorm(nn.Module):
             y, new_residual = self.add_and_norm(x, residual)
             h = gate_up(y)
             return (self.ops.silu_and_mul(h) if activation == "silu" else act_and_mul(h, activation)), new_residual
-        return self.ops.add_rms_norm_linear_act_mul(x, residual, self.weight, self.eps, self.zero_centered,
+        return self.ops.add_rms_norm_linear_act_mul(x, residual, self._weight(x), self.eps, self.zero_centered,
                                                     gate_up.weight, activation)
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, eps={self.eps}, zero_centered={self.zero_centered}"
+        return f"{self.dim}, eps={self.eps}, zero_centered={self.zero_centered}, scale={self.scale}"

@@ -1,7 +1,9 @@
 """Rotary position embedding (Su et al., "RoFormer", 2021), NeoX ``rotate_half`` layout.
 
 Supported ``rope_type`` values: ``"default"``, ``"linear"`` (position interpolation, Chen et al.
-2023) and ``"llama3"`` (Meta's frequency-dependent scaling, as published with Llama 3.1), plus
+2023), ``"llama3"`` (Meta's frequency-dependent scaling, as published with Llama 3.1) and
+``"proportional"`` (Gemma 4's global layers: the first ``partial_rotary_factor`` share of the frequency
+pairs of the whole head, with exponents over the whole head dim, the others at frequency 0), plus
 Qwen's multimodal M-RoPE (``mrope_section`` / ``mrope_interleaved``): frequency ``i`` is driven by the
 temporal, height or width position; for text all three are equal, so it reduces to 1-D positions.
 """
@@ -16,7 +18,7 @@ from torch import nn
 
 from anna_core.errors import ModelLoadError
 
-_SUPPORTED = ("default", "linear", "llama3")
+_SUPPORTED = ("default", "linear", "llama3", "proportional")
 
 
 def rope_parameters_from_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -36,6 +38,10 @@ def rope_parameters_from_config(config: dict[str, Any]) -> dict[str, Any]:
 def inverse_frequencies(rotary_dim: int, rope_parameters: dict[str, Any]) -> torch.Tensor:
     """``[rotary_dim // 2]`` float32 inverse frequencies on the CPU.
 
+    For ``"proportional"`` ``rotary_dim`` is the whole head dim ``D``: frequency ``i`` is
+    ``theta ** (-2i / D) / factor`` for ``i < int(partial_rotary_factor * D // 2)`` and 0 after it (those
+    dims pass through unrotated: cos 1, sin 0), as transformers' ``_compute_proportional_rope_parameters``.
+
     Raises:
         ModelLoadError: unsupported ``rope_type`` or missing scaling fields.
     """
@@ -43,6 +49,8 @@ def inverse_frequencies(rotary_dim: int, rope_parameters: dict[str, Any]) -> tor
     if rope_type not in _SUPPORTED:
         raise ModelLoadError(f"rope_type {rope_type!r} is not supported; supported: {list(_SUPPORTED)}")
     base = float(rope_parameters.get("rope_theta", 10000.0))
+    if rope_type == "proportional":
+        return _proportional(rotary_dim, base, rope_parameters)
     exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float32, device="cpu") / rotary_dim
     inv_freq = 1.0 / (base**exponents)
     try:
@@ -53,6 +61,13 @@ def inverse_frequencies(rotary_dim: int, rope_parameters: dict[str, Any]) -> tor
     except KeyError as exc:
         raise ModelLoadError(f"rope_parameters of type {rope_type!r} lack the field {exc.args[0]!r}") from exc
     return inv_freq
+
+
+def _proportional(head_dim: int, base: float, p: dict[str, Any]) -> torch.Tensor:
+    rotated = int(float(p.get("partial_rotary_factor", 1.0)) * head_dim // 2)
+    exponents = torch.arange(0, 2 * rotated, 2, dtype=torch.float32, device="cpu") / head_dim
+    inv_freq = torch.cat([1.0 / (base**exponents), torch.zeros(head_dim // 2 - rotated, dtype=torch.float32, device="cpu")])
+    return inv_freq / float(p.get("factor", 1.0))
 
 
 def _llama3_scale(inv_freq: torch.Tensor, p: dict[str, Any]) -> torch.Tensor:

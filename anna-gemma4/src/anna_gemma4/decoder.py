@@ -1,0 +1,88 @@
+"""One Gemma 4 decoder layer: sandwich-normed attention and feed-forward blocks, the optional MoE
+block beside the dense MLP, the optional per-layer-embedding block, and the layer scalar.
+
+The math (transformers' ``Gemma4TextDecoderLayer``)::
+
+    h = h + post_attn_norm(attn(input_norm(h)))
+    m = mlp(pre_ff_norm(h))
+    m = post_ff_norm_1(m) + post_ff_norm_2(experts(pre_ff_norm_2(h), router(h)))   # MoE layers only
+    h = h + post_ff_norm(m)
+    h = h + post_per_layer_norm(per_layer_projection(gelu_tanh(per_layer_gate(h)) * per_layer_input))  # PLE only
+    h = h * layer_scalar
+
+Every norm is an RMSNorm multiplying by its weight (not ``1 + weight``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.layers.mlp import SwiGLUMLP
+from anna_core.layers.norm import RMSNorm
+from anna_core.layers.rotary import RotaryEmbedding
+from anna_core.model import ModelCaches
+from torch import nn
+
+from anna_gemma4.attention import Gemma4Attention
+from anna_gemma4.config import Gemma4Config, LayerSpec
+from anna_gemma4.moe import Gemma4Experts, Gemma4Router
+
+
+class Gemma4DecoderLayer(nn.Module):
+    """Parameters (checkpoint names under ``model.layers.{i}.``): ``self_attn.*``, ``mlp.gate_proj|up_proj|
+    down_proj``, ``input_layernorm``, ``post_attention_layernorm``, ``pre_feedforward_layernorm``,
+    ``post_feedforward_layernorm``, ``layer_scalar`` ``[1]``; with the MoE block ``router.*``,
+    ``experts.*``, ``pre_feedforward_layernorm_2``, ``post_feedforward_layernorm_1|2``; with per-layer
+    embeddings ``per_layer_input_gate`` ``[P, hidden]``, ``per_layer_projection`` ``[hidden, P]``,
+    ``post_per_layer_input_norm``.
+    """
+
+    def __init__(self, cfg: Gemma4Config, layer: LayerSpec, group: int, kv_index: int, rotary: RotaryEmbedding,
+                 ops: Any):
+        super().__init__()
+        hidden, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.kind = layer.kind
+        self.self_attn = Gemma4Attention(cfg, layer, group, kv_index, rotary, ops)
+        self.mlp = SwiGLUMLP(hidden, layer.intermediate_size, ops, activation="gelu_tanh")
+        self.input_layernorm = RMSNorm(hidden, eps, ops)
+        self.post_attention_layernorm = RMSNorm(hidden, eps, ops)
+        self.pre_feedforward_layernorm = RMSNorm(hidden, eps, ops)
+        self.post_feedforward_layernorm = RMSNorm(hidden, eps, ops)
+        self.layer_scalar = nn.Parameter(torch.ones(1))
+        self.has_moe = cfg.enable_moe_block
+        if self.has_moe:
+            self.router = Gemma4Router(hidden, cfg.num_experts, cfg.top_k_experts, eps, ops)
+            self.experts = Gemma4Experts(hidden, cfg.num_experts, cfg.moe_intermediate_size)
+            self.pre_feedforward_layernorm_2 = RMSNorm(hidden, eps, ops)
+            self.post_feedforward_layernorm_1 = RMSNorm(hidden, eps, ops)
+            self.post_feedforward_layernorm_2 = RMSNorm(hidden, eps, ops)
+        self.has_per_layer_input = cfg.hidden_size_per_layer_input > 0
+        if self.has_per_layer_input:
+            per_layer = cfg.hidden_size_per_layer_input
+            self.per_layer_input_gate = nn.Linear(hidden, per_layer, bias=False)
+            self.per_layer_projection = nn.Linear(per_layer, hidden, bias=False)
+            self.post_per_layer_input_norm = RMSNorm(hidden, eps, ops)
+
+    def forward(self, h: torch.Tensor, per_layer_input: torch.Tensor | None, batch: ForwardBatch,
+                caches: ModelCaches, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """h: ``[T, hidden]``; per_layer_input: ``[T, P]`` (None without per-layer embeddings);
+        cos_sin: the rotary table of this layer's kind -> ``[T, hidden]``."""
+        a = self.post_attention_layernorm(self.self_attn(self.input_layernorm(h), batch, caches, cos_sin))
+        # the residual add runs fused into the pre-MLP norm (and that norm into the merged gate/up projection)
+        m, h = self.mlp(a, pre_norm=(self.pre_feedforward_layernorm, h))
+        if self.has_moe:
+            weights, experts = self.router(h)
+            moe = self.experts(self.pre_feedforward_layernorm_2(h), weights, experts)
+            m = self.post_feedforward_layernorm_1(m) + self.post_feedforward_layernorm_2(moe)
+        h = h + self.post_feedforward_layernorm(m)
+        if self.has_per_layer_input:
+            g = F.gelu(self.per_layer_input_gate(h), approximate="tanh") * per_layer_input  # [T, P]
+            h = h + self.post_per_layer_input_norm(self.per_layer_projection(g))
+        return h * self.layer_scalar
+
+    def merge_projections(self) -> None:
+        """Merge the dense MLP's gate and up projections (one GEMM); the math is unchanged."""
+        self.mlp.merge_gate_up()

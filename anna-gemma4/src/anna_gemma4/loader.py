@@ -1,0 +1,91 @@
+"""The Gemma 4 family loader: ``config.json`` + safetensors (or dummy weights) -> :class:`LoadedModel`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from anna_core.errors import ModelLoadError
+from anna_core.generation_config import read_generation_defaults
+from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.layers.linear import use_linear_op
+from anna_core.model import LoadedModel
+from anna_core.model_dir import ModelSource
+from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
+
+from anna_gemma4.config import FULL, SLIDING, Gemma4Config
+from anna_gemma4.model import Gemma4ForCausalLM
+from anna_gemma4.weights import name_map
+
+log = logging.getLogger("anna.gemma4")
+
+LOAD_FORMATS = ("auto", "safetensors", "dummy")
+_ONES = ("layer_scalar", "router.scale", "router.per_expert_scale")
+"""Dummy-weight parameters whose identity value is one (the default would zero them)."""
+
+
+def build_model(cfg: Gemma4Config, ops: Any, dtype: torch.dtype) -> Gemma4ForCausalLM:
+    """The model on the meta device (no memory), parameters in ``dtype``."""
+    with torch.device("meta"):
+        model = Gemma4ForCausalLM(cfg, ops)
+    cast_meta_params(model, dtype)
+    return model
+
+
+def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> bool:
+    if name.endswith(_ONES):
+        value.fill_(1.0)
+        return True
+    return False
+
+
+def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
+         kernels: KernelRegistry, chat_template: str | None = None) -> LoadedModel:
+    """Load a Gemma 4 checkpoint (either layout) for text generation.
+
+    Args:
+        source: from :func:`anna_core.model_dir.inspect_model_dir` (safetensors folder).
+        device, dtype: where and in which dtype to serve.
+        load_format: ``"auto"``/``"safetensors"`` read the weights; ``"dummy"`` fills random ones from
+            a folder that may hold only ``config.json``.
+        kernels: the kernel registry the model's ops are bound from.
+        chat_template: overrides the checkpoint's chat template.
+
+    Raises:
+        ModelLoadError: bad config, missing / unexpected / mis-shaped tensors, GGUF input, no tokenizer.
+    """
+    if load_format not in LOAD_FORMATS:
+        raise ModelLoadError(f"load format {load_format!r} is not supported by anna-gemma4; use one of {LOAD_FORMATS}")
+    if source.format != "safetensors":
+        raise ModelLoadError("anna-gemma4 cannot load GGUF Gemma 4 checkpoints yet; use the safetensors folder")
+    cfg = Gemma4Config.from_hf(source.config)
+    ops = bind_ops(kernels, device, dtype)
+    model = build_model(cfg, ops, dtype)
+    if load_format == "dummy":
+        materialize_dummy(model, device=device, init=_dummy_init)
+    else:
+        load_safetensors(model, source.root, name_map(cfg), device=device)
+    model.merge_projections()
+    use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
+    model.eval()
+    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
+    generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
+    log.info("loaded Gemma 4 (%d layers: %d sliding-window, %d global; %d KV-shared%s%s) on %s/%s",
+             cfg.num_hidden_layers, len(cfg.layers_of(SLIDING)), len(cfg.layers_of(FULL)),
+             sum(spec.kv_owner is not None for spec in cfg.layers),
+             ", per-layer embeddings" if cfg.hidden_size_per_layer_input else "",
+             f", MoE {cfg.top_k_experts} of {cfg.num_experts}" if cfg.enable_moe_block else "", device, dtype)
+    return LoadedModel(model=model, tokenizer=tokenizer, generation=generation,
+                       max_model_len=cfg.max_position_embeddings, family="gemma4", dtype=dtype,
+                       device=torch.device(device))
+
+
+def _tokenizer(root: Path, chat_template: str | None, *, required: bool):
+    from anna_core.tokenizer import Tokenizer
+
+    has_files = any((root / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+    if not required and not has_files:
+        return None
+    return Tokenizer.from_pretrained(root, chat_template)

@@ -1,0 +1,151 @@
+"""The Gemma 4 text model over the Anna forward-batch contract.
+
+Parameter names mirror the ``Gemma4ForCausalLM`` checkpoint layout (``model.embed_tokens``,
+``model.embed_tokens_per_layer``, ``model.per_layer_model_projection``, ``model.per_layer_projection_norm``,
+``model.layers.{i}.*``, ``model.norm``, ``lm_head``), so the weight map is a prefix rewrite.
+
+Caches: the sliding-window layers form one :class:`~anna_core.cache_spec.SlidingWindowSpec` group and
+the global layers one :class:`~anna_core.cache_spec.FullAttentionSpec` group (each of its own head dim
+and KV heads); the KV-shared layers are ``shared`` readers of their source layer in its group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.layers.norm import RMSNorm
+from anna_core.layers.rotary import RotaryEmbedding
+from anna_core.model import CacheSpec, FullAttentionSpec, ModelCaches, ModelCapabilities, SlidingWindowSpec
+from torch import nn
+
+from anna_gemma4.config import FULL, LAYER_TYPES, SLIDING, Gemma4Config
+from anna_gemma4.decoder import Gemma4DecoderLayer
+
+
+def cache_spec(cfg: Gemma4Config) -> CacheSpec:
+    """The sliding-window group (if the model has sliding layers), then the full-attention group."""
+    groups = []
+    for kind in LAYER_TYPES:
+        ids = cfg.layers_of(kind)
+        if not ids:
+            continue
+        geometry = dict(num_kv_heads=cfg.layers[ids[0]].num_kv_heads, head_dim=cfg.layers[ids[0]].head_dim,
+                        layers=[i for i in ids if cfg.layers[i].kv_owner is None],
+                        shared=[(i, cfg.layers[i].kv_owner) for i in ids if cfg.layers[i].kv_owner is not None])
+        if kind == SLIDING:
+            groups.append(SlidingWindowSpec(window=cfg.sliding_window, **geometry))
+        else:
+            groups.append(FullAttentionSpec(**geometry))
+    return CacheSpec(groups)
+
+
+class Gemma4TextModel(nn.Module):
+    """Embeddings (scaled by ``sqrt(hidden)`` rounded to the weight dtype), per-layer embeddings, the
+    decoder layers and the final norm."""
+
+    def __init__(self, cfg: Gemma4Config, spec: CacheSpec, ops: Any):
+        super().__init__()
+        self.config = cfg
+        hidden, layers = cfg.hidden_size, cfg.num_hidden_layers
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, hidden)
+        self.rotary = nn.ModuleDict({
+            kind: RotaryEmbedding(cfg.layers[ids[0]].head_dim, cfg.layers[ids[0]].head_dim, cfg.rope[kind], ops)
+            for kind in LAYER_TYPES if (ids := cfg.layers_of(kind))})
+        self.layers = nn.ModuleList(
+            Gemma4DecoderLayer(cfg, layer, spec.group_of(i), spec.groups[spec.group_of(i)].cache_index(i),
+                               self.rotary[layer.kind], ops)
+            for i, layer in enumerate(cfg.layers))
+        self.norm = RMSNorm(hidden, cfg.rms_norm_eps, ops)
+        self.per_layer = cfg.hidden_size_per_layer_input
+        if self.per_layer:
+            self.embed_tokens_per_layer = nn.Embedding(cfg.vocab_size_per_layer_input, layers * self.per_layer)
+            self.per_layer_model_projection = nn.Linear(hidden, layers * self.per_layer, bias=False)
+            self.per_layer_projection_norm = RMSNorm(self.per_layer, cfg.rms_norm_eps, ops)
+        self._placeholders = (torch.tensor(cfg.placeholder_token_ids, dtype=torch.int64, device="cpu"),)
+        self._on_device: dict[torch.device, torch.Tensor] = {}
+
+    def _text_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """``ids`` with media placeholders replaced by the pad id (transformers does so without media)."""
+        if not self.config.placeholder_token_ids:
+            return ids
+        table = self._on_device.get(ids.device)
+        if table is None:
+            table = self._on_device[ids.device] = self._placeholders[0].to(ids.device)
+        return torch.where(torch.isin(ids, table), self.config.pad_token_id, ids)
+
+    @staticmethod
+    def _scaled(embedding: nn.Embedding, ids: torch.Tensor, scale: float) -> torch.Tensor:
+        return embedding(ids) * torch.tensor(scale, dtype=embedding.weight.dtype)
+
+    def per_layer_inputs(self, ids: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+        """Per-layer embeddings ``[T, L, P]``: ``(norm(projection(embeds) / sqrt(hidden)) + table[ids] *
+        sqrt(P)) / sqrt(2)``, in the embeddings' dtype."""
+        T, L, P = ids.shape[0], self.config.num_hidden_layers, self.per_layer
+        table = self._scaled(self.embed_tokens_per_layer, ids, P**0.5).view(T, L, P)
+        projected = self.per_layer_model_projection(embeds) * self.config.hidden_size**-0.5
+        projected = self.per_layer_projection_norm(projected.view(T, L, P))
+        return (projected + table) * 2.0**-0.5
+
+    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        ids = self._text_ids(batch.input_ids)
+        h = self._scaled(self.embed_tokens, ids, self.config.hidden_size**0.5)  # [T, hidden]
+        per_layer = self.per_layer_inputs(ids, h) if self.per_layer else None  # [T, L, P]
+        cos_sin = {kind: rotary.cos_sin(batch.positions) for kind, rotary in self.rotary.items()}
+        for i, layer in enumerate(self.layers):
+            h = layer(h, None if per_layer is None else per_layer[:, i], batch, caches, cos_sin[layer.kind])
+        return self.norm(h)
+
+
+class Gemma4ForCausalLM(nn.Module):
+    """Implements :class:`anna_core.model.CausalLM` for the Gemma 4 text models (E2B / E4B with
+    per-layer embeddings and KV sharing, 26B-A4B with the MoE block, 31B dense).
+
+    Args:
+        cfg: parsed config.
+        ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
+
+    With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``. Logits
+    are soft-capped (``cap * tanh(logits / cap)``, float32) when the config says so. Capabilities: padding
+    rows of a padded prefill (``ForwardBatch.num_valid``) change no state (the model has attention caches
+    only; their K/V go to the scratch block and every per-token step, MoE routing included, is row-wise),
+    so the runner may capture its prefills (checked on the CPU; not yet on a GPU). The MoE block reads its
+    per-expert counts on the host, so a graph capture of a model with it fails and the runner, which
+    catches failed captures, runs those steps eagerly.
+    """
+
+    capabilities = ModelCapabilities(padded_prefill=True)
+
+    def __init__(self, cfg: Gemma4Config, ops: Any):
+        super().__init__()
+        self.config = cfg
+        self.ops = ops
+        self.cache_spec = cache_spec(cfg)
+        self.model = Gemma4TextModel(cfg, self.cache_spec, ops)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def merge_projections(self) -> None:
+        """Merge each dense MLP's gate/up projections; the loader calls it once the weights are in place."""
+        for layer in self.model.layers:
+            layer.merge_projections()
+
+    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
+        return self.model(batch, caches)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32 (soft-capped when configured)."""
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        logits = self.ops.linear(hidden, weight, None).float()
+        cap = self.config.final_logit_softcapping
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+
+__all__ = ["FULL", "SLIDING", "Gemma4ForCausalLM", "Gemma4TextModel", "cache_spec"]

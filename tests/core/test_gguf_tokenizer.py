@@ -72,3 +72,18 @@ def test_unwritable_cache_still_loads(tiny_gguf, tmp_path):
     blocker.write_text("x")
     tok = load_gguf_tokenizer(tiny_gguf, pre_type="smollm", cache=blocker)
     assert tok.encode(" the") == [259, 260]
+
+
+def test_a_family_converter_replaces_autotokenizer_and_has_its_own_cache_entry(tiny_gguf, tmp_path):
+    calls = []
+
+    def convert(path):
+        calls.append(path)
+        return gguf_tokenizer.convert_gguf_tokenizer(path, None)
+
+    plain = load_gguf_tokenizer(tiny_gguf, cache=tmp_path)
+    tok = load_gguf_tokenizer(tiny_gguf, cache=tmp_path, convert=convert)
+    again = load_gguf_tokenizer(tiny_gguf, cache=tmp_path, convert=convert)
+    assert calls == [tiny_gguf]  # converted once, then read from its cache entry
+    assert len(list((tmp_path / "gguf-tokenizers").iterdir())) == 2
+    assert tok.encode("the 12") == again.encode("the 12") == plain.encode("the 12")

@@ -17,9 +17,16 @@ MAX_MODEL_LEN = 2048
 
 class ScriptedServer:
     """Handles: ``base_url``, the fake ``model`` (add scripts with ``script``), ``state``,
-    ``tokenizer``; ``client()`` gives an official ``openai.OpenAI`` client with the API key."""
+    ``tokenizer``; ``client()`` gives an official ``openai.OpenAI`` client with the API key.
 
-    def __init__(self, tokenizer_dir: Path):
+    By default the Qwen3.5 vocabulary in ``tokenizer_dir`` with Qwen's parsers; another vocabulary
+    comes as ``tokenizer`` (an :class:`anna_core.tokenizer.Tokenizer`) with its ``vocab_size`` (logits
+    width), ``eos_token_ids`` (the first ends each script) and parsers.
+    """
+
+    def __init__(self, tokenizer_dir: Path | None = None, *, tokenizer: Any = None, vocab_size: int | None = None,
+                 eos_token_ids: list[int] | None = None, reasoning_parser: Any = None,
+                 tool_call_parser: Any = None, family: str = "qwen35"):
         import uvicorn
         from anna_core.engine.async_engine import AsyncEngine
         from anna_core.engine.config import EngineConfig
@@ -32,19 +39,20 @@ class ScriptedServer:
         from anna_core.testing.scripted import ScriptedLM
         from anna_core.tokenizer import Tokenizer
 
-        self.tokenizer = Tokenizer.from_pretrained(tokenizer_dir)
-        self.eos = self.tokenizer.eos_token_id
-        self.model = ScriptedLM(self.tokenizer, QWEN35_VOCAB_SIZE, self.eos)
+        self.tokenizer = tokenizer if tokenizer is not None else Tokenizer.from_pretrained(tokenizer_dir)
+        eos_ids = list(eos_token_ids or [self.tokenizer.eos_token_id])
+        self.eos = eos_ids[0]
+        self.model = ScriptedLM(self.tokenizer, vocab_size or QWEN35_VOCAB_SIZE, self.eos)
         config = EngineConfig(max_num_seqs=8, max_model_len=MAX_MODEL_LEN, enable_prefix_caching=False,
                               prompt_cache_size=0, num_blocks=1024)
-        self.llm = LLMEngine(self.model, tokenizer=self.tokenizer, config=config, eos_token_ids=[self.eos],
+        self.llm = LLMEngine(self.model, tokenizer=self.tokenizer, config=config, eos_token_ids=eos_ids,
                              model_max_len=MAX_MODEL_LEN)
         self.engine = AsyncEngine(self.llm)
         self.engine.start()
-        self.state = ServerState(model_name=MODEL, reasoning_parser=ThinkReasoningParser,
-                                 tool_call_parser=Qwen3CoderToolParser, api_key=API_KEY)
+        self.state = ServerState(model_name=MODEL, reasoning_parser=reasoning_parser or ThinkReasoningParser,
+                                 tool_call_parser=tool_call_parser or Qwen3CoderToolParser, api_key=API_KEY)
         self.state.set_ready(self.engine, self.tokenizer, max_model_len=self.llm.max_model_len,
-                             eos_token_ids=[self.eos], info={"family": "qwen35", "device": "cpu"})
+                             eos_token_ids=eos_ids, info={"family": family, "device": "cpu"})
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]

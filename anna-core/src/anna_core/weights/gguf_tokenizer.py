@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,13 @@ _EXTRA_PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _cache_key(path: Path, splits: tuple[str, ...] | None) -> str:
+def _cache_key(path: Path, splits: tuple[str, ...] | None, converter: str | None = None) -> str:
     import transformers
 
     st = path.stat()
     ident = f"{_CACHE_FORMAT}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}|{splits}"
+    if converter is not None:
+        ident += f"|{converter}"
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
@@ -117,6 +120,7 @@ def load_gguf_tokenizer(
     pre_type: str | None = None,
     chat_template: str | None = None,
     cache: Path | None = None,
+    convert: Callable[[Path], Any] | None = None,
 ) -> Tokenizer:
     """The tokenizer of the GGUF at ``path`` (the first part of a split file), cached on disk.
 
@@ -127,6 +131,9 @@ def load_gguf_tokenizer(
             rules that transformers' conversion lacks.
         chat_template: overrides the file's ``tokenizer.chat_template``.
         cache: cache root (default :func:`cache_dir`). An unwritable cache only costs speed.
+        convert: builds the transformers tokenizer from the file instead of
+            :func:`convert_gguf_tokenizer` (a family whose vocabulary transformers' ``AutoTokenizer``
+            cannot load; its qualified name enters the cache key; ``pre_type`` splits are not applied).
 
     Raises:
         ModelLoadError: the tokenizer cannot be built.
@@ -135,8 +142,9 @@ def load_gguf_tokenizer(
 
     path = Path(path)
     root = (cache or cache_dir()) / "gguf-tokenizers"
-    splits = _extra_splits(tokenizer_model, pre_type)
-    target = root / _cache_key(path, splits)
+    splits = None if convert is not None else _extra_splits(tokenizer_model, pre_type)
+    name = None if convert is None else f"{convert.__module__}.{convert.__qualname__}"
+    target = root / _cache_key(path, splits, name)
     hf = None
     if (target / "tokenizer.json").is_file():
         try:
@@ -146,7 +154,7 @@ def load_gguf_tokenizer(
             shutil.rmtree(target, ignore_errors=True)
     if hf is None:
         log.info("converting the GGUF tokenizer of %s (once; cached in %s)", path.name, target)
-        hf = convert_gguf_tokenizer(path, splits)
+        hf = convert_gguf_tokenizer(path, splits) if convert is None else convert(path)
         try:
             _save_atomically(hf, target)
         except OSError as exc:

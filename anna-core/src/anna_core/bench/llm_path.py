@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--also", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
-                        help="Also measure LLM with these keyword arguments (ints as ints), e.g. max_model_len=4096; "
+                        help="Also measure LLM with these keyword arguments (ints as ints, true / false as booleans), e.g. "
+                             "max_model_len=4096 or enable_prefix_caching=false; "
                              "repeatable.")
     a = parser.parse_args(argv)
     bench = bench_figures(a.model_dir, a.device, a.dtype, a.input_len, a.output_len, a.ttft_len, a.runs)
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     _free()
     variants = {}
     for spec in a.also:
-        options = {k: int(v) if v.lstrip("-").isdigit() else v
+        options = {k: int(v) if v.lstrip("-").isdigit() else {"true": True, "false": False}.get(v.lower(), v)
                    for k, v in (kv.split("=", 1) for kv in spec.split(","))}
         variants[spec] = llm_figures(a.model_dir, a.device, a.dtype, a.input_len, a.output_len, a.ttft_len, a.runs,
                                      options)

@@ -77,7 +77,9 @@ class Gemma4TextModel(nn.Module):
 
     @staticmethod
     def _scaled(embedding: nn.Embedding, ids: torch.Tensor, scale: float) -> torch.Tensor:
-        return embedding(ids) * torch.tensor(scale, dtype=embedding.weight.dtype)
+        # the scale rounded to the weights' dtype first, as transformers does; a Python number, not a host
+        # tensor, so a captured graph has nothing to copy from the host
+        return embedding(ids) * float(torch.tensor(scale, dtype=embedding.weight.dtype))
 
     def per_layer_inputs(self, ids: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         """Per-layer embeddings ``[T, L, P]``: ``(norm(projection(embeds) / sqrt(hidden)) + table[ids] *

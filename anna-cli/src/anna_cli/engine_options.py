@@ -60,7 +60,7 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--scheduler-max-batch-size", type=_POS_INT, default=None,
                      help="Sequences computed per step (running requests at once). Default 64."),
         click.option("--scheduler-max-prefill-tokens", type=_POS_INT, default=None,
-                     help="Prompt tokens computed per step, all requests together. Default 2048."),
+                     help="Prompt tokens computed per step, all requests together. Default 8192 on a GPU, 2048 on the CPU."),
         click.option("--prefill-chunk-size", type=_NON_NEG_INT, default=None,
                      help="Prompt tokens of one request per step; 0 = auto from free KV memory. Default 0."),
         click.option("--scheduler-max-decode-tokens", type=_NON_NEG_INT, default=None,

@@ -24,6 +24,14 @@ Layout of the work:
   time constant or an autotuning key: ``num_splits`` is a run-time argument (only "split or not"
   is a constexpr), so serving never re-compiles or re-tunes as requests vary. Decode batches
   (one query per sequence) skip the tile numbering entirely (``DECODE``: tile ``i`` is sequence ``i``).
+* Head dims up to :data:`MAX_HEAD_DIM` (512: Gemma 4's global layers) are padded to a power of two
+  (``BLOCK_D``) and held whole in registers: one ``q K^T`` dot over the full head dim per key tile and a
+  ``[BLOCK_M, BLOCK_D]`` float32 accumulator. Above :data:`WIDE_HEAD_DIM` (256) the tiling narrows so it
+  fits: prefill tiles hold 32 query rows instead of 64, key tiles at most 32 keys (``BLOCK_N * BLOCK_D
+  <= 16K``), the autotuner also tries eight-warp and single-stage configs, and the split merge runs over
+  256-wide head-dim chunks. These choices depend on the head dim alone; heads of 256 and below take
+  exactly the tiling and configs they had. Larger heads, or a cache dtype other than q's, run the torch
+  reference (which reads lengths on the host, so a graph capture of it fails).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Devices:
     ``cpu``: only with ``ANNA_TRITON_INTERPRET=1`` (Triton's interpreter; tests and debugging).
 Shape facts (``ProbeRequest.shape``; absent keys are not checked, the implementations fall back to
 the torch reference themselves for shapes they cannot hold in registers):
-    ``head_dim`` (GDN): at most 256, (``paged_attention``) at most 512; ``head_k_dim`` /
+    ``head_dim``: at most 256 (GDN), 512 (``paged_attention``); ``head_k_dim`` /
     ``head_v_dim`` (GDN): at most 256;
     ``dim`` / ``hidden_size`` (norms): at most 16384. The fused gated DeltaNet decode step
     (``fused_gdn_decode``) requires ``head_k_dim`` and ``head_v_dim`` (it fuses heads of at most 256

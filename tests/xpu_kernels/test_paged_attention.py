@@ -93,3 +93,61 @@ def test_many_splits_follow_each_sequences_context(poison_outputs):
 
 def test_prefill_tiles_with_an_odd_number_of_splits(poison_outputs):
     _check(torch.bfloat16, [9, 1, 5], [9, 33, 12], splits=5, seed=8)
+
+
+# Wide heads: Gemma 4's global layers have head_dim 512 (E2B 8 query heads over 1 KV head, E4B 8 over 2,
+# 26B-A4B 16 over 2, 31B 32 over 4: groups of 8 and 4); 320 / 384 pad to 512 in registers.
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("splits", [None, 3])
+def test_wide_head_decode_batch(poison_outputs, dtype, splits):
+    _check(dtype, [1, 1, 1], [5, 23, 9], h_q=8, h_kv=1, dim=512, splits=splits, seed=10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(("h_q", "h_kv"), [(2, 2), (4, 2), (16, 2)], ids=["group1", "group2", "group8"])
+def test_wide_head_mixed_prefill_chunked_prefill_and_decode(poison_outputs, dtype, h_q, h_kv):
+    _check(dtype, [7, 1, 3], [7, 20, 10], h_q=h_q, h_kv=h_kv, dim=512, seed=11)
+
+
+@pytest.mark.parametrize("splits", [None, 4])
+def test_wide_head_chunked_prefill_over_a_longer_context(poison_outputs, splits):
+    # 40 new queries over a 50-token cached prefix, group 2: 16 queries per tile, so 3 row tiles.
+    _check(torch.bfloat16, [40], [90], h_q=4, h_kv=2, dim=512, splits=splits, seed=12)
+
+
+@pytest.mark.parametrize("splits", [None, 5])
+def test_wide_head_sliding_window(poison_outputs, splits):
+    _check(torch.float32, [7, 1, 3], [7, 30, 12], h_q=8, h_kv=2, dim=512, window=6, splits=splits, seed=13)
+
+
+@pytest.mark.parametrize("dim", [320, 384])
+def test_non_power_of_two_wide_heads(poison_outputs, dim):
+    _check(torch.float32, [6, 1], [6, 19], h_q=4, h_kv=2, dim=dim, splits=2, seed=14)
+
+
+def test_many_splits_with_wide_heads(poison_outputs):
+    _check(torch.float32, [1, 1], [3, 60], h_q=8, h_kv=1, dim=512, splits=64, seed=15)
+
+
+def test_wide_heads_run_the_triton_kernel_not_the_reference(poison_outputs, monkeypatch):
+    def refuse(*args):
+        raise RuntimeError("the torch reference was called")
+
+    monkeypatch.setattr(pa, "_reference", refuse)
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(torch.bfloat16, [3, 1], [5, 9], 8, 1, 512, seed=16)
+    pa.paged_attention(q, k_cache, v_cache, cu, seq_lens, tables, 1.0, None)  # prefill + decode
+    pa.paged_attention(q[3:], k_cache, v_cache, cu[:2], seq_lens[1:], tables[1:], 1.0, 4)  # decode only
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(torch.float32, [1], [5], 2, 1, 1024, seed=17)
+    with pytest.raises(RuntimeError, match="reference was called"):  # beyond MAX_HEAD_DIM: the reference
+        pa.paged_attention(q, k_cache, v_cache, cu, seq_lens, tables, 1.0, None)
+
+
+def test_heads_up_to_256_tune_over_the_original_configs():
+    def kept(block_d):
+        return [(c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in pa._prune(pa._CONFIGS, {}, BLOCK_D=block_d)]
+
+    assert kept(32) == kept(128) == list(pa._NARROW)
+    assert kept(256) == [(16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 2), (64, 8, 3)]
+    assert kept(512) == [(16, 4, 2), (32, 4, 2), (32, 8, 2), (16, 8, 2), (16, 4, 1), (32, 4, 1), (32, 8, 1)]

@@ -61,8 +61,9 @@ def test_interpreter_override_selects_triton_on_cpu_and_it_runs(monkeypatch, poi
 
     torch.testing.assert_close(y, rms_norm(x, w, 1e-6, True))
     assert ops.get("paged_attention", head_dim=128).__module__ == "anna_xpu_kernels.paged_attention"
+    assert ops.get("paged_attention", head_dim=512).__module__ == "anna_xpu_kernels.paged_attention"  # Gemma 4 globals
     # Declined shapes / dtypes / ops fall back to the reference at priority 0.
-    assert ops.get("paged_attention", head_dim=512).__module__ == "anna_core.kernels.reference.paged_attention"
+    assert ops.get("paged_attention", head_dim=1024).__module__ == "anna_core.kernels.reference.paged_attention"
     assert ops.get("gated_delta_rule_prefill").__module__ == "anna_core.kernels.reference.gated_delta_rule"
     assert ops.registry.get("rms_norm", ProbeRequest("cpu", "float64")).__module__.startswith("anna_core")
 
@@ -88,7 +89,8 @@ def test_xpu_needs_the_intel_triton_backend(monkeypatch):
     assert probes.triton_device_available("cuda") is True
     monkeypatch.setattr(probes, "_triton_backends", lambda: frozenset({"intel"}))
     assert probes.paged_attention_probe(ProbeRequest("xpu", "bfloat16", {"head_dim": 256})) is True
-    assert probes.paged_attention_probe(ProbeRequest("xpu", "bfloat16", {"head_dim": 512})) is False
+    assert probes.paged_attention_probe(ProbeRequest("xpu", "bfloat16", {"head_dim": 512})) is True
+    assert probes.paged_attention_probe(ProbeRequest("xpu", "bfloat16", {"head_dim": 513})) is False
 
 
 def test_fla_probe_needs_cuda_half_precision_and_fla(monkeypatch):

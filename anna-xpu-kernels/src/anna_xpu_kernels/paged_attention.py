@@ -24,6 +24,14 @@ Layout of the work:
   time constant or an autotuning key: ``num_splits`` is a run-time argument (only "split or not"
   is a constexpr), so serving never re-compiles or re-tunes as requests vary. Decode batches
   (one query per sequence) skip the tile numbering entirely (``DECODE``: tile ``i`` is sequence ``i``).
+* Head dims up to :data:`MAX_HEAD_DIM` (512: Gemma 4's global layers) are padded to a power of two
+  (``BLOCK_D``) and held whole in registers: one ``q K^T`` dot over the full head dim per key tile and a
+  ``[BLOCK_M, BLOCK_D]`` float32 accumulator. Above :data:`WIDE_HEAD_DIM` (256) the tiling narrows so it
+  fits: prefill tiles hold 32 query rows instead of 64, key tiles at most 32 keys (``BLOCK_N * BLOCK_D
+  <= 16K``), the autotuner also tries eight-warp and single-stage configs, and the split merge runs over
+  256-wide head-dim chunks. These choices depend on the head dim alone; heads of 256 and below take
+  exactly the tiling and configs they had. Larger heads, or a cache dtype other than q's, run the torch
+  reference (which reads lengths on the host, so a graph capture of it fails).
 """
 
 from __future__ import annotations
@@ -37,22 +45,30 @@ from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 
-MAX_HEAD_DIM = 256
-"""Largest head dim handled; larger heads fall back to the torch reference."""
+MAX_HEAD_DIM = 512
+"""Largest head dim handled (padded to a power of two in registers); larger heads fall back to the torch reference."""
+WIDE_HEAD_DIM = 256
+"""Padded head dims above this take the wide-head tiling (fewer query rows per prefill tile, narrower key
+tiles, split-merge over head-dim chunks); at and below it the tiling is the one tuned for heads <= 256."""
 LOG2E = 1.4426950408889634
 MIN_KEYS_PER_SPLIT = 16
 MAX_SPLITS = 64
 
-_CONFIGS = [
-    triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
-    for bn, w, s in ((16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 2), (64, 8, 3), (128, 8, 2))
-]
+_NARROW = ((16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 2), (64, 8, 3), (128, 8, 2))
+"""``(BLOCK_N, num_warps, num_stages)`` tried for padded head dims <= :data:`WIDE_HEAD_DIM`."""
+_WIDE_ONLY = ((16, 8, 2), (16, 4, 1), (32, 4, 1), (32, 8, 1))
+"""Extra configs tried only for wider heads: eight warps spread the ``[BLOCK_M, 512]`` float32
+accumulator over more registers, one stage keeps two float32 key/value tiles in shared memory."""
+_CONFIGS = [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s) for bn, w, s in _NARROW + _WIDE_ONLY]
 
 
 def _prune(configs, named_args, **kwargs):
-    """Keep key tiles of at most 16K elements (``BLOCK_N * BLOCK_D``)."""
+    """Keep key tiles of at most 16K elements (``BLOCK_N * BLOCK_D``); the :data:`_WIDE_ONLY` configs only
+    for head dims above :data:`WIDE_HEAD_DIM` (so narrower heads tune over exactly :data:`_NARROW`)."""
     block_d = kwargs["BLOCK_D"]
-    kept = [c for c in configs if c.kwargs["BLOCK_N"] * block_d <= 16384]
+    wide = block_d > WIDE_HEAD_DIM
+    kept = [c for c in configs if c.kwargs["BLOCK_N"] * block_d <= 16384
+            and (wide or (c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in _NARROW)]
     return kept or configs[:1]
 
 
@@ -158,17 +174,17 @@ def _paged_attention_kernel(
 @triton.jit(do_not_specialize=['n_rows', 'num_splits'])
 def _merge_splits_kernel(
     m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, n_rows, n_heads, head_dim, num_splits, stride_ot, stride_oh,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, WS_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     pdl.enter(USE_PDL)
     row = tl.program_id(0).to(tl.int64)  # token * n_heads + head
     s = tl.arange(0, BLOCK_S)
-    d = tl.arange(0, BLOCK_D)
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)  # this program's chunk of the WS_D-wide rows
     s_ok = s < num_splits
     ws = s * n_rows + row
     m = tl.load(m_ws_ptr + ws, mask=s_ok, other=float("-inf"))
     lsum = tl.load(l_ws_ptr + ws, mask=s_ok, other=0.0)
-    acc = tl.load(acc_ws_ptr + ws[:, None] * BLOCK_D + d[None, :], mask=s_ok[:, None], other=0.0)
+    acc = tl.load(acc_ws_ptr + ws[:, None] * WS_D + d[None, :], mask=s_ok[:, None], other=0.0)
     m_all = tl.max(m, axis=0)
     m_ref = tl.where(m_all == float("-inf"), 0.0, m_all)
     w = tl.exp2(m - m_ref)  # 0 for empty splits
@@ -221,7 +237,7 @@ def paged_attention(
         scale: softmax scale; sliding_window: window length (the query's own position included) or None.
 
     Returns:
-        ``[T, H_q, D]`` in q's dtype. Head dims above 256 or a cache dtype different from q's run
+        ``[T, H_q, D]`` in q's dtype. Head dims above 512 or a cache dtype different from q's run
         the torch reference.
 
     Raises:
@@ -256,10 +272,13 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
 
     group = h_q // h_kv
     decode = total == batch  # one query per sequence
-    block_q = 1 if decode else max(1, 64 // group)
+    block_d = max(16, next_pow2(dim))
+    # Query rows per prefill tile: 64, or 32 for wide heads (a [BLOCK_M, BLOCK_D] float32 accumulator
+    # and the q tile stay in registers). Depends on the head dim only, never on the batch's lengths.
+    rows = 64 if block_d <= WIDE_HEAD_DIM else 32
+    block_q = 1 if decode else max(1, rows // group)
     block_m = max(16, next_pow2(block_q * group))
     block_q = block_m // group
-    block_d = max(16, next_pow2(dim))
     cu = cu_seqlens_q if cu_seqlens_q.dtype == torch.int32 else cu_seqlens_q.to(torch.int32)
     if decode:
         n_tiles = batch
@@ -295,9 +314,10 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
         SPLIT=splits > 1, DECODE=decode, UPCAST_DOT=upcast, **pdl.launch_options(out),
     )
     if splits > 1:
-        _merge_splits_kernel[(total * h_q,)](
+        merge_d = min(block_d, WIDE_HEAD_DIM)  # wide heads merge in head-dim chunks (registers)
+        _merge_splits_kernel[(total * h_q, block_d // merge_d)](
             m_ws, l_ws, acc_ws, out, total * h_q, h_q, dim, splits, out.stride(0), out.stride(1),
-            BLOCK_S=next_pow2(splits), BLOCK_D=block_d, num_warps=4 if INTERPRETING else 8,
+            BLOCK_S=next_pow2(splits), BLOCK_D=merge_d, WS_D=block_d, num_warps=4 if INTERPRETING else 8,
             **pdl.launch_options(out),
         )
     return out

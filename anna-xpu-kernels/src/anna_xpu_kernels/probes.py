@@ -12,7 +12,8 @@ Devices:
     ``cpu``: only with ``ANNA_TRITON_INTERPRET=1`` (Triton's interpreter; tests and debugging).
 Shape facts (``ProbeRequest.shape``; absent keys are not checked, the implementations fall back to
 the torch reference themselves for shapes they cannot hold in registers):
-    ``head_dim`` (attention, GDN), ``head_k_dim`` / ``head_v_dim`` (GDN): at most 256;
+    ``head_dim``: at most 256 (GDN), 512 (``paged_attention``); ``head_k_dim`` /
+    ``head_v_dim`` (GDN): at most 256;
     ``dim`` / ``hidden_size`` (norms): at most 16384. The fused gated DeltaNet decode step
     (``fused_gdn_decode``) requires ``head_k_dim`` and ``head_v_dim`` (it fuses heads of at most 256
     only, :func:`anna_xpu_kernels.gdn_decode_fused.fusable`), the fused attention pre-processing
@@ -30,6 +31,7 @@ from anna_xpu_kernels._env import cpu_interpret_requested
 TRITON_DTYPES = ("float32", "float16", "bfloat16")
 FLA_DTYPES = ("float16", "bfloat16")
 MAX_HEAD_DIM = 256
+MAX_ATTENTION_HEAD_DIM = 512  # paged_attention tiles wide heads (Gemma 4's global layers: 512)
 MAX_NORM_DIM = 16384
 
 
@@ -170,8 +172,8 @@ def qk_norm_rope_probe(request: Any) -> bool:
 
 
 def paged_attention_probe(request: Any) -> bool:
-    """paged_attention: any Triton device, float dtypes, ``head_dim`` up to 256."""
-    return _shape_within(request.shape, {"head_dim": MAX_HEAD_DIM}) and _triton_ok(request)
+    """paged_attention: any Triton device, float dtypes, ``head_dim`` up to 512."""
+    return _shape_within(request.shape, {"head_dim": MAX_ATTENTION_HEAD_DIM}) and _triton_ok(request)
 
 
 def linear_probe(request: Any) -> bool:

@@ -121,3 +121,67 @@ def test_one_step_reaches_every_stream_with_one_wake_up():
     assert set(engine._streams) == {"a", "c"}  # a finished request's stream is dropped
     fn(items)
     assert [queues[r].get_nowait().delta_token_ids for r in "abc"] == [[1], [2], [3]]
+
+
+def _error(rid: str, ids: list[int]) -> RequestOutput:
+    return RequestOutput(request_id=rid, prompt_token_ids=[1], text="".join(f"<{t}>" for t in ids), token_ids=ids,
+                         finished=True, finish_reason="error", error="step failed")
+
+
+def test_what_queued_up_before_a_failure_still_reaches_the_stream():
+    """A failed output is never joined with the tokens before it: the stream would report only the error
+    (found in review)."""
+    from anna_core.server import routes_openai
+
+    class Run:  # the part of routes_openai._Run that _stream uses
+        def __init__(self, opened):
+            self.opened = opened
+
+        async def outputs(self):
+            async for i, out in merged(self.opened):
+                yield i, out
+
+        async def abort_unfinished(self):
+            pass
+
+    async def run():
+        a = _Script([_out("a", [1, 2], [2]), _error("a", [1, 2])])
+        a.release(3)
+        await asyncio.sleep(0)
+        seen, frames = [], []
+
+        def on_output(i, out):
+            seen.append(out.delta_text)
+            return [[{"text": out.delta_text}]]
+
+        async for f in routes_openai._stream(Run([(a, _out("a", [1], [1]))]), [], on_output,
+                                             lambda c: repr(c).encode(), None):
+            frames.append(f)
+        return seen, frames
+
+    seen, frames = asyncio.run(run())
+    assert "".join(seen) == "<1><2>" and b"step failed" in frames[-2] and frames[-1] == b"data: [DONE]\n\n"
+
+
+def test_a_stream_exception_comes_after_the_outputs_queued_before_it():
+    class Failing(_Script):
+        async def __anext__(self):
+            item = await self.queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+    async def run():
+        a, b = _Script([_out("a", [1, 2], [2])]), Failing([])
+        stream = merged([(a, _out("a", [1], [1])), (b, _out("b", [7], [7]))])
+        got = [await stream.__anext__(), await stream.__anext__()]
+        a.release(1)
+        b.queue.put_nowait(RuntimeError("choice 1 failed"))
+        await asyncio.sleep(0)
+        got.append(await stream.__anext__())
+        with pytest.raises(RuntimeError, match="choice 1 failed"):
+            await stream.__anext__()
+        return got
+
+    got = asyncio.run(run())
+    assert [(i, o.delta_token_ids) for i, o in got] == [(0, [1]), (1, [7]), (0, [2])]

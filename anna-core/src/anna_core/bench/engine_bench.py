@@ -117,8 +117,10 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
         cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling,
                             prefix_caching=s.prefix_caching)
     engine = LLMEngine.from_loaded(loaded, cfg)
+    # --serve-defaults: the decode-graph buckets of anna serve's batch limit, not of the benchmark's batch
     engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
-                        max_model_len=engine.max_model_len, max_num_seqs=s.batch_size,
+                        max_model_len=engine.max_model_len,
+                        max_num_seqs=cfg.max_num_seqs if s.serve_defaults else s.batch_size,
                         max_prefill_tokens=engine.longest_one_step_prompt())
     return engine
 

@@ -31,7 +31,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"model {r['model']}  device {r['device']} ({r['device_name']})  dtype {r['dtype']}",
         (f"batch {r['batch_size']}  input {r['input_len']}  output {r['output_len']}  runs {r['runs']} "
          f"(+{r['warmup']} warm-up)  graphs {'on' if r['graphs_captured'] else 'off'} "
-         f"({r['graph_steps']} graph / {r['prefill_graph_steps']} prefill graph / {r['eager_steps']} eager steps)"
+         f"({r['graph_steps']} graph / {r['prefill_graph_steps']} prefill graph / {r['eager_steps']} eager passes"
+         + (f", {r['split_steps']} split steps made of them" if r.get("split_steps") else "") + ")"
          f"  compile {r['compile_mode']}"
          + (f"  logprobs {r['logprobs']} per token" if r.get("logprobs") is not None else "")
          + (f"  prefix caching on ({r['snapshots_held']} recurrent-state snapshots held)" if r.get("prefix_caching") else "")

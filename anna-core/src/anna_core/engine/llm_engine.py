@@ -68,7 +68,8 @@ class LLMEngine:
         model: a :class:`~anna_core.model.CausalLM` module on ``device``.
         tokenizer: :class:`~anna_core.tokenizer.Tokenizer` or None (then outputs carry token ids
             only and stop strings are refused).
-        config: batching and cache settings.
+        config: batching and cache settings (with ``max_prefill_tokens`` unset, :attr:`config` is a copy with the
+            device's default filled in).
         device / dtype: where the caches live and their dtype.
         eos_token_ids: ids that end every request unless it sets ``ignore_eos``.
         model_max_len: the checkpoint's context limit (``None``: only the config / cache bound it).

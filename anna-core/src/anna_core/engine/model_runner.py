@@ -116,6 +116,8 @@ class ModelRunner:
         self.prefill_graphs: PrefillGraphs | None = None
         self.profile_scopes = False
         self.num_graph_steps = 0
+        # steps by path; a split step also counts its parts: its decode graph in num_graph_steps, each prompt's
+        # replay in num_prefill_graph_steps, or its prompts' eager pass in num_eager_steps
         self.num_prefill_graph_steps = 0
         self.num_split_steps = 0
         self.num_eager_steps = 0

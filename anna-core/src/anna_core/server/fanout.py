@@ -50,10 +50,12 @@ async def merged(opened: Opened, cutter: StreamCutter | None = None) -> AsyncIte
 
     Outputs that queued up for the same stream while the consumer was busy (a loaded server) come as one,
     their deltas joined (:func:`~anna_core.engine.outputs.coalesce`): a client then gets one frame for
-    several tokens instead of falling further behind.
+    several tokens instead of falling further behind. A failed output (``finish_reason == "error"``) or a
+    stream's exception is never joined: everything that queued up before it is yielded first.
 
     Raises:
-        ServerStopping: ``cutter`` cut the responses (the streams are closed first).
+        ServerStopping: ``cutter`` cut the responses (the streams opened here are closed first; when the cut
+            came before this response started, at once: the caller aborts its engine requests).
         whatever a stream raised.
     """
     queue: asyncio.Queue[tuple[int, RequestOutput | BaseException | None]] = asyncio.Queue()
@@ -82,9 +84,16 @@ async def merged(opened: Opened, cutter: StreamCutter | None = None) -> AsyncIte
                     batch.append(queue.get_nowait())
                 ready: dict[int, RequestOutput] = {}  # per stream, the outputs of this batch joined
                 for i, item in batch:
-                    if isinstance(item, BaseException):
-                        raise item
-                    if item is None:
+                    if isinstance(item, BaseException) or (item is not None and item.finish_reason == "error"):
+                        # what came before a failure goes out first, on its own (a failed output is never
+                        # joined: the stream reports its error, not its text)
+                        for j, out in ready.items():
+                            yield j, out
+                        ready.clear()
+                        if isinstance(item, BaseException):
+                            raise item
+                        yield i, item
+                    elif item is None:
                         remaining -= 1
                     else:
                         ready[i] = coalesce(ready[i], item) if i in ready else item

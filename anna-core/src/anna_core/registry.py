@@ -152,6 +152,8 @@ KNOWN_FAMILY_DISTRIBUTIONS: dict[str, str] = {
     "qwen3_5_moe_text": "anna-qwen35",
     "gemma4": "anna-gemma4",
     "gemma4_text": "anna-gemma4",
+    "gemma3": "anna-gemma4",
+    "gemma3_text": "anna-gemma4",
     "qwen3_asr": "anna-audio",
     "qwen3_tts": "anna-audio",
     "llama": "anna-llama (examples/anna-llama)",

@@ -1,11 +1,16 @@
-"""Gemma 4's attention layer (sliding-window or global, own K/V or another layer's).
+"""Gemma attention layers (sliding-window or global, own K/V or another layer's), shared by Gemma 3 and 4.
 
-Per head: q gets an RMSNorm with weight, k too, v an RMSNorm without weight; rotary on q and k
-(the layer kind's table: default RoPE on sliding layers, proportional RoPE on global ones); softmax
-scale 1.0 (the norms fix the logit scale); grouped-query attention over the paged cache. With
-``attention_k_eq_v`` a global layer has no ``v_proj``: V is the K projection before ``k_norm``. A
-KV-shared layer has only ``q_proj`` / ``q_norm`` / ``o_proj`` and attends over its source layer's
-cache (:class:`~anna_core.cache_spec.FullAttentionSpec` ``shared``), writing nothing.
+:class:`GemmaAttention` is the common layer: q/k projections with per-head q/k RMSNorms, an optional
+per-head v RMSNorm, rotary on q and k (the layer kind's table), grouped-query attention over the paged
+cache with the layer kind's window, and ``o_proj``. The two families differ only in its knobs:
+
+* Gemma 4 (:class:`Gemma4Attention`): softmax scale 1.0 (the norms fix the logit scale), norms multiply
+  by ``w``, a weightless v RMSNorm; with ``attention_k_eq_v`` a global layer has no ``v_proj`` (V is the K
+  projection before ``k_norm``); a KV-shared layer has only ``q_proj`` / ``q_norm`` / ``o_proj`` and
+  attends over its source layer's cache (:class:`~anna_core.cache_spec.FullAttentionSpec` ``shared``),
+  writing nothing.
+* Gemma 3 (``anna_gemma4.gemma3.model``): softmax scale ``query_pre_attn_scalar ** -0.5``, norms multiply
+  by ``1 + w``, no v norm, every layer has its own K/V.
 """
 
 from __future__ import annotations
@@ -23,36 +28,43 @@ from torch import nn
 from anna_gemma4.config import SLIDING, Gemma4Config, LayerSpec
 
 
-class Gemma4Attention(nn.Module):
+class GemmaAttention(nn.Module):
     """Parameters (checkpoint names under ``self_attn.``): ``q_proj`` ``[H*D, hidden]``, ``o_proj``
     ``[hidden, H*D]``, ``q_norm`` ``[D]``; unless KV-shared also ``k_proj`` ``[H_kv*D, hidden]``,
-    ``k_norm`` ``[D]`` and, unless ``k_eq_v``, ``v_proj`` ``[H_kv*D, hidden]`` (biases with
-    ``attention_bias``).
+    ``k_norm`` ``[D]`` and, unless ``k_eq_v``, ``v_proj`` ``[H_kv*D, hidden]`` (biases with ``bias``).
 
     Args:
-        cfg: the model config; layer: this layer's :class:`LayerSpec`.
+        hidden: model width; num_heads: query heads ``H``; layer: this layer's :class:`LayerSpec`
+            (kind, head dim ``D``, KV heads ``H_kv``, KV owner, ``k_eq_v``).
+        eps: the q/k/v norms' epsilon; bias: projection biases.
+        window: the sliding window of a ``sliding_attention`` layer (None: global).
+        scale: the softmax scale.
+        zero_centered: the q/k norms store ``w - 1`` (Gemma 3) rather than ``w`` (Gemma 4).
+        v_norm: normalise V per head with a weightless RMSNorm (Gemma 4).
         group, kv_index: its cache group and the index of the K/V tensors it uses in it.
         rotary: the rotary table of its layer kind (shared by those layers).
         ops: the model's :class:`anna_core.kernels.OpTable`.
     """
 
-    def __init__(self, cfg: Gemma4Config, layer: LayerSpec, group: int, kv_index: int, rotary: RotaryEmbedding,
+    def __init__(self, *, hidden: int, num_heads: int, layer: LayerSpec, eps: float, bias: bool, window: int | None,
+                 scale: float, zero_centered: bool, v_norm: bool, group: int, kv_index: int, rotary: RotaryEmbedding,
                  ops: Any):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, layer.num_kv_heads, layer.head_dim
-        H, H_kv, D, hidden, bias = self.num_heads, self.num_kv_heads, self.head_dim, cfg.hidden_size, cfg.attention_bias
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, layer.num_kv_heads, layer.head_dim
+        H, H_kv, D = self.num_heads, self.num_kv_heads, self.head_dim
         self.shares_kv = layer.kv_owner is not None
         self.q_proj = nn.Linear(hidden, H * D, bias=bias)
-        self.q_norm = RMSNorm(D, cfg.rms_norm_eps, ops)
+        self.q_norm = RMSNorm(D, eps, ops, zero_centered=zero_centered)
+        self.v_norm = None
         if not self.shares_kv:
             self.k_proj = nn.Linear(hidden, H_kv * D, bias=bias)
             self.v_proj = None if layer.k_eq_v else nn.Linear(hidden, H_kv * D, bias=bias)
-            self.k_norm = RMSNorm(D, cfg.rms_norm_eps, ops)
-            self.v_norm = RMSNorm(D, cfg.rms_norm_eps, ops, scale=False)
+            self.k_norm = RMSNorm(D, eps, ops, zero_centered=zero_centered)
+            if v_norm:
+                self.v_norm = RMSNorm(D, eps, ops, scale=False)
         self.o_proj = nn.Linear(H * D, hidden, bias=bias)
         self._rotary = (rotary,)  # shared by the layers of a kind: a tuple keeps it out of the submodules
-        window = cfg.sliding_window if layer.kind == SLIDING else None
-        self.attn = PagedAttention(H, H_kv, D, 1.0, group, kv_index, ops, sliding_window=window,
+        self.attn = PagedAttention(H, H_kv, D, scale, group, kv_index, ops, sliding_window=window,
                                    writes_kv=not self.shares_kv)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
@@ -70,6 +82,26 @@ class Gemma4Attention(nn.Module):
             k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)  # [T, H_kv, D]
             v = k if self.v_proj is None else self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
             k = rotary.rotate(self.k_norm(k), cos_sin)
-            v = self.v_norm(v)
+            if self.v_norm is not None:
+                v = self.v_norm(v)
         o = self.attn(q, k, v, batch, caches)  # [T, H, D]
         return self.o_proj(o.reshape(T, self.num_heads * self.head_dim))
+
+
+class Gemma4Attention(GemmaAttention):
+    """Gemma 4's attention: scale 1.0, q/k norms multiplying by ``w``, a weightless v norm, KV sharing and
+    ``attention_k_eq_v`` as :class:`LayerSpec` says (see :class:`GemmaAttention` for the parameters).
+
+    Args:
+        cfg: the model config; layer: this layer's :class:`LayerSpec`.
+        group, kv_index: its cache group and the index of the K/V tensors it uses in it.
+        rotary: the rotary table of its layer kind (shared by those layers).
+        ops: the model's :class:`anna_core.kernels.OpTable`.
+    """
+
+    def __init__(self, cfg: Gemma4Config, layer: LayerSpec, group: int, kv_index: int, rotary: RotaryEmbedding,
+                 ops: Any):
+        super().__init__(hidden=cfg.hidden_size, num_heads=cfg.num_attention_heads, layer=layer, eps=cfg.rms_norm_eps,
+                         bias=cfg.attention_bias, window=cfg.sliding_window if layer.kind == SLIDING else None,
+                         scale=1.0, zero_centered=False, v_norm=True, group=group, kv_index=kv_index, rotary=rotary,
+                         ops=ops)

@@ -17,28 +17,12 @@ import torch
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
-from anna_core.model import CacheSpec, FullAttentionSpec, ModelCaches, ModelCapabilities, SlidingWindowSpec
+from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
+from anna_gemma4.common import cache_spec, gemma_logits, scaled_embedding
 from anna_gemma4.config import FULL, LAYER_TYPES, SLIDING, Gemma4Config
 from anna_gemma4.decoder import Gemma4DecoderLayer
-
-
-def cache_spec(cfg: Gemma4Config) -> CacheSpec:
-    """The sliding-window group (if the model has sliding layers), then the full-attention group."""
-    groups = []
-    for kind in LAYER_TYPES:
-        ids = cfg.layers_of(kind)
-        if not ids:
-            continue
-        geometry = dict(num_kv_heads=cfg.layers[ids[0]].num_kv_heads, head_dim=cfg.layers[ids[0]].head_dim,
-                        layers=[i for i in ids if cfg.layers[i].kv_owner is None],
-                        shared=[(i, cfg.layers[i].kv_owner) for i in ids if cfg.layers[i].kv_owner is not None])
-        if kind == SLIDING:
-            groups.append(SlidingWindowSpec(window=cfg.sliding_window, **geometry))
-        else:
-            groups.append(FullAttentionSpec(**geometry))
-    return CacheSpec(groups)
 
 
 class Gemma4TextModel(nn.Module):
@@ -75,24 +59,18 @@ class Gemma4TextModel(nn.Module):
             table = self._on_device[ids.device] = self._placeholders[0].to(ids.device)
         return torch.where(torch.isin(ids, table), self.config.pad_token_id, ids)
 
-    @staticmethod
-    def _scaled(embedding: nn.Embedding, ids: torch.Tensor, scale: float) -> torch.Tensor:
-        # the scale rounded to the weights' dtype first, as transformers does; a Python number, not a host
-        # tensor, so a captured graph has nothing to copy from the host
-        return embedding(ids) * float(torch.tensor(scale, dtype=embedding.weight.dtype))
-
     def per_layer_inputs(self, ids: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         """Per-layer embeddings ``[T, L, P]``: ``(norm(projection(embeds) / sqrt(hidden)) + table[ids] *
         sqrt(P)) / sqrt(2)``, in the embeddings' dtype."""
         T, L, P = ids.shape[0], self.config.num_hidden_layers, self.per_layer
-        table = self._scaled(self.embed_tokens_per_layer, ids, P**0.5).view(T, L, P)
+        table = scaled_embedding(self.embed_tokens_per_layer, ids, P**0.5).view(T, L, P)
         projected = self.per_layer_model_projection(embeds) * self.config.hidden_size**-0.5
         projected = self.per_layer_projection_norm(projected.view(T, L, P))
         return (projected + table) * 2.0**-0.5
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         ids = self._text_ids(batch.input_ids)
-        h = self._scaled(self.embed_tokens, ids, self.config.hidden_size**0.5)  # [T, hidden]
+        h = scaled_embedding(self.embed_tokens, ids, self.config.hidden_size**0.5)  # [T, hidden]
         per_layer = self.per_layer_inputs(ids, h) if self.per_layer else None  # [T, L, P]
         cos_sin = {kind: rotary.cos_sin(batch.positions) for kind, rotary in self.rotary.items()}
         for i, layer in enumerate(self.layers):
@@ -143,11 +121,7 @@ class Gemma4ForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32 (soft-capped when configured)."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        logits = self.ops.linear(hidden, weight, None).float()
-        cap = self.config.final_logit_softcapping
-        if cap is not None:
-            logits = torch.tanh(logits / cap) * cap
-        return logits
+        return gemma_logits(self.ops, hidden, weight, self.config.final_logit_softcapping)
 
 
 __all__ = ["FULL", "SLIDING", "Gemma4ForCausalLM", "Gemma4TextModel", "cache_spec"]

@@ -19,6 +19,19 @@ def register_model_families(register):
             tool_call_parser="gemma4",
         )
     )
+    # Gemma 3: the causal LM (270M, 1B), the conditional-generation checkpoints' language model (4B,
+    # 12B, 27B; the vision tower's weights skipped) and llama.cpp's `gemma3` GGUF files. No output parsers:
+    # Gemma 3 has no thinking channel or tool-call syntax of its own.
+    register(
+        ModelFamilySpec(
+            name="gemma3",
+            loader="anna_gemma4.gemma3.loader:load",
+            model_types=("gemma3", "gemma3_text"),
+            architectures=("Gemma3ForConditionalGeneration", "Gemma3ForCausalLM"),
+            gguf_architectures=("gemma3",),
+            distribution="anna-gemma4",
+        )
+    )
 
 
 @hookimpl

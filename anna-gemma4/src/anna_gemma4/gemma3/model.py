@@ -1,0 +1,137 @@
+"""The Gemma 3 text model (``Gemma3ForCausalLM``, and the language model of ``Gemma3ForConditionalGeneration``),
+as transformers 5.24's ``modeling_gemma3.py`` computes it.
+
+Per decoder layer (every RMSNorm multiplies by ``1 + w``, math in float32)::
+
+    h = h + post_attention_layernorm(attn(input_layernorm(h)))
+    h = h + post_feedforward_layernorm(down(gelu_tanh(gate(x)) * up(x)))   with x = pre_feedforward_layernorm(h)
+
+Attention: per-head ``q_norm`` / ``k_norm`` (``1 + w``) before RoPE, no v norm, softmax scale
+``query_pre_attn_scalar ** -0.5``; sliding layers see the last ``sliding_window`` positions and use
+their own RoPE table (base ``rope_local_base_freq``, 1e4), global layers the whole context (base
+``rope_theta``, 1e6, possibly linearly scaled). Embeddings are scaled by ``sqrt(hidden)`` rounded to the
+weight dtype; the final norm, then a tied or untied LM head, logits soft-capped only if configured.
+
+Parameter names are HF's ``Gemma3ForCausalLM`` ones (``model.embed_tokens``, ``model.layers.{i}.*``,
+``model.norm``, ``lm_head``). Caches: a sliding-window group and a full-attention group of one geometry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.layers.mlp import SwiGLUMLP
+from anna_core.layers.norm import RMSNorm
+from anna_core.layers.rotary import RotaryEmbedding
+from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
+from torch import nn
+
+from anna_gemma4.attention import GemmaAttention
+from anna_gemma4.common import cache_spec, gemma_logits, scaled_embedding
+from anna_gemma4.config import LAYER_TYPES, SLIDING, LayerSpec
+from anna_gemma4.gemma3.config import Gemma3Config
+
+
+class Gemma3DecoderLayer(nn.Module):
+    """Parameters (checkpoint names under ``model.layers.{i}.``): ``self_attn.q_proj|k_proj|v_proj|o_proj``,
+    ``self_attn.q_norm|k_norm`` ``[D]``, ``mlp.gate_proj|up_proj`` ``[I, hidden]``, ``mlp.down_proj``
+    ``[hidden, I]``, ``input_layernorm``, ``post_attention_layernorm``, ``pre_feedforward_layernorm``,
+    ``post_feedforward_layernorm`` ``[hidden]`` (all norms stored as ``w - 1``)."""
+
+    def __init__(self, cfg: Gemma3Config, layer: LayerSpec, group: int, kv_index: int, rotary: RotaryEmbedding,
+                 ops: Any):
+        super().__init__()
+        hidden, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.kind = layer.kind
+        self.self_attn = GemmaAttention(
+            hidden=hidden, num_heads=cfg.num_attention_heads, layer=layer, eps=eps, bias=cfg.attention_bias,
+            window=cfg.sliding_window if layer.kind == SLIDING else None, scale=cfg.query_pre_attn_scalar**-0.5,
+            zero_centered=True, v_norm=False, group=group, kv_index=kv_index, rotary=rotary, ops=ops)
+        self.mlp = SwiGLUMLP(hidden, layer.intermediate_size, ops, activation="gelu_tanh")
+        self.input_layernorm = RMSNorm(hidden, eps, ops, zero_centered=True)
+        self.post_attention_layernorm = RMSNorm(hidden, eps, ops, zero_centered=True)
+        self.pre_feedforward_layernorm = RMSNorm(hidden, eps, ops, zero_centered=True)
+        self.post_feedforward_layernorm = RMSNorm(hidden, eps, ops, zero_centered=True)
+
+    def forward(self, h: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
+                cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """h: ``[T, hidden]``; cos_sin: the rotary table of this layer's kind -> ``[T, hidden]``."""
+        a = self.post_attention_layernorm(self.self_attn(self.input_layernorm(h), batch, caches, cos_sin))
+        # the residual add runs fused into the pre-MLP norm (and that norm into the merged gate/up projection)
+        m, h = self.mlp(a, pre_norm=(self.pre_feedforward_layernorm, h))
+        return h + self.post_feedforward_layernorm(m)
+
+    def merge_projections(self) -> None:
+        """Merge the MLP's gate and up projections (one GEMM); the math is unchanged."""
+        self.mlp.merge_gate_up()
+
+
+class Gemma3TextModel(nn.Module):
+    """Scaled embeddings, the decoder layers (one RoPE table per layer kind) and the final norm."""
+
+    def __init__(self, cfg: Gemma3Config, spec: CacheSpec, ops: Any):
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.rotary = nn.ModuleDict({kind: RotaryEmbedding(cfg.head_dim, cfg.head_dim, cfg.rope[kind], ops)
+                                     for kind in LAYER_TYPES if cfg.layers_of(kind)})
+        self.layers = nn.ModuleList(
+            Gemma3DecoderLayer(cfg, layer, spec.group_of(i), spec.groups[spec.group_of(i)].cache_index(i),
+                               self.rotary[layer.kind], ops)
+            for i, layer in enumerate(cfg.layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
+
+    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """Hidden states ``[T, hidden]`` after the final norm."""
+        h = scaled_embedding(self.embed_tokens, batch.input_ids, self.config.hidden_size**0.5)  # [T, hidden]
+        cos_sin = {kind: rotary.cos_sin(batch.positions) for kind, rotary in self.rotary.items()}
+        for layer in self.layers:
+            h = layer(h, batch, caches, cos_sin[layer.kind])
+        return self.norm(h)
+
+
+class Gemma3ForCausalLM(nn.Module):
+    """Implements :class:`anna_core.model.CausalLM` for the Gemma 3 text models (270M, 1B, and the language
+    model of 4B / 12B / 27B).
+
+    Args:
+        cfg: parsed config.
+        ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
+
+    With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``.
+    Capabilities: padding rows of a padded prefill change no state (attention caches only, every
+    per-token step row-wise), so the runner may capture its prefills.
+    """
+
+    capabilities = ModelCapabilities(padded_prefill=True)
+
+    def __init__(self, cfg: Gemma3Config, ops: Any):
+        super().__init__()
+        self.config = cfg
+        self.ops = ops
+        self.cache_spec = cache_spec(cfg)
+        self.model = Gemma3TextModel(cfg, self.cache_spec, ops)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def merge_projections(self) -> None:
+        """Merge each MLP's gate/up projections; the loader calls it once the weights are in place."""
+        for layer in self.model.layers:
+            layer.merge_projections()
+
+    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
+        return self.model(batch, caches)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32 (soft-capped when configured)."""
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return gemma_logits(self.ops, hidden, weight, self.config.final_logit_softcapping)
+
+
+__all__ = ["Gemma3DecoderLayer", "Gemma3ForCausalLM", "Gemma3TextModel"]

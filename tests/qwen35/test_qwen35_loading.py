@@ -97,13 +97,15 @@ def test_folder_without_weights_fails_unless_dummy(text_ckpt, tmp_path):
     assert torch.isfinite(logits).all() and logits.std() > 0
 
 
-def test_moe_config_is_a_clear_error(tmp_path):
+def test_moe_config_selects_this_family_and_unsupported_moe_options_are_clear_errors(tmp_path):
     from anna_core.model_dir import inspect_model_dir, select_family
     from anna_core.plugins import model_families
 
-    (tmp_path / "config.json").write_text((REFERENCE_CONFIGS / "Qwen3.5-35B-A3B" / "config.json").read_text())
+    config = json.loads((REFERENCE_CONFIGS / "Qwen3.5-35B-A3B" / "config.json").read_text())
+    config["text_config"]["mlp_only_layers"] = [0]  # dense layers: transformers' Qwen3_5Moe has none
+    (tmp_path / "config.json").write_text(json.dumps(config))
     assert select_family(inspect_model_dir(tmp_path), model_families()).name == "qwen35"
-    with pytest.raises(UnsupportedModelError, match="mixture-of-experts .*'qwen3_5_moe'.* not supported yet"):
+    with pytest.raises(UnsupportedModelError, match=r"mlp_only_layers \[0\] .* not supported"):
         load_anna(tmp_path, load_format="dummy")
 
 

@@ -1,8 +1,10 @@
 """Qwen3.5 text configuration, parsed from a checkpoint's ``config.json``.
 
 Two layouts: ``Qwen3_5ForConditionalGeneration`` (``model_type`` ``qwen3_5``) nests the language
-model under ``text_config``; ``Qwen3_5ForCausalLM`` / ``qwen3_5_text`` is flat. Field meanings follow
-transformers' ``Qwen3_5TextConfig``.
+model under ``text_config``; ``Qwen3_5ForCausalLM`` / ``qwen3_5_text`` is flat. The mixture-of-experts
+models (``qwen3_5_moe`` / ``Qwen3_5MoeForConditionalGeneration``, nested; ``qwen3_5_moe_text`` /
+``Qwen3_5MoeForCausalLM``, flat) replace every layer's MLP by a routed-experts block plus a gated
+shared expert. Field meanings follow transformers' ``Qwen3_5TextConfig`` / ``Qwen3_5MoeTextConfig``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ class Qwen35Config:
         rope_parameters: HF rope dict (``rope_type``, ``rope_theta``, ``mrope_section``, ...).
         partial_rotary_factor: fraction of each attention head's dims that are rotated.
         eos_token_id: ids from the config (may be empty).
+        num_experts: routed experts per MoE layer ``E`` (0: the dense model; then the MoE fields are 0).
+        num_experts_per_tok: experts chosen per token ``K``.
+        moe_intermediate_size: each routed expert's inner width.
+        shared_expert_intermediate_size: the shared expert's inner width.
+        intermediate_size: the dense MLP's inner width (0 in a MoE model: transformers' MoE text model
+            has no dense MLP; every layer is sparse).
     """
 
     layout: str
@@ -52,6 +60,14 @@ class Qwen35Config:
     attention_bias: bool = False
     eos_token_id: tuple[int, ...] = ()
     dtype: str | None = None
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
     @property
     def rotary_dim(self) -> int:
@@ -70,26 +86,50 @@ class Qwen35Config:
         """Parse a ``config.json`` dict.
 
         Raises:
-            UnsupportedModelError: a Qwen3.5 MoE config (not supported yet).
+            UnsupportedModelError: a MoE option transformers' ``Qwen3_5Moe`` models do not implement
+                (``mlp_only_layers``, ``decoder_sparse_step`` other than 1, ``norm_topk_prob=false``).
             ModelLoadError: missing or inconsistent fields.
         """
         nested = isinstance(config.get("text_config"), dict)
         text = config["text_config"] if nested else config
         model_type = text.get("model_type") or config.get("model_type")
-        if config.get("model_type") in MOE_TYPES or model_type in MOE_TYPES or "num_experts" in text:
-            raise UnsupportedModelError(
-                f"Qwen3.5 mixture-of-experts checkpoints (model_type {config.get('model_type')!r}) are not "
-                "supported yet by anna-qwen35; only the dense Qwen3.5 models are"
+        moe = config.get("model_type") in MOE_TYPES or model_type in MOE_TYPES
+        if not moe and "num_experts" in text:
+            raise ModelLoadError(
+                f"config.json has num_experts but model_type {config.get('model_type')!r} is a dense Qwen3.5 "
+                f"type; the mixture-of-experts types are {list(MOE_TYPES)}"
             )
+        if moe:
+            _check_moe_options(text)
         try:
-            return _parse(text, config, nested)
+            return _parse(text, config, nested, moe)
         except KeyError as exc:
             raise ModelLoadError(f"config.json lacks the Qwen3.5 field {exc.args[0]!r}") from exc
         except (TypeError, ValueError) as exc:
             raise ModelLoadError(f"config.json has an invalid Qwen3.5 field: {exc}") from exc
 
 
-def _parse(text: dict[str, Any], top: dict[str, Any], nested: bool) -> Qwen35Config:
+def _check_moe_options(text: dict[str, Any]) -> None:
+    """Refuse MoE options with no meaning in transformers' ``Qwen3_5Moe`` (there, every layer is sparse
+    and the top-k probabilities are always renormalised); released configs carry ``mlp_only_layers: []``."""
+    if text.get("mlp_only_layers"):
+        raise UnsupportedModelError(
+            f"mlp_only_layers {text['mlp_only_layers']} (dense MLP layers in a Qwen3.5 MoE model) is not supported: "
+            "transformers' Qwen3_5Moe makes every layer sparse"
+        )
+    if int(text.get("decoder_sparse_step", 1)) != 1:
+        raise UnsupportedModelError(
+            f"decoder_sparse_step {text['decoder_sparse_step']} is not supported: transformers' Qwen3_5Moe makes "
+            "every layer sparse"
+        )
+    if text.get("norm_topk_prob", True) is False:
+        raise UnsupportedModelError(
+            "norm_topk_prob=false is not supported: transformers' Qwen3_5Moe always renormalises the top-k "
+            "router probabilities"
+        )
+
+
+def _parse(text: dict[str, Any], top: dict[str, Any], nested: bool, moe: bool) -> Qwen35Config:
     num_layers = int(text["num_hidden_layers"])
     layer_types = text.get("layer_types")
     if layer_types is None:
@@ -104,7 +144,7 @@ def _parse(text: dict[str, Any], top: dict[str, Any], nested: bool) -> Qwen35Con
         raise ModelLoadError(f"hidden_act {text.get('hidden_act')!r} is not supported (Qwen3.5 uses 'silu')")
     if text.get("attn_output_gate", True) is False:
         raise ModelLoadError("attn_output_gate=false is not a Qwen3.5 layout; the gated attention is required")
-    if text.get("mlp_only_layers"):
+    if not moe and text.get("mlp_only_layers"):
         raise ModelLoadError("mlp_only_layers is a mixture-of-experts option and is not supported")
     rope = rope_parameters_from_config(text)
     partial = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25)))
@@ -116,11 +156,16 @@ def _parse(text: dict[str, Any], top: dict[str, Any], nested: bool) -> Qwen35Con
     tie = bool(tie_source.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
     eos = text.get("eos_token_id", top.get("eos_token_id"))
     eos_ids = tuple(int(e) for e in ([] if eos is None else eos if isinstance(eos, list) else [eos]))
+    experts = {}
+    if moe:
+        experts = dict(num_experts=int(text["num_experts"]), num_experts_per_tok=int(text["num_experts_per_tok"]),
+                       moe_intermediate_size=int(text["moe_intermediate_size"]),
+                       shared_expert_intermediate_size=int(text["shared_expert_intermediate_size"]))
     cfg = Qwen35Config(
         layout="vl" if nested else "text",
         vocab_size=int(text["vocab_size"]),
         hidden_size=hidden,
-        intermediate_size=int(text["intermediate_size"]),
+        intermediate_size=0 if moe else int(text["intermediate_size"]),
         num_hidden_layers=num_layers,
         num_attention_heads=heads,
         num_key_value_heads=int(text.get("num_key_value_heads", heads)),
@@ -139,6 +184,7 @@ def _parse(text: dict[str, Any], top: dict[str, Any], nested: bool) -> Qwen35Con
         attention_bias=bool(text.get("attention_bias", False)),
         eos_token_id=eos_ids,
         dtype=text.get("dtype") or text.get("torch_dtype") or top.get("dtype") or top.get("torch_dtype"),
+        **experts,
     )
     _validate(cfg)
     return cfg
@@ -154,6 +200,15 @@ def _validate(cfg: Qwen35Config) -> None:
         raise ModelLoadError(
             f"linear_num_value_heads {cfg.linear_num_value_heads} is not a multiple of linear_num_key_heads "
             f"{cfg.linear_num_key_heads}"
+        )
+    if cfg.is_moe and not 0 < cfg.num_experts_per_tok <= cfg.num_experts:
+        raise ModelLoadError(
+            f"num_experts_per_tok {cfg.num_experts_per_tok} must be in 1..num_experts ({cfg.num_experts})"
+        )
+    if cfg.is_moe and (cfg.moe_intermediate_size <= 0 or cfg.shared_expert_intermediate_size <= 0):
+        raise ModelLoadError(
+            f"moe_intermediate_size {cfg.moe_intermediate_size} and shared_expert_intermediate_size "
+            f"{cfg.shared_expert_intermediate_size} must be positive"
         )
     if cfg.rotary_dim % 2 or cfg.rotary_dim <= 0:
         raise ModelLoadError(

@@ -15,23 +15,25 @@ from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.weights.safetensors_loader import (
     cast_meta_params,
+    checkpoint_files,
     load_safetensors,
     materialize_dummy,
 )
 
 from anna_qwen35.config import Qwen35Config
 from anna_qwen35.model import Qwen35ForCausalLM, keep_float32
-from anna_qwen35.weights import name_map
+from anna_qwen35.weights import expert_layout, name_map
 
 log = logging.getLogger("anna.qwen35")
 
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 
 
-def build_model(cfg: Qwen35Config, ops: Any, dtype: torch.dtype) -> Qwen35ForCausalLM:
-    """The model on the meta device (no memory), parameters already in their serving dtypes."""
+def build_model(cfg: Qwen35Config, ops: Any, dtype: torch.dtype, per_expert: bool = False) -> Qwen35ForCausalLM:
+    """The model on the meta device (no memory), parameters already in their serving dtypes
+    (``per_expert``: the MoE per-expert weight layout, see :class:`~anna_qwen35.moe.RoutedExperts`)."""
     with torch.device("meta"):
-        model = Qwen35ForCausalLM(cfg, ops)
+        model = Qwen35ForCausalLM(cfg, ops, per_expert)
     cast_meta_params(model, dtype, keep_float32)
     return model
 
@@ -48,7 +50,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None) -> LoadedModel:
-    """Load a dense Qwen3.5 checkpoint for text generation.
+    """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
         source: from :func:`anna_core.model_dir.inspect_model_dir` (safetensors folder).
@@ -59,8 +61,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         chat_template: overrides the checkpoint's chat template.
 
     Raises:
-        UnsupportedModelError: a MoE checkpoint.
-        ModelLoadError: bad config, missing / unexpected / mis-shaped tensors, GGUF input, no tokenizer.
+        UnsupportedModelError: a MoE option transformers' Qwen3_5Moe lacks (see :meth:`Qwen35Config.from_hf`).
+        ModelLoadError: bad config, missing / unexpected / mis-shaped tensors (MoE: expert tensors mixing
+            the fused and per-expert layouts), GGUF input, no tokenizer.
     """
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"load format {load_format!r} is not supported by anna-qwen35; use one of {LOAD_FORMATS}")
@@ -68,7 +71,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         raise ModelLoadError("anna-qwen35 cannot load GGUF Qwen3.5 checkpoints yet; use the safetensors folder")
     cfg = Qwen35Config.from_hf(source.config)
     ops = bind_ops(kernels, device, dtype)
-    model = build_model(cfg, ops, dtype)
+    per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
+    model = build_model(cfg, ops, dtype, per_expert)
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init)
     else:
@@ -79,8 +83,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     model.eval()
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
-    log.info("loaded Qwen3.5 (%d layers: %d gated DeltaNet, %d attention) on %s/%s", cfg.num_hidden_layers,
-             cfg.num_linear_layers, cfg.num_full_layers, device, dtype)
+    log.info("loaded Qwen3.5%s (%d layers: %d gated DeltaNet, %d attention) on %s/%s",
+             f" MoE ({cfg.num_experts} experts, top-{cfg.num_experts_per_tok})" if cfg.is_moe else "",
+             cfg.num_hidden_layers, cfg.num_linear_layers, cfg.num_full_layers, device, dtype)
     return LoadedModel(model=model, tokenizer=tokenizer, generation=generation,
                        max_model_len=cfg.max_position_embeddings, family="qwen35", dtype=dtype,
                        device=torch.device(device))

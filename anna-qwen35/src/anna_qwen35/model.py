@@ -1,4 +1,4 @@
-"""The Qwen3.5 dense text model: decoder layers over the Anna forward-batch contract.
+"""The Qwen3.5 text model (dense or mixture-of-experts): decoder layers over the Anna forward-batch contract.
 
 Parameter names mirror the text-only checkpoint layout (``model.embed_tokens``,
 ``model.layers.{i}.linear_attn|self_attn|mlp|input_layernorm|post_attention_layernorm``,
@@ -26,13 +26,15 @@ from torch import nn
 from anna_qwen35.attention import GatedAttention
 from anna_qwen35.config import FULL, Qwen35Config
 from anna_qwen35.gated_deltanet import GatedDeltaNet
+from anna_qwen35.moe import SparseMoeBlock
 
 FLOAT32_PARAMS = ("A_log", "dt_bias")
 """Parameter-name suffixes kept in float32 whatever the serving dtype (decay math)."""
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block: token mixer (gated DeltaNet or gated attention), then SwiGLU MLP.
+    """Pre-norm residual block: token mixer (gated DeltaNet or gated attention), then SwiGLU MLP (or, in
+    a MoE model, the :class:`~anna_qwen35.moe.SparseMoeBlock`, whose norm is not fused into its router).
 
     Residual-stream form: the layer receives the previous block's output ``h`` and the residual
     stream it has not yet been added to, and returns the same pair; each add is fused into the norm
@@ -44,14 +46,19 @@ class DecoderLayer(nn.Module):
     """
 
     def __init__(self, cfg: Qwen35Config, layer_type: str, group: int, cache_index: int, rotary: RotaryEmbedding,
-                 ops: Any):
+                 ops: Any, per_expert: bool = False):
         super().__init__()
         self.layer_type = layer_type
         if layer_type == FULL:
             self.self_attn = GatedAttention(cfg, group, cache_index, rotary, ops)
         else:
             self.linear_attn = GatedDeltaNet(cfg, group, cache_index, ops)
-        self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size, ops)
+        if cfg.is_moe:
+            self.mlp = SparseMoeBlock(cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok,
+                                      cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size, ops,
+                                      per_expert=per_expert)
+        else:
+            self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size, ops)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
 
@@ -83,7 +90,7 @@ def cache_spec(cfg: Qwen35Config) -> CacheSpec:
 
 
 class Qwen35TextModel(nn.Module):
-    def __init__(self, cfg: Qwen35Config, spec: CacheSpec, ops: Any):
+    def __init__(self, cfg: Qwen35Config, spec: CacheSpec, ops: Any, per_expert: bool = False):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         rotary = RotaryEmbedding(cfg.head_dim, cfg.rotary_dim, cfg.rope_parameters, ops)
@@ -91,7 +98,8 @@ class Qwen35TextModel(nn.Module):
         layers = []
         for i, layer_type in enumerate(cfg.layer_types):
             group = spec.group_of(i)
-            layers.append(DecoderLayer(cfg, layer_type, group, spec.groups[group].cache_index(i), rotary, ops))
+            layers.append(DecoderLayer(cfg, layer_type, group, spec.groups[group].cache_index(i), rotary, ops,
+                                       per_expert))
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
 
@@ -104,27 +112,32 @@ class Qwen35TextModel(nn.Module):
 
 
 class Qwen35ForCausalLM(nn.Module):
-    """Implements :class:`anna_core.model.CausalLM` for dense Qwen3.5.
+    """Implements :class:`anna_core.model.CausalLM` for Qwen3.5, dense or MoE.
 
     Args:
         cfg: parsed config.
         ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
+        per_expert: MoE only: build the per-expert expert-weight layout (``mlp.experts.{e}.*``) that the
+            checkpoint holds; :meth:`merge_projections` stacks it (see :class:`~anna_qwen35.moe.RoutedExperts`).
 
     With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``.
     Its capabilities: padding rows of a padded prefill (``ForwardBatch.num_valid``) change none of its
     state, so the runner may capture its prefills (:mod:`anna_core.engine.prefill_graphs`); its gated-DeltaNet layers
     take recurrent-state snapshots inside a prefill pass (``ForwardBatch.checkpoints``,
-    :mod:`anna_core.layers.state_checkpoints`).
+    :mod:`anna_core.layers.state_checkpoints`). A MoE model does not declare ``padded_prefill``: its
+    routed experts' prefill path reads per-expert counts on the host, which a captured graph cannot.
     """
 
     capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True)
 
-    def __init__(self, cfg: Qwen35Config, ops: Any):
+    def __init__(self, cfg: Qwen35Config, ops: Any, per_expert: bool = False):
         super().__init__()
         self.config = cfg
         self.ops = ops
+        if cfg.is_moe:
+            self.capabilities = ModelCapabilities(padded_prefill=False, state_checkpoints=True)
         self.cache_spec = cache_spec(cfg)
-        self.model = Qwen35TextModel(cfg, self.cache_spec, ops)
+        self.model = Qwen35TextModel(cfg, self.cache_spec, ops, per_expert)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     @property
@@ -148,16 +161,22 @@ class Qwen35ForCausalLM(nn.Module):
         text = dict(raw.get("text_config") or raw)
         text["tie_word_embeddings"] = self.config.tie_word_embeddings
         text.pop("model_type", None)
+        if self.config.is_moe:
+            return "Qwen3_5MoeForCausalLM", "Qwen3_5MoeTextConfig", text, hf_text_state_dict(self)
         return "Qwen3_5ForCausalLM", "Qwen3_5TextConfig", text, hf_text_state_dict(self)
 
     def merge_projections(self) -> None:
         """Merge the projections that read the same input (gated DeltaNet ``in_proj_qkv|z|b|a``,
-        attention ``q|k|v_proj``, MLP ``gate|up_proj``) into one matrix each. The loader calls it
+        attention ``q|k|v_proj``, MLP ``gate|up_proj``; in a MoE model the shared expert's, and the
+        per-expert weights stacked into ``[E, ...]`` tensors) into one matrix each. The loader calls it
         once the weights are in place; the math is unchanged."""
         for layer in self.model.layers:
             mixer = layer.self_attn if layer.layer_type == FULL else layer.linear_attn
             mixer.merge_projections()
-            layer.mlp.merge_gate_up()
+            if isinstance(layer.mlp, SparseMoeBlock):
+                layer.mlp.merge_projections()
+            else:
+                layer.mlp.merge_gate_up()
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""

@@ -4,13 +4,20 @@
   ``model.visual.*`` is ignored for text serving.
 * text-only (``Qwen3_5ForCausalLM``): ``model.X`` -> ``model.X``.
 
-``mtp.*`` (the multi-token-prediction head) is ignored in both. ``lm_head.weight`` maps to
+``mtp.*`` (the multi-token-prediction head) is ignored in both. MoE expert weights come either fused
+(``mlp.experts.gate_up_proj`` ``[E, 2I, H]``, ``mlp.experts.down_proj`` ``[E, H, I]``) or per expert
+(``mlp.experts.{e}.{gate,up,down}_proj.weight``, what transformers' ``save_pretrained`` writes); see
+:func:`expert_layout`. ``lm_head.weight`` maps to
 ``lm_head.weight`` unless the embeddings are tied, where it is ignored if present.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
+
+from anna_core.errors import ModelLoadError
+from torch import nn
 
 from anna_qwen35.config import Qwen35Config
 
@@ -65,7 +72,32 @@ def hf_text_state_dict(model) -> dict:
                 if t is not None:
                     for part, piece in zip(("q_proj", "k_proj", "v_proj"), t.split([q_size, kv_size, kv_size])):
                         state[f"{prefix}{part}.{kind}"] = piece
-        if getattr(module, "gate_up_proj", None) is not None:
+        if isinstance(getattr(module, "gate_up_proj", None), nn.Linear):  # not MoE experts' [E, 2I, H]
             w = state.pop(prefix + "gate_up_proj.weight")
             state[prefix + "gate_proj.weight"], state[prefix + "up_proj.weight"] = w.split(module.intermediate)
     return state
+
+
+_PER_EXPERT = re.compile(r"\.mlp\.experts\.\d+\.")
+_FUSED = re.compile(r"\.mlp\.experts\.(gate_up_proj|down_proj)$")
+
+
+def expert_layout(names: Iterable[str]) -> bool:
+    """Whether a MoE checkpoint's tensor ``names`` hold per-expert weights (True) or fused ones (False).
+
+    Raises:
+        ModelLoadError: the checkpoint mixes both layouts, or holds no expert weights at all.
+    """
+    per_expert = fused = None
+    for name in names:
+        if name.startswith(_IGNORED_PREFIXES):
+            continue
+        if per_expert is None and _PER_EXPERT.search(name):
+            per_expert = name
+        elif fused is None and _FUSED.search(name):
+            fused = name
+    if per_expert and fused:
+        raise ModelLoadError(f"the checkpoint mixes per-expert ({per_expert}) and fused ({fused}) MoE expert tensors")
+    if not (per_expert or fused):
+        raise ModelLoadError("the MoE checkpoint holds no expert tensors (mlp.experts.*)")
+    return per_expert is not None

@@ -1,0 +1,205 @@
+"""Qwen3.5's mixture-of-experts block (``Qwen3_5MoeSparseMoeBlock`` in transformers), in plain torch.
+
+Per token ``x`` (a row of the post-attention-normed stream, ``[H]``):
+
+* router: ``logits = gate(x)`` ``[E]`` (in x's dtype), ``p = softmax(logits)`` in float32, the top
+  ``K`` of ``p``, renormalised to sum to one, then cast to x's dtype;
+* routed experts: ``sum_k w_k * down_e(silu(gate_e(x)) * up_e(x))`` over the chosen experts ``e``;
+* shared expert: ``sigmoid(shared_expert_gate(x)) * shared_expert(x)`` (a SwiGLU MLP), added.
+
+Every layer of a Qwen3.5 MoE model is sparse (transformers has no dense-MLP layers in this family).
+
+The routed experts run in one of two ways, chosen from shapes only (never from data):
+
+* ``gather`` (``T*K <= max_gather_pairs``, i.e. decode and small batches): every (token, choice)
+  pair gathers its expert's weights and runs as a batched matmul. No host sync (graph-capturable);
+  it reads (and copies) ``T*K`` experts' weights, so its cost grows with the pairs, not the experts hit.
+* ``grouped`` (larger prefills): pairs are sorted by expert and each expert hit runs as two GEMMs
+  over its tokens. One host read of the per-expert counts per layer (not graph-capturable); each hit
+  expert's weights are read once.
+
+Both are reference-quality torch, not kernels: there is no grouped-GEMM op in anna-core yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from anna_core.errors import ModelLoadError
+from anna_core.layers.mlp import SwiGLUMLP
+from torch import nn
+
+DEFAULT_MAX_GATHER_PAIRS = 64
+"""Above this many (token, expert) pairs per forward pass, the routed experts take the grouped path."""
+
+
+def route(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen3.5's top-k softmax routing.
+
+    Args:
+        logits: router logits ``[T, E]`` (any float dtype).
+        top_k: experts per token ``K``.
+
+    Returns:
+        ``(weights [T, K] in logits' dtype, experts [T, K] int64)``: the chosen experts (in descending
+        probability) and their float32 softmax probabilities renormalised over the ``K`` chosen ones.
+    """
+    probs = F.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, experts = torch.topk(probs, top_k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights.to(logits.dtype), experts
+
+
+class _ExpertWeights(nn.Module):
+    """One expert of the per-expert checkpoint layout, only until :meth:`RoutedExperts.fuse`."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+
+class RoutedExperts(nn.Module):
+    """``E`` SiLU-gated expert MLPs, stacked.
+
+    Args:
+        hidden: model width ``H``; num_experts: ``E``; intermediate: each expert's inner width ``I``.
+        per_expert: build the per-expert checkpoint layout (parameters ``{e}.gate_proj.weight`` /
+            ``{e}.up_proj.weight`` ``[I, H]``, ``{e}.down_proj.weight`` ``[H, I]``, what transformers'
+            ``save_pretrained`` writes) to be loaded, then :meth:`fuse`\\ d; otherwise the fused layout
+            directly.
+        max_gather_pairs: the gather/grouped threshold (see the module docstring).
+
+    Parameters (fused layout, as transformers holds them in memory):
+        gate_up_proj: ``[E, 2I, H]`` (gate rows, then up rows); down_proj: ``[E, H, I]``.
+    """
+
+    def __init__(self, hidden: int, num_experts: int, intermediate: int, *, per_expert: bool = False,
+                 max_gather_pairs: int = DEFAULT_MAX_GATHER_PAIRS):
+        super().__init__()
+        self.num_experts = num_experts
+        self.hidden = hidden
+        self.intermediate = intermediate
+        self.max_gather_pairs = max_gather_pairs
+        self.per_expert = per_expert
+        if per_expert:
+            for e in range(num_experts):
+                self.add_module(str(e), _ExpertWeights(hidden, intermediate))
+            self.gate_up_proj = None
+            self.down_proj = None
+        else:
+            self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden))
+            self.down_proj = nn.Parameter(torch.empty(num_experts, hidden, intermediate))
+
+    def fuse(self) -> None:
+        """Stack the per-expert weights into ``gate_up_proj`` / ``down_proj`` and drop them. Idempotent.
+
+        Raises:
+            ModelLoadError: an expert's weights differ in dtype or device from the others'.
+        """
+        if not self.per_expert:
+            return
+        experts = [getattr(self, str(e)) for e in range(self.num_experts)]
+        tensors = [w for ex in experts for w in (ex.gate_proj.weight, ex.up_proj.weight, ex.down_proj.weight)]
+        if len({(t.dtype, t.device) for t in tensors}) != 1:
+            raise ModelLoadError("the per-expert weights of a MoE layer differ in dtype or device")
+        gate_up = torch.stack([torch.cat([ex.gate_proj.weight, ex.up_proj.weight]) for ex in experts]).detach()
+        down = torch.stack([ex.down_proj.weight for ex in experts]).detach()
+        for e in range(self.num_experts):
+            delattr(self, str(e))
+        self.gate_up_proj = nn.Parameter(gate_up, requires_grad=False)
+        self.down_proj = nn.Parameter(down, requires_grad=False)
+        self.per_expert = False
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """x: ``[T, H]``; weights ``[T, K]`` (x's dtype), experts ``[T, K]`` int64 from :func:`route`
+        -> ``[T, H]`` in x's dtype: each token's weighted sum of its experts' outputs.
+
+        Raises:
+            RuntimeError: called before :meth:`fuse` on the per-expert layout.
+        """
+        if self.per_expert:
+            raise RuntimeError("RoutedExperts.fuse() must run after the per-expert weights are loaded")
+        if experts.numel() <= self.max_gather_pairs:
+            return self.forward_gather(x, weights, experts)
+        return self.forward_grouped(x, weights, experts)
+
+    def forward_gather(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """The sync-free path: one batched matmul over all ``T*K`` (token, expert) pairs."""
+        t, k = experts.shape
+        flat = experts.reshape(-1)  # [P], pair j is token j // K
+        xs = x.unsqueeze(1).expand(t, k, self.hidden).reshape(t * k, self.hidden, 1)  # [P, H, 1]
+        gate_up = torch.bmm(self.gate_up_proj.index_select(0, flat), xs).squeeze(-1)  # [P, 2I]
+        gate, up = gate_up.split(self.intermediate, dim=-1)
+        h = (F.silu(gate) * up).unsqueeze(-1)  # [P, I, 1]
+        y = torch.bmm(self.down_proj.index_select(0, flat), h).squeeze(-1)  # [P, H]
+        y = y * weights.reshape(-1, 1)
+        return y.view(t, k, self.hidden).sum(dim=1)
+
+    def forward_grouped(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """Pairs sorted by expert, two GEMMs per expert hit; one host read of the counts."""
+        k = experts.shape[1]
+        flat = experts.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=self.num_experts).tolist()  # the host sync
+        flat_weights = weights.reshape(-1)
+        out = torch.zeros_like(x)
+        start = 0
+        for e, n in enumerate(counts):
+            if n == 0:
+                continue
+            pairs = order[start:start + n]
+            start += n
+            tokens = pairs // k
+            gate, up = F.linear(x[tokens], self.gate_up_proj[e]).split(self.intermediate, dim=-1)  # [n, I] each
+            y = F.linear(F.silu(gate) * up, self.down_proj[e])  # [n, H]
+            out.index_add_(0, tokens, y * flat_weights[pairs, None])
+        return out
+
+
+class SparseMoeBlock(nn.Module):
+    """The MoE feed-forward block of a Qwen3.5 MoE layer; drop-in for :class:`SwiGLUMLP` in a layer.
+
+    Args:
+        hidden: ``H``; num_experts: ``E``; top_k: ``K``; intermediate: routed experts' inner width;
+        shared_intermediate: the shared expert's inner width; ops: the model's op table.
+        per_expert: see :class:`RoutedExperts`.
+
+    Parameters (checkpoint names under ``model.layers.{i}.mlp.``):
+        gate.weight ``[E, H]`` (router); experts.* (:class:`RoutedExperts`);
+        shared_expert.{gate,up,down}_proj.weight (:class:`SwiGLUMLP`); shared_expert_gate.weight ``[1, H]``.
+    """
+
+    def __init__(self, hidden: int, num_experts: int, top_k: int, intermediate: int, shared_intermediate: int,
+                 ops: Any, *, per_expert: bool = False):
+        super().__init__()
+        self.top_k = top_k
+        self.gate = nn.Linear(hidden, num_experts, bias=False)
+        self.experts = RoutedExperts(hidden, num_experts, intermediate, per_expert=per_expert)
+        self.shared_expert = SwiGLUMLP(hidden, shared_intermediate, ops)
+        self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
+
+    def merge_projections(self) -> None:
+        """Fuse per-expert weights and merge the shared expert's gate/up projections (after loading)."""
+        self.experts.fuse()
+        self.shared_expert.merge_gate_up()
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: ``[T, H]`` -> ``(weights [T, K], experts [T, K])`` (see :func:`route`)."""
+        return route(self.gate(x), self.top_k)
+
+    def forward(self, x: torch.Tensor, pre_norm: tuple[Any, torch.Tensor | None] | None = None):
+        """x: ``[T, H]`` -> ``[T, H]``; with ``pre_norm = (norm, residual)`` as :meth:`SwiGLUMLP.forward`:
+        ``x`` is the previous block's output, the block computes ``moe(norm(x + residual))`` and returns
+        ``(output, x + residual)``."""
+        if pre_norm is not None:
+            norm, residual = pre_norm
+            y, new_residual = norm.add_and_norm(x, residual)
+            return self(y), new_residual
+        weights, experts = self.route(x)
+        routed = self.experts(x, weights, experts)
+        shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return routed + shared

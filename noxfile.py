@@ -31,7 +31,7 @@ def distributions() -> list[Path]:
 # Tests of each distribution (folders under tests/), and the distributions they need besides it.
 TEST_DIRS = {
     "anna-core": ["tests/core"],
-    "anna-qwen35": ["tests/qwen35"],
+    "anna-qwen35": ["tests/qwen35", "tests/qwen35_moe"],
     "anna-gemma4": ["tests/gemma4", "tests/gemma3"],
     "anna-cli": ["tests/cli"],
     "anna-llama": ["tests/llama"],

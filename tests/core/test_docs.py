@@ -1,6 +1,7 @@
 """Every hook spec is documented in docs/plugins.md (as datasette's test_docs does), and every
 registered kernel op has a documented contract."""
 
+import inspect
 import re
 from pathlib import Path
 
@@ -14,14 +15,30 @@ def hook_names() -> list[str]:
     return [n for n in dir(hookspecs) if n.startswith("register_")]
 
 
+def _sections() -> dict[str, str]:
+    """``### name`` section of docs/plugins.md -> its text up to the next heading."""
+    parts = re.split(r"^(#{2,3} .*)$", DOC.read_text(), flags=re.M)
+    return {head[4:].strip(): body for head, body in zip(parts[1::2], parts[2::2]) if head.startswith("### ")}
+
+
 def test_every_hookspec_is_documented():
     documented = set(re.findall(r"^### (\w+)$", DOC.read_text(), flags=re.M))
     names = hook_names()
-    assert len(names) == 8
+    assert names, "no hook specs found"
     missing = sorted(set(names) - documented)
     assert not missing, f"hook specs without a section in docs/plugins.md: {missing}"
     stale = sorted(documented - set(names))
     assert not stale, f"docs/plugins.md documents hooks that do not exist: {stale}"
+
+
+def test_each_hook_section_opens_with_its_exact_signature():
+    """A section's first paragraph starts with the hook's signature as the code declares it, so renaming or
+    adding a parameter without updating the docs fails here."""
+    sections = _sections()
+    for name in hook_names():
+        signature = f"{name}{inspect.signature(getattr(hookspecs, name))}"
+        first = sections[name].strip().split("\n", 1)[0]
+        assert first.startswith(f"`{signature}`"), f"docs/plugins.md's {name} section should open with `{signature}`"
 
 
 def test_every_registered_op_has_a_documented_contract():

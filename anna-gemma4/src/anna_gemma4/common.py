@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from anna_core.model import CacheSpec, FullAttentionSpec, SlidingWindowSpec
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.model import CacheSpec, FullAttentionSpec, ModelCaches, SlidingWindowSpec
 from torch import nn
 
 from anna_gemma4.config import LAYER_TYPES, SLIDING
@@ -50,3 +51,42 @@ def gemma_logits(ops: Any, hidden: torch.Tensor, weight: torch.Tensor, softcap: 
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
     return logits
+
+
+class GemmaCausalLM(nn.Module):
+    """What the Gemma 3 and Gemma 4 causal models share (:class:`anna_core.model.CausalLM`): the text model,
+    an LM head (none with tied embeddings: logits use ``embed_tokens.weight``), soft-capped float32 logits.
+
+    Args:
+        cfg: the family's parsed config (``vocab_size``, ``hidden_size``, ``tie_word_embeddings``,
+            ``final_logit_softcapping``).
+        ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
+        text_model: ``(cfg, cache_spec, ops) -> nn.Module`` with ``embed_tokens`` and ``layers`` (each with
+            ``merge_projections()``).
+    """
+
+    def __init__(self, cfg: Any, ops: Any, text_model: Any):
+        super().__init__()
+        self.config = cfg
+        self.ops = ops
+        self.cache_spec = cache_spec(cfg)
+        self.model = text_model(cfg, self.cache_spec, ops)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def merge_projections(self) -> None:
+        """Merge each dense MLP's gate/up projections; the loader calls it once the weights are in place."""
+        for layer in self.model.layers:
+            layer.merge_projections()
+
+    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
+        return self.model(batch, caches)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32 (soft-capped when configured)."""
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return gemma_logits(self.ops, hidden, weight, self.config.final_logit_softcapping)

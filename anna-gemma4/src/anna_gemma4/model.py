@@ -20,7 +20,7 @@ from anna_core.layers.rotary import RotaryEmbedding
 from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
-from anna_gemma4.common import cache_spec, gemma_logits, scaled_embedding
+from anna_gemma4.common import GemmaCausalLM, cache_spec, scaled_embedding
 from anna_gemma4.config import FULL, LAYER_TYPES, SLIDING, Gemma4Config
 from anna_gemma4.decoder import Gemma4DecoderLayer
 
@@ -78,7 +78,7 @@ class Gemma4TextModel(nn.Module):
         return self.norm(h)
 
 
-class Gemma4ForCausalLM(nn.Module):
+class Gemma4ForCausalLM(GemmaCausalLM):
     """Implements :class:`anna_core.model.CausalLM` for the Gemma 4 text models (E2B / E4B with
     per-layer embeddings and KV sharing, 26B-A4B with the MoE block, 31B dense).
 
@@ -98,30 +98,7 @@ class Gemma4ForCausalLM(nn.Module):
     capabilities = ModelCapabilities(padded_prefill=True)
 
     def __init__(self, cfg: Gemma4Config, ops: Any):
-        super().__init__()
-        self.config = cfg
-        self.ops = ops
-        self.cache_spec = cache_spec(cfg)
-        self.model = Gemma4TextModel(cfg, self.cache_spec, ops)
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    def merge_projections(self) -> None:
-        """Merge each dense MLP's gate/up projections; the loader calls it once the weights are in place."""
-        for layer in self.model.layers:
-            layer.merge_projections()
-
-    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
-        """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
-        return self.model(batch, caches)
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32 (soft-capped when configured)."""
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return gemma_logits(self.ops, hidden, weight, self.config.final_logit_softcapping)
+        super().__init__(cfg, ops, Gemma4TextModel)
 
 
 __all__ = ["FULL", "SLIDING", "Gemma4ForCausalLM", "Gemma4TextModel", "cache_spec"]

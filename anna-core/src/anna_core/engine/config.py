@@ -19,7 +19,8 @@ def _positive(instance: object, attribute: attrs.Attribute, value: int | None) -
         raise AnnaError(f"{attribute.name} must be at least 1, got {value}")
 
 
-def _non_negative(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
+def non_negative(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
+    """An attrs validator: ``value`` is None or at least 0 (:class:`~anna_core.errors.AnnaError` otherwise)."""
     if value is not None and value < 0:
         raise AnnaError(f"{attribute.name} must not be negative, got {value}")
 
@@ -113,26 +114,26 @@ class EngineConfig:
 
     max_num_seqs: int = attrs.field(default=64, validator=_positive)
     max_prefill_tokens: int | None = attrs.field(default=None, validator=_positive)
-    prefill_chunk_size: int = attrs.field(default=0, validator=_non_negative)
-    max_decode_tokens: int = attrs.field(default=0, validator=_non_negative)
-    batch_wait_ms: float = attrs.field(default=0.0, validator=_non_negative)
-    max_queue_wait_ms: float = attrs.field(default=0.0, validator=_non_negative)
-    max_waiting_requests: int = attrs.field(default=0, validator=_non_negative)
+    prefill_chunk_size: int = attrs.field(default=0, validator=non_negative)
+    max_decode_tokens: int = attrs.field(default=0, validator=non_negative)
+    batch_wait_ms: float = attrs.field(default=0.0, validator=non_negative)
+    max_queue_wait_ms: float = attrs.field(default=0.0, validator=non_negative)
+    max_waiting_requests: int = attrs.field(default=0, validator=non_negative)
     dynamic_token_budget: bool = False
-    request_timeout_s: float = attrs.field(default=0.0, validator=_non_negative)
+    request_timeout_s: float = attrs.field(default=0.0, validator=non_negative)
     async_scheduling: bool = True
     max_encoder_tokens: int = attrs.field(default=16384, validator=_positive)
     encoder_cache_tokens: int = attrs.field(default=32768, validator=_positive)
     block_size: int = attrs.field(default=16, validator=_positive)
     num_blocks: int | None = attrs.field(default=None, validator=_positive)
     kv_cache_memory_gib: float | None = None
-    reserve_memory_mib: float = attrs.field(default=0.0, validator=_non_negative)
+    reserve_memory_mib: float = attrs.field(default=0.0, validator=non_negative)
     max_model_len: int | None = attrs.field(default=None, validator=_positive)
     enable_prefix_caching: bool = True
     snapshot_interval: int = attrs.field(default=256, validator=_positive)
-    snapshot_memory_mib: float = attrs.field(default=1024.0, validator=_non_negative)
-    num_snapshots: int | None = attrs.field(default=None, validator=_non_negative)
-    prompt_cache_size: int = attrs.field(default=8, validator=_non_negative)
+    snapshot_memory_mib: float = attrs.field(default=1024.0, validator=non_negative)
+    num_snapshots: int | None = attrs.field(default=None, validator=non_negative)
+    prompt_cache_size: int = attrs.field(default=8, validator=non_negative)
 
     def __attrs_post_init__(self) -> None:
         if self.kv_cache_memory_gib is not None and self.kv_cache_memory_gib <= 0:

@@ -21,6 +21,7 @@ import torch
 from anna_core.device import Accelerator, accelerator
 from anna_core.engine.cache_allocator import has_state, scratch_block, zero_slots
 from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, build_checkpoints
+from anna_core.engine.config import non_negative
 from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.encoder_outputs import EncoderOutputs
 from anna_core.engine.forward_batch import ForwardBatch, GroupTable
@@ -39,11 +40,6 @@ from anna_core.model import CausalLM, ModelCaches
 log = logging.getLogger("anna.engine")
 
 COMPILE_MODES = ("none", "default", "max-autotune")
-
-
-def _non_negative(instance: object, attribute: attrs.Attribute, value: int) -> None:
-    if value < 0:
-        raise AnnaError(f"{attribute.name} must not be negative, got {value}")
 
 
 def _compile_mode(value: str) -> str:
@@ -75,7 +71,7 @@ class RunnerConfig:
     cuda_graph: bool = True
     compile_mode: str = attrs.field(default="none", converter=_compile_mode)
     warmup: bool = True
-    max_prefill_replays: int = attrs.field(default=16, validator=_non_negative)
+    max_prefill_replays: int = attrs.field(default=16, validator=non_negative)
 
 
 def _wants_logits(seq) -> bool:
@@ -423,11 +419,7 @@ class ModelRunner:
                 return ModelRunnerOutput(path, pending=ids)
             return ModelRunnerOutput(path, sampled=dict(zip([s.request_id for s in out.seqs], ids.tolist())))
         if path is StepPath.DECODE_LOGITS_GRAPH:
-            self.num_graph_steps += 1
-            logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
-                                            self._tables_by_group(out), [s.state_slot for s in out.seqs],
-                                            rope_positions=self._decode_positions(out))
-            return self._sample(path, logits, out.seqs)
+            return self._run_logits_graph(out, path)
         if path is StepPath.PREFILL_GRAPH:
             seq = out.seqs[0]
             if has_state(self.caches):
@@ -439,6 +431,14 @@ class ModelRunner:
             return self._run_split(out)
         self.num_eager_steps += 1
         return self._run_eager(out, path)
+
+    def _run_logits_graph(self, out: SchedulerOutput, path: StepPath) -> ModelRunnerOutput:
+        """The decode step ``out`` through the captured logits graph, sampled eagerly."""
+        self.num_graph_steps += 1
+        logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
+                                        self._tables_by_group(out), [s.state_slot for s in out.seqs],
+                                        rope_positions=self._decode_positions(out))
+        return self._sample(path, logits, out.seqs)
 
     def _run_eager(self, out: SchedulerOutput, path: StepPath) -> ModelRunnerOutput:
         """The model called eagerly on all of ``out``'s sequences; samples those that sample."""
@@ -464,11 +464,7 @@ class ModelRunner:
             if self._decode_path(decodes) is StepPath.DECODE_GRAPH:
                 pending = self._launch_decode(decodes, None)
             else:
-                self.num_graph_steps += 1
-                logits = self.graphs.run_logits([s.token_ids[0] for s in decodes.seqs], [s.start for s in decodes.seqs],
-                                                self._tables_by_group(decodes), [s.state_slot for s in decodes.seqs],
-                                                rope_positions=self._decode_positions(decodes))
-                decoded = self._sample(StepPath.SPLIT, logits, decodes.seqs)
+                decoded = self._run_logits_graph(decodes, StepPath.SPLIT)
         if replay:
             seqs = prompts.seqs
             if has_state(self.caches):

@@ -29,7 +29,7 @@ from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
 from anna_gemma4.attention import GemmaAttention
-from anna_gemma4.common import cache_spec, gemma_logits, scaled_embedding
+from anna_gemma4.common import GemmaCausalLM, scaled_embedding
 from anna_gemma4.config import LAYER_TYPES, SLIDING, LayerSpec
 from anna_gemma4.gemma3.config import Gemma3Config
 
@@ -92,7 +92,7 @@ class Gemma3TextModel(nn.Module):
         return self.norm(h)
 
 
-class Gemma3ForCausalLM(nn.Module):
+class Gemma3ForCausalLM(GemmaCausalLM):
     """Implements :class:`anna_core.model.CausalLM` for the Gemma 3 text models (270M, 1B, and the language
     model of 4B / 12B / 27B).
 
@@ -108,30 +108,7 @@ class Gemma3ForCausalLM(nn.Module):
     capabilities = ModelCapabilities(padded_prefill=True)
 
     def __init__(self, cfg: Gemma3Config, ops: Any):
-        super().__init__()
-        self.config = cfg
-        self.ops = ops
-        self.cache_spec = cache_spec(cfg)
-        self.model = Gemma3TextModel(cfg, self.cache_spec, ops)
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
-
-    def merge_projections(self) -> None:
-        """Merge each MLP's gate/up projections; the loader calls it once the weights are in place."""
-        for layer in self.model.layers:
-            layer.merge_projections()
-
-    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
-        """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
-        return self.model(batch, caches)
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32 (soft-capped when configured)."""
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return gemma_logits(self.ops, hidden, weight, self.config.final_logit_softcapping)
+        super().__init__(cfg, ops, Gemma3TextModel)
 
 
 __all__ = ["Gemma3DecoderLayer", "Gemma3ForCausalLM", "Gemma3TextModel"]

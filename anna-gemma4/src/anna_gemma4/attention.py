@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.attention import PagedAttention
+from anna_core.layers.linear import merge_linears
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
 from anna_core.model import ModelCaches
@@ -53,6 +54,7 @@ class GemmaAttention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, layer.num_kv_heads, layer.head_dim
         H, H_kv, D = self.num_heads, self.num_kv_heads, self.head_dim
         self.shares_kv = layer.kv_owner is not None
+        self.k_eq_v = layer.k_eq_v
         self.q_proj = nn.Linear(hidden, H * D, bias=bias)
         self.q_norm = RMSNorm(D, eps, ops, zero_centered=zero_centered)
         self.v_norm = None
@@ -63,28 +65,75 @@ class GemmaAttention(nn.Module):
             if v_norm:
                 self.v_norm = RMSNorm(D, eps, ops, scale=False)
         self.o_proj = nn.Linear(H * D, hidden, bias=bias)
+        self.qkv_proj: nn.Linear | None = None
+        self.ops = ops
         self._rotary = (rotary,)  # shared by the layers of a kind: a tuple keeps it out of the submodules
         self.attn = PagedAttention(H, H_kv, D, scale, group, kv_index, ops, sliding_window=window,
                                    writes_kv=not self.shares_kv)
+
+    def merge_projections(self) -> None:
+        """Replace the q/k/v projections (q/k with ``k_eq_v``; nothing to merge in a KV-shared layer) by one
+        ``qkv_proj`` (same input, one GEMM). Call once, after the weights are loaded."""
+        if self.shares_kv or self.qkv_proj is not None:
+            return
+        parts = [self.q_proj, self.k_proj] + ([] if self.v_proj is None else [self.v_proj])
+        self.qkv_proj = merge_linears(parts)
+        del self.q_proj, self.k_proj
+        if self.v_proj is not None:
+            del self.v_proj
+        self.v_proj = None
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """x ``[T, hidden]`` -> q ``[T, H, D]``, k, v ``[T, H_kv, D]`` (None in a KV-shared layer; v is k's
+        view with ``k_eq_v``): strided views of the merged projection's output when merged."""
+        T, H, H_kv, D = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        if self.shares_kv:
+            return self.q_proj(x).view(T, H, D), None, None
+        if self.qkv_proj is None:
+            q, k = self.q_proj(x), self.k_proj(x)
+            v = k if self.v_proj is None else self.v_proj(x)
+        else:
+            sizes = [H * D, H_kv * D] + ([] if self.k_eq_v else [H_kv * D])
+            q, k, *rest = torch.split(self.qkv_proj(x), sizes, dim=-1)
+            v = rest[0] if rest else k
+        return q.view(T, H, D), k.view(T, H_kv, D), v.view(T, H_kv, D)
+
+    def _fused(self, batch: ForwardBatch) -> Any:
+        """The fused pre-processing op of this layer (``q_norm_rope`` in a KV-shared layer, else
+        ``qk_norm_rope_cache``) where a kernel (not only the torch reference) serves it and positions are
+        1-D; None otherwise (the unfused norms, rotary and cache write run, each chosen on its own)."""
+        if batch.positions.dim() != 1:
+            return None
+        return self.ops.accelerated("q_norm_rope" if self.shares_kv else "qk_norm_rope_cache", head_dim=self.head_dim)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
                 cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """x: ``[T, hidden]`` (the block's normalised input) -> ``[T, hidden]``.
 
-        ``cos_sin``: this layer kind's ``rotary.cos_sin(batch.positions)``, computed once per pass.
+        ``cos_sin``: this layer kind's ``rotary.cos_sin(batch.positions)``, computed once per pass (the
+        fused path computes its angles itself and ignores it).
         Side effect (unless KV-shared): the layer's K/V are written into its cache group.
         """
         T, rotary = x.shape[0], self._rotary[0]
-        q = self.q_norm(self.q_proj(x).view(T, self.num_heads, self.head_dim))  # [T, H, D]
-        q = rotary.rotate(q, cos_sin)
-        k = v = None
-        if not self.shares_kv:
-            k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)  # [T, H_kv, D]
-            v = k if self.v_proj is None else self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
-            k = rotary.rotate(self.k_norm(k), cos_sin)
-            if self.v_norm is not None:
-                v = self.v_norm(v)
-        o = self.attn(q, k, v, batch, caches)  # [T, H, D]
+        q, k, v = self._project(x)
+        if self.v_norm is not None and v is not None:
+            v = self.v_norm(v)
+        fused = self._fused(batch)
+        if fused is not None:  # q/k norms, rotary (and the cache write) in one kernel
+            qn = self.q_norm
+            inv_freq = rotary._tables(x.device)[0]
+            if self.shares_kv:
+                q = fused(q, qn.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq)
+            else:
+                k_cache, v_cache, slots = self.attn.kv_cache(batch, caches)
+                q = fused(q, k, v, qn.weight, self.k_norm.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq,
+                          k_cache, v_cache, slots)
+            o = self.attn.attend(q, batch, caches)
+        else:
+            q = rotary.rotate(self.q_norm(q), cos_sin)
+            if k is not None:
+                k = rotary.rotate(self.k_norm(k), cos_sin)
+            o = self.attn(q, k, v, batch, caches)  # [T, H, D]
         return self.o_proj(o.reshape(T, self.num_heads * self.head_dim))
 
 

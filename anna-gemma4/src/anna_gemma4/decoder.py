@@ -7,10 +7,12 @@ The math (transformers' ``Gemma4TextDecoderLayer``)::
     m = mlp(pre_ff_norm(h))
     m = post_ff_norm_1(m) + post_ff_norm_2(experts(pre_ff_norm_2(h), router(h)))   # MoE layers only
     h = h + post_ff_norm(m)
-    h = h + post_per_layer_norm(per_layer_projection(gelu_tanh(per_layer_gate(h)) * per_layer_input))  # PLE only
+    h = h + post_per_layer_norm(per_layer_projection(gelu_tanh(per_layer_gate(h)) * per_layer_input))  # PLE only (gated_linear)
     h = h * layer_scalar
 
-Every norm is an RMSNorm multiplying by its weight (not ``1 + weight``).
+Every norm is an RMSNorm multiplying by its weight (not ``1 + weight``). Each residual add runs as one
+``post_norm_residual`` op with the norm before it, the layer scalar and the norm after it (the next
+layer's input norm, computed here and handed on).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
@@ -59,6 +60,7 @@ class Gemma4DecoderLayer(nn.Module):
             self.pre_feedforward_layernorm_2 = RMSNorm(hidden, eps, ops)
             self.post_feedforward_layernorm_1 = RMSNorm(hidden, eps, ops)
             self.post_feedforward_layernorm_2 = RMSNorm(hidden, eps, ops)
+        self.ops = ops
         self.has_per_layer_input = cfg.hidden_size_per_layer_input > 0
         if self.has_per_layer_input:
             per_layer = cfg.hidden_size_per_layer_input
@@ -66,23 +68,34 @@ class Gemma4DecoderLayer(nn.Module):
             self.per_layer_projection = nn.Linear(per_layer, hidden, bias=False)
             self.post_per_layer_input_norm = RMSNorm(hidden, eps, ops)
 
-    def forward(self, h: torch.Tensor, per_layer_input: torch.Tensor | None, batch: ForwardBatch,
-                caches: ModelCaches, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """h: ``[T, hidden]``; per_layer_input: ``[T, P]`` (None without per-layer embeddings);
-        cos_sin: the rotary table of this layer's kind -> ``[T, hidden]``."""
-        a = self.post_attention_layernorm(self.self_attn(self.input_layernorm(h), batch, caches, cos_sin))
-        # the residual add runs fused into the pre-MLP norm (and that norm into the merged gate/up projection)
-        m, h = self.mlp(a, pre_norm=(self.pre_feedforward_layernorm, h))
+    def forward(self, h: torch.Tensor, y: torch.Tensor, per_layer_input: torch.Tensor | None, batch: ForwardBatch,
+                caches: ModelCaches, cos_sin: tuple[torch.Tensor, torch.Tensor],
+                next_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """h: ``[T, hidden]`` the residual stream; y: ``input_layernorm(h)`` (computed by the layer before,
+        fused into its tail); per_layer_input: ``[T, P]`` (None without per-layer embeddings); cos_sin: the
+        rotary table of this layer's kind; next_norm: the norm applied to this layer's output (the next
+        layer's input norm, or the model's final norm) -> ``(h', next_norm(h'))`` ``[T, hidden]`` each.
+
+        Every residual add runs fused with the norm before and after it (``post_norm_residual``)."""
+        a = self.self_attn(y, batch, caches, cos_sin)
+        y, h = self.post_attention_layernorm.post_add(a, h, next_norm=self.pre_feedforward_layernorm)
+        m = self.mlp(y)
         if self.has_moe:
             weights, experts = self.router(h)
             moe = self.experts(self.pre_feedforward_layernorm_2(h), weights, experts)
             m = self.post_feedforward_layernorm_1(m) + self.post_feedforward_layernorm_2(moe)
-        h = h + self.post_feedforward_layernorm(m)
         if self.has_per_layer_input:
-            g = F.gelu(self.per_layer_input_gate(h), approximate="tanh") * per_layer_input  # [T, P]
-            h = h + self.post_per_layer_input_norm(self.per_layer_projection(g))
-        return h * self.layer_scalar
+            _, h = self.post_feedforward_layernorm.post_add(m, h)
+            # per_layer_projection(gelu_tanh(per_layer_input_gate(h)) * per_layer_input): one GEMV with the product
+            p = self.ops.gated_linear(self.per_layer_input_gate(h), per_layer_input, self.per_layer_projection.weight,
+                                      "gelu_tanh")  # [T, hidden]
+            y, h = self.post_per_layer_input_norm.post_add(p, h, self.layer_scalar, next_norm)
+        else:
+            y, h = self.post_feedforward_layernorm.post_add(m, h, self.layer_scalar, next_norm)
+        return h, y
 
     def merge_projections(self) -> None:
-        """Merge the dense MLP's gate and up projections (one GEMM); the math is unchanged."""
+        """Merge the attention's q/k/v and the dense MLP's gate/up projections (one GEMM each); the math is
+        unchanged."""
+        self.self_attn.merge_projections()
         self.mlp.merge_gate_up()

@@ -73,9 +73,13 @@ class Gemma4TextModel(nn.Module):
         h = scaled_embedding(self.embed_tokens, ids, self.config.hidden_size**0.5)  # [T, hidden]
         per_layer = self.per_layer_inputs(ids, h) if self.per_layer else None  # [T, L, P]
         cos_sin = {kind: rotary.cos_sin(batch.positions) for kind, rotary in self.rotary.items()}
-        for i, layer in enumerate(self.layers):
-            h = layer(h, None if per_layer is None else per_layer[:, i], batch, caches, cos_sin[layer.kind])
-        return self.norm(h)
+        layers = self.layers
+        y = layers[0].input_layernorm(h)
+        for i, layer in enumerate(layers):
+            next_norm = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
+            h, y = layer(h, y, None if per_layer is None else per_layer[:, i], batch, caches, cos_sin[layer.kind],
+                         next_norm)
+        return y
 
 
 class Gemma4ForCausalLM(GemmaCausalLM):

@@ -37,6 +37,7 @@ from anna_core.kernels.reference.fused_linear import (
     check_act_mul_linear,
     check_add_rms_norm_linear,
     check_add_rms_norm_linear_act_mul,
+    check_gated_linear,
     check_linear_act_mul,
 )
 
@@ -44,7 +45,7 @@ from anna_xpu_kernels import activations, gemv, norms, pdl
 from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
 from anna_xpu_kernels._env import norm_prologue_requested
 from anna_xpu_kernels.gemv_epilogue import GATED_EPILOGUES
-from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, GATED_PROLOGUES, RMS_NORM
+from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, GATED_PROLOGUES, GATED_SPLIT_PROLOGUES, RMS_NORM
 
 MAX_K = 1024
 """Longest row the norm prologue takes without programmatic dependent launch: every program re-reads
@@ -179,6 +180,35 @@ def act_mul_linear(x: torch.Tensor, weight: torch.Tensor, activation: str = "sil
         return gemv.linear(act_and_mul(x, activation), weight, None)
     y = gemv.launch(as_rows(x), weight, None, config, gemv.Prologue(GATED_PROLOGUES[activation]))
     return y.view(*x.shape[:-1], weight.shape[0])
+
+
+def gated_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, activation: str,
+                 config: gemv.GemvConfig | None = None) -> torch.Tensor:
+    """Gated product of two tensors + bias-free linear (signature of the reference ``gated_linear``): the
+    GEMV with the split gated prologue (up read through the residual pointer), one launch for 1..8 rows;
+    beyond the GEMV's domain the product (torch ``act_and_mul`` of the two) then :func:`gemv.linear`. The
+    alternative to fusing is two elementwise launches, so it fuses wherever the GEMV takes the shapes.
+
+    Args:
+        gate, up: ``[M, K]`` (or ``[..., K]``) of weight's dtype, unit stride along K (up may have any row
+            stride); weight: ``[N, K]``; activation: ``"silu"`` or ``"gelu_tanh"``.
+        config: run this GEMV configuration instead of the autotuned one (tests).
+
+    Returns:
+        ``[..., N]`` in gate's dtype.
+
+    Raises:
+        ValueError: shapes or dtypes disagree, unsupported dtype or activation, or tensors on different devices.
+    """
+    op = "gated_linear"
+    check_gated_linear(gate, up, weight, activation)
+    require_float(op, gate=gate)
+    require_same_device(op, gate=gate, up=up, weight=weight)
+    g2, u2 = as_rows(gate), as_rows(up)
+    if not gemv.supports(g2, weight) or g2.stride(-1) != 1 or u2.stride(-1) != 1:
+        return gemv.linear(act_and_mul(torch.cat([gate, up], dim=-1), activation), weight, None)
+    y = gemv.launch(g2, weight, None, config, gemv.Prologue(GATED_SPLIT_PROLOGUES[activation], residual=u2))
+    return y.view(*gate.shape[:-1], weight.shape[0])
 
 
 def linear_act_mul(x: torch.Tensor, weight: torch.Tensor, activation: str = "silu",

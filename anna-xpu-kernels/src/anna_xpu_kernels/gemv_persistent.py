@@ -36,9 +36,10 @@ from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
 from anna_xpu_kernels.gemv_epilogue import NO_EPILOGUE, store_out
 from anna_xpu_kernels.gemv_prologue import act_mul, add_residual, normalize
 
-MAX_K = 8192
+MAX_K = 16384
 """Longest row the one-load blocks take (``KP = next_pow2(K)`` values per block row); longer rows go to
-the tiled GEMV."""
+the tiled GEMV. Rows of 8193..16384 values (Gemma 4's down projections: 10240 at E4B, 12288 on E2B's
+double-wide layers) run blocks of two such rows over 8 warps, one program per multiprocessor."""
 
 INTERPRETER_SMS = 3
 """Multiprocessors assumed under Triton's interpreter (so that the tests' programs stride over blocks)."""
@@ -60,13 +61,16 @@ def launch_shape(k: int) -> tuple[int, int, int]:
     """``(BLOCK_N, num_warps, programs per multiprocessor)`` for rows of ``k`` values: 32 weight values per
     thread per block at ``KP <= 4096`` (``BLOCK_N = 4096 / KP`` rows, at least 2), and the programs per
     multiprocessor that won in the PDL chains on an H200 (8 at ``KP <= 2048``; a block of ``KP = 8192``
-    (128 values per thread, 2 per multiprocessor) was the fastest one-load shape for K = 6144)."""
+    (128 values per thread, 2 per multiprocessor) was the fastest one-load shape for K = 6144). ``KP =
+    16384`` keeps 128 values per thread with 8 warps, one program per multiprocessor (chosen, not swept)."""
     kp = next_pow2(k)
     if kp <= 2048:
         return max(2, 4096 // kp), 4, 8
     if kp == 4096:
         return 2, 8, 4
-    return 2, 4, 2
+    if kp == 8192:
+        return 2, 4, 2
+    return 2, 8, 1
 
 
 def takes(x: torch.Tensor, k: int) -> bool:
@@ -93,10 +97,12 @@ def _activation_row(x_ptr, r_ptr, nw_ptr, s_ptr, kk, k_ok, K, eps, write_residua
     """The ``[KP]`` activation row (float32 values of x's dtype) computed from the raw inputs: ``x``;
     ``round(x * rstd * w)`` (``RMS_NORM``) on ``s = round(x + residual)`` with ``ADD_RMS_NORM`` (also
     stored to ``s_ptr`` where ``write_residual``); ``round(round(act(gate)) * up)`` (``SILU_MUL``,
-    ``GELU_TANH_MUL``)."""
+    ``GELU_TANH_MUL``; ``*_SPLIT``: up at ``r_ptr``)."""
     a = tl.load(x_ptr + kk, mask=k_ok, other=0.0)
     if PROLOGUE == 3 or PROLOGUE == 4:
         a = act_mul(a, tl.load(x_ptr + K + kk, mask=k_ok, other=0.0), x_ptr, PROLOGUE == 4)
+    if PROLOGUE == 5 or PROLOGUE == 6:
+        a = act_mul(a, tl.load(r_ptr + kk, mask=k_ok, other=0.0), x_ptr, PROLOGUE == 6)
     if PROLOGUE == 1 or PROLOGUE == 2:
         if PROLOGUE == 2:
             a = add_residual(a, tl.load(r_ptr + kk, mask=k_ok, other=0.0), x_ptr)

@@ -15,6 +15,9 @@ the activation dtype exactly where the unfused torch references round it
   first program (pid ``(0, 0)``) also writes ``s`` (the new residual stream) during its row pass.
 * ``SILU_MUL`` (3): ``round(round(silu(gate)) * up)`` with gate ``x[:, k]`` and up ``x[:, K + k]``.
 * ``GELU_TANH_MUL`` (4): the same with ``gelu_tanh`` (:func:`gelu_tanh`) instead of SiLU (GeGLU).
+* ``SILU_MUL_SPLIT`` (5) / ``GELU_TANH_MUL_SPLIT`` (6): as 3 / 4 with up read from its own tensor (the
+  residual pointer and row stride carry it): ``round(round(act(gate)) * up)`` with gate ``x[:, k]`` and up
+  ``up[:, k]`` (Gemma 4's per-layer-input gate times the per-layer embedding).
 
 Inside the kernels the modes are compared as integer literals (Triton kernels cannot read
 non-constexpr module globals).
@@ -24,11 +27,14 @@ from __future__ import annotations
 
 from anna_xpu_kernels._triton import tl, triton
 
-PLAIN, RMS_NORM, ADD_RMS_NORM, SILU_MUL, GELU_TANH_MUL = 0, 1, 2, 3, 4
+PLAIN, RMS_NORM, ADD_RMS_NORM, SILU_MUL, GELU_TANH_MUL, SILU_MUL_SPLIT, GELU_TANH_MUL_SPLIT = 0, 1, 2, 3, 4, 5, 6
 """The ``PROLOGUE`` modes of the GEMV kernel."""
 
 GATED_PROLOGUES = {"silu": SILU_MUL, "gelu_tanh": GELU_TANH_MUL}
 """The gated-product prologue of each activation of :data:`anna_core.kernels.checks.GATED_ACTIVATIONS`."""
+
+GATED_SPLIT_PROLOGUES = {"silu": SILU_MUL_SPLIT, "gelu_tanh": GELU_TANH_MUL_SPLIT}
+"""The same with gate and up in two tensors."""
 
 ROW_VALUES = 4096
 """Most row values (rows x columns) the norm prologue's row pass loads at once per program."""
@@ -111,6 +117,8 @@ def act_tile(x_ptr, r_ptr, nw_ptr, rows, kk, mask, rstd, K, stride_xm, stride_rm
     a = tl.load(x_ptr + rows * stride_xm + kk, mask=mask, other=0.0)
     if PROLOGUE == 3 or PROLOGUE == 4:
         a = act_mul(a, tl.load(x_ptr + rows * stride_xm + K + kk, mask=mask, other=0.0), x_ptr, PROLOGUE == 4)
+    if PROLOGUE == 5 or PROLOGUE == 6:
+        a = act_mul(a, tl.load(r_ptr + rows * stride_rm + kk, mask=mask, other=0.0), x_ptr, PROLOGUE == 6)
     if PROLOGUE == 1 or PROLOGUE == 2:
         if PROLOGUE == 2:
             a = add_residual(a, tl.load(r_ptr + rows * stride_rm + kk, mask=mask, other=0.0), x_ptr)

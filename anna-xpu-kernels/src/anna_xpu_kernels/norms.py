@@ -7,6 +7,8 @@ all in float32 and rounded once to x's dtype at the end, as in the torch referen
     rms_norm:        y = x * rsqrt(mean(x^2) + eps) * (1 + w if zero_centered else w)
     gated_rms_norm:  y = x * rsqrt(mean(x^2) + eps) * w * silu(z)
     add_rms_norm:    r = round(x + residual);  y = rms_norm(r)   (returns y and r)
+    post_norm_residual: r = round(residual + round(rms_norm(x, w)));  r = round(r * scale);
+                     y = rms_norm(r, next_w)   (a sandwich-normed block's tail and the next input norm)
 
 One program normalises ``BLOCK_M`` rows held in registers (``BLOCK_M * BLOCK_D <= 4096`` values),
 so each element of x (and z) is read once and y written once.
@@ -81,6 +83,29 @@ def _add_rms_norm_kernel(
     s = s.to(tl.float32)
     y = _normalize(s, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED)
     tl.store(y_ptr + rows64 * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_D", "BLOCK_M"])
+@triton.jit(do_not_specialize=['n_rows'])
+def _post_norm_residual_kernel(
+    x_ptr, r_ptr, w_ptr, scale_ptr, nw_ptr, y_ptr, s_ptr,
+    n_rows, dim, stride_x, stride_r, stride_y, stride_s, eps,
+    ZERO_CENTERED: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_NEXT: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    pdl.enter(USE_PDL)
+    rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
+    ty = s_ptr.dtype.element_ty
+    x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + rows64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    normed = _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED).to(ty).to(tl.float32)
+    s = (r + normed).to(ty)  # the residual stream, rounded as torch's residual + norm(x)
+    if HAS_SCALE:
+        s = (s.to(tl.float32) * tl.load(scale_ptr).to(tl.float32)).to(ty)
+    tl.store(s_ptr + rows64 * stride_s + cols[None, :], s, mask=mask)
+    if HAS_NEXT:
+        y = _normalize(s.to(tl.float32), nw_ptr, cols, col_ok, dim, eps, ZERO_CENTERED)
+        tl.store(y_ptr + rows64 * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _row_tile(dim: int) -> tuple[int, int]:
@@ -208,3 +233,51 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
         )
     return y2.view(x.shape), s2.view(x.shape)
 
+
+
+def post_norm_residual(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                       zero_centered: bool, scale: torch.Tensor | None,
+                       next_weight: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """A sandwich-normed block's tail in one launch (signature of the reference ``post_norm_residual``):
+    ``r = residual + rms_norm(x, weight)``, ``r = r * scale`` (if given), ``y = rms_norm(r, next_weight)``
+    (if given).
+
+    Args:
+        x, residual: ``[..., D]`` float32 / float16 / bfloat16, one dtype; weight, next_weight: ``[D]``
+            (next_weight may be None); eps, zero_centered: both norms'; scale: one-element tensor or None.
+
+    Returns:
+        ``(y, r)`` in x's dtype (``y`` None without next_weight); fresh tensors.
+
+    Raises:
+        ValueError: a weight is not ``[D]``, residual's shape or dtype differs from x's, scale is not one
+            element, unsupported dtype, or tensors on different devices.
+    """
+    op = "post_norm_residual"
+    require(x.dim() >= 1, op, "x must have at least one dimension")
+    require(residual.shape == x.shape and residual.dtype == x.dtype, op,
+            f"residual must match x's shape {tuple(x.shape)} and dtype {x.dtype}")
+    dim = x.shape[-1]
+    for name, w in (("weight", weight), ("next_weight", next_weight)):
+        require(w is None or (w.dim() == 1 and w.shape[0] == dim), op, f"{name} must be [D={dim}]")
+    require(scale is None or scale.numel() == 1, op, "scale must hold one element")
+    if dim > MAX_DIM:
+        from anna_core.kernels.reference.norms import post_norm_residual as reference
+
+        return reference(x, residual, weight, eps, zero_centered, scale, next_weight)
+    require_float(op, x=x)
+    require_same_device(op, x=x, residual=residual, weight=weight, scale=scale, next_weight=next_weight)
+    x2, r2 = as_rows(x), as_rows(residual)
+    s2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    y2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device) if next_weight is not None else s2
+    n_rows = x2.shape[0]
+    if n_rows and dim:
+        block_m, block_d = _row_tile(dim)
+        w = weight.contiguous()
+        _post_norm_residual_kernel[(triton.cdiv(n_rows, block_m),)](
+            x2, r2, w, w if scale is None else scale, w if next_weight is None else next_weight.contiguous(), y2, s2,
+            n_rows, dim, x2.stride(0), r2.stride(0), y2.stride(0), s2.stride(0), float(eps),
+            ZERO_CENTERED=bool(zero_centered), HAS_SCALE=scale is not None, HAS_NEXT=next_weight is not None,
+            BLOCK_M=block_m, BLOCK_D=block_d, **pdl.launch_options(s2),
+        )
+    return (y2.view(x.shape) if next_weight is not None else None), s2.view(x.shape)

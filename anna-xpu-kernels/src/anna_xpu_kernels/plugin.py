@@ -19,6 +19,7 @@ TRITON_KERNELS = {
     "rms_norm": ("norms:rms_norm", "probes:norm_probe"),
     "gated_rms_norm": ("norms:gated_rms_norm", "probes:norm_probe"),
     "add_rms_norm": ("norms:add_rms_norm", "probes:norm_probe"),
+    "post_norm_residual": ("norms:post_norm_residual", "probes:norm_probe"),
     "silu_and_mul": ("activations:silu_and_mul", "probes:norm_probe"),
     "sigmoid_mul": ("activations:sigmoid_mul", "probes:norm_probe"),
     "causal_conv1d_update": ("conv1d:causal_conv1d_update", "probes:conv1d_probe"),
@@ -29,8 +30,10 @@ TRITON_KERNELS = {
     "add_rms_norm_linear": ("fused_linear:add_rms_norm_linear", "probes:linear_probe"),
     "act_mul_linear": ("fused_linear:act_mul_linear", "probes:linear_probe"),
     "linear_act_mul": ("fused_linear:linear_act_mul", "probes:linear_probe"),
+    "gated_linear": ("fused_linear:gated_linear", "probes:linear_probe"),
     "add_rms_norm_linear_act_mul": ("fused_linear:add_rms_norm_linear_act_mul", "probes:linear_probe"),
     "qk_norm_rope_cache": ("qk_norm_rope:qk_norm_rope_cache", "probes:qk_norm_rope_probe"),
+    "q_norm_rope": ("qk_norm_rope:q_norm_rope", "probes:qk_norm_rope_probe"),
     "fused_gdn_decode": ("gdn_decode_fused:fused_gdn_decode", "probes:fused_gdn_decode_probe"),
 }
 FLA_KERNELS = {

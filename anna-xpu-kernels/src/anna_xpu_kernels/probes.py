@@ -136,7 +136,7 @@ def _triton_ok(request: Any) -> bool:
 
 
 def norm_probe(request: Any) -> bool:
-    """rms_norm / gated_rms_norm / add_rms_norm, and the elementwise silu_and_mul / sigmoid_mul: any
+    """rms_norm / gated_rms_norm / add_rms_norm / post_norm_residual, and the elementwise silu_and_mul / sigmoid_mul: any
     Triton device, float dtypes, ``dim`` up to 16384 (the elementwise ops take any size)."""
     return _shape_within(request.shape, {"dim": MAX_NORM_DIM, "hidden_size": MAX_NORM_DIM}) and _triton_ok(request)
 
@@ -165,7 +165,7 @@ def fused_gdn_decode_probe(request: Any) -> bool:
 
 
 def qk_norm_rope_probe(request: Any) -> bool:
-    """qk_norm_rope_cache: any Triton device, float dtypes, ``head_dim`` given and at most 16384 (one head
+    """qk_norm_rope_cache and q_norm_rope: any Triton device, float dtypes, ``head_dim`` given and at most 16384 (one head
     row per program, as the norms)."""
     return (_shape_given(request.shape, ("head_dim",)) and _shape_within(request.shape, {"head_dim": MAX_NORM_DIM})
             and _triton_ok(request))

@@ -75,6 +75,21 @@ def _qk_norm_rope_cache_kernel(
         tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def _q_norm_rope_kernel(
+    q_ptr, qw_ptr, pos_ptr, inv_freq_ptr, qo_ptr, head_dim, half, rotary_dim, eps,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    pdl.enter(USE_PDL)
+    t = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
+    pos = tl.load(pos_ptr + t).to(tl.float32)
+    y, d, ok = _norm_rope_row(q_ptr + t * stride_qt + j * stride_qh, qw_ptr, pos, inv_freq_ptr, head_dim, half,
+                              rotary_dim, eps, ZERO_CENTERED, qo_ptr.dtype.element_ty, BLOCK_D)
+    tl.store(qo_ptr + t * stride_ot + j * stride_oh + d, y, mask=ok)
+
+
 def qk_norm_rope_cache(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -134,6 +149,44 @@ def qk_norm_rope_cache(
         h_q, h_kv, dim, rotary_dim // 2, rotary_dim, float(eps),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         slot_mapping.stride(0),
+        ZERO_CENTERED=bool(zero_centered), BLOCK_D=max(16, next_pow2(dim)), num_warps=4 if dim <= 256 else 8,
+        **pdl.launch_options(out),
+    )
+    return out
+
+
+def q_norm_rope(q: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                inv_freq: torch.Tensor) -> torch.Tensor:
+    """Normalise and rotate q per head (the query path of :func:`qk_norm_rope_cache`, for layers that write
+    no K/V): one program per (token, head).
+
+    Args:
+        q: ``[T, H, D]`` (unit stride along D); weight: ``[D]``; eps; zero_centered: weights stored as
+            offsets from 1; positions: ``[T]`` int64; inv_freq: ``[rotary_dim / 2]`` float32.
+
+    Returns:
+        ``[T, H, D]`` contiguous, q's dtype.
+
+    Raises:
+        ValueError: inconsistent shapes, unsupported dtype, tensors on different devices.
+    """
+    op = "q_norm_rope"
+    require(q.dim() == 3, op, f"q must be [T, H, D], got {tuple(q.shape)}")
+    total, heads, dim = q.shape
+    rotary_dim = 2 * inv_freq.shape[0]
+    require(inv_freq.dim() == 1 and 0 < rotary_dim <= dim, op, f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
+    require(tuple(weight.shape) == (dim,), op, f"weight must be [{dim}]")
+    require(positions.dim() == 1 and positions.shape[0] == total and positions.stride(0) == 1, op,
+            f"positions must be a contiguous [T={total}]")
+    require(q.stride(2) == 1, op, "q needs unit stride along D")
+    require_float(op, q=q)
+    require_same_device(op, q=q, weight=weight, positions=positions, inv_freq=inv_freq)
+    out = torch.empty((total, heads, dim), dtype=q.dtype, device=q.device)
+    if total == 0 or heads == 0:
+        return out
+    _q_norm_rope_kernel[(total, heads)](
+        q, weight, positions, inv_freq.to(torch.float32), out, dim, rotary_dim // 2, rotary_dim, float(eps),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         ZERO_CENTERED=bool(zero_centered), BLOCK_D=max(16, next_pow2(dim)), num_warps=4 if dim <= 256 else 8,
         **pdl.launch_options(out),
     )

@@ -1,7 +1,7 @@
 """The memory-bandwidth roofline of a decode step, and the copy bandwidth it is measured against.
 
 Single-stream decode is bound by memory traffic: every step reads every weight once (the LM head
-included; the input embedding contributes one row per token, which is negligible and excluded),
+included; embedding tables contribute one row per token, which is negligible and excluded),
 reads and writes each sequence's recurrent (gated DeltaNet) and conv states, and reads each
 sequence's K/V from the cache (and writes the new token's). Those bytes over the device's copy
 bandwidth (bytes read plus bytes written per second of a large device-to-device copy, measured in
@@ -35,16 +35,21 @@ class StepBytes:
 
 
 def weight_bytes(model: nn.Module) -> int:
-    """Bytes of every weight a decode step reads: all parameters, except an input embedding that is
-    not also the LM head (untied models read only one of its rows per token)."""
+    """Bytes of every weight a decode step reads: all parameters except the embedding tables, whose
+    rows are gathered (one row per token: negligible), not streamed. A tied LM head (Anna's models
+    say so with ``lm_head`` None) is the input embedding ``embed_tokens``; it is streamed, so it counts.
+    Other tables (Gemma 4's per-layer embeddings) never count.
+    """
     total = sum(p.numel() * p.element_size() for p in model.parameters())
     tied = getattr(model, "lm_head", "absent") is None  # Anna's models: lm_head None means tied
-    if not tied:
-        seen = set()
-        for m in model.modules():
-            if isinstance(m, nn.Embedding) and id(m.weight) not in seen:
-                seen.add(id(m.weight))
-                total -= m.weight.numel() * m.weight.element_size()
+    seen = set()
+    for name, m in model.named_modules():
+        if not isinstance(m, nn.Embedding) or id(m.weight) in seen:
+            continue
+        seen.add(id(m.weight))
+        if tied and name.rsplit(".", 1)[-1] == "embed_tokens":
+            continue  # the LM head: read in full every step
+        total -= m.weight.numel() * m.weight.element_size()
     return total
 
 

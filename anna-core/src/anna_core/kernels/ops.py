@@ -17,8 +17,10 @@ Conventions shared by every op:
   token at position ``p`` lives in block ``block_tables[i, p // block_size]`` at offset
   ``p % block_size``; ``slot_mapping[t] = block * block_size + offset`` for token ``t``.
 
-The fused ops (``add_rms_norm_linear``, ``act_mul_linear``, ``linear_act_mul``,
-``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``fused_gdn_decode``, ``fused_gdn_prefill``)
+The fused ops (``post_norm_residual``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``,
+``linear_act_mul``,
+``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``q_norm_rope``, ``fused_gdn_decode``,
+``fused_gdn_prefill``)
 are compositions of the others; their references compose the unfused references, so a fused kernel is
 checked against exactly the numerics of the unfused path.
 """
@@ -63,6 +65,20 @@ x, residual: ``[T, D]``, one dtype (residual may be None: ``new_residual = x``);
 fused into the next norm. Both outputs are fresh tensors; the inputs are not written.
 """,
         reference=_ref("norms", "add_rms_norm"),
+    ),
+    OpContract(
+        name="post_norm_residual",
+        signature="post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight) -> (y, new_residual)",
+        doc="""\
+The tail of a sandwich-normed block (Gemma 2/3/4: a norm on the block's output before the residual
+add) fused with the next block's input norm. x, residual: ``[T, D]``, one dtype; weight,
+next_weight: ``[D]`` (next_weight may be None); scale: ``[1]`` tensor of x's dtype or None (Gemma 4's
+``layer_scalar``). ``new_residual = residual + rms_norm(x, weight, eps, zero_centered)``, then
+``new_residual = new_residual * scale`` when scale is given, each step rounded to x's dtype as torch
+rounds it; ``y = rms_norm(new_residual, next_weight, eps, zero_centered)``, or None without
+next_weight. Fresh tensors; the inputs are not written.
+""",
+        reference=_ref("norms", "post_norm_residual"),
     ),
     OpContract(
         name="silu_and_mul",
@@ -183,6 +199,18 @@ the product rounded to x's dtype as ``act_and_mul`` rounds it: the gated product
         reference=_ref("fused_linear", "act_mul_linear"),
     ),
     OpContract(
+        name="gated_linear",
+        signature='gated_linear(gate, up, weight, activation) -> y',
+        doc="""\
+gate, up: ``[M, K]`` one shape and dtype (up may be a strided view, unit stride along K); weight:
+``[N, K]`` of their dtype, no bias; activation: ``"silu"`` or ``"gelu_tanh"``. ``y =
+act_mul_linear(cat(gate, up), weight, activation)`` ``[M, N]``: the gated product of two tensors fused
+into the projection after it (Gemma 4's per-layer-input block).
+""",
+        reference=_ref("fused_linear", "gated_linear"),
+        check=_ref("fused_linear", "check_gated_linear"),
+    ),
+    OpContract(
         name="linear_act_mul",
         signature='linear_act_mul(x, weight, activation="silu") -> y',
         doc="""\
@@ -222,6 +250,18 @@ where the unfused ``rms_norm`` / rotary / ``reshape_and_cache`` round it.
 """,
         reference=_ref("qk_norm_rope", "qk_norm_rope_cache"),
         check=_ref("qk_norm_rope", "check_qk_norm_rope_cache"),
+        shape_facts=("head_dim",),
+    ),
+    OpContract(
+        name="q_norm_rope",
+        signature="q_norm_rope(q, weight, eps, zero_centered, positions, inv_freq) -> q_out",
+        doc="""\
+``qk_norm_rope_cache``'s query half alone, for a layer that writes no K/V (a KV-shared layer reading
+another layer's cache): q ``[T, H, D]`` (unit stride along D); weight ``[D]``; positions ``[T]``
+int64; inv_freq ``[R/2]`` float32. ``q_out = rope(rms_norm(q, weight, eps, zero_centered))`` ``[T, H,
+D]`` contiguous in q's dtype, rounded as ``qk_norm_rope_cache`` rounds its queries.
+""",
+        reference=_ref("qk_norm_rope", "q_norm_rope"),
         shape_facts=("head_dim",),
     ),
     OpContract(

@@ -61,13 +61,25 @@ class PagedAttention(nn.Module):
         Side effect: k, v are written to the group's cache ``kv_index`` at the group's ``slot_mapping``
         (unless the layer reads another layer's K/V: then k and v may be None).
         """
-        k_cache, v_cache = caches.attention(self.group).layer(self.kv_index)
-        table = batch.tables[self.group]
         if self.writes_kv:
-            self.ops.reshape_and_cache(k, v, k_cache, v_cache, table.slot_mapping)
+            k_cache, v_cache, slot_mapping = self.kv_cache(batch, caches)
+            self.ops.reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
+        return self.attend(q, batch, caches)
+
+    def kv_cache(self, batch: ForwardBatch, caches: ModelCaches) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(k_cache, v_cache, slot_mapping)`` of this layer in this step: its group's K/V tensors
+        ``[num_blocks, block_size, H_kv, D]`` and the ``[T]`` int64 slots the step's tokens go to (for a
+        caller that writes K/V through a fused op, e.g. ``qk_norm_rope_cache``)."""
+        k_cache, v_cache = caches.attention(self.group).layer(self.kv_index)
+        return k_cache, v_cache, batch.tables[self.group].slot_mapping
+
+    def attend(self, q: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """Attention of q ``[T, H_q, D]`` (rotary applied) over the cache as it stands (this step's K/V
+        already written) -> ``[T, H_q, D]``."""
+        k_cache, v_cache = caches.attention(self.group).layer(self.kv_index)
         attend = self.ops.get("paged_attention", head_dim=self.head_dim)
-        return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables, self.scale,
-                      self.sliding_window)
+        return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, batch.tables[self.group].block_tables,
+                      self.scale, self.sliding_window)
 
     def extra_repr(self) -> str:
         return (f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "

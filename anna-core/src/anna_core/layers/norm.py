@@ -118,5 +118,30 @@ class RMSNorm(nn.Module):
         return self.ops.add_rms_norm_linear_act_mul(x, residual, self._weight(x), self.eps, self.zero_centered,
                                                     gate_up.weight, activation)
 
+    def post_add(self, x: torch.Tensor, residual: torch.Tensor, scale: torch.Tensor | None = None,
+                 next_norm: RMSNorm | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """A sandwich-normed block's tail (Gemma): ``r = residual + norm(x)``, then ``r * scale`` when
+        ``scale`` is given, and the next norm of ``r`` (``next_norm``'s, e.g. the next block's input norm),
+        as one ``post_norm_residual`` launch on GPUs.
+
+        Args:
+            x: ``[T, D]`` the block's output; residual: ``[T, D]`` the stream, x's dtype.
+            scale: ``[1]`` in x's dtype (a layer scalar), or None.
+            next_norm: an :class:`RMSNorm` over the same ``D`` with this norm's ``eps`` and
+                ``zero_centered``, or None.
+
+        Returns:
+            ``(next_norm(r) or None, r)``, both ``[T, D]`` in x's dtype.
+
+        Raises:
+            ValueError: this norm or ``next_norm`` has no weight, or they differ in eps / zero_centered.
+        """
+        if self.weight is None or (next_norm is not None and next_norm.weight is None):
+            raise ValueError("post_add needs norms with a weight")
+        if next_norm is not None and (next_norm.eps, next_norm.zero_centered) != (self.eps, self.zero_centered):
+            raise ValueError("post_add: the next norm must share eps and zero_centered with this one")
+        return self.ops.post_norm_residual(x, residual, self.weight, self.eps, self.zero_centered, scale,
+                                           None if next_norm is None else next_norm.weight)
+
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, zero_centered={self.zero_centered}, scale={self.scale}"

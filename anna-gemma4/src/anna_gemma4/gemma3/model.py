@@ -55,16 +55,20 @@ class Gemma3DecoderLayer(nn.Module):
         self.pre_feedforward_layernorm = RMSNorm(hidden, eps, ops, zero_centered=True)
         self.post_feedforward_layernorm = RMSNorm(hidden, eps, ops, zero_centered=True)
 
-    def forward(self, h: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
-                cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """h: ``[T, hidden]``; cos_sin: the rotary table of this layer's kind -> ``[T, hidden]``."""
-        a = self.post_attention_layernorm(self.self_attn(self.input_layernorm(h), batch, caches, cos_sin))
-        # the residual add runs fused into the pre-MLP norm (and that norm into the merged gate/up projection)
-        m, h = self.mlp(a, pre_norm=(self.pre_feedforward_layernorm, h))
-        return h + self.post_feedforward_layernorm(m)
+    def forward(self, h: torch.Tensor, y: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
+                cos_sin: tuple[torch.Tensor, torch.Tensor], next_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """h: ``[T, hidden]`` the residual stream; y: ``input_layernorm(h)`` (from the layer before); cos_sin:
+        the rotary table of this layer's kind; next_norm: the norm of this layer's output (the next layer's
+        input norm, or the final norm) -> ``(h', next_norm(h'))``. Each residual add runs fused with the norms
+        around it (``post_norm_residual``)."""
+        a = self.self_attn(y, batch, caches, cos_sin)
+        y, h = self.post_attention_layernorm.post_add(a, h, next_norm=self.pre_feedforward_layernorm)
+        y, h = self.post_feedforward_layernorm.post_add(self.mlp(y), h, next_norm=next_norm)
+        return h, y
 
     def merge_projections(self) -> None:
-        """Merge the MLP's gate and up projections (one GEMM); the math is unchanged."""
+        """Merge the attention's q/k/v and the MLP's gate/up projections (one GEMM each); the math is unchanged."""
+        self.self_attn.merge_projections()
         self.mlp.merge_gate_up()
 
 
@@ -87,9 +91,12 @@ class Gemma3TextModel(nn.Module):
         """Hidden states ``[T, hidden]`` after the final norm."""
         h = scaled_embedding(self.embed_tokens, batch.input_ids, self.config.hidden_size**0.5)  # [T, hidden]
         cos_sin = {kind: rotary.cos_sin(batch.positions) for kind, rotary in self.rotary.items()}
-        for layer in self.layers:
-            h = layer(h, batch, caches, cos_sin[layer.kind])
-        return self.norm(h)
+        layers = self.layers
+        y = layers[0].input_layernorm(h)
+        for i, layer in enumerate(layers):
+            h, y = layer(h, y, batch, caches, cos_sin[layer.kind],
+                         layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm)
+        return y
 
 
 class Gemma3ForCausalLM(GemmaCausalLM):

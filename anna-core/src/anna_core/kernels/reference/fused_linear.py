@@ -175,3 +175,38 @@ def add_rms_norm_linear_act_mul(x: torch.Tensor, residual: torch.Tensor | None, 
     check_add_rms_norm_linear_act_mul(x, residual, norm_weight, weight, activation)
     h, new_residual = add_rms_norm(x, residual, norm_weight, eps, zero_centered)
     return linear_act_mul(h, weight, activation), new_residual
+
+
+def check_gated_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, activation: str) -> None:
+    """Check the arguments of :func:`gated_linear` (shapes and dtypes only, no sync).
+
+    Raises:
+        ValueError: ``"gated_linear: ..."`` unless weight is ``[N, K]``, gate and up one ``[..., K]`` shape
+            of weight's dtype and activation one of :data:`~anna_core.kernels.checks.GATED_ACTIVATIONS`.
+    """
+    op = "gated_linear"
+    check_gated_activation(op, activation)
+    require(weight.dim() == 2, op, f"weight must be [N, K], got shape {tuple(weight.shape)}")
+    k = weight.shape[1]
+    require(gate.dim() >= 1 and gate.shape[-1] == k and up.shape == gate.shape, op,
+            f"gate and up must be one [M, K={k}] shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    require(gate.dtype == up.dtype == weight.dtype, op,
+            f"gate ({gate.dtype}), up ({up.dtype}) and weight ({weight.dtype}) must share one dtype")
+
+
+def gated_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, activation: str) -> torch.Tensor:
+    """``act(gate) * up``, then a bias-free linear layer: :func:`act_mul_linear` with gate and up in two
+    tensors (Gemma 4's per-layer-input block: ``per_layer_projection(gelu_tanh(gate) * per_layer_input)``).
+
+    Args:
+        gate, up: ``[M, K]`` (or ``[..., K]``; up may be a strided view); weight: ``[N, K]`` of their dtype.
+        activation: ``"silu"`` or ``"gelu_tanh"``.
+
+    Returns:
+        ``[..., N]`` in gate's dtype, the product rounded as ``act_and_mul`` rounds it.
+
+    Raises:
+        ValueError: see :func:`check_gated_linear`.
+    """
+    check_gated_linear(gate, up, weight, activation)
+    return linear(act_and_mul(torch.cat([gate, up], dim=-1), activation), weight, None)

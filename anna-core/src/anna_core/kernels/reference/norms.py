@@ -89,3 +89,37 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
                 f"residual must have x's dtype {x.dtype}, got {residual.dtype}")
         x = x + residual
     return rms_norm(x, weight, eps, zero_centered), x
+
+
+def post_norm_residual(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                       zero_centered: bool, scale: torch.Tensor | None,
+                       next_weight: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """A sandwich-normed block's output norm and residual add, the optional layer scale, and the next
+    block's input norm: ``r = residual + rms_norm(x, weight)``; ``r = r * scale`` (if given);
+    ``y = rms_norm(r, next_weight)`` (if given).
+
+    Args:
+        x: ``[T, D]`` the block's output; residual: ``[T, D]`` of x's dtype; weight, next_weight: ``[D]``
+            (next_weight may be None); eps, zero_centered: as :func:`rms_norm` (both norms);
+            scale: ``[1]`` of x's dtype, or None.
+
+    Returns:
+        ``(y, r)`` ``[T, D]`` in x's dtype (``y`` None without next_weight), each step rounded as the
+        torch expression ``(residual + rms_norm(x)) * scale`` rounds it.
+
+    Raises:
+        ValueError: a weight is not ``[D]``; residual's shape or dtype differs from x's; scale is not
+            one element.
+    """
+    _check_weight("post_norm_residual", x, weight)
+    require(residual.shape == x.shape and residual.dtype == x.dtype, "post_norm_residual",
+            f"residual must match x's shape {tuple(x.shape)} and dtype {x.dtype}, got {tuple(residual.shape)} "
+            f"{residual.dtype}")
+    require(scale is None or scale.numel() == 1, "post_norm_residual", "scale must hold one element")
+    r = residual + rms_norm(x, weight, eps, zero_centered)
+    if scale is not None:
+        r = r * scale
+    if next_weight is None:
+        return None, r
+    _check_weight("post_norm_residual", r, next_weight)
+    return rms_norm(r, next_weight, eps, zero_centered), r

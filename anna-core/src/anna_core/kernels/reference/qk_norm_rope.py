@@ -80,3 +80,27 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
     k = _rope(rms_norm(k, k_weight, eps, zero_centered), cos, sin)
     reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
     return q.contiguous()
+
+
+def q_norm_rope(q: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                inv_freq: torch.Tensor) -> torch.Tensor:
+    """:func:`qk_norm_rope_cache`'s query path alone (no K/V, no cache).
+
+    Args:
+        q: ``[T, H, D]``; weight: ``[D]``; eps, zero_centered: the norm's; positions: ``[T]`` int64;
+            inv_freq: ``[R/2]`` float32 (``0 < R <= D``).
+
+    Returns:
+        ``[T, H, D]`` contiguous in q's dtype: ``rope(rms_norm(q))``.
+
+    Raises:
+        ValueError: q not ``[T, H, D]``, weight not ``[D]``, inv_freq or positions of the wrong shape.
+    """
+    op = "q_norm_rope"
+    require(q.dim() == 3, op, f"q must be [T, H, D], got {tuple(q.shape)}")
+    total, _, dim = q.shape
+    require(tuple(weight.shape) == (dim,), op, f"weight must be [{dim}]")
+    require(inv_freq.dim() == 1 and 0 < 2 * inv_freq.shape[0] <= dim, op, f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
+    require(positions.dim() == 1 and positions.shape[0] == total, op, f"positions must be [T={total}]")
+    angles = positions.to(torch.float32)[:, None] * inv_freq.to(device=q.device, dtype=torch.float32)[None, :]
+    return _rope(rms_norm(q, weight, eps, zero_centered), torch.cos(angles), torch.sin(angles)).contiguous()

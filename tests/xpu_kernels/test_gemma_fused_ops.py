@@ -1,0 +1,149 @@
+"""The Triton kernels of the ops Gemma's decoder fuses (``post_norm_residual``, ``q_norm_rope``) against
+their torch references (interpreter), and a tiny Gemma 4 (E2B style: KV sharing, per-layer embeddings) and
+Gemma 3 through the engine with the Triton kernels giving the reference model's greedy tokens."""
+
+import pytest
+import torch
+from anna_core.kernels.reference import norms as ref_norms
+from anna_core.kernels.reference import qk_norm_rope as ref_qk
+from anna_core.layers.rotary import RotaryEmbedding
+
+from tests.xpu_kernels._interp import require_triton_interpreter, tol
+
+require_triton_interpreter()
+
+from anna_xpu_kernels.norms import post_norm_residual
+from anna_xpu_kernels.qk_norm_rope import q_norm_rope
+
+
+def _tol(dtype):
+    return tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}  # two bf16 roundings in a row
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("scaled,with_next,zero_centered", [(True, True, False), (False, False, False),
+                                                            (False, True, True)])
+def test_post_norm_residual_matches_reference(poison_outputs, dtype, scaled, with_next, zero_centered):
+    gen = torch.Generator().manual_seed(7)
+    T, D = 5, 48  # D not a power of two: masked columns
+    x, residual = (3 * torch.randn(2, T, D, generator=gen)).to(dtype)
+    w, nw = (1 + 0.3 * torch.randn(2, D, generator=gen)).to(dtype)
+    scale = torch.tensor([0.37], dtype=dtype) if scaled else None
+    got_y, got_r = post_norm_residual(x, residual, w, 1e-6, zero_centered, scale, nw if with_next else None)
+    want_y, want_r = ref_norms.post_norm_residual(x, residual, w, 1e-6, zero_centered, scale,
+                                                  nw if with_next else None)
+    torch.testing.assert_close(got_r, want_r, **_tol(dtype))
+    assert (got_y is None) == (want_y is None) == (not with_next)
+    if with_next:
+        torch.testing.assert_close(got_y, want_y, **_tol(dtype))
+    # the reference is the torch expression the unfused decoder computed
+    manual = residual + ref_norms.rms_norm(x, w, 1e-6, zero_centered)
+    if scaled:
+        manual = manual * scale
+    torch.testing.assert_close(want_r, manual, rtol=0, atol=0)
+
+
+def test_post_norm_residual_bad_arguments():
+    x = torch.zeros(2, 8)
+    with pytest.raises(ValueError, match="scale must hold one element"):
+        post_norm_residual(x, x, torch.ones(8), 1e-6, False, torch.ones(2), None)
+    with pytest.raises(ValueError, match="next_weight must be"):
+        post_norm_residual(x, x, torch.ones(8), 1e-6, False, None, torch.ones(7))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim,rope", [(32, {"rope_theta": 1e4}),
+                                      (64, {"rope_type": "proportional", "rope_theta": 1e6,
+                                            "partial_rotary_factor": 0.25})])
+def test_q_norm_rope_matches_reference(poison_outputs, dtype, dim, rope):
+    gen = torch.Generator().manual_seed(dim)
+    T, H = 4, 3
+    merged = torch.randn(T, H * dim + 16, generator=gen).to(dtype)
+    q = merged[:, : H * dim].view(T, H, dim)  # a strided column slice, as the merged projection gives it
+    w = (1 + 0.2 * torch.randn(dim, generator=gen)).to(dtype)
+    positions = torch.tensor([0, 5, 77, 1000])
+    inv_freq = RotaryEmbedding(dim, dim, rope)._inv_freq
+    got = q_norm_rope(q, w, 1e-6, False, positions, inv_freq)
+    want = ref_qk.q_norm_rope(q, w, 1e-6, False, positions, inv_freq)
+    assert got.shape == (T, H, dim) and got.is_contiguous()
+    torch.testing.assert_close(got, want, **_tol(dtype))
+    # the reference equals the unfused norm + rotary
+    rot = RotaryEmbedding(dim, dim, rope)
+    torch.testing.assert_close(want, rot.rotate(ref_norms.rms_norm(q, w, 1e-6, False), rot.cos_sin(positions)),
+                               rtol=0, atol=0)
+
+
+def test_registered_ops(monkeypatch):
+    from anna_core.kernels import KernelRegistry, ProbeRequest
+    from anna_core.plugins import make_plugin_manager
+
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get("q_norm_rope", ProbeRequest("cpu", "float32", {"head_dim": 512})) is q_norm_rope
+    assert registry.get("post_norm_residual", ProbeRequest("cpu", "bfloat16")) is post_norm_residual
+    assert registry.get("q_norm_rope", ProbeRequest("cpu", "float32")) is ref_qk.q_norm_rope
+
+
+def _generate(path, prompts, *, dtype="fp32"):
+    from anna_core.engine.config import EngineConfig
+    from anna_core.engine.llm_engine import LLMEngine
+    from anna_core.engine.sampling_params import SamplingParams
+    from anna_core.loading import load_model
+    from anna_core.testing.engine_run import run_to_completion
+
+    # the GEMV kernels are tested elsewhere, and slow under the interpreter: the projections stay torch here
+    gemv = ("linear", "add_rms_norm_linear", "act_mul_linear", "linear_act_mul", "add_rms_norm_linear_act_mul")
+    loaded = load_model(path, device="cpu", dtype=dtype, disable_kernels=tuple(f"{op}:triton" for op in gemv))
+    engine = LLMEngine.from_loaded(loaded, EngineConfig(max_num_seqs=4, num_blocks=64, block_size=4,
+                                                        max_model_len=96, max_prefill_tokens=2048,
+                                                        enable_prefix_caching=False))
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    outs = run_to_completion(engine, prompts, params, prefix="")
+    for out in outs:
+        assert out.error is None, out.error
+    return [list(out.token_ids) for out in outs], engine.runner.model.ops.registry.chosen()
+
+
+@pytest.mark.parametrize("family", ["gemma4-e2b", "gemma3"])
+def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, family):
+    if family == "gemma3":
+        from tests.gemma3.tiny import build_tiny_gemma3 as build
+
+        path = build(tmp_path / "g")
+    else:
+        from tests.gemma4.tiny import build_tiny_gemma4
+
+        path = build_tiny_gemma4(tmp_path / "g", variant="e2b")
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 300, (n,), generator=gen).tolist() for n in (4, 9)]
+    monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
+    want, chosen_ref = _generate(path, prompts)
+    assert set(chosen_ref.values()) == {"reference"} and "qk_norm_rope_cache" not in chosen_ref
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    got, chosen = _generate(path, prompts)
+    assert chosen["qk_norm_rope_cache"] == chosen["post_norm_residual"] == chosen["paged_attention"] == "triton"
+    if family != "gemma3":
+        assert chosen["q_norm_rope"] == chosen["gated_linear"] == "triton"  # KV-shared layers, per-layer inputs
+    assert "reshape_and_cache" not in chosen  # the cache write runs inside the fused op
+    assert got == want
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
+def test_gated_linear_matches_reference(poison_outputs, dtype, rows, activation):
+    from anna_core.kernels.reference.fused_linear import gated_linear as reference
+    from anna_xpu_kernels.fused_linear import gated_linear
+
+    gen = torch.Generator().manual_seed(rows)
+    K, N, L = 40, 24, 3
+    gate = torch.randn(rows, K, generator=gen).to(dtype)
+    table = torch.randn(rows, L, K, generator=gen).to(dtype)
+    up = table[:, 1]  # a strided row view, as the per-layer inputs [T, L, P] give it
+    w = (torch.randn(N, K, generator=gen) * K**-0.5).to(dtype)
+    got = gated_linear(gate, up, w, activation)
+    want = reference(gate, up, w, activation)
+    assert got.shape == (rows, N)
+    torch.testing.assert_close(got, want, **_tol(dtype))
+    with pytest.raises(ValueError, match="gate and up must be one"):
+        gated_linear(gate, up[:, :-1], w, activation)

@@ -30,8 +30,13 @@ def fla_in_use() -> bool:
 def build_hf(loaded: Any) -> Any:
     """The HF model over ``loaded``'s weights (shared tensors), in eval mode.
 
+    Families with ``hf_export``: Qwen3.5 dense and MoE (``anna-qwen35``), Gemma 4 and Gemma 3
+    (``anna-gemma4``).
+
     Raises:
-        AnnaError: the family has no ``hf_export`` or HF lacks the class.
+        AnnaError: the family has no ``hf_export`` or HF lacks the class; the exported names do not fit
+            the HF model (missing / unexpected tensors); a computed buffer could not be given its value
+            (:func:`_rebuild_meta_modules`). ``ModelLoadError`` (a subclass) from ``hf_export`` itself.
     """
     import transformers
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,3 +121,36 @@ def test_anna_bench_serve_defaults_builds_the_engine_anna_serve_builds(tiny_dir)
     bad = CliRunner().invoke(bench, ["--model-dir", str(tiny_dir), "--device", "cpu", "--serve-defaults",
                                      "--enable-prefix-caching"])
     assert bad.exit_code != 0 and "--serve-defaults builds the engine" in bad.output
+
+
+def _compare_hf_same_weights(folder: Path) -> None:
+    """``anna bench --compare-hf`` on the config-only ``folder`` (dummy weights) agrees with HF throughout."""
+    res = CliRunner().invoke(bench, ["--model-dir", str(folder), "--device", "cpu", "--dtype", "fp32",
+                                     "--load-format", "dummy", "--input-len", "24", "--output-len", "5",
+                                     "--warmup", "0", "--runs", "1", "--compare-hf", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output[res.output.index("{"):])
+    assert report["served_vs_eager_match_tokens"] == 5
+    hf = report["hf"]
+    assert hf["speedup"] > 0 and hf["hf_decode_tokens_per_s_per_stream"] > 0 and hf["hf_ttft_ms"] > 0
+    assert hf["top1_agree"] and hf["top5_overlap"] == 5
+    assert hf["logits_max_abs_diff"] < 1e-3 * max(1.0, hf["logits_std"])
+    assert hf["greedy_match_tokens"] == 5
+
+
+@pytest.mark.parametrize("variant, conditional", [("e2b", False), ("moe", True), ("dense", True)])
+def test_anna_bench_compare_hf_on_cpu_gemma4(tmp_path, variant, conditional):
+    """``--compare-hf`` on a config-only tiny Gemma 4 folder: HF's ``Gemma4ForCausalLM`` over Anna's tensors,
+    timed and compared, for the E2B (per-layer embeddings, KV sharing), 26B-A4B (MoE, K = V) and 31B (K = V)
+    styles; the last two in the released layout (the text config nested)."""
+    pytest.importorskip("anna_gemma4")
+    from tests.bench.tiny_config import write_tiny_gemma4_config
+
+    _compare_hf_same_weights(write_tiny_gemma4_config(tmp_path / variant, variant, conditional=conditional))
+
+
+def test_anna_bench_compare_hf_on_cpu_qwen35_moe(tmp_path):
+    """``--compare-hf`` on a config-only tiny Qwen3.5 MoE folder: ``Qwen3_5MoeForCausalLM`` with the fused experts."""
+    from tests.bench.tiny_config import write_tiny_qwen35_moe_config
+
+    _compare_hf_same_weights(write_tiny_qwen35_moe_config(tmp_path / "moe"))

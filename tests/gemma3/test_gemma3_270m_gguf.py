@@ -108,3 +108,19 @@ def test_greedy_tokens_through_the_engine_equal_transformers(anna, hf):
     assert out.token_ids == hf["greedy"]
     assert len(set(out.token_ids)) > 10  # real text, not a repeat
     assert anna.tokenizer.decode(out.token_ids) == hf["greedy_text"]
+
+
+def test_compare_hf_export_of_the_gguf_gives_transformers_own_logits(anna, hf):
+    """``anna bench --compare-hf`` on a GGUF: the HF model built from the parsed metadata over Anna's
+    dequantized tensors (:meth:`~anna_gemma4.gemma3.model.Gemma3ForCausalLM.hf_export`, no ``config.json``)
+    gives the logits transformers computed loading the GGUF itself."""
+    from anna_core.bench.hf_compare import build_hf
+
+    assert anna.model.raw_config is None
+    model = build_hf(anna)
+    with torch.inference_mode():
+        logits = model(torch.tensor([hf["prompt_ids"]])).logits[0]
+    for pos, want in hf["top_logits"].items():
+        values, indices = logits[int(pos)].float().topk(8)
+        assert indices.tolist() == want["ids"], pos
+        torch.testing.assert_close(values, torch.tensor(want["logits"]), atol=2e-4, rtol=0, msg=pos)

@@ -63,12 +63,17 @@ class GemmaCausalLM(nn.Module):
         ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
         text_model: ``(cfg, cache_spec, ops) -> nn.Module`` with ``embed_tokens`` and ``layers`` (each with
             ``merge_projections()``).
+
+    Attributes:
+        raw_config: the checkpoint's ``config.json`` dict, set by the loader (None until then, and for a
+            GGUF source); ``hf_export`` builds transformers' config from it.
     """
 
     def __init__(self, cfg: Any, ops: Any, text_model: Any):
         super().__init__()
         self.config = cfg
         self.ops = ops
+        self.raw_config: dict[str, Any] | None = None
         self.cache_spec = cache_spec(cfg)
         self.model = text_model(cfg, self.cache_spec, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)

@@ -69,6 +69,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         load_safetensors(model, source.root, name_map(cfg), device=device)
     model.merge_projections()
     use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
+    model.raw_config = source.config  # for hf_export (anna bench --compare-hf)
     model.eval()
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)

@@ -104,5 +104,29 @@ class Gemma4ForCausalLM(GemmaCausalLM):
     def __init__(self, cfg: Gemma4Config, ops: Any):
         super().__init__(cfg, ops, Gemma4TextModel)
 
+    def hf_export(self) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
+        """``("Gemma4ForCausalLM", "Gemma4TextConfig", config kwargs, state dict)``: transformers' text-only
+        Gemma 4 over this model's tensors (views, no copies), for ``anna bench --compare-hf``
+        (:func:`anna_core.bench.hf_compare.build_hf`).
+
+        The config kwargs are the text part of the checkpoint's ``config.json``
+        (:func:`~anna_gemma4.weights.hf_text_config`); the state dict is
+        :func:`~anna_gemma4.weights.hf_state_dict` (merged gate/up projections split back). Every variant
+        exports: per-layer embeddings and KV sharing (E2B / E4B: the KV-shared layers have no K/V tensors on
+        either side), the double-wide MLP of the shared layers, the MoE router and experts (26B-A4B), K = V
+        global layers without ``v_proj`` (26B-A4B, 31B). One difference stays: the conditional layout's media
+        placeholder ids (image / video / audio tokens) embed as padding in Anna, as transformers' conditional
+        model does without media, but as themselves in its text-only class, so logits differ from a prompt
+        position holding one on (the bench's random prompts rarely do: 3 ids in 262144).
+
+        Raises:
+            ModelLoadError: the loader kept no ``config.json`` (:attr:`raw_config` is None), or the MoE
+                experts are not in transformers' layout.
+        """
+        from anna_gemma4.weights import hf_state_dict, hf_text_config
+
+        text = hf_text_config(self.raw_config, self.config.tie_word_embeddings)
+        return "Gemma4ForCausalLM", "Gemma4TextConfig", text, hf_state_dict(self)
+
 
 __all__ = ["FULL", "SLIDING", "Gemma4ForCausalLM", "Gemma4TextModel", "cache_spec"]

@@ -134,6 +134,7 @@ class Qwen35ForCausalLM(nn.Module):
         super().__init__()
         self.config = cfg
         self.ops = ops
+        self.raw_config: dict[str, Any] | None = None  # the checkpoint's config.json, set by the loader (hf_export)
         if cfg.is_moe:
             self.capabilities = ModelCapabilities(padded_prefill=False, state_checkpoints=True)
         self.cache_spec = cache_spec(cfg)
@@ -147,13 +148,17 @@ class Qwen35ForCausalLM(nn.Module):
     def hf_export(self) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
         """``(HF model class, HF config class, config kwargs, state dict)`` for the text-only HF model
         over this model's tensors (views, no copies); see :func:`anna_qwen35.weights.hf_text_state_dict`.
+        Dense: ``Qwen3_5ForCausalLM`` / ``Qwen3_5TextConfig``; MoE: ``Qwen3_5MoeForCausalLM`` /
+        ``Qwen3_5MoeTextConfig`` with the experts fused as transformers holds them. The config kwargs are
+        the checkpoint's text config (its ``text_config`` in the vision-language layout).
 
         Raises:
-            ModelLoadError: the raw ``config.json`` dict was not kept by the loader.
+            ModelLoadError: the raw ``config.json`` dict was not kept by the loader, or a MoE model's
+                experts are not fused.
         """
         from anna_qwen35.weights import hf_text_state_dict
 
-        raw = getattr(self, "raw_config", None)
+        raw = self.raw_config
         if raw is None:
             from anna_core.errors import ModelLoadError
 

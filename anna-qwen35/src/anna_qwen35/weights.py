@@ -20,6 +20,7 @@ from anna_core.errors import ModelLoadError
 from torch import nn
 
 from anna_qwen35.config import Qwen35Config
+from anna_qwen35.moe import SparseMoeBlock
 
 _VL_PREFIX = "model.language_model."
 _IGNORED_PREFIXES = ("model.visual.", "mtp.")
@@ -51,14 +52,27 @@ def hf_text_state_dict(model) -> dict:
     memory with ``model`` (``load_state_dict(..., assign=True)`` into a meta-built HF model then
     costs no memory): the HF side-by-side benchmark runs both on the same random weights.
 
+    In a MoE model (``Qwen3_5MoeForCausalLM``) each layer's ``mlp.`` exports the router ``gate.weight``
+    ``[E, H]``, the shared expert's ``shared_expert.{gate,up,down}_proj.weight`` (split back),
+    ``shared_expert_gate.weight`` ``[1, H]`` and the routed experts in the fused layout transformers 5
+    holds in memory: exactly ``experts.gate_up_proj`` ``[E, 2I, H]`` and ``experts.down_proj`` ``[E, H, I]``
+    (any other tensor the experts module keeps for its own kernels is left out).
+
     Args:
-        model: a :class:`~anna_qwen35.model.Qwen35ForCausalLM`, merged or not.
+        model: a :class:`~anna_qwen35.model.Qwen35ForCausalLM`, merged or not (a MoE model's experts
+            must be fused: :meth:`~anna_qwen35.model.Qwen35ForCausalLM.merge_projections`, which the
+            loader runs).
+
+    Raises:
+        ModelLoadError: a MoE layer's experts are still per expert, or not in that layout.
     """
     state = {}
     for name, param in model.named_parameters():
         state[name] = param.detach()
     for prefix, module in model.named_modules():
         prefix = prefix + "."
+        if isinstance(module, SparseMoeBlock):
+            _export_experts(state, prefix + "experts.", module.experts)
         merged_gdn = getattr(module, "in_proj_all", None)
         if merged_gdn is not None:
             w = state.pop(prefix + "in_proj_all.weight")
@@ -76,6 +90,27 @@ def hf_text_state_dict(model) -> dict:
             w = state.pop(prefix + "gate_up_proj.weight")
             state[prefix + "gate_proj.weight"], state[prefix + "up_proj.weight"] = w.split(module.intermediate)
     return state
+
+
+def _export_experts(state: dict, prefix: str, experts: nn.Module) -> None:
+    """Replace ``state``'s ``{prefix}*`` entries by the fused ``gate_up_proj`` / ``down_proj`` views of
+    ``experts`` (a :class:`~anna_qwen35.moe.RoutedExperts`).
+
+    Raises:
+        ModelLoadError: the experts are per expert (not fused), or their tensors are not ``[E, 2I, H]`` /
+            ``[E, H, I]``.
+    """
+    if experts.gate_up_proj is None or experts.down_proj is None:
+        raise ModelLoadError(f"{prefix[:-1]}: the per-expert weights are not fused yet (merge_projections)")
+    gate_up, down = experts.gate_up_proj.detach(), experts.down_proj.detach()
+    if (gate_up.dim() != 3 or down.dim() != 3 or gate_up.shape[0] != down.shape[0]
+            or gate_up.shape[1] != 2 * down.shape[2] or gate_up.shape[2] != down.shape[1]):
+        raise ModelLoadError(f"{prefix[:-1]}: gate_up_proj {tuple(gate_up.shape)} / down_proj {tuple(down.shape)} "
+                             "are not transformers' fused [E, 2I, H] / [E, H, I] layout")
+    for name in [n for n in state if n.startswith(prefix)]:
+        del state[name]
+    state[prefix + "gate_up_proj"] = gate_up
+    state[prefix + "down_proj"] = down
 
 
 _PER_EXPERT = re.compile(r"\.mlp\.experts\.\d+\.")

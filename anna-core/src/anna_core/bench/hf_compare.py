@@ -30,8 +30,13 @@ def fla_in_use() -> bool:
 def build_hf(loaded: Any) -> Any:
     """The HF model over ``loaded``'s weights (shared tensors), in eval mode.
 
+    Families with ``hf_export``: Qwen3.5 dense and MoE (``anna-qwen35``), Gemma 4 and Gemma 3
+    (``anna-gemma4``).
+
     Raises:
-        AnnaError: the family has no ``hf_export`` or HF lacks the class.
+        AnnaError: the family has no ``hf_export`` or HF lacks the class; the exported names do not fit
+            the HF model (missing / unexpected tensors); a computed buffer could not be given its value
+            (:func:`_rebuild_meta_modules`). ``ModelLoadError`` (a subclass) from ``hf_export`` itself.
     """
     import transformers
 
@@ -60,16 +65,49 @@ def build_hf(loaded: Any) -> Any:
 
 
 def _rebuild_meta_modules(hf: Any, device: torch.device) -> None:
-    """Modules holding only computed buffers (rotary tables) were built on meta: build them again on
-    ``device`` from their config."""
+    """Give the computed (non-persistent) buffers that stayed on the meta device their values on ``device``.
+
+    A module holding only such buffers (a rotary table) is built again on ``device`` from its config. One
+    that also holds parameters (Gemma's scaled embedding and its ``embed_scale``) keeps them: its meta
+    buffers are allocated on ``device`` and HF's own ``_init_weights`` fills them, run while the
+    module's parameters are swapped for meta stand-ins, so that it cannot write to Anna's shared tensors.
+
+    Raises:
+        AnnaError: ``_init_weights`` left such a buffer unset, or it is not a float buffer.
+    """
     for name, module in list(hf.named_modules()):
         own = list(module.named_buffers(recurse=False))
-        if not own or not any(b.is_meta for _, b in own) or list(module.parameters(recurse=False)):
+        if not own or not any(b.is_meta for _, b in own):
             continue
-        with torch.device(device):
-            fresh = type(module)(module.config)
-        parent_name, _, attr = name.rpartition(".")
-        setattr(hf.get_submodule(parent_name) if parent_name else hf, attr, fresh)
+        if not list(module.parameters(recurse=False)):
+            with torch.device(device):
+                fresh = type(module)(module.config)
+            parent_name, _, attr = name.rpartition(".")
+            setattr(hf.get_submodule(parent_name) if parent_name else hf, attr, fresh)
+        else:
+            _init_meta_buffers(hf, name, module, device)
+
+
+def _init_meta_buffers(hf: Any, name: str, module: torch.nn.Module, device: torch.device) -> None:
+    """``module``'s meta buffers filled by ``hf._init_weights(module)`` on ``device`` (see
+    :func:`_rebuild_meta_modules`); NaN beforehand, so a buffer it leaves unset is caught."""
+    meta = [b for b, t in module.named_buffers(recurse=False) if t.is_meta]
+    for buf in meta:
+        t = module.get_buffer(buf)
+        if not t.is_floating_point():
+            raise AnnaError(f"HF buffer {name}.{buf} ({t.dtype}) stayed on the meta device")
+        setattr(module, buf, torch.full(t.shape, float("nan"), dtype=t.dtype, device=device))
+    held = [(sub, p, param) for sub in module.modules() for p, param in list(sub.named_parameters(recurse=False))]
+    try:
+        for sub, p, param in held:
+            setattr(sub, p, torch.nn.Parameter(torch.empty_like(param, device="meta"), requires_grad=False))
+        hf._init_weights(module)
+    finally:
+        for sub, p, param in held:
+            setattr(sub, p, param)
+    unset = [buf for buf in meta if bool(module.get_buffer(buf).isnan().any())]
+    if unset:
+        raise AnnaError(f"HF's _init_weights left {type(module).__name__} buffers {unset} of {name} unset")
 
 
 def hf_generate_time(hf: Any, prompts: list[list[int]], new_tokens: int) -> tuple[float, list[list[int]]]:

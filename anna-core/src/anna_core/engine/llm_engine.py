@@ -490,8 +490,15 @@ class LLMEngine:
         return request_output(req, delta, delta_ids)
 
     def stats(self) -> dict[str, Any]:
-        """Counters for ``/healthz`` (read them on the engine thread)."""
+        """Counters for ``/healthz`` (read them on the engine thread), and how steps run, the same for
+        every family: ``paged_kv`` (the model's attention K/V live in paged blocks of ``block_size``
+        tokens; False for a model with recurrent state only), ``prefix_caching`` (on as served: asked for,
+        and a recurrent model has snapshot room), ``graphs`` (:meth:`ModelRunner.graph_report`)."""
         return {
+            "paged_kv": bool(self.kv.paged),
+            "block_size": self.kv.block_size,
+            "prefix_caching": self.kv.enable_caching,
+            "graphs": self.runner.graph_report(),
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
             "kv_blocks_used": self.kv.num_used_blocks,

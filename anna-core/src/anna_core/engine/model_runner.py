@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from typing import Any
 
 import attrs
 import torch
@@ -40,6 +41,12 @@ from anna_core.model import CausalLM, ModelCaches
 log = logging.getLogger("anna.engine")
 
 COMPILE_MODES = ("none", "default", "max-autotune")
+NOT_SET_UP = "not set up (ModelRunner.setup has not run)"
+""":meth:`ModelRunner.graph_report`'s ``why_not`` before :meth:`ModelRunner.setup`."""
+
+
+def _capture_failed(exc: Exception) -> str:
+    return f"capture failed: {type(exc).__name__}: {str(exc)[:300]}"
 
 
 def _compile_mode(value: str) -> str:
@@ -119,6 +126,8 @@ class ModelRunner:
         self.num_eager_steps = 0
         self.max_prefill_replays = 0  # set by setup() (graphs only exist after it)
         self.startup: dict[str, float] = {}  # seconds per set-up phase (warmup_s, prefill_graphs_s, decode_graphs_s)
+        # why each kind of graph was not captured (None once captured); graph_report() shows it
+        self._no_graphs: dict[str, str | None] = dict.fromkeys(("decode", "prefill"), NOT_SET_UP)
 
     def setup(self, config: RunnerConfig, *, max_model_len: int, max_num_seqs: int,
               max_prefill_tokens: int | None = None) -> None:
@@ -135,6 +144,10 @@ class ModelRunner:
         self.prefill_graphs = None
         self.startup = {}
         self.max_prefill_replays = config.max_prefill_replays
+        if not config.cuda_graph:
+            self._no_graphs = dict.fromkeys(self._no_graphs, "off (cuda_graph=False, --no-cuda-graph)")
+        elif not self.accel.graphs:
+            self._no_graphs = dict.fromkeys(self._no_graphs, f"the {self.device.type} device does not capture graphs")
         clock = time.perf_counter
         if config.warmup:
             t0 = clock()
@@ -176,25 +189,33 @@ class ModelRunner:
 
         try:
             self.graphs = capture(compile_fn)
+            self._no_graphs["decode"] = None
             return
         except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
             if compile_fn is None:
                 log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
+                self._no_graphs["decode"] = _capture_failed(exc)
                 return
             # e.g. dynamo cannot trace a kernel plugin's launcher: the graphs still pay without compile
             log.warning("decode graph capture with torch.compile (mode %s) failed, capturing the uncompiled step: "
                         "%s: %s", config.compile_mode, type(exc).__name__, str(exc))  # str: frees the attempt
         try:
             self.graphs = capture(None)
+            self._no_graphs["decode"] = None
         except Exception as exc:  # noqa: BLE001
             log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
+            self._no_graphs["decode"] = _capture_failed(exc)
 
     def _capture_prefill(self, max_tokens: int, width: int) -> None:
         """Capture the prefill graphs of prompts up to ``max_tokens`` with block tables of up to ``width``
         blocks (none when the model does not support padded prefills or no bucket fits); a failure is
         logged and leaves prefills eager."""
         buckets = prefill_buckets(max_tokens)
-        if not buckets or not self.model.capabilities.padded_prefill:
+        if not self.model.capabilities.padded_prefill:
+            self._no_graphs["prefill"] = "the model does not declare padded_prefill"
+            return
+        if not buckets:
+            self._no_graphs["prefill"] = f"no prompt-length bucket fits one-step prompts of up to {max_tokens} tokens"
             return
         try:
             caps = self.model.capabilities
@@ -204,8 +225,31 @@ class ModelRunner:
                                    hidden_size=self.model.hidden_size if caps.modalities else None)
             graphs.capture()
             self.prefill_graphs = graphs
+            self._no_graphs["prefill"] = None
         except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
             log.warning("prefill graph capture failed, prefills run eagerly: %s: %s", type(exc).__name__, str(exc))
+            self._no_graphs["prefill"] = _capture_failed(exc)
+
+    def graph_report(self) -> dict[str, dict[str, Any]]:
+        """Which steps replay captured graphs (``/healthz``, ``engine.graphs``), family-neutral.
+
+        Returns:
+            ``{"decode": {"captured": bool, "batch_sizes": [int], "modes": [str], "why_not": str | None},
+            "prefill": {"model_supports": bool, "captured": bool, "prompt_lengths": [int], "why_not": str |
+            None}}``: ``batch_sizes`` / ``prompt_lengths`` are the captured buckets (empty when not
+            captured); ``model_supports`` is the model's ``padded_prefill`` capability (what prefill graphs
+            need from a model; decode graphs need no capability); ``why_not`` says why a kind was not
+            captured: :meth:`setup` has not run, graphs are off, the device cannot capture them, the model
+            lacks the capability, no bucket fits, or the capture failed (with the error).
+        """
+        dg, pg = self.graphs, self.prefill_graphs
+        return {
+            "decode": {"captured": dg is not None, "batch_sizes": list(dg.buckets) if dg is not None else [],
+                       "modes": list(dg.modes) if dg is not None else [], "why_not": self._no_graphs["decode"]},
+            "prefill": {"model_supports": self.model.capabilities.padded_prefill, "captured": pg is not None,
+                        "prompt_lengths": list(pg.buckets) if pg is not None else [],
+                        "why_not": self._no_graphs["prefill"]},
+        }
 
     def warmup(self, max_model_len: int) -> None:
         """Prefills and one decode on the scratch block and slot before the first request

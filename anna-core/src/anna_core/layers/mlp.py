@@ -59,6 +59,17 @@ class SwiGLUMLP(nn.Module):
         self.gate_up_proj.weight = nn.Parameter(merged, requires_grad=False)
         del self.gate_proj, self.up_proj
 
+    def unmerged_weights(self) -> dict[str, torch.Tensor]:
+        """The checkpoint-layout weights, merged or not: ``{"gate_proj.weight": [I, H], "up_proj.weight":
+        [I, H], "down_proj.weight": [H, I]}``, each a view of this module's parameters (detached, same
+        storage: no copy), in their dtype and on their device. After :meth:`merge_gate_up` the first two
+        are the row halves of ``gate_up_proj.weight``."""
+        if self.gate_up_proj is None:
+            gate, up = self.gate_proj.weight.detach(), self.up_proj.weight.detach()
+        else:
+            gate, up = self.gate_up_proj.weight.detach().split(self.intermediate)
+        return {"gate_proj.weight": gate, "up_proj.weight": up, "down_proj.weight": self.down_proj.weight.detach()}
+
     def forward(self, x: torch.Tensor, pre_norm: tuple[Any, torch.Tensor | None] | None = None):
         """x: ``[T, H]`` -> ``[T, H]``.
 

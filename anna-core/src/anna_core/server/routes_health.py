@@ -3,7 +3,11 @@
 ``/health`` answers 200 ``{"status": "ready"}`` only while requests can be served, else 503 with
 the status (``loading``, ``failed`` or ``draining``). ``/healthz`` always answers 200 with what
 the server runs: model, family, task, device, dtype, memory, uptime, chosen kernels, engine stats and the
-serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s).
+serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s). The
+``generate`` task's engine stats also say how steps run, family-neutral: ``paged_kv``, ``block_size``,
+``prefix_caching`` and ``graphs`` (decode and prefill graphs captured or why not; see
+:meth:`anna_core.engine.llm_engine.LLMEngine.stats`; the fields are listed in
+``docs/openai-compatibility.md``, *Health*).
 ``/metrics`` gives the same figures in Prometheus text format. A 503 ``loading`` carries
 ``Retry-After``; ``max_model_len`` is null until the model has loaded. When the server has an API
 key, ``/healthz`` shows the model path (``model_dir``) and the memory figures only to callers that

@@ -67,6 +67,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         materialize_dummy(model, device=device)
     else:
         load_safetensors(model, source.root, name_map(cfg), device=device)
+    model.raw_config = source.config  # for hf_export (anna bench --compare-hf); a GGUF source has none
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=list(cfg.eos_token_id), tokenizer=tokenizer)
     return _loaded(_prepare(model, ops), cfg, tokenizer, generation, device, dtype)

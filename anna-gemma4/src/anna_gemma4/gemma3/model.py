@@ -117,5 +117,42 @@ class Gemma3ForCausalLM(GemmaCausalLM):
     def __init__(self, cfg: Gemma3Config, ops: Any):
         super().__init__(cfg, ops, Gemma3TextModel)
 
+    def hf_export(self) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
+        """``("Gemma3ForCausalLM", "Gemma3TextConfig", config kwargs, state dict)``: transformers' text-only
+        Gemma 3 over this model's tensors (views, no copies), for ``anna bench --compare-hf``
+        (:func:`anna_core.bench.hf_compare.build_hf`).
 
-__all__ = ["Gemma3DecoderLayer", "Gemma3ForCausalLM", "Gemma3TextModel"]
+        The config kwargs are the text part of the checkpoint's ``config.json``
+        (:func:`~anna_gemma4.weights.hf_text_config`; transformers fills the fields the released
+        conditional configs leave out with the defaults Anna parses them with) or, for a GGUF source
+        (no ``config.json``), :func:`hf_text_config_of` the parsed metadata. The state dict is
+        :func:`~anna_gemma4.weights.hf_state_dict` (merged gate/up projections split back; GGUF norms
+        are stored as transformers' ``w``, the file's ``1 + w`` having been undone at load).
+        """
+        from anna_gemma4.weights import hf_state_dict, hf_text_config
+
+        tie = self.config.tie_word_embeddings
+        text = hf_text_config_of(self.config) if self.raw_config is None else hf_text_config(self.raw_config, tie)
+        return "Gemma3ForCausalLM", "Gemma3TextConfig", text, hf_state_dict(self)
+
+
+def hf_text_config_of(cfg: Gemma3Config) -> dict[str, Any]:
+    """``Gemma3TextConfig`` kwargs that describe ``cfg`` (for a source without ``config.json``: GGUF).
+
+    ``query_pre_attn_scalar`` is passed as an int when it is one (the field's type in transformers).
+    """
+    scalar = cfg.query_pre_attn_scalar
+    return dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps,
+        sliding_window=cfg.sliding_window, max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=cfg.tie_word_embeddings, layer_types=[layer.kind for layer in cfg.layers],
+        rope_parameters={kind: dict(params) for kind, params in cfg.rope.items()},
+        query_pre_attn_scalar=int(scalar) if float(scalar).is_integer() else scalar,
+        final_logit_softcapping=cfg.final_logit_softcapping, attention_bias=cfg.attention_bias,
+        pad_token_id=cfg.pad_token_id, eos_token_id=list(cfg.eos_token_id) or None,
+        hidden_activation="gelu_pytorch_tanh")
+
+
+__all__ = ["Gemma3DecoderLayer", "Gemma3ForCausalLM", "Gemma3TextModel", "hf_text_config_of"]

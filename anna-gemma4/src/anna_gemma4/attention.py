@@ -83,6 +83,21 @@ class GemmaAttention(nn.Module):
             del self.v_proj
         self.v_proj = None
 
+    def unmerged_weights(self) -> dict[str, torch.Tensor]:
+        """The q/k/v projection tensors under their checkpoint names (``q_proj.weight``, ``k_proj.weight``,
+        ``v_proj.weight`` unless ``k_eq_v``; biases too), row slices of the merged ``qkv_proj`` once merged:
+        views, no copy. Empty before merging and in a KV-shared layer (its ``q_proj`` is a parameter)."""
+        if self.qkv_proj is None:
+            return {}
+        H, H_kv, D = self.num_heads, self.num_kv_heads, self.head_dim
+        names = ["q_proj", "k_proj"] + ([] if self.k_eq_v else ["v_proj"])
+        sizes = [H * D, H_kv * D] + ([] if self.k_eq_v else [H_kv * D])
+        out = {}
+        for kind, merged in (("weight", self.qkv_proj.weight), ("bias", self.qkv_proj.bias)):
+            if merged is not None:
+                out.update({f"{n}.{kind}": t for n, t in zip(names, torch.split(merged.detach(), sizes), strict=True)})
+        return out
+
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """x ``[T, hidden]`` -> q ``[T, H, D]``, k, v ``[T, H_kv, D]`` (None in a KV-shared layer; v is k's
         view with ``k_eq_v``): strided views of the merged projection's output when merged."""

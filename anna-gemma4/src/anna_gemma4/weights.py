@@ -78,9 +78,11 @@ def hf_state_dict(model: Any) -> dict[str, torch.Tensor]:
     names (``model.*``, ``lm_head.weight`` when untied), as views of its parameters (same storage, dtype
     and device: no copy, so the 31B fits once in memory).
 
-    Anna's names are HF's but for two things that are rewritten: each dense MLP's merged
+    Anna's names are HF's but for three things that are rewritten: each dense MLP's merged
     ``mlp.gate_up_proj.weight`` ``[2I, hidden]`` goes back to ``mlp.gate_proj.weight`` /
     ``mlp.up_proj.weight`` ``[I, hidden]`` (row halves, :meth:`~anna_core.layers.mlp.SwiGLUMLP.unmerged_weights`),
+    each attention's merged ``self_attn.qkv_proj`` to ``q_proj`` / ``k_proj`` / ``v_proj`` (row slices,
+    :meth:`~anna_gemma4.attention.GemmaAttention.unmerged_weights`),
     and a Gemma 4 MoE layer exports exactly ``experts.gate_up_proj`` ``[E, 2I, hidden]`` and
     ``experts.down_proj`` ``[E, hidden, I]`` (the layout transformers 5 holds in memory; any other tensor
     the experts module keeps for its own kernels is left out). The layer scalar, a parameter here, is a
@@ -98,6 +100,11 @@ def hf_state_dict(model: Any) -> dict[str, torch.Tensor]:
         for name in [n for n in state if n.startswith(prefix + "mlp.")]:
             del state[name]
         state.update({prefix + "mlp." + k: v for k, v in layer.mlp.unmerged_weights().items()})
+        unmerged_attn = layer.self_attn.unmerged_weights()
+        if unmerged_attn:
+            for name in [n for n in state if n.startswith(prefix + "self_attn.qkv_proj.")]:
+                del state[name]
+            state.update({prefix + "self_attn." + k: v for k, v in unmerged_attn.items()})
         if isinstance(layer, Gemma4DecoderLayer) and layer.has_moe:
             for name in [n for n in state if n.startswith(prefix + "experts.")]:
                 del state[name]

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Gemma 4 benchmarks on the H200 (issue 23): `anna bench` on dummy weights at the released shapes, one run per
 # entry of RUNS ("shape:batch:input_len:output_len[:flag...]", flags given as --flag without the dashes, e.g.
-# "E2B:1:512:128:profile:compare-hf"); each run's JSON and log go into $OUT/gemma4_bench.tgz (the device tool
+# "E2B:1:512:128:profile:compare-hf:hf-output-len=32"); each run's JSON and log go into $OUT/gemma4_bench.tgz (the device tool
 # returns few files), with one summary line each on stdout.
 set -u
 FINAL_OUT=$OUT; OUT=$(mktemp -d)
 RUNS=${RUNS:-"E2B:1:512:128:profile E4B:1:512:128:profile"}
 for run in $RUNS; do
   IFS=: read -r shape batch inp outp rest <<< "$run"
-  flags=(); IFS=: read -ra extra <<< "${rest:-}"; for f in "${extra[@]}"; do [ -n "$f" ] && flags+=("--$f"); done
-  name="g4_${shape}_b${batch}_i${inp}${rest:+_${rest//:/_}}"
+  flags=(); IFS=: read -ra extra <<< "${rest:-}"; for f in "${extra[@]}"; do
+    [ -z "$f" ] && continue
+    if [[ $f == *=* ]]; then flags+=("--${f%%=*}" "${f#*=}"); else flags+=("--$f"); fi
+  done
+  name="g4_${shape}_b${batch}_i${inp}"
   start=$SECONDS
   timeout "${T_RUN:-240}" anna bench --model-dir "tests/gemma4/reference_configs/gemma-4-$shape-it" --batch-size "$batch" \
     --input-len "$inp" --output-len "$outp" --runs "${NRUNS:-2}" "${flags[@]}" --json > "$OUT/$name.json" 2> "$OUT/$name.log"

@@ -39,7 +39,7 @@ TEST_DIRS = {
 }
 NEEDS = {"anna-core": [], "anna-cli": ["anna-core", "anna-qwen35"]}  # others: anna-core only
 # Distributions a distribution's tests use as fixtures (installed after the alone-install check).
-TEST_FIXTURES = {"anna-core": ["anna-qwen35", "anna-llama"], "anna-xpu-kernels": ["anna-qwen35"]}
+TEST_FIXTURES = {"anna-core": ["anna-qwen35", "anna-llama"], "anna-xpu-kernels": ["anna-qwen35", "anna-gemma4"]}
 
 
 @nox.session(python=PYTHON)

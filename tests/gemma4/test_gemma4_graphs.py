@@ -4,9 +4,10 @@
 eager engine's tokens.
 
 What this does not check: host reads. The fake's dispatch mode sees no ``aten._local_scalar_dense`` under
-``torch.inference_mode()`` (where the runner captures), and never sees ``.tolist()``; so the MoE block's
-host read of its per-expert counts (which fails a real capture) and the CPU torch reference
-``paged_attention``'s pass here (CUDA takes the Triton kernel for every Gemma 4 head dim)."""
+``torch.inference_mode()`` (where the runner captures), and never sees ``.tolist()``; so the CPU torch
+references of ``moe_experts`` (its per-expert counts) and ``paged_attention``, which read the host, pass
+here (CUDA takes the Triton kernels: grouped MoE GEMMs without host reads, and paged attention for every
+Gemma 4 head dim)."""
 
 from __future__ import annotations
 

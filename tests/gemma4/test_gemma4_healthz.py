@@ -95,10 +95,16 @@ def test_healthz_with_graphs_lists_both_kinds_and_steps_replay_them(gemma4_facto
 
 
 def test_a_model_without_padded_prefill_is_reported_so(monkeypatch, tmp_path):
-    """The same fields say why when a model lacks the capability (a Qwen3.5 MoE model declares no
-    ``padded_prefill``), so the Gemma 4 rows above are a real comparison."""
+    """The same fields say why when a model lacks the capability (a Qwen3.5 MoE model with its
+    ``padded_prefill`` declaration taken away), so the Gemma 4 rows above are a real comparison."""
     pytest.importorskip("anna_qwen35")
+    from anna_core.model import ModelCapabilities
+    from anna_qwen35.model import Qwen35ForCausalLM
+
     from tests.qwen35_moe.conftest import build_tiny_qwen35_moe
+
+    monkeypatch.setattr(Qwen35ForCausalLM, "capabilities", ModelCapabilities(padded_prefill=False,
+                                                                             state_checkpoints=True))
 
     health, _ = _healthz(build_tiny_qwen35_moe(tmp_path / "moe"), fake_graphs=True, monkeypatch=monkeypatch)
     e = health["engine"]

@@ -137,4 +137,4 @@ def test_released_35b_a3b_shape_on_meta_matches_hf_parameter_count():
     count = sum(p.numel() for p in model.parameters())
     assert count == sum(p.numel() for p in hf.parameters())
     assert 34e9 < count < 36e9
-    assert model.capabilities.padded_prefill is False and model.capabilities.state_checkpoints is True
+    assert model.capabilities.padded_prefill is True and model.capabilities.state_checkpoints is True

@@ -24,11 +24,11 @@ def test_prefill_logits_match_hf(tiny_moe_factory, prompt, variant):
     path = tiny_moe_factory(**VARIANTS[variant])
     anna = load_anna(path)
     ref = hf_reference_logits(path, prompt)
-    mine = prefill_logits(anna.model, prompt)  # 40 tokens x K pairs > 64: the grouped path
+    mine = prefill_logits(anna.model, prompt)  # 40 tokens at once
     assert mine.shape == ref.shape == (40, 384)
     assert rel_err(mine, ref) <= TOL
     assert (mine.argmax(-1) == ref.argmax(-1)).all()
-    # one token at a time: the sync-free gather path
+    # one token at a time (decode-sized moe_experts calls)
     assert rel_err(prefill_logits(anna.model, prompt[:12], chunk_size=1), ref[:12]) <= TOL
 
 
@@ -84,21 +84,26 @@ def test_the_same_experts_as_hf_at_every_layer(tiny_moe_factory, prompt, variant
     assert len(torch.unique(ref[0][0])) >= 6
 
 
-def test_gather_and_grouped_paths_agree(tiny_moe_factory, prompt):
-    from anna_qwen35.moe import RoutedExperts
+def test_routed_experts_are_the_moe_experts_op(tiny_moe_factory):
+    """The block's experts run anna-core's moe_experts op; per token it is its experts' SiLU-gated MLPs,
+    weighted, in decode-sized and prefill-sized calls alike."""
+    from anna_core.kernels.reference.moe import moe_experts
 
     anna = load_anna(tiny_moe_factory(**VARIANTS["text-fused-e16-k4"]))
     block = anna.model.model.layers[1].mlp
+    experts_module = block.experts
     x = torch.randn(40, 64, generator=torch.Generator().manual_seed(3))
     weights, experts = block.route(x)
-    gathered = block.experts.forward_gather(x, weights, experts)
-    grouped = block.experts.forward_grouped(x, weights, experts)
-    torch.testing.assert_close(gathered, grouped, atol=1e-5, rtol=1e-5)
-    # per token, by hand: expert e's SiLU-gated MLP, weighted
-    e = experts[5, 2]
-    gate, up = (block.experts.gate_up_proj[e] @ x[5]).chunk(2)
-    y = block.experts.down_proj[e] @ (torch.nn.functional.silu(gate) * up)
-    one = RoutedExperts(64, 16, 32)
-    one.gate_up_proj, one.down_proj = block.experts.gate_up_proj, block.experts.down_proj
-    single = one.forward_gather(x[5:6], torch.tensor([[1.0]]), e.view(1, 1))
-    torch.testing.assert_close(single[0], y, atol=1e-5, rtol=1e-5)
+    got = experts_module(x, weights, experts)
+    want = moe_experts(x, experts_module.gate_up_proj, experts_module.down_proj, weights, experts, "silu")
+    assert torch.equal(got, want)
+    for t in (5, 17):  # by hand, and alone (one token: a decode step's call)
+        y = torch.zeros(64)
+        for k in range(experts.shape[1]):
+            e = experts[t, k]
+            gate, up = (experts_module.gate_up_proj[e] @ x[t]).chunk(2)
+            y += weights[t, k] * (experts_module.down_proj[e] @ (torch.nn.functional.silu(gate) * up))
+        torch.testing.assert_close(got[t], y, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(experts_module(x[t:t + 1], weights[t:t + 1], experts[t:t + 1])[0], y,
+                                   atol=1e-5, rtol=1e-5)
+    assert anna.model.ops.registry.chosen()["moe_experts"] == "reference"

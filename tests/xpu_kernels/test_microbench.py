@@ -25,3 +25,13 @@ def test_microbench_refuses_cpu_without_the_interpreter():
     out = subprocess.run([sys.executable, "-m", "anna_xpu_kernels.microbench", "--device", "cpu"],
                          check=False, capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 2 and "ANNA_TRITON_INTERPRET=1" in out.stderr
+
+
+def test_microbench_moe_smoke_on_cpu():
+    out = run_microbench_smoke("--dtype", "float32", "--only", "moe")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split() for line in out.stdout.splitlines()[3:]]
+    triton_rows = [r for r in rows if "triton" in r]
+    assert len(triton_rows) == 4 and not any("failed:" in " ".join(r) for r in rows)  # 2 shapes x 2 token counts
+    for r in triton_rows:
+        assert float(r[r.index("triton") + 4]) < 1e-4, r  # "<abs> (rel <rel>)" after us, GB/s, TFLOP/s

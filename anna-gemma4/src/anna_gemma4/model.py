@@ -94,9 +94,11 @@ class Gemma4ForCausalLM(GemmaCausalLM):
     are soft-capped (``cap * tanh(logits / cap)``, float32) when the config says so. Capabilities: padding
     rows of a padded prefill (``ForwardBatch.num_valid``) change no state (the model has attention caches
     only; their K/V go to the scratch block and every per-token step, MoE routing included, is row-wise),
-    so the runner may capture its prefills (checked on the CPU; not yet on a GPU). The MoE block reads its
-    per-expert counts on the host, so a graph capture of a model with it fails and the runner, which
-    catches failed captures, runs those steps eagerly.
+    so the runner may capture its prefills (checked on the CPU; not yet on a GPU). The MoE block's experts
+    run as the ``moe_experts`` op, whose accelerated implementations read nothing on the host, so steps
+    of a model with it capture too; where only the op's torch reference runs (it reads the per-expert
+    counts on the host) a capture fails and the runner, which catches failed captures, runs those steps
+    eagerly.
     """
 
     capabilities = ModelCapabilities(padded_prefill=True)

@@ -7,9 +7,11 @@ Experts: GeGLU feed-forwards (``gelu_tanh(gate) * up``, then ``down``), stored a
 (``gate_up_proj`` ``[E, 2I, hidden]``, ``down_proj`` ``[E, hidden, I]``); a token's output is the
 weighted sum of its experts' outputs.
 
-A plain torch implementation: tokens are grouped by expert and each expert hit runs as two GEMMs
-(one host read of the per-expert counts per layer, so a step using it cannot be captured as a graph
-yet; grouped-expert kernels are a later addition).
+The experts run as anna-core's ``moe_experts`` op (``activation="gelu_tanh"``): its torch reference
+(:mod:`anna_core.kernels.reference.moe`, the CPU path) groups the tokens by expert, runs each expert hit
+as two GEMMs and reads the per-expert counts on the host, with transformers' rounding; accelerated
+implementations (anna-xpu-kernels' grouped GEMMs) read nothing on the host, so steps using them capture
+as graphs.
 """
 
 from __future__ import annotations
@@ -49,33 +51,22 @@ class Gemma4Router(nn.Module):
 
 class Gemma4Experts(nn.Module):
     """Parameters: ``gate_up_proj`` ``[E, 2I, hidden]`` (gate rows, then up rows), ``down_proj``
-    ``[E, hidden, I]``."""
+    ``[E, hidden, I]``.
 
-    def __init__(self, hidden: int, num_experts: int, intermediate: int):
+    Args:
+        hidden: model width; num_experts: ``E``; intermediate: each expert's inner width ``I``;
+        ops: the model's :class:`anna_core.kernels.OpTable` (the experts run as its ``moe_experts`` op).
+    """
+
+    def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any):
         super().__init__()
         self.num_experts = num_experts
+        self.ops = ops
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden, intermediate))
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-        """x: ``[T, hidden]``; weights, experts: ``[T, K]`` from the router -> ``[T, hidden]`` in x's dtype.
-
-        Each expert's weighted output is rounded to x's dtype and accumulated in expert order.
-        """
-        k = experts.shape[1]
-        flat = experts.reshape(-1)  # [T*K]: entry j is token j // K
-        order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()  # one host read per layer
-        flat_weights = weights.reshape(-1)
-        out = torch.zeros_like(x)
-        start = 0
-        for e, n in enumerate(counts):
-            if n == 0:
-                continue
-            picks = order[start:start + n]
-            start += n
-            tokens = picks // k
-            gate, up = F.linear(x[tokens], self.gate_up_proj[e]).chunk(2, dim=-1)  # [n, I] each
-            y = F.linear(F.gelu(gate, approximate="tanh") * up, self.down_proj[e])  # [n, hidden]
-            out.index_add_(0, tokens, (y * flat_weights[picks, None]).to(out.dtype))
-        return out
+        """x: ``[T, hidden]``; weights (float32), experts (int64): ``[T, K]`` from the router -> ``[T, hidden]``
+        in x's dtype: ``moe_experts(x, gate_up_proj, down_proj, weights, experts, "gelu_tanh")`` (each
+        expert's weighted output rounded to x's dtype; the reference accumulates them in expert order)."""
+        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, "gelu_tanh")

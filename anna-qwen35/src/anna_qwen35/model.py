@@ -124,8 +124,10 @@ class Qwen35ForCausalLM(nn.Module):
     Its capabilities: padding rows of a padded prefill (``ForwardBatch.num_valid``) change none of its
     state, so the runner may capture its prefills (:mod:`anna_core.engine.prefill_graphs`); its gated-DeltaNet layers
     take recurrent-state snapshots inside a prefill pass (``ForwardBatch.checkpoints``,
-    :mod:`anna_core.layers.state_checkpoints`). A MoE model does not declare ``padded_prefill``: its
-    routed experts' prefill path reads per-expert counts on the host, which a captured graph cannot.
+    :mod:`anna_core.layers.state_checkpoints`). A MoE model too: its MoE blocks are row-wise (router,
+    ``moe_experts``, shared expert), so padding rows route to experts but write only their own rows, and
+    the op's accelerated implementations read nothing on the host (its torch reference does, so a capture
+    where only the reference runs fails and the runner runs that step eagerly).
     """
 
     capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True)
@@ -135,8 +137,6 @@ class Qwen35ForCausalLM(nn.Module):
         self.config = cfg
         self.ops = ops
         self.raw_config: dict[str, Any] | None = None  # the checkpoint's config.json, set by the loader (hf_export)
-        if cfg.is_moe:
-            self.capabilities = ModelCapabilities(padded_prefill=False, state_checkpoints=True)
         self.cache_spec = cache_spec(cfg)
         self.model = Qwen35TextModel(cfg, self.cache_spec, ops, per_expert)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)

@@ -1,4 +1,4 @@
-"""Qwen3.5's mixture-of-experts block (``Qwen3_5MoeSparseMoeBlock`` in transformers), in plain torch.
+"""Qwen3.5's mixture-of-experts block (``Qwen3_5MoeSparseMoeBlock`` in transformers).
 
 Per token ``x`` (a row of the post-attention-normed stream, ``[H]``):
 
@@ -9,16 +9,11 @@ Per token ``x`` (a row of the post-attention-normed stream, ``[H]``):
 
 Every layer of a Qwen3.5 MoE model is sparse (transformers has no dense-MLP layers in this family).
 
-The routed experts run in one of two ways, chosen from shapes only (never from data):
-
-* ``gather`` (``T*K <= max_gather_pairs``, i.e. decode and small batches): every (token, choice)
-  pair gathers its expert's weights and runs as a batched matmul. No host sync (graph-capturable);
-  it reads (and copies) ``T*K`` experts' weights, so its cost grows with the pairs, not the experts hit.
-* ``grouped`` (larger prefills): pairs are sorted by expert and each expert hit runs as two GEMMs
-  over its tokens. One host read of the per-expert counts per layer (not graph-capturable); each hit
-  expert's weights are read once.
-
-Both are reference-quality torch, not kernels: there is no grouped-GEMM op in anna-core yet.
+The routed experts are anna-core's ``moe_experts`` op (:mod:`anna_core.kernels.reference.moe`): its
+torch reference groups the pairs by expert and reads the per-expert counts on the host (the CPU path,
+transformers' loop and rounding); accelerated implementations (anna-xpu-kernels' grouped GEMMs) do not
+sync, so decode and prefill steps of a MoE model can be captured as graphs. Every step is row-wise
+(routing, experts, shared expert), so padding rows of a padded prefill change no other row.
 """
 
 from __future__ import annotations
@@ -30,9 +25,6 @@ import torch.nn.functional as F
 from anna_core.errors import ModelLoadError
 from anna_core.layers.mlp import SwiGLUMLP
 from torch import nn
-
-DEFAULT_MAX_GATHER_PAIRS = 64
-"""Above this many (token, expert) pairs per forward pass, the routed experts take the grouped path."""
 
 
 def route(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,27 +55,26 @@ class _ExpertWeights(nn.Module):
 
 
 class RoutedExperts(nn.Module):
-    """``E`` SiLU-gated expert MLPs, stacked.
+    """``E`` SiLU-gated expert MLPs, stacked; runs them through the ``moe_experts`` op.
 
     Args:
         hidden: model width ``H``; num_experts: ``E``; intermediate: each expert's inner width ``I``.
+        ops: the model's :class:`anna_core.kernels.OpTable`.
         per_expert: build the per-expert checkpoint layout (parameters ``{e}.gate_proj.weight`` /
             ``{e}.up_proj.weight`` ``[I, H]``, ``{e}.down_proj.weight`` ``[H, I]``, what transformers'
             ``save_pretrained`` writes) to be loaded, then :meth:`fuse`\\ d; otherwise the fused layout
             directly.
-        max_gather_pairs: the gather/grouped threshold (see the module docstring).
 
     Parameters (fused layout, as transformers holds them in memory):
         gate_up_proj: ``[E, 2I, H]`` (gate rows, then up rows); down_proj: ``[E, H, I]``.
     """
 
-    def __init__(self, hidden: int, num_experts: int, intermediate: int, *, per_expert: bool = False,
-                 max_gather_pairs: int = DEFAULT_MAX_GATHER_PAIRS):
+    def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any, *, per_expert: bool = False):
         super().__init__()
         self.num_experts = num_experts
         self.hidden = hidden
         self.intermediate = intermediate
-        self.max_gather_pairs = max_gather_pairs
+        self.ops = ops
         self.per_expert = per_expert
         if per_expert:
             for e in range(num_experts):
@@ -116,48 +107,14 @@ class RoutedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         """x: ``[T, H]``; weights ``[T, K]`` (x's dtype), experts ``[T, K]`` int64 from :func:`route`
-        -> ``[T, H]`` in x's dtype: each token's weighted sum of its experts' outputs.
+        -> ``[T, H]`` in x's dtype: each token's weighted sum of its experts' outputs (``moe_experts``).
 
         Raises:
             RuntimeError: called before :meth:`fuse` on the per-expert layout.
         """
         if self.per_expert:
             raise RuntimeError("RoutedExperts.fuse() must run after the per-expert weights are loaded")
-        if experts.numel() <= self.max_gather_pairs:
-            return self.forward_gather(x, weights, experts)
-        return self.forward_grouped(x, weights, experts)
-
-    def forward_gather(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-        """The sync-free path: one batched matmul over all ``T*K`` (token, expert) pairs."""
-        t, k = experts.shape
-        flat = experts.reshape(-1)  # [P], pair j is token j // K
-        xs = x.unsqueeze(1).expand(t, k, self.hidden).reshape(t * k, self.hidden, 1)  # [P, H, 1]
-        gate_up = torch.bmm(self.gate_up_proj.index_select(0, flat), xs).squeeze(-1)  # [P, 2I]
-        gate, up = gate_up.split(self.intermediate, dim=-1)
-        h = (F.silu(gate) * up).unsqueeze(-1)  # [P, I, 1]
-        y = torch.bmm(self.down_proj.index_select(0, flat), h).squeeze(-1)  # [P, H]
-        y = y * weights.reshape(-1, 1)
-        return y.view(t, k, self.hidden).sum(dim=1)
-
-    def forward_grouped(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-        """Pairs sorted by expert, two GEMMs per expert hit; one host read of the counts."""
-        k = experts.shape[1]
-        flat = experts.reshape(-1)
-        order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()  # the host sync
-        flat_weights = weights.reshape(-1)
-        out = torch.zeros_like(x)
-        start = 0
-        for e, n in enumerate(counts):
-            if n == 0:
-                continue
-            pairs = order[start:start + n]
-            start += n
-            tokens = pairs // k
-            gate, up = F.linear(x[tokens], self.gate_up_proj[e]).split(self.intermediate, dim=-1)  # [n, I] each
-            y = F.linear(F.silu(gate) * up, self.down_proj[e])  # [n, H]
-            out.index_add_(0, tokens, y * flat_weights[pairs, None])
-        return out
+        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, "silu")
 
 
 class SparseMoeBlock(nn.Module):
@@ -178,7 +135,7 @@ class SparseMoeBlock(nn.Module):
         super().__init__()
         self.top_k = top_k
         self.gate = nn.Linear(hidden, num_experts, bias=False)
-        self.experts = RoutedExperts(hidden, num_experts, intermediate, per_expert=per_expert)
+        self.experts = RoutedExperts(hidden, num_experts, intermediate, ops, per_expert=per_expert)
         self.shared_expert = SwiGLUMLP(hidden, shared_intermediate, ops)
         self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
 

@@ -21,8 +21,9 @@ from typing import Any
 
 _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr": "i32", "seq_lens_ptr": "i32",
                "tables_ptr": "i32", "tile_seq_ptr": "i32", "tile_first_ptr": "i32",
-               "count_ptr": "i32"}
-_FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr"}
+               "count_ptr": "i32", "ids_ptr": "i64", "sorted_ptr": "i32", "block_expert_ptr": "i32",
+               "num_padded_ptr": "i32", "cursor_ptr": "i32"}
+_FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr"}
 _FLOAT_SCALARS = {"eps", "scale", "qk_scale"}
 
 
@@ -84,6 +85,24 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
     yield from _gemv_cases()
     yield from _persistent_gemv_cases()
+    yield from _moe_cases()
+
+
+def _moe_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    """The MoE alignment (E = 256, as Qwen3.5-35B-A3B) and grouped GEMMs: decode tiles (``BLOCK_M = 16``, PDL)
+    and prefill tiles (64, a partial reduction tile), bf16, and fp32 with the exact products."""
+    from anna_xpu_kernels import moe, moe_align
+
+    yield moe_align._moe_align_kernel, "bf16", {"BLOCK_M": 16, "BLOCK_E": 256, "BLOCK_B": 32,
+                                                "BLOCK_P": moe_align.BLOCK_P, "BLOCK_FILL": moe_align.BLOCK_FILL,
+                                                "USE_PDL": True}, 4
+    decode = {"UPCAST_DOT": False, "EVEN_K": True, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "USE_PDL": True}
+    prefill = {"UPCAST_DOT": False, "EVEN_K": False, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "USE_PDL": False}
+    exact = {**decode, "UPCAST_DOT": True, "BLOCK_K": 64}
+    for kernel, extra in ((moe._moe_gate_up_kernel, {"GELU": False}), (moe._moe_down_kernel, {})):
+        yield kernel, "bf16", {**decode, **extra}, 4
+        yield kernel, "bf16", {**prefill, **extra, **({"GELU": True} if extra else {})}, 8
+        yield kernel, "fp32", {**exact, **extra}, 4
 
 
 def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:

@@ -13,7 +13,9 @@ Triton's interpreter, so this is where their errors against the reference are me
 
 ``--smoke`` runs tiny shapes (CPU with ``ANNA_TRITON_INTERPRET=1`` works) to check the script itself.
 ``--only linear`` runs only the decode GEMV cases (Triton vs cuBLAS at the Qwen3.5 0.8B/2B/9B weight
-shapes, :mod:`anna_xpu_kernels.microbench_linear`); ``--only ops`` everything else.
+shapes, :mod:`anna_xpu_kernels.microbench_linear`); ``--only moe`` only the routed-experts cases
+(``moe_experts`` at the Qwen3.5-35B-A3B and Gemma 4 26B-A4B shapes, ``--moe-tokens 1,32,2048``,
+:mod:`anna_xpu_kernels.microbench_moe`); ``--only ops`` the other ops.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+
+DEFAULT_MOE_TOKENS = (1, 32, 2048)
+"""Tokens of the ``moe_experts`` cases (:data:`anna_xpu_kernels.microbench_moe.DEFAULT_TOKENS`)."""
 
 
 @attrs.frozen
@@ -311,10 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=1024, help="decode context length per sequence")
     parser.add_argument("--prefill-len", type=int, default=2048, help="tokens of the prefill cases")
     parser.add_argument("--block-size", type=int, default=16, help="KV cache block size")
-    parser.add_argument("--only", choices=["ops", "linear"], default=None, help="run only these cases")
+    parser.add_argument("--only", choices=["ops", "linear", "moe"], default=None, help="run only these cases")
     parser.add_argument("--configs", default="tests/qwen35/reference_configs",
                         help="folder of the Qwen3.5 <model>/config.json files for the linear cases")
     parser.add_argument("--linear-rows", default="1,4,32", help="activation rows M of the linear cases")
+    parser.add_argument("--moe-tokens", default=",".join(map(str, DEFAULT_MOE_TOKENS)),
+                        help="tokens T of the moe_experts cases")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, to check the script (CPU: set "
                         "ANNA_TRITON_INTERPRET=1)")
     args = parser.parse_args(argv)
@@ -336,13 +343,13 @@ def main(argv: list[str] | None = None) -> int:
     block_size = 4 if args.smoke else args.block_size
     torch.manual_seed(0)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    if args.only != "linear":
+    if args.only in (None, "ops"):
         with torch.inference_mode():
             rows = run(device, dtype, shapes, batch_sizes, context, prefill_len, block_size)
         print(f"# anna-xpu-kernels microbenchmark on {name}, {args.dtype}, "
               f"shapes {'smoke' if args.smoke else 'Qwen3.5-9B'}")
         print(format_table(rows))
-    if args.only != "ops":
+    if args.only in (None, "linear"):
         from pathlib import Path
 
         from anna_xpu_kernels import microbench_linear as mbl
@@ -359,6 +366,15 @@ def main(argv: list[str] | None = None) -> int:
             lines = mbl.run_fused(device, dtype, fused, _timer(device))
         print(f"# fused GEMV on {name}, {args.dtype}: one launch vs add_rms_norm / silu_and_mul + GEMV "
               f"(silu_mul_out: GEMV + silu_and_mul)")
+        print("\n".join(lines))
+    if args.only in (None, "moe"):
+        from anna_xpu_kernels import microbench_moe as mbm
+
+        tokens = mbm.SMOKE_TOKENS if args.smoke else [int(t) for t in args.moe_tokens.split(",") if t]
+        with torch.inference_mode():
+            lines = mbm.run_moe(device, dtype, mbm.SMOKE_MODELS if args.smoke else mbm.MODELS, tokens, _timer(device))
+        print(f"# moe_experts on {name}, {args.dtype}: Triton grouped GEMMs (graph replays, cold L2) vs the torch "
+              f"reference (eager)")
         print("\n".join(lines))
     return 0
 

@@ -181,6 +181,11 @@ def linear_probe(request: Any) -> bool:
     return _triton_ok(request)
 
 
+def moe_experts_probe(request: Any) -> bool:
+    """moe_experts: any Triton device, float dtypes (the grouped GEMMs tile every dimension; no shape facts)."""
+    return _triton_ok(request)
+
+
 def fla_prefill_probe(request: Any) -> bool:
     """gated_delta_rule_prefill and fused_gdn_prefill via fla: CUDA only, float16 / bfloat16, head dims up to 256, fla importable."""
     limits = {"head_dim": MAX_HEAD_DIM, "head_k_dim": MAX_HEAD_DIM, "head_v_dim": MAX_HEAD_DIM}

@@ -17,6 +17,8 @@ Conventions shared by every op:
   token at position ``p`` lives in block ``block_tables[i, p // block_size]`` at offset
   ``p % block_size``; ``slot_mapping[t] = block * block_size + offset`` for token ``t``.
 
+``moe_experts`` runs the routed experts of a mixture-of-experts block (the router stays with the model).
+
 The fused ops (``post_norm_residual``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``,
 ``linear_act_mul``,
 ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``q_norm_rope``, ``fused_gdn_decode``,
@@ -233,6 +235,29 @@ rounded as those ops round: a pre-norm MLP's residual add, norm, gate/up project
 (one launch at decode instead of two).
 """,
         reference=_ref("fused_linear", "add_rms_norm_linear_act_mul"),
+    ),
+    OpContract(
+        name="moe_experts",
+        signature="moe_experts(x, gate_up, down, weights, expert_ids, activation) -> y",
+        doc="""\
+The routed experts of a mixture-of-experts block, after its router. x: ``[T, H]``; gate_up: ``[E, 2I,
+H]`` of x's dtype (expert ``e``'s gate rows, then its up rows); down: ``[E, H, I]`` of x's dtype;
+weights: ``[T, K]`` float32 or x's dtype; expert_ids: ``[T, K]`` int32 / int64 in ``[0, E)``;
+activation: ``"silu"`` or ``"gelu_tanh"`` (:data:`~anna_core.kernels.checks.GATED_ACTIVATIONS`).
+``y[t] = sum_k weights[t, k] * down[e] @ act_and_mul(gate_up[e] @ x[t], activation)`` with ``e =
+expert_ids[t, k]``, y: ``[T, H]`` in x's dtype. Rounding as the eager torch loop (transformers'):
+``gate_up[e] @ x[t]`` rounded to x's dtype, the activation and product as ``act_and_mul``, ``down[e] @
+h`` rounded, the weighted term computed in float32 and rounded to x's dtype; the reference then adds
+the ``K`` terms in ascending expert order in x's dtype (``index_add_``), implementations may add them
+in any fixed order in float32 and round once (identical in float32 up to summation order). Only the
+chosen experts' weights need be read. Implementations must not synchronise with the host nor shape
+anything by the ids' values (so a step using the op is graph-capturable) and need not check the ids'
+range; the torch reference reads the per-expert counts on the host (its CPU path) and raises
+``ValueError`` for ids outside ``[0, E)``. Rows are independent: a row's result depends only on its
+own x, weights and ids.
+""",
+        reference=_ref("moe", "moe_experts"),
+        check=_ref("moe", "check_moe_experts"),
     ),
     OpContract(
         name="qk_norm_rope_cache",

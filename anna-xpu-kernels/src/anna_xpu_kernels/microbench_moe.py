@@ -1,0 +1,98 @@
+"""The ``moe_experts`` cases of the kernel microbenchmark: the Triton grouped GEMMs vs the torch reference.
+
+Shapes of the released MoE models (routed experts only): Qwen3.5-35B-A3B (``E = 256``, ``K = 8``,
+``H = 2048``, ``I = 512``, SwiGLU) and Gemma 4 26B-A4B (``E = 128``, ``K = 8``, ``H = 2816``, ``I = 704``,
+GeGLU), at ``T`` = 1 (batch-1 decode), 32 (batched decode) and 2048 (a prefill) tokens, with random
+top-k routing. For each case it prints the time per call (Triton on CUDA: graph replays with the L2
+flushed before each call, :func:`anna_xpu_kernels.gemv_tuning.cold_time_ms`; the reference, which
+reads the host, eagerly), the bandwidth of the weights of the experts the tokens chose (each read once)
+over that time, the arithmetic rate, and the largest difference from the reference.
+
+    python -m anna_xpu_kernels.microbench --only moe [--moe-tokens 1,32,2048]
+"""
+
+from __future__ import annotations
+
+import attrs
+
+DEFAULT_TOKENS = (1, 32, 2048)
+
+
+@attrs.frozen
+class MoeShape:
+    """The routed experts of one MoE layer."""
+
+    num_experts: int
+    top_k: int
+    hidden: int
+    intermediate: int
+    activation: str
+
+
+MODELS = {
+    "Qwen3.5-35B-A3B": MoeShape(256, 8, 2048, 512, "silu"),
+    "Gemma-4-26B-A4B": MoeShape(128, 8, 2816, 704, "gelu_tanh"),
+}
+SMOKE_MODELS = {"smoke-silu": MoeShape(8, 2, 32, 48, "silu"), "smoke-gelu": MoeShape(6, 3, 48, 16, "gelu_tanh")}
+SMOKE_TOKENS = (1, 5)
+
+
+def moe_inputs(shape: MoeShape, tokens: int, device, dtype, seed: int = 0):
+    """``(x, gate_up, down, weights, expert_ids)`` of one call: unit-variance activations, weights scaled
+    like trained projections, top-k routing of random logits (float32 weights, int64 ids)."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    e, h, i = shape.num_experts, shape.hidden, shape.intermediate
+
+    def randn(*size):
+        return torch.randn(*size, device=device, generator=gen)
+
+    x = randn(tokens, h).to(dtype)
+    gate_up = (randn(e, 2 * i, h) * h**-0.5).to(dtype)
+    down = (randn(e, h, i) * i**-0.5).to(dtype)
+    probs, ids = torch.topk(randn(tokens, e).softmax(-1), shape.top_k)
+    return x, gate_up, down, probs / probs.sum(-1, keepdim=True), ids
+
+
+def chosen_weight_bytes(shape: MoeShape, expert_ids, element_size: int) -> int:
+    """Bytes of the experts' weights a call must read: each distinct chosen expert's ``3 * H * I`` values."""
+    return int(expert_ids.unique().numel()) * 3 * shape.hidden * shape.intermediate * element_size
+
+
+def run_moe(device, dtype, models: dict[str, MoeShape], token_counts, timer) -> list[str]:
+    """Benchmark every (model, T); return the printed table's lines."""
+    import torch
+    from anna_core.kernels.reference.moe import moe_experts as reference
+
+    from anna_xpu_kernels import gemv_tuning, moe
+
+    def cold(fn):  # graph replays, L2 flushed; the reference cannot be captured (it reads the host)
+        return gemv_tuning.cold_time_ms(fn) * 1e3 if device.type == "cuda" else timer(fn)
+
+    es = torch.finfo(dtype).bits // 8
+    header = ("model", "E/K/H/I", "T", "impl", "us/call", "weights GB/s", "TFLOP/s", "max |err| vs reference")
+    cells: list[tuple[str, ...]] = [header]
+    for model, s in models.items():
+        dims = f"{s.num_experts}/{s.top_k}/{s.hidden}/{s.intermediate}"
+        for t in token_counts:
+            args = moe_inputs(s, t, device, dtype, seed=t)
+            nbytes = chosen_weight_bytes(s, args[4], es)
+            flops = 2 * t * s.top_k * 3 * s.hidden * s.intermediate
+            want = reference(*args, s.activation)
+            for name, fn, time_it in (("reference", reference, timer), ("triton", moe.moe_experts, cold)):
+                try:
+                    got = fn(*args, s.activation)
+                    diff = (got.float() - want.float()).abs().max().item()
+                    err = "-" if name == "reference" else f"{diff:.2e} (rel {diff / (want.abs().max().item() or 1):.1e})"
+                    us = time_it(lambda fn=fn, args=args, act=s.activation: fn(*args, act))
+                except Exception as exc:  # noqa: BLE001 -- report and keep going
+                    cells.append((model, dims, str(t), name, "-", "-", "-", f"failed: {type(exc).__name__}: {exc}"[:120]))
+                    continue
+                cells.append((model, dims, str(t), name, f"{us:.1f}", f"{nbytes / (us * 1e-6) / 1e9:.0f}",
+                              f"{flops / (us * 1e-6) / 1e12:.1f}", err))
+            del args, want
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines

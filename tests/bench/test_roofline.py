@@ -25,3 +25,26 @@ def test_tied_head_counts_but_other_tables_do_not():
 
 def test_untied_counts_no_embedding():
     assert weight_bytes(_LM(tied=False)) == (64 + 800) * 4
+
+
+def test_routed_experts_count_by_the_share_a_step_touches():
+    import pytest
+    from anna_core.layers.moe import RoutedExpertsModule
+
+    class _Experts(RoutedExpertsModule):
+        def __init__(self):
+            super().__init__(num_experts=8, top_k=2)
+            self.w = nn.Parameter(torch.zeros(8, 10))  # 80 params, 10 per expert
+
+    class _MoE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = _Experts()
+            self.dense = nn.Linear(4, 4, bias=False)  # 16 params
+
+    import torch
+
+    assert weight_bytes(_MoE(), batch=1) == (16 + 20) * 4  # 2 of 8 experts
+    assert weight_bytes(_MoE(), batch=2) == 16 * 4 + int(80 * 4 * (1 - 0.75**2))
+    with pytest.raises(ValueError, match="top_k"):
+        RoutedExpertsModule(4, 5)

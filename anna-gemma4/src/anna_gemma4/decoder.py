@@ -56,7 +56,7 @@ class Gemma4DecoderLayer(nn.Module):
         self.has_moe = cfg.enable_moe_block
         if self.has_moe:
             self.router = Gemma4Router(hidden, cfg.num_experts, cfg.top_k_experts, eps, ops)
-            self.experts = Gemma4Experts(hidden, cfg.num_experts, cfg.moe_intermediate_size, ops)
+            self.experts = Gemma4Experts(hidden, cfg.num_experts, cfg.moe_intermediate_size, ops, cfg.top_k_experts)
             self.pre_feedforward_layernorm_2 = RMSNorm(hidden, eps, ops)
             self.post_feedforward_layernorm_1 = RMSNorm(hidden, eps, ops)
             self.post_feedforward_layernorm_2 = RMSNorm(hidden, eps, ops)

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from anna_core.layers.moe import RoutedExpertsModule
 from anna_core.layers.norm import RMSNorm
 from torch import nn
 
@@ -49,7 +50,7 @@ class Gemma4Router(nn.Module):
         return weights * self.per_expert_scale[experts], experts
 
 
-class Gemma4Experts(nn.Module):
+class Gemma4Experts(RoutedExpertsModule):
     """Parameters: ``gate_up_proj`` ``[E, 2I, hidden]`` (gate rows, then up rows), ``down_proj``
     ``[E, hidden, I]``.
 
@@ -58,9 +59,8 @@ class Gemma4Experts(nn.Module):
         ops: the model's :class:`anna_core.kernels.OpTable` (the experts run as its ``moe_experts`` op).
     """
 
-    def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any):
-        super().__init__()
-        self.num_experts = num_experts
+    def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any, top_k: int):
+        super().__init__(num_experts, top_k)
         self.ops = ops
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden, intermediate))

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from anna_core.errors import ModelLoadError
 from anna_core.layers.mlp import SwiGLUMLP
+from anna_core.layers.moe import RoutedExpertsModule
 from torch import nn
 
 
@@ -54,7 +55,7 @@ class _ExpertWeights(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
 
-class RoutedExperts(nn.Module):
+class RoutedExperts(RoutedExpertsModule):
     """``E`` SiLU-gated expert MLPs, stacked; runs them through the ``moe_experts`` op.
 
     Args:
@@ -69,9 +70,9 @@ class RoutedExperts(nn.Module):
         gate_up_proj: ``[E, 2I, H]`` (gate rows, then up rows); down_proj: ``[E, H, I]``.
     """
 
-    def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any, *, per_expert: bool = False):
-        super().__init__()
-        self.num_experts = num_experts
+    def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any, *, top_k: int,
+                 per_expert: bool = False):
+        super().__init__(num_experts, top_k)
         self.hidden = hidden
         self.intermediate = intermediate
         self.ops = ops
@@ -135,7 +136,7 @@ class SparseMoeBlock(nn.Module):
         super().__init__()
         self.top_k = top_k
         self.gate = nn.Linear(hidden, num_experts, bias=False)
-        self.experts = RoutedExperts(hidden, num_experts, intermediate, ops, per_expert=per_expert)
+        self.experts = RoutedExperts(hidden, num_experts, intermediate, ops, top_k=top_k, per_expert=per_expert)
         self.shared_expert = SwiGLUMLP(hidden, shared_intermediate, ops)
         self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
 

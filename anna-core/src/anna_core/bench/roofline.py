@@ -1,7 +1,8 @@
 """The memory-bandwidth roofline of a decode step, and the copy bandwidth it is measured against.
 
 Single-stream decode is bound by memory traffic: every step reads every weight once (the LM head
-included; embedding tables contribute one row per token, which is negligible and excluded),
+included; embedding tables contribute one row per token, which is negligible and excluded; of a
+mixture-of-experts block only the experts the step's tokens are expected to choose),
 reads and writes each sequence's recurrent (gated DeltaNet) and conv states, and reads each
 sequence's K/V from the cache (and writes the new token's). Those bytes over the device's copy
 bandwidth (bytes read plus bytes written per second of a large device-to-device copy, measured in
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from anna_core.device import Accelerator
+from anna_core.layers.moe import RoutedExpertsModule
 from anna_core.model import CacheSpec, SlidingWindowSpec
 
 
@@ -34,13 +36,19 @@ class StepBytes:
         return self.weights + self.state + self.kv
 
 
-def weight_bytes(model: nn.Module) -> int:
-    """Bytes of every weight a decode step reads: all parameters except the embedding tables, whose
-    rows are gathered (one row per token: negligible), not streamed. A tied LM head (Anna's models
-    say so with ``lm_head`` None) is the input embedding ``embed_tokens``; it is streamed, so it counts.
-    Other tables (Gemma 4's per-layer embeddings) never count.
+def weight_bytes(model: nn.Module, batch: int = 1) -> int:
+    """Bytes of every weight a decode step of ``batch`` sequences reads: all parameters except the
+    embedding tables, whose rows are gathered (one row per token: negligible), not streamed. A tied LM
+    head (Anna's models say so with ``lm_head`` None) is the input embedding ``embed_tokens``; it is
+    streamed, so it counts. Other tables (Gemma 4's per-layer embeddings) never count. Routed experts
+    (:class:`~anna_core.layers.moe.RoutedExpertsModule`) count by the share of them ``batch`` tokens are
+    expected to touch (``K / E`` at batch 1).
     """
     total = sum(p.numel() * p.element_size() for p in model.parameters())
+    for m in model.modules():
+        if isinstance(m, RoutedExpertsModule):
+            own = sum(p.numel() * p.element_size() for p in m.parameters())
+            total -= int(own * (1.0 - m.expected_hit_fraction(batch)))
     tied = getattr(model, "lm_head", "absent") is None  # Anna's models: lm_head None means tied
     seen = set()
     for name, m in model.named_modules():
@@ -77,7 +85,7 @@ def decode_step_bytes(model: nn.Module, spec: CacheSpec, batch: int, context: fl
         read = min(context, group.window - 1) if isinstance(group, SlidingWindowSpec) else context
         kv += len(group.layers) * batch * per_token * (read + 1)  # read the context (window), write one token
     kv = int(kv)
-    return StepBytes(weights=weight_bytes(model), state=state, kv=kv)
+    return StepBytes(weights=weight_bytes(model, batch), state=state, kv=kv)
 
 
 def copy_bandwidth(accel: Accelerator, nbytes: int | None = None, repeats: int = 10) -> float:

@@ -1,0 +1,31 @@
+"""The routed experts of a mixture-of-experts block, as a kind of module the engine's tools recognise."""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+class RoutedExpertsModule(nn.Module):
+    """Base class of a MoE block's stacked routed experts (a family's module computing them, e.g. through
+    the ``moe_experts`` op). It declares the routing geometry, so that the decode roofline
+    (:func:`anna_core.bench.roofline.weight_bytes`) counts only the experts a step can touch: of ``E``
+    experts with ``K`` chosen per token, a batch of ``B`` tokens hits ``E * (1 - (1 - K/E) ** B)`` of them
+    on average under uniform routing (``K`` at batch 1), and its parameters' bytes scale by that share.
+
+    Args:
+        num_experts: ``E``; top_k: ``K`` (``1 <= K <= E``).
+
+    Raises:
+        ValueError: ``top_k`` outside ``[1, num_experts]``.
+    """
+
+    def __init__(self, num_experts: int, top_k: int):
+        super().__init__()
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"top_k {top_k} must be in [1, num_experts={num_experts}]")
+        self.num_experts = num_experts
+        self.top_k = top_k
+
+    def expected_hit_fraction(self, tokens: int) -> float:
+        """Expected share of the experts ``tokens`` routed tokens touch (uniform, independent routing)."""
+        return 1.0 - (1.0 - self.top_k / self.num_experts) ** max(1, tokens)

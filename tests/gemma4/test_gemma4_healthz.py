@@ -8,9 +8,9 @@ so ``/healthz`` says so and shows the model-level capability (``padded_prefill``
 graph-capable accelerator of ``tests/core/test_cuda_graphs.py`` both kinds are captured, ``/healthz``
 lists them, and a request's steps replay them (the runner's plan, counted by its step counters).
 
-What the fake cannot show (see ``test_gemma4_graphs.py``): on CUDA the 26B-A4B-style MoE block reads its
-per-expert counts on the host, which fails a real capture; ``/healthz`` then gives the capture error as
-``why_not`` and those steps run eagerly.
+What the fake cannot show (see ``test_gemma4_graphs.py``): where only the ``moe_experts`` torch reference
+serves the 26B-A4B-style MoE block on CUDA, it reads the per-expert counts on the host, which fails a real
+capture; ``/healthz`` then gives the capture error as ``why_not`` and those steps run eagerly.
 """
 
 from __future__ import annotations

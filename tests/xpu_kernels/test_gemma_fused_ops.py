@@ -47,6 +47,9 @@ def test_post_norm_residual_bad_arguments():
     x = torch.zeros(2, 8)
     with pytest.raises(ValueError, match="scale must hold one element"):
         post_norm_residual(x, x, torch.ones(8), 1e-6, False, torch.ones(2), None)
+    for impl in (post_norm_residual, ref_norms.post_norm_residual):  # a float32 scale on bf16 rows
+        with pytest.raises(ValueError, match="of x's dtype"):
+            impl(x.bfloat16(), x.bfloat16(), torch.ones(8), 1e-6, False, torch.ones(1), None)
     with pytest.raises(ValueError, match="next_weight must be"):
         post_norm_residual(x, x, torch.ones(8), 1e-6, False, None, torch.ones(7))
 

@@ -30,7 +30,7 @@ def _rand(*shape, seed, scale=1.0, dtype=torch.float32):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n, k", [(37, 75), (8, 1), (5, 130), (3, 10240)])  # 10240: KP = 16384
+@pytest.mark.parametrize("n, k", [(37, 75), (8, 1), (5, 130)])
 @pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
 def test_plain_rows_match_the_reference(poison_outputs, grid, dtype, n, k, bias):
     x, w = _rand(1, k, seed=1, dtype=dtype), _rand(n, k, seed=2, scale=k ** -0.5, dtype=dtype)

@@ -37,7 +37,7 @@ program holds both factors of its outputs and the product needs no second launch
 the ``[M, 2I]`` projection through memory). The weight layout itself is unchanged (prefill's GEMM reads
 the same matrix).
 
-One activation row on CUDA (batch-1 decode, ``K <= 16384``) without a forced configuration goes to the
+One activation row on CUDA (batch-1 decode, ``K <= 8192``) without a forced configuration goes to the
 one-wave kernel instead (:mod:`anna_xpu_kernels.gemv_persistent`, same prologues and epilogues), which
 measured faster in the decode step; ``ANNA_GEMV_PERSISTENT=0`` keeps it here. A shape listed in the
 device's in-step tuning table (:func:`anna_xpu_kernels.gemv_tuning.tuned_config`) runs the listed

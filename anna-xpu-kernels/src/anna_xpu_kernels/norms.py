@@ -251,16 +251,18 @@ def post_norm_residual(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 
     Raises:
         ValueError: a weight is not ``[D]``, residual's shape or dtype differs from x's, scale is not one
-            element, unsupported dtype, or tensors on different devices.
+            element of x's dtype, unsupported dtype, or tensors on different devices.
     """
     op = "post_norm_residual"
     require(x.dim() >= 1, op, "x must have at least one dimension")
     require(residual.shape == x.shape and residual.dtype == x.dtype, op,
             f"residual must match x's shape {tuple(x.shape)} and dtype {x.dtype}")
     dim = x.shape[-1]
+    require(weight is not None, op, "weight is required")
     for name, w in (("weight", weight), ("next_weight", next_weight)):
         require(w is None or (w.dim() == 1 and w.shape[0] == dim), op, f"{name} must be [D={dim}]")
-    require(scale is None or scale.numel() == 1, op, "scale must hold one element")
+    require(scale is None or (scale.numel() == 1 and scale.dtype == x.dtype), op,
+            f"scale must hold one element of x's dtype {x.dtype}")
     if dim > MAX_DIM:
         from anna_core.kernels.reference.norms import post_norm_residual as reference
 

@@ -109,13 +109,14 @@ def post_norm_residual(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 
     Raises:
         ValueError: a weight is not ``[D]``; residual's shape or dtype differs from x's; scale is not
-            one element.
+            one element of x's dtype.
     """
     _check_weight("post_norm_residual", x, weight)
     require(residual.shape == x.shape and residual.dtype == x.dtype, "post_norm_residual",
             f"residual must match x's shape {tuple(x.shape)} and dtype {x.dtype}, got {tuple(residual.shape)} "
             f"{residual.dtype}")
-    require(scale is None or scale.numel() == 1, "post_norm_residual", "scale must hold one element")
+    require(scale is None or (scale.numel() == 1 and scale.dtype == x.dtype), "post_norm_residual",
+            f"scale must hold one element of x's dtype {x.dtype}")
     r = residual + rms_norm(x, weight, eps, zero_centered)
     if scale is not None:
         r = r * scale

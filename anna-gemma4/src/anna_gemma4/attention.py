@@ -83,15 +83,19 @@ class GemmaAttention(nn.Module):
             del self.v_proj
         self.v_proj = None
 
+    def _qkv_sizes(self) -> list[int]:
+        """Output widths of the merged projection's parts: q, k and (unless ``k_eq_v``) v."""
+        kv = self.num_kv_heads * self.head_dim
+        return [self.num_heads * self.head_dim, kv] + ([] if self.k_eq_v else [kv])
+
     def unmerged_weights(self) -> dict[str, torch.Tensor]:
         """The q/k/v projection tensors under their checkpoint names (``q_proj.weight``, ``k_proj.weight``,
         ``v_proj.weight`` unless ``k_eq_v``; biases too), row slices of the merged ``qkv_proj`` once merged:
         views, no copy. Empty before merging and in a KV-shared layer (its ``q_proj`` is a parameter)."""
         if self.qkv_proj is None:
             return {}
-        H, H_kv, D = self.num_heads, self.num_kv_heads, self.head_dim
         names = ["q_proj", "k_proj"] + ([] if self.k_eq_v else ["v_proj"])
-        sizes = [H * D, H_kv * D] + ([] if self.k_eq_v else [H_kv * D])
+        sizes = self._qkv_sizes()
         out = {}
         for kind, merged in (("weight", self.qkv_proj.weight), ("bias", self.qkv_proj.bias)):
             if merged is not None:
@@ -108,8 +112,7 @@ class GemmaAttention(nn.Module):
             q, k = self.q_proj(x), self.k_proj(x)
             v = k if self.v_proj is None else self.v_proj(x)
         else:
-            sizes = [H * D, H_kv * D] + ([] if self.k_eq_v else [H_kv * D])
-            q, k, *rest = torch.split(self.qkv_proj(x), sizes, dim=-1)
+            q, k, *rest = torch.split(self.qkv_proj(x), self._qkv_sizes(), dim=-1)
             v = rest[0] if rest else k
         return q.view(T, H, D), k.view(T, H_kv, D), v.view(T, H_kv, D)
 

@@ -37,6 +37,12 @@ def cache_spec(cfg: Any) -> CacheSpec:
     return CacheSpec(groups)
 
 
+def next_norms(layers: Any, final_norm: nn.Module) -> list[nn.Module]:
+    """The norm each decoder layer applies to its output (its tail fuses it, ``post_norm_residual``): the
+    next layer's ``input_layernorm``, and ``final_norm`` after the last layer."""
+    return [layer.input_layernorm for layer in layers[1:]] + [final_norm]
+
+
 def scaled_embedding(embedding: nn.Embedding, ids: torch.Tensor, scale: float) -> torch.Tensor:
     """``embedding(ids) * scale`` ``[T, D]`` with the scale rounded to the weights' dtype first, as
     transformers does (``sqrt(3072)`` becomes 55.5 in bfloat16); a Python number, not a host tensor, so a

@@ -77,6 +77,17 @@ def _tuned(fn):
         triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(fn))
 
 
+@triton.jit
+def _block(sorted_ptr, block_expert_ptr, pid_m, pid_n, num_pairs, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+           BLOCK_K: tl.constexpr):
+    """A used block's pairs (int64; the sentinel ``num_pairs`` in padding rows), which of them are real, its
+    expert, the program's output columns and their mask, and the K offsets of one tile."""
+    pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return pairs, pairs < num_pairs, expert, cols, cols < N, tl.arange(0, BLOCK_K)
+
+
 @_tuned
 @triton.jit(do_not_specialize=["num_pairs"])
 def _moe_gate_up_kernel(x_ptr, gate_up_ptr, h_ptr, sorted_ptr, block_expert_ptr, num_padded_ptr,
@@ -90,14 +101,9 @@ def _moe_gate_up_kernel(x_ptr, gate_up_ptr, h_ptr, sorted_ptr, block_expert_ptr,
         pdl.enter(USE_PDL)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):  # beyond the used blocks
         return
-    # the block's pairs (sentinel P in padding rows) and its expert
-    pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    valid = pairs < num_pairs
-    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    pairs, valid, expert, cols, col_ok, ks = _block(sorted_ptr, block_expert_ptr, pid_m, pid_n, num_pairs, N,
+                                                    BLOCK_M, BLOCK_N, BLOCK_K)
     tokens = pairs // top_k
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    ks = tl.arange(0, BLOCK_K)
     a_ptrs = x_ptr + tokens[:, None] * stride_xm + ks[None, :]
     g_ptrs = gate_up_ptr + expert * stride_we + cols.to(tl.int64)[None, :] * stride_wn + ks[:, None]  # [BLOCK_K, BLOCK_N]
     u_ptrs = g_ptrs + N * stride_wn
@@ -142,13 +148,8 @@ def _moe_down_kernel(h_ptr, down_ptr, out_ptr, rw_ptr, sorted_ptr, block_expert_
         pdl.enter(USE_PDL)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):  # beyond the used blocks
         return
-    # the block's pairs (sentinel P in padding rows) and its expert
-    pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    valid = pairs < num_pairs
-    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    ks = tl.arange(0, BLOCK_K)
+    pairs, valid, expert, cols, col_ok, ks = _block(sorted_ptr, block_expert_ptr, pid_m, pid_n, num_pairs, N,
+                                                    BLOCK_M, BLOCK_N, BLOCK_K)
     a_ptrs = h_ptr + pairs[:, None] * stride_hm + ks[None, :]
     w_ptrs = down_ptr + expert * stride_we + cols.to(tl.int64)[None, :] * stride_wn + ks[:, None]  # [BLOCK_K, BLOCK_N]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)

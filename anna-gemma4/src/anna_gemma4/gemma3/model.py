@@ -29,7 +29,7 @@ from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
 from anna_gemma4.attention import GemmaAttention
-from anna_gemma4.common import GemmaCausalLM, scaled_embedding
+from anna_gemma4.common import GemmaCausalLM, next_norms, scaled_embedding
 from anna_gemma4.config import LAYER_TYPES, SLIDING, LayerSpec
 from anna_gemma4.gemma3.config import Gemma3Config
 
@@ -91,11 +91,9 @@ class Gemma3TextModel(nn.Module):
         """Hidden states ``[T, hidden]`` after the final norm."""
         h = scaled_embedding(self.embed_tokens, batch.input_ids, self.config.hidden_size**0.5)  # [T, hidden]
         cos_sin = {kind: rotary.cos_sin(batch.positions) for kind, rotary in self.rotary.items()}
-        layers = self.layers
-        y = layers[0].input_layernorm(h)
-        for i, layer in enumerate(layers):
-            h, y = layer(h, y, batch, caches, cos_sin[layer.kind],
-                         layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm)
+        y = self.layers[0].input_layernorm(h)
+        for layer, next_norm in zip(self.layers, next_norms(self.layers, self.norm), strict=True):
+            h, y = layer(h, y, batch, caches, cos_sin[layer.kind], next_norm)
         return y
 
 

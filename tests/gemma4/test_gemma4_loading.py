@@ -129,3 +129,20 @@ def test_family_spec_serves_both_layouts_with_gemma4_parsers(gemma4_factory):
         path = gemma4_factory(variant="dense", layout=layout)
         assert json.loads((path / "config.json").read_text())["model_type"] == model_type
         assert select_family(inspect_model_dir(path), list(fams.values())).name == "gemma4"
+
+
+def test_dummy_router_is_decisive_and_spreads(gemma4_factory):
+    """Random weights give the router logits of std ~DUMMY_ROUTER_LOGIT_STD (the router's input rows have RMS
+    hidden ** -0.5, so its matrix is drawn with that std): top-k margins far above bf16 rounding."""
+    from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
+
+    model = load_anna(gemma4_factory(variant="moe"), load_format="dummy").model
+    router = next(m for m in model.modules() if type(m).__name__ == "Gemma4Router")
+    h = torch.randn(512, router.proj.in_features, generator=torch.Generator().manual_seed(0))
+    logits = router.proj(router.norm(h) * router.scale * router.root_scale)
+    assert 0.8 * DUMMY_ROUTER_LOGIT_STD < float(logits.std()) < 1.25 * DUMMY_ROUTER_LOGIT_STD
+    top = logits.topk(router.top_k + 1, dim=-1).values
+    assert float((top[:, router.top_k - 1] - top[:, router.top_k]).median()) > 0.3
+    _, experts = router(h)
+    counts = torch.bincount(experts.flatten(), minlength=router.proj.out_features)
+    assert counts.min() > 512 * router.top_k / router.proj.out_features / 3

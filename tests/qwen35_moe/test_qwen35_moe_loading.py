@@ -138,3 +138,24 @@ def test_released_35b_a3b_shape_on_meta_matches_hf_parameter_count():
     assert count == sum(p.numel() for p in hf.parameters())
     assert 34e9 < count < 36e9
     assert model.capabilities.padded_prefill is True and model.capabilities.state_checkpoints is True
+
+
+def _router_margins(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Per token, the gap between its K-th and K+1-th largest router logit."""
+    top = logits.topk(top_k + 1, dim=-1).values
+    return top[:, top_k - 1] - top[:, top_k]
+
+
+def test_dummy_weights_route_decisively_and_spread(tiny_moe_factory):
+    """Random weights give router logits of std ~DUMMY_ROUTER_LOGIT_STD (not 0.02 * sqrt(H)): top-k margins
+    far above bf16 rounding, so 16-bit and float32 runs choose the same experts; choices still spread."""
+    from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
+
+    model = load_anna(tiny_moe_factory(num_experts=8, top_k=2), load_format="dummy").model
+    block = next(m for m in model.modules() if type(m).__name__ == "SparseMoeBlock")
+    rows = torch.randn(512, block.gate.in_features, generator=torch.Generator().manual_seed(0))  # unit-RMS rows
+    logits = block.gate(rows)
+    assert 0.8 * DUMMY_ROUTER_LOGIT_STD < float(logits.std()) < 1.25 * DUMMY_ROUTER_LOGIT_STD
+    assert float(_router_margins(logits, 2).median()) > 0.3
+    _, experts = block.route(rows)
+    assert torch.bincount(experts.flatten(), minlength=8).min() > 512 * 2 / 8 / 3  # every expert gets its share

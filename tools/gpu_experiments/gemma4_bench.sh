@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gemma 4 benchmarks on the H200 (issue 23): `anna bench` on dummy weights at the released shapes, one run per
 # entry of RUNS ("shape:batch:input_len:output_len[:flag...]", flags given as --flag without the dashes, e.g.
-# "E2B:1:512:128:profile:compare-hf:hf-output-len=32"); each run's JSON and log go into $OUT/gemma4_bench.tgz (the device tool
+# "E2B:1:512:128:profile:compare-hf:hf-output-len=32"; a shape such as Qwen3.5-35B-A3B names a Qwen3.5 config); each run's JSON and log go into $OUT/gemma4_bench.tgz (the device tool
 # returns few files), with one summary line each on stdout.
 set -u
 FINAL_OUT=$OUT; OUT=$(mktemp -d)
@@ -13,8 +13,10 @@ for run in $RUNS; do
     if [[ $f == *=* ]]; then flags+=("--${f%%=*}" "${f#*=}"); else flags+=("--$f"); fi
   done
   name="g4_${shape}_b${batch}_i${inp}"
+  # a shape starting with "Qwen" is one of tests/qwen35/reference_configs (e.g. Qwen3.5-35B-A3B), else a Gemma 4 shape
+  if [[ $shape == Qwen* ]]; then dir="tests/qwen35/reference_configs/$shape"; else dir="tests/gemma4/reference_configs/gemma-4-$shape-it"; fi
   start=$SECONDS
-  timeout "${T_RUN:-240}" anna bench --model-dir "tests/gemma4/reference_configs/gemma-4-$shape-it" --batch-size "$batch" \
+  timeout "${T_RUN:-240}" anna bench --model-dir "$dir" --batch-size "$batch" \
     --input-len "$inp" --output-len "$outp" --runs "${NRUNS:-2}" "${flags[@]}" --json > "$OUT/$name.json" 2> "$OUT/$name.log"
   echo "== $name exit $? ($((SECONDS - start)) s)"
   python3 - "$OUT/$name.json" <<'PY'

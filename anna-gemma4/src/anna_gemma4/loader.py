@@ -11,6 +11,7 @@ from anna_core.errors import ModelLoadError
 from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.linear import use_linear_op
+from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
@@ -37,6 +38,9 @@ def build_model(cfg: Gemma4Config, ops: Any, dtype: torch.dtype) -> Gemma4ForCau
 def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> bool:
     if name.endswith(_ONES):
         value.fill_(1.0)
+        return True
+    if name.endswith("router.proj.weight"):  # its input rows have RMS hidden ** -0.5: logits' std is the weights'
+        value.normal_(0.0, DUMMY_ROUTER_LOGIT_STD, generator=gen)
         return True
     return False
 

@@ -11,6 +11,7 @@ from anna_core.errors import ModelLoadError
 from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.linear import use_linear_op
+from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.weights.safetensors_loader import (
@@ -43,6 +44,8 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
         value.uniform_(1.0, 16.0, generator=gen).log_()
     elif name.endswith(("dt_bias", "linear_attn.norm.weight")):
         value.fill_(1.0)
+    elif name.endswith("mlp.gate.weight"):  # the router [E, H] over unit-RMS rows: decisive routing
+        value.normal_(0.0, DUMMY_ROUTER_LOGIT_STD / value.shape[1] ** 0.5, generator=gen)
     else:
         return False
     return True

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from torch import nn
 
+DUMMY_ROUTER_LOGIT_STD = 4.0
+"""Standard deviation of the router logits that random (``--load-format dummy``) weights are drawn to
+give. A router whose logits spread like this is decisive: the margin between the ``K``-th and the
+``K+1``-th expert of a token is large against 16-bit rounding, so a bf16 run chooses the experts a float32
+run of the same weights chooses, and its logits can be compared with HF's (with the default ``std = 0.02``
+the margins are a few hundredths and every layer of a deep model flips some choices, which compounds).
+Routing still spreads: each token's choice follows its own hidden state, uniformly over the experts.
+A family's dummy-weight hook (``materialize_dummy(init=...)``) draws its router matrix with the standard
+deviation that gives this logit spread for its router's input scale."""
+
 
 class RoutedExpertsModule(nn.Module):
     """Base class of a MoE block's stacked routed experts (a family's module computing them, e.g. through

@@ -19,8 +19,10 @@ probabilities of every token differ clearly (the tests check the margin)."""
 
 
 def build_tiny_qwen35_moe(path: Path, *, layout: str = "text", num_experts: int = 8, top_k: int = 2,
-                          fused: bool = False, tie: bool = False, seed: int = 0) -> Path:
-    """Save a tiny random Qwen3.5 MoE checkpoint with transformers (4 layers: linear, full, linear, full).
+                          fused: bool = False, tie: bool = False, seed: int = 0,
+                          layer_types: tuple[str, ...] | None = None) -> Path:
+    """Save a tiny random Qwen3.5 MoE checkpoint with transformers (4 layers: by default linear, full, linear,
+    full; ``layer_types`` overrides).
 
     Args:
         layout: ``"text"`` (``Qwen3_5MoeForCausalLM``, ``model.*``) or ``"vl"``
@@ -43,7 +45,8 @@ def build_tiny_qwen35_moe(path: Path, *, layout: str = "text", num_experts: int 
     text = _text_config_kwargs(
         vocab_size=384, hidden_size=HIDDEN, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_head_dim=16, intermediate_size=0,
-        layer_types=None, tie=tie, initializer_range=0.1, eos_ids=[2, 0])
+        layer_types=None if layer_types is None else list(layer_types), tie=tie, initializer_range=0.1,
+        eos_ids=[2, 0])
     text.pop("intermediate_size")
     text.update(num_experts=num_experts, num_experts_per_tok=top_k, moe_intermediate_size=MOE_INTERMEDIATE,
                 shared_expert_intermediate_size=SHARED_INTERMEDIATE)

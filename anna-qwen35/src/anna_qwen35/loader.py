@@ -1,4 +1,5 @@
-"""The Qwen3.5 family loader: ``config.json`` + safetensors (or dummy weights) -> :class:`LoadedModel`."""
+"""The Qwen3.5 family loader: ``config.json`` + safetensors, a llama.cpp GGUF (``qwen35`` / ``qwen35moe``),
+or dummy weights -> :class:`LoadedModel`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
-from anna_core.model import LoadedModel
+from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.weights.safetensors_loader import (
     cast_meta_params,
@@ -27,7 +28,11 @@ from anna_qwen35.weights import expert_layout, name_map
 
 log = logging.getLogger("anna.qwen35")
 
-LOAD_FORMATS = ("auto", "safetensors", "dummy")
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+"""Tokens a GGUF's Qwen3.5 ends a turn or a text with: stop tokens beside ``tokenizer.ggml.eos_token_id``
+(a GGUF has no ``generation_config.json``; these are the released one's ``eos_token_id``, and llama.cpp
+treats both as end of generation)."""
 
 
 def build_model(cfg: Qwen35Config, ops: Any, dtype: torch.dtype, per_expert: bool = False) -> Qwen35ForCausalLM:
@@ -56,39 +61,85 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
-        source: from :func:`anna_core.model_dir.inspect_model_dir` (safetensors folder).
-        device, dtype: where and in which activation dtype to serve (recurrent states are float32).
-        load_format: ``"auto"``/``"safetensors"`` read the weights; ``"dummy"`` fills random ones
-            from a folder that may hold only ``config.json``.
+        source: from :func:`anna_core.model_dir.inspect_model_dir` (safetensors folder or GGUF).
+        device, dtype: where and in which activation dtype to serve (recurrent states are float32; GGUF
+            tensors are dequantized to the parameters' dtypes).
+        load_format: ``"auto"`` (the source's format), ``"safetensors"``, ``"gguf"`` or ``"dummy"`` (random
+            weights, from a folder that may hold only ``config.json`` or from a GGUF's metadata).
         kernels: the kernel registry the model's ops are bound from.
         chat_template: overrides the checkpoint's chat template.
 
     Raises:
-        UnsupportedModelError: a MoE option transformers' Qwen3_5Moe lacks (see :meth:`Qwen35Config.from_hf`).
-        ModelLoadError: bad config, missing / unexpected / mis-shaped tensors (MoE: expert tensors mixing
-            the fused and per-expert layouts), GGUF input, no tokenizer.
+        UnsupportedModelError: a MoE option transformers' Qwen3_5Moe lacks (see :meth:`Qwen35Config.from_hf`),
+            GGUF metadata Anna does not implement (see :meth:`Qwen35Config.from_gguf`).
+        ModelLoadError: bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
+            mixing the fused and per-expert layouts), unsupported GGML types, a load format that does not fit
+            the source, no tokenizer.
     """
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"load format {load_format!r} is not supported by anna-qwen35; use one of {LOAD_FORMATS}")
-    if source.format != "safetensors":
-        raise ModelLoadError("anna-qwen35 cannot load GGUF Qwen3.5 checkpoints yet; use the safetensors folder")
-    cfg = Qwen35Config.from_hf(source.config)
+    if load_format in ("safetensors", "gguf") and load_format != source.format:
+        raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
+                             f"{source.format} weights")
     ops = bind_ops(kernels, device, dtype)
+    if source.format == "gguf":
+        return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
+                          dummy=load_format == "dummy")
+    cfg = Qwen35Config.from_hf(source.config)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
     model = build_model(cfg, ops, dtype, per_expert)
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init)
     else:
         load_safetensors(model, source.root, name_map(cfg), device=device)
-    model.merge_projections()
-    use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
     model.raw_config = source.config
-    model.eval()
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
-    log.info("loaded Qwen3.5%s (%d layers: %d gated DeltaNet, %d attention) on %s/%s",
+    return _loaded(_prepare(model, ops), cfg, tokenizer, generation, device, dtype)
+
+
+def _prepare(model: Qwen35ForCausalLM, ops: Any) -> Qwen35ForCausalLM:
+    model.merge_projections()
+    use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
+    return model.eval()
+
+
+def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype, ops: Any,
+               chat_template: str | None, dummy: bool) -> LoadedModel:
+    """A GGUF in llama.cpp's layout (:mod:`anna_qwen35.gguf_weights`), dequantized at load."""
+    from anna_core.weights.gguf_loader import load_gguf_derived
+    from anna_core.weights.gguf_reader import GGUFModelFile
+    from anna_core.weights.gguf_tokenizer import load_gguf_tokenizer
+
+    from anna_qwen35.gguf_weights import gguf_derivations, mtp_block
+
+    gguf = GGUFModelFile(source.gguf_files)
+    embed = gguf.tensors.get("token_embd.weight")
+    if embed is None:
+        raise ModelLoadError(f"the GGUF {str(source.gguf_files[0])!r} has no token_embd.weight")
+    cfg = Qwen35Config.from_gguf(gguf, vocab_size=embed.shape[0], tied="output.weight" not in gguf.tensors)
+    model = build_model(cfg, ops, dtype)  # experts in the fused [E, 2I, H] / [E, H, I] layout
+    if dummy:
+        materialize_dummy(model, device=device, init=_dummy_init)
+    else:
+        load_gguf_derived(model, gguf, gguf_derivations(cfg, gguf.tensors), device=device,
+                          ignore=mtp_block(cfg, int(gguf.arch_get("block_count"))))
+    tokenizer = load_gguf_tokenizer(source.gguf_files[0], tokenizer_model=gguf.get("tokenizer.ggml.model", None),
+                                    pre_type=gguf.get("tokenizer.ggml.pre", None), chat_template=chat_template)
+    eos = list(cfg.eos_token_id) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+    for text in STOP_TOKENS:
+        token = tokenizer.hf.convert_tokens_to_ids(text)
+        if isinstance(token, int) and token != tokenizer.hf.unk_token_id and token not in eos:
+            eos.append(token)
+    return _loaded(_prepare(model, ops), cfg, tokenizer, GenerationDefaults(eos_token_ids=eos), device, dtype)
+
+
+def _loaded(model: Qwen35ForCausalLM, cfg: Qwen35Config, tokenizer: Any, generation: GenerationDefaults,
+            device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    log.info("loaded Qwen3.5%s (%d layers: %d gated DeltaNet, %d attention%s) on %s/%s",
              f" MoE ({cfg.num_experts} experts, top-{cfg.num_experts_per_tok})" if cfg.is_moe else "",
-             cfg.num_hidden_layers, cfg.num_linear_layers, cfg.num_full_layers, device, dtype)
+             cfg.num_hidden_layers, cfg.num_linear_layers, cfg.num_full_layers,
+             ", from GGUF" if cfg.layout == "gguf" else "", device, dtype)
     return LoadedModel(model=model, tokenizer=tokenizer, generation=generation,
                        max_model_len=cfg.max_position_embeddings, family="qwen35", dtype=dtype,
                        device=torch.device(device))

@@ -14,6 +14,7 @@ def register_model_families(register):
             model_types=("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"),
             architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM",
                            "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"),
+            gguf_architectures=("qwen35", "qwen35moe"),  # llama.cpp's dense and MoE text models
             distribution="anna-qwen35",
             reasoning_parser="qwen3",
             tool_call_parser="qwen3_coder",

@@ -48,7 +48,15 @@ def hf_greedy(path: str | Path, input_ids: list[int], max_new_tokens: int, model
 
     gen = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=0,
                            eos_token_id=None, pad_token_id=0)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([input_ids]), attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
-                             generation_config=gen)
+    # generate() fills fields left at their defaults (eos_token_id None) from the model's own generation
+    # config, which may name EOS ids (a GGUF's tokenizer.ggml.eos_token_id): clear them for the call
+    defaults = model.generation_config
+    saved = defaults.eos_token_id
+    defaults.eos_token_id = None
+    try:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([input_ids]),
+                                 attention_mask=torch.ones(1, len(input_ids), dtype=torch.long), generation_config=gen)
+    finally:
+        defaults.eos_token_id = saved
     return out[0, len(input_ids):].tolist()

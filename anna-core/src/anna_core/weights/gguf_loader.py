@@ -1,21 +1,59 @@
 """Assigning a GGUF model's tensors to a meta-built model (the GGUF twin of ``load_safetensors``).
 
-A family supplies a name map (GGUF tensor name -> parameter name, or ``None`` to ignore) and,
-optionally, a transform that fixes a tensor's layout after dequantization (e.g. undoing
-llama.cpp's rotary row permutation of ``attn_q`` / ``attn_k``).
+Two ways, both verifying every tensor and parameter before anything is read:
+
+* :func:`load_gguf`: one GGUF tensor per parameter. A family supplies a name map (GGUF tensor name ->
+  parameter name, or ``None`` to ignore) and, optionally, a transform that fixes a tensor's layout after
+  dequantization (e.g. undoing llama.cpp's rotary row permutation of ``attn_q`` / ``attn_k``).
+* :func:`load_gguf_derived`: each parameter built by a function of one or more GGUF tensors
+  (:class:`GGUFDerived`), for layouts llama.cpp changes beyond a rename: experts stacked apart and
+  joined, a squeezed or reordered tensor, a value stored transformed (``-exp(A_log)``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import attrs
 import torch
 from torch import nn
 
-from anna_core.weights.assign import NameMap, check_plan, plan_load, progress, set_param
+from anna_core.errors import ModelLoadError
+from anna_core.weights.assign import LoadPlan, NameMap, check_plan, plan_load, progress, set_param
 from anna_core.weights.gguf_reader import GGUFModelFile
 
 Transform = Callable[[str, torch.Tensor], torch.Tensor]
+
+
+def _only(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+@attrs.frozen
+class GGUFDerived:
+    """How one parameter is built from GGUF tensors.
+
+    Attributes:
+        target: the parameter's name.
+        sources: the GGUF tensors it is built from (one tensor may feed several parameters).
+        shapes: per source, the shape it must be stored with, in torch order; shapes equal up to leading
+            ones match (llama.cpp pads a tensor's dimensions with ``ne = 1``: ``[H]`` and ``[1, H]`` are
+            one shape to it).
+        build: ``build(*tensors)`` -> the parameter's value, from the sources dequantized to float32 (in
+            ``sources`` order); the default returns the one source as it is.
+    """
+
+    target: str
+    sources: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    build: Callable[..., torch.Tensor] = _only
+
+
+def _ggml_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    dims = list(shape)
+    while len(dims) > 1 and dims[0] == 1:
+        dims.pop(0)
+    return tuple(dims)
 
 
 def load_gguf(
@@ -57,4 +95,70 @@ def load_gguf(
             if transform is not None:
                 value = transform(gguf_name, value)
             set_param(model, target, value.to(params[target].dtype).contiguous())
+            bar.update(1)
+
+
+def load_gguf_derived(
+    model: nn.Module,
+    gguf: GGUFModelFile,
+    derived: Sequence[GGUFDerived],
+    *,
+    device: torch.device,
+    ignore: Callable[[str], bool] | None = None,
+) -> None:
+    """Assign every parameter of ``model`` from ``gguf`` through ``derived`` (one entry per parameter).
+
+    Each entry's sources are dequantized on ``device`` (float32), passed to its ``build`` and the result,
+    cast to the parameter's dtype, replaces the parameter (``assign`` semantics: ``model`` may be built on
+    the meta device). Tied parameters must not be listed.
+
+    Args:
+        ignore: GGUF tensor names the model does not use (e.g. a multi-token-prediction block); every
+            other tensor must feed some parameter.
+
+    Raises:
+        ModelLoadError: before anything is read, for GGUF tensors an entry needs but the file lacks
+            (missing), tensors no entry uses and ``ignore`` does not skip (unexpected), parameters without an
+            entry or listed twice, stored shapes other than the entries', unsupported GGML types; the message
+            names every offending tensor. After a build, for a value whose shape is not the parameter's.
+    """
+    from anna_core.weights.dequant import SUPPORTED_TYPES
+
+    params = dict(model.named_parameters(remove_duplicate=False))
+    targets: dict[str, GGUFDerived] = {}
+    missing, mismatched, twice, unknown = [], [], [], []
+    for entry in derived:
+        if entry.target not in params:
+            unknown.append(entry.target)
+        elif entry.target in targets:
+            twice.append(entry.target)
+        else:
+            targets[entry.target] = entry
+        for source, shape in zip(entry.sources, entry.shapes, strict=True):
+            info = gguf.tensors.get(source)
+            if info is None:
+                missing.append(f"{source} (for {entry.target})")
+            elif _ggml_shape(info.shape) != _ggml_shape(shape):
+                mismatched.append(f"{source}: file {list(info.shape)} vs model {list(shape)} ({entry.target})")
+    used = {s for entry in derived for s in entry.sources}
+    unexpected = [n for n in gguf.tensors if n not in used and not (ignore is not None and ignore(n))]
+    unsupported = sorted(f"{n} ({gguf.tensors[n].type_name})" for n in used & set(gguf.tensors)
+                         if gguf.tensors[n].type_name not in SUPPORTED_TYPES)
+    more = []
+    if unmapped := sorted(set(params) - set(targets)):
+        more.append(f"model parameters no GGUF tensor is mapped to: {unmapped}")
+    if unknown:
+        more.append(f"mapped to names that are not model parameters: {sorted(unknown)}")
+    if unsupported:
+        more.append(f"unsupported GGML types (supported: {list(SUPPORTED_TYPES)}): {unsupported}")
+    plan = LoadPlan(targets={}, missing=sorted(missing), unexpected=unexpected, twice=twice)
+    check_plan(plan, source=f"GGUF {str(gguf.paths[0])!r}", where="the file", mismatched=mismatched, more=more)
+
+    with progress(len(targets), "loading GGUF weights") as bar:
+        for name, entry in targets.items():
+            value = entry.build(*(gguf.tensor(s, dtype=torch.float32, device=device) for s in entry.sources))
+            if tuple(value.shape) != tuple(params[name].shape):
+                raise ModelLoadError(f"GGUF {str(gguf.paths[0])!r}: {name} built from {list(entry.sources)} has "
+                                     f"shape {list(value.shape)}, the model needs {list(params[name].shape)}")
+            set_param(model, name, value.to(params[name].dtype).contiguous())
             bar.update(1)

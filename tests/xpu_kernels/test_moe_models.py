@@ -1,11 +1,15 @@
-"""The tiny Qwen3.5 MoE and Gemma 4 MoE models with the Triton moe_experts op (interpreter; every other op
-stays with its torch reference, to keep this fast) give the logits of the all-reference models."""
+"""The tiny Qwen3.5 MoE and Gemma 4 MoE models with the Triton moe_route and moe_experts ops (interpreter;
+every other op stays with its torch reference, to keep this fast) give the logits of the all-reference
+models."""
 
 import torch
 
 from tests.xpu_kernels._interp import require_triton_interpreter
 
 require_triton_interpreter()
+
+
+MOE_OPS = ("moe_route", "moe_experts")
 
 
 def _load(family_loader, path, monkeypatch, *, triton_moe: bool):
@@ -17,7 +21,7 @@ def _load(family_loader, path, monkeypatch, *, triton_moe: bool):
         monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     else:
         monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
-    others = [f"{op}:triton" for op in TRITON_KERNELS if op != "moe_experts"]
+    others = [f"{op}:triton" for op in TRITON_KERNELS if op not in MOE_OPS]
     registry = KernelRegistry.from_plugins(disabled=others)
     return family_loader(inspect_model_dir(path), device=torch.device("cpu"), dtype=torch.float32,
                          load_format="auto", kernels=registry).model
@@ -30,14 +34,14 @@ def _logits_both_ways(loader, path, monkeypatch, prompt):
     model = _load(loader, path, monkeypatch, triton_moe=True)
     got = prefill_logits(model, prompt)  # 10 tokens at once, then two single-token (decode-sized) steps
     got_steps = prefill_logits(model, prompt[:2], chunk_size=1)
-    assert model.ops.registry.chosen()["moe_experts"] == "triton"
+    assert all(model.ops.registry.chosen()[op] == "triton" for op in MOE_OPS)
     return got, got_steps, want
 
 
 PROMPT = [5, 17, 33, 101, 7, 250, 3, 64, 90, 12]
 
 
-def test_qwen35_moe_with_the_triton_experts(tmp_path, monkeypatch):
+def test_qwen35_moe_with_the_triton_router_and_experts(tmp_path, monkeypatch):
     from anna_qwen35.loader import load
 
     from tests.qwen35_moe.conftest import build_tiny_qwen35_moe
@@ -48,7 +52,7 @@ def test_qwen35_moe_with_the_triton_experts(tmp_path, monkeypatch):
     torch.testing.assert_close(got_steps, want[:2], atol=1e-4, rtol=1e-4)
 
 
-def test_gemma4_moe_with_the_triton_experts(tmp_path, monkeypatch):
+def test_gemma4_moe_with_the_triton_router_and_experts(tmp_path, monkeypatch):
     from anna_gemma4.loader import load
 
     from tests.gemma4.tiny import build_tiny_gemma4

@@ -29,7 +29,7 @@ def test_registers_every_triton_op_and_fla_prefill_with_priorities_and_probes():
                   "causal_conv1d_update", "causal_conv1d_prefill", "gated_delta_rule_decode", "paged_attention",
                   "linear", "add_rms_norm_linear", "act_mul_linear", "linear_act_mul", "add_rms_norm_linear_act_mul",
                   "qk_norm_rope_cache", "fused_gdn_decode", "post_norm_residual", "q_norm_rope", "gated_linear",
-                  "moe_experts"}
+                  "moe_experts", "moe_route"}
     assert {op for op, name in by_op if name == "triton"} == triton_ops
     assert {op for op, name in by_op if name == "fla"} == {"gated_delta_rule_prefill", "fused_gdn_prefill"}
     for spec in specs:
@@ -42,7 +42,7 @@ def test_registration_imports_neither_torch_nor_triton_nor_fla():
             "specs = [s for s in kernel_specs(make_plugin_manager({'anna_xpu_kernels'})) if s.name != 'reference']; "
             "print(json.dumps([len(specs), [m for m in ('torch', 'triton', 'fla') if m in sys.modules]]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [22, []]
+    assert json.loads(out.stdout) == [23, []]
 
 
 def test_cpu_is_declined_unless_the_interpreter_is_requested(monkeypatch):
@@ -66,6 +66,9 @@ def test_interpreter_override_selects_triton_on_cpu_and_it_runs(monkeypatch, poi
     # Declined shapes / dtypes / ops fall back to the reference at priority 0.
     assert ops.get("paged_attention", head_dim=1024).__module__ == "anna_core.kernels.reference.paged_attention"
     assert ops.get("gated_delta_rule_prefill").__module__ == "anna_core.kernels.reference.gated_delta_rule"
+    widest = probes.MAX_ROUTE_EXPERTS  # wider routers keep the reference
+    assert ops.get("moe_route", num_experts=widest).__module__ == "anna_xpu_kernels.moe_route"
+    assert ops.get("moe_route", num_experts=widest + 1).__module__ == "anna_core.kernels.reference.routing"
     assert ops.registry.get("rms_norm", ProbeRequest("cpu", "float64")).__module__.startswith("anna_core")
 
 
@@ -78,7 +81,7 @@ def test_unavailable_devices_are_declined_cleanly(device_type):
     req = ProbeRequest(device_type, "bfloat16", {"head_dim": 128})
     for probe in (probes.norm_probe, probes.conv1d_probe, probes.gated_delta_rule_decode_probe,
                   probes.paged_attention_probe, probes.fla_prefill_probe, probes.fused_gdn_decode_probe,
-                  probes.qk_norm_rope_probe, probes.moe_experts_probe):
+                  probes.qk_norm_rope_probe, probes.moe_experts_probe, probes.moe_route_probe):
         assert probe(req) is False
 
 

@@ -2,7 +2,8 @@
 
 Router: the residual stream's rows, RMS-normalised without weight, times a learned ``scale`` and
 ``hidden ** -0.5``, projected to one score per expert; softmax (float32), the top ``k`` experts,
-their probabilities renormalised to sum to one, times each chosen expert's ``per_expert_scale``.
+their probabilities renormalised to sum to one, times each chosen expert's ``per_expert_scale`` (the
+softmax onwards is anna-core's ``moe_route`` op).
 Experts: GeGLU feed-forwards (``gelu_tanh(gate) * up``, then ``down``), stored as stacked 3-D tensors
 (``gate_up_proj`` ``[E, 2I, hidden]``, ``down_proj`` ``[E, hidden, I]``); a token's output is the
 weighted sum of its experts' outputs.
@@ -19,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from anna_core.layers.moe import RoutedExpertsModule
 from anna_core.layers.norm import RMSNorm
 from torch import nn
@@ -29,12 +29,15 @@ class Gemma4Router(nn.Module):
     """Parameters: ``proj.weight`` ``[E, hidden]``, ``scale`` ``[hidden]``, ``per_expert_scale`` ``[E]``.
 
     Args:
-        hidden: model width; num_experts: ``E``; top_k: experts per token ``K``; eps: the norm's epsilon.
+        hidden: model width; num_experts: ``E``; top_k: experts per token ``K``; eps: the norm's epsilon;
+        ops: the model's :class:`anna_core.kernels.OpTable` (the norm, and the routing as its ``moe_route`` op).
     """
 
     def __init__(self, hidden: int, num_experts: int, top_k: int, eps: float, ops: Any):
         super().__init__()
         self.top_k = top_k
+        self.num_experts = num_experts
+        self.ops = ops
         self.root_scale = hidden**-0.5
         self.norm = RMSNorm(hidden, eps, ops, scale=False)
         self.proj = nn.Linear(hidden, num_experts, bias=False)
@@ -42,12 +45,12 @@ class Gemma4Router(nn.Module):
         self.per_expert_scale = nn.Parameter(torch.ones(num_experts))
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """h: ``[T, hidden]`` -> (weights ``[T, K]`` float32, expert ids ``[T, K]`` int64)."""
+        """h: ``[T, hidden]`` -> (weights ``[T, K]`` float32, expert ids ``[T, K]`` int64): ``moe_route`` of the
+        scores with ``per_expert_scale`` (softmax in float32, the top ``K`` renormalised, times each chosen
+        expert's scale in float32: transformers' ``Gemma4TextRouter``)."""
         x = self.norm(h) * self.scale * self.root_scale
-        probs = F.softmax(self.proj(x), dim=-1, dtype=torch.float32)  # [T, E]
-        weights, experts = torch.topk(probs, self.top_k, dim=-1)
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights * self.per_expert_scale[experts], experts
+        route = self.ops.get("moe_route", num_experts=self.num_experts)
+        return route(self.proj(x), self.top_k, self.per_expert_scale, torch.float32)
 
 
 class Gemma4Experts(RoutedExpertsModule):

@@ -3,7 +3,7 @@
 Per token ``x`` (a row of the post-attention-normed stream, ``[H]``):
 
 * router: ``logits = gate(x)`` ``[E]`` (in x's dtype), ``p = softmax(logits)`` in float32, the top
-  ``K`` of ``p``, renormalised to sum to one, then cast to x's dtype;
+  ``K`` of ``p``, renormalised to sum to one, then cast to x's dtype (anna-core's ``moe_route`` op);
 * routed experts: ``sum_k w_k * down_e(silu(gate_e(x)) * up_e(x))`` over the chosen experts ``e``;
 * shared expert: ``sigmoid(shared_expert_gate(x)) * shared_expert(x)`` (a SwiGLU MLP), added.
 
@@ -21,28 +21,26 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from anna_core.errors import ModelLoadError
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.moe import RoutedExpertsModule
 from torch import nn
 
 
-def route(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Qwen3.5's top-k softmax routing.
+def route(logits: torch.Tensor, top_k: int, ops: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen3.5's top-k softmax routing: the ``moe_route`` op of ``ops`` without an expert scale.
 
     Args:
         logits: router logits ``[T, E]`` (any float dtype).
         top_k: experts per token ``K``.
+        ops: the model's :class:`anna_core.kernels.OpTable`.
 
     Returns:
         ``(weights [T, K] in logits' dtype, experts [T, K] int64)``: the chosen experts (in descending
-        probability) and their float32 softmax probabilities renormalised over the ``K`` chosen ones.
+        probability, equal ones lower index first) and their float32 softmax probabilities renormalised
+        over the ``K`` chosen ones (transformers' ``Qwen3_5MoeTopKRouter``).
     """
-    probs = F.softmax(logits, dim=-1, dtype=torch.float32)
-    weights, experts = torch.topk(probs, top_k, dim=-1)
-    weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights.to(logits.dtype), experts
+    return ops.get("moe_route", num_experts=logits.shape[-1])(logits, top_k, None, logits.dtype)
 
 
 class _ExpertWeights(nn.Module):
@@ -135,6 +133,7 @@ class SparseMoeBlock(nn.Module):
                  ops: Any, *, per_expert: bool = False):
         super().__init__()
         self.top_k = top_k
+        self.ops = ops
         self.gate = nn.Linear(hidden, num_experts, bias=False)
         self.experts = RoutedExperts(hidden, num_experts, intermediate, ops, top_k=top_k, per_expert=per_expert)
         self.shared_expert = SwiGLUMLP(hidden, shared_intermediate, ops)
@@ -147,7 +146,7 @@ class SparseMoeBlock(nn.Module):
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x: ``[T, H]`` -> ``(weights [T, K], experts [T, K])`` (see :func:`route`)."""
-        return route(self.gate(x), self.top_k)
+        return route(self.gate(x), self.top_k, self.ops)
 
     def forward(self, x: torch.Tensor, pre_norm: tuple[Any, torch.Tensor | None] | None = None):
         """x: ``[T, H]`` -> ``[T, H]``; with ``pre_norm = (norm, residual)`` as :meth:`SwiGLUMLP.forward`:

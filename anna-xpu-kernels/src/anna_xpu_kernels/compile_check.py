@@ -86,6 +86,20 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     yield from _gemv_cases()
     yield from _persistent_gemv_cases()
     yield from _moe_cases()
+    yield from _moe_route_cases()
+
+
+def _moe_route_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    """The MoE router: one row per program at E = 256, K = 8 (Qwen3.5-35B-A3B decode) and E = 128 with the
+    per-expert scale (Gemma 4 26B-A4B), eight rows per program (prefill), and float32 at the widest E."""
+    from anna_xpu_kernels import moe_route
+    from anna_xpu_kernels.probes import MAX_ROUTE_EXPERTS
+
+    base = {"TOP_K": 8, "HAS_SCALE": False, "BLOCK_T": 1, "BLOCK_E": 256, "BLOCK_K": 8, "USE_PDL": True}
+    yield moe_route._moe_route_kernel, "bf16", base, 1
+    yield moe_route._moe_route_kernel, "bf16", {**base, "HAS_SCALE": True, "BLOCK_E": 128}, 1
+    yield moe_route._moe_route_kernel, "bf16", {**base, "BLOCK_T": 8, "HAS_SCALE": True, "USE_PDL": False}, 8
+    yield moe_route._moe_route_kernel, "fp32", {**base, "TOP_K": 2, "BLOCK_K": 2, "BLOCK_E": MAX_ROUTE_EXPERTS}, 4
 
 
 def _moe_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:

@@ -15,7 +15,8 @@ Triton's interpreter, so this is where their errors against the reference are me
 ``--only linear`` runs only the decode GEMV cases (Triton vs cuBLAS at the Qwen3.5 0.8B/2B/9B weight
 shapes, :mod:`anna_xpu_kernels.microbench_linear`); ``--only moe`` only the routed-experts cases
 (``moe_experts`` at the Qwen3.5-35B-A3B and Gemma 4 26B-A4B shapes, ``--moe-tokens 1,32,2048``,
-:mod:`anna_xpu_kernels.microbench_moe`); ``--only ops`` the other ops.
+:mod:`anna_xpu_kernels.microbench_moe`) and the router cases (``moe_route`` at the same models' ``E`` / ``K``
+and tokens); ``--only ops`` the other ops.
 """
 
 from __future__ import annotations
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder of the Qwen3.5 <model>/config.json files for the linear cases")
     parser.add_argument("--linear-rows", default="1,4,32", help="activation rows M of the linear cases")
     parser.add_argument("--moe-tokens", default=",".join(map(str, DEFAULT_MOE_TOKENS)),
-                        help="tokens T of the moe_experts cases")
+                        help="tokens T of the moe_experts and moe_route cases")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, to check the script (CPU: set "
                         "ANNA_TRITON_INTERPRET=1)")
     args = parser.parse_args(argv)
@@ -375,6 +376,12 @@ def main(argv: list[str] | None = None) -> int:
             lines = mbm.run_moe(device, dtype, mbm.SMOKE_MODELS if args.smoke else mbm.MODELS, tokens, _timer(device))
         print(f"# moe_experts on {name}, {args.dtype}: Triton grouped GEMMs (graph replays, cold L2) vs the torch "
               f"reference (eager)")
+        print("\n".join(lines))
+        with torch.inference_mode():
+            lines = mbm.run_route(device, dtype, mbm.SMOKE_ROUTERS if args.smoke else mbm.ROUTERS, tokens,
+                                  _timer(device))
+        print(f"# moe_route on {name}, {args.dtype}: the former torch router, the op's torch reference and the "
+              f"Triton kernel (graph replays, cold L2)")
         print("\n".join(lines))
     return 0
 

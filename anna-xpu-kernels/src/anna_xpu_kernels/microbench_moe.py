@@ -8,6 +8,11 @@ flushed before each call, :func:`anna_xpu_kernels.gemv_tuning.cold_time_ms`; the
 reads the host, eagerly), the bandwidth of the weights of the experts the tokens chose (each read once)
 over that time, the arithmetic rate, and the largest difference from the reference.
 
+The router cases (``moe_route``, :func:`run_route`) time, at the same models and token counts, the torch
+code the routers ran before the op (softmax, ``topk``, the renormalisation, Gemma 4's scale gather, the
+dtype cast), the op's torch reference and the Triton kernel (graph replays on CUDA for all three, none
+reads the host), with how many rows' experts differ from the reference's and the largest weight difference.
+
     python -m anna_xpu_kernels.microbench --only moe [--moe-tokens 1,32,2048]
 """
 
@@ -35,6 +40,20 @@ MODELS = {
 }
 SMOKE_MODELS = {"smoke-silu": MoeShape(8, 2, 32, 48, "silu"), "smoke-gelu": MoeShape(6, 3, 48, 16, "gelu_tanh")}
 SMOKE_TOKENS = (1, 5)
+
+
+@attrs.frozen
+class RouterShape:
+    """The router of one MoE layer: ``E``, ``K`` and whether it scales per expert (Gemma 4: float32
+    weights) or not (Qwen3.5: weights in the logits' dtype)."""
+
+    num_experts: int
+    top_k: int
+    scaled: bool
+
+
+ROUTERS = {"Qwen3.5-35B-A3B": RouterShape(256, 8, False), "Gemma-4-26B-A4B": RouterShape(128, 8, True)}
+SMOKE_ROUTERS = {"smoke-qwen": RouterShape(16, 4, False), "smoke-gemma": RouterShape(8, 2, True)}
 
 
 def moe_inputs(shape: MoeShape, tokens: int, device, dtype, seed: int = 0):
@@ -92,6 +111,55 @@ def run_moe(device, dtype, models: dict[str, MoeShape], token_counts, timer) -> 
                 cells.append((model, dims, str(t), name, f"{us:.1f}", f"{nbytes / (us * 1e-6) / 1e9:.0f}",
                               f"{flops / (us * 1e-6) / 1e12:.1f}", err))
             del args, want
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def former_router(logits, top_k, expert_scale, weights_dtype):
+    """The torch code both families' routers ran before ``moe_route`` (``torch.topk``; timing only)."""
+    import torch
+
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    if expert_scale is not None:
+        weights = weights * expert_scale[ids]
+    return weights.to(weights_dtype), ids
+
+
+def run_route(device, dtype, routers: dict[str, RouterShape], token_counts, timer) -> list[str]:
+    """Time the router of every (model, T) three ways; return the printed table's lines."""
+    import torch
+    from anna_core.kernels.reference.routing import moe_route as reference
+
+    from anna_xpu_kernels import gemv_tuning, moe_route
+
+    def graphed(fn):  # all three are sync-free: graph replays on CUDA, as in a captured step
+        return gemv_tuning.cold_time_ms(fn) * 1e3 if device.type == "cuda" else timer(fn)
+
+    header = ("model", "E/K", "T", "impl", "us/call", "rows with other experts", "max |w err| vs reference")
+    cells: list[tuple[str, ...]] = [header]
+    for model, r in routers.items():
+        for t in token_counts:
+            gen = torch.Generator(device=device).manual_seed(t)
+            logits = (torch.randn(t, r.num_experts, device=device, generator=gen) * 2).to(dtype)
+            scale = (torch.rand(r.num_experts, device=device, generator=gen) + 0.5).to(dtype) if r.scaled else None
+            args = (logits, r.top_k, scale, torch.float32 if r.scaled else dtype)
+            want_w, want_ids = reference(*args)
+            for name, fn in (("torch (former)", former_router), ("reference", reference),
+                             ("triton", moe_route.moe_route)):
+                try:
+                    got_w, got_ids = fn(*args)
+                    rows = int((got_ids != want_ids).any(-1).sum().item())
+                    err = (got_w.float() - want_w.float()).abs().max().item()
+                    us = graphed(lambda fn=fn, args=args: fn(*args))
+                except Exception as exc:  # noqa: BLE001 -- report and keep going
+                    cells.append((model, f"{r.num_experts}/{r.top_k}", str(t), name, "-", "-",
+                                  f"failed: {type(exc).__name__}: {exc}"[:120]))
+                    continue
+                cells.append((model, f"{r.num_experts}/{r.top_k}", str(t), name, f"{us:.1f}", str(rows), f"{err:.2e}"))
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = ["  ".join(col.ljust(w) for col, w in zip(row, widths)) for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))

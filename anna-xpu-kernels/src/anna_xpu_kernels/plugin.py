@@ -4,7 +4,8 @@ Only lazy ``"module:attr"`` strings are handed over: registering imports neither
 fla. Every op implemented here has its contract (and torch reference) in anna-core
 (:mod:`anna_core.kernels.ops`), the fused ones included: ``qk_norm_rope_cache``, ``fused_gdn_decode``
 (the gated DeltaNet decode step) and ``fused_gdn_prefill`` (its prefill after the conv); ``moe_experts``
-(a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`).
+(a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`), its
+router ``moe_route`` as one launch (:mod:`anna_xpu_kernels.moe_route`).
 Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0, so they
 serve whatever the probes (:mod:`anna_xpu_kernels.probes`) decline.
 """
@@ -38,6 +39,7 @@ TRITON_KERNELS = {
     "q_norm_rope": ("qk_norm_rope:q_norm_rope", "probes:qk_norm_rope_probe"),
     "fused_gdn_decode": ("gdn_decode_fused:fused_gdn_decode", "probes:fused_gdn_decode_probe"),
     "moe_experts": ("moe:moe_experts", "probes:moe_experts_probe"),
+    "moe_route": ("moe_route:moe_route", "probes:moe_route_probe"),
 }
 FLA_KERNELS = {
     "gated_delta_rule_prefill": ("fla_prefill:gated_delta_rule_prefill", "probes:fla_prefill_probe"),

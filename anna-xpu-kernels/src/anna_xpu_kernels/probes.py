@@ -14,10 +14,11 @@ Shape facts (``ProbeRequest.shape``; absent keys are not checked, the implementa
 the torch reference themselves for shapes they cannot hold in registers):
     ``head_dim``: at most 256 (GDN), 512 (``paged_attention``); ``head_k_dim`` /
     ``head_v_dim`` (GDN): at most 256;
-    ``dim`` / ``hidden_size`` (norms): at most 16384. The fused gated DeltaNet decode step
-    (``fused_gdn_decode``) requires ``head_k_dim`` and ``head_v_dim`` (it fuses heads of at most 256
-    only, :func:`anna_xpu_kernels.gdn_decode_fused.fusable`), the fused attention pre-processing
-    (``qk_norm_rope_cache``) ``head_dim``: without them they decline.
+    ``dim`` / ``hidden_size`` (norms): at most 16384; ``num_experts`` (``moe_route``): at most
+    :data:`MAX_ROUTE_EXPERTS` (beyond, that kernel raises rather than falls back: callers pass the
+    fact). The fused gated DeltaNet decode step (``fused_gdn_decode``) requires ``head_k_dim`` and
+    ``head_v_dim`` (it fuses heads of at most 256 only, :func:`anna_xpu_kernels.gdn_decode_fused.fusable`),
+    the fused attention pre-processing (``qk_norm_rope_cache``) ``head_dim``: without them they decline.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ FLA_DTYPES = ("float16", "bfloat16")
 MAX_HEAD_DIM = 256
 MAX_ATTENTION_HEAD_DIM = 512  # paged_attention tiles wide heads (Gemma 4's global layers: 512)
 MAX_NORM_DIM = 16384
+MAX_ROUTE_EXPERTS = 1024
+"""Most experts ``moe_route``'s Triton kernel holds in registers (one row of logits per program row)."""
 
 
 @functools.cache
@@ -184,6 +187,12 @@ def linear_probe(request: Any) -> bool:
 def moe_experts_probe(request: Any) -> bool:
     """moe_experts: any Triton device, float dtypes (the grouped GEMMs tile every dimension; no shape facts)."""
     return _triton_ok(request)
+
+
+def moe_route_probe(request: Any) -> bool:
+    """moe_route: any Triton device, float dtypes, ``num_experts`` (when given) at most :data:`MAX_ROUTE_EXPERTS`
+    (wider routers keep the torch reference)."""
+    return _shape_within(request.shape, {"num_experts": MAX_ROUTE_EXPERTS}) and _triton_ok(request)
 
 
 def fla_prefill_probe(request: Any) -> bool:

@@ -17,7 +17,8 @@ Conventions shared by every op:
   token at position ``p`` lives in block ``block_tables[i, p // block_size]`` at offset
   ``p % block_size``; ``slot_mapping[t] = block * block_size + offset`` for token ``t``.
 
-``moe_experts`` runs the routed experts of a mixture-of-experts block (the router stays with the model).
+A mixture-of-experts block runs two ops: ``moe_route`` (its router after the gate projection: softmax,
+top-k, renormalised, an optional per-expert scale) and ``moe_experts`` (the routed experts it chose).
 
 The fused ops (``post_norm_residual``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``,
 ``linear_act_mul``,
@@ -235,6 +236,28 @@ rounded as those ops round: a pre-norm MLP's residual add, norm, gate/up project
 (one launch at decode instead of two).
 """,
         reference=_ref("fused_linear", "add_rms_norm_linear_act_mul"),
+    ),
+    OpContract(
+        name="moe_route",
+        signature="moe_route(logits, top_k, expert_scale, weights_dtype) -> (weights, expert_ids)",
+        doc="""\
+The router of a mixture-of-experts block after its gate projection. logits: ``[T, E]`` any float dtype;
+top_k: ``K`` (an int, ``1 <= K <= E``); expert_scale: ``[E]`` any float dtype, or None; weights_dtype:
+``torch.float32`` or logits' dtype. ``p = softmax(logits)`` over E in float32; the ``K`` largest of
+``p`` in descending order, equal probabilities taken lower expert index first (at the ``K``-th place too);
+``w = p_k / sum_k p_k`` in float32, times ``float32(expert_scale[e_k])`` when given, rounded to
+weights_dtype. Returns weights ``[T, K]`` (weights_dtype) and expert_ids ``[T, K]`` int64 (distinct per
+row, in ``[0, E)``). Rounding as transformers' routers: Qwen3.5 MoE (no scale, weights in logits'
+dtype) and Gemma 4 (``per_expert_scale``, float32 weights). Rows with a NaN probability (a NaN or +inf
+logit, or all logits -inf): NaN weights, ids unspecified in ``[0, E)``. Implementations must not
+synchronise with the host nor shape anything by the values (graph capture); they may compute the
+exponential to within a few float32 ulps, so their ids may differ from the reference's where two
+probabilities are that close. Rows are independent (a padding row changes no other row). Callers look it
+up with the shape fact ``num_experts`` (``E``).
+""",
+        reference=_ref("routing", "moe_route"),
+        check=_ref("routing", "check_moe_route"),
+        shape_facts=("num_experts",),
     ),
     OpContract(
         name="moe_experts",

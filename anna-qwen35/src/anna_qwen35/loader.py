@@ -114,10 +114,8 @@ def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype,
     from anna_qwen35.gguf_weights import gguf_derivations, mtp_block
 
     gguf = GGUFModelFile(source.gguf_files)
-    embed = gguf.tensors.get("token_embd.weight")
-    if embed is None:
-        raise ModelLoadError(f"the GGUF {str(source.gguf_files[0])!r} has no token_embd.weight")
-    cfg = Qwen35Config.from_gguf(gguf, vocab_size=embed.shape[0], tied="output.weight" not in gguf.tensors)
+    vocab_size, tied = gguf.vocabulary_shape()
+    cfg = Qwen35Config.from_gguf(gguf, vocab_size=vocab_size, tied=tied)
     model = build_model(cfg, ops, dtype)  # experts in the fused [E, 2I, H] / [E, H, I] layout
     if dummy:
         materialize_dummy(model, device=device, init=_dummy_init)

@@ -208,6 +208,18 @@ class GGUFModelFile:
         """``get(f"{architecture}.{suffix}")``, e.g. ``arch_get("block_count")``."""
         return self.get(f"{self.architecture}.{suffix}", default)
 
+    def vocabulary_shape(self) -> tuple[int, bool]:
+        """``(vocab_size, tied)`` of a text model in llama.cpp's layout: the rows of ``token_embd.weight``, and
+        whether the file has no separate ``output.weight`` (the LM head is the embedding).
+
+        Raises:
+            ModelLoadError: the file has no ``token_embd.weight``.
+        """
+        embed = self.tensors.get("token_embd.weight")
+        if embed is None:
+            raise ModelLoadError(f"the GGUF {str(self.paths[0])!r} has no token_embd.weight")
+        return embed.shape[0], "output.weight" not in self.tensors
+
     def tensor(self, name: str, *, dtype: torch.dtype = torch.float32,
                device: torch.device | str = "cpu") -> torch.Tensor:
         """Tensor ``name`` dequantized to ``dtype`` on ``device``, in torch-order shape.

@@ -86,10 +86,8 @@ def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype,
     from anna_core.weights.gguf_tokenizer import load_gguf_tokenizer
 
     gguf = GGUFModelFile(source.gguf_files)
-    embed = gguf.tensors.get("token_embd.weight")
-    if embed is None:
-        raise ModelLoadError(f"the GGUF {str(source.gguf_files[0])!r} has no token_embd.weight")
-    cfg = Gemma3Config.from_gguf(gguf, vocab_size=embed.shape[0], tied="output.weight" not in gguf.tensors)
+    vocab_size, tied = gguf.vocabulary_shape()
+    cfg = Gemma3Config.from_gguf(gguf, vocab_size=vocab_size, tied=tied)
     model = build_model(cfg, ops, dtype)
     if dummy:
         materialize_dummy(model, device=device)

@@ -165,6 +165,18 @@ def test_a_prompt_longer_than_the_context_could_hold_is_refused_before_tokenizin
     assert all(n <= limits.max_prompt_chars(256) for n in calls)  # the long texts were never tokenized
 
 
+HEAVY_S = 1.5  # how long the heavy request's work holds its thread
+
+
+def assert_loop_never_blocked(latencies):
+    """A blocked event loop answers the /healthz probe sent during the heavy work only when that work
+    ends: one sample of about ``HEAVY_S``. A free loop answers every probe in milliseconds; a loaded
+    CI machine adds the odd pause of a few hundred ms (seen: 445 ms), which stays well under half of it."""
+    assert len(latencies) >= 10, latencies
+    assert sorted(latencies)[len(latencies) // 2] < 0.05, latencies
+    assert max(latencies) < 0.5 * HEAVY_S, latencies
+
+
 async def _healthz_latencies(app, heavy: dict, path: str, started: threading.Event) -> tuple[list[float], int]:
     """Send ``heavy`` and, while it is handled, time ``GET /healthz`` every 20 ms."""
     transport = httpx.ASGITransport(app=app)
@@ -182,7 +194,7 @@ async def _healthz_latencies(app, heavy: dict, path: str, started: threading.Eve
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-def test_healthz_answers_within_100_ms_while_a_prompt_is_tokenized(tiny_tokenizer, monkeypatch, path):
+def test_healthz_stays_responsive_while_a_prompt_is_tokenized(tiny_tokenizer, monkeypatch, path):
     state = make_state(tiny_tokenizer, FakeEngine(tiny_tokenizer))
     started = threading.Event()
     original = tiny_tokenizer.encode
@@ -190,7 +202,7 @@ def test_healthz_answers_within_100_ms_while_a_prompt_is_tokenized(tiny_tokenize
     def slow_encode(text, **kwargs):
         if "HEAVY" in text:
             started.set()
-            time.sleep(1.0)  # CPU-bound work holding its thread (a Python thread cannot be interrupted)
+            time.sleep(HEAVY_S)  # CPU-bound work holding its thread (a Python thread cannot be interrupted)
         return original(text, **kwargs)
 
     monkeypatch.setattr(tiny_tokenizer, "encode", slow_encode)
@@ -198,10 +210,10 @@ def test_healthz_answers_within_100_ms_while_a_prompt_is_tokenized(tiny_tokenize
              {"model": MODEL, "messages": [{"role": "user", "content": "HEAVY"}], "max_tokens": 2})
     latencies, status = asyncio.run(_healthz_latencies(create_app(state), heavy, path, started))
     assert status == 200
-    assert len(latencies) >= 5 and max(latencies) < 0.1, latencies
+    assert_loop_never_blocked(latencies)
 
 
-def test_healthz_answers_within_100_ms_while_a_grammar_compiles(tiny_tokenizer, monkeypatch):
+def test_healthz_stays_responsive_while_a_grammar_compiles(tiny_tokenizer, monkeypatch):
     """The real AsyncEngine over a fake model: ``validate_request`` (grammar compilation) runs in a thread."""
     from anna_core.engine.async_engine import AsyncEngine
     from anna_core.engine.config import EngineConfig
@@ -216,7 +228,7 @@ def test_healthz_answers_within_100_ms_while_a_grammar_compiles(tiny_tokenizer, 
     def slow_validate(ids, params, multimodal=None):
         if params.structured is not None:
             started.set()
-            time.sleep(1.0)  # a heavy-but-legal schema being compiled
+            time.sleep(HEAVY_S)  # a heavy-but-legal schema being compiled
         return original(ids, params, multimodal)
 
     monkeypatch.setattr(llm, "validate_request", slow_validate)
@@ -231,7 +243,7 @@ def test_healthz_answers_within_100_ms_while_a_grammar_compiles(tiny_tokenizer, 
     finally:
         asyncio.run(engine.shutdown(drain=False))
     assert status == 200
-    assert len(latencies) >= 5 and max(latencies) < 0.1, latencies
+    assert_loop_never_blocked(latencies)
 
 
 def test_20000_unknown_fields_write_a_bounded_number_of_log_lines(client, caplog):

@@ -90,3 +90,17 @@ def test_moe_experts_dispatches_on_the_predicate(monkeypatch):
     assert calls == [1, 2]  # T = 4 on 8 experts shares them; T = 6 is beyond MAX_TOKENS
     with pytest.raises(ValueError, match="moe_experts: path must be one of"):
         moe.moe_experts(*args, "silu", path="gemv")
+
+
+@pytest.mark.parametrize("up, down", [  # (BLOCK_N, BLOCK_K, DEPTH, warps) of each launch
+    ((16, 32, 1, 4), (16, 16, 1, 4)),  # whole tiles along H (64) and I (48), one tile ahead
+    ((8, 64, 2, 2), (32, 32, 3, 4)),  # two / three ahead; I: a partial tile, BLOCK_N wider than H's rest
+    ((4, 128, 2, 4), (8, 64, 2, 2)),  # one tile longer than H and I: the loads ahead re-read it
+])
+def test_each_launch_configuration(poison_outputs, up, down):
+    """Every depth of loads ahead, whole and partial tiles along the reduction, the flat loop of the
+    down launch crossing experts within and between tiles (3 tokens of 4 choices; H = 64, I = 48)."""
+    args = _inputs(3, 16, 4, 64, 48, torch.float32, seed=7)
+    configs = tuple(moe_decode.DecodeConfig(*c) for c in (up, down))
+    got = moe_decode.experts(*args, "gelu_tanh", configs=configs)
+    torch.testing.assert_close(got, reference(*args, "gelu_tanh"), **tol(torch.float32))

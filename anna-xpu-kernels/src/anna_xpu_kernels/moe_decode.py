@@ -31,6 +31,7 @@ program waits for the previous kernel first: the weights it streams depend on th
 
 from __future__ import annotations
 
+import attrs
 import torch
 
 from anna_xpu_kernels import pdl
@@ -62,18 +63,23 @@ def takes(num_tokens: int, top_k: int, num_experts: int) -> bool:
             and expected_distinct_share(num_tokens, top_k, num_experts) >= MIN_DISTINCT_SHARE)
 
 
-def _config(block_n: int, block_k: int, warps: int, stages: int = 3) -> triton.Config:
-    return triton.Config({"BLOCK_N": block_n, "BLOCK_K": block_k}, num_warps=warps, num_stages=stages)
+def _config(block_n: int, block_k: int, warps: int, depth: int) -> triton.Config:
+    return triton.Config({"BLOCK_N": block_n, "BLOCK_K": block_k, "DEPTH": depth}, num_warps=warps, num_stages=1)
 
 
-GATE_UP_CONFIGS = [_config(n, k, w) for n, k, w in (
-    (4, 512, 2), (8, 256, 2), (8, 512, 4), (16, 256, 4), (16, 512, 4), (32, 256, 8), (4, 1024, 4))]
-"""Tiles tried for the gate/up GEMV (``BLOCK_N`` gate rows and as many up rows per program)."""
-DOWN_CONFIGS = [_config(n, k, w) for n, k, w in (
-    (4, 512, 2), (8, 256, 2), (8, 512, 4), (16, 256, 4), (16, 512, 4), (32, 256, 8), (4, 256, 2), (8, 128, 2))]
-"""Tiles tried for the down GEMV (``BLOCK_N`` output columns per program, all ``K`` experts)."""
-FIXED = _config(16, 32, 4, 1)
-"""The configuration run under the interpreter."""
+GATE_UP_CONFIGS = [_config(n, k, w, d) for n, k, w, d in (
+    (4, 512, 2, 1), (8, 256, 2, 2), (8, 512, 4, 1), (8, 512, 4, 2), (16, 256, 4, 2), (16, 512, 4, 1),
+    (32, 256, 8, 1), (4, 1024, 4, 1))]
+"""Tiles tried for the gate/up GEMV: ``BLOCK_N`` gate rows and as many up rows per program, ``BLOCK_K``
+columns per tile, ``DEPTH`` tiles loaded ahead of the one in use (1 or 2)."""
+DOWN_CONFIGS = [_config(n, k, w, d) for n, k, w, d in (
+    (4, 512, 2, 2), (8, 512, 4, 1), (8, 512, 4, 2), (8, 512, 4, 3), (8, 256, 2, 3), (16, 512, 4, 2),
+    (16, 256, 4, 3), (4, 256, 2, 3), (32, 256, 8, 2))]
+"""Tiles tried for the down GEMV (``BLOCK_N`` output columns per program over all ``K`` experts; ``DEPTH``
+1 to 3). At one token the whole grid is resident at once, so the bytes in flight are ``H * BLOCK_K *
+DEPTH`` values whatever ``BLOCK_N``: the depth is what keeps enough loads outstanding."""
+FIXED = _config(16, 32, 4, 2)
+"""The configuration run under the interpreter (tests force the others through ``config``)."""
 
 
 def _prune(configs, named_args, **kwargs):
@@ -84,11 +90,13 @@ def _prune(configs, named_args, **kwargs):
     return keep or configs[:1]
 
 
+_HEURISTICS = {"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0}
+
+
 def _tuned(configs):
     def wrap(fn):
         return autotune(configs, fixed=FIXED, key=["N", "K", "TOP_K"], prune_configs_by={"early_config_prune": _prune},
-                        do_bench=autotune_bench)(
-            triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})(fn))
+                        do_bench=autotune_bench)(triton.heuristics(_HEURISTICS)(fn))
     return wrap
 
 
@@ -104,21 +112,28 @@ def _tile(ptr, k0, ks, K, EVEN_K: tl.constexpr):
 
 @triton.jit
 def _vec(ptr, k0, ks, K, EVEN_K: tl.constexpr):
-    """The ``[1, BLOCK_K]`` activation tile at column ``k0`` (columns from ``K`` on read as 0), float32."""
+    """The ``[1, BLOCK_K]`` activation tile at column ``k0`` (columns from ``K`` on read as 0)."""
     if EVEN_K:
         v = tl.load(ptr + k0 + ks)
     else:
         v = tl.load(ptr + k0 + ks, mask=(k0 + ks) < K, other=0.0)
-    return v.to(tl.float32)[None, :]
+    return v[None, :]
+
+
+@triton.jit
+def _gate_up_tiles(g_ptr, u_ptr, x_row, i, last, ks, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """Tile ``min(i, last)`` of the gate rows, the up rows and the row of x."""
+    k0 = tl.minimum(i, last) * BLOCK_K
+    return _tile(g_ptr, k0, ks, K, EVEN_K), _tile(u_ptr, k0, ks, K, EVEN_K), _vec(x_row, k0, ks, K, EVEN_K)
 
 
 @_tuned(GATE_UP_CONFIGS)
 @triton.jit
 def _decode_gate_up_kernel(x_ptr, gate_up_ptr, h_ptr, ids_ptr, N, K, stride_xm, stride_we, stride_wn, stride_hm,
                            TOP_K: tl.constexpr, GELU: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
+                           BLOCK_K: tl.constexpr, DEPTH: tl.constexpr, USE_PDL: tl.constexpr):
     # N = I (gated outputs), K = H; gate_up: [E, 2N, K] (gate rows, then up rows), unit stride along K;
-    # ids: [T * K] contiguous; h: [T * K, N]
+    # ids: [T * TOP_K] contiguous; h: [T * TOP_K, N]
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     if USE_PDL:  # (no nested call otherwise: each costs the interpreter a few ms per program)
@@ -130,32 +145,45 @@ def _decode_gate_up_kernel(x_ptr, gate_up_ptr, h_ptr, ids_ptr, N, K, stride_xm, 
     g_ptr = gate_up_ptr + expert * stride_we + rows[:, None] * stride_wn + ks[None, :]  # [BLOCK_N, BLOCK_K]
     u_ptr = g_ptr + N * stride_wn
     x_row = x_ptr + (pair // TOP_K).to(tl.int64) * stride_xm
+    last = tl.cdiv(K, BLOCK_K) - 1  # the last tile (loads past it re-read it: cached, unused)
     acc_g = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    g = _tile(g_ptr, 0, ks, K, EVEN_K)
-    u = _tile(u_ptr, 0, ks, K, EVEN_K)
-    for k0 in range(BLOCK_K, K, BLOCK_K):  # load the next tiles before using the current ones
-        g_next = _tile(g_ptr, k0, ks, K, EVEN_K)
-        u_next = _tile(u_ptr, k0, ks, K, EVEN_K)
-        xv = _vec(x_row, k0 - BLOCK_K, ks, K, EVEN_K)
-        acc_g += g.to(tl.float32) * xv
-        acc_u += u.to(tl.float32) * xv
-        g = g_next
-        u = u_next
-    xv = _vec(x_row, ((K - 1) // BLOCK_K) * BLOCK_K, ks, K, EVEN_K)  # the last tile
-    acc_g += g.to(tl.float32) * xv
-    acc_u += u.to(tl.float32) * xv
+    g, u, xv = _gate_up_tiles(g_ptr, u_ptr, x_row, 0, last, ks, K, BLOCK_K, EVEN_K)
+    if DEPTH >= 2:
+        g1, u1, x1 = _gate_up_tiles(g_ptr, u_ptr, x_row, 1, last, ks, K, BLOCK_K, EVEN_K)
+    for i in range(0, last + 1):  # the next DEPTH tiles are loaded before the current ones are used
+        g_next, u_next, x_next = _gate_up_tiles(g_ptr, u_ptr, x_row, i + DEPTH, last, ks, K, BLOCK_K, EVEN_K)
+        xf = xv.to(tl.float32)
+        acc_g += g.to(tl.float32) * xf
+        acc_u += u.to(tl.float32) * xf
+        if DEPTH >= 2:
+            g, u, xv = g1, u1, x1
+            g1, u1, x1 = g_next, u_next, x_next
+        else:
+            g, u, xv = g_next, u_next, x_next
     gate = tl.sum(acc_g, axis=1).to(h_ptr.dtype.element_ty)  # the projection's rounding
     up = tl.sum(acc_u, axis=1).to(h_ptr.dtype.element_ty)
     h = act_mul(gate, up, h_ptr, GELU)
     tl.store(h_ptr + pair.to(tl.int64) * stride_hm + cols, h, mask=cols < N)
 
 
+@triton.jit
+def _down_tiles(w_rows, h_ptr, ids_ptr, first, j, last, tiles, stride_we, stride_hm, ks, K, BLOCK_K: tl.constexpr,
+                EVEN_K: tl.constexpr):
+    """Tile ``min(j, last)`` of the flat loop: expert ``j // tiles``'s weight tile and its h tile at column
+    block ``j % tiles``."""
+    j = tl.minimum(j, last)
+    pair = (first + j // tiles).to(tl.int64)
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
+    k0 = (j % tiles) * BLOCK_K
+    return _tile(w_rows + expert * stride_we, k0, ks, K, EVEN_K), _vec(h_ptr + pair * stride_hm, k0, ks, K, EVEN_K)
+
+
 @_tuned(DOWN_CONFIGS)
 @triton.jit
 def _decode_down_kernel(h_ptr, down_ptr, out_ptr, rw_ptr, ids_ptr, N, K, stride_hm, stride_we, stride_wn, stride_om,
                         TOP_K: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        USE_PDL: tl.constexpr):
+                        DEPTH: tl.constexpr, USE_PDL: tl.constexpr):
     # N = H, K = I; down: [E, N, K], unit stride along K; h: [T * TOP_K, K]; rw, ids: [T * TOP_K] contiguous
     token = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -167,35 +195,71 @@ def _decode_down_kernel(h_ptr, down_ptr, out_ptr, rw_ptr, ids_ptr, N, K, stride_
     w_rows = down_ptr + rows[:, None] * stride_wn + ks[None, :]  # [BLOCK_N, BLOCK_K] of expert 0
     first = token * TOP_K
     tiles = tl.cdiv(K, BLOCK_K)  # per expert
-    # One flat loop over the TOP_K experts' tiles: tile j is expert j // tiles' column block j % tiles.
-    expert = tl.load(ids_ptr + first).to(tl.int64)
-    w = _tile(w_rows + expert * stride_we, 0, ks, K, EVEN_K)
+    last = TOP_K * tiles - 1
+    # One flat loop over the TOP_K experts' tiles (tile j: expert j // tiles, column block j % tiles), so
+    # the loads ahead cross from one expert to the next.
+    w, hv = _down_tiles(w_rows, h_ptr, ids_ptr, first, 0, last, tiles, stride_we, stride_hm, ks, K, BLOCK_K, EVEN_K)
+    if DEPTH >= 2:
+        w1, h1 = _down_tiles(w_rows, h_ptr, ids_ptr, first, 1, last, tiles, stride_we, stride_hm, ks, K, BLOCK_K,
+                             EVEN_K)
+    if DEPTH >= 3:
+        w2, h2 = _down_tiles(w_rows, h_ptr, ids_ptr, first, 2, last, tiles, stride_we, stride_hm, ks, K, BLOCK_K,
+                             EVEN_K)
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # the current expert's products
     total = tl.zeros((BLOCK_N,), dtype=tl.float32)  # the weighted terms so far
-    for j in range(0, TOP_K * tiles):
-        nxt = tl.minimum(j + 1, TOP_K * tiles - 1)  # the last iteration reloads its own tile (cached)
-        e_next = tl.load(ids_ptr + first + nxt // tiles).to(tl.int64)
-        w_next = _tile(w_rows + e_next * stride_we, (nxt % tiles) * BLOCK_K, ks, K, EVEN_K)
-        pair = (first + j // tiles).to(tl.int64)
-        acc += w.to(tl.float32) * _vec(h_ptr + pair * stride_hm, (j % tiles) * BLOCK_K, ks, K, EVEN_K)
+    for j in range(0, last + 1):
+        w_next, h_next = _down_tiles(w_rows, h_ptr, ids_ptr, first, j + DEPTH, last, tiles, stride_we, stride_hm, ks,
+                                     K, BLOCK_K, EVEN_K)
+        acc += w.to(tl.float32) * hv.to(tl.float32)
         # after an expert's last tile: its term, rounded as the grouped kernel rounds it, joins the total
-        last = (j % tiles) == tiles - 1
-        rw = tl.load(rw_ptr + pair).to(tl.float32)
+        done = (j % tiles) == tiles - 1
+        rw = tl.load(rw_ptr + first + j // tiles).to(tl.float32)
         y = tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty).to(tl.float32) * rw
-        total += tl.where(last, y.to(out_ptr.dtype.element_ty).to(tl.float32), 0.0)
-        acc = tl.where(last, 0.0, acc)
-        w = w_next
+        total += tl.where(done, y.to(out_ptr.dtype.element_ty).to(tl.float32), 0.0)
+        acc = tl.where(done, 0.0, acc)
+        if DEPTH >= 3:
+            w, hv = w1, h1
+            w1, h1 = w2, h2
+            w2, h2 = w_next, h_next
+        elif DEPTH == 2:
+            w, hv = w1, h1
+            w1, h1 = w_next, h_next
+        else:
+            w, hv = w_next, h_next
     tl.store(out_ptr + token.to(tl.int64) * stride_om + cols, total.to(out_ptr.dtype.element_ty), mask=cols < N)
 
 
+@attrs.frozen
+class DecodeConfig:
+    """One launch configuration of either kernel (what the autotuner chooses among)."""
+
+    block_n: int
+    block_k: int
+    depth: int = 1
+    num_warps: int = 4
+
+    def launch(self) -> dict:
+        return {"BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "DEPTH": self.depth, "num_warps": self.num_warps,
+                "num_stages": 1}
+
+
+def _launch(kernel, grid, config: DecodeConfig | None, *args, **kwargs) -> None:
+    """``kernel`` autotuned, or (``config``) the given configuration: the autotuner's inner function (the
+    ``EVEN_K`` heuristic still applies)."""
+    if config is None:
+        kernel[lambda meta: grid(meta["BLOCK_N"])](*args, **kwargs)
+    else:
+        kernel.fn[(grid(config.block_n))](*args, **kwargs, **config.launch())
+
+
 def gate_up_act(x: torch.Tensor, gate_up: torch.Tensor, flat_ids: torch.Tensor, top_k: int,
-                activation: str) -> torch.Tensor:
+                activation: str, config: DecodeConfig | None = None) -> torch.Tensor:
     """Launch 1: ``h[pair] = act_and_mul(gate_up[ids[pair]] @ x[pair // K])`` for every pair.
 
     Args:
         x: ``[T, H]`` unit stride along H; gate_up: ``[E, 2I, H]`` of x's dtype, unit stride along H;
         flat_ids: ``[T * K]`` contiguous int32 / int64 expert ids (pair ``t * K + k``); top_k: ``K``;
-        activation: ``"silu"`` / ``"gelu_tanh"``.
+        activation: ``"silu"`` / ``"gelu_tanh"``; config: run this configuration instead of the autotuned one.
 
     Returns:
         ``[T * K, I]`` in x's dtype.
@@ -203,20 +267,20 @@ def gate_up_act(x: torch.Tensor, gate_up: torch.Tensor, flat_ids: torch.Tensor, 
     inter, hidden = gate_up.shape[1] // 2, gate_up.shape[2]
     pairs = flat_ids.numel()
     h = torch.empty((pairs, inter), dtype=x.dtype, device=x.device)
-    _decode_gate_up_kernel[lambda meta: (pairs, triton.cdiv(inter, meta["BLOCK_N"]))](
-        x, gate_up, h, flat_ids, inter, hidden, x.stride(0), gate_up.stride(0), gate_up.stride(1), h.stride(0),
-        TOP_K=top_k, GELU=activation == "gelu_tanh", **pdl.launch_options(x))
+    _launch(_decode_gate_up_kernel, lambda block_n: (pairs, triton.cdiv(inter, block_n)), config,
+            x, gate_up, h, flat_ids, inter, hidden, x.stride(0), gate_up.stride(0), gate_up.stride(1), h.stride(0),
+            TOP_K=top_k, GELU=activation == "gelu_tanh", **pdl.launch_options(x))
     return h
 
 
 def down_sum(h: torch.Tensor, down: torch.Tensor, flat_weights: torch.Tensor, flat_ids: torch.Tensor,
-             top_k: int) -> torch.Tensor:
+             top_k: int, config: DecodeConfig | None = None) -> torch.Tensor:
     """Launch 2: ``out[t] = round(sum_k round(round(down[e_tk] @ h[t K + k]) * weight_tk))`` (float32 sum).
 
     Args:
         h: ``[T * K, I]`` from :func:`gate_up_act`; down: ``[E, H, I]`` of h's dtype, unit stride along I;
         flat_weights: ``[T * K]`` contiguous routing weights (float32 or h's dtype); flat_ids: as for
-            :func:`gate_up_act`; top_k: ``K``.
+            :func:`gate_up_act`; top_k: ``K``; config: as for :func:`gate_up_act`.
 
     Returns:
         ``[T, H]`` in h's dtype.
@@ -224,21 +288,24 @@ def down_sum(h: torch.Tensor, down: torch.Tensor, flat_weights: torch.Tensor, fl
     hidden, inter = down.shape[1], down.shape[2]
     tokens = flat_ids.numel() // top_k
     out = torch.empty((tokens, hidden), dtype=h.dtype, device=h.device)
-    _decode_down_kernel[lambda meta: (tokens, triton.cdiv(hidden, meta["BLOCK_N"]))](
-        h, down, out, flat_weights, flat_ids, hidden, inter, h.stride(0), down.stride(0), down.stride(1),
-        out.stride(0), TOP_K=top_k, **pdl.launch_options(h))
+    _launch(_decode_down_kernel, lambda block_n: (tokens, triton.cdiv(hidden, block_n)), config,
+            h, down, out, flat_weights, flat_ids, hidden, inter, h.stride(0), down.stride(0), down.stride(1),
+            out.stride(0), TOP_K=top_k, **pdl.launch_options(h))
     return out
 
 
 def experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor,
-            expert_ids: torch.Tensor, activation: str) -> torch.Tensor:
+            expert_ids: torch.Tensor, activation: str,
+            configs: tuple[DecodeConfig, DecodeConfig] | None = None) -> torch.Tensor:
     """The two launches on checked arguments (:func:`anna_xpu_kernels.moe.moe_experts` checks them):
-    ``x`` ``[T >= 1, H >= 1]``, ``gate_up`` / ``down`` with unit stride along their last dims.
+    ``x`` ``[T >= 1, H >= 1]``, ``gate_up`` / ``down`` with unit stride along their last dims; ``configs``:
+    the (gate/up, down) configurations to run instead of the autotuned ones.
 
     Returns:
         ``[T, H]`` in x's dtype, whatever :func:`takes` says (tests and benchmarks force this path).
     """
     top_k = expert_ids.shape[1]
     flat_ids = expert_ids.reshape(-1).contiguous()
-    h = gate_up_act(x, gate_up, flat_ids, top_k, activation)
-    return down_sum(h, down, weights.reshape(-1).contiguous(), flat_ids, top_k)
+    up_config, down_config = configs if configs is not None else (None, None)
+    h = gate_up_act(x, gate_up, flat_ids, top_k, activation, up_config)
+    return down_sum(h, down, weights.reshape(-1).contiguous(), flat_ids, top_k, down_config)

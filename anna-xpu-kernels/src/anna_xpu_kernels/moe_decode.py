@@ -23,7 +23,7 @@ A pair re-reads its expert's weights even when another pair of the step chose th
 :func:`takes` sends a call here only with at most :data:`MAX_TOKENS` tokens whose pairs are expected to
 be mostly distinct (random top-k routing): ``E (1 - (1 - K/E)^T) / (T K) >= MIN_DISTINCT_SHARE``
 (35B-A3B: 1.0, 0.98, 0.95 at T = 1, 2, 4; Gemma 4 26B-A4B: 1.0, 0.97, 0.91). The tile sizes and warps
-are autotuned per (N, K, dtypes) among :data:`GATE_UP_CONFIGS` / :data:`DOWN_CONFIGS` (tiles of the
+are autotuned per (T, N, K, dtypes) among :data:`GATE_UP_CONFIGS` / :data:`DOWN_CONFIGS` (tiles of the
 dense GEMV's CUDA-core path, :func:`anna_xpu_kernels.gemv_tuning.tuning_space`, chosen for H100/H200
 and not yet measured there); one fixed configuration runs under the interpreter. With PDL every
 program waits for the previous kernel first: the weights it streams depend on the router's ids.
@@ -95,8 +95,9 @@ _HEURISTICS = {"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0}
 
 def _tuned(configs):
     def wrap(fn):
-        return autotune(configs, fixed=FIXED, key=["N", "K", "TOP_K"], prune_configs_by={"early_config_prune": _prune},
-                        do_bench=autotune_bench)(triton.heuristics(_HEURISTICS)(fn))
+        return autotune(configs, fixed=FIXED, key=["num_tokens", "N", "K", "TOP_K"],
+                        prune_configs_by={"early_config_prune": _prune}, do_bench=autotune_bench)(
+            triton.heuristics(_HEURISTICS)(fn))
     return wrap
 
 
@@ -128,12 +129,12 @@ def _gate_up_tiles(g_ptr, u_ptr, x_row, i, last, ks, K, BLOCK_K: tl.constexpr, E
 
 
 @_tuned(GATE_UP_CONFIGS)
-@triton.jit
-def _decode_gate_up_kernel(x_ptr, gate_up_ptr, h_ptr, ids_ptr, N, K, stride_xm, stride_we, stride_wn, stride_hm,
+@triton.jit(do_not_specialize=["num_tokens"])
+def _decode_gate_up_kernel(x_ptr, gate_up_ptr, h_ptr, ids_ptr, num_tokens, N, K, stride_xm, stride_we, stride_wn, stride_hm,
                            TOP_K: tl.constexpr, GELU: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_K: tl.constexpr, DEPTH: tl.constexpr, USE_PDL: tl.constexpr):
     # N = I (gated outputs), K = H; gate_up: [E, 2N, K] (gate rows, then up rows), unit stride along K;
-    # ids: [T * TOP_K] contiguous; h: [T * TOP_K, N]
+    # ids: [T * TOP_K] contiguous; h: [T * TOP_K, N]; num_tokens = T (only a key of the autotuner)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     if USE_PDL:  # (no nested call otherwise: each costs the interpreter a few ms per program)
@@ -180,11 +181,12 @@ def _down_tiles(w_rows, h_ptr, ids_ptr, first, j, last, tiles, stride_we, stride
 
 
 @_tuned(DOWN_CONFIGS)
-@triton.jit
-def _decode_down_kernel(h_ptr, down_ptr, out_ptr, rw_ptr, ids_ptr, N, K, stride_hm, stride_we, stride_wn, stride_om,
+@triton.jit(do_not_specialize=["num_tokens"])
+def _decode_down_kernel(h_ptr, down_ptr, out_ptr, rw_ptr, ids_ptr, num_tokens, N, K, stride_hm, stride_we, stride_wn, stride_om,
                         TOP_K: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         DEPTH: tl.constexpr, USE_PDL: tl.constexpr):
-    # N = H, K = I; down: [E, N, K], unit stride along K; h: [T * TOP_K, K]; rw, ids: [T * TOP_K] contiguous
+    # N = H, K = I; down: [E, N, K], unit stride along K; h: [T * TOP_K, K]; rw, ids: [T * TOP_K] contiguous;
+    # num_tokens = T (only a key of the autotuner)
     token = tl.program_id(0)
     pid_n = tl.program_id(1)
     if USE_PDL:
@@ -268,7 +270,7 @@ def gate_up_act(x: torch.Tensor, gate_up: torch.Tensor, flat_ids: torch.Tensor, 
     pairs = flat_ids.numel()
     h = torch.empty((pairs, inter), dtype=x.dtype, device=x.device)
     _launch(_decode_gate_up_kernel, lambda block_n: (pairs, triton.cdiv(inter, block_n)), config,
-            x, gate_up, h, flat_ids, inter, hidden, x.stride(0), gate_up.stride(0), gate_up.stride(1), h.stride(0),
+            x, gate_up, h, flat_ids, pairs // top_k, inter, hidden, x.stride(0), gate_up.stride(0), gate_up.stride(1), h.stride(0),
             TOP_K=top_k, GELU=activation == "gelu_tanh", **pdl.launch_options(x))
     return h
 
@@ -289,7 +291,7 @@ def down_sum(h: torch.Tensor, down: torch.Tensor, flat_weights: torch.Tensor, fl
     tokens = flat_ids.numel() // top_k
     out = torch.empty((tokens, hidden), dtype=h.dtype, device=h.device)
     _launch(_decode_down_kernel, lambda block_n: (tokens, triton.cdiv(hidden, block_n)), config,
-            h, down, out, flat_weights, flat_ids, hidden, inter, h.stride(0), down.stride(0), down.stride(1),
+            h, down, out, flat_weights, flat_ids, tokens, hidden, inter, h.stride(0), down.stride(0), down.stride(1),
             out.stride(0), TOP_K=top_k, **pdl.launch_options(h))
     return out
 

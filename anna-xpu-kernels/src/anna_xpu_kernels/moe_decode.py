@@ -8,13 +8,14 @@ grid fixed by ``T``, ``K``, ``H`` and ``I``:
 
 1. ``_decode_gate_up_kernel`` over ``(T * K, cdiv(I, BLOCK_N))``: a program loads its pair's expert id,
    streams that expert's ``BLOCK_N`` gate rows and ``BLOCK_N`` up rows along H in ``[BLOCK_N, BLOCK_K]``
-   tiles (loads contiguous along H, so vectorised; the next tiles are loaded before the current ones
-   are used), multiplies them elementwise by the token's row of x on the CUDA cores (float32, summed
+   tiles (loads contiguous along H, so vectorised; ``DEPTH`` tiles, with x's, are loaded ahead of the
+   ones in use: Triton does not pipeline loads that feed no ``tl.dot``), multiplies them elementwise by the token's row of x on the CUDA cores (float32, summed
    over H once after the loop) and writes ``act_mul(gate, up)`` to ``h`` ``[T * K, I]``, rounded as the
    grouped kernel rounds (the projection to x's dtype, the activation, the product).
 2. ``_decode_down_kernel`` over ``(T, cdiv(H, BLOCK_N))``: a program streams, for each of its token's
    ``K`` pairs in turn, ``BLOCK_N`` rows of that pair's ``down[e]`` along I (one flat loop over the
-   ``K`` experts' tiles, so the prefetch crosses from one expert to the next), each term
+   ``K`` experts' tiles, ``DEPTH`` tiles loaded ahead, so the loads cross from one expert to the next),
+   each term
    ``round(round(h[pair] @ down[e]^T) * weight)`` as the grouped down kernel rounds it, the ``K`` terms
    added in float32 in choice order and rounded once to ``out`` ``[T, H]``: the op's contract ("the
    ``K`` weighted terms added in float32 and rounded once"), with no ``[T * K, H]`` intermediate.
@@ -76,8 +77,9 @@ DOWN_CONFIGS = [_config(n, k, w, d) for n, k, w, d in (
     (4, 512, 2, 2), (8, 512, 4, 1), (8, 512, 4, 2), (8, 512, 4, 3), (8, 256, 2, 3), (16, 512, 4, 2),
     (16, 256, 4, 3), (4, 256, 2, 3), (32, 256, 8, 2))]
 """Tiles tried for the down GEMV (``BLOCK_N`` output columns per program over all ``K`` experts; ``DEPTH``
-1 to 3). At one token the whole grid is resident at once, so the bytes in flight are ``H * BLOCK_K *
-DEPTH`` values whatever ``BLOCK_N``: the depth is what keeps enough loads outstanding."""
+1 to 3). At one token the whole grid fits on an H100/H200 at once (ptxas: 80-213 registers a thread), so
+the bytes in flight are ``H * BLOCK_K * DEPTH`` values whatever ``BLOCK_N``: the depth is what keeps
+enough loads outstanding (2048 x 512 x 2 values x 2 bytes = 4 MiB at 35B-A3B and ``DEPTH`` 2)."""
 FIXED = _config(16, 32, 4, 2)
 """The configuration run under the interpreter (tests force the others through ``config``)."""
 

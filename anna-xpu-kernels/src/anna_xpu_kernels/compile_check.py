@@ -117,6 +117,22 @@ def _moe_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield kernel, "bf16", {**decode, **extra}, 4
         yield kernel, "bf16", {**prefill, **extra, **({"GELU": True} if extra else {})}, 8
         yield kernel, "fp32", {**exact, **extra}, 4
+    yield from _moe_decode_cases()
+
+
+def _moe_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    """The few-token path's GEMVs (:mod:`anna_xpu_kernels.moe_decode`): whole tiles with PDL (35B-A3B's
+    H and I), partial reduction tiles (Gemma 4's I = 704), GeGLU, fp32, each depth of loads ahead."""
+    from anna_xpu_kernels import moe_decode
+
+    tile = {"TOP_K": 8, "EVEN_K": True, "BLOCK_N": 8, "BLOCK_K": 512, "DEPTH": 1, "USE_PDL": True}
+    yield moe_decode._decode_gate_up_kernel, "bf16", {**tile, "GELU": False}, 4
+    yield moe_decode._decode_gate_up_kernel, "fp32", {**tile, "GELU": True, "EVEN_K": False, "BLOCK_N": 16,
+                                                      "BLOCK_K": 256, "DEPTH": 2, "USE_PDL": False}, 4
+    yield moe_decode._decode_down_kernel, "bf16", {**tile, "DEPTH": 2}, 4
+    yield moe_decode._decode_down_kernel, "bf16", {**tile, "EVEN_K": False, "BLOCK_K": 256, "DEPTH": 3,
+                                                   "USE_PDL": False}, 2
+    yield moe_decode._decode_down_kernel, "fp32", {**tile, "TOP_K": 2, "BLOCK_N": 32, "BLOCK_K": 256}, 8
 
 
 def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:

@@ -14,7 +14,7 @@ Triton's interpreter, so this is where their errors against the reference are me
 ``--smoke`` runs tiny shapes (CPU with ``ANNA_TRITON_INTERPRET=1`` works) to check the script itself.
 ``--only linear`` runs only the decode GEMV cases (Triton vs cuBLAS at the Qwen3.5 0.8B/2B/9B weight
 shapes, :mod:`anna_xpu_kernels.microbench_linear`); ``--only moe`` only the routed-experts cases
-(``moe_experts`` at the Qwen3.5-35B-A3B and Gemma 4 26B-A4B shapes, ``--moe-tokens 1,32,2048``,
+(``moe_experts`` at the Qwen3.5-35B-A3B and Gemma 4 26B-A4B shapes, ``--moe-tokens 1,2,4,32,2048``,
 :mod:`anna_xpu_kernels.microbench_moe`) and the router cases (``moe_route`` at the same models' ``E`` / ``K``
 and tokens); ``--only ops`` the other ops.
 """
@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-DEFAULT_MOE_TOKENS = (1, 32, 2048)
+DEFAULT_MOE_TOKENS = (1, 2, 4, 32, 2048)
 """Tokens of the ``moe_experts`` cases (:data:`anna_xpu_kernels.microbench_moe.DEFAULT_TOKENS`)."""
 
 
@@ -374,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         tokens = mbm.SMOKE_TOKENS if args.smoke else [int(t) for t in args.moe_tokens.split(",") if t]
         with torch.inference_mode():
             lines = mbm.run_moe(device, dtype, mbm.SMOKE_MODELS if args.smoke else mbm.MODELS, tokens, _timer(device))
-        print(f"# moe_experts on {name}, {args.dtype}: Triton grouped GEMMs (graph replays, cold L2) vs the torch "
-              f"reference (eager)")
+        print(f"# moe_experts on {name}, {args.dtype}: Triton as dispatched, grouped GEMMs forced, decode GEMVs "
+              f"forced (graph replays, cold L2) vs the torch reference (eager)")
         print("\n".join(lines))
         with torch.inference_mode():
             lines = mbm.run_route(device, dtype, mbm.SMOKE_ROUTERS if args.smoke else mbm.ROUTERS, tokens,

@@ -4,7 +4,8 @@ Only lazy ``"module:attr"`` strings are handed over: registering imports neither
 fla. Every op implemented here has its contract (and torch reference) in anna-core
 (:mod:`anna_core.kernels.ops`), the fused ones included: ``qk_norm_rope_cache``, ``fused_gdn_decode``
 (the gated DeltaNet decode step) and ``fused_gdn_prefill`` (its prefill after the conv); ``moe_experts``
-(a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`), its
+(a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`; a few
+tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`), its
 router ``moe_route`` as one launch (:mod:`anna_xpu_kernels.moe_route`).
 Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0, so they
 serve whatever the probes (:mod:`anna_xpu_kernels.probes`) decline.

@@ -1,5 +1,5 @@
-"""The Triton kernels of the ops Gemma's decoder fuses (``post_norm_residual``, ``q_norm_rope``) against
-their torch references (interpreter), and a tiny Gemma 4 (E2B style: KV sharing, per-layer embeddings) and
+"""The Triton kernels of the ops Gemma's decoder fuses (``post_norm_residual``, ``q_norm_rope``, and the MoE
+layer's ``dual_post_norm_residual`` and ``rms_norm_pair``) against their torch references (interpreter), and a tiny Gemma 4 (E2B style: KV sharing, per-layer embeddings) and
 Gemma 3 through the engine with the Triton kernels giving the reference model's greedy tokens."""
 
 import pytest
@@ -12,7 +12,7 @@ from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
 require_triton_interpreter()
 
-from anna_xpu_kernels.norms import post_norm_residual
+from anna_xpu_kernels.norms import dual_post_norm_residual, post_norm_residual, rms_norm_pair
 from anna_xpu_kernels.qk_norm_rope import q_norm_rope
 
 
@@ -55,6 +55,58 @@ def test_post_norm_residual_bad_arguments():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("T,D,scaled,with_next,zero_centered", [(5, 48, True, True, False), (3, 2816, True, True, False),
+                                                                (2, 640, False, False, False), (4, 96, True, False, True)])
+def test_dual_post_norm_residual_matches_reference(poison_outputs, dtype, T, D, scaled, with_next, zero_centered):
+    gen = torch.Generator().manual_seed(D)
+    x1, x2, residual = (3 * torch.randn(3, T, D, generator=gen)).to(dtype)
+    w1, w2, w, nw = (1 + 0.3 * torch.randn(4, D, generator=gen)).to(dtype)
+    scale = torch.tensor([0.37], dtype=dtype) if scaled else None
+    args = (x1, w1, x2, w2, residual, w, 1e-6, zero_centered, scale, nw if with_next else None)
+    got_y, got_r = dual_post_norm_residual(*args)
+    want_y, want_r = ref_norms.dual_post_norm_residual(*args)
+    torch.testing.assert_close(got_r, want_r, **_tol(dtype))
+    assert (got_y is None) == (want_y is None) == (not with_next)
+    if with_next:
+        torch.testing.assert_close(got_y, want_y, **_tol(dtype))
+    # the reference is the torch expression of the unfused Gemma 4 MoE tail, bit for bit
+    m = ref_norms.rms_norm(x1, w1, 1e-6, zero_centered) + ref_norms.rms_norm(x2, w2, 1e-6, zero_centered)
+    manual_y, manual_r = ref_norms.post_norm_residual(m, residual, w, 1e-6, zero_centered, scale,
+                                                      nw if with_next else None)
+    torch.testing.assert_close(want_r, manual_r, rtol=0, atol=0)
+    if with_next:
+        torch.testing.assert_close(want_y, manual_y, rtol=0, atol=0)
+
+
+def test_dual_post_norm_residual_bad_arguments():
+    x = torch.zeros(2, 8)
+    for impl in (dual_post_norm_residual, ref_norms.dual_post_norm_residual):
+        with pytest.raises(ValueError, match="x2 must match"):
+            impl(x, torch.ones(8), torch.zeros(2, 7), torch.ones(8), x, torch.ones(8), 1e-6, False, None, None)
+        with pytest.raises(ValueError, match="residual must match"):
+            impl(x, torch.ones(8), x, torch.ones(8), x.bfloat16(), torch.ones(8), 1e-6, False, None, None)
+    with pytest.raises(ValueError, match="weight_2 must be"):
+        dual_post_norm_residual(x, torch.ones(8), x, torch.ones(7), x, torch.ones(8), 1e-6, False, None, None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("T,D,zero_centered", [(5, 48, False), (3, 2816, False), (2, 640, True)])
+def test_rms_norm_pair_matches_reference(poison_outputs, dtype, T, D, zero_centered):
+    gen = torch.Generator().manual_seed(D + 1)
+    x = (3 * torch.randn(T, D, generator=gen)).to(dtype)
+    w, sw = (1 + 0.3 * torch.randn(2, D, generator=gen)).to(dtype)
+    factor = D ** -0.5
+    got_y, got_s = rms_norm_pair(x, w, 1e-6, zero_centered, sw, factor)
+    want_y, want_s = ref_norms.rms_norm_pair(x, w, 1e-6, zero_centered, sw, factor)
+    torch.testing.assert_close(got_y, want_y, **_tol(dtype))
+    torch.testing.assert_close(got_s, want_s, **_tol(dtype))
+    # the reference: the unfused norm, and transformers' router expression (rounded after each step), bit for bit
+    torch.testing.assert_close(want_y, ref_norms.rms_norm(x, w, 1e-6, zero_centered), rtol=0, atol=0)
+    ones = torch.ones(D, dtype=dtype)
+    torch.testing.assert_close(want_s, ref_norms.rms_norm(x, ones, 1e-6, False) * sw * factor, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("dim,rope", [(32, {"rope_theta": 1e4}),
                                       (64, {"rope_type": "proportional", "rope_theta": 1e6,
                                             "partial_rotary_factor": 0.25})])
@@ -84,6 +136,9 @@ def test_registered_ops(monkeypatch):
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
     assert registry.get("q_norm_rope", ProbeRequest("cpu", "float32", {"head_dim": 512})) is q_norm_rope
     assert registry.get("post_norm_residual", ProbeRequest("cpu", "bfloat16")) is post_norm_residual
+    assert registry.get("dual_post_norm_residual", ProbeRequest("cpu", "bfloat16")) is dual_post_norm_residual
+    assert registry.get("rms_norm_pair", ProbeRequest("cpu", "float32", {"dim": 2816})) is rms_norm_pair
+    assert registry.get("rms_norm_pair", ProbeRequest("cpu", "float32", {"dim": 32768})) is ref_norms.rms_norm_pair
     assert registry.get("q_norm_rope", ProbeRequest("cpu", "float32")) is ref_qk.q_norm_rope
 
 

@@ -12,7 +12,9 @@ The math (transformers' ``Gemma4TextDecoderLayer``)::
 
 Every norm is an RMSNorm multiplying by its weight (not ``1 + weight``). Each residual add runs as one
 ``post_norm_residual`` op with the norm before it, the layer scalar and the norm after it (the next
-layer's input norm, computed here and handed on).
+layer's input norm, computed here and handed on). In an MoE layer the feed-forward tail (both post norms,
+their sum, ``post_ff_norm``, the residual add, ...) is one ``dual_post_norm_residual`` op, and the
+router's input norm and ``pre_ff_norm_2`` (both of ``h``) one ``rms_norm_pair`` op.
 """
 
 from __future__ import annotations
@@ -80,18 +82,21 @@ class Gemma4DecoderLayer(nn.Module):
         a = self.self_attn(y, batch, caches, cos_sin)
         y, h = self.post_attention_layernorm.post_add(a, h, next_norm=self.pre_feedforward_layernorm)
         m = self.mlp(y)
+        # the layer scalar and the next norm go with the last residual add (the per-layer-input block's, if any)
+        scale, last_norm = (None, None) if self.has_per_layer_input else (self.layer_scalar, next_norm)
         if self.has_moe:
-            weights, experts = self.router(h)
-            moe = self.experts(self.pre_feedforward_layernorm_2(h), weights, experts)
-            m = self.post_feedforward_layernorm_1(m) + self.post_feedforward_layernorm_2(moe)
+            weights, experts, x = self.router(h, self.pre_feedforward_layernorm_2)  # one launch for both norms of h
+            moe = self.experts(x, weights, experts)
+            # post_ff_norm(post_ff_norm_1(m) + post_ff_norm_2(moe)) + h, scaled, normed again: one launch
+            y, h = self.post_feedforward_layernorm.post_add_sum(m, self.post_feedforward_layernorm_1, moe,
+                                                                self.post_feedforward_layernorm_2, h, scale, last_norm)
+        else:
+            y, h = self.post_feedforward_layernorm.post_add(m, h, scale, last_norm)
         if self.has_per_layer_input:
-            _, h = self.post_feedforward_layernorm.post_add(m, h)
             # per_layer_projection(gelu_tanh(per_layer_input_gate(h)) * per_layer_input): one GEMV with the product
             p = self.ops.gated_linear(self.per_layer_input_gate(h), per_layer_input, self.per_layer_projection.weight,
                                       "gelu_tanh")  # [T, hidden]
             y, h = self.post_per_layer_input_norm.post_add(p, h, self.layer_scalar, next_norm)
-        else:
-            y, h = self.post_feedforward_layernorm.post_add(m, h, self.layer_scalar, next_norm)
         return h, y
 
     def merge_projections(self) -> None:

@@ -1,0 +1,85 @@
+"""The Gemma 4 MoE layer's feed-forward block runs as fused ops (so the fusion cannot silently regress):
+after the attention tail, exactly the MLP, one ``rms_norm_pair`` (the router's and the experts' input norms
+of ``h``), the router projection, ``moe_route``, ``moe_experts`` and one ``dual_post_norm_residual`` (both
+post norms, their sum, the post-feed-forward norm, the residual add, the layer scalar, the next norm),
+with no torch arithmetic between them. Counted through the model's kernel registry and a dispatch mode."""
+
+from __future__ import annotations
+
+import torch
+from anna_core.testing.runner import prefill_logits
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tests.gemma4.conftest import load_anna
+
+MOE_TAIL = ["post_norm_residual", "linear_act_mul", "linear", "rms_norm_pair", "linear", "moe_route", "moe_experts",
+            "dual_post_norm_residual"]
+"""What an MoE layer issues from its attention's tail (``post_norm_residual``) to its end."""
+
+VIEWS = {"view", "reshape", "unsqueeze", "squeeze", "slice", "select", "expand", "t", "transpose", "_unsafe_view",
+         "detach", "alias", "split_with_sizes", "split"}
+
+
+class _Recorder(TorchDispatchMode):
+    """Records ``("op", name)`` for each kernel op call and ``("aten", name)`` for each torch op run outside one."""
+
+    def __init__(self, events: list[tuple[str, str]], depth: list[int]):
+        super().__init__()
+        self.events, self.depth = events, depth
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.depth[0]:
+            self.events.append(("aten", func.overloadpacket.__name__))
+        return func(*args, **(kwargs or {}))
+
+
+def _record_moe_layers(model) -> list[list[tuple[str, str]]]:
+    """Patch ``model`` so each MoE layer's forward records its events; returns the (growing) list of them."""
+    registry, depth, per_call, active = model.ops.registry, [0], [], [False]
+    real_get = registry.get
+
+    def get(op, request):
+        fn = real_get(op, request)
+
+        def counted(*args, **kwargs):
+            if active[0] and depth[0] == 0:
+                per_call[-1].append(("op", op))
+            depth[0] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+
+        return counted
+
+    registry.get = get
+    for layer in model.modules():
+        if getattr(layer, "has_moe", False):
+            def forward(*args, _orig=layer.forward, **kwargs):
+                per_call.append([])
+                active[0] = True
+                try:
+                    with _Recorder(per_call[-1], depth):
+                        return _orig(*args, **kwargs)
+                finally:
+                    active[0] = False
+
+            layer.forward = forward
+    return per_call
+
+
+def test_moe_layer_feed_forward_runs_as_fused_ops(gemma4_factory):
+    model = load_anna(gemma4_factory(variant="moe")).model
+    moe_layers = sum(bool(getattr(m, "has_moe", False)) for m in model.modules())
+    per_call = _record_moe_layers(model)
+    with torch.no_grad():
+        prefill_logits(model, [5, 17, 33, 101], chunk_size=2)  # a prefill chunk, then a decode-sized step
+    assert moe_layers > 0 and len(per_call) == 2 * moe_layers
+    for events in per_call:
+        ops = [name for kind, name in events if kind == "op"]
+        assert ops[ops.index("post_norm_residual"):] == MOE_TAIL
+        # no torch arithmetic between the fused ops of the feed-forward block (the unfused block had 2 muls,
+        # 4 norms and an add there)
+        first = events.index(("op", "post_norm_residual"))
+        loose = {name for kind, name in events[first:] if kind == "aten"} - VIEWS
+        assert not loose, loose

@@ -83,3 +83,35 @@ def test_moe_layer_feed_forward_runs_as_fused_ops(gemma4_factory):
         first = events.index(("op", "post_norm_residual"))
         loose = {name for kind, name in events[first:] if kind == "aten"} - VIEWS
         assert not loose, loose
+
+
+def test_router_follows_transformers_rounding(gemma4_factory):
+    """The fused router input (``rms_norm_pair``) rounds as transformers' ``Gemma4TextRouter``: in float32 its
+    weights and experts match HF's router, in bf16 its input is HF's after each rounding (the norm, ``* scale``,
+    ``* hidden ** -0.5``); the only difference left is HF's ``pow(ms, -0.5)`` against ``rsqrt(ms)`` before the
+    first rounding (at most one bf16 ulp, on a few elements)."""
+    from anna_core.testing.oracle import hf_model
+
+    path = gemma4_factory(variant="moe")
+    gen = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, torch.bfloat16):
+        hf = next(m for m in hf_model(path, dtype).modules() if type(m).__name__ == "Gemma4TextRouter")
+        layer = next(m for m in load_anna(path, dtype=dtype).model.modules() if getattr(m, "has_moe", False))
+        assert torch.equal(layer.router.scale, hf.scale)
+        h = (4 * torch.randn(256, hf.hidden_size, generator=gen)).to(dtype)
+        with torch.no_grad():
+            want_x = hf.norm(h) * hf.scale * hf.scalar_root_size
+            _, got_x = layer.ops.rms_norm_pair(h, layer.pre_feedforward_layernorm_2.weight, layer.router.norm.eps,
+                                               False, layer.router.scale, layer.router.root_scale)
+            weights, experts, expert_input = layer.router(h, layer.pre_feedforward_layernorm_2)
+            _, want_w, want_e = hf(h)
+        assert torch.equal(expert_input, layer.pre_feedforward_layernorm_2(h))
+        if dtype == torch.float32:
+            torch.testing.assert_close(got_x, want_x, rtol=1e-6, atol=0)
+            assert torch.equal(experts, want_e)
+            torch.testing.assert_close(weights, want_w, rtol=1e-5, atol=1e-6)
+        else:
+            off = got_x != want_x
+            assert off.float().mean() < 0.02  # pow against rsqrt only
+            ulp = torch.finfo(torch.bfloat16).eps * want_x.float().abs()
+            assert ((got_x.float() - want_x.float()).abs() <= ulp)[off].all()

@@ -205,3 +205,36 @@ def test_gated_linear_matches_reference(poison_outputs, dtype, rows, activation)
     torch.testing.assert_close(got, want, **_tol(dtype))
     with pytest.raises(ValueError, match="gate and up must be one"):
         gated_linear(gate, up[:, :-1], w, activation)
+
+
+def test_gemma4_moe_layers_through_the_triton_norm_kernels(tmp_path, monkeypatch):
+    """The tiny Gemma 4 MoE model with the Triton ``rms_norm_pair`` / ``dual_post_norm_residual`` /
+    ``post_norm_residual`` (every other op its torch reference, to keep this fast) gives the all-reference
+    logits, for a prefill and for decode-sized steps."""
+    from anna_core.kernels.registry import KernelRegistry
+    from anna_core.model_dir import inspect_model_dir
+    from anna_core.testing.runner import prefill_logits
+    from anna_gemma4.loader import load
+    from anna_xpu_kernels.plugin import TRITON_KERNELS
+
+    from tests.gemma4.tiny import build_tiny_gemma4
+
+    fused = ("rms_norm_pair", "dual_post_norm_residual", "post_norm_residual")
+    path = build_tiny_gemma4(tmp_path / "g", variant="moe")
+    prompt = [5, 17, 33, 101, 7, 250, 3, 64]
+
+    def model(triton: bool):
+        if triton:
+            monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+        else:
+            monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
+        registry = KernelRegistry.from_plugins(disabled=[f"{op}:triton" for op in TRITON_KERNELS if op not in fused])
+        return load(inspect_model_dir(path), device=torch.device("cpu"), dtype=torch.float32, load_format="auto",
+                    kernels=registry).model
+
+    want = prefill_logits(model(False), prompt)
+    anna = model(True)
+    got, got_steps = prefill_logits(anna, prompt), prefill_logits(anna, prompt[:3], chunk_size=1)
+    assert all(anna.ops.registry.chosen()[op] == "triton" for op in fused)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got_steps, want[:3], atol=1e-4, rtol=1e-4)

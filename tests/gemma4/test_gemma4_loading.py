@@ -144,6 +144,6 @@ def test_dummy_router_is_decisive_and_spreads(gemma4_factory):
     assert 0.8 * DUMMY_ROUTER_LOGIT_STD < float(logits.std()) < 1.25 * DUMMY_ROUTER_LOGIT_STD
     top = logits.topk(router.top_k + 1, dim=-1).values
     assert float((top[:, router.top_k - 1] - top[:, router.top_k]).median()) > 0.3
-    _, experts, _ = router(h, layer.pre_feedforward_layernorm_2)
+    _, experts = router(router.inputs(h, layer.pre_feedforward_layernorm_2)[1])
     counts = torch.bincount(experts.flatten(), minlength=router.proj.out_features)
     assert counts.min() > 512 * router.top_k / router.proj.out_features / 3

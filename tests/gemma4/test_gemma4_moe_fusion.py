@@ -1,6 +1,6 @@
 """The Gemma 4 MoE layer's feed-forward block runs as fused ops (so the fusion cannot silently regress):
-after the attention tail, exactly the MLP, one ``rms_norm_pair`` (the router's and the experts' input norms
-of ``h``), the router projection, ``moe_route``, ``moe_experts`` and one ``dual_post_norm_residual`` (both
+after the attention tail, one ``rms_norm_pair`` (the router's and the experts' input norms of ``h``), the
+MLP, the router projection, ``moe_route``, ``moe_experts`` and one ``dual_post_norm_residual`` (both
 post norms, their sum, the post-feed-forward norm, the residual add, the layer scalar, the next norm),
 with no torch arithmetic between them. Counted through the model's kernel registry and a dispatch mode."""
 
@@ -12,9 +12,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.gemma4.conftest import load_anna
 
-MOE_TAIL = ["post_norm_residual", "linear_act_mul", "linear", "rms_norm_pair", "linear", "moe_route", "moe_experts",
+MOE_TAIL = ["post_norm_residual", "rms_norm_pair", "linear_act_mul", "linear", "linear", "moe_route", "moe_experts",
             "dual_post_norm_residual"]
-"""What an MoE layer issues from its attention's tail (``post_norm_residual``) to its end."""
+"""What an MoE layer issues from its attention's tail (``post_norm_residual``) to its end on the torch references
+(with an accelerated ``post_norm_residual_norm_pair`` its first two are that one op:
+``tests/xpu_kernels/test_gemma_fused_ops.py``)."""
 
 VIEWS = {"view", "reshape", "unsqueeze", "squeeze", "slice", "select", "expand", "t", "transpose", "_unsafe_view",
          "detach", "alias", "split_with_sizes", "split"}
@@ -103,9 +105,10 @@ def test_router_follows_transformers_rounding(gemma4_factory):
             want_x = hf.norm(h) * hf.scale * hf.scalar_root_size
             _, got_x = layer.ops.rms_norm_pair(h, layer.pre_feedforward_layernorm_2.weight, layer.router.norm.eps,
                                                False, layer.router.scale, layer.router.root_scale)
-            weights, experts, expert_input = layer.router(h, layer.pre_feedforward_layernorm_2)
+            expert_input, router_input = layer.router.inputs(h, layer.pre_feedforward_layernorm_2)
+            weights, experts = layer.router(router_input)
             _, want_w, want_e = hf(h)
-        assert torch.equal(expert_input, layer.pre_feedforward_layernorm_2(h))
+        assert torch.equal(expert_input, layer.pre_feedforward_layernorm_2(h)) and torch.equal(router_input, got_x)
         if dtype == torch.float32:
             torch.testing.assert_close(got_x, want_x, rtol=1e-6, atol=0)
             assert torch.equal(experts, want_e)

@@ -12,7 +12,12 @@ from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
 require_triton_interpreter()
 
-from anna_xpu_kernels.norms import dual_post_norm_residual, post_norm_residual, rms_norm_pair
+from anna_xpu_kernels.norms import (
+    dual_post_norm_residual,
+    post_norm_residual,
+    post_norm_residual_norm_pair,
+    rms_norm_pair,
+)
 from anna_xpu_kernels.qk_norm_rope import q_norm_rope
 
 
@@ -107,6 +112,22 @@ def test_rms_norm_pair_matches_reference(poison_outputs, dtype, T, D, zero_cente
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("T,D,zero_centered", [(5, 48, False), (3, 2816, False), (2, 640, True)])
+def test_post_norm_residual_norm_pair_matches_reference(poison_outputs, dtype, T, D, zero_centered):
+    gen = torch.Generator().manual_seed(D + 2)
+    x, residual = (3 * torch.randn(2, T, D, generator=gen)).to(dtype)
+    w, nw, pw, sw = (1 + 0.3 * torch.randn(4, D, generator=gen)).to(dtype)
+    args = (x, residual, w, 1e-6, zero_centered, nw, pw, sw, D ** -0.5)
+    got, want = post_norm_residual_norm_pair(*args), ref_norms.post_norm_residual_norm_pair(*args)
+    for g, r in zip(got, want, strict=True):
+        torch.testing.assert_close(g, r, **_tol(dtype))
+    # the reference is the unfused post_norm_residual, then rms_norm_pair of its new residual, bit for bit
+    y, r = ref_norms.post_norm_residual(x, residual, w, 1e-6, zero_centered, None, nw)
+    for a, b in zip(want, (y, *ref_norms.rms_norm_pair(r, pw, 1e-6, zero_centered, sw, D ** -0.5), r), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("dim,rope", [(32, {"rope_theta": 1e4}),
                                       (64, {"rope_type": "proportional", "rope_theta": 1e6,
                                             "partial_rotary_factor": 0.25})])
@@ -139,6 +160,7 @@ def test_registered_ops(monkeypatch):
     assert registry.get("dual_post_norm_residual", ProbeRequest("cpu", "bfloat16")) is dual_post_norm_residual
     assert registry.get("rms_norm_pair", ProbeRequest("cpu", "float32", {"dim": 2816})) is rms_norm_pair
     assert registry.get("rms_norm_pair", ProbeRequest("cpu", "float32", {"dim": 32768})) is ref_norms.rms_norm_pair
+    assert registry.get("post_norm_residual_norm_pair", ProbeRequest("cpu", "bfloat16")) is post_norm_residual_norm_pair
     assert registry.get("q_norm_rope", ProbeRequest("cpu", "float32")) is ref_qk.q_norm_rope
 
 
@@ -208,9 +230,9 @@ def test_gated_linear_matches_reference(poison_outputs, dtype, rows, activation)
 
 
 def test_gemma4_moe_layers_through_the_triton_norm_kernels(tmp_path, monkeypatch):
-    """The tiny Gemma 4 MoE model with the Triton ``rms_norm_pair`` / ``dual_post_norm_residual`` /
-    ``post_norm_residual`` (every other op its torch reference, to keep this fast) gives the all-reference
-    logits, for a prefill and for decode-sized steps."""
+    """The tiny Gemma 4 MoE model with the Triton ``post_norm_residual_norm_pair`` and ``dual_post_norm_residual``
+    (every other op its torch reference, to keep this fast) gives the all-reference logits (there: the attention
+    tail as ``post_norm_residual`` then ``rms_norm_pair``), for a prefill and for decode-sized steps."""
     from anna_core.kernels.registry import KernelRegistry
     from anna_core.model_dir import inspect_model_dir
     from anna_core.testing.runner import prefill_logits
@@ -219,7 +241,7 @@ def test_gemma4_moe_layers_through_the_triton_norm_kernels(tmp_path, monkeypatch
 
     from tests.gemma4.tiny import build_tiny_gemma4
 
-    fused = ("rms_norm_pair", "dual_post_norm_residual", "post_norm_residual")
+    fused = ("post_norm_residual_norm_pair", "dual_post_norm_residual")
     path = build_tiny_gemma4(tmp_path / "g", variant="moe")
     prompt = [5, 17, 33, 101, 7, 250, 3, 64]
 
@@ -235,6 +257,9 @@ def test_gemma4_moe_layers_through_the_triton_norm_kernels(tmp_path, monkeypatch
     want = prefill_logits(model(False), prompt)
     anna = model(True)
     got, got_steps = prefill_logits(anna, prompt), prefill_logits(anna, prompt[:3], chunk_size=1)
-    assert all(anna.ops.registry.chosen()[op] == "triton" for op in fused)
+    chosen = anna.ops.registry.chosen()
+    assert all(chosen[op] == "triton" for op in fused)
+    # the attention tail's one launch gives the stream and the MLP's, experts' and router's inputs
+    assert "rms_norm_pair" not in chosen and "post_norm_residual" not in chosen
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(got_steps, want[:3], atol=1e-4, rtol=1e-4)

@@ -1,8 +1,8 @@
 """Gemma 4's mixture-of-experts block (``enable_moe_block``), which runs beside the dense MLP.
 
 Router: the residual stream's rows, RMS-normalised without weight, times a learned ``scale`` and
-``hidden ** -0.5`` (one ``rms_norm_pair`` launch with the experts' input norm of the same rows),
-projected to one score per expert; softmax (float32), the top ``k`` experts,
+``hidden ** -0.5`` (computed with the experts' input norm of the same rows: ``rms_norm_pair``, or with
+the attention's tail before it, ``post_norm_residual_norm_pair``), projected to one score per expert; softmax (float32), the top ``k`` experts,
 their probabilities renormalised to sum to one, times each chosen expert's ``per_expert_scale`` (the
 softmax onwards is anna-core's ``moe_route`` op).
 Experts: GeGLU feed-forwards (``gelu_tanh(gate) * up``, then ``down``), stored as stacked 3-D tensors
@@ -45,27 +45,27 @@ class Gemma4Router(nn.Module):
         self.scale = nn.Parameter(torch.ones(hidden))
         self.per_expert_scale = nn.Parameter(torch.ones(num_experts))
 
-    def forward(self, h: torch.Tensor, expert_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """h: ``[T, hidden]``; expert_norm: the experts' input norm (``pre_feedforward_layernorm_2``, which
-        reads the same rows) -> (weights ``[T, K]`` float32, expert ids ``[T, K]`` int64, ``expert_norm(h)``
-        ``[T, hidden]``).
-
-        Both norms of h run as one ``rms_norm_pair`` launch: the router's input ``norm(h) * scale *
-        hidden ** -0.5`` is rounded to h's dtype after the norm and after each product, as transformers
-        rounds it. The scores then go through ``moe_route`` with ``per_expert_scale`` (softmax in float32,
-        the top ``K`` renormalised, times each chosen expert's scale in float32: transformers'
-        ``Gemma4TextRouter``).
+    def inputs(self, h: torch.Tensor, expert_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """h: ``[T, hidden]``; expert_norm: the experts' input norm (``pre_feedforward_layernorm_2``, which reads
+        the same rows) -> ``(expert_norm(h), router input)`` ``[T, hidden]`` each, one ``rms_norm_pair`` launch.
+        The router input ``norm(h) * scale * hidden ** -0.5`` is rounded to h's dtype after the norm and after
+        each product, as transformers rounds it.
 
         Raises:
             ValueError: expert_norm has no weight or another eps than the router's norm.
         """
         if expert_norm.weight is None or expert_norm.eps != self.norm.eps:
             raise ValueError("Gemma4Router: the experts' input norm needs a weight and the router norm's eps")
-        expert_input, x = self.ops.rms_norm_pair(h, expert_norm.weight, expert_norm.eps, expert_norm.zero_centered,
-                                                 self.scale, self.root_scale)
+        return self.ops.rms_norm_pair(h, expert_norm.weight, expert_norm.eps, expert_norm.zero_centered, self.scale,
+                                      self.root_scale)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: ``[T, hidden]`` the router input (:meth:`inputs`' second result) -> (weights ``[T, K]`` float32,
+        expert ids ``[T, K]`` int64): ``moe_route`` of the scores with ``per_expert_scale`` (softmax in float32,
+        the top ``K`` renormalised, times each chosen expert's scale in float32: transformers'
+        ``Gemma4TextRouter``)."""
         route = self.ops.get("moe_route", num_experts=self.num_experts)
-        weights, experts = route(self.proj(x), self.top_k, self.per_expert_scale, torch.float32)
-        return weights, experts, expert_input
+        return route(self.proj(x), self.top_k, self.per_expert_scale, torch.float32)
 
 
 class Gemma4Experts(RoutedExpertsModule):

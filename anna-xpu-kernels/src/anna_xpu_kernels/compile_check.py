@@ -76,6 +76,8 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield norms._post_norm_residual_kernel, act, post, 8
         yield norms._dual_post_norm_residual_kernel, act, post, 8
         yield norms._rms_norm_pair_kernel, act, {"ZERO_CENTERED": False, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
+        yield norms._post_norm_residual_norm_pair_kernel, act, {"ZERO_CENTERED": False, "BLOCK_M": 1, "BLOCK_D": 4096,
+                                                                  **pdl}, 8
         yield activations._silu_and_mul_kernel, act, {"BLOCK_M": 1, "BLOCK_N": 1024, **pdl}, 4
         yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256, **no_pdl}, 4
         yield gdn_prefill_prep._gdn_prefill_prep_kernel, act, {"BLOCK_T": 16, "BLOCK_K": 128, "BLOCK_V": 128,

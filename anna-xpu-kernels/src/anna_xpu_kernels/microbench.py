@@ -218,7 +218,7 @@ def run(device, dtype, shapes: Shapes, batch_sizes, context: int, prefill_len: i
                   [randn(b, s.hidden), randn(b, s.hidden), w, 1e-6, True])
 
         # Gemma 4's MoE layer: one launch each vs the unfused chain ("unfused": Triton norms + torch ops,
-        # 4 launches each), compared on the router input / the next layer's normalised input
+        # 4, 2 and 4 launches), compared on the router input / the next layer's normalised input
         g = s.gemma_hidden
         wg = randn(g, dt=torch.float32) * 0.1 + 1.0
 
@@ -229,6 +229,14 @@ def run(device, dtype, shapes: Shapes, batch_sizes, context: int, prefill_len: i
                   {"reference": lambda *a: rnorm.rms_norm_pair(*a)[1], "triton": lambda *a: norms.rms_norm_pair(*a)[1],
                    "unfused": pair_unfused},
                   [randn(b, g), wg, 1e-6, False, randn(g) * 0.1 + 1.0, g ** -0.5])
+
+        def tail_unfused(x, r, w_, e, z, nw, pw, sw, f):  # 2 launches: post_norm_residual, rms_norm_pair
+            return norms.rms_norm_pair(norms.post_norm_residual(x, r, w_, e, z, None, nw)[1], pw, e, z, sw, f)[1]
+
+        _bench_op(rows, timer, "post_norm_residual_norm_pair (MoE attention tail)", f"[{b}, {g}]", 6 * b * g * es,
+                  {"reference": lambda *a: rnorm.post_norm_residual_norm_pair(*a)[2],
+                   "triton": lambda *a: norms.post_norm_residual_norm_pair(*a)[2], "unfused": tail_unfused},
+                  [randn(b, g), randn(b, g), wg, 1e-6, False, wg, wg, randn(g) * 0.1 + 1.0, g ** -0.5])
 
         def dual_unfused(x1, w1, x2, w2, r, w_, e, z, sc, nw):
             m = norms.rms_norm(x1, w1, e, z) + norms.rms_norm(x2, w2, e, z)

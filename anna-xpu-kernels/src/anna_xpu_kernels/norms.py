@@ -13,6 +13,8 @@ all in float32 and rounded once to x's dtype at the end, as in the torch referen
                      (Gemma 4's MoE layer tail: the dense MLP's and the experts' outputs)
     rms_norm_pair:   y = rms_norm(x, w);  s = round(round(round(x * rstd) * scale_w) * factor)
                      (Gemma 4's experts' input norm and router input, one read of x)
+    post_norm_residual_norm_pair: post_norm_residual (no scale), then rms_norm_pair of the new residual
+                     (Gemma 4's MoE layer after attention: one reduction for its three norms)
 
 One program normalises ``BLOCK_M`` rows held in registers (``BLOCK_M * BLOCK_D <= 4096`` values),
 so each element of x (and z) is read once and y written once.
@@ -161,6 +163,35 @@ def _rms_norm_pair_kernel(
     sw = tl.load(sw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     s = (normed.to(ty).to(tl.float32) * sw[None, :]).to(ty).to(tl.float32)  # torch's norm(x) * scale_weight
     tl.store(s_ptr + rows64 * stride_s + cols[None, :], (s * factor).to(ty), mask=mask)
+
+
+@autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_D", "BLOCK_M"])
+@triton.jit(do_not_specialize=['n_rows'])
+def _post_norm_residual_norm_pair_kernel(
+    x_ptr, r_ptr, w_ptr, nw_ptr, pw_ptr, sw_ptr, y_ptr, y2_ptr, o_ptr, s_ptr,
+    n_rows, dim, stride_x, stride_r, stride_y, stride_y2, stride_o, stride_s, eps, factor,
+    ZERO_CENTERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    pdl.enter(USE_PDL)
+    rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
+    ty = s_ptr.dtype.element_ty
+    x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + rows64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    normed = _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED).to(ty).to(tl.float32)
+    s = (r + normed).to(ty)  # the residual stream, rounded as torch's residual + norm(x)
+    tl.store(s_ptr + rows64 * stride_s + cols[None, :], s, mask=mask)
+    s = s.to(tl.float32)
+    hat = s * tl.rsqrt(tl.sum(s * s, axis=1) / dim + eps)[:, None]  # one reduction serves the three norms
+    nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    pw = tl.load(pw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    if ZERO_CENTERED:
+        nw = nw + 1.0
+        pw = pw + 1.0
+    tl.store(y_ptr + rows64 * stride_y + cols[None, :], (hat * nw[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y2_ptr + rows64 * stride_y2 + cols[None, :], (hat * pw[None, :]).to(y2_ptr.dtype.element_ty), mask=mask)
+    sw = tl.load(sw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    o = (hat.to(ty).to(tl.float32) * sw[None, :]).to(ty).to(tl.float32)  # torch's norm(r) * scale_weight
+    tl.store(o_ptr + rows64 * stride_o + cols[None, :], (o * factor).to(ty), mask=mask)
 
 
 def _row_tile(dim: int) -> tuple[int, int]:
@@ -432,3 +463,50 @@ def rms_norm_pair(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_center
             BLOCK_D=block_d, **pdl.launch_options(y2),
         )
     return y2.view(x.shape), s2.view(x.shape)
+
+
+def post_norm_residual_norm_pair(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                                 zero_centered: bool, next_weight: torch.Tensor, pair_weight: torch.Tensor,
+                                 scale_weight: torch.Tensor,
+                                 factor: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`post_norm_residual` (no scale) and :func:`rms_norm_pair` of its new residual in one launch
+    (signature of the reference ``post_norm_residual_norm_pair``): one reduction of the new residual serves
+    ``next_weight``'s, ``pair_weight``'s and the scaled weightless norm.
+
+    Args:
+        x, residual: ``[..., D]`` float32 / float16 / bfloat16, one dtype; weight, next_weight, pair_weight,
+            scale_weight: ``[D]``; eps, zero_centered: every norm's; factor: a Python float.
+
+    Returns:
+        ``(y, y2, s, r)`` in x's dtype; fresh tensors.
+
+    Raises:
+        ValueError: a weight is not ``[D]``, residual's shape or dtype differs from x's, unsupported dtype,
+            or tensors on different devices.
+    """
+    op = "post_norm_residual_norm_pair"
+    require(x.dim() >= 1, op, "x must have at least one dimension")
+    require(residual.shape == x.shape and residual.dtype == x.dtype, op,
+            f"residual must match x's shape {tuple(x.shape)} and dtype {x.dtype}")
+    dim = x.shape[-1]
+    weights = {"weight": weight, "next_weight": next_weight, "pair_weight": pair_weight, "scale_weight": scale_weight}
+    for name, w in weights.items():
+        require(w is not None and w.dim() == 1 and w.shape[0] == dim, op, f"{name} must be [D={dim}]")
+    if dim > MAX_DIM:
+        from anna_core.kernels.reference.norms import post_norm_residual_norm_pair as reference
+
+        return reference(x, residual, weight, eps, zero_centered, next_weight, pair_weight, scale_weight, factor)
+    require_float(op, x=x)
+    require_same_device(op, x=x, residual=residual, **weights)
+    x2, r2 = as_rows(x), as_rows(residual)
+    y, y2, o, s = (torch.empty(x2.shape, dtype=x.dtype, device=x.device) for _ in range(4))
+    n_rows = x2.shape[0]
+    if n_rows and dim:
+        block_m, block_d = _row_tile(dim)
+        _post_norm_residual_norm_pair_kernel[(triton.cdiv(n_rows, block_m),)](
+            x2, r2, weight.contiguous(), next_weight.contiguous(), pair_weight.contiguous(), scale_weight.contiguous(),
+            y, y2, o, s, n_rows, dim, x2.stride(0), r2.stride(0), y.stride(0), y2.stride(0), o.stride(0), s.stride(0),
+            float(eps), float(factor), ZERO_CENTERED=bool(zero_centered), BLOCK_M=block_m, BLOCK_D=block_d,
+            **pdl.launch_options(s),
+        )
+    return y.view(x.shape), y2.view(x.shape), o.view(x.shape), s.view(x.shape)

@@ -25,6 +25,7 @@ TRITON_KERNELS = {
     "post_norm_residual": ("norms:post_norm_residual", "probes:norm_probe"),
     "dual_post_norm_residual": ("norms:dual_post_norm_residual", "probes:norm_probe"),
     "rms_norm_pair": ("norms:rms_norm_pair", "probes:norm_probe"),
+    "post_norm_residual_norm_pair": ("norms:post_norm_residual_norm_pair", "probes:norm_probe"),
     "silu_and_mul": ("activations:silu_and_mul", "probes:norm_probe"),
     "sigmoid_mul": ("activations:sigmoid_mul", "probes:norm_probe"),
     "causal_conv1d_update": ("conv1d:causal_conv1d_update", "probes:conv1d_probe"),

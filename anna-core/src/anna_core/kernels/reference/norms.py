@@ -183,3 +183,27 @@ def dual_post_norm_residual(x1: torch.Tensor, weight_1: torch.Tensor, x2: torch.
                 f"{name} must match x1's shape {tuple(x1.shape)} and dtype {x1.dtype}, got {tuple(t.shape)} {t.dtype}")
     x = rms_norm(x1, weight_1, eps, zero_centered) + rms_norm(x2, weight_2, eps, zero_centered)
     return post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)
+
+
+def post_norm_residual_norm_pair(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                                 zero_centered: bool, next_weight: torch.Tensor, pair_weight: torch.Tensor,
+                                 scale_weight: torch.Tensor,
+                                 factor: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`post_norm_residual` (no scale) whose new residual also goes through :func:`rms_norm_pair`:
+    ``(y, r) = post_norm_residual(x, residual, weight, eps, zero_centered, None, next_weight)``, then
+    ``(y2, s) = rms_norm_pair(r, pair_weight, eps, zero_centered, scale_weight, factor)`` (Gemma 4's MoE
+    layer after its attention: the stream, the MLP's, the experts' and the router's inputs).
+
+    Args:
+        x, residual: ``[T, D]`` of one dtype; weight, next_weight, pair_weight, scale_weight: ``[D]``
+            (scale_weight of x's dtype); eps, zero_centered: every norm's; factor: a Python float.
+
+    Returns:
+        ``(y, y2, s, r)`` ``[T, D]`` each in x's dtype; fresh tensors.
+
+    Raises:
+        ValueError: as :func:`post_norm_residual` and :func:`rms_norm_pair`.
+    """
+    y, r = post_norm_residual(x, residual, weight, eps, zero_centered, None, next_weight)
+    y2, s = rms_norm_pair(r, pair_weight, eps, zero_centered, scale_weight, factor)
+    return y, y2, s, r

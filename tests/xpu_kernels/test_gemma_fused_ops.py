@@ -184,7 +184,7 @@ def _generate(path, prompts, *, dtype="fp32"):
     return [list(out.token_ids) for out in outs], engine.runner.model.ops.registry.chosen()
 
 
-@pytest.mark.parametrize("family", ["gemma4-e2b", "gemma3"])
+@pytest.mark.parametrize("family", ["gemma4-e2b", "gemma4-moe", "gemma3"])
 def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, family):
     if family == "gemma3":
         from tests.gemma3.tiny import build_tiny_gemma3 as build
@@ -193,7 +193,7 @@ def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, f
     else:
         from tests.gemma4.tiny import build_tiny_gemma4
 
-        path = build_tiny_gemma4(tmp_path / "g", variant="e2b")
+        path = build_tiny_gemma4(tmp_path / "g", variant=family.removeprefix("gemma4-"))
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, 300, (n,), generator=gen).tolist() for n in (4, 9)]
     monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
@@ -201,9 +201,13 @@ def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, f
     assert set(chosen_ref.values()) == {"reference"} and "qk_norm_rope_cache" not in chosen_ref
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     got, chosen = _generate(path, prompts)
-    assert chosen["qk_norm_rope_cache"] == chosen["post_norm_residual"] == chosen["paged_attention"] == "triton"
-    if family != "gemma3":
+    assert chosen["qk_norm_rope_cache"] == chosen["paged_attention"] == "triton"
+    assert chosen.get("post_norm_residual") == (None if family == "gemma4-moe" else "triton")  # MoE: the fused tails
+    if family == "gemma4-e2b":
         assert chosen["q_norm_rope"] == chosen["gated_linear"] == "triton"  # KV-shared layers, per-layer inputs
+    if family == "gemma4-moe":  # the MoE layers' fused norms, router and experts
+        fused = ("post_norm_residual_norm_pair", "dual_post_norm_residual", "moe_route", "moe_experts")
+        assert all(chosen[op] == "triton" for op in fused) and "rms_norm_pair" not in chosen
     assert "reshape_and_cache" not in chosen  # the cache write runs inside the fused op
     assert got == want
 

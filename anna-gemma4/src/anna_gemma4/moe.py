@@ -2,9 +2,9 @@
 
 Router: the residual stream's rows, RMS-normalised without weight, times a learned ``scale`` and
 ``hidden ** -0.5`` (computed with the experts' input norm of the same rows: ``rms_norm_pair``, or with
-the attention's tail before it, ``post_norm_residual_norm_pair``), projected to one score per expert; softmax (float32), the top ``k`` experts,
-their probabilities renormalised to sum to one, times each chosen expert's ``per_expert_scale`` (the
-softmax onwards is anna-core's ``moe_route`` op).
+the attention's tail before it, ``post_norm_residual_norm_pair``), projected to one score per expert;
+softmax (float32), the top ``k`` experts, their probabilities renormalised to sum to one, times each
+chosen expert's ``per_expert_scale`` (the softmax onwards is anna-core's ``moe_route`` op).
 Experts: GeGLU feed-forwards (``gelu_tanh(gate) * up``, then ``down``), stored as stacked 3-D tensors
 (``gate_up_proj`` ``[E, 2I, hidden]``, ``down_proj`` ``[E, hidden, I]``); a token's output is the
 weighted sum of its experts' outputs.

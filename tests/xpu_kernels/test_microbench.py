@@ -14,7 +14,7 @@ def test_microbench_smoke_on_cpu():
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split() for line in out.stdout.splitlines()[3:]]
     triton_rows = [r for r in rows if "triton" in r]
-    assert len(triton_rows) == 12 and not any("failed:" in " ".join(r) for r in rows)
+    assert len(triton_rows) == 15 and not any("failed:" in " ".join(r) for r in rows)
     # float32 outputs agree with the reference to rounding: "out <abs> (rel <rel>)".
     for r in triton_rows:
         assert float(r[r.index("out") + 1]) < 1e-4, r

@@ -51,3 +51,23 @@ def test_every_registered_op_has_a_documented_contract():
         assert ":" in contract.reference
     undocumented = sorted({spec.op for spec in kernel_specs(pm)} - set(contracts))
     assert not undocumented, f"kernel implementations of ops without a contract: {undocumented}"
+
+
+def test_every_registered_op_has_sample_inputs():
+    """Each op contract declares ``examples`` (what the kernel conformance suite runs implementations on): a
+    deterministic builder of a few cases whose shape facts are the op's own and which its reference accepts."""
+    import torch
+    from anna_core.registry import resolve
+
+    for contract in op_contracts(make_plugin_manager()):
+        assert contract.examples, f"op {contract.name!r} declares no examples (OpContract.examples)"
+        cases = resolve(contract.examples)("cpu", torch.float32)
+        assert cases, f"op {contract.name!r}: its examples builder returned nothing"
+        check = resolve(contract.check) if contract.check else None
+        reference = resolve(contract.reference)
+        for case in cases:
+            assert set(case.shape) <= set(contract.shape_facts), (contract.name, case.shape)
+            assert len(case.args) + len(case.kwargs) <= len(contract.parameters), contract.name
+            if check is not None:
+                check(*case.args, **case.kwargs)
+            reference(*case.args, **case.kwargs)

@@ -8,7 +8,7 @@ faster implementations (:class:`KernelSpec`, ``register_kernels``) with a higher
 probe that accepts or declines a ``(device, dtype, shape)``.
 """
 
-from anna_core.kernels.contracts import OpContract
+from anna_core.kernels.contracts import OpContract, OpExample
 from anna_core.kernels.registry import KernelRegistry, KernelSpec, OpTable, ProbeRequest, bind_ops
 
-__all__ = ["KernelRegistry", "KernelSpec", "OpContract", "OpTable", "ProbeRequest", "bind_ops"]
+__all__ = ["KernelRegistry", "KernelSpec", "OpContract", "OpExample", "OpTable", "ProbeRequest", "bind_ops"]

@@ -60,6 +60,8 @@ def _check_contract(contract: OpContract) -> None:
         raise ValueError(f"{where}: reference {contract.reference!r} must be a lazy 'package.module:attr' string")
     if contract.check is not None and not _lazy(contract.check):
         raise ValueError(f"{where}: check {contract.check!r} must be a lazy 'package.module:attr' string")
+    if contract.examples is not None and not _lazy(contract.examples):
+        raise ValueError(f"{where}: examples {contract.examples!r} must be a lazy 'package.module:attr' string")
     if isinstance(contract.shape_facts, str) or not all(isinstance(k, str) for k in contract.shape_facts):
         raise ValueError(f"{where}: shape_facts must be a tuple of key names, got {contract.shape_facts!r}")
 
@@ -81,6 +83,11 @@ class OpContract:
             implementations to share; None when the reference checks inline.
         shape_facts: the ``ProbeRequest.shape`` keys callers pass when they look the op up (e.g.
             ``("head_k_dim", "head_v_dim")``): what probes may decide on.
+        examples: lazy ``"module:attr"`` of ``examples(device, dtype) -> list[OpExample]``: a few small,
+            seeded sample inputs (the same on every call) covering the op's paths, on which the kernel
+            conformance suite (:class:`anna_core.testing.conformance.KernelConformance`) compares every
+            implementation with the reference; None when the op has none (the suite then fails for
+            any implementation of it).
 
     Raises:
         ValueError: a name that is no identifier, a signature not of that name, an empty doc, or a
@@ -93,6 +100,7 @@ class OpContract:
     reference: str
     check: str | None = None
     shape_facts: tuple[str, ...] = ()
+    examples: str | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_contract(self)
@@ -101,3 +109,21 @@ class OpContract:
     def parameters(self) -> list[str]:
         """The parameter names of :attr:`signature`."""
         return signature_parameters(self.signature)
+
+
+@attrs.frozen
+class OpExample:
+    """One sample call of an op (what :attr:`OpContract.examples` returns a list of).
+
+    Attributes:
+        args: the positional arguments, in the contract's signature order (tensors on the requested
+            device; the arguments written in place, e.g. state pools and caches, included).
+        kwargs: keyword arguments (usually empty).
+        shape: the ``ProbeRequest.shape`` facts a caller would look the op up with for these arguments
+            (keys among the contract's ``shape_facts``): implementations are run only where their probe
+            accepts them.
+    """
+
+    args: tuple = ()
+    kwargs: dict = attrs.field(factory=dict)
+    shape: dict = attrs.field(factory=dict)

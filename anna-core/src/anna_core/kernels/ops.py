@@ -40,6 +40,10 @@ def _ref(module: str, attr: str) -> str:
     return f"{_REFERENCE}.{module}:{attr}"
 
 
+def _examples(op: str) -> str:
+    return f"anna_core.kernels.examples:{op}"
+
+
 CORE_OPS: tuple[OpContract, ...] = (
     OpContract(
         name="rms_norm",
@@ -49,6 +53,7 @@ x: ``[..., D]``; weight: ``[D]``; computed in float32, returned in x's dtype.
 ``y = x / sqrt(mean(x^2) + eps) * (1 + weight if zero_centered else weight)``.
 """,
         reference=_ref("norms", "rms_norm"),
+        examples=_examples("rms_norm"),
     ),
     OpContract(
         name="gated_rms_norm",
@@ -58,6 +63,7 @@ x, z: ``[..., D]``; weight: ``[D]``. ``y = rms_norm(x) * weight * silu(z)`` (flo
 gated DeltaNet output norm of Qwen3.5 / FLA ``FusedRMSNormGated``).
 """,
         reference=_ref("norms", "gated_rms_norm"),
+        examples=_examples("gated_rms_norm"),
     ),
     OpContract(
         name="add_rms_norm",
@@ -69,6 +75,7 @@ x, residual: ``[T, D]``, one dtype (residual may be None: ``new_residual = x``);
 fused into the next norm. Both outputs are fresh tensors; the inputs are not written.
 """,
         reference=_ref("norms", "add_rms_norm"),
+        examples=_examples("add_rms_norm"),
     ),
     OpContract(
         name="post_norm_residual",
@@ -83,6 +90,7 @@ rounds it; ``y = rms_norm(new_residual, next_weight, eps, zero_centered)``, or N
 next_weight. Fresh tensors; the inputs are not written.
 """,
         reference=_ref("norms", "post_norm_residual"),
+        examples=_examples("post_norm_residual"),
     ),
     OpContract(
         name="dual_post_norm_residual",
@@ -98,6 +106,7 @@ post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)`
 inputs are not written.
 """,
         reference=_ref("norms", "dual_post_norm_residual"),
+        examples=_examples("dual_post_norm_residual"),
     ),
     OpContract(
         name="rms_norm_pair",
@@ -111,6 +120,7 @@ rounding of that expression: transformers' ``Gemma4TextRouter``), all math in fl
 D]`` in x's dtype.
 """,
         reference=_ref("norms", "rms_norm_pair"),
+        examples=_examples("rms_norm_pair"),
     ),
     OpContract(
         name="post_norm_residual_norm_pair",
@@ -125,6 +135,7 @@ residual, weight, eps, zero_centered, None, next_weight)``; ``(y2, s) = rms_norm
 pair_weight, eps, zero_centered, scale_weight, factor)``, rounded as those ops round. Fresh tensors.
 """,
         reference=_ref("norms", "post_norm_residual_norm_pair"),
+        examples=_examples("post_norm_residual_norm_pair"),
     ),
     OpContract(
         name="silu_and_mul",
@@ -135,6 +146,7 @@ x: ``[..., 2I]`` (gate, then up: the merged gate/up projection); y: ``[..., I]``
 then the product in float32 rounded again).
 """,
         reference=_ref("activations", "silu_and_mul"),
+        examples=_examples("silu_and_mul"),
     ),
     OpContract(
         name="sigmoid_mul",
@@ -144,6 +156,7 @@ x, gate: ``[..., D]``, one dtype (gate may be a strided view with unit stride al
 ``y = x * sigmoid(gate)`` evaluated as torch does in x's dtype (the attention output gate).
 """,
         reference=_ref("activations", "sigmoid_mul"),
+        examples=_examples("sigmoid_mul"),
     ),
     OpContract(
         name="causal_conv1d_prefill",
@@ -155,6 +168,7 @@ activation: ``"silu"`` or None. Each sequence starts from its slot's state (zero
 and writes back its last ``W-1`` inputs. y: ``[T, C]``.
 """,
         reference=_ref("conv1d", "causal_conv1d_prefill"),
+        examples=_examples("causal_conv1d_prefill"),
     ),
     OpContract(
         name="causal_conv1d_update",
@@ -163,6 +177,7 @@ and writes back its last ``W-1`` inputs. y: ``[T, C]``.
 One new token per sequence. x: ``[B, C]``; other arguments as above. y: ``[B, C]``.
 """,
         reference=_ref("conv1d", "causal_conv1d_update"),
+        examples=_examples("causal_conv1d_update"),
     ),
     OpContract(
         name="gated_delta_rule_prefill",
@@ -177,6 +192,7 @@ Computed chunk-wise (64 tokens); returns o ``[T, H_v, V]`` in v's dtype; final s
 to ``states[slots[i]]``.
 """,
         reference=_ref("gated_delta_rule", "gated_delta_rule_prefill"),
+        examples=_examples("gated_delta_rule_prefill"),
     ),
     OpContract(
         name="gated_delta_rule_decode",
@@ -186,6 +202,7 @@ One token per sequence: q, k ``[B, H_k, K]``, v ``[B, H_v, V]``, g, beta ``[B, H
 recurrence; o ``[B, H_v, V]``; states updated in place.
 """,
         reference=_ref("gated_delta_rule", "gated_delta_rule_decode"),
+        examples=_examples("gated_delta_rule_decode"),
     ),
     OpContract(
         name="reshape_and_cache",
@@ -194,6 +211,7 @@ recurrence; o ``[B, H_v, V]``; states updated in place.
 k, v: ``[T, H_kv, D]`` written to the paged cache at ``slot_mapping`` (``[T]`` int64).
 """,
         reference=_ref("paged_attention", "reshape_and_cache"),
+        examples=_examples("reshape_and_cache"),
     ),
     OpContract(
         name="paged_attention",
@@ -207,6 +225,7 @@ cache; block_tables: ``[B, max_blocks]`` int32. Query ``j`` of sequence ``i`` si
 prefill over a cached prefix, and decode. o: ``[T, H_q, D]``.
 """,
         reference=_ref("paged_attention", "paged_attention"), shape_facts=("head_dim",),
+        examples=_examples("paged_attention"),
     ),
     OpContract(
         name="linear",
@@ -219,6 +238,7 @@ with a handful of rows (``M`` = batch size), where reading the weight is all the
 implementations may specialise those skinny shapes (GEMV, split-K) and leave larger ``M`` to a GEMM.
 """,
         reference=_ref("linear", "linear"),
+        examples=_examples("linear"),
     ),
     OpContract(
         name="add_rms_norm_linear",
@@ -231,6 +251,7 @@ intermediate rounded to x's dtype as those ops round it: a pre-norm block's resi
 fused into its input projection (one launch at decode instead of two). Inputs are not written.
 """,
         reference=_ref("fused_linear", "add_rms_norm_linear"),
+        examples=_examples("add_rms_norm_linear"),
     ),
     OpContract(
         name="act_mul_linear",
@@ -243,6 +264,7 @@ the product rounded to x's dtype as ``act_and_mul`` rounds it: the gated product
 ``down_proj``.
 """,
         reference=_ref("fused_linear", "act_mul_linear"),
+        examples=_examples("act_mul_linear"),
     ),
     OpContract(
         name="gated_linear",
@@ -255,6 +277,7 @@ into the projection after it (Gemma 4's per-layer-input block).
 """,
         reference=_ref("fused_linear", "gated_linear"),
         check=_ref("fused_linear", "check_gated_linear"),
+        examples=_examples("gated_linear"),
     ),
     OpContract(
         name="linear_act_mul",
@@ -266,6 +289,7 @@ projection rounded to x's dtype first: the gated product fused into the merged g
 ``[M, 2I]`` intermediate).
 """,
         reference=_ref("fused_linear", "linear_act_mul"),
+        examples=_examples("linear_act_mul"),
     ),
     OpContract(
         name="add_rms_norm_linear_act_mul",
@@ -279,6 +303,7 @@ rounded as those ops round: a pre-norm MLP's residual add, norm, gate/up project
 (one launch at decode instead of two).
 """,
         reference=_ref("fused_linear", "add_rms_norm_linear_act_mul"),
+        examples=_examples("add_rms_norm_linear_act_mul"),
     ),
     OpContract(
         name="moe_route",
@@ -301,6 +326,7 @@ up with the shape fact ``num_experts`` (``E``).
         reference=_ref("routing", "moe_route"),
         check=_ref("routing", "check_moe_route"),
         shape_facts=("num_experts",),
+        examples=_examples("moe_route"),
     ),
     OpContract(
         name="moe_experts",
@@ -324,6 +350,7 @@ own x, weights and ids.
 """,
         reference=_ref("moe", "moe_experts"),
         check=_ref("moe", "check_moe_experts"),
+        examples=_examples("moe_experts"),
     ),
     OpContract(
         name="qk_norm_rope_cache",
@@ -342,6 +369,7 @@ where the unfused ``rms_norm`` / rotary / ``reshape_and_cache`` round it.
         reference=_ref("qk_norm_rope", "qk_norm_rope_cache"),
         check=_ref("qk_norm_rope", "check_qk_norm_rope_cache"),
         shape_facts=("head_dim",),
+        examples=_examples("qk_norm_rope_cache"),
     ),
     OpContract(
         name="q_norm_rope",
@@ -354,6 +382,7 @@ D]`` contiguous in q's dtype, rounded as ``qk_norm_rope_cache`` rounds its queri
 """,
         reference=_ref("qk_norm_rope", "q_norm_rope"),
         shape_facts=("head_dim",),
+        examples=_examples("q_norm_rope"),
     ),
     OpContract(
         name="fused_gdn_decode",
@@ -376,6 +405,7 @@ the shape facts ``head_k_dim`` / ``head_v_dim`` (a kernel may fuse only some hea
         reference=_ref("gdn_fused", "fused_gdn_decode"),
         check=_ref("gdn_fused", "check_fused_gdn_decode"),
         shape_facts=("head_k_dim", "head_v_dim"),
+        examples=_examples("fused_gdn_decode"),
     ),
     OpContract(
         name="fused_gdn_prefill",
@@ -393,6 +423,7 @@ qkv's dtype; final states written to ``states[slots]``. Looked up with ``head_k_
         reference=_ref("gdn_fused", "fused_gdn_prefill"),
         check=_ref("gdn_fused", "check_fused_gdn_prefill"),
         shape_facts=("head_k_dim", "head_v_dim"),
+        examples=_examples("fused_gdn_prefill"),
     ),
 )
 """Every op of anna-core, in documentation order."""

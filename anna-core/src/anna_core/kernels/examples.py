@@ -1,0 +1,275 @@
+"""Sample inputs of anna-core's ops: what the kernel conformance suite runs every implementation on.
+
+Each op contract names one of these functions as its ``examples`` (``OpContract.examples``):
+``examples(device, dtype) -> list[OpExample]``, a few small, seeded cases (the same tensors on every
+call) covering the op's paths: ragged batches, ``None`` optionals, strided views, each activation,
+fresh and non-zero states. Activations are in ``dtype``; what the contract fixes (float32 recurrent
+state and log decays, int32 / int64 indices) keeps its own dtype. Shapes stay tiny, so interpreted or
+reference runs take milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from anna_core.kernels.contracts import OpExample
+
+EPS = 1e-6
+
+
+class _Gen:
+    """Seeded random tensors built on the CPU (the same values on every device), then moved."""
+
+    def __init__(self, seed: int, device: Any, dtype: torch.dtype):
+        self.gen = torch.Generator().manual_seed(seed)
+        self.device = torch.device(device)
+        self.dtype = dtype
+
+    def randn(self, *shape: int, dtype: torch.dtype | None = None, scale: float = 1.0) -> torch.Tensor:
+        x = torch.randn(*shape, generator=self.gen) * scale
+        return x.to(dtype or self.dtype).to(self.device)
+
+    def rand(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.rand(*shape, generator=self.gen).to(dtype or self.dtype).to(self.device)
+
+    def ints(self, values: list[int] | list[list[int]], dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=self.device)
+
+    def l2(self, *shape: int) -> torch.Tensor:
+        x = torch.randn(*shape, generator=self.gen)
+        return (x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + 1e-6)).to(self.dtype).to(self.device)
+
+    def inv_freq(self, rotated: int, base: float = 10000.0) -> torch.Tensor:
+        return (1.0 / base ** (torch.arange(0, rotated, 2, dtype=torch.float32) / rotated)).to(self.device)
+
+
+def _dt(dtype: Any) -> torch.dtype:
+    return dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype).replace("torch.", ""))
+
+
+def rms_norm(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(1, device, _dt(dtype))
+    return [OpExample((r.randn(3, 32), r.randn(32), EPS, zc)) for zc in (False, True)] + [
+        OpExample((r.randn(2, 3, 48), r.randn(48), 1e-5, False))]
+
+
+def gated_rms_norm(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(2, device, _dt(dtype))
+    return [OpExample((r.randn(3, 2, 16), r.randn(3, 2, 16), r.randn(16), EPS)),
+            OpExample((r.randn(5, 32), r.randn(5, 32), r.randn(32), 1e-5))]
+
+
+def add_rms_norm(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(3, device, _dt(dtype))
+    return [OpExample((r.randn(3, 32), r.randn(3, 32), r.randn(32), EPS, False)),
+            OpExample((r.randn(4, 32), None, r.randn(32), EPS, True))]
+
+
+def post_norm_residual(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(4, device, _dt(dtype))
+    return [OpExample((r.randn(3, 32), r.randn(3, 32), r.randn(32), EPS, False, None, r.randn(32))),
+            OpExample((r.randn(4, 32), r.randn(4, 32), r.randn(32), EPS, True, r.rand(1) + 0.5, None))]
+
+
+def dual_post_norm_residual(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(5, device, _dt(dtype))
+    return [OpExample((r.randn(3, 32), r.randn(32), r.randn(3, 32), r.randn(32), r.randn(3, 32), r.randn(32), EPS,
+                       zc, r.rand(1) + 0.5 if zc else None, r.randn(32) if zc else None))
+            for zc in (False, True)]
+
+
+def rms_norm_pair(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(6, device, _dt(dtype))
+    return [OpExample((r.randn(3, 32), r.randn(32), EPS, zc, r.randn(32), 32 ** -0.5))
+            for zc in (False, True)]
+
+
+def post_norm_residual_norm_pair(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(7, device, _dt(dtype))
+    return [OpExample((r.randn(3, 32), r.randn(3, 32), r.randn(32), EPS, zc, r.randn(32), r.randn(32), r.randn(32),
+                       32 ** -0.5)) for zc in (False, True)]
+
+
+def silu_and_mul(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(8, device, _dt(dtype))
+    return [OpExample((r.randn(3, 64),)), OpExample((r.randn(2, 2, 48),))]
+
+
+def sigmoid_mul(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(9, device, _dt(dtype))
+    wide = r.randn(4, 64)
+    return [OpExample((r.randn(3, 32), r.randn(3, 32))), OpExample((r.randn(4, 32), wide[:, 32:]))]  # strided gate
+
+
+def causal_conv1d_prefill(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(10, device, _dt(dtype))
+    lens = [5, 2, 7]  # a sequence shorter than the kernel's W-1 = 3 inputs of state
+    cu = r.ints([0, 5, 7, 14], torch.int32)
+    states = r.randn(5, 24, 3)
+    states[3].zero_()  # a fresh slot
+    return [OpExample((r.randn(sum(lens), 24), r.randn(24, 4), r.randn(24), cu, states, r.ints([3, 0, 4]), "silu")),
+            OpExample((r.randn(4, 16), r.randn(16, 4), None, r.ints([0, 4], torch.int32), r.randn(2, 16, 3),
+                       r.ints([1]), None))]
+
+
+def causal_conv1d_update(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(11, device, _dt(dtype))
+    return [OpExample((r.randn(3, 24), r.randn(24, 4), r.randn(24), r.randn(5, 24, 3), r.ints([4, 0, 2]), "silu")),
+            OpExample((r.randn(2, 16), r.randn(16, 4), None, r.randn(3, 16, 3), r.ints([1, 2]), None))]
+
+
+def _gdr_inputs(r: _Gen, rows: int, h_k: int, h_v: int, d_k: int, d_v: int) -> tuple[torch.Tensor, ...]:
+    q, k = r.l2(rows, h_k, d_k), r.l2(rows, h_k, d_k)
+    v = r.randn(rows, h_v, d_v)
+    g = -torch.rand(rows, h_v, generator=r.gen).mul(0.5).to(r.device)  # float32 log decay <= 0
+    beta = r.rand(rows, h_v)
+    return q, k, v, g, beta
+
+
+def gated_delta_rule_prefill(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(12, device, _dt(dtype))
+    lens = [70, 5]  # one sequence over a 64-token chunk boundary
+    q, k, v, g, beta = _gdr_inputs(r, sum(lens), 1, 2, 16, 16)
+    states = r.randn(3, 2, 16, 16, dtype=torch.float32, scale=0.1)
+    states[2].zero_()
+    cu = r.ints([0, 70, 75], torch.int32)
+    return [OpExample((q, k, v, g, beta, cu, states, r.ints([2, 0]), 16 ** -0.5))]
+
+
+def gated_delta_rule_decode(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(13, device, _dt(dtype))
+    q, k, v, g, beta = _gdr_inputs(r, 3, 1, 2, 16, 32)
+    states = r.randn(4, 2, 16, 32, dtype=torch.float32, scale=0.1)
+    return [OpExample((q, k, v, g, beta, states, r.ints([3, 0, 1]), 16 ** -0.5))]
+
+
+def reshape_and_cache(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(14, device, _dt(dtype))
+    return [OpExample((r.randn(5, 2, 16), r.randn(5, 2, 16), r.randn(6, 4, 2, 16), r.randn(6, 4, 2, 16),
+                       r.ints([0, 1, 2, 9, 22])))]
+
+
+def _paged(r: _Gen, q_lens: list[int], seq_lens: list[int], h_q: int, h_kv: int, d: int, block: int = 4):
+    blocks_per_seq = [(n + block - 1) // block for n in seq_lens]
+    width = max(blocks_per_seq)
+    total = sum(blocks_per_seq) + 1
+    order = torch.randperm(total, generator=r.gen).tolist()  # tables over scattered blocks
+    tables, at = [], 0
+    for n in blocks_per_seq:
+        tables.append(order[at:at + n] + [0] * (width - n))
+        at += n
+    cu = [0]
+    for n in q_lens:
+        cu.append(cu[-1] + n)
+    return (r.randn(sum(q_lens), h_q, d), r.randn(total, block, h_kv, d), r.randn(total, block, h_kv, d),
+            r.ints(cu, torch.int32), r.ints(seq_lens, torch.int32), r.ints(tables, torch.int32))
+
+
+def paged_attention(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(15, device, _dt(dtype))
+    mixed = _paged(r, [6, 1, 3], [6, 11, 9], 4, 2, 16)  # a fresh prompt, a decode, a chunk over a cached prefix
+    decode = _paged(r, [1, 1], [7, 13], 2, 1, 32)
+    return [OpExample((*mixed, 16 ** -0.5, None), shape={"head_dim": 16}),
+            OpExample((*mixed, 16 ** -0.5, 4), shape={"head_dim": 16}),
+            OpExample((*decode, 32 ** -0.5, None), shape={"head_dim": 32})]
+
+
+def linear(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(16, device, _dt(dtype))
+    return [OpExample((r.randn(1, 64), r.randn(24, 64, scale=0.2), None)),
+            OpExample((r.randn(3, 64), r.randn(40, 64, scale=0.2), r.randn(40))),
+            OpExample((r.randn(12, 32), r.randn(16, 32, scale=0.2), None))]  # beyond a decode GEMV's rows
+
+
+def add_rms_norm_linear(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(17, device, _dt(dtype))
+    return [OpExample((r.randn(2, 64), r.randn(2, 64), r.randn(64), EPS, False, r.randn(24, 64, scale=0.2))),
+            OpExample((r.randn(3, 64), None, r.randn(64), EPS, True, r.randn(40, 64, scale=0.2)))]
+
+
+def act_mul_linear(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(18, device, _dt(dtype))
+    return [OpExample((r.randn(2, 64), r.randn(24, 32, scale=0.2), act)) for act in ("silu", "gelu_tanh")]
+
+
+def gated_linear(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(19, device, _dt(dtype))
+    up_wide = r.randn(3, 64)
+    return [OpExample((r.randn(2, 32), r.randn(2, 32), r.randn(24, 32, scale=0.2), "silu")),
+            OpExample((r.randn(3, 32), up_wide[:, 32:], r.randn(16, 32, scale=0.2), "gelu_tanh"))]
+
+
+def linear_act_mul(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(20, device, _dt(dtype))
+    return [OpExample((r.randn(2, 32), r.randn(48, 32, scale=0.2), act)) for act in ("silu", "gelu_tanh")]
+
+
+def add_rms_norm_linear_act_mul(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(21, device, _dt(dtype))
+    return [OpExample((r.randn(2, 32), r.randn(2, 32), r.randn(32), EPS, False, r.randn(48, 32, scale=0.2), "silu")),
+            OpExample((r.randn(3, 32), None, r.randn(32), EPS, True, r.randn(32, 32, scale=0.2), "gelu_tanh"))]
+
+
+def moe_route(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(22, device, _dt(dtype))
+    # well-separated logits: no two probabilities within a few ulps, so every implementation picks the same ids
+    logits = (torch.randperm(8 * 5, generator=r.gen).reshape(5, 8).float() * 0.25).to(r.dtype).to(r.device)
+    return [OpExample((logits, 2, None, r.dtype), shape={"num_experts": 8}),
+            OpExample((logits, 3, r.rand(8) + 0.5, torch.float32), shape={"num_experts": 8})]
+
+
+def moe_experts(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(23, device, _dt(dtype))
+    e, h, i = 4, 32, 16
+    gate_up, down = r.randn(e, 2 * i, h, scale=0.2), r.randn(e, h, i, scale=0.2)
+    ids = r.ints([[0, 2], [3, 0], [1, 2], [2, 3], [0, 1]])
+    weights = torch.softmax(torch.randn(5, 2, generator=r.gen), -1).to(r.device)
+    one = r.ints([[3, 1]], torch.int32)
+    return [OpExample((r.randn(5, h), gate_up, down, weights, ids, "silu")),
+            OpExample((r.randn(1, h), gate_up, down, weights[:1].to(r.dtype), one, "gelu_tanh"))]
+
+
+def qk_norm_rope_cache(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(24, device, _dt(dtype))
+    d = 32
+    out = []
+    for rotated, zc in ((d, False), (d // 2, True)):  # whole and partial rotary
+        out.append(OpExample((r.randn(5, 4, d), r.randn(5, 2, d), r.randn(5, 2, d), r.randn(d), r.randn(d), EPS, zc,
+                              r.ints([0, 1, 2, 7, 30]), r.inv_freq(rotated), r.randn(3, 4, 2, d),
+                              r.randn(3, 4, 2, d), r.ints([0, 1, 2, 7, 11])), shape={"head_dim": d}))
+    return out
+
+
+def q_norm_rope(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(25, device, _dt(dtype))
+    return [OpExample((r.randn(4, 2, 32), r.randn(32), EPS, zc, r.ints([0, 3, 4, 19]), r.inv_freq(rotated)),
+                      shape={"head_dim": 32}) for rotated, zc in ((32, False), (16, True))]
+
+
+def _gdn_gates(r: _Gen, rows: int, h_v: int) -> tuple[torch.Tensor, ...]:
+    wide = r.randn(rows, 2 * h_v + 1)  # a, b: strided column views of one projection
+    neg_a = -torch.rand(h_v, generator=r.gen).add(0.5).to(r.device)
+    return wide[:, :h_v], wide[:, h_v:2 * h_v], neg_a, r.randn(h_v)
+
+
+def fused_gdn_decode(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(26, device, _dt(dtype))
+    h_k, h_v, d_k, d_v, batch = 1, 2, 16, 16, 3
+    channels = 2 * h_k * d_k + h_v * d_v
+    a, b, neg_a, dt_bias = _gdn_gates(r, batch, h_v)
+    return [OpExample((r.randn(batch, channels), r.randn(channels, 4), r.randn(4, channels, 3), r.randn(batch, h_v * d_v),
+                       a, b, neg_a, dt_bias, r.randn(d_v), EPS, r.randn(4, h_v, d_k, d_v, dtype=torch.float32, scale=0.1),
+                       r.ints([2, 0, 3]), d_k ** -0.5, h_k), shape={"head_k_dim": d_k, "head_v_dim": d_v})]
+
+
+def fused_gdn_prefill(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(27, device, _dt(dtype))
+    h_k, h_v, d_k, d_v = 1, 2, 16, 16
+    lens = [6, 3]
+    rows = sum(lens)
+    a, b, neg_a, dt_bias = _gdn_gates(r, rows, h_v)
+    return [OpExample((r.randn(rows, 2 * h_k * d_k + h_v * d_v), a, b, neg_a, dt_bias, r.ints([0, 6, 9], torch.int32),
+                       r.randn(3, h_v, d_k, d_v, dtype=torch.float32, scale=0.1), r.ints([1, 2]), d_k ** -0.5, h_k, d_k,
+                       d_v), shape={"head_k_dim": d_k, "head_v_dim": d_v})]

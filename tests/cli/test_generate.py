@@ -86,3 +86,15 @@ def test_plugins_prints_json():
     assert result.exit_code == 0
     names = {p["name"] for p in json.loads(result.stdout)}
     assert {"anna_core_reference", "anna_cli"} <= names
+
+
+def test_plugins_lists_families_ops_and_kernels_with_their_devices():
+    by_name = {p["name"]: p for p in json.loads(run("plugins").stdout)}
+    qwen = by_name["anna_qwen35"]
+    assert "qwen35" in [f["name"] for f in qwen["families"]]
+    assert "qwen3_5_text" in next(f for f in qwen["families"] if f["name"] == "qwen35")["model_types"]
+    assert "rms_norm" in by_name["anna_core_reference"]["ops"]
+    if "anna_xpu_kernels" in by_name:
+        kernels = {(k["op"], k["name"]): k for k in by_name["anna_xpu_kernels"]["kernels"]}
+        assert kernels[("rms_norm", "triton")]["priority"] == 100
+        assert set(kernels[("gated_delta_rule_prefill", "fla")]["devices"]) == {"cuda"}

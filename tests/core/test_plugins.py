@@ -141,3 +141,80 @@ def test_registry_refuses_duplicate_or_unrankable_implementations_and_bad_contra
         fields = {"doc": doc, "reference": "builtins:abs", **kwargs}
         with pytest.raises(ValueError, match=match):
             OpContract(**fields)
+
+
+class _FamilyAndKernels:
+    """A test plugin with a family, an op of its own and two implementations (one declaring its devices)."""
+
+    @hookimpl
+    def register_model_families(self, register):
+        from anna_core.registry import ModelFamilySpec
+
+        register(ModelFamilySpec(name="toy", loader="builtins:max", model_types=("toy",), architectures=("ToyLM",),
+                                 gguf_architectures=("toy",)))
+
+    @hookimpl
+    def register_ops(self, register):
+        from anna_core.kernels import OpContract
+
+        register(OpContract(name="toy_op", signature="toy_op(x) -> y", doc="x: ``[N]`` float; ``y = x`` ``[N]``.",
+                            reference="builtins:abs"))
+
+    @hookimpl
+    def register_kernels(self, register):
+        register(KernelSpec(op="toy_op", name="gpu", impl="builtins:max", priority=20, devices=("cuda", "xpu")))
+        register(KernelSpec(op="rms_norm", name="any", impl="builtins:max", priority=10,
+                            probe="tests.core.test_plugins:_probe_cuda_bf16"))
+
+
+def _toy_manager():
+    from anna_core import builtin_plugin
+
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(builtin_plugin, name="anna_core_reference")
+    pm.register(_FamilyAndKernels(), name="toy")
+    return pm
+
+
+def test_describe_plugins_lists_each_plugins_families_ops_and_kernels_with_their_devices():
+    by_name = {rec["name"]: rec for rec in describe_plugins(_toy_manager())}
+    toy = by_name["toy"]
+    assert toy["families"] == [{"name": "toy", "model_types": ["toy"], "architectures": ["ToyLM"],
+                                "gguf_architectures": ["toy"], "tasks": ["generate"]}]
+    assert toy["ops"] == ["toy_op"]
+    assert toy["kernels"] == [  # by op, highest priority first; the op's reference listed by its plugin
+        {"op": "rms_norm", "name": "any", "priority": 10, "devices": None},
+        {"op": "toy_op", "name": "gpu", "priority": 20, "devices": ["cuda", "xpu"]},
+        {"op": "toy_op", "name": "reference", "priority": 0, "devices": None},
+    ]
+    core = by_name["anna_core_reference"]
+    assert core["families"] == [] and core["tasks"] == ["generate"]
+    assert core["ops"] == sorted(c.name for c in CORE_OPS)
+    assert {(k["name"], k["priority"], k["devices"]) for k in core["kernels"]} == {("reference", 0, None)}
+    json.dumps(list(by_name.values()))
+
+
+def test_declared_devices_bound_where_an_implementation_is_chosen():
+    reg = KernelRegistry.from_plugins(_toy_manager())
+    assert reg.get("toy_op", ProbeRequest("cuda", "float32")) is max  # no probe: any request on its devices
+    assert reg.get("toy_op", ProbeRequest("cpu", "float32")) is abs  # not declared: the reference
+    spec = KernelSpec(op="toy_op", name="gpu", impl="builtins:max", priority=20, devices=["cuda"])
+    assert spec.devices == ("cuda",) and spec.serves("cuda") and not spec.serves("cpu")
+    assert KernelSpec(op="toy_op", name="x", impl="builtins:max", priority=1).serves("anything")
+
+
+def test_plugins_logger_at_debug_logs_hook_calls_and_kernel_choices(caplog):
+    with caplog.at_level("DEBUG", logger="anna.plugins"):
+        reg = KernelRegistry.from_plugins(_toy_manager())
+        reg.get("toy_op", ProbeRequest("cpu", "float32"))
+        reg.get("rms_norm", ProbeRequest("cuda", "bfloat16"))
+        reg.get("rms_norm", ProbeRequest("cuda", "bfloat16"))  # cached: logged once
+    messages = [r.getMessage() for r in caplog.records if r.name == "anna.plugins"]
+    assert "hook register_ops called on toy, anna_core_reference" in messages  # in call order
+    assert "hook register_kernels called on toy" in messages
+    choices = [m for m in messages if m.startswith("kernel choice")]
+    assert choices == [
+        "kernel choice toy_op for cpu/float32 shape={}: reference (priority 0, builtins:abs); declined: gpu (devices "
+        "cuda, xpu)",
+        "kernel choice rms_norm for cuda/bfloat16 shape={}: any (priority 10, builtins:max); declined: none",
+    ]

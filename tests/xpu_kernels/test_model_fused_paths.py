@@ -72,7 +72,7 @@ def test_fused_prefill_path_matches_reference_model(tmp_path, monkeypatch):
     anna-xpu-kernels wires it: fla's chunked kernels need CUDA, so the rule itself is the torch
     reference here; the preparation kernel runs in the interpreter."""
     from anna_core.kernels.reference import gated_delta_rule as ref_gdr
-    from anna_xpu_kernels import fla_prefill, probes
+    from anna_xpu_kernels import fla_prefill, plugin, probes
 
     d = write_tiny_qwen35_config(tmp_path / "tiny")
     gen = torch.Generator().manual_seed(1)
@@ -88,8 +88,10 @@ def test_fused_prefill_path_matches_reference_model(tmp_path, monkeypatch):
         return ref_gdr.gated_delta_rule_prefill(q, k, v, g, beta, cu_seqlens, states, slots, scale)
 
     monkeypatch.setattr(fla_prefill, "chunked_forward", chunked)
-    # fla's probe accepts the CPU here (its rule is the reference above); everything else keeps the references
+    # fla's probe (and its declared devices) accept the CPU here (its rule is the reference above); everything
+    # else keeps the references
     monkeypatch.setattr(probes, "fla_prefill_probe", lambda request: request.device_type == "cpu")
+    monkeypatch.setattr(plugin, "FLA_DEVICES", ("cuda", "cpu"))
     got, chosen = _generate(d, prompts)
     assert chosen["fused_gdn_prefill"] == "fla" and "fused_gdn_decode" not in chosen
     assert calls["chunked"] > 0

@@ -154,3 +154,14 @@ def test_fla_probe_warns_when_fla_came_first(monkeypatch, caplog):
         assert probes.FLA_DISPATCH_SWITCH not in __import__("os").environ
     finally:
         probes.fla_available.cache_clear()
+
+
+def test_devices_are_declared_cuda_and_xpu_and_the_cpu_only_under_the_interpreter(monkeypatch):
+    monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
+    specs = [s for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})) if s.name != "reference"]
+    assert {s.devices for s in specs if s.name == "triton"} == {("cuda", "xpu")}
+    assert {s.devices for s in specs if s.name == "fla"} == {("cuda",)}
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    specs = [s for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})) if s.name != "reference"]
+    assert {s.devices for s in specs if s.name == "triton"} == {("cuda", "xpu", "cpu")}
+    assert {s.devices for s in specs if s.name == "fla"} == {("cuda",)}

@@ -43,6 +43,17 @@ def _allow_list() -> set[str] | None:
     return {name.strip() for name in raw.split(",") if name.strip()}
 
 
+def _log_hook_call(hook_name: str, hook_impls: list[Any], kwargs: dict[str, Any]) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("hook %s called on %s", hook_name, ", ".join(impl.plugin_name for impl in reversed(hook_impls))
+                  or "no plugin")
+
+
+def _log_hook_result(outcome: Any, hook_name: str, hook_impls: list[Any], kwargs: dict[str, Any]) -> None:
+    if outcome.exception is not None and log.isEnabledFor(logging.DEBUG):
+        log.debug("hook %s raised %s: %s", hook_name, type(outcome.exception).__name__, outcome.exception)
+
+
 def make_plugin_manager(allow: set[str] | None = None, *, load_entry_points: bool = True) -> pluggy.PluginManager:
     """Build a fresh plugin manager and load the ``anna`` entry points into it.
 
@@ -52,6 +63,7 @@ def make_plugin_manager(allow: set[str] | None = None, *, load_entry_points: boo
     """
     pm = pluggy.PluginManager("anna")
     pm.add_hookspecs(hookspecs)
+    pm.add_hookcall_monitoring(_log_hook_call, _log_hook_result)
     dists: dict[str, Any] = {}
     pm.anna_distributions = dists  # type: ignore[attr-defined]  # entry-point name -> Distribution
     if load_entry_points:
@@ -166,20 +178,57 @@ def op_contracts(pm: pluggy.PluginManager | None = None) -> list[Any]:
     return _collect(pm or get_plugin_manager(), "register_ops")
 
 
+def _own(pm: pluggy.PluginManager, plugin: Any, hook_name: str) -> list[Any]:
+    """What ``plugin`` alone registers through the registration hook ``hook_name``."""
+    items: list[Any] = []
+    others = [p for p in pm.get_plugins() if p is not plugin]
+    pm.subset_hook_caller(hook_name, remove_plugins=others)(register=items.append)
+    return items
+
+
 def describe_plugins(pm: pluggy.PluginManager | None = None) -> list[dict[str, Any]]:
-    """One JSON-ready record per loaded plugin: name, distribution, version and hooks."""
+    """One JSON-ready record per loaded plugin (what ``anna plugins`` prints), sorted by name:
+
+    * ``name``, ``distribution``, ``version``, ``hooks`` (the hook specs it implements);
+    * ``families``: each model family it registers, with its ``model_types``, ``architectures``,
+      ``gguf_architectures`` and ``tasks``;
+    * ``tasks``: the task names it registers;
+    * ``ops``: the op contracts it registers (names);
+    * ``kernels``: its kernel implementations, ``{"op", "name", "priority", "devices"}``, highest priority
+      first; the plugin that registers an op also lists its torch reference (``"reference"``, priority 0).
+      ``devices`` is the declared device types (``KernelSpec.devices``), ``null`` for any device (the probe
+      decides).
+
+    Nothing is imported beyond the entry modules: the records hold what the plugins registered.
+    """
+    from anna_core.kernels.contracts import REFERENCE_NAME
+
     pm = pm or get_plugin_manager()
     dists = getattr(pm, "anna_distributions", {})
     out = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
         dist = dists.get(name)
         hooks = sorted(caller.name for caller in pm.get_hookcallers(plugin) or [])
+        families = _own(pm, plugin, "register_model_families") if "register_model_families" in hooks else []
+        ops = _own(pm, plugin, "register_ops") if "register_ops" in hooks else []
+        specs = _own(pm, plugin, "register_kernels") if "register_kernels" in hooks else []
+        kernels = [{"op": s.op, "name": s.name, "priority": s.priority,
+                    "devices": list(s.devices) if s.devices is not None else None} for s in specs]
+        kernels += [{"op": c.name, "name": REFERENCE_NAME, "priority": 0, "devices": None} for c in ops]
+        kernels.sort(key=lambda k: (k["op"], -k["priority"], k["name"]))
         out.append(
             {
                 "name": name,
                 "distribution": dist.metadata["Name"] if dist is not None else None,
                 "version": dist.version if dist is not None else None,
                 "hooks": hooks,
+                "families": [{"name": f.name, "model_types": list(f.model_types),
+                              "architectures": list(f.architectures),
+                              "gguf_architectures": list(f.gguf_architectures), "tasks": list(f.tasks)}
+                             for f in families],
+                "tasks": [t.name for t in _own(pm, plugin, "register_tasks")] if "register_tasks" in hooks else [],
+                "ops": sorted(c.name for c in ops),
+                "kernels": kernels,
             }
         )
     return out

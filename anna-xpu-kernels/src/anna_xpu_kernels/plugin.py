@@ -8,11 +8,16 @@ fla. Every op implemented here has its contract (and torch reference) in anna-co
 tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`), its
 router ``moe_route`` as one launch (:mod:`anna_xpu_kernels.moe_route`).
 Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0, so they
-serve whatever the probes (:mod:`anna_xpu_kernels.probes`) decline.
+serve whatever the probes (:mod:`anna_xpu_kernels.probes`) decline. Devices (``KernelSpec.devices``, what
+``anna plugins`` lists): the Triton kernels run on CUDA and XPU, the fla ones on CUDA; the CPU joins the Triton
+kernels' devices only in a process that asks for Triton's interpreter (``ANNA_TRITON_INTERPRET=1``, read when
+the kernels are registered), as their probes accept it only then.
 """
 
 from anna_core.hookspecs import hookimpl
 from anna_core.kernels.registry import KernelSpec
+
+from anna_xpu_kernels._env import cpu_interpret_requested
 
 TRITON_PRIORITY = 100
 FLA_PRIORITY = 90
@@ -51,10 +56,16 @@ FLA_KERNELS = {
 }
 
 
+TRITON_DEVICES = ("cuda", "xpu")
+FLA_DEVICES = ("cuda",)
+
+
 @hookimpl
 def register_kernels(register):
+    triton_devices = (*TRITON_DEVICES, "cpu") if cpu_interpret_requested() else TRITON_DEVICES
     for op, (impl, probe) in TRITON_KERNELS.items():
         register(KernelSpec(op=op, name="triton", impl=f"{_PKG}.{impl}", priority=TRITON_PRIORITY,
-                            probe=f"{_PKG}.{probe}"))
+                            probe=f"{_PKG}.{probe}", devices=triton_devices))
     for op, (impl, probe) in FLA_KERNELS.items():
-        register(KernelSpec(op=op, name="fla", impl=f"{_PKG}.{impl}", priority=FLA_PRIORITY, probe=f"{_PKG}.{probe}"))
+        register(KernelSpec(op=op, name="fla", impl=f"{_PKG}.{impl}", priority=FLA_PRIORITY, probe=f"{_PKG}.{probe}",
+                            devices=FLA_DEVICES))

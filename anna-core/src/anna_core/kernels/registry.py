@@ -13,6 +13,7 @@ from anna_core.kernels.contracts import REFERENCE_NAME, OpContract
 from anna_core.registry import resolve
 
 log = logging.getLogger("anna.kernels")
+plugin_log = logging.getLogger("anna.plugins")  # at DEBUG: each choice, with what declined
 
 REFERENCE_PRIORITY = 0
 
@@ -43,6 +44,9 @@ class KernelSpec:
         impl: lazy ``"module:attr"`` of the callable implementing the op's signature.
         priority: higher wins among implementations whose probe accepts.
         probe: lazy ``"module:attr"`` of ``probe(ProbeRequest) -> bool``; ``None`` accepts all.
+        devices: the device types (``"cuda"``, ``"xpu"``, ``"cpu"``) the implementation runs on at all,
+            declared so they can be listed without a device (``anna plugins``); the registry never asks the
+            probe about another device type (it declines). ``None``: any device type, the probe decides.
     """
 
     op: str
@@ -50,6 +54,11 @@ class KernelSpec:
     impl: str
     priority: int
     probe: str | None = None
+    devices: tuple[str, ...] | None = attrs.field(default=None, converter=lambda v: None if v is None else tuple(v))
+
+    def serves(self, device_type: str) -> bool:
+        """Whether ``device_type`` is among the declared :attr:`devices` (always, without a declaration)."""
+        return self.devices is None or device_type in self.devices
 
 
 class KernelRegistry:
@@ -155,7 +164,11 @@ class KernelRegistry:
         if op not in self.contracts:
             raise KernelNotFoundError(f"no kernel op {op!r} is registered (register_ops); known ops: "
                                       f"{sorted(self.contracts)}")
+        declined: list[str] = []
         for spec in self._specs.get(op, []):
+            if not spec.serves(request.device_type):
+                declined.append(f"{spec.name} (devices {', '.join(spec.devices or ())})")
+                continue
             probe = resolve(spec.probe) if spec.probe else None
             try:
                 ok = probe(request) if probe is not None else True
@@ -167,7 +180,11 @@ class KernelRegistry:
                 self._chosen[key] = (spec, fn)
                 log.info("kernel %s -> %s (priority %d) for %s/%s", op, spec.name, spec.priority,
                          request.device_type, request.dtype)
+                plugin_log.debug("kernel choice %s for %s/%s shape=%s: %s (priority %d, %s); declined: %s", op,
+                                 request.device_type, request.dtype, request.shape, spec.name, spec.priority,
+                                 spec.impl, ", ".join(declined) or "none")
                 return fn
+            declined.append(f"{spec.name} (probe)")
         raise KernelNotFoundError(
             f"no implementation of kernel op {op!r} accepts device={request.device_type} "
             f"dtype={request.dtype} shape={request.shape}; registered: "

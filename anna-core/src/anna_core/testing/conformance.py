@@ -34,7 +34,10 @@ log-probabilities use ``logprob_atol`` (GEMMs over more rows round differently e
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -321,6 +324,20 @@ def _plugin_manager(plugin: Any) -> tuple[Any, Any]:
     return pm, plugin
 
 
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _clone_result(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
@@ -371,8 +388,9 @@ class KernelConformance:
     (each from its own call of the deterministic examples builder) and compares the results and every tensor
     argument afterwards (so what an op writes in place, state pools and caches, is compared too, and an input
     it must not write is caught). An implementation whose probe declines every example on this device and
-    dtype is skipped, with the reason. ``test_registers_checkable_implementations`` fails when the plugin
-    registers none, or one of an op whose contract declares no examples.
+    dtype, or that declares other devices (``KernelSpec.devices``), is skipped, with the reason.
+    ``test_registers_checkable_implementations`` fails when the plugin registers none, or one of an op whose
+    contract declares no examples.
 
     Class attributes a subclass sets:
         plugin: entry-point name of the plugin (``[project.entry-points.anna]``) or a plugin object (a module
@@ -381,8 +399,8 @@ class KernelConformance:
         dtypes: activation dtypes to run (default ``("float32", "bfloat16")``).
         tolerances: ``{dtype: bound}`` of :func:`relative_error` (default :data:`KERNEL_TOLERANCES`).
         op_tolerances: ``{op: {dtype: bound}}`` overriding ``tolerances`` for some ops.
-        environment: environment variables set while the probes and implementations run (e.g. a switch
-            that lets a probe accept an interpreter on the CPU).
+        environment: environment variables set while the plugin registers its kernels and while the probes and
+            implementations run (e.g. a switch that lets them run under an interpreter on the CPU).
     """
 
     plugin: ClassVar[Any] = ""
@@ -402,11 +420,12 @@ class KernelConformance:
 
         if not cls.plugin:
             raise TypeError(f"{cls.__name__} must set the class attribute `plugin`")
-        pm, target = _plugin_manager(cls.plugin)
-        others = [p for p in pm.get_plugins() if p is not target]
-        specs: list[Any] = []
-        pm.subset_hook_caller("register_kernels", remove_plugins=others)(register=specs.append)
-        return {c.name: c for c in op_contracts(pm)}, specs
+        with _environment(cls.environment):  # a plugin may register by it (e.g. the devices it declares)
+            pm, target = _plugin_manager(cls.plugin)
+            others = [p for p in pm.get_plugins() if p is not target]
+            specs: list[Any] = []
+            pm.subset_hook_caller("register_kernels", remove_plugins=others)(register=specs.append)
+            return {c.name: c for c in op_contracts(pm)}, specs
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "kernel_case" not in metafunc.fixturenames:
@@ -441,6 +460,8 @@ class KernelConformance:
         probe = resolve(spec.probe) if spec.probe else None
         reference, impl = resolve(contract.reference), resolve(spec.impl)
         ran = 0
+        if not spec.serves(self.device):
+            return ran
         for i, example in enumerate(build(self.device, dtype)):
             if probe is not None and not probe(ProbeRequest(self.device, dtype, dict(example.shape))):
                 continue
@@ -485,5 +506,7 @@ class KernelConformance:
         contracts, _ = self.plugin_kernels()
         if contracts[spec.op].examples is None:
             pytest.fail(f"op {spec.op!r} declares no examples (OpContract.examples)")
+        if not spec.serves(self.device):
+            pytest.skip(f"{spec.op}:{spec.name} runs on {', '.join(spec.devices or ())}, not {self.device}")
         if not self.check_implementation(spec, contracts[spec.op], dtype):
             pytest.skip(f"{spec.op}:{spec.name}'s probe declines every example on {self.device}/{dtype}")

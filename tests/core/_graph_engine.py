@@ -12,9 +12,9 @@ def graph_engine(model_dir, *, async_scheduling: bool, graphs: bool = True, max_
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.model_runner import RunnerConfig
-    from anna_core.loading import load_model
+    from tests.core._tiny_family import load_tiny
 
-    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
+    loaded = load_tiny(model_dir)
     cfg = EngineConfig(max_num_seqs=max_seqs, max_model_len=max_len, block_size=4, prompt_cache_size=0,
                        enable_prefix_caching=prefix_caching, num_blocks=num_blocks or 2 * max_seqs * (max_len // 4) + 8,
                        async_scheduling=async_scheduling)

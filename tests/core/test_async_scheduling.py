@@ -14,13 +14,13 @@ from anna_core.engine.request import PENDING
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.testing.engine_run import run_to_completion
 
-from tests.bench.tiny_config import write_tiny_qwen35_config
+from tests.core._tiny_family import write_tiny_config
 from tests.core._graph_engine import graph_engine
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    return write_tiny_qwen35_config(tmp_path_factory.mktemp("tinyq_async"))
+    return write_tiny_config(tmp_path_factory.mktemp("tinyq_async"))
 
 
 def _engine(model_dir, *, async_scheduling: bool, max_seqs: int = 4, num_blocks: int | None = None,

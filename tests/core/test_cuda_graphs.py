@@ -19,7 +19,7 @@ from anna_core.errors import AnnaError
 from anna_core.testing.engine_run import run_to_completion
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tests.bench.tiny_config import write_tiny_qwen35_config
+from tests.core._tiny_family import write_tiny_config
 
 
 class _NoHostSync(TorchDispatchMode):
@@ -65,9 +65,9 @@ def _engine(model_dir, *, graphs: bool, max_seqs: int = 5, prefix_caching: bool 
     from anna_core.bench.engine_bench import engine_config
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.model_runner import RunnerConfig
-    from anna_core.loading import load_model
+    from tests.core._tiny_family import load_tiny
 
-    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
+    loaded = load_tiny(model_dir)
     engine = LLMEngine.from_loaded(loaded, engine_config(max_seqs, 48, 64, block_size=4, prefix_caching=prefix_caching))
     accel = FakeGraphAccelerator()
     engine.runner.accel = accel
@@ -82,7 +82,7 @@ def _generate(engine, prompts, params):
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    return write_tiny_qwen35_config(tmp_path_factory.mktemp("tinyq"))
+    return write_tiny_config(tmp_path_factory.mktemp("tinyq"))
 
 
 @pytest.mark.parametrize("prefix_caching", [False, True])
@@ -199,7 +199,7 @@ def test_padding_rows_touch_only_scratch_entries(tiny_dir):
     before = [t.clone() for t in caches.state_caches[0].recurrent] + [k.clone() for k, _ in caches.kv_pairs()]
     graphs: DecodeGraphs = engine.runner.graphs
     # one real sequence in bucket 1 would not pad; use 3 rows in bucket 4 at slots 0..2
-    graphs.run([5, 6, 7], [0, 0, 0], [[[0], [1], [2]]], [0, 1, 2], "greedy")
+    graphs.run([5, 6, 7], [0, 0, 0], [[[0], [1], [2]]] * len(graphs.groups), [0, 1, 2], "greedy")  # per group
     after = [t for t in caches.state_caches[0].recurrent] + [k for k, _ in caches.kv_pairs()]
     for b, a in zip(before, after):
         assert torch.equal(b[3:-1], a[3:-1])  # untouched: slots / blocks 3 .. scratch-1

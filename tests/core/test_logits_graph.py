@@ -15,7 +15,7 @@ import torch
 from anna_core.engine.request import PENDING
 from anna_core.engine.sampling_params import SamplingParams
 
-from tests.bench.tiny_config import write_tiny_qwen35_config
+from tests.core._tiny_family import write_tiny_config
 from tests.core._graph_engine import graph_engine
 
 KINDS = [  # cycled over the requests: the captured sampler serves the first two, the eager one the rest
@@ -32,7 +32,7 @@ KINDS = [  # cycled over the requests: the captured sampler serves the first two
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    return write_tiny_qwen35_config(tmp_path_factory.mktemp("tinyq_logits"))
+    return write_tiny_config(tmp_path_factory.mktemp("tinyq_logits"))
 
 
 def _engine(model_dir, *, graphs: bool, async_scheduling: bool = True, num_blocks: int | None = None,

@@ -13,7 +13,7 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.sched_output import StepPath
 from anna_core.errors import AnnaError
 
-from tests.bench.tiny_config import write_tiny_qwen35_config
+from tests.core._tiny_family import write_tiny_config
 from tests.core.test_cuda_graphs import FakeGraphAccelerator
 
 SMALL = (8, 12, 16, 32)
@@ -21,7 +21,7 @@ SMALL = (8, 12, 16, 32)
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    return write_tiny_qwen35_config(tmp_path_factory.mktemp("tinys"))
+    return write_tiny_config(tmp_path_factory.mktemp("tinys"), padded_prefill=True)  # prefill graphs
 
 
 @pytest.fixture
@@ -32,9 +32,9 @@ def small_buckets(monkeypatch):
 def _engine(model_dir, *, graphs: bool, replays: int = 4, prefix_caching: bool = False, max_seqs: int = 6):
     from anna_core.bench.engine_bench import engine_config
     from anna_core.engine.llm_engine import LLMEngine
-    from anna_core.loading import load_model
+    from tests.core._tiny_family import load_tiny
 
-    loaded = load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")
+    loaded = load_tiny(model_dir)
     engine = LLMEngine.from_loaded(loaded, engine_config(max_seqs, 80, 64, block_size=4, prefix_caching=prefix_caching))
     engine.runner.accel = FakeGraphAccelerator()
     engine.runner.setup(RunnerConfig(cuda_graph=graphs, max_prefill_replays=replays),

@@ -12,6 +12,7 @@ def graph_engine(model_dir, *, async_scheduling: bool, graphs: bool = True, max_
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.model_runner import RunnerConfig
+
     from tests.core._tiny_family import load_tiny
 
     loaded = load_tiny(model_dir)

@@ -14,8 +14,8 @@ from anna_core.engine.request import PENDING
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.testing.engine_run import run_to_completion
 
-from tests.core._tiny_family import write_tiny_config
 from tests.core._graph_engine import graph_engine
+from tests.core._tiny_family import write_tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,7 @@ def _engine(model_dir, *, graphs: bool, max_seqs: int = 5, prefix_caching: bool 
     from anna_core.bench.engine_bench import engine_config
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.model_runner import RunnerConfig
+
     from tests.core._tiny_family import load_tiny
 
     loaded = load_tiny(model_dir)

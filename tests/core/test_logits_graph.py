@@ -15,8 +15,8 @@ import torch
 from anna_core.engine.request import PENDING
 from anna_core.engine.sampling_params import SamplingParams
 
-from tests.core._tiny_family import write_tiny_config
 from tests.core._graph_engine import graph_engine
+from tests.core._tiny_family import write_tiny_config
 
 KINDS = [  # cycled over the requests: the captured sampler serves the first two, the eager one the rest
     lambda n: SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True),

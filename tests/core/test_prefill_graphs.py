@@ -13,8 +13,8 @@ from anna_core.engine.prefill_graphs import BUCKET_LADDER, PrefillGraphs, prefil
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
 
-from tests.bench.tiny_config import write_tiny_qwen35_config
 from tests.core._engine_fakes import FakeLM
+from tests.core._tiny_family import write_tiny_config
 from tests.core.test_cuda_graphs import FakeGraphAccelerator, _engine, _generate
 
 SMALL = (8, 12, 16, 32)
@@ -22,7 +22,7 @@ SMALL = (8, 12, 16, 32)
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    return write_tiny_qwen35_config(tmp_path_factory.mktemp("tinyp"))
+    return write_tiny_config(tmp_path_factory.mktemp("tinyp"), padded_prefill=True)  # a hybrid model: every cache kind
 
 
 @pytest.fixture
@@ -48,12 +48,12 @@ def test_graph_prefill_gives_the_eager_logits(tiny_dir, small_buckets):
         table = list(range(-(-n // bs)))
         zero_slots(caches, torch.tensor([0, 1]))
         with torch.inference_mode():
-            got = graphs.run(ids, [table], 0).clone()
+            got = graphs.run(ids, _attention_tables(model, table), 0).clone()
             conv0 = [c[0].clone() for c in caches.state_caches[0].conv]
             state0 = [s[0].clone() for s in caches.state_caches[0].recurrent]
             # the same prompt eagerly, on other blocks and another slot
             other = [b + len(table) for b in table]
-            batch = runner.build_batch(_sched(ids, other, 1))
+            batch = runner.build_batch(_sched(model, ids, other, 1))
             ref = model.compute_logits(model(batch, caches)[batch.logits_indices])
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
         for c, c0 in zip(caches.state_caches[0].conv, conv0):
@@ -61,18 +61,32 @@ def test_graph_prefill_gives_the_eager_logits(tiny_dir, small_buckets):
         for s, s0 in zip(caches.state_caches[0].recurrent, state0):
             torch.testing.assert_close(s0, s[1], rtol=1e-5, atol=1e-6)
     with pytest.raises(AnnaError, match="no captured prefill graph"):
-        graphs.run(list(range(33)), [list(range(9))], 0)
+        graphs.run(list(range(33)), _attention_tables(model, list(range(9))), 0)
     with pytest.raises(AnnaError, match="no captured prefill graph"):
-        graphs.run([], [[]], 0)
+        graphs.run([], _attention_tables(model, []), 0)
 
 
-def _sched(ids, table, slot):
+def _tables(model, table):
+    """``table`` for every attention group of ``model`` (its full-attention and sliding-window groups alike: a
+    fresh prompt's), ``[]`` for its recurrent group."""
+    from anna_core.model import RecurrentStateSpec
+
+    return [[] if isinstance(g, RecurrentStateSpec) else list(table) for g in model.cache_spec.groups]
+
+
+def _attention_tables(model, table):
+    from anna_core.model import RecurrentStateSpec
+
+    return [list(table) for g in model.cache_spec.groups if not isinstance(g, RecurrentStateSpec)]
+
+
+def _sched(model, ids, table, slot):
     from anna_core.engine.request import Request
     from anna_core.engine.sched_output import ScheduledSeq, SchedulerOutput
 
     req = Request("r", list(ids), SamplingParams(max_tokens=1, temperature=0.0))
-    return SchedulerOutput(seqs=[ScheduledSeq(request=req, start=0, token_ids=list(ids), block_tables=[table, []],
-                                              state_slot=slot, samples=True)])
+    return SchedulerOutput(seqs=[ScheduledSeq(request=req, start=0, token_ids=list(ids),
+                                              block_tables=_tables(model, table), state_slot=slot, samples=True)])
 
 
 def test_a_replay_starts_from_a_zeroed_slot_and_reads_no_stale_cache(tiny_dir, small_buckets):
@@ -89,10 +103,10 @@ def test_a_replay_starts_from_a_zeroed_slot_and_reads_no_stale_cache(tiny_dir, s
             t[0] = torch.randn(t[0].shape)  # a dirty, reused slot
         for _, v in caches.kv_pairs():
             v[2, 1:] = float("inf")  # leftovers of a request that overflowed
-        got = runner.execute(_sched(ids, table, 0))
+        got = runner.execute(_sched(model, ids, table, 0))
         assert runner.num_prefill_graph_steps == 1
         zero_slots(caches, torch.tensor([1]))
-        batch = runner.build_batch(_sched(ids, [3, 4, 5], 1))
+        batch = runner.build_batch(_sched(model, ids, [3, 4, 5], 1))
         ref = model.compute_logits(model(batch, caches)[batch.logits_indices])
     assert got.sampled == {"r": int(ref.argmax(-1))}
     for t in caches.state_caches[0].recurrent + caches.state_caches[0].conv:
@@ -128,28 +142,6 @@ def test_models_without_padded_prefill_are_not_captured(tiny_dir, small_buckets)
         PrefillGraphs(FakeLM(), engine.runner.caches, FakeGraphAccelerator(), buckets=[8], max_blocks_per_seq=4)
     with pytest.raises(AnnaError, match="no prefill length"):
         PrefillGraphs(model, engine.runner.caches, FakeGraphAccelerator(), buckets=[], max_blocks_per_seq=4)
-
-
-def test_graph_lengths_stop_where_the_scheduler_cuts_a_prompt(tiny_dir):
-    from anna_core.bench.engine_bench import engine_config
-    from anna_core.engine.llm_engine import LLMEngine
-    from anna_core.loading import load_model
-    from anna_core.model import ModelCapabilities
-
-    loaded = load_model(tiny_dir, device="cpu", dtype="fp32", load_format="dummy")
-    plain = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16))
-    assert plain.longest_one_step_prompt() == 3000  # the step's prefill budget
-    cached = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16, prefix_caching=True))
-    # Qwen3.5 snapshots the recurrent state inside a prefill pass: prompts are not cut at the boundaries
-    assert cached.scheduler.checkpoints_in_pass and cached.longest_one_step_prompt() == 3000
-    # a hybrid model that cannot snapshots between passes only: prompts are cut every snapshot_interval tokens
-    loaded.model.capabilities = ModelCapabilities(padded_prefill=True)
-    try:
-        cut = LLMEngine.from_loaded(loaded, engine_config(2, 4096, 3000, block_size=16, prefix_caching=True))
-    finally:
-        del loaded.model.capabilities
-    assert cut.scheduler.capture_snapshots and not cut.scheduler.checkpoints_in_pass
-    assert cut.longest_one_step_prompt() == cut.config.snapshot_interval
 
 
 def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_zeroed(tiny_dir, monkeypatch):

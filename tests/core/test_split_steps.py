@@ -32,6 +32,7 @@ def small_buckets(monkeypatch):
 def _engine(model_dir, *, graphs: bool, replays: int = 4, prefix_caching: bool = False, max_seqs: int = 6):
     from anna_core.bench.engine_bench import engine_config
     from anna_core.engine.llm_engine import LLMEngine
+
     from tests.core._tiny_family import load_tiny
 
     loaded = load_tiny(model_dir)

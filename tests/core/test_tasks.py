@@ -27,9 +27,12 @@ def test_anna_core_registers_the_generate_task():
 
 
 def test_families_default_to_generate_and_installed_ones_resolve_to_it():
-    fams = {f.name: f for f in model_families(make_plugin_manager())}
-    assert fams["qwen35"].tasks == ("generate",)
-    assert task_for(fams["qwen35"]) is builtin_plugin.GENERATE_TASK
+    from anna_core.testing.cache_groups_family import plugin_manager
+
+    pm = plugin_manager()  # anna-core's test family (tests/qwen35/test_qwen35_plugin.py: Qwen3.5's)
+    fams = {f.name: f for f in model_families(pm)}
+    assert fams["cache_groups_test"].tasks == ("generate",)
+    assert task_for(fams["cache_groups_test"], pm) is builtin_plugin.GENERATE_TASK
 
 
 def test_the_main_task_is_the_first_and_others_are_chosen_by_name():

@@ -1,4 +1,4 @@
-"""Recurrent-state snapshots taken inside a prefill pass, eager and captured (tiny Qwen3.5, CPU, float32;
+"""Qwen3.5's recurrent-state snapshots taken inside a prefill pass, eager and captured (tiny Qwen3.5, CPU, float32;
 the fake graph accelerator of ``test_cuda_graphs`` captures by running the step).
 
 With prefix caching on, a hybrid model's prompt is no longer cut at every snapshot boundary: the pass
@@ -142,7 +142,7 @@ def test_a_replay_writes_reserved_boundaries_only_and_the_rest_to_the_scratch_en
         zero_slots(caches, torch.tensor([0, 1]))
         graphs.run(ids, [list(range(5))], 0, [(8, 3)])
         zero_slots(caches, torch.tensor([1]))
-        batch = runner.build_batch(_sched(ids[:8], list(range(5, 7)), 1))  # the first 8 tokens eagerly
+        batch = runner.build_batch(_sched(runner.model, ids[:8], list(range(5, 7)), 1))  # the first 8 tokens eagerly
         runner.model(batch, caches)
     for t, slots in zip(store.conv + store.recurrent, caches.state_caches[0].conv + caches.state_caches[0].recurrent):
         torch.testing.assert_close(t[3], slots[1], rtol=1e-5, atol=1e-6)

@@ -16,7 +16,9 @@ def write_tiny_config(folder: Path, **overrides: Any) -> Path:
 
 
 def load_tiny(model_dir: Path, **kwargs: Any) -> Any:
-    """``load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")`` through the test family."""
+    """``load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy")`` through the test family and every
+    installed plugin (other distributions' tests reuse these helpers on their own families' folders)."""
     from anna_core.loading import load_model
 
-    return load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy", pm=plugin_manager(), **kwargs)
+    pm = plugin_manager(load_entry_points=True)
+    return load_model(model_dir, device="cpu", dtype="fp32", load_format="dummy", pm=pm, **kwargs)

@@ -45,13 +45,15 @@ PLUGIN = _Plugin()
 """The plugin registering :data:`FAMILY` (``pm.register(PLUGIN, name="anna_core_test_family")``)."""
 
 
-def plugin_manager() -> Any:
-    """A fresh plugin manager holding anna-core's built-in plugin and :data:`PLUGIN` only (no entry points)."""
+def plugin_manager(*, load_entry_points: bool = False) -> Any:
+    """A fresh plugin manager holding anna-core's built-in plugin and :data:`PLUGIN`, plus every installed plugin
+    with ``load_entry_points`` (so one manager loads the test family and the installed families alike)."""
     from anna_core import builtin_plugin
     from anna_core.plugins import BUILTIN_PLUGIN, make_plugin_manager
 
-    pm = make_plugin_manager(load_entry_points=False)
-    pm.register(builtin_plugin, name=BUILTIN_PLUGIN)
+    pm = make_plugin_manager(load_entry_points=load_entry_points)
+    if pm.get_plugin(BUILTIN_PLUGIN) is None:
+        pm.register(builtin_plugin, name=BUILTIN_PLUGIN)
     pm.register(PLUGIN, name="anna_core_test_family")
     return pm
 

@@ -1,4 +1,6 @@
-"""The conformance suite of a model-family plugin: one base class its own tests subclass.
+"""The conformance suites of plugins: one base class a plugin's own tests subclass. :class:`FamilyConformance`
+for a model family (below); :class:`KernelConformance` for a kernel plugin (every implementation it registers
+against the op's torch reference, on the op contract's sample inputs its probe accepts).
 
 A family plugin proves in its own repository that it behaves like every family Anna serves::
 

@@ -14,7 +14,9 @@ Fixtures:
         ``flags`` become options (``max_model_len=512`` -> ``--max-model-len 512``, ``True`` -> a bare flag).
         Every server it started is stopped after the test. A directory's own conftest may shadow it.
 
-The family conformance suite is a base class, not a fixture: :mod:`anna_core.testing.conformance`.
+The conformance suites are base classes, not fixtures: :mod:`anna_core.testing.conformance`
+(``FamilyConformance``, ``KernelConformance``). anna-core's own test family (``CacheGroupsLM`` loaded from a
+folder) is :mod:`anna_core.testing.cache_groups_family`.
 """
 
 from __future__ import annotations

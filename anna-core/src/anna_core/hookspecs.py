@@ -44,8 +44,9 @@ def register_kernels(register):
 
     Call ``register(anna_core.kernels.KernelSpec(...))`` once per (op, implementation) of an op
     whose contract some plugin registers (``register_ops``). Each carries an explicit integer
-    priority and a lazy availability probe; the highest-priority implementation whose probe accepts
-    a (device, dtype, shape) wins, and the op's torch reference serves what every probe declines.
+    priority and a lazy availability probe (and may declare the device types it runs on at all,
+    ``devices``); the highest-priority implementation whose probe accepts a (device, dtype, shape) wins,
+    and the op's torch reference serves what every probe declines.
     """
 
 

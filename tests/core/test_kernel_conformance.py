@@ -70,10 +70,47 @@ def scaled_tanh(x, scale):
     return torch.tanh(x) * scale
 
 
+def fast_scaled_tanh(x, scale):
+    return (torch.tanh(x.float()) * scale).to(x.dtype)
+
+
+def scaled_tanh_examples(device, dtype):
+    from anna_core.kernels import OpExample
+
+    gen = torch.Generator().manual_seed(0)
+    return [OpExample((torch.randn(3, 8, generator=gen).to(device, dtype), s), shape={"width": 8}) for s in (1.0, 3.0)]
+
+
+def width_at_most_8(request):
+    return request.shape.get("width", 0) <= 8
+
+
+class OwnOp:
+    """A plugin defining an op (with sample inputs) and implementing it: the suite checks it the same way."""
+
+    @hookimpl
+    def register_ops(self, register):
+        register(OpContract(name="conformance_scaled_tanh_ok", signature="conformance_scaled_tanh_ok(x, scale) -> y",
+                            doc="x: ``[..., D]`` float; scale: float. ``y = tanh(x) * scale`` in x's dtype.",
+                            reference=f"{_HERE}:scaled_tanh", shape_facts=("width",),
+                            examples=f"{_HERE}:scaled_tanh_examples"))
+
+    @hookimpl
+    def register_kernels(self, register):
+        register(KernelSpec(op="conformance_scaled_tanh_ok", name="fast", impl=f"{_HERE}:fast_scaled_tanh",
+                            priority=5, probe=f"{_HERE}:width_at_most_8", devices=("cpu",)))
+
+
 class TestGoodKernelsConformance(KernelConformance):
     """Runs as any plugin's suite would: the two real implementations pass, the declining one is skipped."""
 
     plugin = GoodKernels()
+
+
+class TestOwnOpConformance(KernelConformance):
+    """A plugin's own op, with its own examples and shape facts."""
+
+    plugin = OwnOp()
 
 
 def _suite(plugin):

@@ -83,7 +83,8 @@ class OpContract:
             implementations to share; None when the reference checks inline.
         shape_facts: the ``ProbeRequest.shape`` keys callers pass when they look the op up (e.g.
             ``("head_k_dim", "head_v_dim")``): what probes may decide on.
-        examples: lazy ``"module:attr"`` of ``examples(device, dtype) -> list[OpExample]``: a few small,
+        examples: lazy ``"module:attr"`` of ``examples(device, dtype) -> list[OpExample]`` (a device type
+            such as ``"cpu"`` and a ``torch.dtype``, the activations' dtype): a few small,
             seeded sample inputs (the same on every call) covering the op's paths, on which the kernel
             conformance suite (:class:`anna_core.testing.conformance.KernelConformance`) compares every
             implementation with the reference; None when the op has none (the suite then fails for

@@ -464,11 +464,12 @@ class KernelConformance:
         ran = 0
         if not spec.serves(self.device):
             return ran
-        for i, example in enumerate(build(self.device, dtype)):
+        torch_dtype = getattr(torch, dtype)
+        for i, example in enumerate(build(self.device, torch_dtype)):
             if probe is not None and not probe(ProbeRequest(self.device, dtype, dict(example.shape))):
                 continue
             where = f"{spec.op}:{spec.name} {self.device}/{dtype} example {i} (shape facts {example.shape})"
-            want_args = build(self.device, dtype)[i]
+            want_args = build(self.device, torch_dtype)[i]
             want = _clone_result(reference(*want_args.args, **want_args.kwargs))
             try:
                 got = _clone_result(impl(*example.args, **example.kwargs))
@@ -496,7 +497,7 @@ class KernelConformance:
             contract = contracts[op]
             from anna_core.registry import resolve
 
-            first, second = (resolve(contract.examples)(self.device, self.dtypes[0]) for _ in range(2))
+            first, second = (resolve(contract.examples)(self.device, getattr(torch, self.dtypes[0])) for _ in range(2))
             assert first, f"op {op!r}: its examples builder returned no examples"
             for a, b in zip(first, second):
                 unknown = sorted(set(a.shape) - set(contract.shape_facts))

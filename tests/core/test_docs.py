@@ -53,14 +53,19 @@ def test_every_registered_op_has_a_documented_contract():
     assert not undocumented, f"kernel implementations of ops without a contract: {undocumented}"
 
 
+def ops_without_examples(pm) -> list[str]:
+    return sorted(c.name for c in op_contracts(pm) if not c.examples)
+
+
 def test_every_registered_op_has_sample_inputs():
     """Each op contract declares ``examples`` (what the kernel conformance suite runs implementations on): a
     deterministic builder of a few cases whose shape facts are the op's own and which its reference accepts."""
     import torch
     from anna_core.registry import resolve
 
+    bare = ops_without_examples(make_plugin_manager())
+    assert not bare, f"ops without examples (OpContract.examples): {bare}"
     for contract in op_contracts(make_plugin_manager()):
-        assert contract.examples, f"op {contract.name!r} declares no examples (OpContract.examples)"
         cases = resolve(contract.examples)("cpu", torch.float32)
         assert cases, f"op {contract.name!r}: its examples builder returned nothing"
         check = resolve(contract.check) if contract.check else None
@@ -71,3 +76,18 @@ def test_every_registered_op_has_sample_inputs():
             if check is not None:
                 check(*case.args, **case.kwargs)
             reference(*case.args, **case.kwargs)
+
+
+def test_an_op_without_examples_is_reported():
+    from anna_core.hookspecs import hookimpl
+    from anna_core.kernels import OpContract
+
+    class NoExamples:
+        @hookimpl
+        def register_ops(self, register):
+            register(OpContract(name="docs_test_op", signature="docs_test_op(x) -> y",
+                                doc="x: ``[N]`` float; ``y = x`` ``[N]`` in x's dtype.", reference="builtins:abs"))
+
+    pm = make_plugin_manager()
+    pm.register(NoExamples(), name="no_examples")
+    assert ops_without_examples(pm) == ["docs_test_op"]

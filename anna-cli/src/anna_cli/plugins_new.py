@@ -19,6 +19,7 @@ KINDS = ("family", "kernel")
 SUFFIX = ".tmpl"
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
 """Lower-case letters and digits, words joined by single ``-`` or ``_``, starting with a letter."""
+MAX_NAME = 40  # the templates' lines stay within 120 characters
 
 
 def module_name(name: str) -> str:
@@ -28,9 +29,9 @@ def module_name(name: str) -> str:
         ValueError: ``name`` is not a plugin name (:data:`NAME_PATTERN`), or its import name is a
             Python keyword or an existing top-level module Anna depends on.
     """
-    if not NAME_PATTERN.fullmatch(name):
+    if not NAME_PATTERN.fullmatch(name) or len(name) > MAX_NAME:
         raise ValueError(f"{name!r} is not a plugin name: use lower-case letters and digits, words joined by "
-                         "'-' or '_', starting with a letter (e.g. my-gpt2)")
+                         f"'-' or '_', starting with a letter, at most {MAX_NAME} characters (e.g. my-gpt2)")
     module = name.replace("-", "_")
     if not module.isidentifier() or module in _RESERVED:
         raise ValueError(f"{name!r} would be imported as {module!r}, which is taken; pick another name")

@@ -18,8 +18,8 @@ An offloaded MoE layer's :class:`OffloadedExperts` replaces its routed-experts m
 The scratch holds ``E`` experts (a prefill can touch all of them). Prefetch (``--expert-prefetch``, with
 ``C > 0``): each offloaded layer counts, over decode-sized calls (at most :data:`PREFETCH_MAX_TOKENS`
 tokens), how often the next offloaded layer chose expert ``j`` after it chose ``i``; after a layer's op is
-launched, the next layer's experts whose estimated probability given this call's experts is at least
-:data:`PREFETCH_MIN_PROB` (at most ``K``) are copied into the next layer's LRU on the side stream, as its
+launched, the next layer's experts whose estimated probability given this call's experts (those seen at least
+:data:`PREFETCH_MIN_SEEN` times) is at least :data:`PREFETCH_MIN_PROB` (at most ``K``) are copied into the next layer's LRU on the side stream, as its
 least recently used entries, overlapping this layer's compute. Under uniform routing (random weights)
 nothing passes the threshold, so no bandwidth is wasted.
 
@@ -53,6 +53,8 @@ PREFETCH_MAX_TOKENS = 8
 """Calls of at most this many tokens (decode steps) feed and use the prefetch statistics."""
 PREFETCH_MIN_PROB = 0.25
 """The estimated probability an expert of the next layer must reach to be prefetched."""
+PREFETCH_MIN_SEEN = 4
+"""A layer's expert enters the estimate once it was seen this many times (with the next layer's choice)."""
 
 
 @attrs.define
@@ -189,7 +191,7 @@ class ExpertStore:
             return
         nxt = self.layers[p + 1]
         pairs, seen = self._tables(p)
-        known = unique[seen[unique] > 0]
+        known = unique[seen[unique] >= PREFETCH_MIN_SEEN]
         if not len(known):
             return
         prob = (pairs[known].float() / seen[known, None].float()).mean(0)  # [E]

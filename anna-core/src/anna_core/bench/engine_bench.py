@@ -225,10 +225,12 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     (keys documented in :func:`anna_core.bench.report.format_report`)."""
     from anna_core.loading import load_model
 
+    bandwidth = None
     if loaded is None:
         from anna_core.device import resolve_device
 
         accel = accelerator(resolve_device(s.device))
+        bandwidth = copy_bandwidth(accel)  # on the empty device: its buffers add nothing to the model's peak
         accel.reset_peak_memory()
         t = wall_clock()
         loaded = load_model(s.model_dir, device=s.device, dtype=s.dtype, load_format=s.load_format,
@@ -243,7 +245,8 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     setup_s = wall_clock() - t
     model = loaded.model
     vocab = model.vocab_size
-    bandwidth = copy_bandwidth(accel)
+    if bandwidth is None:
+        bandwidth = copy_bandwidth(accel)
 
     runs = []
     for r in range(s.warmup + s.runs):

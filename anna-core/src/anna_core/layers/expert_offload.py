@@ -10,10 +10,11 @@ An offloaded MoE layer's :class:`OffloadedExperts` replaces its routed-experts m
    the least recently used expert that this call does not use) or, when none is free, straight into the
    scratch;
 3. the compute stream waits for the copies (an event, not the host), then gathers the LRU slots of ``U``
-   into the first ``n`` rows of ONE device scratch shared by all offloaded layers (they run one after
-   another), in ``U``'s order, and calls the same ``moe_experts`` op on the scratch with every id replaced by
-   its rank in ``U``. Ranks keep the experts' order, so the op adds each token's terms in the order the
-   resident layer adds them: the numerics equal the resident path's exactly.
+   into the first ``n`` rows of ONE device scratch of ``E`` experts shared by all offloaded layers (they run
+   one after another), in ``U``'s order, and calls the same ``moe_experts`` op on the whole scratch with every
+   id replaced by its rank in ``U``. Ranks keep the experts' order, so the op adds each token's terms in the
+   order the resident layer adds them, and it sees the same ``E``: the numerics equal the resident path's
+   exactly.
 
 The scratch holds ``E`` experts (a prefill can touch all of them). Prefetch (``--expert-prefetch``, with
 ``C > 0``): each offloaded layer counts, over decode-sized calls (at most :data:`PREFETCH_MAX_TOKENS`
@@ -274,8 +275,9 @@ class OffloadedExperts(RoutedExpertsModule):
         rank = torch.zeros(self.num_experts, dtype=torch.int64)
         rank[unique_t] = torch.arange(len(unique), dtype=torch.int64)
         local = rank[flat].view(experts.shape).to(x.device)
-        n = len(unique)
-        out = self.ops.get("moe_experts")(x, store.scratch_gate_up[:n], store.scratch_down[:n], weights, local,
+        # the whole [E, ...] scratch (rows past len(unique) are never read): the op sees the resident layer's E, so
+        # an implementation that tiles by T * K / E (anna-xpu-kernels' BLOCK_M) tiles, and rounds, the same way
+        out = self.ops.get("moe_experts")(x, store.scratch_gate_up, store.scratch_down, weights, local,
                                           self.activation)
         store.after(self, unique_t, experts.shape[0])
         return out

@@ -105,9 +105,8 @@ def test_bench_reports_tokens_sha256_and_the_cache(moe_dir):
 
 
 def test_serve_passes_the_offload_settings_to_the_loader(moe_dir, monkeypatch):
-    from anna_core.errors import AnnaError
-
     import anna_cli.serve as serve_mod
+    from anna_core.errors import AnnaError
 
     seen = {}
 

@@ -115,3 +115,26 @@ def test_offloaded_module_holds_no_parameters():
     _, [res], [off] = _store(1, cached=2)
     assert list(off.parameters()) == [] and off.activation == "silu" and (off.num_experts, off.top_k) == (E, K)
     assert torch.equal(off.host_gate_up, res.gate_up_proj)
+
+
+class _HugeMoE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        with torch.device("meta"):  # 2 layers of 8 experts, 2 TiB each: shapes only
+            self.layers = nn.ModuleList([FakeExperts(seed=0) for _ in range(2)])
+            for m in self.layers:
+                m.gate_up_proj = nn.Parameter(torch.empty(E, 1 << 17, 1 << 19), requires_grad=False)
+                m.down_proj = nn.Parameter(torch.empty(E, 1 << 19, 1 << 16), requires_grad=False)
+
+
+def test_auto_on_the_cpu_offloads_only_under_an_explicit_cap():
+    from anna_core.engine.offload import OffloadConfig
+    from anna_core.layers.expert_offload import plan_offload
+
+    model = _HugeMoE()
+    cpu = torch.device("cpu")
+    assert plan_offload(model, OffloadConfig(), device=cpu) is None  # host memory is the CPU's: nothing to gain
+    plan = plan_offload(model, OffloadConfig(), device=cpu, max_device_bytes=1 << 30)
+    assert plan.offloaded == (("layers.0", 0), ("layers.1", 1)) and plan.resident == ()
+    assert plan.host_prefixes == ("layers.0.", "layers.1.")
+    assert plan_offload(model, OffloadConfig(mode="experts", resident_layers=(0, 1)), device=cpu) is None

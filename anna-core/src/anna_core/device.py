@@ -121,6 +121,12 @@ class Accelerator:
             return True
         return self.device.type == "xpu" and hasattr(torch.xpu, "XPUGraph")
 
+    @property
+    def separate_host_memory(self) -> bool:
+        """Whether the device's memory is apart from host memory (accelerators), so that keeping weights in
+        host memory frees device memory (expert offload); False on the CPU."""
+        return self._module is not None
+
     def synchronize(self) -> None:
         synchronize(self.device)
 

@@ -341,7 +341,8 @@ def plan_offload(model: nn.Module, config: OffloadConfig, *, device: torch.devic
     """Decide the offload of a meta-built model (None: keep every expert on the device).
 
     ``max_device_bytes`` is what the server may use (``--max-device-memory-gib``); without it ``auto`` compares
-    with the device's free memory.
+    with the device's free memory (on an accelerator; on the CPU, whose memory is the host's, it keeps the
+    experts in place).
 
     Raises:
         OffloadConfigError: ``experts`` on a model without MoE layers, or a config the model contradicts
@@ -355,7 +356,9 @@ def plan_offload(model: nn.Module, config: OffloadConfig, *, device: torch.devic
             raise OffloadConfigError("--offload-mode experts: the model has no routed-experts (MoE) layers")
         return None
     config.check(sizes.num_moe_layers, sizes.num_experts)
-    budget = max_device_bytes if max_device_bytes is not None else memory_stats(device).get("free_bytes")
+    budget = max_device_bytes
+    if budget is None and accelerator(device).separate_host_memory:  # on the CPU, host memory is the device's
+        budget = memory_stats(device).get("free_bytes")
     if not should_offload(config, sizes, budget):
         return None
     from anna_core.engine.offload import offload_device_bytes

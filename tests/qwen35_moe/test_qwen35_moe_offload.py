@@ -214,3 +214,17 @@ def test_a_family_without_the_declaration_is_refused(tmp_path):
     with pytest.raises(UnsupportedModelError, match=r"the 'llama' family \(anna-llama\) does not declare expert offload"):
         _load(path, OffloadConfig(mode="experts"), load_format="dummy")
     assert _load(path, OffloadConfig(), cap=0.01, load_format="dummy").expert_store is None  # auto: resident
+
+
+def test_llm_api_takes_the_offload_settings(moe_dir):
+    from anna_core import LLM
+
+    kw = dict(device="cpu", max_num_seqs=2, num_blocks=32, prompt_cache_size=0)
+    resident = LLM(moe_dir, offload_mode="none", **kw)
+    off = LLM(moe_dir, offload_mode="experts", resident_expert_layer_indices="1,3", cached_experts_per_layer=2,
+              expert_prefetch=False, max_device_memory_gib=2.0, **kw)
+    want = [o.token_ids for o in resident.generate(PROMPTS[:2], GREEDY)]
+    assert [o.token_ids for o in off.generate(PROMPTS[:2], GREEDY)] == want
+    cache = off.engine.stats()["expert_cache"]
+    assert cache["resident_layers"] == [1, 3] and cache["prefetch"] is False and cache["cached_experts_per_layer"] == 2
+    assert off.engine.config.max_device_memory_gib == 2.0 and resident.loaded.expert_store is None

@@ -69,6 +69,7 @@ def test_bad_flags():
     assert result.exit_code == 2
 
 
+@pytest.mark.slow
 def test_generate_offloaded_gives_the_resident_tokens(moe_dir):
     base = ["generate", "--model-dir", str(moe_dir), "--prompt", "Hello there", "--raw", "--max-new-tokens", "5",
             "--temperature", "0", "--json", "--device", "cpu"]
@@ -92,6 +93,7 @@ def test_generate_refuses_bad_offload_flags_in_one_line(moe_dir):
     assert lines[-1].startswith("error: resident expert layer indices [9] are out of range"), result.stderr
 
 
+@pytest.mark.slow
 def test_bench_reports_tokens_sha256_and_the_cache(moe_dir):
     base = ["bench", "--model-dir", str(moe_dir), "--device", "cpu", "--input-len", "8", "--output-len", "4",
             "--runs", "1", "--warmup", "0", "--json"]
@@ -102,6 +104,10 @@ def test_bench_reports_tokens_sha256_and_the_cache(moe_dir):
     assert len(a["tokens_sha256"]) == 64 and a["tokens_sha256"] == b["tokens_sha256"]
     assert "expert_cache" not in a and b["expert_cache"]["cached_experts_per_layer"] == 2
     assert b["expert_cache"]["hits"] + b["expert_cache"]["misses"] > 0
+    from anna_core.bench.report import format_report
+
+    text = format_report(b)
+    assert f"tokens    sha256 {b['tokens_sha256']}" in text and "2 cached per layer: hit rate" in text
 
 
 def test_serve_passes_the_offload_settings_to_the_loader(moe_dir, monkeypatch):

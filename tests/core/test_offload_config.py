@@ -55,6 +55,8 @@ def test_validation_errors_are_clear():
     with pytest.raises(ValueError, match="cached-experts-per-layer 300 is more than the 256 experts"):
         OffloadConfig(cached_experts_per_layer=300).check(num_moe_layers=40, num_experts=256)
     OffloadConfig(cached_experts_per_layer=256, resident_layers=(39,)).check(40, 256)  # C = E is fine
+    with pytest.raises(ValueError, match=r"indices \[40, ..., 49\] are out of range"):
+        OffloadConfig.from_flags(resident_expert_layers=50).check(40, 256)
     assert isinstance(OffloadConfigError("x"), AnnaError)  # the CLI prints it as one error line
 
 

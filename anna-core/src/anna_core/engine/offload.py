@@ -124,7 +124,8 @@ class OffloadConfig:
         """
         bad = [i for i in self.resident_layers or () if i >= num_moe_layers]
         if bad:
-            raise OffloadConfigError(f"resident expert layer indices {bad} are out of range: the model has "
+            shown = str(bad) if len(bad) <= 6 else f"[{bad[0]}, ..., {bad[-1]}]"
+            raise OffloadConfigError(f"resident expert layer indices {shown} are out of range: the model has "
                              f"{num_moe_layers} MoE layers (indices 0..{num_moe_layers - 1})")
         if self.cached_experts_per_layer > num_experts:
             raise OffloadConfigError(f"--cached-experts-per-layer {self.cached_experts_per_layer} is more than the "

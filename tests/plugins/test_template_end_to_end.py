@@ -13,6 +13,7 @@ inherit); the plugins are installed into the new virtualenv only.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -55,10 +56,14 @@ def layered_venv(path: Path) -> Path:
 
 
 def test_a_new_plugin_installs_passes_conformance_and_is_served(tmp_path_factory):
+    for module in ("pip", "setuptools"):  # pip install -e --no-build-isolation builds with this environment's
+        assert importlib.util.find_spec(module), f"{module} is not installed (.ci/requirements-dev.txt has it)"
     work = tmp_path_factory.mktemp("plugin-author")
     assert not work.resolve().is_relative_to(REPO), "the plugins must be made outside the repository"
     python = layered_venv(work / "venv")
 
+    # `python -m anna_cli.main` is the `anna` command run by the new virtualenv's interpreter (anna-cli's console
+    # script belongs to the base environment, whose interpreter would not see the plugins installed here)
     run([python, "-m", "anna_cli.main", "plugins", "new", FAMILY, "--dir", work], cwd=work)
     run([python, "-m", "anna_cli.main", "plugins", "new", KERNEL, "--kind", "kernel", "--dir", work], cwd=work)
     ruff = Path(sys.executable).with_name("ruff")
@@ -95,5 +100,8 @@ def test_a_new_plugin_installs_passes_conformance_and_is_served(tmp_path_factory
         health = httpx.get(f"{server.base_url}/healthz", timeout=10).json()
         assert health["family"] == FAMILY, health
     finally:
-        server.stop()
+        try:
+            server.stop()
+        finally:
+            server.kill()  # only if it did not stop
     shutil.rmtree(work / "venv", ignore_errors=True)

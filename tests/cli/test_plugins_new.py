@@ -81,3 +81,22 @@ def test_every_template_file_is_package_data():
     assert not stray, stray
     for kind in KINDS:
         assert len(template_files(kind)) == len(list((TEMPLATES / kind).rglob("*.tmpl")))
+
+
+def test_the_plugins_group_keeps_the_commands_options():
+    """``with_new`` wraps whatever ``anna plugins`` is: its options still work, with and without ``new``."""
+    import click
+    from anna_cli.plugins_new import with_new
+
+    seen = []
+
+    @click.command("plugins")
+    @click.option("--verbose", is_flag=True)
+    def plugins(verbose):
+        """Print things."""
+        seen.append(verbose)
+
+    group = with_new(plugins)
+    assert CliRunner().invoke(group, ["--verbose"]).exit_code == 0 and seen == [True]
+    assert CliRunner().invoke(group, ["new", "--help"]).exit_code == 0 and seen == [True]
+    assert group.help == "Print things."

@@ -80,8 +80,9 @@ def test_a_new_plugin_installs_passes_conformance_and_is_served(tmp_path_factory
     assert run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('tutorial_gpt2'))"],
                cwd=work).strip() == "None", "the plugin must be installed into the new virtualenv only"
 
+    # outside the repository, and --confcutdir keeps pytest from looking for conftest.py files above `work`
     tests = run([python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-W", "ignore::DeprecationWarning",
-                 work / FAMILY / "tests", work / KERNEL / "tests"], cwd=work)
+                 "--confcutdir", work, work / FAMILY / "tests", work / KERNEL / "tests"], cwd=work)
     passed = re.search(r"(\d+) passed", tests)
     assert passed and int(passed[1]) >= 20 and " failed" not in tests, tests  # the suite ran, none failed
 

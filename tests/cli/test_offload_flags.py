@@ -67,6 +67,9 @@ def test_bad_flags():
     assert result.exit_code == 2 and "'maybe' is not one of 'auto', 'none', 'experts'" in result.output
     result = CliRunner().invoke(click.command()(engine_options(lambda **kw: None)), ["--max-device-memory-gib", "0"])
     assert result.exit_code == 2
+    for bad in ("nan", "inf"):  # click's FloatRange lets them through
+        result = CliRunner().invoke(click.command()(engine_options(lambda **kw: None)), ["--max-device-memory-gib", bad])
+        assert result.exit_code == 2 and "positive finite number" in result.output
 
 
 @pytest.mark.slow
@@ -108,6 +111,10 @@ def test_bench_reports_tokens_sha256_and_the_cache(moe_dir):
 
     text = format_report(b)
     assert f"tokens    sha256 {b['tokens_sha256']}" in text and "2 cached per layer: hit rate" in text
+    # HF's side-by-side model needs the experts as parameters: refused in one line, before the runs
+    refused = CliRunner().invoke(build_cli(), [*base, "--offload-mode", "experts", "--compare-hf"])
+    assert refused.exit_code != 0 and "--compare-hf needs every expert on the device" in refused.output
+    assert "Traceback" not in refused.output
 
 
 def test_serve_passes_the_offload_settings_to_the_loader(moe_dir, monkeypatch):

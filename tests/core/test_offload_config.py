@@ -2,16 +2,19 @@
 under ``max_device_memory_gib``."""
 
 import pytest
-from anna_core.engine.cache_allocator import CAP_HEADROOM_MIN, capped_kv_budget_bytes
+from anna_core.engine.cache_allocator import capped_kv_budget_bytes
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.offload import (
+    CAP_HEADROOM_MIN,
     MIN_CACHE_BYTES,
     ModelSizes,
     OffloadConfig,
     OffloadConfigError,
+    cap_headroom_bytes,
     offload_device_bytes,
     parse_layer_indices,
     plan_resident_layers,
+    planning_reserve_bytes,
     should_offload,
 )
 from anna_core.errors import AnnaError
@@ -47,7 +50,7 @@ def test_validation_errors_are_clear():
         OffloadConfig(mode="sometimes")
     with pytest.raises(ValueError, match="must not be negative"):
         OffloadConfig(cached_experts_per_layer=-1)
-    with pytest.raises(ValueError, match="must not be negative"):
+    with pytest.raises(ValueError, match=r"must be in \[0, 65536\]"):
         OffloadConfig.from_flags(resident_expert_layers=-1)
     cfg = OffloadConfig(mode="experts", resident_layers=(0, 39, 40), cached_experts_per_layer=300)
     with pytest.raises(ValueError, match=r"indices \[40\] are out of range: the model has 40 MoE layers \(indices 0..39\)"):
@@ -69,8 +72,11 @@ def test_auto_offloads_only_when_the_weights_and_a_minimum_cache_do_not_fit():
     auto = OffloadConfig()
     assert not should_offload(auto, SIZES, 141 * GIB)  # an H200 holds it
     assert should_offload(auto, SIZES, 24 * GIB)
-    assert not should_offload(auto, SIZES, SIZES.total + MIN_CACHE_BYTES)
-    assert should_offload(auto, SIZES, SIZES.total + MIN_CACHE_BYTES - 1)
+    # the planner keeps free what the engine subtracts: a minimum cache, the activation headroom, state
+    fits = next(b for b in range(SIZES.total, SIZES.total + 8 * GIB, 1 << 20)
+                if SIZES.total + planning_reserve_bytes(b) <= b)
+    assert not should_offload(auto, SIZES, fits) and should_offload(auto, SIZES, fits - (1 << 20))
+    assert fits - SIZES.total >= MIN_CACHE_BYTES + cap_headroom_bytes(fits) + (1 << 30)
     assert not should_offload(auto, SIZES, None)  # unknown free memory: leave it resident
     assert should_offload(OffloadConfig(mode="experts"), SIZES, 141 * GIB)
     assert not should_offload(OffloadConfig(mode="none"), SIZES, 1 * GIB)
@@ -82,9 +88,10 @@ def test_auto_keeps_as_many_leading_layers_resident_as_fit():
     resident = plan_resident_layers(cfg, SIZES, 24 * GIB, scratch_experts=256)
     n = len(resident)
     assert resident == tuple(range(n))
-    assert offload_device_bytes(SIZES, n, 16, 256) + MIN_CACHE_BYTES <= 24 * GIB
-    assert offload_device_bytes(SIZES, n + 1, 16, 256) + MIN_CACHE_BYTES > 24 * GIB
-    assert n == 8  # (24 - 6 - 1.5 (scratch) - 1 - 40 * 96 MiB) GiB / (1.5 GiB - 96 MiB) = 8.4
+    reserve = planning_reserve_bytes(24 * GIB)  # 1 GiB cache + 1.2 GiB headroom + 1 GiB state
+    assert offload_device_bytes(SIZES, n, 16, 256) + reserve <= 24 * GIB
+    assert offload_device_bytes(SIZES, n + 1, 16, 256) + reserve > 24 * GIB
+    assert n == 6  # (24 - 6 - 1.5 (scratch) - 3.2 - 40 * 96 MiB) GiB / (1.5 GiB - 96 MiB) = 6.1
     # too small for any resident layer: none, still offloaded
     assert plan_resident_layers(cfg, SIZES, 10 * GIB, scratch_experts=256) == ()
     # given resident layers win; experts mode without them keeps none resident
@@ -110,5 +117,13 @@ def test_kv_budget_under_the_cap():
 def test_engine_config_field():
     assert EngineConfig().max_device_memory_gib is None
     assert EngineConfig(max_device_memory_gib=24).max_device_memory_gib == 24
-    with pytest.raises(AnnaError, match="max_device_memory_gib must be positive"):
-        EngineConfig(max_device_memory_gib=0)
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(AnnaError, match="max_device_memory_gib must be a positive finite number"):
+            EngineConfig(max_device_memory_gib=bad)
+
+
+def test_huge_resident_layer_values_are_refused_before_any_work():
+    with pytest.raises(ValueError, match="must be in"):
+        OffloadConfig.from_flags(resident_expert_layers=10_000_000_000)
+    with pytest.raises(ValueError, match="beyond"):
+        OffloadConfig.from_flags(resident_expert_layer_indices="0-100000000000")

@@ -13,7 +13,7 @@ from anna_core import SamplingParams
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.model_runner import RunnerConfig
-from anna_core.engine.offload import MIN_CACHE_BYTES, OffloadConfig, OffloadConfigError, offload_device_bytes
+from anna_core.engine.offload import OffloadConfig, OffloadConfigError, offload_device_bytes, planning_reserve_bytes
 from anna_core.errors import AnnaError, UnsupportedModelError
 from anna_core.layers.expert_offload import OffloadedExperts, model_sizes
 from anna_core.loading import load_model
@@ -140,13 +140,19 @@ def test_auto_offloads_under_a_cap_keeping_leading_layers(moe_dir, resident):
     sizes = model_sizes(resident.model)
     assert sizes.num_moe_layers == 4 and sizes.num_experts == E
     assert _load(moe_dir, OffloadConfig()).expert_store is None  # fits the free memory: resident
-    cap = (MIN_CACHE_BYTES + offload_device_bytes(sizes, 2, 1, E)) / GIB  # room for 2 resident layers exactly
+    two = offload_device_bytes(sizes, 2, 1, E)  # room for 2 resident layers exactly, beside the planner's reserve
+    cap = next(c for c in range(two, two + 8 * GIB, 1 << 16) if two + planning_reserve_bytes(c) <= c) / GIB
     off = _load(moe_dir, OffloadConfig(cached_experts_per_layer=1), cap=cap)
     assert off.expert_store.resident_layers == (0, 1)
     assert [m.moe_index for m in off.expert_store.layers] == [2, 3]
     off = _load(moe_dir, OffloadConfig(resident_layers=(3,)), cap=0.5)  # given resident layers win
     assert off.expert_store.resident_layers == (3,)
     assert _load(moe_dir, OffloadConfig(mode="none"), cap=0.5).expert_store is None
+    # whatever auto decides under a cap, the engine then finds room for its KV cache under the same cap
+    for c in (cap, 3.0):
+        loaded = _load(moe_dir, OffloadConfig(), cap=c)
+        engine = LLMEngine.from_loaded(loaded, EngineConfig(max_device_memory_gib=c, prompt_cache_size=0))
+        assert engine.kv.num_blocks > 0
 
 
 def test_kv_cache_is_sized_under_the_cap(moe_dir):

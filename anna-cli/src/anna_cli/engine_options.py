@@ -56,8 +56,14 @@ _POS_INT = click.IntRange(min=1)
 _NON_NEG = click.FloatRange(min=0.0)
 
 
+def _finite_gib(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and not 0 < value < float("inf"):  # FloatRange lets nan and inf through
+        raise click.BadParameter(f"must be a positive finite number of GiB, got {value}")
+    return value
+
+
 max_device_memory_option = click.option(
-    "--max-device-memory-gib", type=click.FloatRange(min=0.0, min_open=True), default=None,
+    "--max-device-memory-gib", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite_gib,
     help="The most device memory the server may use: weights, KV cache, recurrent state and the expert cache of "
          "offloaded experts together (the KV cache gets what the rest leaves; --offload-mode auto offloads experts "
          "when the weights do not fit). Default: no cap (the device's free memory).")

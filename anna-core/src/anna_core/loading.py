@@ -82,6 +82,8 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
     extra: dict[str, Any] = {}
     if offload is not None and offload.mode != "none":
         if family.expert_offload:
+            if max_device_memory_gib is not None and not 0 < max_device_memory_gib < float("inf"):
+                raise AnnaError(f"max_device_memory_gib must be a positive finite number, got {max_device_memory_gib}")
             max_bytes = None if max_device_memory_gib is None else int(max_device_memory_gib * (1 << 30))
             extra = {"offload": offload, "max_device_bytes": max_bytes}
         elif offload.mode == "experts":

@@ -239,6 +239,9 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         load_s = wall_clock() - t
     else:
         load_s = 0.0
+    if s.compare_hf and loaded.expert_store is not None:  # HF's model would need the experts as parameters
+        raise AnnaError("--compare-hf needs every expert on the device: the model's experts are offloaded "
+                        "(use --offload-mode none, or leave --compare-hf out)")
     accel = accelerator(loaded.device)
     t = wall_clock()
     engine = build_engine(loaded, s)

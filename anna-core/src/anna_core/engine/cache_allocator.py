@@ -15,6 +15,7 @@ import torch
 
 from anna_core.cache_spec import CacheSpec, FullAttentionSpec, RecurrentStateSpec, SlidingWindowSpec
 from anna_core.device import memory_stats
+from anna_core.engine.offload import cap_headroom_bytes
 from anna_core.errors import AnnaError
 from anna_core.model import AttentionCache, ModelCaches, StateCache
 
@@ -45,9 +46,6 @@ def default_kv_budget_bytes(device: torch.device) -> int:
     return int(free * _ACCEL_FRACTION)
 
 
-CAP_HEADROOM_FRACTION = 0.05
-"""Share of ``max_device_memory_gib`` left for activations (at least :data:`CAP_HEADROOM_MIN` bytes)."""
-CAP_HEADROOM_MIN = 512 << 20
 
 
 def device_bytes_in_use(device: torch.device, tensors_bytes: int) -> int:
@@ -59,18 +57,18 @@ def device_bytes_in_use(device: torch.device, tensors_bytes: int) -> int:
 def capped_kv_budget_bytes(cap_bytes: int, in_use_bytes: int, other_bytes: int) -> int:
     """KV-cache bytes under a device memory cap: the cap less what is allocated (weights, expert cache and
     scratch), ``other_bytes`` (recurrent state slots, snapshots, prompt cache, reserve) and a headroom for
-    activations (:data:`CAP_HEADROOM_FRACTION` of the cap, at least :data:`CAP_HEADROOM_MIN`).
+    activations (:func:`anna_core.engine.offload.cap_headroom_bytes`).
 
     Raises:
         AnnaError: nothing is left for the KV cache.
     """
-    headroom = max(CAP_HEADROOM_MIN, int(cap_bytes * CAP_HEADROOM_FRACTION))
+    headroom = cap_headroom_bytes(cap_bytes)
     budget = cap_bytes - in_use_bytes - other_bytes - headroom
     if budget <= 0:
         raise AnnaError(f"max_device_memory_gib ({cap_bytes / _GIB:.2f} GiB) leaves no room for the KV cache: the "
                         f"loaded model uses {in_use_bytes / _GIB:.2f} GiB, state / snapshots {other_bytes / _GIB:.2f} "
-                        f"GiB, activations {headroom / _GIB:.2f} GiB; offload experts (--offload-mode experts, fewer "
-                        "resident expert layers, fewer cached experts per layer) or raise the cap")
+                        f"GiB, activations {headroom / _GIB:.2f} GiB; raise the cap, lower --snapshot-memory-mib, or offload "
+                        "experts (--offload-mode experts, fewer resident expert layers, fewer cached experts per layer)")
     return budget
 
 

@@ -145,8 +145,8 @@ class EngineConfig:
     def __attrs_post_init__(self) -> None:
         if self.kv_cache_memory_gib is not None and self.kv_cache_memory_gib <= 0:
             raise AnnaError(f"kv_cache_memory_gib must be positive, got {self.kv_cache_memory_gib}")
-        if self.max_device_memory_gib is not None and self.max_device_memory_gib <= 0:
-            raise AnnaError(f"max_device_memory_gib must be positive, got {self.max_device_memory_gib}")
+        if self.max_device_memory_gib is not None and not 0 < self.max_device_memory_gib < float("inf"):
+            raise AnnaError(f"max_device_memory_gib must be a positive finite number, got {self.max_device_memory_gib}")
         if self.snapshot_interval % self.block_size:
             raise AnnaError(f"snapshot_interval ({self.snapshot_interval}) must be a multiple of block_size "
                             f"({self.block_size})")

@@ -181,10 +181,16 @@ class LLMEngine:
             budget = int(config.kv_cache_memory_gib * (1 << 30))
             if capped is not None:
                 budget = min(budget, capped)
-        elif capped is not None:
-            budget = capped
         else:
-            budget = default_kv_budget_bytes(self.device) - int(config.reserve_memory_mib * _MIB) - other_bytes
+            # a cap bounds the server's memory; it does not make memory the device has not got free
+            try:
+                budget = default_kv_budget_bytes(self.device) - int(config.reserve_memory_mib * _MIB) - other_bytes
+            except AnnaError:  # the device reports no free memory: the cap is all there is to go by
+                if capped is None:
+                    raise
+                budget = capped
+            if capped is not None:
+                budget = min(budget, capped)
         return plan_num_blocks(spec, config.block_size, self.dtype, budget, caps)
 
     def _model_device_bytes(self) -> int:

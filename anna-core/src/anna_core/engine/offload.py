@@ -35,7 +35,30 @@ class OffloadConfigError(AnnaError, ValueError):
 
 OFFLOAD_MODES = ("auto", "none", "experts")
 MIN_CACHE_BYTES = 1 << 30
-"""What ``auto`` leaves for the KV cache and recurrent state when it decides whether the weights fit (1 GiB)."""
+"""The KV cache ``auto`` keeps room for when it decides whether the weights fit (1 GiB; see
+:func:`planning_reserve_bytes` for the rest it keeps free)."""
+
+CAP_HEADROOM_FRACTION = 0.05
+"""Share of ``max_device_memory_gib`` left for activations (at least :data:`CAP_HEADROOM_MIN` bytes)."""
+CAP_HEADROOM_MIN = 512 << 20
+DEFAULT_STATE_RESERVE_BYTES = 1 << 30
+"""What the planner sets aside for recurrent state and snapshots (the engine's default snapshot budget is
+1 GiB), since it runs before the engine config is known."""
+MAX_LAYER_INDEX = 1 << 16
+"""The largest MoE-layer index a flag may name (far above any model; bounds the work of parsing a range)."""
+
+
+def cap_headroom_bytes(cap_bytes: int) -> int:
+    """The activation headroom kept free under a device memory cap of ``cap_bytes``."""
+    return max(CAP_HEADROOM_MIN, int(cap_bytes * CAP_HEADROOM_FRACTION))
+
+
+def planning_reserve_bytes(budget_bytes: int) -> int:
+    """What the offload planner keeps free of ``budget_bytes`` beside the weights: :data:`MIN_CACHE_BYTES` of KV
+    cache, the activation headroom the engine keeps under a cap (:func:`cap_headroom_bytes`) and
+    :data:`DEFAULT_STATE_RESERVE_BYTES` for recurrent state and snapshots — the same terms the engine subtracts
+    when it sizes the KV cache, so ``auto`` never keeps a model resident that then has no room for its cache."""
+    return MIN_CACHE_BYTES + cap_headroom_bytes(budget_bytes) + DEFAULT_STATE_RESERVE_BYTES
 
 
 def parse_layer_indices(text: str) -> tuple[int, ...]:
@@ -55,6 +78,8 @@ def parse_layer_indices(text: str) -> tuple[int, ...]:
             raise OffloadConfigError(f"resident expert layer indices: {part!r} is not an index or an a-b range") from None
         if a < 0 or b < a:
             raise OffloadConfigError(f"resident expert layer indices: {part!r} is not an index or an a-b range")
+        if b > MAX_LAYER_INDEX:
+            raise OffloadConfigError(f"resident expert layer indices: {part!r} names a layer beyond {MAX_LAYER_INDEX}")
         out.update(range(a, b + 1))
     return tuple(sorted(out))
 
@@ -105,8 +130,9 @@ class OffloadConfig:
                              "(the MoE layers whose experts stay on the device): give one of them")
         resident: tuple[int, ...] | None = None
         if resident_expert_layers is not None:
-            if resident_expert_layers < 0:
-                raise OffloadConfigError(f"--resident-expert-layers must not be negative, got {resident_expert_layers}")
+            if not 0 <= resident_expert_layers <= MAX_LAYER_INDEX:
+                raise OffloadConfigError(f"--resident-expert-layers must be in [0, {MAX_LAYER_INDEX}], "
+                                         f"got {resident_expert_layers}")
             resident = tuple(range(resident_expert_layers))
         elif isinstance(resident_expert_layer_indices, str):
             resident = parse_layer_indices(resident_expert_layer_indices)
@@ -161,7 +187,7 @@ def should_offload(config: OffloadConfig, sizes: ModelSizes, budget_bytes: int |
     may use; None: unknown, then no) cannot hold the weights and :data:`MIN_CACHE_BYTES`."""
     if config.mode != "auto":
         return config.mode == "experts"
-    return budget_bytes is not None and sizes.total + MIN_CACHE_BYTES > budget_bytes
+    return budget_bytes is not None and sizes.total + planning_reserve_bytes(budget_bytes) > budget_bytes
 
 
 def plan_resident_layers(config: OffloadConfig, sizes: ModelSizes, budget_bytes: int | None,
@@ -175,6 +201,7 @@ def plan_resident_layers(config: OffloadConfig, sizes: ModelSizes, budget_bytes:
         return ()
     n = 0
     while (n < sizes.num_moe_layers and offload_device_bytes(sizes, n + 1, config.cached_experts_per_layer,
-                                                             scratch_experts) + MIN_CACHE_BYTES <= budget_bytes):
+                                                             scratch_experts) + planning_reserve_bytes(budget_bytes)
+           <= budget_bytes):
         n += 1
     return tuple(range(min(n, sizes.num_moe_layers - 1)))

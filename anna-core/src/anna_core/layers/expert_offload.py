@@ -167,7 +167,9 @@ class ExpertStore:
             self.scratch_down[j].copy_(layer.cache_down[slot])
 
     def _copy(self, pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
-        # the ids' host read synchronised the compute stream: nothing still reads the destinations
+        # the ids' host read synchronised the compute stream, so nothing still reads the destinations; the
+        # copies also wait for it on the device, so that stays true if that read ever stops being a sync
+        self.copies.after_current()
         with self.copies:
             for dst_gu, dst_d, src_gu, src_d in pairs:
                 dst_gu.copy_(src_gu, non_blocking=True)
@@ -340,9 +342,9 @@ def plan_offload(model: nn.Module, config: OffloadConfig, *, device: torch.devic
                  max_device_bytes: int | None = None) -> OffloadPlan | None:
     """Decide the offload of a meta-built model (None: keep every expert on the device).
 
-    ``max_device_bytes`` is what the server may use (``--max-device-memory-gib``); without it ``auto`` compares
-    with the device's free memory (on an accelerator; on the CPU, whose memory is the host's, it keeps the
-    experts in place).
+    ``max_device_bytes`` is what the server may use (``--max-device-memory-gib``); on an accelerator ``auto``
+    compares with it or the device's free memory, whichever is smaller (on the CPU, whose memory is the host's,
+    only with the cap; without one it keeps the experts in place).
 
     Raises:
         OffloadConfigError: ``experts`` on a model without MoE layers, or a config the model contradicts
@@ -357,8 +359,10 @@ def plan_offload(model: nn.Module, config: OffloadConfig, *, device: torch.devic
         return None
     config.check(sizes.num_moe_layers, sizes.num_experts)
     budget = max_device_bytes
-    if budget is None and accelerator(device).separate_host_memory:  # on the CPU, host memory is the device's
-        budget = memory_stats(device).get("free_bytes")
+    if accelerator(device).separate_host_memory:  # on the CPU, host memory is the device's
+        free = memory_stats(device).get("free_bytes")  # a cap does not make memory the device has not got free
+        if free is not None:
+            budget = free if budget is None else min(budget, free)
     if not should_offload(config, sizes, budget):
         return None
     from anna_core.engine.offload import offload_device_bytes

@@ -33,7 +33,7 @@ TEST_DIRS = {
     "anna-core": ["tests/core"],
     "anna-qwen35": ["tests/qwen35", "tests/qwen35_moe"],
     "anna-gemma4": ["tests/gemma4", "tests/gemma3"],
-    "anna-cli": ["tests/cli"],
+    "anna-cli": ["tests/cli", "tests/plugins"],  # tests/plugins: a plugin made by `anna plugins new`, end to end
     "anna-llama": ["tests/llama"],
     "anna-xpu-kernels": ["tests/xpu_kernels"],
 }

@@ -104,3 +104,12 @@ def test_each_launch_configuration(poison_outputs, up, down):
     configs = tuple(moe_decode.DecodeConfig(*c) for c in (up, down))
     got = moe_decode.experts(*args, "gelu_tanh", configs=configs)
     torch.testing.assert_close(got, reference(*args, "gelu_tanh"), **tol(torch.float32))
+
+
+@pytest.mark.parametrize("up, down", [((8, 64, 3, 2), (16, 16, 1, 4)), ((16, 32, 1, 4), (32, 32, 4, 4))])
+def test_a_deeper_prefetch_than_a_kernel_rotates_is_refused(up, down):
+    """Loads ahead beyond what a kernel rotates (gate/up 2, down 3) would skip tiles: refused at compile."""
+    args = _inputs(1, 16, 4, 64, 48, torch.float32, seed=3)
+    configs = tuple(moe_decode.DecodeConfig(*c) for c in (up, down))
+    with pytest.raises(Exception, match="rotates at most"):
+        moe_decode.experts(*args, "silu", configs=configs)

@@ -24,9 +24,10 @@ def build_cli(pm=None) -> click.Group:
     from anna_cli.bench import bench
     from anna_cli.generate import generate
     from anna_cli.plugins_cmd import plugins
+    from anna_cli.plugins_new import with_new
     from anna_cli.serve import serve
 
-    for command in (generate, serve, bench, plugins):
+    for command in (generate, serve, bench, with_new(plugins)):
         anna.add_command(command)
     try:
         from anna_core.plugins import get_plugin_manager

@@ -77,6 +77,8 @@ class Gemma4Experts(RoutedExpertsModule):
         ops: the model's :class:`anna_core.kernels.OpTable` (the experts run as its ``moe_experts`` op).
     """
 
+    activation = "gelu_tanh"
+
     def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any, top_k: int):
         super().__init__(num_experts, top_k)
         self.ops = ops
@@ -87,4 +89,4 @@ class Gemma4Experts(RoutedExpertsModule):
         """x: ``[T, hidden]``; weights (float32), experts (int64): ``[T, K]`` from the router -> ``[T, hidden]``
         in x's dtype: ``moe_experts(x, gate_up_proj, down_proj, weights, experts, "gelu_tanh")`` (each
         expert's weighted output rounded to x's dtype; the reference accumulates them in expert order)."""
-        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, "gelu_tanh")
+        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, self.activation)

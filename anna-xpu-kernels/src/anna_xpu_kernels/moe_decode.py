@@ -137,6 +137,7 @@ def _decode_gate_up_kernel(x_ptr, gate_up_ptr, h_ptr, ids_ptr, num_tokens, N, K,
                            BLOCK_K: tl.constexpr, DEPTH: tl.constexpr, USE_PDL: tl.constexpr):
     # N = I (gated outputs), K = H; gate_up: [E, 2N, K] (gate rows, then up rows), unit stride along K;
     # ids: [T * TOP_K] contiguous; h: [T * TOP_K, N]; num_tokens = T (only a key of the autotuner)
+    tl.static_assert(DEPTH <= 2, "the gate/up decode kernel rotates at most 2 tiles loaded ahead")
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     if USE_PDL:  # (no nested call otherwise: each costs the interpreter a few ms per program)
@@ -196,6 +197,7 @@ def _decode_down_kernel(h_ptr, down_ptr, out_ptr, rw_ptr, ids_ptr, num_tokens, N
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.minimum(cols, N - 1).to(tl.int64)
     ks = tl.arange(0, BLOCK_K)
+    tl.static_assert(DEPTH <= 3, "the down decode kernel rotates at most 3 tiles loaded ahead")
     w_rows = down_ptr + rows[:, None] * stride_wn + ks[None, :]  # [BLOCK_N, BLOCK_K] of expert 0
     first = token * TOP_K
     tiles = tl.cdiv(K, BLOCK_K)  # per expert

@@ -15,6 +15,7 @@ import torch
 
 from anna_core.cache_spec import CacheSpec, FullAttentionSpec, RecurrentStateSpec, SlidingWindowSpec
 from anna_core.device import memory_stats
+from anna_core.engine.offload import cap_headroom_bytes
 from anna_core.errors import AnnaError
 from anna_core.model import AttentionCache, ModelCaches, StateCache
 
@@ -43,6 +44,32 @@ def default_kv_budget_bytes(device: torch.device) -> int:
     if free is None:
         raise AnnaError(f"cannot query free memory on {device}; set kv_cache_memory_gib or num_blocks")
     return int(free * _ACCEL_FRACTION)
+
+
+
+
+def device_bytes_in_use(device: torch.device, tensors_bytes: int) -> int:
+    """Device bytes allocated now: torch's count where the device keeps one (CUDA, XPU), else
+    ``tensors_bytes`` (what the caller counted: the model's tensors on the device)."""
+    return memory_stats(device).get("allocated_bytes", tensors_bytes)
+
+
+def capped_kv_budget_bytes(cap_bytes: int, in_use_bytes: int, other_bytes: int) -> int:
+    """KV-cache bytes under a device memory cap: the cap less what is allocated (weights, expert cache and
+    scratch), ``other_bytes`` (recurrent state slots, snapshots, prompt cache, reserve) and a headroom for
+    activations (:func:`anna_core.engine.offload.cap_headroom_bytes`).
+
+    Raises:
+        AnnaError: nothing is left for the KV cache.
+    """
+    headroom = cap_headroom_bytes(cap_bytes)
+    budget = cap_bytes - in_use_bytes - other_bytes - headroom
+    if budget <= 0:
+        raise AnnaError(f"max_device_memory_gib ({cap_bytes / _GIB:.2f} GiB) leaves no room for the KV cache: the "
+                        f"loaded model uses {in_use_bytes / _GIB:.2f} GiB, state / snapshots {other_bytes / _GIB:.2f} "
+                        f"GiB, activations {headroom / _GIB:.2f} GiB; raise the cap, lower --snapshot-memory-mib, or offload "
+                        "experts (--offload-mode experts, fewer resident expert layers, fewer cached experts per layer)")
+    return budget
 
 
 def group_block_caps(spec: CacheSpec, block_size: int, max_len: int, max_num_seqs: int,

@@ -28,7 +28,7 @@ What it checks (each a method; a subclass may tighten a tolerance or skip one wi
 * every declared cache group gives back all it held when the requests end, and a sliding-window group
   holds a bounded number of blocks per sequence over a long generation;
 * chat completions through the real HTTP app (in-process, no socket), streamed and not, give the same
-  text as greedy decoding of the chat-templated prompt.
+  text, and the text and token counts of greedy decoding of the tokenizer's chat-templated prompt.
 
 Tolerances: logits are compared as ``max |a - b| / (max(b) - min(b))``; the engine comparisons of top
 log-probabilities use ``logprob_atol`` (GEMMs over more rows round differently even in float32).
@@ -171,7 +171,8 @@ class FamilyConformance:
     def test_family_is_chosen_from_config_not_the_folder_name(self, conformance_checkpoint: Path, tmp_path: Path):
         from anna_core.loading import load_model
 
-        misleading = tmp_path / "some-other-model-7b"
+        other = "gemma-4-E2B-it" if self.family.startswith("qwen") else "Qwen3.5-9B"  # another family's name
+        misleading = tmp_path / other
         misleading.symlink_to(conformance_checkpoint, target_is_directory=True)
         assert load_model(misleading, device="cpu", dtype="fp32").family == self.family
         config = json.loads((conformance_checkpoint / "config.json").read_text())
@@ -216,8 +217,11 @@ class FamilyConformance:
 
     def test_prefix_hit_equals_miss(self, conformance_loaded: Any, conformance_prompts: list[list[int]]):
         first, second = conformance_prompts[0], conformance_prompts[1]
-        # a recurrent group resumes only from a state snapshot: take them every two blocks
-        cached = self.engine(conformance_loaded, enable_prefix_caching=True, snapshot_interval=2 * self.block_size)
+        if len(first) // 2 < self.block_size:
+            pytest.fail(f"prompt_length {self.prompt_length} shares fewer than one block ({self.block_size} tokens) "
+                        "between the two prompts: raise prompt_length")
+        # a recurrent group resumes only from a state snapshot: take one at every block
+        cached = self.engine(conformance_loaded, enable_prefix_caching=True, snapshot_interval=self.block_size)
         reference = self.engine(conformance_loaded, enable_prefix_caching=False)
         self.run(cached, [first], "warm")
         [hit] = self.run(cached, [second], "hit")
@@ -253,6 +257,12 @@ class FamilyConformance:
                     held[g].append(eng.kv.groups[g].num_held("long0"))
 
         new = 3 * self.prompt_length
+        for g in sliding:  # without outgrowing the window the bound below would hold without any release
+            bound = -(-spec.groups[g].window // self.block_size) + 1
+            if self.prompt_length + new <= (bound + 1) * self.block_size:
+                pytest.fail(f"sliding group {g} (window {spec.groups[g].window}) is never outgrown by "
+                            f"{self.prompt_length + new} tokens: raise prompt_length above a third of "
+                            f"{(bound + 1) * self.block_size}")
         [out] = self.run(eng, [conformance_prompts[0]], "long", max_tokens=new, on_output=watch)
         assert len(out.token_ids) == new
         for g in sliding:
@@ -296,7 +306,18 @@ class FamilyConformance:
                                     for c in chunks if c["choices"])
                 assert text == (message.get("content") or "")
                 assert reasoning == (message.get("reasoning_content") or "")
-                assert 1 <= plain.json()["usage"]["completion_tokens"] <= 8
+                usage = plain.json()["usage"]
+            # the server templated the chat as the tokenizer does and decoded greedily (no output parser here)
+            prompt = tokenizer.encode(tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True))
+            assert usage["prompt_tokens"] == len(prompt)
+            from anna_core.engine.sampling_params import SamplingParams
+            from anna_core.testing.engine_run import run_to_completion
+
+            [greedy] = run_to_completion(self.engine(conformance_loaded), [prompt],
+                                         SamplingParams(temperature=0.0, max_tokens=8), prefix="chat")
+            assert usage["completion_tokens"] == len(greedy.token_ids) >= 1
+            assert (message.get("reasoning_content") or "") + (message.get("content") or "") == tokenizer.decode(
+                greedy.token_ids)
         finally:
             import asyncio
 

@@ -68,7 +68,8 @@ class LiveServer:
 
 
 def start_server(args: list[str], log_dir: Path, model_dir: Path | None = None, *, module: str = "anna_cli.main",
-                 cwd: Path | None = None, timeout_s: float = START_TIMEOUT_S) -> LiveServer:
+                 cwd: Path | None = None, timeout_s: float = START_TIMEOUT_S,
+                 python: str | Path | None = None) -> LiveServer:
     """Start ``anna serve ARGS --device cpu`` on a free loopback port and wait until ``/health`` is 200.
 
     Args:
@@ -79,16 +80,18 @@ def start_server(args: list[str], log_dir: Path, model_dir: Path | None = None, 
         module: the ``python -m`` entry (a test module may register extra plugins before calling the CLI).
         cwd: the server's working directory (e.g. a repository root, so ``tests.*`` modules import).
         timeout_s: how long to wait for readiness.
+        python: the interpreter to run (default: this one), e.g. another virtualenv's ``bin/python``; then
+            ``module`` is not looked up in this process.
 
     Raises:
-        ModuleNotFoundError: anna-cli (``module``) is not installed.
+        ModuleNotFoundError: anna-cli (``module``) is not installed (in this interpreter).
         ServerNotReadyError: the server exited first, or was not ready within ``timeout_s`` (then it is killed).
     """
-    if importlib.util.find_spec(module.split(".")[0]) is None:
+    if python is None and importlib.util.find_spec(module.split(".")[0]) is None:
         raise ModuleNotFoundError(f"{module} is not installed: the live server needs anna-cli (pip install anna-cli)")
     port = free_port()
     log_path = Path(log_dir) / "serve.log"
-    cmd = [sys.executable, "-m", module, "serve", *args, "--host", "127.0.0.1", "--port", str(port),
+    cmd = [str(python or sys.executable), "-m", module, "serve", *args, "--host", "127.0.0.1", "--port", str(port),
            "--device", "cpu", "--threads", "2", "--log-level", "info"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     with open(log_path, "wb") as log:

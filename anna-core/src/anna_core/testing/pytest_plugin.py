@@ -11,7 +11,8 @@ Fixtures:
     anna_tiny_tokenizer_dir: a folder holding only the tiny tokenizer.
     live_server: ``start(model_dir, *args, **flags) -> LiveServer``: a real ``anna serve`` of ``model_dir``
         (:mod:`anna_core.testing.live_server`; needs anna-cli) on a free loopback port, ready when returned;
-        ``flags`` become options (``max_model_len=512`` -> ``--max-model-len 512``, ``True`` -> a bare flag).
+        ``flags`` become options (``max_model_len=512`` -> ``--max-model-len 512``, ``True`` -> a bare flag;
+        ``False`` is refused: pass the negative flag in ``args``).
         Every server it started is stopped after the test. A directory's own conftest may shadow it.
 
 The conformance suites are base classes, not fixtures: :mod:`anna_core.testing.conformance`
@@ -69,7 +70,10 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
             option = "--" + name.replace("_", "-")
             if value is True:
                 argv.append(option)
-            elif value is not False and value is not None:
+            elif value is False:
+                raise ValueError(f"live_server: {name}=False has no flag form; pass the negative flag itself as an "
+                                 "argument, e.g. live_server(model_dir, '--disable-prefix-caching')")
+            elif value is not None:
                 argv += [option, str(value)]
         server = start_server(argv, tmp_path_factory.mktemp("live-server"), Path(model_dir))
         started.append(server)

@@ -52,7 +52,8 @@ def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking:
 @click.option("--compile-mode", type=click.Choice(("none", "default", "max-autotune")), default="none",
               show_default=True, help="torch.compile the forward pass before graph capture.")
 @exit_on_anna_errors
-def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, prompt: str,
+def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
+             weight_quant: str, prompt: str,
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
              stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
              **sampling: Any) -> None:
@@ -73,7 +74,7 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
     build = resolve(task_for(family, name="generate").engine)  # fail fast: not a text-generation family
     t0 = time.perf_counter()
     loaded = load_model(path, device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
-                        chat_template=chat_template.read_text() if chat_template else None)
+                        weight_quant=weight_quant, chat_template=chat_template.read_text() if chat_template else None)
     runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=loaded.device.type != "cpu")
     engine = build(loaded, EngineConfig(max_num_seqs=1), runner)
     load_s = time.perf_counter() - t0

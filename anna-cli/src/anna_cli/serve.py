@@ -336,7 +336,7 @@ def _draining_server_class() -> type:
 @click.option("--metrics-log-interval-seconds", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="Log a one-line metrics summary this often (0 = never). Full figures: /healthz, /metrics.")
 @exit_on_anna_errors
-def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
+def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, weight_quant: str,
           model_name: str | None, task_name: str | None, host: str, port: int, log_level: str, log_format: str,
           max_model_len: int | None, chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
@@ -386,7 +386,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     loader = BackgroundLoader(
         state, task, path,
         load_kwargs={"device": device, "dtype": dtype, "load_format": load_format, "gguf_file": gguf_file,
-                     "disable_kernels": disable_kernels,
+                     "disable_kernels": disable_kernels, "weight_quant": weight_quant,
                      "chat_template": chat_template.read_text() if chat_template else None},
         engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,
         metrics_log_interval_s=metrics_log_interval_seconds,

@@ -43,7 +43,9 @@ class LLM:
         model_dir: model folder or GGUF file.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"xpu"``.
         dtype: ``"auto"``, ``"bf16"``, ``"fp16"`` or ``"fp32"``.
-        load_format / gguf_file / chat_template: see :func:`anna_core.loading.load_model`.
+        load_format / gguf_file / chat_template / weight_quant: see :func:`anna_core.loading.load_model`
+            (``weight_quant="auto"``: a GGUF's quantized matrices stay quantized on the CPU; ``"none"``
+            dequantizes them).
         cuda_graph / compile_mode / warmup: the runner's set-up, as ``anna serve`` does it
             (:class:`~anna_core.engine.model_runner.RunnerConfig`): decode and prefill graphs captured where the
             device has them (CUDA, XPU; nothing on the CPU), no ``torch.compile``, and a warm-up prefill and
@@ -64,13 +66,14 @@ class LLM:
 
     def __init__(self, model_dir: str | Path, device: str = "auto", dtype: Any = "auto", *,
                  load_format: str = "auto", gguf_file: str | None = None, chat_template: str | None = None,
-                 cuda_graph: bool = True, compile_mode: str = "none", warmup: bool | None = None,
+                 weight_quant: str = "auto", cuda_graph: bool = True, compile_mode: str = "none",
+                 warmup: bool | None = None,
                  **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
         build = resolve(task_for(family, name="generate").engine)
         config = EngineConfig(**engine_options)
         loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
-                            gguf_file=gguf_file, chat_template=chat_template)
+                            gguf_file=gguf_file, chat_template=chat_template, weight_quant=weight_quant)
         self._setup(loaded, build(loaded, config, _runner_config(loaded, cuda_graph, compile_mode, warmup)))
 
     @classmethod

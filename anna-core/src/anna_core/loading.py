@@ -22,6 +22,10 @@ from anna_core.registry import resolve
 log = logging.getLogger("anna.loading")
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+WEIGHT_QUANT_MODES = ("auto", "none", "int4", "int8")
+"""``--weight-quant``: ``auto`` keeps a GGUF's own quantization on the CPU (where the family supports it;
+dequantized elsewhere), ``none`` dequantizes, ``int4`` (group 128, asymmetric) / ``int8`` (per channel)
+quantize a safetensors checkpoint at load (not implemented yet)."""
 
 
 def _checkpoint_dtype(source: ModelSource) -> str | None:
@@ -35,7 +39,7 @@ def _checkpoint_dtype(source: ModelSource) -> str | None:
 
 def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", load_format: str = "auto",
                gguf_file: str | None = None, chat_template: str | None = None, pm: Any = None,
-               disable_kernels: Sequence[str] = ()) -> LoadedModel:
+               disable_kernels: Sequence[str] = (), weight_quant: str = "auto") -> LoadedModel:
     """Load the model at ``model`` (a folder or a ``.gguf`` file).
 
     Args:
@@ -48,6 +52,10 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
         pm: plugin manager (default: the process-wide one).
         disable_kernels: kernel implementations not to use, ``"op:name"`` or ``"name"`` (see
             :class:`~anna_core.kernels.KernelRegistry`), e.g. to work around a faulty kernel.
+        weight_quant: ``"auto"`` (the family's default: a GGUF keeps its quantized matrices on the CPU
+            where the family supports it), ``"none"`` (dequantize), ``"int4"`` / ``"int8"``
+            (:data:`WEIGHT_QUANT_MODES`); passed to the family's loader as
+            ``weight_quant`` unless ``"auto"``.
 
     Raises:
         ModelLoadError: missing / broken checkpoint, or the family's package cannot be imported.
@@ -56,6 +64,8 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
     """
     if load_format not in LOAD_FORMATS:
         raise AnnaError(f"unknown load format {load_format!r}; use one of {', '.join(LOAD_FORMATS)}")
+    if weight_quant not in WEIGHT_QUANT_MODES:
+        raise AnnaError(f"unknown weight quantization {weight_quant!r}; use one of {', '.join(WEIGHT_QUANT_MODES)}")
     source = inspect_model_dir(model, gguf_file=gguf_file)
     family = select_family(source, model_families(pm))
     try:
@@ -70,5 +80,6 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev, _checkpoint_dtype(source))
     log.info("loading %s as family %s on %s in %s", source.root, family.name, dev, dt)
+    extra = {} if weight_quant == "auto" else {"weight_quant": weight_quant}
     return loader(source, device=dev, dtype=dt, load_format=load_format,
-                  kernels=kernels, chat_template=chat_template)
+                  kernels=kernels, chat_template=chat_template, **extra)

@@ -42,6 +42,7 @@ class BenchSettings:
     device: str = "auto"
     dtype: str = "auto"
     load_format: str = "dummy"
+    weight_quant: str = "auto"
     batch_size: int = 1
     input_len: int = 512
     output_len: int = 256
@@ -218,7 +219,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         accel.reset_peak_memory()
         t = wall_clock()
         loaded = load_model(s.model_dir, device=s.device, dtype=s.dtype, load_format=s.load_format,
-                            disable_kernels=s.disable_kernels)
+                            disable_kernels=s.disable_kernels, weight_quant=s.weight_quant)
         load_s = wall_clock() - t
     else:
         load_s = 0.0

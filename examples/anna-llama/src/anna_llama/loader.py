@@ -37,7 +37,7 @@ def build_model(cfg: LlamaConfig, ops: Any, dtype: torch.dtype) -> LlamaForCausa
 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
-         kernels: KernelRegistry, chat_template: str | None = None) -> LoadedModel:
+         kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto") -> LoadedModel:
     """Load a Llama-architecture checkpoint.
 
     Args:
@@ -47,6 +47,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             (random weights from a folder that may hold only ``config.json``).
         kernels: the registry the model's kernel ops are bound from.
         chat_template: overrides the checkpoint's chat template.
+        weight_quant: ``"auto"`` keeps a GGUF's quantized matrices quantized on the CPU
+            (:mod:`anna_core.layers.quant_linear`) and dequantizes them elsewhere; ``"none"`` dequantizes;
+            ``"int4"`` / ``"int8"`` (a safetensors checkpoint quantized at load) are not implemented yet.
 
     Raises:
         ModelLoadError: unknown load format or one that does not fit the source; a bad config;
@@ -57,10 +60,11 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
+    packed = _packed_weights(weight_quant, source.format, device, load_format)
     ops = bind_ops(kernels, device, dtype)
     if source.format == "gguf":
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
-                          dummy=load_format == "dummy")
+                          dummy=load_format == "dummy", packed=packed)
     cfg = LlamaConfig.from_hf(source.config)
     model = build_model(cfg, ops, dtype)
     if load_format == "dummy":
@@ -74,15 +78,36 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     return _loaded(model.eval(), cfg, tokenizer, generation, device, dtype)
 
 
+def _packed_weights(weight_quant: str, source_format: str, device: torch.device, load_format: str) -> bool:
+    """Whether the GGUF matrices stay quantized (``--weight-quant``).
+
+    Raises:
+        ModelLoadError: an unknown mode, or one not implemented for this source / device yet.
+    """
+    from anna_core.loading import WEIGHT_QUANT_MODES
+
+    if weight_quant not in WEIGHT_QUANT_MODES:
+        raise ModelLoadError(f"unknown --weight-quant {weight_quant!r}; use one of {', '.join(WEIGHT_QUANT_MODES)}")
+    if weight_quant in ("int4", "int8"):
+        raise ModelLoadError(f"--weight-quant {weight_quant} (quantizing a checkpoint at load) is not implemented yet; "
+                             "use auto (a GGUF keeps its own quantization on the CPU) or none")
+    cpu = torch.device(device).type == "cpu"
+    return weight_quant == "auto" and cpu and source_format == "gguf" and load_format != "dummy"
+
+
 def _prepare(model: LlamaForCausalLM, device: torch.device) -> None:
-    """Merge the projections; on the CPU also lay the weights out column-major (faster decode)."""
+    """Merge the projections; on the CPU also lay the weights out column-major (faster decode) and pack
+    the quantized ones for their kernel."""
+    from anna_core.layers.quant_linear import pack_all
+
     model.merge_projections()
     if torch.device(device).type == "cpu":
         model.use_column_major_weights()
+    pack_all(model, model.ops)
 
 
 def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype, ops: Any,
-               chat_template: str | None, dummy: bool) -> LoadedModel:
+               chat_template: str | None, dummy: bool, packed: bool = False) -> LoadedModel:
     from anna_core.weights.gguf_loader import load_gguf
     from anna_core.weights.gguf_reader import GGUFModelFile
     from anna_core.weights.gguf_tokenizer import load_gguf_tokenizer
@@ -93,7 +118,10 @@ def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype,
     if dummy:
         materialize_dummy(model, device=device)
     else:
-        load_gguf(model, gguf, gguf_name_map, device=device, transform=gguf_transform(cfg))
+        kept = load_gguf(model, gguf, gguf_name_map, device=device, transform=gguf_transform(cfg),
+                         keep_packed=(lambda name: name.endswith(".weight")) if packed else None)
+        if packed:
+            log.info("kept %d GGUF matrices quantized (int4_linear)", kept)
     _prepare(model, device)
     tokenizer = load_gguf_tokenizer(source.gguf_files[0], tokenizer_model=gguf.get("tokenizer.ggml.model", None),
                                     pre_type=gguf.get("tokenizer.ggml.pre", None), chat_template=chat_template)

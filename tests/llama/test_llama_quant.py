@@ -4,10 +4,10 @@ dequantized (``none``), and the ``--weight-quant`` flag on the CLI."""
 import numpy as np
 import pytest
 import torch
+from anna_cli.main import build_cli
 from anna_core.errors import ModelLoadError
 from anna_core.layers.quant_linear import QuantizedEmbedding, QuantizedLinear
 from anna_core.testing.runner import prefill_logits, simple_greedy
-from anna_cli.main import build_cli
 from click.testing import CliRunner
 
 from tests.core._gguf_fakes import write_gguf

@@ -42,9 +42,7 @@ def stored(name: str, rows: int = N, cols: int = K, seed: int = 0) -> np.ndarray
 
 def through_kernel(blocks: AffineBlocks, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     p = pack_affine_blocks(blocks, dtype)
-    h = x.to(dtype)
-    if p.columns is not None:
-        h = torch.nn.functional.pad(h, (0, 1))[:, p.columns]
+    h = p.expand(x.to(dtype))
     return int4_linear(h, p.packed, p.scale_zero, p.group)[:, : p.out_features].float()
 
 
@@ -72,10 +70,13 @@ def test_wider_codes_use_two_planes_and_q6_k_pads_to_groups_of_32():
     q8 = pack_affine_blocks(affine_blocks(stored("Q8_0"), T.Q8_0, (N, K)))
     q6 = pack_affine_blocks(affine_blocks(stored("Q6_K"), T.Q6_K, (N, K)))
     rows = 48  # N = 40 rows padded to a multiple of 16 (the kernel's)
-    assert q4.columns is None and tuple(q4.packed.shape) == (rows, K // 2) and q4.group == 32
+    x = torch.arange(K, dtype=torch.float32)[None] + 1
+    assert q4.planes == 1 and tuple(q4.packed.shape) == (rows, K // 2) and q4.group == 32 and q4.expand(x) is x
     assert q4.out_features == N
-    assert tuple(q8.packed.shape) == (rows, K) and q8.columns.shape == (2 * K,)  # two 4-bit planes
-    assert tuple(q6.packed.shape) == (rows, 2 * K) and int((q6.columns == K).sum()) == 2 * K  # half are padding
+    assert tuple(q8.packed.shape) == (rows, K) and q8.planes == 2  # two 4-bit planes
+    assert torch.equal(q8.expand(x)[0, :64], torch.cat([x[0, :32], x[0, :32]]))  # each group once per plane
+    assert tuple(q6.packed.shape) == (rows, 2 * K)
+    assert torch.equal(q6.expand(x)[0, :64], torch.cat([x[0, :16], torch.zeros(16)] * 2))  # 16 padded to 32
     assert q4.scale_zero.dtype == torch.bfloat16 and tuple(q4.scale_zero.shape) == (K // 32, rows, 2)
 
 

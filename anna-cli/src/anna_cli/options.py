@@ -15,7 +15,8 @@ DTYPES = ("auto", "bf16", "fp16", "fp32")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 WEIGHT_QUANTS = ("auto", "none", "int4", "int8")  # anna_core.loading.WEIGHT_QUANT_MODES (kept import-free)
 WEIGHT_QUANT_HELP = ("auto: a GGUF's quantized matrices stay quantized on the CPU (dequantized on a GPU); "
-                     "none: dequantize; int4 / int8: quantize a safetensors checkpoint (not implemented yet).")
+                     "none: dequantize; int4 (groups of 128) / int8 (per channel): quantize a safetensors "
+                     "checkpoint's projections at load (CPU).")
 
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -381,7 +381,8 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         reasoning_format=reasoning_format,
         api_key=api_key or None,
         request_guard=RequestGuard.for_bind(host, _split(allowed_hosts), _split(allowed_origins)),
-        info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device},
+        info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device,
+              "weight_quant": weight_quant},
     )
     loader = BackgroundLoader(
         state, task, path,

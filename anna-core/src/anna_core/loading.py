@@ -25,7 +25,7 @@ LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 WEIGHT_QUANT_MODES = ("auto", "none", "int4", "int8")
 """``--weight-quant``: ``auto`` keeps a GGUF's own quantization on the CPU (where the family supports it;
 dequantized elsewhere), ``none`` dequantizes, ``int4`` (group 128, asymmetric) / ``int8`` (per channel)
-quantize a safetensors checkpoint at load (not implemented yet)."""
+quantize a safetensors checkpoint's projections at load (anna-llama, CPU)."""
 
 
 def _checkpoint_dtype(source: ModelSource) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,7 +34,8 @@ class QuantizedLinear(nn.Module):
         compute_dtype: the dtype the kernel runs in (bfloat16: fast on the CPU; float32: exact).
 
     Buffers (after :meth:`pack`, not in ``state_dict``): ``packed`` ``[N, K'/2]`` uint8, ``scale_zero``
-    ``[K'/g, N, 2]`` and, for 5..8-bit codes or groups under 32, ``columns`` ``[K']``.
+    ``[K'/g, N, 2]``; ``layout`` (the :class:`~anna_core.kernels.reference.int4_linear.PackedInt4` they
+    came from) expands x to the kernel's ``K'`` columns.
     """
 
     def __init__(self, blocks: AffineBlocks, bias: torch.Tensor | None = None, ops: Any = None,
@@ -75,7 +77,7 @@ class QuantizedLinear(nn.Module):
         p = pack_affine_blocks(self.blocks, self.compute_dtype)
         self.register_buffer("packed", p.packed, persistent=False)
         self.register_buffer("scale_zero", p.scale_zero, persistent=False)
-        self.register_buffer("columns", p.columns, persistent=False)
+        self.layout = attrs.evolve(p, packed=None, scale_zero=None)  # the geometry (the buffers live above)
         self.group = p.group
         self.blocks = None
 
@@ -88,8 +90,7 @@ class QuantizedLinear(nn.Module):
             self._op = int4_linear if self.ops is None else self.ops.int4_linear
         lead = x.shape[:-1]
         h = x.reshape(-1, self.in_features).to(self.compute_dtype)  # [M, K]
-        if self.columns is not None:
-            h = F.pad(h, (0, 1))[:, self.columns]  # [M, K']: planes and zero padding
+        h = self.layout.expand(h)  # [M, K']: once per plane, groups padded to the kernel's
         y = self._op(h, self.packed, self.scale_zero, self.group)  # [M, N rounded up to 16]
         if y.shape[1] != self.out_features:
             y = y[:, : self.out_features]

@@ -49,7 +49,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         chat_template: overrides the checkpoint's chat template.
         weight_quant: ``"auto"`` keeps a GGUF's quantized matrices quantized on the CPU
             (:mod:`anna_core.layers.quant_linear`) and dequantizes them elsewhere; ``"none"`` dequantizes;
-            ``"int4"`` / ``"int8"`` (a safetensors checkpoint quantized at load) are not implemented yet.
+            ``"int4"`` (groups of 128, asymmetric) / ``"int8"`` (per channel) quantize a safetensors
+            checkpoint's projections at load (:mod:`anna_core.weights.quantize`; CPU only, the embedding and
+            a tied LM head stay dense).
 
     Raises:
         ModelLoadError: unknown load format or one that does not fit the source; a bad config;
@@ -60,11 +62,11 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
-    packed = _packed_weights(weight_quant, source.format, device, load_format)
+    packed = _packed_weights(weight_quant, source.format, device)
     ops = bind_ops(kernels, device, dtype)
     if source.format == "gguf":
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
-                          dummy=load_format == "dummy", packed=packed)
+                          dummy=load_format == "dummy", packed=packed == "gguf")
     cfg = LlamaConfig.from_hf(source.config)
     model = build_model(cfg, ops, dtype)
     if load_format == "dummy":
@@ -72,35 +74,54 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     else:
         load_safetensors(model, source.root, safetensors_name_map(cfg), device=device)
     tokenizer = _folder_tokenizer(source.root, chat_template, required=load_format != "dummy")
-    _prepare(model, device)
+    _prepare(model, device, quantize=packed if packed in ("int4", "int8") else None)
     generation = read_generation_defaults(source.root, config_eos=source.config.get("eos_token_id"),
                                           tokenizer=tokenizer)
     return _loaded(model.eval(), cfg, tokenizer, generation, device, dtype)
 
 
-def _packed_weights(weight_quant: str, source_format: str, device: torch.device, load_format: str) -> bool:
-    """Whether the GGUF matrices stay quantized (``--weight-quant``).
+def _packed_weights(weight_quant: str, source_format: str, device: torch.device) -> str | None:
+    """What ``--weight-quant`` keeps packed: ``"gguf"`` (the file's own quantized matrices), ``"int4"`` /
+    ``"int8"`` (a safetensors checkpoint quantized at load) or None (dense).
 
     Raises:
-        ModelLoadError: an unknown mode, or one not implemented for this source / device yet.
+        ModelLoadError: an unknown mode, or one that does not fit the source or device.
     """
     from anna_core.loading import WEIGHT_QUANT_MODES
 
     if weight_quant not in WEIGHT_QUANT_MODES:
         raise ModelLoadError(f"unknown --weight-quant {weight_quant!r}; use one of {', '.join(WEIGHT_QUANT_MODES)}")
-    if weight_quant in ("int4", "int8"):
-        raise ModelLoadError(f"--weight-quant {weight_quant} (quantizing a checkpoint at load) is not implemented yet; "
-                             "use auto (a GGUF keeps its own quantization on the CPU) or none")
     cpu = torch.device(device).type == "cpu"
-    return weight_quant == "auto" and cpu and source_format == "gguf" and load_format != "dummy"
+    if weight_quant in ("int4", "int8"):
+        if source_format == "gguf":
+            raise ModelLoadError(f"--weight-quant {weight_quant} quantizes a safetensors checkpoint; a GGUF keeps "
+                                 "its own quantization (--weight-quant auto) or dequantizes (none)")
+        if not cpu:
+            raise ModelLoadError(f"--weight-quant {weight_quant} runs on the CPU only (not implemented yet on "
+                                 f"{torch.device(device).type})")
+        return weight_quant
+    return "gguf" if weight_quant == "auto" and cpu and source_format == "gguf" else None
 
 
-def _prepare(model: LlamaForCausalLM, device: torch.device) -> None:
-    """Merge the projections; on the CPU also lay the weights out column-major (faster decode) and pack
-    the quantized ones for their kernel."""
-    from anna_core.layers.quant_linear import pack_all
+def _prepare(model: LlamaForCausalLM, device: torch.device, quantize: str | None = None) -> None:
+    """Merge the projections; with ``quantize`` (``"int4"`` / ``"int8"``) quantize them; on the CPU lay
+    the dense weights out column-major (faster decode) and pack the quantized ones for their kernel."""
+    from anna_core.layers.quant_linear import QuantizedLinear, pack_all
 
     model.merge_projections()
+    if quantize is not None:
+        from anna_core.weights.quantize import quantize_dense
+
+        for layer in model.model.layers:
+            for parent in (layer.self_attn, layer.mlp):
+                for name, child in list(parent.named_children()):
+                    if type(child) is torch.nn.Linear:
+                        try:
+                            blocks = quantize_dense(child.weight, quantize)
+                        except ValueError as exc:  # rows the mode cannot group stay dense
+                            log.warning("%s stays dense: %s", name, exc)
+                            continue
+                        setattr(parent, name, QuantizedLinear(blocks, child.bias))
     if torch.device(device).type == "cpu":
         model.use_column_major_weights()
     pack_all(model, model.ops)

@@ -12,8 +12,8 @@ group of columns reading the same ``x`` columns: ``a q + b = 16 a (q_1 + s - 8) 
 with plane 1 stored shifted by ``s = 8 - 2**(bits - 5)`` (centred on 8) and ``z = b + 8 a + 16 a (8 -
 s)``, so ``z`` stays small. Groups smaller than 32 (``Q6_K``'s 16) are padded to 32 with columns that
 read zero. The packed matrix is then ``[N, K']`` (``K' = K`` for 4-bit codes in groups of 32 or more,
-``2K`` for 5..8-bit codes, ``4K`` for ``Q6_K``) and the caller feeds ``x[:, columns]`` (``columns``:
-``[K']`` indices into ``x`` with one zero column appended), so the product is one kernel call with float32
+``2K`` for 5..8-bit codes, ``4K`` for ``Q6_K``) and the caller feeds ``x`` laid out to match
+(:meth:`PackedInt4.expand`: each group of ``x`` padded with zeros and repeated once per plane), so the product is one kernel call with float32
 accumulation and one rounding of the result.
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import attrs
 import torch
+import torch.nn.functional as F
 
 from anna_core.kernels.checks import require
 
@@ -72,8 +73,8 @@ class PackedInt4:
         packed: ``[N, K'/2]`` uint8.
         scale_zero: ``[K'/group, N, 2]`` in the compute dtype.
         group: the kernel's group size.
-        columns: ``[K']`` int64 indices into ``x`` padded with one zero column (index ``K``), or None when
-            ``K' = K`` in order.
+        planes: 1, or 2 for 5..8-bit codes (each group of ``x`` is read once per plane).
+        source_group: the blocks' group ``g`` (under 32: each group of ``x`` is padded with zeros to 32).
         in_features: ``K``.
         out_features: ``N``; the kernel's rows are padded to a multiple of 16 (rows of zeros), so the result
             has ``packed.shape[0]`` columns of which the first ``N`` are the product.
@@ -82,9 +83,20 @@ class PackedInt4:
     packed: torch.Tensor
     scale_zero: torch.Tensor
     group: int
-    columns: torch.Tensor | None
+    planes: int
+    source_group: int
     in_features: int
     out_features: int
+
+    def expand(self, x: torch.Tensor) -> torch.Tensor:
+        """x ``[M, K]`` -> ``[M, K']``, the kernel's input (x itself for 4-bit codes in groups of 32 or more)."""
+        if self.planes == 1 and self.source_group == self.group:
+            return x
+        m, g = x.shape[0], self.source_group
+        h = x.reshape(m, -1, 1, g)  # [M, G, 1, g]
+        if g != self.group:
+            h = F.pad(h, (0, self.group - g))  # zero columns up to the kernel's group
+        return h.expand(m, h.shape[1], self.planes, self.group).reshape(m, -1)
 
 
 def pack_affine_blocks(blocks, compute_dtype: torch.dtype = torch.bfloat16) -> PackedInt4:
@@ -118,10 +130,5 @@ def pack_affine_blocks(blocks, compute_dtype: torch.dtype = torch.bfloat16) -> P
     zero = torch.zeros_like(scale)
     zero[:, :, 0] = b + 8 * a + (16 * (8 - shift) * a if planes > 1 else 0)
     scale_zero = torch.stack([scale, zero], dim=-1).reshape(n, groups * planes, 2).transpose(0, 1)
-    columns = None
-    if planes > 1 or kg != g:
-        base = torch.arange(groups).view(groups, 1, 1) * g + torch.arange(kg).view(1, 1, kg)
-        base = torch.where(torch.arange(kg).view(1, 1, kg) < g, base, torch.tensor(k))
-        columns = base.expand(groups, planes, kg).reshape(-1).contiguous()
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.contiguous(), 1)
-    return PackedInt4(packed, scale_zero.to(compute_dtype).contiguous(), kg, columns, k, blocks.shape[0])
+    return PackedInt4(packed, scale_zero.to(compute_dtype).contiguous(), kg, planes, g, k, blocks.shape[0])

@@ -83,21 +83,30 @@ class QuantizedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: ``[..., K]`` -> ``[..., N]`` in x's dtype."""
-        self.pack()
-        if self._op is None:
-            from anna_core.kernels.reference.int4_linear import int4_linear
-
-            self._op = int4_linear if self.ops is None else self.ops.int4_linear
+        op = self._op
+        if op is None:
+            op = self._bind()
         lead = x.shape[:-1]
         h = x.reshape(-1, self.in_features).to(self.compute_dtype)  # [M, K]
-        h = self.layout.expand(h)  # [M, K']: once per plane, groups padded to the kernel's
-        y = self._op(h, self.packed, self.scale_zero, self.group)  # [M, N rounded up to 16]
-        if y.shape[1] != self.out_features:
+        if self._expand:
+            h = self.layout.expand(h)  # [M, K']: once per plane, groups padded to the kernel's
+        y = op(h, self.packed, self.scale_zero, self.group)  # [M, N rounded up to 16]
+        if self._trim:
             y = y[:, : self.out_features]
         y = y.to(x.dtype)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
+
+    def _bind(self):
+        """Pack (first call) and resolve the op once; forward's per-call work is then the kernel's."""
+        self.pack()
+        from anna_core.kernels.reference.int4_linear import int4_linear
+
+        self._op = int4_linear if self.ops is None else self.ops.int4_linear
+        self._expand = self.layout.planes > 1 or self.layout.source_group != self.layout.group
+        self._trim = self.packed.shape[0] != self.out_features
+        return self._op
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, {self.source}, "

@@ -30,18 +30,24 @@ KERNEL_GROUPS = (32, 64, 128, 256)
 
 
 def check_int4_linear(x: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor, group_size: int) -> None:
-    """Shapes and dtypes of :func:`int4_linear`'s arguments (no sync).
+    """Shapes and dtypes of :func:`int4_linear`'s arguments (no sync; the messages are only built on failure:
+    decode calls this once per projection per step).
 
     Raises:
         ValueError: x not ``[M, K]``, packed not ``[N, K/2]`` uint8, scale_zero not ``[K/g, N, 2]`` of
             x's dtype, or a group size the kernel does not take.
     """
+    k = x.shape[-1]
+    if (group_size in KERNEL_GROUPS and x.dim() == 2 and packed.dtype == torch.uint8 and packed.dim() == 2
+            and packed.shape[1] * 2 == k and k % group_size == 0 and scale_zero.dtype == x.dtype
+            and scale_zero.shape == (k // group_size, packed.shape[0], 2)):
+        return
     op = "int4_linear"
     require(group_size in KERNEL_GROUPS, op, f"group_size must be one of {KERNEL_GROUPS}, got {group_size}")
     require(x.dim() == 2, op, f"x must be [M, K], got shape {tuple(x.shape)}")
     require(packed.dtype == torch.uint8 and packed.dim() == 2, op,
             f"packed must be [N, K/2] uint8, got {tuple(packed.shape)} {packed.dtype}")
-    n, k = packed.shape[0], x.shape[1]
+    n = packed.shape[0]
     require(packed.shape[1] * 2 == k and k % group_size == 0, op,
             f"packed {tuple(packed.shape)} does not hold x's K={k} columns in groups of {group_size}")
     require(tuple(scale_zero.shape) == (k // group_size, n, 2), op,

@@ -247,7 +247,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     per_stream = 1.0 / mean_itl
     report: dict[str, Any] = {
         "model": str(s.model_dir), "device": str(loaded.device), "device_name": device_name(loaded.device),
-        "dtype": str(loaded.dtype).replace("torch.", ""), "batch_size": s.batch_size, "input_len": s.input_len,
+        "dtype": str(loaded.dtype).replace("torch.", ""), "weight_quant": s.weight_quant, "batch_size": s.batch_size, "input_len": s.input_len,
         "output_len": s.output_len, "runs": s.runs, "warmup": s.warmup, "cuda_graph": s.cuda_graph,
         "compile_mode": s.compile_mode, "async_scheduling": s.async_scheduling, "logprobs": s.logprobs,
         "prefix_caching": engine.config.enable_prefix_caching, "snapshots_held": len(engine.scheduler.snapshots),

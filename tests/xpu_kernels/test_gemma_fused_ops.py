@@ -1,5 +1,5 @@
-"""The Triton kernels of the ops Gemma's decoder fuses (``post_norm_residual``, ``q_norm_rope``) against
-their torch references (interpreter), and a tiny Gemma 4 (E2B style: KV sharing, per-layer embeddings) and
+"""The Triton kernels of the ops Gemma's decoder fuses (``post_norm_residual``, ``q_norm_rope``, and the MoE
+layer's ``dual_post_norm_residual`` and ``rms_norm_pair``) against their torch references (interpreter), and a tiny Gemma 4 (E2B style: KV sharing, per-layer embeddings) and
 Gemma 3 through the engine with the Triton kernels giving the reference model's greedy tokens."""
 
 import pytest
@@ -12,7 +12,12 @@ from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
 require_triton_interpreter()
 
-from anna_xpu_kernels.norms import post_norm_residual
+from anna_xpu_kernels.norms import (
+    dual_post_norm_residual,
+    post_norm_residual,
+    post_norm_residual_norm_pair,
+    rms_norm_pair,
+)
 from anna_xpu_kernels.qk_norm_rope import q_norm_rope
 
 
@@ -55,6 +60,74 @@ def test_post_norm_residual_bad_arguments():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("T,D,scaled,with_next,zero_centered", [(5, 48, True, True, False), (3, 2816, True, True, False),
+                                                                (2, 640, False, False, False), (4, 96, True, False, True)])
+def test_dual_post_norm_residual_matches_reference(poison_outputs, dtype, T, D, scaled, with_next, zero_centered):
+    gen = torch.Generator().manual_seed(D)
+    x1, x2, residual = (3 * torch.randn(3, T, D, generator=gen)).to(dtype)
+    w1, w2, w, nw = (1 + 0.3 * torch.randn(4, D, generator=gen)).to(dtype)
+    scale = torch.tensor([0.37], dtype=dtype) if scaled else None
+    args = (x1, w1, x2, w2, residual, w, 1e-6, zero_centered, scale, nw if with_next else None)
+    got_y, got_r = dual_post_norm_residual(*args)
+    want_y, want_r = ref_norms.dual_post_norm_residual(*args)
+    torch.testing.assert_close(got_r, want_r, **_tol(dtype))
+    assert (got_y is None) == (want_y is None) == (not with_next)
+    if with_next:
+        torch.testing.assert_close(got_y, want_y, **_tol(dtype))
+    # the reference is the torch expression of the unfused Gemma 4 MoE tail, bit for bit
+    m = ref_norms.rms_norm(x1, w1, 1e-6, zero_centered) + ref_norms.rms_norm(x2, w2, 1e-6, zero_centered)
+    manual_y, manual_r = ref_norms.post_norm_residual(m, residual, w, 1e-6, zero_centered, scale,
+                                                      nw if with_next else None)
+    torch.testing.assert_close(want_r, manual_r, rtol=0, atol=0)
+    if with_next:
+        torch.testing.assert_close(want_y, manual_y, rtol=0, atol=0)
+
+
+def test_dual_post_norm_residual_bad_arguments():
+    x = torch.zeros(2, 8)
+    for impl in (dual_post_norm_residual, ref_norms.dual_post_norm_residual):
+        with pytest.raises(ValueError, match="x2 must match"):
+            impl(x, torch.ones(8), torch.zeros(2, 7), torch.ones(8), x, torch.ones(8), 1e-6, False, None, None)
+        with pytest.raises(ValueError, match="residual must match"):
+            impl(x, torch.ones(8), x, torch.ones(8), x.bfloat16(), torch.ones(8), 1e-6, False, None, None)
+    with pytest.raises(ValueError, match="weight_2 must be"):
+        dual_post_norm_residual(x, torch.ones(8), x, torch.ones(7), x, torch.ones(8), 1e-6, False, None, None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("T,D,zero_centered", [(5, 48, False), (3, 2816, False), (2, 640, True)])
+def test_rms_norm_pair_matches_reference(poison_outputs, dtype, T, D, zero_centered):
+    gen = torch.Generator().manual_seed(D + 1)
+    x = (3 * torch.randn(T, D, generator=gen)).to(dtype)
+    w, sw = (1 + 0.3 * torch.randn(2, D, generator=gen)).to(dtype)
+    factor = D ** -0.5
+    got_y, got_s = rms_norm_pair(x, w, 1e-6, zero_centered, sw, factor)
+    want_y, want_s = ref_norms.rms_norm_pair(x, w, 1e-6, zero_centered, sw, factor)
+    torch.testing.assert_close(got_y, want_y, **_tol(dtype))
+    torch.testing.assert_close(got_s, want_s, **_tol(dtype))
+    # the reference: the unfused norm, and transformers' router expression (rounded after each step), bit for bit
+    torch.testing.assert_close(want_y, ref_norms.rms_norm(x, w, 1e-6, zero_centered), rtol=0, atol=0)
+    ones = torch.ones(D, dtype=dtype)
+    torch.testing.assert_close(want_s, ref_norms.rms_norm(x, ones, 1e-6, False) * sw * factor, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("T,D,zero_centered", [(5, 48, False), (3, 2816, False), (2, 640, True)])
+def test_post_norm_residual_norm_pair_matches_reference(poison_outputs, dtype, T, D, zero_centered):
+    gen = torch.Generator().manual_seed(D + 2)
+    x, residual = (3 * torch.randn(2, T, D, generator=gen)).to(dtype)
+    w, nw, pw, sw = (1 + 0.3 * torch.randn(4, D, generator=gen)).to(dtype)
+    args = (x, residual, w, 1e-6, zero_centered, nw, pw, sw, D ** -0.5)
+    got, want = post_norm_residual_norm_pair(*args), ref_norms.post_norm_residual_norm_pair(*args)
+    for g, r in zip(got, want, strict=True):
+        torch.testing.assert_close(g, r, **_tol(dtype))
+    # the reference is the unfused post_norm_residual, then rms_norm_pair of its new residual, bit for bit
+    y, r = ref_norms.post_norm_residual(x, residual, w, 1e-6, zero_centered, None, nw)
+    for a, b in zip(want, (y, *ref_norms.rms_norm_pair(r, pw, 1e-6, zero_centered, sw, D ** -0.5), r), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("dim,rope", [(32, {"rope_theta": 1e4}),
                                       (64, {"rope_type": "proportional", "rope_theta": 1e6,
                                             "partial_rotary_factor": 0.25})])
@@ -84,6 +157,10 @@ def test_registered_ops(monkeypatch):
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
     assert registry.get("q_norm_rope", ProbeRequest("cpu", "float32", {"head_dim": 512})) is q_norm_rope
     assert registry.get("post_norm_residual", ProbeRequest("cpu", "bfloat16")) is post_norm_residual
+    assert registry.get("dual_post_norm_residual", ProbeRequest("cpu", "bfloat16")) is dual_post_norm_residual
+    assert registry.get("rms_norm_pair", ProbeRequest("cpu", "float32", {"dim": 2816})) is rms_norm_pair
+    assert registry.get("rms_norm_pair", ProbeRequest("cpu", "float32", {"dim": 32768})) is ref_norms.rms_norm_pair
+    assert registry.get("post_norm_residual_norm_pair", ProbeRequest("cpu", "bfloat16")) is post_norm_residual_norm_pair
     assert registry.get("q_norm_rope", ProbeRequest("cpu", "float32")) is ref_qk.q_norm_rope
 
 
@@ -107,7 +184,7 @@ def _generate(path, prompts, *, dtype="fp32"):
     return [list(out.token_ids) for out in outs], engine.runner.model.ops.registry.chosen()
 
 
-@pytest.mark.parametrize("family", ["gemma4-e2b", "gemma3"])
+@pytest.mark.parametrize("family", ["gemma4-e2b", "gemma4-moe", "gemma3"])
 def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, family):
     if family == "gemma3":
         from tests.gemma3.tiny import build_tiny_gemma3 as build
@@ -116,7 +193,7 @@ def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, f
     else:
         from tests.gemma4.tiny import build_tiny_gemma4
 
-        path = build_tiny_gemma4(tmp_path / "g", variant="e2b")
+        path = build_tiny_gemma4(tmp_path / "g", variant=family.removeprefix("gemma4-"))
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, 300, (n,), generator=gen).tolist() for n in (4, 9)]
     monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
@@ -124,9 +201,13 @@ def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, f
     assert set(chosen_ref.values()) == {"reference"} and "qk_norm_rope_cache" not in chosen_ref
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     got, chosen = _generate(path, prompts)
-    assert chosen["qk_norm_rope_cache"] == chosen["post_norm_residual"] == chosen["paged_attention"] == "triton"
-    if family != "gemma3":
+    assert chosen["qk_norm_rope_cache"] == chosen["paged_attention"] == "triton"
+    assert chosen.get("post_norm_residual") == (None if family == "gemma4-moe" else "triton")  # MoE: the fused tails
+    if family == "gemma4-e2b":
         assert chosen["q_norm_rope"] == chosen["gated_linear"] == "triton"  # KV-shared layers, per-layer inputs
+    if family == "gemma4-moe":  # the MoE layers' fused norms, router and experts
+        fused = ("post_norm_residual_norm_pair", "dual_post_norm_residual", "moe_route", "moe_experts")
+        assert all(chosen[op] == "triton" for op in fused) and "rms_norm_pair" not in chosen
     assert "reshape_and_cache" not in chosen  # the cache write runs inside the fused op
     assert got == want
 
@@ -150,3 +231,39 @@ def test_gated_linear_matches_reference(poison_outputs, dtype, rows, activation)
     torch.testing.assert_close(got, want, **_tol(dtype))
     with pytest.raises(ValueError, match="gate and up must be one"):
         gated_linear(gate, up[:, :-1], w, activation)
+
+
+def test_gemma4_moe_layers_through_the_triton_norm_kernels(tmp_path, monkeypatch):
+    """The tiny Gemma 4 MoE model with the Triton ``post_norm_residual_norm_pair`` and ``dual_post_norm_residual``
+    (every other op its torch reference, to keep this fast) gives the all-reference logits (there: the attention
+    tail as ``post_norm_residual`` then ``rms_norm_pair``), for a prefill and for decode-sized steps."""
+    from anna_core.kernels.registry import KernelRegistry
+    from anna_core.model_dir import inspect_model_dir
+    from anna_core.testing.runner import prefill_logits
+    from anna_gemma4.loader import load
+    from anna_xpu_kernels.plugin import TRITON_KERNELS
+
+    from tests.gemma4.tiny import build_tiny_gemma4
+
+    fused = ("post_norm_residual_norm_pair", "dual_post_norm_residual")
+    path = build_tiny_gemma4(tmp_path / "g", variant="moe")
+    prompt = [5, 17, 33, 101, 7, 250, 3, 64]
+
+    def model(triton: bool):
+        if triton:
+            monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+        else:
+            monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
+        registry = KernelRegistry.from_plugins(disabled=[f"{op}:triton" for op in TRITON_KERNELS if op not in fused])
+        return load(inspect_model_dir(path), device=torch.device("cpu"), dtype=torch.float32, load_format="auto",
+                    kernels=registry).model
+
+    want = prefill_logits(model(False), prompt)
+    anna = model(True)
+    got, got_steps = prefill_logits(anna, prompt), prefill_logits(anna, prompt[:3], chunk_size=1)
+    chosen = anna.ops.registry.chosen()
+    assert all(chosen[op] == "triton" for op in fused)
+    # the attention tail's one launch gives the stream and the MLP's, experts' and router's inputs
+    assert "rms_norm_pair" not in chosen and "post_norm_residual" not in chosen
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got_steps, want[:3], atol=1e-4, rtol=1e-4)

@@ -14,7 +14,7 @@ def test_microbench_smoke_on_cpu():
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split() for line in out.stdout.splitlines()[3:]]
     triton_rows = [r for r in rows if "triton" in r]
-    assert len(triton_rows) == 12 and not any("failed:" in " ".join(r) for r in rows)
+    assert len(triton_rows) == 15 and not any("failed:" in " ".join(r) for r in rows)
     # float32 outputs agree with the reference to rounding: "out <abs> (rel <rel>)".
     for r in triton_rows:
         assert float(r[r.index("out") + 1]) < 1e-4, r
@@ -32,13 +32,23 @@ def test_microbench_moe_smoke_on_cpu():
     assert out.returncode == 0, out.stderr[-3000:]
     experts, router = out.stdout.split("# moe_route on ")
     assert experts.startswith("# moe_experts on ")
-    rows = [line.split() for line in experts.splitlines()[3:]]
-    triton_rows = [r for r in rows if "triton" in r]
-    assert len(triton_rows) == 4 and not any("failed:" in " ".join(r) for r in rows)  # 2 shapes x 2 token counts
-    for r in triton_rows:
-        assert float(r[r.index("triton") + 4]) < 1e-4, r  # "<abs> (rel <rel>)" after us, GB/s, TFLOP/s
+    lines = experts.splitlines()
+    assert lines[1].startswith("# roofline: ") and "not measured" in lines[1]
+    rows = [line.split() for line in lines[4:]]
+    assert not any("failed:" in " ".join(r) for r in rows)
+    # 2 shapes x 3 token counts (1, 2, 5): the op as dispatched, the grouped path forced, and up to 4
+    # tokens the decode path forced; the dispatched path: decode at T = 1 only (E = 8 or 6 shares experts)
+    impls = [(r[0], r[2], r[3], r[4]) for r in rows if r[3] != "reference"]
+    assert len(impls) == 2 * (3 + 3 + 2)
+    assert {(m, t, p) for m, t, i, p in impls if i == "triton"} == {
+        (m, t, "decode" if t == "1" else "grouped") for m in ("smoke-silu", "smoke-gelu") for t in ("1", "2", "5")}
+    assert {(m, t) for m, t, i, _ in impls if i == "triton-decode"} == {
+        (m, t) for m in ("smoke-silu", "smoke-gelu") for t in ("1", "2")}
+    for r in rows:
+        if r[3] != "reference":  # "<abs> (rel <rel>)" after path, us, GB/s, roofline %, TFLOP/s
+            assert float(r[r.index(r[3]) + 6]) < 1e-4, r
     rows = [line.split() for line in router.splitlines()[3:]]
-    assert len(rows) == 12 and not any("failed:" in " ".join(r) for r in rows)  # x 3 implementations
+    assert len(rows) == 18 and not any("failed:" in " ".join(r) for r in rows)  # 2 x 3 token counts x 3 impls
     for r in rows:
         if "triton" in r or "reference" in r:  # the same experts, weights to rounding
             assert r[-2] == "0" and float(r[-1]) < 1e-6, r

@@ -1,4 +1,5 @@
-"""Triton moe_experts (alignment + grouped GEMMs) vs the anna-core torch reference, under the interpreter."""
+"""Triton moe_experts (alignment + grouped GEMMs) vs the anna-core torch reference, under the interpreter
+(the few-token path: test_moe_decode.py)."""
 
 import pytest
 import torch
@@ -52,7 +53,7 @@ CASES = [  # T, E, K, H, I, dtype, activation, ids dtype, weights dtype
 def test_moe_experts_matches_reference(poison_outputs, t, e, k, hidden, inter, dtype, activation, ids_dtype,
                                        weights_dtype):
     args = _inputs(t, e, k, hidden, inter, dtype, ids_dtype=ids_dtype, weights_dtype=weights_dtype, seed=t + e)
-    got = moe.moe_experts(*args, activation)
+    got = moe.moe_experts(*args, activation, path="grouped")  # (the T = 1 cases would run the decode path)
     want = reference(*args, activation)
     assert got.dtype == dtype and got.shape == (t, hidden)
     torch.testing.assert_close(got, want, **_tol(dtype, want))

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
+from anna_cli.engine_options import max_device_memory_option, offload_config_from_options, offload_options
 from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, WEIGHT_QUANTS, exit_on_anna_errors
 
 
@@ -49,11 +51,14 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
 @click.option("--timeline", is_flag=True,
               help="Also trace one captured decode step kernel by kernel (CUDA; see anna_core.bench.timeline).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@max_device_memory_option
+@offload_options
 @exit_on_anna_errors
 def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_quant: str, batch_size: int, input_len: int,
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
           prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
-          compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool, as_json: bool) -> None:
+          compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool, as_json: bool,
+          max_device_memory_gib: float | None, **offload_flags: Any) -> None:
     """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
     from anna_core.bench.engine_bench import BenchSettings, run_bench
     from anna_core.bench.report import format_report
@@ -65,6 +70,7 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
                              async_scheduling=async_scheduling, prefix_caching=prefix_caching,
                              serve_defaults=serve_defaults, disable_kernels=disable_kernels, profile=profile,
                              compare_hf=compare_hf, hf_output_len=hf_output_len, logprobs=logprobs,
-                             timeline=timeline)
+                             timeline=timeline, offload=offload_config_from_options(**offload_flags),
+                             max_device_memory_gib=max_device_memory_gib)
     report = run_bench(settings)
     click.echo(json.dumps(report, indent=1) if as_json else format_report(report))

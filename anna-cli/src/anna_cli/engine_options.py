@@ -37,6 +37,7 @@ OPTION_FIELDS: dict[str, str] = {
     "block_size": "block_size",
     "num_kv_blocks": "num_blocks",
     "kv_cache_memory_gib": "kv_cache_memory_gib",
+    "max_device_memory_gib": "max_device_memory_gib",
     "reserve_memory_mib": "reserve_memory_mib",
     "enable_prefix_caching": "enable_prefix_caching",
     "snapshot_interval": "snapshot_interval",
@@ -46,9 +47,60 @@ OPTION_FIELDS: dict[str, str] = {
 #: Every parameter name :func:`engine_options` adds (pop these before passing the rest on).
 ENGINE_OPTION_NAMES = ("scheduler_profile", "disable_prompt_cache", *OPTION_FIELDS)
 
+OFFLOAD_OPTION_NAMES = ("offload_mode", "resident_expert_layers", "resident_expert_layer_indices",
+                        "cached_experts_per_layer", "expert_prefetch")
+"""Every parameter name :func:`offload_options` adds."""
+
 _NON_NEG_INT = click.IntRange(min=0)
 _POS_INT = click.IntRange(min=1)
 _NON_NEG = click.FloatRange(min=0.0)
+
+
+max_device_memory_option = click.option(
+    "--max-device-memory-gib", type=click.FloatRange(min=0.0, min_open=True), default=None,
+    help="The most device memory the server may use: weights, KV cache, recurrent state and the expert cache of "
+         "offloaded experts together (the KV cache gets what the rest leaves; --offload-mode auto offloads experts "
+         "when the weights do not fit). Default: no cap (the device's free memory).")
+"""``--max-device-memory-gib`` (``EngineConfig.max_device_memory_gib``): in :func:`engine_options` and, for the
+commands without them (``anna generate``, ``anna bench``), on its own."""
+
+
+def offload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The expert offload flags of a MoE model (:class:`anna_core.engine.offload.OffloadConfig`; read them with
+    :func:`offload_config_from_options`)."""
+    decorators = [
+        click.option("--offload-mode", type=click.Choice(("auto", "none", "experts")), default="auto",
+                     show_default=True,
+                     help="Routed experts of a MoE model in pinned host memory, copied to the device when chosen: "
+                          "auto (when the weights do not fit --max-device-memory-gib or the free device memory), "
+                          "none, experts (always, for the layers not kept resident)."),
+        click.option("--resident-expert-layers", type=_NON_NEG_INT, default=None, metavar="N",
+                     help="Keep the experts of the first N MoE layers on the device (same setting as "
+                          "--resident-expert-layer-indices)."),
+        click.option("--resident-expert-layer-indices", default=None, metavar="LIST",
+                     help="MoE layers whose experts stay on the device, e.g. 0,1,8-11 (same setting as "
+                          "--resident-expert-layers)."),
+        click.option("--cached-experts-per-layer", type=_NON_NEG_INT, default=None, metavar="N",
+                     help="Device LRU of experts per offloaded layer (0: every chosen expert is copied each step). "
+                          "Default 0."),
+        click.option("--expert-prefetch/--no-expert-prefetch", default=None,
+                     help="While a layer computes, copy the next offloaded layer's likely experts into its cache "
+                          "(needs --cached-experts-per-layer > 0). Default on."),
+    ]
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def offload_config_from_options(**kwargs: Any) -> Any:
+    """The :class:`~anna_core.engine.offload.OffloadConfig` of :func:`offload_options`' flags (other keys ignored).
+
+    Raises:
+        OffloadConfigError: both resident-layer flags, or a bad index list.
+    """
+    from anna_core.engine.offload import OffloadConfig
+
+    return OffloadConfig.from_flags(**{k: kwargs.get(k) for k in OFFLOAD_OPTION_NAMES})
 
 
 def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -92,6 +144,7 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--kv-cache-memory-gib", type=click.FloatRange(min=0.0, min_open=True), default=None,
                      help="Memory for the KV cache (default: from free device memory; on CPU a quarter of "
                           "free RAM, at most 4 GiB)."),
+        max_device_memory_option,
         click.option("--reserve-memory-mib", type=_NON_NEG, default=None,
                      help="Memory left free when the KV cache is sized from free memory. Default 0."),
         click.option("--enable-prefix-caching/--disable-prefix-caching", default=None,

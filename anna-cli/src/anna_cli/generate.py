@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from anna_cli.engine_options import max_device_memory_option, offload_config_from_options, offload_options
 from anna_cli.options import SAMPLING_FLAGS, exit_on_anna_errors, model_options, resolve_model_path, sampling_options
 
 
@@ -51,12 +52,14 @@ def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking:
                    "eager on CPU).")
 @click.option("--compile-mode", type=click.Choice(("none", "default", "max-autotune")), default="none",
               show_default=True, help="torch.compile the forward pass before graph capture.")
+@max_device_memory_option
+@offload_options
 @exit_on_anna_errors
 def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
              weight_quant: str, prompt: str,
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
              stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
-             **sampling: Any) -> None:
+             max_device_memory_gib: float | None, **sampling: Any) -> None:
     """Generate a completion for one prompt."""
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.defaults import sampling_params_with_defaults
@@ -72,11 +75,14 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
     path, _ = resolve_model_path(model_dir)
     family = select_family(inspect_model_dir(path, gguf_file=gguf_file), model_families())
     build = resolve(task_for(family, name="generate").engine)  # fail fast: not a text-generation family
+    offload = offload_config_from_options(**sampling)
+    config = EngineConfig(max_num_seqs=1, max_device_memory_gib=max_device_memory_gib)
     t0 = time.perf_counter()
     loaded = load_model(path, device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
-                        weight_quant=weight_quant, chat_template=chat_template.read_text() if chat_template else None)
+                        weight_quant=weight_quant, chat_template=chat_template.read_text() if chat_template else None,
+                        offload=offload, max_device_memory_gib=max_device_memory_gib)
     runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=loaded.device.type != "cpu")
-    engine = build(loaded, EngineConfig(max_num_seqs=1), runner)
+    engine = build(loaded, config, runner)
     load_s = time.perf_counter() - t0
     prompt_ids = _prompt_ids(loaded.tokenizer, prompt, chat, enable_thinking)
     explicit = {k: v for k, v in sampling.items() if k in SAMPLING_FLAGS and v is not None}
@@ -113,6 +119,7 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": n_out,
                       "total_tokens": len(prompt_ids) + n_out},
             "timings": timings,
+            **({"expert_cache": engine.expert_store.report()} if engine.expert_store is not None else {}),
         }, ensure_ascii=False))
     else:
         click.echo()

@@ -34,7 +34,12 @@ from typing import Any
 
 import click
 
-from anna_cli.engine_options import engine_config_from_options, engine_options
+from anna_cli.engine_options import (
+    engine_config_from_options,
+    engine_options,
+    offload_config_from_options,
+    offload_options,
+)
 from anna_cli.logging_setup import LEVELS, configure_logging
 from anna_cli.options import (
     SAMPLING_FLAGS,
@@ -310,6 +315,7 @@ def _draining_server_class() -> type:
 @click.option("--api-key", envvar="ANNA_API_KEY", default=None, show_envvar=True,
               help="Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize.")
 @engine_options
+@offload_options
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
               help="Capture decode steps as device graphs per batch-size bucket (CUDA / XPU; eager on CPU).")
 @click.option("--compile-mode", type=click.Choice(("none", "default", "max-autotune")), default="none",
@@ -357,6 +363,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
 
     sampling = {k: v for k, v in options.items() if k in SAMPLING_FLAGS}
     engine_config = engine_config_from_options(**options, max_model_len=max_model_len)  # bad flags fail here
+    offload = offload_config_from_options(**options)
     configure_logging(log_level, log_format)
     path, default_name = resolve_model_path(model_dir)
     source = inspect_model_dir(path, gguf_file=gguf_file)  # fail fast: missing folder, unknown family
@@ -387,7 +394,8 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     loader = BackgroundLoader(
         state, task, path,
         load_kwargs={"device": device, "dtype": dtype, "load_format": load_format, "gguf_file": gguf_file,
-                     "disable_kernels": disable_kernels, "weight_quant": weight_quant,
+                     "disable_kernels": disable_kernels, "weight_quant": weight_quant, "offload": offload,
+                     "max_device_memory_gib": engine_config.max_device_memory_gib,
                      "chat_template": chat_template.read_text() if chat_template else None},
         engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,
         metrics_log_interval_s=metrics_log_interval_seconds,

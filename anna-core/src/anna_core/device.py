@@ -121,6 +121,12 @@ class Accelerator:
             return True
         return self.device.type == "xpu" and hasattr(torch.xpu, "XPUGraph")
 
+    @property
+    def separate_host_memory(self) -> bool:
+        """Whether the device's memory is apart from host memory (accelerators), so that keeping weights in
+        host memory frees device memory (expert offload); False on the CPU."""
+        return self._module is not None
+
     def synchronize(self) -> None:
         synchronize(self.device)
 
@@ -194,6 +200,48 @@ class Accelerator:
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` in page-locked host memory where that speeds host -> device copies."""
         return t.pin_memory() if self.device.type == "cuda" else t
+
+    def host_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised host tensor, page-locked where that speeds host -> device copies (CUDA)."""
+        return torch.empty(shape, dtype=dtype, pin_memory=self.device.type == "cuda")
+
+    def copy_stream(self) -> CopyStream:
+        """A side stream for asynchronous host -> device copies (:class:`CopyStream`)."""
+        return CopyStream(self._module, self.device)
+
+
+class CopyStream:
+    """A side stream for host -> device copies that overlap the compute stream's work.
+
+    ``with stream:`` enqueues the enclosed copies on it (they return at once when the source is pinned and
+    ``non_blocking=True``); :meth:`join` makes the current (compute) stream wait for everything enqueued so
+    far, without blocking the host. On the CPU there is no stream: copies run when issued and both are no-ops.
+    """
+
+    def __init__(self, module: object | None, device: torch.device):
+        self._module = module
+        self._stream = module.Stream(device) if module is not None else None
+        self._device = device
+
+    def __enter__(self) -> CopyStream:
+        if self._stream is not None:
+            self._ctx = self._module.stream(self._stream)
+            self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stream is not None:
+            self._ctx.__exit__(*exc)
+
+    def join(self) -> None:
+        """The current stream waits (on the device) for the copies enqueued so far."""
+        if self._stream is not None:
+            self._module.current_stream(self._device).wait_stream(self._stream)
+
+    def after_current(self) -> None:
+        """Copies enqueued from now on wait (on the device) for the current stream's work so far."""
+        if self._stream is not None:
+            self._stream.wait_stream(self._module.current_stream(self._device))
 
 
 class StepTimer:

@@ -14,6 +14,7 @@ from typing import Any
 
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.defaults import sampling_params_with_defaults
+from anna_core.engine.offload import OffloadConfig
 from anna_core.engine.outputs import RequestOutput
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import InvalidRequestError
@@ -53,12 +54,17 @@ class LLM:
             construction take longer (Triton compiles and autotunes the kernels, graphs are captured per
             batch and prompt-length bucket: seconds to a couple of minutes, see BENCHMARKS.md) so that every
             request runs the fast path; ``cuda_graph=False, warmup=False`` skips both (eager steps).
+        offload_mode / resident_expert_layers / resident_expert_layer_indices / cached_experts_per_layer /
+            expert_prefetch: expert offload of a MoE model, as the CLI flags of the same names
+            (:meth:`anna_core.engine.offload.OffloadConfig.from_flags`); ``max_device_memory_gib`` (an engine option)
+            is also the memory ``offload_mode="auto"`` compares the weights with.
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
             (``max_num_seqs``, ``max_prefill_tokens``, ``prefill_chunk_size``, ``block_size``,
-            ``num_blocks``, ``kv_cache_memory_gib``, ``max_model_len``, ``enable_prefix_caching``,
-            ``prompt_cache_size``, ...).
+            ``num_blocks``, ``kv_cache_memory_gib``, ``max_device_memory_gib``, ``max_model_len``,
+            ``enable_prefix_caching``, ``prompt_cache_size``, ...).
 
     Raises:
+        OffloadConfigError: an offload setting out of range or contradicting the model.
         ModelLoadError: see ``load_model``.
         UnsupportedModelError: no installed family serves the checkpoint (see ``load_model``), or its
             family's tasks do not include ``generate`` (raised before any weights load).
@@ -67,13 +73,17 @@ class LLM:
     def __init__(self, model_dir: str | Path, device: str = "auto", dtype: Any = "auto", *,
                  load_format: str = "auto", gguf_file: str | None = None, chat_template: str | None = None,
                  weight_quant: str = "auto", cuda_graph: bool = True, compile_mode: str = "none",
-                 warmup: bool | None = None,
-                 **engine_options: Any):
+                 warmup: bool | None = None, offload_mode: str = "auto", resident_expert_layers: int | None = None,
+                 resident_expert_layer_indices: str | list[int] | None = None, cached_experts_per_layer: int = 0,
+                 expert_prefetch: bool = True, **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
         build = resolve(task_for(family, name="generate").engine)
         config = EngineConfig(**engine_options)
+        offload = OffloadConfig.from_flags(offload_mode, resident_expert_layers, resident_expert_layer_indices,
+                                           cached_experts_per_layer, expert_prefetch)
         loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
-                            gguf_file=gguf_file, chat_template=chat_template, weight_quant=weight_quant)
+                            gguf_file=gguf_file, chat_template=chat_template, offload=offload,
+                            max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant)
         self._setup(loaded, build(loaded, config, _runner_config(loaded, cuda_graph, compile_mode, warmup)))
 
     @classmethod

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from anna_core.device import resolve_device, resolve_dtype
-from anna_core.errors import AnnaError, ModelLoadError
+from anna_core.engine.offload import OffloadConfig
+from anna_core.errors import AnnaError, ModelLoadError, UnsupportedModelError
 from anna_core.kernels.registry import KernelRegistry
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource, inspect_model_dir, select_family
@@ -39,7 +40,8 @@ def _checkpoint_dtype(source: ModelSource) -> str | None:
 
 def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", load_format: str = "auto",
                gguf_file: str | None = None, chat_template: str | None = None, pm: Any = None,
-               disable_kernels: Sequence[str] = (), weight_quant: str = "auto") -> LoadedModel:
+               disable_kernels: Sequence[str] = (), offload: OffloadConfig | None = None,
+               max_device_memory_gib: float | None = None, weight_quant: str = "auto") -> LoadedModel:
     """Load the model at ``model`` (a folder or a ``.gguf`` file).
 
     Args:
@@ -52,6 +54,11 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
         pm: plugin manager (default: the process-wide one).
         disable_kernels: kernel implementations not to use, ``"op:name"`` or ``"name"`` (see
             :class:`~anna_core.kernels.KernelRegistry`), e.g. to work around a faulty kernel.
+        offload: where a MoE model's routed experts go (:mod:`anna_core.engine.offload`; None: nowhere but the
+            device). Families that declare ``ModelFamilySpec.expert_offload`` get it; ``auto`` leaves other
+            families' models resident, ``experts`` is refused for them.
+        max_device_memory_gib: what the server may use on the device (``EngineConfig.max_device_memory_gib``):
+            ``auto`` offloads when the weights do not fit it.
         weight_quant: ``"auto"`` (the family's default: a GGUF keeps its quantized matrices on the CPU
             where the family supports it), ``"none"`` (dequantize), ``"int4"`` / ``"int8"``
             (:data:`WEIGHT_QUANT_MODES`); passed to the family's loader as
@@ -59,8 +66,10 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
 
     Raises:
         ModelLoadError: missing / broken checkpoint, or the family's package cannot be imported.
-        UnsupportedModelError: no installed family serves the checkpoint.
-        AnnaError: bad device, dtype, load format or ``disable_kernels`` entry.
+        UnsupportedModelError: no installed family serves the checkpoint, or ``--offload-mode experts`` for a
+            family that does not declare expert offload.
+        AnnaError: bad device, dtype, load format or ``disable_kernels`` entry, or an offload setting the model
+            contradicts (e.g. a resident layer index out of range).
     """
     if load_format not in LOAD_FORMATS:
         raise AnnaError(f"unknown load format {load_format!r}; use one of {', '.join(LOAD_FORMATS)}")
@@ -80,6 +89,13 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev, _checkpoint_dtype(source))
     log.info("loading %s as family %s on %s in %s", source.root, family.name, dev, dt)
-    extra = {} if weight_quant == "auto" else {"weight_quant": weight_quant}
+    extra: dict[str, Any] = {} if weight_quant == "auto" else {"weight_quant": weight_quant}
+    if offload is not None and offload.mode != "none":
+        if family.expert_offload:
+            max_bytes = None if max_device_memory_gib is None else int(max_device_memory_gib * (1 << 30))
+            extra.update(offload=offload, max_device_bytes=max_bytes)
+        elif offload.mode == "experts":
+            raise UnsupportedModelError(f"--offload-mode experts: the {family.name!r} family "
+                                        f"({family.distribution or 'a plugin'}) does not declare expert offload")
     return loader(source, device=dev, dtype=dt, load_format=load_format,
                   kernels=kernels, chat_template=chat_template, **extra)

@@ -121,12 +121,16 @@ class ModelCapabilities:
             ``"audio"``); non-empty requires ``encode`` and ``hidden_size`` (:class:`CausalLM`), and its
             forward pass splices ``ForwardBatch.embeds`` (:func:`anna_core.layers.media.splice_media`).
         position_rows: rows of ``ForwardBatch.positions`` (1: ``[T]``; M-RoPE: 3, ``[3, T]``).
+        graph_capture: its steps may be captured as device graphs (decode and prefill). False for a model
+            whose forward pass reads device values on the host, e.g. one with offloaded experts
+            (:mod:`anna_core.layers.expert_offload`): the runner then runs every step eagerly. On by default.
     """
 
     padded_prefill: bool = False
     state_checkpoints: bool = False
     modalities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     position_rows: int = 1
+    graph_capture: bool = True
 
 
 class CausalLM(Protocol):
@@ -179,6 +183,8 @@ class LoadedModel:
         family: family name (``"qwen35"``).
         dtype: the serving dtype.
         device: the device.
+        expert_store: the :class:`~anna_core.layers.expert_offload.ExpertStore` of a model whose experts are
+            offloaded (its cache counters reach ``/healthz`` and ``anna bench``), else None.
     """
 
     model: CausalLM
@@ -188,6 +194,7 @@ class LoadedModel:
     family: str
     dtype: torch.dtype
     device: torch.device
+    expert_store: Any = None
 
 
 _REQUIRED = ("cache_spec", "capabilities", "vocab_size", "forward", "compute_logits")

@@ -49,6 +49,9 @@ class ModelFamilySpec:
             others ("" = none).
         tasks: the tasks (``register_tasks`` names) this family's models serve, the main one first
             (``anna serve`` serves it unless ``--task`` picks another). Default: ``("generate",)``.
+        expert_offload: its loader takes ``offload=`` (an :class:`anna_core.layers.expert_offload.OffloadPlan`
+            factory, see :func:`anna_core.loading.load_model`) and can keep routed experts in host memory
+            (``--offload-mode``). A family that does not declare it is refused ``--offload-mode experts``.
 
     Raises:
         ValueError: ``tasks`` is empty or names a task twice.
@@ -63,6 +66,7 @@ class ModelFamilySpec:
     reasoning_parser: str = ""
     tool_call_parser: str = ""
     tasks: tuple[str, ...] = attrs.field(default=("generate",), converter=tuple)
+    expert_offload: bool = False
 
     @tasks.validator
     def _check_tasks(self, _attribute: Any, value: tuple[str, ...]) -> None:

@@ -12,7 +12,10 @@ The math (transformers' ``Gemma4TextDecoderLayer``)::
 
 Every norm is an RMSNorm multiplying by its weight (not ``1 + weight``). Each residual add runs as one
 ``post_norm_residual`` op with the norm before it, the layer scalar and the norm after it (the next
-layer's input norm, computed here and handed on).
+layer's input norm, computed here and handed on). In an MoE layer the feed-forward tail (both post norms,
+their sum, ``post_ff_norm``, the residual add, ...) is one ``dual_post_norm_residual`` op, and the
+attention's tail also gives ``pre_ff_norm_2(h)`` and the router's input (one ``post_norm_residual_norm_pair``
+launch on GPUs; elsewhere ``post_norm_residual`` and ``rms_norm_pair``).
 """
 
 from __future__ import annotations
@@ -78,21 +81,39 @@ class Gemma4DecoderLayer(nn.Module):
 
         Every residual add runs fused with the norm before and after it (``post_norm_residual``)."""
         a = self.self_attn(y, batch, caches, cos_sin)
-        y, h = self.post_attention_layernorm.post_add(a, h, next_norm=self.pre_feedforward_layernorm)
+        if self.has_moe:  # h's four norms (the MLP's, the experts', the router's) with the residual add
+            y, x, router_input, h = self._post_attention_moe(a, h)
+        else:
+            y, h = self.post_attention_layernorm.post_add(a, h, next_norm=self.pre_feedforward_layernorm)
         m = self.mlp(y)
+        # the layer scalar and the next norm go with the last residual add (the per-layer-input block's, if any)
+        scale, last_norm = (None, None) if self.has_per_layer_input else (self.layer_scalar, next_norm)
         if self.has_moe:
-            weights, experts = self.router(h)
-            moe = self.experts(self.pre_feedforward_layernorm_2(h), weights, experts)
-            m = self.post_feedforward_layernorm_1(m) + self.post_feedforward_layernorm_2(moe)
+            moe = self.experts(x, *self.router(router_input))
+            # post_ff_norm(post_ff_norm_1(m) + post_ff_norm_2(moe)) + h, scaled, normed again: one launch
+            y, h = self.post_feedforward_layernorm.post_add_sum(m, self.post_feedforward_layernorm_1, moe,
+                                                                self.post_feedforward_layernorm_2, h, scale, last_norm)
+        else:
+            y, h = self.post_feedforward_layernorm.post_add(m, h, scale, last_norm)
         if self.has_per_layer_input:
-            _, h = self.post_feedforward_layernorm.post_add(m, h)
             # per_layer_projection(gelu_tanh(per_layer_input_gate(h)) * per_layer_input): one GEMV with the product
             p = self.ops.gated_linear(self.per_layer_input_gate(h), per_layer_input, self.per_layer_projection.weight,
                                       "gelu_tanh")  # [T, hidden]
             y, h = self.post_per_layer_input_norm.post_add(p, h, self.layer_scalar, next_norm)
-        else:
-            y, h = self.post_feedforward_layernorm.post_add(m, h, self.layer_scalar, next_norm)
         return h, y
+
+    def _post_attention_moe(self, a: torch.Tensor,
+                            h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """An MoE layer's attention tail: ``h' = h + post_attention_layernorm(a)`` -> ``(pre_ff_norm(h'),
+        pre_ff_norm_2(h'), the router input of h', h')``, one ``post_norm_residual_norm_pair`` launch where an
+        accelerated kernel has it, else ``post_norm_residual`` then ``rms_norm_pair`` (each its fastest kernel)."""
+        post, pre, pre_2 = self.post_attention_layernorm, self.pre_feedforward_layernorm, self.pre_feedforward_layernorm_2
+        fused = self.ops.accelerated("post_norm_residual_norm_pair")
+        if fused is None:
+            y, h = post.post_add(a, h, next_norm=pre)
+            return (y, *self.router.inputs(h, pre_2), h)
+        return fused(a, h, post.weight, post.eps, post.zero_centered, pre.weight, pre_2.weight, self.router.scale,
+                     self.router.root_scale)
 
     def merge_projections(self) -> None:
         """Merge the attention's q/k/v and the dense MLP's gate/up projections (one GEMM each); the math is

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from anna_core.engine.offload import OffloadConfig
 from anna_core.errors import ModelLoadError
 from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
 from anna_core.model import LoadedModel
@@ -46,7 +48,8 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
-         kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto") -> LoadedModel:
+         kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
+         max_device_bytes: int | None = None, weight_quant: str = "auto") -> LoadedModel:
     """Load a Gemma 4 checkpoint (either layout) for text generation.
 
     Args:
@@ -56,9 +59,12 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             a folder that may hold only ``config.json``.
         kernels: the kernel registry the model's ops are bound from.
         chat_template: overrides the checkpoint's chat template.
+        offload, max_device_bytes: expert offload of a MoE model (:func:`anna_core.layers.expert_offload.plan_offload`):
+            the offloaded layers' experts load into pinned host memory, never onto the device.
 
     Raises:
         ModelLoadError: bad config, missing / unexpected / mis-shaped tensors, GGUF input, no tokenizer.
+        OffloadConfigError: an offload setting the model contradicts.
     """
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"load format {load_format!r} is not supported by anna-gemma4; use one of {LOAD_FORMATS}")
@@ -70,10 +76,12 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     cfg = Gemma4Config.from_hf(source.config)
     ops = bind_ops(kernels, device, dtype)
     model = build_model(cfg, ops, dtype)
+    plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+    host = plan.host_prefixes if plan is not None else ()
     if load_format == "dummy":
-        materialize_dummy(model, device=device, init=_dummy_init)
+        materialize_dummy(model, device=device, init=_dummy_init, host=host)
     else:
-        load_safetensors(model, source.root, name_map(cfg), device=device)
+        load_safetensors(model, source.root, name_map(cfg), device=device, host=host)
     model.merge_projections()
     use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
     model.raw_config = source.config  # for hf_export (anna bench --compare-hf)
@@ -87,7 +95,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
              f", MoE {cfg.top_k_experts} of {cfg.num_experts}" if cfg.enable_moe_block else "", device, dtype)
     return LoadedModel(model=model, tokenizer=tokenizer, generation=generation,
                        max_model_len=cfg.max_position_embeddings, family="gemma4", dtype=dtype,
-                       device=torch.device(device))
+                       device=torch.device(device),
+                       expert_store=apply_offload(model, plan, device) if plan is not None else None)
 
 
 def _tokenizer(root: Path, chat_template: str | None, *, required: bool):

@@ -1,9 +1,10 @@
 """Gemma 4's mixture-of-experts block (``enable_moe_block``), which runs beside the dense MLP.
 
 Router: the residual stream's rows, RMS-normalised without weight, times a learned ``scale`` and
-``hidden ** -0.5``, projected to one score per expert; softmax (float32), the top ``k`` experts,
-their probabilities renormalised to sum to one, times each chosen expert's ``per_expert_scale`` (the
-softmax onwards is anna-core's ``moe_route`` op).
+``hidden ** -0.5`` (computed with the experts' input norm of the same rows: ``rms_norm_pair``, or with
+the attention's tail before it, ``post_norm_residual_norm_pair``), projected to one score per expert;
+softmax (float32), the top ``k`` experts, their probabilities renormalised to sum to one, times each
+chosen expert's ``per_expert_scale`` (the softmax onwards is anna-core's ``moe_route`` op).
 Experts: GeGLU feed-forwards (``gelu_tanh(gate) * up``, then ``down``), stored as stacked 3-D tensors
 (``gate_up_proj`` ``[E, 2I, hidden]``, ``down_proj`` ``[E, hidden, I]``); a token's output is the
 weighted sum of its experts' outputs.
@@ -44,11 +45,25 @@ class Gemma4Router(nn.Module):
         self.scale = nn.Parameter(torch.ones(hidden))
         self.per_expert_scale = nn.Parameter(torch.ones(num_experts))
 
-    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """h: ``[T, hidden]`` -> (weights ``[T, K]`` float32, expert ids ``[T, K]`` int64): ``moe_route`` of the
-        scores with ``per_expert_scale`` (softmax in float32, the top ``K`` renormalised, times each chosen
-        expert's scale in float32: transformers' ``Gemma4TextRouter``)."""
-        x = self.norm(h) * self.scale * self.root_scale
+    def inputs(self, h: torch.Tensor, expert_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """h: ``[T, hidden]``; expert_norm: the experts' input norm (``pre_feedforward_layernorm_2``, which reads
+        the same rows) -> ``(expert_norm(h), router input)`` ``[T, hidden]`` each, one ``rms_norm_pair`` launch.
+        The router input ``norm(h) * scale * hidden ** -0.5`` is rounded to h's dtype after the norm and after
+        each product, as transformers rounds it.
+
+        Raises:
+            ValueError: expert_norm has no weight or another eps than the router's norm.
+        """
+        if expert_norm.weight is None or expert_norm.eps != self.norm.eps:
+            raise ValueError("Gemma4Router: the experts' input norm needs a weight and the router norm's eps")
+        return self.ops.rms_norm_pair(h, expert_norm.weight, expert_norm.eps, expert_norm.zero_centered, self.scale,
+                                      self.root_scale)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: ``[T, hidden]`` the router input (:meth:`inputs`' second result) -> (weights ``[T, K]`` float32,
+        expert ids ``[T, K]`` int64): ``moe_route`` of the scores with ``per_expert_scale`` (softmax in float32,
+        the top ``K`` renormalised, times each chosen expert's scale in float32: transformers'
+        ``Gemma4TextRouter``)."""
         route = self.ops.get("moe_route", num_experts=self.num_experts)
         return route(self.proj(x), self.top_k, self.per_expert_scale, torch.float32)
 
@@ -62,6 +77,8 @@ class Gemma4Experts(RoutedExpertsModule):
         ops: the model's :class:`anna_core.kernels.OpTable` (the experts run as its ``moe_experts`` op).
     """
 
+    activation = "gelu_tanh"
+
     def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any, top_k: int):
         super().__init__(num_experts, top_k)
         self.ops = ops
@@ -72,4 +89,4 @@ class Gemma4Experts(RoutedExpertsModule):
         """x: ``[T, hidden]``; weights (float32), experts (int64): ``[T, K]`` from the router -> ``[T, hidden]``
         in x's dtype: ``moe_experts(x, gate_up_proj, down_proj, weights, experts, "gelu_tanh")`` (each
         expert's weighted output rounded to x's dtype; the reference accumulates them in expert order)."""
-        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, "gelu_tanh")
+        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, self.activation)

@@ -17,6 +17,7 @@ def register_model_families(register):
             distribution="anna-gemma4",
             reasoning_parser="gemma4",
             tool_call_parser="gemma4",
+            expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
         )
     )
     # Gemma 3: the causal LM (270M, 1B), the conditional-generation checkpoints' language model (4B,

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from anna_core.engine.offload import OffloadConfig, OffloadConfigError
 from anna_core.errors import ModelLoadError
 from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
 from anna_core.model import GenerationDefaults, LoadedModel
@@ -57,7 +59,8 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
-         kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto") -> LoadedModel:
+         kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
+         max_device_bytes: int | None = None, weight_quant: str = "auto") -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
@@ -68,8 +71,12 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             weights, from a folder that may hold only ``config.json`` or from a GGUF's metadata).
         kernels: the kernel registry the model's ops are bound from.
         chat_template: overrides the checkpoint's chat template.
+        offload, max_device_bytes: expert offload of a MoE model (:func:`anna_core.layers.expert_offload.plan_offload`,
+            decided on the meta-built model): the offloaded layers' experts load into pinned host memory, never
+            onto the device.
 
     Raises:
+        OffloadConfigError: an offload setting the model contradicts; offload of a GGUF.
         UnsupportedModelError: a MoE option transformers' Qwen3_5Moe lacks (see :meth:`Qwen35Config.from_hf`),
             GGUF metadata Anna does not implement (see :meth:`Qwen35Config.from_gguf`).
         ModelLoadError: bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
@@ -86,19 +93,27 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
                              f"{source.format} weights")
     ops = bind_ops(kernels, device, dtype)
     if source.format == "gguf":
+        if offload is not None and offload.mode == "experts":
+            raise OffloadConfigError("expert offload of a GGUF is not supported yet (GGUF tensors are dequantized "
+                                     "on the device); load the safetensors checkpoint")
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy")
     cfg = Qwen35Config.from_hf(source.config)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
     model = build_model(cfg, ops, dtype, per_expert)
+    plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+    host = plan.host_prefixes if plan is not None else ()
     if load_format == "dummy":
-        materialize_dummy(model, device=device, init=_dummy_init)
-    else:
-        load_safetensors(model, source.root, name_map(cfg), device=device)
+        materialize_dummy(model, device=device, init=_dummy_init, host=host)
+    else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
+        load_safetensors(model, source.root, name_map(cfg), device=device, host=host, pin=not per_expert)
     model.raw_config = source.config
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
-    return _loaded(_prepare(model, ops), cfg, tokenizer, generation, device, dtype)
+    loaded = _loaded(_prepare(model, ops), cfg, tokenizer, generation, device, dtype)
+    if plan is not None:
+        loaded.expert_store = apply_offload(model, plan, device)
+    return loaded
 
 
 def _prepare(model: Qwen35ForCausalLM, ops: Any) -> Qwen35ForCausalLM:

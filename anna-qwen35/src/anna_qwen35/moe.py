@@ -68,6 +68,8 @@ class RoutedExperts(RoutedExpertsModule):
         gate_up_proj: ``[E, 2I, H]`` (gate rows, then up rows); down_proj: ``[E, H, I]``.
     """
 
+    activation = "silu"
+
     def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any, *, top_k: int,
                  per_expert: bool = False):
         super().__init__(num_experts, top_k)
@@ -113,7 +115,7 @@ class RoutedExperts(RoutedExpertsModule):
         """
         if self.per_expert:
             raise RuntimeError("RoutedExperts.fuse() must run after the per-expert weights are loaded")
-        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, "silu")
+        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, self.activation)
 
 
 class SparseMoeBlock(nn.Module):

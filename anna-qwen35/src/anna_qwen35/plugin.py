@@ -18,6 +18,7 @@ def register_model_families(register):
             distribution="anna-qwen35",
             reasoning_parser="qwen3",
             tool_call_parser="qwen3_coder",
+            expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
         )
     )
 

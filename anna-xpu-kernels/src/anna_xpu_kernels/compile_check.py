@@ -24,7 +24,7 @@ _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr":
                "count_ptr": "i32", "ids_ptr": "i64", "sorted_ptr": "i32", "block_expert_ptr": "i32",
                "num_padded_ptr": "i32", "cursor_ptr": "i32"}
 _FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr"}
-_FLOAT_SCALARS = {"eps", "scale", "qk_scale"}
+_FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor"}
 
 
 def _signature(fn, act: str, constexprs: dict[str, Any]) -> dict[str, str]:
@@ -40,7 +40,7 @@ def _signature(fn, act: str, constexprs: dict[str, Any]) -> dict[str, str]:
 
 
 def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
-    """(kernel, activation type, constexprs, num_warps) at the Qwen3.5-9B shapes."""
+    """(kernel, activation type, constexprs, num_warps) at the Qwen3.5-9B shapes (the Gemma norms at 26B-A4B's)."""
     from anna_xpu_kernels import (
         activations,
         conv1d,
@@ -71,6 +71,13 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
             **pdl}, gdn_decode_fused.NUM_WARPS
         yield qk_norm_rope._qk_norm_rope_cache_kernel, act, {"ZERO_CENTERED": True, "BLOCK_D": 256, **pdl}, 4
         yield norms._add_rms_norm_kernel, act, {"ZERO_CENTERED": True, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
+        # Gemma 4 26B-A4B's layer tails (hidden 2816): the sandwich-norm tail and the MoE layer's fused ops
+        post = {"ZERO_CENTERED": False, "HAS_SCALE": True, "HAS_NEXT": True, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}
+        yield norms._post_norm_residual_kernel, act, post, 8
+        yield norms._dual_post_norm_residual_kernel, act, post, 8
+        yield norms._rms_norm_pair_kernel, act, {"ZERO_CENTERED": False, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
+        yield norms._post_norm_residual_norm_pair_kernel, act, {"ZERO_CENTERED": False, "BLOCK_M": 1, "BLOCK_D": 4096,
+                                                                  **pdl}, 8
         yield activations._silu_and_mul_kernel, act, {"BLOCK_M": 1, "BLOCK_N": 1024, **pdl}, 4
         yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256, **no_pdl}, 4
         yield gdn_prefill_prep._gdn_prefill_prep_kernel, act, {"BLOCK_T": 16, "BLOCK_K": 128, "BLOCK_V": 128,
@@ -117,6 +124,22 @@ def _moe_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield kernel, "bf16", {**decode, **extra}, 4
         yield kernel, "bf16", {**prefill, **extra, **({"GELU": True} if extra else {})}, 8
         yield kernel, "fp32", {**exact, **extra}, 4
+    yield from _moe_decode_cases()
+
+
+def _moe_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    """The few-token path's GEMVs (:mod:`anna_xpu_kernels.moe_decode`): whole tiles with PDL (35B-A3B's
+    H and I), partial reduction tiles (Gemma 4's I = 704), GeGLU, fp32, each depth of loads ahead."""
+    from anna_xpu_kernels import moe_decode
+
+    tile = {"TOP_K": 8, "EVEN_K": True, "BLOCK_N": 8, "BLOCK_K": 512, "DEPTH": 1, "USE_PDL": True}
+    yield moe_decode._decode_gate_up_kernel, "bf16", {**tile, "GELU": False}, 4
+    yield moe_decode._decode_gate_up_kernel, "fp32", {**tile, "GELU": True, "EVEN_K": False, "BLOCK_N": 16,
+                                                      "BLOCK_K": 256, "DEPTH": 2, "USE_PDL": False}, 4
+    yield moe_decode._decode_down_kernel, "bf16", {**tile, "DEPTH": 2}, 4
+    yield moe_decode._decode_down_kernel, "bf16", {**tile, "EVEN_K": False, "BLOCK_K": 256, "DEPTH": 3,
+                                                   "USE_PDL": False}, 2
+    yield moe_decode._decode_down_kernel, "fp32", {**tile, "TOP_K": 2, "BLOCK_N": 32, "BLOCK_K": 256}, 8
 
 
 def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:

@@ -14,7 +14,7 @@ Triton's interpreter, so this is where their errors against the reference are me
 ``--smoke`` runs tiny shapes (CPU with ``ANNA_TRITON_INTERPRET=1`` works) to check the script itself.
 ``--only linear`` runs only the decode GEMV cases (Triton vs cuBLAS at the Qwen3.5 0.8B/2B/9B weight
 shapes, :mod:`anna_xpu_kernels.microbench_linear`); ``--only moe`` only the routed-experts cases
-(``moe_experts`` at the Qwen3.5-35B-A3B and Gemma 4 26B-A4B shapes, ``--moe-tokens 1,32,2048``,
+(``moe_experts`` at the Qwen3.5-35B-A3B and Gemma 4 26B-A4B shapes, ``--moe-tokens 1,2,4,32,2048``,
 :mod:`anna_xpu_kernels.microbench_moe`) and the router cases (``moe_route`` at the same models' ``E`` / ``K``
 and tokens); ``--only ops`` the other ops.
 """
@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-DEFAULT_MOE_TOKENS = (1, 32, 2048)
+DEFAULT_MOE_TOKENS = (1, 2, 4, 32, 2048)
 """Tokens of the ``moe_experts`` cases (:data:`anna_xpu_kernels.microbench_moe.DEFAULT_TOKENS`)."""
 
 
@@ -47,6 +47,7 @@ class Shapes:
     h_kv: int = 4
     head_dim: int = 256
     intermediate: int = 12288
+    gemma_hidden: int = 2816  # Gemma 4 26B-A4B's width: its MoE layers' fused norms (rms_norm_pair, dual_post_norm_residual)
 
     @property
     def conv_dim(self) -> int:
@@ -54,7 +55,8 @@ class Shapes:
 
 
 QWEN35_9B = Shapes()
-SMOKE = Shapes(hidden=64, h_k=2, h_v=4, d_k=16, d_v=16, h_q=4, h_kv=2, head_dim=32, intermediate=96)
+SMOKE = Shapes(hidden=64, h_k=2, h_v=4, d_k=16, d_v=16, h_q=4, h_kv=2, head_dim=32, intermediate=96,
+               gemma_hidden=48)
 
 
 @attrs.frozen
@@ -215,6 +217,36 @@ def run(device, dtype, shapes: Shapes, batch_sizes, context: int, prefill_len: i
                   {"reference": lambda *a: rnorm.add_rms_norm(*a)[0], "triton": lambda *a: norms.add_rms_norm(*a)[0]},
                   [randn(b, s.hidden), randn(b, s.hidden), w, 1e-6, True])
 
+        # Gemma 4's MoE layer: one launch each vs the unfused chain ("unfused": Triton norms + torch ops,
+        # 4, 2 and 4 launches), compared on the router input / the next layer's normalised input
+        g = s.gemma_hidden
+        wg = randn(g, dt=torch.float32) * 0.1 + 1.0
+
+        def pair_unfused(x, w_, e, z, sw, f, ones=torch.ones(g, device=device, dtype=dtype)):
+            return norms.rms_norm(x, ones, e, False) * sw * f
+
+        _bench_op(rows, timer, "rms_norm_pair (router + experts' input)", f"[{b}, {g}]", 3 * b * g * es,
+                  {"reference": lambda *a: rnorm.rms_norm_pair(*a)[1], "triton": lambda *a: norms.rms_norm_pair(*a)[1],
+                   "unfused": pair_unfused},
+                  [randn(b, g), wg, 1e-6, False, randn(g) * 0.1 + 1.0, g ** -0.5])
+
+        def tail_unfused(x, r, w_, e, z, nw, pw, sw, f):  # 2 launches: post_norm_residual, rms_norm_pair
+            return norms.rms_norm_pair(norms.post_norm_residual(x, r, w_, e, z, None, nw)[1], pw, e, z, sw, f)[1]
+
+        _bench_op(rows, timer, "post_norm_residual_norm_pair (MoE attention tail)", f"[{b}, {g}]", 6 * b * g * es,
+                  {"reference": lambda *a: rnorm.post_norm_residual_norm_pair(*a)[2],
+                   "triton": lambda *a: norms.post_norm_residual_norm_pair(*a)[2], "unfused": tail_unfused},
+                  [randn(b, g), randn(b, g), wg, 1e-6, False, wg, wg, randn(g) * 0.1 + 1.0, g ** -0.5])
+
+        def dual_unfused(x1, w1, x2, w2, r, w_, e, z, sc, nw):
+            m = norms.rms_norm(x1, w1, e, z) + norms.rms_norm(x2, w2, e, z)
+            return norms.post_norm_residual(m, r, w_, e, z, sc, nw)[0]
+
+        _bench_op(rows, timer, "dual_post_norm_residual (MoE tail)", f"[{b}, {g}]", 5 * b * g * es,
+                  {"reference": lambda *a: rnorm.dual_post_norm_residual(*a)[0],
+                   "triton": lambda *a: norms.dual_post_norm_residual(*a)[0], "unfused": dual_unfused},
+                  [randn(b, g), wg, randn(b, g), wg, randn(b, g), wg, 1e-6, False, randn(1), wg])
+
         # --- gated activations (MLP SwiGLU, attention output gate) ---------------------------------
         _bench_op(rows, timer, "silu_and_mul", f"[{b}, 2x{s.intermediate}]", 3 * b * s.intermediate * es,
                   {"reference": ract.silu_and_mul, "triton": activations.silu_and_mul},
@@ -374,8 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         tokens = mbm.SMOKE_TOKENS if args.smoke else [int(t) for t in args.moe_tokens.split(",") if t]
         with torch.inference_mode():
             lines = mbm.run_moe(device, dtype, mbm.SMOKE_MODELS if args.smoke else mbm.MODELS, tokens, _timer(device))
-        print(f"# moe_experts on {name}, {args.dtype}: Triton grouped GEMMs (graph replays, cold L2) vs the torch "
-              f"reference (eager)")
+        print(f"# moe_experts on {name}, {args.dtype}: Triton as dispatched, grouped GEMMs forced, decode GEMVs "
+              f"forced (graph replays, cold L2) vs the torch reference (eager)")
         print("\n".join(lines))
         with torch.inference_mode():
             lines = mbm.run_route(device, dtype, mbm.SMOKE_ROUTERS if args.smoke else mbm.ROUTERS, tokens,

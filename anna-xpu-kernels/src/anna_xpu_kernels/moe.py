@@ -1,5 +1,9 @@
 """The ``moe_experts`` op in Triton: grouped GEMMs over the pairs sorted by expert, graph-capturable.
 
+A call with a few tokens whose pairs mostly chose distinct experts (batch-1 decode) runs the per-pair
+GEMVs of :mod:`anna_xpu_kernels.moe_decode` instead (two launches, the sum over ``K`` fused; chosen by
+:func:`anna_xpu_kernels.moe_decode.takes`); every other call the grouped GEMMs:
+
 Four launches, none reading anything on the host and every shape fixed by ``T``, ``K``, ``E``, ``H``
 and ``I`` (so a step using it captures as a CUDA graph):
 
@@ -36,7 +40,7 @@ import torch
 from anna_core.kernels.checks import require
 from anna_core.kernels.reference.moe import check_moe_experts
 
-from anna_xpu_kernels import pdl
+from anna_xpu_kernels import moe_decode, pdl
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, tl, triton
 from anna_xpu_kernels.gemv_prologue import act_mul
@@ -44,6 +48,8 @@ from anna_xpu_kernels.gemv_tuning import autotune_bench
 from anna_xpu_kernels.moe_align import Blocks, align, block_m_for
 
 _OP = "moe_experts"
+PATHS = ("auto", "decode", "grouped")
+"""Values of :func:`moe_experts`' ``path``."""
 
 
 def _config(block_n: int, block_k: int, warps: int, stages: int) -> triton.Config:
@@ -221,9 +227,12 @@ def down_weighted(h: torch.Tensor, down: torch.Tensor, flat_weights: torch.Tenso
 
 
 def moe_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor,
-                expert_ids: torch.Tensor, activation: str) -> torch.Tensor:
+                expert_ids: torch.Tensor, activation: str, path: str = "auto") -> torch.Tensor:
     """Routed experts (signature and rounding of :func:`anna_core.kernels.reference.moe.moe_experts`,
     except that the ``K`` weighted terms are added in float32 and rounded once).
+
+    A few tokens whose pairs mostly chose distinct experts (:func:`anna_xpu_kernels.moe_decode.takes`) run
+    the per-pair GEMVs of :mod:`anna_xpu_kernels.moe_decode` (two launches); others the grouped GEMMs.
 
     Args:
         x: ``[T, H]`` float32 / float16 / bfloat16 (any row stride; copied when the last stride is not 1).
@@ -232,6 +241,8 @@ def moe_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weig
         weights: ``[T, K]`` float32 or x's dtype; expert_ids: ``[T, K]`` int32 / int64 in ``[0, E)``
             (not checked: no host sync; a pair with an id outside leaves its term undefined).
         activation: ``"silu"`` or ``"gelu_tanh"``.
+        path: ``"auto"`` (the choice above), ``"decode"`` or ``"grouped"`` (forced: tests and benchmarks;
+            not part of the op's signature).
 
     Returns:
         ``[T, H]`` in x's dtype (a fresh tensor).
@@ -241,6 +252,7 @@ def moe_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weig
             an unsupported dtype, or tensors on different devices.
     """
     check_moe_experts(x, gate_up, down, weights, expert_ids, activation)
+    require(path in PATHS, _OP, f"path must be one of {PATHS}, got {path!r}")
     require_float(_OP, x=x)
     require_same_device(_OP, x=x, gate_up=gate_up, down=down, weights=weights, expert_ids=expert_ids)
     t, hidden = x.shape
@@ -250,6 +262,8 @@ def moe_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weig
         return torch.zeros((t, hidden), dtype=x.dtype, device=x.device)
     require(num_pairs < 2**31, _OP, f"T*K={num_pairs} pairs exceed the kernels' int32 indices")
     x, gate_up, down = _unit_last(x), _unit_last(gate_up), _unit_last(down)
+    if path == "decode" or (path == "auto" and moe_decode.takes(t, top_k, gate_up.shape[0])):
+        return moe_decode.experts(x, gate_up, down, weights, expert_ids, activation)
     blocks = align(expert_ids, gate_up.shape[0], block_m_for(num_pairs, gate_up.shape[0]))
     h = gate_up_act(x, gate_up, blocks, activation)
     flat_weights = weights.reshape(-1)

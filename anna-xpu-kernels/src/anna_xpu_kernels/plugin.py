@@ -4,7 +4,8 @@ Only lazy ``"module:attr"`` strings are handed over: registering imports neither
 fla. Every op implemented here has its contract (and torch reference) in anna-core
 (:mod:`anna_core.kernels.ops`), the fused ones included: ``qk_norm_rope_cache``, ``fused_gdn_decode``
 (the gated DeltaNet decode step) and ``fused_gdn_prefill`` (its prefill after the conv); ``moe_experts``
-(a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`), its
+(a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`; a few
+tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`), its
 router ``moe_route`` as one launch (:mod:`anna_xpu_kernels.moe_route`).
 Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0, so they
 serve whatever the probes (:mod:`anna_xpu_kernels.probes`) decline.
@@ -23,6 +24,9 @@ TRITON_KERNELS = {
     "gated_rms_norm": ("norms:gated_rms_norm", "probes:norm_probe"),
     "add_rms_norm": ("norms:add_rms_norm", "probes:norm_probe"),
     "post_norm_residual": ("norms:post_norm_residual", "probes:norm_probe"),
+    "dual_post_norm_residual": ("norms:dual_post_norm_residual", "probes:norm_probe"),
+    "rms_norm_pair": ("norms:rms_norm_pair", "probes:norm_probe"),
+    "post_norm_residual_norm_pair": ("norms:post_norm_residual_norm_pair", "probes:norm_probe"),
     "silu_and_mul": ("activations:silu_and_mul", "probes:norm_probe"),
     "sigmoid_mul": ("activations:sigmoid_mul", "probes:norm_probe"),
     "causal_conv1d_update": ("conv1d:causal_conv1d_update", "probes:conv1d_probe"),

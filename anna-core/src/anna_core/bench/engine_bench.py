@@ -61,6 +61,9 @@ class BenchSettings:
     seed: int = 0
     logprobs: int | None = None
     timeline: bool = False
+    offload: Any = None
+    """An :class:`~anna_core.engine.offload.OffloadConfig` (None: the experts stay on the device)."""
+    max_device_memory_gib: float | None = None
 
     def __attrs_post_init__(self) -> None:
         for name in ("batch_size", "input_len", "output_len", "runs"):
@@ -78,7 +81,8 @@ class BenchSettings:
 
 
 def engine_config(batch: int, max_len: int, prefill_tokens: int, *, block_size: int = 16,
-                  prefix_caching: bool = False, async_scheduling: bool = True) -> Any:
+                  prefix_caching: bool = False, async_scheduling: bool = True,
+                  max_device_memory_gib: float | None = None) -> Any:
     """An :class:`~anna_core.engine.config.EngineConfig` for a benchmark: ``batch`` sequences of at most
     ``max_len`` tokens, ``prefill_tokens`` per step, prefix caching off unless asked and the prompt
     cache off (each run draws new prompts anyway). The KV cache holds every sequence at full length
@@ -98,6 +102,8 @@ def engine_config(batch: int, max_len: int, prefill_tokens: int, *, block_size: 
         kw["prompt_cache_size"] = 0
     if "async_scheduling" in fields:
         kw["async_scheduling"] = async_scheduling
+    if max_device_memory_gib is not None:
+        kw["max_device_memory_gib"] = max_device_memory_gib
     return EngineConfig(**kw)
 
 
@@ -109,14 +115,14 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
     if s.serve_defaults:  # `anna serve` with no flags
         from anna_core.engine.config import EngineConfig
 
-        cfg = EngineConfig()
+        cfg = EngineConfig(max_device_memory_gib=s.max_device_memory_gib)
         if s.batch_size > cfg.max_num_seqs:
             raise AnnaError(f"--serve-defaults runs at most {cfg.max_num_seqs} sequences at once (anna serve's "
                             f"--scheduler-max-batch-size default), got --batch-size {s.batch_size}")
     else:
         max_len = s.input_len + s.output_len + 1
         cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling,
-                            prefix_caching=s.prefix_caching)
+                            prefix_caching=s.prefix_caching, max_device_memory_gib=s.max_device_memory_gib)
     engine = LLMEngine.from_loaded(loaded, cfg)
     # --serve-defaults: the decode-graph buckets of anna serve's batch limit, not of the benchmark's batch
     engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
@@ -199,6 +205,14 @@ def served_vs_eager(model: Any, prompts: list[list[int]], served: list[list[int]
     return min(next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), n) for x, y in zip(served, eager))
 
 
+def tokens_sha256(streams: list[list[int]]) -> str:
+    """SHA-256 of the generated token ids of every stream (in order, as ``"1,2,3;4,5"``), so that two runs (e.g.
+    offloaded experts and fully resident) compare by one string."""
+    import hashlib
+
+    return hashlib.sha256(";".join(",".join(map(str, t)) for t in streams).encode()).hexdigest()
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -212,14 +226,17 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     (keys documented in :func:`anna_core.bench.report.format_report`)."""
     from anna_core.loading import load_model
 
+    bandwidth = None
     if loaded is None:
         from anna_core.device import resolve_device
 
         accel = accelerator(resolve_device(s.device))
+        bandwidth = copy_bandwidth(accel)  # on the empty device: its buffers add nothing to the model's peak
         accel.reset_peak_memory()
         t = wall_clock()
         loaded = load_model(s.model_dir, device=s.device, dtype=s.dtype, load_format=s.load_format,
-                            disable_kernels=s.disable_kernels, weight_quant=s.weight_quant)
+                            disable_kernels=s.disable_kernels, weight_quant=s.weight_quant, offload=s.offload,
+                            max_device_memory_gib=s.max_device_memory_gib)
         load_s = wall_clock() - t
     else:
         load_s = 0.0
@@ -229,7 +246,8 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     setup_s = wall_clock() - t
     model = loaded.model
     vocab = model.vocab_size
-    bandwidth = copy_bandwidth(accel)
+    if bandwidth is None:
+        bandwidth = copy_bandwidth(accel)
 
     runs = []
     for r in range(s.warmup + s.runs):
@@ -265,8 +283,11 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "roofline_tokens_per_s_per_stream": roof_per_stream,
         "roofline_fraction": per_stream / roof_per_stream,
         "first_tokens": runs[-1]["tokens"][0][:8],
+        "tokens_sha256": tokens_sha256(runs[-1]["tokens"]),
         "served_vs_eager_match_tokens": served_vs_eager(model, last_prompts, runs[-1]["tokens"]),
     }
+    if engine.expert_store is not None:
+        report["expert_cache"] = engine.expert_store.report()
     graphs = engine.runner.graphs
     if graphs is not None and graphs.bucket_for(s.batch_size) is not None:
         # device time of one captured step alone: ITL minus this is host time the device waited for

@@ -15,6 +15,14 @@ def _served_check(r: dict[str, Any]) -> str:
             f"stream ({verdict})")
 
 
+def _expert_cache(c: dict[str, Any]) -> str:
+    rate = "n/a" if c["hit_rate"] is None else f"{100 * c['hit_rate']:.1f}%"
+    return (f"experts   offloaded layers {len(c['offloaded_layers'])} (resident {len(c['resident_layers'])}), "
+            f"{c['cached_experts_per_layer']} cached per layer: hit rate {rate} ({c['hits']} hits, {c['misses']} "
+            f"misses; prefetched {c['prefetched']}, {c['prefetch_hits']} used), {c['bytes_copied'] / 1e9:.2f} GB "
+            "copied host -> device")
+
+
 def format_report(r: dict[str, Any]) -> str:
     """Lines for one :func:`anna_core.bench.engine_bench.run_bench` report.
 
@@ -22,6 +30,7 @@ def format_report(r: dict[str, Any]) -> str:
     ``itl_ms_p50`` / ``_p99``, ``peak_memory_gib``, ``copy_bandwidth_gbps``, ``step_bytes``,
     ``roofline_tokens_per_s_per_stream``, ``roofline_fraction``, optional ``graph_replay_ms``,
     ``served_vs_eager_match_tokens``,
+    ``tokens_sha256``, optional ``expert_cache`` (offloaded experts),
     ``async_scheduling``, ``profile_ms_per_step``, ``timeline`` (with ``timeline_source`` "served" or
     "padded" and, when served steps could not be traced, ``timeline_served_error``), ``timeline_error``
     and ``hf``.
@@ -46,6 +55,8 @@ def format_report(r: dict[str, Any]) -> str:
          + ("   async scheduling " + ("on" if r.get("async_scheduling") and r.get("graphs_captured")
                                        else "off" if r.get("graphs_captured") else "n/a (no graphs)"))),
         f"memory    peak {r['peak_memory_gib']:.2f} GiB",
+        *([_expert_cache(r["expert_cache"])] if r.get("expert_cache") else []),
+        *([f"tokens    sha256 {r['tokens_sha256']} (the last run's greedy tokens)"] if "tokens_sha256" in r else []),
         *([_served_check(r)] if "served_vs_eager_match_tokens" in r else []),
         (f"roofline  {gb:.3f} GB/step (weights {r['step_bytes']['weights'] / 1e9:.3f}, state "
          f"{r['step_bytes']['state'] / 1e9:.3f}, KV {r['step_bytes']['kv'] / 1e9:.3f}) at "

@@ -45,6 +45,35 @@ def default_kv_budget_bytes(device: torch.device) -> int:
     return int(free * _ACCEL_FRACTION)
 
 
+CAP_HEADROOM_FRACTION = 0.05
+"""Share of ``max_device_memory_gib`` left for activations (at least :data:`CAP_HEADROOM_MIN` bytes)."""
+CAP_HEADROOM_MIN = 512 << 20
+
+
+def device_bytes_in_use(device: torch.device, tensors_bytes: int) -> int:
+    """Device bytes allocated now: torch's count where the device keeps one (CUDA, XPU), else
+    ``tensors_bytes`` (what the caller counted: the model's tensors on the device)."""
+    return memory_stats(device).get("allocated_bytes", tensors_bytes)
+
+
+def capped_kv_budget_bytes(cap_bytes: int, in_use_bytes: int, other_bytes: int) -> int:
+    """KV-cache bytes under a device memory cap: the cap less what is allocated (weights, expert cache and
+    scratch), ``other_bytes`` (recurrent state slots, snapshots, prompt cache, reserve) and a headroom for
+    activations (:data:`CAP_HEADROOM_FRACTION` of the cap, at least :data:`CAP_HEADROOM_MIN`).
+
+    Raises:
+        AnnaError: nothing is left for the KV cache.
+    """
+    headroom = max(CAP_HEADROOM_MIN, int(cap_bytes * CAP_HEADROOM_FRACTION))
+    budget = cap_bytes - in_use_bytes - other_bytes - headroom
+    if budget <= 0:
+        raise AnnaError(f"max_device_memory_gib ({cap_bytes / _GIB:.2f} GiB) leaves no room for the KV cache: the "
+                        f"loaded model uses {in_use_bytes / _GIB:.2f} GiB, state / snapshots {other_bytes / _GIB:.2f} "
+                        f"GiB, activations {headroom / _GIB:.2f} GiB; offload experts (--offload-mode experts, fewer "
+                        "resident expert layers, fewer cached experts per layer) or raise the cap")
+    return budget
+
+
 def group_block_caps(spec: CacheSpec, block_size: int, max_len: int, max_num_seqs: int,
                      max_prefill_tokens: int) -> list[int]:
     """Per attention group (``spec.attention_groups`` order), the most blocks it can use: every one of

@@ -92,6 +92,12 @@ class EngineConfig:
             ``None`` sizes it from the device's free memory (see
             :func:`anna_core.engine.cache_allocator.default_kv_budget_bytes`) minus
             ``reserve_memory_mib`` and the snapshot budget.
+        max_device_memory_gib: the most device memory (GiB) the server may use: weights, KV cache, recurrent
+            state, snapshots and the expert cache and scratch of offloaded experts together
+            (:mod:`anna_core.engine.offload`). The KV cache gets what the loaded model leaves of it, less a
+            headroom for activations (:func:`anna_core.engine.cache_allocator.capped_kv_budget_bytes`; also the
+            most ``kv_cache_memory_gib`` or ``num_blocks`` may take), and ``--offload-mode auto`` offloads
+            experts when the weights do not fit it. ``None``: no cap (the device's free memory).
         reserve_memory_mib: memory (MiB) left free when sizing the KV cache from free memory.
         max_model_len: the longest sequence (prompt + output) served; ``None`` uses the
             checkpoint's limit. Always capped by what the KV cache can hold.
@@ -127,6 +133,7 @@ class EngineConfig:
     block_size: int = attrs.field(default=16, validator=_positive)
     num_blocks: int | None = attrs.field(default=None, validator=_positive)
     kv_cache_memory_gib: float | None = None
+    max_device_memory_gib: float | None = None
     reserve_memory_mib: float = attrs.field(default=0.0, validator=non_negative)
     max_model_len: int | None = attrs.field(default=None, validator=_positive)
     enable_prefix_caching: bool = True
@@ -138,6 +145,8 @@ class EngineConfig:
     def __attrs_post_init__(self) -> None:
         if self.kv_cache_memory_gib is not None and self.kv_cache_memory_gib <= 0:
             raise AnnaError(f"kv_cache_memory_gib must be positive, got {self.kv_cache_memory_gib}")
+        if self.max_device_memory_gib is not None and self.max_device_memory_gib <= 0:
+            raise AnnaError(f"max_device_memory_gib must be positive, got {self.max_device_memory_gib}")
         if self.snapshot_interval % self.block_size:
             raise AnnaError(f"snapshot_interval ({self.snapshot_interval}) must be a multiple of block_size "
                             f"({self.block_size})")

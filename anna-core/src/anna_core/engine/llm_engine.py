@@ -19,6 +19,7 @@ logits processors, prompt-cache hits) first read back the step in flight and the
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import secrets
@@ -32,7 +33,9 @@ import torch
 from anna_core.cache_spec import SlidingWindowSpec
 from anna_core.engine.cache_allocator import (
     allocate_caches,
+    capped_kv_budget_bytes,
     default_kv_budget_bytes,
+    device_bytes_in_use,
     group_block_caps,
     plan_num_blocks,
     state_bytes,
@@ -73,6 +76,9 @@ class LLMEngine:
         device / dtype: where the caches live and their dtype.
         eos_token_ids: ids that end every request unless it sets ``ignore_eos``.
         model_max_len: the checkpoint's context limit (``None``: only the config / cache bound it).
+        expert_store: the model's :class:`~anna_core.layers.expert_offload.ExpertStore` when its experts are
+            offloaded (``LoadedModel.expert_store``): its device bytes count under ``max_device_memory_gib`` and
+            its counters appear in :meth:`stats` (``expert_cache``).
 
     Raises:
         AnnaError: the model does not declare what :class:`~anna_core.model.CausalLM` requires, an
@@ -82,8 +88,10 @@ class LLMEngine:
 
     def __init__(self, model: Any, *, tokenizer: Any = None, config: EngineConfig | None = None,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 eos_token_ids: list[int] | tuple[int, ...] = (), model_max_len: int | None = None):
+                 eos_token_ids: list[int] | tuple[int, ...] = (), model_max_len: int | None = None,
+                 expert_store: Any = None):
         self.device = torch.device(device)
+        self.expert_store = expert_store
         config = config or EngineConfig()
         if config.max_prefill_tokens is None:
             config = attrs.evolve(config, max_prefill_tokens=default_max_prefill_tokens(self.device.type))
@@ -154,22 +162,48 @@ class LLMEngine:
         :func:`~anna_core.engine.cache_allocator.plan_num_blocks`, each group at most what ``max_num_seqs``
         sequences of ``want_len`` tokens can use in it."""
         config = self.config
+        capped = None
+        if config.max_device_memory_gib is not None:  # weights, expert cache, state, KV: all under the cap
+            other = other_bytes + state_bytes(spec, config.max_num_seqs + 1, self.dtype) + int(config.reserve_memory_mib * _MIB)
+            in_use = device_bytes_in_use(self.device, self._model_device_bytes())
+            capped = capped_kv_budget_bytes(int(config.max_device_memory_gib * (1 << 30)), in_use, other)
         if config.num_blocks is not None:
+            need = sum(spec.groups[g].bytes_per_block(config.block_size, self.dtype) * (config.num_blocks + 1)
+                       for g in spec.attention_groups)
+            if capped is not None and need > capped:
+                raise AnnaError(f"{config.num_blocks} KV blocks ({need / (1 << 30):.2f} GiB) do not fit under "
+                                f"max_device_memory_gib {config.max_device_memory_gib} (room for {capped / (1 << 30):.2f} GiB)")
             return [config.num_blocks] * len(spec.attention_groups)
         if not spec.attention_groups:
             return []
         caps = group_block_caps(spec, config.block_size, want_len, config.max_num_seqs, config.max_prefill_tokens)
         if config.kv_cache_memory_gib is not None:
             budget = int(config.kv_cache_memory_gib * (1 << 30))
+            if capped is not None:
+                budget = min(budget, capped)
+        elif capped is not None:
+            budget = capped
         else:
             budget = default_kv_budget_bytes(self.device) - int(config.reserve_memory_mib * _MIB) - other_bytes
         return plan_num_blocks(spec, config.block_size, self.dtype, budget, caps)
+
+    def _model_device_bytes(self) -> int:
+        """Bytes of the model's tensors on the engine's device (parameters, buffers, the expert cache and scratch
+        of offloaded experts), for devices where torch keeps no allocation count (the CPU)."""
+        seen: set[int] = set()
+        total = 0
+        if isinstance(self.model, torch.nn.Module):
+            for t in itertools.chain(self.model.parameters(), self.model.buffers()):
+                if t.device == self.device and t.data_ptr() not in seen:
+                    seen.add(t.data_ptr())
+                    total += t.numel() * t.element_size()
+        return total + (self.expert_store.device_bytes() if self.expert_store is not None else 0)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, config: EngineConfig | None = None) -> LLMEngine:
         return cls(loaded.model, tokenizer=loaded.tokenizer, config=config, device=loaded.device,
                    dtype=loaded.dtype, eos_token_ids=loaded.generation.eos_token_ids,
-                   model_max_len=loaded.max_model_len)
+                   model_max_len=loaded.max_model_len, expert_store=loaded.expert_store)
 
     def longest_one_step_prompt(self) -> int:
         """The most prompt tokens the scheduler computes in one step for a request alone: the step's
@@ -493,8 +527,11 @@ class LLMEngine:
         """Counters for ``/healthz`` (read them on the engine thread), and how steps run, the same for
         every family: ``paged_kv`` (the model's attention K/V live in paged blocks of ``block_size``
         tokens; False for a model with recurrent state only), ``prefix_caching`` (on as served: asked for,
-        and a recurrent model has snapshot room), ``graphs`` (:meth:`ModelRunner.graph_report`)."""
-        return {
+        and a recurrent model has snapshot room), ``graphs`` (:meth:`ModelRunner.graph_report`); with offloaded
+        experts also ``expert_cache`` (:meth:`~anna_core.layers.expert_offload.ExpertStore.report`: hit rate, hits,
+        misses, bytes copied, cached experts per layer, ...)."""
+        extra = {"expert_cache": self.expert_store.report()} if self.expert_store is not None else {}
+        return extra | {
             "paged_kv": bool(self.kv.paged),
             "block_size": self.kv.block_size,
             "prefix_caching": self.kv.enable_caching,

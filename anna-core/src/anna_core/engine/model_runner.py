@@ -148,12 +148,15 @@ class ModelRunner:
             self._no_graphs = dict.fromkeys(self._no_graphs, "off (cuda_graph=False, --no-cuda-graph)")
         elif not self.accel.graphs:
             self._no_graphs = dict.fromkeys(self._no_graphs, f"the {self.device.type} device does not capture graphs")
+        elif not self.model.capabilities.graph_capture:
+            self._no_graphs = dict.fromkeys(self._no_graphs, "the model does not declare graph_capture (e.g. "
+                                            "offloaded experts read their ids on the host)")
         clock = time.perf_counter
         if config.warmup:
             t0 = clock()
             self.warmup(max_model_len)
             self.startup["warmup_s"] = clock() - t0
-        if config.cuda_graph and self.accel.graphs:
+        if config.cuda_graph and self.accel.graphs and self.model.capabilities.graph_capture:
             width = -(-max_model_len // self.caches.block_size)
             t0 = clock()
             self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len), width)

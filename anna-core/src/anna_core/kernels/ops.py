@@ -20,7 +20,8 @@ Conventions shared by every op:
 A mixture-of-experts block runs two ops: ``moe_route`` (its router after the gate projection: softmax,
 top-k, renormalised, an optional per-expert scale) and ``moe_experts`` (the routed experts it chose).
 
-The fused ops (``post_norm_residual``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``,
+The fused ops (``post_norm_residual``, ``dual_post_norm_residual``, ``rms_norm_pair``,
+``post_norm_residual_norm_pair``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``,
 ``linear_act_mul``,
 ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``q_norm_rope``, ``fused_gdn_decode``,
 ``fused_gdn_prefill``)
@@ -82,6 +83,48 @@ rounds it; ``y = rms_norm(new_residual, next_weight, eps, zero_centered)``, or N
 next_weight. Fresh tensors; the inputs are not written.
 """,
         reference=_ref("norms", "post_norm_residual"),
+    ),
+    OpContract(
+        name="dual_post_norm_residual",
+        signature=("dual_post_norm_residual(x1, weight_1, x2, weight_2, residual, weight, eps, zero_centered, scale, "
+                   "next_weight) -> (y, new_residual)"),
+        doc="""\
+``post_norm_residual`` of the sum of two normalised block outputs (Gemma 4's MoE layer: the dense MLP's
+and the experts' outputs, each with its own post norm). x1, x2, residual: ``[T, D]``, one dtype;
+weight_1, weight_2, weight, next_weight: ``[D]`` (next_weight may be None); eps, zero_centered: every
+norm's; scale: ``[1]`` of x1's dtype or None. ``x = rms_norm(x1, weight_1) + rms_norm(x2, weight_2)``
+(each norm and the sum rounded to x1's dtype, as torch rounds them), then ``(y, new_residual) =
+post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)``. Fresh tensors; the
+inputs are not written.
+""",
+        reference=_ref("norms", "dual_post_norm_residual"),
+    ),
+    OpContract(
+        name="rms_norm_pair",
+        signature="rms_norm_pair(x, weight, eps, zero_centered, scale_weight, factor) -> (y, s)",
+        doc="""\
+Two norms of one read of x (Gemma 4's MoE layer: the experts' input norm and the router's input).
+x: ``[..., D]``; weight, scale_weight: ``[D]`` (scale_weight of x's dtype, as the rounding below
+assumes); factor: a Python float. ``y = rms_norm(x, weight, eps, zero_centered)``; ``s = rms_norm(x,
+ones, eps, False) * scale_weight * factor`` with the norm and each product rounded to x's dtype (torch's
+rounding of that expression: transformers' ``Gemma4TextRouter``), all math in float32. Both ``[...,
+D]`` in x's dtype.
+""",
+        reference=_ref("norms", "rms_norm_pair"),
+    ),
+    OpContract(
+        name="post_norm_residual_norm_pair",
+        signature=("post_norm_residual_norm_pair(x, residual, weight, eps, zero_centered, next_weight, pair_weight, "
+                   "scale_weight, factor) -> (y, y2, s, new_residual)"),
+        doc="""\
+``post_norm_residual`` (without scale) followed by ``rms_norm_pair`` of its new residual, from one read of
+it (Gemma 4's MoE layer after its attention: the stream and the MLP's, the experts' and the router's
+inputs). x, residual: ``[T, D]``, one dtype; weight, next_weight, pair_weight, scale_weight: ``[D]``
+(scale_weight of x's dtype); factor: a Python float. ``(y, new_residual) = post_norm_residual(x,
+residual, weight, eps, zero_centered, None, next_weight)``; ``(y2, s) = rms_norm_pair(new_residual,
+pair_weight, eps, zero_centered, scale_weight, factor)``, rounded as those ops round. Fresh tensors.
+""",
+        reference=_ref("norms", "post_norm_residual_norm_pair"),
     ),
     OpContract(
         name="silu_and_mul",

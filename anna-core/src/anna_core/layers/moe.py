@@ -22,12 +22,20 @@ class RoutedExpertsModule(nn.Module):
     experts with ``K`` chosen per token, a batch of ``B`` tokens hits ``E * (1 - (1 - K/E) ** B)`` of them
     on average under uniform routing (``K`` at batch 1), and its parameters' bytes scale by that share.
 
+    A subclass holds the stacked weights ``gate_up_proj [E, 2I, H]`` / ``down_proj [E, H, I]``, runs them as
+    ``moe_experts(x, gate_up_proj, down_proj, weights, experts, activation)`` from ``forward(x, weights,
+    experts)``, and declares its ``activation`` and ``ops`` (the op table), so that expert offload
+    (:class:`anna_core.layers.expert_offload.OffloadedExperts`) can take its place.
+
     Args:
         num_experts: ``E``; top_k: ``K`` (``1 <= K <= E``).
 
     Raises:
         ValueError: ``top_k`` outside ``[1, num_experts]``.
     """
+
+    activation: str = "silu"
+    """The experts' gated activation (``moe_experts``'s ``activation``)."""
 
     def __init__(self, num_experts: int, top_k: int):
         super().__init__()

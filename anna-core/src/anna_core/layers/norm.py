@@ -51,7 +51,8 @@ class RMSNorm(nn.Module):
         return ones
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *, fuse_add: bool = False,
-                post: tuple[torch.Tensor | None, RMSNorm | None] | None = None):
+                post: tuple[torch.Tensor | None, RMSNorm | None] | None = None,
+                summed: tuple[RMSNorm, torch.Tensor, RMSNorm] | None = None):
         """Normalise ``x``; with ``fuse_add``, first add it to the residual stream (one fused op).
 
         Args:
@@ -59,6 +60,7 @@ class RMSNorm(nn.Module):
             residual: ``[..., D]`` in x's dtype, or None (the first layer: the stream starts at x).
             fuse_add: return the pair below instead of ``y`` alone (the ``add_rms_norm`` op).
             post: ``(scale, next_norm)``: :meth:`post_add`'s op instead (call that method).
+            summed: with ``post``, ``(x_norm, x2, x2_norm)``: :meth:`post_add_sum`'s op instead.
 
         Returns:
             ``y`` ``[..., D]`` (same dtype) without ``fuse_add``; with it ``(y, new_residual)`` where
@@ -66,6 +68,11 @@ class RMSNorm(nn.Module):
         """
         if post is not None:  # post_add: (scale, next_norm)
             scale, next_norm = post
+            if summed is not None:
+                x_norm, x2, x2_norm = summed
+                return self.ops.dual_post_norm_residual(x, x_norm.weight, x2, x2_norm.weight, residual, self.weight,
+                                                        self.eps, self.zero_centered, scale,
+                                                        None if next_norm is None else next_norm.weight)
             return self.ops.post_norm_residual(x, residual, self.weight, self.eps, self.zero_centered, scale,
                                                None if next_norm is None else next_norm.weight)
         if fuse_add:
@@ -147,6 +154,31 @@ class RMSNorm(nn.Module):
         if next_norm is not None and (next_norm.eps, next_norm.zero_centered) != (self.eps, self.zero_centered):
             raise ValueError("post_add: the next norm must share eps and zero_centered with this one")
         return self(x, residual, post=(scale, next_norm))  # through __call__: the profiler's hooks see it
+
+    def post_add_sum(self, x: torch.Tensor, x_norm: RMSNorm, x2: torch.Tensor, x2_norm: RMSNorm,
+                     residual: torch.Tensor, scale: torch.Tensor | None = None,
+                     next_norm: RMSNorm | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """:meth:`post_add` of the sum of two normalised block outputs (Gemma 4's MoE layer: the dense MLP's
+        and the experts'): ``r = residual + norm(x_norm(x) + x2_norm(x2))``, then the scale and the next
+        norm as :meth:`post_add`, as one ``dual_post_norm_residual`` launch on GPUs (instead of four).
+
+        Args:
+            x, x2: ``[T, D]`` the two block outputs, one dtype; x_norm, x2_norm: their post norms
+                (:class:`RMSNorm` with a weight, this norm's ``D``, ``eps`` and ``zero_centered``);
+            residual, scale, next_norm: as :meth:`post_add`.
+
+        Returns:
+            ``(next_norm(r) or None, r)``, both ``[T, D]`` in x's dtype.
+
+        Raises:
+            ValueError: a norm has no weight, or they differ in eps / zero_centered.
+        """
+        norms = [self, x_norm, x2_norm] + ([next_norm] if next_norm is not None else [])
+        if any(n.weight is None for n in norms):
+            raise ValueError("post_add_sum needs norms with a weight")
+        if any((n.eps, n.zero_centered) != (self.eps, self.zero_centered) for n in norms):
+            raise ValueError("post_add_sum: every norm must share eps and zero_centered with this one")
+        return self(x, residual, post=(scale, next_norm), summed=(x_norm, x2, x2_norm))  # through __call__
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, zero_centered={self.zero_centered}, scale={self.scale}"

@@ -9,11 +9,17 @@ Fixtures:
     anna_tiny_qwen35: the default tiny checkpoint (text layout, tied, with tokenizer and
         ``generation_config.json``) -- enough for engine and server tests.
     anna_tiny_tokenizer_dir: a folder holding only the tiny tokenizer.
+    live_server: ``start(model_dir, *args, **flags) -> LiveServer``: a real ``anna serve`` of ``model_dir``
+        (:mod:`anna_core.testing.live_server`; needs anna-cli) on a free loopback port, ready when returned;
+        ``flags`` become options (``max_model_len=512`` -> ``--max-model-len 512``, ``True`` -> a bare flag).
+        Every server it started is stopped after the test. A directory's own conftest may shadow it.
+
+The family conformance suite is a base class, not a fixture: :mod:`anna_core.testing.conformance`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +53,29 @@ def anna_tiny_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("tiny-tokenizer")
     build_tiny_tokenizer(path)
     return path
+
+
+@pytest.fixture
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    from anna_core.testing.live_server import start_server
+
+    started = []
+
+    def start(model_dir: str | Path, *args: str, **flags: Any) -> Any:
+        argv = ["--model-dir", str(model_dir), *args]
+        for name, value in flags.items():
+            option = "--" + name.replace("_", "-")
+            if value is True:
+                argv.append(option)
+            elif value is not False and value is not None:
+                argv += [option, str(value)]
+        server = start_server(argv, tmp_path_factory.mktemp("live-server"), Path(model_dir))
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        try:
+            server.stop(timeout=30)
+        except Exception:  # noqa: BLE001 - a server that ignores SIGTERM is killed instead
+            server.kill()

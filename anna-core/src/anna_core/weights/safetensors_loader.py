@@ -10,7 +10,7 @@ name map: checkpoint tensor name -> parameter name, or ``None`` to ignore the te
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -82,7 +82,18 @@ def iter_checkpoint_tensors(files: dict[str, Path], names: list[str]) -> Iterato
             raise ModelLoadError(f"cannot read tensors from {str(path)!r}: {exc}") from exc
 
 
-def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, device: torch.device) -> None:
+def _host_copy(value: torch.Tensor, device: torch.device, pin: bool) -> torch.Tensor:
+    """``value`` in host memory (page-locked when ``pin`` and the device has pinned memory)."""
+    from anna_core.device import accelerator
+
+    host = accelerator(device).host_empty(tuple(value.shape), value.dtype) if pin else torch.empty_like(
+        value, device="cpu")
+    host.copy_(value)
+    return host
+
+
+def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, device: torch.device,
+                     host: Sequence[str] = (), pin: bool = True) -> None:
     """Assign every parameter of ``model`` from the checkpoint in ``root``.
 
     Each tensor is read lazily, converted to the dtype the (meta) parameter already has and moved
@@ -94,6 +105,9 @@ def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, d
         root: folder with ``model.safetensors.index.json`` + shards or ``model.safetensors``.
         name_map: checkpoint name -> parameter name, or None to ignore the tensor.
         device: where the weights go.
+        host: parameter-name prefixes whose tensors stay in host memory instead (offloaded experts,
+            :mod:`anna_core.layers.expert_offload`), page-locked when ``pin`` (on CUDA); they never touch the
+            device.
 
     Raises:
         ModelLoadError: unreadable files; checkpoint tensors mapping to no parameter
@@ -108,7 +122,10 @@ def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, d
     with progress(len(plan.targets), "loading weights") as bar:
         for ckpt_name, tensor in iter_checkpoint_tensors(files, list(plan.targets)):
             target = plan.targets[ckpt_name]
-            value = tensor.to(device=device, dtype=params[target].dtype)
+            if host and target.startswith(tuple(host)):
+                value = _host_copy(tensor.to(dtype=params[target].dtype), torch.device(device), pin)
+            else:
+                value = tensor.to(device=device, dtype=params[target].dtype)
             set_param(model, target, value)
             bar.update(1)
 
@@ -150,6 +167,8 @@ def materialize_dummy(
     seed: int = 0,
     init: Callable[[str, torch.Tensor, torch.Generator | None], bool] | None = None,
     std: float = 0.02,
+    host: Sequence[str] = (),
+    pin: bool = True,
 ) -> None:
     """Replace every parameter of a (meta-built) model with random values on ``device``.
 
@@ -158,6 +177,10 @@ def materialize_dummy(
     may fill a tensor itself (e.g. ``A_log``) and return True to skip the default; it must draw
     from ``generator`` (seeded with ``seed``; ``None`` on the meta device), never from the global
     RNG, so that every load of the same model gets the same weights. Parameters keep their dtype.
+
+    Parameters under the name prefixes ``host`` (offloaded experts) are drawn on ``device`` like the others, one
+    tensor at a time, then copied to host memory (page-locked when ``pin``, on CUDA): the values equal those of a
+    load that keeps them on the device, and the device holds at most one of them at a time.
     """
     from anna_core.layers.norm import RMSNorm
 
@@ -176,5 +199,7 @@ def materialize_dummy(
                     value.fill_(1.0)
                 else:
                     value.zero_()
+            if host and name.startswith(tuple(host)):
+                value = _host_copy(value, device, pin)
             set_param(model, name, value)
             bar.update(1)

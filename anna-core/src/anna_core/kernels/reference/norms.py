@@ -1,7 +1,8 @@
-"""RMS normalisation (Zhang & Sennrich, "Root Mean Square Layer Normalization", 2019) and its
-SiLU-gated variant (the Gated DeltaNet output norm of Qwen3.5, FLA ``FusedRMSNormGated``).
+"""RMS normalisation (Zhang & Sennrich, "Root Mean Square Layer Normalization", 2019), its
+SiLU-gated variant (the Gated DeltaNet output norm of Qwen3.5, FLA ``FusedRMSNormGated``) and the
+fused compositions decoders run (residual adds, sandwich-norm tails, two norms of one input).
 
-Both compute in float32 and return x's dtype.
+All compute in float32 and return x's dtype.
 """
 
 from __future__ import annotations
@@ -124,3 +125,85 @@ def post_norm_residual(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
         return None, r
     _check_weight("post_norm_residual", r, next_weight)
     return rms_norm(r, next_weight, eps, zero_centered), r
+
+
+def rms_norm_pair(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool,
+                  scale_weight: torch.Tensor, factor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two norms of the same rows: ``y = rms_norm(x, weight, eps, zero_centered)`` and ``s`` = the
+    weightless norm of x times ``scale_weight`` times ``factor``, rounded to x's dtype after the norm and
+    after each product, as torch rounds ``rms_norm(x, ones) * scale_weight * factor`` with a
+    ``scale_weight`` of x's dtype (transformers' ``Gemma4TextRouter`` input beside the experts' input
+    norm ``pre_feedforward_layernorm_2``). In float32 the roundings vanish and ``s`` is that expression's
+    float32 value.
+
+    Args:
+        x: ``[..., D]``; weight, scale_weight: ``[D]``; eps: both norms'; zero_centered: ``y``'s weight
+            (``s`` has no norm weight); factor: a Python float (``hidden ** -0.5``).
+
+    Returns:
+        ``(y, s)`` ``[..., D]`` each, in x's dtype.
+
+    Raises:
+        ValueError: a weight is not ``[D]``.
+    """
+    _check_weight("rms_norm_pair", x, weight)
+    _check_weight("rms_norm_pair", x, scale_weight)
+    dtype = x.dtype
+    s = _normalise(x, eps).to(dtype).to(torch.float32) * scale_weight.to(torch.float32)
+    s = (s.to(dtype).to(torch.float32) * float(factor)).to(dtype)
+    return rms_norm(x, weight, eps, zero_centered), s
+
+
+def dual_post_norm_residual(x1: torch.Tensor, weight_1: torch.Tensor, x2: torch.Tensor, weight_2: torch.Tensor,
+                            residual: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool,
+                            scale: torch.Tensor | None,
+                            next_weight: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """:func:`post_norm_residual` of the sum of two normalised block outputs:
+    ``x = rms_norm(x1, weight_1) + rms_norm(x2, weight_2)`` (each norm and the sum rounded to x1's dtype),
+    then ``post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)`` (Gemma 4's
+    MoE layer tail: ``post_ff_norm(post_ff_norm_1(mlp) + post_ff_norm_2(moe))``, the residual add, the
+    layer scalar and the next layer's input norm).
+
+    Args:
+        x1, x2: ``[T, D]`` of one dtype; residual: ``[T, D]`` of that dtype; weight_1, weight_2, weight,
+            next_weight: ``[D]`` (next_weight may be None); eps, zero_centered: every norm's;
+            scale: ``[1]`` of x1's dtype, or None.
+
+    Returns:
+        ``(y, r)`` ``[T, D]`` in x1's dtype (``y`` None without next_weight); fresh tensors.
+
+    Raises:
+        ValueError: a weight is not ``[D]``; x2's or residual's shape or dtype differs from x1's; scale is
+            not one element of x1's dtype.
+    """
+    _check_weight("dual_post_norm_residual", x1, weight_1)
+    _check_weight("dual_post_norm_residual", x1, weight_2)
+    for name, t in (("x2", x2), ("residual", residual)):
+        require(t.shape == x1.shape and t.dtype == x1.dtype, "dual_post_norm_residual",
+                f"{name} must match x1's shape {tuple(x1.shape)} and dtype {x1.dtype}, got {tuple(t.shape)} {t.dtype}")
+    x = rms_norm(x1, weight_1, eps, zero_centered) + rms_norm(x2, weight_2, eps, zero_centered)
+    return post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)
+
+
+def post_norm_residual_norm_pair(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                                 zero_centered: bool, next_weight: torch.Tensor, pair_weight: torch.Tensor,
+                                 scale_weight: torch.Tensor,
+                                 factor: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`post_norm_residual` (no scale) whose new residual also goes through :func:`rms_norm_pair`:
+    ``(y, r) = post_norm_residual(x, residual, weight, eps, zero_centered, None, next_weight)``, then
+    ``(y2, s) = rms_norm_pair(r, pair_weight, eps, zero_centered, scale_weight, factor)`` (Gemma 4's MoE
+    layer after its attention: the stream, the MLP's, the experts' and the router's inputs).
+
+    Args:
+        x, residual: ``[T, D]`` of one dtype; weight, next_weight, pair_weight, scale_weight: ``[D]``
+            (scale_weight of x's dtype); eps, zero_centered: every norm's; factor: a Python float.
+
+    Returns:
+        ``(y, y2, s, r)`` ``[T, D]`` each in x's dtype; fresh tensors.
+
+    Raises:
+        ValueError: as :func:`post_norm_residual` and :func:`rms_norm_pair`.
+    """
+    y, r = post_norm_residual(x, residual, weight, eps, zero_centered, None, next_weight)
+    y2, s = rms_norm_pair(r, pair_weight, eps, zero_centered, scale_weight, factor)
+    return y, y2, s, r

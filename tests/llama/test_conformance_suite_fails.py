@@ -1,0 +1,55 @@
+"""The family conformance suite can fail: run through pytester on the tiny Llama of anna-llama, with the
+loaded Anna model broken after loading (one weight perturbed) it fails the HF-parity tests and still passes
+the tests that compare Anna with itself; with the wrong family name it fails the family test."""
+
+
+pytest_plugins = ["pytester"]
+
+HEADER = '''
+import pytest
+import torch
+from anna_core.testing.checkpoints import build_tiny_tokenizer
+from anna_core.testing.conformance import FamilyConformance
+from tests.llama.conftest import build_tiny_llama
+'''
+
+CLASS = '''
+
+class Test{name}Llama(FamilyConformance):
+    family = "{family}"
+    chat = False
+
+    def build_checkpoint(self, path):
+        build_tiny_llama(path, vocab_size=322, tie=False, seed=5)
+        build_tiny_tokenizer(path)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def conformance_loaded(cls, conformance_checkpoint):
+        from anna_core.loading import load_model
+
+        loaded = load_model(conformance_checkpoint, device="cpu", dtype="fp32")
+        if {broken}:
+            with torch.no_grad():
+                next(p for n, p in loaded.model.named_parameters() if "mlp" in n).mul_(1.5)
+        return loaded
+'''
+
+
+def test_the_suite_fails_a_broken_model_and_a_wrong_family(pytester):
+    import pathlib
+
+    pytester.makepyfile(test_broken=HEADER + CLASS.format(name="Perturbed", family="llama", broken=True)
+                        + CLASS.format(name="Misnamed", family="qwen35", broken=False))
+    pytester.syspathinsert(str(pathlib.Path(__file__).parents[2]))  # the repo root: ``tests.llama.conftest``
+    # one in-process run (a second one in the same process re-imports torch's extensions and crashes)
+    result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", "-k", "logits or family or batched or prefix")
+    reports = result.reprec.getreports("pytest_runtest_logreport")
+    got = {tuple(r.nodeid.split("::")[-2:]): r.outcome for r in reports if r.when == "call"}
+    broken, misnamed = "TestPerturbedLlama", "TestMisnamedLlama"
+    assert got[(broken, "test_logits_match_hf_whole_and_chunked")] == "failed"
+    assert got[(broken, "test_family_is_chosen_from_config_not_the_folder_name")] == "passed"
+    assert got[(broken, "test_batched_requests_equal_each_alone")] == "passed"
+    assert got[(broken, "test_prefix_hit_equals_miss")] == "passed"
+    assert got[(misnamed, "test_family_is_chosen_from_config_not_the_folder_name")] == "failed"
+    assert got[(misnamed, "test_logits_match_hf_whole_and_chunked")] == "passed"

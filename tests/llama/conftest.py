@@ -68,8 +68,10 @@ def hf_to_gguf_tensors(model: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def load_anna(path: Path, *, dtype: torch.dtype = torch.float32, load_format: str = "auto", gguf_file=None):
-    """Load ``path`` through model-dir inspection, family selection from the installed plugins, and the loader."""
+def load_anna(path: Path, *, dtype: torch.dtype = torch.float32, load_format: str = "auto", gguf_file=None,
+              weight_quant: str = "none"):
+    """Load ``path`` through model-dir inspection, family selection from the installed plugins, and the loader
+    (``weight_quant="none"``, dequantized, by default: HF's GGUF loader, the oracle, dequantizes too)."""
     from anna_core.kernels.registry import KernelRegistry
     from anna_core.model_dir import inspect_model_dir, select_family
     from anna_core.plugins import make_plugin_manager, model_families
@@ -79,7 +81,7 @@ def load_anna(path: Path, *, dtype: torch.dtype = torch.float32, load_format: st
     source = inspect_model_dir(path, gguf_file)
     family = select_family(source, model_families(pm))
     return resolve(family.loader)(source, device=torch.device("cpu"), dtype=dtype, load_format=load_format,
-                                  kernels=KernelRegistry.from_plugins(pm))
+                                  kernels=KernelRegistry.from_plugins(pm), weight_quant=weight_quant)
 
 
 def rel_err(mine: torch.Tensor, ref: torch.Tensor) -> float:

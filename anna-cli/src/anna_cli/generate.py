@@ -55,7 +55,8 @@ def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking:
 @max_device_memory_option
 @offload_options
 @exit_on_anna_errors
-def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, prompt: str,
+def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
+             weight_quant: str, prompt: str,
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
              stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
              max_device_memory_gib: float | None, **sampling: Any) -> None:
@@ -78,8 +79,8 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
     config = EngineConfig(max_num_seqs=1, max_device_memory_gib=max_device_memory_gib)
     t0 = time.perf_counter()
     loaded = load_model(path, device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
-                        chat_template=chat_template.read_text() if chat_template else None, offload=offload,
-                        max_device_memory_gib=max_device_memory_gib)
+                        weight_quant=weight_quant, chat_template=chat_template.read_text() if chat_template else None,
+                        offload=offload, max_device_memory_gib=max_device_memory_gib)
     runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=loaded.device.type != "cpu")
     engine = build(loaded, config, runner)
     load_s = time.perf_counter() - t0

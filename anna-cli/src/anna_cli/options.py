@@ -13,10 +13,14 @@ import click
 DEVICES = ("auto", "cpu", "cuda", "xpu")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+WEIGHT_QUANTS = ("auto", "none", "int4", "int8")  # anna_core.loading.WEIGHT_QUANT_MODES (kept import-free)
+WEIGHT_QUANT_HELP = ("auto: a GGUF's quantized matrices stay quantized on the CPU (dequantized on a GPU); "
+                     "none: dequantize; int4 (groups of 128) / int8 (per channel): quantize a safetensors "
+                     "checkpoint's projections at load (CPU).")
 
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--model-dir``, ``--gguf-file``, ``--device``, ``--dtype``, ``--load-format``."""
+    """``--model-dir``, ``--gguf-file``, ``--device``, ``--dtype``, ``--load-format``, ``--weight-quant``."""
     decorators = [
         click.option("--model-dir", type=click.Path(path_type=Path), default=None,
                      help="Model folder (config.json + safetensors, or GGUF) or a .gguf file. "
@@ -27,6 +31,8 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="auto: the checkpoint's dtype on accelerators, fp32 on CPU."),
         click.option("--load-format", type=click.Choice(LOAD_FORMATS), default="auto", show_default=True,
                      help="dummy: random weights from a folder holding only config.json."),
+        click.option("--weight-quant", type=click.Choice(WEIGHT_QUANTS), default="auto", show_default=True,
+                     help=WEIGHT_QUANT_HELP),
     ]
     for decorator in reversed(decorators):
         fn = decorator(fn)

@@ -342,7 +342,7 @@ def _draining_server_class() -> type:
 @click.option("--metrics-log-interval-seconds", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="Log a one-line metrics summary this often (0 = never). Full figures: /healthz, /metrics.")
 @exit_on_anna_errors
-def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
+def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, weight_quant: str,
           model_name: str | None, task_name: str | None, host: str, port: int, log_level: str, log_format: str,
           max_model_len: int | None, chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
@@ -388,12 +388,13 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         reasoning_format=reasoning_format,
         api_key=api_key or None,
         request_guard=RequestGuard.for_bind(host, _split(allowed_hosts), _split(allowed_origins)),
-        info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device},
+        info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device,
+              "weight_quant": weight_quant},
     )
     loader = BackgroundLoader(
         state, task, path,
         load_kwargs={"device": device, "dtype": dtype, "load_format": load_format, "gguf_file": gguf_file,
-                     "disable_kernels": disable_kernels, "offload": offload,
+                     "disable_kernels": disable_kernels, "weight_quant": weight_quant, "offload": offload,
                      "max_device_memory_gib": engine_config.max_device_memory_gib,
                      "chat_template": chat_template.read_text() if chat_template else None},
         engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,

@@ -44,7 +44,9 @@ class LLM:
         model_dir: model folder or GGUF file.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"xpu"``.
         dtype: ``"auto"``, ``"bf16"``, ``"fp16"`` or ``"fp32"``.
-        load_format / gguf_file / chat_template: see :func:`anna_core.loading.load_model`.
+        load_format / gguf_file / chat_template / weight_quant: see :func:`anna_core.loading.load_model`
+            (``weight_quant="auto"``: a GGUF's quantized matrices stay quantized on the CPU; ``"none"``
+            dequantizes them).
         cuda_graph / compile_mode / warmup: the runner's set-up, as ``anna serve`` does it
             (:class:`~anna_core.engine.model_runner.RunnerConfig`): decode and prefill graphs captured where the
             device has them (CUDA, XPU; nothing on the CPU), no ``torch.compile``, and a warm-up prefill and
@@ -70,8 +72,8 @@ class LLM:
 
     def __init__(self, model_dir: str | Path, device: str = "auto", dtype: Any = "auto", *,
                  load_format: str = "auto", gguf_file: str | None = None, chat_template: str | None = None,
-                 cuda_graph: bool = True, compile_mode: str = "none", warmup: bool | None = None,
-                 offload_mode: str = "auto", resident_expert_layers: int | None = None,
+                 weight_quant: str = "auto", cuda_graph: bool = True, compile_mode: str = "none",
+                 warmup: bool | None = None, offload_mode: str = "auto", resident_expert_layers: int | None = None,
                  resident_expert_layer_indices: str | list[int] | None = None, cached_experts_per_layer: int = 0,
                  expert_prefetch: bool = True, **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
@@ -81,7 +83,7 @@ class LLM:
                                            cached_experts_per_layer, expert_prefetch)
         loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
                             gguf_file=gguf_file, chat_template=chat_template, offload=offload,
-                            max_device_memory_gib=config.max_device_memory_gib)
+                            max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant)
         self._setup(loaded, build(loaded, config, _runner_config(loaded, cuda_graph, compile_mode, warmup)))
 
     @classmethod

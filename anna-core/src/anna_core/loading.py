@@ -23,6 +23,10 @@ from anna_core.registry import resolve
 log = logging.getLogger("anna.loading")
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+WEIGHT_QUANT_MODES = ("auto", "none", "int4", "int8")
+"""``--weight-quant``: ``auto`` keeps a GGUF's own quantization on the CPU (where the family supports it;
+dequantized elsewhere), ``none`` dequantizes, ``int4`` (group 128, asymmetric) / ``int8`` (per channel)
+quantize a safetensors checkpoint's projections at load (anna-llama, CPU)."""
 
 
 def _checkpoint_dtype(source: ModelSource) -> str | None:
@@ -37,7 +41,7 @@ def _checkpoint_dtype(source: ModelSource) -> str | None:
 def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", load_format: str = "auto",
                gguf_file: str | None = None, chat_template: str | None = None, pm: Any = None,
                disable_kernels: Sequence[str] = (), offload: OffloadConfig | None = None,
-               max_device_memory_gib: float | None = None) -> LoadedModel:
+               max_device_memory_gib: float | None = None, weight_quant: str = "auto") -> LoadedModel:
     """Load the model at ``model`` (a folder or a ``.gguf`` file).
 
     Args:
@@ -55,6 +59,10 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
             families' models resident, ``experts`` is refused for them.
         max_device_memory_gib: what the server may use on the device (``EngineConfig.max_device_memory_gib``):
             ``auto`` offloads when the weights do not fit it.
+        weight_quant: ``"auto"`` (the family's default: a GGUF keeps its quantized matrices on the CPU
+            where the family supports it), ``"none"`` (dequantize), ``"int4"`` / ``"int8"``
+            (:data:`WEIGHT_QUANT_MODES`); passed to the family's loader as
+            ``weight_quant`` unless ``"auto"``.
 
     Raises:
         ModelLoadError: missing / broken checkpoint, or the family's package cannot be imported.
@@ -65,6 +73,8 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
     """
     if load_format not in LOAD_FORMATS:
         raise AnnaError(f"unknown load format {load_format!r}; use one of {', '.join(LOAD_FORMATS)}")
+    if weight_quant not in WEIGHT_QUANT_MODES:
+        raise AnnaError(f"unknown weight quantization {weight_quant!r}; use one of {', '.join(WEIGHT_QUANT_MODES)}")
     source = inspect_model_dir(model, gguf_file=gguf_file)
     family = select_family(source, model_families(pm))
     try:
@@ -79,13 +89,13 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev, _checkpoint_dtype(source))
     log.info("loading %s as family %s on %s in %s", source.root, family.name, dev, dt)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {} if weight_quant == "auto" else {"weight_quant": weight_quant}
     if offload is not None and offload.mode != "none":
         if family.expert_offload:
             if max_device_memory_gib is not None and not 0 < max_device_memory_gib < float("inf"):
                 raise AnnaError(f"max_device_memory_gib must be a positive finite number, got {max_device_memory_gib}")
             max_bytes = None if max_device_memory_gib is None else int(max_device_memory_gib * (1 << 30))
-            extra = {"offload": offload, "max_device_bytes": max_bytes}
+            extra.update(offload=offload, max_device_bytes=max_bytes)
         elif offload.mode == "experts":
             raise UnsupportedModelError(f"--offload-mode experts: the {family.name!r} family "
                                         f"({family.distribution or 'a plugin'}) does not declare expert offload")

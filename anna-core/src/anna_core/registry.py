@@ -40,7 +40,9 @@ class ModelFamilySpec:
         architectures: ``config.json`` ``architectures`` entries served.
         gguf_architectures: GGUF ``general.architecture`` values served.
         loader: lazy ``"module:attr"`` of a callable
-            ``load(source: ModelSource, *, device, dtype, load_format) -> LoadedModel``.
+            ``load(source: ModelSource, *, device, dtype, load_format, kernels, chat_template) -> LoadedModel``;
+            it is passed ``weight_quant`` too when ``--weight-quant`` is not ``auto`` (a loader that keeps
+            weights quantized takes it, default ``"auto"``).
         distribution: the installable distribution providing it (for error messages).
         reasoning_parser / tool_call_parser: names of the output parsers (``register_output_parsers``)
             used for this family unless ``--reasoning-parser`` / ``--tool-call-parser`` choose

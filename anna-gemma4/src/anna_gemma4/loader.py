@@ -49,7 +49,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
-         max_device_bytes: int | None = None) -> LoadedModel:
+         max_device_bytes: int | None = None, weight_quant: str = "auto") -> LoadedModel:
     """Load a Gemma 4 checkpoint (either layout) for text generation.
 
     Args:
@@ -68,6 +68,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     """
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"load format {load_format!r} is not supported by anna-gemma4; use one of {LOAD_FORMATS}")
+    if weight_quant not in ("auto", "none"):
+        raise ModelLoadError(f"--weight-quant {weight_quant} is not implemented for anna-gemma4 yet; use auto or none "
+                             "(both dequantize its weights today)")
     if source.format != "safetensors":
         raise ModelLoadError("anna-gemma4 cannot load GGUF Gemma 4 checkpoints yet; use the safetensors folder")
     cfg = Gemma4Config.from_hf(source.config)

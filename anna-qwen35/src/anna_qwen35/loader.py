@@ -60,7 +60,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
-         max_device_bytes: int | None = None) -> LoadedModel:
+         max_device_bytes: int | None = None, weight_quant: str = "auto") -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
@@ -85,6 +85,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     """
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"load format {load_format!r} is not supported by anna-qwen35; use one of {LOAD_FORMATS}")
+    if weight_quant not in ("auto", "none"):
+        raise ModelLoadError(f"--weight-quant {weight_quant} is not implemented for anna-qwen35 yet; use auto or none "
+                             "(both dequantize its weights today)")
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")

@@ -42,9 +42,16 @@ def weight_bytes(model: nn.Module, batch: int = 1) -> int:
     head (Anna's models say so with ``lm_head`` None) is the input embedding ``embed_tokens``; it is
     streamed, so it counts. Other tables (Gemma 4's per-layer embeddings) never count. Routed experts
     (:class:`~anna_core.layers.moe.RoutedExpertsModule`) count by the share of them ``batch`` tokens are
-    expected to touch (``K / E`` at batch 1).
+    expected to touch (``K / E`` at batch 1). Weights kept quantized
+    (:class:`~anna_core.layers.quant_linear.QuantizedLinear`, a tied head included) count their packed
+    buffers; a :class:`~anna_core.layers.quant_linear.QuantizedEmbedding`'s stored rows are gathered, not
+    streamed.
     """
+    from anna_core.layers.quant_linear import QuantizedLinear
+
     total = sum(p.numel() * p.element_size() for p in model.parameters())
+    total += sum(b.numel() * b.element_size() for m in model.modules() if isinstance(m, QuantizedLinear)
+                 for b in m.buffers(recurse=False))
     for m in model.modules():
         if isinstance(m, RoutedExpertsModule):
             own = sum(p.numel() * p.element_size() for p in m.parameters())

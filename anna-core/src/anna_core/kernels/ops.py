@@ -241,6 +241,20 @@ implementations may specialise those skinny shapes (GEMV, split-K) and leave lar
         examples=_examples("linear"),
     ),
     OpContract(
+        name="int4_linear",
+        signature="int4_linear(x, packed, scale_zero, group_size) -> y",
+        doc="""\
+A linear layer whose weight is kept packed (GGUF weights on the CPU: ``anna_core.layers.quant_linear``).
+x: ``[M, K]``; packed: ``[N, K/2]`` uint8, 4-bit codes ``q`` in the device's torch int4 layout (CPU:
+``aten::_convert_weight_to_int4pack_for_cpu``); scale_zero: ``[K/g, N, 2]`` of x's dtype; group_size:
+``g`` in 32, 64, 128, 256. ``w[n, k] = (q[n, k] - 8) * scale_zero[k // g, n, 0] + scale_zero[k // g,
+n, 1]``, ``y = x @ w^T`` ``[M, N]`` in x's dtype, float32 accumulation (exact to float32 rounding in
+float32; on the CPU the bfloat16 path is the fast one).
+""",
+        reference=_ref("int4_linear", "int4_linear"),
+        check=_ref("int4_linear", "check_int4_linear"),
+    ),
+    OpContract(
         name="add_rms_norm_linear",
         signature="add_rms_norm_linear(x, residual, norm_weight, eps, zero_centered, weight) -> (y, new_residual)",
         doc="""\

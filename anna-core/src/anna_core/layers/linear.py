@@ -51,7 +51,15 @@ def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
     projections that read the same activations run as one GEMM / GEMV.
 
     The merged weight (and bias, when all have one) is a new tensor on the parts' device and dtype.
+    Quantized parts (:class:`~anna_core.layers.quant_linear.QuantizedLinear`, not yet packed) merge into
+    one quantized layer; a mix of quantized and dense parts merges dense (the quantized ones dequantized).
     """
+    from anna_core.layers.quant_linear import QuantizedLinear
+
+    if all(isinstance(m, QuantizedLinear) for m in linears):
+        return QuantizedLinear.merged(linears)
+    dense = [m for m in linears if not isinstance(m, QuantizedLinear)]
+    linears = [m.dense(dense[0].weight.dtype) if isinstance(m, QuantizedLinear) else m for m in linears]
     first = linears[0].weight
     has_bias = all(m.bias is not None for m in linears)
     with torch.device("meta"):

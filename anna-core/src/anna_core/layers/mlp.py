@@ -53,10 +53,9 @@ class SwiGLUMLP(nn.Module):
         """
         if self.gate_up_proj is not None:
             return
-        merged = torch.cat([self.gate_proj.weight.detach(), self.up_proj.weight.detach()])
-        with torch.device("meta"):
-            self.gate_up_proj = nn.Linear(merged.shape[1], merged.shape[0], bias=False)
-        self.gate_up_proj.weight = nn.Parameter(merged, requires_grad=False)
+        from anna_core.layers.linear import merge_linears  # quantized parts merge quantized
+
+        self.gate_up_proj = merge_linears([self.gate_proj, self.up_proj])
         del self.gate_proj, self.up_proj
 
     def unmerged_weights(self) -> dict[str, torch.Tensor]:

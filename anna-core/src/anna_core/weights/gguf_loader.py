@@ -63,12 +63,21 @@ def load_gguf(
     *,
     device: torch.device,
     transform: Transform | None = None,
-) -> None:
+    keep_packed: Callable[[str], bool] | None = None,
+) -> int:
     """Assign every parameter of ``model`` from ``gguf``, dequantized to the parameter's dtype.
 
     Each tensor is dequantized on ``device`` (float32 math), passed through
     ``transform(gguf_name, tensor)`` and replaces the parameter (``assign`` semantics), so
     ``model`` may be built on the meta device. Tied parameters must not be in the map.
+
+    With ``keep_packed``, a quantized matrix (a type of
+    :data:`~anna_core.weights.gguf_blocks.AFFINE_TYPES`) whose parameter name it accepts stays quantized:
+    the ``nn.Linear`` owning it becomes a :class:`~anna_core.layers.quant_linear.QuantizedLinear`, an
+    ``nn.Embedding`` a :class:`~anna_core.layers.quant_linear.QuantizedEmbedding` (with the table as a
+    ``QuantizedLinear`` head too, for a tied LM head); ``transform`` is then applied to the rows of the
+    codes and scales, so it must only reorder or select rows (llama.cpp's q/k permutation does). Other
+    tensors load as without it. Returns how many tensors stayed quantized.
 
     Raises:
         ModelLoadError: GGUF tensors mapping to no parameter (unexpected), parameters without a
@@ -89,13 +98,50 @@ def load_gguf(
     more = [f"unsupported GGML types (supported: {list(SUPPORTED_TYPES)}): {unsupported}"] if unsupported else []
     check_plan(plan, source=f"GGUF {str(gguf.paths[0])!r}", where="the file", mismatched=mismatched, more=more)
 
+    kept = 0
     with progress(len(plan.targets), "loading GGUF weights") as bar:
         for gguf_name, target in plan.targets.items():
+            if keep_packed is not None and keep_packed(target) and _keep(model, gguf, gguf_name, target, transform,
+                                                                         params[target].dtype):
+                kept += 1
+                bar.update(1)
+                continue
             value = gguf.tensor(gguf_name, dtype=torch.float32, device=device)
             if transform is not None:
                 value = transform(gguf_name, value)
             set_param(model, target, value.to(params[target].dtype).contiguous())
             bar.update(1)
+    return kept
+
+
+def _keep(model: nn.Module, gguf: GGUFModelFile, gguf_name: str, target: str, transform: Transform | None,
+          dtype: torch.dtype) -> bool:
+    """Swap the module owning ``target`` for its quantized twin holding ``gguf_name``; False where the
+    tensor's type or the module's kind has none (the caller dequantizes it)."""
+    from anna_core.layers.quant_linear import QuantizedEmbedding, QuantizedLinear
+    from anna_core.weights.dequant import _to_uint8
+    from anna_core.weights.gguf_blocks import AFFINE_TYPES, affine_blocks
+
+    info = gguf.tensors[gguf_name]
+    path, _, attr = target.rpartition(".")
+    module = model.get_submodule(path) if path else model
+    kind = type(module)
+    if attr != "weight" or info.type_name not in AFFINE_TYPES or len(info.shape) != 2 or kind not in (
+            nn.Linear, nn.Embedding):
+        return False
+
+    def rows(t: torch.Tensor) -> torch.Tensor:
+        return t if transform is None else transform(gguf_name, t)
+
+    blocks = affine_blocks(info.raw, info.ggml_type, info.shape).rows(rows)
+    if kind is nn.Linear:
+        new: nn.Module = QuantizedLinear(blocks, module.bias)
+    else:
+        raw = rows(_to_uint8(info.raw, "cpu").reshape(info.shape[0], -1))
+        new = QuantizedEmbedding(raw, info.ggml_type, info.shape[1], dtype, head=QuantizedLinear(blocks))
+    parent_path, _, name = path.rpartition(".")
+    setattr(model.get_submodule(parent_path) if parent_path else model, name, new)
+    return True
 
 
 def load_gguf_derived(

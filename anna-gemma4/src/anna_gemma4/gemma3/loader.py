@@ -37,7 +37,7 @@ def build_model(cfg: Gemma3Config, ops: Any, dtype: torch.dtype) -> Gemma3ForCau
 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
-         kernels: KernelRegistry, chat_template: str | None = None) -> LoadedModel:
+         kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto") -> LoadedModel:
     """Load a Gemma 3 checkpoint for text generation.
 
     Args:
@@ -54,6 +54,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     """
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"load format {load_format!r} is not supported for Gemma 3; use one of {LOAD_FORMATS}")
+    if weight_quant not in ("auto", "none"):
+        raise ModelLoadError(f"--weight-quant {weight_quant} is not implemented for Gemma 3 yet; use auto or none "
+                             "(both dequantize its weights today)")
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")

@@ -37,7 +37,7 @@ def build_model(cfg: LlamaConfig, ops: Any, dtype: torch.dtype) -> LlamaForCausa
 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
-         kernels: KernelRegistry, chat_template: str | None = None) -> LoadedModel:
+         kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto") -> LoadedModel:
     """Load a Llama-architecture checkpoint.
 
     Args:
@@ -47,6 +47,11 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             (random weights from a folder that may hold only ``config.json``).
         kernels: the registry the model's kernel ops are bound from.
         chat_template: overrides the checkpoint's chat template.
+        weight_quant: ``"auto"`` keeps a GGUF's quantized matrices quantized on the CPU
+            (:mod:`anna_core.layers.quant_linear`) and dequantizes them elsewhere; ``"none"`` dequantizes;
+            ``"int4"`` (groups of 128, asymmetric) / ``"int8"`` (per channel) quantize a safetensors
+            checkpoint's projections at load (:mod:`anna_core.weights.quantize`; CPU only, the embedding and
+            a tied LM head stay dense).
 
     Raises:
         ModelLoadError: unknown load format or one that does not fit the source; a bad config;
@@ -57,10 +62,11 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
+    packed = _packed_weights(weight_quant, source.format, device)
     ops = bind_ops(kernels, device, dtype)
     if source.format == "gguf":
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
-                          dummy=load_format == "dummy")
+                          dummy=load_format == "dummy", packed=packed == "gguf")
     cfg = LlamaConfig.from_hf(source.config)
     model = build_model(cfg, ops, dtype)
     if load_format == "dummy":
@@ -68,21 +74,61 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     else:
         load_safetensors(model, source.root, safetensors_name_map(cfg), device=device)
     tokenizer = _folder_tokenizer(source.root, chat_template, required=load_format != "dummy")
-    _prepare(model, device)
+    _prepare(model, device, quantize=packed if packed in ("int4", "int8") else None)
     generation = read_generation_defaults(source.root, config_eos=source.config.get("eos_token_id"),
                                           tokenizer=tokenizer)
     return _loaded(model.eval(), cfg, tokenizer, generation, device, dtype)
 
 
-def _prepare(model: LlamaForCausalLM, device: torch.device) -> None:
-    """Merge the projections; on the CPU also lay the weights out column-major (faster decode)."""
+def _packed_weights(weight_quant: str, source_format: str, device: torch.device) -> str | None:
+    """What ``--weight-quant`` keeps packed: ``"gguf"`` (the file's own quantized matrices), ``"int4"`` /
+    ``"int8"`` (a safetensors checkpoint quantized at load) or None (dense).
+
+    Raises:
+        ModelLoadError: an unknown mode, or one that does not fit the source or device.
+    """
+    from anna_core.loading import WEIGHT_QUANT_MODES
+
+    if weight_quant not in WEIGHT_QUANT_MODES:
+        raise ModelLoadError(f"unknown --weight-quant {weight_quant!r}; use one of {', '.join(WEIGHT_QUANT_MODES)}")
+    cpu = torch.device(device).type == "cpu"
+    if weight_quant in ("int4", "int8"):
+        if source_format == "gguf":
+            raise ModelLoadError(f"--weight-quant {weight_quant} quantizes a safetensors checkpoint; a GGUF keeps "
+                                 "its own quantization (--weight-quant auto) or dequantizes (none)")
+        if not cpu:
+            raise ModelLoadError(f"--weight-quant {weight_quant} runs on the CPU only (not implemented yet on "
+                                 f"{torch.device(device).type})")
+        return weight_quant
+    return "gguf" if weight_quant == "auto" and cpu and source_format == "gguf" else None
+
+
+def _prepare(model: LlamaForCausalLM, device: torch.device, quantize: str | None = None) -> None:
+    """Merge the projections; with ``quantize`` (``"int4"`` / ``"int8"``) quantize them; on the CPU lay
+    the dense weights out column-major (faster decode) and pack the quantized ones for their kernel."""
+    from anna_core.layers.quant_linear import QuantizedLinear, pack_all
+
     model.merge_projections()
+    if quantize is not None:
+        from anna_core.weights.quantize import quantize_dense
+
+        for layer in model.model.layers:
+            for parent in (layer.self_attn, layer.mlp):
+                for name, child in list(parent.named_children()):
+                    if type(child) is torch.nn.Linear:
+                        try:
+                            blocks = quantize_dense(child.weight, quantize)
+                        except ValueError as exc:  # rows the mode cannot group stay dense
+                            log.warning("%s stays dense: %s", name, exc)
+                            continue
+                        setattr(parent, name, QuantizedLinear(blocks, child.bias))
     if torch.device(device).type == "cpu":
         model.use_column_major_weights()
+    pack_all(model, model.ops)
 
 
 def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype, ops: Any,
-               chat_template: str | None, dummy: bool) -> LoadedModel:
+               chat_template: str | None, dummy: bool, packed: bool = False) -> LoadedModel:
     from anna_core.weights.gguf_loader import load_gguf
     from anna_core.weights.gguf_reader import GGUFModelFile
     from anna_core.weights.gguf_tokenizer import load_gguf_tokenizer
@@ -93,7 +139,10 @@ def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype,
     if dummy:
         materialize_dummy(model, device=device)
     else:
-        load_gguf(model, gguf, gguf_name_map, device=device, transform=gguf_transform(cfg))
+        kept = load_gguf(model, gguf, gguf_name_map, device=device, transform=gguf_transform(cfg),
+                         keep_packed=(lambda name: name.endswith(".weight")) if packed else None)
+        if packed:
+            log.info("kept %d GGUF matrices quantized (int4_linear)", kept)
     _prepare(model, device)
     tokenizer = load_gguf_tokenizer(source.gguf_files[0], tokenizer_model=gguf.get("tokenizer.ggml.model", None),
                                     pre_type=gguf.get("tokenizer.ggml.pre", None), chat_template=chat_template)

@@ -13,6 +13,7 @@ from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.kernels import OpTable
 from anna_core.layers import PagedAttention, RMSNorm, RotaryEmbedding, SwiGLUMLP
 from anna_core.layers.linear import merge_linears
+from anna_core.layers.quant_linear import QuantizedEmbedding
 from anna_core.model import CacheSpec, FullAttentionSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
@@ -106,6 +107,7 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, cfg: LlamaConfig, ops: OpTable):
         super().__init__()
         self.config = cfg
+        self.ops = ops
         self.model = LlamaModel(cfg, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.vocab_size = cfg.vocab_size  # token ids the model accepts (the engine validates against it)
@@ -141,5 +143,9 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden ``[N, H]`` -> logits ``[N, V]`` float32."""
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return torch.nn.functional.linear(hidden, weight).float()
+        if self.lm_head is not None:
+            return self.lm_head(hidden).float()
+        embed = self.model.embed_tokens
+        if isinstance(embed, QuantizedEmbedding):  # a GGUF table kept quantized: its packed twin
+            return embed.logits(hidden).float()
+        return torch.nn.functional.linear(hidden, embed.weight).float()

@@ -1,0 +1,168 @@
+"""Linear layers and embeddings whose weights stay quantized (GGUF blocks kept packed on the CPU).
+
+:class:`QuantizedLinear` holds a weight as :class:`~anna_core.weights.gguf_blocks.AffineBlocks` until
+:meth:`~QuantizedLinear.pack` lays it out, once, for the ``int4_linear`` op (torch's packed-int4 CPU
+kernel; wider codes as two 4-bit planes, see :mod:`anna_core.kernels.reference.int4_linear`); no
+float copy of the weight is kept. It computes in ``compute_dtype``: bfloat16 by default, where torch's
+CPU kernel is fast (x, the scales and the result round to bfloat16: ``|y - x w^T| <= 3 * 2**-9 *
+|x| |w|^T`` plus the result's rounding); float32 is exact to float32 rounding but about 100x slower.
+
+:class:`QuantizedEmbedding` keeps the stored GGUF rows and dequantizes only the rows a step looks up;
+for a tied LM head it also carries the table as a :class:`QuantizedLinear` (:meth:`~QuantizedEmbedding.logits`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from anna_core.kernels.reference.int4_linear import pack_affine_blocks
+from anna_core.weights.gguf_blocks import AffineBlocks
+
+
+class QuantizedLinear(nn.Module):
+    """``y = x @ w^T + bias`` with ``w`` kept quantized, through the ``int4_linear`` op.
+
+    Args:
+        blocks: the ``[N, K]`` weight.
+        bias: ``[N]`` Parameter or None.
+        ops: the model's :class:`~anna_core.kernels.OpTable` (None: the op's torch reference).
+        compute_dtype: the dtype the kernel runs in (bfloat16: fast on the CPU; float32: exact).
+
+    Buffers (after :meth:`pack`, not in ``state_dict``): ``packed`` ``[N, K'/2]`` uint8, ``scale_zero``
+    ``[K'/g, N, 2]``; ``layout`` (the :class:`~anna_core.kernels.reference.int4_linear.PackedInt4` they
+    came from) expands x to the kernel's ``K'`` columns.
+    """
+
+    def __init__(self, blocks: AffineBlocks, bias: torch.Tensor | None = None, ops: Any = None,
+                 compute_dtype: torch.dtype = torch.bfloat16):
+        super().__init__()
+        self.out_features, self.in_features = blocks.shape
+        self.source = blocks.source
+        self.blocks: AffineBlocks | None = blocks
+        self.bias = bias if bias is None or isinstance(bias, nn.Parameter) else nn.Parameter(bias, requires_grad=False)
+        self.ops = ops
+        self.compute_dtype = compute_dtype
+        self.group = 0
+        self._op: Any = None
+
+    @classmethod
+    def merged(cls, parts: list[QuantizedLinear]) -> QuantizedLinear:
+        """One layer whose output is the concatenation of ``parts``' outputs (same input); unpacked parts only."""
+        if any(p.blocks is None for p in parts):
+            raise ValueError("merge quantized linears before packing them")
+        biases = [p.bias for p in parts]
+        bias = None if any(b is None for b in biases) else torch.cat([b.detach() for b in biases])
+        return cls(AffineBlocks.cat([p.blocks for p in parts]), bias, parts[0].ops, parts[0].compute_dtype)
+
+    def dense(self, dtype: torch.dtype) -> nn.Linear:
+        """An ``nn.Linear`` holding the dequantized weight (for a merge with a dense part)."""
+        if self.blocks is None:
+            raise ValueError("a packed QuantizedLinear keeps no blocks to dequantize")
+        with torch.device("meta"):
+            out = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        out.weight = nn.Parameter(self.blocks.dequantize(dtype), requires_grad=False)
+        if self.bias is not None:
+            out.bias = self.bias
+        return out
+
+    def pack(self) -> None:
+        """Lay the weight out for the kernel (once; idempotent) and drop the unpacked codes."""
+        if self.blocks is None:
+            return
+        p = pack_affine_blocks(self.blocks, self.compute_dtype)
+        self.register_buffer("packed", p.packed, persistent=False)
+        self.register_buffer("scale_zero", p.scale_zero, persistent=False)
+        self.layout = attrs.evolve(p, packed=None, scale_zero=None)  # the geometry (the buffers live above)
+        self.group = p.group
+        self.blocks = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: ``[..., K]`` -> ``[..., N]`` in x's dtype."""
+        op = self._op
+        if op is None:
+            op = self._bind()
+        lead = x.shape[:-1]
+        h = x.reshape(-1, self.in_features).to(self.compute_dtype)  # [M, K]
+        if self._expand:
+            h = self.layout.expand(h)  # [M, K']: once per plane, groups padded to the kernel's
+        y = op(h, self.packed, self.scale_zero, self.group)  # [M, N rounded up to 16]
+        if self._trim:
+            y = y[:, : self.out_features]
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*lead, self.out_features)
+
+    def _bind(self):
+        """Pack (first call) and resolve the op once; forward's per-call work is then the kernel's."""
+        self.pack()
+        from anna_core.kernels.reference.int4_linear import int4_linear
+
+        self._op = int4_linear if self.ops is None else self.ops.int4_linear
+        self._expand = self.layout.planes > 1 or self.layout.source_group != self.layout.group
+        self._trim = self.packed.shape[0] != self.out_features
+        return self._op
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, {self.source}, "
+                f"compute={str(self.compute_dtype).replace('torch.', '')}, bias={self.bias is not None}")
+
+
+class QuantizedEmbedding(nn.Module):
+    """A token embedding over stored GGUF rows: looks rows up, then dequantizes just those.
+
+    Args:
+        raw: ``[V, row_bytes]`` uint8, the stored rows (one row per token).
+        ggml_type: their GGML type (a ``gguf.GGMLQuantizationType`` or its name).
+        dim: the embedding width ``H``.
+        dtype: the dtype rows are dequantized to.
+        head: the same table as a :class:`QuantizedLinear` for a tied LM head, or None.
+    """
+
+    def __init__(self, raw: torch.Tensor, ggml_type: Any, dim: int, dtype: torch.dtype,
+                 head: QuantizedLinear | None = None):
+        super().__init__()
+        self.register_buffer("raw", raw, persistent=False)
+        self.ggml_type = getattr(ggml_type, "name", str(ggml_type))
+        self.num_embeddings, self.embedding_dim = int(raw.shape[0]), dim
+        self.dtype = dtype
+        self.head = head
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids: ``[...]`` int -> ``[..., H]`` in ``dtype``."""
+        from anna_core.weights.dequant import dequantize
+
+        rows = F.embedding(ids.reshape(-1), self.raw)  # [T, row_bytes]
+        out = dequantize(rows, self.ggml_type, (rows.shape[0], self.embedding_dim), dtype=self.dtype,
+                         device=rows.device)
+        return out.reshape(*ids.shape, self.embedding_dim)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The tied LM head: hidden ``[N, H]`` -> ``[N, V]`` in hidden's dtype.
+
+        Raises:
+            ValueError: built without a head.
+        """
+        if self.head is None:
+            raise ValueError("this QuantizedEmbedding carries no LM head")
+        return self.head(hidden)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, {self.ggml_type}"
+
+
+def pack_all(root: nn.Module, ops: Any = None) -> int:
+    """:meth:`QuantizedLinear.pack` every quantized layer under ``root`` (heads of embeddings included),
+    binding it to ``ops`` (the model's op table) when given; returns how many. Call once the
+    projections are merged."""
+    layers = [m for m in root.modules() if isinstance(m, QuantizedLinear)]
+    for layer in layers:
+        if ops is not None:
+            layer.ops, layer._op = ops, None
+        layer.pack()
+    return len(layers)

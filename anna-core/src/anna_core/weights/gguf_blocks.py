@@ -1,0 +1,178 @@
+"""GGML block types as *affine blocks*: integer codes plus one (scale, offset) pair per group.
+
+Every GGML type that :mod:`anna_core.kernels.reference.int4_linear` packs stores, for a row of a
+matrix, groups of ``g`` values, each group ``w = a * q + b`` with small unsigned integer codes ``q``
+and float32 ``a``, ``b`` per (row, group). :func:`affine_blocks` decodes a stored tensor into that
+form (the block layouts are :mod:`anna_core.weights.dequant`'s):
+
+=========  =====  ==========  =====================  =======================
+type       ``g``  ``q``       ``a``                  ``b``
+=========  =====  ==========  =====================  =======================
+``Q4_0``   32     0..15       ``d``                  ``-8 d``
+``Q4_1``   32     0..15       ``d``                  ``m``
+``Q5_0``   32     0..31       ``d``                  ``-16 d``
+``Q5_1``   32     0..31       ``d``                  ``m``
+``Q8_0``   32     0..255      ``d``                  ``-128 d`` (``q = int8 + 128``)
+``Q4_K``   32     0..15       ``d * sc``             ``-dmin * m``
+``Q5_K``   32     0..31       ``d * sc``             ``-dmin * m``
+``Q6_K``   16     0..63       ``d * sc`` (int8 sc)   ``-32 d * sc``
+=========  =====  ==========  =====================  =======================
+
+``a`` and ``b`` are exact in float32 (an fp16 times an integer of at most 8 bits), so ``a * q + b``
+equals llama.cpp's dequantized value up to one float32 rounding. The codes stay one byte each here;
+the packer turns them into the kernel's layout and this form is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from anna_core.errors import ModelLoadError
+from anna_core.weights.dequant import _bits, _f16, _k_nibbles, _k_scales, _low_high, _to_uint8
+
+
+@attrs.frozen
+class AffineBlocks:
+    """A ``[N, K]`` matrix as ``w[n, k] = a[n, k // g] * q[n, k] + b[n, k // g]``.
+
+    Attributes:
+        q: ``[N, K]`` uint8 codes in ``[0, 2**bits)``.
+        a, b: ``[N, K // g]`` float32 scale and offset per (row, group).
+        group: ``g`` (16 or 32 for GGML types, 128 for Anna's own int4).
+        bits: the codes' width (4, 5, 6 or 8).
+        source: the GGML type name it came from (``"Q4_1"``), for logs and ``repr``.
+    """
+
+    q: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor
+    group: int
+    bits: int
+    source: str = ""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.q.shape[0]), int(self.q.shape[1]))
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The ``[N, K]`` matrix (float32 math, one cast)."""
+        n, k = self.shape
+        q = self.q.float().view(n, k // self.group, self.group)
+        return (self.a[..., None] * q + self.b[..., None]).reshape(n, k).to(dtype)
+
+    def rows(self, fn: Any) -> AffineBlocks:
+        """The same blocks with ``fn`` (a function permuting or selecting dim 0) applied to q, a and b."""
+        return attrs.evolve(self, q=fn(self.q), a=fn(self.a), b=fn(self.b))
+
+    @staticmethod
+    def cat(parts: list[AffineBlocks]) -> AffineBlocks:
+        """Rows of ``parts`` stacked (projections merged into one matrix). Parts of different types merge
+        exactly: the result has the smallest group (a larger group's scales repeat) and the widest codes."""
+        group = min(p.group for p in parts)
+        if any(p.group % group or p.shape[1] != parts[0].shape[1] for p in parts):
+            raise ValueError(f"cannot merge blocks of {[(p.source, p.shape, p.group) for p in parts]}")
+
+        def scales(t: torch.Tensor, g: int) -> torch.Tensor:
+            return t if g == group else t.repeat_interleave(g // group, dim=1)
+
+        sources = sorted({p.source for p in parts})
+        return AffineBlocks(torch.cat([p.q for p in parts]), torch.cat([scales(p.a, p.group) for p in parts]),
+                            torch.cat([scales(p.b, p.group) for p in parts]), group, max(p.bits for p in parts),
+                            "+".join(sources))
+
+
+def _q4_0(b: torch.Tensor):
+    d = _f16(b[:, :2])
+    return _low_high(b[:, 2:18]), d, -8 * d, 32, 4
+
+
+def _q4_1(b: torch.Tensor):
+    return _low_high(b[:, 4:20]), _f16(b[:, :2]), _f16(b[:, 2:4]), 32, 4
+
+
+def _q5_0(b: torch.Tensor):
+    d = _f16(b[:, :2])
+    return _low_high(b[:, 6:22]) | (_bits(b[:, 2:6]) << 4), d, -16 * d, 32, 5
+
+
+def _q5_1(b: torch.Tensor):
+    return _low_high(b[:, 8:24]) | (_bits(b[:, 4:8]) << 4), _f16(b[:, :2]), _f16(b[:, 2:4]), 32, 5
+
+
+def _q8_0(b: torch.Tensor):
+    d = _f16(b[:, :2])
+    q = (b[:, 2:34].contiguous().view(torch.int8).to(torch.int16) + 128).to(torch.uint8)
+    return q, d, -128 * d, 32, 8
+
+
+def _q4_k(b: torch.Tensor):
+    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    sc, mn = _k_scales(b[:, 4:16])
+    return _k_nibbles(b[:, 16:144]).flatten(1), d * sc, -(dmin * mn), 32, 4
+
+
+def _q5_k(b: torch.Tensor):
+    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    sc, mn = _k_scales(b[:, 4:16])
+    shifts = torch.arange(8, device=b.device, dtype=torch.uint8)
+    high = (b[:, 16:48][:, None, :] >> shifts[None, :, None]) & 1  # [N, 8 sub-blocks, 32]
+    q = _k_nibbles(b[:, 48:176]) | (high << 4)
+    return q.flatten(1), d * sc, -(dmin * mn), 32, 5
+
+
+def _q6_k(b: torch.Tensor):
+    n = b.shape[0]
+    ql = b[:, 0:128].reshape(n, 2, 1, 2, 32)
+    qh = b[:, 128:192].reshape(n, 2, 1, 1, 32)
+    scales = b[:, 192:208].contiguous().view(torch.int8).float()  # [N, 16]
+    d = _f16(b[:, 208:210])
+    low = torch.cat((ql & 0x0F, ql >> 4), dim=2)
+    shifts = torch.tensor([[0, 2], [4, 6]], device=b.device, dtype=torch.uint8).reshape(1, 1, 2, 2, 1)
+    q = (low | (((qh >> shifts) & 3) << 4)).reshape(n, 256)
+    a = d * scales
+    return q, a, -32 * a, 16, 6
+
+
+# GGML type name -> (values per block, bytes per block, decoder -> (q [nb, block], a, b [nb, block/g], g, bits)).
+_AFFINE: dict[str, tuple[int, int, Any]] = {
+    "Q4_0": (32, 18, _q4_0),
+    "Q4_1": (32, 20, _q4_1),
+    "Q5_0": (32, 22, _q5_0),
+    "Q5_1": (32, 24, _q5_1),
+    "Q8_0": (32, 34, _q8_0),
+    "Q4_K": (256, 144, _q4_k),
+    "Q5_K": (256, 176, _q5_k),
+    "Q6_K": (256, 210, _q6_k),
+}
+
+AFFINE_TYPES: tuple[str, ...] = tuple(_AFFINE)
+"""GGML type names :func:`affine_blocks` decodes (the quantized types a kernel can keep packed)."""
+
+
+def affine_blocks(raw: np.ndarray | torch.Tensor, ggml_type: Any, shape: tuple[int, ...]) -> AffineBlocks:
+    """Decode a stored 2-D GGML tensor ``shape = (N, K)`` (torch order) into :class:`AffineBlocks` on the CPU.
+
+    Raises:
+        ModelLoadError: a type not in :data:`AFFINE_TYPES`, a tensor that is not 2-D, rows that are not a
+            multiple of the block, or a byte count that does not match ``shape``.
+    """
+    name = getattr(ggml_type, "name", str(ggml_type))
+    if name not in _AFFINE:
+        raise ModelLoadError(f"GGML type {name} has no packed form; packed: {list(AFFINE_TYPES)}")
+    if len(shape) != 2:
+        raise ModelLoadError(f"{name} tensor of shape {list(shape)}: only matrices are kept packed")
+    block, nbytes, decode = _AFFINE[name]
+    n, k = shape
+    if k % block:
+        raise ModelLoadError(f"{name} tensor of shape {list(shape)}: rows must be a multiple of {block} values")
+    data = _to_uint8(raw, "cpu")
+    nblocks = n * k // block
+    if data.numel() != nblocks * nbytes:
+        raise ModelLoadError(f"{name} tensor of shape {list(shape)} needs {nblocks * nbytes} bytes, got {data.numel()}")
+    q, a, b, group, bits = decode(data.reshape(nblocks, nbytes))
+    return AffineBlocks(q.reshape(n, k).contiguous(), a.reshape(n, k // group).contiguous(),
+                        b.reshape(n, k // group).contiguous(), group, bits, name)

@@ -183,6 +183,22 @@ def linear(device: Any, dtype: Any) -> list[OpExample]:
             OpExample((r.randn(12, 32), r.randn(16, 32, scale=0.2), None))]  # beyond a decode GEMV's rows
 
 
+def int4_linear(device: Any, dtype: Any) -> list[OpExample]:
+    """Codes packed in the CPU's int4 layout (``aten::_convert_weight_to_int4pack_for_cpu``): no examples on another
+    device type, whose packed layout differs."""
+    r = _Gen(28, device, _dt(dtype))
+    if r.device.type != "cpu":
+        return []
+    out = []
+    for m, n, k, g in ((1, 16, 64, 32), (3, 32, 128, 64)):
+        codes = torch.randint(0, 16, (n, k), generator=r.gen, dtype=torch.int32)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
+        scale_zero = torch.stack([torch.rand(k // g, n, generator=r.gen) * 0.05,
+                                  torch.randn(k // g, n, generator=r.gen) * 0.01], dim=-1).to(r.dtype)
+        out.append(OpExample((r.randn(m, k), packed, scale_zero.contiguous(), g)))
+    return out
+
+
 def add_rms_norm_linear(device: Any, dtype: Any) -> list[OpExample]:
     r = _Gen(17, device, _dt(dtype))
     return [OpExample((r.randn(2, 64), r.randn(2, 64), r.randn(64), EPS, False, r.randn(24, 64, scale=0.2))),

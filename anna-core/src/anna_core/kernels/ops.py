@@ -253,6 +253,7 @@ float32; on the CPU the bfloat16 path is the fast one).
 """,
         reference=_ref("int4_linear", "int4_linear"),
         check=_ref("int4_linear", "check_int4_linear"),
+        examples=_examples("int4_linear"),
     ),
     OpContract(
         name="add_rms_norm_linear",

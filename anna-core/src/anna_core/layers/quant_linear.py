@@ -8,7 +8,8 @@ CPU kernel is fast (x, the scales and the result round to bfloat16: ``|y - x w^T
 |x| |w|^T`` plus the result's rounding); float32 is exact to float32 rounding but about 100x slower.
 
 :class:`QuantizedEmbedding` keeps the stored GGUF rows and dequantizes only the rows a step looks up;
-for a tied LM head it also carries the table as a :class:`QuantizedLinear` (:meth:`~QuantizedEmbedding.logits`).
+a tied LM head runs in float32 over the table dequantized once (:meth:`~QuantizedEmbedding.logits`:
+bfloat16 logits would decide near-tied greedy choices by rounding).
 """
 
 from __future__ import annotations
@@ -121,36 +122,42 @@ class QuantizedEmbedding(nn.Module):
         ggml_type: their GGML type (a ``gguf.GGMLQuantizationType`` or its name).
         dim: the embedding width ``H``.
         dtype: the dtype rows are dequantized to.
-        head: the same table as a :class:`QuantizedLinear` for a tied LM head, or None.
+        tied_head: the table also serves as the tied LM head (:meth:`logits`).
+
+    A tied LM head runs in float32 over the table dequantized once (a ``[V, H]`` float32 buffer, built at
+    construction): the packed-int4 kernel rounds its output to bfloat16, whose step at a logit of 25 is 0.125,
+    so near-tied greedy choices (margins of a few hundredths are common) would be decided by the rounding.
     """
 
-    def __init__(self, raw: torch.Tensor, ggml_type: Any, dim: int, dtype: torch.dtype,
-                 head: QuantizedLinear | None = None):
+    def __init__(self, raw: torch.Tensor, ggml_type: Any, dim: int, dtype: torch.dtype, tied_head: bool = False):
         super().__init__()
         self.register_buffer("raw", raw, persistent=False)
         self.ggml_type = getattr(ggml_type, "name", str(ggml_type))
         self.num_embeddings, self.embedding_dim = int(raw.shape[0]), dim
         self.dtype = dtype
-        self.head = head
+        self.tied_head = tied_head
+        head = self._dequantize(raw, torch.float32) if tied_head else None  # [V, H] float32
+        self.register_buffer("head_weight", head, persistent=False)
+
+    def _dequantize(self, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        from anna_core.weights.dequant import dequantize
+
+        return dequantize(rows, self.ggml_type, (rows.shape[0], self.embedding_dim), dtype=dtype, device=rows.device)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids: ``[...]`` int -> ``[..., H]`` in ``dtype``."""
-        from anna_core.weights.dequant import dequantize
-
         rows = F.embedding(ids.reshape(-1), self.raw)  # [T, row_bytes]
-        out = dequantize(rows, self.ggml_type, (rows.shape[0], self.embedding_dim), dtype=self.dtype,
-                         device=rows.device)
-        return out.reshape(*ids.shape, self.embedding_dim)
+        return self._dequantize(rows, self.dtype).reshape(*ids.shape, self.embedding_dim)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The tied LM head: hidden ``[N, H]`` -> ``[N, V]`` in hidden's dtype.
+        """The tied LM head: hidden ``[N, H]`` -> float32 logits ``[N, V]``.
 
         Raises:
-            ValueError: built without a head.
+            ValueError: not a tied head.
         """
-        if self.head is None:
-            raise ValueError("this QuantizedEmbedding carries no LM head")
-        return self.head(hidden)
+        if self.head_weight is None:
+            raise ValueError("this QuantizedEmbedding is not a tied LM head")
+        return F.linear(hidden.float(), self.head_weight)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, {self.ggml_type}"

@@ -74,8 +74,8 @@ def load_gguf(
     With ``keep_packed``, a quantized matrix (a type of
     :data:`~anna_core.weights.gguf_blocks.AFFINE_TYPES`) whose parameter name it accepts stays quantized:
     the ``nn.Linear`` owning it becomes a :class:`~anna_core.layers.quant_linear.QuantizedLinear`, an
-    ``nn.Embedding`` a :class:`~anna_core.layers.quant_linear.QuantizedEmbedding` (with the table as a
-    ``QuantizedLinear`` head too, for a tied LM head); ``transform`` is then applied to the rows of the
+    ``nn.Embedding`` a :class:`~anna_core.layers.quant_linear.QuantizedEmbedding` (also the tied LM head, in
+    float32); ``transform`` is then applied to the rows of the
     codes and scales, so it must only reorder or select rows (llama.cpp's q/k permutation does). Other
     tensors load as without it. Returns how many tensors stayed quantized.
 
@@ -138,7 +138,7 @@ def _keep(model: nn.Module, gguf: GGUFModelFile, gguf_name: str, target: str, tr
         new: nn.Module = QuantizedLinear(blocks, module.bias)
     else:
         raw = rows(_to_uint8(info.raw, "cpu").reshape(info.shape[0], -1))
-        new = QuantizedEmbedding(raw, info.ggml_type, info.shape[1], dtype, head=QuantizedLinear(blocks))
+        new = QuantizedEmbedding(raw, info.ggml_type, info.shape[1], dtype, tied_head=True)
     parent_path, _, name = path.rpartition(".")
     setattr(model.get_submodule(parent_path) if parent_path else model, name, new)
     return True

@@ -28,6 +28,12 @@ log = logging.getLogger("anna.llama")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 
 
+def _packed_weight(name: str) -> bool:
+    """Which GGUF matrices stay quantized: every weight but an untied LM head's (its logits are float32: the
+    packed kernel rounds its output to bfloat16, which would decide near-tied greedy choices)."""
+    return name.endswith(".weight") and not name.startswith("lm_head.")
+
+
 def build_model(cfg: LlamaConfig, ops: Any, dtype: torch.dtype) -> LlamaForCausalLM:
     """The model on the meta device (no memory), parameters in ``dtype``."""
     with torch.device("meta"):
@@ -140,7 +146,7 @@ def _load_gguf(source: ModelSource, *, device: torch.device, dtype: torch.dtype,
         materialize_dummy(model, device=device)
     else:
         kept = load_gguf(model, gguf, gguf_name_map, device=device, transform=gguf_transform(cfg),
-                         keep_packed=(lambda name: name.endswith(".weight")) if packed else None)
+                         keep_packed=_packed_weight if packed else None)
         if packed:
             log.info("kept %d GGUF matrices quantized (int4_linear)", kept)
     _prepare(model, device)

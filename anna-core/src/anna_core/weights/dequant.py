@@ -23,7 +23,6 @@ Block layouts (little-endian, after llama.cpp's ``ggml-common.h``; each is check
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,34 +50,6 @@ def _bits(b: torch.Tensor) -> torch.Tensor:
     return ((b[..., None] >> shifts) & 1).flatten(-2)
 
 
-def _q4_0(b: torch.Tensor) -> torch.Tensor:
-    d = _f16(b[:, :2])
-    q = _low_high(b[:, 2:18]).float() - 8
-    return d * q
-
-
-def _q4_1(b: torch.Tensor) -> torch.Tensor:
-    d, m = _f16(b[:, :2]), _f16(b[:, 2:4])
-    return torch.addcmul(m, d, _low_high(b[:, 4:20]).float())
-
-
-def _q5_0(b: torch.Tensor) -> torch.Tensor:
-    d = _f16(b[:, :2])
-    q = _low_high(b[:, 6:22]) | (_bits(b[:, 2:6]) << 4)
-    return d * (q.float() - 16)
-
-
-def _q5_1(b: torch.Tensor) -> torch.Tensor:
-    d, m = _f16(b[:, :2]), _f16(b[:, 2:4])
-    q = _low_high(b[:, 8:24]) | (_bits(b[:, 4:8]) << 4)
-    return torch.addcmul(m, d, q.float())
-
-
-def _q8_0(b: torch.Tensor) -> torch.Tensor:
-    d = _f16(b[:, :2])
-    return d * b[:, 2:34].contiguous().view(torch.int8).float()
-
-
 def _k_scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The 8 six-bit (scale, min) pairs packed in 12 bytes ``[N, 12]`` -> two ``[N, 8]`` float32."""
     s0, s1, s2 = s[:, 0:4], s[:, 4:8], s[:, 8:12]
@@ -93,38 +64,59 @@ def _k_nibbles(qs: torch.Tensor) -> torch.Tensor:
     return torch.cat((g & 0x0F, g >> 4), dim=2).reshape(-1, 8, 32)
 
 
-def _q4_k(b: torch.Tensor) -> torch.Tensor:
-    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    sc, mn = _k_scales(b[:, 4:16])
-    q = _k_nibbles(b[:, 16:144]).float()
-    return ((d * sc)[:, :, None] * q - (dmin * mn)[:, :, None]).flatten(1)
+def _q4_0(b: torch.Tensor):
+    d = _f16(b[:, :2])
+    return _low_high(b[:, 2:18]), d, -8 * d, 32, 4
 
 
-def _q5_k(b: torch.Tensor) -> torch.Tensor:
+def _q4_1(b: torch.Tensor):
+    return _low_high(b[:, 4:20]), _f16(b[:, :2]), _f16(b[:, 2:4]), 32, 4
+
+
+def _q5_0(b: torch.Tensor):
+    d = _f16(b[:, :2])
+    return _low_high(b[:, 6:22]) | (_bits(b[:, 2:6]) << 4), d, -16 * d, 32, 5
+
+
+def _q5_1(b: torch.Tensor):
+    return _low_high(b[:, 8:24]) | (_bits(b[:, 4:8]) << 4), _f16(b[:, :2]), _f16(b[:, 2:4]), 32, 5
+
+
+def _q8_0(b: torch.Tensor):
+    d = _f16(b[:, :2])
+    q = (b[:, 2:34].contiguous().view(torch.int8).to(torch.int16) + 128).to(torch.uint8)
+    return q, d, -128 * d, 32, 8
+
+
+def _q4_k(b: torch.Tensor):
     d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
     sc, mn = _k_scales(b[:, 4:16])
-    qh = b[:, 16:48]
+    return _k_nibbles(b[:, 16:144]).flatten(1), d * sc, -(dmin * mn), 32, 4
+
+
+def _q5_k(b: torch.Tensor):
+    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    sc, mn = _k_scales(b[:, 4:16])
     shifts = torch.arange(8, device=b.device, dtype=torch.uint8)
-    high = (qh[:, None, :] >> shifts[None, :, None]) & 1  # [N, 8 sub-blocks, 32]
-    q = (_k_nibbles(b[:, 48:176]) | (high << 4)).float()
-    return ((d * sc)[:, :, None] * q - (dmin * mn)[:, :, None]).flatten(1)
+    high = (b[:, 16:48][:, None, :] >> shifts[None, :, None]) & 1  # [N, 8 sub-blocks, 32]
+    q = _k_nibbles(b[:, 48:176]) | (high << 4)
+    return q.flatten(1), d * sc, -(dmin * mn), 32, 5
 
 
-def _q6_k(b: torch.Tensor) -> torch.Tensor:
+def _q6_k(b: torch.Tensor):
     n = b.shape[0]
-    ql = b[:, 0:128].reshape(n, 2, 1, 2, 32)  # [N, half, -, a, l]
+    ql = b[:, 0:128].reshape(n, 2, 1, 2, 32)
     qh = b[:, 128:192].reshape(n, 2, 1, 1, 32)
     scales = b[:, 192:208].contiguous().view(torch.int8).float()  # [N, 16]
     d = _f16(b[:, 208:210])
-    low = torch.cat((ql & 0x0F, ql >> 4), dim=2)  # [N, half, nibble, a, l]: value l + 32a + 64nibble
+    low = torch.cat((ql & 0x0F, ql >> 4), dim=2)
     shifts = torch.tensor([[0, 2], [4, 6]], device=b.device, dtype=torch.uint8).reshape(1, 1, 2, 2, 1)
-    q = (low | (((qh >> shifts) & 3) << 4)).float() - 32
-    q = q.reshape(n, 16, 16)  # 16 groups of 16 values, one scale each
-    return ((d * scales)[:, :, None] * q).flatten(1)
+    q = (low | (((qh >> shifts) & 3) << 4)).reshape(n, 256)
+    a = d * scales
+    return q, a, -32 * a, 16, 6
 
 
-# GGML type name -> (values per block, bytes per block, block dequantizer).
-_BLOCK_TYPES: dict[str, tuple[int, int, Callable[[torch.Tensor], torch.Tensor]]] = {
+AFFINE_DECODERS: dict[str, tuple[int, int, Any]] = {
     "Q4_0": (32, 18, _q4_0),
     "Q4_1": (32, 20, _q4_1),
     "Q5_0": (32, 22, _q5_0),
@@ -134,9 +126,19 @@ _BLOCK_TYPES: dict[str, tuple[int, int, Callable[[torch.Tensor], torch.Tensor]]]
     "Q5_K": (256, 176, _q5_k),
     "Q6_K": (256, 210, _q6_k),
 }
+"""GGML type name -> ``(values per block, bytes per block, decoder)``; a decoder maps ``[nb, bytes]`` uint8 blocks to
+``(q [nb, block] uint8 codes, a, b [nb, block / g] float32, g, bits)`` with value ``a * q + b`` per group of ``g``
+(exact in float32: each product and sum fits its mantissa). :func:`dequantize` and
+:mod:`anna_core.weights.gguf_blocks` (weights kept quantized) both decode through it."""
+
+
+def _values(q: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: int, bits: int) -> torch.Tensor:
+    nb, block = q.shape
+    return (a[..., None] * q.float().view(nb, block // g, g) + b[..., None]).flatten(1)  # [nb, block] float32
+
 _PLAIN_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
-SUPPORTED_TYPES: tuple[str, ...] = tuple(_BLOCK_TYPES) + tuple(_PLAIN_TYPES)
+SUPPORTED_TYPES: tuple[str, ...] = tuple(AFFINE_DECODERS) + tuple(_PLAIN_TYPES)
 """GGML type names :func:`dequantize` handles."""
 
 
@@ -180,14 +182,14 @@ def dequantize(
             raise ModelLoadError(f"{name} tensor of shape {list(shape)} needs {numel * src.itemsize} bytes, "
                                  f"got {data.numel()}")
         return data.view(src).reshape(shape).to(dtype)
-    if name not in _BLOCK_TYPES:
+    if name not in AFFINE_DECODERS:
         raise ModelLoadError(f"GGML type {name} is not supported; supported: {list(SUPPORTED_TYPES)}")
-    block, nbytes, decode = _BLOCK_TYPES[name]
+    block, nbytes, decode = AFFINE_DECODERS[name]
     if not shape or shape[-1] % block:
         raise ModelLoadError(f"{name} tensor of shape {list(shape)}: rows must be a multiple of {block} values")
     nblocks = numel // block
     if data.numel() != nblocks * nbytes:
         raise ModelLoadError(f"{name} tensor of shape {list(shape)} needs {nblocks * nbytes} bytes, "
                              f"got {data.numel()}")
-    values = decode(data.reshape(nblocks, nbytes))  # [nblocks, block] float32
+    values = _values(*decode(data.reshape(nblocks, nbytes)))  # [nblocks, block] float32
     return values.reshape(shape).to(dtype)

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from anna_core.errors import ModelLoadError
-from anna_core.weights.dequant import _bits, _f16, _k_nibbles, _k_scales, _low_high, _to_uint8
+from anna_core.weights.dequant import AFFINE_DECODERS, _to_uint8
 
 
 @attrs.frozen
@@ -85,71 +85,8 @@ class AffineBlocks:
                             "+".join(sources))
 
 
-def _q4_0(b: torch.Tensor):
-    d = _f16(b[:, :2])
-    return _low_high(b[:, 2:18]), d, -8 * d, 32, 4
 
-
-def _q4_1(b: torch.Tensor):
-    return _low_high(b[:, 4:20]), _f16(b[:, :2]), _f16(b[:, 2:4]), 32, 4
-
-
-def _q5_0(b: torch.Tensor):
-    d = _f16(b[:, :2])
-    return _low_high(b[:, 6:22]) | (_bits(b[:, 2:6]) << 4), d, -16 * d, 32, 5
-
-
-def _q5_1(b: torch.Tensor):
-    return _low_high(b[:, 8:24]) | (_bits(b[:, 4:8]) << 4), _f16(b[:, :2]), _f16(b[:, 2:4]), 32, 5
-
-
-def _q8_0(b: torch.Tensor):
-    d = _f16(b[:, :2])
-    q = (b[:, 2:34].contiguous().view(torch.int8).to(torch.int16) + 128).to(torch.uint8)
-    return q, d, -128 * d, 32, 8
-
-
-def _q4_k(b: torch.Tensor):
-    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    sc, mn = _k_scales(b[:, 4:16])
-    return _k_nibbles(b[:, 16:144]).flatten(1), d * sc, -(dmin * mn), 32, 4
-
-
-def _q5_k(b: torch.Tensor):
-    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    sc, mn = _k_scales(b[:, 4:16])
-    shifts = torch.arange(8, device=b.device, dtype=torch.uint8)
-    high = (b[:, 16:48][:, None, :] >> shifts[None, :, None]) & 1  # [N, 8 sub-blocks, 32]
-    q = _k_nibbles(b[:, 48:176]) | (high << 4)
-    return q.flatten(1), d * sc, -(dmin * mn), 32, 5
-
-
-def _q6_k(b: torch.Tensor):
-    n = b.shape[0]
-    ql = b[:, 0:128].reshape(n, 2, 1, 2, 32)
-    qh = b[:, 128:192].reshape(n, 2, 1, 1, 32)
-    scales = b[:, 192:208].contiguous().view(torch.int8).float()  # [N, 16]
-    d = _f16(b[:, 208:210])
-    low = torch.cat((ql & 0x0F, ql >> 4), dim=2)
-    shifts = torch.tensor([[0, 2], [4, 6]], device=b.device, dtype=torch.uint8).reshape(1, 1, 2, 2, 1)
-    q = (low | (((qh >> shifts) & 3) << 4)).reshape(n, 256)
-    a = d * scales
-    return q, a, -32 * a, 16, 6
-
-
-# GGML type name -> (values per block, bytes per block, decoder -> (q [nb, block], a, b [nb, block/g], g, bits)).
-_AFFINE: dict[str, tuple[int, int, Any]] = {
-    "Q4_0": (32, 18, _q4_0),
-    "Q4_1": (32, 20, _q4_1),
-    "Q5_0": (32, 22, _q5_0),
-    "Q5_1": (32, 24, _q5_1),
-    "Q8_0": (32, 34, _q8_0),
-    "Q4_K": (256, 144, _q4_k),
-    "Q5_K": (256, 176, _q5_k),
-    "Q6_K": (256, 210, _q6_k),
-}
-
-AFFINE_TYPES: tuple[str, ...] = tuple(_AFFINE)
+AFFINE_TYPES: tuple[str, ...] = tuple(AFFINE_DECODERS)
 """GGML type names :func:`affine_blocks` decodes (the quantized types a kernel can keep packed)."""
 
 
@@ -161,11 +98,11 @@ def affine_blocks(raw: np.ndarray | torch.Tensor, ggml_type: Any, shape: tuple[i
             multiple of the block, or a byte count that does not match ``shape``.
     """
     name = getattr(ggml_type, "name", str(ggml_type))
-    if name not in _AFFINE:
+    if name not in AFFINE_DECODERS:
         raise ModelLoadError(f"GGML type {name} has no packed form; packed: {list(AFFINE_TYPES)}")
     if len(shape) != 2:
         raise ModelLoadError(f"{name} tensor of shape {list(shape)}: only matrices are kept packed")
-    block, nbytes, decode = _AFFINE[name]
+    block, nbytes, decode = AFFINE_DECODERS[name]
     n, k = shape
     if k % block:
         raise ModelLoadError(f"{name} tensor of shape {list(shape)}: rows must be a multiple of {block} values")

@@ -94,21 +94,21 @@ def test_moe_experts_dispatches_on_the_predicate(monkeypatch):
 
 @pytest.mark.parametrize("up, down", [  # (BLOCK_N, BLOCK_K, DEPTH, warps) of each launch
     ((16, 32, 1, 4), (16, 16, 1, 4)),  # whole tiles along H (64) and I (48), one tile ahead
-    ((8, 64, 2, 2), (32, 32, 3, 4)),  # two / three ahead; I: a partial tile, BLOCK_N wider than H's rest
+    ((8, 64, 2, 2), (32, 32, 2, 4)),  # two ahead; I: a partial tile, BLOCK_N wider than H's rest
     ((4, 128, 2, 4), (8, 64, 2, 2)),  # one tile longer than H and I: the loads ahead re-read it
 ])
 def test_each_launch_configuration(poison_outputs, up, down):
-    """Every depth of loads ahead, whole and partial tiles along the reduction, the flat loop of the
-    down launch crossing experts within and between tiles (3 tokens of 4 choices; H = 64, I = 48)."""
+    """Every depth of loads ahead, whole and partial tiles along the reduction, the down launch's
+    column blocks partly past H (3 tokens of 4 choices; H = 64, I = 48)."""
     args = _inputs(3, 16, 4, 64, 48, torch.float32, seed=7)
     configs = tuple(moe_decode.DecodeConfig(*c) for c in (up, down))
     got = moe_decode.experts(*args, "gelu_tanh", configs=configs)
     torch.testing.assert_close(got, reference(*args, "gelu_tanh"), **tol(torch.float32))
 
 
-@pytest.mark.parametrize("up, down", [((8, 64, 3, 2), (16, 16, 1, 4)), ((16, 32, 1, 4), (32, 32, 4, 4))])
+@pytest.mark.parametrize("up, down", [((8, 64, 3, 2), (16, 16, 1, 4)), ((16, 32, 1, 4), (32, 32, 3, 4))])
 def test_a_deeper_prefetch_than_a_kernel_rotates_is_refused(up, down):
-    """Loads ahead beyond what a kernel rotates (gate/up 2, down 3) would skip tiles: refused at compile."""
+    """Loads ahead beyond what a kernel rotates (2 tiles) would skip tiles: refused at compile."""
     args = _inputs(1, 16, 4, 64, 48, torch.float32, seed=3)
     configs = tuple(moe_decode.DecodeConfig(*c) for c in (up, down))
     with pytest.raises(Exception, match="rotates at most"):

@@ -23,7 +23,7 @@ _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr":
                "tables_ptr": "i32", "tile_seq_ptr": "i32", "tile_first_ptr": "i32",
                "count_ptr": "i32", "ids_ptr": "i64", "sorted_ptr": "i32", "block_expert_ptr": "i32",
                "num_padded_ptr": "i32", "cursor_ptr": "i32"}
-_FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr"}
+_FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr", "part_ptr"}
 _FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor"}
 
 
@@ -137,7 +137,7 @@ def _moe_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     yield moe_decode._decode_gate_up_kernel, "fp32", {**tile, "GELU": True, "EVEN_K": False, "BLOCK_N": 16,
                                                       "BLOCK_K": 256, "DEPTH": 2, "USE_PDL": False}, 4
     yield moe_decode._decode_down_kernel, "bf16", {**tile, "DEPTH": 2}, 4
-    yield moe_decode._decode_down_kernel, "bf16", {**tile, "EVEN_K": False, "BLOCK_K": 256, "DEPTH": 3,
+    yield moe_decode._decode_down_kernel, "bf16", {**tile, "EVEN_K": False, "BLOCK_K": 256, "DEPTH": 2,
                                                    "USE_PDL": False}, 2
     yield moe_decode._decode_down_kernel, "fp32", {**tile, "TOP_K": 2, "BLOCK_N": 32, "BLOCK_K": 256}, 8
 

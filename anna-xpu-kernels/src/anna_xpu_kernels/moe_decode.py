@@ -12,13 +12,15 @@ grid fixed by ``T``, ``K``, ``H`` and ``I``:
    ones in use: Triton does not pipeline loads that feed no ``tl.dot``), multiplies them elementwise by the token's row of x on the CUDA cores (float32, summed
    over H once after the loop) and writes ``act_mul(gate, up)`` to ``h`` ``[T * K, I]``, rounded as the
    grouped kernel rounds (the projection to x's dtype, the activation, the product).
-2. ``_decode_down_kernel`` over ``(T, cdiv(H, BLOCK_N))``: a program streams, for each of its token's
-   ``K`` pairs in turn, ``BLOCK_N`` rows of that pair's ``down[e]`` along I (one flat loop over the
-   ``K`` experts' tiles, ``DEPTH`` tiles loaded ahead, so the loads cross from one expert to the next),
-   each term
-   ``round(round(h[pair] @ down[e]^T) * weight)`` as the grouped down kernel rounds it, the ``K`` terms
-   added in float32 in choice order and rounded once to ``out`` ``[T, H]``: the op's contract ("the
-   ``K`` weighted terms added in float32 and rounded once"), with no ``[T * K, H]`` intermediate.
+2. ``_decode_down_kernel`` over ``(T * K, cdiv(H, BLOCK_N))``: a program streams its pair's ``BLOCK_N``
+   rows of ``down[e]`` along I as the first launch streams H, and writes its term
+   ``round(round(h[pair] @ down[e]^T) * weight)`` (rounded as the grouped down kernel rounds it) to a
+   float32 workspace ``[T * K, H]``; then it counts itself in on its (token, column block)'s arrival
+   counter (acquire-release, :mod:`anna_xpu_kernels.counters`), and the last of the token's ``K`` pairs
+   to arrive adds the ``K`` terms in float32 in choice order and rounds once to ``out`` ``[T, H]``: the
+   op's contract ("the ``K`` weighted terms added in float32 and rounded once"), deterministic, with
+   one program per (pair, column block) so that even one token fills the GPU (a first version looped
+   over the ``K`` experts in one program per column block: a tenth of the programs, half the bandwidth).
 
 A pair re-reads its expert's weights even when another pair of the step chose the same expert, so
 :func:`takes` sends a call here only with at most :data:`MAX_TOKENS` tokens whose pairs are expected to
@@ -37,6 +39,7 @@ import torch
 
 from anna_xpu_kernels import pdl
 from anna_xpu_kernels._triton import autotune, tl, triton
+from anna_xpu_kernels.counters import CounterPool
 from anna_xpu_kernels.gemv_prologue import act_mul
 from anna_xpu_kernels.gemv_tuning import autotune_bench
 
@@ -74,12 +77,11 @@ GATE_UP_CONFIGS = [_config(n, k, w, d) for n, k, w, d in (
 """Tiles tried for the gate/up GEMV: ``BLOCK_N`` gate rows and as many up rows per program, ``BLOCK_K``
 columns per tile, ``DEPTH`` tiles loaded ahead of the one in use (1 or 2)."""
 DOWN_CONFIGS = [_config(n, k, w, d) for n, k, w, d in (
-    (4, 512, 2, 2), (8, 512, 4, 1), (8, 512, 4, 2), (8, 512, 4, 3), (8, 256, 2, 3), (16, 512, 4, 2),
-    (16, 256, 4, 3), (4, 256, 2, 3), (32, 256, 8, 2))]
-"""Tiles tried for the down GEMV (``BLOCK_N`` output columns per program over all ``K`` experts; ``DEPTH``
-1 to 3). At one token the whole grid fits on an H100/H200 at once (ptxas: 80-213 registers a thread), so
-the bytes in flight are ``H * BLOCK_K * DEPTH`` values whatever ``BLOCK_N``: the depth is what keeps
-enough loads outstanding (2048 x 512 x 2 values x 2 bytes = 4 MiB at 35B-A3B and ``DEPTH`` 2)."""
+    (4, 512, 2, 1), (8, 512, 4, 1), (8, 256, 2, 2), (16, 512, 4, 1), (16, 256, 4, 2), (16, 128, 2, 2),
+    (32, 256, 8, 1), (32, 128, 4, 2), (32, 64, 4, 2), (64, 128, 8, 1))]
+"""Tiles tried for the down GEMV (``BLOCK_N`` output columns of one pair per program, ``DEPTH`` 1 or 2).
+The narrowest is :data:`MIN_DOWN_BLOCK_N` columns (the arrival counters are sized for it)."""
+MIN_DOWN_BLOCK_N = 4
 FIXED = _config(16, 32, 4, 2)
 """The configuration run under the interpreter (tests force the others through ``config``)."""
 
@@ -171,68 +173,58 @@ def _decode_gate_up_kernel(x_ptr, gate_up_ptr, h_ptr, ids_ptr, num_tokens, N, K,
     tl.store(h_ptr + pair.to(tl.int64) * stride_hm + cols, h, mask=cols < N)
 
 
-@triton.jit
-def _down_tiles(w_rows, h_ptr, ids_ptr, first, j, last, tiles, stride_we, stride_hm, ks, K, BLOCK_K: tl.constexpr,
-                EVEN_K: tl.constexpr):
-    """Tile ``min(j, last)`` of the flat loop: expert ``j // tiles``'s weight tile and its h tile at column
-    block ``j % tiles``."""
-    j = tl.minimum(j, last)
-    pair = (first + j // tiles).to(tl.int64)
-    expert = tl.load(ids_ptr + pair).to(tl.int64)
-    k0 = (j % tiles) * BLOCK_K
-    return _tile(w_rows + expert * stride_we, k0, ks, K, EVEN_K), _vec(h_ptr + pair * stride_hm, k0, ks, K, EVEN_K)
-
-
 @_tuned(DOWN_CONFIGS)
 @triton.jit(do_not_specialize=["num_tokens"])
-def _decode_down_kernel(h_ptr, down_ptr, out_ptr, rw_ptr, ids_ptr, num_tokens, N, K, stride_hm, stride_we, stride_wn, stride_om,
-                        TOP_K: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        DEPTH: tl.constexpr, USE_PDL: tl.constexpr):
+def _decode_down_kernel(h_ptr, down_ptr, out_ptr, part_ptr, count_ptr, rw_ptr, ids_ptr, num_tokens, N, K, stride_hm,
+                        stride_we, stride_wn, stride_om, TOP_K: tl.constexpr, EVEN_K: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEPTH: tl.constexpr, USE_PDL: tl.constexpr):
     # N = H, K = I; down: [E, N, K], unit stride along K; h: [T * TOP_K, K]; rw, ids: [T * TOP_K] contiguous;
-    # num_tokens = T (only a key of the autotuner)
-    token = tl.program_id(0)
+    # part: [T * TOP_K, N] float32 (each pair's weighted term); count: [T * cdiv(N, BLOCK_N)] int32, zero on
+    # entry and left at zero; num_tokens = T (only a key of the autotuner)
+    tl.static_assert(DEPTH <= 2, "the down decode kernel rotates at most 2 tiles loaded ahead")
+    pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     if USE_PDL:
         pdl.enter(USE_PDL)
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = tl.minimum(cols, N - 1).to(tl.int64)
+    rows = tl.minimum(cols, N - 1).to(tl.int64)  # clamped: unmasked weight loads, masked stores
     ks = tl.arange(0, BLOCK_K)
-    tl.static_assert(DEPTH <= 3, "the down decode kernel rotates at most 3 tiles loaded ahead")
-    w_rows = down_ptr + rows[:, None] * stride_wn + ks[None, :]  # [BLOCK_N, BLOCK_K] of expert 0
-    first = token * TOP_K
-    tiles = tl.cdiv(K, BLOCK_K)  # per expert
-    last = TOP_K * tiles - 1
-    # One flat loop over the TOP_K experts' tiles (tile j: expert j // tiles, column block j % tiles), so
-    # the loads ahead cross from one expert to the next.
-    w, hv = _down_tiles(w_rows, h_ptr, ids_ptr, first, 0, last, tiles, stride_we, stride_hm, ks, K, BLOCK_K, EVEN_K)
+    w_ptr = down_ptr + expert * stride_we + rows[:, None] * stride_wn + ks[None, :]  # [BLOCK_N, BLOCK_K]
+    h_row = h_ptr + pair.to(tl.int64) * stride_hm
+    last = tl.cdiv(K, BLOCK_K) - 1  # the last tile (loads past it re-read it: cached, unused)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    w = _tile(w_ptr, 0, ks, K, EVEN_K)
+    hv = _vec(h_row, 0, ks, K, EVEN_K)
     if DEPTH >= 2:
-        w1, h1 = _down_tiles(w_rows, h_ptr, ids_ptr, first, 1, last, tiles, stride_we, stride_hm, ks, K, BLOCK_K,
-                             EVEN_K)
-    if DEPTH >= 3:
-        w2, h2 = _down_tiles(w_rows, h_ptr, ids_ptr, first, 2, last, tiles, stride_we, stride_hm, ks, K, BLOCK_K,
-                             EVEN_K)
-    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # the current expert's products
-    total = tl.zeros((BLOCK_N,), dtype=tl.float32)  # the weighted terms so far
-    for j in range(0, last + 1):
-        w_next, h_next = _down_tiles(w_rows, h_ptr, ids_ptr, first, j + DEPTH, last, tiles, stride_we, stride_hm, ks,
-                                     K, BLOCK_K, EVEN_K)
+        k1 = tl.minimum(1, last) * BLOCK_K
+        w1 = _tile(w_ptr, k1, ks, K, EVEN_K)
+        h1 = _vec(h_row, k1, ks, K, EVEN_K)
+    for i in range(0, last + 1):  # the next DEPTH tiles are loaded before the current ones are used
+        k_next = tl.minimum(i + DEPTH, last) * BLOCK_K
+        w_next = _tile(w_ptr, k_next, ks, K, EVEN_K)
+        h_next = _vec(h_row, k_next, ks, K, EVEN_K)
         acc += w.to(tl.float32) * hv.to(tl.float32)
-        # after an expert's last tile: its term, rounded as the grouped kernel rounds it, joins the total
-        done = (j % tiles) == tiles - 1
-        rw = tl.load(rw_ptr + first + j // tiles).to(tl.float32)
-        y = tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty).to(tl.float32) * rw
-        total += tl.where(done, y.to(out_ptr.dtype.element_ty).to(tl.float32), 0.0)
-        acc = tl.where(done, 0.0, acc)
-        if DEPTH >= 3:
-            w, hv = w1, h1
-            w1, h1 = w2, h2
-            w2, h2 = w_next, h_next
-        elif DEPTH == 2:
+        if DEPTH >= 2:
             w, hv = w1, h1
             w1, h1 = w_next, h_next
         else:
             w, hv = w_next, h_next
-    tl.store(out_ptr + token.to(tl.int64) * stride_om + cols, total.to(out_ptr.dtype.element_ty), mask=cols < N)
+    # the pair's term, rounded as the grouped down kernel rounds it: the projection, then the weighting
+    rw = tl.load(rw_ptr + pair).to(tl.float32)
+    term = (tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty).to(tl.float32) * rw).to(out_ptr.dtype.element_ty)
+    token = pair // TOP_K
+    parts = part_ptr + (token * TOP_K).to(tl.int64) * N + cols  # the token's first pair's columns
+    tl.store(parts + (pair % TOP_K) * N, term.to(tl.float32), mask=cols < N)
+    tl.debug_barrier()  # every thread's term is stored before this program counts itself in
+    counter = count_ptr + token * tl.num_programs(1) + pid_n
+    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if arrived == TOP_K - 1:  # the token's last pair for these columns: every term is visible
+        total = tl.load(parts, mask=cols < N, other=0.0, cache_modifier=".cg")
+        for k in tl.static_range(1, TOP_K):  # choice order: deterministic sums
+            total += tl.load(parts + k * N, mask=cols < N, other=0.0, cache_modifier=".cg")
+        tl.store(out_ptr + token.to(tl.int64) * stride_om + cols, total.to(out_ptr.dtype.element_ty), mask=cols < N)
+        tl.store(counter, 0)  # zero for the next launch (graph replays)
 
 
 @attrs.frozen
@@ -292,12 +284,19 @@ def down_sum(h: torch.Tensor, down: torch.Tensor, flat_weights: torch.Tensor, fl
         ``[T, H]`` in h's dtype.
     """
     hidden, inter = down.shape[1], down.shape[2]
-    tokens = flat_ids.numel() // top_k
+    pairs = flat_ids.numel()
+    tokens = pairs // top_k
     out = torch.empty((tokens, hidden), dtype=h.dtype, device=h.device)
-    _launch(_decode_down_kernel, lambda block_n: (tokens, triton.cdiv(hidden, block_n)), config,
-            h, down, out, flat_weights, flat_ids, tokens, hidden, inter, h.stride(0), down.stride(0), down.stride(1),
-            out.stride(0), TOP_K=top_k, **pdl.launch_options(h))
+    parts = torch.empty((pairs, hidden), dtype=torch.float32, device=h.device)
+    # one arrival counter per (token, column block); the narrowest block is MIN_DOWN_BLOCK_N columns
+    counters = down_sum.counters.get(h.device, tokens * triton.cdiv(hidden, MIN_DOWN_BLOCK_N))
+    _launch(_decode_down_kernel, lambda block_n: (pairs, triton.cdiv(hidden, block_n)), config,
+            h, down, out, parts, counters, flat_weights, flat_ids, tokens, hidden, inter, h.stride(0), down.stride(0),
+            down.stride(1), out.stride(0), TOP_K=top_k, **pdl.launch_options(h))
     return out
+
+
+down_sum.counters = CounterPool(min_words=MAX_TOKENS * 1024)
 
 
 def experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor,

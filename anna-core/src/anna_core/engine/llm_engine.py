@@ -254,12 +254,14 @@ class LLMEngine:
 
     def _model_device_bytes(self) -> int:
         """Bytes of the model's tensors on the engine's device (parameters, buffers, the expert cache and scratch
-        of offloaded experts), for devices where torch keeps no allocation count (the CPU)."""
+        of offloaded experts): the KV sizing's count on devices where torch keeps none (the CPU), and the weights
+        term of memory admission."""
         seen: set[int] = set()
         total = 0
         if isinstance(self.model, torch.nn.Module):
             for t in itertools.chain(self.model.parameters(), self.model.buffers()):
-                if t.device == self.device and t.data_ptr() not in seen:
+                on_device = t.device.type == self.device.type and self.device.index in (None, t.device.index)
+                if on_device and t.data_ptr() not in seen:  # "cuda" holds the tensors on "cuda:0"
                     seen.add(t.data_ptr())
                     total += t.numel() * t.element_size()
         return total + (self.expert_store.device_bytes() if self.expert_store is not None else 0)

@@ -284,5 +284,5 @@ class MemoryAdmission:
                 "max_estimated_usage_ratio": self.policy.max_estimated_usage_ratio}
 
 
-def _mib(n: int) -> int:
-    return -(-n // _MIB)
+def _mib(n: int) -> float:
+    return round(n / _MIB, 1)

@@ -141,6 +141,28 @@ class AsyncEngine:
         # CPU work (grammar compilation above all): in a worker thread, so the event loop keeps serving.
         await asyncio.to_thread(self.engine.validate_request, list(prompt_token_ids), params, multimodal)
         stream = _Stream(asyncio.get_running_loop())
+        # memory admission (400 / 503) before it runs; outside the lock, as it may read the device's free memory
+        self.engine.admit(request_id, list(prompt_token_ids), params)
+        try:
+            self._enqueue(request_id, stream, prompt_token_ids, params, multimodal)
+        except BaseException:
+            self.engine.admission.release(request_id)
+            raise
+        finished = False
+        try:
+            while True:
+                output = await stream.queue.get()
+                finished = output.finished
+                yield output
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def _enqueue(self, request_id: str, stream: _Stream, prompt_token_ids: list[int], params: SamplingParams,
+                 multimodal: MultiModalInputs | None) -> None:
+        """Hand an admitted request to the engine thread (the checks that need the lock first)."""
         with self._cond:
             if self._dead is not None:
                 raise EngineDeadError(f"the engine stopped: {self._dead}")
@@ -154,21 +176,9 @@ class AsyncEngine:
                 self.engine.metrics.on_rejected_429()
                 raise QueueFullError(f"the engine's waiting queue is full ({limit} requests); retry later",
                                      retry_after_s=self._stats.get("retry_after_s", 1))
-            self.engine.admit(request_id, list(prompt_token_ids), params)  # 400 / 503 before it runs
             self._streams[request_id] = stream
             self._commands.append(("add", (request_id, list(prompt_token_ids), params, multimodal)))
             self._cond.notify()
-        finished = False
-        try:
-            while True:
-                output = await stream.queue.get()
-                finished = output.finished
-                yield output
-                if finished:
-                    return
-        finally:
-            if not finished:
-                self.abort(request_id)
 
     def abort(self, request_id: str) -> None:
         """Abort a request (no-op if unknown or finished). Safe from any thread."""

@@ -350,6 +350,8 @@ class LLMEngine:
             self.validate_request(prompt_token_ids, params, multimodal)
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        if self.degraded is not None:  # also a request admitted just before the engine degraded
+            raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
         limit = self.config.max_waiting_requests
         if enforce_queue_limit and limit and len(self.scheduler.waiting) >= limit:
             self.metrics.on_rejected_429()

@@ -239,9 +239,12 @@ class MemoryAdmission:
                 :class:`~anna_core.llm.LLM` path passes False (its requests queue instead).
 
         Raises:
-            InvalidRequestError: it does not fit an idle engine (HTTP 400, code ``insufficient_memory``).
+            InvalidRequestError: it does not fit an idle engine (HTTP 400, code ``insufficient_memory``), or
+                ``request_id`` is held already.
             MemoryUnavailableError: it fits once admitted requests finish, or free memory is short (HTTP 503).
         """
+        if request_id in self._held:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
         capacity = self.capacity_bytes
         alone = self.weights_bytes + estimate.total_bytes
         if capacity is not None and alone > capacity:
@@ -262,6 +265,8 @@ class MemoryAdmission:
                     f"{_mib(estimate.generation_bytes)} MiB and min_free_memory_mib keeps {_mib(min_free)} MiB free; "
                     "retry later")
         with self._lock:
+            if request_id in self._held:
+                raise InvalidRequestError(f"request id {request_id!r} is already in use")
             if busy_check and capacity is not None and self.weights_bytes + self.held_bytes(estimate) > capacity:
                 self.refused_503 += 1
                 raise MemoryUnavailableError(

@@ -161,6 +161,8 @@ def test_an_oversized_request_is_refused_before_it_runs():
     with pytest.raises(InvalidRequestError, match="estimated") as info:
         engine.add_request("big", [5] * 4, SamplingParams(max_tokens=190))
     assert info.value.code == "insufficient_memory" and engine.num_steps == 0 and not engine.has_unfinished()
+    assert engine.metrics.snapshot()["requests"]["refused_memory"] == 1
+    assert 'anna_requests_refused_memory_total{status="400"} 1.0' in engine.metrics.prometheus_text().decode()
     engine.add_request("small", [5] * 4, GREEDY)
     assert _drain(engine)["small"].token_ids == greedy_reference([5] * 4, 4, V)
 
@@ -194,6 +196,9 @@ def test_repeated_failures_degrade_the_engine():
     assert "out of memory" in finals["c"].error and "degraded" in finals["e"].error
     assert engine.degraded is not None and "2 steps failed in a row" in engine.degraded
     assert engine.stats()["degraded"] == engine.degraded
+    text = engine.metrics.prometheus_text().decode()
+    assert "anna_engine_degraded 1.0" in text and 'anna_step_failures_total{kind="oom"} 2.0' in text
+    assert engine.metrics.snapshot()["step_failures"] == 2
     assert _gauges(engine) == (0, 0, 0, 0)
     with pytest.raises(EngineDegradedError):
         engine.add_request("d", [5], GREEDY)

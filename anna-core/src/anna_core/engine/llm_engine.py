@@ -63,7 +63,13 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler, SchedulerOutput
 from anna_core.engine.state_store import StateStore, copy_blocks
 from anna_core.engine.stop_checker import StopStringChecker
-from anna_core.errors import AnnaError, EngineDegradedError, InvalidRequestError, QueueFullError
+from anna_core.errors import (
+    AnnaError,
+    EngineDegradedError,
+    InvalidRequestError,
+    MemoryUnavailableError,
+    QueueFullError,
+)
 from anna_core.layers.attention import check_attention_layers
 from anna_core.metrics import EngineMetrics
 from anna_core.model import CacheSpec, LoadedModel, check_model
@@ -245,7 +251,16 @@ class LLMEngine:
         """
         if self.degraded is not None:
             raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
-        self.admission.admit(request_id, self.estimate_memory(prompt_token_ids, params), busy_check=busy_check)
+        try:
+            self.admission.admit(request_id, self.estimate_memory(prompt_token_ids, params), busy_check=busy_check)
+        except MemoryUnavailableError as exc:
+            self.metrics.on_refused_memory(503)
+            exc.retry_after_s = self.retry_after_s(len(self.scheduler.running))
+            raise
+        except InvalidRequestError as exc:
+            if exc.code == "insufficient_memory":
+                self.metrics.on_refused_memory(400)
+            raise
 
     @property
     def degraded(self) -> str | None:
@@ -496,10 +511,12 @@ class LLMEngine:
     def _step_failed(self, exc: BaseException) -> list[RequestOutput]:
         """After a failed step's own requests were failed: an out-of-memory empties the allocator's cache; a lost
         device or too many failures in a row degrade the engine, failing every request it still holds."""
-        if classify_failure(exc) == "oom":
+        kind = classify_failure(exc)
+        if kind == "oom":
             empty_cache(self.device)
         was_degraded = self.degraded is not None
         reason = self.failures.failed(exc)
+        self.metrics.on_step_failed(kind, reason is not None)
         if reason is None or was_degraded:
             return []
         log.error("the engine is degraded and takes no more requests: %s", reason)

@@ -120,6 +120,7 @@ class AsyncEngine:
         with self._cond:
             stats = dict(self._stats)
         stats["uptime_s"] = time.perf_counter() - self._started
+        stats["memory_admission"] = self.engine.admission.report()  # refusals happen off the engine thread
         return stats
 
     # -- requests -----------------------------------------------------------------------------

@@ -4,7 +4,9 @@
 the status (``loading``, ``failed``, ``draining`` or ``degraded``: the engine stopped taking requests after
 repeated step failures or a lost device, :mod:`anna_core.engine.faults`; ``error`` says why). ``/healthz`` always answers 200 with what
 the server runs: model, family, task, device, dtype, memory, uptime, chosen kernels, engine stats and the
-serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s). The
+serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s), and ``degraded``
+(why the engine stopped taking requests, or null; ``engine.step_failures`` and ``engine.memory_admission`` have
+the counts: ``docs/memory-admission.md``). The
 ``generate`` task's engine stats also say how steps run, family-neutral: ``paged_kv``, ``block_size``,
 ``prefix_caching`` and ``graphs`` (decode and prefill graphs captured or why not; see
 :meth:`anna_core.engine.llm_engine.LLMEngine.stats`; the fields are listed in

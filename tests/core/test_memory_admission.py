@@ -16,6 +16,7 @@ from anna_core.engine.memory_admission import (
     MemoryEstimate,
     MemoryEstimator,
     MemoryPolicy,
+    MemorySnapshot,
     StaticMemoryProbe,
 )
 from anna_core.engine.sampling_params import SamplingParams
@@ -106,6 +107,18 @@ def test_held_cache_bytes_are_capped_at_the_allocated_pool():
     for rid in "abcde":  # 5 x 600 bytes of KV, but the pool has 1000: the scheduler queues within it
         adm.admit(rid, est)
     assert adm.held_bytes() == 1000 + 15
+
+
+def test_device_probe_counts_the_allocators_cached_blocks_as_free(monkeypatch):
+    import anna_core.device
+    from anna_core.engine.memory_admission import DeviceMemoryProbe
+
+    fake = {"allocated_bytes": 30, "reserved_bytes": 50, "free_bytes": 100, "total_bytes": 1000}
+    monkeypatch.setattr(anna_core.device, "memory_stats", lambda device: fake)
+    snap = DeviceMemoryProbe(torch.device("cpu")).snapshot()
+    assert (snap.total_bytes, snap.free_bytes) == (1000, 120)
+    monkeypatch.setattr(anna_core.device, "memory_stats", lambda device: {})
+    assert DeviceMemoryProbe(torch.device("cpu")).snapshot() == MemorySnapshot(None, None)
 
 
 @pytest.mark.parametrize("field, value", [("max_estimated_usage_ratio", 0.0), ("max_estimated_usage_ratio", 1.5),

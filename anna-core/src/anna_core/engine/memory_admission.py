@@ -56,8 +56,9 @@ class MemoryProbe(Protocol):
 
 
 class DeviceMemoryProbe:
-    """:func:`anna_core.device.memory_stats` of ``device``: CUDA's ``mem_get_info`` (free and total), the host's
-    physical and available pages on the CPU."""
+    """:func:`anna_core.device.memory_stats` of ``device``: on CUDA the driver's free and total memory
+    (``mem_get_info``) plus what torch's caching allocator has reserved but not allocated (free to torch, not to
+    the driver); on the CPU the host's physical and available pages."""
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
@@ -66,7 +67,10 @@ class DeviceMemoryProbe:
         from anna_core.device import memory_stats
 
         stats = memory_stats(self.device)
-        return MemorySnapshot(stats.get("total_bytes"), stats.get("free_bytes"))
+        free = stats.get("free_bytes")
+        if free is not None and "reserved_bytes" in stats and "allocated_bytes" in stats:
+            free += max(0, stats["reserved_bytes"] - stats["allocated_bytes"])
+        return MemorySnapshot(stats.get("total_bytes"), free)
 
 
 @attrs.define

@@ -13,6 +13,12 @@ an oversized one (``max_tokens`` up to ``max_model_len``) with the ratio each ne
 (litestar's in-process client). "refused before running" means the refusal came with the engine's step count
 and the device's peak allocation unchanged. Exit status 0 when the oversized request was refused both times and
 the small one ran.
+
+Then an injected out-of-memory (``FaultInjector``) in a decode step of four requests: they fail with the
+out-of-memory error, the tokens delivered before are correct, the next request matches a clean run, the gauges
+return to 0. ``ANNA_GRAPHS=1`` loads with decode graphs and warm-up, so a launched step is in flight when the
+fault hits (asynchronous scheduling); ``ANNA_REAL_OOM=1`` also fills the free device memory and runs a long
+prompt (a real ``torch.OutOfMemoryError`` in the step), then checks the next request succeeds.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ def main() -> int:
         return 2
     setting = os.environ.get("ANNA_USAGE_RATIO", "auto")
     ratio = 0.02 if setting == "auto" else float(setting)
-    llm = LLM(model_dir, cuda_graph=False, warmup=False, max_estimated_usage_ratio=ratio)
+    graphs = os.environ.get("ANNA_GRAPHS") == "1"  # decode graphs and asynchronous scheduling for the fault check
+    llm = LLM(model_dir, cuda_graph=graphs, warmup=graphs, max_estimated_usage_ratio=ratio)
     engine = llm.engine
     adm = engine.admission
     prompt = llm.tokenizer.encode("The capital of France is", add_special_tokens=True)
@@ -78,8 +85,74 @@ def main() -> int:
         print(f"LLMEngine: small request refused too (raise ANNA_USAGE_RATIO): {exc}")
         ok = False
     ok &= _http_check(llm, len(prompt))
+    adm.policy = attrs.evolve(adm.policy, max_estimated_usage_ratio=1.0)  # the fault checks admit everything
+    ok &= _fault_check(llm, prompt)
+    if os.environ.get("ANNA_REAL_OOM") == "1":
+        ok &= _real_oom_check(llm, prompt)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
+
+
+def _run(engine, requests: dict[str, tuple[list[int], SamplingParams]], arm_after: int | None = None):
+    """Add ``requests``, step until done (arming one injected out-of-memory ``arm_after`` steps in); the finals."""
+    for rid, (ids, params) in requests.items():
+        engine.add_request(rid, ids, params)
+    finals, n = {}, 0
+    while engine.has_unfinished():
+        if arm_after is not None and n == arm_after:
+            engine.faults.arm(engine.num_steps + 1)
+        for out in engine.step():
+            if out.finished:
+                finals[out.request_id] = out
+        n += 1
+    return finals
+
+
+def _gauges_zero(engine) -> bool:
+    snap = engine.metrics.snapshot()
+    return (snap["requests"]["running"], snap["requests"]["waiting"], snap["kv_blocks"]["used"],
+            snap["state_slots"]["used"]) == (0, 0, 0, 0)
+
+
+def _fault_check(llm: LLM, prompt: list[int]) -> bool:
+    """An injected out-of-memory in a decode step (a launched step in flight where graphs and asynchronous
+    scheduling are on): only that step's requests fail, the next ones match a clean run, gauges return to 0."""
+    from anna_core.engine.faults import FaultInjector
+
+    engine = llm.engine
+    engine.faults = FaultInjector()
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    clean = _run(engine, {"clean": (prompt, params)})["clean"].token_ids
+    failed = _run(engine, {f"f{i}": (prompt, params) for i in range(4)}, arm_after=6)
+    only_step = all(o.finish_reason == "error" and "out of memory" in (o.error or "") for o in failed.values())
+    prefix_ok = all(o.token_ids == clean[:len(o.token_ids)] for o in failed.values())
+    after = _run(engine, {"after": (prompt, params)})["after"].token_ids
+    good = only_step and prefix_ok and after == clean and _gauges_zero(engine) and engine.degraded is None
+    print(f"injected OOM: failed {sorted(failed)} with errors={only_step}, delivered tokens correct={prefix_ok}, "
+          f"next request correct={after == clean}, gauges 0={_gauges_zero(engine)}, degraded={engine.degraded}, "
+          f"async in flight={engine.config.async_scheduling and engine.runner.graph_report()['decode'].get('captured')}")
+    engine.faults = None
+    return good
+
+
+def _real_oom_check(llm: LLM, prompt: list[int]) -> bool:
+    """A real device out-of-memory: fill the free memory, then run a long prompt; the request fails with an
+    out-of-memory error, the hog is freed and the next request succeeds (ANNA_REAL_OOM=1)."""
+    engine = llm.engine
+    free, _ = torch.cuda.mem_get_info()
+    try:
+        hog = torch.empty(max(0, free - (32 << 20)), dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError as exc:
+        print(f"real OOM: could not fill the free memory ({exc}); skipped")
+        return True
+    long = (prompt * (engine.longest_one_step_prompt() // len(prompt) + 1))[:engine.longest_one_step_prompt()]
+    got = _run(engine, {"oom": (long, SamplingParams(max_tokens=4, temperature=0.0))})["oom"]
+    del hog
+    print(f"real OOM: finish {got.finish_reason}, error {got.error!r}")
+    after = _run(engine, {"after-oom": (prompt, SamplingParams(max_tokens=4, temperature=0.0))})["after-oom"]
+    print(f"real OOM: next request finish {after.finish_reason}, gauges 0={_gauges_zero(engine)}, "
+          f"step_failures {engine.stats()['step_failures']}")
+    return after.finish_reason != "error" and _gauges_zero(engine)
 
 
 def _http_check(llm: LLM, prompt_len: int) -> bool:

@@ -65,3 +65,20 @@ def test_inconsistent_values_raise():
         engine_config_from_options(block_size=16, snapshot_interval=40)
     with pytest.raises(AnnaError, match="unknown scheduler profile"):
         engine_config_from_options(scheduler_profile="turbo")
+
+
+def test_memory_admission_flags_reach_their_fields_and_keep_their_bounds():
+    cfg = config_for(["--min-free-memory-mib", "512", "--max-estimated-usage-ratio", "0.25",
+                      "--generation-memory-safety-factor", "1.5", "--max-consecutive-step-failures", "5"])
+    assert (cfg.min_free_memory_mib, cfg.max_estimated_usage_ratio) == (512, 0.25)
+    assert (cfg.generation_memory_safety_factor, cfg.max_consecutive_step_failures) == (1.5, 5)
+
+    @click.command()
+    @engine_options
+    def cmd(**kwargs):
+        engine_config_from_options(**kwargs)
+
+    for bad in (["--max-estimated-usage-ratio", "0"], ["--max-estimated-usage-ratio", "1.5"],
+                ["--generation-memory-safety-factor", "0.5"], ["--generation-memory-safety-factor", "inf"],
+                ["--min-free-memory-mib", "-1"], ["--max-consecutive-step-failures", "0"]):
+        assert CliRunner().invoke(cmd, bad).exit_code == 2, bad

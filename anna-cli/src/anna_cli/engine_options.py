@@ -39,6 +39,10 @@ OPTION_FIELDS: dict[str, str] = {
     "kv_cache_memory_gib": "kv_cache_memory_gib",
     "max_device_memory_gib": "max_device_memory_gib",
     "reserve_memory_mib": "reserve_memory_mib",
+    "min_free_memory_mib": "min_free_memory_mib",
+    "max_estimated_usage_ratio": "max_estimated_usage_ratio",
+    "generation_memory_safety_factor": "generation_memory_safety_factor",
+    "max_consecutive_step_failures": "max_consecutive_step_failures",
     "enable_prefix_caching": "enable_prefix_caching",
     "snapshot_interval": "snapshot_interval",
     "snapshot_memory_mib": "snapshot_memory_mib",
@@ -59,6 +63,12 @@ _NON_NEG = click.FloatRange(min=0.0)
 def _finite_gib(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     if value is not None and not 0 < value < float("inf"):  # FloatRange lets nan and inf through
         raise click.BadParameter(f"must be a positive finite number of GiB, got {value}")
+    return value
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and value == float("inf"):
+        raise click.BadParameter(f"must be finite, got {value}")
     return value
 
 
@@ -152,7 +162,24 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                           "free RAM, at most 4 GiB)."),
         max_device_memory_option,
         click.option("--reserve-memory-mib", type=_NON_NEG, default=None,
-                     help="Memory left free when the KV cache is sized from free memory. Default 0."),
+                     help="Memory left free when the KV cache is sized from free memory, and kept out of what memory "
+                          "admission lets requests use. At least 0; default 0."),
+        click.option("--min-free-memory-mib", type=_NON_NEG, default=None,
+                     help="Refuse a request (503) while the device's free memory less its estimated activations, "
+                          "grammar and logprobs is under this. At least 0; default 0 (off)."),
+        click.option("--max-estimated-usage-ratio", type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+                     default=None,
+                     help="Share of the device's memory (or --max-device-memory-gib) the estimated usage (weights, "
+                          "the KV and state requests hold per cache group, activations, grammars, logprobs) may "
+                          "reach: a request over it is refused before it runs, 400 when it never fits, 503 when it "
+                          "fits once running requests finish. In (0, 1]; default 1."),
+        click.option("--generation-memory-safety-factor", type=click.FloatRange(min=1.0), default=None,
+                     callback=_finite,
+                     help="Factor on each request's estimated activations, grammar and logprobs memory. At least 1; "
+                          "default 1.2."),
+        click.option("--max-consecutive-step-failures", type=_POS_INT, default=None,
+                     help="Failed engine steps in a row (e.g. device out-of-memory) after which the server is "
+                          "degraded: /health answers 503 and new requests get 503. At least 1; default 3."),
         click.option("--enable-prefix-caching/--disable-prefix-caching", default=None,
                      help="Reuse KV blocks (and recurrent-state snapshots) of earlier prompts. Default on."),
         click.option("--snapshot-interval", type=_POS_INT, default=None,

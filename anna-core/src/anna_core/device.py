@@ -64,6 +64,14 @@ def synchronize(device: torch.device) -> None:
         torch.xpu.synchronize(device)
 
 
+def empty_cache(device: torch.device) -> None:
+    """Give the allocator's cached, unused blocks back to the device (after an out-of-memory); no-op on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif device.type == "xpu" and hasattr(torch.xpu, "empty_cache"):
+        torch.xpu.empty_cache()
+
+
 def memory_stats(device: torch.device) -> dict[str, int]:
     """``{"allocated_bytes", "reserved_bytes", "total_bytes", "free_bytes"}`` where known."""
     if device.type == "cuda":

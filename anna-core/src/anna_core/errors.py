@@ -34,6 +34,28 @@ class EngineDeadError(AnnaError):
     """The engine loop stopped; no further requests can be served."""
 
 
+class EngineDegradedError(AnnaError):
+    """The engine stopped taking requests after repeated step failures or a lost device (HTTP 503); it keeps
+    answering ``/healthz`` (:mod:`anna_core.engine.faults`). Restart the process to recover."""
+
+    code = "engine_degraded"
+
+
+class MemoryUnavailableError(AnnaError):
+    """A request would fit the device's memory once running requests finish, not now (HTTP 503 with
+    ``Retry-After``; :mod:`anna_core.engine.memory_admission`).
+
+    Attributes:
+        retry_after_s: whole seconds after which a retry may be admitted.
+    """
+
+    code = "insufficient_memory"
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class QueueFullError(AnnaError):
     """The engine's waiting queue is full (``max_waiting_requests``); maps to HTTP 429.
 

@@ -134,7 +134,9 @@ class LLM:
 
         Raises:
             InvalidRequestError: bad prompt, params or media (e.g. a prompt longer than ``max_model_len``,
-                media for a text-only model).
+                media for a text-only model), or a request that can never fit the device's memory under
+                ``max_estimated_usage_ratio`` (code ``insufficient_memory``; :mod:`anna_core.engine.memory_admission`);
+                nothing runs then.
         """
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]

@@ -150,7 +150,8 @@ class EngineMetrics:
         self._gauges = {"running": 0, "waiting": 0, "kv_blocks_used": 0, "kv_blocks_total": 0,
                         "state_slots_used": 0, "state_slots_total": 0}
         self._totals = {"arrived": 0, "finished": 0, "prompt_tokens": 0, "generation_tokens": 0,
-                        "cached_tokens": 0, "preemptions": 0, "rejected_429": 0,
+                        "cached_tokens": 0, "preemptions": 0, "rejected_429": 0, "refused_memory": 0,
+                        "step_failures": 0,
                         "prefix_hit_tokens": 0, "prefix_queried_tokens": 0}
         self._finished_by_reason: dict[str, int] = {}
         self._build_prometheus()
@@ -182,6 +183,13 @@ class EngineMetrics:
                                  registry=r)
         self._c_preempt = Counter("anna_preemptions", "Requests preempted (to be recomputed)", registry=r)
         self._c_429 = Counter("anna_requests_rejected", "Requests rejected with HTTP 429 (queue full)", registry=r)
+        self._c_memory = Counter("anna_requests_refused_memory",
+                                 "Requests refused by memory admission, by HTTP status (400: never fits, 503: later)",
+                                 ["status"], registry=r)
+        self._c_step_failed = Counter("anna_step_failures", "Engine steps that failed, by kind (oom, device, other)",
+                                      ["kind"], registry=r)
+        self._g_degraded = Gauge("anna_engine_degraded", "1 while the engine is degraded (takes no requests)",
+                                 registry=r)
         self._c_hit = Counter("anna_prefix_cache_hit_tokens", "Prompt tokens found in the prefix cache", registry=r)
         self._c_query = Counter("anna_prefix_cache_queried_tokens", "Prompt tokens looked up in the prefix cache",
                                 registry=r)
@@ -311,6 +319,21 @@ class EngineMetrics:
             self._totals["rejected_429"] += 1
         self._c_429.inc()
 
+    def on_refused_memory(self, status: int) -> None:
+        """One request was refused by memory admission (``status`` 400: it never fits; 503: it fits later). Safe
+        from any thread."""
+        with self._lock:
+            self._totals["refused_memory"] += 1
+        self._c_memory.labels(status=str(status)).inc()
+
+    def on_step_failed(self, kind: str, degraded: bool) -> None:
+        """A step failed (:func:`anna_core.engine.faults.classify_failure` ``kind``); ``degraded``: the engine is
+        degraded now."""
+        with self._lock:
+            self._totals["step_failures"] += 1
+        self._c_step_failed.labels(kind=kind).inc()
+        self._g_degraded.set(1 if degraded else 0)
+
     def on_prefix_cache_lookup(self, hit_tokens: int, total_tokens: int) -> None:
         """A prompt of ``total_tokens`` tokens was looked up; ``hit_tokens`` of them were cached."""
         with self._lock:
@@ -366,7 +389,9 @@ class EngineMetrics:
             return {
                 "requests": {"running": g["running"], "waiting": g["waiting"], "received": tot["arrived"],
                              "finished": tot["finished"], "finished_by_reason": dict(self._finished_by_reason),
-                             "rejected_429": tot["rejected_429"], "preemptions": tot["preemptions"]},
+                             "rejected_429": tot["rejected_429"], "refused_memory": tot["refused_memory"],
+                             "preemptions": tot["preemptions"]},
+                "step_failures": tot["step_failures"],
                 "kv_blocks": {"used": g["kv_blocks_used"], "total": g["kv_blocks_total"]},
                 "state_slots": {"used": g["state_slots_used"], "total": g["state_slots_total"]},
                 "prefix_cache": {"hit_tokens": tot["prefix_hit_tokens"],

@@ -9,7 +9,12 @@ condition (no polling), with a timeout when the engine says work becomes ready l
 
 Backpressure: with ``max_waiting_requests`` set, :meth:`AsyncEngine.generate` refuses a request
 while that many are queued (submitted but not running) with
-:class:`~anna_core.errors.QueueFullError`, which the server turns into HTTP 429 + ``Retry-After``.
+:class:`~anna_core.errors.QueueFullError`, which the server turns into HTTP 429 + ``Retry-After``. Memory admission
+(:mod:`anna_core.engine.memory_admission`) runs at the same door: a request that can never fit is refused with
+:class:`~anna_core.errors.InvalidRequestError` (400), one that fits once running requests finish with
+:class:`~anna_core.errors.MemoryUnavailableError` (503), before it reaches the engine thread. A degraded engine
+(:mod:`anna_core.engine.faults`) refuses every request with :class:`~anna_core.errors.EngineDegradedError` (503)
+and keeps its thread running, so ``/healthz`` still answers.
 """
 
 from __future__ import annotations
@@ -101,6 +106,11 @@ class AsyncEngine:
             await asyncio.to_thread(self._thread.join)
 
     @property
+    def degraded(self) -> str | None:
+        """Why the engine is degraded, or None (safe to read from any thread)."""
+        return self.engine.degraded
+
+    @property
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self._accepting
 
@@ -110,6 +120,7 @@ class AsyncEngine:
         with self._cond:
             stats = dict(self._stats)
         stats["uptime_s"] = time.perf_counter() - self._started
+        stats["memory_admission"] = self.engine.admission.report()  # refusals happen off the engine thread
         return stats
 
     # -- requests -----------------------------------------------------------------------------
@@ -124,11 +135,35 @@ class AsyncEngine:
             EngineDeadError: the engine is shutting down or has stopped.
             InvalidRequestError: the request exceeds a limit, or its id is in use.
             QueueFullError: ``max_waiting_requests`` requests are queued already (HTTP 429).
+            MemoryUnavailableError: it fits the device's memory only once running requests finish (HTTP 503).
+            EngineDegradedError: the engine is degraded (HTTP 503).
         """
         params = params or SamplingParams()
         # CPU work (grammar compilation above all): in a worker thread, so the event loop keeps serving.
         await asyncio.to_thread(self.engine.validate_request, list(prompt_token_ids), params, multimodal)
         stream = _Stream(asyncio.get_running_loop())
+        # memory admission (400 / 503) before it runs; outside the lock, as it may read the device's free memory
+        self.engine.admit(request_id, list(prompt_token_ids), params)
+        try:
+            self._enqueue(request_id, stream, prompt_token_ids, params, multimodal)
+        except BaseException:
+            self.engine.admission.release(request_id)
+            raise
+        finished = False
+        try:
+            while True:
+                output = await stream.queue.get()
+                finished = output.finished
+                yield output
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def _enqueue(self, request_id: str, stream: _Stream, prompt_token_ids: list[int], params: SamplingParams,
+                 multimodal: MultiModalInputs | None) -> None:
+        """Hand an admitted request to the engine thread (the checks that need the lock first)."""
         with self._cond:
             if self._dead is not None:
                 raise EngineDeadError(f"the engine stopped: {self._dead}")
@@ -145,17 +180,6 @@ class AsyncEngine:
             self._streams[request_id] = stream
             self._commands.append(("add", (request_id, list(prompt_token_ids), params, multimodal)))
             self._cond.notify()
-        finished = False
-        try:
-            while True:
-                output = await stream.queue.get()
-                finished = output.finished
-                yield output
-                if finished:
-                    return
-        finally:
-            if not finished:
-                self.abort(request_id)
 
     def abort(self, request_id: str) -> None:
         """Abort a request (no-op if unknown or finished). Safe from any thread."""
@@ -188,8 +212,9 @@ class AsyncEngine:
                 request_id, prompt, params, multimodal = arg
                 try:
                     self.engine.add_request(request_id, prompt, params, enforce_queue_limit=False, validated=True,
-                                            multimodal=multimodal)
+                                            multimodal=multimodal, admitted=True)
                 except Exception as exc:  # validated already; anything here is a failure of this request
+                    self.engine.admission.release(request_id)
                     self._deliver(_error_output(request_id, prompt, f"{type(exc).__name__}: {exc}"))
             elif kind == "abort":
                 output = self.engine.abort_request(arg)

@@ -98,7 +98,8 @@ class EngineConfig:
             headroom for activations (:func:`anna_core.engine.cache_allocator.capped_kv_budget_bytes`; also the
             most ``kv_cache_memory_gib`` or ``num_blocks`` may take), and ``--offload-mode auto`` offloads
             experts when the weights do not fit it. ``None``: no cap (the device's free memory).
-        reserve_memory_mib: memory (MiB) left free when sizing the KV cache from free memory.
+        reserve_memory_mib: memory (MiB) left free when sizing the KV cache from free memory, and kept out of the
+            memory admission's capacity (below). At least 0; default 0.
         max_model_len: the longest sequence (prompt + output) served; ``None`` uses the
             checkpoint's limit. Always capped by what the KV cache can hold.
         enable_prefix_caching: reuse computed KV blocks (and recurrent-state snapshots) of
@@ -113,6 +114,21 @@ class EngineConfig:
         prompt_cache_size: keep the final state, tail KV block and last logits of this many most
             recent exact prompts; an exact repeat then samples its first token without computing;
             ``0`` disables the prompt cache.
+
+    Memory admission (:mod:`anna_core.engine.memory_admission`: a request that cannot fit is refused before it
+    runs, HTTP 400 when it never can, 503 when it can once running requests finish):
+
+    Attributes:
+        min_free_memory_mib: refuse (503) a request while the device's free memory less the request's estimated
+            generation memory (activations, grammar, logprobs) is under this. At least 0; ``0`` (default) = off.
+        max_estimated_usage_ratio: the share of the device's memory (``max_device_memory_gib`` when that is
+            smaller) that the estimated usage -- weights, the KV and state the admitted requests hold per cache
+            group, their activations, grammars and logprobs -- may reach, less ``reserve_memory_mib``. In (0, 1];
+            default 1.
+        generation_memory_safety_factor: the factor on each request's estimated generation memory (allocator
+            fragmentation, kernel workspaces). At least 1, finite; default 1.2.
+        max_consecutive_step_failures: failed steps in a row after which the engine is degraded (fails what it
+            holds, refuses new requests, ``/health`` 503; :mod:`anna_core.engine.faults`). At least 1; default 3.
 
     Raises:
         AnnaError: a limit is out of range.
@@ -135,6 +151,10 @@ class EngineConfig:
     kv_cache_memory_gib: float | None = None
     max_device_memory_gib: float | None = None
     reserve_memory_mib: float = attrs.field(default=0.0, validator=non_negative)
+    min_free_memory_mib: float = attrs.field(default=0.0, validator=non_negative)
+    max_estimated_usage_ratio: float = 1.0
+    generation_memory_safety_factor: float = 1.2
+    max_consecutive_step_failures: int = attrs.field(default=3, validator=_positive)
     max_model_len: int | None = attrs.field(default=None, validator=_positive)
     enable_prefix_caching: bool = True
     snapshot_interval: int = attrs.field(default=256, validator=_positive)
@@ -147,6 +167,11 @@ class EngineConfig:
             raise AnnaError(f"kv_cache_memory_gib must be positive, got {self.kv_cache_memory_gib}")
         if self.max_device_memory_gib is not None and not 0 < self.max_device_memory_gib < float("inf"):
             raise AnnaError(f"max_device_memory_gib must be a positive finite number, got {self.max_device_memory_gib}")
+        if not 0 < self.max_estimated_usage_ratio <= 1:
+            raise AnnaError(f"max_estimated_usage_ratio must be in (0, 1], got {self.max_estimated_usage_ratio}")
+        if not 1 <= self.generation_memory_safety_factor < float("inf"):
+            raise AnnaError("generation_memory_safety_factor must be a finite number of at least 1, got "
+                            f"{self.generation_memory_safety_factor}")
         if self.snapshot_interval % self.block_size:
             raise AnnaError(f"snapshot_interval ({self.snapshot_interval}) must be a multiple of block_size "
                             f"({self.block_size})")

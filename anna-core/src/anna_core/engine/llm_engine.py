@@ -31,6 +31,7 @@ import attrs
 import torch
 
 from anna_core.cache_spec import SlidingWindowSpec
+from anna_core.device import empty_cache
 from anna_core.engine.cache_allocator import (
     allocate_caches,
     capped_kv_budget_bytes,
@@ -44,8 +45,17 @@ from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.checkpoint_plan import CheckpointTarget
 from anna_core.engine.config import EngineConfig, default_max_prefill_tokens
 from anna_core.engine.detokenizer import IncrementalDetokenizer
+from anna_core.engine.faults import FaultInjector, StepFailures, classify_failure
 from anna_core.engine.inflight import Inflight, resolve_pending
 from anna_core.engine.logits_processors import LogitsProcessors
+from anna_core.engine.memory_admission import (
+    DeviceMemoryProbe,
+    MemoryAdmission,
+    MemoryEstimate,
+    MemoryEstimator,
+    MemoryPolicy,
+    MemoryProbe,
+)
 from anna_core.engine.model_runner import ModelRunner, ModelRunnerOutput, StepPath
 from anna_core.engine.outputs import RequestOutput, request_output
 from anna_core.engine.request import PENDING, Request
@@ -53,7 +63,13 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler, SchedulerOutput
 from anna_core.engine.state_store import StateStore, copy_blocks
 from anna_core.engine.stop_checker import StopStringChecker
-from anna_core.errors import AnnaError, InvalidRequestError, QueueFullError
+from anna_core.errors import (
+    AnnaError,
+    EngineDegradedError,
+    InvalidRequestError,
+    MemoryUnavailableError,
+    QueueFullError,
+)
 from anna_core.layers.attention import check_attention_layers
 from anna_core.metrics import EngineMetrics
 from anna_core.model import CacheSpec, LoadedModel, check_model
@@ -79,6 +95,9 @@ class LLMEngine:
         expert_store: the model's :class:`~anna_core.layers.expert_offload.ExpertStore` when its experts are
             offloaded (``LoadedModel.expert_store``): its device bytes count under ``max_device_memory_gib`` and
             its counters appear in :meth:`stats` (``expert_cache``).
+        memory_probe: the device's memory for admission (:mod:`anna_core.engine.memory_admission`; default
+            :class:`~anna_core.engine.memory_admission.DeviceMemoryProbe` of ``device``; tests pass a static one).
+        faults: a :class:`~anna_core.engine.faults.FaultInjector` that tests arm to fail chosen steps.
 
     Raises:
         AnnaError: the model does not declare what :class:`~anna_core.model.CausalLM` requires, an
@@ -89,7 +108,8 @@ class LLMEngine:
     def __init__(self, model: Any, *, tokenizer: Any = None, config: EngineConfig | None = None,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  eos_token_ids: list[int] | tuple[int, ...] = (), model_max_len: int | None = None,
-                 expert_store: Any = None):
+                 expert_store: Any = None, memory_probe: MemoryProbe | None = None,
+                 faults: FaultInjector | None = None):
         self.device = torch.device(device)
         self.expert_store = expert_store
         config = config or EngineConfig()
@@ -149,6 +169,9 @@ class LLMEngine:
         self.runner = ModelRunner(model, self.caches, self.device, checkpoint_target=target,
                                   logits_processors=LogitsProcessors(tokenizer, model.vocab_size, self.eos_token_ids))
         self.metrics = EngineMetrics()
+        self.faults = faults
+        self.failures = StepFailures(config.max_consecutive_step_failures)
+        self.admission = self._memory_admission(spec, num_blocks, memory_probe or DeviceMemoryProbe(self.device))
         self._requests: dict[str, Request] = {}
         self._finish_times: deque[float] = deque(maxlen=64)
         self._lookup_tokens = [0, 0]  # prompt tokens found in a cache, prompt tokens looked up
@@ -193,14 +216,67 @@ class LLMEngine:
                 budget = min(budget, capped)
         return plan_num_blocks(spec, config.block_size, self.dtype, budget, caps)
 
+    def _memory_admission(self, spec: CacheSpec, num_blocks: list[int], probe: MemoryProbe) -> MemoryAdmission:
+        """The admission of :mod:`anna_core.engine.memory_admission` over this engine's pools and model."""
+        cfg = self.config
+        estimator = MemoryEstimator(spec, block_size=cfg.block_size, dtype=self.dtype, max_model_len=self.max_model_len,
+                                    max_step_tokens=self.longest_one_step_prompt(), vocab_size=self.model.vocab_size,
+                                    hidden_size=_hidden_size(self.model),
+                                    safety_factor=cfg.generation_memory_safety_factor)
+        blocks = dict(zip(spec.attention_groups, num_blocks))
+        pools = tuple(group.bytes_per_slot(self.dtype) * cfg.max_num_seqs if g not in blocks
+                      else group.bytes_per_block(cfg.block_size, self.dtype) * blocks[g]
+                      for g, group in enumerate(spec.groups))
+        policy = MemoryPolicy(cfg.min_free_memory_mib, cfg.reserve_memory_mib, cfg.max_estimated_usage_ratio,
+                              cfg.generation_memory_safety_factor)
+        cap = None if cfg.max_device_memory_gib is None else int(cfg.max_device_memory_gib * (1 << 30))
+        step = estimator.step_activation_bytes(cfg.max_prefill_tokens + cfg.max_num_seqs, rows=cfg.max_num_seqs)
+        return MemoryAdmission(policy, estimator, probe, weights_bytes=self._model_device_bytes(), pool_bytes=pools,
+                               max_step_activation_bytes=step, total_bytes=cap)
+
+    def estimate_memory(self, prompt_token_ids: list[int], params: SamplingParams) -> MemoryEstimate:
+        """The device memory a request needs (:class:`~anna_core.engine.memory_admission.MemoryEstimate`)."""
+        return self.admission.estimator.estimate(len(prompt_token_ids), params.max_tokens,
+                                                 grammar=params.structured is not None, logprobs=params.logprobs is not None)
+
+    def admit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, *,
+              busy_check: bool = True) -> None:
+        """Memory admission of a request before it is added (thread-safe); :meth:`add_request` with ``admitted=True``
+        then takes it, and its estimate is held until it ends.
+
+        Raises:
+            EngineDegradedError: the engine is degraded (HTTP 503).
+            InvalidRequestError: it can never fit (HTTP 400, code ``insufficient_memory``).
+            MemoryUnavailableError: it fits once running requests finish (HTTP 503); only with ``busy_check``.
+        """
+        if self.degraded is not None:
+            raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
+        try:
+            self.admission.admit(request_id, self.estimate_memory(prompt_token_ids, params), busy_check=busy_check)
+        except MemoryUnavailableError as exc:
+            self.metrics.on_refused_memory(503)
+            exc.retry_after_s = self.retry_after_s(len(self.scheduler.running))
+            raise
+        except InvalidRequestError as exc:
+            if exc.code == "insufficient_memory":
+                self.metrics.on_refused_memory(400)
+            raise
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the engine is degraded (:mod:`anna_core.engine.faults`), or None while it serves."""
+        return self.failures.degraded
+
     def _model_device_bytes(self) -> int:
         """Bytes of the model's tensors on the engine's device (parameters, buffers, the expert cache and scratch
-        of offloaded experts), for devices where torch keeps no allocation count (the CPU)."""
+        of offloaded experts): the KV sizing's count on devices where torch keeps none (the CPU), and the weights
+        term of memory admission."""
         seen: set[int] = set()
         total = 0
         if isinstance(self.model, torch.nn.Module):
             for t in itertools.chain(self.model.parameters(), self.model.buffers()):
-                if t.device == self.device and t.data_ptr() not in seen:
+                on_device = t.device.type == self.device.type and self.device.index in (None, t.device.index)
+                if on_device and t.data_ptr() not in seen:  # "cuda" holds the tensors on "cuda:0"
                     seen.add(t.data_ptr())
                     total += t.numel() * t.element_size()
         return total + (self.expert_store.device_bytes() if self.expert_store is not None else 0)
@@ -263,7 +339,7 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None,
                     *, arrival_time: float | None = None, enforce_queue_limit: bool = True,
-                    validated: bool = False, multimodal: MultiModalInputs | None = None) -> None:
+                    validated: bool = False, multimodal: MultiModalInputs | None = None, admitted: bool = False) -> None:
         """Queue a request.
 
         Args:
@@ -274,10 +350,14 @@ class LLMEngine:
             validated: the caller ran :meth:`validate_request` on these very arguments already (the
                 :class:`~anna_core.engine.async_engine.AsyncEngine` does, on the caller's thread), so a
                 request is validated once.
+            admitted: the caller ran :meth:`admit` for it (the async engine's front door, which also refuses what
+                fits only later); otherwise it is admitted here without that check (it queues).
 
         Raises:
-            InvalidRequestError: see :meth:`validate_request`, or ``request_id`` is in use.
+            InvalidRequestError: see :meth:`validate_request`, ``request_id`` is in use, or the request can never
+                fit the device's memory (code ``insufficient_memory``).
             QueueFullError: the waiting queue is full (HTTP 429).
+            EngineDegradedError: the engine is degraded.
         """
         params = params or SamplingParams()
         prompt_token_ids = list(prompt_token_ids)
@@ -285,11 +365,15 @@ class LLMEngine:
             self.validate_request(prompt_token_ids, params, multimodal)
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        if self.degraded is not None:  # also a request admitted just before the engine degraded
+            raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
         limit = self.config.max_waiting_requests
         if enforce_queue_limit and limit and len(self.scheduler.waiting) >= limit:
             self.metrics.on_rejected_429()
             raise QueueFullError(f"the engine's waiting queue is full ({limit} requests); retry later",
                                  retry_after_s=self.retry_after_s())
+        if not admitted:
+            self.admit(request_id, prompt_token_ids, params, busy_check=False)
         seed = params.seed if params.seed is not None else secrets.randbits(63)
         req = Request(request_id, prompt_token_ids, params, eos_token_ids=self.eos_token_ids,
                       seed=seed % (1 << 63), arrival_time=arrival_time, multimodal=multimodal)
@@ -352,6 +436,8 @@ class LLMEngine:
         self.num_steps += 1
         result: ModelRunnerOutput | None = None
         try:
+            if self.faults is not None:
+                self.faults.check(self.num_steps)
             self._restore(out)
             if self._can_overlap(out):
                 result = self.runner.execute(out, prev_rows=self._inflight.rows if self._inflight else None,
@@ -365,10 +451,13 @@ class LLMEngine:
         except Exception as exc:  # the model failed: fail this step's requests, keep serving others
             log.exception("engine step failed")
             self.scheduler.abandon(out)
-            msg = f"{type(exc).__name__}: {exc}"
-            results += self._read_back()
+            results += self._read_back()  # a step launched before this one: drained and delivered first
             ids = [s.request_id for s in out.seqs] + [h.request_id for h in out.prompt_hits]
-            return results + [self.fail_request(i, msg) for i in ids if i in self._requests]
+            results += [self.fail_request(i, _failure_message(exc)) for i in ids if i in self._requests]
+            results += self._step_failed(exc)
+            self._set_gauges()
+            return results
+        self.failures.succeeded()
         if result.pending is not None:
             results += self._read_back()
             result.sampled = {s.request_id: PENDING for s in out.seqs}
@@ -404,8 +493,8 @@ class LLMEngine:
             ids = inflight.ids.tolist()
         except Exception as exc:  # the device step failed
             log.exception("reading back a launched step failed")
-            msg = f"{type(exc).__name__}: {exc}"
-            return [self.fail_request(r.request_id, msg) for r in live if r.request_id in self._requests]
+            failed = [self.fail_request(r.request_id, _failure_message(exc)) for r in live if r.request_id in self._requests]
+            return failed + self._step_failed(exc)
         inflight.fill(live, ids)
         return self._process_all(live)
 
@@ -418,6 +507,20 @@ class LLMEngine:
                 log.exception("output processing failed for %s", req.request_id)
                 results.append(self.fail_request(req.request_id, f"{type(exc).__name__}: {exc}"))
         return results
+
+    def _step_failed(self, exc: BaseException) -> list[RequestOutput]:
+        """After a failed step's own requests were failed: an out-of-memory empties the allocator's cache; a lost
+        device or too many failures in a row degrade the engine, failing every request it still holds."""
+        kind = classify_failure(exc)
+        if kind == "oom":
+            empty_cache(self.device)
+        was_degraded = self.degraded is not None
+        reason = self.failures.failed(exc)
+        self.metrics.on_step_failed(kind, reason is not None)
+        if reason is None or was_degraded:
+            return []
+        log.error("the engine is degraded and takes no more requests: %s", reason)
+        return [self.fail_request(rid, f"the engine is degraded: {reason}") for rid in list(self._requests)]
 
     def _expire(self) -> list[RequestOutput]:
         """Fail requests older than ``request_timeout_s`` (requests are kept in arrival order)."""
@@ -524,6 +627,7 @@ class LLMEngine:
             self.runner.encoder.drop(self.scheduler.encoder_cache.take_freed())
         req.finished_time = time.perf_counter()
         del self._requests[req.request_id]
+        self.admission.release(req.request_id)
         self._finish_times.append(req.finished_time)
         self.metrics.on_request_finished(req.request_id, req.finished_time, req.num_prompt_tokens,
                                          len(req.output_token_ids), req.num_cached_tokens, reason)
@@ -558,7 +662,31 @@ class LLMEngine:
             "snapshots_total": self.scheduler.snapshots.capacity,
             "prompt_cache_entries": len(self.scheduler.prompt_cache or ()),
             "retry_after_s": self.retry_after_s(),
+            "memory_admission": self.admission.report(),
+            "step_failures": self.failures.report(),
+            "degraded": self.degraded,
             "steps": self.num_steps,
             "max_model_len": self.max_model_len,
             "uptime_s": time.perf_counter() - self.started,
         }
+
+
+def _failure_message(exc: BaseException) -> str:
+    """The error a failed step's requests end with (an out-of-memory says so, for the client to retry)."""
+    text = f"{type(exc).__name__}: {exc}"
+    if classify_failure(exc) == "oom":
+        return f"the device ran out of memory in this request's step; retry, or lower max_tokens ({text})"
+    return text
+
+
+def _hidden_size(model: Any) -> int:
+    """The model's hidden width: its (or its config's) ``hidden_size``, else its token embedding's width, else 0."""
+    for owner in (model, getattr(model, "config", None)):
+        size = getattr(owner, "hidden_size", None)
+        if isinstance(size, int) and not isinstance(size, bool):
+            return size
+    if isinstance(model, torch.nn.Module):
+        for module in model.modules():
+            if isinstance(module, torch.nn.Embedding):
+                return module.embedding_dim
+    return 0

@@ -3,7 +3,9 @@
 Status codes: 400 ``invalid_request_error`` (bad body, limits), 401 ``invalid_api_key``, 403
 ``host_not_allowed`` / ``origin_not_allowed`` (:mod:`anna_core.server.request_guard`), 404
 ``model_not_found``, 415 ``unsupported_media_type`` (a JSON route without ``application/json``), 429 ``rate_limit_exceeded`` with ``Retry-After`` when the engine's waiting
-queue is full, 503 while the model loads (with ``Retry-After``) or the server drains, 500 for
+queue is full, 503 while the model loads (with ``Retry-After``) or the server drains, when a request would fit the
+device's memory only later (``insufficient_memory``, with ``Retry-After``; one that never fits is a 400 of that
+code) or the engine is degraded (``engine_degraded``), 500 for
 anything unexpected. A 500 logs the traceback server-side and sends the client only a generic
 message, never the traceback. Messages and params are made UTF-8-encodable before sending.
 """
@@ -19,7 +21,9 @@ from litestar.exceptions import HTTPException
 from anna_core.errors import (
     AnnaError,
     EngineDeadError,
+    EngineDegradedError,
     InvalidRequestError,
+    MemoryUnavailableError,
     QueueFullError,
 )
 
@@ -92,7 +96,7 @@ def _model_not_found(_: Request, exc: ModelNotFoundError) -> Response:
 
 
 def _unavailable(_: Request, exc: AnnaError) -> Response:
-    code = exc.code if isinstance(exc, ServiceUnavailableError) else "service_unavailable"
+    code = getattr(exc, "code", None) or "service_unavailable"
     response = error_response(503, str(exc), "server_error", None, code)
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
@@ -137,6 +141,8 @@ def exception_handlers() -> dict[type[Exception], Any]:
         ModelNotFoundError: _model_not_found,
         ServiceUnavailableError: _unavailable,
         EngineDeadError: _unavailable,
+        EngineDegradedError: _unavailable,
+        MemoryUnavailableError: _unavailable,
         QueueFullError: _queue_full,
         GenerationFailed: _generation_failed,
         UnsupportedMediaTypeError: _unsupported_media_type,

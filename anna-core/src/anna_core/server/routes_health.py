@@ -1,9 +1,12 @@
 """Health routes: ``GET /health`` (for load balancers) and ``GET /healthz`` (for people).
 
 ``/health`` answers 200 ``{"status": "ready"}`` only while requests can be served, else 503 with
-the status (``loading``, ``failed`` or ``draining``). ``/healthz`` always answers 200 with what
+the status (``loading``, ``failed``, ``draining`` or ``degraded``: the engine stopped taking requests after
+repeated step failures or a lost device, :mod:`anna_core.engine.faults`; ``error`` says why). ``/healthz`` always answers 200 with what
 the server runs: model, family, task, device, dtype, memory, uptime, chosen kernels, engine stats and the
-serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s). The
+serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s), and ``degraded``
+(why the engine stopped taking requests, or null; ``engine.step_failures`` and ``engine.memory_admission`` have
+the counts: ``docs/memory-admission.md``). The
 ``generate`` task's engine stats also say how steps run, family-neutral: ``paged_kv``, ``block_size``,
 ``prefix_caching`` and ``graphs`` (decode and prefill graphs captured or why not; see
 :meth:`anna_core.engine.llm_engine.LLMEngine.stats`; the fields are listed in
@@ -32,8 +35,8 @@ logger = logging.getLogger("anna.server")
 def health(server: ServerState) -> Response:
     status = server.status
     body: dict[str, Any] = {"status": status}
-    if server.load_error:
-        body["error"] = server.load_error
+    if server.load_error or server.degraded:
+        body["error"] = server.load_error or server.degraded
     headers = {"Retry-After": str(LOADING_RETRY_AFTER_S)} if status == "loading" else None
     return Response(body, status_code=200 if status == "ready" else 503, headers=headers)
 
@@ -85,7 +88,8 @@ def healthz(request: Request, server: ServerState) -> dict[str, Any]:
         "in_flight": server.in_flight,
         "engine": _engine_stats(server),
         "metrics": _metrics(server).snapshot() if _metrics(server) is not None else None,
-        "error": server.load_error,
+        "degraded": server.degraded,
+        "error": server.load_error or server.degraded,
     }
 
 

@@ -141,12 +141,21 @@ class ServerState:
         self.ready = True
 
     @property
+    def degraded(self) -> str | None:
+        """Why the engine is degraded (repeated step failures, a lost device: :mod:`anna_core.engine.faults`), or
+        None; engine clients without a ``degraded`` attribute never are."""
+        reason = getattr(self.engine, "degraded", None) if self.engine is not None else None
+        return reason if isinstance(reason, str) else None
+
+    @property
     def status(self) -> str:
-        """``"ready"``, ``"loading"``, ``"draining"`` or ``"failed"``."""
+        """``"ready"``, ``"loading"``, ``"draining"``, ``"degraded"`` or ``"failed"``."""
         if self.draining:
             return "draining"
         if self.load_error is not None:
             return "failed"
+        if self.ready and self.degraded is not None:
+            return "degraded"
         return "ready" if self.ready else "loading"
 
     @property

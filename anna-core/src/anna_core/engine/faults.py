@@ -1,0 +1,116 @@
+"""Failed steps: what kind of failure, when the engine gives up (degraded mode), and faults injected by tests.
+
+A step that raises fails only its own requests (:meth:`~anna_core.engine.llm_engine.LLMEngine.step`: a step
+already launched under asynchronous scheduling is read back first, the failed step's requests end with finish
+reason ``"error"``, their blocks and slots return to the pools). A device out-of-memory also empties the
+allocator's cache (:func:`anna_core.device.empty_cache`). :class:`StepFailures` counts failures in a row: at
+``EngineConfig.max_consecutive_step_failures`` of them, or at once on an error that says the device is lost
+(:func:`classify_failure` ``"device"``), the engine is *degraded*: it fails every request it holds, refuses new
+ones (:class:`~anna_core.errors.EngineDegradedError`, HTTP 503), ``/health`` answers 503 and ``/healthz`` shows
+the reason, instead of crashing or serving what a broken device computes. Only a restart leaves degraded mode.
+
+:class:`FaultInjector` is the engine's collaborator for tests (``LLMEngine(faults=...)``): armed, it raises an
+exception (a :class:`torch.OutOfMemoryError` by default) at a chosen step, as the device would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+DEFAULT_MAX_CONSECUTIVE_STEP_FAILURES = 3
+"""Failed steps in a row after which the engine is degraded (``EngineConfig.max_consecutive_step_failures``)."""
+
+_DEVICE_LOST = ("device-side assert", "illegal memory access", "unspecified launch failure", "device lost",
+                "ecc error", "cuda error: unknown error", "device not ready", "ur_result_error_device_lost",
+                "uncorrectable")
+
+
+def classify_failure(exc: BaseException) -> str:
+    """``"oom"`` (a device out-of-memory: the step may succeed with less), ``"device"`` (the device is lost or
+    its context corrupted: nothing more can run on it) or ``"other"`` (a failure of these requests)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "oom"
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    if accelerator_error is not None and isinstance(exc, accelerator_error):
+        return "device"
+    text = str(exc).lower()
+    if "out of memory" in text:
+        return "oom"
+    if any(marker in text for marker in _DEVICE_LOST):
+        return "device"
+    return "other"
+
+
+class StepFailures:
+    """Failed steps in a row and in all, and the degraded state.
+
+    Args:
+        max_consecutive: failures in a row that degrade the engine.
+    """
+
+    def __init__(self, max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_STEP_FAILURES):
+        self.max_consecutive = max_consecutive
+        self.consecutive = 0
+        self.total = 0
+        self.oom = 0
+        self.degraded: str | None = None
+
+    def succeeded(self) -> None:
+        self.consecutive = 0
+
+    def failed(self, exc: BaseException) -> str | None:
+        """Count ``exc``; returns the reason the engine is degraded now (None: it keeps serving)."""
+        kind = classify_failure(exc)
+        self.total += 1
+        self.consecutive += 1
+        self.oom += kind == "oom"
+        if self.degraded is None:
+            if kind == "device":
+                self.degraded = f"the device failed: {type(exc).__name__}: {exc}"
+            elif self.consecutive >= self.max_consecutive:
+                self.degraded = f"{self.consecutive} steps failed in a row; last: {type(exc).__name__}: {exc}"
+        return self.degraded
+
+    def report(self) -> dict[str, int | str | None]:
+        """For ``/healthz`` (``engine.step_failures``)."""
+        return {"total": self.total, "out_of_memory": self.oom, "consecutive": self.consecutive,
+                "degraded": self.degraded}
+
+
+def injected_oom() -> BaseException:
+    """The default injected fault: what the CUDA allocator raises when it cannot allocate."""
+    return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected fault)")
+
+
+class FaultInjector:
+    """Raises armed faults at engine steps (tests; the engine calls :meth:`check` before it runs a model step).
+
+    Steps are counted as :attr:`LLMEngine.num_steps <anna_core.engine.llm_engine.LLMEngine.num_steps>` counts
+    them (1 for the first step that runs the model).
+    """
+
+    def __init__(self) -> None:
+        self._at: dict[int, Callable[[], BaseException]] = {}
+        self._next = 0
+        self._next_fault: Callable[[], BaseException] = injected_oom
+        self.raised = 0
+
+    def arm(self, step: int, fault: Callable[[], BaseException] = injected_oom) -> None:
+        """Raise ``fault()`` at step ``step``."""
+        self._at[step] = fault
+
+    def arm_next(self, count: int = 1, fault: Callable[[], BaseException] = injected_oom) -> None:
+        """Raise ``fault()`` at each of the next ``count`` model steps."""
+        self._next, self._next_fault = count, fault
+
+    def check(self, step: int) -> None:
+        """Raise the fault armed for ``step``, if any (each armed fault fires once)."""
+        fault = self._at.pop(step, None)
+        if fault is None and self._next:
+            self._next -= 1
+            fault = self._next_fault
+        if fault is not None:
+            self.raised += 1
+            raise fault()

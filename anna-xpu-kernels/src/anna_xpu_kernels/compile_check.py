@@ -203,6 +203,10 @@ _PRELOADS = {
     "_gemv_kernel": r"ld\.global\.L1::evict_first",  # the prefetched weight tiles (the only evict-first loads)
     "_persistent_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight block
     "_fused_gdn_decode_kernel": r"ld\.global\.b(32|64)\b",  # the slot (int64), the float32 state
+    # the norms' weights (anna_xpu_kernels.norms._weight: the only evict-last loads)
+    **{name: r"ld\.global\.L1::evict_last" for name in (
+        "_rms_norm_kernel", "_add_rms_norm_kernel", "_post_norm_residual_kernel", "_dual_post_norm_residual_kernel",
+        "_rms_norm_pair_kernel", "_post_norm_residual_norm_pair_kernel")},
 }
 """Global loads a kernel may issue before ``griddepcontrol.wait`` (a regex each must match); none for the
 others. The GDN pattern tells the state apart from bf16 activations, not from float32 ones."""

@@ -45,12 +45,22 @@ def _row_block(n_rows, dim, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
 
 
 @triton.jit
-def _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED: tl.constexpr):
-    """float32 ``x * rstd * w`` of the ``[BLOCK_M, BLOCK_D]`` tile ``x`` (``w = 1 + weight`` if zero-centred)."""
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)  # [BLOCK_M]
-    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+def _weight(w_ptr, cols, col_ok, ZERO_CENTERED: tl.constexpr):
+    """A norm's float32 weight ``[BLOCK_D]`` (``1 + weight`` if zero-centred). The kernels load their weights
+    before :func:`anna_xpu_kernels.pdl.wait` (weights are not written during the forward pass), so no weight
+    load sits between a reduction and the next in the chain after the previous kernel ends. Weights load
+    with ``evict_last`` (kept in L1/L2 for the next step; and the one load kind allowed before the wait:
+    :func:`anna_xpu_kernels.compile_check.check_pdl_order`)."""
+    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
     if ZERO_CENTERED:
         w = w + 1.0
+    return w
+
+
+@triton.jit
+def _normalize(x, w, dim, eps):
+    """float32 ``x * rstd * w`` of the ``[BLOCK_M, BLOCK_D]`` tile ``x`` and the loaded weight ``w`` ``[BLOCK_D]``."""
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)  # [BLOCK_M]
     return x * rstd[:, None] * w[None, :]
 
 
@@ -62,10 +72,12 @@ def _rms_norm_kernel(
     ZERO_CENTERED: tl.constexpr, GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    pdl.enter(USE_PDL)
+    pdl.launch_dependents(USE_PDL)
     rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
+    w = _weight(w_ptr, cols, col_ok, ZERO_CENTERED)
+    pdl.wait(USE_PDL)
     x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    y = _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED)
+    y = _normalize(x, w, dim, eps)
     if GATED:  # gate row r sits at (r // z_heads) * stride_z + (r % z_heads) * stride_zh
         z_row = (rows64 // z_heads) * stride_z + (rows64 % z_heads) * stride_zh
         z = tl.load(z_ptr + z_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -80,30 +92,44 @@ def _add_rms_norm_kernel(
     n_rows, dim, stride_x, stride_r, stride_y, stride_s, eps,
     ZERO_CENTERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.enter(USE_PDL)
+    pdl.launch_dependents(USE_PDL)
     rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
+    w = _weight(w_ptr, cols, col_ok, ZERO_CENTERED)
+    pdl.wait(USE_PDL)
     x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     r = tl.load(r_ptr + rows64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     s = (x + r).to(s_ptr.dtype.element_ty)  # the residual stream, rounded as torch's x + residual
     tl.store(s_ptr + rows64 * stride_s + cols[None, :], s, mask=mask)
     s = s.to(tl.float32)
-    y = _normalize(s, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED)
+    y = _normalize(s, w, dim, eps)
     tl.store(y_ptr + rows64 * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _post_tail(x, r, w_ptr, scale_ptr, nw_ptr, y_ptr, s_ptr, rows64, cols, col_ok, mask, dim, stride_y, stride_s, eps,
-               ZERO_CENTERED: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_NEXT: tl.constexpr):
-    """``post_norm_residual`` of the float32 tiles ``x`` (the block output) and ``r`` (the stream): stores
-    ``s = round(round(r + round(norm(x, w))) * scale)`` and, with ``HAS_NEXT``, ``y = norm(s, next_w)``."""
+def _post_weights(w_ptr, scale_ptr, nw_ptr, cols, col_ok, ZERO_CENTERED: tl.constexpr, HAS_SCALE: tl.constexpr,
+                  HAS_NEXT: tl.constexpr):
+    """The weights of :func:`_post_tail`: ``(w, scale, next_w)`` (scale 1.0 without ``HAS_SCALE``, next_w
+    w without ``HAS_NEXT``)."""
+    w = _weight(w_ptr, cols, col_ok, ZERO_CENTERED)
+    scale = tl.load(scale_ptr, eviction_policy="evict_last").to(tl.float32) if HAS_SCALE else 1.0
+    nw = _weight(nw_ptr, cols, col_ok, ZERO_CENTERED) if HAS_NEXT else w
+    return w, scale, nw
+
+
+@triton.jit
+def _post_tail(x, r, w, scale, nw, y_ptr, s_ptr, rows64, cols, mask, dim, stride_y, stride_s, eps,
+               HAS_SCALE: tl.constexpr, HAS_NEXT: tl.constexpr):
+    """``post_norm_residual`` of the float32 tiles ``x`` (the block output) and ``r`` (the stream) with the
+    loaded weights of :func:`_post_weights`: stores ``s = round(round(r + round(norm(x, w))) * scale)`` and,
+    with ``HAS_NEXT``, ``y = norm(s, next_w)``."""
     ty = s_ptr.dtype.element_ty
-    normed = _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED).to(ty).to(tl.float32)
+    normed = _normalize(x, w, dim, eps).to(ty).to(tl.float32)
     s = (r + normed).to(ty)  # the residual stream, rounded as torch's residual + norm(x)
     if HAS_SCALE:
-        s = (s.to(tl.float32) * tl.load(scale_ptr).to(tl.float32)).to(ty)
+        s = (s.to(tl.float32) * scale).to(ty)
     tl.store(s_ptr + rows64 * stride_s + cols[None, :], s, mask=mask)
     if HAS_NEXT:
-        y = _normalize(s.to(tl.float32), nw_ptr, cols, col_ok, dim, eps, ZERO_CENTERED)
+        y = _normalize(s.to(tl.float32), nw, dim, eps)
         tl.store(y_ptr + rows64 * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -115,12 +141,13 @@ def _post_norm_residual_kernel(
     ZERO_CENTERED: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_NEXT: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.enter(USE_PDL)
+    pdl.launch_dependents(USE_PDL)
     rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
+    w, scale, nw = _post_weights(w_ptr, scale_ptr, nw_ptr, cols, col_ok, ZERO_CENTERED, HAS_SCALE, HAS_NEXT)
+    pdl.wait(USE_PDL)
     x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     r = tl.load(r_ptr + rows64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    _post_tail(x, r, w_ptr, scale_ptr, nw_ptr, y_ptr, s_ptr, rows64, cols, col_ok, mask, dim, stride_y, stride_s, eps,
-               ZERO_CENTERED, HAS_SCALE, HAS_NEXT)
+    _post_tail(x, r, w, scale, nw, y_ptr, s_ptr, rows64, cols, mask, dim, stride_y, stride_s, eps, HAS_SCALE, HAS_NEXT)
 
 
 @autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_D", "BLOCK_M"])
@@ -131,17 +158,20 @@ def _dual_post_norm_residual_kernel(
     ZERO_CENTERED: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_NEXT: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.enter(USE_PDL)
+    pdl.launch_dependents(USE_PDL)
     rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
     ty = s_ptr.dtype.element_ty
+    w1 = _weight(w1_ptr, cols, col_ok, ZERO_CENTERED)
+    w2 = _weight(w2_ptr, cols, col_ok, ZERO_CENTERED)
+    w, scale, nw = _post_weights(w_ptr, scale_ptr, nw_ptr, cols, col_ok, ZERO_CENTERED, HAS_SCALE, HAS_NEXT)
+    pdl.wait(USE_PDL)
     x1 = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x2_ptr + rows64 * stride_x2 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    a = _normalize(x1, w1_ptr, cols, col_ok, dim, eps, ZERO_CENTERED).to(ty).to(tl.float32)
-    b = _normalize(x2, w2_ptr, cols, col_ok, dim, eps, ZERO_CENTERED).to(ty).to(tl.float32)
-    x = (a + b).to(ty).to(tl.float32)  # rounded as torch's norm_1(x1) + norm_2(x2)
     r = tl.load(r_ptr + rows64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    _post_tail(x, r, w_ptr, scale_ptr, nw_ptr, y_ptr, s_ptr, rows64, cols, col_ok, mask, dim, stride_y, stride_s, eps,
-               ZERO_CENTERED, HAS_SCALE, HAS_NEXT)
+    a = _normalize(x1, w1, dim, eps).to(ty).to(tl.float32)
+    b = _normalize(x2, w2, dim, eps).to(ty).to(tl.float32)
+    x = (a + b).to(ty).to(tl.float32)  # rounded as torch's norm_1(x1) + norm_2(x2)
+    _post_tail(x, r, w, scale, nw, y_ptr, s_ptr, rows64, cols, mask, dim, stride_y, stride_s, eps, HAS_SCALE, HAS_NEXT)
 
 
 @autotune(_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_D", "BLOCK_M"])
@@ -151,16 +181,15 @@ def _rms_norm_pair_kernel(
     n_rows, dim, stride_x, stride_y, stride_s, eps, factor,
     ZERO_CENTERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.enter(USE_PDL)
+    pdl.launch_dependents(USE_PDL)
     rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
     ty = s_ptr.dtype.element_ty
+    w = _weight(w_ptr, cols, col_ok, ZERO_CENTERED)
+    sw = tl.load(sw_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    pdl.wait(USE_PDL)
     x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     normed = x * tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)[:, None]
-    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    if ZERO_CENTERED:
-        w = w + 1.0
     tl.store(y_ptr + rows64 * stride_y + cols[None, :], (normed * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
-    sw = tl.load(sw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     s = (normed.to(ty).to(tl.float32) * sw[None, :]).to(ty).to(tl.float32)  # torch's norm(x) * scale_weight
     tl.store(s_ptr + rows64 * stride_s + cols[None, :], (s * factor).to(ty), mask=mask)
 
@@ -172,24 +201,23 @@ def _post_norm_residual_norm_pair_kernel(
     n_rows, dim, stride_x, stride_r, stride_y, stride_y2, stride_o, stride_s, eps, factor,
     ZERO_CENTERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    pdl.enter(USE_PDL)
+    pdl.launch_dependents(USE_PDL)
     rows64, cols, col_ok, mask = _row_block(n_rows, dim, BLOCK_M, BLOCK_D)
     ty = s_ptr.dtype.element_ty
+    w = _weight(w_ptr, cols, col_ok, ZERO_CENTERED)
+    nw = _weight(nw_ptr, cols, col_ok, ZERO_CENTERED)
+    pw = _weight(pw_ptr, cols, col_ok, ZERO_CENTERED)
+    sw = tl.load(sw_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    pdl.wait(USE_PDL)
     x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     r = tl.load(r_ptr + rows64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    normed = _normalize(x, w_ptr, cols, col_ok, dim, eps, ZERO_CENTERED).to(ty).to(tl.float32)
+    normed = _normalize(x, w, dim, eps).to(ty).to(tl.float32)
     s = (r + normed).to(ty)  # the residual stream, rounded as torch's residual + norm(x)
     tl.store(s_ptr + rows64 * stride_s + cols[None, :], s, mask=mask)
     s = s.to(tl.float32)
     hat = s * tl.rsqrt(tl.sum(s * s, axis=1) / dim + eps)[:, None]  # one reduction serves the three norms
-    nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    pw = tl.load(pw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    if ZERO_CENTERED:
-        nw = nw + 1.0
-        pw = pw + 1.0
     tl.store(y_ptr + rows64 * stride_y + cols[None, :], (hat * nw[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
     tl.store(y2_ptr + rows64 * stride_y2 + cols[None, :], (hat * pw[None, :]).to(y2_ptr.dtype.element_ty), mask=mask)
-    sw = tl.load(sw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     o = (hat.to(ty).to(tl.float32) * sw[None, :]).to(ty).to(tl.float32)  # torch's norm(r) * scale_weight
     tl.store(o_ptr + rows64 * stride_o + cols[None, :], (o * factor).to(ty), mask=mask)
 

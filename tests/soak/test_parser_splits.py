@@ -83,7 +83,11 @@ def collect_calls(deltas) -> list[dict[str, Any]]:
         else:
             assert d.id is None and d.index == len(out) - 1, d
             out[d.index]["arguments"] += d.arguments
-    return [{"name": c["name"], "arguments": json.loads(c["arguments"])} for c in out]
+    return [{"name": c["name"], "arguments": json.loads(c["arguments"], parse_constant=_not_json)} for c in out]
+
+
+def _not_json(constant: str) -> None:
+    raise AssertionError(f"tool-call arguments hold {constant}, which JSON does not have")
 
 
 def run_tool_parser(parser, chunks: list[str]) -> tuple[str, list[dict[str, Any]]]:

@@ -74,7 +74,7 @@ class Plan:
 class Outcome:
     """What happened to one request: ``status`` (None: no response), ``ended`` (a status and, for a 200 stream,
     ``[DONE]``), ``cancelled`` (the client closed it on purpose), ``events`` read, ``error`` (client side),
-    ``detail``: the error message of an answer other than 200."""
+    ``detail``: the error message of an answer other than 200, ``finish_reasons`` of the choices answered."""
 
     plan: Plan
     status: int | None = None
@@ -84,6 +84,7 @@ class Outcome:
     error: str | None = None
     seconds: float = 0.0
     detail: str | None = None
+    finish_reasons: list[str] = attrs.field(factory=list)
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -125,12 +126,16 @@ def make_plans(n: int, *, cancel_fraction: float, max_model_len: int, tokens_per
                 body["tool_choice"] = rng.choice(["auto", "required", "none",
                                                   {"type": "function", "function": {"name": "add"}}])
                 body["max_tokens"] = rng.randint(8, 48)
+                if rng.random() < 0.5:  # the grammar of a forced choice starts at once, not after the reasoning
+                    body["chat_template_kwargs"] = {"enable_thinking": False}
                 kind += "+tools"
             elif extra < 0.25:
                 body["response_format"] = rng.choice([
                     {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}},
                     {"type": "json_object"}])
                 body["max_tokens"] = rng.randint(8, 48)
+                if rng.random() < 0.5:
+                    body["chat_template_kwargs"] = {"enable_thinking": False}
                 kind += "+json"
             elif extra < 0.3:
                 body["chat_template_kwargs"] = {"enable_thinking": False}
@@ -178,7 +183,9 @@ async def run_one(client: httpx.AsyncClient, plan: Plan, timeout_s: float) -> Ou
 
 def _answered(out: Outcome, r: httpx.Response) -> None:
     out.status, out.ended = r.status_code, True
-    if r.status_code != 200:
+    if r.status_code == 200 and not out.plan.stream:
+        out.finish_reasons = [c["finish_reason"] for c in r.json()["choices"]]
+    elif r.status_code != 200:
         try:
             out.detail = str(r.json()["error"]["message"])[:200]
         except Exception:
@@ -198,7 +205,8 @@ async def _stream(client: httpx.AsyncClient, plan: Plan, out: Outcome) -> None:
             if line == "data: [DONE]":
                 out.ended = True
                 return
-            json.loads(line[6:])  # every frame is one JSON object
+            event = json.loads(line[6:])  # every frame is one JSON object
+            out.finish_reasons += [c["finish_reason"] for c in event.get("choices", ()) if c.get("finish_reason")]
             out.events += 1
             if plan.cancel_after is not None and out.events >= plan.cancel_after:
                 out.cancelled = True
@@ -262,7 +270,8 @@ def tokens_per_word(base_url: str) -> float:
 
 @attrs.define
 class SoakReport:
-    """The result of :func:`soak`: ``failures`` empty on a pass; ``refusals``: the commonest 4xx answers."""
+    """The result of :func:`soak`: ``failures`` empty on a pass; ``refusals``: the commonest 4xx answers;
+    ``finish_reasons``: how the choices answered ended (``tool_calls`` among them)."""
 
     requests: int
     concurrency: int
@@ -271,6 +280,7 @@ class SoakReport:
     cancelled: int
     kinds: dict[str, int]
     refusals: dict[str, int]
+    finish_reasons: dict[str, int]
     rest: dict[str, Any]
     rss_mib: dict[str, float]
     failures: list[str]
@@ -281,7 +291,7 @@ class SoakReport:
 
 
 def soak(server: LiveServer, *, requests: int, concurrency: int, cancel_fraction: float, seed: int = 0,
-         timeout_s: float = 120.0, settle_s: float = 30.0, rss_growth_mib: float = 256.0) -> SoakReport:
+         timeout_s: float = 120.0, settle_s: float = 30.0, rss_growth_mib: float = 128.0) -> SoakReport:
     """Run the soak against a started ``server`` (see the module docstring for what passes)."""
     base = server.base_url
     max_model_len = httpx.get(f"{base}/v1/models", timeout=10).json()["data"][0]["max_model_len"]
@@ -316,7 +326,8 @@ def soak(server: LiveServer, *, requests: int, concurrency: int, cancel_fraction
     kinds = Counter(k for o in outcomes for k in o.plan.kind.split("+"))
     refusals = Counter(f"{o.status} {o.plan.kind}: {o.detail}" for o in outcomes if o.detail)
     return SoakReport(requests, concurrency, round(seconds, 2), dict(statuses), sum(o.cancelled for o in outcomes),
-                      dict(kinds), dict(refusals.most_common(10)), rest if server.proc.poll() is None else {},
+                      dict(kinds), dict(refusals.most_common(10)),
+                      dict(Counter(f for o in outcomes for f in o.finish_reasons)), rest if server.proc.poll() is None else {},
                       {"before": round(rss_before, 1), "after": round(rss_after, 1)}, failures[:50])
 
 
@@ -330,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout-s", type=float, default=120.0, help="per-request limit")
     p.add_argument("--settle-s", type=float, default=30.0, help="how long the server may take to come to rest")
-    p.add_argument("--rss-growth-mib", type=float, default=256.0)
+    p.add_argument("--rss-growth-mib", type=float, default=128.0, help="bound on the server's RSS growth")
     p.add_argument("--serve-arg", action="append", default=[], metavar="ARG", help="one more `anna serve` argument")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="anna-soak-") as tmp:

@@ -74,7 +74,8 @@ class Plan:
 class Outcome:
     """What happened to one request: ``status`` (None: no response), ``ended`` (a status and, for a 200 stream,
     ``[DONE]``), ``cancelled`` (the client closed it on purpose), ``events`` read, ``error`` (client side),
-    ``detail``: the error message of an answer other than 200, ``finish_reasons`` of the choices answered."""
+    ``detail``: the error message of an answer other than 200, ``finish_reasons`` of the choices answered,
+    ``problem``: what is wrong with a 200 answer (:func:`answer_problem`), ``tool_calls`` answered."""
 
     plan: Plan
     status: int | None = None
@@ -85,6 +86,8 @@ class Outcome:
     seconds: float = 0.0
     detail: str | None = None
     finish_reasons: list[str] = attrs.field(factory=list)
+    problem: str | None = None
+    tool_calls: int = 0
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -125,7 +128,7 @@ def make_plans(n: int, *, cancel_fraction: float, max_model_len: int, tokens_per
                 body["tools"] = TOOLS
                 body["tool_choice"] = rng.choice(["auto", "required", "none",
                                                   {"type": "function", "function": {"name": "add"}}])
-                body["max_tokens"] = rng.randint(8, 48)
+                body["max_tokens"] = rng.randint(32, 192)  # a forced call takes ~100 tokens of the tiny vocabulary
                 if rng.random() < 0.5:  # the grammar of a forced choice starts at once, not after the reasoning
                     body["chat_template_kwargs"] = {"enable_thinking": False}
                 kind += "+tools"
@@ -133,7 +136,7 @@ def make_plans(n: int, *, cancel_fraction: float, max_model_len: int, tokens_per
                 body["response_format"] = rng.choice([
                     {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}},
                     {"type": "json_object"}])
-                body["max_tokens"] = rng.randint(8, 48)
+                body["max_tokens"] = rng.randint(16, 96)
                 if rng.random() < 0.5:
                     body["chat_template_kwargs"] = {"enable_thinking": False}
                 kind += "+json"
@@ -184,12 +187,48 @@ async def run_one(client: httpx.AsyncClient, plan: Plan, timeout_s: float) -> Ou
 def _answered(out: Outcome, r: httpx.Response) -> None:
     out.status, out.ended = r.status_code, True
     if r.status_code == 200 and not out.plan.stream:
-        out.finish_reasons = [c["finish_reason"] for c in r.json()["choices"]]
+        body = r.json()
+        out.finish_reasons = [c["finish_reason"] for c in body["choices"]]
+        out.problem = answer_problem(out.plan, body)
+        out.tool_calls = sum(len(c["message"].get("tool_calls") or ()) for c in body["choices"] if "message" in c)
     elif r.status_code != 200:
         try:
             out.detail = str(r.json()["error"]["message"])[:200]
         except Exception:
             out.detail = r.text[:200]
+
+
+def _strict_json(text: str) -> Any:
+    """``text`` as JSON, refusing ``NaN`` / ``Infinity``; raw control characters in strings are let through
+    (xgrammar's JSON grammar emits them, as in vLLM)."""
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse, strict=False)
+
+
+def answer_problem(plan: Plan, body: dict[str, Any]) -> str | None:
+    """What is wrong with a plain 200 chat answer, or None: tool-call arguments that are not JSON, a forced
+    ``tool_choice`` (thinking off, no stop strings) that ended without a call, a ``response_format`` answer
+    (thinking off, no stop strings) that ended but is not JSON."""
+    thinking_off = plan.body.get("chat_template_kwargs", {}).get("enable_thinking") is False
+    for choice in body.get("choices", ()):
+        message = choice.get("message") or {}
+        for call in message.get("tool_calls") or ():
+            try:
+                _strict_json(call["function"]["arguments"])
+            except ValueError as e:
+                return f"tool-call arguments are not JSON ({e}): {call['function']['arguments'][:200]!r}"
+        if not thinking_off or choice["finish_reason"] == "length" or "stop" in plan.body:
+            continue  # reasoning first, or cut (by the limit, or by a stop string inside the grammar's output)
+        if plan.body.get("tool_choice") not in (None, "auto", "none") and not message.get("tool_calls"):
+            return f"a forced tool_choice ended ({choice['finish_reason']}) without a call"
+        if "response_format" in plan.body:
+            try:
+                _strict_json(message.get("content") or "")
+            except ValueError as e:
+                return f"a response_format answer is not JSON ({e}): {(message.get('content') or '')[:200]!r}"
+    return None
 
 
 async def _stream(client: httpx.AsyncClient, plan: Plan, out: Outcome) -> None:
@@ -207,6 +246,8 @@ async def _stream(client: httpx.AsyncClient, plan: Plan, out: Outcome) -> None:
                 return
             event = json.loads(line[6:])  # every frame is one JSON object
             out.finish_reasons += [c["finish_reason"] for c in event.get("choices", ()) if c.get("finish_reason")]
+            out.tool_calls += sum(1 for c in event.get("choices", ()) for t in (c.get("delta") or {}).get("tool_calls") or ()
+                                  if t.get("id"))
             out.events += 1
             if plan.cancel_after is not None and out.events >= plan.cancel_after:
                 out.cancelled = True
@@ -271,7 +312,7 @@ def tokens_per_word(base_url: str) -> float:
 @attrs.define
 class SoakReport:
     """The result of :func:`soak`: ``failures`` empty on a pass; ``refusals``: the commonest 4xx answers;
-    ``finish_reasons``: how the choices answered ended (``tool_calls`` among them)."""
+    ``finish_reasons``: how the choices answered ended; ``tool_calls``: calls answered."""
 
     requests: int
     concurrency: int
@@ -281,6 +322,7 @@ class SoakReport:
     kinds: dict[str, int]
     refusals: dict[str, int]
     finish_reasons: dict[str, int]
+    tool_calls: int
     rest: dict[str, Any]
     rss_mib: dict[str, float]
     failures: list[str]
@@ -312,6 +354,8 @@ def soak(server: LiveServer, *, requests: int, concurrency: int, cancel_fraction
             failures.append(f"request {o.plan.index} ({o.plan.kind}) answered {o.status}")
         elif not o.cancelled and not o.ended:
             failures.append(f"request {o.plan.index} ({o.plan.kind}) did not end: {o.error or 'stream without [DONE]'}")
+        elif o.problem:
+            failures.append(f"request {o.plan.index} ({o.plan.kind}): {o.problem}")
     if server.proc.poll() is not None:
         failures.append(f"the server exited with {server.proc.returncode}")
     else:
@@ -327,7 +371,8 @@ def soak(server: LiveServer, *, requests: int, concurrency: int, cancel_fraction
     refusals = Counter(f"{o.status} {o.plan.kind}: {o.detail}" for o in outcomes if o.detail)
     return SoakReport(requests, concurrency, round(seconds, 2), dict(statuses), sum(o.cancelled for o in outcomes),
                       dict(kinds), dict(refusals.most_common(10)),
-                      dict(Counter(f for o in outcomes for f in o.finish_reasons)), rest if server.proc.poll() is None else {},
+                      dict(Counter(f for o in outcomes for f in o.finish_reasons)), sum(o.tool_calls for o in outcomes),
+                      rest if server.proc.poll() is None else {},
                       {"before": round(rss_before, 1), "after": round(rss_after, 1)}, failures[:50])
 
 

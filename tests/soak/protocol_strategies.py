@@ -90,9 +90,9 @@ def json_schemas(max_leaves: int = 6) -> st.SearchStrategy[dict[str, Any]]:
 def enforceable(schema: Any) -> Any:
     """``schema`` without the parts xgrammar's JSON Schema grammar does not enforce (found by
     ``test_structured_output_follows_its_schema``): a ``required`` key the ``properties`` leave undefined
-    (it emits ``{}`` for ``{"properties": {}, "required": ["a"]}``), a ``type`` beside ``enum`` / ``const``
-    (the enum alone decides: ``null`` for ``{"type": "string", "enum": [null]}``), a ``pattern`` beside a
-    ``format`` (the format alone decides)."""
+    (it emits ``{}`` for ``{"properties": {}, "required": ["a"]}``), any keyword beside ``enum`` / ``const``
+    (the enum alone decides: ``null`` for ``{"type": "string", "enum": [null]}``, ``0`` for
+    ``{"minimum": 1, "enum": [0]}``), a ``pattern`` beside a ``format`` (the format alone decides)."""
     if isinstance(schema, list):
         return [enforceable(s) for s in schema]
     if not isinstance(schema, dict):
@@ -101,7 +101,7 @@ def enforceable(schema: Any) -> Any:
     if isinstance(out.get("required"), list):
         out["required"] = [k for k in out["required"] if k in (out.get("properties") or {})]
     if "enum" in out or "const" in out:
-        out.pop("type", None)
+        out = {k: v for k, v in out.items() if k in ("enum", "const", "description")}
     if "format" in out:
         out.pop("pattern", None)
     return out

@@ -238,6 +238,9 @@ async def _stream(client: httpx.AsyncClient, plan: Plan, out: Outcome) -> None:
             await r.aread()
             _answered(out, r)
             return
+        if plan.cancel_after == 0:  # gone before the first event (while the prompt is computed)
+            out.cancelled = True
+            return
         async for line in r.aiter_lines():
             if not line.startswith("data: "):
                 continue

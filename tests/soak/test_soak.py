@@ -10,7 +10,7 @@ import json
 
 import attrs
 import pytest
-from anna_core.testing.soak import make_plans, soak
+from anna_core.testing.soak import TOOLS, Plan, answer_problem, make_plans, soak
 
 from tests.integration.conftest import start_server
 from tests.soak.conftest import MAX_MODEL_LEN, SIZE
@@ -41,3 +41,22 @@ def test_soak_every_request_ends_and_the_server_comes_back_to_rest(tiny_qwen35_d
     assert report.passed, "\n".join(report.failures) + "\n" + server.log()[-3000:]
     assert report.statuses.get("200", 0) > report.requests / 2
     assert report.cancelled > report.requests / 5
+
+
+def test_answer_problems_are_caught():
+    plan = Plan(0, "/v1/chat/completions", {"tools": TOOLS, "tool_choice": "required",
+                                            "chat_template_kwargs": {"enable_thinking": False}}, "chat+tools")
+
+    def answer(message, finish="stop"):
+        return {"choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": Infinity}'}}
+    assert "not JSON" in answer_problem(plan, answer({"role": "assistant", "tool_calls": [call]}, "tool_calls"))
+    assert "without a call" in answer_problem(plan, answer({"role": "assistant", "content": "hi"}))
+    assert answer_problem(plan, answer({"role": "assistant", "content": "hi"}, "length")) is None
+    call["function"]["arguments"] = '{"a": 1, "b": 2}'
+    assert answer_problem(plan, answer({"role": "assistant", "tool_calls": [call]}, "tool_calls")) is None
+    json_plan = Plan(1, "/v1/chat/completions", {"response_format": {"type": "json_object"},
+                                                 "chat_template_kwargs": {"enable_thinking": False}}, "chat+json")
+    assert "not JSON" in answer_problem(json_plan, answer({"role": "assistant", "content": '{"a": '}))
+    assert answer_problem(json_plan, answer({"role": "assistant", "content": '{"a": "\x01"}'})) is None

@@ -4,7 +4,10 @@ tool-call parsers on).
 Each example posts one body drawn from :mod:`tests.soak.protocol_strategies` and asserts: no 5xx; a 4xx is an
 OpenAI error object; a 200 stream ends with ``[DONE]`` and carries no ``server_error`` event; a 200 plain
 answer is a completion whose choices all end with a finish reason other than ``error``; and the server still
-answers ``/health`` with 200. After all examples the server must be at rest (as after the soak).
+answers ``/health`` with 200. Raw bodies (not JSON, NaN, lone surrogates, wrong content types), the tokenize
+routes, and random methods, paths and ``Host`` / ``Origin`` / ``Content-Type`` headers get the same checks; a
+``json_schema`` answer that ran to its end must follow its schema. After all examples the server must be at
+rest (as after the soak).
 """
 
 from __future__ import annotations
@@ -103,6 +106,29 @@ raw_bodies = st.one_of(
        content_type=st.sampled_from(["application/json", "text/plain", "application/json; charset=latin-1"]))
 def test_fuzz_raw_bodies(http, server, path, content, content_type):
     check_answer(http, server, path, content, {"content-type": content_type})
+
+
+header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=24).map(str.strip)  # h11 refuses edge spaces
+
+
+@examples(ci=60)
+@given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "OPTIONS", "HEAD", "PATCH"]),
+       path=st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/tiny-qwen35",
+                             "/v1/embeddings", "/tokenize", "/healthz", "/metrics", "/v1/", "/v1/../health",
+                             "/%ff", "/v1/chat/completions?stream=true"]) | header_text.map(lambda t: "/" + t),
+       headers=st.fixed_dictionaries({}, optional={
+           "host": st.sampled_from(["localhost", "127.0.0.1:1", "[::1]", "evil.example", "", "a:b:c"]) | header_text,
+           "origin": st.sampled_from(["null", "http://localhost", "https://evil.example"]) | header_text,
+           "content-type": st.sampled_from(["application/json", "application/JSON; charset=utf-8", "text/plain",
+                                            "multipart/form-data", ""]) | header_text,
+           "authorization": header_text, "accept": header_text, "content-encoding": st.just("gzip")}),
+       body=st.sampled_from([b"", b'{"prompt": "a", "max_tokens": 2}',
+                             b'{"messages": [{"role": "user", "content": "a"}], "max_tokens": 2}']))
+def test_fuzz_methods_paths_and_headers(http, server, method, path, headers, body):
+    r = http.request(method, path, content=body or None, headers=headers)
+    note_event(f"{method} {r.status_code}")
+    assert r.status_code < 500, f"{method} {path} {headers} {body!r}: {r.status_code} {r.text[:500]}"
+    assert server.proc.poll() is None and http.get("/health").status_code == 200, server.log()[-3000:]
 
 
 @examples(ci=40)

@@ -381,12 +381,12 @@ def soak(server: LiveServer, *, requests: int, concurrency: int, cancel_fraction
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m anna_core.testing.soak", description=__doc__.split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=2000)
-    p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--cancel-fraction", type=float, default=0.3)
+    p.add_argument("--requests", type=int, default=2000, help="requests in the run (after a warm-up)")
+    p.add_argument("--concurrency", type=int, default=64, help="requests in flight at once")
+    p.add_argument("--cancel-fraction", type=float, default=0.3, help="share of requests the client cancels")
     p.add_argument("--model-dir", type=Path, default=None, help="what to serve (default: a tiny random Qwen3.5)")
-    p.add_argument("--max-model-len", type=int, default=512)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-model-len", type=int, default=512, help="the served context (long prompts come near it)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the request mix")
     p.add_argument("--timeout-s", type=float, default=120.0, help="per-request limit")
     p.add_argument("--settle-s", type=float, default=30.0, help="how long the server may take to come to rest")
     p.add_argument("--rss-growth-mib", type=float, default=128.0, help="bound on the server's RSS growth")

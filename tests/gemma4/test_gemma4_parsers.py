@@ -175,6 +175,8 @@ TOOL_CASES = [
                  f"<|channel>thought\n{START}call:f{{}}{END}<channel|>then",
                  [{"name": "g", "arguments": {}}], id="channel-left-inline"),
     pytest.param("  plain answer  ", "  plain answer  ", [], id="no-calls"),
+    # regression (soak-and-fuzz suite): 1e400 parsed as inf and went out as the non-JSON `Infinity`
+    pytest.param(f"x {START}call:f{{a:1e400}}{END}", f"x {START}call:f{{a:1e400}}{END}", [], id="number-out-of-range"),
 ]
 
 

@@ -215,3 +215,18 @@ def test_parallel_tool_calls_false_gives_at_most_one_call_in_auto_mode(scripted)
     assert r.usage.completion_tokens < len(scripted.tokenizer.encode(text))  # generation stopped at the call
     _, deltas, _, content, finish = _stream(scripted, "nopar", text, tools=[WEATHER, TIME], parallel_tool_calls=False)
     assert [s["name"] for s in _streamed_calls(deltas)] == ["get_weather"] and finish == ["tool_calls"]
+
+
+@pytest.mark.parametrize("raw", ["1e400", "-1e400", "NaN", "Infinity", "[1, 1e400]"])
+def test_qwen3_coder_values_json_cannot_hold_stay_strings(raw):
+    # Regression (soak-and-fuzz suite): a forced call's number 1e400 came out as `{"b": Infinity}`, not JSON.
+    from anna_core.parsers.qwen3_coder import Qwen3CoderToolParser, convert_value
+
+    schema = {"type": "array"} if raw.startswith("[") else {"type": "number"}
+    assert convert_value(raw, schema) == raw and convert_value(raw, {}) == raw
+    p = Qwen3CoderToolParser(tools=[{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"b": schema}}}}])
+    _, calls = p.feed(f"<tool_call>\n<function=f>\n<parameter=b>\n{raw}\n</parameter>\n</function>\n</tool_call>")
+    args = "".join(c.arguments for c in calls) + "".join(c.arguments for c in p.finish()[1])
+    assert json.loads(args, parse_constant=lambda c: pytest.fail(f"non-JSON {c}")) == {"b": raw}
+

@@ -123,6 +123,36 @@ def test_chat_streaming_framing_and_include_usage(client, tiny_tokenizer, includ
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
 
 
+class _OneShotEngine(FakeEngine):
+    """Answers ``text`` in one output (the fake's per-token decoding garbles multi-byte characters)."""
+
+    def __init__(self, tokenizer, text: str):
+        super().__init__(tokenizer)
+        self.text = text
+
+    async def generate(self, request_id, prompt_token_ids, params):
+        from anna_core.engine.outputs import RequestOutput, Usage
+
+        yield RequestOutput(request_id=request_id, prompt_token_ids=list(prompt_token_ids), text=self.text,
+                            token_ids=[5], delta_text=self.text, delta_token_ids=[5], finished=True,
+                            finish_reason="stop", usage=Usage(len(prompt_token_ids), 1))
+
+
+def test_streamed_frames_stay_one_line_for_splitlines_readers(tiny_tokenizer):
+    # Regression (soak-and-fuzz suite): U+0085 / U+2028 / U+2029 went out raw, and httpx's iter_lines
+    # (str.splitlines) cut the frame's JSON at them.
+    import httpx
+
+    text = "a\u2028b\u2029c\x85d"
+    state = make_state(tiny_tokenizer, _OneShotEngine(tiny_tokenizer, text))
+    with TestClient(create_app(state), raise_server_exceptions=False) as c:
+        r = c.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    lines = [ln for ln in httpx.Response(200, content=r.content).iter_lines() if ln]
+    chunks = [json.loads(ln.removeprefix("data: ")) for ln in lines[:-1]]
+    assert lines[-1] == "data: [DONE]" and all(ln.startswith("data: ") for ln in lines)
+    assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks) == text
+
+
 def test_completion_non_streaming_and_streaming(client, engine, tiny_tokenizer):
     body = client.post("/v1/completions", json={"model": MODEL, "prompt": "Hello", "max_tokens": 4}).json()
     assert body["object"] == "text_completion"

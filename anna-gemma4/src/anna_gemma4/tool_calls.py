@@ -26,6 +26,7 @@ reasoning parser, or ``--reasoning-format none``) is content, calls inside it in
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -89,7 +90,10 @@ def parse_value(s: str, i: int = 0) -> tuple[Any, int]:
         return _array(s, i + 1)
     m = _NUMBER.match(s, i)
     if m and not (m.end() < len(s) and (s[m.end()].isalnum() or s[m.end()] in "_.")):
-        return json.loads(m.group()), m.end()
+        number = json.loads(m.group())
+        if number in (math.inf, -math.inf):  # 1e400: JSON arguments cannot hold it
+            raise _Malformed(f"number out of range: {m.group()[:20]}")
+        return number, m.end()
     m = _WORD.match(s, i)
     if m and m.group() in _LITERALS:
         return _LITERALS[m.group()], m.end()

@@ -73,7 +73,17 @@ def _pinned_strings(schema: Any) -> list[str]:
 
 
 def convert_value(raw: str, schema: Any) -> Any:
-    """``raw`` parameter text as the type ``schema`` declares (see the module doc)."""
+    """``raw`` parameter text as the type ``schema`` declares (see the module doc); a value JSON cannot
+    hold (``1e400``, ``NaN``: Python reads them as non-finite floats) stays the string ``raw``."""
+    value = _convert(raw, schema)
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return raw
+    return value
+
+
+def _convert(raw: str, schema: Any) -> Any:
     allowed = _pinned_strings(schema)
     if allowed and raw not in allowed and raw.strip() in allowed:
         return raw.strip()  # the grammar lets whitespace surround a pinned value

@@ -2,7 +2,10 @@
 
 Each event is one ``data: <compact JSON>\\n\\n`` frame; a stream ends with ``data: [DONE]\\n\\n``
 (OpenAI's convention). Text stays UTF-8 (no ``\\uXXXX`` escapes), so a frame always holds
-whole characters: the engine's detokenizer only emits complete code points.
+whole characters: the engine's detokenizer only emits complete code points. The exceptions are
+U+0085, U+2028 and U+2029, written ``\\u0085`` ... : SSE ends lines only at CR and LF, but readers
+built on ``str.splitlines`` (httpx's ``iter_lines`` / ``aiter_lines``) end a line at them too and
+would cut the frame's JSON in two.
 """
 
 from __future__ import annotations
@@ -17,9 +20,14 @@ DONE = b"data: [DONE]\n\n"
 MEDIA_TYPE = "text/event-stream"
 
 
+# Line breaks to str.splitlines that JSON leaves raw (it escapes the ones below U+0020 itself).
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def sse_event(payload: dict[str, Any]) -> bytes:
-    """One ``data:`` frame holding ``payload`` as compact JSON."""
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    """One ``data:`` frame holding ``payload`` as compact JSON (on one line for every line reader)."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
+    return b"data: " + text.encode() + b"\n\n"
 
 
 def sse_response(events: AsyncIterator[bytes]) -> Stream:

@@ -27,18 +27,22 @@ TEST_DIRS: dict[str, tuple[str, ...]] = {
 }
 # A few seconds of each suite (pytest node ids): what tools/dist_check.py runs once the distribution installed alone.
 SMOKE_TESTS: dict[str, tuple[str, ...]] = {
-    "anna-core": ("tests/core/test_plugin_fixtures.py", "tests/core/test_cache_groups_family.py"),
+    "anna-core": ("tests/core/test_plugin_fixtures.py", "tests/core/test_cache_groups_family.py",
+                  "tests/core/test_docs.py"),
     "anna-qwen35": ("tests/qwen35/test_qwen35_plugin.py",),
     "anna-gemma4": ("tests/gemma4/test_gemma4_loading.py::test_the_family_offers_a_tiny_checkpoint",
                     "tests/gemma3/test_gemma3_parity.py::test_the_family_offers_a_tiny_checkpoint"),
-    "anna-cli": ("tests/cli/test_plugins_new.py",),
+    "anna-cli": ("tests/cli/test_plugins_new.py", "tests/cli/test_tutorial_docs.py"),
     "anna-llama": ("tests/llama/test_llama_tiny.py::test_the_family_offers_a_tiny_checkpoint",),
-    "anna-xpu-kernels": ("tests/xpu_kernels/test_kernel_cache.py",),
+    "anna-xpu-kernels": ("tests/xpu_kernels/test_kernel_cache.py", "tests/xpu_kernels/test_kernel_conformance.py"),
 }
 # Distributions a distribution's tests use as fixtures, installed after it installed alone (anna-core's tests use
 # its own test family).
 TEST_FIXTURES: dict[str, tuple[str, ...]] = {
+    "anna-qwen35": ("anna-llama",),  # a family that does not declare expert offload
+    "anna-gemma4": ("anna-qwen35",),
     "anna-cli": ("anna-qwen35",),
+    "anna-llama": ("anna-cli",),  # the --weight-quant flag
     "anna-xpu-kernels": ("anna-qwen35", "anna-gemma4"),
 }
 

@@ -87,3 +87,15 @@ def test_the_sliding_window_and_local_rope_base_matter(gemma3_factory, prompt):
         "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1_000_000.0}}))
     assert rel_err(prefill_logits(other.model, prompt[:40], block_size=8), base) > 1e-3
     assert torch.isfinite(base).all()
+
+
+def test_the_family_offers_a_tiny_checkpoint(tiny_checkpoint, anna_plugin_manager):
+    """``tiny_checkpoint("gemma3", ...)`` (the family's declared builder) writes a folder the family loads, with
+    its tokenizer, whose logits are HF's."""
+    from anna_core.loading import load_model
+
+    folder = tiny_checkpoint("gemma3", tie=False, seed=2)
+    loaded = load_model(folder, device="cpu", dtype="fp32", pm=anna_plugin_manager)
+    assert loaded.family == "gemma3" and loaded.tokenizer is not None
+    ids = loaded.tokenizer.encode("The quick brown fox")
+    assert rel_err(prefill_logits(loaded.model, ids, block_size=8), hf_reference_logits(folder, ids)) <= TOL

@@ -147,3 +147,16 @@ def test_dummy_router_is_decisive_and_spreads(gemma4_factory):
     _, experts = router(router.inputs(h, layer.pre_feedforward_layernorm_2)[1])
     counts = torch.bincount(experts.flatten(), minlength=router.proj.out_features)
     assert counts.min() > 512 * router.top_k / router.proj.out_features / 3
+
+
+@pytest.mark.parametrize("variant", ["e2b", "dense"])
+def test_the_family_offers_a_tiny_checkpoint(tiny_checkpoint, anna_plugin_manager, variant):
+    """``tiny_checkpoint("gemma4", variant=...)`` (the family's declared builder) writes a folder the family
+    loads, with its tokenizer, whose logits are HF's."""
+    from anna_core.loading import load_model
+
+    folder = tiny_checkpoint("gemma4", variant=variant, seed=2)
+    loaded = load_model(folder, device="cpu", dtype="fp32", pm=anna_plugin_manager)
+    assert loaded.family == "gemma4" and loaded.tokenizer is not None
+    ids = loaded.tokenizer.encode("The quick brown fox")
+    assert rel_err(prefill_logits(loaded.model, ids, block_size=8), hf_reference_logits(folder, ids)) <= 1e-4

@@ -1,4 +1,5 @@
-"""Shared helpers of the anna-llama tests: tiny random Llama checkpoints and loading through the plugin."""
+"""Shared helpers of the anna-llama tests: GGUF conversion and loading through the plugin (the tiny random
+checkpoints are the package's own, :mod:`anna_llama.tiny`)."""
 
 from __future__ import annotations
 
@@ -7,28 +8,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
-
-def build_tiny_llama(path: Path, *, vocab_size: int, tie: bool, rope_parameters: dict[str, Any] | None = None,
-                     attention_bias: bool = False, seed: int = 0) -> Any:
-    """Save a random HF ``LlamaForCausalLM`` (2 layers, GQA 4/2 heads, head dim 8) to ``path``; returns it."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
-        tie_word_embeddings=tie, attention_bias=attention_bias,
-        rope_parameters=rope_parameters or {"rope_type": "default", "rope_theta": 10000.0},
-        bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():  # HF zero-initialises biases and ones norms; randomise them to test the mapping
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
-    model.save_pretrained(str(path))
-    return model
 
 
 def llama_cpp_permute(w: np.ndarray, n_heads: int) -> np.ndarray:

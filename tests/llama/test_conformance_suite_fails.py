@@ -2,6 +2,9 @@
 loaded Anna model broken after loading (one weight perturbed) it fails the HF-parity tests and still passes
 the tests that compare Anna with itself; with the wrong family name it fails the family test."""
 
+# Imported before the pytester fixture snapshots sys.modules: it drops what the in-process run imports, and a
+# later test importing them again registers torch's distributed ops twice, which crashes.
+import transformers.models.llama.modeling_llama  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
@@ -10,7 +13,7 @@ import pytest
 import torch
 from anna_core.testing.checkpoints import build_tiny_tokenizer
 from anna_core.testing.conformance import FamilyConformance
-from tests.llama.conftest import build_tiny_llama
+from anna_llama.tiny import build_tiny_llama
 '''
 
 CLASS = '''
@@ -37,11 +40,8 @@ class Test{name}Llama(FamilyConformance):
 
 
 def test_the_suite_fails_a_broken_model_and_a_wrong_family(pytester):
-    import pathlib
-
     pytester.makepyfile(test_broken=HEADER + CLASS.format(name="Perturbed", family="llama", broken=True)
                         + CLASS.format(name="Misnamed", family="qwen35", broken=False))
-    pytester.syspathinsert(str(pathlib.Path(__file__).parents[2]))  # the repo root: ``tests.llama.conftest``
     # one in-process run (a second one in the same process re-imports torch's extensions and crashes)
     result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", "-k", "logits or family or batched or prefix")
     reports = result.reprec.getreports("pytest_runtest_logreport")

@@ -8,10 +8,11 @@ from anna_cli.main import build_cli
 from anna_core.errors import ModelLoadError
 from anna_core.layers.quant_linear import QuantizedEmbedding, QuantizedLinear
 from anna_core.testing.runner import prefill_logits, simple_greedy
+from anna_llama.tiny import build_tiny_llama
 from click.testing import CliRunner
 
 from tests.core._gguf_fakes import write_gguf
-from tests.llama.conftest import build_tiny_llama, hf_to_gguf_tensors, load_anna, rel_err
+from tests.llama.conftest import hf_to_gguf_tensors, load_anna, rel_err
 
 gguf = pytest.importorskip("gguf")
 T = gguf.GGMLQuantizationType

@@ -6,14 +6,10 @@ from anna_core.errors import ModelLoadError
 from anna_core.testing.checkpoints import build_tiny_tokenizer
 from anna_core.testing.oracle import hf_greedy, hf_reference_logits
 from anna_core.testing.runner import prefill_logits, simple_greedy
+from anna_llama.tiny import build_tiny_llama
 
 from tests.core._gguf_fakes import write_gguf
-from tests.llama.conftest import (
-    build_tiny_llama,
-    hf_to_gguf_tensors,
-    load_anna,
-    rel_err,
-)
+from tests.llama.conftest import hf_to_gguf_tensors, load_anna, rel_err
 
 PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 130, 64, 11, 200, 31, 8, 77, 150, 2, 19, 23, 90]
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
@@ -100,3 +96,15 @@ def test_unsupported_gguf_architecture_is_rejected_before_loading(tmp_path):
     write_gguf(tmp_path / "m.gguf", arch="rwkv6", tensors={"w": torch.ones(4, 32).numpy()})
     with pytest.raises(UnsupportedModelError, match=r"'rwkv6'.*'llama'"):
         load_anna(tmp_path)
+
+
+def test_the_family_offers_a_tiny_checkpoint(tiny_checkpoint, anna_plugin_manager):
+    """``tiny_checkpoint("llama", ...)`` (the family's declared builder) writes a folder the family loads, with
+    its tokenizer, whose logits are HF's."""
+    from anna_core.loading import load_model
+
+    folder = tiny_checkpoint("llama", attention_bias=True, seed=2)
+    loaded = load_model(folder, device="cpu", dtype="fp32", pm=anna_plugin_manager)
+    assert loaded.family == "llama" and loaded.tokenizer is not None
+    ids = loaded.tokenizer.encode("The quick brown fox")
+    assert rel_err(prefill_logits(loaded.model, ids), hf_reference_logits(folder, ids)) <= 1e-4

@@ -87,7 +87,7 @@ def test_a_new_plugin_installs_passes_conformance_and_is_served(tmp_path_factory
     assert passed and int(passed[1]) >= 20 and " failed" not in tests, tests  # the suite ran, none failed
 
     checkpoint = work / "tiny-gpt2"
-    run([python, work / FAMILY / "tests" / "tiny_checkpoint.py", checkpoint], cwd=work)
+    run([python, "-m", "tutorial_gpt2.tiny", checkpoint], cwd=work)
     from anna_core.testing.live_server import start_server
 
     server = start_server(["--model-dir", str(checkpoint), "--model-name", "tiny-gpt2", "--max-model-len", "256"],

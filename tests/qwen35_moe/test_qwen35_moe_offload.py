@@ -213,7 +213,7 @@ def test_refusals(moe_dir, tiny_moe_factory, tmp_path):
 
 
 def test_a_family_without_the_declaration_is_refused(tmp_path):
-    from tests.llama.conftest import build_tiny_llama
+    from anna_llama.tiny import build_tiny_llama
 
     path = tmp_path / "llama"
     build_tiny_llama(path, vocab_size=64, tie=False)

@@ -36,7 +36,8 @@ BUILTIN_PLUGIN = "anna_core_reference"
 log = logging.getLogger("anna.plugins")
 
 
-def _allow_list() -> set[str] | None:
+def plugin_allow_list() -> set[str] | None:
+    """The entry-point names ``ANNA_LOAD_PLUGINS`` allows (``None`` when unset: all of them)."""
     raw = os.environ.get(ALLOW_LIST_ENV)
     if raw is None:
         return None
@@ -86,7 +87,7 @@ def make_plugin_manager(allow: set[str] | None = None, *, load_entry_points: boo
 @functools.lru_cache(maxsize=1)
 def get_plugin_manager() -> pluggy.PluginManager:
     """The process-wide plugin manager (entry points loaded once, honouring ``ANNA_LOAD_PLUGINS``)."""
-    return make_plugin_manager(_allow_list())
+    return make_plugin_manager(plugin_allow_list())
 
 
 def _collect(pm: pluggy.PluginManager, hook_name: str) -> list[Any]:

@@ -30,6 +30,17 @@ def resolve(target: str | Callable[..., Any]) -> Any:
     return obj
 
 
+def _lazy(instance: Any, attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a lazy 'package.module:attr' "
+                         f"string, got {value!r}")
+
+
+def _lazy_or_empty(instance: Any, attribute: Any, value: Any) -> None:
+    if value != "":
+        _lazy(instance, attribute, value)
+
+
 @attrs.frozen
 class ModelFamilySpec:
     """A model family a plugin serves.
@@ -52,9 +63,14 @@ class ModelFamilySpec:
         expert_offload: its loader takes ``offload=`` (an :class:`anna_core.layers.expert_offload.OffloadPlan`
             factory, see :func:`anna_core.loading.load_model`) and can keep routed experts in host memory
             (``--offload-mode``). A family that does not declare it is refused ``--offload-mode experts``.
+        tiny_checkpoint: lazy ``"module:attr"`` of ``build(path: Path, **overrides) -> Path``, which writes a
+            tiny random checkpoint of the family (config, weights, tokenizer with a chat template) that its
+            loader loads, into the folder ``path``, and returns ``path``; ``overrides`` are the builder's own
+            keyword arguments (``seed``, ``tie``, ...). Tests of other plugins build one with the
+            ``tiny_checkpoint(family, **overrides)`` fixture of :mod:`anna_core.testing`. "" = none offered.
 
     Raises:
-        ValueError: ``tasks`` is empty or names a task twice.
+        ValueError: ``tasks`` is empty or names a task twice; ``tiny_checkpoint`` is not "" nor a lazy string.
     """
 
     name: str
@@ -67,17 +83,12 @@ class ModelFamilySpec:
     tool_call_parser: str = ""
     tasks: tuple[str, ...] = attrs.field(default=("generate",), converter=tuple)
     expert_offload: bool = False
+    tiny_checkpoint: str = attrs.field(default="", validator=_lazy_or_empty)
 
     @tasks.validator
     def _check_tasks(self, _attribute: Any, value: tuple[str, ...]) -> None:
         if not value or len(set(value)) != len(value) or not all(isinstance(t, str) and t for t in value):
             raise ValueError(f"family {self.name!r}: tasks must be distinct non-empty names, got {value!r}")
-
-
-def _lazy(instance: Any, attribute: Any, value: Any) -> None:
-    if not isinstance(value, str) or ":" not in value:
-        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a lazy 'package.module:attr' "
-                         f"string, got {value!r}")
 
 
 @attrs.frozen

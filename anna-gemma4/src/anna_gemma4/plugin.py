@@ -18,6 +18,7 @@ def register_model_families(register):
             reasoning_parser="gemma4",
             tool_call_parser="gemma4",
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
+            tiny_checkpoint="anna_gemma4.tiny:build_tiny_gemma4",  # for tests: variant e2b / moe / dense
         )
     )
     # Gemma 3: the causal LM (270M, 1B), the conditional-generation checkpoints' language model (4B,
@@ -31,6 +32,7 @@ def register_model_families(register):
             architectures=("Gemma3ForConditionalGeneration", "Gemma3ForCausalLM"),
             gguf_architectures=("gemma3",),
             distribution="anna-gemma4",
+            tiny_checkpoint="anna_gemma4.gemma3.tiny:build_tiny_gemma3",
         )
     )
 

@@ -21,6 +21,7 @@ _LAZY = {
     "simple_greedy": "anna_core.testing.runner:simple_greedy",
     "simple_greedy_batch": "anna_core.testing.runner:simple_greedy_batch",
     "run_to_completion": "anna_core.testing.engine_run:run_to_completion",
+    "write_tiny_checkpoint": "anna_core.testing.tiny:write_tiny_checkpoint",
 }
 
 __all__ = sorted(_LAZY)

@@ -29,7 +29,8 @@ from anna_core.registry import ModelFamilySpec
 MODEL_TYPE = "anna_cache_groups_test"
 FAMILY = ModelFamilySpec(name="cache_groups_test", loader="anna_core.testing.cache_groups_family:load",
                          model_types=(MODEL_TYPE,), architectures=("AnnaCacheGroupsTestLM",),
-                         distribution="anna-core (anna_core.testing)")
+                         distribution="anna-core (anna_core.testing)",
+                         tiny_checkpoint="anna_core.testing.cache_groups_family:write_config")
 
 DEFAULTS: dict[str, Any] = {"window": 8, "vocab_size": 64, "seed": 0, "max_position_embeddings": 4096,
                             "eos_token_id": 1, "padded_prefill": False}

@@ -15,6 +15,16 @@ Fixtures:
         ``False`` is refused: pass the negative flag in ``args``).
         Every server it started is stopped after the test. A directory's own conftest may shadow it.
 
+Per-test fixtures of the plugin seam (nothing a test registers outlives it):
+    anna_plugin_manager: a fresh plugin manager with the installed ``anna`` entry points loaded (honouring
+        ``ANNA_LOAD_PLUGINS``), the one ``register_plugin`` and ``tiny_checkpoint`` use; pass it on as ``pm=``
+        (``load_model``, ``model_families``, ``describe_plugins``, ``KernelRegistry.from_plugins``).
+    register_plugin: ``register(plugin, name=None) -> str`` registers a plugin (a module or an object with
+        ``@hookimpl`` methods) on ``anna_plugin_manager`` and returns its name; unregistered after the test.
+    tiny_checkpoint: ``build(family, **overrides) -> Path`` writes a tiny random checkpoint of the family named
+        ``family`` (its ``ModelFamilySpec.tiny_checkpoint`` builder, given ``overrides``) into a new folder
+        under ``tmp_path`` and returns the folder.
+
 The conformance suites are base classes, not fixtures: :mod:`anna_core.testing.conformance`
 (``FamilyConformance``, ``KernelConformance``). anna-core's own test family (``CacheGroupsLM`` loaded from a
 folder) is :mod:`anna_core.testing.cache_groups_family`.
@@ -22,6 +32,7 @@ folder) is :mod:`anna_core.testing.cache_groups_family`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +67,43 @@ def anna_tiny_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("tiny-tokenizer")
     build_tiny_tokenizer(path)
     return path
+
+
+@pytest.fixture
+def anna_plugin_manager() -> Any:
+    from anna_core.plugins import make_plugin_manager, plugin_allow_list
+
+    return make_plugin_manager(plugin_allow_list())
+
+
+@pytest.fixture
+def register_plugin(anna_plugin_manager: Any) -> Iterator[Callable[..., str]]:
+    registered: list[Any] = []
+
+    def register(plugin: Any, name: str | None = None) -> str:
+        registered_name = anna_plugin_manager.register(plugin, name=name)
+        if registered_name is None:
+            raise ValueError(f"register_plugin: the plugin name {name!r} is blocked in this plugin manager")
+        registered.append(plugin)
+        return registered_name
+
+    yield register
+    for plugin in reversed(registered):
+        if anna_plugin_manager.is_registered(plugin):
+            anna_plugin_manager.unregister(plugin)
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path: Path, anna_plugin_manager: Any) -> Callable[..., Path]:
+    from anna_core.testing.tiny import write_tiny_checkpoint
+
+    count = itertools.count()
+
+    def build(family: str, **overrides: Any) -> Path:
+        return write_tiny_checkpoint(family, tmp_path / f"tiny-{family}-{next(count)}", pm=anna_plugin_manager,
+                                     **overrides)
+
+    return build
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ def register_model_families(register):
             architectures=("LlamaForCausalLM",),
             gguf_architectures=("llama",),
             distribution=DISTRIBUTION,
+            tiny_checkpoint="anna_llama.tiny:build_tiny_checkpoint",  # for tests: a tiny random Llama
         )
     )
 

@@ -20,15 +20,16 @@ grid fixed by ``T``, ``K``, ``H`` and ``I``:
    to arrive adds the ``K`` terms in float32 in choice order and rounds once to ``out`` ``[T, H]``: the
    op's contract ("the ``K`` weighted terms added in float32 and rounded once"), deterministic, with
    one program per (pair, column block) so that even one token fills the GPU (a first version looped
-   over the ``K`` experts in one program per column block: a tenth of the programs, half the bandwidth).
+   over the ``K`` experts in one program per column block: a K-th of the programs, and slower; the
+   figures are in BENCHMARKS.md).
 
 A pair re-reads its expert's weights even when another pair of the step chose the same expert, so
 :func:`takes` sends a call here only with at most :data:`MAX_TOKENS` tokens whose pairs are expected to
 be mostly distinct (random top-k routing): ``E (1 - (1 - K/E)^T) / (T K) >= MIN_DISTINCT_SHARE``
 (35B-A3B: 1.0, 0.98, 0.95 at T = 1, 2, 4; Gemma 4 26B-A4B: 1.0, 0.97, 0.91). The tile sizes and warps
 are autotuned per (T, N, K, dtypes) among :data:`GATE_UP_CONFIGS` / :data:`DOWN_CONFIGS` (tiles of the
-dense GEMV's CUDA-core path, :func:`anna_xpu_kernels.gemv_tuning.tuning_space`, chosen for H100/H200
-and not yet measured there); one fixed configuration runs under the interpreter. With PDL every
+dense GEMV's CUDA-core path, :func:`anna_xpu_kernels.gemv_tuning.tuning_space`, chosen for H100/H200);
+one fixed configuration runs under the interpreter. With PDL every
 program waits for the previous kernel first: the weights it streams depend on the router's ids.
 """
 

@@ -198,16 +198,19 @@ def test_injected_oom_fails_only_its_step_and_the_engine_keeps_serving():
     assert engine.degraded is None and engine.stats()["step_failures"]["out_of_memory"] == 1
 
 
-def test_repeated_failures_degrade_the_engine():
+def test_repeated_decode_failures_degrade_the_engine():
     faults = FaultInjector()
-    engine = _engine(faults=faults, max_consecutive_step_failures=2)
+    # one decode per step (max_decode_tokens): a's and b's decodes fail in two steps in a row
+    engine = _engine(faults=faults, max_consecutive_step_failures=2, max_decode_tokens=3)
+    engine.add_request("a", [5, 6], GREEDY)
+    engine.add_request("b", [7, 8], GREEDY)
+    engine.step()  # both prompts
     faults.arm_next(2)
-    for i, rid in enumerate("abcde"):  # two steps of two fail; e, still waiting, fails with the degraded engine
-        engine.add_request(rid, [5 + i, 6], GREEDY)
     finals = _drain(engine)
-    assert all(o.finish_reason == "error" for o in finals.values()) and set(finals) == set("abcde")
-    assert "out of memory" in finals["c"].error and "degraded" in finals["e"].error
+    assert all(o.finish_reason == "error" for o in finals.values()) and set(finals) == set("ab")
+    assert "out of memory" in finals["a"].error and finals["a"].error_code == "insufficient_memory"
     assert engine.degraded is not None and "2 steps failed in a row" in engine.degraded
+    assert "Tried to allocate" not in finals["a"].error + engine.degraded  # the raw device message stays in the log
     assert engine.stats()["degraded"] == engine.degraded
     text = engine.metrics.prometheus_text().decode()
     assert "anna_engine_degraded 1.0" in text and 'anna_step_failures_total{kind="oom"} 2.0' in text
@@ -215,6 +218,72 @@ def test_repeated_failures_degrade_the_engine():
     assert _gauges(engine) == (0, 0, 0, 0)
     with pytest.raises(EngineDegradedError):
         engine.add_request("d", [5], GREEDY)
+
+
+def test_a_held_request_fails_with_engine_degraded_when_the_engine_degrades():
+    faults = FaultInjector()
+    engine = _engine(faults=faults, max_consecutive_step_failures=1)
+    engine.add_request("a", [5, 6], GREEDY)
+    engine.add_request("b", [7, 8], GREEDY)
+    engine.add_request("c", [9, 10], GREEDY)  # waits: two sequences per step
+    engine.step()
+    faults.arm_next(1)  # a's and b's decode
+    finals = _drain(engine)
+    assert finals["a"].error_code == "insufficient_memory"
+    assert finals["c"].finish_reason == "error" and finals["c"].error_code == "engine_degraded"
+
+
+def test_a_client_retrying_a_prompt_that_runs_out_of_memory_does_not_degrade_the_engine():
+    engine = _engine(max_consecutive_step_failures=2, num_blocks=256, max_model_len=512)
+    execute = engine.runner.execute
+
+    def too_big(out, *args, **kwargs):  # a long prompt's prefill needs more activation memory than is free
+        if any(s.request.num_prompt_tokens > 100 for s in out.seqs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return execute(out, *args, **kwargs)
+
+    engine.runner.execute = too_big
+    for i in range(5):  # the same client retries, as the error tells it to
+        engine.add_request(f"big{i}", [5] * 150, GREEDY)
+        final = _drain(engine)[f"big{i}"]
+        assert final.finish_reason == "error" and final.error_code == "insufficient_memory"
+    assert engine.degraded is None
+    assert engine.stats()["step_failures"] == {"total": 5, "out_of_memory": 5, "consecutive": 0, "degraded": None}
+    engine.add_request("small", [5, 6], GREEDY)
+    assert _drain(engine)["small"].token_ids == greedy_reference([5, 6], 4, V)
+
+
+def test_an_oom_in_a_prefill_fails_only_the_prompts_and_requeues_the_decodes():
+    engine = _engine(num_blocks=256, max_model_len=512)
+    execute = engine.runner.execute
+
+    def too_big(out, *args, **kwargs):
+        if any(s.request.num_prompt_tokens > 100 and s.start < s.request.num_prompt_tokens for s in out.seqs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return execute(out, *args, **kwargs)
+
+    engine.runner.execute = too_big
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    engine.add_request("innocent", [5, 6, 7], params)
+    streamed = []
+    for _ in range(3):
+        for out in engine.step():
+            streamed += out.delta_token_ids
+    engine.add_request("big", [5] * 150, GREEDY)  # joins the innocent one's decode step; that step fails
+    finals = {}
+    for _ in range(100):
+        if not engine.has_unfinished():
+            break
+        for out in engine.step():
+            streamed += out.delta_token_ids if out.request_id == "innocent" else []
+            if out.finished:
+                finals[out.request_id] = out
+    assert finals["big"].finish_reason == "error" and finals["big"].error_code == "insufficient_memory"
+    assert finals["innocent"].finish_reason == "length"
+    assert finals["innocent"].token_ids == streamed == greedy_reference([5, 6, 7], 12, V)
+    assert engine.scheduler.num_preemptions == 1
+    assert engine.metrics.snapshot()["requests"]["preemptions"] == 1
+    assert engine.degraded is None and _gauges(engine) == (0, 0, 0, 0)
 
 
 def test_a_lost_device_degrades_at_once():
@@ -281,3 +350,24 @@ def test_oom_with_a_step_in_flight_drains_it_first(tiny_dir):
     assert eng._inflight is None and eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0
     assert _gauges(eng) == (0, 0, 0, 0)
     assert run_to_completion(eng, [[5, 6, 7]], [params])[0].token_ids == ref
+
+
+def test_a_failed_read_back_and_its_failed_step_count_once(tiny_dir):
+    from tests.core._graph_engine import graph_engine
+
+    eng = graph_engine(tiny_dir, async_scheduling=True)
+    eng.faults = FaultInjector()
+    eng.add_request("a", [5, 6, 7], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    for _ in range(4):
+        eng.step()
+    assert eng._inflight is not None
+
+    class FailedReadBack:
+        def tolist(self):
+            raise torch.OutOfMemoryError("CUDA out of memory (read back)")
+
+    eng._inflight.ids = FailedReadBack()
+    eng.faults.arm(eng.num_steps + 1)  # the step that drains it fails too
+    eng.step()
+    assert eng.failures.report() == {"total": 1, "out_of_memory": 1, "consecutive": 1, "degraded": None}
+    assert eng.metrics.snapshot()["step_failures"] == 1

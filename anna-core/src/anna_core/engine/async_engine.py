@@ -215,7 +215,8 @@ class AsyncEngine:
                                             multimodal=multimodal, admitted=True)
                 except Exception as exc:  # validated already; anything here is a failure of this request
                     self.engine.admission.release(request_id)
-                    self._deliver(_error_output(request_id, prompt, f"{type(exc).__name__}: {exc}"))
+                    self._deliver(_error_output(request_id, prompt, f"{type(exc).__name__}: {exc}",
+                                                code=getattr(exc, "code", None)))
             elif kind == "abort":
                 output = self.engine.abort_request(arg)
                 if output is not None:
@@ -266,6 +267,7 @@ class AsyncEngine:
                 stream.put(_error_output(request_id, [], "the engine stopped", reason="abort"))
 
 
-def _error_output(request_id: str, prompt: list[int], message: str, reason: str = "error") -> RequestOutput:
+def _error_output(request_id: str, prompt: list[int], message: str, reason: str = "error",
+                  code: str | None = None) -> RequestOutput:
     return RequestOutput(request_id=request_id, prompt_token_ids=prompt, finished=True, finish_reason=reason,
-                         error=message, usage=Usage(prompt_tokens=len(prompt)))
+                         error=message, usage=Usage(prompt_tokens=len(prompt)), error_code=code)

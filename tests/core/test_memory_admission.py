@@ -90,6 +90,22 @@ def test_admission_refuses_400_when_it_never_fits_and_503_when_it_fits_later():
     assert adm.report()["refused_400"] == 1 and adm.report()["refused_503"] == 1 and adm.report()["admitted"] == 1
 
 
+def test_a_group_is_admitted_together_or_not_at_all():
+    one = _estimator().estimate(10, 10)
+    admission = _admission(int(one.total_bytes * 1.5))
+    with pytest.raises(InvalidRequestError) as info:  # two never fit together: 400, not 503 forever
+        admission.admit_group([("a-0", one), ("a-1", one)])
+    assert info.value.code == "insufficient_memory" and admission.report()["admitted"] == 0
+    admission = _admission(int(one.total_bytes * 2.5))
+    admission.admit("x", one)
+    with pytest.raises(MemoryUnavailableError):  # fits once x ends; no sibling is left held
+        admission.admit_group([("a-0", one), ("a-1", one)])
+    assert admission.report()["admitted"] == 1
+    admission.release("x")
+    admission.admit_group([("a-0", one), ("a-1", one)])
+    assert admission.report()["admitted"] == 2
+
+
 def test_ratio_and_reserve_shrink_the_capacity_and_min_free_reads_the_probe():
     adm = _admission(total=100 * MIB, max_estimated_usage_ratio=0.5, reserve_memory_mib=10)
     assert adm.capacity_bytes == 40 * MIB

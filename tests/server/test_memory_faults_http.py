@@ -143,3 +143,19 @@ def test_a_request_held_when_the_engine_degrades_gets_503_engine_degraded(served
     assert r.status_code == 503 and _error(r)["code"] == "engine_degraded" and r.headers["retry-after"]
     r = client.post("/v1/completions", json=_completion(stream=True))
     assert r.status_code == 503 and _error(r)["code"] == "engine_degraded"
+
+
+@pytest.mark.parametrize("fanout", [{"n": 2}, {"prompt": ["Hello world", "Hello world"]}])
+def test_a_fan_out_that_never_fits_together_is_a_400_and_holds_nothing(served, fanout):
+    client, llm, _ = served
+    one = llm.estimate_memory([1] * 3, _sampling(50)).total_bytes
+    llm.admission.total_bytes = llm.admission.weights_bytes + int(one * 1.5)
+    for _ in range(2):
+        r = client.post("/v1/completions", json=_completion(max_tokens=50) | fanout)
+        assert r.status_code == 400 and _error(r)["code"] == "insufficient_memory"
+    assert llm.admission.report()["admitted"] == 0
+    assert client.post("/v1/completions", json=_completion(max_tokens=50)).status_code == 200
+    llm.admission.total_bytes = llm.admission.weights_bytes + int(one * 3)
+    r = client.post("/v1/completions", json=_completion(max_tokens=5) | fanout)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 2
+    assert llm.admission.report()["admitted"] == 0

@@ -263,6 +263,23 @@ class LLMEngine:
                 self.metrics.on_refused_memory(400)
             raise
 
+    def admit_group(self, jobs: list[tuple[str, list[int], SamplingParams]]) -> None:
+        """:meth:`admit` for the requests of one fan-out together (``(request_id, prompt ids, params)``; all or
+        none: :meth:`~anna_core.engine.memory_admission.MemoryAdmission.admit_group`)."""
+        if self.degraded is not None:
+            raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
+        items = [(rid, self.estimate_memory(ids, params)) for rid, ids, params in jobs]
+        try:
+            self.admission.admit_group(items)
+        except MemoryUnavailableError as exc:
+            self.metrics.on_refused_memory(503)
+            exc.retry_after_s = self.retry_after_s(len(self.scheduler.running))
+            raise
+        except InvalidRequestError as exc:
+            if exc.code == "insufficient_memory":
+                self.metrics.on_refused_memory(400)
+            raise
+
     @property
     def degraded(self) -> str | None:
         """Why the engine is degraded (:mod:`anna_core.engine.faults`), or None while it serves."""

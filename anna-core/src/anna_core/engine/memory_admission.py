@@ -226,7 +226,11 @@ class MemoryAdmission:
     def held_bytes(self, extra: MemoryEstimate | None = None) -> int:
         """The admitted requests' estimated bytes (with ``extra``), each cache group capped at its pool and the
         activations at one full step. Call with the lock held or accept a racy figure."""
-        held = list(self._held.values()) + ([extra] if extra is not None else [])
+        return self._bytes(list(self._held.values()) + ([extra] if extra is not None else []))
+
+    def _bytes(self, held: list[MemoryEstimate]) -> int:
+        """The estimated bytes of ``held`` together, each cache group capped at its pool and the activations at
+        one full step."""
         total = 0
         for g, pool in enumerate(self.pool_bytes):
             total += min(pool, sum(e.cache_bytes[g] for e in held))
@@ -278,6 +282,54 @@ class MemoryAdmission:
                     f"request needs {_mib(estimate.total_bytes)} MiB more than the {_mib(capacity)} MiB admitted "
                     "(max_estimated_usage_ratio); retry later")
             self._held[request_id] = estimate
+
+    def admit_group(self, items: list[tuple[str, MemoryEstimate]], *, busy_check: bool = True) -> None:
+        """Admit the requests of one fan-out (``n`` choices, several prompts) together, all or none: the never-fits
+        check (HTTP 400) is on the group's total, so a group that can never fit together is not refused 503 over
+        and over; on any refusal none of them is held.
+
+        Raises:
+            InvalidRequestError: the group does not fit an idle engine (code ``insufficient_memory``), or an id is
+                held already.
+            MemoryUnavailableError: it fits once admitted requests finish, or free memory is short (HTTP 503).
+        """
+        if len(items) == 1:
+            self.admit(*items[0], busy_check=busy_check)
+            return
+        ids = [rid for rid, _ in items]
+        estimates = [e for _, e in items]
+        if len(set(ids)) < len(ids) or any(rid in self._held for rid in ids):
+            raise InvalidRequestError("a request id of the group is already in use")
+        capacity = self.capacity_bytes
+        alone = self.weights_bytes + max(max(e.total_bytes for e in estimates) if estimates else 0,
+                                         self._bytes(estimates))
+        if capacity is not None and alone > capacity:
+            self.refused_400 += 1
+            raise InvalidRequestError(
+                f"the {len(items)} choices / prompts of the request need an estimated {_mib(alone - self.weights_bytes)} "
+                f"MiB of device memory together beside {_mib(self.weights_bytes)} MiB of weights; the server admits "
+                f"at most {_mib(capacity)} MiB (max_estimated_usage_ratio, reserve_memory_mib): lower n, max_tokens "
+                "or the prompts", param="max_tokens", code="insufficient_memory")
+        min_free = int(self.policy.min_free_memory_mib * _MIB)
+        if busy_check and min_free:
+            free = self.probe.snapshot().free_bytes
+            need = sum(e.generation_bytes for e in estimates)
+            if free is not None and free - need < min_free:
+                self.refused_503 += 1
+                raise MemoryUnavailableError(
+                    f"the device has {_mib(free)} MiB free; the request's {len(items)} choices / prompts need an "
+                    f"estimated {_mib(need)} MiB and min_free_memory_mib keeps {_mib(min_free)} MiB free; retry later")
+        with self._lock:
+            if any(rid in self._held for rid in ids):
+                raise InvalidRequestError("a request id of the group is already in use")
+            if busy_check and capacity is not None and \
+                    self.weights_bytes + self._bytes(list(self._held.values()) + estimates) > capacity:
+                self.refused_503 += 1
+                raise MemoryUnavailableError(
+                    f"the running requests hold an estimated {_mib(self.held_bytes())} MiB of device memory; the "
+                    f"request's {len(items)} choices / prompts need more than the {_mib(capacity)} MiB admitted "
+                    "(max_estimated_usage_ratio); retry later")
+            self._held.update(items)
 
     def release(self, request_id: str) -> None:
         """``request_id`` ended (no-op if it was never admitted)."""

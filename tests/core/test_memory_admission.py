@@ -116,6 +116,15 @@ def test_ratio_and_reserve_shrink_the_capacity_and_min_free_reads_the_probe():
     short.admit("a", _estimator().estimate(10, 10))
 
 
+def test_an_engine_that_could_admit_nothing_fails_at_start():
+    with pytest.raises(AnnaError, match="min_free_memory_mib"):  # the idle engine leaves 512 MiB free, under 1 GiB
+        _engine(StaticMemoryProbe(8 << 30, 512 * MIB), min_free_memory_mib=1024)
+    _engine(StaticMemoryProbe(8 << 30, 2048 * MIB), min_free_memory_mib=1024)  # room left: it starts
+    admission = _admission(total=100 * MIB, weights=60 * MIB, max_estimated_usage_ratio=0.5)
+    with pytest.raises(AnnaError, match="weights take 60.0 MiB"):
+        admission.check_startup()
+
+
 def test_held_cache_bytes_are_capped_at_the_allocated_pool():
     est = MemoryEstimate(cache_bytes=(600, 0), activation_bytes=10)
     adm = MemoryAdmission(MemoryPolicy(generation_memory_safety_factor=1.0), _estimator(), StaticMemoryProbe(2000, None),

@@ -101,8 +101,9 @@ class LLMEngine:
 
     Raises:
         AnnaError: the model does not declare what :class:`~anna_core.model.CausalLM` requires, an
-            attention layer disagrees with its cache group, or a sliding-window group's blocks cannot hold
-            one sequence's window.
+            attention layer disagrees with its cache group, a sliding-window group's blocks cannot hold
+            one sequence's window, or memory admission could admit no request at all
+            (:meth:`~anna_core.engine.memory_admission.MemoryAdmission.check_startup`).
     """
 
     def __init__(self, model: Any, *, tokenizer: Any = None, config: EngineConfig | None = None,
@@ -173,6 +174,7 @@ class LLMEngine:
         self.failures = StepFailures(config.max_consecutive_step_failures)
         self._failure_counted = -1  # the engine step whose failure was counted last
         self.admission = self._memory_admission(spec, num_blocks, memory_probe or DeviceMemoryProbe(self.device))
+        self.admission.check_startup()  # a configuration that could admit nothing fails here, not with 503s forever
         self._requests: dict[str, Request] = {}
         self._finish_times: deque[float] = deque(maxlen=64)
         self._lookup_tokens = [0, 0]  # prompt tokens found in a cache, prompt tokens looked up

@@ -31,7 +31,7 @@ import attrs
 import torch
 
 from anna_core.cache_spec import CacheSpec, RecurrentStateSpec
-from anna_core.errors import InvalidRequestError, MemoryUnavailableError
+from anna_core.errors import AnnaError, InvalidRequestError, MemoryUnavailableError
 
 _MIB = 1 << 20
 
@@ -282,6 +282,31 @@ class MemoryAdmission:
                     f"request needs {_mib(estimate.total_bytes)} MiB more than the {_mib(capacity)} MiB admitted "
                     "(max_estimated_usage_ratio); retry later")
             self._held[request_id] = estimate
+
+    def check_startup(self) -> None:
+        """At engine start (the model and the pools allocated, nothing running): refuse a configuration under which
+        the idle engine could admit no request at all, instead of coming up ready and answering 503 forever.
+
+        Raises:
+            AnnaError: the weights alone reach the capacity (``max_estimated_usage_ratio``, ``reserve_memory_mib``,
+                ``max_device_memory_gib``), or the device's free memory is already under ``min_free_memory_mib``.
+        """
+        capacity = self.capacity_bytes
+        if capacity is not None and self.weights_bytes >= capacity:
+            raise AnnaError(
+                f"the model's weights take {_mib(self.weights_bytes)} MiB of device memory; memory admission lets "
+                f"requests use at most {_mib(capacity)} MiB in all (max_estimated_usage_ratio, reserve_memory_mib, "
+                "max_device_memory_gib), so no request could ever run: raise max_estimated_usage_ratio or lower "
+                "reserve_memory_mib")
+        min_free = int(self.policy.min_free_memory_mib * _MIB)
+        if min_free:
+            free = self.probe.snapshot().free_bytes
+            if free is not None and free < min_free:
+                raise AnnaError(
+                    f"min_free_memory_mib is {_mib(min_free)} MiB but the idle engine leaves only {_mib(free)} MiB of "
+                    "device memory free once the weights and the KV cache are allocated, so every request would be "
+                    "refused: lower min_free_memory_mib, or raise reserve_memory_mib (or lower kv_cache_memory_gib / "
+                    "num_blocks) so the KV cache leaves that much free")
 
     def admit_group(self, items: list[tuple[str, MemoryEstimate]], *, busy_check: bool = True) -> None:
         """Admit the requests of one fan-out (``n`` choices, several prompts) together, all or none: the never-fits

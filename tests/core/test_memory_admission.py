@@ -396,3 +396,19 @@ def test_a_failed_read_back_and_its_failed_step_count_once(tiny_dir):
     eng.step()
     assert eng.failures.report() == {"total": 1, "out_of_memory": 1, "consecutive": 1, "degraded": None}
     assert eng.metrics.snapshot()["step_failures"] == 1
+
+
+def test_a_request_admitted_just_before_the_engine_degrades_ends_with_engine_degraded():
+    engine = _engine()
+    eng = AsyncEngine(engine)
+
+    async def main():
+        eng.start()
+        engine.admit = lambda *a, **k: None  # admitted; the engine degrades before its thread takes it
+        engine.failures.degraded = "the device failed: test"
+        outs = [o async for o in eng.generate("a", [5, 6], GREEDY)]
+        await eng.shutdown()
+        return outs
+
+    outs = asyncio.run(main())
+    assert outs[-1].finish_reason == "error" and outs[-1].error_code == "engine_degraded"

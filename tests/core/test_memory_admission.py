@@ -320,6 +320,16 @@ def test_a_lost_device_degrades_at_once():
     assert engine.degraded is not None and "device failed" in engine.degraded
 
 
+def test_failure_messages_for_clients_are_short():
+    from anna_core.engine.faults import short_description
+
+    assert short_description(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")) == \
+        "OutOfMemoryError (the device ran out of memory)"
+    long = RuntimeError("CUDA error: an illegal memory access was encountered " + "x" * 500 + "\nstack trace")
+    text = short_description(long)
+    assert text.startswith("RuntimeError: CUDA error: an illegal") and len(text) < 140 and "stack" not in text
+
+
 def test_async_engine_refuses_503_while_busy_and_admits_once_running_requests_finish():
     engine = _engine()
     need = engine.estimate_memory([5, 6], SamplingParams(max_tokens=30)).total_bytes

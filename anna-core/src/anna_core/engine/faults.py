@@ -54,6 +54,17 @@ def classify_failure(exc: BaseException) -> str:
     return "other"
 
 
+def short_description(exc: BaseException, limit: int = 120) -> str:
+    """What a client is told of a failure: the exception's type and the first line of its message, cut at
+    ``limit`` characters; an out-of-memory names no sizes (the full message goes to the server log)."""
+    if classify_failure(exc) == "oom":
+        return f"{type(exc).__name__} (the device ran out of memory)"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(text) > limit:
+        text = text[:limit].rstrip() + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class StepFailures:
     """Failed steps in a row and in all, and the degraded state.
 
@@ -90,10 +101,9 @@ class StepFailures:
         self.consecutive += 1
         if self.degraded is None:
             if kind == "device":
-                self.degraded = f"the device failed: {type(exc).__name__}: {exc}"
+                self.degraded = f"the device failed: {short_description(exc)}"
             elif self.consecutive >= self.max_consecutive:
-                last = f"{type(exc).__name__} (the device ran out of memory)" if kind == "oom" else f"{type(exc).__name__}: {exc}"
-                self.degraded = f"{self.consecutive} steps failed in a row; last: {last}"
+                self.degraded = f"{self.consecutive} steps failed in a row; last: {short_description(exc)}"
         return self.degraded
 
     def report(self) -> dict[str, int | str | None]:

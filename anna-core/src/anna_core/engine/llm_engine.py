@@ -45,7 +45,7 @@ from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.checkpoint_plan import CheckpointTarget
 from anna_core.engine.config import EngineConfig, default_max_prefill_tokens
 from anna_core.engine.detokenizer import IncrementalDetokenizer
-from anna_core.engine.faults import FaultInjector, StepFailures, classify_failure
+from anna_core.engine.faults import FaultInjector, StepFailures, classify_failure, short_description
 from anna_core.engine.inflight import Inflight, resolve_pending
 from anna_core.engine.logits_processors import LogitsProcessors
 from anna_core.engine.memory_admission import (
@@ -721,7 +721,7 @@ def _failure_message(exc: BaseException) -> str:
     """The error a failed step's requests end with (an out-of-memory says so, for the client to retry)."""
     if classify_failure(exc) == "oom":  # the allocator's own message (sizes, addresses) stays in the log
         return "the device ran out of memory in this request's step; retry, or lower max_tokens"
-    return f"{type(exc).__name__}: {exc}"
+    return short_description(exc)
 
 
 def _failure_code(exc: BaseException) -> str | None:

@@ -80,5 +80,19 @@ def test_memory_admission_flags_reach_their_fields_and_keep_their_bounds():
 
     for bad in (["--max-estimated-usage-ratio", "0"], ["--max-estimated-usage-ratio", "1.5"],
                 ["--generation-memory-safety-factor", "0.5"], ["--generation-memory-safety-factor", "inf"],
-                ["--min-free-memory-mib", "-1"], ["--max-consecutive-step-failures", "0"]):
-        assert CliRunner().invoke(cmd, bad).exit_code == 2, bad
+                ["--min-free-memory-mib", "-1"], ["--max-consecutive-step-failures", "0"],
+                ["--generation-memory-safety-factor", "nan"],
+                *([flag, value] for flag in ("--min-free-memory-mib", "--reserve-memory-mib", "--snapshot-memory-mib",
+                                             "--kv-cache-memory-gib") for value in ("nan", "inf"))):
+        result = CliRunner().invoke(cmd, bad)
+        assert result.exit_code == 2 and ("finite" in result.output or bad[1] not in ("nan", "inf")), bad
+
+
+@pytest.mark.parametrize("field", ["min_free_memory_mib", "reserve_memory_mib", "snapshot_memory_mib",
+                                   "kv_cache_memory_gib", "batch_wait_ms"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_memory_sizes_must_be_finite(field, value):
+    if field == "batch_wait_ms" and value == float("inf"):
+        return  # only the memory sizes must be finite; NaN is refused everywhere
+    with pytest.raises(AnnaError, match=field):
+        EngineConfig(**{field: value})

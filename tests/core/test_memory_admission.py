@@ -90,6 +90,22 @@ def test_admission_refuses_400_when_it_never_fits_and_503_when_it_fits_later():
     assert adm.report()["refused_400"] == 1 and adm.report()["refused_503"] == 1 and adm.report()["admitted"] == 1
 
 
+def test_a_group_is_admitted_together_or_not_at_all():
+    one = _estimator().estimate(10, 10)
+    admission = _admission(int(one.total_bytes * 1.5))
+    with pytest.raises(InvalidRequestError) as info:  # two never fit together: 400, not 503 forever
+        admission.admit_group([("a-0", one), ("a-1", one)])
+    assert info.value.code == "insufficient_memory" and admission.report()["admitted"] == 0
+    admission = _admission(int(one.total_bytes * 2.5))
+    admission.admit("x", one)
+    with pytest.raises(MemoryUnavailableError):  # fits once x ends; no sibling is left held
+        admission.admit_group([("a-0", one), ("a-1", one)])
+    assert admission.report()["admitted"] == 1
+    admission.release("x")
+    admission.admit_group([("a-0", one), ("a-1", one)])
+    assert admission.report()["admitted"] == 2
+
+
 def test_ratio_and_reserve_shrink_the_capacity_and_min_free_reads_the_probe():
     adm = _admission(total=100 * MIB, max_estimated_usage_ratio=0.5, reserve_memory_mib=10)
     assert adm.capacity_bytes == 40 * MIB
@@ -98,6 +114,15 @@ def test_ratio_and_reserve_shrink_the_capacity_and_min_free_reads_the_probe():
         short.admit("a", _estimator().estimate(10, 10))
     short.probe.free_bytes = 3 * MIB  # memory freed elsewhere: admitted now
     short.admit("a", _estimator().estimate(10, 10))
+
+
+def test_an_engine_that_could_admit_nothing_fails_at_start():
+    with pytest.raises(AnnaError, match="min_free_memory_mib"):  # the idle engine leaves 512 MiB free, under 1 GiB
+        _engine(StaticMemoryProbe(8 << 30, 512 * MIB), min_free_memory_mib=1024)
+    _engine(StaticMemoryProbe(8 << 30, 2048 * MIB), min_free_memory_mib=1024)  # room left: it starts
+    admission = _admission(total=100 * MIB, weights=60 * MIB, max_estimated_usage_ratio=0.5)
+    with pytest.raises(AnnaError, match="weights take 60.0 MiB"):
+        admission.check_startup()
 
 
 def test_held_cache_bytes_are_capped_at_the_allocated_pool():
@@ -198,16 +223,19 @@ def test_injected_oom_fails_only_its_step_and_the_engine_keeps_serving():
     assert engine.degraded is None and engine.stats()["step_failures"]["out_of_memory"] == 1
 
 
-def test_repeated_failures_degrade_the_engine():
+def test_repeated_decode_failures_degrade_the_engine():
     faults = FaultInjector()
-    engine = _engine(faults=faults, max_consecutive_step_failures=2)
+    # one decode per step (max_decode_tokens): a's and b's decodes fail in two steps in a row
+    engine = _engine(faults=faults, max_consecutive_step_failures=2, max_decode_tokens=3)
+    engine.add_request("a", [5, 6], GREEDY)
+    engine.add_request("b", [7, 8], GREEDY)
+    engine.step()  # both prompts
     faults.arm_next(2)
-    for i, rid in enumerate("abcde"):  # two steps of two fail; e, still waiting, fails with the degraded engine
-        engine.add_request(rid, [5 + i, 6], GREEDY)
     finals = _drain(engine)
-    assert all(o.finish_reason == "error" for o in finals.values()) and set(finals) == set("abcde")
-    assert "out of memory" in finals["c"].error and "degraded" in finals["e"].error
+    assert all(o.finish_reason == "error" for o in finals.values()) and set(finals) == set("ab")
+    assert "out of memory" in finals["a"].error and finals["a"].error_code == "insufficient_memory"
     assert engine.degraded is not None and "2 steps failed in a row" in engine.degraded
+    assert "Tried to allocate" not in finals["a"].error + engine.degraded  # the raw device message stays in the log
     assert engine.stats()["degraded"] == engine.degraded
     text = engine.metrics.prometheus_text().decode()
     assert "anna_engine_degraded 1.0" in text and 'anna_step_failures_total{kind="oom"} 2.0' in text
@@ -217,6 +245,72 @@ def test_repeated_failures_degrade_the_engine():
         engine.add_request("d", [5], GREEDY)
 
 
+def test_a_held_request_fails_with_engine_degraded_when_the_engine_degrades():
+    faults = FaultInjector()
+    engine = _engine(faults=faults, max_consecutive_step_failures=1)
+    engine.add_request("a", [5, 6], GREEDY)
+    engine.add_request("b", [7, 8], GREEDY)
+    engine.add_request("c", [9, 10], GREEDY)  # waits: two sequences per step
+    engine.step()
+    faults.arm_next(1)  # a's and b's decode
+    finals = _drain(engine)
+    assert finals["a"].error_code == "insufficient_memory"
+    assert finals["c"].finish_reason == "error" and finals["c"].error_code == "engine_degraded"
+
+
+def test_a_client_retrying_a_prompt_that_runs_out_of_memory_does_not_degrade_the_engine():
+    engine = _engine(max_consecutive_step_failures=2, num_blocks=256, max_model_len=512)
+    execute = engine.runner.execute
+
+    def too_big(out, *args, **kwargs):  # a long prompt's prefill needs more activation memory than is free
+        if any(s.request.num_prompt_tokens > 100 for s in out.seqs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return execute(out, *args, **kwargs)
+
+    engine.runner.execute = too_big
+    for i in range(5):  # the same client retries, as the error tells it to
+        engine.add_request(f"big{i}", [5] * 150, GREEDY)
+        final = _drain(engine)[f"big{i}"]
+        assert final.finish_reason == "error" and final.error_code == "insufficient_memory"
+    assert engine.degraded is None
+    assert engine.stats()["step_failures"] == {"total": 5, "out_of_memory": 5, "consecutive": 0, "degraded": None}
+    engine.add_request("small", [5, 6], GREEDY)
+    assert _drain(engine)["small"].token_ids == greedy_reference([5, 6], 4, V)
+
+
+def test_an_oom_in_a_prefill_fails_only_the_prompts_and_requeues_the_decodes():
+    engine = _engine(num_blocks=256, max_model_len=512)
+    execute = engine.runner.execute
+
+    def too_big(out, *args, **kwargs):
+        if any(s.request.num_prompt_tokens > 100 and s.start < s.request.num_prompt_tokens for s in out.seqs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return execute(out, *args, **kwargs)
+
+    engine.runner.execute = too_big
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    engine.add_request("innocent", [5, 6, 7], params)
+    streamed = []
+    for _ in range(3):
+        for out in engine.step():
+            streamed += out.delta_token_ids
+    engine.add_request("big", [5] * 150, GREEDY)  # joins the innocent one's decode step; that step fails
+    finals = {}
+    for _ in range(100):
+        if not engine.has_unfinished():
+            break
+        for out in engine.step():
+            streamed += out.delta_token_ids if out.request_id == "innocent" else []
+            if out.finished:
+                finals[out.request_id] = out
+    assert finals["big"].finish_reason == "error" and finals["big"].error_code == "insufficient_memory"
+    assert finals["innocent"].finish_reason == "length"
+    assert finals["innocent"].token_ids == streamed == greedy_reference([5, 6, 7], 12, V)
+    assert engine.scheduler.num_preemptions == 1
+    assert engine.metrics.snapshot()["requests"]["preemptions"] == 1
+    assert engine.degraded is None and _gauges(engine) == (0, 0, 0, 0)
+
+
 def test_a_lost_device_degrades_at_once():
     faults = FaultInjector()
     engine = _engine(faults=faults)
@@ -224,6 +318,16 @@ def test_a_lost_device_degrades_at_once():
     engine.add_request("a", [5, 6], GREEDY)
     assert _drain(engine)["a"].finish_reason == "error"
     assert engine.degraded is not None and "device failed" in engine.degraded
+
+
+def test_failure_messages_for_clients_are_short():
+    from anna_core.engine.faults import short_description
+
+    assert short_description(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")) == \
+        "OutOfMemoryError (the device ran out of memory)"
+    long = RuntimeError("CUDA error: an illegal memory access was encountered " + "x" * 500 + "\nstack trace")
+    text = short_description(long)
+    assert text.startswith("RuntimeError: CUDA error: an illegal") and len(text) < 140 and "stack" not in text
 
 
 def test_async_engine_refuses_503_while_busy_and_admits_once_running_requests_finish():
@@ -281,3 +385,40 @@ def test_oom_with_a_step_in_flight_drains_it_first(tiny_dir):
     assert eng._inflight is None and eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0
     assert _gauges(eng) == (0, 0, 0, 0)
     assert run_to_completion(eng, [[5, 6, 7]], [params])[0].token_ids == ref
+
+
+def test_a_failed_read_back_and_its_failed_step_count_once(tiny_dir):
+    from tests.core._graph_engine import graph_engine
+
+    eng = graph_engine(tiny_dir, async_scheduling=True)
+    eng.faults = FaultInjector()
+    eng.add_request("a", [5, 6, 7], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    for _ in range(4):
+        eng.step()
+    assert eng._inflight is not None
+
+    class FailedReadBack:
+        def tolist(self):
+            raise torch.OutOfMemoryError("CUDA out of memory (read back)")
+
+    eng._inflight.ids = FailedReadBack()
+    eng.faults.arm(eng.num_steps + 1)  # the step that drains it fails too
+    eng.step()
+    assert eng.failures.report() == {"total": 1, "out_of_memory": 1, "consecutive": 1, "degraded": None}
+    assert eng.metrics.snapshot()["step_failures"] == 1
+
+
+def test_a_request_admitted_just_before_the_engine_degrades_ends_with_engine_degraded():
+    engine = _engine()
+    eng = AsyncEngine(engine)
+
+    async def main():
+        eng.start()
+        engine.admit = lambda *a, **k: None  # admitted; the engine degrades before its thread takes it
+        engine.failures.degraded = "the device failed: test"
+        outs = [o async for o in eng.generate("a", [5, 6], GREEDY)]
+        await eng.shutdown()
+        return outs
+
+    outs = asyncio.run(main())
+    assert outs[-1].finish_reason == "error" and outs[-1].error_code == "engine_degraded"

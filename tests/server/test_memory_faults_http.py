@@ -91,14 +91,16 @@ def test_an_injected_oom_fails_its_request_and_the_next_ones_succeed(served):
     client, _, faults = served
     faults.arm_next(1)
     r = client.post("/v1/completions", json=_completion())
-    assert r.status_code == 500 and "out of memory" in _error(r)["message"] and _error(r)["type"] == "server_error"
+    assert r.status_code == 503 and "out of memory" in _error(r)["message"] and _error(r)["type"] == "server_error"
+    assert _error(r)["code"] == "insufficient_memory" and int(r.headers["retry-after"]) >= 1
+    assert "Tried to allocate" not in _error(r)["message"]  # the device's own message stays in the log
     assert client.post("/v1/completions", json=_completion()).status_code == 200
     faults.arm_next(1)
     with client.stream("POST", "/v1/completions", json=_completion(stream=True)) as s:
         lines = [line for line in s.iter_lines() if line.startswith("data: ")]
     assert s.status_code == 200 and lines[-1] == "data: [DONE]"
     event = json.loads(lines[-2][len("data: "):])
-    assert "out of memory" in event["error"]["message"]
+    assert "out of memory" in event["error"]["message"] and event["error"]["code"] == "insufficient_memory"
     ok = client.post("/v1/completions", json=_completion())
     assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "length"
     assert _gauges(client) == (0,) * 7
@@ -110,9 +112,10 @@ def test_an_injected_oom_fails_its_request_and_the_next_ones_succeed(served):
 
 def test_repeated_failures_put_the_server_in_degraded_mode(served):
     client, llm, faults = served
-    faults.arm_next(2)  # max_consecutive_step_failures=2
-    assert client.post("/v1/completions", json=_completion()).status_code == 500
-    assert client.post("/v1/completions", json=_completion()).status_code == 500
+    for _ in range(2):  # max_consecutive_step_failures=2: each request's first decode fails
+        faults.arm(llm.num_steps + 2)
+        r = client.post("/v1/completions", json=_completion())
+        assert r.status_code == 503 and _error(r)["code"] in ("insufficient_memory", "engine_degraded")
     health = client.get("/health")
     assert health.status_code == 503 and health.json()["status"] == "degraded" and "2 steps" in health.json()["error"]
     detail = client.get("/healthz")
@@ -121,3 +124,38 @@ def test_repeated_failures_put_the_server_in_degraded_mode(served):
     r = client.post("/v1/completions", json=_completion())
     assert r.status_code == 503 and _error(r)["code"] == "engine_degraded"
     assert _gauges(client) == (0,) * 7
+
+
+def test_a_retried_prompt_that_runs_out_of_memory_does_not_degrade_the_server(served):
+    client, llm, faults = served
+    for _ in range(4):  # its prompt's step fails each time (max_consecutive_step_failures=2)
+        faults.arm(llm.num_steps + 1)
+        r = client.post("/v1/completions", json=_completion())
+        assert r.status_code == 503 and _error(r)["code"] == "insufficient_memory"
+    assert client.get("/health").status_code == 200 and llm.degraded is None
+    assert client.post("/v1/completions", json=_completion()).status_code == 200
+
+
+def test_a_request_held_when_the_engine_degrades_gets_503_engine_degraded(served):
+    client, llm, faults = served
+    faults.arm(1, lambda: RuntimeError("CUDA error: an illegal memory access was encountered"))
+    r = client.post("/v1/completions", json=_completion())
+    assert r.status_code == 503 and _error(r)["code"] == "engine_degraded" and r.headers["retry-after"]
+    r = client.post("/v1/completions", json=_completion(stream=True))
+    assert r.status_code == 503 and _error(r)["code"] == "engine_degraded"
+
+
+@pytest.mark.parametrize("fanout", [{"n": 2}, {"prompt": ["Hello world", "Hello world"]}])
+def test_a_fan_out_that_never_fits_together_is_a_400_and_holds_nothing(served, fanout):
+    client, llm, _ = served
+    one = llm.estimate_memory([1] * 3, _sampling(50)).total_bytes
+    llm.admission.total_bytes = llm.admission.weights_bytes + int(one * 1.5)
+    for _ in range(2):
+        r = client.post("/v1/completions", json=_completion(max_tokens=50) | fanout)
+        assert r.status_code == 400 and _error(r)["code"] == "insufficient_memory"
+    assert llm.admission.report()["admitted"] == 0
+    assert client.post("/v1/completions", json=_completion(max_tokens=50)).status_code == 200
+    llm.admission.total_bytes = llm.admission.weights_bytes + int(one * 3)
+    r = client.post("/v1/completions", json=_completion(max_tokens=5) | fanout)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 2
+    assert llm.admission.report()["admitted"] == 0

@@ -13,6 +13,7 @@ together and an explicitly given flag overrides its profile value
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -67,8 +68,8 @@ def _finite_gib(ctx: click.Context, param: click.Parameter, value: float | None)
 
 
 def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and value == float("inf"):
-        raise click.BadParameter(f"must be finite, got {value}")
+    if value is not None and not math.isfinite(value):  # FloatRange lets nan and inf through
+        raise click.BadParameter(f"must be a finite number, got {value}")
     return value
 
 
@@ -158,13 +159,14 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--num-kv-blocks", type=_POS_INT, default=None,
                      help="KV blocks to allocate (overrides the memory sizing)."),
         click.option("--kv-cache-memory-gib", type=click.FloatRange(min=0.0, min_open=True), default=None,
+                     callback=_finite_gib,
                      help="Memory for the KV cache (default: from free device memory; on CPU a quarter of "
                           "free RAM, at most 4 GiB)."),
         max_device_memory_option,
-        click.option("--reserve-memory-mib", type=_NON_NEG, default=None,
+        click.option("--reserve-memory-mib", type=_NON_NEG, default=None, callback=_finite,
                      help="Memory left free when the KV cache is sized from free memory, and kept out of what memory "
                           "admission lets requests use. At least 0; default 0."),
-        click.option("--min-free-memory-mib", type=_NON_NEG, default=None,
+        click.option("--min-free-memory-mib", type=_NON_NEG, default=None, callback=_finite,
                      help="Refuse a request (503) while the device's free memory less its estimated activations, "
                           "grammar and logprobs is under this. At least 0; default 0 (off)."),
         click.option("--max-estimated-usage-ratio", type=click.FloatRange(min=0.0, max=1.0, min_open=True),
@@ -185,7 +187,7 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--snapshot-interval", type=_POS_INT, default=None,
                      help="Tokens between recurrent-state snapshots of models with recurrent layers (a multiple of the "
                           "block size). Default 256."),
-        click.option("--snapshot-memory-mib", type=_NON_NEG, default=None,
+        click.option("--snapshot-memory-mib", type=_NON_NEG, default=None, callback=_finite,
                      help="Memory for recurrent-state snapshots. Default 1024."),
         click.option("--prompt-cache-size", type=_NON_NEG_INT, default=None,
                      help="Keep the final state and logits of this many most recent exact prompts. Default 8."),

@@ -125,8 +125,23 @@ class AsyncEngine:
 
     # -- requests -----------------------------------------------------------------------------
 
+    def admit_group(self, jobs: list[tuple[str, list[int], SamplingParams]]) -> None:
+        """Memory admission of one fan-out's requests together (all or none; thread-safe); then pass
+        ``admitted=True`` to :meth:`generate` for each, and :meth:`release` them all if any is not generated.
+
+        Raises:
+            EngineDegradedError / InvalidRequestError / MemoryUnavailableError: as :meth:`generate`, for the group.
+        """
+        self.engine.admit_group(jobs)
+
+    def release(self, request_ids: list[str]) -> None:
+        """Drop the memory admission of ``request_ids`` (no-op for ids not held; thread-safe)."""
+        for request_id in request_ids:
+            self.engine.admission.release(request_id)
+
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None,
-                       multimodal: MultiModalInputs | None = None) -> AsyncIterator[RequestOutput]:
+                       multimodal: MultiModalInputs | None = None, *,
+                       admitted: bool = False) -> AsyncIterator[RequestOutput]:
         """Submit a request and yield its output after every step that changed it; the last one
         has ``finished`` set. Leaving the iteration early (break, cancel, disconnect) aborts it.
         ``multimodal``: its media and positions (:mod:`anna_core.multimodal`), or None.
@@ -139,11 +154,17 @@ class AsyncEngine:
             EngineDegradedError: the engine is degraded (HTTP 503).
         """
         params = params or SamplingParams()
-        # CPU work (grammar compilation above all): in a worker thread, so the event loop keeps serving.
-        await asyncio.to_thread(self.engine.validate_request, list(prompt_token_ids), params, multimodal)
+        try:
+            # CPU work (grammar compilation above all): in a worker thread, so the event loop keeps serving.
+            await asyncio.to_thread(self.engine.validate_request, list(prompt_token_ids), params, multimodal)
+        except BaseException:
+            if admitted:
+                self.engine.admission.release(request_id)
+            raise
         stream = _Stream(asyncio.get_running_loop())
         # memory admission (400 / 503) before it runs; outside the lock, as it may read the device's free memory
-        self.engine.admit(request_id, list(prompt_token_ids), params)
+        if not admitted:
+            self.engine.admit(request_id, list(prompt_token_ids), params)
         try:
             self._enqueue(request_id, stream, prompt_token_ids, params, multimodal)
         except BaseException:
@@ -215,7 +236,8 @@ class AsyncEngine:
                                             multimodal=multimodal, admitted=True)
                 except Exception as exc:  # validated already; anything here is a failure of this request
                     self.engine.admission.release(request_id)
-                    self._deliver(_error_output(request_id, prompt, f"{type(exc).__name__}: {exc}"))
+                    self._deliver(_error_output(request_id, prompt, f"{type(exc).__name__}: {exc}",
+                                                code=getattr(exc, "code", None)))
             elif kind == "abort":
                 output = self.engine.abort_request(arg)
                 if output is not None:
@@ -266,6 +288,7 @@ class AsyncEngine:
                 stream.put(_error_output(request_id, [], "the engine stopped", reason="abort"))
 
 
-def _error_output(request_id: str, prompt: list[int], message: str, reason: str = "error") -> RequestOutput:
+def _error_output(request_id: str, prompt: list[int], message: str, reason: str = "error",
+                  code: str | None = None) -> RequestOutput:
     return RequestOutput(request_id=request_id, prompt_token_ids=prompt, finished=True, finish_reason=reason,
-                         error=message, usage=Usage(prompt_tokens=len(prompt)))
+                         error=message, usage=Usage(prompt_tokens=len(prompt)), error_code=code)

@@ -7,6 +7,7 @@ caller set explicitly.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -20,9 +21,17 @@ def _positive(instance: object, attribute: attrs.Attribute, value: int | None) -
 
 
 def non_negative(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
-    """An attrs validator: ``value`` is None or at least 0 (:class:`~anna_core.errors.AnnaError` otherwise)."""
-    if value is not None and value < 0:
+    """An attrs validator: ``value`` is None or at least 0 (:class:`~anna_core.errors.AnnaError` otherwise; NaN is
+    refused too)."""
+    if value is not None and not value >= 0:
         raise AnnaError(f"{attribute.name} must not be negative, got {value}")
+
+
+def non_negative_finite(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
+    """An attrs validator: ``value`` is None or a finite number of at least 0 (memory sizes: NaN and infinity would
+    only fail later, in arithmetic)."""
+    if value is not None and not 0 <= value < math.inf:
+        raise AnnaError(f"{attribute.name} must be a finite number of at least 0, got {value}")
 
 
 ACCELERATOR_PREFILL_TOKENS = 8192
@@ -150,21 +159,21 @@ class EngineConfig:
     num_blocks: int | None = attrs.field(default=None, validator=_positive)
     kv_cache_memory_gib: float | None = None
     max_device_memory_gib: float | None = None
-    reserve_memory_mib: float = attrs.field(default=0.0, validator=non_negative)
-    min_free_memory_mib: float = attrs.field(default=0.0, validator=non_negative)
+    reserve_memory_mib: float = attrs.field(default=0.0, validator=non_negative_finite)
+    min_free_memory_mib: float = attrs.field(default=0.0, validator=non_negative_finite)
     max_estimated_usage_ratio: float = 1.0
     generation_memory_safety_factor: float = 1.2
     max_consecutive_step_failures: int = attrs.field(default=3, validator=_positive)
     max_model_len: int | None = attrs.field(default=None, validator=_positive)
     enable_prefix_caching: bool = True
     snapshot_interval: int = attrs.field(default=256, validator=_positive)
-    snapshot_memory_mib: float = attrs.field(default=1024.0, validator=non_negative)
+    snapshot_memory_mib: float = attrs.field(default=1024.0, validator=non_negative_finite)
     num_snapshots: int | None = attrs.field(default=None, validator=non_negative)
     prompt_cache_size: int = attrs.field(default=8, validator=non_negative)
 
     def __attrs_post_init__(self) -> None:
-        if self.kv_cache_memory_gib is not None and self.kv_cache_memory_gib <= 0:
-            raise AnnaError(f"kv_cache_memory_gib must be positive, got {self.kv_cache_memory_gib}")
+        if self.kv_cache_memory_gib is not None and not 0 < self.kv_cache_memory_gib < math.inf:
+            raise AnnaError(f"kv_cache_memory_gib must be a positive finite number, got {self.kv_cache_memory_gib}")
         if self.max_device_memory_gib is not None and not 0 < self.max_device_memory_gib < float("inf"):
             raise AnnaError(f"max_device_memory_gib must be a positive finite number, got {self.max_device_memory_gib}")
         if not 0 < self.max_estimated_usage_ratio <= 1:

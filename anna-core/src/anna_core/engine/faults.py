@@ -3,11 +3,22 @@
 A step that raises fails only its own requests (:meth:`~anna_core.engine.llm_engine.LLMEngine.step`: a step
 already launched under asynchronous scheduling is read back first, the failed step's requests end with finish
 reason ``"error"``, their blocks and slots return to the pools). A device out-of-memory also empties the
-allocator's cache (:func:`anna_core.device.empty_cache`). :class:`StepFailures` counts failures in a row: at
-``EngineConfig.max_consecutive_step_failures`` of them, or at once on an error that says the device is lost
-(:func:`classify_failure` ``"device"``), the engine is *degraded*: it fails every request it holds, refuses new
-ones (:class:`~anna_core.errors.EngineDegradedError`, HTTP 503), ``/health`` answers 503 and ``/healthz`` shows
-the reason, instead of crashing or serving what a broken device computes. Only a restart leaves degraded mode.
+allocator's cache (:func:`anna_core.device.empty_cache`), and its requests end with error code
+``"insufficient_memory"`` (HTTP 503, retryable). When the failed step computed prompt tokens and the error is an
+out-of-memory (or ``"other"``), only the requests with prompt tokens in it fail: the others (decodes, prompt-cache
+hits) are preempted by recompute (whatever KV the failed step wrote for them is dropped) and resume, their output
+unchanged.
+
+**Degraded mode.** :class:`StepFailures` counts failures in a row: at ``EngineConfig.max_consecutive_step_failures``
+of them, or at once on an error that says the device is lost (:func:`classify_failure` ``"device"``), the engine
+is *degraded*. Only failures of steps without new prompt tokens count toward the run (the device fails even for
+established decodes); an out-of-memory or ``"other"`` failure of a step with prompt tokens does not (one client
+retrying a prompt too large for the device must not degrade the server for everyone). A step that ran decodes
+ends the run; a step of prompts alone does not. A failure counts once per engine step (a launched step that fails
+to read back and the step that drains it are one failure). Degraded, the engine fails every request it holds
+(error code ``"engine_degraded"``), refuses new ones (:class:`~anna_core.errors.EngineDegradedError`, HTTP 503),
+``/health`` answers 503 and ``/healthz`` shows the reason, instead of crashing or serving what a broken device
+computes. Only a restart leaves degraded mode.
 
 :class:`FaultInjector` is the engine's collaborator for tests (``LLMEngine(faults=...)``): armed, it raises an
 exception (a :class:`torch.OutOfMemoryError` by default) at a chosen step, as the device would.
@@ -43,6 +54,17 @@ def classify_failure(exc: BaseException) -> str:
     return "other"
 
 
+def short_description(exc: BaseException, limit: int = 120) -> str:
+    """What a client is told of a failure: the exception's type and the first line of its message, cut at
+    ``limit`` characters; an out-of-memory names no sizes (the full message goes to the server log)."""
+    if classify_failure(exc) == "oom":
+        return f"{type(exc).__name__} (the device ran out of memory)"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(text) > limit:
+        text = text[:limit].rstrip() + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class StepFailures:
     """Failed steps in a row and in all, and the degraded state.
 
@@ -57,20 +79,31 @@ class StepFailures:
         self.oom = 0
         self.degraded: str | None = None
 
-    def succeeded(self) -> None:
-        self.consecutive = 0
+    def succeeded(self, decodes: bool = True) -> None:
+        """A step ran; ``decodes``: it advanced established sequences (not only prompts), which ends a run of
+        failures (a step of prompts alone says nothing about the decodes that failed)."""
+        if decodes:
+            self.consecutive = 0
 
-    def failed(self, exc: BaseException) -> str | None:
-        """Count ``exc``; returns the reason the engine is degraded now (None: it keeps serving)."""
+    def failed(self, exc: BaseException, *, new_prompts: bool = False) -> str | None:
+        """Count ``exc``; returns the reason the engine is degraded now (None: it keeps serving).
+
+        ``new_prompts``: the failed step computed prompt tokens (its failing requests are new ones; the others
+        were requeued). Such an out-of-memory or ``"other"`` failure is counted in :attr:`total` but not toward
+        degraded mode (:attr:`consecutive` is left as it is): one client retrying a request too large for the
+        device must not degrade the server for everyone. Only a ``"device"`` failure, or failures in a row of
+        steps without a prompt (established decodes fail), degrade the engine."""
         kind = classify_failure(exc)
         self.total += 1
-        self.consecutive += 1
         self.oom += kind == "oom"
+        if new_prompts and kind != "device":
+            return self.degraded
+        self.consecutive += 1
         if self.degraded is None:
             if kind == "device":
-                self.degraded = f"the device failed: {type(exc).__name__}: {exc}"
+                self.degraded = f"the device failed: {short_description(exc)}"
             elif self.consecutive >= self.max_consecutive:
-                self.degraded = f"{self.consecutive} steps failed in a row; last: {type(exc).__name__}: {exc}"
+                self.degraded = f"{self.consecutive} steps failed in a row; last: {short_description(exc)}"
         return self.degraded
 
     def report(self) -> dict[str, int | str | None]:

@@ -45,7 +45,7 @@ from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.checkpoint_plan import CheckpointTarget
 from anna_core.engine.config import EngineConfig, default_max_prefill_tokens
 from anna_core.engine.detokenizer import IncrementalDetokenizer
-from anna_core.engine.faults import FaultInjector, StepFailures, classify_failure
+from anna_core.engine.faults import FaultInjector, StepFailures, classify_failure, short_description
 from anna_core.engine.inflight import Inflight, resolve_pending
 from anna_core.engine.logits_processors import LogitsProcessors
 from anna_core.engine.memory_admission import (
@@ -101,8 +101,9 @@ class LLMEngine:
 
     Raises:
         AnnaError: the model does not declare what :class:`~anna_core.model.CausalLM` requires, an
-            attention layer disagrees with its cache group, or a sliding-window group's blocks cannot hold
-            one sequence's window.
+            attention layer disagrees with its cache group, a sliding-window group's blocks cannot hold
+            one sequence's window, or memory admission could admit no request at all
+            (:meth:`~anna_core.engine.memory_admission.MemoryAdmission.check_startup`).
     """
 
     def __init__(self, model: Any, *, tokenizer: Any = None, config: EngineConfig | None = None,
@@ -171,7 +172,9 @@ class LLMEngine:
         self.metrics = EngineMetrics()
         self.faults = faults
         self.failures = StepFailures(config.max_consecutive_step_failures)
+        self._failure_counted = -1  # the engine step whose failure was counted last
         self.admission = self._memory_admission(spec, num_blocks, memory_probe or DeviceMemoryProbe(self.device))
+        self.admission.check_startup()  # a configuration that could admit nothing fails here, not with 503s forever
         self._requests: dict[str, Request] = {}
         self._finish_times: deque[float] = deque(maxlen=64)
         self._lookup_tokens = [0, 0]  # prompt tokens found in a cache, prompt tokens looked up
@@ -253,6 +256,23 @@ class LLMEngine:
             raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
         try:
             self.admission.admit(request_id, self.estimate_memory(prompt_token_ids, params), busy_check=busy_check)
+        except MemoryUnavailableError as exc:
+            self.metrics.on_refused_memory(503)
+            exc.retry_after_s = self.retry_after_s(len(self.scheduler.running))
+            raise
+        except InvalidRequestError as exc:
+            if exc.code == "insufficient_memory":
+                self.metrics.on_refused_memory(400)
+            raise
+
+    def admit_group(self, jobs: list[tuple[str, list[int], SamplingParams]]) -> None:
+        """:meth:`admit` for the requests of one fan-out together (``(request_id, prompt ids, params)``; all or
+        none: :meth:`~anna_core.engine.memory_admission.MemoryAdmission.admit_group`)."""
+        if self.degraded is not None:
+            raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
+        items = [(rid, self.estimate_memory(ids, params)) for rid, ids, params in jobs]
+        try:
+            self.admission.admit_group(items)
         except MemoryUnavailableError as exc:
             self.metrics.on_refused_memory(503)
             exc.retry_after_s = self.retry_after_s(len(self.scheduler.running))
@@ -452,12 +472,26 @@ class LLMEngine:
             log.exception("engine step failed")
             self.scheduler.abandon(out)
             results += self._read_back()  # a step launched before this one: drained and delivered first
+            kind = classify_failure(exc)
+            prefill = {s.request_id for s in out.seqs if s.start < s.request.num_prompt_tokens}
             ids = [s.request_id for s in out.seqs] + [h.request_id for h in out.prompt_hits]
-            results += [self.fail_request(i, _failure_message(exc)) for i in ids if i in self._requests]
-            results += self._step_failed(exc)
+            if prefill and kind != "device":
+                # the step computed prompt tokens: only those requests fail; the others (decodes, prompt-cache
+                # hits) are preempted by recompute (their KV this step may have partly written is dropped) and
+                # resume, their output unchanged
+                for rid in ids:
+                    req = self._requests.get(rid)
+                    if rid not in prefill and req is not None and not req.finished:
+                        req.drop_pending()
+                        self.scheduler.preempt(req)
+                        self.metrics.on_preemption()
+                ids = [i for i in ids if i in prefill]
+            results += [self.fail_request(i, _failure_message(exc), code=_failure_code(exc)) for i in ids
+                        if i in self._requests]
+            results += self._step_failed(exc, new_prompts=bool(prefill))
             self._set_gauges()
             return results
-        self.failures.succeeded()
+        self.failures.succeeded(decodes=any(s.start >= s.request.num_prompt_tokens for s in out.seqs))
         if result.pending is not None:
             results += self._read_back()
             result.sampled = {s.request_id: PENDING for s in out.seqs}
@@ -493,8 +527,9 @@ class LLMEngine:
             ids = inflight.ids.tolist()
         except Exception as exc:  # the device step failed
             log.exception("reading back a launched step failed")
-            failed = [self.fail_request(r.request_id, _failure_message(exc)) for r in live if r.request_id in self._requests]
-            return failed + self._step_failed(exc)
+            failed = [self.fail_request(r.request_id, _failure_message(exc), code=_failure_code(exc))
+                      for r in live if r.request_id in self._requests]
+            return failed + self._step_failed(exc, new_prompts=False)
         inflight.fill(live, ids)
         return self._process_all(live)
 
@@ -508,19 +543,28 @@ class LLMEngine:
                 results.append(self.fail_request(req.request_id, f"{type(exc).__name__}: {exc}"))
         return results
 
-    def _step_failed(self, exc: BaseException) -> list[RequestOutput]:
+    def _step_failed(self, exc: BaseException, *, new_prompts: bool) -> list[RequestOutput]:
         """After a failed step's own requests were failed: an out-of-memory empties the allocator's cache; a lost
-        device or too many failures in a row degrade the engine, failing every request it still holds."""
+        device or too many failures in a row degrade the engine, failing every request it still holds.
+
+        A failure counts once per engine step (a launched step that fails to read back and the step that
+        drains it are one failure); ``new_prompts``: the failed step computed prompt tokens (see
+        :meth:`~anna_core.engine.faults.StepFailures.failed`)."""
         kind = classify_failure(exc)
         if kind == "oom":
             empty_cache(self.device)
+        if self._failure_counted == self.num_steps:  # this engine step's failure was counted already
+            if kind != "device" or self.degraded is not None:
+                return []
+        self._failure_counted = self.num_steps
         was_degraded = self.degraded is not None
-        reason = self.failures.failed(exc)
+        reason = self.failures.failed(exc, new_prompts=new_prompts)
         self.metrics.on_step_failed(kind, reason is not None)
         if reason is None or was_degraded:
             return []
         log.error("the engine is degraded and takes no more requests: %s", reason)
-        return [self.fail_request(rid, f"the engine is degraded: {reason}") for rid in list(self._requests)]
+        return [self.fail_request(rid, f"the engine is degraded: {reason}", code="engine_degraded")
+                for rid in list(self._requests)]
 
     def _expire(self) -> list[RequestOutput]:
         """Fail requests older than ``request_timeout_s`` (requests are kept in arrival order)."""
@@ -577,10 +621,12 @@ class LLMEngine:
                                 self.kv.num_used_blocks, self.kv.num_blocks,
                                 self.kv.slots.num_used_slots, self.kv.slots.num_slots)
 
-    def fail_request(self, request_id: str, message: str) -> RequestOutput:
-        """End a request with finish reason ``"error"`` and ``message``."""
+    def fail_request(self, request_id: str, message: str, *, code: str | None = None) -> RequestOutput:
+        """End a request with finish reason ``"error"`` and ``message``; ``code`` (``RequestOutput.error_code``):
+        ``"insufficient_memory"`` or ``"engine_degraded"`` say the server may answer the client 503 (retry)."""
         req = self._requests[request_id]
         req.error = message
+        req.error_code = code
         return self._finish(req, "error", None, "", [])
 
     def _process(self, req: Request) -> RequestOutput:
@@ -673,10 +719,15 @@ class LLMEngine:
 
 def _failure_message(exc: BaseException) -> str:
     """The error a failed step's requests end with (an out-of-memory says so, for the client to retry)."""
-    text = f"{type(exc).__name__}: {exc}"
-    if classify_failure(exc) == "oom":
-        return f"the device ran out of memory in this request's step; retry, or lower max_tokens ({text})"
-    return text
+    if classify_failure(exc) == "oom":  # the allocator's own message (sizes, addresses) stays in the log
+        return "the device ran out of memory in this request's step; retry, or lower max_tokens"
+    return short_description(exc)
+
+
+def _failure_code(exc: BaseException) -> str | None:
+    """The error code of a failed step's requests: ``"insufficient_memory"`` for a device out-of-memory,
+    ``"engine_degraded"`` for a lost device (it degrades the engine), else None (HTTP 500)."""
+    return {"oom": "insufficient_memory", "device": "engine_degraded"}.get(classify_failure(exc))
 
 
 def _hidden_size(model: Any) -> int:

@@ -31,7 +31,7 @@ import attrs
 import torch
 
 from anna_core.cache_spec import CacheSpec, RecurrentStateSpec
-from anna_core.errors import InvalidRequestError, MemoryUnavailableError
+from anna_core.errors import AnnaError, InvalidRequestError, MemoryUnavailableError
 
 _MIB = 1 << 20
 
@@ -226,7 +226,11 @@ class MemoryAdmission:
     def held_bytes(self, extra: MemoryEstimate | None = None) -> int:
         """The admitted requests' estimated bytes (with ``extra``), each cache group capped at its pool and the
         activations at one full step. Call with the lock held or accept a racy figure."""
-        held = list(self._held.values()) + ([extra] if extra is not None else [])
+        return self._bytes(list(self._held.values()) + ([extra] if extra is not None else []))
+
+    def _bytes(self, held: list[MemoryEstimate]) -> int:
+        """The estimated bytes of ``held`` together, each cache group capped at its pool and the activations at
+        one full step."""
         total = 0
         for g, pool in enumerate(self.pool_bytes):
             total += min(pool, sum(e.cache_bytes[g] for e in held))
@@ -278,6 +282,79 @@ class MemoryAdmission:
                     f"request needs {_mib(estimate.total_bytes)} MiB more than the {_mib(capacity)} MiB admitted "
                     "(max_estimated_usage_ratio); retry later")
             self._held[request_id] = estimate
+
+    def check_startup(self) -> None:
+        """At engine start (the model and the pools allocated, nothing running): refuse a configuration under which
+        the idle engine could admit no request at all, instead of coming up ready and answering 503 forever.
+
+        Raises:
+            AnnaError: the weights alone reach the capacity (``max_estimated_usage_ratio``, ``reserve_memory_mib``,
+                ``max_device_memory_gib``), or the device's free memory is already under ``min_free_memory_mib``.
+        """
+        capacity = self.capacity_bytes
+        if capacity is not None and self.weights_bytes >= capacity:
+            raise AnnaError(
+                f"the model's weights take {_mib(self.weights_bytes)} MiB of device memory; memory admission lets "
+                f"requests use at most {_mib(capacity)} MiB in all (max_estimated_usage_ratio, reserve_memory_mib, "
+                "max_device_memory_gib), so no request could ever run: raise max_estimated_usage_ratio or lower "
+                "reserve_memory_mib")
+        min_free = int(self.policy.min_free_memory_mib * _MIB)
+        if min_free:
+            free = self.probe.snapshot().free_bytes
+            if free is not None and free < min_free:
+                raise AnnaError(
+                    f"min_free_memory_mib is {_mib(min_free)} MiB but the idle engine leaves only {_mib(free)} MiB of "
+                    "device memory free once the weights and the KV cache are allocated, so every request would be "
+                    "refused: lower min_free_memory_mib, or raise reserve_memory_mib (or lower kv_cache_memory_gib / "
+                    "num_blocks) so the KV cache leaves that much free")
+
+    def admit_group(self, items: list[tuple[str, MemoryEstimate]], *, busy_check: bool = True) -> None:
+        """Admit the requests of one fan-out (``n`` choices, several prompts) together, all or none: the never-fits
+        check (HTTP 400) is on the group's total, so a group that can never fit together is not refused 503 over
+        and over; on any refusal none of them is held.
+
+        Raises:
+            InvalidRequestError: the group does not fit an idle engine (code ``insufficient_memory``), or an id is
+                held already.
+            MemoryUnavailableError: it fits once admitted requests finish, or free memory is short (HTTP 503).
+        """
+        if len(items) == 1:
+            self.admit(*items[0], busy_check=busy_check)
+            return
+        ids = [rid for rid, _ in items]
+        estimates = [e for _, e in items]
+        if len(set(ids)) < len(ids) or any(rid in self._held for rid in ids):
+            raise InvalidRequestError("a request id of the group is already in use")
+        capacity = self.capacity_bytes
+        alone = self.weights_bytes + max(max(e.total_bytes for e in estimates) if estimates else 0,
+                                         self._bytes(estimates))
+        if capacity is not None and alone > capacity:
+            self.refused_400 += 1
+            raise InvalidRequestError(
+                f"the {len(items)} choices / prompts of the request need an estimated {_mib(alone - self.weights_bytes)} "
+                f"MiB of device memory together beside {_mib(self.weights_bytes)} MiB of weights; the server admits "
+                f"at most {_mib(capacity)} MiB (max_estimated_usage_ratio, reserve_memory_mib): lower n, max_tokens "
+                "or the prompts", param="max_tokens", code="insufficient_memory")
+        min_free = int(self.policy.min_free_memory_mib * _MIB)
+        if busy_check and min_free:
+            free = self.probe.snapshot().free_bytes
+            need = sum(e.generation_bytes for e in estimates)
+            if free is not None and free - need < min_free:
+                self.refused_503 += 1
+                raise MemoryUnavailableError(
+                    f"the device has {_mib(free)} MiB free; the request's {len(items)} choices / prompts need an "
+                    f"estimated {_mib(need)} MiB and min_free_memory_mib keeps {_mib(min_free)} MiB free; retry later")
+        with self._lock:
+            if any(rid in self._held for rid in ids):
+                raise InvalidRequestError("a request id of the group is already in use")
+            if busy_check and capacity is not None and \
+                    self.weights_bytes + self._bytes(list(self._held.values()) + estimates) > capacity:
+                self.refused_503 += 1
+                raise MemoryUnavailableError(
+                    f"the running requests hold an estimated {_mib(self.held_bytes())} MiB of device memory; the "
+                    f"request's {len(items)} choices / prompts need more than the {_mib(capacity)} MiB admitted "
+                    "(max_estimated_usage_ratio); retry later")
+            self._held.update(items)
 
     def release(self, request_id: str) -> None:
         """``request_id`` ended (no-op if it was never admitted)."""

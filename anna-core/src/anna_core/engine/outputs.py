@@ -49,6 +49,9 @@ class RequestOutput:
         stop_reason: the stop string or token id that ended it, if any.
         usage: prompt and completion token counts.
         error: message when ``finish_reason == "error"``.
+        error_code: with ``error``, a machine-readable reason when there is one: ``"insufficient_memory"`` (the
+            device ran out of memory in its step) or ``"engine_degraded"`` (the engine is degraded); the server
+            answers these 503 with ``Retry-After`` (and puts the code in a stream's error event).
         num_cached_tokens: prompt tokens served from the prefix or prompt cache instead of being
             computed (``usage.prompt_tokens_details.cached_tokens``).
         logprobs: :class:`TokenLogprob` of each id in ``delta_token_ids`` when the request asked
@@ -69,6 +72,7 @@ class RequestOutput:
     usage: Usage = attrs.field(factory=Usage)
     error: str | None = None
     num_cached_tokens: int = 0
+    error_code: str | None = None
     metrics: dict[str, float] = attrs.field(factory=dict)
     logprobs: list[TokenLogprob] = attrs.field(factory=list)
 
@@ -94,6 +98,7 @@ def request_output(req: Any, delta: str, delta_ids: list[int]) -> RequestOutput:
         stop_reason=req.stop_reason,
         usage=Usage(prompt_tokens=req.num_prompt_tokens, completion_tokens=len(req.output_token_ids)),
         error=req.error,
+        error_code=getattr(req, "error_code", None),
         num_cached_tokens=req.num_cached_tokens,
         metrics=metrics,
         logprobs=req.logprobs[len(req.logprobs) - len(delta_ids):] if req.logprobs and delta_ids else [],

@@ -64,6 +64,7 @@ class Request:
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
         self.error: str | None = None
+        self.error_code: str | None = None  # with error: why, for the server's status (RequestOutput.error_code)
         self.detokenizer: Any = None
         self.stop_checker: Any = None
         self.text = ""

@@ -461,6 +461,11 @@ class Scheduler:
         self.kv.free(request.request_id)
         self.encoder_cache.release_all(request.request_id)
 
+    def preempt(self, request: Request) -> None:
+        """Preempt a running request by recompute (the engine's requeue of a failed step's innocent requests)."""
+        if request.status is RequestStatus.RUNNING:
+            self._preempt(request)
+
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)
         self._release(request)

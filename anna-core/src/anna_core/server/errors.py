@@ -5,7 +5,9 @@ Status codes: 400 ``invalid_request_error`` (bad body, limits), 401 ``invalid_ap
 ``model_not_found``, 415 ``unsupported_media_type`` (a JSON route without ``application/json``), 429 ``rate_limit_exceeded`` with ``Retry-After`` when the engine's waiting
 queue is full, 503 while the model loads (with ``Retry-After``) or the server drains, when a request would fit the
 device's memory only later (``insufficient_memory``, with ``Retry-After``; one that never fits is a 400 of that
-code) or the engine is degraded (``engine_degraded``), 500 for
+code) or the engine is degraded (``engine_degraded``) -- also when a running request fails for these reasons (the
+device ran out of memory in its step, or the engine degraded meanwhile: a stream's error event carries the code) --,
+500 for
 anything unexpected. A 500 logs the traceback server-side and sends the client only a generic
 message, never the traceback. Messages and params are made UTF-8-encodable before sending.
 """
@@ -57,8 +59,24 @@ class ServiceUnavailableError(AnnaError):
         self.retry_after_s = retry_after_s
 
 
+RETRYABLE_FAILURE_CODES = frozenset({"insufficient_memory", "engine_degraded"})
+"""``RequestOutput.error_code`` values a failed generation answers with 503 (and ``Retry-After``), not 500."""
+
+
 class GenerationFailed(AnnaError):
-    """The engine ended a request with ``finish_reason == "error"`` (HTTP 500, with its message)."""
+    """The engine ended a request with ``finish_reason == "error"`` (HTTP 500, with its message; 503 with
+    ``Retry-After`` when ``code`` is one of :data:`RETRYABLE_FAILURE_CODES`: the device ran out of memory in its
+    step, or the engine is degraded).
+
+    Attributes:
+        code: the output's ``error_code`` (the error body's ``code``), or None.
+        retry_after_s: ``Retry-After`` seconds of a 503.
+    """
+
+    def __init__(self, message: str, code: str | None = None, retry_after_s: int = 1):
+        super().__init__(message)
+        self.code = code
+        self.retry_after_s = retry_after_s
 
 
 class UnsupportedMediaTypeError(AnnaError):
@@ -114,8 +132,10 @@ def _unsupported_media_type(_: Request, exc: UnsupportedMediaTypeError) -> Respo
     return error_response(415, str(exc), "invalid_request_error", None, "unsupported_media_type")
 
 
-def _generation_failed(_: Request, exc: GenerationFailed) -> Response:
-    return error_response(500, str(exc), "server_error")
+def _generation_failed(request: Request, exc: GenerationFailed) -> Response:
+    if exc.code in RETRYABLE_FAILURE_CODES:
+        return _unavailable(request, exc)
+    return error_response(500, str(exc), "server_error", None, exc.code)
 
 
 def _client_disconnected(request: Request, exc: ClientDisconnected) -> Response:

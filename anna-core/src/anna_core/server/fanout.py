@@ -24,10 +24,19 @@ Opened = list[tuple[AsyncIterator[RequestOutput], RequestOutput | None]]
 async def open_all(engine: Any, jobs: list[tuple[str, list[int], SamplingParams]]) -> Opened:
     """Submit ``(request_id, prompt_ids, params)`` jobs; returns each stream with its first output.
 
+    Several jobs are admitted for memory as one group first (``engine.admit_group``, where the engine has it): a
+    fan-out that can never fit together is a 400, not a 503 per choice forever, and on a refusal or any failure
+    to open every sibling's admission is released at once.
+
     Raises:
         whatever the engine raised for the first failing job (all jobs are then closed).
     """
-    streams = [engine.generate(rid, ids, params) for rid, ids, params in jobs]
+    group = len(jobs) > 1 and hasattr(engine, "admit_group")
+    if group:
+        engine.admit_group(jobs)
+        streams = [engine.generate(rid, ids, params, admitted=True) for rid, ids, params in jobs]
+    else:
+        streams = [engine.generate(rid, ids, params) for rid, ids, params in jobs]
 
     async def first(stream: AsyncIterator[RequestOutput]) -> RequestOutput | None:
         try:
@@ -41,6 +50,8 @@ async def open_all(engine: Any, jobs: list[tuple[str, list[int], SamplingParams]
         for s in streams:
             with contextlib.suppress(Exception):
                 await s.aclose()
+        if group:  # streams closed before they started never reach their own release
+            engine.release([rid for rid, _, _ in jobs])
         raise failure
     return list(zip(streams, results))  # type: ignore[arg-type]
 

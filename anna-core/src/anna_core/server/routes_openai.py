@@ -60,6 +60,14 @@ async def _wait_for_disconnect(request: Request) -> None:
             return
 
 
+def _retry_after_s(server: ServerState) -> int:
+    """The engine's ``Retry-After`` estimate (1 when it has none)."""
+    try:
+        return int(server.engine.stats().get("retry_after_s") or 1)
+    except Exception:  # a stand-in engine without stats: the estimate is only a hint
+        return 1
+
+
 def _failed(out: RequestOutput | None) -> str | None:
     if out is None:
         return "generation failed: the engine returned nothing"
@@ -135,7 +143,8 @@ async def _collect(run: _Run, request: Request, on_output: Callable[[int, Reques
     for out in run.final:
         message = _failed(out)
         if message:
-            raise GenerationFailed(message)
+            raise GenerationFailed(message, code=out.error_code if out is not None else None,
+                                   retry_after_s=_retry_after_s(run.server))
 
 
 async def _stream(run: _Run, head: list[bytes], on_output: Callable[[int, RequestOutput], list[dict[str, Any]]],
@@ -148,7 +157,7 @@ async def _stream(run: _Run, head: list[bytes], on_output: Callable[[int, Reques
         async for i, out in run.outputs():
             message = _failed(out) if out.finished else None
             if message:
-                yield sse_event(error_body(message, "server_error"))
+                yield sse_event(error_body(message, "server_error", None, out.error_code))
                 yield DONE
                 return
             for choices in on_output(i, out):

@@ -26,6 +26,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -117,7 +118,8 @@ def make_venv(path: Path, base: Path, env: dict[str, str]) -> Path:
 
 
 def check(dist: Distribution, dists: dict[str, Distribution], work: Path, wheels: Path, base: Path,
-          env: dict[str, str]) -> float:
+          env: dict[str, str], tests: tuple[str, ...] | None = None, pytest_args: tuple[str, ...] = ()) -> float:
+    """Steps 1-4 for ``dist``; ``tests``: the pytest paths of step 4 (default its smoke tests)."""
     start = time.monotonic()
     venv = work / "venvs" / dist.name
     python = make_venv(venv, base, env)
@@ -133,8 +135,9 @@ def check(dist: Distribution, dists: dict[str, Distribution], work: Path, wheels
           f"plugins {records.strip()}", flush=True)
     if dist.test_fixtures:
         run([*pip, *dist.test_fixtures], env=env)
-    if dist.smoke_tests:
-        run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *dist.smoke_tests], env=env, quiet=False)
+    tests = dist.smoke_tests if tests is None else tests
+    if tests:
+        run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, *tests], env=env, quiet=False)
     return time.monotonic() - start
 
 
@@ -142,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="distributions to check (default: all)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (printed) for a look afterwards")
+    parser.add_argument("--all-tests", action="store_true",
+                        help="run each distribution's whole test folders (TEST_DIRS), not its smoke tests")
+    parser.add_argument("--pytest-args", default="", help="extra pytest arguments, one string (e.g. '-x -m \"not slow\"')")
     args = parser.parse_args(argv)
     dists = distributions()
     chosen = args.names or list(dists)
@@ -156,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         base = build_base(work)
         print(f"dist_check: wheels and base in {time.monotonic() - start:.0f}s ({work})", flush=True)
         for name in chosen:
-            seconds = check(dists[name], dists, work, wheels, base, env)
+            tests = tuple(str(ROOT / t) for t in dists[name].test_dirs) if args.all_tests else None
+            seconds = check(dists[name], dists, work, wheels, base, env, tests, tuple(shlex.split(args.pytest_args)))
             print(f"dist_check: {name} passed in {seconds:.0f}s", flush=True)
         print(f"dist_check: {len(chosen)} distributions installed alone, in {time.monotonic() - start:.0f}s")
     finally:

@@ -121,3 +121,16 @@ def with_requirements(name: str, dists: dict[str, Distribution] | None = None) -
 
     visit(name, ())
     return order
+
+
+def owned_test_dirs() -> list[str]:
+    """Every test folder some distribution owns (``TEST_DIRS``), relative to the checkout."""
+    return sorted({d for dirs in TEST_DIRS.values() for d in dirs})
+
+
+if __name__ == "__main__":  # python tools/distributions.py --pytest-ignores: the owned folders as pytest --ignore options
+    import sys
+
+    if sys.argv[1:] != ["--pytest-ignores"]:
+        sys.exit("usage: python tools/distributions.py --pytest-ignores")
+    print(" ".join(f"--ignore={d}" for d in owned_test_dirs()))

@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# Install Anna with its dev tools (tools/install.sh), lint with ruff, run the whole test suite, then check that
-# each distribution installs alone (tools/dist_check.py: a minute or two; ANNA_DIST_CHECK=0 skips it).
+# Install Anna with its dev tools (tools/install.sh), lint with ruff, then test.
+#   bash tools/test.sh            every test once: the tests no distribution owns (server, integration, bench, soak)
+#                                 in .venv, then each distribution installed alone in a fresh virtualenv over .venv's
+#                                 third-party packages, running its own test folders there (tools/dist_check.py
+#                                 --all-tests; tools/distributions.py says which folders are whose)
+#   bash tools/test.sh ARGS...    the whole suite in .venv with pytest ARGS (e.g. -x, -k), then the quick install
+#                                 check of every distribution (its smoke tests)
+#   ANNA_DIST_CHECK=0             the whole suite in .venv only, no per-distribution virtualenvs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ANNA_DEV=1 bash tools/install.sh
 venv="${ANNA_VENV:-.venv}"
 "$venv/bin/ruff" check --config .ci/ruff.toml .
-"$venv/bin/python" -m pytest tests "$@"
-if [ "${ANNA_DIST_CHECK:-1}" != "0" ]; then
-  "$venv/bin/python" tools/dist_check.py
+if [ "${ANNA_DIST_CHECK:-1}" = "0" ]; then
+  exec "$venv/bin/python" -m pytest tests "$@"
 fi
+if [ "$#" -eq 0 ]; then
+  # shellcheck disable=SC2046  # one word per --ignore option
+  "$venv/bin/python" -m pytest tests $("$venv/bin/python" tools/distributions.py --pytest-ignores)
+  exec "$venv/bin/python" tools/dist_check.py --all-tests
+fi
+"$venv/bin/python" -m pytest tests "$@"
+exec "$venv/bin/python" tools/dist_check.py

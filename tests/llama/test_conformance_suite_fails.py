@@ -2,9 +2,7 @@
 loaded Anna model broken after loading (one weight perturbed) it fails the HF-parity tests and still passes
 the tests that compare Anna with itself; with the wrong family name it fails the family test."""
 
-# Imported before the pytester fixture snapshots sys.modules: it drops what the in-process run imports, and a
-# later test importing them again registers torch's distributed ops twice, which crashes.
-import transformers.models.llama.modeling_llama  # noqa: F401
+import pytest
 
 pytest_plugins = ["pytester"]
 
@@ -39,7 +37,16 @@ class Test{name}Llama(FamilyConformance):
 '''
 
 
-def test_the_suite_fails_a_broken_model_and_a_wrong_family(pytester):
+@pytest.fixture(scope="module")
+def llama_modeling_loaded():
+    """transformers' Llama modeling imported before the pytester fixture snapshots sys.modules: it drops what the
+    in-process run imports, and a later test importing them again registers torch's distributed ops twice, which
+    crashes. A fixture, not a module-level import: that import brings in triton, which must wait until
+    tests/xpu_kernels/conftest.py has set up Triton's interpreter (collection comes before any test runs)."""
+    import transformers.models.llama.modeling_llama  # noqa: F401
+
+
+def test_the_suite_fails_a_broken_model_and_a_wrong_family(llama_modeling_loaded, pytester):
     pytester.makepyfile(test_broken=HEADER + CLASS.format(name="Perturbed", family="llama", broken=True)
                         + CLASS.format(name="Misnamed", family="qwen35", broken=False))
     # one in-process run (a second one in the same process re-imports torch's extensions and crashes)

@@ -1,7 +1,8 @@
-"""Each Anna distribution installs alone: the quick form of ``nox -s dist`` that ``tools/test.sh`` runs after the
-suite (a minute or two, where ``nox -s dist`` reinstalls torch for every distribution and runs all its tests).
+"""Each Anna distribution installs alone and passes its tests there: the form of ``nox -s dist`` that ``tools/test.sh``
+runs (``nox -s dist`` also reinstalls the third-party packages, torch included, for every distribution).
 
-    python tools/dist_check.py [NAME ...]     # every distribution by default
+    python tools/dist_check.py [NAME ...]               # every distribution by default; its smoke tests (a minute)
+    python tools/dist_check.py --all-tests [NAME ...]   # its whole test folders (what CI runs)
 
 The third-party packages are shared: a *base* folder holds links to everything installed in this interpreter's
 site-packages except Anna's own distributions, and each distribution gets a fresh virtualenv that sees the base
@@ -14,7 +15,8 @@ would expose the system Python's packages instead). In it, for each distribution
 2. exactly those Anna distributions are installed and importable, and no other Anna module is;
 3. every module of it imports, and ``describe_plugins()`` lists its ``anna`` entry points under its name; each console script
    answers ``--help``;
-4. the distributions its tests use as fixtures are installed, then its smoke tests run (``SMOKE_TESTS``).
+4. the distributions its tests use as fixtures are installed, then its smoke tests run (``SMOKE_TESTS``), or with
+   ``--all-tests`` its test folders (``TEST_DIRS``).
 
 What it cannot prove, ``nox -s dist`` does: that its third-party requirements are declared (the base has
 them all).

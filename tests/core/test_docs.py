@@ -1,14 +1,17 @@
-"""Every hook spec is documented in docs/plugins.md (as datasette's test_docs does), and every
-registered kernel op has a documented contract."""
+"""Every hook spec is documented in docs/plugins.md (as datasette's test_docs does), every registered kernel
+op has a documented contract and its section in docs/ops.md, and both checks fail on an undocumented one."""
 
 import inspect
 import re
 from pathlib import Path
 
 from anna_core import hookspecs
+from anna_core.hookspecs import hookimpl
+from anna_core.kernels import OpContract, op_docs
 from anna_core.plugins import kernel_specs, make_plugin_manager, op_contracts
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+OPS_DOC = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
 
 
 def hook_names() -> list[str]:
@@ -21,14 +24,25 @@ def _sections() -> dict[str, str]:
     return {head[4:].strip(): body for head, body in zip(parts[1::2], parts[2::2]) if head.startswith("### ")}
 
 
+def hook_problems(names: list[str], text: str) -> tuple[list[str], list[str]]:
+    """``(hooks without a section, sections of no hook)`` of a page like docs/plugins.md."""
+    documented = set(re.findall(r"^### (\w+)$", text, flags=re.M))
+    return sorted(set(names) - documented), sorted(documented - set(names))
+
+
 def test_every_hookspec_is_documented():
-    documented = set(re.findall(r"^### (\w+)$", DOC.read_text(), flags=re.M))
     names = hook_names()
     assert names, "no hook specs found"
-    missing = sorted(set(names) - documented)
+    missing, stale = hook_problems(names, DOC.read_text())
     assert not missing, f"hook specs without a section in docs/plugins.md: {missing}"
-    stale = sorted(documented - set(names))
     assert not stale, f"docs/plugins.md documents hooks that do not exist: {stale}"
+
+
+def test_an_undocumented_hook_is_reported():
+    """What the check above says when a hook spec is added without its section (or removed, leaving one)."""
+    text = DOC.read_text()
+    assert hook_problems([*hook_names(), "register_widgets"], text) == (["register_widgets"], [])
+    assert hook_problems(hook_names()[1:], text) == ([], [hook_names()[0]])
 
 
 def test_each_hook_section_opens_with_its_exact_signature():
@@ -91,3 +105,34 @@ def test_an_op_without_examples_is_reported():
     pm = make_plugin_manager()
     pm.register(NoExamples(), name="no_examples")
     assert ops_without_examples(pm) == ["docs_test_op"]
+
+
+def test_every_registered_op_has_its_section_in_docs_ops_md():
+    """docs/ops.md (``python -m anna_core.kernels.op_docs --write docs/ops.md``) has a section per registered op,
+    opening with its exact signature and holding what the registry renders for it."""
+    pm = make_plugin_manager()
+    text = OPS_DOC.read_text()
+    assert op_docs.missing_sections(pm, text) == []
+    page, rendered = op_docs.sections(text), op_docs.sections(op_docs.render(pm))
+    stale = sorted(name for name in rendered if page[name].strip() != rendered[name].strip())
+    assert not stale, f"docs/ops.md sections out of date (regenerate with python -m anna_core.kernels.op_docs): {stale}"
+
+
+class _ScaledTanhPlugin:
+    @hookimpl
+    def register_ops(self, register):
+        register(OpContract(name="scaled_tanh", signature="scaled_tanh(x, scale) -> y",
+                            doc="x: ``[..., D]`` float; scale: float. ``y = tanh(x) * scale`` in x's dtype.",
+                            reference="math:tanh"))
+
+
+def test_an_undocumented_op_is_reported(anna_plugin_manager, register_plugin):
+    """A plugin that adds an op without its section in docs/ops.md, and a changed signature, are reported."""
+    text = OPS_DOC.read_text()
+    assert op_docs.missing_sections(anna_plugin_manager, text) == []
+    register_plugin(_ScaledTanhPlugin(), name="scaled-tanh-test")
+    assert op_docs.missing_sections(anna_plugin_manager, text) == ["scaled_tanh: no section"]
+    changed = text.replace("`rms_norm(x, weight, eps, zero_centered)", "`rms_norm(x, weight, eps)")
+    assert changed != text
+    assert "rms_norm: the section does not open with" in " ".join(op_docs.missing_sections(anna_plugin_manager,
+                                                                                            changed))

@@ -39,3 +39,17 @@ def test_requirements_come_from_the_declared_dependencies_requirements_first():
     assert [d.name for d in with_requirements("anna-cli", dists)] == ["anna-core", "anna-cli"]
     with pytest.raises(ValueError, match="anna-nothing is not a distribution"):
         with_requirements("anna-nothing", dists)
+
+
+UNOWNED = {"bench", "integration", "server", "soak"}  # run in .venv by tools/test.sh (need several distributions)
+
+
+def test_every_test_folder_is_owned_or_runs_in_the_shared_environment():
+    """A folder that is neither in TEST_DIRS nor known to run in .venv would still run (tools/test.sh ignores only
+    owned folders), but a new folder should be placed on purpose."""
+    from distributions import owned_test_dirs
+
+    tests = Path(__file__).resolve().parent
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    owned = {Path(d).name for d in owned_test_dirs()}
+    assert folders == owned | UNOWNED, (sorted(folders - owned - UNOWNED), sorted((owned | UNOWNED) - folders))

@@ -41,7 +41,7 @@ SMOKE_TESTS: dict[str, tuple[str, ...]] = {
 TEST_FIXTURES: dict[str, tuple[str, ...]] = {
     "anna-qwen35": ("anna-llama",),  # a family that does not declare expert offload
     "anna-gemma4": ("anna-qwen35",),
-    "anna-cli": ("anna-qwen35",),
+    "anna-cli": ("anna-qwen35", "anna-xpu-kernels"),  # `anna plugins` lists the Triton kernels' devices
     "anna-llama": ("anna-cli",),  # the --weight-quant flag
     "anna-xpu-kernels": ("anna-qwen35", "anna-gemma4"),
 }

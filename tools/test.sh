@@ -16,8 +16,9 @@ if [ "${ANNA_DIST_CHECK:-1}" = "0" ]; then
   exec "$venv/bin/python" -m pytest tests "$@"
 fi
 if [ "$#" -eq 0 ]; then
-  # shellcheck disable=SC2046  # one word per --ignore option
-  "$venv/bin/python" -m pytest tests $("$venv/bin/python" tools/distributions.py --pytest-ignores)
+  ignores=$("$venv/bin/python" tools/distributions.py --pytest-ignores)  # (set -e stops here if it fails)
+  read -ra ignore_args <<< "$ignores"
+  "$venv/bin/python" -m pytest tests "${ignore_args[@]}"
   exec "$venv/bin/python" tools/dist_check.py --all-tests
 fi
 "$venv/bin/python" -m pytest tests "$@"

@@ -16,6 +16,16 @@ if "triton" not in sys.modules:
     os.environ["TRITON_INTERPRET"] = "1"
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session when kernel-test modules were skipped for want of the interpreter."""
+    from tests.xpu_kernels._interp import NOT_INTERPRETED
+
+    if NOT_INTERPRETED and session.exitstatus == 0:
+        print(f"\nFAILED: {len(NOT_INTERPRETED)} kernel-test modules skipped: triton was imported before "
+              "tests/xpu_kernels/conftest.py could set up its interpreter", file=sys.stderr)
+        session.exitstatus = 1
+
+
 @pytest.fixture
 def poison_outputs(monkeypatch):
     """``torch.empty`` / ``torch.empty_like`` return NaN-filled float tensors during the test.

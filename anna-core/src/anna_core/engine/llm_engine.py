@@ -19,12 +19,14 @@ logits processors, prompt-cache hits) first read back the step in flight and the
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
 import secrets
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -252,27 +254,22 @@ class LLMEngine:
             InvalidRequestError: it can never fit (HTTP 400, code ``insufficient_memory``).
             MemoryUnavailableError: it fits once running requests finish (HTTP 503); only with ``busy_check``.
         """
-        if self.degraded is not None:
-            raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
-        try:
+        with self._admitting():
             self.admission.admit(request_id, self.estimate_memory(prompt_token_ids, params), busy_check=busy_check)
-        except MemoryUnavailableError as exc:
-            self.metrics.on_refused_memory(503)
-            exc.retry_after_s = self.retry_after_s(len(self.scheduler.running))
-            raise
-        except InvalidRequestError as exc:
-            if exc.code == "insufficient_memory":
-                self.metrics.on_refused_memory(400)
-            raise
 
     def admit_group(self, jobs: list[tuple[str, list[int], SamplingParams]]) -> None:
         """:meth:`admit` for the requests of one fan-out together (``(request_id, prompt ids, params)``; all or
         none: :meth:`~anna_core.engine.memory_admission.MemoryAdmission.admit_group`)."""
+        with self._admitting():
+            self.admission.admit_group([(rid, self.estimate_memory(ids, params)) for rid, ids, params in jobs])
+
+    @contextlib.contextmanager
+    def _admitting(self) -> Iterator[None]:
+        """Around an admission: refuse while degraded; count memory refusals (a 503 gets its Retry-After)."""
         if self.degraded is not None:
             raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
-        items = [(rid, self.estimate_memory(ids, params)) for rid, ids, params in jobs]
         try:
-            self.admission.admit_group(items)
+            yield
         except MemoryUnavailableError as exc:
             self.metrics.on_refused_memory(503)
             exc.retry_after_s = self.retry_after_s(len(self.scheduler.running))

@@ -39,3 +39,23 @@ def write_tiny_checkpoint(family: str, path: str | Path, *, pm: Any = None, **ov
     path.mkdir(parents=True, exist_ok=True)
     resolve(spec.tiny_checkpoint)(path, **overrides)
     return path
+
+
+def load_against_hf(folder: str | Path, *, pm: Any = None, text: str = "The quick brown fox",
+                    block_size: int = 16) -> tuple[Any, float]:
+    """Load ``folder`` (a tiny checkpoint with its tokenizer) in float32 on the CPU and compare its prefill logits of
+    ``text`` with HF transformers' on the same folder.
+
+    Returns:
+        ``(loaded, error)``: the :class:`~anna_core.loading.LoadedModel` and the max absolute logit difference
+        relative to HF's largest logit magnitude.
+    """
+    from anna_core.loading import load_model
+    from anna_core.testing.oracle import hf_reference_logits
+    from anna_core.testing.runner import prefill_logits
+
+    loaded = load_model(folder, device="cpu", dtype="fp32", pm=pm)
+    ids = loaded.tokenizer.encode(text)
+    ref = hf_reference_logits(folder, ids)
+    got = prefill_logits(loaded.model, ids, block_size=block_size)
+    return loaded, ((got - ref).abs().max() / ref.abs().max()).item()

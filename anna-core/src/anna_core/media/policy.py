@@ -1,0 +1,67 @@
+"""What media a server agrees to fetch, and how much of it."""
+
+from pathlib import Path
+
+import attrs
+
+MiB = 1024 * 1024
+
+
+def _positive(instance, attribute, value) -> None:
+    if value <= 0:
+        raise ValueError(f"MediaPolicy.{attribute.name} must be positive, got {value!r}")
+
+
+def _non_negative(instance, attribute, value) -> None:
+    if value < 0:
+        raise ValueError(f"MediaPolicy.{attribute.name} must be >= 0, got {value!r}")
+
+
+def _host_names(value) -> tuple[str, ...]:
+    return tuple(str(h).strip().lower().rstrip(".") for h in value)
+
+
+def _optional_path(value) -> Path | None:
+    return None if value is None else Path(value)
+
+
+@attrs.frozen
+class MediaPolicy:
+    """Limits on fetching media (images, video) named by requests.
+
+    Attributes:
+        allowed_media_domains: host names; when non-empty, only these hosts are fetched, and they may resolve to
+            private addresses (an operator's own media server).
+        allow_private_media: fetch from loopback/private/link-local/... addresses too (trusted deployments only).
+        allowed_local_media_path: directory under which ``file://`` URLs and bare paths may be read; ``None``
+            refuses all local files.
+        max_bytes_per_medium: bytes, cap on one medium's (decoded ``data:``, file or HTTP body) size.
+        max_bytes_per_request: bytes, cap on all media of one request together.
+        connect_timeout_s: seconds to establish one TCP connection.
+        read_timeout_s: seconds a single socket read may wait.
+        total_timeout_s: seconds for one medium's whole fetch, redirects included.
+        max_redirects: redirects followed per medium.
+        max_image_pixels: width * height above which an image is refused as a decompression bomb.
+
+    Raises:
+        ValueError: a limit is not positive (``max_redirects`` may be 0).
+    """
+
+    allowed_media_domains: tuple[str, ...] = attrs.field(default=(), converter=_host_names)
+    allow_private_media: bool = False
+    allowed_local_media_path: Path | None = attrs.field(default=None, converter=_optional_path)
+    max_bytes_per_medium: int = attrs.field(default=20 * MiB, validator=_positive)
+    max_bytes_per_request: int = attrs.field(default=64 * MiB, validator=_positive)
+    connect_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    read_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    total_timeout_s: float = attrs.field(default=30.0, validator=_positive)
+    max_redirects: int = attrs.field(default=3, validator=_non_negative)
+    max_image_pixels: int = attrs.field(default=64_000_000, validator=_positive)
+
+    def host_is_trusted(self, host: str) -> bool:
+        """Whether ``host`` may resolve to a non-public address (listed, or private media allowed)."""
+        return self.allow_private_media or host.lower().rstrip(".") in self.allowed_media_domains
+
+    def host_is_allowed(self, host: str) -> bool:
+        """Whether ``host`` may be fetched at all (any host when ``allowed_media_domains`` is empty)."""
+        return not self.allowed_media_domains or host.lower().rstrip(".") in self.allowed_media_domains

@@ -39,7 +39,9 @@ the same matrix).
 
 One activation row on CUDA (batch-1 decode, ``K <= 8192``) without a forced configuration goes to the
 one-wave kernel instead (:mod:`anna_xpu_kernels.gemv_persistent`, same prologues and epilogues), which
-measured faster in the decode step; ``ANNA_GEMV_PERSISTENT=0`` keeps it here. A shape listed in the
+measured faster in the decode step, and a longer row (up to 32,768, with the plain or a gated-product
+prologue) to its long-row form (:mod:`anna_xpu_kernels.gemv_persistent_long`); ``ANNA_GEMV_PERSISTENT=0``
+keeps both here. A shape listed in the
 device's in-step tuning table (:func:`anna_xpu_kernels.gemv_tuning.tuned_config`) runs the listed
 configuration instead of the autotuner's.
 """
@@ -50,7 +52,7 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from anna_xpu_kernels import gemv_persistent, gemv_tuning, pdl
+from anna_xpu_kernels import gemv_persistent, gemv_persistent_long, gemv_tuning, pdl
 from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
 from anna_xpu_kernels._env import gemv_persistent_requested, gemv_prefetch_requested
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
@@ -302,11 +304,17 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     ``GELU_TANH_MUL_OUT``).
 
     One row without a forced ``config`` runs the one-wave kernel (:mod:`anna_xpu_kernels.gemv_persistent`)
-    where it takes the width, unless ``ANNA_GEMV_PERSISTENT=0``."""
+    where it takes the width, or its long-row form (:mod:`anna_xpu_kernels.gemv_persistent_long`: wider rows,
+    elementwise prologues, no configuration listed for the shape in the device's tuning table), unless
+    ``ANNA_GEMV_PERSISTENT=0``."""
     m = x.shape[0]
     n, k = weight.shape
-    if config is None and gemv_persistent.takes(x, k) and gemv_persistent_requested():
-        return gemv_persistent.launch(x, weight, bias, prologue, epilogue)
+    if config is None and gemv_persistent_requested():
+        if gemv_persistent.takes(x, k):
+            return gemv_persistent.launch(x, weight, bias, prologue, epilogue)
+        if gemv_persistent_long.takes(x, k, prologue.mode) and gemv_tuning.tuned_config(
+                x, 1, n, k, prologue.mode, epilogue) is None:
+            return gemv_persistent_long.launch(x, weight, bias, prologue, epilogue)
     y = torch.empty((m, n // 2 if epilogue != NO_EPILOGUE else n), dtype=x.dtype, device=x.device)
     has_bias = bias is not None
     b = bias.contiguous() if has_bias else y  # dummy pointer when there is no bias

@@ -66,6 +66,7 @@ class LocalServer:
         self.httpd.daemon_threads = True
         self.httpd.routes = {}
         self.httpd.requests = []
+        self.stopping = threading.Event()
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -118,7 +119,26 @@ class LocalServer:
 
         self.routes[path] = handle
 
+    def drip(self, path, interval_s, *, in_headers: bool, limit=200):
+        """Answer 200 one byte every ``interval_s`` seconds, in the headers or in the body, ``limit`` bytes."""
+        stopping = self.stopping
+
+        def handle(h):
+            head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n" % limit
+            h.wfile.write(head if in_headers else head + b"\r\n")
+            pad = b"X-Pad: " + b"a" * limit if in_headers else b"b" * limit
+            for i in range(limit):
+                if stopping.wait(interval_s):
+                    return
+                try:
+                    h.wfile.write(pad[i : i + 1])
+                except OSError:
+                    return
+
+        self.routes[path] = handle
+
     def close(self):
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

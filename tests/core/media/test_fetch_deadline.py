@@ -51,6 +51,25 @@ def test_connect_waits_at_most_the_time_left(server):
     assert len(timeouts) == 1 and 0 < timeouts[0] <= 0.5
 
 
+def test_tls_handshake_is_cut_at_total_timeout():
+    # a TCP server that accepts and never answers the ClientHello; the real TLS context waits for it
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+    f = MediaFetcher(MediaPolicy(total_timeout_s=0.5, read_timeout_s=10.0),
+                     resolver=lambda host, port: ["93.184.216.34"],
+                     connector=lambda ip, port, timeout: socket.create_connection(listener.getsockname(), timeout))
+    start = time.monotonic()
+    try:
+        refused(lambda: f.fetch("https://public.test/a.png"), "timed out", "total_timeout_s=0.5")
+        assert time.monotonic() - start < 1.5
+        assert len(accepted) == 1
+    finally:
+        listener.close()
+        for conn, _addr in accepted:
+            conn.close()
+
+
 def test_deadline_checked_between_redirect_hops(server):
     now = [0.0]
 

@@ -1,4 +1,8 @@
-"""Fetching one medium's bytes from a ``data:`` URI, a local file, or HTTP(S)."""
+"""Fetching one medium's bytes from a ``data:`` URI, a local file, or HTTP(S).
+
+An HTTP(S) fetch runs under one :class:`~anna_core.media.deadline.Deadline` of ``total_timeout_s``: it is checked
+before every redirect hop and bounds the resolver, the connect, the TLS handshake, the request and every read.
+"""
 
 import http.client
 import ssl
@@ -24,7 +28,7 @@ from anna_core.media.errors import refuse
 from anna_core.media.local import local_path_of, read_local_file
 from anna_core.media.policy import MediaPolicy
 from anna_core.media.resolve import resolve_within
-from anna_core.media.url import http_target, redirect_target
+from anna_core.media.url import http_target, redirect_target, request_target
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
@@ -36,10 +40,13 @@ class MediaFetcher:
 
     Attributes:
         policy: the limits.
-        resolver: ``(host, port) -> [ip, ...]``; default ``socket.getaddrinfo``.
-        connector: ``(ip, port, timeout_s) -> socket``; default ``socket.create_connection``.
+        resolver: ``(host, port) -> [ip, ...]``; default ``socket.getaddrinfo``. It runs in a daemon thread and
+            is waited for at most ``min(connect_timeout_s, time left)`` seconds (:mod:`.resolve`).
+        connector: ``(ip, port, timeout_s) -> socket``; default ``socket.create_connection``. It is given
+            ``min(connect_timeout_s, time left)`` and must honour it.
         ssl_context: wraps HTTPS sockets; default ``ssl.create_default_context()`` (verifies certificates).
-        clock: seconds, monotonic; for the total timeout.
+        clock: seconds, monotonic; for ``total_timeout_s`` (socket waits are real seconds, cut to the time left
+            on this clock).
     """
 
     policy: MediaPolicy
@@ -86,7 +93,7 @@ class MediaFetcher:
                 raise deadline.refusal()
             conn = self._open(url, deadline)
             try:
-                conn.request("GET", _request_target(url), headers={"Accept": "*/*", "User-Agent": "anna"})
+                conn.request("GET", request_target(url), headers={"Accept": "*/*", "User-Agent": "anna"})
                 resp = conn.getresponse()
                 if resp.status in REDIRECT_STATUSES:
                     url = redirect_target(url, resp.status, resp.getheader("Location"))
@@ -141,11 +148,6 @@ def _read_body(resp: http.client.HTTPResponse, cap: int) -> bytes:
             raise refuse(f"medium exceeds the byte limit ({cap} bytes)")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _request_target(url: str) -> str:
-    parsed = urllib.parse.urlsplit(url)
-    return (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
 
 
 @attrs.define

@@ -1,4 +1,4 @@
-"""Which host and port an ``http(s)`` URL names, and where a redirect may lead."""
+"""Which server an ``http(s)`` URL names, what to ask it for, and where a redirect may lead."""
 
 import urllib.parse
 
@@ -63,3 +63,9 @@ def redirect_target(url: str, status: int, location: str | None) -> str:
     if urllib.parse.urlsplit(url).scheme.lower() == "https" and urllib.parse.urlsplit(target).scheme.lower() == "http":
         raise refuse("redirect from https to plain http refused (downgrade)")
     return target
+
+
+def request_target(url: str) -> str:
+    """The path and query to send in the request line (``/`` for an empty path)."""
+    parsed = urllib.parse.urlsplit(url)
+    return (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")

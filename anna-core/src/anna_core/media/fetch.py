@@ -92,6 +92,7 @@ class MediaFetcher:
             if deadline.expired():
                 raise deadline.refusal()
             conn = self._open(url, deadline)
+            resp: http.client.HTTPResponse | None = None
             try:
                 conn.request("GET", request_target(url), headers={"Accept": "*/*", "User-Agent": "anna"})
                 resp = conn.getresponse()
@@ -109,6 +110,8 @@ class MediaFetcher:
             except (OSError, http.client.HTTPException) as e:
                 raise refuse(f"fetching the medium failed ({type(e).__name__}: {e})") from None
             finally:
+                if resp is not None:  # a response that owns the socket ("Connection: close") is not conn's
+                    resp.close()
                 conn.close()
         raise refuse(f"too many redirects (max_redirects={self.policy.max_redirects})")
 

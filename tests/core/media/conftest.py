@@ -2,7 +2,10 @@
 
 import http.server
 import ipaddress
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 
@@ -59,13 +62,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class LocalServer:
-    """A threaded HTTP server on 127.0.0.1; ``routes`` maps a path to ``handler(request_handler)``."""
+    """A threaded HTTP server on 127.0.0.1; ``routes`` maps a path to ``handler(request_handler)``.
 
-    def __init__(self):
+    With ``tls`` (a server-side ``ssl.SSLContext``) it speaks HTTPS.
+    """
+
+    def __init__(self, tls=None):
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
         self.httpd.daemon_threads = True
         self.httpd.routes = {}
         self.httpd.requests = []
+        self.stopping = threading.Event()
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -118,7 +127,26 @@ class LocalServer:
 
         self.routes[path] = handle
 
+    def drip(self, path, interval_s, *, in_headers: bool, limit=200):
+        """Answer 200 one byte every ``interval_s`` seconds, in the headers or in the body, ``limit`` bytes."""
+        stopping = self.stopping
+
+        def handle(h):
+            head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n" % limit
+            h.wfile.write(head if in_headers else head + b"\r\n")
+            pad = b"X-Pad: " + b"a" * limit if in_headers else b"b" * limit
+            for i in range(limit):
+                if stopping.wait(interval_s):
+                    return
+                try:
+                    h.wfile.write(pad[i : i + 1])
+                except OSError:
+                    return
+
+        self.routes[path] = handle
+
     def close(self):
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -126,5 +154,28 @@ class LocalServer:
 @pytest.fixture
 def server():
     srv = LocalServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory):
+    """``(cert.pem, key.pem)``: a self-signed certificate for ``public.test``, made by the openssl tool."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command-line tool is not installed")
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=public.test",
+                    "-addext", "subjectAltName=DNS:public.test"], check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture
+def tls_server(certificate):
+    """A :class:`LocalServer` speaking HTTPS with :func:`certificate`."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(*certificate)
+    srv = LocalServer(tls=ctx)
     yield srv
     srv.close()

@@ -49,3 +49,38 @@ def test_truncated_refused():
     Image.effect_noise((64, 64), 50).convert("RGB").save(buf, "PNG")
     with pytest.raises(InvalidRequestError, match="cannot decode image"):
         decode_image(buf.getvalue()[: len(buf.getvalue()) // 2], 10_000)
+
+
+def _encoded(fmt, mode="RGB", color=(200, 40, 90)) -> bytes:
+    buf = io.BytesIO()
+    Image.new(mode, (6, 5), color).save(buf, fmt)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "GIF", "BMP"])
+def test_allowed_formats_decode(fmt):
+    img = decode_image(_encoded(fmt, color=(200, 200, 200)), 100)
+    assert img.size == (6, 5) and img.mode == "RGB"
+    assert all(abs(c - 200) <= 3 for c in img.getpixel((3, 2))), img.getpixel((3, 2))
+
+
+@pytest.mark.parametrize("fmt", ["TIFF", "EPS", "ICO", "PPM", "PCX", "SGI"])
+def test_formats_outside_the_allow_list_refused_by_name(fmt):
+    with pytest.raises(InvalidRequestError) as e:
+        decode_image(_encoded(fmt), 100)
+    assert f"image format {fmt} is not allowed" in str(e.value) and e.value.param == "messages"
+
+
+@pytest.mark.parametrize("data,fmt", [
+    (b"8BPS\x00\x01" + b"\x00" * 40, "PSD"),
+    (b"SIMPLE  =                    T" + b" " * 50, "FITS"),
+])
+def test_unwritable_formats_refused_by_name_without_parsing(data, fmt):
+    with pytest.raises(InvalidRequestError, match=f"image format {fmt} is not allowed"):
+        decode_image(data, 100)
+
+
+def test_format_without_signature_refused():
+    # TGA has no magic bytes: Pillow would identify it by trying its parser, which decode_image never runs
+    with pytest.raises(InvalidRequestError, match="is not allowed|unrecognized"):
+        decode_image(_encoded("TGA"), 100)

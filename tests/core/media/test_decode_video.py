@@ -47,3 +47,59 @@ def test_frame_cap_and_pixel_cap():
 def test_corrupt_video_is_a_400():
     with pytest.raises(InvalidRequestError, match="cannot decode video"):
         decode_video(b"\x00\x00\x00\x18ftypmp42" + b"garbage" * 50, fps=1.0, max_frames=4)
+
+
+def _mjpeg(sizes_and_greys) -> bytes:
+    """A raw MJPEG stream: concatenated JPEGs, each its own size; the header shows the first one's."""
+    from PIL import Image
+
+    parts = []
+    for (w, h), grey in sizes_and_greys:
+        buf = io.BytesIO()
+        Image.new("RGB", (w, h), (grey, grey, grey)).save(buf, "JPEG")
+        parts.append(buf.getvalue())
+    return b"".join(parts)
+
+
+def test_every_frame_size_is_checked_not_just_the_header():
+    data = _mjpeg([((32, 24), 10)] * 6 + [((320, 240), 200)] * 3)
+    with pytest.raises(InvalidRequestError, match="320x240 pixels exceed max_video_frame_pixels"):
+        decode_video(data, fps=25.0, max_frames=100, max_pixels=2 * 32 * 24)
+    v = decode_video(data, fps=25.0, max_frames=100, max_pixels=320 * 240)
+    assert [f.size for f in v.frames] == [(32, 24)] * 6 + [(320, 240)] * 3
+
+
+def test_default_pixel_cap_applies():
+    data = _mjpeg([((32, 24), 10), ((4000, 2200), 10)])  # 8.8 M pixels, over the 4K default
+    with pytest.raises(InvalidRequestError, match="4000x2200 pixels exceed max_video_frame_pixels"):
+        decode_video(data, fps=25.0, max_frames=10)
+    with pytest.raises(ValueError, match="max_pixels"):
+        decode_video(data, fps=25.0, max_frames=10, max_pixels=None)
+
+
+def test_decoded_frames_are_bounded_even_when_few_are_sampled():
+    data = _mjpeg([((16, 16), 10)] * 30)  # 1.2 s at 25 fps; sampling at 0.5 fps keeps only the first
+    with pytest.raises(InvalidRequestError, match=r"more than max_video_decoded_frames \(10\)"):
+        decode_video(data, fps=0.5, max_frames=5, max_decoded_frames=10)
+    assert len(decode_video(data, fps=0.5, max_frames=5, max_decoded_frames=30).frames) == 1
+
+
+def test_declared_frame_count_refused_before_decoding():
+    data = _video(20, rate=10)
+    with pytest.raises(InvalidRequestError, match=r"declares 20 frames, over max_video_decoded_frames \(10\)"):
+        decode_video(data, fps=1.0, max_frames=3, max_decoded_frames=10)
+    assert len(decode_video(data, fps=10.0, max_frames=100, max_decoded_frames=20).frames) == 20
+
+
+def test_decode_deadline_from_injected_clock():
+    data = _video(20, rate=10)
+    now = [0.0]
+
+    def clock():
+        now[0] += 1.0  # every look at the clock finds a second gone
+        return now[0]
+
+    with pytest.raises(InvalidRequestError, match=r"longer than video_decode_timeout_s \(5.0 s\)"):
+        decode_video(data, fps=10.0, max_frames=100, timeout_s=5.0, clock=clock)
+    assert 5.0 < now[0] < 10.0  # stopped soon after the deadline, not after all 20 frames
+    assert len(decode_video(data, fps=10.0, max_frames=100, timeout_s=100.0, clock=clock).frames) == 20

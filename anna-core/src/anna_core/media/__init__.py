@@ -7,23 +7,32 @@ slow bodies, decompression bombs). This package therefore:
 
 * accepts ``data:`` URIs, ``http``/``https`` URLs and — only when :attr:`MediaPolicy.allowed_local_media_path`
   is set — local files under that directory (checked after resolving symlinks);
-* resolves each host once, refuses it unless *every* address is public (:mod:`.address`), and connects to
-  exactly the checked address, so a second DNS answer cannot rebind the name (:mod:`.connection`); HTTPS
-  certificates are still verified against the host *name*;
-* re-checks every redirect hop, caps bytes per medium and per request (:mod:`.budget`), and enforces connect,
-  read and total timeouts;
-* checks an image's declared pixel count before decoding its pixels (:mod:`.decode`).
+* resolves each host once (waiting at most ``connect_timeout_s``), refuses it unless *every* address is public
+  — IPv4 addresses carried in IPv6 ones (IPv4-mapped, 6to4, Teredo, NAT64) judged as themselves — and connects
+  to exactly the checked address, so a second DNS answer cannot rebind the name (:mod:`.address`,
+  :mod:`.connection`); HTTPS certificates are still verified against the host *name*. Hosts listed in
+  ``allowed_media_domains`` may be private, never link-local (the metadata service) unless
+  ``allow_private_media``;
+* re-checks every redirect hop and refuses an ``https`` → ``http`` downgrade and port 0 (:mod:`.url`), caps
+  bytes per medium and per request (:mod:`.budget`), and bounds the whole fetch — resolving, connecting, TLS,
+  the request, status line, headers and body of every hop — by ``total_timeout_s`` (:mod:`.deadline`);
+* decodes only PNG, JPEG, WebP, GIF and BMP images, checking the declared pixel count before decoding pixels
+  (:mod:`.image`), and bounds video decoding by every frame's pixels, the frames decoded and wall-clock time
+  (:mod:`.video`).
 
 Every refusal raises :class:`anna_core.errors.InvalidRequestError` with ``param="messages"`` (HTTP 400).
 """
 
 from anna_core.media.address import refusal_reason
 from anna_core.media.budget import RequestBudget
-from anna_core.media.decode import decode_image, decode_video
 from anna_core.media.fetch import MediaFetcher, MediaSession
+from anna_core.media.image import ALLOWED_IMAGE_FORMATS, decode_image
 from anna_core.media.policy import MediaPolicy
+from anna_core.media.video import DecodedVideo, decode_video
 
 __all__ = [
+    "ALLOWED_IMAGE_FORMATS",
+    "DecodedVideo",
     "MediaFetcher",
     "MediaPolicy",
     "MediaSession",

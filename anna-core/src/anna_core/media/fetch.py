@@ -1,4 +1,8 @@
-"""Fetching one medium's bytes from a ``data:`` URI, a local file, or HTTP(S)."""
+"""Fetching one medium's bytes from a ``data:`` URI, a local file, or HTTP(S).
+
+An HTTP(S) fetch runs under one :class:`~anna_core.media.deadline.Deadline` of ``total_timeout_s``: it is checked
+before every redirect hop and bounds the resolver, the connect, the TLS handshake, the request and every read.
+"""
 
 import http.client
 import ssl
@@ -19,9 +23,12 @@ from anna_core.media.connection import (
     default_resolver,
 )
 from anna_core.media.data_uri import decode_data_uri
+from anna_core.media.deadline import Deadline
 from anna_core.media.errors import refuse
 from anna_core.media.local import local_path_of, read_local_file
 from anna_core.media.policy import MediaPolicy
+from anna_core.media.resolve import resolve_within
+from anna_core.media.url import http_target, redirect_target, request_target
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
@@ -33,10 +40,13 @@ class MediaFetcher:
 
     Attributes:
         policy: the limits.
-        resolver: ``(host, port) -> [ip, ...]``; default ``socket.getaddrinfo``.
-        connector: ``(ip, port, timeout_s) -> socket``; default ``socket.create_connection``.
+        resolver: ``(host, port) -> [ip, ...]``; default ``socket.getaddrinfo``. It runs in a daemon thread and
+            is waited for at most ``min(connect_timeout_s, time left)`` seconds (:mod:`.resolve`).
+        connector: ``(ip, port, timeout_s) -> socket``; default ``socket.create_connection``. It is given
+            ``min(connect_timeout_s, time left)`` and must honour it.
         ssl_context: wraps HTTPS sockets; default ``ssl.create_default_context()`` (verifies certificates).
-        clock: seconds, monotonic; for the total timeout.
+        clock: seconds, monotonic; for ``total_timeout_s`` (socket waits are real seconds, cut to the time left
+            on this clock).
     """
 
     policy: MediaPolicy
@@ -77,94 +87,70 @@ class MediaFetcher:
         return data
 
     def _fetch_http(self, url: str, cap: int) -> bytes:
-        deadline = self.clock() + self.policy.total_timeout_s
+        deadline = Deadline(self.policy.total_timeout_s, self.clock)
         for _hop in range(self.policy.max_redirects + 1):
-            conn = self._open(url)
+            if deadline.expired():
+                raise deadline.refusal()
+            conn = self._open(url, deadline)
+            resp: http.client.HTTPResponse | None = None
             try:
-                try:
-                    conn.request("GET", _request_target(url), headers={"Accept": "*/*", "User-Agent": "anna"})
-                    resp = conn.getresponse()
-                    if resp.status in REDIRECT_STATUSES:
-                        location = resp.getheader("Location")
-                        if not location:
-                            raise refuse(f"HTTP {resp.status} redirect without a Location header")
-                        url = urllib.parse.urljoin(url, location.strip())
-                        continue
-                    if not 200 <= resp.status < 300:
-                        raise refuse(f"fetching the medium returned HTTP {resp.status} {resp.reason}".rstrip())
-                    return self._read_body(conn, resp, cap, deadline)
-                except TimeoutError:
-                    raise refuse("fetching the medium timed out") from None
-                except (OSError, http.client.HTTPException) as e:
-                    raise refuse(f"fetching the medium failed ({type(e).__name__}: {e})") from None
+                conn.request("GET", request_target(url), headers={"Accept": "*/*", "User-Agent": "anna"})
+                resp = conn.getresponse()
+                if resp.status in REDIRECT_STATUSES:
+                    url = redirect_target(url, resp.status, resp.getheader("Location"))
+                    continue
+                if not 200 <= resp.status < 300:
+                    raise refuse(f"fetching the medium returned HTTP {resp.status} {resp.reason}".rstrip())
+                return _read_body(resp, cap)
+            except TimeoutError:
+                if deadline.expired():
+                    raise deadline.refusal() from None
+                raise refuse(f"fetching the medium timed out (read_timeout_s={self.policy.read_timeout_s}, "
+                             f"connect_timeout_s={self.policy.connect_timeout_s})") from None
+            except (OSError, http.client.HTTPException) as e:
+                raise refuse(f"fetching the medium failed ({type(e).__name__}: {e})") from None
             finally:
+                if resp is not None:  # a response that owns the socket ("Connection: close") is not conn's
+                    resp.close()
                 conn.close()
-            if self.clock() > deadline:  # pragma: no cover - reached only when a redirect hop is slow
-                raise refuse(f"fetching the medium timed out (total_timeout_s={self.policy.total_timeout_s})")
         raise refuse(f"too many redirects (max_redirects={self.policy.max_redirects})")
 
-    def _open(self, url: str) -> http.client.HTTPConnection:
+    def _open(self, url: str, deadline: Deadline) -> http.client.HTTPConnection:
         """A not-yet-connected connection to ``url``'s host, pinned to its checked address."""
-        parsed = urllib.parse.urlsplit(url)
-        scheme = parsed.scheme.lower()
-        if scheme not in ("http", "https"):
-            raise refuse(f"URL scheme {scheme or '(none)'!r} is not allowed (http, https or data only)")
-        host = parsed.hostname
-        if not host:
-            raise refuse("URL has no host")
-        try:
-            port = parsed.port or (443 if scheme == "https" else 80)
-        except ValueError:
-            raise refuse("URL has an invalid port") from None
-        if not self.policy.host_is_allowed(host):
-            raise refuse(f"host {host!r} is not in allowed_media_domains")
-        ip = self._checked_address(host, port)
+        target = http_target(url)
+        if not self.policy.host_is_allowed(target.host):
+            raise refuse(f"host {target.host!r} is not in allowed_media_domains")
+        ip = self._checked_address(target.host, target.port, deadline)
         kwargs = dict(ip=ip, connector=self.connector, connect_timeout_s=self.policy.connect_timeout_s,
-                      read_timeout_s=self.policy.read_timeout_s)
-        if scheme == "https":
-            return PinnedHTTPSConnection(host, port, ssl_context=self.ssl_context, **kwargs)
-        return PinnedHTTPConnection(host, port, **kwargs)
+                      read_timeout_s=self.policy.read_timeout_s, deadline=deadline)
+        if target.scheme == "https":
+            return PinnedHTTPSConnection(target.host, target.port, ssl_context=self.ssl_context, **kwargs)
+        return PinnedHTTPConnection(target.host, target.port, **kwargs)
 
-    def _checked_address(self, host: str, port: int) -> str:
+    def _checked_address(self, host: str, port: int, deadline: Deadline) -> str:
         """The address to connect to, after checking every address ``host`` resolves to."""
-        try:
-            ips = list(self.resolver(host, port))
-        except (OSError, UnicodeError) as e:
-            raise refuse(f"cannot resolve host {host!r} ({e})") from None
-        if not ips:
-            raise refuse(f"host {host!r} resolves to no address")
-        if not self.policy.host_is_trusted(host):
+        ips = resolve_within(self.resolver, host, port, deadline.bound(self.policy.connect_timeout_s))
+        private_ok = self.policy.host_is_listed(host)
+        if not self.policy.allow_private_media:
             for ip in ips:
-                reason = refusal_reason(ip)
+                reason = refusal_reason(ip, private_ok=private_ok)
                 if reason is not None:
                     raise refuse(f"host {host!r} resolves to {ip}, a {reason}")
         return ips[0]
 
-    def _read_body(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, cap: int,
-                   deadline: float) -> bytes:
-        length = resp.getheader("Content-Length")
-        if length is not None and length.strip().isdigit() and int(length) > cap:
-            raise refuse(f"medium of {int(length)} bytes exceeds the byte limit ({cap} bytes)")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            remaining_s = deadline - self.clock()
-            if remaining_s <= 0:
-                raise refuse(f"fetching the medium timed out (total_timeout_s={self.policy.total_timeout_s})")
-            if conn.sock is not None:
-                conn.sock.settimeout(min(self.policy.read_timeout_s, remaining_s))
-            chunk = resp.read(_CHUNK)
-            if not chunk:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > cap:
-                raise refuse(f"medium exceeds the byte limit ({cap} bytes)")
-            chunks.append(chunk)
 
-
-def _request_target(url: str) -> str:
-    parsed = urllib.parse.urlsplit(url)
-    return (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
+def _read_body(resp: http.client.HTTPResponse, cap: int) -> bytes:
+    length = resp.getheader("Content-Length")
+    if length is not None and length.strip().isdigit() and int(length) > cap:
+        raise refuse(f"medium of {int(length)} bytes exceeds the byte limit ({cap} bytes)")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := resp.read(_CHUNK):
+        size += len(chunk)
+        if size > cap:
+            raise refuse(f"medium exceeds the byte limit ({cap} bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @attrs.define

@@ -1,0 +1,126 @@
+"""Decoding fetched bytes into video frames (PyAV), within pixel, frame-count and wall-clock bounds.
+
+A video's header can lie: frames may grow after the first, or a short-looking file may hold millions of tiny
+frames. Every decoded frame's size is therefore checked, decoding stops with a refusal after
+``max_decoded_frames`` frames (sampled or not) or ``timeout_s`` seconds, and a header that declares more
+frames than that is refused before decoding starts.
+"""
+
+import io
+import time
+from collections.abc import Callable, Iterator
+
+import attrs
+from PIL import Image
+
+from anna_core.media.errors import refuse
+from anna_core.media.policy import VIDEO_DECODE_TIMEOUT_S, VIDEO_DECODED_FRAMES, VIDEO_FRAME_PIXELS
+
+
+@attrs.frozen
+class DecodedVideo:
+    """Frames sampled from a video.
+
+    Attributes:
+        frames: RGB frames, in time order.
+        source_fps: frames per second of the source stream (0.0 when unknown).
+        duration_s: seconds, the source stream's duration (0.0 when unknown).
+        timestamps_s: seconds, each frame's presentation time.
+    """
+
+    frames: list[Image.Image]
+    source_fps: float
+    duration_s: float
+    timestamps_s: list[float]
+
+
+@attrs.frozen
+class _Bounds:
+    max_pixels: int
+    max_decoded_frames: int
+    expires_at: float
+    timeout_s: float
+    clock: Callable[[], float]
+
+    def check_time(self) -> None:
+        if self.clock() > self.expires_at:
+            raise refuse(f"decoding the video took longer than video_decode_timeout_s ({self.timeout_s} s)")
+
+    def check_size(self, width: int, height: int) -> None:
+        if width * height > self.max_pixels:
+            raise refuse(f"video frames of {width}x{height} pixels exceed max_video_frame_pixels "
+                         f"({self.max_pixels})")
+
+
+def decode_video(data: bytes, *, fps: float, max_frames: int, max_pixels: int = VIDEO_FRAME_PIXELS,
+                 max_decoded_frames: int = VIDEO_DECODED_FRAMES, timeout_s: float = VIDEO_DECODE_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic) -> DecodedVideo:
+    """Frames sampled uniformly at ``fps`` from an encoded video, at most ``max_frames`` of them.
+
+    The caps default to :class:`MediaPolicy`'s defaults; a server passes its policy's
+    ``max_video_frame_pixels``, ``max_video_decoded_frames`` and ``video_decode_timeout_s``.
+
+    Args:
+        data: the encoded video (any container PyAV/FFmpeg reads).
+        fps: frames per second to sample (the first frame at or after each ``k / fps`` seconds).
+        max_frames: frames, cap on the result.
+        max_pixels: pixels, cap on every decoded frame's width * height.
+        max_decoded_frames: frames, cap on the frames decoded, sampled or skipped.
+        timeout_s: seconds, wall-clock cap on the whole decode.
+        clock: seconds, monotonic; for ``timeout_s``.
+
+    Raises:
+        ValueError: ``fps``, ``max_frames`` or a cap not a positive number (``None`` included).
+        InvalidRequestError: no video stream, corrupt data, a frame over ``max_pixels``, more frames than
+            ``max_decoded_frames`` (declared or decoded), or decoding past ``timeout_s``.
+    """
+    limits = {"fps": fps, "max_frames": max_frames, "max_pixels": max_pixels,
+              "max_decoded_frames": max_decoded_frames, "timeout_s": timeout_s}
+    bad = {k: v for k, v in limits.items() if not (isinstance(v, int | float) and v > 0)}
+    if bad:
+        raise ValueError(f"decode_video limits must be positive, got {bad!r}")
+    bounds = _Bounds(max_pixels, max_decoded_frames, clock() + timeout_s, timeout_s, clock)
+    import av  # lazy: PyAV is heavy and only video requests need it
+
+    frames: list[Image.Image] = []
+    times: list[float] = []
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            if not container.streams.video:
+                raise refuse("cannot decode video: no video stream")
+            stream = container.streams.video[0]
+            bounds.check_size(stream.codec_context.width, stream.codec_context.height)
+            if stream.frames > max_decoded_frames:
+                raise refuse(f"video declares {stream.frames} frames, over max_video_decoded_frames "
+                             f"({max_decoded_frames})")
+            source_fps = float(stream.average_rate or stream.guessed_rate or 0.0)
+            duration_s = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
+            for frame in _checked_frames(container, stream, bounds):
+                t = float(frame.time) if frame.time is not None else len(times) / (source_fps or fps)
+                if t + 1e-6 < len(frames) / fps:
+                    continue
+                frames.append(frame.to_image().convert("RGB"))
+                times.append(t)
+                if len(frames) >= max_frames:
+                    break
+    except av.FFmpegError as e:
+        raise refuse(f"cannot decode video: corrupt or unsupported data ({e})") from None
+    if not frames:
+        raise refuse("cannot decode video: no frames")
+    if not duration_s:
+        duration_s = times[-1]
+    return DecodedVideo(frames, source_fps, duration_s, times)
+
+
+def _checked_frames(container, stream, bounds: _Bounds) -> Iterator:
+    """Every decoded frame of ``stream``, each checked against ``bounds`` (time before every packet too)."""
+    decoded = 0
+    for packet in container.demux(stream):
+        bounds.check_time()
+        for frame in packet.decode():
+            decoded += 1
+            if decoded > bounds.max_decoded_frames:
+                raise refuse(f"video has more than max_video_decoded_frames ({bounds.max_decoded_frames}) frames")
+            bounds.check_size(frame.width, frame.height)
+            bounds.check_time()
+            yield frame

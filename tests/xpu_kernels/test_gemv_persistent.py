@@ -118,3 +118,36 @@ def test_launch_shape_keeps_thirty_two_values_per_thread_up_to_4096():
     assert gemv_persistent.launch_shape(75) == (32, 4, 8)
     assert gemv_persistent.launch_shape(4096) == (2, 8, 4)
     assert gemv_persistent.launch_shape(6144) == (2, 4, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("has_scale", [False, True], ids=["no-scale", "scale"])
+@pytest.mark.parametrize("has_next", [False, True], ids=["no-next-norm", "next-norm"])
+@pytest.mark.parametrize("activation", [None, "gelu_tanh"])
+def test_post_norm_residual_prologue(monkeypatch, poison_outputs, grid, dtype, has_scale, has_next, activation):
+    # a sandwich-normed block's tail (post norm, residual add, layer scale, next norm) inside the projection
+    k, n = 75, 26
+    x, r = _rand(1, k, seed=20, scale=3, dtype=dtype), _rand(1, k, seed=21, dtype=dtype)
+    w, nw = _rand(k, seed=22, scale=0.5, dtype=dtype), _rand(k, seed=23, scale=0.5, dtype=dtype) if has_next else None
+    s = _rand(1, seed=24, dtype=dtype) if has_scale else None
+    lw = _rand(n, k, seed=25, scale=k ** -0.5, dtype=dtype)
+    calls = []
+    real = gemv_persistent.launch
+    monkeypatch.setattr(gemv_persistent, "launch", lambda *a, **kw: calls.append(a[3].mode) or real(*a, **kw))
+    y, new_r = fused_linear.post_norm_residual_linear(x, r, w, 1e-6, False, s, nw, lw, activation)
+    want_y, want_r = ref.post_norm_residual_linear(x, r, w, 1e-6, False, s, nw, lw, activation)
+    assert calls == [7 if has_next else 8]  # one launch, the post-norm prologue
+    # (two roundings, each toward zero under the interpreter for bfloat16: the dtype's tolerance)
+    torch.testing.assert_close(new_r, want_r, **tol(dtype))
+    torch.testing.assert_close(y, want_y, **{name: 2 * v for name, v in tol(dtype).items()})
+
+
+def test_post_norm_residual_linear_unfused_beyond_one_row(poison_outputs):
+    # two rows: post_norm_residual then the projection (the tiled GEMV has no post-norm prologue)
+    k, n = 40, 12
+    x, r, w, nw = _rand(2, k, seed=26), _rand(2, k, seed=27), _rand(k, seed=28), _rand(k, seed=29)
+    lw = _rand(2 * n, k, seed=30, scale=k ** -0.5)
+    y, new_r = fused_linear.post_norm_residual_linear(x, r, w, 1e-6, True, None, nw, lw, "silu")
+    want_y, want_r = ref.post_norm_residual_linear(x, r, w, 1e-6, True, None, nw, lw, "silu")
+    torch.testing.assert_close(new_r, want_r, **tol(torch.float32))
+    torch.testing.assert_close(y, want_y, **tol(torch.float32))

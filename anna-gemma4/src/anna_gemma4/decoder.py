@@ -12,7 +12,9 @@ The math (transformers' ``Gemma4TextDecoderLayer``)::
 
 Every norm is an RMSNorm multiplying by its weight (not ``1 + weight``). Each residual add runs as one
 ``post_norm_residual`` op with the norm before it, the layer scalar and the norm after it (the next
-layer's input norm, computed here and handed on). In an MoE layer the feed-forward tail (both post norms,
+layer's input norm, computed here and handed on); in a dense layer the attention's tail runs inside the
+MLP's gate/up projection and, with per-layer embeddings, the MLP's tail inside the per-layer-input gate's
+projection (``post_norm_residual_linear``: one launch each at decode on GPUs). In an MoE layer the feed-forward tail (both post norms,
 their sum, ``post_ff_norm``, the residual add, ...) is one ``dual_post_norm_residual`` op, and the
 attention's tail also gives ``pre_ff_norm_2(h)`` and the router's input (one ``post_norm_residual_norm_pair``
 launch on GPUs; elsewhere ``post_norm_residual`` and ``rms_norm_pair``).
@@ -83,9 +85,9 @@ class Gemma4DecoderLayer(nn.Module):
         a = self.self_attn(y, batch, caches, cos_sin)
         if self.has_moe:  # h's four norms (the MLP's, the experts', the router's) with the residual add
             y, x, router_input, h = self._post_attention_moe(a, h)
-        else:
-            y, h = self.post_attention_layernorm.post_add(a, h, next_norm=self.pre_feedforward_layernorm)
-        m = self.mlp(y)
+            m = self.mlp(y)
+        else:  # the attention's tail fused into the MLP's gate/up projection (post_norm_residual_linear)
+            m, h = self.mlp(a, post_norm=(self.post_attention_layernorm, h, self.pre_feedforward_layernorm))
         # the layer scalar and the next norm go with the last residual add (the per-layer-input block's, if any)
         scale, last_norm = (None, None) if self.has_per_layer_input else (self.layer_scalar, next_norm)
         if self.has_moe:
@@ -93,12 +95,15 @@ class Gemma4DecoderLayer(nn.Module):
             # post_ff_norm(post_ff_norm_1(m) + post_ff_norm_2(moe)) + h, scaled, normed again: one launch
             y, h = self.post_feedforward_layernorm.post_add_sum(m, self.post_feedforward_layernorm_1, moe,
                                                                 self.post_feedforward_layernorm_2, h, scale, last_norm)
-        else:
+        elif not self.has_per_layer_input:
             y, h = self.post_feedforward_layernorm.post_add(m, h, scale, last_norm)
         if self.has_per_layer_input:
+            if self.has_moe:
+                gate = self.per_layer_input_gate(h)
+            else:  # the MLP's tail fused into the per-layer-input gate's projection (post_norm_residual_linear)
+                gate, h = self.post_feedforward_layernorm.post_add_linear(m, h, None, None, self.per_layer_input_gate)
             # per_layer_projection(gelu_tanh(per_layer_input_gate(h)) * per_layer_input): one GEMV with the product
-            p = self.ops.gated_linear(self.per_layer_input_gate(h), per_layer_input, self.per_layer_projection.weight,
-                                      "gelu_tanh")  # [T, hidden]
+            p = self.ops.gated_linear(gate, per_layer_input, self.per_layer_projection.weight, "gelu_tanh")  # [T, hidden]
             y, h = self.post_per_layer_input_norm.post_add(p, h, self.layer_scalar, next_norm)
         return h, y
 

@@ -82,9 +82,14 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256, **no_pdl}, 4
         yield gdn_prefill_prep._gdn_prefill_prep_kernel, act, {"BLOCK_T": 16, "BLOCK_K": 128, "BLOCK_V": 128,
                                                                 "BLOCK_R": 2, **pdl}, 4
-    attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32, **pdl}
+    attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32, "FUSED_MERGE": False,
+            **pdl}
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": True}, 4
+    # Gemma 4's global layers (head dim 512): split partials merged by the last split to arrive
+    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_D": 512, "BLOCK_N": 16, "BLOCK_Q": 1,
+                                                            "BLOCK_M": 16, "SPLIT": True, "DECODE": True,
+                                                            "FUSED_MERGE": True}, 8
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 16, "BLOCK_M": 64, "SPLIT": False,
                                                             "DECODE": False, "HAS_WINDOW": True, **no_pdl}, 8
     yield paged_attention._paged_attention_kernel, "fp32", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
@@ -154,15 +159,24 @@ def _gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
 
 def _persistent_gemv_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     """The one-wave GEMV at the 9B width (K = 4096) and the 2B MLP's (K = 6144): plain, the MLP's norm
-    prologue with the SwiGLU epilogue, the SiLU-mul prologue with a bias."""
-    from anna_xpu_kernels import gemv_persistent
+    prologue with the SwiGLU epilogue, the SiLU-mul prologue with a bias; Gemma 4 E4B's attention tail into
+    its gate/up projection (K = 2560, the post-norm prologue with a layer scale, the GeGLU epilogue); the
+    long-row form at E4B's down projection (K = 10,240), plain and with the GeGLU prologue."""
+    from anna_xpu_kernels import gemv_persistent, gemv_persistent_long
 
-    base = {"HAS_BIAS": False, "PROLOGUE": 0, "ZERO_CENTERED": False, "EPILOGUE": 0, "USE_PDL": True}
+    base = {"HAS_BIAS": False, "PROLOGUE": 0, "ZERO_CENTERED": False, "HAS_SCALE": False, "EPILOGUE": 0,
+            "USE_PDL": True}
     for k, extra in ((4096, {}), (4096, {"PROLOGUE": 2, "ZERO_CENTERED": True, "EPILOGUE": 1}),
-                     (6144, {"PROLOGUE": 3, "HAS_BIAS": True})):
+                     (6144, {"PROLOGUE": 3, "HAS_BIAS": True}),
+                     (2560, {"PROLOGUE": 7, "HAS_SCALE": True, "EPILOGUE": 2})):
         block_n, warps, _ = gemv_persistent.launch_shape(k)
         yield (gemv_persistent._persistent_gemv_kernel, "bf16",
                {**base, **extra, "BLOCK_N": block_n, "KP": 1 << (k - 1).bit_length()}, warps)
+    long_base = {"HAS_BIAS": False, "PROLOGUE": 0, "EPILOGUE": 0, "USE_PDL": True}
+    for k, extra in ((10240, {}), (10240, {"PROLOGUE": 4, "HAS_BIAS": True})):
+        block_n, kc, warps, _ = gemv_persistent_long.launch_shape(k)
+        yield (gemv_persistent_long._long_gemv_kernel, "bf16",
+               {**long_base, **extra, "BLOCK_N": block_n, "KC": kc, "NK": -(-k // kc)}, warps)
 
 
 def _gemv_shapes() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
@@ -201,7 +215,8 @@ def _gemv_shapes() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
 _GLOBAL_WRITES = ("st.global", "atom.global", "red.global")
 _PRELOADS = {
     "_gemv_kernel": r"ld\.global\.L1::evict_first",  # the prefetched weight tiles (the only evict-first loads)
-    "_persistent_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight block
+    "_persistent_gemv_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first weight block; post-norm weights
+    "_long_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight tile
     "_fused_gdn_decode_kernel": r"ld\.global\.b(32|64)\b",  # the slot (int64), the float32 state
     # the norms' weights (anna_xpu_kernels.norms._weight: the only evict-last loads)
     **{name: r"ld\.global\.L1::evict_last" for name in (

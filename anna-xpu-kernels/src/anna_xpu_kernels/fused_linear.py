@@ -4,7 +4,9 @@
 product + ``down_proj``) run the decode GEMV (:mod:`anna_xpu_kernels.gemv`) with a prologue
 (:mod:`anna_xpu_kernels.gemv_prologue`) that computes each activation tile from the raw inputs;
 ``linear_act_mul`` (merged gate/up projection + gated product) runs it with a gated epilogue, and
-``add_rms_norm_linear_act_mul`` (the MLP's norm, gate/up projection and product) with both. The
+``add_rms_norm_linear_act_mul`` (the MLP's norm, gate/up projection and product) with both;
+``post_norm_residual_linear`` (a sandwich-normed block's post norm, residual add, layer scale and next
+norm, then the projection reading the result; Gemma) runs the one-wave GEMV's post-norm prologue. The
 activation (``"silu"``: SwiGLU, ``"gelu_tanh"``: GeGLU) picks the prologue / epilogue mode, a
 compile-time constant of the kernels (``SILU_MUL`` / ``GELU_TANH_MUL``, ``SILU_MUL_OUT`` /
 ``GELU_TANH_MUL_OUT``), so each activation compiles its own specialisation and SiLU's is unchanged.
@@ -39,13 +41,21 @@ from anna_core.kernels.reference.fused_linear import (
     check_add_rms_norm_linear_act_mul,
     check_gated_linear,
     check_linear_act_mul,
+    check_post_norm_residual_linear,
 )
 
-from anna_xpu_kernels import activations, gemv, norms, pdl
+from anna_xpu_kernels import activations, gemv, gemv_persistent, norms, pdl
 from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
-from anna_xpu_kernels._env import norm_prologue_requested
-from anna_xpu_kernels.gemv_epilogue import GATED_EPILOGUES
-from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, GATED_PROLOGUES, GATED_SPLIT_PROLOGUES, RMS_NORM
+from anna_xpu_kernels._env import gemv_persistent_requested, norm_prologue_requested
+from anna_xpu_kernels.gemv_epilogue import GATED_EPILOGUES, NO_EPILOGUE
+from anna_xpu_kernels.gemv_prologue import (
+    ADD_RMS_NORM,
+    GATED_PROLOGUES,
+    GATED_SPLIT_PROLOGUES,
+    POST_NORM_RESIDUAL,
+    POST_RESIDUAL,
+    RMS_NORM,
+)
 
 MAX_K = 1024
 """Longest row the norm prologue takes without programmatic dependent launch: every program re-reads
@@ -275,3 +285,48 @@ def add_rms_norm_linear_act_mul(x: torch.Tensor, residual: torch.Tensor | None, 
             f"the SwiGLU epilogue needs block_n >= 2 (a gate and an up row), got {config}")
     return _add_rms_norm_then(op, x, residual, norm_weight, eps, zero_centered, weight, config, fuse,
                               GATED_EPILOGUES[activation], lambda h: linear_act_mul(h, weight, activation, config))
+
+
+def post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                              zero_centered: bool, scale: torch.Tensor | None, next_weight: torch.Tensor | None,
+                              linear_weight: torch.Tensor,
+                              activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sandwich-normed block's tail fused into the projection that reads it (signature of the reference
+    ``post_norm_residual_linear``): for one row on the one-wave GEMV's widths, one launch whose prologue
+    computes the post norm, the residual add, the layer scale and the next norm
+    (:data:`~anna_xpu_kernels.gemv_prologue.POST_NORM_RESIDUAL`), the first program writing the new residual;
+    elsewhere ``post_norm_residual`` then the projection (two launches).
+
+    Args:
+        x, residual: ``[..., K]`` float32 / float16 / bfloat16, one dtype; weight, next_weight (or None): ``[K]``;
+            eps, zero_centered: both norms'; scale: one element of x's dtype, or None; linear_weight: ``[N, K]``
+            of x's dtype (``[2I, K]`` with an activation); activation: None, ``"silu"`` or ``"gelu_tanh"``.
+
+    Returns:
+        ``(y, new_residual)``: ``y`` ``[..., N]`` (``[..., I]``) and the new residual ``[..., K]``, x's dtype.
+
+    Raises:
+        ValueError: shapes or dtypes disagree, unsupported dtype, or tensors on different devices.
+    """
+    op = "post_norm_residual_linear"
+    check_post_norm_residual_linear(x, residual, weight, scale, next_weight, linear_weight, activation)
+    require_float(op, x=x)
+    require_same_device(op, x=x, residual=residual, weight=weight, scale=scale, next_weight=next_weight,
+                        linear_weight=linear_weight)
+    k = x.shape[-1]
+    rows = as_rows(x)
+    one_wave = (rows.shape[0] == 1 and gemv.supports(rows, linear_weight) and gemv_persistent.takes(rows, k)
+                and gemv_persistent_requested() and weight.dtype == x.dtype
+                and (next_weight is None or next_weight.dtype == x.dtype))
+    if not one_wave:
+        h, new_residual = norms.post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)
+        h = new_residual if h is None else h
+        y = gemv.linear(h, linear_weight, None) if activation is None else linear_act_mul(h, linear_weight, activation)
+        return y, new_residual
+    new_residual = torch.empty_like(rows)
+    mode = POST_NORM_RESIDUAL if next_weight is not None else POST_RESIDUAL
+    prologue = gemv.Prologue(mode, as_rows(residual).contiguous(), next_weight, new_residual, eps, zero_centered,
+                             weight.contiguous(), scale)
+    epilogue = GATED_EPILOGUES[activation] if activation is not None else NO_EPILOGUE
+    y = gemv_persistent.launch(rows.contiguous(), linear_weight, None, prologue, epilogue)
+    return y.view(*x.shape[:-1], y.shape[-1]), new_residual.view(x.shape)

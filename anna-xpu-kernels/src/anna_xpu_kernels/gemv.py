@@ -86,7 +86,9 @@ def prefetch_tiles(block_n: int, block_k: int, use_dot: bool, deep: bool) -> int
 class Prologue:
     """What the kernel computes its activation tile from (:mod:`anna_xpu_kernels.gemv_prologue`):
     ``mode`` and, for the norm modes, the residual ``[M, K]`` (or None), the norm weight ``[K]``, eps,
-    zero-centring and the new-residual output ``[M, K]`` (written with ``ADD_RMS_NORM``)."""
+    zero-centring and the new-residual output ``[M, K]`` (written with ``ADD_RMS_NORM`` and the post-norm
+    modes); for ``POST_NORM_RESIDUAL`` / ``POST_RESIDUAL`` also the post norm's weight ``[K]`` and the layer
+    scale ``[1]`` (or None). The post-norm modes run in the one-wave kernel only."""
 
     mode: int = PLAIN
     residual: torch.Tensor | None = None
@@ -94,6 +96,8 @@ class Prologue:
     new_residual: torch.Tensor | None = None
     eps: float = 0.0
     zero_centered: bool = False
+    post_weight: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
 
     def tensors_or(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(residual, norm_weight, new_residual)`` for a kernel launch, ``x`` standing in (a dummy

@@ -91,13 +91,26 @@ def _weight_rows(block, j, N, BLOCK_N: tl.constexpr, EPILOGUE: tl.constexpr):
 
 
 @triton.jit
-def _activation_row(x_ptr, r_ptr, nw_ptr, s_ptr, kk, k_ok, K, eps, write_residual,
-                    PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr):
+def _activation_row(x_ptr, r_ptr, nw_ptr, s_ptr, pw, scale, kk, k_ok, K, eps, write_residual,
+                    PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, HAS_SCALE: tl.constexpr):
     """The ``[KP]`` activation row (float32 values of x's dtype) computed from the raw inputs: ``x``;
     ``round(x * rstd * w)`` (``RMS_NORM``) on ``s = round(x + residual)`` with ``ADD_RMS_NORM`` (also
     stored to ``s_ptr`` where ``write_residual``); ``round(round(act(gate)) * up)`` (``SILU_MUL``,
-    ``GELU_TANH_MUL``; ``*_SPLIT``: up at ``r_ptr``)."""
+    ``GELU_TANH_MUL``; ``*_SPLIT``: up at ``r_ptr``); the post-norm tail ``s`` of ``POST_NORM_RESIDUAL`` /
+    ``POST_RESIDUAL`` (``pw``: the loaded post-norm weight, ``scale``: the loaded layer scale; ``s`` stored to
+    ``s_ptr`` where ``write_residual``), normalised by ``nw`` with ``POST_NORM_RESIDUAL``."""
     a = tl.load(x_ptr + kk, mask=k_ok, other=0.0)
+    if PROLOGUE == 7 or PROLOGUE == 8:
+        af = a.to(tl.float32)
+        normed = normalize(a, tl.rsqrt(tl.sum(af * af, axis=0) / K + eps), pw, x_ptr, ZERO_CENTERED)
+        a = add_residual(normed, tl.load(r_ptr + kk, mask=k_ok, other=0.0), x_ptr)
+        if HAS_SCALE:
+            a = (a.to(tl.float32) * scale).to(x_ptr.dtype.element_ty)
+        tl.store(s_ptr + kk, a, mask=k_ok & write_residual)
+        if PROLOGUE == 7:
+            af = a.to(tl.float32)
+            a = normalize(a, tl.rsqrt(tl.sum(af * af, axis=0) / K + eps), tl.load(nw_ptr + kk, mask=k_ok, other=0.0),
+                          x_ptr, ZERO_CENTERED)
     if PROLOGUE == 3 or PROLOGUE == 4:
         a = act_mul(a, tl.load(x_ptr + K + kk, mask=k_ok, other=0.0), x_ptr, PROLOGUE == 4)
     if PROLOGUE == 5 or PROLOGUE == 6:
@@ -114,11 +127,12 @@ def _activation_row(x_ptr, r_ptr, nw_ptr, s_ptr, kk, k_ok, K, eps, write_residua
 
 @triton.jit
 def _persistent_gemv_kernel(
-    x_ptr, weight_ptr, bias_ptr, y_ptr, r_ptr, nw_ptr, s_ptr, N, K, stride_wn, n_blocks, eps,
-    HAS_BIAS: tl.constexpr, PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr,
-    USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr, KP: tl.constexpr,
+    x_ptr, weight_ptr, bias_ptr, y_ptr, r_ptr, nw_ptr, s_ptr, pw_ptr, scale_ptr, N, K, stride_wn, n_blocks, eps,
+    HAS_BIAS: tl.constexpr, PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, HAS_SCALE: tl.constexpr,
+    EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr, KP: tl.constexpr,
 ):
-    # r_ptr, nw_ptr, s_ptr, eps, ZERO_CENTERED: the prologue's inputs and output (unused with PLAIN)
+    # r_ptr, nw_ptr, s_ptr, pw_ptr, scale_ptr, eps, ZERO_CENTERED: the prologue's inputs and output (unused with
+    # PLAIN)
     pdl.launch_dependents(USE_PDL)
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -128,8 +142,15 @@ def _persistent_gemv_kernel(
     rows = _weight_rows(pid, j, N, BLOCK_N, EPILOGUE)
     w_cur = tl.load(weight_ptr + rows[:, None] * stride_wn + kk[None, :], mask=k_ok[None, :] & (pid < n_blocks),
                     other=0.0, eviction_policy="evict_first")
+    pw = 1.0
+    scale = 1.0
+    if PROLOGUE == 7 or PROLOGUE == 8:  # the post norm's weight and the layer scale: not written in the step
+        pw = tl.load(pw_ptr + kk, mask=k_ok, other=0.0, eviction_policy="evict_last")
+        if HAS_SCALE:
+            scale = tl.load(scale_ptr, eviction_policy="evict_last").to(tl.float32)
     pdl.wait(USE_PDL)
-    x = _activation_row(x_ptr, r_ptr, nw_ptr, s_ptr, kk, k_ok, K, eps, pid == 0, PROLOGUE, ZERO_CENTERED)
+    x = _activation_row(x_ptr, r_ptr, nw_ptr, s_ptr, pw, scale, kk, k_ok, K, eps, pid == 0, PROLOGUE, ZERO_CENTERED,
+                        HAS_SCALE)
     one = tl.arange(0, 1)
     for block in range(pid, n_blocks, programs):
         nxt = _weight_rows(block + programs, j, N, BLOCK_N, EPILOGUE)
@@ -158,9 +179,11 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pro
     grid = (max(1, min(n_blocks, multiprocessors(x) * per_sm)),)
     p = prologue
     r, nw, s = p.tensors_or(x)
+    pw = p.post_weight if p.post_weight is not None else x
+    scale = p.scale if p.scale is not None else x
     b = bias.contiguous() if bias is not None else y
     _persistent_gemv_kernel[grid](
-        x, weight, b, y, r, nw, s, n, k, weight.stride(0), n_blocks, float(p.eps),
-        HAS_BIAS=bias is not None, PROLOGUE=p.mode, ZERO_CENTERED=bool(p.zero_centered), EPILOGUE=epilogue,
-        BLOCK_N=block_n, KP=next_pow2(k), num_warps=warps, **pdl.launch_options(x))
+        x, weight, b, y, r, nw, s, pw, scale, n, k, weight.stride(0), n_blocks, float(p.eps),
+        HAS_BIAS=bias is not None, PROLOGUE=p.mode, ZERO_CENTERED=bool(p.zero_centered), HAS_SCALE=p.scale is not None,
+        EPILOGUE=epilogue, BLOCK_N=block_n, KP=next_pow2(k), num_warps=warps, **pdl.launch_options(x))
     return y

@@ -18,6 +18,11 @@ the activation dtype exactly where the unfused torch references round it
 * ``SILU_MUL_SPLIT`` (5) / ``GELU_TANH_MUL_SPLIT`` (6): as 3 / 4 with up read from its own tensor (the
   residual pointer and row stride carry it): ``round(round(act(gate)) * up)`` with gate ``x[:, k]`` and up
   ``up[:, k]`` (Gemma 4's per-layer-input gate times the per-layer embedding).
+* ``POST_NORM_RESIDUAL`` (7): a sandwich-normed block's tail, as ``post_norm_residual`` rounds it:
+  ``s = round(residual + round(x * rstd(x) * post_w))`` (then ``round(s * scale)`` with a layer scale),
+  written as the new residual by the first program, and the tile ``round(s * rstd(s) * norm_weight)``.
+  The one-wave kernel only (:mod:`anna_xpu_kernels.gemv_persistent`: it computes the row once per program).
+* ``POST_RESIDUAL`` (8): as 7 without the next norm: the tile is ``s`` itself.
 
 Inside the kernels the modes are compared as integer literals (Triton kernels cannot read
 non-constexpr module globals).
@@ -28,6 +33,7 @@ from __future__ import annotations
 from anna_xpu_kernels._triton import tl, triton
 
 PLAIN, RMS_NORM, ADD_RMS_NORM, SILU_MUL, GELU_TANH_MUL, SILU_MUL_SPLIT, GELU_TANH_MUL_SPLIT = 0, 1, 2, 3, 4, 5, 6
+POST_NORM_RESIDUAL, POST_RESIDUAL = 7, 8
 """The ``PROLOGUE`` modes of the GEMV kernel."""
 
 GATED_PROLOGUES = {"silu": SILU_MUL, "gelu_tanh": GELU_TANH_MUL}

@@ -44,6 +44,7 @@ TRITON_KERNELS = {
     "linear_act_mul": ("fused_linear:linear_act_mul", "probes:linear_probe"),
     "gated_linear": ("fused_linear:gated_linear", "probes:linear_probe"),
     "add_rms_norm_linear_act_mul": ("fused_linear:add_rms_norm_linear_act_mul", "probes:linear_probe"),
+    "post_norm_residual_linear": ("fused_linear:post_norm_residual_linear", "probes:linear_probe"),
     "qk_norm_rope_cache": ("qk_norm_rope:qk_norm_rope_cache", "probes:qk_norm_rope_probe"),
     "q_norm_rope": ("qk_norm_rope:q_norm_rope", "probes:qk_norm_rope_probe"),
     "fused_gdn_decode": ("gdn_decode_fused:fused_gdn_decode", "probes:fused_gdn_decode_probe"),

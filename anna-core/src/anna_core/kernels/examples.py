@@ -228,6 +228,15 @@ def add_rms_norm_linear_act_mul(device: Any, dtype: Any) -> list[OpExample]:
             OpExample((r.randn(3, 32), None, r.randn(32), EPS, True, r.randn(32, 32, scale=0.2), "gelu_tanh"))]
 
 
+
+def post_norm_residual_linear(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(31, device, _dt(dtype))
+    x, res = r.randn(1, 32), r.randn(1, 32)
+    return [OpExample((x, res, r.randn(32), EPS, False, None, r.randn(32), r.randn(24, 32, scale=0.2))),
+            OpExample((x, res, r.randn(32), EPS, False, r.randn(1), None, r.randn(16, 32, scale=0.2))),
+            OpExample((r.randn(3, 32), r.randn(3, 32), r.randn(32), EPS, True, r.randn(1), r.randn(32),
+                       r.randn(48, 32, scale=0.2), "gelu_tanh"))]
+
 def moe_route(device: Any, dtype: Any) -> list[OpExample]:
     r = _Gen(22, device, _dt(dtype))
     # well-separated logits: no two probabilities within a few ulps, so every implementation picks the same ids

@@ -321,6 +321,24 @@ rounded as those ops round: a pre-norm MLP's residual add, norm, gate/up project
         examples=_examples("add_rms_norm_linear_act_mul"),
     ),
     OpContract(
+        name="post_norm_residual_linear",
+        signature=("post_norm_residual_linear(x, residual, weight, eps, zero_centered, scale, next_weight, "
+                   "linear_weight, activation=None) -> (y, new_residual)"),
+        doc="""\
+x, residual: ``[M, K]``, one dtype; weight: ``[K]`` the block's post norm; scale: ``[1]`` of x's dtype or
+None; next_weight: ``[K]`` or None; linear_weight: ``[N, K]`` of x's dtype, no bias (``[2I, K]``, gate
+rows then up rows, with an activation); activation: None, ``"silu"`` or ``"gelu_tanh"``. ``(h,
+new_residual) = post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)`` (``h =
+new_residual`` without next_weight), then ``y = linear(h, linear_weight, None)`` ``[M, N]`` (with an
+activation ``linear_act_mul(h, linear_weight, activation)`` ``[M, I]``), rounded as those ops round: a
+sandwich-normed block's tail fused into the projection that reads it (one launch at decode instead of two).
+Inputs are not written.
+""",
+        reference=_ref("fused_linear", "post_norm_residual_linear"),
+        check=_ref("fused_linear", "check_post_norm_residual_linear"),
+        examples=_examples("post_norm_residual_linear"),
+    ),
+    OpContract(
         name="moe_route",
         signature="moe_route(logits, top_k, expert_scale, weights_dtype) -> (weights, expert_ids)",
         doc="""\

@@ -69,8 +69,15 @@ class SwiGLUMLP(nn.Module):
             gate, up = self.gate_up_proj.weight.detach().split(self.intermediate)
         return {"gate_proj.weight": gate, "up_proj.weight": up, "down_proj.weight": self.down_proj.weight.detach()}
 
-    def forward(self, x: torch.Tensor, pre_norm: tuple[Any, torch.Tensor | None] | None = None):
+    def forward(self, x: torch.Tensor, pre_norm: tuple[Any, torch.Tensor | None] | None = None,
+                post_norm: tuple[Any, torch.Tensor, Any] | None = None):
         """x: ``[T, H]`` -> ``[T, H]``.
+
+        With ``post_norm = (norm, residual, next_norm)`` (sandwich norms, Gemma), ``x`` is the previous
+        block's output: the block computes ``mlp(next_norm(residual + norm(x)))`` and returns ``(output,
+        residual + norm(x))``; after :meth:`merge_gate_up` with ``ops`` the previous block's tail, the gate/up
+        projection and the gated product are one op (``post_norm_residual_linear``, via
+        :meth:`~anna_core.layers.norm.RMSNorm.post_add_linear`).
 
         With ``pre_norm = (norm, residual)`` (an :class:`~anna_core.layers.norm.RMSNorm` and the
         residual stream, or None in a first block), ``x`` is the previous block's output: the block
@@ -79,6 +86,13 @@ class SwiGLUMLP(nn.Module):
         gate/up projection and gated product are one op (``add_rms_norm_linear_act_mul``), so the
         block is two launches at decode where the kernels fuse them.
         """
+        if post_norm is not None:
+            norm, residual, next_norm = post_norm
+            if self.gate_up_proj is not None and self.ops is not None:
+                h, new_residual = norm.post_add_linear(x, residual, None, next_norm, self.gate_up_proj, self.activation)
+                return self.down_proj(h), new_residual
+            y, new_residual = norm.post_add(x, residual, next_norm=next_norm)
+            return self(y), new_residual
         if pre_norm is not None:
             norm, residual = pre_norm
             if self.gate_up_proj is not None and self.ops is not None:

@@ -149,11 +149,45 @@ class RMSNorm(nn.Module):
         Raises:
             ValueError: this norm or ``next_norm`` has no weight, or they differ in eps / zero_centered.
         """
+        self._check_post(next_norm)
+        return self(x, residual, post=(scale, next_norm))  # through __call__: the profiler's hooks see it
+
+    def post_add_linear(self, x: torch.Tensor, residual: torch.Tensor, scale: torch.Tensor | None,
+                        next_norm: RMSNorm | None, linear: nn.Linear,
+                        activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`post_add` fused into the projection that reads its result (the ``post_norm_residual_linear``
+        op: one launch at decode on GPUs): ``(y, r)`` with ``(h, r) = post_add(x, residual, scale, next_norm)``
+        and ``y = linear(h)`` (``h = r`` without ``next_norm``), or with an activation the gated product of the
+        merged gate/up projection ``linear``. A ``linear`` with a bias runs :meth:`post_add`, then ``linear``.
+
+        Args:
+            x, residual, scale, next_norm: as :meth:`post_add`.
+            linear: ``nn.Linear`` with ``weight`` ``[N, D]`` (``[2I, D]``, gate rows then up rows, with an
+                activation).
+            activation: None, ``"silu"`` or ``"gelu_tanh"``.
+
+        Returns:
+            ``([T, N] (or [T, I]), [T, D])`` in x's dtype.
+
+        Raises:
+            ValueError: as :meth:`post_add`; an unknown activation (from the op).
+        """
+        if linear.bias is not None:
+            from anna_core.kernels.reference.activations import act_and_mul
+
+            y, r = self.post_add(x, residual, scale, next_norm)
+            h = linear(r if y is None else y)
+            return (h if activation is None else act_and_mul(h, activation)), r
+        self._check_post(next_norm)
+        return self.ops.post_norm_residual_linear(x, residual, self.weight, self.eps, self.zero_centered, scale,
+                                                  None if next_norm is None else next_norm.weight, linear.weight,
+                                                  activation)
+
+    def _check_post(self, next_norm: RMSNorm | None) -> None:
         if self.weight is None or (next_norm is not None and next_norm.weight is None):
             raise ValueError("post_add needs norms with a weight")
         if next_norm is not None and (next_norm.eps, next_norm.zero_centered) != (self.eps, self.zero_centered):
             raise ValueError("post_add: the next norm must share eps and zero_centered with this one")
-        return self(x, residual, post=(scale, next_norm))  # through __call__: the profiler's hooks see it
 
     def post_add_sum(self, x: torch.Tensor, x_norm: RMSNorm, x2: torch.Tensor, x2_norm: RMSNorm,
                      residual: torch.Tensor, scale: torch.Tensor | None = None,

@@ -10,6 +10,8 @@ numerics of the unfused path:
     act_mul_linear:               y = linear(act_and_mul(x, activation), weight)
     linear_act_mul:               y = act_and_mul(linear(x, weight), activation)
     add_rms_norm_linear_act_mul:  (h, r) = add_rms_norm(x, residual);  y = linear_act_mul(h, weight, activation)
+    post_norm_residual_linear:    (h, r) = post_norm_residual(x, residual, ...);  y = linear(h or r, weight)
+                                  (or linear_act_mul with an activation)
 
 with every intermediate rounded to x's dtype as the unfused ops round it; ``activation`` is ``"silu"``
 (SwiGLU) or ``"gelu_tanh"`` (GeGLU, :func:`~anna_core.kernels.reference.activations.act_and_mul`).
@@ -22,7 +24,7 @@ import torch
 from anna_core.kernels.checks import check_gated_activation, require
 from anna_core.kernels.reference.activations import act_and_mul
 from anna_core.kernels.reference.linear import check_linear, linear
-from anna_core.kernels.reference.norms import add_rms_norm
+from anna_core.kernels.reference.norms import add_rms_norm, post_norm_residual
 
 
 def check_add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
@@ -210,3 +212,63 @@ def gated_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, act
     """
     check_gated_linear(gate, up, weight, activation)
     return linear(act_and_mul(torch.cat([gate, up], dim=-1), activation), weight, None)
+
+
+def check_post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                                    scale: torch.Tensor | None, next_weight: torch.Tensor | None,
+                                    linear_weight: torch.Tensor, activation: str | None = None) -> None:
+    """Check the arguments of :func:`post_norm_residual_linear` (shapes and dtypes only, no sync).
+
+    Raises:
+        ValueError: ``"post_norm_residual_linear: ..."`` unless linear_weight is ``[N, K]`` (``[2I, K]`` with an
+            activation) of x's dtype, x and residual one ``[..., K]`` shape and dtype, weight and next_weight
+            (or None) ``[K]``, scale None or one element of x's dtype, activation None or one of
+            :data:`~anna_core.kernels.checks.GATED_ACTIVATIONS`.
+    """
+    op = "post_norm_residual_linear"
+    check_linear(op, x, linear_weight, None)
+    if activation is not None:
+        check_gated_activation(op, activation)
+        require(linear_weight.shape[0] % 2 == 0, op,
+                f"linear_weight must be [2I, K] (gate rows, then up rows), got {tuple(linear_weight.shape)}")
+    k = linear_weight.shape[1]
+    require(weight is not None and weight.dim() == 1 and weight.shape[0] == k, op,
+            f"weight must be [K={k}], got {None if weight is None else tuple(weight.shape)}")
+    require(next_weight is None or (next_weight.dim() == 1 and next_weight.shape[0] == k), op,
+            f"next_weight must be [K={k}] or None, got {None if next_weight is None else tuple(next_weight.shape)}")
+    require(residual.shape == x.shape and residual.dtype == x.dtype, op,
+            f"residual must match x's shape {tuple(x.shape)} and dtype {x.dtype}, got {tuple(residual.shape)} "
+            f"{residual.dtype}")
+    require(scale is None or (scale.numel() == 1 and scale.dtype == x.dtype), op,
+            f"scale must hold one element of x's dtype {x.dtype}")
+
+
+def post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                              zero_centered: bool, scale: torch.Tensor | None, next_weight: torch.Tensor | None,
+                              linear_weight: torch.Tensor,
+                              activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sandwich-normed block's tail fused into the projection that reads its result (Gemma: the attention's
+    post norm and residual add before the MLP's gate/up projection, the MLP's before the per-layer-input gate).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``) the block's output; residual: the stream, x's shape and dtype.
+        weight: ``[K]`` the block's post norm; eps, zero_centered: both norms'; scale: ``[1]`` of x's dtype (a
+            layer scalar) or None; next_weight: ``[K]`` the next block's input norm, or None.
+        linear_weight: ``[N, K]`` of x's dtype, no bias (``[2I, K]``, gate rows then up rows, with an activation).
+        activation: None (a plain projection), ``"silu"`` or ``"gelu_tanh"`` (the gated product of a merged
+            gate/up projection, as :func:`linear_act_mul`).
+
+    Returns:
+        ``(y, new_residual)``: ``(h, new_residual) = post_norm_residual(x, residual, weight, eps, zero_centered,
+        scale, next_weight)`` (``h = new_residual`` without next_weight), then ``y = linear(h, linear_weight)``
+        ``[M, N]`` (``linear_act_mul(h, linear_weight, activation)`` ``[M, I]``), every intermediate rounded to
+        x's dtype as those ops round it. The inputs are not written.
+
+    Raises:
+        ValueError: shapes or dtypes disagree (see :func:`check_post_norm_residual_linear`).
+    """
+    check_post_norm_residual_linear(x, residual, weight, scale, next_weight, linear_weight, activation)
+    h, new_residual = post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)
+    h = new_residual if h is None else h
+    y = linear(h, linear_weight, None) if activation is None else linear_act_mul(h, linear_weight, activation)
+    return y, new_residual

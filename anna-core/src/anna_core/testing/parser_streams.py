@@ -158,25 +158,21 @@ def parse_stream(chunks: Iterable[str], *, reasoning: Any = None, tool: Any = No
         reasoning.start(list(prompt_ids), (start_tag,) if start_tag else ())
     thought, content, deltas = "", "", []
 
-    def answer(text: str) -> None:
-        nonlocal content, deltas
-        if tool is None:
-            content += text
-            return
-        text, calls = tool.feed(text)
-        content, deltas = content + text, deltas + calls
-
-    for chunk in chunks:
-        for kind, text in (reasoning.feed(chunk) if reasoning is not None else [("content", chunk)]):
+    def route(segments: list[tuple[str, str]]) -> None:
+        nonlocal thought, content, deltas
+        for kind, text in segments:
             if kind == "reasoning":
                 thought += text
+            elif tool is None:
+                content += text
             else:
-                answer(text)
-    for kind, text in (reasoning.finish() if reasoning is not None else []):
-        if kind == "reasoning":
-            thought += text
-        else:
-            answer(text)
+                text, calls = tool.feed(text)
+                content, deltas = content + text, deltas + calls
+
+    for chunk in chunks:
+        route(reasoning.feed(chunk) if reasoning is not None else [("content", chunk)])
+    if reasoning is not None:
+        route(reasoning.finish())
     if tool is not None:
         text, calls = tool.finish()
         content, deltas = content + text, deltas + calls
@@ -231,10 +227,10 @@ def check_sample(sample: ParserSample, *, reasoning: Callable[[], Any] | None, t
     if reasoning is None and tool is None:
         raise ValueError("check_sample needs a reasoning parser, a tool-call parser or both")
     label = label or sample.name or "sample"
-    if (isinstance(sample.prompt, str) and sample.prompt or not isinstance(sample.output, str)) and tokenizer is None:
+    text_prompt = isinstance(sample.prompt, str) and bool(sample.prompt)
+    if (text_prompt or not isinstance(sample.output, str)) and tokenizer is None:
         raise ValueError(f"{label}: a prompt given as text and an output given as token ids need the tokenizer")
-    prompt_ids = tokenizer.encode(sample.prompt) if isinstance(sample.prompt, str) and sample.prompt else \
-        list(sample.prompt or ())
+    prompt_ids = tokenizer.encode(sample.prompt) if text_prompt else list(sample.prompt)
     stream = [sample.output] if isinstance(sample.output, str) else token_deltas(tokenizer, prompt_ids, sample.output)
     text = "".join(stream)
 

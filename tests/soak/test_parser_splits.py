@@ -4,7 +4,9 @@ A real output is built the way the model writes it (a reasoning block, an answer
 markup with arguments drawn by hypothesis-jsonschema from the tool's parameter schemas), then cut at random
 points into the deltas a stream would bring. Properties: the streamed parse equals the whole parse (as the
 server sends both), each call streams as OpenAI's phases (id and name first, then argument pieces that join
-to JSON), and the parsed calls are the calls written. The SSE frames of random payloads, concatenated and
+to JSON), and the parsed calls are the calls written. The drivers (``run_tool_parser``, ``run_reasoning_parser``,
+``parse_stream``, which chains both as the server does) are :mod:`anna_core.testing.parser_streams`, which the
+family conformance suite runs on each family's declared samples. The SSE frames of random payloads, concatenated and
 cut at random byte offsets, decode to the same payloads in the ``openai`` client's decoder and in httpx's
 line reader (``aiter_lines``, which splits on every line break ``str.splitlines`` knows).
 """

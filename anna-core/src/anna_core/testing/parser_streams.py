@@ -208,8 +208,9 @@ def check_sample(sample: ParserSample, *, reasoning: Callable[[], Any] | None, t
 
     Args:
         sample: the completion and its expected reasoning, content and calls.
-        reasoning: makes a new reasoning parser (``lambda: factory(tokenizer)``), or None (the family has none).
-        tool: makes a new tool-call parser given ``tools=`` (``lambda tools: factory(tokenizer, tools=tools)``),
+        reasoning: makes a new reasoning parser (``functools.partial(factory, tokenizer)``), or None (the family has
+            none).
+        tool: makes a new tool-call parser given the sample's ``tools=`` (``functools.partial(factory, tokenizer)``),
             or None.
         tokenizer: the family's :class:`~anna_core.tokenizer.Tokenizer` (needed for a prompt given as text and an
             output given as ids).
@@ -236,7 +237,8 @@ def check_sample(sample: ParserSample, *, reasoning: Callable[[], Any] | None, t
 
     def parse(chunks: list[str]) -> Parsed:
         return parse_stream(chunks, reasoning=reasoning() if reasoning is not None else None,
-                            tool=tool(list(sample.tools)) if tool is not None else None, prompt_ids=prompt_ids)
+                            tool=tool(tools=list(sample.tools)) if tool is not None else None,
+                            prompt_ids=prompt_ids)
 
     whole = parse([text])
     want = Parsed(sample.reasoning, sample.content, sample.tool_calls)

@@ -290,6 +290,8 @@ class FamilyConformance:
             asyncio.run(client.shutdown(drain=False))
 
     def test_parsers_on_scripted_streams(self, conformance_loaded: Any):
+        from functools import partial
+
         from anna_core.parsers.loading import parser_factory
         from anna_core.plugins import model_families
         from anna_core.testing.parser_streams import check_sample
@@ -308,18 +310,11 @@ class FamilyConformance:
                         "is empty: declare completions as the family's models write them, with what the parsers must "
                         "make of them (anna_core.testing.parser_streams.ParserSample(output=..., reasoning=..., "
                         "content=..., tool_calls=..., prompt=..., tools=...))")
-        tokenizer = conformance_loaded.tokenizer
-        make_reasoning = make_tool = None
-        if spec.reasoning_parser:
-            reasoning_factory = parser_factory("reasoning", spec.reasoning_parser)
-
-            def make_reasoning() -> Any:
-                return reasoning_factory(tokenizer)
-        if spec.tool_call_parser:
-            tool_factory = parser_factory("tool_call", spec.tool_call_parser)
-
-            def make_tool(tools: list[dict[str, Any]]) -> Any:
-                return tool_factory(tokenizer, tools=tools)
+        tokenizer = conformance_loaded.tokenizer  # the factories get what the server gives them
+        make_reasoning = (partial(parser_factory("reasoning", spec.reasoning_parser), tokenizer)
+                          if spec.reasoning_parser else None)
+        make_tool = partial(parser_factory("tool_call", spec.tool_call_parser), tokenizer) if spec.tool_call_parser \
+            else None
         for i, sample in enumerate(self.parser_samples):
             if not isinstance(sample, ParserSample):
                 pytest.fail(f"{type(self).__name__}.parser_samples[{i}] is a {type(sample).__name__}, not a ParserSample")

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 @pytest.fixture(scope="module")
 def moe_dir(tmp_path_factory) -> Path:
-    from tests.qwen35_moe.conftest import build_tiny_qwen35_moe
+    from anna_qwen35.tiny import build_tiny_qwen35_moe
 
     return build_tiny_qwen35_moe(tmp_path_factory.mktemp("tiny-moe-cli"), num_experts=8, top_k=2)
 

@@ -100,8 +100,7 @@ def test_a_model_without_padded_prefill_is_reported_so(monkeypatch, tmp_path):
     pytest.importorskip("anna_qwen35")
     from anna_core.model import ModelCapabilities
     from anna_qwen35.model import Qwen35ForCausalLM
-
-    from tests.qwen35_moe.conftest import build_tiny_qwen35_moe
+    from anna_qwen35.tiny import build_tiny_qwen35_moe
 
     monkeypatch.setattr(Qwen35ForCausalLM, "capabilities", ModelCapabilities(padded_prefill=False,
                                                                              state_checkpoints=True))

@@ -1,6 +1,7 @@
 """The family conformance suite can fail: run through pytester on the tiny Llama of anna-llama, with the
 loaded Anna model broken after loading (one weight perturbed) it fails the HF-parity tests and still passes
-the tests that compare Anna with itself; with the wrong family name it fails the family test."""
+the tests that compare Anna with itself; with the wrong family name it fails the family test. The parser test
+skips anna-llama, which declares no output parsers, saying so."""
 
 import pytest
 
@@ -50,7 +51,8 @@ def test_the_suite_fails_a_broken_model_and_a_wrong_family(llama_modeling_loaded
     pytester.makepyfile(test_broken=HEADER + CLASS.format(name="Perturbed", family="llama", broken=True)
                         + CLASS.format(name="Misnamed", family="qwen35", broken=False))
     # one in-process run (a second one in the same process re-imports torch's extensions and crashes)
-    result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", "-k", "logits or family or batched or prefix")
+    result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", "-k",
+                                          "logits or family or batched or prefix or parsers")
     reports = result.reprec.getreports("pytest_runtest_logreport")
     got = {tuple(r.nodeid.split("::")[-2:]): r.outcome for r in reports if r.when == "call"}
     broken, misnamed = "TestPerturbedLlama", "TestMisnamedLlama"
@@ -59,4 +61,10 @@ def test_the_suite_fails_a_broken_model_and_a_wrong_family(llama_modeling_loaded
     assert got[(broken, "test_batched_requests_equal_each_alone")] == "passed"
     assert got[(broken, "test_prefix_hit_equals_miss")] == "passed"
     assert got[(misnamed, "test_family_is_chosen_from_config_not_the_folder_name")] == "failed"
+    # anna-llama declares no output parsers: the parser test says so and skips (it fails a family that declares
+    # parsers but no samples: tests/qwen35/test_qwen35_conformance.py)
+    skipped = [r for r in reports if r.when == "call" and r.nodeid.endswith("TestPerturbedLlama::"
+                                                                              "test_parsers_on_scripted_streams")]
+    assert [r.outcome for r in skipped] == ["skipped"]
+    assert "declares no reasoning or tool-call parser" in str(skipped[0].longrepr)
     assert got[(misnamed, "test_logits_match_hf_whole_and_chunked")] == "passed"

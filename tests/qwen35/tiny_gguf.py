@@ -1,7 +1,7 @@
 """Tiny Qwen3.5 GGUF files written the way llama.cpp's converter writes them, for the GGUF tests.
 
 :func:`write_qwen35_gguf` turns a tiny HF checkpoint (text layout, dense or MoE, as
-:func:`anna_core.testing.build_tiny_qwen35` or ``tests.qwen35_moe.conftest.build_tiny_qwen35_moe`` save it)
+:func:`anna_core.testing.build_tiny_qwen35` or ``anna_qwen35.tiny.build_tiny_qwen35_moe`` save it)
 into a GGUF with the ``gguf`` library, following ``convert_hf_to_gguf.py``'s Qwen3.5 classes
 (``conversion/qwen.py`` in llama.cpp: ``Qwen3_5TextModel`` / ``Qwen3_5MoeTextModel`` over
 ``_LinearAttentionVReorderBase``, ``Qwen3NextModel`` and ``Qwen2MoeModel``):

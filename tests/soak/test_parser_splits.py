@@ -4,7 +4,9 @@ A real output is built the way the model writes it (a reasoning block, an answer
 markup with arguments drawn by hypothesis-jsonschema from the tool's parameter schemas), then cut at random
 points into the deltas a stream would bring. Properties: the streamed parse equals the whole parse (as the
 server sends both), each call streams as OpenAI's phases (id and name first, then argument pieces that join
-to JSON), and the parsed calls are the calls written. The SSE frames of random payloads, concatenated and
+to JSON), and the parsed calls are the calls written. The drivers (``run_tool_parser``, ``run_reasoning_parser``,
+``parse_stream``, which chains both as the server does) are :mod:`anna_core.testing.parser_streams`, which the
+family conformance suite runs on each family's declared samples. The SSE frames of random payloads, concatenated and
 cut at random byte offsets, decode to the same payloads in the ``openai`` client's decoder and in httpx's
 line reader (``aiter_lines``, which splits on every line break ``str.splitlines`` knows).
 """
@@ -19,6 +21,7 @@ from anna_core.parsers.json_calls import JsonToolCallParser
 from anna_core.parsers.qwen3_coder import Qwen3CoderToolParser
 from anna_core.parsers.think import ThinkReasoningParser
 from anna_core.server.sse import DONE, sse_event
+from anna_core.testing.parser_streams import parse_stream, run_reasoning_parser, run_tool_parser
 from anna_gemma4.reasoning import Gemma4ReasoningParser
 from anna_gemma4.tool_calls import END as G_END
 from anna_gemma4.tool_calls import START as G_START
@@ -71,37 +74,6 @@ calls_to_write = st.lists(st.sampled_from(TOOLS).flatmap(lambda t: tool_argument
     lambda a: (t["function"]["name"], a))), max_size=3)
 prose = st.lists(st.sampled_from(["Let me think.", "ok", " ", "\n", "42", "é", "<b>", "a < b", "{x}"])
                  | st.text(max_size=8), max_size=5).map("".join)
-
-
-def collect_calls(deltas) -> list[dict[str, Any]]:
-    """Join tool-call deltas as an OpenAI client does, checking the phases."""
-    out: list[dict[str, Any]] = []
-    for d in deltas:
-        if d.name is not None:
-            assert d.index == len(out) and d.id and d.id.startswith("call_") and d.arguments == ""
-            out.append({"name": d.name, "arguments": ""})
-        else:
-            assert d.id is None and d.index == len(out) - 1, d
-            out[d.index]["arguments"] += d.arguments
-    return [{"name": c["name"], "arguments": json.loads(c["arguments"], parse_constant=_not_json)} for c in out]
-
-
-def _not_json(constant: str) -> None:
-    raise AssertionError(f"tool-call arguments hold {constant}, which JSON does not have")
-
-
-def run_tool_parser(parser, chunks: list[str]) -> tuple[str, list[dict[str, Any]]]:
-    content, deltas = "", []
-    for c in [*chunks, None]:
-        text, calls = parser.feed(c) if c is not None else parser.finish()
-        content, deltas = content + text, deltas + calls
-    return content, collect_calls(deltas)
-
-
-def run_reasoning_parser(parser, chunks: list[str]) -> tuple[str, str]:
-    segs = [s for c in chunks for s in parser.feed(c)] + parser.finish()
-    assert all(kind in ("reasoning", "content") and text for kind, text in segs), segs
-    return "".join(t for k, t in segs if k == "reasoning"), "".join(t for k, t in segs if k == "content")
 
 
 # -- Qwen3.5: <think> and Qwen3-Coder XML calls --------------------------------------------------------
@@ -209,19 +181,9 @@ def test_gemma4_output_streams_as_it_parses_whole(data, thought, before, calls):
         return reasoning, run_tool_parser(Gemma4ToolParser(tools=TOOLS), [content])
 
     def run_streamed(chunks):  # the server feeds the tool parser the reasoning parser's content deltas
-        r = Gemma4ReasoningParser(_GemmaTokenizer())
-        r.start([1, 100], (G_START,))
-        t = Gemma4ToolParser(tools=TOOLS)
-        reasoning, content, deltas = "", "", []
-        for c in [*chunks, None]:
-            for kind, piece in (r.feed(c) if c is not None else r.finish()):
-                if kind == "reasoning":
-                    reasoning += piece
-                else:
-                    text_out, calls_out = t.feed(piece)
-                    content, deltas = content + text_out, deltas + calls_out
-        text_out, calls_out = t.finish()
-        return reasoning, (content + text_out, collect_calls(deltas + calls_out))
+        parsed = parse_stream(chunks, reasoning=Gemma4ReasoningParser(_GemmaTokenizer()),
+                              tool=Gemma4ToolParser(tools=TOOLS), prompt_ids=[1, 100])
+        return parsed.reasoning, (parsed.content, list(parsed.tool_calls))
 
     whole = run([text])
     assert run_streamed(data.draw(cuts(text))) == whole

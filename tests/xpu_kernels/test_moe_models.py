@@ -43,8 +43,7 @@ PROMPT = [5, 17, 33, 101, 7, 250, 3, 64, 90, 12]
 
 def test_qwen35_moe_with_the_triton_router_and_experts(tmp_path, monkeypatch):
     from anna_qwen35.loader import load
-
-    from tests.qwen35_moe.conftest import build_tiny_qwen35_moe
+    from anna_qwen35.tiny import build_tiny_qwen35_moe
 
     path = build_tiny_qwen35_moe(tmp_path / "qwen", num_experts=8, top_k=2, fused=True)
     got, got_steps, want = _logits_both_ways(load, path, monkeypatch, PROMPT)

@@ -59,7 +59,7 @@ def _randomise(model: torch.nn.Module, seed: int) -> None:
 
 
 def build_tiny_gemma4(path: str | Path, *, variant: str = "e2b", layout: str = "causal", tie: bool = True,
-                      tokenizer: bool = True, seed: int = 0, **overrides: Any) -> Path:
+                      tokenizer: bool = True, markup: bool = False, seed: int = 0, **overrides: Any) -> Path:
     """Save a tiny random Gemma 4 checkpoint with ``save_pretrained`` (the 5.24 ``per_layer_config`` form).
 
     Args:
@@ -69,6 +69,8 @@ def build_tiny_gemma4(path: str | Path, *, variant: str = "e2b", layout: str = "
             with tiny vision and audio towers, whose weights Anna must skip).
         tie: tie the LM head to the embeddings.
         tokenizer: also write the tiny BPE tokenizer of :mod:`anna_core.testing` (ids < 322).
+        markup: give that tokenizer Gemma 4's chat-format tags as single tokens of the released tokenizer's kinds
+            (:func:`add_markup`: ids 322 to 333), so the family's output parsers find ``<|channel>`` by its id.
         seed: weights seed.
         overrides: further ``Gemma4TextConfig`` fields.
     """
@@ -103,6 +105,22 @@ def build_tiny_gemma4(path: str | Path, *, variant: str = "e2b", layout: str = "
     if tokenizer:
         from anna_core.testing.checkpoints import build_tiny_tokenizer
 
-        build_tiny_tokenizer(path)
+        hf = build_tiny_tokenizer(path)
+        if markup:
+            add_markup(hf)
+            hf.save_pretrained(str(path))
         (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2], "pad_token_id": 0}))
     return path
+
+
+def add_markup(hf: Any) -> None:
+    """Add Gemma 4's chat-format tags to the transformers tokenizer ``hf``, each one token, as the released
+    tokenizer has them: the tags the output parsers read (:data:`~anna_gemma4.tokenizer.PARSER_MARKUP`) as
+    ordinary tokens, the ones only the chat template writes (:data:`~anna_gemma4.tokenizer.CONTROL_MARKUP`) as
+    special tokens (:func:`~anna_gemma4.tokenizer.check_markup` accepts the result)."""
+    from tokenizers import AddedToken
+
+    from anna_gemma4.tokenizer import CONTROL_MARKUP, PARSER_MARKUP
+
+    hf.add_tokens(list(PARSER_MARKUP))
+    hf.add_tokens([AddedToken(tag, special=True, normalized=False) for tag in CONTROL_MARKUP], special_tokens=True)

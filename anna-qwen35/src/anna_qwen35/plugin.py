@@ -19,7 +19,7 @@ def register_model_families(register):
             reasoning_parser="qwen3",
             tool_call_parser="qwen3_coder",
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
-            tiny_checkpoint="anna_core.testing.checkpoints:build_tiny_qwen35",  # for tests: a tiny random dense one
+            tiny_checkpoint="anna_qwen35.tiny:build_tiny_checkpoint",  # for tests: variant dense / moe
         )
     )
 

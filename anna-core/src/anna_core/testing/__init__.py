@@ -1,5 +1,5 @@
 """Test helpers for Anna and its plugin authors: tiny checkpoints, the HF oracle, a greedy driver,
-an engine driver.
+an engine driver, output parsers on scripted streams.
 
 Submodules import torch / transformers lazily through these names.
 """
@@ -22,6 +22,9 @@ _LAZY = {
     "simple_greedy_batch": "anna_core.testing.runner:simple_greedy_batch",
     "run_to_completion": "anna_core.testing.engine_run:run_to_completion",
     "write_tiny_checkpoint": "anna_core.testing.tiny:write_tiny_checkpoint",
+    "ParserSample": "anna_core.testing.parser_streams:ParserSample",
+    "check_sample": "anna_core.testing.parser_streams:check_sample",
+    "parse_stream": "anna_core.testing.parser_streams:parse_stream",
 }
 
 __all__ = sorted(_LAZY)

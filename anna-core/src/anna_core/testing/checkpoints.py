@@ -69,11 +69,13 @@ def build_tiny_tokenizer(path: str | Path, vocab_size: int = TINY_TOKENIZER_VOCA
     return hf
 
 
-def _text_config_kwargs(
+def text_config_kwargs(
     *, vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int, head_dim: int,
     linear_num_key_heads: int, linear_num_value_heads: int, linear_head_dim: int, intermediate_size: int,
     layer_types: list[str] | None, tie: bool, initializer_range: float, eos_ids: list[int],
 ) -> dict[str, Any]:
+    """``Qwen3_5TextConfig`` keyword arguments of a tiny Qwen3.5 text stack (rotary on a quarter of each head, the
+    M-RoPE sections of the released models); the dense builder below and anna-qwen35's MoE builder share them."""
     rotary_half = int(head_dim * 0.25) // 2
     section = [rotary_half - 2 * (rotary_half // 3), rotary_half // 3, rotary_half // 3]
     if layer_types is None:
@@ -133,7 +135,7 @@ def build_tiny_qwen35(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     eos_ids = [2, 0]  # <|im_end|>, <|endoftext|> of the tiny tokenizer
-    text_kwargs = _text_config_kwargs(
+    text_kwargs = text_config_kwargs(
         vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers, num_heads=4,
         num_kv_heads=num_kv_heads, head_dim=32, linear_num_key_heads=linear_num_key_heads,
         linear_num_value_heads=linear_num_value_heads, linear_head_dim=16, intermediate_size=2 * hidden_size,

@@ -26,7 +26,8 @@ Per-test fixtures of the plugin seam (nothing a test registers outlives it):
         under ``tmp_path`` and returns the folder.
 
 The conformance suites are base classes, not fixtures: :mod:`anna_core.testing.conformance`
-(``FamilyConformance``, ``KernelConformance``). anna-core's own test family (``CacheGroupsLM`` loaded from a
+(``FamilyConformance``, ``KernelConformance``); the family suite's parser checks are plain functions too
+(:mod:`anna_core.testing.parser_streams`). anna-core's own test family (``CacheGroupsLM`` loaded from a
 folder) is :mod:`anna_core.testing.cache_groups_family`.
 """
 

@@ -13,6 +13,17 @@ A family plugin proves in its own repository that it behaves like every family A
         def build_checkpoint(self, path):
             ...  # save a tiny random transformers model (and a tokenizer with a chat template) to path
 
+A family that declares output parsers (``ModelFamilySpec.reasoning_parser`` / ``tool_call_parser``) also lists
+completions as its models write them, with what its parsers must make of them
+(:class:`~anna_core.testing.parser_streams.ParserSample`)::
+
+        parser_samples = (
+            ParserSample(prompt=THINKING,  # a prompt whose template pre-filled the reasoning block
+                         output=THOUGHT + "</think>" + ANSWER + CALL,  # the text as the model writes it
+                         reasoning=THOUGHT, content=ANSWER,
+                         tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris"}}], tools=[WEATHER]),
+        )
+
 pytest collects the subclass (its name starts with ``Test``) and runs every ``test_*`` method below
 against the checkpoint, built once per class. HF transformers loading the same folder is the numerical
 oracle (:mod:`anna_core.testing.oracle`), so a family that transformers implements needs nothing else.
@@ -28,13 +39,19 @@ What it checks (each a method; a subclass may tighten a tolerance or skip one wi
 * every declared cache group gives back all it held when the requests end, and a sliding-window group
   holds a bounded number of blocks per sequence over a long generation;
 * chat completions through the real HTTP app (in-process, no socket), streamed and not, give the same
-  text, and the text and token counts of greedy decoding of the tokenizer's chat-templated prompt.
+  text, and the text and token counts of greedy decoding of the tokenizer's chat-templated prompt;
+* the family's parsers on scripted streams: each of ``parser_samples`` goes through fresh parsers (the factories
+  the family names, given the checkpoint's tokenizer) chained as the server chains them, the reasoning parser
+  started on the sample's prompt; parsed whole it gives the sample's reasoning, content and tool calls, and fed
+  in pieces (cut in two at every position, one character at a time, at ``parser_random_splits`` seeded random
+  points, one token at a time for a sample given as token ids) it gives the same. A family without parsers skips
+  this test; one that declares parsers but no samples fails it.
 
 Tolerances: logits are compared as ``max |a - b| / (max(b) - min(b))``; the engine comparisons of top
 log-probabilities use ``logprob_atol`` (GEMMs over more rows round differently even in float32).
 
 Modules: :mod:`.family` (:class:`FamilyConformance`), :mod:`.kernels` (:class:`KernelConformance`),
-:mod:`.compare` (the comparison both use).
+:mod:`.compare` (the comparison both use); the parser checks are :mod:`anna_core.testing.parser_streams`.
 """
 
 from anna_core.testing.conformance.compare import relative_error

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from anna_core.testing.conformance.compare import relative_error
+from anna_core.testing.parser_streams import ParserSample
 
 
 class FamilyConformance:
@@ -24,6 +25,13 @@ class FamilyConformance:
         logprob_atol: bound on top log-probability differences between two engine runs (default 1e-4).
         block_size: KV block size of the test engines (default 8: small, so prompts span many blocks).
         chat: whether the checkpoint's tokenizer has a chat template for the server test (default True).
+        parser_samples: :class:`~anna_core.testing.parser_streams.ParserSample` s, completions as the family's
+            models write them with the reasoning, content and tool calls its parsers must make of them. Required
+            when the family declares a reasoning or tool-call parser (``ModelFamilySpec.reasoning_parser`` /
+            ``tool_call_parser``); cover its reasoning block (pre-filled by the prompt and opened by the
+            output), an answer, and one and several calls.
+        parser_random_splits: seeded random cuts of each sample's output, besides every two-piece cut and one
+            character at a time (default 64).
 
     Method a subclass implements:
         build_checkpoint(path): save a tiny random checkpoint (``config.json``, weights, tokenizer) to
@@ -37,6 +45,8 @@ class FamilyConformance:
     logprob_atol: ClassVar[float] = 1e-4
     block_size: ClassVar[int] = 8
     chat: ClassVar[bool] = True
+    parser_samples: ClassVar[tuple[ParserSample, ...]] = ()
+    parser_random_splits: ClassVar[int] = 64
 
     def build_checkpoint(self, path: Path) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement build_checkpoint(path)")
@@ -278,3 +288,36 @@ class FamilyConformance:
             import asyncio
 
             asyncio.run(client.shutdown(drain=False))
+
+    def test_parsers_on_scripted_streams(self, conformance_loaded: Any):
+        from functools import partial
+
+        from anna_core.parsers.loading import parser_factory
+        from anna_core.plugins import model_families
+        from anna_core.testing.parser_streams import check_sample
+
+        specs = [s for s in model_families() if s.name == self.family]
+        if not specs:
+            pytest.fail(f"no registered model family is named {self.family!r}")
+        spec = specs[0]
+        if not (spec.reasoning_parser or spec.tool_call_parser):
+            pytest.skip(f"the {self.family!r} family declares no reasoning or tool-call parser")
+        declared = ", ".join(f"{kind} {name!r}" for kind, name in (("reasoning parser", spec.reasoning_parser),
+                                                                      ("tool-call parser", spec.tool_call_parser))
+                             if name)
+        if not self.parser_samples:
+            pytest.fail(f"the {self.family!r} family declares the {declared}, but {type(self).__name__}.parser_samples "
+                        "is empty: declare completions as the family's models write them, with what the parsers must "
+                        "make of them (anna_core.testing.parser_streams.ParserSample(output=..., reasoning=..., "
+                        "content=..., tool_calls=..., prompt=..., tools=...))")
+        tokenizer = conformance_loaded.tokenizer  # the factories get what the server gives them
+        make_reasoning = (partial(parser_factory("reasoning", spec.reasoning_parser), tokenizer)
+                          if spec.reasoning_parser else None)
+        make_tool = partial(parser_factory("tool_call", spec.tool_call_parser), tokenizer) if spec.tool_call_parser \
+            else None
+        for i, sample in enumerate(self.parser_samples):
+            if not isinstance(sample, ParserSample):
+                pytest.fail(f"{type(self).__name__}.parser_samples[{i}] is a {type(sample).__name__}, not a ParserSample")
+            check_sample(sample, reasoning=make_reasoning, tool=make_tool, tokenizer=tokenizer,
+                         random_splits=self.parser_random_splits,
+                         label=f"parser_samples[{i}]" + (f" ({sample.name})" if sample.name else ""))

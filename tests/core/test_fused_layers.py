@@ -61,3 +61,44 @@ def test_norm_into_gate_up_with_a_bias_runs_unfused(registry):
     y2, _ = norm.add_norm_linear_act_mul(x, residual, gate_up)
     gate, up = gate_up(h).chunk(2, dim=-1)
     torch.testing.assert_close(y2, torch.nn.functional.silu(gate) * up)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no-bias", "bias"])
+def test_post_add_linear_is_the_post_add_then_the_projection(registry, dtype, with_bias):
+    # the sandwich tail fused into the projection that reads it (Gemma): the same values as post_add, then linear
+    torch.manual_seed(1)
+    ops = bind_ops(registry, "cpu", dtype)
+    post, nxt = RMSNorm(24, 1e-6, ops), RMSNorm(24, 1e-6, ops)
+    post.weight.data.normal_()
+    nxt.weight.data.normal_()
+    proj = torch.nn.Linear(24, 10, bias=with_bias).to(dtype)
+    x, residual, scale = torch.randn(3, 24).to(dtype), torch.randn(3, 24).to(dtype), torch.tensor([0.7]).to(dtype)
+    y, r = post.post_add(x, residual, scale, nxt)
+    got, got_r = post.post_add_linear(x, residual, scale, nxt, proj)
+    assert torch.equal(got_r, r) and torch.equal(got, proj(y))
+    _, r0 = post.post_add(x, residual)  # no next norm: the projection reads the new residual itself
+    got0, got_r0 = post.post_add_linear(x, residual, None, None, proj)
+    assert torch.equal(got_r0, r0) and torch.equal(got0, proj(r0))
+    with pytest.raises(ValueError, match="eps and zero_centered"):
+        post.post_add_linear(x, residual, None, RMSNorm(24, 1e-5, ops), proj)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_swiglu_post_norm_is_the_post_add_then_the_mlp(registry, dtype):
+    torch.manual_seed(2)
+    ops = bind_ops(registry, "cpu", dtype)
+    mlp = SwiGLUMLP(16, 40, ops, activation="gelu_tanh").to(dtype)
+    post, nxt = RMSNorm(16, 1e-6, ops), RMSNorm(16, 1e-6, ops)
+    post.weight.data.normal_()
+    nxt.weight.data.normal_()
+    x, residual = torch.randn(4, 16).to(dtype), torch.randn(4, 16).to(dtype)
+    y, r = post.post_add(x, residual, next_norm=nxt)
+    want = mlp(y)
+    for merged in (False, True):  # unmerged: post_add then the eager MLP; merged: the fused op
+        if merged:
+            mlp.merge_gate_up()
+            want = mlp(y)
+        got, got_r = mlp(x, post_norm=(post, residual, nxt))
+        assert torch.equal(got_r, r)
+        torch.testing.assert_close(got, want, atol=0, rtol=0)

@@ -1,4 +1,5 @@
-"""Reference add_rms_norm_linear, act_mul_linear, linear_act_mul and add_rms_norm_linear_act_mul: bit-identical
+"""Reference add_rms_norm_linear, act_mul_linear, linear_act_mul, add_rms_norm_linear_act_mul and
+post_norm_residual_linear: bit-identical
 to the unfused references they compose."""
 
 import pytest
@@ -6,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from anna_core.kernels import KernelRegistry, bind_ops
 from anna_core.kernels.ops import CORE_OPS
+from anna_core.kernels.reference import fused_linear as fl
 from anna_core.kernels.reference.activations import silu_and_mul
 from anna_core.kernels.reference.fused_linear import (
     act_mul_linear,
@@ -120,3 +122,32 @@ def test_gelu_tanh_ops_are_torch_gelu_tanh_products(dtype):
     assert torch.equal(r, r2) and torch.equal(y, linear_act_mul(h, w, "gelu_tanh"))
     with pytest.raises(ValueError, match="activation must be one of"):
         linear_act_mul(x, w, "gelu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("activation", [None, "silu", "gelu_tanh"])
+def test_post_norm_residual_linear_is_the_unfused_path(dtype, activation):
+    from anna_core.kernels.reference.norms import post_norm_residual
+
+    g = torch.Generator().manual_seed(5)
+    x, r = torch.randn(3, 16, generator=g).to(dtype), torch.randn(3, 16, generator=g).to(dtype)
+    w, nw, scale = torch.randn(16, generator=g), torch.randn(16, generator=g), torch.tensor([1.5]).to(dtype)
+    lw = torch.randn(12, 16, generator=g).to(dtype)
+    for s, n in ((scale, nw), (None, None)):
+        y, new_r = fl.post_norm_residual_linear(x, r, w, 1e-6, False, s, n, lw, activation)
+        h, want_r = post_norm_residual(x, r, w, 1e-6, False, s, n)
+        h = want_r if h is None else h
+        want = fl.linear(h, lw, None) if activation is None else fl.linear_act_mul(h, lw, activation)
+        assert torch.equal(new_r, want_r) and torch.equal(y, want)
+
+
+def test_post_norm_residual_linear_errors_name_the_op():
+    x, r, w, lw = torch.randn(2, 8), torch.randn(2, 8), torch.randn(8), torch.randn(6, 8)
+    with pytest.raises(ValueError, match="post_norm_residual_linear: next_weight"):
+        fl.post_norm_residual_linear(x, r, w, 1e-6, False, None, torch.randn(7), lw)
+    with pytest.raises(ValueError, match="post_norm_residual_linear: residual"):
+        fl.post_norm_residual_linear(x, r[:1], w, 1e-6, False, None, None, lw)
+    with pytest.raises(ValueError, match="post_norm_residual_linear: scale"):
+        fl.post_norm_residual_linear(x, r, w, 1e-6, False, torch.ones(2), None, lw)
+    with pytest.raises(ValueError, match="post_norm_residual_linear: linear_weight"):
+        fl.post_norm_residual_linear(x, r, w, 1e-6, False, None, None, torch.randn(5, 8), "silu")

@@ -5,7 +5,7 @@ pays), against the split count the kernel's heuristic picks.
 
 Run from the repository root (PYTHONPATH set to the packages' src folders)::
 
-    python3 tools/gpu_experiments/attention_splits_sweep.py [--reps 20]
+    python3 tools/gpu_experiments/attention_splits_sweep.py [--reps 20] [--only E4B,9B] [--splits 8,16,32,64]
 
 Prints one line per shape: the heuristic's pick and its time, then ``splits:us`` for each tried count (the
 fastest marked ``*``).
@@ -60,12 +60,18 @@ def _graph_time(fn, reps: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--only", default="", help="comma-separated substrings of the shape names to run")
+    parser.add_argument("--splits", default="1,2,4,8,16,32,64", help="comma-separated split counts to time")
     args = parser.parse_args()
+    only = [o for o in args.only.split(",") if o]
+    split_counts = [int(n) for n in args.splits.split(",")]
     from anna_core.kernels.reference import paged_attention as rpa
     from anna_xpu_kernels import paged_attention as pa
 
     dev, dtype, block_size = "cuda", torch.bfloat16, 16
     for name, (b, h_q, h_kv, dim, ctx, window) in SHAPES.items():
+        if only and not any(o in name for o in only):
+            continue
         blocks = -(-ctx // block_size)
         n_blocks = b * blocks + 1
         k = torch.randn(n_blocks, block_size, h_kv, dim, device=dev, dtype=dtype)
@@ -80,7 +86,7 @@ def main() -> None:
             auto = _graph_time(lambda c=call, f=fused: pa.paged_attention_splits(*c, num_splits=None, fused_merge=f),
                                args.reps)
             results = {}
-            for splits in (1, 2, 4, 8, 16, 32, 64):
+            for splits in split_counts:
                 got = pa.paged_attention_splits(*call, num_splits=splits, fused_merge=fused).float()
                 err = (got - want).abs().max().item()
                 if err > 3e-2:

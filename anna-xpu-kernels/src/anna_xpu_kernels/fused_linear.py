@@ -309,7 +309,8 @@ def post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: t
         ValueError: shapes or dtypes disagree, unsupported dtype, or tensors on different devices.
     """
     op = "post_norm_residual_linear"
-    check_post_norm_residual_linear(x, residual, weight, scale, next_weight, linear_weight, activation)
+    check_post_norm_residual_linear(x, residual, weight, eps, zero_centered, scale, next_weight, linear_weight,
+                                    activation)
     require_float(op, x=x)
     require_same_device(op, x=x, residual=residual, weight=weight, scale=scale, next_weight=next_weight,
                         linear_weight=linear_weight)

@@ -214,8 +214,8 @@ def gated_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, act
     return linear(act_and_mul(torch.cat([gate, up], dim=-1), activation), weight, None)
 
 
-def check_post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                                    scale: torch.Tensor | None, next_weight: torch.Tensor | None,
+def check_post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                                    zero_centered: bool, scale: torch.Tensor | None, next_weight: torch.Tensor | None,
                                     linear_weight: torch.Tensor, activation: str | None = None) -> None:
     """Check the arguments of :func:`post_norm_residual_linear` (shapes and dtypes only, no sync).
 
@@ -267,7 +267,8 @@ def post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: t
     Raises:
         ValueError: shapes or dtypes disagree (see :func:`check_post_norm_residual_linear`).
     """
-    check_post_norm_residual_linear(x, residual, weight, scale, next_weight, linear_weight, activation)
+    check_post_norm_residual_linear(x, residual, weight, eps, zero_centered, scale, next_weight, linear_weight,
+                                    activation)
     h, new_residual = post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)
     h = new_residual if h is None else h
     y = linear(h, linear_weight, None) if activation is None else linear_act_mul(h, linear_weight, activation)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from anna_core.registry import resolve
 from anna_core.tasks import generate as generate_task
 
 Prompt = str | list[int]
+Media = Mapping[str, Sequence[Any]]
+"""Decoded media of one prompt by modality: ``{"image": [PIL images]}``."""
 
 
 def _runner_config(loaded: LoadedModel, cuda_graph: bool, compile_mode: str, warmup: bool | None) -> Any:
@@ -118,7 +121,8 @@ class LLM:
 
     def generate(self, prompts: Prompt | list[Prompt],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
-                 multimodal: MultiModalInputs | list[MultiModalInputs | None] | None = None) -> list[RequestOutput]:
+                 multimodal: MultiModalInputs | list[MultiModalInputs | None] | None = None,
+                 media: Media | list[Media | None] | None = None) -> list[RequestOutput]:
         """Generate for each prompt, all batched together.
 
         Args:
@@ -128,6 +132,10 @@ class LLM:
                 defaults (``generation_config.json``).
             multimodal: the media of a single prompt, or one entry (None: text) per prompt, for a model
                 that takes media (:mod:`anna_core.multimodal`: placeholder ranges index the prompt's ids).
+            media: decoded media of a single prompt (``{"image": [PIL images]}``), or one entry (None: text) per
+                prompt, prepared by the model's processor (``LoadedModel.processor``): each prompt holds one
+                placeholder token per medium (Qwen3.5: ``<|image_pad|>``), which the processor expands. Not
+                together with ``multimodal``.
 
         Returns:
             One finished :class:`RequestOutput` per prompt, in input order.
@@ -149,10 +157,30 @@ class LLM:
         if multimodal is not None and not isinstance(multimodal, list) and len(encoded) != 1:
             raise InvalidRequestError(f"one MultiModalInputs is for one prompt; for {len(encoded)} prompts pass a "
                                       "list with an entry (or None) per prompt", param="multimodal")
-        media = multimodal if isinstance(multimodal, list) else [multimodal] * len(encoded)
-        if len(media) != len(encoded):
-            raise InvalidRequestError(f"{len(media)} multimodal entries for {len(encoded)} prompts", param="multimodal")
-        return self._run(encoded, params, media)
+        if media is not None:
+            if multimodal is not None:
+                raise InvalidRequestError("pass media or multimodal, not both", param="media")
+            encoded, multimodal = self._process(encoded, media)
+        inputs = multimodal if isinstance(multimodal, list) else [multimodal] * len(encoded)
+        if len(inputs) != len(encoded):
+            raise InvalidRequestError(f"{len(inputs)} multimodal entries for {len(encoded)} prompts", param="multimodal")
+        return self._run(encoded, params, inputs)
+
+    def _process(self, prompts: list[list[int]], media: Media | list[Media | None]
+                 ) -> tuple[list[list[int]], list[MultiModalInputs | None]]:
+        """Each prompt's media through the model's processor: expanded ids and their inputs."""
+        per_prompt = media if isinstance(media, list) else [media]
+        if len(per_prompt) != len(prompts):
+            raise InvalidRequestError(f"{len(per_prompt)} media entries for {len(prompts)} prompts", param="media")
+        processor = self.loaded.processor
+        if processor is None and any(per_prompt):
+            raise InvalidRequestError("this model takes text only; the request carries media", param="media")
+        out_ids, out_mm = [], []
+        for ids, m in zip(prompts, per_prompt):
+            ids, mm = (ids, None) if not m else processor.process(ids, m)
+            out_ids.append(ids)
+            out_mm.append(mm)
+        return out_ids, out_mm
 
     def chat(self, messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
              sampling_params: SamplingParams | list[SamplingParams] | None = None, *,

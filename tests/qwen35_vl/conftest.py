@@ -23,6 +23,13 @@ def random_image(seed: int, height: int, width: int):
     return Image.fromarray(pixels)
 
 
+def solid_image(rgb: tuple[int, int, int], height: int, width: int):
+    """A ``height x width`` PIL image of one colour."""
+    from PIL import Image
+
+    return Image.new("RGB", (width, height), rgb)
+
+
 @pytest.fixture(scope="session")
 def tiny_vl(tmp_path_factory) -> Path:
     from anna_core.testing.checkpoints import build_tiny_qwen35_vl
@@ -43,6 +50,9 @@ def hf_inputs(path: Path, text: str, images: list) -> dict[str, torch.Tensor]:
     from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if not images:
+        ids = torch.tensor([tokenizer.encode(text)])
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(str(path))
     pixels = image_processor(images=images, return_tensors="pt")
     merge = image_processor.merge_size**2

@@ -38,6 +38,14 @@ def tiny_vl(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_vl_moe(tmp_path_factory) -> Path:
+    """The mixture-of-experts layout (``Qwen3_5MoeForConditionalGeneration``) with the same vision tower."""
+    from anna_core.testing.checkpoints import build_tiny_qwen35_vl
+
+    return build_tiny_qwen35_vl(tmp_path_factory.mktemp("tiny-qwen35-vl-moe"), moe=True)
+
+
+@pytest.fixture(scope="session")
 def hf_vl(tiny_vl):
     from anna_core.testing.oracle import hf_model
 
@@ -82,17 +90,20 @@ def hf_greedy_vl(model, inputs: dict[str, torch.Tensor], n: int) -> list[int]:
 
 
 def hf_logits_vl(model, inputs: dict[str, torch.Tensor], generated: list[int]) -> torch.Tensor:
-    """HF's float32 logits ``[P + len(generated), vocab]`` over the prompt and ``generated`` (no cache): the
-    positions after the prompt continue by HF's rope delta, as in ``generate``."""
+    """HF's float32 logits ``[P + len(generated), vocab]`` over the prompt and ``generated`` (no cache): the image
+    features at the prompt's placeholders only (a generated ``<|image_pad|>`` is a token, as in ``generate``), the
+    positions after the prompt continuing by HF's rope delta."""
     ids = torch.cat([inputs["input_ids"], torch.tensor([generated], dtype=torch.int64)], dim=1)
-    types = torch.cat([inputs["mm_token_type_ids"], torch.zeros(1, len(generated), dtype=torch.int32)], dim=1)
     m = model.model
     pos, delta = m.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"], inputs["image_grid_thw"])
     P = inputs["input_ids"].shape[1]
     tail = (torch.arange(P, P + len(generated)) + delta[0, 0]).view(1, 1, -1).expand(3, 1, -1)
-    position_ids = torch.cat([pos, tail], dim=2)
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), mm_token_type_ids=types,
-                    pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
-                    position_ids=position_ids, use_cache=False)
+        embeds = model.get_input_embeddings()(ids)
+        features = torch.cat(m.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output)
+        mask = torch.zeros(ids.shape, dtype=torch.bool)
+        mask[:, :P] = inputs["mm_token_type_ids"].bool()
+        embeds[mask] = features.to(embeds.dtype)
+        out = model(inputs_embeds=embeds, attention_mask=torch.ones_like(ids),
+                    position_ids=torch.cat([pos, tail], dim=2), use_cache=False)
     return out.logits[0].float()

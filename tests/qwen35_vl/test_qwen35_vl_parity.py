@@ -1,7 +1,7 @@
 """HF parity of the Qwen3.5 vision-language model on a tiny random checkpoint (float32, CPU): the vision tower
 against ``get_image_features``, the processor's ids and M-RoPE positions against HF's inputs and
 ``get_rope_index``, logits against HF's forward pass, and 32 greedy tokens through ``anna_core.LLM`` against HF
-``generate`` for prompts with one and with two images."""
+``generate`` for prompts with one and with two images; the dense and the mixture-of-experts layouts."""
 
 from __future__ import annotations
 
@@ -28,9 +28,24 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module", params=["dense", "moe"])
+def ckpt(request):
+    """The tiny checkpoint of each layout (dense: the session's ``tiny_vl``)."""
+    if request.param == "dense":
+        return request.getfixturevalue("tiny_vl")
+    return request.getfixturevalue("tiny_vl_moe")
+
+
 @pytest.fixture(scope="module")
-def anna(tiny_vl):
-    return load_anna(tiny_vl)
+def anna(ckpt):
+    return load_anna(ckpt)
+
+
+@pytest.fixture(scope="module")
+def hf(ckpt):
+    from anna_core.testing.oracle import hf_model
+
+    return hf_model(ckpt)
 
 
 def prepare(loaded, text, images):
@@ -71,13 +86,13 @@ def test_the_loaded_model_declares_images_and_three_position_rows(anna):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_tower_matches_hf_get_image_features(anna, hf_vl, tiny_vl, case):
+def test_the_tower_matches_hf_get_image_features(anna, hf, ckpt, case):
     text, shapes = CASES[case]
     images = [random_image(*s) for s in shapes]
     _, mm = prepare(anna, text, images)
-    inputs = hf_inputs(tiny_vl, text, images)
+    inputs = hf_inputs(ckpt, text, images)
     with torch.no_grad():
-        ref = hf_vl.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output
+        ref = hf.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output
     got = anna.model.encode(list(mm.items))
     assert [g.shape for g in got] == [r.shape for r in ref]
     for g, r in zip(got, ref):
@@ -85,13 +100,13 @@ def test_the_tower_matches_hf_get_image_features(anna, hf_vl, tiny_vl, case):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_prompt_ids_and_positions_match_hf(anna, hf_vl, tiny_vl, case):
+def test_prompt_ids_and_positions_match_hf(anna, hf, ckpt, case):
     text, shapes = CASES[case]
     images = [random_image(*s) for s in shapes]
     ids, mm = prepare(anna, text, images)
-    inputs = hf_inputs(tiny_vl, text, images)
+    inputs = hf_inputs(ckpt, text, images)
     assert ids == inputs["input_ids"][0].tolist()
-    pos, delta = hf_vl.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
+    pos, delta = hf.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
                                             inputs["image_grid_thw"])
     assert [list(r) for r in mm.positions] == pos[:, 0].tolist()
     assert mm.position_delta == int(delta[0, 0]) and mm.position_delta < 0  # images take fewer positions
@@ -115,21 +130,21 @@ def _runs(ids, token):
 
 
 @pytest.fixture(scope="module")
-def hf_runs(hf_vl, tiny_vl):
+def hf_runs(hf, ckpt):
     """Per case: (HF inputs, HF's 32 greedy tokens)."""
     out = {}
     for case, (text, shapes) in CASES.items():
-        inputs = hf_inputs(tiny_vl, text, [random_image(*s) for s in shapes])
-        out[case] = (inputs, hf_greedy_vl(hf_vl, inputs, N))
+        inputs = hf_inputs(ckpt, text, [random_image(*s) for s in shapes])
+        out[case] = (inputs, hf_greedy_vl(hf, inputs, N))
     return out
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_logits_match_hf_over_prompt_and_generated_tokens(anna, hf_vl, hf_runs, case):
+def test_logits_match_hf_over_prompt_and_generated_tokens(anna, hf, hf_runs, case):
     text, shapes = CASES[case]
     ids, mm = prepare(anna, text, [random_image(*s) for s in shapes])
     inputs, generated = hf_runs[case]
-    ref = hf_logits_vl(hf_vl, inputs, generated)
+    ref = hf_logits_vl(hf, inputs, generated)
     got = anna_logits(anna.model, ids + generated, mm)
     assert got.shape == ref.shape
     torch.testing.assert_close(got, ref, rtol=0, atol=1e-4)
@@ -145,9 +160,9 @@ def test_a_chunked_prefill_equals_one_pass(anna, chunk):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_llm_greedy_tokens_match_hf_generate(tiny_vl, hf_runs, case):
+def test_llm_greedy_tokens_match_hf_generate(ckpt, hf_runs, case):
     text, shapes = CASES[case]
-    llm = LLM(tiny_vl, device="cpu", dtype="fp32", block_size=8, num_blocks=64, max_num_seqs=4, prompt_cache_size=0)
+    llm = LLM(ckpt, device="cpu", dtype="fp32", block_size=8, num_blocks=64, max_num_seqs=4, prompt_cache_size=0)
     [out] = llm.generate(text, GREEDY, media={"image": [random_image(*s) for s in shapes]})
     inputs, generated = hf_runs[case]
     assert out.error is None, out.error

@@ -198,10 +198,12 @@ VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video
 
 
 def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int = 64, num_layers: int = 4,
-                         vision_depth: int = 2, patch_size: int = 8, seed: int = 0) -> Path:
+                         vision_depth: int = 2, patch_size: int = 8, moe: bool = False, seed: int = 0) -> Path:
     """Save a tiny random ``Qwen3_5ForConditionalGeneration`` that takes images, with transformers' classes.
 
-    The text model is :func:`build_tiny_qwen35`'s; the vision tower has ``vision_depth`` blocks of width 32 (2
+    The text model is :func:`build_tiny_qwen35`'s (``moe``: a ``Qwen3_5MoeForConditionalGeneration`` whose layers
+    have 8 routed experts, top-2, of width 32 and a shared expert of width 48; router weights drawn wide, so the
+    top-k choice has clear margins); the vision tower has ``vision_depth`` blocks of width 32 (2
     heads), ``patch_size`` x ``patch_size`` patches, 2x2 merging and a 4x4 learned position table. The tokenizer
     is :func:`build_tiny_tokenizer`'s plus the :data:`VISION_TOKENS` (special; ``config.json`` names their ids), and
     ``preprocessor_config.json`` is a ``Qwen2VLImageProcessorPil``'s for these patch sizes (pixel bounds
@@ -211,7 +213,8 @@ def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int
         ``Path(path)``.
     """
     hide_fla()
-    from transformers import Qwen2VLImageProcessorPil, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    import transformers
+    from transformers import Qwen2VLImageProcessorPil
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -225,18 +228,27 @@ def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int
         linear_num_key_heads=2, linear_num_value_heads=4, linear_head_dim=16, intermediate_size=2 * hidden_size,
         layer_types=None, tie=tie, initializer_range=0.1, eos_ids=eos_ids,
     )
+    if moe:
+        del text["intermediate_size"]
+        text.update(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
     vision = dict(depth=vision_depth, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden_size,
                   patch_size=patch_size, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
-    config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=tie, image_token_id=image,
-                           video_token_id=video, vision_start_token_id=start, vision_end_token_id=end)
-    config.architectures = ["Qwen3_5ForConditionalGeneration"]
+    kind = "Qwen3_5Moe" if moe else "Qwen3_5"
+    config = getattr(transformers, f"{kind}Config")(
+        text_config=text, vision_config=vision, tie_word_embeddings=tie, image_token_id=image, video_token_id=video,
+        vision_start_token_id=start, vision_end_token_id=end)
+    config.architectures = [f"{kind}ForConditionalGeneration"]
     torch.manual_seed(seed)
-    model = Qwen3_5ForConditionalGeneration(config).eval()
+    model = getattr(transformers, f"{kind}ForConditionalGeneration")(config).eval()
     with torch.no_grad():
         gen = torch.Generator().manual_seed(seed + 1)
-        for param in model.parameters():
+        for name, param in model.named_parameters():
             if param.dim() == 1:  # norms start at 0/1 and dt_bias at 1 in HF; move them off those values
                 param.add_(torch.randn(param.shape, generator=gen) * 0.2)
+            if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+                param.normal_(0.0, 0.1, generator=gen)  # HF leaves them uninitialised until its init pass
+            if name.endswith("mlp.gate.weight"):
+                param.normal_(0.0, 0.8, generator=gen)
     model.save_pretrained(str(path))
     factor = 2 * patch_size
     Qwen2VLImageProcessorPil(patch_size=patch_size, temporal_patch_size=2, merge_size=2, min_pixels=factor**2,

@@ -166,6 +166,7 @@ class BackgroundLoader:
             checkpoint_sampling=default_sampling_fields(loaded.generation),
             info={"family": loaded.family, "device": str(loaded.device), "dtype": str(loaded.dtype).replace("torch.", ""),
                   "load_s": round(time.perf_counter() - t0, 3), "kernels": lambda: chosen_kernels(model)},
+            processor=loaded.processor,
         )
         logger.info("model %s ready in %.2f s (family %s, task %s, %s, %s)", self.state.model_name,
                     time.perf_counter() - t0, loaded.family, self.task.name, loaded.device, loaded.dtype)

@@ -196,6 +196,19 @@ def _add_mtp_tensors(path: Path, hidden: int, seed: int) -> None:
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 """Qwen-VL's vision special tokens, added to the tiny tokenizer by :func:`build_tiny_qwen35_vl` in this order."""
 
+VL_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}",
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}"
+    "{%- else %}{%- for part in message['content'] %}"
+    "{%- if part['type'] == 'image' or part['type'] == 'image_url' %}"
+    "{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'text' %}{{- part['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}")
+""":data:`CHAT_TEMPLATE` rendering a content list's image parts as Qwen3.5's template does
+(``<|vision_start|><|image_pad|><|vision_end|>``) and its text parts as they are."""
+
 
 def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int = 64, num_layers: int = 4,
                          vision_depth: int = 2, patch_size: int = 8, moe: bool = False, seed: int = 0) -> Path:
@@ -205,7 +218,8 @@ def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int
     have 8 routed experts, top-2, of width 32 and a shared expert of width 48; router weights drawn wide, so the
     top-k choice has clear margins); the vision tower has ``vision_depth`` blocks of width 32 (2
     heads), ``patch_size`` x ``patch_size`` patches, 2x2 merging and a 4x4 learned position table. The tokenizer
-    is :func:`build_tiny_tokenizer`'s plus the :data:`VISION_TOKENS` (special; ``config.json`` names their ids), and
+    is :func:`build_tiny_tokenizer`'s plus the :data:`VISION_TOKENS` (special; ``config.json`` names their ids) with
+    :data:`VL_CHAT_TEMPLATE`, and
     ``preprocessor_config.json`` is a ``Qwen2VLImageProcessorPil``'s for these patch sizes (pixel bounds
     ``(2 * patch)^2 .. (16 * patch)^2``, mean and std 0.5). All parameters are randomised (seeded).
 
@@ -220,6 +234,7 @@ def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tiny_tokenizer(path)
     tokenizer.add_special_tokens({"additional_special_tokens": [IM_START, *VISION_TOKENS]})
+    tokenizer.chat_template = VL_CHAT_TEMPLATE
     tokenizer.save_pretrained(str(path))
     start, end, image, video = tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))
     eos_ids = [2, 0]

@@ -52,9 +52,10 @@ def hf_vl(tiny_vl):
     return hf_model(tiny_vl)
 
 
-def hf_inputs(path: Path, text: str, images: list) -> dict[str, torch.Tensor]:
+def hf_inputs(path: Path, text: str, images: list, **image_kwargs) -> dict[str, torch.Tensor]:
     """HF's model inputs for ``text`` (one ``<|image_pad|>`` per image) and ``images``, as ``Qwen3VLProcessor``
-    makes them (it cannot be built here: its video processor needs torchvision)."""
+    makes them (it cannot be built here: its video processor needs torchvision); ``image_kwargs`` go to the image
+    processor (``size=``)."""
     from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -62,7 +63,7 @@ def hf_inputs(path: Path, text: str, images: list) -> dict[str, torch.Tensor]:
         ids = torch.tensor([tokenizer.encode(text)])
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(str(path))
-    pixels = image_processor(images=images, return_tensors="pt")
+    pixels = image_processor(images=images, return_tensors="pt", **image_kwargs)
     merge = image_processor.merge_size**2
     parts = text.split("<|image_pad|>")
     assert len(parts) == len(images) + 1

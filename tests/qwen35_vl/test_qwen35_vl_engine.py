@@ -93,3 +93,20 @@ def test_a_text_only_model_refuses_media(anna_tiny_qwen35):
     assert engine.loaded.processor is None
     with pytest.raises(InvalidRequestError, match="text only"):
         engine.generate("hi", GREEDY, media={"image": [random_image(1, 56, 56)]})
+
+
+def test_pixel_bounds_per_request(tiny_vl, hf_vl):
+    engine = llm(tiny_vl)
+    noise = IMAGES["noise"]()
+    [small] = engine.generate(TEXT, GREEDY, media={"image": [noise]}, mm_processor_kwargs={"max_pixels": 32 * 32})
+    image_id = engine.loaded.processor.image_token_id
+    assert small.prompt_token_ids.count(image_id) == 4  # 32x32 pixels: 4x4 patches of 8, merged 2x2
+    inputs = hf_inputs(tiny_vl, TEXT, [noise], size={"shortest_edge": 256, "longest_edge": 32 * 32})
+    assert small.prompt_token_ids == inputs["input_ids"][0].tolist()
+    assert small.token_ids == hf_greedy_vl(hf_vl, inputs, N)
+    [default] = engine.generate(TEXT, GREEDY, media={"image": [noise]})
+    assert default.prompt_token_ids.count(image_id) == 16
+    for bad, needle in [({"max_pixels": 0}, "positive"), ({"fps": 2}, "not supported"),
+                        ({"min_pixels": 4096, "max_pixels": 1024}, "exceeds")]:
+        with pytest.raises(InvalidRequestError, match=needle):
+            engine.generate(TEXT, GREEDY, media={"image": [noise]}, mm_processor_kwargs=bad)

@@ -96,3 +96,15 @@ def test_media_it_cannot_take_are_400s_and_it_keeps_serving(client, url, needle)
     with pytest.raises(openai.BadRequestError, match=needle):
         ask(client, messages)
     assert ask(client, [{"role": "user", "content": "Hello"}]) is not None
+
+
+def test_pixel_bounds_per_request_through_mm_processor_kwargs(client):
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_uri(random_image(4, 56, 56))}}]}]
+    usage = [client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1, extra_body={
+        **NO_THINKING, **extra}).usage.prompt_tokens for extra in ({}, {"mm_processor_kwargs": {"max_pixels": 1024}})]
+    assert usage[0] - usage[1] == 16 - 4  # 64x64 -> 32x32 pixels: 16 -> 4 image tokens
+    import openai
+
+    with pytest.raises(openai.BadRequestError, match="min_pixels"):
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1,
+                                       extra_body={"mm_processor_kwargs": {"min_pixels": "many"}})

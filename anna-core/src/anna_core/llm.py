@@ -122,7 +122,8 @@ class LLM:
     def generate(self, prompts: Prompt | list[Prompt],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
                  multimodal: MultiModalInputs | list[MultiModalInputs | None] | None = None,
-                 media: Media | list[Media | None] | None = None) -> list[RequestOutput]:
+                 media: Media | list[Media | None] | None = None,
+                 mm_processor_kwargs: Mapping[str, Any] | None = None) -> list[RequestOutput]:
         """Generate for each prompt, all batched together.
 
         Args:
@@ -136,6 +137,8 @@ class LLM:
                 prompt, prepared by the model's processor (``LoadedModel.processor``): each prompt holds one
                 placeholder token per medium (Qwen3.5: ``<|image_pad|>``), which the processor expands. Not
                 together with ``multimodal``.
+            mm_processor_kwargs: the processor's settings for every prompt's media (Qwen3.5: ``min_pixels``,
+                ``max_pixels``).
 
         Returns:
             One finished :class:`RequestOutput` per prompt, in input order.
@@ -160,14 +163,14 @@ class LLM:
         if media is not None:
             if multimodal is not None:
                 raise InvalidRequestError("pass media or multimodal, not both", param="media")
-            encoded, multimodal = self._process(encoded, media)
+            encoded, multimodal = self._process(encoded, media, mm_processor_kwargs)
         inputs = multimodal if isinstance(multimodal, list) else [multimodal] * len(encoded)
         if len(inputs) != len(encoded):
             raise InvalidRequestError(f"{len(inputs)} multimodal entries for {len(encoded)} prompts", param="multimodal")
         return self._run(encoded, params, inputs)
 
-    def _process(self, prompts: list[list[int]], media: Media | list[Media | None]
-                 ) -> tuple[list[list[int]], list[MultiModalInputs | None]]:
+    def _process(self, prompts: list[list[int]], media: Media | list[Media | None],
+                 options: Mapping[str, Any] | None) -> tuple[list[list[int]], list[MultiModalInputs | None]]:
         """Each prompt's media through the model's processor: expanded ids and their inputs."""
         per_prompt = media if isinstance(media, list) else [media]
         if len(per_prompt) != len(prompts):
@@ -177,7 +180,7 @@ class LLM:
             raise InvalidRequestError("this model takes text only; the request carries media", param="media")
         out_ids, out_mm = [], []
         for ids, m in zip(prompts, per_prompt):
-            ids, mm = (ids, None) if not m else processor.process(ids, m)
+            ids, mm = (ids, None) if not m else processor.process(ids, m, options)
             out_ids.append(ids)
             out_mm.append(mm)
         return out_ids, out_mm

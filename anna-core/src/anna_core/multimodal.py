@@ -130,17 +130,18 @@ class MediaProcessor(Protocol):
 
     modalities: tuple[str, ...]
 
-    def process(self, prompt_token_ids: Sequence[int], media: Mapping[str, Sequence[Any]]
-                ) -> tuple[list[int], MultiModalInputs]:
+    def process(self, prompt_token_ids: Sequence[int], media: Mapping[str, Sequence[Any]],
+                options: Mapping[str, Any] | None = None) -> tuple[list[int], MultiModalInputs]:
         """The prompt with each medium's placeholder expanded to its encoder rows, and its inputs.
 
         Args:
             prompt_token_ids: the prompt, one placeholder token per medium (as the chat template writes it).
             media: decoded media by modality (``{"image": [PIL images]}``), in the order of their placeholders.
+            options: per-request preprocessing settings (``mm_processor_kwargs``, e.g. pixel bounds), or None.
 
         Raises:
             InvalidRequestError: media it does not take, placeholders that do not match the media, a medium
-                it cannot preprocess.
+                it cannot preprocess, an unknown or invalid option.
         """
 
 

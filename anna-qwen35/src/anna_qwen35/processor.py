@@ -82,13 +82,15 @@ class Qwen35VLProcessor:
         return cls(image_processor, image_token_id=int(config["image_token_id"]),
                    spatial_merge_size=vision.spatial_merge_size)
 
-    def process(self, prompt_token_ids: Sequence[int], media: Mapping[str, Sequence[Any]]
-                ) -> tuple[list[int], MultiModalInputs]:
+    def process(self, prompt_token_ids: Sequence[int], media: Mapping[str, Sequence[Any]],
+                options: Mapping[str, Any] | None = None) -> tuple[list[int], MultiModalInputs]:
         """The prompt with each image's placeholder expanded, and its :class:`MultiModalInputs`.
 
         Args:
             prompt_token_ids: ``P0`` ids with one ``<|image_pad|>`` per image, in the images' order.
             media: ``{"image": [PIL images]}`` (RGB or convertible).
+            options: ``{"min_pixels": int, "max_pixels": int}`` (either or none): the pixel bounds each image is
+                resized into, instead of the preprocessor config's.
 
         Returns:
             ``(ids, inputs)``: ``P`` ids (``P0`` plus each image's extra placeholders) and the images as
@@ -97,7 +99,8 @@ class Qwen35VLProcessor:
 
         Raises:
             InvalidRequestError: a modality other than images, placeholders that do not match the images in
-                number, or an image the processor refuses (e.g. an aspect ratio over 200).
+                number, an unknown or invalid option, or an image the processor refuses (e.g. an aspect ratio over
+                200).
         """
         unknown = sorted(set(media) - set(self.modalities))
         if unknown:
@@ -108,15 +111,34 @@ class Qwen35VLProcessor:
         if len(slots) != len(images):
             raise InvalidRequestError(f"the prompt has {len(slots)} image placeholders ({IMAGE_TOKEN}) for "
                                       f"{len(images)} images", param="messages")
+        size = self._size(options or {})
         if not images:
             return ids, MultiModalInputs()
         try:
-            out = self.image_processor(images=images, return_tensors="pt")
+            out = self.image_processor(images=images, size=size, return_tensors="pt")
         except (ValueError, TypeError, OSError) as exc:
             raise InvalidRequestError(f"cannot preprocess an image: {exc}", param="messages") from exc
         grids = [tuple(int(x) for x in g) for g in out["image_grid_thw"].tolist()]
         pixels = torch.split(out["pixel_values"].to(torch.float32), [t * h * w for t, h, w in grids])
         return self._expand(ids, slots, list(zip(pixels, grids)))
+
+    def _size(self, options: Mapping[str, Any]) -> dict[str, int]:
+        """The image processor's ``size`` (``shortest_edge`` / ``longest_edge``: pixel bounds) for ``options``."""
+        unknown = sorted(set(options) - {"min_pixels", "max_pixels"})
+        if unknown:
+            raise InvalidRequestError(f"mm_processor_kwargs {unknown} are not supported (only min_pixels, max_pixels)",
+                                      param="mm_processor_kwargs")
+        size = dict(self.image_processor.size)
+        bounds = {"min_pixels": size["shortest_edge"], "max_pixels": size["longest_edge"]}
+        for key, value in options.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidRequestError(f"mm_processor_kwargs.{key} must be a positive integer, got {value!r}",
+                                          param="mm_processor_kwargs")
+            bounds[key] = value
+        if bounds["min_pixels"] > bounds["max_pixels"]:
+            raise InvalidRequestError(f"mm_processor_kwargs: min_pixels {bounds['min_pixels']} exceeds max_pixels "
+                                      f"{bounds['max_pixels']}", param="mm_processor_kwargs")
+        return {"shortest_edge": bounds["min_pixels"], "longest_edge": bounds["max_pixels"]}
 
     def _expand(self, ids: list[int], slots: list[int], images: list[tuple[torch.Tensor, tuple[int, int, int]]]
                 ) -> tuple[list[int], MultiModalInputs]:

@@ -43,7 +43,7 @@ CHAT_FIELDS = _COMMON_FIELDS | {
     "messages", "max_completion_tokens", "chat_template_kwargs", "add_generation_prompt",
     "continue_final_message", "tools", "tool_choice", "parallel_tool_calls", "response_format",
     "logprobs", "top_logprobs", "store", "metadata", "functions", "function_call", "modalities", "audio",
-    "prediction", "web_search_options", "reasoning_effort", "include_reasoning",
+    "prediction", "web_search_options", "reasoning_effort", "include_reasoning", "mm_processor_kwargs",
 }
 COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "logprobs", "return_token_ids"}
 
@@ -356,6 +356,8 @@ class ChatCompletionRequest(_Common):
         response_format: the grammar for ``json_object`` / ``json_schema`` (None: free text).
         include_reasoning: return the reasoning (vLLM's ``include_reasoning``, default True).
         image_urls: the URLs of the messages' ``image_url`` parts, in order (earlier turns included).
+        mm_processor_kwargs: settings for the model's media processor (vLLM's name; Qwen3.5: ``min_pixels``,
+            ``max_pixels``), checked by the processor.
     """
 
     messages: list[dict[str, Any]] = attrs.field(factory=list)
@@ -366,6 +368,7 @@ class ChatCompletionRequest(_Common):
     response_format: StructuredOutput | None = None
     include_reasoning: bool = True
     image_urls: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    mm_processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
 
     @classmethod
     def from_json(cls, body: Any) -> ChatCompletionRequest:
@@ -412,6 +415,7 @@ class ChatCompletionRequest(_Common):
             response_format=response_format,
             include_reasoning=True if include_reasoning is None else include_reasoning,
             image_urls=image_urls,
+            mm_processor_kwargs=dict(_dict(body, "mm_processor_kwargs") or {}),
         )
 
 

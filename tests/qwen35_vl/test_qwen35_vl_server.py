@@ -108,3 +108,32 @@ def test_pixel_bounds_per_request_through_mm_processor_kwargs(client):
     with pytest.raises(openai.BadRequestError, match="min_pixels"):
         client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1,
                                        extra_body={"mm_processor_kwargs": {"min_pixels": "many"}})
+
+
+def test_server_media_settings_reach_the_processor(tiny_vl, tmp_path):
+    from anna_core.media import MediaFetcher, MediaPolicy
+    from anna_core.server import prepare
+    from anna_core.server.protocol import ChatCompletionRequest
+    from anna_core.server.state import ServerState
+
+    from tests.qwen35.conftest import load_anna
+
+    loaded = load_anna(tiny_vl)
+    random_image(5, 56, 56).save(tmp_path / "a.png")
+    state = ServerState(model_name=MODEL, processor=loaded.processor, mm_processor_kwargs={"max_pixels": 1024},
+                        media_fetcher=MediaFetcher(MediaPolicy(allowed_local_media_path=tmp_path)))
+    image_id = loaded.processor.image_token_id
+
+    def image_tokens(url, **extra):
+        req = ChatCompletionRequest.from_json({"model": MODEL, "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}], **extra})
+        ids, mm = prepare.chat_media(state, req, prepare.chat_prompt_ids(state, req))
+        return ids.count(image_id)
+
+    state.tokenizer = loaded.tokenizer
+    assert image_tokens(f"file://{tmp_path / 'a.png'}") == 4  # the server default: 32x32 pixels
+    assert image_tokens(str(tmp_path / "a.png"), mm_processor_kwargs={"max_pixels": 4096}) == 16  # the request's
+    from anna_core.errors import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError, match="outside|escape|allowed"):
+        image_tokens(str(tmp_path / ".." / "a.png"))

@@ -128,7 +128,8 @@ def chat_media(server: ServerState, req: ChatCompletionRequest, prompt_ids: list
     fetcher = server.media_fetcher
     session = fetcher.session()
     images = [decode_image(session.fetch(url), fetcher.policy.max_image_pixels) for url in req.image_urls]
-    return server.processor.process(prompt_ids, {"image": images}, req.mm_processor_kwargs)
+    options = {**server.mm_processor_kwargs, **req.mm_processor_kwargs}
+    return server.processor.process(prompt_ids, {"image": images}, options)
 
 
 def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[int]:

@@ -96,6 +96,8 @@ class ServerState:
         media_fetcher: fetches the media requests name (:class:`anna_core.media.MediaFetcher`); None: one with the
             default :class:`~anna_core.media.MediaPolicy` (``data:`` URIs and public http(s) URLs, no local
             files), made on first use.
+        mm_processor_kwargs: default settings of the media processor (``--mm-processor-kwargs``); a request's own
+            ``mm_processor_kwargs`` override them key by key.
     """
 
     model_name: str
@@ -122,6 +124,7 @@ class ServerState:
     request_guard: Any = None
     processor: Any = None
     media_fetcher: Any = None
+    mm_processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
     _warn_lock: Any = attrs.field(factory=threading.Lock, init=False, repr=False)
     _warnings_capped: bool = attrs.field(default=False, init=False, repr=False)
 

@@ -110,3 +110,17 @@ def test_pixel_bounds_per_request(tiny_vl, hf_vl):
                         ({"min_pixels": 4096, "max_pixels": 1024}, "exceeds")]:
         with pytest.raises(InvalidRequestError, match=needle):
             engine.generate(TEXT, GREEDY, media={"image": [noise]}, mm_processor_kwargs=bad)
+
+
+def test_chat_with_image_parts(tiny_vl, hf_tokens):
+    engine = llm(tiny_vl)
+    red = IMAGES["red"]()
+    messages = [{"role": "user", "content": [{"type": "image", "image": red},
+                                             {"type": "text", "text": " describe this picture in detail please"}]}]
+    [out] = engine.chat(messages, GREEDY, chat_template_kwargs={"enable_thinking": False})
+    text = engine.tokenizer.apply_chat_template([{"role": "user", "content": [
+        {"type": "image"}, {"type": "text", "text": " describe this picture in detail please"}]}],
+        add_generation_prompt=True, enable_thinking=False)
+    [direct] = engine.generate(text, GREEDY, media={"image": [red]})
+    assert out.prompt_token_ids == direct.prompt_token_ids and out.token_ids == direct.token_ids
+    assert engine.loaded.processor.image_token_id in out.prompt_token_ids

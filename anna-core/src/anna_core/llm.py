@@ -188,20 +188,32 @@ class LLM:
     def chat(self, messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
              sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
              add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None,
-             ) -> list[RequestOutput]:
+             mm_processor_kwargs: Mapping[str, Any] | None = None) -> list[RequestOutput]:
         """Generate replies to one conversation (a list of ``{"role", "content"}`` messages) or a
         list of conversations, rendered with the checkpoint's chat template.
 
+        A message's ``content`` may be a list of parts: ``{"type": "text", "text": ...}`` and, for a model that
+        takes images, ``{"type": "image", "image": <PIL image>}`` (the template sees ``{"type": "image"}`` and
+        writes the model's placeholder; the images go to :meth:`generate`'s ``media`` in order, with
+        ``mm_processor_kwargs``).
+
         Raises:
-            InvalidRequestError: no tokenizer or chat template, or the template rejected the messages.
+            InvalidRequestError: no tokenizer or chat template, the template rejected the messages, or images for
+                a model that takes none.
         """
         if self.tokenizer is None:
             raise InvalidRequestError("this model has no tokenizer; chat needs one", param="messages")
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        prompts = [self.tokenizer.encode(self.tokenizer.apply_chat_template(
-            conv, add_generation_prompt=add_generation_prompt, **(chat_template_kwargs or {})),
-            add_special_tokens=False) for conv in conversations]
-        return self.generate(prompts, sampling_params)
+        prompts, media = [], []
+        for conv in conversations:
+            conv, images = _take_images(conv)
+            prompts.append(self.tokenizer.encode(self.tokenizer.apply_chat_template(
+                conv, add_generation_prompt=add_generation_prompt, **(chat_template_kwargs or {})),
+                add_special_tokens=False))
+            media.append({"image": images} if images else None)
+        if not any(media):
+            return self.generate(prompts, sampling_params)
+        return self.generate(prompts, sampling_params, media=media, mm_processor_kwargs=mm_processor_kwargs)
 
     def _run(self, prompts: list[list[int]], params: list[SamplingParams],
              media: list[MultiModalInputs | None] | None = None) -> list[RequestOutput]:
@@ -221,3 +233,22 @@ class LLM:
             for request_id in added:  # only does something if we were interrupted
                 self.engine.abort_request(request_id)
         return [final[i] for i in ids]
+
+
+def _take_images(conversation: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The conversation with each ``{"type": "image", "image": obj}`` part as ``{"type": "image"}``, and the
+    images in order."""
+    images: list[Any] = []
+    out = []
+    for msg in conversation:
+        content = msg.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "image" and "image" in part:
+                    images.append(part["image"])
+                    part = {"type": "image"}
+                parts.append(part)
+            msg = {**msg, "content": parts}
+        out.append(msg)
+    return out, images

@@ -65,11 +65,9 @@ class Qwen35VLProcessor:
         path = Path(root) / PREPROCESSOR_CONFIG
         if not path.is_file():
             return None
-        from transformers import Qwen2VLImageProcessorPil
-
         try:
             json.loads(path.read_text())  # a clear error for a broken file, before transformers reads it
-            image_processor = Qwen2VLImageProcessorPil.from_pretrained(str(root), local_files_only=True)
+            image_processor = pil_image_processor_class().from_pretrained(str(root), local_files_only=True)
         except (OSError, ValueError, TypeError) as exc:
             raise ModelLoadError(f"cannot read {str(path)!r}: {exc}") from exc
         want = {"patch_size": vision.patch_size, "temporal_patch_size": vision.temporal_patch_size,
@@ -163,6 +161,15 @@ class Qwen35VLProcessor:
         _text(rows, out_ids, ids[prev:], nxt)
         delta = max(max(r) for r in rows) + 1 - len(out_ids)
         return out_ids, MultiModalInputs(items, rows, delta)
+
+
+def pil_image_processor_class() -> type:
+    """transformers' PIL-based Qwen2-VL image processor: ``Qwen2VLImageProcessorPil`` (transformers 5 with image
+    processor backends), else ``Qwen2VLImageProcessor`` (earlier releases, where that name is the PIL/numpy one and
+    the torchvision one is ``...Fast``)."""
+    import transformers
+
+    return getattr(transformers, "Qwen2VLImageProcessorPil", None) or transformers.Qwen2VLImageProcessor
 
 
 def _text(rows: list[list[int]], out_ids: list[int], text: list[int], start: int) -> int:

@@ -93,6 +93,8 @@ def test_a_text_only_model_refuses_media(anna_tiny_qwen35):
     assert engine.loaded.processor is None
     with pytest.raises(InvalidRequestError, match="text only"):
         engine.generate("hi", GREEDY, media={"image": [random_image(1, 56, 56)]})
+    with pytest.raises(InvalidRequestError, match="text only"):
+        engine.chat([{"role": "user", "content": [{"type": "image", "image": random_image(1, 56, 56)}]}], GREEDY)
 
 
 def test_pixel_bounds_per_request(tiny_vl, hf_vl):

@@ -207,6 +207,8 @@ class LLM:
         prompts, media = [], []
         for conv in conversations:
             conv, images = _take_images(conv)
+            if images and self.loaded.processor is None:  # before the template sees image parts
+                raise InvalidRequestError("this model takes text only; the request carries media", param="messages")
             prompts.append(self.tokenizer.encode(self.tokenizer.apply_chat_template(
                 conv, add_generation_prompt=add_generation_prompt, **(chat_template_kwargs or {})),
                 add_special_tokens=False))

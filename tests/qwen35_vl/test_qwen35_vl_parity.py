@@ -99,6 +99,21 @@ def test_the_tower_matches_hf_get_image_features(anna, hf, ckpt, case):
         torch.testing.assert_close(g, r, rtol=0, atol=1e-5 * r.abs().max().item())
 
 
+def test_the_tower_matches_hf_get_video_features_on_frames(anna, hf):
+    """A medium of several temporal patches (a video's frames): attention stays inside each, the position table
+    repeats over them."""
+    from anna_core.multimodal import MediaItem
+
+    grid = (3, 4, 6)
+    pixels = torch.randn(72, anna.model.visual.config.patch_dim, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        [ref] = hf.model.get_video_features(pixels, torch.tensor([grid])).pooler_output
+    [got] = anna.model.encode([MediaItem("video", 0, 18, b"v", {"pixel_values": pixels, "grid_thw": grid})])
+    torch.testing.assert_close(got, ref, rtol=0, atol=1e-5 * ref.abs().max().item())
+    frame = anna.model.encode([MediaItem("video", 0, 6, b"f", {"pixel_values": pixels[24:48], "grid_thw": (1, 4, 6)})])
+    torch.testing.assert_close(frame[0], got[6:12], rtol=0, atol=1e-5)  # the middle frame alone: the same rows
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_prompt_ids_and_positions_match_hf(anna, hf, ckpt, case):
     text, shapes = CASES[case]

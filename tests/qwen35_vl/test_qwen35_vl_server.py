@@ -95,7 +95,9 @@ def test_media_it_cannot_take_are_400s_and_it_keeps_serving(client, url, needle)
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
     with pytest.raises(openai.BadRequestError, match=needle):
         ask(client, messages)
-    assert ask(client, [{"role": "user", "content": "Hello"}]) is not None
+    after = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hello"}], max_tokens=3,
+                                           temperature=0, extra_body={**NO_THINKING, "ignore_eos": True})
+    assert after.usage.completion_tokens == 3  # still serving
 
 
 def test_pixel_bounds_per_request_through_mm_processor_kwargs(client):

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Test folders of each distribution (its whole suite: `nox -s dist`).
 TEST_DIRS: dict[str, tuple[str, ...]] = {
     "anna-core": ("tests/core",),
-    "anna-qwen35": ("tests/qwen35", "tests/qwen35_moe"),
+    "anna-qwen35": ("tests/qwen35", "tests/qwen35_moe", "tests/qwen35_vl"),
     "anna-gemma4": ("tests/gemma4", "tests/gemma3"),
     "anna-cli": ("tests/cli", "tests/plugins"),  # tests/plugins: a plugin made by `anna plugins new`, end to end
     "anna-llama": ("tests/llama",),
@@ -39,7 +39,7 @@ SMOKE_TESTS: dict[str, tuple[str, ...]] = {
 # Distributions a distribution's tests use as fixtures, installed after it installed alone (anna-core's tests use
 # its own test family).
 TEST_FIXTURES: dict[str, tuple[str, ...]] = {
-    "anna-qwen35": ("anna-llama",),  # a family that does not declare expert offload
+    "anna-qwen35": ("anna-llama", "anna-cli"),  # a family without expert offload; tests/qwen35_vl serves over HTTP
     "anna-gemma4": ("anna-qwen35",),
     "anna-cli": ("anna-qwen35", "anna-xpu-kernels"),  # `anna plugins` lists the Triton kernels' devices
     "anna-llama": ("anna-cli",),  # the --weight-quant flag

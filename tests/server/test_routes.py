@@ -187,7 +187,11 @@ def test_unknown_model_is_404_model_not_found(client):
     ({**CHAT, "stream_options": {"include_usage": True}}, "stream_options", "stream"),
     ({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role", "role"),
     ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-     "messages[0].content[0].type", "image_url"),
+     "messages[0].content[0].image_url.url", "image_url"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
+     "messages[0].content[0].type", "input_audio"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, "messages", "text only"),
     ({**CHAT, "chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs", "tokenize"),
 ])
 def test_bad_bodies_are_400_in_openai_shape(client, body, param, needle):

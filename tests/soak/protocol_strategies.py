@@ -154,6 +154,8 @@ _SPECIAL_STRATEGIES = {
         "enable_thinking": st.booleans(), "tools": st.just([]), "foo": json_scalars}),
     "metadata": st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2),
     "audio": _maybe_object, "prediction": _maybe_object, "web_search_options": _maybe_object,
+    "mm_processor_kwargs": _maybe_object | st.fixed_dictionaries({}, optional={
+        "max_pixels": st.integers(-1, 10**6) | json_scalars, "min_pixels": st.integers(-1, 10**4)}),
 }
 
 

@@ -17,7 +17,10 @@ from anna_cli.engine_options import max_device_memory_option, offload_config_fro
 from anna_cli.options import SAMPLING_FLAGS, exit_on_anna_errors, model_options, resolve_model_path, sampling_options
 
 
-def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking: bool | None) -> list[int]:
+def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking: bool | None,
+                num_images: int = 0) -> list[int]:
+    """The prompt's ids; in chat form the user message holds ``num_images`` image parts before the text (a raw
+    prompt writes the model's image placeholders itself)."""
     from anna_core.errors import AnnaError
 
     if tokenizer is None:
@@ -27,13 +30,39 @@ def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking:
     if not chat:
         return tokenizer.encode(prompt, add_special_tokens=True)
     kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, **kwargs)
+    content: Any = prompt if not num_images else [*([{"type": "image"}] * num_images), {"type": "text", "text": prompt}]
+    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, **kwargs)
     return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _check_takes_images(loaded: Any) -> None:
+    """Raises AnnaError: the model's processor takes no images."""
+    from anna_core.errors import AnnaError
+
+    if loaded.processor is None or "image" not in loaded.processor.modalities:
+        raise AnnaError("this model takes text only; --image needs a vision-language checkpoint")
+
+
+def _with_images(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...]) -> tuple[list[int], Any]:
+    """The prompt with its image placeholders expanded and its multimodal inputs (the model's processor).
+
+    Raises:
+        AnnaError: the model takes no images, or a file is not an image.
+    """
+    from anna_core.media import MediaPolicy, decode_image
+
+    _check_takes_images(loaded)
+    max_pixels = MediaPolicy().max_image_pixels
+    decoded = [decode_image(path.read_bytes(), max_pixels) for path in images]
+    return loaded.processor.process(prompt_ids, {"image": decoded})
 
 
 @click.command("generate")
 @model_options
 @click.option("--prompt", required=True, help="The prompt text ('-' reads it from stdin).")
+@click.option("--image", "images", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An image file for a vision-language model (repeatable; in chat form each goes before the text, "
+                   "a --raw prompt holds the model's image placeholder once per image).")
 @click.option("--chat/--raw", default=None,
               help="Wrap the prompt in the chat template as a user message (default when the model has one), "
                    "or send it as is.")
@@ -56,7 +85,7 @@ def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking:
 @offload_options
 @exit_on_anna_errors
 def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
-             weight_quant: str, prompt: str,
+             weight_quant: str, prompt: str, images: tuple[Path, ...],
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
              stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
              max_device_memory_gib: float | None, **sampling: Any) -> None:
@@ -84,14 +113,19 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
     runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=loaded.device.type != "cpu")
     engine = build(loaded, config, runner)
     load_s = time.perf_counter() - t0
-    prompt_ids = _prompt_ids(loaded.tokenizer, prompt, chat, enable_thinking)
+    if images:
+        _check_takes_images(loaded)  # before the chat template sees image parts
+    prompt_ids = _prompt_ids(loaded.tokenizer, prompt, chat, enable_thinking, len(images))
+    multimodal = None
+    if images:
+        prompt_ids, multimodal = _with_images(loaded, prompt_ids, images)
     explicit = {k: v for k, v in sampling.items() if k in SAMPLING_FLAGS and v is not None}
     params = sampling_params_with_defaults(loaded.generation, max_tokens=max_new_tokens, seed=seed,
                                            stop=list(stop), **explicit)
 
     t_start = time.perf_counter()
     t_first = None
-    engine.add_request("generate-0", prompt_ids, params)
+    engine.add_request("generate-0", prompt_ids, params, multimodal=multimodal)
     final = None
     while engine.has_unfinished():
         for out in engine.step():

@@ -41,6 +41,7 @@ from anna_cli.engine_options import (
     offload_options,
 )
 from anna_cli.logging_setup import LEVELS, configure_logging
+from anna_cli.media_options import media_options, media_settings
 from anna_cli.options import (
     SAMPLING_FLAGS,
     exit_on_anna_errors,
@@ -166,6 +167,7 @@ class BackgroundLoader:
             checkpoint_sampling=default_sampling_fields(loaded.generation),
             info={"family": loaded.family, "device": str(loaded.device), "dtype": str(loaded.dtype).replace("torch.", ""),
                   "load_s": round(time.perf_counter() - t0, 3), "kernels": lambda: chosen_kernels(model)},
+            processor=loaded.processor,
         )
         logger.info("model %s ready in %.2f s (family %s, task %s, %s, %s)", self.state.model_name,
                     time.perf_counter() - t0, loaded.family, self.task.name, loaded.device, loaded.dtype)
@@ -341,6 +343,7 @@ def _draining_server_class() -> type:
               help="Open connections beyond which a new one gets a 503 (0 = no limit).")
 @click.option("--metrics-log-interval-seconds", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="Log a one-line metrics summary this often (0 = never). Full figures: /healthz, /metrics.")
+@media_options
 @exit_on_anna_errors
 def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, weight_quant: str,
           model_name: str | None, task_name: str | None, host: str, port: int, log_level: str, log_format: str,
@@ -364,6 +367,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     sampling = {k: v for k, v in options.items() if k in SAMPLING_FLAGS}
     engine_config = engine_config_from_options(**options, max_model_len=max_model_len)  # bad flags fail here
     offload = offload_config_from_options(**options)
+    media_fetcher, mm_processor_kwargs = media_settings(**options)
     configure_logging(log_level, log_format)
     path, default_name = resolve_model_path(model_dir)
     source = inspect_model_dir(path, gguf_file=gguf_file)  # fail fast: missing folder, unknown family
@@ -388,6 +392,8 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         reasoning_format=reasoning_format,
         api_key=api_key or None,
         request_guard=RequestGuard.for_bind(host, _split(allowed_hosts), _split(allowed_origins)),
+        media_fetcher=media_fetcher,
+        mm_processor_kwargs=mm_processor_kwargs,
         info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device,
               "weight_quant": weight_quant},
     )

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from anna_core.registry import resolve
 from anna_core.tasks import generate as generate_task
 
 Prompt = str | list[int]
+Media = Mapping[str, Sequence[Any]]
+"""Decoded media of one prompt by modality: ``{"image": [PIL images]}``."""
 
 
 def _runner_config(loaded: LoadedModel, cuda_graph: bool, compile_mode: str, warmup: bool | None) -> Any:
@@ -118,7 +121,9 @@ class LLM:
 
     def generate(self, prompts: Prompt | list[Prompt],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
-                 multimodal: MultiModalInputs | list[MultiModalInputs | None] | None = None) -> list[RequestOutput]:
+                 multimodal: MultiModalInputs | list[MultiModalInputs | None] | None = None,
+                 media: Media | list[Media | None] | None = None,
+                 mm_processor_kwargs: Mapping[str, Any] | None = None) -> list[RequestOutput]:
         """Generate for each prompt, all batched together.
 
         Args:
@@ -128,6 +133,12 @@ class LLM:
                 defaults (``generation_config.json``).
             multimodal: the media of a single prompt, or one entry (None: text) per prompt, for a model
                 that takes media (:mod:`anna_core.multimodal`: placeholder ranges index the prompt's ids).
+            media: decoded media of a single prompt (``{"image": [PIL images]}``), or one entry (None: text) per
+                prompt, prepared by the model's processor (``LoadedModel.processor``): each prompt holds one
+                placeholder token per medium (Qwen3.5: ``<|image_pad|>``), which the processor expands. Not
+                together with ``multimodal``.
+            mm_processor_kwargs: the processor's settings for every prompt's media (Qwen3.5: ``min_pixels``,
+                ``max_pixels``).
 
         Returns:
             One finished :class:`RequestOutput` per prompt, in input order.
@@ -149,28 +160,62 @@ class LLM:
         if multimodal is not None and not isinstance(multimodal, list) and len(encoded) != 1:
             raise InvalidRequestError(f"one MultiModalInputs is for one prompt; for {len(encoded)} prompts pass a "
                                       "list with an entry (or None) per prompt", param="multimodal")
-        media = multimodal if isinstance(multimodal, list) else [multimodal] * len(encoded)
-        if len(media) != len(encoded):
-            raise InvalidRequestError(f"{len(media)} multimodal entries for {len(encoded)} prompts", param="multimodal")
-        return self._run(encoded, params, media)
+        if media is not None:
+            if multimodal is not None:
+                raise InvalidRequestError("pass media or multimodal, not both", param="media")
+            encoded, multimodal = self._process(encoded, media, mm_processor_kwargs)
+        inputs = multimodal if isinstance(multimodal, list) else [multimodal] * len(encoded)
+        if len(inputs) != len(encoded):
+            raise InvalidRequestError(f"{len(inputs)} multimodal entries for {len(encoded)} prompts", param="multimodal")
+        return self._run(encoded, params, inputs)
+
+    def _process(self, prompts: list[list[int]], media: Media | list[Media | None],
+                 options: Mapping[str, Any] | None) -> tuple[list[list[int]], list[MultiModalInputs | None]]:
+        """Each prompt's media through the model's processor: expanded ids and their inputs."""
+        per_prompt = media if isinstance(media, list) else [media]
+        if len(per_prompt) != len(prompts):
+            raise InvalidRequestError(f"{len(per_prompt)} media entries for {len(prompts)} prompts", param="media")
+        processor = self.loaded.processor
+        if processor is None and any(per_prompt):
+            raise InvalidRequestError("this model takes text only; the request carries media", param="media")
+        out_ids, out_mm = [], []
+        for ids, m in zip(prompts, per_prompt):
+            ids, mm = (ids, None) if not m else processor.process(ids, m, options)
+            out_ids.append(ids)
+            out_mm.append(mm)
+        return out_ids, out_mm
 
     def chat(self, messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
              sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
              add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None,
-             ) -> list[RequestOutput]:
+             mm_processor_kwargs: Mapping[str, Any] | None = None) -> list[RequestOutput]:
         """Generate replies to one conversation (a list of ``{"role", "content"}`` messages) or a
         list of conversations, rendered with the checkpoint's chat template.
 
+        A message's ``content`` may be a list of parts: ``{"type": "text", "text": ...}`` and, for a model that
+        takes images, ``{"type": "image", "image": <PIL image>}`` (the template sees ``{"type": "image"}`` and
+        writes the model's placeholder; the images go to :meth:`generate`'s ``media`` in order, with
+        ``mm_processor_kwargs``).
+
         Raises:
-            InvalidRequestError: no tokenizer or chat template, or the template rejected the messages.
+            InvalidRequestError: no tokenizer or chat template, the template rejected the messages, or images for
+                a model that takes none.
         """
         if self.tokenizer is None:
             raise InvalidRequestError("this model has no tokenizer; chat needs one", param="messages")
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        prompts = [self.tokenizer.encode(self.tokenizer.apply_chat_template(
-            conv, add_generation_prompt=add_generation_prompt, **(chat_template_kwargs or {})),
-            add_special_tokens=False) for conv in conversations]
-        return self.generate(prompts, sampling_params)
+        prompts, media = [], []
+        for conv in conversations:
+            conv, images = _take_images(conv)
+            if images and self.loaded.processor is None:  # before the template sees image parts
+                raise InvalidRequestError("this model takes text only; the request carries media", param="messages")
+            prompts.append(self.tokenizer.encode(self.tokenizer.apply_chat_template(
+                conv, add_generation_prompt=add_generation_prompt, **(chat_template_kwargs or {})),
+                add_special_tokens=False))
+            media.append({"image": images} if images else None)
+        if not any(media):
+            return self.generate(prompts, sampling_params)
+        return self.generate(prompts, sampling_params, media=media, mm_processor_kwargs=mm_processor_kwargs)
 
     def _run(self, prompts: list[list[int]], params: list[SamplingParams],
              media: list[MultiModalInputs | None] | None = None) -> list[RequestOutput]:
@@ -190,3 +235,22 @@ class LLM:
             for request_id in added:  # only does something if we were interrupted
                 self.engine.abort_request(request_id)
         return [final[i] for i in ids]
+
+
+def _take_images(conversation: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The conversation with each ``{"type": "image", "image": obj}`` part as ``{"type": "image"}``, and the
+    images in order."""
+    images: list[Any] = []
+    out = []
+    for msg in conversation:
+        content = msg.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "image" and "image" in part:
+                    images.append(part["image"])
+                    part = {"type": "image"}
+                parts.append(part)
+            msg = {**msg, "content": parts}
+        out.append(msg)
+    return out, images

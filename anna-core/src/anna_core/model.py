@@ -185,6 +185,9 @@ class LoadedModel:
         device: the device.
         expert_store: the :class:`~anna_core.layers.expert_offload.ExpertStore` of a model whose experts are
             offloaded (its cache counters reach ``/healthz`` and ``anna bench``), else None.
+        processor: the family's :class:`~anna_core.multimodal.MediaProcessor` of a model that takes media (it turns
+            a prompt's ids and decoded media into expanded ids and :class:`~anna_core.multimodal.MultiModalInputs`),
+            else None.
     """
 
     model: CausalLM
@@ -195,6 +198,7 @@ class LoadedModel:
     dtype: torch.dtype
     device: torch.device
     expert_store: Any = None
+    processor: Any = None
 
 
 _REQUIRED = ("cache_spec", "capabilities", "vocab_size", "forward", "compute_logits")

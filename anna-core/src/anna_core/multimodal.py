@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 
@@ -118,6 +118,31 @@ class MultiModalInputs:
             return [[*head, *tail] for _ in range(rows)]
         tail = list(range(max(start, p) + self.position_delta, end + self.position_delta))
         return [list(r[start:min(end, p)]) + tail for r in self.positions]
+
+
+class MediaProcessor(Protocol):
+    """A family's request preparation for media (``LoadedModel.processor``): the checkpoint's own preprocessing,
+    placeholder expansion and positions.
+
+    Attributes:
+        modalities: the media it prepares (a subset of the model's declared modalities).
+    """
+
+    modalities: tuple[str, ...]
+
+    def process(self, prompt_token_ids: Sequence[int], media: Mapping[str, Sequence[Any]],
+                options: Mapping[str, Any] | None = None) -> tuple[list[int], MultiModalInputs]:
+        """The prompt with each medium's placeholder expanded to its encoder rows, and its inputs.
+
+        Args:
+            prompt_token_ids: the prompt, one placeholder token per medium (as the chat template writes it).
+            media: decoded media by modality (``{"image": [PIL images]}``), in the order of their placeholders.
+            options: per-request preprocessing settings (``mm_processor_kwargs``, e.g. pixel bounds), or None.
+
+        Raises:
+            InvalidRequestError: media it does not take, placeholders that do not match the media, a medium
+                it cannot preprocess, an unknown or invalid option.
+        """
 
 
 def media_hash(*parts: Any) -> bytes:

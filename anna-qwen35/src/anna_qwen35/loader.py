@@ -26,6 +26,8 @@ from anna_core.weights.safetensors_loader import (
 
 from anna_qwen35.config import Qwen35Config
 from anna_qwen35.model import Qwen35ForCausalLM, keep_float32
+from anna_qwen35.processor import PREPROCESSOR_CONFIG, Qwen35VLProcessor
+from anna_qwen35.vision import VisionConfig
 from anna_qwen35.weights import expert_layout, name_map
 
 log = logging.getLogger("anna.qwen35")
@@ -37,11 +39,13 @@ STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 treats both as end of generation)."""
 
 
-def build_model(cfg: Qwen35Config, ops: Any, dtype: torch.dtype, per_expert: bool = False) -> Qwen35ForCausalLM:
+def build_model(cfg: Qwen35Config, ops: Any, dtype: torch.dtype, per_expert: bool = False,
+                vision: VisionConfig | None = None) -> Qwen35ForCausalLM:
     """The model on the meta device (no memory), parameters already in their serving dtypes
-    (``per_expert``: the MoE per-expert weight layout, see :class:`~anna_qwen35.moe.RoutedExperts`)."""
+    (``per_expert``: the MoE per-expert weight layout, see :class:`~anna_qwen35.moe.RoutedExperts`; ``vision``:
+    with the vision tower)."""
     with torch.device("meta"):
-        model = Qwen35ForCausalLM(cfg, ops, per_expert)
+        model = Qwen35ForCausalLM(cfg, ops, per_expert, vision)
     cast_meta_params(model, dtype, keep_float32)
     return model
 
@@ -51,6 +55,8 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
         value.uniform_(1.0, 16.0, generator=gen).log_()
     elif name.endswith(("dt_bias", "linear_attn.norm.weight")):
         value.fill_(1.0)
+    elif name.startswith("visual.") and name.endswith(("norm1.weight", "norm2.weight", "merger.norm.weight")):
+        value.fill_(1.0)  # LayerNorm scales (zeros would blank the tower's output)
     elif name.endswith("mlp.gate.weight"):  # the router [E, H] over unit-RMS rows: decisive routing
         value.normal_(0.0, DUMMY_ROUTER_LOGIT_STD / value.shape[1] ** 0.5, generator=gen)
     else:
@@ -99,21 +105,45 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy")
     cfg = Qwen35Config.from_hf(source.config)
+    vision, processor = _vision(source, cfg)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
-    model = build_model(cfg, ops, dtype, per_expert)
+    model = build_model(cfg, ops, dtype, per_expert, vision)
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init, host=host)
     else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
-        load_safetensors(model, source.root, name_map(cfg), device=device, host=host, pin=not per_expert)
+        load_safetensors(model, source.root, name_map(cfg, vision is not None), device=device, host=host,
+                         pin=not per_expert)
     model.raw_config = source.config
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     loaded = _loaded(_prepare(model, ops), cfg, tokenizer, generation, device, dtype)
+    loaded.processor = processor
     if plan is not None:
         loaded.expert_store = apply_offload(model, plan, device)
     return loaded
+
+
+def _vision(source: ModelSource, cfg: Qwen35Config) -> tuple[VisionConfig | None, Qwen35VLProcessor | None]:
+    """The vision tower's config and the image processor of a vision-language checkpoint, or ``(None, None)``:
+    for a text-only checkpoint, and for one without ``preprocessor_config.json`` (served as text only, its
+    ``model.visual.*`` tensors ignored, as a shape-only config folder for dummy weights is).
+
+    Raises:
+        UnsupportedModelError, ModelLoadError: see :meth:`VisionConfig.from_hf` and
+            :meth:`Qwen35VLProcessor.from_checkpoint`.
+    """
+    raw = source.config.get("vision_config")
+    if not isinstance(raw, dict):
+        return None, None
+    vision = VisionConfig.from_hf(raw, cfg.hidden_size)
+    processor = Qwen35VLProcessor.from_checkpoint(source.root, source.config, vision)
+    if processor is None:
+        log.info("%s has no %s: serving Qwen3.5 as a text model (the vision tower is not loaded)",
+                 source.root, PREPROCESSOR_CONFIG)
+        return None, None
+    return vision, processor
 
 
 def _prepare(model: Qwen35ForCausalLM, ops: Any) -> Qwen35ForCausalLM:

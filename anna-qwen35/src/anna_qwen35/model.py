@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.layers.media import splice_media
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
@@ -21,12 +22,14 @@ from anna_core.model import (
     ModelCapabilities,
     RecurrentStateSpec,
 )
+from anna_core.multimodal import MediaItem
 from torch import nn
 
 from anna_qwen35.attention import GatedAttention
 from anna_qwen35.config import FULL, Qwen35Config
 from anna_qwen35.gated_deltanet import GatedDeltaNet
 from anna_qwen35.moe import SparseMoeBlock
+from anna_qwen35.vision import VisionConfig, VisionTower
 
 FLOAT32_PARAMS = ("A_log", "dt_bias")
 """Parameter-name suffixes kept in float32 whatever the serving dtype (decay math)."""
@@ -104,7 +107,7 @@ class Qwen35TextModel(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
-        h = self.embed_tokens(batch.input_ids)  # [T, hidden]
+        h = splice_media(self.embed_tokens(batch.input_ids), batch)  # [T, hidden], image rows spliced in
         residual = None
         for layer in self.layers:
             h, residual = layer(h, residual, batch, caches)
@@ -128,11 +131,17 @@ class Qwen35ForCausalLM(nn.Module):
     ``moe_experts``, shared expert), so padding rows route to experts but write only their own rows, and
     the op's accelerated implementations read nothing on the host (its torch reference does, so a capture
     where only the reference runs fails and the runner runs that step eagerly).
+
+    With a vision tower (``vision``: a ``Qwen3_5ForConditionalGeneration`` checkpoint with its image processor)
+    it also takes images: capabilities ``modalities=("image",)`` and ``position_rows=3`` (interleaved M-RoPE
+    ``[3, T]`` positions, :mod:`anna_qwen35.processor`), :meth:`encode` runs the tower
+    (:class:`~anna_qwen35.vision.VisionTower`, parameters ``visual.*``) and the forward pass splices its rows in at
+    the placeholders.
     """
 
     capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True)
 
-    def __init__(self, cfg: Qwen35Config, ops: Any, per_expert: bool = False):
+    def __init__(self, cfg: Qwen35Config, ops: Any, per_expert: bool = False, vision: VisionConfig | None = None):
         super().__init__()
         self.config = cfg
         self.ops = ops
@@ -140,6 +149,11 @@ class Qwen35ForCausalLM(nn.Module):
         self.cache_spec = cache_spec(cfg)
         self.model = Qwen35TextModel(cfg, self.cache_spec, ops, per_expert)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.hidden_size = cfg.hidden_size
+        self.visual = None if vision is None else VisionTower(vision)
+        if vision is not None:
+            self.capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True, modalities=("image",),
+                                                  position_rows=3)
 
     @property
     def vocab_size(self) -> int:
@@ -186,6 +200,20 @@ class Qwen35ForCausalLM(nn.Module):
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
         return self.model(batch, caches)
+
+    @torch.inference_mode()
+    def encode(self, items: list[MediaItem]) -> list[torch.Tensor]:
+        """The tower's output per image: ``[item.length, hidden]`` in the serving dtype, on the model's device.
+
+        Each item's ``data`` is the processor's ``{"pixel_values": [N, C*tp*p*p], "grid_thw": (t, h, w)}``.
+
+        Raises:
+            ValueError: the model has no vision tower, or an item's pixels do not fit its grid.
+        """
+        if self.visual is None:
+            raise ValueError("this Qwen3.5 model has no vision tower")
+        device = self.model.embed_tokens.weight.device
+        return [self.visual(m.data["pixel_values"].to(device), tuple(m.data["grid_thw"])) for m in items]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32."""

@@ -10,7 +10,7 @@ def register_model_families(register):
         ModelFamilySpec(
             name="qwen35",
             loader="anna_qwen35.loader:load",
-            # Dense and mixture-of-experts (text stack; the vision tower is not served yet).
+            # Dense and mixture-of-experts; the vision-language layouts take images (anna_qwen35.vision / processor).
             model_types=("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"),
             architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM",
                            "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"),

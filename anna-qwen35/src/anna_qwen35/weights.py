@@ -1,7 +1,8 @@
 """Checkpoint tensor names -> Anna parameter names for both Qwen3.5 layouts.
 
 * vision-language (``Qwen3_5ForConditionalGeneration``): ``model.language_model.X`` -> ``model.X``;
-  ``model.visual.*`` is ignored for text serving.
+  ``model.visual.X`` -> ``visual.X`` when the model has a vision tower (:mod:`anna_qwen35.vision`), else ignored
+  (text serving).
 * text-only (``Qwen3_5ForCausalLM``): ``model.X`` -> ``model.X``.
 
 ``mtp.*`` (the multi-token-prediction head) is ignored in both. MoE expert weights come either fused
@@ -23,17 +24,23 @@ from anna_qwen35.config import Qwen35Config
 from anna_qwen35.moe import SparseMoeBlock
 
 _VL_PREFIX = "model.language_model."
-_IGNORED_PREFIXES = ("model.visual.", "mtp.")
+_VISUAL_PREFIX = "model.visual."
+_IGNORED_PREFIXES = (_VISUAL_PREFIX, "mtp.")
 
 
-def name_map(cfg: Qwen35Config) -> Callable[[str], str | None]:
+def name_map(cfg: Qwen35Config, vision: bool = False) -> Callable[[str], str | None]:
     """A ``checkpoint name -> parameter name | None`` function for :func:`load_safetensors`.
+
+    ``vision``: the model has a vision tower, so ``model.visual.*`` loads into ``visual.*`` (a missing or
+    mis-shaped vision tensor is then a load error, like any other).
 
     Names that are neither ignored nor recognised map to themselves, so the loader reports them
     as unexpected tensors.
     """
 
     def map_name(name: str) -> str | None:
+        if vision and name.startswith(_VISUAL_PREFIX):
+            return "visual." + name[len(_VISUAL_PREFIX):]
         if name.startswith(_IGNORED_PREFIXES):
             return None
         if name == "lm_head.weight":
@@ -68,7 +75,8 @@ def hf_text_state_dict(model) -> dict:
     """
     state = {}
     for name, param in model.named_parameters():
-        state[name] = param.detach()
+        if not name.startswith("visual."):  # the text model only
+            state[name] = param.detach()
     for prefix, module in model.named_modules():
         prefix = prefix + "."
         if isinstance(module, SparseMoeBlock):

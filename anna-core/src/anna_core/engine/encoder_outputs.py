@@ -7,6 +7,7 @@ placeholder rows into ``ForwardBatch.embeds`` / ``embeds_mask`` (:mod:`anna_core
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,9 @@ class EncoderOutputs:
         self.model = model
         self.device = device
         self.outputs: dict[bytes, torch.Tensor] = {}
+        self.num_encoded = 0  # media encoded so far
+        self.num_rows = 0  # their encoder-output rows
+        self.host_s = 0.0  # host seconds in the model's encode (on an accelerator: launching its kernels)
 
     def drop(self, hashes: Sequence[bytes]) -> None:
         """Forget the outputs nobody needs any more (``hashes``: medium keys)."""
@@ -47,7 +51,9 @@ class EncoderOutputs:
         """
         if not items:
             return
+        t0 = time.perf_counter()
         outputs = self.model.encode(list(items))
+        self.host_s += time.perf_counter() - t0
         if len(outputs) != len(items):
             raise AnnaError(f"encode returned {len(outputs)} outputs for {len(items)} media")
         hidden = self.model.hidden_size
@@ -57,6 +63,14 @@ class EncoderOutputs:
                                 f"({item.length}, {hidden}) for its {item.length} placeholder tokens")
         for item, emb in zip(items, outputs):
             self.outputs[item.key] = emb
+        self.num_encoded += len(items)
+        self.num_rows += sum(item.length for item in items)
+
+    def report(self) -> dict[str, Any]:
+        """Counters for ``/healthz``: ``media_encoded``, ``rows_encoded``, ``encode_host_s`` (host time in the
+        model's ``encode``; on an accelerator its launches, not the device time) and ``outputs_held``."""
+        return {"media_encoded": self.num_encoded, "rows_encoded": self.num_rows,
+                "encode_host_s": round(self.host_s, 6), "outputs_held": len(self.outputs)}
 
     def spans(self, seqs: Sequence[Any], cu_seqlens: Sequence[int]) -> list[Span]:
         """The placeholder spans of the scheduled sequences ``seqs`` (rows from ``cu_seqlens``).

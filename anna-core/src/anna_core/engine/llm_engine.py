@@ -682,8 +682,14 @@ class LLMEngine:
         tokens; False for a model with recurrent state only), ``prefix_caching`` (on as served: asked for,
         and a recurrent model has snapshot room), ``graphs`` (:meth:`ModelRunner.graph_report`); with offloaded
         experts also ``expert_cache`` (:meth:`~anna_core.layers.expert_offload.ExpertStore.report`: hit rate, hits,
-        misses, bytes copied, cached experts per layer, ...)."""
+        misses, bytes copied, cached experts per layer, ...); for a model that takes media also ``encoder``
+        (:meth:`~anna_core.engine.encoder_outputs.EncoderOutputs.report` and the encoder cache's
+        ``cache_tokens_used`` / ``cache_tokens_total``)."""
         extra = {"expert_cache": self.expert_store.report()} if self.expert_store is not None else {}
+        if self.runner.encoder is not None:
+            cache = self.scheduler.encoder_cache
+            extra["encoder"] = self.runner.encoder.report() | {"cache_tokens_used": cache.num_used,
+                                                                "cache_tokens_total": cache.capacity}
         return extra | {
             "paged_kv": bool(self.kv.paged),
             "block_size": self.kv.block_size,

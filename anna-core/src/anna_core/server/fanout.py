@@ -16,13 +16,16 @@ from typing import Any
 
 from anna_core.engine.outputs import RequestOutput, coalesce
 from anna_core.engine.sampling_params import SamplingParams
+from anna_core.multimodal import MultiModalInputs
 from anna_core.server.shutdown import StreamCutter
 
 Opened = list[tuple[AsyncIterator[RequestOutput], RequestOutput | None]]
 
 
-async def open_all(engine: Any, jobs: list[tuple[str, list[int], SamplingParams]]) -> Opened:
-    """Submit ``(request_id, prompt_ids, params)`` jobs; returns each stream with its first output.
+async def open_all(engine: Any, jobs: list[tuple[str, list[int], SamplingParams]],
+                   multimodal: MultiModalInputs | None = None) -> Opened:
+    """Submit ``(request_id, prompt_ids, params)`` jobs (all with the media ``multimodal``, if any); returns each
+    stream with its first output.
 
     Several jobs are admitted for memory as one group first (``engine.admit_group``, where the engine has it): a
     fan-out that can never fit together is a 400, not a 503 per choice forever, and on a refusal or any failure
@@ -32,11 +35,12 @@ async def open_all(engine: Any, jobs: list[tuple[str, list[int], SamplingParams]
         whatever the engine raised for the first failing job (all jobs are then closed).
     """
     group = len(jobs) > 1 and hasattr(engine, "admit_group")
+    media = {} if multimodal is None else {"multimodal": multimodal}  # an engine of a text task takes none
     if group:
         engine.admit_group(jobs)
-        streams = [engine.generate(rid, ids, params, admitted=True) for rid, ids, params in jobs]
+        streams = [engine.generate(rid, ids, params, admitted=True, **media) for rid, ids, params in jobs]
     else:
-        streams = [engine.generate(rid, ids, params) for rid, ids, params in jobs]
+        streams = [engine.generate(rid, ids, params, **media) for rid, ids, params in jobs]
 
     async def first(stream: AsyncIterator[RequestOutput]) -> RequestOutput | None:
         try:

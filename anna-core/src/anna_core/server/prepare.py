@@ -17,6 +17,7 @@ import attrs
 
 from anna_core.engine.sampling_params import SamplingParams, StructuredOutput
 from anna_core.errors import AnnaError, InvalidRequestError
+from anna_core.multimodal import MultiModalInputs
 from anna_core.parsers.json_calls import JsonToolCallParser
 from anna_core.server.errors import LOADING_RETRY_AFTER_S, ModelNotFoundError, ServiceUnavailableError
 from anna_core.server.limits import check_prompt_chars
@@ -93,6 +94,42 @@ def chat_prompt_ids(server: ServerState, req: ChatCompletionRequest) -> list[int
     )
     check_prompt_chars(len(text), server.max_model_len, "messages")
     return tokenizer.encode(text, add_special_tokens=False)
+
+
+def check_media(server: ServerState, req: ChatCompletionRequest) -> None:
+    """Refuse images for a model that takes none (before the chat template renders them).
+
+    Raises:
+        InvalidRequestError: the request has images and the model's processor takes none (param ``messages``).
+    """
+    if req.image_urls and (server.processor is None or "image" not in server.processor.modalities):
+        raise InvalidRequestError("this model takes text only; the request carries images", param="messages")
+
+
+def chat_media(server: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]
+               ) -> tuple[list[int], MultiModalInputs | None]:
+    """Fetch, decode and prepare the images of a chat request (CPU and network work: call it off the event loop).
+
+    Returns:
+        ``(prompt ids, None)`` for a request without images; else the ids with each image's placeholder expanded
+        and its :class:`~anna_core.multimodal.MultiModalInputs` (the model's processor).
+
+    Raises:
+        InvalidRequestError: images for a model that takes text only, a URL the media policy refuses, a body that
+            is not an image, placeholders that do not match the images (param ``messages``).
+    """
+    if not req.image_urls:
+        return prompt_ids, None
+    check_media(server, req)
+    from anna_core.media import MediaFetcher, MediaPolicy, decode_image
+
+    if server.media_fetcher is None:
+        server.media_fetcher = MediaFetcher(MediaPolicy())
+    fetcher = server.media_fetcher
+    session = fetcher.session()
+    images = [decode_image(session.fetch(url), fetcher.policy.max_image_pixels) for url in req.image_urls]
+    options = {**server.mm_processor_kwargs, **req.mm_processor_kwargs}
+    return server.processor.process(prompt_ids, {"image": images}, options)
 
 
 def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[int]:

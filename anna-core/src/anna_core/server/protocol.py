@@ -43,7 +43,7 @@ CHAT_FIELDS = _COMMON_FIELDS | {
     "messages", "max_completion_tokens", "chat_template_kwargs", "add_generation_prompt",
     "continue_final_message", "tools", "tool_choice", "parallel_tool_calls", "response_format",
     "logprobs", "top_logprobs", "store", "metadata", "functions", "function_call", "modalities", "audio",
-    "prediction", "web_search_options", "reasoning_effort", "include_reasoning",
+    "prediction", "web_search_options", "reasoning_effort", "include_reasoning", "mm_processor_kwargs",
 }
 COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "logprobs", "return_token_ids"}
 
@@ -231,29 +231,54 @@ def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
     return out
 
 
-def _flatten_content(content: Any, where: str) -> str | None:
-    """A message's content as one string: text parts joined by newlines."""
+def _flatten_content(content: Any, where: str, image_urls: list[str]) -> str | list[dict[str, Any]] | None:
+    """A message's content for the chat template: text parts joined by newlines into one string; a message with
+    ``image_url`` parts keeps its parts in order as ``{"type": "text", "text": ...}`` / ``{"type": "image"}`` (the
+    template writes the model's image placeholder), its URLs appended to ``image_urls``."""
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise _fail(f"'{where}' must be a string or an array of content parts", where)
-    texts = []
+    parts: list[dict[str, Any]] = []
     for j, part in enumerate(content):
+        here = f"{where}[{j}]"
         if not isinstance(part, dict):
-            raise _fail(f"'{where}[{j}]' must be an object", f"{where}[{j}]")
-        if part.get("type") != "text":
-            raise _fail(f"content part type {part.get('type')!r} is not supported; only 'text' parts are",
-                        f"{where}[{j}].type")
+            raise _fail(f"'{here}' must be an object", here)
+        kind = part.get("type")
+        if kind == "image_url":
+            image_urls.append(_image_url(part.get("image_url"), f"{here}.image_url"))
+            parts.append({"type": "image"})
+            continue
+        if kind != "text":
+            raise _fail(f"content part type {kind!r} is not supported; only 'text' and 'image_url' parts are",
+                        f"{here}.type")
         if not isinstance(part.get("text"), str):
-            raise _fail(f"'{where}[{j}].text' must be a string", f"{where}[{j}].text")
-        texts.append(part["text"])
-    return "\n".join(texts)
+            raise _fail(f"'{here}.text' must be a string", f"{here}.text")
+        parts.append({"type": "text", "text": part["text"]})
+    if any(p["type"] == "image" for p in parts):
+        return parts
+    return "\n".join(p["text"] for p in parts)
 
 
-def _parse_messages(value: Any) -> list[dict[str, Any]]:
+def _image_url(value: Any, where: str) -> str:
+    """The URL of an ``image_url`` part: ``{"url": ..., "detail": ...}`` (``detail`` accepted, not used) or a bare
+    string."""
+    if isinstance(value, dict):
+        detail = value.get("detail", "auto")
+        if detail not in ("auto", "low", "high"):
+            raise _fail(f"'{where}.detail' must be 'auto', 'low' or 'high', got {detail!r}", f"{where}.detail")
+        value = value.get("url")
+        where += ".url"
+    if not isinstance(value, str) or not value:
+        raise _fail(f"'{where}' must be a non-empty string (a data: URI or an http(s) URL)", where)
+    return value
+
+
+def _parse_messages(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """The messages and the URLs of their images, in order."""
     if not isinstance(value, list) or not value:
         raise _fail("'messages' must be a non-empty array", "messages")
-    out = []
+    out, image_urls = [], []
     for i, msg in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
@@ -261,7 +286,7 @@ def _parse_messages(value: Any) -> list[dict[str, Any]]:
         role = msg.get("role")
         if role not in _ROLES:
             raise _fail(f"'{where}.role' must be one of {sorted(_ROLES)}, got {role!r}", f"{where}.role")
-        content = _flatten_content(msg.get("content"), f"{where}.content")
+        content = _flatten_content(msg.get("content"), f"{where}.content", image_urls)
         if content is None and role != "assistant":
             raise _fail(f"'{where}.content' is required", f"{where}.content")
         parsed = {**msg, "content": content}
@@ -276,7 +301,7 @@ def _parse_messages(value: Any) -> list[dict[str, Any]]:
             raise _fail(f"'{where}.tool_call_id' must be the id (a string) of the call this message answers",
                         f"{where}.tool_call_id")
         out.append(parsed)
-    return out
+    return out, image_urls
 
 
 def _assistant_fields(msg: dict[str, Any], where: str) -> dict[str, Any]:
@@ -318,7 +343,8 @@ class ChatCompletionRequest(_Common):
     """A parsed ``POST /v1/chat/completions`` body.
 
     Attributes:
-        messages: messages with text content flattened to strings (other keys kept for the
+        messages: messages with text content flattened to strings (a message with images keeps its parts as
+            ``{"type": "text", "text"}`` / ``{"type": "image"}``; other keys kept for the
             template; assistant reasoning under ``reasoning_content`` and ``reasoning``, tool-call
             arguments as objects, an assistant's missing or null ``content`` as ``""``, a null or
             empty ``tool_calls`` left out).
@@ -329,6 +355,9 @@ class ChatCompletionRequest(_Common):
         tools: tools, ``tool_choice`` and ``parallel_tool_calls``.
         response_format: the grammar for ``json_object`` / ``json_schema`` (None: free text).
         include_reasoning: return the reasoning (vLLM's ``include_reasoning``, default True).
+        image_urls: the URLs of the messages' ``image_url`` parts, in order (earlier turns included).
+        mm_processor_kwargs: settings for the model's media processor (vLLM's name; Qwen3.5: ``min_pixels``,
+            ``max_pixels``), checked by the processor.
     """
 
     messages: list[dict[str, Any]] = attrs.field(factory=list)
@@ -338,6 +367,8 @@ class ChatCompletionRequest(_Common):
     tools: ToolSetup = attrs.field(factory=ToolSetup)
     response_format: StructuredOutput | None = None
     include_reasoning: bool = True
+    image_urls: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    mm_processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
 
     @classmethod
     def from_json(cls, body: Any) -> ChatCompletionRequest:
@@ -356,7 +387,7 @@ class ChatCompletionRequest(_Common):
         if cont and add_gen:
             raise _fail("'continue_final_message' and 'add_generation_prompt' cannot both be true",
                         "continue_final_message")
-        messages = _parse_messages(body.get("messages"))
+        messages, image_urls = _parse_messages(body.get("messages"))
         if cont is None:
             cont = add_gen is None and messages[-1]["role"] == "assistant"
         if cont and messages[-1]["role"] != "assistant":
@@ -383,6 +414,8 @@ class ChatCompletionRequest(_Common):
             tools=tools,
             response_format=response_format,
             include_reasoning=True if include_reasoning is None else include_reasoning,
+            image_urls=image_urls,
+            mm_processor_kwargs=dict(_dict(body, "mm_processor_kwargs") or {}),
         )
 
 

@@ -32,6 +32,7 @@ from litestar import Request, Response, post
 from anna_core.engine.outputs import RequestOutput
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError, InvalidRequestError
+from anna_core.multimodal import MultiModalInputs
 from anna_core.server import prepare, protocol, responses
 from anna_core.server.choices import ChatChoice, CompletionChoice
 from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body
@@ -79,16 +80,18 @@ def _failed(out: RequestOutput | None) -> str | None:
 class _Run:
     """The engine requests of one HTTP request: ids, which finished, and their final outputs."""
 
-    def __init__(self, server: ServerState, base_id: str, jobs: list[tuple[list[int], SamplingParams]], n: int):
+    def __init__(self, server: ServerState, base_id: str, jobs: list[tuple[list[int], SamplingParams]], n: int,
+                 multimodal: MultiModalInputs | None = None):
         self.server = server
         self.n = n
+        self.multimodal = multimodal  # the media of the prompt (a chat request's images), shared by its choices
         self.ids = [base_id if len(jobs) == 1 else f"{base_id}-{i}" for i in range(len(jobs))]
         self.jobs = [(rid, ids, params) for rid, (ids, params) in zip(self.ids, jobs)]
         self.final: list[RequestOutput | None] = [None] * len(jobs)
         self.opened: Opened = []
 
     async def open(self) -> None:
-        self.opened = await open_all(self.server.engine, self.jobs)
+        self.opened = await open_all(self.server.engine, self.jobs, self.multimodal)
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
         async for i, out in merged(self.opened, self.server.streams):
@@ -192,8 +195,9 @@ def _chat_choices(server: ServerState, req: protocol.ChatCompletionRequest,
 
 
 def _plan_chat(server: ServerState, body: Any) -> tuple[protocol.ChatCompletionRequest, list[int],
-                                                        SamplingParams, list[ChatChoice]]:
-    """Validate a chat body and prepare its prompt, parameters and choices (CPU work: run in a thread).
+                                                        MultiModalInputs | None, SamplingParams, list[ChatChoice]]:
+    """Validate a chat body and prepare its prompt (its images fetched and prepared), parameters and choices (CPU
+    and network work: run in a thread).
 
     Raises:
         InvalidRequestError / ModelNotFoundError / ServiceUnavailableError: see :mod:`prepare`.
@@ -202,19 +206,20 @@ def _plan_chat(server: ServerState, body: Any) -> tuple[protocol.ChatCompletionR
     server.warn_unknown_fields(list(req.unknown_fields), "/v1/chat/completions")
     prepare.check_servable(server, req.model)
     prepare.check_queue_room(server, req.n, req.n)
-    prompt_ids = prepare.chat_prompt_ids(server, req)
+    prepare.check_media(server, req)
+    prompt_ids, multimodal = prepare.chat_media(server, req, prepare.chat_prompt_ids(server, req))
     max_tokens = prepare.resolve_max_tokens(server, req.max_tokens, len(prompt_ids), "messages")
     params = prepare.sampling_params(server, req.sampling, max_tokens)
     choices, params = _chat_choices(server, req, prompt_ids, params)
-    return req, prompt_ids, params, choices
+    return req, prompt_ids, multimodal, params, choices
 
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request, server: ServerState) -> Response:
     """OpenAI chat completions, streamed (SSE) or not."""
-    req, prompt_ids, params, choices = await asyncio.to_thread(_plan_chat, server, await json_body(request))
+    req, prompt_ids, mm, params, choices = await asyncio.to_thread(_plan_chat, server, await json_body(request))
     request_id, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), server.model_name
-    run = _Run(server, request_id, [(prompt_ids, p) for p in prepare.choice_params(params, req.n)], req.n)
+    run = _Run(server, request_id, [(prompt_ids, p) for p in prepare.choice_params(params, req.n)], req.n, mm)
     await run.open()
 
     if req.stream:

@@ -91,6 +91,13 @@ class ServerState:
             (:mod:`anna_core.server.shutdown`).
         request_guard: the Host / Origin / Content-Type rules
             (:class:`anna_core.server.request_guard.RequestGuard`); None: no checks (tests, embedding).
+        processor: the loaded model's :class:`~anna_core.multimodal.MediaProcessor` (``LoadedModel.processor``);
+            None: the model takes text only, and a chat message with an image is a 400.
+        media_fetcher: fetches the media requests name (:class:`anna_core.media.MediaFetcher`); None: one with the
+            default :class:`~anna_core.media.MediaPolicy` (``data:`` URIs and public http(s) URLs, no local
+            files), made on first use.
+        mm_processor_kwargs: default settings of the media processor (``--mm-processor-kwargs``); a request's own
+            ``mm_processor_kwargs`` override them key by key.
     """
 
     model_name: str
@@ -115,6 +122,9 @@ class ServerState:
     warned_fields: set[str] = attrs.field(factory=set)
     streams: Any = attrs.field(factory=StreamCutter)  # a StreamCutter (Any: litestar inspects these types)
     request_guard: Any = None
+    processor: Any = None
+    media_fetcher: Any = None
+    mm_processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
     _warn_lock: Any = attrs.field(factory=threading.Lock, init=False, repr=False)
     _warnings_capped: bool = attrs.field(default=False, init=False, repr=False)
 
@@ -127,10 +137,13 @@ class ServerState:
         eos_token_ids: list[int] | None = None,
         checkpoint_sampling: dict[str, Any] | None = None,
         info: dict[str, Any] | None = None,
+        processor: Any = None,
     ) -> None:
-        """Attach a started engine and mark the server ready."""
+        """Attach a started engine (and the model's media processor, if it takes media) and mark the server
+        ready."""
         self.engine = engine
         self.tokenizer = tokenizer
+        self.processor = processor
         self.max_model_len = max_model_len
         self.eos_token_ids = list(eos_token_ids or [])
         self.checkpoint_sampling = {

@@ -193,3 +193,84 @@ def _add_mtp_tensors(path: Path, hidden: int, seed: int) -> None:
             index = {"metadata": {}, "weight_map": {name: "model.safetensors" for name in f.keys()}}
     index["weight_map"].update({name: shard for name in tensors})
     index_path.write_text(json.dumps(index, indent=2))
+
+
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+"""Qwen-VL's vision special tokens, added to the tiny tokenizer by :func:`build_tiny_qwen35_vl` in this order."""
+
+VL_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}",
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}"
+    "{%- else %}{%- for part in message['content'] %}"
+    "{%- if part['type'] == 'image' or part['type'] == 'image_url' %}"
+    "{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'text' %}{{- part['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}")
+""":data:`CHAT_TEMPLATE` rendering a content list's image parts as Qwen3.5's template does
+(``<|vision_start|><|image_pad|><|vision_end|>``) and its text parts as they are."""
+
+
+def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int = 64, num_layers: int = 4,
+                         vision_depth: int = 2, patch_size: int = 8, moe: bool = False, seed: int = 0) -> Path:
+    """Save a tiny random ``Qwen3_5ForConditionalGeneration`` that takes images, with transformers' classes.
+
+    The text model is :func:`build_tiny_qwen35`'s (``moe``: a ``Qwen3_5MoeForConditionalGeneration`` whose layers
+    have 8 routed experts, top-2, of width 32 and a shared expert of width 48; router weights drawn wide, so the
+    top-k choice has clear margins); the vision tower has ``vision_depth`` blocks of width 32 (2
+    heads), ``patch_size`` x ``patch_size`` patches, 2x2 merging and a 4x4 learned position table. The tokenizer
+    is :func:`build_tiny_tokenizer`'s plus the :data:`VISION_TOKENS` (special; ``config.json`` names their ids) with
+    :data:`VL_CHAT_TEMPLATE`, and
+    ``preprocessor_config.json`` is a ``Qwen2VLImageProcessorPil``'s for these patch sizes (pixel bounds
+    ``(2 * patch)^2 .. (16 * patch)^2``, mean and std 0.5). All parameters are randomised (seeded).
+
+    Returns:
+        ``Path(path)``.
+    """
+    hide_fla()
+    import transformers
+    from transformers import Qwen2VLImageProcessorPil
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tiny_tokenizer(path)
+    tokenizer.add_special_tokens({"additional_special_tokens": [IM_START, *VISION_TOKENS]})
+    tokenizer.chat_template = VL_CHAT_TEMPLATE
+    tokenizer.save_pretrained(str(path))
+    start, end, image, video = tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))
+    eos_ids = [2, 0]
+    text = _text_config_kwargs(
+        vocab_size=384, hidden_size=hidden_size, num_layers=num_layers, num_heads=4, num_kv_heads=2, head_dim=32,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_head_dim=16, intermediate_size=2 * hidden_size,
+        layer_types=None, tie=tie, initializer_range=0.1, eos_ids=eos_ids,
+    )
+    if moe:
+        del text["intermediate_size"]
+        text.update(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+    vision = dict(depth=vision_depth, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden_size,
+                  patch_size=patch_size, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
+    kind = "Qwen3_5Moe" if moe else "Qwen3_5"
+    config = getattr(transformers, f"{kind}Config")(
+        text_config=text, vision_config=vision, tie_word_embeddings=tie, image_token_id=image, video_token_id=video,
+        vision_start_token_id=start, vision_end_token_id=end)
+    config.architectures = [f"{kind}ForConditionalGeneration"]
+    torch.manual_seed(seed)
+    model = getattr(transformers, f"{kind}ForConditionalGeneration")(config).eval()
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(seed + 1)
+        for name, param in model.named_parameters():
+            if param.dim() == 1:  # norms start at 0/1 and dt_bias at 1 in HF; move them off those values
+                param.add_(torch.randn(param.shape, generator=gen) * 0.2)
+            if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+                param.normal_(0.0, 0.1, generator=gen)  # HF leaves them uninitialised until its init pass
+            if name.endswith("mlp.gate.weight"):
+                param.normal_(0.0, 0.8, generator=gen)
+    model.save_pretrained(str(path))
+    factor = 2 * patch_size
+    Qwen2VLImageProcessorPil(patch_size=patch_size, temporal_patch_size=2, merge_size=2, min_pixels=factor**2,
+                             max_pixels=(8 * factor)**2, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                             ).save_pretrained(str(path))
+    (path / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": 0, "eos_token_id": eos_ids, "pad_token_id": 0}, indent=2))
+    return path

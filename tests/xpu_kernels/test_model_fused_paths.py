@@ -110,3 +110,41 @@ def test_disabling_the_fused_kernels_falls_back_to_the_unfused_kernels(tmp_path,
     assert chosen["gated_delta_rule_decode"] == chosen["rms_norm"] == "triton"
     assert chosen["paged_attention"] == "triton"
     assert got == want
+
+
+def test_vision_language_decode_takes_the_fused_qk_kernel(tmp_path, monkeypatch):
+    # a Qwen3.5 checkpoint that takes images has [3, T] (M-RoPE) positions; decode steps and text-only batches have
+    # equal rows (ForwardBatch.uniform_positions), so they keep the fused q/k norm + rotary + cache-write kernel;
+    # a prompt with an image has rows that differ and runs the separate ops. Greedy tokens equal the references'.
+    import numpy as np
+    from anna_core import LLM, SamplingParams
+    from anna_core.testing.checkpoints import build_tiny_qwen35_vl
+    from PIL import Image
+
+    path = build_tiny_qwen35_vl(tmp_path / "vl", num_layers=4)
+    picture = Image.fromarray(np.random.RandomState(0).randint(0, 256, (32, 32, 3), dtype=np.uint8))
+    text = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|> describe<|im_end|>\n<|im_start|>assistant\n"
+    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+
+    def run():
+        llm = LLM(path, device="cpu", dtype="fp32", block_size=4, num_blocks=64, max_num_seqs=2, prompt_cache_size=0)
+        [with_image] = llm.generate(text, params, media={"image": [picture]})
+        [text_only] = llm.generate("<|im_start|>user\nhello there<|im_end|>\n", params)
+        return with_image.token_ids, text_only.token_ids
+
+    monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
+    want = run()
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    from anna_xpu_kernels import qk_norm_rope
+
+    rows = []
+    real = qk_norm_rope.qk_norm_rope_cache
+
+    def spy(q, k, v, qw, kw, eps, zc, positions, *rest):
+        rows.append(tuple(positions.shape))
+        return real(q, k, v, qw, kw, eps, zc, positions, *rest)
+
+    monkeypatch.setattr(qk_norm_rope, "qk_norm_rope_cache", spy)
+    assert run() == want
+    assert rows and all(len(shape) == 1 for shape in rows)  # 1-D positions: row 0 of equal rows
+    assert any(shape == (1,) for shape in rows)  # decode steps of the image request and of the text request

@@ -71,9 +71,11 @@ class GatedAttention(nn.Module):
     def _fused_pre(self, batch: ForwardBatch):
         """The ``qk_norm_rope_cache`` op (q/k norms, rotary and the cache write as one op) chosen for
         this head dim (anna-xpu-kernels' Triton kernel where its probe accepts), or None: where only the
-        op's torch reference would run it, for M-RoPE ``[3, T]`` positions, or for q/k norm variants other
-        than the zero-centred one; the separate ops then run, each chosen on its own."""
-        if batch.positions.dim() != 1 or not (self.q_norm.zero_centered and self.k_norm.zero_centered):
+        op's torch reference would run it, for M-RoPE ``[3, T]`` positions whose rows may differ (a prompt with
+        media; decode steps and text-only batches have equal rows, ``ForwardBatch.uniform_positions``), or for
+        q/k norm variants other than the zero-centred one; the separate ops then run, each chosen on its own."""
+        if (batch.positions.dim() != 1 and not batch.uniform_positions) or not (
+                self.q_norm.zero_centered and self.k_norm.zero_centered):
             return None
         return self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim)
 
@@ -99,7 +101,8 @@ class GatedAttention(nn.Module):
             k_cache, v_cache = caches.attention(attn.group).layer(attn.kv_index)
             table = batch.tables[attn.group]
             q = fused(q_gate[..., :D], k.view(T, self.num_kv_heads, D), v.view(T, self.num_kv_heads, D),
-                      self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, True, batch.positions,
+                      self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, True,
+                      batch.positions if batch.positions.dim() == 1 else batch.positions[0],  # rows equal
                       self._rotary[0]._tables(q_gate.device)[0], k_cache, v_cache, table.slot_mapping)
             o = self.ops.get("paged_attention", head_dim=D)(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens,
                                                              table.block_tables, attn.scale, attn.sliding_window)

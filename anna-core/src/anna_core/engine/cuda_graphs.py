@@ -154,7 +154,7 @@ class DecodeGraphs:
             input_ids=input_ids, positions=positions, cu_seqlens=self._cu[:b + 1],
             seq_lens=d["seq_lens"][:b], tables=tables,
             state_slots=d["state_slots"][:b], logits_indices=self._rows[:b], query_lens=[1] * b,
-            context_lens=[1] * b, is_decode=True,
+            context_lens=[1] * b, is_decode=True, uniform_positions=self.position_rows > 1,
         )
 
     def _forward_logits(self, batch: ForwardBatch) -> torch.Tensor:

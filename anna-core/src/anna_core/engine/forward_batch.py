@@ -63,6 +63,10 @@ class ForwardBatch:
             ``embeds_mask`` marks (media placeholders; :func:`anna_core.layers.media.splice_media`), or None
             (no medium in this step). Rows the mask does not mark hold anything.
         embeds_mask: ``[T]`` bool, True at the rows whose embedding comes from ``embeds``; None with ``embeds``.
+        uniform_positions: with ``[R, T]`` positions, True when every row is known to be equal (a decode step: a
+            generated token has one position in every row; a batch whose tokens carry no media positions), so a
+            model may rotate by row 0 alone (``[T]`` rotary, e.g. a fused kernel that takes 1-D positions) with
+            the same result. False: the rows may differ.
     """
 
     input_ids: torch.Tensor
@@ -79,6 +83,7 @@ class ForwardBatch:
     checkpoints: StateCheckpoints | None = None
     embeds: torch.Tensor | None = None
     embeds_mask: torch.Tensor | None = None
+    uniform_positions: bool = False
 
     @property
     def num_tokens(self) -> int:

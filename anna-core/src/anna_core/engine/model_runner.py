@@ -285,11 +285,13 @@ class ModelRunner:
         logits_indices: list[int] = []
         num_rows = self.position_rows
         position_rows: list[list[int]] = [[] for _ in range(num_rows)]
+        uniform = True  # every position row equal: no token of this step has media positions of its own
         for seq in out.seqs:
             n = seq.num_new_tokens
             input_ids += seq.token_ids
             mm = seq.request.multimodal if self.own_positions else None
             if mm is not None:
+                uniform = uniform and (mm.positions is None or seq.start >= seq.request.num_prompt_tokens)
                 for r, p in zip(position_rows, mm.position_rows(seq.start, seq.context_len,
                                                                seq.request.num_prompt_tokens, num_rows)):
                     r += p
@@ -329,6 +331,7 @@ class ModelRunner:
             query_lens=query_lens,
             context_lens=seq_lens,
             is_decode=out.is_decode,
+            uniform_positions=num_rows > 1 and uniform,
         )
 
     def _checkpoints(self, out: SchedulerOutput, cu_seqlens: list[int]) -> StateCheckpoints:

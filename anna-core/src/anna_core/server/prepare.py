@@ -121,10 +121,8 @@ def chat_media(server: ServerState, req: ChatCompletionRequest, prompt_ids: list
     if not req.image_urls:
         return prompt_ids, None
     check_media(server, req)
-    from anna_core.media import MediaFetcher, MediaPolicy, decode_image
+    from anna_core.media import decode_image
 
-    if server.media_fetcher is None:
-        server.media_fetcher = MediaFetcher(MediaPolicy())
     fetcher = server.media_fetcher
     session = fetcher.session()
     images = [decode_image(session.fetch(url), fetcher.policy.max_image_pixels) for url in req.image_urls]

@@ -93,9 +93,9 @@ class ServerState:
             (:class:`anna_core.server.request_guard.RequestGuard`); None: no checks (tests, embedding).
         processor: the loaded model's :class:`~anna_core.multimodal.MediaProcessor` (``LoadedModel.processor``);
             None: the model takes text only, and a chat message with an image is a 400.
-        media_fetcher: fetches the media requests name (:class:`anna_core.media.MediaFetcher`); None: one with the
-            default :class:`~anna_core.media.MediaPolicy` (``data:`` URIs and public http(s) URLs, no local
-            files), made on first use.
+        media_fetcher: fetches the media requests name (:class:`anna_core.media.MediaFetcher`); by default one
+            with the default :class:`~anna_core.media.MediaPolicy` (``data:`` URIs and public http(s) URLs, no
+            local files).
         mm_processor_kwargs: default settings of the media processor (``--mm-processor-kwargs``); a request's own
             ``mm_processor_kwargs`` override them key by key.
     """
@@ -123,7 +123,7 @@ class ServerState:
     streams: Any = attrs.field(factory=StreamCutter)  # a StreamCutter (Any: litestar inspects these types)
     request_guard: Any = None
     processor: Any = None
-    media_fetcher: Any = None
+    media_fetcher: Any = attrs.field(factory=lambda: _default_media_fetcher())
     mm_processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
     _warn_lock: Any = attrs.field(factory=threading.Lock, init=False, repr=False)
     _warnings_capped: bool = attrs.field(default=False, init=False, repr=False)
@@ -213,3 +213,11 @@ class ServerState:
                 self.warned_fields.add(name)
                 name_shown = name if len(name) <= 100 else name[:100] + "..."
                 logger.warning("ignoring unknown request field %r (first seen on %s)", name_shown, endpoint)
+
+
+def _default_media_fetcher() -> Any:
+    """A :class:`~anna_core.media.MediaFetcher` under the default policy (imported here: the media package pulls in
+    Pillow, which a server that is never sent media need not load at import time of this module)."""
+    from anna_core.media import MediaFetcher, MediaPolicy
+
+    return MediaFetcher(MediaPolicy())

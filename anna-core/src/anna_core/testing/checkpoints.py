@@ -240,7 +240,7 @@ def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int
     tokenizer.save_pretrained(str(path))
     start, end, image, video = tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))
     eos_ids = [2, 0]
-    text = _text_config_kwargs(
+    text = text_config_kwargs(
         vocab_size=384, hidden_size=hidden_size, num_layers=num_layers, num_heads=4, num_kv_heads=2, head_dim=32,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_head_dim=16, intermediate_size=2 * hidden_size,
         layer_types=None, tie=tie, initializer_range=0.1, eos_ids=eos_ids,

@@ -93,6 +93,7 @@ def test_takes_and_grid_size():
     assert gemv_persistent_long.takes(one, wide, 0) and not gemv_persistent_long.takes(one, gemv_persistent.MAX_K, 0)
     assert not gemv_persistent_long.takes(one, gemv_persistent_long.MAX_K + 1, 0)
     assert not gemv_persistent_long.takes(two, wide, 0) and not gemv_persistent_long.takes(one, wide, 2)
+    assert gemv_persistent_long.launch_shape(10240) == (4, 2048, 4, 4)
     assert gemv_persistent_long.chunk(10240) == 2048 and gemv_persistent_long.chunk(12288) == 4096
     # every program gets the same number of row blocks: 1280 blocks over at most 528 programs -> 427 of 3 each
     assert gemv_persistent_long.grid_size(1280, 528) == 427

@@ -13,14 +13,6 @@ from anna_xpu_kernels import paged_attention as pa
 BLOCK_SIZE = 4
 
 
-@pytest.fixture(autouse=True, params=[True, False], ids=["fused-merge", "merge-kernel"])
-def merge(request, monkeypatch):
-    """Every test with split partials merged in the attention launch (the last split to arrive) and by the
-    second kernel."""
-    monkeypatch.setattr(pa, "FUSED_MERGE", request.param)
-    return request.param
-
-
 def _batch(dtype, q_lens, ctx_lens, h_q, h_kv, dim, seed):
     """Random K/V written through the paged cache at shuffled blocks; q as a strided view of a merged tensor."""
     gen = torch.Generator().manual_seed(seed)
@@ -92,14 +84,6 @@ def test_paged_attention_bad_arguments_are_clear_errors():
         pa.paged_attention(q, k_cache, v_cache, cu, seq_lens, tables, 1.0, 0)
     with pytest.raises(ValueError, match="must have B=1 rows"):
         pa.paged_attention(q, k_cache, v_cache, cu, seq_lens.repeat(2), tables, 1.0, None)
-
-
-def test_fused_merge_leaves_its_arrival_counters_at_zero(poison_outputs, merge):
-    # a captured graph replays the launch with the same counters: each launch must leave them as it found them
-    for seed in (20, 21):
-        _check(torch.float32, [1, 1, 4], [9, 31, 12], splits=4, seed=seed)
-    counters = pa._COUNTERS.get(torch.device("cpu"), 1)
-    assert int(counters.abs().sum()) == 0
 
 
 def test_many_splits_follow_each_sequences_context(poison_outputs):

@@ -1,5 +1,4 @@
 """Decode attention on a GPU: time of the Triton paged attention (kernel + split merge) per ``num_splits``,
-with the split partials merged by a second kernel and in the attention launch (``fused_merge``),
 at batch-1/batch-few decode shapes of Gemma 4 and Qwen3.5, inside a CUDA graph (what a served decode step
 pays), against the split count the kernel's heuristic picks.
 
@@ -82,24 +81,21 @@ def main() -> None:
         seq = torch.full((b,), ctx, device=dev, dtype=torch.int32)
         call = (q, k, v, cu, seq, tables, dim ** -0.5, window)
         want = rpa.paged_attention(*call).float()
-        for fused in (False, True):  # split partials merged by a second kernel, or in the attention launch
-            auto = _graph_time(lambda c=call, f=fused: pa.paged_attention_splits(*c, num_splits=None, fused_merge=f),
-                               args.reps)
-            results = {}
-            for splits in split_counts:
-                got = pa.paged_attention_splits(*call, num_splits=splits, fused_merge=fused).float()
-                err = (got - want).abs().max().item()
-                if err > 3e-2:
-                    results[splits] = f"ERR {err:.3g}"
-                    continue
-                results[splits] = _graph_time(
-                    lambda s=splits, c=call, f=fused: pa.paged_attention_splits(*c, num_splits=s, fused_merge=f),
-                    args.reps)
-            times = {s: t for s, t in results.items() if isinstance(t, float)}
-            best = min(times, key=times.get)
-            cells = " ".join(f"{s}:{t:.2f}{'*' if s == best else ''}" if isinstance(t, float) else f"{s}:{t}"
-                             for s, t in results.items())
-            print(f"{name:24s} {'fused' if fused else 'kernel'} auto {auto:6.2f} us | {cells}", flush=True)
+        auto = _graph_time(lambda c=call: pa.paged_attention_splits(*c, num_splits=None), args.reps)
+        results = {}
+        for splits in split_counts:
+            got = pa.paged_attention_splits(*call, num_splits=splits).float()
+            err = (got - want).abs().max().item()
+            if err > 3e-2:
+                results[splits] = f"ERR {err:.3g}"
+                continue
+            results[splits] = _graph_time(lambda s=splits, c=call: pa.paged_attention_splits(*c, num_splits=s),
+                                          args.reps)
+        times = {s: t for s, t in results.items() if isinstance(t, float)}
+        best = min(times, key=times.get)
+        cells = " ".join(f"{s}:{t:.2f}{'*' if s == best else ''}" if isinstance(t, float) else f"{s}:{t}"
+                         for s, t in results.items())
+        print(f"{name:24s} auto {auto:6.2f} us | {cells}", flush=True)
 
 
 if __name__ == "__main__":

@@ -82,14 +82,9 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256, **no_pdl}, 4
         yield gdn_prefill_prep._gdn_prefill_prep_kernel, act, {"BLOCK_T": 16, "BLOCK_K": 128, "BLOCK_V": 128,
                                                                 "BLOCK_R": 2, **pdl}, 4
-    attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32, "FUSED_MERGE": False,
-            **pdl}
+    attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32, **pdl}
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": True}, 4
-    # Gemma 4's global layers (head dim 512): split partials merged by the last split to arrive
-    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_D": 512, "BLOCK_N": 16, "BLOCK_Q": 1,
-                                                            "BLOCK_M": 16, "SPLIT": True, "DECODE": True,
-                                                            "FUSED_MERGE": True}, 8
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 16, "BLOCK_M": 64, "SPLIT": False,
                                                             "DECODE": False, "HAS_WINDOW": True, **no_pdl}, 8
     yield paged_attention._paged_attention_kernel, "fp32", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,

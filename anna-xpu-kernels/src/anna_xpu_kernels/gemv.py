@@ -39,7 +39,7 @@ the same matrix).
 
 One activation row on CUDA (batch-1 decode, ``K <= 8192``) without a forced configuration goes to the
 one-wave kernel instead (:mod:`anna_xpu_kernels.gemv_persistent`, same prologues and epilogues), which
-measured faster in the decode step, and a longer row (up to 32,768, with the plain or a gated-product
+measured faster in the decode step, and a longer row (up to 12,288, with the plain or a gated-product
 prologue) to its long-row form (:mod:`anna_xpu_kernels.gemv_persistent_long`); ``ANNA_GEMV_PERSISTENT=0``
 keeps both here. A shape listed in the
 device's in-step tuning table (:func:`anna_xpu_kernels.gemv_tuning.tuned_config`) runs the listed

@@ -1,6 +1,6 @@
 """One-wave decode GEMV for rows longer than the one-load kernel takes: ``y[1, N] = x[1, K] @ w[N, K]^T + b``
-for ``gemv_persistent.MAX_K < K <= MAX_K`` (the MLP down projections of Gemma 4 E4B, K = 10,240, and of
-Qwen3.5-9B, K = 12,288).
+for ``gemv_persistent.MAX_K < K <= MAX_K`` (the MLP down projections of Gemma 4 E4B, K = 10,240, E2B's
+double-wide layers and Qwen3.5-9B, K = 12,288).
 
 Why. The one-load kernel (:mod:`anna_xpu_kernels.gemv_persistent`) holds a whole ``[BLOCK_N, KP]`` row
 block in registers, ``KP`` the next power of two of K: past K = 8192 the padding wastes registers
@@ -8,6 +8,7 @@ block in registers, ``KP`` the next power of two of K: past K = 8192 the padding
 the memory pipe at every kernel boundary of a PDL chain (the reason the one-wave kernel exists; its module
 docstring says more). Here the same few long-lived programs stride over row blocks as there, but walk each
 block along K in ``NK`` chunks of ``KC`` columns (a power of two dividing K where one does, else masked).
+Past :data:`MAX_K` the tiled kernel measured faster and keeps those rows.
 
 Work split. The grid is ``G`` programs, chosen so that every program gets the same number of row blocks
 (``G = ceil(n_blocks / ceil(n_blocks / G_max))``, ``G_max = SMs x programs per SM``): a program's work is
@@ -32,14 +33,16 @@ from anna_xpu_kernels.gemv_epilogue import NO_EPILOGUE, store_out
 from anna_xpu_kernels.gemv_persistent import _weight_rows
 from anna_xpu_kernels.gemv_prologue import GELU_TANH_MUL, GELU_TANH_MUL_SPLIT, PLAIN, SILU_MUL, SILU_MUL_SPLIT, act_mul
 
-MAX_K = 32768
-"""Longest row taken; longer rows go to the tiled GEMV."""
+MAX_K = 12288
+"""Longest row taken; longer rows go to the tiled GEMV. In PDL chains on an H100 (eighteenth session,
+BENCHMARKS.md) this kernel beat the tiled one at Gemma 4 E4B's K = 10,240 (19.4 vs 20.8 us) and E2B's 12,288
+(13.8 vs 15.3 us), tied at Qwen3.5-9B's 12,288 (36.0 vs 36.1 us) and lost at 27B's 17,408 and 31B's 21,504."""
 
 PROLOGUES = frozenset({PLAIN, SILU_MUL, GELU_TANH_MUL, SILU_MUL_SPLIT, GELU_TANH_MUL_SPLIT})
 """The prologue modes taken: those computed element by element (the norm modes need the row's mean square)."""
 
-BLOCK_N = 2
-"""Weight rows per tile."""
+BLOCK_N = 4
+"""Weight rows per tile (4 measured faster than 2 at every width swept)."""
 
 
 def chunk(k: int) -> int:

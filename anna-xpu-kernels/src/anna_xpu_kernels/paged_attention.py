@@ -19,9 +19,7 @@ Layout of the work:
 * When tiles x KV heads cannot fill the GPU (decode at small batch), each tile's visible key range
   is split on the device into ``num_splits`` equal partitions (flash-decoding; the partition follows
   the sequence's actual context, not the block-table width, so short contexts still use every
-  split); partial ``(max, sum, acc)`` triples are merged by the last split of each tile and KV head to
-  arrive (an acquire-release arrival counter, as the split-K GEMV does; :data:`FUSED_MERGE`), or by a
-  second kernel.
+  split); partial ``(max, sum, acc)`` triples are merged by a second kernel.
 * Nothing that changes with the prompt length, the context or the block-table width is a compile-
   time constant or an autotuning key: ``num_splits`` is a run-time argument (only "split or not"
   is a constexpr), so serving never re-compiles or re-tunes as requests vary. Decode batches
@@ -46,7 +44,6 @@ from anna_core.kernels.checks import check_paged_attention, num_sequences, requi
 from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
-from anna_xpu_kernels.counters import CounterPool
 
 MAX_HEAD_DIM = 512
 """Largest head dim handled (padded to a power of two in registers); larger heads fall back to the torch reference."""
@@ -56,10 +53,6 @@ tiles, split-merge over head-dim chunks); at and below it the tiling is the one 
 LOG2E = 1.4426950408889634
 MIN_KEYS_PER_SPLIT = 16
 MAX_SPLITS = 64
-FUSED_MERGE = True
-"""Whether split partials are merged inside the attention launch (the last split of a tile and KV head to
-arrive merges them, after an acquire-release count on its arrival counter) rather than by a second kernel."""
-_COUNTERS = CounterPool()
 
 _NARROW = ((16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 2), (64, 8, 3), (128, 8, 2))
 """``(BLOCK_N, num_warps, num_stages)`` tried for padded head dims <= :data:`WIDE_HEAD_DIM`."""
@@ -84,12 +77,12 @@ def _prune(configs, named_args, **kwargs):
 @triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
 def _paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr, tile_seq_ptr, tile_first_ptr,
-    o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, count_ptr,
+    o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr,
     batch, n_tokens, head_dim, block_size, num_splits, qk_scale, window,
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_tb, stride_ot, stride_oh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr, DECODE: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    FUSED_MERGE: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pdl.enter(USE_PDL)
     tile = tl.program_id(0)
@@ -176,41 +169,6 @@ def _paged_attention_kernel(
         tl.store(m_ws_ptr + ws_row, m_i, mask=row_ok)
         tl.store(l_ws_ptr + ws_row, l_i, mask=row_ok)
         tl.store(acc_ws_ptr + ws_row[:, None] * BLOCK_D + d[None, :], acc, mask=row_ok[:, None])
-        if FUSED_MERGE:  # the last split of this (tile, KV head) to arrive merges every split's partials
-            tl.debug_barrier()  # every thread's partials are stored before this program counts itself in
-            counter = count_ptr + tile * tl.num_programs(1) + h_kv
-            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-            if arrived == num_splits - 1:
-                _merge_rows(m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, tok * n_heads + head, n_tokens * n_heads,
-                            num_splits, row_ok, tok, head, d, d_ok, stride_ot, stride_oh, BLOCK_M, BLOCK_D)
-                tl.store(counter, 0)  # zero for the next launch (graph replays)
-
-
-@triton.jit
-def _merge_rows(m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, ws_row, n_rows, num_splits, row_ok, tok, head, d, d_ok,
-                stride_ot, stride_oh, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Merge the ``num_splits`` partial ``(max, sum, acc)`` triples of ``[BLOCK_M]`` output rows (workspace rows
-    ``ws_row + split * n_rows``) in split order, rescaling the running triple to each new maximum as the key
-    loop does, and store the normalised rows ``(tok, head)`` of the output."""
-    m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    lsum = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    for split in range(0, num_splits):
-        row = ws_row + split * n_rows
-        m_s = tl.load(m_ws_ptr + row, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-        l_s = tl.load(l_ws_ptr + row, mask=row_ok, other=0.0, cache_modifier=".cg")
-        acc_s = tl.load(acc_ws_ptr + row[:, None] * BLOCK_D + d[None, :], mask=row_ok[:, None], other=0.0,
-                        cache_modifier=".cg")
-        m_new = tl.maximum(m, m_s)
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw nothing yet stay at zero
-        a_old = tl.exp2(m - m_ref)
-        a_new = tl.exp2(m_s - m_ref)  # 0 for an empty split
-        lsum = lsum * a_old + l_s * a_new
-        acc = acc * a_old[:, None] + acc_s * a_new[:, None]
-        m = m_new
-    out = acc / tl.where(lsum > 0, lsum, 1.0)[:, None]
-    tl.store(o_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
 @triton.jit(do_not_specialize=['n_rows', 'num_splits'])
@@ -290,10 +248,8 @@ def paged_attention(
 
 
 def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
-                           *, num_splits: int | None, fused_merge: bool | None = None) -> torch.Tensor:
-    """:func:`paged_attention` with the number of key partitions forced (``None``: chosen for the GPU) and the
-    merge of split partials chosen (``fused_merge``: in the attention launch by the last split to arrive, or by
-    the second kernel; ``None``: :data:`FUSED_MERGE`)."""
+                           *, num_splits: int | None) -> torch.Tensor:
+    """:func:`paged_attention` with the number of key partitions forced (``None``: chosen for the GPU)."""
     op = "paged_attention"
     require_dims(op, q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4), seq_lens=(seq_lens, 1),
                  block_tables=(block_tables, 2))
@@ -347,19 +303,17 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
         m_ws = l_ws = acc_ws = out  # unused
 
     upcast = INTERPRETING or q.dtype == torch.float32
-    fused = splits > 1 and (FUSED_MERGE if fused_merge is None else fused_merge)
-    counters = _COUNTERS.get(q.device, n_tiles * h_kv) if fused else out  # (unused without the fused merge)
     _paged_attention_kernel[(n_tiles, h_kv, splits)](
         q, k_cache, v_cache, cu, seq_lens, block_tables, tile_seq, tile_first,
-        out, m_ws, l_ws, acc_ws, counters,
+        out, m_ws, l_ws, acc_ws,
         batch, total, dim, block_size, splits, float(scale) * LOG2E,
         int(sliding_window or 0),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, HAS_WINDOW=sliding_window is not None,
-        SPLIT=splits > 1, DECODE=decode, UPCAST_DOT=upcast, FUSED_MERGE=fused, **pdl.launch_options(out),
+        SPLIT=splits > 1, DECODE=decode, UPCAST_DOT=upcast, **pdl.launch_options(out),
     )
-    if splits > 1 and not fused:
+    if splits > 1:
         merge_d = min(block_d, WIDE_HEAD_DIM)  # wide heads merge in head-dim chunks (registers)
         _merge_splits_kernel[(total * h_q, block_d // merge_d)](
             m_ws, l_ws, acc_ws, out, total * h_q, h_q, dim, splits, out.stride(0), out.stride(1),

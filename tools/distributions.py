@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Test folders of each distribution (its whole suite: `nox -s dist`).
 TEST_DIRS: dict[str, tuple[str, ...]] = {
     "anna-core": ("tests/core",),
-    "anna-qwen35": ("tests/qwen35", "tests/qwen35_moe", "tests/qwen35_vl"),
+    "anna-qwen35": ("tests/qwen35", "tests/qwen35_moe", "tests/qwen35_vl", "tests/qwen3"),
     "anna-gemma4": ("tests/gemma4", "tests/gemma3"),
     "anna-cli": ("tests/cli", "tests/plugins"),  # tests/plugins: a plugin made by `anna plugins new`, end to end
     "anna-llama": ("tests/llama",),

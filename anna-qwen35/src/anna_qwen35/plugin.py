@@ -22,6 +22,20 @@ def register_model_families(register):
             tiny_checkpoint="anna_qwen35.tiny:build_tiny_checkpoint",  # for tests: variant dense / moe
         )
     )
+    register(
+        ModelFamilySpec(
+            name="qwen3",
+            loader="anna_qwen35.qwen3.loader:load",
+            # Qwen3 dense text models (q/k RMSNorm, 1-D rotary); Qwen3-ASR's text decoder is one too
+            model_types=("qwen3",),
+            architectures=("Qwen3ForCausalLM",),
+            distribution="anna-qwen35",
+            # Qwen3 thinks in <think> blocks as Qwen3.5 does; its tool calls are JSON inside <tool_call> (Hermes
+            # style, not Qwen3-Coder's XML), which no Anna parser reads yet: none is declared
+            reasoning_parser="qwen3",
+            tiny_checkpoint="anna_qwen35.qwen3.tiny:build_tiny_checkpoint",
+        )
+    )
 
 
 @hookimpl

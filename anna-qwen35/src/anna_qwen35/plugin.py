@@ -30,9 +30,10 @@ def register_model_families(register):
             model_types=("qwen3",),
             architectures=("Qwen3ForCausalLM",),
             distribution="anna-qwen35",
-            # Qwen3 thinks in <think> blocks as Qwen3.5 does; its tool calls are JSON inside <tool_call> (Hermes
-            # style, not Qwen3-Coder's XML), which no Anna parser reads yet: none is declared
+            # Qwen3 thinks in <think> blocks as Qwen3.5 does, but calls tools in JSON inside <tool_call>, not in
+            # Qwen3-Coder's XML
             reasoning_parser="qwen3",
+            tool_call_parser="qwen3_json",
             tiny_checkpoint="anna_qwen35.qwen3.tiny:build_tiny_checkpoint",
         )
     )
@@ -45,3 +46,6 @@ def register_output_parsers(register):
     register(OutputParserSpec(name="qwen3", kind="reasoning", factory="anna_core.parsers.think:ThinkReasoningParser"))
     register(OutputParserSpec(name="qwen3_coder", kind="tool_call",
                               factory="anna_core.parsers.qwen3_coder:Qwen3CoderToolParser"))
+    # Qwen3 (the qwen3 family) writes its calls as JSON objects inside <tool_call>
+    register(OutputParserSpec(name="qwen3_json", kind="tool_call",
+                              factory="anna_core.parsers.qwen3_json:Qwen3JsonToolParser"))

@@ -74,6 +74,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         materialize_dummy(model, device=device)
     else:
         load_safetensors(model, source.root, name_map(cfg), device=device)
+    model.raw_config = source.config
     tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=list(cfg.eos_token_id) or None, tokenizer=tokenizer)
     log.info("loaded Qwen3 (%d layers, %d/%d heads of dim %d, %s head) on %s/%s", cfg.num_hidden_layers,

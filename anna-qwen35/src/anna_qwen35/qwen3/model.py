@@ -156,12 +156,31 @@ class Qwen3ForCausalLM(nn.Module):
         self.model = Qwen3Model(cfg, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.hidden_size = cfg.hidden_size
+        self.raw_config: dict[str, Any] | None = None  # the checkpoint's config.json, set by the loader (hf_export)
         self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(cfg.num_hidden_layers),
                                                        num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim),))
 
     @property
     def vocab_size(self) -> int:
         return self.config.vocab_size
+
+    def hf_export(self) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
+        """``(HF model class, HF config class, config kwargs, state dict)``: transformers' ``Qwen3ForCausalLM`` /
+        ``Qwen3Config`` over this model's tensors (views, no copies; :func:`anna_qwen35.qwen3.weights.hf_state_dict`),
+        for ``anna bench --compare-hf``.
+
+        Raises:
+            ModelLoadError: the loader did not keep the checkpoint's ``config.json`` (``raw_config``).
+        """
+        from anna_qwen35.qwen3.weights import hf_state_dict
+
+        if self.raw_config is None:
+            from anna_core.errors import ModelLoadError
+
+            raise ModelLoadError("hf_export needs the checkpoint's config.json (set by the loader as raw_config)")
+        kwargs = {k: v for k, v in self.raw_config.items() if k not in ("model_type", "architectures")}
+        kwargs["tie_word_embeddings"] = self.config.tie_word_embeddings
+        return "Qwen3ForCausalLM", "Qwen3Config", kwargs, hf_state_dict(self)
 
     def merge_projections(self) -> None:
         """Merge attention ``q|k|v_proj`` and MLP ``gate|up_proj`` into one matrix each. The loader calls it once

@@ -62,7 +62,7 @@ def soundfile_stream(data: bytes, fmt: str) -> Iterator[tuple[StreamHeader, Iter
             while True:
                 try:
                     block = handle.read(size, dtype="float32", always_2d=True)
-                except (soundfile.LibsndfileError, RuntimeError) as exc:
+                except (soundfile.LibsndfileError, RuntimeError, ValueError) as exc:
                     raise refuse(f"cannot decode the {fmt} upload: corrupt or truncated data ({_said(exc)})") from None
                 if block.shape[0] == 0:
                     return
@@ -93,6 +93,8 @@ def pyav_stream(data: bytes, fmt: str) -> Iterator[tuple[StreamHeader, Iterator[
             raise refuse(f"the {fmt} upload holds no audio stream")
         stream = container.streams.audio[0]
         ctx = stream.codec_context
+        if ctx is None:  # FFmpeg has no decoder for the stream's codec (or the header names none)
+            raise refuse(f"the {fmt} upload's audio codec cannot be decoded")
         declared = None
         if stream.duration and stream.time_base:
             declared = float(stream.duration * stream.time_base)
@@ -109,7 +111,7 @@ def pyav_stream(data: bytes, fmt: str) -> Iterator[tuple[StreamHeader, Iterator[
                         yield out.to_ndarray().T  # [C, n] -> [n, C]
                 for out in to_float.resample(None):
                     yield out.to_ndarray().T
-            except av.FFmpegError as exc:
+            except (av.FFmpegError, ValueError) as exc:
                 raise refuse(f"cannot decode the {fmt} upload: corrupt or truncated data ({_said(exc)})") from None
 
         yield header, blocks()

@@ -19,11 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # Test folders of each distribution (its whole suite: `nox -s dist`).
 TEST_DIRS: dict[str, tuple[str, ...]] = {
     "anna-core": ("tests/core",),
-    "anna-qwen35": ("tests/qwen35", "tests/qwen35_moe", "tests/qwen35_vl"),
+    "anna-qwen35": ("tests/qwen35", "tests/qwen35_moe", "tests/qwen35_vl", "tests/qwen3"),
     "anna-gemma4": ("tests/gemma4", "tests/gemma3"),
     "anna-cli": ("tests/cli", "tests/plugins"),  # tests/plugins: a plugin made by `anna plugins new`, end to end
     "anna-llama": ("tests/llama",),
     "anna-xpu-kernels": ("tests/xpu_kernels",),
+    "anna-audio": ("tests/audio",),
 }
 # A few seconds of each suite (pytest node ids): what tools/dist_check.py runs once the distribution installed alone.
 SMOKE_TESTS: dict[str, tuple[str, ...]] = {
@@ -35,6 +36,7 @@ SMOKE_TESTS: dict[str, tuple[str, ...]] = {
     "anna-cli": ("tests/cli/test_plugins_new.py", "tests/cli/test_tutorial_docs.py"),
     "anna-llama": ("tests/llama/test_llama_tiny.py::test_the_family_offers_a_tiny_checkpoint",),
     "anna-xpu-kernels": ("tests/xpu_kernels/test_kernel_cache.py", "tests/xpu_kernels/test_kernel_conformance.py"),
+    "anna-audio": ("tests/audio/test_audio_decode.py::test_each_container_decodes_to_16k_mono",),
 }
 # Distributions a distribution's tests use as fixtures, installed after it installed alone (anna-core's tests use
 # its own test family).

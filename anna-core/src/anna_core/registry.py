@@ -167,6 +167,7 @@ KNOWN_FAMILY_DISTRIBUTIONS: dict[str, str] = {
     "qwen3_5_text": "anna-qwen35",
     "qwen3_5_moe": "anna-qwen35",
     "qwen3_5_moe_text": "anna-qwen35",
+    "qwen3": "anna-qwen35",
     "qwen35": "anna-qwen35",  # GGUF general.architecture values
     "qwen35moe": "anna-qwen35",
     "gemma4": "anna-gemma4",

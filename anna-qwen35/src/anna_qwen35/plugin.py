@@ -22,6 +22,21 @@ def register_model_families(register):
             tiny_checkpoint="anna_qwen35.tiny:build_tiny_checkpoint",  # for tests: variant dense / moe
         )
     )
+    register(
+        ModelFamilySpec(
+            name="qwen3",
+            loader="anna_qwen35.qwen3.loader:load",
+            # Qwen3 dense text models (q/k RMSNorm, 1-D rotary); Qwen3-ASR's text decoder is one too
+            model_types=("qwen3",),
+            architectures=("Qwen3ForCausalLM",),
+            distribution="anna-qwen35",
+            # Qwen3 thinks in <think> blocks as Qwen3.5 does, but calls tools in JSON inside <tool_call>, not in
+            # Qwen3-Coder's XML
+            reasoning_parser="qwen3",
+            tool_call_parser="qwen3_json",
+            tiny_checkpoint="anna_qwen35.qwen3.tiny:build_tiny_checkpoint",
+        )
+    )
 
 
 @hookimpl
@@ -31,3 +46,6 @@ def register_output_parsers(register):
     register(OutputParserSpec(name="qwen3", kind="reasoning", factory="anna_core.parsers.think:ThinkReasoningParser"))
     register(OutputParserSpec(name="qwen3_coder", kind="tool_call",
                               factory="anna_core.parsers.qwen3_coder:Qwen3CoderToolParser"))
+    # Qwen3 (the qwen3 family) writes its calls as JSON objects inside <tool_call>
+    register(OutputParserSpec(name="qwen3_json", kind="tool_call",
+                              factory="anna_core.parsers.qwen3_json:Qwen3JsonToolParser"))

@@ -30,7 +30,7 @@ def fla_in_use() -> bool:
 def build_hf(loaded: Any) -> Any:
     """The HF model over ``loaded``'s weights (shared tensors), in eval mode.
 
-    Families with ``hf_export``: Qwen3.5 dense and MoE (``anna-qwen35``), Gemma 4 and Gemma 3
+    Families with ``hf_export``: Qwen3.5 dense and MoE and Qwen3 (``anna-qwen35``), Gemma 4 and Gemma 3
     (``anna-gemma4``).
 
     Raises:

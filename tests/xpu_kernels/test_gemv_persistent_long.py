@@ -90,9 +90,12 @@ def test_norm_prologues_and_several_rows_keep_the_tiled_kernel(poison_outputs, l
 def test_takes_and_grid_size():
     one, two = torch.zeros(1, 8), torch.zeros(2, 8)
     wide = gemv_persistent.MAX_K + 1
-    assert gemv_persistent_long.takes(one, wide, 0) and not gemv_persistent_long.takes(one, gemv_persistent.MAX_K, 0)
-    assert not gemv_persistent_long.takes(one, gemv_persistent_long.MAX_K + 1, 0)
-    assert not gemv_persistent_long.takes(two, wide, 0) and not gemv_persistent_long.takes(one, wide, 2)
+    take = gemv_persistent_long.takes
+    assert take(one, 2560, wide, 0) and not take(one, 2560, gemv_persistent.MAX_K, 0)
+    assert not take(one, 8, gemv_persistent_long.MAX_K + 1, 0)
+    assert not take(two, 8, wide, 0) and not take(one, 8, wide, 2)
+    # E4B's and E2B's down projections, not Qwen3.5-9B's (4096 x 12288: the tiled kernel tied there)
+    assert take(one, 2560, 10240, 0) and take(one, 1536, 12288, 0) and not take(one, 4096, 12288, 0)
     assert gemv_persistent_long.launch_shape(10240) == (4, 2048, 4, 4)
     assert gemv_persistent_long.chunk(10240) == 2048 and gemv_persistent_long.chunk(12288) == 4096
     # every program gets the same number of row blocks: 1280 blocks over at most 528 programs -> 427 of 3 each

@@ -39,8 +39,8 @@ the same matrix).
 
 One activation row on CUDA (batch-1 decode, ``K <= 8192``) without a forced configuration goes to the
 one-wave kernel instead (:mod:`anna_xpu_kernels.gemv_persistent`, same prologues and epilogues), which
-measured faster in the decode step, and a longer row (up to 12,288, with the plain or a gated-product
-prologue) to its long-row form (:mod:`anna_xpu_kernels.gemv_persistent_long`); ``ANNA_GEMV_PERSISTENT=0``
+measured faster in the decode step, and a longer row (up to 12,288, a weight of at most 32 Mi values, with the
+plain or a gated-product prologue) to its long-row form (:mod:`anna_xpu_kernels.gemv_persistent_long`); ``ANNA_GEMV_PERSISTENT=0``
 keeps both here. A shape listed in the
 device's in-step tuning table (:func:`anna_xpu_kernels.gemv_tuning.tuned_config`) runs the listed
 configuration instead of the autotuner's.
@@ -316,7 +316,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, con
     if config is None and gemv_persistent_requested():
         if gemv_persistent.takes(x, k):
             return gemv_persistent.launch(x, weight, bias, prologue, epilogue)
-        if gemv_persistent_long.takes(x, k, prologue.mode) and gemv_tuning.tuned_config(
+        if gemv_persistent_long.takes(x, n, k, prologue.mode) and gemv_tuning.tuned_config(
                 x, 1, n, k, prologue.mode, epilogue) is None:
             return gemv_persistent_long.launch(x, weight, bias, prologue, epilogue)
     y = torch.empty((m, n // 2 if epilogue != NO_EPILOGUE else n), dtype=x.dtype, device=x.device)

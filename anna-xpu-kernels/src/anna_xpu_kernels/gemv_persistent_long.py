@@ -1,6 +1,6 @@
 """One-wave decode GEMV for rows longer than the one-load kernel takes: ``y[1, N] = x[1, K] @ w[N, K]^T + b``
-for ``gemv_persistent.MAX_K < K <= MAX_K`` (the MLP down projections of Gemma 4 E4B, K = 10,240, E2B's
-double-wide layers and Qwen3.5-9B, K = 12,288).
+for ``gemv_persistent.MAX_K < K <= MAX_K`` and weights of at most :data:`MAX_WEIGHT_ELEMENTS` values (the MLP
+down projections of Gemma 4 E4B, K = 10,240, and of E2B's double-wide layers, K = 12,288).
 
 Why. The one-load kernel (:mod:`anna_xpu_kernels.gemv_persistent`) holds a whole ``[BLOCK_N, KP]`` row
 block in registers, ``KP`` the next power of two of K: past K = 8192 the padding wastes registers
@@ -8,7 +8,8 @@ block in registers, ``KP`` the next power of two of K: past K = 8192 the padding
 the memory pipe at every kernel boundary of a PDL chain (the reason the one-wave kernel exists; its module
 docstring says more). Here the same few long-lived programs stride over row blocks as there, but walk each
 block along K in ``NK`` chunks of ``KC`` columns (a power of two dividing K where one does, else masked).
-Past :data:`MAX_K` the tiled kernel measured faster and keeps those rows.
+Past :data:`MAX_K` or :data:`MAX_WEIGHT_ELEMENTS` the tiled kernel measured as fast or faster and keeps
+those launches.
 
 Work split. The grid is ``G`` programs, chosen so that every program gets the same number of row blocks
 (``G = ceil(n_blocks / ceil(n_blocks / G_max))``, ``G_max = SMs x programs per SM``): a program's work is
@@ -34,9 +35,14 @@ from anna_xpu_kernels.gemv_persistent import _weight_rows
 from anna_xpu_kernels.gemv_prologue import GELU_TANH_MUL, GELU_TANH_MUL_SPLIT, PLAIN, SILU_MUL, SILU_MUL_SPLIT, act_mul
 
 MAX_K = 12288
-"""Longest row taken; longer rows go to the tiled GEMV. In PDL chains on an H100 (eighteenth session,
-BENCHMARKS.md) this kernel beat the tiled one at Gemma 4 E4B's K = 10,240 (19.4 vs 20.8 us) and E2B's 12,288
-(13.8 vs 15.3 us), tied at Qwen3.5-9B's 12,288 (36.0 vs 36.1 us) and lost at 27B's 17,408 and 31B's 21,504."""
+"""Longest row taken; longer rows go to the tiled GEMV."""
+
+MAX_WEIGHT_ELEMENTS = 32 << 20
+"""Largest weight (``N * K`` values) taken; larger ones go to the tiled GEMV, whose many programs then fill
+the GPU for long enough. In PDL chains on an H100 (eighteenth session, BENCHMARKS.md) this kernel beat the
+tiled one at Gemma 4 E4B's 2560 x 10,240 (19.4 vs 20.8 us) and E2B's 1536 x 12,288 (13.8 vs 15.3 us), tied at
+Qwen3.5-9B's 4096 x 12,288 (36.0 vs 36.1 us; in the 9B decode step 169.5 vs 170.9 tok/s) and lost at 27B's
+5120 x 17,408 and 31B's 5376 x 21,504."""
 
 PROLOGUES = frozenset({PLAIN, SILU_MUL, GELU_TANH_MUL, SILU_MUL_SPLIT, GELU_TANH_MUL_SPLIT})
 """The prologue modes taken: those computed element by element (the norm modes need the row's mean square)."""
@@ -63,12 +69,12 @@ def grid_size(n_blocks: int, max_programs: int) -> int:
     return max(1, triton.cdiv(n_blocks, per_program))
 
 
-def takes(x: torch.Tensor, k: int, prologue_mode: int) -> bool:
-    """Whether this kernel takes the activation rows ``x`` ``[m, k]`` with that prologue: one row,
-    ``gemv_persistent.MAX_K < k <= MAX_K``, an elementwise prologue (:data:`PROLOGUES`), on a CUDA device or
-    under the interpreter."""
-    return (x.shape[0] == 1 and gemv_persistent.MAX_K < k <= MAX_K and prologue_mode in PROLOGUES
-            and (INTERPRETING or x.device.type == "cuda"))
+def takes(x: torch.Tensor, n: int, k: int, prologue_mode: int) -> bool:
+    """Whether this kernel takes the activation rows ``x`` ``[m, k]`` times a weight of ``n`` rows with that
+    prologue: one row, ``gemv_persistent.MAX_K < k <= MAX_K``, ``n * k <= MAX_WEIGHT_ELEMENTS``, an elementwise
+    prologue (:data:`PROLOGUES`), on a CUDA device or under the interpreter."""
+    return (x.shape[0] == 1 and gemv_persistent.MAX_K < k <= MAX_K and n * k <= MAX_WEIGHT_ELEMENTS
+            and prologue_mode in PROLOGUES and (INTERPRETING or x.device.type == "cuda"))
 
 
 @triton.jit

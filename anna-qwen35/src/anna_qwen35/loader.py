@@ -105,7 +105,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy")
     cfg = Qwen35Config.from_hf(source.config)
-    vision, processor = _vision(source, cfg)
+    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
+    vision, processor = _vision(source, cfg, tokenizer)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
     model = build_model(cfg, ops, dtype, per_expert, vision)
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
@@ -116,7 +117,6 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         load_safetensors(model, source.root, name_map(cfg, vision is not None), device=device, host=host,
                          pin=not per_expert)
     model.raw_config = source.config
-    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     loaded = _loaded(_prepare(model, ops), cfg, tokenizer, generation, device, dtype)
     loaded.processor = processor
@@ -125,8 +125,10 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     return loaded
 
 
-def _vision(source: ModelSource, cfg: Qwen35Config) -> tuple[VisionConfig | None, Qwen35VLProcessor | None]:
-    """The vision tower's config and the image processor of a vision-language checkpoint, or ``(None, None)``:
+def _vision(source: ModelSource, cfg: Qwen35Config, tokenizer: Any
+            ) -> tuple[VisionConfig | None, Qwen35VLProcessor | None]:
+    """The vision tower's config and the media processor of a vision-language checkpoint (videos need
+    ``tokenizer``), or ``(None, None)``:
     for a text-only checkpoint, and for one without ``preprocessor_config.json`` (served as text only, its
     ``model.visual.*`` tensors ignored, as a shape-only config folder for dummy weights is).
 
@@ -138,7 +140,7 @@ def _vision(source: ModelSource, cfg: Qwen35Config) -> tuple[VisionConfig | None
     if not isinstance(raw, dict):
         return None, None
     vision = VisionConfig.from_hf(raw, cfg.hidden_size)
-    processor = Qwen35VLProcessor.from_checkpoint(source.root, source.config, vision)
+    processor = Qwen35VLProcessor.from_checkpoint(source.root, source.config, vision, tokenizer)
     if processor is None:
         log.info("%s has no %s: serving Qwen3.5 as a text model (the vision tower is not loaded)",
                  source.root, PREPROCESSOR_CONFIG)

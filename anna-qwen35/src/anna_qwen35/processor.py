@@ -88,6 +88,7 @@ class Qwen35VLProcessor:
         self.merge = spatial_merge_size
         self.video = video
         self.modalities = ("image",) if video is None else ("image", "video")
+        self.video_sampling = None if video is None else (video.settings.fps, video.settings.max_frames)
 
     @classmethod
     def from_checkpoint(cls, root: Path, config: dict[str, Any], vision: VisionConfig,

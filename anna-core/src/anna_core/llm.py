@@ -61,6 +61,8 @@ class LLM:
             expert_prefetch: expert offload of a MoE model, as the CLI flags of the same names
             (:meth:`anna_core.engine.offload.OffloadConfig.from_flags`); ``max_device_memory_gib`` (an engine option)
             is also the memory ``offload_mode="auto"`` compares the weights with.
+        offload_vision: keep a vision-language model's vision tower on the CPU (``--offload-vision``): media are
+            encoded there and their rows copied to the device.
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
             (``max_num_seqs``, ``max_prefill_tokens``, ``prefill_chunk_size``, ``block_size``,
             ``num_blocks``, ``kv_cache_memory_gib``, ``max_device_memory_gib``, ``max_model_len``,
@@ -78,7 +80,7 @@ class LLM:
                  weight_quant: str = "auto", cuda_graph: bool = True, compile_mode: str = "none",
                  warmup: bool | None = None, offload_mode: str = "auto", resident_expert_layers: int | None = None,
                  resident_expert_layer_indices: str | list[int] | None = None, cached_experts_per_layer: int = 0,
-                 expert_prefetch: bool = True, **engine_options: Any):
+                 expert_prefetch: bool = True, offload_vision: bool = False, **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
         build = resolve(task_for(family, name="generate").engine)
         config = EngineConfig(**engine_options)
@@ -86,7 +88,8 @@ class LLM:
                                            cached_experts_per_layer, expert_prefetch)
         loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
                             gguf_file=gguf_file, chat_template=chat_template, offload=offload,
-                            max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant)
+                            max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant,
+                            offload_vision=offload_vision)
         self._setup(loaded, build(loaded, config, _runner_config(loaded, cuda_graph, compile_mode, warmup)))
 
     @classmethod

@@ -66,7 +66,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
-         max_device_bytes: int | None = None, weight_quant: str = "auto") -> LoadedModel:
+         max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False) -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
@@ -80,6 +80,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         offload, max_device_bytes: expert offload of a MoE model (:func:`anna_core.layers.expert_offload.plan_offload`,
             decided on the meta-built model): the offloaded layers' experts load into pinned host memory, never
             onto the device.
+        offload_vision: keep the vision tower (``visual.*``) in host memory and run it on the CPU with CPU-bound ops
+            (:meth:`Qwen35ForCausalLM.encode` copies its rows to ``device``); ignored, with a log line, for a model
+            without a tower.
 
     Raises:
         OffloadConfigError: an offload setting the model contradicts; offload of a GGUF.
@@ -111,6 +114,11 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     model = build_model(cfg, ops, dtype, per_expert, vision)
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
+    tower_on_cpu = offload_vision and vision is not None
+    if offload_vision and vision is None:
+        log.info("--offload-vision: %s has no vision tower to offload", source.root)
+    if tower_on_cpu:
+        host = (*host, "visual.")
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init, host=host)
     else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
@@ -118,7 +126,10 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
                          pin=not per_expert)
     model.raw_config = source.config
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
-    loaded = _loaded(_prepare(model, ops), cfg, tokenizer, generation, device, dtype)
+    model = _prepare(model, ops)
+    if tower_on_cpu:  # the tower's linear layers on the CPU's kernels
+        use_linear_op(model.visual, bind_ops(kernels, torch.device("cpu"), dtype))
+    loaded = _loaded(model, cfg, tokenizer, generation, device, dtype)
     loaded.processor = processor
     if plan is not None:
         loaded.expert_store = apply_offload(model, plan, device)

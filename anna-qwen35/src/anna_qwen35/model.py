@@ -207,7 +207,8 @@ class Qwen35ForCausalLM(nn.Module):
         serving dtype, on the model's device.
 
         Each item's ``data`` is the processor's ``{"pixel_values": [N, C*tp*p*p], "grid_thw": (t, h, w)}``; images
-        and video frame groups take the same path (a frame group is a ``(1, h, w)`` grid of two-frame patches).
+        and video frame groups take the same path (a frame group is a ``(1, h, w)`` grid of two-frame patches). The
+        tower runs where its parameters are (the CPU under ``--offload-vision``).
 
         Raises:
             ValueError: the model has no vision tower, or an item's pixels do not fit its grid.
@@ -215,7 +216,8 @@ class Qwen35ForCausalLM(nn.Module):
         if self.visual is None:
             raise ValueError("this Qwen3.5 model has no vision tower")
         device = self.model.embed_tokens.weight.device
-        return [self.visual(m.data["pixel_values"].to(device), tuple(m.data["grid_thw"])) for m in items]
+        tower = self.visual.pos_embed.weight.device  # the CPU under --offload-vision
+        return [self.visual(m.data["pixel_values"].to(tower), tuple(m.data["grid_thw"])).to(device) for m in items]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32."""

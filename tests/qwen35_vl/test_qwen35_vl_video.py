@@ -221,3 +221,16 @@ def test_llm_greedy_tokens_match_hf_generate(tiny_vl, hf_runs, case):
     assert out.error is None, out.error
     assert out.prompt_token_ids == inputs["input_ids"][0].tolist()
     assert out.token_ids == generated
+
+
+def test_the_moe_layout_matches_hf_generate_with_a_video_and_an_image(tiny_vl_moe):
+    from anna_core.testing.oracle import hf_model
+
+    text, clips, images = case_media("video and image")
+    inputs = hf_video_inputs(tiny_vl_moe, text, clips, images)
+    llm = LLM(tiny_vl_moe, device="cpu", dtype="fp32", block_size=8, num_blocks=64, max_num_seqs=2,
+              prompt_cache_size=0)
+    [out] = llm.generate(text, GREEDY, media=media_dict(clips, images))
+    assert out.error is None, out.error
+    assert out.prompt_token_ids == inputs["input_ids"][0].tolist()
+    assert out.token_ids == hf_greedy_vl(hf_model(tiny_vl_moe), inputs, N)

@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 import torch
 from anna_core.errors import InvalidRequestError, ModelLoadError
+from anna_core.media import DecodedVideo
 from anna_core.multimodal import MediaItem, MultiModalInputs, media_hash
 
 from anna_qwen35.video import (
@@ -187,17 +188,17 @@ class Qwen35VLProcessor:
     def _video(self, video: Any, options: Mapping[str, Any]) -> list[tuple[str, torch.Tensor, tuple[int, int, int]]]:
         """``(timestamp text, pixel_values, (1, h, w))`` per frame group of one video."""
         settings = self.video.settings
-        frames = getattr(video, "frames", video)
-        if isinstance(frames, (str, bytes)) or not isinstance(frames, Sequence):
+        if isinstance(video, DecodedVideo):
+            frames, times = list(video.frames), list(video.timestamps_s)
+        elif isinstance(video, Sequence) and not isinstance(video, (str, bytes)):
+            fps = options.get("fps", settings.fps)
+            frames, times = list(video), [k / fps for k in range(len(video))]
+        else:
             raise InvalidRequestError("a video is a DecodedVideo or a list of PIL frames", param="messages")
         max_frames = options.get("max_frames", settings.max_frames)
         if len(frames) > max_frames:
             raise InvalidRequestError(f"a video of {len(frames)} frames exceeds max_frames ({max_frames})",
                                       param="messages")
-        times = getattr(video, "timestamps_s", None)
-        if times is None:
-            fps = options.get("fps", settings.fps)
-            times = [k / fps for k in range(len(frames))]
         pixels, (t, h, w) = video_patches(frames, settings)
         stamps = group_timestamps(times, settings.temporal_patch_size)[:t]
         return [(timestamp_text(s), chunk, (1, h, w)) for s, chunk in zip(stamps, torch.split(pixels, h * w))]

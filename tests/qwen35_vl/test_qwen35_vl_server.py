@@ -236,3 +236,33 @@ def test_video_sampling_through_mm_processor_kwargs_and_bad_videos(client):
     assert client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
                                           temperature=0, extra_body={**NO_THINKING, "ignore_eos": True}
                                           ).usage.completion_tokens == 2
+
+
+def test_server_video_defaults_reach_the_decoder(tiny_vl, tmp_path):
+    """``--mm-processor-kwargs`` ``fps`` / ``max_frames`` set how a ``video_url`` is sampled; a request's own
+    override them; without either the checkpoint's ``fps`` (2) applies."""
+    from anna_core.media import MediaFetcher, MediaPolicy
+    from anna_core.server import prepare
+    from anna_core.server.protocol import ChatCompletionRequest
+    from anna_core.server.state import ServerState
+
+    from tests.qwen35.conftest import load_anna
+
+    loaded = load_anna(tiny_vl)
+    (tmp_path / "v.mp4").write_bytes(mp4(8, rate=4, seed=6))  # 2 s
+
+    def frame_groups(defaults, **extra):
+        state = ServerState(model_name=MODEL, processor=loaded.processor, mm_processor_kwargs=defaults,
+                            media_fetcher=MediaFetcher(MediaPolicy(allowed_local_media_path=tmp_path)))
+        state.tokenizer = loaded.tokenizer
+        req = ChatCompletionRequest.from_json({"model": MODEL, "messages": [
+            {"role": "user", "content": [{"type": "video_url", "video_url": {"url": str(tmp_path / "v.mp4")}}]}],
+            **extra})
+        _, mm = prepare.chat_media(state, req, prepare.chat_prompt_ids(state, req))
+        assert {m.modality for m in mm.items} == {"video"}
+        return len(mm.items)
+
+    assert frame_groups({}) == 2  # 4 frames at 2 fps
+    assert frame_groups({"fps": 4}) == 4  # 8 frames
+    assert frame_groups({"fps": 4, "max_frames": 3}) == 2  # 3 frames, the last repeated
+    assert frame_groups({"fps": 4}, mm_processor_kwargs={"fps": 1}) == 1  # the request's own: 2 frames

@@ -221,6 +221,34 @@ def test_chat_endpoint_with_shared_system_prompt():
     assert len(set(users)) == 4 and all(len(u.split()) == 5 for u in users)
 
 
+def test_image_chat_sends_a_new_random_png_per_request():
+    import base64
+    import io
+
+    from PIL import Image
+
+    with FakeOpenAIServer(ttft_s=0.0, itl_s=0.0) as server:
+        cfg = resolve_config(server.url, "image-chat", image_size="24x16", num_requests=3, concurrency=3,
+                             input_len=4, output_len=2)
+        report = _run(cfg)
+    assert cfg.endpoint == "chat" and report["requests"]["succeeded"] == 3
+    pictures = []
+    for body in server.bodies:
+        image, text = body["messages"][0]["content"]
+        assert text["type"] == "text" and len(text["text"].split()) == 4
+        header, payload = image["image_url"]["url"].split(",", 1)
+        assert header == "data:image/png;base64"
+        picture = Image.open(io.BytesIO(base64.b64decode(payload)))
+        picture.load()  # a valid PNG (CRCs, zlib stream)
+        assert picture.size == (24, 16) and picture.mode == "RGB"
+        pictures.append(picture.tobytes())
+    assert len(set(pictures)) == 3 and len(set(pictures[0])) > 100  # random, and new per request
+    with pytest.raises(ValueError, match="--endpoint chat"):
+        resolve_config(server.url, image_size="8x8", endpoint="completions")
+    with pytest.raises(ValueError, match="WIDTHxHEIGHT"):
+        resolve_config(server.url, image_size="8x0")
+
+
 def test_repeated_system_prompt_token_ids_share_prefix():
     cfg = resolve_config("http://127.0.0.1:1", "repeated-system-prompt", prompt_token_ids=True, num_requests=8)
     specs = build_requests(cfg, random.Random(cfg.seed))

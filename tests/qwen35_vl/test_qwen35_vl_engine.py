@@ -84,8 +84,10 @@ def test_placeholders_must_match_the_images(tiny_vl):
         engine.generate(TEXT, GREEDY, media={"image": [random_image(1, 56, 56), random_image(2, 56, 56)]})
     with pytest.raises(InvalidRequestError, match="0 image placeholders"):
         engine.generate(TEXT_ONLY, GREEDY, media={"image": [random_image(1, 56, 56)]})
-    with pytest.raises(InvalidRequestError, match="not video"):
-        engine.generate(TEXT, GREEDY, media={"video": [random_image(1, 56, 56)]})
+    with pytest.raises(InvalidRequestError, match="0 video placeholders"):
+        engine.generate(TEXT, GREEDY, media={"image": [random_image(1, 56, 56)], "video": [[random_image(1, 56, 56)]]})
+    with pytest.raises(InvalidRequestError, match="not audio"):
+        engine.generate(TEXT, GREEDY, media={"audio": [b"RIFF"]})
     with pytest.raises(InvalidRequestError, match="aspect ratio"):
         engine.generate(TEXT, GREEDY, media={"image": [random_image(1, 2, 500)]})
     assert not engine.engine.has_unfinished()
@@ -111,7 +113,7 @@ def test_pixel_bounds_per_request(tiny_vl, hf_vl):
     assert small.token_ids == hf_greedy_vl(hf_vl, inputs, N)
     [default] = engine.generate(TEXT, GREEDY, media={"image": [noise]})
     assert default.prompt_token_ids.count(image_id) == 16
-    for bad, needle in [({"max_pixels": 0}, "positive"), ({"fps": 2}, "not supported"),
+    for bad, needle in [({"max_pixels": 0}, "positive"), ({"fps": "2"}, "positive number"), ({"seconds": 2}, "not supported"),
                         ({"min_pixels": 4096, "max_pixels": 1024}, "exceeds")]:
         with pytest.raises(InvalidRequestError, match=needle):
             engine.generate(TEXT, GREEDY, media={"image": [noise]}, mm_processor_kwargs=bad)

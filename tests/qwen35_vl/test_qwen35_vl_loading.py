@@ -74,7 +74,7 @@ def test_without_a_preprocessor_config_the_checkpoint_serves_text(copy, tiny_vl)
 
 def test_dummy_weights_give_a_working_tower(tiny_vl):
     loaded = load_anna(tiny_vl, load_format="dummy")
-    assert loaded.model.capabilities.modalities == ("image",)
+    assert loaded.model.capabilities.modalities == ("image", "video")
     _, mm = loaded.processor.process(loaded.tokenizer.encode("<|image_pad|>"), {"image": [random_image(1, 56, 56)]})
     [rows] = loaded.model.encode(list(mm.items))
     assert rows.shape == (16, 64) and torch.isfinite(rows).all()

@@ -81,7 +81,7 @@ def anna_logits(model, ids, mm, chunk=None, block_size=16):
 
 def test_the_loaded_model_declares_images_and_three_position_rows(anna):
     caps = anna.model.capabilities
-    assert caps.modalities == ("image",) and caps.position_rows == 3
+    assert caps.modalities == ("image", "video") and caps.position_rows == 3
     assert anna.processor is not None and anna.model.visual is not None
 
 

@@ -139,3 +139,130 @@ def test_server_media_settings_reach_the_processor(tiny_vl, tmp_path):
 
     with pytest.raises(InvalidRequestError, match="outside|escape|allowed"):
         image_tokens(str(tmp_path / ".." / "a.png"))
+
+
+def mp4(num_frames: int, rate: int, seed: int, size=(48, 32)) -> bytes:
+    """An MPEG-4 clip of ``num_frames`` seeded random frames at ``rate`` fps, made with PyAV."""
+    import numpy as np
+
+    av = pytest.importorskip("av")
+    buf = io.BytesIO()
+    rng = np.random.RandomState(seed)
+    with av.open(buf, mode="w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        stream.options = {"qscale": "1"}
+        for _ in range(num_frames):
+            frame = rng.randint(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def video_uri(data: bytes) -> str:
+    return "data:video/mp4;base64," + base64.b64encode(data).decode()
+
+
+def sampled(data: bytes, rate: int, fps: float = 2.0):
+    """The frames the server samples from ``data`` and HF's metadata for them (source fps, frame indices, count)."""
+    from anna_core.media import decode_video
+
+    video = decode_video(data, fps=fps, max_frames=768)
+    return video.frames, (float(rate), [round(t * rate) for t in video.timestamps_s], round(video.duration_s * rate))
+
+
+def hf_media_reply(tiny_vl, hf_vl, messages, images, videos) -> str:
+    """HF's greedy reply to ``messages`` with image and video parts; ``videos``: ``sampled`` of each clip."""
+    from transformers import AutoTokenizer
+
+    from tests.qwen35_vl.conftest import hf_video_inputs
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_vl))
+    kinds = {"image_url": {"type": "image"}, "video_url": {"type": "video"}}
+    parts = [[kinds.get(p["type"], p) for p in m["content"]] if isinstance(m["content"], list) else m["content"]
+             for m in messages]
+    text = tokenizer.apply_chat_template([{**m, "content": c} for m, c in zip(messages, parts)], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=False)
+    inputs = hf_video_inputs(tiny_vl, text, [f for f, _ in videos], images, [meta for _, meta in videos])
+    tokens = hf_greedy_vl(hf_vl, inputs, N)
+    ends = [i for i, t in enumerate(tokens) if t in (2, 0)]
+    return tokenizer.decode(tokens[:ends[0]] if ends else tokens, skip_special_tokens=True)
+
+
+def test_a_data_uri_video_gets_hf_generates_reply(client, tiny_vl, hf_vl):
+    clip = mp4(8, rate=4, seed=1)  # 2 s: sampled at 2 fps, frames 0, 2, 4, 6
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What happens? "},
+                                             {"type": "video_url", "video_url": {"url": video_uri(clip)}}]}]
+    frames, meta = sampled(clip, 4)
+    assert len(frames) == 4 and meta[1] == [0, 2, 4, 6]
+    assert ask(client, messages) == hf_media_reply(tiny_vl, hf_vl, messages, [], [(frames, meta)])
+
+
+def test_an_image_and_videos_in_one_message_and_across_turns(client, tiny_vl, hf_vl):
+    a, one, two = random_image(7, 32, 48), mp4(6, rate=2, seed=2), mp4(4, rate=4, seed=3)
+    messages = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_uri(a)}},
+                                     {"type": "text", "text": "and"},
+                                     {"type": "video_url", "video_url": {"url": video_uri(one)}}]},
+        {"role": "assistant", "content": "Noise."},
+        {"role": "user", "content": [{"type": "video_url", "video_url": video_uri(two)},
+                                     {"type": "text", "text": "And this one?"}]},
+    ]
+    videos = [sampled(one, 2), sampled(two, 4)]
+    assert [len(f) for f, _ in videos] == [6, 2]
+    assert ask(client, messages) == hf_media_reply(tiny_vl, hf_vl, messages, [a], videos)
+
+
+def test_video_sampling_through_mm_processor_kwargs_and_bad_videos(client):
+    import openai
+
+    messages = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": video_uri(
+        mp4(8, rate=4, seed=4))}}]}]
+
+    def prompt_tokens(**kwargs):
+        return client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1, extra_body={
+            **NO_THINKING, "mm_processor_kwargs": kwargs}).usage.prompt_tokens
+
+    # a frame group (2 frames of 48x32: 4x6 patches) is 6 placeholders plus its timestamp and vision start / end
+    base, fast, capped = prompt_tokens(), prompt_tokens(fps=4), prompt_tokens(max_frames=2)
+    assert fast > base > capped
+    with pytest.raises(openai.BadRequestError, match="fps"):
+        prompt_tokens(fps=-1)
+    bad = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": video_uri(b"\x00" * 64)}}]}]
+    with pytest.raises(openai.BadRequestError, match="cannot decode video"):
+        ask(client, bad)
+    assert client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                                          temperature=0, extra_body={**NO_THINKING, "ignore_eos": True}
+                                          ).usage.completion_tokens == 2
+
+
+def test_server_video_defaults_reach_the_decoder(tiny_vl, tmp_path):
+    """``--mm-processor-kwargs`` ``fps`` / ``max_frames`` set how a ``video_url`` is sampled; a request's own
+    override them; without either the checkpoint's ``fps`` (2) applies."""
+    from anna_core.media import MediaFetcher, MediaPolicy
+    from anna_core.server import prepare
+    from anna_core.server.protocol import ChatCompletionRequest
+    from anna_core.server.state import ServerState
+
+    from tests.qwen35.conftest import load_anna
+
+    loaded = load_anna(tiny_vl)
+    (tmp_path / "v.mp4").write_bytes(mp4(8, rate=4, seed=6))  # 2 s
+
+    def frame_groups(defaults, **extra):
+        state = ServerState(model_name=MODEL, processor=loaded.processor, mm_processor_kwargs=defaults,
+                            media_fetcher=MediaFetcher(MediaPolicy(allowed_local_media_path=tmp_path)))
+        state.tokenizer = loaded.tokenizer
+        req = ChatCompletionRequest.from_json({"model": MODEL, "messages": [
+            {"role": "user", "content": [{"type": "video_url", "video_url": {"url": str(tmp_path / "v.mp4")}}]}],
+            **extra})
+        _, mm = prepare.chat_media(state, req, prepare.chat_prompt_ids(state, req))
+        assert {m.modality for m in mm.items} == {"video"}
+        return len(mm.items)
+
+    assert frame_groups({}) == 2  # 4 frames at 2 fps
+    assert frame_groups({"fps": 4}) == 4  # 8 frames
+    assert frame_groups({"fps": 4, "max_frames": 3}) == 2  # 3 frames, the last repeated
+    assert frame_groups({"fps": 4}, mm_processor_kwargs={"fps": 1}) == 1  # the request's own: 2 frames

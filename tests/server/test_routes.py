@@ -192,6 +192,10 @@ def test_unknown_model_is_404_model_not_found(client):
      "messages[0].content[0].type", "input_audio"),
     ({"model": MODEL, "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, "messages", "text only"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": ""}}]}]},
+     "messages[0].content[0].video_url.url", "video_url"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}]}]}, "messages", "text only"),
     ({**CHAT, "chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs", "tokenize"),
 ])
 def test_bad_bodies_are_400_in_openai_shape(client, body, param, needle):

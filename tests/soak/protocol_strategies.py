@@ -132,7 +132,7 @@ tool_calls = st.lists(st.fixed_dictionaries(
          "arguments": st.sampled_from(['{"a": 1}', "{", "", "[]", '"x"']) | st.dictionaries(st.text(max_size=3), json_scalars,
                                                                                           max_size=2)})},
     optional={"id": st.text(max_size=8)}), max_size=2)
-content_parts = st.lists(st.fixed_dictionaries({"type": st.sampled_from(["text", "text", "image_url"])},
+content_parts = st.lists(st.fixed_dictionaries({"type": st.sampled_from(["text", "text", "image_url", "video_url"])},
                                                optional={"text": texts}), max_size=3)
 messages = st.lists(st.fixed_dictionaries(
     {"role": st.sampled_from(["system", "developer", "user", "user", "assistant", "tool", "bot"])},

@@ -9,7 +9,12 @@ from typing import Any
 
 import click
 
-from anna_cli.engine_options import max_device_memory_option, offload_config_from_options, offload_options
+from anna_cli.engine_options import (
+    max_device_memory_option,
+    offload_config_from_options,
+    offload_options,
+    vision_offload_option,
+)
 from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, WEIGHT_QUANTS, exit_on_anna_errors
 
 
@@ -50,17 +55,25 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
                    "logits graph and samples eagerly).")
 @click.option("--timeline", is_flag=True,
               help="Also trace one captured decode step kernel by kernel (CUDA; see anna_core.bench.timeline).")
+@click.option("--image", "image_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Each request is a chat turn with this image (a vision-language checkpoint): TTFT includes "
+                   "encoding it; --input-len is then the rendered prompt's length.")
+@click.option("--image-size", default=None, metavar="WxH",
+              help="With --image: resize it to WxH; alone: a random WxH image per request (e.g. 1024x1024).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @max_device_memory_option
 @offload_options
+@vision_offload_option
 @exit_on_anna_errors
 def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_quant: str, batch_size: int, input_len: int,
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
           prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
-          compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool, as_json: bool,
-          max_device_memory_gib: float | None, **offload_flags: Any) -> None:
+          compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool,
+          image_path: Path | None, image_size: str | None, as_json: bool, max_device_memory_gib: float | None,
+          offload_vision: bool, **offload_flags: Any) -> None:
     """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
     from anna_core.bench.engine_bench import BenchSettings, run_bench
+    from anna_core.bench.image_prompts import ImageSpec, parse_image_size
     from anna_core.bench.report import format_report
 
     settings = BenchSettings(model_dir=model_dir, device=device, dtype=dtype, load_format=load_format,
@@ -71,6 +84,8 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
                              serve_defaults=serve_defaults, disable_kernels=disable_kernels, profile=profile,
                              compare_hf=compare_hf, hf_output_len=hf_output_len, logprobs=logprobs,
                              timeline=timeline, offload=offload_config_from_options(**offload_flags),
-                             max_device_memory_gib=max_device_memory_gib)
+                             max_device_memory_gib=max_device_memory_gib, offload_vision=offload_vision,
+                             image=None if image_path is None and image_size is None else ImageSpec(
+                                 image_path, None if image_size is None else parse_image_size(image_size)))
     report = run_bench(settings)
     click.echo(json.dumps(report, indent=1) if as_json else format_report(report))

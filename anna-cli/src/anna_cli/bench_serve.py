@@ -24,8 +24,8 @@ def _scenario_help() -> str:
 @click.option("--base-url", required=True, help="Server URL, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine).")
 @click.option("--model", default=None, help="Model name to request (default: the first of GET /v1/models).")
 @click.option("--api-key", default=None, help="Sent as 'Authorization: Bearer KEY'.")
-@click.option("--endpoint", type=click.Choice(ENDPOINTS), default="completions", show_default=True,
-              help="/v1/completions or /v1/chat/completions.")
+@click.option("--endpoint", type=click.Choice(ENDPOINTS), default=None,
+              help="/v1/completions or /v1/chat/completions [default: completions; chat with --image-size].")
 @click.option("--scenario", type=click.Choice(sorted(SCENARIOS)), default=None, help=_scenario_help())
 @click.option("--num-requests", type=int, default=None, help="Requests to send [default: 100].")
 @click.option("--concurrency", type=int, default=None,
@@ -48,6 +48,9 @@ def _scenario_help() -> str:
               help="Send nothing after this many seconds and cancel what still streams [default: 600].")
 @click.option("--request-timeout-s", type=float, default=None,
               help="Longest wait for any one response chunk [default: 600].")
+@click.option("--image-size", default=None, metavar="WxH",
+              help="Chat only: every request also carries a random WxH PNG image (a data: URI; a new image per "
+                   "request, so no cache helps) before its text.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds prompts, lengths and arrivals.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Ask the server to generate exactly max_tokens (a vLLM/Anna extension).")

@@ -109,6 +109,14 @@ def offload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+vision_offload_option = click.option(
+    "--offload-vision", "offload_vision", is_flag=True, default=False,
+    help="Keep a vision-language model's vision tower on the CPU: images and video frames are encoded there and "
+         "only their rows are copied to the device (saves the tower's device memory; encoding is slower).")
+"""``--offload-vision`` (:func:`anna_core.loading.load_model`'s ``offload_vision``) of ``anna serve``,
+``anna generate`` and ``anna bench``."""
+
+
 def offload_config_from_options(**kwargs: Any) -> Any:
     """The :class:`~anna_core.engine.offload.OffloadConfig` of :func:`offload_options`' flags (other keys ignored).
 

@@ -13,7 +13,12 @@ from typing import Any
 
 import click
 
-from anna_cli.engine_options import max_device_memory_option, offload_config_from_options, offload_options
+from anna_cli.engine_options import (
+    max_device_memory_option,
+    offload_config_from_options,
+    offload_options,
+    vision_offload_option,
+)
 from anna_cli.options import SAMPLING_FLAGS, exit_on_anna_errors, model_options, resolve_model_path, sampling_options
 
 
@@ -83,12 +88,13 @@ def _with_images(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...]) -
               show_default=True, help="torch.compile the forward pass before graph capture.")
 @max_device_memory_option
 @offload_options
+@vision_offload_option
 @exit_on_anna_errors
 def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
              weight_quant: str, prompt: str, images: tuple[Path, ...],
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
              stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
-             max_device_memory_gib: float | None, **sampling: Any) -> None:
+             max_device_memory_gib: float | None, offload_vision: bool, **sampling: Any) -> None:
     """Generate a completion for one prompt."""
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.defaults import sampling_params_with_defaults
@@ -109,7 +115,7 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
     t0 = time.perf_counter()
     loaded = load_model(path, device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
                         weight_quant=weight_quant, chat_template=chat_template.read_text() if chat_template else None,
-                        offload=offload, max_device_memory_gib=max_device_memory_gib)
+                        offload=offload, max_device_memory_gib=max_device_memory_gib, offload_vision=offload_vision)
     runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=loaded.device.type != "cpu")
     engine = build(loaded, config, runner)
     load_s = time.perf_counter() - t0

@@ -13,7 +13,8 @@ and/or Poisson arrivals at a given rate. Per request it measures, on the client'
 Output tokens come from the stream's final ``usage`` (``stream_options.include_usage``), or are
 the number of output-carrying chunks when a server sends no usage. Lengths are fixed by sending
 ``max_tokens`` with ``ignore_eos: true``. Token-id prompts need no tokenizer; text prompts are
-random common words, about one token each, so their lengths are approximate.
+random common words, about one token each, so their lengths are approximate. With ``image_size`` (chat only)
+each user message starts with a random PNG image of that size, sent as a ``data:`` URI ``image_url`` part.
 
 The run is bounded: ``num_requests`` requests at most, and nothing is sent after ``duration_s``;
 requests still streaming then are cancelled and counted as such. Only the given URL is contacted
@@ -23,10 +24,13 @@ requests still streaming then are cancelled and counted as such. Only the given 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
 import random
+import struct
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +48,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "mixed": {"input_len": 512, "output_len": 128, "range_ratio": 0.9, "concurrency": 16, "num_requests": 128},
     "repeated-system-prompt": {"prefix_len": 1024, "input_len": 32, "output_len": 64, "concurrency": 16,
                                "num_requests": 128},
+    "image-chat": {"endpoint": "chat", "image_size": "1024x1024", "input_len": 32, "output_len": 128,
+                   "concurrency": 4, "num_requests": 32},
 }
 
 # ~1 token each in common BPE vocabularies (with the leading space the join adds).
@@ -84,6 +90,7 @@ class BenchConfig:
     request_timeout_s: float = 600.0
     seed: int = 0
     ignore_eos: bool = True
+    image_size: str | None = None
 
     def validate(self) -> None:
         """Raises ``ValueError`` with a clear message for a knob out of range."""
@@ -107,6 +114,36 @@ class BenchConfig:
             raise ValueError(f"--vocab-size must be >= 2, got {self.vocab_size}")
         if not self.duration_s > 0 or not self.request_timeout_s > 0:
             raise ValueError("--duration-s and --request-timeout-s must be > 0")
+        if self.image_size is not None:
+            image_dims(self.image_size)
+            if self.endpoint != "chat":
+                raise ValueError("--image-size needs --endpoint chat (images are chat content parts)")
+
+
+MAX_IMAGE_SIDE = 8192
+
+
+def image_dims(text: str) -> tuple[int, int]:
+    """``"1024x768"`` -> ``(1024, 768)``; raises ``ValueError`` unless both sides are in ``[1, 8192]``."""
+    w, sep, h = text.lower().partition("x")
+    if not sep or not w.strip().isdigit() or not h.strip().isdigit() or not (
+            1 <= int(w) <= MAX_IMAGE_SIDE and 1 <= int(h) <= MAX_IMAGE_SIDE):
+        raise ValueError(f"--image-size must be WIDTHxHEIGHT with sides in [1, {MAX_IMAGE_SIDE}], got {text!r}")
+    return int(w), int(h)
+
+
+def random_png_data_uri(width: int, height: int, seed: int) -> str:
+    """A ``data:image/png;base64,...`` URI of a ``width x height`` RGB image of seeded random pixels (an
+    uncompressed-filter PNG written with zlib; no imaging library needed)."""
+    pixels = random.Random(seed).randbytes(3 * width * height)
+    rows = b"".join(b"\x00" + pixels[3 * width * y:3 * width * (y + 1)] for y in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 1)) + chunk(b"IEND", b"")
+    return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
 def resolve_config(base_url: str, scenario: str | None = None, **options: Any) -> BenchConfig:
@@ -124,6 +161,8 @@ def resolve_config(base_url: str, scenario: str | None = None, **options: Any) -
             raise ValueError(f"unknown scenario {scenario!r}; choose from {sorted(SCENARIOS)}")
         values.update(SCENARIOS[scenario])
     values.update({k: v for k, v in options.items() if v is not None})
+    if values.get("endpoint") is None:
+        values["endpoint"] = "chat" if values.get("image_size") else "completions"
     if values.get("concurrency") is None and values.get("request_rate") is None:
         values["concurrency"] = 1
     if values.get("request_rate") == math.inf:
@@ -201,7 +240,11 @@ def request_body(cfg: BenchConfig, model: str, spec: RequestSpec) -> dict[str, A
         body["ignore_eos"] = True
     if cfg.endpoint == "chat":
         messages = [] if spec.system is None else [{"role": "system", "content": spec.system}]
-        body["messages"] = messages + [{"role": "user", "content": spec.prompt}]
+        content: Any = spec.prompt
+        if cfg.image_size is not None:  # a new image per request (seeded by the run's seed and the index)
+            uri = random_png_data_uri(*image_dims(cfg.image_size), cfg.seed * MAX_REQUESTS + spec.index)
+            content = [{"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": spec.prompt}]
+        body["messages"] = messages + [{"role": "user", "content": content}]
     else:
         body["prompt"] = spec.prompt
         if cfg.prompt_token_ids:

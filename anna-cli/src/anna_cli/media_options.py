@@ -19,17 +19,17 @@ def media_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ``--mm-processor-kwargs``."""
     decorators = [
         click.option("--allowed-media-domains", "allowed_media_domains", multiple=True, metavar="HOST[,HOST...]",
-                     help="Fetch image URLs from these hosts only (they may resolve to private addresses: your own "
+                     help="Fetch image and video URLs from these hosts only (they may resolve to private addresses: your own "
                           "media server). Default: any public host. Repeatable."),
         click.option("--allow-private-media", is_flag=True, default=False,
-                     help="Also fetch image URLs that resolve to loopback, private, link-local or other non-public "
+                     help="Also fetch image and video URLs that resolve to loopback, private, link-local or other non-public "
                           "addresses (trusted networks only)."),
         click.option("--allowed-local-media-path", type=click.Path(file_okay=False, path_type=Path), default=None,
-                     help="Serve file:// image URLs and local paths under this folder (symlinks resolved; nothing "
+                     help="Serve file:// media URLs and local paths under this folder (symlinks resolved; nothing "
                           "outside it). Default: local files are refused."),
         click.option("--mm-processor-kwargs", default=None, metavar="JSON",
                      help='Default settings of the model\'s media processor, e.g. \'{"max_pixels": 1048576}\' '
-                          "(Qwen3.5: min_pixels, max_pixels); a request's mm_processor_kwargs override them."),
+                          "(Qwen3.5: min_pixels, max_pixels, fps, max_frames); a request's mm_processor_kwargs override them."),
     ]
     for decorator in reversed(decorators):
         fn = decorator(fn)

@@ -39,6 +39,7 @@ from anna_cli.engine_options import (
     engine_options,
     offload_config_from_options,
     offload_options,
+    vision_offload_option,
 )
 from anna_cli.logging_setup import LEVELS, configure_logging
 from anna_cli.media_options import media_options, media_settings
@@ -318,6 +319,7 @@ def _draining_server_class() -> type:
               help="Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize.")
 @engine_options
 @offload_options
+@vision_offload_option
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
               help="Capture decode steps as device graphs per batch-size bucket (CUDA / XPU; eager on CPU).")
 @click.option("--compile-mode", type=click.Choice(("none", "default", "max-autotune")), default="none",
@@ -401,6 +403,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         state, task, path,
         load_kwargs={"device": device, "dtype": dtype, "load_format": load_format, "gguf_file": gguf_file,
                      "disable_kernels": disable_kernels, "weight_quant": weight_quant, "offload": offload,
+                     "offload_vision": bool(options.get("offload_vision")),
                      "max_device_memory_gib": engine_config.max_device_memory_gib,
                      "chat_template": chat_template.read_text() if chat_template else None},
         engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,

@@ -61,6 +61,8 @@ class LLM:
             expert_prefetch: expert offload of a MoE model, as the CLI flags of the same names
             (:meth:`anna_core.engine.offload.OffloadConfig.from_flags`); ``max_device_memory_gib`` (an engine option)
             is also the memory ``offload_mode="auto"`` compares the weights with.
+        offload_vision: keep a vision-language model's vision tower on the CPU (``--offload-vision``): media are
+            encoded there and their rows copied to the device.
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
             (``max_num_seqs``, ``max_prefill_tokens``, ``prefill_chunk_size``, ``block_size``,
             ``num_blocks``, ``kv_cache_memory_gib``, ``max_device_memory_gib``, ``max_model_len``,
@@ -78,7 +80,7 @@ class LLM:
                  weight_quant: str = "auto", cuda_graph: bool = True, compile_mode: str = "none",
                  warmup: bool | None = None, offload_mode: str = "auto", resident_expert_layers: int | None = None,
                  resident_expert_layer_indices: str | list[int] | None = None, cached_experts_per_layer: int = 0,
-                 expert_prefetch: bool = True, **engine_options: Any):
+                 expert_prefetch: bool = True, offload_vision: bool = False, **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
         build = resolve(task_for(family, name="generate").engine)
         config = EngineConfig(**engine_options)
@@ -86,7 +88,8 @@ class LLM:
                                            cached_experts_per_layer, expert_prefetch)
         loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
                             gguf_file=gguf_file, chat_template=chat_template, offload=offload,
-                            max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant)
+                            max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant,
+                            offload_vision=offload_vision)
         self._setup(loaded, build(loaded, config, _runner_config(loaded, cuda_graph, compile_mode, warmup)))
 
     @classmethod
@@ -133,12 +136,12 @@ class LLM:
                 defaults (``generation_config.json``).
             multimodal: the media of a single prompt, or one entry (None: text) per prompt, for a model
                 that takes media (:mod:`anna_core.multimodal`: placeholder ranges index the prompt's ids).
-            media: decoded media of a single prompt (``{"image": [PIL images]}``), or one entry (None: text) per
-                prompt, prepared by the model's processor (``LoadedModel.processor``): each prompt holds one
-                placeholder token per medium (Qwen3.5: ``<|image_pad|>``), which the processor expands. Not
-                together with ``multimodal``.
+            media: decoded media of a single prompt (``{"image": [PIL images], "video": [DecodedVideo or lists of
+                PIL frames]}``), or one entry (None: text) per prompt, prepared by the model's processor
+                (``LoadedModel.processor``): each prompt holds one placeholder token per medium (Qwen3.5:
+                ``<|image_pad|>``, ``<|video_pad|>``), which the processor expands. Not together with ``multimodal``.
             mm_processor_kwargs: the processor's settings for every prompt's media (Qwen3.5: ``min_pixels``,
-                ``max_pixels``).
+                ``max_pixels`` for images; ``fps``, the rate of a frame list, and ``max_frames`` for videos).
 
         Returns:
             One finished :class:`RequestOutput` per prompt, in input order.
@@ -193,9 +196,10 @@ class LLM:
         list of conversations, rendered with the checkpoint's chat template.
 
         A message's ``content`` may be a list of parts: ``{"type": "text", "text": ...}`` and, for a model that
-        takes images, ``{"type": "image", "image": <PIL image>}`` (the template sees ``{"type": "image"}`` and
-        writes the model's placeholder; the images go to :meth:`generate`'s ``media`` in order, with
-        ``mm_processor_kwargs``).
+        takes images, ``{"type": "image", "image": <PIL image>}``, and for one that takes videos,
+        ``{"type": "video", "video": <DecodedVideo or list of PIL frames>}`` (the template sees ``{"type": "image"}``
+        / ``{"type": "video"}`` and writes the model's placeholder; the media go to :meth:`generate`'s ``media`` in
+        order, with ``mm_processor_kwargs``).
 
         Raises:
             InvalidRequestError: no tokenizer or chat template, the template rejected the messages, or images for
@@ -206,13 +210,13 @@ class LLM:
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
         prompts, media = [], []
         for conv in conversations:
-            conv, images = _take_images(conv)
-            if images and self.loaded.processor is None:  # before the template sees image parts
+            conv, found = _take_media(conv)
+            if found and self.loaded.processor is None:  # before the template sees media parts
                 raise InvalidRequestError("this model takes text only; the request carries media", param="messages")
             prompts.append(self.tokenizer.encode(self.tokenizer.apply_chat_template(
                 conv, add_generation_prompt=add_generation_prompt, **(chat_template_kwargs or {})),
                 add_special_tokens=False))
-            media.append({"image": images} if images else None)
+            media.append(found or None)
         if not any(media):
             return self.generate(prompts, sampling_params)
         return self.generate(prompts, sampling_params, media=media, mm_processor_kwargs=mm_processor_kwargs)
@@ -237,20 +241,21 @@ class LLM:
         return [final[i] for i in ids]
 
 
-def _take_images(conversation: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The conversation with each ``{"type": "image", "image": obj}`` part as ``{"type": "image"}``, and the
-    images in order."""
-    images: list[Any] = []
+def _take_media(conversation: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, list[Any]]]:
+    """The conversation with each ``{"type": "image", "image": obj}`` / ``{"type": "video", "video": obj}`` part
+    as ``{"type": "image"}`` / ``{"type": "video"}``, and the media by modality, in order (no key for none)."""
+    media: dict[str, list[Any]] = {}
     out = []
     for msg in conversation:
         content = msg.get("content")
         if isinstance(content, list):
             parts = []
             for part in content:
-                if isinstance(part, dict) and part.get("type") == "image" and "image" in part:
-                    images.append(part["image"])
-                    part = {"type": "image"}
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind in ("image", "video") and kind in part:
+                    media.setdefault(kind, []).append(part[kind])
+                    part = {"type": kind}
                 parts.append(part)
             msg = {**msg, "content": parts}
         out.append(msg)
-    return out, images
+    return out, media

@@ -41,7 +41,8 @@ def _checkpoint_dtype(source: ModelSource) -> str | None:
 def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", load_format: str = "auto",
                gguf_file: str | None = None, chat_template: str | None = None, pm: Any = None,
                disable_kernels: Sequence[str] = (), offload: OffloadConfig | None = None,
-               max_device_memory_gib: float | None = None, weight_quant: str = "auto") -> LoadedModel:
+               max_device_memory_gib: float | None = None, weight_quant: str = "auto",
+               offload_vision: bool = False) -> LoadedModel:
     """Load the model at ``model`` (a folder or a ``.gguf`` file).
 
     Args:
@@ -63,11 +64,14 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
             where the family supports it), ``"none"`` (dequantize), ``"int4"`` / ``"int8"``
             (:data:`WEIGHT_QUANT_MODES`); passed to the family's loader as
             ``weight_quant`` unless ``"auto"``.
+        offload_vision: keep the model's vision tower on the CPU (``--offload-vision``; families that declare
+            ``ModelFamilySpec.vision_offload``, passed to the loader as ``offload_vision=True``).
 
     Raises:
         ModelLoadError: missing / broken checkpoint, or the family's package cannot be imported.
-        UnsupportedModelError: no installed family serves the checkpoint, or ``--offload-mode experts`` for a
-            family that does not declare expert offload.
+        UnsupportedModelError: no installed family serves the checkpoint, ``--offload-mode experts`` for a
+            family that does not declare expert offload, or ``offload_vision`` for one that does not declare
+            vision offload.
         AnnaError: bad device, dtype, load format or ``disable_kernels`` entry, or an offload setting the model
             contradicts (e.g. a resident layer index out of range).
     """
@@ -99,5 +103,10 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
         elif offload.mode == "experts":
             raise UnsupportedModelError(f"--offload-mode experts: the {family.name!r} family "
                                         f"({family.distribution or 'a plugin'}) does not declare expert offload")
+    if offload_vision:
+        if not family.vision_offload:
+            raise UnsupportedModelError(f"--offload-vision: the {family.name!r} family "
+                                        f"({family.distribution or 'a plugin'}) does not declare vision offload")
+        extra["offload_vision"] = True
     return loader(source, device=dev, dtype=dt, load_format=load_format,
                   kernels=kernels, chat_template=chat_template, **extra)

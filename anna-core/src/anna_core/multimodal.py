@@ -126,9 +126,13 @@ class MediaProcessor(Protocol):
 
     Attributes:
         modalities: the media it prepares (a subset of the model's declared modalities).
+        video_sampling: ``(fps, max_frames)``: the rate an encoded video is sampled at and the most frames kept,
+            the checkpoint's defaults (a request's ``mm_processor_kwargs`` ``fps`` / ``max_frames`` override
+            them); None for a processor that takes no video.
     """
 
     modalities: tuple[str, ...]
+    video_sampling: tuple[float, int] | None
 
     def process(self, prompt_token_ids: Sequence[int], media: Mapping[str, Sequence[Any]],
                 options: Mapping[str, Any] | None = None) -> tuple[list[int], MultiModalInputs]:
@@ -136,7 +140,8 @@ class MediaProcessor(Protocol):
 
         Args:
             prompt_token_ids: the prompt, one placeholder token per medium (as the chat template writes it).
-            media: decoded media by modality (``{"image": [PIL images]}``), in the order of their placeholders.
+            media: decoded media by modality (``{"image": [PIL images], "video": [DecodedVideo or frame lists]}``),
+                in the order of their placeholders.
             options: per-request preprocessing settings (``mm_processor_kwargs``, e.g. pixel bounds), or None.
 
         Raises:

@@ -63,6 +63,9 @@ class ModelFamilySpec:
         expert_offload: its loader takes ``offload=`` (an :class:`anna_core.layers.expert_offload.OffloadPlan`
             factory, see :func:`anna_core.loading.load_model`) and can keep routed experts in host memory
             (``--offload-mode``). A family that does not declare it is refused ``--offload-mode experts``.
+        vision_offload: its loader takes ``offload_vision=True`` and then keeps a vision tower on the CPU (encoding
+            there, the rows copied to the device; ``--offload-vision``). A family that does not declare it is
+            refused ``--offload-vision``.
         tiny_checkpoint: lazy ``"module:attr"`` of ``build(path: Path, **overrides) -> Path``, which writes a
             tiny random checkpoint of the family (config, weights, tokenizer with a chat template) that its
             loader loads, into the folder ``path``, and returns ``path``; ``overrides`` are the builder's own
@@ -83,6 +86,7 @@ class ModelFamilySpec:
     tool_call_parser: str = ""
     tasks: tuple[str, ...] = attrs.field(default=("generate",), converter=tuple)
     expert_offload: bool = False
+    vision_offload: bool = False
     tiny_checkpoint: str = attrs.field(default="", validator=_lazy_or_empty)
 
     @tasks.validator

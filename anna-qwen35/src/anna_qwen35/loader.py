@@ -66,7 +66,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
-         max_device_bytes: int | None = None, weight_quant: str = "auto") -> LoadedModel:
+         max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False) -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
@@ -80,6 +80,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         offload, max_device_bytes: expert offload of a MoE model (:func:`anna_core.layers.expert_offload.plan_offload`,
             decided on the meta-built model): the offloaded layers' experts load into pinned host memory, never
             onto the device.
+        offload_vision: keep the vision tower (``visual.*``) in host memory and run it on the CPU with CPU-bound ops
+            (:meth:`Qwen35ForCausalLM.encode` copies its rows to ``device``); ignored, with a log line, for a model
+            without a tower.
 
     Raises:
         OffloadConfigError: an offload setting the model contradicts; offload of a GGUF.
@@ -105,28 +108,38 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy")
     cfg = Qwen35Config.from_hf(source.config)
-    vision, processor = _vision(source, cfg)
+    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
+    vision, processor = _vision(source, cfg, tokenizer)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
     model = build_model(cfg, ops, dtype, per_expert, vision)
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
+    tower_on_cpu = offload_vision and vision is not None
+    if offload_vision and vision is None:
+        log.info("--offload-vision: %s has no vision tower to offload", source.root)
+    if tower_on_cpu:
+        host = (*host, "visual.")
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init, host=host)
     else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
         load_safetensors(model, source.root, name_map(cfg, vision is not None), device=device, host=host,
                          pin=not per_expert)
     model.raw_config = source.config
-    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
-    loaded = _loaded(_prepare(model, ops), cfg, tokenizer, generation, device, dtype)
+    model = _prepare(model, ops)
+    if tower_on_cpu:  # the tower's linear layers on the CPU's kernels
+        use_linear_op(model.visual, bind_ops(kernels, torch.device("cpu"), dtype))
+    loaded = _loaded(model, cfg, tokenizer, generation, device, dtype)
     loaded.processor = processor
     if plan is not None:
         loaded.expert_store = apply_offload(model, plan, device)
     return loaded
 
 
-def _vision(source: ModelSource, cfg: Qwen35Config) -> tuple[VisionConfig | None, Qwen35VLProcessor | None]:
-    """The vision tower's config and the image processor of a vision-language checkpoint, or ``(None, None)``:
+def _vision(source: ModelSource, cfg: Qwen35Config, tokenizer: Any
+            ) -> tuple[VisionConfig | None, Qwen35VLProcessor | None]:
+    """The vision tower's config and the media processor of a vision-language checkpoint (videos need
+    ``tokenizer``), or ``(None, None)``:
     for a text-only checkpoint, and for one without ``preprocessor_config.json`` (served as text only, its
     ``model.visual.*`` tensors ignored, as a shape-only config folder for dummy weights is).
 
@@ -138,7 +151,7 @@ def _vision(source: ModelSource, cfg: Qwen35Config) -> tuple[VisionConfig | None
     if not isinstance(raw, dict):
         return None, None
     vision = VisionConfig.from_hf(raw, cfg.hidden_size)
-    processor = Qwen35VLProcessor.from_checkpoint(source.root, source.config, vision)
+    processor = Qwen35VLProcessor.from_checkpoint(source.root, source.config, vision, tokenizer)
     if processor is None:
         log.info("%s has no %s: serving Qwen3.5 as a text model (the vision tower is not loaded)",
                  source.root, PREPROCESSOR_CONFIG)

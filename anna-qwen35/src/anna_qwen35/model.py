@@ -133,8 +133,8 @@ class Qwen35ForCausalLM(nn.Module):
     where only the reference runs fails and the runner runs that step eagerly).
 
     With a vision tower (``vision``: a ``Qwen3_5ForConditionalGeneration`` checkpoint with its image processor)
-    it also takes images: capabilities ``modalities=("image",)`` and ``position_rows=3`` (interleaved M-RoPE
-    ``[3, T]`` positions, :mod:`anna_qwen35.processor`), :meth:`encode` runs the tower
+    it also takes images and videos: capabilities ``modalities=("image", "video")`` and ``position_rows=3``
+    (interleaved M-RoPE ``[3, T]`` positions, :mod:`anna_qwen35.processor`), :meth:`encode` runs the tower
     (:class:`~anna_qwen35.vision.VisionTower`, parameters ``visual.*``) and the forward pass splices its rows in at
     the placeholders.
     """
@@ -152,7 +152,7 @@ class Qwen35ForCausalLM(nn.Module):
         self.hidden_size = cfg.hidden_size
         self.visual = None if vision is None else VisionTower(vision)
         if vision is not None:
-            self.capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True, modalities=("image",),
+            self.capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True, modalities=("image", "video"),
                                                   position_rows=3)
 
     @property
@@ -203,9 +203,12 @@ class Qwen35ForCausalLM(nn.Module):
 
     @torch.inference_mode()
     def encode(self, items: list[MediaItem]) -> list[torch.Tensor]:
-        """The tower's output per image: ``[item.length, hidden]`` in the serving dtype, on the model's device.
+        """The tower's output per medium (an image, or a video's frame group): ``[item.length, hidden]`` in the
+        serving dtype, on the model's device.
 
-        Each item's ``data`` is the processor's ``{"pixel_values": [N, C*tp*p*p], "grid_thw": (t, h, w)}``.
+        Each item's ``data`` is the processor's ``{"pixel_values": [N, C*tp*p*p], "grid_thw": (t, h, w)}``; images
+        and video frame groups take the same path (a frame group is a ``(1, h, w)`` grid of two-frame patches). The
+        tower runs where its parameters are (the CPU under ``--offload-vision``).
 
         Raises:
             ValueError: the model has no vision tower, or an item's pixels do not fit its grid.
@@ -213,7 +216,8 @@ class Qwen35ForCausalLM(nn.Module):
         if self.visual is None:
             raise ValueError("this Qwen3.5 model has no vision tower")
         device = self.model.embed_tokens.weight.device
-        return [self.visual(m.data["pixel_values"].to(device), tuple(m.data["grid_thw"])) for m in items]
+        tower = self.visual.pos_embed.weight.device  # the CPU under --offload-vision
+        return [self.visual(m.data["pixel_values"].to(tower), tuple(m.data["grid_thw"])).to(device) for m in items]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32."""

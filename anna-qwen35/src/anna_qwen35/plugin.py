@@ -18,6 +18,7 @@ def register_model_families(register):
             distribution="anna-qwen35",
             reasoning_parser="qwen3",
             tool_call_parser="qwen3_coder",
+            vision_offload=True,  # --offload-vision: the vision tower on the CPU
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
             tiny_checkpoint="anna_qwen35.tiny:build_tiny_checkpoint",  # for tests: variant dense / moe
         )

@@ -10,6 +10,10 @@ its own, its time falls into the next one), so decode tokens/s per stream is ``1
 reported; ITL percentiles pool the decode steps of all runs. The roofline is the bytes one decode
 step must move (:mod:`anna_core.bench.roofline`, at the mean context of the decode phase) over the
 copy bandwidth measured in the same process.
+
+With an image (``--image PATH`` / ``--image-size WxH``, :mod:`anna_core.bench.image_prompts`) every request is a
+chat turn with one image instead of random token ids: ``input_len`` becomes that prompt's length (image
+placeholders included), TTFT includes encoding the image, and the eager-loop check (text only) is left out.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ class BenchSettings:
     offload: Any = None
     """An :class:`~anna_core.engine.offload.OffloadConfig` (None: the experts stay on the device)."""
     max_device_memory_gib: float | None = None
+    image: Any = None
+    """An :class:`~anna_core.bench.image_prompts.ImageSpec`: one image per request (None: token-id prompts)."""
+    offload_vision: bool = False
 
     def __attrs_post_init__(self) -> None:
         for name in ("batch_size", "input_len", "output_len", "runs"):
@@ -78,6 +85,8 @@ class BenchSettings:
         if self.serve_defaults and (self.prefix_caching or not self.async_scheduling):
             raise AnnaError("--serve-defaults builds the engine as `anna serve` does: drop --enable-prefix-caching "
                             "(on there) and --no-async-scheduling")
+        if self.image is not None and self.compare_hf:
+            raise AnnaError("--compare-hf times text prompts only: leave it out with --image / --image-size")
 
 
 def engine_config(batch: int, max_len: int, prefill_tokens: int, *, block_size: int = 16,
@@ -138,9 +147,10 @@ def _prompts(vocab: int, batch: int, length: int, seed: int) -> list[list[int]]:
 
 
 def timed_run(engine: Any, prompts: list[list[int]], output_len: int, tag: str,
-              logprobs: int | None = None) -> dict[str, Any]:
+              logprobs: int | None = None, multimodal: list[Any] | None = None) -> dict[str, Any]:
     """Generate ``output_len`` greedy tokens for each prompt (with ``logprobs`` top log-probabilities
-    per token when given: such steps take the captured logits graph and the eager sampler); returns
+    per token when given: such steps take the captured logits graph and the eager sampler; with
+    ``multimodal``, each prompt's :class:`~anna_core.multimodal.MultiModalInputs`); returns
     ``ttft_s``, ``itl_s`` (list) and the generated ids per request.
 
     Raises:
@@ -151,7 +161,7 @@ def timed_run(engine: Any, prompts: list[list[int]], output_len: int, tag: str,
     params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True, logprobs=logprobs)
     t0 = wall_clock()
     for i, p in enumerate(prompts):
-        engine.add_request(f"{tag}-{i}", p, params)
+        engine.add_request(f"{tag}-{i}", p, params, multimodal=None if multimodal is None else multimodal[i])
     waiting = {f"{tag}-{i}" for i in range(len(prompts))}
     ttft = None
     itl: list[float] = []
@@ -236,13 +246,20 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         t = wall_clock()
         loaded = load_model(s.model_dir, device=s.device, dtype=s.dtype, load_format=s.load_format,
                             disable_kernels=s.disable_kernels, weight_quant=s.weight_quant, offload=s.offload,
-                            max_device_memory_gib=s.max_device_memory_gib)
+                            max_device_memory_gib=s.max_device_memory_gib, offload_vision=s.offload_vision)
         load_s = wall_clock() - t
     else:
         load_s = 0.0
     if s.compare_hf and loaded.expert_store is not None:  # HF's model would need the experts as parameters
         raise AnnaError("--compare-hf needs every expert on the device: the model's experts are offloaded "
                         "(use --offload-mode none, or leave --compare-hf out)")
+    image_tokens = None
+    if s.image is not None:  # the engine is sized to the image prompt's real length
+        from anna_core.bench.image_prompts import image_requests
+
+        [probe], [mm] = image_requests(loaded, s.image, 1, s.seed * 1000 + 998)
+        s = attrs.evolve(s, input_len=len(probe))
+        image_tokens = sum(m.length for m in mm.items)
     accel = accelerator(loaded.device)
     t = wall_clock()
     engine = build_engine(loaded, s)
@@ -254,8 +271,11 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
 
     runs = []
     for r in range(s.warmup + s.runs):
-        prompts = _prompts(vocab, s.batch_size, s.input_len, s.seed * 1000 + r)
-        res = timed_run(engine, prompts, s.output_len, f"run{r}", s.logprobs)
+        if s.image is None:
+            prompts, media = _prompts(vocab, s.batch_size, s.input_len, s.seed * 1000 + r), None
+        else:
+            prompts, media = image_requests(loaded, s.image, s.batch_size, s.seed * 1000 + r)
+        res = timed_run(engine, prompts, s.output_len, f"run{r}", s.logprobs, media)
         if r >= s.warmup:
             runs.append(res)
             last_prompts = prompts
@@ -287,8 +307,12 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "roofline_fraction": per_stream / roof_per_stream,
         "first_tokens": runs[-1]["tokens"][0][:8],
         "tokens_sha256": tokens_sha256(runs[-1]["tokens"]),
-        "served_vs_eager_match_tokens": served_vs_eager(model, last_prompts, runs[-1]["tokens"]),
     }
+    if s.image is None:
+        report["served_vs_eager_match_tokens"] = served_vs_eager(model, last_prompts, runs[-1]["tokens"])
+    else:
+        report["image"] = {"image": s.image.describe(), "image_tokens": image_tokens,
+                           "offload_vision": s.offload_vision}
     if engine.expert_store is not None:
         report["expert_cache"] = engine.expert_store.report()
     graphs = engine.runner.graphs

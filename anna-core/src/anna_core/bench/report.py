@@ -30,7 +30,8 @@ def format_report(r: dict[str, Any]) -> str:
     ``itl_ms_p50`` / ``_p99``, ``peak_memory_gib``, ``copy_bandwidth_gbps``, ``step_bytes``,
     ``roofline_tokens_per_s_per_stream``, ``roofline_fraction``, optional ``graph_replay_ms``,
     ``served_vs_eager_match_tokens``,
-    ``tokens_sha256``, optional ``expert_cache`` (offloaded experts),
+    ``tokens_sha256``, optional ``expert_cache`` (offloaded experts), optional ``image`` (``--image``: the image,
+    its placeholder tokens, ``offload_vision``),
     ``async_scheduling``, ``profile_ms_per_step``, ``timeline`` (with ``timeline_source`` "served" or
     "padded" and, when served steps could not be traced, ``timeline_served_error``), ``timeline_error``
     and ``hf``.
@@ -47,6 +48,7 @@ def format_report(r: dict[str, Any]) -> str:
          + (f"  logprobs {r['logprobs']} per token" if r.get("logprobs") is not None else "")
          + (f"  prefix caching on ({r['snapshots_held']} recurrent-state snapshots held)" if r.get("prefix_caching") else "")
          + ("  engine as `anna serve` builds it (--serve-defaults)" if r.get("serve_defaults") else "")),
+        *([_image(r["image"])] if r.get("image") else []),
         f"prefill   {r['prefill_tokens_per_s']:10.1f} tok/s   TTFT {r['ttft_ms']:.2f} ms",
         (f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "
          f"{r['decode_tokens_per_s_total']:.1f} tok/s total"),
@@ -99,3 +101,8 @@ def format_report(r: dict[str, Any]) -> str:
                 f"{hf['hf_err_vs_fp32']:.4f}; fp32 top-1 = Anna's: {hf['fp32_top1_is_anna']}, = HF's: "
                 f"{hf['fp32_top1_is_hf']}")
     return "\n".join(lines)
+
+
+def _image(image: dict[str, Any]) -> str:
+    return (f"image     {image['image']}: {image['image_tokens']} image tokens per prompt (TTFT includes encoding it"
+            + (" on the CPU, --offload-vision)" if image.get("offload_vision") else ")"))

@@ -97,37 +97,64 @@ def chat_prompt_ids(server: ServerState, req: ChatCompletionRequest) -> list[int
 
 
 def check_media(server: ServerState, req: ChatCompletionRequest) -> None:
-    """Refuse images for a model that takes none (before the chat template renders them).
+    """Refuse media a model does not take (before the chat template renders them).
 
     Raises:
-        InvalidRequestError: the request has images and the model's processor takes none (param ``messages``).
+        InvalidRequestError: the request has images or videos and the model's processor takes none (param
+            ``messages``).
     """
-    if req.image_urls and (server.processor is None or "image" not in server.processor.modalities):
-        raise InvalidRequestError("this model takes text only; the request carries images", param="messages")
+    taken = () if server.processor is None else server.processor.modalities
+    for kind, urls in (("image", req.image_urls), ("video", req.video_urls)):
+        if urls and kind not in taken:
+            what = "text only" if not taken else " and ".join(f"{m}s" for m in taken) + " only"
+            raise InvalidRequestError(f"this model takes {what}; the request carries {kind}s", param="messages")
 
 
 def chat_media(server: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]
                ) -> tuple[list[int], MultiModalInputs | None]:
-    """Fetch, decode and prepare the images of a chat request (CPU and network work: call it off the event loop).
+    """Fetch, decode and prepare the images and videos of a chat request (CPU and network work: call it off the
+    event loop). All media of the request share its byte budget; a video is sampled at ``fps`` keeping at most
+    ``max_frames`` frames (the request's ``mm_processor_kwargs``, else the server's, else the processor's
+    ``video_sampling``) within the media policy's frame-size, frame-count and decode-time caps.
 
     Returns:
-        ``(prompt ids, None)`` for a request without images; else the ids with each image's placeholder expanded
+        ``(prompt ids, None)`` for a request without media; else the ids with each medium's placeholder expanded
         and its :class:`~anna_core.multimodal.MultiModalInputs` (the model's processor).
 
     Raises:
-        InvalidRequestError: images for a model that takes text only, a URL the media policy refuses, a body that
-            is not an image, placeholders that do not match the images (param ``messages``).
+        InvalidRequestError: media for a model that does not take them, a URL the media policy refuses, a body
+            that is not an image or a video, an invalid ``fps`` / ``max_frames``, placeholders that do not match
+            the media (param ``messages`` or ``mm_processor_kwargs``).
     """
-    if not req.image_urls:
+    if not req.image_urls and not req.video_urls:
         return prompt_ids, None
     check_media(server, req)
     from anna_core.media import decode_image
 
     fetcher = server.media_fetcher
     session = fetcher.session()
-    images = [decode_image(session.fetch(url), fetcher.policy.max_image_pixels) for url in req.image_urls]
     options = {**server.mm_processor_kwargs, **req.mm_processor_kwargs}
-    return server.processor.process(prompt_ids, {"image": images}, options)
+    media: dict[str, list[Any]] = {}
+    if req.image_urls:
+        media["image"] = [decode_image(session.fetch(url), fetcher.policy.max_image_pixels) for url in req.image_urls]
+    if req.video_urls:
+        media["video"] = [_decode_video(session.fetch(url), server, options) for url in req.video_urls]
+    return server.processor.process(prompt_ids, media, options)
+
+
+def _decode_video(data: bytes, server: ServerState, options: dict[str, Any]) -> Any:
+    """One fetched video decoded at the request's sampling under the server's media policy."""
+    from anna_core.media import decode_video
+
+    fps, max_frames = server.processor.video_sampling
+    fps, max_frames = options.get("fps", fps), options.get("max_frames", max_frames)
+    for key, value, kinds in (("fps", fps, (int, float)), ("max_frames", max_frames, (int,))):
+        if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+            raise InvalidRequestError(f"mm_processor_kwargs.{key} must be a positive number, got {value!r}",
+                                      param="mm_processor_kwargs")
+    policy = server.media_fetcher.policy
+    return decode_video(data, fps=fps, max_frames=max_frames, max_pixels=policy.max_video_frame_pixels,
+                        max_decoded_frames=policy.max_video_decoded_frames, timeout_s=policy.video_decode_timeout_s)
 
 
 def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[int]:

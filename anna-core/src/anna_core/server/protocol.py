@@ -231,10 +231,15 @@ def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
     return out
 
 
-def _flatten_content(content: Any, where: str, image_urls: list[str]) -> str | list[dict[str, Any]] | None:
+MEDIA_PARTS = {"image_url": "image", "video_url": "video"}
+"""Content part types that carry a medium, and the part the chat template sees for each."""
+
+
+def _flatten_content(content: Any, where: str, media_urls: dict[str, list[str]]) -> str | list[dict[str, Any]] | None:
     """A message's content for the chat template: text parts joined by newlines into one string; a message with
-    ``image_url`` parts keeps its parts in order as ``{"type": "text", "text": ...}`` / ``{"type": "image"}`` (the
-    template writes the model's image placeholder), its URLs appended to ``image_urls``."""
+    ``image_url`` / ``video_url`` parts keeps its parts in order as ``{"type": "text", "text": ...}`` /
+    ``{"type": "image"}`` / ``{"type": "video"}`` (the template writes the model's placeholders), the URLs appended
+    to ``media_urls["image"]`` / ``media_urls["video"]``."""
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -245,24 +250,24 @@ def _flatten_content(content: Any, where: str, image_urls: list[str]) -> str | l
         if not isinstance(part, dict):
             raise _fail(f"'{here}' must be an object", here)
         kind = part.get("type")
-        if kind == "image_url":
-            image_urls.append(_image_url(part.get("image_url"), f"{here}.image_url"))
-            parts.append({"type": "image"})
+        if kind in MEDIA_PARTS:
+            media_urls[MEDIA_PARTS[kind]].append(_media_url(part.get(kind), f"{here}.{kind}"))
+            parts.append({"type": MEDIA_PARTS[kind]})
             continue
         if kind != "text":
-            raise _fail(f"content part type {kind!r} is not supported; only 'text' and 'image_url' parts are",
-                        f"{here}.type")
+            raise _fail(f"content part type {kind!r} is not supported; only 'text', 'image_url' and 'video_url' "
+                        "parts are", f"{here}.type")
         if not isinstance(part.get("text"), str):
             raise _fail(f"'{here}.text' must be a string", f"{here}.text")
         parts.append({"type": "text", "text": part["text"]})
-    if any(p["type"] == "image" for p in parts):
+    if any(p["type"] != "text" for p in parts):
         return parts
     return "\n".join(p["text"] for p in parts)
 
 
-def _image_url(value: Any, where: str) -> str:
-    """The URL of an ``image_url`` part: ``{"url": ..., "detail": ...}`` (``detail`` accepted, not used) or a bare
-    string."""
+def _media_url(value: Any, where: str) -> str:
+    """The URL of an ``image_url`` / ``video_url`` part: ``{"url": ..., "detail": ...}`` (``detail`` accepted, not
+    used) or a bare string."""
     if isinstance(value, dict):
         detail = value.get("detail", "auto")
         if detail not in ("auto", "low", "high"):
@@ -274,11 +279,12 @@ def _image_url(value: Any, where: str) -> str:
     return value
 
 
-def _parse_messages(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """The messages and the URLs of their images, in order."""
+def _parse_messages(value: Any) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """The messages and the URLs of their media by modality (``{"image": [...], "video": [...]}``), in order."""
     if not isinstance(value, list) or not value:
         raise _fail("'messages' must be a non-empty array", "messages")
-    out, image_urls = [], []
+    out: list[dict[str, Any]] = []
+    media_urls: dict[str, list[str]] = {"image": [], "video": []}
     for i, msg in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
@@ -286,7 +292,7 @@ def _parse_messages(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
         role = msg.get("role")
         if role not in _ROLES:
             raise _fail(f"'{where}.role' must be one of {sorted(_ROLES)}, got {role!r}", f"{where}.role")
-        content = _flatten_content(msg.get("content"), f"{where}.content", image_urls)
+        content = _flatten_content(msg.get("content"), f"{where}.content", media_urls)
         if content is None and role != "assistant":
             raise _fail(f"'{where}.content' is required", f"{where}.content")
         parsed = {**msg, "content": content}
@@ -301,7 +307,7 @@ def _parse_messages(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
             raise _fail(f"'{where}.tool_call_id' must be the id (a string) of the call this message answers",
                         f"{where}.tool_call_id")
         out.append(parsed)
-    return out, image_urls
+    return out, media_urls
 
 
 def _assistant_fields(msg: dict[str, Any], where: str) -> dict[str, Any]:
@@ -343,8 +349,8 @@ class ChatCompletionRequest(_Common):
     """A parsed ``POST /v1/chat/completions`` body.
 
     Attributes:
-        messages: messages with text content flattened to strings (a message with images keeps its parts as
-            ``{"type": "text", "text"}`` / ``{"type": "image"}``; other keys kept for the
+        messages: messages with text content flattened to strings (a message with media keeps its parts as
+            ``{"type": "text", "text"}`` / ``{"type": "image"}`` / ``{"type": "video"}``; other keys kept for the
             template; assistant reasoning under ``reasoning_content`` and ``reasoning``, tool-call
             arguments as objects, an assistant's missing or null ``content`` as ``""``, a null or
             empty ``tool_calls`` left out).
@@ -356,8 +362,9 @@ class ChatCompletionRequest(_Common):
         response_format: the grammar for ``json_object`` / ``json_schema`` (None: free text).
         include_reasoning: return the reasoning (vLLM's ``include_reasoning``, default True).
         image_urls: the URLs of the messages' ``image_url`` parts, in order (earlier turns included).
+        video_urls: the URLs of the messages' ``video_url`` parts, in order (earlier turns included).
         mm_processor_kwargs: settings for the model's media processor (vLLM's name; Qwen3.5: ``min_pixels``,
-            ``max_pixels``), checked by the processor.
+            ``max_pixels`` for images, ``fps`` and ``max_frames`` for videos), checked by the processor.
     """
 
     messages: list[dict[str, Any]] = attrs.field(factory=list)
@@ -368,6 +375,7 @@ class ChatCompletionRequest(_Common):
     response_format: StructuredOutput | None = None
     include_reasoning: bool = True
     image_urls: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    video_urls: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     mm_processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
 
     @classmethod
@@ -387,7 +395,7 @@ class ChatCompletionRequest(_Common):
         if cont and add_gen:
             raise _fail("'continue_final_message' and 'add_generation_prompt' cannot both be true",
                         "continue_final_message")
-        messages, image_urls = _parse_messages(body.get("messages"))
+        messages, media_urls = _parse_messages(body.get("messages"))
         if cont is None:
             cont = add_gen is None and messages[-1]["role"] == "assistant"
         if cont and messages[-1]["role"] != "assistant":
@@ -414,7 +422,8 @@ class ChatCompletionRequest(_Common):
             tools=tools,
             response_format=response_format,
             include_reasoning=True if include_reasoning is None else include_reasoning,
-            image_urls=image_urls,
+            image_urls=media_urls["image"],
+            video_urls=media_urls["video"],
             mm_processor_kwargs=dict(_dict(body, "mm_processor_kwargs") or {}),
         )
 

@@ -205,11 +205,14 @@ VL_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
     "{%- else %}{%- for part in message['content'] %}"
     "{%- if part['type'] == 'image' or part['type'] == 'image_url' %}"
     "{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'video' or part['type'] == 'video_url' %}"
+    "{{- '<|vision_start|><|video_pad|><|vision_end|>' }}"
     "{%- elif part['type'] == 'text' %}{{- part['text'] }}{%- endif %}"
     "{%- endfor %}{%- endif %}"
     "{{- '<|im_end|>\\n' }}")
-""":data:`CHAT_TEMPLATE` rendering a content list's image parts as Qwen3.5's template does
-(``<|vision_start|><|image_pad|><|vision_end|>``) and its text parts as they are."""
+""":data:`CHAT_TEMPLATE` rendering a content list's image and video parts as Qwen3.5's template does
+(``<|vision_start|><|image_pad|><|vision_end|>``, ``<|vision_start|><|video_pad|><|vision_end|>``) and its text
+parts as they are."""
 
 
 def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int = 64, num_layers: int = 4,

@@ -37,7 +37,20 @@ def test_the_family_offers_a_tiny_moe_checkpoint(tiny_checkpoint, anna_plugin_ma
 
 
 def test_the_tiny_checkpoint_builder_names_its_variants(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown Qwen3.5 variant 'vision'; use one of \('dense', 'moe'\)"):
+    with pytest.raises(ValueError, match=r"unknown Qwen3.5 variant 'vision'; use one of \('dense', 'moe', 'vl', 'vl-moe'\)"):
         build_tiny_checkpoint(tmp_path, variant="vision")
     assert json.loads((build_tiny_checkpoint(tmp_path / "d", seed=1) / "config.json").read_text())["model_type"] == \
         "qwen3_5_text"
+
+
+@pytest.mark.parametrize("variant, model_type", [("vl", "qwen3_5"), ("vl-moe", "qwen3_5_moe")])
+def test_the_family_offers_a_tiny_vision_language_checkpoint(tiny_checkpoint, anna_plugin_manager, variant, model_type):
+    """``tiny_checkpoint("qwen35", variant="vl" | "vl-moe")`` writes a checkpoint that takes images and video: the
+    family loads its vision tower and processor."""
+    from anna_core.loading import load_model
+
+    folder = tiny_checkpoint("qwen35", variant=variant, seed=4)
+    assert json.loads((folder / "config.json").read_text())["model_type"] == model_type
+    loaded = load_model(folder, device="cpu", dtype="fp32", pm=anna_plugin_manager)
+    assert loaded.family == "qwen35" and loaded.processor is not None
+    assert set(loaded.model.capabilities.modalities) == {"image", "video"}

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-VARIANTS = ("dense", "moe")
+VARIANTS = ("dense", "moe", "vl", "vl-moe")
 
 HIDDEN = 64
 MOE_INTERMEDIATE = 32
@@ -131,8 +131,9 @@ def build_tiny_checkpoint(path: str | Path, *, variant: str = "dense", **overrid
     """The family's ``tiny_checkpoint`` builder: a tiny random Qwen3.5 of ``variant`` in ``path``.
 
     Args:
-        variant: ``"dense"`` (:func:`~anna_core.testing.checkpoints.build_tiny_qwen35`) or ``"moe"``
-            (:func:`build_tiny_qwen35_moe`).
+        variant: ``"dense"`` (:func:`~anna_core.testing.checkpoints.build_tiny_qwen35`), ``"moe"``
+            (:func:`build_tiny_qwen35_moe`), or ``"vl"`` / ``"vl-moe"``: a checkpoint that takes images and video
+            (:func:`~anna_core.testing.checkpoints.build_tiny_qwen35_vl`, dense or mixture-of-experts).
         overrides: that builder's keyword arguments (``layout="vl"``, ``tie``, ``seed``, ...).
 
     Raises:
@@ -144,4 +145,8 @@ def build_tiny_checkpoint(path: str | Path, *, variant: str = "dense", **overrid
         return build_tiny_qwen35(path, **overrides)
     if variant == "moe":
         return build_tiny_qwen35_moe(path, **overrides)
+    if variant in ("vl", "vl-moe"):
+        from anna_core.testing.checkpoints import build_tiny_qwen35_vl
+
+        return build_tiny_qwen35_vl(path, moe=variant == "vl-moe", **overrides)
     raise ValueError(f"unknown Qwen3.5 variant {variant!r}; use one of {VARIANTS}")

@@ -134,3 +134,14 @@ def test_grammar_refuses_unknown_functions_and_no_tools():
     with pytest.raises(ValueError, match="needs at least one tool"):
         parser.grammar([], None, parallel=True)
 
+
+
+def test_calls_that_are_not_strict_json_stay_content():
+    # NaN / Infinity are not JSON (re-emitting them would hand clients invalid arguments); nesting past the stack
+    # must not raise mid-stream
+    from anna_core.parsers.qwen3_json import parse_call
+
+    assert parse_call('{"name": "f", "arguments": {"x": NaN}}') is None
+    assert parse_call('{"name": "f", "arguments": "{\\"x\\": Infinity}"}') is None
+    assert parse_call('{"name": "f", "arguments": ' + "[" * 100000 + "]" * 100000 + "}") is None
+    assert parse_call('{"name": "f", "arguments": {"x": 1.5}}') == ("f", '{"x": 1.5}')

@@ -266,3 +266,64 @@ def test_server_video_defaults_reach_the_decoder(tiny_vl, tmp_path):
     assert frame_groups({"fps": 4}) == 4  # 8 frames
     assert frame_groups({"fps": 4, "max_frames": 3}) == 2  # 3 frames, the last repeated
     assert frame_groups({"fps": 4}, mm_processor_kwargs={"fps": 1}) == 1  # the request's own: 2 frames
+
+
+def test_a_request_cannot_raise_the_media_bounds(client, server, tiny_vl):
+    """A request's mm_processor_kwargs may narrow what the model's processor allows, never widen it: an image is
+    never resized past the checkpoint's max_pixels, a video never keeps more than its max_frames, and a sampling
+    rate must be a finite number (each otherwise a 400 before any resize or decode)."""
+    import json
+
+    import openai
+
+    size = json.loads((tiny_vl / "preprocessor_config.json").read_text())["size"]
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_uri(solid_image(
+        (10, 20, 30), 56, 56))}}]}]
+    video = [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": video_uri(
+        mp4(8, rate=4, seed=4))}}]}]
+
+    def send(messages, **kwargs):
+        return client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1, extra_body={
+            **NO_THINKING, "mm_processor_kwargs": kwargs})
+
+    for key in ("max_pixels", "min_pixels"):
+        with pytest.raises(openai.BadRequestError, match=f"{key} .* exceeds the checkpoint's max_pixels"):
+            send(image, **{key: size["longest_edge"] + 1})
+    assert send(image, max_pixels=size["longest_edge"]).usage.prompt_tokens > 0
+    with pytest.raises(openai.BadRequestError, match="max_frames .* exceeds the model's limit"):
+        send(video, max_frames=10 ** 6)
+    import httpx
+
+    for bad in ("NaN", "Infinity"):  # Python's json module reads these (the openai client will not send them)
+        body = json.dumps({"model": MODEL, "messages": video, "max_tokens": 1, **NO_THINKING,
+                           "mm_processor_kwargs": {"fps": 1}}).replace('"fps": 1', f'"fps": {bad}')
+        reply = httpx.post(f"{server.base_url}/v1/chat/completions", content=body, timeout=30,
+                           headers={"Content-Type": "application/json"})
+        assert reply.status_code == 400 and "fps" in reply.json()["error"]["message"], reply.text
+
+
+def test_media_preparation_is_bounded_by_the_servers_media_slots(tiny_vl):
+    """Requests with media hold a worker thread while their media are fetched and decoded: past
+    ServerState.media_slots at once, one more is refused (429) instead of queueing behind them."""
+    import threading
+
+    from anna_core.errors import QueueFullError
+    from anna_core.server import prepare
+    from anna_core.server.protocol import ChatCompletionRequest
+    from anna_core.server.state import ServerState
+
+    from tests.qwen35.conftest import load_anna
+
+    loaded = load_anna(tiny_vl)
+    state = ServerState(model_name=MODEL, processor=loaded.processor, media_slots=threading.BoundedSemaphore(1))
+    state.tokenizer = loaded.tokenizer
+    req = ChatCompletionRequest.from_json({"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data_uri(solid_image((1, 2, 3), 56, 56))}}]}]})
+    ids = prepare.chat_prompt_ids(state, req)
+    assert state.media_slots.acquire(blocking=False)  # another request is preparing its media
+    with pytest.raises(QueueFullError, match="media"):
+        prepare.chat_media(state, req, ids)
+    state.media_slots.release()
+    expanded, mm = prepare.chat_media(state, req, ids)
+    assert mm is not None and len(expanded) > len(ids)
+    assert state.media_slots.acquire(blocking=False)  # the slot came back after the request

@@ -126,13 +126,15 @@ class MediaProcessor(Protocol):
 
     Attributes:
         modalities: the media it prepares (a subset of the model's declared modalities).
-        video_sampling: ``(fps, max_frames)``: the rate an encoded video is sampled at and the most frames kept,
-            the checkpoint's defaults (a request's ``mm_processor_kwargs`` ``fps`` / ``max_frames`` override
-            them); None for a processor that takes no video.
+        video_sampling: ``(fps, max_frames, max_frame_pixels)``: the rate an encoded video is sampled at, the
+            most frames kept (the checkpoint's defaults: a request's ``mm_processor_kwargs`` ``fps`` overrides the
+            first and ``max_frames`` may lower the second, never raise it) and the largest frame (width * height)
+            the processor could use, to which frames are downscaled as they are decoded; None for a processor
+            that takes no video.
     """
 
     modalities: tuple[str, ...]
-    video_sampling: tuple[float, int] | None
+    video_sampling: tuple[float, int, int] | None
 
     def process(self, prompt_token_ids: Sequence[int], media: Mapping[str, Sequence[Any]],
                 options: Mapping[str, Any] | None = None) -> tuple[list[int], MultiModalInputs]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,9 @@ class Qwen35VLProcessor:
         self.merge = spatial_merge_size
         self.video = video
         self.modalities = ("image",) if video is None else ("image", "video")
-        self.video_sampling = None if video is None else (video.settings.fps, video.settings.max_frames)
+        # a clip's frames are resized to at most max_pixels in all (t' * h * w), so no frame needs more than that
+        self.video_sampling = None if video is None else (video.settings.fps, video.settings.max_frames,
+                                                          video.settings.max_pixels)
 
     @classmethod
     def from_checkpoint(cls, root: Path, config: dict[str, Any], vision: VisionConfig,
@@ -195,7 +198,7 @@ class Qwen35VLProcessor:
             frames, times = list(video), [k / fps for k in range(len(video))]
         else:
             raise InvalidRequestError("a video is a DecodedVideo or a list of PIL frames", param="messages")
-        max_frames = options.get("max_frames", settings.max_frames)
+        max_frames = min(options.get("max_frames", settings.max_frames), settings.max_frames)
         if len(frames) > max_frames:
             raise InvalidRequestError(f"a video of {len(frames)} frames exceeds max_frames ({max_frames})",
                                       param="messages")
@@ -207,6 +210,10 @@ class Qwen35VLProcessor:
         """The image processor's ``size`` (``shortest_edge`` / ``longest_edge``: pixel bounds) for ``options``."""
         size = dict(self.image_processor.size)
         bounds = {"min_pixels": size["shortest_edge"], "max_pixels": size["longest_edge"]}
+        for key in bounds.keys() & options.keys():  # an image is never resized past the checkpoint's own bound
+            if options[key] > size["longest_edge"]:
+                raise InvalidRequestError(f"mm_processor_kwargs.{key} {options[key]} exceeds the checkpoint's "
+                                          f"max_pixels ({size['longest_edge']})", param="mm_processor_kwargs")
         bounds.update({k: v for k, v in options.items() if k in bounds})
         if bounds["min_pixels"] > bounds["max_pixels"]:
             raise InvalidRequestError(f"mm_processor_kwargs: min_pixels {bounds['min_pixels']} exceeds max_pixels "
@@ -260,7 +267,7 @@ def _check_options(options: Mapping[str, Any]) -> None:
                                   param="mm_processor_kwargs")
     for key, value in options.items():
         number = (int, float) if key == "fps" else (int,)
-        if isinstance(value, bool) or not isinstance(value, number) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, number) or not math.isfinite(value) or value <= 0:
             kind = "a positive number" if key == "fps" else "a positive integer"
             raise InvalidRequestError(f"mm_processor_kwargs.{key} must be {kind}, got {value!r}",
                                       param="mm_processor_kwargs")

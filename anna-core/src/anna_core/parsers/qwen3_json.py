@@ -33,20 +33,24 @@ def parse_call(body: str) -> tuple[str, str] | None:
         body: the text between ``<tool_call>`` and ``</tool_call>``.
     """
     try:
-        call = json.loads(body)
-    except ValueError:
+        call = json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # not JSON, NaN / Infinity (not JSON either), nested past the stack
         return None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"].strip():
         return None
     arguments = call.get("arguments", call.get("parameters", {}))
     if isinstance(arguments, str):  # arguments sent as a JSON-encoded object
         try:
-            arguments = json.loads(arguments)
-        except ValueError:
+            arguments = json.loads(arguments, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
             return None
     if not isinstance(arguments, dict):
         return None
     return call["name"].strip(), json.dumps(arguments, ensure_ascii=False)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
 
 
 class Qwen3JsonToolParser:

@@ -11,12 +11,13 @@ itself and choice ``i`` a seed derived from it, so the whole response is reprodu
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
 
 from anna_core.engine.sampling_params import SamplingParams, StructuredOutput
-from anna_core.errors import AnnaError, InvalidRequestError
+from anna_core.errors import AnnaError, InvalidRequestError, QueueFullError
 from anna_core.multimodal import MultiModalInputs
 from anna_core.parsers.json_calls import JsonToolCallParser
 from anna_core.server.errors import LOADING_RETRY_AFTER_S, ModelNotFoundError, ServiceUnavailableError
@@ -123,38 +124,50 @@ def chat_media(server: ServerState, req: ChatCompletionRequest, prompt_ids: list
 
     Raises:
         InvalidRequestError: media for a model that does not take them, a URL the media policy refuses, a body
-            that is not an image or a video, an invalid ``fps`` / ``max_frames``, placeholders that do not match
-            the media (param ``messages`` or ``mm_processor_kwargs``).
+            that is not an image or a video, an invalid ``fps`` / ``max_frames`` (or one above the model's limit),
+            placeholders that do not match the media (param ``messages`` or ``mm_processor_kwargs``).
+        QueueFullError: ``ServerState.media_slots`` requests with media are being prepared already (429).
     """
     if not req.image_urls and not req.video_urls:
         return prompt_ids, None
     check_media(server, req)
     from anna_core.media import decode_image
 
-    fetcher = server.media_fetcher
-    session = fetcher.session()
-    options = {**server.mm_processor_kwargs, **req.mm_processor_kwargs}
-    media: dict[str, list[Any]] = {}
-    if req.image_urls:
-        media["image"] = [decode_image(session.fetch(url), fetcher.policy.max_image_pixels) for url in req.image_urls]
-    if req.video_urls:
-        media["video"] = [_decode_video(session.fetch(url), server, options) for url in req.video_urls]
-    return server.processor.process(prompt_ids, media, options)
+    if not server.media_slots.acquire(blocking=False):  # media work holds a worker thread: bounded, never queued
+        raise QueueFullError("too many requests with media are being prepared at once; retry shortly",
+                             retry_after_s=1)
+    try:
+        fetcher = server.media_fetcher
+        session = fetcher.session()
+        options = {**server.mm_processor_kwargs, **req.mm_processor_kwargs}
+        media: dict[str, list[Any]] = {}
+        if req.image_urls:
+            media["image"] = [decode_image(session.fetch(url), fetcher.policy.max_image_pixels)
+                              for url in req.image_urls]
+        if req.video_urls:
+            media["video"] = [_decode_video(session.fetch(url), server, options) for url in req.video_urls]
+        return server.processor.process(prompt_ids, media, options)
+    finally:
+        server.media_slots.release()
 
 
 def _decode_video(data: bytes, server: ServerState, options: dict[str, Any]) -> Any:
     """One fetched video decoded at the request's sampling under the server's media policy."""
     from anna_core.media import decode_video
 
-    fps, max_frames = server.processor.video_sampling
-    fps, max_frames = options.get("fps", fps), options.get("max_frames", max_frames)
+    fps, most_frames, frame_pixels = server.processor.video_sampling
+    fps, max_frames = options.get("fps", fps), options.get("max_frames", most_frames)
     for key, value, kinds in (("fps", fps, (int, float)), ("max_frames", max_frames, (int,))):
-        if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
             raise InvalidRequestError(f"mm_processor_kwargs.{key} must be a positive number, got {value!r}",
                                       param="mm_processor_kwargs")
+    if max_frames > most_frames:
+        raise InvalidRequestError(f"mm_processor_kwargs.max_frames {max_frames} exceeds the model's limit "
+                                  f"({most_frames} frames)", param="mm_processor_kwargs")
     policy = server.media_fetcher.policy
     return decode_video(data, fps=fps, max_frames=max_frames, max_pixels=policy.max_video_frame_pixels,
-                        max_decoded_frames=policy.max_video_decoded_frames, timeout_s=policy.video_decode_timeout_s)
+                        max_decoded_frames=policy.max_video_decoded_frames, timeout_s=policy.video_decode_timeout_s,
+                        max_frame_pixels=frame_pixels)
 
 
 def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[int]:

@@ -10,6 +10,7 @@ started engine.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -98,6 +99,9 @@ class ServerState:
             local files).
         mm_processor_kwargs: default settings of the media processor (``--mm-processor-kwargs``); a request's own
             ``mm_processor_kwargs`` override them key by key.
+        media_slots: requests whose media may be fetched and decoded at once (each holds a worker thread of the
+            event loop's default executor, which every request's off-loop preparation shares); one more is
+            refused with a 429 rather than queued. By default half of that executor's threads (at least 1).
     """
 
     model_name: str
@@ -125,6 +129,7 @@ class ServerState:
     processor: Any = None
     media_fetcher: Any = attrs.field(factory=lambda: _default_media_fetcher())
     mm_processor_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    media_slots: Any = attrs.field(factory=lambda: threading.BoundedSemaphore(_default_media_slots()))
     _warn_lock: Any = attrs.field(factory=threading.Lock, init=False, repr=False)
     _warnings_capped: bool = attrs.field(default=False, init=False, repr=False)
 
@@ -221,3 +226,8 @@ def _default_media_fetcher() -> Any:
     from anna_core.media import MediaFetcher, MediaPolicy
 
     return MediaFetcher(MediaPolicy())
+
+
+def _default_media_slots() -> int:
+    """Half the threads of asyncio's default executor (``min(32, cpus + 4)``), at least 1."""
+    return max(1, min(32, (os.cpu_count() or 1) + 4) // 2)

@@ -46,3 +46,43 @@ def test_listed_hosts_never_reach_metadata_link_local_multicast_or_unspecified(i
 
 def test_not_an_address():
     assert refusal_reason("example.com") == "not an IP address ('example.com')"
+
+
+@pytest.mark.parametrize("ip", ["192.0.0.192", "100.100.100.200", "fd00:ec2::254", "::ffff:100.100.100.200"])
+@pytest.mark.parametrize("private_ok", [False, True])
+def test_cloud_metadata_addresses_refused_even_for_listed_hosts(ip, private_ok):
+    assert refusal_reason(ip, private_ok=private_ok).startswith("cloud metadata address")
+
+
+def test_site_local_is_private_but_listed_hosts_may_use_it():
+    assert refusal_reason("fec0::1") == "private address"
+    assert refusal_reason("fec0::1", private_ok=True) is None
+
+
+@pytest.mark.parametrize("ip,reason", [
+    ("::ffff:0:7f00:1", "loopback address (embedded in an IPv4-translated address)"),
+    ("::ffff:0:a9fe:a9fe", "link-local address (embedded in an IPv4-translated address)"),
+    ("::7f00:1", "loopback address (embedded in an IPv4-compatible address)"),
+    ("::a9fe:a9fe", "link-local address (embedded in an IPv4-compatible address)"),
+    ("64:ff9b:1::7f00:1", "loopback address (embedded in a local-use NAT64 address)"),
+    ("64:ff9b:1::a9fe:a9fe", "link-local address (embedded in a local-use NAT64 address)"),
+    ("64:ff9b:1:ffff::c000:c0", "cloud metadata address (embedded in a local-use NAT64 address)"),
+])
+def test_more_ipv4_carrying_forms_judged_as_their_ipv4(ip, reason):
+    assert refusal_reason(ip) == reason
+
+
+@pytest.mark.parametrize("ip", ["::ffff:0:a9fe:a9fe", "::a9fe:a9fe", "64:ff9b:1::a9fe:a9fe"])
+def test_listed_hosts_never_reach_link_local_through_ipv4_carrying_forms(ip):
+    assert refusal_reason(ip, private_ok=True).startswith("link-local address (embedded in")
+
+
+@pytest.mark.parametrize("ip,reason", [("::", "unspecified address"), ("::1", "loopback address")])
+def test_unspecified_and_loopback_are_not_ipv4_compatible(ip, reason):
+    assert refusal_reason(ip) == reason
+
+
+@pytest.mark.parametrize("ip", ["192.0.0.8", "100.64.0.1", "198.18.0.1", "192.88.99.1", "3fff::1", "5f00::1",
+                                "64:ff9b:1::5db8:d822", "::5db8:d822", "::ffff:0:5db8:d822"])
+def test_special_purpose_ranges_refused_whatever_the_python_release(ip):
+    assert refusal_reason(ip) is not None

@@ -103,3 +103,47 @@ def test_decode_deadline_from_injected_clock():
         decode_video(data, fps=10.0, max_frames=100, timeout_s=5.0, clock=clock)
     assert 5.0 < now[0] < 10.0  # stopped soon after the deadline, not after all 20 frames
     assert len(decode_video(data, fps=10.0, max_frames=100, timeout_s=100.0, clock=clock).frames) == 20
+
+
+def _offset_clip(fmt: str, num_frames: int = 90, rate: int = 30, start_s: int = 100) -> bytes:
+    """A ``fmt`` clip at ``rate`` fps whose presentation times start at ``start_s`` seconds, not 0."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format=fmt) as out:
+        stream = out.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, rate)
+        for i in range(num_frames):
+            frame = av.VideoFrame.from_ndarray(np.full((24, 32, 3), 2 * i, dtype=np.uint8), format="rgb24")
+            frame.pts, frame.time_base = start_s * rate + i, Fraction(1, rate)
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["mpegts", "matroska"])
+def test_sampling_counts_from_the_first_frame_not_time_zero(fmt):
+    data = _offset_clip(fmt)  # 3 s at 30 fps, presentation times 100.0 .. 102.97 s
+    with av.open(io.BytesIO(data)) as c:  # the clip really is offset (else this test proves nothing)
+        assert next(c.decode(video=0)).time > 99.0
+    v = decode_video(data, fps=2.0, max_frames=1000)
+    assert len(v.frames) == 6
+    assert v.timestamps_s == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0, 2.5], abs=0.02)
+
+
+def test_max_frame_pixels_downscales_each_kept_frame_keeping_aspect():
+    data = _video(4, rate=10, size=(320, 240))
+    v = decode_video(data, fps=10.0, max_frames=10, max_frame_pixels=80 * 60)
+    assert len(v.frames) == 4
+    for f in v.frames:
+        w, h = f.size
+        assert abs(w - 80) <= 1 and abs(h - 60) <= 1 and w * h <= 80 * 60 and f.mode == "RGB"
+    assert [f.size for f in decode_video(data, fps=10.0, max_frames=10).frames] == [(320, 240)] * 4
+    assert decode_video(data, fps=10.0, max_frames=1, max_frame_pixels=10**6).frames[0].size == (320, 240)
+    with pytest.raises(ValueError, match="max_frame_pixels"):
+        decode_video(data, fps=10.0, max_frames=1, max_frame_pixels=0)

@@ -1,17 +1,30 @@
 """Which IP addresses a fetch must not reach.
 
 An IPv6 address may carry an IPv4 address that the network delivers to: IPv4-mapped (``::ffff:a.b.c.d``),
-6to4 (``2002:aabb:ccdd::/48``), Teredo (``2001::/32``, server and client) and NAT64 (``64:ff9b::/96``). Each
+IPv4-translated (``::ffff:0:a.b.c.d``), IPv4-compatible (``::a.b.c.d``), 6to4 (``2002:aabb:ccdd::/48``), Teredo
+(``2001::/32``, server and client) and NAT64 (``64:ff9b::/96`` and the local-use ``64:ff9b:1::/48``). Each
 carried address is judged by the same rules as the address itself, so ``2002:7f00:1::1`` is refused as loopback.
+
+The rule, in order: an address carrying a refused IPv4 address is refused for it; unspecified, link-local,
+multicast and cloud metadata addresses (:data:`.ranges.METADATA_ADDRESSES`) are always refused; unless the host
+is listed, loopback, reserved, private (site-local ``fec0::/10`` included) and non-global addresses are refused,
+non-global meaning outside ``ipaddress``'s global space *or* inside the explicit
+:data:`.ranges.NON_GLOBAL_NETWORKS`, so the verdict does not depend on the Python release's tables.
 """
 
 import ipaddress
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+from anna_core.media.ranges import (
+    IPV4_COMPATIBLE_PREFIX,
+    IPV4_TRANSLATED_PREFIX,
+    LOCAL_NAT64_PREFIX,
+    METADATA_ADDRESSES,
+    NAT64_PREFIX,
+    SITE_LOCAL,
+    in_non_global_range,
+)
 
-NAT64_PREFIX = ipaddress.IPv6Network("64:ff9b::/96")
-METADATA_ADDRESSES = frozenset({ipaddress.IPv6Address("fd00:ec2::254")})
-"""Cloud metadata services outside the link-local ranges (AWS's IPv6 endpoint)."""
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def refusal_reason(ip: str, *, private_ok: bool = False) -> str | None:
@@ -45,8 +58,16 @@ def embedded_ipv4(addr: IPAddress) -> list[tuple[str, ipaddress.IPv4Address]]:
     if addr.teredo is not None:
         server, client = addr.teredo
         found += [("a Teredo address (server)", server), ("a Teredo address (client)", client)]
-    if _without_scope(addr) in NAT64_PREFIX:
-        found.append(("a NAT64 address", ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)))
+    bare = _without_scope(addr)
+    last32 = ipaddress.IPv4Address(int(bare) & 0xFFFFFFFF)
+    if bare in NAT64_PREFIX:
+        found.append(("a NAT64 address", last32))
+    if bare in LOCAL_NAT64_PREFIX:
+        found.append(("a local-use NAT64 address", last32))
+    if bare in IPV4_TRANSLATED_PREFIX:
+        found.append(("an IPv4-translated address", last32))
+    if bare in IPV4_COMPATIBLE_PREFIX and int(bare) > 1:  # :: and ::1 are unspecified and loopback
+        found.append(("an IPv4-compatible address", last32))
     return found
 
 
@@ -69,9 +90,9 @@ def _reason(addr: IPAddress, private_ok: bool) -> str | None:
         return "loopback address"
     if addr.is_reserved:
         return "reserved address"
-    if addr.is_private:
+    if addr.is_private or _without_scope(addr) in SITE_LOCAL:
         return "private address"
-    if not addr.is_global:
+    if not addr.is_global or in_non_global_range(_without_scope(addr)):
         return "non-global address"
     return None
 

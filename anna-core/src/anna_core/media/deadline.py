@@ -20,12 +20,20 @@ class Deadline:
     Args:
         limit_s: seconds from now (``MediaPolicy.total_timeout_s``).
         clock: seconds, monotonic.
+        name: the policy field ``limit_s`` comes from, named in the refusal.
     """
 
-    def __init__(self, limit_s: float, clock: Callable[[], float]):
+    def __init__(self, limit_s: float, clock: Callable[[], float], *, name: str = "total_timeout_s"):
         self.limit_s = limit_s
         self.clock = clock
+        self.name = name
         self.expires_at = clock() + limit_s
+
+    def earliest(self, other: "Deadline | None") -> "Deadline":
+        """Whichever of this deadline and ``other`` (``None``: none) passes first."""
+        if other is not None and other.expires_at < self.expires_at:
+            return other
+        return self
 
     def remaining_s(self) -> float:
         """Seconds left (negative once passed)."""
@@ -37,7 +45,7 @@ class Deadline:
 
     def refusal(self) -> InvalidRequestError:
         """The 400 error for a fetch that ran out of time (the caller raises it)."""
-        return refuse(f"fetching the medium timed out (total_timeout_s={self.limit_s})")
+        return refuse(f"fetching the medium timed out ({self.name}={self.limit_s})")
 
     def bound(self, timeout_s: float) -> float:
         """Seconds the next blocking step may wait: ``min(timeout_s, remaining_s())``.

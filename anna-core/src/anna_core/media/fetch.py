@@ -2,6 +2,8 @@
 
 An HTTP(S) fetch runs under one :class:`~anna_core.media.deadline.Deadline` of ``total_timeout_s``: it is checked
 before every redirect hop and bounds the resolver, the connect, the TLS handshake, the request and every read.
+A :class:`MediaSession` (one request) also caps its fetches' number and gives them one shared deadline of
+``max_request_seconds``; each HTTP(S) fetch ends at the earlier of the two deadlines.
 """
 
 import http.client
@@ -56,15 +58,18 @@ class MediaFetcher:
     clock: Callable[[], float] = time.monotonic
 
     def session(self) -> "MediaSession":
-        """A fetcher for one request: its media share ``policy.max_bytes_per_request``."""
+        """A fetcher for one request: its media share ``policy.max_bytes_per_request``,
+        ``policy.max_media_per_request`` and ``policy.max_request_seconds`` (counted from now)."""
         return MediaSession(self, RequestBudget(self.policy.max_bytes_per_request))
 
-    def fetch(self, url: str, budget: RequestBudget | None = None) -> bytes:
+    def fetch(self, url: str, budget: RequestBudget | None = None, deadline: Deadline | None = None) -> bytes:
         """The bytes ``url`` names.
 
         Args:
             url: ``data:`` URI, ``http(s)://`` URL, ``file://`` URL or bare local path.
             budget: the request's shared byte budget, charged with the result; ``None`` for none.
+            deadline: the request's shared deadline; an HTTP(S) fetch ends at the earlier of it and its own
+                ``total_timeout_s``. ``None`` for none.
 
         Raises:
             InvalidRequestError: the URL is refused (scheme, address, local path, size, status, timeout,
@@ -81,13 +86,13 @@ class MediaFetcher:
         elif scheme in ("", "file"):
             data = read_local_file(local_path_of(url), self.policy.allowed_local_media_path, cap)
         else:
-            data = self._fetch_http(url, cap)
+            data = self._fetch_http(url, cap, deadline)
         if budget is not None:
             budget.charge(len(data))
         return data
 
-    def _fetch_http(self, url: str, cap: int) -> bytes:
-        deadline = Deadline(self.policy.total_timeout_s, self.clock)
+    def _fetch_http(self, url: str, cap: int, request_deadline: Deadline | None) -> bytes:
+        deadline = Deadline(self.policy.total_timeout_s, self.clock).earliest(request_deadline)
         for _hop in range(self.policy.max_redirects + 1):
             if deadline.expired():
                 raise deadline.refusal()
@@ -155,11 +160,34 @@ def _read_body(resp: http.client.HTTPResponse, cap: int) -> bytes:
 
 @attrs.define
 class MediaSession:
-    """One request's fetcher: every :meth:`fetch` charges the same :class:`RequestBudget`."""
+    """One request's fetcher: its fetches share one :class:`RequestBudget`, a count and a deadline.
+
+    Attributes:
+        fetcher: does the fetching.
+        budget: bytes left to the request.
+        deadline: when the request's fetches must be done (``policy.max_request_seconds`` from the session's
+            creation, on the fetcher's clock).
+        fetches: fetches started so far.
+    """
 
     fetcher: MediaFetcher
     budget: RequestBudget
+    deadline: Deadline = attrs.field(default=attrs.Factory(
+        lambda self: Deadline(self.fetcher.policy.max_request_seconds, self.fetcher.clock,
+                              name="max_request_seconds"), takes_self=True))
+    fetches: int = 0
 
     def fetch(self, url: str) -> bytes:
-        """As :meth:`MediaFetcher.fetch`, charged to this request's budget."""
-        return self.fetcher.fetch(url, self.budget)
+        """As :meth:`MediaFetcher.fetch`, charged to this request's budget, count and deadline.
+
+        Raises:
+            InvalidRequestError: as :meth:`MediaFetcher.fetch`; or this would be fetch number
+                ``max_media_per_request + 1``, or the request's deadline has passed (before or during it).
+        """
+        limit = self.fetcher.policy.max_media_per_request
+        if self.fetches >= limit:
+            raise refuse(f"the request names more than max_media_per_request ({limit}) media")
+        if self.deadline.expired():
+            raise self.deadline.refusal()
+        self.fetches += 1
+        return self.fetcher.fetch(url, self.budget, self.deadline)

@@ -55,6 +55,9 @@ class MediaPolicy:
         max_video_decoded_frames: frames, cap on how many frames decoding a video may go through, sampled or
             not (a video declaring more is refused before decoding).
         video_decode_timeout_s: seconds of wall-clock time decoding one video may take.
+        max_media_per_request: media one request (one :class:`~anna_core.media.MediaSession`) may fetch.
+        max_request_seconds: seconds all fetches of one request share, counted from the session's start; a
+            fetch starting after it is refused and one running past it is cut.
 
     Raises:
         ValueError: a limit is not positive (``max_redirects`` may be 0).
@@ -73,6 +76,8 @@ class MediaPolicy:
     max_video_frame_pixels: int = attrs.field(default=VIDEO_FRAME_PIXELS, validator=_positive)
     max_video_decoded_frames: int = attrs.field(default=VIDEO_DECODED_FRAMES, validator=_positive)
     video_decode_timeout_s: float = attrs.field(default=VIDEO_DECODE_TIMEOUT_S, validator=_positive)
+    max_media_per_request: int = attrs.field(default=16, validator=_positive)
+    max_request_seconds: float = attrs.field(default=60.0, validator=_positive)
 
     def host_is_listed(self, host: str) -> bool:
         """Whether ``host`` is one of ``allowed_media_domains``."""

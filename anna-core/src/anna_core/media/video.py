@@ -7,6 +7,7 @@ frames than that is refused before decoding starts.
 """
 
 import io
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -25,7 +26,7 @@ class DecodedVideo:
         frames: RGB frames, in time order.
         source_fps: frames per second of the source stream (0.0 when unknown).
         duration_s: seconds, the source stream's duration (0.0 when unknown).
-        timestamps_s: seconds, each frame's presentation time.
+        timestamps_s: seconds, each frame's presentation time, measured from the stream's first frame.
     """
 
     frames: list[Image.Image]
@@ -54,7 +55,8 @@ class _Bounds:
 
 def decode_video(data: bytes, *, fps: float, max_frames: int, max_pixels: int = VIDEO_FRAME_PIXELS,
                  max_decoded_frames: int = VIDEO_DECODED_FRAMES, timeout_s: float = VIDEO_DECODE_TIMEOUT_S,
-                 clock: Callable[[], float] = time.monotonic) -> DecodedVideo:
+                 clock: Callable[[], float] = time.monotonic,
+                 max_frame_pixels: int | None = None) -> DecodedVideo:
     """Frames sampled uniformly at ``fps`` from an encoded video, at most ``max_frames`` of them.
 
     The caps default to :class:`MediaPolicy`'s defaults; a server passes its policy's
@@ -62,12 +64,15 @@ def decode_video(data: bytes, *, fps: float, max_frames: int, max_pixels: int = 
 
     Args:
         data: the encoded video (any container PyAV/FFmpeg reads).
-        fps: frames per second to sample (the first frame at or after each ``k / fps`` seconds).
+        fps: frames per second to sample (the first frame at or after each ``k / fps`` seconds, counted
+            from the first frame's presentation time, whatever the container's start time).
         max_frames: frames, cap on the result.
         max_pixels: pixels, cap on every decoded frame's width * height.
         max_decoded_frames: frames, cap on the frames decoded, sampled or skipped.
         timeout_s: seconds, wall-clock cap on the whole decode.
         clock: seconds, monotonic; for ``timeout_s``.
+        max_frame_pixels: pixels; every kept frame larger than this (width * height) is downscaled, aspect
+            kept, as soon as it is decoded, so full-size frames are never held. ``None``: frames keep their size.
 
     Raises:
         ValueError: ``fps``, ``max_frames`` or a cap not a positive number (``None`` included).
@@ -79,6 +84,8 @@ def decode_video(data: bytes, *, fps: float, max_frames: int, max_pixels: int = 
     bad = {k: v for k, v in limits.items() if not (isinstance(v, int | float) and v > 0)}
     if bad:
         raise ValueError(f"decode_video limits must be positive, got {bad!r}")
+    if max_frame_pixels is not None and not (isinstance(max_frame_pixels, int) and max_frame_pixels > 0):
+        raise ValueError(f"decode_video max_frame_pixels must be a positive int or None, got {max_frame_pixels!r}")
     bounds = _Bounds(max_pixels, max_decoded_frames, clock() + timeout_s, timeout_s, clock)
     import av  # lazy: PyAV is heavy and only video requests need it
 
@@ -95,11 +102,15 @@ def decode_video(data: bytes, *, fps: float, max_frames: int, max_pixels: int = 
                              f"({max_decoded_frames})")
             source_fps = float(stream.average_rate or stream.guessed_rate or 0.0)
             duration_s = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
-            for frame in _checked_frames(container, stream, bounds):
-                t = float(frame.time) if frame.time is not None else len(times) / (source_fps or fps)
+            origin: float | None = None  # the first frame's presentation time: streams need not start at 0
+            for index, frame in enumerate(_checked_frames(container, stream, bounds)):
+                t = float(frame.time) if frame.time is not None else index / (source_fps or fps)
+                if origin is None:
+                    origin = t
+                t -= origin
                 if t + 1e-6 < len(frames) / fps:
                     continue
-                frames.append(frame.to_image().convert("RGB"))
+                frames.append(_shrunk(frame, max_frame_pixels).to_image().convert("RGB"))
                 times.append(t)
                 if len(frames) >= max_frames:
                     break
@@ -110,6 +121,16 @@ def decode_video(data: bytes, *, fps: float, max_frames: int, max_pixels: int = 
     if not duration_s:
         duration_s = times[-1]
     return DecodedVideo(frames, source_fps, duration_s, times)
+
+
+def _shrunk(frame, max_frame_pixels: int | None):
+    """``frame`` itself, or downscaled (aspect kept, bicubic) to at most ``max_frame_pixels`` pixels."""
+    w, h = frame.width, frame.height
+    if max_frame_pixels is None or w * h <= max_frame_pixels:
+        return frame
+    scale = math.sqrt(max_frame_pixels / (w * h))
+    new_w, new_h = max(1, math.floor(w * scale + 1e-9)), max(1, math.floor(h * scale + 1e-9))
+    return frame.reformat(width=new_w, height=new_h, format="rgb24", interpolation="BICUBIC")
 
 
 def _checked_frames(container, stream, bounds: _Bounds) -> Iterator:

@@ -38,6 +38,7 @@ from typing import Any
 
 from anna_core.engine.sampling_params import StructuredOutput
 from anna_core.parsers.base import CallSpacing, ToolCallDelta, new_call_id, partial_tag_len
+from anna_core.parsers.structural_tags import forced_tool_calls
 
 START, END = "<tool_call>", "</tool_call>"
 FUNC_END = "</function>"
@@ -262,19 +263,4 @@ class Qwen3CoderToolParser:
         Raises:
             ValueError: ``function`` is not among ``tools``, or there are no tools.
         """
-        import xgrammar
-
-        names = [t["function"]["name"] for t in tools]
-        if not names:
-            raise ValueError("tool_choice needs at least one tool")
-        if function is not None and function not in names:
-            raise ValueError(f"tool_choice names function {function!r}, which is not among the tools")
-        from xgrammar.structural_tag import StructuralTag, TagsWithSeparatorFormat
-
-        choice: Any = "required" if function is None else {"type": "function", "function": {"name": function}}
-        tag = xgrammar.get_model_structural_tag("qwen_3_5", tools=tools, tool_choice=choice, reasoning="disabled",
-                                                parallel_tool_calls=parallel)
-        if function is None:  # xgrammar's "required" lets text follow the first call: keep its calls only
-            tag = StructuralTag(format=TagsWithSeparatorFormat(tags=tag.format.tags, separator="\n", at_least_one=True,
-                                                               stop_after_first=not parallel))
-        return StructuredOutput("structural_tag", tag.model_dump_json())
+        return forced_tool_calls("qwen_3_5", tools, function, parallel)

@@ -7,6 +7,9 @@ from typing import Any
 
 from anna_core.errors import AnnaError, InvalidRequestError, ModelLoadError
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+"""Files any of which marks a checkpoint folder as holding a tokenizer."""
+
 
 class Tokenizer:
     """Wraps a transformers tokenizer: encode / decode / chat template / special ids.
@@ -35,6 +38,21 @@ class Tokenizer:
         except Exception as exc:  # transformers raises many types here
             raise ModelLoadError(f"cannot load a tokenizer from {str(model_dir)!r}: {exc}") from exc
         return cls(hf, chat_template)
+
+    @classmethod
+    def from_folder(cls, model_dir: str | Path, chat_template: str | None = None, *,
+                    required: bool = True) -> Tokenizer | None:
+        """:meth:`from_pretrained`, or None where ``required`` is false and ``model_dir`` holds no tokenizer file
+        (``tokenizer.json``, ``tokenizer_config.json``, ``vocab.json``, ``tokenizer.model``): a shape-only
+        folder loaded with dummy weights.
+
+        Raises:
+            ModelLoadError: a required tokenizer, or present tokenizer files, that do not load.
+        """
+        root = Path(model_dir)
+        if not required and not any((root / f).is_file() for f in TOKENIZER_FILES):
+            return None
+        return cls.from_pretrained(root, chat_template)
 
     @property
     def vocab_size(self) -> int:

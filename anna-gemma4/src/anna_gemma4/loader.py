@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +15,7 @@ from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
+from anna_core.tokenizer import Tokenizer
 from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
 
 from anna_gemma4.config import FULL, SLIDING, Gemma4Config
@@ -86,7 +86,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
     model.raw_config = source.config  # for hf_export (anna bench --compare-hf)
     model.eval()
-    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
+    tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     log.info("loaded Gemma 4 (%d layers: %d sliding-window, %d global; %d KV-shared%s%s) on %s/%s",
              cfg.num_hidden_layers, len(cfg.layers_of(SLIDING)), len(cfg.layers_of(FULL)),
@@ -98,11 +98,3 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
                        device=torch.device(device),
                        expert_store=apply_offload(model, plan, device) if plan is not None else None)
 
-
-def _tokenizer(root: Path, chat_template: str | None, *, required: bool):
-    from anna_core.tokenizer import Tokenizer
-
-    has_files = any((root / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
-    if not required and not has_files:
-        return None
-    return Tokenizer.from_pretrained(root, chat_template)

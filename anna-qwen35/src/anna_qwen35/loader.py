@@ -4,7 +4,6 @@ or dummy weights -> :class:`LoadedModel`."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,6 +16,7 @@ from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
+from anna_core.tokenizer import Tokenizer
 from anna_core.weights.safetensors_loader import (
     cast_meta_params,
     checkpoint_files,
@@ -108,7 +108,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy")
     cfg = Qwen35Config.from_hf(source.config)
-    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
+    tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")
     vision, processor = _vision(source, cfg, tokenizer)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
     model = build_model(cfg, ops, dtype, per_expert, vision)
@@ -203,11 +203,3 @@ def _loaded(model: Qwen35ForCausalLM, cfg: Qwen35Config, tokenizer: Any, generat
                        max_model_len=cfg.max_position_embeddings, family="qwen35", dtype=dtype,
                        device=torch.device(device))
 
-
-def _tokenizer(root: Path, chat_template: str | None, *, required: bool):
-    from anna_core.tokenizer import Tokenizer
-
-    has_files = any((root / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json"))
-    if not required and not has_files:
-        return None
-    return Tokenizer.from_pretrained(root, chat_template)

@@ -41,7 +41,7 @@ def build_tiny_qwen35_moe(path: str | Path, *, layout: str = "text", num_experts
     """
     if layout not in ("text", "vl"):
         raise ValueError(f"layout must be 'text' or 'vl', got {layout!r}")
-    from anna_core.testing.checkpoints import build_tiny_tokenizer, text_config_kwargs
+    from anna_core.testing.checkpoints import build_tiny_tokenizer, text_config_kwargs, tiny_vision_config
     from anna_core.testing.oracle import hide_fla
 
     hide_fla()
@@ -67,9 +67,7 @@ def build_tiny_qwen35_moe(path: str | Path, *, layout: str = "text", num_experts
         config.architectures = ["Qwen3_5MoeForCausalLM"]
         cls = Qwen3_5MoeForCausalLM
     else:
-        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN,
-                      patch_size=4, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
-        config = Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie)
+        config = Qwen3_5MoeConfig(text_config=text, vision_config=tiny_vision_config(HIDDEN), tie_word_embeddings=tie)
         config.architectures = ["Qwen3_5MoeForConditionalGeneration"]
         cls = Qwen3_5MoeForConditionalGeneration
     torch.manual_seed(seed)

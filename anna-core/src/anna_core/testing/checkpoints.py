@@ -92,6 +92,13 @@ def text_config_kwargs(
     )
 
 
+def tiny_vision_config(out_hidden_size: int) -> dict[str, int]:
+    """The smallest Qwen3.5 vision config the layouts with a tower carry when only the text model is exercised:
+    one block of width 32, 4x4 patches, 2x2 merging into ``out_hidden_size``."""
+    return dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=out_hidden_size,
+                patch_size=4, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
+
+
 def build_tiny_qwen35(
     path: str | Path,
     *,
@@ -146,9 +153,8 @@ def build_tiny_qwen35(
         config.architectures = ["Qwen3_5ForCausalLM"]
         cls = Qwen3_5ForCausalLM
     else:
-        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden_size,
-                      patch_size=4, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
-        config = Qwen3_5Config(text_config=text_kwargs, vision_config=vision, tie_word_embeddings=tie)
+        config = Qwen3_5Config(text_config=text_kwargs, vision_config=tiny_vision_config(hidden_size),
+                               tie_word_embeddings=tie)
         config.architectures = ["Qwen3_5ForConditionalGeneration"]
         cls = Qwen3_5ForConditionalGeneration
     torch.manual_seed(seed)

@@ -13,13 +13,13 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.linear import use_linear_op
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
+from anna_core.tokenizer import Tokenizer
 from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
 
 from anna_gemma4.config import FULL, SLIDING
 from anna_gemma4.gemma3.config import Gemma3Config
 from anna_gemma4.gemma3.model import Gemma3ForCausalLM
 from anna_gemma4.gemma3.weights import gguf_name_map, gguf_transform, name_map
-from anna_gemma4.loader import _tokenizer
 
 log = logging.getLogger("anna.gemma3")
 
@@ -71,7 +71,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     else:
         load_safetensors(model, source.root, name_map(cfg), device=device)
     model.raw_config = source.config  # for hf_export (anna bench --compare-hf); a GGUF source has none
-    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
+    tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=list(cfg.eos_token_id), tokenizer=tokenizer)
     return _loaded(_prepare(model, ops), cfg, tokenizer, generation, device, dtype)
 

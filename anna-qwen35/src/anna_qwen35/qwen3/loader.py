@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,6 +12,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.linear import use_linear_op
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
+from anna_core.tokenizer import Tokenizer
 from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
 
 from anna_qwen35.qwen3.config import Qwen3Config
@@ -75,7 +75,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     else:
         load_safetensors(model, source.root, name_map(cfg), device=device)
     model.raw_config = source.config
-    tokenizer = _tokenizer(source.root, chat_template, required=load_format != "dummy")
+    tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=list(cfg.eos_token_id) or None, tokenizer=tokenizer)
     log.info("loaded Qwen3 (%d layers, %d/%d heads of dim %d, %s head) on %s/%s", cfg.num_hidden_layers,
              cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
@@ -84,11 +84,3 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
                        max_model_len=cfg.max_position_embeddings, family="qwen3", dtype=dtype,
                        device=torch.device(device))
 
-
-def _tokenizer(root: Path, chat_template: str | None, *, required: bool):
-    from anna_core.tokenizer import Tokenizer
-
-    has_files = any((root / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json"))
-    if not required and not has_files:
-        return None
-    return Tokenizer.from_pretrained(root, chat_template)

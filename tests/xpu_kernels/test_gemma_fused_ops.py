@@ -199,12 +199,18 @@ def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, f
     monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
     want, chosen_ref = _generate(path, prompts)
     assert set(chosen_ref.values()) == {"reference"} and "qk_norm_rope_cache" not in chosen_ref
+    assert "qkv_norm_rope_cache" not in chosen_ref
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     got, chosen = _generate(path, prompts)
-    assert chosen["qk_norm_rope_cache"] == chosen["paged_attention"] == "triton"
+    # Gemma 4's value norm runs inside the fused pre-processing (qkv_norm_rope_cache); Gemma 3 has none
+    fused_qk = "qk_norm_rope_cache" if family == "gemma3" else "qkv_norm_rope_cache"
+    assert chosen[fused_qk] == chosen["paged_attention"] == "triton"
+    if family != "gemma3":
+        assert "qk_norm_rope_cache" not in chosen
     assert chosen.get("post_norm_residual") == (None if family == "gemma4-moe" else "triton")  # MoE: the fused tails
     if family == "gemma4-e2b":
         assert chosen["q_norm_rope"] == chosen["gated_linear"] == "triton"  # KV-shared layers, per-layer inputs
+        assert chosen["post_norm_residual_linear"] == "triton"  # the tails inside the next projections
     if family == "gemma4-moe":  # the MoE layers' fused norms, router and experts
         fused = ("post_norm_residual_norm_pair", "dual_post_norm_residual", "moe_route", "moe_experts")
         assert all(chosen[op] == "triton" for op in fused) and "rms_norm_pair" not in chosen

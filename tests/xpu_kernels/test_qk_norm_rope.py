@@ -88,3 +88,56 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="inv_freq"):
         qk_norm_rope_cache(q, k, k, torch.zeros(16), torch.zeros(16), 1e-6, True, torch.zeros(2, dtype=torch.long),
                            torch.ones(9), cache, cache.clone(), torch.zeros(2, dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim,rope,k_eq_v", [(32, {"rope_theta": 1e4}, False),
+                                             (64, {"rope_type": "proportional", "rope_theta": 1e6,
+                                                   "partial_rotary_factor": 0.25}, True)])
+def test_qkv_norm_rope_cache_matches_the_op_reference(poison_outputs, dtype, dim, rope, k_eq_v):
+    """``qkv_norm_rope_cache`` (Gemma 4: the weightless value norm inside) against its torch reference, which is
+    the unfused value ``rms_norm`` then ``qk_norm_rope_cache``; default rotary (sliding layers) and proportional
+    partial rotary (global layers, with K = V rows), q/k/v strided views of one merged projection."""
+    from anna_xpu_kernels.qk_norm_rope import qkv_norm_rope_cache
+
+    gen = torch.Generator().manual_seed(dim)
+    T, h_q, h_kv = 3, 4, 2
+    kv_cols = (1 if k_eq_v else 2) * h_kv * dim
+    merged = (3 * torch.randn(T, h_q * dim + kv_cols, generator=gen)).to(dtype)
+    q = merged[:, : h_q * dim].view(T, h_q, dim)
+    k = merged[:, h_q * dim: h_q * dim + h_kv * dim].view(T, h_kv, dim)
+    v = k if k_eq_v else merged[:, h_q * dim + h_kv * dim:].view(T, h_kv, dim)
+    qw, kw = (1 + 0.2 * torch.randn(2, dim, generator=gen)).to(dtype)
+    positions = torch.tensor([0, 9, 700])
+    inv_freq = RotaryEmbedding(dim, dim, rope)._inv_freq
+    slots = torch.tensor([5, 0, 14])
+    caches = [torch.full((4, BLOCK, h_kv, dim), float("nan"), dtype=dtype) for _ in range(4)]
+    got = qkv_norm_rope_cache(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, caches[0], caches[1], slots)
+    want = ref_qk.qkv_norm_rope_cache(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, caches[2], caches[3], slots)
+    t = tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    torch.testing.assert_close(got, want, **t)
+    torch.testing.assert_close(caches[0], caches[2], equal_nan=True, **t)
+    torch.testing.assert_close(caches[1], caches[3], equal_nan=True, **t)
+    # the reference is the unfused value norm, then qk_norm_rope_cache; the values it stores have unit RMS
+    again = [torch.full_like(caches[0], float("nan")) for _ in range(2)]
+    normed_v = ref_norms.rms_norm(v, torch.ones(dim, dtype=dtype), 1e-6, False)
+    ref_qk.qk_norm_rope_cache(q, k, normed_v, qw, kw, 1e-6, False, positions, inv_freq, again[0], again[1], slots)
+    torch.testing.assert_close(caches[3], again[1], equal_nan=True, rtol=0, atol=0)
+    stored = caches[1].view(-1, h_kv, dim)[slots].float()
+    torch.testing.assert_close(stored.pow(2).mean(-1), torch.ones(T, h_kv), rtol=2e-2, atol=2e-2)
+
+
+def test_qkv_norm_rope_cache_registered_and_switched_off_by_env(monkeypatch):
+    from anna_core.kernels import KernelRegistry, ProbeRequest
+    from anna_core.plugins import make_plugin_manager
+    from anna_xpu_kernels.qk_norm_rope import qkv_norm_rope_cache
+
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    request = ProbeRequest("cpu", "bfloat16", {"head_dim": 512})
+    assert registry.get("qkv_norm_rope_cache", request) is qkv_norm_rope_cache
+    monkeypatch.setenv("ANNA_QKV_NORM_ROPE", "0")  # A/B switch: the reference serves it, callers run v's norm apart
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get("qkv_norm_rope_cache", request) is ref_qk.qkv_norm_rope_cache
+    assert registry.get_accelerated("qkv_norm_rope_cache", request) is None
+    assert registry.get("qk_norm_rope_cache", request) is qk_norm_rope_cache

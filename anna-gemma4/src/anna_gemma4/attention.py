@@ -5,7 +5,8 @@ per-head v RMSNorm, rotary on q and k (the layer kind's table), grouped-query at
 cache with the layer kind's window, and ``o_proj``. The two families differ only in its knobs:
 
 * Gemma 4 (:class:`Gemma4Attention`): softmax scale 1.0 (the norms fix the logit scale), norms multiply
-  by ``w``, a weightless v RMSNorm; with ``attention_k_eq_v`` a global layer has no ``v_proj`` (V is the K
+  by ``w``, a weightless v RMSNorm (inside the ``qkv_norm_rope_cache`` op with the q/k norms, rotary and the
+  cache write where a kernel serves it); with ``attention_k_eq_v`` a global layer has no ``v_proj`` (V is the K
   projection before ``k_norm``); a KV-shared layer has only ``q_proj`` / ``q_norm`` / ``o_proj`` and
   attends over its source layer's cache (:class:`~anna_core.cache_spec.FullAttentionSpec` ``shared``),
   writing nothing.
@@ -102,44 +103,72 @@ class GemmaAttention(nn.Module):
                 out.update({f"{n}.{kind}": t for n, t in zip(names, torch.split(merged.detach(), sizes), strict=True)})
         return out
 
-    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """x ``[T, hidden]`` -> q ``[T, H, D]``, k, v ``[T, H_kv, D]`` (None in a KV-shared layer; v is k's
-        view with ``k_eq_v``): strided views of the merged projection's output when merged."""
-        T, H, H_kv, D = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+    def input_projection(self) -> nn.Linear | None:
+        """The one projection that reads the block's normalised input, so a caller may fuse the norm (and the
+        previous block's tail) into it and pass its output as ``forward(projected=...)``: the merged
+        ``qkv_proj``, or ``q_proj`` in a KV-shared layer; None while q/k/v are separate (before
+        :meth:`merge_projections`)."""
+        return self.q_proj if self.shares_kv else self.qkv_proj
+
+    def _project(self, x: torch.Tensor | None,
+                 projected: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """x ``[T, hidden]`` (or ``projected`` = :meth:`input_projection` of it, ``[T, N]``) -> q ``[T, H, D]``,
+        k, v ``[T, H_kv, D]`` (None in a KV-shared layer; v is k's view with ``k_eq_v``): strided views of the
+        merged projection's output when merged."""
+        H, H_kv, D = self.num_heads, self.num_kv_heads, self.head_dim
+        if projected is None:
+            if x is None:
+                raise ValueError("GemmaAttention: pass x or its projection")
+            projection = self.input_projection()
+            if projection is None:  # separate q/k/v projections
+                q, k = self.q_proj(x), self.k_proj(x)
+                v = k if self.v_proj is None else self.v_proj(x)
+                T = x.shape[0]
+                return q.view(T, H, D), k.view(T, H_kv, D), v.view(T, H_kv, D)
+            projected = projection(x)
+        T = projected.shape[0]
         if self.shares_kv:
-            return self.q_proj(x).view(T, H, D), None, None
-        if self.qkv_proj is None:
-            q, k = self.q_proj(x), self.k_proj(x)
-            v = k if self.v_proj is None else self.v_proj(x)
-        else:
-            q, k, *rest = torch.split(self.qkv_proj(x), self._qkv_sizes(), dim=-1)
-            v = rest[0] if rest else k
+            return projected.view(T, H, D), None, None
+        q, k, *rest = torch.split(projected, self._qkv_sizes(), dim=-1)
+        v = rest[0] if rest else k
         return q.view(T, H, D), k.view(T, H_kv, D), v.view(T, H_kv, D)
 
-    def _fused(self, batch: ForwardBatch) -> Any:
-        """The fused pre-processing op of this layer (``q_norm_rope`` in a KV-shared layer, else
-        ``qk_norm_rope_cache``) where a kernel (not only the torch reference) serves it and positions are
-        1-D; None otherwise (the unfused norms, rotary and cache write run, each chosen on its own)."""
+    def _fused(self, batch: ForwardBatch) -> tuple[Any, bool]:
+        """``(op, normalises_v)``: the fused pre-processing op of this layer where a kernel (not only the torch
+        reference) serves it and positions are 1-D — ``q_norm_rope`` in a KV-shared layer, else
+        ``qkv_norm_rope_cache`` (with the value norm: True) for a layer with a v norm, or ``qk_norm_rope_cache`` —
+        and ``(None, False)`` otherwise (the unfused norms, rotary and cache write run, each chosen on its own)."""
         if batch.positions.dim() != 1:
-            return None
-        return self.ops.accelerated("q_norm_rope" if self.shares_kv else "qk_norm_rope_cache", head_dim=self.head_dim)
+            return None, False
+        if self.shares_kv:
+            return self.ops.accelerated("q_norm_rope", head_dim=self.head_dim), False
+        if self.v_norm is not None:
+            fused = self.ops.accelerated("qkv_norm_rope_cache", head_dim=self.head_dim)
+            if fused is not None:
+                return fused, True
+        return self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim), False
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
-                cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | None, batch: ForwardBatch, caches: ModelCaches,
+                cos_sin: tuple[torch.Tensor, torch.Tensor], projected: torch.Tensor | None = None) -> torch.Tensor:
         """x: ``[T, hidden]`` (the block's normalised input) -> ``[T, hidden]``.
 
-        ``cos_sin``: this layer kind's ``rotary.cos_sin(batch.positions)``, computed once per pass (the
-        fused path computes its angles itself and ignores it).
+        ``projected``: :meth:`input_projection` of x, computed by the caller (e.g. fused with the norm before
+        it); x is then unused (pass None). ``cos_sin``: this layer kind's ``rotary.cos_sin(batch.positions)``,
+        computed once per pass (the fused path computes its angles itself and ignores it).
         Side effect (unless KV-shared): the layer's K/V are written into its cache group.
+
+        Raises:
+            ValueError: neither x nor projected is given.
         """
-        T, rotary = x.shape[0], self._rotary[0]
-        q, k, v = self._project(x)
-        if self.v_norm is not None and v is not None:
+        rotary = self._rotary[0]
+        q, k, v = self._project(x, projected)
+        T = q.shape[0]
+        fused, normalises_v = self._fused(batch)
+        if self.v_norm is not None and v is not None and not normalises_v:
             v = self.v_norm(v)
-        fused = self._fused(batch)
-        if fused is not None:  # q/k norms, rotary (and the cache write) in one kernel
+        if fused is not None:  # q/k(/v) norms, rotary (and the cache write) in one kernel
             qn = self.q_norm
-            inv_freq = rotary._tables(x.device)[0]
+            inv_freq = rotary._tables(q.device)[0]
             if self.shares_kv:
                 q = fused(q, qn.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq)
             else:

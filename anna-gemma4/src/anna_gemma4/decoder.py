@@ -11,10 +11,12 @@ The math (transformers' ``Gemma4TextDecoderLayer``)::
     h = h * layer_scalar
 
 Every norm is an RMSNorm multiplying by its weight (not ``1 + weight``). Each residual add runs as one
-``post_norm_residual`` op with the norm before it, the layer scalar and the norm after it (the next
-layer's input norm, computed here and handed on); in a dense layer the attention's tail runs inside the
-MLP's gate/up projection and, with per-layer embeddings, the MLP's tail inside the per-layer-input gate's
-projection (``post_norm_residual_linear``: one launch each at decode on GPUs). In an MoE layer the feed-forward tail (both post norms,
+``post_norm_residual`` op with the norm before it, the layer scalar and the norm after it; in a dense layer
+the attention's tail runs inside the MLP's gate/up projection and, with per-layer embeddings, the MLP's tail
+inside the per-layer-input gate's projection, and the layer's last residual add (with the layer scalar) is
+handed to the next layer as a :class:`PendingTail`, which runs it with its input norm inside its q/k/v (q in a
+KV-shared layer) projection (``post_norm_residual_linear``: one launch each at decode on GPUs); after the last
+layer the model's final norm applies it. In an MoE layer the feed-forward tail (both post norms,
 their sum, ``post_ff_norm``, the residual add, ...) is one ``dual_post_norm_residual`` op, and the
 attention's tail also gives ``pre_ff_norm_2(h)`` and the router's input (one ``post_norm_residual_norm_pair``
 launch on GPUs; elsewhere ``post_norm_residual`` and ``rms_norm_pair``).
@@ -22,6 +24,7 @@ launch on GPUs; elsewhere ``post_norm_residual`` and ``rms_norm_pair``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,6 +38,26 @@ from torch import nn
 from anna_gemma4.attention import Gemma4Attention
 from anna_gemma4.config import Gemma4Config, LayerSpec
 from anna_gemma4.moe import Gemma4Experts, Gemma4Router
+
+
+@dataclass(frozen=True)
+class PendingTail:
+    """A layer's last residual add, handed to the next layer to run inside its q/k/v projection's prologue (or to
+    the model's final norm): the stream after the layer is ``(h + norm(x)) * scale``.
+
+    Attributes:
+        x: ``[T, hidden]`` the last block's output; norm: its post norm (:class:`RMSNorm` with a weight);
+        scale: the layer scalar ``[1]`` (x's dtype), or None.
+    """
+
+    x: torch.Tensor
+    norm: RMSNorm
+    scale: torch.Tensor | None
+
+    def apply(self, h: torch.Tensor, next_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """h ``[T, hidden]`` (the stream before the add) -> ``(next_norm(h'), h')``: one ``post_norm_residual``."""
+        y, h = self.norm.post_add(self.x, h, self.scale, next_norm)
+        return y, h
 
 
 class Gemma4DecoderLayer(nn.Module):
@@ -73,39 +96,59 @@ class Gemma4DecoderLayer(nn.Module):
             self.per_layer_projection = nn.Linear(per_layer, hidden, bias=False)
             self.post_per_layer_input_norm = RMSNorm(hidden, eps, ops)
 
-    def forward(self, h: torch.Tensor, y: torch.Tensor, per_layer_input: torch.Tensor | None, batch: ForwardBatch,
-                caches: ModelCaches, cos_sin: tuple[torch.Tensor, torch.Tensor],
-                next_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
-        """h: ``[T, hidden]`` the residual stream; y: ``input_layernorm(h)`` (computed by the layer before,
-        fused into its tail); per_layer_input: ``[T, P]`` (None without per-layer embeddings); cos_sin: the
-        rotary table of this layer's kind; next_norm: the norm applied to this layer's output (the next
-        layer's input norm, or the model's final norm) -> ``(h', next_norm(h'))`` ``[T, hidden]`` each.
+    def forward(self, h: torch.Tensor, carry: torch.Tensor | PendingTail, per_layer_input: torch.Tensor | None,
+                batch: ForwardBatch, caches: ModelCaches, cos_sin: tuple[torch.Tensor, torch.Tensor],
+                next_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor | PendingTail]:
+        """h: ``[T, hidden]`` the residual stream; carry: what the layer before handed on — ``input_layernorm(h)``
+        ``[T, hidden]``, or a :class:`PendingTail` (the layer before's last residual add, not yet applied to h);
+        per_layer_input: ``[T, P]`` (None without per-layer embeddings); cos_sin: the rotary table of this layer's
+        kind; next_norm: the norm of the next layer's input (its ``input_layernorm``, or the model's final norm)
+        -> ``(h', carry')``: a dense layer (or one with per-layer embeddings) hands on its own last residual add
+        as a :class:`PendingTail`, an MoE layer without them ``next_norm(h')`` ``[T, hidden]``.
 
-        Every residual add runs fused with the norm before and after it (``post_norm_residual``)."""
-        a = self.self_attn(y, batch, caches, cos_sin)
+        Every residual add runs fused with the norm before and after it (``post_norm_residual``); a pending tail
+        runs inside this layer's q/k/v projection (``post_norm_residual_linear``)."""
+        attn_input, projected, h = self._attention_input(h, carry)
+        a = self.self_attn(attn_input, batch, caches, cos_sin, projected)
         if self.has_moe:  # h's four norms (the MLP's, the experts', the router's) with the residual add
             y, x, router_input, h = self._post_attention_moe(a, h)
             m = self.mlp(y)
         else:  # the attention's tail fused into the MLP's gate/up projection (post_norm_residual_linear)
             m, h = self.mlp(a, post_norm=(self.post_attention_layernorm, h, self.pre_feedforward_layernorm))
-        # the layer scalar and the next norm go with the last residual add (the per-layer-input block's, if any)
-        scale, last_norm = (None, None) if self.has_per_layer_input else (self.layer_scalar, next_norm)
         if self.has_moe:
             moe = self.experts(x, *self.router(router_input))
-            # post_ff_norm(post_ff_norm_1(m) + post_ff_norm_2(moe)) + h, scaled, normed again: one launch
-            y, h = self.post_feedforward_layernorm.post_add_sum(m, self.post_feedforward_layernorm_1, moe,
-                                                                self.post_feedforward_layernorm_2, h, scale, last_norm)
-        elif not self.has_per_layer_input:
-            y, h = self.post_feedforward_layernorm.post_add(m, h, scale, last_norm)
-        if self.has_per_layer_input:
-            if self.has_moe:
-                gate = self.per_layer_input_gate(h)
-            else:  # the MLP's tail fused into the per-layer-input gate's projection (post_norm_residual_linear)
-                gate, h = self.post_feedforward_layernorm.post_add_linear(m, h, None, None, self.per_layer_input_gate)
-            # per_layer_projection(gelu_tanh(per_layer_input_gate(h)) * per_layer_input): one GEMV with the product
-            p = self.ops.gated_linear(gate, per_layer_input, self.per_layer_projection.weight, "gelu_tanh")  # [T, hidden]
-            y, h = self.post_per_layer_input_norm.post_add(p, h, self.layer_scalar, next_norm)
-        return h, y
+            if not self.has_per_layer_input:
+                # post_ff_norm(post_ff_norm_1(m) + post_ff_norm_2(moe)) + h, scaled, normed again: one launch
+                y, h = self.post_feedforward_layernorm.post_add_sum(m, self.post_feedforward_layernorm_1, moe,
+                                                                    self.post_feedforward_layernorm_2, h,
+                                                                    self.layer_scalar, next_norm)
+                return h, y
+            _, h = self.post_feedforward_layernorm.post_add_sum(m, self.post_feedforward_layernorm_1, moe,
+                                                                self.post_feedforward_layernorm_2, h)
+        elif not self.has_per_layer_input:  # the last residual add, left to the next layer's projection
+            return h, PendingTail(m, self.post_feedforward_layernorm, self.layer_scalar)
+        if self.has_moe:
+            gate = self.per_layer_input_gate(h)
+        else:  # the MLP's tail fused into the per-layer-input gate's projection (post_norm_residual_linear)
+            gate, h = self.post_feedforward_layernorm.post_add_linear(m, h, None, None, self.per_layer_input_gate)
+        # per_layer_projection(gelu_tanh(per_layer_input_gate(h)) * per_layer_input): one GEMV with the product
+        p = self.ops.gated_linear(gate, per_layer_input, self.per_layer_projection.weight, "gelu_tanh")  # [T, hidden]
+        return h, PendingTail(p, self.post_per_layer_input_norm, self.layer_scalar)  # the last add, left to the next
+
+    def _attention_input(self, h: torch.Tensor, carry: torch.Tensor | PendingTail,
+                         ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+        """``(x, projected, h')`` for the attention: x = ``input_layernorm(h')`` or, where the attention has one
+        input projection, None and projected = that projection of it; h' = h after the pending tail's add.
+        A pending tail, this layer's input norm and the projection run as one ``post_norm_residual_linear``
+        (one launch at batch-1 decode on GPUs)."""
+        if not isinstance(carry, PendingTail):
+            return carry, None, h
+        projection = self.self_attn.input_projection()
+        if projection is None:  # q/k/v not merged: the tail with this layer's input norm, then the projections
+            y, h = carry.apply(h, self.input_layernorm)
+            return y, None, h
+        projected, h = carry.norm.post_add_linear(carry.x, h, carry.scale, self.input_layernorm, projection)
+        return None, projected, h
 
     def _post_attention_moe(self, a: torch.Tensor,
                             h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

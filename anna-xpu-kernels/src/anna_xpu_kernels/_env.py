@@ -1,7 +1,8 @@
 """Environment switches of anna-xpu-kernels (no torch or triton import here): the interpreter
 (below), programmatic dependent launch (``ANNA_TRITON_PDL``), the GEMV's norm prologue
-(``ANNA_GEMV_NORM_PROLOGUE``), its weight prefetch (``ANNA_GEMV_PREFETCH``) and the one-wave GEMV for one row
-(``ANNA_GEMV_PERSISTENT``). Each exists to A/B a kernel choice in separate processes
+(``ANNA_GEMV_NORM_PROLOGUE``), its weight prefetch (``ANNA_GEMV_PREFETCH``), the one-wave GEMV for one row
+(``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``) and the value norm fused into
+the attention pre-processing (``ANNA_QKV_NORM_ROPE``). Each exists to A/B a kernel choice in separate processes
 (``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 
 ``ANNA_TRITON_INTERPRET=1`` runs the Triton kernels under Triton's CPU interpreter: it sets Triton's
@@ -82,3 +83,24 @@ def gemv_persistent_requested() -> bool:
     """False when ``ANNA_GEMV_PERSISTENT`` is set to a false value (``0``): one-row GEMVs then run the
     tiled kernel instead of the one-wave kernel (:mod:`anna_xpu_kernels.gemv_persistent`); on by default."""
     return os.environ.get(GEMV_PERSISTENT_ENV, "").strip().lower() not in _FALSE
+
+
+POST_NORM_PROLOGUE_ENV = "ANNA_GEMV_POST_NORM_PROLOGUE"
+
+
+def post_norm_prologue_requested() -> bool:
+    """False when ``ANNA_GEMV_POST_NORM_PROLOGUE`` is set to a false value (``0``): ``post_norm_residual_linear``
+    then runs ``post_norm_residual`` and the projection as two launches instead of the one-wave GEMV's post-norm
+    prologue (for A/B measurements: Gemma's block tails, the last one in the next layer's q/k/v projection);
+    on by default."""
+    return os.environ.get(POST_NORM_PROLOGUE_ENV, "").strip().lower() not in _FALSE
+
+
+QKV_NORM_ROPE_ENV = "ANNA_QKV_NORM_ROPE"
+
+
+def qkv_norm_rope_requested() -> bool:
+    """False when ``ANNA_QKV_NORM_ROPE`` is set to a false value (``0``): the probe of ``qkv_norm_rope_cache``
+    declines, so Gemma 4 runs its value norm as its own ``rms_norm`` launch before ``qk_norm_rope_cache`` (for A/B
+    measurements); on by default."""
+    return os.environ.get(QKV_NORM_ROPE_ENV, "").strip().lower() not in _FALSE

@@ -46,7 +46,7 @@ from anna_core.kernels.reference.fused_linear import (
 
 from anna_xpu_kernels import activations, gemv, gemv_persistent, norms, pdl
 from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
-from anna_xpu_kernels._env import gemv_persistent_requested, norm_prologue_requested
+from anna_xpu_kernels._env import gemv_persistent_requested, norm_prologue_requested, post_norm_prologue_requested
 from anna_xpu_kernels.gemv_epilogue import GATED_EPILOGUES, NO_EPILOGUE
 from anna_xpu_kernels.gemv_prologue import (
     ADD_RMS_NORM,
@@ -295,7 +295,7 @@ def post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: t
     ``post_norm_residual_linear``): for one row on the one-wave GEMV's widths, one launch whose prologue
     computes the post norm, the residual add, the layer scale and the next norm
     (:data:`~anna_xpu_kernels.gemv_prologue.POST_NORM_RESIDUAL`), the first program writing the new residual;
-    elsewhere ``post_norm_residual`` then the projection (two launches).
+    elsewhere (or with ``ANNA_GEMV_POST_NORM_PROLOGUE=0``) ``post_norm_residual`` then the projection (two launches).
 
     Args:
         x, residual: ``[..., K]`` float32 / float16 / bfloat16, one dtype; weight, next_weight (or None): ``[K]``;
@@ -317,7 +317,7 @@ def post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: t
     k = x.shape[-1]
     rows = as_rows(x)
     one_wave = (rows.shape[0] == 1 and gemv.supports(rows, linear_weight) and gemv_persistent.takes(rows, k)
-                and gemv_persistent_requested() and weight.dtype == x.dtype
+                and gemv_persistent_requested() and post_norm_prologue_requested() and weight.dtype == x.dtype
                 and (next_weight is None or next_weight.dtype == x.dtype))
     if not one_wave:
         h, new_residual = norms.post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)

@@ -2,7 +2,7 @@
 
 Only lazy ``"module:attr"`` strings are handed over: registering imports neither torch, triton nor
 fla. Every op implemented here has its contract (and torch reference) in anna-core
-(:mod:`anna_core.kernels.ops`), the fused ones included: ``qk_norm_rope_cache``, ``fused_gdn_decode``
+(:mod:`anna_core.kernels.ops`), the fused ones included: ``qk_norm_rope_cache`` (``qkv_norm_rope_cache`` with the value norm), ``fused_gdn_decode``
 (the gated DeltaNet decode step) and ``fused_gdn_prefill`` (its prefill after the conv); ``moe_experts``
 (a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`; a few
 tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`), its
@@ -46,6 +46,7 @@ TRITON_KERNELS = {
     "add_rms_norm_linear_act_mul": ("fused_linear:add_rms_norm_linear_act_mul", "probes:linear_probe"),
     "post_norm_residual_linear": ("fused_linear:post_norm_residual_linear", "probes:linear_probe"),
     "qk_norm_rope_cache": ("qk_norm_rope:qk_norm_rope_cache", "probes:qk_norm_rope_probe"),
+    "qkv_norm_rope_cache": ("qk_norm_rope:qkv_norm_rope_cache", "probes:qkv_norm_rope_probe"),
     "q_norm_rope": ("qk_norm_rope:q_norm_rope", "probes:qk_norm_rope_probe"),
     "fused_gdn_decode": ("gdn_decode_fused:fused_gdn_decode", "probes:fused_gdn_decode_probe"),
     "moe_experts": ("moe:moe_experts", "probes:moe_experts_probe"),

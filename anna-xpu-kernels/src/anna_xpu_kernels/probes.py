@@ -18,7 +18,8 @@ the torch reference themselves for shapes they cannot hold in registers):
     :data:`MAX_ROUTE_EXPERTS` (beyond, that kernel raises rather than falls back: callers pass the
     fact). The fused gated DeltaNet decode step (``fused_gdn_decode``) requires ``head_k_dim`` and
     ``head_v_dim`` (it fuses heads of at most 256 only, :func:`anna_xpu_kernels.gdn_decode_fused.fusable`),
-    the fused attention pre-processing (``qk_norm_rope_cache``) ``head_dim``: without them they decline.
+    the fused attention pre-processing (``qk_norm_rope_cache``, ``qkv_norm_rope_cache``, ``q_norm_rope``)
+    ``head_dim``: without them they decline.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import functools
 import importlib
 from typing import Any
 
-from anna_xpu_kernels._env import cpu_interpret_requested
+from anna_xpu_kernels._env import cpu_interpret_requested, qkv_norm_rope_requested
 
 TRITON_DTYPES = ("float32", "float16", "bfloat16")
 FLA_DTYPES = ("float16", "bfloat16")
@@ -172,6 +173,12 @@ def qk_norm_rope_probe(request: Any) -> bool:
     row per program, as the norms)."""
     return (_shape_given(request.shape, ("head_dim",)) and _shape_within(request.shape, {"head_dim": MAX_NORM_DIM})
             and _triton_ok(request))
+
+
+def qkv_norm_rope_probe(request: Any) -> bool:
+    """qkv_norm_rope_cache: as :func:`qk_norm_rope_probe`, unless ``ANNA_QKV_NORM_ROPE=0`` (then it declines and the
+    caller runs the value norm apart, for A/B measurements)."""
+    return qkv_norm_rope_requested() and qk_norm_rope_probe(request)
 
 
 def paged_attention_probe(request: Any) -> bool:

@@ -10,6 +10,9 @@ dtype where the unfused ops round it):
 * keys and values stored at ``slot_mapping`` in ``[num_blocks, block_size, H_kv, D]`` caches (as
   the ``reshape_and_cache`` op).
 
+``qkv_norm_rope_cache`` (Gemma 4) also normalises each value head with a weightless RMSNorm (float32,
+rounded once) before storing it; ``qk_norm_rope_cache`` stores the values as given.
+
 Grid: one program per (token, head) over the ``H_q`` query heads followed by the ``H_kv`` key
 heads; a key-head program also copies its value head into the cache. Each program reads its row
 and the rotary partner of every element (``d +- rotary_dim / 2``) and writes the row once.
@@ -54,7 +57,7 @@ def _qk_norm_rope_cache_kernel(
     q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, pos_ptr, inv_freq_ptr, slot_ptr, qo_ptr, k_cache_ptr, v_cache_ptr,
     h_q, h_kv, head_dim, half, rotary_dim, eps,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_slot,
-    ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
+    ZERO_CENTERED: tl.constexpr, V_NORM: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     pdl.enter(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
@@ -72,6 +75,9 @@ def _qk_norm_rope_cache_kernel(
         dst = (slot * h_kv + h) * head_dim + d
         tl.store(k_cache_ptr + dst, y, mask=ok)
         v = tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=ok, other=0.0)
+        if V_NORM:  # the weightless value norm, float32, rounded once as the unfused rms_norm rounds it
+            vf = v.to(tl.float32)
+            v = vf * tl.rsqrt(tl.sum(vf * vf, axis=0) / head_dim + eps)
         tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=ok)
 
 
@@ -120,7 +126,37 @@ def qk_norm_rope_cache(
     Raises:
         ValueError: inconsistent shapes, a non-contiguous cache, unsupported dtype.
     """
-    op = "qk_norm_rope_cache"
+    return _launch("qk_norm_rope_cache", q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq,
+                   k_cache, v_cache, slot_mapping, v_norm=False)
+
+
+def qkv_norm_rope_cache(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    zero_centered: bool,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`qk_norm_rope_cache` with each value head normalised by an RMSNorm without weight (eps
+    ``eps``, float32, rounded once) before it is stored: Gemma 4's q/k/v pre-processing in one launch
+    (the ``qkv_norm_rope_cache`` op). Arguments, result and errors as :func:`qk_norm_rope_cache`; v may
+    be a view of k's rows (``attention_k_eq_v``)."""
+    return _launch("qkv_norm_rope_cache", q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq,
+                   k_cache, v_cache, slot_mapping, v_norm=True)
+
+
+def _launch(op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+            eps: float, zero_centered: bool, positions: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor,
+            v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, v_norm: bool) -> torch.Tensor:
+    """Check the arguments of ``op`` (see :func:`qk_norm_rope_cache`) and launch the kernel (``v_norm``: normalise
+    the value heads before storing them)."""
     require(q.dim() == 3 and k.dim() == 3 and k.shape == v.shape, op,
             f"q must be [T, H_q, D] and k, v one [T, H_kv, D] shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
             f"{tuple(v.shape)}")
@@ -149,8 +185,8 @@ def qk_norm_rope_cache(
         h_q, h_kv, dim, rotary_dim // 2, rotary_dim, float(eps),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         slot_mapping.stride(0),
-        ZERO_CENTERED=bool(zero_centered), BLOCK_D=max(16, next_pow2(dim)), num_warps=4 if dim <= 256 else 8,
-        **pdl.launch_options(out),
+        ZERO_CENTERED=bool(zero_centered), V_NORM=v_norm, BLOCK_D=max(16, next_pow2(dim)),
+        num_warps=4 if dim <= 256 else 8, **pdl.launch_options(out),
     )
     return out
 

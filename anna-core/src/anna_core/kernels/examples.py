@@ -267,6 +267,19 @@ def qk_norm_rope_cache(device: Any, dtype: Any) -> list[OpExample]:
     return out
 
 
+def qkv_norm_rope_cache(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(27, device, _dt(dtype))
+    d = 32
+    out = []
+    for rotated, zc in ((d, False), (d // 2, True)):  # whole and partial rotary
+        k = r.randn(5, 2, d)
+        v = r.randn(5, 2, d) if zc else k  # k_eq_v: v is k's rows
+        out.append(OpExample((r.randn(5, 4, d), k, v, r.randn(d), r.randn(d), EPS, zc, r.ints([0, 1, 2, 7, 30]),
+                              r.inv_freq(rotated), r.randn(3, 4, 2, d), r.randn(3, 4, 2, d), r.ints([0, 1, 2, 7, 11])),
+                             shape={"head_dim": d}))
+    return out
+
+
 def q_norm_rope(device: Any, dtype: Any) -> list[OpExample]:
     r = _Gen(25, device, _dt(dtype))
     return [OpExample((r.randn(4, 2, 32), r.randn(32), EPS, zc, r.ints([0, 3, 4, 19]), r.inv_freq(rotated)),

@@ -23,7 +23,8 @@ top-k, renormalised, an optional per-expert scale) and ``moe_experts`` (the rout
 The fused ops (``post_norm_residual``, ``dual_post_norm_residual``, ``rms_norm_pair``,
 ``post_norm_residual_norm_pair``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``,
 ``linear_act_mul``,
-``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``q_norm_rope``, ``fused_gdn_decode``,
+``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``qkv_norm_rope_cache``, ``q_norm_rope``,
+``fused_gdn_decode``,
 ``fused_gdn_prefill``)
 are compositions of the others; their references compose the unfused references, so a fused kernel is
 checked against exactly the numerics of the unfused path.
@@ -403,6 +404,21 @@ where the unfused ``rms_norm`` / rotary / ``reshape_and_cache`` round it.
         check=_ref("qk_norm_rope", "check_qk_norm_rope_cache"),
         shape_facts=("head_dim",),
         examples=_examples("qk_norm_rope_cache"),
+    ),
+    OpContract(
+        name="qkv_norm_rope_cache",
+        signature=("qkv_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, "
+                   "v_cache, slot_mapping) -> q_out"),
+        doc="""\
+``qk_norm_rope_cache`` (same arguments, same result) with the values normalised per head first by an
+RMSNorm without weight and the same eps: ``v = rms_norm(v, ones, eps, False)`` (float32, rounded to v's
+dtype) before it is written (Gemma 4's value norm; v may be a view of k's rows, ``attention_k_eq_v``).
+One op, so an attention layer with q, k and v norms runs its pre-processing in one launch.
+""",
+        reference=_ref("qk_norm_rope", "qkv_norm_rope_cache"),
+        check=_ref("qk_norm_rope", "check_qk_norm_rope_cache"),
+        shape_facts=("head_dim",),
+        examples=_examples("qkv_norm_rope_cache"),
     ),
     OpContract(
         name="q_norm_rope",

@@ -1,6 +1,7 @@
 """An attention layer's pre-processing composed of the unfused references: the per-head RMSNorm of q
 and k (Zhang & Sennrich, 2019), rotary embedding (Su et al., "RoFormer", 2021; NeoX ``rotate_half``
-halves on the first ``R`` dims) and the paged-cache write of the new keys and values.
+halves on the first ``R`` dims) and the paged-cache write of the new keys and values (``qkv_norm_rope_cache``:
+the values normalised per head by a weightless RMSNorm first, Gemma 4).
 
 The rotary math is :class:`anna_core.layers.rotary.RotaryEmbedding`'s for 1-D positions: angles
 ``position * inv_freq`` in float32, both halves rotated in float32 and rounded to the activation dtype
@@ -80,6 +81,24 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
     k = _rope(rms_norm(k, k_weight, eps, zero_centered), cos, sin)
     reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
     return q.contiguous()
+
+
+def qkv_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                        k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                        inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        slot_mapping: torch.Tensor) -> torch.Tensor:
+    """:func:`qk_norm_rope_cache` with the values normalised per head first by an RMSNorm without weight
+    (Gemma 4's value norm): ``v = rms_norm(v, ones, eps, False)`` (float32, rounded to v's dtype), then
+    ``qk_norm_rope_cache`` of the same arguments. Returns the new q ``[T, H_q, D]``; writes the caches.
+
+    Raises:
+        ValueError: inconsistent shapes (:func:`check_qk_norm_rope_cache`).
+    """
+    check_qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache,
+                             slot_mapping)
+    v = rms_norm(v, torch.ones(v.shape[-1], dtype=v.dtype, device=v.device), eps, False)
+    return qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache,
+                              slot_mapping)
 
 
 def q_norm_rope(q: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,

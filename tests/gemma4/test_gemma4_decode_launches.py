@@ -1,0 +1,93 @@
+"""The ops one Gemma 4 E2B-style decode step issues, in order (so a fusion cannot silently regress): with every
+fused op served (here its torch reference, counted as one call), a layer is eight ops — the previous layer's last
+residual add fused with this layer's input norm into its q/k/v (q when KV-shared) projection
+(``post_norm_residual_linear``), the q/k/v norms + rotary + cache write (``qkv_norm_rope_cache``; ``q_norm_rope`` in a
+KV-shared layer), attention, ``o_proj``, the attention's tail fused into the gate/up projection, ``down_proj``, the
+MLP's tail fused into the per-layer-input gate, the per-layer-input projection with its gated product. Before these
+fusions a layer was ten ops (nine when KV-shared): the value norm (``rms_norm``) and the layer's last residual add
+(``post_norm_residual``) ran on their own. On CUDA each op is one launch at batch 1 (attention adds its split
+merge)."""
+
+from __future__ import annotations
+
+import torch
+from anna_core.testing.runner import prefill_logits
+
+from tests.gemma4.conftest import load_anna
+
+OWN_KV = ["post_norm_residual_linear", "qkv_norm_rope_cache", "paged_attention", "linear", "post_norm_residual_linear",
+          "linear", "post_norm_residual_linear", "gated_linear"]
+SHARED_KV = ["post_norm_residual_linear", "q_norm_rope", "paged_attention", "linear", "post_norm_residual_linear",
+             "linear", "post_norm_residual_linear", "gated_linear"]
+
+
+def _record_forwards(model, accelerate: bool) -> list[list[str]]:
+    """Patch ``model`` so each forward pass records the ops it calls (outermost only); with ``accelerate`` every fused
+    op counts as accelerated (its reference serves it), as a GPU's kernels would be chosen."""
+    registry, depth, per_call = model.ops.registry, [0], []
+    real_get = registry.get
+
+    def get(op, request):
+        fn = real_get(op, request)
+
+        def counted(*args, **kwargs):
+            if depth[0] == 0 and per_call:
+                per_call[-1].append(op)
+            depth[0] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+
+        return counted
+
+    registry.get = get
+    if accelerate:
+        registry.get_accelerated = get
+    forward = model.model.forward
+
+    def recorded(*args, **kwargs):
+        per_call.append([])
+        return forward(*args, **kwargs)
+
+    model.model.forward = recorded
+    return per_call
+
+
+def test_e2b_decode_step_runs_eight_ops_per_layer(gemma4_factory):
+    path = gemma4_factory(variant="e2b")
+    want = prefill_logits(load_anna(path).model, [5, 17, 33, 101], chunk_size=3)
+    model = load_anna(path).model
+    per_call = _record_forwards(model, accelerate=True)
+    with torch.no_grad():
+        got = prefill_logits(model, [5, 17, 33, 101], chunk_size=3)  # a prefill chunk, then a decode-sized step
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # the fused ops' references = the unfused path
+    layers = model.model.layers
+    shared = [layer.self_attn.shares_kv for layer in layers]
+    assert any(shared) and not all(shared)
+    step = per_call[-1]
+    # per step: the per-layer-input projection and its norm, the first layer's input norm; then the layers (the first
+    # layer's q/k/v projection has no tail before it); the last layer's tail with the final norm; the LM head
+    expected = ["linear", "rms_norm", "rms_norm"]
+    for i, own in enumerate(not s for s in shared):
+        ops = list(OWN_KV if own else SHARED_KV)
+        if i == 0:
+            ops[0] = "linear"
+        expected += ops
+    expected += ["post_norm_residual", "linear"]
+    assert step == expected
+    assert step.count("rms_norm") == 2 and step.count("post_norm_residual") == 1  # no value norm, one tail per step
+
+
+def test_unaccelerated_tail_runs_unfused(gemma4_factory):
+    """Where no kernel serves the fused attention pre-processing (the CPU's references), the layers compose the unfused
+    ops: the q/k/v norms (``rms_norm``), rotary and the cache write run on their own."""
+    model = load_anna(gemma4_factory(variant="e2b")).model
+    per_call = _record_forwards(model, accelerate=False)
+    with torch.no_grad():
+        prefill_logits(model, [5, 17, 33, 101], chunk_size=3)
+    step = per_call[-1]
+    own_kv = sum(not layer.self_attn.shares_kv for layer in model.model.layers)
+    assert "qkv_norm_rope_cache" not in step and "qk_norm_rope_cache" not in step and "q_norm_rope" not in step
+    # the per-layer-input norm, the first input norm, per own-KV layer the q/k/v norms, per KV-shared layer the q norm
+    assert step.count("rms_norm") == 2 + 3 * own_kv + (len(model.model.layers) - own_kv)

@@ -1,12 +1,12 @@
 """The ops one Gemma 4 E2B-style decode step issues, in order (so a fusion cannot silently regress): with every
-fused op served (here its torch reference, counted as one call), a layer is eight ops — the previous layer's last
-residual add fused with this layer's input norm into its q/k/v (q when KV-shared) projection
-(``post_norm_residual_linear``), the q/k/v norms + rotary + cache write (``qkv_norm_rope_cache``; ``q_norm_rope`` in a
-KV-shared layer), attention, ``o_proj``, the attention's tail fused into the gate/up projection, ``down_proj``, the
-MLP's tail fused into the per-layer-input gate, the per-layer-input projection with its gated product. Before these
-fusions a layer was ten ops (nine when KV-shared): the value norm (``rms_norm``) and the layer's last residual add
-(``post_norm_residual``) ran on their own. On CUDA each op is one launch at batch 1 (attention adds its split
-merge)."""
+fused op served (here its torch reference, counted as one call), a layer is seven ops — the previous layer's last
+residual add fused with this layer's input norm into its q/k/v projection (q when KV-shared;
+``post_norm_residual_linear``), the q/k/v norms + rotary + cache write + attention (``qkv_norm_rope_cache_attention``;
+the query norm + rotary + attention, ``q_norm_rope_attention``, when KV-shared), ``o_proj``, the attention's tail
+fused into the gate/up projection, ``down_proj``, the MLP's tail fused into the per-layer-input gate, the
+per-layer-input projection with its gated product. Before these fusions a layer was ten ops (nine when KV-shared):
+the value norm (``rms_norm``), the layer's last residual add (``post_norm_residual``) and the q/k norm + rotary
+(+ cache write) op ran on their own. On CUDA each op is one launch at batch 1 (attention adds its split merge)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from anna_core.testing.runner import prefill_logits
 
 from tests.gemma4.conftest import load_anna
 
-OWN_KV = ["post_norm_residual_linear", "qkv_norm_rope_cache", "paged_attention", "linear", "post_norm_residual_linear",
+OWN_KV = ["post_norm_residual_linear", "qkv_norm_rope_cache_attention", "linear", "post_norm_residual_linear",
           "linear", "post_norm_residual_linear", "gated_linear"]
-SHARED_KV = ["post_norm_residual_linear", "q_norm_rope", "paged_attention", "linear", "post_norm_residual_linear",
-             "linear", "post_norm_residual_linear", "gated_linear"]
+SHARED_KV = ["post_norm_residual_linear", "q_norm_rope_attention", "linear", "post_norm_residual_linear", "linear",
+             "post_norm_residual_linear", "gated_linear"]
 
 
 def _record_forwards(model, accelerate: bool) -> list[list[str]]:
@@ -54,7 +54,7 @@ def _record_forwards(model, accelerate: bool) -> list[list[str]]:
     return per_call
 
 
-def test_e2b_decode_step_runs_eight_ops_per_layer(gemma4_factory):
+def test_e2b_decode_step_runs_seven_ops_per_layer(gemma4_factory):
     path = gemma4_factory(variant="e2b")
     want = prefill_logits(load_anna(path).model, [5, 17, 33, 101], chunk_size=3)
     model = load_anna(path).model
@@ -88,6 +88,8 @@ def test_unaccelerated_tail_runs_unfused(gemma4_factory):
         prefill_logits(model, [5, 17, 33, 101], chunk_size=3)
     step = per_call[-1]
     own_kv = sum(not layer.self_attn.shares_kv for layer in model.model.layers)
-    assert "qkv_norm_rope_cache" not in step and "qk_norm_rope_cache" not in step and "q_norm_rope" not in step
+    fused = {"qkv_norm_rope_cache", "qk_norm_rope_cache", "q_norm_rope", "q_norm_rope_attention",
+             "qkv_norm_rope_cache_attention"}
+    assert not fused & set(step)
     # the per-layer-input norm, the first input norm, per own-KV layer the q/k/v norms, per KV-shared layer the q norm
     assert step.count("rms_norm") == 2 + 3 * own_kv + (len(model.model.layers) - own_kv)

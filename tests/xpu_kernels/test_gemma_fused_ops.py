@@ -202,14 +202,17 @@ def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, f
     assert "qkv_norm_rope_cache" not in chosen_ref
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     got, chosen = _generate(path, prompts)
-    # Gemma 4's value norm runs inside the fused pre-processing (qkv_norm_rope_cache); Gemma 3 has none
-    fused_qk = "qk_norm_rope_cache" if family == "gemma3" else "qkv_norm_rope_cache"
-    assert chosen[fused_qk] == chosen["paged_attention"] == "triton"
-    if family != "gemma3":
-        assert "qk_norm_rope_cache" not in chosen
+    # Gemma 4's q/k/v norms, rotary, cache write and attention run as one op (qkv_norm_rope_cache_attention: one
+    # launch at decode, the pre-processing kernel then the attention kernel for prompts); Gemma 3 has no v norm
+    if family == "gemma3":
+        assert chosen["qk_norm_rope_cache"] == chosen["paged_attention"] == "triton"
+    else:
+        assert chosen["qkv_norm_rope_cache_attention"] == "triton"
+        assert "qk_norm_rope_cache" not in chosen and "qkv_norm_rope_cache" not in chosen
     assert chosen.get("post_norm_residual") == (None if family == "gemma4-moe" else "triton")  # MoE: the fused tails
     if family == "gemma4-e2b":
-        assert chosen["q_norm_rope"] == chosen["gated_linear"] == "triton"  # KV-shared layers, per-layer inputs
+        # KV-shared layers (the query norm and rotary inside the attention), per-layer inputs
+        assert chosen["q_norm_rope_attention"] == chosen["gated_linear"] == "triton" and "q_norm_rope" not in chosen
         assert chosen["post_norm_residual_linear"] == "triton"  # the tails inside the next projections
     if family == "gemma4-moe":  # the MoE layers' fused norms, router and experts
         fused = ("post_norm_residual_norm_pair", "dual_post_norm_residual", "moe_route", "moe_experts")

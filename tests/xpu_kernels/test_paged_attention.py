@@ -151,3 +151,117 @@ def test_heads_up_to_256_tune_over_the_original_configs():
     assert kept(32) == kept(128) == list(pa._NARROW)
     assert kept(256) == [(16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 2), (64, 8, 3)]
     assert kept(512) == [(16, 4, 2), (32, 4, 2), (32, 8, 2), (16, 8, 2), (16, 4, 1), (32, 4, 1), (32, 8, 1)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", ["decode-splits", "mixed-window-proportional"])
+def test_q_norm_rope_attention_matches_the_op_reference(poison_outputs, dtype, case):
+    """``q_norm_rope_attention`` (a KV-shared layer: the query norm and rotary done as the attention kernel loads q)
+    against its reference, ``q_norm_rope`` then ``paged_attention``: decodes split over the keys with default rotary
+    (Gemma 4's sliding layers), and a prompt, a decode and a chunk under a window with proportional partial rotary
+    (its global layers), zero-centred weights there."""
+    from anna_core.kernels.reference import qk_norm_rope as ref_qk
+    from anna_core.layers.rotary import RotaryEmbedding
+
+    if case == "decode-splits":
+        q_lens, ctx_lens, window, splits, dim, zc = [1, 1], [9, 23], None, 3, 32, False
+        rope = {"rope_theta": 1e4}
+    else:
+        q_lens, ctx_lens, window, splits, dim, zc = [5, 1, 3], [5, 20, 10], 6, None, 64, True
+        rope = {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(dtype, q_lens, ctx_lens, 4, 2, dim, seed=dim)
+    q = (4 * q.float()).to(dtype)  # rows far from unit RMS: the norm matters
+    gen = torch.Generator().manual_seed(5)
+    weight = (0.2 * torch.randn(dim, generator=gen) + (0.0 if zc else 1.0)).to(dtype)
+    positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx_lens, strict=True)])
+    inv_freq = RotaryEmbedding(dim, dim, rope)._inv_freq
+    args = (k_cache, v_cache, cu, seq_lens, tables, dim ** -0.5, window)
+    want = ref_qk.q_norm_rope_attention(q, weight, 1e-6, zc, positions, inv_freq, *args)
+    # bfloat16: the interpreter rounds q toward zero, torch to nearest (one ulp), before the attention
+    t = tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    for got in (pa.paged_attention_splits(q, *args, num_splits=splits, q_norm_rope=(weight, 1e-6, zc, positions,
+                                                                                    inv_freq)),
+                pa.q_norm_rope_attention(q, weight, 1e-6, zc, positions, inv_freq, *args)):
+        assert got.dtype == dtype and got.shape == q.shape
+        torch.testing.assert_close(got, want, **t)
+    with pytest.raises(ValueError, match="weight must be"):
+        pa.q_norm_rope_attention(q, weight[:-1], 1e-6, zc, positions, inv_freq, *args)
+
+
+def test_q_norm_rope_attention_registered_and_switched_off_by_env(monkeypatch):
+    from anna_core.kernels import KernelRegistry, ProbeRequest
+    from anna_core.kernels.reference import qk_norm_rope as ref_qk
+    from anna_core.plugins import make_plugin_manager
+
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    request = ProbeRequest("cpu", "bfloat16", {"head_dim": 512})
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get("q_norm_rope_attention", request) is pa.q_norm_rope_attention
+    assert registry.get("q_norm_rope_attention", ProbeRequest("cpu", "bfloat16")) is ref_qk.q_norm_rope_attention
+    monkeypatch.setenv("ANNA_Q_NORM_ROPE_ATTENTION", "0")  # A/B switch: q_norm_rope and the attention run apart
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get_accelerated("q_norm_rope_attention", request) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", ["decode-splits", "decode-window-proportional-k-eq-v", "mixed"])
+def test_qkv_norm_rope_cache_attention_matches_the_op_reference(poison_outputs, dtype, case):
+    """``qkv_norm_rope_cache_attention`` (Gemma 4's own-K/V layer: q/k/v norms, rotary, cache write and attention)
+    against its reference (``qkv_norm_rope_cache`` then ``paged_attention``). Decodes run one kernel, which uses the
+    new key and value from registers at the last position (its cache row is NaN before the call: never read) and
+    writes them; the mixed batch (a prompt, a decode, a chunk) runs the two kernels."""
+    from anna_core.kernels.reference import qk_norm_rope as ref_qk
+    from anna_core.layers.rotary import RotaryEmbedding
+
+    h_q, h_kv = 4, 2
+    if case == "decode-splits":
+        q_lens, ctx_lens, window, splits, dim, k_eq_v = [1, 1], [9, 23], None, 3, 32, False
+        rope = {"rope_theta": 1e4}
+    elif case == "decode-window-proportional-k-eq-v":
+        q_lens, ctx_lens, window, splits, dim, k_eq_v = [1, 1, 1], [5, 20, 13], 6, None, 64, True
+        rope = {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}
+    else:
+        q_lens, ctx_lens, window, splits, dim, k_eq_v = [5, 1, 3], [5, 20, 10], None, None, 32, False
+        rope = {"rope_theta": 1e4}
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(dtype, q_lens, ctx_lens, h_q, h_kv, dim, seed=dim + len(q_lens))
+    gen = torch.Generator().manual_seed(7)
+    T = q.shape[0]
+    q = (4 * q.float()).to(dtype)
+    k = (3 * torch.randn(T, h_kv, dim, generator=gen)).to(dtype)
+    v = k if k_eq_v else (3 * torch.randn(T, h_kv, dim, generator=gen)).to(dtype)
+    qw, kw = (1 + 0.2 * torch.randn(2, dim, generator=gen)).to(dtype)
+    positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx_lens, strict=True)])
+    rows = tables[torch.repeat_interleave(torch.arange(len(q_lens)), torch.tensor(q_lens))]
+    slots = rows.gather(1, (positions // BLOCK_SIZE)[:, None])[:, 0].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+    for cache in (k_cache, v_cache):  # the new tokens' rows are not written yet
+        cache.view(-1, h_kv, dim)[slots] = float("nan")
+    inv_freq = RotaryEmbedding(dim, dim, rope)._inv_freq
+    caches = (k_cache.clone(), v_cache.clone())
+    want = ref_qk.qkv_norm_rope_cache_attention(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, *caches, slots, cu,
+                                                seq_lens, tables, dim ** -0.5, window)
+    if splits is None:
+        got = pa.qkv_norm_rope_cache_attention(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, k_cache, v_cache,
+                                               slots, cu, seq_lens, tables, dim ** -0.5, window)
+    else:
+        got = pa.paged_attention_splits(q, k_cache, v_cache, cu, seq_lens, tables, dim ** -0.5, window,
+                                        num_splits=splits, q_norm_rope=(qw, 1e-6, False, positions, inv_freq),
+                                        kv_new=(k, v, kw, slots, True))
+    t = tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    assert got.dtype == dtype and got.shape == q.shape
+    torch.testing.assert_close(got, want, **t)
+    torch.testing.assert_close(k_cache, caches[0], equal_nan=True, **t)  # the new rows written, the rest unchanged
+    torch.testing.assert_close(v_cache, caches[1], equal_nan=True, **t)
+    assert not k_cache.view(-1, h_kv, dim)[slots].isnan().any()
+
+
+def test_qkv_norm_rope_cache_attention_registered_and_switched_off_by_env(monkeypatch):
+    from anna_core.kernels import KernelRegistry, ProbeRequest
+    from anna_core.plugins import make_plugin_manager
+
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    request = ProbeRequest("cpu", "bfloat16", {"head_dim": 256})
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get("qkv_norm_rope_cache_attention", request) is pa.qkv_norm_rope_cache_attention
+    monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "0")  # A/B switch: qkv_norm_rope_cache and the attention apart
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get_accelerated("qkv_norm_rope_cache_attention", request) is None

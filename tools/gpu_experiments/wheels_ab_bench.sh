@@ -3,7 +3,9 @@
 # in .annawhl, each in its own target folder, over RUNS ("shape:batch:input_len:output_len[:flag...]" as in
 # gemma4_bench.sh; a shape starting with "Qwen" names a Qwen3.5 reference config), new first, then base, ROUNDS
 # times (default 1). PRE (optional) is a command run first with the new build (e.g. a kernel microbenchmark);
-# NEW_FLAGS (optional) are anna bench flags for the new build's runs only (e.g. --timeline).
+# NEW_FLAGS (optional) are anna bench flags for the new build's runs only (e.g. --timeline); NEW_ENV (optional)
+# is environment assignments for the new build's runs only (e.g. "ANNA_QKV_NORM_ROPE=0 ANNA_Q_NORM_ROPE_ATTENTION=0",
+# to switch fusions of the new build off one at a time against the base).
 # Run it through h200_run.sh (MODE=script SCRIPT=tools/gpu_experiments/wheels_ab_bench.sh) with .whl, .annawhl,
 # .annawhl_base and .tcache carried; one summary line per run; logs and JSONs in $OUT/ab_bench.tgz.
 set -u
@@ -27,7 +29,8 @@ for i in $(seq "${ROUNDS:-1}"); do
     for v in new base; do
       name="${v}_${shape}_b${batch}_i${inp}_r$i"; start=$SECONDS
       more=(); [ "$v" = new ] && [ -n "${NEW_FLAGS:-}" ] && read -ra more <<< "$NEW_FLAGS"
-      PYTHONPATH=/tmp/site_$v PATH=/tmp/site_$v/bin:$PATH timeout "${T_RUN:-200}" anna bench --model-dir "$dir" \
+      envs=(); [ "$v" = new ] && [ -n "${NEW_ENV:-}" ] && read -ra envs <<< "$NEW_ENV"
+      env "${envs[@]}" PYTHONPATH=/tmp/site_$v PATH=/tmp/site_$v/bin:$PATH timeout "${T_RUN:-200}" anna bench --model-dir "$dir" \
         --batch-size "$batch" --input-len "$inp" --output-len "$outp" --runs "${NRUNS:-1}" "${flags[@]}" "${more[@]}" --json \
         > "$L/$name.json" 2> "$L/$name.log"
       rc=$?

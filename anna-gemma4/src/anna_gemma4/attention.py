@@ -16,6 +16,7 @@ cache with the layer kind's window, and ``o_proj``. The two families differ only
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -133,28 +134,36 @@ class GemmaAttention(nn.Module):
         v = rest[0] if rest else k
         return q.view(T, H, D), k.view(T, H_kv, D), v.view(T, H_kv, D)
 
-    def _fused(self, batch: ForwardBatch) -> tuple[Any, bool]:
-        """``(op, normalises_v)``: the fused pre-processing op of this layer where a kernel (not only the torch
-        reference) serves it and positions are 1-D — ``q_norm_rope`` in a KV-shared layer, else
-        ``qkv_norm_rope_cache`` (with the value norm: True) for a layer with a v norm, or ``qk_norm_rope_cache`` —
-        and ``(None, False)`` otherwise (the unfused norms, rotary and cache write run, each chosen on its own)."""
+    def _fused(self, batch: ForwardBatch) -> tuple[Any, str]:
+        """``(op, what)``: the fused pre-processing op of this layer where a kernel (not only the torch reference)
+        serves it and positions are 1-D, and what it covers — in a KV-shared layer ``q_norm_rope_attention``
+        (``"q+attention"``: the query norm and rotary done by the attention kernel) or ``q_norm_rope`` (``"q"``);
+        else, for a layer with a v norm, ``qkv_norm_rope_cache_attention`` (``"qkv+attention"``: the q/k/v norms,
+        rotary, cache write and attention) or ``qkv_norm_rope_cache`` (``"qkv"``), or ``qk_norm_rope_cache``
+        (``"qk"``) — and ``(None, "")`` otherwise (the unfused norms, rotary and cache write run, each chosen on its
+        own)."""
         if batch.positions.dim() != 1:
-            return None, False
+            return None, ""
         if self.shares_kv:
-            return self.ops.accelerated("q_norm_rope", head_dim=self.head_dim), False
-        if self.v_norm is not None:
-            fused = self.ops.accelerated("qkv_norm_rope_cache", head_dim=self.head_dim)
+            candidates = [("q_norm_rope_attention", "q+attention"), ("q_norm_rope", "q")]
+        else:
+            with_v = [("qkv_norm_rope_cache_attention", "qkv+attention"), ("qkv_norm_rope_cache", "qkv")]
+            candidates = with_v * (self.v_norm is not None) + [("qk_norm_rope_cache", "qk")]
+        for op, what in candidates:
+            fused = self.ops.accelerated(op, head_dim=self.head_dim)
             if fused is not None:
-                return fused, True
-        return self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim), False
+                return fused, what
+        return None, ""
 
     def forward(self, x: torch.Tensor | None, batch: ForwardBatch, caches: ModelCaches,
-                cos_sin: tuple[torch.Tensor, torch.Tensor], projected: torch.Tensor | None = None) -> torch.Tensor:
+                cos_sin: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+                projected: torch.Tensor | None = None) -> torch.Tensor:
         """x: ``[T, hidden]`` (the block's normalised input) -> ``[T, hidden]``.
 
         ``projected``: :meth:`input_projection` of x, computed by the caller (e.g. fused with the norm before
-        it); x is then unused (pass None). ``cos_sin``: this layer kind's ``rotary.cos_sin(batch.positions)``,
-        computed once per pass (the fused path computes its angles itself and ignores it).
+        it); x is then unused (pass None). ``cos_sin``: gives this layer kind's ``rotary.cos_sin(batch.positions)``
+        (:meth:`anna_gemma4.common.RotaryTables.of`: computed once per pass, and only if an unfused layer calls it;
+        the fused path computes its angles itself).
         Side effect (unless KV-shared): the layer's K/V are written into its cache group.
 
         Raises:
@@ -163,23 +172,33 @@ class GemmaAttention(nn.Module):
         rotary = self._rotary[0]
         q, k, v = self._project(x, projected)
         T = q.shape[0]
-        fused, normalises_v = self._fused(batch)
-        if self.v_norm is not None and v is not None and not normalises_v:
+        fused, what = self._fused(batch)
+        if self.v_norm is not None and v is not None and not what.startswith("qkv"):
             v = self.v_norm(v)
-        if fused is not None:  # q/k(/v) norms, rotary (and the cache write) in one kernel
+        if fused is not None:  # q/k(/v) norms, rotary (and the cache write, or the attention) in one kernel
             qn = self.q_norm
             inv_freq = rotary._tables(q.device)[0]
-            if self.shares_kv:
-                q = fused(q, qn.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq)
-            else:
+            if what == "q+attention":
+                o = fused(q, qn.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq,
+                          *self.attn.attention_args(batch, caches))
+            elif what == "qkv+attention":
                 k_cache, v_cache, slots = self.attn.kv_cache(batch, caches)
-                q = fused(q, k, v, qn.weight, self.k_norm.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq,
-                          k_cache, v_cache, slots)
-            o = self.attn.attend(q, batch, caches)
+                _, _, *attention = self.attn.attention_args(batch, caches)  # cu_seqlens ... window
+                o = fused(q, k, v, qn.weight, self.k_norm.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq,
+                          k_cache, v_cache, slots, *attention)
+            else:
+                if what == "q":
+                    q = fused(q, qn.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq)
+                else:
+                    k_cache, v_cache, slots = self.attn.kv_cache(batch, caches)
+                    q = fused(q, k, v, qn.weight, self.k_norm.weight, qn.eps, qn.zero_centered, batch.positions,
+                              inv_freq, k_cache, v_cache, slots)
+                o = self.attn.attend(q, batch, caches)
         else:
-            q = rotary.rotate(self.q_norm(q), cos_sin)
+            table = cos_sin()
+            q = rotary.rotate(self.q_norm(q), table)
             if k is not None:
-                k = rotary.rotate(self.k_norm(k), cos_sin)
+                k = rotary.rotate(self.k_norm(k), table)
             o = self.attn(q, k, v, batch, caches)  # [T, H, D]
         return self.o_proj(o.reshape(T, self.num_heads * self.head_dim))
 

@@ -4,6 +4,8 @@ layers, the scaled token embedding and the (optionally soft-capped) logits. Atte
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,6 +43,30 @@ def next_norms(layers: Any, final_norm: nn.Module) -> list[nn.Module]:
     """The norm each decoder layer applies to its output (its tail fuses it, ``post_norm_residual``): the
     next layer's ``input_layernorm``, and ``final_norm`` after the last layer."""
     return [layer.input_layernorm for layer in layers[1:]] + [final_norm]
+
+
+class RotaryTables:
+    """Each layer kind's rotary table ``rotary.cos_sin(positions)`` for one forward pass, computed the first time a
+    layer asks for it: layers whose fused kernels compute their angles themselves (``qkv_norm_rope_cache``,
+    ``q_norm_rope_attention``, ...) never ask, so a decode step served by them launches none of its kernels.
+
+    Args:
+        rotary: ``{kind: RotaryEmbedding}`` (an ``nn.ModuleDict``); positions: the batch's positions.
+    """
+
+    def __init__(self, rotary: Any, positions: torch.Tensor):
+        self._rotary, self._positions = rotary, positions
+        self._tables: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def of(self, kind: str) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+        """A zero-argument callable giving ``kind``'s ``(cos, sin)`` (computed once, on the first call)."""
+        return functools.partial(self._get, kind)
+
+    def _get(self, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+        table = self._tables.get(kind)
+        if table is None:
+            table = self._tables[kind] = self._rotary[kind].cos_sin(self._positions)
+        return table
 
 
 def scaled_embedding(embedding: nn.Embedding, ids: torch.Tensor, scale: float) -> torch.Tensor:

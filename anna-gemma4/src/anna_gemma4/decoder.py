@@ -24,6 +24,7 @@ launch on GPUs; elsewhere ``post_norm_residual`` and ``rms_norm_pair``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,12 +98,12 @@ class Gemma4DecoderLayer(nn.Module):
             self.post_per_layer_input_norm = RMSNorm(hidden, eps, ops)
 
     def forward(self, h: torch.Tensor, carry: torch.Tensor | PendingTail, per_layer_input: torch.Tensor | None,
-                batch: ForwardBatch, caches: ModelCaches, cos_sin: tuple[torch.Tensor, torch.Tensor],
+                batch: ForwardBatch, caches: ModelCaches, cos_sin: Callable[[], tuple[torch.Tensor, torch.Tensor]],
                 next_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor | PendingTail]:
         """h: ``[T, hidden]`` the residual stream; carry: what the layer before handed on — ``input_layernorm(h)``
         ``[T, hidden]``, or a :class:`PendingTail` (the layer before's last residual add, not yet applied to h);
-        per_layer_input: ``[T, P]`` (None without per-layer embeddings); cos_sin: the rotary table of this layer's
-        kind; next_norm: the norm of the next layer's input (its ``input_layernorm``, or the model's final norm)
+        per_layer_input: ``[T, P]`` (None without per-layer embeddings); cos_sin: gives the rotary table of this
+        layer's kind (:meth:`~anna_gemma4.common.RotaryTables.of`); next_norm: the norm of the next layer's input (its ``input_layernorm``, or the model's final norm)
         -> ``(h', carry')``: a dense layer (or one with per-layer embeddings) hands on its own last residual add
         as a :class:`PendingTail`, an MoE layer without them ``next_norm(h')`` ``[T, hidden]``.
 

@@ -20,7 +20,7 @@ from anna_core.layers.rotary import RotaryEmbedding
 from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
-from anna_gemma4.common import GemmaCausalLM, cache_spec, next_norms, scaled_embedding
+from anna_gemma4.common import GemmaCausalLM, RotaryTables, cache_spec, next_norms, scaled_embedding
 from anna_gemma4.config import FULL, LAYER_TYPES, SLIDING, Gemma4Config
 from anna_gemma4.decoder import Gemma4DecoderLayer, PendingTail
 
@@ -72,11 +72,11 @@ class Gemma4TextModel(nn.Module):
         ids = self._text_ids(batch.input_ids)
         h = scaled_embedding(self.embed_tokens, ids, self.config.hidden_size**0.5)  # [T, hidden]
         per_layer = self.per_layer_inputs(ids, h) if self.per_layer else None  # [T, L, P]
-        cos_sin = {kind: rotary.cos_sin(batch.positions) for kind, rotary in self.rotary.items()}
+        tables = RotaryTables(self.rotary, batch.positions)  # computed only if a layer runs the unfused rotary
         carry = self.layers[0].input_layernorm(h)
         for i, (layer, next_norm) in enumerate(zip(self.layers, next_norms(self.layers, self.norm), strict=True)):
             h, carry = layer(h, carry, None if per_layer is None else per_layer[:, i], batch, caches,
-                             cos_sin[layer.kind], next_norm)
+                             tables.of(layer.kind), next_norm)
         return carry.apply(h, self.norm)[0] if isinstance(carry, PendingTail) else carry
 
 

@@ -1,8 +1,10 @@
 """Environment switches of anna-xpu-kernels (no torch or triton import here): the interpreter
 (below), programmatic dependent launch (``ANNA_TRITON_PDL``), the GEMV's norm prologue
 (``ANNA_GEMV_NORM_PROLOGUE``), its weight prefetch (``ANNA_GEMV_PREFETCH``), the one-wave GEMV for one row
-(``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``) and the value norm fused into
-the attention pre-processing (``ANNA_QKV_NORM_ROPE``). Each exists to A/B a kernel choice in separate processes
+(``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``), the value norm fused into
+the attention pre-processing (``ANNA_QKV_NORM_ROPE``), the query norm + rotary fused into the attention of a KV-shared
+layer (``ANNA_Q_NORM_ROPE_ATTENTION``) and Gemma 4's whole q/k/v pre-processing fused into its attention at decode
+(``ANNA_QKV_NORM_ROPE_ATTENTION``). Each exists to A/B a kernel choice in separate processes
 (``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 
 ``ANNA_TRITON_INTERPRET=1`` runs the Triton kernels under Triton's CPU interpreter: it sets Triton's
@@ -104,3 +106,23 @@ def qkv_norm_rope_requested() -> bool:
     declines, so Gemma 4 runs its value norm as its own ``rms_norm`` launch before ``qk_norm_rope_cache`` (for A/B
     measurements); on by default."""
     return os.environ.get(QKV_NORM_ROPE_ENV, "").strip().lower() not in _FALSE
+
+
+Q_NORM_ROPE_ATTENTION_ENV = "ANNA_Q_NORM_ROPE_ATTENTION"
+
+
+def q_norm_rope_attention_requested() -> bool:
+    """False when ``ANNA_Q_NORM_ROPE_ATTENTION`` is set to a false value (``0``): the probe of ``q_norm_rope_attention``
+    declines, so a KV-shared layer runs ``q_norm_rope`` and the attention as two launches (for A/B measurements); on by
+    default."""
+    return os.environ.get(Q_NORM_ROPE_ATTENTION_ENV, "").strip().lower() not in _FALSE
+
+
+QKV_NORM_ROPE_ATTENTION_ENV = "ANNA_QKV_NORM_ROPE_ATTENTION"
+
+
+def qkv_norm_rope_attention_requested() -> bool:
+    """False when ``ANNA_QKV_NORM_ROPE_ATTENTION`` is set to a false value (``0``): the probe of
+    ``qkv_norm_rope_cache_attention`` declines, so a Gemma 4 layer with its own K/V runs ``qkv_norm_rope_cache`` and
+    the attention as two launches (for A/B measurements); on by default."""
+    return os.environ.get(QKV_NORM_ROPE_ATTENTION_ENV, "").strip().lower() not in _FALSE

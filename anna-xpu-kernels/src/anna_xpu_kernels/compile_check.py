@@ -22,8 +22,8 @@ from typing import Any
 _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr": "i32", "seq_lens_ptr": "i32",
                "tables_ptr": "i32", "tile_seq_ptr": "i32", "tile_first_ptr": "i32",
                "count_ptr": "i32", "ids_ptr": "i64", "sorted_ptr": "i32", "block_expert_ptr": "i32",
-               "num_padded_ptr": "i32", "cursor_ptr": "i32"}
-_FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr", "part_ptr"}
+               "num_padded_ptr": "i32", "cursor_ptr": "i32", "pos_ptr": "i64"}
+_FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr", "part_ptr", "inv_freq_ptr"}
 _FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor"}
 
 
@@ -86,13 +86,23 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256, **no_pdl}, 4
         yield gdn_prefill_prep._gdn_prefill_prep_kernel, act, {"BLOCK_T": 16, "BLOCK_K": 128, "BLOCK_V": 128,
                                                                 "BLOCK_R": 2, **pdl}, 4
-    attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32, **pdl}
+    attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32, "Q_NORM_ROPE": False,
+            "ZERO_CENTERED": False, "KV_NEW": False, "V_NORM": False, **pdl}
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": True}, 4
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 16, "BLOCK_M": 64, "SPLIT": False,
                                                             "DECODE": False, "HAS_WINDOW": True, **no_pdl}, 8
     yield paged_attention._paged_attention_kernel, "fp32", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": False, "UPCAST_DOT": True}, 4
+    # a Gemma 4 E2B KV-shared global layer: q_norm_rope on load (q_norm_rope_attention), head dim 512, 8 query heads
+    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "GROUP": 8, "BLOCK_D": 512, "BLOCK_N": 16,
+                                                            "BLOCK_Q": 1, "BLOCK_M": 16, "SPLIT": True, "DECODE": True,
+                                                            "Q_NORM_ROPE": True}, 8
+    # an E4B sliding layer with its own K/V at decode: q/k/v norms, rotary and the cache write inside
+    # (qkv_norm_rope_cache_attention)
+    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "GROUP": 4, "BLOCK_Q": 1, "BLOCK_M": 16,
+                                                            "HAS_WINDOW": True, "SPLIT": True, "DECODE": True,
+                                                            "Q_NORM_ROPE": True, "KV_NEW": True, "V_NORM": True}, 4
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
     yield from _gemv_cases()
     yield from _persistent_gemv_cases()

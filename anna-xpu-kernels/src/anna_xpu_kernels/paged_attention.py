@@ -24,6 +24,15 @@ Layout of the work:
   time constant or an autotuning key: ``num_splits`` is a run-time argument (only "split or not"
   is a constexpr), so serving never re-compiles or re-tunes as requests vary. Decode batches
   (one query per sequence) skip the tile numbering entirely (``DECODE``: tile ``i`` is sequence ``i``).
+* ``q_norm_rope_attention`` (a KV-shared layer, which writes no K/V): the kernel loads each raw query row with its
+  rotary partner, RMS-normalises and rotates it in registers (``Q_NORM_ROPE``; the ``q_norm_rope`` op's math and
+  roundings, positions read per token), so the layer's query pre-processing needs no launch of its own. Every split
+  program of a tile redoes this for its ``BLOCK_M`` rows (a few KiB, from L2).
+* ``qkv_norm_rope_cache_attention`` at decode (a Gemma 4 layer with its own K/V): the same, and each program also
+  computes its KV head's new key (normalised, rotated) and value (normalised without weight) from the raw projection
+  in registers and uses them in place of the cache row at position ``seq_len - 1`` (``KV_NEW``; that row is not
+  written yet: no program waits for another), and split 0 stores them at ``slot_mapping``. So the layer's q/k/v
+  pre-processing and cache write need no launch of their own.
 * Head dims up to :data:`MAX_HEAD_DIM` (512: Gemma 4's global layers) are padded to a power of two
   (``BLOCK_D``) and held whole in registers: one ``q K^T`` dot over the full head dim per key tile and a
   ``[BLOCK_M, BLOCK_D]`` float32 accumulator. Above :data:`WIDE_HEAD_DIM` (256) the tiling narrows so it
@@ -44,6 +53,7 @@ from anna_core.kernels.checks import check_paged_attention, num_sequences, requi
 from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
+from anna_xpu_kernels.qk_norm_rope import _norm_rope_row
 
 MAX_HEAD_DIM = 512
 """Largest head dim handled (padded to a power of two in registers); larger heads fall back to the torch reference."""
@@ -72,16 +82,47 @@ def _prune(configs, named_args, **kwargs):
     return kept or configs[:1]
 
 
+@triton.jit
+def _load_q_norm_rope(q_ptr, rows, row_ok, d, d_ok, qw_ptr, pos, inv_freq_ptr, head_dim, half, rotary_dim, eps,
+                      ZERO_CENTERED: tl.constexpr):
+    """The query tile ``[BLOCK_M, BLOCK_D]`` (row offsets ``rows``) RMS-normalised per row with ``qw`` and rotated at
+    ``pos`` ``[BLOCK_M]`` (NeoX halves on the first ``rotary_dim`` dims), rounded to q's dtype where
+    :mod:`anna_xpu_kernels.qk_norm_rope` rounds it: the ``q_norm_rope`` op on load."""
+    partner = tl.where(d < half, d + half, tl.where(d < rotary_dim, d - half, d))
+    m = row_ok[:, None] & d_ok[None, :]
+    x = tl.load(q_ptr + rows[:, None] + d[None, :], mask=m, other=0.0)
+    out_ty = x.dtype
+    x = x.to(tl.float32)
+    xp = tl.load(q_ptr + rows[:, None] + partner[None, :], mask=m, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / head_dim + eps)
+    w = tl.load(qw_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
+    wp = tl.load(qw_ptr + partner, mask=d_ok, other=0.0).to(tl.float32)
+    if ZERO_CENTERED:
+        w = w + 1.0
+        wp = wp + 1.0
+    xn = (x * rstd[:, None] * w[None, :]).to(out_ty).to(tl.float32)  # the normed head, rounded as the op returns it
+    xpn = (xp * rstd[:, None] * wp[None, :]).to(out_ty).to(tl.float32)
+    f = tl.where(d < half, d, d - half)
+    in_rot = d < rotary_dim
+    angle = pos[:, None] * tl.load(inv_freq_ptr + f, mask=d_ok & in_rot, other=0.0)[None, :]
+    c = tl.cos(angle)
+    sn = tl.sin(angle)
+    rot = tl.where((d < half)[None, :], xn * c - xpn * sn, xn * c + xpn * sn)
+    return tl.where(in_rot[None, :], rot, xn).to(out_ty)
+
+
 @autotune(_CONFIGS, fixed=triton.Config({"BLOCK_N": 16}, num_warps=4), key=["BLOCK_M", "BLOCK_D", "GROUP", "SPLIT", "DECODE"],
           prune_configs_by={"early_config_prune": _prune})
 @triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
 def _paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr, tile_seq_ptr, tile_first_ptr,
-    o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr,
-    batch, n_tokens, head_dim, block_size, num_splits, qk_scale, window,
+    o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, qw_ptr, pos_ptr, inv_freq_ptr, k_ptr, v_ptr, kw_ptr, slot_ptr,
+    batch, n_tokens, head_dim, block_size, num_splits, qk_scale, window, half, rotary_dim, eps,
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_tb, stride_ot, stride_oh,
+    stride_kt, stride_kh, stride_vt, stride_vh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr, DECODE: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    Q_NORM_ROPE: tl.constexpr, ZERO_CENTERED: tl.constexpr, KV_NEW: tl.constexpr, V_NORM: tl.constexpr,
     USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pdl.enter(USE_PDL)
@@ -110,10 +151,31 @@ def _paged_attention_kernel(
     qpos = ctx - q_len + qi  # absolute position of each row's query
     d = tl.arange(0, BLOCK_D)
     d_ok = d < head_dim
-    q = tl.load(q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    if Q_NORM_ROPE:  # the q_norm_rope op on load (a KV-shared layer's queries): q_norm_rope_attention
+        pos = tl.load(pos_ptr + tok, mask=row_ok, other=0).to(tl.float32)
+        q = _load_q_norm_rope(q_ptr, tok * stride_qt + head * stride_qh, row_ok, d, d_ok, qw_ptr, pos, inv_freq_ptr,
+                              head_dim, half, rotary_dim, eps, ZERO_CENTERED)
+    else:
+        q = tl.load(q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                    mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     if UPCAST_DOT:
         q = q.to(tl.float32)
+    if KV_NEW:  # decode: this sequence's new key (normed, rotated) and value (normed with V_NORM) of this KV head,
+        # taken from registers at position ctx - 1 (its cache row is not written yet) and stored by split 0
+        new_pos = ctx - 1  # the cache position of the sequence's new token
+        k_row, _, _ = _norm_rope_row(k_ptr + seq * stride_kt + h_kv * stride_kh, kw_ptr,
+                                     tl.load(pos_ptr + seq).to(tl.float32), inv_freq_ptr, head_dim, half, rotary_dim,
+                                     eps, ZERO_CENTERED, k_cache_ptr.dtype.element_ty, BLOCK_D)
+        v_row = tl.load(v_ptr + seq * stride_vt + h_kv * stride_vh + d, mask=d_ok, other=0.0)
+        if V_NORM:  # the weightless value norm, float32, rounded once
+            vf = v_row.to(tl.float32)
+            v_row = vf * tl.rsqrt(tl.sum(vf * vf, axis=0) / head_dim + eps)
+        v_row = v_row.to(v_cache_ptr.dtype.element_ty)
+        if split == 0:
+            slot = tl.load(slot_ptr + seq).to(tl.int64)
+            dst = (slot // block_size) * stride_cb + (slot % block_size) * stride_ct + h_kv * stride_ch + d
+            tl.store(k_cache_ptr + dst, k_row, mask=d_ok)
+            tl.store(v_cache_ptr + dst, v_row, mask=d_ok)
 
     # Keys this tile can see, intersected with this split's partition.
     hi = tl.where(q_len > 0, ctx - q_len + tl.minimum(q0 + BLOCK_Q, q_len), 0)
@@ -137,6 +199,10 @@ def _paged_attention_kernel(
         kv_mask = k_ok[:, None] & d_ok[None, :]
         k = tl.load(k_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(v_cache_ptr + kv_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if KV_NEW:
+            is_new = (kpos == new_pos)[:, None]
+            k = tl.where(is_new, k_row[None, :], k)
+            v = tl.where(is_new, v_row[None, :], v)
         if UPCAST_DOT:  # float32 serving, or the interpreter (whose bfloat16 tl.dot is wrong): exact fp32 products
             s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
         else:
@@ -247,10 +313,98 @@ def paged_attention(
                                   sliding_window, num_splits=None)
 
 
+def q_norm_rope_attention(q: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool,
+                          positions: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor, scale: float,
+                          sliding_window: int | None) -> torch.Tensor:
+    """``q_norm_rope`` done as the attention kernel loads its query tile (signature of the reference
+    ``q_norm_rope_attention``): one launch (plus the split merge) for a KV-shared layer's queries and attention.
+
+    Args:
+        q: ``[T, H_q, D]`` raw queries (unit stride along D); weight: ``[D]`` the q norm's; eps, zero_centered:
+            its; positions: ``[T]`` int64; inv_freq: ``[R/2]`` float32 (``0 < R <= D``); the rest as
+            :func:`paged_attention`.
+
+    Returns:
+        ``[T, H_q, D]`` in q's dtype. Head dims above 512 or a cache dtype other than q's run the torch references.
+
+    Raises:
+        ValueError: inconsistent shapes, unsupported dtype, non-positive window.
+    """
+    op = "q_norm_rope_attention"
+    require(q.dim() == 3, op, f"q must be [T, H, D], got {tuple(q.shape)}")
+    total, _, dim = q.shape
+    require(tuple(weight.shape) == (dim,), op, f"weight must be [{dim}]")
+    require(inv_freq.dim() == 1 and 0 < 2 * inv_freq.shape[0] <= dim, op,
+            f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
+    require(positions.dim() == 1 and positions.shape[0] == total, op, f"positions must be [T={total}]")
+    require(q.stride(2) == 1, op, "q needs unit stride along D")
+    require_same_device(op, q=q, weight=weight, positions=positions, inv_freq=inv_freq)
+    prologue = (weight, float(eps), bool(zero_centered), positions.contiguous(), inv_freq.to(torch.float32))
+    return paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
+                                  num_splits=None, q_norm_rope=prologue)
+
+
+def qkv_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                                  k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                                  inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                                  slot_mapping: torch.Tensor, cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                                  block_tables: torch.Tensor, scale: float, sliding_window: int | None) -> torch.Tensor:
+    """Gemma 4's attention pre-processing fused into its attention (signature of the reference
+    ``qkv_norm_rope_cache_attention``). For a decode batch (one query per sequence) one launch plus the split merge:
+    each program normalises and rotates its query rows as it loads them, computes its KV head's new key (normalised,
+    rotated) and value (normalised, no weight) in registers and uses them for position ``seq_len - 1``, whose cache
+    row split 0 writes (``slot_mapping``); other batches run :func:`anna_xpu_kernels.qk_norm_rope.qkv_norm_rope_cache`
+    then :func:`paged_attention`.
+
+    Args:
+        q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (unit stride along D; v may be k's rows); q_weight, k_weight:
+            ``[D]``; eps, zero_centered: the norms'; positions: ``[T]`` int64 (the rotary positions);
+            inv_freq: ``[R/2]`` float32; k_cache, v_cache, slot_mapping as ``qk_norm_rope_cache``; the rest as
+            :func:`paged_attention`.
+
+    Returns:
+        ``[T, H_q, D]`` in q's dtype; the new keys and values are written into the caches.
+
+    Raises:
+        ValueError: inconsistent shapes, unsupported dtype, non-positive window.
+    """
+    from anna_xpu_kernels import qk_norm_rope
+
+    op = "qkv_norm_rope_cache_attention"
+    require(q.dim() == 3 and k.dim() == 3 and k.shape == v.shape, op,
+            f"q must be [T, H_q, D] and k, v one [T, H_kv, D] shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}")
+    total, _, dim = q.shape
+    batch = cu_seqlens_q.shape[0] - 1
+    fusable = (total == batch and dim <= MAX_HEAD_DIM and k_cache.dtype == q.dtype and v_cache.dtype == q.dtype
+               and k.shape[0] == total and k.shape[2] == dim and tuple(k_cache.shape[2:]) == tuple(k.shape[1:])
+               and k.stride(2) == 1 and v.stride(2) == 1 and tuple(q_weight.shape) == (dim,)
+               and tuple(k_weight.shape) == (dim,) and tuple(slot_mapping.shape) == (total,))
+    if not fusable:  # prefill chunks (several queries per sequence) and shapes the kernel does not take
+        q = qk_norm_rope.qkv_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq,
+                                             k_cache, v_cache, slot_mapping)
+        return paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)
+    require(inv_freq.dim() == 1 and 0 < 2 * inv_freq.shape[0] <= dim, op,
+            f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
+    require(positions.dim() == 1 and positions.shape[0] == total, op, f"positions must be [T={total}]")
+    require(q.stride(2) == 1, op, "q needs unit stride along D")
+    require_same_device(op, q=q, k=k, v=v, q_weight=q_weight, k_weight=k_weight, positions=positions,
+                        inv_freq=inv_freq, slot_mapping=slot_mapping)
+    prologue = (q_weight, float(eps), bool(zero_centered), positions.contiguous(), inv_freq.to(torch.float32))
+    return paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
+                                  num_splits=None, q_norm_rope=prologue, kv_new=(k, v, k_weight, slot_mapping, True))
+
+
 def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
-                           *, num_splits: int | None) -> torch.Tensor:
-    """:func:`paged_attention` with the number of key partitions forced (``None``: chosen for the GPU)."""
-    op = "paged_attention"
+                           *, num_splits: int | None, q_norm_rope: tuple | None = None,
+                           kv_new: tuple | None = None) -> torch.Tensor:
+    """:func:`paged_attention` with the number of key partitions forced (``None``: chosen for the GPU); with
+    ``q_norm_rope = (weight, eps, zero_centered, positions, inv_freq)`` the queries are raw and normalised and
+    rotated on load (:func:`q_norm_rope_attention`); with it and ``kv_new = (k, v, k_weight, slot_mapping, v_norm)``
+    (decode batches only) the new keys and values too, written by the kernel
+    (:func:`qkv_norm_rope_cache_attention`)."""
+    op = "paged_attention" if q_norm_rope is None else "q_norm_rope_attention"
     require_dims(op, q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4), seq_lens=(seq_lens, 1),
                  block_tables=(block_tables, 2))
     batch = num_sequences(op, cu_seqlens_q, "cu_seqlens_q")
@@ -260,7 +414,15 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
     require_float(op, q=q)
     require_same_device(op, q=q, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
                         block_tables=block_tables)
+    require(kv_new is None or (q_norm_rope is not None and q.shape[0] == batch), op,
+            "new keys and values are fused for decode batches with the query prologue only")
     if dim > MAX_HEAD_DIM or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        require(kv_new is None, op, "new keys and values need the Triton kernel's head dims and cache dtype")
+        if q_norm_rope is not None:
+            from anna_core.kernels.reference.qk_norm_rope import q_norm_rope as reference_q_norm_rope
+
+            weight, eps, zero_centered, positions, inv_freq = q_norm_rope
+            q = reference_q_norm_rope(q, weight, eps, zero_centered, positions, inv_freq)
         return _reference(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)
     require(k_cache.stride(3) == 1 and v_cache.stride(3) == 1 and k_cache.stride() == v_cache.stride(), op,
             "k_cache and v_cache must share strides with unit stride along D")
@@ -269,6 +431,17 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
         return out
     if q.stride(2) != 1:
         q = q.contiguous()
+    if q_norm_rope is None:
+        qw = pos = inv_freq = out  # unused
+        eps, zero_centered, rotary_dim = 0.0, False, 0
+    else:
+        qw, eps, zero_centered, pos, inv_freq = q_norm_rope
+        rotary_dim = 2 * inv_freq.shape[0]
+    if kv_new is None:
+        k_new = v_new = kw = slots = out  # unused
+        v_norm = False
+    else:
+        k_new, v_new, kw, slots, v_norm = kv_new
 
     group = h_q // h_kv
     decode = total == batch  # one query per sequence
@@ -305,13 +478,14 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
     upcast = INTERPRETING or q.dtype == torch.float32
     _paged_attention_kernel[(n_tiles, h_kv, splits)](
         q, k_cache, v_cache, cu, seq_lens, block_tables, tile_seq, tile_first,
-        out, m_ws, l_ws, acc_ws,
+        out, m_ws, l_ws, acc_ws, qw, pos, inv_freq, k_new, v_new, kw, slots,
         batch, total, dim, block_size, splits, float(scale) * LOG2E,
-        int(sliding_window or 0),
+        int(sliding_window or 0), rotary_dim // 2, rotary_dim, eps,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        out.stride(0), out.stride(1),
+        out.stride(0), out.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, HAS_WINDOW=sliding_window is not None,
-        SPLIT=splits > 1, DECODE=decode, UPCAST_DOT=upcast, **pdl.launch_options(out),
+        SPLIT=splits > 1, DECODE=decode, UPCAST_DOT=upcast, Q_NORM_ROPE=q_norm_rope is not None,
+        ZERO_CENTERED=zero_centered, KV_NEW=kv_new is not None, V_NORM=bool(v_norm), **pdl.launch_options(out),
     )
     if splits > 1:
         merge_d = min(block_d, WIDE_HEAD_DIM)  # wide heads merge in head-dim chunks (registers)

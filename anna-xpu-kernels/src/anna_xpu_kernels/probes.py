@@ -18,8 +18,8 @@ the torch reference themselves for shapes they cannot hold in registers):
     :data:`MAX_ROUTE_EXPERTS` (beyond, that kernel raises rather than falls back: callers pass the
     fact). The fused gated DeltaNet decode step (``fused_gdn_decode``) requires ``head_k_dim`` and
     ``head_v_dim`` (it fuses heads of at most 256 only, :func:`anna_xpu_kernels.gdn_decode_fused.fusable`),
-    the fused attention pre-processing (``qk_norm_rope_cache``, ``qkv_norm_rope_cache``, ``q_norm_rope``)
-    ``head_dim``: without them they decline.
+    the fused attention pre-processing (``qk_norm_rope_cache``, ``qkv_norm_rope_cache``, ``q_norm_rope``,
+    ``q_norm_rope_attention``, ``qkv_norm_rope_cache_attention``) ``head_dim``: without them they decline.
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ import functools
 import importlib
 from typing import Any
 
-from anna_xpu_kernels._env import cpu_interpret_requested, qkv_norm_rope_requested
+from anna_xpu_kernels._env import (
+    cpu_interpret_requested,
+    q_norm_rope_attention_requested,
+    qkv_norm_rope_attention_requested,
+    qkv_norm_rope_requested,
+)
 
 TRITON_DTYPES = ("float32", "float16", "bfloat16")
 FLA_DTYPES = ("float16", "bfloat16")
@@ -179,6 +184,20 @@ def qkv_norm_rope_probe(request: Any) -> bool:
     """qkv_norm_rope_cache: as :func:`qk_norm_rope_probe`, unless ``ANNA_QKV_NORM_ROPE=0`` (then it declines and the
     caller runs the value norm apart, for A/B measurements)."""
     return qkv_norm_rope_requested() and qk_norm_rope_probe(request)
+
+
+def q_norm_rope_attention_probe(request: Any) -> bool:
+    """q_norm_rope_attention: any Triton device, float dtypes, ``head_dim`` given and at most 512 (the attention
+    kernel's), unless ``ANNA_Q_NORM_ROPE_ATTENTION=0`` (then it declines: ``q_norm_rope`` and the attention run apart)."""
+    return (q_norm_rope_attention_requested() and _shape_given(request.shape, ("head_dim",))
+            and _shape_within(request.shape, {"head_dim": MAX_ATTENTION_HEAD_DIM}) and _triton_ok(request))
+
+
+def qkv_norm_rope_attention_probe(request: Any) -> bool:
+    """qkv_norm_rope_cache_attention: as :func:`q_norm_rope_attention_probe`, unless ``ANNA_QKV_NORM_ROPE_ATTENTION=0``
+    (then it declines: ``qkv_norm_rope_cache`` and the attention run apart)."""
+    return (qkv_norm_rope_attention_requested() and _shape_given(request.shape, ("head_dim",))
+            and _shape_within(request.shape, {"head_dim": MAX_ATTENTION_HEAD_DIM}) and _triton_ok(request))
 
 
 def paged_attention_probe(request: Any) -> bool:

@@ -286,6 +286,36 @@ def q_norm_rope(device: Any, dtype: Any) -> list[OpExample]:
                       shape={"head_dim": 32}) for rotated, zc in ((32, False), (16, True))]
 
 
+def q_norm_rope_attention(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(28, device, _dt(dtype))
+    out = []
+    cases = [([1, 1], [7, 13], None, 32, False),  # decodes, whole rotary
+             ([6, 1, 3], [6, 11, 9], 4, 16, True)]  # a prompt, a decode, a chunk; window; partial rotary
+    for q_lens, ctx, window, rotated, zc in cases:
+        q, k_cache, v_cache, cu, seq_lens, tables = _paged(r, q_lens, ctx, 4, 2, 32)
+        positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx, strict=True)]).to(r.device)
+        out.append(OpExample((q, r.randn(32), EPS, zc, positions, r.inv_freq(rotated), k_cache, v_cache, cu, seq_lens,
+                              tables, 32 ** -0.5, window), shape={"head_dim": 32}))
+    return out
+
+
+def qkv_norm_rope_cache_attention(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(29, device, _dt(dtype))
+    out = []
+    cases = [([1, 1], [7, 13], None, 32, False, False),  # decodes, whole rotary
+             ([6, 1, 3], [6, 11, 9], 4, 16, True, True)]  # a prompt, a decode, a chunk; window; partial; k_eq_v
+    for q_lens, ctx, window, rotated, zc, k_eq_v in cases:
+        q, k_cache, v_cache, cu, seq_lens, tables = _paged(r, q_lens, ctx, 4, 2, 32)
+        positions = torch.cat([torch.arange(c - n, c) for n, c in zip(q_lens, ctx, strict=True)]).to(r.device)
+        rows = tables.cpu()[torch.repeat_interleave(torch.arange(len(q_lens)), torch.tensor(q_lens))]
+        slots = (rows.gather(1, (positions.cpu() // 4)[:, None])[:, 0].long() * 4 + positions.cpu() % 4).to(r.device)
+        k = r.randn(q.shape[0], 2, 32)
+        v = k if k_eq_v else r.randn(q.shape[0], 2, 32)
+        out.append(OpExample((q, k, v, r.randn(32), r.randn(32), EPS, zc, positions, r.inv_freq(rotated), k_cache,
+                              v_cache, slots, cu, seq_lens, tables, 32 ** -0.5, window), shape={"head_dim": 32}))
+    return out
+
+
 def _gdn_gates(r: _Gen, rows: int, h_v: int) -> tuple[torch.Tensor, ...]:
     wide = r.randn(rows, 2 * h_v + 1)  # a, b: strided column views of one projection
     neg_a = -torch.rand(h_v, generator=r.gen).add(0.5).to(r.device)

@@ -24,7 +24,7 @@ The fused ops (``post_norm_residual``, ``dual_post_norm_residual``, ``rms_norm_p
 ``post_norm_residual_norm_pair``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``,
 ``linear_act_mul``,
 ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``qkv_norm_rope_cache``, ``q_norm_rope``,
-``fused_gdn_decode``,
+``q_norm_rope_attention``, ``qkv_norm_rope_cache_attention``, ``fused_gdn_decode``,
 ``fused_gdn_prefill``)
 are compositions of the others; their references compose the unfused references, so a fused kernel is
 checked against exactly the numerics of the unfused path.
@@ -432,6 +432,39 @@ D]`` contiguous in q's dtype, rounded as ``qk_norm_rope_cache`` rounds its queri
         reference=_ref("qk_norm_rope", "q_norm_rope"),
         shape_facts=("head_dim",),
         examples=_examples("q_norm_rope"),
+    ),
+    OpContract(
+        name="q_norm_rope_attention",
+        signature=("q_norm_rope_attention(q, weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache, "
+                   "cu_seqlens_q, seq_lens, block_tables, scale, sliding_window) -> o"),
+        doc="""\
+``q_norm_rope`` fused into the attention that reads its result, for a layer that writes no K/V (a KV-shared
+layer): q ``[T, H_q, D]`` raw queries (unit stride along D); weight ``[D]``; positions ``[T]`` int64;
+inv_freq ``[R/2]`` float32; the remaining arguments as ``paged_attention``. ``o = paged_attention(
+q_norm_rope(q, weight, eps, zero_centered, positions, inv_freq), k_cache, v_cache, cu_seqlens_q, seq_lens,
+block_tables, scale, sliding_window)`` ``[T, H_q, D]`` in q's dtype, the queries rounded as ``q_norm_rope``
+rounds them. Callers look it up with the shape fact ``head_dim``.
+""",
+        reference=_ref("qk_norm_rope", "q_norm_rope_attention"),
+        shape_facts=("head_dim",),
+        examples=_examples("q_norm_rope_attention"),
+    ),
+    OpContract(
+        name="qkv_norm_rope_cache_attention",
+        signature=("qkv_norm_rope_cache_attention(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, "
+                   "k_cache, v_cache, slot_mapping, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window) -> o"),
+        doc="""\
+``qkv_norm_rope_cache`` fused with the attention that reads its result (an attention layer with q, k and v
+norms that writes its own K/V: Gemma 4): the first twelve arguments as ``qkv_norm_rope_cache``, the rest
+as ``paged_attention``. ``o = paged_attention(qkv_norm_rope_cache(q, k, v, q_weight, k_weight, eps,
+zero_centered, positions, inv_freq, k_cache, v_cache, slot_mapping), k_cache, v_cache, cu_seqlens_q,
+seq_lens, block_tables, scale, sliding_window)`` ``[T, H_q, D]`` in q's dtype; the new keys and values are
+written into the caches as that op writes them, rounded as it rounds them. Callers look it up with the shape
+fact ``head_dim``.
+""",
+        reference=_ref("qk_norm_rope", "qkv_norm_rope_cache_attention"),
+        shape_facts=("head_dim",),
+        examples=_examples("qkv_norm_rope_cache_attention"),
     ),
     OpContract(
         name="fused_gdn_decode",

@@ -81,6 +81,14 @@ class PagedAttention(nn.Module):
         return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, batch.tables[self.group].block_tables,
                       self.scale, self.sliding_window)
 
+    def attention_args(self, batch: ForwardBatch, caches: ModelCaches) -> tuple[Any, ...]:
+        """``(k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)``: the arguments after q
+        of ``paged_attention`` in this step, for a caller that runs attention through a fused op (e.g.
+        ``q_norm_rope_attention``)."""
+        k_cache, v_cache = caches.attention(self.group).layer(self.kv_index)
+        return (k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, batch.tables[self.group].block_tables, self.scale,
+                self.sliding_window)
+
     def extra_repr(self) -> str:
         return (f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
                 f"group={self.group}, kv_index={self.kv_index}, sliding_window={self.sliding_window}, "

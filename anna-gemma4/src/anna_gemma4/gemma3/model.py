@@ -18,6 +18,7 @@ Parameter names are HF's ``Gemma3ForCausalLM`` ones (``model.embed_tokens``, ``m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
 from anna_gemma4.attention import GemmaAttention
-from anna_gemma4.common import GemmaCausalLM, next_norms, scaled_embedding
+from anna_gemma4.common import GemmaCausalLM, RotaryTables, next_norms, scaled_embedding
 from anna_gemma4.config import LAYER_TYPES, SLIDING, LayerSpec
 from anna_gemma4.gemma3.config import Gemma3Config
 
@@ -56,9 +57,10 @@ class Gemma3DecoderLayer(nn.Module):
         self.post_feedforward_layernorm = RMSNorm(hidden, eps, ops, zero_centered=True)
 
     def forward(self, h: torch.Tensor, y: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
-                cos_sin: tuple[torch.Tensor, torch.Tensor], next_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+                cos_sin: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+                next_norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
         """h: ``[T, hidden]`` the residual stream; y: ``input_layernorm(h)`` (from the layer before); cos_sin:
-        the rotary table of this layer's kind; next_norm: the norm of this layer's output (the next layer's
+        gives the rotary table of this layer's kind (:meth:`~anna_gemma4.common.RotaryTables.of`); next_norm: the norm of this layer's output (the next layer's
         input norm, or the final norm) -> ``(h', next_norm(h'))``. Each residual add runs fused with the norms
         around it (``post_norm_residual``)."""
         a = self.self_attn(y, batch, caches, cos_sin)
@@ -90,10 +92,10 @@ class Gemma3TextModel(nn.Module):
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` after the final norm."""
         h = scaled_embedding(self.embed_tokens, batch.input_ids, self.config.hidden_size**0.5)  # [T, hidden]
-        cos_sin = {kind: rotary.cos_sin(batch.positions) for kind, rotary in self.rotary.items()}
+        tables = RotaryTables(self.rotary, batch.positions)  # computed only if a layer runs the unfused rotary
         y = self.layers[0].input_layernorm(h)
         for layer, next_norm in zip(self.layers, next_norms(self.layers, self.norm), strict=True):
-            h, y = layer(h, y, batch, caches, cos_sin[layer.kind], next_norm)
+            h, y = layer(h, y, batch, caches, tables.of(layer.kind), next_norm)
         return y
 
 

@@ -14,7 +14,7 @@ import torch
 
 from anna_core.kernels.checks import require
 from anna_core.kernels.reference.norms import rms_norm
-from anna_core.kernels.reference.paged_attention import reshape_and_cache
+from anna_core.kernels.reference.paged_attention import paged_attention, reshape_and_cache
 
 
 def check_qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
@@ -123,3 +123,49 @@ def q_norm_rope(q: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered
     require(positions.dim() == 1 and positions.shape[0] == total, op, f"positions must be [T={total}]")
     angles = positions.to(torch.float32)[:, None] * inv_freq.to(device=q.device, dtype=torch.float32)[None, :]
     return _rope(rms_norm(q, weight, eps, zero_centered), torch.cos(angles), torch.sin(angles)).contiguous()
+
+
+def q_norm_rope_attention(q: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool,
+                          positions: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor, scale: float,
+                          sliding_window: int | None) -> torch.Tensor:
+    """Attention of the normalised, rotated queries over a cache the layer does not write (a KV-shared layer):
+    ``paged_attention(q_norm_rope(q, weight, eps, zero_centered, positions, inv_freq), k_cache, v_cache,
+    cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)``.
+
+    Args:
+        q: ``[T, H_q, D]`` raw queries (unit stride along D); weight ``[D]``; eps, zero_centered: the q norm's;
+            positions ``[T]`` int64; inv_freq ``[R/2]`` float32; the rest as ``paged_attention``.
+
+    Returns:
+        ``[T, H_q, D]`` in q's dtype.
+
+    Raises:
+        ValueError: as :func:`q_norm_rope` and ``paged_attention``.
+    """
+    return paged_attention(q_norm_rope(q, weight, eps, zero_centered, positions, inv_freq), k_cache, v_cache,
+                           cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)
+
+
+def qkv_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                                  k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                                  inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                                  slot_mapping: torch.Tensor, cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                                  block_tables: torch.Tensor, scale: float, sliding_window: int | None) -> torch.Tensor:
+    """An attention layer with q, k and v norms (Gemma 4) from its projections to its attention output:
+    ``qkv_norm_rope_cache(q, k, v, ...)`` (writes the new keys and values), then ``paged_attention`` of the new q.
+
+    Args:
+        q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache, slot_mapping: as
+            :func:`qkv_norm_rope_cache`; cu_seqlens_q, seq_lens, block_tables, scale, sliding_window: as
+            ``paged_attention``.
+
+    Returns:
+        ``[T, H_q, D]`` in q's dtype.
+
+    Raises:
+        ValueError: as :func:`qkv_norm_rope_cache` and ``paged_attention``.
+    """
+    q = qkv_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache,
+                            slot_mapping)
+    return paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)

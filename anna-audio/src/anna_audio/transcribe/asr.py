@@ -1,0 +1,92 @@
+"""What the transcription service needs from a speech-recognition checkpoint, bound to the ``qwen3_asr`` family.
+
+:class:`AsrPrompts` builds a window's prompt (language forcing and context), expands its audio placeholder with the
+family's media processor, and reads the model's output back (``language X<asr_text>...`` -> the language and the
+transcript, or the transcript alone while streaming).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from anna_core.errors import InvalidRequestError
+from anna_core.multimodal import MultiModalInputs
+
+
+class AsrPrompts:
+    """Prompts and output parsing of a loaded Qwen3-ASR model.
+
+    Args:
+        tokenizer: the checkpoint's :class:`anna_core.tokenizer.Tokenizer`.
+        processor: the family's media processor (``LoadedModel.processor``), taking ``{"audio": [waveform]}``.
+        languages: the languages the checkpoint knows (English names; empty: any name is passed through).
+        max_window_s: seconds of audio the model accepts in one prompt.
+
+    Raises:
+        ValueError: ``max_window_s`` not positive, or a processor that takes no audio.
+    """
+
+    def __init__(self, tokenizer: Any, processor: Any, languages: Sequence[str], max_window_s: float):
+        if not max_window_s > 0:
+            raise ValueError(f"max_window_s must be positive, got {max_window_s}")
+        if processor is None or "audio" not in processor.modalities:
+            raise ValueError("a speech-recognition model needs a media processor that takes audio")
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.languages = tuple(languages)
+        self.max_window_s = float(max_window_s)
+
+    @classmethod
+    def from_loaded(cls, loaded: Any) -> AsrPrompts:
+        """The prompts of a loaded ``qwen3_asr`` model (its languages and window limit from the family)."""
+        from anna_audio.qwen3_asr import prompt
+
+        return cls(loaded.tokenizer, loaded.processor, prompt.supported_languages(loaded.model.config),
+                   prompt.max_audio_seconds(loaded.model.config))
+
+    def language(self, name: str | None) -> str | None:
+        """The checkpoint's name of the language ``name`` (an ISO code or an English name), or None to detect it.
+
+        Raises:
+            InvalidRequestError: a language the model does not know (``param`` ``language``).
+        """
+        if name is None:
+            return None
+        from anna_audio.qwen3_asr.prompt import normalize_language
+
+        try:
+            return normalize_language(name, self.languages)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), param="language") from None
+
+    def window_prompt(self, samples: np.ndarray, language: str | None, context: str | None
+                      ) -> tuple[list[int], MultiModalInputs]:
+        """One window's prompt ids (its audio placeholders expanded) and media.
+
+        Args:
+            samples: ``[N]`` float32, 16 kHz mono, at most ``max_window_s`` seconds.
+            language: the checkpoint's language name (:meth:`language`) or None.
+            context: the request's ``prompt`` (context, hot words) or None.
+
+        Raises:
+            InvalidRequestError: the processor refuses the audio.
+        """
+        from anna_audio.qwen3_asr.prompt import build_transcription_prompt
+
+        ids = build_transcription_prompt(self.tokenizer, language=language, context=context)
+        return self.processor.process(ids, {"audio": [samples]})
+
+    def parse(self, text: str) -> tuple[str | None, str]:
+        """``(language or None, transcript)`` of a window's whole output text."""
+        from anna_audio.qwen3_asr.prompt import parse_asr_output
+
+        return parse_asr_output(text)
+
+    def text_stream(self) -> Any:
+        """A fresh incremental reader of a window's output: ``feed(delta) -> str`` and ``finish() -> str`` return the
+        transcript's new text (never the language prefix)."""
+        from anna_audio.qwen3_asr.prompt import AsrTextStream
+
+        return AsrTextStream()

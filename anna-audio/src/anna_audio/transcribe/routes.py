@@ -1,0 +1,187 @@
+"""``POST /v1/audio/transcriptions``: OpenAI's transcription endpoint (multipart form in, a transcript out).
+
+The body is read through litestar's multipart parser under :data:`MAX_FORM_BYTES` (counted while it arrives: a
+larger body is a 413 before it is all read); the form is checked (:mod:`.request`), the audio decoded and windowed
+in a worker thread (:meth:`TranscriptionPlanner.prepare`), and every window submitted as its own engine request
+(:func:`anna_core.server.fanout.open_all`), so an engine refusal is an HTTP error before the response starts.
+Non-streamed: the windows' outputs are assembled and rendered in the asked ``response_format``. Streamed
+(``stream=true``): ``transcript.text.delta`` events with the text as it is produced, in window order, then one
+``transcript.text.done`` with the whole text. A client that disconnects aborts the windows' engine requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from anna_core.errors import AnnaError, InvalidRequestError
+from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body
+from anna_core.server.fanout import merged, open_all
+from anna_core.server.prepare import check_servable
+from anna_core.server.sse import sse_event, sse_response
+from anna_core.server.state import ServerState
+from litestar import Request, Response, post
+from litestar.datastructures import UploadFile
+
+from anna_audio.audio_io import AudioLimits
+from anna_audio.transcribe import formats
+from anna_audio.transcribe.request import parse_form
+
+logger = logging.getLogger("anna.server")
+
+MAX_FORM_BYTES = AudioLimits().max_bytes + 1024 * 1024
+"""Bytes of a whole transcription form: the default upload cap plus 1 MiB for the other fields and the part
+headers (the upload itself is then held to the server's ``AudioLimits.max_bytes``)."""
+
+
+async def _read_form(request: Request) -> tuple[dict[str, list[Any]], bytes | None]:
+    """The form's text fields by name and the ``file`` part's bytes (None: no file part).
+
+    Raises:
+        InvalidRequestError: a text field that is not UTF-8, or more than one file part.
+    """
+    try:
+        form = await request.form()
+    except UnicodeDecodeError:
+        raise InvalidRequestError("a form field is not UTF-8 text") from None
+    fields: dict[str, list[Any]] = {}
+    uploads: list[UploadFile] = []
+    for key, value in form.multi_items():
+        if isinstance(value, UploadFile):
+            uploads.append(value)
+            if key != "file":
+                fields.setdefault(key, []).append(value)
+        else:
+            fields.setdefault(key, []).append(value)
+    try:
+        files = [u for k, u in form.multi_items() if k == "file" and isinstance(u, UploadFile)]
+        if len(files) > 1:
+            raise InvalidRequestError("the form has more than one 'file' part", param="file")
+        if not files and fields.get("file"):
+            raise InvalidRequestError("'file' must be a file part (with a filename), not a text field", param="file")
+        audio = await files[0].read() if files else None
+    finally:
+        for upload in uploads:
+            await upload.close()
+    return fields, audio
+
+
+def _failed_message(out: Any) -> str | None:
+    if out is None:
+        return "transcription failed: the engine returned nothing"
+    if out.finish_reason == "error":
+        return f"transcription failed: {out.error}"
+    return None
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _abort_all(client: Any, ids: list[str]) -> None:
+    for rid in ids:
+        try:
+            client.abort(rid)
+        except Exception:  # aborting a finished request must never mask the outcome
+            logger.debug("abort of %s failed", rid, exc_info=True)
+
+
+async def _collect(server: ServerState, request: Request, opened: Any, ids: list[str]) -> list[Any]:
+    """Every window's final output; aborts them all if the client disconnects first.
+
+    Raises:
+        ClientDisconnected: the client went away.
+        GenerationFailed: a window failed in the engine.
+        ServerStopping: the server stopped first.
+    """
+    finals: list[Any] = [None] * len(ids)
+
+    async def consume() -> None:
+        async for i, out in merged(opened, server.streams):
+            if out.finished:
+                finals[i] = out
+
+    work = asyncio.ensure_future(consume())
+    disconnect = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            raise ClientDisconnected(",".join(ids))
+        work.result()
+    finally:
+        disconnect.cancel()
+        if not work.done():
+            work.cancel()
+        await _abort_all(server.engine, [rid for rid, f in zip(ids, finals) if f is None])
+    for out in finals:
+        message = _failed_message(out)
+        if message:
+            raise GenerationFailed(message, code=getattr(out, "error_code", None))
+    return finals
+
+
+async def _stream_events(server: ServerState, job: Any, opened: Any, ids: list[str]) -> AsyncIterator[bytes]:
+    """``transcript.text.delta`` events, then ``transcript.text.done`` (an ``error`` event if a window fails)."""
+    client = server.engine
+    text = ""
+    failed: list[str] = []
+
+    async def outputs() -> AsyncIterator[tuple[int, Any]]:
+        async for i, out in merged(opened, server.streams):
+            message = _failed_message(out) if out.finished else None
+            if message:
+                failed.append(message)
+                return
+            yield i, out
+
+    try:
+        async for delta in client.planner.deltas(job, outputs()):
+            text += delta
+            yield sse_event({"type": "transcript.text.delta", "delta": delta})
+        if failed:
+            yield sse_event(error_body(failed[0], "server_error"))
+            return
+        yield sse_event({"type": "transcript.text.done", "text": text,
+                         "usage": formats.usage(job.audio.duration_s)})
+    except AnnaError as exc:
+        kind = "invalid_request_error" if isinstance(exc, InvalidRequestError) else "server_error"
+        yield sse_event(error_body(str(exc), kind, None, getattr(exc, "code", None)))
+    finally:
+        await _abort_all(client, ids)
+
+
+@post("/v1/audio/transcriptions", status_code=200, request_max_body_size=MAX_FORM_BYTES)
+async def transcriptions(request: Request, server: ServerState) -> Response:
+    """OpenAI audio transcription: ``json``, ``text``, ``verbose_json``, ``srt`` or ``vtt``; streamed as
+    transcript events with ``stream=true``."""
+    fields, audio = await _read_form(request)
+    req = parse_form(fields, audio)
+    if req.unknown_fields:
+        server.warn_unknown_fields(list(req.unknown_fields), "/v1/audio/transcriptions")
+    check_servable(server, req.model or None)
+    client = server.engine
+    job = await asyncio.to_thread(client.planner.prepare, req)
+    request_id = f"trsc-{uuid.uuid4().hex}"
+    jobs, media = client.planner.engine_jobs(job, request_id)
+    ids = [rid for rid, _, _ in jobs]
+    opened = await open_all(client.engine, jobs, media)
+    if req.stream:
+        return sse_response(_stream_events(server, job, opened, ids))
+    finals = await _collect(server, request, opened, ids)
+    transcript = await asyncio.to_thread(client.planner.assemble, job, [f.text for f in finals])
+    body = formats.render(transcript, req.response_format, temperature=req.temperature,
+                          granularities=req.granularities)
+    if isinstance(body, str):
+        return Response(body, media_type=formats.TEXT_FORMATS[req.response_format])
+    return Response(body)
+
+
+ROUTES = [transcriptions]

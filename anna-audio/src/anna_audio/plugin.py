@@ -16,7 +16,7 @@ TRANSCRIBE_TASK = TaskSpec(
     distribution="anna-audio",
     options=(
         TaskOption("asr_max_inference_batch_size", "Most audio windows the audio encoder runs at once "
-                   "(default: the model's).", kind="int"),
+                   "(default: the model's).", kind="int", stage="load"),
         TaskOption("asr_aligner_dir", "A Qwen3 forced-aligner checkpoint folder: word and segment timestamps "
                    "(timestamp_granularities[]) come from it.", kind="path"),
     ),

@@ -382,7 +382,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     family = select_family(source, model_families())
     task = task_for(family, name=task_name)  # fail fast: the family's task is not installed
     check_task(task)  # ... or its plugin's targets do not import
-    task_options = pop_task_options(options, tasks(), task)  # ... or a flag of another task was given
+    task_options, family_options = pop_task_options(options, tasks(), task)  # ... or another task's flag was given
     _check_disabled_kernels(disable_kernels)
     runner_config = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
                                  warmup=resolve_device(device).type != "cpu")
@@ -412,7 +412,8 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
                      "disable_kernels": disable_kernels, "weight_quant": weight_quant, "offload": offload,
                      "offload_vision": bool(options.get("offload_vision")),
                      "max_device_memory_gib": engine_config.max_device_memory_gib,
-                     "chat_template": chat_template.read_text() if chat_template else None},
+                     "chat_template": chat_template.read_text() if chat_template else None,
+                     **({"family_options": family_options} if family_options else {})},
         engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,
         metrics_log_interval_s=metrics_log_interval_seconds, task_options=task_options,
     )

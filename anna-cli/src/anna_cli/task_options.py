@@ -1,8 +1,9 @@
 """The flags tasks declare (:class:`anna_core.registry.TaskOption`), added to ``anna serve`` and read back.
 
 ``anna serve`` takes the options of every installed task (``--asr-aligner-dir`` of ``transcribe``, ...); the
-values set for the served task go to its ``build`` as keyword arguments, and a flag of another task is refused
-before anything loads.
+values set for the served task go to its ``build`` as keyword arguments (or, for ``stage="load"`` options, to the
+family's loader through ``load_model(family_options=...)``), and a flag of another task is refused before anything
+loads.
 """
 
 from __future__ import annotations
@@ -38,15 +39,16 @@ def add_task_options(command: click.Command, tasks: list[Any]) -> None:
                 present.add(option.name)
 
 
-def pop_task_options(options: dict[str, Any], tasks: list[Any], served: Any) -> dict[str, Any]:
-    """Remove every task option from ``options``; return the served task's that were set (not None / False).
+def pop_task_options(options: dict[str, Any], tasks: list[Any], served: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Remove every task option from ``options``; return the served task's that were set (not None / False /
+    their default) as ``(build options, family load options)`` by their ``stage``.
 
     Raises:
         AnnaError: a flag of another task was set.
     """
     from anna_core.errors import AnnaError
 
-    chosen: dict[str, Any] = {}
+    chosen: dict[str, dict[str, Any]] = {"build": {}, "load": {}}
     own = {o.name for o in served.options}
     for task in tasks:
         for option in task.options:
@@ -58,5 +60,5 @@ def pop_task_options(options: dict[str, Any], tasks: list[Any], served: Any) -> 
             if option.name not in own:
                 raise AnnaError(f"{option.flag} is a setting of the {task.name!r} task; this model serves "
                                 f"{served.name!r}")
-            chosen[option.name] = value
-    return chosen
+            chosen[option.stage][option.name] = value
+    return chosen["build"], chosen["load"]

@@ -14,6 +14,14 @@ import numpy as np
 from anna_core.errors import InvalidRequestError
 from anna_core.multimodal import MultiModalInputs
 
+TOKENS_PER_AUDIO_SECOND = 25
+"""Output tokens a window may produce per second of its audio (speech runs at 3-8 tokens a second), plus
+:data:`EXTRA_TOKENS` for the language prefix: bounds a runaway window and what memory admission reserves."""
+EXTRA_TOKENS = 32
+PROMPT_TOKENS = 256
+"""Tokens of a window's prompt besides its audio (the chat template, a forced language, a short context) that
+the window length leaves room for; a longer context shortens what is left for output."""
+
 
 class AsrPrompts:
     """Prompts and output parsing of a loaded Qwen3-ASR model.
@@ -39,12 +47,26 @@ class AsrPrompts:
         self.max_window_s = float(max_window_s)
 
     @classmethod
-    def from_loaded(cls, loaded: Any) -> AsrPrompts:
-        """The prompts of a loaded ``qwen3_asr`` model (its languages and window limit from the family)."""
+    def from_loaded(cls, loaded: Any, max_model_len: int) -> AsrPrompts:
+        """The prompts of a loaded ``qwen3_asr`` model: its languages, and windows as long as the family allows
+        that leave room, within ``max_model_len`` tokens, for :data:`PROMPT_TOKENS` of prompt and
+        :data:`TOKENS_PER_AUDIO_SECOND` output tokens per second of audio.
+
+        Raises:
+            ValueError: not a Qwen3-ASR model, or ``max_model_len`` leaves no room for a second of audio.
+        """
         from anna_audio.qwen3_asr import prompt
 
-        return cls(loaded.tokenizer, loaded.processor, prompt.supported_languages(loaded.model.config),
-                   prompt.max_audio_seconds(loaded.model.config))
+        asr_config = getattr(loaded.model, "asr_config", None)
+        if asr_config is None:
+            raise ValueError(f"{type(loaded.model).__name__} is not a Qwen3-ASR model")
+        languages = asr_config.support_languages or prompt.DEFAULT_LANGUAGES
+        reserved = PROMPT_TOKENS + EXTRA_TOKENS
+        by_output = (max_model_len - reserved) / (prompt.ROWS_PER_SECOND + TOKENS_PER_AUDIO_SECOND)
+        if by_output < 1:
+            raise ValueError(f"max_model_len {max_model_len} leaves no room for a second of audio")
+        window_s = min(prompt.max_window_seconds(max_model_len, reserved_tokens=reserved), float(int(by_output)))
+        return cls(loaded.tokenizer, loaded.processor, languages, window_s)
 
     def language(self, name: str | None) -> str | None:
         """The checkpoint's name of the language ``name`` (an ISO code or an English name), or None to detect it.

@@ -20,15 +20,11 @@ from anna_core.errors import InvalidRequestError
 from anna_core.multimodal import MultiModalInputs
 
 from anna_audio.audio_io import AudioLimits, DecodedAudio, decode_audio
-from anna_audio.transcribe.asr import AsrPrompts
+from anna_audio.transcribe.asr import EXTRA_TOKENS, TOKENS_PER_AUDIO_SECOND, AsrPrompts
 from anna_audio.transcribe.formats import Segment, Transcript, Word
 from anna_audio.transcribe.request import TranscriptionRequest
 from anna_audio.transcribe.windows import AudioWindow, split_windows
 
-TOKENS_PER_AUDIO_SECOND = 25
-"""Output tokens a window may produce per second of its audio (speech runs at 3-8 tokens a second), plus
-:data:`EXTRA_TOKENS` for the language prefix: bounds a runaway window and what memory admission reserves."""
-EXTRA_TOKENS = 32
 
 
 @attrs.frozen

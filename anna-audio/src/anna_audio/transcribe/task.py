@@ -84,15 +84,12 @@ class TranscriptionEngine:
 
 
 def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None = None, *,
-          asr_aligner_dir: Path | None = None, asr_max_inference_batch_size: int | None = None
-          ) -> TranscriptionEngine:
+          asr_aligner_dir: Path | None = None) -> TranscriptionEngine:
     """The engine of a loaded speech-recognition model (warmed up and graphs captured with ``runner``), and the
     forced aligner of ``asr_aligner_dir`` on the model's device.
 
     Args:
         asr_aligner_dir: a forced-aligner checkpoint folder, or None (no timestamps).
-        asr_max_inference_batch_size: most audio windows the audio encoder runs at once (None: the model's
-            default).
 
     Raises:
         AnnaError: the model is not a speech-recognition model, the cache does not fit, or the aligner does not
@@ -104,18 +101,16 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
     from anna_audio.transcribe.asr import AsrPrompts
     from anna_audio.transcribe.service import TranscriptionPlanner
 
+    engine = build_generate(loaded, config, runner)
     try:
-        prompts = AsrPrompts.from_loaded(loaded)
+        prompts = AsrPrompts.from_loaded(loaded, engine.max_model_len)
     except ValueError as exc:
         raise AnnaError(f"the transcribe task needs a speech-recognition model: {exc}") from exc
-    if asr_max_inference_batch_size is not None:
-        loaded.model.set_max_encoder_batch(asr_max_inference_batch_size)
     aligner = None
     if asr_aligner_dir is not None:
         from anna_audio.transcribe.aligner import ForcedAligner
 
         aligner = ForcedAligner.load(asr_aligner_dir, device=loaded.device, dtype=loaded.dtype)
-    engine = build_generate(loaded, config, runner)
     return TranscriptionEngine(engine, TranscriptionPlanner(prompts, max_model_len=engine.max_model_len,
                                                             aligner=aligner))
 

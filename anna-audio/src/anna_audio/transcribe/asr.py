@@ -106,9 +106,9 @@ class AsrPrompts:
 
         return parse_asr_output(text)
 
-    def text_stream(self) -> Any:
+    def text_stream(self, language_forced: bool) -> Any:
         """A fresh incremental reader of a window's output: ``feed(delta) -> str`` and ``finish() -> str`` return the
-        transcript's new text (never the language prefix)."""
+        transcript's new text (never the language prefix; a prompt that forced the language has none)."""
         from anna_audio.qwen3_asr.prompt import AsrTextStream
 
-        return AsrTextStream()
+        return AsrTextStream(language_forced=language_forced)

@@ -90,18 +90,23 @@ class TranscriptionPlanner:
         limits: caps on an upload (default :class:`AudioLimits` ()).
         aligner: the forced aligner (:class:`~anna_audio.transcribe.aligner.ForcedAligner`) or None (then
             ``timestamp_granularities`` are refused, naming ``--asr-aligner-dir``).
+        tokens_per_second / extra_tokens: a window's output limit is ``ceil(seconds * tokens_per_second) +
+            extra_tokens`` (within what the context leaves).
     """
 
     def __init__(self, prompts: AsrPrompts, *, max_model_len: int, limits: AudioLimits | None = None,
-                 aligner: Any = None):
+                 aligner: Any = None, tokens_per_second: float = TOKENS_PER_AUDIO_SECOND,
+                 extra_tokens: int = EXTRA_TOKENS):
         self.prompts = prompts
         self.max_model_len = max_model_len
         self.limits = limits or AudioLimits()
         self.aligner = aligner
+        self.tokens_per_second = tokens_per_second
+        self.extra_tokens = extra_tokens
 
     def window_params(self, window: AudioWindow, prompt_len: int, temperature: float) -> SamplingParams:
-        """A window's sampling: ``temperature`` (0: greedy), at most :data:`TOKENS_PER_AUDIO_SECOND` tokens per
-        second of its audio (within what the context leaves).
+        """A window's sampling: ``temperature`` (0: greedy), at most ``tokens_per_second`` tokens per second of its
+        audio plus ``extra_tokens`` (within what the context leaves).
 
         Raises:
             InvalidRequestError: the prompt leaves no room for output.
@@ -110,7 +115,7 @@ class TranscriptionPlanner:
         if room <= 0:
             raise InvalidRequestError(f"the audio window's prompt has {prompt_len} tokens, the model's limit is "
                                       f"{self.max_model_len}", param="file")
-        wanted = math.ceil((window.end_s - window.start_s) * TOKENS_PER_AUDIO_SECOND) + EXTRA_TOKENS
+        wanted = math.ceil((window.end_s - window.start_s) * self.tokens_per_second) + self.extra_tokens
         return SamplingParams(max_tokens=min(room, wanted), temperature=temperature)
 
     def prepare(self, request: TranscriptionRequest) -> TranscriptionJob:
@@ -180,7 +185,7 @@ class TranscriptionPlanner:
             outputs: ``(window index, RequestOutput)`` as :func:`anna_core.server.fanout.merged` yields them.
         """
         n = len(job.windows)
-        readers = [self.prompts.text_stream() for _ in range(n)]
+        readers = [self.prompts.text_stream(language_forced=job.language is not None) for _ in range(n)]
         pending: list[list[str]] = [[] for _ in range(n)]
         finished = [False] * n
         joiner = TextJoiner()

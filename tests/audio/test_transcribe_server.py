@@ -1,0 +1,210 @@
+"""``POST /v1/audio/transcriptions`` through the real server app over the tiny random Qwen3-ASR (the ``transcribe``
+task's engine, started as ``anna serve`` starts it): the openai client and raw multipart, every response format,
+concurrent requests equal to each alone, long audio in windows each equal to the model on that window alone,
+streamed deltas, and every refusal in OpenAI's error shape.
+
+"Alone" is the same model on a synchronous engine of its own, run before the server starts, one clip at a time.
+Outputs are kept short (2 tokens per audio second + 4) so the CPU run stays quick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+import numpy as np
+import pytest
+import soundfile
+from anna_core.engine.config import EngineConfig
+from anna_core.loading import load_model
+from anna_core.plugins import make_plugin_manager
+from anna_core.server.app import create_app
+from anna_core.server.state import ServerState
+from anna_core.testing.tiny import write_tiny_checkpoint
+from litestar.testing import AsyncTestClient, TestClient
+
+from anna_audio.plugin import TRANSCRIBE_TASK
+from anna_audio.transcribe import formats, task
+from anna_audio.transcribe.asr import AsrPrompts
+from anna_audio.transcribe.service import TranscriptionPlanner
+from anna_audio.transcribe.windows import split_windows
+
+RATE = 16000
+WINDOW_S = 4.0
+MODEL = "tiny-asr"
+SILENCES = [(3.0, 3.4), (6.5, 6.9)]
+
+
+def wav(samples: np.ndarray) -> bytes:
+    """Float WAV: decodes to exactly these samples (16 kHz passes through unresampled)."""
+    out = io.BytesIO()
+    soundfile.write(out, samples, RATE, format="WAV", subtype="FLOAT")
+    return out.getvalue()
+
+
+def clip(seconds: float, seed: int) -> np.ndarray:
+    return (0.2 * np.random.default_rng(seed).standard_normal(round(seconds * RATE))).astype(np.float32)
+
+
+def long_clip() -> np.ndarray:
+    x = clip(9.5, 99)
+    for a, b in SILENCES:
+        x[round(a * RATE):round(b * RATE)] *= 1e-3
+    return x
+
+
+CLIPS = [clip(1.0 + 0.125 * i, i) for i in range(16)]
+
+
+def planner_of(loaded, built, aligner=None) -> TranscriptionPlanner:
+    from anna_audio.qwen3_asr.prompt import DEFAULT_LANGUAGES
+
+    prompts = AsrPrompts(loaded.tokenizer, loaded.processor, DEFAULT_LANGUAGES, WINDOW_S)
+    return TranscriptionPlanner(prompts, max_model_len=built.max_model_len, aligner=aligner, tokens_per_second=2,
+                                extra_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """``(TestClient, references)``: references[i] is clip i's text alone; references["long"] each window's."""
+    path = write_tiny_checkpoint("qwen3_asr", tmp_path_factory.mktemp("asr") / "model")
+    loaded = load_model(path, device="cpu")
+    alone = task.build(loaded, EngineConfig(max_num_seqs=1), None)
+    alone.planner = planner_of(loaded, alone)
+    refs: dict = {i: alone.transcribe(wav(x))["text"] for i, x in enumerate(CLIPS)}
+    x = long_clip()
+    refs["long"] = [alone.transcribe(wav(x[w.start:w.end]))["text"] for w in split_windows(x, WINDOW_S)]
+    refs["forced"] = alone.transcribe(wav(CLIPS[0]), language="de", prompt="Anna")["text"]
+
+    built = task.build(loaded, EngineConfig(max_num_seqs=32), None)
+    built.planner = planner_of(loaded, built)
+    state = ServerState(model_name=MODEL)
+    state.set_ready(task.start(built), loaded.tokenizer, max_model_len=built.max_model_len)
+    app = create_app(state, pm=make_plugin_manager(load_entry_points=False), task=TRANSCRIBE_TASK)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client, refs, app, built.planner
+
+
+def post(client, audio: bytes | None, **fields):
+    files = None if audio is None else {"file": ("clip.wav", audio, "audio/wav")}
+    data = {"model": MODEL, **fields}
+    return client.post("/v1/audio/transcriptions", files=files, data=data)
+
+
+def test_openai_client_every_format(served):
+    from openai import OpenAI
+
+    client, refs, _, planner = served
+    oa = OpenAI(base_url="http://testserver.local/v1", api_key="x", http_client=client)
+    audio = wav(CLIPS[3])
+    duration = CLIPS[3].shape[0] / RATE
+    result = oa.audio.transcriptions.create(model=MODEL, file=("a.wav", audio))
+    assert result.text == refs[3] and result.text
+    assert oa.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), response_format="text") == refs[3]
+    verbose = oa.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), response_format="verbose_json")
+    assert verbose.duration == pytest.approx(duration, abs=5e-4) and verbose.text == refs[3]
+    assert [(s.start, s.end, s.text) for s in verbose.segments] == [(0.0, round(duration, 3), refs[3])]
+    segments = [formats.Segment(0.0, duration, refs[3])]
+    assert oa.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), response_format="srt") \
+        == formats.to_srt(segments)
+    assert oa.audio.transcriptions.create(model=MODEL, file=("a.wav", audio), response_format="vtt") \
+        == formats.to_vtt(segments)
+
+
+def test_raw_multipart_and_content_types(served):
+    client, refs, _, _ = served
+    r = post(client, wav(CLIPS[1]))
+    assert r.status_code == 200 and r.json() == {"text": refs[1], "usage": {"type": "duration", "seconds": 2}}
+    r = post(client, wav(CLIPS[1]), response_format="text")
+    assert r.text == refs[1] and r.headers["content-type"].startswith("text/plain")
+    r = post(client, wav(CLIPS[1]), response_format="vtt")
+    assert r.headers["content-type"].startswith("text/vtt") and r.text.startswith("WEBVTT\n\n")
+    r = post(client, wav(CLIPS[1]), response_format="srt")
+    assert r.text.startswith("1\n00:00:00,000 --> 00:00:01,125\n")
+
+
+def test_language_and_prompt_are_forced(served):
+    client, refs, _, _ = served
+    r = post(client, wav(CLIPS[0]), language="de", prompt="Anna")
+    assert r.status_code == 200 and r.json()["text"] == refs["forced"]
+    body = post(client, wav(CLIPS[0]), language="German", prompt="Anna", response_format="verbose_json").json()
+    assert body["language"] == "german" and body["text"] == refs["forced"]
+
+
+def test_sixteen_concurrent_requests_equal_each_alone(served):
+    _, refs, app, _ = served
+
+    async def run():
+        async with AsyncTestClient(app) as client:
+            async def one(i):
+                r = await client.post("/v1/audio/transcriptions", data={"model": MODEL},
+                                      files={"file": ("c.wav", wav(CLIPS[i]), "audio/wav")})
+                return r.status_code, r.json()["text"]
+            return await asyncio.gather(*(one(i) for i in range(16)))
+
+    assert asyncio.run(run()) == [(200, refs[i]) for i in range(16)]
+
+
+def test_long_audio_windows(served):
+    client, refs, _, _ = served
+    x = long_clip()
+    windows = split_windows(x, WINDOW_S)
+    assert len(windows) == 3 and all(w.end - w.start <= WINDOW_S * RATE for w in windows)
+    for w in windows[:-1]:  # each cut lands in a silence
+        assert any(a <= w.end / RATE <= b for a, b in SILENCES)
+    body = post(client, wav(x), response_format="verbose_json").json()
+    assert body["duration"] == pytest.approx(9.5) and body["text"] == " ".join(t for t in refs["long"] if t)
+    assert [(s["start"], s["end"], s["text"]) for s in body["segments"]] == [
+        (round(w.start_s, 3), round(w.end_s, 3), t) for w, t in zip(windows, refs["long"]) if t]
+
+
+def sse_events(text: str) -> list[dict]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_streaming_deltas_make_the_final_text(served):
+    client, refs, _, _ = served
+    for audio, expected in ((wav(CLIPS[5]), refs[5]), (wav(long_clip()), " ".join(t for t in refs["long"] if t))):
+        r = post(client, audio, stream="true")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(r.text)
+        deltas = [e["delta"] for e in events[:-1]]
+        assert all(e["type"] == "transcript.text.delta" for e in events[:-1]) and len(deltas) > 1
+        assert events[-1]["type"] == "transcript.text.done"
+        assert "".join(deltas) == events[-1]["text"] == expected
+
+
+def error_of(r, status: int, param: str | None = None) -> str:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["type"] == "invalid_request_error"
+    if param is not None:
+        assert err["param"] == param
+    return err["message"]
+
+
+def test_refusals(served):
+    client, _, _, planner = served
+    good = wav(CLIPS[0])
+    assert error_of(post(client, b""), 400, "file").startswith("audio refused")
+    assert "truncated" in error_of(post(client, good[: len(good) // 2]), 400, "file")
+    png = b"\x89PNG\r\n\x1a\n" + bytes(64)
+    assert error_of(post(client, png), 400, "file").startswith("audio refused")
+    assert "unsupported language" in error_of(post(client, good, language="xx"), 400, "language")
+    assert "response_format" in error_of(post(client, good, response_format="xml"), 400, "response_format")
+    message = error_of(post(client, good, response_format="verbose_json", **{"timestamp_granularities[]": "word"}),
+                       400, "timestamp_granularities[]")
+    assert "--asr-aligner-dir" in message
+    assert "no 'file' field" in error_of(post(client, None), 400, "file")
+    assert error_of(post(client, good, model="whisper-1"), 404, "model")
+    planner.limits, limits = type(planner.limits)(max_duration_s=2.0), planner.limits
+    try:
+        assert "over the limit of 2 s" in error_of(post(client, wav(clip(3.0, 7))), 400, "file")
+    finally:
+        planner.limits = limits
+    r = client.post("/v1/audio/transcriptions", content=b"{}", headers={"content-type": "application/json"})
+    assert "no 'file' field" in error_of(r, 400, "file")
+    big = client.post("/v1/audio/transcriptions", files={"file": ("big.wav", bytes(27 * 1024 * 1024), "audio/wav")})
+    assert big.status_code == 413 and "error" in big.json()
+    assert post(client, good).status_code == 200  # the server still serves

@@ -208,3 +208,34 @@ def test_refusals(served):
     big = client.post("/v1/audio/transcriptions", files={"file": ("big.wav", bytes(27 * 1024 * 1024), "audio/wav")})
     assert big.status_code == 413 and "error" in big.json()
     assert post(client, good).status_code == 200  # the server still serves
+
+
+def test_word_and_segment_timestamps_from_the_aligner(served, tmp_path):
+    from anna_audio.transcribe.aligner import ForcedAligner
+    from anna_audio.transcribe.aligner_tiny import build_tiny_aligner
+
+    _, _, app, planner = served
+    aligner = ForcedAligner.load(build_tiny_aligner(tmp_path / "aligner"))
+    x = long_clip()
+    windows = split_windows(x, WINDOW_S)
+    planner.aligner = aligner
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            r = post(client, wav(x), response_format="verbose_json", language="en",
+                     **{"timestamp_granularities[]": ["word", "segment"]})
+            assert "not available for Thai" in error_of(post(client, wav(x), response_format="verbose_json",
+                                                             language="th", **{"timestamp_granularities[]": "word"}),
+                                                        400, "language")
+    finally:
+        planner.aligner = None
+    assert r.status_code == 200, r.text
+    body = r.json()
+    texts = [s["text"] for s in body["segments"]]
+    expected_words = []
+    for w, text in zip(windows, texts):
+        span = w.end_s - w.start_s  # times past the window's end (the random head's) are clamped to it
+        for word in aligner.align(x[w.start:w.end], text, "English"):
+            expected_words.append({"word": word.word, "start": round(w.start_s + min(word.start, span), 3),
+                                   "end": round(w.start_s + min(word.end, span), 3)})
+    assert body["words"] == expected_words and expected_words
+    assert all(w.start_s <= s["start"] <= s["end"] <= w.end_s for w, s in zip(windows, body["segments"]))

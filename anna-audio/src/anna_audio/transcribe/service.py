@@ -165,7 +165,8 @@ class TranscriptionPlanner:
                 continue
             if job.request.granularities:
                 samples = job.audio.samples[w.window.start:w.window.end]
-                timed = [Word(x.word, x.start + w.window.start_s, x.end + w.window.start_s)
+                span = w.window.end_s - w.window.start_s  # the aligner's bins may run past the window: clamp
+                timed = [Word(x.word, w.window.start_s + min(x.start, span), w.window.start_s + min(x.end, span))
                          for x in self.aligner.align(samples, text, job.language or lang)]
                 words.extend(timed)
                 start = timed[0].start if timed else w.window.start_s

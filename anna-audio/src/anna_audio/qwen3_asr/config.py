@@ -13,7 +13,7 @@ Two layouts share ``model_type`` ``qwen3_asr``, told apart by ``config.json`` al
 :func:`hf_form` rewrites the original layout's config into the ``hf`` form the way transformers' conversion script
 for Qwen3-ASR does: the thinker's sub-configs moved to the top, the encoder's sinusoid table cut to the
 ``13`` positions one ``2 * n_window``-frame chunk gives after the convolutions (the original keeps 1500 rows of
-which only those are read), and the M-RoPE fields dropped: audio prompts give all three M-RoPE rows the same
+which only those are read), the sub-configs' own ``model_type`` s dropped, and the M-RoPE fields dropped: audio prompts give all three M-RoPE rows the same
 position, which is plain 1-D rotary (Qwen Team, "Qwen3-Omni Technical Report", 2025, on audio positions).
 """
 
@@ -70,8 +70,10 @@ def hf_form(config: dict[str, Any]) -> dict[str, Any]:
     out = {k: copy.deepcopy(v) for k, v in config.items() if k != "thinker_config"}
     audio = copy.deepcopy(thinker["audio_config"])
     audio.pop("max_source_positions", None)
+    audio.pop("model_type", None)  # qwen3_asr_audio_encoder: the encoder's own type in the hf layout
     audio["max_position_embeddings"] = ENCODER_POSITIONS
     text = copy.deepcopy(thinker["text_config"])
+    text.pop("model_type", None)  # qwen3_asr_text: a plain Qwen3 text model
     for key in ("rope_scaling", "rope_parameters"):
         if isinstance(text.get(key), dict):
             text[key] = {k: v for k, v in text[key].items() if k not in MROPE_KEYS}

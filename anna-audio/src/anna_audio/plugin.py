@@ -1,11 +1,9 @@
-"""Entry module of anna_audio: registers the ``transcribe`` task (``anna serve`` of a Qwen3-ASR checkpoint, and
-``anna transcribe`` of anna-cli).
-
-Only lazy ``"module:attr"`` strings and plain records here: registering must not import torch or read weights.
-"""
+"""Entry module of anna-audio: the ``qwen3_asr`` family and the ``transcribe`` task (``anna serve`` of a Qwen3-ASR
+checkpoint, ``anna transcribe``). Registration only: lazy ``"module:attr"`` strings and plain records, no torch
+import here."""
 
 from anna_core.hookspecs import hookimpl
-from anna_core.registry import TaskOption, TaskSpec
+from anna_core.registry import ModelFamilySpec, TaskOption, TaskSpec
 
 TRANSCRIBE_TASK = TaskSpec(
     name="transcribe",
@@ -21,6 +19,24 @@ TRANSCRIBE_TASK = TaskSpec(
                    "(timestamp_granularities[]) come from it.", kind="path"),
     ),
 )
+
+
+@hookimpl
+def register_model_families(register):
+    register(
+        ModelFamilySpec(
+            name="qwen3_asr",
+            loader="anna_audio.qwen3_asr.loader:load",
+            # both checkpoint layouts (converted `-hf` and the original `thinker_config` release) share the type
+            model_types=("qwen3_asr",),
+            architectures=("Qwen3ASRForConditionalGeneration",),
+            distribution="anna-audio",
+            # transcribe: anna serve / anna transcribe; generate: the decoder as a language model (LLM, anna bench)
+            tasks=("transcribe", "generate"),
+            load_options=("asr_max_inference_batch_size",),  # bounds the audio encoder's batch
+            tiny_checkpoint="anna_audio.qwen3_asr.tiny:build_tiny_checkpoint",
+        )
+    )
 
 
 @hookimpl

@@ -24,7 +24,7 @@ TEST_DIRS: dict[str, tuple[str, ...]] = {
     "anna-cli": ("tests/cli", "tests/plugins"),  # tests/plugins: a plugin made by `anna plugins new`, end to end
     "anna-llama": ("tests/llama",),
     "anna-xpu-kernels": ("tests/xpu_kernels",),
-    "anna-audio": ("tests/audio",),
+    "anna-audio": ("tests/audio", "tests/qwen3_asr"),
 }
 # A few seconds of each suite (pytest node ids): what tools/dist_check.py runs once the distribution installed alone.
 SMOKE_TESTS: dict[str, tuple[str, ...]] = {
@@ -46,6 +46,7 @@ TEST_FIXTURES: dict[str, tuple[str, ...]] = {
     "anna-cli": ("anna-qwen35", "anna-xpu-kernels"),  # `anna plugins` lists the Triton kernels' devices
     "anna-llama": ("anna-cli",),  # the --weight-quant flag
     "anna-xpu-kernels": ("anna-qwen35", "anna-gemma4"),
+    "anna-audio": ("anna-cli",),  # anna serve / anna transcribe of the transcribe task
 }
 
 

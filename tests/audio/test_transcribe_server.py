@@ -239,3 +239,18 @@ def test_word_and_segment_timestamps_from_the_aligner(served, tmp_path):
                                    "end": round(w.start_s + min(word.end, span), 3)})
     assert body["words"] == expected_words and expected_words
     assert all(w.start_s <= s["start"] <= s["end"] <= w.end_s for w, s in zip(windows, body["segments"]))
+
+
+def test_uploads_beyond_the_media_slots_are_429(served):
+    client, _, app, _ = served
+    state = app.dependencies["server"].dependency()
+    taken = 0
+    while state.media_slots.acquire(blocking=False):
+        taken += 1
+    try:
+        r = post(client, wav(CLIPS[0]))
+        assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limit_exceeded"
+    finally:
+        for _ in range(taken):
+            state.media_slots.release()
+    assert post(client, wav(CLIPS[0])).status_code == 200

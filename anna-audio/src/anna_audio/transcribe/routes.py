@@ -2,7 +2,8 @@
 
 The body is read through litestar's multipart parser under :data:`MAX_FORM_BYTES` (counted while it arrives: a
 larger body is a 413 before it is all read); the form is checked (:mod:`.request`), the audio decoded and windowed
-in a worker thread (:meth:`TranscriptionPlanner.prepare`), and every window submitted as its own engine request
+in a worker thread (:meth:`TranscriptionPlanner.prepare`; at most ``ServerState.media_slots`` uploads at once, a 429
+past them), and every window submitted as its own engine request
 (:func:`anna_core.server.fanout.open_all`), so an engine refusal is an HTTP error before the response starts.
 Non-streamed: the windows' outputs are assembled and rendered in the asked ``response_format``. Streamed
 (``stream=true``): ``transcript.text.delta`` events with the text as it is produced, in window order, then one
@@ -17,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from anna_core.errors import AnnaError, InvalidRequestError
+from anna_core.errors import AnnaError, InvalidRequestError, QueueFullError
 from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body
 from anna_core.server.fanout import merged, open_all
 from anna_core.server.prepare import check_servable
@@ -38,35 +39,47 @@ headers (the upload itself is then held to the server's ``AudioLimits.max_bytes`
 
 
 async def _read_form(request: Request) -> tuple[dict[str, list[Any]], bytes | None]:
-    """The form's text fields by name and the ``file`` part's bytes (None: no file part).
+    """The form's fields by name (the ``file`` part left out) and the ``file`` part's bytes (None: no file part).
 
     Raises:
-        InvalidRequestError: a text field that is not UTF-8, or more than one file part.
+        InvalidRequestError: a text field that is not UTF-8, more than one ``file`` part, or a ``file`` field that
+            is text.
     """
     try:
         form = await request.form()
     except UnicodeDecodeError:
         raise InvalidRequestError("a form field is not UTF-8 text") from None
-    fields: dict[str, list[Any]] = {}
-    uploads: list[UploadFile] = []
-    for key, value in form.multi_items():
-        if isinstance(value, UploadFile):
-            uploads.append(value)
+    items = list(form.multi_items())
+    try:
+        fields: dict[str, list[Any]] = {}
+        for key, value in items:
             if key != "file":
                 fields.setdefault(key, []).append(value)
-        else:
-            fields.setdefault(key, []).append(value)
-    try:
-        files = [u for k, u in form.multi_items() if k == "file" and isinstance(u, UploadFile)]
+        files = [value for key, value in items if key == "file"]
         if len(files) > 1:
             raise InvalidRequestError("the form has more than one 'file' part", param="file")
-        if not files and fields.get("file"):
+        if files and not isinstance(files[0], UploadFile):
             raise InvalidRequestError("'file' must be a file part (with a filename), not a text field", param="file")
-        audio = await files[0].read() if files else None
+        return fields, (await files[0].read() if files else None)
     finally:
-        for upload in uploads:
-            await upload.close()
-    return fields, audio
+        for _, value in items:
+            if isinstance(value, UploadFile):
+                await value.close()
+
+
+def _prepare(server: ServerState, req: Any) -> Any:
+    """Decode and window the upload (CPU work, in a worker thread), holding one of the server's media slots.
+
+    Raises:
+        QueueFullError: every media slot is taken (429): uploads are bounded, never queued.
+        InvalidRequestError: see :meth:`~anna_audio.transcribe.service.TranscriptionPlanner.prepare`.
+    """
+    if not server.media_slots.acquire(blocking=False):
+        raise QueueFullError("too many uploads are being decoded at once; retry shortly", retry_after_s=1)
+    try:
+        return server.engine.planner.prepare(req)
+    finally:
+        server.media_slots.release()
 
 
 def _failed_message(out: Any) -> str | None:
@@ -168,7 +181,7 @@ async def transcriptions(request: Request, server: ServerState) -> Response:
         server.warn_unknown_fields(list(req.unknown_fields), "/v1/audio/transcriptions")
     check_servable(server, req.model or None)
     client = server.engine
-    job = await asyncio.to_thread(client.planner.prepare, req)
+    job = await asyncio.to_thread(_prepare, server, req)
     request_id = f"trsc-{uuid.uuid4().hex}"
     jobs, media = client.planner.engine_jobs(job, request_id)
     ids = [rid for rid, _, _ in jobs]

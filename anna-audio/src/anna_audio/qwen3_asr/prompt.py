@@ -97,14 +97,17 @@ def _language_of(prefix: str) -> str | None:
     return None
 
 
-def parse_asr_output(text: str) -> tuple[str | None, str]:
+def parse_asr_output(text: str, *, language_forced: bool = False) -> tuple[str | None, str]:
     """``(detected language, transcript)`` of a whole answer.
 
     ``language English<asr_text> Hello.`` gives ``("English", "Hello.")``; ``language None<asr_text>`` gives
-    ``(None, "")``; an answer without ``<asr_text>`` (a forced-language prompt, whose prefix was in the prompt) is
-    all transcript: ``(None, text.strip())``. The transcript is stripped of surrounding whitespace.
+    ``(None, "")``; an answer without ``<asr_text>`` is all transcript: ``(None, text.strip())``. The transcript is
+    stripped of surrounding whitespace.
+
+    Args:
+        language_forced: the prompt forced the language (it holds the prefix): the whole answer is transcript.
     """
-    if ASR_TEXT_TAG not in text:
+    if language_forced or ASR_TEXT_TAG not in text:
         return None, text.strip()
     prefix, transcript = text.split(ASR_TEXT_TAG, 1)
     return _language_of(prefix), transcript.strip()
@@ -116,8 +119,8 @@ _PREFIX_RE = re.compile(r"\s*(?:l(?:a(?:n(?:g(?:u(?:a(?:g(?:e(?:\s[^<]*)?)?)?)?)
 class AsrTextStream:
     """Turns the streamed deltas of one answer into transcript deltas: the ``language X<asr_text>`` prefix never
     comes out, even split across deltas, and the concatenation of every :meth:`feed` and :meth:`finish` result
-    equals :func:`parse_asr_output`'s transcript of the whole answer (given the tag, if any, within
-    :data:`MAX_PREFIX_CHARS` characters).
+    equals :func:`parse_asr_output`'s transcript of the whole answer with the same ``language_forced`` (given the
+    tag, if any, within :data:`MAX_PREFIX_CHARS` characters).
 
     Args:
         language_forced: the prompt forced the language (the answer has no prefix): every character after leading

@@ -4,6 +4,7 @@ prefix through (every cut of every sample), languages and the audio window bound
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -40,7 +41,7 @@ SAMPLES = [
 def streamed(answer: str, cuts: list[int], forced: bool) -> tuple[list[str], AsrTextStream]:
     stream = AsrTextStream(language_forced=forced)
     bounds = [0, *cuts, len(answer)]
-    out = [stream.feed(answer[a:b]) for a, b in zip(bounds, bounds[1:])]
+    out = [stream.feed(answer[a:b]) for a, b in itertools.pairwise(bounds)]
     return out + [stream.finish()], stream
 
 

@@ -28,6 +28,7 @@ SAMPLES = [
     ("language None<asr_text>", False, None, ""),
     ("language English\n<asr_text>Two  spaces\nand a line.\n", False, "English", "Two  spaces\nand a line."),
     ("Language German<asr_text>Guten Tag", False, "German", "Guten Tag"),
+    ("language\nJapanese\n<asr_text>こんにちは", False, "Japanese", "こんにちは"),
     ("Hello without a prefix", False, None, "Hello without a prefix"),
     ("la la land", False, None, "la la land"),
     ("language", False, None, "language"),
@@ -57,6 +58,11 @@ def test_parse_and_every_stream_split_agree(answer, forced, language, transcript
         assert stream.language == (None if forced else language)
         if "<asr_text>" in answer and not forced:
             assert not any("<asr" in p or "language" in p.lower() for p in pieces), pieces
+
+
+def test_parse_takes_a_bare_name_before_the_tag():
+    assert parse_asr_output("English<asr_text>A bare name.") == ("English", "A bare name.")
+    assert parse_asr_output("language English<asr_text>") == ("English", "")
 
 
 def test_the_prefix_is_held_until_the_tag_and_text_flows_after_it():

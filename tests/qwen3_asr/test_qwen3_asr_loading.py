@@ -139,3 +139,21 @@ def test_a_config_only_folder_loads_with_dummy_weights(tiny_asr, tmp_path):
     [rows] = loaded.model.encode(list(mm.items))
     assert rows.shape == (mm.items[0].length, 64) and torch.isfinite(rows).all() and rows.std() > 0
     assert len(ids) == 2 + mm.items[0].length
+
+
+def test_hf_export_gives_the_text_decoder(tiny_asr):
+    """``anna bench --compare-hf`` builds transformers' Qwen3 over the decoder's tensors: its logits equal Anna's."""
+    import transformers
+    from anna_core.testing.runner import prefill_logits
+
+    loaded = load_anna(tiny_asr)
+    model_name, config_name, kwargs, state = loaded.model.hf_export()
+    assert (model_name, config_name) == ("Qwen3ForCausalLM", "Qwen3Config")
+    assert not any(k.startswith(("audio_tower.", "multi_modal_projector.")) for k in state)
+    hf = getattr(transformers, model_name)(getattr(transformers, config_name)(**kwargs)).eval()
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}  # tied: the head is the embeddings
+    ids = [1, 40, 41, 42, 43, 7, 200, 2]
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor([ids])).logits[0]
+    assert (prefill_logits(loaded.model, ids) - ref).abs().max() < 1e-4

@@ -150,3 +150,13 @@ def test_the_encoder_runs_at_most_the_batch_bound(tiny_asr):
     for a, b, item in zip(together, alone, items):
         assert a.shape == (item.length, model.hidden_size)
         assert rel_err(a, b) < 1e-5  # a clip's rows do not depend on the clips batched with it
+
+
+def test_a_bound_of_one_audio_per_encoder_call_changes_no_transcript(tiny_asr, hf_tokens):
+    llm = engine(tiny_asr, family_options={"asr_max_inference_batch_size": 1})
+    assert llm.loaded.model.max_encoder_batch == 1
+    cases = [("tone", "plain"), ("long", "context"), ("short", "plain")]
+    prompts = [build_transcription_prompt(llm.tokenizer, language=REQUESTS[k][0], context=REQUESTS[k][1])
+               for _, k in cases]
+    outs = llm.generate(prompts, GREEDY, media=[{"audio": [CLIPS[name]()]} for name, _ in cases])
+    assert [o.token_ids for o in outs] == [hf_tokens(name, kind) for name, kind in cases]

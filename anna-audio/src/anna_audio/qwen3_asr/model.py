@@ -47,9 +47,7 @@ def build_encoder(cfg: Qwen3ASRConfig) -> nn.Module:
     from transformers import Qwen3ASREncoderConfig
     from transformers.models.qwen3_asr.modeling_qwen3_asr import Qwen3ASREncoder
 
-    config = Qwen3ASREncoderConfig(**cfg.encoder.kwargs)
-    config._attn_implementation = "sdpa"
-    return Qwen3ASREncoder(config).eval()
+    return Qwen3ASREncoder(Qwen3ASREncoderConfig(**cfg.encoder.kwargs, attn_implementation="sdpa")).eval()
 
 
 def materialize_encoder_buffers(encoder: nn.Module, device: torch.device) -> None:

@@ -86,38 +86,41 @@ def build_transcription_prompt(tokenizer: Any, *, language: str | None, context:
 
 
 def _language_of(prefix: str) -> str | None:
-    """The language a ``language X`` prefix names (None for ``None`` or nothing)."""
-    for line in prefix.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if line.lower().startswith(LANGUAGE_PREFIX):
-            line = line[len(LANGUAGE_PREFIX):].strip()
-        return None if not line or line.lower() == "none" else line
-    return None
+    """The language a ``language X`` prefix names (its first line after ``language``; None for ``None`` or
+    nothing)."""
+    text = prefix.strip()
+    named = _NAMED_RE.match(text)
+    if named:
+        text = text[named.end():].strip()
+    name = text.splitlines()[0].strip() if text else ""
+    return None if not name or name.lower() == "none" else name
 
 
-def parse_asr_output(text: str) -> tuple[str | None, str]:
+def parse_asr_output(text: str, *, language_forced: bool = False) -> tuple[str | None, str]:
     """``(detected language, transcript)`` of a whole answer.
 
     ``language English<asr_text> Hello.`` gives ``("English", "Hello.")``; ``language None<asr_text>`` gives
-    ``(None, "")``; an answer without ``<asr_text>`` (a forced-language prompt, whose prefix was in the prompt) is
-    all transcript: ``(None, text.strip())``. The transcript is stripped of surrounding whitespace.
+    ``(None, "")``; an answer without ``<asr_text>`` is all transcript: ``(None, text.strip())``. The transcript is
+    stripped of surrounding whitespace.
+
+    Args:
+        language_forced: the prompt forced the language (it holds the prefix): the whole answer is transcript.
     """
-    if ASR_TEXT_TAG not in text:
+    if language_forced or ASR_TEXT_TAG not in text:
         return None, text.strip()
     prefix, transcript = text.split(ASR_TEXT_TAG, 1)
     return _language_of(prefix), transcript.strip()
 
 
+_NAMED_RE = re.compile(r"\s*language\s+", re.IGNORECASE)
 _PREFIX_RE = re.compile(r"\s*(?:l(?:a(?:n(?:g(?:u(?:a(?:g(?:e(?:\s[^<]*)?)?)?)?)?)?)?)?)?", re.IGNORECASE)
 
 
 class AsrTextStream:
     """Turns the streamed deltas of one answer into transcript deltas: the ``language X<asr_text>`` prefix never
     comes out, even split across deltas, and the concatenation of every :meth:`feed` and :meth:`finish` result
-    equals :func:`parse_asr_output`'s transcript of the whole answer (given the tag, if any, within
-    :data:`MAX_PREFIX_CHARS` characters).
+    equals :func:`parse_asr_output`'s transcript of the whole answer with the same ``language_forced`` (given the
+    tag, if any, within :data:`MAX_PREFIX_CHARS` characters).
 
     Args:
         language_forced: the prompt forced the language (the answer has no prefix): every character after leading
@@ -162,10 +165,10 @@ class AsrTextStream:
     def _could_be_prefix(self, head: str) -> bool:
         if len(head) > MAX_PREFIX_CHARS:
             return False
-        match = _PREFIX_RE.match(head)
-        rest = head[match.end():]
-        return ASR_TEXT_TAG.startswith(rest) and (not rest or head[:match.end()].lower().lstrip().startswith(
-            LANGUAGE_PREFIX))
+        rest = head[_PREFIX_RE.match(head).end():]  # after "language <name>" or a beginning of it
+        if not rest:
+            return True
+        return ASR_TEXT_TAG.startswith(rest) and _NAMED_RE.match(head) is not None  # a tag begins after a name
 
     def _emit(self, text: str) -> str:
         if not self._started:

@@ -65,6 +65,27 @@ def planner_of(loaded, built, aligner=None) -> TranscriptionPlanner:
                                 extra_tokens=4)
 
 
+def hf_window_texts(path, x: np.ndarray, planner: TranscriptionPlanner) -> list[str]:
+    """Each window's transcript by HF transformers alone: ``Qwen3ASRProcessor.apply_transcription_request`` and
+    greedy ``Qwen3ASRForConditionalGeneration.generate`` with the window's output limit, parsed as Anna parses."""
+    import torch
+    from transformers import Qwen3ASRForConditionalGeneration, Qwen3ASRProcessor
+
+    from anna_audio.qwen3_asr.prompt import parse_asr_output
+
+    processor = Qwen3ASRProcessor.from_pretrained(str(path))
+    model = Qwen3ASRForConditionalGeneration.from_pretrained(str(path), dtype=torch.float32).eval()
+    texts = []
+    for w in split_windows(x, WINDOW_S):
+        inputs = processor.apply_transcription_request(audio=x[w.start:w.end])
+        limit = planner.window_params(w, inputs["input_ids"].shape[1], 0.0).max_tokens
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=limit, do_sample=False)
+        new = out[0, inputs["input_ids"].shape[1]:].tolist()
+        texts.append(parse_asr_output(processor.tokenizer.decode(new, skip_special_tokens=True))[1])
+    return texts
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """``(TestClient, references)``: references[i] is clip i's text alone; references["long"] each window's."""
@@ -75,6 +96,7 @@ def served(tmp_path_factory):
     refs: dict = {i: alone.transcribe(wav(x))["text"] for i, x in enumerate(CLIPS)}
     x = long_clip()
     refs["long"] = [alone.transcribe(wav(x[w.start:w.end]))["text"] for w in split_windows(x, WINDOW_S)]
+    refs["long_hf"] = hf_window_texts(path, x, alone.planner)
     refs["forced"] = alone.transcribe(wav(CLIPS[0]), language="de", prompt="Anna")["text"]
 
     built = task.build(loaded, EngineConfig(max_num_seqs=32), None)
@@ -153,6 +175,7 @@ def test_long_audio_windows(served):
     assert len(windows) == 3 and all(w.end - w.start <= WINDOW_S * RATE for w in windows)
     for w in windows[:-1]:  # each cut lands in a silence
         assert any(a <= w.end / RATE <= b for a, b in SILENCES)
+    assert refs["long"] == refs["long_hf"]  # each window alone = HF transformers on that window
     body = post(client, wav(x), response_format="verbose_json").json()
     assert body["duration"] == pytest.approx(9.5) and body["text"] == " ".join(t for t in refs["long"] if t)
     assert [(s["start"], s["end"], s["text"]) for s in body["segments"]] == [

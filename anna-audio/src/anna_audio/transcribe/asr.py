@@ -56,11 +56,11 @@ class AsrPrompts:
             ValueError: not a Qwen3-ASR model, or ``max_model_len`` leaves no room for a second of audio.
         """
         from anna_audio.qwen3_asr import prompt
+        from anna_audio.qwen3_asr.model import Qwen3ASRModel
 
-        asr_config = getattr(loaded.model, "asr_config", None)
-        if asr_config is None:
+        if not isinstance(loaded.model, Qwen3ASRModel):
             raise ValueError(f"{type(loaded.model).__name__} is not a Qwen3-ASR model")
-        languages = asr_config.support_languages or prompt.DEFAULT_LANGUAGES
+        languages = loaded.model.asr_config.support_languages or prompt.DEFAULT_LANGUAGES
         reserved = PROMPT_TOKENS + EXTRA_TOKENS
         by_output = (max_model_len - reserved) / (prompt.ROWS_PER_SECOND + TOKENS_PER_AUDIO_SECOND)
         if by_output < 1:

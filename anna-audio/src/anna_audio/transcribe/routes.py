@@ -137,7 +137,7 @@ async def _collect(server: ServerState, request: Request, opened: Any, ids: list
     for out in finals:
         message = _failed_message(out)
         if message:
-            raise GenerationFailed(message, code=getattr(out, "error_code", None))
+            raise GenerationFailed(message, code=out.error_code if out is not None else None)
     return finals
 
 

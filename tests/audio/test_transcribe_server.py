@@ -208,7 +208,7 @@ def error_of(r, status: int, param: str | None = None) -> str:
 
 
 def test_refusals(served):
-    client, _, _, planner = served
+    client, _, app, planner = served
     good = wav(CLIPS[0])
     assert error_of(post(client, b""), 400, "file").startswith("audio refused")
     assert "truncated" in error_of(post(client, good[: len(good) // 2]), 400, "file")
@@ -226,6 +226,12 @@ def test_refusals(served):
         assert "over the limit of 2 s" in error_of(post(client, wav(clip(3.0, 7))), 400, "file")
     finally:
         planner.limits = limits
+    config = app.dependencies["server"].dependency().engine.engine.engine.config
+    config.max_waiting_requests, saved = 2, config.max_waiting_requests
+    try:
+        assert "cut into 3 windows" in error_of(post(client, wav(long_clip())), 400, "file")
+    finally:
+        config.max_waiting_requests = saved
     r = client.post("/v1/audio/transcriptions", content=b"{}", headers={"content-type": "application/json"})
     assert "no 'file' field" in error_of(r, 400, "file")
     big = client.post("/v1/audio/transcriptions", files={"file": ("big.wav", bytes(27 * 1024 * 1024), "audio/wav")})

@@ -72,12 +72,15 @@ def _prepare(server: ServerState, req: Any) -> Any:
 
     Raises:
         QueueFullError: every media slot is taken (429): uploads are bounded, never queued.
-        InvalidRequestError: see :meth:`~anna_audio.transcribe.service.TranscriptionPlanner.prepare`.
+        InvalidRequestError: see :meth:`~anna_audio.transcribe.service.TranscriptionPlanner.prepare`; more windows
+            than the engine's waiting queue holds.
     """
     if not server.media_slots.acquire(blocking=False):
         raise QueueFullError("too many uploads are being decoded at once; retry shortly", retry_after_s=1)
     try:
-        return server.engine.planner.prepare(req)
+        job = server.engine.planner.prepare(req)
+        server.engine.check_room(job)
+        return job
     finally:
         server.media_slots.release()
 

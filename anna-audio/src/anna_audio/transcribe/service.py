@@ -240,5 +240,20 @@ class Transcriber:
     async def shutdown(self, drain: bool = True) -> None:
         await self.engine.shutdown(drain)
 
+    def check_room(self, job: TranscriptionJob) -> None:
+        """Refuse a job of more windows than the engine's waiting queue ever holds (each window is one request, all
+        submitted at once, so it would be a 429 on every retry).
+
+        Raises:
+            InvalidRequestError: too many windows for ``--scheduler-max-waiting-requests`` (``param`` ``file``).
+        """
+        limit = self.engine.engine.config.max_waiting_requests
+        if limit and len(job.windows) > limit:
+            raise InvalidRequestError(
+                f"the audio is cut into {len(job.windows)} windows of at most {self.planner.prompts.max_window_s:g} s, "
+                f"each one request, but this server queues at most {limit} waiting requests "
+                f"(--scheduler-max-waiting-requests); send shorter audio or start the server with a larger limit",
+                param="file")
+
     def abort(self, request_id: str) -> Any:
         return self.engine.abort(request_id)

@@ -283,3 +283,49 @@ def test_uploads_beyond_the_media_slots_are_429(served):
         for _ in range(taken):
             state.media_slots.release()
     assert post(client, wav(CLIPS[0])).status_code == 200
+
+
+def _multipart(audio: bytes, **fields: str) -> tuple[bytes, bytes]:
+    boundary = b"annaboundary1234"
+    parts = [b"--" + boundary + b'\r\nContent-Disposition: form-data; name="' + k.encode() + b'"\r\n\r\n' + v.encode()
+             + b"\r\n" for k, v in {"model": MODEL, **fields}.items()]
+    parts.append(b"--" + boundary + b'\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+                 b"Content-Type: audio/wav\r\n\r\n" + audio + b"\r\n")
+    return b"".join(parts) + b"--" + boundary + b"--\r\n", b"multipart/form-data; boundary=" + boundary
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_goes_away_aborts_every_window(served, stream):
+    """Raw ASGI: the body, then a disconnect 0.5 s later, while the windows (given 400 tokens each) still run."""
+    import time
+
+    _, _, app, planner = served
+    state = app.dependencies["server"].dependency()
+    body, content_type = _multipart(wav(long_clip()), **({"stream": "true"} if stream else {}))
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        await asyncio.sleep(0.5)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        pass
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/audio/transcriptions", "raw_path": b"/v1/audio/transcriptions", "query_string": b"",
+             "root_path": "", "headers": [(b"content-type", content_type),
+                                          (b"content-length", str(len(body)).encode())],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "state": {}}
+    planner.extra_tokens, saved = 400, planner.extra_tokens
+    before = state.engine.stats()["tokens_generated"]
+    try:
+        asyncio.run(asyncio.wait_for(app(scope, receive, send), timeout=60))
+    finally:
+        planner.extra_tokens = saved
+    deadline = time.monotonic() + 2  # three windows of 400 tokens each would run far longer than this
+    while state.engine.stats()["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert state.engine.stats()["running"] == 0
+    assert state.engine.stats()["tokens_generated"] - before < 3 * 400

@@ -176,3 +176,21 @@ def test_a_bound_of_one_audio_per_encoder_call_changes_no_transcript(tiny_asr, h
                for _, k in cases]
     outs = llm.generate(prompts, GREEDY, media=[{"audio": [CLIPS[name]()]} for name, _ in cases])
     assert [o.token_ids for o in outs] == [hf_tokens(name, kind) for name, kind in cases]
+
+
+def test_bf16_logits_are_as_near_fp32_as_hf_bf16(tiny_asr, hf_asr, hf_processor):
+    """The serving dtype on GPUs: encoder, projector and decoder in bfloat16. Anna's bf16 logits are no further from
+    HF's float32 ones than HF's own bf16 logits are (each side rounds on its own)."""
+    from anna_core.testing.oracle import hf_model
+
+    loaded = load_anna(tiny_asr, dtype=torch.bfloat16)
+    hf_bf16 = hf_model(tiny_asr, dtype=torch.bfloat16)
+    audio = CLIPS["long"]()
+    ids, mm = prepare(loaded, audio, context="Hotwords: Anna.")
+    inputs = hf_request(hf_processor, audio, context="Hotwords: Anna.")
+    ref = hf_logits(hf_asr, inputs, [])
+    theirs = hf_logits(hf_bf16, {**inputs, "input_features": inputs["input_features"].to(torch.bfloat16)}, [])
+    [rows] = loaded.model.encode(list(mm.items))
+    assert rows.dtype == torch.bfloat16
+    mine = anna_logits(loaded.model, ids, mm, dtype=torch.bfloat16)
+    assert rel_err(mine, ref) <= 1.5 * rel_err(theirs, ref)

@@ -86,16 +86,17 @@ def hf_logits(model, inputs: dict, generated: list[int]) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def anna_logits(model, ids: list[int], mm, chunk: int | None = None, block_size: int = 16) -> torch.Tensor:
+def anna_logits(model, ids: list[int], mm, chunk: int | None = None, block_size: int = 16,
+                dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Anna's float32 logits ``[len(ids), vocab]`` over one sequence, prefilled in chunks of ``chunk`` tokens (all at
-    once by default) with the audio rows of ``mm`` spliced in."""
+    once by default) with the audio rows of ``mm`` spliced in (``dtype``: the model's, for its KV cache)."""
     from anna_core.engine.cache_allocator import zeroed_caches
     from anna_core.testing.runner import build_batch
 
     blocks = -(-len(ids) // block_size)
     caches = zeroed_caches(model.cache_spec, num_blocks=blocks, block_size=block_size, num_slots=1,
-                           device=torch.device("cpu"), dtype=torch.float32)
-    embeds = torch.zeros(len(ids), model.hidden_size)
+                           device=torch.device("cpu"), dtype=dtype)
+    embeds = torch.zeros(len(ids), model.hidden_size, dtype=dtype)
     mask = torch.zeros(len(ids), dtype=torch.bool)
     for m, rows in zip(mm.items, model.encode(list(mm.items))):
         embeds[m.offset:m.end], mask[m.offset:m.end] = rows, True

@@ -152,6 +152,22 @@ def test_the_encoder_runs_at_most_the_batch_bound(tiny_asr):
         assert rel_err(a, b) < 1e-5  # a clip's rows do not depend on the clips batched with it
 
 
+def test_an_encoder_call_takes_at_most_conv_chunksize_chunks(tiny_asr, tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "chunks"
+    shutil.copytree(tiny_asr, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["audio_config"]["conv_chunksize"] = 3  # 300 mel frames a call
+    (folder / "config.json").write_text(json.dumps(config))
+    loaded = load_anna(folder, asr_max_inference_batch_size=2)
+    clips = [clip(200.0 + 150 * i, s, i) for i, s in enumerate([0.6, 1.0, 1.4, 1.8, 3.2])]  # 1, 1, 2, 2, 4 chunks
+    items = [loaded.processor.process([loaded.processor.audio_token_id], {"audio": [c]})[1].items[0] for c in clips]
+    groups = loaded.model.encoder_groups(items)
+    assert [[items.index(m) for m in g] for g in groups] == [[0, 1], [2], [3], [4]]  # the 4-chunk clip alone
+
+
 def test_a_bound_of_one_audio_per_encoder_call_changes_no_transcript(tiny_asr, hf_tokens):
     llm = engine(tiny_asr, family_options={"asr_max_inference_batch_size": 1})
     assert llm.loaded.model.max_encoder_batch == 1
@@ -160,3 +176,21 @@ def test_a_bound_of_one_audio_per_encoder_call_changes_no_transcript(tiny_asr, h
                for _, k in cases]
     outs = llm.generate(prompts, GREEDY, media=[{"audio": [CLIPS[name]()]} for name, _ in cases])
     assert [o.token_ids for o in outs] == [hf_tokens(name, kind) for name, kind in cases]
+
+
+def test_bf16_logits_are_as_near_fp32_as_hf_bf16(tiny_asr, hf_asr, hf_processor):
+    """The serving dtype on GPUs: encoder, projector and decoder in bfloat16. Anna's bf16 logits are no further from
+    HF's float32 ones than HF's own bf16 logits are (each side rounds on its own)."""
+    from anna_core.testing.oracle import hf_model
+
+    loaded = load_anna(tiny_asr, dtype=torch.bfloat16)
+    hf_bf16 = hf_model(tiny_asr, dtype=torch.bfloat16)
+    audio = CLIPS["long"]()
+    ids, mm = prepare(loaded, audio, context="Hotwords: Anna.")
+    inputs = hf_request(hf_processor, audio, context="Hotwords: Anna.")
+    ref = hf_logits(hf_asr, inputs, [])
+    theirs = hf_logits(hf_bf16, {**inputs, "input_features": inputs["input_features"].to(torch.bfloat16)}, [])
+    [rows] = loaded.model.encode(list(mm.items))
+    assert rows.dtype == torch.bfloat16
+    mine = anna_logits(loaded.model, ids, mm, dtype=torch.bfloat16)
+    assert rel_err(mine, ref) <= 1.5 * rel_err(theirs, ref)

@@ -142,7 +142,8 @@ class LLM:
             media: decoded media of a single prompt (``{"image": [PIL images], "video": [DecodedVideo or lists of
                 PIL frames]}``), or one entry (None: text) per prompt, prepared by the model's processor
                 (``LoadedModel.processor``): each prompt holds one placeholder token per medium (Qwen3.5:
-                ``<|image_pad|>``, ``<|video_pad|>``), which the processor expands. Not together with ``multimodal``.
+                ``<|image_pad|>``, ``<|video_pad|>``; Qwen3-ASR: ``<|audio_pad|>`` for ``{"audio": [[N] float32 16 kHz
+                waveforms]}``), which the processor expands. Not together with ``multimodal``.
             mm_processor_kwargs: the processor's settings for every prompt's media (Qwen3.5: ``min_pixels``,
                 ``max_pixels`` for images; ``fps``, the rate of a frame list, and ``max_frames`` for videos).
 

@@ -36,6 +36,8 @@ ENCODER_KEYS = ("num_mel_bins", "encoder_layers", "encoder_attention_heads", "en
                 "activation_function", "scale_embedding", "n_window", "output_dim", "n_window_infer",
                 "downsample_hidden_size", "max_position_embeddings")
 """The ``audio_config`` fields transformers' ``Qwen3ASREncoderConfig`` takes that the encoder reads."""
+DEFAULT_CONV_CHUNKS = 500
+"""Convolution chunks per encoder call without ``audio_config.conv_chunksize`` (the released configs' value)."""
 
 
 def layout_of(config: dict[str, Any]) -> str:
@@ -93,6 +95,9 @@ class EncoderConfig:
         d_model: the encoder width; output_dim: the projector's output width (the text model's hidden size).
         n_window: half a convolution chunk in mel frames; num_mel_bins: mel bins of the features.
         activation_function: of the encoder MLPs and the projector (``"gelu"``).
+        conv_chunksize: ``audio_config.conv_chunksize``: how many ``2 * n_window``-frame chunks the original code
+            runs through the convolutions at once; Anna bounds the chunks of one encoder call by it (a longer clip
+            runs alone), so a batch of long clips does not hold all their convolution activations at once.
     """
 
     kwargs: dict[str, Any]
@@ -101,6 +106,7 @@ class EncoderConfig:
     n_window: int
     num_mel_bins: int
     activation_function: str
+    conv_chunksize: int = DEFAULT_CONV_CHUNKS
 
 
 @attrs.frozen
@@ -146,12 +152,16 @@ class Qwen3ASRConfig:
                 kwargs={k: audio[k] for k in ENCODER_KEYS if k in audio}, d_model=int(audio["d_model"]),
                 output_dim=int(audio["output_dim"]), n_window=int(audio.get("n_window", 50)),
                 num_mel_bins=int(audio.get("num_mel_bins", 128)),
-                activation_function=str(audio.get("activation_function", "gelu")))
+                activation_function=str(audio.get("activation_function", "gelu")),
+                conv_chunksize=int(audio.get("conv_chunksize") or DEFAULT_CONV_CHUNKS))
             audio_token_id = int(cfg["audio_token_id"])
         except KeyError as exc:
             raise ModelLoadError(f"config.json lacks the Qwen3-ASR field {exc.args[0]!r}") from exc
         except (TypeError, ValueError) as exc:
             raise ModelLoadError(f"config.json has a malformed Qwen3-ASR field: {exc}") from exc
+        if encoder.n_window < 1 or encoder.conv_chunksize < 1:
+            raise ModelLoadError(f"audio_config n_window ({encoder.n_window}) and conv_chunksize "
+                                 f"({encoder.conv_chunksize}) must be positive")
         if encoder.activation_function != "gelu":
             raise UnsupportedModelError(f"Qwen3-ASR activation_function {encoder.activation_function!r} is not "
                                         "supported (only 'gelu')")

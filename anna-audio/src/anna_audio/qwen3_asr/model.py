@@ -89,7 +89,7 @@ class Qwen3ASRModel(Qwen3ForCausalLM):
     @torch.inference_mode()
     def encode(self, items: list[MediaItem]) -> list[torch.Tensor]:
         """The projected encoder rows of each audio: ``[item.length, hidden]`` in the serving dtype, on the model's
-        device, the audios run in batches of at most ``max_encoder_batch``.
+        device, the audios run in the groups of :meth:`encoder_groups` (at most ``max_encoder_batch`` a call).
 
         Each item's ``data`` is the processor's ``{"features": [n_mels, F] float32, "num_frames": int}``
         (:class:`anna_audio.qwen3_asr.processor.Qwen3ASRProcessor`); a batch pads every clip's frames with zeros to
@@ -100,12 +100,28 @@ class Qwen3ASRModel(Qwen3ForCausalLM):
             ValueError: an item whose rows differ from its placeholder count, or features of another mel count.
         """
         weight = self.model.embed_tokens.weight
-        device, dtype = weight.device, weight.dtype
         out: list[torch.Tensor] = []
-        for start in range(0, len(items), self.max_encoder_batch):
-            group = items[start:start + self.max_encoder_batch]
-            out += self._encode_group(group, device, dtype)
+        for group in self.encoder_groups(items):
+            out += self._encode_group(group, weight.device, weight.dtype)
         return out
+
+    def encoder_groups(self, items: list[MediaItem]) -> list[list[MediaItem]]:
+        """``items`` in order, cut into the groups one encoder call takes: at most ``max_encoder_batch`` audios and,
+        unless one audio alone is longer, at most ``conv_chunksize`` convolution chunks of ``2 * n_window`` frames
+        (the padded frames of each clip's features)."""
+        enc = self.asr_config.encoder
+        budget = enc.conv_chunksize * 2 * enc.n_window
+        groups: list[list[MediaItem]] = []
+        frames = 0
+        for item in items:
+            size = item.data["features"].shape[-1]
+            if groups and len(groups[-1]) < self.max_encoder_batch and frames + size <= budget:
+                groups[-1].append(item)
+                frames += size
+            else:
+                groups.append([item])
+                frames = size
+        return groups
 
     def _encode_group(self, group: list[MediaItem], device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
         mels = self.asr_config.encoder.num_mel_bins

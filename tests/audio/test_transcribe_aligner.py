@@ -1,10 +1,11 @@
 """The forced aligner (``--asr-aligner-dir``): word times equal transformers' model run directly on the same
 window and words; unknown languages refused."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
-
 from anna_audio.transcribe.aligner import ForcedAligner
 from anna_audio.transcribe.aligner_tiny import build_tiny_aligner
 
@@ -31,7 +32,7 @@ def test_words_equal_transformers(aligner_dir):
     assert [w.word for w in words] == ["the", "quick", "brown", "fox", "jumps"]
     assert [(w.word, w.start, w.end) for w in words] == [(e["text"], e["start_time"], e["end_time"]) for e in expected]
     assert len({w.start for w in words} | {w.end for w in words}) > 1  # the random head does tell times apart
-    assert all(a.start <= a.end <= b.start for a, b in zip(words, words[1:]))
+    assert all(a.start <= a.end <= b.start for a, b in itertools.pairwise(words))
 
 
 def test_language_checks(aligner_dir):

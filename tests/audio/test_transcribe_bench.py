@@ -2,7 +2,6 @@
 exactly the fixed output tokens (EOS ignored) on both sides, and the report's figures are consistent."""
 
 import pytest
-
 from anna_audio.bench import run_bench
 
 

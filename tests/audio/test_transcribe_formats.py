@@ -1,7 +1,6 @@
 """Response formats of a transcription: SubRip / WebVTT times to the millisecond, OpenAI's JSON shapes."""
 
 import pytest
-
 from anna_audio.transcribe.formats import (
     Segment,
     Transcript,

@@ -1,10 +1,9 @@
 """The transcription form's fields: defaults, every refusal with its param, and the window text joiner."""
 
 import pytest
-from anna_core.errors import InvalidRequestError
-
 from anna_audio.transcribe.request import parse_form
 from anna_audio.transcribe.service import TextJoiner
+from anna_core.errors import InvalidRequestError
 
 
 def test_defaults():

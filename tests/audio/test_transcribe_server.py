@@ -16,6 +16,11 @@ import json
 import numpy as np
 import pytest
 import soundfile
+from anna_audio.plugin import TRANSCRIBE_TASK
+from anna_audio.transcribe import formats, task
+from anna_audio.transcribe.asr import AsrPrompts
+from anna_audio.transcribe.service import TranscriptionPlanner
+from anna_audio.transcribe.windows import split_windows
 from anna_core.engine.config import EngineConfig
 from anna_core.loading import load_model
 from anna_core.plugins import make_plugin_manager
@@ -23,12 +28,6 @@ from anna_core.server.app import create_app
 from anna_core.server.state import ServerState
 from anna_core.testing.tiny import write_tiny_checkpoint
 from litestar.testing import AsyncTestClient, TestClient
-
-from anna_audio.plugin import TRANSCRIBE_TASK
-from anna_audio.transcribe import formats, task
-from anna_audio.transcribe.asr import AsrPrompts
-from anna_audio.transcribe.service import TranscriptionPlanner
-from anna_audio.transcribe.windows import split_windows
 
 RATE = 16000
 WINDOW_S = 4.0
@@ -69,9 +68,8 @@ def hf_window_texts(path, x: np.ndarray, planner: TranscriptionPlanner) -> list[
     """Each window's transcript by HF transformers alone: ``Qwen3ASRProcessor.apply_transcription_request`` and
     greedy ``Qwen3ASRForConditionalGeneration.generate`` with the window's output limit, parsed as Anna parses."""
     import torch
-    from transformers import Qwen3ASRForConditionalGeneration, Qwen3ASRProcessor
-
     from anna_audio.qwen3_asr.prompt import parse_asr_output
+    from transformers import Qwen3ASRForConditionalGeneration, Qwen3ASRProcessor
 
     processor = Qwen3ASRProcessor.from_pretrained(str(path))
     model = Qwen3ASRForConditionalGeneration.from_pretrained(str(path), dtype=torch.float32).eval()
@@ -117,7 +115,7 @@ def post(client, audio: bytes | None, **fields):
 def test_openai_client_every_format(served):
     from openai import OpenAI
 
-    client, refs, _, planner = served
+    client, refs, _, _planner = served
     oa = OpenAI(base_url="http://testserver.local/v1", api_key="x", http_client=client)
     audio = wav(CLIPS[3])
     duration = CLIPS[3].shape[0] / RATE

@@ -1,9 +1,10 @@
 """Long audio cut into windows at its quiet points: every cut inside a silence, no window over the limit, windows
 covering the audio without gaps."""
 
+import itertools
+
 import numpy as np
 import pytest
-
 from anna_audio.transcribe.windows import split_windows
 
 RATE = 16000
@@ -32,7 +33,7 @@ def test_cuts_land_in_silences():
     x = speech_like(40.0, silences)
     windows = split_windows(x, 10.0, search_s=4.0)
     assert windows[0].start == 0 and windows[-1].end == x.shape[0]
-    assert all(a.end == b.start for a, b in zip(windows, windows[1:]))
+    assert all(a.end == b.start for a, b in itertools.pairwise(windows))
     assert all(w.end - w.start <= 10.0 * RATE for w in windows)
     cuts = [w.end / RATE for w in windows[:-1]]
     for cut in cuts:
@@ -49,7 +50,7 @@ def test_no_silence_still_respects_the_limit():
     assert sum(w.end - w.start for w in windows) == x.shape[0]
 
 
-@pytest.mark.parametrize("bad", [dict(max_window_s=0), dict(max_window_s=10, search_s=-1), dict(max_window_s=0.001)])
+@pytest.mark.parametrize("bad", [{"max_window_s": 0}, {"max_window_s": 10, "search_s": -1}, {"max_window_s": 0.001}])
 def test_bad_arguments(bad):
     with pytest.raises(ValueError):
         split_windows(np.zeros(100, np.float32), **bad)

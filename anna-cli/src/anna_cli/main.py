@@ -32,6 +32,7 @@ def build_cli(pm=None) -> click.Group:
         anna.add_command(command)
     try:
         from anna_core.plugins import get_plugin_manager, tasks
+
         from anna_cli.task_options import add_task_options
 
         manager = pm or get_plugin_manager()

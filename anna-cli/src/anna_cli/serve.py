@@ -366,11 +366,11 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     from anna_core.engine.model_runner import RunnerConfig
     from anna_core.model_dir import inspect_model_dir, select_family
     from anna_core.plugins import check_task, model_families, task_for, tasks
-
-    from anna_cli.task_options import pop_task_options
     from anna_core.server.app import create_app
     from anna_core.server.request_guard import RequestGuard
     from anna_core.server.state import ServerState
+
+    from anna_cli.task_options import pop_task_options
 
     sampling = {k: v for k, v in options.items() if k in SAMPLING_FLAGS}
     engine_config = engine_config_from_options(**options, max_model_len=max_model_len)  # bad flags fail here

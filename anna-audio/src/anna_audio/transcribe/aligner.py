@@ -31,13 +31,13 @@ class ForcedAligner:
         languages: the language names it aligns (English names); others are refused.
 
     Raises:
-        ValueError: the model's config has no ``timestamp_token_id``.
+        TypeError: the model's config has no integer ``timestamp_token_id``.
     """
 
     def __init__(self, model: Any, processor: Any, languages: frozenset[str]):
         token = getattr(model.config, "timestamp_token_id", None)
         if not isinstance(token, int):
-            raise ValueError("the forced aligner's config.json needs an integer timestamp_token_id")
+            raise TypeError("the forced aligner's config.json needs an integer timestamp_token_id")
         self.model = model
         self.processor = processor
         self.languages = languages
@@ -53,13 +53,15 @@ class ForcedAligner:
             ModelLoadError: the folder does not hold a loadable forced aligner.
         """
         from transformers import Qwen3ASRForTokenClassification, Qwen3ASRProcessor
-        from transformers.models.qwen3_asr.processing_qwen3_asr import FORCED_ALIGNER_LANGUAGES
+        from transformers.models.qwen3_asr.processing_qwen3_asr import (
+            FORCED_ALIGNER_LANGUAGES,
+        )
 
         try:
             processor = Qwen3ASRProcessor.from_pretrained(str(folder))
             model = Qwen3ASRForTokenClassification.from_pretrained(str(folder), dtype=dtype).to(device).eval()
             return cls(model, processor, frozenset(FORCED_ALIGNER_LANGUAGES))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # a missing file, a bad config, no timestamp id
             raise ModelLoadError(f"--asr-aligner-dir {folder}: not a loadable Qwen3 forced aligner: {exc}") from exc
 
     def check_language(self, language: str | None) -> None:

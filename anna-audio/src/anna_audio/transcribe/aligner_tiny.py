@@ -43,10 +43,10 @@ def build_tiny_aligner(path: str | Path, *, seed: int = 0, num_bins: int = 64) -
         extra_special_tokens={"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
                               "audio_eos_token": "<|audio_end|>"})
     cfg = Qwen3ASRConfig(
-        audio_config=dict(d_model=32, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, output_dim=64,
-                          num_mel_bins=128, n_window=50, n_window_infer=100, downsample_hidden_size=16),
-        text_config=dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096),
+        audio_config={"d_model": 32, "encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 64, "output_dim": 64,
+                          "num_mel_bins": 128, "n_window": 50, "n_window_infer": 100, "downsample_hidden_size": 16},
+        text_config={"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096},
         audio_token_id=tokenizer.convert_tokens_to_ids("<|audio_pad|>"), num_labels=num_bins)
     cfg.timestamp_token_id = tokenizer.convert_tokens_to_ids("<timestamp>")
     torch.manual_seed(seed)

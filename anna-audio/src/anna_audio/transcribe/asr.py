@@ -53,13 +53,14 @@ class AsrPrompts:
         :data:`TOKENS_PER_AUDIO_SECOND` output tokens per second of audio.
 
         Raises:
-            ValueError: not a Qwen3-ASR model, or ``max_model_len`` leaves no room for a second of audio.
+            TypeError: not a Qwen3-ASR model.
+            ValueError: ``max_model_len`` leaves no room for a second of audio.
         """
         from anna_audio.qwen3_asr import prompt
         from anna_audio.qwen3_asr.model import Qwen3ASRModel
 
         if not isinstance(loaded.model, Qwen3ASRModel):
-            raise ValueError(f"{type(loaded.model).__name__} is not a Qwen3-ASR model")
+            raise TypeError(f"{type(loaded.model).__name__} is not a Qwen3-ASR model")
         languages = loaded.model.asr_config.support_languages or prompt.DEFAULT_LANGUAGES
         reserved = PROMPT_TOKENS + EXTRA_TOKENS
         by_output = (max_model_len - reserved) / (prompt.ROWS_PER_SECOND + TOKENS_PER_AUDIO_SECOND)

@@ -26,7 +26,6 @@ from anna_audio.transcribe.request import TranscriptionRequest
 from anna_audio.transcribe.windows import AudioWindow, split_windows
 
 
-
 @attrs.frozen
 class WindowJob:
     """One window's engine request: its place in the audio, prompt ids and media."""

@@ -104,7 +104,7 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
     engine = build_generate(loaded, config, runner)
     try:
         prompts = AsrPrompts.from_loaded(loaded, engine.max_model_len)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         raise AnnaError(f"the transcribe task needs a speech-recognition model: {exc}") from exc
     aligner = None
     if asr_aligner_dir is not None:

@@ -265,3 +265,8 @@ def test_qkv_norm_rope_cache_attention_registered_and_switched_off_by_env(monkey
     monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "0")  # A/B switch: qkv_norm_rope_cache and the attention apart
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
     assert registry.get_accelerated("qkv_norm_rope_cache_attention", request) is None
+    monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "128")  # a head-dim limit: wider heads run apart
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get_accelerated("qkv_norm_rope_cache_attention", request) is None
+    narrow = ProbeRequest("cpu", "bfloat16", {"head_dim": 128})
+    assert registry.get_accelerated("qkv_norm_rope_cache_attention", narrow) is pa.qkv_norm_rope_cache_attention

@@ -109,20 +109,26 @@ def qkv_norm_rope_requested() -> bool:
 
 
 Q_NORM_ROPE_ATTENTION_ENV = "ANNA_Q_NORM_ROPE_ATTENTION"
-
-
-def q_norm_rope_attention_requested() -> bool:
-    """False when ``ANNA_Q_NORM_ROPE_ATTENTION`` is set to a false value (``0``): the probe of ``q_norm_rope_attention``
-    declines, so a KV-shared layer runs ``q_norm_rope`` and the attention as two launches (for A/B measurements); on by
-    default."""
-    return os.environ.get(Q_NORM_ROPE_ATTENTION_ENV, "").strip().lower() not in _FALSE
-
-
 QKV_NORM_ROPE_ATTENTION_ENV = "ANNA_QKV_NORM_ROPE_ATTENTION"
 
 
-def qkv_norm_rope_attention_requested() -> bool:
-    """False when ``ANNA_QKV_NORM_ROPE_ATTENTION`` is set to a false value (``0``): the probe of
-    ``qkv_norm_rope_cache_attention`` declines, so a Gemma 4 layer with its own K/V runs ``qkv_norm_rope_cache`` and
-    the attention as two launches (for A/B measurements); on by default."""
-    return os.environ.get(QKV_NORM_ROPE_ATTENTION_ENV, "").strip().lower() not in _FALSE
+def _head_dim_limit(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip().lower()
+    if value in _FALSE:
+        return 0
+    return int(value) if value.isdigit() else default
+
+
+def q_norm_rope_attention_head_dims(default: int) -> int:
+    """Largest head dim whose ``q_norm_rope_attention`` the probe accepts: ``default`` (the attention kernel's limit),
+    0 when ``ANNA_Q_NORM_ROPE_ATTENTION`` is set to a false value (``0``: a KV-shared layer then runs ``q_norm_rope``
+    and the attention as two launches), or the number it is set to (e.g. ``256``: only the sliding layers' heads fuse;
+    for A/B measurements)."""
+    return _head_dim_limit(Q_NORM_ROPE_ATTENTION_ENV, default)
+
+
+def qkv_norm_rope_attention_head_dims(default: int) -> int:
+    """Largest head dim whose ``qkv_norm_rope_cache_attention`` the probe accepts, as
+    :func:`q_norm_rope_attention_head_dims` but set by ``ANNA_QKV_NORM_ROPE_ATTENTION`` (``0``: a Gemma 4 layer with its
+    own K/V runs ``qkv_norm_rope_cache`` and the attention as two launches)."""
+    return _head_dim_limit(QKV_NORM_ROPE_ATTENTION_ENV, default)

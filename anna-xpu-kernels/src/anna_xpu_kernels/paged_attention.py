@@ -86,8 +86,9 @@ def _prune(configs, named_args, **kwargs):
 def _load_q_norm_rope(q_ptr, rows, row_ok, d, d_ok, qw_ptr, pos, inv_freq_ptr, head_dim, half, rotary_dim, eps,
                       ZERO_CENTERED: tl.constexpr):
     """The query tile ``[BLOCK_M, BLOCK_D]`` (row offsets ``rows``) RMS-normalised per row with ``qw`` and rotated at
-    ``pos`` ``[BLOCK_M]`` (NeoX halves on the first ``rotary_dim`` dims), rounded to q's dtype where
-    :mod:`anna_xpu_kernels.qk_norm_rope` rounds it: the ``q_norm_rope`` op on load."""
+    ``pos`` (``[BLOCK_M, 1]`` per row, or ``[1, 1]`` when every row is one token's: a decode tile, whose cos / sin are
+    then one ``[1, BLOCK_D]`` row, fewer registers) with NeoX halves on the first ``rotary_dim`` dims, rounded to q's
+    dtype where :mod:`anna_xpu_kernels.qk_norm_rope` rounds it: the ``q_norm_rope`` op on load."""
     partner = tl.where(d < half, d + half, tl.where(d < rotary_dim, d - half, d))
     m = row_ok[:, None] & d_ok[None, :]
     x = tl.load(q_ptr + rows[:, None] + d[None, :], mask=m, other=0.0)
@@ -104,7 +105,7 @@ def _load_q_norm_rope(q_ptr, rows, row_ok, d, d_ok, qw_ptr, pos, inv_freq_ptr, h
     xpn = (xp * rstd[:, None] * wp[None, :]).to(out_ty).to(tl.float32)
     f = tl.where(d < half, d, d - half)
     in_rot = d < rotary_dim
-    angle = pos[:, None] * tl.load(inv_freq_ptr + f, mask=d_ok & in_rot, other=0.0)[None, :]
+    angle = pos * tl.load(inv_freq_ptr + f, mask=d_ok & in_rot, other=0.0)[None, :]
     c = tl.cos(angle)
     sn = tl.sin(angle)
     rot = tl.where((d < half)[None, :], xn * c - xpn * sn, xn * c + xpn * sn)
@@ -152,7 +153,10 @@ def _paged_attention_kernel(
     d = tl.arange(0, BLOCK_D)
     d_ok = d < head_dim
     if Q_NORM_ROPE:  # the q_norm_rope op on load (a KV-shared layer's queries): q_norm_rope_attention
-        pos = tl.load(pos_ptr + tok, mask=row_ok, other=0).to(tl.float32)
+        if DECODE:  # one token per tile: one rotary row
+            pos = tl.load(pos_ptr + seq).to(tl.float32) + tl.zeros((1, 1), tl.float32)
+        else:
+            pos = tl.load(pos_ptr + tok, mask=row_ok, other=0).to(tl.float32)[:, None]
         q = _load_q_norm_rope(q_ptr, tok * stride_qt + head * stride_qh, row_ok, d, d_ok, qw_ptr, pos, inv_freq_ptr,
                               head_dim, half, rotary_dim, eps, ZERO_CENTERED)
     else:

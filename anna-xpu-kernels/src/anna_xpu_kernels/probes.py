@@ -30,8 +30,8 @@ from typing import Any
 
 from anna_xpu_kernels._env import (
     cpu_interpret_requested,
-    q_norm_rope_attention_requested,
-    qkv_norm_rope_attention_requested,
+    q_norm_rope_attention_head_dims,
+    qkv_norm_rope_attention_head_dims,
     qkv_norm_rope_requested,
 )
 
@@ -188,16 +188,19 @@ def qkv_norm_rope_probe(request: Any) -> bool:
 
 def q_norm_rope_attention_probe(request: Any) -> bool:
     """q_norm_rope_attention: any Triton device, float dtypes, ``head_dim`` given and at most 512 (the attention
-    kernel's), unless ``ANNA_Q_NORM_ROPE_ATTENTION=0`` (then it declines: ``q_norm_rope`` and the attention run apart)."""
-    return (q_norm_rope_attention_requested() and _shape_given(request.shape, ("head_dim",))
-            and _shape_within(request.shape, {"head_dim": MAX_ATTENTION_HEAD_DIM}) and _triton_ok(request))
+    kernel's) or what ``ANNA_Q_NORM_ROPE_ATTENTION`` says (``0``: it declines, ``q_norm_rope`` and the attention run
+    apart; ``256``: heads up to 256 only)."""
+    limit = q_norm_rope_attention_head_dims(MAX_ATTENTION_HEAD_DIM)
+    return (_shape_given(request.shape, ("head_dim",)) and 0 < request.shape["head_dim"] <= limit
+            and _triton_ok(request))
 
 
 def qkv_norm_rope_attention_probe(request: Any) -> bool:
-    """qkv_norm_rope_cache_attention: as :func:`q_norm_rope_attention_probe`, unless ``ANNA_QKV_NORM_ROPE_ATTENTION=0``
-    (then it declines: ``qkv_norm_rope_cache`` and the attention run apart)."""
-    return (qkv_norm_rope_attention_requested() and _shape_given(request.shape, ("head_dim",))
-            and _shape_within(request.shape, {"head_dim": MAX_ATTENTION_HEAD_DIM}) and _triton_ok(request))
+    """qkv_norm_rope_cache_attention: as :func:`q_norm_rope_attention_probe`, its limit set by
+    ``ANNA_QKV_NORM_ROPE_ATTENTION`` (``0``: it declines, ``qkv_norm_rope_cache`` and the attention run apart)."""
+    limit = qkv_norm_rope_attention_head_dims(MAX_ATTENTION_HEAD_DIM)
+    return (_shape_given(request.shape, ("head_dim",)) and 0 < request.shape["head_dim"] <= limit
+            and _triton_ok(request))
 
 
 def paged_attention_probe(request: Any) -> bool:

@@ -100,6 +100,24 @@ def hf_text_state_dict(model) -> dict:
     return state
 
 
+def hf_vl_state_dict(model) -> dict:
+    """Anna's loaded weights under HF ``Qwen3_5ForConditionalGeneration`` names: the text model's
+    (:func:`hf_text_state_dict`) under ``model.language_model.*``, the vision tower's ``visual.*`` under
+    ``model.visual.*`` (Anna keeps the tower's checkpoint names and layouts), ``lm_head.weight`` as it is. Views of
+    ``model``'s tensors, no copies.
+
+    Raises:
+        ModelLoadError: as :func:`hf_text_state_dict`.
+    """
+    state = {}
+    for name, t in hf_text_state_dict(model).items():
+        state[_VL_PREFIX + name[len("model."):] if name.startswith("model.") else name] = t
+    for name, param in model.named_parameters():
+        if name.startswith("visual."):
+            state["model." + name] = param.detach()
+    return state
+
+
 def _export_experts(state: dict, prefix: str, experts: nn.Module) -> None:
     """Replace ``state``'s ``{prefix}*`` entries by the fused ``gate_up_proj`` / ``down_proj`` views of
     ``experts`` (a :class:`~anna_qwen35.moe.RoutedExperts`).

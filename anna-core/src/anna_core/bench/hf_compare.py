@@ -27,11 +27,12 @@ def fla_in_use() -> bool:
     return importlib.util.find_spec("fla") is not None
 
 
-def build_hf(loaded: Any) -> Any:
+def build_hf(loaded: Any, multimodal: bool = False) -> Any:
     """The HF model over ``loaded``'s weights (shared tensors), in eval mode.
 
     Families with ``hf_export``: Qwen3.5 dense and MoE and Qwen3 (``anna-qwen35``), Gemma 4 and Gemma 3
-    (``anna-gemma4``).
+    (``anna-gemma4``). ``multimodal``: the family's whole vision-language model (``hf_export(multimodal=True)``:
+    Qwen3.5 with its vision tower), not the text model alone.
 
     Raises:
         AnnaError: the family has no ``hf_export`` or HF lacks the class; the exported names do not fit
@@ -43,7 +44,7 @@ def build_hf(loaded: Any) -> Any:
     export = getattr(loaded.model, "hf_export", None)
     if export is None:
         raise AnnaError(f"the {loaded.family!r} model has no hf_export(); --compare-hf is not available for it")
-    cls_name, config_cls_name, config_kwargs, state = export()
+    cls_name, config_cls_name, config_kwargs, state = export(multimodal=True) if multimodal else export()
     cls = getattr(transformers, cls_name, None)
     config_cls = getattr(transformers, config_cls_name, None)
     if cls is None or config_cls is None:

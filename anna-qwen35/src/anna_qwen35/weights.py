@@ -103,8 +103,9 @@ def hf_text_state_dict(model) -> dict:
 def hf_vl_state_dict(model) -> dict:
     """Anna's loaded weights under HF ``Qwen3_5ForConditionalGeneration`` names: the text model's
     (:func:`hf_text_state_dict`) under ``model.language_model.*``, the vision tower's ``visual.*`` under
-    ``model.visual.*`` (Anna keeps the tower's checkpoint names and layouts), ``lm_head.weight`` as it is. Views of
-    ``model``'s tensors, no copies.
+    ``model.visual.*`` (Anna keeps the tower's checkpoint names and layouts), ``lm_head.weight`` as it is, and the
+    value of HF's non-persistent ``model.visual.rotary_pos_emb.inv_freq`` (the tower's ``[head_dim / 4]`` float32
+    frequencies on the CPU). Views of ``model``'s tensors, no copies.
 
     Raises:
         ModelLoadError: as :func:`hf_text_state_dict`.
@@ -115,6 +116,8 @@ def hf_vl_state_dict(model) -> dict:
     for name, param in model.named_parameters():
         if name.startswith("visual."):
             state["model." + name] = param.detach()
+    # the tower's rotary frequencies, a buffer HF computes in a constructor whose signature changed across releases
+    state["model.visual.rotary_pos_emb.inv_freq"] = model.visual._inv_freq
     return state
 
 

@@ -54,6 +54,7 @@ def build_hf(loaded: Any, multimodal: bool = False) -> Any:
         hf = cls(config)
     missing, unexpected = hf.load_state_dict(state, strict=False, assign=True)
     missing = [m for m in missing if not m.endswith("lm_head.weight")]
+    unexpected = [u for u in unexpected if not _set_computed_buffer(hf, u, state[u], loaded.device)]
     if missing or unexpected:
         raise AnnaError(f"HF weight export mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
     if getattr(config, "tie_word_embeddings", False):
@@ -63,6 +64,21 @@ def build_hf(loaded: Any, multimodal: bool = False) -> Any:
     if left:
         raise AnnaError(f"HF tensors stayed on the meta device: {left[:5]}")
     return hf.eval()
+
+
+def _set_computed_buffer(hf: Any, name: str, value: torch.Tensor, device: torch.device) -> bool:
+    """Give HF's non-persistent buffer ``name`` (one ``load_state_dict`` skips) the exported ``value`` on ``device``;
+    False when ``name`` is no buffer of ``hf``. An export carries such a value where HF computes it in a constructor
+    that :func:`_rebuild_meta_modules` cannot call alike on every transformers release."""
+    owner, _, attr = name.rpartition(".")
+    try:
+        module = hf.get_submodule(owner)
+    except AttributeError:
+        return False
+    if attr not in dict(module.named_buffers(recurse=False)):
+        return False
+    module.register_buffer(attr, value.to(device), persistent=False)
+    return True
 
 
 def _rebuild_meta_modules(hf: Any, device: torch.device) -> None:

@@ -66,6 +66,9 @@ class ModelFamilySpec:
         vision_offload: its loader takes ``offload_vision=True`` and then keeps a vision tower on the CPU (encoding
             there, the rows copied to the device; ``--offload-vision``). A family that does not declare it is
             refused ``--offload-vision``.
+        load_options: keyword options its loader takes beyond the common ones, which
+            :func:`anna_core.loading.load_model` passes from its ``family_options`` (e.g. Qwen3-ASR's
+            ``("asr_max_inference_batch_size",)``); an option the family does not list is refused there.
         tiny_checkpoint: lazy ``"module:attr"`` of ``build(path: Path, **overrides) -> Path``, which writes a
             tiny random checkpoint of the family (config, weights, tokenizer with a chat template) that its
             loader loads, into the folder ``path``, and returns ``path``; ``overrides`` are the builder's own
@@ -87,6 +90,7 @@ class ModelFamilySpec:
     tasks: tuple[str, ...] = attrs.field(default=("generate",), converter=tuple)
     expert_offload: bool = False
     vision_offload: bool = False
+    load_options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     tiny_checkpoint: str = attrs.field(default="", validator=_lazy_or_empty)
 
     @tasks.validator

@@ -24,18 +24,18 @@ MAX_IMAGE_PIXELS = 1 << 28
 """Pixels: the largest image the benchmark loads or draws (a guard against typos, e.g. 100000x100000)."""
 
 
-def parse_image_size(text: str) -> tuple[int, int]:
-    """``"1024x768"`` -> ``(1024, 768)`` (width, height).
+def parse_image_size(text: str, flag: str = "--image-size") -> tuple[int, int]:
+    """``"1024x768"`` -> ``(1024, 768)`` (width, height); ``flag`` names the option in errors.
 
     Raises:
         AnnaError: not ``WxH`` with positive integers, or over :data:`MAX_IMAGE_PIXELS` pixels.
     """
     match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text or "")
     if not match or int(match[1]) < 1 or int(match[2]) < 1:
-        raise AnnaError(f"--image-size must be WIDTHxHEIGHT (e.g. 1024x1024), got {text!r}")
+        raise AnnaError(f"{flag} must be WIDTHxHEIGHT (e.g. 1024x1024), got {text!r}")
     size = int(match[1]), int(match[2])
     if size[0] * size[1] > MAX_IMAGE_PIXELS:
-        raise AnnaError(f"--image-size {text} is over {MAX_IMAGE_PIXELS} pixels")
+        raise AnnaError(f"{flag} {text} is over {MAX_IMAGE_PIXELS} pixels")
     return size
 
 

@@ -308,8 +308,6 @@ def write_vl_shape_folder(config_dir: str | Path, path: str | Path, *,
     Raises:
         ValueError: the config has no ``vision_config``.
     """
-    from transformers import Qwen2VLImageProcessorPil
-
     config = json.loads((Path(config_dir) / "config.json").read_text())
     vision = config.get("vision_config")
     if not vision:
@@ -324,9 +322,12 @@ def write_vl_shape_folder(config_dir: str | Path, path: str | Path, *,
     config.update(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), ids))
     (path / "config.json").write_text(json.dumps(config, indent=2))
     patch, temporal, merge = vision["patch_size"], vision["temporal_patch_size"], vision["spatial_merge_size"]
-    Qwen2VLImageProcessorPil(patch_size=patch, temporal_patch_size=temporal, merge_size=merge,
-                             min_pixels=image_pixels[0], max_pixels=image_pixels[1], image_mean=[0.5] * 3,
-                             image_std=[0.5] * 3).save_pretrained(str(path))
+    # the file as transformers' Qwen2-VL image processor writes it (plain JSON: any transformers release reads it)
+    (path / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "do_convert_rgb": True, "do_resize": True, "resample": 3,
+        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3, "patch_size": patch, "temporal_patch_size": temporal, "merge_size": merge,
+        "size": {"shortest_edge": image_pixels[0], "longest_edge": image_pixels[1]}}, indent=2))
     (path / "video_preprocessor_config.json").write_text(json.dumps({
         "size": {"shortest_edge": video_pixels[0], "longest_edge": video_pixels[1]}, "patch_size": patch,
         "temporal_patch_size": temporal, "merge_size": merge, "fps": 2, "max_frames": 768,

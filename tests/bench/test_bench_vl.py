@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("av")
-
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--device", "cpu", "--dtype", "fp32", "--image-size", "64x64", "--video-frames", "4", "--video-size",
          "64x48", "--runs", "2", "--streams", "2", "--stream-input-len", "16", "--stream-output-len", "96",

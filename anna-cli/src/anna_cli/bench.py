@@ -61,10 +61,10 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
 @click.option("--image-size", default=None, metavar="WxH",
               help="With --image: resize it to WxH; alone: a random WxH image per request (e.g. 1024x1024).")
 @click.option("--video-frames", type=int, default=None, metavar="N",
-              help="Each request is a chat turn with a random N-frame video (an MP4 at 2 fps, sampled as anna serve "
-                   "samples a video_url) on a vision-language checkpoint that takes video; TTFT includes encoding it.")
+              help="Each request is a chat turn with a random N-frame video (frames at 2 fps) on a vision-language "
+                   "checkpoint that takes video; TTFT includes encoding it.")
 @click.option("--video-size", default="640x480", show_default=True, metavar="WxH",
-              help="With --video-frames: the frames' size (even sides).")
+              help="With --video-frames: the frames' size.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @max_device_memory_option
 @offload_options

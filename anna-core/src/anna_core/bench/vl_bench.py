@@ -18,7 +18,7 @@ graphs, warm-up, asynchronous scheduling, no prefix or prompt cache, so every re
   ``runs`` after ``warmup``; ``hf_first_token_equal`` says whether its token equals Anna's on the last run's
   prompt (expected in float32, not guaranteed in 16-bit dtypes).
 
-Preparing the media (image processor, video decode and patching) is not timed on either side. The encoder's time
+Preparing the media (the image processor, video patching) is not timed on either side. The encoder's time
 per TTFT request (``encoder_device_ms``: its device time where the engine measures it, else its host time) comes
 from the engine's encoder counters. :func:`format_lines` prints one line per measurement.
 """

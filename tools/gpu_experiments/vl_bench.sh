@@ -12,6 +12,8 @@
 set -u -o pipefail
 OUT=${OUT:-/tmp/anna_out}; mkdir -p "$OUT"
 dir=$(mktemp -d)/vl-shape
+# images are drawn and preprocessed with Pillow (an anna-core dependency the h200_run.sh wheel set may lack)
+python3 -c "import PIL" 2>/dev/null || { echo "vl_bench: FAILED: Pillow is not importable (add its wheel to .whl)"; exit 1; }
 python3 -c "import sys; from anna_core.testing.checkpoints import write_vl_shape_folder as w; w(sys.argv[1], sys.argv[2])" \
   "${CONFIG:-tests/qwen35/reference_configs/${SHAPE:-Qwen3.5-9B}}" "$dir" > "$OUT/vl_bench.log" 2>&1 || {
   echo "vl_bench: FAILED writing the benchmark folder"; tail -20 "$OUT/vl_bench.log"; exit 1; }

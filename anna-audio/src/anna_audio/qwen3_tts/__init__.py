@@ -1,11 +1,15 @@
 """Qwen3-TTS (12 Hz: Base, CustomVoice, VoiceDesign) for Anna: configuration, the codec decoder (codes -> 24 kHz
-waveform, batched and streamed) and the code predictor, in plain PyTorch. The talker on Anna's engine comes next
-(issue 27)."""
+waveform, batched and streamed), the code predictor, and a plain-PyTorch talker with its prompt builder and greedy
+loop (the oracle-checked form of the engine port to come, issue 27)."""
 
 from anna_audio.qwen3_tts.code_predictor import CodePredictor, greedy
 from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, StreamingDecoder
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig, load_config, parse_config
-from anna_audio.qwen3_tts.weights import load_code_predictor, load_codec_decoder
+from anna_audio.qwen3_tts.generate import GeneratedSpeech, generate_greedy
+from anna_audio.qwen3_tts.prompt import SpeechRequest, TalkerPrompt, build_prompt
+from anna_audio.qwen3_tts.talker import Talker
+from anna_audio.qwen3_tts.weights import load_code_predictor, load_codec_decoder, load_talker
 
-__all__ = ["CodePredictor", "CodecDecoder", "Qwen3TTSConfig", "StreamingDecoder", "greedy", "load_code_predictor",
-           "load_codec_decoder", "load_config", "parse_config"]
+__all__ = ["CodePredictor", "CodecDecoder", "GeneratedSpeech", "Qwen3TTSConfig", "SpeechRequest", "StreamingDecoder",
+           "Talker", "TalkerPrompt", "build_prompt", "generate_greedy", "greedy", "load_code_predictor",
+           "load_codec_decoder", "load_config", "load_talker", "parse_config"]

@@ -10,7 +10,7 @@ talker's ``forward`` through ``generate``). Per frame it runs a short causal seq
 * ``lm_head[0]`` on position 1 gives codebook 1; then for ``g = 1 .. G-2`` the code of codebook ``g`` enters through
   ``codec_embedding[g - 1]`` (``[vocab, H_talker]``, projected too) and ``lm_head[g]`` gives codebook ``g + 1``.
 
-Layers are Qwen3's: pre-norm, q/k RMS-normalised per head, rotary positions 0, 1, 2, ... (NeoX halves), SwiGLU.
+Layers are Qwen3's (:class:`~anna_audio.qwen3_tts.decoder_layer.Qwen3Layer`), at rotary positions 0, 1, 2, ...
 Parameter names follow the checkpoint's ``talker.code_predictor.*``.
 """
 
@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from anna_core.layers.rotary import RotaryEmbedding
 from anna_audio.qwen3_tts.config import CodePredictorConfig
-from anna_audio.qwen3_tts.layers import RMSNorm, SwiGLU
+from anna_audio.qwen3_tts.decoder_layer import KV, Qwen3Layer, run_layers
+from anna_audio.qwen3_tts.layers import RMSNorm
 
 Choose = Callable[[torch.Tensor, int], torch.Tensor]
 """``(logits [B, vocab] float32, codebook g) -> codes [B]``: how a code is picked from a head's logits."""
@@ -35,63 +35,6 @@ def greedy(logits: torch.Tensor, codebook: int) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-class PredictorAttention(nn.Module):
-    """Causal grouped-query attention with per-head q/k RMSNorm; keys and values of earlier positions come from
-    ``cache`` (a list the caller owns, one ``(k, v)`` entry per call)."""
-
-    def __init__(self, config: CodePredictorConfig, rotary: RotaryEmbedding) -> None:
-        super().__init__()
-        s = config.shape
-        self.heads, self.kv_heads, self.head_dim = s.num_heads, s.num_kv_heads, s.head_dim
-        self.q_proj = nn.Linear(s.hidden_size, s.num_heads * s.head_dim, bias=False)
-        self.k_proj = nn.Linear(s.hidden_size, s.num_kv_heads * s.head_dim, bias=False)
-        self.v_proj = nn.Linear(s.hidden_size, s.num_kv_heads * s.head_dim, bias=False)
-        self.o_proj = nn.Linear(s.num_heads * s.head_dim, s.hidden_size, bias=False)
-        self.q_norm = RMSNorm(s.head_dim, s.rms_norm_eps)
-        self.k_norm = RMSNorm(s.head_dim, s.rms_norm_eps)
-        self.rotary = rotary
-
-    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor],
-                past: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """x: ``[B, T, D]`` (positions continue ``past``) -> (``[B, T, D]``, keys and values through this call,
-        ``[B, H_kv, T_past + T, Dh]`` each)."""
-        b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim))
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q = self.rotary.rotate(q.transpose(0, 1).reshape(t, b * self.heads, -1), cos_sin)
-        q = q.view(t, b, self.heads, -1).permute(1, 2, 0, 3)  # [B, H, T, Dh]
-        k = self.rotary.rotate(k.transpose(0, 1).reshape(t, b * self.kv_heads, -1), cos_sin)
-        k = k.view(t, b, self.kv_heads, -1).permute(1, 2, 0, 3)
-        if past is not None:
-            k = torch.cat((past[0], k), dim=2)
-            v = torch.cat((past[1], v), dim=2)
-        groups = self.heads // self.kv_heads
-        kk = k.repeat_interleave(groups, dim=1) if groups > 1 else k
-        vv = v.repeat_interleave(groups, dim=1) if groups > 1 else v
-        held = k.shape[2] - t
-        allowed = torch.arange(k.shape[2], device=x.device)[None, :] <= torch.arange(held, held + t,
-                                                                                     device=x.device)[:, None]
-        out = F.scaled_dot_product_attention(q, kk, vv, attn_mask=allowed)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), (k, v)
-
-
-class PredictorLayer(nn.Module):
-    def __init__(self, config: CodePredictorConfig, rotary: RotaryEmbedding) -> None:
-        super().__init__()
-        s = config.shape
-        self.self_attn = PredictorAttention(config, rotary)
-        self.mlp = SwiGLU(s.hidden_size, s.intermediate_size)
-        self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
-
-    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor],
-                past: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        attn, kv = self.self_attn(self.input_layernorm(x), cos_sin, past)
-        x = x + attn
-        return x + self.mlp(self.post_attention_layernorm(x)), kv
-
-
 class PredictorModel(nn.Module):
     """Parameters (checkpoint ``talker.code_predictor.model.*``): layers, norm, codec_embedding ``G-1 x [vocab,
     H_talker]``."""
@@ -100,7 +43,7 @@ class PredictorModel(nn.Module):
         super().__init__()
         s = config.shape
         self.rotary = RotaryEmbedding(s.head_dim, s.head_dim, {"rope_type": "default", "rope_theta": s.rope_theta})
-        self.layers = nn.ModuleList([PredictorLayer(config, self.rotary) for _ in range(s.num_layers)])
+        self.layers = nn.ModuleList([Qwen3Layer(config.shape, self.rotary) for _ in range(s.num_layers)])
         self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         self.codec_embedding = nn.ModuleList([nn.Embedding(config.vocab_size, talker_hidden)
                                               for _ in range(config.num_code_groups - 1)])
@@ -129,17 +72,9 @@ class CodePredictor(nn.Module):
         self.small_to_mtp_projection = (nn.Linear(talker_hidden, s.hidden_size) if s.hidden_size != talker_hidden
                                         else nn.Identity())
 
-    def _run(self, x: torch.Tensor, start: int, cache: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        """x: ``[B, T, H_talker]`` at positions ``start ..``; updates ``cache``; -> last position's hidden ``[B, D]``."""
-        h = self.small_to_mtp_projection(x)
-        positions = torch.arange(start, start + x.shape[1], device=x.device)
-        cos_sin = self.model.rotary.cos_sin(positions)
-        for i, layer in enumerate(self.model.layers):
-            h, kv = layer(h, cos_sin, cache[i] if i < len(cache) else None)
-            if i < len(cache):
-                cache[i] = kv
-            else:
-                cache.append(kv)
+    def _run(self, x: torch.Tensor, start: int, cache: list[KV]) -> torch.Tensor:
+        """x: ``[B, T, H_talker]`` at positions ``start ..``; extends ``cache``; -> last position's hidden ``[B, D]``."""
+        h = run_layers(self.model.layers, self.model.rotary, self.small_to_mtp_projection(x), start, cache)
         return self.model.norm(h[:, -1])
 
     def forward(self, talker_hidden: torch.Tensor, first_code_embed: torch.Tensor, choose: Choose = greedy,
@@ -162,7 +97,7 @@ class CodePredictor(nn.Module):
                 or talker_hidden.shape[1] != self.talker_hidden:
             raise ValueError(f"talker_hidden and first_code_embed must both be [B, {self.talker_hidden}], got "
                              f"{tuple(talker_hidden.shape)} and {tuple(first_code_embed.shape)}")
-        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        cache: list[KV] = []
         x = torch.stack((talker_hidden, first_code_embed), dim=1)  # [B, 2, H_talker]
         codes = []
         position = 0

@@ -16,6 +16,7 @@ from anna_core.weights.safetensors_loader import load_safetensors
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
 from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig
+from anna_audio.qwen3_tts.talker import Talker
 
 CODEC_DECODER_PREFIX = "decoder."
 ENCODE_ONLY = (".rvq_first.input_proj.", ".rvq_rest.input_proj.")
@@ -61,3 +62,27 @@ def load_code_predictor(folder: str | Path, config: Qwen3TTSConfig, *, device: t
         predictor = CodePredictor(config.predictor, talker_hidden=config.talker.shape.hidden_size).to(dtype)
     load_safetensors(predictor, folder, predictor_name, device=torch.device(device))
     return predictor.eval()
+
+
+TALKER_PREFIX = "talker."
+
+
+def talker_name(name: str) -> str | None:
+    """``model.safetensors`` name -> :class:`Talker` parameter name (None: the predictor's or another part's)."""
+    if not name.startswith(TALKER_PREFIX) or name.startswith(PREDICTOR_PREFIX):
+        return None
+    return name[len(TALKER_PREFIX):]
+
+
+def load_talker(folder: str | Path, config: Qwen3TTSConfig, *, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32) -> Talker:
+    """The plain talker of the checkpoint in ``folder``, in eval mode on ``device`` in ``dtype``.
+
+    Raises:
+        ModelLoadError: ``folder`` holds no weights, or its ``talker.*`` tensors (the code predictor's aside) do not
+            match the configured talker (all offending tensors named).
+    """
+    with torch.device("meta"):
+        talker = Talker(config.talker).to(dtype)
+    load_safetensors(talker, folder, talker_name, device=torch.device(device))
+    return talker.eval()

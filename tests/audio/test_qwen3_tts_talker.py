@@ -5,8 +5,6 @@ streamed), the first talker logits, greedy codes exactly, and waveforms end to e
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from anna_audio.qwen3_tts import load_code_predictor, load_codec_decoder, load_config

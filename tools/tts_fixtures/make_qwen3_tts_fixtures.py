@@ -34,8 +34,9 @@ import platform
 import re
 import shutil
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -326,8 +327,8 @@ def patch_default_rope() -> None:
 def load_reference(folder: Path, device: str) -> Any:
     """The reference wrapper over ``folder``; raises ``RuntimeError`` when a saved tensor did not load unchanged
     (a name the reference does not know would leave its own random values in place)."""
-    from safetensors.torch import load_file
     from qwen_tts import Qwen3TTSModel
+    from safetensors.torch import load_file
 
     tts = Qwen3TTSModel.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager",
                                         device_map=device)

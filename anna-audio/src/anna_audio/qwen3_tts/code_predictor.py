@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from anna_core.layers.rotary import RotaryEmbedding
 from torch import nn
 
-from anna_core.layers.rotary import RotaryEmbedding
 from anna_audio.qwen3_tts.config import CodePredictorConfig
 from anna_audio.qwen3_tts.decoder_layer import KV, Qwen3Layer, run_layers
 from anna_audio.qwen3_tts.layers import RMSNorm

@@ -18,8 +18,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from anna_audio.qwen3_tts.codec_layers import CausalConv1d, CausalTransposedConv1d, ConvNeXtBlock, SnakeBeta, \
-    UpsampleBlock
+from anna_audio.qwen3_tts.codec_layers import (
+    CausalConv1d,
+    CausalTransposedConv1d,
+    ConvNeXtBlock,
+    SnakeBeta,
+    UpsampleBlock,
+)
 from anna_audio.qwen3_tts.codec_quantizer import SplitQuantizer
 from anna_audio.qwen3_tts.codec_transformer import CodecTransformer
 from anna_audio.qwen3_tts.config import CodecDecoderConfig

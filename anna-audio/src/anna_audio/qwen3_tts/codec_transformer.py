@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from anna_core.layers.rotary import RotaryEmbedding
 from torch import nn
 
-from anna_core.layers.rotary import RotaryEmbedding
 from anna_audio.qwen3_tts.config import CodecDecoderConfig
 from anna_audio.qwen3_tts.layers import LayerScale, RMSNorm, SwiGLU
 from anna_audio.qwen3_tts.stream_state import StreamState

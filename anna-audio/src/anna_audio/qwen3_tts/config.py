@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-
 from anna_core.errors import ModelLoadError
 
 KINDS = ("base", "custom_voice", "voice_design")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from anna_core.layers.rotary import RotaryEmbedding
 from torch import nn
 
-from anna_core.layers.rotary import RotaryEmbedding
 from anna_audio.qwen3_tts.config import AttentionShape
 from anna_audio.qwen3_tts.layers import RMSNorm, SwiGLU
 

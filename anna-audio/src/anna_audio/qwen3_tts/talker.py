@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from anna_core.layers.rotary import RotaryEmbedding
 from torch import nn
 
-from anna_core.layers.rotary import RotaryEmbedding
 from anna_audio.qwen3_tts.config import TalkerConfig
 from anna_audio.qwen3_tts.decoder_layer import KV, Qwen3Layer, run_layers
 from anna_audio.qwen3_tts.layers import RMSNorm

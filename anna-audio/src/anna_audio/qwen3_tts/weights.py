@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-
 from anna_core.weights.safetensors_loader import load_safetensors
+
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
 from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig

@@ -16,6 +16,7 @@ from anna_core.weights.safetensors_loader import load_safetensors
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
 from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig
+from anna_audio.qwen3_tts.speaker_encoder import SpeakerEncoder
 from anna_audio.qwen3_tts.talker import Talker
 
 CODEC_DECODER_PREFIX = "decoder."
@@ -86,3 +87,27 @@ def load_talker(folder: str | Path, config: Qwen3TTSConfig, *, device: torch.dev
         talker = Talker(config.talker).to(dtype)
     load_safetensors(talker, folder, talker_name, device=torch.device(device))
     return talker.eval()
+
+
+SPEAKER_PREFIX = "speaker_encoder."
+
+
+def speaker_encoder_name(name: str) -> str | None:
+    """``model.safetensors`` name -> :class:`SpeakerEncoder` parameter name (None: another part's)."""
+    return name[len(SPEAKER_PREFIX):] if name.startswith(SPEAKER_PREFIX) else None
+
+
+def load_speaker_encoder(folder: str | Path, config: Qwen3TTSConfig, *, device: torch.device | str = "cpu",
+                         dtype: torch.dtype = torch.float32) -> SpeakerEncoder:
+    """The speaker encoder of the Base checkpoint in ``folder``, in eval mode on ``device`` in ``dtype``.
+
+    Raises:
+        ValueError: the checkpoint is not a Base one (no speaker encoder).
+        ModelLoadError: its ``speaker_encoder.*`` tensors do not match the configuration (all named).
+    """
+    if config.speaker_encoder is None:
+        raise ValueError(f"a {config.kind} checkpoint has no speaker encoder (Base checkpoints do)")
+    with torch.device("meta"):
+        encoder = SpeakerEncoder(config.speaker_encoder).to(dtype)
+    load_safetensors(encoder, folder, speaker_encoder_name, device=torch.device(device))
+    return encoder.eval()

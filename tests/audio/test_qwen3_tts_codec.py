@@ -9,6 +9,7 @@ import shutil
 import pytest
 import torch
 from anna_audio.qwen3_tts import StreamingDecoder, load_codec_decoder, load_config
+from anna_audio.qwen3_tts.stream_state import StreamState
 from anna_core.errors import ModelLoadError
 
 from tests.audio.tts_golden import CHECKPOINTS, golden
@@ -76,6 +77,29 @@ def test_streamed_chunks_equal_whole(codec, cuts):
     assert stream.frames == 14
     assert [p.shape[1] for p in parts] == [(b - a) * 1920 for a, b in zip(bounds, bounds[1:])]
     torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=0)
+
+
+def test_streams_at_different_positions_batch_together(codec):
+    """Requests of a serving step sit at different frames: one batched call per step equals each stream alone."""
+    decoder, g, _ = codec
+    seqs = [g["codec/codes/0"][:14], g["codec/codes/1"][:14], g["codec/codes/0"][3:17]]
+    with torch.inference_mode():
+        alone = [decoder(s[None])[0] for s in seqs]
+    streams = [StreamState() for _ in seqs]
+    out: list[list[torch.Tensor]] = [[], [], []]
+    out[1].append(decoder.decode_streams([streams[1]], seqs[1][None, :5])[0])  # stream 1 runs ahead alone
+    out[2].append(decoder.decode_streams([streams[2]], seqs[2][None, :9])[0])
+    for rows, frames in (([0, 1, 2], 3), ([0, 1], 2), ([2, 0], 1)):
+        chunk = torch.stack([seqs[r][streams[r].frames:streams[r].frames + frames] for r in rows])
+        wav = decoder.decode_streams([streams[r] for r in rows], chunk)
+        for i, r in enumerate(rows):
+            out[r].append(wav[i])
+    for r, parts in enumerate(out):
+        got = torch.cat(parts)
+        assert got.shape[0] == streams[r].frames * 1920
+        torch.testing.assert_close(got, alone[r][: got.shape[0]], atol=1e-5, rtol=0, msg=f"stream {r}")
+    with pytest.raises(ValueError, match="for 2 streams"):
+        decoder.decode_streams(streams[:2], seqs[0][None, :1])
 
 
 @pytest.mark.parametrize("codes, message", [

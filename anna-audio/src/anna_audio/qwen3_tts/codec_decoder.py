@@ -28,7 +28,7 @@ from anna_audio.qwen3_tts.codec_layers import (
 from anna_audio.qwen3_tts.codec_quantizer import SplitQuantizer
 from anna_audio.qwen3_tts.codec_transformer import CodecTransformer
 from anna_audio.qwen3_tts.config import CodecDecoderConfig
-from anna_audio.qwen3_tts.stream_state import StreamState
+from anna_audio.qwen3_tts.stream_state import StreamBatch, StreamState
 
 
 class CodecDecoder(nn.Module):
@@ -52,10 +52,10 @@ class CodecDecoder(nn.Module):
             CausalConv1d(dims[-1], 1, 7),
         ])
 
-    def forward(self, codes: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+    def forward(self, codes: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
         """codes: ``[B, T, Q]`` int64 in ``[0, codebook_size)`` -> waveform ``[B, T * samples_per_frame]`` in the
-        parameters' dtype, values in ``[-1, 1]``. With ``state``, the chunk continues the stream it holds (and the
-        state advances by ``T`` frames)."""
+        parameters' dtype, values in ``[-1, 1]``. With ``state`` (one stream per row), row ``b`` continues stream
+        ``b`` from wherever it is, and every stream advances by ``T`` frames."""
         check_codes(codes, self.config)
         h = self.quantizer(codes.transpose(1, 2))  # [B, codebook_dim, T]
         h = self.pre_conv(h, state).transpose(1, 2)  # [B, T, latent]
@@ -65,8 +65,27 @@ class CodecDecoder(nn.Module):
         for layer in self.decoder:
             h = layer(h, state)
         if state is not None:
-            state.frames += codes.shape[1]
+            state.advance(codes.shape[1])
         return h.squeeze(1).clamp(-1.0, 1.0)
+
+    def decode_streams(self, streams: list[StreamState], codes: torch.Tensor) -> torch.Tensor:
+        """One chunk of several streams at once (e.g. requests of a serving step, each at its own frame).
+
+        Args:
+            streams: one state per row, in row order (fresh for a stream's first chunk).
+            codes: ``[B, T, Q]``, the next ``T`` frames of each stream.
+
+        Returns:
+            ``[B, T * samples_per_frame]``: row ``b`` equals what stream ``b`` decoded alone would give.
+
+        Raises:
+            ValueError: a row count other than ``len(streams)``, or bad codes (:func:`check_codes`).
+        """
+        if codes.dim() != 3 or codes.shape[0] != len(streams):
+            raise ValueError(f"codes must be [{len(streams)}, frames, Q] for {len(streams)} streams, got "
+                             f"{tuple(codes.shape)}")
+        with torch.inference_mode():
+            return self(codes, StreamBatch(streams))
 
     def decode(self, codes: list[torch.Tensor]) -> list[torch.Tensor]:
         """Decode sequences of different lengths as one batch.
@@ -108,20 +127,21 @@ def check_codes(codes: torch.Tensor, config: CodecDecoderConfig) -> None:
 
 
 class StreamingDecoder:
-    """Decodes one batch of streams chunk by chunk; each call returns exactly the samples of its frames.
+    """Decodes a fixed batch of streams chunk by chunk; each call returns exactly the samples of its frames.
 
-    The rows advance together (each call gives every row the same number of frames). The state holds every
-    layer's left context, so the concatenated chunks equal :meth:`CodecDecoder.forward` on the whole sequence.
+    The rows advance together (each call gives every row the same number of frames). Each row's
+    :class:`StreamState` holds every layer's left context, so the concatenated chunks equal
+    :meth:`CodecDecoder.forward` on the whole sequence.
     """
 
     def __init__(self, decoder: CodecDecoder) -> None:
         self.decoder = decoder
-        self.state = StreamState()
+        self.states: list[StreamState] = []
 
     @property
     def frames(self) -> int:
         """Frames decoded so far."""
-        return self.state.frames
+        return self.states[0].frames if self.states else 0
 
     def push(self, codes: torch.Tensor) -> torch.Tensor:
         """codes: ``[B, T, Q]`` (the next ``T`` frames of each row) -> ``[B, T * samples_per_frame]``.
@@ -129,5 +149,6 @@ class StreamingDecoder:
         Raises:
             ValueError: see :func:`check_codes`.
         """
-        with torch.inference_mode():
-            return self.decoder(codes, self.state)
+        if not self.states:
+            self.states = [StreamState() for _ in range(codes.shape[0])]
+        return self.decoder.decode_streams(self.states, codes)

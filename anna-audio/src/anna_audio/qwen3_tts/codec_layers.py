@@ -1,4 +1,4 @@
-"""Causal convolution layers of the 12 Hz codec's decoder, each able to continue from a :class:`StreamState`.
+"""Causal convolution layers of the 12 Hz codec's decoder, each able to continue from a :class:`~anna_audio.qwen3_tts.stream_state.StreamBatch`.
 
 Math after the reference decoder (QwenLM/Qwen3-TTS ``qwen_tts/core/tokenizer_12hz/modeling_qwen3_tts_tokenizer_v2.py``:
 ``Qwen3TTSTokenizerV2CausalConvNet``, ``...CausalTransConvNet``, ``...ConvNeXtBlock``, ``SnakeBeta``,
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from anna_audio.qwen3_tts.stream_state import StreamState
+from anna_audio.qwen3_tts.stream_state import StreamBatch
 
 
 class CausalConv1d(nn.Module):
@@ -33,7 +33,7 @@ class CausalConv1d(nn.Module):
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.context = (kernel_size - 1) * dilation
 
-    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
         """x: ``[B, C_in, T]`` -> ``[B, C_out, T]``."""
         if self.context == 0:
             return self.conv(x)
@@ -42,7 +42,7 @@ class CausalConv1d(nn.Module):
             past = x.new_zeros(x.shape[0], x.shape[1], self.context)
         padded = torch.cat((past, x), dim=-1)
         if state is not None:
-            state.put(self, padded[..., -self.context:])
+            state.put(self, padded[..., padded.shape[-1] - self.context:])
         return self.conv(padded)
 
 
@@ -64,7 +64,7 @@ class CausalTransposedConv1d(nn.Module):
         self.stride = stride
         self.context = math.ceil((kernel_size - stride) / stride)
 
-    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
         """x: ``[B, C_in, T]`` -> ``[B, C_out, T * stride]``."""
         steps = x.shape[-1]
         if self.context:
@@ -73,7 +73,7 @@ class CausalTransposedConv1d(nn.Module):
                 past = x.new_zeros(x.shape[0], x.shape[1], self.context)
             x = torch.cat((past, x), dim=-1)
             if state is not None:
-                state.put(self, x[..., -self.context:])
+                state.put(self, x[..., x.shape[-1] - self.context:])
         y = self.conv(x)
         start = self.context * self.stride
         return y[..., start:start + steps * self.stride]
@@ -92,7 +92,7 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
         alpha = torch.exp(self.alpha)[None, :, None]
         beta = torch.exp(self.beta)[None, :, None]
         return x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
@@ -115,7 +115,7 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
         h = self.dwconv(x, state).transpose(1, 2)  # [B, T, C]
         h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
         return x + (self.gamma * h).transpose(1, 2)
@@ -131,7 +131,7 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, 1)
 
-    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
         h = self.conv1(self.act1(x), state)
         return x + self.conv2(self.act2(h), state)
 
@@ -145,7 +145,7 @@ class UpsampleBlock(nn.Module):
         self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate),
                                     *(ResidualUnit(out_dim, d) for d in (1, 3, 9))])
 
-    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
         for layer in self.block:
             x = layer(x, state)
         return x

@@ -5,7 +5,7 @@ Math after the reference (QwenLM/Qwen3-TTS ``tokenizer_12hz/modeling_qwen3_tts_t
 ``h = x + s_attn * attn(rms(x))``, ``y = h + s_mlp * mlp(rms(h))`` with a SwiGLU MLP, rotary positions (NeoX
 halves, the absolute frame index) and no q/k norms; a query at frame ``i`` sees frames ``i - window + 1 .. i``
 (transformers' sliding-window mask). Streaming keeps each layer's rotated keys and values of the last
-``window - 1`` frames. Parameter names follow the checkpoint's ``decoder.pre_transformer.*``.
+``window - 1`` frames per stream; streams at different positions batch together. Parameter names follow the checkpoint's ``decoder.pre_transformer.*``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import nn
 
 from anna_audio.qwen3_tts.config import CodecDecoderConfig
 from anna_audio.qwen3_tts.layers import LayerScale, RMSNorm, SwiGLU
-from anna_audio.qwen3_tts.stream_state import StreamState
+from anna_audio.qwen3_tts.stream_state import StreamBatch
 
 
 class WindowAttention(nn.Module):
@@ -34,35 +34,33 @@ class WindowAttention(nn.Module):
         self.o_proj = nn.Linear(s.num_heads * s.head_dim, s.hidden_size, bias=False)
         self.rotary = rotary
 
-    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor],
-                state: StreamState | None) -> torch.Tensor:
-        """x: ``[B, T, D]`` frames ``state.frames .. + T`` -> ``[B, T, D]``."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, state: StreamBatch | None) -> torch.Tensor:
+        """x: ``[B, T, D]`` at frame ``positions`` ``[B, T]`` (each row continues its own stream) -> ``[B, T, D]``."""
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.heads, self.head_dim)
-        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim)
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
-        # rotary takes [T, N, D]: batch rows share positions
-        q = self.rotary.rotate(q.transpose(0, 1).reshape(t, b * self.heads, -1), cos_sin)
-        q = q.view(t, b, self.heads, -1).permute(1, 2, 0, 3)  # [B, H, T, Dh]
-        k = self.rotary.rotate(k.transpose(0, 1).reshape(t, b * self.kv_heads, -1), cos_sin)
-        k = k.view(t, b, self.kv_heads, -1).permute(1, 2, 0, 3)
-        v = v.permute(0, 2, 1, 3)
-        past = state.get(self) if state is not None else None
+        cos_sin = self.rotary.cos_sin(positions.reshape(-1))  # one row per (stream, frame)
+        q = self.rotary.rotate(self.q_proj(x).view(b * t, self.heads, self.head_dim), cos_sin)
+        k = self.rotary.rotate(self.k_proj(x).view(b * t, self.kv_heads, self.head_dim), cos_sin)
+        q = q.view(b, t, self.heads, -1).transpose(1, 2)  # [B, H, T, Dh]
+        k = k.view(b, t, self.kv_heads, -1).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        past, lengths = state.get_window(self) if state is not None else (None, torch.zeros(b, dtype=torch.int64))
+        held = 0 if past is None else past.shape[3]
         if past is not None:
             k = torch.cat((past[0], k), dim=2)
             v = torch.cat((past[1], v), dim=2)
-        keep = self.window - 1
-        if state is not None and keep > 0:
-            state.put(self, torch.stack((k[:, :, -keep:], v[:, :, -keep:])))  # [2, B, H_kv, <= keep, Dh]
-        held = k.shape[2] - t  # frames before the chunk
-        query_pos = torch.arange(held, held + t, device=x.device)[:, None]
-        key_pos = torch.arange(k.shape[2], device=x.device)[None, :]
-        allowed = (key_pos <= query_pos) & (key_pos > query_pos - self.window)  # [T, T_k]
+        if state is not None:
+            state.put_window(self, torch.stack((k, v)), lengths + t, self.window - 1)
+        # key j sits `rel[j]` frames from the chunk's first frame; a query at i sees rel in (i - window, i], and a
+        # row sees no further back than the keys it holds
+        rel = torch.arange(-held, t, device=x.device)
+        query = torch.arange(t, device=x.device)[:, None]
+        allowed = (rel[None, :] <= query) & (rel[None, :] > query - self.window)  # [T, K]
+        allowed = allowed[None] & (rel[None, None, :] >= -lengths.to(x.device)[:, None, None])  # [B, T, K]
         groups = self.heads // self.kv_heads
         if groups > 1:
             k = k.repeat_interleave(groups, dim=1)
             v = v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # [B, H, T, Dh]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])  # [B, H, T, Dh]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -77,9 +75,8 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(s.hidden_size)
         self.mlp_layer_scale = LayerScale(s.hidden_size)
 
-    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor],
-                state: StreamState | None) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos_sin, state))
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, state: StreamBatch | None) -> torch.Tensor:
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), positions, state))
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
 
 
@@ -100,11 +97,10 @@ class CodecTransformer(nn.Module):
         self.input_proj = nn.Linear(config.latent_dim, s.hidden_size)
         self.output_proj = nn.Linear(s.hidden_size, config.latent_dim)
 
-    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
-        start = state.frames if state is not None else 0
-        positions = torch.arange(start, start + x.shape[1], device=x.device)
-        cos_sin = self.rotary.cos_sin(positions)
+    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+        starts = state.starts(x.device) if state is not None else x.new_zeros(x.shape[0], dtype=torch.int64)
+        positions = starts[:, None] + torch.arange(x.shape[1], device=x.device)[None, :]  # [B, T]
         h = self.input_proj(x)
         for layer in self.layers:
-            h = layer(h, cos_sin, state)
+            h = layer(h, positions, state)
         return self.output_proj(self.norm(h))

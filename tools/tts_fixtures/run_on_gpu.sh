@@ -3,7 +3,7 @@
 # imports except the wheels carried in .whl_tts/ (qwen-tts-hf, librosa, soundfile + cffi + pycparser, soxr,
 # sox, audioread, decorator, pooch, platformdirs; see tools/tts_fixtures/README.md). Run from the repository root:
 #
-#   run(command="bash tools/tts_fixtures/run_on_gpu.sh", carry=[".whl_tts"], timeout_s=900)
+#   run(command="bash tools/tts_fixtures/run_on_gpu.sh", carry=[".whl_tts"], timeout_s=600)
 #
 # It builds the tiny checkpoints and runs the reference on the CPU (the committed fixtures' device), then again on
 # CUDA when a GPU is there, compares both with the committed fixtures, and leaves in $OUT:

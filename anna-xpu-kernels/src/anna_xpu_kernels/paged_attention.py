@@ -167,9 +167,9 @@ def _paged_attention_kernel(
     if KV_NEW:  # decode: this sequence's new key (normed, rotated) and value (normed with V_NORM) of this KV head,
         # taken from registers at position ctx - 1 (its cache row is not written yet) and stored by split 0
         new_pos = ctx - 1  # the cache position of the sequence's new token
-        k_row, _, _ = _norm_rope_row(k_ptr + seq * stride_kt + h_kv * stride_kh, kw_ptr,
-                                     tl.load(pos_ptr + seq).to(tl.float32), inv_freq_ptr, head_dim, half, rotary_dim,
-                                     eps, ZERO_CENTERED, k_cache_ptr.dtype.element_ty, BLOCK_D)
+        k_row, _, _ = _norm_rope_row(k_ptr + seq * stride_kt + h_kv * stride_kh, kw_ptr, pos_ptr + seq, 0, pos_ptr,
+                                     inv_freq_ptr, head_dim, half, rotary_dim, eps, ZERO_CENTERED, False,
+                                     k_cache_ptr.dtype.element_ty, BLOCK_D)
         v_row = tl.load(v_ptr + seq * stride_vt + h_kv * stride_vh + d, mask=d_ok, other=0.0)
         if V_NORM:  # the weightless value norm, float32, rounded once
             vf = v_row.to(tl.float32)

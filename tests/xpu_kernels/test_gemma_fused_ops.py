@@ -21,6 +21,14 @@ from anna_xpu_kernels.norms import (
 from anna_xpu_kernels.qk_norm_rope import q_norm_rope
 
 
+@pytest.fixture(autouse=True)
+def _fused_attention_opted_in(monkeypatch):
+    """The fused Gemma 4 attention pre-processing (``q_norm_rope_attention``, ``qkv_norm_rope_cache_attention``) is
+    opt-in until measured on a GPU; these tests run the models with it."""
+    monkeypatch.setenv("ANNA_Q_NORM_ROPE_ATTENTION", "1")
+    monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "1")
+
+
 def _tol(dtype):
     return tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}  # two bf16 roundings in a row
 

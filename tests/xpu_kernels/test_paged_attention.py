@@ -196,6 +196,9 @@ def test_q_norm_rope_attention_registered_and_switched_off_by_env(monkeypatch):
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     request = ProbeRequest("cpu", "bfloat16", {"head_dim": 512})
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get_accelerated("q_norm_rope_attention", request) is None  # opt-in until measured on a GPU
+    monkeypatch.setenv("ANNA_Q_NORM_ROPE_ATTENTION", "1")
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
     assert registry.get("q_norm_rope_attention", request) is pa.q_norm_rope_attention
     assert registry.get("q_norm_rope_attention", ProbeRequest("cpu", "bfloat16")) is ref_qk.q_norm_rope_attention
     monkeypatch.setenv("ANNA_Q_NORM_ROPE_ATTENTION", "0")  # A/B switch: q_norm_rope and the attention run apart
@@ -260,6 +263,9 @@ def test_qkv_norm_rope_cache_attention_registered_and_switched_off_by_env(monkey
 
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     request = ProbeRequest("cpu", "bfloat16", {"head_dim": 256})
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get_accelerated("qkv_norm_rope_cache_attention", request) is None  # opt-in until measured
+    monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "1")
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
     assert registry.get("qkv_norm_rope_cache_attention", request) is pa.qkv_norm_rope_cache_attention
     monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "0")  # A/B switch: qkv_norm_rope_cache and the attention apart

@@ -113,22 +113,24 @@ QKV_NORM_ROPE_ATTENTION_ENV = "ANNA_QKV_NORM_ROPE_ATTENTION"
 
 
 def _head_dim_limit(name: str, default: int) -> int:
+    """Opt-in switches (off when unset): a true value (``1``, ``on``, ``true``, ``yes``) gives ``default``, a
+    number above 1 that limit, anything else (unset, ``0``, ``off``) 0."""
     value = os.environ.get(name, "").strip().lower()
-    if value in _FALSE:
-        return 0
-    return int(value) if value.isdigit() else default
+    if value in ("1", "on", "true", "yes"):
+        return default
+    return int(value) if value.isdigit() else 0
 
 
 def q_norm_rope_attention_head_dims(default: int) -> int:
-    """Largest head dim whose ``q_norm_rope_attention`` the probe accepts: ``default`` (the attention kernel's limit),
-    0 when ``ANNA_Q_NORM_ROPE_ATTENTION`` is set to a false value (``0``: a KV-shared layer then runs ``q_norm_rope``
-    and the attention as two launches), or the number it is set to (e.g. ``256``: only the sliding layers' heads fuse;
-    for A/B measurements)."""
+    """Largest head dim whose ``q_norm_rope_attention`` the probe accepts. Opt-in until measured on a GPU (the fused
+    kernel has only run under Triton's interpreter): 0 unless ``ANNA_Q_NORM_ROPE_ATTENTION`` is set (unset or ``0``:
+    a KV-shared layer runs ``q_norm_rope`` and the attention as two launches); ``1`` gives ``default`` (the attention
+    kernel's limit), a larger number that limit (e.g. ``256``: only the sliding layers' heads fuse)."""
     return _head_dim_limit(Q_NORM_ROPE_ATTENTION_ENV, default)
 
 
 def qkv_norm_rope_attention_head_dims(default: int) -> int:
     """Largest head dim whose ``qkv_norm_rope_cache_attention`` the probe accepts, as
-    :func:`q_norm_rope_attention_head_dims` but set by ``ANNA_QKV_NORM_ROPE_ATTENTION`` (``0``: a Gemma 4 layer with its
-    own K/V runs ``qkv_norm_rope_cache`` and the attention as two launches)."""
+    :func:`q_norm_rope_attention_head_dims` (opt-in) but set by ``ANNA_QKV_NORM_ROPE_ATTENTION`` (unset or ``0``: a
+    Gemma 4 layer with its own K/V runs ``qkv_norm_rope_cache`` and the attention as two launches)."""
     return _head_dim_limit(QKV_NORM_ROPE_ATTENTION_ENV, default)

@@ -116,11 +116,12 @@ class GemmaAttention(nn.Module):
             v = rest[0] if rest else k
         return q.view(T, H, D), k.view(T, H_kv, D), v.view(T, H_kv, D)
 
-    def _fused(self, batch: ForwardBatch) -> Any:
+    def _fused(self, batch: ForwardBatch, caches: ModelCaches) -> Any:
         """The fused pre-processing op of this layer (``q_norm_rope`` in a KV-shared layer, else
         ``qk_norm_rope_cache``) where a kernel (not only the torch reference) serves it and positions are
-        1-D; None otherwise (the unfused norms, rotary and cache write run, each chosen on its own)."""
-        if batch.positions.dim() != 1:
+        1-D; None otherwise, and for ``qk_norm_rope_cache`` in a quantized cache group (it writes unquantized rows):
+        the unfused norms, rotary and cache write run, each chosen on its own."""
+        if batch.positions.dim() != 1 or (not self.shares_kv and self.attn.quantized(caches)):
             return None
         return self.ops.accelerated("q_norm_rope" if self.shares_kv else "qk_norm_rope_cache", head_dim=self.head_dim)
 
@@ -136,7 +137,7 @@ class GemmaAttention(nn.Module):
         q, k, v = self._project(x)
         if self.v_norm is not None and v is not None:
             v = self.v_norm(v)
-        fused = self._fused(batch)
+        fused = self._fused(batch, caches)
         if fused is not None:  # q/k norms, rotary (and the cache write) in one kernel
             qn = self.q_norm
             inv_freq = rotary._tables(x.device)[0]

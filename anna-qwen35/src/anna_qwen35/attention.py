@@ -68,13 +68,14 @@ class GatedAttention(nn.Module):
             return (self.q_proj(x), self.k_proj(x), self.v_proj(x)), residual
         return torch.split(self.qkv_proj(x), [q_size, kv_size, kv_size], dim=-1), residual
 
-    def _fused_pre(self, batch: ForwardBatch):
+    def _fused_pre(self, batch: ForwardBatch, caches: ModelCaches):
         """The ``qk_norm_rope_cache`` op (q/k norms, rotary and the cache write as one op) chosen for
         this head dim (anna-xpu-kernels' Triton kernel where its probe accepts), or None: where only the
         op's torch reference would run it, for M-RoPE ``[3, T]`` positions whose rows may differ (a prompt with
         media; decode steps and text-only batches have equal rows, ``ForwardBatch.uniform_positions``), or for
-        q/k norm variants other than the zero-centred one; the separate ops then run, each chosen on its own."""
-        if (batch.positions.dim() != 1 and not batch.uniform_positions) or not (
+        q/k norm variants other than the zero-centred one, or a quantized cache group (the op writes unquantized
+        rows); the separate ops then run, each chosen on its own."""
+        if self.attn.quantized(caches) or (batch.positions.dim() != 1 and not batch.uniform_positions) or not (
                 self.q_norm.zero_centered and self.k_norm.zero_centered):
             return None
         return self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim)
@@ -95,7 +96,7 @@ class GatedAttention(nn.Module):
         T, D = q_gate.shape[0], self.head_dim
         q_gate = q_gate.view(T, self.num_heads, 2 * D)
         gate = q_gate[..., D:]  # [T, H, D]
-        fused = self._fused_pre(batch)
+        fused = self._fused_pre(batch, caches)
         if fused is not None:  # q/k norms, rotary and the cache write in one kernel
             attn = self.attn
             k_cache, v_cache = caches.attention(attn.group).layer(attn.kv_index)

@@ -33,6 +33,7 @@ import attrs
 import torch
 
 from anna_core.cache_spec import SlidingWindowSpec
+from anna_core.kv_quant.settings import resolve_kv_quant
 from anna_core.device import empty_cache
 from anna_core.engine.cache_allocator import (
     allocate_caches,
@@ -124,7 +125,10 @@ class LLMEngine:
         self.dtype = dtype
         self.eos_token_ids = tuple(eos_token_ids)
         check_model(model)
-        spec = model.cache_spec
+        self.kv_quant = resolve_kv_quant(config.kv_cache_quantization, config.kv_cache_quant_bits,
+                                         num_params=_num_params(model), supported=model.capabilities.quantized_kv)
+        spec = model.cache_spec.with_kv_quant(self.kv_quant)  # the groups as allocated (TurboQuant layouts applied)
+        self.cache_spec = spec
         if isinstance(model, torch.nn.Module):
             check_attention_layers(model, spec)
         bs = config.block_size
@@ -744,3 +748,10 @@ def _hidden_size(model: Any) -> int:
             if isinstance(module, torch.nn.Embedding):
                 return module.embedding_dim
     return 0
+
+
+def _num_params(model: Any) -> int:
+    """Parameters of the model (``--kv-cache-quantization auto``'s size tier); 0 for a model that is no module."""
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    return sum(p.numel() for p in model.parameters())

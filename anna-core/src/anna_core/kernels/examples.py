@@ -176,6 +176,52 @@ def paged_attention(device: Any, dtype: Any) -> list[OpExample]:
             OpExample((*decode, 32 ** -0.5, None), shape={"head_dim": 32})]
 
 
+def _turboquant_tables(bits: int, d: int, device: Any) -> tuple:
+    from anna_core.kv_quant.layout import TurboQuantLayout
+    from anna_core.kv_quant.tables import TurboQuantTables
+
+    layout = TurboQuantLayout(bits)
+    return layout, TurboQuantTables.build(layout, d, device).args
+
+
+def _turboquant_cache(r: _Gen, bits: int, d: int, n_blocks: int, block: int, h_kv: int) -> tuple:
+    """Quantized caches filled with the reference's rows of random K/V, and the tables."""
+    from anna_core.kernels.reference.turboquant import turboquant_cache_write
+
+    layout, tables = _turboquant_tables(bits, d, r.device)
+    k_cache = torch.zeros(n_blocks, block, h_kv, layout.key_row_bytes(d), dtype=torch.uint8, device=r.device)
+    v_cache = torch.zeros(n_blocks, block, h_kv, layout.value_row_bytes(d), dtype=torch.uint8, device=r.device)
+    n = n_blocks * block
+    turboquant_cache_write(r.randn(n, h_kv, d), r.randn(n, h_kv, d), k_cache, v_cache,
+                           torch.arange(n, device=r.device), *tables)
+    return k_cache, v_cache, tables
+
+
+def turboquant_cache_write(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(31, device, _dt(dtype))
+    out = []
+    for bits, d in ((4, 16), (3, 32), (2, 16)):
+        layout, tables = _turboquant_tables(bits, d, r.device)
+        k_cache = torch.zeros(6, 4, 2, layout.key_row_bytes(d), dtype=torch.uint8, device=r.device)
+        v_cache = torch.zeros(6, 4, 2, layout.value_row_bytes(d), dtype=torch.uint8, device=r.device)
+        out.append(OpExample((r.randn(5, 2, d), r.randn(5, 2, d), k_cache, v_cache, r.ints([0, 1, 2, 9, 22]),
+                              *tables)))
+    return out
+
+
+def paged_attention_turboquant(device: Any, dtype: Any) -> list[OpExample]:
+    r = _Gen(32, device, _dt(dtype))
+    out = []
+    for bits, q_lens, seq_lens, h_q, h_kv, d, window in (
+            (4, [6, 1, 3], [6, 11, 9], 4, 2, 16, None),  # a fresh prompt, a decode, a chunk over a cached prefix
+            (3, [6, 1, 3], [6, 11, 9], 4, 2, 16, 4),
+            (2, [1, 1], [7, 13], 2, 1, 32, None)):
+        q, k, _, cu, lens, tables = _paged(r, q_lens, seq_lens, h_q, h_kv, d)
+        k_cache, v_cache, tq = _turboquant_cache(r, bits, d, k.shape[0], k.shape[1], h_kv)
+        out.append(OpExample((q, k_cache, v_cache, cu, lens, tables, d ** -0.5, window, *tq), shape={"head_dim": d}))
+    return out
+
+
 def linear(device: Any, dtype: Any) -> list[OpExample]:
     r = _Gen(16, device, _dt(dtype))
     return [OpExample((r.randn(1, 64), r.randn(24, 64, scale=0.2), None)),

@@ -89,7 +89,7 @@ def load(source: Any, *, device: Any, dtype: Any, load_format: str = "auto", ker
     cfg = {**DEFAULTS, **source.config}
     model = CacheGroupsLM(window=int(cfg["window"]), vocab_size=int(cfg["vocab_size"]), seed=int(cfg["seed"]))
     if cfg["padded_prefill"]:
-        model.capabilities = ModelCapabilities(padded_prefill=True, quantized_kv=True)
+        model.capabilities = ModelCapabilities(padded_prefill=True)
     eos = cfg["eos_token_id"]
     return LoadedModel(model=model.eval(), tokenizer=None,
                        generation=GenerationDefaults(eos_token_ids=[eos] if isinstance(eos, int) else list(eos)),

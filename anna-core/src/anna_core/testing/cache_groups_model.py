@@ -176,7 +176,7 @@ class CacheGroupsLM(nn.Module):
             RecurrentStateSpec(layers=[3], conv_shape=(2 * H_K * D_K + H_V * D_V, CONV_WIDTH - 1),
                                state_shape=(H_V, D_K, D_V)),
         ))
-        self.capabilities = ModelCapabilities(quantized_kv=True)
+        self.capabilities = ModelCapabilities()
         self.embed = nn.Embedding(vocab_size, HIDDEN)
         self.full = _Attention(2, 1, 8, 0, self.cache_spec.groups[0].cache_index(0), ops, None)
         self.sliding = _Attention(2, 2, 4, 1, 0, ops, window)

@@ -29,15 +29,12 @@ from anna_core.kernels.checks import (
 )
 from anna_core.kernels.reference.paged_attention import paged_attention
 
-_SHIFTS = torch.arange(8)
-
-
 def pack_planes(idx: torch.Tensor, bits: int) -> torch.Tensor:
     """Centroid indices ``[N, D]`` (integers below ``2 ** bits``) -> bit planes ``[N, bits * D // 8]`` uint8:
     plane ``p`` (bytes ``p * D/8 ..``) holds bit ``p`` of every index, coordinate ``j`` at bit ``j % 8`` of byte
     ``j // 8``."""
     n, d = idx.shape
-    shifts = _SHIFTS.to(idx.device)
+    shifts = torch.arange(8, device=idx.device)  # made on the device: a graph capture may hold this call
     planes = [(((idx >> p) & 1).view(n, d // 8, 8) << shifts).sum(-1) for p in range(bits)]
     return torch.cat(planes, dim=1).to(torch.uint8)
 
@@ -46,7 +43,7 @@ def unpack_planes(planes: torch.Tensor, bits: int, head_dim: int) -> torch.Tenso
     """Inverse of :func:`pack_planes`: ``[N, bits * D // 8]`` uint8 -> ``[N, D]`` int64."""
     n = planes.shape[0]
     b = planes.to(torch.int64).view(n, bits, head_dim // 8, 1)
-    bit = (b >> _SHIFTS.to(planes.device)) & 1  # [N, bits, D/8, 8]
+    bit = (b >> torch.arange(8, device=planes.device)) & 1  # [N, bits, D/8, 8]
     weights = (1 << torch.arange(bits, device=planes.device)).view(1, bits, 1, 1)
     return (bit * weights).sum(1).view(n, head_dim)
 

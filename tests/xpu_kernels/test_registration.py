@@ -43,7 +43,7 @@ def test_registration_imports_neither_torch_nor_triton_nor_fla():
             "specs = [s for s in kernel_specs(make_plugin_manager({'anna_xpu_kernels'})) if s.name != 'reference']; "
             "print(json.dumps([len(specs), [m for m in ('torch', 'triton', 'fla') if m in sys.modules]]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [27, []]
+    assert json.loads(out.stdout) == [29, []]
 
 
 def test_cpu_is_declined_unless_the_interpreter_is_requested(monkeypatch):

@@ -47,3 +47,22 @@ def test_engine_greedy_and_prefix_cache_hits_over_quantized_blocks(anna_tiny_qwe
     again = llm.generate(prompts[1:2], greedy)[0]
     assert again.num_cached_tokens >= 80 and again.token_ids == outs[1].token_ids  # a hit reads the same blocks
     assert llm.engine.kv.num_used_blocks == 0
+
+
+def test_a_residual_covering_every_position_decodes_as_unquantized_kv(anna_tiny_qwen35, long_prompt):
+    # --kv-cache-residual-len at least the longest context: every position is read from the ring (the exact rows),
+    # so greedy tokens equal the unquantized cache's, chunked prefill included; a shorter residual still runs, and
+    # its rings cost KV blocks under a fixed budget
+    prompts = [long_prompt[:40], long_prompt[50:140], [5, 6, 7, 8, 9, 10, 11]]
+    greedy = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    common = dict(device="cpu", dtype="fp32", block_size=16, max_prefill_tokens=32, prefill_chunk_size=16)
+    base = LLM(anna_tiny_qwen35, num_blocks=64, **common).generate(prompts, greedy)
+    full = LLM(anna_tiny_qwen35, num_blocks=64, kv_cache_quantization="turboquant", kv_cache_residual_len=128,
+               **common)
+    assert [o.token_ids for o in full.generate(prompts, greedy)] == [b.token_ids for b in base]
+    budget = dict(kv_cache_memory_gib=0.002, max_num_seqs=4, kv_cache_quantization="turboquant")
+    plain = LLM(anna_tiny_qwen35, **budget, **{k: v for k, v in common.items() if k != "block_size"})
+    ringed = LLM(anna_tiny_qwen35, **budget, kv_cache_residual_len=32,
+                 **{k: v for k, v in common.items() if k != "block_size"})
+    assert ringed.engine.kv.num_blocks < plain.engine.kv.num_blocks
+    assert all(o.finish_reason == "length" for o in ringed.generate(prompts, greedy))

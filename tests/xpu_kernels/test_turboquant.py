@@ -54,3 +54,12 @@ def test_attention_matches_the_reference(bits, d, h_q, h_kv, window, splits):
     dec = (q[:3], kc, vc, torch.arange(4, dtype=torch.int32), args[4], block_tables, d ** -0.5, window, *tables)
     torch.testing.assert_close(tq.paged_attention_turboquant(*dec, num_splits=splits),
                                ref.paged_attention_turboquant(*dec), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("splits", [None, 2])
+def test_attention_reads_the_residual_ring_as_the_reference(splits):
+    from anna_core.kernels.examples import paged_attention_turboquant as examples
+
+    ex = [e for e in examples("cpu", torch.float32) if len(e.args) == 16][0]  # with a ring
+    torch.testing.assert_close(tq.paged_attention_turboquant(*ex.args, num_splits=splits),
+                               ref.paged_attention_turboquant(*ex.args), rtol=2e-5, atol=2e-5)

@@ -40,6 +40,7 @@ OPTION_FIELDS: dict[str, str] = {
     "kv_cache_memory_gib": "kv_cache_memory_gib",
     "kv_cache_quantization": "kv_cache_quantization",
     "kv_cache_quant_bits": "kv_cache_quant_bits",
+    "kv_cache_residual_len": "kv_cache_residual_len",
     "max_device_memory_gib": "max_device_memory_gib",
     "reserve_memory_mib": "reserve_memory_mib",
     "min_free_memory_mib": "min_free_memory_mib",
@@ -181,6 +182,10 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      callback=lambda ctx, param, value: None if value is None else int(value),
                      help="Bits per key / value coordinate with --kv-cache-quantization turboquant (default 4) or "
                           "auto (default: its size tier's)."),
+        click.option("--kv-cache-residual-len", type=_NON_NEG_INT, default=None,
+                     help="With --kv-cache-quantization: each sequence's newest N positions also kept in the serving "
+                          "dtype and attended exactly (their memory comes out of the KV budget). Default 0 with "
+                          "turboquant, 128 with auto."),
         max_device_memory_option,
         click.option("--reserve-memory-mib", type=_NON_NEG, default=None, callback=_finite,
                      help="Memory left free when the KV cache is sized from free memory, and kept out of what memory "

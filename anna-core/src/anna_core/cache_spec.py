@@ -118,6 +118,12 @@ class FullAttentionSpec:
         """Bytes of one block over the group's owning layers (K and V): :meth:`row_bytes` per token and head."""
         return len(self.layers) * block_size * self.num_kv_heads * sum(self.row_bytes(dtype))
 
+    def residual_bytes_per_slot(self, dtype: torch.dtype) -> int:
+        """Bytes of one sequence slot's residual ring (``quant.residual_len`` K and V rows per owning layer in the
+        serving dtype, plus their int32 positions); 0 without a quantized layout or residual."""
+        n = 0 if self.quant is None else self.quant.residual_len
+        return n * (2 * len(self.layers) * self.num_kv_heads * self.head_dim * _elem(dtype) + 4)
+
     def max_blocks_per_seq(self, num_tokens: int, block_size: int) -> int:
         """Blocks one sequence of ``num_tokens`` tokens holds at most between steps."""
         return -(-num_tokens // block_size)

@@ -19,6 +19,7 @@ from anna_core.errors import AnnaError
 from anna_core.multimodal import MODALITIES
 
 if TYPE_CHECKING:
+    from anna_core.kv_quant.residual import ResidualRing
     from anna_core.kv_quant.tables import TurboQuantTables
     from anna_core.tokenizer import Tokenizer
 
@@ -39,11 +40,14 @@ class AttentionCache:
             quantized group (``quant`` set) ``uint8`` ``[num_blocks + 1, block_size, H_kv, row_bytes]``
             (:mod:`anna_core.kv_quant.layout`).
         quant: the group's :class:`~anna_core.kv_quant.tables.TurboQuantTables`, or None (K/V stored as they are).
+        residual: a quantized group's :class:`~anna_core.kv_quant.residual.ResidualRing` (its newest positions in
+            the serving dtype), or None.
     """
 
     k: list[torch.Tensor] = attrs.field(factory=list)
     v: list[torch.Tensor] = attrs.field(factory=list)
     quant: TurboQuantTables | None = None
+    residual: ResidualRing | None = None
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(k_cache, v_cache)`` of the group's ``index``-th owning layer."""

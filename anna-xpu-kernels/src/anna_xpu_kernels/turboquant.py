@@ -50,13 +50,13 @@ def _codes(ptr, row_off, plane0, d, d_ok, mask_rows, BITS: tl.constexpr, PLANE: 
 @triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
 def _tq_attention_kernel(
     qr_ptr, qs_ptr, k_ptr, kf_ptr, v_ptr, vf_ptr, kc_ptr, vc_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr, tile_seq_ptr,
-    tile_first_ptr, o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr,
-    batch, n_tokens, head_dim, block_size, num_splits, qk_scale, qjl_coef, window,
+    tile_first_ptr, o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, rk_ptr, rv_ptr, rpos_ptr, slots_ptr,
+    batch, n_tokens, head_dim, block_size, num_splits, qk_scale, qjl_coef, window, ring_len,
     stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_tb,
-    stride_ot, stride_oh,
+    stride_ot, stride_oh, stride_rs, stride_rr, stride_rh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     KBITS: tl.constexpr, VBITS: tl.constexpr, PLANE: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    SPLIT: tl.constexpr, DECODE: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     tile = tl.program_id(0)
     h_kv = tl.program_id(1)
@@ -100,6 +100,9 @@ def _tq_attention_kernel(
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    ring_slot = 0
+    if HAS_RING:
+        ring_slot = tl.load(slots_ptr + seq).to(tl.int64)
     for start in range(lo, hi, BLOCK_N):
         kpos = start + tl.arange(0, BLOCK_N)
         k_ok = kpos < hi
@@ -116,6 +119,15 @@ def _tq_attention_kernel(
         s_mse = tl.dot(qr, tl.trans(k_c), input_precision="ieee")
         s_qjl = tl.dot(qs, tl.trans(z), input_precision="ieee")
         s = (s_mse + (qjl_coef * gamma)[None, :] * s_qjl) * (k_norm * qk_scale)[None, :]  # log2 units
+        if HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
+            ring_i = kpos % ring_len
+            in_ring = tl.load(rpos_ptr + ring_slot * ring_len + ring_i, mask=k_ok & (kpos >= ctx - ring_len),
+                              other=-1) == kpos
+            r_off = ring_slot * stride_rs + ring_i * stride_rr + h_kv * stride_rh
+            r_mask = in_ring[:, None] & d_ok[None, :]
+            r_k = tl.load(rk_ptr + r_off[:, None] + d[None, :], mask=r_mask, other=0.0).to(tl.float32)
+            s_ring = tl.dot(qr, tl.trans(r_k), input_precision="ieee") * qk_scale
+            s = tl.where(in_ring[None, :], s_ring, s)
         seen = k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
         if HAS_WINDOW:
             seen = seen & (kpos[None, :] > qpos[:, None] - window)
@@ -128,6 +140,9 @@ def _tq_attention_kernel(
         v_norm = tl.load(vf_ptr + v_row // 4, mask=k_ok, other=0.0)
         v_idx = _codes(v_ptr, v_row, 4, d, d_ok, k_ok, VBITS, PLANE)
         v_c = tl.where(d_ok[None, :], tl.load(vc_ptr + v_idx), 0.0) * v_norm[:, None]
+        if HAS_RING:
+            r_v = tl.load(rv_ptr + r_off[:, None] + d[None, :], mask=r_mask, other=0.0).to(tl.float32)
+            v_c = tl.where(in_ring[:, None], r_v, v_c)
         acc = acc * alpha[:, None] + tl.dot(p, v_c, input_precision="ieee")
         m_i = m_new
 
@@ -143,8 +158,10 @@ def _tq_attention_kernel(
 
 
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
-                               rotation, qjl, key_centroids, value_centroids, *, num_splits: int | None = None):
-    """``paged_attention_turboquant`` (signature and rule of the reference) in the rotated basis (module docstring).
+                               rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None,
+                               residual_pos=None, slots=None, *, num_splits: int | None = None):
+    """``paged_attention_turboquant`` (signature and rule of the reference) in the rotated basis (module docstring);
+    a residual ring's rows are read as stored (already rotated).
 
     Args:
         num_splits: key partitions per tile (None: chosen for the GPU, as ``paged_attention``'s).
@@ -203,15 +220,29 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     else:
         m_ws = l_ws = acc_ws = o
     block_n = 32 if block_d <= WIDE_HEAD_DIM else 16
+    ring = residual_pos is not None
+    if ring:
+        require(residual_k.shape == residual_v.shape and residual_k.dim() == 4 and residual_k.stride(3) == 1
+                and residual_k.stride() == residual_v.stride() and tuple(residual_k.shape[2:]) == (h_kv, dim)
+                and tuple(residual_pos.shape) == tuple(residual_k.shape[:2]) and residual_pos.is_contiguous()
+                and slots is not None and slots.shape[0] == batch, op,
+                "residual_k / residual_v [S, R, H_kv, D], residual_pos [S, R] and slots [B] must agree")
+        rk, rv, rpos, ring_slots = residual_k, residual_v, residual_pos, slots
+        ring_len, ring_strides = residual_pos.shape[1], residual_k.stride()[:3]
+    else:
+        rk = rv = rpos = ring_slots = o  # unused
+        ring_len, ring_strides = 1, (0, 0, 0)
     _tq_attention_kernel[(n_tiles, h_kv, splits)](
         q_r, q_s, k_cache, k_cache.view(torch.float32), v_cache, v_cache.view(torch.float32), key_centroids,
         value_centroids, cu, seq_lens, block_tables, tile_seq, tile_first, o, m_ws, l_ws, acc_ws,
+        rk, rv, rpos, ring_slots,
         batch, total, dim, block_size, splits, float(scale) * LOG2E, math.sqrt(math.pi / 2) / dim,
-        int(sliding_window or 0),
+        int(sliding_window or 0), ring_len,
         q_r.stride(0), q_r.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0), o.stride(0), o.stride(1),
+        *ring_strides,
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, KBITS=kbits, VBITS=vbits, PLANE=dim // 8,
-        HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, BLOCK_N=block_n,
+        HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, BLOCK_N=block_n,
         num_warps=4 if block_d <= WIDE_HEAD_DIM else 8,
     )
     if splits > 1:

@@ -126,6 +126,9 @@ class EngineConfig:
             ``"auto"`` (by the model's size: :data:`anna_core.kv_quant.settings.AUTO_TIERS`).
         kv_cache_quant_bits: bits per K/V coordinate (2, 3 or 4) for ``turboquant`` (default 4) or ``auto`` (default:
             the tier's).
+        kv_cache_residual_len: each sequence's newest positions also kept in the serving dtype and read instead of
+            their quantized rows (:mod:`anna_core.kv_quant.residual`; their memory comes out of the KV budget):
+            ``turboquant`` default 0, ``auto`` its tier's.
         prompt_cache_size: keep the final state, tail KV block and last logits of this many most
             recent exact prompts; an exact repeat then samples its first token without computing;
             ``0`` disables the prompt cache.
@@ -178,9 +181,10 @@ class EngineConfig:
     prompt_cache_size: int = attrs.field(default=8, validator=non_negative)
     kv_cache_quantization: str = "none"
     kv_cache_quant_bits: int | None = None
+    kv_cache_residual_len: int | None = None
 
     def __attrs_post_init__(self) -> None:
-        check_kv_quant_mode(self.kv_cache_quantization, self.kv_cache_quant_bits)
+        check_kv_quant_mode(self.kv_cache_quantization, self.kv_cache_quant_bits, self.kv_cache_residual_len)
         if self.kv_cache_memory_gib is not None and not 0 < self.kv_cache_memory_gib < math.inf:
             raise AnnaError(f"kv_cache_memory_gib must be a positive finite number, got {self.kv_cache_memory_gib}")
         if self.max_device_memory_gib is not None and not 0 < self.max_device_memory_gib < float("inf"):

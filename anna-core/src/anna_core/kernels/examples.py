@@ -219,6 +219,13 @@ def paged_attention_turboquant(device: Any, dtype: Any) -> list[OpExample]:
         q, k, _, cu, lens, tables = _paged(r, q_lens, seq_lens, h_q, h_kv, d)
         k_cache, v_cache, tq = _turboquant_cache(r, bits, d, k.shape[0], k.shape[1], h_kv)
         out.append(OpExample((q, k_cache, v_cache, cu, lens, tables, d ** -0.5, window, *tq), shape={"head_dim": d}))
+    # a residual ring of 4 positions: sequence 0 (slot 2) holds all of its newest, sequence 1 (slot 0) two of them
+    # and a stale position, sequence 2 (slot 1) only an earlier owner's
+    q, k, _, cu, lens, tables = _paged(r, [6, 1, 3], [6, 11, 9], 4, 2, 16)
+    k_cache, v_cache, tq = _turboquant_cache(r, 4, 16, k.shape[0], k.shape[1], 2)
+    pos = r.ints([[8, 9, 10, 3], [12, 13, 14, 15], [4, 5, 2, 3], [-1, -1, -1, -1]], torch.int32)
+    ring = (r.randn(4, 4, 2, 16), r.randn(4, 4, 2, 16), pos, r.ints([2, 0, 1]))
+    out.append(OpExample((q, k_cache, v_cache, cu, lens, tables, 16 ** -0.5, None, *tq, *ring), shape={"head_dim": 16}))
     return out
 
 

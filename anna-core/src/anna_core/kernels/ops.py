@@ -247,14 +247,19 @@ of the nearest key centroid of each ``y_j``, ``gamma = ||r||`` of ``r = y - c[id
     OpContract(
         name="paged_attention_turboquant",
         signature=("paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, "
-                   "sliding_window, rotation, qjl, key_centroids, value_centroids) -> o"),
+                   "sliding_window, rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None, "
+                   "residual_pos=None, slots=None) -> o"),
         doc="""\
 ``paged_attention`` over a TurboQuant cache (caches and tables as ``turboquant_cache_write``): every
 key is reconstructed as ``k~ = n Pi^T (c[idx] + sqrt(pi/2) / D * gamma * S^T z)`` (``z = +-1`` the
 stored signs; its inner product with q is unbiased, arXiv 2504.19874 Theorem 2) and every value as
 ``v~ = n Pi^T c[idx]``; the attention rule, arguments and result are ``paged_attention``'s. Float32
 math; implementations may attend in the rotated basis (``q Pi^T`` against ``c[idx]``, ``q Pi^T S^T``
-against ``z``, the output rotated back), equal up to float32 rounding.
+against ``z``, the output rotated back), equal up to float32 rounding. With a residual ring
+(:mod:`anna_core.kv_quant.residual`): residual_k / residual_v ``[S, R, H_kv, D]`` (rows rotated, ``Pi k``, in
+the serving dtype), residual_pos ``[S, R]`` int32, slots ``[B]`` int64 (each sequence's ring): position
+``p >= seq_lens[i] - R`` with ``residual_pos[slots[i], p % R] == p`` is read as ``Pi^T`` of its ring rows
+instead of its quantized ones.
 """,
         reference=_ref("turboquant", "paged_attention_turboquant"), shape_facts=("head_dim",),
         examples=_examples("paged_attention_turboquant"),

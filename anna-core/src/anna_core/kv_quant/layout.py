@@ -37,18 +37,23 @@ class TurboQuantLayout:
     Attributes:
         bits: bits per coordinate, one of :data:`BITS` (keys: ``bits - 1`` code bits plus one QJL sign bit;
             values: ``bits`` code bits).
+        residual_len: the newest positions of each sequence also kept in the serving dtype (a per-slot ring,
+            :mod:`anna_core.kv_quant.residual`), read instead of their quantized rows; 0: none.
         seed: seed of the group's random rotation and QJL projection (:mod:`anna_core.kv_quant.tables`).
 
     Raises:
-        AnnaError: bits outside :data:`BITS`.
+        AnnaError: bits outside :data:`BITS`, or a negative residual.
     """
 
     bits: int
+    residual_len: int = 0
     seed: int = 0
 
     def __attrs_post_init__(self) -> None:
         if self.bits not in BITS:
             raise AnnaError(f"TurboQuant KV caches take {BITS} bits, got {self.bits}")
+        if self.residual_len < 0:
+            raise AnnaError(f"kv_cache_residual_len must be at least 0, got {self.residual_len}")
 
     @property
     def key_bits(self) -> int:

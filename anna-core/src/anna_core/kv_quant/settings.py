@@ -13,23 +13,27 @@ MODES = ("none", "turboquant", "auto")
 DEFAULT_BITS = 4
 """Bits of ``turboquant`` when ``--kv-cache-quant-bits`` is not given."""
 
-AUTO_TIERS: tuple[tuple[float, int | None], ...] = (
-    (2e9, None),  # small models: the KV cache is small next to the weights, and they lose the most
-    (24e9, 4),  # quality-neutral in the paper's LongBench runs from 3.5 bits per channel up
-    (float("inf"), 3),  # large models: KV memory dominates long contexts
+AUTO_TIERS: tuple[tuple[float, int | None, int], ...] = (
+    (2e9, None, 0),  # small models: the KV cache is small next to the weights, and they lose the most
+    (24e9, 4, 128),  # quality-neutral in the paper's LongBench runs from 3.5 bits per channel up
+    (float("inf"), 3, 128),  # large models: KV memory dominates long contexts
 )
-"""``auto``'s presets: ``(parameters below, bits)`` in order; None keeps K/V in the serving dtype."""
+"""``auto``'s presets: ``(parameters below, bits, residual_len)`` in order; bits None keeps K/V in the serving
+dtype. The residual keeps the newest 128 positions exact (KIVI's window; the attention mass of recent tokens)."""
 
 
-def check_mode(mode: str, bits: int | None) -> None:
-    """Raises AnnaError for an unknown mode or bits outside :data:`BITS` (bits may be None)."""
+def check_mode(mode: str, bits: int | None, residual_len: int | None = None) -> None:
+    """Raises AnnaError for an unknown mode, bits outside :data:`BITS` or a negative residual (None: unset)."""
     if mode not in MODES:
         raise AnnaError(f"kv_cache_quantization must be one of {MODES}, got {mode!r}")
     if bits is not None and bits not in BITS:
         raise AnnaError(f"kv_cache_quant_bits must be one of {BITS}, got {bits}")
+    if residual_len is not None and residual_len < 0:
+        raise AnnaError(f"kv_cache_residual_len must be at least 0, got {residual_len}")
 
 
-def resolve_kv_quant(mode: str, bits: int | None, *, num_params: int, supported: bool) -> TurboQuantLayout | None:
+def resolve_kv_quant(mode: str, bits: int | None, *, num_params: int, supported: bool,
+                     residual_len: int | None = None) -> TurboQuantLayout | None:
     """The layout the engine applies to every attention group, or None.
 
     Args:
@@ -37,19 +41,21 @@ def resolve_kv_quant(mode: str, bits: int | None, *, num_params: int, supported:
         bits: the requested bits (``turboquant``: default :data:`DEFAULT_BITS`; ``auto``: overrides the tier's).
         num_params: the model's parameter count (``auto``'s tier).
         supported: the model declares ``ModelCapabilities.quantized_kv``.
+        residual_len: newest positions kept in the serving dtype (``turboquant``: default 0; ``auto``: overrides the
+            tier's).
 
     Raises:
         AnnaError: ``turboquant`` for a model that does not declare ``quantized_kv``, or a bad mode / bits.
     """
-    check_mode(mode, bits)
+    check_mode(mode, bits, residual_len)
     if mode == "none":
         return None
     if mode == "turboquant":
         if not supported:
             raise AnnaError("this model does not declare a quantized KV cache (ModelCapabilities.quantized_kv): "
                             "serve it with --kv-cache-quantization none")
-        return TurboQuantLayout(bits or DEFAULT_BITS)
-    tier = next(b for limit, b in AUTO_TIERS if num_params < limit)
+        return TurboQuantLayout(bits or DEFAULT_BITS, residual_len=residual_len or 0)
+    tier, tier_residual = next((b, r) for limit, b, r in AUTO_TIERS if num_params < limit)
     if not supported or tier is None:
         return None
-    return TurboQuantLayout(bits or tier)
+    return TurboQuantLayout(bits or tier, residual_len=tier_residual if residual_len is None else residual_len)

@@ -10,6 +10,7 @@ from torch import nn
 from anna_core.cache_spec import CacheSpec, FullAttentionSpec, SlidingWindowSpec
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.errors import AnnaError
+from anna_core.kv_quant.residual import write_residual
 from anna_core.model import ModelCaches
 
 
@@ -65,11 +66,14 @@ class PagedAttention(nn.Module):
         """
         if self.writes_kv:
             k_cache, v_cache, slot_mapping = self.kv_cache(batch, caches)
-            quant = caches.attention(self.group).quant
-            if quant is None:
+            group = caches.attention(self.group)
+            if group.quant is None:
                 self.ops.reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
             else:
-                self.ops.turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, *quant.args)
+                self.ops.turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, *group.quant.args)
+                if group.residual is not None:
+                    write_residual(k, v, group.residual, self.kv_index, group.quant.rotation, batch.state_slots,
+                                   batch.cu_seqlens, batch.seq_lens)
         return self.attend(q, batch, caches)
 
     def quantized(self, caches: ModelCaches) -> bool:
@@ -92,8 +96,11 @@ class PagedAttention(nn.Module):
         table = batch.tables[self.group]
         if group.quant is not None:
             attend = self.ops.get("paged_attention_turboquant", head_dim=self.head_dim)
+            ring = group.residual
+            residual = () if ring is None else (ring.k[self.kv_index], ring.v[self.kv_index], ring.pos,
+                                                batch.state_slots)
             return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables, self.scale,
-                          self.sliding_window, *group.quant.args)
+                          self.sliding_window, *group.quant.args, *residual)
         attend = self.ops.get("paged_attention", head_dim=self.head_dim)
         return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables,
                       self.scale, self.sliding_window)

@@ -158,6 +158,10 @@ def paged_attention_turboquant(
     qjl: torch.Tensor,
     key_centroids: torch.Tensor,
     value_centroids: torch.Tensor,
+    residual_k: torch.Tensor | None = None,
+    residual_v: torch.Tensor | None = None,
+    residual_pos: torch.Tensor | None = None,
+    slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``paged_attention`` over a TurboQuant cache: the reconstructed keys and values of every block a
     sequence reads (module docstring), the attention rule unchanged.
@@ -165,6 +169,8 @@ def paged_attention_turboquant(
     Args:
         q, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window: as ``paged_attention``.
         k_cache, v_cache, rotation, qjl, key_centroids, value_centroids: as ``turboquant_cache_write``.
+        residual_k, residual_v, residual_pos, slots: the residual ring (:mod:`anna_core.kv_quant.residual`) and each
+            sequence's slot in it, or None: positions it holds among a sequence's newest ``R`` are read from it.
 
     Returns:
         ``[T, H_q, D]`` in q's dtype.
@@ -190,5 +196,26 @@ def paged_attention_turboquant(
     shape = (used.numel(), block_size, h_kv, d)
     k = dequantize_keys(rows_k, rotation, qjl, key_centroids).view(shape)
     v = dequantize_values(rows_v, rotation, value_centroids).view(shape)
+    if residual_pos is not None:
+        _overlay_residual(k, v, compact, seq_lens, block_size, rotation, residual_k, residual_v, residual_pos, slots)
     return paged_attention(q, k, v, cu_seqlens_q, seq_lens, compact.clamp(max=used.numel() - 1).to(torch.int32),
                            scale, sliding_window)
+
+
+def _overlay_residual(k: torch.Tensor, v: torch.Tensor, compact: torch.Tensor, seq_lens: torch.Tensor,
+                      block_size: int, rotation: torch.Tensor, residual_k: torch.Tensor, residual_v: torch.Tensor,
+                      residual_pos: torch.Tensor, slots: torch.Tensor) -> None:
+    """Overwrite the reconstructed rows ``k`` / ``v`` ``[U, block_size, H_kv, D]`` (blocks ``compact`` of each
+    sequence's table) with the ring's rows of the positions it holds among each sequence's newest ``R``."""
+    r = residual_pos.shape[1]
+    slot = slots.to(torch.long)
+    pos = residual_pos.index_select(0, slot).to(torch.long)  # [B, R]
+    n = seq_lens.to(device=pos.device, dtype=torch.long)[:, None]
+    held = (pos >= 0) & (pos >= n - r) & (pos < n)
+    seq, ring = held.nonzero(as_tuple=True)
+    p = pos[seq, ring]
+    block = compact[seq, p // block_size]
+    rows_k = residual_k[slot[seq], ring].to(torch.float32) @ rotation  # [n, H_kv, D], back from the rotated basis
+    rows_v = residual_v[slot[seq], ring].to(torch.float32) @ rotation
+    k[block, p % block_size] = rows_k
+    v[block, p % block_size] = rows_v

@@ -214,3 +214,16 @@ def test_residual_resolution_and_its_bytes_come_out_of_the_budget():
     group = _qwen35_9b_shape().with_kv_quant(TurboQuantLayout(4, 128)).groups[0]
     # 8 layers x 128 positions x (K + V) x 4 heads x 256 x 2 bytes, plus 128 int32 positions: 4 MiB per slot
     assert group.residual_bytes_per_slot(torch.bfloat16) == 8 * 128 * 2 * 4 * 256 * 2 + 128 * 4
+
+
+def test_the_ring_skips_the_padding_of_a_padded_prefill():
+    from anna_core.kv_quant.residual import ResidualRing, write_residual
+
+    d, r = 8, 4
+    rot = torch.eye(d)
+    ring = ResidualRing.empty(1, 2, r, 1, d, "cpu", torch.float32)
+    k = torch.arange(8.0)[:, None, None].expand(8, 1, d).contiguous()  # row t holds t
+    # a prompt of 5 real tokens padded to 8 rows: positions 1..4 kept, 5..7 are padding
+    write_residual(k, k, ring, 0, rot, torch.tensor([0]), torch.tensor([0, 8], dtype=torch.int32),
+                   torch.tensor([8], dtype=torch.int32), num_valid=torch.tensor([5]))
+    assert ring.pos[0].tolist() == [4, 1, 2, 3] and ring.k[0][0, :, 0, 0].tolist() == [4.0, 1.0, 2.0, 3.0]

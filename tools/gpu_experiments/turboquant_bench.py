@@ -5,14 +5,15 @@ decode step at batch 32 with 4k context, bf16 KV against 4 and 3 bits, at the Qw
 Run from the repository root (PYTHONPATH set to the packages' src folders)::
 
     python3 tools/gpu_experiments/turboquant_bench.py [--shapes Qwen3.5-9B,gemma-4-31B-it] [--budget-gib 8]
-        [--context 4096] [--batch 32] [--steps 32] [--run-streams] [--no-cuda-graph] [--device cuda]
+        [--context 4096] [--batch 32] [--steps 32] [--run-streams] [--no-cuda-graph] [--no-quant-cuda-graph]
+        [--residual-len 0] [--device cuda]
 
 Per shape and mode (``none``, ``turboquant`` 4 and 3 bits) it prints one JSON line:
 
 * ``streams``: sequences of ``context + 16`` tokens the pool holds under ``--budget-gib`` (``--kv-cache-memory-gib``,
   which excludes recurrent state): every full-attention group's blocks over one sequence's, a sliding-window
-  group's over its window's; ``ratio``: that over bf16's.
-* with ``--run-streams``: that many requests of ``context`` random tokens submitted at once, 16 tokens each; the
+  group's over its window's; ``ratio``: that over bf16's (at most ``--max-seqs``: raise it if bf16's count nears it).
+* with ``--run-streams``: that many requests (at most ``--max-seqs``) of ``context`` random tokens submitted at once, 16 tokens each; the
   most that decoded together (``max_running``) and the scheduler's preemptions (0 = they all fit).
 * ``decode_ms``: the mean engine step while ``--batch`` requests of ``context``-token prompts all decode (after their
   prefills), over ``--steps`` steps (a budget large enough for them: ``--decode-budget-gib``); ``vs_bf16``: that over
@@ -33,9 +34,9 @@ import torch
 
 CONFIG_DIRS = {"Qwen": "tests/qwen35/reference_configs/{}", "gemma": "tests/gemma4/reference_configs/{}"}
 MODES = (("none", None), ("turboquant", 4), ("turboquant", 3))
-# Until a graph-safe kernel serves paged_attention_turboquant on the device (the torch reference reads lengths on the
-# host), quantized modes run eagerly unless --quant-cuda-graph; bf16 then runs both ways, and vs_bf16 compares like
-# with like (vs_bf16_graphs: against bf16 with graphs).
+# The Triton kernels (anna_xpu_kernels.turboquant) are graph-safe, so every mode captures graphs; with
+# --no-quant-cuda-graph the quantized modes run eagerly, bf16 then runs both ways, and vs_bf16 compares like with
+# like (vs_bf16_graphs: against bf16 with graphs).
 
 
 def _dir(shape: str) -> str:
@@ -59,12 +60,13 @@ def _streams(engine, seq_tokens: int) -> int:
     return min(fits)
 
 
-def _engine(loaded, mode, bits, budget_gib, max_seqs, max_len, cuda_graph):
+def _engine(loaded, mode, bits, budget_gib, max_seqs, max_len, cuda_graph, residual_len):
     from anna_core import LLM
 
     return LLM.from_loaded(loaded, cuda_graph=cuda_graph, kv_cache_memory_gib=budget_gib, max_num_seqs=max_seqs,
                            max_model_len=max_len, enable_prefix_caching=False, prompt_cache_size=0,
-                           kv_cache_quantization=mode, kv_cache_quant_bits=bits)
+                           kv_cache_quantization=mode, kv_cache_quant_bits=bits,
+                           kv_cache_residual_len=residual_len if mode != "none" else None)
 
 
 def _random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -124,12 +126,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--run-streams", action="store_true")
+    ap.add_argument("--max-seqs", type=int, default=512, help="max_num_seqs of the capacity runs")
     ap.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false")
-    ap.add_argument("--quant-cuda-graph", action="store_true",
-                    help="capture graphs in the quantized modes too (needs a graph-safe paged_attention_turboquant)")
+    ap.add_argument("--no-quant-cuda-graph", dest="quant_cuda_graph", action="store_false",
+                    help="run the quantized modes eagerly (bf16 then runs with and without graphs)")
+    ap.add_argument("--residual-len", type=int, default=0, help="--kv-cache-residual-len of the quantized modes")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--load-format", default="dummy")
     args = ap.parse_args()
+    from anna_core.kernels.registry import chosen_kernels
     from anna_core.loading import load_model
 
     for shape in args.shapes.split(","):
@@ -141,21 +146,26 @@ def main() -> None:
         for i, (mode, bits) in enumerate(modes):
             graphs = args.cuda_graph and (args.quant_cuda_graph or (mode == "none" and i == 0))
             row = {"shape": shape, "mode": mode, "bits": bits, "budget_gib": args.budget_gib, "cuda_graph": graphs}
-            llm = _engine(loaded, mode, bits, args.budget_gib, 1024, args.context + 16, graphs)
+            # capacity: eager (no graphs to capture for hundreds of batch sizes); the rings, if any, cost max_seqs slots
+            llm = _engine(loaded, mode, bits, args.budget_gib, args.max_seqs, args.context + 16, False,
+                          args.residual_len)
             row["streams"] = _streams(llm.engine, args.context + 16)
             base_streams = base_streams or row["streams"]
             row["ratio"] = round(row["streams"] / base_streams, 2)
             if args.run_streams and not (mode == "none" and i > 0):  # once per mode
-                row.update(_run_streams(llm, min(row["streams"], 1024), args.context))
+                row.update(_run_streams(llm, min(row["streams"], args.max_seqs), args.context))
             del llm
             gc.collect()
             _empty_cache()
             llm = _engine(loaded, mode, bits, args.decode_budget_gib, args.batch, args.context + args.steps + 32,
-                          graphs)
+                          graphs, args.residual_len)
             row["decode_ms"] = round(_decode_ms(llm, args.batch, args.context, args.steps), 3)
             base_ms.setdefault(graphs, row["decode_ms"])
             row["vs_bf16"] = round(row["decode_ms"] / base_ms[graphs], 3)
             row["vs_bf16_graphs"] = round(row["decode_ms"] / base_ms.get(args.cuda_graph, row["decode_ms"]), 3)
+            chosen = chosen_kernels(loaded.model)
+            row["kernels"] = {op: chosen.get(op) for op in ("paged_attention", "paged_attention_turboquant",
+                                                              "turboquant_cache_write")}
             del llm
             gc.collect()
             _empty_cache()

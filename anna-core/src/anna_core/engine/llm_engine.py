@@ -237,6 +237,10 @@ class LLMEngine:
                 budget = capped
             if capped is not None:
                 budget = min(budget, capped)
+        if ring and budget < ring:  # the rings took most of it: say so rather than "no block fits"
+            raise AnnaError(f"the residual rings of --kv-cache-residual-len ({ring / (1 << 20):.1f} MiB for "
+                            f"{config.max_num_seqs} sequences) leave {max(budget, 0) / (1 << 20):.1f} MiB of the KV budget "
+                            "for blocks: lower the residual or max_num_seqs, or raise kv_cache_memory_gib")
         return plan_num_blocks(spec, config.block_size, self.dtype, budget, caps)
 
     def _memory_admission(self, spec: CacheSpec, num_blocks: list[int], probe: MemoryProbe) -> MemoryAdmission:

@@ -53,13 +53,17 @@ def token_positions(cu_seqlens: torch.Tensor, seq_lens: torch.Tensor, n_tokens: 
 
 
 def write_residual(k: torch.Tensor, v: torch.Tensor, ring: ResidualRing, index: int, rotation: torch.Tensor,
-                   slots: torch.Tensor, cu_seqlens: torch.Tensor, seq_lens: torch.Tensor) -> None:
+                   slots: torch.Tensor, cu_seqlens: torch.Tensor, seq_lens: torch.Tensor,
+                   num_valid: torch.Tensor | None = None) -> None:
     """Write a step's k, v ``[T, H_kv, D]`` (rotated by ``rotation`` ``[D, D]`` float32) into layer ``index``'s
     ring at the rows of ``slots`` ``[B]`` (the sequences' state slots); tokens earlier than their sequence's last
-    ``R`` of the step go to the scratch slot. Positions as :func:`token_positions`. No host sync."""
+    ``R`` of the step go to the scratch slot, and so do the padding rows of a padded one-sequence prefill
+    (``num_valid`` ``[1]``: its real rows, :mod:`anna_core.layers.padding`). Positions as :func:`token_positions`.
+    No host sync."""
     r = ring.length
     seq, pos = token_positions(cu_seqlens, seq_lens, k.shape[0])
-    keep = pos >= seq_lens.to(torch.int64)[seq] - r
+    end = seq_lens.to(torch.int64)[seq] if num_valid is None else num_valid.to(torch.int64)  # one past the last real
+    keep = (pos >= end - r) & (pos < end)
     scratch = ring.pos.shape[0] - 1
     row = torch.where(keep, slots.to(torch.int64)[seq] * r + pos % r, scratch * r)
     flat = lambda t: t.view(-1, *t.shape[2:])  # noqa: E731

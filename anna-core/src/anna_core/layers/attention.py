@@ -73,7 +73,7 @@ class PagedAttention(nn.Module):
                 self.ops.turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, *group.quant.args)
                 if group.residual is not None:
                     write_residual(k, v, group.residual, self.kv_index, group.quant.rotation, batch.state_slots,
-                                   batch.cu_seqlens, batch.seq_lens)
+                                   batch.cu_seqlens, batch.seq_lens, batch.num_valid)
         return self.attend(q, batch, caches)
 
     def quantized(self, caches: ModelCaches) -> bool:

@@ -4,7 +4,6 @@ reading quantized K/V): logit KL against the unquantized cache and the engine's 
 from __future__ import annotations
 
 import pytest
-import torch
 from anna_core import LLM, SamplingParams
 from anna_core.kv_quant.layout import TurboQuantLayout
 from anna_core.testing.runner import prefill_logits

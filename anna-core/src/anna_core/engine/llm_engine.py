@@ -33,7 +33,6 @@ import attrs
 import torch
 
 from anna_core.cache_spec import SlidingWindowSpec
-from anna_core.kv_quant.settings import resolve_kv_quant
 from anna_core.device import empty_cache
 from anna_core.engine.cache_allocator import (
     allocate_caches,
@@ -76,6 +75,7 @@ from anna_core.errors import (
     MemoryUnavailableError,
     QueueFullError,
 )
+from anna_core.kv_quant.settings import resolve_kv_quant
 from anna_core.layers.attention import check_attention_layers
 from anna_core.metrics import EngineMetrics
 from anna_core.model import CacheSpec, LoadedModel, check_model

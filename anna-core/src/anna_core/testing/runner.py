@@ -13,8 +13,8 @@ import torch
 from anna_core.cache_spec import CacheSpec
 from anna_core.engine.cache_allocator import zeroed_caches as allocate_caches
 from anna_core.engine.forward_batch import ForwardBatch, GroupTable
-from anna_core.model import ModelCaches
 from anna_core.kv_quant.layout import TurboQuantLayout
+from anna_core.model import ModelCaches
 
 
 def build_batch(chunks: list[tuple[list[int], int]], *, block_size: int, blocks_per_seq: int,

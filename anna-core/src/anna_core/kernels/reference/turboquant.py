@@ -29,6 +29,7 @@ from anna_core.kernels.checks import (
 )
 from anna_core.kernels.reference.paged_attention import paged_attention
 
+
 def pack_planes(idx: torch.Tensor, bits: int) -> torch.Tensor:
     """Centroid indices ``[N, D]`` (integers below ``2 ** bits``) -> bit planes ``[N, bits * D // 8]`` uint8:
     plane ``p`` (bytes ``p * D/8 ..``) holds bit ``p`` of every index, coordinate ``j`` at bit ``j % 8`` of byte

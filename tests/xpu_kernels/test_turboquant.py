@@ -15,9 +15,9 @@ require_triton_interpreter()
 from anna_xpu_kernels import turboquant as tq  # noqa: E402
 
 
-def _filled(bits, d, n_blocks, bs, h_kv, seed):
+def _filled(bits, d, n_blocks, bs, h_kv, seed, key_qjl=True):
     g = torch.Generator().manual_seed(seed)
-    layout = TurboQuantLayout(bits)
+    layout = TurboQuantLayout(bits, key_qjl=key_qjl)
     tables = TurboQuantTables.build(layout, d, "cpu").args
     k_cache = torch.zeros(n_blocks, bs, h_kv, layout.key_row_bytes(d), dtype=torch.uint8)
     v_cache = torch.zeros(n_blocks, bs, h_kv, layout.value_row_bytes(d), dtype=torch.uint8)
@@ -27,20 +27,21 @@ def _filled(bits, d, n_blocks, bs, h_kv, seed):
     return k, v, k_cache, v_cache, slots, tables
 
 
-@pytest.mark.parametrize("bits,d", [(4, 64), (3, 40), (2, 16)])
-def test_the_write_is_byte_equal_to_the_reference(bits, d):
-    k, v, kc, vc, slots, tables = _filled(bits, d, 3, 4, 2, seed=bits)
+@pytest.mark.parametrize("bits,d,key_qjl", [(4, 64, True), (3, 40, True), (2, 16, True), (3, 32, False)])
+def test_the_write_is_byte_equal_to_the_reference(bits, d, key_qjl):
+    k, v, kc, vc, slots, tables = _filled(bits, d, 3, 4, 2, seed=bits, key_qjl=key_qjl)
     kc2, vc2 = kc.clone(), vc.clone()
     ref.turboquant_cache_write(k[:9].bfloat16(), v[:9].bfloat16(), kc, vc, slots[:9], *tables)
     tq.turboquant_cache_write(k[:9].bfloat16(), v[:9].bfloat16(), kc2, vc2, slots[:9], *tables)
     assert torch.equal(kc, kc2) and torch.equal(vc, vc2)
 
 
-@pytest.mark.parametrize("bits,d,h_q,h_kv,window,splits", [
-    (4, 64, 4, 2, None, None), (3, 64, 4, 1, 7, None), (4, 40, 2, 2, None, 3), (2, 16, 8, 2, 5, 2)])
-def test_attention_matches_the_reference(bits, d, h_q, h_kv, window, splits):
+@pytest.mark.parametrize("bits,d,h_q,h_kv,window,splits,key_qjl", [
+    (4, 64, 4, 2, None, None, True), (3, 64, 4, 1, 7, None, True), (4, 40, 2, 2, None, 3, True),
+    (2, 16, 8, 2, 5, 2, True), (3, 32, 4, 2, None, 2, False)])
+def test_attention_matches_the_reference(bits, d, h_q, h_kv, window, splits, key_qjl):
     bs, seq_lens, q_lens = 4, [13, 6, 21], [1, 6, 5]  # a decode, a fresh prompt, a chunk over a cached prefix
-    k, v, kc, vc, slots, tables = _filled(bits, d, 16, bs, h_kv, seed=d)
+    k, v, kc, vc, slots, tables = _filled(bits, d, 16, bs, h_kv, seed=d, key_qjl=key_qjl)
     ref.turboquant_cache_write(k, v, kc, vc, torch.arange(16 * bs), *tables)
     g = torch.Generator().manual_seed(1)
     order = torch.randperm(16, generator=g)

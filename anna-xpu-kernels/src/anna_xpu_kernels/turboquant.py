@@ -23,6 +23,7 @@ import torch
 from anna_core.kernels.checks import (
     check_turboquant_caches,
     check_turboquant_tables,
+    keys_have_qjl,
     num_sequences,
     require,
     require_dims,
@@ -56,7 +57,7 @@ def _tq_attention_kernel(
     stride_ot, stride_oh, stride_rs, stride_rr, stride_rh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     KBITS: tl.constexpr, VBITS: tl.constexpr, PLANE: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     tile = tl.program_id(0)
     h_kv = tl.program_id(1)
@@ -111,14 +112,15 @@ def _tq_attention_kernel(
         k_row = blk * stride_kb + slot * stride_kt + h_kv * stride_kh  # bytes
         v_row = blk * stride_vb + slot * stride_vt + h_kv * stride_vh
         k_norm = tl.load(kf_ptr + k_row // 4, mask=k_ok, other=0.0)
-        gamma = tl.load(kf_ptr + k_row // 4 + 1, mask=k_ok, other=0.0)
-        k_idx = _codes(k_ptr, k_row, 8, d, d_ok, k_ok, KBITS, PLANE)
+        k_idx = _codes(k_ptr, k_row, 8 if QJL else 4, d, d_ok, k_ok, KBITS, PLANE)
         k_c = tl.where(d_ok[None, :], tl.load(kc_ptr + k_idx), 0.0)
-        z = _codes(k_ptr, k_row, 8 + KBITS * PLANE, d, d_ok, k_ok, 1, PLANE).to(tl.float32) * 2.0 - 1.0
-        z = tl.where(d_ok[None, :], z, 0.0)
-        s_mse = tl.dot(qr, tl.trans(k_c), input_precision="ieee")
-        s_qjl = tl.dot(qs, tl.trans(z), input_precision="ieee")
-        s = (s_mse + (qjl_coef * gamma)[None, :] * s_qjl) * (k_norm * qk_scale)[None, :]  # log2 units
+        s = tl.dot(qr, tl.trans(k_c), input_precision="ieee")
+        if QJL:
+            gamma = tl.load(kf_ptr + k_row // 4 + 1, mask=k_ok, other=0.0)
+            z = _codes(k_ptr, k_row, 8 + KBITS * PLANE, d, d_ok, k_ok, 1, PLANE).to(tl.float32) * 2.0 - 1.0
+            z = tl.where(d_ok[None, :], z, 0.0)
+            s += (qjl_coef * gamma)[None, :] * tl.dot(qs, tl.trans(z), input_precision="ieee")
+        s = s * (k_norm * qk_scale)[None, :]  # log2 units
         if HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
             ring_i = kpos % ring_len
             in_ring = tl.load(rpos_ptr + ring_slot * ring_len + ring_i, mask=k_ok & (kpos >= ctx - ring_len),
@@ -187,8 +189,9 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     require(sliding_window is None or sliding_window >= 1, op, f"sliding_window must be >= 1, got {sliding_window}")
     if total == 0 or batch == 0:
         return torch.empty_like(q)
+    with_qjl = keys_have_qjl(kbits, vbits)
     q_r = q.to(torch.float32) @ rotation.T  # [T, H_q, D]
-    q_s = (q_r @ qjl.T).contiguous()
+    q_s = (q_r @ qjl.T).contiguous() if with_qjl else q_r  # unused without the QJL stage
     q_r = q_r.contiguous()
     o = torch.empty((total, h_q, dim), dtype=torch.float32, device=q.device)
 
@@ -242,7 +245,8 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0), o.stride(0), o.stride(1),
         *ring_strides,
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, KBITS=kbits, VBITS=vbits, PLANE=dim // 8,
-        HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, BLOCK_N=block_n,
+        HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
+        BLOCK_N=block_n,
         num_warps=4 if block_d <= WIDE_HEAD_DIM else 8,
     )
     if splits > 1:
@@ -328,13 +332,15 @@ def turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, rotation, qjl, 
     block_b = next_pow2(d // 8)
     slots = slot_mapping.contiguous()
     n_k, u_k = _unit_rotated(k.reshape(rows, d), rotation)
-    res = torch.empty_like(u_k)
+    qjl_keys = keys_have_qjl(kbits, vbits)
+    res = torch.empty_like(u_k) if qjl_keys else u_k
     k_args = (k_cache.stride(1), k_cache.stride(2))  # a slot's stride (block * block_size + offset) and a head's
     _tq_encode_kernel[(rows,)](u_k, k_cache, k_cache.view(torch.float32), slots, key_centroids, n_k, res, h, d,
-                               *k_args, BITS=kbits, LEVELS=1 << kbits, PLANE=d // 8, BLOCK_B=block_b, KEY=True)
-    gamma = torch.linalg.vector_norm(res, dim=-1)  # as the reference rounds it
-    _tq_signs_kernel[(rows,)]((res @ qjl.T).contiguous(), gamma, k_cache, k_cache.view(torch.float32), slots, h, d,
-                              *k_args, 8 + kbits * d // 8, PLANE=d // 8, BLOCK_B=block_b)
+                               *k_args, BITS=kbits, LEVELS=1 << kbits, PLANE=d // 8, BLOCK_B=block_b, KEY=qjl_keys)
+    if qjl_keys:
+        gamma = torch.linalg.vector_norm(res, dim=-1)  # as the reference rounds it
+        _tq_signs_kernel[(rows,)]((res @ qjl.T).contiguous(), gamma, k_cache, k_cache.view(torch.float32), slots, h,
+                                  d, *k_args, 8 + kbits * d // 8, PLANE=d // 8, BLOCK_B=block_b)
     n_v, u_v = _unit_rotated(v.reshape(rows, d), rotation)
     _tq_encode_kernel[(rows,)](u_v, v_cache, v_cache.view(torch.float32), slots, value_centroids, n_v, u_v, h, d,
                                v_cache.stride(1), v_cache.stride(2), BITS=vbits, LEVELS=1 << vbits, PLANE=d // 8,

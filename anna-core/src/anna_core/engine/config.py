@@ -129,6 +129,8 @@ class EngineConfig:
         kv_cache_residual_len: each sequence's newest positions also kept in the serving dtype and read instead of
             their quantized rows (:mod:`anna_core.kv_quant.residual`; their memory comes out of the KV budget):
             ``turboquant`` default 0, ``auto`` its tier's.
+        kv_cache_key_qjl: quantized keys carry the QJL sign of their residual (``bits - 1`` code bits; unbiased inner
+            products, the paper's ``TurboQuant_prod``); False: keys quantized as values at ``bits`` code bits.
         prompt_cache_size: keep the final state, tail KV block and last logits of this many most
             recent exact prompts; an exact repeat then samples its first token without computing;
             ``0`` disables the prompt cache.
@@ -182,6 +184,7 @@ class EngineConfig:
     kv_cache_quantization: str = "none"
     kv_cache_quant_bits: int | None = None
     kv_cache_residual_len: int | None = None
+    kv_cache_key_qjl: bool = True
 
     def __attrs_post_init__(self) -> None:
         check_kv_quant_mode(self.kv_cache_quantization, self.kv_cache_quant_bits, self.kv_cache_residual_len)

@@ -130,7 +130,7 @@ class LLMEngine:
         check_model(model)
         self.kv_quant = resolve_kv_quant(config.kv_cache_quantization, config.kv_cache_quant_bits,
                                          num_params=_num_params(model), supported=model.capabilities.quantized_kv,
-                                         residual_len=config.kv_cache_residual_len)
+                                         residual_len=config.kv_cache_residual_len, key_qjl=config.kv_cache_key_qjl)
         spec = model.cache_spec.with_kv_quant(self.kv_quant)  # the groups as allocated (TurboQuant layouts applied)
         self.cache_spec = spec
         if isinstance(model, torch.nn.Module):

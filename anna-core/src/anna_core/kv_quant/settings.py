@@ -33,7 +33,7 @@ def check_mode(mode: str, bits: int | None, residual_len: int | None = None) -> 
 
 
 def resolve_kv_quant(mode: str, bits: int | None, *, num_params: int, supported: bool,
-                     residual_len: int | None = None) -> TurboQuantLayout | None:
+                     residual_len: int | None = None, key_qjl: bool = True) -> TurboQuantLayout | None:
     """The layout the engine applies to every attention group, or None.
 
     Args:
@@ -43,6 +43,7 @@ def resolve_kv_quant(mode: str, bits: int | None, *, num_params: int, supported:
         supported: the model declares ``ModelCapabilities.quantized_kv``.
         residual_len: newest positions kept in the serving dtype (``turboquant``: default 0; ``auto``: overrides the
             tier's).
+        key_qjl: keys with the QJL stage (the paper's ``TurboQuant_prod``), else quantized as values.
 
     Raises:
         AnnaError: ``turboquant`` for a model that does not declare ``quantized_kv``, or a bad mode / bits.
@@ -54,8 +55,9 @@ def resolve_kv_quant(mode: str, bits: int | None, *, num_params: int, supported:
         if not supported:
             raise AnnaError("this model does not declare a quantized KV cache (ModelCapabilities.quantized_kv): "
                             "serve it with --kv-cache-quantization none")
-        return TurboQuantLayout(bits or DEFAULT_BITS, residual_len=residual_len or 0)
+        return TurboQuantLayout(bits or DEFAULT_BITS, residual_len=residual_len or 0, key_qjl=key_qjl)
     tier, tier_residual = next((b, r) for limit, b, r in AUTO_TIERS if num_params < limit)
     if not supported or tier is None:
         return None
-    return TurboQuantLayout(bits or tier, residual_len=tier_residual if residual_len is None else residual_len)
+    return TurboQuantLayout(bits or tier, residual_len=tier_residual if residual_len is None else residual_len,
+                            key_qjl=key_qjl)

@@ -7,7 +7,8 @@ centroids (``bits - 1`` bits; section 3.1), residual ``r = y - c[idx]``, ``gamma
 ``z = sign(S r)`` (QJL, Definition 1). Its reconstruction is
 ``k~ = n Pi^T (c[idx] + sqrt(pi/2) / D * gamma * S^T z)``, whose inner product with any query is unbiased
 (Theorem 2). A value ``v`` (section 3.1, ``TurboQuant_mse``): ``n = ||v||``, ``idx = Q(Pi v / n)`` over the
-values' centroids (``bits`` bits), ``v~ = n Pi^T c[idx]``. Row byte layout: :mod:`anna_core.kv_quant.layout`.
+values' centroids (``bits`` bits), ``v~ = n Pi^T c[idx]``; keys without the QJL stage (as many centroids as the
+values) are quantized the same way. Row byte layout: :mod:`anna_core.kv_quant.layout`.
 
 Attention (``paged_attention_turboquant``) is ``paged_attention`` over the reconstructed keys and values of
 the blocks the batch reads: this reference reconstructs exactly those blocks in float32, then runs the
@@ -23,6 +24,7 @@ import torch
 from anna_core.kernels.checks import (
     check_turboquant_caches,
     check_turboquant_tables,
+    keys_have_qjl,
     require,
     require_dims,
     sequence_lengths,
@@ -140,7 +142,10 @@ def turboquant_cache_write(
     check_turboquant_caches(op, k_cache, v_cache, d, kbits, vbits)
     require(k_cache.shape[2] == h, op, f"cache has {k_cache.shape[2]} heads, k has {h}")
     require(slot_mapping.shape[0] == t, op, f"slot_mapping has {slot_mapping.shape[0]} entries for {t} tokens")
-    kq = quantize_keys(k.reshape(t * h, d), rotation, qjl, key_centroids, k_cache.shape[3]).view(t, h, -1)
+    if keys_have_qjl(kbits, vbits):
+        kq = quantize_keys(k.reshape(t * h, d), rotation, qjl, key_centroids, k_cache.shape[3]).view(t, h, -1)
+    else:  # keys quantized as values (TurboQuant_mse at the full bits)
+        kq = quantize_values(k.reshape(t * h, d), rotation, key_centroids, k_cache.shape[3]).view(t, h, -1)
     vq = quantize_values(v.reshape(t * h, d), rotation, value_centroids, v_cache.shape[3]).view(t, h, -1)
     k_cache.view(-1, h, k_cache.shape[3]).index_copy_(0, slot_mapping, kq)
     v_cache.view(-1, h, v_cache.shape[3]).index_copy_(0, slot_mapping, vq)
@@ -195,7 +200,10 @@ def paged_attention_turboquant(
     rows_k = k_cache.index_select(0, used).view(-1, k_cache.shape[3])
     rows_v = v_cache.index_select(0, used).view(-1, v_cache.shape[3])
     shape = (used.numel(), block_size, h_kv, d)
-    k = dequantize_keys(rows_k, rotation, qjl, key_centroids).view(shape)
+    if keys_have_qjl(kbits, vbits):
+        k = dequantize_keys(rows_k, rotation, qjl, key_centroids).view(shape)
+    else:
+        k = dequantize_values(rows_k, rotation, key_centroids).view(shape)
     v = dequantize_values(rows_v, rotation, value_centroids).view(shape)
     if residual_pos is not None:
         _overlay_residual(k, v, compact, seq_lens, block_size, rotation, residual_k, residual_v, residual_pos, slots)

@@ -9,7 +9,7 @@ timeout "${T_CONF:-300}" python3 -m pytest -q -p no:cacheprovider tools/gpu_expe
   -k turboquant > "$LOGS/conformance.log" 2>&1
 echo "conformance exit $?"; tail -3 "$LOGS/conformance.log"
 timeout "${T_BENCH:-1500}" python3 tools/gpu_experiments/turboquant_bench.py --shapes "${SHAPES:-Qwen3.5-9B,gemma-4-31B-it}" \
-  --budget-gib "${BUDGET:-4}" --decode-budget-gib "${DECODE_BUDGET:-12}" --context 4096 --batch 32 --steps 32 \
+  --budget-gib "${BUDGET:-8}" ${DECODE_BUDGET:+--decode-budget-gib $DECODE_BUDGET} --context 4096 --batch 32 --steps 32 \
   ${RUN_STREAMS:+--run-streams} ${RESIDUAL:+--residual-len $RESIDUAL} > "$LOGS/turboquant.jsonl" 2> "$LOGS/turboquant.log"
 echo "turboquant_bench exit $?"; cat "$LOGS/turboquant.jsonl"
 grep -iE "error|capture fail" "$LOGS/turboquant.log" | cut -c1-300 | sort | uniq -c | head -5

@@ -31,7 +31,19 @@ def test_engine_runs_over_both_quantized_groups_with_prefix_hits(gemma4_factory,
               kv_cache_quant_bits=3)
     spec = llm.engine.cache_spec
     assert [spec.groups[g].quant for g in spec.attention_groups] == [TurboQuantLayout(3)] * 2
+    assert [s["kv_quant"]["bits"] for s in llm.engine.kv.group_stats()] == [3, 3]  # shown on /healthz
     first = llm.generate([prompt], greedy)[0]
     again = llm.generate([prompt], greedy)[0]
     assert again.num_cached_tokens >= 48 and again.token_ids == first.token_ids
     assert llm.engine.kv.num_used_blocks == 0
+
+
+def test_a_residual_covering_the_context_decodes_as_unquantized_kv(gemma4_factory, prompt):
+    # every position read from the ring (sliding-window and global groups, KV-shared readers of their owners' rings)
+    path = gemma4_factory()
+    greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    common = dict(device="cpu", dtype="fp32", num_blocks=64, block_size=16, max_prefill_tokens=32, prefill_chunk_size=16)
+    base = LLM(path, **common).generate([prompt, prompt[:20]], greedy)
+    ringed = LLM(path, kv_cache_quantization="turboquant", kv_cache_quant_bits=3, kv_cache_residual_len=128,
+                 **common).generate([prompt, prompt[:20]], greedy)
+    assert [o.token_ids for o in ringed] == [b.token_ids for b in base]

@@ -29,8 +29,9 @@ def test_registers_every_triton_op_and_fla_prefill_with_priorities_and_probes():
                   "causal_conv1d_update", "causal_conv1d_prefill", "gated_delta_rule_decode", "paged_attention",
                   "linear", "add_rms_norm_linear", "act_mul_linear", "linear_act_mul", "add_rms_norm_linear_act_mul",
                   "qk_norm_rope_cache", "qkv_norm_rope_cache", "fused_gdn_decode", "post_norm_residual", "q_norm_rope",
-                  "q_norm_rope_attention", "qkv_norm_rope_cache_attention", "gated_linear", "dual_post_norm_residual", "rms_norm_pair", "post_norm_residual_norm_pair", "post_norm_residual_linear",
-                  "moe_experts", "moe_route"}
+                  "q_norm_rope_attention", "qkv_norm_rope_cache_attention", "gated_linear", "dual_post_norm_residual",
+                  "rms_norm_pair", "post_norm_residual_norm_pair", "post_norm_residual_linear",
+                  "moe_experts", "moe_route", "paged_attention_turboquant", "turboquant_cache_write"}
     assert {op for op, name in by_op if name == "triton"} == triton_ops
     assert {op for op, name in by_op if name == "fla"} == {"gated_delta_rule_prefill", "fused_gdn_prefill"}
     for spec in specs:
@@ -43,7 +44,7 @@ def test_registration_imports_neither_torch_nor_triton_nor_fla():
             "specs = [s for s in kernel_specs(make_plugin_manager({'anna_xpu_kernels'})) if s.name != 'reference']; "
             "print(json.dumps([len(specs), [m for m in ('torch', 'triton', 'fla') if m in sys.modules]]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [30, []]
+    assert json.loads(out.stdout) == [32, []]
 
 
 def test_cpu_is_declined_unless_the_interpreter_is_requested(monkeypatch):
@@ -82,7 +83,8 @@ def test_unavailable_devices_are_declined_cleanly(device_type):
     req = ProbeRequest(device_type, "bfloat16", {"head_dim": 128})
     for probe in (probes.norm_probe, probes.conv1d_probe, probes.gated_delta_rule_decode_probe,
                   probes.paged_attention_probe, probes.fla_prefill_probe, probes.fused_gdn_decode_probe,
-                  probes.qk_norm_rope_probe, probes.moe_experts_probe, probes.moe_route_probe):
+                  probes.qk_norm_rope_probe, probes.moe_experts_probe, probes.moe_route_probe,
+                  probes.turboquant_write_probe):
         assert probe(req) is False
 
 

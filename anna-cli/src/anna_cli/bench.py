@@ -65,6 +65,10 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
                    "checkpoint that takes video; TTFT includes encoding it.")
 @click.option("--video-size", default="640x480", show_default=True, metavar="WxH",
               help="With --video-frames: the frames' size.")
+@click.option("--kv-cache-quantization", type=click.Choice(["none", "turboquant", "auto"]), default="none",
+              show_default=True, help="The engine's KV cache: bf16 or TurboQuant (as anna serve's flag).")
+@click.option("--kv-cache-quant-bits", type=click.Choice(["2", "3", "4"]), default=None,
+              help="Bits per K/V coordinate with --kv-cache-quantization (default 4 / auto's tier).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @max_device_memory_option
 @offload_options
@@ -74,8 +78,8 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
           prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
           compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool,
-          image_path: Path | None, image_size: str | None, video_frames: int | None, video_size: str, as_json: bool,
-          max_device_memory_gib: float | None,
+          image_path: Path | None, image_size: str | None, video_frames: int | None, video_size: str,
+          kv_cache_quantization: str, kv_cache_quant_bits: str | None, as_json: bool, max_device_memory_gib: float | None,
           offload_vision: bool, **offload_flags: Any) -> None:
     """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
     from anna_core.bench.engine_bench import BenchSettings, run_bench
@@ -92,6 +96,8 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
                              compare_hf=compare_hf, hf_output_len=hf_output_len, logprobs=logprobs,
                              timeline=timeline, offload=offload_config_from_options(**offload_flags),
                              max_device_memory_gib=max_device_memory_gib, offload_vision=offload_vision,
+                             kv_cache_quantization=kv_cache_quantization,
+                             kv_cache_quant_bits=None if kv_cache_quant_bits is None else int(kv_cache_quant_bits),
                              image=None if image_path is None and image_size is None else ImageSpec(
                                  image_path, None if image_size is None else parse_image_size(image_size)),
                              video=None if video_frames is None else VideoSpec(video_frames,

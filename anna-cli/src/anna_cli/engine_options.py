@@ -38,6 +38,10 @@ OPTION_FIELDS: dict[str, str] = {
     "block_size": "block_size",
     "num_kv_blocks": "num_blocks",
     "kv_cache_memory_gib": "kv_cache_memory_gib",
+    "kv_cache_quantization": "kv_cache_quantization",
+    "kv_cache_quant_bits": "kv_cache_quant_bits",
+    "kv_cache_residual_len": "kv_cache_residual_len",
+    "kv_cache_key_qjl": "kv_cache_key_qjl",
     "max_device_memory_gib": "max_device_memory_gib",
     "reserve_memory_mib": "reserve_memory_mib",
     "min_free_memory_mib": "min_free_memory_mib",
@@ -170,6 +174,23 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      callback=_finite_gib,
                      help="Memory for the KV cache (default: from free device memory; on CPU a quarter of "
                           "free RAM, at most 4 GiB)."),
+        click.option("--kv-cache-quantization", type=click.Choice(["none", "turboquant", "auto"]), default=None,
+                     help="Store the attention layers' keys and values TurboQuant-quantized (random rotation, "
+                          "Lloyd-Max codes, a QJL sign bit for keys; arXiv 2504.19874) in the paged cache: about 4x "
+                          "(4 bits) to 5x (3 bits) the tokens of bf16 in the same memory. auto: by model size "
+                          "(none below 2B parameters, 4 bits below 24B, else 3). Default none."),
+        click.option("--kv-cache-quant-bits", type=click.Choice(["2", "3", "4"]), default=None,
+                     callback=lambda ctx, param, value: None if value is None else int(value),
+                     help="Bits per key / value coordinate with --kv-cache-quantization turboquant (default 4) or "
+                          "auto (default: its size tier's)."),
+        click.option("--kv-cache-residual-len", type=_NON_NEG_INT, default=None,
+                     help="With --kv-cache-quantization: each sequence's newest N positions also kept in the serving "
+                          "dtype and attended exactly (their memory comes out of the KV budget). Default 0 with "
+                          "turboquant, 128 with auto."),
+        click.option("--kv-cache-key-qjl/--no-kv-cache-key-qjl", default=None,
+                     help="Quantized keys carry the 1-bit QJL sign of their residual (bits - 1 code bits; unbiased "
+                          "inner products, the paper's choice). Off: keys quantized as values at the full bits (lower "
+                          "variance; about 0.4x the logit KL on small test models). Default on."),
         max_device_memory_option,
         click.option("--reserve-memory-mib", type=_NON_NEG, default=None, callback=_finite,
                      help="Memory left free when the KV cache is sized from free memory, and kept out of what memory "

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from anna_core.errors import AnnaError
+from anna_core.kv_quant.layout import TurboQuantLayout
 
 if TYPE_CHECKING:  # pure Python at import: the scheduler's bookkeeping reads these specs without torch
     import torch
@@ -56,12 +57,16 @@ class FullAttentionSpec:
         head_dim: dimension of each head (K and V).
         shared: ``(reader, owner)`` layer-id pairs (a mapping is accepted): the reader attends over the
             owner's K/V and writes none of its own (KV sharing); owners are in ``layers``.
-        dtype: cache dtype; None = the serving dtype. A quantized layout (bits, residual tokens) is a
-            future field of this class: sizing goes through :meth:`bytes_per_block` only.
+        dtype: cache dtype; None = the serving dtype (ignored when ``quant`` is set).
+        quant: the quantized layout (:class:`~anna_core.kv_quant.layout.TurboQuantLayout`), or None: K/V rows
+            stored as ``uint8`` ``[..., key_row_bytes]`` / ``[..., value_row_bytes]``, written by the
+            ``turboquant_cache_write`` op and read by ``paged_attention_turboquant``. Models do not set it: the
+            engine applies the server's choice (:meth:`CacheSpec.with_kv_quant`). Sizing goes through
+            :meth:`bytes_per_block` only.
 
     Raises:
-        AnnaError: no layer, a repeated layer, non-positive geometry, a reader listed twice, or a reader
-            whose owner is not in ``layers``.
+        AnnaError: no layer, a repeated layer, non-positive geometry, a reader listed twice, a reader
+            whose owner is not in ``layers``, or a quantized layout the head dim cannot take.
     """
 
     layers: tuple[int, ...] = attrs.field(converter=_as_tuple)
@@ -69,6 +74,7 @@ class FullAttentionSpec:
     head_dim: int
     shared: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_as_shared)
     dtype: torch.dtype | None = None
+    quant: TurboQuantLayout | None = None
 
     kind = "full_attention"
 
@@ -84,6 +90,8 @@ class FullAttentionSpec:
             if owner not in self.layers or reader in self.layers:
                 raise AnnaError(f"layer {reader} reads layer {owner}'s K/V: the owner must own tensors in the "
                                 f"group ({list(self.layers)}) and the reader must not")
+        if self.quant is not None:
+            self.quant.check_head_dim(self.head_dim)
 
     def cache_index(self, layer: int) -> int:
         """The index into the group's ``k`` / ``v`` lists of the tensors ``layer`` uses (its own, or
@@ -98,9 +106,23 @@ class FullAttentionSpec:
         except ValueError:
             raise AnnaError(f"layer {layer} has no K/V in this cache group (layers {list(self.layers)})") from None
 
+    def row_bytes(self, dtype: torch.dtype) -> tuple[int, int]:
+        """Bytes of one token's K row and V row of one head: the quantized layout's, else ``head_dim`` elements
+        of ``self.dtype or dtype``."""
+        if self.quant is not None:
+            return self.quant.key_row_bytes(self.head_dim), self.quant.value_row_bytes(self.head_dim)
+        row = self.head_dim * _elem(self.dtype or dtype)
+        return row, row
+
     def bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        """Bytes of one block over the group's owning layers (K and V) in ``self.dtype or dtype``."""
-        return 2 * len(self.layers) * block_size * self.num_kv_heads * self.head_dim * _elem(self.dtype or dtype)
+        """Bytes of one block over the group's owning layers (K and V): :meth:`row_bytes` per token and head."""
+        return len(self.layers) * block_size * self.num_kv_heads * sum(self.row_bytes(dtype))
+
+    def residual_bytes_per_slot(self, dtype: torch.dtype) -> int:
+        """Bytes of one sequence slot's residual ring (``quant.residual_len`` K and V rows per owning layer in the
+        serving dtype, plus their int32 positions); 0 without a quantized layout or residual."""
+        n = 0 if self.quant is None else self.quant.residual_len
+        return n * (2 * len(self.layers) * self.num_kv_heads * self.head_dim * _elem(dtype) + 4)
 
     def max_blocks_per_seq(self, num_tokens: int, block_size: int) -> int:
         """Blocks one sequence of ``num_tokens`` tokens holds at most between steps."""
@@ -228,6 +250,18 @@ class CacheSpec:
         """The recurrent group's spec, or None."""
         g = self.state_group
         return None if g is None else self.groups[g]
+
+    def with_kv_quant(self, layout: TurboQuantLayout | None) -> CacheSpec:
+        """This spec with every attention group (full and sliding-window) quantized by ``layout`` (None: as
+        declared); the recurrent group is unchanged (a hybrid model quantizes its attention layers only).
+
+        Raises:
+            AnnaError: a group's head dim the layout cannot take.
+        """
+        if layout is None:
+            return self
+        return CacheSpec(tuple(attrs.evolve(g, quant=layout) if isinstance(g, FullAttentionSpec) else g
+                               for g in self.groups))
 
     def group_of(self, layer: int) -> int:
         """The index of the group holding ``layer``'s cache (as owner or reader).

@@ -19,6 +19,8 @@ from anna_core.errors import AnnaError
 from anna_core.multimodal import MODALITIES
 
 if TYPE_CHECKING:
+    from anna_core.kv_quant.residual import ResidualRing
+    from anna_core.kv_quant.tables import TurboQuantTables
     from anna_core.tokenizer import Tokenizer
 
 __all__ = [
@@ -34,11 +36,18 @@ class AttentionCache:
 
     Attributes:
         k, v: per owning layer of the group (its spec's ``layers`` order),
-            ``[num_blocks + 1, block_size, H_kv, D]``; the last block is the group's scratch block.
+            ``[num_blocks + 1, block_size, H_kv, D]``; the last block is the group's scratch block. In a
+            quantized group (``quant`` set) ``uint8`` ``[num_blocks + 1, block_size, H_kv, row_bytes]``
+            (:mod:`anna_core.kv_quant.layout`).
+        quant: the group's :class:`~anna_core.kv_quant.tables.TurboQuantTables`, or None (K/V stored as they are).
+        residual: a quantized group's :class:`~anna_core.kv_quant.residual.ResidualRing` (its newest positions in
+            the serving dtype), or None.
     """
 
     k: list[torch.Tensor] = attrs.field(factory=list)
     v: list[torch.Tensor] = attrs.field(factory=list)
+    quant: TurboQuantTables | None = None
+    residual: ResidualRing | None = None
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(k_cache, v_cache)`` of the group's ``index``-th owning layer."""
@@ -124,6 +133,10 @@ class ModelCapabilities:
         graph_capture: its steps may be captured as device graphs (decode and prefill). False for a model
             whose forward pass reads device values on the host, e.g. one with offloaded experts
             (:mod:`anna_core.layers.expert_offload`): the runner then runs every step eagerly. On by default.
+        quantized_kv: its attention layers write and read K/V only through
+            :class:`~anna_core.layers.attention.PagedAttention` (or take its fused write only where
+            :meth:`~anna_core.layers.attention.PagedAttention.quantized` is False), so the engine may quantize its
+            attention groups (``--kv-cache-quantization``, :mod:`anna_core.kv_quant`).
     """
 
     padded_prefill: bool = False
@@ -131,6 +144,7 @@ class ModelCapabilities:
     modalities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     position_rows: int = 1
     graph_capture: bool = True
+    quantized_kv: bool = False
 
 
 class CausalLM(Protocol):

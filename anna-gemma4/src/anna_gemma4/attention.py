@@ -134,18 +134,22 @@ class GemmaAttention(nn.Module):
         v = rest[0] if rest else k
         return q.view(T, H, D), k.view(T, H_kv, D), v.view(T, H_kv, D)
 
-    def _fused(self, batch: ForwardBatch) -> tuple[Any, str]:
+    def _fused(self, batch: ForwardBatch, caches: ModelCaches) -> tuple[Any, str]:
         """``(op, what)``: the fused pre-processing op of this layer where a kernel (not only the torch reference)
         serves it and positions are 1-D, and what it covers — in a KV-shared layer ``q_norm_rope_attention``
         (``"q+attention"``: the query norm and rotary done by the attention kernel) or ``q_norm_rope`` (``"q"``);
         else, for a layer with a v norm, ``qkv_norm_rope_cache_attention`` (``"qkv+attention"``: the q/k/v norms,
         rotary, cache write and attention) or ``qkv_norm_rope_cache`` (``"qkv"``), or ``qk_norm_rope_cache``
         (``"qk"``) — and ``(None, "")`` otherwise (the unfused norms, rotary and cache write run, each chosen on its
-        own)."""
+        own). In a quantized cache group only ``q_norm_rope`` may fuse: the others write unquantized rows or run the
+        unquantized attention."""
         if batch.positions.dim() != 1:
             return None, ""
+        quantized = self.attn.quantized(caches)
         if self.shares_kv:
-            candidates = [("q_norm_rope_attention", "q+attention"), ("q_norm_rope", "q")]
+            candidates = [("q_norm_rope_attention", "q+attention")] * (not quantized) + [("q_norm_rope", "q")]
+        elif quantized:
+            return None, ""
         else:
             with_v = [("qkv_norm_rope_cache_attention", "qkv+attention"), ("qkv_norm_rope_cache", "qkv")]
             candidates = with_v * (self.v_norm is not None) + [("qk_norm_rope_cache", "qk")]
@@ -172,7 +176,7 @@ class GemmaAttention(nn.Module):
         rotary = self._rotary[0]
         q, k, v = self._project(x, projected)
         T = q.shape[0]
-        fused, what = self._fused(batch)
+        fused, what = self._fused(batch, caches)
         if self.v_norm is not None and v is not None and not what.startswith("qkv"):
             v = self.v_norm(v)
         if fused is not None:  # q/k(/v) norms, rotary (and the cache write, or the attention) in one kernel

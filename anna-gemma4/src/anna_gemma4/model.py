@@ -99,7 +99,7 @@ class Gemma4ForCausalLM(GemmaCausalLM):
     eagerly.
     """
 
-    capabilities = ModelCapabilities(padded_prefill=True)
+    capabilities = ModelCapabilities(padded_prefill=True, quantized_kv=True)
 
     def __init__(self, cfg: Gemma4Config, ops: Any):
         super().__init__(cfg, ops, Gemma4TextModel)

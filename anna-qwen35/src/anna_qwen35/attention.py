@@ -68,16 +68,17 @@ class GatedAttention(nn.Module):
             return (self.q_proj(x), self.k_proj(x), self.v_proj(x)), residual
         return torch.split(self.qkv_proj(x), [q_size, kv_size, kv_size], dim=-1), residual
 
-    def _fused_pre(self, batch: ForwardBatch):
+    def _fused_pre(self, batch: ForwardBatch, caches: ModelCaches):
         """The ``qk_norm_rope_cache`` op (q/k norms, rotary and the cache write as one op) chosen for this head dim
         and these positions (anna-xpu-kernels' Triton kernel where its probe accepts), with the positions and
-        rope axis to hand it, or None: where only the op's torch reference would run it, or for q/k norm variants
-        other than the zero-centred one; the separate ops then run, each chosen on its own.
+        rope axis to hand it, or None: where only the op's torch reference would run it, for q/k norm variants
+        other than the zero-centred one, or in a quantized cache group (the op writes unquantized rows); the separate
+        ops then run, each chosen on its own.
 
         Positions: ``[T]``; M-RoPE ``[3, T]`` whose rows are equal (decode steps, text-only batches:
         ``ForwardBatch.uniform_positions``) as their first row; rows that differ (a prompt with media) as they are,
         with the rotary's per-frequency row (shape fact ``position_rows``)."""
-        if not (self.q_norm.zero_centered and self.k_norm.zero_centered):
+        if self.attn.quantized(caches) or not (self.q_norm.zero_centered and self.k_norm.zero_centered):
             return None
         positions = batch.positions
         if positions.dim() == 1 or batch.uniform_positions:
@@ -105,7 +106,7 @@ class GatedAttention(nn.Module):
         T, D = q_gate.shape[0], self.head_dim
         q_gate = q_gate.view(T, self.num_heads, 2 * D)
         gate = q_gate[..., D:]  # [T, H, D]
-        fused = self._fused_pre(batch)
+        fused = self._fused_pre(batch, caches)
         if fused is not None:  # q/k norms, rotary and the cache write in one kernel
             op, positions, axis = fused
             attn = self.attn

@@ -139,7 +139,7 @@ class Qwen35ForCausalLM(nn.Module):
     the placeholders.
     """
 
-    capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True)
+    capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True, quantized_kv=True)
 
     def __init__(self, cfg: Qwen35Config, ops: Any, per_expert: bool = False, vision: VisionConfig | None = None):
         super().__init__()
@@ -153,7 +153,7 @@ class Qwen35ForCausalLM(nn.Module):
         self.visual = None if vision is None else VisionTower(vision)
         if vision is not None:
             self.capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True, modalities=("image", "video"),
-                                                  position_rows=3)
+                                                  position_rows=3, quantized_kv=True)
 
     @property
     def vocab_size(self) -> int:

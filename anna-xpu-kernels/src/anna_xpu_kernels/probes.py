@@ -12,7 +12,7 @@ Devices:
     ``cpu``: only with ``ANNA_TRITON_INTERPRET=1`` (Triton's interpreter; tests and debugging).
 Shape facts (``ProbeRequest.shape``; absent keys are not checked, the implementations fall back to
 the torch reference themselves for shapes they cannot hold in registers):
-    ``head_dim``: at most 256 (GDN), 512 (``paged_attention``); ``head_k_dim`` /
+    ``head_dim``: at most 256 (GDN), 512 (``paged_attention``, ``paged_attention_turboquant``); ``head_k_dim`` /
     ``head_v_dim`` (GDN): at most 256;
     ``dim`` / ``hidden_size`` (norms): at most 16384; ``num_experts`` (``moe_route``): at most
     :data:`MAX_ROUTE_EXPERTS` (beyond, that kernel raises rather than falls back: callers pass the
@@ -206,6 +206,12 @@ def qkv_norm_rope_attention_probe(request: Any) -> bool:
 def paged_attention_probe(request: Any) -> bool:
     """paged_attention: any Triton device, float dtypes, ``head_dim`` up to 512."""
     return _shape_within(request.shape, {"head_dim": MAX_ATTENTION_HEAD_DIM}) and _triton_ok(request)
+
+
+def turboquant_write_probe(request: Any) -> bool:
+    """turboquant_cache_write: any Triton device, float dtypes (the row's codes held in registers; callers pass no
+    shape facts)."""
+    return _triton_ok(request)
 
 
 def linear_probe(request: Any) -> bool:

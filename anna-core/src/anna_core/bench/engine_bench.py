@@ -75,6 +75,9 @@ class BenchSettings:
     video: Any = None
     """A :class:`~anna_core.bench.video_prompts.VideoSpec`: one video per request (None: no video)."""
     offload_vision: bool = False
+    kv_cache_quantization: str = "none"
+    """``--kv-cache-quantization`` of the engine (:mod:`anna_core.kv_quant`)."""
+    kv_cache_quant_bits: int | None = None
 
     def __attrs_post_init__(self) -> None:
         for name in ("batch_size", "input_len", "output_len", "runs"):
@@ -149,6 +152,7 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
         max_len = s.input_len + s.output_len + 1
         cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling,
                             prefix_caching=s.prefix_caching, max_device_memory_gib=s.max_device_memory_gib)
+    cfg = attrs.evolve(cfg, kv_cache_quantization=s.kv_cache_quantization, kv_cache_quant_bits=s.kv_cache_quant_bits)
     engine = LLMEngine.from_loaded(loaded, cfg)
     # --serve-defaults: the decode-graph buckets of anna serve's batch limit, not of the benchmark's batch
     engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
@@ -299,7 +303,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     itl_all = [v for x in runs for v in x["itl_s"]]
     mean_itl = statistics.median(statistics.fmean(x["itl_s"]) for x in runs)
     context = s.input_len + s.output_len / 2
-    step = decode_step_bytes(model, model.cache_spec, s.batch_size, context, loaded.dtype)
+    step = decode_step_bytes(model, engine.cache_spec, s.batch_size, context, loaded.dtype)  # as allocated
     roof_per_stream = bandwidth / step.total
     per_stream = 1.0 / mean_itl
     report: dict[str, Any] = {
@@ -309,6 +313,7 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "compile_mode": s.compile_mode, "async_scheduling": s.async_scheduling, "logprobs": s.logprobs,
         "prefix_caching": engine.config.enable_prefix_caching, "snapshots_held": len(engine.scheduler.snapshots),
         "serve_defaults": s.serve_defaults, "split_steps": engine.runner.num_split_steps,
+        "kv_cache_quantization": None if engine.kv_quant is None else f"turboquant-{engine.kv_quant.bits}",
         "disabled_kernels": list(s.disable_kernels), "kernels": chosen_kernels(loaded.model), "graphs_captured": engine.runner.graphs is not None,
         "graph_steps": engine.runner.num_graph_steps, "eager_steps": engine.runner.num_eager_steps,
         "prefill_graph_steps": engine.runner.num_prefill_graph_steps,

@@ -90,7 +90,7 @@ def decode_step_bytes(model: nn.Module, spec: CacheSpec, batch: int, context: fl
     kv = 0.0
     for g in spec.attention_groups:
         group = spec.groups[g]
-        per_token = 2 * group.num_kv_heads * group.head_dim * torch.empty((), dtype=group.dtype or dtype).element_size()
+        per_token = group.num_kv_heads * sum(group.row_bytes(dtype))  # K and V rows (quantized ones included)
         read = min(context, group.window - 1) if isinstance(group, SlidingWindowSpec) else context
         kv += len(group.layers) * batch * per_token * (read + 1)  # read the context (window), write one token
     kv = int(kv)

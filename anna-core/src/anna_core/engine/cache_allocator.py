@@ -17,6 +17,8 @@ from anna_core.cache_spec import CacheSpec, FullAttentionSpec, RecurrentStateSpe
 from anna_core.device import memory_stats
 from anna_core.engine.offload import cap_headroom_bytes
 from anna_core.errors import AnnaError
+from anna_core.kv_quant.residual import ResidualRing, reset_slots
+from anna_core.kv_quant.tables import TurboQuantTables
 from anna_core.model import AttentionCache, ModelCaches, StateCache
 
 log = logging.getLogger("anna.engine")
@@ -32,6 +34,19 @@ def state_bytes(spec: CacheSpec, num_slots: int, dtype: torch.dtype) -> int:
     """Bytes of ``num_slots`` recurrent-state slots (conv state in ``dtype``, recurrent state float32)."""
     rec = spec.recurrent
     return 0 if rec is None else num_slots * rec.bytes_per_slot(dtype)
+
+
+def residual_bytes(spec: CacheSpec, num_slots: int, dtype: torch.dtype) -> int:
+    """Bytes of the attention groups' residual rings (:mod:`anna_core.kv_quant.residual`) over ``num_slots`` slots:
+    part of the KV cache's budget."""
+    return sum(spec.groups[g].residual_bytes_per_slot(dtype) for g in spec.attention_groups) * num_slots
+
+
+def reset_residual(caches: ModelCaches, slots: torch.Tensor) -> None:
+    """Mark the residual rings of ``slots`` ``[n]`` int64 empty in every attention group that has one."""
+    for _, group in caches.attention_caches:
+        if group.residual is not None:
+            reset_slots(group.residual, slots)
 
 
 def default_kv_budget_bytes(device: torch.device) -> int:
@@ -127,14 +142,27 @@ def zeroed_caches(spec: CacheSpec, *, num_blocks: int | Sequence[int], block_siz
 
     Returns:
         ``ModelCaches`` with, per attention group and owning layer, ``k``/``v``
-        ``[num_blocks, block_size, H_kv, D]`` in the group's dtype (default ``dtype``); for the recurrent
+        ``[num_blocks, block_size, H_kv, D]`` in the group's dtype (default ``dtype``), or for a quantized group
+        ``uint8`` ``[num_blocks, block_size, H_kv, key / value row bytes]`` plus its
+        :class:`~anna_core.kv_quant.tables.TurboQuantTables` (``AttentionCache.quant``) and, with a residual, its
+        :class:`~anna_core.kv_quant.residual.ResidualRing` of ``num_slots`` slots; for the recurrent
         group, per layer ``conv`` ``[num_slots, C, W-1]`` in ``dtype`` and ``recurrent``
         ``[num_slots, H_v, K, V]`` float32.
     """
     counts = _per_group(spec, num_blocks)
     caches = ModelCaches(block_size=block_size)
     for i, group in enumerate(spec.groups):
-        if isinstance(group, FullAttentionSpec):
+        if isinstance(group, FullAttentionSpec) and group.quant is not None:
+            rows = (counts[i], block_size, group.num_kv_heads)
+            k_row, v_row = group.row_bytes(dtype)
+            caches.groups.append(AttentionCache(
+                k=[torch.zeros((*rows, k_row), dtype=torch.uint8, device=device) for _ in group.layers],
+                v=[torch.zeros((*rows, v_row), dtype=torch.uint8, device=device) for _ in group.layers],
+                quant=TurboQuantTables.build(group.quant, group.head_dim, device),
+                residual=None if not group.quant.residual_len else ResidualRing.empty(
+                    len(group.layers), num_slots, group.quant.residual_len, group.num_kv_heads, group.head_dim,
+                    device, dtype)))
+        elif isinstance(group, FullAttentionSpec):
             shape = (counts[i], block_size, group.num_kv_heads, group.head_dim)
             dt = group.dtype or dtype
             caches.groups.append(AttentionCache(
@@ -172,7 +200,9 @@ def allocate_caches(spec: CacheSpec, *, num_blocks: int | Sequence[int], block_s
     caches = zeroed_caches(spec, num_blocks=[counts[g] + 1 for g in spec.attention_groups], block_size=block_size,
                            num_slots=num_slots + 1, device=device, dtype=dtype)
     for g in spec.attention_groups:
-        log.info("cache group %d (%s): %d blocks of %d tokens (%.1f MiB)", g, spec.groups[g].kind, counts[g],
+        quant = spec.groups[g].quant
+        log.info("cache group %d (%s%s): %d blocks of %d tokens (%.1f MiB)", g, spec.groups[g].kind,
+                 "" if quant is None else f", TurboQuant {quant.bits}-bit", counts[g],
                  block_size, spec.groups[g].bytes_per_block(block_size, dtype) * counts[g] / 2**20)
     if spec.recurrent is not None:
         log.info("cache group %d (recurrent): %d state slots (%.1f MiB)", spec.state_group, num_slots + 1,

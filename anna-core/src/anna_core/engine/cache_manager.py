@@ -115,9 +115,13 @@ class CacheManager:
         return min((max(bs, (bm.num_free_blocks - num_running) * bs) for _, _, bm in self.paged), default=1 << 62)
 
     def group_stats(self) -> list[dict]:
-        """Per attention group: kind, blocks used / total / cached (for ``/healthz``)."""
+        """Per attention group: kind, blocks used / total / cached, and a quantized group's layout (for ``/healthz``)."""
         return [{"group": g, "kind": spec.kind, "blocks_used": bm.num_used_blocks, "blocks_total": bm.num_blocks,
-                 "cached_blocks": bm.num_cached_blocks} for g, spec, bm in self.paged]
+                 "cached_blocks": bm.num_cached_blocks,
+                 **({} if spec.quant is None else {"kv_quant": {"method": "turboquant", "bits": spec.quant.bits,
+                                                                "residual_len": spec.quant.residual_len,
+                                                                "key_qjl": spec.quant.key_qjl}})}
+                for g, spec, bm in self.paged]
 
     # -- per sequence -------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from anna_core.errors import AnnaError
+from anna_core.kv_quant.settings import check_mode as check_kv_quant_mode
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int | None) -> None:
@@ -120,6 +121,16 @@ class EngineConfig:
         snapshot_memory_mib: memory (MiB) for recurrent-state snapshots (their own budget; with in-pass
             snapshots one more entry, the captured prefills' scratch, is allocated beyond it).
         num_snapshots: snapshots to allocate; overrides ``snapshot_memory_mib`` when set.
+        kv_cache_quantization: ``"none"`` (K/V in the serving dtype), ``"turboquant"`` (every attention group
+            quantized: :mod:`anna_core.kv_quant`; the model must declare ``ModelCapabilities.quantized_kv``) or
+            ``"auto"`` (by the model's size: :data:`anna_core.kv_quant.settings.AUTO_TIERS`).
+        kv_cache_quant_bits: bits per K/V coordinate (2, 3 or 4) for ``turboquant`` (default 4) or ``auto`` (default:
+            the tier's).
+        kv_cache_residual_len: each sequence's newest positions also kept in the serving dtype and read instead of
+            their quantized rows (:mod:`anna_core.kv_quant.residual`; their memory comes out of the KV budget):
+            ``turboquant`` default 0, ``auto`` its tier's.
+        kv_cache_key_qjl: quantized keys carry the QJL sign of their residual (``bits - 1`` code bits; unbiased inner
+            products, the paper's ``TurboQuant_prod``); False: keys quantized as values at ``bits`` code bits.
         prompt_cache_size: keep the final state, tail KV block and last logits of this many most
             recent exact prompts; an exact repeat then samples its first token without computing;
             ``0`` disables the prompt cache.
@@ -170,8 +181,13 @@ class EngineConfig:
     snapshot_memory_mib: float = attrs.field(default=1024.0, validator=non_negative_finite)
     num_snapshots: int | None = attrs.field(default=None, validator=non_negative)
     prompt_cache_size: int = attrs.field(default=8, validator=non_negative)
+    kv_cache_quantization: str = "none"
+    kv_cache_quant_bits: int | None = None
+    kv_cache_residual_len: int | None = None
+    kv_cache_key_qjl: bool = True
 
     def __attrs_post_init__(self) -> None:
+        check_kv_quant_mode(self.kv_cache_quantization, self.kv_cache_quant_bits, self.kv_cache_residual_len)
         if self.kv_cache_memory_gib is not None and not 0 < self.kv_cache_memory_gib < math.inf:
             raise AnnaError(f"kv_cache_memory_gib must be a positive finite number, got {self.kv_cache_memory_gib}")
         if self.max_device_memory_gib is not None and not 0 < self.max_device_memory_gib < float("inf"):

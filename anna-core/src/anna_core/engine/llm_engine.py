@@ -41,6 +41,8 @@ from anna_core.engine.cache_allocator import (
     device_bytes_in_use,
     group_block_caps,
     plan_num_blocks,
+    reset_residual,
+    residual_bytes,
     state_bytes,
 )
 from anna_core.engine.cache_manager import CacheManager
@@ -61,6 +63,7 @@ from anna_core.engine.memory_admission import (
 from anna_core.engine.model_runner import ModelRunner, ModelRunnerOutput, StepPath
 from anna_core.engine.outputs import RequestOutput, request_output
 from anna_core.engine.request import PENDING, Request
+from anna_core.engine.sampler import host_tensor
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler, SchedulerOutput
 from anna_core.engine.state_store import StateStore, copy_blocks
@@ -72,6 +75,7 @@ from anna_core.errors import (
     MemoryUnavailableError,
     QueueFullError,
 )
+from anna_core.kv_quant.settings import resolve_kv_quant
 from anna_core.layers.attention import check_attention_layers
 from anna_core.metrics import EngineMetrics
 from anna_core.model import CacheSpec, LoadedModel, check_model
@@ -124,7 +128,11 @@ class LLMEngine:
         self.dtype = dtype
         self.eos_token_ids = tuple(eos_token_ids)
         check_model(model)
-        spec = model.cache_spec
+        self.kv_quant = resolve_kv_quant(config.kv_cache_quantization, config.kv_cache_quant_bits,
+                                         num_params=_num_params(model), supported=model.capabilities.quantized_kv,
+                                         residual_len=config.kv_cache_residual_len, key_qjl=config.kv_cache_key_qjl)
+        spec = model.cache_spec.with_kv_quant(self.kv_quant)  # the groups as allocated (TurboQuant layouts applied)
+        self.cache_spec = spec
         if isinstance(model, torch.nn.Module):
             check_attention_layers(model, spec)
         bs = config.block_size
@@ -155,6 +163,7 @@ class LLMEngine:
                 log.warning("prefix caching is off: the snapshot budget holds no recurrent-state snapshot")
         self.caches = allocate_caches(spec, num_blocks=num_blocks, block_size=bs, num_slots=config.max_num_seqs,
                                       device=self.device, dtype=dtype)
+        self.has_residual = residual_bytes(spec, 1, dtype) > 0
         # snapshots taken inside a prefill pass: the model supports them and a boundary leaves room for a conv state
         in_pass = (num_snapshots > 0 and model.capabilities.state_checkpoints
                    and spec.recurrent.conv_shape[-1] <= config.snapshot_interval)
@@ -184,6 +193,13 @@ class LLMEngine:
         self.num_steps = 0
         self.started = time.perf_counter()
 
+    def _reset_residual(self) -> None:
+        """Empty the residual rings (``--kv-cache-residual-len``) of the slots sequences took in this schedule, before
+        the step writes them (stream-ordered after any step still in flight)."""
+        slots = self.kv.slots.take_assigned()
+        if slots and self.has_residual:
+            reset_residual(self.caches, host_tensor(slots, torch.int64, self.device))
+
     def _num_blocks(self, spec: CacheSpec, want_len: int, other_bytes: int) -> list[int]:
         """Blocks per attention group: ``num_blocks`` each, else the memory budget (explicit GiB, or free
         memory minus ``reserve_memory_mib`` and the snapshot / prompt-cache budgets) shared out by
@@ -191,6 +207,8 @@ class LLMEngine:
         sequences of ``want_len`` tokens can use in it."""
         config = self.config
         capped = None
+        ring = residual_bytes(spec, config.max_num_seqs + 1, self.dtype)  # the residual rings are KV memory too
+        other_bytes += ring
         if config.max_device_memory_gib is not None:  # weights, expert cache, state, KV: all under the cap
             other = other_bytes + state_bytes(spec, config.max_num_seqs + 1, self.dtype) + int(config.reserve_memory_mib * _MIB)
             in_use = device_bytes_in_use(self.device, self._model_device_bytes())
@@ -206,7 +224,7 @@ class LLMEngine:
             return []
         caps = group_block_caps(spec, config.block_size, want_len, config.max_num_seqs, config.max_prefill_tokens)
         if config.kv_cache_memory_gib is not None:
-            budget = int(config.kv_cache_memory_gib * (1 << 30))
+            budget = int(config.kv_cache_memory_gib * (1 << 30)) - ring
             if capped is not None:
                 budget = min(budget, capped)
         else:
@@ -219,6 +237,10 @@ class LLMEngine:
                 budget = capped
             if capped is not None:
                 budget = min(budget, capped)
+        if ring and budget < ring:  # the rings took most of it: say so rather than "no block fits"
+            raise AnnaError(f"the residual rings of --kv-cache-residual-len ({ring / (1 << 20):.1f} MiB for "
+                            f"{config.max_num_seqs} sequences) leave {max(budget, 0) / (1 << 20):.1f} MiB of the KV budget "
+                            "for blocks: lower the residual or max_num_seqs, or raise kv_cache_memory_gib")
         return plan_num_blocks(spec, config.block_size, self.dtype, budget, caps)
 
     def _memory_admission(self, spec: CacheSpec, num_blocks: list[int], probe: MemoryProbe) -> MemoryAdmission:
@@ -438,6 +460,7 @@ class LLMEngine:
         decode step arrive from the next call)."""
         results = self._expire()
         out = self.scheduler.schedule()
+        self._reset_residual()
         if self.runner.encoder is not None:
             self.runner.encoder.drop(out.free_encoder_hashes)
         for _ in out.preempted:
@@ -746,3 +769,10 @@ def _hidden_size(model: Any) -> int:
             if isinstance(module, torch.nn.Embedding):
                 return module.embedding_dim
     return 0
+
+
+def _num_params(model: Any) -> int:
+    """Parameters of the model (``--kv-cache-quantization auto``'s size tier); 0 for a model that is no module."""
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    return sum(p.numel() for p in model.parameters())

@@ -24,6 +24,7 @@ class StatePool:
         self.num_slots = num_slots
         self._free: deque[int] = deque(range(num_slots))
         self._owner: dict[str, int] = {}
+        self._assigned: list[int] = []  # slots handed out since take_assigned last ran
 
     @property
     def num_free_slots(self) -> int:
@@ -48,7 +49,13 @@ class StatePool:
             raise AnnaError(f"out of state slots ({self.num_slots} in use)")
         slot = self._free.popleft()
         self._owner[seq_id] = slot
+        self._assigned.append(slot)
         return slot
+
+    def take_assigned(self) -> list[int]:
+        """The slots handed out since the last call (their per-slot device state may hold an earlier owner's)."""
+        taken, self._assigned = self._assigned, []
+        return taken
 
     def free(self, seq_id: str) -> None:
         """Return ``seq_id``'s slot to the pool (a no-op if it has none)."""

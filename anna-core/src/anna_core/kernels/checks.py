@@ -152,3 +152,55 @@ def check_paged_attention(op: str, q: torch.Tensor, k_cache: torch.Tensor, v_cac
     require(sliding_window is None or sliding_window >= 1, op, f"sliding_window must be >= 1, got {sliding_window}")
     require(seq_lens.shape[0] == batch and block_tables.shape[0] == batch, op,
             f"seq_lens {tuple(seq_lens.shape)} and block_tables {tuple(block_tables.shape)} must have B={batch} rows")
+
+
+def check_turboquant_tables(op: str, head_dim: int, rotation: torch.Tensor, qjl: torch.Tensor,
+                            key_centroids: torch.Tensor, value_centroids: torch.Tensor) -> tuple[int, int]:
+    """Check a TurboQuant group's tables for heads of ``head_dim``; returns ``(key_bits, value_bits)`` (the
+    keys' code bits, the QJL sign not counted). Keys have the QJL stage when they have half the values' centroids
+    (:func:`keys_have_qjl`), else they are quantized as values.
+
+    Raises:
+        ValueError: rotation or qjl not float32 ``[D, D]``, centroid counts that are not ``2 ** (bits - 1)`` (or
+            ``2 ** bits``) / ``2 ** bits`` for a bits of 2, 3 or 4, or a head dim that is not a multiple of 8.
+    """
+    require(head_dim % 8 == 0 and head_dim >= 8, op, f"head dim must be a multiple of 8, got {head_dim}")
+    for name, t in (("rotation", rotation), ("qjl", qjl)):
+        require(t.dtype == torch.float32 and tuple(t.shape) == (head_dim, head_dim), op,
+                f"{name} must be float32 [{head_dim}, {head_dim}], got {t.dtype} {tuple(t.shape)}")
+    n_k, n_v = key_centroids.numel(), value_centroids.numel()
+    require(key_centroids.dtype == value_centroids.dtype == torch.float32, op, "centroids must be float32")
+    require(n_v in (4, 8, 16) and n_k in (n_v, n_v // 2), op,
+            f"value_centroids must have 4, 8 or 16 entries and key_centroids as many or half, got {n_v} and {n_k}")
+    return n_k.bit_length() - 1, n_v.bit_length() - 1
+
+
+def keys_have_qjl(key_bits: int, value_bits: int) -> bool:
+    """Whether keys of ``key_bits`` code bits beside values of ``value_bits`` carry the QJL stage (one bit fewer)."""
+    return key_bits < value_bits
+
+
+def turboquant_row_bytes(head_dim: int, key_bits: int, value_bits: int) -> tuple[int, int]:
+    """``(key_row_bytes, value_row_bytes)`` of the layout in :mod:`anna_core.kv_quant.layout`."""
+    pad = lambda n: -(-n // 4) * 4  # noqa: E731
+    value = pad(4 + value_bits * head_dim // 8)
+    return (pad(8 + (key_bits + 1) * head_dim // 8) if keys_have_qjl(key_bits, value_bits) else value), value
+
+
+def check_turboquant_caches(op: str, k_cache: torch.Tensor, v_cache: torch.Tensor, head_dim: int, key_bits: int,
+                            value_bits: int) -> None:
+    """Check quantized caches: ``uint8`` ``[N, block_size, H_kv, row_bytes]`` of one block geometry, contiguous,
+    rows as wide as the layout says.
+
+    Raises:
+        ValueError: another dtype, dims, geometry or row width, or a non-contiguous cache.
+    """
+    require(k_cache.dim() == 4 and v_cache.dim() == 4, op, "k_cache and v_cache must have 4 dims")
+    require(k_cache.dtype == v_cache.dtype == torch.uint8, op,
+            f"quantized caches must be uint8, got {k_cache.dtype} and {v_cache.dtype}")
+    require(k_cache.shape[:3] == v_cache.shape[:3], op, "k_cache and v_cache must have the same blocks and heads")
+    kb, vb = turboquant_row_bytes(head_dim, key_bits, value_bits)
+    require(k_cache.shape[3] == kb and v_cache.shape[3] == vb, op,
+            f"rows of {kb} (keys) and {vb} (values) bytes expected at head dim {head_dim}, got "
+            f"{k_cache.shape[3]} and {v_cache.shape[3]}")
+    require(k_cache.is_contiguous() and v_cache.is_contiguous(), op, "caches must be contiguous")

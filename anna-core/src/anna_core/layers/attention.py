@@ -10,6 +10,7 @@ from torch import nn
 from anna_core.cache_spec import CacheSpec, FullAttentionSpec, SlidingWindowSpec
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.errors import AnnaError
+from anna_core.kv_quant.residual import write_residual
 from anna_core.model import ModelCaches
 
 
@@ -18,7 +19,9 @@ class PagedAttention(nn.Module):
 
     Grouped-query attention (Ainslie et al., 2023): query head ``h`` reads KV head
     ``h // (num_heads // num_kv_heads)``. The math and cache layout are the ``reshape_and_cache``
-    and ``paged_attention`` ops of :mod:`anna_core.kernels.ops`.
+    and ``paged_attention`` ops of :mod:`anna_core.kernels.ops`; in a group the engine quantized
+    (``AttentionCache.quant``: TurboQuant, :mod:`anna_core.kv_quant`) the ``turboquant_cache_write`` and
+    ``paged_attention_turboquant`` ops.
 
     Args:
         num_heads: query heads ``H_q``.
@@ -63,8 +66,20 @@ class PagedAttention(nn.Module):
         """
         if self.writes_kv:
             k_cache, v_cache, slot_mapping = self.kv_cache(batch, caches)
-            self.ops.reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
+            group = caches.attention(self.group)
+            if group.quant is None:
+                self.ops.reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
+            else:
+                self.ops.turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, *group.quant.args)
+                if group.residual is not None:
+                    write_residual(k, v, group.residual, self.kv_index, group.quant.rotation, batch.state_slots,
+                                   batch.cu_seqlens, batch.seq_lens, batch.num_valid)
         return self.attend(q, batch, caches)
+
+    def quantized(self, caches: ModelCaches) -> bool:
+        """Whether this layer's cache group is quantized: its K/V go through :meth:`forward` (a fused op that
+        writes the cache itself, e.g. ``qk_norm_rope_cache``, writes unquantized rows and must not be used)."""
+        return caches.attention(self.group).quant is not None
 
     def kv_cache(self, batch: ForwardBatch, caches: ModelCaches) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(k_cache, v_cache, slot_mapping)`` of this layer in this step: its group's K/V tensors
@@ -76,9 +91,18 @@ class PagedAttention(nn.Module):
     def attend(self, q: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Attention of q ``[T, H_q, D]`` (rotary applied) over the cache as it stands (this step's K/V
         already written) -> ``[T, H_q, D]``."""
-        k_cache, v_cache = caches.attention(self.group).layer(self.kv_index)
+        group = caches.attention(self.group)
+        k_cache, v_cache = group.layer(self.kv_index)
+        table = batch.tables[self.group]
+        if group.quant is not None:
+            attend = self.ops.get("paged_attention_turboquant", head_dim=self.head_dim)
+            ring = group.residual
+            residual = () if ring is None else (ring.k[self.kv_index], ring.v[self.kv_index], ring.pos,
+                                                batch.state_slots)
+            return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables, self.scale,
+                          self.sliding_window, *group.quant.args, *residual)
         attend = self.ops.get("paged_attention", head_dim=self.head_dim)
-        return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, batch.tables[self.group].block_tables,
+        return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables,
                       self.scale, self.sliding_window)
 
     def attention_args(self, batch: ForwardBatch, caches: ModelCaches) -> tuple[Any, ...]:

@@ -13,6 +13,7 @@ import torch
 from anna_core.cache_spec import CacheSpec
 from anna_core.engine.cache_allocator import zeroed_caches as allocate_caches
 from anna_core.engine.forward_batch import ForwardBatch, GroupTable
+from anna_core.kv_quant.layout import TurboQuantLayout
 from anna_core.model import ModelCaches
 
 
@@ -70,20 +71,22 @@ def _device_dtype(model: Any) -> tuple[torch.device, torch.dtype]:
     return p.device, p.dtype
 
 
-def _caches_for(model: Any, num_seqs: int, max_tokens: int, block_size: int) -> tuple[ModelCaches, int]:
+def _caches_for(model: Any, num_seqs: int, max_tokens: int, block_size: int,
+                kv_quant: TurboQuantLayout | None = None) -> tuple[ModelCaches, int]:
     device, dtype = _device_dtype(model)
     blocks_per_seq = -(-max_tokens // block_size)
-    caches = allocate_caches(model.cache_spec, num_blocks=num_seqs * blocks_per_seq, block_size=block_size,
+    caches = allocate_caches(model.cache_spec.with_kv_quant(kv_quant), num_blocks=num_seqs * blocks_per_seq, block_size=block_size,
                              num_slots=num_seqs, device=device, dtype=dtype)
     return caches, blocks_per_seq
 
 
 @torch.inference_mode()
 def prefill_logits(model: Any, prompt_ids: list[int], *, chunk_size: int | None = None,
-                   block_size: int = 16) -> torch.Tensor:
-    """Float32 logits ``[T, vocab]`` at every prompt position (optionally prefilled in chunks)."""
+                   block_size: int = 16, kv_quant: TurboQuantLayout | None = None) -> torch.Tensor:
+    """Float32 logits ``[T, vocab]`` at every prompt position (optionally prefilled in chunks; with ``kv_quant``
+    over a TurboQuant cache, every position reading the quantized K/V of all positions up to its own)."""
     device, _ = _device_dtype(model)
-    caches, bps = _caches_for(model, 1, len(prompt_ids), block_size)
+    caches, bps = _caches_for(model, 1, len(prompt_ids), block_size, kv_quant)
     step = chunk_size or len(prompt_ids)
     out = []
     for start in range(0, len(prompt_ids), step):

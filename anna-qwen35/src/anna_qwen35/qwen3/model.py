@@ -85,7 +85,7 @@ class Qwen3Attention(nn.Module):
         T, rotary = x.shape[0], self._rotary[0]
         q, k, v, residual = self._project(x, norm, residual)
         # q/k norms, rotary and the cache write in one kernel where one (not only the torch reference) serves it
-        fused = self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim)
+        fused = None if self.attn.quantized(caches) else self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim)
         if fused is not None:
             k_cache, v_cache, slots = self.attn.kv_cache(batch, caches)
             q = fused(q, k, v, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, False, batch.positions,
@@ -147,7 +147,7 @@ class Qwen3ForCausalLM(nn.Module):
     logits use ``model.embed_tokens.weight``.
     """
 
-    capabilities = ModelCapabilities(padded_prefill=True)
+    capabilities = ModelCapabilities(padded_prefill=True, quantized_kv=True)
 
     def __init__(self, cfg: Qwen3Config, ops: Any):
         super().__init__()

@@ -113,7 +113,7 @@ class LlamaForCausalLM(nn.Module):
         self.vocab_size = cfg.vocab_size  # token ids the model accepts (the engine validates against it)
         self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(cfg.num_hidden_layers),
                                                        num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim),))
-        self.capabilities = ModelCapabilities()
+        self.capabilities = ModelCapabilities(quantized_kv=True)
 
     def merge_projections(self) -> None:
         """Merge the projections that read the same input (attention ``q|k|v_proj``, MLP

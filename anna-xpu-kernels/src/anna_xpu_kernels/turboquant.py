@@ -1,0 +1,347 @@
+"""Attention over a TurboQuant KV cache in Triton (Zandieh et al., arXiv 2504.19874; the contract and the torch
+reference: :mod:`anna_core.kernels.reference.turboquant`, the row layout: :mod:`anna_core.kv_quant.layout`).
+
+The kernel attends in the rotated basis, so no key or value is ever rotated back: with ``y = Pi k / ||k||`` and its
+reconstruction ``c[idx] + sqrt(pi/2) / D * gamma * S^T z``,
+
+    ``q . k~ = ||k|| (q_r . c[idx] + sqrt(pi/2) / D * gamma * (S q_r) . z)``,  ``q_r = Pi q``,
+
+and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. The two query projections (``q_r``, ``S q_r``) and the
+output's rotation are three small float32 matmuls around one kernel launch; the kernel reads each key row's two
+norms, ``bits - 1`` code planes and sign plane and each value row's norm and ``bits`` planes, looks the codes up
+in the (tiny, cached) codebooks and runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA
+packing (the query heads of one KV head are the rows of one tile), tiles numbered on the device (no host sync, so
+decode and prefill calls can be graph-captured), flash-decoding splits merged by that module's merge kernel.
+Dots run in float32 (``ieee``). Head dims up to 512 (padded to a power of two in registers).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from anna_core.kernels.checks import (
+    check_turboquant_caches,
+    check_turboquant_tables,
+    keys_have_qjl,
+    num_sequences,
+    require,
+    require_dims,
+)
+
+from anna_xpu_kernels._checks import require_float, require_same_device
+from anna_xpu_kernels._triton import next_pow2, tl, triton
+from anna_xpu_kernels.paged_attention import LOG2E, MAX_SPLITS, WIDE_HEAD_DIM, _merge_splits_kernel, _num_splits
+
+MAX_HEAD_DIM = 512
+
+
+@triton.jit
+def _codes(ptr, row_off, plane0, d, d_ok, mask_rows, BITS: tl.constexpr, PLANE: tl.constexpr):
+    """Centroid indices ``[N, BLOCK_D]`` int32 of rows at byte offsets ``row_off`` ``[N]``: bit ``p`` of coordinate
+    ``d`` is bit ``d % 8`` of byte ``plane0 + p * PLANE + d // 8``."""
+    idx = tl.zeros((row_off.shape[0], d.shape[0]), tl.int32)
+    for p in tl.static_range(BITS):
+        byte = tl.load(ptr + row_off[:, None] + plane0 + p * PLANE + (d // 8)[None, :],
+                       mask=mask_rows[:, None] & d_ok[None, :], other=0).to(tl.int32)
+        idx += ((byte >> (d % 8)[None, :]) & 1) << p
+    return idx
+
+
+@triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
+def _tq_attention_kernel(
+    qr_ptr, qs_ptr, k_ptr, kf_ptr, v_ptr, vf_ptr, kc_ptr, vc_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr, tile_seq_ptr,
+    tile_first_ptr, o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, rk_ptr, rv_ptr, rpos_ptr, slots_ptr,
+    batch, n_tokens, head_dim, block_size, num_splits, qk_scale, qjl_coef, window, ring_len,
+    stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_tb,
+    stride_ot, stride_oh, stride_rs, stride_rr, stride_rh,
+    GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    KBITS: tl.constexpr, VBITS: tl.constexpr, PLANE: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    h_kv = tl.program_id(1)
+    split = tl.program_id(2)
+    if DECODE:  # one query per sequence: tile i is sequence i, query row i
+        seq = tile
+        q_start = tile
+        q_len = 1
+        q0 = 0
+    else:
+        seq_raw = tl.load(tile_seq_ptr + tile)
+        live = seq_raw < batch
+        seq = tl.minimum(seq_raw, batch - 1)
+        q_start = tl.load(cu_q_ptr + seq)
+        q_len = tl.where(live, tl.load(cu_q_ptr + seq + 1) - q_start, 0)
+        q0 = (tile - tl.load(tile_first_ptr + seq)) * BLOCK_Q
+    ctx = tl.load(seq_lens_ptr + seq)
+
+    r = tl.arange(0, BLOCK_M)
+    qi = q0 + r // GROUP
+    row_ok = (r < BLOCK_Q * GROUP) & (qi < q_len)
+    head = h_kv * GROUP + r % GROUP
+    tok = (q_start + qi).to(tl.int64)
+    qpos = ctx - q_len + qi
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < head_dim
+    q_off = tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :]
+    q_mask = row_ok[:, None] & d_ok[None, :]
+    qr = tl.load(qr_ptr + q_off, mask=q_mask, other=0.0)  # Pi q, float32
+    qs = tl.load(qs_ptr + q_off, mask=q_mask, other=0.0)  # S Pi q, float32
+
+    hi = tl.where(q_len > 0, ctx - q_len + tl.minimum(q0 + BLOCK_Q, q_len), 0)
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(ctx - q_len + q0 - window + 1, 0)
+    if SPLIT:
+        per_split = tl.cdiv(tl.cdiv(tl.maximum(hi - lo, 0), num_splits), BLOCK_N) * BLOCK_N
+        lo = lo + split * per_split
+        hi = tl.minimum(hi, lo + per_split)
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    ring_slot = 0
+    if HAS_RING:
+        ring_slot = tl.load(slots_ptr + seq).to(tl.int64)
+    for start in range(lo, hi, BLOCK_N):
+        kpos = start + tl.arange(0, BLOCK_N)
+        k_ok = kpos < hi
+        blk = tl.load(tables_ptr + seq * stride_tb + kpos // block_size, mask=k_ok, other=0).to(tl.int64)
+        slot = kpos % block_size
+        k_row = blk * stride_kb + slot * stride_kt + h_kv * stride_kh  # bytes
+        v_row = blk * stride_vb + slot * stride_vt + h_kv * stride_vh
+        k_norm = tl.load(kf_ptr + k_row // 4, mask=k_ok, other=0.0)
+        k_idx = _codes(k_ptr, k_row, 8 if QJL else 4, d, d_ok, k_ok, KBITS, PLANE)
+        k_c = tl.where(d_ok[None, :], tl.load(kc_ptr + k_idx), 0.0)
+        s = tl.dot(qr, tl.trans(k_c), input_precision="ieee")
+        if QJL:
+            gamma = tl.load(kf_ptr + k_row // 4 + 1, mask=k_ok, other=0.0)
+            z = _codes(k_ptr, k_row, 8 + KBITS * PLANE, d, d_ok, k_ok, 1, PLANE).to(tl.float32) * 2.0 - 1.0
+            z = tl.where(d_ok[None, :], z, 0.0)
+            s += (qjl_coef * gamma)[None, :] * tl.dot(qs, tl.trans(z), input_precision="ieee")
+        s = s * (k_norm * qk_scale)[None, :]  # log2 units
+        if HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
+            ring_i = kpos % ring_len
+            in_ring = tl.load(rpos_ptr + ring_slot * ring_len + ring_i, mask=k_ok & (kpos >= ctx - ring_len),
+                              other=-1) == kpos
+            r_off = ring_slot * stride_rs + ring_i * stride_rr + h_kv * stride_rh
+            r_mask = in_ring[:, None] & d_ok[None, :]
+            r_k = tl.load(rk_ptr + r_off[:, None] + d[None, :], mask=r_mask, other=0.0).to(tl.float32)
+            s_ring = tl.dot(qr, tl.trans(r_k), input_precision="ieee") * qk_scale
+            s = tl.where(in_ring[None, :], s_ring, s)
+        seen = k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
+        if HAS_WINDOW:
+            seen = seen & (kpos[None, :] > qpos[:, None] - window)
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_ref)
+        p = tl.exp2(s - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v_norm = tl.load(vf_ptr + v_row // 4, mask=k_ok, other=0.0)
+        v_idx = _codes(v_ptr, v_row, 4, d, d_ok, k_ok, VBITS, PLANE)
+        v_c = tl.where(d_ok[None, :], tl.load(vc_ptr + v_idx), 0.0) * v_norm[:, None]
+        if HAS_RING:
+            r_v = tl.load(rv_ptr + r_off[:, None] + d[None, :], mask=r_mask, other=0.0).to(tl.float32)
+            v_c = tl.where(in_ring[:, None], r_v, v_c)
+        acc = acc * alpha[:, None] + tl.dot(p, v_c, input_precision="ieee")
+        m_i = m_new
+
+    if not SPLIT:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(o_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :], out, mask=q_mask)
+    else:
+        n_heads = tl.num_programs(1) * GROUP
+        ws_row = (split * n_tokens + tok) * n_heads + head
+        tl.store(m_ws_ptr + ws_row, m_i, mask=row_ok)
+        tl.store(l_ws_ptr + ws_row, l_i, mask=row_ok)
+        tl.store(acc_ws_ptr + ws_row[:, None] * BLOCK_D + d[None, :], acc, mask=row_ok[:, None])
+
+
+def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
+                               rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None,
+                               residual_pos=None, slots=None, *, num_splits: int | None = None):
+    """``paged_attention_turboquant`` (signature and rule of the reference) in the rotated basis (module docstring);
+    a residual ring's rows are read as stored (already rotated).
+
+    Args:
+        num_splits: key partitions per tile (None: chosen for the GPU, as ``paged_attention``'s).
+
+    Returns:
+        ``[T, H_q, D]`` in q's dtype.
+
+    Raises:
+        ValueError: inconsistent shapes, tables or row widths (the reference's checks), a head dim above 512.
+    """
+    op = "paged_attention_turboquant"
+    require_dims(op, q=(q, 3), seq_lens=(seq_lens, 1), block_tables=(block_tables, 2))
+    batch = num_sequences(op, cu_seqlens_q, "cu_seqlens_q")
+    total, h_q, dim = q.shape
+    kbits, vbits = check_turboquant_tables(op, dim, rotation, qjl, key_centroids, value_centroids)
+    check_turboquant_caches(op, k_cache, v_cache, dim, kbits, vbits)
+    require(dim <= MAX_HEAD_DIM, op, f"head dim {dim} above {MAX_HEAD_DIM}")
+    require_float(op, q=q)
+    require_same_device(op, q=q, k_cache=k_cache, v_cache=v_cache, seq_lens=seq_lens, block_tables=block_tables,
+                        rotation=rotation)
+    _, block_size, h_kv, _ = k_cache.shape
+    require(h_q % h_kv == 0, op, f"H_q={h_q} must be a multiple of H_kv={h_kv}")
+    require(sliding_window is None or sliding_window >= 1, op, f"sliding_window must be >= 1, got {sliding_window}")
+    if total == 0 or batch == 0:
+        return torch.empty_like(q)
+    with_qjl = keys_have_qjl(kbits, vbits)
+    q_r = q.to(torch.float32) @ rotation.T  # [T, H_q, D]
+    q_s = (q_r @ qjl.T).contiguous() if with_qjl else q_r  # unused without the QJL stage
+    q_r = q_r.contiguous()
+    o = torch.empty((total, h_q, dim), dtype=torch.float32, device=q.device)
+
+    group = h_q // h_kv
+    decode = total == batch
+    block_d = max(16, next_pow2(dim))
+    rows = 64 if block_d <= WIDE_HEAD_DIM else 32
+    block_q = 1 if decode else max(1, rows // group)
+    block_m = max(16, next_pow2(block_q * group))
+    block_q = block_m // group
+    cu = cu_seqlens_q if cu_seqlens_q.dtype == torch.int32 else cu_seqlens_q.to(torch.int32)
+    if decode:
+        n_tiles = batch
+        tile_seq = tile_first = cu
+    else:
+        tiles = (cu[1:] - cu[:-1] + block_q - 1) // block_q
+        tile_end = torch.cumsum(tiles, 0, dtype=torch.int32)
+        tile_first = tile_end - tiles
+        n_tiles = min(total, (total - min(batch, total)) // block_q + min(batch, total))
+        tile_seq = torch.searchsorted(tile_end, torch.arange(n_tiles, device=q.device, dtype=torch.int32),
+                                      right=True).to(torch.int32)
+    max_keys = block_tables.shape[1] * block_size
+    splits = num_splits or _num_splits(q.device, n_tiles * h_kv, max_keys)
+    splits = max(1, min(splits, triton.cdiv(max(max_keys, 1), 16), MAX_SPLITS))
+    if splits > 1:
+        m_ws = torch.empty((splits, total, h_q), dtype=torch.float32, device=q.device)
+        l_ws = torch.empty_like(m_ws)
+        acc_ws = torch.empty((splits, total, h_q, block_d), dtype=torch.float32, device=q.device)
+    else:
+        m_ws = l_ws = acc_ws = o
+    block_n = 32 if block_d <= WIDE_HEAD_DIM else 16
+    ring = residual_pos is not None
+    if ring:
+        require(residual_k.shape == residual_v.shape and residual_k.dim() == 4 and residual_k.stride(3) == 1
+                and residual_k.stride() == residual_v.stride() and tuple(residual_k.shape[2:]) == (h_kv, dim)
+                and tuple(residual_pos.shape) == tuple(residual_k.shape[:2]) and residual_pos.is_contiguous()
+                and slots is not None and slots.shape[0] == batch, op,
+                "residual_k / residual_v [S, R, H_kv, D], residual_pos [S, R] and slots [B] must agree")
+        rk, rv, rpos, ring_slots = residual_k, residual_v, residual_pos, slots
+        ring_len, ring_strides = residual_pos.shape[1], residual_k.stride()[:3]
+    else:
+        rk = rv = rpos = ring_slots = o  # unused
+        ring_len, ring_strides = 1, (0, 0, 0)
+    _tq_attention_kernel[(n_tiles, h_kv, splits)](
+        q_r, q_s, k_cache, k_cache.view(torch.float32), v_cache, v_cache.view(torch.float32), key_centroids,
+        value_centroids, cu, seq_lens, block_tables, tile_seq, tile_first, o, m_ws, l_ws, acc_ws,
+        rk, rv, rpos, ring_slots,
+        batch, total, dim, block_size, splits, float(scale) * LOG2E, math.sqrt(math.pi / 2) / dim,
+        int(sliding_window or 0), ring_len,
+        q_r.stride(0), q_r.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0), o.stride(0), o.stride(1),
+        *ring_strides,
+        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, KBITS=kbits, VBITS=vbits, PLANE=dim // 8,
+        HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
+        BLOCK_N=block_n,
+        num_warps=4 if block_d <= WIDE_HEAD_DIM else 8,
+    )
+    if splits > 1:
+        merge_d = min(block_d, WIDE_HEAD_DIM)
+        _merge_splits_kernel[(total * h_q, block_d // merge_d)](
+            m_ws, l_ws, acc_ws, o, total * h_q, h_q, dim, splits, o.stride(0), o.stride(1),
+            BLOCK_S=next_pow2(splits), BLOCK_D=merge_d, WS_D=block_d, USE_PDL=False, num_warps=8,
+        )
+    return (o @ rotation).to(q.dtype)
+
+
+@triton.jit
+def _tq_encode_kernel(u_ptr, rows_ptr, rows_f_ptr, slot_ptr, cent_ptr, norm_ptr, res_ptr, n_heads, head_dim,
+                      stride_slot, stride_head, BITS: tl.constexpr, LEVELS: tl.constexpr, PLANE: tl.constexpr,
+                      BLOCK_B: tl.constexpr, KEY: tl.constexpr):
+    """One (token, head) row: the nearest centroid of each unit-rotated coordinate ``u``, written as code planes
+    after the row's norm (keys: and the residual's norm; the residual itself to ``res_ptr`` for the QJL signs)."""
+    row = tl.program_id(0).to(tl.int64)
+    tok = row // n_heads
+    h = row % n_heads
+    j = tl.arange(0, BLOCK_B)  # byte within a plane
+    t = tl.arange(0, 8)  # bit within the byte
+    d = j[:, None] * 8 + t[None, :]  # [BLOCK_B, 8] coordinates
+    ok = d < head_dim
+    u = tl.load(u_ptr + row * head_dim + d, mask=ok, other=0.0)
+    idx = tl.zeros((BLOCK_B, 8), tl.int32)
+    for level in tl.static_range(1, LEVELS):  # ties go to the lower centroid (torch.bucketize, right=False)
+        bound = (tl.load(cent_ptr + level - 1) + tl.load(cent_ptr + level)) / 2
+        idx += (u > bound).to(tl.int32)
+    slot = tl.load(slot_ptr + tok)
+    out = slot * stride_slot + h * stride_head  # byte offset of the row
+    norms = 2 if KEY else 1
+    for p in tl.static_range(BITS):
+        byte = tl.sum(((idx >> p) & 1) << t[None, :], axis=1)
+        tl.store(rows_ptr + out + 4 * norms + p * PLANE + j, byte.to(tl.uint8), mask=j < PLANE)
+    tl.store(rows_f_ptr + out // 4, tl.load(norm_ptr + row))
+    if KEY:
+        r = tl.where(ok, u - tl.load(cent_ptr + idx), 0.0)
+        tl.store(res_ptr + row * head_dim + d, r, mask=ok)
+
+
+@triton.jit
+def _tq_signs_kernel(proj_ptr, gamma_ptr, rows_ptr, rows_f_ptr, slot_ptr, n_heads, head_dim, stride_slot,
+                     stride_head, plane0, PLANE: tl.constexpr, BLOCK_B: tl.constexpr):
+    """One (token, head) key row's residual norm and QJL sign plane: bit ``d`` set where ``(S r)_d >= 0``."""
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, BLOCK_B)
+    t = tl.arange(0, 8)
+    d = j[:, None] * 8 + t[None, :]
+    proj = tl.load(proj_ptr + row * head_dim + d, mask=d < head_dim, other=-1.0)
+    byte = tl.sum((proj >= 0).to(tl.int32) << t[None, :], axis=1)
+    out = tl.load(slot_ptr + row // n_heads) * stride_slot + (row % n_heads) * stride_head
+    tl.store(rows_ptr + out + plane0 + j, byte.to(tl.uint8), mask=j < PLANE)
+    tl.store(rows_f_ptr + out // 4 + 1, tl.load(gamma_ptr + row))
+
+
+def _unit_rotated(x: torch.Tensor, rotation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(norms [N], Pi x / ||x|| [N, D])`` float32, rounded as the reference rounds them."""
+    x = x.to(torch.float32)
+    n = torch.linalg.vector_norm(x, dim=-1)
+    return n.contiguous(), ((x / n.clamp_min(1e-30)[:, None]) @ rotation.T).contiguous()
+
+
+def turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, rotation, qjl, key_centroids, value_centroids):
+    """``turboquant_cache_write`` (the reference's signature and rows): the rotations and the QJL projection as
+    float32 matmuls and torch's norms (rounded as the reference's, so the rows are byte-equal), the codes and sign
+    planes written by two kernels per row (keys) or one (values); no host sync (graph-capturable).
+
+    Raises:
+        ValueError: the reference's checks.
+    """
+    op = "turboquant_cache_write"
+    require_dims(op, k=(k, 3), v=(v, 3), slot_mapping=(slot_mapping, 1))
+    require(k.shape == v.shape, op, f"k and v must match, got {tuple(k.shape)} and {tuple(v.shape)}")
+    t, h, d = k.shape
+    kbits, vbits = check_turboquant_tables(op, d, rotation, qjl, key_centroids, value_centroids)
+    check_turboquant_caches(op, k_cache, v_cache, d, kbits, vbits)
+    require(k_cache.shape[2] == h, op, f"cache has {k_cache.shape[2]} heads, k has {h}")
+    require(slot_mapping.shape[0] == t, op, f"slot_mapping has {slot_mapping.shape[0]} entries for {t} tokens")
+    if t == 0:
+        return
+    rows = t * h
+    block_b = next_pow2(d // 8)
+    slots = slot_mapping.contiguous()
+    n_k, u_k = _unit_rotated(k.reshape(rows, d), rotation)
+    qjl_keys = keys_have_qjl(kbits, vbits)
+    res = torch.empty_like(u_k) if qjl_keys else u_k
+    k_args = (k_cache.stride(1), k_cache.stride(2))  # a slot's stride (block * block_size + offset) and a head's
+    _tq_encode_kernel[(rows,)](u_k, k_cache, k_cache.view(torch.float32), slots, key_centroids, n_k, res, h, d,
+                               *k_args, BITS=kbits, LEVELS=1 << kbits, PLANE=d // 8, BLOCK_B=block_b, KEY=qjl_keys)
+    if qjl_keys:
+        gamma = torch.linalg.vector_norm(res, dim=-1)  # as the reference rounds it
+        _tq_signs_kernel[(rows,)]((res @ qjl.T).contiguous(), gamma, k_cache, k_cache.view(torch.float32), slots, h,
+                                  d, *k_args, 8 + kbits * d // 8, PLANE=d // 8, BLOCK_B=block_b)
+    n_v, u_v = _unit_rotated(v.reshape(rows, d), rotation)
+    _tq_encode_kernel[(rows,)](u_v, v_cache, v_cache.view(torch.float32), slots, value_centroids, n_v, u_v, h, d,
+                               v_cache.stride(1), v_cache.stride(2), BITS=vbits, LEVELS=1 << vbits, PLANE=d // 8,
+                               BLOCK_B=block_b, KEY=False)

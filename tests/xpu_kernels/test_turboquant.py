@@ -1,0 +1,66 @@
+"""TurboQuant KV cache kernels (anna_xpu_kernels.turboquant) against the torch reference, on the CPU through Triton's
+interpreter: the write byte for byte, attention (decode, prefill over a cached prefix, windows, forced splits,
+GQA, a head dim that is no power of two) within float32 rounding."""
+
+import pytest
+import torch
+from anna_core.kernels.reference import turboquant as ref
+from anna_core.kv_quant.layout import TurboQuantLayout
+from anna_core.kv_quant.tables import TurboQuantTables
+
+from tests.xpu_kernels._interp import require_triton_interpreter
+
+require_triton_interpreter()
+
+from anna_xpu_kernels import turboquant as tq  # noqa: E402
+
+
+def _filled(bits, d, n_blocks, bs, h_kv, seed, key_qjl=True):
+    g = torch.Generator().manual_seed(seed)
+    layout = TurboQuantLayout(bits, key_qjl=key_qjl)
+    tables = TurboQuantTables.build(layout, d, "cpu").args
+    k_cache = torch.zeros(n_blocks, bs, h_kv, layout.key_row_bytes(d), dtype=torch.uint8)
+    v_cache = torch.zeros(n_blocks, bs, h_kv, layout.value_row_bytes(d), dtype=torch.uint8)
+    n = n_blocks * bs
+    k, v = torch.randn(n, h_kv, d, generator=g), torch.randn(n, h_kv, d, generator=g)
+    slots = torch.randperm(n, generator=g)
+    return k, v, k_cache, v_cache, slots, tables
+
+
+@pytest.mark.parametrize("bits,d,key_qjl", [(4, 64, True), (3, 40, True), (2, 16, True), (3, 32, False)])
+def test_the_write_is_byte_equal_to_the_reference(bits, d, key_qjl):
+    k, v, kc, vc, slots, tables = _filled(bits, d, 3, 4, 2, seed=bits, key_qjl=key_qjl)
+    kc2, vc2 = kc.clone(), vc.clone()
+    ref.turboquant_cache_write(k[:9].bfloat16(), v[:9].bfloat16(), kc, vc, slots[:9], *tables)
+    tq.turboquant_cache_write(k[:9].bfloat16(), v[:9].bfloat16(), kc2, vc2, slots[:9], *tables)
+    assert torch.equal(kc, kc2) and torch.equal(vc, vc2)
+
+
+@pytest.mark.parametrize("bits,d,h_q,h_kv,window,splits,key_qjl", [
+    (4, 64, 4, 2, None, None, True), (3, 64, 4, 1, 7, None, True), (4, 40, 2, 2, None, 3, True),
+    (2, 16, 8, 2, 5, 2, True), (3, 32, 4, 2, None, 2, False)])
+def test_attention_matches_the_reference(bits, d, h_q, h_kv, window, splits, key_qjl):
+    bs, seq_lens, q_lens = 4, [13, 6, 21], [1, 6, 5]  # a decode, a fresh prompt, a chunk over a cached prefix
+    k, v, kc, vc, slots, tables = _filled(bits, d, 16, bs, h_kv, seed=d, key_qjl=key_qjl)
+    ref.turboquant_cache_write(k, v, kc, vc, torch.arange(16 * bs), *tables)
+    g = torch.Generator().manual_seed(1)
+    order = torch.randperm(16, generator=g)
+    block_tables = torch.stack([order[:6], order[6:12], order[10:16]]).to(torch.int32)
+    q = torch.randn(sum(q_lens), h_q, d, generator=g)
+    cu = torch.tensor([0, 1, 7, 12], dtype=torch.int32)
+    args = (q, kc, vc, cu, torch.tensor(seq_lens, dtype=torch.int32), block_tables, d ** -0.5, window, *tables)
+    want = ref.paged_attention_turboquant(*args)
+    torch.testing.assert_close(tq.paged_attention_turboquant(*args, num_splits=splits), want, rtol=2e-5, atol=2e-5)
+    # a decode-only batch takes the DECODE path
+    dec = (q[:3], kc, vc, torch.arange(4, dtype=torch.int32), args[4], block_tables, d ** -0.5, window, *tables)
+    torch.testing.assert_close(tq.paged_attention_turboquant(*dec, num_splits=splits),
+                               ref.paged_attention_turboquant(*dec), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("splits", [None, 2])
+def test_attention_reads_the_residual_ring_as_the_reference(splits):
+    from anna_core.kernels.examples import paged_attention_turboquant as examples
+
+    ex = [e for e in examples("cpu", torch.float32) if len(e.args) == 16][0]  # with a ring
+    torch.testing.assert_close(tq.paged_attention_turboquant(*ex.args, num_splits=splits),
+                               ref.paged_attention_turboquant(*ex.args), rtol=2e-5, atol=2e-5)

@@ -13,10 +13,12 @@ import click
 DEVICES = ("auto", "cpu", "cuda", "xpu")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
-WEIGHT_QUANTS = ("auto", "none", "int4", "int8")  # anna_core.loading.WEIGHT_QUANT_MODES (kept import-free)
-WEIGHT_QUANT_HELP = ("auto: a GGUF's quantized matrices stay quantized on the CPU (dequantized on a GPU); "
-                     "none: dequantize; int4 (groups of 128) / int8 (per channel): quantize a safetensors "
-                     "checkpoint's projections at load (CPU).")
+WEIGHT_QUANTS = ("auto", "none", "int4", "int8", "fp8")  # anna_core.loading.WEIGHT_QUANT_MODES (kept import-free)
+WEIGHT_QUANT_HELP = ("auto: a GGUF's quantized matrices stay quantized on the CPU (dequantized on a GPU); on a GPU a "
+                     "Qwen3.5 checkpoint whose bf16 weights would not fit the device memory becomes int4 (logged); "
+                     "none: dequantize; int4 (groups of 128) / int8 (per channel) / fp8 (e4m3, 128x128 block "
+                     "scales; GPUs with FP8 units): quantize a safetensors checkpoint's projections at load "
+                     "(int4 / int8 on the CPU: anna-llama; on a GPU: Qwen3.5, LM head kept bf16).")
 
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:

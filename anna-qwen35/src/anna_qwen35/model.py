@@ -65,6 +65,15 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
 
+    def merge_projections(self) -> None:
+        """Merge the mixer's and the MLP's projections that read one input (idempotent; after loading)."""
+        mixer = self.self_attn if self.layer_type == FULL else self.linear_attn
+        mixer.merge_projections()
+        if isinstance(self.mlp, SparseMoeBlock):
+            self.mlp.merge_projections()
+        else:
+            self.mlp.merge_gate_up()
+
     def forward(self, h: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch,
                 caches: ModelCaches) -> tuple[torch.Tensor, torch.Tensor]:
         """h, residual: ``[T, hidden]`` (residual None in the first layer: the stream starts at h)
@@ -190,12 +199,7 @@ class Qwen35ForCausalLM(nn.Module):
         per-expert weights stacked into ``[E, ...]`` tensors) into one matrix each. The loader calls it
         once the weights are in place; the math is unchanged."""
         for layer in self.model.layers:
-            mixer = layer.self_attn if layer.layer_type == FULL else layer.linear_attn
-            mixer.merge_projections()
-            if isinstance(layer.mlp, SparseMoeBlock):
-                layer.mlp.merge_projections()
-            else:
-                layer.mlp.merge_gate_up()
+            layer.merge_projections()
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""

@@ -11,7 +11,8 @@ after the loop) or on the tensor cores for 9..64 rows (the dequantized tile roun
 to 16). An int4 tile's two codes per byte pair with the even and the odd activation columns, so no unpacked
 tile is ever interleaved. The decode fusions of the dense GEMV (:mod:`anna_xpu_kernels.gemv`) are kept: the
 ``ADD_RMS_NORM`` / ``RMS_NORM`` prologues (:mod:`anna_xpu_kernels.gemv_prologue`: residual add and RMSNorm computed per
-activation tile, the first program writing the new residual) and the gated epilogues
+activation tile, the first program writing the new residual; rows up to :data:`NORM_PROLOGUE_MAX_K`) and the gated
+epilogues
 (:mod:`anna_xpu_kernels.gemv_epilogue`: a merged gate/up weight's rows interleaved per program, ``act(gate) *
 up`` written directly). Tile width, ``BLOCK_N`` and warps are autotuned per (rows bucket, N, K, scheme, modes).
 No split-K and no one-wave (persistent) form yet: a projection with few output columns runs fewer programs
@@ -42,13 +43,22 @@ MAX_ROWS = 64
 CUDA_CORE_ROWS = 8
 """Up to this many rows accumulate on the CUDA cores; more on the tensor cores."""
 
+NORM_PROLOGUE_MAX_K = 2048
+"""Longest row the norm prologue is fused for: every program recomputes its rows' mean square (a pass over the
+row from L2), which the dense GEMV's measurements found to stop paying past 2048 values (see
+:mod:`anna_xpu_kernels.fused_linear`); wider rows (Qwen3.5-9B's 4096) run the Triton ``add_rms_norm`` first."""
+
 SCHEME_IDS = {"int4": 0, "int8": 1, "fp8": 2}
 """The kernel's ``SCHEME`` constexpr per scheme name."""
 
 
 def _configs() -> list:
-    return [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w)
-            for bn in (4, 8, 16, 32, 64) for bk in (128, 256, 512, 1024) for w in (2, 4, 8)]
+    """CUDA-core tiles (few columns, long K tiles: each program streams a few rows) and tensor-core tiles."""
+    cuda_cores = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=4)
+                  for bn in (4, 8, 16) for bk in (256, 512, 1024)]
+    tensor_cores = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w)
+                    for bn in (32, 64) for bk in (128, 256) for w in (4, 8)]
+    return cuda_cores + tensor_cores
 
 
 FIXED = triton.Config({"BLOCK_N": 16, "BLOCK_K": 256}, num_warps=4)
@@ -65,7 +75,7 @@ def prune(configs, named_args, **kwargs):
         tile = bk // 2 if kwargs["SCHEME"] == 0 else bk
         if bk > max(128, next_pow2(k)) or bn > max(16, next_pow2(n)):
             continue
-        if dot and (bn < 16 or bk > 256):
+        if dot != (bn >= 32):  # each path its own tiles
             continue
         if not dot and block_m * bn * tile > 64 * 32 * w:
             continue
@@ -264,6 +274,11 @@ def add_rms_norm_wq_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_
         h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
         y = F.linear(h, dequantize(qweight, scale, zero, scheme, x.dtype))
         return (y if activation is None else act_and_mul(y, activation)), new_residual
+    if k > NORM_PROLOGUE_MAX_K:  # the norm as its own launch, then the GEMV (the gated epilogue stays fused)
+        h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
+        y = _launch(as_rows(h), qweight, scale, zero, scheme, None, n, k, Prologue(),
+                    NO_EPILOGUE if activation is None else GATED_EPILOGUES[activation])
+        return y.view(*x.shape[:-1], y.shape[-1]), new_residual
     res = as_rows(residual) if residual is not None else None
     new_residual = torch.empty_like(rows) if res is not None else None
     prologue = Prologue(ADD_RMS_NORM if res is not None else RMS_NORM, res, norm_weight, new_residual, float(eps),

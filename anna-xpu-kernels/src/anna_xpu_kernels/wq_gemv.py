@@ -3,7 +3,8 @@
 
 Decode (``M <= 64`` rows): one launch that streams the quantized weight once and dequantizes it in registers.
 Each program owns ``BLOCK_N`` output columns for all rows and walks K in tiles of ``BLOCK_K`` values (a
-multiple of 128: whole int4 groups / FP8 blocks): it loads the codes (int4: ``BLOCK_K / 2`` bytes per row,
+multiple of 128: whole int4 groups / FP8 blocks), the first tile loaded before the programmatic-dependent-launch
+wait and each next one before the current one is used: it loads the codes (int4: ``BLOCK_K / 2`` bytes per row,
 two codes each; int8 / FP8: ``BLOCK_K`` bytes), the tile's scales (and int4 zeros), dequantizes to float32
 (``q * scale + zero``; int8's per-channel scale is applied once to the row's sum) and multiplies by the
 activation tile, on the CUDA cores for up to 8 rows (a ``[BLOCK_M, BLOCK_N, tile]`` float32 product summed
@@ -98,38 +99,53 @@ def _e4m3(b, DECODE: tl.constexpr):
 
 
 @triton.jit
-def _weight_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn,
-                 SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DECODE_FP8: tl.constexpr):
-    """The dequantized float32 weight tile(s) at column ``k0``: int4 ``(w_even, w_odd)`` ``[BLOCK_N, BLOCK_K/2]``
-    (columns ``k0 + 2c`` and ``k0 + 2c + 1``); int8 / FP8 ``(w, w)`` ``[BLOCK_N, BLOCK_K]`` (int8 unscaled)."""
+def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn,
+               SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The raw tile at column ``k0`` (nothing loaded past K): ``(codes, scale, zero)`` with codes ``[BLOCK_N,
+    BLOCK_K/2]`` uint8 (int4) or ``[BLOCK_N, BLOCK_K]`` (int8 / FP8 bytes), scale and zero ``[BLOCK_N, BLOCK_K/128]``
+    float32 (zeros where the scheme has none: int8's scale is applied to the row's sum)."""
     GROUPS: tl.constexpr = BLOCK_K // 128
     g = tl.arange(0, GROUPS)
     if SCHEME == 0:
         c = tl.arange(0, BLOCK_K // 2)
-        ok = (k0 + 2 * c) < K
-        b = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 // 2 + c)[None, :], mask=ok[None, :], other=0,
-                    eviction_policy="evict_first")
-        g_ok = (k0 // 128 + g) < (K // 128)
+        codes = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 // 2 + c)[None, :], mask=((k0 + 2 * c) < K)[None, :],
+                        other=0, eviction_policy="evict_first")
+        g_ok = ((k0 // 128 + g) < (K // 128))[None, :]
         s_off = w_rows[:, None] * stride_sn + (k0 // 128 + g)[None, :]
-        s = tl.load(s_ptr + s_off, mask=g_ok[None, :], other=0.0).to(tl.float32)[:, :, None]  # [BLOCK_N, G, 1]
-        z = tl.load(z_ptr + s_off, mask=g_ok[None, :], other=0.0).to(tl.float32)[:, :, None]
-        lo = tl.reshape((b & 15).to(tl.float32), (BLOCK_N, GROUPS, 64))
-        hi = tl.reshape((b >> 4).to(tl.float32), (BLOCK_N, GROUPS, 64))
-        return (tl.reshape(lo * s + z, (BLOCK_N, BLOCK_K // 2)), tl.reshape(hi * s + z, (BLOCK_N, BLOCK_K // 2)))
+        scale = tl.load(s_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
+        zero = tl.load(z_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
     else:
         c = tl.arange(0, BLOCK_K)
-        ok = (k0 + c) < K
-        q = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 + c)[None, :], mask=ok[None, :], other=0,
-                    eviction_policy="evict_first")
-        if SCHEME == 2:  # e4m3 bytes (loaded as uint8)
-            q = _e4m3(q, DECODE_FP8)
-        else:
-            q = q.to(tl.float32)
+        codes = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 + c)[None, :], mask=((k0 + c) < K)[None, :],
+                        other=0, eviction_policy="evict_first")
+        zero = tl.zeros((BLOCK_N, GROUPS), dtype=tl.float32)
         if SCHEME == 2:
-            g_ok = (k0 // 128 + g) < tl.cdiv(K, 128)
-            s = tl.load(s_ptr + (w_rows // 128)[:, None] * stride_sn + (k0 // 128 + g)[None, :], mask=g_ok[None, :],
-                        other=0.0)
-            q = tl.reshape(tl.reshape(q, (BLOCK_N, GROUPS, 128)) * s[:, :, None], (BLOCK_N, BLOCK_K))
+            g_ok = ((k0 // 128 + g) < tl.cdiv(K, 128))[None, :]
+            scale = tl.load(s_ptr + (w_rows // 128)[:, None] * stride_sn + (k0 // 128 + g)[None, :], mask=g_ok,
+                            other=0.0)
+        else:
+            scale = zero
+    return codes, scale, zero
+
+
+@triton.jit
+def _dequant(codes, scale, zero, SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             DECODE_FP8: tl.constexpr):
+    """The float32 weight tile(s) of :func:`_load_tile`'s raw tile: int4 ``(w_even, w_odd)`` ``[BLOCK_N, BLOCK_K/2]``
+    (columns ``k0 + 2c`` and ``k0 + 2c + 1``); int8 / FP8 ``(w, w)`` ``[BLOCK_N, BLOCK_K]`` (int8 unscaled)."""
+    GROUPS: tl.constexpr = BLOCK_K // 128
+    if SCHEME == 0:
+        s = scale[:, :, None]
+        z = zero[:, :, None]
+        lo = tl.reshape((codes & 15).to(tl.float32), (BLOCK_N, GROUPS, 64))
+        hi = tl.reshape((codes >> 4).to(tl.float32), (BLOCK_N, GROUPS, 64))
+        return (tl.reshape(lo * s + z, (BLOCK_N, BLOCK_K // 2)), tl.reshape(hi * s + z, (BLOCK_N, BLOCK_K // 2)))
+    elif SCHEME == 2:
+        q = tl.reshape(_e4m3(codes, DECODE_FP8), (BLOCK_N, GROUPS, 128)) * scale[:, :, None]
+        q = tl.reshape(q, (BLOCK_N, BLOCK_K))
+        return q, q
+    else:
+        q = codes.to(tl.float32)
         return q, q
 
 
@@ -171,6 +187,9 @@ def _wq_gemv_kernel(
         w_rows = (tl.minimum(out_cols, half - 1) + (tl.arange(0, BLOCK_N) % 2) * half).to(tl.int64)
     else:
         w_rows = tl.minimum(pid * BLOCK_N + tl.arange(0, BLOCK_N), N - 1).to(tl.int64)
+    # the first tile before waiting for the previous kernel (weights are never written in a step): with
+    # programmatic dependent launch it streams in while that kernel drains
+    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, 0, K, stride_qn, stride_sn, SCHEME, BLOCK_N, BLOCK_K)
     pdl.wait(USE_PDL)
     m_rows = tl.arange(0, BLOCK_M)
     if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms over the whole row; program 0 writes the new residual
@@ -185,8 +204,10 @@ def _wq_gemv_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        w_a, w_b = _weight_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn, SCHEME, BLOCK_N, BLOCK_K,
-                                DECODE_FP8)
+        # the next tile is loaded before this one is used (two tiles in flight per program)
+        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, K, stride_qn, stride_sn,
+                                                    SCHEME, BLOCK_N, BLOCK_K)
+        w_a, w_b = _dequant(codes, scale, zero, SCHEME, BLOCK_N, BLOCK_K, DECODE_FP8)
         if SCHEME == 0:
             kk = k0 + 2 * tl.arange(0, BLOCK_K // 2)
             acc = _mac(acc, w_a, x_ptr, r_ptr, nw_ptr, m_rows, kk, M, K, rstd, stride_xm, stride_rm, PROLOGUE,
@@ -197,6 +218,7 @@ def _wq_gemv_kernel(
             kk = k0 + tl.arange(0, BLOCK_K)
             acc = _mac(acc, w_a, x_ptr, r_ptr, nw_ptr, m_rows, kk, M, K, rstd, stride_xm, stride_rm, PROLOGUE,
                        ZERO_CENTERED, USE_DOT, UPCAST_DOT)
+        codes, scale, zero = nxt_codes, nxt_scale, nxt_zero
     if USE_DOT:
         out = tl.trans(acc)  # [BLOCK_M, BLOCK_N]
     else:

@@ -26,6 +26,8 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
 @click.option("--load-format", type=click.Choice(LOAD_FORMATS), default="dummy", show_default=True)
 @click.option("--weight-quant", type=click.Choice(WEIGHT_QUANTS), default="auto", show_default=True,
               help=WEIGHT_QUANT_HELP)
+@click.option("--lm-head-quant", type=click.Choice(("none", "int4", "int8", "fp8")), default="none", show_default=True,
+              help="Quantize the LM head too (Qwen3.5's lm_head_quant load option; none: dense).")
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Concurrent requests.")
 @click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request.")
 @click.option("--output-len", type=int, default=256, show_default=True, help="Generated tokens per request.")
@@ -65,7 +67,8 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
 @offload_options
 @vision_offload_option
 @exit_on_anna_errors
-def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_quant: str, batch_size: int, input_len: int,
+def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_quant: str, lm_head_quant: str,
+          batch_size: int, input_len: int,
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
           prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
           compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool,
@@ -77,7 +80,7 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
     from anna_core.bench.report import format_report
 
     settings = BenchSettings(model_dir=model_dir, device=device, dtype=dtype, load_format=load_format,
-                             weight_quant=weight_quant,
+                             weight_quant=weight_quant, lm_head_quant=lm_head_quant,
                              batch_size=batch_size, input_len=input_len, output_len=output_len, warmup=warmup,
                              runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode,
                              async_scheduling=async_scheduling, prefix_caching=prefix_caching,

@@ -13,12 +13,12 @@ from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
-from anna_core.layers.wq_linear import quantize_linears
+from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
-from anna_core.weights.gpu_quant import SCHEMES
+from anna_core.weights.gpu_quant import SCHEMES, quantize
 from anna_core.weights.safetensors_loader import (
     cast_meta_params,
     checkpoint_files,
@@ -68,7 +68,8 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
-         max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False) -> LoadedModel:
+         max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False,
+         lm_head_quant: str = "none") -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
@@ -87,6 +88,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             memory), with a warning; ``"int4"`` / ``"int8"`` / ``"fp8"`` quantize the decoder layers' dense
             projections of a safetensors (or dummy) checkpoint at load (:func:`weight_scheme`); the embedding, the
             LM head, MoE routers and routed experts and the vision tower stay dense.
+        lm_head_quant: ``"none"`` (the LM head stays in ``dtype``) or a scheme (``"int4"`` / ``"int8"`` / ``"fp8"``)
+            for the LM head (a tied head gets a quantized copy of the embedding; the embedding stays dense); a load
+            option (``load_model(family_options={"lm_head_quant": "fp8"})``, ``anna bench --lm-head-quant``).
         offload_vision: keep the vision tower (``visual.*``) in host memory and run it on the CPU with CPU-bound ops
             (:meth:`Qwen35ForCausalLM.encode` copies its rows to ``device``); ignored, with a log line, for a model
             without a tower.
@@ -103,6 +107,10 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"load format {load_format!r} is not supported by anna-qwen35; use one of {LOAD_FORMATS}")
     check_weight_quant(weight_quant, source.format, device)
+    if lm_head_quant != "none":
+        if lm_head_quant not in SCHEMES:
+            raise ModelLoadError(f"unknown lm_head_quant {lm_head_quant!r}; use none or one of {', '.join(SCHEMES)}")
+        check_weight_quant(lm_head_quant, source.format, device)
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
@@ -144,6 +152,10 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     model = _prepare(model, ops)
     if scheme is not None and not staged:
         _quantize(model.model.layers, scheme, ops)
+    if lm_head_quant != "none":
+        head = model.model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+        model.lm_head = WQLinear(quantize(head.detach(), lm_head_quant, head.dtype), None, ops)
+        log.info("LM head quantized to %s", lm_head_quant)
     if tower_on_cpu:  # the tower's linear layers on the CPU's kernels
         use_linear_op(model.visual, bind_ops(kernels, torch.device("cpu"), dtype))
     loaded = _loaded(model, cfg, tokenizer, generation, device, dtype)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.layers.wq_linear import WQLinear
 from anna_core.layers.media import splice_media
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
@@ -225,6 +226,8 @@ class Qwen35ForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32."""
+        if isinstance(self.lm_head, WQLinear):  # a quantized head (the loader's lm_head_quant)
+            return self.lm_head(hidden).float()
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return self.ops.linear(hidden, weight, None).float()
 

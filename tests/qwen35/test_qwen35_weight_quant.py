@@ -111,9 +111,8 @@ def test_fp8_without_fp8_units_is_refused(tiny128):
 
 
 def test_auto_promotes_to_int4_when_the_dense_weights_do_not_fit(tiny128, caplog):
-    from anna_qwen35.loader import build_model, weight_scheme
-
     from anna_qwen35.config import Qwen35Config
+    from anna_qwen35.loader import build_model, weight_scheme
 
     cfg = Qwen35Config.from_hf(inspect_model_dir(tiny128).config)
     model = build_model(cfg, None, torch.bfloat16)  # meta: nothing allocated

@@ -13,8 +13,8 @@ from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
-from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
+from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer

@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 from anna_core.engine.forward_batch import ForwardBatch
-from anna_core.layers.wq_linear import WQLinear
 from anna_core.layers.media import splice_media
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
+from anna_core.layers.wq_linear import WQLinear
 from anna_core.model import (
     CacheSpec,
     FullAttentionSpec,

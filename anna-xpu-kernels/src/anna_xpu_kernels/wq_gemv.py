@@ -15,7 +15,8 @@ tile is ever interleaved. The decode fusions of the dense GEMV (:mod:`anna_xpu_k
 activation tile, the first program writing the new residual; rows up to :data:`NORM_PROLOGUE_MAX_K`) and the gated
 epilogues
 (:mod:`anna_xpu_kernels.gemv_epilogue`: a merged gate/up weight's rows interleaved per program, ``act(gate) *
-up`` written directly). Tile width, ``BLOCK_N`` and warps are autotuned per (rows bucket, N, K, scheme, modes).
+up`` written directly). Tile width, ``BLOCK_N`` and warps are autotuned per (rows bucket, N, K, scheme, modes), timed with a cold L2
+(weights from memory, as in a decode step).
 No split-K and no one-wave (persistent) form yet: a projection with few output columns runs fewer programs
 than the dense kernels would.
 
@@ -37,6 +38,7 @@ from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, trit
 from anna_xpu_kernels.gemv import Prologue
 from anna_xpu_kernels.gemv_epilogue import GATED_EPILOGUES, NO_EPILOGUE, store_out
 from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, RMS_NORM, act_tile, row_block, row_rstd
+from anna_xpu_kernels.gemv_tuning import autotune_bench
 
 MAX_ROWS = 64
 """Most rows the kernel takes; more go to dequantize + ``F.linear``."""
@@ -168,7 +170,7 @@ def _mac(acc, w, x_ptr, r_ptr, nw_ptr, m_rows, kk, M, K, rstd, stride_xm, stride
 
 
 @autotune(_configs(), fixed=FIXED, key=["BLOCK_M", "N", "K", "SCHEME", "PROLOGUE", "EPILOGUE"],
-          prune_configs_by={"early_config_prune": prune})
+          prune_configs_by={"early_config_prune": prune}, do_bench=autotune_bench)  # timed with a cold L2
 @triton.heuristics({"ROW_BLOCK": lambda a: row_block(a["K"], a["BLOCK_M"], 128) if a["PROLOGUE"] in (1, 2) else 1})
 @triton.jit
 def _wq_gemv_kernel(

@@ -47,6 +47,7 @@ TEST_FIXTURES: dict[str, tuple[str, ...]] = {
     "anna-cli": ("anna-qwen35", "anna-xpu-kernels"),  # `anna plugins` lists the Triton kernels' devices
     "anna-llama": ("anna-cli",),  # the --weight-quant flag
     "anna-xpu-kernels": ("anna-qwen35", "anna-gemma4"),
+    "anna-audio": ("anna-cli",),  # anna serve / anna transcribe of the transcribe task
 }
 
 

@@ -9,8 +9,8 @@ two codes each; int8 / FP8: ``BLOCK_K`` bytes), the tile's scales (and int4 zero
 (``q * scale + zero``; int8's per-channel scale is applied once to the row's sum) and multiplies by the
 activation tile, on the CUDA cores for up to 8 rows (a ``[BLOCK_M, BLOCK_N, tile]`` float32 product summed
 after the loop) or on the tensor cores for 9..64 rows (the dequantized tile rounded to x's dtype, rows padded
-to 16). An int4 tile's two codes per byte pair with the even and the odd activation columns, so no unpacked
-tile is ever interleaved. The decode fusions of the dense GEMV (:mod:`anna_xpu_kernels.gemv`) are kept: the
+to 16). An int4 tile's two codes per byte pair with the even and the odd activation columns (the activation tile
+is loaded contiguously and split in registers), so no unpacked weight tile is ever interleaved. The decode fusions of the dense GEMV (:mod:`anna_xpu_kernels.gemv`) are kept: the
 ``ADD_RMS_NORM`` / ``RMS_NORM`` prologues (:mod:`anna_xpu_kernels.gemv_prologue`: residual add and RMSNorm computed per
 activation tile, the first program writing the new residual; rows up to :data:`NORM_PROLOGUE_MAX_K`) and the gated
 epilogues
@@ -152,13 +152,20 @@ def _dequant(codes, scale, zero, SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BL
 
 
 @triton.jit
-def _mac(acc, w, x_ptr, r_ptr, nw_ptr, m_rows, kk, M, K, rstd, stride_xm, stride_rm,
-         PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, USE_DOT: tl.constexpr, UPCAST_DOT: tl.constexpr):
-    """``acc`` plus the product of the float32 weight tile ``w`` ``[BLOCK_N, T]`` with the activation columns
-    ``kk`` ``[T]`` of every row (computed by the prologue)."""
+def _x_tile(x_ptr, r_ptr, nw_ptr, m_rows, k0, M, K, rstd, stride_xm, stride_rm,
+            PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The activation columns ``k0 .. k0 + BLOCK_K`` of every row, computed by the prologue: ``[BLOCK_M, BLOCK_K]``
+    in x's dtype (zero past K and M), loaded contiguously."""
+    kk = k0 + tl.arange(0, BLOCK_K)
     ok = (m_rows < M)[:, None] & (kk < K)[None, :]
-    x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[:, None], kk[None, :], ok, rstd[:, None], K, stride_xm, stride_rm,
-                 PROLOGUE, ZERO_CENTERED)  # [BLOCK_M, T] in x's dtype
+    return act_tile(x_ptr, r_ptr, nw_ptr, m_rows[:, None], kk[None, :], ok, rstd[:, None], K, stride_xm, stride_rm,
+                    PROLOGUE, ZERO_CENTERED)
+
+
+@triton.jit
+def _mac(acc, w, x, x_ptr, USE_DOT: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """``acc`` plus the product of the float32 weight tile ``w`` ``[BLOCK_N, T]`` and the activation tile ``x``
+    ``[BLOCK_M, T]`` (x's dtype)."""
     if USE_DOT:  # acc: y^T [BLOCK_N, BLOCK_M]
         if UPCAST_DOT:
             acc = tl.dot(w, tl.trans(x.to(tl.float32)), acc, input_precision="ieee")
@@ -210,16 +217,14 @@ def _wq_gemv_kernel(
         nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, K, stride_qn, stride_sn,
                                                     SCHEME, BLOCK_N, BLOCK_K)
         w_a, w_b = _dequant(codes, scale, zero, SCHEME, BLOCK_N, BLOCK_K, DECODE_FP8)
-        if SCHEME == 0:
-            kk = k0 + 2 * tl.arange(0, BLOCK_K // 2)
-            acc = _mac(acc, w_a, x_ptr, r_ptr, nw_ptr, m_rows, kk, M, K, rstd, stride_xm, stride_rm, PROLOGUE,
-                       ZERO_CENTERED, USE_DOT, UPCAST_DOT)
-            acc = _mac(acc, w_b, x_ptr, r_ptr, nw_ptr, m_rows, kk + 1, M, K, rstd, stride_xm, stride_rm, PROLOGUE,
-                       ZERO_CENTERED, USE_DOT, UPCAST_DOT)
+        x = _x_tile(x_ptr, r_ptr, nw_ptr, m_rows, k0, M, K, rstd, stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED,
+                    BLOCK_K)
+        if SCHEME == 0:  # the even and the odd columns pair with the low and the high codes
+            x_even, x_odd = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_K // 2, 2)))
+            acc = _mac(acc, w_a, x_even, x_ptr, USE_DOT, UPCAST_DOT)
+            acc = _mac(acc, w_b, x_odd, x_ptr, USE_DOT, UPCAST_DOT)
         else:
-            kk = k0 + tl.arange(0, BLOCK_K)
-            acc = _mac(acc, w_a, x_ptr, r_ptr, nw_ptr, m_rows, kk, M, K, rstd, stride_xm, stride_rm, PROLOGUE,
-                       ZERO_CENTERED, USE_DOT, UPCAST_DOT)
+            acc = _mac(acc, w_a, x, x_ptr, USE_DOT, UPCAST_DOT)
         codes, scale, zero = nxt_codes, nxt_scale, nxt_zero
     if USE_DOT:
         out = tl.trans(acc)  # [BLOCK_M, BLOCK_N]

@@ -9,16 +9,15 @@ two codes each; int8 / FP8: ``BLOCK_K`` bytes), the tile's scales (and int4 zero
 (``q * scale + zero``; int8's per-channel scale is applied once to the row's sum) and multiplies by the
 activation tile, on the CUDA cores for up to 8 rows (a ``[BLOCK_M, BLOCK_N, tile]`` float32 product summed
 after the loop) or on the tensor cores for 9..64 rows (the dequantized tile rounded to x's dtype, rows padded
-to 16). An int4 tile's two codes per byte pair with the even and the odd activation columns (the activation tile
-is loaded contiguously and split in registers), so no unpacked weight tile is ever interleaved. The decode fusions of the dense GEMV (:mod:`anna_xpu_kernels.gemv`) are kept: the
-``ADD_RMS_NORM`` / ``RMS_NORM`` prologues (:mod:`anna_xpu_kernels.gemv_prologue`: residual add and RMSNorm computed per
-activation tile, the first program writing the new residual; rows up to :data:`NORM_PROLOGUE_MAX_K`) and the gated
-epilogues
-(:mod:`anna_xpu_kernels.gemv_epilogue`: a merged gate/up weight's rows interleaved per program, ``act(gate) *
-up`` written directly). Tile width, ``BLOCK_N`` and warps are autotuned per (rows bucket, N, K, scheme, modes), timed with a cold L2
-(weights from memory, as in a decode step).
-No split-K and no one-wave (persistent) form yet: a projection with few output columns runs fewer programs
-than the dense kernels would.
+to 16). An int4 tile's two codes per byte pair with the even and the odd activation columns (the activation
+tile is loaded contiguously and split in registers), so no unpacked weight tile is ever interleaved. The decode
+fusions of the dense GEMV (:mod:`anna_xpu_kernels.gemv`) are kept: the ``ADD_RMS_NORM`` / ``RMS_NORM`` prologues
+(:mod:`anna_xpu_kernels.gemv_prologue`: residual add and RMSNorm computed per activation tile, the first program
+writing the new residual; rows up to :data:`NORM_PROLOGUE_MAX_K`) and the gated epilogues
+(:mod:`anna_xpu_kernels.gemv_epilogue`: a merged gate/up weight's rows interleaved per program, ``act(gate) * up``
+written directly). Tile width, ``BLOCK_N`` and warps are autotuned per (rows bucket, N, K, scheme, modes), timed
+with a cold L2 (weights from memory, as in a decode step). No split-K and no one-wave (persistent) form yet: a
+projection with few output columns runs fewer programs than the dense kernels would.
 
 Prefill (``M > 64``): the weight is dequantized to x's dtype with torch ops (:func:`anna_core.weights.gpu_quant.
 dequantize`) and multiplied by ``F.linear`` (cuBLAS), a temporary dense copy per call; the prologue and

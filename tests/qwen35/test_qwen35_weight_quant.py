@@ -140,3 +140,16 @@ def test_lm_head_quant_load_option(anna_tiny_qwen35_factory, long_prompt, tie):
     assert model.model.embed_tokens.weight.dtype == torch.float32
     prompt = long_prompt[:20]
     assert rel_err(prefill_logits(model, prompt), prefill_logits(dense, prompt)) <= 2e-2
+
+
+def test_generate_flags_quantize_the_projections_and_the_head(tiny128):
+    import json
+
+    from anna_cli.main import build_cli
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(build_cli(), ["generate", "--model-dir", str(tiny128), "--device", "cpu", "--dtype",
+                                              "fp32", "--weight-quant", "int8", "--lm-head-quant", "int8", "--prompt",
+                                              "hi", "--max-new-tokens", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output[result.output.index("{"):])["usage"]["completion_tokens"] == 3

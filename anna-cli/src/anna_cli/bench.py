@@ -15,7 +15,15 @@ from anna_cli.engine_options import (
     offload_options,
     vision_offload_option,
 )
-from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, WEIGHT_QUANTS, exit_on_anna_errors
+from anna_cli.options import (
+    DEVICES,
+    DTYPES,
+    LOAD_FORMATS,
+    WEIGHT_QUANT_HELP,
+    WEIGHT_QUANTS,
+    exit_on_anna_errors,
+    lm_head_quant_option,
+)
 
 
 @click.command("bench")
@@ -26,8 +34,7 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
 @click.option("--load-format", type=click.Choice(LOAD_FORMATS), default="dummy", show_default=True)
 @click.option("--weight-quant", type=click.Choice(WEIGHT_QUANTS), default="auto", show_default=True,
               help=WEIGHT_QUANT_HELP)
-@click.option("--lm-head-quant", type=click.Choice(("none", "int4", "int8", "fp8")), default="none", show_default=True,
-              help="Quantize the LM head too (Qwen3.5's lm_head_quant load option; none: dense).")
+@lm_head_quant_option
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Concurrent requests.")
 @click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request.")
 @click.option("--output-len", type=int, default=256, show_default=True, help="Generated tokens per request.")

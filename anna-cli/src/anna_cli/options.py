@@ -21,6 +21,22 @@ WEIGHT_QUANT_HELP = ("auto: a GGUF's quantized matrices stay quantized on the CP
                      "(int4 / int8 on the CPU: anna-llama; on a GPU: Qwen3.5, LM head kept bf16).")
 
 
+LM_HEAD_QUANTS = ("none", "int4", "int8", "fp8")
+LM_HEAD_QUANT_HELP = ("Quantize the LM head too (the lm_head_quant load option of families that declare it: Qwen3.5); "
+                      "none: dense.")
+
+
+def lm_head_quant_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--lm-head-quant`` (``anna serve``, ``anna generate``, ``anna bench``): passed as ``lm_head_family_options``."""
+    return click.option("--lm-head-quant", type=click.Choice(LM_HEAD_QUANTS), default="none", show_default=True,
+                        help=LM_HEAD_QUANT_HELP)(fn)
+
+
+def lm_head_family_options(lm_head_quant: str) -> dict[str, str]:
+    """The ``family_options`` entry of ``--lm-head-quant`` (empty for ``none``)."""
+    return {} if lm_head_quant == "none" else {"lm_head_quant": lm_head_quant}
+
+
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--model-dir``, ``--gguf-file``, ``--device``, ``--dtype``, ``--load-format``, ``--weight-quant``."""
     decorators = [

@@ -90,7 +90,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             LM head, MoE routers and routed experts and the vision tower stay dense.
         lm_head_quant: ``"none"`` (the LM head stays in ``dtype``) or a scheme (``"int4"`` / ``"int8"`` / ``"fp8"``)
             for the LM head (a tied head gets a quantized copy of the embedding; the embedding stays dense); a load
-            option (``load_model(family_options={"lm_head_quant": "fp8"})``, ``anna bench --lm-head-quant``).
+            option (``load_model(family_options={"lm_head_quant": "fp8"})``, ``--lm-head-quant`` of ``anna serve`` /
+            ``generate`` / ``bench``).
         offload_vision: keep the vision tower (``visual.*``) in host memory and run it on the CPU with CPU-bound ops
             (:meth:`Qwen35ForCausalLM.encode` copies its rows to ``device``); ignored, with a log line, for a model
             without a tower.

@@ -153,3 +153,20 @@ def test_generate_flags_quantize_the_projections_and_the_head(tiny128):
                                               "hi", "--max-new-tokens", "3", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output[result.output.index("{"):])["usage"]["completion_tokens"] == 3
+
+
+def test_layers_staged_in_host_memory_quantize_to_the_same_model(tiny128, long_prompt, monkeypatch):
+    """The accelerator path (decoder layers loaded into host memory, then moved, merged and quantized one at a
+    time) run on the CPU: the same quantized buffers and logits as quantizing the loaded model."""
+    import anna_qwen35.loader as loader
+
+    want = _load(tiny128, "int4").model
+    monkeypatch.setattr(loader, "stage_on_host", lambda scheme, offloaded, device: scheme is not None)
+    got = _load(tiny128, "int4").model
+    mine = {n: m for n, m in got.named_modules() if isinstance(m, WQLinear)}
+    theirs = {n: m for n, m in want.named_modules() if isinstance(m, WQLinear)}
+    assert mine.keys() == theirs.keys() and len(mine) == 14
+    for name, m in mine.items():
+        assert torch.equal(m.qweight, theirs[name].qweight) and torch.equal(m.scale, theirs[name].scale)
+    prompt = long_prompt[:16]
+    assert torch.equal(prefill_logits(got, prompt), prefill_logits(want, prompt))

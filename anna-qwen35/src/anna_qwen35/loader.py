@@ -130,7 +130,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
     scheme = weight_scheme(weight_quant, model, device, dtype, max_device_bytes)  # weighed on the meta-built model
-    staged = scheme is not None and plan is None and torch.device(device).type != "cpu"
+    staged = stage_on_host(scheme, plan is not None, device)
     if staged:  # the decoder layers wait in host memory and are quantized one at a time on the device
         host = (*host, "model.layers.")
     tower_on_cpu = offload_vision and vision is not None
@@ -230,6 +230,13 @@ def weight_scheme(weight_quant: str, model: torch.nn.Module, device: torch.devic
                 "--weight-quant none keeps them dense)", dense / 2**30, str(dtype).replace("torch.", ""),
                 budget / 2**30, device)
     return "int4"
+
+
+def stage_on_host(scheme: str | None, offloaded: bool, device: torch.device) -> bool:
+    """Whether the decoder layers load into host memory first and are quantized one at a time on ``device`` (so
+    the dense model never has to fit it): for a quantized load on an accelerator without expert offload (whose
+    host-resident experts must stay where the plan put them)."""
+    return scheme is not None and not offloaded and torch.device(device).type != "cpu"
 
 
 def _quantize(layers: torch.nn.Module, scheme: str, ops: Any) -> None:

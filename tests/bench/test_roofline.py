@@ -48,3 +48,13 @@ def test_routed_experts_count_by_the_share_a_step_touches():
     assert weight_bytes(_MoE(), batch=2) == 16 * 4 + int(80 * 4 * (1 - 0.75**2))
     with pytest.raises(ValueError, match="top_k"):
         RoutedExpertsModule(4, 5)
+
+
+def test_weight_quantized_projections_count_their_codes_and_scales():
+    from anna_core.layers.wq_linear import quantize_linears
+
+    model = _LM(tied=False)
+    model.model.proj = nn.Linear(256, 8, bias=False)  # 2048 float32 params
+    quantize_linears(model.model, "int4", None)
+    # int4: 8 rows x 128 bytes of codes + a scale and a zero (the weight's float32) per row per 128 columns
+    assert weight_bytes(model) == 800 * 4 + 8 * 128 + 8 * 2 * 2 * 4

@@ -93,7 +93,7 @@ def test_load_model_rejects_an_unknown_mode(quant_gguf):
     from anna_core.errors import AnnaError
     from anna_core.loading import load_model
 
-    with pytest.raises(AnnaError, match="unknown weight quantization 'int3'; use one of auto, none, int4, int8"):
+    with pytest.raises(AnnaError, match="unknown weight quantization 'int3'; use one of auto, none, int4, int8, fp8"):
         load_model(quant_gguf, device="cpu", weight_quant="int3")
 
 
@@ -101,9 +101,9 @@ def test_load_model_rejects_an_unknown_mode(quant_gguf):
 def test_weight_quant_flag(command):
     runner = CliRunner()
     result = runner.invoke(build_cli(), [command, "--help"])
-    assert result.exit_code == 0 and "--weight-quant [auto|none|int4|int8]" in result.output
+    assert result.exit_code == 0 and "--weight-quant [auto|none|int4|int8|fp8]" in result.output
     bad = runner.invoke(build_cli(), [command, "--model-dir", ".", "--weight-quant", "int3"])
-    assert bad.exit_code == 2 and "'int3' is not one of 'auto', 'none', 'int4', 'int8'" in bad.output
+    assert bad.exit_code == 2 and "'int3' is not one of 'auto', 'none', 'int4', 'int8', 'fp8'" in bad.output
 
 
 def test_generate_passes_weight_quant_to_the_loader(quant_gguf):

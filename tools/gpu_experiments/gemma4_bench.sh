@@ -12,7 +12,7 @@ for run in $RUNS; do
     [ -z "$f" ] && continue
     if [[ $f == *=* ]]; then flags+=("--${f%%=*}" "${f#*=}"); else flags+=("--$f"); fi
   done
-  name="g4_${shape}_b${batch}_i${inp}"
+  tag=${rest//[:=]/_}; name="g4_${shape}_b${batch}_i${inp}${tag:+_${tag:0:40}}"  # flags in the name: runs differing only in flags keep their files
   # a shape starting with "Qwen" is one of tests/qwen35/reference_configs (e.g. Qwen3.5-35B-A3B), else a Gemma 4 shape
   if [[ $shape == Qwen* ]]; then dir="tests/qwen35/reference_configs/$shape"; else dir="tests/gemma4/reference_configs/gemma-4-$shape-it"; fi
   start=$SECONDS

@@ -15,7 +15,15 @@ from anna_cli.engine_options import (
     offload_options,
     vision_offload_option,
 )
-from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, WEIGHT_QUANTS, exit_on_anna_errors
+from anna_cli.options import (
+    DEVICES,
+    DTYPES,
+    LOAD_FORMATS,
+    WEIGHT_QUANT_HELP,
+    WEIGHT_QUANTS,
+    exit_on_anna_errors,
+    lm_head_quant_option,
+)
 
 
 @click.command("bench")
@@ -26,6 +34,7 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
 @click.option("--load-format", type=click.Choice(LOAD_FORMATS), default="dummy", show_default=True)
 @click.option("--weight-quant", type=click.Choice(WEIGHT_QUANTS), default="auto", show_default=True,
               help=WEIGHT_QUANT_HELP)
+@lm_head_quant_option
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Concurrent requests.")
 @click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request.")
 @click.option("--output-len", type=int, default=256, show_default=True, help="Generated tokens per request.")
@@ -74,7 +83,8 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
 @offload_options
 @vision_offload_option
 @exit_on_anna_errors
-def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_quant: str, batch_size: int, input_len: int,
+def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_quant: str, lm_head_quant: str,
+          batch_size: int, input_len: int,
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
           prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
           compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool,
@@ -88,7 +98,7 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
     from anna_core.bench.video_prompts import VideoSpec
 
     settings = BenchSettings(model_dir=model_dir, device=device, dtype=dtype, load_format=load_format,
-                             weight_quant=weight_quant,
+                             weight_quant=weight_quant, lm_head_quant=lm_head_quant,
                              batch_size=batch_size, input_len=input_len, output_len=output_len, warmup=warmup,
                              runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode,
                              async_scheduling=async_scheduling, prefix_caching=prefix_caching,

@@ -13,10 +13,28 @@ import click
 DEVICES = ("auto", "cpu", "cuda", "xpu")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
-WEIGHT_QUANTS = ("auto", "none", "int4", "int8")  # anna_core.loading.WEIGHT_QUANT_MODES (kept import-free)
-WEIGHT_QUANT_HELP = ("auto: a GGUF's quantized matrices stay quantized on the CPU (dequantized on a GPU); "
-                     "none: dequantize; int4 (groups of 128) / int8 (per channel): quantize a safetensors "
-                     "checkpoint's projections at load (CPU).")
+WEIGHT_QUANTS = ("auto", "none", "int4", "int8", "fp8")  # anna_core.loading.WEIGHT_QUANT_MODES (kept import-free)
+WEIGHT_QUANT_HELP = ("auto: a GGUF's quantized matrices stay quantized on the CPU (dequantized on a GPU); on a GPU a "
+                     "Qwen3.5 checkpoint whose bf16 weights would not fit the device memory becomes int4 (logged); "
+                     "none: dequantize; int4 (groups of 128) / int8 (per channel) / fp8 (e4m3, 128x128 block "
+                     "scales; GPUs with FP8 units): quantize a safetensors checkpoint's projections at load "
+                     "(int4 / int8 on the CPU: anna-llama; on a GPU: Qwen3.5, LM head kept bf16).")
+
+
+LM_HEAD_QUANTS = ("none", "int4", "int8", "fp8")
+LM_HEAD_QUANT_HELP = ("Quantize the LM head too (the lm_head_quant load option of families that declare it: Qwen3.5); "
+                      "none: dense.")
+
+
+def lm_head_quant_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--lm-head-quant`` (``anna serve``, ``anna generate``, ``anna bench``): passed as ``lm_head_family_options``."""
+    return click.option("--lm-head-quant", type=click.Choice(LM_HEAD_QUANTS), default="none", show_default=True,
+                        help=LM_HEAD_QUANT_HELP)(fn)
+
+
+def lm_head_family_options(lm_head_quant: str) -> dict[str, str]:
+    """The ``family_options`` entry of ``--lm-head-quant`` (empty for ``none``)."""
+    return {} if lm_head_quant == "none" else {"lm_head_quant": lm_head_quant}
 
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:

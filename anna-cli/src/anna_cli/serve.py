@@ -46,6 +46,8 @@ from anna_cli.media_options import media_options, media_settings
 from anna_cli.options import (
     SAMPLING_FLAGS,
     exit_on_anna_errors,
+    lm_head_family_options,
+    lm_head_quant_option,
     model_options,
     resolve_model_path,
     sampling_options,
@@ -295,6 +297,7 @@ def _draining_server_class() -> type:
 
 @click.command("serve")
 @model_options
+@lm_head_quant_option
 @click.option("--model-name", default=None, help="The model id clients use (default: the folder name).")
 @click.option("--task", "task_name", default=None,
               help="Which of the family's tasks to serve (generate, transcribe, speech, ...; default: its main one).")
@@ -352,6 +355,7 @@ def _draining_server_class() -> type:
 @media_options
 @exit_on_anna_errors
 def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, weight_quant: str,
+          lm_head_quant: str,
           model_name: str | None, task_name: str | None, host: str, port: int, log_level: str, log_format: str,
           max_model_len: int | None, chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
@@ -383,6 +387,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     task = task_for(family, name=task_name)  # fail fast: the family's task is not installed
     check_task(task)  # ... or its plugin's targets do not import
     task_options, family_options = pop_task_options(options, tasks(), task)  # ... or another task's flag was given
+    family_options = {**family_options, **lm_head_family_options(lm_head_quant)}
     _check_disabled_kernels(disable_kernels)
     runner_config = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
                                  warmup=resolve_device(device).type != "cpu")
@@ -404,7 +409,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         media_fetcher=media_fetcher,
         mm_processor_kwargs=mm_processor_kwargs,
         info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device,
-              "weight_quant": weight_quant},
+              "weight_quant": weight_quant, "lm_head_quant": lm_head_quant},
     )
     loader = BackgroundLoader(
         state, task, path,

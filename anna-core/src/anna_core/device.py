@@ -136,6 +136,15 @@ class Accelerator:
         host memory frees device memory (expert offload); False on the CPU."""
         return self._module is not None
 
+    @property
+    def fp8_units(self) -> bool:
+        """Whether the device converts and multiplies FP8 (e4m3) in hardware, which ``--weight-quant fp8``
+        needs: CUDA devices of compute capability 8.9 or newer (Ada, Hopper, Blackwell); not the CPU, and not
+        Intel XPUs (no FP8 path in the Triton kernels there yet)."""
+        if self.device.type != "cuda":
+            return False
+        return torch.cuda.get_device_capability(self.device) >= (8, 9)
+
     def synchronize(self) -> None:
         synchronize(self.device)
 

@@ -23,10 +23,12 @@ from anna_core.registry import resolve
 log = logging.getLogger("anna.loading")
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
-WEIGHT_QUANT_MODES = ("auto", "none", "int4", "int8")
+WEIGHT_QUANT_MODES = ("auto", "none", "int4", "int8", "fp8")
 """``--weight-quant``: ``auto`` keeps a GGUF's own quantization on the CPU (where the family supports it;
-dequantized elsewhere), ``none`` dequantizes, ``int4`` (group 128, asymmetric) / ``int8`` (per channel)
-quantize a safetensors checkpoint's projections at load (anna-llama, CPU)."""
+dequantized elsewhere) and, on an accelerator, lets the family promote a model whose dense weights would not
+fit the device to int4 (Qwen3.5); ``none`` dequantizes, ``int4`` (group 128, asymmetric) / ``int8`` (per
+channel) / ``fp8`` (e4m3, 128x128 block scales) quantize a safetensors checkpoint's projections at load
+(anna-llama on the CPU: int4 / int8; Qwen3.5 on any device: :mod:`anna_core.weights.gpu_quant`)."""
 
 
 def _checkpoint_dtype(source: ModelSource) -> str | None:
@@ -105,6 +107,8 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
         elif offload.mode == "experts":
             raise UnsupportedModelError(f"--offload-mode experts: the {family.name!r} family "
                                         f"({family.distribution or 'a plugin'}) does not declare expert offload")
+    elif family.expert_offload and max_device_memory_gib is not None and 0 < max_device_memory_gib < float("inf"):
+        extra["max_device_bytes"] = int(max_device_memory_gib * (1 << 30))  # what --weight-quant auto may weigh
     if offload_vision:
         if not family.vision_offload:
             raise UnsupportedModelError(f"--offload-vision: the {family.name!r} family "

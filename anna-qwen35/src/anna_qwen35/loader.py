@@ -14,9 +14,11 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
+from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
+from anna_core.weights.gpu_quant import SCHEMES, quantize
 from anna_core.weights.safetensors_loader import (
     cast_meta_params,
     checkpoint_files,
@@ -66,7 +68,8 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
-         max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False) -> LoadedModel:
+         max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False,
+         lm_head_quant: str = "none") -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
@@ -80,6 +83,15 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         offload, max_device_bytes: expert offload of a MoE model (:func:`anna_core.layers.expert_offload.plan_offload`,
             decided on the meta-built model): the offloaded layers' experts load into pinned host memory, never
             onto the device.
+        weight_quant: ``"auto"`` / ``"none"`` keep the weights dense, except that ``"auto"`` on an accelerator
+            quantizes to int4 when the dense weights would not fit ``max_device_bytes`` (else the device's free
+            memory), with a warning; ``"int4"`` / ``"int8"`` / ``"fp8"`` quantize the decoder layers' dense
+            projections of a safetensors (or dummy) checkpoint at load (:func:`weight_scheme`); the embedding, the
+            LM head, MoE routers and routed experts and the vision tower stay dense.
+        lm_head_quant: ``"none"`` (the LM head stays in ``dtype``) or a scheme (``"int4"`` / ``"int8"`` / ``"fp8"``)
+            for the LM head (a tied head gets a quantized copy of the embedding; the embedding stays dense); a load
+            option (``load_model(family_options={"lm_head_quant": "fp8"})``, ``--lm-head-quant`` of ``anna serve`` /
+            ``generate`` / ``bench``).
         offload_vision: keep the vision tower (``visual.*``) in host memory and run it on the CPU with CPU-bound ops
             (:meth:`Qwen35ForCausalLM.encode` copies its rows to ``device``); ignored, with a log line, for a model
             without a tower.
@@ -88,15 +100,18 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         OffloadConfigError: an offload setting the model contradicts; offload of a GGUF.
         UnsupportedModelError: a MoE option transformers' Qwen3_5Moe lacks (see :meth:`Qwen35Config.from_hf`),
             GGUF metadata Anna does not implement (see :meth:`Qwen35Config.from_gguf`).
-        ModelLoadError: bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
+        ModelLoadError: ``--weight-quant`` int4 / int8 / fp8 of a GGUF, fp8 on a device without FP8 units, an
+            unknown mode; bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
             mixing the fused and per-expert layouts), unsupported GGML types, a load format that does not fit
             the source, no tokenizer.
     """
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"load format {load_format!r} is not supported by anna-qwen35; use one of {LOAD_FORMATS}")
-    if weight_quant not in ("auto", "none"):
-        raise ModelLoadError(f"--weight-quant {weight_quant} is not implemented for anna-qwen35 yet; use auto or none "
-                             "(both dequantize its weights today)")
+    check_weight_quant(weight_quant, source.format, device)
+    if lm_head_quant != "none":
+        if lm_head_quant not in SCHEMES:
+            raise ModelLoadError(f"unknown lm_head_quant {lm_head_quant!r}; use none or one of {', '.join(SCHEMES)}")
+        check_weight_quant(lm_head_quant, source.format, device)
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
@@ -114,6 +129,10 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     model = build_model(cfg, ops, dtype, per_expert, vision)
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
+    scheme = weight_scheme(weight_quant, model, device, dtype, max_device_bytes)  # weighed on the meta-built model
+    staged = stage_on_host(scheme, plan is not None, device)
+    if staged:  # the decoder layers wait in host memory and are quantized one at a time on the device
+        host = (*host, "model.layers.")
     tower_on_cpu = offload_vision and vision is not None
     if offload_vision and vision is None:
         log.info("--offload-vision: %s has no vision tower to offload", source.root)
@@ -126,7 +145,18 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
                          pin=not per_expert)
     model.raw_config = source.config
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
+    if staged:
+        for layer in model.model.layers:
+            layer.to(device)
+            layer.merge_projections()
+            _quantize(layer, scheme, ops)
     model = _prepare(model, ops)
+    if scheme is not None and not staged:
+        _quantize(model.model.layers, scheme, ops)
+    if lm_head_quant != "none":
+        head = model.model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+        model.lm_head = WQLinear(quantize(head.detach(), lm_head_quant, head.dtype), None, ops)
+        log.info("LM head quantized to %s", lm_head_quant)
     if tower_on_cpu:  # the tower's linear layers on the CPU's kernels
         use_linear_op(model.visual, bind_ops(kernels, torch.device("cpu"), dtype))
     loaded = _loaded(model, cfg, tokenizer, generation, device, dtype)
@@ -157,6 +187,63 @@ def _vision(source: ModelSource, cfg: Qwen35Config, tokenizer: Any
                  source.root, PREPROCESSOR_CONFIG)
         return None, None
     return vision, processor
+
+
+def check_weight_quant(weight_quant: str, source_format: str, device: torch.device) -> None:
+    """Refuse a ``--weight-quant`` mode the source or device cannot take.
+
+    Raises:
+        ModelLoadError: an unknown mode; int4 / int8 / fp8 of a GGUF (it keeps its own quantization, dequantized
+            here); fp8 on a device without FP8 units (:attr:`anna_core.device.Accelerator.fp8_units`).
+    """
+    from anna_core.device import accelerator
+    from anna_core.loading import WEIGHT_QUANT_MODES
+
+    if weight_quant not in WEIGHT_QUANT_MODES:
+        raise ModelLoadError(f"unknown --weight-quant {weight_quant!r}; use one of {', '.join(WEIGHT_QUANT_MODES)}")
+    if weight_quant in SCHEMES and source_format == "gguf":
+        raise ModelLoadError(f"--weight-quant {weight_quant} quantizes a safetensors checkpoint; a GGUF is "
+                             "dequantized at load (--weight-quant auto or none)")
+    if weight_quant == "fp8" and not accelerator(torch.device(device)).fp8_units:
+        raise ModelLoadError(f"--weight-quant fp8 needs a device with FP8 units (CUDA compute capability 8.9 or "
+                             f"newer); {torch.device(device)} has none: use --weight-quant int8 or int4")
+
+
+def weight_scheme(weight_quant: str, model: torch.nn.Module, device: torch.device, dtype: torch.dtype,
+                  max_device_bytes: int | None) -> str | None:
+    """The :mod:`anna_core.weights.gpu_quant` scheme the decoder's projections take, or None (dense):
+    ``weight_quant`` itself for int4 / int8 / fp8; for ``"auto"`` on an accelerator, int4 when the model's
+    dense weights (all parameters and buffers, in ``dtype``) exceed ``max_device_bytes`` (the memory the
+    server may use), else the device's free memory now (logged as a warning); None otherwise."""
+    from anna_core.device import memory_stats
+
+    if weight_quant in SCHEMES:
+        return weight_quant
+    if weight_quant != "auto" or torch.device(device).type == "cpu":
+        return None
+    budget = max_device_bytes if max_device_bytes is not None else memory_stats(torch.device(device)).get("free_bytes")
+    dense = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    if budget is None or dense <= budget:
+        return None
+    log.warning("--weight-quant auto: the dense weights (%.1f GiB in %s) do not fit the %.1f GiB the server may use "
+                "on %s: quantizing the projections to int4 (groups of 128; the LM head stays dense; "
+                "--weight-quant none keeps them dense)", dense / 2**30, str(dtype).replace("torch.", ""),
+                budget / 2**30, device)
+    return "int4"
+
+
+def stage_on_host(scheme: str | None, offloaded: bool, device: torch.device) -> bool:
+    """Whether the decoder layers load into host memory first and are quantized one at a time on ``device`` (so
+    the dense model never has to fit it): for a quantized load on an accelerator without expert offload (whose
+    host-resident experts must stay where the plan put them)."""
+    return scheme is not None and not offloaded and torch.device(device).type != "cpu"
+
+
+def _quantize(layers: torch.nn.Module, scheme: str, ops: Any) -> None:
+    """Quantize the dense projections of ``layers`` (merged first; not the MoE routers: their logits pick
+    experts)."""
+    count = quantize_linears(layers, scheme, ops, skip=lambda name: name.endswith(("mlp.gate", "shared_expert_gate")))
+    log.debug("--weight-quant %s: %d projections quantized", scheme, count)
 
 
 def _prepare(model: Qwen35ForCausalLM, ops: Any) -> Qwen35ForCausalLM:

@@ -15,6 +15,7 @@ from anna_core.layers.media import splice_media
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
+from anna_core.layers.wq_linear import WQLinear
 from anna_core.model import (
     CacheSpec,
     FullAttentionSpec,
@@ -64,6 +65,15 @@ class DecoderLayer(nn.Module):
             self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size, ops)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
+
+    def merge_projections(self) -> None:
+        """Merge the mixer's and the MLP's projections that read one input (idempotent; after loading)."""
+        mixer = self.self_attn if self.layer_type == FULL else self.linear_attn
+        mixer.merge_projections()
+        if isinstance(self.mlp, SparseMoeBlock):
+            self.mlp.merge_projections()
+        else:
+            self.mlp.merge_gate_up()
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch,
                 caches: ModelCaches) -> tuple[torch.Tensor, torch.Tensor]:
@@ -199,12 +209,7 @@ class Qwen35ForCausalLM(nn.Module):
         per-expert weights stacked into ``[E, ...]`` tensors) into one matrix each. The loader calls it
         once the weights are in place; the math is unchanged."""
         for layer in self.model.layers:
-            mixer = layer.self_attn if layer.layer_type == FULL else layer.linear_attn
-            mixer.merge_projections()
-            if isinstance(layer.mlp, SparseMoeBlock):
-                layer.mlp.merge_projections()
-            else:
-                layer.mlp.merge_gate_up()
+            layer.merge_projections()
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
@@ -230,6 +235,8 @@ class Qwen35ForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32."""
+        if isinstance(self.lm_head, WQLinear):  # a quantized head (the loader's lm_head_quant)
+            return self.lm_head(hidden).float()
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return self.ops.linear(hidden, weight, None).float()
 

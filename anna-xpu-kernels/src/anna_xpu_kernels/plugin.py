@@ -51,6 +51,8 @@ TRITON_KERNELS = {
     "gated_linear": ("fused_linear:gated_linear", "probes:linear_probe"),
     "add_rms_norm_linear_act_mul": ("fused_linear:add_rms_norm_linear_act_mul", "probes:linear_probe"),
     "post_norm_residual_linear": ("fused_linear:post_norm_residual_linear", "probes:linear_probe"),
+    "wq_linear": ("wq_gemv:wq_linear", "probes:wq_linear_probe"),
+    "add_rms_norm_wq_linear": ("wq_gemv:add_rms_norm_wq_linear", "probes:wq_linear_probe"),
     "qk_norm_rope_cache": ("qk_norm_rope:qk_norm_rope_cache", "probes:qk_norm_rope_probe"),
     "qkv_norm_rope_cache": ("qk_norm_rope:qkv_norm_rope_cache", "probes:qkv_norm_rope_probe"),
     "q_norm_rope": ("qk_norm_rope:q_norm_rope", "probes:qk_norm_rope_probe"),

@@ -219,6 +219,16 @@ def linear_probe(request: Any) -> bool:
     return _triton_ok(request)
 
 
+def wq_linear_probe(request: Any) -> bool:
+    """wq_linear, add_rms_norm_wq_linear: any Triton device, float dtypes, schemes int4 / int8 on any of them and
+    fp8 on CUDA (Triton converts e4m3 on compute capability 8.9+; the loader refuses fp8 elsewhere) or under the
+    interpreter."""
+    scheme = request.shape.get("scheme")
+    if scheme not in (None, "int4", "int8", "fp8"):
+        return False
+    return _triton_ok(request) and (scheme != "fp8" or request.device_type in ("cuda", "cpu"))
+
+
 def moe_experts_probe(request: Any) -> bool:
     """moe_experts: any Triton device, float dtypes (the grouped GEMMs tile every dimension; no shape facts)."""
     return _triton_ok(request)

@@ -43,14 +43,16 @@ def weight_bytes(model: nn.Module, batch: int = 1) -> int:
     streamed, so it counts. Other tables (Gemma 4's per-layer embeddings) never count. Routed experts
     (:class:`~anna_core.layers.moe.RoutedExpertsModule`) count by the share of them ``batch`` tokens are
     expected to touch (``K / E`` at batch 1). Weights kept quantized
-    (:class:`~anna_core.layers.quant_linear.QuantizedLinear`) count their packed buffers; a
+    (:class:`~anna_core.layers.quant_linear.QuantizedLinear`, :class:`~anna_core.layers.wq_linear.WQLinear`) count
+    their packed buffers (codes, scales, zeros); a
     :class:`~anna_core.layers.quant_linear.QuantizedEmbedding`'s stored rows are gathered, not streamed, and its
     float32 tied head is streamed.
     """
     from anna_core.layers.quant_linear import QuantizedEmbedding, QuantizedLinear
+    from anna_core.layers.wq_linear import WQLinear
 
     total = sum(p.numel() * p.element_size() for p in model.parameters())
-    total += sum(b.numel() * b.element_size() for m in model.modules() if isinstance(m, QuantizedLinear)
+    total += sum(b.numel() * b.element_size() for m in model.modules() if isinstance(m, (QuantizedLinear, WQLinear))
                  for b in m.buffers(recurse=False))
     total += sum(m.head_weight.numel() * m.head_weight.element_size() for m in model.modules()
                  if isinstance(m, QuantizedEmbedding) and m.head_weight is not None)  # a tied head, float32

@@ -253,6 +253,41 @@ def int4_linear(device: Any, dtype: Any) -> list[OpExample]:
     return out
 
 
+def _wq(r: _Gen, n: int, k: int, scheme: str) -> tuple:
+    """A random ``[N, K]`` weight quantized with ``scheme`` (scales in the activation dtype for int4)."""
+    from anna_core.weights.gpu_quant import quantize
+
+    q = quantize(torch.randn(n, k, generator=r.gen) * 0.2, scheme, r.dtype)
+    return tuple(t.to(r.device) if t is not None else None for t in (q.qweight, q.scale, q.zero)) + (scheme,)
+
+
+def wq_linear(device: Any, dtype: Any) -> list[OpExample]:
+    """Each scheme at one and three rows (a decode GEMV) and at 12 rows; a bias; FP8 with partial blocks."""
+    r = _Gen(32, device, _dt(dtype))
+    out = []
+    for scheme in ("int4", "int8", "fp8"):
+        out.append(OpExample((r.randn(1, 256), *_wq(r, 24, 256, scheme), None), shape={"scheme": scheme}))
+        out.append(OpExample((r.randn(3, 128), *_wq(r, 40, 128, scheme), r.randn(40)), shape={"scheme": scheme}))
+        out.append(OpExample((r.randn(12, 128), *_wq(r, 16, 128, scheme), None), shape={"scheme": scheme}))
+    out.append(OpExample((r.randn(2, 160), *_wq(r, 136, 160, "fp8"), None), shape={"scheme": "fp8"}))
+    out.append(OpExample((r.randn(2, 96), *_wq(r, 20, 96, "int8"), None), shape={"scheme": "int8"}))
+    return out
+
+
+def add_rms_norm_wq_linear(device: Any, dtype: Any) -> list[OpExample]:
+    """Each scheme, with and without a residual, plain and with each gated product."""
+    r = _Gen(33, device, _dt(dtype))
+    out = []
+    for scheme in ("int4", "int8", "fp8"):
+        out.append(OpExample((r.randn(1, 128), r.randn(1, 128), r.randn(128), EPS, True, *_wq(r, 24, 128, scheme)),
+                             shape={"scheme": scheme}))
+        out.append(OpExample((r.randn(2, 256), None, r.randn(256), EPS, False, *_wq(r, 48, 256, scheme), "silu"),
+                             shape={"scheme": scheme}))
+        out.append(OpExample((r.randn(3, 128), r.randn(3, 128), r.randn(128), EPS, True, *_wq(r, 32, 128, scheme),
+                              "gelu_tanh"), shape={"scheme": scheme}))
+    return out
+
+
 def add_rms_norm_linear(device: Any, dtype: Any) -> list[OpExample]:
     r = _Gen(17, device, _dt(dtype))
     return [OpExample((r.randn(2, 64), r.randn(2, 64), r.randn(64), EPS, False, r.randn(24, 64, scale=0.2))),

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from anna_core.kernels.checks import check_gated_activation
+from anna_core.layers.wq_linear import WQLinear
 
 
 class SwiGLUMLP(nn.Module):
@@ -102,7 +103,7 @@ class SwiGLUMLP(nn.Module):
             return self(y), new_residual
         if self.gate_up_proj is None:
             return self.down_proj(self._act(self.gate_proj(x)) * self.up_proj(x))
-        if self.ops is not None:
+        if self.ops is not None and not isinstance(self.gate_up_proj, WQLinear):
             return self.down_proj(self.ops.linear_act_mul(x, self.gate_up_proj.weight, self.activation))
         gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)  # [T, I] each
         return self.down_proj(self._act(gate) * up)

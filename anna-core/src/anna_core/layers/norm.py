@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from anna_core.layers.wq_linear import WQLinear
+
 
 class RMSNorm(nn.Module):
     """Root-mean-square norm (Zhang & Sennrich, 2019) with a learned per-channel scale.
@@ -94,7 +96,8 @@ class RMSNorm(nn.Module):
 
         Args:
             x, residual: ``[T, D]`` (residual None: the stream starts at x).
-            linear: ``nn.Linear`` with ``weight`` ``[N, D]``.
+            linear: ``nn.Linear`` with ``weight`` ``[N, D]``, or a
+                :class:`~anna_core.layers.wq_linear.WQLinear` (its ``add_rms_norm_wq_linear`` op).
 
         Returns:
             ``([T, N], [T, D])`` in x's dtype.
@@ -102,6 +105,8 @@ class RMSNorm(nn.Module):
         if linear.bias is not None:
             y, new_residual = self.add_and_norm(x, residual)
             return linear(y), new_residual
+        if isinstance(linear, WQLinear):  # a quantized weight: its own fused op
+            return linear.add_norm(x, residual, self._weight(x), self.eps, self.zero_centered)
         return self.ops.add_rms_norm_linear(x, residual, self._weight(x), self.eps, self.zero_centered, linear.weight)
 
     def add_norm_linear_act_mul(self, x: torch.Tensor, residual: torch.Tensor | None, gate_up: nn.Linear,
@@ -113,7 +118,8 @@ class RMSNorm(nn.Module):
 
         Args:
             x, residual: ``[T, D]`` (residual None: the stream starts at x).
-            gate_up: ``nn.Linear`` with ``weight`` ``[2I, D]`` (gate rows, then up rows).
+            gate_up: ``nn.Linear`` with ``weight`` ``[2I, D]`` (gate rows, then up rows), or a
+                :class:`~anna_core.layers.wq_linear.WQLinear` (its ``add_rms_norm_wq_linear`` op).
             activation: ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` (GeGLU).
 
         Returns:
@@ -128,6 +134,8 @@ class RMSNorm(nn.Module):
             y, new_residual = self.add_and_norm(x, residual)
             h = gate_up(y)
             return (self.ops.silu_and_mul(h) if activation == "silu" else act_and_mul(h, activation)), new_residual
+        if isinstance(gate_up, WQLinear):  # a quantized weight: its own fused op
+            return gate_up.add_norm(x, residual, self._weight(x), self.eps, self.zero_centered, activation)
         return self.ops.add_rms_norm_linear_act_mul(x, residual, self._weight(x), self.eps, self.zero_centered,
                                                     gate_up.weight, activation)
 

@@ -98,6 +98,9 @@ def _packed_weights(weight_quant: str, source_format: str, device: torch.device)
     if weight_quant not in WEIGHT_QUANT_MODES:
         raise ModelLoadError(f"unknown --weight-quant {weight_quant!r}; use one of {', '.join(WEIGHT_QUANT_MODES)}")
     cpu = torch.device(device).type == "cpu"
+    if weight_quant == "fp8":
+        raise ModelLoadError("--weight-quant fp8 is not implemented for anna-llama (int4 / int8 on the CPU); "
+                             "Qwen3.5 takes it on GPUs with FP8 units")
     if weight_quant in ("int4", "int8"):
         if source_format == "gguf":
             raise ModelLoadError(f"--weight-quant {weight_quant} quantizes a safetensors checkpoint; a GGUF keeps "

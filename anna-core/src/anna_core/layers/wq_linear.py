@@ -1,0 +1,104 @@
+"""Linear layers whose weight is quantized for accelerators (``--weight-quant int4|int8|fp8``), through the
+``wq_linear`` / ``add_rms_norm_wq_linear`` ops (:mod:`anna_core.kernels.reference.wq_linear`; Triton GEMVs in
+anna-xpu-kernels).
+
+:func:`quantize_linears` swaps a model's dense projections for :class:`WQLinear` after its weights are loaded
+and merged; the norm before a projection stays fused into it (:meth:`WQLinear.add_norm`, which
+:class:`~anna_core.layers.norm.RMSNorm` calls for a :class:`WQLinear`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from anna_core.weights.gpu_quant import QuantizedWeight, quantizable, quantize
+
+log = logging.getLogger("anna.weights")
+
+
+class WQLinear(nn.Module):
+    """``y = x @ w^T + bias`` with ``w`` quantized (:mod:`anna_core.weights.gpu_quant`), through ``ops.wq_linear``.
+
+    Args:
+        weight: the quantized ``[N, K]`` weight.
+        bias: ``[N]`` in the serving dtype, or None.
+        ops: the model's :class:`~anna_core.kernels.OpTable`.
+
+    Buffers (not in ``state_dict``): ``qweight``, ``scale``, ``zero`` (int4 only) as the scheme lays them out.
+    """
+
+    def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None, ops: Any):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.scheme = weight.scheme
+        self.register_buffer("qweight", weight.qweight, persistent=False)
+        self.register_buffer("scale", weight.scale, persistent=False)
+        self.register_buffer("zero", weight.zero, persistent=False)
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+        self.ops = ops
+        self._bound: tuple[Any, Callable[..., Any], Callable[..., Any]] | None = None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, scheme: str, ops: Any) -> WQLinear:
+        """``linear`` (an ``nn.Linear`` with its weight loaded) quantized with ``scheme``; scales in its dtype.
+
+        Raises:
+            ValueError: see :func:`~anna_core.weights.gpu_quant.quantize`.
+        """
+        weight = quantize(linear.weight, scheme, linear.weight.dtype)
+        return cls(weight, linear.bias, ops)
+
+    def _ops(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        bound = self._bound
+        if bound is None or bound[0] is not self.ops:
+            bound = self._bound = (self.ops, self.ops.get("wq_linear", scheme=self.scheme),
+                                   self.ops.get("add_rms_norm_wq_linear", scheme=self.scheme))
+        return bound[1], bound[2]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: ``[..., K]`` -> ``[..., N]`` in x's dtype."""
+        return self._ops()[0](x, self.qweight, self.scale, self.zero, self.scheme, self.bias)
+
+    def add_norm(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                 zero_centered: bool, activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(act(self(rms_norm(x + residual))), x + residual)`` as one ``add_rms_norm_wq_linear`` op (a layer
+        without bias; see the op's contract). x, residual: ``[T, K]``; returns ``([T, N] or [T, N/2], [T, K])``.
+
+        Raises:
+            ValueError: the layer has a bias (the caller runs the norm, then the layer).
+        """
+        if self.bias is not None:
+            raise ValueError("add_norm: a WQLinear with a bias does not fuse the norm")
+        return self._ops()[1](x, residual, norm_weight, eps, zero_centered, self.qweight, self.scale, self.zero,
+                              self.scheme, activation)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, scheme={self.scheme}, "
+                f"bias={self.bias is not None}")
+
+
+def quantize_linears(root: nn.Module, scheme: str, ops: Any, skip: Callable[[str], bool] = lambda name: False) -> int:
+    """Replace every dense linear layer under ``root`` (``nn.Linear`` and its subclasses, e.g.
+    :class:`~anna_core.layers.linear.Linear`) by a :class:`WQLinear` of ``scheme``; returns how many.
+
+    Each layer is quantized on its device and its dense weight freed before the next (peak memory: the
+    dense model plus one layer). A layer whose shape the scheme cannot take (int4: ``K`` not a multiple of
+    128) stays dense, with a log line. ``skip(name)`` (the qualified module name) keeps a layer dense.
+    """
+    changed = 0
+    for parent_name, parent in list(root.named_modules()):
+        for name, child in list(parent.named_children()):
+            qualified = f"{parent_name}.{name}" if parent_name else name
+            if not isinstance(child, nn.Linear) or skip(qualified):
+                continue
+            if not quantizable(tuple(child.weight.shape), scheme):
+                log.info("%s stays dense: %s cannot take its shape %s", qualified, scheme, tuple(child.weight.shape))
+                continue
+            setattr(parent, name, WQLinear.from_linear(child, scheme, ops))
+            changed += 1
+    return changed

@@ -494,7 +494,7 @@ dtype) before it is written (Gemma 4's value norm; v may be a view of k's rows, 
 One op, so an attention layer with q, k and v norms runs its pre-processing in one launch.
 """,
         reference=_ref("qk_norm_rope", "qkv_norm_rope_cache"),
-        check=_ref("qk_norm_rope", "check_qk_norm_rope_cache"),
+        check=_ref("qk_norm_rope", "check_qkv_norm_rope_cache"),
         shape_facts=("head_dim",),
         examples=_examples("qkv_norm_rope_cache"),
     ),

@@ -104,6 +104,19 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
     return q.contiguous()
 
 
+def check_qkv_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                              k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                              inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                              slot_mapping: torch.Tensor) -> None:
+    """Check the arguments of :func:`qkv_norm_rope_cache`: those of :func:`check_qk_norm_rope_cache` with 1-D
+    positions (no ``rope_axis``).
+
+    Raises:
+        ValueError: as :func:`check_qk_norm_rope_cache`.
+    """
+    check_qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache,
+                             slot_mapping)
+
 def qkv_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                         k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
                         inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -58,13 +58,18 @@ def check_wq_weight(op: str, qweight: torch.Tensor, scale: torch.Tensor, zero: t
 
 
 def check_wq_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None,
-                    scheme: str, bias: torch.Tensor | None, op: str = "wq_linear") -> None:
+                    scheme: str, bias: torch.Tensor | None) -> None:
     """Check :func:`wq_linear`'s arguments (shapes and dtypes only, no sync).
 
     Raises:
-        ValueError: ``"<op>: ..."``: see :func:`check_wq_weight`; x not ``[..., K]`` of a float dtype; bias not
-            ``[N]`` of x's dtype or None.
+        ValueError: ``"wq_linear: ..."``: see :func:`check_wq_weight`; x not ``[..., K]`` of a float dtype; bias
+            not ``[N]`` of x's dtype or None.
     """
+    _check_x_and_weight("wq_linear", x, qweight, scale, zero, scheme, bias)
+
+
+def _check_x_and_weight(op: str, x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
+                        zero: torch.Tensor | None, scheme: str, bias: torch.Tensor | None) -> None:
     n, k = check_wq_weight(op, qweight, scale, zero, scheme)
     require(x.dim() >= 1 and x.shape[-1] == k and x.is_floating_point(), op,
             f"x must be a float [M, K={k}], got {tuple(x.shape)} {x.dtype}")
@@ -105,7 +110,7 @@ def check_add_rms_norm_wq_linear(x: torch.Tensor, residual: torch.Tensor | None,
             dtype (or None); norm_weight not ``[K]``; an unknown activation, or one with an odd ``N``.
     """
     op = "add_rms_norm_wq_linear"
-    check_wq_linear(x, qweight, scale, zero, scheme, None, op)
+    _check_x_and_weight(op, x, qweight, scale, zero, scheme, None)
     n, k = weight_shape(qweight, scheme)
     require(norm_weight.dim() == 1 and norm_weight.shape[0] == k, op,
             f"norm_weight must be [K={k}], got {tuple(norm_weight.shape)}")

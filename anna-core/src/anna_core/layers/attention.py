@@ -53,6 +53,7 @@ class PagedAttention(nn.Module):
         self.sliding_window = sliding_window
         self.writes_kv = writes_kv
         self.ops = ops
+        self._attend: Any = None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
                 caches: ModelCaches) -> torch.Tensor:
@@ -77,7 +78,9 @@ class PagedAttention(nn.Module):
         """Attention of q ``[T, H_q, D]`` (rotary applied) over the cache as it stands (this step's K/V
         already written) -> ``[T, H_q, D]``."""
         k_cache, v_cache = caches.attention(self.group).layer(self.kv_index)
-        attend = self.ops.get("paged_attention", head_dim=self.head_dim)
+        attend = self._attend
+        if attend is None:  # resolved once: the choice depends on the device, dtype and head dim only
+            attend = self._attend = self.ops.get("paged_attention", head_dim=self.head_dim)
         return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, batch.tables[self.group].block_tables,
                       self.scale, self.sliding_window)
 

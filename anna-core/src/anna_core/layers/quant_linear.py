@@ -87,17 +87,20 @@ class QuantizedLinear(nn.Module):
         op = self._op
         if op is None:
             op = self._bind()
-        lead = x.shape[:-1]
-        h = x.reshape(-1, self.in_features).to(self.compute_dtype)  # [M, K]
+        flat = x.dim() == 2  # [M, K] already (decoders call it so): no reshape either way
+        h = x if flat else x.reshape(-1, self.in_features)  # [M, K]
+        if h.dtype != self.compute_dtype:
+            h = h.to(self.compute_dtype)
         if self._expand:
             h = self.layout.expand(h)  # [M, K']: once per plane, groups padded to the kernel's
         y = op(h, self.packed, self.scale_zero, self.group)  # [M, N rounded up to 16]
         if self._trim:
             y = y[:, : self.out_features]
-        y = y.to(x.dtype)
+        if y.dtype != x.dtype:
+            y = y.to(x.dtype)
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*lead, self.out_features)
+        return y if flat else y.reshape(*x.shape[:-1], self.out_features)
 
     def _bind(self):
         """Pack (first call) and resolve the op once; forward's per-call work is then the kernel's."""

@@ -501,7 +501,9 @@ class ModelRunner:
         if not samplers:
             return ModelRunnerOutput(path)
         with self._scope("lm_head"):
-            logits = self.model.compute_logits(hidden[batch.logits_indices])  # [N, vocab]
+            # index_select, not advanced indexing: on the CPU hidden[ids] runs a parallel kernel whose thread
+            # hand-off costs more than the copy of a row or two
+            logits = self.model.compute_logits(hidden.index_select(0, batch.logits_indices))  # [N, vocab]
         return self._sample(path, logits, samplers)
 
     def _run_split(self, out: SchedulerOutput) -> ModelRunnerOutput:

@@ -1,11 +1,12 @@
 """Default-model CPU benchmark: Anna vs HF transformers (and optionally llama.cpp) on the same GGUF, side by side.
 
     python -m anna_core.bench.gguf_cpu [--gguf PATH] [--new-tokens 64] [--threads 2]
-        [--weight-quant auto,none] [--repeats 3] [--no-hf] [--llama-cpp]
+        [--weight-quant auto,none,auto+compile] [--repeats 3] [--no-hf] [--llama-cpp]
 
 Times, in one process: load (file -> ready to generate, tokenizer included) and greedy decode
 tokens/s for a fixed chat prompt, for Anna (``anna_core.LLM``, once per ``--weight-quant`` mode: ``auto``
-keeps the GGUF's quantized matrices quantized, ``none`` dequantizes them to float32) and for HF
+keeps the GGUF's quantized matrices quantized, ``none`` dequantizes them to float32; ``+compile`` adds the
+runner's ``compile_mode="default"``: a tied ``Q8_0`` head computed from its codes, compiled at load) and for HF
 transformers (``AutoModelForCausalLM.from_pretrained(gguf_file=...)``, float32, ``generate``). The Anna
 modes' timed runs are interleaved (``--repeats`` rounds, medians reported: on a shared machine one run
 says little). Each mode reports the weight bytes one decode step streams
@@ -32,12 +33,17 @@ import torch
 PROMPT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence, then explain why."}]
 
 
-def load_anna(gguf: Path, weight_quant: str) -> tuple[Any, float]:
+def load_anna(gguf: Path, mode: str) -> tuple[Any, float]:
+    """An ``LLM`` for ``mode``: a ``--weight-quant`` value, with ``+compile`` the runner's ``compile_mode``
+    ``default`` (on the CPU: a tied Q8_0 head computed from its int8 codes in one compiled loop)."""
     from anna_core import LLM, SamplingParams
 
+    weight_quant, _, extra = mode.partition("+")
+    if extra not in ("", "compile"):
+        raise ValueError(f"mode {mode!r}: a --weight-quant value, optionally with +compile")
     t0 = time.perf_counter()
     llm = LLM(gguf, device="cpu", dtype="fp32", enable_prefix_caching=False, prompt_cache_size=0,
-              weight_quant=weight_quant)
+              weight_quant=weight_quant, compile_mode="default" if extra else "none")
     load_s = time.perf_counter() - t0
     llm.chat(PROMPT, SamplingParams(temperature=0, max_tokens=2))  # warm-up
     return llm, load_s
@@ -188,7 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--weight-quant", default="auto,none",
-                    help="comma-separated --weight-quant modes to time (auto: kept quantized; none: dequantized)")
+                    help="comma-separated --weight-quant modes to time (auto: kept quantized; none: dequantized; "
+                         "auto+compile: kept quantized, the Q8_0 tied head from its codes, compiled)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved timed runs per mode (medians reported)")
     ap.add_argument("--no-hf", action="store_true", help="skip HF transformers")
     ap.add_argument("--llama-cpp", action="store_true",

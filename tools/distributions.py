@@ -24,7 +24,7 @@ TEST_DIRS: dict[str, tuple[str, ...]] = {
     "anna-cli": ("tests/cli", "tests/plugins"),  # tests/plugins: a plugin made by `anna plugins new`, end to end
     "anna-llama": ("tests/llama",),
     "anna-xpu-kernels": ("tests/xpu_kernels",),
-    "anna-audio": ("tests/audio",),
+    "anna-audio": ("tests/audio", "tests/qwen3_asr"),
 }
 # A few seconds of each suite (pytest node ids): what tools/dist_check.py runs once the distribution installed alone.
 SMOKE_TESTS: dict[str, tuple[str, ...]] = {
@@ -36,7 +36,8 @@ SMOKE_TESTS: dict[str, tuple[str, ...]] = {
     "anna-cli": ("tests/cli/test_plugins_new.py", "tests/cli/test_tutorial_docs.py"),
     "anna-llama": ("tests/llama/test_llama_tiny.py::test_the_family_offers_a_tiny_checkpoint",),
     "anna-xpu-kernels": ("tests/xpu_kernels/test_kernel_cache.py", "tests/xpu_kernels/test_kernel_conformance.py"),
-    "anna-audio": ("tests/audio/test_audio_decode.py::test_each_container_decodes_to_16k_mono",),
+    "anna-audio": ("tests/audio/test_audio_decode.py::test_each_container_decodes_to_16k_mono",
+                   "tests/qwen3_asr/test_qwen3_asr_conformance.py::test_the_family_offers_a_tiny_checkpoint"),
 }
 # Distributions a distribution's tests use as fixtures, installed after it installed alone (anna-core's tests use
 # its own test family).
@@ -46,6 +47,7 @@ TEST_FIXTURES: dict[str, tuple[str, ...]] = {
     "anna-cli": ("anna-qwen35", "anna-xpu-kernels"),  # `anna plugins` lists the Triton kernels' devices
     "anna-llama": ("anna-cli",),  # the --weight-quant flag
     "anna-xpu-kernels": ("anna-qwen35", "anna-gemma4"),
+    "anna-audio": ("anna-cli",),  # anna serve / anna transcribe of the transcribe task
 }
 
 

@@ -26,13 +26,18 @@ def build_cli(pm=None) -> click.Group:
     from anna_cli.plugins_cmd import plugins
     from anna_cli.plugins_new import with_new
     from anna_cli.serve import serve
+    from anna_cli.transcribe import transcribe
 
-    for command in (generate, serve, bench, with_new(plugins)):
+    for command in (generate, serve, bench, transcribe, with_new(plugins)):
         anna.add_command(command)
     try:
-        from anna_core.plugins import get_plugin_manager
+        from anna_core.plugins import get_plugin_manager, tasks
 
-        (pm or get_plugin_manager()).hook.register_commands(cli=anna)
+        from anna_cli.task_options import add_task_options
+
+        manager = pm or get_plugin_manager()
+        add_task_options(serve, tasks(manager))  # --asr-aligner-dir, ...: the installed tasks' settings
+        manager.hook.register_commands(cli=anna)
     except Exception as exc:  # a broken plugin must not take the built-in commands down with it
         click.echo(f"warning: a plugin failed to add its commands: {type(exc).__name__}: {exc}", err=True)
     return anna

@@ -106,14 +106,17 @@ class BackgroundLoader:
         task: the served task (:class:`anna_core.registry.TaskSpec`).
         model_path / load_kwargs: what :func:`anna_core.loading.load_model` loads.
         engine_config / runner_config: passed to the task's ``build``.
+        task_options: the served task's options that were set (``TaskSpec.options``), passed to its ``build``.
         requested_max_len: ``--max-model-len`` (for the log line), or None.
         metrics_log_interval_s: seconds between metrics log lines (0: none).
     """
 
     def __init__(self, state: Any, task: Any, model_path: Path, load_kwargs: dict[str, Any], engine_config: Any,
-                 runner_config: Any, requested_max_len: int | None, metrics_log_interval_s: float = 0.0):
+                 runner_config: Any, requested_max_len: int | None, metrics_log_interval_s: float = 0.0,
+                 task_options: dict[str, Any] | None = None):
         self.state = state
         self.task = task
+        self.task_options = dict(task_options or {})
         self.model_path = model_path
         self.load_kwargs = load_kwargs
         self.engine_config = engine_config
@@ -145,7 +148,8 @@ class BackgroundLoader:
             logger.info("weights loaded in %.1f s; building the %s engine", weights_s, self.task.name)
             await asyncio.to_thread(self._check_chat_template, loaded.tokenizer)
             # The task's engine, warmed up (graph capture for generate; eager on CPU or when capture fails).
-            task_engine = await asyncio.to_thread(build, loaded, self.engine_config, self.runner_config)
+            task_engine = await asyncio.to_thread(build, loaded, self.engine_config, self.runner_config,
+                                                  **self.task_options)
             engine = start(task_engine)
         except AnnaError as exc:
             self._fail(str(exc))
@@ -361,10 +365,12 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     from anna_core.device import resolve_device
     from anna_core.engine.model_runner import RunnerConfig
     from anna_core.model_dir import inspect_model_dir, select_family
-    from anna_core.plugins import check_task, model_families, task_for
+    from anna_core.plugins import check_task, model_families, task_for, tasks
     from anna_core.server.app import create_app
     from anna_core.server.request_guard import RequestGuard
     from anna_core.server.state import ServerState
+
+    from anna_cli.task_options import pop_task_options
 
     sampling = {k: v for k, v in options.items() if k in SAMPLING_FLAGS}
     engine_config = engine_config_from_options(**options, max_model_len=max_model_len)  # bad flags fail here
@@ -376,6 +382,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     family = select_family(source, model_families())
     task = task_for(family, name=task_name)  # fail fast: the family's task is not installed
     check_task(task)  # ... or its plugin's targets do not import
+    task_options, family_options = pop_task_options(options, tasks(), task)  # ... or another task's flag was given
     _check_disabled_kernels(disable_kernels)
     runner_config = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
                                  warmup=resolve_device(device).type != "cpu")
@@ -405,9 +412,10 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
                      "disable_kernels": disable_kernels, "weight_quant": weight_quant, "offload": offload,
                      "offload_vision": bool(options.get("offload_vision")),
                      "max_device_memory_gib": engine_config.max_device_memory_gib,
-                     "chat_template": chat_template.read_text() if chat_template else None},
+                     "chat_template": chat_template.read_text() if chat_template else None,
+                     **({"family_options": family_options} if family_options else {})},
         engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,
-        metrics_log_interval_s=metrics_log_interval_seconds,
+        metrics_log_interval_s=metrics_log_interval_seconds, task_options=task_options,
     )
     app = create_app(state, task=task, on_shutdown=[loader.stop])
     from anna_cli.http_protocol import protocol_class

@@ -63,6 +63,8 @@ class LLM:
             is also the memory ``offload_mode="auto"`` compares the weights with.
         offload_vision: keep a vision-language model's vision tower on the CPU (``--offload-vision``): media are
             encoded there and their rows copied to the device.
+        family_options: options the model's family declares for its loader (``ModelFamilySpec.load_options``,
+            e.g. Qwen3-ASR's ``{"asr_max_inference_batch_size": 8}``); see ``load_model``.
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
             (``max_num_seqs``, ``max_prefill_tokens``, ``prefill_chunk_size``, ``block_size``,
             ``num_blocks``, ``kv_cache_memory_gib``, ``max_device_memory_gib``, ``max_model_len``,
@@ -80,7 +82,8 @@ class LLM:
                  weight_quant: str = "auto", cuda_graph: bool = True, compile_mode: str = "none",
                  warmup: bool | None = None, offload_mode: str = "auto", resident_expert_layers: int | None = None,
                  resident_expert_layer_indices: str | list[int] | None = None, cached_experts_per_layer: int = 0,
-                 expert_prefetch: bool = True, offload_vision: bool = False, **engine_options: Any):
+                 expert_prefetch: bool = True, offload_vision: bool = False,
+                 family_options: dict[str, Any] | None = None, **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
         build = resolve(task_for(family, name="generate").engine)
         config = EngineConfig(**engine_options)
@@ -89,7 +92,7 @@ class LLM:
         loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
                             gguf_file=gguf_file, chat_template=chat_template, offload=offload,
                             max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant,
-                            offload_vision=offload_vision)
+                            offload_vision=offload_vision, family_options=family_options)
         self._setup(loaded, build(loaded, config, _runner_config(loaded, cuda_graph, compile_mode, warmup)))
 
     @classmethod
@@ -139,7 +142,8 @@ class LLM:
             media: decoded media of a single prompt (``{"image": [PIL images], "video": [DecodedVideo or lists of
                 PIL frames]}``), or one entry (None: text) per prompt, prepared by the model's processor
                 (``LoadedModel.processor``): each prompt holds one placeholder token per medium (Qwen3.5:
-                ``<|image_pad|>``, ``<|video_pad|>``), which the processor expands. Not together with ``multimodal``.
+                ``<|image_pad|>``, ``<|video_pad|>``; Qwen3-ASR: ``<|audio_pad|>`` for ``{"audio": [[N] float32 16 kHz
+                waveforms]}``), which the processor expands. Not together with ``multimodal``.
             mm_processor_kwargs: the processor's settings for every prompt's media (Qwen3.5: ``min_pixels``,
                 ``max_pixels`` for images; ``fps``, the rate of a frame list, and ``max_frames`` for videos).
 

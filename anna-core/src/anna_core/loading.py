@@ -7,7 +7,7 @@ call it with the device, dtype and the kernel registry built from the same plugi
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
                gguf_file: str | None = None, chat_template: str | None = None, pm: Any = None,
                disable_kernels: Sequence[str] = (), offload: OffloadConfig | None = None,
                max_device_memory_gib: float | None = None, weight_quant: str = "auto",
-               offload_vision: bool = False) -> LoadedModel:
+               offload_vision: bool = False, family_options: Mapping[str, Any] | None = None) -> LoadedModel:
     """Load the model at ``model`` (a folder or a ``.gguf`` file).
 
     Args:
@@ -66,12 +66,14 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
             ``weight_quant`` unless ``"auto"``.
         offload_vision: keep the model's vision tower on the CPU (``--offload-vision``; families that declare
             ``ModelFamilySpec.vision_offload``, passed to the loader as ``offload_vision=True``).
+        family_options: keyword options for the family's loader, each one the family declares in
+            ``ModelFamilySpec.load_options`` (e.g. ``{"asr_max_inference_batch_size": 8}`` for Qwen3-ASR).
 
     Raises:
         ModelLoadError: missing / broken checkpoint, or the family's package cannot be imported.
         UnsupportedModelError: no installed family serves the checkpoint, ``--offload-mode experts`` for a
-            family that does not declare expert offload, or ``offload_vision`` for one that does not declare
-            vision offload.
+            family that does not declare expert offload, ``offload_vision`` for one that does not declare
+            vision offload, or a ``family_options`` key the family does not declare.
         AnnaError: bad device, dtype, load format or ``disable_kernels`` entry, or an offload setting the model
             contradicts (e.g. a resident layer index out of range).
     """
@@ -108,5 +110,10 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
             raise UnsupportedModelError(f"--offload-vision: the {family.name!r} family "
                                         f"({family.distribution or 'a plugin'}) does not declare vision offload")
         extra["offload_vision"] = True
+    undeclared = sorted(set(family_options or {}) - set(family.load_options))
+    if undeclared:
+        raise UnsupportedModelError(f"the {family.name!r} family ({family.distribution or 'a plugin'}) takes no load "
+                                    f"option {undeclared}; its options: {list(family.load_options) or 'none'}")
+    extra.update(family_options or {})
     return loader(source, device=dev, dtype=dt, load_format=load_format,
                   kernels=kernels, chat_template=chat_template, **extra)

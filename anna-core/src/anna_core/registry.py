@@ -66,6 +66,9 @@ class ModelFamilySpec:
         vision_offload: its loader takes ``offload_vision=True`` and then keeps a vision tower on the CPU (encoding
             there, the rows copied to the device; ``--offload-vision``). A family that does not declare it is
             refused ``--offload-vision``.
+        load_options: keyword options its loader takes beyond the common ones, which
+            :func:`anna_core.loading.load_model` passes from its ``family_options`` (e.g. Qwen3-ASR's
+            ``("asr_max_inference_batch_size",)``); an option the family does not list is refused there.
         tiny_checkpoint: lazy ``"module:attr"`` of ``build(path: Path, **overrides) -> Path``, which writes a
             tiny random checkpoint of the family (config, weights, tokenizer with a chat template) that its
             loader loads, into the folder ``path``, and returns ``path``; ``overrides`` are the builder's own
@@ -87,12 +90,58 @@ class ModelFamilySpec:
     tasks: tuple[str, ...] = attrs.field(default=("generate",), converter=tuple)
     expert_offload: bool = False
     vision_offload: bool = False
+    load_options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     tiny_checkpoint: str = attrs.field(default="", validator=_lazy_or_empty)
 
     @tasks.validator
     def _check_tasks(self, _attribute: Any, value: tuple[str, ...]) -> None:
         if not value or len(set(value)) != len(value) or not all(isinstance(t, str) and t for t in value):
             raise ValueError(f"family {self.name!r}: tasks must be distinct non-empty names, got {value!r}")
+
+
+OPTION_KINDS = ("str", "int", "float", "path", "flag")
+"""Value kinds of a :class:`TaskOption`."""
+OPTION_STAGES = ("build", "load")
+"""Where a :class:`TaskOption`'s value goes: the task's ``build``, or the family's loader."""
+
+
+@attrs.frozen
+class TaskOption:
+    """A setting of a task that ``anna serve`` (and the task's own commands) take as a flag.
+
+    Attributes:
+        name: a Python identifier (``"asr_aligner_dir"``); the flag is ``--`` + the name with ``-`` for ``_``
+            (``--asr-aligner-dir``), and its value is passed under this name.
+        help: one line for ``--help``.
+        kind: ``"str"``, ``"int"`` (a positive integer), ``"float"``, ``"path"`` (an existing folder, a
+            ``pathlib.Path``) or ``"flag"`` (a boolean switch).
+        default: the value when the flag is not given (None: the task's own default).
+        stage: ``"build"``: a keyword argument of the task's ``build``; ``"load"``: a load option of the model's
+            family (``ModelFamilySpec.load_options``), passed through ``load_model(family_options=...)``.
+
+    Raises:
+        ValueError: ``name`` is not an identifier, or ``kind`` / ``stage`` is not one of :data:`OPTION_KINDS` /
+            :data:`OPTION_STAGES`.
+    """
+
+    name: str
+    help: str
+    kind: str = "str"
+    default: Any = None
+    stage: str = "build"
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"TaskOption.name must be a Python identifier, got {self.name!r}")
+        if self.kind not in OPTION_KINDS:
+            raise ValueError(f"TaskOption.kind must be one of {', '.join(OPTION_KINDS)}, got {self.kind!r}")
+        if self.stage not in OPTION_STAGES:
+            raise ValueError(f"TaskOption.stage must be one of {', '.join(OPTION_STAGES)}, got {self.stage!r}")
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag (``--asr-aligner-dir``)."""
+        return "--" + self.name.replace("_", "-")
 
 
 @attrs.frozen
@@ -104,10 +153,10 @@ class TaskSpec:
         name: the task name families list in ``ModelFamilySpec.tasks`` (``"generate"``,
             ``"transcribe"``, ``"speech"``); unique across plugins.
         engine: lazy ``"module:attr"`` of ``build(loaded: LoadedModel, config: EngineConfig,
-            runner: RunnerConfig | None) -> engine``: the task's synchronous engine over the loaded
+            runner: RunnerConfig | None, **options) -> engine``: the task's synchronous engine over the loaded
             model (run in a worker thread; with ``runner`` given it also warms up and captures
-            graphs). The engine has a ``max_model_len: int`` attribute (its token limit per request;
-            0 when the task has none).
+            graphs), given the values of the task's ``build``-stage ``options`` that were set, by name. The engine has a
+            ``max_model_len: int`` attribute (its token limit per request; 0 when the task has none).
         serving: lazy ``"module:attr"`` of ``start(engine) -> client``, called on the server's event
             loop: wraps the built engine for concurrent requests and starts it. The client offers
             ``stats() -> dict``, ``metrics`` (an ``anna_core.metrics.EngineMetrics`` or None) and
@@ -117,6 +166,8 @@ class TaskSpec:
             client as ``server.engine`` by declaring a ``server: ServerState`` parameter.
         description: one line for people (``anna plugins``, error messages).
         distribution: the installable distribution providing it (for error messages).
+        options: the task's settings (:class:`TaskOption`), flags of ``anna serve``; a flag of a task other than
+            the served one is refused.
 
     Raises:
         ValueError: an empty name, or ``engine`` / ``serving`` / ``routes`` not lazy strings.
@@ -128,6 +179,7 @@ class TaskSpec:
     routes: str = attrs.field(validator=_lazy)
     description: str = ""
     distribution: str = ""
+    options: tuple[TaskOption, ...] = attrs.field(default=(), converter=tuple)
 
 
 @attrs.frozen

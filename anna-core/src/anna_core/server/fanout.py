@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from anna_core.engine.outputs import RequestOutput, coalesce
@@ -23,9 +23,9 @@ Opened = list[tuple[AsyncIterator[RequestOutput], RequestOutput | None]]
 
 
 async def open_all(engine: Any, jobs: list[tuple[str, list[int], SamplingParams]],
-                   multimodal: MultiModalInputs | None = None) -> Opened:
-    """Submit ``(request_id, prompt_ids, params)`` jobs (all with the media ``multimodal``, if any); returns each
-    stream with its first output.
+                   multimodal: MultiModalInputs | Sequence[MultiModalInputs | None] | None = None) -> Opened:
+    """Submit ``(request_id, prompt_ids, params)`` jobs (all with the media ``multimodal``, if any, or, given a
+    sequence, each job with its own entry); returns each stream with its first output.
 
     Several jobs are admitted for memory as one group first (``engine.admit_group``, where the engine has it): a
     fan-out that can never fit together is a 400, not a 503 per choice forever, and on a refusal or any failure
@@ -35,12 +35,16 @@ async def open_all(engine: Any, jobs: list[tuple[str, list[int], SamplingParams]
         whatever the engine raised for the first failing job (all jobs are then closed).
     """
     group = len(jobs) > 1 and hasattr(engine, "admit_group")
-    media = {} if multimodal is None else {"multimodal": multimodal}  # an engine of a text task takes none
+    per_job = list(multimodal) if isinstance(multimodal, Sequence) else [multimodal] * len(jobs)
+    if len(per_job) != len(jobs):
+        raise ValueError(f"open_all: {len(per_job)} multimodal inputs for {len(jobs)} jobs")
+    # an engine of a text task takes no multimodal argument
+    media = [{} if mm is None else {"multimodal": mm} for mm in per_job]
     if group:
         engine.admit_group(jobs)
-        streams = [engine.generate(rid, ids, params, admitted=True, **media) for rid, ids, params in jobs]
+        streams = [engine.generate(rid, ids, params, admitted=True, **m) for (rid, ids, params), m in zip(jobs, media)]
     else:
-        streams = [engine.generate(rid, ids, params, **media) for rid, ids, params in jobs]
+        streams = [engine.generate(rid, ids, params, **m) for (rid, ids, params), m in zip(jobs, media)]
 
     async def first(stream: AsyncIterator[RequestOutput]) -> RequestOutput | None:
         try:

@@ -1,0 +1,222 @@
+"""Qwen3-ASR's prompt and output protocol (a public API: the transcription route builds on it).
+
+The prompt is the checkpoint's chat template over a system turn holding the context (hotwords, names, a previous
+transcript: text that biases the transcription; empty when none) and a user turn holding one audio, with the
+assistant turn opened::
+
+    <|im_start|>system\\n{context}<|im_end|>\\n<|im_start|>user\\n<|audio_start|><|audio_pad|><|audio_end|><|im_end|>\\n
+    <|im_start|>assistant\\n
+
+The model answers ``language {Language}<asr_text>{transcript}`` (``language None<asr_text>`` for audio without
+speech). Forcing a language writes ``language {Language}<asr_text>`` after the opened assistant turn, so the model
+writes the transcript alone: what upstream ``qwen-asr`` (``Qwen3ASRModel._build_text_prompt``) and transformers'
+``Qwen3ASRProcessor.apply_transcription_request`` both do. The one ``<|audio_pad|>`` is expanded to the audio's
+encoder rows by :class:`anna_audio.qwen3_asr.processor.Qwen3ASRProcessor`.
+
+:func:`parse_asr_output` splits a whole answer, :class:`AsrTextStream` does the same on streamed deltas without
+letting the prefix through; :func:`supported_languages` / :func:`normalize_language` check a requested language;
+:data:`MAX_AUDIO_WINDOW_S` / :func:`max_window_seconds` bound the audio one prompt carries.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+ASR_TEXT_TAG = "<asr_text>"
+LANGUAGE_PREFIX = "language "
+AUDIO_PLACEHOLDER = "<|audio_pad|>"
+MAX_AUDIO_WINDOW_S = 1200.0
+"""The longest audio upstream ``qwen-asr`` transcribes in one prompt (``MAX_ASR_INPUT_SECONDS``); longer audio is
+cut into windows of at most this length. Neither the config nor the processor bounds it otherwise, except the
+context length (:func:`max_window_seconds`)."""
+ROWS_PER_SECOND = 13
+"""Encoder rows per second of audio (100 mel frames -> 13 rows; :func:`anna_audio.features.encoder_rows`)."""
+MAX_PREFIX_CHARS = 48
+"""A streamed answer is taken to have a ``language X<asr_text>`` prefix only if the tag comes within this many
+characters (language names are single words)."""
+
+LANGUAGE_CODES = {
+    "ar": "Arabic", "yue": "Cantonese", "zh": "Chinese", "cs": "Czech", "da": "Danish", "nl": "Dutch",
+    "en": "English", "fil": "Filipino", "tl": "Filipino", "fi": "Finnish", "fr": "French", "de": "German",
+    "el": "Greek", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese",
+    "ko": "Korean", "mk": "Macedonian", "ms": "Malay", "fa": "Persian", "pl": "Polish", "pt": "Portuguese",
+    "ro": "Romanian", "ru": "Russian", "es": "Spanish", "sv": "Swedish", "th": "Thai", "tr": "Turkish",
+    "vi": "Vietnamese",
+}
+"""ISO 639-1 (``yue``, ``fil``: 639-3) codes of the languages Qwen3-ASR names, as OpenAI's ``language`` field
+sends them."""
+DEFAULT_LANGUAGES = ("Chinese", "English", "Cantonese", "Arabic", "German", "French", "Spanish", "Portuguese",
+                     "Indonesian", "Italian", "Korean", "Russian", "Thai", "Vietnamese", "Japanese", "Turkish",
+                     "Hindi", "Malay", "Dutch", "Swedish", "Danish", "Finnish", "Polish", "Czech", "Filipino",
+                     "Persian", "Greek", "Romanian", "Hungarian", "Macedonian")
+"""The 30 languages of the released Qwen3-ASR models (their ``support_languages``), for configs without the list
+(the ``hf`` layout drops it)."""
+
+
+def build_transcription_prompt(tokenizer: Any, *, language: str | None, context: str | None) -> list[int]:
+    """The token ids of one transcription prompt with ONE ``<|audio_pad|>`` (see the module docstring).
+
+    Args:
+        tokenizer: the checkpoint's :class:`anna_core.tokenizer.Tokenizer` (``LoadedModel.tokenizer``): its chat
+            template renders the turns.
+        language: a canonical language name to force (:func:`normalize_language`), or None to let the model
+            detect it.
+        context: the system turn's text, or None (empty).
+
+    Raises:
+        ValueError: ``language`` empty or holding ``<`` or a line break; the template renders a number of audio
+            placeholders other than one.
+        anna_core.errors.InvalidRequestError: the tokenizer has no chat template, or it rejects the messages.
+    """
+    messages = [{"role": "system", "content": context or ""},
+                {"role": "user", "content": [{"type": "audio"}]}]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    if language is not None:
+        if not language.strip() or "<" in language or "\n" in language:
+            raise ValueError(f"a forced language must be a plain name, got {language!r}")
+        text += f"{LANGUAGE_PREFIX}{language}{ASR_TEXT_TAG}"
+    ids = tokenizer.encode(text)
+    placeholder = tokenizer.hf.convert_tokens_to_ids(AUDIO_PLACEHOLDER)
+    if ids.count(placeholder) != 1:
+        raise ValueError(f"the chat template wrote {ids.count(placeholder)} audio placeholders ({AUDIO_PLACEHOLDER}) "
+                         "for one audio")
+    return ids
+
+
+def _language_of(prefix: str) -> str | None:
+    """The language a ``language X`` prefix names (its first line after ``language``; None for ``None`` or
+    nothing)."""
+    text = prefix.strip()
+    named = _NAMED_RE.match(text)
+    if named:
+        text = text[named.end():].strip()
+    name = text.splitlines()[0].strip() if text else ""
+    return None if not name or name.lower() == "none" else name
+
+
+def parse_asr_output(text: str, *, language_forced: bool = False) -> tuple[str | None, str]:
+    """``(detected language, transcript)`` of a whole answer.
+
+    ``language English<asr_text> Hello.`` gives ``("English", "Hello.")``; ``language None<asr_text>`` gives
+    ``(None, "")``; an answer without ``<asr_text>`` is all transcript: ``(None, text.strip())``. The transcript is
+    stripped of surrounding whitespace.
+
+    Args:
+        language_forced: the prompt forced the language (it holds the prefix): the whole answer is transcript.
+    """
+    if language_forced or ASR_TEXT_TAG not in text:
+        return None, text.strip()
+    prefix, transcript = text.split(ASR_TEXT_TAG, 1)
+    return _language_of(prefix), transcript.strip()
+
+
+_NAMED_RE = re.compile(r"\s*language\s+", re.IGNORECASE)
+_PREFIX_RE = re.compile(r"\s*(?:l(?:a(?:n(?:g(?:u(?:a(?:g(?:e(?:\s[^<]*)?)?)?)?)?)?)?)?)?", re.IGNORECASE)
+
+
+class AsrTextStream:
+    """Turns the streamed deltas of one answer into transcript deltas: the ``language X<asr_text>`` prefix never
+    comes out, even split across deltas, and the concatenation of every :meth:`feed` and :meth:`finish` result
+    equals :func:`parse_asr_output`'s transcript of the whole answer with the same ``language_forced`` (given the
+    tag, if any, within :data:`MAX_PREFIX_CHARS` characters).
+
+    Args:
+        language_forced: the prompt forced the language (the answer has no prefix): every character after leading
+            whitespace is transcript.
+
+    Attributes:
+        language: the detected language once the prefix has been read (None before, when forced, or for
+            ``language None``).
+    """
+
+    def __init__(self, language_forced: bool = False):
+        self._head = ""  # text that may still be (part of) the prefix
+        self._in_text = language_forced
+        self._started = False  # a non-space transcript character was emitted
+        self._pending_space = ""  # whitespace held back: it is dropped if the answer ends after it
+        self.language: str | None = None
+
+    def feed(self, delta: str) -> str:
+        """The transcript text ``delta`` completes (maybe ``""``)."""
+        if self._in_text:
+            return self._emit(delta)
+        self._head += delta
+        if ASR_TEXT_TAG in self._head:
+            prefix, rest = self._head.split(ASR_TEXT_TAG, 1)
+            self.language, self._head, self._in_text = _language_of(prefix), "", True
+            return self._emit(rest)
+        if self._could_be_prefix(self._head):
+            return ""
+        head, self._head, self._in_text = self._head, "", True
+        return self._emit(head)
+
+    def finish(self) -> str:
+        """The rest once the answer has ended: a held text that never became a prefix (trailing whitespace is
+        dropped)."""
+        if self._in_text:
+            return ""
+        head, self._head, self._in_text = self._head, "", True
+        out = self._emit(head)
+        self._pending_space = ""
+        return out
+
+    def _could_be_prefix(self, head: str) -> bool:
+        if len(head) > MAX_PREFIX_CHARS:
+            return False
+        rest = head[_PREFIX_RE.match(head).end():]  # after "language <name>" or a beginning of it
+        if not rest:
+            return True
+        return ASR_TEXT_TAG.startswith(rest) and _NAMED_RE.match(head) is not None  # a tag begins after a name
+
+    def _emit(self, text: str) -> str:
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self._started = True
+        body = text.rstrip()
+        if not body:
+            self._pending_space += text
+            return ""
+        out = self._pending_space + body
+        self._pending_space = text[len(body):]
+        return out
+
+
+def supported_languages(config: dict[str, Any]) -> list[str]:
+    """The language names a checkpoint transcribes: ``config.json``'s ``support_languages`` (original layout), else
+    the 30 of the released models (:data:`DEFAULT_LANGUAGES`)."""
+    listed = config.get("support_languages")
+    return [str(x) for x in listed] if listed else list(DEFAULT_LANGUAGES)
+
+
+def normalize_language(name: str, supported: Sequence[str]) -> str:
+    """The canonical name (as in ``supported``) of ``name``: a language name in any case (``"english"``) or an ISO
+    code (``"en"``, ``"yue"``).
+
+    Raises:
+        ValueError: ``name`` names no language in ``supported``; the message lists them.
+    """
+    key = str(name).strip()
+    by_lower = {s.lower(): s for s in supported}
+    canonical = by_lower.get(key.lower()) or by_lower.get(LANGUAGE_CODES.get(key.lower(), "").lower())
+    if canonical is None:
+        raise ValueError(f"unsupported language {name!r}; this model transcribes {', '.join(supported)} "
+                         "(names or ISO 639-1 codes)")
+    return canonical
+
+
+def max_window_seconds(max_model_len: int, *, reserved_tokens: int = 0) -> float:
+    """The longest audio window, in seconds, one prompt may carry: :data:`MAX_AUDIO_WINDOW_S`, or less when its
+    placeholders (:data:`ROWS_PER_SECOND` per second) plus ``reserved_tokens`` (the prompt's text and the tokens
+    to generate) would not fit ``max_model_len``.
+
+    Raises:
+        ValueError: not even one second fits.
+    """
+    seconds = (max_model_len - reserved_tokens) // ROWS_PER_SECOND
+    if seconds < 1:
+        raise ValueError(f"max_model_len {max_model_len} leaves no room for audio after {reserved_tokens} tokens")
+    return float(min(MAX_AUDIO_WINDOW_S, seconds))

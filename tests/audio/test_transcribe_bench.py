@@ -1,0 +1,22 @@
+"""``python -m anna_audio.bench`` on the CPU with the tiny checkpoint and small numbers: every request yields
+exactly the fixed output tokens (EOS ignored) on both sides, and the report's figures are consistent."""
+
+import pytest
+from anna_audio.bench import run_bench
+
+
+def test_bench_cpu_path(tiny_checkpoint):
+    model = tiny_checkpoint("qwen3_asr")
+    report = run_bench(model, device="cpu", clip_seconds=1.0, tokens_per_second=3.0, concurrency=(1, 2), hf=True,
+                       warmup=False)
+    assert report["output_tokens_per_request"] == 3
+    for side in ("anna", "hf"):
+        one, two = report[side]["1"], report[side]["2"]
+        assert (one["requests"], one["output_tokens"], two["requests"], two["output_tokens"]) == (1, 3, 2, 6)
+        assert one["rtf"] == pytest.approx(one["wall_s"] / 1.0) and two["rtf"] is None
+        assert two["audio_s"] == 2.0 and two["audio_s_per_s"] == pytest.approx(2.0 / two["wall_s"])
+
+
+def test_bench_refuses_bad_numbers(tiny_checkpoint):
+    with pytest.raises(ValueError):
+        run_bench(tiny_checkpoint("qwen3_asr"), device="cpu", clip_seconds=0)

@@ -1,0 +1,114 @@
+"""The Qwen3-ASR prompt and output protocol (:mod:`anna_audio.qwen3_asr.prompt`): the prompt against transformers'
+``apply_transcription_request``, parsing whole answers, the stream that never lets the ``language X<asr_text>``
+prefix through (every cut of every sample), languages and the audio window bound."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from anna_audio.qwen3_asr.prompt import (
+    DEFAULT_LANGUAGES,
+    MAX_AUDIO_WINDOW_S,
+    AsrTextStream,
+    build_transcription_prompt,
+    max_window_seconds,
+    normalize_language,
+    parse_asr_output,
+    supported_languages,
+)
+
+from tests.qwen3_asr.conftest import clip, load_anna
+
+SAMPLES = [
+    # (answer, forced, language, transcript)
+    ("language English<asr_text>Hello, world.", False, "English", "Hello, world."),
+    ("language Chinese<asr_text> 你好，世界。 ", False, "Chinese", "你好，世界。"),
+    ("language None<asr_text>", False, None, ""),
+    ("language English\n<asr_text>Two  spaces\nand a line.\n", False, "English", "Two  spaces\nand a line."),
+    ("Language German<asr_text>Guten Tag", False, "German", "Guten Tag"),
+    ("language\nJapanese\n<asr_text>こんにちは", False, "Japanese", "こんにちは"),
+    ("Hello without a prefix", False, None, "Hello without a prefix"),
+    ("la la land", False, None, "la la land"),
+    ("language", False, None, "language"),
+    ("languages of the world are many <3", False, None, "languages of the world are many <3"),
+    ("language English is what I speak <b>", False, None, "language English is what I speak <b>"),
+    ("  Forced text, 123 <asr_text> kept.  ", True, None, "Forced text, 123 <asr_text> kept."),
+    ("Language models transcribe.", True, None, "Language models transcribe."),
+]
+
+
+def streamed(answer: str, cuts: list[int], forced: bool) -> tuple[list[str], AsrTextStream]:
+    stream = AsrTextStream(language_forced=forced)
+    bounds = [0, *cuts, len(answer)]
+    out = [stream.feed(answer[a:b]) for a, b in itertools.pairwise(bounds)]
+    return out + [stream.finish()], stream
+
+
+@pytest.mark.parametrize("answer,forced,language,transcript", SAMPLES)
+def test_parse_and_every_stream_split_agree(answer, forced, language, transcript):
+    assert parse_asr_output(answer, language_forced=forced) == (language, transcript)
+    rng = random.Random(0)
+    splits = [[i] for i in range(1, len(answer))] + [list(range(1, len(answer)))]
+    splits += [sorted(rng.sample(range(1, len(answer)), min(len(answer) - 1, 5))) for _ in range(20)]
+    for cuts in splits:
+        pieces, stream = streamed(answer, cuts, forced)
+        assert "".join(pieces) == transcript, (cuts, pieces)
+        assert stream.language == (None if forced else language)
+        if "<asr_text>" in answer and not forced:
+            assert not any("<asr" in p or "language" in p.lower() for p in pieces), pieces
+
+
+def test_parse_takes_a_bare_name_before_the_tag():
+    assert parse_asr_output("English<asr_text>A bare name.") == ("English", "A bare name.")
+    assert parse_asr_output("language English<asr_text>") == ("English", "")
+
+
+def test_the_prefix_is_held_until_the_tag_and_text_flows_after_it():
+    stream = AsrTextStream()
+    assert [stream.feed(d) for d in ["lang", "uage Eng", "lish<as", "r_text>He", "llo ", " ", "world", "  "]] == \
+        ["", "", "", "He", "llo", "", "  world", ""]
+    assert stream.language == "English" and stream.finish() == ""
+    plain = AsrTextStream()
+    assert plain.feed("Hi") == "Hi" and plain.feed(" there") == " there"  # no prefix: nothing is held
+
+
+@pytest.mark.parametrize("language,context", [(None, None), ("English", None), ("Chinese", "Hotwords: 通义, Anna."),
+                                              (None, "A previous sentence.")])
+def test_the_prompt_equals_hf_apply_transcription_request(tiny_asr, hf_processor, language, context):
+    loaded = load_anna(tiny_asr)
+    ids = build_transcription_prompt(loaded.tokenizer, language=language, context=context)
+    audio_id = loaded.processor.audio_token_id
+    assert ids.count(audio_id) == 1
+    audio = clip(440.0, 1.0, 0)
+    expanded, _ = loaded.processor.process(ids, {"audio": [audio]})
+    ref = hf_processor.apply_transcription_request(audio=audio, language=language, prompt=context)
+    assert expanded == ref["input_ids"][0].tolist()
+    text = loaded.tokenizer.decode(ids, skip_special_tokens=False)
+    assert text.endswith("<|im_start|>assistant\n" + ("" if language is None else f"language {language}<asr_text>"))
+    assert f"<|im_start|>system\n{context or ''}<|im_end|>" in text
+    with pytest.raises(ValueError, match="plain name"):
+        build_transcription_prompt(loaded.tokenizer, language="English<asr_text>", context=None)
+
+
+def test_languages():
+    assert supported_languages({"support_languages": ["English", "Chinese"]}) == ["English", "Chinese"]
+    assert supported_languages({"audio_config": {}}) == list(DEFAULT_LANGUAGES) and len(DEFAULT_LANGUAGES) == 30
+    langs = supported_languages({})
+    assert normalize_language("english", langs) == "English"
+    assert normalize_language(" en ", langs) == "English"
+    assert normalize_language("yue", langs) == "Cantonese"
+    assert normalize_language("ZH", langs) == "Chinese"
+    with pytest.raises(ValueError, match="unsupported language 'Klingon'.*English, Cantonese"):
+        normalize_language("Klingon", langs)
+    with pytest.raises(ValueError, match="unsupported language 'fr'"):
+        normalize_language("fr", ["English"])
+
+
+def test_the_audio_window():
+    assert MAX_AUDIO_WINDOW_S == 1200.0
+    assert max_window_seconds(65536) == 1200.0
+    assert max_window_seconds(4096, reserved_tokens=196) == 300.0  # 3900 placeholders: 13 a second
+    with pytest.raises(ValueError, match="no room"):
+        max_window_seconds(100, reserved_tokens=90)

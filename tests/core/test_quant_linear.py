@@ -154,3 +154,23 @@ def test_int8_head_equals_the_float32_table_head():
     q4 = torch.from_numpy(gguf.quantize(table.numpy(), gguf.GGMLQuantizationType.Q4_0).copy())
     with pytest.raises(ValueError, match="Q8_0 tables only"):
         QuantizedEmbedding(q4, "Q4_0", 64, torch.float32, tied_head=True).use_int8_head(lambda fn: fn)
+
+
+def test_int8_head_keeps_the_float32_head_when_compiling_fails():
+    import gguf
+    from anna_core.layers.quant_linear import QuantizedEmbedding
+
+    table = torch.randn(8, 32)
+    raw = torch.from_numpy(gguf.quantize(table.numpy(), gguf.GGMLQuantizationType.Q8_0).copy())
+    head = QuantizedEmbedding(raw, "Q8_0", 32, torch.float32, tied_head=True)
+    hidden = torch.randn(1, 32)
+    expected = head.logits(hidden)
+
+    def broken(fn):
+        def run(*args):
+            raise RuntimeError("no compiler")
+        return run
+
+    with pytest.raises(RuntimeError, match="no compiler"):
+        head.use_int8_head(broken)
+    assert head.head_codes is None and torch.equal(head.logits(hidden), expected)

@@ -158,8 +158,12 @@ class ModelRunner:
         if config.compile_mode != "none":  # kept-quantized Q8_0 tied heads (CPU GGUF): from their int8 codes
             mode = "max-autotune-no-cudagraphs" if config.compile_mode == "max-autotune" else "default"
             t0 = clock()
-            if use_int8_heads(self.model, lambda fn: torch.compile(fn, mode=mode, dynamic=False)):
-                self.startup["int8_head_compile_s"] = clock() - t0
+            try:
+                if use_int8_heads(self.model, lambda fn: torch.compile(fn, mode=mode, dynamic=False)):
+                    self.startup["int8_head_compile_s"] = clock() - t0
+            except Exception as exc:  # noqa: BLE001 - e.g. no C++ compiler for inductor: the float32 head serves
+                log.warning("compiling the int8 LM head failed, keeping the float32 head: %s: %s",
+                            type(exc).__name__, str(exc)[:300])
         if config.warmup:
             t0 = clock()
             self.warmup(max_model_len)

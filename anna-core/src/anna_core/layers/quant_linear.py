@@ -179,18 +179,20 @@ class QuantizedEmbedding(nn.Module):
         ``compile_mode``); rows are computed one at a time (one compiled shape).
 
         Raises:
-            ValueError: not a tied head, or a table that is not ``Q8_0``.
+            ValueError: not a tied head, or a table that is not ``Q8_0``; whatever ``compile_fn``'s function
+                raises on its first call (the float32 head is then kept).
         """
         if not self.tied_head:
             raise ValueError("this QuantizedEmbedding is not a tied LM head")
         if self.ggml_type != "Q8_0":
             raise ValueError(f"the int8 head reads Q8_0 tables only, not {self.ggml_type}")
         blocks = self.raw.view(self.num_embeddings, -1, 34)  # Q8_0 block: d (float16), 32 int8 codes
-        self.head_codes = blocks[..., 2:].contiguous().view(torch.int8)  # [V, G, 32]
-        self.head_scales = blocks[..., :2].contiguous().view(torch.float16).squeeze(-1).float()  # [V, G]
+        codes = blocks[..., 2:].contiguous().view(torch.int8)  # [V, G, 32]
+        scales = blocks[..., :2].contiguous().view(torch.float16).squeeze(-1).float()  # [V, G]
+        fn = compile_fn(int8_head_logits)
+        fn(torch.zeros(1, self.embedding_dim), codes, scales)  # compiled now (a failure leaves the float32 head)
+        self.head_codes, self.head_scales, self._int8_head = codes, scales, fn
         self.head_weight = None
-        self._int8_head = compile_fn(int8_head_logits)
-        self.logits(torch.zeros(1, self.embedding_dim))  # compiled now, not in the first request
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, {self.ggml_type}"

@@ -62,3 +62,32 @@ def test_bad_sizes_and_text_models_are_one_line_errors(tiny_vl, tmp_path_factory
     text = build_tiny_qwen35(tmp_path_factory.mktemp("tiny-text-bench"))
     res, _ = run("--model-dir", str(text), "--image-size", "32x32")
     assert res.exit_code != 0 and "takes no images" in res.output
+
+
+def test_a_random_video_per_request(tiny_vl):
+    from anna_core import LLM, SamplingParams
+    from anna_core.bench.video_prompts import VideoSpec, video_requests
+
+    res, r = run("--model-dir", str(tiny_vl), "--video-frames", "4", "--video-size", "48x32")
+    assert res.exit_code == 0, res.output
+    # 4 frames at 2 fps: 2 frame groups of 6x4 patches of 8, merged 2x2 -> 6 tokens each
+    assert r["video"] == {"video": "random 4 frames of 48x32 at 2 fps", "video_tokens": 12, "frame_groups": 2,
+                          "offload_vision": False}
+    assert "image" not in r and "served_vs_eager_match_tokens" not in r
+    llm = LLM(tiny_vl, device="cpu", dtype="fp32", num_blocks=64, prompt_cache_size=0)
+    [ids], [mm] = video_requests(llm.loaded, VideoSpec(4, (48, 32)), 1, 0)  # run 0, request 0
+    assert r["input_len"] == len(ids)
+    [ref] = llm.generate(ids, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True), multimodal=mm)
+    assert r["first_tokens"] == ref.token_ids
+    from anna_core.bench.report import format_report
+
+    assert "12 video tokens in 2 frame groups" in format_report(r)
+
+
+def test_bad_video_flags_are_one_line_errors(tiny_vl):
+    for args, needle in ((["--video-frames", "0"], "at least one frame"),
+                         (["--video-frames", "4", "--video-size", "x"], "--video-size must be WIDTHxHEIGHT"),
+                         (["--video-frames", "4", "--image-size", "32x32"], "not both"),
+                         (["--video-frames", "4", "--compare-hf"], "text prompts only")):
+        res, _ = run("--model-dir", str(tiny_vl), *args)
+        assert res.exit_code == 1 and needle in res.output, res.output

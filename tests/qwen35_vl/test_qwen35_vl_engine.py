@@ -59,7 +59,7 @@ def test_different_images_behind_the_same_text_share_no_image_block(tiny_vl, hf_
     assert again.num_cached_tokens > image_start + 16  # the same image: its blocks and the text after them hit
     assert again.token_ids == a.token_ids
     encoder = engine.engine.stats()["encoder"]  # /healthz: the prefix hit covered the image, so no third encode
-    assert encoder["media_encoded"] == 2 and encoder["rows_encoded"] == 32 and encoder["encode_host_s"] > 0
+    assert encoder["media_encoded"] == 2 and encoder["rows_encoded"] == 32 and encoder["encode_host_s"] > 0 and encoder["encode_device_s"] > 0
     assert encoder["outputs_held"] == 0 and encoder["cache_tokens_used"] == 0 and encoder["cache_tokens_total"] > 0
 
 

@@ -143,22 +143,10 @@ def test_server_media_settings_reach_the_processor(tiny_vl, tmp_path):
 
 def mp4(num_frames: int, rate: int, seed: int, size=(48, 32)) -> bytes:
     """An MPEG-4 clip of ``num_frames`` seeded random frames at ``rate`` fps, made with PyAV."""
-    import numpy as np
+    pytest.importorskip("av")
+    from anna_core.testing.video import random_mp4
 
-    av = pytest.importorskip("av")
-    buf = io.BytesIO()
-    rng = np.random.RandomState(seed)
-    with av.open(buf, mode="w", format="mp4") as out:
-        stream = out.add_stream("mpeg4", rate=rate)
-        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
-        stream.options = {"qscale": "1"}
-        for _ in range(num_frames):
-            frame = rng.randint(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return buf.getvalue()
+    return random_mp4(num_frames, rate, seed, size)
 
 
 def video_uri(data: bytes) -> str:

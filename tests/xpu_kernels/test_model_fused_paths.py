@@ -112,10 +112,11 @@ def test_disabling_the_fused_kernels_falls_back_to_the_unfused_kernels(tmp_path,
     assert got == want
 
 
-def test_vision_language_decode_takes_the_fused_qk_kernel(tmp_path, monkeypatch):
+def test_vision_language_steps_all_take_the_fused_qk_kernel(tmp_path, monkeypatch):
     # a Qwen3.5 checkpoint that takes images has [3, T] (M-RoPE) positions; decode steps and text-only batches have
-    # equal rows (ForwardBatch.uniform_positions), so they keep the fused q/k norm + rotary + cache-write kernel;
-    # a prompt with an image has rows that differ and runs the separate ops. Greedy tokens equal the references'.
+    # equal rows (ForwardBatch.uniform_positions) and hand the fused q/k norm + rotary + cache-write kernel their
+    # first row; a prompt with an image has rows that differ and hands it all three with the rotary's per-frequency
+    # row (interleaved sections). Greedy tokens and the prompt's logits equal the references'.
     import numpy as np
     from anna_core import LLM, SamplingParams
     from anna_core.testing.checkpoints import build_tiny_qwen35_vl
@@ -124,27 +125,37 @@ def test_vision_language_decode_takes_the_fused_qk_kernel(tmp_path, monkeypatch)
     path = build_tiny_qwen35_vl(tmp_path / "vl", num_layers=4)
     picture = Image.fromarray(np.random.RandomState(0).randint(0, 256, (32, 32, 3), dtype=np.uint8))
     text = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|> describe<|im_end|>\n<|im_start|>assistant\n"
-    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True, logprobs=3)
 
     def run():
         llm = LLM(path, device="cpu", dtype="fp32", block_size=4, num_blocks=64, max_num_seqs=2, prompt_cache_size=0)
         [with_image] = llm.generate(text, params, media={"image": [picture]})
-        [text_only] = llm.generate("<|im_start|>user\nhello there<|im_end|>\n", params)
-        return with_image.token_ids, text_only.token_ids
+        [text_only] = llm.generate("<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n", params)
+        return with_image, text_only
 
     monkeypatch.delenv("ANNA_TRITON_INTERPRET", raising=False)
     want = run()
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     from anna_xpu_kernels import qk_norm_rope
 
-    rows = []
+    calls = []
     real = qk_norm_rope.qk_norm_rope_cache
 
     def spy(q, k, v, qw, kw, eps, zc, positions, *rest):
-        rows.append(tuple(positions.shape))
+        calls.append((tuple(positions.shape), len(rest)))
         return real(q, k, v, qw, kw, eps, zc, positions, *rest)
 
     monkeypatch.setattr(qk_norm_rope, "qk_norm_rope_cache", spy)
-    assert run() == want
-    assert rows and all(len(shape) == 1 for shape in rows)  # 1-D positions: row 0 of equal rows
-    assert any(shape == (1,) for shape in rows)  # decode steps of the image request and of the text request
+    got = run()
+    for g, w in zip(got, want):
+        assert g.token_ids == w.token_ids
+        # the last step's top logprobs (they read the K/V the image prefill wrote): fused kernel vs separate ops
+        [glp], [wlp] = g.logprobs[-1:], w.logprobs[-1:]
+        assert [i for i, _ in glp.top] == [i for i, _ in wlp.top]
+        assert max(abs(a - b) for (_, a), (_, b) in zip(glp.top, wlp.top)) < 1e-4
+    prompt_len = len(got[0].prompt_token_ids)
+    # the image prompt: [3, T] positions and the rope axis (one call per full-attention layer of the prefill)
+    assert calls.count(((3, prompt_len), 5)) == 2
+    assert all(shape == (3, prompt_len) or len(shape) == 1 for shape, _ in calls)
+    assert all(n == 4 for shape, n in calls if len(shape) == 1)  # 1-D: row 0 of equal rows, no axis
+    assert any(shape == (1,) for shape, _ in calls)  # decode steps of the image request and of the text request

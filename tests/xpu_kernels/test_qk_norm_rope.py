@@ -88,3 +88,82 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="inv_freq"):
         qk_norm_rope_cache(q, k, k, torch.zeros(16), torch.zeros(16), 1e-6, True, torch.zeros(2, dtype=torch.long),
                            torch.ones(9), cache, cache.clone(), torch.zeros(2, dtype=torch.long))
+
+
+def _mrope_case(dtype, dim, rotary_dim, section, seed=5):
+    """q (a strided view, as the layer hands it), k, v, weights, ``[3, T]`` positions whose rows differ (text, then an
+    image's t / h / w grid, then text), the rotary of Qwen3.5's interleaved M-RoPE, slots."""
+    gen = torch.Generator().manual_seed(seed)
+    T, h_q, h_kv = 9, 4, 2
+    merged = torch.randn(T, 2 * h_q * dim + 2 * h_kv * dim, generator=gen).to(dtype)
+    q = merged[:, : 2 * h_q * dim].view(T, h_q, 2 * dim)[..., :dim]
+    k, v = merged[:, 2 * h_q * dim:].view(T, 2 * h_kv, dim).split(h_kv, dim=1)
+    qw, kw = (0.2 * torch.randn(2, dim, generator=gen)).to(dtype)
+    positions = torch.tensor([[0, 1, 2, 2, 2, 2, 4, 5, 3000],
+                              [0, 1, 2, 2, 3, 3, 4, 5, 3000],
+                              [0, 1, 2, 3, 2, 3, 4, 5, 3000]])
+    rope = RotaryEmbedding(dim, rotary_dim, {"rope_theta": 1e7, "mrope_section": section, "mrope_interleaved": True})
+    slots = torch.tensor([9, 2, 14, 0, 5, 6, 7, 1, 15])
+    return q, k, v, qw, kw, positions, rope, slots
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim,rotary_dim,section", [(64, 16, [4, 2, 2]), (32, 32, [6, 5, 5])])
+def test_mrope_rows_match_the_unfused_path(poison_outputs, dtype, dim, rotary_dim, section):
+    """``[3, T]`` positions whose rows differ, with the config's interleaved sections: the kernel equals the unfused
+    layer (q/k norms, ``RotaryEmbedding`` on the rows, ``reshape_and_cache``) and the op's reference."""
+    q, k, v, qw, kw, positions, rope, slots = _mrope_case(dtype, dim, rotary_dim, section)
+    inv_freq, axis = rope._tables(torch.device("cpu"))
+    h_kv = k.shape[1]
+    caches = [torch.full((4, BLOCK, h_kv, dim), float("nan"), dtype=dtype) for _ in range(6)]
+    got = qk_norm_rope_cache(q, k, v, qw, kw, 1e-6, True, positions, inv_freq, caches[0], caches[1], slots, axis)
+
+    want_q, want_k = rope(positions, ref_norms.rms_norm(q, qw, 1e-6, True), ref_norms.rms_norm(k, kw, 1e-6, True))
+    ref_pa.reshape_and_cache(want_k, v, caches[2], caches[3], slots)
+    ref = ref_qk.qk_norm_rope_cache(q, k, v, qw, kw, 1e-6, True, positions, inv_freq, caches[4], caches[5], slots,
+                                    axis)
+    torch.testing.assert_close(ref, want_q, rtol=0, atol=0)  # the reference is the unfused composition, bit for bit
+    torch.testing.assert_close(caches[4], caches[2], rtol=0, atol=0, equal_nan=True)
+    t = tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    torch.testing.assert_close(got, want_q, **t)
+    torch.testing.assert_close(caches[0], caches[2], equal_nan=True, **t)
+    torch.testing.assert_close(caches[1], caches[3], equal_nan=True, **t)
+    # the rows matter: the first row alone (what 1-D positions would give) rotates the image tokens differently
+    flat = qk_norm_rope_cache(q, k, v, qw, kw, 1e-6, True, positions[0].contiguous(), inv_freq,
+                              caches[0].clone(), caches[1].clone(), slots)
+    assert not torch.allclose(flat[3:6], got[3:6], **t) and torch.allclose(flat[:3], got[:3], **t)
+
+
+def test_mrope_positions_from_a_strided_staging_buffer():
+    """Positions sliced out of a wider ``[3, N]`` buffer (a prefill graph's staging) read their own rows."""
+    q, k, v, qw, kw, positions, rope, slots = _mrope_case(torch.float32, 64, 16, [4, 2, 2])
+    inv_freq, axis = rope._tables(torch.device("cpu"))
+    staged = torch.zeros(3, 32, dtype=torch.int64)
+    staged[:, :9] = positions
+    caches = [torch.zeros(4, BLOCK, 2, 64) for _ in range(4)]
+    got = qk_norm_rope_cache(q, k, v, qw, kw, 1e-6, True, staged[:, :9], inv_freq, caches[0], caches[1], slots, axis)
+    want = qk_norm_rope_cache(q, k, v, qw, kw, 1e-6, True, positions, inv_freq, caches[2], caches[3], slots, axis)
+    assert torch.equal(got, want) and torch.equal(caches[0], caches[2])
+
+
+def test_mrope_arguments_are_checked():
+    q, k, v, qw, kw, positions, rope, slots = _mrope_case(torch.float32, 64, 16, [4, 2, 2])
+    inv_freq, axis = rope._tables(torch.device("cpu"))
+    cache = torch.zeros(4, BLOCK, 2, 64)
+    for fn in (qk_norm_rope_cache, ref_qk.qk_norm_rope_cache):
+        with pytest.raises(ValueError, match="rows, T"):
+            fn(q, k, v, qw, kw, 1e-6, True, positions[0], inv_freq, cache, cache.clone(), slots, axis)
+        with pytest.raises(ValueError, match=r"positions must be \[T=9\]"):
+            fn(q, k, v, qw, kw, 1e-6, True, positions, inv_freq, cache, cache.clone(), slots)
+        with pytest.raises(ValueError, match="rope_axis must be integer"):
+            fn(q, k, v, qw, kw, 1e-6, True, positions, inv_freq, cache, cache.clone(), slots, axis[:3])
+
+
+def test_the_probe_takes_multi_row_positions(monkeypatch):
+    from anna_core.kernels import KernelRegistry, ProbeRequest
+    from anna_core.plugins import make_plugin_manager
+
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    request = ProbeRequest("cpu", "float32", {"head_dim": 256, "position_rows": 3})
+    assert registry.get("qk_norm_rope_cache", request) is qk_norm_rope_cache

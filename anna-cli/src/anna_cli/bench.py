@@ -60,6 +60,11 @@ from anna_cli.options import DEVICES, DTYPES, LOAD_FORMATS, WEIGHT_QUANT_HELP, W
                    "encoding it; --input-len is then the rendered prompt's length.")
 @click.option("--image-size", default=None, metavar="WxH",
               help="With --image: resize it to WxH; alone: a random WxH image per request (e.g. 1024x1024).")
+@click.option("--video-frames", type=int, default=None, metavar="N",
+              help="Each request is a chat turn with a random N-frame video (frames at 2 fps) on a vision-language "
+                   "checkpoint that takes video; TTFT includes encoding it.")
+@click.option("--video-size", default="640x480", show_default=True, metavar="WxH",
+              help="With --video-frames: the frames' size.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @max_device_memory_option
 @offload_options
@@ -69,12 +74,14 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
           prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
           compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool,
-          image_path: Path | None, image_size: str | None, as_json: bool, max_device_memory_gib: float | None,
+          image_path: Path | None, image_size: str | None, video_frames: int | None, video_size: str, as_json: bool,
+          max_device_memory_gib: float | None,
           offload_vision: bool, **offload_flags: Any) -> None:
     """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
     from anna_core.bench.engine_bench import BenchSettings, run_bench
     from anna_core.bench.image_prompts import ImageSpec, parse_image_size
     from anna_core.bench.report import format_report
+    from anna_core.bench.video_prompts import VideoSpec
 
     settings = BenchSettings(model_dir=model_dir, device=device, dtype=dtype, load_format=load_format,
                              weight_quant=weight_quant,
@@ -86,6 +93,8 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
                              timeline=timeline, offload=offload_config_from_options(**offload_flags),
                              max_device_memory_gib=max_device_memory_gib, offload_vision=offload_vision,
                              image=None if image_path is None and image_size is None else ImageSpec(
-                                 image_path, None if image_size is None else parse_image_size(image_size)))
+                                 image_path, None if image_size is None else parse_image_size(image_size)),
+                             video=None if video_frames is None else VideoSpec(video_frames,
+                                                                               parse_image_size(video_size, "--video-size")))
     report = run_bench(settings)
     click.echo(json.dumps(report, indent=1) if as_json else format_report(report))

@@ -23,9 +23,9 @@ from anna_cli.options import SAMPLING_FLAGS, exit_on_anna_errors, model_options,
 
 
 def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking: bool | None,
-                num_images: int = 0) -> list[int]:
-    """The prompt's ids; in chat form the user message holds ``num_images`` image parts before the text (a raw
-    prompt writes the model's image placeholders itself)."""
+                num_images: int = 0, num_videos: int = 0) -> list[int]:
+    """The prompt's ids; in chat form the user message holds ``num_images`` image parts and then ``num_videos``
+    video parts before the text (a raw prompt writes the model's placeholders itself)."""
     from anna_core.errors import AnnaError
 
     if tokenizer is None:
@@ -35,31 +35,42 @@ def _prompt_ids(tokenizer: Any, prompt: str, chat: bool | None, enable_thinking:
     if not chat:
         return tokenizer.encode(prompt, add_special_tokens=True)
     kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
-    content: Any = prompt if not num_images else [*([{"type": "image"}] * num_images), {"type": "text", "text": prompt}]
+    parts = [*([{"type": "image"}] * num_images), *([{"type": "video"}] * num_videos)]
+    content: Any = [*parts, {"type": "text", "text": prompt}] if parts else prompt
     text = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, **kwargs)
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def _check_takes_images(loaded: Any) -> None:
-    """Raises AnnaError: the model's processor takes no images."""
+def _check_takes(loaded: Any, kind: str) -> None:
+    """Raises AnnaError: the model's processor takes no ``kind`` (``"image"``, ``"video"``)."""
     from anna_core.errors import AnnaError
 
-    if loaded.processor is None or "image" not in loaded.processor.modalities:
-        raise AnnaError("this model takes text only; --image needs a vision-language checkpoint")
+    if loaded.processor is None:
+        raise AnnaError(f"this model takes text only; --{kind} needs a vision-language checkpoint")
+    if kind not in loaded.processor.modalities:
+        raise AnnaError(f"this model takes no {kind}s (only {', '.join(loaded.processor.modalities)}); drop --{kind}")
 
 
-def _with_images(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...]) -> tuple[list[int], Any]:
-    """The prompt with its image placeholders expanded and its multimodal inputs (the model's processor).
+def _with_media(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...],
+                videos: tuple[Path, ...]) -> tuple[list[int], Any]:
+    """The prompt with its image and video placeholders expanded and its multimodal inputs (the model's processor).
+    Images decode as the server decodes them; videos are sampled at the checkpoint's rate and frame cap
+    (``processor.video_sampling``) under the default media policy's caps.
 
     Raises:
-        AnnaError: the model takes no images, or a file is not an image.
+        AnnaError: the model takes no images / videos; InvalidRequestError (an AnnaError): a file is not an
+            image or a video, or breaks the default policy's pixel / frame / time caps.
     """
-    from anna_core.media import MediaPolicy, decode_image
+    from anna_core.media import MediaPolicy, decode_image, decode_video_for
 
-    _check_takes_images(loaded)
-    max_pixels = MediaPolicy().max_image_pixels
-    decoded = [decode_image(path.read_bytes(), max_pixels) for path in images]
-    return loaded.processor.process(prompt_ids, {"image": decoded})
+    policy = MediaPolicy()
+    media: dict[str, list[Any]] = {}
+    if images:
+        media["image"] = [decode_image(path.read_bytes(), policy.max_image_pixels) for path in images]
+    if videos:
+        sampling = loaded.processor.video_sampling
+        media["video"] = [decode_video_for(path.read_bytes(), sampling, policy) for path in videos]
+    return loaded.processor.process(prompt_ids, media)
 
 
 @click.command("generate")
@@ -68,6 +79,10 @@ def _with_images(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...]) -
 @click.option("--image", "images", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An image file for a vision-language model (repeatable; in chat form each goes before the text, "
                    "a --raw prompt holds the model's image placeholder once per image).")
+@click.option("--video", "videos", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A video file for a vision-language model that takes video (repeatable; sampled at the "
+                   "checkpoint's frame rate and frame cap; in chat form each goes after the images, before the "
+                   "text; a --raw prompt holds the model's video placeholder once per video).")
 @click.option("--chat/--raw", default=None,
               help="Wrap the prompt in the chat template as a user message (default when the model has one), "
                    "or send it as is.")
@@ -91,7 +106,7 @@ def _with_images(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...]) -
 @vision_offload_option
 @exit_on_anna_errors
 def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
-             weight_quant: str, prompt: str, images: tuple[Path, ...],
+             weight_quant: str, prompt: str, images: tuple[Path, ...], videos: tuple[Path, ...],
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
              stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
              max_device_memory_gib: float | None, offload_vision: bool, **sampling: Any) -> None:
@@ -119,12 +134,13 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
     runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=loaded.device.type != "cpu")
     engine = build(loaded, config, runner)
     load_s = time.perf_counter() - t0
-    if images:
-        _check_takes_images(loaded)  # before the chat template sees image parts
-    prompt_ids = _prompt_ids(loaded.tokenizer, prompt, chat, enable_thinking, len(images))
+    for kind, files in (("image", images), ("video", videos)):
+        if files:
+            _check_takes(loaded, kind)  # before the chat template sees image / video parts
+    prompt_ids = _prompt_ids(loaded.tokenizer, prompt, chat, enable_thinking, len(images), len(videos))
     multimodal = None
-    if images:
-        prompt_ids, multimodal = _with_images(loaded, prompt_ids, images)
+    if images or videos:
+        prompt_ids, multimodal = _with_media(loaded, prompt_ids, images, videos)
     explicit = {k: v for k, v in sampling.items() if k in SAMPLING_FLAGS and v is not None}
     params = sampling_params_with_defaults(loaded.generation, max_tokens=max_new_tokens, seed=seed,
                                            stop=list(stop), **explicit)

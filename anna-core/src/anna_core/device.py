@@ -5,6 +5,7 @@ Wraps cpu / cuda / xpu: choosing the device, synchronizing, memory statistics.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -195,6 +196,10 @@ class Accelerator:
         """A stopwatch measuring device time (events on accelerators, the host clock on CPU)."""
         return StepTimer(self)
 
+    def span(self) -> DeviceSpan:
+        """A span of device work timed without waiting for it (:class:`DeviceSpan`)."""
+        return DeviceSpan(self._module)
+
     def reset_peak_memory(self) -> None:
         if self._module is not None and hasattr(self._module, "reset_peak_memory_stats"):
             self._module.reset_peak_memory_stats(self.device)
@@ -277,6 +282,42 @@ class StepTimer:
         import time
 
         return (time.perf_counter() - self._t0) * 1e3
+
+
+class DeviceSpan:
+    """The device time of the work enqueued between ``start()`` and ``stop()``, read without blocking.
+
+    On an accelerator both calls record a timing event on the current stream and return at once; :meth:`elapsed_ms`
+    is the milliseconds between the two events once the device has passed the second (None before: it asks the
+    event, it never waits), so a caller reads it after a synchronisation it does anyway. The figure covers
+    everything the stream did between the events, including waiting for the host to enqueue work. On the CPU, where
+    work has finished when the call returns, it is the host time between the two calls, known at ``stop()``.
+    """
+
+    def __init__(self, module: object | None):
+        self._events = (module.Event(enable_timing=True), module.Event(enable_timing=True)) if module is not None else None
+        self._host = [0.0, 0.0]
+
+    def start(self) -> None:
+        if self._events is not None:
+            self._events[0].record()
+        else:
+            self._host[0] = time.perf_counter()
+
+    def stop(self) -> None:
+        if self._events is not None:
+            self._events[1].record()
+        else:
+            self._host[1] = time.perf_counter()
+
+    def elapsed_ms(self) -> float | None:
+        """Milliseconds from ``start()`` to ``stop()`` on the device, or None while the device has not reached
+        ``stop()``'s event yet (never blocks)."""
+        if self._events is None:
+            return (self._host[1] - self._host[0]) * 1e3
+        if not self._events[1].query():
+            return None
+        return float(self._events[0].elapsed_time(self._events[1]))
 
 
 def accelerator(device: torch.device | str) -> Accelerator:

@@ -69,15 +69,25 @@ class GatedAttention(nn.Module):
         return torch.split(self.qkv_proj(x), [q_size, kv_size, kv_size], dim=-1), residual
 
     def _fused_pre(self, batch: ForwardBatch):
-        """The ``qk_norm_rope_cache`` op (q/k norms, rotary and the cache write as one op) chosen for
-        this head dim (anna-xpu-kernels' Triton kernel where its probe accepts), or None: where only the
-        op's torch reference would run it, for M-RoPE ``[3, T]`` positions whose rows may differ (a prompt with
-        media; decode steps and text-only batches have equal rows, ``ForwardBatch.uniform_positions``), or for
-        q/k norm variants other than the zero-centred one; the separate ops then run, each chosen on its own."""
-        if (batch.positions.dim() != 1 and not batch.uniform_positions) or not (
-                self.q_norm.zero_centered and self.k_norm.zero_centered):
+        """The ``qk_norm_rope_cache`` op (q/k norms, rotary and the cache write as one op) chosen for this head dim
+        and these positions (anna-xpu-kernels' Triton kernel where its probe accepts), with the positions and
+        rope axis to hand it, or None: where only the op's torch reference would run it, or for q/k norm variants
+        other than the zero-centred one; the separate ops then run, each chosen on its own.
+
+        Positions: ``[T]``; M-RoPE ``[3, T]`` whose rows are equal (decode steps, text-only batches:
+        ``ForwardBatch.uniform_positions``) as their first row; rows that differ (a prompt with media) as they are,
+        with the rotary's per-frequency row (shape fact ``position_rows``)."""
+        if not (self.q_norm.zero_centered and self.k_norm.zero_centered):
             return None
-        return self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim)
+        positions = batch.positions
+        if positions.dim() == 1 or batch.uniform_positions:
+            op = self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim)
+            return None if op is None else (op, positions if positions.dim() == 1 else positions[0], None)
+        axis = self._rotary[0]._tables(positions.device)[1]
+        if axis is None:  # multi-row positions without M-RoPE sections: the rotary layer raises the error
+            return None
+        op = self.ops.accelerated("qk_norm_rope_cache", head_dim=self.head_dim, position_rows=positions.shape[0])
+        return None if op is None else (op, positions, axis)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches, pre_norm=None):
         """x: ``[T, hidden]`` -> ``[T, hidden]``; writes this layer's K/V into the paged cache.
@@ -97,13 +107,14 @@ class GatedAttention(nn.Module):
         gate = q_gate[..., D:]  # [T, H, D]
         fused = self._fused_pre(batch)
         if fused is not None:  # q/k norms, rotary and the cache write in one kernel
+            op, positions, axis = fused
             attn = self.attn
             k_cache, v_cache = caches.attention(attn.group).layer(attn.kv_index)
             table = batch.tables[attn.group]
-            q = fused(q_gate[..., :D], k.view(T, self.num_kv_heads, D), v.view(T, self.num_kv_heads, D),
-                      self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, True,
-                      batch.positions if batch.positions.dim() == 1 else batch.positions[0],  # rows equal
-                      self._rotary[0]._tables(q_gate.device)[0], k_cache, v_cache, table.slot_mapping)
+            q = op(q_gate[..., :D], k.view(T, self.num_kv_heads, D), v.view(T, self.num_kv_heads, D),
+                   self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, True, positions,
+                   self._rotary[0]._tables(q_gate.device)[0], k_cache, v_cache, table.slot_mapping,
+                   *(() if axis is None else (axis,)))
             o = self.ops.get("paged_attention", head_dim=D)(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens,
                                                              table.block_tables, attn.scale, attn.sliding_window)
         else:

@@ -159,30 +159,39 @@ class Qwen35ForCausalLM(nn.Module):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
-    def hf_export(self) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
-        """``(HF model class, HF config class, config kwargs, state dict)`` for the text-only HF model
-        over this model's tensors (views, no copies); see :func:`anna_qwen35.weights.hf_text_state_dict`.
-        Dense: ``Qwen3_5ForCausalLM`` / ``Qwen3_5TextConfig``; MoE: ``Qwen3_5MoeForCausalLM`` /
-        ``Qwen3_5MoeTextConfig`` with the experts fused as transformers holds them. The config kwargs are
-        the checkpoint's text config (its ``text_config`` in the vision-language layout).
+    def hf_export(self, multimodal: bool = False) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
+        """``(HF model class, HF config class, config kwargs, state dict)`` for the HF model over this model's
+        tensors (views, no copies); see :func:`anna_qwen35.weights.hf_text_state_dict`.
+
+        Text (``multimodal=False``): dense ``Qwen3_5ForCausalLM`` / ``Qwen3_5TextConfig``; MoE
+        ``Qwen3_5MoeForCausalLM`` / ``Qwen3_5MoeTextConfig`` with the experts fused as transformers holds them.
+        The config kwargs are the checkpoint's text config (its ``text_config`` in the vision-language layout).
+        With ``multimodal=True``: the whole vision-language model, ``Qwen3_5ForConditionalGeneration`` /
+        ``Qwen3_5Config`` (MoE: ``Qwen3_5MoeForConditionalGeneration`` / ``Qwen3_5MoeConfig``) over the checkpoint's
+        whole config (:func:`anna_qwen35.weights.hf_vl_state_dict`).
 
         Raises:
-            ModelLoadError: the raw ``config.json`` dict was not kept by the loader, or a MoE model's
-                experts are not fused.
+            ModelLoadError: the raw ``config.json`` dict was not kept by the loader, a MoE model's experts are
+                not fused, or ``multimodal`` for a model without a vision tower.
         """
-        from anna_qwen35.weights import hf_text_state_dict
+        from anna_core.errors import ModelLoadError
+
+        from anna_qwen35.weights import hf_text_state_dict, hf_vl_state_dict
 
         raw = self.raw_config
         if raw is None:
-            from anna_core.errors import ModelLoadError
-
             raise ModelLoadError("hf_export needs the checkpoint's config.json (set by the loader as raw_config)")
+        kind = "Qwen3_5Moe" if self.config.is_moe else "Qwen3_5"
+        if multimodal:
+            if self.visual is None or "vision_config" not in raw:
+                raise ModelLoadError("hf_export(multimodal=True) needs a model with its vision tower")
+            whole = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "transformers_version")}
+            whole["tie_word_embeddings"] = self.config.tie_word_embeddings
+            return f"{kind}ForConditionalGeneration", f"{kind}Config", whole, hf_vl_state_dict(self)
         text = dict(raw.get("text_config") or raw)
         text["tie_word_embeddings"] = self.config.tie_word_embeddings
         text.pop("model_type", None)
-        if self.config.is_moe:
-            return "Qwen3_5MoeForCausalLM", "Qwen3_5MoeTextConfig", text, hf_text_state_dict(self)
-        return "Qwen3_5ForCausalLM", "Qwen3_5TextConfig", text, hf_text_state_dict(self)
+        return f"{kind}ForCausalLM", f"{kind}TextConfig", text, hf_text_state_dict(self)
 
     def merge_projections(self) -> None:
         """Merge the projections that read the same input (gated DeltaNet ``in_proj_qkv|z|b|a``,

@@ -179,6 +179,27 @@ class Qwen35VLProcessor:
             filled[slot] = self._video(video, options)
         return self._expand(ids, filled)
 
+    def hf_inputs(self, ids: Sequence[int], inputs: MultiModalInputs, device: Any = None) -> dict[str, torch.Tensor]:
+        """The HF ``Qwen3_5ForConditionalGeneration`` inputs of a prompt :meth:`process` returned (a benchmark or
+        parity check feeds HF the same pixels): ``input_ids`` / ``attention_mask`` ``[1, P]``, ``mm_token_type_ids``
+        (1 at image, 2 at video placeholders) and, per modality present, ``pixel_values`` / ``image_grid_thw`` and
+        ``pixel_values_videos`` / ``video_grid_thw`` (each frame group one ``(1, h, w)`` video, as HF's rope index
+        splits a video per frame), on ``device`` (default: the CPU).
+        """
+        ids_t = torch.tensor([list(ids)], dtype=torch.int64)
+        types = torch.zeros_like(ids_t, dtype=torch.int32)
+        out = {"input_ids": ids_t, "attention_mask": torch.ones_like(ids_t)}
+        for modality, kind, pixels, grid in (("image", 1, "pixel_values", "image_grid_thw"),
+                                             ("video", 2, "pixel_values_videos", "video_grid_thw")):
+            items = [m for m in inputs.items if m.modality == modality]
+            for m in items:
+                types[0, m.offset:m.end] = kind
+            if items:
+                out[pixels] = torch.cat([m.data["pixel_values"] for m in items])
+                out[grid] = torch.tensor([list(m.data["grid_thw"]) for m in items], dtype=torch.int64)
+        out["mm_token_type_ids"] = types
+        return {k: v.to(device) for k, v in out.items()} if device is not None else out
+
     def _images(self, images: list[Any], size: dict[str, int]) -> list[tuple[torch.Tensor, tuple[int, int, int]]]:
         try:
             out = self.image_processor(images=images, size=size, return_tensors="pt")

@@ -100,6 +100,27 @@ def hf_text_state_dict(model) -> dict:
     return state
 
 
+def hf_vl_state_dict(model) -> dict:
+    """Anna's loaded weights under HF ``Qwen3_5ForConditionalGeneration`` names: the text model's
+    (:func:`hf_text_state_dict`) under ``model.language_model.*``, the vision tower's ``visual.*`` under
+    ``model.visual.*`` (Anna keeps the tower's checkpoint names and layouts), ``lm_head.weight`` as it is, and the
+    value of HF's non-persistent ``model.visual.rotary_pos_emb.inv_freq`` (the tower's ``[head_dim / 4]`` float32
+    frequencies on the CPU). Views of ``model``'s tensors, no copies.
+
+    Raises:
+        ModelLoadError: as :func:`hf_text_state_dict`.
+    """
+    state = {}
+    for name, t in hf_text_state_dict(model).items():
+        state[_VL_PREFIX + name[len("model."):] if name.startswith("model.") else name] = t
+    for name, param in model.named_parameters():
+        if name.startswith("visual."):
+            state["model." + name] = param.detach()
+    # the tower's rotary frequencies, a buffer HF computes in a constructor whose signature changed across releases
+    state["model.visual.rotary_pos_emb.inv_freq"] = model.visual._inv_freq
+    return state
+
+
 def _export_experts(state: dict, prefix: str, experts: nn.Module) -> None:
     """Replace ``state``'s ``{prefix}*`` entries by the fused ``gate_up_proj`` / ``down_proj`` views of
     ``experts`` (a :class:`~anna_qwen35.moe.RoutedExperts`).

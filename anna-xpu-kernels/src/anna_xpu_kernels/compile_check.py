@@ -22,7 +22,7 @@ from typing import Any
 _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr": "i32", "seq_lens_ptr": "i32",
                "tables_ptr": "i32", "tile_seq_ptr": "i32", "tile_first_ptr": "i32",
                "count_ptr": "i32", "ids_ptr": "i64", "sorted_ptr": "i32", "block_expert_ptr": "i32",
-               "num_padded_ptr": "i32", "cursor_ptr": "i32"}
+               "num_padded_ptr": "i32", "cursor_ptr": "i32", "pos_ptr": "i64", "axis_ptr": "i64"}
 _FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr", "part_ptr"}
 _FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor"}
 
@@ -69,7 +69,9 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield gdn_decode_fused._fused_gdn_decode_kernel, act, {  # whole heads in 64-column sub-chunks
             "WIDTH": 4, "BLOCK_W": 4, "BLOCK_K": 128, "BLOCK_V": 128, "SUB_V": 64, "BLOCK_VH": 128, "NUM_SPLITS": 1,
             **pdl}, gdn_decode_fused.NUM_WARPS
-        yield qk_norm_rope._qk_norm_rope_cache_kernel, act, {"ZERO_CENTERED": True, "BLOCK_D": 256, **pdl}, 4
+        for mrope in (False, True):  # token positions; M-RoPE rows (a prefill with media)
+            yield qk_norm_rope._qk_norm_rope_cache_kernel, act, {"ZERO_CENTERED": True, "MROPE": mrope, "BLOCK_D": 256,
+                                                                 **pdl}, 4
         yield norms._add_rms_norm_kernel, act, {"ZERO_CENTERED": True, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
         # Gemma 4 26B-A4B's layer tails (hidden 2816): the sandwich-norm tail and the MoE layer's fused ops
         post = {"ZERO_CENTERED": False, "HAS_SCALE": True, "HAS_NEXT": True, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}

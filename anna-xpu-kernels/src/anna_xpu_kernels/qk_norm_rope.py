@@ -6,7 +6,8 @@ dtype where the unfused ops round it):
 
 * ``x = rms_norm(x, w, eps, zero_centered)`` per head (Zhang & Sennrich, 2019), float32, rounded;
 * rotary (Su et al., "RoFormer", 2021; NeoX ``rotate_half`` halves) on the first ``rotary_dim``
-  dims with ``cos/sin(position * inv_freq)`` in float32, the remaining dims passed through;
+  dims with ``cos/sin(position * inv_freq)`` in float32, the remaining dims passed through; with
+  multi-row positions (M-RoPE) each frequency ``f`` reads its position from row ``rope_axis[f]``;
 * keys and values stored at ``slot_mapping`` in ``[num_blocks, block_size, H_kv, D]`` caches (as
   the ``reshape_and_cache`` op).
 
@@ -25,8 +26,8 @@ from anna_xpu_kernels._triton import next_pow2, tl, triton
 
 
 @triton.jit
-def _norm_rope_row(src, w_ptr, pos, inv_freq_ptr, head_dim, half, rotary_dim, eps,
-                   ZERO_CENTERED: tl.constexpr, OUT_TY: tl.constexpr, BLOCK_D: tl.constexpr):
+def _norm_rope_row(src, w_ptr, pos_t_ptr, stride_pos_row, axis_ptr, inv_freq_ptr, head_dim, half, rotary_dim, eps,
+                   ZERO_CENTERED: tl.constexpr, MROPE: tl.constexpr, OUT_TY: tl.constexpr, BLOCK_D: tl.constexpr):
     d = tl.arange(0, BLOCK_D)
     ok = d < head_dim
     partner = tl.where(d < half, d + half, tl.where(d < rotary_dim, d - half, d))
@@ -42,6 +43,11 @@ def _norm_rope_row(src, w_ptr, pos, inv_freq_ptr, head_dim, half, rotary_dim, ep
     xpn = (xp * rstd * wp).to(OUT_TY).to(tl.float32)
     f = tl.where(d < half, d, d - half)
     in_rot = d < rotary_dim
+    if MROPE:  # each frequency's position from its row (t, h or w) of this token's column
+        row = tl.load(axis_ptr + f, mask=ok & in_rot, other=0).to(tl.int64)
+        pos = tl.load(pos_t_ptr + row * stride_pos_row, mask=ok & in_rot, other=0).to(tl.float32)
+    else:
+        pos = tl.load(pos_t_ptr).to(tl.float32)
     angle = pos * tl.load(inv_freq_ptr + f, mask=ok & in_rot, other=0.0)
     c = tl.cos(angle)
     s = tl.sin(angle)
@@ -51,23 +57,25 @@ def _norm_rope_row(src, w_ptr, pos, inv_freq_ptr, head_dim, half, rotary_dim, ep
 
 @triton.jit
 def _qk_norm_rope_cache_kernel(
-    q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, pos_ptr, inv_freq_ptr, slot_ptr, qo_ptr, k_cache_ptr, v_cache_ptr,
+    q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, pos_ptr, axis_ptr, inv_freq_ptr, slot_ptr, qo_ptr, k_cache_ptr, v_cache_ptr,
     h_q, h_kv, head_dim, half, rotary_dim, eps,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_slot,
-    ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
+    stride_pos_row,
+    ZERO_CENTERED: tl.constexpr, MROPE: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     pdl.enter(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
-    pos = tl.load(pos_ptr + t).to(tl.float32)
     if j < h_q:
-        y, d, ok = _norm_rope_row(q_ptr + t * stride_qt + j * stride_qh, qw_ptr, pos, inv_freq_ptr, head_dim, half,
-                                  rotary_dim, eps, ZERO_CENTERED, qo_ptr.dtype.element_ty, BLOCK_D)
+        y, d, ok = _norm_rope_row(q_ptr + t * stride_qt + j * stride_qh, qw_ptr, pos_ptr + t, stride_pos_row, axis_ptr,
+                                  inv_freq_ptr, head_dim, half, rotary_dim, eps, ZERO_CENTERED, MROPE,
+                                  qo_ptr.dtype.element_ty, BLOCK_D)
         tl.store(qo_ptr + t * stride_ot + j * stride_oh + d, y, mask=ok)
     else:
         h = j - h_q
-        y, d, ok = _norm_rope_row(k_ptr + t * stride_kt + h * stride_kh, kw_ptr, pos, inv_freq_ptr, head_dim, half,
-                                  rotary_dim, eps, ZERO_CENTERED, k_cache_ptr.dtype.element_ty, BLOCK_D)
+        y, d, ok = _norm_rope_row(k_ptr + t * stride_kt + h * stride_kh, kw_ptr, pos_ptr + t, stride_pos_row, axis_ptr,
+                                  inv_freq_ptr, head_dim, half, rotary_dim, eps, ZERO_CENTERED, MROPE,
+                                  k_cache_ptr.dtype.element_ty, BLOCK_D)
         slot = tl.load(slot_ptr + t * stride_slot).to(tl.int64)
         dst = (slot * h_kv + h) * head_dim + d
         tl.store(k_cache_ptr + dst, y, mask=ok)
@@ -84,9 +92,8 @@ def _q_norm_rope_kernel(
     pdl.enter(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
-    pos = tl.load(pos_ptr + t).to(tl.float32)
-    y, d, ok = _norm_rope_row(q_ptr + t * stride_qt + j * stride_qh, qw_ptr, pos, inv_freq_ptr, head_dim, half,
-                              rotary_dim, eps, ZERO_CENTERED, qo_ptr.dtype.element_ty, BLOCK_D)
+    y, d, ok = _norm_rope_row(q_ptr + t * stride_qt + j * stride_qh, qw_ptr, pos_ptr + t, 0, pos_ptr, inv_freq_ptr,
+                              head_dim, half, rotary_dim, eps, ZERO_CENTERED, False, qo_ptr.dtype.element_ty, BLOCK_D)
     tl.store(qo_ptr + t * stride_ot + j * stride_oh + d, y, mask=ok)
 
 
@@ -103,16 +110,19 @@ def qk_norm_rope_cache(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    rope_axis: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Normalise and rotate q and k per head, store k and v into the paged cache; returns the new q.
 
     Args:
         q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (any strides with unit stride along D).
         q_weight, k_weight: ``[D]`` RMSNorm weights; eps; zero_centered: weights stored as offsets from 1.
-        positions: ``[T]`` int64 token positions; inv_freq: ``[rotary_dim / 2]`` float32 inverse
-            frequencies (``rotary_dim <= D``, even).
+        positions: ``[T]`` int64 token positions, or ``[rows, T]`` (M-RoPE) with ``rope_axis``; inv_freq:
+            ``[rotary_dim / 2]`` float32 inverse frequencies (``rotary_dim <= D``, even).
         k_cache, v_cache: ``[num_blocks, block_size, H_kv, D]`` contiguous caches in q's dtype, written
             at ``slot_mapping`` (``[T]`` int64, ``block * block_size + offset``; trusted, no host sync).
+        rope_axis: ``[rotary_dim / 2]`` integer, the positions' row driving each frequency (values in
+            ``[0, rows)``, trusted); only with ``[rows, T]`` positions.
 
     Returns:
         ``[T, H_q, D]`` contiguous, q's dtype: the normalised, rotated queries.
@@ -133,9 +143,17 @@ def qk_norm_rope_cache(
     rotary_dim = 2 * inv_freq.shape[0]
     require(inv_freq.dim() == 1 and 0 < rotary_dim <= dim, op, f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
     require(tuple(q_weight.shape) == (dim,) and tuple(k_weight.shape) == (dim,), op, f"weights must be [{dim}]")
-    require(positions.dim() == 1 and positions.shape[0] == total and slot_mapping.shape == positions.shape, op,
-            f"positions and slot_mapping must be [T={total}]")
-    require(positions.stride(0) == 1, op, "positions must be contiguous")
+    require(tuple(slot_mapping.shape) == (total,), op, f"slot_mapping must be [T={total}]")
+    if rope_axis is None:
+        require(positions.dim() == 1 and positions.shape[0] == total, op,
+                f"positions must be [T={total}] (or [rows, T] with rope_axis)")
+    else:
+        require(positions.dim() == 2 and positions.shape[1] == total, op,
+                f"positions must be [rows, T={total}] with rope_axis, got {tuple(positions.shape)}")
+        require(tuple(rope_axis.shape) == tuple(inv_freq.shape) and not rope_axis.is_floating_point(), op,
+                f"rope_axis must be integer [rotary_dim/2={inv_freq.shape[0]}]")
+        require_same_device(op, q=q, rope_axis=rope_axis)
+    require(positions.stride(-1) == 1, op, "positions must be contiguous along T")
     for name, t in (("q", q), ("k", k), ("v", v)):
         require(t.stride(2) == 1, op, f"{name} needs unit stride along D")
     require_float(op, q=q)
@@ -144,12 +162,15 @@ def qk_norm_rope_cache(
     out = torch.empty((total, h_q, dim), dtype=q.dtype, device=q.device)
     if total == 0:
         return out
+    mrope = rope_axis is not None
     _qk_norm_rope_cache_kernel[(total, h_q + h_kv)](
-        q, k, v, q_weight, k_weight, positions, inv_freq.to(torch.float32), slot_mapping, out, k_cache, v_cache,
+        q, k, v, q_weight, k_weight, positions, rope_axis if mrope else positions, inv_freq.to(torch.float32),
+        slot_mapping, out, k_cache, v_cache,
         h_q, h_kv, dim, rotary_dim // 2, rotary_dim, float(eps),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        slot_mapping.stride(0),
-        ZERO_CENTERED=bool(zero_centered), BLOCK_D=max(16, next_pow2(dim)), num_warps=4 if dim <= 256 else 8,
+        slot_mapping.stride(0), positions.stride(0) if mrope else 0,
+        ZERO_CENTERED=bool(zero_centered), MROPE=mrope, BLOCK_D=max(16, next_pow2(dim)),
+        num_warps=4 if dim <= 256 else 8,
         **pdl.launch_options(out),
     )
     return out

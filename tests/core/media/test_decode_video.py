@@ -12,19 +12,9 @@ av = pytest.importorskip("av")
 def _video(num_frames: int, rate: int, size=(32, 24)) -> bytes:
     """An MPEG-4 video whose frame i is filled with grey level 10 * i."""
     import numpy as np
+    from anna_core.testing.video import encode_mp4
 
-    buf = io.BytesIO()
-    with av.open(buf, mode="w", format="mp4") as out:
-        stream = out.add_stream("mpeg4", rate=rate)
-        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
-        stream.options = {"qscale": "1"}
-        for i in range(num_frames):
-            img = np.full((size[1], size[0], 3), 10 * i, dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return buf.getvalue()
+    return encode_mp4([np.full((size[1], size[0], 3), 10 * i, dtype=np.uint8) for i in range(num_frames)], rate)
 
 
 def test_samples_frames_at_fps_in_order():

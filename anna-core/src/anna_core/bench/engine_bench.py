@@ -13,7 +13,9 @@ copy bandwidth measured in the same process.
 
 With an image (``--image PATH`` / ``--image-size WxH``, :mod:`anna_core.bench.image_prompts`) every request is a
 chat turn with one image instead of random token ids: ``input_len`` becomes that prompt's length (image
-placeholders included), TTFT includes encoding the image, and the eager-loop check (text only) is left out.
+placeholders included), TTFT includes encoding the image, and the eager-loop check (text only) is left out. With
+a video (``--video-frames N [--video-size WxH]``, :mod:`anna_core.bench.video_prompts`) the same with one random
+video per request.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class BenchSettings:
     max_device_memory_gib: float | None = None
     image: Any = None
     """An :class:`~anna_core.bench.image_prompts.ImageSpec`: one image per request (None: token-id prompts)."""
+    video: Any = None
+    """A :class:`~anna_core.bench.video_prompts.VideoSpec`: one video per request (None: no video)."""
     offload_vision: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -85,8 +89,21 @@ class BenchSettings:
         if self.serve_defaults and (self.prefix_caching or not self.async_scheduling):
             raise AnnaError("--serve-defaults builds the engine as `anna serve` does: drop --enable-prefix-caching "
                             "(on there) and --no-async-scheduling")
-        if self.image is not None and self.compare_hf:
-            raise AnnaError("--compare-hf times text prompts only: leave it out with --image / --image-size")
+        if (self.image is not None or self.video is not None) and self.compare_hf:
+            raise AnnaError("--compare-hf times text prompts only: leave it out with --image / --image-size / --video-*"
+                            " (python -m anna_core.bench.vl_bench times HF with an image)")
+        if self.image is not None and self.video is not None:
+            raise AnnaError("one medium per request: --image / --image-size or --video-frames, not both")
+
+    def media_requests(self, loaded: Any, batch: int, seed: int) -> tuple[list[list[int]], list[Any]]:
+        """``batch`` prompts with this benchmark's image or video each and their multimodal inputs."""
+        if self.image is not None:
+            from anna_core.bench.image_prompts import image_requests
+
+            return image_requests(loaded, self.image, batch, seed)
+        from anna_core.bench.video_prompts import video_requests
+
+        return video_requests(loaded, self.video, batch, seed)
 
 
 def engine_config(batch: int, max_len: int, prefill_tokens: int, *, block_size: int = 16,
@@ -253,13 +270,12 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     if s.compare_hf and loaded.expert_store is not None:  # HF's model would need the experts as parameters
         raise AnnaError("--compare-hf needs every expert on the device: the model's experts are offloaded "
                         "(use --offload-mode none, or leave --compare-hf out)")
-    image_tokens = None
-    if s.image is not None:  # the engine is sized to the image prompt's real length
-        from anna_core.bench.image_prompts import image_requests
-
-        [probe], [mm] = image_requests(loaded, s.image, 1, s.seed * 1000 + 998)
+    media_tokens = None
+    medium = s.image if s.image is not None else s.video
+    if medium is not None:  # the engine is sized to the media prompt's real length
+        [probe], [mm] = s.media_requests(loaded, 1, s.seed * 1000 + 998)
         s = attrs.evolve(s, input_len=len(probe))
-        image_tokens = sum(m.length for m in mm.items)
+        media_tokens = sum(m.length for m in mm.items)
     accel = accelerator(loaded.device)
     t = wall_clock()
     engine = build_engine(loaded, s)
@@ -271,10 +287,10 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
 
     runs = []
     for r in range(s.warmup + s.runs):
-        if s.image is None:
+        if medium is None:
             prompts, media = _prompts(vocab, s.batch_size, s.input_len, s.seed * 1000 + r), None
         else:
-            prompts, media = image_requests(loaded, s.image, s.batch_size, s.seed * 1000 + r)
+            prompts, media = s.media_requests(loaded, s.batch_size, s.seed * 1000 + r)
         res = timed_run(engine, prompts, s.output_len, f"run{r}", s.logprobs, media)
         if r >= s.warmup:
             runs.append(res)
@@ -308,10 +324,13 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "first_tokens": runs[-1]["tokens"][0][:8],
         "tokens_sha256": tokens_sha256(runs[-1]["tokens"]),
     }
-    if s.image is None:
+    if medium is None:
         report["served_vs_eager_match_tokens"] = served_vs_eager(model, last_prompts, runs[-1]["tokens"])
+    elif s.image is not None:
+        report["image"] = {"image": s.image.describe(), "image_tokens": media_tokens,
+                           "offload_vision": s.offload_vision}
     else:
-        report["image"] = {"image": s.image.describe(), "image_tokens": image_tokens,
+        report["video"] = {"video": s.video.describe(), "video_tokens": media_tokens, "frame_groups": len(mm.items),
                            "offload_vision": s.offload_vision}
     if engine.expert_store is not None:
         report["expert_cache"] = engine.expert_store.report()

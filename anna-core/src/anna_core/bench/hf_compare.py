@@ -27,11 +27,12 @@ def fla_in_use() -> bool:
     return importlib.util.find_spec("fla") is not None
 
 
-def build_hf(loaded: Any) -> Any:
+def build_hf(loaded: Any, multimodal: bool = False) -> Any:
     """The HF model over ``loaded``'s weights (shared tensors), in eval mode.
 
     Families with ``hf_export``: Qwen3.5 dense and MoE and Qwen3 (``anna-qwen35``), Gemma 4 and Gemma 3
-    (``anna-gemma4``).
+    (``anna-gemma4``). ``multimodal``: the family's whole vision-language model (``hf_export(multimodal=True)``:
+    Qwen3.5 with its vision tower), not the text model alone.
 
     Raises:
         AnnaError: the family has no ``hf_export`` or HF lacks the class; the exported names do not fit
@@ -43,7 +44,7 @@ def build_hf(loaded: Any) -> Any:
     export = getattr(loaded.model, "hf_export", None)
     if export is None:
         raise AnnaError(f"the {loaded.family!r} model has no hf_export(); --compare-hf is not available for it")
-    cls_name, config_cls_name, config_kwargs, state = export()
+    cls_name, config_cls_name, config_kwargs, state = export(multimodal=True) if multimodal else export()
     cls = getattr(transformers, cls_name, None)
     config_cls = getattr(transformers, config_cls_name, None)
     if cls is None or config_cls is None:
@@ -53,6 +54,7 @@ def build_hf(loaded: Any) -> Any:
         hf = cls(config)
     missing, unexpected = hf.load_state_dict(state, strict=False, assign=True)
     missing = [m for m in missing if not m.endswith("lm_head.weight")]
+    unexpected = [u for u in unexpected if not _set_computed_buffer(hf, u, state[u], loaded.device)]
     if missing or unexpected:
         raise AnnaError(f"HF weight export mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
     if getattr(config, "tie_word_embeddings", False):
@@ -62,6 +64,21 @@ def build_hf(loaded: Any) -> Any:
     if left:
         raise AnnaError(f"HF tensors stayed on the meta device: {left[:5]}")
     return hf.eval()
+
+
+def _set_computed_buffer(hf: Any, name: str, value: torch.Tensor, device: torch.device) -> bool:
+    """Give HF's non-persistent buffer ``name`` (one ``load_state_dict`` skips) the exported ``value`` on ``device``;
+    False when ``name`` is no buffer of ``hf``. An export carries such a value where HF computes it in a constructor
+    that :func:`_rebuild_meta_modules` cannot call alike on every transformers release."""
+    owner, _, attr = name.rpartition(".")
+    try:
+        module = hf.get_submodule(owner)
+    except AttributeError:
+        return False
+    if attr not in dict(module.named_buffers(recurse=False)):
+        return False
+    module.register_buffer(attr, value.to(device), persistent=False)
+    return True
 
 
 def _rebuild_meta_modules(hf: Any, device: torch.device) -> None:

@@ -24,18 +24,18 @@ MAX_IMAGE_PIXELS = 1 << 28
 """Pixels: the largest image the benchmark loads or draws (a guard against typos, e.g. 100000x100000)."""
 
 
-def parse_image_size(text: str) -> tuple[int, int]:
-    """``"1024x768"`` -> ``(1024, 768)`` (width, height).
+def parse_image_size(text: str, flag: str = "--image-size") -> tuple[int, int]:
+    """``"1024x768"`` -> ``(1024, 768)`` (width, height); ``flag`` names the option in errors.
 
     Raises:
         AnnaError: not ``WxH`` with positive integers, or over :data:`MAX_IMAGE_PIXELS` pixels.
     """
     match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text or "")
     if not match or int(match[1]) < 1 or int(match[2]) < 1:
-        raise AnnaError(f"--image-size must be WIDTHxHEIGHT (e.g. 1024x1024), got {text!r}")
+        raise AnnaError(f"{flag} must be WIDTHxHEIGHT (e.g. 1024x1024), got {text!r}")
     size = int(match[1]), int(match[2])
     if size[0] * size[1] > MAX_IMAGE_PIXELS:
-        raise AnnaError(f"--image-size {text} is over {MAX_IMAGE_PIXELS} pixels")
+        raise AnnaError(f"{flag} {text} is over {MAX_IMAGE_PIXELS} pixels")
     return size
 
 
@@ -86,19 +86,29 @@ def image_requests(loaded: Any, spec: ImageSpec, batch: int, seed: int) -> tuple
     Raises:
         AnnaError: the model takes no images, or has no tokenizer or chat template to write its placeholder.
     """
-    processor = loaded.processor
-    if processor is None or "image" not in processor.modalities:
-        raise AnnaError("--image: this model takes no images (a vision-language checkpoint with its processor "
-                        "config is needed)")
-    if loaded.tokenizer is None:
-        raise AnnaError("--image needs the checkpoint's tokenizer and chat template (not --load-format dummy "
-                        "of a config-only folder)")
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
-    text = loaded.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    ids = loaded.tokenizer.encode(text, add_special_tokens=False)
+    ids = chat_prompt_ids(loaded, "image", QUESTION)
     prompts, inputs = [], []
     for i in range(batch):
-        expanded, mm = processor.process(ids, {"image": [spec.image(seed * 1000 + i)]})
+        expanded, mm = loaded.processor.process(ids, {"image": [spec.image(seed * 1000 + i)]})
         prompts.append(expanded)
         inputs.append(mm)
     return prompts, inputs
+
+
+def chat_prompt_ids(loaded: Any, kind: str, question: str) -> list[int]:
+    """The ids of one user turn holding one ``kind`` (``"image"``, ``"video"``) part and then ``question``, with
+    the generation prompt, rendered by the checkpoint's chat template (one placeholder, not expanded yet).
+
+    Raises:
+        AnnaError: the model's processor takes no ``kind``, or the model has no tokenizer / chat template.
+    """
+    processor = loaded.processor
+    if processor is None or kind not in processor.modalities:
+        raise AnnaError(f"--{kind}: this model takes no {kind}s (a vision-language checkpoint with its processor "
+                        "config is needed)")
+    if loaded.tokenizer is None:
+        raise AnnaError(f"--{kind} needs the checkpoint's tokenizer and chat template (not --load-format dummy "
+                        "of a config-only folder)")
+    messages = [{"role": "user", "content": [{"type": kind}, {"type": "text", "text": question}]}]
+    text = loaded.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    return loaded.tokenizer.encode(text, add_special_tokens=False)

@@ -31,7 +31,8 @@ def format_report(r: dict[str, Any]) -> str:
     ``roofline_tokens_per_s_per_stream``, ``roofline_fraction``, optional ``graph_replay_ms``,
     ``served_vs_eager_match_tokens``,
     ``tokens_sha256``, optional ``expert_cache`` (offloaded experts), optional ``image`` (``--image``: the image,
-    its placeholder tokens, ``offload_vision``),
+    its placeholder tokens, ``offload_vision``), optional ``video`` (``--video-frames``: the video, its placeholder
+    tokens and frame groups, ``offload_vision``),
     ``async_scheduling``, ``profile_ms_per_step``, ``timeline`` (with ``timeline_source`` "served" or
     "padded" and, when served steps could not be traced, ``timeline_served_error``), ``timeline_error``
     and ``hf``.
@@ -49,6 +50,7 @@ def format_report(r: dict[str, Any]) -> str:
          + (f"  prefix caching on ({r['snapshots_held']} recurrent-state snapshots held)" if r.get("prefix_caching") else "")
          + ("  engine as `anna serve` builds it (--serve-defaults)" if r.get("serve_defaults") else "")),
         *([_image(r["image"])] if r.get("image") else []),
+        *([_video(r["video"])] if r.get("video") else []),
         f"prefill   {r['prefill_tokens_per_s']:10.1f} tok/s   TTFT {r['ttft_ms']:.2f} ms",
         (f"decode    {r['decode_tokens_per_s_per_stream']:10.1f} tok/s per stream   "
          f"{r['decode_tokens_per_s_total']:.1f} tok/s total"),
@@ -101,6 +103,12 @@ def format_report(r: dict[str, Any]) -> str:
                 f"{hf['hf_err_vs_fp32']:.4f}; fp32 top-1 = Anna's: {hf['fp32_top1_is_anna']}, = HF's: "
                 f"{hf['fp32_top1_is_hf']}")
     return "\n".join(lines)
+
+
+def _video(video: dict[str, Any]) -> str:
+    return (f"video     {video['video']}: {video['video_tokens']} video tokens in {video['frame_groups']} frame groups "
+            "per prompt (TTFT includes encoding them" + (" on the CPU, --offload-vision)" if video.get("offload_vision")
+                                                          else ")"))
 
 
 def _image(image: dict[str, Any]) -> str:

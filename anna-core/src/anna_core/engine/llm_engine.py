@@ -499,6 +499,8 @@ class LLMEngine:
         grown = self.scheduler.update(out, result)
         self._capture(out, result.prompt_logits)
         results += self._process_all(grown)
+        if self.runner.encoder is not None:  # the step was read back: its encodes' device time, without a wait
+            self.runner.encoder.settle()
         self._set_gauges()
         return results
 

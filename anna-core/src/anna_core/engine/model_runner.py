@@ -117,7 +117,7 @@ class ModelRunner:
         # positions that may differ from the cache index (media, M-RoPE) are built per token, and staged
         # separately into the graphs
         self.own_positions = bool(caps.modalities) or caps.position_rows > 1
-        self.encoder = EncoderOutputs(model, device) if caps.modalities else None
+        self.encoder = EncoderOutputs(model, device, self.accel) if caps.modalities else None
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
         self.profile_scopes = False

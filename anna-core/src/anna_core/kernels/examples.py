@@ -264,6 +264,14 @@ def qk_norm_rope_cache(device: Any, dtype: Any) -> list[OpExample]:
         out.append(OpExample((r.randn(5, 4, d), r.randn(5, 2, d), r.randn(5, 2, d), r.randn(d), r.randn(d), EPS, zc,
                               r.ints([0, 1, 2, 7, 30]), r.inv_freq(rotated), r.randn(3, 4, 2, d),
                               r.randn(3, 4, 2, d), r.ints([0, 1, 2, 7, 11])), shape={"head_dim": d}))
+    # M-RoPE: three position rows that differ (an image's t / h / w); each frequency's row as
+    # layers.rotary.mrope_axis_of_frequency gives it for mrope_section [4, 2, 2] and [6, 5, 5], interleaved (Qwen3.5)
+    for rotated, axis in ((d // 2, [0, 1, 2, 0, 1, 2, 0, 0]), (d, [0, 1, 2] * 5 + [0])):
+        axis = r.ints(axis)
+        out.append(OpExample((r.randn(5, 4, d), r.randn(5, 2, d), r.randn(5, 2, d), r.randn(d), r.randn(d), EPS, True,
+                              r.ints([[4, 5, 5, 5, 9], [4, 5, 5, 6, 9], [4, 5, 6, 5, 9]]), r.inv_freq(rotated),
+                              r.randn(3, 4, 2, d), r.randn(3, 4, 2, d), r.ints([0, 1, 2, 7, 11]), axis),
+                             shape={"head_dim": d, "position_rows": 3}))
     return out
 
 

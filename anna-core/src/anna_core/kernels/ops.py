@@ -388,7 +388,7 @@ own x, weights and ids.
     OpContract(
         name="qk_norm_rope_cache",
         signature=("qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, "
-                   "v_cache, slot_mapping) -> q_out"),
+                   "v_cache, slot_mapping, rope_axis=None) -> q_out"),
         doc="""\
 An attention layer's pre-processing as one op: q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (unit
 stride along D); q_weight, k_weight: ``[D]``; positions: ``[T]`` int64; inv_freq: ``[R/2]`` float32
@@ -397,11 +397,16 @@ rotary inverse frequencies (``R <= D`` rotated dims, even); caches and slot_mapp
 (contiguous, q's dtype); ``k`` is normalised and rotated the same way and written with ``v`` into the
 caches at ``slot_mapping``. Rotary: NeoX halves on the first ``R`` dims, ``cos/sin(position *
 inv_freq)`` in float32, the remaining dims passed through; every intermediate rounded to q's dtype
-where the unfused ``rms_norm`` / rotary / ``reshape_and_cache`` round it.
+where the unfused ``rms_norm`` / rotary / ``reshape_and_cache`` round it. Multi-row positions (M-RoPE,
+Qwen-VL's temporal / height / width rows): positions ``[rows, T]`` int64 and rope_axis ``[R/2]`` int64, the
+row whose position drives each frequency (``anna_core.layers.rotary.mrope_axis_of_frequency`` of the
+config's ``mrope_section``, interleaved as Qwen3.5's); frequency ``f`` of token ``t`` then turns by
+``positions[rope_axis[f], t] * inv_freq[f]``. Callers pass the shape fact ``position_rows`` (the rows)
+when they hand multi-row positions, so an implementation that takes only ``[T]`` declines them.
 """,
         reference=_ref("qk_norm_rope", "qk_norm_rope_cache"),
         check=_ref("qk_norm_rope", "check_qk_norm_rope_cache"),
-        shape_facts=("head_dim",),
+        shape_facts=("head_dim", "position_rows"),
         examples=_examples("qk_norm_rope_cache"),
     ),
     OpContract(

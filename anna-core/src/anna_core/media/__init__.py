@@ -32,7 +32,7 @@ from anna_core.media.budget import RequestBudget
 from anna_core.media.fetch import MediaFetcher, MediaSession
 from anna_core.media.image import ALLOWED_IMAGE_FORMATS, decode_image
 from anna_core.media.policy import MediaPolicy
-from anna_core.media.video import DecodedVideo, decode_video
+from anna_core.media.video import DecodedVideo, decode_video, decode_video_for
 
 __all__ = [
     "ALLOWED_IMAGE_FORMATS",
@@ -43,5 +43,6 @@ __all__ = [
     "RequestBudget",
     "decode_image",
     "decode_video",
+    "decode_video_for",
     "refusal_reason",
 ]

@@ -15,7 +15,7 @@ import attrs
 from PIL import Image
 
 from anna_core.media.errors import refuse
-from anna_core.media.policy import VIDEO_DECODE_TIMEOUT_S, VIDEO_DECODED_FRAMES, VIDEO_FRAME_PIXELS
+from anna_core.media.policy import VIDEO_DECODE_TIMEOUT_S, VIDEO_DECODED_FRAMES, VIDEO_FRAME_PIXELS, MediaPolicy
 
 
 @attrs.frozen
@@ -121,6 +121,28 @@ def decode_video(data: bytes, *, fps: float, max_frames: int, max_pixels: int = 
     if not duration_s:
         duration_s = times[-1]
     return DecodedVideo(frames, source_fps, duration_s, times)
+
+
+def decode_video_for(data: bytes, sampling: tuple[float, int, int], policy: MediaPolicy, *,
+                     fps: float | None = None, max_frames: int | None = None) -> DecodedVideo:
+    """:func:`decode_video` as a model's processor samples and ``policy`` bounds it (the server's path, and
+    ``anna generate --video``'s with the default policy).
+
+    Args:
+        data: the encoded video.
+        sampling: the processor's ``video_sampling``, ``(fps, max_frames, max_frame_pixels)``.
+        policy: the frame-size, decoded-frame and decode-time caps.
+        fps: frames per second to sample instead of the processor's (checked by the caller).
+        max_frames: frames to keep at most instead of the processor's (checked by the caller: never above it).
+
+    Raises:
+        InvalidRequestError: as :func:`decode_video`.
+    """
+    default_fps, default_frames, frame_pixels = sampling
+    return decode_video(data, fps=default_fps if fps is None else fps,
+                        max_frames=default_frames if max_frames is None else max_frames,
+                        max_pixels=policy.max_video_frame_pixels, max_decoded_frames=policy.max_video_decoded_frames,
+                        timeout_s=policy.video_decode_timeout_s, max_frame_pixels=frame_pixels)
 
 
 def _shrunk(frame, max_frame_pixels: int | None):

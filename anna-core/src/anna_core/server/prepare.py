@@ -153,21 +153,18 @@ def chat_media(server: ServerState, req: ChatCompletionRequest, prompt_ids: list
 
 def _decode_video(data: bytes, server: ServerState, options: dict[str, Any]) -> Any:
     """One fetched video decoded at the request's sampling under the server's media policy."""
-    from anna_core.media import decode_video
+    from anna_core.media import decode_video_for
 
-    fps, most_frames, frame_pixels = server.processor.video_sampling
-    fps, max_frames = options.get("fps", fps), options.get("max_frames", most_frames)
+    sampling = server.processor.video_sampling
+    fps, max_frames = options.get("fps", sampling[0]), options.get("max_frames", sampling[1])
     for key, value, kinds in (("fps", fps, (int, float)), ("max_frames", max_frames, (int,))):
         if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
             raise InvalidRequestError(f"mm_processor_kwargs.{key} must be a positive number, got {value!r}",
                                       param="mm_processor_kwargs")
-    if max_frames > most_frames:
+    if max_frames > sampling[1]:
         raise InvalidRequestError(f"mm_processor_kwargs.max_frames {max_frames} exceeds the model's limit "
-                                  f"({most_frames} frames)", param="mm_processor_kwargs")
-    policy = server.media_fetcher.policy
-    return decode_video(data, fps=fps, max_frames=max_frames, max_pixels=policy.max_video_frame_pixels,
-                        max_decoded_frames=policy.max_video_decoded_frames, timeout_s=policy.video_decode_timeout_s,
-                        max_frame_pixels=frame_pixels)
+                                  f"({sampling[1]} frames)", param="mm_processor_kwargs")
+    return decode_video_for(data, sampling, server.media_fetcher.policy, fps=fps, max_frames=max_frames)
 
 
 def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[int]:

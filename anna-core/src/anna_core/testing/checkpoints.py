@@ -283,3 +283,53 @@ def build_tiny_qwen35_vl(path: str | Path, *, tie: bool = True, hidden_size: int
     (path / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": 0, "eos_token_id": eos_ids, "pad_token_id": 0}, indent=2))
     return path
+
+
+RELEASED_IMAGE_PIXELS = (65536, 16777216)
+"""``(min, max)`` pixels of an image in the released Qwen3-VL / Qwen3.5 preprocessor configs
+(``size.shortest_edge`` / ``size.longest_edge``)."""
+RELEASED_VIDEO_PIXELS = (4096, 25165824)
+"""``(min, max)`` pixels of a clip in the released video preprocessor configs (all frames together)."""
+
+
+def write_vl_shape_folder(config_dir: str | Path, path: str | Path, *,
+                          image_pixels: tuple[int, int] = RELEASED_IMAGE_PIXELS,
+                          video_pixels: tuple[int, int] = RELEASED_VIDEO_PIXELS) -> Path:
+    """A folder for a vision-language benchmark on random weights (``--load-format dummy``) at the shape of
+    ``config_dir/config.json`` (a Qwen3.5 config with a ``vision_config``, e.g. a released one): that config with
+    its vision token ids pointed at :func:`build_tiny_tokenizer`'s tokenizer plus the :data:`VISION_TOKENS` (and
+    :data:`VL_CHAT_TEMPLATE`), a ``preprocessor_config.json`` for the tower's patch sizes with ``image_pixels``
+    bounds and mean / std 0.5, and a ``video_preprocessor_config.json`` (2 fps, at most 768 frames,
+    ``video_pixels`` bounds). No weights are written.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        ValueError: the config has no ``vision_config``.
+    """
+    config = json.loads((Path(config_dir) / "config.json").read_text())
+    vision = config.get("vision_config")
+    if not vision:
+        raise ValueError(f"{config_dir}/config.json has no vision_config")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tiny_tokenizer(path)
+    tokenizer.add_special_tokens({"additional_special_tokens": [IM_START, *VISION_TOKENS]})
+    tokenizer.chat_template = VL_CHAT_TEMPLATE
+    tokenizer.save_pretrained(str(path))
+    ids = tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))
+    config.update(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"), ids))
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    patch, temporal, merge = vision["patch_size"], vision["temporal_patch_size"], vision["spatial_merge_size"]
+    # the file as transformers' Qwen2-VL image processor writes it (plain JSON: any transformers release reads it)
+    (path / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "do_convert_rgb": True, "do_resize": True, "resample": 3,
+        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3, "patch_size": patch, "temporal_patch_size": temporal, "merge_size": merge,
+        "size": {"shortest_edge": image_pixels[0], "longest_edge": image_pixels[1]}}, indent=2))
+    (path / "video_preprocessor_config.json").write_text(json.dumps({
+        "size": {"shortest_edge": video_pixels[0], "longest_edge": video_pixels[1]}, "patch_size": patch,
+        "temporal_patch_size": temporal, "merge_size": merge, "fps": 2, "max_frames": 768,
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))
+    return path

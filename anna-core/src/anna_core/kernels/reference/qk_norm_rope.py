@@ -2,9 +2,10 @@
 and k (Zhang & Sennrich, 2019), rotary embedding (Su et al., "RoFormer", 2021; NeoX ``rotate_half``
 halves on the first ``R`` dims) and the paged-cache write of the new keys and values.
 
-The rotary math is :class:`anna_core.layers.rotary.RotaryEmbedding`'s for 1-D positions: angles
-``position * inv_freq`` in float32, both halves rotated in float32 and rounded to the activation dtype
-once, the dims past ``R`` passed through.
+The rotary math is :class:`anna_core.layers.rotary.RotaryEmbedding`'s: angles ``position * inv_freq`` in
+float32, both halves rotated in float32 and rounded to the activation dtype once, the dims past ``R`` passed
+through. With multi-row positions (M-RoPE, ``[rows, T]``) frequency ``f`` takes its position from row
+``rope_axis[f]`` (``anna_core.layers.rotary.mrope_axis_of_frequency`` of the config's ``mrope_section``).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from anna_core.kernels.reference.paged_attention import reshape_and_cache
 def check_qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                              k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
                              inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                             slot_mapping: torch.Tensor) -> None:
+                             slot_mapping: torch.Tensor, rope_axis: torch.Tensor | None = None) -> None:
     """Check the arguments of :func:`qk_norm_rope_cache` (shapes only, no device sync).
 
     Raises:
         ValueError: ``"qk_norm_rope_cache: ..."`` when q is not ``[T, H_q, D]``, k / v not one
             ``[T, H_kv, D]`` shape, a weight not ``[D]``, inv_freq not ``[R/2]`` with ``0 < R <= D``,
-            positions / slot_mapping not ``[T]`` or the caches not ``[num_blocks, block_size, H_kv, D]``.
+            slot_mapping not ``[T]``, positions neither ``[T]`` without ``rope_axis`` nor ``[rows, T]`` with a
+            ``[R/2]`` integer ``rope_axis``, or the caches not ``[num_blocks, block_size, H_kv, D]``.
     """
     op = "qk_norm_rope_cache"
     require(q.dim() == 3 and k.dim() == 3 and k.shape == v.shape, op,
@@ -35,10 +37,28 @@ def check_qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     require(k.shape[0] == total and k.shape[2] == dim, op, "q and k must share T and D")
     require(tuple(q_weight.shape) == (dim,) and tuple(k_weight.shape) == (dim,), op, f"weights must be [{dim}]")
     require(inv_freq.dim() == 1 and 0 < 2 * inv_freq.shape[0] <= dim, op, f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
-    require(positions.dim() == 1 and positions.shape[0] == total and tuple(slot_mapping.shape) == (total,), op,
-            f"positions and slot_mapping must be [T={total}]")
+    require(tuple(slot_mapping.shape) == (total,), op, f"slot_mapping must be [T={total}]")
+    if rope_axis is None:
+        require(positions.dim() == 1 and positions.shape[0] == total, op,
+                f"positions must be [T={total}] (or [rows, T] with rope_axis)")
+    else:
+        require(positions.dim() == 2 and positions.shape[1] == total, op,
+                f"positions must be [rows, T={total}] with rope_axis, got {tuple(positions.shape)}")
+        require(tuple(rope_axis.shape) == tuple(inv_freq.shape) and not rope_axis.is_floating_point(), op,
+                f"rope_axis must be integer [R/2={inv_freq.shape[0]}], got {tuple(rope_axis.shape)} {rope_axis.dtype}")
     require(tuple(k_cache.shape[2:]) == tuple(k.shape[1:]) and k_cache.shape == v_cache.shape, op,
             f"caches must be [num_blocks, block_size, {k.shape[1]}, {dim}], got {tuple(k_cache.shape)}")
+
+
+def _cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor,
+             rope_axis: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin ``[T, R/2]`` float32 of ``[T]`` positions, or of ``[rows, T]`` ones with each frequency's row."""
+    if rope_axis is None:
+        pos = positions.to(torch.float32)[:, None]  # [T, 1]
+    else:
+        pos = positions.to(torch.float32).t().index_select(1, rope_axis.to(device=positions.device, dtype=torch.long))
+    angles = pos * inv_freq[None, :]
+    return torch.cos(angles), torch.sin(angles)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -56,15 +76,17 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                        k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
                        inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                       slot_mapping: torch.Tensor) -> torch.Tensor:
+                       slot_mapping: torch.Tensor, rope_axis: torch.Tensor | None = None) -> torch.Tensor:
     """Normalise and rotate q and k per head, store k and v into the paged cache; returns the new q.
 
     Args:
         q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]``; q_weight, k_weight: ``[D]`` RMSNorm weights;
             eps; zero_centered: weights stored as offsets from 1.
-        positions: ``[T]`` int64 token positions; inv_freq: ``[R/2]`` float32 inverse frequencies.
+        positions: ``[T]`` int64 token positions, or ``[rows, T]`` (M-RoPE: t / h / w) with ``rope_axis``;
+            inv_freq: ``[R/2]`` float32 inverse frequencies.
         k_cache, v_cache: ``[num_blocks, block_size, H_kv, D]`` contiguous, written at ``slot_mapping``
             (``[T]`` int64).
+        rope_axis: ``[R/2]`` int64, the position row driving each frequency (multi-row positions only).
 
     Returns:
         ``[T, H_q, D]`` contiguous in q's dtype: ``rope(rms_norm(q))``.
@@ -73,9 +95,8 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
         ValueError: inconsistent shapes (:func:`check_qk_norm_rope_cache`, and ``reshape_and_cache``'s).
     """
     check_qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache,
-                             slot_mapping)
-    angles = positions.to(torch.float32)[:, None] * inv_freq.to(device=q.device, dtype=torch.float32)[None, :]
-    cos, sin = torch.cos(angles), torch.sin(angles)
+                             slot_mapping, rope_axis)
+    cos, sin = _cos_sin(positions, inv_freq.to(device=q.device, dtype=torch.float32), rope_axis)
     q = _rope(rms_norm(q, q_weight, eps, zero_centered), cos, sin)
     k = _rope(rms_norm(k, k_weight, eps, zero_centered), cos, sin)
     reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)

@@ -1,0 +1,154 @@
+"""The 12 Hz codec's decoder: codes (``Q`` codebooks per 12.5 Hz frame) -> 24 kHz waveform, whole or streamed.
+
+Math after the reference decoder (QwenLM/Qwen3-TTS ``tokenizer_12hz/modeling_qwen3_tts_tokenizer_v2.py``,
+``Qwen3TTSTokenizerV2Decoder.forward``): dequantize, a kernel-3 causal convolution to ``latent_dim``, the
+sliding-window transformer, two (transposed conv x2 + ConvNeXt) upsamplers, a kernel-7 convolution to
+``decoder_dim``, one :class:`UpsampleBlock` per ``upsample_rates`` entry, SnakeBeta, a kernel-7 convolution to one
+channel, clamped to ``[-1, 1]``. Every stage is causal, so each frame's ``samples_per_frame`` samples depend on that
+frame and the frames before it only: rows of a padded batch equal their decodes alone, and a stream decoded chunk by
+chunk (:class:`StreamingDecoder`) equals the whole decode.
+
+One difference from the reference, by design: its ``chunked_decode`` splits sequences longer than 300 frames into
+300-frame pieces decoded afresh with 25 frames of left context, an approximation of the whole decode; this module
+always decodes exactly (the state carries all the context every layer reads), so the two agree up to 300 frames.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from anna_audio.qwen3_tts.codec_layers import (
+    CausalConv1d,
+    CausalTransposedConv1d,
+    ConvNeXtBlock,
+    SnakeBeta,
+    UpsampleBlock,
+)
+from anna_audio.qwen3_tts.codec_quantizer import SplitQuantizer
+from anna_audio.qwen3_tts.codec_transformer import CodecTransformer
+from anna_audio.qwen3_tts.config import CodecDecoderConfig
+from anna_audio.qwen3_tts.stream_state import StreamBatch, StreamState
+
+
+class CodecDecoder(nn.Module):
+    """The decoder network; parameter names are the checkpoint's after ``decoder.`` (``quantizer.*``,
+    ``pre_conv.conv.*``, ``pre_transformer.*``, ``upsample.<i>.<0|1>.*``, ``decoder.<i>.*``)."""
+
+    def __init__(self, config: CodecDecoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.quantizer = SplitQuantizer(config.num_quantizers, config.codebook_size, config.codebook_dim)
+        self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, 3)
+        self.pre_transformer = CodecTransformer(config)
+        self.upsample = nn.ModuleList([
+            nn.ModuleList([CausalTransposedConv1d(config.latent_dim, config.latent_dim, r, r),
+                           ConvNeXtBlock(config.latent_dim)]) for r in config.upsampling_ratios])
+        dims = [config.decoder_dim // 2 ** i for i in range(len(config.upsample_rates) + 1)]
+        self.decoder = nn.ModuleList([
+            CausalConv1d(config.latent_dim, config.decoder_dim, 7),
+            *(UpsampleBlock(dims[i], dims[i + 1], rate) for i, rate in enumerate(config.upsample_rates)),
+            SnakeBeta(dims[-1]),
+            CausalConv1d(dims[-1], 1, 7),
+        ])
+
+    def forward(self, codes: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+        """codes: ``[B, T, Q]`` int64 in ``[0, codebook_size)`` -> waveform ``[B, T * samples_per_frame]`` in the
+        parameters' dtype, values in ``[-1, 1]``. With ``state`` (one stream per row), row ``b`` continues stream
+        ``b`` from wherever it is, and every stream advances by ``T`` frames."""
+        check_codes(codes, self.config)
+        h = self.quantizer(codes.transpose(1, 2))  # [B, codebook_dim, T]
+        h = self.pre_conv(h, state).transpose(1, 2)  # [B, T, latent]
+        h = self.pre_transformer(h, state).transpose(1, 2)  # [B, latent, T]
+        for transposed, convnext in self.upsample:
+            h = convnext(transposed(h, state), state)
+        for layer in self.decoder:
+            h = layer(h, state)
+        if state is not None:
+            state.advance(codes.shape[1])
+        return h.squeeze(1).clamp(-1.0, 1.0)
+
+    def decode_streams(self, streams: list[StreamState], codes: torch.Tensor) -> torch.Tensor:
+        """One chunk of several streams at once (e.g. requests of a serving step, each at its own frame).
+
+        Args:
+            streams: one state per row, in row order (fresh for a stream's first chunk).
+            codes: ``[B, T, Q]``, the next ``T`` frames of each stream.
+
+        Returns:
+            ``[B, T * samples_per_frame]``: row ``b`` equals what stream ``b`` decoded alone would give.
+
+        Raises:
+            ValueError: a row count other than ``len(streams)``, or bad codes (:func:`check_codes`).
+        """
+        if codes.dim() != 3 or codes.shape[0] != len(streams):
+            raise ValueError(f"codes must be [{len(streams)}, frames, Q] for {len(streams)} streams, got "
+                             f"{tuple(codes.shape)}")
+        with torch.inference_mode():
+            return self(codes, StreamBatch(streams))
+
+    def decode(self, codes: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Decode sequences of different lengths as one batch.
+
+        Args:
+            codes: ``[T_i, Q]`` int64 each (``T_i`` may be 0).
+
+        Returns:
+            ``[T_i * samples_per_frame]`` waveforms, in order.
+
+        Raises:
+            ValueError: see :func:`check_codes`; an empty list.
+        """
+        if not codes:
+            raise ValueError("no code sequences to decode")
+        longest = max(c.shape[0] for c in codes)
+        spf = self.config.samples_per_frame
+        if longest == 0:
+            return [codes[0].new_zeros(0, dtype=self.pre_conv.conv.weight.dtype) for _ in codes]
+        batch = codes[0].new_zeros(len(codes), longest, self.config.num_quantizers)
+        for row, c in enumerate(codes):
+            if c.dim() != 2:
+                raise ValueError(f"codes must be [frames, {self.config.num_quantizers}], got {tuple(c.shape)}")
+            batch[row, : c.shape[0]] = c
+        wav = self(batch)
+        return [wav[row, : c.shape[0] * spf] for row, c in enumerate(codes)]
+
+
+def check_codes(codes: torch.Tensor, config: CodecDecoderConfig) -> None:
+    """Raises ``ValueError`` unless ``codes`` is an integer ``[B, T, num_quantizers]`` tensor with every entry in
+    ``[0, codebook_size)``."""
+    if codes.dim() != 3 or codes.shape[-1] != config.num_quantizers:
+        raise ValueError(f"codes must be [batch, frames, {config.num_quantizers}], got {tuple(codes.shape)}")
+    if codes.is_floating_point() or codes.dtype == torch.bool:
+        raise ValueError(f"codes must be integers, got {codes.dtype}")
+    if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= config.codebook_size):
+        raise ValueError(f"codes must lie in [0, {config.codebook_size}), got [{int(codes.min())}, "
+                         f"{int(codes.max())}]")
+
+
+class StreamingDecoder:
+    """Decodes a fixed batch of streams chunk by chunk; each call returns exactly the samples of its frames.
+
+    The rows advance together (each call gives every row the same number of frames). Each row's
+    :class:`StreamState` holds every layer's left context, so the concatenated chunks equal
+    :meth:`CodecDecoder.forward` on the whole sequence.
+    """
+
+    def __init__(self, decoder: CodecDecoder) -> None:
+        self.decoder = decoder
+        self.states: list[StreamState] = []
+
+    @property
+    def frames(self) -> int:
+        """Frames decoded so far."""
+        return self.states[0].frames if self.states else 0
+
+    def push(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes: ``[B, T, Q]`` (the next ``T`` frames of each row) -> ``[B, T * samples_per_frame]``.
+
+        Raises:
+            ValueError: see :func:`check_codes`.
+        """
+        if not self.states:
+            self.states = [StreamState() for _ in range(codes.shape[0])]
+        return self.decoder.decode_streams(self.states, codes)

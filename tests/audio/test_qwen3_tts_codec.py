@@ -1,0 +1,139 @@
+"""The 12 Hz codec decoder (:mod:`anna_audio.qwen3_tts.codec_decoder`) against the reference's golden outputs:
+each stage and the waveform for given codes, batched rows against rows alone, streamed chunks against the whole
+decode, and the errors of bad codes and mismatched checkpoints."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from anna_audio.qwen3_tts import StreamingDecoder, load_codec_decoder, load_config
+from anna_audio.qwen3_tts.stream_state import StreamState
+from anna_core.errors import ModelLoadError
+
+from tests.audio.tts_golden import CHECKPOINTS, golden
+
+WAVE_ATOL = 1e-4
+"""Largest waveform difference allowed against the reference (float32 on the CPU; seen: about 1e-6)."""
+STAGE_ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def codec():
+    tensors, facts = golden("codec")
+    config = load_config(CHECKPOINTS["base"])
+    return load_codec_decoder(CHECKPOINTS["base"], config), tensors, facts
+
+
+def test_waveforms_match_reference(codec):
+    decoder, g, facts = codec
+    codes = [g["codec/codes/0"], g["codec/codes/1"]]
+    with torch.inference_mode():
+        wavs = decoder.decode(codes)
+    for i, wav in enumerate(wavs):
+        reference = g[f"codec/wav/{i}"]
+        assert wav.shape == reference.shape == (facts["decoder"]["samples"][i],)
+        torch.testing.assert_close(wav, reference, atol=WAVE_ATOL, rtol=0)
+        assert 0.1 < float(reference.std()) < 0.6  # a signal, not silence or a saturated square
+
+
+def test_stages_match_reference(codec):
+    decoder, g, _ = codec
+    codes = g["codec/codes/0"][None]
+    with torch.inference_mode():
+        quantized = decoder.quantizer(codes.transpose(1, 2))
+        pre_conv = decoder.pre_conv(quantized).transpose(1, 2)
+        pre_transformer = decoder.pre_transformer(pre_conv)
+        h = pre_transformer.transpose(1, 2)
+        for transposed, convnext in decoder.upsample:
+            h = convnext(transposed(h))
+    for name, value in (("quantized", quantized), ("pre_conv", pre_conv), ("pre_transformer", pre_transformer),
+                        ("upsampled", h)):
+        torch.testing.assert_close(value[0], g[f"codec/stage/{name}"], atol=STAGE_ATOL, rtol=0, msg=name)
+
+
+def test_batch_rows_equal_alone(codec):
+    decoder, g, _ = codec
+    codes = [g["codec/codes/1"], g["codec/codes/1"][:5], g["codec/codes/0"][:0]]
+    with torch.inference_mode():
+        batched = decoder.decode(codes)
+        for c, wav in zip(codes, batched):
+            alone = decoder.decode([c])[0]
+            assert wav.shape == alone.shape == (c.shape[0] * 1920,)
+            torch.testing.assert_close(wav, alone, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cuts", [(1,), (5, 6, 13), (2, 3, 4, 9, 10, 11)])
+def test_streamed_chunks_equal_whole(codec, cuts):
+    """14 frames (the attention window is 8), cut into chunks of one frame up to more than a window."""
+    decoder, g, _ = codec
+    codes = torch.stack((g["codec/codes/0"][:14], g["codec/codes/0"][:14].flip(0)))  # [2, 14, Q]
+    with torch.inference_mode():
+        whole = decoder(codes)
+    stream = StreamingDecoder(decoder)
+    bounds = [0, *cuts, codes.shape[1]]
+    parts = [stream.push(codes[:, a:b]) for a, b in zip(bounds, bounds[1:])]
+    assert stream.frames == 14
+    assert [p.shape[1] for p in parts] == [(b - a) * 1920 for a, b in zip(bounds, bounds[1:])]
+    torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=0)
+
+
+def test_streams_at_different_positions_batch_together(codec):
+    """Requests of a serving step sit at different frames: one batched call per step equals each stream alone."""
+    decoder, g, _ = codec
+    seqs = [g["codec/codes/0"][:14], g["codec/codes/1"][:14], g["codec/codes/0"][3:17]]
+    with torch.inference_mode():
+        alone = [decoder(s[None])[0] for s in seqs]
+    streams = [StreamState() for _ in seqs]
+    out: list[list[torch.Tensor]] = [[], [], []]
+    out[1].append(decoder.decode_streams([streams[1]], seqs[1][None, :5])[0])  # stream 1 runs ahead alone
+    out[2].append(decoder.decode_streams([streams[2]], seqs[2][None, :9])[0])
+    for rows, frames in (([0, 1, 2], 3), ([0, 1], 2), ([2, 0], 1)):
+        chunk = torch.stack([seqs[r][streams[r].frames:streams[r].frames + frames] for r in rows])
+        wav = decoder.decode_streams([streams[r] for r in rows], chunk)
+        for i, r in enumerate(rows):
+            out[r].append(wav[i])
+    for r, parts in enumerate(out):
+        got = torch.cat(parts)
+        assert got.shape[0] == streams[r].frames * 1920
+        torch.testing.assert_close(got, alone[r][: got.shape[0]], atol=1e-5, rtol=0, msg=f"stream {r}")
+    with pytest.raises(ValueError, match="for 2 streams"):
+        decoder.decode_streams(streams[:2], seqs[0][None, :1])
+
+
+@pytest.mark.parametrize("codes, message", [
+    (torch.zeros(1, 3, 3, dtype=torch.int64), r"\[batch, frames, 4\]"),
+    (torch.full((1, 3, 4), 64, dtype=torch.int64), r"\[0, 64\)"),
+    (torch.full((1, 3, 4), -1, dtype=torch.int64), r"\[0, 64\)"),
+    (torch.zeros(1, 3, 4), "integers"),
+])
+def test_bad_codes(codec, codes, message):
+    decoder, _, _ = codec
+    with pytest.raises(ValueError, match=message):
+        decoder(codes)
+
+
+def _edited_checkpoint(tmp_path, edit):
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(CHECKPOINTS["base"], folder)
+    path = folder / "speech_tokenizer" / "model.safetensors"
+    tensors = load_file(str(path))
+    edit(tensors)
+    save_file(tensors, str(path))
+    return folder
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.pop("decoder.pre_conv.conv.weight"), r"missing tensors .*'pre_conv\.conv\.weight'"),
+    (lambda t: t.update({"decoder.extra.weight": torch.zeros(1)}), r"unexpected tensors .*'decoder\.extra\.weight'"),
+    (lambda t: t.update({"decoder.decoder.6.conv.weight": torch.zeros(1, 2, 5)}),
+     r"shape mismatches: .*decoder\.decoder\.6\.conv\.weight"),
+])
+def test_load_errors(tmp_path, edit, message):
+    golden("codec")
+    folder = _edited_checkpoint(tmp_path, edit)
+    with pytest.raises(ModelLoadError, match=message):
+        load_codec_decoder(folder, load_config(folder))

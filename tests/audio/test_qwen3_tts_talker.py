@@ -1,0 +1,109 @@
+"""The plain talker (:mod:`anna_audio.qwen3_tts.prompt`, :mod:`~anna_audio.qwen3_tts.talker`,
+:mod:`~anna_audio.qwen3_tts.generate`) against the reference's golden outputs, for every case of all three kinds:
+prompt embeddings (named speakers and dialects, instructions, x-vector and in-context cloning, text in the prompt or
+streamed), the first talker logits, greedy codes exactly, and waveforms end to end through the codec decoder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from anna_audio.qwen3_tts import load_code_predictor, load_codec_decoder, load_config
+from anna_audio.qwen3_tts.generate import generate_greedy
+from anna_audio.qwen3_tts.prompt import SpeechRequest, build_prompt
+from anna_audio.qwen3_tts.weights import load_talker
+
+from tests.audio.tts_golden import CHECKPOINTS, golden
+
+KINDS = ["base", "custom_voice", "voice_design"]
+LOGITS_ATOL = 1e-4
+WAVE_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def kind(request):
+    name = request.param
+    tensors, facts = golden(name)
+    folder = CHECKPOINTS[name]
+    config = load_config(folder)
+    return (name, config, load_talker(folder, config), load_code_predictor(folder, config), tensors,
+            facts["cases"])
+
+
+def _requests(cases: dict, tensors: dict) -> list[tuple[str, int, SpeechRequest]]:
+    """``(case, row, request)`` for every row of every case."""
+    out = []
+    for case, c in cases.items():
+        if not isinstance(c, dict) or "text" not in c:
+            continue
+        for row in range(len(c["text"])):
+            mode = c.get("mode", [None] * len(c["text"]))[row]
+            instruct = c.get("instruct_ids", [None] * len(c["text"]))[row]
+            out.append((case, row, SpeechRequest(
+                assistant_ids=torch.tensor(c["input_ids"][row]), language=c["language"][row],
+                speaker=c.get("speaker", [None] * len(c["text"]))[row],
+                instruct_ids=None if instruct is None else torch.tensor(instruct),
+                speaker_embedding=tensors["ref/speaker_embedding"] if mode else None,
+                ref_ids=torch.tensor(cases["ref_text_ids"]) if mode == "icl" else None,
+                ref_codes=tensors["ref/codes"] if mode == "icl" else None,
+                non_streaming_text=c["non_streaming_mode"])))
+    return out
+
+
+def test_prompts_match_reference(kind):
+    name, config, talker, predictor, g, cases = kind
+    for case, row, request in _requests(cases, g):
+        with torch.inference_mode():
+            prompt = build_prompt(config, talker, predictor, request)
+        mask = g[f"{case}/talker_attention_mask"][row].bool()  # batches are left-padded
+        reference = g[f"{case}/talker_prefill_embeds"][row][mask]
+        torch.testing.assert_close(prompt.prefill, reference, atol=1e-6, rtol=0, msg=f"{name} {case} {row}")
+
+
+def test_codes_and_logits_match_reference(kind):
+    name, config, talker, predictor, g, cases = kind
+    for case, row, request in _requests(cases, g):
+        with torch.inference_mode():
+            prompt = build_prompt(config, talker, predictor, request)
+        out = generate_greedy(config, talker, predictor, prompt, max_new_tokens=24, repetition_penalty=1.05)
+        assert torch.equal(out.codes, g[f"{case}/codes/{row}"]), f"{name} {case} row {row}"
+        torch.testing.assert_close(out.hidden, g[f"{case}/talker_hidden/{row}"], atol=1e-4, rtol=0)
+        steps = min(out.logits.shape[0], g[f"{case}/talker_logits"].shape[1])
+        torch.testing.assert_close(out.logits[:steps], g[f"{case}/talker_logits"][row, :steps], atol=LOGITS_ATOL,
+                                   rtol=0)
+
+
+def test_waveforms_end_to_end(kind):
+    """Text ids -> codes -> waveform equals the reference's batch output (Base in-context cloning decodes the
+    reference codes in front and cuts their share off, as the reference does)."""
+    name, config, talker, predictor, g, cases = kind
+    decoder = load_codec_decoder(CHECKPOINTS[name], config)
+    for case, row, request in _requests(cases, g):
+        if case != "batch":
+            continue
+        with torch.inference_mode():
+            codes = generate_greedy(config, talker, predictor, build_prompt(config, talker, predictor, request),
+                                    max_new_tokens=24).codes
+            if request.ref_codes is not None:
+                full = decoder.decode([torch.cat([request.ref_codes, codes])])[0]
+                wav = full[int(request.ref_codes.shape[0] / (request.ref_codes.shape[0] + codes.shape[0])
+                               * full.shape[0]):]
+            else:
+                wav = decoder.decode([codes])[0]
+        torch.testing.assert_close(wav, g[f"batch/wav/{row}"], atol=WAVE_ATOL, rtol=0, msg=f"{name} row {row}")
+
+
+def test_request_errors():
+    tensors, facts = golden("custom_voice")
+    folder = CHECKPOINTS["custom_voice"]
+    config = load_config(folder)
+    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
+    ids = torch.tensor(facts["cases"]["single0"]["input_ids"][0])
+    with pytest.raises(ValueError, match="speaker 'nobody'"):
+        build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, speaker="nobody"))
+    with pytest.raises(ValueError, match="language 'klingon'"):
+        build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, language="klingon"))
+    with pytest.raises(ValueError, match="takes no reference audio"):
+        build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, speaker_embedding=torch.zeros(32)))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        prompt = build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, speaker="serena"))
+        generate_greedy(config, talker, predictor, prompt, max_new_tokens=0)

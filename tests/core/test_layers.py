@@ -138,3 +138,15 @@ def test_proportional_rope_matches_gemma4_global_layers(partial, head_dim):
         half = head_dim // 2
         assert torch.equal(mq[..., rotated:half], q[..., rotated:half])
         assert torch.equal(mq[..., half + rotated:], q[..., half + rotated:])
+
+
+@pytest.mark.parametrize(("head_dim", "rotary_dim", "dtype"), [(64, 64, torch.float32), (64, 16, torch.float32),
+                                                               (32, 32, torch.bfloat16)])
+def test_rotate_wide_equals_rotate_bit_for_bit(head_dim, rotary_dim, dtype):
+    rotary = RotaryEmbedding(head_dim, rotary_dim, {"rope_type": "default", "rope_theta": 10000.0})
+    positions = torch.tensor([0, 5, 77, 1023])
+    x = torch.randn(4, 6, head_dim).to(dtype)
+    cos_sin = rotary.cos_sin(positions)
+    wide = rotary.rotate_wide(x, rotary.widen(cos_sin))
+    assert wide.dtype == dtype
+    assert torch.equal(wide, rotary.rotate(x, cos_sin))

@@ -130,3 +130,47 @@ def test_int4_linear_checks_its_arguments():
         check_int4_linear(torch.zeros(1, 64, dtype=torch.bfloat16), p.packed, p.scale_zero, 16)
     with pytest.raises(ValueError, match="scale_zero .* must have x's dtype"):
         check_int4_linear(torch.zeros(1, 64), p.packed, p.scale_zero, 32)
+
+
+def test_int8_head_equals_the_float32_table_head():
+    """A tied Q8_0 head computed from its int8 codes (eagerly here; the runner compiles it) gives the float32
+    table's logits within float32 rounding, frees the table and refuses other types."""
+    import gguf
+    from anna_core.layers.quant_linear import QuantizedEmbedding, use_int8_heads
+
+    torch.manual_seed(0)
+    table = torch.randn(40, 64) * 0.05
+    raw = torch.from_numpy(gguf.quantize(table.numpy(), gguf.GGMLQuantizationType.Q8_0).copy())
+    head = QuantizedEmbedding(raw, "Q8_0", 64, torch.float32, tied_head=True)
+    hidden = torch.randn(3, 64) * 4
+    expected = head.logits(hidden)
+    root = torch.nn.Sequential(head)
+    assert use_int8_heads(root, lambda fn: fn) == 1
+    assert head.head_weight is None and head.head_codes.dtype == torch.int8 and head.head_codes.shape == (40, 2, 32)
+    got = head.logits(hidden)
+    assert got.dtype == torch.float32 and got.shape == (3, 40)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+    q4 = torch.from_numpy(gguf.quantize(table.numpy(), gguf.GGMLQuantizationType.Q4_0).copy())
+    with pytest.raises(ValueError, match="Q8_0 tables only"):
+        QuantizedEmbedding(q4, "Q4_0", 64, torch.float32, tied_head=True).use_int8_head(lambda fn: fn)
+
+
+def test_int8_head_keeps_the_float32_head_when_compiling_fails():
+    import gguf
+    from anna_core.layers.quant_linear import QuantizedEmbedding
+
+    table = torch.randn(8, 32)
+    raw = torch.from_numpy(gguf.quantize(table.numpy(), gguf.GGMLQuantizationType.Q8_0).copy())
+    head = QuantizedEmbedding(raw, "Q8_0", 32, torch.float32, tied_head=True)
+    hidden = torch.randn(1, 32)
+    expected = head.logits(hidden)
+
+    def broken(fn):
+        def run(*args):
+            raise RuntimeError("no compiler")
+        return run
+
+    with pytest.raises(RuntimeError, match="no compiler"):
+        head.use_int8_head(broken)
+    assert head.head_codes is None and torch.equal(head.logits(hidden), expected)

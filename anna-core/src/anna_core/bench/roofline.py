@@ -46,7 +46,7 @@ def weight_bytes(model: nn.Module, batch: int = 1) -> int:
     (:class:`~anna_core.layers.quant_linear.QuantizedLinear`, :class:`~anna_core.layers.wq_linear.WQLinear`) count
     their packed buffers (codes, scales, zeros); a
     :class:`~anna_core.layers.quant_linear.QuantizedEmbedding`'s stored rows are gathered, not streamed, and its
-    float32 tied head is streamed.
+    tied head (float32, or int8 codes and scales) is streamed.
     """
     from anna_core.layers.quant_linear import QuantizedEmbedding, QuantizedLinear
     from anna_core.layers.wq_linear import WQLinear
@@ -54,8 +54,9 @@ def weight_bytes(model: nn.Module, batch: int = 1) -> int:
     total = sum(p.numel() * p.element_size() for p in model.parameters())
     total += sum(b.numel() * b.element_size() for m in model.modules() if isinstance(m, (QuantizedLinear, WQLinear))
                  for b in m.buffers(recurse=False))
-    total += sum(m.head_weight.numel() * m.head_weight.element_size() for m in model.modules()
-                 if isinstance(m, QuantizedEmbedding) and m.head_weight is not None)  # a tied head, float32
+    total += sum(t.numel() * t.element_size() for m in model.modules() if isinstance(m, QuantizedEmbedding)
+                 for t in (m.head_weight, m.head_codes, m.head_scales)
+                 if t is not None)  # a tied head: float32, or its int8 codes and scales (use_int8_head)
     for m in model.modules():
         if isinstance(m, RoutedExpertsModule):
             own = sum(p.numel() * p.element_size() for p in m.parameters())

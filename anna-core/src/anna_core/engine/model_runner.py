@@ -35,6 +35,7 @@ from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import SchedulerOutput
 from anna_core.engine.warmup import warm_up
 from anna_core.errors import AnnaError
+from anna_core.layers.quant_linear import use_int8_heads
 from anna_core.layers.state_checkpoints import StateCheckpoints
 from anna_core.model import CausalLM, ModelCaches
 
@@ -64,7 +65,9 @@ class RunnerConfig:
             (CUDA; XPU with ``torch.xpu.XPUGraph``); ignored on CPU. ``--no-cuda-graph`` sets False.
         compile_mode: ``torch.compile`` the forward + LM head before capture: ``"none"``,
             ``"default"`` or ``"max-autotune"`` (run without compile-side CUDA graphs, since the
-            runner captures its own).
+            runner captures its own). Also: a tied LM head kept as its GGUF's ``Q8_0`` codes on the CPU computes
+            from them in one compiled loop (:meth:`~anna_core.layers.quant_linear.QuantizedEmbedding.use_int8_head`:
+            float32 logits, a quarter of the bytes; compiled at set-up).
         warmup: run one prefill + decode at start-up so the first request pays no compile or
             autotune time.
         max_prefill_replays: the most fresh prompts of one step that each replay their own prefill graph
@@ -152,6 +155,15 @@ class ModelRunner:
             self._no_graphs = dict.fromkeys(self._no_graphs, "the model does not declare graph_capture (e.g. "
                                             "offloaded experts read their ids on the host)")
         clock = time.perf_counter
+        if config.compile_mode != "none":  # kept-quantized Q8_0 tied heads (CPU GGUF): from their int8 codes
+            mode = "max-autotune-no-cudagraphs" if config.compile_mode == "max-autotune" else "default"
+            t0 = clock()
+            try:
+                if use_int8_heads(self.model, lambda fn: torch.compile(fn, mode=mode, dynamic=False)):
+                    self.startup["int8_head_compile_s"] = clock() - t0
+            except Exception as exc:  # noqa: BLE001 - e.g. no C++ compiler for inductor: the float32 head serves
+                log.warning("compiling the int8 LM head failed, keeping the float32 head: %s: %s",
+                            type(exc).__name__, str(exc)[:300])
         if config.warmup:
             t0 = clock()
             self.warmup(max_model_len)
@@ -501,7 +513,9 @@ class ModelRunner:
         if not samplers:
             return ModelRunnerOutput(path)
         with self._scope("lm_head"):
-            logits = self.model.compute_logits(hidden[batch.logits_indices])  # [N, vocab]
+            # index_select, not advanced indexing: on the CPU hidden[ids] runs a parallel kernel whose thread
+            # hand-off costs more than the copy of a row or two
+            logits = self.model.compute_logits(hidden.index_select(0, batch.logits_indices))  # [N, vocab]
         return self._sample(path, logits, samplers)
 
     def _run_split(self, out: SchedulerOutput) -> ModelRunnerOutput:

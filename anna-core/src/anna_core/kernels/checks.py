@@ -40,7 +40,8 @@ def check_gated_activation(op: str, activation: str) -> None:
 def require_dims(op: str, **tensors: tuple[torch.Tensor, int]) -> None:
     """Check each named tensor, given as ``name=(tensor, ndim)``, has ``ndim`` dimensions."""
     for name, (tensor, ndim) in tensors.items():
-        require(tensor.dim() == ndim, op, f"{name} must have {ndim} dims, got shape {tuple(tensor.shape)}")
+        if tensor.dim() != ndim:  # the message is built only on failure (decode calls this per layer)
+            raise ValueError(f"{op}: {name} must have {ndim} dims, got shape {tuple(tensor.shape)}")
 
 
 def num_sequences(op: str, cu_seqlens: torch.Tensor, name: str = "cu_seqlens") -> int:
@@ -144,9 +145,13 @@ def check_paged_attention(op: str, q: torch.Tensor, k_cache: torch.Tensor, v_cac
         ValueError: the caches differ in shape, q's head dim differs from the cache's, ``H_q`` is not a
             multiple of ``H_kv``, the window is below 1, or seq_lens / block_tables lack ``batch`` rows.
     """
-    require(k_cache.shape == v_cache.shape, op, "k_cache and v_cache must have the same shape")
     h_kv, dim = k_cache.shape[2], k_cache.shape[3]
     h_q = q.shape[1]
+    if (k_cache.shape == v_cache.shape and q.shape[2] == dim and h_q % h_kv == 0
+            and (sliding_window is None or sliding_window >= 1) and seq_lens.shape[0] == batch
+            and block_tables.shape[0] == batch):
+        return  # the messages below are built only on failure (decode calls this once per layer)
+    require(k_cache.shape == v_cache.shape, op, "k_cache and v_cache must have the same shape")
     require(q.shape[2] == dim, op, f"q head dim {q.shape[2]} differs from the cache's {dim}")
     require(h_q % h_kv == 0, op, f"H_q={h_q} must be a multiple of H_kv={h_kv}")
     require(sliding_window is None or sliding_window >= 1, op, f"sliding_window must be >= 1, got {sliding_window}")

@@ -242,7 +242,11 @@ class OpTable:
     def __getattr__(self, op: str) -> Callable[..., Any]:
         if op.startswith("_") or op not in self.registry.contracts:
             raise AttributeError(op)
-        return self.get(op)
+        fn = self.get(op)
+        # the registry's choice for (device, dtype) without shape facts never changes: keep it as an attribute,
+        # so later ``ops.<op>`` lookups (per layer per step) skip the probe key
+        self.__dict__[op] = fn
+        return fn
 
 
 def bind_ops(registry: KernelRegistry, device: Any, dtype: Any) -> OpTable:

@@ -56,6 +56,7 @@ class PagedAttention(nn.Module):
         self.sliding_window = sliding_window
         self.writes_kv = writes_kv
         self.ops = ops
+        self._attend: Any = None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
                 caches: ModelCaches) -> torch.Tensor:
@@ -101,7 +102,9 @@ class PagedAttention(nn.Module):
                                                 batch.state_slots)
             return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables, self.scale,
                           self.sliding_window, *group.quant.args, *residual)
-        attend = self.ops.get("paged_attention", head_dim=self.head_dim)
+        attend = self._attend
+        if attend is None:  # resolved once: the choice depends on the device, dtype and head dim only
+            attend = self._attend = self.ops.get("paged_attention", head_dim=self.head_dim)
         return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables,
                       self.scale, self.sliding_window)
 

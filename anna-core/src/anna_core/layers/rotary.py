@@ -168,6 +168,24 @@ class RotaryEmbedding(nn.Module):
         cos, sin = cos_sin[0][:, None, :], cos_sin[1][:, None, :]  # [T, 1, rotary_dim/2]
         return self._rotate(x, cos, sin)
 
+    def widen(self, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos_sin`` laid out for :meth:`rotate_wide`: ``(cos, sin)`` ``[T, 1, rotary_dim]`` float32, cos
+        repeated for both halves and sin negated on the first half. Once per forward pass: each rotation is
+        then two products and a sum, instead of the half-by-half expression's ten ops."""
+        cos, sin = cos_sin[0][:, None, :], cos_sin[1][:, None, :]  # [T, 1, rotary_dim/2]
+        return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+
+    def rotate_wide(self, x: torch.Tensor, wide: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """:meth:`rotate` with :meth:`widen`'s tables: x ``[T, N, D]`` -> rotated, x's dtype; the same
+        values bit for bit (``x1 cos + x2 (-sin)`` is ``x1 cos - x2 sin`` in IEEE arithmetic)."""
+        half, r = self.rotary_dim // 2, self.rotary_dim
+        head = x if r == self.head_dim else x[..., :r]
+        swapped = torch.cat((head[..., half:], head[..., :half]), dim=-1)  # [x2, x1]
+        rot = head * wide[0] + swapped * wide[1]  # float32 (the tables are), as rotate computes
+        if rot.dtype != x.dtype:
+            rot = rot.to(x.dtype)
+        return rot if r == self.head_dim else torch.cat((rot, x[..., r:]), dim=-1)
+
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = self.rotary_dim // 2
         x1 = x[..., :half].float()

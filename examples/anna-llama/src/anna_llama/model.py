@@ -48,20 +48,19 @@ class LlamaAttention(nn.Module):
             del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
-                cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """x: ``[T, hidden]`` -> ``[T, hidden]``; ``cos_sin``: ``self.rotary.cos_sin(batch.positions)``
+                wide: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x: ``[T, hidden]`` -> ``[T, hidden]``; ``wide``: ``self.rotary.widen(self.rotary.cos_sin(batch.positions))``
         when the caller computed it once for all layers (None: computed here)."""
         t, h, h_kv = x.shape[0], self.num_heads, self.num_kv_heads
-        if cos_sin is None:
-            cos_sin = self.rotary.cos_sin(batch.positions)
+        if wide is None:
+            wide = self.rotary.widen(self.rotary.cos_sin(batch.positions))
         if self.qkv_proj is None:
-            q = self.q_proj(x).view(t, h, self.head_dim)  # q: [T, H, D]
-            k = self.k_proj(x).view(t, h_kv, self.head_dim)  # k: [T, Hkv, D]
+            q = self.rotary.rotate_wide(self.q_proj(x).view(t, h, self.head_dim), wide)  # q: [T, H, D]
+            k = self.rotary.rotate_wide(self.k_proj(x).view(t, h_kv, self.head_dim), wide)  # k: [T, Hkv, D]
             v = self.v_proj(x).view(t, h_kv, self.head_dim)
-            q, k = self.rotary(batch.positions, q, k, cos_sin=cos_sin)
         else:
             qkv = self.qkv_proj(x).view(t, h + 2 * h_kv, self.head_dim)  # [T, H + 2 Hkv, D]
-            qk = self.rotary.rotate(qkv[:, : h + h_kv], cos_sin)  # q and k heads in one call
+            qk = self.rotary.rotate_wide(qkv[:, : h + h_kv], wide)  # q and k heads in one call
             q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + h_kv :]
         o = self.attn(q, k, v, batch, caches)  # o: [T, H, D]
         return self.o_proj(o.reshape(t, h * self.head_dim))
@@ -76,9 +75,9 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
-                cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """x: ``[T, hidden]`` -> ``[T, hidden]``; ``cos_sin`` as in :meth:`LlamaAttention.forward`."""
-        h = x + self.self_attn(self.input_layernorm(x), batch, caches, cos_sin)
+                wide: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x: ``[T, hidden]`` -> ``[T, hidden]``; ``wide`` as in :meth:`LlamaAttention.forward`."""
+        h = x + self.self_attn(self.input_layernorm(x), batch, caches, wide)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -136,9 +135,10 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
         x = self.model.embed_tokens(batch.input_ids)  # x: [T, H]
-        cos_sin = self.model.rotary.cos_sin(batch.positions)  # once per pass, shared by every layer
+        rotary = self.model.rotary
+        wide = rotary.widen(rotary.cos_sin(batch.positions))  # once per pass, shared by every layer
         for layer in self.model.layers:
-            x = layer(x, batch, caches, cos_sin)
+            x = layer(x, batch, caches, wide)
         return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

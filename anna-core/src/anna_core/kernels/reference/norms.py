@@ -19,6 +19,8 @@ def _normalise(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def _check_weight(op: str, x: torch.Tensor, weight: torch.Tensor) -> None:
+    if x.dim() >= 1 and weight.dim() == 1 and weight.shape[0] == x.shape[-1]:
+        return  # the message below is built only on failure (decode calls this per norm)
     require(x.dim() >= 1, op, "x must have at least one dimension")
     require(weight.dim() == 1 and weight.shape[0] == x.shape[-1], op,
             f"weight must be [D={x.shape[-1]}], got {tuple(weight.shape)}")

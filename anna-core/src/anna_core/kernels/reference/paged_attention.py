@@ -38,6 +38,17 @@ def reshape_and_cache(
         ValueError: shape mismatch or non-contiguous cache.
     """
     op = "reshape_and_cache"
+    if not (k.dim() == 3 and k.shape == v.shape and k_cache.dim() == 4 and k_cache.shape == v_cache.shape
+            and tuple(k_cache.shape[2:]) == tuple(k.shape[1:]) and slot_mapping.dim() == 1
+            and slot_mapping.shape[0] == k.shape[0] and k_cache.is_contiguous() and v_cache.is_contiguous()):
+        _check_reshape_and_cache(op, k, v, k_cache, v_cache, slot_mapping)  # raises, naming what is wrong
+    flat_k = k_cache.view(-1, *k_cache.shape[2:])
+    flat_v = v_cache.view(-1, *k_cache.shape[2:])
+    flat_k.index_copy_(0, slot_mapping, k if k.dtype == k_cache.dtype else k.to(k_cache.dtype))
+    flat_v.index_copy_(0, slot_mapping, v if v.dtype == v_cache.dtype else v.to(v_cache.dtype))
+
+
+def _check_reshape_and_cache(op, k, v, k_cache, v_cache, slot_mapping) -> None:
     require_dims(op, k=(k, 3), v=(v, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4), slot_mapping=(slot_mapping, 1))
     require(k.shape == v.shape, op, f"k and v must match, got {tuple(k.shape)} and {tuple(v.shape)}")
     require(k_cache.shape == v_cache.shape, op, "k_cache and v_cache must have the same shape")
@@ -46,10 +57,6 @@ def reshape_and_cache(
     require(slot_mapping.shape[0] == k.shape[0], op,
             f"slot_mapping has {slot_mapping.shape[0]} entries for {k.shape[0]} tokens")
     require(k_cache.is_contiguous() and v_cache.is_contiguous(), op, "caches must be contiguous")
-    flat_k = k_cache.view(-1, *k_cache.shape[2:])
-    flat_v = v_cache.view(-1, *v_cache.shape[2:])
-    flat_k.index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    flat_v.index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
@@ -152,15 +159,25 @@ def _allowed(q_pos: torch.Tensor, k_pos: torch.Tensor, sliding_window: int | Non
 def _decode_one(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, n_ctx: int, table: torch.Tensor,
                 scale: float) -> torch.Tensor:
     """The single-sequence decode step without a window (batch-1 generation): the one query sees every
-    cached key, so no mask, padding or index bookkeeping is needed. q ``[1, H_q, D]`` -> ``[1, H_q, D]``."""
-    n_blocks, block_size = k_cache.shape[:2]
-    blocks = table[: -(-n_ctx // block_size)].to(device=q.device, dtype=torch.long).clamp(0, n_blocks - 1)
-    k = _gather(k_cache, blocks)[:n_ctx].transpose(0, 1)  # [H_kv, n_ctx, D]
-    v = _gather(v_cache, blocks)[:n_ctx].transpose(0, 1)
-    q_h = q.to(torch.float32).transpose(0, 1)  # [H_q, 1, D]
-    o = F.scaled_dot_product_attention(q_h[None], k[None], v[None], scale=scale,
-                                       enable_gqa=q.shape[1] != k_cache.shape[2])  # [1, H_q, 1, D]
-    return o[0].transpose(0, 1).to(q.dtype)
+    cached key, so no mask, padding or index bookkeeping is needed. q ``[1, H_q, D]`` -> ``[1, H_q, D]``.
+
+    Two batched matrix products over the KV heads (each query head group of a KV head is one row block)
+    and a softmax between them, all serial: a few small ops instead of
+    ``scaled_dot_product_attention``'s parallel loop, whose thread hand-off costs more than this
+    attention's work on a CPU (one query, a context of a few blocks)."""
+    block_size, h_kv, d = k_cache.shape[1:]
+    blocks = table[: -(-n_ctx // block_size)]
+    blocks = blocks if blocks.dtype == torch.long else blocks.long()
+    k = k_cache.index_select(0, blocks).view(-1, h_kv, d)[:n_ctx]  # [n_ctx, H_kv, D]
+    v = v_cache.index_select(0, blocks).view(-1, h_kv, d)[:n_ctx]
+    if k.dtype != torch.float32:
+        k, v = k.float(), v.float()
+    h_q = q.shape[1]
+    q_g = q.reshape(h_kv, h_q // h_kv, d)  # [H_kv, G, D]: query head h reads KV head h // G
+    q_g = (q_g if q_g.dtype == torch.float32 else q_g.float()) * scale
+    probs = torch.softmax(torch.bmm(q_g, k.permute(1, 2, 0)), dim=-1)  # [H_kv, G, n_ctx]
+    o = torch.bmm(probs, v.transpose(0, 1)).view(1, h_q, d)  # [H_kv, G, D] as [1, H_q, D]
+    return o if o.dtype == q.dtype else o.to(q.dtype)
 
 
 def _decode_batch(q, k_cache, v_cache, out, rows, starts, ctx_lens, tables, scale, sliding_window) -> None:

@@ -21,8 +21,8 @@ Example (H200, the 1.7B shape with random weights; the folder holds only ``confi
 from __future__ import annotations
 
 import argparse
-import json
 import gc
+import json
 import math
 import time
 from pathlib import Path

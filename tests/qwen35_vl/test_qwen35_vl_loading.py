@@ -79,3 +79,26 @@ def test_dummy_weights_give_a_working_tower(tiny_vl):
     [rows] = loaded.model.encode(list(mm.items))
     assert rows.shape == (16, 64) and torch.isfinite(rows).all()
     assert rows.std(0).max() > 0  # LayerNorm scales of one: the rows differ from patch to patch
+
+
+def test_image_processor_class_falls_back_when_the_pil_name_cannot_import(monkeypatch):
+    """transformers 5.17 lists ``Qwen2VLImageProcessorPil`` but raises ModuleNotFoundError on access (seen on the GPU
+    machine's image): the older ``Qwen2VLImageProcessor`` is used instead of failing the load."""
+    import sys
+    import types
+
+    import transformers
+    from anna_qwen35.processor import pil_image_processor_class
+
+    class Fallback:
+        pass
+
+    class Release(types.ModuleType):
+        Qwen2VLImageProcessor = Fallback
+
+        def __getattr__(self, name):
+            raise ModuleNotFoundError(f"Could not import module '{name}'")
+
+    assert pil_image_processor_class() is transformers.Qwen2VLImageProcessorPil
+    monkeypatch.setitem(sys.modules, "transformers", Release("transformers"))
+    assert pil_image_processor_class() is Fallback

@@ -317,7 +317,10 @@ def pil_image_processor_class() -> type:
     the torchvision one is ``...Fast``)."""
     import transformers
 
-    return getattr(transformers, "Qwen2VLImageProcessorPil", None) or transformers.Qwen2VLImageProcessor
+    try:  # a release that lists the name but cannot import it raises here, not AttributeError alone
+        return transformers.Qwen2VLImageProcessorPil
+    except (AttributeError, ImportError):
+        return transformers.Qwen2VLImageProcessor
 
 
 def _text(rows: list[list[int]], out_ids: list[int], text: list[int], start: int) -> int:

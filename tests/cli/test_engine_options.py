@@ -96,3 +96,11 @@ def test_memory_sizes_must_be_finite(field, value):
         return  # only the memory sizes must be finite; NaN is refused everywhere
     with pytest.raises(AnnaError, match=field):
         EngineConfig(**{field: value})
+
+
+def test_engine_options_carry_the_kv_cache_quantization_flags():
+    from anna_cli.engine_options import engine_config_from_options
+
+    cfg = engine_config_from_options(kv_cache_quantization="turboquant", kv_cache_quant_bits=3)
+    assert (cfg.kv_cache_quantization, cfg.kv_cache_quant_bits) == ("turboquant", 3)
+    assert engine_config_from_options().kv_cache_quantization == "none"

@@ -182,14 +182,6 @@ def test_mode_resolution_and_auto_tiers():
         resolve_kv_quant("turboquant", 5, num_params=1, supported=True)
 
 
-def test_engine_options_carry_the_flags():
-    from anna_cli.engine_options import engine_config_from_options
-
-    cfg = engine_config_from_options(kv_cache_quantization="turboquant", kv_cache_quant_bits=3)
-    assert (cfg.kv_cache_quantization, cfg.kv_cache_quant_bits) == ("turboquant", 3)
-    assert engine_config_from_options().kv_cache_quantization == "none"
-
-
 def test_the_residual_ring_keeps_each_sequences_newest_positions_rotated():
     from anna_core.kv_quant.residual import ResidualRing, reset_slots, token_positions, write_residual
 

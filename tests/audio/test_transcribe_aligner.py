@@ -51,3 +51,14 @@ def test_not_an_aligner(tmp_path):
 
     with pytest.raises(ModelLoadError, match="not a loadable Qwen3 forced aligner"):
         ForcedAligner.load(tmp_path)
+
+
+def test_an_asr_checkpoint_is_not_an_aligner(tmp_path):
+    """A Qwen3-ASR checkpoint given as the aligner loads in transformers with a random classifier (a warning only):
+    Anna refuses it at load instead of answering every timestamp request with garbage or a 500."""
+    from anna_core.errors import ModelLoadError
+    from anna_core.testing.tiny import write_tiny_checkpoint
+
+    folder = write_tiny_checkpoint("qwen3_asr", tmp_path / "asr")
+    with pytest.raises(ModelLoadError, match="missing or mis-shaped"):
+        ForcedAligner.load(folder)

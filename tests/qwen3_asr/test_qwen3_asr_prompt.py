@@ -34,7 +34,10 @@ SAMPLES = [
     ("language", False, None, "language"),
     ("languages of the world are many <3", False, None, "languages of the world are many <3"),
     ("language English is what I speak <b>", False, None, "language English is what I speak <b>"),
-    ("  Forced text, 123 <asr_text> kept.  ", True, None, "Forced text, 123 <asr_text> kept."),
+    ("  Forced text, 123 <asr_text> kept.  ", True, None, "Forced text, 123  kept."),  # a stray tag is never text
+    ("hello world this is a transcript<asr_text> and the rest", False, None,
+     "hello world this is a transcript and the rest"),  # no language before the tag: all transcript, tag dropped
+    ("language English<asr_text>Hi <asr_text>there <asr_te", False, "English", "Hi there <asr_te"),
     ("Language models transcribe.", True, None, "Language models transcribe."),
 ]
 
@@ -57,7 +60,7 @@ def test_parse_and_every_stream_split_agree(answer, forced, language, transcript
         assert "".join(pieces) == transcript, (cuts, pieces)
         assert stream.language == (None if forced else language)
         if "<asr_text>" in answer and not forced:
-            assert not any("<asr" in p or "language" in p.lower() for p in pieces), pieces
+            assert not any("<asr_text>" in p or "language" in p.lower() for p in pieces), pieces
 
 
 def test_parse_takes_a_bare_name_before_the_tag():

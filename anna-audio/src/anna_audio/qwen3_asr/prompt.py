@@ -107,12 +107,30 @@ def parse_asr_output(text: str, *, language_forced: bool = False) -> tuple[str |
         language_forced: the prompt forced the language (it holds the prefix): the whole answer is transcript.
     """
     if language_forced or ASR_TEXT_TAG not in text:
-        return None, text.strip()
+        return None, _untagged(text).strip()
     prefix, transcript = text.split(ASR_TEXT_TAG, 1)
-    return _language_of(prefix), transcript.strip()
+    if not _is_prefix(prefix):  # the tag without a ``language X`` before it: all transcript
+        return None, _untagged(text).strip()
+    return _language_of(prefix), _untagged(transcript).strip()
+
+
+def _is_prefix(prefix: str) -> bool:
+    """Whether ``prefix`` (the text before the first ``<asr_text>``) names a language: ``language`` and a name (as
+    :class:`AsrTextStream` holds one back) or a bare one-word name, no ``<``, the tag within
+    :data:`MAX_PREFIX_CHARS` characters. Anything else before the tag is transcript."""
+    named = _NAMED_RE.match(prefix) is not None or _BARE_NAME_RE.fullmatch(prefix) is not None
+    return named and "<" not in prefix and len(prefix) + len(ASR_TEXT_TAG) - 1 <= MAX_PREFIX_CHARS
+
+
+def _untagged(text: str) -> str:
+    """``text`` without any ``<asr_text>`` (never transcript: a sampled answer may repeat the tag)."""
+    while ASR_TEXT_TAG in text:
+        text = text.replace(ASR_TEXT_TAG, "")
+    return text
 
 
 _NAMED_RE = re.compile(r"\s*language\s+", re.IGNORECASE)
+_BARE_NAME_RE = re.compile(r"\s*[^\W\d_]+\s*")
 _PREFIX_RE = re.compile(r"\s*(?:l(?:a(?:n(?:g(?:u(?:a(?:g(?:e(?:\s[^<]*)?)?)?)?)?)?)?)?)?", re.IGNORECASE)
 
 
@@ -136,31 +154,40 @@ class AsrTextStream:
         self._in_text = language_forced
         self._started = False  # a non-space transcript character was emitted
         self._pending_space = ""  # whitespace held back: it is dropped if the answer ends after it
+        self._tail = ""  # transcript text that may begin an ``<asr_text>`` tag (held back, never emitted as such)
         self.language: str | None = None
 
     def feed(self, delta: str) -> str:
         """The transcript text ``delta`` completes (maybe ``""``)."""
         if self._in_text:
-            return self._emit(delta)
+            return self._text(delta)
         self._head += delta
         if ASR_TEXT_TAG in self._head:
             prefix, rest = self._head.split(ASR_TEXT_TAG, 1)
-            self.language, self._head, self._in_text = _language_of(prefix), "", True
-            return self._emit(rest)
-        if self._could_be_prefix(self._head):
+            if _is_prefix(prefix):
+                self.language, self._head, self._in_text = _language_of(prefix), "", True
+                return self._text(rest)
+        elif self._could_be_prefix(self._head):
             return ""
         head, self._head, self._in_text = self._head, "", True
-        return self._emit(head)
+        return self._text(head)
 
     def finish(self) -> str:
         """The rest once the answer has ended: a held text that never became a prefix (trailing whitespace is
         dropped)."""
-        if self._in_text:
-            return ""
         head, self._head, self._in_text = self._head, "", True
-        out = self._emit(head)
-        self._pending_space = ""
+        out = self._text(head) + self._emit(self._tail)
+        self._tail, self._pending_space = "", ""
         return out
+
+    def _text(self, text: str) -> str:
+        """Transcript text without ``<asr_text>`` tags (one split across deltas too: a possible beginning of one
+        at the end is held back until the next delta or :meth:`finish`)."""
+        text = _untagged(self._tail + text)
+        keep = next((k for k in range(min(len(text), len(ASR_TEXT_TAG) - 1), 0, -1)
+                     if ASR_TEXT_TAG.startswith(text[-k:])), 0)
+        self._tail = text[len(text) - keep:] if keep else ""
+        return self._emit(text[:len(text) - keep])
 
     def _could_be_prefix(self, head: str) -> bool:
         if len(head) > MAX_PREFIX_CHARS:

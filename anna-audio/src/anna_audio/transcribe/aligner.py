@@ -59,8 +59,12 @@ class ForcedAligner:
 
         try:
             processor = Qwen3ASRProcessor.from_pretrained(str(folder))
-            model = Qwen3ASRForTokenClassification.from_pretrained(str(folder), dtype=dtype).to(device).eval()
-            return cls(model, processor, frozenset(FORCED_ALIGNER_LANGUAGES))
+            model, info = Qwen3ASRForTokenClassification.from_pretrained(str(folder), dtype=dtype,
+                                                                         output_loading_info=True)
+            absent = sorted(info.get("missing_keys") or ()) + [str(k) for k in info.get("mismatched_keys") or ()]
+            if absent:  # e.g. an ASR checkpoint given as the aligner: its classifier would be random
+                raise ValueError(f"{len(absent)} weights missing or mis-shaped (first: {absent[0]})")
+            return cls(model.to(device).eval(), processor, frozenset(FORCED_ALIGNER_LANGUAGES))
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a missing file, a bad config, no timestamp id
             raise ModelLoadError(f"--asr-aligner-dir {folder}: not a loadable Qwen3 forced aligner: {exc}") from exc
 

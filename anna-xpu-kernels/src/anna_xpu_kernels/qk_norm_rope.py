@@ -22,6 +22,7 @@ and the rotary partner of every element (``d +- rotary_dim / 2``) and writes the
 from __future__ import annotations
 
 import torch
+from anna_core.kernels.reference.qk_norm_rope import qk_norm_rope_shapes
 
 from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require, require_float, require_same_device
@@ -169,27 +170,13 @@ def _launch(op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight
             v_norm: bool) -> torch.Tensor:
     """Check the arguments of ``op`` (see :func:`qk_norm_rope_cache`) and launch the kernel (``v_norm``: normalise
     the value heads before storing them)."""
-    require(q.dim() == 3 and k.dim() == 3 and k.shape == v.shape, op,
-            f"q must be [T, H_q, D] and k, v one [T, H_kv, D] shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
-            f"{tuple(v.shape)}")
+    qk_norm_rope_shapes(op, q, k, v, q_weight, k_weight, positions, inv_freq, k_cache, v_cache, slot_mapping,
+                        rope_axis)
     total, h_q, dim = q.shape
     h_kv = k.shape[1]
-    require(k.shape[0] == total and k.shape[2] == dim, op, "q and k must share T and D")
-    require(tuple(k_cache.shape[2:]) == (h_kv, dim) and k_cache.shape == v_cache.shape, op,
-            f"caches must be [num_blocks, block_size, {h_kv}, {dim}], got {tuple(k_cache.shape)}")
-    require(k_cache.is_contiguous() and v_cache.is_contiguous(), op, "caches must be contiguous")
     rotary_dim = 2 * inv_freq.shape[0]
-    require(inv_freq.dim() == 1 and 0 < rotary_dim <= dim, op, f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
-    require(tuple(q_weight.shape) == (dim,) and tuple(k_weight.shape) == (dim,), op, f"weights must be [{dim}]")
-    require(tuple(slot_mapping.shape) == (total,), op, f"slot_mapping must be [T={total}]")
-    if rope_axis is None:
-        require(positions.dim() == 1 and positions.shape[0] == total, op,
-                f"positions must be [T={total}] (or [rows, T] with rope_axis)")
-    else:
-        require(positions.dim() == 2 and positions.shape[1] == total, op,
-                f"positions must be [rows, T={total}] with rope_axis, got {tuple(positions.shape)}")
-        require(tuple(rope_axis.shape) == tuple(inv_freq.shape) and not rope_axis.is_floating_point(), op,
-                f"rope_axis must be integer [rotary_dim/2={inv_freq.shape[0]}]")
+    require(k_cache.is_contiguous() and v_cache.is_contiguous(), op, "caches must be contiguous")
+    if rope_axis is not None:
         require_same_device(op, q=q, rope_axis=rope_axis)
     require(positions.stride(-1) == 1, op, "positions must be contiguous along T")
     for name, t in (("q", q), ("k", k), ("v", v)):

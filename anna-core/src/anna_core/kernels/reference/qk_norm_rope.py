@@ -30,7 +30,19 @@ def check_qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
             slot_mapping not ``[T]``, positions neither ``[T]`` without ``rope_axis`` nor ``[rows, T]`` with a
             ``[R/2]`` integer ``rope_axis``, or the caches not ``[num_blocks, block_size, H_kv, D]``.
     """
-    op = "qk_norm_rope_cache"
+    qk_norm_rope_shapes("qk_norm_rope_cache", q, k, v, q_weight, k_weight, positions, inv_freq, k_cache, v_cache,
+                        slot_mapping, rope_axis)
+
+
+def qk_norm_rope_shapes(op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                        k_weight: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor,
+                        v_cache: torch.Tensor, slot_mapping: torch.Tensor, rope_axis: torch.Tensor | None) -> None:
+    """The shape checks of :func:`check_qk_norm_rope_cache` with errors named ``op`` (shared by the ops built on
+    the same arguments and by kernels that add their own layout checks).
+
+    Raises:
+        ValueError: ``"<op>: ..."`` as :func:`check_qk_norm_rope_cache`.
+    """
     require(q.dim() == 3 and k.dim() == 3 and k.shape == v.shape, op,
             f"q must be [T, H_q, D] and k, v one [T, H_kv, D] shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
             f"{tuple(v.shape)}")

@@ -49,7 +49,7 @@ def test_every_measurement_on_the_cpu(shape_folder, tmp_path, capsys):
 
     assert main(["--model-dir", str(shape_folder), *SMALL, "--out", str(tmp_path / "r.json")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split(" ")[0] for line in lines] == ["vl_bench", "image", "video", "decode", "HF"]
+    assert [line.split(" ")[0] for line in lines] == ["vl_bench", "image", "video", "text", "decode", "HF"]
     r = json.loads((tmp_path / "r.json").read_text())
     img, vid, beside, hf = r["image_ttft"], r["video_ttft"], r["beside"], r["hf"]
     assert img["media_tokens"] == 16 and img["media_items"] == 1  # 64x64: 8x8 patches of 8, merged 2x2
@@ -59,6 +59,8 @@ def test_every_measurement_on_the_cpu(shape_folder, tmp_path, capsys):
     assert beside["rounds"] == 2 and beside["image_ttft_ms_p50"] > 0
     assert hf["first_token_equal"] and hf["ttft_ms"] > 0  # the same float32 weights and pixels: the same token
     assert hf["speedup"] == pytest.approx(hf["ttft_ms"] / img["ttft_ms"])
+    text = r["text_ttft"]
+    assert text["prompt_tokens"] == img["prompt_tokens"] and len(text["ttft_ms_all"]) == 2 and text["ttft_ms"] > 0
     assert f"image TTFT {img['ttft_ms']:.1f} ms" in lines[1]
 
 
@@ -70,7 +72,7 @@ def test_the_gpu_script_runs_on_the_cpu_and_fails_loudly(tiny_vl, tmp_path):
                          text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout.splitlines()
-    assert [line.split(" ")[0] for line in out] == ["vl_bench", "image", "video", "decode", "vl_bench"]
+    assert [line.split(" ")[0] for line in out] == ["vl_bench", "image", "video", "text", "decode", "vl_bench"]
     assert "256 image tokens" in out[1]  # the released pixel bounds: 256x256 stays, 32x32 patches of 8 / 4
     assert json.loads((tmp_path / "vl_bench.json").read_text())["image_ttft"]["media_tokens"] == 256
     bad = subprocess.run(["bash", "tools/gpu_experiments/vl_bench.sh"], cwd=ROOT, capture_output=True, text=True,

@@ -22,7 +22,7 @@ start=$SECONDS
 timeout "${T_VL:-330}" python3 -m anna_core.bench.vl_bench --model-dir "$dir" --out "$OUT/vl_bench.json" ${VL_FLAGS:-} \
   >> "$OUT/vl_bench.log" 2>&1
 rc=$?
-grep -E "^(vl_bench|image TTFT|video TTFT|decode beside|HF image)" "$OUT/vl_bench.log"
+grep -E "^(vl_bench|image TTFT|video TTFT|text TTFT|decode beside|HF image)" "$OUT/vl_bench.log"
 echo "vl_bench exit $rc ($((SECONDS - start)) s)"
 if [ "$rc" -ne 0 ]; then
   [ "$rc" -eq 124 ] && echo "vl_bench: TIMED OUT after ${T_VL:-330} s"

@@ -7,6 +7,8 @@ graphs, warm-up, asynchronous scheduling, no prefix or prompt cache, so every re
   from adding it to the end of the step that gave its first token: encoding the image, splicing, the prefill and
   the first sample. Median of ``runs`` (a fresh image each), after ``warmup`` untimed ones.
 * **video TTFT**: the same with a random ``frames``-frame video (:mod:`anna_core.bench.video_prompts`).
+* **text TTFT**: a text-only prompt of random ids as long as the image prompt (the language model's share of the
+  image TTFT).
 * **decode beside image prefills**: ``streams`` text requests (random ids) decode; their inter-token latency is
   recorded over ``baseline_steps`` steps alone, then, ``runs`` times, ``image_requests`` image chats are added
   at once and every stream-token-bearing step until each image request has its first token is one ITL "during"
@@ -115,6 +117,24 @@ def media_ttft(engine: Any, requests: Any, s: VLBenchSettings, tag: str) -> dict
             "inputs": inputs[0]}
 
 
+def text_ttft(engine: Any, loaded: Any, prompt_tokens: int, s: VLBenchSettings) -> dict[str, Any]:
+    """TTFT of a text-only prompt of ``prompt_tokens`` random ids (the image prompt's length): the language
+    model's share of the image TTFT, so ``image - text - encoder`` is what splicing the media costs. Returns
+    ``ttft_ms`` (median of ``runs`` after ``warmup``), ``ttft_ms_all`` and ``prompt_tokens``."""
+    import torch
+
+    from anna_core.bench.engine_bench import timed_run
+
+    ttfts = []
+    for r in range(s.warmup + s.runs):
+        gen = torch.Generator().manual_seed(s.seed * 1000 + 900 + r)
+        ids = torch.randint(0, loaded.model.vocab_size, (prompt_tokens,), generator=gen).tolist()
+        res = timed_run(engine, [ids], 2, f"text{r}")
+        if r >= s.warmup:
+            ttfts.append(res["ttft_s"] * 1e3)
+    return {"ttft_ms": statistics.median(ttfts), "ttft_ms_all": ttfts, "prompt_tokens": prompt_tokens}
+
+
 def decode_beside_images(engine: Any, loaded: Any, s: VLBenchSettings) -> dict[str, Any]:
     """Stream ITL alone and while image requests prefill beside the streams (see the module docstring).
 
@@ -173,6 +193,10 @@ def decode_beside_images(engine: Any, loaded: Any, s: VLBenchSettings) -> dict[s
     for r in range(s.runs):
         prompts, inputs = image_requests(loaded, spec, s.image_requests, s.seed * 1000 + 500 + r)
         t0 = wall_clock()
+        # preparing the media (drawing and preprocessing the images) happens off the engine loop in a server (in
+        # the request handler), so the streams' clock restarts here: the first ITL "during" is the step that
+        # takes the images in, not that step plus the host-side preparation
+        last[0] = t0
         waiting = {f"img{r}-{i}" for i in range(s.image_requests)}
         for i, (ids, mm) in enumerate(zip(prompts, inputs)):
             engine.add_request(f"img{r}-{i}", ids, short, multimodal=mm)
@@ -286,6 +310,9 @@ def run_vl_bench(s: VLBenchSettings, emit: Any = None) -> dict[str, Any]:
     vid = media_ttft(engine, videos, s, "video")
     report["video_ttft"] = {k: v for k, v in vid.items() if k not in ("prompt", "inputs")}
     emit(format_lines(report)[-1])
+    text = text_ttft(engine, loaded, img["prompt_tokens"], s)
+    report["text_ttft"] = text
+    emit(format_lines(report)[-1])
     report["beside"] = decode_beside_images(engine, loaded, s)
     emit(format_lines(report)[-1])
     if s.compare_hf:
@@ -309,6 +336,10 @@ def format_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"video TTFT {m['ttft_ms']:.1f} ms (median of {len(m['ttft_ms_all'])}; {r['video']}: "
                      f"{m['media_items']} frame groups, {m['media_tokens']} video tokens, prompt {m['prompt_tokens']} "
                      f"tokens; encoder {m['encoder_ms']:.1f} ms)")
+    if "text_ttft" in r:
+        m = r["text_ttft"]
+        lines.append(f"text TTFT {m['ttft_ms']:.1f} ms (median of {len(m['ttft_ms_all'])}; {m['prompt_tokens']} random "
+                     f"text tokens, the image prompt's length)")
     if "beside" in r:
         b = r["beside"]
         lines.append(f"decode beside image prefills: {b['streams']} streams, ITL alone {b['itl_ms_alone_mean']:.2f} ms "

@@ -4,7 +4,7 @@
 # decode step, bf16 vs 4 / 3 bits) at the Qwen3.5-9B shape and a Gemma 4 shape (SHAPES), then `anna bench` at batch
 # 32 / 4k for each mode (the roofline and the kernels chosen). Logs in $OUT/turboquant.tgz, one JSON line per mode.
 set -u
-FINAL=$OUT; LOGS=$(mktemp -d)
+FINAL=$OUT; LOGS=${LOGS:-$(mktemp -d)}  # LOGS=$OUT/x: the logs land as they are written (an outer timeout keeps them)
 timeout "${T_CONF:-300}" python3 -m pytest -q -p no:cacheprovider tools/gpu_experiments/test_kernel_conformance_cuda.py \
   -k turboquant > "$LOGS/conformance.log" 2>&1
 echo "conformance exit $?"; tail -3 "$LOGS/conformance.log"

@@ -198,7 +198,11 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     group = h_q // h_kv
     decode = total == batch
     block_d = max(16, next_pow2(dim))
-    rows = 64 if block_d <= WIDE_HEAD_DIM else 32
+    # the tiles are float32 (twice paged_attention's bf16 bytes), so a head dim of 256 already takes the wide
+    # settings: 64 rows x 256 float32 for q, its QJL projection and 32-key K / V tiles, pipelined, asked for 257 KiB
+    # of shared memory on an H100 (228 KiB), and failed to launch at the Qwen3.5-9B shape (a 512-wide head: 16 rows)
+    wide = block_d * 2 > WIDE_HEAD_DIM
+    rows = 64 if not wide else 32 if block_d <= WIDE_HEAD_DIM else 16
     block_q = 1 if decode else max(1, rows // group)
     block_m = max(16, next_pow2(block_q * group))
     block_q = block_m // group
@@ -222,7 +226,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         acc_ws = torch.empty((splits, total, h_q, block_d), dtype=torch.float32, device=q.device)
     else:
         m_ws = l_ws = acc_ws = o
-    block_n = 32 if block_d <= WIDE_HEAD_DIM else 16
+    block_n = 16 if wide else 32
     ring = residual_pos is not None
     if ring:
         require(residual_k.shape == residual_v.shape and residual_k.dim() == 4 and residual_k.stride(3) == 1
@@ -247,7 +251,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, KBITS=kbits, VBITS=vbits, PLANE=dim // 8,
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
         BLOCK_N=block_n,
-        num_warps=4 if block_d <= WIDE_HEAD_DIM else 8,
+        num_warps=8 if wide else 4, num_stages=2 if wide else 3,
     )
     if splits > 1:
         merge_d = min(block_d, WIDE_HEAD_DIM)

@@ -15,7 +15,9 @@ distribution ``qwen-tts-hf`` 0.1.1.post1: the transformers-5 port of QwenLM/Qwen
 3. writes what it produced into ``OUT/golden/``: codec tokens per frame, waveforms, and intermediate tensors for
    debugging (the talker's prefill embeddings, its logits of the first steps, the code predictor's logits of the
    first frame, the codec decoder's stages for given codes, the speaker encoder's mel input and embedding, the
-   reference audio's codes), one ``<case>.safetensors`` plus one ``<case>.json`` (inputs, ids, lengths) each,
+   reference audio's codes, also from a 16 kHz recording; the codec encoder's codes batched and alone, its stages,
+   and its codes with a narrow transformer window), one ``<case>.safetensors`` plus one ``<case>.json`` (inputs,
+   ids, lengths) each,
    and ``manifest.json`` (versions, device, dtype, seeds).
 
 Everything runs in float32 (weights stored as bf16 values, as the released checkpoints are). It needs the

@@ -75,12 +75,12 @@ class ResidualQuantizer(nn.Module):
     def encode(self, features: torch.Tensor, count: int) -> torch.Tensor:
         """features ``[B, D, F]`` -> codes ``[B, count, F]`` int64 from the first ``count`` codebooks."""
         x = features if self.input_proj is None else self.input_proj(features)
-        residual = x.transpose(1, 2).float()  # [B, F, d]
+        residual = x.transpose(1, 2)  # [B, F, d], in the weights' dtype as in the reference
         codes = []
         for slot in self.layers[:count]:
-            vectors = slot.codebook.vectors().float()
-            flat = residual.reshape(-1, residual.shape[-1])
-            index = torch.cdist(flat[None], vectors[None], p=2)[0].argmin(dim=-1).view(residual.shape[:-1])
+            vectors = slot.codebook.vectors()
+            flat = residual.reshape(-1, residual.shape[-1]).float()  # distances in float32, as the reference
+            index = torch.cdist(flat[None], vectors.float()[None], p=2)[0].argmin(dim=-1).view(residual.shape[:-1])
             residual = residual - vectors[index]
             codes.append(index)
         return torch.stack(codes, dim=1)

@@ -217,7 +217,8 @@ def load_voice_cloner(folder: str | Path, config: Qwen3TTSConfig, tokenize: Toke
                       device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                       limits: VoiceCloneLimits | None = None) -> VoiceCloner:
     """The :class:`VoiceCloner` of the Base checkpoint in ``folder``: its speaker encoder and codec encoder loaded on
-    ``device`` in ``dtype``.
+    ``device`` in ``dtype``. Keep float32 (they run once per request): in bf16 the codec encoder's nearest-entry
+    choices drift from float32's (on the tiny random checkpoint most codes differ).
 
     Raises:
         InvalidRequestError: not a Base checkpoint (check :attr:`Qwen3TTSConfig.accepts_reference_audio` first).

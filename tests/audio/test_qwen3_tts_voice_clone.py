@@ -18,7 +18,9 @@ from anna_audio.qwen3_tts.voice_clone import (
     VoiceCloneLimits,
     VoiceClonePrompt,
     build_voice_clone_prompt,
+    cloned_waveforms,
     load_voice_cloner,
+    reference_cut,
 )
 from anna_audio.qwen3_tts.weights import load_talker
 from anna_core.errors import InvalidRequestError
@@ -146,3 +148,28 @@ def test_only_base_checkpoints_clone(base):
             load_voice_cloner(CHECKPOINTS[kind], other, cloner.tokenize)
     with pytest.raises(ValueError, match="needs a VoiceCloner"):
         build_voice_clone_prompt(None, config, g["ref/audio"].numpy(), 24000, cases["ref_text"])
+
+
+def test_cloned_waveforms_match_reference(base):
+    """The batch's generated codes decoded with each row's voice (in-context: after the reference codes, their share
+    cut off) equal the reference's waveforms; a streamed decode primed with the reference codes matches from the
+    reference's cut on."""
+    from anna_audio.qwen3_tts import StreamingDecoder, load_codec_decoder
+
+    config, cloner, g, cases = base
+    decoder = load_codec_decoder(CHECKPOINTS["base"], config)
+    icl = cloner.prompt(g["ref/audio"].numpy(), 24000, cases["ref_text"])
+    xvec = cloner.prompt(g["ref/audio"].numpy(), 24000, x_vector_only=True)
+    codes = [g["batch/codes/0"], g["batch/codes/1"]]
+    wavs = cloned_waveforms(decoder, codes, [icl, xvec])
+    for row, wav in enumerate(wavs):
+        torch.testing.assert_close(wav, g[f"batch/wav/{row}"], atol=1e-4, rtol=0, msg=f"row {row}")
+    assert wavs[0].shape[0] == codes[0].shape[0] * 1920 and wavs[1].shape[0] == codes[1].shape[0] * 1920
+    assert reference_cut(15, 18, 18 * 1920) == 15 * 1920 and reference_cut(1, 49, 49 * 1920) == 1919
+    streamer = StreamingDecoder(decoder)
+    with torch.inference_mode():
+        streamer.push(icl.ref_codes[None])  # left context only
+        chunks = [streamer.push(codes[0][None, i:i + 2])[0] for i in range(0, codes[0].shape[0], 2)]
+    torch.testing.assert_close(torch.cat(chunks), wavs[0], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="2 code sequences for 1 voices"):
+        cloned_waveforms(decoder, codes, [icl])

@@ -12,6 +12,12 @@ to the speaker encoder's (24 kHz both, released). Two modes:
 * x-vector only: the x-vector alone stands in for a speaker (no codes, no transcript; a transcript given is
   ignored, as in the reference).
 
+The waveform of an in-context request (:func:`cloned_waveforms`) is decoded, as the reference does, with the
+reference codes in front of the generated ones (the decoder's left context), then the reference's share cut off:
+``int(F_r / (F_r + F) * samples)`` samples, which is ``F_r * 1920`` or, through float rounding, one sample less. A
+streamed response primes its :class:`~anna_audio.qwen3_tts.codec_decoder.StreamingDecoder` with the reference codes
+and drops their ``F_r * 1920`` samples (at most one sample off the reference's cut).
+
 The reference bounds neither the audio's length nor its level; Anna refuses audio outside
 :class:`VoiceCloneLimits` (a few frames say nothing of a voice, and every 80 ms of reference becomes a prompt
 position in in-context mode).
@@ -28,6 +34,7 @@ import torch
 from anna_core.errors import InvalidRequestError
 
 from anna_audio.audio_io.resample import MonoResampler
+from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
 from anna_audio.qwen3_tts.codec_encoder import CodecEncoder
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig
 from anna_audio.qwen3_tts.prompt import SpeechRequest
@@ -227,3 +234,40 @@ def load_voice_cloner(folder: str | Path, config: Qwen3TTSConfig, tokenize: Toke
     require_voice_cloning(config)
     return VoiceCloner(config, load_speaker_encoder(folder, config, device=device, dtype=dtype),
                        load_codec_encoder(folder, config, device=device, dtype=dtype), tokenize, limits)
+
+
+def reference_cut(ref_frames: int, total_frames: int, samples: int) -> int:
+    """Samples the reference drops from the front of an in-context request's waveform: ``int(ref_frames /
+    max(total_frames, 1) * samples)`` (float64, as there), for ``samples`` decoded from ``total_frames`` frames of
+    which the first ``ref_frames`` are the recording's."""
+    return int(ref_frames / max(total_frames, 1) * samples)
+
+
+def cloned_waveforms(decoder: CodecDecoder, codes: list[torch.Tensor],
+                     voices: list[VoiceClonePrompt | None]) -> list[torch.Tensor]:
+    """Decode generated codes as one batch into the waveforms the reference returns for them.
+
+    Args:
+        decoder: the checkpoint's codec decoder.
+        codes: per request the generated codes ``[F_i, G]`` int64.
+        voices: per request its cloned voice (None, or x-vector only: decoded as is; in-context: decoded after the
+            reference codes, whose share is then cut off, :func:`reference_cut`).
+
+    Returns:
+        Per request ``[S_i]`` float samples at the codec's output rate.
+
+    Raises:
+        ValueError: ``codes`` and ``voices`` of different lengths, or what
+            :meth:`~anna_audio.qwen3_tts.codec_decoder.CodecDecoder.decode` raises.
+    """
+    if len(codes) != len(voices):
+        raise ValueError(f"{len(codes)} code sequences for {len(voices)} voices")
+    full = [c if v is None or v.ref_codes is None else torch.cat([v.ref_codes.to(c.device), c])
+            for c, v in zip(codes, voices, strict=True)]
+    with torch.inference_mode():
+        wavs = decoder.decode(full)
+    out = []
+    for wav, whole, voice in zip(wavs, full, voices, strict=True):
+        prefix = 0 if voice is None or voice.ref_codes is None else voice.ref_codes.shape[0]
+        out.append(wav[reference_cut(prefix, whole.shape[0], wav.shape[0]):] if prefix else wav)
+    return out

@@ -67,7 +67,8 @@ def test_resampled_recording_matches_reference(base):
     soundfile.write(buffer, np.stack([audio16, audio16], axis=1), 16000, format="WAV", subtype="FLOAT")
     decoded = decode_audio(buffer.getvalue(), sample_rate=24000)
     assert decoded.sample_rate == 24000 and decoded.samples.shape == (28800,)
-    for audio, rate in ((audio16, 16000), (torch.from_numpy(audio16), 16000), (decoded.samples, decoded.sample_rate)):
+    for audio, rate in ((audio16, np.int64(16000)), (torch.from_numpy(audio16), 16000),
+                        (decoded.samples, decoded.sample_rate)):
         prompt = cloner.prompt(audio, rate, cases["ref_text"])
         assert torch.equal(prompt.ref_codes, g["ref16k/codes"])
         torch.testing.assert_close(prompt.speaker_embedding, g["ref16k/speaker_embedding"], atol=EMBEDDING_ATOL,
@@ -116,6 +117,7 @@ def test_cloned_voice_end_to_end(base):
     (np.zeros(24000, np.float32), 24000.0, "hi", "positive integer", "ref_audio"),
     (np.zeros(24000, np.float32), 24000, None, "needs the transcript", "ref_text"),
     (np.zeros(24000, np.float32), 24000, "  ", "needs the transcript", "ref_text"),
+    (np.zeros(24000, np.float32), 24000, 42, "ref_text must be a string", "ref_text"),
 ])
 def test_bad_requests(base, audio, rate, text, message, param):
     _, cloner, _, _ = base

@@ -148,12 +148,16 @@ class VoiceCloner:
         Raises:
             InvalidRequestError: (HTTP 400) audio that is empty, not 1-D / 2-D, not finite, or outside
                 :class:`VoiceCloneLimits` (``param`` ``"ref_audio"``); a sample rate that is not a positive integer
-                (``"ref_audio"``); a missing or blank transcript in in-context mode (``"ref_text"``).
+                (``"ref_audio"``); a transcript that is not a string, or a missing or blank one in in-context mode
+                (``"ref_text"``).
         """
         mono = _mono(ref_audio)
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | np.integer) or sample_rate <= 0:
             raise InvalidRequestError(f"the reference audio's sample rate must be a positive integer, got "
                                       f"{sample_rate!r}", param="ref_audio")
+        sample_rate = int(sample_rate)
+        if ref_text is not None and not isinstance(ref_text, str):
+            raise InvalidRequestError(f"ref_text must be a string, got {type(ref_text).__name__}", param="ref_text")
         seconds = mono.shape[0] / sample_rate
         if not self.limits.min_seconds <= seconds <= self.limits.max_seconds:
             raise InvalidRequestError(f"the reference audio lasts {seconds:.2f} s; voice cloning takes "

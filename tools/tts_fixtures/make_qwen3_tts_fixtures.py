@@ -15,7 +15,9 @@ distribution ``qwen-tts-hf`` 0.1.1.post1: the transformers-5 port of QwenLM/Qwen
 3. writes what it produced into ``OUT/golden/``: codec tokens per frame, waveforms, and intermediate tensors for
    debugging (the talker's prefill embeddings, its logits of the first steps, the code predictor's logits of the
    first frame, the codec decoder's stages for given codes, the speaker encoder's mel input and embedding, the
-   reference audio's codes), one ``<case>.safetensors`` plus one ``<case>.json`` (inputs, ids, lengths) each,
+   reference audio's codes, also from a 16 kHz recording; the codec encoder's codes batched and alone, its stages,
+   and its codes with a narrow transformer window), one ``<case>.safetensors`` plus one ``<case>.json`` (inputs,
+   ids, lengths) each,
    and ``manifest.json`` (versions, device, dtype, seeds).
 
 Everything runs in float32 (weights stored as bf16 values, as the released checkpoints are). It needs the
@@ -478,9 +480,9 @@ def voice_design_cases(tts: Any, rec: Recorder, tensors: dict[str, torch.Tensor]
     return cases
 
 
-def reference_audio() -> np.ndarray:
-    """1.2 s at 24 kHz, float32 in [-0.5, 0.5]: a 220 -> 880 Hz sweep under a slow tremolo."""
-    t = np.arange(int(1.2 * 24000), dtype=np.float64) / 24000
+def reference_audio(rate: int = 24000) -> np.ndarray:
+    """1.2 s at ``rate`` Hz, float32 in [-0.5, 0.5]: a 220 -> 880 Hz sweep under a slow tremolo."""
+    t = np.arange(int(1.2 * rate), dtype=np.float64) / rate
     sweep = np.sin(2 * np.pi * (220 * t + (880 - 220) * t * t / (2 * 1.2)))
     return (0.5 * sweep * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
 
@@ -498,6 +500,12 @@ def base_cases(tts: Any, rec: Recorder, tensors: dict[str, torch.Tensor]) -> dic
                                              ref_text=[ref_text, None], x_vector_only_mode=[False, True])
     tensors["ref/codes"] = icl.ref_code.detach().cpu().to(torch.int64).contiguous()
     tensors["ref/speaker_embedding"] = icl.ref_spk_embedding.detach().float().cpu().contiguous()
+    # the same sweep at 16 kHz: the reference resamples it to 24 kHz (librosa, soxr HQ) for codes and x-vector
+    audio16 = reference_audio(16000)
+    (item16,) = tts.create_voice_clone_prompt(ref_audio=(audio16, 16000), ref_text=ref_text)
+    tensors["ref16k/audio"] = torch.from_numpy(audio16)
+    tensors["ref16k/codes"] = item16.ref_code.detach().cpu().to(torch.int64).contiguous()
+    tensors["ref16k/speaker_embedding"] = item16.ref_spk_embedding.detach().float().cpu().contiguous()
     texts = ["Hello, world!", "Good morning; the weather is fine today."]
     languages = ["english", "auto"]
     cases: dict[str, Any] = {"ref_text": ref_text, "ref_text_ids": tokenize(tts, f"<|im_start|>assistant\n{ref_text}"
@@ -551,13 +559,47 @@ def codec_decoder_case(tts: Any, tensors: dict[str, torch.Tensor]) -> dict[str, 
             "samples": [int(w.shape[0]) for w in wavs]}
 
 
+ENCODER_WINDOW = 4
+"""Frames (25 Hz) the narrow-window encoder case's transformer attends over, so the 1.2 s audio's 30 frames slide
+past it (the checkpoint's 250 never binds on fixtures this short)."""
+
+
 def codec_encoder_case(tts: Any, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """The codec's encoder on the reference audio and on a shorter cut of it, encoded as one padded batch."""
+    """The codec's encoder on the reference audio and on a shorter cut of it: encoded as one padded batch
+    (``encoder/codes/<i>``) and the cut alone (``encoder/alone/1``: its last frame may differ from the batch's,
+    where the padding runs through the convolutions); the stages of the long one (``encoder/stage/*``: the SEANet
+    features, the transformer's output, the downsampled features); and the long one through the same encoder with a
+    transformer window of :data:`ENCODER_WINDOW` frames (``encoder/window/codes``)."""
+    import copy
+
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Encoder
+
     audio = reference_audio()
-    enc = tts.model.speech_tokenizer.encode([audio, audio[:15000]], sr=24000)
+    tokenizer = tts.model.speech_tokenizer
+    enc = tokenizer.encode([audio, audio[:15000]], sr=24000)
     for i, c in enumerate(enc.audio_codes):
         tensors[f"encoder/codes/{i}"] = c.detach().cpu().to(torch.int64).contiguous()
-    return {"samples": [int(audio.shape[0]), 15000], "frames": [int(c.shape[0]) for c in enc.audio_codes]}
+    alone = tokenizer.encode(audio[:15000], sr=24000).audio_codes[0]
+    tensors["encoder/alone/1"] = alone.detach().cpu().to(torch.int64).contiguous()
+    mimi = tokenizer.model.encoder
+    valid = tokenizer.model.encoder_valid_num_quantizers
+    device = next(mimi.parameters()).device
+    narrow_config = copy.deepcopy(mimi.config)
+    narrow_config.sliding_window = ENCODER_WINDOW
+    narrow = Qwen3TTSTokenizerV2Encoder(narrow_config).to(device).eval()
+    narrow.load_state_dict(mimi.state_dict(), strict=True)
+    with torch.inference_mode():
+        x = torch.from_numpy(audio)[None, None].to(device)  # [1, 1, N]
+        conv = mimi.encoder(x)  # [1, D, ceil(N / 960)]
+        transformed = mimi.encoder_transformer(conv.transpose(1, 2), return_dict=True).last_hidden_state
+        downsampled = mimi.downsample(transformed.transpose(1, 2))  # [1, D, ceil(N / 1920)]
+        windowed = narrow.encode(x, return_dict=True).audio_codes[0, :valid].T  # [F, Q]
+    tensors["encoder/stage/conv"] = conv[0].float().cpu().contiguous()
+    tensors["encoder/stage/transformer"] = transformed[0].float().cpu().contiguous()
+    tensors["encoder/stage/downsampled"] = downsampled[0].float().cpu().contiguous()
+    tensors["encoder/window/codes"] = windowed.detach().cpu().to(torch.int64).contiguous()
+    return {"samples": [int(audio.shape[0]), 15000], "frames": [int(c.shape[0]) for c in enc.audio_codes],
+            "window": ENCODER_WINDOW}
 
 
 def save_golden(folder: Path, name: str, tensors: dict[str, torch.Tensor], facts: dict[str, Any]) -> None:

@@ -50,10 +50,11 @@ class DecodedAudio:
     """A decoded upload.
 
     Attributes:
-        samples: ``[N]`` float32, mono (the channels' mean) at :data:`TARGET_RATE` Hz, nominally in ``[-1, 1]``.
+        samples: ``[N]`` float32, mono (the channels' mean) at ``sample_rate`` Hz, nominally in ``[-1, 1]``.
         source_format: the container (a key of :data:`~anna_audio.audio_io.containers.FORMATS`).
         source_rate: Hz, the decoded stream's sample rate.
         source_channels: the decoded stream's channel count.
+        sample_rate: Hz of ``samples`` (what :func:`decode_audio` was asked for; default :data:`TARGET_RATE`).
     """
 
     samples: np.ndarray
@@ -68,8 +69,8 @@ class DecodedAudio:
         return self.samples.shape[0] / self.sample_rate
 
 
-def decode_audio(data: bytes, limits: AudioLimits | None = None) -> DecodedAudio:
-    """Decode an uploaded audio file to a 16 kHz mono float32 waveform.
+def decode_audio(data: bytes, limits: AudioLimits | None = None, sample_rate: int = TARGET_RATE) -> DecodedAudio:
+    """Decode an uploaded audio file to a mono float32 waveform at ``sample_rate`` (default 16 kHz).
 
     The container is identified from the bytes alone (:func:`~anna_audio.audio_io.containers.sniff`); the stream is
     decoded block by block, each block averaged over its channels and resampled (soxr, streaming), so memory holds
@@ -78,6 +79,7 @@ def decode_audio(data: bytes, limits: AudioLimits | None = None) -> DecodedAudio
     Args:
         data: the file's bytes.
         limits: caps (default :class:`AudioLimits` ()).
+        sample_rate: Hz of the result (positive; 24000 for Qwen3-TTS reference audio).
 
     Returns:
         The :class:`DecodedAudio`.
@@ -95,7 +97,7 @@ def decode_audio(data: bytes, limits: AudioLimits | None = None) -> DecodedAudio
     check_complete(fmt, data)
     with OPENERS[FORMATS[fmt]](data, fmt) as (header, blocks):
         _check_header(fmt, header.sample_rate, header.channels, header.declared_s, limits)
-        resampler = MonoResampler(header.sample_rate)
+        resampler = MonoResampler(header.sample_rate, sample_rate)
         cap = math.ceil(limits.max_duration_s * header.sample_rate)
         for block in blocks:
             if block.shape[1] != header.channels:
@@ -113,7 +115,7 @@ def decode_audio(data: bytes, limits: AudioLimits | None = None) -> DecodedAudio
             raise refuse(f"truncated {fmt} upload: {decoded_s:.2f} s decoded of the {header.declared_s:.2f} s its "
                          "header declares")
     return DecodedAudio(samples=resampler.finish(), source_format=fmt, source_rate=header.sample_rate,
-                        source_channels=header.channels)
+                        source_channels=header.channels, sample_rate=sample_rate)
 
 
 def _check_header(fmt: str, rate: int, channels: int, declared_s: float | None, limits: AudioLimits) -> None:

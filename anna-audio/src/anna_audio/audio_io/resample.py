@@ -1,4 +1,4 @@
-"""Downmix to mono and resample to 16 kHz, one block at a time (soxr's streaming resampler: the result equals
+"""Downmix to mono and resample (to 16 kHz unless told otherwise), one block at a time (soxr's streaming resampler: the result equals
 resampling the whole signal at once, and memory holds only the output)."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 TARGET_RATE = 16000
-"""Hz, the sample rate of every decoded waveform (what Qwen3-ASR's feature extractor takes)."""
+"""Hz, the default sample rate of decoded waveforms (what Qwen3-ASR's feature extractor takes; Qwen3-TTS's reference
+audio asks for 24 kHz)."""
 
 QUALITY = "HQ"
 """soxr's high-quality recipe (a linear-phase low-pass filter; librosa's default resampler, ``soxr_hq``)."""
@@ -14,23 +15,25 @@ QUALITY = "HQ"
 
 class MonoResampler:
     """Collects blocks of ``[n, C]`` samples at ``source_rate`` Hz and returns their channel mean at
-    :data:`TARGET_RATE` Hz.
+    ``target_rate`` Hz.
 
     Args:
         source_rate: Hz, the decoded stream's sample rate (positive).
+        target_rate: Hz, the output's sample rate (positive; default :data:`TARGET_RATE`).
 
     Raises:
-        ValueError: ``source_rate`` not positive.
+        ValueError: a rate not positive.
     """
 
-    def __init__(self, source_rate: int):
-        if source_rate <= 0:
-            raise ValueError(f"source_rate must be positive, got {source_rate}")
+    def __init__(self, source_rate: int, target_rate: int = TARGET_RATE):
+        if source_rate <= 0 or target_rate <= 0:
+            raise ValueError(f"sample rates must be positive, got {source_rate} -> {target_rate}")
         import soxr  # lazy: only audio requests need it
 
         self.source_rate = source_rate
-        self._stream = None if source_rate == TARGET_RATE else soxr.ResampleStream(
-            source_rate, TARGET_RATE, 1, dtype="float32", quality=QUALITY)
+        self.target_rate = target_rate
+        self._stream = None if source_rate == target_rate else soxr.ResampleStream(
+            source_rate, target_rate, 1, dtype="float32", quality=QUALITY)
         self._out: list[np.ndarray] = []
         self.frames_in = 0
 
@@ -41,7 +44,7 @@ class MonoResampler:
         self._out.append(mono if self._stream is None else self._stream.resample_chunk(mono, last=False))
 
     def finish(self) -> np.ndarray:
-        """The whole waveform so far, ``[N]`` float32 at 16 kHz (``N`` = ``round(frames_in * 16000 /
+        """The whole waveform so far, ``[N]`` float32 at ``target_rate`` (``N`` = ``round(frames_in * target_rate /
         source_rate)`` give or take one); flushes the resampler, so call once."""
         if self._stream is not None:
             self._out.append(self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))

@@ -11,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from anna_core.errors import ModelLoadError
 from anna_core.weights.safetensors_loader import load_safetensors
 
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
 from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
+from anna_audio.qwen3_tts.codec_encoder import CodecEncoder
+from anna_audio.qwen3_tts.codec_encoder_config import load_codec_encoder_config
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig
 from anna_audio.qwen3_tts.speaker_encoder import SpeakerEncoder
 from anna_audio.qwen3_tts.talker import Talker
@@ -110,4 +113,43 @@ def load_speaker_encoder(folder: str | Path, config: Qwen3TTSConfig, *, device: 
     with torch.device("meta"):
         encoder = SpeakerEncoder(config.speaker_encoder).to(dtype)
     load_safetensors(encoder, folder, speaker_encoder_name, device=torch.device(device))
+    return encoder.eval()
+
+
+CODEC_ENCODER_PREFIX = "encoder."
+UNUSED_CODEBOOK_FLAG = ".codebook.initialized"
+"""A codebook's training flag (``1.0`` once trained): it takes no part in encoding and is not loaded."""
+
+
+def codec_encoder_name(name: str) -> str | None:
+    """``speech_tokenizer/model.safetensors`` name -> :class:`CodecEncoder` parameter name (None: not the encoder's,
+    or a codebook's ``initialized`` flag)."""
+    if not name.startswith(CODEC_ENCODER_PREFIX) or name.endswith(UNUSED_CODEBOOK_FLAG):
+        return None
+    return name[len(CODEC_ENCODER_PREFIX):]
+
+
+def load_codec_encoder(folder: str | Path, config: Qwen3TTSConfig, *, device: torch.device | str = "cpu",
+                       dtype: torch.dtype = torch.float32) -> CodecEncoder:
+    """The codec encoder of the checkpoint in ``folder`` (its settings read from
+    ``folder/speech_tokenizer/config.json``), keeping ``config.codec.encoder_valid_num_quantizers`` codebooks, in
+    eval mode on ``device`` in ``dtype``.
+
+    Raises:
+        ModelLoadError: the encoder's settings are missing or refused; they keep a number of codebooks other than
+            the talker's, or codebooks of another size; ``folder/speech_tokenizer`` holds no weights, or its
+            ``encoder.*`` tensors do not match the configured encoder (missing, unexpected, or mis-shaped tensors,
+            all named).
+    """
+    encoder_config = load_codec_encoder_config(folder)
+    kept = config.codec.encoder_valid_num_quantizers
+    if kept != config.talker.num_code_groups:
+        raise ModelLoadError(f"the codec's encoder keeps {kept} codebooks, the talker takes "
+                             f"{config.talker.num_code_groups}")
+    if encoder_config.codebook_size != config.codec.decoder.codebook_size:
+        raise ModelLoadError(f"the codec's encoder codebooks hold {encoder_config.codebook_size} entries, its "
+                             f"decoder's {config.codec.decoder.codebook_size}")
+    with torch.device("meta"):
+        encoder = CodecEncoder(encoder_config, kept).to(dtype)
+    load_safetensors(encoder, Path(folder) / "speech_tokenizer", codec_encoder_name, device=torch.device(device))
     return encoder.eval()

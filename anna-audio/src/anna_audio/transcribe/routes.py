@@ -37,14 +37,22 @@ MAX_FORM_BYTES = AudioLimits().max_bytes + 1024 * 1024
 """Bytes of a whole transcription form: the default upload cap plus 1 MiB for the other fields and the part
 headers (the upload itself is then held to the server's ``AudioLimits.max_bytes``)."""
 
+FORM_MEDIA_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+"""The bodies read as a form (a urlencoded one carries no file, so it is refused for that)."""
+
 
 async def _read_form(request: Request) -> tuple[dict[str, list[Any]], bytes | None]:
     """The form's fields by name (the ``file`` part left out) and the ``file`` part's bytes (None: no file part).
 
     Raises:
-        InvalidRequestError: a text field that is not UTF-8, more than one ``file`` part, or a ``file`` field that
-            is text.
+        InvalidRequestError: a body that is not a form (``multipart/form-data`` or urlencoded), a text field that is
+            not UTF-8, more than one ``file`` part, or a ``file`` field that is text.
     """
+    media_type = request.content_type[0].lower()
+    if media_type not in FORM_MEDIA_TYPES:
+        raise InvalidRequestError(f"the request body must be multipart/form-data (the audio as a file part named "
+                                  f"'file'), not {media_type or 'a body without a Content-Type'}",
+                                  param=None)
     try:
         form = await request.form()
     except UnicodeDecodeError:

@@ -1,6 +1,7 @@
 """What the review of the transcription service asked for, over the tiny random Qwen3-ASR: control tokens the
 model writes never reach a transcript (whole or streamed), a ``prompt`` too long for the context or holding control
-tokens is a 400 naming ``prompt``, a body that is not a form is a 400 saying so, ``verbose_json.language`` is the
+tokens is a 400 naming ``prompt``, a body that is not a form, an upload with an empty filename and a granularity sent
+as a file are 400s saying so, every other refusal names its field, ``verbose_json.language`` is the
 forced or detected language's lower-case English name, and a blank language is refused by the Python API and
 ``anna transcribe``."""
 
@@ -159,6 +160,20 @@ def test_a_body_that_is_not_a_form_says_so(client):
 def test_every_field_refusal_names_its_field(client, fields, param, message):
     test_client, _ = client
     assert message in error_of(post(test_client, wav(clip(1.0, 6)), **fields), 400, param)
+
+
+def test_an_upload_without_a_filename_and_a_file_as_a_granularity(client):
+    """The two messages the review found misleading: an upload whose filename is empty (read as a text field, not
+    UTF-8) and a ``timestamp_granularities[]`` sent as a file part."""
+    test_client, _ = client
+    audio = wav(clip(1.0, 10))
+    r = test_client.post("/v1/audio/transcriptions", files={"file": ("", audio, "audio/wav")})
+    assert "send the audio as a file part named 'file' with a non-empty filename" in error_of(r, 400, "file")
+    r = test_client.post("/v1/audio/transcriptions", data={"response_format": "verbose_json"},
+                         files=[("file", ("a.wav", audio, "audio/wav")),
+                                ("timestamp_granularities[]", ("g.txt", b"word", "text/plain"))])
+    assert error_of(r, 400, "timestamp_granularities[]") == \
+        "'timestamp_granularities[]' must be a text field, not a file"
 
 
 def test_file_refusals_name_the_file(client):

@@ -8,8 +8,9 @@ generate`` on batches of the same inputs.
 
 Reported per side: the real-time factor of one request (wall seconds / audio seconds; lower is better) and, for
 each concurrency, audio seconds transcribed per wall second (all requests submitted at once; HF as one batch).
-Anna's figures include the log-mel features (``prep_s``, computed on the CPU as the server does); HF's start from
-the same features.
+Anna's figures include the log-mel features (computed in the engine's steps on the model's device, each encoder
+group's clips together, as the server does; ``prep_s`` is the prompts and media items on the host); HF's start from
+features computed beforehand with transformers' extractor on the host (not timed).
 
 Example (H200, the 1.7B shape with random weights; the folder holds only ``config.json``)::
 
@@ -102,14 +103,14 @@ def hf_run(model: Any, loaded: Any, audio: list[np.ndarray], max_tokens: int) ->
     """One ``generate`` over all clips as a batch (the same expanded prompt and features Anna gets)."""
     ids = prompt_ids(loaded)
     prepared = [loaded.processor.process(ids, {"audio": [x]}) for x in audio]
-    feats = [mm.items[0].data for _, mm in prepared]
-    frames = max(f["features"].shape[1] for f in feats)
+    feats = [loaded.processor.features(x) for x in audio]  # transformers' extractor, one clip at a time
+    frames = max(f.features.shape[1] for f in feats)
     device = loaded.device
-    x = torch.zeros(len(feats), feats[0]["features"].shape[0], frames, dtype=loaded.dtype, device=device)
+    x = torch.zeros(len(feats), feats[0].features.shape[0], frames, dtype=loaded.dtype, device=device)
     mask = torch.zeros(len(feats), frames, dtype=torch.long, device=device)
     for i, f in enumerate(feats):
-        x[i, :, :f["features"].shape[1]] = f["features"].to(device=device, dtype=loaded.dtype)
-        mask[i, :f["num_frames"]] = 1
+        x[i, :, :f.features.shape[1]] = f.features.to(device=device, dtype=loaded.dtype)
+        mask[i, :f.num_frames] = 1
     lengths = {len(e) for e, _ in prepared}
     if len(lengths) != 1:
         raise ValueError("hf_run needs clips of one length")

@@ -20,6 +20,7 @@ from anna_qwen35.qwen3.model import Qwen3ForCausalLM
 from torch import nn
 
 from anna_audio.features import LogMelFeatures
+from anna_audio.qwen3_asr import encoder_input
 from anna_audio.qwen3_asr.config import Qwen3ASRConfig
 
 DEFAULT_MAX_ENCODER_BATCH = 32
@@ -115,9 +116,10 @@ class Qwen3ASRModel(Qwen3ForCausalLM):
         return out
 
     def encoder_groups(self, items: list[MediaItem]) -> list[list[MediaItem]]:
-        """``items`` in order, cut into the groups one encoder call takes: at most ``max_encoder_batch`` audios and,
-        unless one audio alone is longer, at most ``conv_chunksize`` convolution chunks of ``2 * n_window`` frames
-        (the padded frames of each clip's features)."""
+        """``items`` in order, cut into groups: at most ``max_encoder_batch`` audios and, unless one audio alone is
+        longer, at most ``conv_chunksize`` convolution chunks of ``2 * n_window`` frames (the padded frames of each
+        clip's features). A group is one encoder call; an audio alone over the budget is encoded in window-aligned
+        segments, a call per budget's worth (:meth:`_encode_group`)."""
         enc = self.asr_config.encoder
         budget = enc.conv_chunksize * 2 * enc.n_window
         groups: list[list[MediaItem]] = []
@@ -133,23 +135,31 @@ class Qwen3ASRModel(Qwen3ForCausalLM):
         return groups
 
     def _encode_group(self, group: list[MediaItem], device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
-        mels = self.asr_config.encoder.num_mel_bins
+        """One group's rows: its features computed together, then one encoder call, or, for one clip longer than the
+        convolution budget, one call per window-aligned segment of it as long as the budget allows
+        (:mod:`anna_audio.qwen3_asr.encoder_input`: the same rows with bounded activation memory)."""
         feats = self.features.batch([m.data["samples"] for m in group], device)
         bad = [(f.num_frames, m.data["num_frames"]) for f, m in zip(feats, group)
                if f.num_frames != m.data["num_frames"]]
         if bad:
             raise ValueError(f"audio samples give other frame counts than their items name: {bad}")
-        frames = max(f.features.shape[1] for f in feats)
-        x = torch.zeros(len(group), mels, frames, dtype=dtype, device=device)  # x: [B, n_mels, F]
-        mask = torch.zeros(len(group), frames, dtype=torch.long, device=device)  # mask: [B, F]
-        for i, f in enumerate(feats):
-            x[i, :, :f.features.shape[1]] = f.features.to(dtype)
-            mask[i, :f.num_frames] = 1
-        rows = self.audio_tower(input_features=x, input_features_mask=mask).last_hidden_state  # [sum L, d_model]
+        enc = self.asr_config.encoder
+        budget = enc.conv_chunksize * 2 * enc.n_window
+        size = encoder_input.segment_frames(budget, int(self.audio_tower.n_window_infer), 2 * enc.n_window)
+        if len(group) == 1 and feats[0].features.shape[1] > budget and size is not None:
+            calls = [[piece] for piece in encoder_input.segments(feats[0], size)]
+        else:
+            calls = [[(f.features, f.num_frames) for f in feats]]
+        rows = torch.cat([self._run_encoder(call, device, dtype) for call in calls])  # [sum L, d_model]
         lengths = [m.length for m in group]
         if rows.shape[0] != sum(lengths):
             raise ValueError(f"the audio encoder gave {rows.shape[0]} rows for {sum(lengths)} audio placeholders")
         return list(torch.split(self.multi_modal_projector(rows).to(dtype), lengths))
+
+    def _run_encoder(self, pieces: list[encoder_input.Piece], device: torch.device, dtype: torch.dtype
+                     ) -> torch.Tensor:
+        x, mask = encoder_input.batch(pieces, self.asr_config.encoder.num_mel_bins, device, dtype)
+        return self.audio_tower(input_features=x, input_features_mask=mask).last_hidden_state
 
     def hf_export(self) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
         """The text decoder alone as transformers' ``Qwen3ForCausalLM`` (``anna bench --compare-hf``): see

@@ -22,3 +22,13 @@ def test_bench_cpu_path(tiny_checkpoint):
 def test_bench_refuses_bad_numbers(tiny_checkpoint):
     with pytest.raises(ValueError):
         run_bench(tiny_checkpoint("qwen3_asr"), device="cpu", clip_seconds=0)
+
+
+def test_bench_runs_on_a_config_only_folder(tiny_checkpoint, tmp_path):
+    """The GPU benchmark's folder holds only ``config.json`` (dummy weights, no tokenizer): the task still builds."""
+    folder = tmp_path / "shape"
+    folder.mkdir()
+    (folder / "config.json").write_text((tiny_checkpoint("qwen3_asr") / "config.json").read_text())
+    report = run_bench(folder, load_format="dummy", device="cpu", clip_seconds=1.0, tokens_per_second=2.0,
+                       concurrency=(2,), warmup=False)
+    assert report["anna"]["2"]["output_tokens"] == 4 and report["hf"] == {}

@@ -145,6 +145,7 @@ def test_control_tokens_of_a_checkpoint(tiny_asr):
     tokens = control_tokens(load_anna(tiny_asr).tokenizer)
     assert {"<think>", "</think>", "<|im_start|>", "<|im_end|>", "<|audio_pad|>"} <= set(tokens)
     assert "<asr_text>" not in tokens
+    assert control_tokens(None) == ()  # a shape-only folder (the benchmark's) has no tokenizer
 
 
 def test_the_control_filter_agrees_with_the_whole_text_however_it_is_cut():

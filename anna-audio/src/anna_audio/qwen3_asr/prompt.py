@@ -96,8 +96,11 @@ def control_tokens(tokenizer: Any) -> tuple[str, ...]:
     a sampled or random-weight answer can still hold them; :class:`ControlTokenFilter` removes them.
 
     Args:
-        tokenizer: an :class:`anna_core.tokenizer.Tokenizer` (its ``hf.added_tokens_decoder`` lists them).
+        tokenizer: an :class:`anna_core.tokenizer.Tokenizer` (its ``hf.added_tokens_decoder`` lists them), or None
+            (a shape-only folder loaded with dummy weights: no tokens, none to drop).
     """
+    if tokenizer is None:
+        return ()
     added = tokenizer.hf.added_tokens_decoder.values()
     return tuple(sorted({str(t.content) for t in added if str(t.content) and str(t.content) != ASR_TEXT_TAG}))
 

@@ -210,8 +210,9 @@ def test_verbose_json_language_is_the_lower_case_english_name(asr, client):
         assert body["language"] == expected
     # detected: the model's own "language X<asr_text>" prefix, canonicalised; a name the checkpoint lacks is none
     job = built.planner.prepare(TranscriptionRequest(audio=audio, response_format="verbose_json"))
-    for answer, expected in (("language French<asr_text>Bonjour.", "french"), ("language ENGLISH<asr_text>Hi", "english"),
-                             ("language None<asr_text>", ""), ("language Klingon<asr_text>Qapla'", "")):
+    for answer, expected in (("language French<asr_text>Bonjour.", "french"),
+                             ("language ENGLISH<asr_text>Hi", "english"), ("language None<asr_text>", ""),
+                             ("language Klingon<asr_text>Qapla'", "")):
         transcript = built.planner.assemble(job, [answer])
         assert formats.render(transcript, "verbose_json")["language"] == expected
 

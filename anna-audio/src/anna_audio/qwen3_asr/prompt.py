@@ -16,8 +16,9 @@ encoder rows by :class:`anna_audio.qwen3_asr.processor.Qwen3ASRProcessor`.
 :func:`parse_asr_output` splits a whole answer, :class:`AsrTextStream` does the same on streamed deltas without
 letting the prefix through; both drop the checkpoint's control tokens (:func:`control_tokens`: ``<think>``,
 ``<|im_end|>``, ... which the decode keeps when they are not marked special, as transformers'
-``Qwen3ASRProcessor.decode`` keeps them) so that none reaches a transcript; :func:`supported_languages` / :func:`normalize_language` check a requested language;
-:data:`MAX_AUDIO_WINDOW_S` / :func:`max_window_seconds` bound the audio one prompt carries.
+``Qwen3ASRProcessor.decode`` keeps them) so that none reaches a transcript; :func:`supported_languages` /
+:func:`normalize_language` check a requested language; :data:`MAX_AUDIO_WINDOW_S` / :func:`max_window_seconds`
+bound the audio one prompt carries.
 """
 
 from __future__ import annotations

@@ -122,3 +122,38 @@ def test_the_settings_are_those_qwen3_asr_processor_passes(extract):
     out = extract(samples)
     assert torch.equal(out.features, reference["input_features"][0])
     assert out.num_frames == int(reference["attention_mask"][0].sum()) == 137
+
+
+def test_the_batched_torch_path_equals_each_clip_alone(extract):
+    """:meth:`LogMelFeatures.batch` (the model's device path: one STFT over clips of different lengths and levels)
+    against transformers' extractor on each clip alone: the same frame counts, rows and widths, values within
+    ``BATCH_TOLERANCE`` (on the CPU they come out bit-equal)."""
+    from anna_audio.features import BATCH_TOLERANCE
+
+    rng = np.random.default_rng(0)
+    lengths = [3000, 8000, 8001, 16000, 16159, 16160, 33333, 160 * 700 + 17]  # under 0.5 s, frame and window edges
+    clips = [(10 ** rng.uniform(-3, 0)) * (sweep(RATE, n / RATE) + 0.05 * rng.standard_normal(n)).astype(np.float32)
+             for n in lengths]
+    clips[3][:] = 0.0  # silence: the clamp's peak is the floor
+    got = extract.batch(clips)
+    for clip_, mine in zip(clips, got):
+        ref = extract(clip_)
+        assert (mine.num_frames, mine.num_rows) == (ref.num_frames, ref.num_rows) == (
+            extract.num_frames(clip_.shape[0]), encoder_rows(ref.num_frames))
+        assert mine.features.shape == ref.features.shape == (128, extract.padded_frames(ref.num_frames))
+        assert mine.features.dtype == torch.float32
+        assert (mine.features - ref.features).abs().max().item() <= BATCH_TOLERANCE
+        assert not mine.features[:, mine.num_frames:].any()  # zeros past the clip's frames, as the extractor pads
+    alone = extract.batch([torch.from_numpy(clips[6])])[0]  # a batch of one, from a tensor
+    assert torch.equal(alone.features, got[6].features)
+
+
+def test_the_batched_path_refuses_bad_clips(extract):
+    with pytest.raises(ValueError, match="at least one clip"):
+        extract.batch([])
+    with pytest.raises(ValueError, match=r"non-empty \[N\] array, got shapes \[\(0,\)\]"):
+        extract.batch([np.zeros(16000, np.float32), np.zeros(0, np.float32)])
+    from transformers import Qwen3ASRFeatureExtractor
+
+    with pytest.raises(ValueError, match="without dither"):
+        LogMelFeatures(Qwen3ASRFeatureExtractor(dither=1.0)).batch([np.zeros(16000, np.float32)])

@@ -48,3 +48,9 @@ def test_joiner_spaces_and_cjk():
         joiner.next_window()
         pieces += [joiner.feed(p) for p in window]
     assert joiner.text == "".join(pieces) == "Hello there. General Kenobi 你好世界 !"
+
+
+def test_a_granularity_sent_as_a_file_is_named_as_such():
+    with pytest.raises(InvalidRequestError, match="must be a text field, not a file") as info:
+        parse_form({"timestamp_granularities[]": [object()], "response_format": ["verbose_json"]}, b"x")
+    assert info.value.param == "timestamp_granularities[]"

@@ -66,7 +66,8 @@ def planner_of(loaded, built, aligner=None) -> TranscriptionPlanner:
 
 def hf_window_texts(path, x: np.ndarray, planner: TranscriptionPlanner) -> list[str]:
     """Each window's transcript by HF transformers alone: ``Qwen3ASRProcessor.apply_transcription_request`` and
-    greedy ``Qwen3ASRForConditionalGeneration.generate`` with the window's output limit, parsed as Anna parses."""
+    greedy ``Qwen3ASRForConditionalGeneration.generate`` with the window's output limit, decoded as
+    ``Qwen3ASRProcessor.decode`` does and parsed as Anna parses (control tokens dropped)."""
     import torch
     from anna_audio.qwen3_asr.prompt import parse_asr_output
     from transformers import Qwen3ASRForConditionalGeneration, Qwen3ASRProcessor
@@ -80,7 +81,8 @@ def hf_window_texts(path, x: np.ndarray, planner: TranscriptionPlanner) -> list[
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=limit, do_sample=False)
         new = out[0, inputs["input_ids"].shape[1]:].tolist()
-        texts.append(parse_asr_output(processor.tokenizer.decode(new, skip_special_tokens=True))[1])
+        decoded = processor.tokenizer.decode(new, skip_special_tokens=True)  # as Qwen3ASRProcessor.decode does
+        texts.append(parse_asr_output(decoded, control=planner.prompts.control)[1])  # control tokens dropped
     return texts
 
 
@@ -231,7 +233,7 @@ def test_refusals(served):
     finally:
         config.max_waiting_requests = saved
     r = client.post("/v1/audio/transcriptions", content=b"{}", headers={"content-type": "application/json"})
-    assert "no 'file' field" in error_of(r, 400, "file")
+    assert "must be multipart/form-data" in error_of(r, 400)
     big = client.post("/v1/audio/transcriptions", files={"file": ("big.wav", bytes(27 * 1024 * 1024), "audio/wav")})
     assert big.status_code == 413 and "error" in big.json()
     assert post(client, good).status_code == 200  # the server still serves

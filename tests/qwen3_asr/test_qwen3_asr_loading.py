@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from anna_audio.features import LogMelFeatures
 from anna_audio.qwen3_asr.config import Qwen3ASRConfig, hf_form, layout_of
 from anna_audio.qwen3_asr.loader import build_model
 from anna_audio.qwen3_asr.weights import name_map
@@ -33,7 +34,8 @@ def test_released_shapes_equal_hf_on_the_meta_device(name):
     raw = reference(name)
     cfg = Qwen3ASRConfig.from_hf(raw)
     assert cfg.layout == ("original" if name.endswith("original") else "hf")
-    model = build_model(cfg, bind_ops(KernelRegistry([]), "cpu", torch.bfloat16), torch.bfloat16, 32)
+    features = LogMelFeatures(n_window=cfg.encoder.n_window)
+    model = build_model(cfg, bind_ops(KernelRegistry([]), "cpu", torch.bfloat16), torch.bfloat16, 32, features)
     mine = {n: tuple(p.shape) for n, p in model.named_parameters()}
     assert all(p.is_meta and p.dtype == torch.bfloat16 for p in model.parameters())
     hf_cfg = {k: v for k, v in hf_form(raw).items() if k not in ("model_type", "architectures", "support_languages")}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from anna_audio.features import BATCH_TOLERANCE
 from anna_audio.qwen3_asr.prompt import build_transcription_prompt
 from anna_core import LLM, SamplingParams
 
@@ -50,8 +51,11 @@ def test_prompt_and_features_equal_hf_processor(anna, hf_processor, name, reques
     assert ids == ref["input_ids"][0].tolist()
     [item] = mm.items
     assert item.modality == "audio" and ids[item.offset:item.end] == [anna.processor.audio_token_id] * item.length
-    assert torch.equal(item.data["features"], ref["input_features"][0])
     assert item.data["num_frames"] == int(ref["input_features_mask"][0].sum())
+    [feats] = anna.model.features.batch([item.data["samples"]])  # what the model computes on its device
+    assert feats.num_frames == item.data["num_frames"] and feats.num_rows == item.length
+    assert feats.features.shape == ref["input_features"][0].shape
+    assert (feats.features - ref["input_features"][0]).abs().max() <= BATCH_TOLERANCE
 
 
 @pytest.mark.parametrize("name", list(CLIPS))
@@ -194,3 +198,39 @@ def test_bf16_logits_are_as_near_fp32_as_hf_bf16(tiny_asr, hf_asr, hf_processor)
     assert rows.dtype == torch.bfloat16
     mine = anna_logits(loaded.model, ids, mm, dtype=torch.bfloat16)
     assert rel_err(mine, ref) <= 1.5 * rel_err(theirs, ref)
+
+
+def test_a_clip_over_the_convolution_budget_is_encoded_in_segments_with_the_same_rows(anna, hf_asr, hf_processor,
+                                                                                     tiny_asr, tmp_path):
+    """``conv_chunksize`` 3 (300 frames a call) and 200-frame attention windows: a 9.37 s clip (937 frames, 10
+    chunks) runs as five 200-frame calls, never more than the budget, and its rows equal the whole clip's in one call
+    and HF's encoder on the whole clip."""
+    import json
+    import shutil
+
+    from anna_audio.qwen3_asr.encoder_input import segment_frames
+
+    folder = tmp_path / "segments"
+    shutil.copytree(tiny_asr, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["audio_config"]["conv_chunksize"] = 3
+    (folder / "config.json").write_text(json.dumps(config))
+    segmented = load_anna(folder)
+    assert segmented.model.audio_tower.n_window_infer == 200 and segment_frames(300, 200, 100) == 200
+    audio = clip(700.0, 9.37, 5)
+    _, mm = prepare(segmented, audio)
+    widths = []
+    hook = segmented.model.audio_tower.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(tuple(kwargs["input_features"].shape)), with_kwargs=True)
+    try:
+        [rows] = segmented.model.encode(list(mm.items))
+    finally:
+        hook.remove()
+    assert widths == [(1, 128, 200)] * 5
+    [whole] = anna.model.encode(list(mm.items))  # the default budget: one call
+    assert rows.shape == whole.shape == (mm.items[0].length, anna.model.hidden_size)
+    assert rel_err(rows, whole) < 1e-6
+    inputs = hf_request(hf_processor, audio)
+    with torch.no_grad():
+        ref = hf_asr.get_audio_features(inputs["input_features"], inputs["input_features_mask"]).pooler_output
+    assert rel_err(rows, ref) < 1e-5

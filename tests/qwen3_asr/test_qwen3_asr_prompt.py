@@ -115,3 +115,49 @@ def test_the_audio_window():
     assert max_window_seconds(4096, reserved_tokens=196) == 300.0  # 3900 placeholders: 13 a second
     with pytest.raises(ValueError, match="no room"):
         max_window_seconds(100, reserved_tokens=90)
+
+
+CONTROL = ("<think>", "</think>", "<|im_end|>", "<tool_call>")
+CONTROL_SAMPLES = [
+    # (answer, forced, language, transcript): control tokens anywhere, even inside the prefix, are dropped
+    ("<think></think>language English<asr_text>Hel<think>lo<|im_end|>", False, "English", "Hello"),
+    ("language <think>German<asr_text>Guten</think> Tag", False, "German", "Guten Tag"),
+    ("<tool_call>Plain text <thi without a token<|im_end|>", False, None, "Plain text <thi without a token"),
+    ("<thi<think>nk>forced", True, None, "<think>forced"),  # spelt by the text around a removed token: text
+    ("<think>", True, None, ""),
+]
+
+
+@pytest.mark.parametrize("answer,forced,language,transcript", CONTROL_SAMPLES)
+def test_control_tokens_are_dropped_whole_and_streamed(answer, forced, language, transcript):
+    assert parse_asr_output(answer, language_forced=forced, control=CONTROL) == (language, transcript)
+    for cuts in [[i] for i in range(1, len(answer))] + [list(range(1, len(answer)))]:
+        stream = AsrTextStream(language_forced=forced, control=CONTROL)
+        bounds = [0, *cuts, len(answer)]
+        pieces = [stream.feed(answer[a:b]) for a, b in itertools.pairwise(bounds)] + [stream.finish()]
+        assert "".join(pieces) == transcript, (cuts, pieces)
+        assert stream.language == (None if forced else language)
+
+
+def test_control_tokens_of_a_checkpoint(tiny_asr):
+    from anna_audio.qwen3_asr.prompt import control_tokens
+
+    tokens = control_tokens(load_anna(tiny_asr).tokenizer)
+    assert {"<think>", "</think>", "<|im_start|>", "<|im_end|>", "<|audio_pad|>"} <= set(tokens)
+    assert "<asr_text>" not in tokens
+    assert control_tokens(None) == ()  # a shape-only folder (the benchmark's) has no tokenizer
+
+
+def test_the_control_filter_agrees_with_the_whole_text_however_it_is_cut():
+    from anna_audio.qwen3_asr.prompt import ControlTokenFilter
+
+    rng = random.Random(1)
+    atoms = ["<", "th", "ink>", "<think>", "</think>", "</", "<|im_end|>", "<|im", "_end|>", "a", " "]
+    for _ in range(300):
+        text = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 12)))
+        whole = parse_asr_output(text, language_forced=True, control=CONTROL)[1]
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 6)))) if len(text) > 1 else []
+        control = ControlTokenFilter(CONTROL)
+        bounds = [0, *cuts, len(text)]
+        out = "".join(control.feed(text[a:b]) for a, b in itertools.pairwise(bounds)) + control.finish()
+        assert out.strip() == whole, (text, cuts)

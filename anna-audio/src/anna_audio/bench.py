@@ -8,8 +8,9 @@ generate`` on batches of the same inputs.
 
 Reported per side: the real-time factor of one request (wall seconds / audio seconds; lower is better) and, for
 each concurrency, audio seconds transcribed per wall second (all requests submitted at once; HF as one batch).
-Anna's figures include the log-mel features (``prep_s``, computed on the CPU as the server does); HF's start from
-the same features.
+Anna's figures include the log-mel features (computed in the engine's steps on the model's device, each encoder
+group's clips together, as the server does; ``prep_s`` is the prompts and media items on the host); HF's start from
+features computed beforehand with transformers' extractor on the host (not timed).
 
 Example (H200, the 1.7B shape with random weights; the folder holds only ``config.json``)::
 
@@ -32,6 +33,8 @@ import numpy as np
 import torch
 
 RATE = 16000
+WARMUP_TOKENS = 4
+"""Output tokens of each warm-up run (one per concurrency, on other clips, before the timed runs)."""
 
 
 def clips(n: int, seconds: float, seed: int = 0) -> list[np.ndarray]:
@@ -60,26 +63,31 @@ def anna_run(engine: Any, loaded: Any, audio: list[np.ndarray], max_tokens: int)
     """Submit every clip at once to the synchronous engine and step until all finish.
 
     Returns:
-        ``{"requests", "prep_s", "engine_s", "wall_s", "output_tokens"}``; seconds of wall time.
+        ``{"requests", "prep_s", "engine_s", "wall_s", "output_tokens", "steps", "encode_device_s"}``: seconds of wall
+        time (``prep_s``: prompts and media items on the host; ``engine_s``: the engine's steps, the features and the
+        encoder included), engine steps taken, and the device seconds of the encoder calls (features included).
     """
     from anna_core.engine.sampling_params import SamplingParams
 
     ids = prompt_ids(loaded)
     params = SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    encoded_before = engine.stats()["encoder"]["encode_device_s"]
     t0 = time.perf_counter()
     prepared = [loaded.processor.process(ids, {"audio": [x]}) for x in audio]
     t1 = time.perf_counter()
     for i, (expanded, mm) in enumerate(prepared):
         engine.add_request(f"bench-{time.monotonic_ns()}-{i}", expanded, params, multimodal=mm)
-    tokens = 0
+    tokens = steps = 0
     while engine.has_unfinished():
+        steps += 1
         for out in engine.step():
             if out.finished:
                 tokens += len(out.token_ids)
     _sync(loaded.device)
     t2 = time.perf_counter()
+    encoded = engine.stats()["encoder"]["encode_device_s"] - encoded_before
     return {"requests": len(audio), "prep_s": t1 - t0, "engine_s": t2 - t1, "wall_s": t2 - t0,
-            "output_tokens": tokens}
+            "output_tokens": tokens, "steps": steps, "encode_device_s": round(encoded, 6)}
 
 
 def hf_model(loaded: Any, model_dir: Path, dummy: bool) -> Any:
@@ -102,14 +110,14 @@ def hf_run(model: Any, loaded: Any, audio: list[np.ndarray], max_tokens: int) ->
     """One ``generate`` over all clips as a batch (the same expanded prompt and features Anna gets)."""
     ids = prompt_ids(loaded)
     prepared = [loaded.processor.process(ids, {"audio": [x]}) for x in audio]
-    feats = [mm.items[0].data for _, mm in prepared]
-    frames = max(f["features"].shape[1] for f in feats)
+    feats = [loaded.processor.features(x) for x in audio]  # transformers' extractor, one clip at a time
+    frames = max(f.features.shape[1] for f in feats)
     device = loaded.device
-    x = torch.zeros(len(feats), feats[0]["features"].shape[0], frames, dtype=loaded.dtype, device=device)
+    x = torch.zeros(len(feats), feats[0].features.shape[0], frames, dtype=loaded.dtype, device=device)
     mask = torch.zeros(len(feats), frames, dtype=torch.long, device=device)
     for i, f in enumerate(feats):
-        x[i, :, :f["features"].shape[1]] = f["features"].to(device=device, dtype=loaded.dtype)
-        mask[i, :f["num_frames"]] = 1
+        x[i, :, :f.features.shape[1]] = f.features.to(device=device, dtype=loaded.dtype)
+        mask[i, :f.num_frames] = 1
     lengths = {len(e) for e, _ in prepared}
     if len(lengths) != 1:
         raise ValueError("hf_run needs clips of one length")
@@ -161,8 +169,9 @@ def run_bench(model_dir: str | Path, *, load_format: str = "auto", device: str =
         "clip_seconds": clip_seconds, "tokens_per_second": tokens_per_second, "output_tokens_per_request": max_tokens,
         "anna": {}, "hf": {},
     }
-    if warmup:
-        anna_run(engine, loaded, clips(min(2, max(concurrency)), clip_seconds, seed=10_000), max_tokens)
+    if warmup:  # every concurrency once (other clips, few tokens): its prefill, encoder and decode shapes compile
+        for n in concurrency:  # and autotune here, not in the timed run
+            anna_run(engine, loaded, clips(n, clip_seconds, seed=10_000 + n), min(max_tokens, WARMUP_TOKENS))
     for n in concurrency:
         report["anna"][str(n)] = summarize(anna_run(engine, loaded, clips(n, clip_seconds, seed=n), max_tokens),
                                            clip_seconds)
@@ -175,7 +184,8 @@ def run_bench(model_dir: str | Path, *, load_format: str = "auto", device: str =
             torch.cuda.empty_cache()
         model = hf_model(loaded, model_dir, load_format == "dummy")
         if warmup:
-            hf_run(model, loaded, clips(1, clip_seconds, seed=10_001), min(max_tokens, 4))
+            for n in concurrency:
+                hf_run(model, loaded, clips(n, clip_seconds, seed=20_000 + n), min(max_tokens, WARMUP_TOKENS))
         for n in concurrency:
             report["hf"][str(n)] = summarize(hf_run(model, loaded, clips(n, clip_seconds, seed=n), max_tokens),
                                              clip_seconds)

@@ -18,11 +18,22 @@ from anna_cli.options import exit_on_anna_errors, model_options, resolve_model_p
 FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
 
 
+def _language(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--language`` stripped; an empty one is refused (leave the flag out to detect the language)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter("is empty: give an ISO 639-1 code ('en') or an English name ('English'), or leave "
+                                 "--language out to detect the language")
+    return value.strip()
+
+
 @click.command("transcribe")
 @model_options
 @click.option("--audio", "audio_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The audio file (WAV, FLAC, Ogg, Opus, MP3, M4A, WebM, AAC).")
-@click.option("--language", default=None, help="Force the language (an ISO code or English name; default: detect).")
+@click.option("--language", default=None, callback=_language,
+              help="Force the language (an ISO code or English name; default: detect).")
 @click.option("--prompt", default=None, help="Context or hot words for the model.")
 @click.option("--format", "response_format", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--temperature", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True, help="0 = greedy.")

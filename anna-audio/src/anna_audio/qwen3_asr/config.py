@@ -97,7 +97,8 @@ class EncoderConfig:
         activation_function: of the encoder MLPs and the projector (``"gelu"``).
         conv_chunksize: ``audio_config.conv_chunksize``: how many ``2 * n_window``-frame chunks the original code
             runs through the convolutions at once; Anna bounds the chunks of one encoder call by it (a longer clip
-            runs alone), so a batch of long clips does not hold all their convolution activations at once.
+            runs alone, in segments cut at attention-window boundaries: :mod:`anna_audio.qwen3_asr.encoder_input`),
+            so neither a batch of clips nor one long clip holds more convolution activations at once.
     """
 
     kwargs: dict[str, Any]

@@ -39,10 +39,11 @@ PROCESSOR_TEMPLATES = ("chat_template.jinja", "chat_template.json")
 """Files a checkpoint may keep its (processor's) chat template in when the tokenizer carries none."""
 
 
-def build_model(cfg: Qwen3ASRConfig, ops: Any, dtype: torch.dtype, max_encoder_batch: int) -> Qwen3ASRModel:
+def build_model(cfg: Qwen3ASRConfig, ops: Any, dtype: torch.dtype, max_encoder_batch: int,
+                features: LogMelFeatures) -> Qwen3ASRModel:
     """The model on the meta device (no memory), parameters in ``dtype``."""
     with torch.device("meta"):
-        model = Qwen3ASRModel(cfg, ops, build_encoder(cfg), max_encoder_batch)
+        model = Qwen3ASRModel(cfg, ops, build_encoder(cfg), features, max_encoder_batch)
     cast_meta_params(model, dtype)
     return model
 
@@ -85,7 +86,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
                              f"{asr_max_inference_batch_size!r}")
     cfg = Qwen3ASRConfig.from_hf(source.config)
     ops = bind_ops(kernels, device, dtype)
-    model = build_model(cfg, ops, dtype, asr_max_inference_batch_size)
+    features = _features(source.root, cfg)
+    model = build_model(cfg, ops, dtype, asr_max_inference_batch_size, features)
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init)
     else:
@@ -105,7 +107,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     loaded = LoadedModel(model=model.eval(), tokenizer=tokenizer, generation=generation,
                          max_model_len=cfg.text.max_position_embeddings, family="qwen3_asr", dtype=dtype,
                          device=torch.device(device))
-    loaded.processor = Qwen3ASRProcessor(_features(source.root, cfg), cfg.audio_token_id)
+    loaded.processor = Qwen3ASRProcessor(features, cfg.audio_token_id)
     return loaded
 
 

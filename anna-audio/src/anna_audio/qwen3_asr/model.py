@@ -19,6 +19,8 @@ from anna_core.multimodal import MediaItem
 from anna_qwen35.qwen3.model import Qwen3ForCausalLM
 from torch import nn
 
+from anna_audio.features import LogMelFeatures
+from anna_audio.qwen3_asr import encoder_input
 from anna_audio.qwen3_asr.config import Qwen3ASRConfig
 
 DEFAULT_MAX_ENCODER_BATCH = 32
@@ -64,18 +66,24 @@ class Qwen3ASRModel(Qwen3ForCausalLM):
         cfg: the checkpoint's hyper-parameters.
         ops: the decoder's :class:`anna_core.kernels.OpTable`.
         encoder: the audio encoder (:func:`build_encoder`), parameters ``audio_tower.*``.
+        features: the log-mel features of the checkpoint (:class:`anna_audio.features.LogMelFeatures`), computed
+            per encoder call on the model's device.
         max_encoder_batch: the most audios one encoder call takes (``asr_max_inference_batch_size``); a step that
             encodes more runs the encoder several times.
 
     Raises:
-        ValueError: ``max_encoder_batch`` not positive.
+        ValueError: ``max_encoder_batch`` not positive, or features of another mel count than the encoder's.
     """
 
-    def __init__(self, cfg: Qwen3ASRConfig, ops: Any, encoder: nn.Module,
+    def __init__(self, cfg: Qwen3ASRConfig, ops: Any, encoder: nn.Module, features: LogMelFeatures,
                  max_encoder_batch: int = DEFAULT_MAX_ENCODER_BATCH):
         if max_encoder_batch < 1:
             raise ValueError(f"max_encoder_batch must be positive, got {max_encoder_batch}")
+        if features.num_mel_bins != cfg.encoder.num_mel_bins:
+            raise ValueError(f"the features have {features.num_mel_bins} mel bins, the encoder takes "
+                             f"{cfg.encoder.num_mel_bins}")
         super().__init__(cfg.text, ops)
+        self.features = features
         self.asr_config = cfg
         self.audio_tower = encoder
         self.multi_modal_projector = AudioProjector(cfg.encoder.d_model, cfg.encoder.output_dim)
@@ -91,13 +99,15 @@ class Qwen3ASRModel(Qwen3ForCausalLM):
         """The projected encoder rows of each audio: ``[item.length, hidden]`` in the serving dtype, on the model's
         device, the audios run in the groups of :meth:`encoder_groups` (at most ``max_encoder_batch`` a call).
 
-        Each item's ``data`` is the processor's ``{"features": [n_mels, F] float32, "num_frames": int}``
-        (:class:`anna_audio.qwen3_asr.processor.Qwen3ASRProcessor`); a batch pads every clip's frames with zeros to
-        the longest ``F`` and masks them past ``num_frames``, which leaves each clip's rows as it has alone (the
-        encoder attends within each clip's windows only).
+        Each item's ``data`` is the processor's ``{"samples": [N] float32, "num_frames": int}``
+        (:class:`anna_audio.qwen3_asr.processor.Qwen3ASRProcessor`); a group's log-mel features are computed together
+        on the model's device (:meth:`~anna_audio.features.LogMelFeatures.batch`: ``[n_mels, F]`` float32 a clip), the
+        frames padded with zeros to the longest ``F`` and masked past ``num_frames``, which leaves each clip's rows as
+        it has alone (the encoder attends within each clip's windows only).
 
         Raises:
-            ValueError: an item whose rows differ from its placeholder count, or features of another mel count.
+            ValueError: an item whose rows differ from its placeholder count, or whose frame count differs from its
+                samples'.
         """
         weight = self.model.embed_tokens.weight
         out: list[torch.Tensor] = []
@@ -106,15 +116,16 @@ class Qwen3ASRModel(Qwen3ForCausalLM):
         return out
 
     def encoder_groups(self, items: list[MediaItem]) -> list[list[MediaItem]]:
-        """``items`` in order, cut into the groups one encoder call takes: at most ``max_encoder_batch`` audios and,
-        unless one audio alone is longer, at most ``conv_chunksize`` convolution chunks of ``2 * n_window`` frames
-        (the padded frames of each clip's features)."""
+        """``items`` in order, cut into groups: at most ``max_encoder_batch`` audios and, unless one audio alone is
+        longer, at most ``conv_chunksize`` convolution chunks of ``2 * n_window`` frames (the padded frames of each
+        clip's features). A group is one encoder call; an audio alone over the budget is encoded in window-aligned
+        segments, a call per budget's worth (:meth:`_encode_group`)."""
         enc = self.asr_config.encoder
         budget = enc.conv_chunksize * 2 * enc.n_window
         groups: list[list[MediaItem]] = []
         frames = 0
         for item in items:
-            size = item.data["features"].shape[-1]
+            size = self.features.padded_frames(item.data["num_frames"])
             if groups and len(groups[-1]) < self.max_encoder_batch and frames + size <= budget:
                 groups[-1].append(item)
                 frames += size
@@ -124,22 +135,31 @@ class Qwen3ASRModel(Qwen3ForCausalLM):
         return groups
 
     def _encode_group(self, group: list[MediaItem], device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
-        mels = self.asr_config.encoder.num_mel_bins
-        feats = [m.data["features"] for m in group]
-        bad = [tuple(f.shape) for f in feats if f.dim() != 2 or f.shape[0] != mels]
+        """One group's rows: its features computed together, then one encoder call, or, for one clip longer than the
+        convolution budget, one call per window-aligned segment of it as long as the budget allows
+        (:mod:`anna_audio.qwen3_asr.encoder_input`: the same rows with bounded activation memory)."""
+        feats = self.features.batch([m.data["samples"] for m in group], device)
+        bad = [(f.num_frames, m.data["num_frames"]) for f, m in zip(feats, group)
+               if f.num_frames != m.data["num_frames"]]
         if bad:
-            raise ValueError(f"audio features must be [{mels}, F], got {bad}")
-        frames = max(f.shape[1] for f in feats)
-        x = torch.zeros(len(group), mels, frames, dtype=dtype, device=device)  # x: [B, n_mels, F]
-        mask = torch.zeros(len(group), frames, dtype=torch.long, device=device)  # mask: [B, F]
-        for i, (item, f) in enumerate(zip(group, feats)):
-            x[i, :, :f.shape[1]] = f.to(device=device, dtype=dtype)
-            mask[i, :item.data["num_frames"]] = 1
-        rows = self.audio_tower(input_features=x, input_features_mask=mask).last_hidden_state  # [sum L, d_model]
+            raise ValueError(f"audio samples give other frame counts than their items name: {bad}")
+        enc = self.asr_config.encoder
+        budget = enc.conv_chunksize * 2 * enc.n_window
+        size = encoder_input.segment_frames(budget, int(self.audio_tower.n_window_infer), 2 * enc.n_window)
+        if len(group) == 1 and feats[0].features.shape[1] > budget and size is not None:
+            calls = [[piece] for piece in encoder_input.segments(feats[0], size)]
+        else:
+            calls = [[(f.features, f.num_frames) for f in feats]]
+        rows = torch.cat([self._run_encoder(call, device, dtype) for call in calls])  # [sum L, d_model]
         lengths = [m.length for m in group]
         if rows.shape[0] != sum(lengths):
             raise ValueError(f"the audio encoder gave {rows.shape[0]} rows for {sum(lengths)} audio placeholders")
         return list(torch.split(self.multi_modal_projector(rows).to(dtype), lengths))
+
+    def _run_encoder(self, pieces: list[encoder_input.Piece], device: torch.device, dtype: torch.dtype
+                     ) -> torch.Tensor:
+        x, mask = encoder_input.batch(pieces, self.asr_config.encoder.num_mel_bins, device, dtype)
+        return self.audio_tower(input_features=x, input_features_mask=mask).last_hidden_state
 
     def hf_export(self) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
         """The text decoder alone as transformers' ``Qwen3ForCausalLM`` (``anna bench --compare-hf``): see

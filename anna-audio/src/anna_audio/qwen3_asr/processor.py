@@ -1,14 +1,15 @@
-"""Qwen3-ASR request preparation: 16 kHz waveforms -> log-mel features, placeholders and media items.
+"""Qwen3-ASR request preparation: 16 kHz waveforms -> placeholders and media items (the features are the model's).
 
 A prompt marks each audio with one ``<|audio_pad|>`` (:func:`anna_audio.qwen3_asr.prompt.build_transcription_prompt`
-writes ``<|audio_start|><|audio_pad|><|audio_end|>``). :meth:`Qwen3ASRProcessor.process` computes each clip's
-features with :class:`anna_audio.features.LogMelFeatures` (transformers' ``Qwen3ASRFeatureExtractor``, one clip at
-a time as ``Qwen3ASRProcessor`` calls it for one audio), expands its placeholder to the rows the encoder makes of
-them (:func:`anna_audio.features.encoder_rows`, the count ``Qwen3ASRProcessor._get_audio_token_length`` gives) and
-makes the run one :class:`~anna_core.multimodal.MediaItem` whose ``content_hash`` is
-:func:`~anna_core.multimodal.media_hash` of the features and the frame count, so equal audio shares encoder output
-and prefix-cache blocks and different audio behind the same number of placeholders never does. Positions are the
-token indices (1-D rotary): no ``positions`` rows.
+writes ``<|audio_start|><|audio_pad|><|audio_end|>``). :meth:`Qwen3ASRProcessor.process` counts each clip's mel
+frames (:meth:`anna_audio.features.LogMelFeatures.num_frames`), expands its placeholder to the rows the encoder makes
+of them (:func:`anna_audio.features.encoder_rows`, the count ``Qwen3ASRProcessor._get_audio_token_length`` gives) and
+makes the run one :class:`~anna_core.multimodal.MediaItem` holding the waveform; the model computes the log-mel
+features of the clips it encodes together on its own device
+(:meth:`anna_audio.qwen3_asr.model.Qwen3ASRModel.encode`, :meth:`~anna_audio.features.LogMelFeatures.batch`), so the
+request thread does no signal processing. The item's ``content_hash`` is :func:`~anna_core.multimodal.media_hash` of
+the waveform, so equal audio shares encoder output and prefix-cache blocks and different audio behind the same
+number of placeholders never does. Positions are the token indices (1-D rotary): no ``positions`` rows.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from anna_core.errors import InvalidRequestError
 from anna_core.multimodal import MediaItem, MultiModalInputs, media_hash
 
-from anna_audio.features import LogMelFeatures
+from anna_audio.features import LogMelFeatures, encoder_rows
 
 AUDIO_TOKEN = "<|audio_pad|>"
 
@@ -29,7 +31,8 @@ class Qwen3ASRProcessor:
     """Implements :class:`anna_core.multimodal.MediaProcessor` for Qwen3-ASR (modality ``"audio"``).
 
     Args:
-        features: the checkpoint's feature extractor (``n_window`` = the encoder's).
+        features: the checkpoint's feature extractor (``n_window`` = the encoder's); it counts the frames here, the
+            model computes them.
         audio_token_id: the ``<|audio_pad|>`` id (``config.json`` ``audio_token_id``).
     """
 
@@ -52,7 +55,8 @@ class Qwen3ASRProcessor:
 
         Returns:
             ``(ids, inputs)``: each placeholder replaced by ``num_rows`` copies; one ``"audio"`` item per clip with
-            ``data`` ``{"features": [128, F] float32, "num_frames": int}``.
+            ``data`` ``{"samples": [N] float32 CPU tensor, "num_frames": int}`` (the mel frames its features will
+            have).
 
         Raises:
             InvalidRequestError: another modality, placeholders that do not match the audios in number, any
@@ -76,12 +80,13 @@ class Qwen3ASRProcessor:
         items: list[MediaItem] = []
         prev = 0
         for slot, clip in zip(slots, clips):
-            feats = self.features(_waveform(clip))
+            samples = torch.from_numpy(np.ascontiguousarray(_waveform(clip)))
+            frames = self.features.num_frames(samples.shape[0])
+            rows = encoder_rows(frames, self.features.n_window)
             out += ids[prev:slot]
-            data = {"features": feats.features, "num_frames": feats.num_frames}
-            items.append(MediaItem("audio", len(out), feats.num_rows,
-                                   media_hash(feats.features, feats.num_frames), data))
-            out += [self.audio_token_id] * feats.num_rows
+            data = {"samples": samples, "num_frames": frames}
+            items.append(MediaItem("audio", len(out), rows, media_hash(samples), data))
+            out += [self.audio_token_id] * rows
             prev = slot + 1
         out += ids[prev:]
         return out, MultiModalInputs(items)

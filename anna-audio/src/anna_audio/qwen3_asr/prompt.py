@@ -14,8 +14,11 @@ writes the transcript alone: what upstream ``qwen-asr`` (``Qwen3ASRModel._build_
 encoder rows by :class:`anna_audio.qwen3_asr.processor.Qwen3ASRProcessor`.
 
 :func:`parse_asr_output` splits a whole answer, :class:`AsrTextStream` does the same on streamed deltas without
-letting the prefix through; :func:`supported_languages` / :func:`normalize_language` check a requested language;
-:data:`MAX_AUDIO_WINDOW_S` / :func:`max_window_seconds` bound the audio one prompt carries.
+letting the prefix through; both drop the checkpoint's control tokens (:func:`control_tokens`: ``<think>``,
+``<|im_end|>``, ... which the decode keeps when they are not marked special, as transformers'
+``Qwen3ASRProcessor.decode`` keeps them) so that none reaches a transcript; :func:`supported_languages` /
+:func:`normalize_language` check a requested language; :data:`MAX_AUDIO_WINDOW_S` / :func:`max_window_seconds`
+bound the audio one prompt carries.
 """
 
 from __future__ import annotations
@@ -85,6 +88,78 @@ def build_transcription_prompt(tokenizer: Any, *, language: str | None, context:
     return ids
 
 
+def control_tokens(tokenizer: Any) -> tuple[str, ...]:
+    """The texts of the checkpoint's added tokens (``<|im_end|>``, ``<think>``, ``<tool_call>``, ``<|audio_pad|>``,
+    ...) except ``<asr_text>``: control tokens that are never words of a transcript.
+
+    The detokenizer drops the ones marked special (``skip_special_tokens``, as transformers' ``Qwen3ASRProcessor
+    .decode`` does), but the Qwen3 vocabulary marks ``<think>``, ``</think>``, ``<tool_call>``, ... not special, so
+    a sampled or random-weight answer can still hold them; :class:`ControlTokenFilter` removes them.
+
+    Args:
+        tokenizer: an :class:`anna_core.tokenizer.Tokenizer` (its ``hf.added_tokens_decoder`` lists them), or None
+            (a shape-only folder loaded with dummy weights: no tokens, none to drop).
+    """
+    if tokenizer is None:
+        return ()
+    added = tokenizer.hf.added_tokens_decoder.values()
+    return tuple(sorted({str(t.content) for t in added if str(t.content) and str(t.content) != ASR_TEXT_TAG}))
+
+
+def _tag_pattern(tags: Sequence[str]) -> re.Pattern[str] | None:
+    """A regular expression matching any of ``tags`` (the longest first), or None for none."""
+    tags = [t for t in tags if t]
+    return re.compile("|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True))) if tags else None
+
+
+def _without(text: str, tags: Sequence[str]) -> str:
+    """``text`` with every occurrence of ``tags`` removed, in one left-to-right scan (characters that spell a tag
+    only once another is removed are text)."""
+    pattern = _tag_pattern(tags)
+    return pattern.sub("", text) if pattern is not None else text
+
+
+def _held_suffix(text: str, tags: Sequence[str]) -> int:
+    """The length of the longest end of ``text`` that begins (but is not) one of ``tags``: held back while
+    streaming, as the next delta may complete it."""
+    longest = min(len(text), max((len(t) for t in tags), default=1) - 1)
+    return next((k for k in range(longest, 0, -1) if any(t.startswith(text[-k:]) for t in tags)), 0)
+
+
+class ControlTokenFilter:
+    """Removes control tokens (:func:`control_tokens`) from text that arrives in pieces: the concatenation of every
+    :meth:`feed` and :meth:`finish` result is the whole text without them however it is cut (a possible beginning
+    of a control token at a piece's end is held back until the next piece or :meth:`finish`).
+
+    Args:
+        tags: the texts to remove (an empty tuple passes text through).
+    """
+
+    def __init__(self, tags: Sequence[str] = ()):
+        self.tags = tuple(t for t in tags if t)
+        self._pattern = _tag_pattern(self.tags)
+        self._tail = ""
+
+    def feed(self, piece: str) -> str:
+        """The text of ``piece`` (and what was held) that is certainly no part of a control token."""
+        if self._pattern is None:
+            return piece
+        text = self._tail + piece
+        kept, pos = [], 0
+        for match in self._pattern.finditer(text):  # text before the last match is settled
+            kept.append(text[pos:match.start()])
+            pos = match.end()
+        rest = text[pos:]
+        keep = _held_suffix(rest, self.tags)
+        self._tail = rest[len(rest) - keep:] if keep else ""
+        return "".join(kept) + rest[:len(rest) - keep]
+
+    def finish(self) -> str:
+        """What was held back (it never became a control token)."""
+        tail, self._tail = self._tail, ""
+        return tail
+
+
 def _language_of(prefix: str) -> str | None:
     """The language a ``language X`` prefix names (its first line after ``language``; None for ``None`` or
     nothing)."""
@@ -96,7 +171,8 @@ def _language_of(prefix: str) -> str | None:
     return None if not name or name.lower() == "none" else name
 
 
-def parse_asr_output(text: str, *, language_forced: bool = False) -> tuple[str | None, str]:
+def parse_asr_output(text: str, *, language_forced: bool = False,
+                     control: Sequence[str] = ()) -> tuple[str | None, str]:
     """``(detected language, transcript)`` of a whole answer.
 
     ``language English<asr_text> Hello.`` gives ``("English", "Hello.")``; ``language None<asr_text>`` gives
@@ -105,7 +181,9 @@ def parse_asr_output(text: str, *, language_forced: bool = False) -> tuple[str |
 
     Args:
         language_forced: the prompt forced the language (it holds the prefix): the whole answer is transcript.
+        control: control-token texts (:func:`control_tokens`) removed from the answer before it is read.
     """
+    text = _without(text, [t for t in control if t])
     if language_forced or ASR_TEXT_TAG not in text:
         return None, _untagged(text).strip()
     prefix, transcript = text.split(ASR_TEXT_TAG, 1)
@@ -143,13 +221,16 @@ class AsrTextStream:
     Args:
         language_forced: the prompt forced the language (the answer has no prefix): every character after leading
             whitespace is transcript.
+        control: control-token texts (:func:`control_tokens`), removed from the deltas first
+            (:class:`ControlTokenFilter`).
 
     Attributes:
         language: the detected language once the prefix has been read (None before, when forced, or for
             ``language None``).
     """
 
-    def __init__(self, language_forced: bool = False):
+    def __init__(self, language_forced: bool = False, control: Sequence[str] = ()):
+        self._control = ControlTokenFilter(control)
         self._head = ""  # text that may still be (part of) the prefix
         self._in_text = language_forced
         self._started = False  # a non-space transcript character was emitted
@@ -159,6 +240,9 @@ class AsrTextStream:
 
     def feed(self, delta: str) -> str:
         """The transcript text ``delta`` completes (maybe ``""``)."""
+        return self._feed(self._control.feed(delta))
+
+    def _feed(self, delta: str) -> str:
         if self._in_text:
             return self._text(delta)
         self._head += delta
@@ -175,8 +259,9 @@ class AsrTextStream:
     def finish(self) -> str:
         """The rest once the answer has ended: a held text that never became a prefix (trailing whitespace is
         dropped)."""
+        out = self._feed(self._control.finish())
         head, self._head, self._in_text = self._head, "", True
-        out = self._text(head) + self._emit(self._tail)
+        out += self._text(head) + self._emit(self._tail)
         self._tail, self._pending_space = "", ""
         return out
 
@@ -184,8 +269,7 @@ class AsrTextStream:
         """Transcript text without ``<asr_text>`` tags (one split across deltas too: a possible beginning of one
         at the end is held back until the next delta or :meth:`finish`)."""
         text = _untagged(self._tail + text)
-        keep = next((k for k in range(min(len(text), len(ASR_TEXT_TAG) - 1), 0, -1)
-                     if ASR_TEXT_TAG.startswith(text[-k:])), 0)
+        keep = _held_suffix(text, (ASR_TEXT_TAG,))
         self._tail = text[len(text) - keep:] if keep else ""
         return self._emit(text[:len(text) - keep])
 

@@ -41,10 +41,13 @@ class AsrPrompts:
             raise ValueError(f"max_window_s must be positive, got {max_window_s}")
         if processor is None or "audio" not in processor.modalities:
             raise ValueError("a speech-recognition model needs a media processor that takes audio")
+        from anna_audio.qwen3_asr.prompt import control_tokens
+
         self.tokenizer = tokenizer
         self.processor = processor
         self.languages = tuple(languages)
         self.max_window_s = float(max_window_s)
+        self.control = control_tokens(tokenizer)
 
     @classmethod
     def from_loaded(cls, loaded: Any, max_model_len: int) -> AsrPrompts:
@@ -84,6 +87,41 @@ class AsrPrompts:
         except ValueError as exc:
             raise InvalidRequestError(str(exc), param="language") from None
 
+    def detected_language(self, name: str | None) -> str | None:
+        """The checkpoint's name of a language the model wrote (``language X<asr_text>``), or None when it names
+        none (``None``) or a language the checkpoint does not list (a garbled answer)."""
+        if name is None:
+            return None
+        from anna_audio.qwen3_asr.prompt import normalize_language
+
+        try:
+            return normalize_language(name, self.languages)
+        except ValueError:
+            return None
+
+    def check_context(self, context: str | None) -> None:
+        """Refuse a ``prompt`` holding a control token's text (``<|im_end|>``, ``<|audio_pad|>``, ``<asr_text>``,
+        ...): it would be read as that token and break the prompt's turns or its audio placeholder.
+
+        Raises:
+            InvalidRequestError: ``param`` ``prompt``, naming the token.
+        """
+        from anna_audio.qwen3_asr.prompt import ASR_TEXT_TAG
+
+        found = next((t for t in (*self.control, ASR_TEXT_TAG) if context and t in context), None)
+        if found is not None:
+            raise InvalidRequestError(f"'prompt' must be plain text: it holds {found!r}, one of the model's control "
+                                      "tokens", param="prompt")
+
+    def context_tokens(self, language: str | None, context: str | None) -> int:
+        """Tokens ``context`` adds to a window's prompt (0 for None): what it takes from the model's context."""
+        if not context:
+            return 0
+        from anna_audio.qwen3_asr.prompt import build_transcription_prompt
+
+        with_context = build_transcription_prompt(self.tokenizer, language=language, context=context)
+        return len(with_context) - len(build_transcription_prompt(self.tokenizer, language=language, context=None))
+
     def window_prompt(self, samples: np.ndarray, language: str | None, context: str | None
                       ) -> tuple[list[int], MultiModalInputs]:
         """One window's prompt ids (its audio placeholders expanded) and media.
@@ -101,15 +139,17 @@ class AsrPrompts:
         ids = build_transcription_prompt(self.tokenizer, language=language, context=context)
         return self.processor.process(ids, {"audio": [samples]})
 
-    def parse(self, text: str) -> tuple[str | None, str]:
-        """``(language or None, transcript)`` of a window's whole output text."""
+    def parse(self, text: str, language_forced: bool = False) -> tuple[str | None, str]:
+        """``(language or None, transcript)`` of a window's whole output text, control tokens removed
+        (``language_forced``: the prompt forced the language, so the whole answer is transcript)."""
         from anna_audio.qwen3_asr.prompt import parse_asr_output
 
-        return parse_asr_output(text)
+        return parse_asr_output(text, language_forced=language_forced, control=self.control)
 
     def text_stream(self, language_forced: bool) -> Any:
         """A fresh incremental reader of a window's output: ``feed(delta) -> str`` and ``finish() -> str`` return the
-        transcript's new text (never the language prefix; a prompt that forced the language has none)."""
+        transcript's new text (never the language prefix, which a prompt that forced the language has not, nor a
+        control token)."""
         from anna_audio.qwen3_asr.prompt import AsrTextStream
 
-        return AsrTextStream(language_forced=language_forced)
+        return AsrTextStream(language_forced=language_forced, control=self.control)

@@ -99,7 +99,10 @@ def _granularities(form: Mapping[str, Sequence[Any]]) -> tuple[str, ...]:
     values = [*(form.get("timestamp_granularities[]") or []), *(form.get("timestamp_granularities") or [])]
     out: list[str] = []
     for value in values:
-        if not isinstance(value, str) or value not in GRANULARITIES:
+        if not isinstance(value, str):
+            raise InvalidRequestError("'timestamp_granularities[]' must be a text field, not a file",
+                                      param="timestamp_granularities[]")
+        if value not in GRANULARITIES:
             raise InvalidRequestError(f"timestamp_granularities[] values must be one of {', '.join(GRANULARITIES)}, "
                                       f"got {value!r}", param="timestamp_granularities[]")
         if value not in out:

@@ -37,18 +37,29 @@ MAX_FORM_BYTES = AudioLimits().max_bytes + 1024 * 1024
 """Bytes of a whole transcription form: the default upload cap plus 1 MiB for the other fields and the part
 headers (the upload itself is then held to the server's ``AudioLimits.max_bytes``)."""
 
+FORM_MEDIA_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+"""The bodies read as a form (a urlencoded one carries no file, so it is refused for that)."""
+
 
 async def _read_form(request: Request) -> tuple[dict[str, list[Any]], bytes | None]:
     """The form's fields by name (the ``file`` part left out) and the ``file`` part's bytes (None: no file part).
 
     Raises:
-        InvalidRequestError: a text field that is not UTF-8, more than one ``file`` part, or a ``file`` field that
-            is text.
+        InvalidRequestError: a body that is not a form (``multipart/form-data`` or urlencoded), a part without a
+            filename that is not UTF-8 (``param`` ``file``: an upload whose filename is empty), more than one
+            ``file`` part, or a ``file`` field that is text.
     """
+    media_type = request.content_type[0].lower()
+    if media_type not in FORM_MEDIA_TYPES:
+        raise InvalidRequestError(f"the request body must be multipart/form-data (the audio as a file part named "
+                                  f"'file'), not {media_type or 'a body without a Content-Type'}",
+                                  param=None)
     try:
         form = await request.form()
-    except UnicodeDecodeError:
-        raise InvalidRequestError("a form field is not UTF-8 text") from None
+    except UnicodeDecodeError:  # a part without a filename (or with an empty one) is read as text
+        raise InvalidRequestError("a form part without a filename is not UTF-8 text: send the audio as a file part "
+                                  "named 'file' with a non-empty filename (a part whose filename is empty is read as "
+                                  "a text field)", param="file") from None
     items = list(form.multi_items())
     try:
         fields: dict[str, list[Any]] = {}

@@ -103,18 +103,34 @@ class TranscriptionPlanner:
         self.tokens_per_second = tokens_per_second
         self.extra_tokens = extra_tokens
 
-    def window_params(self, window: AudioWindow, prompt_len: int, temperature: float) -> SamplingParams:
+    def window_params(self, window: AudioWindow, prompt_len: int, temperature: float,
+                      context_tokens: int = 0) -> SamplingParams:
         """A window's sampling: ``temperature`` (0: greedy), at most ``tokens_per_second`` tokens per second of its
-        audio plus ``extra_tokens`` (within what the context leaves).
+        audio plus ``extra_tokens`` (within what the context leaves when the request has no ``prompt``).
+
+        Args:
+            prompt_len: the window's prompt tokens (its audio placeholders expanded).
+            context_tokens: of those, the tokens of the request's ``prompt`` field (:meth:`AsrPrompts.context_tokens`).
 
         Raises:
-            InvalidRequestError: the prompt leaves no room for output.
+            InvalidRequestError: ``param`` ``prompt``: the request's ``prompt`` takes room the window's transcript
+                needs (the message gives its tokens and the most it may have); ``param`` ``file``: the window's
+                audio alone leaves no room for output.
         """
+        seconds = window.end_s - window.start_s
+        wanted = math.ceil(seconds * self.tokens_per_second) + self.extra_tokens
+        rest = prompt_len - context_tokens  # the template and the audio placeholders
+        if context_tokens and prompt_len + wanted > self.max_model_len:
+            allowed = max(0, self.max_model_len - rest - wanted)
+            raise InvalidRequestError(
+                f"'prompt' is too long: {context_tokens} tokens > {allowed}, what the model's context of "
+                f"{self.max_model_len} tokens leaves beside a {seconds:.1f} s audio window ({rest} prompt tokens) and "
+                f"its transcript (up to {wanted} tokens); shorten the prompt", param="prompt")
         room = self.max_model_len - prompt_len
         if room <= 0:
-            raise InvalidRequestError(f"the audio window's prompt has {prompt_len} tokens, the model's limit is "
-                                      f"{self.max_model_len}", param="file")
-        wanted = math.ceil((window.end_s - window.start_s) * self.tokens_per_second) + self.extra_tokens
+            raise InvalidRequestError(
+                f"the audio window of {seconds:.1f} s is too long for the model: its prompt has {prompt_len} tokens, "
+                f"the model's context {self.max_model_len}", param="file")
         return SamplingParams(max_tokens=min(room, wanted), temperature=temperature)
 
     def prepare(self, request: TranscriptionRequest) -> TranscriptionJob:
@@ -122,8 +138,9 @@ class TranscriptionPlanner:
 
         Raises:
             InvalidRequestError: an upload :func:`decode_audio` refuses (empty, truncated, unknown container, over a
-                cap), audio without samples, an unknown language, or timestamps asked of a server without an
-                aligner (the message names ``--asr-aligner-dir``) or in a language the aligner does not know.
+                cap), audio without samples, an unknown language, a ``prompt`` holding control tokens or too long
+                for the context (:meth:`window_params`), or timestamps asked of a server without an aligner (the
+                message names ``--asr-aligner-dir``) or in a language the aligner does not know.
         """
         if request.granularities and self.aligner is None:
             raise InvalidRequestError("timestamp_granularities need the forced aligner: start the server with "
@@ -131,6 +148,8 @@ class TranscriptionPlanner:
         language = self.prompts.language(request.language)
         if request.granularities:
             self.aligner.check_language(language)
+        self.prompts.check_context(request.prompt)
+        context_tokens = self.prompts.context_tokens(language, request.prompt)
         audio = decode_audio(request.audio, self.limits)
         windows = split_windows(audio.samples, self.prompts.max_window_s, sample_rate=audio.sample_rate)
         if not windows:
@@ -138,7 +157,8 @@ class TranscriptionPlanner:
         jobs = []
         for window in windows:
             ids, mm = self.prompts.window_prompt(audio.samples[window.start:window.end], language, request.prompt)
-            jobs.append(WindowJob(window, ids, mm, self.window_params(window, len(ids), request.temperature)))
+            params = self.window_params(window, len(ids), request.temperature, context_tokens)
+            jobs.append(WindowJob(window, ids, mm, params))
         return TranscriptionJob(request, audio, language, tuple(jobs))
 
     def engine_jobs(self, job: TranscriptionJob, request_id: str) -> tuple[list[tuple[str, list[int], SamplingParams]],
@@ -150,12 +170,14 @@ class TranscriptionPlanner:
     def assemble(self, job: TranscriptionJob, outputs: list[str]) -> Transcript:
         """The transcript of the windows' whole output texts (in window order), timed by the aligner when the
         request asked for timestamps (CPU / device work: run it in a worker thread)."""
-        parsed = [self.prompts.parse(text) for text in outputs]
+        forced = job.language is not None
+        parsed = [self.prompts.parse(text, language_forced=forced) for text in outputs]
         joiner = TextJoiner()
         for _, text in parsed:
             joiner.next_window()
             joiner.feed(text)
-        language = job.language or next((lang for lang, _ in parsed if lang), None)
+        language = job.language or next((x for x in (self.prompts.detected_language(lang) for lang, _ in parsed)
+                                         if x), None)
         segments: list[Segment] = []
         words: list[Word] = []
         for w, (lang, text) in zip(job.windows, parsed):
@@ -165,8 +187,9 @@ class TranscriptionPlanner:
             if job.request.granularities:
                 samples = job.audio.samples[w.window.start:w.window.end]
                 span = w.window.end_s - w.window.start_s  # the aligner's bins may run past the window: clamp
+                said = job.language or self.prompts.detected_language(lang)
                 timed = [Word(x.word, w.window.start_s + min(x.start, span), w.window.start_s + min(x.end, span))
-                         for x in self.aligner.align(samples, text, job.language or lang)]
+                         for x in self.aligner.align(samples, text, said)]
                 words.extend(timed)
                 start = timed[0].start if timed else w.window.start_s
                 end = timed[-1].end if timed else w.window.end_s

@@ -46,21 +46,26 @@ class TranscriptionEngine:
         """Transcribe one file on this thread (the engine must not be running elsewhere): the response body of
         ``response_format`` (a dict for ``json`` / ``verbose_json``, a string otherwise), as the route sends it.
 
+        Args:
+            language: an ISO 639-1 code or English name to force, or None to detect it.
+
         Raises:
             InvalidRequestError: what the route answers with a 400 (see
-                :meth:`~anna_audio.transcribe.service.TranscriptionPlanner.prepare`).
+                :meth:`~anna_audio.transcribe.service.TranscriptionPlanner.prepare`); an unknown
+                ``response_format``; a blank ``language`` (None detects it).
             AnnaError: a window failed in the engine.
         """
-        from anna_core.errors import AnnaError
+        from anna_core.errors import AnnaError, InvalidRequestError
 
         from anna_audio.transcribe import formats
         from anna_audio.transcribe.request import TranscriptionRequest
 
         if response_format not in formats.RESPONSE_FORMATS:
-            from anna_core.errors import InvalidRequestError
-
-            raise InvalidRequestError(f"response_format must be one of {', '.join(formats.RESPONSE_FORMATS)}",
-                                      param="response_format")
+            raise InvalidRequestError(f"response_format must be one of {', '.join(formats.RESPONSE_FORMATS)}, got "
+                                      f"{response_format!r}", param="response_format")
+        if language is not None and not language.strip():
+            raise InvalidRequestError("'language' is empty: give an ISO 639-1 code or an English name, or None to "
+                                      "detect the language", param="language")
         request = TranscriptionRequest(audio=audio, language=language, prompt=prompt, response_format=response_format,
                                        temperature=temperature, granularities=tuple(timestamp_granularities))
         job = self.planner.prepare(request)

@@ -1,0 +1,151 @@
+"""Loading a pre-quantized safetensors checkpoint (:mod:`anna_core.weights.prequant`) into a meta-built model.
+
+A family calls :func:`load_prequantized` before :func:`~anna_core.weights.safetensors_loader.load_safetensors`:
+it repacks every quantized linear of the checkpoint into the ``wq_linear`` layouts (or reads them from the
+layout cache, :mod:`anna_core.weights.layout_cache`), swaps the model's ``nn.Linear`` for a
+:class:`~anna_core.layers.wq_linear.WQLinear` holding them, and returns the family's name map without the
+quantized tensors, so ``load_safetensors`` assigns the rest (biases, norms, embeddings, dense layers) and still
+reports every missing or unexpected tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+
+from anna_core.errors import ModelLoadError
+from anna_core.weights.assign import NameMap
+from anna_core.weights.gpu_quant import QuantizedWeight
+from anna_core.weights.layout_cache import LayoutCache, key_material
+from anna_core.weights.prequant import SUFFIXES, PrequantConfig, quantized_prefixes, repack
+from anna_core.weights.safetensors_loader import checkpoint_files, iter_checkpoint_tensors
+
+log = logging.getLogger("anna.weights")
+
+CACHE_STATES = ("hit", "built", "unwritable", "off")
+"""How :func:`read_prequantized` got the weights: from the cache, repacked and stored, repacked but the cache
+could not be written (or read its key), repacked with the cache off."""
+
+
+@attrs.frozen
+class PrequantLoad:
+    """What :func:`load_prequantized` did.
+
+    Attributes:
+        config: the checkpoint's format.
+        layers: how many linear layers were loaded quantized (or dequantized, with ``dense``).
+        cache: one of :data:`CACHE_STATES`.
+        name_map: the family's name map, returning None for the quantized layers' tensors.
+    """
+
+    config: PrequantConfig
+    layers: int
+    cache: str
+    name_map: NameMap
+
+
+def _targets(files: Mapping[str, Path], cfg: PrequantConfig, name_map: NameMap) -> dict[str, str]:
+    """``{checkpoint prefix: module name}`` of the quantized linears the family maps (others are ignored)."""
+    out = {}
+    for prefix in quantized_prefixes(list(files), cfg):
+        target = name_map(f"{prefix}.weight")
+        if target is not None:
+            if not target.endswith(".weight"):
+                raise ModelLoadError(f"{prefix}: quantized tensors for {target!r}, which is not a linear weight")
+            out[prefix] = target[: -len(".weight")]
+    return out
+
+
+def read_prequantized(files: Mapping[str, Path], prefixes: list[str], cfg: PrequantConfig, *, device_kind: str,
+                      dtype: torch.dtype, cache: LayoutCache | None) -> tuple[dict[str, QuantizedWeight], str]:
+    """The repacked weights of ``prefixes`` (on the CPU) and how they were got (:data:`CACHE_STATES`).
+
+    Raises:
+        ModelLoadError: unreadable or mis-shaped tensors (see :func:`~anna_core.weights.prequant.repack`).
+    """
+    material = None
+    if cache is not None:
+        try:
+            material = key_material(set(files.values()), cfg, device_kind, dtype)
+        except (OSError, ValueError) as exc:
+            log.warning("layout cache: cannot key the checkpoint (%s); repacking in memory", exc)
+        if material is not None:
+            hit = cache.load(material, prefixes)
+            if hit is not None:
+                log.info("layout cache: %d %s layers read from %s", len(hit), cfg.kind, cache.entry_dir(material))
+                return hit, "hit"
+    weights: dict[str, QuantizedWeight] = {}
+    for prefix in prefixes:
+        names = [f"{prefix}.{s}" for s in SUFFIXES[cfg.layout] if f"{prefix}.{s}" in files]
+        tensors = {name[len(prefix) + 1:]: t for name, t in iter_checkpoint_tensors(dict(files), names)}
+        weights[prefix] = repack(prefix, tensors, cfg, dtype)
+    if material is None:
+        return weights, "unwritable" if cache is not None else "off"
+    return weights, "built" if cache.store(material, weights, cfg.kind) is not None else "unwritable"
+
+
+def install(model: nn.Module, weights: Mapping[str, QuantizedWeight], modules: Mapping[str, str], ops: Any, *,
+            device: torch.device, kind: str | None = None) -> None:
+    """Replace the ``nn.Linear`` named ``modules[prefix]`` by a WQLinear of ``weights[prefix]`` on ``device``
+    (``kind``: its :attr:`~anna_core.layers.wq_linear.WQLinear.kind`). A layer's bias stays the (meta) parameter
+    the family built, for the checkpoint loader to assign.
+
+    Raises:
+        ModelLoadError: a module that is missing or not an ``nn.Linear`` (e.g. MoE experts), or whose shape
+            differs from the quantized weight's.
+    """
+    from anna_core.layers.wq_linear import WQLinear
+
+    for prefix, name in modules.items():
+        parent_name, _, attr = name.rpartition(".")
+        try:
+            parent = model.get_submodule(parent_name) if parent_name else model
+            child = getattr(parent, attr)
+        except AttributeError:
+            child = None
+        if not isinstance(child, nn.Linear):
+            raise ModelLoadError(f"{prefix}: quantized tensors for {name!r}, which is not a linear layer of the "
+                                 f"model ({type(child).__name__}; pre-quantized MoE experts are not supported)")
+        w = weights[prefix]
+        if w.shape != (child.out_features, child.in_features):
+            raise ModelLoadError(f"{prefix}: quantized weight of shape {list(w.shape)}, the model's {name} is "
+                                 f"[{child.out_features}, {child.in_features}]")
+        w = QuantizedWeight(w.qweight.to(device), w.scale.to(device), None if w.zero is None else w.zero.to(device),
+                            w.scheme)
+        layer = WQLinear(w, child.bias, ops, kind=kind)
+        setattr(parent, attr, layer)
+
+
+def load_prequantized(model: nn.Module, root: str | Path, name_map: NameMap, cfg: PrequantConfig, ops: Any, *,
+                      device: torch.device, dtype: torch.dtype, cache: LayoutCache | None = None) -> PrequantLoad:
+    """Load the quantized linears of the checkpoint in ``root`` into ``model`` (meta-built) without dequantizing
+    (:func:`~anna_core.layers.wq_linear.dequantize_linears` afterwards dequantizes them, for ``--weight-quant none``).
+
+    Args:
+        model, name_map: the family's model and checkpoint name -> parameter name map.
+        cfg: the checkpoint's format (:func:`~anna_core.weights.prequant.read_quantization_config`).
+        ops: the model's op table (WQLinear's ``wq_linear`` ops).
+        device, dtype: where and in which serving dtype (int4 scales and zeros) to serve.
+        cache: the layout cache, or None to repack in memory every load.
+
+    Raises:
+        ModelLoadError: a quantized layer the model does not hold as a linear, mis-shaped or unreadable tensors.
+    """
+    files = checkpoint_files(root)
+    modules = _targets(files, cfg, name_map)
+    weights, state = read_prequantized(files, list(modules), cfg, device_kind=torch.device(device).type,
+                                       dtype=dtype, cache=cache)
+    install(model, weights, modules, ops, device=torch.device(device), kind=cfg.kind)
+    skipped = {f"{p}.{s}" for p in modules for s in SUFFIXES[cfg.layout]}
+    log.info("%s checkpoint: %d linear layers as %s (layout cache: %s)", cfg.method, len(modules), cfg.kind, state)
+
+    def without_quantized(name: str) -> str | None:
+        return None if name in skipped else name_map(name)
+
+    return PrequantLoad(config=cfg, layers=len(modules), cache=state, name_map=without_quantized)

@@ -259,3 +259,16 @@ def test_missing_quantized_tensor_is_a_load_error(tiny128, tmp_path):
     save_file(tensors, str(path))
     with pytest.raises(ModelLoadError, match=f"missing tensors \\['{prefixes[0]}.scales'\\]"):
         _load(quant_dir)
+
+
+def test_layout_cache_second_load_reads_the_entry(tiny128, prompt, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("ANNA_CACHE_DIR", str(tmp_path / "cache"))
+    quant_dir, _, prefixes = build_prequant(tiny128, tmp_path, CASES["autoround-gptq"][0], layout="gptq", sym=True)
+    ids = prompt[:8]
+    first = prefill_logits(_load(quant_dir, cache=True).model, ids)
+    (entry,) = (tmp_path / "cache" / "quant-layouts").iterdir()
+    assert not list(quant_dir.glob("*layout*"))
+    with caplog.at_level("INFO", "anna.weights"):
+        second = prefill_logits(_load(quant_dir, cache=True).model, ids)
+    assert f"layout cache: {len(prefixes)} int4-gptq layers read from {entry}" in caplog.text
+    assert torch.equal(first, second)

@@ -62,13 +62,16 @@ def _targets(files: Mapping[str, Path], cfg: PrequantConfig, name_map: NameMap) 
     return out
 
 
-def read_prequantized(files: Mapping[str, Path], prefixes: list[str], cfg: PrequantConfig, *, device_kind: str,
-                      dtype: torch.dtype, cache: LayoutCache | None) -> tuple[dict[str, QuantizedWeight], str]:
-    """The repacked weights of ``prefixes`` (on the CPU) and how they were got (:data:`CACHE_STATES`).
+def read_prequantized(files: Mapping[str, Path], cfg: PrequantConfig, *, device_kind: str, dtype: torch.dtype,
+                      cache: LayoutCache | None) -> tuple[dict[str, QuantizedWeight], str]:
+    """Every quantized linear of the checkpoint whose tensors are ``files`` (``{name: file}``), repacked
+    (``{checkpoint prefix: weight}`` on the CPU, in file order), and how they were got (:data:`CACHE_STATES`).
+    ``device_kind`` (``"cuda"``, ``"xpu"``, ``"cpu"``) and ``dtype`` (the serving dtype) key the cache entry.
 
     Raises:
         ModelLoadError: unreadable or mis-shaped tensors (see :func:`~anna_core.weights.prequant.repack`).
     """
+    prefixes = quantized_prefixes(list(files), cfg)
     material = None
     if cache is not None:
         try:
@@ -139,8 +142,7 @@ def load_prequantized(model: nn.Module, root: str | Path, name_map: NameMap, cfg
     """
     files = checkpoint_files(root)
     modules = _targets(files, cfg, name_map)
-    weights, state = read_prequantized(files, list(modules), cfg, device_kind=torch.device(device).type,
-                                       dtype=dtype, cache=cache)
+    weights, state = read_prequantized(files, cfg, device_kind=torch.device(device).type, dtype=dtype, cache=cache)
     install(model, weights, modules, ops, device=torch.device(device), kind=cfg.kind)
     skipped = {f"{p}.{s}" for p in modules for s in SUFFIXES[cfg.layout]}
     log.info("%s checkpoint: %d linear layers as %s (layout cache: %s)", cfg.method, len(modules), cfg.kind, state)
@@ -149,3 +151,16 @@ def load_prequantized(model: nn.Module, root: str | Path, name_map: NameMap, cfg
         return None if name in skipped else name_map(name)
 
     return PrequantLoad(config=cfg, layers=len(modules), cache=state, name_map=without_quantized)
+
+
+def build_cache_entry(root: str | Path, cfg: PrequantConfig, *, device_kind: str, dtype: torch.dtype,
+                      cache: LayoutCache) -> tuple[Path, str, int]:
+    """Make sure the layout cache holds the entry of the checkpoint in ``root`` for ``device_kind`` and ``dtype``
+    (``anna quant-cache build``): ``(entry folder, state, layers)``, state as :data:`CACHE_STATES`.
+
+    Raises:
+        ModelLoadError: unreadable or mis-shaped checkpoint tensors.
+    """
+    files = checkpoint_files(root)
+    weights, state = read_prequantized(files, cfg, device_kind=device_kind, dtype=dtype, cache=cache)
+    return cache.entry_dir(key_material(set(files.values()), cfg, device_kind, dtype)), state, len(weights)

@@ -14,18 +14,15 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
-from anna_core.layers.wq_linear import WQLinear, dequantize_linears, quantize_linears
+from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
 from anna_core.weights.gpu_quant import SCHEMES, quantize
-from anna_core.weights.layout_cache import LayoutCache
-from anna_core.weights.prequant import PrequantConfig, read_quantization_config
-from anna_core.weights.prequant_loader import load_prequantized
+from anna_core.weights.prequant_loader import checkpoint_prequant, load_checkpoint
 from anna_core.weights.safetensors_loader import (
     cast_meta_params,
     checkpoint_files,
-    load_safetensors,
     materialize_dummy,
 )
 
@@ -132,7 +129,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy")
     cfg = Qwen35Config.from_hf(source.config)
-    prequant = _prequant(source.config, weight_quant, load_format)
+    prequant = checkpoint_prequant(source.config, weight_quant, load_format)
     tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")
     vision, processor = _vision(source, cfg, tokenizer)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
@@ -151,14 +148,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init, host=host)
     else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
-        names = name_map(cfg, vision is not None)
-        if prequant is not None:  # its quantized linears first, repacked (or from the layout cache)
-            names = load_prequantized(model, source.root, names, prequant, ops, device=device, dtype=dtype,
-                                      cache=LayoutCache() if layout_cache else None).name_map
-        load_safetensors(model, source.root, names, device=device, host=host, pin=not per_expert)
-        if prequant is not None and weight_quant == "none":
-            log.info("--weight-quant none: %d %s layers dequantized to %s", dequantize_linears(model, dtype),
-                     prequant.kind, dtype)
+        load_checkpoint(model, source.root, name_map(cfg, vision is not None), prequant, ops, device=device,
+                        dtype=dtype, weight_quant=weight_quant, layout_cache=layout_cache, host=host,
+                        pin=not per_expert)
     model.raw_config = source.config
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     if staged:
@@ -203,24 +195,6 @@ def _vision(source: ModelSource, cfg: Qwen35Config, tokenizer: Any
                  source.root, PREPROCESSOR_CONFIG)
         return None, None
     return vision, processor
-
-
-def _prequant(config: dict[str, Any], weight_quant: str, load_format: str) -> PrequantConfig | None:
-    """The checkpoint's pre-quantized format, or None (no ``quantization_config``, or dummy weights).
-
-    Raises:
-        ModelLoadError: an unsupported ``quantization_config``; ``--weight-quant`` int4 / int8 / fp8 of a
-            pre-quantized checkpoint.
-    """
-    if load_format == "dummy":
-        return None
-    prequant = read_quantization_config(config)
-    if prequant is None:
-        return None
-    if weight_quant in SCHEMES:
-        raise ModelLoadError(f"--weight-quant {weight_quant}: this checkpoint is already quantized ({prequant.method}); "
-                             "--weight-quant auto serves it as it is, none dequantizes it")
-    return prequant
 
 
 def check_weight_quant(weight_quant: str, source_format: str, device: torch.device) -> None:

@@ -37,6 +37,7 @@ def register_model_families(register):
             reasoning_parser="qwen3",
             tool_call_parser="qwen3_json",
             tiny_checkpoint="anna_qwen35.qwen3.tiny:build_tiny_checkpoint",
+            load_options=("layout_cache",),  # a pre-quantized checkpoint's repacked weights cached (default on)
         )
     )
 

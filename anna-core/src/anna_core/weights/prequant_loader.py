@@ -164,3 +164,47 @@ def build_cache_entry(root: str | Path, cfg: PrequantConfig, *, device_kind: str
     files = checkpoint_files(root)
     weights, state = read_prequantized(files, cfg, device_kind=device_kind, dtype=dtype, cache=cache)
     return cache.entry_dir(key_material(set(files.values()), cfg, device_kind, dtype)), state, len(weights)
+
+
+def checkpoint_prequant(config: Mapping[str, Any], weight_quant: str, load_format: str) -> PrequantConfig | None:
+    """A family loader's first step: the checkpoint's pre-quantized format, or None (no ``quantization_config``,
+    or dummy weights, which ignore it).
+
+    Raises:
+        UnsupportedQuantizationError: an unsupported ``quantization_config`` (naming the method).
+        ModelLoadError: ``--weight-quant`` int4 / int8 / fp8 of a pre-quantized checkpoint (it keeps its own;
+            ``auto`` serves it as it is, ``none`` dequantizes it).
+    """
+    from anna_core.weights.gpu_quant import SCHEMES
+    from anna_core.weights.prequant import read_quantization_config
+
+    if load_format == "dummy":
+        return None
+    prequant = read_quantization_config(config)
+    if prequant is not None and weight_quant in SCHEMES:
+        raise ModelLoadError(f"--weight-quant {weight_quant}: this checkpoint is already quantized ({prequant.method}); "
+                             "--weight-quant auto serves it as it is, none dequantizes it")
+    return prequant
+
+
+def load_checkpoint(model: nn.Module, root: str | Path, name_map: NameMap, prequant: PrequantConfig | None, ops: Any,
+                    *, device: torch.device, dtype: torch.dtype, weight_quant: str = "auto", layout_cache: bool = True,
+                    host: tuple[str, ...] = (), pin: bool = True) -> None:
+    """:func:`~anna_core.weights.safetensors_loader.load_safetensors`, preceded for a pre-quantized checkpoint
+    (``prequant`` from :func:`checkpoint_prequant`) by :func:`load_prequantized` (through the layout cache under
+    ``$ANNA_CACHE_DIR`` unless ``layout_cache`` is False) and followed, for ``weight_quant == "none"``, by the
+    dequantization of its quantized layers to ``dtype``.
+
+    Raises:
+        ModelLoadError: see :func:`load_prequantized` and ``load_safetensors``.
+    """
+    from anna_core.layers.wq_linear import dequantize_linears
+    from anna_core.weights.safetensors_loader import load_safetensors
+
+    if prequant is not None:
+        name_map = load_prequantized(model, root, name_map, prequant, ops, device=device, dtype=dtype,
+                                     cache=LayoutCache() if layout_cache else None).name_map
+    load_safetensors(model, root, name_map, device=device, host=host, pin=pin)
+    if prequant is not None and weight_quant == "none":
+        log.info("--weight-quant none: %d %s layers dequantized to %s", dequantize_linears(model, dtype),
+                 prequant.kind, dtype)

@@ -1,7 +1,7 @@
 """Pre-quantized Qwen3 checkpoints (issue 29; the loading is anna-core's, shared with Qwen3.5): FP8 block scales
 on every projection, q/k/v with biases (the biases stay dense and load onto the quantized layers), and GPTQ on
 the projections whose input width fits int4 groups of 128. The oracle is the checkpoint with the dequantized
-weights (see tests/qwen35/test_qwen35_prequant.py, whose fixture writers this reuses)."""
+weights (:mod:`anna_core.testing.prequant_checkpoints`)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import torch
 from anna_core.kernels.registry import KernelRegistry
 from anna_core.layers.wq_linear import WQLinear
 from anna_core.model_dir import inspect_model_dir
+from anna_core.testing.prequant_checkpoints import CASES, build_prequant
 from anna_core.testing.runner import prefill_logits, simple_greedy
 from anna_qwen35.qwen3.tiny import build_tiny_checkpoint
 
 from tests.qwen3.conftest import rel_err
-from tests.qwen35.test_qwen35_prequant import CASES, build_prequant
 
 PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 130, 64, 11, 200]
 

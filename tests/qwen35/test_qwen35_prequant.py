@@ -1,10 +1,11 @@
 """Pre-quantized Qwen3.5 checkpoints (issue 29): GPTQ (v1 and v2 zero points, group 128 and -1, sym and asym),
 AWQ GEMM, FP8 with 128x128 block scales and AutoRound's GPTQ / AWQ exports, loaded without dequantizing.
 
-Each fixture checkpoint is the tiny random Qwen3.5 (hidden 128) with its projections quantized here, by
-round-to-nearest, and packed by the formats' documented rules (written in this file from those rules, not with
-Anna's code). The oracle is the same checkpoint with every quantized projection replaced by its dequantized
-weight ``(q - z) * s`` (``q * s`` for fp8), computed here from the codes, zero points and scales before packing:
+Each fixture checkpoint is the tiny random Qwen3.5 (hidden 128) with its projections quantized by round-to-nearest
+and packed by the formats' documented rules (:mod:`anna_core.testing.prequant_checkpoints`, written from those
+rules independently of the repacking code under test). The oracle is the same checkpoint with every quantized
+projection replaced by its dequantized weight ``(q - z) * s`` (``q * s`` for fp8), computed from the codes, zero
+points and scales before packing:
 Anna's logits on the quantized checkpoint must equal the dense oracle's (float32: up to the order of float
 rounding, since Anna's int4 layout stores ``-z * s`` instead of ``z``), and the greedy tokens must match.
 """
@@ -21,13 +22,12 @@ from anna_core.errors import ModelLoadError
 from anna_core.kernels.registry import KernelRegistry
 from anna_core.layers.wq_linear import WQLinear, weight_kinds
 from anna_core.model_dir import inspect_model_dir
+from anna_core.testing.prequant_checkpoints import CASES, GPTQ, build_prequant
 from anna_core.testing.runner import prefill_logits, simple_greedy
 from anna_core.weights.prequant import UnsupportedQuantizationError
 from safetensors.torch import load_file, save_file
 
 from tests.qwen35.conftest import rel_err
-
-AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ's GEMM packing: nibble j of a word holds column 8c + AWQ_ORDER[j]
 
 
 def _load(path, *, dtype=torch.float32, weight_quant="auto", cache=False):
@@ -35,105 +35,6 @@ def _load(path, *, dtype=torch.float32, weight_quant="auto", cache=False):
 
     return load(inspect_model_dir(path), device=torch.device("cpu"), dtype=dtype, kernels=KernelRegistry.from_plugins(),
                 weight_quant=weight_quant, layout_cache=cache)
-
-
-def _rtn_int4(w: torch.Tensor, group: int, sym: bool, gen: torch.Generator, min_zero: int):
-    """Round-to-nearest 4-bit codes of w ``[N, K]``: ``(q [K, N] int, z [G, N] int, s [G, N] float16)``, with
-    ``w ~ (q - z) * s`` per group of ``group`` input columns (-1: one group) and zero points in ``[min_zero, 15]``
-    (GPTQ v1 stores ``z - 1`` in 4 bits, so it cannot hold a zero point of 0), some set to ``min_zero``."""
-    n, k = w.shape
-    g = k if group == -1 else group
-    wg = w.float().t().reshape(k // g, g, n)  # [G, g, N]
-    if sym:
-        s = (wg.abs().amax(1) / 7.5).to(torch.float16).float()
-        z = torch.full_like(s, 8)
-    else:
-        lo, hi = wg.amin(1), wg.amax(1)
-        s = ((hi - lo) / 15).to(torch.float16).float()
-        z = torch.round(-lo / s).clamp(min_zero, 15)
-        z = torch.where(torch.rand(z.shape, generator=gen) < 0.1, torch.full_like(z, min_zero), z)
-    q = torch.round(wg / s[:, None] + z[:, None]).clamp(0, 15)
-    return q.reshape(k, n).long(), z.long(), s.to(torch.float16)
-
-
-def _pack_words(codes: torch.Tensor) -> torch.Tensor:
-    """``[..., 8]`` codes in 0..15 -> ``[...]`` int32, code j in bits 4j..4j+3."""
-    word = torch.zeros(codes.shape[:-1], dtype=torch.int64)
-    for j in range(8):
-        word |= codes[..., j].long() << (4 * j)
-    return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
-
-
-def _gptq_tensors(q, z, s, group, v1):
-    k, n = q.shape
-    qweight = _pack_words(q.reshape(k // 8, 8, n).permute(0, 2, 1))  # rows 8i..8i+7 in one word
-    stored = (z - 1) if v1 else z  # the v1 format's historical offset
-    qzeros = _pack_words(stored.reshape(z.shape[0], n // 8, 8))
-    g_idx = torch.zeros(k, dtype=torch.int32) if group == -1 else torch.arange(k, dtype=torch.int32) // group
-    return {"qweight": qweight, "qzeros": qzeros, "scales": s, "g_idx": g_idx}
-
-
-def _awq_tensors(q, z, s):
-    k, n = q.shape
-    order = torch.tensor(AWQ_ORDER)
-    qweight = _pack_words(q.reshape(k, n // 8, 8)[..., order])
-    qzeros = _pack_words(z.reshape(z.shape[0], n // 8, 8)[..., order])
-    return {"qweight": qweight, "qzeros": qzeros, "scales": s}
-
-
-def _fp8_tensors(w):
-    n, k = w.shape
-    nb, kb = -(-n // 128), -(-k // 128)
-    pad = torch.zeros(nb * 128, kb * 128)
-    pad[:n, :k] = w.float()
-    blocks = pad.view(nb, 128, kb, 128)
-    scale = blocks.abs().amax((1, 3)) / 448
-    q = (blocks / scale[:, None, :, None]).to(torch.float8_e4m3fn)
-    deq = (q.float() * scale[:, None, :, None]).reshape(nb * 128, kb * 128)[:n, :k]
-    return {"weight": q.reshape(nb * 128, kb * 128)[:n, :k].contiguous(), "weight_scale_inv": scale}, deq
-
-
-def _quantizable(name: str, w: torch.Tensor, layout: str) -> bool:
-    if ".layers." not in name or not name.endswith("proj.weight") and not name.endswith(("in_proj_qkv.weight",
-                                                                                          "in_proj_z.weight")):
-        return False
-    if w.dim() != 2:
-        return False
-    n, k = w.shape
-    return layout == "fp8" or (k % 128 == 0 and n % 8 == 0)
-
-
-def build_prequant(src: Path, dst: Path, qc: dict, *, layout: str, group: int = 128, sym: bool = False,
-                   v1: bool = True) -> tuple[Path, Path, list[str]]:
-    """``(quantized checkpoint, dense oracle checkpoint, quantized tensor prefixes)`` from the tiny ``src``."""
-    gen = torch.Generator().manual_seed(0)
-    quant_dir, dense_dir = dst / "quant", dst / "dense"
-    for d in (quant_dir, dense_dir):
-        shutil.copytree(src, d)
-        for f in d.glob("*.safetensors*"):
-            f.unlink()
-    tensors = load_file(str(src / "model.safetensors"))
-    quant, dense, prefixes = {}, {}, []
-    for name, w in tensors.items():
-        if not _quantizable(name, w, layout):
-            quant[name] = dense[name] = w
-            continue
-        prefix = name[: -len(".weight")]
-        prefixes.append(prefix)
-        if layout == "fp8":
-            parts, deq = _fp8_tensors(w)
-        else:
-            q, z, s = _rtn_int4(w, group, sym, gen, 1 if layout == "gptq" and v1 else 0)
-            deq = ((q - z.repeat_interleave(q.shape[0] // z.shape[0], 0)).float()
-                   * s.float().repeat_interleave(q.shape[0] // s.shape[0], 0)).t()
-            parts = _gptq_tensors(q, z, s, group, v1) if layout == "gptq" else _awq_tensors(q, z, s)
-        quant.update({f"{prefix}.{k}": v for k, v in parts.items()})
-        dense[name] = deq.to(w.dtype).contiguous()
-    save_file(quant, str(quant_dir / "model.safetensors"))
-    save_file(dense, str(dense_dir / "model.safetensors"))
-    config = json.loads((src / "config.json").read_text())
-    (quant_dir / "config.json").write_text(json.dumps({**config, "quantization_config": qc}))
-    return quant_dir, dense_dir, prefixes
 
 
 @pytest.fixture(scope="module")
@@ -146,20 +47,6 @@ def prompt(long_prompt):
     return long_prompt[:12]
 
 
-GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": False}
-CASES = {
-    "gptq-v1-asym": (GPTQ, dict(layout="gptq")),
-    "gptq-v1-sym-g-1": ({**GPTQ, "sym": True, "group_size": -1}, dict(layout="gptq", group=-1, sym=True)),
-    "gptq-v2": ({**GPTQ, "checkpoint_format": "gptq_v2"}, dict(layout="gptq", v1=False)),
-    "awq": ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
-            dict(layout="awq")),
-    "fp8": ({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
-             "modules_to_not_convert": ["lm_head"]}, dict(layout="fp8")),
-    "autoround-gptq": ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True,
-                        "packing_format": "auto_round:auto_gptq"}, dict(layout="gptq", sym=True)),
-    "autoround-awq": ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": False,
-                       "packing_format": "auto_round:auto_awq"}, dict(layout="awq")),
-}
 KINDS = {"gptq": "int4-gptq", "awq": "int4-awq", "fp8": "fp8-block"}
 
 

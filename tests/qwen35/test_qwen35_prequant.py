@@ -159,3 +159,30 @@ def test_layout_cache_second_load_reads_the_entry(tiny128, prompt, tmp_path, mon
         second = prefill_logits(_load(quant_dir, cache=True).model, ids)
     assert f"layout cache: {len(prefixes)} int4-gptq layers read from {entry}" in caplog.text
     assert torch.equal(first, second)
+
+
+def test_zero_biases_of_exporters_are_ignored_and_others_refused(tiny128, prompt, tmp_path):
+    """GPTQ exporters write a ``bias`` for every quantized layer, zeros where the model has none: ignored; a
+    non-zero one has no place in the model: a load error naming it."""
+    quant_dir, dense_dir, prefixes = build_prequant(tiny128, tmp_path, GPTQ, layout="gptq")
+    path = quant_dir / "model.safetensors"
+    tensors = load_file(str(path))
+    for prefix in prefixes:
+        tensors[f"{prefix}.bias"] = torch.zeros(tensors[f"{prefix}.scales"].shape[1], dtype=torch.float16)
+    save_file(tensors, str(path))
+    ids = prompt[:8]
+    assert rel_err(prefill_logits(_load(quant_dir).model, ids), prefill_logits(_load(dense_dir).model, ids)) < 1e-4
+    tensors[f"{prefixes[0]}.bias"][3] = 0.5
+    save_file(tensors, str(path))
+    with pytest.raises(ModelLoadError, match=f"{prefixes[0]}.bias: a non-zero bias"):
+        _load(quant_dir)
+
+
+def test_fp8_weight_without_scales_is_a_load_error(tiny128, tmp_path):
+    quant_dir, _, prefixes = build_prequant(tiny128, tmp_path, CASES["fp8"][0], layout="fp8")
+    path = quant_dir / "model.safetensors"
+    tensors = load_file(str(path))
+    del tensors[f"{prefixes[0]}.weight_scale_inv"]
+    save_file(tensors, str(path))
+    with pytest.raises(ModelLoadError, match="float8 tensors without a weight_scale_inv"):
+        _load(quant_dir)

@@ -125,6 +125,38 @@ def install(model: nn.Module, weights: Mapping[str, QuantizedWeight], modules: M
         setattr(parent, attr, layer)
 
 
+def _zero_biases(model: nn.Module, files: Mapping[str, Path], modules: Mapping[str, str]) -> set[str]:
+    """The ``<prefix>.bias`` tensors of quantized layers the model builds without a bias, when they are all zeros
+    (GPTQ exporters write a zero bias for every layer): tensors to ignore.
+
+    Raises:
+        ModelLoadError: such a bias that is not zero (the model has no place for it).
+    """
+    found = {f"{p}.bias": name for p, name in modules.items()
+             if f"{p}.bias" in files and model.get_submodule(name).bias is None}
+    for tensor_name, tensor in iter_checkpoint_tensors(dict(files), list(found)):
+        if torch.count_nonzero(tensor):
+            raise ModelLoadError(f"{tensor_name}: a non-zero bias for {found[tensor_name]!r}, which has no bias")
+    return set(found)
+
+
+def _check_no_unscaled_fp8(files: Mapping[str, Path], quantized: set[str]) -> None:
+    """Raises ModelLoadError for a float8 tensor outside the quantized layers (a ``.weight`` without its
+    ``weight_scale_inv`` would otherwise be cast to the serving dtype without its scale)."""
+    from safetensors import safe_open
+
+    by_file: dict[Path, list[str]] = {}
+    for name, path in files.items():
+        if name.rpartition(".")[0] not in quantized:
+            by_file.setdefault(path, []).append(name)
+    bad = []
+    for path, names in by_file.items():
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            bad += [n for n in names if f.get_slice(n).get_dtype().startswith("F8")]
+    if bad:
+        raise ModelLoadError(f"fp8 checkpoint: float8 tensors without a weight_scale_inv: {sorted(bad)[:8]}")
+
+
 def load_prequantized(model: nn.Module, root: str | Path, name_map: NameMap, cfg: PrequantConfig, ops: Any, *,
                       device: torch.device, dtype: torch.dtype, cache: LayoutCache | None = None) -> PrequantLoad:
     """Load the quantized linears of the checkpoint in ``root`` into ``model`` (meta-built) without dequantizing
@@ -138,13 +170,18 @@ def load_prequantized(model: nn.Module, root: str | Path, name_map: NameMap, cfg
         cache: the layout cache, or None to repack in memory every load.
 
     Raises:
-        ModelLoadError: a quantized layer the model does not hold as a linear, mis-shaped or unreadable tensors.
+        ModelLoadError: a quantized layer the model does not hold as a linear, mis-shaped or unreadable tensors, a
+            non-zero bias for a layer without one (a zero one, as GPTQ exporters write, is ignored), an fp8 tensor
+            without its scales.
     """
     files = checkpoint_files(root)
     modules = _targets(files, cfg, name_map)
     weights, state = read_prequantized(files, cfg, device_kind=torch.device(device).type, dtype=dtype, cache=cache)
     install(model, weights, modules, ops, device=torch.device(device), kind=cfg.kind)
     skipped = {f"{p}.{s}" for p in modules for s in SUFFIXES[cfg.layout]}
+    skipped |= _zero_biases(model, files, modules)
+    if cfg.layout == "fp8":
+        _check_no_unscaled_fp8(files, set(modules))
     log.info("%s checkpoint: %d linear layers as %s (layout cache: %s)", cfg.method, len(modules), cfg.kind, state)
 
     def without_quantized(name: str) -> str | None:

@@ -203,12 +203,12 @@ def _unpack_cols(packed: torch.Tensor, order: tuple[int, ...] = tuple(range(8)))
     return nibbles[:, :, inverse].reshape(packed.shape[0], -1).to(torch.uint8)
 
 
-def _to_int4(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, group: int,
+def _to_int4(prefix: str, codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, group: int,
              dtype: torch.dtype) -> QuantizedWeight:
     """codes ``[K, N]`` uint8; zeros, scales ``[G, N]`` (zeros already offset) -> Anna's int4 layout."""
     k, n = codes.shape
     if k % INT4_GROUP:
-        raise ModelLoadError(f"int4: K = {k} is not a multiple of {INT4_GROUP}")
+        raise ModelLoadError(f"{prefix}: K = {k} input columns is not a multiple of {INT4_GROUP} (Anna's int4 groups)")
     repeat = k // INT4_GROUP if group == -1 else group // INT4_GROUP
     s = scales.float().repeat_interleave(repeat, 0)[: k // INT4_GROUP]  # [K/128, N]
     z = zeros.float().repeat_interleave(repeat, 0)[: k // INT4_GROUP]
@@ -249,7 +249,7 @@ def repack_gptq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales
             raise ModelLoadError(f"{prefix}: g_idx is not k // group_size (an act-order / desc_act checkpoint): its "
                                  "scattered groups are not supported; use a checkpoint quantized with desc_act false")
     zeros = _unpack_cols(qzeros).to(torch.int32) + cfg.zero_offset
-    return _to_int4(_unpack_rows(qweight), zeros, scales, cfg.group_size, dtype)
+    return _to_int4(prefix, _unpack_rows(qweight), zeros, scales, cfg.group_size, dtype)
 
 
 def repack_awq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
@@ -267,7 +267,7 @@ def repack_awq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales:
     _check_shape(f"{prefix}.scales", scales, (g, n))
     codes = _unpack_cols(qweight, AWQ_PACK_ORDER)
     zeros = _unpack_cols(qzeros, AWQ_PACK_ORDER).to(torch.int32)
-    return _to_int4(codes, zeros, scales, cfg.group_size, dtype)
+    return _to_int4(prefix, codes, zeros, scales, cfg.group_size, dtype)
 
 
 def repack_fp8(prefix: str, weight: torch.Tensor, weight_scale_inv: torch.Tensor) -> QuantizedWeight:

@@ -186,3 +186,16 @@ def test_fp8_weight_without_scales_is_a_load_error(tiny128, tmp_path):
     save_file(tensors, str(path))
     with pytest.raises(ModelLoadError, match="float8 tensors without a weight_scale_inv"):
         _load(quant_dir)
+
+
+def test_load_model_serves_a_prequantized_checkpoint(tiny128, tmp_path, monkeypatch):
+    """Through ``load_model`` (what ``anna serve`` / ``generate`` / ``LLM`` call): the family option turns the
+    layout cache off, and the default keeps it under ``ANNA_CACHE_DIR``."""
+    from anna_core.loading import load_model
+
+    monkeypatch.setenv("ANNA_CACHE_DIR", str(tmp_path / "cache"))
+    quant_dir, _, _ = build_prequant(tiny128, tmp_path, CASES["fp8"][0], layout="fp8")
+    loaded = load_model(quant_dir, device="cpu", family_options={"layout_cache": False})
+    assert "fp8-block" in weight_kinds(loaded.model)["linear"] and not (tmp_path / "cache").exists()
+    load_model(quant_dir, device="cpu")
+    assert len(list((tmp_path / "cache" / "quant-layouts").iterdir())) == 1

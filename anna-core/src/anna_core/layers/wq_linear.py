@@ -147,20 +147,21 @@ def weight_kinds(model: nn.Module) -> dict[str, str]:
     (``"bfloat16+int4-gptq"``: some projections stayed dense). ``linear`` covers every linear layer but the LM head
     and the vision tower's; a tied LM head is the embedding's dtype."""
     found: dict[str, set[str]] = {}
+    embedding: str | None = None
     for name, module in model.named_modules():
         if isinstance(module, WQLinear):
             kind = module.kind
         elif isinstance(module, nn.Linear):
             kind = str(module.weight.dtype).replace("torch.", "")
         else:
+            if isinstance(module, nn.Embedding) and name.split(".")[-1] == "embed_tokens":
+                embedding = str(module.weight.dtype).replace("torch.", "")
             continue
-        group = "lm_head" if name.split(".")[-1] == "lm_head" else "vision" if name.startswith(("visual.",
-                                                                                                  "model.visual.")) else "linear"
+        leaf = name.split(".")[-1]
+        group = "lm_head" if leaf == "lm_head" else "vision" if name.startswith(("visual.", "model.visual.")) else "linear"
         found.setdefault(group, set()).add(kind)
-    if "lm_head" not in found:
-        head = getattr(getattr(model, "model", model), "embed_tokens", None)
-        if isinstance(head, nn.Embedding):
-            found["lm_head"] = {str(head.weight.dtype).replace("torch.", "")}
+    if "lm_head" not in found and embedding is not None:  # a tied head reads the embedding
+        found["lm_head"] = {embedding}
     return {group: "+".join(sorted(kinds)) for group, kinds in sorted(found.items())}
 
 

@@ -199,3 +199,12 @@ def test_load_model_serves_a_prequantized_checkpoint(tiny128, tmp_path, monkeypa
     assert "fp8-block" in weight_kinds(loaded.model)["linear"] and not (tmp_path / "cache").exists()
     load_model(quant_dir, device="cpu")
     assert len(list((tmp_path / "cache" / "quant-layouts").iterdir())) == 1
+
+
+def test_prequantized_moe_experts_are_a_clear_load_error(tmp_path):
+    from anna_qwen35.tiny import build_tiny_checkpoint
+
+    src = build_tiny_checkpoint(tmp_path / "src", variant="moe")
+    quant_dir, _, _ = build_prequant(src, tmp_path, CASES["fp8"][0], layout="fp8")
+    with pytest.raises(ModelLoadError, match="pre-quantized MoE routed experts are not supported yet"):
+        _load(quant_dir)

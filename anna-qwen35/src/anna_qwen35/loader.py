@@ -150,7 +150,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
         load_checkpoint(model, source.root, name_map(cfg, vision is not None), prequant, ops, device=device,
                         dtype=dtype, weight_quant=weight_quant, layout_cache=layout_cache, host=host,
-                        pin=not per_expert)
+                        pin=not per_expert, unsupported=_prequant_unsupported)
     model.raw_config = source.config
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     if staged:
@@ -195,6 +195,12 @@ def _vision(source: ModelSource, cfg: Qwen35Config, tokenizer: Any
                  source.root, PREPROCESSOR_CONFIG)
         return None, None
     return vision, processor
+
+
+def _prequant_unsupported(module: str) -> str | None:
+    """Why a module cannot be served pre-quantized, or None: MoE routed experts (their fused expert kernels take
+    dense weights)."""
+    return "MoE routed experts" if ".mlp.experts." in f".{module}." else None
 
 
 def check_weight_quant(weight_quant: str, source_format: str, device: torch.device) -> None:

@@ -11,7 +11,7 @@ reports every missing or unexpected tensor.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,18 +94,25 @@ def read_prequantized(files: Mapping[str, Path], cfg: PrequantConfig, *, device_
 
 
 def install(model: nn.Module, weights: Mapping[str, QuantizedWeight], modules: Mapping[str, str], ops: Any, *,
-            device: torch.device, kind: str | None = None) -> None:
+            device: torch.device, kind: str | None = None,
+            unsupported: Callable[[str], str | None] = lambda name: None) -> None:
     """Replace the ``nn.Linear`` named ``modules[prefix]`` by a WQLinear of ``weights[prefix]`` on ``device``
     (``kind``: its :attr:`~anna_core.layers.wq_linear.WQLinear.kind`). A layer's bias stays the (meta) parameter
     the family built, for the checkpoint loader to assign.
 
+    ``unsupported(name)`` is the family's word on a module it cannot serve quantized (None: it can; else why
+    not, e.g. ``"MoE routed experts"``).
+
     Raises:
-        ModelLoadError: a module that is missing or not an ``nn.Linear`` (e.g. MoE experts), or whose shape
-            differs from the quantized weight's.
+        ModelLoadError: a module that is missing, not an ``nn.Linear`` or ``unsupported``, or whose shape differs
+            from the quantized weight's.
     """
     from anna_core.layers.wq_linear import WQLinear
 
     for prefix, name in modules.items():
+        why = unsupported(name)
+        if why is not None:
+            raise ModelLoadError(f"{prefix}: pre-quantized {why} are not supported yet (quantized tensors for {name!r})")
         parent_name, _, attr = name.rpartition(".")
         try:
             parent = model.get_submodule(parent_name) if parent_name else model
@@ -158,7 +165,8 @@ def _check_no_unscaled_fp8(files: Mapping[str, Path], quantized: set[str]) -> No
 
 
 def load_prequantized(model: nn.Module, root: str | Path, name_map: NameMap, cfg: PrequantConfig, ops: Any, *,
-                      device: torch.device, dtype: torch.dtype, cache: LayoutCache | None = None) -> PrequantLoad:
+                      device: torch.device, dtype: torch.dtype, cache: LayoutCache | None = None,
+                      unsupported: Callable[[str], str | None] = lambda name: None) -> PrequantLoad:
     """Load the quantized linears of the checkpoint in ``root`` into ``model`` (meta-built) without dequantizing
     (:func:`~anna_core.layers.wq_linear.dequantize_linears` afterwards dequantizes them, for ``--weight-quant none``).
 
@@ -168,16 +176,17 @@ def load_prequantized(model: nn.Module, root: str | Path, name_map: NameMap, cfg
         ops: the model's op table (WQLinear's ``wq_linear`` ops).
         device, dtype: where and in which serving dtype (int4 scales and zeros) to serve.
         cache: the layout cache, or None to repack in memory every load.
+        unsupported: see :func:`install`.
 
     Raises:
-        ModelLoadError: a quantized layer the model does not hold as a linear, mis-shaped or unreadable tensors, a
+        ModelLoadError: a quantized layer the model does not hold as a linear or the family refuses, mis-shaped or unreadable tensors, a
             non-zero bias for a layer without one (a zero one, as GPTQ exporters write, is ignored), an fp8 tensor
             without its scales.
     """
     files = checkpoint_files(root)
     modules = _targets(files, cfg, name_map)
     weights, state = read_prequantized(files, cfg, device_kind=torch.device(device).type, dtype=dtype, cache=cache)
-    install(model, weights, modules, ops, device=torch.device(device), kind=cfg.kind)
+    install(model, weights, modules, ops, device=torch.device(device), kind=cfg.kind, unsupported=unsupported)
     skipped = {f"{p}.{s}" for p in modules for s in SUFFIXES[cfg.layout]}
     skipped |= _zero_biases(model, files, modules)
     if cfg.layout == "fp8":
@@ -226,11 +235,12 @@ def checkpoint_prequant(config: Mapping[str, Any], weight_quant: str, load_forma
 
 def load_checkpoint(model: nn.Module, root: str | Path, name_map: NameMap, prequant: PrequantConfig | None, ops: Any,
                     *, device: torch.device, dtype: torch.dtype, weight_quant: str = "auto", layout_cache: bool = True,
-                    host: tuple[str, ...] = (), pin: bool = True) -> None:
+                    host: tuple[str, ...] = (), pin: bool = True,
+                    unsupported: Callable[[str], str | None] = lambda name: None) -> None:
     """:func:`~anna_core.weights.safetensors_loader.load_safetensors`, preceded for a pre-quantized checkpoint
     (``prequant`` from :func:`checkpoint_prequant`) by :func:`load_prequantized` (through the layout cache under
     ``$ANNA_CACHE_DIR`` unless ``layout_cache`` is False) and followed, for ``weight_quant == "none"``, by the
-    dequantization of its quantized layers to ``dtype``.
+    dequantization of its quantized layers to ``dtype`` (``unsupported``: see :func:`install`).
 
     Raises:
         ModelLoadError: see :func:`load_prequantized` and ``load_safetensors``.
@@ -240,7 +250,7 @@ def load_checkpoint(model: nn.Module, root: str | Path, name_map: NameMap, prequ
 
     if prequant is not None:
         name_map = load_prequantized(model, root, name_map, prequant, ops, device=device, dtype=dtype,
-                                     cache=LayoutCache() if layout_cache else None).name_map
+                                     cache=LayoutCache() if layout_cache else None, unsupported=unsupported).name_map
     load_safetensors(model, root, name_map, device=device, host=host, pin=pin)
     if prequant is not None and weight_quant == "none":
         log.info("--weight-quant none: %d %s layers dequantized to %s", dequantize_linears(model, dtype),

@@ -86,7 +86,8 @@ def make_state(tokenizer: Tokenizer, engine: Any, **overrides: Any) -> ServerSta
     state = ServerState(model_name=MODEL)
     state.set_ready(engine, tokenizer, max_model_len=overrides.pop("max_model_len", 256), eos_token_ids=[2],
                     checkpoint_sampling=overrides.pop("checkpoint_sampling", {}),
-                    info={"family": "qwen35", "device": "cpu", "dtype": "float32", "kernels": {"rms_norm": "reference"}})
+                    info={"family": "qwen35", "device": "cpu", "dtype": "float32", "kernels": {"rms_norm": "reference"},
+                          "weights": {"linear": "int4-gptq", "lm_head": "float32"}})
     for key, value in overrides.items():
         setattr(state, key, value)
     return state

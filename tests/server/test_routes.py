@@ -270,6 +270,7 @@ def test_healthz_reports_model_device_kernels_and_engine(client):
     body = client.get("/healthz").json()
     assert body["model"] == MODEL and body["family"] == "qwen35" and body["device"] == "cpu"
     assert body["dtype"] == "float32" and body["kernels"] == {"rms_norm": "reference"}
+    assert body["weights"] == {"linear": "int4-gptq", "lm_head": "float32"}
     assert body["engine"]["requests_served"] == 1 and body["uptime_s"] >= 0
     assert body["memory"]["total_bytes"] > 0
 

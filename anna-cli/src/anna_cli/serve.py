@@ -139,6 +139,7 @@ class BackgroundLoader:
         from anna_core.engine.defaults import default_sampling_fields
         from anna_core.errors import AnnaError
         from anna_core.kernels.registry import chosen_kernels
+        from anna_core.layers.wq_linear import weight_kinds
         from anna_core.loading import load_model
         from anna_core.registry import resolve
 
@@ -173,7 +174,8 @@ class BackgroundLoader:
             engine, loaded.tokenizer, max_model_len=max_len, eos_token_ids=loaded.generation.eos_token_ids,
             checkpoint_sampling=default_sampling_fields(loaded.generation),
             info={"family": loaded.family, "device": str(loaded.device), "dtype": str(loaded.dtype).replace("torch.", ""),
-                  "load_s": round(time.perf_counter() - t0, 3), "kernels": lambda: chosen_kernels(model)},
+                  "load_s": round(time.perf_counter() - t0, 3), "kernels": lambda: chosen_kernels(model),
+                  "weights": weight_kinds(model)},
             processor=loaded.processor,
         )
         logger.info("model %s ready in %.2f s (family %s, task %s, %s, %s)", self.state.model_name,

@@ -2,7 +2,9 @@
 may be read-only).
 
 What lives there (each under its own subfolder, keyed so a stale entry is never hit):
-``gguf-tokenizers/`` (tokenizers converted from GGUF metadata, :mod:`anna_core.weights.gguf_tokenizer`) and
+``gguf-tokenizers/`` (tokenizers converted from GGUF metadata, :mod:`anna_core.weights.gguf_tokenizer`),
+``quant-layouts/<key>/`` (pre-quantized checkpoints' weights repacked into Anna's layouts, keyed by the source
+files, device kind, dtype, method and versions: :mod:`anna_core.weights.layout_cache`) and
 ``triton/<key>/`` (compiled Triton kernels and autotuning results of a kernel plugin, keyed by GPU,
 driver and software versions: :mod:`anna_xpu_kernels.kernel_cache`). An unwritable cache only costs speed.
 """

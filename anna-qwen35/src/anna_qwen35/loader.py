@@ -19,10 +19,10 @@ from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
 from anna_core.weights.gpu_quant import SCHEMES, quantize
+from anna_core.weights.prequant_loader import checkpoint_prequant, load_checkpoint
 from anna_core.weights.safetensors_loader import (
     cast_meta_params,
     checkpoint_files,
-    load_safetensors,
     materialize_dummy,
 )
 
@@ -69,7 +69,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
          max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False,
-         lm_head_quant: str = "none") -> LoadedModel:
+         lm_head_quant: str = "none", layout_cache: bool = True) -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
@@ -87,7 +87,10 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             quantizes to int4 when the dense weights would not fit ``max_device_bytes`` (else the device's free
             memory), with a warning; ``"int4"`` / ``"int8"`` / ``"fp8"`` quantize the decoder layers' dense
             projections of a safetensors (or dummy) checkpoint at load (:func:`weight_scheme`); the embedding, the
-            LM head, MoE routers and routed experts and the vision tower stay dense.
+            LM head, MoE routers and routed experts and the vision tower stay dense. A pre-quantized checkpoint
+            (``quantization_config``: GPTQ / AWQ int4, FP8 block, AutoRound, :mod:`anna_core.weights.prequant`)
+            keeps its own quantization under ``"auto"`` (its linears repacked into the ``wq_linear`` layouts,
+            never dequantized) and is dequantized to ``dtype`` under ``"none"``.
         lm_head_quant: ``"none"`` (the LM head stays in ``dtype``) or a scheme (``"int4"`` / ``"int8"`` / ``"fp8"``)
             for the LM head (a tied head gets a quantized copy of the embedding; the embedding stays dense); a load
             option (``load_model(family_options={"lm_head_quant": "fp8"})``, ``--lm-head-quant`` of ``anna serve`` /
@@ -95,13 +98,16 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         offload_vision: keep the vision tower (``visual.*``) in host memory and run it on the CPU with CPU-bound ops
             (:meth:`Qwen35ForCausalLM.encode` copies its rows to ``device``); ignored, with a log line, for a model
             without a tower.
+        layout_cache: keep a pre-quantized checkpoint's repacked weights in the layout cache
+            (:mod:`anna_core.weights.layout_cache`, under ``$ANNA_CACHE_DIR``); a load option.
 
     Raises:
         OffloadConfigError: an offload setting the model contradicts; offload of a GGUF.
         UnsupportedModelError: a MoE option transformers' Qwen3_5Moe lacks (see :meth:`Qwen35Config.from_hf`),
             GGUF metadata Anna does not implement (see :meth:`Qwen35Config.from_gguf`).
-        ModelLoadError: ``--weight-quant`` int4 / int8 / fp8 of a GGUF, fp8 on a device without FP8 units, an
-            unknown mode; bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
+        ModelLoadError: ``--weight-quant`` int4 / int8 / fp8 of a GGUF or of a pre-quantized checkpoint, fp8 on a
+            device without FP8 units, an unknown mode; a ``quantization_config`` Anna does not serve (naming the
+            method: :class:`~anna_core.weights.prequant.UnsupportedQuantizationError`); bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
             mixing the fused and per-expert layouts), unsupported GGML types, a load format that does not fit
             the source, no tokenizer.
     """
@@ -123,6 +129,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy")
     cfg = Qwen35Config.from_hf(source.config)
+    prequant = checkpoint_prequant(source.config, weight_quant, load_format)
     tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")
     vision, processor = _vision(source, cfg, tokenizer)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
@@ -141,8 +148,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init, host=host)
     else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
-        load_safetensors(model, source.root, name_map(cfg, vision is not None), device=device, host=host,
-                         pin=not per_expert)
+        load_checkpoint(model, source.root, name_map(cfg, vision is not None), prequant, ops, device=device,
+                        dtype=dtype, weight_quant=weight_quant, layout_cache=layout_cache, host=host,
+                        pin=not per_expert, unsupported=_prequant_unsupported)
     model.raw_config = source.config
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     if staged:
@@ -187,6 +195,12 @@ def _vision(source: ModelSource, cfg: Qwen35Config, tokenizer: Any
                  source.root, PREPROCESSOR_CONFIG)
         return None, None
     return vision, processor
+
+
+def _prequant_unsupported(module: str) -> str | None:
+    """Why a module cannot be served pre-quantized, or None: MoE routed experts (their fused expert kernels take
+    dense weights)."""
+    return "MoE routed experts" if ".mlp.experts." in f".{module}." else None
 
 
 def check_weight_quant(weight_quant: str, source_format: str, device: torch.device) -> None:

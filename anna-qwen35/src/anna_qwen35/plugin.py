@@ -21,7 +21,7 @@ def register_model_families(register):
             vision_offload=True,  # --offload-vision: the vision tower on the CPU
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
             tiny_checkpoint="anna_qwen35.tiny:build_tiny_checkpoint",  # for tests: variant dense / moe
-            load_options=("lm_head_quant",),  # the LM head quantized too (int4 / int8 / fp8; default dense)
+            load_options=("lm_head_quant", "layout_cache"),  # the LM head quantized too (int4 / int8 / fp8; default dense)
         )
     )
     register(
@@ -37,6 +37,7 @@ def register_model_families(register):
             reasoning_parser="qwen3",
             tool_call_parser="qwen3_json",
             tiny_checkpoint="anna_qwen35.qwen3.tiny:build_tiny_checkpoint",
+            load_options=("layout_cache",),  # a pre-quantized checkpoint's repacked weights cached (default on)
         )
     )
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+log = logging.getLogger("anna.layers")
 
 
 class Linear(nn.Linear):
@@ -52,14 +55,24 @@ def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
 
     The merged weight (and bias, when all have one) is a new tensor on the parts' device and dtype.
     Quantized parts (:class:`~anna_core.layers.quant_linear.QuantizedLinear`, not yet packed) merge into
-    one quantized layer; a mix of quantized and dense parts merges dense (the quantized ones dequantized).
+    one quantized layer; so do accelerator-quantized parts (:class:`~anna_core.layers.wq_linear.WQLinear`) of one
+    layout (:meth:`~anna_core.layers.wq_linear.WQLinear.merged`); a mix of quantized and dense parts, or WQLinear
+    parts that cannot share a layout, merges dense (the quantized ones dequantized, with a log line).
     """
     from anna_core.layers.quant_linear import QuantizedLinear
+    from anna_core.layers.wq_linear import WQLinear
 
     if all(isinstance(m, QuantizedLinear) for m in linears):
         return QuantizedLinear.merged(linears)
-    dense = [m for m in linears if not isinstance(m, QuantizedLinear)]
-    linears = [m.dense(dense[0].weight.dtype) if isinstance(m, QuantizedLinear) else m for m in linears]
+    if all(isinstance(m, WQLinear) for m in linears):
+        merged = WQLinear.merged(linears)
+        if merged is not None:
+            return merged
+        dtype = getattr(torch, linears[0].ops.dtype)  # the serving dtype the op table is bound to
+        log.info("merging %d quantized projections of different layouts: dequantized to %s", len(linears), dtype)
+        return merge_linears([m.dense(dtype) for m in linears])
+    dense = [m for m in linears if not isinstance(m, (QuantizedLinear, WQLinear))]
+    linears = [m.dense(dense[0].weight.dtype) if isinstance(m, (QuantizedLinear, WQLinear)) else m for m in linears]
     first = linears[0].weight
     has_bias = all(m.bias is not None for m in linears)
     with torch.device("meta"):

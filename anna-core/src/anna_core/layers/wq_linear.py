@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from anna_core.weights.gpu_quant import QuantizedWeight, quantizable, quantize
+from anna_core.weights.gpu_quant import FP8_BLOCK, QuantizedWeight, dequantize, quantizable, quantize
 
 log = logging.getLogger("anna.weights")
 
@@ -28,14 +28,17 @@ class WQLinear(nn.Module):
         weight: the quantized ``[N, K]`` weight.
         bias: ``[N]`` in the serving dtype, or None.
         ops: the model's :class:`~anna_core.kernels.OpTable`.
+        kind: what the layer runs in, for ``/healthz`` (:func:`weight_kinds`): the scheme (quantized at load) by
+            default, the pre-quantized format's name otherwise (``"int4-gptq"``, ``"int4-awq"``, ``"fp8-block"``).
 
     Buffers (not in ``state_dict``): ``qweight``, ``scale``, ``zero`` (int4 only) as the scheme lays them out.
     """
 
-    def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None, ops: Any):
+    def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None, ops: Any, kind: str | None = None):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.scheme = weight.scheme
+        self.kind = kind or weight.scheme
         self.register_buffer("qweight", weight.qweight, persistent=False)
         self.register_buffer("scale", weight.scale, persistent=False)
         self.register_buffer("zero", weight.zero, persistent=False)
@@ -52,6 +55,39 @@ class WQLinear(nn.Module):
         """
         weight = quantize(linear.weight, scheme, linear.weight.dtype)
         return cls(weight, linear.bias, ops)
+
+    @property
+    def weight_q(self) -> QuantizedWeight:
+        """The layer's quantized weight."""
+        return QuantizedWeight(self.qweight, self.scale, self.zero, self.scheme)
+
+    def dense(self, dtype: torch.dtype) -> nn.Linear:
+        """An ``nn.Linear`` holding the dequantized weight in ``dtype`` (and this layer's bias)."""
+        with torch.device("meta"):
+            layer = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        layer.weight = nn.Parameter(dequantize(self.qweight, self.scale, self.zero, self.scheme, dtype),
+                                    requires_grad=False)
+        layer.bias = self.bias
+        return layer
+
+    @classmethod
+    def merged(cls, parts: list[WQLinear]) -> WQLinear | None:
+        """One layer whose output is the concatenation of ``parts``' outputs (same input), or None when they
+        cannot share one quantized weight: different schemes, kinds or scale dtypes, biases on some parts only,
+        or fp8 parts whose rows do not end on a 128-row scale block (all but the last)."""
+        first = parts[0]
+        if any(p.scheme != first.scheme or p.kind != first.kind or p.in_features != first.in_features
+               or p.scale.dtype != first.scale.dtype for p in parts):
+            return None
+        if len({p.bias is None for p in parts}) > 1:
+            return None
+        if first.scheme == "fp8" and any(p.out_features % FP8_BLOCK for p in parts[:-1]):
+            return None
+        zero = None if first.zero is None else torch.cat([p.zero for p in parts])
+        weight = QuantizedWeight(torch.cat([p.qweight for p in parts]), torch.cat([p.scale for p in parts]), zero,
+                                 first.scheme)
+        bias = None if first.bias is None else torch.cat([p.bias.detach() for p in parts])
+        return cls(weight, bias, first.ops, first.kind)
 
     def _ops(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         bound = self._bound
@@ -78,7 +114,7 @@ class WQLinear(nn.Module):
                               self.scheme, activation)
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, scheme={self.scheme}, "
+        return (f"in_features={self.in_features}, out_features={self.out_features}, kind={self.kind}, "
                 f"bias={self.bias is not None}")
 
 
@@ -101,4 +137,41 @@ def quantize_linears(root: nn.Module, scheme: str, ops: Any, skip: Callable[[str
                 continue
             setattr(parent, name, WQLinear.from_linear(child, scheme, ops))
             changed += 1
+    return changed
+
+
+def weight_kinds(model: nn.Module) -> dict[str, str]:
+    """What each kind of layer runs in, for ``/healthz``: ``{"linear": ..., "lm_head": ...}`` (and ``"vision"``
+    for a model with a vision tower), each value a :class:`WQLinear`'s kind (``"int4"``, ``"int4-gptq"``,
+    ``"fp8-block"``, ...) or a dense layer's dtype (``"bfloat16"``), several joined by ``"+"`` in sorted order
+    (``"bfloat16+int4-gptq"``: some projections stayed dense). ``linear`` covers every linear layer but the LM head
+    and the vision tower's; a tied LM head is the embedding's dtype."""
+    found: dict[str, set[str]] = {}
+    embedding: str | None = None
+    for name, module in model.named_modules():
+        if isinstance(module, WQLinear):
+            kind = module.kind
+        elif isinstance(module, nn.Linear):
+            kind = str(module.weight.dtype).replace("torch.", "")
+        else:
+            if isinstance(module, nn.Embedding) and name.split(".")[-1] == "embed_tokens":
+                embedding = str(module.weight.dtype).replace("torch.", "")
+            continue
+        leaf = name.split(".")[-1]
+        group = "lm_head" if leaf == "lm_head" else "vision" if name.startswith(("visual.", "model.visual.")) else "linear"
+        found.setdefault(group, set()).add(kind)
+    if "lm_head" not in found and embedding is not None:  # a tied head reads the embedding
+        found["lm_head"] = {embedding}
+    return {group: "+".join(sorted(kinds)) for group, kinds in sorted(found.items())}
+
+
+def dequantize_linears(root: nn.Module, dtype: torch.dtype) -> int:
+    """Replace every :class:`WQLinear` under ``root`` by an ``nn.Linear`` of its dequantized weight in ``dtype``
+    (``--weight-quant none`` of a pre-quantized checkpoint); returns how many."""
+    changed = 0
+    for _, parent in list(root.named_modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, WQLinear):
+                setattr(parent, name, child.dense(dtype))
+                changed += 1
     return changed

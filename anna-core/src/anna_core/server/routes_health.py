@@ -3,7 +3,9 @@
 ``/health`` answers 200 ``{"status": "ready"}`` only while requests can be served, else 503 with
 the status (``loading``, ``failed``, ``draining`` or ``degraded``: the engine stopped taking requests after
 repeated step failures or a lost device, :mod:`anna_core.engine.faults`; ``error`` says why). ``/healthz`` always answers 200 with what
-the server runs: model, family, task, device, dtype, memory, uptime, chosen kernels, engine stats and the
+the server runs: model, family, task, device, dtype, memory, uptime, chosen kernels, what each layer kind's
+weights run in (``weights``: ``{"linear": "int4-gptq", "lm_head": "bfloat16"}``, :func:`anna_core.layers.wq_linear.weight_kinds`;
+null before the model has loaded), engine stats and the
 serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s), and ``degraded``
 (why the engine stopped taking requests, or null; ``engine.step_failures`` and ``engine.memory_admission`` have
 the counts: ``docs/memory-admission.md``). The
@@ -85,6 +87,7 @@ def healthz(request: Request, server: ServerState) -> dict[str, Any]:
         "uptime_s": round(server.uptime_s, 3),
         "load_s": info.get("load_s"),
         "kernels": kernels,
+        "weights": info.get("weights"),
         "in_flight": server.in_flight,
         "engine": _engine_stats(server),
         "metrics": _metrics(server).snapshot() if _metrics(server) is not None else None,

@@ -13,7 +13,8 @@ from anna_core.layers.linear import use_linear_op
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
-from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
+from anna_core.weights.prequant_loader import checkpoint_prequant, load_checkpoint
+from anna_core.weights.safetensors_loader import cast_meta_params, materialize_dummy
 
 from anna_qwen35.qwen3.config import Qwen3Config
 from anna_qwen35.qwen3.model import Qwen3ForCausalLM
@@ -41,7 +42,8 @@ def prepare(model: Qwen3ForCausalLM, ops: Any) -> Qwen3ForCausalLM:
 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
-         kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto") -> LoadedModel:
+         kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto",
+         layout_cache: bool = True) -> LoadedModel:
     """Load a Qwen3 checkpoint (``Qwen3ForCausalLM``) for text generation.
 
     Args:
@@ -51,11 +53,17 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             only ``config.json``).
         kernels: the kernel registry the model's ops are bound from.
         chat_template: overrides the checkpoint's chat template.
-        weight_quant: ``"auto"`` or ``"none"`` (both keep the weights dense).
+        weight_quant: ``"auto"`` or ``"none"`` (both keep the weights dense). A pre-quantized checkpoint
+            (``quantization_config``: GPTQ / AWQ int4, FP8 block, AutoRound; :mod:`anna_core.weights.prequant`) keeps
+            its quantization under ``"auto"`` (repacked into the ``wq_linear`` layouts) and is dequantized under
+            ``"none"``.
+        layout_cache: keep a pre-quantized checkpoint's repacked weights in the layout cache
+            (:mod:`anna_core.weights.layout_cache`); a load option.
 
     Raises:
         ModelLoadError: an unknown load format or one that does not fit the source (a GGUF), a weight
-            quantization it does not implement, a bad config, missing / unexpected / mis-shaped tensors, no
+            quantization it does not implement, an unsupported ``quantization_config`` (naming the method), a bad
+            config, missing / unexpected / mis-shaped tensors, no
             tokenizer.
         UnsupportedModelError: sliding-window layers or another activation (:meth:`Qwen3Config.from_hf`).
     """
@@ -68,12 +76,14 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if weight_quant not in ("auto", "none"):
         raise ModelLoadError(f"--weight-quant {weight_quant} is not implemented for Qwen3 yet; use auto or none")
     cfg = Qwen3Config.from_hf(source.config)
+    prequant = checkpoint_prequant(source.config, weight_quant, load_format)
     ops = bind_ops(kernels, device, dtype)
     model = build_model(cfg, ops, dtype)
     if load_format == "dummy":
         materialize_dummy(model, device=device)
     else:
-        load_safetensors(model, source.root, name_map(cfg), device=device)
+        load_checkpoint(model, source.root, name_map(cfg), prequant, ops, device=device, dtype=dtype,
+                        weight_quant=weight_quant, layout_cache=layout_cache)
     model.raw_config = source.config
     tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")
     generation = read_generation_defaults(source.root, config_eos=list(cfg.eos_token_id) or None, tokenizer=tokenizer)

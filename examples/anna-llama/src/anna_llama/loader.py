@@ -13,11 +13,8 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
-from anna_core.weights.safetensors_loader import (
-    cast_meta_params,
-    load_safetensors,
-    materialize_dummy,
-)
+from anna_core.weights.prequant_loader import checkpoint_prequant, load_checkpoint
+from anna_core.weights.safetensors_loader import cast_meta_params, materialize_dummy
 
 from anna_llama.config import LlamaConfig
 from anna_llama.model import LlamaForCausalLM
@@ -43,7 +40,8 @@ def build_model(cfg: LlamaConfig, ops: Any, dtype: torch.dtype) -> LlamaForCausa
 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
-         kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto") -> LoadedModel:
+         kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto",
+         layout_cache: bool = True) -> LoadedModel:
     """Load a Llama-architecture checkpoint.
 
     Args:
@@ -57,10 +55,15 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             (:mod:`anna_core.layers.quant_linear`) and dequantizes them elsewhere; ``"none"`` dequantizes;
             ``"int4"`` (groups of 128, asymmetric) / ``"int8"`` (per channel) quantize a safetensors
             checkpoint's projections at load (:mod:`anna_core.weights.quantize`; CPU only, the embedding and
-            a tied LM head stay dense).
+            a tied LM head stay dense). A pre-quantized safetensors checkpoint (``quantization_config``: GPTQ /
+            AWQ int4, FP8 block, AutoRound; :mod:`anna_core.weights.prequant`) keeps its quantization under
+            ``"auto"`` (the ``wq_linear`` ops) and is dequantized under ``"none"``.
+        layout_cache: keep a pre-quantized checkpoint's repacked weights in the layout cache
+            (:mod:`anna_core.weights.layout_cache`); a load option.
 
     Raises:
-        ModelLoadError: unknown load format or one that does not fit the source; a bad config;
+        ModelLoadError: unknown load format or one that does not fit the source; a bad config; an unsupported
+            ``quantization_config`` (naming the method), ``--weight-quant int4|int8`` of a pre-quantized one;
             missing / unexpected / mis-shaped tensors; an unreadable GGUF or tokenizer.
     """
     if load_format not in LOAD_FORMATS:
@@ -74,11 +77,13 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy", packed=packed == "gguf")
     cfg = LlamaConfig.from_hf(source.config)
+    prequant = checkpoint_prequant(source.config, weight_quant, load_format)
     model = build_model(cfg, ops, dtype)
     if load_format == "dummy":
         materialize_dummy(model, device=device)
-    else:
-        load_safetensors(model, source.root, safetensors_name_map(cfg), device=device)
+    else:  # a pre-quantized checkpoint's linears repacked for the wq_linear ops (anna_core.weights.prequant)
+        load_checkpoint(model, source.root, safetensors_name_map(cfg), prequant, ops, device=device, dtype=dtype,
+                        weight_quant=weight_quant, layout_cache=layout_cache)
     tokenizer = _folder_tokenizer(source.root, chat_template, required=load_format != "dummy")
     _prepare(model, device, quantize=packed if packed in ("int4", "int8") else None)
     generation = read_generation_defaults(source.root, config_eos=source.config.get("eos_token_id"),

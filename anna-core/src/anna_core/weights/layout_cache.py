@@ -1,0 +1,205 @@
+"""The layout cache: a pre-quantized checkpoint's weights repacked into the ``wq_linear`` layouts
+(:mod:`anna_core.weights.prequant`), saved once under ``$ANNA_CACHE_DIR/quant-layouts/<key>/`` (never inside
+the model folder, which may be read-only) so later loads read them instead of repacking.
+
+``<key>`` hashes everything the repacked tensors depend on (:func:`cache_key`): each source safetensors file's
+resolved path, size, modification time and a hash of its header (the tensor names, dtypes, shapes and
+offsets), the device kind (``cuda`` / ``xpu`` / ``cpu``), the serving dtype, the quantization method
+(:meth:`~anna_core.weights.prequant.PrequantConfig.to_json`), the cache format and the torch, safetensors and
+anna-core versions. A changed checkpoint thus misses and is rebuilt; an entry that cannot be read (a truncated
+or corrupt file, a missing tensor) is removed and rebuilt; a cache that cannot be written logs a warning and the
+load goes on with the weights repacked in memory.
+
+An entry is a folder holding ``weights.safetensors`` (per linear ``<prefix>.qweight``, ``<prefix>.scale``,
+``<prefix>.zero`` for int4) and ``entry.json`` (``{"format", "scheme", "kind", "prefixes", "key_material"}``),
+written last: an entry without it is incomplete and never read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from anna_core.cache_dir import cache_dir
+from anna_core.weights.gpu_quant import QuantizedWeight
+from anna_core.weights.prequant import PrequantConfig
+
+log = logging.getLogger("anna.weights")
+
+CACHE_SUBDIR = "quant-layouts"
+CACHE_FORMAT = "1"
+ENTRY_FILE = "entry.json"
+WEIGHTS_FILE = "weights.safetensors"
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def header_hash(path: Path) -> str:
+    """SHA-256 of a safetensors file's header (its 8-byte length and JSON).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: the file is too short for its header.
+    """
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{path}: not a safetensors file")
+        (length,) = struct.unpack("<Q", raw)
+        header = f.read(length)
+        if len(header) != length:
+            raise ValueError(f"{path}: truncated safetensors header")
+    return hashlib.sha256(raw + header).hexdigest()
+
+
+def key_material(files: Iterable[Path], cfg: PrequantConfig, device_kind: str, dtype: torch.dtype) -> dict[str, Any]:
+    """What the cache key hashes (JSON-ready; shown by ``anna quant-cache inspect``).
+
+    Raises:
+        OSError, ValueError: a source file cannot be read (see :func:`header_hash`).
+    """
+    sources = []
+    for path in sorted({Path(p).resolve() for p in files}):
+        st = path.stat()
+        sources.append({"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                        "header_sha256": header_hash(path)})
+    return {"format": CACHE_FORMAT, "sources": sources, "device": device_kind, "dtype": str(dtype).replace("torch.", ""),
+            "method": cfg.to_json(), "versions": {d: _version(d) for d in ("torch", "safetensors", "anna-core")}}
+
+
+def cache_key(material: Mapping[str, Any]) -> str:
+    """The entry folder name of ``material`` (:func:`key_material`)."""
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class LayoutCache:
+    """The layout cache under ``root`` (default ``$ANNA_CACHE_DIR/quant-layouts``).
+
+    Args:
+        root: the cache folder (created on the first store).
+    """
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root is not None else cache_dir() / CACHE_SUBDIR
+
+    def entry_dir(self, material: Mapping[str, Any]) -> Path:
+        """The folder of the entry for ``material``."""
+        return self.root / cache_key(material)
+
+    def load(self, material: Mapping[str, Any], prefixes: list[str]) -> dict[str, QuantizedWeight] | None:
+        """The cached weights of ``prefixes`` (on the CPU), or None on a miss. A corrupt entry (unreadable, another
+        key's, a missing tensor) is removed, with a warning, and counts as a miss."""
+        entry = self.entry_dir(material)
+        meta_path = entry / ENTRY_FILE
+        if not meta_path.is_file():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+            if meta.get("key_material") != json.loads(json.dumps(material)) or meta.get("prefixes") != prefixes:
+                raise ValueError("the entry was written for another checkpoint")
+            from safetensors.torch import load_file
+
+            tensors = load_file(str(entry / WEIGHTS_FILE), device="cpu")
+            out = {}
+            for prefix in prefixes:
+                zero = tensors.get(f"{prefix}.zero")
+                out[prefix] = QuantizedWeight(tensors[f"{prefix}.qweight"], tensors[f"{prefix}.scale"], zero,
+                                              meta["scheme"])
+            return out
+        except Exception as exc:  # any unreadable entry is rebuilt
+            log.warning("layout cache entry %s is unreadable (%s): removing it and repacking", entry, exc)
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+
+    def store(self, material: Mapping[str, Any], weights: Mapping[str, QuantizedWeight], kind: str) -> Path | None:
+        """Save ``weights`` (``{prefix: weight}``) as the entry of ``material``; returns its folder, or None when
+        the cache cannot be written (logged as a warning; the caller keeps its in-memory weights)."""
+        from safetensors.torch import save_file
+
+        entry = self.entry_dir(material)
+        tmp: str | None = None
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=".tmp-", dir=self.root)
+            tensors: dict[str, torch.Tensor] = {}
+            schemes = set()
+            for prefix, w in weights.items():
+                schemes.add(w.scheme)
+                tensors[f"{prefix}.qweight"] = w.qweight.detach().cpu().contiguous()
+                tensors[f"{prefix}.scale"] = w.scale.detach().cpu().contiguous()
+                if w.zero is not None:
+                    tensors[f"{prefix}.zero"] = w.zero.detach().cpu().contiguous()
+            if len(schemes) > 1:
+                raise ValueError(f"one scheme per entry, got {sorted(schemes)}")
+            save_file(tensors, os.path.join(tmp, WEIGHTS_FILE))
+            meta = {"format": CACHE_FORMAT, "scheme": schemes.pop() if schemes else None, "kind": kind,
+                    "prefixes": list(weights), "key_material": material}
+            Path(tmp, ENTRY_FILE).write_text(json.dumps(meta, indent=1))
+            shutil.rmtree(entry, ignore_errors=True)
+            os.replace(tmp, entry)
+            tmp = None
+            return entry
+        except Exception as exc:
+            log.warning("cannot write the layout cache entry %s (%s): the repacked weights stay in memory only",
+                        entry, exc)
+            return None
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every complete entry: ``{"path", "bytes", "kind", "scheme", "layers", "sources", "device", "dtype"}``."""
+        out = []
+        if not self.root.is_dir():
+            return out
+        for entry in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            try:
+                meta = json.loads((entry / ENTRY_FILE).read_text())
+            except (OSError, ValueError):
+                continue
+            km = meta.get("key_material", {})
+            out.append({"path": str(entry), "bytes": sum(f.stat().st_size for f in entry.iterdir() if f.is_file()),
+                        "kind": meta.get("kind"), "scheme": meta.get("scheme"), "layers": len(meta.get("prefixes", [])),
+                        "sources": [s.get("path") for s in km.get("sources", [])], "device": km.get("device"),
+                        "dtype": km.get("dtype")})
+        return out
+
+    def clear(self, sources: Iterable[Path] | None = None) -> int:
+        """Remove the entries built from any of ``sources`` (every entry when None, temporary folders too);
+        returns how many entries were removed."""
+        if not self.root.is_dir():
+            return 0
+        wanted = None if sources is None else {str(Path(p).resolve()) for p in sources}
+        removed = 0
+        for entry in [p for p in self.root.iterdir() if p.is_dir()]:
+            if entry.name.startswith("."):
+                if wanted is None:
+                    shutil.rmtree(entry, ignore_errors=True)
+                continue
+            if wanted is not None:
+                try:
+                    meta = json.loads((entry / ENTRY_FILE).read_text())
+                    paths = {s.get("path") for s in meta["key_material"]["sources"]}
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                if not paths & wanted:
+                    continue
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+        return removed

@@ -1,0 +1,77 @@
+"""``anna quant-cache inspect|build|clear --model-dir DIR`` (issue 29) on a small FP8 block-scaled checkpoint, the
+cache root in a temporary ``ANNA_CACHE_DIR``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from anna_cli.main import build_cli
+from click.testing import CliRunner
+from safetensors.torch import save_file
+
+FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANNA_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _checkpoint(path, quantization_config=FP8):
+    path.mkdir()
+    w = (torch.randn(256, 128, generator=torch.Generator().manual_seed(0)) * 20).to(torch.float8_e4m3fn)
+    save_file({"layers.0.proj.weight": w, "layers.0.proj.weight_scale_inv": torch.full((2, 1), 0.5)},
+              str(path / "model.safetensors"))
+    config = {"model_type": "qwen3", "torch_dtype": "bfloat16"}
+    if quantization_config is not None:
+        config["quantization_config"] = quantization_config
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def invoke(*args):
+    result = CliRunner().invoke(build_cli(), ["quant-cache", *args])
+    return result.exit_code, result.output
+
+
+def test_inspect_build_clear(tmp_path, cache_root):
+    ckpt = str(_checkpoint(tmp_path / "ckpt"))
+    code, out = invoke("inspect", "--model-dir", ckpt, "--device", "cuda")
+    assert code == 0, out
+    info = json.loads(out)
+    assert info["quantization"]["method"] == "fp8" and info["quantization"]["kind"] == "fp8-block"
+    assert (info["cached"], info["entries"], info["dtype"]) == (False, [], "bfloat16")  # the checkpoint's dtype on cuda
+    assert info["cache_root"] == str(cache_root / "quant-layouts")
+    code, out = invoke("build", "--model-dir", ckpt, "--device", "cuda")
+    assert code == 0, out
+    built = json.loads(out)
+    assert (built["state"], built["layers"], built["entry"]) == ("built", 1, info["entry"])
+    assert json.loads(invoke("build", "--model-dir", ckpt, "--device", "cuda")[1])["state"] == "hit"
+    info = json.loads(invoke("inspect", "--model-dir", ckpt, "--device", "cuda")[1])
+    assert info["cached"] and [e["path"] for e in info["entries"]] == [built["entry"]]
+    assert not json.loads(invoke("inspect", "--model-dir", ckpt, "--device", "cpu")[1])["cached"]  # float32 on cpu
+    code, out = invoke("clear", "--model-dir", ckpt)
+    assert code == 0 and json.loads(out)["removed"] == 1
+    assert json.loads(invoke("inspect", "--model-dir", ckpt, "--device", "cuda")[1])["entries"] == []
+
+
+def test_clear_all_removes_other_checkpoints_entries(tmp_path, cache_root):
+    a, b = str(_checkpoint(tmp_path / "a")), str(_checkpoint(tmp_path / "b"))
+    for ckpt in (a, b):
+        assert invoke("build", "--model-dir", ckpt, "--device", "cpu")[0] == 0
+    assert json.loads(invoke("clear", "--model-dir", a)[1])["removed"] == 1
+    assert json.loads(invoke("clear", "--model-dir", a, "--all")[1])["removed"] == 1
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    (None, "has no quantization_config"),
+    ({"quant_method": "bitsandbytes"}, "quant_method 'bitsandbytes' is not supported"),
+])
+def test_errors_are_one_line_not_tracebacks(tmp_path, cache_root, config, message):
+    ckpt = str(_checkpoint(tmp_path / "ckpt", config))
+    for command in ("inspect", "build", "clear"):
+        code, out = invoke(command, "--model-dir", ckpt)
+        assert code == 1 and message in out and "Traceback" not in out, out

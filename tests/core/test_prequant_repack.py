@@ -1,0 +1,76 @@
+"""Repacking one pre-quantized linear into Anna's layouts (:mod:`anna_core.weights.prequant`, issue 29): the
+dense weight of the repacked layer equals ``(q - z) * s`` computed from the codes before packing
+(:mod:`anna_core.testing.prequant_checkpoints` packs them by the formats' rules), for GPTQ v1 / v2, group sizes
+128, 256 and -1, and AWQ; mis-shaped tensors and configs are errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from anna_core.errors import ModelLoadError
+from anna_core.testing.prequant_checkpoints import awq_tensors, gptq_tensors, rtn_int4
+from anna_core.weights.gpu_quant import dequantize
+from anna_core.weights.prequant import (
+    PrequantConfig,
+    UnsupportedQuantizationError,
+    read_quantization_config,
+    repack,
+)
+
+
+def _codes(n, k, group, min_zero, sym=False):
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(n + k))
+    q, z, s = rtn_int4(w, group, sym, torch.Generator().manual_seed(0), min_zero)
+    reps = q.shape[0] // z.shape[0]
+    dense = ((q - z.repeat_interleave(reps, 0)).float() * s.float().repeat_interleave(reps, 0)).t()  # [N, K]
+    return q, z, s, dense
+
+
+@pytest.mark.parametrize(("layout", "group", "v1"), [("gptq", 128, True), ("gptq", 256, False), ("gptq", -1, True),
+                                                     ("awq", 128, False), ("awq", 256, False)])
+def test_repacked_weight_dequantizes_to_the_codes_weight(layout, group, v1):
+    n, k = 48, 512
+    q, z, s, dense = _codes(n, k, group, 1 if v1 else 0)
+    tensors = gptq_tensors(q, z, s, group, v1) if layout == "gptq" else awq_tensors(q, z, s)
+    cfg = PrequantConfig(method=layout, layout=layout, group_size=group, zero_offset=1 if v1 else 0)
+    w = repack("layers.0.proj", tensors, cfg, torch.float32)
+    assert w.scheme == "int4" and w.shape == (n, k) and w.scale.shape == (n, k // 128)
+    assert torch.allclose(dequantize(w.qweight, w.scale, w.zero, "int4"), dense, rtol=0, atol=1e-6)
+
+
+def test_gptq_v1_offset_matters():
+    q, z, s, dense = _codes(16, 128, 128, 1)
+    cfg_v2 = PrequantConfig(method="gptq", layout="gptq", zero_offset=0)  # reading v1 data as v2 is off by one step
+    w = repack("p", gptq_tensors(q, z, s, 128, True), cfg_v2, torch.float32)
+    diff = dequantize(w.qweight, w.scale, w.zero, "int4") - dense
+    assert torch.allclose(diff, s.float().t().expand(16, 128), atol=1e-6)
+
+
+def test_mis_shaped_and_missing_tensors_are_load_errors():
+    q, z, s, _ = _codes(16, 256, 128, 1)
+    t = gptq_tensors(q, z, s, 128, True)
+    cfg = PrequantConfig(method="gptq", layout="gptq", zero_offset=1)
+    with pytest.raises(ModelLoadError, match=r"p.scales: shape \[2, 8\], expected \[2, 16\]"):
+        repack("p", {**t, "scales": t["scales"][:, :8]}, cfg, torch.float32)
+    with pytest.raises(ModelLoadError, match=r"missing tensors \['p.qzeros'\]"):
+        repack("p", {k: v for k, v in t.items() if k != "qzeros"}, cfg, torch.float32)
+    with pytest.raises(ModelLoadError, match="must be int32"):
+        repack("p", {**t, "qweight": t["qweight"].float()}, cfg, torch.float32)
+
+
+def test_configs():
+    assert read_quantization_config({}) is None
+    nested = read_quantization_config({"text_config": {"quantization_config": {
+        "quant_method": "awq", "bits": 4, "group_size": 128, "version": "GEMM", "modules_to_not_convert": ["visual"]}}})
+    assert (nested.layout, nested.kind, nested.skip, nested.zero_offset) == ("awq", "int4-awq", ("visual",), 0)
+    gptq = read_quantization_config({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1}})
+    assert (gptq.zero_offset, gptq.group_size, gptq.scheme) == (1, -1, "int4")
+    ar = read_quantization_config({"quantization_config": {"quant_method": "intel/auto-round", "bits": 4,
+                                                           "group_size": 128, "packing_format": "auto_round:gptqmodel"}})
+    assert (ar.method, ar.layout, ar.zero_offset) == ("intel/auto-round", "gptq", 0)
+    with pytest.raises(UnsupportedQuantizationError, match="extra_config gives 'model.layers.0.mlp.down_proj' 8 bits"):
+        read_quantization_config({"quantization_config": {
+            "quant_method": "auto-round", "bits": 4, "group_size": 128,
+            "extra_config": {"model.layers.0.mlp.down_proj": {"bits": 8}, "lm_head": {"bits": 16}}}})
+    with pytest.raises(UnsupportedQuantizationError, match="'gptq': per-module 'dynamic'"):
+        read_quantization_config({"quantization_config": {"quant_method": "gptq", "bits": 4, "dynamic": {"x": {}}}})

@@ -1,0 +1,66 @@
+"""Merging accelerator-quantized projections (:meth:`WQLinear.merged` through ``merge_linears``: pre-quantized
+q/k/v and gate/up parts) and :func:`weight_kinds` (``/healthz``'s ``weights``)."""
+
+from __future__ import annotations
+
+import torch
+from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.layers.linear import merge_linears
+from anna_core.layers.wq_linear import WQLinear, dequantize_linears, weight_kinds
+from anna_core.weights.gpu_quant import dequantize, quantize
+from torch import nn
+
+OPS = bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32)
+
+
+def _wq(n, k, scheme, seed, kind=None, bias=False):
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed))
+    b = torch.randn(n, generator=torch.Generator().manual_seed(seed + 100)) if bias else None
+    return WQLinear(quantize(w, scheme, torch.float32), b, OPS, kind=kind)
+
+
+def _dense_weight(m):
+    return dequantize(m.qweight, m.scale, m.zero, m.scheme)
+
+
+def test_int4_parts_merge_into_one_quantized_layer_with_the_same_outputs():
+    parts = [_wq(64, 256, "int4", 0, "int4-gptq", bias=True), _wq(24, 256, "int4", 1, "int4-gptq", bias=True)]
+    merged = merge_linears(parts)
+    assert isinstance(merged, WQLinear) and merged.kind == "int4-gptq" and merged.out_features == 88
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(5))
+    want = torch.cat([p(x) for p in parts], dim=-1)
+    assert torch.allclose(merged(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_fp8_parts_off_the_block_grid_merge_dense_with_equal_values():
+    parts = [_wq(100, 128, "fp8", 0, "fp8-block"), _wq(128, 128, "fp8", 1, "fp8-block")]
+    assert WQLinear.merged(parts) is None  # 100 rows do not end on a 128-row scale block
+    merged = merge_linears(parts)
+    assert type(merged) is nn.Linear and merged.weight.dtype == torch.float32
+    assert torch.equal(merged.weight, torch.cat([_dense_weight(p) for p in parts]))
+    aligned = merge_linears([_wq(128, 128, "fp8", 0), _wq(100, 128, "fp8", 1)])  # only the last may be ragged
+    assert isinstance(aligned, WQLinear) and aligned.scale.shape == (2, 1)
+
+
+def test_mixed_kinds_and_dense_parts_merge_dense():
+    assert WQLinear.merged([_wq(64, 128, "int4", 0, "int4-gptq"), _wq(64, 128, "int4", 1, "int4-awq")]) is None
+    dense = nn.Linear(128, 8, bias=False)
+    merged = merge_linears([_wq(64, 128, "int4", 0), dense])
+    assert type(merged) is nn.Linear and merged.weight.shape == (72, 128)
+    assert torch.equal(merged.weight[64:], dense.weight.detach())
+
+
+def test_weight_kinds_and_dequantize_linears():
+    class Toy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = nn.Module()
+            self.model.embed_tokens = nn.Embedding(10, 128).to(torch.bfloat16)
+            self.model.layers = nn.ModuleList([_wq(64, 128, "int4", 0, "int4-awq"), nn.Linear(128, 4)])
+
+    toy = Toy()
+    assert weight_kinds(toy) == {"linear": "float32+int4-awq", "lm_head": "bfloat16"}  # a tied head: the embedding's
+    toy.lm_head = _wq(10, 128, "fp8", 3, "fp8-block")
+    assert weight_kinds(toy)["lm_head"] == "fp8-block"
+    assert dequantize_linears(toy.model, torch.float32) == 1
+    assert weight_kinds(toy)["linear"] == "float32"

@@ -1,0 +1,159 @@
+"""Starting the worker processes of a tensor-parallel group (ranks 1 .. N-1; the caller is rank 0).
+
+Each worker is a ``torch.multiprocessing`` spawn process: it joins the process group, loads its shard of the
+model with the caller's load options, builds the same engine and runs
+:func:`~anna_core.distributed.engine.serve_steps` until rank 0 stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from anna_core.distributed.state import ParallelState, destroy_parallel, init_parallel, rank_device
+from anna_core.errors import AnnaError
+
+log = logging.getLogger("anna.distributed")
+
+
+@attrs.frozen
+class WorkerSpec:
+    """What every worker rebuilds (picklable).
+
+    Attributes:
+        model_dir: the checkpoint.
+        load_options: keyword arguments of :func:`anna_core.loading.load_model` besides ``model`` / ``device``
+            / ``parallel`` (dtype, load format, chat template, ...).
+        device: the device type of the group (``"cuda"``, ``"xpu"``, ``"cpu"``); rank ``r`` serves on
+            ``rank_device(device, r)``.
+        build: lazy ``"module:attr"`` of the task's engine builder (``build(loaded, config, runner)``).
+        config / runner: the engine and runner configurations, as rank 0's.
+        world_size: ranks in the group.
+        init_method: ``tcp://host:port`` of the rendezvous.
+        num_threads: torch's intra-op threads per worker (CPU).
+    """
+
+    model_dir: str
+    load_options: dict[str, Any]
+    device: str
+    build: str
+    config: Any
+    runner: Any
+    world_size: int
+    init_method: str
+    num_threads: int
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (the rendezvous's)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker_main(rank: int, spec: WorkerSpec) -> None:
+    from anna_core.distributed.engine import serve_steps
+    from anna_core.loading import load_model
+    from anna_core.registry import resolve
+
+    torch.set_num_threads(spec.num_threads)
+    parallel = init_parallel(rank, spec.world_size, torch.device(spec.device), spec.init_method)
+    try:
+        loaded = load_model(spec.model_dir, device=str(rank_device(torch.device(spec.device), rank)),
+                            parallel=parallel, **spec.load_options)
+        engine = resolve(spec.build)(loaded, spec.config, spec.runner)
+        serve_steps(engine)
+    finally:
+        destroy_parallel(parallel)
+
+
+class WorkerGroup:
+    """The worker processes of a group and rank 0's :class:`ParallelState`.
+
+    Use :meth:`start`; :meth:`close` (after the engine's own ``close``) joins the workers and leaves the group.
+    """
+
+    def __init__(self, processes: list[Any], parallel: ParallelState):
+        self.processes = processes
+        self.parallel = parallel
+
+    @classmethod
+    def start(cls, model_dir: str | Path, *, tensor_parallel_size: int, device: str, load_options: dict[str, Any],
+              build: str, config: Any, runner: Any, timeout_s: float = 600.0) -> WorkerGroup:
+        """Spawn ranks ``1 .. tensor_parallel_size - 1`` and join the group as rank 0.
+
+        Raises:
+            AnnaError: a size below 2, more ranks than devices, or no collective backend for the device.
+        """
+        device_type = torch.device(device).type
+        if tensor_parallel_size < 2:
+            raise AnnaError(f"a tensor-parallel group has at least 2 ranks, got {tensor_parallel_size}")
+        if device_type == "cuda" and tensor_parallel_size > torch.cuda.device_count():
+            raise AnnaError(f"--tensor-parallel-size {tensor_parallel_size} needs as many GPUs; "
+                            f"{torch.cuda.device_count()} are visible")
+        spec = WorkerSpec(str(model_dir), dict(load_options), device_type, build, config, runner,
+                          tensor_parallel_size, f"tcp://127.0.0.1:{free_port()}", torch.get_num_threads())
+        ctx = torch.multiprocessing.get_context("spawn")
+        processes = []
+        for rank in range(1, tensor_parallel_size):
+            p = ctx.Process(target=_worker_main, args=(rank, spec), daemon=True, name=f"anna-tp-rank{rank}")
+            p.start()
+            processes.append(p)
+        try:
+            parallel = init_parallel(0, tensor_parallel_size, torch.device(device_type), spec.init_method, timeout_s)
+        except BaseException:
+            for p in processes:
+                p.kill()
+            raise
+        log.info("tensor parallel group of %d ranks on %s", tensor_parallel_size, device_type)
+        return cls(processes, parallel)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Join the workers (killing any still alive after ``timeout_s``) and leave the group."""
+        for p in self.processes:
+            p.join(timeout_s)
+            if p.is_alive():
+                log.warning("%s did not stop; killing it", p.name)
+                p.kill()
+                p.join()
+        destroy_parallel(self.parallel)
+
+    def kill(self) -> None:
+        """Stop the workers now (rank 0 failed before they could be told to) and leave the group."""
+        for p in self.processes:
+            p.kill()
+            p.join()
+        destroy_parallel(self.parallel)
+
+
+def start_group(model_dir: str | Path, tensor_parallel_size: int, device: torch.device, load_options: dict[str, Any],
+                build: str, config: Any, runner: Any) -> tuple[WorkerGroup, Any, Any]:
+    """Start a tensor-parallel group and build rank 0's engine: ``(workers, rank 0's LoadedModel, engine)``.
+
+    Args:
+        load_options: :func:`anna_core.loading.load_model`'s keyword arguments besides ``device`` / ``parallel``.
+        build: lazy ``"module:attr"`` of the task's engine builder; config / runner: its configurations.
+
+    Raises:
+        AnnaError: ``tensor_parallel_size`` below 2 or above the devices visible, or what loading and building
+            raise on rank 0 (the workers are stopped then).
+    """
+    from anna_core.loading import load_model
+    from anna_core.registry import resolve
+
+    if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
+        raise AnnaError(f"tensor_parallel_size must be a positive integer, got {tensor_parallel_size!r}")
+    group = WorkerGroup.start(model_dir, tensor_parallel_size=tensor_parallel_size, device=str(device),
+                              load_options=load_options, build=build, config=config, runner=runner)
+    try:
+        loaded = load_model(model_dir, device=str(rank_device(device, 0)), parallel=group.parallel, **load_options)
+        engine = resolve(build)(loaded, config, runner)
+    except BaseException:
+        group.kill()
+        raise
+    return group, loaded, engine

@@ -103,12 +103,11 @@ class LLM:
             self._setup(loaded, build(loaded, config, _runner_config(loaded.device, cuda_graph, compile_mode, warmup)))
             return
         from anna_core.device import resolve_device
-        from anna_core.distributed.launch import start_group
+        from anna_core.distributed.launch import load_engine
 
-        dev = resolve_device(device)
-        runner = _runner_config(dev, cuda_graph, compile_mode, warmup)
-        self._workers, loaded, engine = start_group(model_dir, tensor_parallel_size, dev, options, task.engine, config,
-                                                    runner)
+        runner = _runner_config(resolve_device(device), cuda_graph, compile_mode, warmup)
+        loaded, engine, self._workers = load_engine(model_dir, {"device": device, **options}, task.engine, config,
+                                                    runner, tensor_parallel_size=tensor_parallel_size)
         self._setup(loaded, engine)
 
     @classmethod
@@ -131,10 +130,10 @@ class LLM:
 
     def close(self) -> None:
         """Stop a tensor-parallel group's workers (nothing for one device); the LLM cannot generate afterwards."""
+        from anna_core.distributed.launch import close_engine
+
         workers, self._workers = self._workers, None
-        if workers is not None:
-            self.engine.close()
-            workers.close()
+        close_engine(self.engine, workers)
 
     def __enter__(self) -> LLM:
         return self

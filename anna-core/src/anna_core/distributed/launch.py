@@ -31,8 +31,8 @@ class WorkerSpec:
             / ``parallel`` (dtype, load format, chat template, ...).
         device: the device type of the group (``"cuda"``, ``"xpu"``, ``"cpu"``); rank ``r`` serves on
             ``rank_device(device, r)``.
-        build: lazy ``"module:attr"`` of the task's engine builder (``build(loaded, config, runner)``).
-        config / runner: the engine and runner configurations, as rank 0's.
+        build: lazy ``"module:attr"`` of the task's engine builder (``build(loaded, config, runner, **options)``).
+        config / runner / task_options: the engine and runner configurations and the task's options, as rank 0's.
         world_size: ranks in the group.
         init_method: ``tcp://host:port`` of the rendezvous.
         num_threads: torch's intra-op threads per worker (CPU).
@@ -44,6 +44,7 @@ class WorkerSpec:
     build: str
     config: Any
     runner: Any
+    task_options: dict[str, Any]
     world_size: int
     init_method: str
     num_threads: int
@@ -66,7 +67,7 @@ def _worker_main(rank: int, spec: WorkerSpec) -> None:
     try:
         loaded = load_model(spec.model_dir, device=str(rank_device(torch.device(spec.device), rank)),
                             parallel=parallel, **spec.load_options)
-        engine = resolve(spec.build)(loaded, spec.config, spec.runner)
+        engine = resolve(spec.build)(loaded, spec.config, spec.runner, **spec.task_options)
         serve_steps(engine)
     finally:
         destroy_parallel(parallel)
@@ -84,7 +85,8 @@ class WorkerGroup:
 
     @classmethod
     def start(cls, model_dir: str | Path, *, tensor_parallel_size: int, device: str, load_options: dict[str, Any],
-              build: str, config: Any, runner: Any, timeout_s: float = 600.0) -> WorkerGroup:
+              build: str, config: Any, runner: Any, task_options: dict[str, Any] | None = None,
+              timeout_s: float = 600.0) -> WorkerGroup:
         """Spawn ranks ``1 .. tensor_parallel_size - 1`` and join the group as rank 0.
 
         Raises:
@@ -97,7 +99,7 @@ class WorkerGroup:
             raise AnnaError(f"--tensor-parallel-size {tensor_parallel_size} needs as many GPUs; "
                             f"{torch.cuda.device_count()} are visible")
         spec = WorkerSpec(str(model_dir), dict(load_options), device_type, build, config, runner,
-                          tensor_parallel_size, f"tcp://127.0.0.1:{free_port()}", torch.get_num_threads())
+                          dict(task_options or {}), tensor_parallel_size, f"tcp://127.0.0.1:{free_port()}", torch.get_num_threads())
         ctx = torch.multiprocessing.get_context("spawn")
         processes = []
         for rank in range(1, tensor_parallel_size):
@@ -131,29 +133,49 @@ class WorkerGroup:
         destroy_parallel(self.parallel)
 
 
-def start_group(model_dir: str | Path, tensor_parallel_size: int, device: torch.device, load_options: dict[str, Any],
-                build: str, config: Any, runner: Any) -> tuple[WorkerGroup, Any, Any]:
-    """Start a tensor-parallel group and build rank 0's engine: ``(workers, rank 0's LoadedModel, engine)``.
+
+def load_engine(model_dir: str | Path, load_kwargs: dict[str, Any], build: str, config: Any, runner: Any, *,
+                tensor_parallel_size: int = 1, task_options: dict[str, Any] | None = None
+                ) -> tuple[Any, Any, WorkerGroup | None]:
+    """Load the model and build its task's engine, on one device or over a tensor-parallel group:
+    ``(rank 0's LoadedModel, engine, workers or None)``. ``anna serve`` / ``generate`` / ``bench`` and ``LLM``
+    build through it; :func:`close_engine` stops the workers.
 
     Args:
-        load_options: :func:`anna_core.loading.load_model`'s keyword arguments besides ``device`` / ``parallel``.
-        build: lazy ``"module:attr"`` of the task's engine builder; config / runner: its configurations.
+        load_kwargs: :func:`anna_core.loading.load_model`'s keyword arguments (``device`` among them).
+        build: lazy ``"module:attr"`` of the task's engine builder; config / runner / task_options: its arguments.
+        tensor_parallel_size: devices to split the model over (1: none; rank ``r`` on ``cuda:r`` / ``xpu:r``).
 
     Raises:
-        AnnaError: ``tensor_parallel_size`` below 2 or above the devices visible, or what loading and building
-            raise on rank 0 (the workers are stopped then).
+        AnnaError: ``tensor_parallel_size`` below 1 or above the devices visible, or what loading and building
+            raise (on rank 0; the workers are stopped then).
     """
+    from anna_core.device import resolve_device
     from anna_core.loading import load_model
     from anna_core.registry import resolve
 
     if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
         raise AnnaError(f"tensor_parallel_size must be a positive integer, got {tensor_parallel_size!r}")
+    task_options = dict(task_options or {})
+    if tensor_parallel_size == 1:
+        loaded = load_model(model_dir, **load_kwargs)
+        return loaded, resolve(build)(loaded, config, runner, **task_options), None
+    options = dict(load_kwargs)
+    device = resolve_device(options.pop("device", "auto"))
     group = WorkerGroup.start(model_dir, tensor_parallel_size=tensor_parallel_size, device=str(device),
-                              load_options=load_options, build=build, config=config, runner=runner)
+                              load_options=options, build=build, config=config, runner=runner,
+                              task_options=task_options)
     try:
-        loaded = load_model(model_dir, device=str(rank_device(device, 0)), parallel=group.parallel, **load_options)
-        engine = resolve(build)(loaded, config, runner)
+        loaded = load_model(model_dir, device=str(rank_device(device, 0)), parallel=group.parallel, **options)
+        engine = resolve(build)(loaded, config, runner, **task_options)
     except BaseException:
         group.kill()
         raise
-    return group, loaded, engine
+    return loaded, engine, group
+
+
+def close_engine(engine: Any, workers: WorkerGroup | None) -> None:
+    """Stop a tensor-parallel group's workers (``engine``: rank 0's, its steps over); nothing without workers."""
+    if workers is not None:
+        engine.close()
+        workers.close()

@@ -8,6 +8,7 @@ model with the caller's load options, builds the same engine and runs
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -58,10 +59,14 @@ def free_port() -> int:
 
 
 def _worker_main(rank: int, spec: WorkerSpec) -> None:
+    """A worker's life. It leaves the caller's process group first: a Ctrl-C or a signal to the group stops rank 0,
+    which then stops the workers in order (a worker killed first would fail rank 0's last collectives)."""
     from anna_core.distributed.engine import serve_steps
     from anna_core.loading import load_model
     from anna_core.registry import resolve
 
+    if os.name == "posix":
+        os.setsid()
     torch.set_num_threads(spec.num_threads)
     parallel = init_parallel(rank, spec.world_size, torch.device(spec.device), spec.init_method)
     try:
@@ -175,7 +180,14 @@ def load_engine(model_dir: str | Path, load_kwargs: dict[str, Any], build: str, 
 
 
 def close_engine(engine: Any, workers: WorkerGroup | None) -> None:
-    """Stop a tensor-parallel group's workers (``engine``: rank 0's, its steps over); nothing without workers."""
-    if workers is not None:
+    """Stop a tensor-parallel group's workers (``engine``: rank 0's, its steps over); nothing without workers. A
+    group that cannot be told any more (a worker died) is killed."""
+    if workers is None:
+        return
+    try:
         engine.close()
-        workers.close()
+    except Exception as exc:  # the collective failed: a worker is gone
+        log.warning("the tensor-parallel workers could not be told to stop (%s); killing them", exc)
+        workers.kill()
+        return
+    workers.close()

@@ -151,12 +151,13 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         log.info("--offload-vision: %s has no vision tower to offload", source.root)
     if tower_on_cpu:
         host = (*host, "visual.")
-    if load_format == "dummy":
-        materialize_dummy(model, device=device, init=_dummy_init, host=host)
+    shards = ShardReader(tensor_parallel.rules(cfg), parallel) if parallel.is_parallel else None
+    if load_format == "dummy":  # a tensor-parallel rank draws the whole model's weights and keeps its slices
+        full = None if shards is None else {n: p.shape for n, p in build_model(cfg, ops, dtype).named_parameters()}
+        materialize_dummy(model, device=device, init=_dummy_init, host=host, shards=shards, full_shapes=full)
     else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
         load_safetensors(model, source.root, name_map(cfg, vision is not None), device=device, host=host,
-                         pin=not per_expert,
-                         shards=ShardReader(tensor_parallel.rules(cfg), parallel) if parallel.is_parallel else None)
+                         pin=not per_expert, shards=shards)
     model.raw_config = source.config
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     if staged:

@@ -92,12 +92,13 @@ class ShardReader:
         return tuple(shape)
 
     def read(self, param: str, tensor: Any) -> torch.Tensor:
-        """This rank's slice of the checkpoint tensor behind ``tensor`` (a safetensors ``get_slice`` handle).
+        """This rank's slice of the checkpoint tensor behind ``tensor`` (a safetensors ``get_slice`` handle, or a
+        whole tensor: random weights drawn at the full model's shape).
 
         Raises:
             ModelLoadError: the tensor's shape does not split as the rule says.
         """
-        shape = list(tensor.get_shape())
+        shape = list(tensor.shape) if isinstance(tensor, torch.Tensor) else list(tensor.get_shape())
         shard = self.shard_of(param)
         if shard is None:
             return tensor[:]

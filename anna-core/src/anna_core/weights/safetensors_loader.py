@@ -10,7 +10,7 @@ name map: checkpoint tensor name -> parameter name, or ``None`` to ignore the te
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -178,6 +178,8 @@ def materialize_dummy(
     std: float = 0.02,
     host: Sequence[str] = (),
     pin: bool = True,
+    shards: ShardReader | None = None,
+    full_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
     """Replace every parameter of a (meta-built) model with random values on ``device``.
 
@@ -190,6 +192,10 @@ def materialize_dummy(
     Parameters under the name prefixes ``host`` (offloaded experts) are drawn on ``device`` like the others, one
     tensor at a time, then copied to host memory (page-locked when ``pin``, on CUDA): the values equal those of a
     load that keeps them on the device, and the device holds at most one of them at a time.
+
+    A tensor-parallel rank (``shards``, with ``full_shapes``: each parameter's shape in the whole model, from a
+    meta-built whole model) draws every parameter at its full shape, in the same order, and keeps its slice: the
+    ranks' shards together are exactly the one-device model's random weights.
     """
     from anna_core.layers.norm import RMSNorm
 
@@ -200,7 +206,8 @@ def materialize_dummy(
     params = list(model.named_parameters())
     with torch.no_grad(), progress(len(params), "initialising dummy weights") as bar:
         for name, param in params:
-            value = torch.empty(param.shape, dtype=param.dtype, device=device)
+            shape = param.shape if shards is None else tuple(full_shapes[name])
+            value = torch.empty(shape, dtype=param.dtype, device=device)
             if init is None or not init(name, value, gen):
                 if value.dim() >= 2:
                     value.normal_(0.0, std, generator=gen)
@@ -208,6 +215,8 @@ def materialize_dummy(
                     value.fill_(1.0)
                 else:
                     value.zero_()
+            if shards is not None:
+                value = shards.read(name, value).contiguous()
             if host and name.startswith(tuple(host)):
                 value = _host_copy(value, device, pin)
             set_param(model, name, value)

@@ -91,10 +91,11 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
                           dummy=load_format == "dummy", packed=packed == "gguf")
     cfg = LlamaConfig.from_hf(source.config)
     model = build_model(cfg, ops, dtype, parallel)
-    if load_format == "dummy":
-        materialize_dummy(model, device=device)
+    shards = ShardReader(tensor_parallel.RULES, parallel) if parallel.is_parallel else None
+    if load_format == "dummy":  # a rank draws the whole model's weights and keeps its slices
+        full = None if shards is None else {n: p.shape for n, p in build_model(cfg, ops, dtype).named_parameters()}
+        materialize_dummy(model, device=device, shards=shards, full_shapes=full)
     else:
-        shards = ShardReader(tensor_parallel.RULES, parallel) if parallel.is_parallel else None
         load_safetensors(model, source.root, safetensors_name_map(cfg), device=device, shards=shards)
     tokenizer = _folder_tokenizer(source.root, chat_template, required=load_format != "dummy")
     _prepare(model, device, quantize=packed if packed in ("int4", "int8") else None)

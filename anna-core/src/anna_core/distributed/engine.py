@@ -21,6 +21,7 @@ import torch
 from anna_core.distributed.plan_wire import StepPlan, to_wire
 from anna_core.distributed.state import ParallelState
 from anna_core.engine.cache_allocator import reset_residual
+from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.sampler import host_tensor
 from anna_core.engine.sched_output import SchedulerOutput
@@ -48,9 +49,7 @@ class TensorParallelEngine(LLMEngine):
                             f"{', '.join(model.capabilities.modalities)} (serve it with --tensor-parallel-size 1)")
         self.parallel = parallel
         self._residual_slots: list[int] = []
-        config = kwargs.get("config")
-        if config is not None:
-            kwargs["config"] = attrs.evolve(config, async_scheduling=False)
+        kwargs["config"] = attrs.evolve(kwargs.get("config") or EngineConfig(), async_scheduling=False)
         super().__init__(model, **kwargs)
 
     @classmethod

@@ -82,7 +82,8 @@ def init_parallel(rank: int, world_size: int, device: torch.device, init_method:
 
     The device collectives use NCCL on CUDA (its NVLink SHARP / multicast left off: ``NCCL_NVLS_ENABLE=0``
     unless the environment sets it), XCCL on XPU and gloo on the CPU; the plan from rank 0 travels over a
-    gloo group. On an accelerator the rank's device (``rank_device``) is made current.
+    gloo group. On an accelerator the rank's device (``rank_device``) is made current and the device
+    communicator is created by a first all-reduce (a graph captured later must not be the first to use it).
 
     Raises:
         AnnaError: no backend for the device type in this torch build, or a bad rank / size.
@@ -104,6 +105,8 @@ def init_parallel(rank: int, world_size: int, device: torch.device, init_method:
                                          timeout=timeout)
     world = torch.distributed.group.WORLD
     cpu_group = world if backend == "gloo" else torch.distributed.new_group(backend="gloo", timeout=timeout)
+    if backend != "gloo":  # create the device communicator now, not inside the first captured graph
+        torch.distributed.all_reduce(torch.zeros(1, device=rank_device(device, rank)), group=world)
     return ParallelState(rank=rank, world_size=world_size, group=world, cpu_group=cpu_group)
 
 

@@ -104,7 +104,8 @@ class WorkerGroup:
             raise AnnaError(f"--tensor-parallel-size {tensor_parallel_size} needs as many GPUs; "
                             f"{torch.cuda.device_count()} are visible")
         spec = WorkerSpec(str(model_dir), dict(load_options), device_type, build, config, runner,
-                          dict(task_options or {}), tensor_parallel_size, f"tcp://127.0.0.1:{free_port()}", torch.get_num_threads())
+                          dict(task_options or {}), tensor_parallel_size, f"tcp://127.0.0.1:{free_port()}",
+                          torch.get_num_threads())
         ctx = torch.multiprocessing.get_context("spawn")
         processes = []
         for rank in range(1, tensor_parallel_size):

@@ -1,5 +1,6 @@
 """The pieces of tensor parallelism that need no second process: which slices a rank reads (from a real
-safetensors file, through ``get_slice``), the plan's wire form, and the refusals."""
+safetensors file, through ``get_slice``), the plan's wire form, the refusals, and a worker that dies before the
+group forms."""
 
 from __future__ import annotations
 
@@ -85,3 +86,15 @@ def test_family_without_tensor_parallel_is_refused(tmp_path):
 def test_group_size_must_divide():
     with pytest.raises(AnnaError, match="does not divide KV heads"):
         rank(0, 4).shard_size(2, "KV heads")
+
+
+class _Exited:
+    exitcode = 1
+
+
+def test_a_worker_that_dies_before_joining_fails_the_start_at_once():
+    from anna_core.distributed.launch import _await_workers, _store
+
+    store = _store(0, 2, 10.0, master=True)
+    with pytest.raises(AnnaError, match="rank 1 exited \\(code 1\\) before joining"):
+        _await_workers(store, [_Exited()], timeout_s=30.0)

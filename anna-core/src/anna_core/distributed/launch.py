@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ from anna_core.distributed.state import ParallelState, destroy_parallel, init_pa
 from anna_core.errors import AnnaError
 
 log = logging.getLogger("anna.distributed")
+
+JOIN_TIMEOUT_S = 300.0
+"""How long the workers may take to start (spawn, import torch and Anna) and reach the rendezvous."""
 
 
 @attrs.frozen
@@ -35,7 +39,7 @@ class WorkerSpec:
         build: lazy ``"module:attr"`` of the task's engine builder (``build(loaded, config, runner, **options)``).
         config / runner / task_options: the engine and runner configurations and the task's options, as rank 0's.
         world_size: ranks in the group.
-        init_method: ``tcp://host:port`` of the rendezvous.
+        port: the port of rank 0's rendezvous store (on 127.0.0.1).
         num_threads: torch's intra-op threads per worker (CPU).
     """
 
@@ -47,15 +51,38 @@ class WorkerSpec:
     runner: Any
     task_options: dict[str, Any]
     world_size: int
-    init_method: str
+    port: int
     num_threads: int
 
 
-def free_port() -> int:
-    """A TCP port free on this host now (the rendezvous's)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+JOINED = "anna/joined/"
+"""Rendezvous-store key prefix a worker sets (with its rank) once it reaches the store."""
+JOIN_POLL_S = 0.2
+
+
+def _store(port: int, world_size: int, timeout_s: float, master: bool) -> Any:
+    """Rank 0's rendezvous store (``master``: a server on a free port of 127.0.0.1 when ``port`` is 0) or a client
+    of it."""
+    return torch.distributed.TCPStore("127.0.0.1", port, world_size, master, timeout=timedelta(seconds=timeout_s),
+                                      wait_for_workers=False)
+
+
+def _await_workers(store: Any, processes: list[Any], timeout_s: float) -> None:
+    """Wait until every worker has reached the store; a worker that exits first fails the start at once.
+
+    Raises:
+        AnnaError: a worker exited before joining, or not all joined within ``timeout_s``.
+    """
+    keys = [f"{JOINED}{rank}" for rank in range(1, len(processes) + 1)]
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        for rank, p in enumerate(processes, start=1):
+            if p.exitcode is not None:
+                raise AnnaError(f"tensor-parallel rank {rank} exited (code {p.exitcode}) before joining the group; "
+                                "its error is logged above")
+        if time.monotonic() > deadline:
+            raise AnnaError(f"the tensor-parallel workers did not join within {timeout_s:.0f} s")
+        time.sleep(JOIN_POLL_S)
 
 
 def _worker_main(rank: int, spec: WorkerSpec) -> None:
@@ -68,7 +95,9 @@ def _worker_main(rank: int, spec: WorkerSpec) -> None:
     if os.name == "posix":
         os.setsid()
     torch.set_num_threads(spec.num_threads)
-    parallel = init_parallel(rank, spec.world_size, torch.device(spec.device), spec.init_method)
+    store = _store(spec.port, spec.world_size, JOIN_TIMEOUT_S, master=False)
+    store.set(f"{JOINED}{rank}", "1")
+    parallel = init_parallel(rank, spec.world_size, torch.device(spec.device), store)
     try:
         loaded = load_model(spec.model_dir, device=str(rank_device(torch.device(spec.device), rank)),
                             parallel=parallel, **spec.load_options)
@@ -95,7 +124,8 @@ class WorkerGroup:
         """Spawn ranks ``1 .. tensor_parallel_size - 1`` and join the group as rank 0.
 
         Raises:
-            AnnaError: a size below 2, more ranks than devices, or no collective backend for the device.
+            AnnaError: a size below 2, more ranks than devices, no collective backend for the device, or a worker
+                that exited (or did not start within :data:`JOIN_TIMEOUT_S`) before joining.
         """
         device_type = torch.device(device).type
         if tensor_parallel_size < 2:
@@ -103,9 +133,9 @@ class WorkerGroup:
         if device_type == "cuda" and tensor_parallel_size > torch.cuda.device_count():
             raise AnnaError(f"--tensor-parallel-size {tensor_parallel_size} needs as many GPUs; "
                             f"{torch.cuda.device_count()} are visible")
+        store = _store(0, tensor_parallel_size, JOIN_TIMEOUT_S, master=True)
         spec = WorkerSpec(str(model_dir), dict(load_options), device_type, build, config, runner,
-                          dict(task_options or {}), tensor_parallel_size, f"tcp://127.0.0.1:{free_port()}",
-                          torch.get_num_threads())
+                          dict(task_options or {}), tensor_parallel_size, store.port, torch.get_num_threads())
         ctx = torch.multiprocessing.get_context("spawn")
         processes = []
         for rank in range(1, tensor_parallel_size):
@@ -113,7 +143,8 @@ class WorkerGroup:
             p.start()
             processes.append(p)
         try:
-            parallel = init_parallel(0, tensor_parallel_size, torch.device(device_type), spec.init_method, timeout_s)
+            _await_workers(store, processes, JOIN_TIMEOUT_S)
+            parallel = init_parallel(0, tensor_parallel_size, torch.device(device_type), store, timeout_s)
         except BaseException:
             for p in processes:
                 p.kill()

@@ -76,9 +76,10 @@ def rank_device(device: torch.device, rank: int) -> torch.device:
     return device if device.type == "cpu" else torch.device(device.type, rank)
 
 
-def init_parallel(rank: int, world_size: int, device: torch.device, init_method: str,
+def init_parallel(rank: int, world_size: int, device: torch.device, store: Any,
                   timeout_s: float = 600.0) -> ParallelState:
-    """Join the process group of ``world_size`` ranks at ``init_method`` (``tcp://host:port``) as ``rank``.
+    """Join the process group of ``world_size`` ranks as ``rank``, meeting the others at ``store`` (a
+    ``torch.distributed.TCPStore``: rank 0's server, the other ranks' clients; ``timeout_s`` bounds each collective).
 
     The device collectives use NCCL on CUDA (its NVLink SHARP / multicast left off: ``NCCL_NVLS_ENABLE=0``
     unless the environment sets it), XCCL on XPU and gloo on the CPU; the plan from rank 0 travels over a
@@ -101,8 +102,7 @@ def init_parallel(rank: int, world_size: int, device: torch.device, init_method:
     elif device.type == "xpu":
         torch.xpu.set_device(rank_device(device, rank))
     timeout = datetime.timedelta(seconds=timeout_s)
-    torch.distributed.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                         timeout=timeout)
+    torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     world = torch.distributed.group.WORLD
     cpu_group = world if backend == "gloo" else torch.distributed.new_group(backend="gloo", timeout=timeout)
     if backend != "gloo":  # create the device communicator now, not inside the first captured graph

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+import uuid
 from typing import Any
 
 LOGPROB_ATOL = 1e-4
@@ -18,7 +19,8 @@ def generate_logged(llm: Any, prompts: list[list[int]], params: Any) -> list[tup
     """Each prompt's ``(token ids, TokenLogprob per token)``, all prompts batched in ``llm``'s engine (every
     step's deltas joined, as ``LLM.generate`` keeps only the last)."""
     engine = llm.engine
-    ids = [f"tp-check-{i}-{id(prompts)}" for i in range(len(prompts))]
+    run = uuid.uuid4().hex[:8]
+    ids = [f"tp-check-{run}-{i}" for i in range(len(prompts))]
     for request_id, prompt in zip(ids, prompts):
         engine.add_request(request_id, prompt, params)
     tokens: dict[str, list[int]] = {i: [] for i in ids}

@@ -13,6 +13,7 @@ from anna_cli.engine_options import (
     max_device_memory_option,
     offload_config_from_options,
     offload_options,
+    tensor_parallel_option,
     vision_offload_option,
 )
 from anna_cli.options import (
@@ -82,6 +83,7 @@ from anna_cli.options import (
 @max_device_memory_option
 @offload_options
 @vision_offload_option
+@tensor_parallel_option
 @exit_on_anna_errors
 def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_quant: str, lm_head_quant: str,
           batch_size: int, input_len: int,
@@ -90,7 +92,7 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
           compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool,
           image_path: Path | None, image_size: str | None, video_frames: int | None, video_size: str,
           kv_cache_quantization: str, kv_cache_quant_bits: str | None, as_json: bool, max_device_memory_gib: float | None,
-          offload_vision: bool, **offload_flags: Any) -> None:
+          offload_vision: bool, tensor_parallel_size: int, **offload_flags: Any) -> None:
     """Measure prefill and decode speed, ITL, peak memory and the bandwidth roofline in process."""
     from anna_core.bench.engine_bench import BenchSettings, run_bench
     from anna_core.bench.image_prompts import ImageSpec, parse_image_size
@@ -106,6 +108,7 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
                              compare_hf=compare_hf, hf_output_len=hf_output_len, logprobs=logprobs,
                              timeline=timeline, offload=offload_config_from_options(**offload_flags),
                              max_device_memory_gib=max_device_memory_gib, offload_vision=offload_vision,
+                             tensor_parallel_size=tensor_parallel_size,
                              kv_cache_quantization=kv_cache_quantization,
                              kv_cache_quant_bits=None if kv_cache_quant_bits is None else int(kv_cache_quant_bits),
                              image=None if image_path is None and image_size is None else ImageSpec(

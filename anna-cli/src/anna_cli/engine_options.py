@@ -113,6 +113,12 @@ def offload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+tensor_parallel_option = click.option(
+    "--tensor-parallel-size", "tensor_parallel_size", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Split the model over this many GPUs of the host (cuda:0 .. N-1; one worker process per GPU past the "
+         "first, NCCL): each holds its share of the heads, units and vocabulary. On the CPU the ranks use gloo.")
+"""``--tensor-parallel-size`` (:mod:`anna_core.distributed`) of ``anna serve``, ``anna generate`` and ``anna bench``."""
+
 vision_offload_option = click.option(
     "--offload-vision", "offload_vision", is_flag=True, default=False,
     help="Keep a vision-language model's vision tower on the CPU: images and video frames are encoded there and "

@@ -17,6 +17,7 @@ from anna_cli.engine_options import (
     max_device_memory_option,
     offload_config_from_options,
     offload_options,
+    tensor_parallel_option,
     vision_offload_option,
 )
 from anna_cli.options import (
@@ -113,18 +114,19 @@ def _with_media(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...],
 @max_device_memory_option
 @offload_options
 @vision_offload_option
+@tensor_parallel_option
 @exit_on_anna_errors
 def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
              weight_quant: str, lm_head_quant: str, prompt: str, images: tuple[Path, ...], videos: tuple[Path, ...],
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
              stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
-             max_device_memory_gib: float | None, offload_vision: bool, **sampling: Any) -> None:
+             max_device_memory_gib: float | None, offload_vision: bool, tensor_parallel_size: int,
+             **sampling: Any) -> None:
     """Generate a completion for one prompt."""
+    from anna_core.device import resolve_device
+    from anna_core.distributed.launch import close_engine, load_engine
     from anna_core.engine.config import EngineConfig
-    from anna_core.engine.defaults import sampling_params_with_defaults
     from anna_core.engine.model_runner import RunnerConfig
-    from anna_core.errors import AnnaError
-    from anna_core.loading import load_model
     from anna_core.model_dir import inspect_model_dir, select_family
     from anna_core.plugins import model_families, task_for
     from anna_core.registry import resolve
@@ -133,16 +135,32 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
         prompt = sys.stdin.read()
     path, _ = resolve_model_path(model_dir)
     family = select_family(inspect_model_dir(path, gguf_file=gguf_file), model_families())
-    build = resolve(task_for(family, name="generate").engine)  # fail fast: not a text-generation family
+    build = task_for(family, name="generate").engine
+    resolve(build)  # fail fast: not a text-generation family
     offload = offload_config_from_options(**sampling)
     config = EngineConfig(max_num_seqs=1, max_device_memory_gib=max_device_memory_gib)
     t0 = time.perf_counter()
-    loaded = load_model(path, device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
-                        weight_quant=weight_quant, chat_template=chat_template.read_text() if chat_template else None,
-                        offload=offload, max_device_memory_gib=max_device_memory_gib, offload_vision=offload_vision,
-                        family_options=lm_head_family_options(lm_head_quant) or None)
-    runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=loaded.device.type != "cpu")
-    engine = build(loaded, config, runner)
+    load_kwargs = dict(device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
+                       weight_quant=weight_quant, chat_template=chat_template.read_text() if chat_template else None,
+                       offload=offload, max_device_memory_gib=max_device_memory_gib, offload_vision=offload_vision,
+                       family_options=lm_head_family_options(lm_head_quant) or None)
+    runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=resolve_device(device).type != "cpu")
+    loaded, engine, workers = load_engine(path, load_kwargs, build, config, runner,
+                                          tensor_parallel_size=tensor_parallel_size)
+    try:
+        _generate(engine, loaded, t0, prompt, images, videos, chat, enable_thinking, max_new_tokens, seed, stop,
+                  as_json, sampling)
+    finally:
+        close_engine(engine, workers)
+
+
+def _generate(engine: Any, loaded: Any, t0: float, prompt: str, images: tuple[Path, ...], videos: tuple[Path, ...],
+              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
+              stop: tuple[str, ...], as_json: bool, sampling: dict[str, Any]) -> None:
+    """The generation of :func:`generate` over its built engine."""
+    from anna_core.engine.defaults import sampling_params_with_defaults
+    from anna_core.errors import AnnaError
+
     load_s = time.perf_counter() - t0
     for kind, files in (("image", images), ("video", videos)):
         if files:

@@ -39,6 +39,7 @@ from anna_cli.engine_options import (
     engine_options,
     offload_config_from_options,
     offload_options,
+    tensor_parallel_option,
     vision_offload_option,
 )
 from anna_cli.logging_setup import LEVELS, configure_logging
@@ -111,11 +112,13 @@ class BackgroundLoader:
         task_options: the served task's options that were set (``TaskSpec.options``), passed to its ``build``.
         requested_max_len: ``--max-model-len`` (for the log line), or None.
         metrics_log_interval_s: seconds between metrics log lines (0: none).
+        tensor_parallel_size: devices the model is split over (``--tensor-parallel-size``): above 1 every rank
+            loads its shard (:func:`anna_core.distributed.launch.load_engine`) and :meth:`stop` stops the workers.
     """
 
     def __init__(self, state: Any, task: Any, model_path: Path, load_kwargs: dict[str, Any], engine_config: Any,
                  runner_config: Any, requested_max_len: int | None, metrics_log_interval_s: float = 0.0,
-                 task_options: dict[str, Any] | None = None):
+                 task_options: dict[str, Any] | None = None, tensor_parallel_size: int = 1):
         self.state = state
         self.task = task
         self.task_options = dict(task_options or {})
@@ -124,6 +127,9 @@ class BackgroundLoader:
         self.engine_config = engine_config
         self.runner_config = runner_config
         self.requested_max_len = requested_max_len
+        self.tensor_parallel_size = tensor_parallel_size
+        self.workers: Any = None  # a tensor-parallel group's worker processes (anna_core.distributed.launch)
+        self.task_engine: Any = None
         self.metrics_log_interval_s = metrics_log_interval_s
         self._metrics_task: asyncio.Task[None] | None = None
         self.failed = False
@@ -136,6 +142,7 @@ class BackgroundLoader:
     async def _load(self) -> None:
         import time
 
+        from anna_core.distributed.launch import load_engine
         from anna_core.engine.defaults import default_sampling_fields
         from anna_core.errors import AnnaError
         from anna_core.kernels.registry import chosen_kernels
@@ -146,13 +153,20 @@ class BackgroundLoader:
         t0 = time.perf_counter()
         try:
             build, start = resolve(self.task.engine), resolve(self.task.serving)
-            loaded = await asyncio.to_thread(load_model, self.model_path, **self.load_kwargs)
-            weights_s = time.perf_counter() - t0
-            logger.info("weights loaded in %.1f s; building the %s engine", weights_s, self.task.name)
-            await asyncio.to_thread(self._check_chat_template, loaded.tokenizer)
-            # The task's engine, warmed up (graph capture for generate; eager on CPU or when capture fails).
-            task_engine = await asyncio.to_thread(build, loaded, self.engine_config, self.runner_config,
-                                                  **self.task_options)
+            if self.tensor_parallel_size == 1:
+                loaded = await asyncio.to_thread(load_model, self.model_path, **self.load_kwargs)
+                weights_s = time.perf_counter() - t0
+                logger.info("weights loaded in %.1f s; building the %s engine", weights_s, self.task.name)
+                await asyncio.to_thread(self._check_chat_template, loaded.tokenizer)
+                # The task's engine, warmed up (graph capture for generate; eager on CPU or when capture fails).
+                task_engine = await asyncio.to_thread(build, loaded, self.engine_config, self.runner_config,
+                                                      **self.task_options)
+            else:  # every rank loads its shard and builds its engine (anna_core.distributed)
+                loaded, task_engine, self.workers = await asyncio.to_thread(
+                    load_engine, self.model_path, self.load_kwargs, self.task.engine, self.engine_config,
+                    self.runner_config, tensor_parallel_size=self.tensor_parallel_size, task_options=self.task_options)
+                self.task_engine = task_engine
+                await asyncio.to_thread(self._check_chat_template, loaded.tokenizer)
             engine = start(task_engine)
         except AnnaError as exc:
             self._fail(str(exc))
@@ -220,6 +234,11 @@ class BackgroundLoader:
                 task.cancel()
         if self.state.engine is not None:  # responses cut (drain timeout, forced stop): abort what is left
             await self.state.engine.shutdown(drain=not self.state.streams.is_cut)
+        if self.workers is not None:  # the engine's loop is over: tell the tensor-parallel workers to stop
+            from anna_core.distributed.launch import close_engine
+
+            workers, self.workers = self.workers, None
+            await asyncio.to_thread(close_engine, self.task_engine, workers)
 
 
 CUT_GRACE_S = 5.0
@@ -355,6 +374,7 @@ def _draining_server_class() -> type:
 @click.option("--metrics-log-interval-seconds", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="Log a one-line metrics summary this often (0 = never). Full figures: /healthz, /metrics.")
 @media_options
+@tensor_parallel_option
 @exit_on_anna_errors
 def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, weight_quant: str,
           lm_head_quant: str,
@@ -365,7 +385,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
           disable_kernels: tuple[str, ...], allowed_hosts: tuple[str, ...], allowed_origins: tuple[str, ...],
           drain_timeout_s: float, header_timeout_s: float, body_timeout_s: float,
           keep_alive_timeout_s: int, max_connections: int, metrics_log_interval_seconds: float,
-          **options: Any) -> None:
+          tensor_parallel_size: int, **options: Any) -> None:
     """Serve a model over HTTP: its task's routes (generate: the OpenAI-compatible API)."""
     import uvicorn
     from anna_core.device import resolve_device
@@ -423,6 +443,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
                      **({"family_options": family_options} if family_options else {})},
         engine_config=engine_config, runner_config=runner_config, requested_max_len=max_model_len,
         metrics_log_interval_s=metrics_log_interval_seconds, task_options=task_options,
+        tensor_parallel_size=tensor_parallel_size,
     )
     app = create_app(state, task=task, on_shutdown=[loader.stop])
     from anna_cli.http_protocol import protocol_class

@@ -32,11 +32,11 @@ Media = Mapping[str, Sequence[Any]]
 """Decoded media of one prompt by modality: ``{"image": [PIL images]}``."""
 
 
-def _runner_config(loaded: LoadedModel, cuda_graph: bool, compile_mode: str, warmup: bool | None) -> Any:
+def _runner_config(device: Any, cuda_graph: bool, compile_mode: str, warmup: bool | None) -> Any:
     from anna_core.engine.model_runner import RunnerConfig
 
     return RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
-                        warmup=loaded.device.type != "cpu" if warmup is None else warmup)
+                        warmup=device.type != "cpu" if warmup is None else warmup)
 
 
 class LLM:
@@ -65,6 +65,10 @@ class LLM:
             encoded there and their rows copied to the device.
         family_options: options the model's family declares for its loader (``ModelFamilySpec.load_options``,
             e.g. Qwen3-ASR's ``{"asr_max_inference_batch_size": 8}``); see ``load_model``.
+        tensor_parallel_size: split the model over this many devices of the host (``--tensor-parallel-size``;
+            :mod:`anna_core.distributed`): one worker process per rank past 0 is spawned, rank ``r`` on
+            ``cuda:r`` (``xpu:r``; on the CPU every rank on the CPU, over gloo) and this process is rank 0.
+            Call :meth:`close` (or use the ``LLM`` as a context manager) to stop the workers.
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
             (``max_num_seqs``, ``max_prefill_tokens``, ``prefill_chunk_size``, ``block_size``,
             ``num_blocks``, ``kv_cache_memory_gib``, ``max_device_memory_gib``, ``max_model_len``,
@@ -83,17 +87,28 @@ class LLM:
                  warmup: bool | None = None, offload_mode: str = "auto", resident_expert_layers: int | None = None,
                  resident_expert_layer_indices: str | list[int] | None = None, cached_experts_per_layer: int = 0,
                  expert_prefetch: bool = True, offload_vision: bool = False,
-                 family_options: dict[str, Any] | None = None, **engine_options: Any):
+                 family_options: dict[str, Any] | None = None, tensor_parallel_size: int = 1, **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
-        build = resolve(task_for(family, name="generate").engine)
+        task = task_for(family, name="generate")
+        build = resolve(task.engine)
         config = EngineConfig(**engine_options)
         offload = OffloadConfig.from_flags(offload_mode, resident_expert_layers, resident_expert_layer_indices,
                                            cached_experts_per_layer, expert_prefetch)
-        loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
-                            gguf_file=gguf_file, chat_template=chat_template, offload=offload,
-                            max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant,
-                            offload_vision=offload_vision, family_options=family_options)
-        self._setup(loaded, build(loaded, config, _runner_config(loaded, cuda_graph, compile_mode, warmup)))
+        options = dict(dtype=dtype, load_format=load_format, gguf_file=gguf_file, chat_template=chat_template,
+                       offload=offload, max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant,
+                       offload_vision=offload_vision, family_options=family_options)
+        self._workers = None
+        if tensor_parallel_size == 1:
+            loaded = load_model(model_dir, device=device, **options)
+            self._setup(loaded, build(loaded, config, _runner_config(loaded.device, cuda_graph, compile_mode, warmup)))
+            return
+        from anna_core.device import resolve_device
+        from anna_core.distributed.launch import load_engine
+
+        runner = _runner_config(resolve_device(device), cuda_graph, compile_mode, warmup)
+        loaded, engine, self._workers = load_engine(model_dir, {"device": device, **options}, task.engine, config,
+                                                    runner, tensor_parallel_size=tensor_parallel_size)
+        self._setup(loaded, engine)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, *, cuda_graph: bool = True, compile_mode: str = "none",
@@ -102,7 +117,8 @@ class LLM:
         :func:`anna_core.tasks.generate.build`, without looking the family's tasks up; the runner is set
         up as in the constructor."""
         self = cls.__new__(cls)
-        runner = _runner_config(loaded, cuda_graph, compile_mode, warmup)
+        self._workers = None
+        runner = _runner_config(loaded.device, cuda_graph, compile_mode, warmup)
         self._setup(loaded, generate_task.build(loaded, EngineConfig(**engine_options), runner))
         return self
 
@@ -111,6 +127,19 @@ class LLM:
         self.tokenizer = loaded.tokenizer
         self.engine = engine
         self._ids = itertools.count()
+
+    def close(self) -> None:
+        """Stop a tensor-parallel group's workers (nothing for one device); the LLM cannot generate afterwards."""
+        from anna_core.distributed.launch import close_engine
+
+        workers, self._workers = self._workers, None
+        close_engine(self.engine, workers)
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def get_default_sampling_params(self) -> SamplingParams:
         """``SamplingParams`` from the checkpoint's ``generation_config.json`` defaults."""

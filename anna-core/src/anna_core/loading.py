@@ -44,7 +44,8 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
                gguf_file: str | None = None, chat_template: str | None = None, pm: Any = None,
                disable_kernels: Sequence[str] = (), offload: OffloadConfig | None = None,
                max_device_memory_gib: float | None = None, weight_quant: str = "auto",
-               offload_vision: bool = False, family_options: Mapping[str, Any] | None = None) -> LoadedModel:
+               offload_vision: bool = False, family_options: Mapping[str, Any] | None = None,
+               parallel: Any = None) -> LoadedModel:
     """Load the model at ``model`` (a folder or a ``.gguf`` file).
 
     Args:
@@ -70,12 +71,16 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
             ``ModelFamilySpec.vision_offload``, passed to the loader as ``offload_vision=True``).
         family_options: keyword options for the family's loader, each one the family declares in
             ``ModelFamilySpec.load_options`` (e.g. ``{"asr_max_inference_batch_size": 8}`` for Qwen3-ASR).
+        parallel: load this rank's shard for a tensor-parallel group (an :class:`anna_core.distributed.ParallelState`
+            of several ranks; families that declare ``ModelFamilySpec.tensor_parallel``); the result's ``parallel``
+            is set. None: the whole model.
 
     Raises:
         ModelLoadError: missing / broken checkpoint, or the family's package cannot be imported.
         UnsupportedModelError: no installed family serves the checkpoint, ``--offload-mode experts`` for a
             family that does not declare expert offload, ``offload_vision`` for one that does not declare
-            vision offload, or a ``family_options`` key the family does not declare.
+            vision offload, a ``family_options`` key the family does not declare, or ``parallel`` for a family
+            that does not declare tensor parallelism.
         AnnaError: bad device, dtype, load format or ``disable_kernels`` entry, or an offload setting the model
             contradicts (e.g. a resident layer index out of range).
     """
@@ -119,5 +124,14 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
         raise UnsupportedModelError(f"the {family.name!r} family ({family.distribution or 'a plugin'}) takes no load "
                                     f"option {undeclared}; its options: {list(family.load_options) or 'none'}")
     extra.update(family_options or {})
-    return loader(source, device=dev, dtype=dt, load_format=load_format,
-                  kernels=kernels, chat_template=chat_template, **extra)
+    sharded = parallel is not None and parallel.is_parallel
+    if sharded:
+        if not family.tensor_parallel:
+            raise UnsupportedModelError(f"--tensor-parallel-size {parallel.world_size}: the {family.name!r} family "
+                                        f"({family.distribution or 'a plugin'}) does not declare tensor parallelism")
+        extra["parallel"] = parallel
+    loaded = loader(source, device=dev, dtype=dt, load_format=load_format,
+                    kernels=kernels, chat_template=chat_template, **extra)
+    if sharded:
+        loaded.parallel = parallel
+    return loaded

@@ -202,6 +202,8 @@ class LoadedModel:
         processor: the family's :class:`~anna_core.multimodal.MediaProcessor` of a model that takes media (it turns
             a prompt's ids and decoded media into expanded ids and :class:`~anna_core.multimodal.MultiModalInputs`),
             else None.
+        parallel: the :class:`anna_core.distributed.ParallelState` of a model loaded as one rank's shard
+            (``load_model(parallel=...)``), else None.
     """
 
     model: CausalLM
@@ -213,6 +215,7 @@ class LoadedModel:
     device: torch.device
     expert_store: Any = None
     processor: Any = None
+    parallel: Any = None
 
 
 _REQUIRED = ("cache_spec", "capabilities", "vocab_size", "forward", "compute_logits")

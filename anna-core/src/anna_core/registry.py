@@ -66,6 +66,10 @@ class ModelFamilySpec:
         vision_offload: its loader takes ``offload_vision=True`` and then keeps a vision tower on the CPU (encoding
             there, the rows copied to the device; ``--offload-vision``). A family that does not declare it is
             refused ``--offload-vision``.
+        tensor_parallel: its loader takes ``parallel=`` (an :class:`anna_core.distributed.ParallelState` of a group
+            of several ranks) and then builds and loads only that rank's shard of the model (sharding declared
+            with :mod:`anna_core.distributed`; ``--tensor-parallel-size``). A family that does not declare it is
+            refused tensor parallelism.
         load_options: keyword options its loader takes beyond the common ones, which
             :func:`anna_core.loading.load_model` passes from its ``family_options`` (e.g. Qwen3-ASR's
             ``("asr_max_inference_batch_size",)``); an option the family does not list is refused there.
@@ -90,6 +94,7 @@ class ModelFamilySpec:
     tasks: tuple[str, ...] = attrs.field(default=("generate",), converter=tuple)
     expert_offload: bool = False
     vision_offload: bool = False
+    tensor_parallel: bool = False
     load_options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     tiny_checkpoint: str = attrs.field(default="", validator=_lazy_or_empty)
 

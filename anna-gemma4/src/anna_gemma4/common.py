@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from anna_core.distributed.layers import gather_vocab
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.model import CacheSpec, FullAttentionSpec, ModelCaches, SlidingWindowSpec
 from torch import nn
@@ -95,16 +97,18 @@ class GemmaCausalLM(nn.Module):
         ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
         text_model: ``(cfg, cache_spec, ops) -> nn.Module`` with ``embed_tokens`` and ``layers`` (each with
             ``merge_projections()``).
+        parallel: a tensor-parallel rank's state: its logits are gathered over the vocabulary shards.
 
     Attributes:
         raw_config: the checkpoint's ``config.json`` dict, set by the loader (None until then, and for a
             GGUF source); ``hf_export`` builds transformers' config from it.
     """
 
-    def __init__(self, cfg: Any, ops: Any, text_model: Any):
+    def __init__(self, cfg: Any, ops: Any, text_model: Any, parallel: ParallelState = SINGLE):
         super().__init__()
         self.config = cfg
         self.ops = ops
+        self.parallel = parallel
         self.raw_config: dict[str, Any] | None = None
         self.cache_spec = cache_spec(cfg)
         self.model = text_model(cfg, self.cache_spec, ops)
@@ -126,4 +130,5 @@ class GemmaCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32 (soft-capped when configured)."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return gemma_logits(self.ops, hidden, weight, self.config.final_logit_softcapping)
+        logits = gemma_logits(self.ops, hidden, weight, self.config.final_logit_softcapping)
+        return gather_vocab(logits, self.vocab_size, self.parallel)  # a tensor-parallel rank's vocabulary shard

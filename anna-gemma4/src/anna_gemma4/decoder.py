@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
@@ -71,7 +72,7 @@ class Gemma4DecoderLayer(nn.Module):
     """
 
     def __init__(self, cfg: Gemma4Config, layer: LayerSpec, group: int, kv_index: int, rotary: RotaryEmbedding,
-                 ops: Any):
+                 ops: Any, parallel: ParallelState = SINGLE):
         super().__init__()
         hidden, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.kind = layer.kind
@@ -85,7 +86,8 @@ class Gemma4DecoderLayer(nn.Module):
         self.has_moe = cfg.enable_moe_block
         if self.has_moe:
             self.router = Gemma4Router(hidden, cfg.num_experts, cfg.top_k_experts, eps, ops)
-            self.experts = Gemma4Experts(hidden, cfg.num_experts, cfg.moe_intermediate_size, ops, cfg.top_k_experts)
+            self.experts = Gemma4Experts(hidden, cfg.num_experts, cfg.moe_intermediate_size, ops, cfg.top_k_experts,
+                                         parallel)
             self.pre_feedforward_layernorm_2 = RMSNorm(hidden, eps, ops)
             self.post_feedforward_layernorm_1 = RMSNorm(hidden, eps, ops)
             self.post_feedforward_layernorm_2 = RMSNorm(hidden, eps, ops)

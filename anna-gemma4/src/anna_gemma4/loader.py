@@ -6,6 +6,9 @@ import logging
 from typing import Any
 
 import torch
+from anna_core.distributed.layers import parallelize
+from anna_core.distributed.sharding import ShardReader
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.engine.offload import OffloadConfig
 from anna_core.errors import ModelLoadError
 from anna_core.generation_config import read_generation_defaults
@@ -18,6 +21,7 @@ from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
 from anna_core.weights.safetensors_loader import cast_meta_params, load_safetensors, materialize_dummy
 
+from anna_gemma4 import tensor_parallel
 from anna_gemma4.config import FULL, SLIDING, Gemma4Config
 from anna_gemma4.model import Gemma4ForCausalLM
 from anna_gemma4.weights import name_map
@@ -29,10 +33,14 @@ _ONES = ("layer_scalar", "router.scale", "router.per_expert_scale")
 """Dummy-weight parameters whose identity value is one (the default would zero them)."""
 
 
-def build_model(cfg: Gemma4Config, ops: Any, dtype: torch.dtype) -> Gemma4ForCausalLM:
-    """The model on the meta device (no memory), parameters in ``dtype``."""
+def build_model(cfg: Gemma4Config, ops: Any, dtype: torch.dtype, parallel: ParallelState = SINGLE) -> Gemma4ForCausalLM:
+    """The model on the meta device (no memory), parameters in ``dtype``; with a ``parallel`` group of several ranks,
+    that rank's shard (:mod:`anna_gemma4.tensor_parallel`)."""
+    if parallel.is_parallel:
+        cfg = tensor_parallel.local_config(cfg, parallel)
     with torch.device("meta"):
-        model = Gemma4ForCausalLM(cfg, ops)
+        model = Gemma4ForCausalLM(cfg, ops, parallel)
+    parallelize(model, parallel, row=tensor_parallel.ROW, vocab=tensor_parallel.VOCAB)
     cast_meta_params(model, dtype)
     return model
 
@@ -49,7 +57,8 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
-         max_device_bytes: int | None = None, weight_quant: str = "auto") -> LoadedModel:
+         max_device_bytes: int | None = None, weight_quant: str = "auto",
+         parallel: ParallelState = SINGLE) -> LoadedModel:
     """Load a Gemma 4 checkpoint (either layout) for text generation.
 
     Args:
@@ -61,9 +70,12 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         chat_template: overrides the checkpoint's chat template.
         offload, max_device_bytes: expert offload of a MoE model (:func:`anna_core.layers.expert_offload.plan_offload`):
             the offloaded layers' experts load into pinned host memory, never onto the device.
+        parallel: load one rank's shard for a tensor-parallel group (:mod:`anna_gemma4.tensor_parallel`; no expert
+            offload then).
 
     Raises:
-        ModelLoadError: bad config, missing / unexpected / mis-shaped tensors, GGUF input, no tokenizer.
+        ModelLoadError: bad config, missing / unexpected / mis-shaped tensors, GGUF input, no tokenizer, expert
+            offload with tensor parallelism, a group size that does not divide the heads or widths.
         OffloadConfigError: an offload setting the model contradicts.
     """
     if load_format not in LOAD_FORMATS:
@@ -73,15 +85,21 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
                              "(both dequantize its weights today)")
     if source.format != "safetensors":
         raise ModelLoadError("anna-gemma4 cannot load GGUF Gemma 4 checkpoints yet; use the safetensors folder")
+    if parallel.is_parallel and offload is not None and offload.mode == "experts":
+        raise ModelLoadError("tensor parallelism splits the experts over the devices; --offload-mode experts "
+                             "does not combine with it")
     cfg = Gemma4Config.from_hf(source.config)
     ops = bind_ops(kernels, device, dtype)
-    model = build_model(cfg, ops, dtype)
-    plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+    model = build_model(cfg, ops, dtype, parallel)
+    plan = None if offload is None or parallel.is_parallel else plan_offload(model, offload, device=device,
+                                                                             max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
-    if load_format == "dummy":
-        materialize_dummy(model, device=device, init=_dummy_init, host=host)
+    shards = ShardReader(tensor_parallel.rules(cfg), parallel) if parallel.is_parallel else None
+    if load_format == "dummy":  # a tensor-parallel rank draws the whole model's weights and keeps its slices
+        full = None if shards is None else {n: p.shape for n, p in build_model(cfg, ops, dtype).named_parameters()}
+        materialize_dummy(model, device=device, init=_dummy_init, host=host, shards=shards, full_shapes=full)
     else:
-        load_safetensors(model, source.root, name_map(cfg), device=device, host=host)
+        load_safetensors(model, source.root, name_map(cfg), device=device, host=host, shards=shards)
     model.merge_projections()
     use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
     model.raw_config = source.config  # for hf_export (anna bench --compare-hf)

@@ -11,9 +11,11 @@ and KV heads); the KV-shared layers are ``shared`` readers of their source layer
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
@@ -29,7 +31,7 @@ class Gemma4TextModel(nn.Module):
     """Embeddings (scaled by ``sqrt(hidden)`` rounded to the weight dtype), per-layer embeddings, the
     decoder layers and the final norm."""
 
-    def __init__(self, cfg: Gemma4Config, spec: CacheSpec, ops: Any):
+    def __init__(self, cfg: Gemma4Config, spec: CacheSpec, ops: Any, parallel: ParallelState = SINGLE):
         super().__init__()
         self.config = cfg
         hidden, layers = cfg.hidden_size, cfg.num_hidden_layers
@@ -39,7 +41,7 @@ class Gemma4TextModel(nn.Module):
             for kind in LAYER_TYPES if (ids := cfg.layers_of(kind))})
         self.layers = nn.ModuleList(
             Gemma4DecoderLayer(cfg, layer, spec.group_of(i), spec.groups[spec.group_of(i)].cache_index(i),
-                               self.rotary[layer.kind], ops)
+                               self.rotary[layer.kind], ops, parallel)
             for i, layer in enumerate(cfg.layers))
         self.norm = RMSNorm(hidden, cfg.rms_norm_eps, ops)
         self.per_layer = cfg.hidden_size_per_layer_input
@@ -87,6 +89,7 @@ class Gemma4ForCausalLM(GemmaCausalLM):
     Args:
         cfg: parsed config.
         ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
+        parallel: a tensor-parallel rank's state (``cfg`` is then its share: :mod:`anna_gemma4.tensor_parallel`).
 
     With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``. Logits
     are soft-capped (``cap * tanh(logits / cap)``, float32) when the config says so. Capabilities: padding
@@ -101,8 +104,8 @@ class Gemma4ForCausalLM(GemmaCausalLM):
 
     capabilities = ModelCapabilities(padded_prefill=True, quantized_kv=True)
 
-    def __init__(self, cfg: Gemma4Config, ops: Any):
-        super().__init__(cfg, ops, Gemma4TextModel)
+    def __init__(self, cfg: Gemma4Config, ops: Any, parallel: ParallelState = SINGLE):
+        super().__init__(cfg, ops, functools.partial(Gemma4TextModel, parallel=parallel), parallel)
 
     def hf_export(self) -> tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]:
         """``("Gemma4ForCausalLM", "Gemma4TextConfig", config kwargs, state dict)``: transformers' text-only

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.layers.moe import RoutedExpertsModule
 from anna_core.layers.norm import RMSNorm
 from torch import nn
@@ -75,13 +76,16 @@ class Gemma4Experts(RoutedExpertsModule):
     Args:
         hidden: model width; num_experts: ``E``; intermediate: each expert's inner width ``I``;
         ops: the model's :class:`anna_core.kernels.OpTable` (the experts run as its ``moe_experts`` op).
+        parallel: a tensor-parallel rank's state: ``intermediate`` is then its share and the output is all-reduced.
     """
 
     activation = "gelu_tanh"
 
-    def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any, top_k: int):
+    def __init__(self, hidden: int, num_experts: int, intermediate: int, ops: Any, top_k: int,
+                 parallel: ParallelState = SINGLE):
         super().__init__(num_experts, top_k)
         self.ops = ops
+        self.parallel = parallel
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden, intermediate))
 
@@ -89,4 +93,5 @@ class Gemma4Experts(RoutedExpertsModule):
         """x: ``[T, hidden]``; weights (float32), experts (int64): ``[T, K]`` from the router -> ``[T, hidden]``
         in x's dtype: ``moe_experts(x, gate_up_proj, down_proj, weights, experts, "gelu_tanh")`` (each
         expert's weighted output rounded to x's dtype; the reference accumulates them in expert order)."""
-        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, self.activation)
+        out = self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, self.activation)
+        return self.parallel.all_reduce(out)  # a tensor-parallel rank's units: the partial sums added

@@ -18,6 +18,7 @@ def register_model_families(register):
             reasoning_parser="gemma4",
             tool_call_parser="gemma4",
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
+            tensor_parallel=True,  # --tensor-parallel-size: anna_gemma4.tensor_parallel
             tiny_checkpoint="anna_gemma4.tiny:build_tiny_gemma4",  # for tests: variant e2b / moe / dense
         )
     )

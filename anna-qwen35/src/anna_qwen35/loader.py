@@ -7,6 +7,9 @@ import logging
 from typing import Any
 
 import torch
+from anna_core.distributed.layers import parallelize
+from anna_core.distributed.sharding import ShardReader
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.engine.offload import OffloadConfig, OffloadConfigError
 from anna_core.errors import ModelLoadError
 from anna_core.generation_config import read_generation_defaults
@@ -26,6 +29,7 @@ from anna_core.weights.safetensors_loader import (
     materialize_dummy,
 )
 
+from anna_qwen35 import tensor_parallel
 from anna_qwen35.config import Qwen35Config
 from anna_qwen35.model import Qwen35ForCausalLM, keep_float32
 from anna_qwen35.processor import PREPROCESSOR_CONFIG, Qwen35VLProcessor
@@ -42,12 +46,15 @@ treats both as end of generation)."""
 
 
 def build_model(cfg: Qwen35Config, ops: Any, dtype: torch.dtype, per_expert: bool = False,
-                vision: VisionConfig | None = None) -> Qwen35ForCausalLM:
+                vision: VisionConfig | None = None, parallel: ParallelState = SINGLE) -> Qwen35ForCausalLM:
     """The model on the meta device (no memory), parameters already in their serving dtypes
     (``per_expert``: the MoE per-expert weight layout, see :class:`~anna_qwen35.moe.RoutedExperts`; ``vision``:
-    with the vision tower)."""
+    with the vision tower; ``parallel`` of several ranks: that rank's shard, :mod:`anna_qwen35.tensor_parallel`)."""
+    if parallel.is_parallel:
+        cfg = tensor_parallel.local_config(cfg, parallel)
     with torch.device("meta"):
-        model = Qwen35ForCausalLM(cfg, ops, per_expert, vision)
+        model = Qwen35ForCausalLM(cfg, ops, per_expert, vision, parallel)
+    parallelize(model, parallel, row=tensor_parallel.ROW, vocab=tensor_parallel.VOCAB)
     cast_meta_params(model, dtype, keep_float32)
     return model
 
@@ -69,7 +76,8 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
          max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False,
-         lm_head_quant: str = "none", layout_cache: bool = True) -> LoadedModel:
+         lm_head_quant: str = "none", layout_cache: bool = True,
+         parallel: ParallelState = SINGLE) -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
@@ -100,6 +108,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             without a tower.
         layout_cache: keep a pre-quantized checkpoint's repacked weights in the layout cache
             (:mod:`anna_core.weights.layout_cache`, under ``$ANNA_CACHE_DIR``); a load option.
+        parallel: load one rank's shard for a tensor-parallel group (:mod:`anna_qwen35.tensor_parallel`): dense
+            safetensors (or dummy) weights, no offload or quantization; a vision-language checkpoint is served as
+            text (its tower is not loaded).
 
     Raises:
         OffloadConfigError: an offload setting the model contradicts; offload of a GGUF.
@@ -121,6 +132,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
+    if parallel.is_parallel:
+        _check_parallel(source.format, weight_quant, lm_head_quant, offload)
     ops = bind_ops(kernels, device, dtype)
     if source.format == "gguf":
         if offload is not None and offload.mode == "experts":
@@ -131,12 +144,13 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     cfg = Qwen35Config.from_hf(source.config)
     prequant = checkpoint_prequant(source.config, weight_quant, load_format)
     tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")
-    vision, processor = _vision(source, cfg, tokenizer)
+    vision, processor = _vision(source, cfg, tokenizer) if not parallel.is_parallel else (None, None)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
-    model = build_model(cfg, ops, dtype, per_expert, vision)
+    model = build_model(cfg, ops, dtype, per_expert, vision, parallel)
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
-    scheme = weight_scheme(weight_quant, model, device, dtype, max_device_bytes)  # weighed on the meta-built model
+    # weighed on the meta-built model; a tensor-parallel shard stays dense (its row-parallel layers reduce)
+    scheme = None if parallel.is_parallel else weight_scheme(weight_quant, model, device, dtype, max_device_bytes)
     staged = stage_on_host(scheme, plan is not None, device)
     if staged:  # the decoder layers wait in host memory and are quantized one at a time on the device
         host = (*host, "model.layers.")
@@ -145,12 +159,14 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         log.info("--offload-vision: %s has no vision tower to offload", source.root)
     if tower_on_cpu:
         host = (*host, "visual.")
-    if load_format == "dummy":
-        materialize_dummy(model, device=device, init=_dummy_init, host=host)
+    shards = ShardReader(tensor_parallel.rules(cfg), parallel) if parallel.is_parallel else None
+    if load_format == "dummy":  # a tensor-parallel rank draws the whole model's weights and keeps its slices
+        full = None if shards is None else {n: p.shape for n, p in build_model(cfg, ops, dtype).named_parameters()}
+        materialize_dummy(model, device=device, init=_dummy_init, host=host, shards=shards, full_shapes=full)
     else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
         load_checkpoint(model, source.root, name_map(cfg, vision is not None), prequant, ops, device=device,
                         dtype=dtype, weight_quant=weight_quant, layout_cache=layout_cache, host=host,
-                        pin=not per_expert, unsupported=_prequant_unsupported)
+                        pin=not per_expert, unsupported=_prequant_unsupported, shards=shards)
     model.raw_config = source.config
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     if staged:
@@ -172,6 +188,20 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if plan is not None:
         loaded.expert_store = apply_offload(model, plan, device)
     return loaded
+
+
+def _check_parallel(source_format: str, weight_quant: str, lm_head_quant: str, offload: OffloadConfig | None) -> None:
+    """Refuse what a tensor-parallel load does not take.
+
+    Raises:
+        ModelLoadError: a GGUF, ``weight_quant`` int4 / int8 / fp8, a quantized LM head, or expert offload.
+    """
+    if source_format == "gguf" or weight_quant in SCHEMES or lm_head_quant != "none":
+        raise ModelLoadError("tensor parallelism loads dense safetensors (or dummy) weights: not a GGUF, "
+                             "--weight-quant int4 / int8 / fp8 or --lm-head-quant")
+    if offload is not None and offload.mode == "experts":
+        raise ModelLoadError("tensor parallelism splits the experts over the devices; --offload-mode experts "
+                             "does not combine with it")
 
 
 def _vision(source: ModelSource, cfg: Qwen35Config, tokenizer: Any

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from anna_core.distributed.layers import gather_vocab
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.layers.media import splice_media
 from anna_core.layers.mlp import SwiGLUMLP
@@ -50,7 +52,7 @@ class DecoderLayer(nn.Module):
     """
 
     def __init__(self, cfg: Qwen35Config, layer_type: str, group: int, cache_index: int, rotary: RotaryEmbedding,
-                 ops: Any, per_expert: bool = False):
+                 ops: Any, per_expert: bool = False, parallel: ParallelState = SINGLE):
         super().__init__()
         self.layer_type = layer_type
         if layer_type == FULL:
@@ -60,7 +62,7 @@ class DecoderLayer(nn.Module):
         if cfg.is_moe:
             self.mlp = SparseMoeBlock(cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok,
                                       cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size, ops,
-                                      per_expert=per_expert)
+                                      per_expert=per_expert, parallel=parallel)
         else:
             self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size, ops)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
@@ -103,7 +105,8 @@ def cache_spec(cfg: Qwen35Config) -> CacheSpec:
 
 
 class Qwen35TextModel(nn.Module):
-    def __init__(self, cfg: Qwen35Config, spec: CacheSpec, ops: Any, per_expert: bool = False):
+    def __init__(self, cfg: Qwen35Config, spec: CacheSpec, ops: Any, per_expert: bool = False,
+                 parallel: ParallelState = SINGLE):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         rotary = RotaryEmbedding(cfg.head_dim, cfg.rotary_dim, cfg.rope_parameters, ops)
@@ -112,7 +115,7 @@ class Qwen35TextModel(nn.Module):
         for i, layer_type in enumerate(cfg.layer_types):
             group = spec.group_of(i)
             layers.append(DecoderLayer(cfg, layer_type, group, spec.groups[group].cache_index(i), rotary, ops,
-                                       per_expert))
+                                       per_expert, parallel))
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ops, zero_centered=True)
 
@@ -132,6 +135,9 @@ class Qwen35ForCausalLM(nn.Module):
         ops: :class:`anna_core.kernels.OpTable` bound to the serving device and dtype.
         per_expert: MoE only: build the per-expert expert-weight layout (``mlp.experts.{e}.*``) that the
             checkpoint holds; :meth:`merge_projections` stacks it (see :class:`~anna_qwen35.moe.RoutedExperts`).
+        parallel: a tensor-parallel rank's state (``cfg`` is then the rank's share,
+            :func:`anna_qwen35.tensor_parallel.local_config`): its MoE blocks reduce their outputs and its logits are
+            gathered over the vocabulary shards.
 
     With tied embeddings there is no ``lm_head`` parameter; logits use ``embed_tokens.weight``.
     Its capabilities: padding rows of a padded prefill (``ForwardBatch.num_valid``) change none of its
@@ -151,13 +157,15 @@ class Qwen35ForCausalLM(nn.Module):
 
     capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True, quantized_kv=True)
 
-    def __init__(self, cfg: Qwen35Config, ops: Any, per_expert: bool = False, vision: VisionConfig | None = None):
+    def __init__(self, cfg: Qwen35Config, ops: Any, per_expert: bool = False, vision: VisionConfig | None = None,
+                 parallel: ParallelState = SINGLE):
         super().__init__()
         self.config = cfg
         self.ops = ops
+        self.parallel = parallel
         self.raw_config: dict[str, Any] | None = None  # the checkpoint's config.json, set by the loader (hf_export)
         self.cache_spec = cache_spec(cfg)
-        self.model = Qwen35TextModel(cfg, self.cache_spec, ops, per_expert)
+        self.model = Qwen35TextModel(cfg, self.cache_spec, ops, per_expert, parallel)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.hidden_size = cfg.hidden_size
         self.visual = None if vision is None else VisionTower(vision)
@@ -234,11 +242,11 @@ class Qwen35ForCausalLM(nn.Module):
         return [self.visual(m.data["pixel_values"].to(tower), tuple(m.data["grid_thw"])).to(device) for m in items]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32."""
+        """hidden: ``[N, hidden]`` -> logits ``[N, vocab]`` float32 (on every rank of a tensor-parallel group)."""
         if isinstance(self.lm_head, WQLinear):  # a quantized head (the loader's lm_head_quant)
             return self.lm_head(hidden).float()
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return self.ops.linear(hidden, weight, None).float()
+        return gather_vocab(self.ops.linear(hidden, weight, None).float(), self.vocab_size, self.parallel)
 
 
 def keep_float32(param_name: str) -> bool:

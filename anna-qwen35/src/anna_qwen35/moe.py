@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.errors import ModelLoadError
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.moe import RoutedExpertsModule
@@ -125,6 +126,8 @@ class SparseMoeBlock(nn.Module):
         hidden: ``H``; num_experts: ``E``; top_k: ``K``; intermediate: routed experts' inner width;
         shared_intermediate: the shared expert's inner width; ops: the model's op table.
         per_expert: see :class:`RoutedExperts`.
+        parallel: a tensor-parallel rank's state: the experts' and shared expert's widths are then this rank's
+            share, and the block all-reduces its summed output once (:mod:`anna_qwen35.tensor_parallel`).
 
     Parameters (checkpoint names under ``model.layers.{i}.mlp.``):
         gate.weight ``[E, H]`` (router); experts.* (:class:`RoutedExperts`);
@@ -132,8 +135,9 @@ class SparseMoeBlock(nn.Module):
     """
 
     def __init__(self, hidden: int, num_experts: int, top_k: int, intermediate: int, shared_intermediate: int,
-                 ops: Any, *, per_expert: bool = False):
+                 ops: Any, *, per_expert: bool = False, parallel: ParallelState = SINGLE):
         super().__init__()
+        self.parallel = parallel
         self.top_k = top_k
         self.ops = ops
         self.gate = nn.Linear(hidden, num_experts, bias=False)
@@ -161,4 +165,4 @@ class SparseMoeBlock(nn.Module):
         weights, experts = self.route(x)
         routed = self.experts(x, weights, experts)
         shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
-        return routed + shared
+        return self.parallel.all_reduce(routed + shared)

@@ -77,6 +77,9 @@ class BenchSettings:
     video: Any = None
     """A :class:`~anna_core.bench.video_prompts.VideoSpec`: one video per request (None: no video)."""
     offload_vision: bool = False
+    tensor_parallel_size: int = 1
+    """Devices the model is split over (``--tensor-parallel-size``; :mod:`anna_core.distributed`): the step bytes
+    and roofline are then rank 0's (its shard's weights and caches, against one device's bandwidth)."""
     kv_cache_quantization: str = "none"
     """``--kv-cache-quantization`` of the engine (:mod:`anna_core.kv_quant`)."""
     kv_cache_quant_bits: int | None = None
@@ -99,6 +102,12 @@ class BenchSettings:
                             " (python -m anna_core.bench.vl_bench times HF with an image)")
         if self.image is not None and self.video is not None:
             raise AnnaError("one medium per request: --image / --image-size or --video-frames, not both")
+        if self.tensor_parallel_size < 1:
+            raise AnnaError(f"--tensor-parallel-size must be at least 1, got {self.tensor_parallel_size}")
+        if self.tensor_parallel_size > 1 and (self.compare_hf or self.profile or self.timeline or self.image is not None
+                                              or self.video is not None):
+            raise AnnaError("--tensor-parallel-size above 1 times text prompts through the served path only: leave "
+                            "out --compare-hf, --profile, --timeline and media (each runs the model on rank 0 alone)")
 
     def media_requests(self, loaded: Any, batch: int, seed: int) -> tuple[list[list[int]], list[Any]]:
         """``batch`` prompts with this benchmark's image or video each and their multimodal inputs."""
@@ -155,13 +164,25 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
         cfg = engine_config(s.batch_size, max_len, s.batch_size * s.input_len, async_scheduling=s.async_scheduling,
                             prefix_caching=s.prefix_caching, max_device_memory_gib=s.max_device_memory_gib)
     cfg = attrs.evolve(cfg, kv_cache_quantization=s.kv_cache_quantization, kv_cache_quant_bits=s.kv_cache_quant_bits)
-    engine = LLMEngine.from_loaded(loaded, cfg)
+    if loaded.parallel is not None and loaded.parallel.is_parallel:  # a tensor-parallel rank's shard
+        from anna_core.distributed.engine import TensorParallelEngine
+
+        engine = TensorParallelEngine.from_loaded(loaded, cfg)
+    else:
+        engine = LLMEngine.from_loaded(loaded, cfg)
     # --serve-defaults: the decode-graph buckets of anna serve's batch limit, not of the benchmark's batch
     engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
                         max_model_len=engine.max_model_len,
                         max_num_seqs=cfg.max_num_seqs if s.serve_defaults else s.batch_size,
                         max_prefill_tokens=engine.longest_one_step_prompt())
     return engine
+
+
+def build_group_engine(loaded: Any, config: Any, runner: Any, *, settings: BenchSettings) -> Any:
+    """:func:`build_engine` as a task builder (``build(loaded, config, runner, **options)``) for every rank of a
+    tensor-parallel benchmark (:func:`anna_core.distributed.launch.load_engine`; ``config`` / ``runner`` unused:
+    ``settings`` says it all)."""
+    return build_engine(loaded, settings)
 
 
 def _prompts(vocab: int, batch: int, length: int, seed: int) -> list[list[int]]:
@@ -260,6 +281,8 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     from anna_core.loading import load_model
 
     bandwidth = None
+    if loaded is None and s.tensor_parallel_size > 1:
+        return _run_group_bench(s)
     if loaded is None:
         from anna_core.device import resolve_device
 
@@ -277,16 +300,48 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
     if s.compare_hf and loaded.expert_store is not None:  # HF's model would need the experts as parameters
         raise AnnaError("--compare-hf needs every expert on the device: the model's experts are offloaded "
                         "(use --offload-mode none, or leave --compare-hf out)")
-    media_tokens = None
+    media_tokens = frame_groups = None
     medium = s.image if s.image is not None else s.video
     if medium is not None:  # the engine is sized to the media prompt's real length
         [probe], [mm] = s.media_requests(loaded, 1, s.seed * 1000 + 998)
         s = attrs.evolve(s, input_len=len(probe))
         media_tokens = sum(m.length for m in mm.items)
+        frame_groups = len(mm.items)
     accel = accelerator(loaded.device)
     t = wall_clock()
     engine = build_engine(loaded, s)
     setup_s = wall_clock() - t
+    return _measure(s, loaded, engine, load_s, setup_s, bandwidth, medium, media_tokens, frame_groups)
+
+
+def _run_group_bench(s: BenchSettings) -> dict[str, Any]:
+    """:func:`run_bench` over a tensor-parallel group: every rank loads its shard and builds its engine
+    (``load_s`` covers both; ``setup_s`` is 0), rank 0 drives the runs; the workers are stopped at the end."""
+    from anna_core.device import resolve_device
+    from anna_core.distributed.launch import close_engine, load_engine
+
+    accel = accelerator(resolve_device(s.device))
+    bandwidth = copy_bandwidth(accel)
+    accel.reset_peak_memory()
+    t = wall_clock()
+    load_kwargs = dict(device=s.device, dtype=s.dtype, load_format=s.load_format, disable_kernels=s.disable_kernels,
+                       weight_quant=s.weight_quant, offload=s.offload, max_device_memory_gib=s.max_device_memory_gib,
+                       family_options=None if s.lm_head_quant == "none" else {"lm_head_quant": s.lm_head_quant})
+    loaded, engine, workers = load_engine(s.model_dir, load_kwargs, "anna_core.bench.engine_bench:build_group_engine",
+                                          None, None, tensor_parallel_size=s.tensor_parallel_size,
+                                          task_options={"settings": s})
+    try:
+        return _measure(s, loaded, engine, wall_clock() - t, 0.0, bandwidth, None)
+    finally:
+        close_engine(engine, workers)
+
+
+def _measure(s: BenchSettings, loaded: Any, engine: Any, load_s: float, setup_s: float, bandwidth: float | None,
+             medium: Any, media_tokens: int | None = None, frame_groups: int | None = None) -> dict[str, Any]:
+    """The timed runs of :func:`run_bench` over a built engine, and the report (``medium``: the image or video
+    spec of a media benchmark, with its tokens and frame groups per prompt)."""
+    accel = accelerator(loaded.device)
+    parallel = loaded.parallel is not None and loaded.parallel.is_parallel
     model = loaded.model
     vocab = model.vocab_size
     if bandwidth is None:
@@ -328,23 +383,25 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         "peak_memory_gib": (accel.peak_memory_bytes() or 0) / 2**30,
         "copy_bandwidth_gbps": bandwidth / 1e9,
         "step_bytes": {"weights": step.weights, "state": step.state, "kv": step.kv, "total": step.total},
+        "tensor_parallel_size": s.tensor_parallel_size,
         "roofline_tokens_per_s_per_stream": roof_per_stream,
         "roofline_fraction": per_stream / roof_per_stream,
         "first_tokens": runs[-1]["tokens"][0][:8],
         "tokens_sha256": tokens_sha256(runs[-1]["tokens"]),
     }
     if medium is None:
-        report["served_vs_eager_match_tokens"] = served_vs_eager(model, last_prompts, runs[-1]["tokens"])
+        if not parallel:  # the eager check runs the model on this rank alone
+            report["served_vs_eager_match_tokens"] = served_vs_eager(model, last_prompts, runs[-1]["tokens"])
     elif s.image is not None:
         report["image"] = {"image": s.image.describe(), "image_tokens": media_tokens,
                            "offload_vision": s.offload_vision}
     else:
-        report["video"] = {"video": s.video.describe(), "video_tokens": media_tokens, "frame_groups": len(mm.items),
+        report["video"] = {"video": s.video.describe(), "video_tokens": media_tokens, "frame_groups": frame_groups,
                            "offload_vision": s.offload_vision}
     if engine.expert_store is not None:
         report["expert_cache"] = engine.expert_store.report()
     graphs = engine.runner.graphs
-    if graphs is not None and graphs.bucket_for(s.batch_size) is not None:
+    if graphs is not None and graphs.bucket_for(s.batch_size) is not None and not parallel:
         # device time of one captured step alone: ITL minus this is host time the device waited for
         report["graph_replay_ms"] = graphs.time_replay(graphs.bucket_for(s.batch_size))
     if s.timeline:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None = None) -> LLMEngine:
     """An :class:`LLMEngine` over ``loaded``; with ``runner``, also warmed up with its decode and prefill
-    graphs captured (eager on CPU or where capture fails).
+    graphs captured (eager on CPU or where capture fails). A model loaded as a tensor-parallel rank's shard
+    (``loaded.parallel``) gets a :class:`~anna_core.distributed.engine.TensorParallelEngine`.
 
     Raises:
         AnnaError: the model does not implement :class:`anna_core.model.CausalLM`, or the cache does not
@@ -26,7 +27,12 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
     """
     from anna_core.engine.llm_engine import LLMEngine
 
-    engine = LLMEngine.from_loaded(loaded, config)
+    if loaded.parallel is not None and loaded.parallel.is_parallel:
+        from anna_core.distributed.engine import TensorParallelEngine
+
+        engine = TensorParallelEngine.from_loaded(loaded, config)
+    else:
+        engine = LLMEngine.from_loaded(loaded, config)
     if runner is not None:
         engine.runner.setup(runner, max_model_len=engine.max_model_len, max_num_seqs=config.max_num_seqs,
                             max_prefill_tokens=engine.longest_one_step_prompt())

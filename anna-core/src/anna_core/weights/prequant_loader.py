@@ -236,22 +236,27 @@ def checkpoint_prequant(config: Mapping[str, Any], weight_quant: str, load_forma
 def load_checkpoint(model: nn.Module, root: str | Path, name_map: NameMap, prequant: PrequantConfig | None, ops: Any,
                     *, device: torch.device, dtype: torch.dtype, weight_quant: str = "auto", layout_cache: bool = True,
                     host: tuple[str, ...] = (), pin: bool = True,
-                    unsupported: Callable[[str], str | None] = lambda name: None) -> None:
+                    unsupported: Callable[[str], str | None] = lambda name: None, shards: Any = None) -> None:
     """:func:`~anna_core.weights.safetensors_loader.load_safetensors`, preceded for a pre-quantized checkpoint
     (``prequant`` from :func:`checkpoint_prequant`) by :func:`load_prequantized` (through the layout cache under
     ``$ANNA_CACHE_DIR`` unless ``layout_cache`` is False) and followed, for ``weight_quant == "none"``, by the
-    dequantization of its quantized layers to ``dtype`` (``unsupported``: see :func:`install`).
+    dequantization of its quantized layers to ``dtype`` (``unsupported``: see :func:`install`). ``shards`` (a
+    tensor-parallel rank's :class:`~anna_core.distributed.sharding.ShardReader`) reads that rank's slices.
 
     Raises:
-        ModelLoadError: see :func:`load_prequantized` and ``load_safetensors``.
+        ModelLoadError: see :func:`load_prequantized` and ``load_safetensors``; a pre-quantized checkpoint under
+            tensor parallelism (not supported yet).
     """
     from anna_core.layers.wq_linear import dequantize_linears
     from anna_core.weights.safetensors_loader import load_safetensors
 
+    if prequant is not None and shards is not None:
+        raise ModelLoadError(f"tensor parallelism of a pre-quantized checkpoint ({prequant.method}) is not supported "
+                             "yet: serve it at --tensor-parallel-size 1")
     if prequant is not None:
         name_map = load_prequantized(model, root, name_map, prequant, ops, device=device, dtype=dtype,
                                      cache=LayoutCache() if layout_cache else None, unsupported=unsupported).name_map
-    load_safetensors(model, root, name_map, device=device, host=host, pin=pin)
+    load_safetensors(model, root, name_map, device=device, host=host, pin=pin, shards=shards)
     if prequant is not None and weight_quant == "none":
         log.info("--weight-quant none: %d %s layers dequantized to %s", dequantize_linears(model, dtype),
                  prequant.kind, dtype)

@@ -10,12 +10,13 @@ name map: checkpoint tensor name -> parameter name, or ``None`` to ignore the te
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from anna_core.distributed.sharding import ShardReader
 from anna_core.errors import ModelLoadError
 from anna_core.weights.assign import NameMap, check_plan, plan_load, progress, set_param
 
@@ -64,8 +65,10 @@ def checkpoint_files(root: str | Path) -> dict[str, Path]:
     return files
 
 
-def iter_checkpoint_tensors(files: dict[str, Path], names: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield ``(name, cpu tensor)`` for ``names``, opening each shard once, in shard order."""
+def iter_checkpoint_tensors(files: dict[str, Path], names: list[str],
+                            read: Callable[[str, object], torch.Tensor] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(name, cpu tensor)`` for ``names``, opening each shard once, in shard order; with ``read``,
+    the tensor is ``read(name, handle)`` of the lazy ``get_slice`` handle (a tensor-parallel rank's slice)."""
     from safetensors import safe_open
 
     by_file: dict[Path, list[str]] = {}
@@ -75,7 +78,7 @@ def iter_checkpoint_tensors(files: dict[str, Path], names: list[str]) -> Iterato
         try:
             with safe_open(str(path), framework="pt", device="cpu") as f:
                 for name in shard_names:
-                    yield name, f.get_tensor(name)
+                    yield name, f.get_tensor(name) if read is None else read(name, f.get_slice(name))
         except ModelLoadError:
             raise
         except Exception as exc:
@@ -93,7 +96,7 @@ def _host_copy(value: torch.Tensor, device: torch.device, pin: bool) -> torch.Te
 
 
 def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, device: torch.device,
-                     host: Sequence[str] = (), pin: bool = True) -> None:
+                     host: Sequence[str] = (), pin: bool = True, shards: ShardReader | None = None) -> None:
     """Assign every parameter of ``model`` from the checkpoint in ``root``.
 
     Each tensor is read lazily, converted to the dtype the (meta) parameter already has and moved
@@ -108,6 +111,8 @@ def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, d
         host: parameter-name prefixes whose tensors stay in host memory instead (offloaded experts,
             :mod:`anna_core.layers.expert_offload`), page-locked when ``pin`` (on CUDA); they never touch the
             device.
+        shards: a tensor-parallel rank's :class:`~anna_core.distributed.sharding.ShardReader`: each tensor is read
+            as the rank's slice (the parameters hold the rank's shapes); None reads whole tensors.
 
     Raises:
         ModelLoadError: unreadable files; checkpoint tensors mapping to no parameter
@@ -118,9 +123,10 @@ def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, d
     params = dict(model.named_parameters(remove_duplicate=False))
     plan = plan_load(files, name_map, params)
     check_plan(plan, source=f"checkpoint {str(root)!r}", where="the checkpoint",
-               mismatched=_shape_mismatches(files, plan.targets, params))
+               mismatched=_shape_mismatches(files, plan.targets, params, shards))
+    read = None if shards is None else (lambda name, handle: shards.read(plan.targets[name], handle))
     with progress(len(plan.targets), "loading weights") as bar:
-        for ckpt_name, tensor in iter_checkpoint_tensors(files, list(plan.targets)):
+        for ckpt_name, tensor in iter_checkpoint_tensors(files, list(plan.targets), read):
             target = plan.targets[ckpt_name]
             if host and target.startswith(tuple(host)):
                 value = _host_copy(tensor.to(dtype=params[target].dtype), torch.device(device), pin)
@@ -130,7 +136,8 @@ def load_safetensors(model: nn.Module, root: str | Path, name_map: NameMap, *, d
             bar.update(1)
 
 
-def _shape_mismatches(files: dict[str, Path], plan: dict[str, str], params: dict[str, nn.Parameter]) -> list[str]:
+def _shape_mismatches(files: dict[str, Path], plan: dict[str, str], params: dict[str, nn.Parameter],
+                      shards: ShardReader | None = None) -> list[str]:
     from safetensors import safe_open
 
     out: list[str] = []
@@ -141,6 +148,8 @@ def _shape_mismatches(files: dict[str, Path], plan: dict[str, str], params: dict
         with safe_open(str(path), framework="pt", device="cpu") as f:
             for name in names:
                 shape = tuple(f.get_slice(name).get_shape())
+                if shards is not None:
+                    shape = shards.local_shape(plan[name], shape)
                 want = tuple(params[plan[name]].shape)
                 if shape != want:
                     out.append(f"{name}: checkpoint {list(shape)} vs model {list(want)} ({plan[name]})")
@@ -169,6 +178,8 @@ def materialize_dummy(
     std: float = 0.02,
     host: Sequence[str] = (),
     pin: bool = True,
+    shards: ShardReader | None = None,
+    full_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
     """Replace every parameter of a (meta-built) model with random values on ``device``.
 
@@ -181,6 +192,10 @@ def materialize_dummy(
     Parameters under the name prefixes ``host`` (offloaded experts) are drawn on ``device`` like the others, one
     tensor at a time, then copied to host memory (page-locked when ``pin``, on CUDA): the values equal those of a
     load that keeps them on the device, and the device holds at most one of them at a time.
+
+    A tensor-parallel rank (``shards``, with ``full_shapes``: each parameter's shape in the whole model, from a
+    meta-built whole model) draws every parameter at its full shape, in the same order, and keeps its slice: the
+    ranks' shards together are exactly the one-device model's random weights.
     """
     from anna_core.layers.norm import RMSNorm
 
@@ -191,7 +206,8 @@ def materialize_dummy(
     params = list(model.named_parameters())
     with torch.no_grad(), progress(len(params), "initialising dummy weights") as bar:
         for name, param in params:
-            value = torch.empty(param.shape, dtype=param.dtype, device=device)
+            shape = param.shape if shards is None else tuple(full_shapes[name])
+            value = torch.empty(shape, dtype=param.dtype, device=device)
             if init is None or not init(name, value, gen):
                 if value.dim() >= 2:
                     value.normal_(0.0, std, generator=gen)
@@ -199,6 +215,8 @@ def materialize_dummy(
                     value.fill_(1.0)
                 else:
                     value.zero_()
+            if shards is not None:
+                value = shards.read(name, value).contiguous()
             if host and name.startswith(tuple(host)):
                 value = _host_copy(value, device, pin)
             set_param(model, name, value)

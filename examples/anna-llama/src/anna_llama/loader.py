@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from anna_core.distributed.layers import parallelize
+from anna_core.distributed.sharding import ShardReader
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.errors import ModelLoadError
 from anna_core.generation_config import read_generation_defaults
 from anna_core.kernels.registry import KernelRegistry, bind_ops
@@ -16,6 +19,7 @@ from anna_core.tokenizer import Tokenizer
 from anna_core.weights.prequant_loader import checkpoint_prequant, load_checkpoint
 from anna_core.weights.safetensors_loader import cast_meta_params, materialize_dummy
 
+from anna_llama import tensor_parallel
 from anna_llama.config import LlamaConfig
 from anna_llama.model import LlamaForCausalLM
 from anna_llama.weights import gguf_name_map, gguf_transform, safetensors_name_map
@@ -31,17 +35,21 @@ def _packed_weight(name: str) -> bool:
     return name.endswith(".weight") and not name.startswith("lm_head.")
 
 
-def build_model(cfg: LlamaConfig, ops: Any, dtype: torch.dtype) -> LlamaForCausalLM:
-    """The model on the meta device (no memory), parameters in ``dtype``."""
+def build_model(cfg: LlamaConfig, ops: Any, dtype: torch.dtype, parallel: ParallelState = SINGLE) -> LlamaForCausalLM:
+    """The model on the meta device (no memory), parameters in ``dtype``; with a ``parallel`` group of several
+    ranks, that rank's shard (:mod:`anna_llama.tensor_parallel`)."""
+    if parallel.is_parallel:
+        cfg = tensor_parallel.local_config(cfg, parallel)
     with torch.device("meta"):
-        model = LlamaForCausalLM(cfg, ops)
+        model = LlamaForCausalLM(cfg, ops, parallel)
+    parallelize(model, parallel, row=tensor_parallel.ROW, vocab=tensor_parallel.VOCAB)
     cast_meta_params(model, dtype)
     return model
 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, weight_quant: str = "auto",
-         layout_cache: bool = True) -> LoadedModel:
+         layout_cache: bool = True, parallel: ParallelState = SINGLE) -> LoadedModel:
     """Load a Llama-architecture checkpoint.
 
     Args:
@@ -60,10 +68,14 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             ``"auto"`` (the ``wq_linear`` ops) and is dequantized under ``"none"``.
         layout_cache: keep a pre-quantized checkpoint's repacked weights in the layout cache
             (:mod:`anna_core.weights.layout_cache`); a load option.
+        parallel: load one rank's shard for a tensor-parallel group (safetensors or dummy weights, dense):
+            :mod:`anna_llama.tensor_parallel`.
 
     Raises:
         ModelLoadError: unknown load format or one that does not fit the source; a bad config; an unsupported
             ``quantization_config`` (naming the method), ``--weight-quant int4|int8`` of a pre-quantized one;
+            tensor parallelism of a GGUF, of a pre-quantized checkpoint or with ``weight_quant`` int4 / int8, or a
+            group size that does not divide the heads or intermediate units;
             missing / unexpected / mis-shaped tensors; an unreadable GGUF or tokenizer.
     """
     if load_format not in LOAD_FORMATS:
@@ -72,18 +84,23 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
     packed = _packed_weights(weight_quant, source.format, device)
+    if parallel.is_parallel and (source.format == "gguf" or packed is not None):
+        raise ModelLoadError("tensor parallelism loads dense safetensors (or dummy) weights; not a GGUF or "
+                             f"--weight-quant {weight_quant}")
     ops = bind_ops(kernels, device, dtype)
     if source.format == "gguf":
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy", packed=packed == "gguf")
     cfg = LlamaConfig.from_hf(source.config)
     prequant = checkpoint_prequant(source.config, weight_quant, load_format)
-    model = build_model(cfg, ops, dtype)
-    if load_format == "dummy":
-        materialize_dummy(model, device=device)
+    model = build_model(cfg, ops, dtype, parallel)
+    shards = ShardReader(tensor_parallel.RULES, parallel) if parallel.is_parallel else None
+    if load_format == "dummy":  # a rank draws the whole model's weights and keeps its slices
+        full = None if shards is None else {n: p.shape for n, p in build_model(cfg, ops, dtype).named_parameters()}
+        materialize_dummy(model, device=device, shards=shards, full_shapes=full)
     else:  # a pre-quantized checkpoint's linears repacked for the wq_linear ops (anna_core.weights.prequant)
         load_checkpoint(model, source.root, safetensors_name_map(cfg), prequant, ops, device=device, dtype=dtype,
-                        weight_quant=weight_quant, layout_cache=layout_cache)
+                        weight_quant=weight_quant, layout_cache=layout_cache, shards=shards)
     tokenizer = _folder_tokenizer(source.root, chat_template, required=load_format != "dummy")
     _prepare(model, device, quantize=packed if packed in ("int4", "int8") else None)
     generation = read_generation_defaults(source.root, config_eos=source.config.get("eos_token_id"),

@@ -9,6 +9,8 @@ HF's ``LlamaForCausalLM`` so a safetensors checkpoint maps onto them one to one.
 from __future__ import annotations
 
 import torch
+from anna_core.distributed.layers import gather_vocab
+from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.kernels import OpTable
 from anna_core.layers import PagedAttention, RMSNorm, RotaryEmbedding, SwiGLUMLP
@@ -94,8 +96,11 @@ class LlamaForCausalLM(nn.Module):
     """Implements :class:`anna_core.model.CausalLM`.
 
     Args:
-        cfg: hyper-parameters.
+        cfg: hyper-parameters (a tensor-parallel rank's share of heads and units:
+            :func:`anna_llama.tensor_parallel.local_config`).
         ops: kernel ops bound to the serving device and dtype.
+        parallel: the rank's state; its logits are gathered over the vocabulary shards (the loader swaps in the
+            parallel layers, :func:`anna_core.distributed.layers.parallelize`).
 
     Parameters (HF names): ``model.embed_tokens.weight`` ``[V, H]``, ``model.layers.{i}.*``,
     ``model.norm.weight`` and, when untied, ``lm_head.weight`` ``[V, H]``. After
@@ -103,10 +108,11 @@ class LlamaForCausalLM(nn.Module):
     replace the q/k/v and gate/up projections.
     """
 
-    def __init__(self, cfg: LlamaConfig, ops: OpTable):
+    def __init__(self, cfg: LlamaConfig, ops: OpTable, parallel: ParallelState = SINGLE):
         super().__init__()
         self.config = cfg
         self.ops = ops
+        self.parallel = parallel
         self.model = LlamaModel(cfg, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.vocab_size = cfg.vocab_size  # token ids the model accepts (the engine validates against it)
@@ -142,10 +148,12 @@ class LlamaForCausalLM(nn.Module):
         return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden ``[N, H]`` -> logits ``[N, V]`` float32."""
-        if self.lm_head is not None:
-            return self.lm_head(hidden).float()
+        """hidden ``[N, H]`` -> logits ``[N, V]`` float32 (on every rank of a tensor-parallel group)."""
         embed = self.model.embed_tokens
-        if isinstance(embed, QuantizedEmbedding):  # a GGUF table kept quantized: its packed twin
-            return embed.logits(hidden).float()
-        return torch.nn.functional.linear(hidden, embed.weight).float()
+        if self.lm_head is not None:
+            logits = self.lm_head(hidden).float()
+        elif isinstance(embed, QuantizedEmbedding):  # a GGUF table kept quantized: its packed twin
+            logits = embed.logits(hidden).float()
+        else:
+            logits = torch.nn.functional.linear(hidden, embed.weight).float()
+        return gather_vocab(logits, self.vocab_size, self.parallel)

@@ -20,6 +20,7 @@ def register_model_families(register):
             architectures=("LlamaForCausalLM",),
             gguf_architectures=("llama",),
             distribution=DISTRIBUTION,
+            tensor_parallel=True,  # anna_llama.tensor_parallel
             tiny_checkpoint="anna_llama.tiny:build_tiny_checkpoint",  # for tests: a tiny random Llama
             load_options=("layout_cache",),  # a pre-quantized checkpoint's repacked weights cached (default on)
         )

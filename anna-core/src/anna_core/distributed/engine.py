@@ -1,0 +1,131 @@
+"""The engine of a tensor-parallel group: rank 0 schedules and broadcasts, every rank computes its shard.
+
+Every rank builds the same :class:`TensorParallelEngine` over its shard of the model (its heads' caches,
+state slots and stores, sized alike on every rank). On rank 0 it is the engine callers drive
+(``LLM``, the server): it schedules, samples (from logits gathered over the vocabulary shards) and emits
+outputs, and before each piece of device work broadcasts a :class:`~anna_core.distributed.plan_wire.StepPlan`.
+The other ranks run :func:`serve_steps`: they apply each plan to their own caches and run the same forward
+passes, so the collectives inside the model meet. Asynchronous scheduling is off (each step is read back
+before the next is broadcast); graphs are captured per rank with the collectives inside (NCCL), the
+captures happening in the same order on every rank since every rank sets its runner up alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+import torch
+
+from anna_core.distributed.plan_wire import StepPlan, to_wire
+from anna_core.distributed.state import ParallelState
+from anna_core.engine.cache_allocator import reset_residual
+from anna_core.engine.config import EngineConfig
+from anna_core.engine.llm_engine import LLMEngine
+from anna_core.engine.sampler import host_tensor
+from anna_core.engine.sched_output import SchedulerOutput
+from anna_core.errors import AnnaError
+from anna_core.model import CacheSpec, LoadedModel
+
+log = logging.getLogger("anna.distributed")
+
+
+class TensorParallelEngine(LLMEngine):
+    """An :class:`~anna_core.engine.llm_engine.LLMEngine` over one rank's shard of a model.
+
+    Args:
+        model: the rank's shard (a model loaded with ``parallel``).
+        parallel: the rank's state.
+        **kwargs: as :class:`LLMEngine` (``config.async_scheduling`` is turned off).
+
+    Raises:
+        AnnaError: a model that takes media (its encoder is not sharded yet), or as :class:`LLMEngine`.
+    """
+
+    def __init__(self, model: Any, *, parallel: ParallelState, **kwargs: Any):
+        if model.capabilities.modalities:
+            raise AnnaError("tensor parallelism serves text models; this one takes "
+                            f"{', '.join(model.capabilities.modalities)} (serve it with --tensor-parallel-size 1)")
+        self.parallel = parallel
+        self._residual_slots: list[int] = []
+        kwargs["config"] = attrs.evolve(kwargs.get("config") or EngineConfig(), async_scheduling=False)
+        super().__init__(model, **kwargs)
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedModel, config: Any = None) -> TensorParallelEngine:
+        return cls(loaded.model, parallel=loaded.parallel, tokenizer=loaded.tokenizer, config=config,
+                   device=loaded.device, dtype=loaded.dtype, eos_token_ids=loaded.generation.eos_token_ids,
+                   model_max_len=loaded.max_model_len, expert_store=loaded.expert_store)
+
+    def _num_blocks(self, spec: CacheSpec, want_len: int, other_bytes: int) -> list[int]:
+        """Each rank's own plan, then the smallest per group over the ranks: block ids from rank 0's
+        scheduler must be valid in every rank's pools."""
+        mine = super()._num_blocks(spec, want_len, other_bytes)
+        if not mine:
+            return mine
+        agreed = torch.tensor(mine, dtype=torch.int64)
+        torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=self.parallel.cpu_group)
+        return [int(n) for n in agreed.tolist()]
+
+    # -- rank 0: broadcast before each piece of device work ----------------------------------------
+
+    def _reset_residual(self) -> None:
+        slots = self.kv.slots.take_assigned()
+        if slots and self.has_residual:
+            self._residual_slots += slots
+            reset_residual(self.caches, host_tensor(slots, torch.int64, self.device))
+
+    def _restore(self, out: SchedulerOutput) -> None:
+        slots, self._residual_slots = self._residual_slots, []
+        self.parallel.broadcast_object(StepPlan(residual_slots=slots, out=to_wire(out)))
+        super()._restore(out)
+
+    def _capture(self, out: SchedulerOutput, prompt_logits: dict[str, torch.Tensor]) -> None:
+        done = [c for c in out.captures if c.kind == "snapshot" or c.request_id in prompt_logits]
+        if done:
+            self.parallel.broadcast_object(StepPlan(captures=done))
+        super()._capture(out, prompt_logits)
+
+    def close(self) -> None:
+        """Tell the other ranks to leave :func:`serve_steps` (rank 0)."""
+        self.parallel.broadcast_object(StepPlan(stop=True))
+
+    def stats(self) -> dict[str, Any]:
+        return super().stats() | {"tensor_parallel_size": self.parallel.world_size}
+
+    # -- ranks > 0: apply rank 0's plans ---------------------------------------------------------
+
+    def apply(self, plan: StepPlan) -> None:
+        """Do on this rank's caches what rank 0 does for ``plan``: residual resets, restores, the forward pass
+        (its sampled ids are dropped: rank 0's are the tokens), captures."""
+        if plan.residual_slots and self.has_residual:
+            reset_residual(self.caches, host_tensor(plan.residual_slots, torch.int64, self.device))
+        out = plan.out
+        if out is not None:
+            LLMEngine._restore(self, out)
+            if out.seqs:
+                self.runner.execute(out)
+        snaps = [c for c in plan.captures if c.kind == "snapshot"]
+        if snaps:
+            self.snapshot_store.save(self.caches, [c.state_slot for c in snaps], [c.index for c in snaps])
+        prompts = [c for c in plan.captures if c.kind == "prompt"]
+        if prompts:
+            self.prompt_store.save(self.caches, [c.state_slot for c in prompts], [c.index for c in prompts])
+
+
+def serve_steps(engine: TensorParallelEngine) -> int:
+    """A worker rank's loop: receive rank 0's plans and apply them until told to stop; returns the number of
+    plans applied. A failure here ends the worker (logged); rank 0's next collective then fails when the process
+    group's timeout passes."""
+    applied = 0
+    while True:
+        plan = engine.parallel.broadcast_object()
+        if plan.stop:
+            return applied
+        try:
+            engine.apply(plan)
+        except Exception:
+            log.exception("rank %d: applying a step failed; the worker stops", engine.parallel.rank)
+            raise
+        applied += 1

@@ -74,3 +74,16 @@ def test_configs():
             "extra_config": {"model.layers.0.mlp.down_proj": {"bits": 8}, "lm_head": {"bits": 16}}}})
     with pytest.raises(UnsupportedQuantizationError, match="'gptq': per-module 'dynamic'"):
         read_quantization_config({"quantization_config": {"quant_method": "gptq", "bits": 4, "dynamic": {"x": {}}}})
+
+
+def test_a_prequantized_checkpoint_under_tensor_parallelism_is_a_load_error(tmp_path):
+    from anna_core.distributed.sharding import ShardReader
+    from anna_core.distributed.state import SINGLE
+    from anna_core.weights.prequant import read_quantization_config
+    from anna_core.weights.prequant_loader import load_checkpoint
+
+    cfg = read_quantization_config({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128,
+                                                            "sym": True, "desc_act": False}})
+    with pytest.raises(ModelLoadError, match="tensor parallelism of a pre-quantized checkpoint"):
+        load_checkpoint(torch.nn.Linear(4, 4), tmp_path, {}, cfg, None, device=torch.device("cpu"),
+                        dtype=torch.float32, shards=ShardReader((), SINGLE))

@@ -1,0 +1,191 @@
+"""The talker as a model of Anna's engine (:class:`anna_core.model.CausalLM`): paged KV, batched steps, the code
+predictor filling each frame inside the step.
+
+Math as the plain :class:`~anna_audio.qwen3_tts.talker.Talker` and :func:`~anna_audio.qwen3_tts.generate.generate`
+(after the reference, QwenLM/Qwen3-TTS ``modeling_qwen3_tts.py``); the weights are the loaded plain talker's and code
+predictor's, shared, not copied. How a request maps onto the engine:
+
+* The prompt is one ``"audio"`` medium covering every prompt position. Its ``data`` is ``{"prefill": [T, H],
+  "trailing": [N, H]}`` (:class:`~anna_audio.qwen3_tts.prompt.TalkerPrompt`): the prefill embeddings are its
+  "encoder output", spliced over placeholder ids (the codec ``pad`` id, which the talker never samples); the
+  trailing text embeddings are read per sequence from ``ForwardBatch.media``.
+* A sampled token is a frame's codebook 0. When it comes back as the next step's input (generated token ``k``), the
+  code predictor reads the talker's hidden state that chose it (kept per sequence, by state slot) and the token's
+  codec embedding, fills codebooks ``1 .. G-1``, and the step's input is the frame's summed embedding plus
+  ``trailing[k]`` (``tts_pad`` past the end). The codes it
+  filled are that sequence's side output (:meth:`side_output`), which the engine hands back with the step's token:
+  output ``k >= 1`` of a request carries codebooks ``1 .. G-1`` of token ``k - 1``. The last token (EOS, or the one
+  that hit ``max_tokens``) never becomes a frame, as in the reference.
+* The talker's logits block the control ids ``[vocab - 1024, vocab)`` except the codec EOS (:meth:`compute_logits`);
+  the engine's sampler applies the repetition penalty (placeholder ids are blocked ids, so penalising them changes
+  nothing), ``min_tokens`` keeps EOS out of the first steps, and temperature / top-k / top-p.
+
+Limit of this port: a sequence's generated tokens cannot be recomputed (a preemption by recompute fails the request
+with a clear error: the codes of earlier frames are not kept).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from anna_core.cache_spec import CacheSpec, FullAttentionSpec
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.errors import AnnaError
+from anna_core.layers.attention import PagedAttention
+from anna_core.layers.media import splice_media
+from anna_core.model import ModelCaches, ModelCapabilities
+from anna_core.multimodal import MediaItem
+from torch import nn
+
+from anna_audio.qwen3_tts.code_predictor import CodePredictor
+from anna_audio.qwen3_tts.config import CONTROL_ROWS, Qwen3TTSConfig
+from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
+from anna_audio.qwen3_tts.sampling import CodeSampling, choose
+from anna_audio.qwen3_tts.talker import Talker
+
+
+class PagedTalkerLayer(nn.Module):
+    """One plain :class:`~anna_audio.qwen3_tts.decoder_layer.Qwen3Layer` run over the paged cache (layer ``index``
+    of cache group 0)."""
+
+    def __init__(self, layer: Qwen3Layer, index: int, ops: Any) -> None:
+        super().__init__()
+        self.layer = layer
+        a = layer.self_attn
+        self.attn = PagedAttention(a.heads, a.kv_heads, a.head_dim, a.head_dim ** -0.5, 0, index, ops)
+
+    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], batch: ForwardBatch,
+                caches: ModelCaches) -> torch.Tensor:
+        """x: ``[T, H]`` -> ``[T, H]``."""
+        a, t = self.layer.self_attn, x.shape[0]
+        h = self.layer.input_layernorm(x)
+        q = a.rotary.rotate(a.q_norm(a.q_proj(h).view(t, a.heads, a.head_dim)), cos_sin)
+        k = a.rotary.rotate(a.k_norm(a.k_proj(h).view(t, a.kv_heads, a.head_dim)), cos_sin)
+        v = a.v_proj(h).view(t, a.kv_heads, a.head_dim)
+        x = x + a.o_proj(self.attn(q, k, v, batch, caches).reshape(t, -1))
+        return x + self.layer.mlp(self.layer.post_attention_layernorm(x))
+
+
+class TalkerLM(nn.Module):
+    """The engine's talker (see the module docstring).
+
+    Args:
+        config: the checkpoint's configuration.
+        talker: the loaded plain talker (its parameters are used in place).
+        predictor: the loaded code predictor.
+        ops: kernel ops bound to the serving device and dtype (the paged attention's).
+        predictor_sampling: how the code predictor picks codebooks ``1 .. G-1`` (the checkpoint's ``subtalker_*``
+            defaults; greedy when not ``do_sample``).
+        max_num_seqs: state slots the engine allocates (``EngineConfig.max_num_seqs``); one more is its scratch.
+    """
+
+    def __init__(self, config: Qwen3TTSConfig, talker: Talker, predictor: CodePredictor, ops: Any, *,
+                 predictor_sampling: CodeSampling, max_num_seqs: int) -> None:
+        super().__init__()
+        self.config = config
+        self.talker = talker
+        self.predictor = predictor
+        self.predictor_sampling = predictor_sampling
+        s = config.talker.shape
+        self.layers = nn.ModuleList(PagedTalkerLayer(layer, i, ops) for i, layer in enumerate(talker.model.layers))
+        self.vocab_size = config.talker.vocab_size
+        self.hidden_size = s.hidden_size
+        self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(s.num_layers), num_kv_heads=s.num_kv_heads,
+                                                       head_dim=s.head_dim),))
+        # eager steps: the code predictor reads device state by slot and the side outputs are read after each step
+        self.capabilities = ModelCapabilities(modalities=("audio",), graph_capture=False, side_outputs=True)
+        weight = talker.codec_head.weight
+        slots = max_num_seqs + 1
+        self.register_buffer("last_hidden", torch.zeros(slots, s.hidden_size, dtype=weight.dtype,
+                                                        device=weight.device), persistent=False)
+        self.register_buffer("frame_codes", torch.zeros(slots, config.talker.num_code_groups - 1, dtype=torch.int64,
+                                                        device=weight.device), persistent=False)
+        blocked = torch.ones(self.vocab_size, dtype=torch.bool, device=weight.device)
+        blocked[: self.vocab_size - CONTROL_ROWS] = False
+        blocked[config.talker.ids.eos] = False
+        self.register_buffer("blocked", blocked, persistent=False)
+
+    @property
+    def placeholder_id(self) -> int:
+        """The prompt's placeholder token id (the codec ``pad``: a control id, never sampled)."""
+        return self.config.talker.ids.pad
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.config.talker.ids.eos
+
+    def encode(self, items: list[MediaItem]) -> list[torch.Tensor]:
+        """Each prompt medium's prefill embeddings ``[length, H]`` (``data["prefill"]``), on the model's device.
+
+        Raises:
+            AnnaError: a medium that is not a talker prompt of its length.
+        """
+        return [self._prompt_part(item, "prefill", item.length) for item in items]
+
+    def _prompt_part(self, item: MediaItem, key: str, rows: int | None) -> torch.Tensor:
+        data = item.data
+        value = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[1] != self.hidden_size \
+                or (rows is not None and value.shape[0] != rows):
+            raise AnnaError(f"a talker prompt medium must hold {key!r} embeddings [{rows or 'N'}, {self.hidden_size}]")
+        weight = self.talker.codec_head.weight
+        return value.to(device=weight.device, dtype=weight.dtype)
+
+    def _texts(self, batch: ForwardBatch, pad: torch.Tensor) -> torch.Tensor:
+        """``[T, H]``: the text embedding each row adds (the trailing text at a generated token, else ``pad``)."""
+        parts = []
+        for i, q in enumerate(batch.query_lens):
+            media = batch.media[i] if i < len(batch.media) else None
+            if q != 1 or media is None or not media.items:
+                parts.append(pad.expand(q, -1))
+                continue
+            prompt_len = media.items[0].end
+            k = batch.context_lens[i] - 1 - prompt_len  # the generated token's index (< 0: the prompt's last row)
+            trailing = self._prompt_part(media.items[0], "trailing", None)
+            parts.append(trailing[k:k + 1] if 0 <= k < trailing.shape[0] else pad)
+        return torch.cat(parts)
+
+    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """Final hidden states ``[T, H]`` of the step's rows (see the module docstring for the rows' inputs).
+
+        Raises:
+            AnnaError: a generated token in a multi-row chunk (a recompute after preemption).
+        """
+        rows = torch.arange(batch.num_tokens, device=batch.input_ids.device)
+        seq_of_row = torch.bucketize(rows, batch.cu_seqlens[1:].to(torch.int64), right=True)  # [T]
+        prompt_rows = batch.embeds_mask if batch.embeds is not None else torch.zeros_like(rows, dtype=torch.bool)
+        if not batch.is_decode and any(q > 1 for q in batch.query_lens):
+            starts = batch.cu_seqlens.tolist()
+            mask = prompt_rows.tolist()
+            for i, q in enumerate(batch.query_lens):
+                if q > 1 and not all(mask[starts[i]:starts[i + 1]]):
+                    raise AnnaError("the talker cannot recompute generated speech frames (a preemption): retry the "
+                                    "request or give the server more KV cache")
+        slots = batch.state_slots[seq_of_row]  # [T]
+        first = self.talker.codec(batch.input_ids)  # [T, H]
+        rest = self.predictor(self.last_hidden[slots], first, choose=self._pick)  # [T, G-1]
+        pad = self.talker.text(torch.tensor([self.config.text_ids["tts_pad"]], device=first.device))  # [1, H]
+        x = splice_media(self.predictor.embed_frame(first, rest) + self._texts(batch, pad), batch)
+        generated = ~prompt_rows
+        self.frame_codes.index_copy_(0, torch.where(generated, slots, torch.full_like(slots, self.frame_codes.shape[0]
+                                                                                       - 1)), rest)
+        cos_sin = self.talker.model.rotary.cos_sin(batch.positions)
+        for layer in self.layers:
+            x = layer(x, cos_sin, batch, caches)
+        hidden = self.talker.model.norm(x)
+        last = batch.cu_seqlens[1:].to(torch.int64) - 1
+        self.last_hidden.index_copy_(0, batch.state_slots, hidden.index_select(0, last))
+        return hidden
+
+    def _pick(self, logits: torch.Tensor, codebook: int) -> torch.Tensor:
+        return choose(logits, self.predictor_sampling)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden ``[N, H]`` -> codec logits ``[N, vocab]`` float32, control ids but EOS at ``-inf``."""
+        return self.talker.codec_head(hidden).float().masked_fill(self.blocked, float("-inf"))
+
+    def side_output(self, state_slot: int) -> torch.Tensor:
+        """Codebooks ``1 .. G-1`` ``[G-1]`` int64 (on the device) the last step filled for the token its sequence
+        sampled the step before (meaningless after a prefill step)."""
+        return self.frame_codes[state_slot].clone()

@@ -28,7 +28,8 @@ def _engine(name: str, max_num_seqs: int = 8):
     config = load_config(folder)
     talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
     model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
-                     predictor_sampling=GREEDY, max_num_seqs=max_num_seqs)
+                     predictor_sampling=GREEDY)
+    model.reserve_slots(max_num_seqs)
     engine = LLMEngine(model, config=EngineConfig(max_num_seqs=max_num_seqs, enable_prefix_caching=False,
                                                   prompt_cache_size=0, num_blocks=64),
                        eos_token_ids=[model.eos_token_id])

@@ -77,11 +77,13 @@ class TalkerLM(nn.Module):
         ops: kernel ops bound to the serving device and dtype (the paged attention's).
         predictor_sampling: how the code predictor picks codebooks ``1 .. G-1`` (the checkpoint's ``subtalker_*``
             defaults; greedy when not ``do_sample``).
-        max_num_seqs: state slots the engine allocates (``EngineConfig.max_num_seqs``); one more is its scratch.
+
+    Before an engine runs it, :meth:`reserve_slots` sizes its per-sequence state to the engine's
+    ``max_num_seqs``.
     """
 
     def __init__(self, config: Qwen3TTSConfig, talker: Talker, predictor: CodePredictor, ops: Any, *,
-                 predictor_sampling: CodeSampling, max_num_seqs: int) -> None:
+                 predictor_sampling: CodeSampling) -> None:
         super().__init__()
         self.config = config
         self.talker = talker
@@ -96,15 +98,22 @@ class TalkerLM(nn.Module):
         # eager steps: the code predictor reads device state by slot and the side outputs are read after each step
         self.capabilities = ModelCapabilities(modalities=("audio",), graph_capture=False, side_outputs=True)
         weight = talker.codec_head.weight
-        slots = max_num_seqs + 1
-        self.register_buffer("last_hidden", torch.zeros(slots, s.hidden_size, dtype=weight.dtype,
-                                                        device=weight.device), persistent=False)
-        self.register_buffer("frame_codes", torch.zeros(slots, config.talker.num_code_groups - 1, dtype=torch.int64,
+        self.register_buffer("last_hidden", torch.zeros(0, s.hidden_size, dtype=weight.dtype, device=weight.device),
+                             persistent=False)
+        self.register_buffer("frame_codes", torch.zeros(0, config.talker.num_code_groups - 1, dtype=torch.int64,
                                                         device=weight.device), persistent=False)
         blocked = torch.ones(self.vocab_size, dtype=torch.bool, device=weight.device)
         blocked[: self.vocab_size - CONTROL_ROWS] = False
         blocked[config.talker.ids.eos] = False
         self.register_buffer("blocked", blocked, persistent=False)
+
+    def reserve_slots(self, max_num_seqs: int) -> None:
+        """Size the per-sequence state (the hidden state that chose each sequence's last token, the codes its last
+        step filled) for an engine of ``max_num_seqs`` state slots plus its scratch slot."""
+        slots = max_num_seqs + 1
+        if self.last_hidden.shape[0] != slots:
+            self.last_hidden = self.last_hidden.new_zeros(slots, self.hidden_size)
+            self.frame_codes = self.frame_codes.new_zeros(slots, self.frame_codes.shape[1])
 
     @property
     def placeholder_id(self) -> int:
@@ -150,18 +159,18 @@ class TalkerLM(nn.Module):
         """Final hidden states ``[T, H]`` of the step's rows (see the module docstring for the rows' inputs).
 
         Raises:
-            AnnaError: a generated token in a multi-row chunk (a recompute after preemption).
+            AnnaError: a generated token in a multi-row chunk (a recompute after preemption); no slots reserved.
         """
+        if self.last_hidden.shape[0] == 0:
+            raise AnnaError("TalkerLM.reserve_slots was not called before the engine ran it")
+        for i, q in enumerate(batch.query_lens):
+            media = batch.media[i] if i < len(batch.media) else None
+            if q > 1 and media is not None and media.items and batch.context_lens[i] > media.items[0].end:
+                raise AnnaError("the talker cannot recompute generated speech frames (a preemption): retry the "
+                                "request or give the server more KV cache")
         rows = torch.arange(batch.num_tokens, device=batch.input_ids.device)
         seq_of_row = torch.bucketize(rows, batch.cu_seqlens[1:].to(torch.int64), right=True)  # [T]
         prompt_rows = batch.embeds_mask if batch.embeds is not None else torch.zeros_like(rows, dtype=torch.bool)
-        if not batch.is_decode and any(q > 1 for q in batch.query_lens):
-            starts = batch.cu_seqlens.tolist()
-            mask = prompt_rows.tolist()
-            for i, q in enumerate(batch.query_lens):
-                if q > 1 and not all(mask[starts[i]:starts[i + 1]]):
-                    raise AnnaError("the talker cannot recompute generated speech frames (a preemption): retry the "
-                                    "request or give the server more KV cache")
         slots = batch.state_slots[seq_of_row]  # [T]
         first = self.talker.codec(batch.input_ids)  # [T, H]
         rest = self.predictor(self.last_hidden[slots], first, choose=self._pick)  # [T, G-1]

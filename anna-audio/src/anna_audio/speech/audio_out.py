@@ -58,7 +58,10 @@ def encode(samples: np.ndarray, sample_rate: int, response_format: str) -> bytes
         return pcm16(samples)
     fmt, subtype = _SOUNDFILE[response_format]
     out = io.BytesIO()
-    sf.write(out, np.asarray(samples, dtype=np.float32), sample_rate, format=fmt, subtype=subtype)
+    data = np.asarray(samples, dtype=np.float32)
+    if subtype == "PCM_16":  # the same 16-bit values as ``pcm`` (libsndfile's own float conversion rounds otherwise)
+        data = np.frombuffer(pcm16(data), dtype="<i2")
+    sf.write(out, data, sample_rate, format=fmt, subtype=subtype)
     return out.getvalue()
 
 

@@ -64,6 +64,27 @@ class SpeechEngine:
         chunks = list(synthesize(self.engine, self.planner, self.vocoder, job))
         return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
 
+    def speak(self, text: str, *, voice: str | None = None, instructions: str | None = None,
+              language: str = "auto", ref_audio: bytes | None = None, ref_text: str | None = None,
+              response_format: str = "wav", max_frames: int | None = None, seed: int | None = None) -> bytes:
+        """``text`` spoken, as a file of ``response_format`` (``wav``, ``flac``, ``mp3``, ``opus``, ``pcm``) at
+        :attr:`sample_rate` (``anna speak``; on this thread, the engine not running elsewhere).
+
+        Raises:
+            InvalidRequestError: a format it cannot write; see
+                :meth:`~anna_audio.speech.service.SpeechPlanner.prepare` (reference audio: voice cloning is not
+                available yet).
+            AnnaError: the engine failed the request.
+        """
+        from anna_audio.qwen3_tts.voice import VoiceRequest
+        from anna_audio.speech.audio_out import check_format, encode
+
+        check_format(response_format)
+        samples = self.synthesize(VoiceRequest(text=text, voice=voice, instructions=instructions, language=language,
+                                               ref_audio=ref_audio, ref_text=ref_text),
+                                  max_frames=max_frames, seed=seed)
+        return encode(samples, self.sample_rate, response_format)
+
 
 def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None = None) -> SpeechEngine:
     """The engine of a loaded Qwen3-TTS checkpoint (warmed up with ``runner``), its planner and vocoder.

@@ -86,3 +86,5 @@ def test_max_frames_and_ignore_eos():
     assert torch.equal(codes, g[f"{case}/codes/{row}"][:5])
     with pytest.raises(ValueError, match="max_frames"):
         talker_params(SAMPLING, max_frames=0)
+    with pytest.raises(ValueError, match="ignore_eos needs max_frames"):
+        talker_params(SAMPLING, ignore_eos=True)

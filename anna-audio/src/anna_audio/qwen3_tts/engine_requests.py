@@ -31,18 +31,22 @@ def talker_params(sampling: SpeechSampling, *, max_frames: int | None = None, ig
     """The engine's sampling of codebook 0 for ``sampling`` (the talker's part; the code predictor's is the
     model's): greedy (temperature 0) unless ``do_sample``; ``max_tokens`` is ``max_frames + 1`` (the last talker
     step's token never becomes a frame), else ``sampling.max_new_tokens``; EOS is held back for the first
-    ``MIN_FRAMES`` steps.
+    ``MIN_FRAMES`` steps, or, with ``ignore_eos`` (and ``max_frames``), never chosen: every step's token is a code,
+    so the request runs exactly ``max_frames`` frames (a benchmark's fixed length).
 
     Raises:
         ValueError: ``max_frames < 1``.
     """
     if max_frames is not None and max_frames < 1:
         raise ValueError(f"max_frames must be at least 1, got {max_frames}")
+    if ignore_eos and max_frames is None:
+        raise ValueError("ignore_eos needs max_frames")
     t = sampling.talker
+    max_tokens = sampling.max_new_tokens if max_frames is None else max_frames + 1
     return SamplingParams(
-        max_tokens=sampling.max_new_tokens if max_frames is None else max_frames + 1,
-        min_tokens=MIN_FRAMES, temperature=t.temperature if t.do_sample else 0.0, top_k=t.top_k if t.top_k else -1,
-        top_p=t.top_p, repetition_penalty=sampling.repetition_penalty, ignore_eos=ignore_eos, seed=seed)
+        max_tokens=max_tokens, min_tokens=max_tokens if ignore_eos else MIN_FRAMES,  # min_tokens: EOS masked until then
+        temperature=t.temperature if t.do_sample else 0.0, top_k=t.top_k if t.top_k else -1, top_p=t.top_p,
+        repetition_penalty=sampling.repetition_penalty, seed=seed)
 
 
 def engine_request(prompt: TalkerPrompt, placeholder_id: int, params: SamplingParams) -> EngineSpeechRequest:

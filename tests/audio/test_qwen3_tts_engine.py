@@ -88,3 +88,21 @@ def test_max_frames_and_ignore_eos():
         talker_params(SAMPLING, max_frames=0)
     with pytest.raises(ValueError, match="ignore_eos needs max_frames"):
         talker_params(SAMPLING, ignore_eos=True)
+
+
+def test_trailing_text_beyond_the_reserved_table_fails_the_request():
+    g, facts = golden("custom_voice")
+    config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=2)
+    model.reserve_slots(2, max_trailing=3)  # before a new engine: the tables are the engine's from now on
+    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=2, enable_prefix_caching=False, prompt_cache_size=0,
+                                                  num_blocks=64), eos_token_ids=[model.eos_token_id])
+    case, row, request = next(r for r in _requests(facts["cases"], g) if r[0] == "streaming_text")
+    with torch.inference_mode():
+        prompt = build_prompt(config, talker, predictor, request)
+    assert prompt.trailing.shape[0] > 3
+    req = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
+    engine.add_request("long", req.prompt_ids, req.params, multimodal=req.multimodal)
+    outs = [out for _ in range(3) for out in engine.step()]
+    assert outs[-1].finish_reason == "error" and "this server holds 3" in outs[-1].error
+    with pytest.raises(ValueError, match="must be positive"):
+        model.reserve_slots(0)

@@ -40,7 +40,7 @@ REQUESTS = [  # the golden "batch" case's two rows
 
 def greedy_planner(loaded) -> SpeechPlanner:
     loaded.model.predictor_sampling = GREEDY
-    return SpeechPlanner(loaded.processor, loaded.model.placeholder_id,
+    return SpeechPlanner(loaded.processor, loaded.model.placeholder_id, max_trailing=loaded.model.max_trailing,
                          sampling=SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.05,
                                                  max_new_tokens=24))
 

@@ -8,7 +8,8 @@ predictor's, shared, not copied. How a request maps onto the engine:
 * The prompt is one ``"audio"`` medium covering every prompt position. Its ``data`` is ``{"prefill": [T, H],
   "trailing": [N, H]}`` (:class:`~anna_audio.qwen3_tts.prompt.TalkerPrompt`): the prefill embeddings are its
   "encoder output", spliced over placeholder ids (the codec ``pad`` id, which the talker never samples); the
-  trailing text embeddings are read per sequence from ``ForwardBatch.media``.
+  trailing text embeddings are copied, when the prompt's first chunk runs (from ``ForwardBatch.media``), into a
+  per-slot device table that decode steps read by position.
 * A sampled token is a frame's codebook 0. When it comes back as the next step's input (generated token ``k``), the
   code predictor reads the talker's hidden state that chose it (kept per sequence, by state slot) and the token's
   codec embedding, fills codebooks ``1 .. G-1``, and the step's input is the frame's summed embedding plus
@@ -20,8 +21,11 @@ predictor's, shared, not copied. How a request maps onto the engine:
   the engine's sampler applies the repetition penalty (placeholder ids are blocked ids, so penalising them changes
   nothing), ``min_tokens`` keeps EOS out of the first steps, and temperature / top-k / top-p.
 
-Limit of this port: a sequence's generated tokens cannot be recomputed (a preemption by recompute fails the request
-with a clear error: the codes of earlier frames are not kept).
+Decode steps read and write only device tensors (per-slot tables, the batch's static inputs), so the engine may
+capture them as graphs, the code predictor's passes for the frame included (its sampling is
+:func:`~anna_audio.qwen3_tts.sampling.choose_gumbel`: no host sync). Limit of this port: a sequence's generated
+tokens cannot be recomputed (a preemption by recompute fails the request with a clear error: the codes of earlier
+frames are not kept).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from torch import nn
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
 from anna_audio.qwen3_tts.config import CONTROL_ROWS, Qwen3TTSConfig
 from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
-from anna_audio.qwen3_tts.sampling import CodeSampling, choose
+from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel
 from anna_audio.qwen3_tts.talker import Talker
 
 
@@ -78,8 +82,8 @@ class TalkerLM(nn.Module):
         predictor_sampling: how the code predictor picks codebooks ``1 .. G-1`` (the checkpoint's ``subtalker_*``
             defaults; greedy when not ``do_sample``).
 
-    Before an engine runs it, :meth:`reserve_slots` sizes its per-sequence state to the engine's
-    ``max_num_seqs``.
+    Before an engine runs it, :meth:`reserve_slots` sizes its per-sequence state to the engine's ``max_num_seqs``
+    (and the longest trailing text a prompt may carry).
     """
 
     def __init__(self, config: Qwen3TTSConfig, talker: Talker, predictor: CodePredictor, ops: Any, *,
@@ -95,25 +99,43 @@ class TalkerLM(nn.Module):
         self.hidden_size = s.hidden_size
         self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(s.num_layers), num_kv_heads=s.num_kv_heads,
                                                        head_dim=s.head_dim),))
-        # eager steps: the code predictor reads device state by slot and the side outputs are read after each step
-        self.capabilities = ModelCapabilities(modalities=("audio",), graph_capture=False, side_outputs=True)
+        self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True)
         weight = talker.codec_head.weight
-        self.register_buffer("last_hidden", torch.zeros(0, s.hidden_size, dtype=weight.dtype, device=weight.device),
+        dev, dt = weight.device, weight.dtype
+        self.max_trailing = 0
+        groups = config.talker.num_code_groups
+        self.register_buffer("last_hidden", torch.zeros(0, s.hidden_size, dtype=dt, device=dev), persistent=False)
+        self.register_buffer("frame_codes", torch.zeros(0, groups - 1, dtype=torch.int64, device=dev),
                              persistent=False)
-        self.register_buffer("frame_codes", torch.zeros(0, config.talker.num_code_groups - 1, dtype=torch.int64,
-                                                        device=weight.device), persistent=False)
-        blocked = torch.ones(self.vocab_size, dtype=torch.bool, device=weight.device)
+        self.register_buffer("trailing", torch.zeros(0, 0, s.hidden_size, dtype=dt, device=dev), persistent=False)
+        self.register_buffer("trailing_len", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
+        self.register_buffer("prompt_len", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
+        with torch.no_grad():
+            pad = talker.text(torch.tensor([config.text_ids["tts_pad"]], device=dev))[0]
+        self.register_buffer("pad_embed", pad, persistent=False)
+        blocked = torch.ones(self.vocab_size, dtype=torch.bool, device=dev)
         blocked[: self.vocab_size - CONTROL_ROWS] = False
         blocked[config.talker.ids.eos] = False
         self.register_buffer("blocked", blocked, persistent=False)
 
-    def reserve_slots(self, max_num_seqs: int) -> None:
-        """Size the per-sequence state (the hidden state that chose each sequence's last token, the codes its last
-        step filled) for an engine of ``max_num_seqs`` state slots plus its scratch slot."""
+    def reserve_slots(self, max_num_seqs: int, max_trailing: int = 512) -> None:
+        """Size the per-sequence state for an engine of ``max_num_seqs`` state slots plus its scratch slot: the
+        hidden state that chose each sequence's last token, the codes its last step filled, and its trailing text (at
+        most ``max_trailing`` embeddings: a prompt whose text is streamed holds about one per text token). Call it
+        before the engine is built (captured graphs keep these tensors' addresses).
+
+        Raises:
+            ValueError: ``max_num_seqs`` or ``max_trailing`` below 1.
+        """
+        if max_num_seqs < 1 or max_trailing < 1:
+            raise ValueError(f"max_num_seqs and max_trailing must be positive, got {max_num_seqs}, {max_trailing}")
         slots = max_num_seqs + 1
-        if self.last_hidden.shape[0] != slots:
-            self.last_hidden = self.last_hidden.new_zeros(slots, self.hidden_size)
-            self.frame_codes = self.frame_codes.new_zeros(slots, self.frame_codes.shape[1])
+        self.max_trailing = max_trailing
+        self.last_hidden = self.last_hidden.new_zeros(slots, self.hidden_size)
+        self.frame_codes = self.frame_codes.new_zeros(slots, self.frame_codes.shape[1])
+        self.trailing = self.trailing.new_zeros(slots, max_trailing, self.hidden_size)
+        self.trailing_len = self.trailing_len.new_zeros(slots)
+        self.prompt_len = self.prompt_len.new_zeros(slots)
 
     @property
     def placeholder_id(self) -> int:
@@ -141,44 +163,65 @@ class TalkerLM(nn.Module):
         weight = self.talker.codec_head.weight
         return value.to(device=weight.device, dtype=weight.dtype)
 
-    def _texts(self, batch: ForwardBatch, pad: torch.Tensor) -> torch.Tensor:
-        """``[T, H]``: the text embedding each row adds (the trailing text at a generated token, else ``pad``)."""
-        parts = []
+    def _bind_prompts(self, batch: ForwardBatch) -> None:
+        """Copy the trailing text of every prompt whose first chunk runs in ``batch`` into its slot's table (a host
+        loop over the step's new prompts; decode steps have none).
+
+        Raises:
+            AnnaError: a generated token in a multi-row chunk (a recompute after preemption); a trailing text longer
+                than :meth:`reserve_slots` made room for.
+        """
         for i, q in enumerate(batch.query_lens):
             media = batch.media[i] if i < len(batch.media) else None
-            if q != 1 or media is None or not media.items:
-                parts.append(pad.expand(q, -1))
+            if media is None or not media.items:
                 continue
             prompt_len = media.items[0].end
-            k = batch.context_lens[i] - 1 - prompt_len  # the generated token's index (< 0: the prompt's last row)
+            if q > 1 and batch.context_lens[i] > prompt_len:
+                raise AnnaError("the talker cannot recompute generated speech frames (a preemption): retry the "
+                                "request or give the server more KV cache")
+            if batch.context_lens[i] != q:  # not the prompt's first chunk
+                continue
             trailing = self._prompt_part(media.items[0], "trailing", None)
-            parts.append(trailing[k:k + 1] if 0 <= k < trailing.shape[0] else pad)
-        return torch.cat(parts)
+            n = trailing.shape[0]
+            if n > self.max_trailing:
+                raise AnnaError(f"the prompt's text runs {n} embeddings past the prompt; this server holds "
+                                f"{self.max_trailing}")
+            slot = batch.state_slots[i:i + 1]
+            rows = self.trailing.new_zeros(1, self.max_trailing, self.hidden_size)
+            rows[0, :n] = trailing
+            self.trailing.index_copy_(0, slot, rows)
+            self.trailing_len.index_copy_(0, slot, torch.tensor([n], device=slot.device))
+            self.prompt_len.index_copy_(0, slot, torch.tensor([prompt_len], device=slot.device))
+
+    def _texts(self, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``[T, H]``: the text embedding a generated token at ``positions`` adds: ``trailing[k]`` of its slot's
+        table for the token's index ``k = position - prompt length``, ``tts_pad`` past the end (device ops only)."""
+        k = positions - self.prompt_len[slots]
+        valid = (k >= 0) & (k < self.trailing_len[slots])
+        rows = self.trailing[slots, k.clamp(0, self.max_trailing - 1)]  # [T, H]
+        return torch.where(valid[:, None], rows, self.pad_embed)
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Final hidden states ``[T, H]`` of the step's rows (see the module docstring for the rows' inputs).
 
         Raises:
-            AnnaError: a generated token in a multi-row chunk (a recompute after preemption); no slots reserved.
+            AnnaError: no slots reserved; see :meth:`_bind_prompts`.
         """
         if self.last_hidden.shape[0] == 0:
             raise AnnaError("TalkerLM.reserve_slots was not called before the engine ran it")
-        for i, q in enumerate(batch.query_lens):
-            media = batch.media[i] if i < len(batch.media) else None
-            if q > 1 and media is not None and media.items and batch.context_lens[i] > media.items[0].end:
-                raise AnnaError("the talker cannot recompute generated speech frames (a preemption): retry the "
-                                "request or give the server more KV cache")
+        if batch.media:
+            self._bind_prompts(batch)
         rows = torch.arange(batch.num_tokens, device=batch.input_ids.device)
         seq_of_row = torch.bucketize(rows, batch.cu_seqlens[1:].to(torch.int64), right=True)  # [T]
-        prompt_rows = batch.embeds_mask if batch.embeds is not None else torch.zeros_like(rows, dtype=torch.bool)
         slots = batch.state_slots[seq_of_row]  # [T]
         first = self.talker.codec(batch.input_ids)  # [T, H]
         rest = self.predictor(self.last_hidden[slots], first, choose=self._pick)  # [T, G-1]
-        pad = self.talker.text(torch.tensor([self.config.text_ids["tts_pad"]], device=first.device))  # [1, H]
-        x = splice_media(self.predictor.embed_frame(first, rest) + self._texts(batch, pad), batch)
-        generated = ~prompt_rows
-        self.frame_codes.index_copy_(0, torch.where(generated, slots, torch.full_like(slots, self.frame_codes.shape[0]
-                                                                                       - 1)), rest)
+        x = splice_media(self.predictor.embed_frame(first, rest) + self._texts(slots, batch.positions), batch)
+        if batch.embeds is not None:  # prompt rows fill no frame: their codes go to the scratch slot
+            slots_out = torch.where(batch.embeds_mask, torch.full_like(slots, self.frame_codes.shape[0] - 1), slots)
+        else:
+            slots_out = slots
+        self.frame_codes.index_copy_(0, slots_out, rest)
         cos_sin = self.talker.model.rotary.cos_sin(batch.positions)
         for layer in self.layers:
             x = layer(x, cos_sin, batch, caches)
@@ -188,7 +231,7 @@ class TalkerLM(nn.Module):
         return hidden
 
     def _pick(self, logits: torch.Tensor, codebook: int) -> torch.Tensor:
-        return choose(logits, self.predictor_sampling)
+        return choose_gumbel(logits, self.predictor_sampling)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden ``[N, H]`` -> codec logits ``[N, vocab]`` float32, control ids but EOS at ``-inf``."""

@@ -84,12 +84,15 @@ class SpeechPlanner:
         placeholder_id: the engine talker's prompt placeholder (``TalkerLM.placeholder_id``).
         sampling: the talker's sampling (default: the checkpoint's ``generation_config.json``).
         chunks: how frames are cut into decoded chunks.
+        max_trailing: the most trailing text embeddings a prompt may carry (``TalkerLM.max_trailing``; None: no
+            limit).
     """
 
     def __init__(self, parts: SpeechParts, placeholder_id: int, *, sampling: SpeechSampling | None = None,
-                 chunks: ChunkPolicy | None = None):
+                 chunks: ChunkPolicy | None = None, max_trailing: int | None = None):
         self.parts = parts
         self.placeholder_id = placeholder_id
+        self.max_trailing = max_trailing
         self.sampling = sampling or parts.sampling
         self.chunks = chunks or ChunkPolicy()
 
@@ -120,10 +123,17 @@ class SpeechPlanner:
 
     def prepare_tokens(self, words: Any, *, max_frames: int | None = None, ignore_eos: bool = False,
                        seed: int | None = None) -> SpeechJob:
-        """:meth:`prepare` from a tokenized :class:`~anna_audio.qwen3_tts.prompt.SpeechRequest` (no text checks)."""
+        """:meth:`prepare` from a tokenized :class:`~anna_audio.qwen3_tts.prompt.SpeechRequest` (no text checks).
+
+        Raises:
+            InvalidRequestError: a streamed text longer than ``max_trailing`` embeddings.
+        """
         parts = self.parts
         with torch.inference_mode():
             prompt = build_prompt(parts.config, parts.talker, parts.predictor, words)
+        if self.max_trailing is not None and prompt.trailing.shape[0] > self.max_trailing:
+            raise InvalidRequestError(f"the text is {prompt.trailing.shape[0] - 1} tokens; this model streams at most "
+                                      f"{self.max_trailing - 1} text tokens beside the audio", param="input")
         params = talker_params(self.sampling, max_frames=max_frames, ignore_eos=ignore_eos, seed=seed)
         return SpeechJob(engine_request(prompt, self.placeholder_id, params), max_frames)
 

@@ -107,7 +107,8 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
     config = _attrs.evolve(config, enable_prefix_caching=False, prompt_cache_size=0)
     loaded.model.reserve_slots(config.max_num_seqs)
     engine = build_generate(loaded, config, runner)
-    return SpeechEngine(engine, SpeechPlanner(parts, loaded.model.placeholder_id), Vocoder(parts.codec_decoder))
+    planner = SpeechPlanner(parts, loaded.model.placeholder_id, max_trailing=loaded.model.max_trailing)
+    return SpeechEngine(engine, planner, Vocoder(parts.codec_decoder))
 
 
 def start(built: SpeechEngine) -> SpeechService:

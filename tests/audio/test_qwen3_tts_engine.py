@@ -106,3 +106,34 @@ def test_trailing_text_beyond_the_reserved_table_fails_the_request():
     assert outs[-1].finish_reason == "error" and "this server holds 3" in outs[-1].error
     with pytest.raises(ValueError, match="must be positive"):
         model.reserve_slots(0)
+
+
+def test_chunked_prefills_and_mixed_steps_equal_the_reference():
+    """Prompts cut into 4-token chunks (the last chunk of one prompt may be a single row in a step of decodes) and
+    requests arriving while others decode give the same codes."""
+    g, facts = golden("voice_design")
+    folder = CHECKPOINTS["voice_design"]
+    config = load_config(folder)
+    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
+    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
+                     predictor_sampling=GREEDY)
+    model.reserve_slots(4)
+    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=4, enable_prefix_caching=False, prompt_cache_size=0,
+                                                  num_blocks=64, max_prefill_tokens=4),
+                       eos_token_ids=[model.eos_token_id])
+    jobs = _requests(facts["cases"], g)
+    with torch.inference_mode():
+        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+    frames = {rid: FrameAssembler() for rid in prompts}
+    pending = list(prompts.items())
+    while pending or engine.has_unfinished():
+        if pending:  # one new request per step
+            rid, prompt = pending.pop(0)
+            r = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
+            engine.add_request(rid, r.prompt_ids, r.params, multimodal=r.multimodal)
+        for out in engine.step():
+            assert out.finish_reason != "error", out.error
+            frames[out.request_id].feed(out)
+    for rid, f in frames.items():
+        case, row = rid.split("/")
+        assert torch.equal(f.codes(config.talker.num_code_groups), g[f"{case}/codes/{row}"]), rid

@@ -7,6 +7,8 @@ from anna_audio.tts_bench import FRAME_S, run_bench, write_shape_folder
 
 from tests.audio.tts_golden import CHECKPOINTS
 
+pytestmark = pytest.mark.slow  # starts a server or loads models (seconds each)
+
 
 def test_bench_cpu_path():
     report = run_bench(CHECKPOINTS["custom_voice"], load_format="dummy", device="cpu", frames=6, concurrency=2,

@@ -3,11 +3,14 @@ cannot come first), other formats by suffix, refusals as one ``error:`` line (no
 
 from __future__ import annotations
 
+import pytest
 import soundfile
 from anna_cli.main import build_cli
 from click.testing import CliRunner
 
 from tests.audio.tts_golden import CHECKPOINTS
+
+pytestmark = pytest.mark.slow  # starts a server or loads models (seconds each)
 
 MODEL = str(CHECKPOINTS["custom_voice"])
 

@@ -27,6 +27,8 @@ from litestar.testing import AsyncTestClient, TestClient
 
 from tests.audio.tts_golden import CHECKPOINTS, golden
 
+pytestmark = pytest.mark.slow  # starts a server or loads models (seconds each)
+
 MODEL = "tiny-tts"
 RATE = 24000
 FRAMES = 23  # the golden run's max_new_tokens=24 gives 23 frames

@@ -193,6 +193,19 @@ class TalkerLM(nn.Module):
             self.trailing_len.index_copy_(0, slot, torch.tensor([n], device=slot.device))
             self.prompt_len.index_copy_(0, slot, torch.tensor([prompt_len], device=slot.device))
 
+    @staticmethod
+    def _generated_rows(batch: ForwardBatch) -> torch.Tensor:
+        """``[R]`` int64: the rows of an eager step that hold generated tokens (past their prompt; a sequence
+        without media, e.g. a warm-up's, counts as generated)."""
+        out, start = [], 0
+        for i, q in enumerate(batch.query_lens):
+            media = batch.media[i] if i < len(batch.media) else None
+            prompt_len = media.items[0].end if media is not None and media.items else 0
+            first_pos = batch.context_lens[i] - q
+            out += range(start + max(prompt_len - first_pos, 0), start + q)
+            start += q
+        return torch.tensor(out, dtype=torch.int64, device=batch.input_ids.device)
+
     def _texts(self, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``[T, H]``: the text embedding a generated token at ``positions`` adds: ``trailing[k]`` of its slot's
         table for the token's index ``k = position - prompt length``, ``tts_pad`` past the end (device ops only)."""
@@ -215,13 +228,20 @@ class TalkerLM(nn.Module):
         seq_of_row = torch.bucketize(rows, batch.cu_seqlens[1:].to(torch.int64), right=True)  # [T]
         slots = batch.state_slots[seq_of_row]  # [T]
         first = self.talker.codec(batch.input_ids)  # [T, H]
-        rest = self.predictor(self.last_hidden[slots], first, choose=self._pick)  # [T, G-1]
-        x = splice_media(self.predictor.embed_frame(first, rest) + self._texts(slots, batch.positions), batch)
-        if batch.embeds is not None:  # prompt rows fill no frame: their codes go to the scratch slot
-            slots_out = torch.where(batch.embeds_mask, torch.full_like(slots, self.frame_codes.shape[0] - 1), slots)
-        else:
-            slots_out = slots
-        self.frame_codes.index_copy_(0, slots_out, rest)
+        generated = None if batch.is_decode and batch.embeds is None else self._generated_rows(batch)
+        if generated is None:  # every row a generated token (decode steps: device ops only)
+            rest = self.predictor(self.last_hidden[slots], first, choose=self._pick)  # [T, G-1]
+            x = self.predictor.embed_frame(first, rest) + self._texts(slots, batch.positions)
+            self.frame_codes.index_copy_(0, slots, rest)
+        else:  # a step with prompt rows: the code predictor runs on its generated rows only
+            x = first
+            if generated.numel():
+                g_slots, g_first = slots[generated], first[generated]
+                rest = self.predictor(self.last_hidden[g_slots], g_first, choose=self._pick)
+                frame = self.predictor.embed_frame(g_first, rest) + self._texts(g_slots, batch.positions[generated])
+                x = first.index_copy(0, generated, frame)
+                self.frame_codes.index_copy_(0, g_slots, rest)
+            x = splice_media(x, batch)
         cos_sin = self.talker.model.rotary.cos_sin(batch.positions)
         for layer in self.layers:
             x = layer(x, cos_sin, batch, caches)

@@ -258,6 +258,7 @@ class TalkerLM(nn.Module):
         return self.talker.codec_head(hidden).float().masked_fill(self.blocked, float("-inf"))
 
     def side_output(self, state_slot: int) -> torch.Tensor:
-        """Codebooks ``1 .. G-1`` ``[G-1]`` int64 (on the device) the last step filled for the token its sequence
-        sampled the step before (meaningless after a prefill step)."""
-        return self.frame_codes[state_slot].clone()
+        """Codebooks ``1 .. G-1`` ``[G-1]`` int64, on the host, that the last step filled for the token its sequence
+        sampled the step before (meaningless after a prefill step). Read on the engine's thread right after the step
+        was read back, so the copy waits for nothing, and the server's event loop never waits on the device."""
+        return self.frame_codes[state_slot].cpu()

@@ -261,4 +261,4 @@ class TalkerLM(nn.Module):
         """Codebooks ``1 .. G-1`` ``[G-1]`` int64, on the host, that the last step filled for the token its sequence
         sampled the step before (meaningless after a prefill step). Read on the engine's thread right after the step
         was read back, so the copy waits for nothing, and the server's event loop never waits on the device."""
-        return self.frame_codes[state_slot].cpu()
+        return self.frame_codes[state_slot].to("cpu", copy=True)  # a copy also on the CPU: the next step overwrites

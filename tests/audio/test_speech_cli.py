@@ -36,7 +36,11 @@ def test_speak_writes_audio_and_refuses_cleanly(tmp_path, tiny_checkpoint):
     ref.write_bytes(out.read_bytes())
     result = CliRunner().invoke(cli, [*base, "--output", str(out), "--ref-audio", str(ref), "--ref-text", "Hi"])
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert result.stderr.strip().splitlines()[-1].startswith("error: voice cloning needs")
+    assert result.stderr.strip().splitlines()[-1] == "error: a custom_voice model takes no reference audio"
+    result = CliRunner().invoke(cli, ["speak", "--model-dir", str(CHECKPOINTS["base"]), "--input", "Hi", "--output",
+                                      str(out), "--ref-audio", str(ref), "--ref-text", "Hi"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.strip().splitlines()[-1].startswith("error: voice cloning needs the codec's encoder")
 
     result = CliRunner().invoke(cli, ["speak", "--model-dir", MODEL, "--input", "Hi", "--voice", "nobody",
                                       "--output", str(out)])

@@ -133,7 +133,8 @@ def test_concurrent_requests_equal_each_alone(served):
     ({"language": "klingon"}, "language", "klingon"),
     ({"input": ""}, "input", "non-empty"),
     ({"input": 3}, "input", "must be a string"),
-    ({"ref_audio": "UklGRg=="}, "ref_audio", "voice cloning needs"),
+    ({"ref_audio": "UklGRg=="}, "ref_audio", "a custom_voice model takes no reference audio"),
+    ({"ref_audio": "not base64!"}, "ref_audio", "must be base64"),
     ({"max_frames": 0}, "max_frames", "positive integer"),
     ({"ignore_eos": True, "max_frames": None}, "ignore_eos", "needs max_frames"),
 ])

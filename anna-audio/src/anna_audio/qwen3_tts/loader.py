@@ -41,6 +41,8 @@ class SpeechParts:
         codec_decoder: codes -> 24 kHz waveform.
         tokenizer: the checkpoint's text tokenizer (None for a dummy load without one).
         sampling: the checkpoint's ``generation_config.json`` defaults.
+        cloner: a Base checkpoint's :class:`~anna_audio.qwen3_tts.voice.VoiceCloner` (reference audio -> x-vector and
+            codes), or None: voice cloning then answers a 400 saying what is missing.
     """
 
     config: Qwen3TTSConfig
@@ -49,6 +51,7 @@ class SpeechParts:
     codec_decoder: CodecDecoder
     tokenizer: Tokenizer | None
     sampling: SpeechSampling
+    cloner: Any = None
     modalities: tuple[str, ...] = ()
 
     @property

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 import attrs
@@ -37,6 +39,22 @@ def _str(body: dict[str, Any], key: str, default: str | None = None) -> str | No
     return value
 
 
+def _ref_audio(body: dict[str, Any]) -> bytes | None:
+    """Anna's ``ref_audio``: a recording's file bytes in base64, bare or as a ``data:`` URI; None when absent."""
+    value = _str(body, "ref_audio")
+    if value is None:
+        return None
+    if value.startswith("data:"):
+        value = value.partition(",")[2]
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequestError("ref_audio must be base64 (bare or a data: URI)", param="ref_audio") from None
+    if not data:
+        raise InvalidRequestError("ref_audio is empty", param="ref_audio")
+    return data
+
+
 def parse_body(body: Any) -> SpeechBody:
     """Check a decoded JSON body.
 
@@ -44,7 +62,7 @@ def parse_body(body: Any) -> SpeechBody:
         InvalidRequestError: not an object; ``input`` missing or not a string; a field of the wrong type; a
             ``response_format`` libsndfile cannot write here; a ``stream_format`` other than ``audio`` / ``sse``;
             ``speed`` other than 1 (this model speaks at its own pace; a resampled speed would change the pitch);
-            ``max_frames`` not a positive integer; ``ref_audio`` (voice cloning is not available yet).
+            ``max_frames`` not a positive integer; a ``ref_audio`` that is not base64 (a ``data:`` URI or bare).
     """
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object")
@@ -70,11 +88,9 @@ def parse_body(body: Any) -> SpeechBody:
     if ignore_eos and max_frames is None:
         raise InvalidRequestError("ignore_eos needs max_frames (else the audio would run to the model's limit)",
                                   param="ignore_eos")
-    if body.get("ref_audio") is not None:
-        raise InvalidRequestError("voice cloning needs the codec's encoder (reference audio -> codes), which this "
-                                  "server does not have yet", param="ref_audio")
     voice = VoiceRequest(text=text, voice=_str(body, "voice"), instructions=_str(body, "instructions"),
-                         language=_str(body, "language", "auto") or "auto", ref_text=_str(body, "ref_text"))
+                         language=_str(body, "language", "auto") or "auto", ref_audio=_ref_audio(body),
+                         ref_text=_str(body, "ref_text"))
     return SpeechBody(model=_str(body, "model"), voice=voice, response_format=response_format,
                       stream_format=stream_format, max_frames=max_frames, ignore_eos=ignore_eos,
                       unknown_fields=tuple(sorted(set(body) - KNOWN)))

@@ -42,11 +42,12 @@ async def _outputs(server: ServerState, opened: Any, usage: dict[str, int]) -> A
 
 
 async def _audio_bytes(server: ServerState, opened: Any, encoder: ChunkEncoder, usage: dict[str, int],
-                       rid: str) -> AsyncIterator[bytes]:
+                       rid: str, context: Any) -> AsyncIterator[bytes]:
     """The response format's bytes as the chunks are decoded, then the encoder's tail; aborts on exit."""
     client = server.engine
     try:
-        async for samples in stream_audio(_outputs(server, opened, usage), None, client.planner, client.vocoder):
+        async for samples in stream_audio(_outputs(server, opened, usage), None, client.planner, client.vocoder,
+                                          context):
             piece = encoder.feed(samples)
             if piece:
                 yield piece
@@ -58,9 +59,9 @@ async def _audio_bytes(server: ServerState, opened: Any, encoder: ChunkEncoder, 
 
 
 async def _sse_events(server: ServerState, opened: Any, encoder: ChunkEncoder, usage: dict[str, int],
-                      rid: str) -> AsyncIterator[bytes]:
+                      rid: str, context: Any) -> AsyncIterator[bytes]:
     try:
-        async for piece in _audio_bytes(server, opened, encoder, usage, rid):
+        async for piece in _audio_bytes(server, opened, encoder, usage, rid, context):
             yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(piece).decode()})
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
         yield sse_event({"type": "speech.audio.done", "usage": dict(usage)})
@@ -88,14 +89,15 @@ async def speech(request: Request, server: ServerState) -> Response | Stream:
     usage = {"input_tokens": len(r.prompt_ids), "output_tokens": 0}
     encoder = ChunkEncoder(rate, body.response_format)
     if body.stream_format == "sse":
-        response = sse_response(_sse_events(server, opened, encoder, usage, rid))
+        response = sse_response(_sse_events(server, opened, encoder, usage, rid, job.context))
         response.headers.update(headers)
         return response
     media_type = MEDIA_TYPES[body.response_format]
     if body.response_format in CHUNKED:
-        return Stream(_audio_bytes(server, opened, encoder, usage, rid), media_type=media_type, headers=headers)
+        return Stream(_audio_bytes(server, opened, encoder, usage, rid, job.context), media_type=media_type,
+                      headers=headers)
     try:
-        data = b"".join([piece async for piece in _audio_bytes(server, opened, encoder, usage, rid)])
+        data = b"".join([piece async for piece in _audio_bytes(server, opened, encoder, usage, rid, job.context)])
     except AnnaError as exc:
         raise GenerationFailed(str(exc)) from exc
     return Response(data, media_type=media_type, headers=headers)

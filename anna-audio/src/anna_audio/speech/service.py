@@ -69,11 +69,13 @@ class FrameChunker:
 
 @attrs.frozen
 class SpeechJob:
-    """A prepared request: its engine request and the frame count it stops at (None: EOS or the checkpoint's
-    limit)."""
+    """A prepared request: its engine request, the frame count it stops at (None: EOS or the checkpoint's limit), and
+    ``context`` ``[F, G]``: codes the audio continues (in-context cloning's reference codes: decoded first, their
+    samples dropped, as the reference cuts them off), or None."""
 
     request: EngineSpeechRequest
     max_frames: int | None
+    context: torch.Tensor | None = None
 
 
 class SpeechPlanner:
@@ -118,7 +120,7 @@ class SpeechPlanner:
                                       param="input")
         if max_frames is not None and max_frames < 1:
             raise InvalidRequestError(f"max_frames must be at least 1, got {max_frames}", param="max_frames")
-        words = speech_request(self.parts.config, self.parts.tokenizer, request)
+        words = speech_request(self.parts.config, self.parts.tokenizer, request, self.parts.cloner)
         return self.prepare_tokens(words, max_frames=max_frames, ignore_eos=ignore_eos, seed=seed)
 
     def prepare_tokens(self, words: Any, *, max_frames: int | None = None, ignore_eos: bool = False,
@@ -135,7 +137,7 @@ class SpeechPlanner:
             raise InvalidRequestError(f"the text is {prompt.trailing.shape[0] - 1} tokens; this model streams at most "
                                       f"{self.max_trailing - 1} text tokens beside the audio", param="input")
         params = talker_params(self.sampling, max_frames=max_frames, ignore_eos=ignore_eos, seed=seed)
-        return SpeechJob(engine_request(prompt, self.placeholder_id, params), max_frames)
+        return SpeechJob(engine_request(prompt, self.placeholder_id, params), max_frames, words.ref_codes)
 
 
 def _failed(out: Any) -> None:
@@ -154,6 +156,8 @@ def synthesize(engine: Any, planner: SpeechPlanner, vocoder: Vocoder, job: Speec
     r = job.request
     engine.add_request(request_id, r.prompt_ids, r.params, multimodal=r.multimodal)
     frames, chunker, state = FrameAssembler(), FrameChunker(planner.chunks), StreamState()
+    if job.context is not None:
+        vocoder.decode(state, job.context).result()  # the reference's codes: context, not output
     while engine.has_unfinished():
         for out in engine.step():
             if out.request_id != request_id:
@@ -166,15 +170,17 @@ def synthesize(engine: Any, planner: SpeechPlanner, vocoder: Vocoder, job: Speec
         yield vocoder.decode(state, rest).result()
 
 
-async def stream_audio(outputs: AsyncIterator[Any], first: Any, planner: SpeechPlanner,
-                       vocoder: Vocoder) -> AsyncIterator[np.ndarray]:
+async def stream_audio(outputs: AsyncIterator[Any], first: Any, planner: SpeechPlanner, vocoder: Vocoder,
+                       context: torch.Tensor | None = None) -> AsyncIterator[np.ndarray]:
     """One request's audio chunks (float32 samples) from its engine outputs (``first``, then ``outputs``), decoded
-    as the frames arrive.
+    as the frames arrive (after ``context``, :attr:`SpeechJob.context`, whose samples are dropped).
 
     Raises:
         AnnaError: the engine failed the request.
     """
     frames, chunker, state = FrameAssembler(), FrameChunker(planner.chunks), StreamState()
+    if context is not None:
+        await asyncio.wrap_future(vocoder.decode(state, context))
 
     async def every() -> AsyncIterator[Any]:
         if first is not None:

@@ -7,7 +7,7 @@
 # root with the Anna wheels installed, e.g. through h200_run.sh:
 #   MODE=script SCRIPT=tools/gpu_experiments/tts_bench.sh bash anna-core/src/anna_core/bench/h200_run.sh
 # SHAPE (default Qwen3-TTS-12Hz-1.7B-Base) names a tests/audio/reference_configs file; FRAMES (default 125: 10 s of
-# audio); CHUNKS ("first,rest" frames per decoded chunk, default the server's 2,8); TTS_FLAGS adds flags; T_TTS
+# audio); CHUNKS ("first,rest" frames per decoded chunk, default the server's 1,8); TTS_FLAGS adds flags; T_TTS
 # (default 180) bounds the benchmark's seconds. The report goes to $OUT/tts_bench.json, the log to
 # $OUT/tts_bench.log; stdout gets the result lines. Any failure (a timeout included) prints the log's tail, exits
 # non-zero. Then, when the reference's wheels are carried (.whl_tts/ at the repo root, tools/tts_fixtures/README.md;

@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text-tokens", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--runs", type=int, default=3, help="single-request runs (the best is reported)")
-    parser.add_argument("--chunk-frames", default=None, help="first,rest frames per decoded chunk (default 2,8)")
+    parser.add_argument("--chunk-frames", default=None, help="first,rest frames per decoded chunk (default 1,8)")
     parser.add_argument("--no-cuda-graph", action="store_true")
     parser.add_argument("--out", default=None, help="also write the report (JSON) here")
     args = parser.parse_args(argv)

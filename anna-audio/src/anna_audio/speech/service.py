@@ -31,7 +31,7 @@ from anna_audio.speech.vocoder import Vocoder
 class ChunkPolicy:
     """Frames per decoded chunk: ``first`` for a request's first chunk (its first audio), ``rest`` after."""
 
-    first: int = 2
+    first: int = 1
     rest: int = 8
 
     def __attrs_post_init__(self) -> None:

@@ -65,3 +65,20 @@ def test_sampling_only_the_top_code_is_greedy():
                                                                       repetition_penalty=1.05, max_new_tokens=24),
                    generator=torch.Generator().manual_seed(1))
     assert torch.equal(out.codes, g["single0/codes/0"])
+
+
+def test_gumbel_choice_draws_the_filtered_distribution():
+    """:func:`choose_gumbel` (the engine talker's code predictor): greedy is the argmax; sampled codes keep to top-k /
+    top-p and come with their probabilities (20000 draws: each within 0.015 of the softmax)."""
+    from anna_audio.qwen3_tts.sampling import choose_gumbel
+
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]])
+    assert choose_gumbel(logits, CodeSampling(False, 1.0, 0, 1.0)).tolist() == [0]
+    torch.manual_seed(0)
+    draws = choose_gumbel(logits.expand(20000, -1), CodeSampling(True, 0.8, 3, 1.0))
+    freq = torch.bincount(draws, minlength=5).float() / draws.numel()
+    expected = torch.softmax(logits[0, :3] / 0.8, dim=-1)
+    assert freq[3:].sum() == 0
+    torch.testing.assert_close(freq[:3], expected, atol=0.015, rtol=0)
+    top_p = choose_gumbel(logits.expand(2000, -1), CodeSampling(True, 1.0, 0, 0.5))  # p(code 0) = 0.55 >= 0.5
+    assert set(top_p.tolist()) == {0}

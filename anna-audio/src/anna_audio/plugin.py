@@ -1,5 +1,6 @@
 """Entry module of anna-audio: the ``qwen3_asr`` family and the ``transcribe`` task (``anna serve`` of a Qwen3-ASR
-checkpoint, ``anna transcribe``). Registration only: lazy ``"module:attr"`` strings and plain records, no torch
+checkpoint, ``anna transcribe``); the ``qwen3_tts`` family and the ``speech`` task (``anna serve`` of a Qwen3-TTS
+checkpoint, ``anna speak``). Registration only: lazy ``"module:attr"`` strings and plain records, no torch
 import here."""
 
 from anna_core.hookspecs import hookimpl
@@ -20,6 +21,15 @@ TRANSCRIBE_TASK = TaskSpec(
     ),
 )
 
+SPEECH_TASK = TaskSpec(
+    name="speech",
+    engine="anna_audio.speech.task:build",
+    serving="anna_audio.speech.task:start",
+    routes="anna_audio.speech.routes:ROUTES",
+    description="text in, speech out: POST /v1/audio/speech (OpenAI's speech API)",
+    distribution="anna-audio",
+)
+
 
 @hookimpl
 def register_model_families(register):
@@ -37,8 +47,19 @@ def register_model_families(register):
             tiny_checkpoint="anna_audio.qwen3_asr.tiny:build_tiny_checkpoint",
         )
     )
+    register(
+        ModelFamilySpec(
+            name="qwen3_tts",
+            loader="anna_audio.qwen3_tts.loader:load",
+            model_types=("qwen3_tts",),
+            architectures=("Qwen3TTSForConditionalGeneration",),
+            distribution="anna-audio",
+            tasks=("speech",),  # anna serve / anna speak
+        )
+    )
 
 
 @hookimpl
 def register_tasks(register):
     register(TRANSCRIBE_TASK)
+    register(SPEECH_TASK)

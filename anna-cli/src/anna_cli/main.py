@@ -27,9 +27,10 @@ def build_cli(pm=None) -> click.Group:
     from anna_cli.plugins_new import with_new
     from anna_cli.quant_cache import quant_cache
     from anna_cli.serve import serve
+    from anna_cli.speak import speak
     from anna_cli.transcribe import transcribe
 
-    for command in (generate, serve, bench, transcribe, with_new(plugins), quant_cache):
+    for command in (generate, serve, bench, transcribe, speak, with_new(plugins), quant_cache):
         anna.add_command(command)
     try:
         from anna_core.plugins import get_plugin_manager, tasks

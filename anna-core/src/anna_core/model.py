@@ -137,6 +137,10 @@ class ModelCapabilities:
             :class:`~anna_core.layers.attention.PagedAttention` (or take its fused write only where
             :meth:`~anna_core.layers.attention.PagedAttention.quantized` is False), so the engine may quantize its
             attention groups (``--kv-cache-quantization``, :mod:`anna_core.kv_quant`).
+        side_outputs: each step leaves, per sequence, a value besides its sampled token (e.g. a speech model's
+            other codebooks of a frame): the engine reads ``side_output(state_slot)`` (:class:`CausalLM`) of every
+            request that produced a token, right after the step, into ``RequestOutput.side_outputs``; its steps are
+            then never launched ahead of the previous step's read-back (no asynchronous overlap).
     """
 
     padded_prefill: bool = False
@@ -145,6 +149,7 @@ class ModelCapabilities:
     position_rows: int = 1
     graph_capture: bool = True
     quantized_kv: bool = False
+    side_outputs: bool = False
 
 
 class CausalLM(Protocol):
@@ -168,6 +173,9 @@ class CausalLM(Protocol):
     #   def encode(self, items: list[MediaItem]) -> list[torch.Tensor]:
     #       the encoder output of each medium, ``[item.length, hidden_size]`` on the model's device
     #       (any float dtype; cast to the embeddings' dtype when spliced).
+    # Models whose capabilities declare ``side_outputs`` also have:
+    #   def side_output(self, state_slot: int) -> Any:
+    #       what the step just run left for the sequence in ``state_slot`` (a copy: the next step may overwrite it).
 
 
 @attrs.define
@@ -246,5 +254,7 @@ def check_model(model: object) -> None:
                                 and isinstance(getattr(model, "hidden_size", None), int)):
         raise AnnaError(f"{type(model).__name__} declares modalities {list(caps.modalities)} but lacks "
                         "encode(items) or an int hidden_size")
+    if caps.side_outputs and not callable(getattr(model, "side_output", None)):
+        raise AnnaError(f"{type(model).__name__} declares side_outputs but lacks side_output(state_slot)")
     if not isinstance(caps.position_rows, int) or caps.position_rows < 1:
         raise AnnaError(f"{type(model).__name__}.capabilities.position_rows must be a positive int")

@@ -1,6 +1,7 @@
 """Qwen3-TTS (12 Hz: Base, CustomVoice, VoiceDesign) for Anna: configuration, the codec decoder (codes -> 24 kHz
-waveform, batched and streamed), the code predictor, and a plain-PyTorch talker with its prompt builder and greedy
-loop (the oracle-checked form of the engine port to come, issue 27)."""
+waveform, batched and streamed), the code predictor, a plain-PyTorch talker with its prompt builder and greedy loop
+(the oracle-checked form), and the talker on the engine (``talker_lm``, ``engine_requests``; the family loader in
+``loader``)."""
 
 from anna_audio.qwen3_tts.code_predictor import CodePredictor, greedy
 from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, StreamingDecoder

@@ -93,13 +93,32 @@ def choose(logits: torch.Tensor, sampling: CodeSampling, generator: torch.Genera
     """logits ``[B, V]`` float32 (already adjusted: penalties, blocked ids at ``-inf``) -> codes ``[B]`` int64."""
     if not sampling.do_sample:
         return logits.argmax(dim=-1)
+    return torch.multinomial(_filtered(logits, sampling).softmax(dim=-1), 1, generator=generator)[:, 0]
+
+
+def _filtered(logits: torch.Tensor, sampling: CodeSampling) -> torch.Tensor:
+    """Tempered scores with the codes outside top-k / top-p at ``-inf`` (the order of :func:`choose`)."""
     scores = logits / sampling.temperature
     if 0 < sampling.top_k < scores.shape[-1]:
         kth = torch.topk(scores, sampling.top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
     if sampling.top_p < 1.0:
         ordered, order = torch.sort(scores, dim=-1, descending=True)
-        cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
-        drop = cumulative - ordered.softmax(dim=-1) >= sampling.top_p  # mass before a code already reaches top_p
+        probs = ordered.softmax(dim=-1)
+        drop = probs.cumsum(dim=-1) - probs >= sampling.top_p
         scores = scores.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
-    return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator)[:, 0]
+    return scores
+
+
+def choose_gumbel(logits: torch.Tensor, sampling: CodeSampling) -> torch.Tensor:
+    """:func:`choose` without a host sync (for captured graphs): greedy, or the Gumbel-max draw
+    ``argmax(scores - log(-log(u)))``, ``u ~ U(0, 1)`` from the device's generator, which picks each code with its
+    probability in the filtered distribution, as a multinomial draw does (not the same draws for a seed).
+
+    logits ``[B, V]`` float32 -> codes ``[B]`` int64.
+    """
+    if not sampling.do_sample:
+        return logits.argmax(dim=-1)
+    scores = _filtered(logits, sampling)
+    u = torch.rand_like(scores).clamp_(min=torch.finfo(scores.dtype).tiny, max=1.0 - 1e-7)
+    return (scores - torch.log(-torch.log(u))).argmax(dim=-1)

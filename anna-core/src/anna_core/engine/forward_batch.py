@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
@@ -67,6 +67,10 @@ class ForwardBatch:
             generated token has one position in every row; a batch whose tokens carry no media positions), so a
             model may rotate by row 0 alone (``[T]`` rotary, e.g. a fused kernel that takes 1-D positions) with
             the same result. False: the rows may differ.
+        media: per sequence, its request's :class:`~anna_core.multimodal.MultiModalInputs` (Python objects), or None
+            for a text request: per-request inputs a family's processor put in its media items' ``data`` that the
+            model reads beyond the encoder outputs (e.g. a speech model's text fed with each generated token).
+            Host data only: a captured graph does not see it.
     """
 
     input_ids: torch.Tensor
@@ -84,6 +88,7 @@ class ForwardBatch:
     embeds: torch.Tensor | None = None
     embeds_mask: torch.Tensor | None = None
     uniform_positions: bool = False
+    media: list[Any] = attrs.field(factory=list)
 
     @property
     def num_tokens(self) -> int:

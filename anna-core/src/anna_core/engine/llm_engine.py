@@ -531,7 +531,7 @@ class LLMEngine:
         """Whether ``out`` may be launched without waiting: asynchronous scheduling is on, the runner runs
         it as a captured decode graph with the sampler inside, and no prompt-cache or snapshot work
         surrounds it."""
-        if not self.config.async_scheduling or out.prompt_hits or not out.seqs:
+        if not self.config.async_scheduling or out.prompt_hits or not out.seqs or self.model.capabilities.side_outputs:
             return False
         if any(s.capture_prompt or s.capture_snapshot or s.checkpoints or s.restore_snapshot is not None
                for s in out.seqs):
@@ -664,6 +664,9 @@ class LLMEngine:
             self.metrics.on_token(req.request_id, now)
         reason: str | None = None
         stop_reason: str | int | None = None
+        side: list[Any] = []
+        if self.model.capabilities.side_outputs:  # read before a finish frees the request's slot
+            side.append(self.model.side_output(self.kv.slots.slot(req.request_id)))
         if n_out > req.params.min_tokens:
             if token in req.eos_token_ids and not req.params.ignore_eos:
                 reason = "stop"
@@ -684,11 +687,11 @@ class LLMEngine:
             elif reason is not None:
                 delta += req.stop_checker.flush()
         if reason is not None:
-            return self._finish(req, reason, stop_reason, delta, [token])
-        return request_output(req, delta, [token])
+            return self._finish(req, reason, stop_reason, delta, [token], side)
+        return request_output(req, delta, [token], side)
 
     def _finish(self, req: Request, reason: str, stop_reason: str | int | None, delta: str,
-                delta_ids: list[int]) -> RequestOutput:
+                delta_ids: list[int], side_outputs: list[Any] | None = None) -> RequestOutput:
         req.drop_pending()  # ended before its launched step was read back: that token is discarded
         self.scheduler.finish(req, reason, stop_reason)
         if self.runner.encoder is not None:  # encoder outputs only it held go now, not at the next step
@@ -699,7 +702,7 @@ class LLMEngine:
         self._finish_times.append(req.finished_time)
         self.metrics.on_request_finished(req.request_id, req.finished_time, req.num_prompt_tokens,
                                          len(req.output_token_ids), req.num_cached_tokens, reason)
-        return request_output(req, delta, delta_ids)
+        return request_output(req, delta, delta_ids, side_outputs)
 
     def stats(self) -> dict[str, Any]:
         """Counters for ``/healthz`` (read them on the engine thread), and how steps run, the same for

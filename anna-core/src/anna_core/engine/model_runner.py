@@ -344,6 +344,7 @@ class ModelRunner:
             context_lens=seq_lens,
             is_decode=out.is_decode,
             uniform_positions=num_rows > 1 and uniform,
+            media=[s.request.multimodal for s in out.seqs],
         )
 
     def _checkpoints(self, out: SchedulerOutput, cu_seqlens: list[int]) -> StateCheckpoints:

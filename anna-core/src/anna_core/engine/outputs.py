@@ -58,6 +58,9 @@ class RequestOutput:
             for ``logprobs`` (else empty).
         metrics: timings in seconds (``arrival``, ``first_token``, ``finished``) from
             ``time.perf_counter``.
+        side_outputs: with a model whose capabilities declare ``side_outputs``, what its step left for this
+            request besides each token of ``delta_token_ids`` (``CausalLM.side_output``, one per token); else
+            empty.
     """
 
     request_id: str
@@ -75,11 +78,13 @@ class RequestOutput:
     error_code: str | None = None
     metrics: dict[str, float] = attrs.field(factory=dict)
     logprobs: list[TokenLogprob] = attrs.field(factory=list)
+    side_outputs: list[Any] = attrs.field(factory=list)
 
 
-def request_output(req: Any, delta: str, delta_ids: list[int]) -> RequestOutput:
+def request_output(req: Any, delta: str, delta_ids: list[int], side_outputs: list[Any] | None = None) -> RequestOutput:
     """The output of :class:`~anna_core.engine.request.Request` ``req`` after its latest step:
-    appends ``delta`` to ``req.text``; ``delta_ids`` are the token ids this output adds."""
+    appends ``delta`` to ``req.text``; ``delta_ids`` are the token ids this output adds; ``side_outputs``: the
+    model's (``RequestOutput.side_outputs``)."""
     req.text += delta
     metrics = {"arrival": req.arrival_time}
     if req.first_token_time is not None:
@@ -102,6 +107,7 @@ def request_output(req: Any, delta: str, delta_ids: list[int]) -> RequestOutput:
         num_cached_tokens=req.num_cached_tokens,
         metrics=metrics,
         logprobs=req.logprobs[len(req.logprobs) - len(delta_ids):] if req.logprobs and delta_ids else [],
+        side_outputs=side_outputs or [],
     )
 
 
@@ -110,4 +116,5 @@ def coalesce(earlier: RequestOutput, later: RequestOutput) -> RequestOutput:
     deltas (text, token ids, logprobs) joined, as if one step had produced them."""
     return attrs.evolve(later, delta_text=earlier.delta_text + later.delta_text,
                         delta_token_ids=earlier.delta_token_ids + later.delta_token_ids,
-                        logprobs=earlier.logprobs + later.logprobs)
+                        logprobs=earlier.logprobs + later.logprobs,
+                        side_outputs=earlier.side_outputs + later.side_outputs)

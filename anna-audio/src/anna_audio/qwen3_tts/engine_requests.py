@@ -1,0 +1,81 @@
+"""Speech requests to and from Anna's engine over :class:`~anna_audio.qwen3_tts.talker_lm.TalkerLM`: a talker prompt
+as an engine request (placeholder ids, the prefill embeddings as a medium, the sampling), and the engine's outputs
+back into code frames."""
+
+from __future__ import annotations
+
+import attrs
+import torch
+from anna_core.engine.outputs import RequestOutput
+from anna_core.engine.sampling_params import SamplingParams
+from anna_core.multimodal import MediaItem, MultiModalInputs, media_hash
+
+from anna_audio.qwen3_tts.generate import MIN_FRAMES
+from anna_audio.qwen3_tts.prompt import TalkerPrompt
+from anna_audio.qwen3_tts.sampling import SpeechSampling
+
+
+@attrs.frozen
+class EngineSpeechRequest:
+    """What ``LLMEngine.add_request`` takes for one synthesis: ``prompt_ids`` (``T`` placeholders), ``multimodal``
+    (one ``"audio"`` medium over them whose ``data`` holds the prompt: ``{"prefill": [T, H], "trailing": [N, H]}``)
+    and ``params``."""
+
+    prompt_ids: list[int]
+    multimodal: MultiModalInputs
+    params: SamplingParams
+
+
+def talker_params(sampling: SpeechSampling, *, max_frames: int | None = None, ignore_eos: bool = False,
+                  seed: int | None = None) -> SamplingParams:
+    """The engine's sampling of codebook 0 for ``sampling`` (the talker's part; the code predictor's is the
+    model's): greedy (temperature 0) unless ``do_sample``; ``max_tokens`` is ``max_frames + 1`` (the last talker
+    step's token never becomes a frame), else ``sampling.max_new_tokens``; EOS is held back for the first
+    ``MIN_FRAMES`` steps, or, with ``ignore_eos`` (and ``max_frames``), never chosen: every step's token is a code,
+    so the request runs exactly ``max_frames`` frames (a benchmark's fixed length).
+
+    Raises:
+        ValueError: ``max_frames < 1``.
+    """
+    if max_frames is not None and max_frames < 1:
+        raise ValueError(f"max_frames must be at least 1, got {max_frames}")
+    if ignore_eos and max_frames is None:
+        raise ValueError("ignore_eos needs max_frames")
+    t = sampling.talker
+    max_tokens = sampling.max_new_tokens if max_frames is None else max_frames + 1
+    return SamplingParams(
+        max_tokens=max_tokens, min_tokens=max_tokens if ignore_eos else MIN_FRAMES,  # min_tokens: EOS masked until then
+        temperature=t.temperature if t.do_sample else 0.0, top_k=t.top_k if t.top_k else -1, top_p=t.top_p,
+        repetition_penalty=sampling.repetition_penalty, seed=seed)
+
+
+def engine_request(prompt: TalkerPrompt, placeholder_id: int, params: SamplingParams) -> EngineSpeechRequest:
+    """``prompt`` as an engine request (see :class:`EngineSpeechRequest`)."""
+    prefill, trailing = prompt.prefill.detach(), prompt.trailing.detach()
+    length = prefill.shape[0]
+    item = MediaItem("audio", 0, length, media_hash(b"qwen3-tts-prompt", prefill, trailing),
+                     data={"prefill": prefill, "trailing": trailing})
+    return EngineSpeechRequest([placeholder_id] * length, MultiModalInputs(items=(item,)), params)
+
+
+class FrameAssembler:
+    """One request's outputs -> its code frames ``[G]`` (codebook 0 from the token, the rest from the step that
+    consumed it): output ``k >= 1`` completes the frame of token ``k - 1``; the last token never becomes a frame."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.frames: list[torch.Tensor] = []
+
+    def feed(self, out: RequestOutput) -> list[torch.Tensor]:
+        """The frames ``out`` completes (``[G]`` int64 on the CPU each, zero or one)."""
+        new = []
+        for token, rest in zip(out.delta_token_ids, out.side_outputs):
+            if self.tokens:
+                new.append(torch.cat([torch.tensor([self.tokens[-1]], dtype=torch.int64), rest.to("cpu")]))
+            self.tokens.append(token)
+        self.frames += new
+        return new
+
+    def codes(self, groups: int) -> torch.Tensor:
+        """All frames so far, ``[F, G]`` int64."""
+        return torch.stack(self.frames) if self.frames else torch.zeros(0, groups, dtype=torch.int64)

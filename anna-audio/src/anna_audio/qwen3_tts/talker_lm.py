@@ -1,0 +1,264 @@
+"""The talker as a model of Anna's engine (:class:`anna_core.model.CausalLM`): paged KV, batched steps, the code
+predictor filling each frame inside the step.
+
+Math as the plain :class:`~anna_audio.qwen3_tts.talker.Talker` and :func:`~anna_audio.qwen3_tts.generate.generate`
+(after the reference, QwenLM/Qwen3-TTS ``modeling_qwen3_tts.py``); the weights are the loaded plain talker's and code
+predictor's, shared, not copied. How a request maps onto the engine:
+
+* The prompt is one ``"audio"`` medium covering every prompt position. Its ``data`` is ``{"prefill": [T, H],
+  "trailing": [N, H]}`` (:class:`~anna_audio.qwen3_tts.prompt.TalkerPrompt`): the prefill embeddings are its
+  "encoder output", spliced over placeholder ids (the codec ``pad`` id, which the talker never samples); the
+  trailing text embeddings are copied, when the prompt's first chunk runs (from ``ForwardBatch.media``), into a
+  per-slot device table that decode steps read by position.
+* A sampled token is a frame's codebook 0. When it comes back as the next step's input (generated token ``k``), the
+  code predictor reads the talker's hidden state that chose it (kept per sequence, by state slot) and the token's
+  codec embedding, fills codebooks ``1 .. G-1``, and the step's input is the frame's summed embedding plus
+  ``trailing[k]`` (``tts_pad`` past the end). The codes it
+  filled are that sequence's side output (:meth:`side_output`), which the engine hands back with the step's token:
+  output ``k >= 1`` of a request carries codebooks ``1 .. G-1`` of token ``k - 1``. The last token (EOS, or the one
+  that hit ``max_tokens``) never becomes a frame, as in the reference.
+* The talker's logits block the control ids ``[vocab - 1024, vocab)`` except the codec EOS (:meth:`compute_logits`);
+  the engine's sampler applies the repetition penalty (placeholder ids are blocked ids, so penalising them changes
+  nothing), ``min_tokens`` keeps EOS out of the first steps, and temperature / top-k / top-p.
+
+Decode steps read and write only device tensors (per-slot tables, the batch's static inputs), so the engine may
+capture them as graphs, the code predictor's passes for the frame included (its sampling is
+:func:`~anna_audio.qwen3_tts.sampling.choose_gumbel`: no host sync). Limit of this port: a sequence's generated
+tokens cannot be recomputed (a preemption by recompute fails the request with a clear error: the codes of earlier
+frames are not kept).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from anna_core.cache_spec import CacheSpec, FullAttentionSpec
+from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.errors import AnnaError
+from anna_core.layers.attention import PagedAttention
+from anna_core.layers.media import splice_media
+from anna_core.model import ModelCaches, ModelCapabilities
+from anna_core.multimodal import MediaItem
+from torch import nn
+
+from anna_audio.qwen3_tts.code_predictor import CodePredictor
+from anna_audio.qwen3_tts.config import CONTROL_ROWS, Qwen3TTSConfig
+from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
+from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel
+from anna_audio.qwen3_tts.talker import Talker
+
+
+class PagedTalkerLayer(nn.Module):
+    """One plain :class:`~anna_audio.qwen3_tts.decoder_layer.Qwen3Layer` run over the paged cache (layer ``index``
+    of cache group 0)."""
+
+    def __init__(self, layer: Qwen3Layer, index: int, ops: Any) -> None:
+        super().__init__()
+        self.layer = layer
+        a = layer.self_attn
+        self.attn = PagedAttention(a.heads, a.kv_heads, a.head_dim, a.head_dim ** -0.5, 0, index, ops)
+
+    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], batch: ForwardBatch,
+                caches: ModelCaches) -> torch.Tensor:
+        """x: ``[T, H]`` -> ``[T, H]``."""
+        a, t = self.layer.self_attn, x.shape[0]
+        h = self.layer.input_layernorm(x)
+        q = a.rotary.rotate(a.q_norm(a.q_proj(h).view(t, a.heads, a.head_dim)), cos_sin)
+        k = a.rotary.rotate(a.k_norm(a.k_proj(h).view(t, a.kv_heads, a.head_dim)), cos_sin)
+        v = a.v_proj(h).view(t, a.kv_heads, a.head_dim)
+        x = x + a.o_proj(self.attn(q, k, v, batch, caches).reshape(t, -1))
+        return x + self.layer.mlp(self.layer.post_attention_layernorm(x))
+
+
+class TalkerLM(nn.Module):
+    """The engine's talker (see the module docstring).
+
+    Args:
+        config: the checkpoint's configuration.
+        talker: the loaded plain talker (its parameters are used in place).
+        predictor: the loaded code predictor.
+        ops: kernel ops bound to the serving device and dtype (the paged attention's).
+        predictor_sampling: how the code predictor picks codebooks ``1 .. G-1`` (the checkpoint's ``subtalker_*``
+            defaults; greedy when not ``do_sample``).
+
+    Before an engine runs it, :meth:`reserve_slots` sizes its per-sequence state to the engine's ``max_num_seqs``
+    (and the longest trailing text a prompt may carry).
+    """
+
+    def __init__(self, config: Qwen3TTSConfig, talker: Talker, predictor: CodePredictor, ops: Any, *,
+                 predictor_sampling: CodeSampling) -> None:
+        super().__init__()
+        self.config = config
+        self.talker = talker
+        self.predictor = predictor
+        self.predictor_sampling = predictor_sampling
+        s = config.talker.shape
+        self.layers = nn.ModuleList(PagedTalkerLayer(layer, i, ops) for i, layer in enumerate(talker.model.layers))
+        self.vocab_size = config.talker.vocab_size
+        self.hidden_size = s.hidden_size
+        self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(s.num_layers), num_kv_heads=s.num_kv_heads,
+                                                       head_dim=s.head_dim),))
+        self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True)
+        weight = talker.codec_head.weight
+        dev, dt = weight.device, weight.dtype
+        self.max_trailing = 0
+        groups = config.talker.num_code_groups
+        self.register_buffer("last_hidden", torch.zeros(0, s.hidden_size, dtype=dt, device=dev), persistent=False)
+        self.register_buffer("frame_codes", torch.zeros(0, groups - 1, dtype=torch.int64, device=dev),
+                             persistent=False)
+        self.register_buffer("trailing", torch.zeros(0, 0, s.hidden_size, dtype=dt, device=dev), persistent=False)
+        self.register_buffer("trailing_len", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
+        self.register_buffer("prompt_len", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
+        with torch.no_grad():
+            pad = talker.text(torch.tensor([config.text_ids["tts_pad"]], device=dev))[0]
+        self.register_buffer("pad_embed", pad, persistent=False)
+        blocked = torch.ones(self.vocab_size, dtype=torch.bool, device=dev)
+        blocked[: self.vocab_size - CONTROL_ROWS] = False
+        blocked[config.talker.ids.eos] = False
+        self.register_buffer("blocked", blocked, persistent=False)
+
+    def reserve_slots(self, max_num_seqs: int, max_trailing: int = 512) -> None:
+        """Size the per-sequence state for an engine of ``max_num_seqs`` state slots plus its scratch slot: the
+        hidden state that chose each sequence's last token, the codes its last step filled, and its trailing text (at
+        most ``max_trailing`` embeddings: a prompt whose text is streamed holds about one per text token). Call it
+        before the engine is built (captured graphs keep these tensors' addresses).
+
+        Raises:
+            ValueError: ``max_num_seqs`` or ``max_trailing`` below 1.
+        """
+        if max_num_seqs < 1 or max_trailing < 1:
+            raise ValueError(f"max_num_seqs and max_trailing must be positive, got {max_num_seqs}, {max_trailing}")
+        slots = max_num_seqs + 1
+        self.max_trailing = max_trailing
+        self.last_hidden = self.last_hidden.new_zeros(slots, self.hidden_size)
+        self.frame_codes = self.frame_codes.new_zeros(slots, self.frame_codes.shape[1])
+        self.trailing = self.trailing.new_zeros(slots, max_trailing, self.hidden_size)
+        self.trailing_len = self.trailing_len.new_zeros(slots)
+        self.prompt_len = self.prompt_len.new_zeros(slots)
+
+    @property
+    def placeholder_id(self) -> int:
+        """The prompt's placeholder token id (the codec ``pad``: a control id, never sampled)."""
+        return self.config.talker.ids.pad
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.config.talker.ids.eos
+
+    def encode(self, items: list[MediaItem]) -> list[torch.Tensor]:
+        """Each prompt medium's prefill embeddings ``[length, H]`` (``data["prefill"]``), on the model's device.
+
+        Raises:
+            AnnaError: a medium that is not a talker prompt of its length.
+        """
+        return [self._prompt_part(item, "prefill", item.length) for item in items]
+
+    def _prompt_part(self, item: MediaItem, key: str, rows: int | None) -> torch.Tensor:
+        data = item.data
+        value = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[1] != self.hidden_size \
+                or (rows is not None and value.shape[0] != rows):
+            raise AnnaError(f"a talker prompt medium must hold {key!r} embeddings [{rows or 'N'}, {self.hidden_size}]")
+        weight = self.talker.codec_head.weight
+        return value.to(device=weight.device, dtype=weight.dtype)
+
+    def _bind_prompts(self, batch: ForwardBatch) -> None:
+        """Copy the trailing text of every prompt whose first chunk runs in ``batch`` into its slot's table (a host
+        loop over the step's new prompts; decode steps have none).
+
+        Raises:
+            AnnaError: a generated token in a multi-row chunk (a recompute after preemption); a trailing text longer
+                than :meth:`reserve_slots` made room for.
+        """
+        for i, q in enumerate(batch.query_lens):
+            media = batch.media[i] if i < len(batch.media) else None
+            if media is None or not media.items:
+                continue
+            prompt_len = media.items[0].end
+            if q > 1 and batch.context_lens[i] > prompt_len:
+                raise AnnaError("the talker cannot recompute generated speech frames (a preemption): retry the "
+                                "request or give the server more KV cache")
+            if batch.context_lens[i] != q:  # not the prompt's first chunk
+                continue
+            trailing = self._prompt_part(media.items[0], "trailing", None)
+            n = trailing.shape[0]
+            if n > self.max_trailing:
+                raise AnnaError(f"the prompt's text runs {n} embeddings past the prompt; this server holds "
+                                f"{self.max_trailing}")
+            slot = batch.state_slots[i:i + 1]
+            rows = self.trailing.new_zeros(1, self.max_trailing, self.hidden_size)
+            rows[0, :n] = trailing
+            self.trailing.index_copy_(0, slot, rows)
+            self.trailing_len.index_copy_(0, slot, torch.tensor([n], device=slot.device))
+            self.prompt_len.index_copy_(0, slot, torch.tensor([prompt_len], device=slot.device))
+
+    @staticmethod
+    def _generated_rows(batch: ForwardBatch) -> torch.Tensor:
+        """``[R]`` int64: the rows of an eager step that hold generated tokens (past their prompt; a sequence
+        without media, e.g. a warm-up's, counts as generated)."""
+        out, start = [], 0
+        for i, q in enumerate(batch.query_lens):
+            media = batch.media[i] if i < len(batch.media) else None
+            prompt_len = media.items[0].end if media is not None and media.items else 0
+            first_pos = batch.context_lens[i] - q
+            out += range(start + max(prompt_len - first_pos, 0), start + q)
+            start += q
+        return torch.tensor(out, dtype=torch.int64, device=batch.input_ids.device)
+
+    def _texts(self, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``[T, H]``: the text embedding a generated token at ``positions`` adds: ``trailing[k]`` of its slot's
+        table for the token's index ``k = position - prompt length``, ``tts_pad`` past the end (device ops only)."""
+        k = positions - self.prompt_len[slots]
+        valid = (k >= 0) & (k < self.trailing_len[slots])
+        rows = self.trailing[slots, k.clamp(0, self.max_trailing - 1)]  # [T, H]
+        return torch.where(valid[:, None], rows, self.pad_embed)
+
+    def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """Final hidden states ``[T, H]`` of the step's rows (see the module docstring for the rows' inputs).
+
+        Raises:
+            AnnaError: no slots reserved; see :meth:`_bind_prompts`.
+        """
+        if self.last_hidden.shape[0] == 0:
+            raise AnnaError("TalkerLM.reserve_slots was not called before the engine ran it")
+        if batch.media:
+            self._bind_prompts(batch)
+        rows = torch.arange(batch.num_tokens, device=batch.input_ids.device)
+        seq_of_row = torch.bucketize(rows, batch.cu_seqlens[1:].to(torch.int64), right=True)  # [T]
+        slots = batch.state_slots[seq_of_row]  # [T]
+        first = self.talker.codec(batch.input_ids)  # [T, H]
+        generated = None if batch.is_decode and batch.embeds is None else self._generated_rows(batch)
+        if generated is None:  # every row a generated token (decode steps: device ops only)
+            rest = self.predictor(self.last_hidden[slots], first, choose=self._pick)  # [T, G-1]
+            x = self.predictor.embed_frame(first, rest) + self._texts(slots, batch.positions)
+            self.frame_codes.index_copy_(0, slots, rest)
+        else:  # a step with prompt rows: the code predictor runs on its generated rows only
+            x = first
+            if generated.numel():
+                g_slots, g_first = slots[generated], first[generated]
+                rest = self.predictor(self.last_hidden[g_slots], g_first, choose=self._pick)
+                frame = self.predictor.embed_frame(g_first, rest) + self._texts(g_slots, batch.positions[generated])
+                x = first.index_copy(0, generated, frame)
+                self.frame_codes.index_copy_(0, g_slots, rest)
+            x = splice_media(x, batch)
+        cos_sin = self.talker.model.rotary.cos_sin(batch.positions)
+        for layer in self.layers:
+            x = layer(x, cos_sin, batch, caches)
+        hidden = self.talker.model.norm(x)
+        last = batch.cu_seqlens[1:].to(torch.int64) - 1
+        self.last_hidden.index_copy_(0, batch.state_slots, hidden.index_select(0, last))
+        return hidden
+
+    def _pick(self, logits: torch.Tensor, codebook: int) -> torch.Tensor:
+        return choose_gumbel(logits, self.predictor_sampling)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden ``[N, H]`` -> codec logits ``[N, vocab]`` float32, control ids but EOS at ``-inf``."""
+        return self.talker.codec_head(hidden).float().masked_fill(self.blocked, float("-inf"))
+
+    def side_output(self, state_slot: int) -> torch.Tensor:
+        """Codebooks ``1 .. G-1`` ``[G-1]`` int64, on the host, that the last step filled for the token its sequence
+        sampled the step before (meaningless after a prefill step). Read on the engine's thread right after the step
+        was read back, so the copy waits for nothing, and the server's event loop never waits on the device."""
+        return self.frame_codes[state_slot].to("cpu", copy=True)  # a copy also on the CPU: the next step overwrites

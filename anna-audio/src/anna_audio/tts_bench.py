@@ -1,0 +1,239 @@
+"""Speech synthesis benchmark: ``python -m anna_audio.tts_bench`` -- the ``speech`` task served in-process.
+
+The model folder holds ``config.json`` and ``speech_tokenizer/config.json`` (random weights with
+``--load-format dummy``, e.g. :func:`write_shape_folder` of the 1.7B shape from ``tests/audio/reference_configs``).
+Every request is a synthetic prompt of ``--text-tokens`` text tokens (random ids: the weights are random too; a
+Base checkpoint gets a random x-vector as its voice) that produces exactly ``--frames`` frames (EOS ignored), so
+every run does the same work. The server is ``anna serve``'s app (uvicorn on a loopback port, on a thread of this
+process) and each request a streamed ``POST /v1/audio/speech`` (``pcm``) read with httpx.
+
+Reported: at one request, the first audio (seconds to the response's first body byte) and the real-time factor (wall
+seconds to the last byte / audio seconds; lower is better); at ``--concurrency`` requests sent at once, each one's
+latency to its last byte and first byte (mean, p50, max) and its ratio to one request's. Targets of issue 27 on an
+H200 at the 1.7B shape in bf16: RTF <= 0.05, first audio <= 60 ms, 16 concurrent within 2x of one.
+
+Example (GPU, the 1.7B shape, random weights)::
+
+    python -m anna_audio.tts_bench --shape Qwen3-TTS-12Hz-1.7B-Base --dtype bf16 --frames 125 --concurrency 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import socket
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REFERENCE_CONFIGS = Path("tests/audio/reference_configs")
+"""The reference configs, relative to the repository root (where the benchmark runs)."""
+CODEC_CONFIG = "Qwen3-TTS-Tokenizer-12Hz.json"
+FRAME_S = 0.08  # 12.5 frames per second
+
+
+def write_shape_folder(shape: str, folder: str | Path, configs: Path = REFERENCE_CONFIGS) -> Path:
+    """A config-only checkpoint folder of ``configs/<shape>.json`` with the released 12 Hz codec's
+    ``speech_tokenizer/config.json`` (for ``--load-format dummy``)."""
+    folder = Path(folder)
+    (folder / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(configs / f"{shape}.json", folder / "config.json")
+    shutil.copyfile(configs / CODEC_CONFIG, folder / "speech_tokenizer" / "config.json")
+    return folder
+
+
+class SyntheticPlanner:
+    """Wraps a :class:`~anna_audio.speech.service.SpeechPlanner`: every request's text becomes ``text_tokens``
+    random text ids (seeded by the text), a Base checkpoint's voice a random x-vector, and it always runs exactly
+    ``frames`` frames."""
+
+    def __init__(self, planner: Any, text_tokens: int, frames: int):
+        self.planner = planner
+        self.text_tokens = text_tokens
+        self.frames = frames
+        self.chunks = planner.chunks
+
+    @property
+    def sample_rate(self) -> int:
+        return self.planner.sample_rate
+
+    def prepare(self, request: Any, **_: Any) -> Any:
+        from anna_audio.qwen3_tts.prompt import SpeechRequest
+
+        config = self.planner.parts.config
+        gen = torch.Generator().manual_seed(sum(map(ord, request.text)))
+        words = torch.randint(10, config.talker.text_vocab_size, (self.text_tokens,), generator=gen)
+        wrap = torch.tensor([config.text_ids["im_start"], 11, 12])
+        ids = torch.cat([wrap, words, torch.tensor([config.text_ids["im_end"], 13]), wrap])
+        xvector = torch.randn(config.talker.shape.hidden_size, generator=gen) if config.accepts_reference_audio \
+            else None
+        speaker = next(iter(sorted(config.talker.speakers)), None) if config.accepts_speaker else None
+        return self.planner.prepare_tokens(
+            SpeechRequest(assistant_ids=ids, speaker=speaker, speaker_embedding=xvector, non_streaming_text=True),
+            max_frames=self.frames, ignore_eos=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class InProcessServer:
+    """``anna serve``'s app over a built speech engine, on uvicorn in a thread (loopback)."""
+
+    def __init__(self, built: Any):
+        import uvicorn
+        from anna_core.plugins import make_plugin_manager
+        from anna_core.server.app import create_app
+        from anna_core.server.state import ServerState
+
+        from anna_audio.plugin import SPEECH_TASK
+        from anna_audio.speech import task
+
+        self.built = built
+        self.state = ServerState(model_name="bench")
+        self.port = _free_port()
+
+        async def start_client() -> None:  # on the server's loop, as anna serve does
+            self.state.set_ready(task.start(built), None, max_model_len=built.max_model_len)
+
+        app = create_app(self.state, pm=make_plugin_manager(load_entry_points=False), task=SPEECH_TASK,
+                         on_startup=[start_client])
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> InProcessServer:
+        self.thread.start()
+        deadline = time.time() + 120
+        while not (self.server.started and self.state.ready):
+            if time.time() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the in-process server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/audio/speech"
+
+
+async def _one(client: Any, url: str, i: int) -> dict[str, float]:
+    start = time.perf_counter()
+    first = None
+    size = 0
+    async with client.stream("POST", url, json={"input": f"request {i}", "response_format": "pcm"}) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"request {i}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+        async for piece in r.aiter_raw():
+            if piece and first is None:
+                first = time.perf_counter() - start
+            size += len(piece)
+    return {"first_audio_s": first or float("nan"), "latency_s": time.perf_counter() - start, "bytes": size}
+
+
+async def _round(url: str, n: int, offset: int) -> list[dict[str, float]]:
+    import httpx
+
+    async with httpx.AsyncClient(timeout=600) as client:
+        return await asyncio.gather(*(_one(client, url, offset + i) for i in range(n)))
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(values), "p50": statistics.median(values), "max": max(values)}
+
+
+def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str = "auto", dtype: str = "auto",
+              frames: int = 125, text_tokens: int = 32, concurrency: int = 16, runs: int = 3,
+              cuda_graph: bool = True, chunk_frames: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Load, serve in-process, and measure (see the module docstring); the report as a dict.
+
+    Raises:
+        ValueError: a non-positive ``frames``, ``text_tokens``, ``concurrency`` or ``runs``.
+    """
+    if min(frames, text_tokens, concurrency, runs) < 1:
+        raise ValueError("frames, text_tokens, concurrency and runs must be positive")
+    from anna_core.engine.config import EngineConfig
+    from anna_core.engine.model_runner import RunnerConfig
+    from anna_core.loading import load_model
+
+    from anna_audio.speech import task
+    from anna_audio.speech.service import ChunkPolicy
+
+    loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format)
+    runner = RunnerConfig(cuda_graph=cuda_graph, warmup=loaded.device.type != "cpu")
+    built = task.build(loaded, EngineConfig(max_num_seqs=max(concurrency, 1)), runner)
+    if chunk_frames is not None:
+        built.planner.chunks = ChunkPolicy(*chunk_frames)
+    built.planner = SyntheticPlanner(built.planner, text_tokens, frames)
+    audio_s = frames * FRAME_S
+    with InProcessServer(built) as server:
+        asyncio.run(_round(server.url, 1, 10_000))  # warm-up: first-call allocations, the vocoder's thread
+        singles = [asyncio.run(_round(server.url, 1, r))[0] for r in range(runs)]
+        crowd = asyncio.run(_round(server.url, concurrency, 1000))
+    expected = frames * 1920 * 2
+    if any(r["bytes"] != expected for r in singles + crowd):
+        raise RuntimeError(f"a response did not hold {frames} frames ({expected} bytes of pcm)")
+    one = min(singles, key=lambda r: r["latency_s"])
+    report = {
+        "model_dir": str(model_dir), "device": str(loaded.device), "dtype": str(loaded.dtype).replace("torch.", ""),
+        "frames": frames, "audio_s": audio_s, "text_tokens": text_tokens,
+        "chunk_frames": [built.planner.chunks.first, built.planner.chunks.rest],
+        "one": {"first_audio_s": one["first_audio_s"], "latency_s": one["latency_s"],
+                "rtf": one["latency_s"] / audio_s, "runs": singles},
+        "concurrent": {"requests": concurrency, "latency_s": _stats([r["latency_s"] for r in crowd]),
+                       "first_audio_s": _stats([r["first_audio_s"] for r in crowd])},
+    }
+    report["concurrent"]["latency_vs_one"] = report["concurrent"]["latency_s"]["mean"] / one["latency_s"]
+    report["vocoder_calls"] = built.vocoder.calls
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m anna_audio.tts_bench", description=__doc__.split("\n\n")[0])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model-dir", help="a checkpoint folder (with --load-format dummy: configs only)")
+    where.add_argument("--shape", help="a tests/audio/reference_configs name, e.g. Qwen3-TTS-12Hz-1.7B-Base")
+    parser.add_argument("--load-format", default="dummy", choices=("auto", "safetensors", "dummy"))
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--frames", type=int, default=125, help="frames per request (80 ms each)")
+    parser.add_argument("--text-tokens", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=3, help="single-request runs (the best is reported)")
+    parser.add_argument("--chunk-frames", default=None, help="first,rest frames per decoded chunk (default 1,8)")
+    parser.add_argument("--no-cuda-graph", action="store_true")
+    parser.add_argument("--out", default=None, help="also write the report (JSON) here")
+    args = parser.parse_args(argv)
+    model_dir = args.model_dir
+    if args.shape:
+        import tempfile
+
+        model_dir = write_shape_folder(args.shape, Path(tempfile.mkdtemp()) / args.shape)
+    chunks = tuple(int(x) for x in args.chunk_frames.split(",")) if args.chunk_frames else None
+    report = run_bench(model_dir, load_format=args.load_format, device=args.device, dtype=args.dtype,
+                       frames=args.frames, text_tokens=args.text_tokens, concurrency=args.concurrency, runs=args.runs,
+                       cuda_graph=not args.no_cuda_graph, chunk_frames=chunks)
+    one, crowd = report["one"], report["concurrent"]
+    print(f"tts_bench {report['device']} {report['dtype']} {report['frames']} frames ({report['audio_s']:.2f} s audio)")
+    print(f"one request: first audio {one['first_audio_s'] * 1000:.1f} ms, latency {one['latency_s']:.3f} s, "
+          f"RTF {one['rtf']:.4f}")
+    print(f"{crowd['requests']} concurrent: latency mean {crowd['latency_s']['mean']:.3f} s (x{crowd['latency_vs_one']:.2f}"
+          f" of one), p50 {crowd['latency_s']['p50']:.3f} s, max {crowd['latency_s']['max']:.3f} s; first audio mean "
+          f"{crowd['first_audio_s']['mean'] * 1000:.1f} ms")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

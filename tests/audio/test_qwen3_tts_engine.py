@@ -1,0 +1,139 @@
+"""The talker on Anna's engine (:mod:`anna_audio.qwen3_tts.talker_lm`, :mod:`~anna_audio.qwen3_tts.engine_requests`)
+against the reference's golden codes: every case of all three kinds (named speakers, instructions, x-vector and
+in-context cloning, text whole in the prompt or streamed) submitted together to one engine, greedy codes exactly
+equal; a request alone equals the same request in the batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from anna_audio.qwen3_tts import build_prompt, load_code_predictor, load_config
+from anna_audio.qwen3_tts.engine_requests import FrameAssembler, engine_request, talker_params
+from anna_audio.qwen3_tts.generate import GREEDY
+from anna_audio.qwen3_tts.sampling import SpeechSampling
+from anna_audio.qwen3_tts.talker_lm import TalkerLM
+from anna_audio.qwen3_tts.weights import load_talker
+from anna_core.engine.config import EngineConfig
+from anna_core.engine.llm_engine import LLMEngine
+from anna_core.kernels.registry import KernelRegistry, bind_ops
+
+from tests.audio.test_qwen3_tts_talker import KINDS, _requests
+from tests.audio.tts_golden import CHECKPOINTS, golden
+
+SAMPLING = SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.05, max_new_tokens=24)
+
+
+def _engine(name: str, max_num_seqs: int = 8):
+    folder = CHECKPOINTS[name]
+    config = load_config(folder)
+    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
+    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
+                     predictor_sampling=GREEDY)
+    model.reserve_slots(max_num_seqs)
+    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=max_num_seqs, enable_prefix_caching=False,
+                                                  prompt_cache_size=0, num_blocks=64),
+                       eos_token_ids=[model.eos_token_id])
+    return config, talker, predictor, model, engine
+
+
+def _run(engine: LLMEngine, model: TalkerLM, jobs: dict, groups: int) -> dict[str, torch.Tensor]:
+    """Submit ``{request id: TalkerPrompt}`` at once, step to the end; ``{request id: codes [F, G]}``."""
+    frames = {}
+    for rid, prompt in jobs.items():
+        request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
+        engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
+        frames[rid] = FrameAssembler()
+    while engine.has_unfinished():
+        for out in engine.step():
+            assert out.finish_reason != "error", out.error
+            frames[out.request_id].feed(out)
+    return {rid: f.codes(groups) for rid, f in frames.items()}
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_engine_codes_equal_reference_batched_and_alone(name):
+    g, facts = golden(name)
+    config, talker, predictor, model, engine = _engine(name)
+    with torch.inference_mode():
+        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request)
+                   for case, row, request in _requests(facts["cases"], g)}
+    groups = config.talker.num_code_groups
+    together = _run(engine, model, prompts, groups)
+    for rid, codes in together.items():
+        case, row = rid.split("/")
+        assert torch.equal(codes, g[f"{case}/codes/{row}"]), f"{name} {rid}"
+    first = next(iter(prompts))
+    alone = _run(engine, model, {first: prompts[first]}, groups)
+    assert torch.equal(alone[first], together[first])
+
+
+def test_max_frames_and_ignore_eos():
+    """``max_frames`` bounds the frames exactly (EOS ignored: a benchmark's fixed length)."""
+    g, facts = golden("custom_voice")
+    config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=2)
+    case, row, request = _requests(facts["cases"], g)[0]
+    with torch.inference_mode():
+        prompt = build_prompt(config, talker, predictor, request)
+    params = talker_params(SAMPLING, max_frames=5, ignore_eos=True)
+    req = engine_request(prompt, model.placeholder_id, params)
+    engine.add_request("r", req.prompt_ids, req.params, multimodal=req.multimodal)
+    frames = FrameAssembler()
+    while engine.has_unfinished():
+        for out in engine.step():
+            frames.feed(out)
+    codes = frames.codes(config.talker.num_code_groups)
+    assert codes.shape == (5, config.talker.num_code_groups)
+    assert torch.equal(codes, g[f"{case}/codes/{row}"][:5])
+    with pytest.raises(ValueError, match="max_frames"):
+        talker_params(SAMPLING, max_frames=0)
+    with pytest.raises(ValueError, match="ignore_eos needs max_frames"):
+        talker_params(SAMPLING, ignore_eos=True)
+
+
+def test_trailing_text_beyond_the_reserved_table_fails_the_request():
+    g, facts = golden("custom_voice")
+    config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=2)
+    model.reserve_slots(2, max_trailing=3)  # before a new engine: the tables are the engine's from now on
+    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=2, enable_prefix_caching=False, prompt_cache_size=0,
+                                                  num_blocks=64), eos_token_ids=[model.eos_token_id])
+    case, row, request = next(r for r in _requests(facts["cases"], g) if r[0] == "streaming_text")
+    with torch.inference_mode():
+        prompt = build_prompt(config, talker, predictor, request)
+    assert prompt.trailing.shape[0] > 3
+    req = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
+    engine.add_request("long", req.prompt_ids, req.params, multimodal=req.multimodal)
+    outs = [out for _ in range(3) for out in engine.step()]
+    assert outs[-1].finish_reason == "error" and "this server holds 3" in outs[-1].error
+    with pytest.raises(ValueError, match="must be positive"):
+        model.reserve_slots(0)
+
+
+def test_chunked_prefills_and_mixed_steps_equal_the_reference():
+    """Prompts cut into 4-token chunks (the last chunk of one prompt may be a single row in a step of decodes) and
+    requests arriving while others decode give the same codes."""
+    g, facts = golden("voice_design")
+    folder = CHECKPOINTS["voice_design"]
+    config = load_config(folder)
+    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
+    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
+                     predictor_sampling=GREEDY)
+    model.reserve_slots(4)
+    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=4, enable_prefix_caching=False, prompt_cache_size=0,
+                                                  num_blocks=64, max_prefill_tokens=4),
+                       eos_token_ids=[model.eos_token_id])
+    jobs = _requests(facts["cases"], g)
+    with torch.inference_mode():
+        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+    frames = {rid: FrameAssembler() for rid in prompts}
+    pending = list(prompts.items())
+    while pending or engine.has_unfinished():
+        if pending:  # one new request per step
+            rid, prompt = pending.pop(0)
+            r = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
+            engine.add_request(rid, r.prompt_ids, r.params, multimodal=r.multimodal)
+        for out in engine.step():
+            assert out.finish_reason != "error", out.error
+            frames[out.request_id].feed(out)
+    for rid, f in frames.items():
+        case, row = rid.split("/")
+        assert torch.equal(f.codes(config.talker.num_code_groups), g[f"{case}/codes/{row}"]), rid

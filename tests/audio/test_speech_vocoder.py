@@ -1,0 +1,73 @@
+"""The shared codec decoding of the ``speech`` task (:class:`~anna_audio.speech.vocoder.Vocoder`,
+:class:`~anna_audio.speech.service.FrameChunker`): streams of several requests decoded chunk by chunk, batched
+together, each equal to its whole decode (and so to the golden-verified decoder)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from anna_audio.qwen3_tts import load_codec_decoder, load_config
+from anna_audio.qwen3_tts.stream_state import StreamState
+from anna_audio.speech.service import ChunkPolicy, FrameChunker
+from anna_audio.speech.vocoder import Vocoder
+
+from tests.audio.tts_golden import CHECKPOINTS
+
+ATOL = 1e-5  # batched rows vs one row: float32 rounding only
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    folder = CHECKPOINTS["custom_voice"]
+    return load_codec_decoder(folder, load_config(folder))
+
+
+def test_streamed_chunks_of_several_requests_equal_whole_decodes(decoder):
+    cfg = decoder.config
+    gen = torch.Generator().manual_seed(7)
+    codes = [torch.randint(0, cfg.codebook_size, (n, cfg.num_quantizers), generator=gen) for n in (11, 7, 16)]
+    with torch.inference_mode():
+        whole = [w.numpy() for w in decoder.decode(codes)]
+    vocoder = Vocoder(decoder)
+    try:
+        chunkers = [FrameChunker(ChunkPolicy(first=2, rest=3)) for _ in codes]
+        states = [StreamState() for _ in codes]
+        pieces: list[list[np.ndarray]] = [[] for _ in codes]
+        submitted = 0
+        for t in range(max(c.shape[0] for c in codes)):  # frames arrive one at a time, as the engine makes them
+            futures = []
+            for i, c in enumerate(codes):
+                if t < c.shape[0]:
+                    futures += [(i, vocoder.decode(states[i], chunk)) for chunk in chunkers[i].push([c[t]])]
+            for i, f in futures:
+                pieces[i].append(f.result())
+            submitted += len(futures)
+        for i, chunker in enumerate(chunkers):
+            rest = chunker.flush()
+            if rest is not None:
+                pieces[i].append(vocoder.decode(states[i], rest).result())
+                submitted += 1
+        for i, ref in enumerate(whole):
+            got = np.concatenate(pieces[i])
+            assert got.shape == ref.shape == (codes[i].shape[0] * cfg.samples_per_frame,)
+            np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+        assert vocoder.calls < submitted  # chunks of different requests shared decoder calls
+    finally:
+        vocoder.close()
+
+
+def test_chunker_sizes_and_bad_chunks(decoder):
+    chunker = FrameChunker(ChunkPolicy(first=1, rest=4))
+    frames = [torch.full((4,), i) for i in range(10)]
+    sizes = [c.shape[0] for c in chunker.push(frames)]
+    assert sizes == [1, 4, 4] and chunker.flush().shape[0] == 1 and chunker.flush() is None
+    with pytest.raises(ValueError, match="at least one frame"):
+        ChunkPolicy(first=0)
+    vocoder = Vocoder(decoder)
+    with pytest.raises(ValueError, match="a chunk must be"):
+        vocoder.decode(StreamState(), torch.zeros(0, decoder.config.num_quantizers, dtype=torch.int64))
+    bad = vocoder.decode(StreamState(), torch.full((2, decoder.config.num_quantizers), -1, dtype=torch.int64))
+    with pytest.raises(ValueError, match="codes must lie"):
+        bad.result()
+    vocoder.close()

@@ -23,6 +23,7 @@ from anna_audio.qwen3_tts.config import Qwen3TTSConfig, load_config
 from anna_audio.qwen3_tts.sampling import SpeechSampling, load_sampling
 from anna_audio.qwen3_tts.talker import Talker
 from anna_audio.qwen3_tts.talker_lm import TalkerLM
+from anna_audio.qwen3_tts.voice_clone import RecordingCloner, load_voice_cloner
 from anna_audio.qwen3_tts.weights import load_code_predictor, load_codec_decoder, load_talker
 
 log = logging.getLogger("anna.qwen3_tts")
@@ -42,7 +43,9 @@ class SpeechParts:
         tokenizer: the checkpoint's text tokenizer (None for a dummy load without one).
         sampling: the checkpoint's ``generation_config.json`` defaults.
         cloner: a Base checkpoint's :class:`~anna_audio.qwen3_tts.voice.VoiceCloner` (reference audio -> x-vector and
-            codes), or None: voice cloning then answers a 400 saying what is missing.
+            codes: :class:`~anna_audio.qwen3_tts.voice_clone.RecordingCloner`, its speaker and codec encoders in
+            float32 on the device), or None (other kinds, and dummy loads): voice cloning then answers a 400 saying
+            what is missing.
     """
 
     config: Qwen3TTSConfig
@@ -120,6 +123,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         decoder = load_codec_decoder(root, config, device=device, dtype=dtype)
     sampling = load_sampling(root)
     tokenizer = Tokenizer.from_folder(root, required=load_format != "dummy")
+    cloner = None
+    if config.accepts_reference_audio and load_format != "dummy":  # Base: the speaker and codec encoders, float32
+        cloner = RecordingCloner(load_voice_cloner(root, config, tokenizer.encode, device=device))
     model = TalkerLM(config, talker, predictor, bind_ops(kernels, device, dtype), predictor_sampling=sampling.predictor)
     s = config.talker.shape
     log.info("loaded Qwen3-TTS %s (%s; talker %d layers of width %d, %d codebooks) on %s/%s", config.kind,
@@ -128,4 +134,4 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
                        generation=GenerationDefaults(eos_token_ids=[config.talker.ids.eos]),
                        max_model_len=_max_positions(source.config), family="qwen3_tts", dtype=dtype,
                        device=device,
-                       processor=SpeechParts(config, talker, predictor, decoder, tokenizer, sampling))
+                       processor=SpeechParts(config, talker, predictor, decoder, tokenizer, sampling, cloner))

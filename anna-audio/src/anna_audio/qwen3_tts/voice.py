@@ -6,8 +6,8 @@ The text wrappings are the reference's (QwenLM/Qwen3-TTS ``qwen_tts/inference/qw
 CustomVoice and VoiceDesign and is streamed with the codes for Base, the reference's defaults.
 
 Voice cloning (Base) goes through a :class:`VoiceCloner` (reference audio -> x-vector and, with a transcript, the
-reference codes for in-context cloning): the seam the codec encoder's port fills; without one, reference audio is
-refused with a 400 that says what is missing.
+reference codes for in-context cloning: :class:`~anna_audio.qwen3_tts.voice_clone.RecordingCloner`); without one (a
+random-weight load), reference audio is refused with a 400 that says what is missing.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class VoiceCloner(Protocol):
     def clone(self, ref_audio: bytes, ref_text: str | None) -> ClonePrompt: ...
 
 
-NO_CLONER = ("voice cloning needs the codec's encoder (reference audio -> codes), which this server does not have "
-             "yet; use a CustomVoice or VoiceDesign checkpoint")
+NO_CLONER = ("voice cloning needs the checkpoint's speaker and codec encoders, which this load does not have "
+             "(a random-weight load); load the Base checkpoint's weights")
 
 
 def assistant_text(text: str) -> str:

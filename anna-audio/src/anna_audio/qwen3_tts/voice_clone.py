@@ -33,12 +33,14 @@ import numpy as np
 import torch
 from anna_core.errors import InvalidRequestError
 
+from anna_audio.audio_io.decode import AudioLimits, decode_audio
 from anna_audio.audio_io.resample import MonoResampler
 from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
 from anna_audio.qwen3_tts.codec_encoder import CodecEncoder
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig
 from anna_audio.qwen3_tts.prompt import SpeechRequest
 from anna_audio.qwen3_tts.speaker_encoder import SpeakerEncoder, speaker_mels
+from anna_audio.qwen3_tts.voice import ClonePrompt
 from anna_audio.qwen3_tts.weights import load_codec_encoder, load_speaker_encoder
 
 Tokenize = Callable[[str], Sequence[int]]
@@ -238,6 +240,36 @@ def load_voice_cloner(folder: str | Path, config: Qwen3TTSConfig, tokenize: Toke
     require_voice_cloning(config)
     return VoiceCloner(config, load_speaker_encoder(folder, config, device=device, dtype=dtype),
                        load_codec_encoder(folder, config, device=device, dtype=dtype), tokenize, limits)
+
+
+class RecordingCloner:
+    """The ``speech`` task's :class:`~anna_audio.qwen3_tts.voice.VoiceCloner`: an uploaded recording's file bytes
+    (any container :func:`~anna_audio.audio_io.decode.decode_audio` reads) decoded to 24 kHz mono, then
+    :meth:`VoiceCloner.prompt` (in-context with ``ref_text``, x-vector only without).
+
+    Args:
+        cloner: the checkpoint's :class:`VoiceCloner`.
+        limits: the upload's caps (default :class:`~anna_audio.audio_io.decode.AudioLimits` ()).
+    """
+
+    def __init__(self, cloner: VoiceCloner, limits: AudioLimits | None = None) -> None:
+        self.cloner = cloner
+        self.limits = limits
+
+    def clone(self, ref_audio: bytes, ref_text: str | None) -> ClonePrompt:
+        """``ref_audio`` (file bytes) and its transcript (None: x-vector only) -> the :class:`ClonePrompt`.
+
+        Raises:
+            InvalidRequestError: (``param`` ``"ref_audio"``) bytes that do not decode as audio, or audio outside the
+                cloner's limits; what :meth:`VoiceCloner.prompt` refuses.
+        """
+        rate = self.cloner.codec_encoder.config.sample_rate
+        try:
+            decoded = decode_audio(ref_audio, self.limits, sample_rate=rate)
+        except InvalidRequestError as exc:  # decode_audio names the transcription upload (``file``)
+            raise InvalidRequestError(f"ref_audio: {exc}", param="ref_audio") from None
+        prompt = self.cloner.prompt(decoded.samples, decoded.sample_rate, ref_text, x_vector_only=ref_text is None)
+        return ClonePrompt(prompt.speaker_embedding, prompt.ref_codes)
 
 
 def reference_cut(ref_frames: int, total_frames: int, samples: int) -> int:

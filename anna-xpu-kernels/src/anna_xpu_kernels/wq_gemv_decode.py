@@ -1,0 +1,371 @@
+"""The decode kernel of the ``wq_linear`` ops for 1..8 rows: a split-K CUDA-core GEMV over a quantized weight
+(:mod:`anna_core.weights.gpu_quant` layouts) that spends as few instructions per weight as it can, so that
+it streams the weight bytes at the card's bandwidth instead of waiting on integer conversions.
+
+Why. An int4 GEMV at batch 1 must consume about 26 weights per multiprocessor and clock to read 3 TB/s on
+an H100 (132 multiprocessors at ~1.75 GHz), with 128 lanes a clock: each weight may cost about four
+instructions, loads and address arithmetic included. Converting each code with an integer-to-float
+conversion (a quarter-rate unit), dequantizing it with its own multiply-add and multiplying it by the
+activation, as the tiled kernel (:mod:`anna_xpu_kernels.wq_gemv`) does, costs more than that; it measured
+650-1000 GB/s (BENCHMARKS.md, issue 29).
+
+How (per weight, int4):
+
+* The codes are read as 32-bit words (8 int4 codes or 4 int8 codes; the stored uint8 / int8 rows viewed as
+  int32, little-endian, so code ``j`` of word ``w`` is column ``8w + j``), 16-byte loads.
+* Code ``j`` is moved to bits 19..22 of the word with one shift and merged into the float32 pattern of 1.0
+  by one ``and``/``or`` (a single three-input logic instruction): the float ``f = 1 + q / 16`` exactly,
+  with no conversion instruction. int8 codes go to bits 15..22 with their sign bit flipped, ``f = 1 + (q +
+  128) / 256``.
+* Over a group of 128 columns, ``P = sum_k x_k f_k`` (one fused multiply-add per weight) and ``X = sum_k
+  x_k`` (once per program and tile, shared by all of its rows) give the dequantized product without a
+  per-weight dequantization: int4 ``sum_k x_k (q_k s + z) = 16 s P + (z - 16 s) X``; int8 ``sum_k x_k q_k
+  = 256 (P - 1.5 X)`` (times the row's scale at the end). FP8 codes are converted by the hardware
+  (``e4m3 -> f16x2``) and the group sums ``sum_k x_k f_k`` are multiplied by the block's scale.
+* Each program owns ``BLOCK_N`` weight rows and a ``1 / SPLIT_K`` share of K (whole ``BLOCK_K`` tiles), so
+  narrow projections still start enough programs to keep every multiprocessor's loads in flight. With
+  ``SPLIT_K > 1`` each program stores its float32 partial sums in a workspace ``[SPLIT_K, M, N]`` and counts
+  itself in on its row block's counter (acquire-release); the last to arrive adds the partials in split
+  order (deterministic) and writes the output, as the dense GEMV does (:mod:`anna_xpu_kernels.gemv`).
+* The first tile is loaded before the programmatic-dependent-launch wait, each next one before the
+  current one is used (two tiles in flight per program).
+
+Exactness: the ``1 + q / 16`` form keeps every code exact; the group sums carry the offset ``X`` (int4:
+``P`` is at most about twice ``|X|``'s scale), so the float32 result differs from the reference's
+(dequantize, then multiply) by summation order and a few bits of cancellation: within the tests' ``1e-5``
+of the largest output. The decode fusions of the tiled kernel are kept: the norm prologues
+(:mod:`anna_xpu_kernels.gemv_prologue`, rows up to :data:`anna_xpu_kernels.wq_gemv.NORM_PROLOGUE_MAX_K`) and
+the gated epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`, merged gate/up rows interleaved per program).
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+
+from anna_xpu_kernels import pdl
+from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
+from anna_xpu_kernels.counters import CounterPool
+from anna_xpu_kernels.gemv import Prologue
+from anna_xpu_kernels.gemv_epilogue import NO_EPILOGUE, store_out
+from anna_xpu_kernels.gemv_prologue import act_tile, row_block, row_rstd
+from anna_xpu_kernels.gemv_tuning import autotune_bench
+
+MAX_ROWS = 8
+"""Most rows this kernel takes (more: the tiled kernel's tensor-core path)."""
+
+MAX_SPLIT_N = 32768
+"""Split-K is only tuned for ``N`` up to this (the workspace is ``SPLIT_K * M * N`` float32: 4 MiB at 8 rows)."""
+
+SPLITS = (1, 2, 4)
+"""The split-K factors the autotuner tries."""
+
+SCHEME_IDS = {"int4": 0, "int8": 1, "fp8": 2}
+"""The kernel's ``SCHEME`` constexpr per scheme name."""
+
+
+@attrs.frozen
+class WqConfig:
+    """One launch configuration: ``BLOCK_N`` weight rows per program, ``BLOCK_K`` columns per tile (a multiple
+    of 128: whole int4 groups / FP8 blocks), ``SPLIT_K`` programs per row block, warps."""
+
+    block_n: int
+    block_k: int
+    split_k: int = 1
+    num_warps: int = 4
+
+    def triton(self) -> triton.Config:
+        return triton.Config({"BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "SPLIT_K": self.split_k},
+                             num_warps=self.num_warps)
+
+
+TILES = ((4, 1024, 4), (8, 512, 4), (8, 1024, 4), (16, 256, 4), (16, 512, 8), (32, 256, 8), (2, 1024, 4))
+"""``(BLOCK_N, BLOCK_K, warps)`` of the tuning space (each with every split of :data:`SPLITS`)."""
+
+FIXED = WqConfig(block_n=8, block_k=256, split_k=1)
+"""The configuration run under the interpreter (two int4 groups per tile; tests force others)."""
+
+
+def tuning_space() -> list[triton.Config]:
+    return [WqConfig(bn, bk, s, w).triton() for bn, bk, w in TILES for s in SPLITS]
+
+
+def prune(configs, named_args, **kwargs):
+    """Keep configurations that can win for the shape: tiles no wider than K's power of two; at most 64 float32
+    products per thread (``BLOCK_M x BLOCK_N x`` words or bytes of a tile); a split only where the row blocks are
+    few (under 2048 programs) and each split gets at least two tiles."""
+    k, n, block_m = named_args["K"], named_args["N"], kwargs["BLOCK_M"]
+    per_word = {0: 8, 1: 4, 2: 1}[kwargs["SCHEME"]]
+    kept = []
+    for c in configs:
+        bn, bk, s, w = c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"], c.num_warps
+        if bk > max(128, next_pow2(k)) or bn > max(2, next_pow2(n)):
+            continue
+        if block_m * bn * (bk // per_word) > 64 * 32 * w:
+            continue
+        if s > 1 and (n > MAX_SPLIT_N or triton.cdiv(n, bn) >= 2048 or triton.cdiv(k, bk) < 2 * s):
+            continue
+        kept.append(c)
+    return kept or [FIXED.triton()]
+
+
+@triton.jit
+def _e4m3(b, DECODE: tl.constexpr):
+    """float32 values of float8_e4m3fn bytes ``b`` (uint8): the hardware conversion, or with ``DECODE`` (Triton's
+    interpreter, which has no FP8 type) the bits decoded: ``(-1)^s 2^(e-7) (1 + m/8)``, subnormals ``(-1)^s
+    2^-6 m/8`` (NaN codes never occur: quantization clamps to +-448)."""
+    if DECODE:
+        e = ((b >> 3) & 15).to(tl.float32)
+        m = (b & 7).to(tl.float32)
+        mag = tl.where(e > 0, (8.0 + m) * tl.exp2(e - 10.0), m * 0.001953125)
+        return tl.where((b & 128) != 0, -mag, mag)
+    else:
+        return b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _int4_f(words, J: tl.constexpr):
+    """``1 + q_j / 16`` (float32, exact) of code ``J`` (bits ``4J .. 4J+3``) of each int32 word: the code shifted
+    to bits 19..22 and merged into the bits of 1.0 (one shift, one logic instruction)."""
+    if J <= 4:
+        t = words << (19 - 4 * J)
+    else:
+        t = words >> (4 * J - 19)  # arithmetic shift: the copied sign bits are masked off
+    return ((t & 0x780000) | 0x3F800000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _int8_f(words, J: tl.constexpr):
+    """``1 + (q_j + 128) / 256`` (float32, exact) of the signed byte ``J`` of each int32 word: the byte shifted
+    to bits 15..22, its sign bit flipped (``q + 128``) and merged into the bits of 1.0 by one ``xor``."""
+    if J <= 1:
+        t = words << (15 - 8 * J)
+    else:
+        t = words >> (8 * J - 15)
+    return ((t & 0x7F8000) ^ 0x3FC00000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _code_f(words, J: tl.constexpr, SCHEME: tl.constexpr):
+    if SCHEME == 0:
+        return _int4_f(words, J)
+    else:
+        return _int8_f(words, J)
+
+
+@triton.jit
+def _halves(t):
+    """``t[..., 2i]`` and ``t[..., 2i + 1]`` of ``t`` ``[A, B, 2C]`` as two ``[A, B, C]`` tensors (registers)."""
+    return tl.split(tl.reshape(t, (t.shape[0], t.shape[1], t.shape[2] // 2, 2)))
+
+
+@triton.jit
+def _word_sums(words, x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, W: tl.constexpr, SCHEME: tl.constexpr):
+    """``P[m, n, w] = sum_j x[m, w, j] f_j(words[n, w])`` ``[BLOCK_M, BLOCK_N, W]`` float32 for int32 ``words``
+    ``[BLOCK_N, W]`` and the activations ``x`` ``[BLOCK_M, W, 8]`` (int4) or ``[BLOCK_M, W, 4]`` (int8), float32."""
+    if SCHEME == 0:  # j = 4a + 2b + c: the halves split c, then b, then a
+        e, o = _halves(x)  # c = 0, 1: [M, W, 4]
+        e0, e1 = _halves(e)  # b: [M, W, 2]
+        o0, o1 = _halves(o)
+        x0, x4 = _halves(e0)
+        x2, x6 = _halves(e1)
+        x1, x5 = _halves(o0)
+        x3, x7 = _halves(o1)
+        p = tl.reshape(x0, (BLOCK_M, 1, W)) * _int4_f(words, 0)[None, :, :]
+        p += tl.reshape(x1, (BLOCK_M, 1, W)) * _int4_f(words, 1)[None, :, :]
+        p += tl.reshape(x2, (BLOCK_M, 1, W)) * _int4_f(words, 2)[None, :, :]
+        p += tl.reshape(x3, (BLOCK_M, 1, W)) * _int4_f(words, 3)[None, :, :]
+        p += tl.reshape(x4, (BLOCK_M, 1, W)) * _int4_f(words, 4)[None, :, :]
+        p += tl.reshape(x5, (BLOCK_M, 1, W)) * _int4_f(words, 5)[None, :, :]
+        p += tl.reshape(x6, (BLOCK_M, 1, W)) * _int4_f(words, 6)[None, :, :]
+        p += tl.reshape(x7, (BLOCK_M, 1, W)) * _int4_f(words, 7)[None, :, :]
+    else:  # j = 2b + c
+        e, o = _halves(x)  # c: [M, W, 2]
+        x0, x2 = _halves(e)
+        x1, x3 = _halves(o)
+        p = tl.reshape(x0, (BLOCK_M, 1, W)) * _int8_f(words, 0)[None, :, :]
+        p += tl.reshape(x1, (BLOCK_M, 1, W)) * _int8_f(words, 1)[None, :, :]
+        p += tl.reshape(x2, (BLOCK_M, 1, W)) * _int8_f(words, 2)[None, :, :]
+        p += tl.reshape(x3, (BLOCK_M, 1, W)) * _int8_f(words, 3)[None, :, :]
+    return p
+
+
+@triton.jit
+def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, k_end, K, stride_qn, stride_sn,
+               SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The raw tile at column ``k0`` (nothing loaded at or past ``k_end``): ``(codes, scale, zero)``, codes int32
+    words ``[BLOCK_N, BLOCK_K/8]`` (int4) / ``[BLOCK_N, BLOCK_K/4]`` (int8) or uint8 ``[BLOCK_N, BLOCK_K]`` (FP8),
+    scale and zero ``[BLOCK_N, BLOCK_K/128]`` float32 (int4: both; FP8: the blocks' scales; int8: unused)."""
+    GROUPS: tl.constexpr = BLOCK_K // 128
+    g = tl.arange(0, GROUPS)
+    if SCHEME == 0 or SCHEME == 1:
+        PER: tl.constexpr = 8 if SCHEME == 0 else 4
+        c = tl.arange(0, BLOCK_K // PER)
+        codes = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 // PER + c)[None, :],
+                        mask=((k0 + PER * c) < k_end)[None, :], other=0, eviction_policy="evict_first")
+    else:
+        c = tl.arange(0, BLOCK_K)
+        codes = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 + c)[None, :], mask=((k0 + c) < k_end)[None, :],
+                        other=0, eviction_policy="evict_first")
+    g_ok = ((k0 // 128 + g) < tl.cdiv(k_end, 128))[None, :] & (k0 < k_end)
+    if SCHEME == 0:
+        s_off = w_rows[:, None] * stride_sn + (k0 // 128 + g)[None, :]
+        scale = tl.load(s_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
+        zero = tl.load(z_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
+    elif SCHEME == 2:
+        scale = tl.load(s_ptr + (w_rows // 128)[:, None] * stride_sn + (k0 // 128 + g)[None, :], mask=g_ok,
+                        other=0.0)
+        zero = scale
+    else:
+        scale = tl.zeros((BLOCK_N, GROUPS), dtype=tl.float32)
+        zero = scale
+    return codes, scale, zero
+
+
+@triton.jit
+def _tile_sum(acc, codes, scale, zero, x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              SCHEME: tl.constexpr, DECODE_FP8: tl.constexpr):
+    """``acc`` ``[BLOCK_M, BLOCK_N, BLOCK_K/128]`` plus one tile's per-group products (module docstring) of
+    :func:`_load_tile`'s raw tile and the float32 activation tile ``x`` ``[BLOCK_M, BLOCK_K]``."""
+    GROUPS: tl.constexpr = BLOCK_K // 128
+    if SCHEME == 2:
+        f = _e4m3(codes, DECODE_FP8)  # [N, BLOCK_K]
+        p = tl.reshape(x, (BLOCK_M, 1, BLOCK_K)) * f[None, :, :]
+        pg = tl.sum(tl.reshape(p, (BLOCK_M, BLOCK_N, GROUPS, 128)), axis=3)
+        acc += pg * scale[None, :, :]
+    else:
+        PER: tl.constexpr = 8 if SCHEME == 0 else 4
+        W: tl.constexpr = BLOCK_K // PER
+        p = _word_sums(codes, tl.reshape(x, (BLOCK_M, W, PER)), BLOCK_M, BLOCK_N, W, SCHEME)
+        pg = tl.sum(tl.reshape(p, (BLOCK_M, BLOCK_N, GROUPS, 128 // PER)), axis=3)
+        xg = tl.reshape(tl.sum(tl.reshape(x, (BLOCK_M, GROUPS, 128)), axis=2), (BLOCK_M, 1, GROUPS))
+        if SCHEME == 0:  # 16 s P + (z - 16 s) X
+            s16 = scale * 16.0
+            acc += pg * s16[None, :, :] + xg * (zero - s16)[None, :, :]
+        else:  # (P - 1.5 X): the codes' sum / 256
+            acc += pg - 1.5 * xg
+    return acc
+
+
+@autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "SCHEME", "PROLOGUE", "EPILOGUE"],
+          prune_configs_by={"early_config_prune": prune}, do_bench=autotune_bench)  # timed with a cold L2
+@triton.jit
+def _wq_decode_kernel(
+    x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, nr_ptr,
+    M, N, K, stride_xm, stride_qn, stride_sn, stride_ym, stride_rm, stride_nrm, eps,
+    SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, PROLOGUE: tl.constexpr,
+    ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr, DECODE_FP8: tl.constexpr,
+    ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+):
+    pdl.launch_dependents(USE_PDL)
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # this program's columns of the split-K workspace
+    if EPILOGUE == 1 or EPILOGUE == 2:  # tile row 2j: gate row c_j, 2j + 1: up row I + c_j
+        half = N // 2
+        out_cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N) // 2
+        col_ok = out_cols < half
+        w_rows = (tl.minimum(out_cols, half - 1) + (tl.arange(0, BLOCK_N) % 2) * half).to(tl.int64)
+    else:
+        col_ok = cols < N
+        w_rows = tl.minimum(cols, N - 1).to(tl.int64)  # clamped: unmasked rows, masked store
+    tiles_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+    k_begin = pid_k * tiles_per_split * BLOCK_K
+    k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K, K)
+    # the first tile before waiting for the previous kernel (weights are never written in a step)
+    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k_begin, k_end, K, stride_qn, stride_sn, SCHEME,
+                                    BLOCK_N, BLOCK_K)
+    pdl.wait(USE_PDL)
+    m_rows = tl.arange(0, BLOCK_M)
+    if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms over the whole row; program (0, 0) writes the residual
+        rstd = row_rstd(x_ptr, r_ptr, nr_ptr, m_rows, M, K, stride_xm, stride_rm, stride_nrm, eps,
+                        (pid_n == 0) & (pid_k == 0), PROLOGUE, BLOCK_M, ROW_BLOCK)
+    else:
+        rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 128), dtype=tl.float32)
+    for k0 in range(k_begin, k_end, BLOCK_K):
+        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, k_end, K, stride_qn,
+                                                    stride_sn, SCHEME, BLOCK_N, BLOCK_K)
+        kk = k0 + tl.arange(0, BLOCK_K)
+        ok = (m_rows < M)[:, None] & (kk < K)[None, :]
+        x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[:, None], kk[None, :], ok, rstd[:, None], K, stride_xm,
+                     stride_rm, PROLOGUE, ZERO_CENTERED).to(tl.float32)
+        acc = _tile_sum(acc, codes, scale, zero, x, BLOCK_M, BLOCK_N, BLOCK_K, SCHEME, DECODE_FP8)
+        codes, scale, zero = nxt_codes, nxt_scale, nxt_zero
+    out = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
+    if SCHEME == 1:  # int8: 256 x the row's scale
+        out = out * (256.0 * tl.load(s_ptr + w_rows))[None, :]
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            out += tl.load(bias_ptr + w_rows).to(tl.float32)[None, :]
+        store_out(y_ptr, out, m_rows, pid_n, M, N, stride_ym, EPILOGUE, BLOCK_N)
+    else:
+        mask = (m_rows < M)[:, None] & col_ok[None, :]
+        ws = ws_ptr + m_rows[:, None] * N + cols[None, :]  # split s's partials at ws + s * M * N
+        tl.store(ws + pid_k * M * N, out, mask=mask)
+        tl.debug_barrier()  # every thread's partial sums are stored before this program counts itself in
+        arrived = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:  # the last split of this row block: every partial is visible
+            total = tl.load(ws, mask=mask, other=0.0, cache_modifier=".cg")
+            for s in tl.static_range(1, SPLIT_K):  # split order: deterministic sums
+                total += tl.load(ws + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                total += tl.load(bias_ptr + w_rows).to(tl.float32)[None, :]
+            store_out(y_ptr, total, m_rows, pid_n, M, N, stride_ym, EPILOGUE, BLOCK_N)
+            tl.store(count_ptr + pid_n, 0)  # zero for the next launch (graph replays)
+
+
+def takes(rows: torch.Tensor, qweight: torch.Tensor, scheme: str) -> bool:
+    """Whether this kernel takes ``rows`` ``[M, K]`` of a ``[N, K]`` weight: ``1 <= M <=`` :data:`MAX_ROWS`, and
+    the codes' rows viewable as 32-bit words (int4 always, K a multiple of 128; int8 when K is a multiple of 4
+    and the rows 4-byte aligned; FP8 always)."""
+    if not 1 <= rows.shape[0] <= MAX_ROWS or not qweight.is_contiguous():
+        return False
+    if scheme == "int8":
+        return qweight.shape[1] % 4 == 0 and qweight.data_ptr() % 4 == 0
+    return scheme in ("int4", "fp8") and (scheme != "int4" or qweight.data_ptr() % 4 == 0)
+
+
+def _max_split(n: int) -> int:
+    return 1 if INTERPRETING or n > MAX_SPLIT_N else max(SPLITS)
+
+
+def launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, scheme: str,
+           bias: torch.Tensor | None, n: int, k: int, prologue: Prologue, epilogue: int,
+           config: WqConfig | None = None) -> torch.Tensor:
+    """Run the kernel on checked arguments (:func:`takes` holds): x ``[M, K]`` with unit stride along K; returns
+    ``[M, N]`` (``[M, N/2]`` with a gated epilogue) in x's dtype.
+
+    Args:
+        config: run this configuration instead of the autotuned one (tests force split-K on and off with it).
+    """
+    m = x.shape[0]
+    y = torch.empty((m, n // 2 if epilogue != NO_EPILOGUE else n), dtype=x.dtype, device=x.device)
+    r, nw, nr = prologue.tensors_or(x)
+    block_m = next_pow2(m)
+    if scheme == "fp8":
+        codes = qweight.view(torch.uint8)
+    else:
+        codes = qweight.view(torch.int32)  # little-endian words: code j of word w is column 8w + j (4w + j)
+    splits = config.split_k if config is not None else _max_split(n)
+    ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else y
+    counters = launch.counters.get(x.device, triton.cdiv(n, min(t[0] for t in TILES)) if splits > 1 else 0)
+    args = (x, codes, scale, zero if zero is not None else scale, bias if bias is not None else y, y, ws, counters,
+            r, nw, nr, m, n, k, x.stride(0), codes.stride(0), scale.stride(0) if scale.dim() == 2 else 1, y.stride(0),
+            r.stride(0), nr.stride(0), float(prologue.eps))
+    common = dict(SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, PROLOGUE=prologue.mode,
+                  ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue, DECODE_FP8=INTERPRETING,
+                  ROW_BLOCK=row_block(k, block_m, 128) if prologue.mode in (1, 2) else 1, **pdl.launch_options(x))
+    if config is not None:
+        grid = (triton.cdiv(n, config.block_n), config.split_k)
+        _wq_decode_kernel.fn[grid](*args, **common, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                                   SPLIT_K=config.split_k, num_warps=config.num_warps)
+    else:
+        def grid(meta):
+            return (triton.cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"])
+
+        _wq_decode_kernel[grid](*args, **common)
+    return y
+
+
+launch.counters = CounterPool(min_words=triton.cdiv(MAX_SPLIT_N, 2))

@@ -63,6 +63,9 @@ SPLITS = (1, 2, 4)
 SCHEME_IDS = {"int4": 0, "int8": 1, "fp8": 2}
 """The kernel's ``SCHEME`` constexpr per scheme name."""
 
+CODE_BITS = {"int4": (0x780000, 0x3F800000), "int8": (0x7F8000, 0x3FC00000)}
+"""``(code_mask, one_bits)`` of :func:`_code_f` per scheme."""
+
 
 @attrs.frozen
 class WqConfig:
@@ -124,138 +127,135 @@ def _e4m3(b, DECODE: tl.constexpr):
 
 
 @triton.jit
-def _int4_f(words, J: tl.constexpr):
-    """``1 + q_j / 16`` (float32, exact) of code ``J`` (bits ``4J .. 4J+3``) of each int32 word: the code shifted
-    to bits 19..22 and merged into the bits of 1.0 (one shift, one logic instruction)."""
-    if J <= 4:
-        t = words << (19 - 4 * J)
-    else:
-        t = words >> (4 * J - 19)  # arithmetic shift: the copied sign bits are masked off
-    return ((t & 0x780000) | 0x3F800000).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _int8_f(words, J: tl.constexpr):
-    """``1 + (q_j + 128) / 256`` (float32, exact) of the signed byte ``J`` of each int32 word: the byte shifted
-    to bits 15..22, its sign bit flipped (``q + 128``) and merged into the bits of 1.0 by one ``xor``."""
-    if J <= 1:
-        t = words << (15 - 8 * J)
-    else:
-        t = words >> (8 * J - 15)
-    return ((t & 0x7F8000) ^ 0x3FC00000).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _code_f(words, J: tl.constexpr, SCHEME: tl.constexpr):
+def _code_f(words, J: tl.constexpr, SCHEME: tl.constexpr, code_mask, one_bits):
+    """The float32 ``f_j`` of code ``J`` of each int32 word, exact, with no conversion instruction: int4 (bits
+    ``4J .. 4J+3``) shifted to bits 19..22 and merged into the bits of 1.0, ``1 + q / 16``; int8 (byte ``J``,
+    signed) shifted to bits 15..22 with its sign bit flipped, ``1 + (q + 128) / 256``. One shift and one
+    three-input logic instruction ``(t & code_mask) ^ one_bits`` (the launcher passes the two constants as
+    arguments so that the compiler keeps them in registers and fuses the ``and`` and the ``xor``: int4
+    ``0x780000`` / ``0x3F800000``, int8 ``0x7F8000`` / ``0x3FC00000``)."""
     if SCHEME == 0:
-        return _int4_f(words, J)
+        if J <= 4:
+            t = words << (19 - 4 * J)
+        else:
+            t = words >> (4 * J - 19)  # arithmetic shift: the copied sign bits are masked off
     else:
-        return _int8_f(words, J)
+        if J <= 1:
+            t = words << (15 - 8 * J)
+        else:
+            t = words >> (8 * J - 15)
+    return ((t & code_mask) ^ one_bits).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def _halves(t):
-    """``t[..., 2i]`` and ``t[..., 2i + 1]`` of ``t`` ``[A, B, 2C]`` as two ``[A, B, C]`` tensors (registers)."""
-    return tl.split(tl.reshape(t, (t.shape[0], t.shape[1], t.shape[2] // 2, 2)))
+    """``t[..., 2i]`` and ``t[..., 2i + 1]`` of ``t`` ``[A, B, C, 2D]`` as two ``[A, B, C, D]`` tensors."""
+    return tl.split(tl.reshape(t, (t.shape[0], t.shape[1], t.shape[2], t.shape[3] // 2, 2)))
 
 
 @triton.jit
-def _word_sums(words, x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, W: tl.constexpr, SCHEME: tl.constexpr):
-    """``P[m, n, w] = sum_j x[m, w, j] f_j(words[n, w])`` ``[BLOCK_M, BLOCK_N, W]`` float32 for int32 ``words``
-    ``[BLOCK_N, W]`` and the activations ``x`` ``[BLOCK_M, W, 8]`` (int4) or ``[BLOCK_M, W, 4]`` (int8), float32."""
+def _mac(x_j, f_j):
+    """``x_j[g, m, w] * f_j[g, n, w]`` as ``[G, M, N, W]``: ``x_j`` ``[G, M, W, 1]``, ``f_j`` ``[G, N, W]``."""
+    return f_j[:, None, :, :] * tl.reshape(x_j, (x_j.shape[0], x_j.shape[1], 1, x_j.shape[2]))
+
+
+@triton.jit
+def _word_sums(words, x, code_mask, one_bits, SCHEME: tl.constexpr):
+    """``(P, X)``: ``P[g, m, n, w] = sum_j x[g, m, w, j] f_j(words[g, n, w])`` ``[G, M, N, W]`` and ``X[g, m, w] =
+    sum_j x[g, m, w, j]`` ``[G, M, 1, W]`` (float32) for int32 ``words`` ``[G, N, W]`` and the activations ``x``
+    ``[G, M, W, 8]`` (int4) or ``[G, M, W, 4]`` (int8), float32."""
     if SCHEME == 0:  # j = 4a + 2b + c: the halves split c, then b, then a
-        e, o = _halves(x)  # c = 0, 1: [M, W, 4]
-        e0, e1 = _halves(e)  # b: [M, W, 2]
+        e, o = _halves(x)  # c = 0, 1: [G, M, W, 4]
+        e0, e1 = _halves(e)  # b: [G, M, W, 2]
         o0, o1 = _halves(o)
-        x0, x4 = _halves(e0)
+        x0, x4 = _halves(e0)  # [G, M, W, 1]
         x2, x6 = _halves(e1)
         x1, x5 = _halves(o0)
         x3, x7 = _halves(o1)
-        p = tl.reshape(x0, (BLOCK_M, 1, W)) * _int4_f(words, 0)[None, :, :]
-        p += tl.reshape(x1, (BLOCK_M, 1, W)) * _int4_f(words, 1)[None, :, :]
-        p += tl.reshape(x2, (BLOCK_M, 1, W)) * _int4_f(words, 2)[None, :, :]
-        p += tl.reshape(x3, (BLOCK_M, 1, W)) * _int4_f(words, 3)[None, :, :]
-        p += tl.reshape(x4, (BLOCK_M, 1, W)) * _int4_f(words, 4)[None, :, :]
-        p += tl.reshape(x5, (BLOCK_M, 1, W)) * _int4_f(words, 5)[None, :, :]
-        p += tl.reshape(x6, (BLOCK_M, 1, W)) * _int4_f(words, 6)[None, :, :]
-        p += tl.reshape(x7, (BLOCK_M, 1, W)) * _int4_f(words, 7)[None, :, :]
+        p = _mac(x0, _code_f(words, 0, 0, code_mask, one_bits))
+        p += _mac(x1, _code_f(words, 1, 0, code_mask, one_bits))
+        p += _mac(x2, _code_f(words, 2, 0, code_mask, one_bits))
+        p += _mac(x3, _code_f(words, 3, 0, code_mask, one_bits))
+        p += _mac(x4, _code_f(words, 4, 0, code_mask, one_bits))
+        p += _mac(x5, _code_f(words, 5, 0, code_mask, one_bits))
+        p += _mac(x6, _code_f(words, 6, 0, code_mask, one_bits))
+        p += _mac(x7, _code_f(words, 7, 0, code_mask, one_bits))
+        xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
     else:  # j = 2b + c
-        e, o = _halves(x)  # c: [M, W, 2]
+        e, o = _halves(x)  # c: [G, M, W, 2]
         x0, x2 = _halves(e)
         x1, x3 = _halves(o)
-        p = tl.reshape(x0, (BLOCK_M, 1, W)) * _int8_f(words, 0)[None, :, :]
-        p += tl.reshape(x1, (BLOCK_M, 1, W)) * _int8_f(words, 1)[None, :, :]
-        p += tl.reshape(x2, (BLOCK_M, 1, W)) * _int8_f(words, 2)[None, :, :]
-        p += tl.reshape(x3, (BLOCK_M, 1, W)) * _int8_f(words, 3)[None, :, :]
-    return p
+        p = _mac(x0, _code_f(words, 0, 1, code_mask, one_bits))
+        p += _mac(x1, _code_f(words, 1, 1, code_mask, one_bits))
+        p += _mac(x2, _code_f(words, 2, 1, code_mask, one_bits))
+        p += _mac(x3, _code_f(words, 3, 1, code_mask, one_bits))
+        xs = (x0 + x1) + (x2 + x3)
+    return p, tl.reshape(xs, (xs.shape[0], xs.shape[1], 1, xs.shape[2]))
 
 
 @triton.jit
-def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, k_end, K, stride_qn, stride_sn,
-               SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The raw tile at column ``k0`` (nothing loaded at or past ``k_end``): ``(codes, scale, zero)``, codes int32
-    words ``[BLOCK_N, BLOCK_K/8]`` (int4) / ``[BLOCK_N, BLOCK_K/4]`` (int8) or uint8 ``[BLOCK_N, BLOCK_K]`` (FP8),
-    scale and zero ``[BLOCK_N, BLOCK_K/128]`` float32 (int4: both; FP8: the blocks' scales; int8: unused)."""
+def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, k_end, stride_qn, stride_sn,
+               SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The raw tile at column ``k0`` (nothing loaded at or past ``k_end``): ``(codes, scale, zero)`` for the tile's
+    ``G = BLOCK_K / 128`` groups, group first: codes int32 words ``[G, BLOCK_N, 16]`` (int4) / ``[G, BLOCK_N, 32]``
+    (int8) or uint8 ``[G, BLOCK_N, 128]`` (FP8), scale and zero ``[G, BLOCK_N]`` float32 (int4: both; FP8: the
+    blocks' scales; int8: unused zeros). ``EVEN_K``: the range holds whole tiles (one mask for the whole tile)."""
     GROUPS: tl.constexpr = BLOCK_K // 128
+    PER: tl.constexpr = 8 if SCHEME == 0 else (4 if SCHEME == 1 else 1)
     g = tl.arange(0, GROUPS)
-    if SCHEME == 0 or SCHEME == 1:
-        PER: tl.constexpr = 8 if SCHEME == 0 else 4
-        c = tl.arange(0, BLOCK_K // PER)
-        codes = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 // PER + c)[None, :],
-                        mask=((k0 + PER * c) < k_end)[None, :], other=0, eviction_policy="evict_first")
+    c = tl.arange(0, 128 // PER)
+    cols = (k0 // PER + (128 // PER) * g)[:, None, None] + c[None, None, :]  # [G, 1, W]
+    if EVEN_K:
+        ok = k0 < k_end  # the range's tiles are whole
     else:
-        c = tl.arange(0, BLOCK_K)
-        codes = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 + c)[None, :], mask=((k0 + c) < k_end)[None, :],
-                        other=0, eviction_policy="evict_first")
-    g_ok = ((k0 // 128 + g) < tl.cdiv(k_end, 128))[None, :] & (k0 < k_end)
+        ok = (k0 + 128 * g[:, None, None] + PER * c[None, None, :]) < k_end
+    codes = tl.load(q_ptr + w_rows[None, :, None] * stride_qn + cols, mask=ok, other=0,
+                    eviction_policy="evict_first")
+    g_ok = ((k0 // 128 + g) < tl.cdiv(k_end, 128))[:, None] & (k0 < k_end)
     if SCHEME == 0:
-        s_off = w_rows[:, None] * stride_sn + (k0 // 128 + g)[None, :]
+        s_off = w_rows[None, :] * stride_sn + (k0 // 128 + g)[:, None]
         scale = tl.load(s_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
         zero = tl.load(z_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
     elif SCHEME == 2:
-        scale = tl.load(s_ptr + (w_rows // 128)[:, None] * stride_sn + (k0 // 128 + g)[None, :], mask=g_ok,
+        scale = tl.load(s_ptr + (w_rows // 128)[None, :] * stride_sn + (k0 // 128 + g)[:, None], mask=g_ok,
                         other=0.0)
         zero = scale
     else:
-        scale = tl.zeros((BLOCK_N, GROUPS), dtype=tl.float32)
+        scale = tl.zeros((GROUPS, BLOCK_N), dtype=tl.float32)
         zero = scale
     return codes, scale, zero
 
 
 @triton.jit
-def _tile_sum(acc, codes, scale, zero, x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              SCHEME: tl.constexpr, DECODE_FP8: tl.constexpr):
-    """``acc`` ``[BLOCK_M, BLOCK_N, BLOCK_K/128]`` plus one tile's per-group products (module docstring) of
-    :func:`_load_tile`'s raw tile and the float32 activation tile ``x`` ``[BLOCK_M, BLOCK_K]``."""
-    GROUPS: tl.constexpr = BLOCK_K // 128
+def _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME: tl.constexpr, DECODE_FP8: tl.constexpr):
+    """``acc`` ``[G, BLOCK_M, BLOCK_N, W]`` plus one tile's products (module docstring) of :func:`_load_tile`'s
+    raw tile and the float32 activation tile ``x`` ``[G, BLOCK_M, 128]``; ``W`` = words per group (int4 16,
+    int8 32) or 128 (FP8, one value each)."""
     if SCHEME == 2:
-        f = _e4m3(codes, DECODE_FP8)  # [N, BLOCK_K]
-        p = tl.reshape(x, (BLOCK_M, 1, BLOCK_K)) * f[None, :, :]
-        pg = tl.sum(tl.reshape(p, (BLOCK_M, BLOCK_N, GROUPS, 128)), axis=3)
-        acc += pg * scale[None, :, :]
+        w = _e4m3(codes, DECODE_FP8) * scale[:, :, None]  # [G, N, 128]
+        acc += x[:, :, None, :] * w[:, None, :, :]
     else:
         PER: tl.constexpr = 8 if SCHEME == 0 else 4
-        W: tl.constexpr = BLOCK_K // PER
-        p = _word_sums(codes, tl.reshape(x, (BLOCK_M, W, PER)), BLOCK_M, BLOCK_N, W, SCHEME)
-        pg = tl.sum(tl.reshape(p, (BLOCK_M, BLOCK_N, GROUPS, 128 // PER)), axis=3)
-        xg = tl.reshape(tl.sum(tl.reshape(x, (BLOCK_M, GROUPS, 128)), axis=2), (BLOCK_M, 1, GROUPS))
+        p, xs = _word_sums(codes, tl.reshape(x, (x.shape[0], x.shape[1], 128 // PER, PER)), code_mask, one_bits, SCHEME)
         if SCHEME == 0:  # 16 s P + (z - 16 s) X
             s16 = scale * 16.0
-            acc += pg * s16[None, :, :] + xg * (zero - s16)[None, :, :]
+            acc += p * s16[:, None, :, None] + xs * (zero - s16)[:, None, :, None]
         else:  # (P - 1.5 X): the codes' sum / 256
-            acc += pg - 1.5 * xg
+            acc += p - 1.5 * xs
     return acc
 
 
 @autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "SCHEME", "PROLOGUE", "EPILOGUE"],
           prune_configs_by={"early_config_prune": prune}, do_bench=autotune_bench)  # timed with a cold L2
-@triton.jit
+@triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
+@triton.jit(do_not_specialize=["code_mask", "one_bits"], do_not_specialize_on_alignment=["q_ptr"])  # one 8-code word per thread: the activations' layout
 def _wq_decode_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, nr_ptr,
-    M, N, K, stride_xm, stride_qn, stride_sn, stride_ym, stride_rm, stride_nrm, eps,
+    M, N, K, stride_xm, stride_qn, stride_sn, stride_ym, stride_rm, stride_nrm, eps, code_mask, one_bits,
     SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, PROLOGUE: tl.constexpr,
     ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr, DECODE_FP8: tl.constexpr,
     ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
 ):
     pdl.launch_dependents(USE_PDL)
     pid_n = tl.program_id(0)
@@ -273,8 +273,8 @@ def _wq_decode_kernel(
     k_begin = pid_k * tiles_per_split * BLOCK_K
     k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K, K)
     # the first tile before waiting for the previous kernel (weights are never written in a step)
-    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k_begin, k_end, K, stride_qn, stride_sn, SCHEME,
-                                    BLOCK_N, BLOCK_K)
+    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k_begin, k_end, stride_qn, stride_sn, SCHEME,
+                                    BLOCK_N, BLOCK_K, EVEN_K)
     pdl.wait(USE_PDL)
     m_rows = tl.arange(0, BLOCK_M)
     if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms over the whole row; program (0, 0) writes the residual
@@ -282,17 +282,18 @@ def _wq_decode_kernel(
                         (pid_n == 0) & (pid_k == 0), PROLOGUE, BLOCK_M, ROW_BLOCK)
     else:
         rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // 128), dtype=tl.float32)
+    W: tl.constexpr = 128 // (8 if SCHEME == 0 else (4 if SCHEME == 1 else 1))
+    acc = tl.zeros((BLOCK_K // 128, BLOCK_M, BLOCK_N, W), dtype=tl.float32)
+    kk = (128 * tl.arange(0, BLOCK_K // 128))[:, None, None] + tl.arange(0, 128)[None, None, :]  # [G, 1, 128]
     for k0 in range(k_begin, k_end, BLOCK_K):
-        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, k_end, K, stride_qn,
-                                                    stride_sn, SCHEME, BLOCK_N, BLOCK_K)
-        kk = k0 + tl.arange(0, BLOCK_K)
-        ok = (m_rows < M)[:, None] & (kk < K)[None, :]
-        x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[:, None], kk[None, :], ok, rstd[:, None], K, stride_xm,
-                     stride_rm, PROLOGUE, ZERO_CENTERED).to(tl.float32)
-        acc = _tile_sum(acc, codes, scale, zero, x, BLOCK_M, BLOCK_N, BLOCK_K, SCHEME, DECODE_FP8)
+        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, k_end, stride_qn,
+                                                    stride_sn, SCHEME, BLOCK_N, BLOCK_K, EVEN_K)
+        ok = (m_rows < M)[None, :, None] & ((k0 + kk) < K)
+        x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[None, :, None], k0 + kk, ok, rstd[None, :, None], K, stride_xm,
+                     stride_rm, PROLOGUE, ZERO_CENTERED).to(tl.float32)  # [G, BLOCK_M, 128]
+        acc = _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME, DECODE_FP8)
         codes, scale, zero = nxt_codes, nxt_scale, nxt_zero
-    out = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
+    out = tl.sum(tl.sum(acc, axis=3), axis=0)  # [BLOCK_M, BLOCK_N]
     if SCHEME == 1:  # int8: 256 x the row's scale
         out = out * (256.0 * tl.load(s_ptr + w_rows))[None, :]
     if SPLIT_K == 1:
@@ -352,7 +353,7 @@ def launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: to
     counters = launch.counters.get(x.device, triton.cdiv(n, min(t[0] for t in TILES)) if splits > 1 else 0)
     args = (x, codes, scale, zero if zero is not None else scale, bias if bias is not None else y, y, ws, counters,
             r, nw, nr, m, n, k, x.stride(0), codes.stride(0), scale.stride(0) if scale.dim() == 2 else 1, y.stride(0),
-            r.stride(0), nr.stride(0), float(prologue.eps))
+            r.stride(0), nr.stride(0), float(prologue.eps), *CODE_BITS.get(scheme, (0, 0)))
     common = dict(SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, PROLOGUE=prologue.mode,
                   ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue, DECODE_FP8=INTERPRETING,
                   ROW_BLOCK=row_block(k, block_m, 128) if prologue.mode in (1, 2) else 1, **pdl.launch_options(x))

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from anna_core.kernels.reference.wq_linear import check_add_rms_norm_wq_linear, check_wq_linear
 from anna_core.weights.gpu_quant import dequantize
 
-from anna_xpu_kernels import norms, pdl
+from anna_xpu_kernels import norms, pdl, wq_gemv_decode
 from anna_xpu_kernels._checks import as_rows, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.gemv import Prologue
@@ -238,8 +238,11 @@ def _wq_gemv_kernel(
 
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, scheme: str,
             bias: torch.Tensor | None, n: int, k: int, prologue: Prologue, epilogue: int) -> torch.Tensor:
-    """Run the kernel on checked arguments: x ``[M <= 64, K]`` with unit stride along K; returns ``[M, N]``
-    (``[M, N/2]`` with a gated epilogue) in x's dtype."""
+    """Run a kernel on checked arguments: x ``[M <= 64, K]`` with unit stride along K; returns ``[M, N]``
+    (``[M, N/2]`` with a gated epilogue) in x's dtype. Up to 8 rows run the split-K decode kernel
+    (:mod:`anna_xpu_kernels.wq_gemv_decode`) where it takes the weight, the rest this module's kernel."""
+    if wq_gemv_decode.takes(x, qweight, scheme):
+        return wq_gemv_decode.launch(x, qweight, scale, zero, scheme, bias, n, k, prologue, epilogue)
     m = x.shape[0]
     y = torch.empty((m, n // 2 if epilogue != NO_EPILOGUE else n), dtype=x.dtype, device=x.device)
     r, nw, nr = prologue.tensors_or(x)

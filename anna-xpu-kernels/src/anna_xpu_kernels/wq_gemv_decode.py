@@ -57,13 +57,13 @@ MAX_ROWS = 8
 MAX_SPLIT_N = 32768
 """Split-K is only tuned for ``N`` up to this (the workspace is ``SPLIT_K * M * N`` float32: 4 MiB at 8 rows)."""
 
-SPLITS = (1, 2, 4)
-"""The split-K factors the autotuner tries."""
+SPLITS = (1, 2, 4, 8)
+"""The split-K factors of the tuning space."""
 
 SCHEME_IDS = {"int4": 0, "int8": 1, "fp8": 2}
 """The kernel's ``SCHEME`` constexpr per scheme name."""
 
-CODE_BITS = {"int4": (0x780000, 0x3F800000), "int8": (0x7F8000, 0x3FC00000)}
+CODE_BITS = {"int4": (0x780000, 0x3F800000), "int8": (0x7F8000, 0x3FC00000), "fp8": (0x87F00000 - (1 << 32), 0)}
 """``(code_mask, one_bits)`` of :func:`_code_f` per scheme."""
 
 
@@ -82,11 +82,17 @@ class WqConfig:
                              num_warps=self.num_warps)
 
 
-TILES = ((4, 1024, 4), (8, 512, 4), (8, 1024, 4), (16, 256, 4), (16, 512, 8), (32, 256, 8), (2, 1024, 4))
-"""``(BLOCK_N, BLOCK_K, warps)`` of the tuning space (each with every split of :data:`SPLITS`)."""
+TILES = ((4, 1024, 4), (8, 1024, 4), (16, 1024, 4), (8, 2048, 8), (16, 2048, 8), (8, 512, 2))
+"""``(BLOCK_N, BLOCK_K, warps)`` of the tuning space (each with the splits of :data:`SPLITS`). ``BLOCK_K`` is at
+least 256 per warp: a tile's ``BLOCK_K / 8`` units then cover every thread (one unit each, or two), so the weight
+tile, the activation tile and the products share one layout (the compiled kernel converts no weight tile)."""
 
 FIXED = WqConfig(block_n=8, block_k=256, split_k=1)
 """The configuration run under the interpreter (two int4 groups per tile; tests force others)."""
+
+TARGET_PROGRAMS = 1024
+"""A split is tried only while the row blocks alone start fewer programs than this (about 8 per multiprocessor of
+an H100 / H200); the smallest split that reaches it, and no split, are timed."""
 
 
 def tuning_space() -> list[triton.Config]:
@@ -94,56 +100,54 @@ def tuning_space() -> list[triton.Config]:
 
 
 def prune(configs, named_args, **kwargs):
-    """Keep configurations that can win for the shape: tiles no wider than K's power of two; at most 64 float32
-    products per thread (``BLOCK_M x BLOCK_N x`` words or bytes of a tile); a split only where the row blocks are
-    few (under 2048 programs) and each split gets at least two tiles."""
+    """Keep configurations that can win for the shape: tiles no wider than K's power of two (at least one whole
+    tile per split), at most 64 float32 accumulators per thread, and per tile no split or the smallest split
+    that starts :data:`TARGET_PROGRAMS` programs (rows up to :data:`MAX_SPLIT_N`)."""
     k, n, block_m = named_args["K"], named_args["N"], kwargs["BLOCK_M"]
-    per_word = {0: 8, 1: 4, 2: 1}[kwargs["SCHEME"]]
     kept = []
     for c in configs:
         bn, bk, s, w = c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"], c.num_warps
-        if bk > max(128, next_pow2(k)) or bn > max(2, next_pow2(n)):
+        if bk > max(256, next_pow2(k)) or bn > max(4, next_pow2(n)):
             continue
-        if block_m * bn * (bk // per_word) > 64 * 32 * w:
+        if block_m * bn * max(1, bk // (256 * w)) > 64:
             continue
-        if s > 1 and (n > MAX_SPLIT_N or triton.cdiv(n, bn) >= 2048 or triton.cdiv(k, bk) < 2 * s):
-            continue
+        if s > 1:
+            blocks = triton.cdiv(n, bn)
+            wanted = next_pow2(triton.cdiv(TARGET_PROGRAMS, blocks))
+            if n > MAX_SPLIT_N or blocks >= TARGET_PROGRAMS or s != min(wanted, max(SPLITS)) or triton.cdiv(k, bk) < s:
+                continue
         kept.append(c)
     return kept or [FIXED.triton()]
 
 
 @triton.jit
-def _e4m3(b, DECODE: tl.constexpr):
-    """float32 values of float8_e4m3fn bytes ``b`` (uint8): the hardware conversion, or with ``DECODE`` (Triton's
-    interpreter, which has no FP8 type) the bits decoded: ``(-1)^s 2^(e-7) (1 + m/8)``, subnormals ``(-1)^s
-    2^-6 m/8`` (NaN codes never occur: quantization clamps to +-448)."""
-    if DECODE:
-        e = ((b >> 3) & 15).to(tl.float32)
-        m = (b & 7).to(tl.float32)
-        mag = tl.where(e > 0, (8.0 + m) * tl.exp2(e - 10.0), m * 0.001953125)
-        return tl.where((b & 128) != 0, -mag, mag)
-    else:
-        return b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+def _code_f(half, J: tl.constexpr, SCHEME: tl.constexpr, code_mask, one_bits):
+    """The float32 ``f_j`` of code ``J`` of each int32 word ``half`` (int4: 8 codes, int8 / FP8: 4), exact, with no
+    conversion instruction: a shift, then one three-input logic instruction ``(t & code_mask) ^ one_bits`` (the
+    launcher passes the two constants as arguments, so the compiler keeps them in registers and fuses the
+    ``and`` and the ``xor``; :data:`CODE_BITS`):
 
-
-@triton.jit
-def _code_f(words, J: tl.constexpr, SCHEME: tl.constexpr, code_mask, one_bits):
-    """The float32 ``f_j`` of code ``J`` of each int32 word, exact, with no conversion instruction: int4 (bits
-    ``4J .. 4J+3``) shifted to bits 19..22 and merged into the bits of 1.0, ``1 + q / 16``; int8 (byte ``J``,
-    signed) shifted to bits 15..22 with its sign bit flipped, ``1 + (q + 128) / 256``. One shift and one
-    three-input logic instruction ``(t & code_mask) ^ one_bits`` (the launcher passes the two constants as
-    arguments so that the compiler keeps them in registers and fuses the ``and`` and the ``xor``: int4
-    ``0x780000`` / ``0x3F800000``, int8 ``0x7F8000`` / ``0x3FC00000``)."""
+    * int4 (bits ``4J .. 4J+3``): the code at bits 19..22 in the bits of 1.0: ``1 + q / 16``;
+    * int8 (byte ``J``, signed): the byte at bits 15..22, its sign bit flipped: ``1 + (q + 128) / 256``;
+    * FP8 e4m3 (byte ``J``): sign to bit 31, exponent and mantissa to bits 20..26 (the byte moved to the top and
+      shifted down by 4 with its sign copied, then masked): the value times ``2^-120`` (normal codes are normal
+      float32 numbers, subnormal codes float32 subnormals, which the kernels do not flush).
+    """
     if SCHEME == 0:
         if J <= 4:
-            t = words << (19 - 4 * J)
+            t = half << (19 - 4 * J)
         else:
-            t = words >> (4 * J - 19)  # arithmetic shift: the copied sign bits are masked off
-    else:
+            t = half >> (4 * J - 19)  # arithmetic shift: the copied sign bits are masked off
+    elif SCHEME == 1:
         if J <= 1:
-            t = words << (15 - 8 * J)
+            t = half << (15 - 8 * J)
         else:
-            t = words >> (8 * J - 15)
+            t = half >> (8 * J - 15)
+    else:
+        if J < 3:
+            t = (half << (24 - 8 * J)) >> 4
+        else:
+            t = half >> 4
     return ((t & code_mask) ^ one_bits).to(tl.float32, bitcast=True)
 
 
@@ -155,62 +159,58 @@ def _halves(t):
 
 @triton.jit
 def _mac(x_j, f_j):
-    """``x_j[g, m, w] * f_j[g, n, w]`` as ``[G, M, N, W]``: ``x_j`` ``[G, M, W, 1]``, ``f_j`` ``[G, N, W]``."""
+    """``x_j[g, m, u] * f_j[g, n, u]`` as ``[G, M, N, U]``: ``x_j`` ``[G, M, U, 1]``, ``f_j`` ``[G, N, U]``."""
     return f_j[:, None, :, :] * tl.reshape(x_j, (x_j.shape[0], x_j.shape[1], 1, x_j.shape[2]))
 
 
 @triton.jit
-def _word_sums(words, x, code_mask, one_bits, SCHEME: tl.constexpr):
-    """``(P, X)``: ``P[g, m, n, w] = sum_j x[g, m, w, j] f_j(words[g, n, w])`` ``[G, M, N, W]`` and ``X[g, m, w] =
-    sum_j x[g, m, w, j]`` ``[G, M, 1, W]`` (float32) for int32 ``words`` ``[G, N, W]`` and the activations ``x``
-    ``[G, M, W, 8]`` (int4) or ``[G, M, W, 4]`` (int8), float32."""
-    if SCHEME == 0:  # j = 4a + 2b + c: the halves split c, then b, then a
-        e, o = _halves(x)  # c = 0, 1: [G, M, W, 4]
-        e0, e1 = _halves(e)  # b: [G, M, W, 2]
-        o0, o1 = _halves(o)
-        x0, x4 = _halves(e0)  # [G, M, W, 1]
-        x2, x6 = _halves(e1)
-        x1, x5 = _halves(o0)
-        x3, x7 = _halves(o1)
-        p = _mac(x0, _code_f(words, 0, 0, code_mask, one_bits))
-        p += _mac(x1, _code_f(words, 1, 0, code_mask, one_bits))
-        p += _mac(x2, _code_f(words, 2, 0, code_mask, one_bits))
-        p += _mac(x3, _code_f(words, 3, 0, code_mask, one_bits))
-        p += _mac(x4, _code_f(words, 4, 0, code_mask, one_bits))
-        p += _mac(x5, _code_f(words, 5, 0, code_mask, one_bits))
-        p += _mac(x6, _code_f(words, 6, 0, code_mask, one_bits))
-        p += _mac(x7, _code_f(words, 7, 0, code_mask, one_bits))
-        xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
-    else:  # j = 2b + c
-        e, o = _halves(x)  # c: [G, M, W, 2]
-        x0, x2 = _halves(e)
-        x1, x3 = _halves(o)
-        p = _mac(x0, _code_f(words, 0, 1, code_mask, one_bits))
-        p += _mac(x1, _code_f(words, 1, 1, code_mask, one_bits))
-        p += _mac(x2, _code_f(words, 2, 1, code_mask, one_bits))
-        p += _mac(x3, _code_f(words, 3, 1, code_mask, one_bits))
-        xs = (x0 + x1) + (x2 + x3)
+def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr):
+    """``(P, X)``: ``P[g, m, n, u] = sum_j x[g, m, u, j] f_j(units[g, n, u])`` ``[G, M, N, 16]`` and ``X[g, m, u] =
+    sum_j x[g, m, u, j]`` ``[G, M, 1, 16]`` (float32) for the 8-code units ``[G, N, 16]`` (int4: int32 words;
+    int8 / FP8: int64, codes 0..3 in the low half) and the activations ``x`` ``[G, M, 16, 8]``, float32."""
+    e, o = _halves(x)  # j = 4a + 2b + c: the halves split c, then b, then a
+    e0, e1 = _halves(e)
+    o0, o1 = _halves(o)
+    x0, x4 = _halves(e0)  # [G, M, 16, 1]
+    x2, x6 = _halves(e1)
+    x1, x5 = _halves(o0)
+    x3, x7 = _halves(o1)
+    if SCHEME == 0:
+        lo = units
+        hi = units
+        HI: tl.constexpr = 4
+    else:
+        lo = units.to(tl.int32)  # codes 0..3 (little-endian)
+        hi = (units >> 32).to(tl.int32)  # codes 4..7
+        HI: tl.constexpr = 0
+    p = _mac(x0, _code_f(lo, 0, SCHEME, code_mask, one_bits))
+    p += _mac(x1, _code_f(lo, 1, SCHEME, code_mask, one_bits))
+    p += _mac(x2, _code_f(lo, 2, SCHEME, code_mask, one_bits))
+    p += _mac(x3, _code_f(lo, 3, SCHEME, code_mask, one_bits))
+    p += _mac(x4, _code_f(hi, HI, SCHEME, code_mask, one_bits))
+    p += _mac(x5, _code_f(hi, HI + 1, SCHEME, code_mask, one_bits))
+    p += _mac(x6, _code_f(hi, HI + 2, SCHEME, code_mask, one_bits))
+    p += _mac(x7, _code_f(hi, HI + 3, SCHEME, code_mask, one_bits))
+    xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
     return p, tl.reshape(xs, (xs.shape[0], xs.shape[1], 1, xs.shape[2]))
 
 
 @triton.jit
 def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, k_end, stride_qn, stride_sn,
                SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """The raw tile at column ``k0`` (nothing loaded at or past ``k_end``): ``(codes, scale, zero)`` for the tile's
-    ``G = BLOCK_K / 128`` groups, group first: codes int32 words ``[G, BLOCK_N, 16]`` (int4) / ``[G, BLOCK_N, 32]``
-    (int8) or uint8 ``[G, BLOCK_N, 128]`` (FP8), scale and zero ``[G, BLOCK_N]`` float32 (int4: both; FP8: the
-    blocks' scales; int8: unused zeros). ``EVEN_K``: the range holds whole tiles (one mask for the whole tile)."""
+    """The raw tile at column ``k0`` (nothing loaded at or past ``k_end``): ``(units, scale, zero)`` for the tile's
+    ``G = BLOCK_K / 128`` groups, group first: the 8-code units ``[G, BLOCK_N, 16]`` (int4: int32; int8 / FP8:
+    int64), scale and zero ``[G, BLOCK_N]`` float32 (int4: both; FP8: the blocks' scales; int8: unused zeros).
+    ``EVEN_K``: the range holds whole tiles (one mask for the whole tile)."""
     GROUPS: tl.constexpr = BLOCK_K // 128
-    PER: tl.constexpr = 8 if SCHEME == 0 else (4 if SCHEME == 1 else 1)
     g = tl.arange(0, GROUPS)
-    c = tl.arange(0, 128 // PER)
-    cols = (k0 // PER + (128 // PER) * g)[:, None, None] + c[None, None, :]  # [G, 1, W]
+    u = tl.arange(0, 16)
+    cols = (k0 // 8 + 16 * g)[:, None, None] + u[None, None, :]  # [G, 1, 16] unit columns
     if EVEN_K:
         ok = k0 < k_end  # the range's tiles are whole
     else:
-        ok = (k0 + 128 * g[:, None, None] + PER * c[None, None, :]) < k_end
-    codes = tl.load(q_ptr + w_rows[None, :, None] * stride_qn + cols, mask=ok, other=0,
-                    eviction_policy="evict_first")
+        ok = (8 * cols) < k_end
+    units = tl.load(q_ptr + w_rows[None, :, None] * stride_qn + cols, mask=ok, other=0, eviction_policy="evict_first")
     g_ok = ((k0 // 128 + g) < tl.cdiv(k_end, 128))[:, None] & (k0 < k_end)
     if SCHEME == 0:
         s_off = w_rows[None, :] * stride_sn + (k0 // 128 + g)[:, None]
@@ -223,25 +223,21 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, k_end, stride_qn, stride_sn,
     else:
         scale = tl.zeros((GROUPS, BLOCK_N), dtype=tl.float32)
         zero = scale
-    return codes, scale, zero
+    return units, scale, zero
 
 
 @triton.jit
-def _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME: tl.constexpr, DECODE_FP8: tl.constexpr):
-    """``acc`` ``[G, BLOCK_M, BLOCK_N, W]`` plus one tile's products (module docstring) of :func:`_load_tile`'s
-    raw tile and the float32 activation tile ``x`` ``[G, BLOCK_M, 128]``; ``W`` = words per group (int4 16,
-    int8 32) or 128 (FP8, one value each)."""
-    if SCHEME == 2:
-        w = _e4m3(codes, DECODE_FP8) * scale[:, :, None]  # [G, N, 128]
-        acc += x[:, :, None, :] * w[:, None, :, :]
-    else:
-        PER: tl.constexpr = 8 if SCHEME == 0 else 4
-        p, xs = _word_sums(codes, tl.reshape(x, (x.shape[0], x.shape[1], 128 // PER, PER)), code_mask, one_bits, SCHEME)
-        if SCHEME == 0:  # 16 s P + (z - 16 s) X
-            s16 = scale * 16.0
-            acc += p * s16[:, None, :, None] + xs * (zero - s16)[:, None, :, None]
-        else:  # (P - 1.5 X): the codes' sum / 256
-            acc += p - 1.5 * xs
+def _tile_sum(acc, units, scale, zero, x, code_mask, one_bits, SCHEME: tl.constexpr):
+    """``acc`` ``[G, BLOCK_M, BLOCK_N, 16]`` plus one tile's products (module docstring) of :func:`_load_tile`'s
+    raw tile and the float32 activation tile ``x`` ``[G, BLOCK_M, 128]``."""
+    p, xs = _unit_sums(units, tl.reshape(x, (x.shape[0], x.shape[1], 16, 8)), code_mask, one_bits, SCHEME)
+    if SCHEME == 0:  # 16 s P + (z - 16 s) X
+        s16 = scale * 16.0
+        acc += p * s16[:, None, :, None] + xs * (zero - s16)[:, None, :, None]
+    elif SCHEME == 1:  # (P - 1.5 X): the codes' sum / 256
+        acc += p - 1.5 * xs
+    else:  # P is the sum times 2^-120: scaled back in two steps of 2^60 (no overflow for any finite scale)
+        acc += (p * 1.152921504606846976e18) * (scale * 1.152921504606846976e18)[:, None, :, None]
     return acc
 
 
@@ -253,7 +249,7 @@ def _wq_decode_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, nr_ptr,
     M, N, K, stride_xm, stride_qn, stride_sn, stride_ym, stride_rm, stride_nrm, eps, code_mask, one_bits,
     SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, PROLOGUE: tl.constexpr,
-    ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr, DECODE_FP8: tl.constexpr,
+    ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr,
     ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     EVEN_K: tl.constexpr,
 ):
@@ -282,8 +278,7 @@ def _wq_decode_kernel(
                         (pid_n == 0) & (pid_k == 0), PROLOGUE, BLOCK_M, ROW_BLOCK)
     else:
         rstd = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    W: tl.constexpr = 128 // (8 if SCHEME == 0 else (4 if SCHEME == 1 else 1))
-    acc = tl.zeros((BLOCK_K // 128, BLOCK_M, BLOCK_N, W), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_K // 128, BLOCK_M, BLOCK_N, 16), dtype=tl.float32)
     kk = (128 * tl.arange(0, BLOCK_K // 128))[:, None, None] + tl.arange(0, 128)[None, None, :]  # [G, 1, 128]
     for k0 in range(k_begin, k_end, BLOCK_K):
         nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, k_end, stride_qn,
@@ -291,7 +286,7 @@ def _wq_decode_kernel(
         ok = (m_rows < M)[None, :, None] & ((k0 + kk) < K)
         x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[None, :, None], k0 + kk, ok, rstd[None, :, None], K, stride_xm,
                      stride_rm, PROLOGUE, ZERO_CENTERED).to(tl.float32)  # [G, BLOCK_M, 128]
-        acc = _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME, DECODE_FP8)
+        acc = _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME)
         codes, scale, zero = nxt_codes, nxt_scale, nxt_zero
     out = tl.sum(tl.sum(acc, axis=3), axis=0)  # [BLOCK_M, BLOCK_N]
     if SCHEME == 1:  # int8: 256 x the row's scale
@@ -317,14 +312,12 @@ def _wq_decode_kernel(
 
 
 def takes(rows: torch.Tensor, qweight: torch.Tensor, scheme: str) -> bool:
-    """Whether this kernel takes ``rows`` ``[M, K]`` of a ``[N, K]`` weight: ``1 <= M <=`` :data:`MAX_ROWS`, and
-    the codes' rows viewable as 32-bit words (int4 always, K a multiple of 128; int8 when K is a multiple of 4
-    and the rows 4-byte aligned; FP8 always)."""
-    if not 1 <= rows.shape[0] <= MAX_ROWS or not qweight.is_contiguous():
+    """Whether this kernel takes ``rows`` ``[M, K]`` of a ``[N, K]`` weight: ``1 <= M <=`` :data:`MAX_ROWS`, and the
+    codes' rows viewable as 8-code units (int4 always, K being a multiple of 128; int8 / FP8 when K is a multiple
+    of 8), the codes 8-byte aligned."""
+    if not 1 <= rows.shape[0] <= MAX_ROWS or not qweight.is_contiguous() or qweight.data_ptr() % 8:
         return False
-    if scheme == "int8":
-        return qweight.shape[1] % 4 == 0 and qweight.data_ptr() % 4 == 0
-    return scheme in ("int4", "fp8") and (scheme != "int4" or qweight.data_ptr() % 4 == 0)
+    return scheme == "int4" or qweight.shape[1] % 8 == 0
 
 
 def _max_split(n: int) -> int:
@@ -344,18 +337,16 @@ def launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: to
     y = torch.empty((m, n // 2 if epilogue != NO_EPILOGUE else n), dtype=x.dtype, device=x.device)
     r, nw, nr = prologue.tensors_or(x)
     block_m = next_pow2(m)
-    if scheme == "fp8":
-        codes = qweight.view(torch.uint8)
-    else:
-        codes = qweight.view(torch.int32)  # little-endian words: code j of word w is column 8w + j (4w + j)
+    # 8-code units, little-endian: code j of unit u is column 8u + j
+    codes = qweight.view(torch.int32 if scheme == "int4" else torch.int64)
     splits = config.split_k if config is not None else _max_split(n)
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else y
     counters = launch.counters.get(x.device, triton.cdiv(n, min(t[0] for t in TILES)) if splits > 1 else 0)
     args = (x, codes, scale, zero if zero is not None else scale, bias if bias is not None else y, y, ws, counters,
             r, nw, nr, m, n, k, x.stride(0), codes.stride(0), scale.stride(0) if scale.dim() == 2 else 1, y.stride(0),
-            r.stride(0), nr.stride(0), float(prologue.eps), *CODE_BITS.get(scheme, (0, 0)))
+            r.stride(0), nr.stride(0), float(prologue.eps), *CODE_BITS[scheme])
     common = dict(SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, PROLOGUE=prologue.mode,
-                  ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue, DECODE_FP8=INTERPRETING,
+                  ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue,
                   ROW_BLOCK=row_block(k, block_m, 128) if prologue.mode in (1, 2) else 1, **pdl.launch_options(x))
     if config is not None:
         grid = (triton.cdiv(n, config.block_n), config.split_k)

@@ -214,11 +214,11 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, k_end, stride_qn, stride_sn,
     g_ok = ((k0 // 128 + g) < tl.cdiv(k_end, 128))[:, None] & (k0 < k_end)
     if SCHEME == 0:
         s_off = w_rows[None, :] * stride_sn + (k0 // 128 + g)[:, None]
-        scale = tl.load(s_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
-        zero = tl.load(z_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
-    elif SCHEME == 2:
+        scale = tl.load(s_ptr + s_off, mask=g_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        zero = tl.load(z_ptr + s_off, mask=g_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    elif SCHEME == 2:  # a block's scale is read by the programs of its 128 rows
         scale = tl.load(s_ptr + (w_rows // 128)[None, :] * stride_sn + (k0 // 128 + g)[:, None], mask=g_ok,
-                        other=0.0)
+                        other=0.0, eviction_policy="evict_last")
         zero = scale
     else:
         scale = tl.zeros((GROUPS, BLOCK_N), dtype=tl.float32)

@@ -121,3 +121,18 @@ def test_shapes_it_leaves_to_the_tiled_kernel(poison_outputs):
     assert not wq_gemv_decode.takes(x, w[0], "int8")
     assert _rel(wq_gemv.wq_linear(x, *w, "int8", None), ref.wq_linear(x, *w, "int8", None)) <= TOL
     assert not wq_gemv_decode.takes(torch.randn(9, 128), _weight(5, 128, "int4")[0], "int4")  # 9 rows
+
+
+def test_int4_scales_in_either_layout(poison_outputs):
+    """Row-major int4 scales (quantize's), group-major ones (strides ``(1, N)``) and zeros laid out unlike the
+    scales give the same result through both kernels."""
+    from anna_xpu_kernels import wq_gemv
+
+    qweight, scale, zero = _weight(24, 256, "int4", seed=5)
+    scale_g, zero_g = scale.t().contiguous().t(), zero.t().contiguous().t()
+    assert scale_g.stride() == (1, 24)
+    for rows in (3, 12):  # the decode kernel, the tiled kernel
+        x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
+        want = ref.wq_linear(x, qweight, scale, zero, "int4", None)
+        for s, z in ((scale, zero), (scale_g, zero_g), (scale_g, zero)):
+            assert _rel(wq_gemv.wq_linear(x, qweight, s, z, "int4", None), want) <= TOL

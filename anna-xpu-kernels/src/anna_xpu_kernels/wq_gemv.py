@@ -100,7 +100,7 @@ def _e4m3(b, DECODE: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn,
+def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn, stride_sg,
                SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The raw tile at column ``k0`` (nothing loaded past K): ``(codes, scale, zero)`` with codes ``[BLOCK_N,
     BLOCK_K/2]`` uint8 (int4) or ``[BLOCK_N, BLOCK_K]`` (int8 / FP8 bytes), scale and zero ``[BLOCK_N, BLOCK_K/128]``
@@ -112,7 +112,7 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn,
         codes = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 // 2 + c)[None, :], mask=((k0 + 2 * c) < K)[None, :],
                         other=0, eviction_policy="evict_first")
         g_ok = ((k0 // 128 + g) < (K // 128))[None, :]
-        s_off = w_rows[:, None] * stride_sn + (k0 // 128 + g)[None, :]
+        s_off = w_rows[:, None] * stride_sn + (k0 // 128 + g)[None, :] * stride_sg
         scale = tl.load(s_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
         zero = tl.load(z_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
     else:
@@ -122,7 +122,7 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn,
         zero = tl.zeros((BLOCK_N, GROUPS), dtype=tl.float32)
         if SCHEME == 2:
             g_ok = ((k0 // 128 + g) < tl.cdiv(K, 128))[None, :]
-            scale = tl.load(s_ptr + (w_rows // 128)[:, None] * stride_sn + (k0 // 128 + g)[None, :], mask=g_ok,
+            scale = tl.load(s_ptr + (w_rows // 128)[:, None] * stride_sn + (k0 // 128 + g)[None, :] * stride_sg, mask=g_ok,
                             other=0.0)
         else:
             scale = zero
@@ -181,7 +181,7 @@ def _mac(acc, w, x, x_ptr, USE_DOT: tl.constexpr, UPCAST_DOT: tl.constexpr):
 @triton.jit
 def _wq_gemv_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, r_ptr, nw_ptr, nr_ptr,
-    M, N, K, stride_xm, stride_qn, stride_sn, stride_ym, stride_rm, stride_nrm, eps,
+    M, N, K, stride_xm, stride_qn, stride_sn, stride_sg, stride_ym, stride_rm, stride_nrm, eps,
     SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, USE_DOT: tl.constexpr,
     UPCAST_DOT: tl.constexpr, PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr,
     USE_PDL: tl.constexpr, DECODE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -197,7 +197,8 @@ def _wq_gemv_kernel(
         w_rows = tl.minimum(pid * BLOCK_N + tl.arange(0, BLOCK_N), N - 1).to(tl.int64)
     # the first tile before waiting for the previous kernel (weights are never written in a step): with
     # programmatic dependent launch it streams in while that kernel drains
-    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, 0, K, stride_qn, stride_sn, SCHEME, BLOCK_N, BLOCK_K)
+    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, 0, K, stride_qn, stride_sn, stride_sg, SCHEME, BLOCK_N,
+                                    BLOCK_K)
     pdl.wait(USE_PDL)
     m_rows = tl.arange(0, BLOCK_M)
     if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms over the whole row; program 0 writes the new residual
@@ -213,7 +214,7 @@ def _wq_gemv_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         # the next tile is loaded before this one is used (two tiles in flight per program)
-        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, K, stride_qn, stride_sn,
+        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, K, stride_qn, stride_sn, stride_sg,
                                                     SCHEME, BLOCK_N, BLOCK_K)
         w_a, w_b = _dequant(codes, scale, zero, SCHEME, BLOCK_N, BLOCK_K, DECODE_FP8)
         x = _x_tile(x_ptr, r_ptr, nw_ptr, m_rows, k0, M, K, rstd, stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED,
@@ -241,6 +242,8 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: t
     """Run a kernel on checked arguments: x ``[M <= 64, K]`` with unit stride along K; returns ``[M, N]``
     (``[M, N/2]`` with a gated epilogue) in x's dtype. Up to 8 rows run the split-K decode kernel
     (:mod:`anna_xpu_kernels.wq_gemv_decode`) where it takes the weight, the rest this module's kernel."""
+    if zero is not None and zero.stride() != scale.stride():  # the kernels index both with the scale's strides
+        zero = torch.empty_strided(scale.shape, scale.stride(), dtype=zero.dtype, device=zero.device).copy_(zero)
     if wq_gemv_decode.takes(x, qweight, scheme):
         return wq_gemv_decode.launch(x, qweight, scale, zero, scheme, bias, n, k, prologue, epilogue)
     m = x.shape[0]
@@ -256,7 +259,8 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: t
         qweight = qweight.view(torch.uint8)
     _wq_gemv_kernel[grid](
         x, qweight, scale, zero if zero is not None else scale, bias if bias is not None else y, y, r, nw, nr,
-        m, n, k, x.stride(0), qweight.stride(0), scale.stride(0) if scale.dim() == 2 else 1, y.stride(0),
+        m, n, k, x.stride(0), qweight.stride(0), scale.stride(0) if scale.dim() == 2 else 1,
+        scale.stride(1) if scale.dim() == 2 else 1, y.stride(0),
         r.stride(0), nr.stride(0), float(prologue.eps),
         SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, USE_DOT=dot,
         UPCAST_DOT=INTERPRETING or x.dtype == torch.float32, PROLOGUE=prologue.mode,

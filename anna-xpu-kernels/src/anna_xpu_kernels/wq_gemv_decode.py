@@ -196,12 +196,13 @@ def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, k_end, stride_qn, stride_sn,
+def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, s_ok, k0, k_end, stride_qn, stride_sn, stride_sg,
                SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """The raw tile at column ``k0`` (nothing loaded at or past ``k_end``): ``(units, scale, zero)`` for the tile's
     ``G = BLOCK_K / 128`` groups, group first: the 8-code units ``[G, BLOCK_N, 16]`` (int4: int32; int8 / FP8:
     int64), scale and zero ``[G, BLOCK_N]`` float32 (int4: both; FP8: the blocks' scales; int8: unused zeros).
-    ``EVEN_K``: the range holds whole tiles (one mask for the whole tile)."""
+    ``EVEN_K``: the range holds whole tiles (one mask for the whole tile). The int4 scales are read at rows
+    ``s_rows`` where ``s_ok`` (the rows themselves, unclamped, so that group-major scales load as vectors)."""
     GROUPS: tl.constexpr = BLOCK_K // 128
     g = tl.arange(0, GROUPS)
     u = tl.arange(0, 16)
@@ -213,12 +214,13 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, k_end, stride_qn, stride_sn,
     units = tl.load(q_ptr + w_rows[None, :, None] * stride_qn + cols, mask=ok, other=0, eviction_policy="evict_first")
     g_ok = ((k0 // 128 + g) < tl.cdiv(k_end, 128))[:, None] & (k0 < k_end)
     if SCHEME == 0:
-        s_off = w_rows[None, :] * stride_sn + (k0 // 128 + g)[:, None]
-        scale = tl.load(s_ptr + s_off, mask=g_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        zero = tl.load(z_ptr + s_off, mask=g_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        s_off = s_rows[None, :] * stride_sn + (k0 // 128 + g)[:, None] * stride_sg
+        ok = g_ok & s_ok[None, :]
+        scale = tl.load(s_ptr + s_off, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        zero = tl.load(z_ptr + s_off, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
     elif SCHEME == 2:  # a block's scale is read by the programs of its 128 rows
-        scale = tl.load(s_ptr + (w_rows // 128)[None, :] * stride_sn + (k0 // 128 + g)[:, None], mask=g_ok,
-                        other=0.0, eviction_policy="evict_last")
+        scale = tl.load(s_ptr + (w_rows // 128)[None, :] * stride_sn + (k0 // 128 + g)[:, None] * stride_sg,
+                        mask=g_ok, other=0.0, eviction_policy="evict_last")
         zero = scale
     else:
         scale = tl.zeros((GROUPS, BLOCK_N), dtype=tl.float32)
@@ -247,7 +249,7 @@ def _tile_sum(acc, units, scale, zero, x, code_mask, one_bits, SCHEME: tl.conste
 @triton.jit(do_not_specialize=["code_mask", "one_bits"], do_not_specialize_on_alignment=["q_ptr"])  # one 8-code word per thread: the activations' layout
 def _wq_decode_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, nr_ptr,
-    M, N, K, stride_xm, stride_qn, stride_sn, stride_ym, stride_rm, stride_nrm, eps, code_mask, one_bits,
+    M, N, K, stride_xm, stride_qn, stride_sn, stride_sg, stride_ym, stride_rm, stride_nrm, eps, code_mask, one_bits,
     SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, PROLOGUE: tl.constexpr,
     ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr,
     ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
@@ -262,15 +264,17 @@ def _wq_decode_kernel(
         out_cols = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N) // 2
         col_ok = out_cols < half
         w_rows = (tl.minimum(out_cols, half - 1) + (tl.arange(0, BLOCK_N) % 2) * half).to(tl.int64)
+        s_rows = w_rows
     else:
         col_ok = cols < N
         w_rows = tl.minimum(cols, N - 1).to(tl.int64)  # clamped: unmasked rows, masked store
+        s_rows = cols
     tiles_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
     k_begin = pid_k * tiles_per_split * BLOCK_K
     k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K, K)
     # the first tile before waiting for the previous kernel (weights are never written in a step)
-    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k_begin, k_end, stride_qn, stride_sn, SCHEME,
-                                    BLOCK_N, BLOCK_K, EVEN_K)
+    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, col_ok, k_begin, k_end, stride_qn, stride_sn,
+                                    stride_sg, SCHEME, BLOCK_N, BLOCK_K, EVEN_K)
     pdl.wait(USE_PDL)
     m_rows = tl.arange(0, BLOCK_M)
     if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms over the whole row; program (0, 0) writes the residual
@@ -281,8 +285,8 @@ def _wq_decode_kernel(
     acc = tl.zeros((BLOCK_K // 128, BLOCK_M, BLOCK_N, 16), dtype=tl.float32)
     kk = (128 * tl.arange(0, BLOCK_K // 128))[:, None, None] + tl.arange(0, 128)[None, None, :]  # [G, 1, 128]
     for k0 in range(k_begin, k_end, BLOCK_K):
-        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, k_end, stride_qn,
-                                                    stride_sn, SCHEME, BLOCK_N, BLOCK_K, EVEN_K)
+        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, col_ok, k0 + BLOCK_K, k_end,
+                                                    stride_qn, stride_sn, stride_sg, SCHEME, BLOCK_N, BLOCK_K, EVEN_K)
         ok = (m_rows < M)[None, :, None] & ((k0 + kk) < K)
         x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[None, :, None], k0 + kk, ok, rstd[None, :, None], K, stride_xm,
                      stride_rm, PROLOGUE, ZERO_CENTERED).to(tl.float32)  # [G, BLOCK_M, 128]
@@ -343,7 +347,8 @@ def launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: to
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else y
     counters = launch.counters.get(x.device, triton.cdiv(n, min(t[0] for t in TILES)) if splits > 1 else 0)
     args = (x, codes, scale, zero if zero is not None else scale, bias if bias is not None else y, y, ws, counters,
-            r, nw, nr, m, n, k, x.stride(0), codes.stride(0), scale.stride(0) if scale.dim() == 2 else 1, y.stride(0),
+            r, nw, nr, m, n, k, x.stride(0), codes.stride(0), scale.stride(0) if scale.dim() == 2 else 1,
+            scale.stride(1) if scale.dim() == 2 else 1, y.stride(0),
             r.stride(0), nr.stride(0), float(prologue.eps), *CODE_BITS[scheme])
     common = dict(SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, PROLOGUE=prologue.mode,
                   ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue,

@@ -197,12 +197,15 @@ def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr):
 
 @triton.jit
 def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, s_ok, k0, k_end, stride_qn, stride_sn, stride_sg,
-               SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+               SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+               ONE_BLOCK: tl.constexpr):
     """The raw tile at column ``k0`` (nothing loaded at or past ``k_end``): ``(units, scale, zero)`` for the tile's
     ``G = BLOCK_K / 128`` groups, group first: the 8-code units ``[G, BLOCK_N, 16]`` (int4: int32; int8 / FP8:
     int64), scale and zero ``[G, BLOCK_N]`` float32 (int4: both; FP8: the blocks' scales; int8: unused zeros).
     ``EVEN_K``: the range holds whole tiles (one mask for the whole tile). The int4 scales are read at rows
-    ``s_rows`` where ``s_ok`` (the rows themselves, unclamped, so that group-major scales load as vectors)."""
+    ``s_rows`` where ``s_ok`` (the rows themselves, unclamped, so that group-major scales load as vectors).
+    ``ONE_BLOCK``: the tile's rows are consecutive and ``BLOCK_N`` divides 128, so one FP8 scale block row holds
+    them all (one scale load per group)."""
     GROUPS: tl.constexpr = BLOCK_K // 128
     g = tl.arange(0, GROUPS)
     u = tl.arange(0, 16)
@@ -218,7 +221,14 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, s_ok, k0, k_end, stride_qn, 
         ok = g_ok & s_ok[None, :]
         scale = tl.load(s_ptr + s_off, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
         zero = tl.load(z_ptr + s_off, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    elif SCHEME == 2:  # a block's scale is read by the programs of its 128 rows
+    elif SCHEME == 2 and ONE_BLOCK:  # the tile's rows lie in one 128-row block: one scale per group
+        tl.static_assert(128 % BLOCK_N == 0)
+        blk = tl.min(w_rows, axis=0) // 128
+        s_g = tl.load(s_ptr + blk * stride_sn + (k0 // 128 + g) * stride_sg, mask=((k0 // 128 + g) < tl.cdiv(k_end, 128)) & (k0 < k_end), other=0.0,
+                      eviction_policy="evict_last")  # a block's scale is read by the programs of its 128 rows
+        scale = tl.broadcast_to(s_g[:, None], (GROUPS, BLOCK_N))
+        zero = scale
+    elif SCHEME == 2:
         scale = tl.load(s_ptr + (w_rows // 128)[None, :] * stride_sn + (k0 // 128 + g)[:, None] * stride_sg,
                         mask=g_ok, other=0.0, eviction_policy="evict_last")
         zero = scale
@@ -274,7 +284,7 @@ def _wq_decode_kernel(
     k_end = tl.minimum(k_begin + tiles_per_split * BLOCK_K, K)
     # the first tile before waiting for the previous kernel (weights are never written in a step)
     codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, col_ok, k_begin, k_end, stride_qn, stride_sn,
-                                    stride_sg, SCHEME, BLOCK_N, BLOCK_K, EVEN_K)
+                                    stride_sg, SCHEME, BLOCK_N, BLOCK_K, EVEN_K, EPILOGUE == 0)
     pdl.wait(USE_PDL)
     m_rows = tl.arange(0, BLOCK_M)
     if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms over the whole row; program (0, 0) writes the residual
@@ -286,7 +296,8 @@ def _wq_decode_kernel(
     kk = (128 * tl.arange(0, BLOCK_K // 128))[:, None, None] + tl.arange(0, 128)[None, None, :]  # [G, 1, 128]
     for k0 in range(k_begin, k_end, BLOCK_K):
         nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, col_ok, k0 + BLOCK_K, k_end,
-                                                    stride_qn, stride_sn, stride_sg, SCHEME, BLOCK_N, BLOCK_K, EVEN_K)
+                                                    stride_qn, stride_sn, stride_sg, SCHEME, BLOCK_N, BLOCK_K, EVEN_K,
+                                                    EPILOGUE == 0)
         ok = (m_rows < M)[None, :, None] & ((k0 + kk) < K)
         x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[None, :, None], k0 + kk, ok, rstd[None, :, None], K, stride_xm,
                      stride_rm, PROLOGUE, ZERO_CENTERED).to(tl.float32)  # [G, BLOCK_M, 128]

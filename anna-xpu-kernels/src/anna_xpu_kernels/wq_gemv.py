@@ -1,7 +1,9 @@
 """``wq_linear`` and ``add_rms_norm_wq_linear`` in Triton: linear layers whose weight is quantized
 (:mod:`anna_core.weights.gpu_quant`: int4 groups of 128, int8 per channel, FP8 e4m3 with 128x128 block scales).
 
-Decode (``M <= 64`` rows): one launch that streams the quantized weight once and dequantizes it in registers.
+Decode, 1..8 rows whose codes read as 8-code units (int4; int8 / FP8 with K a multiple of 8): the split-K kernel
+of :mod:`anna_xpu_kernels.wq_gemv_decode`. The other decode shapes (``M <= 64`` rows) run this module's kernel: one
+launch that streams the quantized weight once and dequantizes it in registers.
 Each program owns ``BLOCK_N`` output columns for all rows and walks K in tiles of ``BLOCK_K`` values (a
 multiple of 128: whole int4 groups / FP8 blocks), the first tile loaded before the programmatic-dependent-launch
 wait and each next one before the current one is used: it loads the codes (int4: ``BLOCK_K / 2`` bytes per row,
@@ -16,8 +18,7 @@ fusions of the dense GEMV (:mod:`anna_xpu_kernels.gemv`) are kept: the ``ADD_RMS
 writing the new residual; rows up to :data:`NORM_PROLOGUE_MAX_K`) and the gated epilogues
 (:mod:`anna_xpu_kernels.gemv_epilogue`: a merged gate/up weight's rows interleaved per program, ``act(gate) * up``
 written directly). Tile width, ``BLOCK_N`` and warps are autotuned per (rows bucket, N, K, scheme, modes), timed
-with a cold L2 (weights from memory, as in a decode step). No split-K and no one-wave (persistent) form yet: a
-projection with few output columns runs fewer programs than the dense kernels would.
+with a cold L2 (weights from memory, as in a decode step). This kernel has no split-K (the decode kernel has).
 
 Prefill (``M > 64``): the weight is dequantized to x's dtype with torch ops (:func:`anna_core.weights.gpu_quant.
 dequantize`) and multiplied by ``F.linear`` (cuBLAS), a temporary dense copy per call; the prologue and

@@ -6,8 +6,10 @@
 # and autotune cold on a fresh machine):
 #   check   the wq_linear / add_rms_norm_wq_linear Triton kernels against their float32 references on the GPU (the
 #           kernel conformance suite, compiled; the FP8 path is only exercised on a device here)       <= 120 s
-#   micro   tools/gpu_experiments/wq_gemv_bench.py at Qwen3.5-9B's decode shapes, rows 1 and 8: bf16 / int4 / int8 /
-#           fp8 us, effective GB/s, which kernel, error; one step's GEMV sums (LM head bf16 and quantized)  <= 280 s
+#   micro   tools/gpu_experiments/wq_gemv_bench.py at Qwen3.5-9B's decode shapes, one row: bf16 / int4 / int8 / fp8
+#           us, effective GB/s, which kernel, error; one step's GEMV sums (LM head bf16 and quantized)   <= 280 s
+#           (cold, most of it compiling the autotuner's ~14 variants per scheme; printed line by line)
+#   micro8  the same at 8 rows                                                                         <= 280 s
 #   b1      anna bench, Qwen3.5-9B batch 1 (512 in, 128 out): bf16, int4, int8, fp8 (LM head bf16), then int4 and
 #           fp8 with the LM head quantized too (--lm-head-quant)                                        6 x T_RUN
 #   b32     the same at batch 32: bf16, int4, fp8                                                       3 x T_RUN
@@ -21,10 +23,11 @@ for part in $PARTS; do
     check)
       timeout "${T_CHECK:-120}" python3 -m pytest -q -p no:cacheprovider tools/gpu_experiments/test_kernel_conformance_cuda.py \
         -k wq 2>&1 | tee "$OUT/wq_check.log" | tail -5 ;;
-    micro)
-      timeout "${T_MICRO:-280}" python3 tools/gpu_experiments/wq_gemv_bench.py --model Qwen3.5-9B --rows "${MICRO_ROWS:-1,8}" \
-        2>&1 | tee "$OUT/wq_micro.log" | grep -v "^\s*$" | tail -40
-      echo "micro exit ${PIPESTATUS[0]}" ;;
+    micro|micro8)
+      rows=${MICRO_ROWS:-$([ "$part" = micro ] && echo 1 || echo 8)}
+      timeout "${T_MICRO:-280}" python3 tools/gpu_experiments/wq_gemv_bench.py --model Qwen3.5-9B --rows "$rows" \
+        2>&1 | tee "$OUT/wq_$part.log" | grep -v "^\s*$" | tail -40
+      echo "$part exit ${PIPESTATUS[0]}" ;;
     b1|b32)
       B=Qwen3.5-9B:1:512:128
       if [ "$part" = b1 ]; then

@@ -136,3 +136,20 @@ def test_int4_scales_in_either_layout(poison_outputs):
         want = ref.wq_linear(x, qweight, scale, zero, "int4", None)
         for s, z in ((scale, zero), (scale_g, zero_g), (scale_g, zero)):
             assert _rel(wq_gemv.wq_linear(x, qweight, s, z, "int4", None), want) <= TOL
+
+
+def test_tuning_space_per_shape():
+    """Splits only where the row blocks start few programs (the smallest that reaches the target), none for
+    wide N; 32-row tiles at one row only; tiles no wider than K."""
+    from anna_xpu_kernels import wq_gemv_decode as dec
+
+    def kept(n, k, m):
+        configs = dec.prune(dec.tuning_space(), {"N": n, "K": k}, BLOCK_M=m)
+        return {(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"], c.num_warps) for c in configs}
+
+    down = kept(4096, 12288, 1)  # Qwen3.5-9B's down projection: 512 row blocks of 8 -> split 2
+    assert (8, 1024, 2, 4) in down and (8, 1024, 4, 4) not in down and (16, 1024, 4, 4) in down
+    assert all(s == 1 for _, _, s, _ in kept(248320, 4096, 1))  # the LM head: rows enough
+    assert any(bn == 32 for bn, *_ in kept(4096, 4096, 1)) and not any(bn == 32 for bn, *_ in kept(4096, 4096, 2))
+    assert all(bk <= 512 for _, bk, _, _ in kept(4096, 384, 1))
+    assert kept(64, 128, 8) == {(8, 256, 1, 4)}  # nothing fits: the interpreter's configuration

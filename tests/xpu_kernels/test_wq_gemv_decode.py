@@ -149,7 +149,7 @@ def test_tuning_space_per_shape():
 
     down = kept(4096, 12288, 1)  # Qwen3.5-9B's down projection: 512 row blocks of 8 -> split 2
     assert (8, 1024, 2, 4) in down and (8, 1024, 4, 4) not in down and (16, 1024, 4, 4) in down
+    assert (32, 1024, 8, 4) in down and len(down) == 8
     assert all(s == 1 for _, _, s, _ in kept(248320, 4096, 1))  # the LM head: rows enough
-    assert any(bn == 32 for bn, *_ in kept(4096, 4096, 1)) and not any(bn == 32 for bn, *_ in kept(4096, 4096, 2))
-    assert all(bk <= 512 for _, bk, _, _ in kept(4096, 384, 1))
-    assert kept(64, 128, 8) == {(8, 256, 1, 4)}  # nothing fits: the interpreter's configuration
+    assert kept(24576, 4096, 8) == {(4, 1024, 1, 4), (8, 1024, 1, 4), (8, 2048, 1, 8)}  # 8 rows
+    assert kept(4096, 384, 1) == kept(64, 128, 8) == {(8, 256, 1, 4)}  # nothing fits: the interpreter's configuration

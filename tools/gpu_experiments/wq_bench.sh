@@ -8,11 +8,12 @@
 #           kernel conformance suite, compiled; the FP8 path is only exercised on a device here)       <= 120 s
 #   micro   tools/gpu_experiments/wq_gemv_bench.py at Qwen3.5-9B's decode shapes, one row: bf16 / int4 / int8 / fp8
 #           us, effective GB/s, which kernel, error; one step's GEMV sums (LM head bf16 and quantized)   <= 280 s
-#           (cold, most of it compiling the autotuner's ~14 variants per scheme; printed line by line)
+#           (cold, most of it compiling the autotuner's ~12 variants per scheme; printed line by line)
 #   micro8  the same at 8 rows                                                                         <= 280 s
-#   b1      anna bench, Qwen3.5-9B batch 1 (512 in, 128 out): bf16, int4, int8, fp8 (LM head bf16), then int4 and
-#           fp8 with the LM head quantized too (--lm-head-quant)                                        6 x T_RUN
-#   b32     the same at batch 32: bf16, int4, fp8                                                       3 x T_RUN
+#   b1a b1b b1c   anna bench, Qwen3.5-9B batch 1 (512 in, 128 out, one run): b1a bf16 and int4, b1b int8 and fp8
+#           (LM head bf16 in both), b1c int4 and fp8 with the LM head quantized too (--lm-head-quant); b32a bf16 and
+#           int4, b32b fp8 at batch 32. Two runs per part, each <= T_RUN (default 280 s: a cold start compiles and
+#           autotunes the quantized GEMV per row bucket), so a part fits one 600 s call.
 # Expected: micro's step speed-up (LM head bf16) int4 >= x1.8 and fp8 >= x1.6 at M=1 if the kernel streams near
 # copy bandwidth; the per-shape GB/s column says how far each is from it.
 set -u
@@ -28,16 +29,17 @@ for part in $PARTS; do
       timeout "${T_MICRO:-280}" python3 tools/gpu_experiments/wq_gemv_bench.py --model Qwen3.5-9B --rows "$rows" \
         2>&1 | tee "$OUT/wq_$part.log" | grep -v "^\s*$" | tail -40
       echo "$part exit ${PIPESTATUS[0]}" ;;
-    b1|b32)
-      B=Qwen3.5-9B:1:512:128
-      if [ "$part" = b1 ]; then
-        runs="$B $B:weight-quant=int4 $B:weight-quant=int8 $B:weight-quant=fp8"
-        runs="$runs $B:weight-quant=int4:lm-head-quant=int4 $B:weight-quant=fp8:lm-head-quant=fp8"
-      else
-        B=Qwen3.5-9B:32:512:128; runs="$B $B:weight-quant=int4 $B:weight-quant=fp8"
-      fi
-      mkdir -p "$OUT/$part"; RUNS=${RUNS:-$runs} NRUNS=${NRUNS:-1} OUT="$OUT/$part" bash tools/gpu_experiments/gemma4_bench.sh 2>&1 \
-        | tee "$OUT/wq_$part.log" | grep -E "^== |decode_tokens|Traceback|Error" ;;
+    b1a|b1b|b1c|b32a|b32b)
+      B=Qwen3.5-9B:1:512:128; C=Qwen3.5-9B:32:512:128
+      case $part in
+        b1a) runs="$B $B:weight-quant=int4" ;;
+        b1b) runs="$B:weight-quant=int8 $B:weight-quant=fp8" ;;
+        b1c) runs="$B:weight-quant=int4:lm-head-quant=int4 $B:weight-quant=fp8:lm-head-quant=fp8" ;;
+        b32a) runs="$C $C:weight-quant=int4" ;;
+        b32b) runs="$C:weight-quant=fp8" ;;
+      esac
+      mkdir -p "$OUT/$part"; RUNS=${RUNS:-$runs} NRUNS=${NRUNS:-1} T_RUN=${T_RUN:-280} OUT="$OUT/$part" \
+        bash tools/gpu_experiments/gemma4_bench.sh 2>&1 | tee "$OUT/wq_$part.log" | grep -E "^== |decode_tokens|Traceback|Error" ;;
     *) echo "unknown part $part" ;;
   esac
 done

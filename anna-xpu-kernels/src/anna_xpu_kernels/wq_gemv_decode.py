@@ -82,10 +82,17 @@ class WqConfig:
                              num_warps=self.num_warps)
 
 
-TILES = ((4, 1024, 4), (8, 1024, 4), (16, 1024, 4), (32, 1024, 4), (8, 2048, 8), (16, 2048, 8), (8, 512, 2))
-"""``(BLOCK_N, BLOCK_K, warps)`` of the tuning space (each with the splits of :data:`SPLITS`). ``BLOCK_K`` is at
-least 256 per warp: a tile's ``BLOCK_K / 8`` units then cover every thread (one unit each, or two), so the weight
-tile, the activation tile and the products share one layout (the compiled kernel converts no weight tile)."""
+ONE_ROW_TILES = ((8, 1024, 4), (16, 1024, 4), (32, 1024, 4), (16, 2048, 8))
+"""``(BLOCK_N, BLOCK_K, warps)`` tried for one row (each with at most one split of :data:`SPLITS`, :func:`prune`).
+``BLOCK_K`` is at least 256 per warp: a tile's ``BLOCK_K / 8`` units then cover every thread (one unit each, or
+two), so the weight tile, the activation tile and the products share one layout (the compiled kernel converts no
+weight tile). Few on purpose: each is a compilation at start-up, per row bucket and epilogue."""
+
+ROWS_TILES = ((4, 1024, 4), (8, 1024, 4), (8, 2048, 8))
+"""The tiles tried for 2..8 rows (fewer rows per program: the activations of every row are held per thread)."""
+
+TILES = tuple(dict.fromkeys(ONE_ROW_TILES + ROWS_TILES))
+"""Every tile of the tuning space."""
 
 FIXED = WqConfig(block_n=8, block_k=256, split_k=1)
 """The configuration run under the interpreter (two int4 groups per tile; tests force others)."""
@@ -100,9 +107,10 @@ def tuning_space() -> list[triton.Config]:
 
 
 def prune(configs, named_args, **kwargs):
-    """Keep configurations that can win for the shape: tiles no wider than K's power of two (at least one whole
-    tile per split), at most 64 float32 accumulators per thread (32-row tiles: one row only), and per tile no
-    split or the smallest split that starts :data:`TARGET_PROGRAMS` programs (rows up to :data:`MAX_SPLIT_N`).
+    """Keep configurations that can win for the shape: the tiles of its row count (:data:`ONE_ROW_TILES`,
+    :data:`ROWS_TILES`) no wider than K's power of two (at least one whole tile per split), at most 64 float32
+    accumulators per thread, and per tile no split or the smallest split that starts :data:`TARGET_PROGRAMS`
+    programs (rows up to :data:`MAX_SPLIT_N`).
 
     In the compiled sm_90 code (``ptxas``, no spills) one int4 weight costs about 7 instructions in a 8-row
     tile of 4 warps and about 4.7 in 16- and 32-row tiles (the per-row activation and scale work is shared by
@@ -111,9 +119,11 @@ def prune(configs, named_args, **kwargs):
     kept = []
     for c in configs:
         bn, bk, s, w = c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"], c.num_warps
+        if (bn, bk, w) not in (ONE_ROW_TILES if block_m == 1 else ROWS_TILES):
+            continue
         if bk > max(256, next_pow2(k)) or bn > max(4, next_pow2(n)):
             continue
-        if block_m * bn * max(1, bk // (256 * w)) > (32 if bn == 32 else 64):  # 32 rows: 255 registers at one row
+        if block_m * bn * max(1, bk // (256 * w)) > 64:  # float32 accumulators per thread (32 rows: 255 registers)
             continue
         if s > 1:
             blocks = triton.cdiv(n, bn)

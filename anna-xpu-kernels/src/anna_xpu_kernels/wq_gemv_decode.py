@@ -1,41 +1,42 @@
 """The decode kernel of the ``wq_linear`` ops for 1..8 rows: a split-K CUDA-core GEMV over a quantized weight
-(:mod:`anna_core.weights.gpu_quant` layouts) that spends as few instructions per weight as it can, so that
-it streams the weight bytes at the card's bandwidth instead of waiting on integer conversions.
+(:mod:`anna_core.weights.gpu_quant` layouts) that spends as few instructions per weight as it can, so that it
+streams the weight bytes at the card's bandwidth instead of waiting on integer conversions.
 
-Why. An int4 GEMV at batch 1 must consume about 26 weights per multiprocessor and clock to read 3 TB/s on
-an H100 (132 multiprocessors at ~1.75 GHz), with 128 lanes a clock: each weight may cost about four
-instructions, loads and address arithmetic included. Converting each code with an integer-to-float
-conversion (a quarter-rate unit), dequantizing it with its own multiply-add and multiplying it by the
-activation, as the tiled kernel (:mod:`anna_xpu_kernels.wq_gemv`) does, costs more than that; it measured
-650-1000 GB/s (BENCHMARKS.md, issue 29).
+Why. An int4 GEMV at batch 1 must consume about 26 weights per multiprocessor and clock to read 3 TB/s on an H100
+(132 multiprocessors at ~1.75 GHz), with 128 lanes a clock: a few instructions per weight, loads and addresses
+included. Converting each code with an integer-to-float conversion (a quarter-rate unit), dequantizing it with its
+own multiply-add and multiplying it by the activation, with layout conversions of the weight tile between them, as
+the tiled kernel (:mod:`anna_xpu_kernels.wq_gemv`) does, costs more: it measured 650-1000 GB/s (BENCHMARKS.md).
 
-How (per weight, int4):
+How:
 
-* The codes are read as 32-bit words (8 int4 codes or 4 int8 codes; the stored uint8 / int8 rows viewed as
-  int32, little-endian, so code ``j`` of word ``w`` is column ``8w + j``), 16-byte loads.
-* Code ``j`` is moved to bits 19..22 of the word with one shift and merged into the float32 pattern of 1.0
-  by one ``and``/``or`` (a single three-input logic instruction): the float ``f = 1 + q / 16`` exactly,
-  with no conversion instruction. int8 codes go to bits 15..22 with their sign bit flipped, ``f = 1 + (q +
-  128) / 256``.
-* Over a group of 128 columns, ``P = sum_k x_k f_k`` (one fused multiply-add per weight) and ``X = sum_k
-  x_k`` (once per program and tile, shared by all of its rows) give the dequantized product without a
-  per-weight dequantization: int4 ``sum_k x_k (q_k s + z) = 16 s P + (z - 16 s) X``; int8 ``sum_k x_k q_k
-  = 256 (P - 1.5 X)`` (times the row's scale at the end). FP8 codes are converted by the hardware
-  (``e4m3 -> f16x2``) and the group sums ``sum_k x_k f_k`` are multiplied by the block's scale.
-* Each program owns ``BLOCK_N`` weight rows and a ``1 / SPLIT_K`` share of K (whole ``BLOCK_K`` tiles), so
-  narrow projections still start enough programs to keep every multiprocessor's loads in flight. With
-  ``SPLIT_K > 1`` each program stores its float32 partial sums in a workspace ``[SPLIT_K, M, N]`` and counts
-  itself in on its row block's counter (acquire-release); the last to arrive adds the partials in split
-  order (deterministic) and writes the output, as the dense GEMV does (:mod:`anna_xpu_kernels.gemv`).
-* The first tile is loaded before the programmatic-dependent-launch wait, each next one before the
-  current one is used (two tiles in flight per program).
+* Codes are read as 8-code units (int4: an int32 word; int8 / FP8: an int64, the stored rows viewed as such,
+  little-endian: code ``j`` of unit ``u`` is column ``8u + j``). A tile is ``[G, BLOCK_N, 16]`` units (``G =
+  BLOCK_K / 128`` groups of 16 units, group first) and the activation tile ``[G, BLOCK_M, 128]``; with ``BLOCK_K
+  >= 256 x warps`` each thread holds one unit column of all ``BLOCK_N`` rows and the 8 activations of that
+  column, so the compiled kernel multiplies them where they are loaded (the codes' pointer is not specialized on
+  alignment, which keeps one unit per thread: the activations' layout). Split in registers, the 8 activations
+  ``x_j`` pair with the 8 codes.
+* Each code becomes an exact float32 with one shift and one three-input logic instruction, no conversion
+  (:func:`_code_f`): int4 ``f = 1 + q / 16``, int8 ``f = 1 + (q + 128) / 256``, FP8 its value times ``2^-120``.
+* Per unit ``P = sum_j x_j f_j`` (a fused multiply-add per code) and ``X = sum_j x_j`` (once per program, shared by
+  its rows) give the dequantized product with the scale and zero applied once per unit: int4 ``sum_j x_j (q_j s +
+  z) = 16 s P + (z - 16 s) X``; int8 ``sum_j x_j q_j = 256 (P - 1.5 X)`` (times the row's scale at the end); FP8
+  ``P 2^120 s`` (as ``(P 2^60)(s 2^60)``: no overflow for any finite scale).
+* Each program owns ``BLOCK_N`` weight rows and a ``1 / SPLIT_K`` share of K (whole ``BLOCK_K`` tiles), so narrow
+  projections still start enough programs to keep every multiprocessor's loads in flight. With ``SPLIT_K > 1``
+  each program stores its float32 partial sums in a workspace ``[SPLIT_K, M, N]`` and counts itself in on its row
+  block's counter (acquire-release); the last to arrive adds the partials in split order (deterministic) and
+  writes the output, as the dense GEMV does (:mod:`anna_xpu_kernels.gemv`).
+* The first tile is loaded before the programmatic-dependent-launch wait, each next one before the current one is
+  used (two tiles in flight per program).
 
-Exactness: the ``1 + q / 16`` form keeps every code exact; the group sums carry the offset ``X`` (int4:
-``P`` is at most about twice ``|X|``'s scale), so the float32 result differs from the reference's
-(dequantize, then multiply) by summation order and a few bits of cancellation: within the tests' ``1e-5``
-of the largest output. The decode fusions of the tiled kernel are kept: the norm prologues
-(:mod:`anna_xpu_kernels.gemv_prologue`, rows up to :data:`anna_xpu_kernels.wq_gemv.NORM_PROLOGUE_MAX_K`) and
-the gated epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`, merged gate/up rows interleaved per program).
+Exactness: every code is decoded exactly (FP8 subnormals become float32 subnormals, which these kernels do not
+flush); the int4 / int8 unit sums carry the offset ``X`` (a few bits of cancellation), so results differ from the
+reference's (dequantize, then multiply) by summation order and those bits: within the tests' ``1e-5`` of the
+largest output. The decode fusions of the tiled kernel are kept: the norm prologues
+(:mod:`anna_xpu_kernels.gemv_prologue`, rows up to :data:`anna_xpu_kernels.wq_gemv.NORM_PROLOGUE_MAX_K`) and the
+gated epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`, merged gate/up rows interleaved per program).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ MAX_ROWS = 8
 """Most rows this kernel takes (more: the tiled kernel's tensor-core path)."""
 
 MAX_SPLIT_N = 32768
-"""Split-K is only tuned for ``N`` up to this (the workspace is ``SPLIT_K * M * N`` float32: 4 MiB at 8 rows)."""
+"""Split-K is only tuned for ``N`` up to this (the workspace is ``SPLIT_K * M * N`` float32: at most 8 MiB)."""
 
 SPLITS = (1, 2, 4, 8)
 """The split-K factors of the tuning space."""
@@ -103,6 +104,7 @@ an H100 / H200); the smallest split that reaches it, and no split, are timed."""
 
 
 def tuning_space() -> list[triton.Config]:
+    """Every tile of :data:`TILES` with every split of :data:`SPLITS` (:func:`prune` keeps a shape's few)."""
     return [WqConfig(bn, bk, s, w).triton() for bn, bk, w in TILES for s in SPLITS]
 
 
@@ -112,7 +114,7 @@ def prune(configs, named_args, **kwargs):
     accumulators per thread, and per tile no split or the smallest split that starts :data:`TARGET_PROGRAMS`
     programs (rows up to :data:`MAX_SPLIT_N`).
 
-    In the compiled sm_90 code (``ptxas``, no spills) one int4 weight costs about 7 instructions in a 8-row
+    In the compiled sm_90 code (``ptxas``, no spills) one int4 weight costs about 7 instructions in an 8-row
     tile of 4 warps and about 4.7 in 16- and 32-row tiles (the per-row activation and scale work is shared by
     more rows); the autotuner measures which reads the weight fastest."""
     k, n, block_m = named_args["K"], named_args["N"], kwargs["BLOCK_M"]

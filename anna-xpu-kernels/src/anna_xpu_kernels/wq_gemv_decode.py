@@ -372,7 +372,8 @@ def launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: to
     codes = qweight.view(torch.int32 if scheme == "int4" else torch.int64)
     splits = config.split_k if config is not None else _max_split(n)
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else y
-    counters = launch.counters.get(x.device, triton.cdiv(n, min(t[0] for t in TILES)) if splits > 1 else 0)
+    narrowest = config.block_n if config is not None else min(t[0] for t in TILES)  # one counter per row block
+    counters = launch.counters.get(x.device, triton.cdiv(n, narrowest) if splits > 1 else 0)
     args = (x, codes, scale, zero if zero is not None else scale, bias if bias is not None else y, y, ws, counters,
             r, nw, nr, m, n, k, x.stride(0), codes.stride(0), scale.stride(0) if scale.dim() == 2 else 1,
             scale.stride(1) if scale.dim() == 2 else 1, y.stride(0),

@@ -108,8 +108,30 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
     yield from _gemv_cases()
     yield from _persistent_gemv_cases()
+    yield from _wq_decode_cases()
     yield from _moe_cases()
     yield from _moe_route_cases()
+
+
+def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, str]]]:
+    """The quantized-weight decode GEMV (:mod:`anna_xpu_kernels.wq_gemv_decode`) per scheme at Qwen3.5-9B's tiles:
+    one row; eight rows split with the add+RMSNorm prologue and the SwiGLU epilogue; a split with bias; GeGLU. Its
+    codes are 8-code units (int4: int32; int8 / FP8: int64), its scales float32 (int4: the activations' dtype)."""
+    from anna_xpu_kernels import wq_gemv_decode
+
+    base = {"HAS_BIAS": False, "PROLOGUE": 0, "ZERO_CENTERED": False, "EPILOGUE": 0, "USE_PDL": True, "ROW_BLOCK": 1,
+            "EVEN_K": True, "SPLIT_K": 1}
+    ptrs = {0: {"q_ptr": "*i32", "ws_ptr": "*fp32", "count_ptr": "*i32"},
+            1: {"q_ptr": "*i64", "s_ptr": "*fp32", "z_ptr": "*fp32", "ws_ptr": "*fp32", "count_ptr": "*i32"},
+            2: {"q_ptr": "*i64", "s_ptr": "*fp32", "z_ptr": "*fp32", "ws_ptr": "*fp32", "count_ptr": "*i32"}}
+    kernel = wq_gemv_decode._wq_decode_kernel
+    yield kernel, "bf16", {**base, "SCHEME": 0, "BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 1024}, 4, ptrs[0]
+    yield kernel, "bf16", {**base, "SCHEME": 0, "BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 1024, "SPLIT_K": 2,
+                           "PROLOGUE": 2, "ZERO_CENTERED": True, "EPILOGUE": 1, "ROW_BLOCK": 4096}, 4, ptrs[0]
+    yield kernel, "bf16", {**base, "SCHEME": 1, "BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 2048, "SPLIT_K": 2,
+                           "HAS_BIAS": True}, 8, ptrs[1]
+    yield kernel, "bf16", {**base, "SCHEME": 2, "BLOCK_M": 4, "BLOCK_N": 4, "BLOCK_K": 1024, "EVEN_K": False}, 4, ptrs[2]
+    yield kernel, "fp32", {**base, "SCHEME": 2, "BLOCK_M": 2, "BLOCK_N": 8, "BLOCK_K": 512, "EPILOGUE": 2}, 2, ptrs[2]
 
 
 def _moe_route_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
@@ -228,6 +250,7 @@ _PRELOADS = {
     "_gemv_kernel": r"ld\.global\.L1::evict_first",  # the prefetched weight tiles (the only evict-first loads)
     "_persistent_gemv_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first weight block; post-norm weights
     "_long_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight tile
+    "_wq_decode_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first tile's codes and scales
     "_fused_gdn_decode_kernel": r"ld\.global\.b(32|64)\b",  # the slot (int64), the float32 state
     # the norms' weights (anna_xpu_kernels.norms._weight: the only evict-last loads)
     **{name: r"ld\.global\.L1::evict_last" for name in (
@@ -274,11 +297,12 @@ def compile_all(arch: int = 90) -> list[str]:
     from triton.compiler import ASTSource
 
     lines = []
-    for kernel, act, constexprs, num_warps in _cases():
+    for kernel, act, constexprs, num_warps, *ptr_types in _cases():  # ptr_types: a case's own pointer types
         fn = kernel
         while not isinstance(fn, triton.runtime.jit.JITFunction):  # unwrap @autotune
             fn = fn.fn
-        src = ASTSource(fn, _signature(fn, act, constexprs), constexprs=constexprs)
+        src = ASTSource(fn, {**_signature(fn, act, constexprs), **(ptr_types[0] if ptr_types else {})},
+                        constexprs=constexprs)
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
         shown = {k: v for k, v in constexprs.items() if k.startswith("BLOCK") or k == "NUM_SPLITS"}
         if constexprs.get("USE_PDL"):

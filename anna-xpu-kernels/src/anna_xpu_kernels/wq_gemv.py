@@ -1,7 +1,9 @@
 """``wq_linear`` and ``add_rms_norm_wq_linear`` in Triton: linear layers whose weight is quantized
 (:mod:`anna_core.weights.gpu_quant`: int4 groups of 128, int8 per channel, FP8 e4m3 with 128x128 block scales).
 
-Decode (``M <= 64`` rows): one launch that streams the quantized weight once and dequantizes it in registers.
+Decode, 1..8 rows whose codes read as 8-code units (int4; int8 / FP8 with K a multiple of 8): the split-K kernel
+of :mod:`anna_xpu_kernels.wq_gemv_decode`. The other decode shapes (``M <= 64`` rows) run this module's kernel: one
+launch that streams the quantized weight once and dequantizes it in registers.
 Each program owns ``BLOCK_N`` output columns for all rows and walks K in tiles of ``BLOCK_K`` values (a
 multiple of 128: whole int4 groups / FP8 blocks), the first tile loaded before the programmatic-dependent-launch
 wait and each next one before the current one is used: it loads the codes (int4: ``BLOCK_K / 2`` bytes per row,
@@ -16,8 +18,7 @@ fusions of the dense GEMV (:mod:`anna_xpu_kernels.gemv`) are kept: the ``ADD_RMS
 writing the new residual; rows up to :data:`NORM_PROLOGUE_MAX_K`) and the gated epilogues
 (:mod:`anna_xpu_kernels.gemv_epilogue`: a merged gate/up weight's rows interleaved per program, ``act(gate) * up``
 written directly). Tile width, ``BLOCK_N`` and warps are autotuned per (rows bucket, N, K, scheme, modes), timed
-with a cold L2 (weights from memory, as in a decode step). No split-K and no one-wave (persistent) form yet: a
-projection with few output columns runs fewer programs than the dense kernels would.
+with a cold L2 (weights from memory, as in a decode step). This kernel has no split-K (the decode kernel has).
 
 Prefill (``M > 64``): the weight is dequantized to x's dtype with torch ops (:func:`anna_core.weights.gpu_quant.
 dequantize`) and multiplied by ``F.linear`` (cuBLAS), a temporary dense copy per call; the prologue and
@@ -31,7 +32,7 @@ import torch.nn.functional as F
 from anna_core.kernels.reference.wq_linear import check_add_rms_norm_wq_linear, check_wq_linear
 from anna_core.weights.gpu_quant import dequantize
 
-from anna_xpu_kernels import norms, pdl
+from anna_xpu_kernels import norms, pdl, wq_gemv_decode
 from anna_xpu_kernels._checks import as_rows, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.gemv import Prologue
@@ -100,7 +101,7 @@ def _e4m3(b, DECODE: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn,
+def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn, stride_sg,
                SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The raw tile at column ``k0`` (nothing loaded past K): ``(codes, scale, zero)`` with codes ``[BLOCK_N,
     BLOCK_K/2]`` uint8 (int4) or ``[BLOCK_N, BLOCK_K]`` (int8 / FP8 bytes), scale and zero ``[BLOCK_N, BLOCK_K/128]``
@@ -112,7 +113,7 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn,
         codes = tl.load(q_ptr + w_rows[:, None] * stride_qn + (k0 // 2 + c)[None, :], mask=((k0 + 2 * c) < K)[None, :],
                         other=0, eviction_policy="evict_first")
         g_ok = ((k0 // 128 + g) < (K // 128))[None, :]
-        s_off = w_rows[:, None] * stride_sn + (k0 // 128 + g)[None, :]
+        s_off = w_rows[:, None] * stride_sn + (k0 // 128 + g)[None, :] * stride_sg
         scale = tl.load(s_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
         zero = tl.load(z_ptr + s_off, mask=g_ok, other=0.0).to(tl.float32)
     else:
@@ -122,7 +123,7 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0, K, stride_qn, stride_sn,
         zero = tl.zeros((BLOCK_N, GROUPS), dtype=tl.float32)
         if SCHEME == 2:
             g_ok = ((k0 // 128 + g) < tl.cdiv(K, 128))[None, :]
-            scale = tl.load(s_ptr + (w_rows // 128)[:, None] * stride_sn + (k0 // 128 + g)[None, :], mask=g_ok,
+            scale = tl.load(s_ptr + (w_rows // 128)[:, None] * stride_sn + (k0 // 128 + g)[None, :] * stride_sg, mask=g_ok,
                             other=0.0)
         else:
             scale = zero
@@ -181,7 +182,7 @@ def _mac(acc, w, x, x_ptr, USE_DOT: tl.constexpr, UPCAST_DOT: tl.constexpr):
 @triton.jit
 def _wq_gemv_kernel(
     x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, r_ptr, nw_ptr, nr_ptr,
-    M, N, K, stride_xm, stride_qn, stride_sn, stride_ym, stride_rm, stride_nrm, eps,
+    M, N, K, stride_xm, stride_qn, stride_sn, stride_sg, stride_ym, stride_rm, stride_nrm, eps,
     SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, USE_DOT: tl.constexpr,
     UPCAST_DOT: tl.constexpr, PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr,
     USE_PDL: tl.constexpr, DECODE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -197,7 +198,8 @@ def _wq_gemv_kernel(
         w_rows = tl.minimum(pid * BLOCK_N + tl.arange(0, BLOCK_N), N - 1).to(tl.int64)
     # the first tile before waiting for the previous kernel (weights are never written in a step): with
     # programmatic dependent launch it streams in while that kernel drains
-    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, 0, K, stride_qn, stride_sn, SCHEME, BLOCK_N, BLOCK_K)
+    codes, scale, zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, 0, K, stride_qn, stride_sn, stride_sg, SCHEME, BLOCK_N,
+                                    BLOCK_K)
     pdl.wait(USE_PDL)
     m_rows = tl.arange(0, BLOCK_M)
     if PROLOGUE == 1 or PROLOGUE == 2:  # the norm's 1/rms over the whole row; program 0 writes the new residual
@@ -213,7 +215,7 @@ def _wq_gemv_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         # the next tile is loaded before this one is used (two tiles in flight per program)
-        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, K, stride_qn, stride_sn,
+        nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, K, stride_qn, stride_sn, stride_sg,
                                                     SCHEME, BLOCK_N, BLOCK_K)
         w_a, w_b = _dequant(codes, scale, zero, SCHEME, BLOCK_N, BLOCK_K, DECODE_FP8)
         x = _x_tile(x_ptr, r_ptr, nw_ptr, m_rows, k0, M, K, rstd, stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED,
@@ -238,8 +240,13 @@ def _wq_gemv_kernel(
 
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, scheme: str,
             bias: torch.Tensor | None, n: int, k: int, prologue: Prologue, epilogue: int) -> torch.Tensor:
-    """Run the kernel on checked arguments: x ``[M <= 64, K]`` with unit stride along K; returns ``[M, N]``
-    (``[M, N/2]`` with a gated epilogue) in x's dtype."""
+    """Run a kernel on checked arguments: x ``[M <= 64, K]`` with unit stride along K; returns ``[M, N]``
+    (``[M, N/2]`` with a gated epilogue) in x's dtype. Up to 8 rows run the split-K decode kernel
+    (:mod:`anna_xpu_kernels.wq_gemv_decode`) where it takes the weight, the rest this module's kernel."""
+    if zero is not None and zero.stride() != scale.stride():  # the kernels index both with the scale's strides
+        zero = torch.empty_strided(scale.shape, scale.stride(), dtype=zero.dtype, device=zero.device).copy_(zero)
+    if wq_gemv_decode.takes(x, qweight, scheme):
+        return wq_gemv_decode.launch(x, qweight, scale, zero, scheme, bias, n, k, prologue, epilogue)
     m = x.shape[0]
     y = torch.empty((m, n // 2 if epilogue != NO_EPILOGUE else n), dtype=x.dtype, device=x.device)
     r, nw, nr = prologue.tensors_or(x)
@@ -253,7 +260,8 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: t
         qweight = qweight.view(torch.uint8)
     _wq_gemv_kernel[grid](
         x, qweight, scale, zero if zero is not None else scale, bias if bias is not None else y, y, r, nw, nr,
-        m, n, k, x.stride(0), qweight.stride(0), scale.stride(0) if scale.dim() == 2 else 1, y.stride(0),
+        m, n, k, x.stride(0), qweight.stride(0), scale.stride(0) if scale.dim() == 2 else 1,
+        scale.stride(1) if scale.dim() == 2 else 1, y.stride(0),
         r.stride(0), nr.stride(0), float(prologue.eps),
         SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, USE_DOT=dot,
         UPCAST_DOT=INTERPRETING or x.dtype == torch.float32, PROLOGUE=prologue.mode,

@@ -1,0 +1,155 @@
+"""The split-K decode kernel of the quantized-weight GEMV (``anna_xpu_kernels.wq_gemv_decode``) against the float32
+references (``anna_core.kernels.reference.wq_linear``), under Triton's interpreter: every scheme at odd shapes,
+1..8 rows, split-K on and off, the norm prologue and the gated epilogues; codes of every value (FP8 subnormals
+included) decoded exactly; the shapes it leaves to the tiled kernel.
+
+Bounds: 1e-5 of the largest output (both sides accumulate in float32; the kernel's group sums carry an offset,
+a few bits of cancellation: measured up to 1.4e-6).
+"""
+
+import pytest
+import torch
+
+from tests.xpu_kernels._interp import require_triton_interpreter
+
+require_triton_interpreter()
+
+from anna_core.kernels.reference import wq_linear as ref  # noqa: E402
+from anna_core.weights.gpu_quant import quantize  # noqa: E402
+
+TOL = 1e-5
+
+
+def _rel(a, b):
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+
+def _weight(n, k, scheme, seed=0):
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.1
+    q = quantize(w, scheme, torch.float32)
+    return q.qweight, q.scale, q.zero
+
+
+# (rows, N, K, config): odd N (clamped rows, masked stores), K past one tile and not a multiple of the tile,
+# splits of 1 (no workspace), 2, 3 (a split with a partial range) and 4 (an empty split)
+CASES = [
+    (1, 37, 384, (8, 256, 1)),
+    (3, 17, 1024, (4, 256, 3)),
+    (8, 20, 512, (8, 128, 2)),
+    (5, 9, 256, (4, 128, 4)),
+    (2, 40, 640, (16, 512, 2)),
+]
+
+
+@pytest.mark.parametrize("scheme", ["int4", "int8", "fp8"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-s{c[3][2]}")
+def test_matches_the_reference(scheme, case, poison_outputs):
+    from anna_xpu_kernels import wq_gemv_decode as dec
+    from anna_xpu_kernels.gemv import Prologue
+
+    m, n, k, (bn, bk, splits) = case
+    gen = torch.Generator().manual_seed(m * 100 + n)
+    x, bias = torch.randn(m, k, generator=gen), torch.randn(n, generator=gen)
+    w = _weight(n, k, scheme, seed=n)
+    assert dec.takes(x, w[0], scheme)
+    got = dec.launch(x, *w, scheme, bias, n, k, Prologue(), 0, dec.WqConfig(bn, bk, splits))
+    want = ref.wq_linear(x, *w, scheme, bias)
+    assert got.shape == (m, n) and _rel(got, want) <= TOL
+    assert not dec.launch.counters.get(x.device, 1).any()  # the arrival counters are left at zero
+
+
+@pytest.mark.parametrize("scheme", ["int4", "int8", "fp8"])
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
+def test_norm_prologue_and_gated_epilogue(scheme, activation, poison_outputs):
+    from anna_xpu_kernels import wq_gemv
+
+    k, rows = 384, 3
+    gen = torch.Generator().manual_seed(7)
+    x, res, nw = torch.randn(rows, k, generator=gen), torch.randn(rows, k, generator=gen), torch.randn(k, generator=gen)
+    w = _weight(2 * 21, k, scheme, seed=3)  # 21 outputs: the last program's gate/up pairs are partly masked
+    got = wq_gemv.add_rms_norm_wq_linear(x, res, nw, 1e-6, True, *w, scheme, activation)
+    want = ref.add_rms_norm_wq_linear(x, res, nw, 1e-6, True, *w, scheme, activation)
+    assert got[0].shape == (rows, 21) and _rel(got[0], want[0]) <= TOL and torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("scheme", ["int8", "fp8"])
+def test_every_code_is_decoded_exactly(scheme):
+    """One-hot rows read single weights: the kernel's output is ``q * scale`` to the last bit for each of the
+    254 finite FP8 codes (subnormals and negative zero included) and each int8 code."""
+    from anna_xpu_kernels import wq_gemv_decode as dec
+    from anna_xpu_kernels.gemv import Prologue
+
+    n, k = 256, 256
+    codes = torch.arange(256, dtype=torch.int32).roll(1, 0)  # row r holds code r - 1 at column 8 + (r % 8)
+    if scheme == "fp8":
+        codes = torch.where((codes & 0x7F) == 0x7F, torch.zeros_like(codes), codes)  # no NaN codes
+        q = torch.zeros(n, k, dtype=torch.uint8)
+        q[torch.arange(n), 8 + torch.arange(n) % 8] = codes.to(torch.uint8)
+        qweight = q.view(torch.float8_e4m3fn)
+        scale = torch.rand(2, 2, generator=torch.Generator().manual_seed(0)) * 1e-2 + 1e-3
+    else:
+        q = torch.zeros(n, k, dtype=torch.int8)
+        q[torch.arange(n), 8 + torch.arange(n) % 8] = (codes - 128).clamp(-127, 127).to(torch.int8)
+        qweight = q
+        scale = torch.rand(n, generator=torch.Generator().manual_seed(0)) * 1e-2 + 1e-3
+    x = torch.zeros(8, k)
+    x[torch.arange(8), 8 + torch.arange(8)] = 1.0
+    got = dec.launch(x, qweight, scale, None, scheme, None, n, k, Prologue(), 0, dec.WqConfig(8, 128, 2))
+    want = ref.wq_linear(x, qweight, scale, None, scheme, None)
+    assert torch.equal(got, want)
+
+
+def test_int4_codes_of_every_value():
+    from anna_xpu_kernels import wq_gemv_decode as dec
+    from anna_xpu_kernels.gemv import Prologue
+
+    n, k = 16, 128
+    gen = torch.Generator().manual_seed(1)
+    nibbles = torch.arange(16).repeat(n, k // 16)  # every code in every position of a word
+    qweight = (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).roll(3, 1).to(torch.uint8)
+    scale, zero = torch.rand(n, 1, generator=gen) * 0.1, torch.randn(n, 1, generator=gen)
+    x = torch.randn(1, k, generator=gen)
+    got = dec.launch(x, qweight, scale, zero, "int4", None, n, k, Prologue(), 0, dec.WqConfig(4, 128, 1))
+    assert _rel(got, ref.wq_linear(x, qweight, scale, zero, "int4", None)) <= TOL
+
+
+def test_shapes_it_leaves_to_the_tiled_kernel(poison_outputs):
+    from anna_xpu_kernels import wq_gemv, wq_gemv_decode
+
+    x = torch.randn(2, 12)
+    w = _weight(5, 12, "int8")  # K not a multiple of 8: no 8-code units
+    assert not wq_gemv_decode.takes(x, w[0], "int8")
+    assert _rel(wq_gemv.wq_linear(x, *w, "int8", None), ref.wq_linear(x, *w, "int8", None)) <= TOL
+    assert not wq_gemv_decode.takes(torch.randn(9, 128), _weight(5, 128, "int4")[0], "int4")  # 9 rows
+
+
+def test_int4_scales_in_either_layout(poison_outputs):
+    """Row-major int4 scales (quantize's), group-major ones (strides ``(1, N)``) and zeros laid out unlike the
+    scales give the same result through both kernels."""
+    from anna_xpu_kernels import wq_gemv
+
+    qweight, scale, zero = _weight(24, 256, "int4", seed=5)
+    scale_g, zero_g = scale.t().contiguous().t(), zero.t().contiguous().t()
+    assert scale_g.stride() == (1, 24)
+    for rows in (3, 12):  # the decode kernel, the tiled kernel
+        x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
+        want = ref.wq_linear(x, qweight, scale, zero, "int4", None)
+        for s, z in ((scale, zero), (scale_g, zero_g), (scale_g, zero)):
+            assert _rel(wq_gemv.wq_linear(x, qweight, s, z, "int4", None), want) <= TOL
+
+
+def test_tuning_space_per_shape():
+    """Splits only where the row blocks start few programs (the smallest that reaches the target), none for
+    wide N; 32-row tiles at one row only; tiles no wider than K."""
+    from anna_xpu_kernels import wq_gemv_decode as dec
+
+    def kept(n, k, m):
+        configs = dec.prune(dec.tuning_space(), {"N": n, "K": k}, BLOCK_M=m)
+        return {(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"], c.num_warps) for c in configs}
+
+    down = kept(4096, 12288, 1)  # Qwen3.5-9B's down projection: 512 row blocks of 8 -> split 2
+    assert (8, 1024, 2, 4) in down and (8, 1024, 4, 4) not in down and (16, 1024, 4, 4) in down
+    assert (32, 1024, 8, 4) in down and len(down) == 8
+    assert all(s == 1 for _, _, s, _ in kept(248320, 4096, 1))  # the LM head: rows enough
+    assert kept(24576, 4096, 8) == {(4, 1024, 1, 4), (8, 1024, 1, 4), (8, 2048, 1, 8)}  # 8 rows
+    assert kept(4096, 384, 1) == kept(64, 128, 8) == {(8, 256, 1, 4)}  # nothing fits: the interpreter's configuration

@@ -217,15 +217,16 @@ def main() -> int:
     T = tq.TurboQuantTuning
     sweeps = {
         ("9B", 4, True): [
-            ("ieee dots (the old precision)", T(dot="ieee"), None), ("tf32 dots", T(dot="tf32"), None),
-            ("select lookup", T(lookup="select"), None), ("splits 8", None, 8), ("splits 16", None, 16),
-            ("block_n 64", T(block_n=64), None), ("block_n 16", T(block_n=16), None),
-            ("warps 8", T(num_warps=8), None), ("warps 4", T(num_warps=4), None),
-            ("stages 3", T(num_stages=3), None), ("block_n 64 warps 8", T(block_n=64, num_warps=8), None),
+            ("shuffle lookup", T(lookup="shuffle"), None), ("stages 1", T(num_stages=1), None),
+            ("splits 8", None, 8), ("splits 16", None, 16), ("ieee dots (the old precision)", T(dot="ieee"), None),
+            ("shuffle lookup stages 1", T(lookup="shuffle", num_stages=1), None),
+            ("block_n 16", T(block_n=16), None), ("warps 4", T(num_warps=4), None),
+            ("select lookup", T(lookup="select"), None), ("stages 3", T(num_stages=3), None),
+            ("tf32 dots", T(dot="tf32"), None), ("block_n 64", T(block_n=64), None),
         ],
         ("E4B-global", 4, True): [
-            ("select lookup", T(lookup="select"), None), ("block_n 32", T(block_n=32), None),
-            ("warps 4", T(num_warps=4), None), ("splits 16", None, 16), ("splits 32", None, 32),
+            ("stages 1", T(num_stages=1), None), ("splits 16", None, 16), ("splits 32", None, 32),
+            ("block_n 32", T(block_n=32), None), ("warps 4", T(num_warps=4), None),
         ],
         ("E4B-sliding", 4, True): [("select lookup", T(lookup="select"), None), ("splits 2", None, 2)],
     }

@@ -13,9 +13,9 @@ norms, ``bits - 1`` code planes and sign plane and each value row's norm and ``b
 runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA packing (the query heads of one KV
 head are the rows of one tile), tiles numbered on the device (no host sync, so decode and prefill calls can be
 graph-captured), flash-decoding splits merged by that module's merge kernel. The values' norms scale the
-probabilities, not the centroids. Dots take bf16 operands on tensor cores by default (float32 accumulation;
-:class:`TurboQuantTuning` picks tf32 or float32 ``ieee``). Head dims up to 512 (padded to a power of two in
-registers).
+probabilities, not the centroids. Dots take bf16 operands on tensor cores for a bf16 / fp16 query and float32
+(``ieee``) ones for a float32 query, accumulating in float32 (:class:`TurboQuantTuning` overrides it and the
+launch settings). Head dims up to 512 (padded to a power of two in registers).
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ MAX_HEAD_DIM = 512
 DOTS = ("bf16", "tf32", "ieee")
 """Operand precisions of the attention kernel's dots (accumulation is float32 in all three)."""
 
-LOOKUPS = ("gather", "select")
-"""How a code becomes its centroid: a load from the (L1-resident) codebook, or a chain of selects in registers."""
+LOOKUPS = ("shuffle", "gather", "select")
+"""How a code becomes its centroid: ``tl.gather`` from the codebook held in registers (warp shuffles; Triton 3.6
+fails to compile it where the gather is not warp-local, e.g. a head dim of 512 with 16 keys), a load from the
+(L1-resident) codebook in global memory, or a chain of selects in registers."""
 
 
 @attrs.frozen
@@ -90,25 +92,29 @@ def _codes(ptr, row, first, ok, BITS: tl.constexpr, PLANE_W: tl.constexpr, BLOCK
     coordinate ``j`` bit ``j % UNIT`` of unit ``j // UNIT``. Each unit is loaded once per plane (``[N, BLOCK_W]``)
     and spread over its ``UNIT`` coordinates by shifts in registers; rows not ``ok`` and padding read 0."""
     w = tl.arange(0, BLOCK_W)
-    t = tl.arange(0, UNIT)
+    t = tl.arange(0, UNIT).to(tl.uint64)
     mask = ok[:, None] & (w < PLANE_W)[None, :]
     idx = tl.zeros((row.shape[0], BLOCK_W, UNIT), tl.int32)
     for p in tl.static_range(BITS):
-        unit = tl.load(ptr + row[:, None] + (first + p * PLANE_W) + w[None, :], mask=mask, other=0).to(tl.int32)
-        idx |= ((unit[:, :, None] >> t[None, None, :]) & 1) << p
+        unit = tl.load(ptr + row[:, None] + (first + p * PLANE_W) + w[None, :], mask=mask, other=0)
+        # bit t of the unit, moved to bit p: one 64-bit (funnel) shift and one masked or per coordinate
+        wide = unit.to(tl.uint32, bitcast=unit.dtype == tl.int32).to(tl.uint64) << p
+        idx |= ((wide[:, :, None] >> t[None, None, :]) & (1 << p)).to(tl.int32)
     return tl.reshape(idx, (row.shape[0], BLOCK_W * UNIT))
 
 
 @triton.jit
-def _centroids(c_ptr, idx, LEVELS: tl.constexpr, SELECT: tl.constexpr):
-    """``c[idx]`` float32 for a codebook of ``LEVELS`` entries: a gather, or (``SELECT``) ``LEVELS - 1`` selects
-    on the sorted index thresholds with the codebook's entries as scalars."""
-    if SELECT:
+def _centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr):
+    """``c[idx]`` float32 ``[N, D]`` for a codebook of ``LEVELS`` entries, by ``LOOKUPS[LOOKUP]``."""
+    if LOOKUP == 0:
+        book = tl.load(c_ptr + tl.arange(0, LEVELS))
+        val = tl.gather(tl.broadcast_to(book[None, :], (idx.shape[0], LEVELS)), idx, 1)
+    elif LOOKUP == 1:
+        val = tl.load(c_ptr + idx)
+    else:
         val = tl.zeros(idx.shape, tl.float32) + tl.load(c_ptr)
         for level in tl.static_range(1, LEVELS):
             val = tl.where(idx >= level, tl.load(c_ptr + level), val)
-    else:
-        val = tl.load(c_ptr + idx)
     return val
 
 
@@ -128,7 +134,7 @@ def _dot(a, b, DOT: tl.constexpr):
 
 @triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
 def _tq_attention_kernel(
-    qr_ptr, qs_ptr, kw_ptr, kf_ptr, vw_ptr, vf_ptr, kc_ptr, vc_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr,
+    qr_ptr, qs_ptr, kwords_ptr, kf_ptr, vwords_ptr, vf_ptr, kc_ptr, vc_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr,
     tile_seq_ptr, tile_first_ptr, o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, rk_ptr, rv_ptr, rpos_ptr, slots_ptr,
     batch, n_tokens, head_dim, block_size, num_splits, qk_scale, qjl_coef, window, ring_len,
     stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_tb,
@@ -137,7 +143,7 @@ def _tq_attention_kernel(
     KBITS: tl.constexpr, VBITS: tl.constexpr, UNIT: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
     K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
     SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT: tl.constexpr, SELECT: tl.constexpr,
+    DOT: tl.constexpr, LOOKUP: tl.constexpr,
 ):
     tile = tl.program_id(0)
     h_kv = tl.program_id(1)
@@ -196,11 +202,11 @@ def _tq_attention_kernel(
         k_row = blk * stride_kb + slot * stride_kt + h_kv * stride_kh  # bytes (rows are 4-byte aligned)
         v_row = blk * stride_vb + slot * stride_vt + h_kv * stride_vh
         k_norm = tl.load(kf_ptr + k_row // 4, mask=k_ok, other=0.0)
-        k_idx = _codes(kw_ptr, k_row // (UNIT // 8), K_FIRST, k_ok, KBITS, PLANE_W, BLOCK_W, UNIT)
-        s = _dot(qr, tl.trans(_centroids(kc_ptr, k_idx, 1 << KBITS, SELECT)), DOT)
+        k_idx = _codes(kwords_ptr, k_row // (UNIT // 8), K_FIRST, k_ok, KBITS, PLANE_W, BLOCK_W, UNIT)
+        s = _dot(qr, tl.trans(_centroids(kc_ptr, k_idx, 1 << KBITS, LOOKUP)), DOT)
         if QJL:
             gamma = tl.load(kf_ptr + k_row // 4 + 1, mask=k_ok, other=0.0)
-            z = _codes(kw_ptr, k_row // (UNIT // 8), Z_FIRST, k_ok, 1, PLANE_W, BLOCK_W, UNIT).to(tl.float32) * 2.0 - 1.0
+            z = tl.where(_codes(kwords_ptr, k_row // (UNIT // 8), Z_FIRST, k_ok, 1, PLANE_W, BLOCK_W, UNIT) != 0, 1.0, -1.0)
             s += (qjl_coef * gamma)[None, :] * _dot(qs, tl.trans(z), DOT)
         s = s * (k_norm * qk_scale)[None, :]  # log2 units
         if HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
@@ -223,8 +229,8 @@ def _tq_attention_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         # sum_j p_j ||v_j|| c[idx_j]: the norms scale the probabilities ([M, N]), not the centroids ([N, D])
         v_norm = tl.load(vf_ptr + v_row // 4, mask=k_ok, other=0.0)
-        v_idx = _codes(vw_ptr, v_row // (UNIT // 8), V_FIRST, k_ok, VBITS, PLANE_W, BLOCK_W, UNIT)
-        v_c = _centroids(vc_ptr, v_idx, 1 << VBITS, SELECT)
+        v_idx = _codes(vwords_ptr, v_row // (UNIT // 8), V_FIRST, k_ok, VBITS, PLANE_W, BLOCK_W, UNIT)
+        v_c = _centroids(vc_ptr, v_idx, 1 << VBITS, LOOKUP)
         if HAS_RING:
             r_v = tl.load(rv_ptr + r_off[:, None] + d[None, :], mask=r_mask, other=0.0).to(tl.float32)
             v_c = tl.where(in_ring[:, None], r_v, v_c)
@@ -351,7 +357,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         PLANE_W=plane // unit_bytes, BLOCK_W=block_d // unit, K_FIRST=k_first // unit_bytes,
         Z_FIRST=(k_first + kbits * plane) // unit_bytes, V_FIRST=4 // unit_bytes,
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
-        BLOCK_N=block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot), SELECT=tuning.lookup == "select",
+        BLOCK_N=block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot), LOOKUP=LOOKUPS.index(tuning.lookup),
         num_warps=tuning.num_warps or (8 if wide else 4), num_stages=tuning.num_stages or (2 if wide else 3),
     )
     if splits > 1:

@@ -22,10 +22,11 @@ from typing import Any
 _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr": "i32", "seq_lens_ptr": "i32",
                "tables_ptr": "i32", "tile_seq_ptr": "i32", "tile_first_ptr": "i32",
                "count_ptr": "i32", "ids_ptr": "i64", "sorted_ptr": "i32", "block_expert_ptr": "i32",
-               "num_padded_ptr": "i32", "cursor_ptr": "i32", "pos_ptr": "i64", "axis_ptr": "i64"}
+               "num_padded_ptr": "i32", "cursor_ptr": "i32", "pos_ptr": "i64", "axis_ptr": "i64",
+               "kwords_ptr": "i32", "vwords_ptr": "i32", "rpos_ptr": "i32", "slots_ptr": "i32"}
 _FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr", "part_ptr",
-              "inv_freq_ptr"}
-_FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor"}
+              "inv_freq_ptr", "qr_ptr", "qs_ptr", "kf_ptr", "vf_ptr", "kc_ptr", "vc_ptr"}
+_FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor", "qjl_coef"}
 
 
 def _signature(fn, act: str, constexprs: dict[str, Any]) -> dict[str, str]:
@@ -106,6 +107,7 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                                             "HAS_WINDOW": True, "SPLIT": True, "DECODE": True,
                                                             "Q_NORM_ROPE": True, "KV_NEW": True, "V_NORM": True}, 4
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
+    yield from _turboquant_cases()
     yield from _gemv_cases()
     yield from _persistent_gemv_cases()
     yield from _wq_decode_cases()
@@ -132,6 +134,23 @@ def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str
                            "HAS_BIAS": True}, 8, ptrs[1]
     yield kernel, "bf16", {**base, "SCHEME": 2, "BLOCK_M": 4, "BLOCK_N": 4, "BLOCK_K": 1024, "EVEN_K": False}, 4, ptrs[2]
     yield kernel, "fp32", {**base, "SCHEME": 2, "BLOCK_M": 2, "BLOCK_N": 8, "BLOCK_K": 512, "EPILOGUE": 2}, 2, ptrs[2]
+
+
+def _turboquant_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    """TurboQuant attention at decode (4 bits with QJL, bf16 dots): the Qwen3.5-9B shape (head dim 256, 32 keys)
+    and a Gemma 4 global layer (512, 16 keys); a float32 prefill with a window and a residual ring."""
+    from anna_xpu_kernels import turboquant
+
+    def case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
+        return {"GROUP": 4, "BLOCK_Q": 4, "BLOCK_M": 16, "BLOCK_D": d, "KBITS": 3, "VBITS": 4, "UNIT": 32,
+                "PLANE_W": d // 32, "BLOCK_W": d // 32, "K_FIRST": 2, "Z_FIRST": 2 + 3 * d // 32, "V_FIRST": 1,
+                "HAS_WINDOW": False, "SPLIT": True, "DECODE": True, "HAS_RING": False, "QJL": True,
+                "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, **extra}
+
+    yield turboquant._tq_attention_kernel, "bf16", case(256, 32), 8
+    yield turboquant._tq_attention_kernel, "bf16", case(512, 16), 8
+    yield turboquant._tq_attention_kernel, "fp32", case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
+                                                        SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
 
 
 def _moe_route_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:

@@ -8,17 +8,21 @@ reconstruction ``c[idx] + sqrt(pi/2) / D * gamma * S^T z``,
 
 and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. The two query projections (``q_r``, ``S q_r``) and the
 output's rotation are three small float32 matmuls around one kernel launch; the kernel reads each key row's two
-norms, ``bits - 1`` code planes and sign plane and each value row's norm and ``bits`` planes, looks the codes up
-in the (tiny, cached) codebooks and runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA
-packing (the query heads of one KV head are the rows of one tile), tiles numbered on the device (no host sync, so
-decode and prefill calls can be graph-captured), flash-decoding splits merged by that module's merge kernel.
-Dots run in float32 (``ieee``). Head dims up to 512 (padded to a power of two in registers).
+norms, ``bits - 1`` code planes and sign plane and each value row's norm and ``bits`` planes (each plane once, as
+32-bit words spread over their coordinates in registers), looks the codes up in the (tiny, cached) codebooks and
+runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA packing (the query heads of one KV
+head are the rows of one tile), tiles numbered on the device (no host sync, so decode and prefill calls can be
+graph-captured), flash-decoding splits merged by that module's merge kernel. The values' norms scale the
+probabilities, not the centroids. Dots take bf16 operands on tensor cores for a bf16 / fp16 query and float32
+(``ieee``) ones for a float32 query, accumulating in float32 (:class:`TurboQuantTuning` overrides it and the
+launch settings). Head dims up to 512 (padded to a power of two in registers).
 """
 
 from __future__ import annotations
 
 import math
 
+import attrs
 import torch
 from anna_core.kernels.checks import (
     check_turboquant_caches,
@@ -30,34 +34,116 @@ from anna_core.kernels.checks import (
 )
 
 from anna_xpu_kernels._checks import require_float, require_same_device
-from anna_xpu_kernels._triton import next_pow2, tl, triton
+from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
 from anna_xpu_kernels.paged_attention import LOG2E, MAX_SPLITS, WIDE_HEAD_DIM, _merge_splits_kernel, _num_splits
 
 MAX_HEAD_DIM = 512
 
 
+DOTS = ("bf16", "tf32", "ieee")
+"""Operand precisions of the attention kernel's dots (accumulation is float32 in all three)."""
+
+LOOKUPS = ("shuffle", "gather", "select")
+"""How a code becomes its centroid: ``tl.gather`` from the codebook held in registers (warp shuffles; Triton 3.6
+fails to compile it where the gather is not warp-local, e.g. a head dim of 512 with 16 keys), a load from the
+(L1-resident) codebook in global memory, or a chain of selects in registers."""
+
+
+@attrs.frozen
+class TurboQuantTuning:
+    """Launch settings of :func:`paged_attention_turboquant`'s kernel (None: chosen from the shape).
+
+    Attributes:
+        dot: operand precision of the score and value dots, one of :data:`DOTS`; None: ``ieee`` for a float32
+            query (float32 serving: the reference's rounding), else ``bf16``, on tensor cores, whose rounding (unit
+            roundoff 2^-8 on the rotated query, the centroids and the probabilities) stays far below the
+            quantization's own error (tests/xpu_kernels/test_turboquant.py bounds it).
+        lookup: one of :data:`LOOKUPS`.
+        block_n: keys per loop step (a power of two, at least 16).
+        num_warps, num_stages: Triton launch settings.
+
+    Raises:
+        ValueError: a value outside the choices above.
+    """
+
+    dot: str | None = None
+    lookup: str = "gather"
+    block_n: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        op = "paged_attention_turboquant"
+        require(self.dot is None or self.dot in DOTS, op, f"dot must be one of {DOTS}, got {self.dot!r}")
+        require(self.lookup in LOOKUPS, op, f"lookup must be one of {LOOKUPS}, got {self.lookup!r}")
+        require(self.block_n is None or (self.block_n >= 16 and self.block_n & (self.block_n - 1) == 0), op,
+                f"block_n must be a power of two >= 16, got {self.block_n}")
+        require(self.num_warps is None or self.num_warps in (1, 2, 4, 8, 16), op,
+                f"num_warps must be a power of two up to 16, got {self.num_warps}")
+        require(self.num_stages is None or self.num_stages >= 1, op,
+                f"num_stages must be at least 1, got {self.num_stages}")
+
+
 @triton.jit
-def _codes(ptr, row_off, plane0, d, d_ok, mask_rows, BITS: tl.constexpr, PLANE: tl.constexpr):
-    """Centroid indices ``[N, BLOCK_D]`` int32 of rows at byte offsets ``row_off`` ``[N]``: bit ``p`` of coordinate
-    ``d`` is bit ``d % 8`` of byte ``plane0 + p * PLANE + d // 8``."""
-    idx = tl.zeros((row_off.shape[0], d.shape[0]), tl.int32)
+def _codes(ptr, row, first, ok, BITS: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
+           UNIT: tl.constexpr):
+    """Centroid indices ``[N, BLOCK_W * UNIT]`` int32 of ``N`` rows starting at ``row`` ``[N]`` (in units of
+    ``UNIT`` bits, 8 or 32, little endian): plane ``p`` is the ``PLANE_W`` units from ``first + p * PLANE_W``,
+    coordinate ``j`` bit ``j % UNIT`` of unit ``j // UNIT``. Each unit is loaded once per plane (``[N, BLOCK_W]``)
+    and spread over its ``UNIT`` coordinates by shifts in registers; rows not ``ok`` and padding read 0."""
+    w = tl.arange(0, BLOCK_W)
+    t = tl.arange(0, UNIT).to(tl.uint64)
+    mask = ok[:, None] & (w < PLANE_W)[None, :]
+    idx = tl.zeros((row.shape[0], BLOCK_W, UNIT), tl.int32)
     for p in tl.static_range(BITS):
-        byte = tl.load(ptr + row_off[:, None] + plane0 + p * PLANE + (d // 8)[None, :],
-                       mask=mask_rows[:, None] & d_ok[None, :], other=0).to(tl.int32)
-        idx += ((byte >> (d % 8)[None, :]) & 1) << p
-    return idx
+        unit = tl.load(ptr + row[:, None] + (first + p * PLANE_W) + w[None, :], mask=mask, other=0)
+        # bit t of the unit, moved to bit p: one 64-bit (funnel) shift and one masked or per coordinate
+        wide = unit.to(tl.uint32, bitcast=unit.dtype == tl.int32).to(tl.uint64) << p
+        idx |= ((wide[:, :, None] >> t[None, None, :]) & (1 << p)).to(tl.int32)
+    return tl.reshape(idx, (row.shape[0], BLOCK_W * UNIT))
+
+
+@triton.jit
+def _centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr):
+    """``c[idx]`` float32 ``[N, D]`` for a codebook of ``LEVELS`` entries, by ``LOOKUPS[LOOKUP]``."""
+    if LOOKUP == 0:
+        book = tl.load(c_ptr + tl.arange(0, LEVELS))
+        val = tl.gather(tl.broadcast_to(book[None, :], (idx.shape[0], LEVELS)), idx, 1)
+    elif LOOKUP == 1:
+        val = tl.load(c_ptr + idx)
+    else:
+        val = tl.zeros(idx.shape, tl.float32) + tl.load(c_ptr)
+        for level in tl.static_range(1, LEVELS):
+            val = tl.where(idx >= level, tl.load(c_ptr + level), val)
+    return val
+
+
+@triton.jit
+def _dot(a, b, DOT: tl.constexpr):
+    """``a @ b`` float32: bf16 operands on tensor cores (``DOT`` 0), tf32 (1), float32 ``ieee`` (2), or the operands
+    rounded to bf16 and multiplied in float32 (3: bf16 under the interpreter, whose bf16 ``tl.dot`` is wrong)."""
+    if DOT == 0:
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif DOT == 3:
+        return tl.dot(a.to(tl.bfloat16).to(tl.float32), b.to(tl.bfloat16).to(tl.float32), input_precision="ieee")
+    elif DOT == 1:
+        return tl.dot(a, b, input_precision="tf32")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
 
 
 @triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
 def _tq_attention_kernel(
-    qr_ptr, qs_ptr, k_ptr, kf_ptr, v_ptr, vf_ptr, kc_ptr, vc_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr, tile_seq_ptr,
-    tile_first_ptr, o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, rk_ptr, rv_ptr, rpos_ptr, slots_ptr,
+    qr_ptr, qs_ptr, kwords_ptr, kf_ptr, vwords_ptr, vf_ptr, kc_ptr, vc_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr,
+    tile_seq_ptr, tile_first_ptr, o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, rk_ptr, rv_ptr, rpos_ptr, slots_ptr,
     batch, n_tokens, head_dim, block_size, num_splits, qk_scale, qjl_coef, window, ring_len,
     stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_tb,
     stride_ot, stride_oh, stride_rs, stride_rr, stride_rh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-    KBITS: tl.constexpr, VBITS: tl.constexpr, PLANE: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    KBITS: tl.constexpr, VBITS: tl.constexpr, UNIT: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
+    K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
     SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr,
+    DOT: tl.constexpr, LOOKUP: tl.constexpr,
 ):
     tile = tl.program_id(0)
     h_kv = tl.program_id(1)
@@ -86,8 +172,12 @@ def _tq_attention_kernel(
     d_ok = d < head_dim
     q_off = tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :]
     q_mask = row_ok[:, None] & d_ok[None, :]
-    qr = tl.load(qr_ptr + q_off, mask=q_mask, other=0.0)  # Pi q, float32
-    qs = tl.load(qs_ptr + q_off, mask=q_mask, other=0.0)  # S Pi q, float32
+    # Pi q and S Pi q, zero past head_dim: the padded coordinates' codes (0) then add nothing to the scores
+    qr = tl.load(qr_ptr + q_off, mask=q_mask, other=0.0)
+    qs = tl.load(qs_ptr + q_off, mask=q_mask, other=0.0)
+    if DOT == 0:
+        qr = qr.to(tl.bfloat16)
+        qs = qs.to(tl.bfloat16)
 
     hi = tl.where(q_len > 0, ctx - q_len + tl.minimum(q0 + BLOCK_Q, q_len), 0)
     lo = 0
@@ -109,17 +199,15 @@ def _tq_attention_kernel(
         k_ok = kpos < hi
         blk = tl.load(tables_ptr + seq * stride_tb + kpos // block_size, mask=k_ok, other=0).to(tl.int64)
         slot = kpos % block_size
-        k_row = blk * stride_kb + slot * stride_kt + h_kv * stride_kh  # bytes
+        k_row = blk * stride_kb + slot * stride_kt + h_kv * stride_kh  # bytes (rows are 4-byte aligned)
         v_row = blk * stride_vb + slot * stride_vt + h_kv * stride_vh
         k_norm = tl.load(kf_ptr + k_row // 4, mask=k_ok, other=0.0)
-        k_idx = _codes(k_ptr, k_row, 8 if QJL else 4, d, d_ok, k_ok, KBITS, PLANE)
-        k_c = tl.where(d_ok[None, :], tl.load(kc_ptr + k_idx), 0.0)
-        s = tl.dot(qr, tl.trans(k_c), input_precision="ieee")
+        k_idx = _codes(kwords_ptr, k_row // (UNIT // 8), K_FIRST, k_ok, KBITS, PLANE_W, BLOCK_W, UNIT)
+        s = _dot(qr, tl.trans(_centroids(kc_ptr, k_idx, 1 << KBITS, LOOKUP)), DOT)
         if QJL:
             gamma = tl.load(kf_ptr + k_row // 4 + 1, mask=k_ok, other=0.0)
-            z = _codes(k_ptr, k_row, 8 + KBITS * PLANE, d, d_ok, k_ok, 1, PLANE).to(tl.float32) * 2.0 - 1.0
-            z = tl.where(d_ok[None, :], z, 0.0)
-            s += (qjl_coef * gamma)[None, :] * tl.dot(qs, tl.trans(z), input_precision="ieee")
+            z = tl.where(_codes(kwords_ptr, k_row // (UNIT // 8), Z_FIRST, k_ok, 1, PLANE_W, BLOCK_W, UNIT) != 0, 1.0, -1.0)
+            s += (qjl_coef * gamma)[None, :] * _dot(qs, tl.trans(z), DOT)
         s = s * (k_norm * qk_scale)[None, :]  # log2 units
         if HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
             ring_i = kpos % ring_len
@@ -128,7 +216,7 @@ def _tq_attention_kernel(
             r_off = ring_slot * stride_rs + ring_i * stride_rr + h_kv * stride_rh
             r_mask = in_ring[:, None] & d_ok[None, :]
             r_k = tl.load(rk_ptr + r_off[:, None] + d[None, :], mask=r_mask, other=0.0).to(tl.float32)
-            s_ring = tl.dot(qr, tl.trans(r_k), input_precision="ieee") * qk_scale
+            s_ring = _dot(qr, tl.trans(r_k), DOT) * qk_scale
             s = tl.where(in_ring[None, :], s_ring, s)
         seen = k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
         if HAS_WINDOW:
@@ -139,13 +227,15 @@ def _tq_attention_kernel(
         alpha = tl.exp2(m_i - m_ref)
         p = tl.exp2(s - m_ref[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
+        # sum_j p_j ||v_j|| c[idx_j]: the norms scale the probabilities ([M, N]), not the centroids ([N, D])
         v_norm = tl.load(vf_ptr + v_row // 4, mask=k_ok, other=0.0)
-        v_idx = _codes(v_ptr, v_row, 4, d, d_ok, k_ok, VBITS, PLANE)
-        v_c = tl.where(d_ok[None, :], tl.load(vc_ptr + v_idx), 0.0) * v_norm[:, None]
+        v_idx = _codes(vwords_ptr, v_row // (UNIT // 8), V_FIRST, k_ok, VBITS, PLANE_W, BLOCK_W, UNIT)
+        v_c = _centroids(vc_ptr, v_idx, 1 << VBITS, LOOKUP)
         if HAS_RING:
             r_v = tl.load(rv_ptr + r_off[:, None] + d[None, :], mask=r_mask, other=0.0).to(tl.float32)
             v_c = tl.where(in_ring[:, None], r_v, v_c)
-        acc = acc * alpha[:, None] + tl.dot(p, v_c, input_precision="ieee")
+            v_norm = tl.where(in_ring, 1.0, v_norm)
+        acc = acc * alpha[:, None] + _dot(p * v_norm[None, :], v_c, DOT)
         m_i = m_new
 
     if not SPLIT:
@@ -159,14 +249,21 @@ def _tq_attention_kernel(
         tl.store(acc_ws_ptr + ws_row[:, None] * BLOCK_D + d[None, :], acc, mask=row_ok[:, None])
 
 
+def _decode_block_n(block_d: int) -> int:
+    """Keys per loop step of a decode: 8K coordinates per K / V tile (32 keys at a head dim of 256, 16 at 512)."""
+    return max(16, min(64, 8192 // block_d))
+
+
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
                                rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None,
-                               residual_pos=None, slots=None, *, num_splits: int | None = None):
+                               residual_pos=None, slots=None, *, num_splits: int | None = None,
+                               tuning: TurboQuantTuning | None = None):
     """``paged_attention_turboquant`` (signature and rule of the reference) in the rotated basis (module docstring);
     a residual ring's rows are read as stored (already rotated).
 
     Args:
         num_splits: key partitions per tile (None: chosen for the GPU, as ``paged_attention``'s).
+        tuning: launch settings (None: :class:`TurboQuantTuning`'s defaults).
 
     Returns:
         ``[T, H_q, D]`` in q's dtype.
@@ -175,6 +272,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         ValueError: inconsistent shapes, tables or row widths (the reference's checks), a head dim above 512.
     """
     op = "paged_attention_turboquant"
+    tuning = tuning or TurboQuantTuning()
     require_dims(op, q=(q, 3), seq_lens=(seq_lens, 1), block_tables=(block_tables, 2))
     batch = num_sequences(op, cu_seqlens_q, "cu_seqlens_q")
     total, h_q, dim = q.shape
@@ -226,7 +324,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         acc_ws = torch.empty((splits, total, h_q, block_d), dtype=torch.float32, device=q.device)
     else:
         m_ws = l_ws = acc_ws = o
-    block_n = 16 if wide else 32
+    block_n = tuning.block_n or (_decode_block_n(block_d) if decode else 16 if wide else 32)
     ring = residual_pos is not None
     if ring:
         require(residual_k.shape == residual_v.shape and residual_k.dim() == 4 and residual_k.stride(3) == 1
@@ -239,8 +337,15 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     else:
         rk = rv = rpos = ring_slots = o  # unused
         ring_len, ring_strides = 1, (0, 0, 0)
+    dot = tuning.dot or ("ieee" if q.dtype == torch.float32 else "bf16")
+    # code planes read as 32-bit words where a plane is whole words (head dims that are multiples of 32), else bytes
+    unit = 32 if dim % 32 == 0 else 8
+    unit_bytes = unit // 8
+    plane = dim // 8  # bytes
+    k_words, v_words = (k_cache.view(torch.int32), v_cache.view(torch.int32)) if unit == 32 else (k_cache, v_cache)
+    k_first = 8 if with_qjl else 4  # bytes: the norms
     _tq_attention_kernel[(n_tiles, h_kv, splits)](
-        q_r, q_s, k_cache, k_cache.view(torch.float32), v_cache, v_cache.view(torch.float32), key_centroids,
+        q_r, q_s, k_words, k_cache.view(torch.float32), v_words, v_cache.view(torch.float32), key_centroids,
         value_centroids, cu, seq_lens, block_tables, tile_seq, tile_first, o, m_ws, l_ws, acc_ws,
         rk, rv, rpos, ring_slots,
         batch, total, dim, block_size, splits, float(scale) * LOG2E, math.sqrt(math.pi / 2) / dim,
@@ -248,10 +353,12 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         q_r.stride(0), q_r.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0), o.stride(0), o.stride(1),
         *ring_strides,
-        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, KBITS=kbits, VBITS=vbits, PLANE=dim // 8,
+        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, KBITS=kbits, VBITS=vbits, UNIT=unit,
+        PLANE_W=plane // unit_bytes, BLOCK_W=block_d // unit, K_FIRST=k_first // unit_bytes,
+        Z_FIRST=(k_first + kbits * plane) // unit_bytes, V_FIRST=4 // unit_bytes,
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
-        BLOCK_N=block_n,
-        num_warps=8 if wide else 4, num_stages=2 if wide else 3,
+        BLOCK_N=block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot), LOOKUP=LOOKUPS.index(tuning.lookup),
+        num_warps=tuning.num_warps or (8 if wide else 4), num_stages=tuning.num_stages or (2 if wide else 3),
     )
     if splits > 1:
         merge_d = min(block_d, WIDE_HEAD_DIM)

@@ -256,7 +256,8 @@ key is reconstructed as ``k~ = n Pi^T (c[idx] + sqrt(pi/2) / D * gamma * S^T z)`
 stored signs; its inner product with q is unbiased, arXiv 2504.19874 Theorem 2) and every value as
 ``v~ = n Pi^T c[idx]``; the attention rule, arguments and result are ``paged_attention``'s. Float32
 math; implementations may attend in the rotated basis (``q Pi^T`` against ``c[idx]``, ``q Pi^T S^T``
-against ``z``, the output rotated back), equal up to float32 rounding. With a residual ring
+against ``z``, the output rotated back), equal up to float32 rounding (for a bfloat16 / float16 q, up to
+bfloat16 rounding of the dots' operands, as ``paged_attention``'s tensor-core dots). With a residual ring
 (:mod:`anna_core.kv_quant.residual`): residual_k / residual_v ``[S, R, H_kv, D]`` (rows rotated, ``Pi k``, in
 the serving dtype), residual_pos ``[S, R]`` int32, slots ``[B]`` int64 (each sequence's ring): position
 ``p >= seq_lens[i] - R`` with ``residual_pos[slots[i], p % R] == p`` is read as ``Pi^T`` of its ring rows

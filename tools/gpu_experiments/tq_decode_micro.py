@@ -1,0 +1,247 @@
+"""TurboQuant decode attention against bf16 paged attention at the issue-30 decode shapes (batch 32, 4k context),
+one layer's op at a time, each captured in a CUDA graph (as the engine's decode step runs it).
+
+Run from the repository root on a CUDA machine (PYTHONPATH set to the packages' src folders, or the wheels
+installed)::
+
+    timeout 150 python3 tools/gpu_experiments/tq_decode_micro.py [--quick] [--no-sweep]
+
+(``--cpu-smoke``: the same cases at batch 2 and 64 tokens through Triton's interpreter, wall-clock times, to check
+the script itself without a GPU.)
+
+Shapes: Qwen3.5-9B full attention (16 q / 4 kv heads, head dim 256, 8 such layers), Gemma 4 E4B sliding layers
+(8 q / 2 kv, 256, window 512, 35 layers) and global layers (8 q / 2 kv, 512, 7 layers); block size 16, every
+sequence's 256 blocks a random permutation of the pool (the engine's tables are arbitrary block ids).
+
+Prints one line per case: the op's median us per call (CUDA-event timing of graph replays), its ratio to bf16's at
+that shape, and max |err| of the first two sequences' outputs against the torch reference (TurboQuant) or the
+bf16 reference; then the projected decode step per model from this morning's measured bf16 steps (H100: 9B 9.18
+ms, E4B 7.33 ms) plus the per-layer differences, against the issue's target (at most 1.25x bf16). After the
+defaults, a sweep of :class:`anna_xpu_kernels.turboquant.TurboQuantTuning` variants and split counts at the 9B
+4-bit and the E4B global 4-bit shapes, while the time allows (stops starting variants after ``--budget-s``).
+Lines are also written to ``$OUT/tq_decode_micro.log`` when ``OUT`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+BATCH, CTX, BLOCK, DEVICE = 32, 4096, 16, "cuda"
+BF16_STEP_MS = {"9B": 9.18, "E4B": 7.33}  # H100, batch 32, 4k context, CUDA graphs (issue 30's measurement)
+SHAPES = {  # name: (h_q, h_kv, head_dim, window, layers in the model)
+    "9B": (16, 4, 256, None, 8),
+    "E4B-sliding": (8, 2, 256, 512, 35),
+    "E4B-global": (8, 2, 512, None, 7),
+}
+_LOG: list[str] = []
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+    _LOG.append(line)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "tq_decode_micro.log"), "a") as f:
+            f.write(line + "\n")
+
+
+def _graph_us(fn, reps: int = 10, samples: int = 15) -> float:
+    """Median us per call of ``fn`` replayed from a CUDA graph (eager timing if the capture fails)."""
+    if DEVICE == "cpu":  # the smoke run: one interpreted call, wall clock
+        fn()
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e6
+    fn()
+    torch.cuda.synchronize()
+    run = fn
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        run = graph.replay
+    except Exception as e:  # noqa: BLE001 (report it and time eagerly)
+        _say(f"  (graph capture failed: {type(e).__name__}: {e}; timing eagerly)")
+    run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / reps)
+    return statistics.median(times)
+
+
+class Shape:
+    """One attention layer's decode inputs at batch 32 and 4k context (bf16 caches filled with random rows)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.h_q, self.h_kv, self.dim, self.window, self.layers = SHAPES[name]
+        dev = DEVICE
+        g = torch.Generator(device=dev).manual_seed(0)
+        blocks = CTX // BLOCK
+        self.n_blocks = BATCH * blocks + 1
+        self.tables = torch.randperm(self.n_blocks, device=dev, generator=g)[:BATCH * blocks].view(BATCH, blocks)
+        self.tables = self.tables.to(torch.int32)
+        shape = (self.n_blocks, BLOCK, self.h_kv, self.dim)
+        self.k = torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g)
+        self.v = torch.randn(shape, device=dev, dtype=torch.bfloat16, generator=g)
+        self.q = torch.randn(BATCH, self.h_q, self.dim, device=dev, dtype=torch.bfloat16, generator=g)
+        self.cu = torch.arange(BATCH + 1, device=dev, dtype=torch.int32)
+        self.lens = torch.full((BATCH,), CTX, device=dev, dtype=torch.int32)
+        self.scale = self.dim ** -0.5
+
+    def bf16_args(self, n: int = BATCH) -> tuple:
+        return (self.q[:n], self.k, self.v, self.cu[:n + 1], self.lens[:n], self.tables[:n], self.scale, self.window)
+
+    def quantized(self, bits: int, key_qjl: bool) -> tuple:
+        """``(k_cache, v_cache, tables args)`` holding this shape's rows quantized by the Triton write."""
+        from anna_core.kv_quant.layout import TurboQuantLayout
+        from anna_core.kv_quant.tables import TurboQuantTables
+        from anna_xpu_kernels import turboquant as tq
+
+        layout = TurboQuantLayout(bits, key_qjl=key_qjl)
+        tables = TurboQuantTables.build(layout, self.dim, DEVICE).args
+        kc = torch.zeros(self.n_blocks, BLOCK, self.h_kv, layout.key_row_bytes(self.dim), dtype=torch.uint8,
+                         device=DEVICE)
+        vc = torch.zeros(self.n_blocks, BLOCK, self.h_kv, layout.value_row_bytes(self.dim), dtype=torch.uint8,
+                         device=DEVICE)
+        rows = self.n_blocks * BLOCK
+        step = 16384
+        for s in range(0, rows, step):
+            e = min(rows, s + step)
+            slots = torch.arange(s, e, device=DEVICE)
+            tq.turboquant_cache_write(self.k.view(rows, self.h_kv, self.dim)[s:e],
+                                      self.v.view(rows, self.h_kv, self.dim)[s:e], kc, vc, slots, *tables)
+        return kc, vc, tables
+
+    def tq_args(self, quant: tuple, n: int = BATCH) -> tuple:
+        kc, vc, tables = quant
+        return (self.q[:n], kc, vc, self.cu[:n + 1], self.lens[:n], self.tables[:n], self.scale, self.window,
+                *tables)
+
+
+def _bf16_case(shape: Shape) -> float:
+    from anna_core.kernels.reference.paged_attention import paged_attention as ref
+    from anna_xpu_kernels import paged_attention as pa
+
+    us = _graph_us(lambda: pa.paged_attention(*shape.bf16_args()))
+    err = (pa.paged_attention(*shape.bf16_args())[:2].float() - ref(*shape.bf16_args(2)).float()).abs().max()
+    _say(f"{shape.name:12s} bf16 paged_attention            {us:8.1f} us  1.00x  max|err| {err.item():.2e}")
+    return us
+
+
+def _tq_case(shape: Shape, quant: tuple, label: str, base_us: float, tuning=None, splits=None) -> float:
+    from anna_core.kernels.reference import turboquant as ref
+    from anna_xpu_kernels import turboquant as tq
+
+    def call():
+        return tq.paged_attention_turboquant(*shape.tq_args(quant), num_splits=splits, tuning=tuning)
+
+    try:
+        us = _graph_us(call)
+        err = (call()[:2].float() - ref.paged_attention_turboquant(*shape.tq_args(quant, 2)).float()).abs().max()
+    except Exception as e:  # noqa: BLE001 (a variant that fails to compile or launch is reported, not fatal)
+        _say(f"{shape.name:12s} {label:32s} FAILED {type(e).__name__}: {str(e)[:200]}")
+        return float("nan")
+    _say(f"{shape.name:12s} {label:32s} {us:8.1f} us  {us / base_us:5.2f}x  max|err| {err.item():.2e}")
+    return us
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="the 9B shape at 4 bits only")
+    parser.add_argument("--no-sweep", action="store_true", help="defaults only")
+    parser.add_argument("--budget-s", type=float, default=100.0, help="start no sweep variant after this")
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU through the interpreter")
+    a = parser.parse_args()
+    if a.cpu_smoke:
+        global BATCH, CTX, DEVICE
+        BATCH, CTX, DEVICE = 2, 64, "cpu"
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif not torch.cuda.is_available():
+        print("needs CUDA", file=sys.stderr)
+        return 2
+    from anna_xpu_kernels import turboquant as tq
+
+    t0 = time.time()
+    _say(f"device {torch.cuda.get_device_name() if DEVICE == 'cuda' else 'cpu'}, batch {BATCH}, context {CTX}, block {BLOCK}")
+    base, best, quants = {}, {}, {}
+    names = ["9B"] if a.quick else list(SHAPES)
+    for name in names:
+        shape = Shape(name)
+        base[name] = _bf16_case(shape)
+        modes = [(4, True)] if a.quick else [(4, True), (3, True), (4, False), (3, False)]
+        if name != "9B":
+            modes = modes[:2]
+        for bits, qjl in modes:
+            quant = shape.quantized(bits, qjl)
+            quants[(name, bits, qjl)] = (shape, quant)
+            us = _tq_case(shape, quant, f"tq {bits}-bit {'qjl' if qjl else 'mse-keys'} default", base[name])
+            best.setdefault((name, bits), us)
+        _say(f"-- {time.time() - t0:.0f} s")
+
+    def projection(tag: str):
+        for bits in (4, 3):
+            if tag == "9B" and ("9B", bits) in best:
+                delta = SHAPES["9B"][4] * (best[("9B", bits)] - base["9B"]) / 1e3
+            elif ("E4B-sliding", bits) in best and ("E4B-global", bits) in best:
+                delta = sum(SHAPES[n][4] * (best[(n, bits)] - base[n]) / 1e3 for n in ("E4B-sliding", "E4B-global"))
+            else:
+                continue
+            step = BF16_STEP_MS[tag] + delta
+            _say(f"projected {tag} decode step at {bits} bits: {step:.2f} ms = {step / BF16_STEP_MS[tag]:.2f}x "
+                 f"bf16's {BF16_STEP_MS[tag]} ms (attention only; target <= 1.25x)")
+
+    projection("9B")
+    if not a.quick:
+        projection("E4B")
+    if a.no_sweep:
+        return 0
+    T = tq.TurboQuantTuning
+    sweeps = {
+        ("9B", 4, True): [
+            ("shuffle lookup", T(lookup="shuffle"), None), ("stages 1", T(num_stages=1), None),
+            ("splits 8", None, 8), ("splits 16", None, 16), ("ieee dots (the old precision)", T(dot="ieee"), None),
+            ("shuffle lookup stages 1", T(lookup="shuffle", num_stages=1), None),
+            ("block_n 16", T(block_n=16), None), ("warps 4", T(num_warps=4), None),
+            ("select lookup", T(lookup="select"), None), ("stages 3", T(num_stages=3), None),
+            ("tf32 dots", T(dot="tf32"), None), ("block_n 64", T(block_n=64), None),
+        ],
+        ("E4B-global", 4, True): [
+            ("stages 1", T(num_stages=1), None), ("splits 16", None, 16), ("splits 32", None, 32),
+            ("block_n 32", T(block_n=32), None), ("warps 4", T(num_warps=4), None),
+        ],
+        ("E4B-sliding", 4, True): [("select lookup", T(lookup="select"), None), ("splits 2", None, 2)],
+    }
+    for key, variants in sweeps.items():
+        if key not in quants:
+            continue
+        shape, quant = quants[key]
+        for label, tuning, splits in variants:
+            if time.time() - t0 > a.budget_s:
+                _say(f"-- budget reached ({time.time() - t0:.0f} s): remaining variants skipped")
+                return 0
+            _tq_case(shape, quant, f"tq 4-bit qjl {label}", base[key[0]], tuning=tuning, splits=splits)
+    _say(f"-- done in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

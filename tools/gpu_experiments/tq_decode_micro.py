@@ -168,6 +168,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="the 9B shape at 4 bits only")
     parser.add_argument("--no-sweep", action="store_true", help="defaults only")
+    parser.add_argument("--combos", action="store_true", help="sweep combinations of the first sweep's winners (9B)")
     parser.add_argument("--budget-s", type=float, default=100.0, help="start no sweep variant after this")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU through the interpreter")
     a = parser.parse_args()
@@ -230,6 +231,19 @@ def main() -> int:
         ],
         ("E4B-sliding", 4, True): [("select lookup", T(lookup="select"), None), ("splits 2", None, 2)],
     }
+    if a.combos:  # the single changes that won in the first sweep (shuffle lookup, 4 warps, 3 stages, 64 keys), combined
+        sweeps = {("9B", 4, True): [
+            ("shuffle + warps 4", T(lookup="shuffle", num_warps=4), None),
+            ("shuffle + warps 4 + stages 3", T(lookup="shuffle", num_warps=4, num_stages=3), None),
+            ("shuffle + stages 3", T(lookup="shuffle", num_stages=3), None),
+            ("shuffle + block_n 64", T(lookup="shuffle", block_n=64), None),
+            ("warps 4 + stages 3", T(num_warps=4, num_stages=3), None),
+            ("warps 4 + block_n 64", T(num_warps=4, block_n=64), None),
+            ("shuffle + warps 4 + block_n 64", T(lookup="shuffle", num_warps=4, block_n=64), None),
+            ("shuffle + warps 4 + stages 3 + block_n 64", T(lookup="shuffle", num_warps=4, num_stages=3, block_n=64),
+             None),
+            ("shuffle + warps 4 + splits 8", T(lookup="shuffle", num_warps=4), 8),
+        ]}
     for key, variants in sweeps.items():
         if key not in quants:
             continue

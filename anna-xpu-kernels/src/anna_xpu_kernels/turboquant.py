@@ -58,16 +58,20 @@ class TurboQuantTuning:
             query (float32 serving: the reference's rounding), else ``bf16``, on tensor cores, whose rounding (unit
             roundoff 2^-8 on the rotated query, the centroids and the probabilities) stays far below the
             quantization's own error (tests/xpu_kernels/test_turboquant.py bounds it).
-        lookup: one of :data:`LOOKUPS`.
+        lookup: one of :data:`LOOKUPS`; None: ``shuffle`` at a decode with a head dim of at most 256, else
+            ``gather`` (Triton 3.6 fails to compile the shuffle at a head dim of 512 with 16 keys).
         block_n: keys per loop step (a power of two, at least 16).
-        num_warps, num_stages: Triton launch settings.
+        num_warps, num_stages: Triton launch settings (None: 4 warps at a decode with a head dim of at most 256).
+
+    The decode defaults at a head dim of 256 (shuffle lookup, 4 warps, 8 splits without a sliding window) are the
+    fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md).
 
     Raises:
         ValueError: a value outside the choices above.
     """
 
     dot: str | None = None
-    lookup: str = "gather"
+    lookup: str | None = None
     block_n: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
@@ -75,7 +79,7 @@ class TurboQuantTuning:
     def __attrs_post_init__(self) -> None:
         op = "paged_attention_turboquant"
         require(self.dot is None or self.dot in DOTS, op, f"dot must be one of {DOTS}, got {self.dot!r}")
-        require(self.lookup in LOOKUPS, op, f"lookup must be one of {LOOKUPS}, got {self.lookup!r}")
+        require(self.lookup is None or self.lookup in LOOKUPS, op, f"lookup must be one of {LOOKUPS}, got {self.lookup!r}")
         require(self.block_n is None or (self.block_n >= 16 and self.block_n & (self.block_n - 1) == 0), op,
                 f"block_n must be a power of two >= 16, got {self.block_n}")
         require(self.num_warps is None or self.num_warps in (1, 2, 4, 8, 16), op,
@@ -316,7 +320,9 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         tile_seq = torch.searchsorted(tile_end, torch.arange(n_tiles, device=q.device, dtype=torch.int32),
                                       right=True).to(torch.int32)
     max_keys = block_tables.shape[1] * block_size
-    splits = num_splits or _num_splits(q.device, n_tiles * h_kv, max_keys)
+    narrow_decode = decode and block_d <= WIDE_HEAD_DIM
+    default_splits = 8 if narrow_decode and sliding_window is None else _num_splits(q.device, n_tiles * h_kv, max_keys)
+    splits = num_splits or default_splits
     splits = max(1, min(splits, triton.cdiv(max(max_keys, 1), 16), MAX_SPLITS))
     if splits > 1:
         m_ws = torch.empty((splits, total, h_q), dtype=torch.float32, device=q.device)
@@ -338,6 +344,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         rk = rv = rpos = ring_slots = o  # unused
         ring_len, ring_strides = 1, (0, 0, 0)
     dot = tuning.dot or ("ieee" if q.dtype == torch.float32 else "bf16")
+    lookup = tuning.lookup or ("shuffle" if narrow_decode else "gather")
     # code planes read as 32-bit words where a plane is whole words (head dims that are multiples of 32), else bytes
     unit = 32 if dim % 32 == 0 else 8
     unit_bytes = unit // 8
@@ -357,8 +364,8 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         PLANE_W=plane // unit_bytes, BLOCK_W=block_d // unit, K_FIRST=k_first // unit_bytes,
         Z_FIRST=(k_first + kbits * plane) // unit_bytes, V_FIRST=4 // unit_bytes,
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
-        BLOCK_N=block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot), LOOKUP=LOOKUPS.index(tuning.lookup),
-        num_warps=tuning.num_warps or (8 if wide else 4), num_stages=tuning.num_stages or (2 if wide else 3),
+        BLOCK_N=block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot), LOOKUP=LOOKUPS.index(lookup),
+        num_warps=tuning.num_warps or (4 if narrow_decode or not wide else 8), num_stages=tuning.num_stages or (2 if wide else 3),
     )
     if splits > 1:
         merge_d = min(block_d, WIDE_HEAD_DIM)

@@ -65,6 +65,8 @@ class LLM:
             encoded there and their rows copied to the device.
         family_options: options the model's family declares for its loader (``ModelFamilySpec.load_options``,
             e.g. Qwen3-ASR's ``{"asr_max_inference_batch_size": 8}``); see ``load_model``.
+        expert_quant: ``"none"``, ``"int4"``, ``"int8"`` or ``"fp8"``: a MoE model's routed experts quantized at
+            load (``--expert-quant``; families that declare it: Qwen3.5 MoE, Gemma 4); see ``load_model``.
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
             (``max_num_seqs``, ``max_prefill_tokens``, ``prefill_chunk_size``, ``block_size``,
             ``num_blocks``, ``kv_cache_memory_gib``, ``max_device_memory_gib``, ``max_model_len``,
@@ -83,7 +85,7 @@ class LLM:
                  warmup: bool | None = None, offload_mode: str = "auto", resident_expert_layers: int | None = None,
                  resident_expert_layer_indices: str | list[int] | None = None, cached_experts_per_layer: int = 0,
                  expert_prefetch: bool = True, offload_vision: bool = False,
-                 family_options: dict[str, Any] | None = None, **engine_options: Any):
+                 family_options: dict[str, Any] | None = None, expert_quant: str = "none", **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
         build = resolve(task_for(family, name="generate").engine)
         config = EngineConfig(**engine_options)
@@ -92,7 +94,7 @@ class LLM:
         loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format,
                             gguf_file=gguf_file, chat_template=chat_template, offload=offload,
                             max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant,
-                            offload_vision=offload_vision, family_options=family_options)
+                            offload_vision=offload_vision, family_options=family_options, expert_quant=expert_quant)
         self._setup(loaded, build(loaded, config, _runner_config(loaded, cuda_graph, compile_mode, warmup)))
 
     @classmethod

@@ -13,6 +13,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
+from anna_core.layers.wq_experts import expert_scheme, quantize_experts
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
@@ -49,7 +50,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
-         max_device_bytes: int | None = None, weight_quant: str = "auto") -> LoadedModel:
+         max_device_bytes: int | None = None, weight_quant: str = "auto", expert_quant: str = "none") -> LoadedModel:
     """Load a Gemma 4 checkpoint (either layout) for text generation.
 
     Args:
@@ -61,9 +62,13 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         chat_template: overrides the checkpoint's chat template.
         offload, max_device_bytes: expert offload of a MoE model (:func:`anna_core.layers.expert_offload.plan_offload`):
             the offloaded layers' experts load into pinned host memory, never onto the device.
+        expert_quant: ``"none"`` (the MoE block's routed experts stay in ``dtype``) or ``"int4"`` / ``"int8"`` /
+            ``"fp8"``: quantized at load, layer by layer on the device after the dense weights are in place
+            (:func:`anna_core.layers.wq_experts.quantize_experts`); a load option (``--expert-quant``).
 
     Raises:
-        ModelLoadError: bad config, missing / unexpected / mis-shaped tensors, GGUF input, no tokenizer.
+        ModelLoadError: bad config, missing / unexpected / mis-shaped tensors, GGUF input, no tokenizer;
+            ``expert_quant`` unknown, for a model without a MoE block, with expert offload or fp8 without FP8 units.
         OffloadConfigError: an offload setting the model contradicts.
     """
     if load_format not in LOAD_FORMATS:
@@ -78,12 +83,17 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     model = build_model(cfg, ops, dtype)
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
+    experts_scheme = expert_scheme(expert_quant, is_moe=cfg.enable_moe_block, offloaded=plan is not None,
+                                   device=device)
     if load_format == "dummy":
         materialize_dummy(model, device=device, init=_dummy_init, host=host)
     else:
         load_safetensors(model, source.root, name_map(cfg), device=device, host=host)
     model.merge_projections()
     use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
+    if experts_scheme is not None:
+        log.info("--expert-quant %s: %d MoE layers' routed experts quantized", experts_scheme,
+                 quantize_experts(model, experts_scheme, ops))
     model.raw_config = source.config  # for hf_export (anna bench --compare-hf)
     model.eval()
     tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")

@@ -14,6 +14,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
+from anna_core.layers.wq_experts import expert_scheme, quantize_experts
 from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
@@ -69,7 +70,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
          max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False,
-         lm_head_quant: str = "none", layout_cache: bool = True) -> LoadedModel:
+         lm_head_quant: str = "none", layout_cache: bool = True, expert_quant: str = "none") -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
     Args:
@@ -100,6 +101,11 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             without a tower.
         layout_cache: keep a pre-quantized checkpoint's repacked weights in the layout cache
             (:mod:`anna_core.weights.layout_cache`, under ``$ANNA_CACHE_DIR``); a load option.
+        expert_quant: ``"none"`` (a MoE model's routed experts stay in ``dtype``) or a scheme (``"int4"`` /
+            ``"int8"`` / ``"fp8"``): the routed experts quantized at load, layer by layer on the device
+            (:func:`anna_core.layers.wq_experts.quantize_experts`; with the layers staged in host memory on an
+            accelerator, as ``weight_quant`` stages them); a load option (``load_model(expert_quant=...)``,
+            ``--expert-quant``).
 
     Raises:
         OffloadConfigError: an offload setting the model contradicts; offload of a GGUF.
@@ -107,7 +113,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             GGUF metadata Anna does not implement (see :meth:`Qwen35Config.from_gguf`).
         ModelLoadError: ``--weight-quant`` int4 / int8 / fp8 of a GGUF or of a pre-quantized checkpoint, fp8 on a
             device without FP8 units, an unknown mode; a ``quantization_config`` Anna does not serve (naming the
-            method: :class:`~anna_core.weights.prequant.UnsupportedQuantizationError`); bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
+            method: :class:`~anna_core.weights.prequant.UnsupportedQuantizationError`); ``expert_quant`` unknown, for
+            a dense model, a GGUF, with expert offload or fp8 without FP8 units; bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
             mixing the fused and per-expert layouts), unsupported GGML types, a load format that does not fit
             the source, no tokenizer.
     """
@@ -118,6 +125,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         if lm_head_quant not in SCHEMES:
             raise ModelLoadError(f"unknown lm_head_quant {lm_head_quant!r}; use none or one of {', '.join(SCHEMES)}")
         check_weight_quant(lm_head_quant, source.format, device)
+    if expert_quant in SCHEMES:
+        check_weight_quant(expert_quant, source.format, device)  # not of a GGUF
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
@@ -137,7 +146,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
     scheme = weight_scheme(weight_quant, model, device, dtype, max_device_bytes)  # weighed on the meta-built model
-    staged = stage_on_host(scheme, plan is not None, device)
+    experts_scheme = expert_scheme(expert_quant, is_moe=cfg.is_moe, offloaded=plan is not None, device=device)
+    staged = stage_on_host(scheme or experts_scheme, plan is not None, device)
     if staged:  # the decoder layers wait in host memory and are quantized one at a time on the device
         host = (*host, "model.layers.")
     tower_on_cpu = offload_vision and vision is not None
@@ -157,10 +167,16 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         for layer in model.model.layers:
             layer.to(device)
             layer.merge_projections()
-            _quantize(layer, scheme, ops)
+            if scheme is not None:
+                _quantize(layer, scheme, ops)
+            if experts_scheme is not None:
+                quantize_experts(layer, experts_scheme, ops)
     model = _prepare(model, ops)
     if scheme is not None and not staged:
         _quantize(model.model.layers, scheme, ops)
+    if experts_scheme is not None and not staged:
+        log.info("--expert-quant %s: %d MoE layers' routed experts quantized", experts_scheme,
+                 quantize_experts(model.model.layers, experts_scheme, ops))
     if lm_head_quant != "none":
         head = model.model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
         model.lm_head = WQLinear(quantize(head.detach(), lm_head_quant, head.dtype), None, ops)

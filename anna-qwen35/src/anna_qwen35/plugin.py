@@ -21,7 +21,8 @@ def register_model_families(register):
             vision_offload=True,  # --offload-vision: the vision tower on the CPU
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
             tiny_checkpoint="anna_qwen35.tiny:build_tiny_checkpoint",  # for tests: variant dense / moe
-            load_options=("lm_head_quant", "layout_cache"),  # the LM head quantized too (int4 / int8 / fp8; default dense)
+            # the LM head / the MoE routed experts quantized too (int4 / int8 / fp8; default dense); the layout cache
+            load_options=("lm_head_quant", "layout_cache", "expert_quant"),
         )
     )
     register(

@@ -469,7 +469,9 @@ own x, weights and ids.
 ``scheme``, layouts in ``anna_core.weights.gpu_quant``), stacked with a leading ``E`` (int8 scale ``[E, N]``;
 zero None unless int4). x, weights, expert_ids, activation: as ``moe_experts``. Each projection is a
 ``wq_linear`` (float32 dequantization and accumulation, rounded once to x's dtype); activation, weighting and
-the sum over ``K`` as ``moe_experts`` (for float32 x: ``moe_experts`` of the dequantized weights). Same rules
+the sum over ``K`` as ``moe_experts`` (for float32 x: ``moe_experts`` of the dequantized weights); for many
+tokens an implementation may round the dequantized weights to x's dtype first (grouped GEMMs on a dense
+scratch: a relative ``2**-8`` per bfloat16 weight). Same rules
 as ``moe_experts``: no host sync nor value-shaped work in implementations (graph-capturable), only the chosen
 experts' codes read; the reference reads the counts on the host and raises ``ValueError`` for ids outside
 ``[0, E)``. Looked up with the shape fact ``scheme``.

@@ -3,9 +3,13 @@ its argument checks, and ``quantize_stacked``."""
 
 import pytest
 import torch
+from anna_core.bench.roofline import weight_bytes
 from anna_core.kernels.examples import moe_experts_wq as examples
 from anna_core.kernels.reference.moe import moe_experts
 from anna_core.kernels.reference.moe_wq import moe_experts_wq
+from anna_core.layers.moe import RoutedExpertsModule
+from anna_core.layers.wq_experts import WQExperts, quantize_experts
+from anna_core.layers.wq_linear import weight_kinds
 from anna_core.weights.gpu_quant import dequantize, quantize, quantize_stacked
 
 SCHEMES = ("int4", "int8", "fp8")
@@ -107,3 +111,53 @@ def test_bad_arguments_raise_clear_errors():
         call(act="relu")
     with pytest.raises(ValueError, match="must be \\[T=2, K>=1\\]"):
         call(ids=ids[:1], w=weights[:1])
+
+
+class _ToyExperts(RoutedExpertsModule):
+    """A family's stacked experts, as :class:`RoutedExpertsModule` asks subclasses to hold them."""
+
+    activation = "silu"
+
+    def __init__(self, e, h, i, ops):
+        super().__init__(e, 2)
+        self.ops = ops
+        gen = torch.Generator().manual_seed(7)
+        self.gate_up_proj = torch.nn.Parameter(torch.randn(e, 2 * i, h, generator=gen) * 0.1, requires_grad=False)
+        self.down_proj = torch.nn.Parameter(torch.randn(e, h, i, generator=gen) * 0.1, requires_grad=False)
+
+    def forward(self, x, weights, experts):
+        return self.ops.get("moe_experts")(x, self.gate_up_proj, self.down_proj, weights, experts, self.activation)
+
+
+def _toy_model(h=128, i=128):
+    from anna_core.kernels import KernelRegistry, bind_ops
+    from anna_core.kernels.ops import CORE_OPS
+
+    ops = bind_ops(KernelRegistry(CORE_OPS), torch.device("cpu"), torch.float32)
+    return torch.nn.ModuleDict({"a": _ToyExperts(8, h, i, ops), "b": _ToyExperts(8, h, i, ops)})
+
+
+def test_quantize_experts_swaps_modules_and_they_run_the_op():
+    model = _toy_model()
+    x, w, ids = torch.randn(3, 128), torch.full((3, 2), 0.5), torch.tensor([[0, 1], [2, 7], [7, 3]])
+    dense = model["a"](x, w, ids)
+    assert weight_kinds(model) == {"experts": "float32"}
+    assert quantize_experts(model, "int8", model["a"].ops) == 2
+    quantized = model["a"]
+    assert isinstance(quantized, WQExperts) and quantized.scheme == "int8" and quantized.top_k == 2
+    assert not list(quantized.parameters())  # the dense weights are gone
+    got = quantized(x, w, ids)
+    assert (got - dense).abs().max() < 0.02 * dense.abs().max()
+    assert weight_kinds(model) == {"experts": "int8"}
+    # the roofline counts the codes and scales of the K of E experts a batch-1 step reads
+    packed = sum(b.numel() * b.element_size() for m in model.values() for b in m.buffers())
+    assert weight_bytes(model, 1) == sum(int(sum(b.numel() * b.element_size() for b in m.buffers()) * 2 / 8)
+                                         for m in model.values())
+    assert packed < sum(e * 3 * 128 * 128 * 4 for e in (8, 8)) / 3  # int8 codes: a quarter of float32, plus scales
+
+
+def test_int4_leaves_experts_it_cannot_take_dense_and_bad_schemes_raise():
+    model = _toy_model(h=128, i=96)  # I = 96: the down projection's K is not a multiple of 128
+    assert quantize_experts(model, "int4", model["a"].ops) == 0 and weight_kinds(model) == {"experts": "float32"}
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        quantize_experts(model, "int2", model["a"].ops)

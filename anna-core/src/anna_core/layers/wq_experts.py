@@ -77,7 +77,8 @@ class WQExperts(RoutedExpertsModule):
 def quantize_experts(root: nn.Module, scheme: str, ops: Any) -> int:
     """Replace every :class:`~anna_core.layers.moe.RoutedExpertsModule` under ``root`` that holds its stacked
     dense weights (``gate_up_proj [E, 2I, H]``, ``down_proj [E, H, I]``, on their device) by a :class:`WQExperts`
-    of ``scheme`` (scales in the weights' dtype for int4); returns how many. Each layer's dense weights are
+    of ``scheme`` (scales in the weights' dtype for int4) running through ``ops`` (the model's op table); returns
+    how many. Each layer's dense weights are
     freed before the next is quantized (peak: the dense model plus one expert's float32 copy and one layer's
     codes). Experts whose shapes the scheme cannot take (int4: ``H`` or ``I`` not a multiple of 128) stay
     dense, with a log line. ``root`` itself may be such a module (nothing to replace it in: it is left as is).
@@ -100,7 +101,7 @@ def quantize_experts(root: nn.Module, scheme: str, ops: Any) -> int:
             with torch.no_grad():
                 q_gate_up = quantize_stacked(gate_up, scheme, gate_up.dtype)
                 q_down = quantize_stacked(down, scheme, down.dtype)
-            setattr(parent, name, WQExperts(q_gate_up, q_down, child.activation, child.ops, child.top_k))
+            setattr(parent, name, WQExperts(q_gate_up, q_down, child.activation, ops, child.top_k))
             changed += 1
     return changed
 

@@ -80,8 +80,8 @@ def quantize_experts(root: nn.Module, scheme: str, ops: Any) -> int:
     of ``scheme`` (scales in the weights' dtype for int4) running through ``ops`` (the model's op table); returns
     how many. Each layer's dense weights are
     freed before the next is quantized (peak: the dense model plus one expert's float32 copy and one layer's
-    codes). Experts whose shapes the scheme cannot take (int4: ``H`` or ``I`` not a multiple of 128) stay
-    dense, with a log line. ``root`` itself may be such a module (nothing to replace it in: it is left as is).
+    codes). Experts whose shapes the scheme cannot take (int4: ``H`` or ``I`` not a multiple of 128, e.g. Gemma 4
+    26B-A4B's ``I = 704``) stay dense, with a warning. ``root`` itself may be such a module (nothing to replace it in: it is left as is).
 
     Raises:
         ValueError: an unknown scheme.
@@ -95,8 +95,9 @@ def quantize_experts(root: nn.Module, scheme: str, ops: Any) -> int:
             qualified = f"{parent_name}.{name}" if parent_name else name
             gate_up, down = child.gate_up_proj, child.down_proj
             if not (quantizable(tuple(gate_up.shape[1:]), scheme) and quantizable(tuple(down.shape[1:]), scheme)):
-                log.info("%s stays dense: %s cannot take its shapes %s / %s", qualified, scheme,
-                         tuple(gate_up.shape), tuple(down.shape))
+                log.warning("--expert-quant: %s stays dense: %s cannot take its shapes %s / %s (int4 needs H and I "
+                            "multiples of 128; int8 / fp8 take any)", qualified, scheme, tuple(gate_up.shape),
+                            tuple(down.shape))
                 continue
             with torch.no_grad():
                 q_gate_up = quantize_stacked(gate_up, scheme, gate_up.dtype)

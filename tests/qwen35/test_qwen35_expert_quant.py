@@ -121,3 +121,22 @@ def test_bad_expert_quant_requests_are_load_errors(tiny_moe, anna_tiny_qwen35_fa
         _load(anna_tiny_qwen35_factory(layout="text"), "int8")
     with pytest.raises(AnnaError, match="unknown expert quantization 'int3'"):
         load_model(tiny_moe, device="cpu", expert_quant="int3")
+
+
+def test_auto_weighs_the_experts_quantized(tiny_moe):
+    """``--weight-quant auto`` with ``--expert-quant int4``: a budget the bf16 model exceeds but the model with int4
+    experts fits keeps the projections dense."""
+    from anna_core.layers.wq_experts import quantized_experts_bytes
+    from anna_qwen35.config import Qwen35Config
+    from anna_qwen35.loader import build_model, weight_scheme
+
+    model = build_model(Qwen35Config.from_hf(inspect_model_dir(tiny_moe).config), None, torch.bfloat16)  # meta
+    dense = sum(p.numel() * p.element_size() for p in model.parameters())
+    experts_dense, experts_int4 = quantized_experts_bytes(model, "int4")
+    # 4 layers of 8 experts, [256, 128] gate/up and [128, 128] down each: codes a quarter of bf16, plus scales
+    assert experts_dense == 4 * 8 * 3 * 128 * 128 * 2
+    assert experts_int4 == 4 * 8 * (256 * 64 + 2 * 256 * 2 + 128 * 64 + 2 * 128 * 2)
+    budget = dense - experts_dense // 2
+    device = torch.device("cuda")  # only its type is read with a budget given
+    assert weight_scheme("auto", model, device, torch.bfloat16, budget) == "int4"
+    assert weight_scheme("auto", model, device, torch.bfloat16, budget, "int4") is None

@@ -14,7 +14,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
-from anna_core.layers.wq_experts import expert_scheme, quantize_experts
+from anna_core.layers.wq_experts import expert_scheme, quantize_experts, quantized_experts_bytes
 from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
@@ -145,8 +145,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     model = build_model(cfg, ops, dtype, per_expert, vision)
     plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
     host = plan.host_prefixes if plan is not None else ()
-    scheme = weight_scheme(weight_quant, model, device, dtype, max_device_bytes)  # weighed on the meta-built model
     experts_scheme = expert_scheme(expert_quant, is_moe=cfg.is_moe, offloaded=plan is not None, device=device)
+    # weighed on the meta-built model
+    scheme = weight_scheme(weight_quant, model, device, dtype, max_device_bytes, experts_scheme)
     staged = stage_on_host(scheme or experts_scheme, plan is not None, device)
     if staged:  # the decoder layers wait in host memory and are quantized one at a time on the device
         host = (*host, "model.layers.")
@@ -240,11 +241,12 @@ def check_weight_quant(weight_quant: str, source_format: str, device: torch.devi
 
 
 def weight_scheme(weight_quant: str, model: torch.nn.Module, device: torch.device, dtype: torch.dtype,
-                  max_device_bytes: int | None) -> str | None:
+                  max_device_bytes: int | None, experts_scheme: str | None = None) -> str | None:
     """The :mod:`anna_core.weights.gpu_quant` scheme the decoder's projections take, or None (dense):
     ``weight_quant`` itself for int4 / int8 / fp8; for ``"auto"`` on an accelerator, int4 when the model's
     dense weights (all parameters and buffers, in ``dtype``) exceed ``max_device_bytes`` (the memory the
-    server may use), else the device's free memory now (logged as a warning); None otherwise."""
+    server may use), else the device's free memory now (logged as a warning); None otherwise. With
+    ``experts_scheme`` (``--expert-quant``) the routed experts weigh what they will quantized."""
     from anna_core.device import memory_stats
 
     if weight_quant in SCHEMES:
@@ -253,6 +255,9 @@ def weight_scheme(weight_quant: str, model: torch.nn.Module, device: torch.devic
         return None
     budget = max_device_bytes if max_device_bytes is not None else memory_stats(torch.device(device)).get("free_bytes")
     dense = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    if experts_scheme is not None:
+        experts_dense, experts_quantized = quantized_experts_bytes(model, experts_scheme)
+        dense += experts_quantized - experts_dense
     if budget is None or dense <= budget:
         return None
     log.warning("--weight-quant auto: the dense weights (%.1f GiB in %s) do not fit the %.1f GiB the server may use "

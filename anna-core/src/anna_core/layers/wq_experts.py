@@ -17,7 +17,13 @@ from torch import nn
 
 from anna_core.errors import ModelLoadError
 from anna_core.layers.moe import RoutedExpertsModule
-from anna_core.weights.gpu_quant import QuantizedWeight, check_scheme, quantizable, quantize_stacked
+from anna_core.weights.gpu_quant import (
+    QuantizedWeight,
+    check_scheme,
+    quantizable,
+    quantize_stacked,
+    quantized_bytes,
+)
 
 log = logging.getLogger("anna.weights")
 
@@ -131,3 +137,24 @@ def expert_scheme(expert_quant: str, *, is_moe: bool, offloaded: bool, device: t
         raise ModelLoadError(f"--expert-quant fp8 needs a device with FP8 units (CUDA compute capability 8.9 or "
                              f"newer); {torch.device(device)} has none: use int8 or int4")
     return expert_quant
+
+
+def quantized_experts_bytes(root: nn.Module, scheme: str) -> tuple[int, int]:
+    """``(dense, quantized)``: the bytes of every :class:`~anna_core.layers.moe.RoutedExpertsModule`'s weights under
+    ``root`` as they are (meta tensors count too: a loader weighs the model before loading it) and quantized with
+    ``scheme`` (:func:`~anna_core.weights.gpu_quant.quantized_bytes` per ``[N, K]`` matrix; a stacked ``[E, N, K]``
+    weight is ``E`` of them).
+
+    Raises:
+        ValueError: an unknown scheme.
+    """
+    check_scheme(scheme, "quantized_experts_bytes")
+    dense = quantized = 0
+    for module in root.modules():
+        if not isinstance(module, RoutedExpertsModule) or isinstance(module, WQExperts):
+            continue
+        for p in module.parameters():
+            n, k = p.shape[-2:]
+            dense += p.numel() * p.element_size()
+            quantized += p.numel() // (n * k) * quantized_bytes(n, k, scheme, p.dtype)
+    return dense, quantized

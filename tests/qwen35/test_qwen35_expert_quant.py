@@ -140,3 +140,15 @@ def test_auto_weighs_the_experts_quantized(tiny_moe):
     device = torch.device("cuda")  # only its type is read with a budget given
     assert weight_scheme("auto", model, device, torch.bfloat16, budget) == "int4"
     assert weight_scheme("auto", model, device, torch.bfloat16, budget, "int4") is None
+
+
+@pytest.mark.slow
+def test_llm_expert_quant_serves_the_quantized_model(tiny_moe, long_prompt):
+    """``LLM(expert_quant="int8")`` (engine, paged cache, scheduler) gives the greedy tokens of the int8-expert model."""
+    from anna_core import LLM, SamplingParams
+
+    llm = LLM(tiny_moe, device="cpu", dtype="fp32", num_blocks=32, expert_quant="int8")
+    assert weight_kinds(llm.loaded.model)["experts"] == "int8"
+    prompt = long_prompt[:12]
+    [out] = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
+    assert out.token_ids == simple_greedy(_load(tiny_moe, "int8").model, prompt, 8)

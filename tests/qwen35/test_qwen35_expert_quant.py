@@ -152,3 +152,21 @@ def test_llm_expert_quant_serves_the_quantized_model(tiny_moe, long_prompt):
     prompt = long_prompt[:12]
     [out] = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
     assert out.token_ids == simple_greedy(_load(tiny_moe, "int8").model, prompt, 8)
+
+
+@pytest.mark.slow
+def test_expert_offload_modes_with_quantized_experts(tiny_moe):
+    """``--offload-mode auto`` plans no offload when the experts are quantized (they load on the device);
+    ``experts`` (offloaded experts stay dense) is a load error."""
+    from anna_core.engine.offload import OffloadConfig
+    from anna_qwen35.loader import load
+
+    def with_offload(mode):
+        return load(inspect_model_dir(tiny_moe), device=torch.device("cpu"), dtype=torch.float32,
+                    kernels=KernelRegistry.from_plugins(), expert_quant="int8", offload=OffloadConfig(mode=mode),
+                    max_device_bytes=1)  # auto would offload every layer of dense experts at this budget
+
+    loaded = with_offload("auto")
+    assert loaded.expert_store is None and weight_kinds(loaded.model)["experts"] == "int8"
+    with pytest.raises(ModelLoadError, match="expert offload is not supported"):
+        with_offload("experts")

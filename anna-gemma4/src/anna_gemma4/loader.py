@@ -13,7 +13,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
-from anna_core.layers.wq_experts import expert_scheme, quantize_experts
+from anna_core.layers.wq_experts import expert_scheme, plans_offload, quantize_experts
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
@@ -81,7 +81,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     cfg = Gemma4Config.from_hf(source.config)
     ops = bind_ops(kernels, device, dtype)
     model = build_model(cfg, ops, dtype)
-    plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+    plan = (plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+            if plans_offload(offload, expert_quant) else None)
     host = plan.host_prefixes if plan is not None else ()
     experts_scheme = expert_scheme(expert_quant, is_moe=cfg.enable_moe_block, offloaded=plan is not None,
                                    device=device)

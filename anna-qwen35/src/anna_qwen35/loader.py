@@ -14,7 +14,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
-from anna_core.layers.wq_experts import expert_scheme, quantize_experts, quantized_experts_bytes
+from anna_core.layers.wq_experts import expert_scheme, plans_offload, quantize_experts, quantized_experts_bytes
 from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
@@ -143,7 +143,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     vision, processor = _vision(source, cfg, tokenizer)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
     model = build_model(cfg, ops, dtype, per_expert, vision)
-    plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+    plan = (plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+            if plans_offload(offload, expert_quant) else None)
     host = plan.host_prefixes if plan is not None else ()
     experts_scheme = expert_scheme(expert_quant, is_moe=cfg.is_moe, offloaded=plan is not None, device=device)
     # weighed on the meta-built model

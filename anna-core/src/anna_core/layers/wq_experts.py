@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from anna_core.engine.offload import OffloadConfig
 from anna_core.errors import ModelLoadError
 from anna_core.layers.moe import RoutedExpertsModule
 from anna_core.weights.gpu_quant import (
@@ -137,6 +138,19 @@ def expert_scheme(expert_quant: str, *, is_moe: bool, offloaded: bool, device: t
         raise ModelLoadError(f"--expert-quant fp8 needs a device with FP8 units (CUDA compute capability 8.9 or "
                              f"newer); {torch.device(device)} has none: use int8 or int4")
     return expert_quant
+
+
+def plans_offload(offload: OffloadConfig | None, expert_quant: str) -> bool:
+    """Whether a loader plans expert offload: not without an offload setting, and not for ``offload.mode == "auto"``
+    with quantized experts (``auto`` weighs dense experts, and offloaded experts stay dense; ``--expert-quant``
+    is how such a model is meant to fit). ``"experts"`` with quantized experts is planned, then refused by
+    :func:`expert_scheme`."""
+    if offload is None:
+        return False
+    if offload.mode == "auto" and expert_quant != "none":
+        log.info("--expert-quant %s: --offload-mode auto keeps every expert on the device", expert_quant)
+        return False
+    return True
 
 
 def quantized_experts_bytes(root: nn.Module, scheme: str) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from anna_cli.options import (
     WEIGHT_QUANT_HELP,
     WEIGHT_QUANTS,
     exit_on_anna_errors,
+    expert_quant_option,
     lm_head_quant_option,
 )
 
@@ -36,6 +37,7 @@ from anna_cli.options import (
 @click.option("--weight-quant", type=click.Choice(WEIGHT_QUANTS), default="auto", show_default=True,
               help=WEIGHT_QUANT_HELP)
 @lm_head_quant_option
+@expert_quant_option
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Concurrent requests.")
 @click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request.")
 @click.option("--output-len", type=int, default=256, show_default=True, help="Generated tokens per request.")
@@ -86,6 +88,7 @@ from anna_cli.options import (
 @tensor_parallel_option
 @exit_on_anna_errors
 def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_quant: str, lm_head_quant: str,
+          expert_quant: str,
           batch_size: int, input_len: int,
           output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
           prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
@@ -100,7 +103,7 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
     from anna_core.bench.video_prompts import VideoSpec
 
     settings = BenchSettings(model_dir=model_dir, device=device, dtype=dtype, load_format=load_format,
-                             weight_quant=weight_quant, lm_head_quant=lm_head_quant,
+                             weight_quant=weight_quant, lm_head_quant=lm_head_quant, expert_quant=expert_quant,
                              batch_size=batch_size, input_len=input_len, output_len=output_len, warmup=warmup,
                              runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode,
                              async_scheduling=async_scheduling, prefix_caching=prefix_caching,

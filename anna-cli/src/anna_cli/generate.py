@@ -23,6 +23,7 @@ from anna_cli.engine_options import (
 from anna_cli.options import (
     SAMPLING_FLAGS,
     exit_on_anna_errors,
+    expert_quant_option,
     lm_head_family_options,
     lm_head_quant_option,
     model_options,
@@ -85,6 +86,7 @@ def _with_media(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...],
 @click.command("generate")
 @model_options
 @lm_head_quant_option
+@expert_quant_option
 @click.option("--prompt", required=True, help="The prompt text ('-' reads it from stdin).")
 @click.option("--image", "images", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An image file for a vision-language model (repeatable; in chat form each goes before the text, "
@@ -117,7 +119,8 @@ def _with_media(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...],
 @tensor_parallel_option
 @exit_on_anna_errors
 def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str,
-             weight_quant: str, lm_head_quant: str, prompt: str, images: tuple[Path, ...], videos: tuple[Path, ...],
+             weight_quant: str, lm_head_quant: str, expert_quant: str, prompt: str, images: tuple[Path, ...],
+             videos: tuple[Path, ...],
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
              stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
              max_device_memory_gib: float | None, offload_vision: bool, tensor_parallel_size: int,
@@ -143,7 +146,7 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
     load_kwargs = dict(device=device, dtype=dtype, load_format=load_format, gguf_file=gguf_file,
                        weight_quant=weight_quant, chat_template=chat_template.read_text() if chat_template else None,
                        offload=offload, max_device_memory_gib=max_device_memory_gib, offload_vision=offload_vision,
-                       family_options=lm_head_family_options(lm_head_quant) or None)
+                       family_options=lm_head_family_options(lm_head_quant) or None, expert_quant=expert_quant)
     runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=resolve_device(device).type != "cpu")
     loaded, engine, workers = load_engine(path, load_kwargs, build, config, runner,
                                           tensor_parallel_size=tensor_parallel_size)

@@ -37,6 +37,18 @@ def lm_head_family_options(lm_head_quant: str) -> dict[str, str]:
     return {} if lm_head_quant == "none" else {"lm_head_quant": lm_head_quant}
 
 
+EXPERT_QUANTS = ("none", "int4", "int8", "fp8")  # anna_core.layers.wq_experts.EXPERT_QUANT_MODES (kept import-free)
+EXPERT_QUANT_HELP = ("Quantize a MoE model's routed experts at load (Qwen3.5 MoE, Gemma 4 26B-A4B): int4 (groups of "
+                     "128) / int8 (per channel) / fp8 (e4m3, 128x128 blocks; GPUs with FP8 units), as --weight-quant "
+                     "lays them out; none: dense.")
+
+
+def expert_quant_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--expert-quant`` (``anna serve``, ``anna generate``, ``anna bench``): ``load_model(expert_quant=...)``."""
+    return click.option("--expert-quant", type=click.Choice(EXPERT_QUANTS), default="none", show_default=True,
+                        help=EXPERT_QUANT_HELP)(fn)
+
+
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--model-dir``, ``--gguf-file``, ``--device``, ``--dtype``, ``--load-format``, ``--weight-quant``."""
     decorators = [

@@ -47,6 +47,7 @@ from anna_cli.media_options import media_options, media_settings
 from anna_cli.options import (
     SAMPLING_FLAGS,
     exit_on_anna_errors,
+    expert_quant_option,
     lm_head_family_options,
     lm_head_quant_option,
     model_options,
@@ -319,6 +320,7 @@ def _draining_server_class() -> type:
 @click.command("serve")
 @model_options
 @lm_head_quant_option
+@expert_quant_option
 @click.option("--model-name", default=None, help="The model id clients use (default: the folder name).")
 @click.option("--task", "task_name", default=None,
               help="Which of the family's tasks to serve (generate, transcribe, speech, ...; default: its main one).")
@@ -377,7 +379,7 @@ def _draining_server_class() -> type:
 @tensor_parallel_option
 @exit_on_anna_errors
 def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str, load_format: str, weight_quant: str,
-          lm_head_quant: str,
+          lm_head_quant: str, expert_quant: str,
           model_name: str | None, task_name: str | None, host: str, port: int, log_level: str, log_format: str,
           max_model_len: int | None, chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
@@ -431,12 +433,13 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
         media_fetcher=media_fetcher,
         mm_processor_kwargs=mm_processor_kwargs,
         info={"model_dir": str(path), "family": family.name, "task": task.name, "device": device,
-              "weight_quant": weight_quant, "lm_head_quant": lm_head_quant},
+              "weight_quant": weight_quant, "lm_head_quant": lm_head_quant, "expert_quant": expert_quant},
     )
     loader = BackgroundLoader(
         state, task, path,
         load_kwargs={"device": device, "dtype": dtype, "load_format": load_format, "gguf_file": gguf_file,
                      "disable_kernels": disable_kernels, "weight_quant": weight_quant, "offload": offload,
+                     "expert_quant": expert_quant,
                      "offload_vision": bool(options.get("offload_vision")),
                      "max_device_memory_gib": engine_config.max_device_memory_gib,
                      "chat_template": chat_template.read_text() if chat_template else None,

@@ -69,6 +69,8 @@ class LLM:
             :mod:`anna_core.distributed`): one worker process per rank past 0 is spawned, rank ``r`` on
             ``cuda:r`` (``xpu:r``; on the CPU every rank on the CPU, over gloo) and this process is rank 0.
             Call :meth:`close` (or use the ``LLM`` as a context manager) to stop the workers.
+        expert_quant: ``"none"``, ``"int4"``, ``"int8"`` or ``"fp8"``: a MoE model's routed experts quantized at
+            load (``--expert-quant``; families that declare it: Qwen3.5 MoE, Gemma 4); see ``load_model``.
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
             (``max_num_seqs``, ``max_prefill_tokens``, ``prefill_chunk_size``, ``block_size``,
             ``num_blocks``, ``kv_cache_memory_gib``, ``max_device_memory_gib``, ``max_model_len``,
@@ -87,7 +89,8 @@ class LLM:
                  warmup: bool | None = None, offload_mode: str = "auto", resident_expert_layers: int | None = None,
                  resident_expert_layer_indices: str | list[int] | None = None, cached_experts_per_layer: int = 0,
                  expert_prefetch: bool = True, offload_vision: bool = False,
-                 family_options: dict[str, Any] | None = None, tensor_parallel_size: int = 1, **engine_options: Any):
+                 family_options: dict[str, Any] | None = None, tensor_parallel_size: int = 1,
+                 expert_quant: str = "none", **engine_options: Any):
         family = select_family(inspect_model_dir(model_dir, gguf_file=gguf_file), model_families())
         task = task_for(family, name="generate")
         build = resolve(task.engine)
@@ -96,7 +99,7 @@ class LLM:
                                            cached_experts_per_layer, expert_prefetch)
         options = dict(dtype=dtype, load_format=load_format, gguf_file=gguf_file, chat_template=chat_template,
                        offload=offload, max_device_memory_gib=config.max_device_memory_gib, weight_quant=weight_quant,
-                       offload_vision=offload_vision, family_options=family_options)
+                       offload_vision=offload_vision, family_options=family_options, expert_quant=expert_quant)
         self._workers = None
         if tensor_parallel_size == 1:
             loaded = load_model(model_dir, device=device, **options)

@@ -15,6 +15,7 @@ from anna_core.device import resolve_device, resolve_dtype
 from anna_core.engine.offload import OffloadConfig
 from anna_core.errors import AnnaError, ModelLoadError, UnsupportedModelError
 from anna_core.kernels.registry import KernelRegistry
+from anna_core.layers.wq_experts import EXPERT_QUANT_MODES
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource, inspect_model_dir, select_family
 from anna_core.plugins import model_families
@@ -45,7 +46,7 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
                disable_kernels: Sequence[str] = (), offload: OffloadConfig | None = None,
                max_device_memory_gib: float | None = None, weight_quant: str = "auto",
                offload_vision: bool = False, family_options: Mapping[str, Any] | None = None,
-               parallel: Any = None) -> LoadedModel:
+               parallel: Any = None, expert_quant: str = "none") -> LoadedModel:
     """Load the model at ``model`` (a folder or a ``.gguf`` file).
 
     Args:
@@ -74,20 +75,27 @@ def load_model(model: str | Path, *, device: str = "auto", dtype: Any = "auto", 
         parallel: load this rank's shard for a tensor-parallel group (an :class:`anna_core.distributed.ParallelState`
             of several ranks; families that declare ``ModelFamilySpec.tensor_parallel``); the result's ``parallel``
             is set. None: the whole model.
+        expert_quant: ``"none"`` (a MoE model's routed experts stay in ``dtype``) or ``"int4"`` / ``"int8"`` /
+            ``"fp8"`` (``--expert-quant``: quantized at load, :mod:`anna_core.layers.wq_experts`); passed to the
+            loader as the load option ``expert_quant`` unless ``"none"``, so a family must declare it.
 
     Raises:
         ModelLoadError: missing / broken checkpoint, or the family's package cannot be imported.
         UnsupportedModelError: no installed family serves the checkpoint, ``--offload-mode experts`` for a
             family that does not declare expert offload, ``offload_vision`` for one that does not declare
-            vision offload, a ``family_options`` key the family does not declare, or ``parallel`` for a family
-            that does not declare tensor parallelism.
-        AnnaError: bad device, dtype, load format or ``disable_kernels`` entry, or an offload setting the model
-            contradicts (e.g. a resident layer index out of range).
+            vision offload, a ``family_options`` key the family does not declare (``expert_quant`` too), or
+            ``parallel`` for a family that does not declare tensor parallelism.
+        AnnaError: bad device, dtype, load format, ``expert_quant`` or ``disable_kernels`` entry, or an offload
+            setting the model contradicts (e.g. a resident layer index out of range).
     """
     if load_format not in LOAD_FORMATS:
         raise AnnaError(f"unknown load format {load_format!r}; use one of {', '.join(LOAD_FORMATS)}")
     if weight_quant not in WEIGHT_QUANT_MODES:
         raise AnnaError(f"unknown weight quantization {weight_quant!r}; use one of {', '.join(WEIGHT_QUANT_MODES)}")
+    if expert_quant not in EXPERT_QUANT_MODES:
+        raise AnnaError(f"unknown expert quantization {expert_quant!r}; use one of {', '.join(EXPERT_QUANT_MODES)}")
+    if expert_quant != "none":
+        family_options = {**(family_options or {}), "expert_quant": expert_quant}
     source = inspect_model_dir(model, gguf_file=gguf_file)
     family = select_family(source, model_families(pm))
     try:

@@ -16,6 +16,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
+from anna_core.layers.wq_experts import expert_scheme, plans_offload, quantize_experts
 from anna_core.model import LoadedModel
 from anna_core.model_dir import ModelSource
 from anna_core.tokenizer import Tokenizer
@@ -57,7 +58,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
-         max_device_bytes: int | None = None, weight_quant: str = "auto",
+         max_device_bytes: int | None = None, weight_quant: str = "auto", expert_quant: str = "none",
          parallel: ParallelState = SINGLE) -> LoadedModel:
     """Load a Gemma 4 checkpoint (either layout) for text generation.
 
@@ -70,12 +71,16 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         chat_template: overrides the checkpoint's chat template.
         offload, max_device_bytes: expert offload of a MoE model (:func:`anna_core.layers.expert_offload.plan_offload`):
             the offloaded layers' experts load into pinned host memory, never onto the device.
+        expert_quant: ``"none"`` (the MoE block's routed experts stay in ``dtype``) or ``"int4"`` / ``"int8"`` /
+            ``"fp8"``: quantized at load, layer by layer on the device after the dense weights are in place
+            (:func:`anna_core.layers.wq_experts.quantize_experts`); a load option (``--expert-quant``).
         parallel: load one rank's shard for a tensor-parallel group (:mod:`anna_gemma4.tensor_parallel`; no expert
-            offload then).
+            offload or expert quantization then).
 
     Raises:
         ModelLoadError: bad config, missing / unexpected / mis-shaped tensors, GGUF input, no tokenizer, expert
-            offload with tensor parallelism, a group size that does not divide the heads or widths.
+            offload or quantization with tensor parallelism, a group size that does not divide the heads or widths;
+            ``expert_quant`` unknown, for a model without a MoE block, with expert offload or fp8 without FP8 units.
         OffloadConfigError: an offload setting the model contradicts.
     """
     if load_format not in LOAD_FORMATS:
@@ -88,12 +93,16 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if parallel.is_parallel and offload is not None and offload.mode == "experts":
         raise ModelLoadError("tensor parallelism splits the experts over the devices; --offload-mode experts "
                              "does not combine with it")
+    if parallel.is_parallel and expert_quant != "none":
+        raise ModelLoadError("tensor parallelism loads dense experts; --expert-quant does not combine with it yet")
     cfg = Gemma4Config.from_hf(source.config)
     ops = bind_ops(kernels, device, dtype)
     model = build_model(cfg, ops, dtype, parallel)
-    plan = None if offload is None or parallel.is_parallel else plan_offload(model, offload, device=device,
-                                                                             max_device_bytes=max_device_bytes)
+    plan = (plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+            if not parallel.is_parallel and plans_offload(offload, expert_quant) else None)
     host = plan.host_prefixes if plan is not None else ()
+    experts_scheme = expert_scheme(expert_quant, is_moe=cfg.enable_moe_block, offloaded=plan is not None,
+                                   device=device)
     shards = ShardReader(tensor_parallel.rules(cfg), parallel) if parallel.is_parallel else None
     if load_format == "dummy":  # a tensor-parallel rank draws the whole model's weights and keeps its slices
         full = None if shards is None else {n: p.shape for n, p in build_model(cfg, ops, dtype).named_parameters()}
@@ -102,6 +111,9 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         load_safetensors(model, source.root, name_map(cfg), device=device, host=host, shards=shards)
     model.merge_projections()
     use_linear_op(model, ops)  # projections through the `linear` op (skinny decode GEMVs on GPUs)
+    if experts_scheme is not None:
+        log.info("--expert-quant %s: %d MoE layers' routed experts quantized", experts_scheme,
+                 quantize_experts(model, experts_scheme, ops))
     model.raw_config = source.config  # for hf_export (anna bench --compare-hf)
     model.eval()
     tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")

@@ -20,6 +20,7 @@ def register_model_families(register):
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
             tensor_parallel=True,  # --tensor-parallel-size: anna_gemma4.tensor_parallel
             tiny_checkpoint="anna_gemma4.tiny:build_tiny_gemma4",  # for tests: variant e2b / moe / dense
+            load_options=("expert_quant",),  # the MoE block's routed experts quantized at load (int4 / int8 / fp8)
         )
     )
     # Gemma 3: the causal LM (270M, 1B), the conditional-generation checkpoints' language model (4B,

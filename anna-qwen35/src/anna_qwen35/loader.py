@@ -17,6 +17,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.expert_offload import apply_offload, plan_offload
 from anna_core.layers.linear import use_linear_op
 from anna_core.layers.moe import DUMMY_ROUTER_LOGIT_STD
+from anna_core.layers.wq_experts import expert_scheme, plans_offload, quantize_experts, quantized_experts_bytes
 from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.model import GenerationDefaults, LoadedModel
 from anna_core.model_dir import ModelSource
@@ -76,7 +77,7 @@ def _dummy_init(name: str, value: torch.Tensor, gen: torch.Generator | None) -> 
 def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_format: str = "auto",
          kernels: KernelRegistry, chat_template: str | None = None, offload: OffloadConfig | None = None,
          max_device_bytes: int | None = None, weight_quant: str = "auto", offload_vision: bool = False,
-         lm_head_quant: str = "none", layout_cache: bool = True,
+         lm_head_quant: str = "none", layout_cache: bool = True, expert_quant: str = "none",
          parallel: ParallelState = SINGLE) -> LoadedModel:
     """Load a Qwen3.5 checkpoint (dense or MoE) for text generation.
 
@@ -111,6 +112,11 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         parallel: load one rank's shard for a tensor-parallel group (:mod:`anna_qwen35.tensor_parallel`): dense
             safetensors (or dummy) weights, no offload or quantization; a vision-language checkpoint is served as
             text (its tower is not loaded).
+        expert_quant: ``"none"`` (a MoE model's routed experts stay in ``dtype``) or a scheme (``"int4"`` /
+            ``"int8"`` / ``"fp8"``): the routed experts quantized at load, layer by layer on the device
+            (:func:`anna_core.layers.wq_experts.quantize_experts`; with the layers staged in host memory on an
+            accelerator, as ``weight_quant`` stages them); a load option (``load_model(expert_quant=...)``,
+            ``--expert-quant``).
 
     Raises:
         OffloadConfigError: an offload setting the model contradicts; offload of a GGUF.
@@ -118,7 +124,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             GGUF metadata Anna does not implement (see :meth:`Qwen35Config.from_gguf`).
         ModelLoadError: ``--weight-quant`` int4 / int8 / fp8 of a GGUF or of a pre-quantized checkpoint, fp8 on a
             device without FP8 units, an unknown mode; a ``quantization_config`` Anna does not serve (naming the
-            method: :class:`~anna_core.weights.prequant.UnsupportedQuantizationError`); bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
+            method: :class:`~anna_core.weights.prequant.UnsupportedQuantizationError`); ``expert_quant`` unknown, for
+            a dense model, a GGUF, with expert offload or fp8 without FP8 units; bad config or metadata, missing / unexpected / mis-shaped tensors (MoE: expert tensors
             mixing the fused and per-expert layouts), unsupported GGML types, a load format that does not fit
             the source, no tokenizer.
     """
@@ -129,11 +136,13 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         if lm_head_quant not in SCHEMES:
             raise ModelLoadError(f"unknown lm_head_quant {lm_head_quant!r}; use none or one of {', '.join(SCHEMES)}")
         check_weight_quant(lm_head_quant, source.format, device)
+    if expert_quant in SCHEMES:
+        check_weight_quant(expert_quant, source.format, device)  # not of a GGUF
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
     if parallel.is_parallel:
-        _check_parallel(source.format, weight_quant, lm_head_quant, offload)
+        _check_parallel(source.format, weight_quant, lm_head_quant, offload, expert_quant)
     ops = bind_ops(kernels, device, dtype)
     if source.format == "gguf":
         if offload is not None and offload.mode == "experts":
@@ -147,11 +156,14 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     vision, processor = _vision(source, cfg, tokenizer) if not parallel.is_parallel else (None, None)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
     model = build_model(cfg, ops, dtype, per_expert, vision, parallel)
-    plan = None if offload is None else plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+    plan = (plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
+            if plans_offload(offload, expert_quant) else None)
     host = plan.host_prefixes if plan is not None else ()
+    experts_scheme = expert_scheme(expert_quant, is_moe=cfg.is_moe, offloaded=plan is not None, device=device)
     # weighed on the meta-built model; a tensor-parallel shard stays dense (its row-parallel layers reduce)
-    scheme = None if parallel.is_parallel else weight_scheme(weight_quant, model, device, dtype, max_device_bytes)
-    staged = stage_on_host(scheme, plan is not None, device)
+    scheme = None if parallel.is_parallel else weight_scheme(weight_quant, model, device, dtype, max_device_bytes,
+                                                             experts_scheme)
+    staged = stage_on_host(scheme or experts_scheme, plan is not None, device)
     if staged:  # the decoder layers wait in host memory and are quantized one at a time on the device
         host = (*host, "model.layers.")
     tower_on_cpu = offload_vision and vision is not None
@@ -173,10 +185,16 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         for layer in model.model.layers:
             layer.to(device)
             layer.merge_projections()
-            _quantize(layer, scheme, ops)
+            if scheme is not None:
+                _quantize(layer, scheme, ops)
+            if experts_scheme is not None:
+                quantize_experts(layer, experts_scheme, ops)
     model = _prepare(model, ops)
     if scheme is not None and not staged:
         _quantize(model.model.layers, scheme, ops)
+    if experts_scheme is not None and not staged:
+        log.info("--expert-quant %s: %d MoE layers' routed experts quantized", experts_scheme,
+                 quantize_experts(model.model.layers, experts_scheme, ops))
     if lm_head_quant != "none":
         head = model.model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
         model.lm_head = WQLinear(quantize(head.detach(), lm_head_quant, head.dtype), None, ops)
@@ -190,15 +208,17 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     return loaded
 
 
-def _check_parallel(source_format: str, weight_quant: str, lm_head_quant: str, offload: OffloadConfig | None) -> None:
+def _check_parallel(source_format: str, weight_quant: str, lm_head_quant: str, offload: OffloadConfig | None,
+                    expert_quant: str = "none") -> None:
     """Refuse what a tensor-parallel load does not take.
 
     Raises:
-        ModelLoadError: a GGUF, ``weight_quant`` int4 / int8 / fp8, a quantized LM head, or expert offload.
+        ModelLoadError: a GGUF, ``weight_quant`` int4 / int8 / fp8, a quantized LM head, quantized experts, or expert
+            offload.
     """
-    if source_format == "gguf" or weight_quant in SCHEMES or lm_head_quant != "none":
+    if source_format == "gguf" or weight_quant in SCHEMES or lm_head_quant != "none" or expert_quant != "none":
         raise ModelLoadError("tensor parallelism loads dense safetensors (or dummy) weights: not a GGUF, "
-                             "--weight-quant int4 / int8 / fp8 or --lm-head-quant")
+                             "--weight-quant int4 / int8 / fp8, --lm-head-quant or --expert-quant")
     if offload is not None and offload.mode == "experts":
         raise ModelLoadError("tensor parallelism splits the experts over the devices; --offload-mode experts "
                              "does not combine with it")
@@ -254,11 +274,12 @@ def check_weight_quant(weight_quant: str, source_format: str, device: torch.devi
 
 
 def weight_scheme(weight_quant: str, model: torch.nn.Module, device: torch.device, dtype: torch.dtype,
-                  max_device_bytes: int | None) -> str | None:
+                  max_device_bytes: int | None, experts_scheme: str | None = None) -> str | None:
     """The :mod:`anna_core.weights.gpu_quant` scheme the decoder's projections take, or None (dense):
     ``weight_quant`` itself for int4 / int8 / fp8; for ``"auto"`` on an accelerator, int4 when the model's
     dense weights (all parameters and buffers, in ``dtype``) exceed ``max_device_bytes`` (the memory the
-    server may use), else the device's free memory now (logged as a warning); None otherwise."""
+    server may use), else the device's free memory now (logged as a warning); None otherwise. With
+    ``experts_scheme`` (``--expert-quant``) the routed experts weigh what they will quantized."""
     from anna_core.device import memory_stats
 
     if weight_quant in SCHEMES:
@@ -267,6 +288,9 @@ def weight_scheme(weight_quant: str, model: torch.nn.Module, device: torch.devic
         return None
     budget = max_device_bytes if max_device_bytes is not None else memory_stats(torch.device(device)).get("free_bytes")
     dense = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    if experts_scheme is not None:
+        experts_dense, experts_quantized = quantized_experts_bytes(model, experts_scheme)
+        dense += experts_quantized - experts_dense
     if budget is None or dense <= budget:
         return None
     log.warning("--weight-quant auto: the dense weights (%.1f GiB in %s) do not fit the %.1f GiB the server may use "

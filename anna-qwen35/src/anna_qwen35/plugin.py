@@ -22,7 +22,8 @@ def register_model_families(register):
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
             tensor_parallel=True,  # --tensor-parallel-size: anna_qwen35.tensor_parallel
             tiny_checkpoint="anna_qwen35.tiny:build_tiny_checkpoint",  # for tests: variant dense / moe
-            load_options=("lm_head_quant", "layout_cache"),  # the LM head quantized too (int4 / int8 / fp8; default dense)
+            # the LM head / the MoE routed experts quantized too (int4 / int8 / fp8; default dense); the layout cache
+            load_options=("lm_head_quant", "layout_cache", "expert_quant"),
         )
     )
     register(

@@ -23,7 +23,8 @@ probabilities of every token differ clearly (the tests check the margin)."""
 
 def build_tiny_qwen35_moe(path: str | Path, *, layout: str = "text", num_experts: int = 8, top_k: int = 2,
                           fused: bool = False, tie: bool = False, seed: int = 0,
-                          layer_types: tuple[str, ...] | None = None) -> Path:
+                          layer_types: tuple[str, ...] | None = None, hidden_size: int = HIDDEN,
+                          moe_intermediate_size: int = MOE_INTERMEDIATE) -> Path:
     """Save a tiny random Qwen3.5 MoE checkpoint with transformers (4 layers: by default linear, full, linear,
     full; ``layer_types`` overrides).
 
@@ -35,6 +36,8 @@ def build_tiny_qwen35_moe(path: str | Path, *, layout: str = "text", num_experts
             fused ``mlp.experts.gate_up_proj [E, 2I, H]`` / ``mlp.experts.down_proj [E, H, I]``.
         tie: tie the LM head to the embeddings.
         seed: weights seed (norms, ``dt_bias`` and the experts randomised too; routers scaled by ``ROUTER_SCALE``).
+        hidden_size, moe_intermediate_size: ``H`` and the routed experts' ``I`` (128 each lets int4 groups of 128
+            fit the experts, for ``--expert-quant`` tests).
 
     Returns:
         ``Path(path)``, with the tiny tokenizer of :mod:`anna_core.testing` and ``generation_config.json``.
@@ -55,19 +58,19 @@ def build_tiny_qwen35_moe(path: str | Path, *, layout: str = "text", num_experts
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     text = text_config_kwargs(
-        vocab_size=384, hidden_size=HIDDEN, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
+        vocab_size=384, hidden_size=hidden_size, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=32,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_head_dim=16, intermediate_size=0,
         layer_types=None if layer_types is None else list(layer_types), tie=tie, initializer_range=0.1,
         eos_ids=[2, 0])
     text.pop("intermediate_size")
-    text.update(num_experts=num_experts, num_experts_per_tok=top_k, moe_intermediate_size=MOE_INTERMEDIATE,
+    text.update(num_experts=num_experts, num_experts_per_tok=top_k, moe_intermediate_size=moe_intermediate_size,
                 shared_expert_intermediate_size=SHARED_INTERMEDIATE)
     if layout == "text":
         config = Qwen3_5MoeTextConfig(**text)
         config.architectures = ["Qwen3_5MoeForCausalLM"]
         cls = Qwen3_5MoeForCausalLM
     else:
-        config = Qwen3_5MoeConfig(text_config=text, vision_config=tiny_vision_config(HIDDEN), tie_word_embeddings=tie)
+        config = Qwen3_5MoeConfig(text_config=text, vision_config=tiny_vision_config(hidden_size), tie_word_embeddings=tie)
         config.architectures = ["Qwen3_5MoeForConditionalGeneration"]
         cls = Qwen3_5MoeForConditionalGeneration
     torch.manual_seed(seed)

@@ -5,7 +5,8 @@ fla. Every op implemented here has its contract (and torch reference) in anna-co
 (:mod:`anna_core.kernels.ops`), the fused ones included: ``qk_norm_rope_cache`` (``qkv_norm_rope_cache`` with the value norm; with the attention, ``qkv_norm_rope_cache_attention`` / ``q_norm_rope_attention``), ``fused_gdn_decode``
 (the gated DeltaNet decode step) and ``fused_gdn_prefill`` (its prefill after the conv); ``moe_experts``
 (a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`; a few
-tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`), its
+tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`; with quantized experts, ``moe_experts_wq``,
+:mod:`anna_xpu_kernels.moe_wq`), its
 router ``moe_route`` as one launch (:mod:`anna_xpu_kernels.moe_route`); a TurboQuant KV cache is written and
 attended by :mod:`anna_xpu_kernels.turboquant`.
 Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0, so they
@@ -58,6 +59,7 @@ TRITON_KERNELS = {
     "q_norm_rope": ("qk_norm_rope:q_norm_rope", "probes:qk_norm_rope_probe"),
     "fused_gdn_decode": ("gdn_decode_fused:fused_gdn_decode", "probes:fused_gdn_decode_probe"),
     "moe_experts": ("moe:moe_experts", "probes:moe_experts_probe"),
+    "moe_experts_wq": ("moe_wq:moe_experts_wq", "probes:wq_linear_probe"),  # same schemes and devices
     "moe_route": ("moe_route:moe_route", "probes:moe_route_probe"),
 }
 FLA_KERNELS = {

@@ -220,7 +220,7 @@ def linear_probe(request: Any) -> bool:
 
 
 def wq_linear_probe(request: Any) -> bool:
-    """wq_linear, add_rms_norm_wq_linear: any Triton device, float dtypes, schemes int4 / int8 on any of them and
+    """wq_linear, add_rms_norm_wq_linear, moe_experts_wq: any Triton device, float dtypes, schemes int4 / int8 on any of them and
     fp8 on CUDA (Triton converts e4m3 on compute capability 8.9+; the loader refuses fp8 elsewhere) or under the
     interpreter."""
     scheme = request.shape.get("scheme")

@@ -51,6 +51,8 @@ class BenchSettings:
     weight_quant: str = "auto"
     lm_head_quant: str = "none"
     """The LM head's quantization (a family load option: Qwen3.5's ``lm_head_quant``); ``"none"``: dense."""
+    expert_quant: str = "none"
+    """The MoE routed experts' quantization (``load_model(expert_quant=...)``); ``"none"``: dense."""
     batch_size: int = 1
     input_len: int = 512
     output_len: int = 256
@@ -293,7 +295,8 @@ def run_bench(s: BenchSettings, loaded: Any = None) -> dict[str, Any]:
         loaded = load_model(s.model_dir, device=s.device, dtype=s.dtype, load_format=s.load_format,
                             disable_kernels=s.disable_kernels, weight_quant=s.weight_quant, offload=s.offload,
                             max_device_memory_gib=s.max_device_memory_gib, offload_vision=s.offload_vision,
-                            family_options=None if s.lm_head_quant == "none" else {"lm_head_quant": s.lm_head_quant})
+                            family_options=None if s.lm_head_quant == "none" else {"lm_head_quant": s.lm_head_quant},
+                            expert_quant=s.expert_quant)
         load_s = wall_clock() - t
     else:
         load_s = 0.0
@@ -367,7 +370,7 @@ def _measure(s: BenchSettings, loaded: Any, engine: Any, load_s: float, setup_s:
     report: dict[str, Any] = {
         "model": str(s.model_dir), "device": str(loaded.device), "device_name": device_name(loaded.device),
         "dtype": str(loaded.dtype).replace("torch.", ""), "weight_quant": s.weight_quant,
-        "lm_head_quant": s.lm_head_quant, "batch_size": s.batch_size, "input_len": s.input_len,
+        "lm_head_quant": s.lm_head_quant, "expert_quant": s.expert_quant, "batch_size": s.batch_size, "input_len": s.input_len,
         "output_len": s.output_len, "runs": s.runs, "warmup": s.warmup, "cuda_graph": s.cuda_graph,
         "compile_mode": s.compile_mode, "async_scheduling": s.async_scheduling, "logprobs": s.logprobs,
         "prefix_caching": engine.config.enable_prefix_caching, "snapshots_held": len(engine.scheduler.snapshots),

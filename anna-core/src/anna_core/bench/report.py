@@ -40,7 +40,8 @@ def format_report(r: dict[str, Any]) -> str:
     gb = r["step_bytes"]["total"] / 1e9
     lines = [
         f"model {r['model']}  device {r['device']} ({r['device_name']})  dtype {r['dtype']}  "
-        f"weight-quant {r.get('weight_quant', 'auto')}, lm-head {r.get('lm_head_quant', 'none')}",
+        f"weight-quant {r.get('weight_quant', 'auto')}, lm-head {r.get('lm_head_quant', 'none')}, "
+        f"experts {r.get('expert_quant', 'none')}",
         (f"batch {r['batch_size']}  input {r['input_len']}  output {r['output_len']}  runs {r['runs']} "
          f"(+{r['warmup']} warm-up)  graphs {'on' if r['graphs_captured'] else 'off'} "
          f"({r['graph_steps']} graph / {r['prefill_graph_steps']} prefill graph / {r['eager_steps']} eager passes"

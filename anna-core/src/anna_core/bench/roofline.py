@@ -43,12 +43,14 @@ def weight_bytes(model: nn.Module, batch: int = 1) -> int:
     streamed, so it counts. Other tables (Gemma 4's per-layer embeddings) never count. Routed experts
     (:class:`~anna_core.layers.moe.RoutedExpertsModule`) count by the share of them ``batch`` tokens are
     expected to touch (``K / E`` at batch 1). Weights kept quantized
-    (:class:`~anna_core.layers.quant_linear.QuantizedLinear`, :class:`~anna_core.layers.wq_linear.WQLinear`) count
-    their packed buffers (codes, scales, zeros); a
+    (:class:`~anna_core.layers.quant_linear.QuantizedLinear`, :class:`~anna_core.layers.wq_linear.WQLinear`,
+    :class:`~anna_core.layers.wq_experts.WQExperts` by its share) count their packed buffers (codes, scales,
+    zeros); a
     :class:`~anna_core.layers.quant_linear.QuantizedEmbedding`'s stored rows are gathered, not streamed, and its
     tied head (float32, or int8 codes and scales) is streamed.
     """
     from anna_core.layers.quant_linear import QuantizedEmbedding, QuantizedLinear
+    from anna_core.layers.wq_experts import WQExperts
     from anna_core.layers.wq_linear import WQLinear
 
     total = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -58,7 +60,10 @@ def weight_bytes(model: nn.Module, batch: int = 1) -> int:
                  for t in (m.head_weight, m.head_codes, m.head_scales)
                  if t is not None)  # a tied head: float32, or its int8 codes and scales (use_int8_head)
     for m in model.modules():
-        if isinstance(m, RoutedExpertsModule):
+        if isinstance(m, WQExperts):  # quantized experts: their packed buffers, by the same share
+            own = sum(b.numel() * b.element_size() for b in m.buffers(recurse=False))
+            total += int(own * m.expected_hit_fraction(batch))
+        elif isinstance(m, RoutedExpertsModule):
             own = sum(p.numel() * p.element_size() for p in m.parameters())
             total -= int(own * (1.0 - m.expected_hit_fraction(batch)))
     tied = getattr(model, "lm_head", "absent") is None  # Anna's models: lm_head None means tied

@@ -18,7 +18,7 @@ Conventions shared by every op:
   ``p % block_size``; ``slot_mapping[t] = block * block_size + offset`` for token ``t``.
 
 A mixture-of-experts block runs two ops: ``moe_route`` (its router after the gate projection: softmax,
-top-k, renormalised, an optional per-expert scale) and ``moe_experts`` (the routed experts it chose).
+top-k, renormalised, an optional per-expert scale) and ``moe_experts`` (the routed experts it chose; ``moe_experts_wq`` with quantized experts).
 
 The fused ops (``post_norm_residual``, ``dual_post_norm_residual``, ``rms_norm_pair``,
 ``post_norm_residual_norm_pair``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``,
@@ -459,6 +459,28 @@ own x, weights and ids.
         reference=_ref("moe", "moe_experts"),
         check=_ref("moe", "check_moe_experts"),
         examples=_examples("moe_experts"),
+    ),
+    OpContract(
+        name="moe_experts_wq",
+        signature=("moe_experts_wq(x, gate_up_q, gate_up_scale, gate_up_zero, down_q, down_scale, down_zero, weights, "
+                   "expert_ids, activation, scheme) -> y"),
+        doc="""\
+``moe_experts`` with the experts' weights quantized (``--expert-quant int4|int8|fp8``): each expert's
+``gate_up [2I, H]`` and ``down [H, I]`` as ``wq_linear`` takes a weight (``qweight``, ``scale``, ``zero`` of
+``scheme``, layouts in ``anna_core.weights.gpu_quant``), stacked with a leading ``E`` (int8 scale ``[E, N]``;
+zero None unless int4). x, weights, expert_ids, activation: as ``moe_experts``. Each projection is a
+``wq_linear`` (float32 dequantization and accumulation, rounded once to x's dtype); activation, weighting and
+the sum over ``K`` as ``moe_experts`` (for float32 x: ``moe_experts`` of the dequantized weights); for many
+tokens an implementation may round the dequantized weights to x's dtype first (grouped GEMMs on a dense
+scratch: a relative ``2**-8`` per bfloat16 weight). Same rules
+as ``moe_experts``: no host sync nor value-shaped work in implementations (graph-capturable), only the chosen
+experts' codes read; the reference reads the counts on the host and raises ``ValueError`` for ids outside
+``[0, E)``. Looked up with the shape fact ``scheme``.
+""",
+        reference=_ref("moe_wq", "moe_experts_wq"),
+        check=_ref("moe_wq", "check_moe_experts_wq"),
+        shape_facts=("scheme",),
+        examples=_examples("moe_experts_wq"),
     ),
     OpContract(
         name="qk_norm_rope_cache",

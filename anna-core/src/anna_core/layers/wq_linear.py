@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from anna_core.layers.moe import RoutedExpertsModule
+from anna_core.layers.wq_experts import WQExperts
 from anna_core.weights.gpu_quant import FP8_BLOCK, QuantizedWeight, dequantize, quantizable, quantize
 
 log = logging.getLogger("anna.weights")
@@ -145,10 +147,20 @@ def weight_kinds(model: nn.Module) -> dict[str, str]:
     for a model with a vision tower), each value a :class:`WQLinear`'s kind (``"int4"``, ``"int4-gptq"``,
     ``"fp8-block"``, ...) or a dense layer's dtype (``"bfloat16"``), several joined by ``"+"`` in sorted order
     (``"bfloat16+int4-gptq"``: some projections stayed dense). ``linear`` covers every linear layer but the LM head
-    and the vision tower's; a tied LM head is the embedding's dtype."""
+    and the vision tower's; a tied LM head is the embedding's dtype. A MoE model adds ``"experts"``: its routed
+    experts' scheme (``--expert-quant``, :class:`~anna_core.layers.wq_experts.WQExperts`) or dtype (offloaded
+    experts are not counted)."""
     found: dict[str, set[str]] = {}
     embedding: str | None = None
     for name, module in model.named_modules():
+        if isinstance(module, WQExperts):
+            found.setdefault("experts", set()).add(module.kind)
+            continue
+        if isinstance(module, RoutedExpertsModule):  # dense stacked experts (offloaded ones hold no parameters)
+            dense = list(module.parameters(recurse=False))
+            if dense:
+                found.setdefault("experts", set()).add(str(dense[0].dtype).replace("torch.", ""))
+            continue
         if isinstance(module, WQLinear):
             kind = module.kind
         elif isinstance(module, nn.Linear):

@@ -4,7 +4,8 @@
 the status (``loading``, ``failed``, ``draining`` or ``degraded``: the engine stopped taking requests after
 repeated step failures or a lost device, :mod:`anna_core.engine.faults`; ``error`` says why). ``/healthz`` always answers 200 with what
 the server runs: model, family, task, device, dtype, memory, uptime, chosen kernels, what each layer kind's
-weights run in (``weights``: ``{"linear": "int4-gptq", "lm_head": "bfloat16"}``, :func:`anna_core.layers.wq_linear.weight_kinds`;
+weights run in (``weights``: ``{"linear": "int4-gptq", "lm_head": "bfloat16"}``, a MoE model adding ``"experts"``:
+``"int4"`` under ``--expert-quant int4``; :func:`anna_core.layers.wq_linear.weight_kinds`;
 null before the model has loaded), engine stats and the
 serving metrics (TTFT / ITL percentiles, tokens/s, prefix-cache hit rate, preemptions, 429s), and ``degraded``
 (why the engine stopped taking requests, or null; ``engine.step_failures`` and ``engine.memory_admission`` have

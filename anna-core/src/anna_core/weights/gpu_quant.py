@@ -169,3 +169,27 @@ def quantized_bytes(n: int, k: int, scheme: str, scale_dtype: torch.dtype = torc
     if scheme == "int8":
         return n * k + 4 * n
     return n * k + 4 * math.ceil(n / FP8_BLOCK) * math.ceil(k / FP8_BLOCK)
+
+
+def quantize_stacked(weight: torch.Tensor, scheme: str, scale_dtype: torch.dtype = torch.bfloat16) -> QuantizedWeight:
+    """Round-to-nearest quantization of stacked weights ``[E, N, K]`` (a MoE layer's experts), one ``[N, K]``
+    slice at a time (peak extra memory: one slice's float32 copy, never all ``E`` at once); the result has the
+    layout of :func:`quantize` with a leading ``E`` on each tensor (``qweight [E, ...]``, ``scale [E, ...]``,
+    ``zero [E, ...]`` or None), on ``weight``'s device.
+
+    Raises:
+        ValueError: an unknown scheme, a weight that is not 3-D with ``E >= 1``, or int4 with ``K`` not a
+            multiple of 128.
+    """
+    check_scheme(scheme, "quantize_stacked")
+    if weight.dim() != 3 or weight.shape[0] < 1:
+        raise ValueError(f"quantize_stacked: weight must be [E, N, K] with E >= 1, got {tuple(weight.shape)}")
+    first = quantize(weight[0], scheme, scale_dtype)
+    parts = [first.qweight, first.scale, first.zero]
+    stacked = [None if t is None else t.new_empty((weight.shape[0], *t.shape)) for t in parts]
+    for e in range(weight.shape[0]):
+        q = first if e == 0 else quantize(weight[e], scheme, scale_dtype)
+        for dst, src in zip(stacked, (q.qweight, q.scale, q.zero), strict=True):
+            if dst is not None:
+                dst[e].copy_(src)
+    return QuantizedWeight(stacked[0], stacked[1], stacked[2], scheme)

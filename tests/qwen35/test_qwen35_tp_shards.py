@@ -49,3 +49,13 @@ def test_heads_the_size_does_not_divide_are_a_load_error(tmp_path):
     path = build_tiny_checkpoint(tmp_path, variant="dense", num_kv_heads=1)
     with pytest.raises(ModelLoadError, match="does not divide KV heads"):
         _load(path, "safetensors", ParallelState(rank=0, world_size=2))
+
+
+@pytest.mark.parametrize("options", [{"expert_quant": "int8"}, {"weight_quant": "int4"}, {"lm_head_quant": "int8"}])
+def test_quantized_loads_are_refused_under_tensor_parallelism(tmp_path, options):
+    from anna_qwen35.tiny import build_tiny_checkpoint
+
+    path = build_tiny_checkpoint(tmp_path, variant="moe")
+    with pytest.raises(ModelLoadError, match="tensor parallelism loads dense"):
+        load(inspect_model_dir(path), device=torch.device("cpu"), dtype=torch.float32, load_format="safetensors",
+             kernels=KernelRegistry.from_plugins(), parallel=ParallelState(rank=0, world_size=2), **options)

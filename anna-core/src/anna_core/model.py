@@ -137,6 +137,10 @@ class ModelCapabilities:
             :class:`~anna_core.layers.attention.PagedAttention` (or take its fused write only where
             :meth:`~anna_core.layers.attention.PagedAttention.quantized` is False), so the engine may quantize its
             attention groups (``--kv-cache-quantization``, :mod:`anna_core.kv_quant`).
+        compiled_decode: it has ``compile_decode(caches, compile_fn) -> bool``, which makes its forward pass
+            run a one-sequence, one-token decode step through one compiled function (True when it did; False
+            when the model or caches do not allow it). The runner calls it at set-up on the CPU when
+            ``compile_mode`` is not ``"none"`` (where no device graph removes the per-op cost).
     """
 
     padded_prefill: bool = False
@@ -145,6 +149,7 @@ class ModelCapabilities:
     position_rows: int = 1
     graph_capture: bool = True
     quantized_kv: bool = False
+    compiled_decode: bool = False
 
 
 class CausalLM(Protocol):

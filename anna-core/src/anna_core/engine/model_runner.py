@@ -164,6 +164,11 @@ class ModelRunner:
             except Exception as exc:  # noqa: BLE001 - e.g. no C++ compiler for inductor: the float32 head serves
                 log.warning("compiling the int8 LM head failed, keeping the float32 head: %s: %s",
                             type(exc).__name__, str(exc)[:300])
+        if config.compile_mode != "none" and self.device.type == "cpu" and self.model.capabilities.compiled_decode:
+            # the batch-1 decode step as one compiled function (compiled by the warm-up's decode); the C++
+            # wrapper calls its kernels without Python in between
+            options = {"cpp_wrapper": True, "max_autotune": config.compile_mode == "max-autotune"}
+            self.model.compile_decode(self.caches, lambda fn: torch.compile(fn, options=options))
         if config.warmup:
             t0 = clock()
             self.warmup(max_model_len)

@@ -12,9 +12,9 @@ reference ``paged_attention``'s decode path computes it (``softmax(scale q K^T) 
 positions past the context, in the last block or in the padding block, are masked out, and their values
 zeroed, so whatever those cache rows hold never reaches the output).
 
-The number of blocks a step reads is the one dynamic size (marked so for inductor, at least 2: a
-one-block context reads its block twice, the copy masked), so one compiled graph serves every context
-length.
+The number of blocks a step reads is dynamic (at least 2: a one-block context reads its block twice, the
+copy masked), so one compiled graph serves every context length; so is the caches' number of blocks (the
+engine sizes them from the free memory), so inductor's on-disk cache serves the next process's load.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ class CompiledDecode:
         self.v_caches = [v for _, v in kv]
         if len(self.k_caches) != n:
             raise ValueError("one K/V cache per layer expected")
+        for cache in self.k_caches + self.v_caches:  # the engine sizes the caches from free memory: a graph for
+            torch._dynamo.maybe_mark_dynamic(cache, 0)  # any block count, so inductor's cache serves the next load
         self._fn = compile_fn(self._step)
         self.failed: str | None = None
 

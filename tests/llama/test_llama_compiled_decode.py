@@ -106,3 +106,16 @@ def test_compiled_decode_step_equals_the_eager_forward(quant_gguf):  # noqa: F81
     compiled = greedy_logits(model, PROMPT, 24, compile_fn=lambda fn: torch.compile(fn, options={"cpp_wrapper": True}))
     assert torch.equal(compiled.argmax(-1), eager.argmax(-1))
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
+
+
+def test_only_a_float32_model_over_unquantized_caches_compiles_its_decode_step(quant_gguf):  # noqa: F811
+    from anna_core.kv_quant.layout import TurboQuantLayout
+
+    model = load_anna(quant_gguf, weight_quant="auto").model
+    quantized = zeroed_caches(model.cache_spec.with_kv_quant(TurboQuantLayout(bits=4)),
+                              num_blocks=4, block_size=BLOCK, num_slots=1, device=torch.device("cpu"),
+                              dtype=torch.float32)
+    assert not model.compile_decode(quantized, lambda fn: fn) and model.compiled_decode is None
+    half = zeroed_caches(model.cache_spec, num_blocks=4, block_size=BLOCK, num_slots=1, device=torch.device("cpu"),
+                         dtype=torch.bfloat16)
+    assert not model.compile_decode(half, lambda fn: fn) and model.compiled_decode is None

@@ -39,13 +39,16 @@ class CompiledDecode:
         compile_fn: wraps the step function, e.g. ``lambda fn: torch.compile(fn, options=...)``.
 
     Raises:
-        ValueError: the caches' attention group is quantized (TurboQuant: its write and read are other ops).
+        ValueError: the caches' attention group is quantized (TurboQuant: its write and read are other ops), or
+            the model or its caches are not float32 (the eager path's roundings of other dtypes are not mirrored).
     """
 
     def __init__(self, model: Any, caches: ModelCaches, compile_fn: Any):
         group = caches.attention(0)
         if group.quant is not None:
             raise ValueError("the compiled decode step reads unquantized K/V caches only")
+        if model.model.norm.weight.dtype != torch.float32 or group.k[0].dtype != torch.float32:
+            raise ValueError("the compiled decode step computes a float32 model (the CPU's serving dtype) only")
         self.model = model
         self.block_size = caches.block_size
         n = len(model.model.layers)

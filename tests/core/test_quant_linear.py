@@ -146,7 +146,7 @@ def test_int8_head_equals_the_float32_table_head():
     expected = head.logits(hidden)
     root = torch.nn.Sequential(head)
     assert use_int8_heads(root, lambda fn: fn) == 1
-    assert head.head_weight is None and head.head_codes.dtype == torch.int8 and head.head_codes.shape == (40, 2, 32)
+    assert head.head_weight is None and head.head_codes.dtype == torch.int8 and head.head_codes.shape == (2, 32, 40)
     got = head.logits(hidden)
     assert got.dtype == torch.float32 and got.shape == (3, 40)
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)

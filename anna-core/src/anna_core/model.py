@@ -141,6 +141,10 @@ class ModelCapabilities:
             other codebooks of a frame): the engine reads ``side_output(state_slot)`` (:class:`CausalLM`) of every
             request that produced a token, right after the step, into ``RequestOutput.side_outputs``; its steps are
             then never launched ahead of the previous step's read-back (no asynchronous overlap).
+        compiled_decode: it has ``compile_decode(caches, compile_fn) -> bool``, which makes its forward pass
+            run a one-sequence, one-token decode step through one compiled function (True when it did; False
+            when the model or caches do not allow it). The runner calls it at set-up on the CPU when
+            ``compile_mode`` is not ``"none"`` (where no device graph removes the per-op cost).
     """
 
     padded_prefill: bool = False
@@ -150,6 +154,7 @@ class ModelCapabilities:
     graph_capture: bool = True
     quantized_kv: bool = False
     side_outputs: bool = False
+    compiled_decode: bool = False
 
 
 class CausalLM(Protocol):

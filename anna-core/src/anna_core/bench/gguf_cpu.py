@@ -6,7 +6,9 @@
 Times, in one process: load (file -> ready to generate, tokenizer included) and greedy decode
 tokens/s for a fixed chat prompt, for Anna (``anna_core.LLM``, once per ``--weight-quant`` mode: ``auto``
 keeps the GGUF's quantized matrices quantized, ``none`` dequantizes them to float32; ``+compile`` adds the
-runner's ``compile_mode="default"``: a tied ``Q8_0`` head computed from its codes, compiled at load) and for HF
+runner's ``compile_mode="default"``: a tied ``Q8_0`` head computed from its codes and, for a Llama model, the
+one-sequence decode step as one compiled function, both compiled at load: ``load_s`` includes inductor's compile,
+minutes the first time, seconds once its on-disk cache holds it) and for HF
 transformers (``AutoModelForCausalLM.from_pretrained(gguf_file=...)``, float32, ``generate``). The Anna
 modes' timed runs are interleaved (``--repeats`` rounds, medians reported: on a shared machine one run
 says little). Each mode reports the weight bytes one decode step streams
@@ -35,7 +37,8 @@ PROMPT = [{"role": "user", "content": "What is the capital of France? Answer in 
 
 def load_anna(gguf: Path, mode: str) -> tuple[Any, float]:
     """An ``LLM`` for ``mode``: a ``--weight-quant`` value, with ``+compile`` the runner's ``compile_mode``
-    ``default`` (on the CPU: a tied Q8_0 head computed from its int8 codes in one compiled loop)."""
+    ``default`` (on the CPU: a tied Q8_0 head computed from its int8 codes in one compiled loop, and a Llama
+    model's one-sequence decode step compiled whole)."""
     from anna_core import LLM, SamplingParams
 
     weight_quant, _, extra = mode.partition("+")
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--weight-quant", default="auto,none",
                     help="comma-separated --weight-quant modes to time (auto: kept quantized; none: dequantized; "
-                         "auto+compile: kept quantized, the Q8_0 tied head from its codes, compiled)")
+                         "auto+compile: kept quantized, the Q8_0 tied head from its codes and the batch-1 decode step, "
+                         "compiled)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved timed runs per mode (medians reported)")
     ap.add_argument("--no-hf", action="store_true", help="skip HF transformers")
     ap.add_argument("--llama-cpp", action="store_true",

@@ -67,7 +67,10 @@ class RunnerConfig:
             ``"default"`` or ``"max-autotune"`` (run without compile-side CUDA graphs, since the
             runner captures its own). Also: a tied LM head kept as its GGUF's ``Q8_0`` codes on the CPU computes
             from them in one compiled loop (:meth:`~anna_core.layers.quant_linear.QuantizedEmbedding.use_int8_head`:
-            float32 logits, a quarter of the bytes; compiled at set-up).
+            float32 logits, a quarter of the bytes; compiled at set-up), and a model that declares
+            ``compiled_decode`` (:class:`~anna_core.model.ModelCapabilities`) runs its one-sequence decode steps
+            on the CPU through one function compiled by inductor with its C++ wrapper (compiled by a warm-up
+            decode at set-up, which then runs even with ``warmup`` off; a model whose compile fails decodes eagerly).
         warmup: run one prefill + decode at start-up so the first request pays no compile or
             autotune time.
         max_prefill_replays: the most fresh prompts of one step that each replay their own prefill graph
@@ -164,7 +167,14 @@ class ModelRunner:
             except Exception as exc:  # noqa: BLE001 - e.g. no C++ compiler for inductor: the float32 head serves
                 log.warning("compiling the int8 LM head failed, keeping the float32 head: %s: %s",
                             type(exc).__name__, str(exc)[:300])
-        if config.warmup:
+        compiled_decode = False
+        if config.compile_mode != "none" and self.device.type == "cpu" and self.model.capabilities.compiled_decode:
+            # the batch-1 decode step as one compiled function, compiled by the warm-up's decode (run for it even
+            # where warm-up is off, as on the CPU: the first request does not wait for the compiler); the C++
+            # wrapper calls its kernels without Python in between
+            options = {"cpp_wrapper": True, "max_autotune": config.compile_mode == "max-autotune"}
+            compiled_decode = self.model.compile_decode(self.caches, lambda fn: torch.compile(fn, options=options))
+        if config.warmup or compiled_decode:
             t0 = clock()
             self.warmup(max_model_len)
             self.startup["warmup_s"] = clock() - t0

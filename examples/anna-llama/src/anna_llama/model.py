@@ -8,6 +8,8 @@ HF's ``LlamaForCausalLM`` so a safetensors checkpoint maps onto them one to one.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from anna_core.distributed.layers import gather_vocab
 from anna_core.distributed.state import SINGLE, ParallelState
@@ -19,6 +21,7 @@ from anna_core.layers.quant_linear import QuantizedEmbedding
 from anna_core.model import CacheSpec, FullAttentionSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
+from anna_llama.compiled_decode import CompiledDecode
 from anna_llama.config import LlamaConfig
 
 
@@ -118,7 +121,8 @@ class LlamaForCausalLM(nn.Module):
         self.vocab_size = cfg.vocab_size  # token ids the model accepts (the engine validates against it)
         self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(cfg.num_hidden_layers),
                                                        num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim),))
-        self.capabilities = ModelCapabilities(quantized_kv=True)
+        self.capabilities = ModelCapabilities(quantized_kv=True, compiled_decode=True)
+        self.compiled_decode: CompiledDecode | None = None  # compile_decode's step (batch-1 decodes), or None
 
     def merge_projections(self) -> None:
         """Merge the projections that read the same input (attention ``q|k|v_proj``, MLP
@@ -138,8 +142,23 @@ class LlamaForCausalLM(nn.Module):
                 if isinstance(module, (nn.Linear, nn.Embedding)) and module.weight.is_contiguous():
                     module.weight = nn.Parameter(module.weight.t().contiguous().t(), requires_grad=False)
 
+    def compile_decode(self, caches: ModelCaches, compile_fn: Any) -> bool:
+        """Run one-sequence, one-token decode steps through one compiled function (:mod:`anna_llama.compiled_decode`;
+        ``compile_fn`` e.g. ``torch.compile`` with inductor's options); compiled on the first such step. Returns
+        False (and changes nothing) when the caches' attention group is quantized or the model is not float32."""
+        try:
+            self.compiled_decode = CompiledDecode(self, caches, compile_fn)
+        except ValueError:
+            return False
+        return True
+
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` (after the final norm) for every token of ``batch``."""
+        step = self.compiled_decode
+        if step is not None and step.fits(batch):
+            hidden = step(batch)
+            if hidden is not None:
+                return hidden
         x = self.model.embed_tokens(batch.input_ids)  # x: [T, H]
         rotary = self.model.rotary
         wide = rotary.widen(rotary.cos_sin(batch.positions))  # once per pass, shared by every layer

@@ -69,6 +69,8 @@ def test_clear_all_removes_other_checkpoints_entries(tmp_path, cache_root):
 @pytest.mark.parametrize(("config", "message"), [
     (None, "has no quantization_config"),
     ({"quant_method": "bitsandbytes"}, "quant_method 'bitsandbytes' is not supported"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": None}, "quantization_config.group_size must be an integer"),
+    ({"quant_method": "fp8", "weight_block_size": 128}, "quantization_config.weight_block_size must be a list"),
 ])
 def test_errors_are_one_line_not_tracebacks(tmp_path, cache_root, config, message):
     ckpt = str(_checkpoint(tmp_path / "ckpt", config))

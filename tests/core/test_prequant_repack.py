@@ -123,3 +123,32 @@ def test_malformed_configs_are_errors_naming_the_field(qc, message):
     ValueError from deep inside the parser."""
     with pytest.raises(UnsupportedQuantizationError, match=message):
         read_quantization_config({"quantization_config": qc})
+
+
+@pytest.mark.parametrize(("layout", "suffix", "dtype", "message"), [
+    ("gptq", "scales", torch.int32, r"p.scales: dtype int32, expected float16 or bfloat16 or float32"),
+    ("gptq", "scales", torch.uint8, r"p.scales: dtype uint8, expected float16"),
+    ("gptq", "g_idx", torch.float32, r"p.g_idx: dtype float32, expected int32 or int64"),
+    ("gptq", "qzeros", torch.int64, r"p: GPTQ qweight / qzeros must be int32"),
+    ("awq", "scales", torch.int32, r"p.scales: dtype int32, expected float16"),
+    ("awq", "qweight", torch.float16, r"p: AWQ qweight / qzeros must be int32"),
+])
+def test_quantized_tensors_of_the_wrong_dtype_are_load_errors(layout, suffix, dtype, message):
+    """An int32 ``scales`` (same shape, so no shape check catches it) used to repack into garbage weights."""
+    q, z, s, _ = _codes(16, 256, 128, 1)
+    t = gptq_tensors(q, z, s, 128, True) if layout == "gptq" else awq_tensors(q, z, s)
+    cfg = PrequantConfig(method=layout, layout=layout, zero_offset=1 if layout == "gptq" else 0)
+    repack("p", t, cfg, torch.float32)  # the well-typed tensors load
+    with pytest.raises(ModelLoadError, match=message):
+        repack("p", {**t, suffix: t[suffix].to(dtype)}, cfg, torch.float32)
+
+
+def test_fp8_scales_of_the_wrong_dtype_are_load_errors():
+    cfg = PrequantConfig(method="fp8", layout="fp8", group_size=128)
+    w = torch.randn(256, 128).to(torch.float8_e4m3fn)
+    assert repack("p", {"weight": w, "weight_scale_inv": torch.ones(2, 1, dtype=torch.bfloat16)}, cfg,
+                  torch.float32).scale.dtype == torch.float32
+    with pytest.raises(ModelLoadError, match=r"p.weight_scale_inv: dtype int32, expected float16"):
+        repack("p", {"weight": w, "weight_scale_inv": torch.ones(2, 1, dtype=torch.int32)}, cfg, torch.float32)
+    with pytest.raises(ModelLoadError, match=r"p.weight: expected a 2-D float8_e4m3fn tensor, got torch.bfloat16"):
+        repack("p", {"weight": w.bfloat16(), "weight_scale_inv": torch.ones(2, 1)}, cfg, torch.float32)

@@ -286,6 +286,19 @@ def _to_int4(prefix: str, codes: torch.Tensor, zeros: torch.Tensor, scales: torc
     return QuantizedWeight(packed.contiguous(), scale, zero, "int4")
 
 
+SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+"""The dtypes a checkpoint's ``scales`` / ``weight_scale_inv`` may have (others, e.g. int32, are load errors)."""
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+"""The dtypes of a GPTQ ``g_idx``."""
+
+
+def _check_dtype(name: str, tensor: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> None:
+    if tensor.dtype not in dtypes:
+        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise ModelLoadError(f"{name}: dtype {str(tensor.dtype).replace('torch.', '')}, expected {want}")
+
+
 def _check_shape(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:
     if tuple(tensor.shape) != shape:
         raise ModelLoadError(f"{name}: shape {list(tensor.shape)}, expected {list(shape)}")
@@ -300,17 +313,22 @@ def repack_gptq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales
     """One GPTQ linear (tensors as in the module docstring) in Anna's int4 layout, scales in ``dtype``.
 
     Raises:
-        ModelLoadError: int32 tensors of inconsistent shapes, or a ``g_idx`` that is not ``k // group_size``
+        ModelLoadError: ``qweight`` / ``qzeros`` not int32, ``scales`` not float16 / bfloat16 / float32, ``g_idx``
+            not int32 / int64, tensors of inconsistent shapes, or a ``g_idx`` that is not ``k // group_size``
             (act-order: the columns of a group are scattered, which the int4 layout cannot hold).
     """
     if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
         raise ModelLoadError(f"{prefix}: GPTQ qweight / qzeros must be int32, got {qweight.dtype} / {qzeros.dtype}")
+    if qweight.dim() != 2:
+        raise ModelLoadError(f"{prefix}.qweight: expected a 2-D tensor, got shape {list(qweight.shape)}")
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     g = _groups(k, cfg.group_size)
     _check_shape(f"{prefix}.qzeros", qzeros, (g, n // 8))
     _check_shape(f"{prefix}.scales", scales, (g, n))
+    _check_dtype(f"{prefix}.scales", scales, SCALE_DTYPES)
     if g_idx is not None:
         _check_shape(f"{prefix}.g_idx", g_idx, (k,))
+        _check_dtype(f"{prefix}.g_idx", g_idx, INDEX_DTYPES)
         want = torch.zeros(k, dtype=torch.long) if cfg.group_size == -1 else torch.arange(k) // cfg.group_size
         if not torch.equal(g_idx.long().cpu(), want):
             raise ModelLoadError(f"{prefix}: g_idx is not k // group_size (an act-order / desc_act checkpoint): its "
@@ -324,14 +342,18 @@ def repack_awq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales:
     """One AWQ GEMM linear in Anna's int4 layout, scales in ``dtype``.
 
     Raises:
-        ModelLoadError: non-int32 or inconsistently shaped tensors.
+        ModelLoadError: ``qweight`` / ``qzeros`` not int32, ``scales`` not float16 / bfloat16 / float32, or
+            inconsistently shaped tensors.
     """
     if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
         raise ModelLoadError(f"{prefix}: AWQ qweight / qzeros must be int32, got {qweight.dtype} / {qzeros.dtype}")
+    if qweight.dim() != 2:
+        raise ModelLoadError(f"{prefix}.qweight: expected a 2-D tensor, got shape {list(qweight.shape)}")
     k, n = qweight.shape[0], qweight.shape[1] * 8
     g = _groups(k, cfg.group_size)
     _check_shape(f"{prefix}.qzeros", qzeros, (g, n // 8))
     _check_shape(f"{prefix}.scales", scales, (g, n))
+    _check_dtype(f"{prefix}.scales", scales, SCALE_DTYPES)
     codes = _unpack_cols(qweight, AWQ_PACK_ORDER)
     zeros = _unpack_cols(qzeros, AWQ_PACK_ORDER).to(torch.int32)
     return _to_int4(prefix, codes, zeros, scales, cfg.group_size, dtype)
@@ -341,13 +363,15 @@ def repack_fp8(prefix: str, weight: torch.Tensor, weight_scale_inv: torch.Tensor
     """One FP8 block-scaled linear in Anna's fp8 layout (the same tensors; the scales made float32).
 
     Raises:
-        ModelLoadError: a weight that is not float8_e4m3fn ``[N, K]`` or scales not ``[ceil(N/128), ceil(K/128)]``.
+        ModelLoadError: a weight that is not float8_e4m3fn ``[N, K]``, or scales not float16 / bfloat16 / float32
+            ``[ceil(N/128), ceil(K/128)]``.
     """
     if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
         raise ModelLoadError(f"{prefix}.weight: expected a 2-D float8_e4m3fn tensor, got {weight.dtype} "
                              f"{list(weight.shape)}")
     n, k = weight.shape
     _check_shape(f"{prefix}.weight_scale_inv", weight_scale_inv, (math.ceil(n / FP8_BLOCK), math.ceil(k / FP8_BLOCK)))
+    _check_dtype(f"{prefix}.weight_scale_inv", weight_scale_inv, SCALE_DTYPES)
     return QuantizedWeight(weight.contiguous(), weight_scale_inv.float().contiguous(), None, "fp8")
 
 

@@ -394,6 +394,33 @@ def repack(prefix: str, tensors: Mapping[str, torch.Tensor], cfg: PrequantConfig
     return repack_fp8(prefix, tensors["weight"], tensors["weight_scale_inv"])
 
 
+def source_tensor(cfg: PrequantConfig) -> str:
+    """The suffix of the checkpoint tensor whose shape fixes a linear's repacked layout (:func:`repacked_layout`):
+    ``"qweight"`` (GPTQ, AWQ) or ``"weight"`` (fp8)."""
+    return "weight" if cfg.layout == "fp8" else "qweight"
+
+
+def repacked_layout(source_shape: tuple[int, ...], cfg: PrequantConfig,
+                    dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The tensors :func:`repack` makes of a linear whose :func:`source_tensor` has ``source_shape``, as
+    ``{"qweight" | "scale" | "zero": (shape, dtype)}`` (see :class:`~anna_core.weights.gpu_quant.QuantizedWeight`):
+    int4 ``qweight [N, K/2]`` uint8 with ``scale`` and ``zero`` ``[N, K/128]`` in ``dtype``; fp8 ``qweight [N, K]``
+    float8_e4m3fn and ``scale [ceil(N/128), ceil(K/128)]`` float32. The layout cache checks its entries by it.
+
+    Raises:
+        ModelLoadError: a ``source_shape`` that is not 2-D.
+    """
+    if len(source_shape) != 2:
+        raise ModelLoadError(f"{cfg.method} checkpoint: a 2-D {source_tensor(cfg)} expected, got {list(source_shape)}")
+    if cfg.layout == "fp8":
+        n, k = source_shape
+        return {"qweight": ((n, k), torch.float8_e4m3fn),
+                "scale": ((math.ceil(n / FP8_BLOCK), math.ceil(k / FP8_BLOCK)), torch.float32)}
+    k, n = (source_shape[0] * 8, source_shape[1]) if cfg.layout == "gptq" else (source_shape[0], source_shape[1] * 8)
+    groups = (n, k // INT4_GROUP)
+    return {"qweight": ((n, k // 2), torch.uint8), "scale": (groups, dtype), "zero": (groups, dtype)}
+
+
 def quantized_prefixes(names: list[str] | Mapping[str, Any], cfg: PrequantConfig) -> list[str]:
     """The checkpoint names of the quantized linears (``model.layers.0.self_attn.q_proj``), in file order: those
     with a ``qweight`` (GPTQ, AWQ) or a ``weight_scale_inv`` (fp8)."""

@@ -73,7 +73,7 @@ def test_key_covers_mtime_device_dtype_and_method(tmp_path):
     st = (ckpt / "model.safetensors").stat()
     os.utime(ckpt / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert _read(ckpt, cache)[1] == "built"
-    assert len(cache.entries()) == 4
+    assert len(cache.entries()) == 3  # the changed file's entry replaced the older cuda / bfloat16 one
     cfg = read_quantization_config(json.loads((ckpt / "config.json").read_text()))
     material = key_material([ckpt / "model.safetensors"], cfg, "cuda", torch.bfloat16)
     assert material["sources"][0]["size"] == st.st_size and len(material["sources"][0]["header_sha256"]) == 64
@@ -172,3 +172,29 @@ def test_a_mis_shaped_entry_is_rebuilt_with_a_warning(tmp_path, caplog, damage):
     for attr in ("qweight", "scale", "zero"):
         assert torch.equal(getattr(weights["layers.0.up"], attr), getattr(built["layers.0.up"], attr))
     assert _read(ckpt, cache, dtype=torch.bfloat16)[1] == "hit"
+
+
+def test_a_new_entry_replaces_the_older_ones_of_its_files_device_and_dtype(tmp_path, monkeypatch):
+    """A re-downloaded checkpoint (new mtime) or a library upgrade (new versions in the key) replaces the entry
+    of the same files, device kind and dtype; the entries for other devices / dtypes and other checkpoints stay."""
+    a, _ = fp8_checkpoint(tmp_path / "a")
+    b, _ = fp8_checkpoint(tmp_path / "b", seed=1)
+    cache = LayoutCache(tmp_path / "cache")
+    _read(a, cache)
+    _read(a, cache, device_kind="cpu", dtype=torch.float32)
+    _read(b, cache)
+    def slots():
+        return sorted((e["sources"][0].split("/")[-2], e["device"], e["dtype"]) for e in cache.entries())
+
+    before = {e["path"] for e in cache.entries()}
+    fp8_checkpoint(a, seed=2)  # re-downloaded: same path, new contents and mtime
+    assert _read(a, cache)[1] == "built"
+    after = {e["path"] for e in cache.entries()}
+    assert len(before - after) == 1 and not os.path.exists((before - after).pop())
+    assert slots() == [("a", "cpu", "float32"), ("a", "cuda", "bfloat16"), ("b", "cuda", "bfloat16")]
+    import anna_core.weights.layout_cache as lc
+
+    monkeypatch.setattr(lc, "_version", lambda dist: "99.0")  # a library upgrade
+    assert _read(a, cache)[1] == "built" and len(cache.entries()) == 3
+    assert slots() == [("a", "cpu", "float32"), ("a", "cuda", "bfloat16"), ("b", "cuda", "bfloat16")]
+    assert _read(a, cache)[1] == "hit"

@@ -9,7 +9,8 @@ offsets), the device kind (``cuda`` / ``xpu`` / ``cpu``), the serving dtype, the
 anna-core versions. A changed checkpoint thus misses and is rebuilt; an entry that cannot be read (a truncated
 or corrupt file, a missing tensor, a tensor whose shape or dtype is not what repacking the checkpoint makes) is
 removed and rebuilt; a cache that cannot be written logs a warning and the load goes on with the weights repacked
-in memory.
+in memory. Writing an entry removes the older entries of the same files, device kind and dtype (:func:`slot`):
+a re-downloaded checkpoint or a library upgrade replaces its entry rather than adding a copy.
 
 An entry is a folder holding ``weights.safetensors`` (per linear ``<prefix>.qweight``, ``<prefix>.scale``,
 ``<prefix>.zero`` for int4) and ``entry.json`` (``{"format", "scheme", "kind", "prefixes", "key_material"}``),
@@ -87,6 +88,17 @@ def key_material(files: Iterable[Path], cfg: PrequantConfig, device_kind: str, d
 def cache_key(material: Mapping[str, Any]) -> str:
     """The entry folder name of ``material`` (:func:`key_material`)."""
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def slot(material: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What one entry at a time is kept for: the source files' paths, the device kind and the serving dtype of
+    ``material`` (:func:`key_material`). A new entry replaces the older ones of its slot (another size, mtime,
+    header, method or library version of the same files).
+
+    Raises:
+        KeyError, TypeError: ``material`` is not shaped as :func:`key_material` makes it.
+    """
+    return (tuple(sorted(src["path"] for src in material["sources"])), material["device"], material["dtype"])
 
 
 class LayoutCache:
@@ -169,6 +181,7 @@ class LayoutCache:
             shutil.rmtree(entry, ignore_errors=True)
             os.replace(tmp, entry)
             tmp = None
+            self._evict_superseded(material, entry)
             return entry
         except Exception as exc:
             log.warning("cannot write the layout cache entry %s (%s): the repacked weights stay in memory only",
@@ -177,6 +190,21 @@ class LayoutCache:
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    def _evict_superseded(self, material: Mapping[str, Any], kept: Path) -> None:
+        """Remove the entries other than ``kept`` for the same :func:`slot` as ``material``: built from an older
+        state of the same files (re-downloaded, edited) or by other library versions, they would never be read
+        again."""
+        wanted = slot(material)
+        for entry in [p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".") and p != kept]:
+            try:
+                meta = json.loads((entry / ENTRY_FILE).read_text())
+                if slot(meta["key_material"]) != wanted:
+                    continue
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            log.info("layout cache: removing %s, superseded by %s", entry, kept)
+            shutil.rmtree(entry, ignore_errors=True)
 
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry: ``{"path", "bytes", "kind", "scheme", "layers", "sources", "device", "dtype"}``."""

@@ -77,3 +77,15 @@ def test_errors_are_one_line_not_tracebacks(tmp_path, cache_root, config, messag
     for command in ("inspect", "build", "clear"):
         code, out = invoke(command, "--model-dir", ckpt)
         assert code == 1 and message in out and "Traceback" not in out, out
+
+
+def test_a_truncated_checkpoint_is_a_one_line_error_and_its_entries_can_be_cleared(tmp_path, cache_root):
+    ckpt = _checkpoint(tmp_path / "ckpt")
+    assert invoke("build", "--model-dir", str(ckpt), "--device", "cpu")[0] == 0
+    (ckpt / "model.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes()[:4])
+    for command in ("inspect", "build"):
+        code, out = invoke(command, "--model-dir", str(ckpt), "--device", "cpu")
+        assert code == 1 and "cannot read safetensors file" in out and "Traceback" not in out, out
+        assert len(out.strip().splitlines()) == 1, out
+    code, out = invoke("clear", "--model-dir", str(ckpt))
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["removed"] == 1, out

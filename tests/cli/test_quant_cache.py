@@ -69,9 +69,23 @@ def test_clear_all_removes_other_checkpoints_entries(tmp_path, cache_root):
 @pytest.mark.parametrize(("config", "message"), [
     (None, "has no quantization_config"),
     ({"quant_method": "bitsandbytes"}, "quant_method 'bitsandbytes' is not supported"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": None}, "quantization_config.group_size must be an integer"),
+    ({"quant_method": "fp8", "weight_block_size": 128}, "quantization_config.weight_block_size must be a list"),
 ])
 def test_errors_are_one_line_not_tracebacks(tmp_path, cache_root, config, message):
     ckpt = str(_checkpoint(tmp_path / "ckpt", config))
     for command in ("inspect", "build", "clear"):
         code, out = invoke(command, "--model-dir", ckpt)
         assert code == 1 and message in out and "Traceback" not in out, out
+
+
+def test_a_truncated_checkpoint_is_a_one_line_error_and_its_entries_can_be_cleared(tmp_path, cache_root):
+    ckpt = _checkpoint(tmp_path / "ckpt")
+    assert invoke("build", "--model-dir", str(ckpt), "--device", "cpu")[0] == 0
+    (ckpt / "model.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes()[:4])
+    for command in ("inspect", "build"):
+        code, out = invoke(command, "--model-dir", str(ckpt), "--device", "cpu")
+        assert code == 1 and "cannot read safetensors file" in out and "Traceback" not in out, out
+        assert len(out.strip().splitlines()) == 1, out
+    code, out = invoke("clear", "--model-dir", str(ckpt))
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["removed"] == 1, out

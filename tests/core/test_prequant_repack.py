@@ -87,3 +87,68 @@ def test_a_prequantized_checkpoint_under_tensor_parallelism_is_a_load_error(tmp_
     with pytest.raises(ModelLoadError, match="tensor parallelism of a pre-quantized checkpoint"):
         load_checkpoint(torch.nn.Linear(4, 4), tmp_path, {}, cfg, None, device=torch.device("cpu"),
                         dtype=torch.float32, shards=ShardReader((), SINGLE))
+
+
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+
+
+@pytest.mark.parametrize(("qc", "message"), [
+    ({**GPTQ, "group_size": None}, r"'gptq': quantization_config.group_size must be an integer, got None"),
+    ({**GPTQ, "group_size": "abc"}, r"quantization_config.group_size must be an integer, got 'abc' \(str\)"),
+    ({**GPTQ, "group_size": 128.0}, r"group_size must be an integer, got 128.0 \(float\)"),
+    ({**GPTQ, "bits": "4"}, r"quantization_config.bits must be an integer, got '4' \(str\)"),
+    ({**GPTQ, "bits": True}, r"quantization_config.bits must be an integer, got True"),
+    ({"quant_method": "gptq", "group_size": 128}, r"'gptq': quantization_config has no bits"),
+    ({**GPTQ, "bits": 8}, r"'gptq': 8-bit weights are not supported \(4 only\)"),
+    ({**GPTQ, "checkpoint_format": None}, r"quantization_config.checkpoint_format must be a string, got None"),
+    ({**GPTQ, "modules_to_not_convert": "lm_head"}, r"modules_to_not_convert must be a list of strings or null"),
+    ({"quant_method": "awq", "w_bit": 4, "q_group_size": "128"}, r"'awq': quantization_config.q_group_size must be"),
+    ({"quant_method": "awq", "bits": 4, "version": 2}, r"quantization_config.version must be a string, got 2"),
+    ({"quant_method": "awq", "bits": 4, "zero_point": "false"}, r"quantization_config.zero_point must be true or"),
+    ({"quant_method": "fp8", "weight_block_size": 128}, r"'fp8': quantization_config.weight_block_size must be a list "
+                                                        r"of two integers \(\[128, 128\]\), got 128 \(int\)"),
+    ({"quant_method": "fp8", "weight_block_size": ["128", "128"]}, r"weight_block_size must be a list of two integers"),
+    ({"quant_method": "fp8", "weight_block_size": [64, 64]}, r"weight_block_size \[64, 64\] is not supported"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128], "fmt": None}, r"quantization_config.fmt must be a"),
+    ({"quant_method": "auto-round", "bits": 4, "extra_config": {"model.layers.0.mlp.up_proj": {"bits": "8"}}},
+     r"quantization_config.extra_config\['model.layers.0.mlp.up_proj'\].bits must be an integer, got '8'"),
+    ({"quant_method": "auto-round", "bits": 4, "extra_config": ["lm_head"]}, r"extra_config must be an object"),
+    ({"quant_method": "auto-round", "bits": 4, "extra_config": {"lm_head": 16}}, r"extra_config\['lm_head'\] must be"),
+    ({"quant_method": "auto-round", "bits": 4, "packing_format": None}, r"packing_format must be a string, got None"),
+    ({"quant_method": None, "bits": 4}, r"^quantization_config.quant_method must be a string, got None"),
+    ({"bits": 4}, r"^quantization_config has no quant_method$"),
+])
+def test_malformed_configs_are_errors_naming_the_field(qc, message):
+    """Each malformed field is an UnsupportedQuantizationError (a ModelLoadError) naming it, not a TypeError or
+    ValueError from deep inside the parser."""
+    with pytest.raises(UnsupportedQuantizationError, match=message):
+        read_quantization_config({"quantization_config": qc})
+
+
+@pytest.mark.parametrize(("layout", "suffix", "dtype", "message"), [
+    ("gptq", "scales", torch.int32, r"p.scales: dtype int32, expected float16 or bfloat16 or float32"),
+    ("gptq", "scales", torch.uint8, r"p.scales: dtype uint8, expected float16"),
+    ("gptq", "g_idx", torch.float32, r"p.g_idx: dtype float32, expected int32 or int64"),
+    ("gptq", "qzeros", torch.int64, r"p: GPTQ qweight / qzeros must be int32"),
+    ("awq", "scales", torch.int32, r"p.scales: dtype int32, expected float16"),
+    ("awq", "qweight", torch.float16, r"p: AWQ qweight / qzeros must be int32"),
+])
+def test_quantized_tensors_of_the_wrong_dtype_are_load_errors(layout, suffix, dtype, message):
+    """An int32 ``scales`` (same shape, so no shape check catches it) used to repack into garbage weights."""
+    q, z, s, _ = _codes(16, 256, 128, 1)
+    t = gptq_tensors(q, z, s, 128, True) if layout == "gptq" else awq_tensors(q, z, s)
+    cfg = PrequantConfig(method=layout, layout=layout, zero_offset=1 if layout == "gptq" else 0)
+    repack("p", t, cfg, torch.float32)  # the well-typed tensors load
+    with pytest.raises(ModelLoadError, match=message):
+        repack("p", {**t, suffix: t[suffix].to(dtype)}, cfg, torch.float32)
+
+
+def test_fp8_scales_of_the_wrong_dtype_are_load_errors():
+    cfg = PrequantConfig(method="fp8", layout="fp8", group_size=128)
+    w = torch.randn(256, 128).to(torch.float8_e4m3fn)
+    assert repack("p", {"weight": w, "weight_scale_inv": torch.ones(2, 1, dtype=torch.bfloat16)}, cfg,
+                  torch.float32).scale.dtype == torch.float32
+    with pytest.raises(ModelLoadError, match=r"p.weight_scale_inv: dtype int32, expected float16"):
+        repack("p", {"weight": w, "weight_scale_inv": torch.ones(2, 1, dtype=torch.int32)}, cfg, torch.float32)
+    with pytest.raises(ModelLoadError, match=r"p.weight: expected a 2-D float8_e4m3fn tensor, got torch.bfloat16"):
+        repack("p", {"weight": w.bfloat16(), "weight_scale_inv": torch.ones(2, 1)}, cfg, torch.float32)

@@ -35,5 +35,6 @@ def test_llama_fp8_block_checkpoint_equals_dequantized_oracle(tmp_path):
     got, want = prefill_logits(model, PROMPT), prefill_logits(oracle, PROMPT)
     assert ((got - want).abs().max() / want.abs().max()).item() < 1e-4
     assert simple_greedy(model, PROMPT, 12) == simple_greedy(oracle, PROMPT, 12)
-    with pytest.raises(ModelLoadError, match="already quantized \\(fp8\\)"):
-        _load(quant_dir, weight_quant="int8")
+    for scheme in ("int8", "int4", "fp8"):  # fp8 (not implemented for llama) is refused as already quantized too
+        with pytest.raises(ModelLoadError, match="already quantized \\(fp8\\); --weight-quant auto serves it"):
+            _load(quant_dir, weight_quant=scheme)

@@ -95,10 +95,12 @@ def test_weight_quant_none_dequantizes(tiny128, prompt, tmp_path):
     assert rel_err(prefill_logits(model, ids), prefill_logits(_load(dense_dir).model, ids)) < 1e-4
 
 
-def test_weight_quant_scheme_of_prequantized_is_refused(tiny128, tmp_path):
+@pytest.mark.parametrize("scheme", ["int8", "int4", "fp8"])
+def test_weight_quant_scheme_of_prequantized_is_refused(tiny128, tmp_path, scheme):
+    """fp8 on the CPU included: the advice is auto / none, not int8 / int4 (which are refused too)."""
     quant_dir, _, _ = build_prequant(tiny128, tmp_path, GPTQ, layout="gptq")
-    with pytest.raises(ModelLoadError, match="already quantized \\(gptq\\)"):
-        _load(quant_dir, weight_quant="int8")
+    with pytest.raises(ModelLoadError, match="already quantized \\(gptq\\); --weight-quant auto serves it as it is"):
+        _load(quant_dir, weight_quant=scheme)
 
 
 def _with_config(src: Path, dst: Path, qc: dict) -> Path:
@@ -115,7 +117,7 @@ def _with_config(src: Path, dst: Path, qc: dict) -> Path:
     ({**GPTQ, "group_size": 64}, "'gptq': group_size 64"),
     ({**GPTQ, "checkpoint_format": "marlin"}, "checkpoint_format 'marlin'"),
     ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}, "'awq': version 'gemv'"),
-    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "'fp8': weight_block_size None"),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "'fp8': quantization_config.weight_block_size must be"),
     ({"quant_method": "exl2"}, "'exl2' is not supported"),
     ({"quant_method": "auto-round", "bits": 4, "packing_format": "auto_round:llm_compressor"},
      "packing_format 'auto_round:llm_compressor'"),

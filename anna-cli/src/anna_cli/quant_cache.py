@@ -80,6 +80,7 @@ def quant_cache() -> None:
 @_dtype
 def inspect_cmd(model_dir: Path, device: str, dtype: str) -> None:
     """Print the checkpoint's quantization and its cache entries as JSON."""
+    from anna_core.errors import AnnaError
     from anna_core.weights.layout_cache import LayoutCache, key_material
     from anna_core.weights.safetensors_loader import checkpoint_files
 
@@ -87,8 +88,11 @@ def inspect_cmd(model_dir: Path, device: str, dtype: str) -> None:
     cache = LayoutCache()
     kind = _device_kind(device)
     serving = _serving_dtype(source, kind, dtype)
-    files = sorted({str(p.resolve()) for p in checkpoint_files(source.root).values()})
-    entry = cache.entry_dir(key_material([Path(f) for f in files], cfg, kind, serving))
+    try:
+        files = sorted({str(p.resolve()) for p in checkpoint_files(source.root).values()})
+        entry = cache.entry_dir(key_material([Path(f) for f in files], cfg, kind, serving))
+    except (AnnaError, OSError, ValueError) as exc:  # a truncated or unreadable checkpoint file
+        raise click.ClickException(str(exc)) from exc
     entries = [e for e in cache.entries() if set(e["sources"]) & set(files)]
     click.echo(json.dumps({"model_dir": str(source.root), "quantization": {**cfg.to_json(), "kind": cfg.kind},
                            "cache_root": str(cache.root), "device": kind,
@@ -123,6 +127,7 @@ def build_cmd(model_dir: Path, device: str, dtype: str) -> None:
 @click.option("--all", "everything", is_flag=True, help="Remove every entry, not only this checkpoint's.")
 def clear_cmd(model_dir: Path, everything: bool) -> None:
     """Remove the checkpoint's cache entries."""
+    from anna_core.errors import AnnaError
     from anna_core.weights.layout_cache import LayoutCache
     from anna_core.weights.safetensors_loader import checkpoint_files
 
@@ -131,5 +136,10 @@ def clear_cmd(model_dir: Path, everything: bool) -> None:
         removed = cache.clear()
     else:
         source, _ = _checkpoint(model_dir)
-        removed = cache.clear(checkpoint_files(source.root).values())
+        try:
+            files = checkpoint_files(source.root).values()
+        except AnnaError as exc:  # a truncated checkpoint: its entries are those of its safetensors files
+            click.echo(f"warning: {exc}; clearing the entries of its *.safetensors files", err=True)
+            files = sorted(source.root.glob("*.safetensors"))
+        removed = cache.clear(files)
     click.echo(json.dumps({"removed": removed, "cache_root": str(cache.root)}))

@@ -131,6 +131,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     """
     if load_format not in LOAD_FORMATS:
         raise ModelLoadError(f"load format {load_format!r} is not supported by anna-qwen35; use one of {LOAD_FORMATS}")
+    # before the device checks: --weight-quant int4 / int8 / fp8 of a pre-quantized checkpoint is refused as such
+    prequant = checkpoint_prequant(source.config, weight_quant, load_format) if source.format != "gguf" else None
     check_weight_quant(weight_quant, source.format, device)
     if lm_head_quant != "none":
         if lm_head_quant not in SCHEMES:
@@ -151,7 +153,6 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy")
     cfg = Qwen35Config.from_hf(source.config)
-    prequant = checkpoint_prequant(source.config, weight_quant, load_format)
     tokenizer = Tokenizer.from_folder(source.root, chat_template, required=load_format != "dummy")
     vision, processor = _vision(source, cfg, tokenizer) if not parallel.is_parallel else (None, None)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))

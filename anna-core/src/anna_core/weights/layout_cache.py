@@ -7,8 +7,10 @@ resolved path, size, modification time and a hash of its header (the tensor name
 offsets), the device kind (``cuda`` / ``xpu`` / ``cpu``), the serving dtype, the quantization method
 (:meth:`~anna_core.weights.prequant.PrequantConfig.to_json`), the cache format and the torch, safetensors and
 anna-core versions. A changed checkpoint thus misses and is rebuilt; an entry that cannot be read (a truncated
-or corrupt file, a missing tensor) is removed and rebuilt; a cache that cannot be written logs a warning and the
-load goes on with the weights repacked in memory.
+or corrupt file, a missing tensor, a tensor whose shape or dtype is not what repacking the checkpoint makes) is
+removed and rebuilt; a cache that cannot be written logs a warning and the load goes on with the weights repacked
+in memory. Writing an entry removes the older entries of the same files, device kind and dtype (:func:`slot`):
+a re-downloaded checkpoint or a library upgrade replaces its entry rather than adding a copy.
 
 An entry is a folder holding ``weights.safetensors`` (per linear ``<prefix>.qweight``, ``<prefix>.scale``,
 ``<prefix>.zero`` for int4) and ``entry.json`` (``{"format", "scheme", "kind", "prefixes", "key_material"}``),
@@ -88,6 +90,17 @@ def cache_key(material: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def slot(material: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What one entry at a time is kept for: the source files' paths, the device kind and the serving dtype of
+    ``material`` (:func:`key_material`). A new entry replaces the older ones of its slot (another size, mtime,
+    header, method or library version of the same files).
+
+    Raises:
+        KeyError, TypeError: ``material`` is not shaped as :func:`key_material` makes it.
+    """
+    return (tuple(sorted(src["path"] for src in material["sources"])), material["device"], material["dtype"])
+
+
 class LayoutCache:
     """The layout cache under ``root`` (default ``$ANNA_CACHE_DIR/quant-layouts``).
 
@@ -102,23 +115,37 @@ class LayoutCache:
         """The folder of the entry for ``material``."""
         return self.root / cache_key(material)
 
-    def load(self, material: Mapping[str, Any], prefixes: list[str]) -> dict[str, QuantizedWeight] | None:
-        """The cached weights of ``prefixes`` (on the CPU), or None on a miss. A corrupt entry (unreadable, another
-        key's, a missing tensor) is removed, with a warning, and counts as a miss."""
+    def load(self, material: Mapping[str, Any],
+             expected: Mapping[str, Mapping[str, tuple[tuple[int, ...], torch.dtype]]]) -> dict[str, QuantizedWeight] | None:
+        """The cached weights (on the CPU) of the linears ``expected`` names, or None on a miss.
+
+        Args:
+            material: the entry's key material (:func:`key_material`).
+            expected: ``{prefix: {"qweight" | "scale" | "zero": (shape, dtype)}}``, what repacking the checkpoint
+                makes (:func:`~anna_core.weights.prequant.repacked_layout`), in the order the entry lists them.
+
+        A corrupt entry (unreadable, another key's, a missing tensor, a tensor whose shape or dtype differs from
+        ``expected``) is removed, with a warning, and counts as a miss.
+        """
         entry = self.entry_dir(material)
         meta_path = entry / ENTRY_FILE
         if not meta_path.is_file():
             return None
         try:
             meta = json.loads(meta_path.read_text())
-            if meta.get("key_material") != json.loads(json.dumps(material)) or meta.get("prefixes") != prefixes:
+            if meta.get("key_material") != json.loads(json.dumps(material)) or meta.get("prefixes") != list(expected):
                 raise ValueError("the entry was written for another checkpoint")
             from safetensors.torch import load_file
 
             tensors = load_file(str(entry / WEIGHTS_FILE), device="cpu")
             out = {}
-            for prefix in prefixes:
-                zero = tensors.get(f"{prefix}.zero")
+            for prefix, layout in expected.items():
+                for suffix, (shape, dtype) in layout.items():
+                    t = tensors[f"{prefix}.{suffix}"]
+                    if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+                        raise ValueError(f"{prefix}.{suffix} is {t.dtype} {list(t.shape)}, the checkpoint makes "
+                                         f"{dtype} {list(shape)}")
+                zero = tensors[f"{prefix}.zero"] if "zero" in layout else None
                 out[prefix] = QuantizedWeight(tensors[f"{prefix}.qweight"], tensors[f"{prefix}.scale"], zero,
                                               meta["scheme"])
             return out
@@ -154,6 +181,7 @@ class LayoutCache:
             shutil.rmtree(entry, ignore_errors=True)
             os.replace(tmp, entry)
             tmp = None
+            self._evict_superseded(material, entry)
             return entry
         except Exception as exc:
             log.warning("cannot write the layout cache entry %s (%s): the repacked weights stay in memory only",
@@ -162,6 +190,21 @@ class LayoutCache:
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    def _evict_superseded(self, material: Mapping[str, Any], kept: Path) -> None:
+        """Remove the entries other than ``kept`` for the same :func:`slot` as ``material``: built from an older
+        state of the same files (re-downloaded, edited) or by other library versions, they would never be read
+        again."""
+        wanted = slot(material)
+        for entry in [p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".") and p != kept]:
+            try:
+                meta = json.loads((entry / ENTRY_FILE).read_text())
+                if slot(meta["key_material"]) != wanted:
+                    continue
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            log.info("layout cache: removing %s, superseded by %s", entry, kept)
+            shutil.rmtree(entry, ignore_errors=True)
 
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry: ``{"path", "bytes", "kind", "scheme", "layers", "sources", "device", "dtype"}``."""

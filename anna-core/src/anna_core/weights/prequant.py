@@ -95,7 +95,8 @@ def read_quantization_config(config: Mapping[str, Any]) -> PrequantConfig | None
 
     Raises:
         UnsupportedQuantizationError: a method, bit width, group size, version or packing format Anna does not
-            serve (the message names the method and what is unsupported).
+            serve, or a field of the wrong type (``"group_size": null``, ``"bits": "4"``); the message names the
+            method and the field.
     """
     qc = config.get("quantization_config")
     if qc is None and isinstance(config.get("text_config"), Mapping):
@@ -104,18 +105,19 @@ def read_quantization_config(config: Mapping[str, Any]) -> PrequantConfig | None
         return None
     if not isinstance(qc, Mapping):
         raise UnsupportedQuantizationError(f"quantization_config must be an object, got {type(qc).__name__}")
-    method = str(qc.get("quant_method", "")).lower()
-    skip = tuple(str(m) for m in qc.get("modules_to_not_convert") or ())
+    method = _text(qc, "quant_method", "", "").lower()
+    skip = _skip(qc, method)
     if method == "gptq":
-        return _gptq(qc, method, qc.get("checkpoint_format", "gptq"), skip)
+        return _gptq(qc, method, _text(qc, "checkpoint_format", "gptq", method), skip)
     if method == "awq":
         return _awq(qc, method, skip)
     if method == "fp8":
         return _fp8(qc, skip)
     if method in ("auto-round", "intel/auto-round"):
-        packing = qc.get("packing_format", "auto_round:auto_gptq")
-        if qc.get("data_type", "int") != "int":
-            raise UnsupportedQuantizationError(f"quant_method {method!r}: data_type {qc.get('data_type')!r} is not "
+        packing = _text(qc, "packing_format", "auto_round:auto_gptq", method)
+        data_type = _text(qc, "data_type", "int", method)
+        if data_type != "int":
+            raise UnsupportedQuantizationError(f"quant_method {method!r}: data_type {data_type!r} is not "
                                                "supported (int only)")
         _check_extra_config(qc, method)
         if packing == "auto_round:auto_gptq":
@@ -126,19 +128,69 @@ def read_quantization_config(config: Mapping[str, Any]) -> PrequantConfig | None
             return _awq({**qc, "version": "gemm"}, method, skip)
         raise UnsupportedQuantizationError(f"quant_method {method!r}: packing_format {packing!r} is not supported "
                                            "(auto_round:auto_gptq, auto_round:gptqmodel, auto_round:auto_awq)")
+    if not method:
+        raise UnsupportedQuantizationError("quantization_config has no quant_method")
     raise UnsupportedQuantizationError(
-        f"quant_method {method or qc.get('quant_method')!r} is not supported for pre-quantized loading (Anna "
+        f"quant_method {method!r} is not supported for pre-quantized loading (Anna "
         "serves gptq and awq int4, fp8 with 128x128 block scales, and auto-round's gptq / awq exports)")
 
 
+def _field_error(method: str, field: str, value: Any, want: str) -> UnsupportedQuantizationError:
+    """The error for ``quantization_config.<field>`` holding ``value`` instead of ``want``."""
+    where = f"quant_method {method!r}: " if method else ""
+    return UnsupportedQuantizationError(f"{where}quantization_config.{field} must be {want}, got {value!r} "
+                                        f"({type(value).__name__})")
+
+
+def _text(qc: Mapping[str, Any], field: str, default: str, method: str) -> str:
+    """The string ``qc[field]`` (``default`` when absent).
+
+    Raises:
+        UnsupportedQuantizationError: a present value that is not a string (null included).
+    """
+    value = qc.get(field, default)
+    if not isinstance(value, str):
+        raise _field_error(method, field, value, "a string")
+    return value
+
+
+def _int(qc: Mapping[str, Any], fields: tuple[str, ...], default: int | None, method: str,
+         where: str = "") -> int | None:
+    """The integer under the first of ``fields`` present in ``qc`` (``default`` when none is); ``where`` prefixes
+    the field's name in the error (``extra_config['x'].``).
+
+    Raises:
+        UnsupportedQuantizationError: a present value that is not an integer (a bool, null, string or float).
+    """
+    for field in fields:
+        if field in qc:
+            value = qc[field]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _field_error(method, where + field, value, "an integer")
+            return value
+    return default
+
+
+def _skip(qc: Mapping[str, Any], method: str) -> tuple[str, ...]:
+    value = qc.get("modules_to_not_convert")
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(m, str) for m in value):
+        raise _field_error(method, "modules_to_not_convert", value, "a list of strings or null")
+    return tuple(value)
+
+
 def _bits4(qc: Mapping[str, Any], method: str) -> None:
-    bits = qc.get("bits", qc.get("w_bit"))
+    bits = _int(qc, ("bits", "w_bit"), None, method)
+    if bits is None:
+        raise UnsupportedQuantizationError(f"quant_method {method!r}: quantization_config has no bits (4 is "
+                                           "supported)")
     if bits != 4:
         raise UnsupportedQuantizationError(f"quant_method {method!r}: {bits}-bit weights are not supported (4 only)")
 
 
 def _group(qc: Mapping[str, Any], method: str) -> int:
-    group = int(qc.get("group_size", qc.get("q_group_size", INT4_GROUP)))
+    group = _int(qc, ("group_size", "q_group_size"), INT4_GROUP, method)
     if group != -1 and (group <= 0 or group % INT4_GROUP):
         raise UnsupportedQuantizationError(f"quant_method {method!r}: group_size {group} is not supported (a "
                                            f"multiple of {INT4_GROUP}, or -1)")
@@ -146,11 +198,19 @@ def _group(qc: Mapping[str, Any], method: str) -> int:
 
 
 def _check_extra_config(qc: Mapping[str, Any], method: str) -> None:
-    for name, layer in (qc.get("extra_config") or {}).items():
-        bits = layer.get("bits", qc.get("bits")) if isinstance(layer, Mapping) else None
-        if bits is not None and bits < 16 and bits != qc.get("bits"):
-            raise UnsupportedQuantizationError(f"quant_method {method!r}: extra_config gives {name!r} {bits} bits "
-                                               "(mixed bit widths are not supported)")
+    extra = qc.get("extra_config")
+    if extra is None:
+        return
+    if not isinstance(extra, Mapping):
+        raise _field_error(method, "extra_config", extra, "an object")
+    bits = _int(qc, ("bits",), None, method)
+    for name, layer in extra.items():
+        if not isinstance(layer, Mapping):
+            raise _field_error(method, f"extra_config[{name!r}]", layer, "an object")
+        layer_bits = _int(layer, ("bits",), bits, method, f"extra_config[{name!r}].")
+        if layer_bits is not None and layer_bits < 16 and layer_bits != bits:
+            raise UnsupportedQuantizationError(f"quant_method {method!r}: extra_config gives {name!r} {layer_bits} "
+                                               "bits (mixed bit widths are not supported)")
 
 
 def _gptq(qc: Mapping[str, Any], method: str, checkpoint_format: str, skip: tuple[str, ...]) -> PrequantConfig:
@@ -167,24 +227,31 @@ def _gptq(qc: Mapping[str, Any], method: str, checkpoint_format: str, skip: tupl
 
 def _awq(qc: Mapping[str, Any], method: str, skip: tuple[str, ...]) -> PrequantConfig:
     _bits4(qc, method)
-    version = str(qc.get("version", "gemm")).lower()
+    version = _text(qc, "version", "gemm", method).lower()
     if version != "gemm":
         raise UnsupportedQuantizationError(f"quant_method {method!r}: version {version!r} is not supported (gemm)")
-    if qc.get("zero_point", True) is False:
+    zero_point = qc.get("zero_point", True)
+    if not isinstance(zero_point, bool):
+        raise _field_error(method, "zero_point", zero_point, "true or false")
+    if not zero_point:
         raise UnsupportedQuantizationError(f"quant_method {method!r}: zero_point false is not supported")
     return PrequantConfig(method=method, layout="awq", group_size=_group(qc, method), skip=skip)
 
 
 def _fp8(qc: Mapping[str, Any], skip: tuple[str, ...]) -> PrequantConfig:
     block = qc.get("weight_block_size")
-    if block is None or list(block) != [FP8_BLOCK, FP8_BLOCK]:
-        raise UnsupportedQuantizationError(f"quant_method 'fp8': weight_block_size {block} is not supported "
+    if not isinstance(block, (list, tuple)) or not all(isinstance(b, int) and not isinstance(b, bool) for b in block):
+        raise _field_error("fp8", "weight_block_size", block, f"a list of two integers ([{FP8_BLOCK}, {FP8_BLOCK}])")
+    if list(block) != [FP8_BLOCK, FP8_BLOCK]:
+        raise UnsupportedQuantizationError(f"quant_method 'fp8': weight_block_size {list(block)} is not supported "
                                            f"([{FP8_BLOCK}, {FP8_BLOCK}] only)")
-    if str(qc.get("fmt", "e4m3")).lower() != "e4m3":
-        raise UnsupportedQuantizationError(f"quant_method 'fp8': fmt {qc.get('fmt')!r} is not supported (e4m3)")
-    if qc.get("activation_scheme", "dynamic") != "dynamic":
-        raise UnsupportedQuantizationError(f"quant_method 'fp8': activation_scheme {qc.get('activation_scheme')!r} "
-                                           "is not supported (dynamic)")
+    fmt = _text(qc, "fmt", "e4m3", "fp8")
+    if fmt.lower() != "e4m3":
+        raise UnsupportedQuantizationError(f"quant_method 'fp8': fmt {fmt!r} is not supported (e4m3)")
+    scheme = _text(qc, "activation_scheme", "dynamic", "fp8")
+    if scheme != "dynamic":
+        raise UnsupportedQuantizationError(f"quant_method 'fp8': activation_scheme {scheme!r} is not supported "
+                                           "(dynamic)")
     return PrequantConfig(method="fp8", layout="fp8", group_size=FP8_BLOCK, skip=skip)
 
 
@@ -219,6 +286,19 @@ def _to_int4(prefix: str, codes: torch.Tensor, zeros: torch.Tensor, scales: torc
     return QuantizedWeight(packed.contiguous(), scale, zero, "int4")
 
 
+SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+"""The dtypes a checkpoint's ``scales`` / ``weight_scale_inv`` may have (others, e.g. int32, are load errors)."""
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+"""The dtypes of a GPTQ ``g_idx``."""
+
+
+def _check_dtype(name: str, tensor: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> None:
+    if tensor.dtype not in dtypes:
+        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise ModelLoadError(f"{name}: dtype {str(tensor.dtype).replace('torch.', '')}, expected {want}")
+
+
 def _check_shape(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:
     if tuple(tensor.shape) != shape:
         raise ModelLoadError(f"{name}: shape {list(tensor.shape)}, expected {list(shape)}")
@@ -233,17 +313,22 @@ def repack_gptq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales
     """One GPTQ linear (tensors as in the module docstring) in Anna's int4 layout, scales in ``dtype``.
 
     Raises:
-        ModelLoadError: int32 tensors of inconsistent shapes, or a ``g_idx`` that is not ``k // group_size``
+        ModelLoadError: ``qweight`` / ``qzeros`` not int32, ``scales`` not float16 / bfloat16 / float32, ``g_idx``
+            not int32 / int64, tensors of inconsistent shapes, or a ``g_idx`` that is not ``k // group_size``
             (act-order: the columns of a group are scattered, which the int4 layout cannot hold).
     """
     if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
         raise ModelLoadError(f"{prefix}: GPTQ qweight / qzeros must be int32, got {qweight.dtype} / {qzeros.dtype}")
+    if qweight.dim() != 2:
+        raise ModelLoadError(f"{prefix}.qweight: expected a 2-D tensor, got shape {list(qweight.shape)}")
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     g = _groups(k, cfg.group_size)
     _check_shape(f"{prefix}.qzeros", qzeros, (g, n // 8))
     _check_shape(f"{prefix}.scales", scales, (g, n))
+    _check_dtype(f"{prefix}.scales", scales, SCALE_DTYPES)
     if g_idx is not None:
         _check_shape(f"{prefix}.g_idx", g_idx, (k,))
+        _check_dtype(f"{prefix}.g_idx", g_idx, INDEX_DTYPES)
         want = torch.zeros(k, dtype=torch.long) if cfg.group_size == -1 else torch.arange(k) // cfg.group_size
         if not torch.equal(g_idx.long().cpu(), want):
             raise ModelLoadError(f"{prefix}: g_idx is not k // group_size (an act-order / desc_act checkpoint): its "
@@ -257,14 +342,18 @@ def repack_awq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales:
     """One AWQ GEMM linear in Anna's int4 layout, scales in ``dtype``.
 
     Raises:
-        ModelLoadError: non-int32 or inconsistently shaped tensors.
+        ModelLoadError: ``qweight`` / ``qzeros`` not int32, ``scales`` not float16 / bfloat16 / float32, or
+            inconsistently shaped tensors.
     """
     if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
         raise ModelLoadError(f"{prefix}: AWQ qweight / qzeros must be int32, got {qweight.dtype} / {qzeros.dtype}")
+    if qweight.dim() != 2:
+        raise ModelLoadError(f"{prefix}.qweight: expected a 2-D tensor, got shape {list(qweight.shape)}")
     k, n = qweight.shape[0], qweight.shape[1] * 8
     g = _groups(k, cfg.group_size)
     _check_shape(f"{prefix}.qzeros", qzeros, (g, n // 8))
     _check_shape(f"{prefix}.scales", scales, (g, n))
+    _check_dtype(f"{prefix}.scales", scales, SCALE_DTYPES)
     codes = _unpack_cols(qweight, AWQ_PACK_ORDER)
     zeros = _unpack_cols(qzeros, AWQ_PACK_ORDER).to(torch.int32)
     return _to_int4(prefix, codes, zeros, scales, cfg.group_size, dtype)
@@ -274,13 +363,15 @@ def repack_fp8(prefix: str, weight: torch.Tensor, weight_scale_inv: torch.Tensor
     """One FP8 block-scaled linear in Anna's fp8 layout (the same tensors; the scales made float32).
 
     Raises:
-        ModelLoadError: a weight that is not float8_e4m3fn ``[N, K]`` or scales not ``[ceil(N/128), ceil(K/128)]``.
+        ModelLoadError: a weight that is not float8_e4m3fn ``[N, K]``, or scales not float16 / bfloat16 / float32
+            ``[ceil(N/128), ceil(K/128)]``.
     """
     if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
         raise ModelLoadError(f"{prefix}.weight: expected a 2-D float8_e4m3fn tensor, got {weight.dtype} "
                              f"{list(weight.shape)}")
     n, k = weight.shape
     _check_shape(f"{prefix}.weight_scale_inv", weight_scale_inv, (math.ceil(n / FP8_BLOCK), math.ceil(k / FP8_BLOCK)))
+    _check_dtype(f"{prefix}.weight_scale_inv", weight_scale_inv, SCALE_DTYPES)
     return QuantizedWeight(weight.contiguous(), weight_scale_inv.float().contiguous(), None, "fp8")
 
 
@@ -301,6 +392,33 @@ def repack(prefix: str, tensors: Mapping[str, torch.Tensor], cfg: PrequantConfig
     if cfg.layout == "awq":
         return repack_awq(prefix, tensors["qweight"], tensors["qzeros"], tensors["scales"], cfg, dtype)
     return repack_fp8(prefix, tensors["weight"], tensors["weight_scale_inv"])
+
+
+def source_tensor(cfg: PrequantConfig) -> str:
+    """The suffix of the checkpoint tensor whose shape fixes a linear's repacked layout (:func:`repacked_layout`):
+    ``"qweight"`` (GPTQ, AWQ) or ``"weight"`` (fp8)."""
+    return "weight" if cfg.layout == "fp8" else "qweight"
+
+
+def repacked_layout(source_shape: tuple[int, ...], cfg: PrequantConfig,
+                    dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The tensors :func:`repack` makes of a linear whose :func:`source_tensor` has ``source_shape``, as
+    ``{"qweight" | "scale" | "zero": (shape, dtype)}`` (see :class:`~anna_core.weights.gpu_quant.QuantizedWeight`):
+    int4 ``qweight [N, K/2]`` uint8 with ``scale`` and ``zero`` ``[N, K/128]`` in ``dtype``; fp8 ``qweight [N, K]``
+    float8_e4m3fn and ``scale [ceil(N/128), ceil(K/128)]`` float32. The layout cache checks its entries by it.
+
+    Raises:
+        ModelLoadError: a ``source_shape`` that is not 2-D.
+    """
+    if len(source_shape) != 2:
+        raise ModelLoadError(f"{cfg.method} checkpoint: a 2-D {source_tensor(cfg)} expected, got {list(source_shape)}")
+    if cfg.layout == "fp8":
+        n, k = source_shape
+        return {"qweight": ((n, k), torch.float8_e4m3fn),
+                "scale": ((math.ceil(n / FP8_BLOCK), math.ceil(k / FP8_BLOCK)), torch.float32)}
+    k, n = (source_shape[0] * 8, source_shape[1]) if cfg.layout == "gptq" else (source_shape[0], source_shape[1] * 8)
+    groups = (n, k // INT4_GROUP)
+    return {"qweight": ((n, k // 2), torch.uint8), "scale": (groups, dtype), "zero": (groups, dtype)}
 
 
 def quantized_prefixes(names: list[str] | Mapping[str, Any], cfg: PrequantConfig) -> list[str]:

@@ -17,13 +17,21 @@ from typing import Any
 
 import attrs
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from anna_core.errors import ModelLoadError
 from anna_core.weights.assign import NameMap
 from anna_core.weights.gpu_quant import QuantizedWeight
 from anna_core.weights.layout_cache import LayoutCache, key_material
-from anna_core.weights.prequant import SUFFIXES, PrequantConfig, quantized_prefixes, repack
+from anna_core.weights.prequant import (
+    SUFFIXES,
+    PrequantConfig,
+    quantized_prefixes,
+    repack,
+    repacked_layout,
+    source_tensor,
+)
 from anna_core.weights.safetensors_loader import checkpoint_files, iter_checkpoint_tensors
 
 log = logging.getLogger("anna.weights")
@@ -62,6 +70,29 @@ def _targets(files: Mapping[str, Path], cfg: PrequantConfig, name_map: NameMap) 
     return out
 
 
+def _expected_layouts(files: Mapping[str, Path], prefixes: list[str], cfg: PrequantConfig,
+                      dtype: torch.dtype) -> dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]] | None:
+    """``{prefix: repacked layout}`` (:func:`~anna_core.weights.prequant.repacked_layout`) from the checkpoint's
+    headers, or None when a linear's source tensor is missing or not 2-D (the repack then reports it)."""
+    from safetensors import safe_open
+
+    suffix = source_tensor(cfg)
+    names = {f"{p}.{suffix}": p for p in prefixes}
+    if not set(names) <= set(files):
+        return None
+    shapes: dict[str, tuple[int, ...]] = {}
+    by_file: dict[Path, list[str]] = {}
+    for name in names:
+        by_file.setdefault(files[name], []).append(name)
+    for path, file_names in by_file.items():
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            shapes.update({names[n]: tuple(f.get_slice(n).get_shape()) for n in file_names})
+    try:
+        return {p: repacked_layout(shapes[p], cfg, dtype) for p in prefixes}
+    except ModelLoadError:
+        return None
+
+
 def read_prequantized(files: Mapping[str, Path], cfg: PrequantConfig, *, device_kind: str, dtype: torch.dtype,
                       cache: LayoutCache | None) -> tuple[dict[str, QuantizedWeight], str]:
     """Every quantized linear of the checkpoint whose tensors are ``files`` (``{name: file}``), repacked
@@ -73,13 +104,16 @@ def read_prequantized(files: Mapping[str, Path], cfg: PrequantConfig, *, device_
     """
     prefixes = quantized_prefixes(list(files), cfg)
     material = None
+    expected = None
     if cache is not None:
         try:
             material = key_material(set(files.values()), cfg, device_kind, dtype)
-        except (OSError, ValueError) as exc:
+            expected = _expected_layouts(files, prefixes, cfg, dtype)
+        except (OSError, ValueError, SafetensorError) as exc:
             log.warning("layout cache: cannot key the checkpoint (%s); repacking in memory", exc)
-        if material is not None:
-            hit = cache.load(material, prefixes)
+            material = None
+        if material is not None and expected is not None:
+            hit = cache.load(material, expected)
             if hit is not None:
                 log.info("layout cache: %d %s layers read from %s", len(hit), cfg.kind, cache.entry_dir(material))
                 return hit, "hit"

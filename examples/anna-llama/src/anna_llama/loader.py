@@ -83,6 +83,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format in ("safetensors", "gguf") and load_format != source.format:
         raise ModelLoadError(f"--load-format {load_format} does not fit {str(source.root)!r}, which holds "
                              f"{source.format} weights")
+    # before _packed_weights: --weight-quant int4 / int8 / fp8 of a pre-quantized checkpoint is refused as such
+    prequant = checkpoint_prequant(source.config, weight_quant, load_format) if source.format != "gguf" else None
     packed = _packed_weights(weight_quant, source.format, device)
     if parallel.is_parallel and (source.format == "gguf" or packed is not None):
         raise ModelLoadError("tensor parallelism loads dense safetensors (or dummy) weights; not a GGUF or "
@@ -92,7 +94,6 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,
                           dummy=load_format == "dummy", packed=packed == "gguf")
     cfg = LlamaConfig.from_hf(source.config)
-    prequant = checkpoint_prequant(source.config, weight_quant, load_format)
     model = build_model(cfg, ops, dtype, parallel)
     shards = ShardReader(tensor_parallel.RULES, parallel) if parallel.is_parallel else None
     if load_format == "dummy":  # a rank draws the whole model's weights and keeps its slices

@@ -78,3 +78,39 @@ def test_the_gpu_script_runs_on_the_cpu_and_fails_loudly(tiny_vl, tmp_path):
     bad = subprocess.run(["bash", "tools/gpu_experiments/vl_bench.sh"], cwd=ROOT, capture_output=True, text=True,
                          env={**env, "VL_FLAGS": "--runs 0"}, timeout=600)
     assert bad.returncode != 0 and "FAILED" in bad.stdout and "runs must be at least 1" in bad.stdout
+
+
+@pytest.mark.parametrize(("flags", "code", "message"), [
+    (["--runs", "0"], 2, "runs must be at least 1, got 0"),
+    (["--image-requests", "-1"], 2, "image_requests must be at least 1, got -1"),
+    (["--model-dir", "/nonexistent/anna-vl"], 2, "--model-dir '/nonexistent/anna-vl' is not a folder"),
+    (["--model-dir", "TEXT"], 1, "is not a vision-language model taking images and videos (this qwen35 model takes "
+                                 "text only)"),
+])
+def test_usage_errors_are_one_line_and_exit_codes(shape_folder, tmp_path_factory, capsys, flags, code, message):
+    from anna_core.bench.vl_bench import main
+    from anna_core.testing.checkpoints import build_tiny_qwen35
+
+    if "TEXT" in flags:
+        text_model = tmp_path_factory.mktemp("tiny-text")
+        build_tiny_qwen35(text_model)
+        flags = ["--model-dir", str(text_model)]
+    argv = ["--model-dir", str(shape_folder), *SMALL, "--skip-hf", *flags]
+    capsys.readouterr()  # the fixtures' output
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and message in captured.err, captured.err
+    assert captured.err.startswith("python -m anna_core.bench.vl_bench: error: ")
+
+
+@pytest.mark.parametrize(("speedup", "words"), [(2.5, "Anna 2.50x faster"), (1.0, "Anna 1.00x faster"),
+                                                (0.1333, "Anna 7.50x slower"), (0.5, "Anna 2.00x slower")])
+def test_hf_line_says_faster_or_slower(speedup, words):
+    from anna_core.bench.vl_bench import format_lines
+
+    report = {"model": "m", "device_name": "cpu", "dtype": "float32", "load_s": 1.0, "setup_s": 1.0,
+              "hf": {"ttft_ms": 10.0, "ttft_ms_all": [10.0], "transformers": "5", "fla": False, "speedup": speedup,
+                     "first_token_equal": True}}
+    line = format_lines(report)[-1]
+    assert f"): {words}; first token equal: yes" in line, line

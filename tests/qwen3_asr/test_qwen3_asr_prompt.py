@@ -65,7 +65,32 @@ def test_parse_and_every_stream_split_agree(answer, forced, language, transcript
 
 def test_parse_takes_a_bare_name_before_the_tag():
     assert parse_asr_output("English<asr_text>A bare name.") == ("English", "A bare name.")
+    assert parse_asr_output(" none <asr_text>") == (None, "")
     assert parse_asr_output("language English<asr_text>") == ("English", "")
+    # a word that names no language is transcript: the reference's split would drop "Hello"
+    assert parse_asr_output("Hello<asr_text> world") == (None, "Hello world")
+
+
+# Pieces of answers a sampled or random-weight model may write: prefixes whole and cut, bare names and words that
+# begin one ("Hi": "Hindi"), tags whole, cut and nested, control tokens whole and cut, odd whitespace and case.
+FUZZ_PIECES = ["language ", "Language", "lang", "uage", " ", "\n", "\u00a0", "English", "Eng", "lish", "Hi", "ndi",
+               "Hindi", "None", "none", "Hello", " world", "x", "\u0130", "\u017f", "a" * 20, "Czech",
+               "<asr_text>", "<as", "r_text>", "<asr", "_text>", "<", ">", "<think>", "<thi", "nk>", "<|im_end|>"]
+
+
+def test_whole_and_streamed_transcripts_agree_for_random_answers_and_splits():
+    """The stream's contract as a property: for seeded random answers cut at random places, the concatenated
+    deltas equal :func:`parse_asr_output`'s transcript, and the languages agree."""
+    rng = random.Random(2026)
+    for _ in range(4000):
+        answer = "".join(rng.choice(FUZZ_PIECES) for _ in range(rng.randint(0, 9)))
+        forced = rng.random() < 0.2
+        language, whole = parse_asr_output(answer, language_forced=forced, control=CONTROL)
+        cuts = sorted(rng.sample(range(len(answer) + 1), rng.randint(0, min(len(answer), 8))))
+        stream = AsrTextStream(language_forced=forced, control=CONTROL)
+        bounds = [0, *cuts, len(answer)]
+        out = "".join(stream.feed(answer[a:b]) for a, b in itertools.pairwise(bounds)) + stream.finish()
+        assert (out, stream.language) == (whole, language), (answer, forced, cuts)
 
 
 def test_the_prefix_is_held_until_the_tag_and_text_flows_after_it():
@@ -74,7 +99,9 @@ def test_the_prefix_is_held_until_the_tag_and_text_flows_after_it():
         ["", "", "", "He", "llo", "", "  world", ""]
     assert stream.language == "English" and stream.finish() == ""
     plain = AsrTextStream()
-    assert plain.feed("Hi") == "Hi" and plain.feed(" there") == " there"  # no prefix: nothing is held
+    assert plain.feed("Yes") == "Yes" and plain.feed(" there") == " there"  # no prefix can begin so: nothing held
+    held = AsrTextStream()  # "Hi" may begin "Hindi" (a bare name), "Hi " may not
+    assert held.feed("Hi") == "" and held.feed(" there") == "Hi there"
 
 
 @pytest.mark.parametrize("language,context", [(None, None), ("English", None), ("Chinese", "Hotwords: 通义, Anna."),

@@ -40,7 +40,9 @@ def golden_check(device: str) -> None:
     g = load_file(str(FIXTURES / "golden" / "base.safetensors"))
     facts = json.loads((FIXTURES / "golden" / "base.json").read_text())["cases"]
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    cloner = load_voice_cloner(folder, load_config(folder), lambda s: tok.encode(s).ids, device=device)
+    control = tuple(t.content for t in tok.get_added_tokens_decoder().values())
+    cloner = load_voice_cloner(folder, load_config(folder), lambda s: tok.encode(s).ids, control=control,
+                               device=device)
     for tf32 in (True, False):
         torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32

@@ -37,8 +37,8 @@ context length (:func:`max_window_seconds`)."""
 ROWS_PER_SECOND = 13
 """Encoder rows per second of audio (100 mel frames -> 13 rows; :func:`anna_audio.features.encoder_rows`)."""
 MAX_PREFIX_CHARS = 48
-"""A streamed answer is taken to have a ``language X<asr_text>`` prefix only if the tag comes within this many
-characters (language names are single words)."""
+"""An answer is taken to have a ``language X<asr_text>`` prefix only if the tag ends within this many characters
+(language names are single words): a stream holds back at most this much."""
 
 LANGUAGE_CODES = {
     "ar": "Arabic", "yue": "Cantonese", "zh": "Chinese", "cs": "Czech", "da": "Danish", "nl": "Dutch",
@@ -56,6 +56,8 @@ DEFAULT_LANGUAGES = ("Chinese", "English", "Cantonese", "Arabic", "German", "Fre
                      "Persian", "Greek", "Romanian", "Hungarian", "Macedonian")
 """The 30 languages of the released Qwen3-ASR models (their ``support_languages``), for configs without the list
 (the ``hf`` layout drops it)."""
+BARE_PREFIX_NAMES = frozenset(name.lower() for name in (*DEFAULT_LANGUAGES, "None"))
+"""The names (any case) that stand for a language prefix without ``language`` before them: ``English<asr_text>``."""
 
 
 def build_transcription_prompt(tokenizer: Any, *, language: str | None, context: str | None) -> list[int]:
@@ -179,6 +181,13 @@ def parse_asr_output(text: str, *, language_forced: bool = False,
     ``(None, "")``; an answer without ``<asr_text>`` is all transcript: ``(None, text.strip())``. The transcript is
     stripped of surrounding whitespace.
 
+    The text before the first ``<asr_text>`` is the language prefix (dropped) when it is what the model writes there
+    (:func:`_is_prefix`): ``language`` and a name, or a bare language name of :data:`BARE_PREFIX_NAMES`
+    (``English<asr_text>``), without ``<``, the tag ending within :data:`MAX_PREFIX_CHARS` characters. Anything
+    else before the tag is transcript (``Hello<asr_text> world`` gives ``"Hello world"``); upstream ``qwen-asr``
+    (``parse_asr_output``) drops whatever precedes the tag, which no stream could do without holding back the whole
+    answer.
+
     Args:
         language_forced: the prompt forced the language (it holds the prefix): the whole answer is transcript.
         control: control-token texts (:func:`control_tokens`) removed from the answer before it is read.
@@ -192,31 +201,54 @@ def parse_asr_output(text: str, *, language_forced: bool = False,
     return _language_of(prefix), _untagged(transcript).strip()
 
 
+_MAX_PREFIX = MAX_PREFIX_CHARS - len(ASR_TEXT_TAG)
+"""The longest text a language prefix may be before its tag."""
+
+
 def _is_prefix(prefix: str) -> bool:
-    """Whether ``prefix`` (the text before the first ``<asr_text>``) names a language: ``language`` and a name (as
-    :class:`AsrTextStream` holds one back) or a bare one-word name, no ``<``, the tag within
-    :data:`MAX_PREFIX_CHARS` characters. Anything else before the tag is transcript."""
-    named = _NAMED_RE.match(prefix) is not None or _BARE_NAME_RE.fullmatch(prefix) is not None
-    return named and "<" not in prefix and len(prefix) + len(ASR_TEXT_TAG) - 1 <= MAX_PREFIX_CHARS
+    """Whether ``prefix`` (the text before the first ``<asr_text>``) is a language prefix: ``language`` (any case)
+    and whitespace, then a name; or a bare name of :data:`BARE_PREFIX_NAMES` between whitespace; no ``<``; at most
+    :data:`_MAX_PREFIX` characters. Anything else before the tag is transcript."""
+    if "<" in prefix or len(prefix) > _MAX_PREFIX:
+        return False
+    return _NAMED_RE.match(prefix) is not None or prefix.strip().lower() in BARE_PREFIX_NAMES
+
+
+def _could_be_prefix(head: str) -> bool:
+    """Whether some continuation of ``head`` (streamed text holding no whole ``<asr_text>``) makes its beginning a
+    language prefix followed by the tag (:func:`_is_prefix`): exactly, so that a stream that stops holding ``head``
+    back decides as :func:`parse_asr_output` does on the whole answer."""
+    if "<" in head:  # the prefix has no ``<``: the first one begins the tag
+        at = head.index("<")
+        return ASR_TEXT_TAG.startswith(head[at:]) and _is_prefix(head[:at])
+    if len(head) > _MAX_PREFIX:
+        return False
+    if _PREFIX_RE.fullmatch(head):  # ``language <name>``, or a beginning of it
+        return True
+    name = head.lstrip()
+    bare = name.rstrip()
+    if bare != name:  # whitespace after a name: the name is whole
+        return bare.lower() in BARE_PREFIX_NAMES
+    return any(known.startswith(bare.lower()) for known in BARE_PREFIX_NAMES)
 
 
 def _untagged(text: str) -> str:
-    """``text`` without any ``<asr_text>`` (never transcript: a sampled answer may repeat the tag)."""
-    while ASR_TEXT_TAG in text:
-        text = text.replace(ASR_TEXT_TAG, "")
-    return text
+    """``text`` without any ``<asr_text>`` (never transcript: a sampled answer may repeat the tag), in one
+    left-to-right scan as control tokens are removed (:func:`_without`): characters that spell the tag only once
+    another is removed are text, as a stream can tell without holding back an unbounded tail."""
+    return text.replace(ASR_TEXT_TAG, "")
 
 
 _NAMED_RE = re.compile(r"\s*language\s+", re.IGNORECASE)
-_BARE_NAME_RE = re.compile(r"\s*[^\W\d_]+\s*")
 _PREFIX_RE = re.compile(r"\s*(?:l(?:a(?:n(?:g(?:u(?:a(?:g(?:e(?:\s[^<]*)?)?)?)?)?)?)?)?)?", re.IGNORECASE)
 
 
 class AsrTextStream:
     """Turns the streamed deltas of one answer into transcript deltas: the ``language X<asr_text>`` prefix never
     comes out, even split across deltas, and the concatenation of every :meth:`feed` and :meth:`finish` result
-    equals :func:`parse_asr_output`'s transcript of the whole answer with the same ``language_forced`` (given the
-    tag, if any, within :data:`MAX_PREFIX_CHARS` characters).
+    equals :func:`parse_asr_output`'s transcript of the whole answer with the same ``language_forced``, however the
+    answer is cut (text that may still become a prefix, at most :data:`MAX_PREFIX_CHARS` characters, is held back:
+    ``Hi`` until it cannot be ``Hindi``).
 
     Args:
         language_forced: the prompt forced the language (the answer has no prefix): every character after leading
@@ -235,7 +267,7 @@ class AsrTextStream:
         self._in_text = language_forced
         self._started = False  # a non-space transcript character was emitted
         self._pending_space = ""  # whitespace held back: it is dropped if the answer ends after it
-        self._tail = ""  # transcript text that may begin an ``<asr_text>`` tag (held back, never emitted as such)
+        self._tags = ControlTokenFilter((ASR_TEXT_TAG,))  # repeated tags in the transcript, removed as _untagged
         self.language: str | None = None
 
     def feed(self, delta: str) -> str:
@@ -251,7 +283,7 @@ class AsrTextStream:
             if _is_prefix(prefix):
                 self.language, self._head, self._in_text = _language_of(prefix), "", True
                 return self._text(rest)
-        elif self._could_be_prefix(self._head):
+        elif _could_be_prefix(self._head):
             return ""
         head, self._head, self._in_text = self._head, "", True
         return self._text(head)
@@ -261,25 +293,14 @@ class AsrTextStream:
         dropped)."""
         out = self._feed(self._control.finish())
         head, self._head, self._in_text = self._head, "", True
-        out += self._text(head) + self._emit(self._tail)
-        self._tail, self._pending_space = "", ""
+        out += self._text(head) + self._emit(self._tags.finish())
+        self._pending_space = ""
         return out
 
     def _text(self, text: str) -> str:
         """Transcript text without ``<asr_text>`` tags (one split across deltas too: a possible beginning of one
         at the end is held back until the next delta or :meth:`finish`)."""
-        text = _untagged(self._tail + text)
-        keep = _held_suffix(text, (ASR_TEXT_TAG,))
-        self._tail = text[len(text) - keep:] if keep else ""
-        return self._emit(text[:len(text) - keep])
-
-    def _could_be_prefix(self, head: str) -> bool:
-        if len(head) > MAX_PREFIX_CHARS:
-            return False
-        rest = head[_PREFIX_RE.match(head).end():]  # after "language <name>" or a beginning of it
-        if not rest:
-            return True
-        return ASR_TEXT_TAG.startswith(rest) and _NAMED_RE.match(head) is not None  # a tag begins after a name
+        return self._emit(self._tags.feed(text))
 
     def _emit(self, text: str) -> str:
         if not self._started:

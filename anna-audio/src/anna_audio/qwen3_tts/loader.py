@@ -23,6 +23,7 @@ from anna_audio.qwen3_tts.config import Qwen3TTSConfig, load_config
 from anna_audio.qwen3_tts.sampling import SpeechSampling, load_sampling
 from anna_audio.qwen3_tts.talker import Talker
 from anna_audio.qwen3_tts.talker_lm import TalkerLM
+from anna_audio.qwen3_tts.voice import control_tokens
 from anna_audio.qwen3_tts.voice_clone import RecordingCloner, load_voice_cloner
 from anna_audio.qwen3_tts.weights import load_code_predictor, load_codec_decoder, load_talker
 
@@ -125,7 +126,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     tokenizer = Tokenizer.from_folder(root, required=load_format != "dummy")
     cloner = None
     if config.accepts_reference_audio and load_format != "dummy":  # Base: the speaker and codec encoders, float32
-        cloner = RecordingCloner(load_voice_cloner(root, config, tokenizer.encode, device=device))
+        cloner = RecordingCloner(load_voice_cloner(root, config, tokenizer.encode, control=control_tokens(tokenizer),
+                                                   device=device))
     model = TalkerLM(config, talker, predictor, bind_ops(kernels, device, dtype), predictor_sampling=sampling.predictor)
     s = config.talker.shape
     log.info("loaded Qwen3-TTS %s (%s; talker %d layers of width %d, %d codebooks) on %s/%s", config.kind,

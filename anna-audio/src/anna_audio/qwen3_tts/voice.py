@@ -12,6 +12,7 @@ random-weight load), reference audio is refused with a 400 that says what is mis
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -23,6 +24,9 @@ from anna_audio.qwen3_tts.prompt import SpeechRequest, language_id
 
 MAX_INPUT_CHARS = 4096
 """The longest ``input`` accepted (OpenAI's limit for ``/v1/audio/speech``)."""
+MAX_REF_TEXT_CHARS = 2048
+"""The longest ``ref_text`` accepted: the transcript of at most 60 s of reference audio
+(:class:`~anna_audio.qwen3_tts.voice_clone.VoiceCloneLimits`) is a few hundred words."""
 
 
 @attrs.frozen
@@ -59,6 +63,47 @@ NO_CLONER = ("voice cloning needs the checkpoint's speaker and codec encoders, w
              "(a random-weight load); load the Base checkpoint's weights")
 
 
+def control_tokens(tokenizer: Any) -> tuple[str, ...]:
+    """The texts of the checkpoint's added tokens (``<|im_start|>``, ``<|im_end|>``, ``<tts_pad>``, ...), which the
+    tokenizer reads as control tokens wherever they appear in a text.
+
+    Args:
+        tokenizer: an :class:`anna_core.tokenizer.Tokenizer` (its ``hf.added_tokens_decoder`` lists them).
+    """
+    added = tokenizer.hf.added_tokens_decoder.values()
+    return tuple(sorted({str(t.content) for t in added if str(t.content)}))
+
+
+def check_plain_text(text: str | None, field: str, control: Sequence[str]) -> None:
+    """Refuse a text field that holds a control token's text: tokenized into the prompt, it would become that token
+    and could close the talker's turn and open another (``<|im_end|><|im_start|>system ...``).
+
+    Args:
+        text: the field's value (None: nothing to check).
+        field: the request field's name, reported as the error's ``param``.
+        control: the checkpoint's control-token texts (:func:`control_tokens`).
+
+    Raises:
+        InvalidRequestError: ``param`` ``field``, naming the token.
+    """
+    found = next((t for t in control if text and t and t in text), None)
+    if found is not None:
+        raise InvalidRequestError(f"'{field}' must be plain text: it holds {found!r}, one of the model's control "
+                                  "tokens", param=field)
+
+
+def check_ref_text(ref_text: str | None, control: Sequence[str]) -> None:
+    """Refuse a reference transcript longer than :data:`MAX_REF_TEXT_CHARS` or holding a control token.
+
+    Raises:
+        InvalidRequestError: ``param`` ``ref_text``.
+    """
+    if ref_text is not None and len(ref_text) > MAX_REF_TEXT_CHARS:
+        raise InvalidRequestError(f"ref_text is {len(ref_text)} characters; the limit is {MAX_REF_TEXT_CHARS}",
+                                  param="ref_text")
+    check_plain_text(ref_text, "ref_text", control)
+
+
 def assistant_text(text: str) -> str:
     return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
@@ -77,7 +122,9 @@ def speech_request(config: Qwen3TTSConfig, tokenizer: Any, request: VoiceRequest
     ``cloner``: the checkpoint's :class:`VoiceCloner`, None where voice cloning is not available).
 
     Raises:
-        InvalidRequestError: empty or over-long text (``param`` ``input``); a voice the checkpoint does not have, a
+        InvalidRequestError: empty or over-long text (``param`` ``input``); ``input``, ``instructions`` or
+            ``ref_text`` holding a control token's text (:func:`check_plain_text`, ``param`` the field), a
+            ``ref_text`` over :data:`MAX_REF_TEXT_CHARS` (``ref_text``); a voice the checkpoint does not have, a
             voice on a checkpoint without named voices, none on one that needs it (``voice``); instructions on a
             checkpoint that takes none (``instructions``); an unknown language (``language``); reference audio to a
             checkpoint that takes none, a Base checkpoint without reference audio, or either without a cloner
@@ -88,6 +135,10 @@ def speech_request(config: Qwen3TTSConfig, tokenizer: Any, request: VoiceRequest
     if len(request.text) > MAX_INPUT_CHARS:
         raise InvalidRequestError(f"input is {len(request.text)} characters; the limit is {MAX_INPUT_CHARS}",
                                   param="input")
+    control = control_tokens(tokenizer)
+    check_plain_text(request.text, "input", control)
+    check_plain_text(request.instructions, "instructions", control)
+    check_ref_text(request.ref_text, control)
     if request.ref_audio is not None and not config.accepts_reference_audio:
         raise InvalidRequestError(f"a {config.kind} model takes no reference audio", param="ref_audio")
     if config.accepts_reference_audio and cloner is None:

@@ -33,19 +33,22 @@ import numpy as np
 import torch
 from anna_core.errors import InvalidRequestError
 
-from anna_audio.audio_io.decode import AudioLimits, decode_audio
+from anna_audio.audio_io.decode import MAX_SOURCE_RATE, MIN_SOURCE_RATE, AudioLimits, decode_audio
 from anna_audio.audio_io.resample import MonoResampler
 from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
 from anna_audio.qwen3_tts.codec_encoder import CodecEncoder
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig
 from anna_audio.qwen3_tts.prompt import SpeechRequest
 from anna_audio.qwen3_tts.speaker_encoder import SpeakerEncoder, speaker_mels
-from anna_audio.qwen3_tts.voice import ClonePrompt
+from anna_audio.qwen3_tts.voice import ClonePrompt, check_ref_text
 from anna_audio.qwen3_tts.weights import load_codec_encoder, load_speaker_encoder
 
 Tokenize = Callable[[str], Sequence[int]]
 """Text -> token ids with the checkpoint's tokenizer, special tokens such as ``<|im_start|>`` parsed as written
 (e.g. ``lambda s: hf_tokenizer(s)["input_ids"]``)."""
+MAX_CHANNELS = 8
+"""The most channels a ``[samples, channels]`` recording may have; an array with a dimension this short and a long
+other one is taken for channels-first and refused with a hint."""
 
 
 def _positive_finite(_instance, attribute, value) -> None:
@@ -119,6 +122,8 @@ class VoiceCloner:
         speaker_encoder: its speaker encoder (:func:`~anna_audio.qwen3_tts.weights.load_speaker_encoder`).
         codec_encoder: its codec's encoder (:func:`~anna_audio.qwen3_tts.weights.load_codec_encoder`).
         tokenize: the checkpoint's text tokenizer (:data:`Tokenize`).
+        control: the texts of its control tokens (:func:`~anna_audio.qwen3_tts.voice.control_tokens`), refused in a
+            transcript.
         limits: bounds on the recordings (default :class:`VoiceCloneLimits` ()).
 
     Raises:
@@ -126,12 +131,13 @@ class VoiceCloner:
     """
 
     def __init__(self, config: Qwen3TTSConfig, speaker_encoder: SpeakerEncoder, codec_encoder: CodecEncoder,
-                 tokenize: Tokenize, limits: VoiceCloneLimits | None = None) -> None:
+                 tokenize: Tokenize, *, control: Sequence[str], limits: VoiceCloneLimits | None = None) -> None:
         require_voice_cloning(config)
         self.config = config
         self.speaker_encoder = speaker_encoder
         self.codec_encoder = codec_encoder
         self.tokenize = tokenize
+        self.control = tuple(control)
         self.limits = limits or VoiceCloneLimits()
 
     def prompt(self, ref_audio: np.ndarray | torch.Tensor, sample_rate: int, ref_text: str | None = None, *,
@@ -139,8 +145,10 @@ class VoiceCloner:
         """Clone the voice of ``ref_audio``.
 
         Args:
-            ref_audio: ``[N]`` or ``[N, C]`` (channels averaged) float samples, nominally in ``[-1, 1]``.
-            sample_rate: Hz of ``ref_audio`` (resampled to what each encoder takes).
+            ref_audio: ``[N]`` or ``[N, C]`` (``C`` <= :data:`MAX_CHANNELS`, averaged) float samples, nominally in
+                ``[-1, 1]`` (any float dtype, bfloat16 included; read as float32).
+            sample_rate: Hz of ``ref_audio``, an integer in [``MIN_SOURCE_RATE``, ``MAX_SOURCE_RATE``] of
+                :mod:`anna_audio.audio_io.decode` (resampled to what each encoder takes).
             ref_text: the transcript of ``ref_audio``; required unless ``x_vector_only``.
             x_vector_only: clone from the speaker embedding alone.
 
@@ -148,18 +156,23 @@ class VoiceCloner:
             The :class:`VoiceClonePrompt` (tensors on the encoders' device).
 
         Raises:
-            InvalidRequestError: (HTTP 400) audio that is empty, not 1-D / 2-D, not finite, or outside
-                :class:`VoiceCloneLimits` (``param`` ``"ref_audio"``); a sample rate that is not a positive integer
-                (``"ref_audio"``); a transcript that is not a string, or a missing or blank one in in-context mode
-                (``"ref_text"``).
+            InvalidRequestError: (HTTP 400) audio that is empty, not 1-D / 2-D, channels-first, not finite, or
+                outside :class:`VoiceCloneLimits` (``param`` ``"ref_audio"``); a sample rate that is not an integer
+                in the accepted range (``"ref_audio"``); a transcript that is not a string, holds a control token or
+                is over :data:`~anna_audio.qwen3_tts.voice.MAX_REF_TEXT_CHARS`, or a missing or blank one in
+                in-context mode (``"ref_text"``).
         """
         mono = _mono(ref_audio)
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | np.integer) or sample_rate <= 0:
             raise InvalidRequestError(f"the reference audio's sample rate must be a positive integer, got "
                                       f"{sample_rate!r}", param="ref_audio")
         sample_rate = int(sample_rate)
+        if not MIN_SOURCE_RATE <= sample_rate <= MAX_SOURCE_RATE:
+            raise InvalidRequestError(f"the reference audio's sample rate {sample_rate} Hz is outside "
+                                      f"{MIN_SOURCE_RATE}-{MAX_SOURCE_RATE} Hz", param="ref_audio")
         if ref_text is not None and not isinstance(ref_text, str):
             raise InvalidRequestError(f"ref_text must be a string, got {type(ref_text).__name__}", param="ref_text")
+        check_ref_text(ref_text, self.control)
         seconds = mono.shape[0] / sample_rate
         if not self.limits.min_seconds <= seconds <= self.limits.max_seconds:
             raise InvalidRequestError(f"the reference audio lasts {seconds:.2f} s; voice cloning takes "
@@ -191,14 +204,19 @@ class VoiceCloner:
 
 def _mono(audio: np.ndarray | torch.Tensor) -> np.ndarray:
     """``[N]`` or ``[N, C]`` samples -> ``[N]`` float32 (the channels' mean); refuses what is not audio."""
-    if isinstance(audio, torch.Tensor):
-        audio = audio.detach().cpu().numpy()
+    if isinstance(audio, torch.Tensor):  # float tensors as float32 (numpy has no bfloat16)
+        audio = (audio.detach().float() if audio.is_floating_point() else audio.detach()).cpu().numpy()
     if not isinstance(audio, np.ndarray) or audio.ndim not in (1, 2) or audio.size == 0:
         shape = getattr(audio, "shape", None)
         raise InvalidRequestError(f"the reference audio must be [samples] or [samples, channels] and not empty, got "
                                   f"{shape if shape is not None else type(audio).__name__}", param="ref_audio")
     if not np.issubdtype(audio.dtype, np.floating):
         raise InvalidRequestError(f"the reference audio must be float samples, got {audio.dtype}", param="ref_audio")
+    if audio.ndim == 2 and audio.shape[1] > MAX_CHANNELS:
+        hint = (f"; a {list(audio.shape)} array looks channels-first: pass its transpose"
+                if audio.shape[0] <= MAX_CHANNELS else "")
+        raise InvalidRequestError(f"the reference audio must be [samples, channels] with at most {MAX_CHANNELS} "
+                                  f"channels, got {list(audio.shape)}{hint}", param="ref_audio")
     mono = audio.astype(np.float32) if audio.ndim == 1 else audio.mean(axis=1, dtype=np.float32)
     if not np.isfinite(mono).all():
         raise InvalidRequestError("the reference audio holds NaN or infinite samples", param="ref_audio")
@@ -226,11 +244,11 @@ def build_voice_clone_prompt(cloner: VoiceCloner | None, config: Qwen3TTSConfig,
     return cloner.prompt(ref_audio, sample_rate, ref_text, x_vector_only=x_vector_only)
 
 
-def load_voice_cloner(folder: str | Path, config: Qwen3TTSConfig, tokenize: Tokenize, *,
+def load_voice_cloner(folder: str | Path, config: Qwen3TTSConfig, tokenize: Tokenize, *, control: Sequence[str],
                       device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                       limits: VoiceCloneLimits | None = None) -> VoiceCloner:
     """The :class:`VoiceCloner` of the Base checkpoint in ``folder``: its speaker encoder and codec encoder loaded on
-    ``device`` in ``dtype``. Keep float32 (they run once per request): in bf16 the codec encoder's nearest-entry
+    ``device`` in ``dtype``; ``tokenize`` and ``control`` as :class:`VoiceCloner`'s. Keep float32 (they run once per request): in bf16 the codec encoder's nearest-entry
     choices drift from float32's (on the tiny random checkpoint most codes differ).
 
     Raises:
@@ -239,7 +257,8 @@ def load_voice_cloner(folder: str | Path, config: Qwen3TTSConfig, tokenize: Toke
     """
     require_voice_cloning(config)
     return VoiceCloner(config, load_speaker_encoder(folder, config, device=device, dtype=dtype),
-                       load_codec_encoder(folder, config, device=device, dtype=dtype), tokenize, limits)
+                       load_codec_encoder(folder, config, device=device, dtype=dtype), tokenize, control=control,
+                       limits=limits)
 
 
 class RecordingCloner:

@@ -20,7 +20,7 @@ import attrs
 import torch
 
 from anna_core.distributed.state import ParallelState, destroy_parallel, init_parallel, rank_device
-from anna_core.errors import AnnaError
+from anna_core.errors import AnnaError, ModelLoadError, UnsupportedModelError
 
 log = logging.getLogger("anna.distributed")
 
@@ -214,6 +214,8 @@ def load_engine(model_dir: str | Path, load_kwargs: dict[str, Any], build: str, 
     Raises:
         AnnaError: ``tensor_parallel_size`` below 1 or above the devices visible, or what loading and building
             raise (on rank 0; the workers are stopped then).
+        UnsupportedModelError / ModelLoadError: (before any worker starts) the family does not declare tensor
+            parallelism, the checkpoint is a GGUF file, or the size does not divide what the family shards.
     """
     from anna_core.device import resolve_device
     from anna_core.loading import load_model
@@ -226,6 +228,7 @@ def load_engine(model_dir: str | Path, load_kwargs: dict[str, Any], build: str, 
         loaded = load_model(model_dir, **load_kwargs)
         return loaded, resolve(build)(loaded, config, runner, **task_options), None
     options = dict(load_kwargs)
+    check_group_size(model_dir, options.get("gguf_file"), tensor_parallel_size)
     device = resolve_device(options.pop("device", "auto"))
     group = WorkerGroup.start(model_dir, tensor_parallel_size=tensor_parallel_size, device=str(device),
                               load_options=options, build=build, config=config, runner=runner,
@@ -237,6 +240,30 @@ def load_engine(model_dir: str | Path, load_kwargs: dict[str, Any], build: str, 
         group.kill()
         raise
     return loaded, engine, group
+
+
+def check_group_size(model_dir: str | Path, gguf_file: str | None, tensor_parallel_size: int) -> None:
+    """Refuse a group the checkpoint cannot be split over, in the caller before any worker is spawned.
+
+    Raises:
+        UnsupportedModelError: the checkpoint's family does not declare ``tensor_parallel``.
+        ModelLoadError: a GGUF checkpoint (tensor parallelism loads safetensors), or the family's
+            ``tensor_parallel_check`` finds a head count or width that ``tensor_parallel_size`` does not divide.
+    """
+    from anna_core.model_dir import inspect_model_dir, select_family
+    from anna_core.plugins import model_families
+    from anna_core.registry import resolve
+
+    source = inspect_model_dir(model_dir, gguf_file=gguf_file)
+    family = select_family(source, model_families())
+    if not family.tensor_parallel:
+        raise UnsupportedModelError(f"--tensor-parallel-size {tensor_parallel_size}: the {family.name!r} family "
+                                    f"({family.distribution or 'a plugin'}) does not declare tensor parallelism")
+    if source.format == "gguf":
+        raise ModelLoadError("tensor parallelism loads dense safetensors (or dummy) weights, not a GGUF file; "
+                             "serve the model's safetensors checkpoint")
+    if family.tensor_parallel_check:
+        resolve(family.tensor_parallel_check)(source.config, tensor_parallel_size)
 
 
 def close_engine(engine: Any, workers: WorkerGroup | None) -> None:

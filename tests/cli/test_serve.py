@@ -6,6 +6,7 @@ import json
 import logging
 import shutil
 import socket
+import time
 
 import pytest
 from anna_cli.logging_setup import configure_logging
@@ -108,3 +109,26 @@ def test_unknown_disabled_kernel_fails_before_listening(tiny_dir):
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines()[-1].startswith("error: cannot disable kernel 'rms_norm:nope'")
     assert "Uvicorn running" not in result.stderr
+
+
+def test_a_sigint_during_start_up_stops_a_server_that_inherited_sigint_ignored(tiny_dir, monkeypatch):
+    import os
+    import signal
+
+    import uvicorn
+    from anna_cli.main import main
+
+    def config(*args, **kwargs):  # still starting: uvicorn has not taken the signals over yet
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100):  # the handler runs between bytecodes of the main thread
+            time.sleep(0.01)
+        raise AssertionError("the SIGINT was lost: the server went on starting")
+
+    monkeypatch.setattr(uvicorn, "Config", config)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's background job inherits it
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            main(["serve", "--model-dir", str(tiny_dir), "--device", "cpu", "--port", str(_free_port())])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert stopped.value.code == 130

@@ -184,3 +184,14 @@ def test_llm_chat_applies_the_template(tok):
     [out] = llm.chat([{"role": "user", "content": "hi"}], SamplingParams(temperature=0.0, max_tokens=2))
     assert out.prompt_token_ids == tok.encode(rendered)
     assert rendered.endswith("<|im_start|>assistant\n")
+
+
+def test_llm_closed_refuses_to_generate(tok):
+    from anna_core.errors import AnnaError
+
+    llm, script = scripted_llm(tok, "Hello world!")
+    llm.close()
+    with pytest.raises(AnnaError, match="this LLM is closed"):
+        llm.generate(script[:2], SamplingParams(temperature=0.0, max_tokens=4))
+    with pytest.raises(AnnaError, match="this LLM is closed"):
+        llm.chat([{"role": "user", "content": "hi"}])

@@ -98,3 +98,30 @@ def test_a_worker_that_dies_before_joining_fails_the_start_at_once():
     store = _store(0, 2, 10.0, master=True)
     with pytest.raises(AnnaError, match="rank 1 exited \\(code 1\\) before joining"):
         _await_workers(store, [_Exited()], timeout_s=30.0)
+
+
+class _ImportedMain:
+    exitcode = 87
+
+
+def test_a_worker_that_imported_an_unguarded_main_says_to_guard_it():
+    from anna_core.distributed.launch import MAIN_REIMPORTED_EXIT, _await_workers, _store
+
+    assert _ImportedMain.exitcode == MAIN_REIMPORTED_EXIT
+    store = _store(0, 2, 10.0, master=True)
+    with pytest.raises(AnnaError, match='rank 1 could not start.*under `if __name__ == "__main__":`'):
+        _await_workers(store, [_ImportedMain()], timeout_s=30.0)
+
+
+def test_a_failed_collective_is_a_lost_rank_that_degrades_the_engine():
+    from anna_core.engine.faults import StepFailures, classify_failure
+    from anna_core.errors import DeviceLostError
+
+    broken = ParallelState(rank=0, world_size=2)  # no process group: every collective fails
+    for collective in (lambda: broken.all_reduce(torch.ones(2)), lambda: broken.all_gather_last(torch.ones(2)),
+                       lambda: broken.broadcast_object("plan")):
+        with pytest.raises(DeviceLostError, match="a rank exited or stopped answering") as err:
+            collective()
+        assert classify_failure(err.value) == "device"
+    failures = StepFailures(max_consecutive=3)
+    assert failures.failed(err.value, new_prompts=True) is not None  # at once, even in a step of new prompts

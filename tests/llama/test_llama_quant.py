@@ -110,3 +110,17 @@ def test_generate_passes_weight_quant_to_the_loader(quant_gguf):
     result = CliRunner().invoke(build_cli(), ["generate", "--model-dir", str(quant_gguf), "--device", "cpu",
                                               "--weight-quant", "int8", "--prompt", "hi"])
     assert result.exit_code == 1 and "--weight-quant int8 quantizes a safetensors checkpoint" in result.stderr
+
+
+def test_tensor_parallelism_refuses_a_gguf_before_any_worker_starts(quant_gguf, monkeypatch):
+    from anna_core.distributed import launch
+    from anna_core.engine.config import EngineConfig
+
+    def spawn(*args, **kwargs):
+        raise AssertionError("workers were spawned")
+
+    monkeypatch.setattr(launch.WorkerGroup, "start", spawn)
+    with pytest.raises(ModelLoadError, match="not a GGUF file") as err:
+        launch.load_engine(quant_gguf, {"device": "cpu"}, "anna_core.tasks.generate:build", EngineConfig(), None,
+                           tensor_parallel_size=2)
+    assert "--weight-quant" not in str(err.value)

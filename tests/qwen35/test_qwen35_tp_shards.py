@@ -59,3 +59,19 @@ def test_quantized_loads_are_refused_under_tensor_parallelism(tmp_path, options)
     with pytest.raises(ModelLoadError, match="tensor parallelism loads dense"):
         load(inspect_model_dir(path), device=torch.device("cpu"), dtype=torch.float32, load_format="safetensors",
              kernels=KernelRegistry.from_plugins(), parallel=ParallelState(rank=0, world_size=2), **options)
+
+
+@pytest.mark.parametrize("size", [3, 8])
+def test_a_size_that_does_not_divide_is_refused_before_any_worker_starts(tmp_path, monkeypatch, size):
+    from anna_core.distributed import launch
+    from anna_core.engine.config import EngineConfig
+    from anna_qwen35.tiny import build_tiny_checkpoint
+
+    def spawn(*args, **kwargs):
+        raise AssertionError("workers were spawned")
+
+    monkeypatch.setattr(launch.WorkerGroup, "start", spawn)
+    path = build_tiny_checkpoint(tmp_path, variant="dense")
+    with pytest.raises(ModelLoadError, match=f"tensor parallel size {size} does not divide attention heads"):
+        launch.load_engine(path, {"device": "cpu"}, "anna_core.tasks.generate:build", EngineConfig(), None,
+                           tensor_parallel_size=size)

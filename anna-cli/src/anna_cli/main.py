@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -46,8 +47,20 @@ def build_cli(pm=None) -> click.Group:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point (``anna``)."""
-    build_cli().main(args=argv if argv is not None else sys.argv[1:], prog_name="anna")
+    """Console entry point (``anna``).
+
+    ``anna serve`` started with SIGINT ignored (the background job of a script inherits it so) takes SIGINT back
+    first: the server drains on SIGINT once it listens, so a SIGINT during its start (imports, checks) stops it too
+    (``interrupted``, exit code 130) instead of being lost."""
+    args = argv if argv is not None else sys.argv[1:]
+    if args[:1] == ["serve"] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        cli = build_cli()
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    cli.main(args=args, prog_name="anna")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,12 @@ class EngineDegradedError(AnnaError):
     code = "engine_degraded"
 
 
+class DeviceLostError(AnnaError):
+    """A device, or a rank of a tensor-parallel group, can run nothing more (a rank exited or stopped answering):
+    the engine degrades at the step that finds it (:mod:`anna_core.engine.faults`). Restart the process to
+    recover."""
+
+
 class MemoryUnavailableError(AnnaError):
     """A request would fit the device's memory once running requests finish, not now (HTTP 503 with
     ``Retry-After``; :mod:`anna_core.engine.memory_admission`).

@@ -18,7 +18,7 @@ from anna_core.engine.defaults import sampling_params_with_defaults
 from anna_core.engine.offload import OffloadConfig
 from anna_core.engine.outputs import RequestOutput
 from anna_core.engine.sampling_params import SamplingParams
-from anna_core.errors import InvalidRequestError
+from anna_core.errors import AnnaError, InvalidRequestError
 from anna_core.loading import load_model
 from anna_core.model import LoadedModel
 from anna_core.model_dir import inspect_model_dir, select_family
@@ -68,7 +68,8 @@ class LLM:
         tensor_parallel_size: split the model over this many devices of the host (``--tensor-parallel-size``;
             :mod:`anna_core.distributed`): one worker process per rank past 0 is spawned, rank ``r`` on
             ``cuda:r`` (``xpu:r``; on the CPU every rank on the CPU, over gloo) and this process is rank 0.
-            Call :meth:`close` (or use the ``LLM`` as a context manager) to stop the workers.
+            Call :meth:`close` (or use the ``LLM`` as a context manager) to stop the workers. The workers import
+            the main module (``spawn``): in a script, create the ``LLM`` under ``if __name__ == "__main__":``.
         expert_quant: ``"none"``, ``"int4"``, ``"int8"`` or ``"fp8"``: a MoE model's routed experts quantized at
             load (``--expert-quant``; families that declare it: Qwen3.5 MoE, Gemma 4); see ``load_model``.
         **engine_options: :class:`~anna_core.engine.config.EngineConfig` fields
@@ -130,11 +131,14 @@ class LLM:
         self.tokenizer = loaded.tokenizer
         self.engine = engine
         self._ids = itertools.count()
+        self._closed = False
 
     def close(self) -> None:
-        """Stop a tensor-parallel group's workers (nothing for one device); the LLM cannot generate afterwards."""
+        """Stop a tensor-parallel group's workers (nothing for one device); the LLM cannot generate afterwards
+        (:meth:`generate` / :meth:`chat` raise :class:`~anna_core.errors.AnnaError`)."""
         from anna_core.distributed.launch import close_engine
 
+        self._closed = True
         workers, self._workers = self._workers, None
         close_engine(self.engine, workers)
 
@@ -183,11 +187,14 @@ class LLM:
             One finished :class:`RequestOutput` per prompt, in input order.
 
         Raises:
+            AnnaError: the LLM was closed (:meth:`close`).
             InvalidRequestError: bad prompt, params or media (e.g. a prompt longer than ``max_model_len``,
                 media for a text-only model), or a request that can never fit the device's memory under
                 ``max_estimated_usage_ratio`` (code ``insufficient_memory``; :mod:`anna_core.engine.memory_admission`);
                 nothing runs then.
         """
+        if self._closed:
+            raise AnnaError("this LLM is closed; create a new LLM to generate")
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         encoded = [self._encode(p) for p in prompts]
@@ -238,9 +245,12 @@ class LLM:
         order, with ``mm_processor_kwargs``).
 
         Raises:
+            AnnaError: the LLM was closed (:meth:`close`).
             InvalidRequestError: no tokenizer or chat template, the template rejected the messages, or images for
                 a model that takes none.
         """
+        if self._closed:
+            raise AnnaError("this LLM is closed; create a new LLM to generate")
         if self.tokenizer is None:
             raise InvalidRequestError("this model has no tokenizer; chat needs one", param="messages")
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages

@@ -70,6 +70,10 @@ class ModelFamilySpec:
             of several ranks) and then builds and loads only that rank's shard of the model (sharding declared
             with :mod:`anna_core.distributed`; ``--tensor-parallel-size``). A family that does not declare it is
             refused tensor parallelism.
+        tensor_parallel_check: lazy ``"module:attr"`` of ``check(config: dict, size: int) -> None``, which raises
+            :class:`~anna_core.errors.ModelLoadError` when ``size`` ranks do not divide what the family shards
+            (heads, KV heads, widths) of the checkpoint's ``config.json``; ``load_engine`` calls it before it spawns
+            any worker. "" = the refusal comes from the loader, after the workers started.
         load_options: keyword options its loader takes beyond the common ones, which
             :func:`anna_core.loading.load_model` passes from its ``family_options`` (e.g. Qwen3-ASR's
             ``("asr_max_inference_batch_size",)``); an option the family does not list is refused there.
@@ -95,6 +99,7 @@ class ModelFamilySpec:
     expert_offload: bool = False
     vision_offload: bool = False
     tensor_parallel: bool = False
+    tensor_parallel_check: str = attrs.field(default="", validator=_lazy_or_empty)
     load_options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     tiny_checkpoint: str = attrs.field(default="", validator=_lazy_or_empty)
 

@@ -19,6 +19,7 @@ def register_model_families(register):
             tool_call_parser="gemma4",
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
             tensor_parallel=True,  # --tensor-parallel-size: anna_gemma4.tensor_parallel
+            tensor_parallel_check="anna_gemma4.tensor_parallel:check_group_size",  # before the workers spawn
             tiny_checkpoint="anna_gemma4.tiny:build_tiny_gemma4",  # for tests: variant e2b / moe / dense
             load_options=("expert_quant",),  # the MoE block's routed experts quantized at load (int4 / int8 / fp8)
         )

@@ -55,3 +55,13 @@ def local_config(cfg: Gemma4Config, parallel: ParallelState) -> Gemma4Config:
                             moe_intermediate_size=p.shard_size(cfg.moe_intermediate_size, "moe_intermediate_size"))
     except AnnaError as exc:
         raise ModelLoadError(str(exc)) from exc
+
+
+def check_group_size(config: dict, size: int) -> None:
+    """Whether ``size`` ranks divide what :func:`local_config` splits, from the checkpoint's ``config.json`` (the
+    family's ``tensor_parallel_check``: the caller checks before it spawns the workers).
+
+    Raises:
+        ModelLoadError: ``size`` does not divide one of them (the message names it).
+    """
+    local_config(Gemma4Config.from_hf(config), ParallelState(world_size=size))

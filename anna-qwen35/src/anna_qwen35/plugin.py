@@ -21,6 +21,7 @@ def register_model_families(register):
             vision_offload=True,  # --offload-vision: the vision tower on the CPU
             expert_offload=True,  # its MoE layers' routed experts may live in host memory (--offload-mode)
             tensor_parallel=True,  # --tensor-parallel-size: anna_qwen35.tensor_parallel
+            tensor_parallel_check="anna_qwen35.tensor_parallel:check_group_size",  # before the workers spawn
             tiny_checkpoint="anna_qwen35.tiny:build_tiny_checkpoint",  # for tests: variant dense / moe
             # the LM head / the MoE routed experts quantized too (int4 / int8 / fp8; default dense); the layout cache
             load_options=("lm_head_quant", "layout_cache", "expert_quant"),

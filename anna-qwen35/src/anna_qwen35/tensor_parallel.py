@@ -69,3 +69,13 @@ def local_config(cfg: Qwen35Config, parallel: ParallelState) -> Qwen35Config:
                                                          "shared_expert_intermediate_size"))
     except AnnaError as exc:
         raise ModelLoadError(str(exc)) from exc
+
+
+def check_group_size(config: dict, size: int) -> None:
+    """Whether ``size`` ranks divide what :func:`local_config` splits, from the checkpoint's ``config.json`` (the
+    family's ``tensor_parallel_check``: the caller checks before it spawns the workers).
+
+    Raises:
+        ModelLoadError: ``size`` does not divide one of them (the message names it).
+    """
+    local_config(Qwen35Config.from_hf(config), ParallelState(world_size=size))

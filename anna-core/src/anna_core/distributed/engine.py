@@ -116,8 +116,9 @@ class TensorParallelEngine(LLMEngine):
 
 def serve_steps(engine: TensorParallelEngine) -> int:
     """A worker rank's loop: receive rank 0's plans and apply them until told to stop; returns the number of
-    plans applied. A failure here ends the worker (logged); rank 0's next collective then fails when the process
-    group's timeout passes."""
+    plans applied. The wait for a plan does not time out (:data:`~anna_core.distributed.state.PLAN_WAIT`: a server
+    may idle for hours); it ends when rank 0 exits. A failure here ends the worker (logged); rank 0's next collective
+    then fails (:class:`~anna_core.errors.DeviceLostError`) and its engine degrades."""
     applied = 0
     while True:
         plan = engine.parallel.broadcast_object()

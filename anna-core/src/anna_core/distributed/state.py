@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 import torch
 
-from anna_core.errors import AnnaError
+from anna_core.errors import AnnaError, DeviceLostError
 
 BACKENDS = {"cuda": "nccl", "xpu": "xccl", "cpu": "gloo"}
 """The collective backend per device type (XPU: XCCL where the installed torch provides it)."""
+
+PLAN_WAIT = datetime.timedelta(days=3650)
+"""How long a worker rank waits for rank 0's next plan: without end in practice (an idle server keeps its workers;
+a rank 0 that dies closes its connections, which ends the wait at once)."""
 
 
 @attrs.frozen
@@ -23,13 +29,20 @@ class ParallelState:
         rank: this process's rank, 0 (the driver: scheduler, sampling, outputs) to ``world_size - 1``.
         world_size: ranks sharing the model (1: no parallelism, every collective is the identity).
         group: the process group of the device collectives (NCCL on CUDA, gloo on the CPU).
-        cpu_group: the gloo group that carries the scheduler's plan (host objects) from rank 0.
+        cpu_group: a gloo group for host tensors (the group's own on the CPU), its collectives bounded alike.
+        plan_group: the gloo group that carries the scheduler's plan (host objects) from rank 0: bounded on rank 0,
+            :data:`PLAN_WAIT` on the others (a worker waits for the next request as long as the server idles).
+
+    A collective that fails (a rank exited, or did not answer within the group's timeout) raises
+    :class:`~anna_core.errors.DeviceLostError`: the ranks' collectives no longer line up, so the group can compute
+    nothing more (the engine degrades, :mod:`anna_core.engine.faults`).
     """
 
     rank: int = 0
     world_size: int = 1
     group: Any = None
     cpu_group: Any = None
+    plan_group: Any = None
 
     @property
     def is_parallel(self) -> bool:
@@ -48,7 +61,8 @@ class ParallelState:
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum ``x`` over the ranks, in place; returns it (the identity at size 1)."""
         if self.world_size > 1:
-            torch.distributed.all_reduce(x, group=self.group)
+            with _collective("all-reduce"):
+                torch.distributed.all_reduce(x, group=self.group)
         return x
 
     def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
@@ -56,14 +70,26 @@ class ParallelState:
         if self.world_size == 1:
             return x
         parts = [torch.empty_like(x) for _ in range(self.world_size)]
-        torch.distributed.all_gather(parts, x.contiguous(), group=self.group)
+        with _collective("all-gather"):
+            torch.distributed.all_gather(parts, x.contiguous(), group=self.group)
         return torch.cat(parts, dim=-1)
 
     def broadcast_object(self, obj: Any = None) -> Any:
-        """Rank 0's ``obj`` (pickled over ``cpu_group``) on every rank; rank 0 gets its own back."""
+        """Rank 0's ``obj`` (pickled over ``plan_group``) on every rank; rank 0 gets its own back."""
         box = [obj]
-        torch.distributed.broadcast_object_list(box, src=0, group=self.cpu_group)
+        with _collective("plan broadcast"):
+            torch.distributed.broadcast_object_list(box, src=0, group=self.plan_group)
         return box[0]
+
+
+@contextlib.contextmanager
+def _collective(what: str) -> Iterator[None]:
+    """Turn a failed collective into :class:`~anna_core.errors.DeviceLostError` (the group is broken)."""
+    try:
+        yield
+    except Exception as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DeviceLostError(f"a tensor-parallel {what} failed (a rank exited or stopped answering): {text}") from exc
 
 
 SINGLE = ParallelState()
@@ -79,11 +105,12 @@ def rank_device(device: torch.device, rank: int) -> torch.device:
 def init_parallel(rank: int, world_size: int, device: torch.device, store: Any,
                   timeout_s: float = 600.0) -> ParallelState:
     """Join the process group of ``world_size`` ranks as ``rank``, meeting the others at ``store`` (a
-    ``torch.distributed.TCPStore``: rank 0's server, the other ranks' clients; ``timeout_s`` bounds each collective).
+    ``torch.distributed.TCPStore``: rank 0's server, the other ranks' clients; ``timeout_s`` bounds each collective,
+    except a worker's wait for rank 0's next plan, which is :data:`PLAN_WAIT`).
 
     The device collectives use NCCL on CUDA (its NVLink SHARP / multicast left off: ``NCCL_NVLS_ENABLE=0``
     unless the environment sets it), XCCL on XPU and gloo on the CPU; the plan from rank 0 travels over a
-    gloo group. On an accelerator the rank's device (``rank_device``) is made current and the device
+    gloo group of its own. On an accelerator the rank's device (``rank_device``) is made current and the device
     communicator is created by a first all-reduce (a graph captured later must not be the first to use it).
 
     Raises:
@@ -105,9 +132,11 @@ def init_parallel(rank: int, world_size: int, device: torch.device, store: Any,
     torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     world = torch.distributed.group.WORLD
     cpu_group = world if backend == "gloo" else torch.distributed.new_group(backend="gloo", timeout=timeout)
+    # the timeout is each rank's own: rank 0 bounds its sends, a worker waits as long as the server idles
+    plan_group = torch.distributed.new_group(backend="gloo", timeout=timeout if rank == 0 else PLAN_WAIT)
     if backend != "gloo":  # create the device communicator now, not inside the first captured graph
         torch.distributed.all_reduce(torch.zeros(1, device=rank_device(device, rank)), group=world)
-    return ParallelState(rank=rank, world_size=world_size, group=world, cpu_group=cpu_group)
+    return ParallelState(rank=rank, world_size=world_size, group=world, cpu_group=cpu_group, plan_group=plan_group)
 
 
 def destroy_parallel(state: ParallelState) -> None:

@@ -10,8 +10,8 @@ hits) are preempted by recompute (whatever KV the failed step wrote for them is 
 unchanged.
 
 **Degraded mode.** :class:`StepFailures` counts failures in a row: at ``EngineConfig.max_consecutive_step_failures``
-of them, or at once on an error that says the device is lost (:func:`classify_failure` ``"device"``), the engine
-is *degraded*. Only failures of steps without new prompt tokens count toward the run (the device fails even for
+of them, or at once on an error that says the device is lost (:func:`classify_failure` ``"device"``: also a
+:class:`~anna_core.errors.DeviceLostError`, e.g. a tensor-parallel rank that exited), the engine is *degraded*. Only failures of steps without new prompt tokens count toward the run (the device fails even for
 established decodes); an out-of-memory or ``"other"`` failure of a step with prompt tokens does not (one client
 retrying a prompt too large for the device must not degrade the server for everyone). A step that ran decodes
 ends the run; a step of prompts alone does not. A failure counts once per engine step (a launched step that fails
@@ -30,6 +30,8 @@ from collections.abc import Callable
 
 import torch
 
+from anna_core.errors import DeviceLostError
+
 DEFAULT_MAX_CONSECUTIVE_STEP_FAILURES = 3
 """Failed steps in a row after which the engine is degraded (``EngineConfig.max_consecutive_step_failures``)."""
 
@@ -43,6 +45,8 @@ def classify_failure(exc: BaseException) -> str:
     its context corrupted: nothing more can run on it) or ``"other"`` (a failure of these requests)."""
     if isinstance(exc, torch.OutOfMemoryError):
         return "oom"
+    if isinstance(exc, DeviceLostError):  # e.g. a tensor-parallel rank is gone
+        return "device"
     accelerator_error = getattr(torch, "AcceleratorError", None)
     if accelerator_error is not None and isinstance(exc, accelerator_error):
         return "device"

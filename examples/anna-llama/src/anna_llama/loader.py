@@ -87,8 +87,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     prequant = checkpoint_prequant(source.config, weight_quant, load_format) if source.format != "gguf" else None
     packed = _packed_weights(weight_quant, source.format, device)
     if parallel.is_parallel and (source.format == "gguf" or packed is not None):
-        raise ModelLoadError("tensor parallelism loads dense safetensors (or dummy) weights; not a GGUF or "
-                             f"--weight-quant {weight_quant}")
+        raise ModelLoadError("tensor parallelism loads dense safetensors (or dummy) weights: " + (
+            "not a GGUF file" if source.format == "gguf" else f"--weight-quant {weight_quant} does not combine with it"))
     ops = bind_ops(kernels, device, dtype)
     if source.format == "gguf":
         return _load_gguf(source, device=device, dtype=dtype, ops=ops, chat_template=chat_template,

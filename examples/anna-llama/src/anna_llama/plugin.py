@@ -21,6 +21,7 @@ def register_model_families(register):
             gguf_architectures=("llama",),
             distribution=DISTRIBUTION,
             tensor_parallel=True,  # anna_llama.tensor_parallel
+            tensor_parallel_check="anna_llama.tensor_parallel:check_group_size",  # before the workers spawn
             tiny_checkpoint="anna_llama.tiny:build_tiny_checkpoint",  # for tests: a tiny random Llama
             load_options=("layout_cache",),  # a pre-quantized checkpoint's repacked weights cached (default on)
         )

@@ -39,3 +39,13 @@ def local_config(cfg: LlamaConfig, parallel: ParallelState) -> LlamaConfig:
                             intermediate_size=parallel.shard_size(cfg.intermediate_size, "intermediate_size"))
     except AnnaError as exc:
         raise ModelLoadError(str(exc)) from exc
+
+
+def check_group_size(config: dict, size: int) -> None:
+    """Whether ``size`` ranks divide what :func:`local_config` splits, from the checkpoint's ``config.json`` (the
+    family's ``tensor_parallel_check``: the caller checks before it spawns the workers).
+
+    Raises:
+        ModelLoadError: ``size`` does not divide one of them (the message names it).
+    """
+    local_config(LlamaConfig.from_hf(config), ParallelState(world_size=size))

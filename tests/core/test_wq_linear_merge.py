@@ -64,3 +64,13 @@ def test_weight_kinds_and_dequantize_linears():
     assert weight_kinds(toy)["lm_head"] == "fp8-block"
     assert dequantize_linears(toy.model, torch.float32) == 1
     assert weight_kinds(toy)["linear"] == "float32"
+
+
+def test_a_task_model_that_is_not_a_module_has_no_weight_kinds():
+    from anna_core.layers.wq_linear import weight_kinds
+
+    class Reverser:  # a task family's "model" (tests/server/echo_task.py): /healthz must still build
+        def __call__(self, text: str) -> str:
+            return text[::-1]
+
+    assert weight_kinds(Reverser()) == {}

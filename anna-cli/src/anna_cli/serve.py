@@ -144,10 +144,7 @@ class BackgroundLoader:
         import time
 
         from anna_core.distributed.launch import load_engine
-        from anna_core.engine.defaults import default_sampling_fields
         from anna_core.errors import AnnaError
-        from anna_core.kernels.registry import chosen_kernels
-        from anna_core.layers.wq_linear import weight_kinds
         from anna_core.loading import load_model
         from anna_core.registry import resolve
 
@@ -176,6 +173,20 @@ class BackgroundLoader:
             logger.exception("unexpected error while loading the model")
             self._fail(f"{type(exc).__name__}: {exc}")
             return
+        try:
+            self._set_ready(engine, task_engine, loaded, t0)
+        except Exception as exc:  # a bug after the engine was built: never leave /health at 503 with nothing logged
+            logger.exception("unexpected error while starting the model's engine")
+            self._fail(f"{type(exc).__name__}: {exc}")
+
+    def _set_ready(self, engine: Any, task_engine: Any, loaded: Any, t0: float) -> None:
+        """Log the model's limits and mark the server ready with the started ``engine``."""
+        import time
+
+        from anna_core.engine.defaults import default_sampling_fields
+        from anna_core.kernels.registry import chosen_kernels
+        from anna_core.layers.wq_linear import weight_kinds
+
         max_len = task_engine.max_model_len
         if max_len:
             logger.info("max_model_len = %d tokens (checkpoint limit %d%s; capped by the KV cache memory if smaller)",

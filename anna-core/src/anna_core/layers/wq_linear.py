@@ -142,14 +142,16 @@ def quantize_linears(root: nn.Module, scheme: str, ops: Any, skip: Callable[[str
     return changed
 
 
-def weight_kinds(model: nn.Module) -> dict[str, str]:
+def weight_kinds(model: Any) -> dict[str, str]:
     """What each kind of layer runs in, for ``/healthz``: ``{"linear": ..., "lm_head": ...}`` (and ``"vision"``
     for a model with a vision tower), each value a :class:`WQLinear`'s kind (``"int4"``, ``"int4-gptq"``,
     ``"fp8-block"``, ...) or a dense layer's dtype (``"bfloat16"``), several joined by ``"+"`` in sorted order
     (``"bfloat16+int4-gptq"``: some projections stayed dense). ``linear`` covers every linear layer but the LM head
     and the vision tower's; a tied LM head is the embedding's dtype. A MoE model adds ``"experts"``: its routed
     experts' scheme (``--expert-quant``, :class:`~anna_core.layers.wq_experts.WQExperts`) or dtype (offloaded
-    experts are not counted)."""
+    experts are not counted). A task's model that is not an ``nn.Module`` has none: ``{}``."""
+    if not isinstance(model, nn.Module):
+        return {}
     found: dict[str, set[str]] = {}
     embedding: str | None = None
     for name, module in model.named_modules():

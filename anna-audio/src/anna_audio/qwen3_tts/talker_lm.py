@@ -45,6 +45,7 @@ from torch import nn
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
 from anna_audio.qwen3_tts.config import CONTROL_ROWS, Qwen3TTSConfig
 from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
+from anna_audio.qwen3_tts.frame_predictor import FramePredictor
 from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel
 from anna_audio.qwen3_tts.talker import Talker
 
@@ -93,6 +94,7 @@ class TalkerLM(nn.Module):
         self.talker = talker
         self.predictor = predictor
         self.predictor_sampling = predictor_sampling
+        self.frame_predictor = FramePredictor(predictor, ops, self._pick)
         s = config.talker.shape
         self.layers = nn.ModuleList(PagedTalkerLayer(layer, i, ops) for i, layer in enumerate(talker.model.layers))
         self.vocab_size = config.talker.vocab_size
@@ -136,6 +138,7 @@ class TalkerLM(nn.Module):
         self.trailing = self.trailing.new_zeros(slots, max_trailing, self.hidden_size)
         self.trailing_len = self.trailing_len.new_zeros(slots)
         self.prompt_len = self.prompt_len.new_zeros(slots)
+        self.frame_predictor.reserve(slots)
 
     @property
     def placeholder_id(self) -> int:
@@ -230,15 +233,15 @@ class TalkerLM(nn.Module):
         first = self.talker.codec(batch.input_ids)  # [T, H]
         generated = None if batch.is_decode and batch.embeds is None else self._generated_rows(batch)
         if generated is None:  # every row a generated token (decode steps: device ops only)
-            rest = self.predictor(self.last_hidden[slots], first, choose=self._pick)  # [T, G-1]
-            x = self.predictor.embed_frame(first, rest) + self._texts(slots, batch.positions)
+            rest, frame = self.frame_predictor(self.last_hidden[slots], first)  # [T, G-1], [T, H]
+            x = frame + self._texts(slots, batch.positions)
             self.frame_codes.index_copy_(0, slots, rest)
         else:  # a step with prompt rows: the code predictor runs on its generated rows only
             x = first
             if generated.numel():
                 g_slots, g_first = slots[generated], first[generated]
-                rest = self.predictor(self.last_hidden[g_slots], g_first, choose=self._pick)
-                frame = self.predictor.embed_frame(g_first, rest) + self._texts(g_slots, batch.positions[generated])
+                rest, frame = self.frame_predictor(self.last_hidden[g_slots], g_first)
+                frame = frame + self._texts(g_slots, batch.positions[generated])
                 x = first.index_copy(0, generated, frame)
                 self.frame_codes.index_copy_(0, g_slots, rest)
             x = splice_media(x, batch)

@@ -31,18 +31,7 @@ from torch import nn
 
 from anna_audio.qwen3_tts.code_predictor import Choose, CodePredictor
 from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
-
-
-def _merge(linears: list[nn.Linear]) -> torch.Tensor:
-    """Concatenate the weights of ``linears`` (``[N_i, K]`` each) into one ``[sum N_i, K]`` tensor and make each
-    layer's weight a view of its rows (no bias)."""
-    merged = torch.cat([lin.weight.detach() for lin in linears])
-    start = 0
-    for lin in linears:
-        n = lin.weight.shape[0]
-        lin.weight = nn.Parameter(merged[start:start + n], requires_grad=False)
-        start += n
-    return merged
+from anna_audio.qwen3_tts.layers import merge_weights
 
 
 class FramePredictor(nn.Module):
@@ -70,8 +59,8 @@ class FramePredictor(nn.Module):
         weight = predictor.lm_head[0].weight
         for i, lay in enumerate(layers):
             a = lay.self_attn
-            self.register_buffer(f"qkv_{i}", _merge([a.q_proj, a.k_proj, a.v_proj]), persistent=False)
-            self.register_buffer(f"gate_up_{i}", _merge([lay.mlp.gate_proj, lay.mlp.up_proj]), persistent=False)
+            self.register_buffer(f"qkv_{i}", merge_weights([a.q_proj, a.k_proj, a.v_proj]), persistent=False)
+            self.register_buffer(f"gate_up_{i}", merge_weights([lay.mlp.gate_proj, lay.mlp.up_proj]), persistent=False)
         inv_freq = inverse_frequencies(s.head_dim, {"rope_type": "default", "rope_theta": s.rope_theta})
         self.register_buffer("inv_freq", inv_freq.to(weight.device), persistent=False)
         self.register_buffer("kv", torch.zeros(0, dtype=weight.dtype, device=weight.device), persistent=False)

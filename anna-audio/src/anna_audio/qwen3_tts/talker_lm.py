@@ -38,6 +38,7 @@ from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.errors import AnnaError
 from anna_core.layers.attention import PagedAttention
 from anna_core.layers.media import splice_media
+from anna_core.layers.rotary import inverse_frequencies
 from anna_core.model import ModelCaches, ModelCapabilities
 from anna_core.multimodal import MediaItem
 from torch import nn
@@ -46,30 +47,47 @@ from anna_audio.qwen3_tts.code_predictor import CodePredictor
 from anna_audio.qwen3_tts.config import CONTROL_ROWS, Qwen3TTSConfig
 from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
 from anna_audio.qwen3_tts.frame_predictor import FramePredictor
+from anna_audio.qwen3_tts.layers import merge_weights
 from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel
 from anna_audio.qwen3_tts.talker import Talker
 
 
 class PagedTalkerLayer(nn.Module):
     """One plain :class:`~anna_audio.qwen3_tts.decoder_layer.Qwen3Layer` run over the paged cache (layer ``index``
-    of cache group 0)."""
+    of cache group 0) through the op table's fused kernels: one matmul over the merged ``[q; k; v]`` weight (the
+    plain projections' weights become views of it), ``q_norm_rope`` for the per-head q / k norms and the rotary, the
+    residual adds fused into the next norm (``add_rms_norm``), ``linear_act_mul`` over the merged ``[gate; up]``
+    weight."""
 
     def __init__(self, layer: Qwen3Layer, index: int, ops: Any) -> None:
         super().__init__()
         self.layer = layer
+        self.ops = ops
         a = layer.self_attn
         self.attn = PagedAttention(a.heads, a.kv_heads, a.head_dim, a.head_dim ** -0.5, 0, index, ops)
+        self.register_buffer("qkv_weight", merge_weights([a.q_proj, a.k_proj, a.v_proj]), persistent=False)
+        self.register_buffer("gate_up_weight", merge_weights([layer.mlp.gate_proj, layer.mlp.up_proj]),
+                             persistent=False)
 
-    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], batch: ForwardBatch,
-                caches: ModelCaches) -> torch.Tensor:
-        """x: ``[T, H]`` -> ``[T, H]``."""
-        a, t = self.layer.self_attn, x.shape[0]
-        h = self.layer.input_layernorm(x)
-        q = a.rotary.rotate(a.q_norm(a.q_proj(h).view(t, a.heads, a.head_dim)), cos_sin)
-        k = a.rotary.rotate(a.k_norm(a.k_proj(h).view(t, a.kv_heads, a.head_dim)), cos_sin)
-        v = a.v_proj(h).view(t, a.kv_heads, a.head_dim)
-        x = x + a.o_proj(self.attn(q, k, v, batch, caches).reshape(t, -1))
-        return x + self.layer.mlp(self.layer.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
+                inv_freq: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: ``[T, H]`` the previous layer's output (or the input embeddings), residual ``[T, H]`` its residual stream
+        (None before the first layer), positions ``[T]`` int64, inv_freq ``[Dh/2]`` float32 -> (this layer's output,
+        its residual stream), ``[T, H]`` each."""
+        ops, lay, a, t = self.ops, self.layer, self.layer.self_attn, x.shape[0]
+        eps = lay.input_layernorm.eps
+        h, residual = ops.add_rms_norm(x, residual, lay.input_layernorm.weight, eps, False)
+        qkv = ops.linear(h, self.qkv_weight, None)
+        nq, nkv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        q = ops.q_norm_rope(qkv[:, :nq].view(t, a.heads, a.head_dim), a.q_norm.weight, a.q_norm.eps, False,
+                            positions, inv_freq)
+        k = ops.q_norm_rope(qkv[:, nq:nq + nkv].view(t, a.kv_heads, a.head_dim), a.k_norm.weight, a.k_norm.eps,
+                            False, positions, inv_freq)
+        v = qkv[:, nq + nkv:].view(t, a.kv_heads, a.head_dim)
+        o = ops.linear(self.attn(q, k, v, batch, caches).reshape(t, -1), a.o_proj.weight, None)
+        h, residual = ops.add_rms_norm(o, residual, lay.post_attention_layernorm.weight, eps, False)
+        gated = ops.linear_act_mul(h, self.gate_up_weight, "silu")
+        return ops.linear(gated, lay.mlp.down_proj.weight, None), residual
 
 
 class TalkerLM(nn.Module):
@@ -96,6 +114,7 @@ class TalkerLM(nn.Module):
         self.predictor_sampling = predictor_sampling
         self.frame_predictor = FramePredictor(predictor, ops, self._pick)
         s = config.talker.shape
+        self.ops = ops
         self.layers = nn.ModuleList(PagedTalkerLayer(layer, i, ops) for i, layer in enumerate(talker.model.layers))
         self.vocab_size = config.talker.vocab_size
         self.hidden_size = s.hidden_size
@@ -104,6 +123,8 @@ class TalkerLM(nn.Module):
         self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True)
         weight = talker.codec_head.weight
         dev, dt = weight.device, weight.dtype
+        inv_freq = inverse_frequencies(s.head_dim, {"rope_type": "default", "rope_theta": s.rope_theta})
+        self.register_buffer("inv_freq", inv_freq.to(dev), persistent=False)
         self.max_trailing = 0
         groups = config.talker.num_code_groups
         self.register_buffer("last_hidden", torch.zeros(0, s.hidden_size, dtype=dt, device=dev), persistent=False)
@@ -245,10 +266,11 @@ class TalkerLM(nn.Module):
                 x = first.index_copy(0, generated, frame)
                 self.frame_codes.index_copy_(0, g_slots, rest)
             x = splice_media(x, batch)
-        cos_sin = self.talker.model.rotary.cos_sin(batch.positions)
+        residual = None
         for layer in self.layers:
-            x = layer(x, cos_sin, batch, caches)
-        hidden = self.talker.model.norm(x)
+            x, residual = layer(x, residual, batch.positions, self.inv_freq, batch, caches)
+        norm = self.talker.model.norm
+        hidden = self.ops.add_rms_norm(x, residual, norm.weight, norm.eps, False)[0]
         last = batch.cu_seqlens[1:].to(torch.int64) - 1
         self.last_hidden.index_copy_(0, batch.state_slots, hidden.index_select(0, last))
         return hidden

@@ -65,7 +65,8 @@ class _Launches(TorchDispatchMode):
         self.inside_op = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
+        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
+                    torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default):
             self.syncs += 1
         if not self.inside_op and not func.is_view and func is not torch.ops.aten.detach.default:
             self.launches += 1

@@ -16,14 +16,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tests.audio.tts_golden import CHECKPOINTS, cases, golden
 
 
-def _setup(kind: str, rows: int = 4):
+def _setup(kind: str, rows: int = 4, wrap=None):
     from safetensors.torch import load_file
 
     tensors, _ = golden(kind)
     folder = CHECKPOINTS[kind]
     predictor = load_code_predictor(folder, load_config(folder))
     table = load_file(str(folder / "model.safetensors"))["talker.model.codec_embedding.weight"].float()
-    fast = FramePredictor(predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32), greedy)
+    ops = bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32)
+    fast = FramePredictor(predictor, wrap(ops) if wrap else ops, greedy)
     fast.reserve(rows)
     return predictor, fast, table, tensors
 
@@ -79,9 +80,13 @@ class _OneLaunchPerOp:
     def __init__(self, ops, counter: _Launches):
         self._ops, self._counter = ops, counter
 
-    def __getattr__(self, name):
-        fn = getattr(self._ops, name)
+    def get(self, op, **shape):
+        return self._counted(self._ops.get(op, **shape))
 
+    def __getattr__(self, name):
+        return self._counted(getattr(self._ops, name))
+
+    def _counted(self, fn):
         def call(*args, **kwargs):
             self._counter.launches += 1
             self._counter.inside_op = True
@@ -96,14 +101,14 @@ class _OneLaunchPerOp:
 def frame_launches(kind: str = "custom_voice", rows: int = 1) -> dict[str, int]:
     """Kernel launches of one frame of ``rows`` rows: the plain predictor (with ``embed_frame``) and the
     :class:`FramePredictor`; host syncs of the latter."""
-    predictor, fast, table, g = _setup(kind, rows=rows)
+    counted = _Launches()
+    predictor, fast, table, g = _setup(kind, rows=rows, wrap=lambda ops: _OneLaunchPerOp(ops, counted))
     h = g["batch/talker_hidden/0"][:rows]
     first = table[g["batch/codes/0"][:rows, 0]]
     plain = _Launches()
     with torch.inference_mode(), plain:
         predictor.embed_frame(first, predictor(h, first))
-    counted = _Launches()
-    fast.ops = _OneLaunchPerOp(fast.ops, counted)
+    counted.launches = 0
     with torch.inference_mode(), counted:
         fast(h, first)
     return {"plain": plain.launches, "fast": counted.launches, "fast_syncs": counted.syncs}

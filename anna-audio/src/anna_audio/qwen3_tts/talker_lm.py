@@ -55,9 +55,10 @@ from anna_audio.qwen3_tts.talker import Talker
 class PagedTalkerLayer(nn.Module):
     """One plain :class:`~anna_audio.qwen3_tts.decoder_layer.Qwen3Layer` run over the paged cache (layer ``index``
     of cache group 0) through the op table's fused kernels: one matmul over the merged ``[q; k; v]`` weight (the
-    plain projections' weights become views of it), ``q_norm_rope`` for the per-head q / k norms and the rotary, the
-    residual adds fused into the next norm (``add_rms_norm``), ``linear_act_mul`` over the merged ``[gate; up]``
-    weight."""
+    plain projections' weights become views of it), ``qk_norm_rope_cache`` for the per-head q / k norms, the rotary
+    and the cache write, the residual adds fused into the next norm (``add_rms_norm``), ``linear_act_mul`` over the
+    merged ``[gate; up]`` weight. The talker does not declare ``quantized_kv``, so its cache is never quantized and
+    the fused cache write always applies."""
 
     def __init__(self, layer: Qwen3Layer, index: int, ops: Any) -> None:
         super().__init__()
@@ -65,6 +66,7 @@ class PagedTalkerLayer(nn.Module):
         self.ops = ops
         a = layer.self_attn
         self.attn = PagedAttention(a.heads, a.kv_heads, a.head_dim, a.head_dim ** -0.5, 0, index, ops)
+        self.norm_rope_cache = ops.get("qk_norm_rope_cache", head_dim=a.head_dim)
         self.register_buffer("qkv_weight", merge_weights([a.q_proj, a.k_proj, a.v_proj]), persistent=False)
         self.register_buffer("gate_up_weight", merge_weights([layer.mlp.gate_proj, layer.mlp.up_proj]),
                              persistent=False)
@@ -79,12 +81,12 @@ class PagedTalkerLayer(nn.Module):
         h, residual = ops.add_rms_norm(x, residual, lay.input_layernorm.weight, eps, False)
         qkv = ops.linear(h, self.qkv_weight, None)
         nq, nkv = a.heads * a.head_dim, a.kv_heads * a.head_dim
-        q = ops.q_norm_rope(qkv[:, :nq].view(t, a.heads, a.head_dim), a.q_norm.weight, a.q_norm.eps, False,
-                            positions, inv_freq)
-        k = ops.q_norm_rope(qkv[:, nq:nq + nkv].view(t, a.kv_heads, a.head_dim), a.k_norm.weight, a.k_norm.eps,
-                            False, positions, inv_freq)
-        v = qkv[:, nq + nkv:].view(t, a.kv_heads, a.head_dim)
-        o = ops.linear(self.attn(q, k, v, batch, caches).reshape(t, -1), a.o_proj.weight, None)
+        q, k, v = (qkv[:, :nq].view(t, a.heads, a.head_dim), qkv[:, nq:nq + nkv].view(t, a.kv_heads, a.head_dim),
+                   qkv[:, nq + nkv:].view(t, a.kv_heads, a.head_dim))
+        k_cache, v_cache, slots = self.attn.kv_cache(batch, caches)
+        q = self.norm_rope_cache(q, k, v, a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, False, positions, inv_freq,
+                                 k_cache, v_cache, slots)
+        o = ops.linear(self.attn.attend(q, batch, caches).reshape(t, -1), a.o_proj.weight, None)
         h, residual = ops.add_rms_norm(o, residual, lay.post_attention_layernorm.weight, eps, False)
         gated = ops.linear_act_mul(h, self.gate_up_weight, "silu")
         return ops.linear(gated, lay.mlp.down_proj.weight, None), residual

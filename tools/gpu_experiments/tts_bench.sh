@@ -3,7 +3,9 @@
 # (python -m anna_audio.tts_bench, see its docstring): anna serve's app on a loopback port, streamed
 # POST /v1/audio/speech (pcm), FRAMES frames per request with EOS never chosen. Reports the first audio (first body
 # byte) and the real-time factor of one request, and the per-request latency at CONC (default 16) concurrent ones
-# against one, then whether decode graphs captured and the device split of a frame (decode step, code predictor, vocoder per frame). Targets (H200): RTF <= 0.05, first audio <= 60 ms, 16 concurrent within 2x of one. Run from the repo
+# against one, then whether decode graphs captured and the device split of a frame (lines "decode graphs" and
+# "device split": a captured decode step, the code predictor alone, the vocoder per frame). Targets (H200): RTF <=
+# 0.05, first audio <= 60 ms, 16 concurrent within 2x of one. Run from the repo
 # root with the Anna wheels installed, e.g. through h200_run.sh:
 #   MODE=script SCRIPT=tools/gpu_experiments/tts_bench.sh bash anna-core/src/anna_core/bench/h200_run.sh
 # SHAPE (default Qwen3-TTS-12Hz-1.7B-Base) names a tests/audio/reference_configs file; FRAMES (default 125: 10 s of

@@ -101,3 +101,35 @@ def test_warm_up_decodes_each_length_on_the_workers_own_stream(decoder):
         np.testing.assert_allclose(vocoder.decode(StreamState(), codes).result(), whole, atol=ATOL, rtol=0)
     finally:
         vocoder.close()
+
+
+def test_short_chunks_decode_before_longer_ones_waiting_with_them(decoder):
+    """Chunks waiting together decode shortest first: a request's one-frame first chunk (its first audio) does not
+    wait behind other requests' longer chunks."""
+    import threading
+
+    entered, release, order = threading.Event(), threading.Event(), []
+
+    class Recording:
+        config = decoder.config
+        pre_conv = decoder.pre_conv
+
+        def decode_streams(self, states, codes):
+            if not order:
+                entered.set()
+                release.wait(5)  # hold the worker while the next chunks queue up
+            order.append(codes.shape[1])
+            return decoder.decode_streams(states, codes)
+
+    vocoder = Vocoder(Recording())
+    q = decoder.config.num_quantizers
+    try:
+        futures = [vocoder.decode(StreamState(), torch.zeros(2, q, dtype=torch.int64))]
+        assert entered.wait(5)
+        futures += [vocoder.decode(StreamState(), torch.zeros(n, q, dtype=torch.int64)) for n in (8, 1, 4)]
+        release.set()
+        for f in futures:
+            f.result()
+        assert order == [2, 1, 4, 8]
+    finally:
+        vocoder.close()

@@ -4,8 +4,9 @@ requests on one worker thread, each request's audio streamed with its full left 
 Every request's waveform is a stream (:class:`~anna_audio.qwen3_tts.stream_state.StreamState`): each chunk continues
 it exactly (the decoder is causal and the state holds every layer's context), so a request's chunks concatenate to
 its whole decode. The worker takes every chunk waiting when it wakes, groups them by length, and decodes each group
-in one call (:meth:`~anna_audio.qwen3_tts.codec_decoder.CodecDecoder.decode_streams`), so concurrent requests share
-the decoder's launches instead of queueing behind each other. On an accelerator the worker enqueues its work on a
+in one call (:meth:`~anna_audio.qwen3_tts.codec_decoder.CodecDecoder.decode_streams`), shortest first (a request's
+short first chunk, its first audio, does not wait behind longer ones), so concurrent requests share the decoder's
+launches instead of queueing behind each other. On an accelerator the worker enqueues its work on a
 stream of its own, so a chunk's decode runs beside the talker's steps instead of between them (the two share no
 tensors: codes come from the host, samples go back to it).
 """
@@ -113,7 +114,7 @@ class Vocoder:
             groups: dict[int, list] = {}
             for item in batch:
                 groups.setdefault(item[1].shape[0], []).append(item)
-            for items in groups.values():
+            for _, items in sorted(groups.items()):  # shortest first: requests' first chunks (first audio) lead
                 self._decode_group(items)
             if stop:
                 return

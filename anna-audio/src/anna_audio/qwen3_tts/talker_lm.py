@@ -58,7 +58,9 @@ class PagedTalkerLayer(nn.Module):
     plain projections' weights become views of it), ``qk_norm_rope_cache`` for the per-head q / k norms, the rotary
     and the cache write, the residual adds fused into the next norm (``add_rms_norm``), ``linear_act_mul`` over the
     merged ``[gate; up]`` weight. The talker does not declare ``quantized_kv``, so its cache is never quantized and
-    the fused cache write always applies."""
+    the fused cache write always applies. Numerics: the fused norms multiply by their weight in float32 and round
+    once, where the plain layer rounds and then multiplies in the model's dtype (equal to rounding in float32, where
+    the golden codes are checked)."""
 
     def __init__(self, layer: Qwen3Layer, index: int, ops: Any) -> None:
         super().__init__()

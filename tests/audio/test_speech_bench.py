@@ -20,6 +20,10 @@ def test_bench_cpu_path():
     assert crowd["requests"] == 2 and crowd["latency_vs_one"] == pytest.approx(crowd["latency_s"]["mean"]
                                                                                / one["latency_s"])
     assert report["chunk_frames"] == [1, 4] and report["vocoder_calls"] >= 2
+    split = report["split"]  # on the CPU: no graphs, the predictor and vocoder timed eagerly
+    assert not split["graphs"]["captured"] and "cpu device" in split["graphs"]["why_not"] and split["step_ms"] == {}
+    assert set(split["predictor_ms"]) == set(split["vocoder_ms_per_frame"]) == {1, 2}
+    assert all(v > 0 for v in [*split["predictor_ms"].values(), *split["vocoder_ms_per_frame"].values()])
     with pytest.raises(ValueError):
         run_bench(CHECKPOINTS["custom_voice"], device="cpu", frames=0)
 

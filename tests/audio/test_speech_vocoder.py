@@ -71,3 +71,65 @@ def test_chunker_sizes_and_bad_chunks(decoder):
     with pytest.raises(ValueError, match="codes must lie"):
         bad.result()
     vocoder.close()
+
+
+class _StreamCountingAccel:
+    """Stands in for an :class:`~anna_core.device.Accelerator`: counts the worker's entries into its side stream."""
+
+    def __init__(self):
+        self.entered = 0
+
+    def side_stream(self):
+        import contextlib
+
+        self.entered += 1
+        return contextlib.nullcontext()
+
+
+def test_warm_up_decodes_each_length_on_the_workers_own_stream(decoder):
+    accel = _StreamCountingAccel()
+    vocoder = Vocoder(decoder, accel)
+    try:
+        vocoder.warm_up([1, 3])
+        assert vocoder.calls == 4  # per length: a fresh stream's first chunk, then its continuation
+        assert accel.entered == 1  # one stream for the worker's life
+        with pytest.raises(ValueError, match="at least one frame"):
+            vocoder.warm_up([0])
+        codes = torch.zeros(2, decoder.config.num_quantizers, dtype=torch.int64)
+        with torch.inference_mode():
+            whole = decoder.decode([codes])[0].numpy()
+        np.testing.assert_allclose(vocoder.decode(StreamState(), codes).result(), whole, atol=ATOL, rtol=0)
+    finally:
+        vocoder.close()
+
+
+def test_short_chunks_decode_before_longer_ones_waiting_with_them(decoder):
+    """Chunks waiting together decode shortest first: a request's one-frame first chunk (its first audio) does not
+    wait behind other requests' longer chunks."""
+    import threading
+
+    entered, release, order = threading.Event(), threading.Event(), []
+
+    class Recording:
+        config = decoder.config
+        pre_conv = decoder.pre_conv
+
+        def decode_streams(self, states, codes):
+            if not order:
+                entered.set()
+                release.wait(5)  # hold the worker while the next chunks queue up
+            order.append(codes.shape[1])
+            return decoder.decode_streams(states, codes)
+
+    vocoder = Vocoder(Recording())
+    q = decoder.config.num_quantizers
+    try:
+        futures = [vocoder.decode(StreamState(), torch.zeros(2, q, dtype=torch.int64))]
+        assert entered.wait(5)
+        futures += [vocoder.decode(StreamState(), torch.zeros(n, q, dtype=torch.int64)) for n in (8, 1, 4)]
+        release.set()
+        for f in futures:
+            f.result()
+        assert order == [2, 1, 4, 8]
+    finally:
+        vocoder.close()

@@ -3,7 +3,9 @@
 # (python -m anna_audio.tts_bench, see its docstring): anna serve's app on a loopback port, streamed
 # POST /v1/audio/speech (pcm), FRAMES frames per request with EOS never chosen. Reports the first audio (first body
 # byte) and the real-time factor of one request, and the per-request latency at CONC (default 16) concurrent ones
-# against one. Targets (H200): RTF <= 0.05, first audio <= 60 ms, 16 concurrent within 2x of one. Run from the repo
+# against one, then whether decode graphs captured and the device split of a frame (lines "decode graphs" and
+# "device split": a captured decode step, the code predictor alone, the vocoder per frame). Targets (H200): RTF <=
+# 0.05, first audio <= 60 ms, 16 concurrent within 2x of one. Run from the repo
 # root with the Anna wheels installed, e.g. through h200_run.sh:
 #   MODE=script SCRIPT=tools/gpu_experiments/tts_bench.sh bash anna-core/src/anna_core/bench/h200_run.sh
 # SHAPE (default Qwen3-TTS-12Hz-1.7B-Base) names a tests/audio/reference_configs file; FRAMES (default 125: 10 s of
@@ -22,7 +24,7 @@ timeout "${T_TTS:-180}" python3 -m anna_audio.tts_bench --shape "${SHAPE:-Qwen3-
   --frames "${FRAMES:-125}" --concurrency "${CONC:-16}" --out "$OUT/tts_bench.json" $chunks ${TTS_FLAGS:-} \
   > "$OUT/tts_bench.log" 2>&1
 rc=$?
-grep -E "^(tts_bench|one request|[0-9]+ concurrent)" "$OUT/tts_bench.log"
+grep -E "^(tts_bench|one request|[0-9]+ concurrent|decode graphs|device split)" "$OUT/tts_bench.log"
 echo "tts_bench exit $rc ($((SECONDS - start)) s)"
 if [ "$rc" -ne 0 ]; then
   [ "$rc" -eq 124 ] && echo "tts_bench: TIMED OUT after ${T_TTS:-180} s"

@@ -9,7 +9,9 @@ process) and each request a streamed ``POST /v1/audio/speech`` (``pcm``) read wi
 
 Reported: at one request, the first audio (seconds to the response's first body byte) and the real-time factor (wall
 seconds to the last byte / audio seconds; lower is better); at ``--concurrency`` requests sent at once, each one's
-latency to its last byte and first byte (mean, p50, max) and its ratio to one request's. Targets of issue 27 on an
+latency to its last byte and first byte (mean, p50, max) and its ratio to one request's. Then where a frame's time
+goes (:func:`device_split`): whether the decode steps replay captured graphs, the device milliseconds of one decode
+step (talker and code predictor) and of the code predictor alone per batch, and the vocoder's per frame. Targets of issue 27 on an
 H200 at the 1.7B shape in bf16: RTF <= 0.05, first audio <= 60 ms, 16 concurrent within 2x of one.
 
 Example (GPU, the 1.7B shape, random weights)::
@@ -195,7 +197,53 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
     }
     report["concurrent"]["latency_vs_one"] = report["concurrent"]["latency_s"]["mean"] / one["latency_s"]
     report["vocoder_calls"] = built.vocoder.calls
+    report["split"] = device_split(built, sorted({1, concurrency}), built.planner.chunks.rest)
     return report
+
+
+def _median_ms(accel: Any, fn: Any, iters: int = 10) -> float:
+    fn()  # warm
+    timer, times = accel.timer(), []
+    for _ in range(iters):
+        timer.start()
+        fn()
+        times.append(timer.stop())
+    return sorted(times)[len(times) // 2]
+
+
+@torch.inference_mode()
+def device_split(built: Any, batches: list[int], chunk: int) -> dict[str, Any]:
+    """Where a frame's time goes, after the served rounds (the engine idle): ``{"graphs": the runner's decode graph
+    report, "step_ms": {batch: device ms of one captured decode step (talker + code predictor + head), all rows
+    padding}, "predictor_ms": {batch: device ms of the code predictor's frame alone (captured on its own where the
+    device captures graphs, else eager)}, "vocoder_ms_per_frame": {batch: ms per frame of a ``chunk``-frame chunk that
+    continues each stream (eager, as served)}}``."""
+    from anna_audio.qwen3_tts.stream_state import StreamState
+
+    runner, model = built.engine.runner, built.engine.model
+    accel, graphs = runner.accel, runner.graphs
+    out: dict[str, Any] = {"graphs": runner.graph_report()["decode"], "step_ms": {}, "predictor_ms": {},
+                           "vocoder_ms_per_frame": {}}
+    predictor, hidden, decoder = model.frame_predictor, model.hidden_size, built.vocoder.decoder
+    for b in batches:
+        bucket = graphs.bucket_for(b) if graphs is not None else None
+        if bucket is not None:
+            out["step_ms"][b] = graphs.time_replay(bucket, mode="logits", iters=10)
+        h = torch.zeros(b, hidden, dtype=model.last_hidden.dtype, device=model.last_hidden.device)
+        run = lambda h=h: predictor(h, h)  # noqa: E731 - the frame on static inputs
+        if accel.graphs and b <= predictor.rows:
+            with accel.side_stream():
+                run()
+            accel.synchronize()
+            run = accel.capture(run).replay
+        out["predictor_ms"][b] = _median_ms(accel, run)
+        q = decoder.config.num_quantizers
+        codes = torch.zeros(b, chunk, q, dtype=torch.int64, device=decoder.pre_conv.conv.weight.device)
+        states = [StreamState() for _ in range(b)]
+        decoder.decode_streams(states, codes)  # the streams' first chunks: later ones continue them
+        decode = lambda states=states, codes=codes: decoder.decode_streams(states, codes)  # noqa: E731
+        out["vocoder_ms_per_frame"][b] = _median_ms(accel, decode, 5) / chunk
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -231,6 +279,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{crowd['requests']} concurrent: latency mean {crowd['latency_s']['mean']:.3f} s (x{crowd['latency_vs_one']:.2f}"
           f" of one), p50 {crowd['latency_s']['p50']:.3f} s, max {crowd['latency_s']['max']:.3f} s; first audio mean "
           f"{crowd['first_audio_s']['mean'] * 1000:.1f} ms")
+    split, graphs = report["split"], report["split"]["graphs"]
+    print(f"decode graphs: captured {graphs['captured']}, batch sizes {graphs['batch_sizes']}"
+          + (f" (why not: {graphs['why_not']})" if graphs["why_not"] else ""))
+    for b, predictor_ms in split["predictor_ms"].items():
+        step = split["step_ms"].get(b)
+        step_text = f"{step:.2f}" if step is not None else "n/a (no graph)"
+        print(f"device split at {b} request(s), ms per frame: decode step {step_text} (code predictor "
+              f"{predictor_ms:.2f} of it), vocoder {split['vocoder_ms_per_frame'][b]:.2f} (chunks of "
+              f"{report['chunk_frames'][1]} frames)")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2))
 

@@ -18,6 +18,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return (weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)).to(x.dtype)
 
 
+def merge_weights(linears: list[nn.Linear]) -> torch.Tensor:
+    """Concatenate the weights of bias-free ``linears`` (``[N_i, K]`` each) into one ``[sum N_i, K]`` tensor (for one
+    fused matmul) and make each layer's weight a view of its rows: shared, not copied."""
+    merged = torch.cat([lin.weight.detach() for lin in linears])
+    start = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight = nn.Parameter(merged[start:start + n], requires_grad=False)
+        start += n
+    return merged
+
+
 class RMSNorm(nn.Module):
     """Parameters: weight ``[D]``."""
 

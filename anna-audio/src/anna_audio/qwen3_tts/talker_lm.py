@@ -38,6 +38,7 @@ from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.errors import AnnaError
 from anna_core.layers.attention import PagedAttention
 from anna_core.layers.media import splice_media
+from anna_core.layers.rotary import inverse_frequencies
 from anna_core.model import ModelCaches, ModelCapabilities
 from anna_core.multimodal import MediaItem
 from torch import nn
@@ -45,30 +46,52 @@ from torch import nn
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
 from anna_audio.qwen3_tts.config import CONTROL_ROWS, Qwen3TTSConfig
 from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
+from anna_audio.qwen3_tts.frame_predictor import FramePredictor
+from anna_audio.qwen3_tts.layers import merge_weights
 from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel
 from anna_audio.qwen3_tts.talker import Talker
 
 
 class PagedTalkerLayer(nn.Module):
     """One plain :class:`~anna_audio.qwen3_tts.decoder_layer.Qwen3Layer` run over the paged cache (layer ``index``
-    of cache group 0)."""
+    of cache group 0) through the op table's fused kernels: one matmul over the merged ``[q; k; v]`` weight (the
+    plain projections' weights become views of it), ``qk_norm_rope_cache`` for the per-head q / k norms, the rotary
+    and the cache write, the residual adds fused into the next norm (``add_rms_norm``), ``linear_act_mul`` over the
+    merged ``[gate; up]`` weight. The talker does not declare ``quantized_kv``, so its cache is never quantized and
+    the fused cache write always applies. Numerics: the fused norms multiply by their weight in float32 and round
+    once, where the plain layer rounds and then multiplies in the model's dtype (equal to rounding in float32, where
+    the golden codes are checked)."""
 
     def __init__(self, layer: Qwen3Layer, index: int, ops: Any) -> None:
         super().__init__()
         self.layer = layer
+        self.ops = ops
         a = layer.self_attn
         self.attn = PagedAttention(a.heads, a.kv_heads, a.head_dim, a.head_dim ** -0.5, 0, index, ops)
+        self.norm_rope_cache = ops.get("qk_norm_rope_cache", head_dim=a.head_dim)
+        self.register_buffer("qkv_weight", merge_weights([a.q_proj, a.k_proj, a.v_proj]), persistent=False)
+        self.register_buffer("gate_up_weight", merge_weights([layer.mlp.gate_proj, layer.mlp.up_proj]),
+                             persistent=False)
 
-    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], batch: ForwardBatch,
-                caches: ModelCaches) -> torch.Tensor:
-        """x: ``[T, H]`` -> ``[T, H]``."""
-        a, t = self.layer.self_attn, x.shape[0]
-        h = self.layer.input_layernorm(x)
-        q = a.rotary.rotate(a.q_norm(a.q_proj(h).view(t, a.heads, a.head_dim)), cos_sin)
-        k = a.rotary.rotate(a.k_norm(a.k_proj(h).view(t, a.kv_heads, a.head_dim)), cos_sin)
-        v = a.v_proj(h).view(t, a.kv_heads, a.head_dim)
-        x = x + a.o_proj(self.attn(q, k, v, batch, caches).reshape(t, -1))
-        return x + self.layer.mlp(self.layer.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
+                inv_freq: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: ``[T, H]`` the previous layer's output (or the input embeddings), residual ``[T, H]`` its residual stream
+        (None before the first layer), positions ``[T]`` int64, inv_freq ``[Dh/2]`` float32 -> (this layer's output,
+        its residual stream), ``[T, H]`` each."""
+        ops, lay, a, t = self.ops, self.layer, self.layer.self_attn, x.shape[0]
+        eps = lay.input_layernorm.eps
+        h, residual = ops.add_rms_norm(x, residual, lay.input_layernorm.weight, eps, False)
+        qkv = ops.linear(h, self.qkv_weight, None)
+        nq, nkv = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        q, k, v = (qkv[:, :nq].view(t, a.heads, a.head_dim), qkv[:, nq:nq + nkv].view(t, a.kv_heads, a.head_dim),
+                   qkv[:, nq + nkv:].view(t, a.kv_heads, a.head_dim))
+        k_cache, v_cache, slots = self.attn.kv_cache(batch, caches)
+        q = self.norm_rope_cache(q, k, v, a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, False, positions, inv_freq,
+                                 k_cache, v_cache, slots)
+        o = ops.linear(self.attn.attend(q, batch, caches).reshape(t, -1), a.o_proj.weight, None)
+        h, residual = ops.add_rms_norm(o, residual, lay.post_attention_layernorm.weight, eps, False)
+        gated = ops.linear_act_mul(h, self.gate_up_weight, "silu")
+        return ops.linear(gated, lay.mlp.down_proj.weight, None), residual
 
 
 class TalkerLM(nn.Module):
@@ -93,7 +116,9 @@ class TalkerLM(nn.Module):
         self.talker = talker
         self.predictor = predictor
         self.predictor_sampling = predictor_sampling
+        self.frame_predictor = FramePredictor(predictor, ops, self._pick)
         s = config.talker.shape
+        self.ops = ops
         self.layers = nn.ModuleList(PagedTalkerLayer(layer, i, ops) for i, layer in enumerate(talker.model.layers))
         self.vocab_size = config.talker.vocab_size
         self.hidden_size = s.hidden_size
@@ -102,6 +127,8 @@ class TalkerLM(nn.Module):
         self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True)
         weight = talker.codec_head.weight
         dev, dt = weight.device, weight.dtype
+        inv_freq = inverse_frequencies(s.head_dim, {"rope_type": "default", "rope_theta": s.rope_theta})
+        self.register_buffer("inv_freq", inv_freq.to(dev), persistent=False)
         self.max_trailing = 0
         groups = config.talker.num_code_groups
         self.register_buffer("last_hidden", torch.zeros(0, s.hidden_size, dtype=dt, device=dev), persistent=False)
@@ -136,6 +163,7 @@ class TalkerLM(nn.Module):
         self.trailing = self.trailing.new_zeros(slots, max_trailing, self.hidden_size)
         self.trailing_len = self.trailing_len.new_zeros(slots)
         self.prompt_len = self.prompt_len.new_zeros(slots)
+        self.frame_predictor.reserve(slots)
 
     @property
     def placeholder_id(self) -> int:
@@ -230,22 +258,23 @@ class TalkerLM(nn.Module):
         first = self.talker.codec(batch.input_ids)  # [T, H]
         generated = None if batch.is_decode and batch.embeds is None else self._generated_rows(batch)
         if generated is None:  # every row a generated token (decode steps: device ops only)
-            rest = self.predictor(self.last_hidden[slots], first, choose=self._pick)  # [T, G-1]
-            x = self.predictor.embed_frame(first, rest) + self._texts(slots, batch.positions)
+            rest, frame = self.frame_predictor(self.last_hidden[slots], first)  # [T, G-1], [T, H]
+            x = frame + self._texts(slots, batch.positions)
             self.frame_codes.index_copy_(0, slots, rest)
         else:  # a step with prompt rows: the code predictor runs on its generated rows only
             x = first
             if generated.numel():
                 g_slots, g_first = slots[generated], first[generated]
-                rest = self.predictor(self.last_hidden[g_slots], g_first, choose=self._pick)
-                frame = self.predictor.embed_frame(g_first, rest) + self._texts(g_slots, batch.positions[generated])
+                rest, frame = self.frame_predictor(self.last_hidden[g_slots], g_first)
+                frame = frame + self._texts(g_slots, batch.positions[generated])
                 x = first.index_copy(0, generated, frame)
                 self.frame_codes.index_copy_(0, g_slots, rest)
             x = splice_media(x, batch)
-        cos_sin = self.talker.model.rotary.cos_sin(batch.positions)
+        residual = None
         for layer in self.layers:
-            x = layer(x, cos_sin, batch, caches)
-        hidden = self.talker.model.norm(x)
+            x, residual = layer(x, residual, batch.positions, self.inv_freq, batch, caches)
+        norm = self.talker.model.norm
+        hidden = self.ops.add_rms_norm(x, residual, norm.weight, norm.eps, False)[0]
         last = batch.cu_seqlens[1:].to(torch.int64) - 1
         self.last_hidden.index_copy_(0, batch.state_slots, hidden.index_select(0, last))
         return hidden

@@ -93,6 +93,7 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
         AnnaError: the model is not a Qwen3-TTS talker, or the cache does not fit.
     """
     import attrs as _attrs
+    from anna_core.device import accelerator
     from anna_core.errors import AnnaError
     from anna_core.tasks.generate import build as build_generate
 
@@ -108,7 +109,10 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
     loaded.model.reserve_slots(config.max_num_seqs)
     engine = build_generate(loaded, config, runner)
     planner = SpeechPlanner(parts, loaded.model.placeholder_id, max_trailing=loaded.model.max_trailing)
-    return SpeechEngine(engine, planner, Vocoder(parts.codec_decoder))
+    vocoder = Vocoder(parts.codec_decoder, accelerator(loaded.device))
+    if runner is not None and runner.warmup:  # the chunk lengths a request decodes first, then mostly
+        vocoder.warm_up(sorted({planner.chunks.first, planner.chunks.rest}))
+    return SpeechEngine(engine, planner, vocoder)
 
 
 def start(built: SpeechEngine) -> SpeechService:

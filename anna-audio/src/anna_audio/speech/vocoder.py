@@ -4,15 +4,21 @@ requests on one worker thread, each request's audio streamed with its full left 
 Every request's waveform is a stream (:class:`~anna_audio.qwen3_tts.stream_state.StreamState`): each chunk continues
 it exactly (the decoder is causal and the state holds every layer's context), so a request's chunks concatenate to
 its whole decode. The worker takes every chunk waiting when it wakes, groups them by length, and decodes each group
-in one call (:meth:`~anna_audio.qwen3_tts.codec_decoder.CodecDecoder.decode_streams`), so concurrent requests share
-the decoder's launches instead of queueing behind each other.
+in one call (:meth:`~anna_audio.qwen3_tts.codec_decoder.CodecDecoder.decode_streams`), shortest first (a request's
+short first chunk, its first audio, does not wait behind longer ones), so concurrent requests share the decoder's
+launches instead of queueing behind each other. On an accelerator the worker enqueues its work on a
+stream of its own, so a chunk's decode runs beside the talker's steps instead of between them (the two share no
+tensors: codes come from the host, samples go back to it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,10 +32,13 @@ class Vocoder:
 
     Args:
         decoder: the checkpoint's codec decoder (on its device).
+        accel: the decoder's :class:`~anna_core.device.Accelerator` (its ``side_stream`` gives the worker a stream of
+            its own); None: the caller's current stream (the CPU, tests).
     """
 
-    def __init__(self, decoder: CodecDecoder):
+    def __init__(self, decoder: CodecDecoder, accel: Any = None):
         self.decoder = decoder
+        self.accel = accel
         self.samples_per_frame = decoder.config.samples_per_frame
         self._queue: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -65,7 +74,28 @@ class Vocoder:
             self._queue.put(None)
             thread.join()
 
+    def warm_up(self, lengths: Iterable[int]) -> None:
+        """Decode one throwaway chunk of zeros of each length in ``lengths`` (frames; e.g. the chunk policy's first and
+        later chunk sizes), first chunk and continuation both, through the worker, so a server's first request pays
+        no first-call costs (kernel selection, allocations).
+
+        Raises:
+            ValueError: a length below 1.
+        """
+        q = self.decoder.config.num_quantizers
+        for n in lengths:
+            if n < 1:
+                raise ValueError(f"chunk lengths must be at least one frame, got {n}")
+            state = StreamState()
+            for _ in range(2):  # a fresh stream's first chunk, then one that continues it
+                self.decode(state, torch.zeros(n, q, dtype=torch.int64)).result()
+
     def _run(self) -> None:
+        stream = self.accel.side_stream() if self.accel is not None else contextlib.nullcontext()
+        with stream:
+            self._serve()
+
+    def _serve(self) -> None:
         while True:
             first = self._queue.get()
             if first is None:
@@ -84,7 +114,7 @@ class Vocoder:
             groups: dict[int, list] = {}
             for item in batch:
                 groups.setdefault(item[1].shape[0], []).append(item)
-            for items in groups.values():
+            for _, items in sorted(groups.items()):  # shortest first: requests' first chunks (first audio) lead
                 self._decode_group(items)
             if stop:
                 return

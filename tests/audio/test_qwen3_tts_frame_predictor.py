@@ -1,0 +1,120 @@
+"""The engine's code predictor loop (:mod:`anna_audio.qwen3_tts.frame_predictor`) against the reference's golden
+codes and the plain :class:`~anna_audio.qwen3_tts.code_predictor.CodePredictor`: greedy codebooks equal, the frame's
+codec sum equal to ``embed_frame``; no host sync in a frame; and the work per frame, counted as the kernels a device
+would launch (each op-table call one fused kernel, view ops none), well under the plain module's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from anna_audio.qwen3_tts import load_code_predictor, load_config
+from anna_audio.qwen3_tts.code_predictor import greedy
+from anna_audio.qwen3_tts.frame_predictor import FramePredictor
+from anna_core.kernels.registry import KernelRegistry, bind_ops
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tests.audio.tts_golden import CHECKPOINTS, cases, golden
+
+
+def _setup(kind: str, rows: int = 4, wrap=None):
+    from safetensors.torch import load_file
+
+    tensors, _ = golden(kind)
+    folder = CHECKPOINTS[kind]
+    predictor = load_code_predictor(folder, load_config(folder))
+    table = load_file(str(folder / "model.safetensors"))["talker.model.codec_embedding.weight"].float()
+    ops = bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32)
+    fast = FramePredictor(predictor, wrap(ops) if wrap else ops, greedy)
+    fast.reserve(rows)
+    return predictor, fast, table, tensors
+
+
+@pytest.mark.parametrize("kind", ["base", "custom_voice", "voice_design"])
+def test_frames_equal_reference_and_the_plain_predictor(kind):
+    predictor, fast, table, g = _setup(kind, rows=4)
+    checked = 0
+    for case, row in cases(g):
+        codes, hidden = g[f"{case}/codes/{row}"], g[f"{case}/talker_hidden/{row}"]
+        first = table[codes[:, 0]]
+        with torch.inference_mode():
+            # all frames at once (more rows than reserved: buffers of the call's own), then the first 3 (static)
+            for n in (codes.shape[0], min(3, codes.shape[0])):
+                predicted, frame = fast(hidden[:n], first[:n])
+                assert torch.equal(predicted, codes[:n, 1:]), f"{kind} {case} row {row} ({n} frames)"
+                assert torch.equal(frame, predictor.embed_frame(first[:n], predicted))
+        checked += codes.shape[0]
+    assert checked >= 20
+
+
+def test_bad_inputs_and_reserve():
+    predictor, fast, table, g = _setup("custom_voice", rows=2)
+    h = g["batch/talker_hidden/0"]
+    with pytest.raises(ValueError, match="must both be"):
+        fast(h[:2], h[:3])
+    with pytest.raises(ValueError, match="positive"):
+        fast.reserve(0)
+
+
+class _Launches(TorchDispatchMode):
+    """Counts dispatched non-view ops (a device's kernel launches; an op-table call counts once, see
+    :class:`_OneLaunchPerOp`) and host syncs."""
+
+    def __init__(self):
+        super().__init__()
+        self.launches = 0
+        self.syncs = 0
+        self.inside_op = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
+                    torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default):
+            self.syncs += 1
+        if not self.inside_op and not func.is_view and func is not torch.ops.aten.detach.default:
+            self.launches += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _OneLaunchPerOp:
+    """An op table whose every call counts as one launch (each is one fused kernel on a GPU)."""
+
+    def __init__(self, ops, counter: _Launches):
+        self._ops, self._counter = ops, counter
+
+    def get(self, op, **shape):
+        return self._counted(self._ops.get(op, **shape))
+
+    def __getattr__(self, name):
+        return self._counted(getattr(self._ops, name))
+
+    def _counted(self, fn):
+        def call(*args, **kwargs):
+            self._counter.launches += 1
+            self._counter.inside_op = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._counter.inside_op = False
+
+        return call
+
+
+def frame_launches(kind: str = "custom_voice", rows: int = 1) -> dict[str, int]:
+    """Kernel launches of one frame of ``rows`` rows: the plain predictor (with ``embed_frame``) and the
+    :class:`FramePredictor`; host syncs of the latter."""
+    counted = _Launches()
+    predictor, fast, table, g = _setup(kind, rows=rows, wrap=lambda ops: _OneLaunchPerOp(ops, counted))
+    h = g["batch/talker_hidden/0"][:rows]
+    first = table[g["batch/codes/0"][:rows, 0]]
+    plain = _Launches()
+    with torch.inference_mode(), plain:
+        predictor.embed_frame(first, predictor(h, first))
+    counted.launches = 0
+    with torch.inference_mode(), counted:
+        fast(h, first)
+    return {"plain": plain.launches, "fast": counted.launches, "fast_syncs": counted.syncs}
+
+
+def test_a_frame_launches_far_fewer_kernels_and_never_syncs():
+    n = frame_launches()
+    assert n["fast_syncs"] == 0
+    assert n["fast"] * 3 <= n["plain"], n

@@ -58,10 +58,10 @@ class TurboQuantTuning:
             query (float32 serving: the reference's rounding), else ``bf16``, on tensor cores, whose rounding (unit
             roundoff 2^-8 on the rotated query, the centroids and the probabilities) stays far below the
             quantization's own error (tests/xpu_kernels/test_turboquant.py bounds it).
-        lookup: one of :data:`LOOKUPS`; None: ``shuffle`` at a decode with a head dim of at most 256, else
-            ``gather`` (Triton 3.6 fails to compile the shuffle at a head dim of 512 with 16 keys).
+        lookup: one of :data:`LOOKUPS`; None: ``shuffle`` at a decode with a head dim of 256, else ``gather``
+            (Triton 3.6 fails to compile the shuffle at a head dim of 512 with 16 keys; other widths are unmeasured).
         block_n: keys per loop step (a power of two, at least 16).
-        num_warps, num_stages: Triton launch settings (None: 4 warps at a decode with a head dim of at most 256).
+        num_warps, num_stages: Triton launch settings (None: 4 warps at a decode with a head dim of 256).
 
     The decode defaults at a head dim of 256 (shuffle lookup, 4 warps, 8 splits without a sliding window) are the
     fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md).
@@ -320,7 +320,9 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         tile_seq = torch.searchsorted(tile_end, torch.arange(n_tiles, device=q.device, dtype=torch.int32),
                                       right=True).to(torch.int32)
     max_keys = block_tables.shape[1] * block_size
-    narrow_decode = decode and block_d <= WIDE_HEAD_DIM
+    # the decode defaults measured fastest at a head dim of 256 (TurboQuantTuning); other widths keep the general ones
+    # (the shuffle's compile is only known good at 256 x 32 keys)
+    narrow_decode = decode and block_d == WIDE_HEAD_DIM
     default_splits = 8 if narrow_decode and sliding_window is None else _num_splits(q.device, n_tiles * h_kv, max_keys)
     splits = num_splits or default_splits
     splits = max(1, min(splits, triton.cdiv(max(max_keys, 1), 16), MAX_SPLITS))

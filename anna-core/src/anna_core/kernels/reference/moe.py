@@ -17,6 +17,8 @@ captured in a CUDA graph; accelerated implementations of the op must not sync (s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -85,7 +87,19 @@ def moe_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weig
             (checked here after the host read of the counts).
     """
     check_moe_experts(x, gate_up, down, weights, expert_ids, activation)
-    num_experts = gate_up.shape[0]
+    return routed_sum(x, weights, expert_ids, gate_up.shape[0], _OP,
+                      lambda e, rows: F.linear(act_and_mul(F.linear(rows, gate_up[e]), activation), down[e]))
+
+
+def routed_sum(x: torch.Tensor, weights: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, op: str,
+               expert: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """The routing shared by the ``moe_experts`` references: the ``(token, choice)`` pairs grouped by expert in
+    ascending order, ``y = expert(e, x[tokens])`` (``[n, H]`` in x's dtype) per expert with pairs, and the terms
+    ``y * weights[t, k]`` (float32, rounded to x's dtype) added into a zero ``[T, H]`` output (``index_add_``).
+
+    Raises:
+        ValueError: an expert id outside ``[0, num_experts)`` (after one host read of the counts), named by ``op``.
+    """
     out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
     if x.shape[0] == 0:
         return out
@@ -93,7 +107,7 @@ def moe_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weig
     flat = expert_ids.reshape(-1).long()  # [T*K]: pair j is token j // K
     # one host read: bins 1..E count the experts, bin 0 ids below 0, bin E+1 ids of E or more
     counts = torch.bincount(flat.clamp(-1, num_experts) + 1, minlength=num_experts + 2).tolist()
-    require(counts[0] == 0 and counts[-1] == 0, _OP,
+    require(counts[0] == 0 and counts[-1] == 0, op,
             f"expert_ids must lie in [0, E={num_experts}): {counts[0]} below, {counts[-1]} at or above")
     order = torch.argsort(flat, stable=True)
     flat_weights = weights.reshape(-1)
@@ -104,7 +118,6 @@ def moe_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weig
         pairs = order[start:start + n]
         start += n
         tokens = pairs // top_k
-        h = act_and_mul(F.linear(x[tokens], gate_up[e]), activation)  # [n, I]
-        y = F.linear(h, down[e])  # [n, H]
+        y = expert(e, x[tokens])  # [n, H]
         out.index_add_(0, tokens, (y * flat_weights[pairs, None]).to(out.dtype))
     return out

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from anna_core.kernels.checks import check_gated_activation, require, require_dims
 from anna_core.kernels.reference.activations import act_and_mul
-from anna_core.kernels.reference.moe import INDEX_DTYPES
+from anna_core.kernels.reference.moe import INDEX_DTYPES, routed_sum
 from anna_core.kernels.reference.wq_linear import check_wq_weight
 from anna_core.weights.gpu_quant import SCHEMES, dequantize
 
@@ -98,29 +98,13 @@ def moe_experts_wq(x: torch.Tensor, gate_up_q: torch.Tensor, gate_up_scale: torc
     """
     check_moe_experts_wq(x, gate_up_q, gate_up_scale, gate_up_zero, down_q, down_scale, down_zero, weights,
                          expert_ids, activation, scheme)
-    num_experts = gate_up_q.shape[0]
-    out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
-    if x.shape[0] == 0:
-        return out
-    top_k = expert_ids.shape[1]
-    flat = expert_ids.reshape(-1).long()  # [T*K]: pair j is token j // K
-    counts = torch.bincount(flat.clamp(-1, num_experts) + 1, minlength=num_experts + 2).tolist()
-    require(counts[0] == 0 and counts[-1] == 0, _OP,
-            f"expert_ids must lie in [0, E={num_experts}): {counts[0]} below, {counts[-1]} at or above")
-    order = torch.argsort(flat, stable=True)
-    flat_weights = weights.reshape(-1)
-    start = 0
-    for e, n in enumerate(counts[1:-1]):
-        if n == 0:
-            continue
-        pairs = order[start:start + n]
-        start += n
-        tokens = pairs // top_k
+
+    def expert(e: int, rows: torch.Tensor) -> torch.Tensor:
         w_gate_up = dequantize(gate_up_q[e], gate_up_scale[e], None if gate_up_zero is None else gate_up_zero[e],
                                scheme, torch.float32)
-        h = act_and_mul(F.linear(x[tokens].float(), w_gate_up).to(x.dtype), activation)  # [n, I]
+        h = act_and_mul(F.linear(rows.float(), w_gate_up).to(x.dtype), activation)  # [n, I]
         w_down = dequantize(down_q[e], down_scale[e], None if down_zero is None else down_zero[e], scheme,
                             torch.float32)
-        y = F.linear(h.float(), w_down).to(x.dtype)  # [n, H]
-        out.index_add_(0, tokens, (y * flat_weights[pairs, None]).to(out.dtype))
-    return out
+        return F.linear(h.float(), w_down).to(x.dtype)  # [n, H]
+
+    return routed_sum(x, weights, expert_ids, gate_up_q.shape[0], _OP, expert)

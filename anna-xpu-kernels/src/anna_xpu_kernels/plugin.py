@@ -6,7 +6,8 @@ fla. Every op implemented here has its contract (and torch reference) in anna-co
 (the gated DeltaNet decode step) and ``fused_gdn_prefill`` (its prefill after the conv); ``moe_experts``
 (a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`; a few
 tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`; with quantized experts, ``moe_experts_wq``,
-:mod:`anna_xpu_kernels.moe_wq`), its
+:mod:`anna_xpu_kernels.moe_wq`), the LM head with a fused top-k ``lm_head_topk``
+(:mod:`anna_xpu_kernels.lm_head_topk`), its
 router ``moe_route`` as one launch (:mod:`anna_xpu_kernels.moe_route`); a TurboQuant KV cache is written and
 attended by :mod:`anna_xpu_kernels.turboquant`.
 Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0, so they
@@ -60,6 +61,7 @@ TRITON_KERNELS = {
     "fused_gdn_decode": ("gdn_decode_fused:fused_gdn_decode", "probes:fused_gdn_decode_probe"),
     "moe_experts": ("moe:moe_experts", "probes:moe_experts_probe"),
     "moe_experts_wq": ("moe_wq:moe_experts_wq", "probes:wq_linear_probe"),  # same schemes and devices
+    "lm_head_topk": ("lm_head_topk:lm_head_topk", "probes:lm_head_topk_probe"),
     "moe_route": ("moe_route:moe_route", "probes:moe_route_probe"),
 }
 FLA_KERNELS = {

@@ -229,6 +229,15 @@ def wq_linear_probe(request: Any) -> bool:
     return _triton_ok(request) and (scheme != "fp8" or request.device_type in ("cuda", "cpu"))
 
 
+def lm_head_topk_probe(request: Any) -> bool:
+    """lm_head_topk: any Triton device, float dtypes; a dense head (``scheme`` ``"none"`` or not given) anywhere,
+    the quantized schemes where ``wq_linear``'s kernel takes them."""
+    scheme = request.shape.get("scheme")
+    if scheme in (None, "none"):
+        return _triton_ok(request)
+    return wq_linear_probe(request)
+
+
 def moe_experts_probe(request: Any) -> bool:
     """moe_experts: any Triton device, float dtypes (the grouped GEMMs tile every dimension; no shape facts)."""
     return _triton_ok(request)

@@ -274,6 +274,21 @@ def wq_linear(device: Any, dtype: Any) -> list[OpExample]:
     return out
 
 
+def lm_head_topk(device: Any, dtype: Any) -> list[OpExample]:
+    """A dense head and each quantized layout at one and three rows; k of 1, 5 and 64; a soft-cap; a vocabulary
+    that is no multiple of a kernel's tile; two equal weight rows (a tie the lower id wins)."""
+    r = _Gen(35, device, _dt(dtype))
+    out = []
+    dense = r.randn(300, 128, scale=0.2)
+    dense[211] = dense[7]  # equal logits at ids 7 and 211
+    out.append(OpExample((r.randn(1, 128), dense, None, None, "none", 64, None), shape={"scheme": "none"}))
+    out.append(OpExample((r.randn(3, 128), dense, None, None, "none", 5, 2.0), shape={"scheme": "none"}))
+    for scheme in ("int4", "int8", "fp8"):
+        out.append(OpExample((r.randn(1, 256), *_wq(r, 200, 256, scheme), 1, None), shape={"scheme": scheme}))
+        out.append(OpExample((r.randn(3, 128), *_wq(r, 136, 128, scheme), 64, 1.5), shape={"scheme": scheme}))
+    return out
+
+
 def add_rms_norm_wq_linear(device: Any, dtype: Any) -> list[OpExample]:
     """Each scheme, with and without a residual, plain and with each gated product."""
     r = _Gen(33, device, _dt(dtype))

@@ -314,6 +314,26 @@ rounding (the reference: dequantize to float32, matmul in float32). Callers look
         examples=_examples("wq_linear"),
     ),
     OpContract(
+        name="lm_head_topk",
+        signature="lm_head_topk(hidden, weight, scale, zero, scheme, k, softcap) -> (values, indices, logsumexp)",
+        doc="""\
+The LM head's ``k`` largest logits per row, for a step whose every request needs at most the top ``k`` (greedy,
+top-k sampling, top logprobs), without materialising the ``[T, V]`` logits. hidden: ``[T, H]`` float; weight: a
+dense ``[V, H]`` of hidden's dtype with scheme ``"none"`` (scale, zero None), or the codes of scheme ``"int4"`` /
+``"int8"`` / ``"fp8"`` with their scale and zero as ``wq_linear`` takes them; k: ``1 <= k <= min(64, V)``;
+softcap: a positive float or None. The logits are those of ``compute_logits``: ``linear(hidden, weight)`` (or
+``wq_linear``) rounded to hidden's dtype, then float32, then ``softcap * tanh(logits / softcap)`` when set.
+Returns values ``[T, k]`` float32 in descending order (equal logits: the lower id first, as ``argmax``), indices
+``[T, k]`` int64, logsumexp ``[T]`` float32 over the whole vocabulary. Implementations may round a quantized
+weight to hidden's dtype for more than 8 rows (tensor cores, as ``wq_linear``'s kernel), must not synchronise
+with the host (graph-capturable) and keep only per-tile candidates. Looked up with the shape fact ``scheme``.
+""",
+        reference=_ref("lm_head_topk", "lm_head_topk"),
+        check=_ref("lm_head_topk", "check_lm_head_topk"),
+        shape_facts=("scheme",),
+        examples=_examples("lm_head_topk"),
+    ),
+    OpContract(
         name="add_rms_norm_wq_linear",
         signature=("add_rms_norm_wq_linear(x, residual, norm_weight, eps, zero_centered, qweight, scale, zero, scheme, "
                    "activation=None) -> (y, new_residual)"),

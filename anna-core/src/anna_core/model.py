@@ -145,6 +145,10 @@ class ModelCapabilities:
             run a one-sequence, one-token decode step through one compiled function (True when it did; False
             when the model or caches do not allow it). The runner calls it at set-up on the CPU when
             ``compile_mode`` is not ``"none"`` (where no device graph removes the per-op cost).
+        topk_head: it has ``compute_topk(hidden, k) -> (values, indices, logsumexp)``: its LM head's ``k`` largest
+            logits per row through the ``lm_head_topk`` op (the logits ``compute_logits`` would give, without the
+            ``[N, vocab]`` tensor), so the runner may take the fused top-k head for steps whose requests need no
+            more (:mod:`anna_core.engine.topk_head`). False for a tensor-parallel rank (its head is a shard).
     """
 
     padded_prefill: bool = False
@@ -155,6 +159,7 @@ class ModelCapabilities:
     quantized_kv: bool = False
     side_outputs: bool = False
     compiled_decode: bool = False
+    topk_head: bool = False
 
 
 class CausalLM(Protocol):
@@ -178,6 +183,10 @@ class CausalLM(Protocol):
     #   def encode(self, items: list[MediaItem]) -> list[torch.Tensor]:
     #       the encoder output of each medium, ``[item.length, hidden_size]`` on the model's device
     #       (any float dtype; cast to the embeddings' dtype when spliced).
+    # Models whose capabilities declare ``topk_head`` also have:
+    #   def compute_topk(self, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    #       hidden ``[N, hidden]`` -> ``lm_head_topk``'s ``(values [N, k] float32, indices [N, k] int64,
+    #       logsumexp [N] float32)`` of the logits ``compute_logits`` gives.
     # Models whose capabilities declare ``side_outputs`` also have:
     #   def side_output(self, state_slot: int) -> Any:
     #       what the step just run left for the sequence in ``state_slot`` (a copy: the next step may overwrite it).

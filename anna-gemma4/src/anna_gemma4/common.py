@@ -8,10 +8,12 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import torch
 from anna_core.distributed.layers import gather_vocab
 from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.layers.topk_head import head_topk
 from anna_core.model import CacheSpec, FullAttentionSpec, ModelCaches, SlidingWindowSpec
 from torch import nn
 
@@ -113,6 +115,8 @@ class GemmaCausalLM(nn.Module):
         self.cache_spec = cache_spec(cfg)
         self.model = text_model(cfg, self.cache_spec, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if parallel.is_parallel and self.capabilities.topk_head:  # a rank's head is a vocabulary shard
+            self.capabilities = attrs.evolve(self.capabilities, topk_head=False)
 
     @property
     def vocab_size(self) -> int:
@@ -132,3 +136,10 @@ class GemmaCausalLM(nn.Module):
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         logits = gemma_logits(self.ops, hidden, weight, self.config.final_logit_softcapping)
         return gather_vocab(logits, self.vocab_size, self.parallel)  # a tensor-parallel rank's vocabulary shard
+
+    def compute_topk(self, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """hidden ``[N, hidden]`` -> the ``lm_head_topk`` op's ``(values [N, k] float32, indices [N, k] int64,
+        logsumexp [N] float32)`` of :meth:`compute_logits`' soft-capped logits (one rank only: capability
+        ``topk_head``)."""
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return head_topk(self.ops, hidden, weight, k, self.config.final_logit_softcapping)

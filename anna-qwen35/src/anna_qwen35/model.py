@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import torch
 from anna_core.distributed.layers import gather_vocab
 from anna_core.distributed.state import SINGLE, ParallelState
@@ -17,6 +18,7 @@ from anna_core.layers.media import splice_media
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.norm import RMSNorm
 from anna_core.layers.rotary import RotaryEmbedding
+from anna_core.layers.topk_head import head_topk
 from anna_core.layers.wq_linear import WQLinear
 from anna_core.model import (
     CacheSpec,
@@ -155,7 +157,7 @@ class Qwen35ForCausalLM(nn.Module):
     the placeholders.
     """
 
-    capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True, quantized_kv=True)
+    capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True, quantized_kv=True, topk_head=True)
 
     def __init__(self, cfg: Qwen35Config, ops: Any, per_expert: bool = False, vision: VisionConfig | None = None,
                  parallel: ParallelState = SINGLE):
@@ -171,7 +173,9 @@ class Qwen35ForCausalLM(nn.Module):
         self.visual = None if vision is None else VisionTower(vision)
         if vision is not None:
             self.capabilities = ModelCapabilities(padded_prefill=True, state_checkpoints=True, modalities=("image", "video"),
-                                                  position_rows=3, quantized_kv=True)
+                                                  position_rows=3, quantized_kv=True, topk_head=True)
+        if parallel.is_parallel:  # a rank's head is a vocabulary shard: the full logits are gathered
+            self.capabilities = attrs.evolve(self.capabilities, topk_head=False)
 
     @property
     def vocab_size(self) -> int:
@@ -247,6 +251,13 @@ class Qwen35ForCausalLM(nn.Module):
             return self.lm_head(hidden).float()
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return gather_vocab(self.ops.linear(hidden, weight, None).float(), self.vocab_size, self.parallel)
+
+    def compute_topk(self, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """hidden ``[N, hidden]`` -> the ``lm_head_topk`` op's ``(values [N, k] float32, indices [N, k] int64,
+        logsumexp [N] float32)`` of :meth:`compute_logits`' logits (dense or quantized head; one rank only)."""
+        head = self.lm_head if isinstance(self.lm_head, WQLinear) else (
+            self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight)
+        return head_topk(self.ops, hidden, head, k)
 
 
 def keep_float32(param_name: str) -> bool:

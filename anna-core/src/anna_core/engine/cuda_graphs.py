@@ -39,7 +39,7 @@ from anna_core.device import Accelerator
 from anna_core.engine.cache_allocator import scratch_block, scratch_slot
 from anna_core.engine.forward_batch import ForwardBatch, GroupTable
 from anna_core.engine.graph_staging import IdsReadback, PendingIds, Staging
-from anna_core.engine.sampler import sample_no_sync, sample_plain_no_sync
+from anna_core.engine.sampler import sample_no_sync, sample_plain_no_sync, sample_topk_no_sync
 from anna_core.errors import AnnaError
 from anna_core.model import ModelCaches
 
@@ -47,6 +47,12 @@ log = logging.getLogger("anna.engine")
 
 MODES = ("greedy", "sample", "sample_plain", "logits")
 """Sampling modes captured per bucket (``"logits"``: forward and LM head only, see :meth:`DecodeGraphs.run_logits`)."""
+
+TOPK_MODES = ("topk_greedy", "topk_sample", "topk")
+"""The modes of the fused top-k LM head (``topk`` of :class:`DecodeGraphs`; :mod:`anna_core.engine.topk_head`):
+``"topk_greedy"`` (the first candidate), ``"topk_sample"`` (:func:`~anna_core.engine.sampler.sample_topk_no_sync`)
+and ``"topk"`` (no sampling: the candidates stay in the graph's output buffers, :meth:`DecodeGraphs.run_topk`, for
+rows that want logprobs)."""
 
 # int64 fields of the staging buffer, one per row (per attention group g: "slot_mapping{g}" int64 [B] and
 # "block_tables{g}" int32 [B, W] follow).
@@ -86,6 +92,8 @@ class DecodeGraphs:
             repeated in every row).
         staged_positions: the model's positions may differ from the cache index (media, M-RoPE): they are
             staged per row (``rope_positions`` of :meth:`run`) instead of taken from the index.
+        topk: the candidates per row of the fused top-k head's modes (:data:`TOPK_MODES`, through the model's
+            ``compute_topk``), or None when ``modes`` has none of them.
 
     Raises:
         AnnaError: a non-positive size.
@@ -93,12 +101,16 @@ class DecodeGraphs:
 
     def __init__(self, model: Any, caches: ModelCaches, accel: Accelerator, *, max_batch: int,
                  max_blocks_per_seq: int, vocab_size: int, compile_fn: Callable | None = None,
-                 modes: Sequence[str] = MODES, position_rows: int = 1, staged_positions: bool = False):
+                 modes: Sequence[str] = MODES, position_rows: int = 1, staged_positions: bool = False,
+                 topk: int | None = None):
         if max_blocks_per_seq < 1 or vocab_size < 1:
             raise AnnaError("max_blocks_per_seq and vocab_size must be positive")
-        unknown = set(modes) - set(MODES)
+        unknown = set(modes) - set(MODES + TOPK_MODES)
         if unknown:
-            raise AnnaError(f"unknown sampling modes {sorted(unknown)}; use {MODES}")
+            raise AnnaError(f"unknown sampling modes {sorted(unknown)}; use {MODES + TOPK_MODES}")
+        if (topk is None) == bool(set(modes) & set(TOPK_MODES)):
+            raise AnnaError("the fused top-k head's modes need topk (its candidates per row), and topk needs them")
+        self.topk = topk
         self.model = model
         self.caches = caches
         self.accel = accel
@@ -107,6 +119,9 @@ class DecodeGraphs:
         self.vocab_size = vocab_size
         self.modes = tuple(modes)
         self._forward = compile_fn(self._forward_logits) if compile_fn else self._forward_logits
+        self._forward_topk = compile_fn(self._forward_candidates) if compile_fn else self._forward_candidates
+        # the "topk" graphs' outputs: values [rows, topk] float32, indices [rows, topk] int64, logsumexp [rows]
+        self.topk_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         rows = self.buckets[-1]
         self.groups = [g for g, _ in caches.attention_caches]
         self.position_rows = position_rows
@@ -161,9 +176,37 @@ class DecodeGraphs:
         hidden = self.model(batch, self.caches)  # [b, hidden]: every row samples
         return self.model.compute_logits(hidden)  # [b, vocab] float32
 
+    def _forward_candidates(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hidden = self.model(batch, self.caches)  # [b, hidden]
+        return self.model.compute_topk(hidden, self.topk)  # [b, topk] float32, [b, topk] int64, [b] float32
+
+    def _step_topk(self, b: int, mode: str) -> None:
+        """The captured work of bucket ``b`` in a fused top-k mode: forward, the top-k head, the candidates'
+        sampler (or, with ``"topk"``, the candidates into ``self.topk_out``)."""
+        values, indices, lse = self._forward_topk(self._batch(b))
+        if mode == "topk":
+            if self.topk_out is None:
+                dev = values.device
+                self.topk_out = (torch.empty((self.rows, self.topk), dtype=torch.float32, device=dev),
+                                 torch.empty((self.rows, self.topk), dtype=torch.int64, device=dev),
+                                 torch.empty((self.rows,), dtype=torch.float32, device=dev))
+            for buf, t in zip(self.topk_out, (values, indices, lse)):
+                buf[:b].copy_(t)
+            return
+        if mode == "topk_greedy":
+            ids = indices[:, 0]
+        else:
+            d = self.staging.d
+            ids = sample_topk_no_sync(values, indices, d["temperature"][:b], d["top_k"][:b], d["top_p"][:b],
+                                      d["min_p"][:b], d["seeds"][:b], d["steps"][:b])[0]
+        self.out[:b].copy_(ids)
+
     def _step(self, b: int, mode: str) -> None:
         """The captured work of bucket ``b``: forward, logits, sampling, ids into ``self.out`` (with
-        ``"logits"``: the logits into ``self.logits_out[:b]``)."""
+        ``"logits"``: the logits into ``self.logits_out[:b]``; the top-k modes: :meth:`_step_topk`)."""
+        if mode in TOPK_MODES:
+            self._step_topk(b, mode)
+            return
         logits = self._forward(self._batch(b))
         if mode == "logits":
             if self.logits_out is None:
@@ -286,7 +329,7 @@ class DecodeGraphs:
             token_ids, positions: ``[n]`` the new token and its position per sequence.
             block_tables: per attention group (the caches' order), per sequence its blocks (at most ``W`` each).
             state_slots: ``[n]`` recurrent-state slots.
-            mode: ``"greedy"``, ``"sample"`` or ``"sample_plain"``.
+            mode: ``"greedy"``, ``"sample"``, ``"sample_plain"``, ``"topk_greedy"`` or ``"topk_sample"``.
             floats, ints: per row sampling parameters from :func:`~anna_core.engine.sampler.param_rows`
                 (needed for the sampling modes).
             prev_rows: per row, the row of the previous replay whose sampled id is this row's input
@@ -301,9 +344,9 @@ class DecodeGraphs:
             AnnaError: not captured, ``n`` above the largest bucket, a block table wider than ``W``, or
                 mode ``"logits"`` (use :meth:`run_logits`).
         """
-        if mode not in ("greedy", "sample", "sample_plain"):
-            raise AnnaError(f"run() samples (mode 'greedy', 'sample' or 'sample_plain'), got {mode!r}; "
-                            "logits: run_logits()")
+        if mode not in ("greedy", "sample", "sample_plain", "topk_greedy", "topk_sample"):
+            raise AnnaError(f"run() samples (mode 'greedy', 'sample', 'sample_plain', 'topk_greedy' or "
+                            f"'topk_sample'), got {mode!r}; logits: run_logits(); candidates: run_topk()")
         n = len(token_ids)
         self._replay(token_ids, positions, block_tables, state_slots, mode, floats, ints, prev_rows, rope_positions)
         return self.readback.start(self.out[:n])
@@ -328,6 +371,22 @@ class DecodeGraphs:
         n = len(token_ids)
         self._replay(token_ids, positions, block_tables, state_slots, "logits", rope_positions=rope_positions)
         return self.logits_out[:n]
+
+    def run_topk(self, token_ids: Sequence[int], positions: Sequence[int],
+                 block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int],
+                 rope_positions: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`run_logits` with the fused top-k head (mode ``"topk"``): the ``n`` rows' candidates.
+
+        Returns:
+            ``(values [n, topk] float32, indices [n, topk] int64, logsumexp [n] float32)`` on the device: views of
+            the graphs' output buffers, valid until the next replay in mode ``"topk"``.
+
+        Raises:
+            AnnaError: as for :meth:`run` (no ``"topk"`` graph included).
+        """
+        n = len(token_ids)
+        self._replay(token_ids, positions, block_tables, state_slots, "topk", rope_positions=rope_positions)
+        return tuple(t[:n] for t in self.topk_out)
 
     def _replay(self, token_ids: Sequence[int], positions: Sequence[int],
                 block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int], mode: str, floats: Sequence[Sequence[float]] | None = None,

@@ -708,7 +708,8 @@ class LLMEngine:
         """Counters for ``/healthz`` (read them on the engine thread), and how steps run, the same for
         every family: ``paged_kv`` (the model's attention K/V live in paged blocks of ``block_size``
         tokens; False for a model with recurrent state only), ``prefix_caching`` (on as served: asked for,
-        and a recurrent model has snapshot room), ``graphs`` (:meth:`ModelRunner.graph_report`); with offloaded
+        and a recurrent model has snapshot room), ``graphs`` (:meth:`ModelRunner.graph_report`), ``lm_head_path``
+        (:meth:`ModelRunner.head_report`: whether steps take the fused top-k LM head, and how many did); with offloaded
         experts also ``expert_cache`` (:meth:`~anna_core.layers.expert_offload.ExpertStore.report`: hit rate, hits,
         misses, bytes copied, cached experts per layer, ...); for a model that takes media also ``encoder``
         (:meth:`~anna_core.engine.encoder_outputs.EncoderOutputs.report` and the encoder cache's
@@ -723,6 +724,7 @@ class LLMEngine:
             "block_size": self.kv.block_size,
             "prefix_caching": self.kv.enable_caching,
             "graphs": self.runner.graph_report(),
+            "lm_head_path": self.runner.head_report(),
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
             "kv_blocks_used": self.kv.num_used_blocks,

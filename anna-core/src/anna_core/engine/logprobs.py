@@ -67,3 +67,29 @@ def unpack(values: list[float], n: int, rows: list[int], wanted: list[int],
         top = [(int(row[1 + j]), float(row[1 + k + j])) for j in range(min(want, k))]
         entries.append(TokenLogprob(token_id=ids[i], logprob=float(row[0]), top=top))
     return ids, entries
+
+
+def pack_candidates(ids: torch.Tensor, picks: torch.Tensor, values: torch.Tensor, indices: torch.Tensor,
+                    logsumexp: torch.Tensor, rows: torch.Tensor | None, k: int) -> torch.Tensor:
+    """:func:`pack` from the fused top-k head's candidates (``lm_head_topk``): the same layout, so
+    :func:`unpack` reads it. A logprob is ``logit - logsumexp`` (exact: the op's logsumexp covers the whole
+    vocabulary); each sampled id is a candidate (greedy, or ``top_k`` within the candidates).
+
+    Args:
+        ids: ``[N]`` int64 sampled ids; picks: ``[N]`` int64 their positions among the candidates.
+        values: ``[N, C]`` float32 candidate logits (descending); indices: ``[N, C]`` int64 their ids;
+            logsumexp: ``[N]`` float32.
+        rows: ``[R]`` int64 rows that asked for logprobs (or None); k: top alternatives per row (``<= C``).
+
+    Returns:
+        ``[N + R * (1 + 2k)]`` float64, as :func:`pack`.
+    """
+    parts = [ids.to(torch.float64)]
+    if rows is not None and rows.shape[0]:
+        logprobs = values[rows] - logsumexp[rows][:, None]  # [R, C]
+        chosen = logprobs.gather(1, picks[rows][:, None])
+        table = [chosen.to(torch.float64)]
+        if k:
+            table += [indices[rows][:, :k].to(torch.float64), logprobs[:, :k].to(torch.float64)]
+        parts.append(torch.cat(table, dim=1).reshape(-1))
+    return torch.cat(parts)

@@ -23,7 +23,7 @@ from anna_core.device import Accelerator, accelerator
 from anna_core.engine.cache_allocator import has_state, scratch_block, zero_slots
 from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, build_checkpoints
 from anna_core.engine.config import non_negative
-from anna_core.engine.cuda_graphs import DecodeGraphs
+from anna_core.engine.cuda_graphs import MODES, TOPK_MODES, DecodeGraphs
 from anna_core.engine.encoder_outputs import EncoderOutputs
 from anna_core.engine.forward_batch import ForwardBatch, GroupTable
 from anna_core.engine.graph_staging import PendingIds
@@ -33,6 +33,7 @@ from anna_core.engine.request import PENDING
 from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows, unfiltered
 from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import SchedulerOutput
+from anna_core.engine.topk_head import FUSED_K, fits_topk_head, sample_candidates, topk_head_mode
 from anna_core.engine.warmup import warm_up
 from anna_core.errors import AnnaError
 from anna_core.layers.quant_linear import use_int8_heads
@@ -76,6 +77,9 @@ class RunnerConfig:
         max_prefill_replays: the most fresh prompts of one step that each replay their own prefill graph
             (a step of decodes and prompts, or of several prompts; see :meth:`ModelRunner.plan`); a step with
             more prompts computes them in one eager pass, which reads the weights once for all of them.
+        fused_topk_head: the fused top-k LM head (:mod:`anna_core.engine.topk_head`) for steps whose every request
+            needs at most the top 64 logits, on a model that declares ``topk_head``: ``"auto"`` on accelerators,
+            ``"on"`` on every device (the CPU runs the op's reference), ``"off"`` never (``--no-fused-topk-head``).
 
     Raises:
         AnnaError: unknown ``compile_mode``.
@@ -85,6 +89,7 @@ class RunnerConfig:
     compile_mode: str = attrs.field(default="none", converter=_compile_mode)
     warmup: bool = True
     max_prefill_replays: int = attrs.field(default=16, validator=non_negative)
+    fused_topk_head: str = attrs.field(default="auto", converter=topk_head_mode)
 
 
 def _wants_logits(seq) -> bool:
@@ -131,6 +136,10 @@ class ModelRunner:
         self.num_split_steps = 0
         self.num_eager_steps = 0
         self.max_prefill_replays = 0  # set by setup() (graphs only exist after it)
+        self.fused_topk_head = "auto"  # RunnerConfig.fused_topk_head, set by setup()
+        # sampling steps (or parts of split steps) by LM head: the fused top-k head, or the full logits
+        self.num_topk_head_steps = 0
+        self.num_full_head_steps = 0
         self.startup: dict[str, float] = {}  # seconds per set-up phase (warmup_s, prefill_graphs_s, decode_graphs_s)
         # why each kind of graph was not captured (None once captured); graph_report() shows it
         self._no_graphs: dict[str, str | None] = dict.fromkeys(("decode", "prefill"), NOT_SET_UP)
@@ -150,6 +159,7 @@ class ModelRunner:
         self.prefill_graphs = None
         self.startup = {}
         self.max_prefill_replays = config.max_prefill_replays
+        self.fused_topk_head = config.fused_topk_head
         if not config.cuda_graph:
             self._no_graphs = dict.fromkeys(self._no_graphs, "off (cuda_graph=False, --no-cuda-graph)")
         elif not self.accel.graphs:
@@ -205,31 +215,34 @@ class ModelRunner:
             def compile_fn(fn):
                 return torch.compile(fn, mode=mode, dynamic=False)
 
-        def capture(fn):
+        def capture(fn, topk: bool):
+            modes = MODES + TOPK_MODES if topk else MODES
             graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,
-                                  max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn,
-                                  position_rows=self.position_rows, staged_positions=self.own_positions)
+                                  max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn, modes=modes,
+                                  position_rows=self.position_rows, staged_positions=self.own_positions,
+                                  topk=FUSED_K if topk else None)
             graphs.capture()
             return graphs
 
-        try:
-            self.graphs = capture(compile_fn)
-            self._no_graphs["decode"] = None
-            return
-        except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
-            if compile_fn is None:
-                log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
-                self._no_graphs["decode"] = _capture_failed(exc)
+        # each attempt in turn: compiled (when asked) then uncompiled, with the fused top-k head's modes (when on)
+        # then without them (a failed top-k capture keeps the full head's graphs)
+        topk_options = (True, False) if self.topk_head_active else (False,)
+        attempts = [(fn, topk) for fn in ((compile_fn, None) if compile_fn is not None else (None,))
+                    for topk in topk_options]
+        for n, (fn, topk) in enumerate(attempts):
+            try:
+                self.graphs = capture(fn, topk)
+                self._no_graphs["decode"] = None
                 return
-            # e.g. dynamo cannot trace a kernel plugin's launcher: the graphs still pay without compile
-            log.warning("decode graph capture with torch.compile (mode %s) failed, capturing the uncompiled step: "
-                        "%s: %s", config.compile_mode, type(exc).__name__, str(exc))  # str: frees the attempt
-        try:
-            self.graphs = capture(None)
-            self._no_graphs["decode"] = None
-        except Exception as exc:  # noqa: BLE001
-            log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
-            self._no_graphs["decode"] = _capture_failed(exc)
+            except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
+                last = n == len(attempts) - 1
+                log.warning("decode graph capture (%s, %s) failed%s: %s: %s",
+                            f"torch.compile mode {config.compile_mode}" if fn is not None else "uncompiled",
+                            "with the fused top-k head" if topk else "full LM head",
+                            ", running eagerly" if last else ", trying the next way", type(exc).__name__,
+                            str(exc))  # str: frees the attempt
+                if last:
+                    self._no_graphs["decode"] = _capture_failed(exc)
 
     def _capture_prefill(self, max_tokens: int, width: int) -> None:
         """Capture the prefill graphs of prompts up to ``max_tokens`` with block tables of up to ``width``
@@ -275,6 +288,28 @@ class ModelRunner:
                         "prompt_lengths": list(pg.buckets) if pg is not None else [],
                         "why_not": self._no_graphs["prefill"]},
         }
+
+    @property
+    def topk_head_active(self) -> bool:
+        """Whether steps may take the fused top-k LM head: the model declares ``topk_head`` and
+        ``fused_topk_head`` is ``"on"``, or ``"auto"`` on an accelerator."""
+        mode = self.fused_topk_head
+        return (mode != "off" and self.model.capabilities.topk_head
+                and (mode == "on" or self.device.type != "cpu"))
+
+    def head_report(self) -> dict[str, Any]:
+        """The LM head's path (``/healthz``' ``lm_head_path``, the bench report): ``{"fused_topk_head": mode,
+        "model_supports": bool, "active": bool, "k": 64, "topk_steps": int, "full_steps": int}``: the sampling
+        steps (each part of a split step counted) that took the fused top-k head and the full logits."""
+        return {"fused_topk_head": self.fused_topk_head, "model_supports": self.model.capabilities.topk_head,
+                "active": self.topk_head_active, "k": FUSED_K, "topk_steps": self.num_topk_head_steps,
+                "full_steps": self.num_full_head_steps}
+
+    def takes_topk_head(self, seqs: list) -> bool:
+        """Whether the sampling sequences ``seqs`` of a step take the fused top-k head: it is active, every
+        request fits it (:func:`~anna_core.engine.topk_head.fits_topk_head`) and no row's logits are kept."""
+        return (self.topk_head_active and fits_topk_head([s.request for s in seqs])
+                and not any(_wants_logits(s) for s in seqs))
 
     def warmup(self, max_model_len: int) -> None:
         """Prefills and one decode on the scratch block and slot before the first request
@@ -402,17 +437,21 @@ class ModelRunner:
         if graphs is None or not self._fits_decode(out) or self._prompt_decodes(out):
             return None
         requests = [s.request for s in out.seqs]
-        mode = self._sample_mode(requests)
+        mode = self._sample_mode(requests, out.seqs)
         if graph_safe(requests) and mode in graphs.modes and not any(_wants_logits(s) for s in out.seqs):
             return StepPath.DECODE_GRAPH
         if "logits" in graphs.modes:
             return StepPath.DECODE_LOGITS_GRAPH
         return None
 
-    def _sample_mode(self, requests: list) -> str:
-        """The captured sampler of a decode step: ``"greedy"`` (every row greedy), ``"sample_plain"`` (no row
+    def _sample_mode(self, requests: list, seqs: list) -> str:
+        """The captured sampler of a decode step: with the fused top-k head (when captured and the step takes it)
+        ``"topk_greedy"`` (every row greedy) or ``"topk_sample"``; else ``"greedy"``, ``"sample_plain"`` (no row
         filters its distribution, when captured) or ``"sample"``."""
-        if all(r.params.temperature == 0.0 for r in requests):
+        greedy = all(r.params.temperature == 0.0 for r in requests)
+        if "topk_sample" in self.graphs.modes and self.takes_topk_head(seqs):
+            return "topk_greedy" if greedy else "topk_sample"
+        if greedy:
             return "greedy"
         if "sample_plain" in self.graphs.modes and unfiltered(requests, self.graphs.vocab_size):
             return "sample_plain"
@@ -506,8 +545,14 @@ class ModelRunner:
         return self._run_eager(out, path)
 
     def _run_logits_graph(self, out: SchedulerOutput, path: StepPath) -> ModelRunnerOutput:
-        """The decode step ``out`` through the captured logits graph, sampled eagerly."""
+        """The decode step ``out`` through the captured logits graph (the candidates graph when the step takes the
+        fused top-k head, e.g. for logprobs), sampled eagerly."""
         self.num_graph_steps += 1
+        if "topk" in self.graphs.modes and self.takes_topk_head(out.seqs):
+            values, indices, lse = self.graphs.run_topk(
+                [s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs], self._tables_by_group(out),
+                [s.state_slot for s in out.seqs], rope_positions=self._decode_positions(out))
+            return self._sample_topk(path, values, indices, lse, out.seqs)
         logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
                                         self._tables_by_group(out), [s.state_slot for s in out.seqs],
                                         rope_positions=self._decode_positions(out))
@@ -523,6 +568,10 @@ class ModelRunner:
         samplers = [s for s in out.seqs if s.samples]
         if not samplers:
             return ModelRunnerOutput(path)
+        if self.takes_topk_head(samplers):
+            with self._scope("lm_head"):
+                values, indices, lse = self.model.compute_topk(hidden.index_select(0, batch.logits_indices), FUSED_K)
+            return self._sample_topk(path, values, indices, lse, samplers)
         with self._scope("lm_head"):
             # index_select, not advanced indexing: on the CPU hidden[ids] runs a parallel kernel whose thread
             # hand-off costs more than the copy of a row or two
@@ -589,7 +638,18 @@ class ModelRunner:
                 for i, s in enumerate(seqs) if _wants_logits(s)}
         with self._scope("sampling"):
             ids = self.sample_rows(logits, requests)
+        self.num_full_head_steps += 1
         return ModelRunnerOutput(path, sampled={r.request_id: t for r, t in zip(requests, ids)}, prompt_logits=kept)
+
+    def _sample_topk(self, path: StepPath, values: torch.Tensor, indices: torch.Tensor, lse: torch.Tensor,
+                     seqs: list) -> ModelRunnerOutput:
+        """The eager sampler on the fused top-k head's candidates (``[N, 64]`` values and ids, ``[N]`` logsumexp),
+        one row per sequence of ``seqs`` (:func:`~anna_core.engine.topk_head.sample_candidates`)."""
+        requests = [s.request for s in seqs]
+        with self._scope("sampling"):
+            ids = sample_candidates(values, indices, lse, requests, self.model.vocab_size)
+        self.num_topk_head_steps += 1
+        return ModelRunnerOutput(path, sampled={r.request_id: t for r, t in zip(requests, ids)})
 
     def sample_rows(self, logits: torch.Tensor, requests: list) -> list[int]:
         """Sample ``logits`` ``[N, vocab]`` float32, one row per request of ``requests`` (a step's rows, or
@@ -603,8 +663,8 @@ class ModelRunner:
         """Stage and replay the captured decode graph with its sampler inside, without waiting for it."""
         graphs = self.graphs
         requests = [s.request for s in out.seqs]
-        mode = self._sample_mode(requests)
-        floats, ints = param_rows(requests, graphs.vocab_size) if mode != "greedy" else (None, None)
+        mode = self._sample_mode(requests, out.seqs)
+        floats, ints = param_rows(requests, graphs.vocab_size) if mode not in ("greedy", "topk_greedy") else (None, None)
         tokens = [s.token_ids[0] for s in out.seqs]
         rows = None
         if PENDING in tokens:
@@ -616,4 +676,8 @@ class ModelRunner:
                              [s.state_slot for s in out.seqs], mode, floats, ints, prev_rows=rows,
                              rope_positions=self._decode_positions(out))
         self.num_graph_steps += 1
+        if mode.startswith("topk"):
+            self.num_topk_head_steps += 1
+        else:
+            self.num_full_head_steps += 1
         return pending

@@ -9,7 +9,8 @@ returned ids is the step's only sync. Per row, in order:
    over the generated tokens;
 3. ``min_tokens``: while fewer tokens than that were generated, EOS and stop ids get ``-inf``;
 4. greedy rows (``temperature == 0``) take the argmax here;
-5. others: divide by the temperature, keep the ``top_k`` largest, then the smallest set whose
+5. others: divide by the temperature, keep the ``top_k`` largest (equal logits: the lower id first, a stable
+   sort), then the smallest set whose
    probability reaches ``top_p``, then drop tokens below ``min_p`` times the top probability,
    and sample with the Gumbel-max trick (``argmax(logits / T + G)`` with ``G = -log(-log(U))``
    samples ``softmax(logits / T)``; Gumbel 1954, Maddison et al. 2014).
@@ -55,11 +56,25 @@ def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> 
     Returns:
         ``[N, V]`` float32; entry ``(i, j)`` depends only on ``(seeds[i], steps[i], j)``.
     """
+    j = torch.arange(vocab_size, device=seeds.device, dtype=torch.int64)
+    return uniform_noise_at(seeds, steps, j[None, :])
+
+
+def uniform_noise_at(seeds: torch.Tensor, steps: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """:func:`uniform_noise` at some vocabulary entries only: entry ``(i, c)`` is ``uniform_noise(seeds, steps,
+    V)[i, ids[i, c]]`` (the fused top-k head's candidates draw exactly the numbers the full vocabulary would).
+
+    Args:
+        seeds, steps: ``[N]`` int64 (see :func:`uniform_noise`).
+        ids: ``[N, C]`` (or ``[1, C]``, shared by every row) int64 vocabulary ids.
+
+    Returns:
+        ``[N, C]`` float32 in ``(0, 1)``.
+    """
     lo = seeds & _M32
     hi = (seeds >> 32) & _M32
     key = _mix32(lo ^ _mix32(hi ^ _mix32(steps & _M32)))  # [N]
-    j = torch.arange(vocab_size, device=seeds.device, dtype=torch.int64)
-    bits = _mix32(_mix32(key[:, None] ^ j[None, :]) ^ key[:, None])  # [N, V]
+    bits = _mix32(_mix32(key[:, None] ^ ids) ^ key[:, None])  # [N, C]
     return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
 
 
@@ -153,7 +168,7 @@ class Sampler:
         need_k = any(0 < p.top_k < vocab for p in params)
         need_p = any(p.top_p < 1.0 for p in params)
         if need_k or need_p:
-            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
             if need_k:
                 k = host_tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], torch.int64, dev)
                 sorted_logits = mask_top_k(sorted_logits, k)
@@ -258,7 +273,7 @@ def sample_no_sync(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
     greedy_ids = logits.argmax(dim=-1)
     temps = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
     x = logits / temps[:, None]
-    sorted_logits, order = x.sort(dim=-1, descending=True)
+    sorted_logits, order = x.sort(dim=-1, descending=True, stable=True)
     sorted_logits = mask_top_p(mask_top_k(sorted_logits, top_k), top_p)
     x = torch.empty_like(x).scatter_(1, order, sorted_logits)
     probs = x.softmax(dim=-1)
@@ -266,3 +281,32 @@ def sample_no_sync(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
     u = uniform_noise(seeds, steps, vocab)
     sampled = (x - torch.log(-torch.log(u))).argmax(dim=-1)
     return torch.where(temperature == 0, greedy_ids, sampled)
+
+
+def sample_topk_no_sync(values: torch.Tensor, indices: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                        top_p: torch.Tensor, min_p: torch.Tensor, seeds: torch.Tensor,
+                        steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_no_sync` from the fused top-k head's candidates (``lm_head_topk``) instead of the full
+    logits, for rows that are greedy or keep at most ``C`` tokens (``top_k <= C``): the same ids.
+
+    Greedy rows take ``indices[:, 0]`` (the largest logit, the lowest id among equal ones: ``argmax``). Other rows
+    apply temperature, top-k, top-p and min-p to the ``C`` candidates, which are the first ``C`` entries of the
+    full path's stably sorted row (so top-p after top-k, which only ever looks inside the top k, sums the same
+    probabilities; min-p compares with the same top probability), and draw the Gumbel noise of exactly those ids
+    (:func:`uniform_noise_at`); the full path's other entries are ``-inf`` after top-k and never win.
+
+    Args:
+        values: ``[N, C]`` float32 logits in descending order; indices: ``[N, C]`` int64 their ids.
+        temperature, top_p, min_p: ``[N]`` float32; top_k: ``[N]`` int64 (``<= C`` on sampling rows);
+            seeds, steps: ``[N]`` int64 (see :func:`uniform_noise`).
+
+    Returns:
+        ``(ids, picks)``: ``[N]`` int64 token ids and ``[N]`` int64 their positions among the candidates.
+    """
+    temps = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    x = mask_top_p(mask_top_k(values / temps[:, None], top_k), top_p)
+    probs = x.softmax(dim=-1)
+    x = x.masked_fill(probs < min_p[:, None] * probs.max(dim=-1, keepdim=True).values, _NEG_INF)
+    u = uniform_noise_at(seeds, steps, indices)
+    picks = torch.where(temperature == 0, torch.zeros_like(steps), (x - torch.log(-torch.log(u))).argmax(dim=-1))
+    return indices.gather(1, picks[:, None])[:, 0], picks

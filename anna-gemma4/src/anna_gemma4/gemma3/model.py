@@ -112,7 +112,7 @@ class Gemma3ForCausalLM(GemmaCausalLM):
     per-token step row-wise), so the runner may capture its prefills.
     """
 
-    capabilities = ModelCapabilities(padded_prefill=True, quantized_kv=True)
+    capabilities = ModelCapabilities(padded_prefill=True, quantized_kv=True, topk_head=True)
 
     def __init__(self, cfg: Gemma3Config, ops: Any):
         super().__init__(cfg, ops, Gemma3TextModel)

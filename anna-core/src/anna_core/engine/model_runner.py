@@ -216,11 +216,10 @@ class ModelRunner:
                 return torch.compile(fn, mode=mode, dynamic=False)
 
         def capture(fn, topk: bool):
-            modes = MODES + TOPK_MODES if topk else MODES
+            with_topk = {"modes": MODES + TOPK_MODES, "topk": FUSED_K} if topk else {}
             graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,
-                                  max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn, modes=modes,
-                                  position_rows=self.position_rows, staged_positions=self.own_positions,
-                                  topk=FUSED_K if topk else None)
+                                  max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn,
+                                  position_rows=self.position_rows, staged_positions=self.own_positions, **with_topk)
             graphs.capture()
             return graphs
 
@@ -235,14 +234,15 @@ class ModelRunner:
                 self._no_graphs["decode"] = None
                 return
             except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
-                last = n == len(attempts) - 1
-                log.warning("decode graph capture (%s, %s) failed%s: %s: %s",
-                            f"torch.compile mode {config.compile_mode}" if fn is not None else "uncompiled",
-                            "with the fused top-k head" if topk else "full LM head",
-                            ", running eagerly" if last else ", trying the next way", type(exc).__name__,
-                            str(exc))  # str: frees the attempt
-                if last:
+                if n == len(attempts) - 1:
+                    log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
                     self._no_graphs["decode"] = _capture_failed(exc)
+                elif attempts[n + 1][0] is fn:  # the same step without the top-k modes
+                    log.warning("decode graph capture with the fused top-k head failed, capturing the full head's "
+                                "modes only: %s: %s", type(exc).__name__, str(exc))  # str: frees the attempt
+                else:  # e.g. dynamo cannot trace a kernel plugin's launcher: the graphs still pay without compile
+                    log.warning("decode graph capture with torch.compile (mode %s) failed, capturing the uncompiled "
+                                "step: %s: %s", config.compile_mode, type(exc).__name__, str(exc))
 
     def _capture_prefill(self, max_tokens: int, width: int) -> None:
         """Capture the prefill graphs of prompts up to ``max_tokens`` with block tables of up to ``width``

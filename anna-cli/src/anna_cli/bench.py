@@ -24,6 +24,7 @@ from anna_cli.options import (
     WEIGHT_QUANTS,
     exit_on_anna_errors,
     expert_quant_option,
+    fused_topk_head_option,
     lm_head_quant_option,
 )
 
@@ -47,6 +48,7 @@ from anna_cli.options import (
               help="Capture decode steps as device graphs (CUDA / XPU).")
 @click.option("--compile-mode", type=click.Choice(["none", "default", "max-autotune"]), default="none",
               show_default=True, help="torch.compile the forward pass before capture.")
+@fused_topk_head_option
 @click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
               help="Launch the next decode step before reading back the current one.")
 @click.option("--enable-prefix-caching/--disable-prefix-caching", "prefix_caching", default=False, show_default=True,
@@ -90,8 +92,8 @@ from anna_cli.options import (
 def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_quant: str, lm_head_quant: str,
           expert_quant: str,
           batch_size: int, input_len: int,
-          output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, async_scheduling: bool,
-          prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
+          output_len: int, warmup: int, runs: int, cuda_graph: bool, compile_mode: str, fused_topk_head: bool,
+          async_scheduling: bool, prefix_caching: bool, serve_defaults: bool, disable_kernels: tuple[str, ...], profile: bool,
           compare_hf: bool, hf_output_len: int | None, logprobs: int | None, timeline: bool,
           image_path: Path | None, image_size: str | None, video_frames: int | None, video_size: str,
           kv_cache_quantization: str, kv_cache_quant_bits: str | None, as_json: bool, max_device_memory_gib: float | None,
@@ -105,7 +107,7 @@ def bench(model_dir: Path, device: str, dtype: str, load_format: str, weight_qua
     settings = BenchSettings(model_dir=model_dir, device=device, dtype=dtype, load_format=load_format,
                              weight_quant=weight_quant, lm_head_quant=lm_head_quant, expert_quant=expert_quant,
                              batch_size=batch_size, input_len=input_len, output_len=output_len, warmup=warmup,
-                             runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode,
+                             runs=runs, cuda_graph=cuda_graph, compile_mode=compile_mode, fused_topk_head=fused_topk_head,
                              async_scheduling=async_scheduling, prefix_caching=prefix_caching,
                              serve_defaults=serve_defaults, disable_kernels=disable_kernels, profile=profile,
                              compare_hf=compare_hf, hf_output_len=hf_output_len, logprobs=logprobs,

@@ -24,6 +24,8 @@ from anna_cli.options import (
     SAMPLING_FLAGS,
     exit_on_anna_errors,
     expert_quant_option,
+    fused_topk_head_mode,
+    fused_topk_head_option,
     lm_head_family_options,
     lm_head_quant_option,
     model_options,
@@ -113,6 +115,7 @@ def _with_media(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...],
                    "eager on CPU).")
 @click.option("--compile-mode", type=click.Choice(("none", "default", "max-autotune")), default="none",
               show_default=True, help="torch.compile the forward pass before graph capture.")
+@fused_topk_head_option
 @max_device_memory_option
 @offload_options
 @vision_offload_option
@@ -123,7 +126,7 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
              videos: tuple[Path, ...],
              chat: bool | None, enable_thinking: bool | None, max_new_tokens: int, seed: int | None,
              stop: tuple[str, ...], chat_template: Path | None, as_json: bool, cuda_graph: bool, compile_mode: str,
-             max_device_memory_gib: float | None, offload_vision: bool, tensor_parallel_size: int,
+             fused_topk_head: bool, max_device_memory_gib: float | None, offload_vision: bool, tensor_parallel_size: int,
              **sampling: Any) -> None:
     """Generate a completion for one prompt."""
     from anna_core.device import resolve_device
@@ -147,7 +150,8 @@ def generate(model_dir: Path | None, gguf_file: str | None, device: str, dtype: 
                        weight_quant=weight_quant, chat_template=chat_template.read_text() if chat_template else None,
                        offload=offload, max_device_memory_gib=max_device_memory_gib, offload_vision=offload_vision,
                        family_options=lm_head_family_options(lm_head_quant) or None, expert_quant=expert_quant)
-    runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=resolve_device(device).type != "cpu")
+    runner = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode, warmup=resolve_device(device).type != "cpu",
+                          fused_topk_head=fused_topk_head_mode(fused_topk_head))
     loaded, engine, workers = load_engine(path, load_kwargs, build, config, runner,
                                           tensor_parallel_size=tensor_parallel_size)
     try:

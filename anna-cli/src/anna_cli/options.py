@@ -37,6 +37,20 @@ def lm_head_family_options(lm_head_quant: str) -> dict[str, str]:
     return {} if lm_head_quant == "none" else {"lm_head_quant": lm_head_quant}
 
 
+def fused_topk_head_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--fused-topk-head/--no-fused-topk-head`` (``anna serve``, ``anna generate``, ``anna bench``): the runner's
+    ``fused_topk_head``, ``"auto"`` or ``"off"`` (:func:`fused_topk_head_mode`)."""
+    return click.option("--fused-topk-head/--no-fused-topk-head", default=True, show_default=True,
+                        help="Steps whose every request needs at most the top 64 logits (greedy, top_k <= 64, "
+                             "logprobs) compute only those in the LM head (the lm_head_topk op) on accelerators; "
+                             "--no-fused-topk-head always computes the full logits.")(fn)
+
+
+def fused_topk_head_mode(enabled: bool) -> str:
+    """``RunnerConfig.fused_topk_head`` of ``--fused-topk-head`` (``"auto"``) / ``--no-fused-topk-head`` (``"off"``)."""
+    return "auto" if enabled else "off"
+
+
 EXPERT_QUANTS = ("none", "int4", "int8", "fp8")  # anna_core.layers.wq_experts.EXPERT_QUANT_MODES (kept import-free)
 EXPERT_QUANT_HELP = ("Quantize a MoE model's routed experts at load (Qwen3.5 MoE, Gemma 4 26B-A4B): int4 (groups of "
                      "128) / int8 (per channel) / fp8 (e4m3, 128x128 blocks; GPUs with FP8 units), as --weight-quant "

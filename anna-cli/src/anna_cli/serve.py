@@ -48,6 +48,8 @@ from anna_cli.options import (
     SAMPLING_FLAGS,
     exit_on_anna_errors,
     expert_quant_option,
+    fused_topk_head_mode,
+    fused_topk_head_option,
     lm_head_family_options,
     lm_head_quant_option,
     model_options,
@@ -365,6 +367,7 @@ def _draining_server_class() -> type:
               help="Capture decode steps as device graphs per batch-size bucket (CUDA / XPU; eager on CPU).")
 @click.option("--compile-mode", type=click.Choice(("none", "default", "max-autotune")), default="none",
               show_default=True, help="torch.compile the forward pass before graph capture.")
+@fused_topk_head_option
 @click.option("--disable-kernel", "disable_kernels", multiple=True, metavar="OP:NAME|NAME",
               help="Never use this kernel implementation (e.g. linear:triton, or fla for all its ops); repeatable.")
 @click.option("--allowed-hosts", "allowed_hosts", multiple=True, metavar="HOST[,HOST...]",
@@ -394,7 +397,7 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
           model_name: str | None, task_name: str | None, host: str, port: int, log_level: str, log_format: str,
           max_model_len: int | None, chat_template: Path | None, threads: int | None, max_completion_tokens: int | None,
           enable_thinking: bool | None, reasoning_parser: str | None, tool_call_parser: str | None,
-          reasoning_format: str, api_key: str | None, cuda_graph: bool, compile_mode: str,
+          reasoning_format: str, api_key: str | None, cuda_graph: bool, compile_mode: str, fused_topk_head: bool,
           disable_kernels: tuple[str, ...], allowed_hosts: tuple[str, ...], allowed_origins: tuple[str, ...],
           drain_timeout_s: float, header_timeout_s: float, body_timeout_s: float,
           keep_alive_timeout_s: int, max_connections: int, metrics_log_interval_seconds: float,
@@ -425,7 +428,8 @@ def serve(model_dir: Path | None, gguf_file: str | None, device: str, dtype: str
     family_options = {**family_options, **lm_head_family_options(lm_head_quant)}
     _check_disabled_kernels(disable_kernels)
     runner_config = RunnerConfig(cuda_graph=cuda_graph, compile_mode=compile_mode,
-                                 warmup=resolve_device(device).type != "cpu")
+                                 warmup=resolve_device(device).type != "cpu",
+                                 fused_topk_head=fused_topk_head_mode(fused_topk_head))
     if threads is not None:
         import torch
 

@@ -60,6 +60,8 @@ class BenchSettings:
     runs: int = 3
     cuda_graph: bool = True
     compile_mode: str = "none"
+    fused_topk_head: bool = True
+    """The fused top-k LM head where it applies (``RunnerConfig.fused_topk_head`` ``"auto"``); False: ``"off"``."""
     async_scheduling: bool = True
     prefix_caching: bool = False
     serve_defaults: bool = False
@@ -173,7 +175,8 @@ def build_engine(loaded: Any, s: BenchSettings) -> Any:
     else:
         engine = LLMEngine.from_loaded(loaded, cfg)
     # --serve-defaults: the decode-graph buckets of anna serve's batch limit, not of the benchmark's batch
-    engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode),
+    engine.runner.setup(RunnerConfig(cuda_graph=s.cuda_graph, compile_mode=s.compile_mode,
+                                     fused_topk_head="auto" if s.fused_topk_head else "off"),
                         max_model_len=engine.max_model_len,
                         max_num_seqs=cfg.max_num_seqs if s.serve_defaults else s.batch_size,
                         max_prefill_tokens=engine.longest_one_step_prompt())
@@ -379,6 +382,7 @@ def _measure(s: BenchSettings, loaded: Any, engine: Any, load_s: float, setup_s:
         "disabled_kernels": list(s.disable_kernels), "kernels": chosen_kernels(loaded.model), "graphs_captured": engine.runner.graphs is not None,
         "graph_steps": engine.runner.num_graph_steps, "eager_steps": engine.runner.num_eager_steps,
         "prefill_graph_steps": engine.runner.num_prefill_graph_steps,
+        "lm_head_path": engine.runner.head_report(),
         "load_s": load_s, "setup_s": setup_s,
         "ttft_ms": ttft * 1e3, "prefill_tokens_per_s": s.batch_size * s.input_len / ttft,
         "decode_tokens_per_s_per_stream": per_stream, "decode_tokens_per_s_total": per_stream * s.batch_size,

@@ -27,7 +27,8 @@ def format_report(r: dict[str, Any]) -> str:
     """Lines for one :func:`anna_core.bench.engine_bench.run_bench` report.
 
     Keys: ``ttft_ms``, ``prefill_tokens_per_s``, ``decode_tokens_per_s_per_stream`` / ``_total``,
-    ``itl_ms_p50`` / ``_p99``, ``peak_memory_gib``, ``copy_bandwidth_gbps``, ``step_bytes``,
+    ``itl_ms_p50`` / ``_p99``, ``peak_memory_gib``, ``copy_bandwidth_gbps``, ``step_bytes``, optional ``lm_head_path``
+    (:meth:`~anna_core.engine.model_runner.ModelRunner.head_report`),
     ``roofline_tokens_per_s_per_stream``, ``roofline_fraction``, optional ``graph_replay_ms``,
     ``served_vs_eager_match_tokens``,
     ``tokens_sha256``, optional ``expert_cache`` (offloaded experts), optional ``image`` (``--image``: the image,
@@ -47,6 +48,8 @@ def format_report(r: dict[str, Any]) -> str:
          f"({r['graph_steps']} graph / {r['prefill_graph_steps']} prefill graph / {r['eager_steps']} eager passes"
          + (f", {r['split_steps']} split steps made of them" if r.get("split_steps") else "") + ")"
          f"  compile {r['compile_mode']}"
+         + (f"  LM head: fused top-{r['lm_head_path']['k']} in {r['lm_head_path']['topk_steps']} / full logits in "
+            f"{r['lm_head_path']['full_steps']} sampling steps" if r.get("lm_head_path") else "")
          + (f"  logprobs {r['logprobs']} per token" if r.get("logprobs") is not None else "")
          + (f"  prefix caching on ({r['snapshots_held']} recurrent-state snapshots held)" if r.get("prefix_caching") else "")
          + ("  engine as `anna serve` builds it (--serve-defaults)" if r.get("serve_defaults") else "")),

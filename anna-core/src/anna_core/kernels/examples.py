@@ -274,18 +274,53 @@ def wq_linear(device: Any, dtype: Any) -> list[OpExample]:
     return out
 
 
+def _dyadic(r: _Gen, *shape: int, scale: float, lo: int = -4, hi: int = 4) -> torch.Tensor:
+    """Random integers in ``[lo, hi]`` times a power of two ``scale`` (float32, on the CPU): exact in every float
+    dtype, and their sums of products exact in float32 in any order."""
+    return torch.randint(lo, hi + 1, shape, generator=r.gen).float() * scale
+
+
+def _exact_head(r: _Gen, n: int, k: int, scheme: str) -> tuple:
+    """A ``[N, K]`` head whose logits every implementation computes exactly (dyadic codes, scales and zeros), so
+    implementations agree on every rounding, tie and index: ``(weight, scale, zero, scheme)`` on the device."""
+    from anna_core.weights.gpu_quant import FP8_BLOCK, INT4_GROUP
+
+    def on(*tensors):
+        return tuple(t.to(r.device) if t is not None else None for t in tensors)
+
+    if scheme == "none":
+        w = _dyadic(r, n, k, scale=0.125)
+        w[n - 3] = w[5]  # equal logits at ids 5 and n - 3
+        return (*on(w.to(r.dtype), None, None), scheme)
+    if scheme == "int4":
+        q = torch.randint(0, 256, (n, k // 2), generator=r.gen).to(torch.uint8)
+        groups = (n, k // INT4_GROUP)
+        scale = torch.full(groups, 2.0**-4).to(r.dtype)
+        return (*on(q, scale, torch.full(groups, -0.5).to(r.dtype)), scheme)
+    if scheme == "int8":
+        q = torch.randint(-127, 128, (n, k), generator=r.gen).to(torch.int8)
+        return (*on(q, 2.0 ** -torch.randint(7, 9, (n,), generator=r.gen).float(), None), scheme)
+    q = _dyadic(r, n, k, scale=1.0, lo=-16, hi=16).to(torch.float8_e4m3fn)
+    blocks = (-(-n // FP8_BLOCK), -(-k // FP8_BLOCK))
+    return (*on(q, torch.full(blocks, 2.0**-6), None), scheme)
+
+
 def lm_head_topk(device: Any, dtype: Any) -> list[OpExample]:
     """A dense head and each quantized layout at one and three rows; k of 1, 5 and 64; a soft-cap; a vocabulary
-    that is no multiple of a kernel's tile; two equal weight rows (a tie the lower id wins)."""
+    that is no multiple of a kernel's tile. Exact arithmetic (dyadic values, :func:`_exact_head`), so every
+    implementation rounds the logits alike and the many equal logits (two equal weight rows; bfloat16 rounding)
+    must come out the lower id first."""
     r = _Gen(35, device, _dt(dtype))
     out = []
-    dense = r.randn(300, 128, scale=0.2)
-    dense[211] = dense[7]  # equal logits at ids 7 and 211
-    out.append(OpExample((r.randn(1, 128), dense, None, None, "none", 64, None), shape={"scheme": "none"}))
-    out.append(OpExample((r.randn(3, 128), dense, None, None, "none", 5, 2.0), shape={"scheme": "none"}))
+    dense = _exact_head(r, 300, 128, "none")
+    for rows, k, cap in ((1, 64, None), (3, 5, 10.0), (2, 1, None)):
+        x = _dyadic(r, rows, 128, scale=0.125).to(r.dtype).to(r.device)
+        out.append(OpExample((x, *dense, k, cap), shape={"scheme": "none"}))
     for scheme in ("int4", "int8", "fp8"):
-        out.append(OpExample((r.randn(1, 256), *_wq(r, 200, 256, scheme), 1, None), shape={"scheme": scheme}))
-        out.append(OpExample((r.randn(3, 128), *_wq(r, 136, 128, scheme), 64, 1.5), shape={"scheme": scheme}))
+        head = _exact_head(r, 200, 256, scheme)
+        for rows, k, cap in ((1, 1, None), (3, 64, 10.0)):
+            x = _dyadic(r, rows, 256, scale=0.125).to(r.dtype).to(r.device)
+            out.append(OpExample((x, *head, k, cap), shape={"scheme": scheme}))
     return out
 
 

@@ -5,12 +5,12 @@ of rows. Per tile it computes the logits (the GEMV over ``K`` in tiles of ``BLOC
 dtype, or int4 / int8 / FP8 codes dequantized in registers as :mod:`anna_xpu_kernels.wq_gemv` does), rounds them
 to hidden's dtype as ``compute_logits`` does (bfloat16 by integer round-to-nearest-even, so the interpreter rounds
 as the GPU does), applies the soft-cap ``cap * tanh(l / cap)``, folds the tile into the row's running ``(max,
-sum exp)`` (the online log-sum-exp, Milakov & Gimelshein 2018) and into the program's ``TOPK`` best candidates.
+sum exp)`` (the online log-sum-exp, Milakov & Gimelshein 2018) and into the program's 64 best candidates.
 A candidate is one int64 key: the logit's float32 bits mapped to an order-preserving int32 in the high word, the
 complement of its id in the low word, so a larger key is a larger logit and, among equal logits, the lower id
-(``argmax``'s tie order); keys are unique, so every selection is exact and deterministic. New keys enter the
-(unsorted) candidate set in descending order, each replacing the set's smallest while it is larger; a tile with
-no key above the set's smallest costs one comparison.
+(``argmax``'s tie order); keys are unique, so every selection is exact and deterministic. A tile with a key above
+the set's smallest is merged by one bitonic sort (``tl.sort``) of the set and the tile's 64 keys; a tile without
+costs one comparison; the first tile's keys are the set.
 
 Stage 2 (torch ops, no host sync): ``topk`` of every program's candidates per row (``P * TOPK`` int64 keys, ``P``
 the number of programs: a few thousand for a 250k vocabulary) decoded back to float32 values and ids, and the
@@ -127,6 +127,14 @@ def _mac(acc, w, x, USE_DOT: tl.constexpr, UPCAST_DOT: tl.constexpr):
 
 
 @triton.jit
+def _merge(best, keys, BLOCK_M: tl.constexpr, TOPK: tl.constexpr):
+    """The ``TOPK`` largest of two ``[BLOCK_M, TOPK]`` key sets, in descending order: one bitonic sort of both."""
+    both = tl.sort(tl.reshape(tl.join(best, keys), (BLOCK_M, 2 * TOPK)), dim=1, descending=True)
+    top, _ = tl.split(tl.permute(tl.reshape(both, (BLOCK_M, 2, TOPK)), (0, 2, 1)))
+    return top
+
+
+@triton.jit
 def _topk_head_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, keys_ptr, pmax_ptr, psum_ptr,
     M, N, K, stride_xm, stride_wn, stride_sn, stride_sg, stride_km, stride_pm, softcap,
@@ -140,7 +148,6 @@ def _topk_head_kernel(
     slots = tl.arange(0, TOPK)
     lowest = tl.full((BLOCK_M, TOPK), -2147483648, tl.int64) << 32  # below every real key
     best = lowest
-    gone = tl.full((BLOCK_M, BLOCK_N), -2147483648, tl.int64) << 32
     run_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     run_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for s in range(SUB_TILES):
@@ -157,16 +164,11 @@ def _topk_head_kernel(
             new_max = tl.maximum(run_max, tl.max(masked, axis=1))  # finite: every visited tile has a valid id
             run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(masked - new_max[:, None]), axis=1)
             run_max = new_max
-            keys = tl.where(ok[None, :], _keys(logits, cols), gone)
-            floor = tl.min(best, axis=1)
-            need = tl.max(tl.sum((keys > floor[:, None]).to(tl.int32), axis=1))
-            for _ in range(need):  # the tile's keys in descending order, each replacing the set's smallest
-                top = tl.max(keys, axis=1)
-                keys = tl.where(keys == top[:, None], gone, keys)
-                low = tl.min(best, axis=1)
-                pos = tl.min(tl.where(best == low[:, None], slots[None, :], TOPK), axis=1)
-                take = (slots[None, :] == pos[:, None]) & (top > low)[:, None]
-                best = tl.where(take, top[:, None], best)
+            keys = tl.where(ok[None, :], _keys(logits, cols), lowest)
+            if s == 0:  # the first tile's keys are the set (64 of them; unsorted: stage 2 sorts)
+                best = keys
+            elif tl.max(tl.sum((keys > tl.min(best, axis=1)[:, None]).to(tl.int32), axis=1)) > 0:
+                best = _merge(best, keys, BLOCK_M, TOPK)
     k_rows = m_rows.to(tl.int64)[:, None] * stride_km
     tl.store(keys_ptr + k_rows + (pid * TOPK + slots)[None, :], best, mask=m_ok[:, None])
     p_rows = m_rows.to(tl.int64) * stride_pm + pid
@@ -201,7 +203,7 @@ def launch(hidden: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | Non
         weight = weight.view(torch.uint8)
     sub = sub_tiles or _sub_tiles(vocab)
     programs = triton.cdiv(vocab, BLOCK_N * sub)
-    topk = next_pow2(k)
+    topk = BLOCK_N  # every program keeps 64 candidates (k <= 64); stage 2 takes k
     dot = m > CUDA_CORE_ROWS[scheme]
     block_m = min(MAX_BLOCK_M, max(16, next_pow2(m))) if dot else next_pow2(m)
     keys = torch.empty((m, programs * topk), dtype=torch.int64, device=hidden.device)

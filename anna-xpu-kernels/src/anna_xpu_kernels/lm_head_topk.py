@@ -16,7 +16,8 @@ Stage 2 (torch ops, no host sync): ``topk`` of every program's candidates per ro
 the number of programs: a few thousand for a 250k vocabulary) decoded back to float32 values and ids, and the
 partial ``(max, sum exp)`` merged into the exact ``logsumexp``.
 
-Rows: up to 2 rows (dense) / 8 rows (quantized) per program multiply on the CUDA cores in float32; more rows run
+Rows: up to 2 rows (dense) / 4 rows (quantized) per program multiply on the CUDA cores in float32 (a ``[rows,
+BLOCK_N, BLOCK_K]`` product per step: more would spill registers); more rows run
 ``tl.dot`` on blocks of 16..64 rows (a quantized tile rounded to hidden's dtype first, as ``wq_gemv``'s tensor-core
 path). Tile sizes are fixed (no autotuning yet): ``BLOCK_N`` 64, ``BLOCK_K`` 128 (whole int4 groups / FP8
 blocks), ``SUB_TILES`` so that about 256 programs cover the vocabulary (at most 16 tiles each).
@@ -39,7 +40,7 @@ BLOCK_K = 128
 MAX_SUB_TILES = 16
 TARGET_PROGRAMS = 256
 MAX_BLOCK_M = 64
-CUDA_CORE_ROWS = {DENSE: 2, "int4": 8, "int8": 8, "fp8": 8}
+CUDA_CORE_ROWS = {DENSE: 2, "int4": 4, "int8": 4, "fp8": 4}
 """Most rows per program multiplied on the CUDA cores, per scheme; more use ``tl.dot``."""
 
 _ROUND = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 0}
@@ -216,7 +217,7 @@ def launch(hidden: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | Non
         s.stride(1) if s.dim() == 2 else 1, keys.stride(0), pmax.stride(0), float(softcap or 1.0),
         SCHEME=SCHEME_IDS[scheme], HAS_CAP=softcap is not None, ROUND=_ROUND[hidden.dtype], USE_DOT=dot,
         UPCAST_DOT=INTERPRETING or hidden.dtype == torch.float32, DECODE_FP8=INTERPRETING, BLOCK_M=block_m,
-        BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, SUB_TILES=sub, TOPK=topk, num_warps=4)
+        BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, SUB_TILES=sub, TOPK=topk, num_warps=8 if dot or block_m > 1 else 4)
     top = keys.topk(k, dim=1).values  # unique keys: a deterministic order
     values, indices = decode_keys(top)
     peak = pmax.max(dim=1).values

@@ -325,8 +325,9 @@ softcap: a positive float or None. The logits are those of ``compute_logits``: `
 ``wq_linear``) rounded to hidden's dtype, then float32, then ``softcap * tanh(logits / softcap)`` when set.
 Returns values ``[T, k]`` float32 in descending order (equal logits: the lower id first, as ``argmax``), indices
 ``[T, k]`` int64, logsumexp ``[T]`` float32 over the whole vocabulary. Implementations may round a quantized
-weight to hidden's dtype for more than 8 rows (tensor cores, as ``wq_linear``'s kernel), must not synchronise
-with the host (graph-capturable) and keep only per-tile candidates. Looked up with the shape fact ``scheme``.
+weight to hidden's dtype for more than 4 rows (tensor cores; ``wq_linear``'s kernel does for more than 8), must not
+synchronise with the host (graph-capturable) and keep only per-tile candidates. Looked up with the shape fact
+``scheme``.
 """,
         reference=_ref("lm_head_topk", "lm_head_topk"),
         check=_ref("lm_head_topk", "check_lm_head_topk"),

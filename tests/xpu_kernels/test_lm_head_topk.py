@@ -89,3 +89,29 @@ def test_bad_arguments_raise_clear_errors():
         kernel.lm_head_topk(x, w, None, None, "none", 4, 0.0)
     with pytest.raises(ValueError, match="scheme"):
         kernel.lm_head_topk(x, w, None, None, "int3", 4, None)
+
+
+@pytest.mark.parametrize("lm_head_quant", [None, "int8"])
+def test_tiny_qwen35_and_gemma4_heads_take_the_triton_kernel(tmp_path, monkeypatch, lm_head_quant):
+    """A model's ``compute_topk`` looks the op up with its head's scheme and, where the Triton kernel is
+    registered (``ANNA_TRITON_INTERPRET=1``), gets it: the top 64 of its own ``compute_logits`` (tied or not,
+    quantized head, Gemma's soft-cap)."""
+    from anna_core.loading import load_model
+    from anna_core.testing.checkpoints import build_tiny_qwen35
+    from anna_gemma4.tiny import build_tiny_gemma4
+
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    paths = [build_tiny_qwen35(tmp_path / "q", hidden_size=128, tie=lm_head_quant is None, num_layers=1)]
+    if lm_head_quant is None:
+        paths.append(build_tiny_gemma4(tmp_path / "g"))
+    for path in paths:
+        options = {"lm_head_quant": lm_head_quant} if lm_head_quant else None
+        model = load_model(path, device="cpu", dtype="fp32", family_options=options).model
+        hidden = torch.randn(2, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+        values, indices, lse = model.compute_topk(hidden, 64)
+        logits = model.compute_logits(hidden)
+        want = logits.sort(dim=-1, descending=True, stable=True)
+        assert torch.equal(indices, want.indices[:, :64]), path
+        assert (values - want.values[:, :64]).abs().max().item() <= TOL
+        assert (lse - torch.logsumexp(logits, -1)).abs().max().item() <= TOL
+        assert model.ops.registry.chosen()["lm_head_topk"] == "triton"

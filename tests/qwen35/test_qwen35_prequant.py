@@ -128,15 +128,77 @@ def test_unsupported_quantization_configs_fail_naming_the_method(tiny128, tmp_pa
         _load(path)
 
 
-def test_act_order_g_idx_is_a_clear_load_error(tiny128, tmp_path):
-    quant_dir, _, prefixes = build_prequant(tiny128, tmp_path, {**GPTQ, "desc_act": True}, layout="gptq")
+ACT_ORDER = {**GPTQ, "desc_act": True}
+
+
+@pytest.fixture(scope="module")
+def tiny256(anna_tiny_qwen35_factory):
+    """Hidden 256: every projection has two or more groups, so act-order scatters all of them."""
+    return anna_tiny_qwen35_factory(layout="text", tie=False, hidden_size=256)
+
+
+def test_act_order_gptq_logits_equal_dequantized_oracle(tiny256, prompt, tmp_path):
+    """desc_act with a scattered g_idx (one random column order per input, as GPTQ writes q/k/v and gate/up with
+    one Hessian): loaded without dequantizing, each layer gathering its input columns; merged q/k/v and gate/up
+    keep one shared order."""
+    quant_dir, dense_dir, prefixes = build_prequant(tiny256, tmp_path, ACT_ORDER, layout="gptq", act_order="shared")
+    tensors = load_file(str(quant_dir / "model.safetensors"))
+    scattered = [p for p in prefixes if not torch.equal(tensors[f"{p}.g_idx"].long(),
+                                                         torch.arange(tensors[f"{p}.g_idx"].numel()) // 128)]
+    assert len(scattered) > 10 and scattered == [p for p in prefixes if tensors[f"{p}.g_idx"].numel() > 128]
+    model, oracle = _load(quant_dir).model, _load(dense_dir).model
+    wq = {n: m for n, m in model.named_modules() if isinstance(m, WQLinear)}
+    assert wq and all(m.kind == "int4-gptq" and (m.perm is not None) == (m.in_features > 128) for m in wq.values())
+    assert any(n.endswith("gate_up_proj") for n in wq) and any(n.endswith("qkv_proj") for n in wq)
+    ids = prompt + list(range(3, 23))
+    want = prefill_logits(oracle, ids)
+    assert rel_err(prefill_logits(model, ids), want) < 1e-4
+    assert simple_greedy(model, prompt, 16) == simple_greedy(oracle, prompt, 16)
+    assert rel_err(prefill_logits(_load(tiny256).model, ids), want) > 1e-3
+    dense = _load(quant_dir, weight_quant="none").model  # --weight-quant none undoes the column order
+    assert rel_err(prefill_logits(dense, ids), want) < 1e-4
+
+
+def test_act_order_parts_of_different_orders_merge_dense(tiny256, prompt, tmp_path, caplog):
+    """q/k/v (or gate/up) with different column orders cannot share one quantized weight: they merge dense (a log
+    line says so) and still give the oracle's logits."""
+    quant_dir, dense_dir, _ = build_prequant(tiny256, tmp_path, ACT_ORDER, layout="gptq", act_order="each")
+    with caplog.at_level("INFO", "anna"):
+        model = _load(quant_dir).model
+    assert "quantized projections of different layouts: dequantized" in caplog.text
+    assert not any(isinstance(m, WQLinear) for n, m in model.named_modules() if n.endswith(("qkv_proj", "gate_up_proj")))
+    assert any(isinstance(m, WQLinear) and m.perm is not None for m in model.modules())  # o_proj, down_proj, ...
+    ids = prompt[:8]
+    assert rel_err(prefill_logits(model, ids), prefill_logits(_load(dense_dir).model, ids)) < 1e-4
+
+
+def test_act_order_layout_cache_round_trip(tiny256, prompt, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("ANNA_CACHE_DIR", str(tmp_path / "cache"))
+    quant_dir, dense_dir, prefixes = build_prequant(tiny256, tmp_path, ACT_ORDER, layout="gptq", act_order="shared")
+    ids = prompt[:8]
+    first = prefill_logits(_load(quant_dir, cache=True).model, ids)
+    (entry,) = (tmp_path / "cache" / "quant-layouts").iterdir()
+    tensors = load_file(str(quant_dir / "model.safetensors"))
+    assert json.loads((entry / "entry.json").read_text())["permuted"] == [
+        p for p in prefixes if tensors[f"{p}.g_idx"].numel() > 128]
+    with caplog.at_level("INFO", "anna.weights"):
+        model = _load(quant_dir, cache=True).model
+    assert f"layout cache: {len(prefixes)} int4-gptq layers read from {entry}" in caplog.text
+    assert sum(m.perm is not None for m in model.modules() if isinstance(m, WQLinear)) > 5
+    second = prefill_logits(model, ids)
+    assert torch.equal(first, second)
+    assert rel_err(second, prefill_logits(_load(dense_dir).model, ids)) < 1e-4
+
+
+def test_act_order_g_idx_of_wrong_groups_is_a_load_error(tiny256, tmp_path):
+    quant_dir, _, prefixes = build_prequant(tiny256, tmp_path, ACT_ORDER, layout="gptq", act_order="shared")
     path = quant_dir / "model.safetensors"
     tensors = load_file(str(path))
     prefix = next(p for p in prefixes if tensors[f"{p}.g_idx"].max() > 0)  # a layer of several groups (K > 128)
     g_idx = tensors[f"{prefix}.g_idx"]
-    tensors[f"{prefix}.g_idx"] = g_idx[torch.randperm(g_idx.numel(), generator=torch.Generator().manual_seed(1))]
+    g_idx[torch.nonzero(g_idx == 0)[0]] = 1  # one row moved from group 0 to group 1
     save_file(tensors, str(path))
-    with pytest.raises(ModelLoadError, match="g_idx is not k // group_size"):
+    with pytest.raises(ModelLoadError, match=f"{prefix}.g_idx: group 0 holds 127 input rows, expected 128"):
         _load(quant_dir)
 
 

@@ -160,9 +160,7 @@ def install(model: nn.Module, weights: Mapping[str, QuantizedWeight], modules: M
         if w.shape != (child.out_features, child.in_features):
             raise ModelLoadError(f"{prefix}: quantized weight of shape {list(w.shape)}, the model's {name} is "
                                  f"[{child.out_features}, {child.in_features}]")
-        w = QuantizedWeight(w.qweight.to(device), w.scale.to(device), None if w.zero is None else w.zero.to(device),
-                            w.scheme)
-        layer = WQLinear(w, child.bias, ops, kind=kind)
+        layer = WQLinear(w.to(device), child.bias, ops, kind=kind)
         setattr(parent, attr, layer)
 
 

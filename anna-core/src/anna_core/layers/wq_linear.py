@@ -104,6 +104,30 @@ class WQLinear(nn.Module):
         bias = None if first.bias is None else torch.cat([p.bias.detach() for p in parts])
         return cls(weight, bias, first.ops, first.kind)
 
+    def permute_outputs(self, rows: torch.Tensor) -> None:
+        """Reorder the layer's output features in place: output ``i`` becomes the old output ``rows[i]`` (``rows``
+        ``[N]`` int64, a permutation). Free for int4 and int8 (their scales are per row).
+
+        Raises:
+            ValueError: an fp8 layer (its scales cover 128-row blocks), or ``rows`` not ``[N]``.
+        """
+        if self.scheme == "fp8":
+            raise ValueError("permute_outputs: fp8 scales cover 128-row blocks; its rows cannot be reordered")
+        if tuple(rows.shape) != (self.out_features,):
+            raise ValueError(f"permute_outputs: rows must be [N={self.out_features}], got {tuple(rows.shape)}")
+        rows = rows.to(self.qweight.device)
+        self.qweight, self.scale = self.qweight[rows], self.scale[rows]
+        if self.zero is not None:
+            self.zero = self.zero[rows]
+        if self.bias is not None:
+            self.bias = nn.Parameter(self.bias.detach()[rows], requires_grad=False)
+
+    def take_input_perm(self) -> torch.Tensor | None:
+        """Remove and return the layer's input column order (None if it has none): from now on the caller feeds
+        it ``x[..., perm]`` itself, e.g. by an earlier layer's :meth:`permute_outputs` (the gather folded away)."""
+        perm, self.perm = self.perm, None
+        return perm
+
     def _ops(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         bound = self._bound
         if bound is None or bound[0] is not self.ops:

@@ -225,3 +225,28 @@ def test_wq_linear_with_a_perm_gathers_its_input_fuses_norms_merges_and_dequanti
     assert torch.allclose(y, torch.nn.functional.silu(gate) * up, rtol=1e-4, atol=1e-4)
     other = WQLinear(repack("p", _act_order(64, 256, 128, seed=5)[0], cfg, torch.float32), None, ops)
     assert WQLinear.merged([layer_a, other]) is None  # another column order: they cannot share one weight
+
+
+def test_stack_experts_refuses_what_moe_experts_wq_cannot_take():
+    """Pre-quantized routed experts stack into ``--expert-quant int4``'s layout only as plain int4: act-order
+    experts (a column order each), fp8 ones and mismatched shapes are load errors naming the layer."""
+    from anna_core.layers.wq_experts import stack_experts
+    from anna_core.weights.gpu_quant import QuantizedWeight, quantize
+
+    cfg = PrequantConfig(method="gptq", layout="gptq", group_size=128, zero_offset=1)
+    act_order = repack("p", _act_order(256, 256, 128)[0], cfg, torch.float32)
+    plain = quantize(torch.randn(256, 256), "int4", torch.float32)
+    with pytest.raises(ModelLoadError, match=r"layers.1.mlp.experts: act-order \(desc_act\) MoE routed experts"):
+        stack_experts("layers.1.mlp.experts", [plain], [plain], [act_order], "silu", None, 2, "int4-gptq")
+    fp8 = quantize(torch.randn(256, 256), "fp8")
+    with pytest.raises(ModelLoadError, match="experts in fp8 are not supported"):
+        stack_experts("e", [fp8], [fp8], [fp8], "silu", None, 2, "fp8-block")
+    narrow = quantize(torch.randn(128, 256), "int4", torch.float32)
+    with pytest.raises(ModelLoadError, match="the experts' gate_proj differ in shape"):
+        stack_experts("e", [plain, narrow], [plain, plain], [plain, plain], "silu", None, 2, "int4-gptq")
+    with pytest.raises(ModelLoadError, match="1 gate, 1 up, 2 down"):
+        stack_experts("e", [plain], [plain], [plain, plain], "silu", None, 2, "int4-gptq")
+    up = QuantizedWeight(plain.qweight, plain.scale * 2, plain.zero, "int4")
+    stacked = stack_experts("e", [plain, plain], [up, up], [plain, plain], "silu", None, 2, "int4-gptq")
+    assert stacked.gate_up_q.shape == (2, 512, 128) and stacked.kind == "int4-gptq"
+    assert torch.equal(stacked.gate_up_scale[1, 256:], plain.scale * 2)  # each expert's up rows follow its gate rows

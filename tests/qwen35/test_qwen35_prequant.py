@@ -267,10 +267,45 @@ def test_load_model_serves_a_prequantized_checkpoint(tiny128, tmp_path, monkeypa
     assert len(list((tmp_path / "cache" / "quant-layouts").iterdir())) == 1
 
 
-def test_prequantized_moe_experts_are_a_clear_load_error(tmp_path):
-    from anna_qwen35.tiny import build_tiny_checkpoint
+@pytest.fixture(scope="module")
+def tiny_moe128(tmp_path_factory):
+    """A tiny Qwen3.5 MoE (per-expert tensors, as transformers saves them) with H = I = 128: int4 groups fit."""
+    from anna_qwen35.tiny import build_tiny_qwen35_moe
 
-    src = build_tiny_checkpoint(tmp_path / "src", variant="moe")
-    quant_dir, _, _ = build_prequant(src, tmp_path, CASES["fp8"][0], layout="fp8")
-    with pytest.raises(ModelLoadError, match="pre-quantized MoE routed experts are not supported yet"):
+    return build_tiny_qwen35_moe(tmp_path_factory.mktemp("moe128"), hidden_size=128, moe_intermediate_size=128)
+
+
+@pytest.mark.parametrize("case", ["gptq-v1-asym", "awq"])
+def test_prequantized_moe_experts_load_into_the_expert_quant_layout(tiny_moe128, prompt, tmp_path, case):
+    """GPTQ / AWQ int4 routed experts (one quantized gate/up/down per expert) are stacked into ``--expert-quant
+    int4``'s layout (``moe_experts_wq``) without dequantizing, and give the dense oracle's logits."""
+    from anna_core.layers.wq_experts import WQExperts
+
+    qc, build = CASES[case]
+    quant_dir, dense_dir, prefixes = build_prequant(tiny_moe128, tmp_path, qc, **build)
+    assert any(".mlp.experts.7.down_proj" in p for p in prefixes)
+    model, oracle = _load(quant_dir).model, _load(dense_dir).model
+    experts = [m for m in model.modules() if isinstance(m, WQExperts)]
+    assert len(experts) == 4 and all(m.scheme == "int4" and m.gate_up_q.shape == (8, 256, 64) for m in experts)
+    kind = KINDS[build["layout"]]
+    assert weight_kinds(model)["experts"] == kind and kind in weight_kinds(model)["linear"]
+    ids = prompt + list(range(3, 23))
+    want = prefill_logits(oracle, ids)
+    assert rel_err(prefill_logits(model, ids), want) < 1e-4
+    assert simple_greedy(model, prompt, 16) == simple_greedy(oracle, prompt, 16)
+    assert rel_err(prefill_logits(_load(tiny_moe128).model, ids), want) > 1e-3
+
+
+def test_prequantized_moe_experts_none_dequantizes(tiny_moe128, prompt, tmp_path):
+    quant_dir, dense_dir, _ = build_prequant(tiny_moe128, tmp_path, GPTQ, layout="gptq")
+    model = _load(quant_dir, weight_quant="none").model
+    assert weight_kinds(model)["experts"] == "float32"
+    ids = prompt[:8]
+    assert rel_err(prefill_logits(model, ids), prefill_logits(_load(dense_dir).model, ids)) < 1e-4
+
+
+def test_prequantized_fp8_moe_experts_are_a_load_error(tiny_moe128, tmp_path):
+    quant_dir, _, _ = build_prequant(tiny_moe128, tmp_path, CASES["fp8"][0], layout="fp8")
+    with pytest.raises(ModelLoadError, match="model.layers.0.mlp.experts: pre-quantized MoE routed experts in fp8 "
+                                             "are not supported"):
         _load(quant_dir)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from anna_cli.main import build_cli
 from click.testing import CliRunner
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 
@@ -89,3 +89,41 @@ def test_a_truncated_checkpoint_is_a_one_line_error_and_its_entries_can_be_clear
         assert len(out.strip().splitlines()) == 1, out
     code, out = invoke("clear", "--model-dir", str(ckpt))
     assert code == 0 and json.loads(out.strip().splitlines()[-1])["removed"] == 1, out
+
+
+def test_act_order_gptq_entry_keeps_its_column_order(tmp_path, cache_root):
+    """``build`` of an act-order GPTQ checkpoint stores each layer's ``perm``; the next load reads it back (a hit)
+    and a corrupted ``perm`` is rebuilt, not served."""
+    from anna_core.testing.prequant_checkpoints import act_order_int4, gptq_tensors
+    from anna_core.weights.layout_cache import LayoutCache
+    from anna_core.weights.prequant import read_quantization_config
+    from anna_core.weights.prequant_loader import read_prequantized
+    from anna_core.weights.safetensors_loader import checkpoint_files
+
+    qc = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": False}
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    w = torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
+    perm = torch.randperm(256, generator=torch.Generator().manual_seed(1))
+    q, z, s, g_idx = act_order_int4(w, perm, 128, False, torch.Generator().manual_seed(2), 1)
+    save_file({f"layers.0.proj.{k}": v for k, v in gptq_tensors(q, z, s, 128, True, g_idx).items()},
+              str(ckpt / "model.safetensors"))
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "qwen3", "torch_dtype": "float32",
+                                                  "quantization_config": qc}))
+    code, out = invoke("build", "--model-dir", str(ckpt), "--device", "cpu")
+    assert code == 0, out
+    entry = json.loads(out)["entry"]
+    assert json.loads((tmp_path / entry / "entry.json").read_text())["permuted"] == ["layers.0.proj"]
+    cfg = read_quantization_config(json.loads((ckpt / "config.json").read_text()))
+    files = checkpoint_files(ckpt)
+    fresh, _ = read_prequantized(files, cfg, device_kind="cpu", dtype=torch.float32, cache=None)
+    cached, state = read_prequantized(files, cfg, device_kind="cpu", dtype=torch.float32, cache=LayoutCache())
+    assert state == "hit" and fresh["layers.0.proj"].perm is not None
+    for name in ("qweight", "scale", "zero", "perm"):
+        assert torch.equal(getattr(cached["layers.0.proj"], name), getattr(fresh["layers.0.proj"], name)), name
+    weights = tmp_path / entry / "weights.safetensors"
+    stored = load_file(str(weights))
+    stored["layers.0.proj.perm"] = torch.zeros(256, dtype=torch.int64)  # not a permutation
+    save_file(stored, str(weights))
+    again, state = read_prequantized(files, cfg, device_kind="cpu", dtype=torch.float32, cache=LayoutCache())
+    assert state == "built" and torch.equal(again["layers.0.proj"].perm, fresh["layers.0.proj"].perm)

@@ -152,3 +152,101 @@ def test_fp8_scales_of_the_wrong_dtype_are_load_errors():
         repack("p", {"weight": w, "weight_scale_inv": torch.ones(2, 1, dtype=torch.int32)}, cfg, torch.float32)
     with pytest.raises(ModelLoadError, match=r"p.weight: expected a 2-D float8_e4m3fn tensor, got torch.bfloat16"):
         repack("p", {"weight": w.bfloat16(), "weight_scale_inv": torch.ones(2, 1)}, cfg, torch.float32)
+
+
+def _act_order(n, k, group, seed=0):
+    from anna_core.testing.prequant_checkpoints import act_order_int4
+
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed))
+    perm = torch.randperm(k, generator=torch.Generator().manual_seed(seed + 1))
+    q, z, s, g_idx = act_order_int4(w, perm, group, False, torch.Generator().manual_seed(0), 1)
+    g = g_idx.long()
+    dense = ((q - z[g]).float() * s.float()[g]).t()  # W[n, k] = (q[k, n] - z[g_idx[k], n]) * s[g_idx[k], n]
+    return gptq_tensors(q, z, s, group, True, g_idx), dense
+
+
+@pytest.mark.parametrize("group", [128, 256])
+def test_act_order_gptq_repacks_with_its_column_order(group):
+    """An act-order g_idx (scattered groups): the repacked weight keeps a ``perm``; its stored columns are the dense
+    weight's in that order, so ``x[..., perm] @ stored^T`` is ``x @ W^T``."""
+    from anna_core.weights.prequant import act_order_perm
+
+    tensors, dense = _act_order(40, 512, group)
+    cfg = PrequantConfig(method="gptq", layout="gptq", group_size=group, zero_offset=1)
+    w = repack("p", tensors, cfg, torch.float32)
+    assert w.perm is not None and w.perm.dtype == torch.int64 and torch.equal(w.perm.sort().values, torch.arange(512))
+    assert torch.equal(tensors["g_idx"][w.perm].long(), torch.arange(512) // group)  # groups contiguous once sorted
+    stored = dequantize(w.qweight, w.scale, w.zero, "int4")
+    assert torch.allclose(stored, dense[:, w.perm], rtol=0, atol=1e-6)
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(9))
+    assert torch.allclose(x[:, w.perm] @ stored.T, x @ dense.T, rtol=1e-5, atol=1e-4)
+    trivial = torch.arange(512, dtype=torch.int32) // group
+    assert act_order_perm("p", trivial, group) is None  # desc_act with static groups: no permutation
+
+
+def test_inconsistent_g_idx_is_a_load_error_naming_the_tensor():
+    tensors, _ = _act_order(16, 256, 128)
+    cfg = PrequantConfig(method="gptq", layout="gptq", group_size=128, zero_offset=1)
+    g_idx = tensors["g_idx"].clone()
+    g_idx[g_idx == 0] = torch.tensor([1] + [0] * 127, dtype=torch.int32)  # group 1 gets 129 rows, group 0 127
+    with pytest.raises(ModelLoadError, match=r"layers.3.mlp.down_proj.g_idx: group 0 holds 127 input rows, expected "
+                                             r"128 \(group_size 128\)"):
+        repack("layers.3.mlp.down_proj", {**tensors, "g_idx": g_idx}, cfg, torch.float32)
+    with pytest.raises(ModelLoadError, match=r"p.g_idx: group indices in \[0, 2\], expected \[0, 1\]"):
+        repack("p", {**tensors, "g_idx": torch.where(g_idx == 1, 2, g_idx)}, cfg, torch.float32)
+    with pytest.raises(ModelLoadError, match=r"p.g_idx: shape \[128\], expected \[256\]"):
+        repack("p", {**tensors, "g_idx": tensors["g_idx"][:128]}, cfg, torch.float32)
+    with pytest.raises(ModelLoadError, match=r"p.g_idx: dtype float32"):
+        repack("p", {**tensors, "g_idx": tensors["g_idx"].float()}, cfg, torch.float32)
+
+
+def test_wq_linear_with_a_perm_gathers_its_input_fuses_norms_merges_and_dequantizes():
+    from anna_core.kernels.reference.norms import add_rms_norm
+    from anna_core.kernels.registry import KernelRegistry, bind_ops
+    from anna_core.layers.wq_linear import WQLinear
+
+    ops = bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32)
+    cfg = PrequantConfig(method="gptq", layout="gptq", group_size=128, zero_offset=1)
+    (ta, da), (tb, db) = _act_order(64, 256, 128, seed=0), _act_order(64, 256, 128, seed=0)
+    tb = {**tb, "scales": tb["scales"] * 2}  # same column order (seed), other values
+    layer_a, layer_b = (WQLinear(repack("p", t, cfg, torch.float32), None, ops) for t in (ta, tb))
+    db = db * 2
+    x, res = (torch.randn(3, 256, generator=torch.Generator().manual_seed(i)) for i in range(2))
+    nw = torch.rand(256, generator=torch.Generator().manual_seed(2)) + 0.5
+    assert torch.allclose(layer_a(x), x @ da.T, rtol=1e-5, atol=1e-4)
+    assert torch.equal(layer_a.dense(torch.float32).weight, da)
+    y, h = layer_a.add_norm(x, res, nw, 1e-6, False)
+    normed, want_h = add_rms_norm(x, res, nw, 1e-6, False)
+    assert torch.equal(h, want_h) and torch.allclose(y, normed @ da.T, rtol=1e-5, atol=1e-4)
+    merged = WQLinear.merged([layer_a, layer_b])
+    assert merged is not None and torch.equal(merged.perm, layer_a.perm)
+    y, _ = merged.add_norm(x, res, nw, 1e-6, False, "silu")
+    gate, up = normed @ da.T, normed @ db.T
+    assert torch.allclose(y, torch.nn.functional.silu(gate) * up, rtol=1e-4, atol=1e-4)
+    other = WQLinear(repack("p", _act_order(64, 256, 128, seed=5)[0], cfg, torch.float32), None, ops)
+    assert WQLinear.merged([layer_a, other]) is None  # another column order: they cannot share one weight
+
+
+def test_stack_experts_refuses_what_moe_experts_wq_cannot_take():
+    """Pre-quantized routed experts stack into ``--expert-quant int4``'s layout only as plain int4: act-order
+    experts (a column order each), fp8 ones and mismatched shapes are load errors naming the layer."""
+    from anna_core.layers.wq_experts import stack_experts
+    from anna_core.weights.gpu_quant import QuantizedWeight, quantize
+
+    cfg = PrequantConfig(method="gptq", layout="gptq", group_size=128, zero_offset=1)
+    act_order = repack("p", _act_order(256, 256, 128)[0], cfg, torch.float32)
+    plain = quantize(torch.randn(256, 256), "int4", torch.float32)
+    with pytest.raises(ModelLoadError, match=r"layers.1.mlp.experts: act-order \(desc_act\) MoE routed experts"):
+        stack_experts("layers.1.mlp.experts", [plain], [plain], [act_order], "silu", None, 2, "int4-gptq")
+    fp8 = quantize(torch.randn(256, 256), "fp8")
+    with pytest.raises(ModelLoadError, match="experts in fp8 are not supported"):
+        stack_experts("e", [fp8], [fp8], [fp8], "silu", None, 2, "fp8-block")
+    narrow = quantize(torch.randn(128, 256), "int4", torch.float32)
+    with pytest.raises(ModelLoadError, match="the experts' gate_proj differ in shape"):
+        stack_experts("e", [plain, narrow], [plain, plain], [plain, plain], "silu", None, 2, "int4-gptq")
+    with pytest.raises(ModelLoadError, match="1 gate, 1 up, 2 down"):
+        stack_experts("e", [plain], [plain], [plain, plain], "silu", None, 2, "int4-gptq")
+    up = QuantizedWeight(plain.qweight, plain.scale * 2, plain.zero, "int4")
+    stacked = stack_experts("e", [plain, plain], [up, up], [plain, plain], "silu", None, 2, "int4-gptq")
+    assert stacked.gate_up_q.shape == (2, 512, 128) and stacked.kind == "int4-gptq"
+    assert torch.equal(stacked.gate_up_scale[1, 256:], plain.scale * 2)  # each expert's up rows follow its gate rows

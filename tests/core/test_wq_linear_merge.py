@@ -3,6 +3,7 @@ q/k/v and gate/up parts) and :func:`weight_kinds` (``/healthz``'s ``weights``)."
 
 from __future__ import annotations
 
+import pytest
 import torch
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.linear import merge_linears
@@ -74,3 +75,32 @@ def test_a_task_model_that_is_not_a_module_has_no_weight_kinds():
             return text[::-1]
 
     assert weight_kinds(Reverser()) == {}
+
+
+def test_act_order_down_proj_order_folds_into_gate_up_rows():
+    """An act-order down_proj (input column order ``perm``): merging gate/up reorders their rows by ``perm``, so
+    down_proj no longer gathers, and the MLP's output is unchanged."""
+    from anna_core.layers.mlp import SwiGLUMLP
+    from anna_core.weights.gpu_quant import QuantizedWeight
+
+    hidden, inter = 128, 256
+    mlp = SwiGLUMLP(hidden, inter, OPS)
+    mlp.gate_proj, mlp.up_proj = _wq(inter, hidden, "int4", 0), _wq(inter, hidden, "int4", 1)
+    down = quantize(torch.randn(hidden, inter, generator=torch.Generator().manual_seed(2)), "int4", torch.float32)
+    perm = torch.randperm(inter, generator=torch.Generator().manual_seed(3))
+    mlp.down_proj = WQLinear(QuantizedWeight(down.qweight, down.scale, down.zero, "int4", perm), None, OPS)
+    x = torch.randn(5, hidden, generator=torch.Generator().manual_seed(4))
+    want = mlp(x)  # unmerged: down_proj gathers h[..., perm]
+    mlp.merge_gate_up()
+    assert mlp.down_proj.perm is None and isinstance(mlp.gate_up_proj, WQLinear)
+    assert torch.allclose(mlp(x), want, rtol=1e-5, atol=1e-5)
+    norm_w = torch.rand(hidden, generator=torch.Generator().manual_seed(6)) + 0.5
+    from anna_core.layers.norm import RMSNorm
+
+    norm = RMSNorm(hidden, 1e-6, OPS)
+    norm.weight = nn.Parameter(norm_w, requires_grad=False)
+    res = torch.randn(5, hidden, generator=torch.Generator().manual_seed(7))
+    got, _ = mlp(x, pre_norm=(norm, res))
+    assert torch.allclose(got, mlp(norm(x + res)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="fp8 scales cover 128-row blocks"):
+        _wq(128, 128, "fp8", 0).permute_outputs(torch.arange(128))

@@ -58,8 +58,10 @@ def test_prequantized_logits_equal_dequantized_oracle(tiny128, prompt, tmp_path,
     loaded = _load(quant_dir)
     oracle = _load(dense_dir).model
     model = loaded.model
-    wq = [m for m in model.modules() if isinstance(m, WQLinear)]
-    assert wq and all(m.kind == KINDS[build["layout"]] for m in wq)
+    wq = {n: m for n, m in model.named_modules() if isinstance(m, WQLinear)}
+    assert wq and all(m.kind == KINDS[build["layout"]] for m in wq.values())
+    # the DeltaNet's qkv / z stay quantized beside its dense b / a (too narrow to pack)
+    assert any(n.endswith("linear_attn.in_proj_all") for n in wq)
     kinds = weight_kinds(model)
     assert KINDS[build["layout"]] in kinds["linear"].split("+") and kinds["lm_head"] == "float32"
     ids = prompt + list(range(3, 23))
@@ -128,15 +130,79 @@ def test_unsupported_quantization_configs_fail_naming_the_method(tiny128, tmp_pa
         _load(path)
 
 
-def test_act_order_g_idx_is_a_clear_load_error(tiny128, tmp_path):
-    quant_dir, _, prefixes = build_prequant(tiny128, tmp_path, {**GPTQ, "desc_act": True}, layout="gptq")
+ACT_ORDER = {**GPTQ, "desc_act": True}
+
+
+@pytest.fixture(scope="module")
+def tiny256(anna_tiny_qwen35_factory):
+    """Hidden 256: every projection has two or more groups, so act-order scatters all of them."""
+    return anna_tiny_qwen35_factory(layout="text", tie=False, hidden_size=256)
+
+
+def test_act_order_gptq_logits_equal_dequantized_oracle(tiny256, prompt, tmp_path):
+    """desc_act with a scattered g_idx (one random column order per input, as GPTQ writes q/k/v and gate/up with
+    one Hessian): loaded without dequantizing, each layer gathering its input columns; merged q/k/v and gate/up
+    keep one shared order."""
+    quant_dir, dense_dir, prefixes = build_prequant(tiny256, tmp_path, ACT_ORDER, layout="gptq", act_order="shared")
+    tensors = load_file(str(quant_dir / "model.safetensors"))
+    scattered = [p for p in prefixes if not torch.equal(tensors[f"{p}.g_idx"].long(),
+                                                         torch.arange(tensors[f"{p}.g_idx"].numel()) // 128)]
+    assert len(scattered) > 10 and scattered == [p for p in prefixes if tensors[f"{p}.g_idx"].numel() > 128]
+    model, oracle = _load(quant_dir).model, _load(dense_dir).model
+    wq = {n: m for n, m in model.named_modules() if isinstance(m, WQLinear)}
+    assert wq and all(m.kind == "int4-gptq" for m in wq.values())
+    # every layer reading more than one group gathers its input, but down_proj: its order is folded into gate_up's rows
+    assert all((m.perm is not None) == (m.in_features > 128 and not n.endswith("down_proj")) for n, m in wq.items())
+    assert {"gate_up_proj", "qkv_proj", "in_proj_all"} <= {n.rpartition(".")[2] for n in wq}  # merged, quantized
+    ids = prompt + list(range(3, 23))
+    want = prefill_logits(oracle, ids)
+    assert rel_err(prefill_logits(model, ids), want) < 1e-4
+    assert simple_greedy(model, prompt, 16) == simple_greedy(oracle, prompt, 16)
+    assert rel_err(prefill_logits(_load(tiny256).model, ids), want) > 1e-3
+    dense = _load(quant_dir, weight_quant="none").model  # --weight-quant none undoes the column order
+    assert rel_err(prefill_logits(dense, ids), want) < 1e-4
+
+
+def test_act_order_parts_of_different_orders_merge_dense(tiny256, prompt, tmp_path, caplog):
+    """q/k/v (or gate/up) with different column orders cannot share one quantized weight: they merge dense (a log
+    line says so) and still give the oracle's logits."""
+    quant_dir, dense_dir, _ = build_prequant(tiny256, tmp_path, ACT_ORDER, layout="gptq", act_order="each")
+    with caplog.at_level("INFO", "anna"):
+        model = _load(quant_dir).model
+    assert "quantized projections of different layouts: dequantized" in caplog.text
+    assert not any(isinstance(m, WQLinear) for n, m in model.named_modules() if n.endswith(("qkv_proj", "gate_up_proj")))
+    assert any(isinstance(m, WQLinear) and m.perm is not None for m in model.modules())  # o_proj, down_proj, ...
+    ids = prompt[:8]
+    assert rel_err(prefill_logits(model, ids), prefill_logits(_load(dense_dir).model, ids)) < 1e-4
+
+
+def test_act_order_layout_cache_round_trip(tiny256, prompt, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("ANNA_CACHE_DIR", str(tmp_path / "cache"))
+    quant_dir, dense_dir, prefixes = build_prequant(tiny256, tmp_path, ACT_ORDER, layout="gptq", act_order="shared")
+    ids = prompt[:8]
+    first = prefill_logits(_load(quant_dir, cache=True).model, ids)
+    (entry,) = (tmp_path / "cache" / "quant-layouts").iterdir()
+    tensors = load_file(str(quant_dir / "model.safetensors"))
+    assert json.loads((entry / "entry.json").read_text())["permuted"] == [
+        p for p in prefixes if tensors[f"{p}.g_idx"].numel() > 128]
+    with caplog.at_level("INFO", "anna.weights"):
+        model = _load(quant_dir, cache=True).model
+    assert f"layout cache: {len(prefixes)} int4-gptq layers read from {entry}" in caplog.text
+    assert sum(m.perm is not None for m in model.modules() if isinstance(m, WQLinear)) > 5
+    second = prefill_logits(model, ids)
+    assert torch.equal(first, second)
+    assert rel_err(second, prefill_logits(_load(dense_dir).model, ids)) < 1e-4
+
+
+def test_act_order_g_idx_of_wrong_groups_is_a_load_error(tiny256, tmp_path):
+    quant_dir, _, prefixes = build_prequant(tiny256, tmp_path, ACT_ORDER, layout="gptq", act_order="shared")
     path = quant_dir / "model.safetensors"
     tensors = load_file(str(path))
     prefix = next(p for p in prefixes if tensors[f"{p}.g_idx"].max() > 0)  # a layer of several groups (K > 128)
     g_idx = tensors[f"{prefix}.g_idx"]
-    tensors[f"{prefix}.g_idx"] = g_idx[torch.randperm(g_idx.numel(), generator=torch.Generator().manual_seed(1))]
+    g_idx[torch.nonzero(g_idx == 0)[0]] = 1  # one row moved from group 0 to group 1
     save_file(tensors, str(path))
-    with pytest.raises(ModelLoadError, match="g_idx is not k // group_size"):
+    with pytest.raises(ModelLoadError, match=f"{prefix}.g_idx: group 0 holds 127 input rows, expected 128"):
         _load(quant_dir)
 
 
@@ -203,10 +269,45 @@ def test_load_model_serves_a_prequantized_checkpoint(tiny128, tmp_path, monkeypa
     assert len(list((tmp_path / "cache" / "quant-layouts").iterdir())) == 1
 
 
-def test_prequantized_moe_experts_are_a_clear_load_error(tmp_path):
-    from anna_qwen35.tiny import build_tiny_checkpoint
+@pytest.fixture(scope="module")
+def tiny_moe128(tmp_path_factory):
+    """A tiny Qwen3.5 MoE (per-expert tensors, as transformers saves them) with H = I = 128: int4 groups fit."""
+    from anna_qwen35.tiny import build_tiny_qwen35_moe
 
-    src = build_tiny_checkpoint(tmp_path / "src", variant="moe")
-    quant_dir, _, _ = build_prequant(src, tmp_path, CASES["fp8"][0], layout="fp8")
-    with pytest.raises(ModelLoadError, match="pre-quantized MoE routed experts are not supported yet"):
+    return build_tiny_qwen35_moe(tmp_path_factory.mktemp("moe128"), hidden_size=128, moe_intermediate_size=128)
+
+
+@pytest.mark.parametrize("case", ["gptq-v1-asym", "awq"])
+def test_prequantized_moe_experts_load_into_the_expert_quant_layout(tiny_moe128, prompt, tmp_path, case):
+    """GPTQ / AWQ int4 routed experts (one quantized gate/up/down per expert) are stacked into ``--expert-quant
+    int4``'s layout (``moe_experts_wq``) without dequantizing, and give the dense oracle's logits."""
+    from anna_core.layers.wq_experts import WQExperts
+
+    qc, build = CASES[case]
+    quant_dir, dense_dir, prefixes = build_prequant(tiny_moe128, tmp_path, qc, **build)
+    assert any(".mlp.experts.7.down_proj" in p for p in prefixes)
+    model, oracle = _load(quant_dir).model, _load(dense_dir).model
+    experts = [m for m in model.modules() if isinstance(m, WQExperts)]
+    assert len(experts) == 4 and all(m.scheme == "int4" and m.gate_up_q.shape == (8, 256, 64) for m in experts)
+    kind = KINDS[build["layout"]]
+    assert weight_kinds(model)["experts"] == kind and kind in weight_kinds(model)["linear"]
+    ids = prompt + list(range(3, 23))
+    want = prefill_logits(oracle, ids)
+    assert rel_err(prefill_logits(model, ids), want) < 1e-4
+    assert simple_greedy(model, prompt, 16) == simple_greedy(oracle, prompt, 16)
+    assert rel_err(prefill_logits(_load(tiny_moe128).model, ids), want) > 1e-3
+
+
+def test_prequantized_moe_experts_none_dequantizes(tiny_moe128, prompt, tmp_path):
+    quant_dir, dense_dir, _ = build_prequant(tiny_moe128, tmp_path, GPTQ, layout="gptq")
+    model = _load(quant_dir, weight_quant="none").model
+    assert weight_kinds(model)["experts"] == "float32"
+    ids = prompt[:8]
+    assert rel_err(prefill_logits(model, ids), prefill_logits(_load(dense_dir).model, ids)) < 1e-4
+
+
+def test_prequantized_fp8_moe_experts_are_a_load_error(tiny_moe128, tmp_path):
+    quant_dir, _, _ = build_prequant(tiny_moe128, tmp_path, CASES["fp8"][0], layout="fp8")
+    with pytest.raises(ModelLoadError, match="model.layers.0.mlp.experts: pre-quantized MoE routed experts in fp8 "
+                                             "are not supported"):
         _load(quant_dir)

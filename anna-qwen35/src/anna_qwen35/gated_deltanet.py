@@ -8,7 +8,9 @@ a gated RMSNorm (``rms_norm(o) * weight * silu(z)``) and ``out_proj`` finish.
 
 After loading, :meth:`GatedDeltaNet.merge_projections` concatenates the four input projections
 (they read the same input) into one ``in_proj_all`` matrix, so a decode step reads the layer's
-input once and launches one GEMM instead of four.
+input once and launches one GEMM instead of four (a pre-quantized checkpoint that keeps the narrow
+``in_proj_b`` / ``in_proj_a`` dense merges those two apart, so ``in_proj_qkv`` / ``in_proj_z`` stay
+quantized).
 """
 
 from __future__ import annotations
@@ -93,14 +95,25 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = nn.Linear(self.value_dim, hidden, bias=False)
         self.scale = self.head_k_dim**-0.5
         self.in_proj_all: nn.Linear | None = None
+        self.in_proj_ba: nn.Linear | None = None  # b / a kept apart from a quantized in_proj_all
         self._neg_a: torch.Tensor | None = None
 
     def merge_projections(self) -> None:
         """Replace ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a`` by one ``in_proj_all``
-        (rows in that order) and precompute ``-exp(A_log)``. Call once, after the weights are loaded."""
+        (rows in that order) and precompute ``-exp(A_log)``. Call once, after the weights are loaded.
+
+        Pre-quantized ``in_proj_qkv`` / ``in_proj_z`` (:class:`~anna_core.layers.wq_linear.WQLinear`) with dense
+        ``in_proj_b`` / ``in_proj_a`` (quantizers skip their ``H_v`` rows, too few to pack) would merge dense
+        (dequantized); they merge as two instead: ``in_proj_all`` (qkv, z; quantized) and ``in_proj_ba``."""
         if self.in_proj_all is not None:
             return
-        self.in_proj_all = merge_linears([self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a])
+        from anna_core.layers.wq_linear import WQLinear
+
+        big, narrow = [self.in_proj_qkv, self.in_proj_z], [self.in_proj_b, self.in_proj_a]
+        if all(isinstance(m, WQLinear) for m in big) and not any(isinstance(m, WQLinear) for m in narrow):
+            self.in_proj_all, self.in_proj_ba = merge_linears(big), merge_linears(narrow)
+        else:
+            self.in_proj_all = merge_linears(big + narrow)
         del self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
         self._neg_a = -torch.exp(self.A_log.detach().float())
 
@@ -109,6 +122,12 @@ class GatedDeltaNet(nn.Module):
         (None without ``pre_norm``; see :meth:`forward`)."""
         residual = None
         sizes = [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]
+        if self.in_proj_ba is not None:  # quantized qkv / z, dense b / a: the norm runs once, then both
+            if pre_norm is not None:
+                norm, residual = pre_norm
+                x, residual = norm.add_and_norm(x, residual)
+            return (*torch.split(self.in_proj_all(x), sizes[:2], dim=-1),
+                    *torch.split(self.in_proj_ba(x), sizes[2:], dim=-1)), residual
         if pre_norm is not None:
             norm, residual = pre_norm
             if self.in_proj_all is not None:  # add + norm fused into the merged projection

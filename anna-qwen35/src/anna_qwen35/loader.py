@@ -33,6 +33,7 @@ from anna_core.weights.safetensors_loader import (
 from anna_qwen35 import tensor_parallel
 from anna_qwen35.config import Qwen35Config
 from anna_qwen35.model import Qwen35ForCausalLM, keep_float32
+from anna_qwen35.moe import stack_prequantized_experts
 from anna_qwen35.processor import PREPROCESSOR_CONFIG, Qwen35VLProcessor
 from anna_qwen35.vision import VisionConfig
 from anna_qwen35.weights import expert_layout, name_map
@@ -99,7 +100,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
             LM head, MoE routers and routed experts and the vision tower stay dense. A pre-quantized checkpoint
             (``quantization_config``: GPTQ / AWQ int4, FP8 block, AutoRound, :mod:`anna_core.weights.prequant`)
             keeps its own quantization under ``"auto"`` (its linears repacked into the ``wq_linear`` layouts,
-            never dequantized) and is dequantized to ``dtype`` under ``"none"``.
+            never dequantized; int4 routed experts stacked into the ``--expert-quant int4`` layout,
+            :func:`~anna_qwen35.moe.stack_prequantized_experts`) and is dequantized to ``dtype`` under ``"none"``.
         lm_head_quant: ``"none"`` (the LM head stays in ``dtype``) or a scheme (``"int4"`` / ``"int8"`` / ``"fp8"``)
             for the LM head (a tied head gets a quantized copy of the embedding; the embedding stays dense); a load
             option (``load_model(family_options={"lm_head_quant": "fp8"})``, ``--lm-head-quant`` of ``anna serve`` /
@@ -179,7 +181,11 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     else:  # per-expert tensors are stacked on the host after loading, then pinned (apply_offload)
         load_checkpoint(model, source.root, name_map(cfg, vision is not None), prequant, ops, device=device,
                         dtype=dtype, weight_quant=weight_quant, layout_cache=layout_cache, host=host,
-                        pin=not per_expert, unsupported=_prequant_unsupported, shards=shards)
+                        pin=not per_expert, shards=shards)
+        if prequant is not None and cfg.is_moe and weight_quant != "none":
+            stacked = stack_prequantized_experts(model, ops, offloaded=plan is not None)
+            log.info("%s checkpoint: %d MoE layers' routed experts stacked as %s", prequant.method, stacked,
+                     prequant.kind)
     model.raw_config = source.config
     generation = read_generation_defaults(source.root, config_eos=cfg.eos_token_id, tokenizer=tokenizer)
     if staged:
@@ -246,12 +252,6 @@ def _vision(source: ModelSource, cfg: Qwen35Config, tokenizer: Any
                  source.root, PREPROCESSOR_CONFIG)
         return None, None
     return vision, processor
-
-
-def _prequant_unsupported(module: str) -> str | None:
-    """Why a module cannot be served pre-quantized, or None: MoE routed experts (their fused expert kernels take
-    dense weights)."""
-    return "MoE routed experts" if ".mlp.experts." in f".{module}." else None
 
 
 def check_weight_quant(weight_quant: str, source_format: str, device: torch.device) -> None:

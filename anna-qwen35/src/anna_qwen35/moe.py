@@ -25,6 +25,8 @@ from anna_core.distributed.state import SINGLE, ParallelState
 from anna_core.errors import ModelLoadError
 from anna_core.layers.mlp import SwiGLUMLP
 from anna_core.layers.moe import RoutedExpertsModule
+from anna_core.layers.wq_experts import stack_experts
+from anna_core.layers.wq_linear import WQLinear
 from torch import nn
 
 
@@ -146,8 +148,10 @@ class SparseMoeBlock(nn.Module):
         self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
 
     def merge_projections(self) -> None:
-        """Fuse per-expert weights and merge the shared expert's gate/up projections (after loading)."""
-        self.experts.fuse()
+        """Fuse per-expert weights and merge the shared expert's gate/up projections (after loading); experts
+        already stacked quantized (:func:`stack_prequantized_experts`) stay as they are."""
+        if isinstance(self.experts, RoutedExperts):
+            self.experts.fuse()
         self.shared_expert.merge_gate_up()
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,3 +170,37 @@ class SparseMoeBlock(nn.Module):
         routed = self.experts(x, weights, experts)
         shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return self.parallel.all_reduce(routed + shared)
+
+
+def stack_prequantized_experts(root: nn.Module, ops: Any, *, offloaded: bool = False) -> int:
+    """Stack the per-expert projections a pre-quantized checkpoint loaded as
+    :class:`~anna_core.layers.wq_linear.WQLinear` (``{e}.gate_proj`` / ``up_proj`` / ``down_proj`` of every
+    :class:`RoutedExperts` under ``root``) into :class:`~anna_core.layers.wq_experts.WQExperts` (the
+    ``--expert-quant int4`` layout, ``moe_experts_wq``) without dequantizing; returns how many layers.
+
+    Raises:
+        ModelLoadError: a layer whose experts are quantized only in part, with expert offload (``offloaded``: the
+            host copies are dense), or see :func:`~anna_core.layers.wq_experts.stack_experts` (fp8 or act-order
+            experts).
+    """
+    changed = 0
+    for name, module in list(root.named_modules()):
+        if not isinstance(module, RoutedExperts) or not module.per_expert:
+            continue
+        experts = [getattr(module, str(e)) for e in range(module.num_experts)]
+        parts = {p: [getattr(ex, p) for ex in experts] for p in ("gate_proj", "up_proj", "down_proj")}
+        quantized = [isinstance(m, WQLinear) for ms in parts.values() for m in ms]
+        if not any(quantized):
+            continue
+        if not all(quantized):
+            raise ModelLoadError(f"{name}: {sum(quantized)} of the {len(quantized)} expert projections are "
+                                 "pre-quantized; a layer's experts must all be, or none")
+        if offloaded:
+            raise ModelLoadError("expert offload of pre-quantized MoE experts is not supported: use --offload-mode none")
+        kind = parts["gate_proj"][0].kind
+        stacked = stack_experts(name, *([m.weight_q for m in parts[p]] for p in ("gate_proj", "up_proj", "down_proj")),
+                                module.activation, ops, module.top_k, kind)
+        parent_name, _, attr = name.rpartition(".")
+        setattr(root.get_submodule(parent_name) if parent_name else root, attr, stacked)
+        changed += 1
+    return changed

@@ -51,6 +51,11 @@ class SwiGLUMLP(nn.Module):
         """Concatenate ``gate_proj`` and ``up_proj`` into ``gate_up_proj`` (one GEMM reading ``x`` once).
 
         Call after the weights are loaded; idempotent. The originals are removed to free memory.
+
+        An act-order ``down_proj`` (a :class:`~anna_core.layers.wq_linear.WQLinear` with an input column order
+        ``perm``) with a quantized int4 / int8 ``gate_up_proj``: the gate and up rows are reordered by ``perm`` so
+        ``act(gate) * up`` comes out in ``down_proj``'s order, and ``down_proj`` drops its gather (the same
+        values, one ``index_select`` less per call).
         """
         if self.gate_up_proj is not None:
             return
@@ -58,6 +63,11 @@ class SwiGLUMLP(nn.Module):
 
         self.gate_up_proj = merge_linears([self.gate_proj, self.up_proj])
         del self.gate_proj, self.up_proj
+        down, gate_up = self.down_proj, self.gate_up_proj
+        if (isinstance(down, WQLinear) and down.perm is not None and isinstance(gate_up, WQLinear)
+                and gate_up.scheme != "fp8"):
+            perm = down.take_input_perm()
+            gate_up.permute_outputs(torch.cat([perm, perm + self.intermediate]))
 
     def unmerged_weights(self) -> dict[str, torch.Tensor]:
         """The checkpoint-layout weights, merged or not: ``{"gate_proj.weight": [I, H], "up_proj.weight":

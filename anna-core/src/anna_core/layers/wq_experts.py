@@ -44,6 +44,8 @@ class WQExperts(RoutedExpertsModule):
         activation: the experts' gated activation (``"silu"`` / ``"gelu_tanh"``).
         ops: the model's :class:`~anna_core.kernels.OpTable`.
         top_k: ``K``, the choices per token.
+        kind: what the experts run in, for ``/healthz``: the scheme (quantized at load) by default, the
+            pre-quantized format's name otherwise (``"int4-gptq"``, ``"int4-awq"``; :func:`stack_experts`).
 
     Buffers (not in ``state_dict``): ``gate_up_q``, ``gate_up_scale``, ``gate_up_zero`` (int4 only), ``down_q``,
     ``down_scale``, ``down_zero`` (int4 only).
@@ -52,12 +54,14 @@ class WQExperts(RoutedExpertsModule):
         ValueError: the two weights differ in scheme or expert count.
     """
 
-    def __init__(self, gate_up: QuantizedWeight, down: QuantizedWeight, activation: str, ops: Any, top_k: int):
+    def __init__(self, gate_up: QuantizedWeight, down: QuantizedWeight, activation: str, ops: Any, top_k: int,
+                 kind: str | None = None):
         if gate_up.scheme != down.scheme or gate_up.qweight.shape[0] != down.qweight.shape[0]:
             raise ValueError(f"WQExperts: gate_up ({gate_up.scheme}, E={gate_up.qweight.shape[0]}) and down "
                              f"({down.scheme}, E={down.qweight.shape[0]}) must share a scheme and expert count")
         super().__init__(gate_up.qweight.shape[0], top_k)
         self.scheme = gate_up.scheme
+        self._kind = kind or gate_up.scheme
         self.activation = activation
         self.ops = ops
         for name, weight in (("gate_up", gate_up), ("down", down)):
@@ -68,7 +72,7 @@ class WQExperts(RoutedExpertsModule):
     @property
     def kind(self) -> str:
         """What the experts run in, for ``/healthz`` (:func:`~anna_core.layers.wq_linear.weight_kinds`)."""
-        return self.scheme
+        return self._kind
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         """x: ``[T, H]``; weights ``[T, K]`` (float32 or x's dtype), experts ``[T, K]`` int64 -> ``[T, H]`` in x's
@@ -79,6 +83,53 @@ class WQExperts(RoutedExpertsModule):
 
     def extra_repr(self) -> str:
         return f"num_experts={self.num_experts}, top_k={self.top_k}, scheme={self.scheme}, activation={self.activation}"
+
+
+def stack_experts(name: str, gate: list[QuantizedWeight], up: list[QuantizedWeight], down: list[QuantizedWeight],
+                  activation: str, ops: Any, top_k: int, kind: str) -> WQExperts:
+    """The routed experts of a pre-quantized checkpoint (one int4 ``gate_proj`` / ``up_proj`` ``[I, H]`` and
+    ``down_proj`` ``[H, I]`` per expert, repacked by :mod:`anna_core.weights.prequant`) stacked into the
+    ``--expert-quant int4`` layout without dequantizing: ``gate_up [E, 2I, H]`` (each expert's gate rows, then
+    its up rows) and ``down [E, H, I]``, each tensor of :class:`~anna_core.weights.gpu_quant.QuantizedWeight`
+    gaining a leading ``E`` (int4's scales and zeros are per row, so the rows concatenate exactly).
+
+    Args:
+        name: the experts module's name (errors name it).
+        gate, up, down: the ``E`` experts' weights, expert order.
+        activation, ops, top_k, kind: see :class:`WQExperts`.
+
+    Raises:
+        ModelLoadError: no experts, differing counts, a scheme other than int4 (the fp8 scale blocks span 128 rows
+            across the gate / up seam), act-order experts (a column order per expert, which ``moe_experts_wq``
+            does not take), or shapes / scale dtypes that differ between experts.
+    """
+    count = len(gate)
+    if not count or len(up) != count or len(down) != count:
+        raise ModelLoadError(f"{name}: pre-quantized experts: {len(gate)} gate, {len(up)} up, {len(down)} down "
+                             "projections (one each per expert)")
+    parts = gate + up + down
+    if any(w.scheme != "int4" for w in parts):
+        schemes = sorted({w.scheme for w in parts})
+        raise ModelLoadError(f"{name}: pre-quantized MoE routed experts in {'/'.join(schemes)} are not supported "
+                             "(int4 GPTQ / AWQ experts are)")
+    if any(w.perm is not None for w in parts):
+        raise ModelLoadError(f"{name}: act-order (desc_act) MoE routed experts are not supported: each expert has "
+                             "its own input column order, which the stacked expert kernels do not take")
+    for group, label in ((gate, "gate_proj"), (up, "up_proj"), (down, "down_proj")):
+        if len({(w.shape, w.scale.dtype) for w in group}) != 1:
+            raise ModelLoadError(f"{name}: the experts' {label} differ in shape or scale dtype")
+    if gate[0].shape != up[0].shape or down[0].shape != gate[0].shape[::-1]:
+        raise ModelLoadError(f"{name}: expert shapes gate {list(gate[0].shape)}, up {list(up[0].shape)}, down "
+                             f"{list(down[0].shape)} do not form a gated MLP")
+
+    def stack(attr: str, halves: tuple[list[QuantizedWeight], ...]) -> torch.Tensor:
+        """``[E, rows, ...]``: per expert, its halves' ``attr`` tensors concatenated along the rows."""
+        return torch.stack([torch.cat([getattr(w, attr) for w in expert]) for expert in zip(*halves, strict=True)])
+
+    fields = ("qweight", "scale", "zero")
+    gate_up = QuantizedWeight(*(stack(f, (gate, up)) for f in fields), "int4")
+    return WQExperts(gate_up, QuantizedWeight(*(stack(f, (down,)) for f in fields), "int4"), activation, ops, top_k,
+                     kind)
 
 
 def quantize_experts(root: nn.Module, scheme: str, ops: Any) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from anna_core.kernels.reference.activations import act_and_mul
 from anna_core.layers.moe import RoutedExpertsModule
 from anna_core.layers.wq_experts import WQExperts
 from anna_core.weights.gpu_quant import FP8_BLOCK, QuantizedWeight, dequantize, quantizable, quantize
@@ -33,7 +34,10 @@ class WQLinear(nn.Module):
         kind: what the layer runs in, for ``/healthz`` (:func:`weight_kinds`): the scheme (quantized at load) by
             default, the pre-quantized format's name otherwise (``"int4-gptq"``, ``"int4-awq"``, ``"fp8-block"``).
 
-    Buffers (not in ``state_dict``): ``qweight``, ``scale``, ``zero`` (int4 only) as the scheme lays them out.
+    Buffers (not in ``state_dict``): ``qweight``, ``scale``, ``zero`` (int4 only) as the scheme lays them out, and
+    ``perm`` (``[K]`` int64, or None): an act-order GPTQ weight's stored column order
+    (:attr:`~anna_core.weights.gpu_quant.QuantizedWeight.perm`); the layer gathers ``x[..., perm]`` (one
+    ``index_select``) before the GEMV.
     """
 
     def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None, ops: Any, kind: str | None = None):
@@ -44,6 +48,7 @@ class WQLinear(nn.Module):
         self.register_buffer("qweight", weight.qweight, persistent=False)
         self.register_buffer("scale", weight.scale, persistent=False)
         self.register_buffer("zero", weight.zero, persistent=False)
+        self.register_buffer("perm", weight.perm, persistent=False)
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.ops = ops
         self._bound: tuple[Any, Callable[..., Any], Callable[..., Any]] | None = None
@@ -61,14 +66,18 @@ class WQLinear(nn.Module):
     @property
     def weight_q(self) -> QuantizedWeight:
         """The layer's quantized weight."""
-        return QuantizedWeight(self.qweight, self.scale, self.zero, self.scheme)
+        return QuantizedWeight(self.qweight, self.scale, self.zero, self.scheme, self.perm)
 
     def dense(self, dtype: torch.dtype) -> nn.Linear:
         """An ``nn.Linear`` holding the dequantized weight in ``dtype`` (and this layer's bias)."""
         with torch.device("meta"):
             layer = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
-        layer.weight = nn.Parameter(dequantize(self.qweight, self.scale, self.zero, self.scheme, dtype),
-                                    requires_grad=False)
+        stored = dequantize(self.qweight, self.scale, self.zero, self.scheme, dtype)  # columns in perm's order
+        if self.perm is not None:
+            dense = torch.empty_like(stored)
+            dense[:, self.perm] = stored
+            stored = dense
+        layer.weight = nn.Parameter(stored, requires_grad=False)
         layer.bias = self.bias
         return layer
 
@@ -76,7 +85,8 @@ class WQLinear(nn.Module):
     def merged(cls, parts: list[WQLinear]) -> WQLinear | None:
         """One layer whose output is the concatenation of ``parts``' outputs (same input), or None when they
         cannot share one quantized weight: different schemes, kinds or scale dtypes, biases on some parts only,
-        or fp8 parts whose rows do not end on a 128-row scale block (all but the last)."""
+        fp8 parts whose rows do not end on a 128-row scale block (all but the last), or act-order parts whose
+        column orders (``perm``) differ."""
         first = parts[0]
         if any(p.scheme != first.scheme or p.kind != first.kind or p.in_features != first.in_features
                or p.scale.dtype != first.scale.dtype for p in parts):
@@ -85,11 +95,38 @@ class WQLinear(nn.Module):
             return None
         if first.scheme == "fp8" and any(p.out_features % FP8_BLOCK for p in parts[:-1]):
             return None
+        if any((p.perm is None) != (first.perm is None) or (p.perm is not None and not torch.equal(p.perm, first.perm))
+               for p in parts[1:]):
+            return None
         zero = None if first.zero is None else torch.cat([p.zero for p in parts])
         weight = QuantizedWeight(torch.cat([p.qweight for p in parts]), torch.cat([p.scale for p in parts]), zero,
-                                 first.scheme)
+                                 first.scheme, first.perm)
         bias = None if first.bias is None else torch.cat([p.bias.detach() for p in parts])
         return cls(weight, bias, first.ops, first.kind)
+
+    def permute_outputs(self, rows: torch.Tensor) -> None:
+        """Reorder the layer's output features in place: output ``i`` becomes the old output ``rows[i]`` (``rows``
+        ``[N]`` int64, a permutation). Free for int4 and int8 (their scales are per row).
+
+        Raises:
+            ValueError: an fp8 layer (its scales cover 128-row blocks), or ``rows`` not ``[N]``.
+        """
+        if self.scheme == "fp8":
+            raise ValueError("permute_outputs: fp8 scales cover 128-row blocks; its rows cannot be reordered")
+        if tuple(rows.shape) != (self.out_features,):
+            raise ValueError(f"permute_outputs: rows must be [N={self.out_features}], got {tuple(rows.shape)}")
+        rows = rows.to(self.qweight.device)
+        self.qweight, self.scale = self.qweight[rows], self.scale[rows]
+        if self.zero is not None:
+            self.zero = self.zero[rows]
+        if self.bias is not None:
+            self.bias = nn.Parameter(self.bias.detach()[rows], requires_grad=False)
+
+    def take_input_perm(self) -> torch.Tensor | None:
+        """Remove and return the layer's input column order (None if it has none): from now on the caller feeds
+        it ``x[..., perm]`` itself, e.g. by an earlier layer's :meth:`permute_outputs` (the gather folded away)."""
+        perm, self.perm = self.perm, None
+        return perm
 
     def _ops(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         bound = self._bound
@@ -100,6 +137,8 @@ class WQLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: ``[..., K]`` -> ``[..., N]`` in x's dtype."""
+        if self.perm is not None:
+            x = x.index_select(-1, self.perm)
         return self._ops()[0](x, self.qweight, self.scale, self.zero, self.scheme, self.bias)
 
     def add_norm(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -107,17 +146,26 @@ class WQLinear(nn.Module):
         """``(act(self(rms_norm(x + residual))), x + residual)`` as one ``add_rms_norm_wq_linear`` op (a layer
         without bias; see the op's contract). x, residual: ``[T, K]``; returns ``([T, N] or [T, N/2], [T, K])``.
 
+        A layer with a ``perm`` runs the ``add_rms_norm`` op, gathers the normalised columns and runs
+        ``wq_linear`` (and the gated activation) instead: the gather sits between the norm and the GEMV.
+
         Raises:
             ValueError: the layer has a bias (the caller runs the norm, then the layer).
         """
         if self.bias is not None:
             raise ValueError("add_norm: a WQLinear with a bias does not fuse the norm")
+        if self.perm is not None:
+            y, new_residual = self.ops.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
+            y = self(y)
+            if activation is not None:
+                y = self.ops.silu_and_mul(y) if activation == "silu" else act_and_mul(y, activation)
+            return y, new_residual
         return self._ops()[1](x, residual, norm_weight, eps, zero_centered, self.qweight, self.scale, self.zero,
                               self.scheme, activation)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, kind={self.kind}, "
-                f"bias={self.bias is not None}")
+                f"bias={self.bias is not None}" + (", act_order=True" if self.perm is not None else ""))
 
 
 def quantize_linears(root: nn.Module, scheme: str, ops: Any, skip: Callable[[str], bool] = lambda name: False) -> int:

@@ -7,7 +7,9 @@ rules, independently of the repacking code they test (:mod:`anna_core.weights.pr
 Rules (from AutoGPTQ / GPTQModel / AutoAWQ's documented layouts): GPTQ ``qweight [K/8, N]`` int32, input rows
 ``8i .. 8i+7`` in one word (row ``8i + j`` in bits ``4j``); ``qzeros [G, N/8]`` output columns packed the same
 way, storing ``z - 1`` in the v1 format (so v1 cannot hold a zero point of 0) and ``z`` in ``gptq_v2``;
-``scales [G, N]`` float16; ``g_idx [K]``. AWQ GEMM: ``qweight [K, N/8]`` and ``qzeros [G, N/8]`` with output
+``scales [G, N]`` float16; ``g_idx [K]`` (act-order, ``desc_act``: the columns are quantized in a permuted order
+``perm``, group ``j`` being columns ``perm[j*g : (j+1)*g]``, so ``g_idx[perm[i]] = i // g`` while ``qweight``'s rows
+stay in the original column order). AWQ GEMM: ``qweight [K, N/8]`` and ``qzeros [G, N/8]`` with output
 column ``8c + ORDER[j]`` in bits ``4j`` (ORDER = 0, 2, 4, 6, 1, 3, 5, 7). FP8: ``weight`` float8_e4m3fn and
 ``weight_scale_inv [ceil(N/128), ceil(K/128)]`` float32 (the multiplier).
 """
@@ -51,13 +53,16 @@ def pack_words(codes: torch.Tensor) -> torch.Tensor:
     return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
 
 
-def gptq_tensors(q: torch.Tensor, z: torch.Tensor, s: torch.Tensor, group: int, v1: bool) -> dict[str, torch.Tensor]:
-    """GPTQ's ``qweight``, ``qzeros``, ``scales``, ``g_idx`` of codes ``q [K, N]``, zero points and scales ``[G, N]``."""
+def gptq_tensors(q: torch.Tensor, z: torch.Tensor, s: torch.Tensor, group: int, v1: bool,
+                 g_idx: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """GPTQ's ``qweight``, ``qzeros``, ``scales``, ``g_idx`` of codes ``q [K, N]``, zero points and scales ``[G, N]``
+    (``g_idx`` given: an act-order layer's, else ``k // group``)."""
     k, n = q.shape
     qweight = pack_words(q.reshape(k // 8, 8, n).permute(0, 2, 1))  # rows 8i..8i+7 in one word
     stored = (z - 1) if v1 else z  # the v1 format's historical offset
     qzeros = pack_words(stored.reshape(z.shape[0], n // 8, 8))
-    g_idx = torch.zeros(k, dtype=torch.int32) if group == -1 else torch.arange(k, dtype=torch.int32) // group
+    if g_idx is None:
+        g_idx = torch.zeros(k, dtype=torch.int32) if group == -1 else torch.arange(k, dtype=torch.int32) // group
     return {"qweight": qweight, "qzeros": qzeros, "scales": s, "g_idx": g_idx}
 
 
@@ -84,6 +89,31 @@ def fp8_tensors(w: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]
     return {"weight": q.reshape(nb * 128, kb * 128)[:n, :k].contiguous(), "weight_scale_inv": scale}, deq
 
 
+SHARED_INPUT = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"),
+                ("in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b"))
+"""Projections of one block that read the same activations: act-order GPTQ finds their column order from the same
+Hessian, so they share one ``g_idx``."""
+
+
+def input_key(prefix: str) -> str:
+    """The projections with the same :func:`input_key` read the same input (:data:`SHARED_INPUT`)."""
+    parent, _, leaf = prefix.rpartition(".")
+    return next((f"{parent}.{group[0]}" for group in SHARED_INPUT if leaf in group), prefix)
+
+
+def act_order_int4(w: torch.Tensor, perm: torch.Tensor, group: int, sym: bool, gen: torch.Generator,
+                   min_zero: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Act-order round-to-nearest of w ``[N, K]``: the columns quantized in the order ``perm`` ``[K]`` (groups of
+    ``group`` consecutive permuted columns), as :func:`rtn_int4`. Returns ``(q [K, N]`` with rows in the original
+    column order, ``z``, ``s [G, N]``, ``g_idx [K]`` int32)."""
+    q_perm, z, s = rtn_int4(w[:, perm], group, sym, gen, min_zero)
+    q = torch.empty_like(q_perm)
+    q[perm] = q_perm
+    g_idx = torch.empty(w.shape[1], dtype=torch.int32)
+    g_idx[perm] = torch.arange(w.shape[1], dtype=torch.int32) // group
+    return q, z, s, g_idx
+
+
 def quantizable(name: str, w: torch.Tensor, layout: str) -> bool:
     """Whether :func:`build_prequant` quantizes the checkpoint tensor ``name``."""
     if ".layers." not in name or not name.endswith("proj.weight") and not name.endswith(("in_proj_qkv.weight",
@@ -96,7 +126,7 @@ def quantizable(name: str, w: torch.Tensor, layout: str) -> bool:
 
 
 def build_prequant(src: Path, dst: Path, qc: dict, *, layout: str, group: int = 128, sym: bool = False,
-                   v1: bool = True) -> tuple[Path, Path, list[str]]:
+                   v1: bool = True, act_order: str | None = None) -> tuple[Path, Path, list[str]]:
     """``(quantized checkpoint, dense oracle checkpoint, quantized tensor prefixes)`` written under ``dst`` from the
     single-file float checkpoint ``src`` with ``quantization_config`` ``qc``: the decoder projections (names with
     ``.layers.`` ending in ``proj.weight``) are quantized, those int4 cannot take (``K`` not a multiple of 128, ``N``
@@ -107,10 +137,17 @@ def build_prequant(src: Path, dst: Path, qc: dict, *, layout: str, group: int = 
         group: int4 input columns per group (-1: one group).
         sym: int4 symmetric (zero point 8).
         v1: GPTQ's v1 zero points (stored minus 1), else v2.
+        act_order: GPTQ act-order (:func:`act_order_int4`) with a random column order per layer: ``"shared"``
+            one order for the projections that read the same input (:func:`input_key`, as GPTQ writes them),
+            ``"each"`` one per projection; None: ``g_idx = k // group``.
     """
     from safetensors.torch import load_file, save_file
 
+    if act_order not in (None, "shared", "each") or (act_order is not None and layout != "gptq"):
+        raise ValueError(f"act_order must be None, 'shared' or 'each', and only for gptq; got {act_order!r}, {layout!r}")
     gen = torch.Generator().manual_seed(0)
+    perm_gen = torch.Generator().manual_seed(1)
+    perms: dict[str, torch.Tensor] = {}
     quant_dir, dense_dir = dst / "quant", dst / "dense"
     for d in (quant_dir, dense_dir):
         shutil.copytree(src, d)
@@ -127,10 +164,20 @@ def build_prequant(src: Path, dst: Path, qc: dict, *, layout: str, group: int = 
         if layout == "fp8":
             parts, deq = fp8_tensors(w)
         else:
-            q, z, s = rtn_int4(w, group, sym, gen, 1 if layout == "gptq" and v1 else 0)
-            deq = ((q - z.repeat_interleave(q.shape[0] // z.shape[0], 0)).float()
-                   * s.float().repeat_interleave(q.shape[0] // s.shape[0], 0)).t()
-            parts = gptq_tensors(q, z, s, group, v1) if layout == "gptq" else awq_tensors(q, z, s)
+            min_zero = 1 if layout == "gptq" and v1 else 0
+            if act_order is not None:
+                key = input_key(prefix) if act_order == "shared" else prefix
+                if key not in perms:
+                    perms[key] = torch.randperm(w.shape[1], generator=perm_gen)
+                perm = perms[key]
+                q, z, s, g_idx = act_order_int4(w, perm, group, sym, gen, min_zero)
+            else:
+                q, z, s = rtn_int4(w, group, sym, gen, min_zero)
+                g_idx = torch.zeros(q.shape[0], dtype=torch.long) if group == -1 else torch.arange(q.shape[0]) // group
+            g = g_idx.long()
+            deq = ((q - z[g]).float() * s.float()[g]).t()  # W[n, k] = (q[k, n] - z[g_idx[k], n]) * s[g_idx[k], n]
+            parts = (gptq_tensors(q, z, s, group, v1, g_idx if act_order else None) if layout == "gptq"
+                     else awq_tensors(q, z, s))
         quant.update({f"{prefix}.{k}": v for k, v in parts.items()})
         dense[name] = deq.to(w.dtype).contiguous()
     save_file(quant, str(quant_dir / "model.safetensors"))

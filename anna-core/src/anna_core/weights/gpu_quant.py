@@ -50,12 +50,16 @@ class QuantizedWeight:
         scale: int4 ``[N, K/128]`` (serving dtype); int8 ``[N]`` float32; fp8 ``[ceil(N/128), ceil(K/128)]`` float32.
         zero: int4 ``[N, K/128]`` (scale's dtype); None otherwise.
         scheme: one of :data:`SCHEMES`.
+        perm: None, or ``[K]`` int64: the input columns are stored in this order (stored column ``j`` is the dense
+            weight's column ``perm[j]``), so ``y = x[..., perm] @ stored^T`` (act-order GPTQ,
+            :func:`~anna_core.weights.prequant.act_order_perm`); :func:`dequantize` gives the stored order.
     """
 
     qweight: torch.Tensor
     scale: torch.Tensor
     zero: torch.Tensor | None
     scheme: str
+    perm: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -65,8 +69,14 @@ class QuantizedWeight:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the three tensors."""
-        return sum(t.numel() * t.element_size() for t in (self.qweight, self.scale, self.zero) if t is not None)
+        """Bytes of the tensors (``perm`` included)."""
+        return sum(t.numel() * t.element_size() for t in (self.qweight, self.scale, self.zero, self.perm)
+                   if t is not None)
+
+    def to(self, device: torch.device | str) -> QuantizedWeight:
+        """The same weight with its tensors on ``device``."""
+        return QuantizedWeight(*(None if t is None else t.to(device) for t in (self.qweight, self.scale, self.zero)),
+                               self.scheme, None if self.perm is None else self.perm.to(device))
 
 
 def check_scheme(scheme: str, op: str = "wq_linear") -> None:

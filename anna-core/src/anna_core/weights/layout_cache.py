@@ -13,8 +13,9 @@ in memory. Writing an entry removes the older entries of the same files, device 
 a re-downloaded checkpoint or a library upgrade replaces its entry rather than adding a copy.
 
 An entry is a folder holding ``weights.safetensors`` (per linear ``<prefix>.qweight``, ``<prefix>.scale``,
-``<prefix>.zero`` for int4) and ``entry.json`` (``{"format", "scheme", "kind", "prefixes", "key_material"}``),
-written last: an entry without it is incomplete and never read.
+``<prefix>.zero`` for int4, ``<prefix>.perm`` for an act-order GPTQ linear) and ``entry.json`` (``{"format",
+"scheme", "kind", "prefixes", "permuted", "key_material"}``; ``permuted``: the prefixes with a ``perm``), written
+last: an entry without it is incomplete and never read.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
 from anna_core.cache_dir import cache_dir
@@ -40,7 +42,7 @@ from anna_core.weights.prequant import PrequantConfig
 log = logging.getLogger("anna.weights")
 
 CACHE_SUBDIR = "quant-layouts"
-CACHE_FORMAT = "1"
+CACHE_FORMAT = "2"  # 2: act-order GPTQ weights keep their column order (perm)
 ENTRY_FILE = "entry.json"
 WEIGHTS_FILE = "weights.safetensors"
 
@@ -101,6 +103,19 @@ def slot(material: Mapping[str, Any]) -> tuple[Any, ...]:
     return (tuple(sorted(src["path"] for src in material["sources"])), material["device"], material["dtype"])
 
 
+def _checked_perm(prefix: str, tensors: Mapping[str, torch.Tensor], k: int) -> torch.Tensor:
+    """``<prefix>.perm`` of an entry's tensors, checked to be an int64 permutation of ``range(k)``.
+
+    Raises:
+        KeyError: no such tensor.
+        ValueError: another dtype or shape, or not a permutation.
+    """
+    perm = tensors[f"{prefix}.perm"]
+    if perm.dtype != torch.int64 or tuple(perm.shape) != (k,) or not torch.equal(perm.sort().values, torch.arange(k)):
+        raise ValueError(f"{prefix}.perm is not a permutation of the weight's {k} input columns")
+    return perm
+
+
 class LayoutCache:
     """The layout cache under ``root`` (default ``$ANNA_CACHE_DIR/quant-layouts``).
 
@@ -125,7 +140,8 @@ class LayoutCache:
                 makes (:func:`~anna_core.weights.prequant.repacked_layout`), in the order the entry lists them.
 
         A corrupt entry (unreadable, another key's, a missing tensor, a tensor whose shape or dtype differs from
-        ``expected``) is removed, with a warning, and counts as a miss.
+        ``expected``, a ``perm`` that is not a permutation of the weight's ``K`` columns) is removed, with a
+        warning, and counts as a miss.
         """
         entry = self.entry_dir(material)
         meta_path = entry / ENTRY_FILE
@@ -138,6 +154,7 @@ class LayoutCache:
             from safetensors.torch import load_file
 
             tensors = load_file(str(entry / WEIGHTS_FILE), device="cpu")
+            permuted = set(meta.get("permuted", []))
             out = {}
             for prefix, layout in expected.items():
                 for suffix, (shape, dtype) in layout.items():
@@ -146,8 +163,13 @@ class LayoutCache:
                         raise ValueError(f"{prefix}.{suffix} is {t.dtype} {list(t.shape)}, the checkpoint makes "
                                          f"{dtype} {list(shape)}")
                 zero = tensors[f"{prefix}.zero"] if "zero" in layout else None
-                out[prefix] = QuantizedWeight(tensors[f"{prefix}.qweight"], tensors[f"{prefix}.scale"], zero,
-                                              meta["scheme"])
+                weight = QuantizedWeight(tensors[f"{prefix}.qweight"], tensors[f"{prefix}.scale"], zero,
+                                         meta["scheme"])
+                if prefix in permuted:
+                    weight = attrs.evolve(weight, perm=_checked_perm(prefix, tensors, weight.shape[1]))
+                elif f"{prefix}.perm" in tensors:
+                    raise ValueError(f"{prefix}.perm is stored but the entry does not list it")
+                out[prefix] = weight
             return out
         except Exception as exc:  # any unreadable entry is rebuilt
             log.warning("layout cache entry %s is unreadable (%s): removing it and repacking", entry, exc)
@@ -172,11 +194,14 @@ class LayoutCache:
                 tensors[f"{prefix}.scale"] = w.scale.detach().cpu().contiguous()
                 if w.zero is not None:
                     tensors[f"{prefix}.zero"] = w.zero.detach().cpu().contiguous()
+                if w.perm is not None:
+                    tensors[f"{prefix}.perm"] = w.perm.detach().cpu().contiguous()
             if len(schemes) > 1:
                 raise ValueError(f"one scheme per entry, got {sorted(schemes)}")
             save_file(tensors, os.path.join(tmp, WEIGHTS_FILE))
             meta = {"format": CACHE_FORMAT, "scheme": schemes.pop() if schemes else None, "kind": kind,
-                    "prefixes": list(weights), "key_material": material}
+                    "prefixes": list(weights), "permuted": [p for p, w in weights.items() if w.perm is not None],
+                    "key_material": material}
             Path(tmp, ENTRY_FILE).write_text(json.dumps(meta, indent=1))
             shutil.rmtree(entry, ignore_errors=True)
             os.replace(tmp, entry)

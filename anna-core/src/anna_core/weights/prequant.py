@@ -23,8 +23,17 @@ Formats (the packing rules are those the producing tools document; this module i
 GPTQ and AWQ land in Anna's ``int4`` layout (groups of :data:`~anna_core.weights.gpu_quant.INT4_GROUP` input
 columns, ``w = q * scale + zero``): ``scale = s`` and ``zero = -z * s``, rounded to the serving dtype (exact in
 float32; in bfloat16 the zero's rounding adds at most ``2**-9 * |z * s|`` per weight). A group size that is a
-multiple of 128 (or ``-1``) repeats its scale and zero over each 128-column group; smaller group sizes and
-act-order checkpoints whose ``g_idx`` is not ``k // group_size`` cannot be laid out so and fail the load.
+multiple of 128 (or ``-1``) repeats its scale and zero over each 128-column group; smaller group sizes cannot be
+laid out so and fail the load.
+
+Act-order GPTQ (``desc_act: true``; the GPTQ paper's quantization "in order of decreasing activation", Frantar
+et al. 2022, as AutoGPTQ / GPTQModel write it) quantizes the input columns in a permuted order, so a group's
+columns are scattered over ``K`` and ``g_idx`` is not ``k // group_size``. The repack sorts the input rows by
+their group once (``perm = argsort(g_idx)``, stable) so each group is contiguous again, and keeps ``perm`` with
+the weight (:attr:`~anna_core.weights.gpu_quant.QuantizedWeight.perm`): the layer gathers its activations'
+columns ``x[..., perm]`` before the GEMV. A ``g_idx`` whose groups do not hold exactly ``group_size`` rows each
+fails the load naming the tensor.
+
 Everything else (2/3/8-bit GPTQ, AWQ GEMV, bitsandbytes, per-tensor FP8, ...) fails the load naming the method.
 """
 
@@ -271,8 +280,9 @@ def _unpack_cols(packed: torch.Tensor, order: tuple[int, ...] = tuple(range(8)))
 
 
 def _to_int4(prefix: str, codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor, group: int,
-             dtype: torch.dtype) -> QuantizedWeight:
-    """codes ``[K, N]`` uint8; zeros, scales ``[G, N]`` (zeros already offset) -> Anna's int4 layout."""
+             dtype: torch.dtype, perm: torch.Tensor | None = None) -> QuantizedWeight:
+    """codes ``[K, N]`` uint8 (rows in the stored order: ``perm`` applied); zeros, scales ``[G, N]`` (zeros already
+    offset) -> Anna's int4 layout."""
     k, n = codes.shape
     if k % INT4_GROUP:
         raise ModelLoadError(f"{prefix}: K = {k} input columns is not a multiple of {INT4_GROUP} (Anna's int4 groups)")
@@ -283,7 +293,7 @@ def _to_int4(prefix: str, codes: torch.Tensor, zeros: torch.Tensor, scales: torc
     packed = q[..., 0] | (q[..., 1] << 4)  # [N, K/2]: column 2j low nibble, 2j + 1 high
     scale = s.t().to(dtype).contiguous()
     zero = (-z * s).t().to(dtype).contiguous()
-    return QuantizedWeight(packed.contiguous(), scale, zero, "int4")
+    return QuantizedWeight(packed.contiguous(), scale, zero, "int4", perm)
 
 
 SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -308,14 +318,41 @@ def _groups(k: int, group: int) -> int:
     return 1 if group == -1 else math.ceil(k / group)
 
 
+def act_order_perm(prefix: str, g_idx: torch.Tensor, group: int) -> torch.Tensor | None:
+    """The input-row order that makes the groups of a GPTQ ``g_idx`` ``[K]`` contiguous: None when ``g_idx`` is
+    already ``k // group_size`` (or all zeros for ``group_size -1``), else ``perm`` ``[K]`` int64 (a stable
+    ``argsort(g_idx)``) with ``g_idx[perm] == arange(K) // group_size``.
+
+    Raises:
+        ModelLoadError: a ``g_idx`` (named ``<prefix>.g_idx``) whose values are outside ``[0, G)`` or whose groups
+            do not hold ``group_size`` rows each.
+    """
+    k = g_idx.numel()
+    want = torch.zeros(k, dtype=torch.long) if group == -1 else torch.arange(k) // group
+    g = g_idx.long().cpu()
+    if torch.equal(g, want):
+        return None
+    if g.min() < 0 or g.max() > want[-1]:
+        raise ModelLoadError(f"{prefix}.g_idx: group indices in [{int(g.min())}, {int(g.max())}], expected "
+                             f"[0, {int(want[-1])}] for K = {k} and group_size {group}")
+    perm = torch.argsort(g, stable=True)
+    if not torch.equal(g[perm], want):
+        counts = torch.bincount(g, minlength=int(want[-1]) + 1)
+        bad = int(torch.nonzero(counts != (k if group == -1 else group))[0])
+        raise ModelLoadError(f"{prefix}.g_idx: group {bad} holds {int(counts[bad])} input rows, expected "
+                             f"{k if group == -1 else group} (group_size {group}): not a GPTQ act-order g_idx")
+    return perm
+
+
 def repack_gptq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
                 g_idx: torch.Tensor | None, cfg: PrequantConfig, dtype: torch.dtype) -> QuantizedWeight:
-    """One GPTQ linear (tensors as in the module docstring) in Anna's int4 layout, scales in ``dtype``.
+    """One GPTQ linear (tensors as in the module docstring) in Anna's int4 layout, scales in ``dtype``; an
+    act-order ``g_idx`` gives the result a ``perm`` (:func:`act_order_perm`), its rows sorted by group.
 
     Raises:
         ModelLoadError: ``qweight`` / ``qzeros`` not int32, ``scales`` not float16 / bfloat16 / float32, ``g_idx``
-            not int32 / int64, tensors of inconsistent shapes, or a ``g_idx`` that is not ``k // group_size``
-            (act-order: the columns of a group are scattered, which the int4 layout cannot hold).
+            not int32 / int64, tensors of inconsistent shapes, or a ``g_idx`` inconsistent with the group size
+            (see :func:`act_order_perm`).
     """
     if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
         raise ModelLoadError(f"{prefix}: GPTQ qweight / qzeros must be int32, got {qweight.dtype} / {qzeros.dtype}")
@@ -326,15 +363,16 @@ def repack_gptq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales
     _check_shape(f"{prefix}.qzeros", qzeros, (g, n // 8))
     _check_shape(f"{prefix}.scales", scales, (g, n))
     _check_dtype(f"{prefix}.scales", scales, SCALE_DTYPES)
+    perm = None
     if g_idx is not None:
         _check_shape(f"{prefix}.g_idx", g_idx, (k,))
         _check_dtype(f"{prefix}.g_idx", g_idx, INDEX_DTYPES)
-        want = torch.zeros(k, dtype=torch.long) if cfg.group_size == -1 else torch.arange(k) // cfg.group_size
-        if not torch.equal(g_idx.long().cpu(), want):
-            raise ModelLoadError(f"{prefix}: g_idx is not k // group_size (an act-order / desc_act checkpoint): its "
-                                 "scattered groups are not supported; use a checkpoint quantized with desc_act false")
+        perm = act_order_perm(prefix, g_idx, cfg.group_size)
+    codes = _unpack_rows(qweight)
+    if perm is not None:
+        codes = codes.index_select(0, perm.to(codes.device))
     zeros = _unpack_cols(qzeros).to(torch.int32) + cfg.zero_offset
-    return _to_int4(prefix, _unpack_rows(qweight), zeros, scales, cfg.group_size, dtype)
+    return _to_int4(prefix, codes, zeros, scales, cfg.group_size, dtype, perm)
 
 
 def repack_awq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,

@@ -160,9 +160,7 @@ def install(model: nn.Module, weights: Mapping[str, QuantizedWeight], modules: M
         if w.shape != (child.out_features, child.in_features):
             raise ModelLoadError(f"{prefix}: quantized weight of shape {list(w.shape)}, the model's {name} is "
                                  f"[{child.out_features}, {child.in_features}]")
-        w = QuantizedWeight(w.qweight.to(device), w.scale.to(device), None if w.zero is None else w.zero.to(device),
-                            w.scheme)
-        layer = WQLinear(w, child.bias, ops, kind=kind)
+        layer = WQLinear(w.to(device), child.bias, ops, kind=kind)
         setattr(parent, attr, layer)
 
 
@@ -267,6 +265,27 @@ def checkpoint_prequant(config: Mapping[str, Any], weight_quant: str, load_forma
     return prequant
 
 
+def check_prequant_device(prequant: PrequantConfig | None, weight_quant: str, device: torch.device) -> None:
+    """Refuse a pre-quantized FP8 checkpoint served as FP8 on an accelerator without FP8 units (CUDA compute
+    capability below 8.9, Intel XPUs: :attr:`~anna_core.device.Accelerator.fp8_units`), where the ``wq_linear``
+    kernels cannot convert e4m3 (a Triton compile error at the first step, or a float32 dequantization of every
+    weight at every call). The CPU serves it through the reference ops (dequantized per call); ``--weight-quant
+    none`` dequantizes it once at load to the serving dtype on any device (twice the weight memory).
+
+    Raises:
+        ModelLoadError: an fp8 checkpoint under ``weight_quant`` other than ``"none"`` on such a device.
+    """
+    from anna_core.device import accelerator
+
+    device = torch.device(device)
+    if prequant is None or prequant.layout != "fp8" or weight_quant == "none" or device.type == "cpu":
+        return
+    if not accelerator(device).fp8_units:
+        raise ModelLoadError(f"this checkpoint is FP8 ({prequant.method}, 128x128 block scales) and {device} has no "
+                             "FP8 units (CUDA compute capability 8.9 or newer): serve it with --weight-quant none, "
+                             "which dequantizes it at load (twice the weight memory), or load an int4 / bf16 checkpoint")
+
+
 def load_checkpoint(model: nn.Module, root: str | Path, name_map: NameMap, prequant: PrequantConfig | None, ops: Any,
                     *, device: torch.device, dtype: torch.dtype, weight_quant: str = "auto", layout_cache: bool = True,
                     host: tuple[str, ...] = (), pin: bool = True,
@@ -279,11 +298,13 @@ def load_checkpoint(model: nn.Module, root: str | Path, name_map: NameMap, prequ
 
     Raises:
         ModelLoadError: see :func:`load_prequantized` and ``load_safetensors``; a pre-quantized checkpoint under
-            tensor parallelism (not supported yet).
+            tensor parallelism (not supported yet); an FP8 one on a device without FP8 units
+            (:func:`check_prequant_device`).
     """
     from anna_core.layers.wq_linear import dequantize_linears
     from anna_core.weights.safetensors_loader import load_safetensors
 
+    check_prequant_device(prequant, weight_quant, device)
     if prequant is not None and shards is not None:
         raise ModelLoadError(f"tensor parallelism of a pre-quantized checkpoint ({prequant.method}) is not supported "
                              "yet: serve it at --tensor-parallel-size 1")

@@ -1,7 +1,8 @@
 """The talker on Anna's engine (:mod:`anna_audio.qwen3_tts.talker_lm`, :mod:`~anna_audio.qwen3_tts.engine_requests`)
 against the reference's golden codes: every case of all three kinds (named speakers, instructions, x-vector and
 in-context cloning, text whole in the prompt or streamed) submitted together to one engine, greedy codes exactly
-equal; a request alone equals the same request in the batch."""
+equal; a request alone equals the same request in the batch; requests preempted by recompute (a KV pool too small
+for them all) continue with the same codes."""
 
 from __future__ import annotations
 
@@ -197,3 +198,40 @@ def test_decode_steps_are_captured_with_the_code_predictor_and_equal_the_referen
     for rid, codes in got.items():
         case, row = rid.split("/")
         assert torch.equal(codes, g[f"{case}/codes/{row}"]), rid
+
+
+@pytest.mark.parametrize(("name", "num_blocks"), [("custom_voice", 20), ("custom_voice", 24), ("voice_design", 24)])
+def test_preempted_requests_are_recomputed_to_the_same_codes(name, num_blocks):
+    """Every case of a kind at once over 4-token blocks, too few for them all: the newest running requests are
+    preempted, also after generating frames (the streamed-text case, added last, among them), recompute their prompt
+    and frames from the codes already handed out, and every request's codes still equal the reference's (the others
+    in those steps unaffected); nothing is reported twice (each frame once, in order)."""
+    g, facts = golden(name)
+    folder = CHECKPOINTS[name]
+    config = load_config(folder)
+    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
+    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
+                     predictor_sampling=GREEDY)
+    model.reserve_slots(8)
+    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=8, enable_prefix_caching=False, prompt_cache_size=0,
+                                                  block_size=4, num_blocks=num_blocks, max_prefill_tokens=16),
+                       eos_token_ids=[model.eos_token_id])
+    victims = []  # (request id, tokens generated) of every preemption
+    preempt = engine.scheduler._preempt
+
+    def recording(request):
+        victims.append((request.request_id, len(request.output_token_ids)))
+        preempt(request)
+
+    engine.scheduler._preempt = recording
+    jobs = sorted(_requests(facts["cases"], g), key=lambda job: job[0] == "streaming_text")
+    with torch.inference_mode():
+        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+    got = _run(engine, model, prompts, config.talker.num_code_groups)
+    assert any(n >= 2 for _, n in victims), victims  # preempted with frames to recompute
+    if name == "custom_voice":
+        assert any(rid == "streaming_text/0" and n >= 2 for rid, n in victims), victims
+    for rid, codes in got.items():
+        case, row = rid.split("/")
+        assert torch.equal(codes, g[f"{case}/codes/{row}"]), rid
+    assert engine.kv.num_used_blocks == 0

@@ -23,9 +23,14 @@ predictor's, shared, not copied. How a request maps onto the engine:
 
 Decode steps read and write only device tensors (per-slot tables, the batch's static inputs), so the engine may
 capture them as graphs, the code predictor's passes for the frame included (its sampling is
-:func:`~anna_audio.qwen3_tts.sampling.choose_gumbel`: no host sync). Limit of this port: a sequence's generated
-tokens cannot be recomputed (a preemption by recompute fails the request with a clear error: the codes of earlier
-frames are not kept).
+:func:`~anna_audio.qwen3_tts.sampling.choose_gumbel`: no host sync).
+
+Preemption by recompute (the talker declares ``recompute_holds_last``): the engine keeps each request's side
+outputs, so a recomputed generated token ``k`` takes its frame from the codes the engine handed out beside output
+``k + 1`` (:meth:`CodePredictor.embed_frame` of them plus ``trailing[k]``, the input its first pass had) instead of
+running the code predictor again (whose sampled codes would differ, and whose input, the hidden state of token
+``k - 1``, is computed in the same pass). The last generated token has no codes yet: the engine recomputes up to
+the token before it (leaving that token's hidden state in the slot) and decodes it next, as if never preempted.
 """
 
 from __future__ import annotations
@@ -124,7 +129,7 @@ class TalkerLM(nn.Module):
         self.hidden_size = s.hidden_size
         self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(s.num_layers), num_kv_heads=s.num_kv_heads,
                                                        head_dim=s.head_dim),))
-        self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True)
+        self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True, recompute_holds_last=True)
         weight = talker.codec_head.weight
         dev, dt = weight.device, weight.dtype
         inv_freq = inverse_frequencies(s.head_dim, {"rope_type": "default", "rope_theta": s.rope_theta})
@@ -196,17 +201,13 @@ class TalkerLM(nn.Module):
         loop over the step's new prompts; decode steps have none).
 
         Raises:
-            AnnaError: a generated token in a multi-row chunk (a recompute after preemption); a trailing text longer
-                than :meth:`reserve_slots` made room for.
+            AnnaError: a trailing text longer than :meth:`reserve_slots` made room for.
         """
         for i, q in enumerate(batch.query_lens):
             media = batch.media[i] if i < len(batch.media) else None
             if media is None or not media.items:
                 continue
             prompt_len = media.items[0].end
-            if q > 1 and batch.context_lens[i] > prompt_len:
-                raise AnnaError("the talker cannot recompute generated speech frames (a preemption): retry the "
-                                "request or give the server more KV cache")
             if batch.context_lens[i] != q:  # not the prompt's first chunk
                 continue
             trailing = self._prompt_part(media.items[0], "trailing", None)
@@ -222,17 +223,39 @@ class TalkerLM(nn.Module):
             self.prompt_len.index_copy_(0, slot, torch.tensor([prompt_len], device=slot.device))
 
     @staticmethod
-    def _generated_rows(batch: ForwardBatch) -> torch.Tensor:
-        """``[R]`` int64: the rows of an eager step that hold generated tokens (past their prompt; a sequence
-        without media, e.g. a warm-up's, counts as generated)."""
-        out, start = [], 0
+    def _generated_rows(batch: ForwardBatch) -> tuple[list[int], list[int], list[torch.Tensor]]:
+        """The rows of an eager step that hold generated tokens (past their prompt), on the host: ``(predicted,
+        replayed, codes)``: the rows whose frame the code predictor fills (a token the step consumes for the first
+        time: its sequence's first row this step), the rows a recompute replays, and their codebooks ``1 .. G-1``
+        ``[G-1]`` each (generated token ``k`` takes the side output handed out with output ``k + 1``). A sequence
+        without media, e.g. a warm-up's, has every row predicted.
+
+        Raises:
+            AnnaError: a generated token without its codes behind another row of its chunk (its code predictor
+                would need the hidden state this very pass computes; the engine's recompute stops before it).
+        """
+        predicted, replayed, codes, start = [], [], [], 0
         for i, q in enumerate(batch.query_lens):
             media = batch.media[i] if i < len(batch.media) else None
-            prompt_len = media.items[0].end if media is not None and media.items else 0
             first_pos = batch.context_lens[i] - q
-            out += range(start + max(prompt_len - first_pos, 0), start + q)
+            if media is None or not media.items:
+                predicted += range(start, start + q)
+                start += q
+                continue
+            prompt_len = media.items[0].end
+            side = batch.side_outputs[i] if i < len(batch.side_outputs) else ()
+            for pos in range(max(prompt_len, first_pos), first_pos + q):
+                row, k = start + pos - first_pos, pos - prompt_len
+                if k + 1 < len(side):
+                    replayed.append(row)
+                    codes.append(side[k + 1])
+                elif row == start:
+                    predicted.append(row)
+                else:
+                    raise AnnaError(f"the talker cannot compute generated token {k} in the pass of the token before "
+                                    "it (its codes are not known yet)")
             start += q
-        return torch.tensor(out, dtype=torch.int64, device=batch.input_ids.device)
+        return predicted, replayed, codes
 
     def _texts(self, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``[T, H]``: the text embedding a generated token at ``positions`` adds: ``trailing[k]`` of its slot's
@@ -256,20 +279,16 @@ class TalkerLM(nn.Module):
         seq_of_row = torch.bucketize(rows, batch.cu_seqlens[1:].to(torch.int64), right=True)  # [T]
         slots = batch.state_slots[seq_of_row]  # [T]
         first = self.talker.codec(batch.input_ids)  # [T, H]
-        generated = None if batch.is_decode and batch.embeds is None else self._generated_rows(batch)
-        if generated is None:  # every row a generated token (decode steps: device ops only)
+        decode = batch.is_decode and batch.embeds is None
+        plan = self._generated_rows(batch) if not decode or any(batch.side_outputs) else None
+        if plan is not None and decode and not plan[1]:
+            plan = None  # a decode step without recomputed rows
+        if plan is None:  # every row a generated token consumed for the first time (decode steps: device ops only)
             rest, frame = self.frame_predictor(self.last_hidden[slots], first)  # [T, G-1], [T, H]
             x = frame + self._texts(slots, batch.positions)
             self.frame_codes.index_copy_(0, slots, rest)
-        else:  # a step with prompt rows: the code predictor runs on its generated rows only
-            x = first
-            if generated.numel():
-                g_slots, g_first = slots[generated], first[generated]
-                rest, frame = self.frame_predictor(self.last_hidden[g_slots], g_first)
-                frame = frame + self._texts(g_slots, batch.positions[generated])
-                x = first.index_copy(0, generated, frame)
-                self.frame_codes.index_copy_(0, g_slots, rest)
-            x = splice_media(x, batch)
+        else:  # prompt rows, recomputed rows: the code predictor runs on the new generated rows only
+            x = self._eager_inputs(batch, first, slots, plan)
         residual = None
         for layer in self.layers:
             x, residual = layer(x, residual, batch.positions, self.inv_freq, batch, caches)
@@ -278,6 +297,25 @@ class TalkerLM(nn.Module):
         last = batch.cu_seqlens[1:].to(torch.int64) - 1
         self.last_hidden.index_copy_(0, batch.state_slots, hidden.index_select(0, last))
         return hidden
+
+    def _eager_inputs(self, batch: ForwardBatch, first: torch.Tensor, slots: torch.Tensor,
+                      plan: tuple[list[int], list[int], list[torch.Tensor]]) -> torch.Tensor:
+        """The input embeddings ``[T, H]`` of an eager step's rows, given their :meth:`_generated_rows` ``plan``:
+        prompt rows the prompt's embeddings, new generated rows the code predictor's frame, recomputed ones the
+        frame of their kept codes, each generated row plus its text."""
+        predicted, replayed, codes = plan
+        dev, x = first.device, first
+        if predicted:
+            rows = torch.tensor(predicted, dtype=torch.int64, device=dev)
+            p_slots = slots[rows]
+            rest, frame = self.frame_predictor(self.last_hidden[p_slots], first[rows])
+            x = x.index_copy(0, rows, frame + self._texts(p_slots, batch.positions[rows]))
+            self.frame_codes.index_copy_(0, p_slots, rest)
+        if replayed:
+            rows = torch.tensor(replayed, dtype=torch.int64, device=dev)
+            frame = self.predictor.embed_frame(first[rows], torch.stack(codes).to(dev))
+            x = x.index_copy(0, rows, frame + self._texts(slots[rows], batch.positions[rows]))
+        return splice_media(x, batch)
 
     def _pick(self, logits: torch.Tensor, codebook: int) -> torch.Tensor:
         return choose_gumbel(logits, self.predictor_sampling)

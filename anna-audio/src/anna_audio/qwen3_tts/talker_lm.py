@@ -17,9 +17,11 @@ predictor's, shared, not copied. How a request maps onto the engine:
   filled are that sequence's side output (:meth:`side_output`), which the engine hands back with the step's token:
   output ``k >= 1`` of a request carries codebooks ``1 .. G-1`` of token ``k - 1``. The last token (EOS, or the one
   that hit ``max_tokens``) never becomes a frame, as in the reference.
-* The talker's logits block the control ids ``[vocab - 1024, vocab)`` except the codec EOS (:meth:`compute_logits`);
-  the engine's sampler applies the repetition penalty (placeholder ids are blocked ids, so penalising them changes
-  nothing), ``min_tokens`` keeps EOS out of the first steps, and temperature / top-k / top-p.
+* The talker's logits block the control ids ``[vocab - 1024, vocab)`` except the codec EOS; the model also applies
+  the request's repetition penalty and ``min_tokens`` (the prompt medium's ``"repetition_penalty"`` and
+  ``"min_tokens"``, :mod:`~anna_audio.qwen3_tts.engine_requests`) from per-slot device state, the math of the
+  engine's sampler (:meth:`compute_logits`), so the engine's sampler, left with temperature / top-k / top-p only,
+  runs inside captured decode graphs.
 
 Decode steps read and write only device tensors (per-slot tables, the batch's static inputs), so the engine may
 capture them as graphs, the code predictor's passes for the frame included (its sampling is
@@ -142,6 +144,10 @@ class TalkerLM(nn.Module):
         self.register_buffer("trailing", torch.zeros(0, 0, s.hidden_size, dtype=dt, device=dev), persistent=False)
         self.register_buffer("trailing_len", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
         self.register_buffer("prompt_len", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
+        self.register_buffer("seen", torch.zeros(0, self.vocab_size, dtype=torch.bool, device=dev), persistent=False)
+        self.register_buffer("penalty", torch.ones(0, dtype=torch.float32, device=dev), persistent=False)
+        self.register_buffer("min_tokens", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
+        self._logit_rows: tuple[torch.Tensor, torch.Tensor] | None = None
         with torch.no_grad():
             pad = talker.text(torch.tensor([config.text_ids["tts_pad"]], device=dev))[0]
         self.register_buffer("pad_embed", pad, persistent=False)
@@ -149,12 +155,15 @@ class TalkerLM(nn.Module):
         blocked[: self.vocab_size - CONTROL_ROWS] = False
         blocked[config.talker.ids.eos] = False
         self.register_buffer("blocked", blocked, persistent=False)
+        self.register_buffer("eos_mask", torch.arange(self.vocab_size, device=dev) == config.talker.ids.eos,
+                             persistent=False)
 
     def reserve_slots(self, max_num_seqs: int, max_trailing: int = 512) -> None:
         """Size the per-sequence state for an engine of ``max_num_seqs`` state slots plus its scratch slot: the
-        hidden state that chose each sequence's last token, the codes its last step filled, and its trailing text (at
-        most ``max_trailing`` embeddings: a prompt whose text is streamed holds about one per text token). Call it
-        before the engine is built (captured graphs keep these tensors' addresses).
+        hidden state that chose each sequence's last token, the codes its last step filled, its trailing text (at
+        most ``max_trailing`` embeddings: a prompt whose text is streamed holds about one per text token), and its
+        sampling controls (the codes it has seen, its repetition penalty and ``min_tokens``). Call it before the
+        engine is built (captured graphs keep these tensors' addresses).
 
         Raises:
             ValueError: ``max_num_seqs`` or ``max_trailing`` below 1.
@@ -168,6 +177,9 @@ class TalkerLM(nn.Module):
         self.trailing = self.trailing.new_zeros(slots, max_trailing, self.hidden_size)
         self.trailing_len = self.trailing_len.new_zeros(slots)
         self.prompt_len = self.prompt_len.new_zeros(slots)
+        self.seen = self.seen.new_zeros(slots, self.vocab_size)
+        self.penalty = self.penalty.new_ones(slots)
+        self.min_tokens = self.min_tokens.new_zeros(slots)
         self.frame_predictor.reserve(slots)
 
     @property
@@ -197,11 +209,13 @@ class TalkerLM(nn.Module):
         return value.to(device=weight.device, dtype=weight.dtype)
 
     def _bind_prompts(self, batch: ForwardBatch) -> None:
-        """Copy the trailing text of every prompt whose first chunk runs in ``batch`` into its slot's table (a host
-        loop over the step's new prompts; decode steps have none).
+        """Copy the trailing text and the sampling controls of every prompt whose first chunk runs in ``batch`` into
+        its slot's tables, and clear the codes its slot has seen (a host loop over the step's new prompts; decode
+        steps have none).
 
         Raises:
-            AnnaError: a trailing text longer than :meth:`reserve_slots` made room for.
+            AnnaError: a trailing text longer than :meth:`reserve_slots` made room for; sampling controls out of
+                range (a penalty not positive, a negative ``min_tokens``).
         """
         for i, q in enumerate(batch.query_lens):
             media = batch.media[i] if i < len(batch.media) else None
@@ -221,6 +235,14 @@ class TalkerLM(nn.Module):
             self.trailing.index_copy_(0, slot, rows)
             self.trailing_len.index_copy_(0, slot, torch.tensor([n], device=slot.device))
             self.prompt_len.index_copy_(0, slot, torch.tensor([prompt_len], device=slot.device))
+            data = media.items[0].data
+            penalty, min_tokens = float(data.get("repetition_penalty", 1.0)), int(data.get("min_tokens", 0))
+            if not penalty > 0 or min_tokens < 0:
+                raise AnnaError(f"a talker prompt's repetition_penalty must be positive and its min_tokens "
+                                f"non-negative, got {penalty}, {min_tokens}")
+            self.penalty.index_copy_(0, slot, torch.tensor([penalty], device=slot.device))
+            self.min_tokens.index_copy_(0, slot, torch.tensor([min_tokens], device=slot.device))
+            self.seen.index_fill_(0, slot, False)
 
     @staticmethod
     def _generated_rows(batch: ForwardBatch) -> tuple[list[int], list[int], list[torch.Tensor]]:
@@ -289,6 +311,9 @@ class TalkerLM(nn.Module):
             self.frame_codes.index_copy_(0, slots, rest)
         else:  # prompt rows, recomputed rows: the code predictor runs on the new generated rows only
             x = self._eager_inputs(batch, first, slots, plan)
+        self.seen.index_put_((slots, batch.input_ids), torch.ones_like(batch.input_ids, dtype=torch.bool))
+        logit_rows = batch.logits_indices
+        self._logit_rows = (slots.index_select(0, logit_rows), batch.positions.index_select(0, logit_rows))
         residual = None
         for layer in self.layers:
             x, residual = layer(x, residual, batch.positions, self.inv_freq, batch, caches)
@@ -321,8 +346,23 @@ class TalkerLM(nn.Module):
         return choose_gumbel(logits, self.predictor_sampling)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden ``[N, H]`` -> codec logits ``[N, vocab]`` float32, control ids but EOS at ``-inf``."""
-        return self.talker.codec_head(hidden).float().masked_fill(self.blocked, float("-inf"))
+        """hidden ``[N, H]`` (the logits rows, ``ForwardBatch.logits_indices``, of the step :meth:`forward` just ran)
+        -> codec logits ``[N, vocab]`` float32: control ids but EOS at ``-inf``; then, per row, the request's
+        repetition penalty on the codes its sequence has seen (divided by it where positive, multiplied where not:
+        Keskar et al., CTRL, 2019, as the engine's sampler applies it; the prompt's placeholders are blocked ids,
+        which stay ``-inf``), and EOS at ``-inf`` while fewer than its ``min_tokens`` codes were generated. Device
+        ops only (captured in decode graphs). Without a forward pass before it (hidden states from elsewhere), the
+        blocked ids only."""
+        logits = self.talker.codec_head(hidden).float().masked_fill(self.blocked, float("-inf"))
+        if self._logit_rows is None or self._logit_rows[0].shape[0] != logits.shape[0]:
+            return logits
+        slots, positions = self._logit_rows
+        rep = self.penalty[slots][:, None]  # [N, 1]
+        penalized = torch.where(logits > 0, logits / rep, logits * rep)
+        logits = torch.where(self.seen[slots], penalized, logits)
+        generated = positions - self.prompt_len[slots] + 1  # codes generated before this row's
+        held = (generated < self.min_tokens[slots])[:, None] & self.eos_mask[None, :]  # [N, vocab]
+        return logits.masked_fill(held, float("-inf"))
 
     def side_output(self, state_slot: int) -> torch.Tensor:
         """Codebooks ``1 .. G-1`` ``[G-1]`` int64, on the host, that the last step filled for the token its sequence

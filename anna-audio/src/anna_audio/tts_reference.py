@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-FRAME_S = 0.08  # 12.5 frames per second
+from anna_audio.tts_bench import FRAME_S
+
 SAMPLING = {"do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9, "repetition_penalty": 1.05,
             "subtalker_dosample": True, "subtalker_top_k": 50, "subtalker_top_p": 1.0, "subtalker_temperature": 0.9}
 """The released sampling defaults (``anna_audio.qwen3_tts.sampling.DEFAULTS``), passed explicitly."""

@@ -14,6 +14,12 @@ goes (:func:`device_split`): whether the decode steps replay captured graphs, th
 step (talker and code predictor) and of the code predictor alone per batch, and the vocoder's per frame. Targets of issue 27 on an
 H200 at the 1.7B shape in bf16: RTF <= 0.05, first audio <= 60 ms, 16 concurrent within 2x of one.
 
+With ``--reference`` the reference implementation (:mod:`anna_audio.tts_reference`: ``qwen_tts``, random weights of
+the same configuration) runs after Anna's measurement in the same process, Anna's engine and its device memory
+released first, at the same device, dtype, frames, text length, runs and concurrency; the report gains
+``reference`` (the same layout) and ``side_by_side`` (real-time factor, first audio and latencies of both). Where
+``qwen_tts`` does not import, the benchmark stops at once with a message and exit status 2.
+
 Example (GPU, the 1.7B shape, random weights)::
 
     python -m anna_audio.tts_bench --shape Qwen3-TTS-12Hz-1.7B-Base --dtype bf16 --frames 125 --concurrency 16
@@ -23,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import shutil
 import socket
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -104,7 +112,7 @@ class InProcessServer:
         self.port = _free_port()
 
         async def start_client() -> None:  # on the server's loop, as anna serve does
-            self.state.set_ready(task.start(built), None, max_model_len=built.max_model_len)
+            self.state.set_ready(task.start(self.built), None, max_model_len=self.built.max_model_len)
 
         app = create_app(self.state, pm=make_plugin_manager(load_entry_points=False), task=SPEECH_TASK,
                          on_startup=[start_client])
@@ -123,6 +131,11 @@ class InProcessServer:
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=60)
+        # litestar's module-level route handlers keep the last app (its state, its startup hook's closure): the
+        # engine stays reachable through neither, and its and the vocoder's threads end
+        service, self.state.engine, self.built = self.state.engine, None, None
+        if service is not None:
+            asyncio.run(service.shutdown(drain=False))
 
     @property
     def url(self) -> str:
@@ -246,6 +259,49 @@ def device_split(built: Any, batches: list[int], chunk: int) -> dict[str, Any]:
     return out
 
 
+def release_engine(device: str) -> dict[str, int]:
+    """After :func:`run_bench` returned (its engine, server and threads gone): collect what is left of them and
+    give the allocator's cached blocks back to ``device``; its :func:`~anna_core.device.memory_stats` after."""
+    from anna_core.device import empty_cache, memory_stats
+
+    gc.collect()
+    empty_cache(torch.device(device))
+    return memory_stats(torch.device(device))
+
+
+def side_by_side(anna: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """Anna's and the reference's headline figures, ``{figure: {"anna": x, "reference": y}}``."""
+    pick = {"rtf_one": lambda r: r["one"]["rtf"], "first_audio_s_one": lambda r: r["one"]["first_audio_s"],
+            "latency_s_one": lambda r: r["one"]["latency_s"],
+            "latency_s_concurrent_mean": lambda r: r["concurrent"]["latency_s"]["mean"],
+            "first_audio_s_concurrent_mean": lambda r: r["concurrent"]["first_audio_s"]["mean"],
+            "latency_vs_one": lambda r: r["concurrent"]["latency_vs_one"]}
+    out: dict[str, Any] = {name: {"anna": f(anna), "reference": f(reference)} for name, f in pick.items()}
+    out["concurrency"] = anna["concurrent"]["requests"]
+    return out
+
+
+def with_reference(report: dict[str, Any], *, text_tokens: int, runs: int) -> dict[str, Any]:
+    """``report`` (Anna's, from :func:`run_bench`, whose engine is released here) with the reference measured in
+    this process at the same configuration, device, dtype, frames, text length, runs and concurrency.
+
+    Raises:
+        ReferenceUnavailable: ``qwen_tts`` does not import here.
+    """
+    from anna_audio import tts_reference
+
+    memory = release_engine(report["device"])
+    reference = tts_reference.load_reference(report["model_dir"], report["device"], getattr(torch, report["dtype"]))
+    figures = tts_reference.measure(reference, frames=report["frames"], text_tokens=text_tokens,
+                                    concurrency=report["concurrent"]["requests"], runs=runs)
+    figures["device_memory_before"] = memory
+    return {**report, "reference": figures, "side_by_side": side_by_side(report, figures)}
+
+
+def _figure(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m anna_audio.tts_bench", description=__doc__.split("\n\n")[0])
@@ -261,8 +317,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="single-request runs (the best is reported)")
     parser.add_argument("--chunk-frames", default=None, help="first,rest frames per decoded chunk (default 1,8)")
     parser.add_argument("--no-cuda-graph", action="store_true")
+    parser.add_argument("--reference", action="store_true",
+                        help="then the reference implementation (qwen_tts) in this process, side by side")
     parser.add_argument("--out", default=None, help="also write the report (JSON) here")
     args = parser.parse_args(argv)
+    if args.reference:
+        from anna_audio.tts_reference import ReferenceUnavailable, require_reference
+
+        try:
+            require_reference()  # before Anna's run: a missing reference stops the benchmark at once
+        except ReferenceUnavailable as exc:
+            print(f"tts_bench --reference: {exc}", file=sys.stderr)
+            sys.exit(2)
     model_dir = args.model_dir
     if args.shape:
         import tempfile
@@ -272,6 +338,8 @@ def main(argv: list[str] | None = None) -> None:
     report = run_bench(model_dir, load_format=args.load_format, device=args.device, dtype=args.dtype,
                        frames=args.frames, text_tokens=args.text_tokens, concurrency=args.concurrency, runs=args.runs,
                        cuda_graph=not args.no_cuda_graph, chunk_frames=chunks)
+    if args.reference:
+        report = with_reference(report, text_tokens=args.text_tokens, runs=args.runs)
     one, crowd = report["one"], report["concurrent"]
     print(f"tts_bench {report['device']} {report['dtype']} {report['frames']} frames ({report['audio_s']:.2f} s audio)")
     print(f"one request: first audio {one['first_audio_s'] * 1000:.1f} ms, latency {one['latency_s']:.3f} s, "
@@ -288,6 +356,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"device split at {b} request(s), ms per frame: decode step {step_text} (code predictor "
               f"{predictor_ms:.2f} of it), vocoder {split['vocoder_ms_per_frame'][b]:.2f} (chunks of "
               f"{report['chunk_frames'][1]} frames)")
+    if "side_by_side" in report:
+        ref = report["reference"]
+        print(f"reference (qwen_tts, same process, not streamed): one request latency {ref['one']['latency_s']:.3f} s, "
+              f"RTF {_figure(ref['one']['rtf'])} (frames made {ref['one']['runs'][0]['frames_made']}); "
+              f"{ref['concurrent']['requests']} in one call {ref['concurrent']['latency_s']['mean']:.3f} s "
+              f"(x{ref['concurrent']['latency_vs_one']:.2f} of one)")
+        for name, pair in report["side_by_side"].items():
+            if isinstance(pair, dict):
+                print(f"side by side {name}: anna {_figure(pair['anna'])}, reference {_figure(pair['reference'])}")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2))
 

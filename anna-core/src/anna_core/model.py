@@ -140,7 +140,15 @@ class ModelCapabilities:
         side_outputs: each step leaves, per sequence, a value besides its sampled token (e.g. a speech model's
             other codebooks of a frame): the engine reads ``side_output(state_slot)`` (:class:`CausalLM`) of every
             request that produced a token, right after the step, into ``RequestOutput.side_outputs``; its steps are
-            then never launched ahead of the previous step's read-back (no asynchronous overlap).
+            then never launched ahead of the previous step's read-back (no asynchronous overlap). The engine keeps
+            each request's side outputs (``Request.side_outputs``) and hands them to the model in every eager step
+            (``ForwardBatch.side_outputs``).
+        recompute_holds_last: a generated token's next input depends on the step that consumes it, not on its id
+            alone (a speech talker's frame: the code predictor fills its other codebooks from the hidden state that
+            chose the token), so one pass cannot recompute the last generated token together with the one before
+            it. A request preempted by recompute then recomputes up to the token before its last (its side outputs
+            give the model those tokens' inputs) without sampling, and gets its last token back, not reported
+            again, to decode in its next step (:attr:`~anna_core.engine.request.Request.held_token`).
         compiled_decode: it has ``compile_decode(caches, compile_fn) -> bool``, which makes its forward pass
             run a one-sequence, one-token decode step through one compiled function (True when it did; False
             when the model or caches do not allow it). The runner calls it at set-up on the CPU when
@@ -158,6 +166,7 @@ class ModelCapabilities:
     graph_capture: bool = True
     quantized_kv: bool = False
     side_outputs: bool = False
+    recompute_holds_last: bool = False
     compiled_decode: bool = False
     topk_head: bool = False
 

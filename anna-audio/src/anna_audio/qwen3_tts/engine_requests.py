@@ -1,6 +1,11 @@
 """Speech requests to and from Anna's engine over :class:`~anna_audio.qwen3_tts.talker_lm.TalkerLM`: a talker prompt
 as an engine request (placeholder ids, the prefill embeddings as a medium, the sampling), and the engine's outputs
-back into code frames."""
+back into code frames.
+
+The talker's repetition penalty and its ``min_tokens`` (EOS held back) are applied by the model on the device
+(:meth:`~anna_audio.qwen3_tts.talker_lm.TalkerLM.compute_logits`, from per-slot state), not by the engine's sampler:
+they travel in the prompt medium's data, and the engine's own parameters carry neither, so its decode steps sample
+inside their captured graphs."""
 
 from __future__ import annotations
 
@@ -16,10 +21,23 @@ from anna_audio.qwen3_tts.sampling import SpeechSampling
 
 
 @attrs.frozen
+class TalkerParams:
+    """A request's sampling of codebook 0: ``engine`` (what the engine's sampler applies: temperature, top-k / top-p,
+    the length, the seed; no penalty, no ``min_tokens``), and what the model applies on the device:
+    ``repetition_penalty`` (over the codes generated so far, as the engine's sampler would) and ``min_tokens`` (EOS
+    held back while fewer codes were generated)."""
+
+    engine: SamplingParams
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0
+
+
+@attrs.frozen
 class EngineSpeechRequest:
     """What ``LLMEngine.add_request`` takes for one synthesis: ``prompt_ids`` (``T`` placeholders), ``multimodal``
-    (one ``"audio"`` medium over them whose ``data`` holds the prompt: ``{"prefill": [T, H], "trailing": [N, H]}``)
-    and ``params``."""
+    (one ``"audio"`` medium over them whose ``data`` holds the prompt, ``{"prefill": [T, H], "trailing": [N, H]}``,
+    and the model's sampling controls, ``"repetition_penalty"`` (float) and ``"min_tokens"`` (int)) and ``params``
+    (the engine's)."""
 
     prompt_ids: list[int]
     multimodal: MultiModalInputs
@@ -27,12 +45,12 @@ class EngineSpeechRequest:
 
 
 def talker_params(sampling: SpeechSampling, *, max_frames: int | None = None, ignore_eos: bool = False,
-                  seed: int | None = None) -> SamplingParams:
-    """The engine's sampling of codebook 0 for ``sampling`` (the talker's part; the code predictor's is the
-    model's): greedy (temperature 0) unless ``do_sample``; ``max_tokens`` is ``max_frames + 1`` (the last talker
-    step's token never becomes a frame), else ``sampling.max_new_tokens``; EOS is held back for the first
-    ``MIN_FRAMES`` steps, or, with ``ignore_eos`` (and ``max_frames``), never chosen: every step's token is a code,
-    so the request runs exactly ``max_frames`` frames (a benchmark's fixed length).
+                  seed: int | None = None) -> TalkerParams:
+    """The sampling of codebook 0 for ``sampling`` (the talker's part; the code predictor's is the model's): greedy
+    (temperature 0) unless ``do_sample``; ``max_tokens`` is ``max_frames + 1`` (the last talker step's token never
+    becomes a frame), else ``sampling.max_new_tokens``; EOS is held back for the first ``MIN_FRAMES`` steps, or,
+    with ``ignore_eos`` (and ``max_frames``), never chosen: every step's token is a code, so the request runs exactly
+    ``max_frames`` frames (a benchmark's fixed length).
 
     Raises:
         ValueError: ``max_frames < 1``.
@@ -43,19 +61,20 @@ def talker_params(sampling: SpeechSampling, *, max_frames: int | None = None, ig
         raise ValueError("ignore_eos needs max_frames")
     t = sampling.talker
     max_tokens = sampling.max_new_tokens if max_frames is None else max_frames + 1
-    return SamplingParams(
-        max_tokens=max_tokens, min_tokens=max_tokens if ignore_eos else MIN_FRAMES,  # min_tokens: EOS masked until then
-        temperature=t.temperature if t.do_sample else 0.0, top_k=t.top_k if t.top_k else -1, top_p=t.top_p,
-        repetition_penalty=sampling.repetition_penalty, seed=seed)
+    engine = SamplingParams(max_tokens=max_tokens, temperature=t.temperature if t.do_sample else 0.0,
+                            top_k=t.top_k if t.top_k else -1, top_p=t.top_p, seed=seed, ignore_eos=ignore_eos)
+    return TalkerParams(engine, repetition_penalty=sampling.repetition_penalty,
+                        min_tokens=max_tokens if ignore_eos else MIN_FRAMES)  # min_tokens: EOS masked until then
 
 
-def engine_request(prompt: TalkerPrompt, placeholder_id: int, params: SamplingParams) -> EngineSpeechRequest:
+def engine_request(prompt: TalkerPrompt, placeholder_id: int, params: TalkerParams) -> EngineSpeechRequest:
     """``prompt`` as an engine request (see :class:`EngineSpeechRequest`)."""
     prefill, trailing = prompt.prefill.detach(), prompt.trailing.detach()
     length = prefill.shape[0]
-    item = MediaItem("audio", 0, length, media_hash(b"qwen3-tts-prompt", prefill, trailing),
-                     data={"prefill": prefill, "trailing": trailing})
-    return EngineSpeechRequest([placeholder_id] * length, MultiModalInputs(items=(item,)), params)
+    controls = {"repetition_penalty": params.repetition_penalty, "min_tokens": params.min_tokens}
+    key = media_hash(b"qwen3-tts-prompt", prefill, trailing, params.repetition_penalty, params.min_tokens)
+    item = MediaItem("audio", 0, length, key, data={"prefill": prefill, "trailing": trailing, **controls})
+    return EngineSpeechRequest([placeholder_id] * length, MultiModalInputs(items=(item,)), params.engine)
 
 
 class FrameAssembler:

@@ -17,15 +17,22 @@ predictor's, shared, not copied. How a request maps onto the engine:
   filled are that sequence's side output (:meth:`side_output`), which the engine hands back with the step's token:
   output ``k >= 1`` of a request carries codebooks ``1 .. G-1`` of token ``k - 1``. The last token (EOS, or the one
   that hit ``max_tokens``) never becomes a frame, as in the reference.
-* The talker's logits block the control ids ``[vocab - 1024, vocab)`` except the codec EOS (:meth:`compute_logits`);
-  the engine's sampler applies the repetition penalty (placeholder ids are blocked ids, so penalising them changes
-  nothing), ``min_tokens`` keeps EOS out of the first steps, and temperature / top-k / top-p.
+* The talker's logits block the control ids ``[vocab - 1024, vocab)`` except the codec EOS; the model also applies
+  the request's repetition penalty and ``min_tokens`` (the prompt medium's ``"repetition_penalty"`` and
+  ``"min_tokens"``, :mod:`~anna_audio.qwen3_tts.engine_requests`) from per-slot device state, the math of the
+  engine's sampler (:meth:`compute_logits`), so the engine's sampler, left with temperature / top-k / top-p only,
+  runs inside captured decode graphs.
 
 Decode steps read and write only device tensors (per-slot tables, the batch's static inputs), so the engine may
 capture them as graphs, the code predictor's passes for the frame included (its sampling is
-:func:`~anna_audio.qwen3_tts.sampling.choose_gumbel`: no host sync). Limit of this port: a sequence's generated
-tokens cannot be recomputed (a preemption by recompute fails the request with a clear error: the codes of earlier
-frames are not kept).
+:func:`~anna_audio.qwen3_tts.sampling.choose_gumbel`: no host sync).
+
+Preemption by recompute (the talker declares ``recompute_holds_last``): the engine keeps each request's side
+outputs, so a recomputed generated token ``k`` takes its frame from the codes the engine handed out beside output
+``k + 1`` (:meth:`CodePredictor.embed_frame` of them plus ``trailing[k]``, the input its first pass had) instead of
+running the code predictor again (whose sampled codes would differ, and whose input, the hidden state of token
+``k - 1``, is computed in the same pass). The last generated token has no codes yet: the engine recomputes up to
+the token before it (leaving that token's hidden state in the slot) and decodes it next, as if never preempted.
 """
 
 from __future__ import annotations
@@ -124,7 +131,7 @@ class TalkerLM(nn.Module):
         self.hidden_size = s.hidden_size
         self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(s.num_layers), num_kv_heads=s.num_kv_heads,
                                                        head_dim=s.head_dim),))
-        self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True)
+        self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True, recompute_holds_last=True)
         weight = talker.codec_head.weight
         dev, dt = weight.device, weight.dtype
         inv_freq = inverse_frequencies(s.head_dim, {"rope_type": "default", "rope_theta": s.rope_theta})
@@ -137,6 +144,10 @@ class TalkerLM(nn.Module):
         self.register_buffer("trailing", torch.zeros(0, 0, s.hidden_size, dtype=dt, device=dev), persistent=False)
         self.register_buffer("trailing_len", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
         self.register_buffer("prompt_len", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
+        self.register_buffer("seen", torch.zeros(0, self.vocab_size, dtype=torch.bool, device=dev), persistent=False)
+        self.register_buffer("penalty", torch.ones(0, dtype=torch.float32, device=dev), persistent=False)
+        self.register_buffer("min_tokens", torch.zeros(0, dtype=torch.int64, device=dev), persistent=False)
+        self._logit_rows: tuple[torch.Tensor, torch.Tensor] | None = None
         with torch.no_grad():
             pad = talker.text(torch.tensor([config.text_ids["tts_pad"]], device=dev))[0]
         self.register_buffer("pad_embed", pad, persistent=False)
@@ -144,12 +155,15 @@ class TalkerLM(nn.Module):
         blocked[: self.vocab_size - CONTROL_ROWS] = False
         blocked[config.talker.ids.eos] = False
         self.register_buffer("blocked", blocked, persistent=False)
+        self.register_buffer("eos_mask", torch.arange(self.vocab_size, device=dev) == config.talker.ids.eos,
+                             persistent=False)
 
     def reserve_slots(self, max_num_seqs: int, max_trailing: int = 512) -> None:
         """Size the per-sequence state for an engine of ``max_num_seqs`` state slots plus its scratch slot: the
-        hidden state that chose each sequence's last token, the codes its last step filled, and its trailing text (at
-        most ``max_trailing`` embeddings: a prompt whose text is streamed holds about one per text token). Call it
-        before the engine is built (captured graphs keep these tensors' addresses).
+        hidden state that chose each sequence's last token, the codes its last step filled, its trailing text (at
+        most ``max_trailing`` embeddings: a prompt whose text is streamed holds about one per text token), and its
+        sampling controls (the codes it has seen, its repetition penalty and ``min_tokens``). Call it before the
+        engine is built (captured graphs keep these tensors' addresses).
 
         Raises:
             ValueError: ``max_num_seqs`` or ``max_trailing`` below 1.
@@ -163,6 +177,9 @@ class TalkerLM(nn.Module):
         self.trailing = self.trailing.new_zeros(slots, max_trailing, self.hidden_size)
         self.trailing_len = self.trailing_len.new_zeros(slots)
         self.prompt_len = self.prompt_len.new_zeros(slots)
+        self.seen = self.seen.new_zeros(slots, self.vocab_size)
+        self.penalty = self.penalty.new_ones(slots)
+        self.min_tokens = self.min_tokens.new_zeros(slots)
         self.frame_predictor.reserve(slots)
 
     @property
@@ -192,21 +209,19 @@ class TalkerLM(nn.Module):
         return value.to(device=weight.device, dtype=weight.dtype)
 
     def _bind_prompts(self, batch: ForwardBatch) -> None:
-        """Copy the trailing text of every prompt whose first chunk runs in ``batch`` into its slot's table (a host
-        loop over the step's new prompts; decode steps have none).
+        """Copy the trailing text and the sampling controls of every prompt whose first chunk runs in ``batch`` into
+        its slot's tables, and clear the codes its slot has seen (a host loop over the step's new prompts; decode
+        steps have none).
 
         Raises:
-            AnnaError: a generated token in a multi-row chunk (a recompute after preemption); a trailing text longer
-                than :meth:`reserve_slots` made room for.
+            AnnaError: a trailing text longer than :meth:`reserve_slots` made room for; sampling controls out of
+                range (a penalty not positive, a negative ``min_tokens``).
         """
         for i, q in enumerate(batch.query_lens):
             media = batch.media[i] if i < len(batch.media) else None
             if media is None or not media.items:
                 continue
             prompt_len = media.items[0].end
-            if q > 1 and batch.context_lens[i] > prompt_len:
-                raise AnnaError("the talker cannot recompute generated speech frames (a preemption): retry the "
-                                "request or give the server more KV cache")
             if batch.context_lens[i] != q:  # not the prompt's first chunk
                 continue
             trailing = self._prompt_part(media.items[0], "trailing", None)
@@ -220,19 +235,49 @@ class TalkerLM(nn.Module):
             self.trailing.index_copy_(0, slot, rows)
             self.trailing_len.index_copy_(0, slot, torch.tensor([n], device=slot.device))
             self.prompt_len.index_copy_(0, slot, torch.tensor([prompt_len], device=slot.device))
+            data = media.items[0].data
+            penalty, min_tokens = float(data.get("repetition_penalty", 1.0)), int(data.get("min_tokens", 0))
+            if not penalty > 0 or min_tokens < 0:
+                raise AnnaError(f"a talker prompt's repetition_penalty must be positive and its min_tokens "
+                                f"non-negative, got {penalty}, {min_tokens}")
+            self.penalty.index_copy_(0, slot, torch.tensor([penalty], device=slot.device))
+            self.min_tokens.index_copy_(0, slot, torch.tensor([min_tokens], device=slot.device))
+            self.seen.index_fill_(0, slot, False)
 
     @staticmethod
-    def _generated_rows(batch: ForwardBatch) -> torch.Tensor:
-        """``[R]`` int64: the rows of an eager step that hold generated tokens (past their prompt; a sequence
-        without media, e.g. a warm-up's, counts as generated)."""
-        out, start = [], 0
+    def _generated_rows(batch: ForwardBatch) -> tuple[list[int], list[int], list[torch.Tensor]]:
+        """The rows of an eager step that hold generated tokens (past their prompt), on the host: ``(predicted,
+        replayed, codes)``: the rows whose frame the code predictor fills (a token the step consumes for the first
+        time: its sequence's first row this step), the rows a recompute replays, and their codebooks ``1 .. G-1``
+        ``[G-1]`` each (generated token ``k`` takes the side output handed out with output ``k + 1``). A sequence
+        without media, e.g. a warm-up's, has every row predicted.
+
+        Raises:
+            AnnaError: a generated token without its codes behind another row of its chunk (its code predictor
+                would need the hidden state this very pass computes; the engine's recompute stops before it).
+        """
+        predicted, replayed, codes, start = [], [], [], 0
         for i, q in enumerate(batch.query_lens):
             media = batch.media[i] if i < len(batch.media) else None
-            prompt_len = media.items[0].end if media is not None and media.items else 0
             first_pos = batch.context_lens[i] - q
-            out += range(start + max(prompt_len - first_pos, 0), start + q)
+            if media is None or not media.items:
+                predicted += range(start, start + q)
+                start += q
+                continue
+            prompt_len = media.items[0].end
+            side = batch.side_outputs[i] if i < len(batch.side_outputs) else ()
+            for pos in range(max(prompt_len, first_pos), first_pos + q):
+                row, k = start + pos - first_pos, pos - prompt_len
+                if k + 1 < len(side):
+                    replayed.append(row)
+                    codes.append(side[k + 1])
+                elif row == start:
+                    predicted.append(row)
+                else:
+                    raise AnnaError(f"the talker cannot compute generated token {k} in the pass of the token before "
+                                    "it (its codes are not known yet)")
             start += q
-        return torch.tensor(out, dtype=torch.int64, device=batch.input_ids.device)
+        return predicted, replayed, codes
 
     def _texts(self, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``[T, H]``: the text embedding a generated token at ``positions`` adds: ``trailing[k]`` of its slot's
@@ -256,20 +301,19 @@ class TalkerLM(nn.Module):
         seq_of_row = torch.bucketize(rows, batch.cu_seqlens[1:].to(torch.int64), right=True)  # [T]
         slots = batch.state_slots[seq_of_row]  # [T]
         first = self.talker.codec(batch.input_ids)  # [T, H]
-        generated = None if batch.is_decode and batch.embeds is None else self._generated_rows(batch)
-        if generated is None:  # every row a generated token (decode steps: device ops only)
+        decode = batch.is_decode and batch.embeds is None
+        plan = self._generated_rows(batch) if not decode or any(batch.side_outputs) else None
+        if plan is not None and decode and not plan[1]:
+            plan = None  # a decode step without recomputed rows
+        if plan is None:  # every row a generated token consumed for the first time (decode steps: device ops only)
             rest, frame = self.frame_predictor(self.last_hidden[slots], first)  # [T, G-1], [T, H]
             x = frame + self._texts(slots, batch.positions)
             self.frame_codes.index_copy_(0, slots, rest)
-        else:  # a step with prompt rows: the code predictor runs on its generated rows only
-            x = first
-            if generated.numel():
-                g_slots, g_first = slots[generated], first[generated]
-                rest, frame = self.frame_predictor(self.last_hidden[g_slots], g_first)
-                frame = frame + self._texts(g_slots, batch.positions[generated])
-                x = first.index_copy(0, generated, frame)
-                self.frame_codes.index_copy_(0, g_slots, rest)
-            x = splice_media(x, batch)
+        else:  # prompt rows, recomputed rows: the code predictor runs on the new generated rows only
+            x = self._eager_inputs(batch, first, slots, plan)
+        self.seen.index_put_((slots, batch.input_ids), torch.ones_like(batch.input_ids, dtype=torch.bool))
+        logit_rows = batch.logits_indices
+        self._logit_rows = (slots.index_select(0, logit_rows), batch.positions.index_select(0, logit_rows))
         residual = None
         for layer in self.layers:
             x, residual = layer(x, residual, batch.positions, self.inv_freq, batch, caches)
@@ -279,12 +323,46 @@ class TalkerLM(nn.Module):
         self.last_hidden.index_copy_(0, batch.state_slots, hidden.index_select(0, last))
         return hidden
 
+    def _eager_inputs(self, batch: ForwardBatch, first: torch.Tensor, slots: torch.Tensor,
+                      plan: tuple[list[int], list[int], list[torch.Tensor]]) -> torch.Tensor:
+        """The input embeddings ``[T, H]`` of an eager step's rows, given their :meth:`_generated_rows` ``plan``:
+        prompt rows the prompt's embeddings, new generated rows the code predictor's frame, recomputed ones the
+        frame of their kept codes, each generated row plus its text."""
+        predicted, replayed, codes = plan
+        dev, x = first.device, first
+        if predicted:
+            rows = torch.tensor(predicted, dtype=torch.int64, device=dev)
+            p_slots = slots[rows]
+            rest, frame = self.frame_predictor(self.last_hidden[p_slots], first[rows])
+            x = x.index_copy(0, rows, frame + self._texts(p_slots, batch.positions[rows]))
+            self.frame_codes.index_copy_(0, p_slots, rest)
+        if replayed:
+            rows = torch.tensor(replayed, dtype=torch.int64, device=dev)
+            frame = self.predictor.embed_frame(first[rows], torch.stack(codes).to(dev))
+            x = x.index_copy(0, rows, frame + self._texts(slots[rows], batch.positions[rows]))
+        return splice_media(x, batch)
+
     def _pick(self, logits: torch.Tensor, codebook: int) -> torch.Tensor:
         return choose_gumbel(logits, self.predictor_sampling)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden ``[N, H]`` -> codec logits ``[N, vocab]`` float32, control ids but EOS at ``-inf``."""
-        return self.talker.codec_head(hidden).float().masked_fill(self.blocked, float("-inf"))
+        """hidden ``[N, H]`` (the logits rows, ``ForwardBatch.logits_indices``, of the step :meth:`forward` just ran)
+        -> codec logits ``[N, vocab]`` float32: control ids but EOS at ``-inf``; then, per row, the request's
+        repetition penalty on the codes its sequence has seen (divided by it where positive, multiplied where not:
+        Keskar et al., CTRL, 2019, as the engine's sampler applies it; the prompt's placeholders are blocked ids,
+        which stay ``-inf``), and EOS at ``-inf`` while fewer than its ``min_tokens`` codes were generated. Device
+        ops only (captured in decode graphs). Without a forward pass before it (hidden states from elsewhere), the
+        blocked ids only."""
+        logits = self.talker.codec_head(hidden).float().masked_fill(self.blocked, float("-inf"))
+        if self._logit_rows is None or self._logit_rows[0].shape[0] != logits.shape[0]:
+            return logits
+        slots, positions = self._logit_rows
+        rep = self.penalty[slots][:, None]  # [N, 1]
+        penalized = torch.where(logits > 0, logits / rep, logits * rep)
+        logits = torch.where(self.seen[slots], penalized, logits)
+        generated = positions - self.prompt_len[slots] + 1  # codes generated before this row's
+        held = (generated < self.min_tokens[slots])[:, None] & self.eos_mask[None, :]  # [N, vocab]
+        return logits.masked_fill(held, float("-inf"))
 
     def side_output(self, state_slot: int) -> torch.Tensor:
         """Codebooks ``1 .. G-1`` ``[G-1]`` int64, on the host, that the last step filled for the token its sequence

@@ -71,6 +71,10 @@ class ForwardBatch:
             for a text request: per-request inputs a family's processor put in its media items' ``data`` that the
             model reads beyond the encoder outputs (e.g. a speech model's text fed with each generated token).
             Host data only: a captured graph does not see it.
+        side_outputs: for a model whose capabilities declare ``side_outputs``, per sequence, the side outputs its
+            request has received so far (:attr:`~anna_core.engine.request.Request.side_outputs`: entry ``k`` is what
+            the step that produced output ``k`` left), e.g. what a recompute after preemption rebuilds its generated
+            tokens' inputs from; empty otherwise, and in captured graphs. Host data only.
     """
 
     input_ids: torch.Tensor
@@ -89,6 +93,7 @@ class ForwardBatch:
     embeds_mask: torch.Tensor | None = None
     uniform_positions: bool = False
     media: list[Any] = attrs.field(factory=list)
+    side_outputs: list[list[Any]] = attrs.field(factory=list)
 
     @property
     def num_tokens(self) -> int:

@@ -172,7 +172,8 @@ class LLMEngine:
         self.prompt_store = StateStore(spec, config.prompt_cache_size, self.device, dtype)
         self.kv = CacheManager(spec, num_blocks, bs, config.max_num_seqs, enable_caching=config.enable_prefix_caching,
                                num_snapshots=num_snapshots, snapshot_interval=config.snapshot_interval)
-        self.scheduler = Scheduler(config, self.kv, checkpoints_in_pass=in_pass, max_model_len=self.max_model_len)
+        self.scheduler = Scheduler(config, self.kv, checkpoints_in_pass=in_pass, max_model_len=self.max_model_len,
+                                   hold_last=model.capabilities.recompute_holds_last)
         self._inflight: Inflight | None = None
         target = None
         if self.scheduler.checkpoints_in_pass:
@@ -531,7 +532,9 @@ class LLMEngine:
         """Whether ``out`` may be launched without waiting: asynchronous scheduling is on, the runner runs
         it as a captured decode graph with the sampler inside, and no prompt-cache or snapshot work
         surrounds it."""
-        if not self.config.async_scheduling or out.prompt_hits or not out.seqs or self.model.capabilities.side_outputs:
+        caps = self.model.capabilities
+        if not self.config.async_scheduling or out.prompt_hits or not out.seqs or caps.side_outputs \
+                or caps.recompute_holds_last:  # a held token is never a pending one
             return False
         if any(s.capture_prompt or s.capture_snapshot or s.checkpoints or s.restore_snapshot is not None
                for s in out.seqs):
@@ -667,6 +670,7 @@ class LLMEngine:
         side: list[Any] = []
         if self.model.capabilities.side_outputs:  # read before a finish frees the request's slot
             side.append(self.model.side_output(self.kv.slots.slot(req.request_id)))
+            req.side_outputs.append(side[-1])  # a recompute's inputs (ForwardBatch.side_outputs)
         if n_out > req.params.min_tokens:
             if token in req.eos_token_ids and not req.params.ignore_eos:
                 reason = "stop"

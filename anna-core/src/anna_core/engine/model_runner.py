@@ -390,6 +390,7 @@ class ModelRunner:
             is_decode=out.is_decode,
             uniform_positions=num_rows > 1 and uniform,
             media=[s.request.multimodal for s in out.seqs],
+            side_outputs=[s.request.side_outputs for s in out.seqs] if self.model.capabilities.side_outputs else [],
         )
 
     def _checkpoints(self, out: SchedulerOutput, cu_seqlens: list[int]) -> StateCheckpoints:

@@ -48,6 +48,11 @@ class Request:
             :mod:`anna_core.engine.prefix_cache`; :meth:`hashes_upto` extends them).
         multimodal: its media and positions (:mod:`anna_core.multimodal`), or None (text).
         last_scheduled: the scheduler step that last computed it (decode rotation).
+        side_outputs: with a model that declares ``side_outputs``, what each step that produced a token left for
+            this request (entry ``k`` beside output ``k``; :attr:`~anna_core.engine.outputs.RequestOutput.side_outputs`).
+        held_token: with a model that declares ``recompute_holds_last``, the last generated token while the request
+            recomputes after a preemption (taken out of ``output_token_ids`` and put back, without a new output, by
+            the step whose chunk reaches the token before it); else None.
     """
 
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, *,
@@ -79,6 +84,8 @@ class Request:
         self.block_hashes: list[bytes] = []
         self.last_scheduled = -1
         self.admitted_once = False
+        self.side_outputs: list[Any] = []
+        self.held_token: int | None = None
         self.multimodal = multimodal if multimodal is not None and not multimodal.is_plain else None
         # the prompt-cache key: the prompt's ids, and its media when it has some
         ids = tuple(self.prompt_token_ids)

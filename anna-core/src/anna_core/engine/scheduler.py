@@ -34,7 +34,10 @@ When a running request needs a KV block and none is free, prompt-cache entries a
 then the newest running request not yet scheduled this step is preempted by recompute: its blocks
 and slot are freed and it goes back to the front of the waiting queue; when resumed it computes
 its prompt and generated tokens again (reusing cached blocks), so its output is unchanged. No
-request is admitted in a step that preempted.
+request is admitted in a step that preempted. With ``hold_last`` (a model that declares
+``recompute_holds_last``) a preempted request's last generated token is held back
+(:attr:`~anna_core.engine.request.Request.held_token`): the recompute stops before it without sampling,
+and the step that reaches it puts the token back (no new output), to be decoded next.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class Scheduler:
         checkpoints_in_pass: the model snapshots the recurrent state inside a prefill pass, so chunks
             may span snapshot boundaries (see the module doc).
         max_model_len: the longest sequence served (the engine's capped context limit), or None.
+        hold_last: a preempted request's recompute stops before its last generated token (see the module doc).
         clock: seconds, the clock of ``Request.arrival_time`` (``time.perf_counter``).
 
     Raises:
@@ -78,7 +82,8 @@ class Scheduler:
     """
 
     def __init__(self, config: EngineConfig, kv: CacheManager, *, checkpoints_in_pass: bool = False,
-                 max_model_len: int | None = None, clock: Callable[[], float] = time.perf_counter):
+                 max_model_len: int | None = None, hold_last: bool = False,
+                 clock: Callable[[], float] = time.perf_counter):
         if config.max_prefill_tokens is None:
             raise AnnaError("max_prefill_tokens is unset: give it, or let the engine choose it for its device "
                             "(anna_core.engine.config.default_max_prefill_tokens)")
@@ -92,6 +97,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_steps = 0
         self.max_model_len = max_model_len
+        self.hold_last = hold_last
         self.prompt_cache = PromptCache(config.prompt_cache_size) if config.prompt_cache_size else None
         self.capture_snapshots = kv.capture_snapshots
         self.checkpoints_in_pass = self.capture_snapshots and checkpoints_in_pass
@@ -261,10 +267,11 @@ class Scheduler:
         p = request.num_prompt_tokens
         out.seqs.append(ScheduledSeq(
             request=request, start=start, token_ids=request.token_slice(start, end), block_tables=tables,
-            state_slot=self.slots.allocate(rid), samples=end == request.num_tokens, restore_snapshot=restore,
+            state_slot=self.slots.allocate(rid), samples=end == request.num_tokens and request.held_token is None,
+            restore_snapshot=restore,
             capture_snapshot=self.capture_snapshots and end <= p and end % self.config.snapshot_interval == 0,
             capture_prompt=(self.prompt_cache is not None and end == p and not request.output_token_ids
-                            and request.prompt_key not in self.prompt_cache),
+                            and request.held_token is None and request.prompt_key not in self.prompt_cache),
             checkpoints=self._reserve_checkpoints(request, start, min(end - 1, p)) if self.checkpoints_in_pass else [],
         ))
         scheduled.add(rid)
@@ -369,7 +376,7 @@ class Scheduler:
         return n
 
     def _try_prompt_hit(self, request: Request, out: SchedulerOutput, scheduled: set[str], first: bool) -> bool:
-        if self.prompt_cache is None or request.output_token_ids:
+        if self.prompt_cache is None or request.output_token_ids or request.held_token is not None:
             return False
         entry = self.prompt_cache.get(request.prompt_key)
         if entry is None:
@@ -441,6 +448,8 @@ class Scheduler:
             if seq.samples:
                 request.output_token_ids.append(sampled[rid])
                 grew.append(request)
+            elif request.held_token is not None and end == request.num_tokens:
+                self._put_back(request)  # recomputed up to its held token: decoded next, reported already
         for hit in out.prompt_hits:
             request = hit.request
             if request.status is RequestStatus.RUNNING:
@@ -471,9 +480,16 @@ class Scheduler:
         self._release(request)
         request.status = RequestStatus.WAITING
         request.num_computed_tokens = 0
+        if self.hold_last and request.held_token is None and request.output_token_ids:
+            request.held_token = request.output_token_ids.pop()
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
+
+    @staticmethod
+    def _put_back(request: Request) -> None:
+        request.output_token_ids.append(request.held_token)
+        request.held_token = None
 
     def finish(self, request: Request, reason: str, stop_reason: str | int | None = None) -> None:
         """Retire ``request`` (running or waiting): its blocks and slot return to the pools now."""
@@ -487,6 +503,8 @@ class Scheduler:
             except ValueError:
                 pass
         self._release(request)
+        if request.held_token is not None:
+            self._put_back(request)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
         request.stop_reason = stop_reason

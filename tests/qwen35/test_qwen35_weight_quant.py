@@ -1,21 +1,12 @@
-"""``--weight-quant int4|int8|fp8`` on Qwen3.5 (issue 29): the quantized model is the dense model with its
-projections' weights replaced by their dequantized values (so every difference is the quantization's rounding),
-and the quality against the unquantized model on a tiny checkpoint stays within bounds measured here.
+"""``--weight-quant int4|int8|fp8`` on Qwen3.5 (issue 29): the quantized model is the dense model with its projections'
+weights replaced by their dequantized values (so every difference is the quantization's rounding), and the quality
+against the unquantized model on a tiny checkpoint stays within bounds measured here.
 
 The tiny checkpoint (hidden 128, so int4 groups of 128 fit; every parameter random, norms included) is far more
 sensitive than a trained model: its logit margins are small and random norms amplify each layer's error.
-Measured on the CPU through the float32 references (prompt of 12 tokens, 64 greedy tokens, teacher-forced logits
-along the dense model's greedy continuation):
-
-========  ==========================  ===========  ==============  =============
-scheme    greedy tokens equal (of 64)  top-1 agree  mean KL (nats)  max KL
-========  ==========================  ===========  ==============  =============
-int8      11 (first 11)                0.92         3.9e-3          6.5e-2
-fp8       1                            0.69         3.8e-2          2.4e-1
-int4      0                            0.31         2.8e-1          1.1
-========  ==========================  ===========  ==============  =============
-
-The bounds below are about twice the measured KL and a little under the measured agreement.
+:data:`BOUNDS` are about twice the KL and a little under the agreement measured on the CPU through the float32
+references (:mod:`anna_core.testing.quant_quality`: a 12-token prompt, 64 greedy tokens, teacher-forced logits along
+the dense model's greedy continuation); the measured values are beside them.
 """
 
 from __future__ import annotations
@@ -31,10 +22,10 @@ from anna_core.weights.gpu_quant import dequantize
 
 from tests.qwen35.conftest import load_anna, rel_err
 
-BOUNDS = {  # scheme: (min greedy tokens equal of 64, min top-1 agreement, max mean KL, max KL)
-    "int8": QualityBounds(8, 0.85, 1e-2, 0.15),
-    "fp8": QualityBounds(0, 0.6, 8e-2, 0.5),
-    "int4": QualityBounds(0, 0.2, 0.6, 2.5),
+BOUNDS = {  # scheme: (min greedy tokens equal of 64, min top-1 agreement, max mean KL (nats), max KL)
+    "int8": QualityBounds(8, 0.85, 1e-2, 0.15),  # measured: 11 (the first 11), 0.92, 3.9e-3, 6.5e-2
+    "fp8": QualityBounds(0, 0.6, 8e-2, 0.5),  # measured: 1, 0.69, 3.8e-2, 2.4e-1
+    "int4": QualityBounds(0, 0.2, 0.6, 2.5),  # measured: 0, 0.31, 2.8e-1, 1.1
 }
 
 

@@ -18,7 +18,7 @@ from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.model_runner import RunnerConfig
 from anna_core.kernels.registry import KernelRegistry, bind_ops
-from torch.utils._python_dispatch import TorchDispatchMode
+from anna_core.testing.host_reads import NoHostReads
 
 from tests.audio.test_qwen3_tts_talker import KINDS, _requests
 from tests.audio.tts_golden import CHECKPOINTS, golden
@@ -142,18 +142,6 @@ def test_chunked_prefills_and_mixed_steps_equal_the_reference():
         assert torch.equal(f.codes(config.talker.num_code_groups), g[f"{case}/codes/{row}"]), rid
 
 
-_HOST_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
-               torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default)
-"""Ops that read a device value on the host (torch 2.13 dispatches ``.item()`` as ``aten.item`` to a mode)."""
-
-
-class _NoHostSync(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in _HOST_READS:
-            raise AssertionError("host sync (.item() / bool(tensor)) inside a captured step")
-        return func(*args, **(kwargs or {}))
-
-
 class _FakeGraphAccelerator(Accelerator):
     """A CPU accelerator that claims graph support: "capture" runs the step once where any host read of a device
     value fails, "replay" runs it again over the same static buffers (as tests/core/test_cuda_graphs.py does)."""
@@ -167,7 +155,7 @@ class _FakeGraphAccelerator(Accelerator):
         return True
 
     def capture(self, fn, pool=None):
-        with _NoHostSync():
+        with NoHostReads():
             fn()
 
         def replay():

@@ -1,9 +1,9 @@
 """Captured decode graphs, exercised on the CPU through a fake graph-capable accelerator.
 
-The fake "captures" by running the step once under a dispatch mode that fails on any host read of a
-device value (``.item()``, ``bool(tensor)``, ``torch.equal``: :data:`_HOST_READS`) and "replays" by running the
-same step again over the same static buffers, which is what a real graph does with its kernels. The
-engine with graphs must then produce exactly the tokens of the eager engine, for batches that hit
+The fake "captures" by running the step once under a dispatch mode that fails on any host read of a device value
+(``.item()``, ``bool(tensor)``, ``torch.equal``: :class:`~anna_core.testing.host_reads.NoHostReads`) and
+"replays" by running the same step again over the same static buffers, which is what a real graph does with its
+kernels. The engine with graphs must then produce exactly the tokens of the eager engine, for batches that hit
 padded buckets and shrink as requests finish, greedy and seeded sampling alike.
 """
 
@@ -17,22 +17,9 @@ from anna_core.engine.sampler import Sampler, graph_safe, param_rows, sample_no_
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
 from anna_core.testing.engine_run import run_to_completion
-from torch.utils._python_dispatch import TorchDispatchMode
+from anna_core.testing.host_reads import NoHostReads
 
 from tests.core._tiny_family import write_tiny_config
-
-_HOST_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
-               torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default)
-"""Ops that read a device value on the host: under ``torch.inference_mode()`` (where the runner captures) torch 2.13
-dispatches ``.item()`` to a mode as ``aten.item`` and ``bool(tensor)`` as ``aten.is_nonzero``, outside it both as
-``aten._local_scalar_dense``."""
-
-
-class _NoHostSync(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in _HOST_READS:
-            raise AssertionError("host sync (.item() / bool(tensor)) inside a captured step")
-        return func(*args, **(kwargs or {}))
 
 
 class FakeGraphAccelerator(Accelerator):
@@ -48,7 +35,7 @@ class FakeGraphAccelerator(Accelerator):
         return True
 
     def capture(self, fn, pool=None):
-        with _NoHostSync():
+        with NoHostReads():
             fn()
         self.captures += 1
 

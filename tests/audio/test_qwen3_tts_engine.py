@@ -14,12 +14,11 @@ from anna_audio.qwen3_tts.generate import GREEDY
 from anna_audio.qwen3_tts.sampling import SpeechSampling
 from anna_audio.qwen3_tts.talker_lm import TalkerLM
 from anna_audio.qwen3_tts.weights import load_talker
-from anna_core.device import Accelerator, StepGraph
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.model_runner import RunnerConfig
 from anna_core.kernels.registry import KernelRegistry, bind_ops
-from torch.utils._python_dispatch import TorchDispatchMode
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
 from tests.audio.test_qwen3_tts_talker import KINDS, _requests
 from tests.audio.tts_golden import CHECKPOINTS, golden
@@ -143,48 +142,13 @@ def test_chunked_prefills_and_mixed_steps_equal_the_reference():
         assert torch.equal(f.codes(config.talker.num_code_groups), g[f"{case}/codes/{row}"]), rid
 
 
-_HOST_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
-               torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default)
-"""Ops that read a device value on the host (torch 2.13 dispatches ``.item()`` as ``aten.item`` to a mode)."""
-
-
-class _NoHostSync(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in _HOST_READS:
-            raise AssertionError("host sync (.item() / bool(tensor)) inside a captured step")
-        return func(*args, **(kwargs or {}))
-
-
-class _FakeGraphAccelerator(Accelerator):
-    """A CPU accelerator that claims graph support: "capture" runs the step once where any host read of a device
-    value fails, "replay" runs it again over the same static buffers (as tests/core/test_cuda_graphs.py does)."""
-
-    def __init__(self):
-        super().__init__(torch.device("cpu"))
-        self.replays = 0
-
-    @property
-    def graphs(self) -> bool:
-        return True
-
-    def capture(self, fn, pool=None):
-        with _NoHostSync():
-            fn()
-
-        def replay():
-            self.replays += 1
-            fn()
-
-        return StepGraph(replay)
-
-
 def test_decode_steps_are_captured_with_the_code_predictor_and_equal_the_reference():
     """The speech talker declares graph capture and keeps side outputs (no asynchronous overlap): its decode steps,
     the code predictor's passes inside, capture (no host read) and their replays give the golden codes."""
     g, facts = golden("custom_voice")
     config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=3)
     assert model.capabilities.graph_capture and model.capabilities.side_outputs
-    accel = _FakeGraphAccelerator()
+    accel = FakeGraphAccelerator()
     engine.runner.accel = accel
     engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
                         max_num_seqs=3)

@@ -11,6 +11,7 @@ from anna_audio.qwen3_tts import load_code_predictor, load_config
 from anna_audio.qwen3_tts.code_predictor import greedy
 from anna_audio.qwen3_tts.frame_predictor import FramePredictor
 from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.testing.host_reads import HOST_READS
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.audio.tts_golden import CHECKPOINTS, cases, golden
@@ -66,8 +67,7 @@ class _Launches(TorchDispatchMode):
         self.inside_op = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
-                    torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default):
+        if func in HOST_READS:
             self.syncs += 1
         if not self.inside_op and not func.is_view and func is not torch.ops.aten.detach.default:
             self.launches += 1

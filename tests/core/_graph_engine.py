@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.core.test_cuda_graphs import FakeGraphAccelerator
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
 
 def graph_engine(model_dir, *, async_scheduling: bool, graphs: bool = True, max_seqs: int = 4,

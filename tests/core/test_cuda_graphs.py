@@ -1,9 +1,9 @@
 """Captured decode graphs, exercised on the CPU through a fake graph-capable accelerator.
 
-The fake "captures" by running the step once under a dispatch mode that fails on any host read of a
-device value (``.item()``, ``bool(tensor)``: ``aten._local_scalar_dense``) and "replays" by running the
-same step again over the same static buffers, which is what a real graph does with its kernels. The
-engine with graphs must then produce exactly the tokens of the eager engine, for batches that hit
+The fake (:class:`~anna_core.testing.fake_graphs.FakeGraphAccelerator`) "captures" by running the step once under a
+dispatch mode that fails on any host read of a device value (``.item()``, ``bool(tensor)``, ``torch.equal``) and
+"replays" by running the same step again over the same static buffers, which is what a real graph does with its
+kernels. The engine with graphs must then produce exactly the tokens of the eager engine, for batches that hit
 padded buckets and shrink as requests finish, greedy and seeded sampling alike.
 """
 
@@ -11,46 +11,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from anna_core.device import Accelerator, StepGraph
+from anna_core.device import Accelerator
 from anna_core.engine.cuda_graphs import DecodeGraphs, bucket_sizes
 from anna_core.engine.sampler import Sampler, graph_safe, param_rows, sample_no_sync
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
 from anna_core.testing.engine_run import run_to_completion
-from torch.utils._python_dispatch import TorchDispatchMode
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
 from tests.core._tiny_family import write_tiny_config
-
-
-class _NoHostSync(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
-            raise AssertionError("host sync (.item() / bool(tensor)) inside a captured step")
-        return func(*args, **(kwargs or {}))
-
-
-class FakeGraphAccelerator(Accelerator):
-    """A CPU accelerator that claims graph support (see the module doc)."""
-
-    def __init__(self):
-        super().__init__(torch.device("cpu"))
-        self.captures = 0
-        self.replays = 0
-
-    @property
-    def graphs(self) -> bool:
-        return True
-
-    def capture(self, fn, pool=None):
-        with _NoHostSync():
-            fn()
-        self.captures += 1
-
-        def replay():
-            self.replays += 1
-            fn()
-
-        return StepGraph(replay)
 
 
 def test_bucket_sizes():
@@ -239,7 +208,6 @@ def test_time_replay_touches_only_scratch_entries(tiny_dir):
 
 
 def test_staging_uploads_the_first_rows_of_row_fields_and_every_other_field():
-    from anna_core.device import Accelerator
     from anna_core.engine.graph_staging import Staging
 
     st = Staging(Accelerator(torch.device("cpu")), [("tables", torch.int32, (4, 3)), ("ids", torch.int64, (4,))],

@@ -13,9 +13,8 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError, InvalidRequestError
 from anna_core.multimodal import MediaItem, MultiModalInputs, media_hash
 from anna_core.testing.cache_groups_model import CacheGroupsLM
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
 from anna_core.testing.multimodal_model import PLACEHOLDER, MultiModalLM, grid_positions, image
-
-from tests.core.test_cuda_graphs import FakeGraphAccelerator
 
 BS = 4
 

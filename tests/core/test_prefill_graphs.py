@@ -1,5 +1,5 @@
 """Captured prefills (:mod:`anna_core.engine.prefill_graphs`) on the CPU through the fake graph-capable
-accelerator of ``test_cuda_graphs`` (capture fails on any host read of a device value; replay reruns
+accelerator (:mod:`anna_core.testing.fake_graphs`: capture fails on any host read of a device value; replay reruns
 the step over the same static buffers): a fresh prompt replayed from its bucket's graph gives the
 eager prefill's logits, the engine's tokens are the eager engine's, and everything else stays eager."""
 
@@ -12,10 +12,11 @@ from anna_core.engine.cache_allocator import zero_slots
 from anna_core.engine.prefill_graphs import BUCKET_LADDER, PrefillGraphs, prefill_buckets
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
 from tests.core._engine_fakes import FakeLM
 from tests.core._tiny_family import write_tiny_config
-from tests.core.test_cuda_graphs import FakeGraphAccelerator, _engine, _generate
+from tests.core.test_cuda_graphs import _engine, _generate
 
 SMALL = (8, 12, 16, 32)
 

@@ -12,9 +12,9 @@ from anna_core.engine.model_runner import RunnerConfig
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.sched_output import StepPath
 from anna_core.errors import AnnaError
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
 from tests.core._tiny_family import write_tiny_config
-from tests.core.test_cuda_graphs import FakeGraphAccelerator
 
 SMALL = (8, 12, 16, 32)
 

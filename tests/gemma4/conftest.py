@@ -12,14 +12,15 @@ import torch
 from tests.gemma4.tiny import build_tiny_gemma4
 
 
-def load_anna(path: Path, *, dtype: torch.dtype = torch.float32, load_format: str = "auto"):
-    """Load ``path`` with the Gemma 4 family loader on the CPU."""
+def load_anna(path: Path, *, dtype: torch.dtype = torch.float32, load_format: str = "auto", **options):
+    """Load ``path`` with the Gemma 4 family loader on the CPU (``options``: the loader's others, e.g.
+    ``weight_quant`` / ``expert_quant``)."""
     from anna_core.kernels.registry import KernelRegistry
     from anna_core.model_dir import inspect_model_dir
     from anna_gemma4.loader import load
 
     return load(inspect_model_dir(path), device=torch.device("cpu"), dtype=dtype, load_format=load_format,
-                kernels=KernelRegistry.from_plugins())
+                kernels=KernelRegistry.from_plugins(), **options)
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,10 @@
 26B-A4B-style (MoE) tiny models capture their decode and prefill graphs and, replaying them, generate the
 eager engine's tokens.
 
-What this does not check: host reads. The fake's dispatch mode sees no ``aten._local_scalar_dense`` under
-``torch.inference_mode()`` (where the runner captures), and never sees ``.tolist()``; so the CPU torch
-references of ``moe_experts`` (its per-expert counts) and ``paged_attention``, which read the host, pass
-here (CUDA takes the Triton kernels: grouped MoE GEMMs without host reads, and paged attention for every
-Gemma 4 head dim)."""
+What this does not check: every host read. The fake's dispatch mode fails on ``.item()`` / ``bool(tensor)``
+but never sees ``.tolist()``; so the CPU torch references of ``moe_experts`` (its per-expert counts) and
+``paged_attention``, which read the host that way, pass here (CUDA takes the Triton kernels: grouped MoE GEMMs
+without host reads, and paged attention for every Gemma 4 head dim)."""
 
 from __future__ import annotations
 

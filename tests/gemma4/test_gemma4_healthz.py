@@ -5,7 +5,7 @@ Each tiny variant is built as ``anna serve`` builds it (:func:`anna_core.tasks.g
 warm-up and graph capture, then :func:`~anna_core.tasks.generate.start`) and served by the real app
 in-process (litestar's ``TestClient``, no socket). On the CPU the runner's device cannot capture graphs,
 so ``/healthz`` says so and shows the model-level capability (``padded_prefill``); with the fake
-graph-capable accelerator of ``tests/core/test_cuda_graphs.py`` both kinds are captured, ``/healthz``
+graph-capable accelerator (:mod:`anna_core.testing.fake_graphs`) both kinds are captured, ``/healthz``
 lists them, and a request's steps replay them (the runner's plan, counted by its step counters).
 
 What the fake cannot show (see ``test_gemma4_graphs.py``): where only the ``moe_experts`` torch reference
@@ -23,9 +23,9 @@ from anna_core.loading import load_model
 from anna_core.server.app import create_app
 from anna_core.server.state import ServerState
 from anna_core.tasks.generate import build, start
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
 from litestar.testing import TestClient
 
-from tests.core.test_cuda_graphs import FakeGraphAccelerator
 from tests.gemma4.tiny import VARIANTS
 
 BUCKETS = (8, 16, 32)

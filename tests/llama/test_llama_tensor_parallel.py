@@ -6,14 +6,9 @@ module."""
 from __future__ import annotations
 
 import pytest
-import torch
-from anna_core import LLM, SamplingParams
-from anna_core.testing.tensor_parallel import assert_same_generation
+from anna_core.testing.tensor_parallel import TensorParallelSuite
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-OPTIONS = dict(device="cpu", dtype="fp32", num_blocks=64, enable_prefix_caching=True)
-GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=3)
 
 
 def _sharpen(path) -> None:
@@ -26,39 +21,21 @@ def _sharpen(path) -> None:
     save_file(tensors, str(file), metadata={"format": "pt"})
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    from anna_llama.tiny import build_tiny_checkpoint
-
-    path = build_tiny_checkpoint(tmp_path_factory.mktemp("llamatp"), attention_bias=True, seed=3)
-    _sharpen(path)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    ref = LLM(path, **OPTIONS)
-    tp = LLM(path, tensor_parallel_size=2, **OPTIONS)
-    yield ref, tp
-    tp.close()
-    torch.set_num_threads(threads)
-
-
-def test_shards(pair):
-    ref, tp = pair
-    attn, full = tp.loaded.model.model.layers[0].self_attn, ref.loaded.model.model.layers[0].self_attn
-    assert attn.qkv_proj.weight.shape[0] * 2 == full.qkv_proj.weight.shape[0]
-    assert attn.o_proj.weight.shape[1] * 2 == full.o_proj.weight.shape[1]
-    assert tp.engine.cache_spec.groups[0].num_kv_heads == 1
-
-
-def test_batched_and_single_greedy_equal_one_rank(pair):
-    ref, tp = pair
-    tokens = assert_same_generation(ref, tp, [list(range(3, 30)), [10, 11, 12], [8] * 9], GREEDY)
-    assert len({tuple(t) for t in tokens}) == 3
-    assert_same_generation(ref, tp, [[40, 41, 42, 43]], GREEDY)
-
-
-def test_prefix_cache_equals_one_rank(pair):
-    ref, tp = pair
+class TestLlamaTensorParallel(TensorParallelSuite):
+    batch_prompts = (list(range(3, 30)), [10, 11, 12], [8] * 9)
+    single_prompt = [40, 41, 42, 43]
     prefix = list(range(100, 140))
-    assert_same_generation(ref, tp, [prefix + [3]], GREEDY)
-    assert_same_generation(ref, tp, [prefix + [4, 5]], GREEDY)
-    assert tp.engine.stats()["prefix_cache_hit_rate"] > 0
+
+    def build_checkpoint(self, path):
+        from anna_llama.tiny import build_tiny_checkpoint
+
+        path = build_tiny_checkpoint(path, attention_bias=True, seed=3)
+        _sharpen(path)
+        return path
+
+    def test_shards(self, tp_pair):
+        ref, tp = tp_pair
+        attn, full = tp.loaded.model.model.layers[0].self_attn, ref.loaded.model.model.layers[0].self_attn
+        assert attn.qkv_proj.weight.shape[0] * 2 == full.qkv_proj.weight.shape[0]
+        assert attn.o_proj.weight.shape[1] * 2 == full.o_proj.weight.shape[1]
+        assert tp.engine.cache_spec.groups[0].num_kv_heads == 1

@@ -8,14 +8,15 @@ import pytest
 import torch
 
 
-def load_anna(path: Path, *, dtype: torch.dtype = torch.float32, load_format: str = "auto"):
-    """Load ``path`` with the Qwen3.5 family loader on the CPU."""
+def load_anna(path: Path, *, dtype: torch.dtype = torch.float32, load_format: str = "auto", **options):
+    """Load ``path`` with the Qwen3.5 family loader on the CPU (``options``: the loader's others, e.g.
+    ``weight_quant`` / ``expert_quant``)."""
     from anna_core.kernels.registry import KernelRegistry
     from anna_core.model_dir import inspect_model_dir
     from anna_qwen35.loader import load
 
     return load(inspect_model_dir(path), device=torch.device("cpu"), dtype=dtype, load_format=load_format,
-                kernels=KernelRegistry.from_plugins())
+                kernels=KernelRegistry.from_plugins(), **options)
 
 
 @pytest.fixture(scope="session")

@@ -3,18 +3,10 @@ experts' weights replaced by their dequantized values (every difference is the q
 quality against the unquantized model on a tiny checkpoint stays within bounds measured here.
 
 The tiny checkpoint (hidden 128 and expert width 128, so int4 groups of 128 fit; 8 experts, top-2; every parameter
-random) is far more sensitive than a trained model. Measured on the CPU through the float32 references (prompt of
-12 tokens, 64 greedy tokens, teacher-forced logits along the dense model's greedy continuation):
-
-========  ==========================  ===========  ==============  =============
-scheme    greedy tokens equal (of 64)  top-1 agree  mean KL (nats)  max KL
-========  ==========================  ===========  ==============  =============
-int8      14                           0.86         4.1e-3          1.2e-1
-fp8       0                            0.78         2.7e-2          3.0e-1
-int4      0                            0.44         2.6e-1          1.3
-========  ==========================  ===========  ==============  =============
-
-The bounds below are about twice the measured KL and a little under the measured agreement.
+random) is far more sensitive than a trained model. :data:`BOUNDS` are about twice the KL and a little under the
+agreement measured on the CPU through the float32 references (:mod:`anna_core.testing.quant_quality`: a 12-token
+prompt, 64 greedy tokens, teacher-forced logits along the dense model's greedy continuation); the measured values
+are beside them.
 """
 
 from __future__ import annotations
@@ -26,23 +18,17 @@ from anna_core.kernels.registry import KernelRegistry
 from anna_core.layers.wq_experts import WQExperts, quantize_experts
 from anna_core.layers.wq_linear import weight_kinds
 from anna_core.model_dir import inspect_model_dir
+from anna_core.testing.quant_quality import Agreement, DenseRun, QualityBounds
 from anna_core.testing.runner import prefill_logits, simple_greedy
 from anna_core.weights.gpu_quant import dequantize
 
-from tests.qwen35.conftest import rel_err
+from tests.qwen35.conftest import load_anna, rel_err
 
-BOUNDS = {  # scheme: (min greedy tokens equal of 64, min top-1 agreement, max mean KL, max KL)
-    "int8": (10, 0.8, 1e-2, 0.25),
-    "fp8": (0, 0.7, 6e-2, 0.6),
-    "int4": (0, 0.35, 0.5, 2.6),
+BOUNDS = {  # scheme: (min greedy tokens equal of 64, min top-1 agreement, max mean KL (nats), max KL)
+    "int8": QualityBounds(10, 0.8, 1e-2, 0.25),  # measured: 14, 0.86, 4.1e-3, 1.2e-1
+    "fp8": QualityBounds(0, 0.7, 6e-2, 0.6),  # measured: 0, 0.78, 2.7e-2, 3.0e-1
+    "int4": QualityBounds(0, 0.35, 0.5, 2.6),  # measured: 0, 0.44, 2.6e-1, 1.3
 }
-
-
-def _load(path, expert_quant="none"):
-    from anna_qwen35.loader import load
-
-    return load(inspect_model_dir(path), device=torch.device("cpu"), dtype=torch.float32,
-                kernels=KernelRegistry.from_plugins(), expert_quant=expert_quant)
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +40,11 @@ def tiny_moe(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dense_run(tiny_moe, long_prompt):
-    model = _load(tiny_moe).model
-    prompt = long_prompt[:12]
-    tokens = simple_greedy(model, prompt, 64)
-    return prompt, tokens, prefill_logits(model, prompt + tokens)[len(prompt) - 1:-1]
+    return DenseRun.of(load_anna(tiny_moe).model, long_prompt[:12], 64)
 
 
 def _quantized(path, scheme):
-    loaded = _load(path)
+    loaded = load_anna(path)
     count = quantize_experts(loaded.model.model.layers, scheme, loaded.model.ops)
     return loaded.model, count
 
@@ -69,18 +52,9 @@ def _quantized(path, scheme):
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["int8", "fp8", "int4"])
 def test_quantized_experts_quality_against_dense(tiny_moe, dense_run, scheme):
-    prompt, ref_tokens, ref = dense_run
     model, count = _quantized(tiny_moe, scheme)
     assert count == 4  # every layer's routed experts
-    tokens = simple_greedy(model, prompt, 64)
-    logits = prefill_logits(model, prompt + ref_tokens)[len(prompt) - 1:-1]
-    lp, lq = ref.log_softmax(-1), logits.log_softmax(-1)
-    kl = (lp.exp() * (lp - lq)).sum(-1)
-    equal = sum(a == b for a, b in zip(tokens, ref_tokens))
-    top1 = (logits.argmax(-1) == ref.argmax(-1)).float().mean().item()
-    min_equal, min_top1, max_mean_kl, max_kl = BOUNDS[scheme]
-    assert equal >= min_equal and top1 >= min_top1, (equal, top1)
-    assert kl.mean().item() <= max_mean_kl and kl.max().item() <= max_kl, (kl.mean().item(), kl.max().item())
+    BOUNDS[scheme].check(Agreement.of(model, dense_run))
 
 
 @pytest.mark.slow
@@ -88,7 +62,7 @@ def test_quantized_experts_equal_dense_experts_of_dequantized_weights(tiny_moe, 
     """All of the quality loss is the experts' rounding: the dense model holding their dequantized weights gives the
     same logits (float32 summation order) and the same greedy tokens."""
     model, _ = _quantized(tiny_moe, "int4")
-    twin = _load(tiny_moe).model
+    twin = load_anna(tiny_moe).model
     quantized = {name: m for name, m in model.named_modules() if isinstance(m, WQExperts)}
     assert len(quantized) == 4
     for name, m in twin.named_modules():
@@ -104,11 +78,11 @@ def test_quantized_experts_equal_dense_experts_of_dequantized_weights(tiny_moe, 
 
 @pytest.mark.slow
 def test_loader_quantizes_the_experts_only_and_healthz_kinds_say_so(tiny_moe):
-    model = _load(tiny_moe, "int8").model
+    model = load_anna(tiny_moe, expert_quant="int8").model
     experts = [m for m in model.modules() if isinstance(m, WQExperts)]
     assert len(experts) == 4 and {m.scheme for m in experts} == {"int8"}
     assert weight_kinds(model) == {"experts": "int8", "linear": "float32", "lm_head": "float32"}
-    assert weight_kinds(_load(tiny_moe).model)["experts"] == "float32"
+    assert weight_kinds(load_anna(tiny_moe).model)["experts"] == "float32"
 
 
 @pytest.mark.slow
@@ -116,9 +90,9 @@ def test_bad_expert_quant_requests_are_load_errors(tiny_moe, anna_tiny_qwen35_fa
     from anna_core.loading import load_model
 
     with pytest.raises(ModelLoadError, match="FP8 units"):
-        _load(tiny_moe, "fp8")  # the CPU has none
+        load_anna(tiny_moe, expert_quant="fp8")  # the CPU has none
     with pytest.raises(ModelLoadError, match="no routed experts"):
-        _load(anna_tiny_qwen35_factory(layout="text"), "int8")
+        load_anna(anna_tiny_qwen35_factory(layout="text"), expert_quant="int8")
     with pytest.raises(AnnaError, match="unknown expert quantization 'int3'"):
         load_model(tiny_moe, device="cpu", expert_quant="int3")
 
@@ -151,7 +125,7 @@ def test_llm_expert_quant_serves_the_quantized_model(tiny_moe, long_prompt):
     assert weight_kinds(llm.loaded.model)["experts"] == "int8"
     prompt = long_prompt[:12]
     [out] = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
-    assert out.token_ids == simple_greedy(_load(tiny_moe, "int8").model, prompt, 8)
+    assert out.token_ids == simple_greedy(load_anna(tiny_moe, expert_quant="int8").model, prompt, 8)
 
 
 @pytest.mark.slow

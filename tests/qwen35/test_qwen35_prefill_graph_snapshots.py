@@ -1,5 +1,5 @@
 """Qwen3.5's recurrent-state snapshots taken inside a prefill pass, eager and captured (tiny Qwen3.5, CPU, float32;
-the fake graph accelerator of ``test_cuda_graphs`` captures by running the step).
+the fake graph accelerator of :mod:`anna_core.testing.fake_graphs` captures by running the step).
 
 With prefix caching on, a hybrid model's prompt is no longer cut at every snapshot boundary: the pass
 runs the recurrent rule in rounds and writes each boundary's state into the snapshot store. These tests
@@ -21,9 +21,10 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
 from anna_core.loading import load_model
 from anna_core.model import ModelCapabilities
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
 from tests.bench.tiny_config import write_tiny_qwen35_config
-from tests.core.test_cuda_graphs import FakeGraphAccelerator, _generate
+from tests.core.test_cuda_graphs import _generate
 from tests.core.test_prefill_graphs import SMALL, _sched
 
 INTERVAL = 8

@@ -1,21 +1,12 @@
-"""``--weight-quant int4|int8|fp8`` on Qwen3.5 (issue 29): the quantized model is the dense model with its
-projections' weights replaced by their dequantized values (so every difference is the quantization's rounding),
-and the quality against the unquantized model on a tiny checkpoint stays within bounds measured here.
+"""``--weight-quant int4|int8|fp8`` on Qwen3.5 (issue 29): the quantized model is the dense model with its projections'
+weights replaced by their dequantized values (so every difference is the quantization's rounding), and the quality
+against the unquantized model on a tiny checkpoint stays within bounds measured here.
 
 The tiny checkpoint (hidden 128, so int4 groups of 128 fit; every parameter random, norms included) is far more
 sensitive than a trained model: its logit margins are small and random norms amplify each layer's error.
-Measured on the CPU through the float32 references (prompt of 12 tokens, 64 greedy tokens, teacher-forced logits
-along the dense model's greedy continuation):
-
-========  ==========================  ===========  ==============  =============
-scheme    greedy tokens equal (of 64)  top-1 agree  mean KL (nats)  max KL
-========  ==========================  ===========  ==============  =============
-int8      11 (first 11)                0.92         3.9e-3          6.5e-2
-fp8       1                            0.69         3.8e-2          2.4e-1
-int4      0                            0.31         2.8e-1          1.1
-========  ==========================  ===========  ==============  =============
-
-The bounds below are about twice the measured KL and a little under the measured agreement.
+:data:`BOUNDS` are about twice the KL and a little under the agreement measured on the CPU through the float32
+references (:mod:`anna_core.testing.quant_quality`: a 12-token prompt, 64 greedy tokens, teacher-forced logits along
+the dense model's greedy continuation); the measured values are beside them.
 """
 
 from __future__ import annotations
@@ -23,26 +14,19 @@ from __future__ import annotations
 import pytest
 import torch
 from anna_core.errors import ModelLoadError
-from anna_core.kernels.registry import KernelRegistry
 from anna_core.layers.wq_linear import WQLinear, quantize_linears
 from anna_core.model_dir import inspect_model_dir
+from anna_core.testing.quant_quality import Agreement, DenseRun, QualityBounds
 from anna_core.testing.runner import prefill_logits, simple_greedy
 from anna_core.weights.gpu_quant import dequantize
 
-from tests.qwen35.conftest import rel_err
+from tests.qwen35.conftest import load_anna, rel_err
 
-BOUNDS = {  # scheme: (min greedy tokens equal of 64, min top-1 agreement, max mean KL, max KL)
-    "int8": (8, 0.85, 1e-2, 0.15),
-    "fp8": (0, 0.6, 8e-2, 0.5),
-    "int4": (0, 0.2, 0.6, 2.5),
+BOUNDS = {  # scheme: (min greedy tokens equal of 64, min top-1 agreement, max mean KL (nats), max KL)
+    "int8": QualityBounds(8, 0.85, 1e-2, 0.15),  # measured: 11 (the first 11), 0.92, 3.9e-3, 6.5e-2
+    "fp8": QualityBounds(0, 0.6, 8e-2, 0.5),  # measured: 1, 0.69, 3.8e-2, 2.4e-1
+    "int4": QualityBounds(0, 0.2, 0.6, 2.5),  # measured: 0, 0.31, 2.8e-1, 1.1
 }
-
-
-def _load(path, weight_quant="none", device="cpu"):
-    from anna_qwen35.loader import load
-
-    return load(inspect_model_dir(path), device=torch.device(device), dtype=torch.float32,
-                kernels=KernelRegistry.from_plugins(), weight_quant=weight_quant)
 
 
 @pytest.fixture(scope="module")
@@ -52,34 +36,22 @@ def tiny128(anna_tiny_qwen35_factory):
 
 @pytest.fixture(scope="module")
 def dense_run(tiny128, long_prompt):
-    model = _load(tiny128).model
-    prompt = long_prompt[:12]
-    tokens = simple_greedy(model, prompt, 64)
-    return prompt, tokens, prefill_logits(model, prompt + tokens)[len(prompt) - 1:-1]
+    return DenseRun.of(load_anna(tiny128).model, long_prompt[:12], 64)
 
 
 def _quantized(path, scheme):
-    loaded = _load(path)
+    loaded = load_anna(path)
     count = quantize_linears(loaded.model.model.layers, scheme, loaded.model.ops)
     return loaded.model, count
 
 
 @pytest.mark.parametrize("scheme", ["int8", "fp8", "int4"])
 def test_quantized_model_quality_against_dense(tiny128, dense_run, scheme):
-    prompt, ref_tokens, ref = dense_run
     model, count = _quantized(tiny128, scheme)
     # every projection of the 4 layers: 4 per linear-attention layer at int8 / fp8 (in_proj_all, out_proj, gate_up,
     # down), 4 per attention layer; int4 leaves the 64-wide out_proj of the DeltaNet layers dense
     assert count == (14 if scheme == "int4" else 16)
-    tokens = simple_greedy(model, prompt, 64)
-    logits = prefill_logits(model, prompt + ref_tokens)[len(prompt) - 1:-1]
-    lp, lq = ref.log_softmax(-1), logits.log_softmax(-1)
-    kl = (lp.exp() * (lp - lq)).sum(-1)
-    equal = sum(a == b for a, b in zip(tokens, ref_tokens))
-    top1 = (logits.argmax(-1) == ref.argmax(-1)).float().mean().item()
-    min_equal, min_top1, max_mean_kl, max_kl = BOUNDS[scheme]
-    assert equal >= min_equal and top1 >= min_top1, (equal, top1)
-    assert kl.mean().item() <= max_mean_kl and kl.max().item() <= max_kl, (kl.mean().item(), kl.max().item())
+    BOUNDS[scheme].check(Agreement.of(model, dense_run))
 
 
 @pytest.mark.parametrize("scheme", ["int4", "fp8"])
@@ -87,7 +59,7 @@ def test_quantized_model_equals_dense_model_of_dequantized_weights(tiny128, long
     """All of the quality loss is the weights' rounding: the dense model holding the dequantized weights gives the
     same logits (float32 summation order) and the same 64 greedy tokens."""
     model, _ = _quantized(tiny128, scheme)
-    twin = _load(tiny128).model
+    twin = load_anna(tiny128).model
     quantized = {name: m for name, m in model.named_modules() if isinstance(m, WQLinear)}
     for name, m in twin.named_modules():
         if name in quantized:
@@ -99,7 +71,7 @@ def test_quantized_model_equals_dense_model_of_dequantized_weights(tiny128, long
 
 
 def test_loader_quantizes_int4_and_keeps_the_lm_head_dense(tiny128):
-    model = _load(tiny128, "int4").model
+    model = load_anna(tiny128, weight_quant="int4").model
     kinds = {type(m).__name__ for m in model.model.layers.modules() if hasattr(m, "in_features")}
     assert "WQLinear" in kinds
     assert not isinstance(model.lm_head, WQLinear) and model.lm_head.weight.dtype == torch.float32
@@ -107,7 +79,7 @@ def test_loader_quantizes_int4_and_keeps_the_lm_head_dense(tiny128):
 
 def test_fp8_without_fp8_units_is_refused(tiny128):
     with pytest.raises(ModelLoadError, match="FP8 units"):
-        _load(tiny128, "fp8")
+        load_anna(tiny128, weight_quant="fp8")
 
 
 def test_auto_promotes_to_int4_when_the_dense_weights_do_not_fit(tiny128, caplog):
@@ -133,7 +105,7 @@ def test_lm_head_quant_load_option(anna_tiny_qwen35_factory, long_prompt, tie):
     from anna_core.loading import load_model
 
     path = anna_tiny_qwen35_factory(layout="text", tie=tie, hidden_size=128)
-    dense = _load(path).model
+    dense = load_anna(path).model
     model = load_model(path, device="cpu", dtype="fp32", family_options={"lm_head_quant": "int8"}).model
     assert isinstance(model.lm_head, WQLinear) and model.lm_head.scheme == "int8"
     assert not any(isinstance(m, WQLinear) for m in model.model.layers.modules())
@@ -161,9 +133,9 @@ def test_layers_staged_in_host_memory_quantize_to_the_same_model(tiny128, long_p
     time) run on the CPU: the same quantized buffers and logits as quantizing the loaded model."""
     import anna_qwen35.loader as loader
 
-    want = _load(tiny128, "int4").model
+    want = load_anna(tiny128, weight_quant="int4").model
     monkeypatch.setattr(loader, "stage_on_host", lambda scheme, offloaded, device: scheme is not None)
-    got = _load(tiny128, "int4").model
+    got = load_anna(tiny128, weight_quant="int4").model
     mine = {n: m for n, m in got.named_modules() if isinstance(m, WQLinear)}
     theirs = {n: m for n, m in want.named_modules() if isinstance(m, WQLinear)}
     assert mine.keys() == theirs.keys() and len(mine) == 14

@@ -124,7 +124,7 @@ def test_engine_batched_and_alone_equal_resident_and_report_the_cache(moe_dir, r
 
 
 def test_graph_capture_is_skipped_when_offloaded(moe_dir):
-    from tests.core.test_cuda_graphs import FakeGraphAccelerator
+    from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
     off = _load(moe_dir, OffloadConfig(mode="experts"))
     engine = LLMEngine.from_loaded(off, EngineConfig(max_num_seqs=2, num_blocks=32, prompt_cache_size=0))

@@ -4,7 +4,7 @@
 import pytest
 import torch
 from anna_core.kernels.reference.moe import moe_experts as reference
-from torch.utils._python_dispatch import TorchDispatchMode
+from anna_core.testing.host_reads import NoHostReads
 
 from tests.xpu_kernels._interp import require_triton_interpreter, tol
 
@@ -100,18 +100,11 @@ def test_block_m_grows_with_the_pairs_per_expert():
     assert moe_align.block_m_for(40 * 8, 8) == 32 and moe_align.block_m_for(50 * 8, 8) == 64
 
 
-class _NoHostSync(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
-            raise AssertionError("host read of a tensor value")
-        return func(*args, **(kwargs or {}))
-
-
 def test_no_host_reads_and_no_empty_rows():
     """No ``.item()`` / ``bool(tensor)`` (what the graph tests' fake capture catches; ``.tolist()`` it cannot
     see); and no rows at all."""
     args = _inputs(3, 8, 2, 32, 16, torch.float32)
-    with torch.inference_mode(), _NoHostSync():
+    with torch.inference_mode(), NoHostReads():
         got = moe.moe_experts(*args, "silu")
     torch.testing.assert_close(got, reference(*args, "silu"), **tol(torch.float32))
     empty = moe.moe_experts(args[0][:0], args[1], args[2], args[3][:0], args[4][:0], "silu")

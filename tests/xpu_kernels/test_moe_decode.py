@@ -4,9 +4,10 @@ reference and vs the grouped GEMMs, and when the op takes it (interpreter)."""
 import pytest
 import torch
 from anna_core.kernels.reference.moe import moe_experts as reference
+from anna_core.testing.host_reads import NoHostReads
 
 from tests.xpu_kernels._interp import require_triton_interpreter, tol
-from tests.xpu_kernels.test_moe import _inputs, _NoHostSync, _tol
+from tests.xpu_kernels.test_moe import _inputs, _tol
 
 require_triton_interpreter()
 
@@ -61,7 +62,7 @@ def test_strided_routing_tensors_and_no_host_reads():
     x, gate_up, down, weights, ids = _inputs(2, 16, 4, 32, 16, torch.float32, seed=3)
     wide_w, wide_ids = (torch.stack([a, a], 2).reshape(a.shape[0], -1)[:, ::2] for a in (weights, ids))
     assert not wide_ids.is_contiguous() and torch.equal(wide_ids, ids)
-    with torch.inference_mode(), _NoHostSync():
+    with torch.inference_mode(), NoHostReads():
         got = moe.moe_experts(x, gate_up, down, wide_w, wide_ids, "silu", path="decode")
     torch.testing.assert_close(got, reference(x, gate_up, down, weights, ids, "silu"), **tol(torch.float32))
 

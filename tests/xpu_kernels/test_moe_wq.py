@@ -15,9 +15,8 @@ from tests.xpu_kernels._interp import require_triton_interpreter
 require_triton_interpreter()
 
 from anna_core.kernels.reference.moe_wq import moe_experts_wq as reference  # noqa: E402
+from anna_core.testing.host_reads import NoHostReads  # noqa: E402
 from anna_core.weights.gpu_quant import quantize_stacked  # noqa: E402
-
-from tests.xpu_kernels.test_moe import _NoHostSync  # noqa: E402
 
 TOL = 1e-5
 
@@ -86,7 +85,7 @@ def test_no_host_reads_and_dispatch_through_the_registry(monkeypatch):
     args = _inputs(2, 8, 2, 128, 128, "int8", seed=4)
     ops = bind_ops(KernelRegistry.from_plugins(), torch.device("cpu"), torch.float32)
     op = ops.get("moe_experts_wq", scheme="int8")
-    with torch.inference_mode(), _NoHostSync():
+    with torch.inference_mode(), NoHostReads():
         got = op(*args, "silu", "int8")
     assert op.__module__ == "anna_xpu_kernels.moe_wq"
     assert _rel(got, reference(*args, "silu", "int8")) <= TOL

@@ -77,7 +77,14 @@ def scaled_embedding(embedding: nn.Embedding, ids: torch.Tensor, scale: float) -
     """``embedding(ids) * scale`` ``[T, D]`` with the scale rounded to the weights' dtype first, as
     transformers does (``sqrt(3072)`` becomes 55.5 in bfloat16); a Python number, not a host tensor, so a
     captured graph has nothing to copy from the host."""
-    return embedding(ids) * float(torch.tensor(scale, dtype=embedding.weight.dtype))
+    return embedding(ids) * _rounded(scale, embedding.weight.dtype)
+
+
+@functools.cache
+def _rounded(scale: float, dtype: torch.dtype) -> float:
+    """``scale`` rounded to ``dtype``, computed once per pair (on the first, eager step): the steps after it, graph
+    captures included, read no tensor on the host for it."""
+    return float(torch.tensor(scale, dtype=dtype))
 
 
 def gemma_logits(ops: Any, hidden: torch.Tensor, weight: torch.Tensor, softcap: float | None) -> torch.Tensor:

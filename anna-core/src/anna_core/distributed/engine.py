@@ -3,7 +3,9 @@
 Every rank builds the same :class:`TensorParallelEngine` over its shard of the model (its heads' caches,
 state slots and stores, sized alike on every rank). On rank 0 it is the engine callers drive
 (``LLM``, the server): it schedules, samples (from logits gathered over the vocabulary shards) and emits
-outputs, and before each piece of device work broadcasts a :class:`~anna_core.distributed.plan_wire.StepPlan`.
+outputs, and before each piece of device work its :class:`PlanBroadcaster` (the engine's
+:class:`~anna_core.engine.step_broadcast.StepBroadcaster`) broadcasts a
+:class:`~anna_core.distributed.plan_wire.StepPlan`.
 The other ranks run :func:`serve_steps`: they apply each plan to their own caches and run the same forward
 passes, so the collectives inside the model meet. Asynchronous scheduling is off (each step is read back
 before the next is broadcast); graphs are captured per rank with the collectives inside (NCCL), the
@@ -24,20 +26,61 @@ from anna_core.engine.cache_allocator import reset_residual
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.sampler import host_tensor
-from anna_core.engine.sched_output import SchedulerOutput
+from anna_core.engine.sched_output import Capture, SchedulerOutput
+from anna_core.engine.step_broadcast import StepBroadcaster
 from anna_core.errors import AnnaError
-from anna_core.model import CacheSpec, LoadedModel
+from anna_core.model import LoadedModel
 
 log = logging.getLogger("anna.distributed")
 
 
+class PlanBroadcaster(StepBroadcaster):
+    """Rank 0's :class:`~anna_core.engine.step_broadcast.StepBroadcaster`: each hook sends the other ranks a
+    :class:`StepPlan` for the device work that follows (residual rings emptied since the last step travel with
+    the next step). Every rank's engine holds one and calls :meth:`agree_num_blocks` (a collective of all ranks)
+    while it is built; the other hooks run on rank 0 only, the one engine that steps.
+
+    Args:
+        parallel: the rank's state (its ``cpu_group`` and :meth:`~ParallelState.broadcast_object`).
+    """
+
+    def __init__(self, parallel: ParallelState):
+        self.parallel = parallel
+        self._residual_slots: list[int] = []
+
+    def agree_num_blocks(self, num_blocks: list[int]) -> list[int]:
+        """The smallest per group over the ranks: block ids from rank 0's scheduler must be valid in every
+        rank's pools."""
+        if not num_blocks:
+            return num_blocks
+        agreed = torch.tensor(num_blocks, dtype=torch.int64)
+        torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=self.parallel.cpu_group)
+        return [int(n) for n in agreed.tolist()]
+
+    def residual_reset(self, slots: list[int]) -> None:
+        self._residual_slots += slots
+
+    def before_step(self, out: SchedulerOutput) -> None:
+        slots, self._residual_slots = self._residual_slots, []
+        self.parallel.broadcast_object(StepPlan(residual_slots=slots, out=to_wire(out)))
+
+    def before_capture(self, captures: list[Capture]) -> None:
+        self.parallel.broadcast_object(StepPlan(captures=captures))
+
+    def stop(self) -> None:
+        """Tell the other ranks to leave :func:`serve_steps`."""
+        self.parallel.broadcast_object(StepPlan(stop=True))
+
+
 class TensorParallelEngine(LLMEngine):
-    """An :class:`~anna_core.engine.llm_engine.LLMEngine` over one rank's shard of a model.
+    """An :class:`~anna_core.engine.llm_engine.LLMEngine` over one rank's shard of a model, with a
+    :class:`PlanBroadcaster` as its broadcaster.
 
     Args:
         model: the rank's shard (a model loaded with ``parallel``).
         parallel: the rank's state.
-        **kwargs: as :class:`LLMEngine` (``config.async_scheduling`` is turned off).
+        **kwargs: as :class:`LLMEngine` (``config.async_scheduling`` is turned off; ``broadcaster`` is this
+            engine's own).
 
     Raises:
         AnnaError: a model that takes media (its encoder is not sharded yet), or as :class:`LLMEngine`.
@@ -48,9 +91,9 @@ class TensorParallelEngine(LLMEngine):
             raise AnnaError("tensor parallelism serves text models; this one takes "
                             f"{', '.join(model.capabilities.modalities)} (serve it with --tensor-parallel-size 1)")
         self.parallel = parallel
-        self._residual_slots: list[int] = []
+        self.plans = PlanBroadcaster(parallel)
         kwargs["config"] = attrs.evolve(kwargs.get("config") or EngineConfig(), async_scheduling=False)
-        super().__init__(model, **kwargs)
+        super().__init__(model, broadcaster=self.plans, **kwargs)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, config: Any = None) -> TensorParallelEngine:
@@ -58,38 +101,9 @@ class TensorParallelEngine(LLMEngine):
                    device=loaded.device, dtype=loaded.dtype, eos_token_ids=loaded.generation.eos_token_ids,
                    model_max_len=loaded.max_model_len, expert_store=loaded.expert_store)
 
-    def _num_blocks(self, spec: CacheSpec, want_len: int, other_bytes: int) -> list[int]:
-        """Each rank's own plan, then the smallest per group over the ranks: block ids from rank 0's
-        scheduler must be valid in every rank's pools."""
-        mine = super()._num_blocks(spec, want_len, other_bytes)
-        if not mine:
-            return mine
-        agreed = torch.tensor(mine, dtype=torch.int64)
-        torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN, group=self.parallel.cpu_group)
-        return [int(n) for n in agreed.tolist()]
-
-    # -- rank 0: broadcast before each piece of device work ----------------------------------------
-
-    def _reset_residual(self) -> None:
-        slots = self.kv.slots.take_assigned()
-        if slots and self.has_residual:
-            self._residual_slots += slots
-            reset_residual(self.caches, host_tensor(slots, torch.int64, self.device))
-
-    def _restore(self, out: SchedulerOutput) -> None:
-        slots, self._residual_slots = self._residual_slots, []
-        self.parallel.broadcast_object(StepPlan(residual_slots=slots, out=to_wire(out)))
-        super()._restore(out)
-
-    def _capture(self, out: SchedulerOutput, prompt_logits: dict[str, torch.Tensor]) -> None:
-        done = [c for c in out.captures if c.kind == "snapshot" or c.request_id in prompt_logits]
-        if done:
-            self.parallel.broadcast_object(StepPlan(captures=done))
-        super()._capture(out, prompt_logits)
-
     def close(self) -> None:
         """Tell the other ranks to leave :func:`serve_steps` (rank 0)."""
-        self.parallel.broadcast_object(StepPlan(stop=True))
+        self.plans.stop()
 
     def stats(self) -> dict[str, Any]:
         return super().stats() | {"tensor_parallel_size": self.parallel.world_size}
@@ -103,7 +117,7 @@ class TensorParallelEngine(LLMEngine):
             reset_residual(self.caches, host_tensor(plan.residual_slots, torch.int64, self.device))
         out = plan.out
         if out is not None:
-            LLMEngine._restore(self, out)
+            self._restore(out)
             if out.seqs:
                 self.runner.execute(out)
         snaps = [c for c in plan.captures if c.kind == "snapshot"]

@@ -67,6 +67,7 @@ from anna_core.engine.sampler import host_tensor
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler, SchedulerOutput
 from anna_core.engine.state_store import StateStore, copy_blocks
+from anna_core.engine.step_broadcast import StepBroadcaster
 from anna_core.engine.stop_checker import StopStringChecker
 from anna_core.errors import (
     AnnaError,
@@ -104,6 +105,8 @@ class LLMEngine:
         memory_probe: the device's memory for admission (:mod:`anna_core.engine.memory_admission`; default
             :class:`~anna_core.engine.memory_admission.DeviceMemoryProbe` of ``device``; tests pass a static one).
         faults: a :class:`~anna_core.engine.faults.FaultInjector` that tests arm to fail chosen steps.
+        broadcaster: the :class:`~anna_core.engine.step_broadcast.StepBroadcaster` told of the device work other
+            engines mirror (tensor parallelism's ranks); default: the one-device no-op.
 
     Raises:
         AnnaError: the model does not declare what :class:`~anna_core.model.CausalLM` requires, an
@@ -116,8 +119,9 @@ class LLMEngine:
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  eos_token_ids: list[int] | tuple[int, ...] = (), model_max_len: int | None = None,
                  expert_store: Any = None, memory_probe: MemoryProbe | None = None,
-                 faults: FaultInjector | None = None):
+                 faults: FaultInjector | None = None, broadcaster: StepBroadcaster | None = None):
         self.device = torch.device(device)
+        self.broadcaster = broadcaster or StepBroadcaster()
         self.expert_store = expert_store
         config = config or EngineConfig()
         if config.max_prefill_tokens is None:
@@ -142,6 +146,7 @@ class LLMEngine:
         snapshot_budget = int(config.snapshot_memory_mib * _MIB) if recurrent and config.enable_prefix_caching else 0
         prompt_budget = snapshot_bytes * config.prompt_cache_size
         num_blocks = self._num_blocks(spec, want_len, snapshot_budget + prompt_budget)
+        num_blocks = self.broadcaster.agree_num_blocks(num_blocks)  # block ids must be valid on every mirror
         full = [n for g, n in zip(spec.attention_groups, num_blocks) if not isinstance(spec.groups[g], SlidingWindowSpec)]
         self.max_model_len = min([want_len] + [n * bs for n in full])
         if self.max_model_len < want_len:
@@ -199,6 +204,7 @@ class LLMEngine:
         the step writes them (stream-ordered after any step still in flight)."""
         slots = self.kv.slots.take_assigned()
         if slots and self.has_residual:
+            self.broadcaster.residual_reset(slots)
             reset_residual(self.caches, host_tensor(slots, torch.int64, self.device))
 
     def _num_blocks(self, spec: CacheSpec, want_len: int, other_bytes: int) -> list[int]:
@@ -479,6 +485,7 @@ class LLMEngine:
         try:
             if self.faults is not None:
                 self.faults.check(self.num_steps)
+            self.broadcaster.before_step(out)
             self._restore(out)
             if self._can_overlap(out):
                 result = self.runner.execute(out, prev_rows=self._inflight.rows if self._inflight else None,
@@ -625,6 +632,9 @@ class LLMEngine:
     def _capture(self, out: SchedulerOutput, prompt_logits: dict[str, torch.Tensor]) -> None:
         """The state copies :meth:`Scheduler.update` asked for (snapshots, prompt-cache entries, with the
         runner's last-row logits of each completed prompt)."""
+        done = [c for c in out.captures if c.kind == "snapshot" or c.request_id in prompt_logits]
+        if done:
+            self.broadcaster.before_capture(done)
         snaps = [c for c in out.captures if c.kind == "snapshot"]
         if snaps:
             self.snapshot_store.save(self.caches, [c.state_slot for c in snaps], [c.index for c in snaps])

@@ -1,0 +1,25 @@
+""":class:`~anna_core.testing.host_reads.NoHostReads` (the graph tests' capture check) fails on every way a tensor's
+value reaches the host, inside ``torch.inference_mode()`` (where they dispatch as ``aten.item`` /
+``aten.is_nonzero``) and outside it (``aten._local_scalar_dense``), and lets device-side ops through."""
+
+import pytest
+import torch
+from anna_core.testing.host_reads import NoHostReads
+
+READS = {"item": lambda y: y[0].item(), "bool": lambda y: bool(y[0]), "float": lambda y: float(y[0]),
+         "equal": lambda y: torch.equal(y, y)}
+
+
+@pytest.mark.parametrize("inference", [False, True])
+@pytest.mark.parametrize("read", sorted(READS))
+def test_every_host_read_fails(read, inference):
+    with torch.inference_mode(inference):
+        y = torch.arange(3.0) * 2
+        with pytest.raises(AssertionError, match="host read of a tensor value"), NoHostReads():
+            READS[read](y)
+
+
+def test_device_side_ops_pass():
+    with torch.inference_mode(), NoHostReads():
+        y = torch.where(torch.arange(4) > 1, torch.ones(4), torch.zeros(4)).cumsum(0)
+    assert y.tolist() == [0.0, 0.0, 1.0, 2.0]

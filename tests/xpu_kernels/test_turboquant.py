@@ -93,3 +93,57 @@ def test_bf16_dots_add_a_small_fraction_of_the_quantization_error(bits, d, key_q
                      .float()).abs().max()
         err = (tq.paged_attention_turboquant(*args).float() - want).abs().max()
         assert 0 < err <= 0.2 * quant_err, (err, quant_err)
+
+
+def _batch(bits, d, h_q, h_kv, key_qjl=True, ring=False, seed=0):
+    """A decode, a fresh prompt and a chunk over a cached prefix (block size 4) over a filled cache; with ``ring``
+    a residual ring of 4 positions (sequence 0 holds all of its newest, sequence 1 two and a stale one, sequence 2
+    only an earlier owner's)."""
+    bs, seq_lens, q_lens = 4, [13, 6, 21], [1, 6, 5]
+    k, v, kc, vc, slots, tables = _filled(bits, d, 16, bs, h_kv, seed=d + seed, key_qjl=key_qjl)
+    ref.turboquant_cache_write(k, v, kc, vc, torch.arange(16 * bs), *tables)
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(16, generator=g)
+    block_tables = torch.stack([order[:6], order[6:12], order[10:16]]).to(torch.int32)
+    q = torch.randn(sum(q_lens), h_q, d, generator=g)
+    cu = torch.tensor([0, 1, 7, 12], dtype=torch.int32)
+    args = (q, kc, vc, cu, torch.tensor(seq_lens, dtype=torch.int32), block_tables, d ** -0.5, None, *tables)
+    if ring:
+        pos = torch.tensor([[12, 9, 10, 11], [4, 5, 2, 3], [16, 17, 18, 15], [-1] * 4], dtype=torch.int32)
+        args += (torch.randn(4, 4, h_kv, d, generator=g), torch.randn(4, 4, h_kv, d, generator=g), pos,
+                 torch.tensor([0, 1, 3]))
+    return args
+
+
+@pytest.mark.parametrize("bits,d,key_qjl,ring", [(4, 64, True, False), (3, 40, True, True), (3, 64, False, True)])
+def test_two_column_chunks_match_the_reference(bits, d, key_qjl, ring):
+    """The head dim in two column chunks (the default above 256, forced here on small heads; 40: a second chunk of
+    one byte per plane) gives the reference's attention, with and without a residual ring."""
+    args = _batch(bits, d, 4, 2, key_qjl=key_qjl, ring=ring)
+    want = ref.paged_attention_turboquant(*args)
+    for splits in (None, 2):
+        got = tq.paged_attention_turboquant(*args, num_splits=splits, tuning=tq.TurboQuantTuning(dot="ieee",
+                                                                                                 d_chunks=2))
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("bits", [4, 3])
+def test_head_dim_512_matches_the_reference(bits):
+    """Gemma 4's global layers: head dim 512, 8 query heads on 2 KV heads, the default chunking and lookup (decode
+    and prefill, split and not), float32 and bf16 dots."""
+    args = _batch(bits, 512, 8, 2, seed=bits)
+    want = ref.paged_attention_turboquant(*args)
+    torch.testing.assert_close(tq.paged_attention_turboquant(*args, tuning=tq.TurboQuantTuning(dot="ieee")), want,
+                               rtol=2e-5, atol=2e-5)
+    dec = (args[0][:3], *args[1:3], torch.arange(4, dtype=torch.int32), *args[4:])
+    torch.testing.assert_close(tq.paged_attention_turboquant(*dec, num_splits=2,
+                                                             tuning=tq.TurboQuantTuning(dot="ieee")),
+                               ref.paged_attention_turboquant(*dec), rtol=2e-5, atol=2e-5)
+
+
+def test_column_chunks_need_16_wide_chunks():
+    args = _batch(4, 16, 2, 1)
+    with pytest.raises(ValueError, match="d_chunks"):
+        tq.paged_attention_turboquant(*args, tuning=tq.TurboQuantTuning(d_chunks=2))
+    with pytest.raises(ValueError, match="d_chunks"):
+        tq.TurboQuantTuning(d_chunks=4)

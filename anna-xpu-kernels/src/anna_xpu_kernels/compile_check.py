@@ -137,20 +137,72 @@ def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str
 
 
 def _turboquant_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
-    """TurboQuant attention at decode (4 bits with QJL, bf16 dots): the Qwen3.5-9B shape (head dim 256, 32 keys)
-    and a Gemma 4 global layer (512, 16 keys); a float32 prefill with a window and a residual ring."""
+    """TurboQuant attention at decode (4 bits with QJL, bf16 dots) with its default launch settings: the Qwen3.5-9B
+    shape (head dim 256, 32 keys, shuffle lookup) and a Gemma 4 global layer (512 in two column chunks, 16 keys);
+    a float32 prefill with a window and a residual ring."""
+    yield from (case[:4] for case in turboquant_decode_cases())
     from anna_xpu_kernels import turboquant
 
-    def case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
-        return {"GROUP": 4, "BLOCK_Q": 4, "BLOCK_M": 16, "BLOCK_D": d, "KBITS": 3, "VBITS": 4, "UNIT": 32,
-                "PLANE_W": d // 32, "BLOCK_W": d // 32, "K_FIRST": 2, "Z_FIRST": 2 + 3 * d // 32, "V_FIRST": 1,
-                "HAS_WINDOW": False, "SPLIT": True, "DECODE": True, "HAS_RING": False, "QJL": True,
-                "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, **extra}
+    yield turboquant._tq_attention_kernel, "fp32", _tq_case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
+                                                            SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
 
-    yield turboquant._tq_attention_kernel, "bf16", case(256, 32), 8
-    yield turboquant._tq_attention_kernel, "bf16", case(512, 16), 8
-    yield turboquant._tq_attention_kernel, "fp32", case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
-                                                        SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
+
+def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
+    return {"GROUP": 4, "BLOCK_Q": 1, "BLOCK_M": 16, "BLOCK_D": d, "KBITS": 3, "VBITS": 4, "UNIT": 32,
+            "PLANE_W": d // 32, "BLOCK_W": d // 32, "K_FIRST": 2, "Z_FIRST": 2 + 3 * d // 32, "V_FIRST": 1,
+            "HAS_WINDOW": False, "SPLIT": True, "DECODE": True, "HAS_RING": False, "QJL": True,
+            "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, **extra}
+
+
+def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, int, str]]:
+    """``(kernel, act, constexprs, num_warps, num_stages, name)`` of the TurboQuant decode attention as
+    :func:`anna_xpu_kernels.turboquant.paged_attention_turboquant` launches it by default at batch-32 decode shapes:
+    Qwen3.5-9B (16 / 4 heads, 256) and Gemma 4 E4B's global layers (8 / 2 heads, 512), 4 bits with QJL."""
+    from anna_xpu_kernels import turboquant
+
+    for name, d, group in (("9B", 256, 4), ("E4B-global", 512, 4)):
+        s = turboquant._launch_settings(turboquant.TurboQuantTuning(), True, d, False)
+        yield (turboquant._tq_attention_kernel, "bf16",
+               _tq_case(d, s.block_n, GROUP=group, LOOKUP=turboquant.LOOKUPS.index(s.lookup), D_CHUNKS=s.d_chunks),
+               s.num_warps, s.num_stages, name)
+
+
+def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:
+    """``(case name, registers per thread, spill store bytes)`` of :func:`turboquant_decode_cases`, compiled for
+    ``sm_<arch>`` and assembled by Triton's bundled ``ptxas -v`` (the numbers a GPU reports as ``n_regs`` /
+    ``n_spills``, without one).
+
+    Raises:
+        RuntimeError: interpreted kernels, or ptxas printed no usage line.
+    """
+    import subprocess
+    import tempfile
+
+    from anna_xpu_kernels._triton import INTERPRETING, triton
+
+    if INTERPRETING:
+        raise RuntimeError("register_usage needs a process without TRITON_INTERPRET / ANNA_TRITON_INTERPRET")
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    out = []
+    for fn, act, constexprs, num_warps, num_stages, name in turboquant_decode_cases():
+        src = ASTSource(fn, _signature(fn, act, constexprs), constexprs=constexprs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                                  options={"num_warps": num_warps, "num_stages": num_stages})
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx = f"{tmp}/kernel.ptx"
+            with open(ptx, "w") as f:
+                f.write(compiled.asm["ptx"])
+            log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}a", ptx, "-o", f"{tmp}/k.cubin"],
+                                 capture_output=True, text=True, check=True).stderr
+        regs = re.search(r"Used (\d+) registers", log)
+        spills = re.search(r"(\d+) bytes spill stores", log)
+        if regs is None or spills is None:
+            raise RuntimeError(f"ptxas printed no register usage for {name}: {log[-500:]}")
+        out.append((name, int(regs.group(1)), int(spills.group(1))))
+    return out
 
 
 def _moe_route_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
@@ -334,7 +386,13 @@ def compile_all(arch: int = 90) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m anna_xpu_kernels.compile_check", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 90 (H100/H200), 80 (A100)")
+    parser.add_argument("--registers", action="store_true",
+                        help="print the TurboQuant decode kernels' registers and spill stores instead")
     args = parser.parse_args(argv)
+    if args.registers:
+        for name, regs, spills in register_usage(args.arch):
+            print(f"_tq_attention_kernel {name}: {regs} registers, {spills} bytes spill stores")
+        return 0
     for line in compile_all(args.arch):
         print(line)
     return 0

@@ -136,15 +136,23 @@ def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str
     yield kernel, "fp32", {**base, "SCHEME": 2, "BLOCK_M": 2, "BLOCK_N": 8, "BLOCK_K": 512, "EPILOGUE": 2}, 2, ptrs[2]
 
 
-def _turboquant_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
     """TurboQuant attention at decode (4 bits with QJL, bf16 dots) with its default launch settings: the Qwen3.5-9B
     shape (head dim 256, 32 keys, shuffle lookup) and a Gemma 4 global layer (512 in two column chunks, 16 keys);
     a float32 prefill with a window and a residual ring."""
-    yield from (case[:4] for case in turboquant_decode_cases())
     from anna_xpu_kernels import turboquant
+
+    yield from (case[:4] for case in turboquant_decode_cases())
 
     yield turboquant._tq_attention_kernel, "fp32", _tq_case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
                                                             SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
+    # the query projections and the split merge with the rotation back (tf32 products), at a head dim of 512
+    from anna_xpu_kernels import turboquant_basis as basis
+
+    blocks = {"BLOCK_R": basis.BLOCK_R, "BLOCK_O": 64, "BLOCK_K": 64, "DOT": 0}
+    yield basis._tq_query_kernel, "bf16", {"QJL": True, **blocks}, 4, {"rot_ptr": "*fp32", "qjl_ptr": "*fp32"}
+    yield basis._tq_output_kernel, "bf16", {"SPLIT": True, "WS_D": 512, "BLOCK_S": 8, **blocks}, 4, {
+        "o_ptr": "*fp32", "rot_ptr": "*fp32"}
 
 
 def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:

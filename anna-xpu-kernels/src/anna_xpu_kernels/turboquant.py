@@ -6,16 +6,20 @@ reconstruction ``c[idx] + sqrt(pi/2) / D * gamma * S^T z``,
 
     ``q . k~ = ||k|| (q_r . c[idx] + sqrt(pi/2) / D * gamma * (S q_r) . z)``,  ``q_r = Pi q``,
 
-and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. The two query projections (``q_r``, ``S q_r``) and the
-output's rotation are three small float32 matmuls around one kernel launch; the kernel reads each key row's two
-norms, ``bits - 1`` code planes and sign plane and each value row's norm and ``bits`` planes (each plane once, as
-32-bit words spread over their coordinates in registers), looks the codes up in the (tiny, cached) codebooks and
-runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA packing (the query heads of one KV
-head are the rows of one tile), tiles numbered on the device (no host sync, so decode and prefill calls can be
-graph-captured), flash-decoding splits merged by that module's merge kernel. The values' norms scale the
-probabilities, not the centroids. Dots take bf16 operands on tensor cores for a bf16 / fp16 query and float32
-(``ieee``) ones for a float32 query, accumulating in float32 (:class:`TurboQuantTuning` overrides it and the
-launch settings). Head dims up to 512 (padded to a power of two in registers).
+and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. A call is three launches: the two query projections
+(``q_r``, ``S q_r``; :func:`anna_xpu_kernels.turboquant_basis.rotate_queries`), the attention kernel, and the split
+merge with the output's rotation back and cast (:func:`~anna_xpu_kernels.turboquant_basis.merge_and_rotate_back`).
+The kernel reads each key row's two norms, ``bits - 1`` code planes and sign plane and each value row's norm and
+``bits`` planes (each plane once, as 32-bit words spread over their coordinates in registers), looks the codes up
+in the (tiny, cached) codebooks and runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA
+packing (the query heads of one KV head are the rows of one tile), tiles numbered on the device
+(:mod:`anna_xpu_kernels.attention_plan`; no host sync, so decode and prefill calls can be graph-captured),
+flash-decoding splits. The values' norms scale the probabilities, not the centroids. Dots take bf16 operands on
+tensor cores for a bf16 / fp16 query and float32 (``ieee``) ones for a float32 query, accumulating in float32
+(:class:`TurboQuantTuning` overrides it and the launch settings). Head dims up to 512, padded to a power of two;
+above 256 each key tile is decoded, dotted and accumulated in two column chunks of the head dim (``D_CHUNKS``), so
+no full-width decoded tile is live at once (the one-chunk kernel spilled registers at 512). With a residual ring only
+the key tiles from ``seq_len - R`` on look the ring up (a second loop), so the rest carry none of its registers.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ from anna_core.kernels.checks import (
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
 from anna_xpu_kernels.attention_plan import plan_attention
-from anna_xpu_kernels.paged_attention import LOG2E, WIDE_HEAD_DIM, _merge_splits_kernel
+from anna_xpu_kernels.paged_attention import LOG2E, WIDE_HEAD_DIM
+from anna_xpu_kernels.turboquant_basis import merge_and_rotate_back, rotate_queries
 
 MAX_HEAD_DIM = 512
 
@@ -431,9 +436,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     if total == 0 or batch == 0:
         return torch.empty_like(q)
     with_qjl = keys_have_qjl(kbits, vbits)
-    q_r = q.to(torch.float32) @ rotation.T  # [T, H_q, D]
-    q_s = (q_r @ qjl.T).contiguous() if with_qjl else q_r  # unused without the QJL stage
-    q_r = q_r.contiguous()
+    q_r, q_s = rotate_queries(q, rotation, qjl, with_qjl)  # [T, H_q, D] float32 (q_s unused without QJL)
     o = torch.empty((total, h_q, dim), dtype=torch.float32, device=q.device)
 
     block_d = max(16, next_pow2(dim))
@@ -487,13 +490,8 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         LOOKUP=LOOKUPS.index(launch.lookup), D_CHUNKS=launch.d_chunks, num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
-    if splits > 1:
-        merge_d = min(block_d, WIDE_HEAD_DIM)
-        _merge_splits_kernel[(total * h_q, block_d // merge_d)](
-            m_ws, l_ws, acc_ws, o, total * h_q, h_q, dim, splits, o.stride(0), o.stride(1),
-            BLOCK_S=next_pow2(splits), BLOCK_D=merge_d, WS_D=block_d, USE_PDL=False, num_warps=8,
-        )
-    return (o @ rotation).to(q.dtype)
+    workspace = (m_ws, l_ws, acc_ws) if splits > 1 else None
+    return merge_and_rotate_back(o, workspace, splits, rotation, q.dtype)
 
 
 @triton.jit

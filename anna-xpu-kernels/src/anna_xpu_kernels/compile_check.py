@@ -149,10 +149,18 @@ def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
     # the query projections and the split merge with the rotation back (tf32 products), at a head dim of 512
     from anna_xpu_kernels import turboquant_basis as basis
 
-    blocks = {"BLOCK_R": basis.BLOCK_R, "BLOCK_O": 64, "BLOCK_K": 64, "DOT": 0}
-    yield basis._tq_query_kernel, "bf16", {"QJL": True, **blocks}, 4, {"rot_ptr": "*fp32", "qjl_ptr": "*fp32"}
-    yield basis._tq_output_kernel, "bf16", {"SPLIT": True, "WS_D": 512, "BLOCK_S": 8, **blocks}, 4, {
+    blocks = {"BLOCK_R": basis.BLOCK_R, "BLOCK_O": basis.BLOCK_O, "BLOCK_K": basis.BLOCK_K, "DOT": 0}
+    yield basis._tq_query_kernel, "bf16", {"QJL": True, **blocks}, basis.NUM_WARPS, {"rot_ptr": "*fp32",
+                                                                                     "qjl_ptr": "*fp32"}
+    yield basis._tq_output_kernel, "bf16", {"SPLIT": True, "WS_D": 512, "BLOCK_S": 8, **blocks}, basis.NUM_WARPS, {
         "o_ptr": "*fp32", "rot_ptr": "*fp32"}
+    # the one-launch cache write (tf32x3 products), 4-bit keys with QJL at 512
+    from anna_xpu_kernels import turboquant_write as write
+
+    yield write._tq_write_kernel, "bf16", {"KBITS": 3, "VBITS": 4, "QJL": True, "PLANE": 64, "BLOCK_R": write.BLOCK_R,
+                                            "BLOCK_O": write.BLOCK_O, "BLOCK_K": write.BLOCK_K, "DOT": 0}, write.NUM_WARPS, {
+        "kc_ptr": "*u8", "vc_ptr": "*u8", "kcf_ptr": "*fp32", "vcf_ptr": "*fp32", "slot_ptr": "*i64",
+        "rot_ptr": "*fp32", "qjl_ptr": "*fp32", "kcent_ptr": "*fp32", "vcent_ptr": "*fp32", "res_ptr": "*fp32"}
 
 
 def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:

@@ -111,8 +111,13 @@ def _dot(dtype: torch.dtype) -> int:
     return 1 if dtype == torch.float32 or INTERPRETING else 0
 
 
-def _block(head_dim: int) -> int:
-    return min(64, max(16, next_pow2(head_dim)))
+def _block(head_dim: int, most: int) -> int:
+    return min(most, max(16, next_pow2(head_dim)))
+
+
+BLOCK_O, BLOCK_K, NUM_WARPS = 64, 32, 8
+"""Output columns and reduction slice per dot, and warps: no register spills at a head dim of 512 with 8 splits
+(``python -m anna_xpu_kernels.compile_check``'s cases; 64-wide slices with 4 warps spilled)."""
 
 
 def rotate_queries(q: torch.Tensor, rotation: torch.Tensor, qjl: torch.Tensor,
@@ -132,7 +137,7 @@ def rotate_queries(q: torch.Tensor, rotation: torch.Tensor, qjl: torch.Tensor,
     rows = total * heads
     _tq_query_kernel[(triton.cdiv(rows, BLOCK_R),)](
         q, rotation, qjl, q_r, q_s, rows, heads, dim, q.stride(0), q.stride(1), QJL=with_qjl, BLOCK_R=BLOCK_R,
-        BLOCK_O=_block(dim), BLOCK_K=_block(dim), DOT=_dot(q.dtype), num_warps=4)
+        BLOCK_O=_block(dim, BLOCK_O), BLOCK_K=_block(dim, BLOCK_K), DOT=_dot(q.dtype), num_warps=NUM_WARPS)
     return q_r, q_s
 
 
@@ -146,9 +151,9 @@ def merge_and_rotate_back(o: torch.Tensor, workspace: tuple[torch.Tensor, torch.
     rows = total * heads
     m_ws, l_ws, acc_ws = workspace or (o, o, o)
     block_s = next_pow2(splits)
-    block_k = max(16, min(_block(dim), 16384 // (block_s * BLOCK_R)))
+    block_k = max(16, min(_block(dim, BLOCK_K), 8192 // (block_s * BLOCK_R)))  # the [S, R, K] merge tile
     _tq_output_kernel[(triton.cdiv(rows, BLOCK_R),)](
         m_ws, l_ws, acc_ws, o, rotation.contiguous(), out, rows, heads, dim, splits, out.stride(0), out.stride(1),
-        SPLIT=workspace is not None, WS_D=acc_ws.shape[-1], BLOCK_S=block_s, BLOCK_R=BLOCK_R, BLOCK_O=_block(dim),
-        BLOCK_K=block_k, DOT=_dot(dtype), num_warps=4)
+        SPLIT=workspace is not None, WS_D=acc_ws.shape[-1], BLOCK_S=block_s, BLOCK_R=BLOCK_R,
+        BLOCK_O=_block(dim, BLOCK_O), BLOCK_K=block_k, DOT=_dot(dtype), num_warps=NUM_WARPS)
     return out

@@ -32,6 +32,9 @@ from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
 
 BLOCK_R = 16
 """(token, head) rows per program (the dots' smallest M)."""
+BLOCK_O, BLOCK_K, NUM_WARPS = 64, 32, 8
+"""Output columns and reduction slice per dot, and warps: no register spills at a head dim of 512 (64-wide slices
+with 4 warps spilled; ``python -m anna_xpu_kernels.compile_check``'s case)."""
 
 
 @triton.jit
@@ -161,11 +164,11 @@ def turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, rotation, qjl, 
     rows = t * h
     with_qjl = keys_have_qjl(kbits, vbits)
     res = torch.empty((rows, d) if with_qjl else (1,), dtype=torch.float32, device=k.device)
-    block = min(64, max(16, next_pow2(d)))
+    block_o, block_k = (min(most, max(16, next_pow2(d))) for most in (BLOCK_O, BLOCK_K))
     dot = 0 if k.device.type == "cuda" and not INTERPRETING else 1
     _tq_write_kernel[(triton.cdiv(rows, BLOCK_R),)](
         k, v, k_cache, k_cache.view(torch.float32), v_cache, v_cache.view(torch.float32), slot_mapping.contiguous(),
         rotation.contiguous(), qjl.contiguous(), key_centroids, value_centroids, res, rows, h, d,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1), k_cache.stride(1), k_cache.stride(2), v_cache.stride(1),
-        v_cache.stride(2), KBITS=kbits, VBITS=vbits, QJL=with_qjl, PLANE=d // 8, BLOCK_R=BLOCK_R, BLOCK_O=block,
-        BLOCK_K=block, DOT=dot, num_warps=4)
+        v_cache.stride(2), KBITS=kbits, VBITS=vbits, QJL=with_qjl, PLANE=d // 8, BLOCK_R=BLOCK_R, BLOCK_O=block_o,
+        BLOCK_K=block_k, DOT=dot, num_warps=NUM_WARPS)

@@ -14,7 +14,7 @@ from anna_xpu_kernels import turboquant as tq  # noqa: E402
 from anna_xpu_kernels import turboquant_basis as basis  # noqa: E402
 
 from tests.xpu_kernels._launches import LaunchCounter  # noqa: E402
-from tests.xpu_kernels.test_turboquant import _batch  # noqa: E402
+from tests.xpu_kernels._turboquant_data import batch as _batch  # noqa: E402
 
 
 def _tables(d):

@@ -13,7 +13,7 @@ require_triton_interpreter()
 from anna_xpu_kernels import turboquant_write as tw  # noqa: E402
 
 from tests.xpu_kernels._launches import LaunchCounter  # noqa: E402
-from tests.xpu_kernels.test_turboquant import _filled  # noqa: E402
+from tests.xpu_kernels._turboquant_data import filled as _filled  # noqa: E402
 
 TIE = 1e-6
 """How near a decision boundary (in the unit rotated basis, whose coordinates are about D^-1/2) a reference

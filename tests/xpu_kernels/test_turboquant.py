@@ -19,7 +19,8 @@ from tests.xpu_kernels._turboquant_data import filled as _filled  # noqa: E402
 
 @pytest.mark.parametrize("bits,d,h_q,h_kv,window,splits,key_qjl,lookup", [
     (4, 64, 4, 2, None, None, True, "gather"), (3, 64, 4, 1, 7, None, True, "select"),
-    (4, 40, 2, 2, None, 3, True, "shuffle"), (2, 16, 8, 2, 5, 2, True, "select"), (3, 32, 4, 2, None, 2, False, "gather")])
+    (4, 40, 2, 2, None, 3, True, "shuffle"), (2, 16, 8, 2, 5, 2, True, "select"), (3, 32, 4, 2, None, 2, False, "gather"),
+    (2, 32, 4, 2, None, None, True, "shuffle")])  # 2- and 4-entry codebooks: the shuffle takes the selects
 def test_attention_matches_the_reference(bits, d, h_q, h_kv, window, splits, key_qjl, lookup):
     bs, seq_lens, q_lens = 4, [13, 6, 21], [1, 6, 5]  # a decode, a fresh prompt, a chunk over a cached prefix
     k, v, kc, vc, slots, tables = _filled(bits, d, 16, bs, h_kv, seed=d, key_qjl=key_qjl)

@@ -137,9 +137,9 @@ def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str
 
 
 def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
-    """TurboQuant attention at decode (4 bits with QJL, bf16 dots) with its default launch settings: the Qwen3.5-9B
-    shape (head dim 256, 32 keys, shuffle lookup) and a Gemma 4 global layer (512 in two column chunks, 16 keys);
-    a float32 prefill with a window and a residual ring."""
+    """TurboQuant attention at decode (QJL keys, bf16 dots) with its default launch settings
+    (:func:`turboquant_decode_cases`); a float32 prefill with a window and a residual ring; the query projections,
+    the merge with the rotation back and the cache write."""
     from anna_xpu_kernels import turboquant
 
     yield from (case[:4] for case in turboquant_decode_cases())
@@ -173,14 +173,17 @@ def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
 def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, int, str]]:
     """``(kernel, act, constexprs, num_warps, num_stages, name)`` of the TurboQuant decode attention as
     :func:`anna_xpu_kernels.turboquant.paged_attention_turboquant` launches it by default at batch-32 decode shapes:
-    Qwen3.5-9B (16 / 4 heads, 256) and Gemma 4 E4B's global layers (8 / 2 heads, 512), 4 bits with QJL."""
+    Qwen3.5-9B (16 / 4 heads, 256) and Gemma 4 E4B's global layers (8 / 2 heads, 512), with QJL keys at 4 and 3 bits;
+    2 bits and a residual ring (``auto``'s) at one shape each."""
     from anna_xpu_kernels import turboquant
 
-    for name, d, group in (("9B", 256, 4), ("E4B-global", 512, 4)):
+    for name, d, bits, ring in (("9B 4-bit", 256, 4, False), ("9B 3-bit", 256, 3, False),
+                                ("E4B-global 4-bit", 512, 4, False), ("E4B-global 3-bit", 512, 3, False),
+                                ("9B 2-bit", 256, 2, False), ("E4B-global 4-bit ring", 512, 4, True)):
         s = turboquant._launch_settings(turboquant.TurboQuantTuning(), True, d, False)
-        yield (turboquant._tq_attention_kernel, "bf16",
-               _tq_case(d, s.block_n, GROUP=group, LOOKUP=turboquant.LOOKUPS.index(s.lookup), D_CHUNKS=s.d_chunks),
-               s.num_warps, s.num_stages, name)
+        case = _tq_case(d, s.block_n, GROUP=4, KBITS=bits - 1, VBITS=bits, Z_FIRST=2 + (bits - 1) * d // 32,
+                        HAS_RING=ring, LOOKUP=turboquant.LOOKUPS.index(s.lookup), D_CHUNKS=s.d_chunks)
+        yield turboquant._tq_attention_kernel, "bf16", case, s.num_warps, s.num_stages, name
 
 
 def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:

@@ -51,8 +51,9 @@ DOTS = ("bf16", "tf32", "ieee")
 
 LOOKUPS = ("shuffle", "gather", "select")
 """How a code becomes its centroid: ``tl.gather`` from the codebook held in registers (warp shuffles; Triton 3.6
-fails to compile it where the gather is not warp-local, e.g. a head dim of 512 with 16 keys), a load from the
-(L1-resident) codebook in global memory, or a chain of selects in registers."""
+fails to compile it where the gather is not warp-local, e.g. a head dim of 512 with 16 keys and 8 warps, or a
+codebook of 2 or 4 entries: those take the selects), a load from the (L1-resident) codebook in global memory, or a
+chain of selects in registers."""
 
 
 @attrs.frozen
@@ -122,8 +123,10 @@ def _codes(ptr, row, first, n_words, ok, BITS: tl.constexpr, PLANE_W: tl.constex
 
 @triton.jit
 def _centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr):
-    """``c[idx]`` float32 ``[N, D]`` for a codebook of ``LEVELS`` entries, by ``LOOKUPS[LOOKUP]``."""
-    if LOOKUP == 0:
+    """``c[idx]`` float32 ``[N, D]`` for a codebook of ``LEVELS`` entries, by ``LOOKUPS[LOOKUP]`` (the shuffle only
+    for codebooks of 8 or more entries: Triton 3.6 fails to compile it for 2 or 4 at some tile shapes, where one or
+    three selects do the lookup anyway)."""
+    if LOOKUP == 0 and LEVELS >= 8:
         book = tl.load(c_ptr + tl.arange(0, LEVELS))
         val = tl.gather(tl.broadcast_to(book[None, :], (idx.shape[0], LEVELS)), idx, 1)
     elif LOOKUP == 1:

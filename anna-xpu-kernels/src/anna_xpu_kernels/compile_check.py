@@ -146,21 +146,27 @@ def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
 
     yield turboquant._tq_attention_kernel, "fp32", _tq_case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
                                                             SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
-    # the query projections and the split merge with the rotation back (tf32 products), at a head dim of 512
-    from anna_xpu_kernels import turboquant_basis as basis
+    for fn, act, constexprs, num_warps, ptr_types, _ in turboquant_support_cases():
+        yield fn, act, constexprs, num_warps, ptr_types
 
-    blocks = {"BLOCK_R": basis.BLOCK_R, "BLOCK_O": basis.BLOCK_O, "BLOCK_K": basis.BLOCK_K, "DOT": 0}
-    yield basis._tq_query_kernel, "bf16", {"QJL": True, **blocks}, basis.NUM_WARPS, {"rot_ptr": "*fp32",
-                                                                                     "qjl_ptr": "*fp32"}
-    yield basis._tq_output_kernel, "bf16", {"SPLIT": True, "WS_D": 512, "BLOCK_S": 8, **blocks}, basis.NUM_WARPS, {
-        "o_ptr": "*fp32", "rot_ptr": "*fp32"}
-    # the one-launch cache write (tf32x3 products), 4-bit keys with QJL at 512
+
+def turboquant_support_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, str], str]]:
+    """``(kernel, act, constexprs, num_warps, pointer types, name)`` of the launches around the TurboQuant attention
+    at a head dim of 512 with QJL keys (tf32 / tf32x3 products, Triton's default 3 stages): the query projections,
+    the merge of 8 splits with the rotation back, the cache write."""
+    from anna_xpu_kernels import turboquant_basis as basis
     from anna_xpu_kernels import turboquant_write as write
 
-    yield write._tq_write_kernel, "bf16", {"KBITS": 3, "VBITS": 4, "QJL": True, "PLANE": 64, "BLOCK_R": write.BLOCK_R,
-                                            "BLOCK_O": write.BLOCK_O, "BLOCK_K": write.BLOCK_K, "DOT": 0}, write.NUM_WARPS, {
-        "kc_ptr": "*u8", "vc_ptr": "*u8", "kcf_ptr": "*fp32", "vcf_ptr": "*fp32", "slot_ptr": "*i64",
-        "rot_ptr": "*fp32", "qjl_ptr": "*fp32", "kcent_ptr": "*fp32", "vcent_ptr": "*fp32", "res_ptr": "*fp32"}
+    blocks = {"BLOCK_R": basis.BLOCK_R, "BLOCK_O": basis.BLOCK_O, "BLOCK_K": basis.BLOCK_K, "DOT": 0}
+    yield (basis._tq_query_kernel, "bf16", {"QJL": True, **blocks}, basis.NUM_WARPS,
+           {"rot_ptr": "*fp32", "qjl_ptr": "*fp32"}, "query projections")
+    yield (basis._tq_output_kernel, "bf16", {"SPLIT": True, "WS_D": 512, "BLOCK_S": 8, **blocks}, basis.NUM_WARPS,
+           {"o_ptr": "*fp32", "rot_ptr": "*fp32"}, "merge and rotation back")
+    write_blocks = {"BLOCK_R": write.BLOCK_R, "BLOCK_O": write.BLOCK_O, "BLOCK_K": write.BLOCK_K, "DOT": 0}
+    yield (write._tq_write_kernel, "bf16", {"KBITS": 3, "VBITS": 4, "QJL": True, "PLANE": 64, **write_blocks},
+           write.NUM_WARPS, {"kc_ptr": "*u8", "vc_ptr": "*u8", "kcf_ptr": "*fp32", "vcf_ptr": "*fp32",
+                             "slot_ptr": "*i64", "rot_ptr": "*fp32", "qjl_ptr": "*fp32", "kcent_ptr": "*fp32",
+                             "vcent_ptr": "*fp32", "res_ptr": "*fp32"}, "cache write")
 
 
 def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
@@ -187,7 +193,8 @@ def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, i
 
 
 def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:
-    """``(case name, registers per thread, spill store bytes)`` of :func:`turboquant_decode_cases`, compiled for
+    """``(case name, registers per thread, spill store bytes)`` of :func:`turboquant_decode_cases` and
+    :func:`turboquant_support_cases`, compiled for
     ``sm_<arch>`` and assembled by Triton's bundled ``ptxas -v`` (the numbers a GPU reports as ``n_regs`` /
     ``n_spills``, without one).
 
@@ -205,11 +212,14 @@ def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:
     from triton.backends.nvidia.compiler import get_ptxas
     from triton.compiler import ASTSource
 
+    cases = [(fn, act, c, warps, {"num_stages": stages}, {}, f"_tq_attention_kernel {name}")
+             for fn, act, c, warps, stages, name in turboquant_decode_cases()]
+    cases += [(fn, act, c, warps, {}, ptrs, f"{fn.__name__} {name}")
+              for fn, act, c, warps, ptrs, name in turboquant_support_cases()]
     out = []
-    for fn, act, constexprs, num_warps, num_stages, name in turboquant_decode_cases():
-        src = ASTSource(fn, _signature(fn, act, constexprs), constexprs=constexprs)
-        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                  options={"num_warps": num_warps, "num_stages": num_stages})
+    for fn, act, constexprs, num_warps, options, ptr_types, name in cases:
+        src = ASTSource(fn, {**_signature(fn, act, constexprs), **ptr_types}, constexprs=constexprs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, **options})
         with tempfile.TemporaryDirectory() as tmp:
             ptx = f"{tmp}/kernel.ptx"
             with open(ptx, "w") as f:
@@ -406,11 +416,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m anna_xpu_kernels.compile_check", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 90 (H100/H200), 80 (A100)")
     parser.add_argument("--registers", action="store_true",
-                        help="print the TurboQuant decode kernels' registers and spill stores instead")
+                        help="print the TurboQuant kernels' registers and spill stores instead")
     args = parser.parse_args(argv)
     if args.registers:
         for name, regs, spills in register_usage(args.arch):
-            print(f"_tq_attention_kernel {name}: {regs} registers, {spills} bytes spill stores")
+            print(f"{name}: {regs} registers, {spills} bytes spill stores")
         return 0
     for line in compile_all(args.arch):
         print(line)

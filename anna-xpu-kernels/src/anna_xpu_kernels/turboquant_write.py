@@ -2,13 +2,15 @@
 arXiv 2504.19874; the contract and the torch reference: :mod:`anna_core.kernels.reference.turboquant`, the row
 layout: :mod:`anna_core.kv_quant.layout`).
 
-Each program takes 16 (token, KV head) rows and, for keys then values: the rows' norms ``n = ||x||``; the unit rows
+Each program takes 16 (token, KV head) rows of the keys or (a second program) of the values: the rows' norms
+``n = ||x||``; the unit rows
 rotated, ``y = (x / n) Pi^T``, one ``BLOCK_O``-column chunk at a time (a ``[16, D] x [D, BLOCK_O]`` dot), each
 chunk's nearest centroids (ties to the lower one) packed straight into its bytes of every code plane; for keys with
 the QJL stage, the residual ``r = y - c[idx]`` of each chunk is kept in a float32 scratch row and its squares
 summed (``gamma = ||r||``), then, after a barrier within the program, ``S r`` in chunks gives the sign plane. The
 norms are stored last. So the whole write is one launch where the torch-composed one took about fifteen (casts,
-norms, divisions, three matmuls, three kernels).
+norms, divisions, three matmuls, three kernels); a decode step's few rows make few programs, each a chain of
+``[16, D] x [D, D]`` products (two for keys with QJL, one for values), so its latency is that chain's.
 
 The products are float32 to float32 rounding: ``ieee`` dots off CUDA (and under Triton's interpreter), ``tf32x3``
 (three tensor-core products of the operands' tf32 halves) on CUDA. So the rows equal the reference's up to the
@@ -32,9 +34,10 @@ from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
 
 BLOCK_R = 16
 """(token, head) rows per program (the dots' smallest M)."""
-BLOCK_O, BLOCK_K, NUM_WARPS = 64, 32, 8
-"""Output columns and reduction slice per dot, and warps: no register spills at a head dim of 512 (64-wide slices
-with 4 warps spilled; ``python -m anna_xpu_kernels.compile_check``'s case)."""
+BLOCK_O, BLOCK_K, NUM_WARPS = 64, 64, 8
+"""Output columns and reduction slice per dot, and warps: no register spills at a head dim of 512 (ptxas; 64 x 32
+slices spilled 36 bytes with 8 warps, 64 x 64 with 4 warps 84; ``python -m anna_xpu_kernels.compile_check``'s
+case)."""
 
 
 @triton.jit
@@ -115,27 +118,29 @@ def _tq_write_kernel(k_ptr, v_ptr, kc_ptr, kcf_ptr, vc_ptr, vcf_ptr, slot_ptr, r
     v_dst = slot * stride_vs + head * stride_vh_c
     res_off = rows.to(tl.int64) * head_dim
     norms = 2 if QJL else 1
-    g2 = _encode(k_ptr, tok * stride_kt + head * stride_kh, ok, rot_ptr, kcent_ptr, kc_ptr, kcf_ptr, k_dst, 4 * norms,
-                 res_ptr, res_off, head_dim, KBITS, QJL, PLANE, BLOCK_R, BLOCK_O, BLOCK_K, DOT)
-    if QJL:
-        tl.debug_barrier()  # this program's residual rows are written before it reads them back
-        k = tl.arange(0, BLOCK_K)
-        o = tl.arange(0, BLOCK_O)
-        for o0 in range(0, head_dim, BLOCK_O):
-            col = o0 + o
-            proj = tl.zeros((BLOCK_R, BLOCK_O), tl.float32)
-            for k0 in range(0, head_dim, BLOCK_K):
-                kk = k0 + k
-                r = tl.load(res_ptr + res_off[:, None] + kk[None, :], mask=ok[:, None] & (kk < head_dim)[None, :],
-                            other=0.0)
-                s = tl.load(qjl_ptr + col[None, :] * head_dim + kk[:, None],  # S^T [k, o] = S[o, k]
-                            mask=(kk < head_dim)[:, None] & (col < head_dim)[None, :], other=0.0)
-                proj = _dot_tf32x3(r, s, proj, DOT)
-            _pack_store((proj >= 0).to(tl.int32), kc_ptr, k_dst, ok, 4 * norms + KBITS * PLANE, o0, PLANE, 1,
-                        BLOCK_R, BLOCK_O)
-        tl.store(kcf_ptr + k_dst // 4 + 1, tl.sqrt(g2), mask=ok)
-    _encode(v_ptr, tok * stride_vt + head * stride_vh, ok, rot_ptr, vcent_ptr, vc_ptr, vcf_ptr, v_dst, 4, res_ptr,
-            res_off, head_dim, VBITS, False, PLANE, BLOCK_R, BLOCK_O, BLOCK_K, DOT)
+    if tl.program_id(1) == 1:  # the values: their rows on a program of their own
+        _encode(v_ptr, tok * stride_vt + head * stride_vh, ok, rot_ptr, vcent_ptr, vc_ptr, vcf_ptr, v_dst, 4, res_ptr,
+                res_off, head_dim, VBITS, False, PLANE, BLOCK_R, BLOCK_O, BLOCK_K, DOT)
+    else:
+        g2 = _encode(k_ptr, tok * stride_kt + head * stride_kh, ok, rot_ptr, kcent_ptr, kc_ptr, kcf_ptr, k_dst,
+                     4 * norms, res_ptr, res_off, head_dim, KBITS, QJL, PLANE, BLOCK_R, BLOCK_O, BLOCK_K, DOT)
+        if QJL:
+            tl.debug_barrier()  # this program's residual rows are written before it reads them back
+            k = tl.arange(0, BLOCK_K)
+            o = tl.arange(0, BLOCK_O)
+            for o0 in range(0, head_dim, BLOCK_O):
+                col = o0 + o
+                proj = tl.zeros((BLOCK_R, BLOCK_O), tl.float32)
+                for k0 in range(0, head_dim, BLOCK_K):
+                    kk = k0 + k
+                    r = tl.load(res_ptr + res_off[:, None] + kk[None, :],
+                                mask=ok[:, None] & (kk < head_dim)[None, :], other=0.0)
+                    s = tl.load(qjl_ptr + col[None, :] * head_dim + kk[:, None],  # S^T [k, o] = S[o, k]
+                                mask=(kk < head_dim)[:, None] & (col < head_dim)[None, :], other=0.0)
+                    proj = _dot_tf32x3(r, s, proj, DOT)
+                _pack_store((proj >= 0).to(tl.int32), kc_ptr, k_dst, ok, 4 * norms + KBITS * PLANE, o0, PLANE, 1,
+                            BLOCK_R, BLOCK_O)
+            tl.store(kcf_ptr + k_dst // 4 + 1, tl.sqrt(g2), mask=ok)
 
 
 def turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, rotation, qjl, key_centroids, value_centroids):
@@ -166,7 +171,7 @@ def turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, rotation, qjl, 
     res = torch.empty((rows, d) if with_qjl else (1,), dtype=torch.float32, device=k.device)
     block_o, block_k = (min(most, max(16, next_pow2(d))) for most in (BLOCK_O, BLOCK_K))
     dot = 0 if k.device.type == "cuda" and not INTERPRETING else 1
-    _tq_write_kernel[(triton.cdiv(rows, BLOCK_R),)](
+    _tq_write_kernel[(triton.cdiv(rows, BLOCK_R), 2)](
         k, v, k_cache, k_cache.view(torch.float32), v_cache, v_cache.view(torch.float32), slot_mapping.contiguous(),
         rotation.contiguous(), qjl.contiguous(), key_centroids, value_centroids, res, rows, h, d,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1), k_cache.stride(1), k_cache.stride(2), v_cache.stride(1),

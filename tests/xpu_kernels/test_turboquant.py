@@ -109,3 +109,15 @@ def test_column_chunks_need_16_wide_chunks():
         tq.paged_attention_turboquant(*args, tuning=tq.TurboQuantTuning(d_chunks=2))
     with pytest.raises(ValueError, match="d_chunks"):
         tq.TurboQuantTuning(d_chunks=4)
+
+
+@pytest.mark.parametrize("d_chunks", [1, 2])
+def test_a_ring_under_a_sliding_window_matches_the_reference(d_chunks):
+    """The ring's tiles (from seq_len - R on: the second key loop) with a window that starts inside them."""
+    args = list(_batch(4, 64, 4, 2, ring=True, seed=5))
+    args[7] = 3  # sliding_window: the decode sees positions 10..12, the ring holds 9..12 of sequence 0
+    want = ref.paged_attention_turboquant(*args)
+    for splits in (None, 3):
+        got = tq.paged_attention_turboquant(*args, num_splits=splits,
+                                            tuning=tq.TurboQuantTuning(dot="ieee", d_chunks=d_chunks))
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)

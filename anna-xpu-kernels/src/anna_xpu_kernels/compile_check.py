@@ -173,7 +173,7 @@ def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
     return {"GROUP": 4, "BLOCK_Q": 1, "BLOCK_M": 16, "BLOCK_D": d, "KBITS": 3, "VBITS": 4, "UNIT": 32,
             "PLANE_W": d // 32, "BLOCK_W": d // 32, "K_FIRST": 2, "Z_FIRST": 2 + 3 * d // 32, "V_FIRST": 1,
             "HAS_WINDOW": False, "SPLIT": True, "DECODE": True, "HAS_RING": False, "QJL": True,
-            "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, **extra}
+            "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, "RING_N": min(block_n, 16), **extra}
 
 
 def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, int, str]]:

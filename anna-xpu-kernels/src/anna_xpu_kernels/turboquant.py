@@ -19,7 +19,8 @@ tensor cores for a bf16 / fp16 query and float32 (``ieee``) ones for a float32 q
 (:class:`TurboQuantTuning` overrides it and the launch settings). Head dims up to 512, padded to a power of two;
 above 256 each key tile is decoded, dotted and accumulated in two column chunks of the head dim (``D_CHUNKS``), so
 no full-width decoded tile is live at once (the one-chunk kernel spilled registers at 512). With a residual ring only
-the key tiles from ``seq_len - R`` on look the ring up (a second loop), so the rest carry none of its registers.
+the key tiles from ``seq_len - R`` on look the ring up (a second loop, of at most 16 keys per tile), so the rest carry
+none of its registers.
 """
 
 from __future__ import annotations
@@ -286,7 +287,7 @@ def _tq_attention_kernel(
     KBITS: tl.constexpr, VBITS: tl.constexpr, UNIT: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
     K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
     SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT: tl.constexpr, LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr,
+    DOT: tl.constexpr, LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, RING_N: tl.constexpr,
 ):
     CHUNK_D: tl.constexpr = BLOCK_D // D_CHUNKS
     CHUNK_W: tl.constexpr = BLOCK_W // D_CHUNKS
@@ -360,13 +361,13 @@ def _tq_attention_kernel(
             stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W, CHUNK_D, K_FIRST,
             Z_FIRST, V_FIRST, HAS_WINDOW, False, QJL, BLOCK_N, DOT, LOOKUP, D_CHUNKS)
     if HAS_RING:
-        for start in range(mid, hi, BLOCK_N):
+        for start in range(mid, hi, RING_N):
             m_i, l_i, acc0, acc1 = _attend_tile(
                 m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv, ctx, qpos, d, kwords_ptr, kf_ptr,
                 vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len,
                 head_dim, block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb,
                 stride_vt, stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W,
-                CHUNK_D, K_FIRST, Z_FIRST, V_FIRST, HAS_WINDOW, True, QJL, BLOCK_N, DOT, LOOKUP, D_CHUNKS)
+                CHUNK_D, K_FIRST, Z_FIRST, V_FIRST, HAS_WINDOW, True, QJL, RING_N, DOT, LOOKUP, D_CHUNKS)
 
     o_off = tok * stride_ot + head * stride_oh
     n_heads = tl.num_programs(1) * GROUP
@@ -490,7 +491,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         Z_FIRST=(k_first + kbits * plane) // unit_bytes, V_FIRST=4 // unit_bytes,
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
         BLOCK_N=launch.block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot),
-        LOOKUP=LOOKUPS.index(launch.lookup), D_CHUNKS=launch.d_chunks, num_warps=launch.num_warps,
+        LOOKUP=LOOKUPS.index(launch.lookup), D_CHUNKS=launch.d_chunks, RING_N=min(launch.block_n, 16), num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
     workspace = (m_ws, l_ws, acc_ws) if splits > 1 else None

@@ -66,17 +66,21 @@ class TurboQuantTuning:
             query (float32 serving: the reference's rounding), else ``bf16``, on tensor cores, whose rounding (unit
             roundoff 2^-8 on the rotated query, the centroids and the probabilities) stays far below the
             quantization's own error (tests/xpu_kernels/test_turboquant.py bounds it).
-        lookup: one of :data:`LOOKUPS`; None: ``shuffle`` at a decode with a head dim of 256, else ``gather``
-            (Triton 3.6 fails to compile the shuffle at a head dim of 512 with 16 keys; other widths are unmeasured).
-        block_n: keys per loop step (a power of two, at least 16).
-        num_warps, num_stages: Triton launch settings (None: 4 warps at a decode with a head dim of 256).
+        lookup: one of :data:`LOOKUPS`; None: ``shuffle`` at a decode with a padded head dim of 256 or 512, else
+            ``gather`` (other widths are unmeasured; at 512 the gather's per-element addresses spill registers).
+        block_n: keys per loop step (a power of two, at least 16; None: 8K coordinates per tile at a decode, 32 keys
+            at 256, 16 at 512).
+        num_warps, num_stages: Triton launch settings (None: 4 warps at a decode with a padded head dim of 256 or
+            512: Triton 3.6 fails to compile the shuffle at 512 with 16 keys and 8 warps).
         d_chunks: column chunks the head dim is processed in, 1 or 2 (None: 2 for padded head dims above 256): with
             2, each key tile's codes are decoded, dotted and accumulated one half of the head dim at a time, so no
             ``[BLOCK_N, BLOCK_D]`` decoded tile is live whole (at a head dim of 512 the one-chunk kernel spills
             registers).
 
     The decode defaults at a head dim of 256 (shuffle lookup, 4 warps, 8 splits without a sliding window) are the
-    fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md).
+    fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md); at 512 (two
+    chunks, shuffle, 4 warps, 16 keys) the only combination that compiles without register spills (ptxas:
+    ``python -m anna_xpu_kernels.compile_check --registers``), not yet timed.
 
     Raises:
         ValueError: a value outside the choices above.

@@ -425,7 +425,8 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         ``[T, H_q, D]`` in q's dtype.
 
     Raises:
-        ValueError: inconsistent shapes, tables or row widths (the reference's checks), a head dim above 512.
+        ValueError: inconsistent shapes, tables or row widths (the reference's checks), a head dim above 512, a
+            ``tuning.d_chunks`` that leaves chunks narrower than 16.
     """
     op = "paged_attention_turboquant"
     tuning = tuning or TurboQuantTuning()

@@ -231,3 +231,33 @@ def test_keys_without_the_qjl_stage_trade_bias_for_less_error():
     assert layout.key_bits == 4 and layout.key_row_bytes(128) == layout.value_row_bytes(128) == 68
     for bits in (4, 3):
         assert _attention_error(bits, 128, None, key_qjl=False) < 0.75 * _attention_error(bits, 128, None)
+
+
+def test_the_conformance_suite_compares_written_caches_as_decoded_rows():
+    """``turboquant_cache_write``'s ``OpContract.compare``: a norm rounded differently in its last bit passes, a
+    different code does not; other arguments are compared exactly."""
+    from anna_core.kernels.ops import CORE_OPS
+    from anna_core.registry import resolve
+
+    contract = next(c for c in CORE_OPS if c.name == "turboquant_cache_write")
+    compare = resolve(contract.compare)
+    layout = TurboQuantLayout(4)
+    d, h = 32, 2
+    tables = TurboQuantTables.build(layout, d, "cpu").args
+    g = torch.Generator().manual_seed(3)
+    k, v = torch.randn(3, h, d, generator=g), torch.randn(3, h, d, generator=g)
+    k_cache = torch.zeros(2, 4, h, layout.key_row_bytes(d), dtype=torch.uint8)
+    v_cache = torch.zeros(2, 4, h, layout.value_row_bytes(d), dtype=torch.uint8)
+    slots = torch.tensor([1, 4, 6])
+    tq.turboquant_cache_write(k, v, k_cache, v_cache, slots, *tables)
+    args = (k, v, k_cache, v_cache, slots, *tables)
+    ulp = k_cache.clone()
+    norm = ulp.view(-1, h, ulp.shape[-1])[4, 0, :4].view(torch.float32)
+    norm.copy_(torch.nextafter(norm, torch.tensor(math.inf)))  # the key's norm one float32 ulp up
+    compare("k_cache", "k_cache", ulp, k_cache, args, 1e-4)
+    flipped = v_cache.clone()
+    flipped.view(-1, h, flipped.shape[-1])[6, 1, 4] ^= 1  # one value code's lowest bit
+    with pytest.raises(AssertionError, match="decoded"):
+        compare("v_cache", "v_cache", flipped, v_cache, args, 1e-4)
+    with pytest.raises(AssertionError):
+        compare("slot_mapping", "slot_mapping", slots + 1, slots, args, 1e-4)

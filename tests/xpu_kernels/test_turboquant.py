@@ -1,12 +1,11 @@
 """TurboQuant KV cache kernels (anna_xpu_kernels.turboquant) against the torch reference, on the CPU through Triton's
-interpreter: the write byte for byte, attention (decode, prefill over a cached prefix, windows, forced splits,
-GQA, a head dim that is no power of two) within float32 rounding."""
+interpreter: attention (decode, prefill over a cached prefix, windows, forced splits, GQA, a head dim that is no
+power of two, two column chunks, a head dim of 512) within float32 rounding (the write:
+tests/xpu_kernels/test_turboquant_write.py)."""
 
 import pytest
 import torch
 from anna_core.kernels.reference import turboquant as ref
-from anna_core.kv_quant.layout import TurboQuantLayout
-from anna_core.kv_quant.tables import TurboQuantTables
 
 from tests.xpu_kernels._interp import require_triton_interpreter
 
@@ -14,31 +13,14 @@ require_triton_interpreter()
 
 from anna_xpu_kernels import turboquant as tq  # noqa: E402
 
-
-def _filled(bits, d, n_blocks, bs, h_kv, seed, key_qjl=True):
-    g = torch.Generator().manual_seed(seed)
-    layout = TurboQuantLayout(bits, key_qjl=key_qjl)
-    tables = TurboQuantTables.build(layout, d, "cpu").args
-    k_cache = torch.zeros(n_blocks, bs, h_kv, layout.key_row_bytes(d), dtype=torch.uint8)
-    v_cache = torch.zeros(n_blocks, bs, h_kv, layout.value_row_bytes(d), dtype=torch.uint8)
-    n = n_blocks * bs
-    k, v = torch.randn(n, h_kv, d, generator=g), torch.randn(n, h_kv, d, generator=g)
-    slots = torch.randperm(n, generator=g)
-    return k, v, k_cache, v_cache, slots, tables
-
-
-@pytest.mark.parametrize("bits,d,key_qjl", [(4, 64, True), (3, 40, True), (2, 16, True), (3, 32, False)])
-def test_the_write_is_byte_equal_to_the_reference(bits, d, key_qjl):
-    k, v, kc, vc, slots, tables = _filled(bits, d, 3, 4, 2, seed=bits, key_qjl=key_qjl)
-    kc2, vc2 = kc.clone(), vc.clone()
-    ref.turboquant_cache_write(k[:9].bfloat16(), v[:9].bfloat16(), kc, vc, slots[:9], *tables)
-    tq.turboquant_cache_write(k[:9].bfloat16(), v[:9].bfloat16(), kc2, vc2, slots[:9], *tables)
-    assert torch.equal(kc, kc2) and torch.equal(vc, vc2)
+from tests.xpu_kernels._turboquant_data import batch as _batch  # noqa: E402
+from tests.xpu_kernels._turboquant_data import filled as _filled  # noqa: E402
 
 
 @pytest.mark.parametrize("bits,d,h_q,h_kv,window,splits,key_qjl,lookup", [
     (4, 64, 4, 2, None, None, True, "gather"), (3, 64, 4, 1, 7, None, True, "select"),
-    (4, 40, 2, 2, None, 3, True, "shuffle"), (2, 16, 8, 2, 5, 2, True, "select"), (3, 32, 4, 2, None, 2, False, "gather")])
+    (4, 40, 2, 2, None, 3, True, "shuffle"), (2, 16, 8, 2, 5, 2, True, "select"), (3, 32, 4, 2, None, 2, False, "gather"),
+    (2, 32, 4, 2, None, None, True, "shuffle")])  # 2- and 4-entry codebooks: the shuffle takes the selects
 def test_attention_matches_the_reference(bits, d, h_q, h_kv, window, splits, key_qjl, lookup):
     bs, seq_lens, q_lens = 4, [13, 6, 21], [1, 6, 5]  # a decode, a fresh prompt, a chunk over a cached prefix
     k, v, kc, vc, slots, tables = _filled(bits, d, 16, bs, h_kv, seed=d, key_qjl=key_qjl)
@@ -93,3 +75,49 @@ def test_bf16_dots_add_a_small_fraction_of_the_quantization_error(bits, d, key_q
                      .float()).abs().max()
         err = (tq.paged_attention_turboquant(*args).float() - want).abs().max()
         assert 0 < err <= 0.2 * quant_err, (err, quant_err)
+
+
+@pytest.mark.parametrize("bits,d,key_qjl,ring", [(4, 64, True, False), (3, 40, True, True), (3, 64, False, True)])
+def test_two_column_chunks_match_the_reference(bits, d, key_qjl, ring):
+    """The head dim in two column chunks (the default above 256, forced here on small heads; 40: a second chunk of
+    one byte per plane) gives the reference's attention, with and without a residual ring."""
+    args = _batch(bits, d, 4, 2, key_qjl=key_qjl, ring=ring)
+    want = ref.paged_attention_turboquant(*args)
+    for splits in (None, 2):
+        got = tq.paged_attention_turboquant(*args, num_splits=splits, tuning=tq.TurboQuantTuning(dot="ieee",
+                                                                                                 d_chunks=2))
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("bits", [4, 3])
+def test_head_dim_512_matches_the_reference(bits):
+    """Gemma 4's global layers: head dim 512, 8 query heads on 2 KV heads, the default chunking and lookup (decode
+    and prefill, split and not), float32 and bf16 dots."""
+    args = _batch(bits, 512, 8, 2, seed=bits)
+    want = ref.paged_attention_turboquant(*args)
+    torch.testing.assert_close(tq.paged_attention_turboquant(*args, tuning=tq.TurboQuantTuning(dot="ieee")), want,
+                               rtol=2e-5, atol=2e-5)
+    dec = (args[0][:3], *args[1:3], torch.arange(4, dtype=torch.int32), *args[4:])
+    torch.testing.assert_close(tq.paged_attention_turboquant(*dec, num_splits=2,
+                                                             tuning=tq.TurboQuantTuning(dot="ieee")),
+                               ref.paged_attention_turboquant(*dec), rtol=2e-5, atol=2e-5)
+
+
+def test_column_chunks_need_16_wide_chunks():
+    args = _batch(4, 16, 2, 1)
+    with pytest.raises(ValueError, match="d_chunks"):
+        tq.paged_attention_turboquant(*args, tuning=tq.TurboQuantTuning(d_chunks=2))
+    with pytest.raises(ValueError, match="d_chunks"):
+        tq.TurboQuantTuning(d_chunks=4)
+
+
+@pytest.mark.parametrize("d_chunks", [1, 2])
+def test_a_ring_under_a_sliding_window_matches_the_reference(d_chunks):
+    """The ring's tiles (from seq_len - R on: the second key loop) with a window that starts inside them."""
+    args = list(_batch(4, 64, 4, 2, ring=True, seed=5))
+    args[7] = 3  # sliding_window: the decode sees positions 10..12, the ring holds 9..12 of sequence 0
+    want = ref.paged_attention_turboquant(*args)
+    for splits in (None, 3):
+        got = tq.paged_attention_turboquant(*args, num_splits=splits,
+                                            tuning=tq.TurboQuantTuning(dot="ieee", d_chunks=d_chunks))
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)

@@ -4,7 +4,8 @@ one layer's op at a time, each captured in a CUDA graph (as the engine's decode 
 Run from the repository root on a CUDA machine (PYTHONPATH set to the packages' src folders, or the wheels
 installed)::
 
-    timeout 150 python3 tools/gpu_experiments/tq_decode_micro.py [--quick] [--no-sweep]
+    timeout 200 python3 tools/gpu_experiments/tq_decode_micro.py --budget-s 120 [--quick] [--no-sweep] [--no-write]
+        [--shapes 9B,E4B-sliding,E4B-global]
 
 (``--cpu-smoke``: the same cases at batch 2 and 64 tokens through Triton's interpreter, wall-clock times, to check
 the script itself without a GPU.)
@@ -15,11 +16,14 @@ sequence's 256 blocks a random permutation of the pool (the engine's tables are 
 
 Prints one line per case: the op's median us per call (CUDA-event timing of graph replays), its ratio to bf16's at
 that shape, and max |err| of the first two sequences' outputs against the torch reference (TurboQuant) or the
-bf16 reference; then the projected decode step per model from this morning's measured bf16 steps (H100: 9B 9.18
-ms, E4B 7.33 ms) plus the per-layer differences, against the issue's target (at most 1.25x bf16). After the
-defaults, a sweep of :class:`anna_xpu_kernels.turboquant.TurboQuantTuning` variants and split counts at the 9B
-4-bit and the E4B global 4-bit shapes, while the time allows (stops starting variants after ``--budget-s``).
-Lines are also written to ``$OUT/tq_decode_micro.log`` when ``OUT`` is set.
+bf16 reference; per shape and bits (QJL keys) one decode step's cache write: bf16 ``index_copy_``, the one-launch
+TurboQuant write (:mod:`anna_xpu_kernels.turboquant_write`) and the torch reference's composition; then the
+projected decode step per model from this morning's measured bf16 steps (H100: 9B 9.18 ms, E4B 7.33 ms) plus the
+per-layer differences, against the issue's target (at most 1.25x bf16); then ``n_regs`` / ``n_spills`` of every
+compiled TurboQuant and paged-attention kernel (lines ``regs ...``). After the defaults, a sweep of
+:class:`anna_xpu_kernels.turboquant.TurboQuantTuning` variants and split counts at the 9B 4-bit and the E4B global
+4-bit shapes (there: the old one-chunk default for comparison), while the time allows (stops starting variants
+after ``--budget-s``). Lines are also written to ``$OUT/tq_decode_micro.log`` when ``OUT`` is set.
 """
 
 from __future__ import annotations
@@ -114,7 +118,7 @@ class Shape:
         """``(k_cache, v_cache, tables args)`` holding this shape's rows quantized by the Triton write."""
         from anna_core.kv_quant.layout import TurboQuantLayout
         from anna_core.kv_quant.tables import TurboQuantTables
-        from anna_xpu_kernels import turboquant as tq
+        from anna_xpu_kernels import turboquant_write as tw
 
         layout = TurboQuantLayout(bits, key_qjl=key_qjl)
         tables = TurboQuantTables.build(layout, self.dim, DEVICE).args
@@ -127,7 +131,7 @@ class Shape:
         for s in range(0, rows, step):
             e = min(rows, s + step)
             slots = torch.arange(s, e, device=DEVICE)
-            tq.turboquant_cache_write(self.k.view(rows, self.h_kv, self.dim)[s:e],
+            tw.turboquant_cache_write(self.k.view(rows, self.h_kv, self.dim)[s:e],
                                       self.v.view(rows, self.h_kv, self.dim)[s:e], kc, vc, slots, *tables)
         return kc, vc, tables
 
@@ -164,6 +168,56 @@ def _tq_case(shape: Shape, quant: tuple, label: str, base_us: float, tuning=None
     return us
 
 
+def _write_case(shape: Shape, quant: tuple, bits: int) -> None:
+    """One decode step's cache write at this shape (batch 32 new tokens at random slots): bf16 reshape_and_cache, the
+    one-launch TurboQuant write, and the torch reference's composition (what a launch-per-op write costs)."""
+    from anna_core.kernels.reference import turboquant as ref
+    from anna_xpu_kernels import turboquant_write as tw
+
+    g = torch.Generator(device=DEVICE).manual_seed(1)
+    k = torch.randn(BATCH, shape.h_kv, shape.dim, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    v = torch.randn(BATCH, shape.h_kv, shape.dim, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    slots = torch.randperm(shape.n_blocks * BLOCK, device=DEVICE, generator=g)[:BATCH]
+    kc, vc, tables = quant
+    k_bf, v_bf = shape.k.clone(), shape.v.clone()
+
+    def bf16():
+        k_bf.view(-1, shape.h_kv, shape.dim).index_copy_(0, slots, k)
+        v_bf.view(-1, shape.h_kv, shape.dim).index_copy_(0, slots, v)
+
+    base = _graph_us(bf16)
+    fused = _graph_us(lambda: tw.turboquant_cache_write(k, v, kc, vc, slots, *tables))
+    composed = _graph_us(lambda: ref.turboquant_cache_write(k, v, kc, vc, slots, *tables))
+    _say(f"{shape.name:12s} write {bits}-bit: bf16 index_copy {base:7.1f} us, TurboQuant one launch {fused:7.1f} us, "
+         f"torch-composed reference {composed:7.1f} us")
+
+
+def _register_report() -> None:
+    """``n_regs`` / ``n_spills`` of every compiled TurboQuant and paged-attention kernel in this process."""
+    from anna_xpu_kernels import paged_attention, turboquant, turboquant_basis, turboquant_write
+
+    kernels = [turboquant._tq_attention_kernel, turboquant_basis._tq_query_kernel, turboquant_basis._tq_output_kernel,
+               turboquant_write._tq_write_kernel, paged_attention._paged_attention_kernel]
+    for kernel in kernels:
+        fn = kernel
+        while not hasattr(fn, "device_caches") and hasattr(fn, "fn"):  # unwrap @autotune
+            fn = fn.fn
+        for caches in list(getattr(fn, "device_caches", {}).values()):
+            for compiled in list(caches[0].values()):
+                try:
+                    names = [fn.arg_names[k[0]] if isinstance(k, tuple) else k for k in compiled.src.constants]
+                    consts = {n: v for n, v in zip(names, compiled.src.constants.values())
+                              if n.startswith(("BLOCK_", "D_CHUNKS", "LOOKUP", "DECODE", "HAS_RING", "QJL", "SPLIT"))}
+                except Exception:  # noqa: BLE001 (Triton versions name constants differently)
+                    consts = {}
+                try:
+                    regs, spills = compiled.n_regs, compiled.n_spills
+                except Exception as e:  # noqa: BLE001 (not loaded on this device)
+                    regs = spills = f"? ({type(e).__name__})"
+                _say(f"regs {fn.__name__}: n_regs {regs}, n_spills {spills}, warps {compiled.metadata.num_warps}, "
+                     f"shared {compiled.metadata.shared} B, {consts}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="the 9B shape at 4 bits only")
@@ -171,6 +225,8 @@ def main() -> int:
     parser.add_argument("--combos", action="store_true", help="sweep combinations of the first sweep's winners (9B)")
     parser.add_argument("--budget-s", type=float, default=100.0, help="start no sweep variant after this")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU through the interpreter")
+    parser.add_argument("--no-write", action="store_true", help="skip the cache-write timings")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated among " + ", ".join(SHAPES))
     a = parser.parse_args()
     if a.cpu_smoke:
         global BATCH, CTX, DEVICE
@@ -184,7 +240,7 @@ def main() -> int:
     t0 = time.time()
     _say(f"device {torch.cuda.get_device_name() if DEVICE == 'cuda' else 'cpu'}, batch {BATCH}, context {CTX}, block {BLOCK}")
     base, best, quants = {}, {}, {}
-    names = ["9B"] if a.quick else list(SHAPES)
+    names = ["9B"] if a.quick else a.shapes.split(",")
     for name in names:
         shape = Shape(name)
         base[name] = _bf16_case(shape)
@@ -196,6 +252,8 @@ def main() -> int:
             quants[(name, bits, qjl)] = (shape, quant)
             us = _tq_case(shape, quant, f"tq {bits}-bit {'qjl' if qjl else 'mse-keys'} default", base[name])
             best.setdefault((name, bits), us)
+            if qjl and not a.no_write:
+                _write_case(shape, quant, bits)
         _say(f"-- {time.time() - t0:.0f} s")
 
     def projection(tag: str):
@@ -213,6 +271,8 @@ def main() -> int:
     projection("9B")
     if not a.quick:
         projection("E4B")
+    if DEVICE == "cuda":
+        _register_report()
     if a.no_sweep:
         return 0
     T = tq.TurboQuantTuning
@@ -226,8 +286,10 @@ def main() -> int:
             ("tf32 dots", T(dot="tf32"), None), ("block_n 64", T(block_n=64), None),
         ],
         ("E4B-global", 4, True): [
-            ("stages 1", T(num_stages=1), None), ("splits 16", None, 16), ("splits 32", None, 32),
-            ("block_n 32", T(block_n=32), None), ("warps 4", T(num_warps=4), None),
+            ("one chunk, gather, 8 warps (the old default)", T(d_chunks=1, lookup="gather", num_warps=8), None),
+            ("block_n 32", T(block_n=32), None), ("block_n 32 warps 8", T(block_n=32, num_warps=8), None),
+            ("select lookup", T(lookup="select"), None), ("splits 16", None, 16), ("splits 4", None, 4),
+            ("stages 1", T(num_stages=1), None), ("stages 3", T(num_stages=3), None),
         ],
         ("E4B-sliding", 4, True): [("select lookup", T(lookup="select"), None), ("splits 2", None, 2)],
     }

@@ -136,21 +136,102 @@ def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str
     yield kernel, "fp32", {**base, "SCHEME": 2, "BLOCK_M": 2, "BLOCK_N": 8, "BLOCK_K": 512, "EPILOGUE": 2}, 2, ptrs[2]
 
 
-def _turboquant_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
-    """TurboQuant attention at decode (4 bits with QJL, bf16 dots): the Qwen3.5-9B shape (head dim 256, 32 keys)
-    and a Gemma 4 global layer (512, 16 keys); a float32 prefill with a window and a residual ring."""
+def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
+    """TurboQuant attention at decode (QJL keys, bf16 dots) with its default launch settings
+    (:func:`turboquant_decode_cases`); a float32 prefill with a window and a residual ring; the query projections,
+    the merge with the rotation back and the cache write."""
     from anna_xpu_kernels import turboquant
 
-    def case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
-        return {"GROUP": 4, "BLOCK_Q": 4, "BLOCK_M": 16, "BLOCK_D": d, "KBITS": 3, "VBITS": 4, "UNIT": 32,
-                "PLANE_W": d // 32, "BLOCK_W": d // 32, "K_FIRST": 2, "Z_FIRST": 2 + 3 * d // 32, "V_FIRST": 1,
-                "HAS_WINDOW": False, "SPLIT": True, "DECODE": True, "HAS_RING": False, "QJL": True,
-                "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, **extra}
+    yield from (case[:4] for case in turboquant_decode_cases())
 
-    yield turboquant._tq_attention_kernel, "bf16", case(256, 32), 8
-    yield turboquant._tq_attention_kernel, "bf16", case(512, 16), 8
-    yield turboquant._tq_attention_kernel, "fp32", case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
-                                                        SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
+    yield turboquant._tq_attention_kernel, "fp32", _tq_case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
+                                                            SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
+    for fn, act, constexprs, num_warps, ptr_types, _ in turboquant_support_cases():
+        yield fn, act, constexprs, num_warps, ptr_types
+
+
+def turboquant_support_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, str], str]]:
+    """``(kernel, act, constexprs, num_warps, pointer types, name)`` of the launches around the TurboQuant attention
+    at a head dim of 512 with QJL keys (tf32 / tf32x3 products, Triton's default 3 stages): the query projections,
+    the merge of 8 splits with the rotation back, the cache write."""
+    from anna_xpu_kernels import turboquant_basis as basis
+    from anna_xpu_kernels import turboquant_write as write
+
+    blocks = {"BLOCK_R": basis.BLOCK_R, "BLOCK_O": basis.BLOCK_O, "BLOCK_K": basis.BLOCK_K, "DOT": 0}
+    yield (basis._tq_query_kernel, "bf16", {"QJL": True, **blocks}, basis.NUM_WARPS,
+           {"rot_ptr": "*fp32", "qjl_ptr": "*fp32"}, "query projections")
+    yield (basis._tq_output_kernel, "bf16", {"SPLIT": True, "WS_D": 512, "BLOCK_S": 8, **blocks}, basis.NUM_WARPS,
+           {"o_ptr": "*fp32", "rot_ptr": "*fp32"}, "merge and rotation back")
+    write_blocks = {"BLOCK_R": write.BLOCK_R, "BLOCK_O": write.BLOCK_O, "BLOCK_K": write.BLOCK_K, "DOT": 0}
+    yield (write._tq_write_kernel, "bf16", {"KBITS": 3, "VBITS": 4, "QJL": True, "PLANE": 64, **write_blocks},
+           write.NUM_WARPS, {"kc_ptr": "*u8", "vc_ptr": "*u8", "kcf_ptr": "*fp32", "vcf_ptr": "*fp32",
+                             "slot_ptr": "*i64", "rot_ptr": "*fp32", "qjl_ptr": "*fp32", "kcent_ptr": "*fp32",
+                             "vcent_ptr": "*fp32", "res_ptr": "*fp32"}, "cache write")
+
+
+def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
+    return {"GROUP": 4, "BLOCK_Q": 1, "BLOCK_M": 16, "BLOCK_D": d, "KBITS": 3, "VBITS": 4, "UNIT": 32,
+            "PLANE_W": d // 32, "BLOCK_W": d // 32, "K_FIRST": 2, "Z_FIRST": 2 + 3 * d // 32, "V_FIRST": 1,
+            "HAS_WINDOW": False, "SPLIT": True, "DECODE": True, "HAS_RING": False, "QJL": True,
+            "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, "RING_N": min(block_n, 16), **extra}
+
+
+def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, int, str]]:
+    """``(kernel, act, constexprs, num_warps, num_stages, name)`` of the TurboQuant decode attention as
+    :func:`anna_xpu_kernels.turboquant.paged_attention_turboquant` launches it by default at batch-32 decode shapes:
+    Qwen3.5-9B (16 / 4 heads, 256) and Gemma 4 E4B's global layers (8 / 2 heads, 512), with QJL keys at 4 and 3 bits;
+    2 bits and a residual ring (``auto``'s) at one shape each."""
+    from anna_xpu_kernels import turboquant
+
+    for name, d, bits, ring in (("9B 4-bit", 256, 4, False), ("9B 3-bit", 256, 3, False),
+                                ("E4B-global 4-bit", 512, 4, False), ("E4B-global 3-bit", 512, 3, False),
+                                ("9B 2-bit", 256, 2, False), ("E4B-global 4-bit ring", 512, 4, True)):
+        s = turboquant._launch_settings(turboquant.TurboQuantTuning(), True, d, False)
+        case = _tq_case(d, s.block_n, GROUP=4, KBITS=bits - 1, VBITS=bits, Z_FIRST=2 + (bits - 1) * d // 32,
+                        HAS_RING=ring, LOOKUP=turboquant.LOOKUPS.index(s.lookup), D_CHUNKS=s.d_chunks)
+        yield turboquant._tq_attention_kernel, "bf16", case, s.num_warps, s.num_stages, name
+
+
+def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:
+    """``(case name, registers per thread, spill store bytes)`` of :func:`turboquant_decode_cases` and
+    :func:`turboquant_support_cases`, compiled for
+    ``sm_<arch>`` and assembled by Triton's bundled ``ptxas -v`` (the numbers a GPU reports as ``n_regs`` /
+    ``n_spills``, without one).
+
+    Raises:
+        RuntimeError: interpreted kernels, or ptxas printed no usage line.
+    """
+    import subprocess
+    import tempfile
+
+    from anna_xpu_kernels._triton import INTERPRETING, triton
+
+    if INTERPRETING:
+        raise RuntimeError("register_usage needs a process without TRITON_INTERPRET / ANNA_TRITON_INTERPRET")
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    cases = [(fn, act, c, warps, {"num_stages": stages}, {}, f"_tq_attention_kernel {name}")
+             for fn, act, c, warps, stages, name in turboquant_decode_cases()]
+    cases += [(fn, act, c, warps, {}, ptrs, f"{fn.__name__} {name}")
+              for fn, act, c, warps, ptrs, name in turboquant_support_cases()]
+    out = []
+    for fn, act, constexprs, num_warps, options, ptr_types, name in cases:
+        src = ASTSource(fn, {**_signature(fn, act, constexprs), **ptr_types}, constexprs=constexprs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, **options})
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx = f"{tmp}/kernel.ptx"
+            with open(ptx, "w") as f:
+                f.write(compiled.asm["ptx"])
+            log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}a", ptx, "-o", f"{tmp}/k.cubin"],
+                                 capture_output=True, text=True, check=True).stderr
+        regs = re.search(r"Used (\d+) registers", log)
+        spills = re.search(r"(\d+) bytes spill stores", log)
+        if regs is None or spills is None:
+            raise RuntimeError(f"ptxas printed no register usage for {name}: {log[-500:]}")
+        out.append((name, int(regs.group(1)), int(spills.group(1))))
+    return out
 
 
 def _moe_route_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
@@ -334,7 +415,13 @@ def compile_all(arch: int = 90) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m anna_xpu_kernels.compile_check", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 90 (H100/H200), 80 (A100)")
+    parser.add_argument("--registers", action="store_true",
+                        help="print the TurboQuant kernels' registers and spill stores instead")
     args = parser.parse_args(argv)
+    if args.registers:
+        for name, regs, spills in register_usage(args.arch):
+            print(f"{name}: {regs} registers, {spills} bytes spill stores")
+        return 0
     for line in compile_all(args.arch):
         print(line)
     return 0

@@ -45,14 +45,13 @@ Layout of the work:
 
 from __future__ import annotations
 
-import math
-
 import torch
 from anna_core.kernels.checks import check_paged_attention, num_sequences, require, require_dims
 
 from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
+from anna_xpu_kernels.attention_plan import plan_attention
 from anna_xpu_kernels.qk_norm_rope import _norm_rope_row
 
 MAX_HEAD_DIM = 512
@@ -61,8 +60,6 @@ WIDE_HEAD_DIM = 256
 """Padded head dims above this take the wide-head tiling (fewer query rows per prefill tile, narrower key
 tiles, split-merge over head-dim chunks); at and below it the tiling is the one tuned for heads <= 256."""
 LOG2E = 1.4426950408889634
-MIN_KEYS_PER_SPLIT = 16
-MAX_SPLITS = 64
 
 _NARROW = ((16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 2), (64, 8, 3), (128, 8, 2))
 """``(BLOCK_N, num_warps, num_stages)`` tried for padded head dims <= :data:`WIDE_HEAD_DIM`."""
@@ -265,21 +262,6 @@ def _merge_splits_kernel(
     tl.store(o_ptr + tok * stride_ot + head * stride_oh + d, out.to(o_ptr.dtype.element_ty), mask=d < head_dim)
 
 
-def _num_splits(device: torch.device, programs: int, max_keys: int) -> int:
-    """Key partitions so that ``programs * splits`` covers about two waves of the GPU's multiprocessors
-    (a power of two, at most :data:`MAX_SPLITS`, and no more than ``max_keys / 16``)."""
-    if device.type == "cuda":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-    elif device.type == "xpu":
-        sms = getattr(torch.xpu.get_device_properties(device), "gpu_subslice_count", 64)
-    else:
-        return 1
-    if programs >= sms:
-        return 1
-    want = min(math.ceil(2 * sms / programs), math.ceil(max_keys / MIN_KEYS_PER_SPLIT), MAX_SPLITS)
-    return max(1, min(next_pow2(want), MAX_SPLITS))
-
-
 def _reference(*args):
     from anna_core.kernels.reference.paged_attention import paged_attention as reference
 
@@ -447,49 +429,25 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
     else:
         k_new, v_new, kw, slots, v_norm = kv_new
 
-    group = h_q // h_kv
-    decode = total == batch  # one query per sequence
-    block_d = max(16, next_pow2(dim))
     # Query rows per prefill tile: 64, or 32 for wide heads (a [BLOCK_M, BLOCK_D] float32 accumulator
     # and the q tile stay in registers). Depends on the head dim only, never on the batch's lengths.
-    rows = 64 if block_d <= WIDE_HEAD_DIM else 32
-    block_q = 1 if decode else max(1, rows // group)
-    block_m = max(16, next_pow2(block_q * group))
-    block_q = block_m // group
-    cu = cu_seqlens_q if cu_seqlens_q.dtype == torch.int32 else cu_seqlens_q.to(torch.int32)
-    if decode:
-        n_tiles = batch
-        tile_seq = tile_first = cu  # unused by the DECODE kernel
-    else:
-        tiles = (cu[1:] - cu[:-1] + block_q - 1) // block_q
-        tile_end = torch.cumsum(tiles, 0, dtype=torch.int32)
-        tile_first = tile_end - tiles
-        # Host-known upper bound of sum(tiles): each sequence has >= 1 query and each tile >= 1 query.
-        n_tiles = min(total, (total - min(batch, total)) // block_q + min(batch, total))
-        tile_seq = torch.searchsorted(tile_end, torch.arange(n_tiles, device=q.device, dtype=torch.int32),
-                                      right=True).to(torch.int32)
-
-    max_keys = block_tables.shape[1] * block_size
-    splits = num_splits or _num_splits(q.device, n_tiles * h_kv, max_keys)
-    splits = max(1, min(splits, triton.cdiv(max(max_keys, 1), 16), MAX_SPLITS))
-    if splits > 1:
-        m_ws = torch.empty((splits, total, h_q), dtype=torch.float32, device=q.device)
-        l_ws = torch.empty_like(m_ws)
-        acc_ws = torch.empty((splits, total, h_q, block_d), dtype=torch.float32, device=q.device)
-    else:
-        m_ws = l_ws = acc_ws = out  # unused
+    rows = 64 if next_pow2(dim) <= WIDE_HEAD_DIM else 32
+    plan = plan_attention(cu_seqlens_q, batch, total, h_q, h_kv, dim, block_tables.shape[1] * block_size, rows,
+                          num_splits)
+    group, block_d, splits = plan.group, plan.block_d, plan.splits
+    m_ws, l_ws, acc_ws = plan.workspace(h_q, q.device) or (out, out, out)  # unused without splits
 
     upcast = INTERPRETING or q.dtype == torch.float32
-    _paged_attention_kernel[(n_tiles, h_kv, splits)](
-        q, k_cache, v_cache, cu, seq_lens, block_tables, tile_seq, tile_first,
+    _paged_attention_kernel[(plan.n_tiles, h_kv, splits)](
+        q, k_cache, v_cache, plan.cu, seq_lens, block_tables, plan.tile_seq, plan.tile_first,
         out, m_ws, l_ws, acc_ws, qw, pos, inv_freq, k_new, v_new, kw, slots,
         batch, total, dim, block_size, splits, float(scale) * LOG2E,
         int(sliding_window or 0), rotary_dim // 2, rotary_dim, eps,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
-        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, HAS_WINDOW=sliding_window is not None,
-        SPLIT=splits > 1, DECODE=decode, UPCAST_DOT=upcast, Q_NORM_ROPE=q_norm_rope is not None,
-        ZERO_CENTERED=zero_centered, KV_NEW=kv_new is not None, V_NORM=bool(v_norm), **pdl.launch_options(out),
+        GROUP=group, BLOCK_Q=plan.block_q, BLOCK_M=plan.block_m, BLOCK_D=block_d,
+        HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=plan.decode, UPCAST_DOT=upcast,
+        Q_NORM_ROPE=q_norm_rope is not None, ZERO_CENTERED=zero_centered, KV_NEW=kv_new is not None, V_NORM=bool(v_norm), **pdl.launch_options(out),
     )
     if splits > 1:
         merge_d = min(block_d, WIDE_HEAD_DIM)  # wide heads merge in head-dim chunks (registers)

@@ -9,7 +9,7 @@ tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`; with quantized exp
 :mod:`anna_xpu_kernels.moe_wq`), the LM head with a fused top-k ``lm_head_topk``
 (:mod:`anna_xpu_kernels.lm_head_topk`), its
 router ``moe_route`` as one launch (:mod:`anna_xpu_kernels.moe_route`); a TurboQuant KV cache is written and
-attended by :mod:`anna_xpu_kernels.turboquant`.
+attended by :mod:`anna_xpu_kernels.turboquant_write` and :mod:`anna_xpu_kernels.turboquant`.
 Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0, so they
 serve whatever the probes (:mod:`anna_xpu_kernels.probes`) decline. Devices (``KernelSpec.devices``, what
 ``anna plugins`` lists): the Triton kernels run on CUDA and XPU, the fla ones on CUDA; the CPU joins the Triton
@@ -45,7 +45,7 @@ TRITON_KERNELS = {
     "qkv_norm_rope_cache_attention": ("paged_attention:qkv_norm_rope_cache_attention",
                                       "probes:qkv_norm_rope_attention_probe"),
     "paged_attention_turboquant": ("turboquant:paged_attention_turboquant", "probes:paged_attention_probe"),
-    "turboquant_cache_write": ("turboquant:turboquant_cache_write", "probes:turboquant_write_probe"),
+    "turboquant_cache_write": ("turboquant_write:turboquant_cache_write", "probes:turboquant_write_probe"),
     "linear": ("gemv:linear", "probes:linear_probe"),
     "add_rms_norm_linear": ("fused_linear:add_rms_norm_linear", "probes:linear_probe"),
     "act_mul_linear": ("fused_linear:act_mul_linear", "probes:linear_probe"),

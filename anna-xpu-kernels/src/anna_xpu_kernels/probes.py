@@ -209,8 +209,8 @@ def paged_attention_probe(request: Any) -> bool:
 
 
 def turboquant_write_probe(request: Any) -> bool:
-    """turboquant_cache_write: any Triton device, float dtypes (the row's codes held in registers; callers pass no
-    shape facts)."""
+    """turboquant_cache_write: any Triton device, float dtypes (the rows are processed in column chunks; callers pass
+    no shape facts)."""
     return _triton_ok(request)
 
 

@@ -6,16 +6,21 @@ reconstruction ``c[idx] + sqrt(pi/2) / D * gamma * S^T z``,
 
     ``q . k~ = ||k|| (q_r . c[idx] + sqrt(pi/2) / D * gamma * (S q_r) . z)``,  ``q_r = Pi q``,
 
-and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. The two query projections (``q_r``, ``S q_r``) and the
-output's rotation are three small float32 matmuls around one kernel launch; the kernel reads each key row's two
-norms, ``bits - 1`` code planes and sign plane and each value row's norm and ``bits`` planes (each plane once, as
-32-bit words spread over their coordinates in registers), looks the codes up in the (tiny, cached) codebooks and
-runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA packing (the query heads of one KV
-head are the rows of one tile), tiles numbered on the device (no host sync, so decode and prefill calls can be
-graph-captured), flash-decoding splits merged by that module's merge kernel. The values' norms scale the
-probabilities, not the centroids. Dots take bf16 operands on tensor cores for a bf16 / fp16 query and float32
-(``ieee``) ones for a float32 query, accumulating in float32 (:class:`TurboQuantTuning` overrides it and the
-launch settings). Head dims up to 512 (padded to a power of two in registers).
+and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. A call is three launches: the two query projections
+(``q_r``, ``S q_r``; :func:`anna_xpu_kernels.turboquant_basis.rotate_queries`), the attention kernel, and the split
+merge with the output's rotation back and cast (:func:`~anna_xpu_kernels.turboquant_basis.merge_and_rotate_back`).
+The kernel reads each key row's two norms, ``bits - 1`` code planes and sign plane and each value row's norm and
+``bits`` planes (each plane once, as 32-bit words spread over their coordinates in registers), looks the codes up
+in the (tiny, cached) codebooks and runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA
+packing (the query heads of one KV head are the rows of one tile), tiles numbered on the device
+(:mod:`anna_xpu_kernels.attention_plan`; no host sync, so decode and prefill calls can be graph-captured),
+flash-decoding splits. The values' norms scale the probabilities, not the centroids. Dots take bf16 operands on
+tensor cores for a bf16 / fp16 query and float32 (``ieee``) ones for a float32 query, accumulating in float32
+(:class:`TurboQuantTuning` overrides it and the launch settings). Head dims up to 512, padded to a power of two;
+above 256 each key tile is decoded, dotted and accumulated in two column chunks of the head dim (``D_CHUNKS``), so
+no full-width decoded tile is live at once (the one-chunk kernel spilled registers at 512). With a residual ring only
+the key tiles from ``seq_len - R`` on look the ring up (a second loop, of at most 16 keys per tile), so the rest carry
+none of its registers.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from anna_core.kernels.checks import (
 
 from anna_xpu_kernels._checks import require_float, require_same_device
 from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
-from anna_xpu_kernels.paged_attention import LOG2E, MAX_SPLITS, WIDE_HEAD_DIM, _merge_splits_kernel, _num_splits
+from anna_xpu_kernels.attention_plan import plan_attention
+from anna_xpu_kernels.paged_attention import LOG2E, WIDE_HEAD_DIM
+from anna_xpu_kernels.turboquant_basis import merge_and_rotate_back, rotate_queries
 
 MAX_HEAD_DIM = 512
 
@@ -45,8 +52,9 @@ DOTS = ("bf16", "tf32", "ieee")
 
 LOOKUPS = ("shuffle", "gather", "select")
 """How a code becomes its centroid: ``tl.gather`` from the codebook held in registers (warp shuffles; Triton 3.6
-fails to compile it where the gather is not warp-local, e.g. a head dim of 512 with 16 keys), a load from the
-(L1-resident) codebook in global memory, or a chain of selects in registers."""
+fails to compile it where the gather is not warp-local, e.g. a head dim of 512 with 16 keys and 8 warps, or a
+codebook of 2 or 4 entries: those take the selects), a load from the (L1-resident) codebook in global memory, or a
+chain of selects in registers."""
 
 
 @attrs.frozen
@@ -58,13 +66,21 @@ class TurboQuantTuning:
             query (float32 serving: the reference's rounding), else ``bf16``, on tensor cores, whose rounding (unit
             roundoff 2^-8 on the rotated query, the centroids and the probabilities) stays far below the
             quantization's own error (tests/xpu_kernels/test_turboquant.py bounds it).
-        lookup: one of :data:`LOOKUPS`; None: ``shuffle`` at a decode with a head dim of 256, else ``gather``
-            (Triton 3.6 fails to compile the shuffle at a head dim of 512 with 16 keys; other widths are unmeasured).
-        block_n: keys per loop step (a power of two, at least 16).
-        num_warps, num_stages: Triton launch settings (None: 4 warps at a decode with a head dim of 256).
+        lookup: one of :data:`LOOKUPS`; None: ``shuffle`` at a decode with a padded head dim of 256 or 512, else
+            ``gather`` (other widths are unmeasured; at 512 the gather's per-element addresses spill registers).
+        block_n: keys per loop step (a power of two, at least 16; None: 8K coordinates per tile at a decode, 32 keys
+            at 256, 16 at 512).
+        num_warps, num_stages: Triton launch settings (None: 4 warps at a decode with a padded head dim of 256 or
+            512: Triton 3.6 fails to compile the shuffle at 512 with 16 keys and 8 warps).
+        d_chunks: column chunks the head dim is processed in, 1 or 2 (None: 2 for padded head dims above 256): with
+            2, each key tile's codes are decoded, dotted and accumulated one half of the head dim at a time, so no
+            ``[BLOCK_N, BLOCK_D]`` decoded tile is live whole (at a head dim of 512 the one-chunk kernel spills
+            registers).
 
     The decode defaults at a head dim of 256 (shuffle lookup, 4 warps, 8 splits without a sliding window) are the
-    fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md).
+    fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md); at 512 (two
+    chunks, shuffle, 4 warps, 16 keys) the only combination that compiles without register spills (ptxas:
+    ``python -m anna_xpu_kernels.compile_check --registers``), not yet timed.
 
     Raises:
         ValueError: a value outside the choices above.
@@ -75,6 +91,7 @@ class TurboQuantTuning:
     block_n: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
+    d_chunks: int | None = None
 
     def __attrs_post_init__(self) -> None:
         op = "paged_attention_turboquant"
@@ -86,18 +103,20 @@ class TurboQuantTuning:
                 f"num_warps must be a power of two up to 16, got {self.num_warps}")
         require(self.num_stages is None or self.num_stages >= 1, op,
                 f"num_stages must be at least 1, got {self.num_stages}")
+        require(self.d_chunks in (None, 1, 2), op, f"d_chunks must be 1 or 2, got {self.d_chunks}")
 
 
 @triton.jit
-def _codes(ptr, row, first, ok, BITS: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
+def _codes(ptr, row, first, n_words, ok, BITS: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
            UNIT: tl.constexpr):
     """Centroid indices ``[N, BLOCK_W * UNIT]`` int32 of ``N`` rows starting at ``row`` ``[N]`` (in units of
     ``UNIT`` bits, 8 or 32, little endian): plane ``p`` is the ``PLANE_W`` units from ``first + p * PLANE_W``,
-    coordinate ``j`` bit ``j % UNIT`` of unit ``j // UNIT``. Each unit is loaded once per plane (``[N, BLOCK_W]``)
-    and spread over its ``UNIT`` coordinates by shifts in registers; rows not ``ok`` and padding read 0."""
+    coordinate ``j`` bit ``j % UNIT`` of unit ``j // UNIT``; ``first`` may point into a plane (a column chunk), whose
+    first ``n_words`` units are read. Each unit is loaded once per plane (``[N, BLOCK_W]``) and spread over its
+    ``UNIT`` coordinates by shifts in registers; rows not ``ok`` and padding read 0."""
     w = tl.arange(0, BLOCK_W)
     t = tl.arange(0, UNIT).to(tl.uint64)
-    mask = ok[:, None] & (w < PLANE_W)[None, :]
+    mask = ok[:, None] & (w < n_words)[None, :]
     idx = tl.zeros((row.shape[0], BLOCK_W, UNIT), tl.int32)
     for p in tl.static_range(BITS):
         unit = tl.load(ptr + row[:, None] + (first + p * PLANE_W) + w[None, :], mask=mask, other=0)
@@ -109,8 +128,10 @@ def _codes(ptr, row, first, ok, BITS: tl.constexpr, PLANE_W: tl.constexpr, BLOCK
 
 @triton.jit
 def _centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr):
-    """``c[idx]`` float32 ``[N, D]`` for a codebook of ``LEVELS`` entries, by ``LOOKUPS[LOOKUP]``."""
-    if LOOKUP == 0:
+    """``c[idx]`` float32 ``[N, D]`` for a codebook of ``LEVELS`` entries, by ``LOOKUPS[LOOKUP]`` (the shuffle only
+    for codebooks of 8 or more entries: Triton 3.6 fails to compile it for 2 or 4 at some tile shapes, where one or
+    three selects do the lookup anyway)."""
+    if LOOKUP == 0 and LEVELS >= 8:
         book = tl.load(c_ptr + tl.arange(0, LEVELS))
         val = tl.gather(tl.broadcast_to(book[None, :], (idx.shape[0], LEVELS)), idx, 1)
     elif LOOKUP == 1:
@@ -136,6 +157,129 @@ def _dot(a, b, DOT: tl.constexpr):
         return tl.dot(a, b, input_precision="ieee")
 
 
+@triton.jit
+def _rows_chunk(ptr, off, ok, d, head_dim, C: tl.constexpr, CHUNK_D: tl.constexpr):
+    """Columns ``[C * CHUNK_D, (C + 1) * CHUNK_D)`` of the rows at element offsets ``off`` ``[N]`` (``[N, CHUNK_D]``
+    as stored; rows not ``ok`` and columns past ``head_dim`` read 0)."""
+    dc = C * CHUNK_D + d
+    return tl.load(ptr + off[:, None] + dc[None, :], mask=ok[:, None] & (dc < head_dim)[None, :], other=0.0)
+
+
+@triton.jit
+def _key_chunk(qr, qs, kwords_ptr, kc_ptr, k_words, k_ok, C: tl.constexpr, KBITS: tl.constexpr, PLANE_W: tl.constexpr,
+               CHUNK_W: tl.constexpr, UNIT: tl.constexpr, K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr,
+               QJL: tl.constexpr, DOT: tl.constexpr, LOOKUP: tl.constexpr):
+    """Column chunk ``C``'s share ``[M, N]`` float32 of ``q_r . c[idx]`` and (with ``QJL``; else a copy of the first)
+    of ``(S q_r) . z`` for the key rows at word offsets ``k_words`` ``[N]``: only ``CHUNK_W`` words of each plane are
+    decoded at a time, so the decoded tile is ``[N, CHUNK_D]``, not ``[N, BLOCK_D]``."""
+    n_words = PLANE_W - C * CHUNK_W
+    idx = _codes(kwords_ptr, k_words, K_FIRST + C * CHUNK_W, n_words, k_ok, KBITS, PLANE_W, CHUNK_W, UNIT)
+    s = _dot(qr, tl.trans(_centroids(kc_ptr, idx, 1 << KBITS, LOOKUP)), DOT)
+    sz = s
+    if QJL:
+        signs = _codes(kwords_ptr, k_words, Z_FIRST + C * CHUNK_W, n_words, k_ok, 1, PLANE_W, CHUNK_W, UNIT)
+        sz = _dot(qs, tl.trans(tl.where(signs != 0, 1.0, -1.0)), DOT)
+    return s, sz
+
+
+@triton.jit
+def _value_chunk(acc, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d, head_dim,
+                 C: tl.constexpr, CHUNK_D: tl.constexpr, VBITS: tl.constexpr, PLANE_W: tl.constexpr,
+                 CHUNK_W: tl.constexpr, UNIT: tl.constexpr, V_FIRST: tl.constexpr, HAS_RING: tl.constexpr,
+                 DOT: tl.constexpr, LOOKUP: tl.constexpr):
+    """The accumulator of column chunk ``C`` ``[M, CHUNK_D]`` float32 rescaled by ``alpha`` ``[M]`` plus
+    ``pv @ c_v[idx]`` over the value rows at word offsets ``v_words`` (``pv``: the probabilities times the values'
+    norms, ``[M, N]``); ring rows (``in_ring``) read from ``rv_ptr`` instead."""
+    idx = _codes(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W, CHUNK_W,
+                 UNIT)
+    v_c = _centroids(vc_ptr, idx, 1 << VBITS, LOOKUP)
+    if HAS_RING:
+        ring = _rows_chunk(rv_ptr, r_off, in_ring, d, head_dim, C, CHUNK_D).to(tl.float32)
+        v_c = tl.where(in_ring[:, None], ring, v_c)
+    return acc * alpha[:, None] + _dot(pv, v_c, DOT)
+
+
+@triton.jit
+def _store_chunk(acc, l_i, o_ptr, o_off, acc_ws_ptr, ws_row, row_ok, d, head_dim, C: tl.constexpr,
+                 CHUNK_D: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr):
+    """Column chunk ``C`` of the tile's result: ``acc / l`` into ``o`` (rows at ``o_off``), or (``SPLIT``) the
+    unnormalised ``acc`` into the split workspace's ``BLOCK_D``-wide rows ``ws_row``."""
+    dc = C * CHUNK_D + d
+    if not SPLIT:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(o_ptr + o_off[:, None] + dc[None, :], out, mask=row_ok[:, None] & (dc < head_dim)[None, :])
+    else:
+        tl.store(acc_ws_ptr + ws_row[:, None] * BLOCK_D + dc[None, :], acc, mask=row_ok[:, None])
+
+
+@triton.jit
+def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv, ctx, qpos, d, kwords_ptr, kf_ptr,
+                 vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len, head_dim,
+                 block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt,
+                 stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, KBITS: tl.constexpr, VBITS: tl.constexpr,
+                 UNIT: tl.constexpr, PLANE_W: tl.constexpr, CHUNK_W: tl.constexpr, CHUNK_D: tl.constexpr,
+                 K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                 HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
+                 LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr):
+    """One key tile ``[start, start + BLOCK_N)`` (keys below ``hi``) of the online softmax: scores from the
+    quantized rows (with ``HAS_RING``: the ring's exact rows where it holds the position), then the rescaled
+    accumulators. Returns ``(m_i, l_i, acc0, acc1)`` (``acc1``: passed through with one chunk)."""
+    kpos = start + tl.arange(0, BLOCK_N)
+    k_ok = kpos < hi
+    blk = tl.load(tables_ptr + seq * stride_tb + kpos // block_size, mask=k_ok, other=0).to(tl.int64)
+    slot = kpos % block_size
+    k_row = blk * stride_kb + slot * stride_kt + h_kv * stride_kh  # bytes (rows are 4-byte aligned)
+    v_row = blk * stride_vb + slot * stride_vt + h_kv * stride_vh
+    k_norm = tl.load(kf_ptr + k_row // 4, mask=k_ok, other=0.0)
+    k_words = k_row // (UNIT // 8)
+    s, sz = _key_chunk(qr0, qs0, kwords_ptr, kc_ptr, k_words, k_ok, 0, KBITS, PLANE_W, CHUNK_W, UNIT, K_FIRST,
+                       Z_FIRST, QJL, DOT, LOOKUP)
+    if D_CHUNKS == 2:
+        s1, sz1 = _key_chunk(qr1, qs1, kwords_ptr, kc_ptr, k_words, k_ok, 1, KBITS, PLANE_W, CHUNK_W, UNIT,
+                             K_FIRST, Z_FIRST, QJL, DOT, LOOKUP)
+        s += s1
+        sz += sz1
+    if QJL:
+        gamma = tl.load(kf_ptr + k_row // 4 + 1, mask=k_ok, other=0.0)
+        s += (qjl_coef * gamma)[None, :] * sz
+    s = s * (k_norm * qk_scale)[None, :]  # log2 units
+    in_ring = kpos < 0  # no ring: nothing read from one
+    r_off = k_row
+    if HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
+        ring_i = kpos % ring_len
+        in_ring = tl.load(rpos_ptr + ring_slot * ring_len + ring_i, mask=k_ok & (kpos >= ctx - ring_len),
+                          other=-1) == kpos
+        r_off = ring_slot * stride_rs + ring_i * stride_rr + h_kv * stride_rh
+        s_ring = _dot(qr0, tl.trans(_rows_chunk(rk_ptr, r_off, in_ring, d, head_dim, 0, CHUNK_D).to(tl.float32)),
+                      DOT)
+        if D_CHUNKS == 2:
+            s_ring += _dot(qr1, tl.trans(_rows_chunk(rk_ptr, r_off, in_ring, d, head_dim, 1, CHUNK_D)
+                                         .to(tl.float32)), DOT)
+        s = tl.where(in_ring[None, :], s_ring * qk_scale, s)
+    seen = k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
+    if HAS_WINDOW:
+        seen = seen & (kpos[None, :] > qpos[:, None] - window)
+    s = tl.where(seen, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    # sum_j p_j ||v_j|| c[idx_j]: the norms scale the probabilities ([M, N]), not the centroids ([N, D])
+    v_norm = tl.load(vf_ptr + v_row // 4, mask=k_ok, other=0.0)
+    if HAS_RING:
+        v_norm = tl.where(in_ring, 1.0, v_norm)
+    pv = p * v_norm[None, :]
+    v_words = v_row // (UNIT // 8)
+    acc0 = _value_chunk(acc0, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d, head_dim,
+                        0, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP)
+    if D_CHUNKS == 2:
+        acc1 = _value_chunk(acc1, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d,
+                            head_dim, 1, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP)
+    m_i = m_new
+    return m_i, l_i, acc0, acc1
+
+
 @triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
 def _tq_attention_kernel(
     qr_ptr, qs_ptr, kwords_ptr, kf_ptr, vwords_ptr, vf_ptr, kc_ptr, vc_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr,
@@ -147,8 +291,10 @@ def _tq_attention_kernel(
     KBITS: tl.constexpr, VBITS: tl.constexpr, UNIT: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
     K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
     SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT: tl.constexpr, LOOKUP: tl.constexpr,
+    DOT: tl.constexpr, LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, RING_N: tl.constexpr,
 ):
+    CHUNK_D: tl.constexpr = BLOCK_D // D_CHUNKS
+    CHUNK_W: tl.constexpr = BLOCK_W // D_CHUNKS
     tile = tl.program_id(0)
     h_kv = tl.program_id(1)
     split = tl.program_id(2)
@@ -172,16 +318,21 @@ def _tq_attention_kernel(
     head = h_kv * GROUP + r % GROUP
     tok = (q_start + qi).to(tl.int64)
     qpos = ctx - q_len + qi
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < head_dim
-    q_off = tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :]
-    q_mask = row_ok[:, None] & d_ok[None, :]
-    # Pi q and S Pi q, zero past head_dim: the padded coordinates' codes (0) then add nothing to the scores
-    qr = tl.load(qr_ptr + q_off, mask=q_mask, other=0.0)
-    qs = tl.load(qs_ptr + q_off, mask=q_mask, other=0.0)
+    d = tl.arange(0, CHUNK_D)
+    q_off = tok * stride_qt + head * stride_qh
+    # Pi q and S Pi q in D_CHUNKS column chunks, zero past head_dim: the padded coordinates' codes (0) then add
+    # nothing to the scores
+    qr0 = _rows_chunk(qr_ptr, q_off, row_ok, d, head_dim, 0, CHUNK_D)
+    qs0 = _rows_chunk(qs_ptr, q_off, row_ok, d, head_dim, 0, CHUNK_D)
     if DOT == 0:
-        qr = qr.to(tl.bfloat16)
-        qs = qs.to(tl.bfloat16)
+        qr0 = qr0.to(tl.bfloat16)
+        qs0 = qs0.to(tl.bfloat16)
+    if D_CHUNKS == 2:
+        qr1 = _rows_chunk(qr_ptr, q_off, row_ok, d, head_dim, 1, CHUNK_D)
+        qs1 = _rows_chunk(qs_ptr, q_off, row_ok, d, head_dim, 1, CHUNK_D)
+        if DOT == 0:
+            qr1 = qr1.to(tl.bfloat16)
+            qs1 = qs1.to(tl.bfloat16)
 
     hi = tl.where(q_len > 0, ctx - q_len + tl.minimum(q0 + BLOCK_Q, q_len), 0)
     lo = 0
@@ -194,68 +345,69 @@ def _tq_attention_kernel(
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    acc0 = tl.zeros((BLOCK_M, CHUNK_D), tl.float32)
+    if D_CHUNKS == 2:
+        acc1 = tl.zeros((BLOCK_M, CHUNK_D), tl.float32)
+    if D_CHUNKS == 1:
+        acc1 = acc0  # unused
+        qr1 = qr0
+        qs1 = qs0
     ring_slot = 0
-    if HAS_RING:
+    mid = hi
+    if HAS_RING:  # the ring may hold positions from ctx - ring_len on: only those tiles look it up
         ring_slot = tl.load(slots_ptr + seq).to(tl.int64)
-    for start in range(lo, hi, BLOCK_N):
-        kpos = start + tl.arange(0, BLOCK_N)
-        k_ok = kpos < hi
-        blk = tl.load(tables_ptr + seq * stride_tb + kpos // block_size, mask=k_ok, other=0).to(tl.int64)
-        slot = kpos % block_size
-        k_row = blk * stride_kb + slot * stride_kt + h_kv * stride_kh  # bytes (rows are 4-byte aligned)
-        v_row = blk * stride_vb + slot * stride_vt + h_kv * stride_vh
-        k_norm = tl.load(kf_ptr + k_row // 4, mask=k_ok, other=0.0)
-        k_idx = _codes(kwords_ptr, k_row // (UNIT // 8), K_FIRST, k_ok, KBITS, PLANE_W, BLOCK_W, UNIT)
-        s = _dot(qr, tl.trans(_centroids(kc_ptr, k_idx, 1 << KBITS, LOOKUP)), DOT)
-        if QJL:
-            gamma = tl.load(kf_ptr + k_row // 4 + 1, mask=k_ok, other=0.0)
-            z = tl.where(_codes(kwords_ptr, k_row // (UNIT // 8), Z_FIRST, k_ok, 1, PLANE_W, BLOCK_W, UNIT) != 0, 1.0, -1.0)
-            s += (qjl_coef * gamma)[None, :] * _dot(qs, tl.trans(z), DOT)
-        s = s * (k_norm * qk_scale)[None, :]  # log2 units
-        if HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
-            ring_i = kpos % ring_len
-            in_ring = tl.load(rpos_ptr + ring_slot * ring_len + ring_i, mask=k_ok & (kpos >= ctx - ring_len),
-                              other=-1) == kpos
-            r_off = ring_slot * stride_rs + ring_i * stride_rr + h_kv * stride_rh
-            r_mask = in_ring[:, None] & d_ok[None, :]
-            r_k = tl.load(rk_ptr + r_off[:, None] + d[None, :], mask=r_mask, other=0.0).to(tl.float32)
-            s_ring = _dot(qr, tl.trans(r_k), DOT) * qk_scale
-            s = tl.where(in_ring[None, :], s_ring, s)
-        seen = k_ok[None, :] & (kpos[None, :] <= qpos[:, None])
-        if HAS_WINDOW:
-            seen = seen & (kpos[None, :] > qpos[:, None] - window)
-        s = tl.where(seen, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_ref)
-        p = tl.exp2(s - m_ref[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        # sum_j p_j ||v_j|| c[idx_j]: the norms scale the probabilities ([M, N]), not the centroids ([N, D])
-        v_norm = tl.load(vf_ptr + v_row // 4, mask=k_ok, other=0.0)
-        v_idx = _codes(vwords_ptr, v_row // (UNIT // 8), V_FIRST, k_ok, VBITS, PLANE_W, BLOCK_W, UNIT)
-        v_c = _centroids(vc_ptr, v_idx, 1 << VBITS, LOOKUP)
-        if HAS_RING:
-            r_v = tl.load(rv_ptr + r_off[:, None] + d[None, :], mask=r_mask, other=0.0).to(tl.float32)
-            v_c = tl.where(in_ring[:, None], r_v, v_c)
-            v_norm = tl.where(in_ring, 1.0, v_norm)
-        acc = acc * alpha[:, None] + _dot(p * v_norm[None, :], v_c, DOT)
-        m_i = m_new
+        mid = tl.minimum(tl.maximum(ctx - ring_len, lo), hi)
+    for start in range(lo, mid, BLOCK_N):
+        m_i, l_i, acc0, acc1 = _attend_tile(
+            m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, mid, seq, h_kv, ctx, qpos, d, kwords_ptr, kf_ptr,
+            vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len, head_dim,
+            block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+            stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W, CHUNK_D, K_FIRST,
+            Z_FIRST, V_FIRST, HAS_WINDOW, False, QJL, BLOCK_N, DOT, LOOKUP, D_CHUNKS)
+    if HAS_RING:
+        for start in range(mid, hi, RING_N):
+            m_i, l_i, acc0, acc1 = _attend_tile(
+                m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv, ctx, qpos, d, kwords_ptr, kf_ptr,
+                vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len,
+                head_dim, block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb,
+                stride_vt, stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W,
+                CHUNK_D, K_FIRST, Z_FIRST, V_FIRST, HAS_WINDOW, True, QJL, RING_N, DOT, LOOKUP, D_CHUNKS)
 
-    if not SPLIT:
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        tl.store(o_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :], out, mask=q_mask)
-    else:
-        n_heads = tl.num_programs(1) * GROUP
-        ws_row = (split * n_tokens + tok) * n_heads + head
+    o_off = tok * stride_ot + head * stride_oh
+    n_heads = tl.num_programs(1) * GROUP
+    ws_row = (split * n_tokens + tok) * n_heads + head
+    if SPLIT:
         tl.store(m_ws_ptr + ws_row, m_i, mask=row_ok)
         tl.store(l_ws_ptr + ws_row, l_i, mask=row_ok)
-        tl.store(acc_ws_ptr + ws_row[:, None] * BLOCK_D + d[None, :], acc, mask=row_ok[:, None])
+    _store_chunk(acc0, l_i, o_ptr, o_off, acc_ws_ptr, ws_row, row_ok, d, head_dim, 0, CHUNK_D, BLOCK_D, SPLIT)
+    if D_CHUNKS == 2:
+        _store_chunk(acc1, l_i, o_ptr, o_off, acc_ws_ptr, ws_row, row_ok, d, head_dim, 1, CHUNK_D, BLOCK_D, SPLIT)
 
 
-def _decode_block_n(block_d: int) -> int:
-    """Keys per loop step of a decode: 8K coordinates per K / V tile (32 keys at a head dim of 256, 16 at 512)."""
-    return max(16, min(64, 8192 // block_d))
+@attrs.frozen
+class _Launch:
+    lookup: str
+    block_n: int
+    num_warps: int
+    num_stages: int
+    d_chunks: int
+    splits: int | None
+
+
+def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windowed: bool) -> _Launch:
+    """``tuning`` with its unset fields chosen from the shape (:class:`TurboQuantTuning` tells which)."""
+    wide = block_d * 2 > WIDE_HEAD_DIM
+    d_chunks = tuning.d_chunks or (2 if block_d > WIDE_HEAD_DIM else 1)
+    # decode: 8K coordinates per K / V tile (32 keys at a head dim of 256, 16 at 512)
+    block_n = max(16, min(64, 8192 // block_d)) if decode else 16 if wide else 32
+    if decode and block_d >= WIDE_HEAD_DIM:  # measured at 256 (BENCHMARKS.md); at 512 the one setting without
+        # register spills (tests/xpu_kernels/test_turboquant_registers.py; the shuffle fails to compile with 8 warps)
+        lookup, warps, splits = "shuffle", 4, 8 if block_d == WIDE_HEAD_DIM and not windowed else None
+    else:
+        lookup, warps, splits = "gather", 8 if wide else 4, None
+    return _Launch(lookup=tuning.lookup or lookup, block_n=tuning.block_n or block_n,
+                   num_warps=tuning.num_warps or warps, num_stages=tuning.num_stages or (2 if wide else 3),
+                   d_chunks=d_chunks, splits=splits)
 
 
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
@@ -273,7 +425,8 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         ``[T, H_q, D]`` in q's dtype.
 
     Raises:
-        ValueError: inconsistent shapes, tables or row widths (the reference's checks), a head dim above 512.
+        ValueError: inconsistent shapes, tables or row widths (the reference's checks), a head dim above 512, a
+            ``tuning.d_chunks`` that leaves chunks narrower than 16.
     """
     op = "paged_attention_turboquant"
     tuning = tuning or TurboQuantTuning()
@@ -292,47 +445,23 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     if total == 0 or batch == 0:
         return torch.empty_like(q)
     with_qjl = keys_have_qjl(kbits, vbits)
-    q_r = q.to(torch.float32) @ rotation.T  # [T, H_q, D]
-    q_s = (q_r @ qjl.T).contiguous() if with_qjl else q_r  # unused without the QJL stage
-    q_r = q_r.contiguous()
+    q_r, q_s = rotate_queries(q, rotation, qjl, with_qjl)  # [T, H_q, D] float32 (q_s unused without QJL)
     o = torch.empty((total, h_q, dim), dtype=torch.float32, device=q.device)
 
-    group = h_q // h_kv
-    decode = total == batch
     block_d = max(16, next_pow2(dim))
     # the tiles are float32 (twice paged_attention's bf16 bytes), so a head dim of 256 already takes the wide
     # settings: 64 rows x 256 float32 for q, its QJL projection and 32-key K / V tiles, pipelined, asked for 257 KiB
     # of shared memory on an H100 (228 KiB), and failed to launch at the Qwen3.5-9B shape (a 512-wide head: 16 rows)
     wide = block_d * 2 > WIDE_HEAD_DIM
     rows = 64 if not wide else 32 if block_d <= WIDE_HEAD_DIM else 16
-    block_q = 1 if decode else max(1, rows // group)
-    block_m = max(16, next_pow2(block_q * group))
-    block_q = block_m // group
-    cu = cu_seqlens_q if cu_seqlens_q.dtype == torch.int32 else cu_seqlens_q.to(torch.int32)
-    if decode:
-        n_tiles = batch
-        tile_seq = tile_first = cu
-    else:
-        tiles = (cu[1:] - cu[:-1] + block_q - 1) // block_q
-        tile_end = torch.cumsum(tiles, 0, dtype=torch.int32)
-        tile_first = tile_end - tiles
-        n_tiles = min(total, (total - min(batch, total)) // block_q + min(batch, total))
-        tile_seq = torch.searchsorted(tile_end, torch.arange(n_tiles, device=q.device, dtype=torch.int32),
-                                      right=True).to(torch.int32)
-    max_keys = block_tables.shape[1] * block_size
-    # the decode defaults measured fastest at a head dim of 256 (TurboQuantTuning); other widths keep the general ones
-    # (the shuffle's compile is only known good at 256 x 32 keys)
-    narrow_decode = decode and block_d == WIDE_HEAD_DIM
-    default_splits = 8 if narrow_decode and sliding_window is None else _num_splits(q.device, n_tiles * h_kv, max_keys)
-    splits = num_splits or default_splits
-    splits = max(1, min(splits, triton.cdiv(max(max_keys, 1), 16), MAX_SPLITS))
-    if splits > 1:
-        m_ws = torch.empty((splits, total, h_q), dtype=torch.float32, device=q.device)
-        l_ws = torch.empty_like(m_ws)
-        acc_ws = torch.empty((splits, total, h_q, block_d), dtype=torch.float32, device=q.device)
-    else:
-        m_ws = l_ws = acc_ws = o
-    block_n = tuning.block_n or (_decode_block_n(block_d) if decode else 16 if wide else 32)
+    decode = total == batch
+    launch = _launch_settings(tuning, decode, block_d, sliding_window is not None)
+    require(block_d // launch.d_chunks >= 16, op, f"d_chunks={launch.d_chunks} needs a padded head dim of at least "
+            f"{16 * launch.d_chunks}, got {block_d}")
+    plan = plan_attention(cu_seqlens_q, batch, total, h_q, h_kv, dim, block_tables.shape[1] * block_size, rows,
+                          num_splits or launch.splits)
+    splits = plan.splits
+    m_ws, l_ws, acc_ws = plan.workspace(h_q, q.device) or (o, o, o)  # unused without splits
     ring = residual_pos is not None
     if ring:
         require(residual_k.shape == residual_v.shape and residual_k.dim() == 4 and residual_k.stride(3) == 1
@@ -346,122 +475,29 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         rk = rv = rpos = ring_slots = o  # unused
         ring_len, ring_strides = 1, (0, 0, 0)
     dot = tuning.dot or ("ieee" if q.dtype == torch.float32 else "bf16")
-    lookup = tuning.lookup or ("shuffle" if narrow_decode else "gather")
     # code planes read as 32-bit words where a plane is whole words (head dims that are multiples of 32), else bytes
     unit = 32 if dim % 32 == 0 else 8
     unit_bytes = unit // 8
     plane = dim // 8  # bytes
     k_words, v_words = (k_cache.view(torch.int32), v_cache.view(torch.int32)) if unit == 32 else (k_cache, v_cache)
     k_first = 8 if with_qjl else 4  # bytes: the norms
-    _tq_attention_kernel[(n_tiles, h_kv, splits)](
+    _tq_attention_kernel[(plan.n_tiles, h_kv, splits)](
         q_r, q_s, k_words, k_cache.view(torch.float32), v_words, v_cache.view(torch.float32), key_centroids,
-        value_centroids, cu, seq_lens, block_tables, tile_seq, tile_first, o, m_ws, l_ws, acc_ws,
+        value_centroids, plan.cu, seq_lens, block_tables, plan.tile_seq, plan.tile_first, o, m_ws, l_ws, acc_ws,
         rk, rv, rpos, ring_slots,
         batch, total, dim, block_size, splits, float(scale) * LOG2E, math.sqrt(math.pi / 2) / dim,
         int(sliding_window or 0), ring_len,
         q_r.stride(0), q_r.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0), o.stride(0), o.stride(1),
         *ring_strides,
-        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_D=block_d, KBITS=kbits, VBITS=vbits, UNIT=unit,
+        GROUP=plan.group, BLOCK_Q=plan.block_q, BLOCK_M=plan.block_m, BLOCK_D=block_d, KBITS=kbits, VBITS=vbits,
+        UNIT=unit,
         PLANE_W=plane // unit_bytes, BLOCK_W=block_d // unit, K_FIRST=k_first // unit_bytes,
         Z_FIRST=(k_first + kbits * plane) // unit_bytes, V_FIRST=4 // unit_bytes,
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
-        BLOCK_N=block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot), LOOKUP=LOOKUPS.index(lookup),
-        num_warps=tuning.num_warps or (4 if narrow_decode or not wide else 8), num_stages=tuning.num_stages or (2 if wide else 3),
+        BLOCK_N=launch.block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot),
+        LOOKUP=LOOKUPS.index(launch.lookup), D_CHUNKS=launch.d_chunks, RING_N=min(launch.block_n, 16), num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
     )
-    if splits > 1:
-        merge_d = min(block_d, WIDE_HEAD_DIM)
-        _merge_splits_kernel[(total * h_q, block_d // merge_d)](
-            m_ws, l_ws, acc_ws, o, total * h_q, h_q, dim, splits, o.stride(0), o.stride(1),
-            BLOCK_S=next_pow2(splits), BLOCK_D=merge_d, WS_D=block_d, USE_PDL=False, num_warps=8,
-        )
-    return (o @ rotation).to(q.dtype)
-
-
-@triton.jit
-def _tq_encode_kernel(u_ptr, rows_ptr, rows_f_ptr, slot_ptr, cent_ptr, norm_ptr, res_ptr, n_heads, head_dim,
-                      stride_slot, stride_head, BITS: tl.constexpr, LEVELS: tl.constexpr, PLANE: tl.constexpr,
-                      BLOCK_B: tl.constexpr, KEY: tl.constexpr):
-    """One (token, head) row: the nearest centroid of each unit-rotated coordinate ``u``, written as code planes
-    after the row's norm (keys: and the residual's norm; the residual itself to ``res_ptr`` for the QJL signs)."""
-    row = tl.program_id(0).to(tl.int64)
-    tok = row // n_heads
-    h = row % n_heads
-    j = tl.arange(0, BLOCK_B)  # byte within a plane
-    t = tl.arange(0, 8)  # bit within the byte
-    d = j[:, None] * 8 + t[None, :]  # [BLOCK_B, 8] coordinates
-    ok = d < head_dim
-    u = tl.load(u_ptr + row * head_dim + d, mask=ok, other=0.0)
-    idx = tl.zeros((BLOCK_B, 8), tl.int32)
-    for level in tl.static_range(1, LEVELS):  # ties go to the lower centroid (torch.bucketize, right=False)
-        bound = (tl.load(cent_ptr + level - 1) + tl.load(cent_ptr + level)) / 2
-        idx += (u > bound).to(tl.int32)
-    slot = tl.load(slot_ptr + tok)
-    out = slot * stride_slot + h * stride_head  # byte offset of the row
-    norms = 2 if KEY else 1
-    for p in tl.static_range(BITS):
-        byte = tl.sum(((idx >> p) & 1) << t[None, :], axis=1)
-        tl.store(rows_ptr + out + 4 * norms + p * PLANE + j, byte.to(tl.uint8), mask=j < PLANE)
-    tl.store(rows_f_ptr + out // 4, tl.load(norm_ptr + row))
-    if KEY:
-        r = tl.where(ok, u - tl.load(cent_ptr + idx), 0.0)
-        tl.store(res_ptr + row * head_dim + d, r, mask=ok)
-
-
-@triton.jit
-def _tq_signs_kernel(proj_ptr, gamma_ptr, rows_ptr, rows_f_ptr, slot_ptr, n_heads, head_dim, stride_slot,
-                     stride_head, plane0, PLANE: tl.constexpr, BLOCK_B: tl.constexpr):
-    """One (token, head) key row's residual norm and QJL sign plane: bit ``d`` set where ``(S r)_d >= 0``."""
-    row = tl.program_id(0).to(tl.int64)
-    j = tl.arange(0, BLOCK_B)
-    t = tl.arange(0, 8)
-    d = j[:, None] * 8 + t[None, :]
-    proj = tl.load(proj_ptr + row * head_dim + d, mask=d < head_dim, other=-1.0)
-    byte = tl.sum((proj >= 0).to(tl.int32) << t[None, :], axis=1)
-    out = tl.load(slot_ptr + row // n_heads) * stride_slot + (row % n_heads) * stride_head
-    tl.store(rows_ptr + out + plane0 + j, byte.to(tl.uint8), mask=j < PLANE)
-    tl.store(rows_f_ptr + out // 4 + 1, tl.load(gamma_ptr + row))
-
-
-def _unit_rotated(x: torch.Tensor, rotation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(norms [N], Pi x / ||x|| [N, D])`` float32, rounded as the reference rounds them."""
-    x = x.to(torch.float32)
-    n = torch.linalg.vector_norm(x, dim=-1)
-    return n.contiguous(), ((x / n.clamp_min(1e-30)[:, None]) @ rotation.T).contiguous()
-
-
-def turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, rotation, qjl, key_centroids, value_centroids):
-    """``turboquant_cache_write`` (the reference's signature and rows): the rotations and the QJL projection as
-    float32 matmuls and torch's norms (rounded as the reference's, so the rows are byte-equal), the codes and sign
-    planes written by two kernels per row (keys) or one (values); no host sync (graph-capturable).
-
-    Raises:
-        ValueError: the reference's checks.
-    """
-    op = "turboquant_cache_write"
-    require_dims(op, k=(k, 3), v=(v, 3), slot_mapping=(slot_mapping, 1))
-    require(k.shape == v.shape, op, f"k and v must match, got {tuple(k.shape)} and {tuple(v.shape)}")
-    t, h, d = k.shape
-    kbits, vbits = check_turboquant_tables(op, d, rotation, qjl, key_centroids, value_centroids)
-    check_turboquant_caches(op, k_cache, v_cache, d, kbits, vbits)
-    require(k_cache.shape[2] == h, op, f"cache has {k_cache.shape[2]} heads, k has {h}")
-    require(slot_mapping.shape[0] == t, op, f"slot_mapping has {slot_mapping.shape[0]} entries for {t} tokens")
-    if t == 0:
-        return
-    rows = t * h
-    block_b = next_pow2(d // 8)
-    slots = slot_mapping.contiguous()
-    n_k, u_k = _unit_rotated(k.reshape(rows, d), rotation)
-    qjl_keys = keys_have_qjl(kbits, vbits)
-    res = torch.empty_like(u_k) if qjl_keys else u_k
-    k_args = (k_cache.stride(1), k_cache.stride(2))  # a slot's stride (block * block_size + offset) and a head's
-    _tq_encode_kernel[(rows,)](u_k, k_cache, k_cache.view(torch.float32), slots, key_centroids, n_k, res, h, d,
-                               *k_args, BITS=kbits, LEVELS=1 << kbits, PLANE=d // 8, BLOCK_B=block_b, KEY=qjl_keys)
-    if qjl_keys:
-        gamma = torch.linalg.vector_norm(res, dim=-1)  # as the reference rounds it
-        _tq_signs_kernel[(rows,)]((res @ qjl.T).contiguous(), gamma, k_cache, k_cache.view(torch.float32), slots, h,
-                                  d, *k_args, 8 + kbits * d // 8, PLANE=d // 8, BLOCK_B=block_b)
-    n_v, u_v = _unit_rotated(v.reshape(rows, d), rotation)
-    _tq_encode_kernel[(rows,)](u_v, v_cache, v_cache.view(torch.float32), slots, value_centroids, n_v, u_v, h, d,
-                               v_cache.stride(1), v_cache.stride(2), BITS=vbits, LEVELS=1 << vbits, PLANE=d // 8,
-                               BLOCK_B=block_b, KEY=False)
+    workspace = (m_ws, l_ws, acc_ws) if splits > 1 else None
+    return merge_and_rotate_back(o, workspace, splits, rotation, q.dtype)

@@ -62,6 +62,8 @@ def _check_contract(contract: OpContract) -> None:
         raise ValueError(f"{where}: check {contract.check!r} must be a lazy 'package.module:attr' string")
     if contract.examples is not None and not _lazy(contract.examples):
         raise ValueError(f"{where}: examples {contract.examples!r} must be a lazy 'package.module:attr' string")
+    if contract.compare is not None and not _lazy(contract.compare):
+        raise ValueError(f"{where}: compare {contract.compare!r} must be a lazy 'package.module:attr' string")
     if isinstance(contract.shape_facts, str) or not all(isinstance(k, str) for k in contract.shape_facts):
         raise ValueError(f"{where}: shape_facts must be a tuple of key names, got {contract.shape_facts!r}")
 
@@ -89,6 +91,11 @@ class OpContract:
             conformance suite (:class:`anna_core.testing.conformance.KernelConformance`) compares every
             implementation with the reference; None when the op has none (the suite then fails for
             any implementation of it).
+        compare: lazy ``"module:attr"`` of ``compare(where, name, got, want, args, bound) -> None`` (raising
+            AssertionError) with which the conformance suite compares an argument the op writes in place, for ops
+            whose written bytes may differ within the contract (quantized rows whose norms round in their last
+            bit: compared as the values they decode to); None: :func:`anna_core.testing.conformance.compare
+            .compare_results` (integer tensors exactly).
 
     Raises:
         ValueError: a name that is no identifier, a signature not of that name, an empty doc, or a
@@ -102,6 +109,7 @@ class OpContract:
     check: str | None = None
     shape_facts: tuple[str, ...] = ()
     examples: str | None = None
+    compare: str | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_contract(self)

@@ -240,10 +240,13 @@ prefill over a cached prefix, and decode. o: ``[T, H_q, D]``.
 float32 sorted (bits 2, 3 or 4). In float32: a key's row holds ``n = ||k||``, ``y = Pi k / n``, the index
 of the nearest key centroid of each ``y_j``, ``gamma = ||r||`` of ``r = y - c[idx]`` and the signs
 ``S r >= 0`` (QJL, section 3.2); a value's row ``n = ||v||`` and the nearest value centroids of
-``Pi v / n`` (section 3.1). Ties between two centroids go to the lower one.
+``Pi v / n`` (section 3.1). Ties between two centroids go to the lower one. Up to float32 rounding: a norm may
+differ in its last bit, a coordinate within rounding of a decision boundary may take the other code (the
+conformance suite compares the rows as the values they decode to).
 """,
         reference=_ref("turboquant", "turboquant_cache_write"),
         examples=_examples("turboquant_cache_write"),
+        compare="anna_core.testing.conformance.turboquant:compare_written_caches",
     ),
     OpContract(
         name="paged_attention_turboquant",

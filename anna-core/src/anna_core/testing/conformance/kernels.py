@@ -163,10 +163,14 @@ class KernelConformance:
             bound = self.bound(spec.op, dtype)
             compare_results(f"{where}: result", got, want, bound)
             names = contract.parameters
+            compare_written = resolve(contract.compare) if contract.compare else None
             for j, (g, w) in enumerate(zip(example.args, want_args.args)):
                 if isinstance(w, torch.Tensor):
                     name = names[j] if j < len(names) else f"argument {j}"
-                    compare_results(f"{where}: {name} after the call", g, w, bound)
+                    if compare_written is None:
+                        compare_results(f"{where}: {name} after the call", g, w, bound)
+                    else:
+                        compare_written(f"{where}: {name} after the call", name, g, w, want_args.args, bound)
             ran += 1
         return ran
 

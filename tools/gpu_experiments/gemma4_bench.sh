@@ -27,7 +27,8 @@ if "{" not in t:
 r = json.loads(t[t.index("{"):])
 keep = ("decode_tokens_per_s_per_stream", "decode_tokens_per_s_total", "ttft_ms", "roofline_fraction",
         "roofline_tokens_per_s_per_stream", "copy_bandwidth_gbps", "graphs_captured", "graph_steps", "eager_steps",
-        "prefill_graph_steps", "served_vs_eager_match_tokens", "setup_s", "load_s", "itl_ms_p50", "peak_memory_gib")
+        "prefill_graph_steps", "served_vs_eager_match_tokens", "setup_s", "load_s", "itl_ms_p50", "peak_memory_gib",
+        "lm_head_path", "weight_quant", "weights")
 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k in keep})
 print("kernels", r.get("kernels"))
 for k, v in r.items():

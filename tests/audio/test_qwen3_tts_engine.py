@@ -241,7 +241,7 @@ def test_device_side_penalty_and_min_tokens_leave_the_codes_unchanged():
 
     g, facts = golden("custom_voice")
     config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=3)
-    engine.runner.accel = _FakeGraphAccelerator()
+    engine.runner.accel = FakeGraphAccelerator()
     engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
                         max_num_seqs=3)
     jobs = _requests(facts["cases"], g)[:3]

@@ -140,3 +140,16 @@ def test_reference_that_does_not_import_stops_the_bench_at_once(monkeypatch, cap
         main(["--model-dir", str(CHECKPOINTS["custom_voice"]), "--device", "cpu", "--reference"])
     assert exit_info.value.code == 2
     assert "qwen_tts" in capsys.readouterr().err
+
+
+def test_reference_whose_native_library_fails_stops_the_bench_at_once(monkeypatch, capsys, tmp_path):
+    """A ``qwen_tts`` whose import raises OSError (a native library missing: libsox, torchaudio's) is reported as
+    unavailable (exit 2, the message), not a traceback."""
+    (tmp_path / "qwen_tts").mkdir()
+    (tmp_path / "qwen_tts" / "__init__.py").write_text("raise OSError('libsox.so: cannot open shared object file')\n")
+    monkeypatch.delitem(sys.modules, "qwen_tts", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model-dir", str(CHECKPOINTS["custom_voice"]), "--device", "cpu", "--reference"])
+    assert exit_info.value.code == 2
+    assert "libsox.so" in capsys.readouterr().err

@@ -6,8 +6,12 @@ import pytest
 import torch
 from anna_core.testing.host_reads import NoHostReads
 
-READS = {"item": lambda y: y[0].item(), "bool": lambda y: bool(y[0]), "float": lambda y: float(y[0]),
-         "equal": lambda y: torch.equal(y, y)}
+READS = {
+    "item": lambda y: y[0].item(),
+    "bool": lambda y: bool(y[0]),
+    "float": lambda y: float(y[0]),
+    "equal": lambda y: torch.equal(y, y),
+}
 
 
 @pytest.mark.parametrize("inference", [False, True])
@@ -23,3 +27,28 @@ def test_device_side_ops_pass():
     with torch.inference_mode(), NoHostReads():
         y = torch.where(torch.arange(4) > 1, torch.ones(4), torch.zeros(4)).cumsum(0)
     assert y.tolist() == [0.0, 0.0, 1.0, 2.0]
+
+
+SHAPE_READS = {
+    "mask": lambda y: y[y > 1],
+    "nonzero": lambda y: y.nonzero(),
+    "masked_select": lambda y: y.masked_select(y > 1),
+    "unique": lambda y: y.unique(),
+    "unique_consecutive": lambda y: y.unique_consecutive(),
+    "repeat_interleave": lambda y: y.repeat_interleave(torch.tensor([1, 2, 3])),
+}
+
+
+@pytest.mark.parametrize("inference", [False, True])
+@pytest.mark.parametrize("read", sorted(SHAPE_READS))
+def test_data_dependent_shapes_fail(read, inference):
+    with torch.inference_mode(inference):
+        y = torch.arange(3.0) * 2
+        with pytest.raises(AssertionError, match="depends on tensor values"), NoHostReads():
+            SHAPE_READS[read](y)
+
+
+def test_integer_indexing_passes():
+    with torch.inference_mode(), NoHostReads():
+        y = (torch.arange(5.0) * 2)[torch.tensor([4, 0])]
+    assert y.tolist() == [8.0, 0.0]

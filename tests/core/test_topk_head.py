@@ -114,3 +114,18 @@ def test_bad_settings_raise():
         RunnerConfig(fused_topk_head="yes")
     with pytest.raises(AnnaError, match="topk"):
         DecodeGraphs(None, None, None, max_batch=1, max_blocks_per_seq=1, vocab_size=V, modes=MODES + TOPK_MODES)
+
+
+def test_full_and_fused_packs_agree_on_tied_top_logprobs():
+    """The full head's ``pack`` lists equal logprobs lower id first, as ``pack_candidates`` does: a row's
+    ``top_logprobs`` never depends on which head its step took (bfloat16 logits tie often)."""
+    logits = torch.zeros(2, V)
+    logits[:, [400, 17, 250, 3]] = torch.tensor([2.0, 2.0, 2.0, 1.0])  # a three-way tie at the top, ids scattered
+    logits[1, 99] = 2.0  # four-way: the k-th place goes to the lowest tied ids
+    ids, rows, k = torch.tensor([17, 17]), torch.tensor([0, 1]), 3
+    full = lp.pack(ids, lp.raw_logprobs(logits), rows, k)
+    values, indices, lse = _candidates(logits)
+    fused = lp.pack_candidates(ids, torch.zeros(2, dtype=torch.long), values, indices, lse, rows, k)
+    _, entries = lp.unpack(full.tolist(), 2, [0, 1], [k, k], k)
+    assert [[t for t, _ in e.top] for e in entries] == [[17, 250, 400], [17, 99, 250]]
+    assert torch.allclose(full[2:], fused[2:]) and full[:2].tolist() == fused[:2].tolist()

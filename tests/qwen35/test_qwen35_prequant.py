@@ -30,11 +30,11 @@ from safetensors.torch import load_file, save_file
 from tests.qwen35.conftest import rel_err
 
 
-def _load(path, *, dtype=torch.float32, weight_quant="auto", cache=False):
+def _load(path, *, dtype=torch.float32, weight_quant="auto", cache=False, **options):
     from anna_qwen35.loader import load
 
     return load(inspect_model_dir(path), device=torch.device("cpu"), dtype=dtype, kernels=KernelRegistry.from_plugins(),
-                weight_quant=weight_quant, layout_cache=cache)
+                weight_quant=weight_quant, layout_cache=cache, **options)
 
 
 @pytest.fixture(scope="module")
@@ -296,6 +296,20 @@ def test_prequantized_moe_experts_load_into_the_expert_quant_layout(tiny_moe128,
     assert rel_err(prefill_logits(model, ids), want) < 1e-4
     assert simple_greedy(model, prompt, 16) == simple_greedy(oracle, prompt, 16)
     assert rel_err(prefill_logits(_load(tiny_moe128).model, ids), want) > 1e-3
+
+
+def test_prequantized_moe_experts_under_offload_auto_stay_on_the_device(tiny_moe128, tmp_path):
+    """``--offload-mode auto`` (the default) with a memory cap the dense experts would not fit: pre-quantized experts
+    are weighed as the quantized experts they are, so no offload is planned (offload refuses them) and they load
+    stacked on the device; ``--offload-mode experts`` is still refused by name."""
+    from anna_core.engine.offload import OffloadConfig
+    from anna_core.layers.wq_experts import WQExperts
+
+    quant_dir, _, _ = build_prequant(tiny_moe128, tmp_path, GPTQ, layout="gptq")
+    model = _load(quant_dir, offload=OffloadConfig("auto"), max_device_bytes=4 << 20).model
+    assert sum(isinstance(m, WQExperts) for m in model.modules()) == 4
+    with pytest.raises(ModelLoadError, match="expert offload of pre-quantized MoE experts is not supported"):
+        _load(quant_dir, offload=OffloadConfig("experts"))
 
 
 def test_prequantized_moe_experts_none_dequantizes(tiny_moe128, prompt, tmp_path):

@@ -68,6 +68,16 @@ def test_auto_keeps_the_full_head_on_the_cpu(loaded):
     assert report["model_supports"] and not report["active"] and report["topk_steps"] == 0
 
 
+def test_a_vocabulary_below_the_candidate_count_keeps_the_full_head(tmp_path):
+    """A vocabulary of 48 (< the head's 64 candidates): "on" leaves the fused head inactive, and generation works."""
+    from anna_core.testing.checkpoints import build_tiny_qwen35
+
+    small = load_anna(build_tiny_qwen35(tmp_path / "v48", vocab_size=48))
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    outs, report = _run(small, "on", [[5, 6, 7]], params)
+    assert not report["active"] and report["topk_steps"] == 0 and len(outs[0].token_ids) == 4
+
+
 def test_quantized_head_greedy_tokens_equal_the_full_heads(anna_tiny_qwen35):
     from anna_core.loading import load_model
 
@@ -122,7 +132,7 @@ def test_a_request_needing_the_full_logits_takes_the_full_head_for_the_step(load
 
 
 def test_decode_graphs_replay_the_topk_modes(loaded):
-    from tests.core.test_cuda_graphs import FakeGraphAccelerator
+    from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
     params = [GREEDY, SamplingParams(temperature=0.9, top_k=20, seed=7, max_tokens=N, ignore_eos=True),
               SamplingParams(temperature=0.7, top_k=10, seed=2, max_tokens=N, ignore_eos=True, logprobs=2)]

@@ -47,7 +47,7 @@ def require_reference() -> Any:
     """
     try:
         import qwen_tts
-    except ImportError as exc:
+    except (ImportError, OSError, RuntimeError) as exc:  # OSError: a native library (libsox, torchaudio's) missing
         raise ReferenceUnavailable(
             f"the reference implementation (qwen_tts, PyPI qwen-tts-hf) does not import here: {exc}; it runs where "
             "torchaudio, onnxruntime and sox are installed (tools/tts_fixtures/README.md: its wheels in .whl_tts/, "

@@ -159,8 +159,10 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     vision, processor = _vision(source, cfg, tokenizer) if not parallel.is_parallel else (None, None)
     per_expert = cfg.is_moe and load_format != "dummy" and expert_layout(checkpoint_files(source.root))
     model = build_model(cfg, ops, dtype, per_expert, vision, parallel)
+    # pre-quantized routed experts count as quantized ones: `auto` weighs dense experts, and offload refuses them
+    prequant_experts = prequant is not None and cfg.is_moe and weight_quant != "none" and load_format != "dummy"
     plan = (plan_offload(model, offload, device=device, max_device_bytes=max_device_bytes)
-            if plans_offload(offload, expert_quant) else None)
+            if plans_offload(offload, prequant.method if prequant_experts else expert_quant) else None)
     host = plan.host_prefixes if plan is not None else ()
     experts_scheme = expert_scheme(expert_quant, is_moe=cfg.is_moe, offloaded=plan is not None, device=device)
     # weighed on the meta-built model; a tensor-parallel shard stays dense (its row-parallel layers reduce)
@@ -182,7 +184,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         load_checkpoint(model, source.root, name_map(cfg, vision is not None), prequant, ops, device=device,
                         dtype=dtype, weight_quant=weight_quant, layout_cache=layout_cache, host=host,
                         pin=not per_expert, shards=shards)
-        if prequant is not None and cfg.is_moe and weight_quant != "none":
+        if prequant_experts:
             stacked = stack_prequantized_experts(model, ops, offloaded=plan is not None)
             log.info("%s checkpoint: %d MoE layers' routed experts stacked as %s", prequant.method, stacked,
                      prequant.kind)

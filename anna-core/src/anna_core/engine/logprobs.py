@@ -30,13 +30,16 @@ def pack(ids: torch.Tensor, logprobs: torch.Tensor | None, rows: torch.Tensor | 
 
     Returns:
         ``[N + R * (1 + 2k)]`` float64: ids, then per row the chosen logprob, ``k`` top ids and
-        ``k`` top logprobs.
+        ``k`` top logprobs; equal logprobs list the lower id first.
     """
     parts = [ids.to(torch.float64)]
     if logprobs is not None and rows is not None and logprobs.shape[0]:
         chosen = logprobs.gather(1, ids[rows][:, None])  # [R, 1]
         if k:
-            top_lp, top_ids = logprobs.topk(k, dim=-1)  # [R, k]
+            # a stable sort, not topk (whose order among equal values is unspecified): ties list the lower id
+            # first, as the fused top-k head's candidates do, so a row's top-k never depends on which head ran
+            top_lp, top_ids = logprobs.sort(dim=-1, descending=True, stable=True)  # [R, V]
+            top_lp, top_ids = top_lp[:, :k], top_ids[:, :k]  # [R, k]
             table = torch.cat([chosen.to(torch.float64), top_ids.to(torch.float64), top_lp.to(torch.float64)], dim=1)
         else:
             table = chosen.to(torch.float64)

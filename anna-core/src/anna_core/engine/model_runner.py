@@ -292,9 +292,10 @@ class ModelRunner:
     @property
     def topk_head_active(self) -> bool:
         """Whether steps may take the fused top-k LM head: the model declares ``topk_head`` and
-        ``fused_topk_head`` is ``"on"``, or ``"auto"`` on an accelerator."""
+        ``fused_topk_head`` is ``"on"``, or ``"auto"`` on an accelerator; never for a vocabulary smaller than
+        the head's ``FUSED_K`` candidates (tiny test models: the full head serves them)."""
         mode = self.fused_topk_head
-        return (mode != "off" and self.model.capabilities.topk_head
+        return (mode != "off" and self.model.capabilities.topk_head and self.model.vocab_size >= FUSED_K
                 and (mode == "on" or self.device.type != "cpu"))
 
     def head_report(self) -> dict[str, Any]:

@@ -6,8 +6,10 @@ device graph cannot contain and which stall an asynchronous step.
 
 What a dispatch mode sees of them depends on the mode: under ``torch.inference_mode()`` (where Anna's runner
 captures graphs) torch 2.13 dispatches ``.item()`` as ``aten.item`` and ``bool(tensor)`` as ``aten.is_nonzero``,
-outside it both as ``aten._local_scalar_dense``; :data:`HOST_READS` holds them all. ``.tolist()`` reaches no
-dispatch mode and is not caught.
+outside it both as ``aten._local_scalar_dense``; :data:`HOST_READS` holds them all. Ops whose output shape
+depends on values (:data:`DATA_DEPENDENT_SHAPES`: ``nonzero``, boolean-mask indexing, ``masked_select``,
+``unique``, ``repeat_interleave`` with tensor repeats) read the device on CUDA too and are caught as well.
+``.tolist()`` reaches no dispatch mode and is not caught.
 """
 
 from __future__ import annotations
@@ -21,11 +23,26 @@ HOST_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.de
               torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default)
 """The ATen ops through which a tensor's value reaches the host."""
 
+DATA_DEPENDENT_SHAPES = (torch.ops.aten.nonzero.default, torch.ops.aten.masked_select.default,
+                         torch.ops.aten._unique2.default, torch.ops.aten.unique_consecutive.default,
+                         torch.ops.aten.unique_dim.default, torch.ops.aten.repeat_interleave.self_Tensor,
+                         torch.ops.aten.repeat_interleave.Tensor)
+"""ATen ops whose output shape depends on the input's values: on a GPU each waits for the device."""
+
+
+def _bool_mask_index(func: Any, args: tuple) -> bool:
+    """``x[mask]`` with a boolean mask (``aten.index.Tensor``): its output length is the mask's count."""
+    return (func is torch.ops.aten.index.Tensor and len(args) > 1
+            and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]))
+
 
 class NoHostReads(TorchDispatchMode):
-    """A dispatch mode that raises ``AssertionError`` (naming the op) at any op of :data:`HOST_READS`."""
+    """A dispatch mode that raises ``AssertionError`` (naming the op) at any op of :data:`HOST_READS` or
+    :data:`DATA_DEPENDENT_SHAPES`, and at boolean-mask indexing."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if func in HOST_READS:
             raise AssertionError(f"host read of a tensor value ({func}: .item() / bool(tensor) / torch.equal)")
+        if func in DATA_DEPENDENT_SHAPES or _bool_mask_index(func, args):
+            raise AssertionError(f"an output shape that depends on tensor values ({func}): the host waits for it")
         return func(*args, **(kwargs or {}))

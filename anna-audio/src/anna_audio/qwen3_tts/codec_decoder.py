@@ -28,7 +28,7 @@ from anna_audio.qwen3_tts.codec_layers import (
 from anna_audio.qwen3_tts.codec_quantizer import SplitQuantizer
 from anna_audio.qwen3_tts.codec_transformer import CodecTransformer
 from anna_audio.qwen3_tts.config import CodecDecoderConfig
-from anna_audio.qwen3_tts.stream_state import StreamBatch, StreamState
+from anna_audio.qwen3_tts.stream_state import ChunkContext, StateLayout, StreamBatch, StreamState
 
 
 class CodecDecoder(nn.Module):
@@ -51,22 +51,41 @@ class CodecDecoder(nn.Module):
             SnakeBeta(dims[-1]),
             CausalConv1d(dims[-1], 1, 7),
         ])
+        self._layout: StateLayout | None = None
 
     def forward(self, codes: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
         """codes: ``[B, T, Q]`` int64 in ``[0, codebook_size)`` -> waveform ``[B, T * samples_per_frame]`` in the
         parameters' dtype, values in ``[-1, 1]``. With ``state`` (one stream per row), row ``b`` continues stream
-        ``b`` from wherever it is, and every stream advances by ``T`` frames."""
+        ``b`` from wherever it is, and every stream advances by ``T`` frames.
+
+        Raises:
+            ValueError: bad codes (:func:`check_codes`, which reads their range on the host).
+        """
         check_codes(codes, self.config)
-        h = self.quantizer(codes.transpose(1, 2))  # [B, codebook_dim, T]
-        h = self.pre_conv(h, state).transpose(1, 2)  # [B, T, latent]
-        h = self.pre_transformer(h, state).transpose(1, 2)  # [B, latent, T]
-        for transposed, convnext in self.upsample:
-            h = convnext(transposed(h, state), state)
-        for layer in self.decoder:
-            h = layer(h, state)
+        wav = self.decode_chunk(codes, state.context if state is not None else None)
         if state is not None:
             state.advance(codes.shape[1])
+        return wav
+
+    def decode_chunk(self, codes: torch.Tensor, context: ChunkContext | None = None) -> torch.Tensor:
+        """:meth:`forward` on codes already checked, reading nothing on the host (capturable in a device graph):
+        codes ``[B, T, Q]`` -> ``[B, T * samples_per_frame]``; with ``context``, each row continues from
+        ``context.past`` at ``context.starts`` and its context after the chunk is written into ``context.new``."""
+        h = self.quantizer(codes.transpose(1, 2))  # [B, codebook_dim, T]
+        h = self.pre_conv(h, context).transpose(1, 2)  # [B, T, latent]
+        h = self.pre_transformer(h, context).transpose(1, 2)  # [B, latent, T]
+        for transposed, convnext in self.upsample:
+            h = convnext(transposed(h, context), context)
+        for layer in self.decoder:
+            h = layer(h, context)
         return h.squeeze(1).clamp(-1.0, 1.0)
+
+    def state_layout(self) -> StateLayout:
+        """The layout of a stream's context for this decoder (on its parameters' device and dtype); built once."""
+        if self._layout is None:
+            weight = self.pre_conv.conv.weight
+            self._layout = StateLayout(list(self.modules()), weight.dtype, weight.device)
+        return self._layout
 
     def decode_streams(self, streams: list[StreamState], codes: torch.Tensor) -> torch.Tensor:
         """One chunk of several streams at once (e.g. requests of a serving step, each at its own frame).
@@ -85,7 +104,7 @@ class CodecDecoder(nn.Module):
             raise ValueError(f"codes must be [{len(streams)}, frames, Q] for {len(streams)} streams, got "
                              f"{tuple(codes.shape)}")
         with torch.inference_mode():
-            return self(codes, StreamBatch(streams))
+            return self(codes, StreamBatch(streams, self.state_layout()))
 
     def decode(self, codes: list[torch.Tensor]) -> list[torch.Tensor]:
         """Decode sequences of different lengths as one batch.

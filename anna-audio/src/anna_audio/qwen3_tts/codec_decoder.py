@@ -53,19 +53,15 @@ class CodecDecoder(nn.Module):
         ])
         self._layout: StateLayout | None = None
 
-    def forward(self, codes: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes: ``[B, T, Q]`` int64 in ``[0, codebook_size)`` -> waveform ``[B, T * samples_per_frame]`` in the
-        parameters' dtype, values in ``[-1, 1]``. With ``state`` (one stream per row), row ``b`` continues stream
-        ``b`` from wherever it is, and every stream advances by ``T`` frames.
+        parameters' dtype, values in ``[-1, 1]`` (whole sequences, from their first frame).
 
         Raises:
             ValueError: bad codes (:func:`check_codes`, which reads their range on the host).
         """
         check_codes(codes, self.config)
-        wav = self.decode_chunk(codes, state.context if state is not None else None)
-        if state is not None:
-            state.advance(codes.shape[1])
-        return wav
+        return self.decode_chunk(codes)
 
     def decode_chunk(self, codes: torch.Tensor, context: ChunkContext | None = None) -> torch.Tensor:
         """:meth:`forward` on codes already checked, reading nothing on the host (capturable in a device graph):
@@ -92,7 +88,8 @@ class CodecDecoder(nn.Module):
 
         Args:
             streams: one state per row, in row order (fresh for a stream's first chunk).
-            codes: ``[B, T, Q]``, the next ``T`` frames of each stream.
+            codes: ``[B, T, Q]``, the next ``T`` frames of each stream: best on the host, where their check reads
+                nothing from the device (they are copied to the decoder's device after it).
 
         Returns:
             ``[B, T * samples_per_frame]``: row ``b`` equals what stream ``b`` decoded alone would give.
@@ -103,8 +100,13 @@ class CodecDecoder(nn.Module):
         if codes.dim() != 3 or codes.shape[0] != len(streams):
             raise ValueError(f"codes must be [{len(streams)}, frames, Q] for {len(streams)} streams, got "
                              f"{tuple(codes.shape)}")
+        check_codes(codes, self.config)
+        layout = self.state_layout()
         with torch.inference_mode():
-            return self(codes, StreamBatch(streams, self.state_layout()))
+            batch = StreamBatch(streams, layout)
+            wav = self.decode_chunk(codes.to(layout.device), batch.context)
+            batch.advance(codes.shape[1])
+        return wav
 
     def decode(self, codes: list[torch.Tensor]) -> list[torch.Tensor]:
         """Decode sequences of different lengths as one batch.

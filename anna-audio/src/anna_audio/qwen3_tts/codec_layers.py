@@ -100,9 +100,10 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
+        """x: ``[B, C, T]`` -> ``[B, C, T]`` (the add and the division in one op)."""
         alpha = torch.exp(self.alpha)[None, :, None]
         beta = torch.exp(self.beta)[None, :, None]
-        return x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
+        return torch.addcdiv(x, torch.sin(x * alpha).pow(2), beta + 1e-9)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -125,7 +126,7 @@ class ConvNeXtBlock(nn.Module):
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         h = self.dwconv(x, state).transpose(1, 2)  # [B, T, C]
         h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
-        return x + (self.gamma * h).transpose(1, 2)
+        return torch.addcmul(x, self.gamma[:, None], h.transpose(1, 2))  # x + gamma * h in one op
 
 
 class ResidualUnit(nn.Module):

@@ -82,8 +82,8 @@ class TransformerLayer(nn.Module):
         self.mlp_layer_scale = LayerScale(s.hidden_size)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, state: ChunkContext | None) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), positions, state))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+        x = self.self_attn_layer_scale.residual(x, self.self_attn(self.input_layernorm(x), positions, state))
+        return self.mlp_layer_scale.residual(x, self.mlp(self.post_attention_layernorm(x)))
 
 
 class CodecTransformer(nn.Module):

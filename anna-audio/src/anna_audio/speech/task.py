@@ -98,7 +98,6 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
         AnnaError: the model is not a Qwen3-TTS talker, or the cache does not fit.
     """
     import attrs as _attrs
-    from anna_core.device import accelerator
     from anna_core.errors import AnnaError
     from anna_core.tasks.generate import build as build_generate
 
@@ -114,7 +113,7 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
     loaded.model.reserve_slots(config.max_num_seqs)
     engine = build_generate(loaded, config, runner)
     planner = SpeechPlanner(parts, loaded.model.placeholder_id, max_trailing=loaded.model.max_trailing)
-    vocoder = Vocoder(parts.codec_decoder, accelerator(loaded.device))
+    vocoder = Vocoder(parts.codec_decoder, engine.runner.accel)  # the engine's device services
     lengths = sorted({planner.chunks.first, planner.chunks.rest})  # what a request decodes first, then mostly
     if runner is None or runner.cuda_graph:  # where the device captures graphs (a failure logs, stays eager)
         vocoder.capture_graphs(lengths, min(config.max_num_seqs, VOCODER_GRAPH_BATCH))

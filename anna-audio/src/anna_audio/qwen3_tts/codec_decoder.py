@@ -77,9 +77,10 @@ class CodecDecoder(nn.Module):
         return h.squeeze(1).clamp(-1.0, 1.0)
 
     def state_layout(self) -> StateLayout:
-        """The layout of a stream's context for this decoder (on its parameters' device and dtype); built once."""
-        if self._layout is None:
-            weight = self.pre_conv.conv.weight
+        """The layout of a stream's context for this decoder, on its parameters' device and dtype (built again
+        after the decoder moves: streams begun before then cannot continue)."""
+        weight = self.pre_conv.conv.weight
+        if self._layout is None or (self._layout.device, self._layout.dtype) != (weight.device, weight.dtype):
             self._layout = StateLayout(list(self.modules()), weight.dtype, weight.device)
         return self._layout
 

@@ -36,7 +36,7 @@ HOST_DATA = (torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.d
 a host-to-device copy from pageable memory, which waits for the device."""
 
 _NO_KERNEL = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand", "slice", "select",
-              "unsqueeze", "squeeze", "as_strided", "alias", "detach", "split", "split_with_sizes", "unbind",
+              "unsqueeze", "squeeze", "as_strided", "alias", "detach", "detach_", "split", "split_with_sizes", "unbind",
               "chunk", "narrow", "view_as", "unflatten", "flatten", "_reshape_alias", "empty", "empty_like",
               "new_empty", "empty_strided", "new_empty_strided", "lift_fresh"}
 

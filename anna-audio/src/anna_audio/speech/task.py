@@ -86,7 +86,7 @@ class SpeechEngine:
         return encode(samples, self.sample_rate, response_format)
 
 
-VOCODER_GRAPH_BATCH = 32
+VOCODER_GRAPH_BATCH = 16
 """The most streams one captured codec decoder replay decodes (more take several replays): the graphs' activation
 memory grows with it."""
 
@@ -114,11 +114,10 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
     engine = build_generate(loaded, config, runner)
     planner = SpeechPlanner(parts, loaded.model.placeholder_id, max_trailing=loaded.model.max_trailing)
     vocoder = Vocoder(parts.codec_decoder, engine.runner.accel)  # the engine's device services
-    lengths = sorted({planner.chunks.first, planner.chunks.rest})  # what a request decodes first, then mostly
     if runner is None or runner.cuda_graph:  # where the device captures graphs (a failure logs, stays eager)
-        vocoder.capture_graphs(lengths, min(config.max_num_seqs, VOCODER_GRAPH_BATCH))
-    if runner is not None and runner.warmup:
-        vocoder.warm_up(lengths)
+        vocoder.capture_graphs(planner.chunks.lengths(), min(config.max_num_seqs, VOCODER_GRAPH_BATCH))
+    if runner is not None and runner.warmup:  # the chunk lengths a request decodes first, then mostly
+        vocoder.warm_up(sorted({planner.chunks.first, planner.chunks.rest}))
     return SpeechEngine(engine, planner, vocoder)
 
 

@@ -32,6 +32,9 @@ def test_bench_cpu_path():
     split = report["split"]  # on the CPU: no graphs, the predictor and vocoder timed eagerly
     assert not split["graphs"]["captured"] and "cpu device" in split["graphs"]["why_not"] and split["step_ms"] == {}
     assert set(split["predictor_ms"]) == set(split["vocoder_ms_per_frame"]) == {1, 2}
+    assert split["vocoder_graphs"]["captured"] is False and "does not capture" in split["vocoder_graphs"]["why_not"]
+    assert set(split["vocoder_eager_ms_per_frame"]) == {1, 2}
+    assert all(v > 0 for v in split["vocoder_eager_ms_per_frame"].values())
     assert all(v > 0 for v in [*split["predictor_ms"].values(), *split["vocoder_ms_per_frame"].values()])
     with pytest.raises(ValueError):
         run_bench(CHECKPOINTS["custom_voice"], device="cpu", frames=0)

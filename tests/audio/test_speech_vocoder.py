@@ -62,6 +62,7 @@ def test_chunker_sizes_and_bad_chunks(decoder):
     frames = [torch.full((4,), i) for i in range(10)]
     sizes = [c.shape[0] for c in chunker.push(frames)]
     assert sizes == [1, 4, 4] and chunker.flush().shape[0] == 1 and chunker.flush() is None
+    assert ChunkPolicy(first=1, rest=4).lengths() == [1, 2, 3, 4] and ChunkPolicy(first=3, rest=2).lengths() == [1, 2, 3]
     with pytest.raises(ValueError, match="at least one frame"):
         ChunkPolicy(first=0)
     vocoder = Vocoder(decoder)

@@ -52,3 +52,20 @@ def test_integer_indexing_passes():
     with torch.inference_mode(), NoHostReads():
         y = (torch.arange(5.0) * 2)[torch.tensor([4, 0])]
     assert y.tolist() == [8.0, 0.0]
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_op_counts_tell_launches_from_syncs(inference):
+    """:class:`~anna_core.testing.host_reads.OpCounts`: kernels count as launches, views and reshapes do not; host
+    reads and tensors made from host data count as syncs."""
+    from anna_core.testing.host_reads import OpCounts
+
+    with torch.inference_mode(inference):
+        x = torch.arange(6.0)
+        with OpCounts() as counts:
+            y = (x.view(2, 3).transpose(0, 1) * 2).sum()  # mul, sum: 2 launches; view, transpose: none
+            z = torch.tensor([1.0, 2.0])  # made from host data: a sync (an upload on a device)
+            value = float(y)  # a host read
+    assert value == 30.0 and z.shape == (2,)
+    assert counts.launches == 2 and counts.syncs == 2, counts.ops
+    assert counts.ops.get("mul") == 1 and counts.ops.get("sum") == 1

@@ -3,8 +3,9 @@
 # (python -m anna_audio.tts_bench, see its docstring): anna serve's app on a loopback port, streamed
 # POST /v1/audio/speech (pcm), FRAMES frames per request with EOS never chosen. Reports the first audio (first body
 # byte) and the real-time factor of one request, and the per-request latency at CONC (default 16) concurrent ones
-# against one, then whether decode graphs captured and the device split of a frame (lines "decode graphs" and
-# "device split": a captured decode step, the code predictor alone, the vocoder per frame). Targets (H200): RTF <=
+# against one, then whether decode graphs and the vocoder's graphs captured and the device split of a frame (lines
+# "decode graphs", "vocoder graphs" and "device split": a captured decode step, the code predictor alone, the vocoder
+# per frame as served, replaying its graphs, and eager). Targets (H200): RTF <=
 # 0.05, first audio <= 60 ms, 16 concurrent within 2x of one. Run from the repo
 # root with the Anna wheels installed, e.g. through h200_run.sh:
 #   MODE=script SCRIPT=tools/gpu_experiments/tts_bench.sh bash anna-core/src/anna_core/bench/h200_run.sh
@@ -41,7 +42,7 @@ timeout "$limit" python3 -m anna_audio.tts_bench --shape "${SHAPE:-Qwen3-TTS-12H
   --frames "${FRAMES:-125}" --concurrency "${CONC:-16}" --out "$OUT/tts_bench.json" $chunks $reference \
   ${TTS_FLAGS:-} > "$OUT/tts_bench.log" 2>&1
 rc=$?
-grep -E "^(tts_bench|one request|[0-9]+ concurrent|decode graphs|device split|reference|side by side)" \
+grep -E "^(tts_bench|one request|[0-9]+ concurrent|decode graphs|vocoder graphs|device split|reference|side by side)" \
   "$OUT/tts_bench.log" | cut -c1-1500
 echo "tts_bench exit $rc ($((SECONDS - start)) s)"
 if [ "$rc" -ne 0 ]; then

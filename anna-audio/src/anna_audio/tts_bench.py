@@ -230,14 +230,20 @@ def device_split(built: Any, batches: list[int], chunk: int) -> dict[str, Any]:
     report, "step_ms": {batch: device ms of one captured decode step (talker + code predictor + head), all rows
     padding}, "predictor_ms": {batch: device ms of the code predictor's frame alone (captured on its own where the
     device captures graphs, else eager)}, "vocoder_ms_per_frame": {batch: ms per frame of a ``chunk``-frame chunk that
-    continues each stream (eager, as served)}}``."""
+    continues each stream, as served (replaying the vocoder's graphs where captured)}, "vocoder_eager_ms_per_frame":
+    {batch: the same decoded eagerly}, "vocoder_graphs": {"captured", "why_not", "chunk_frames", "batch_sizes"}}``."""
     from anna_audio.qwen3_tts.stream_state import StreamState
 
     runner, model = built.engine.runner, built.engine.model
     accel, graphs = runner.accel, runner.graphs
+    vocoder = built.vocoder
+    vgraphs = vocoder.graphs
     out: dict[str, Any] = {"graphs": runner.graph_report()["decode"], "step_ms": {}, "predictor_ms": {},
-                           "vocoder_ms_per_frame": {}}
-    predictor, hidden, decoder = model.frame_predictor, model.hidden_size, built.vocoder.decoder
+                           "vocoder_ms_per_frame": {}, "vocoder_eager_ms_per_frame": {},
+                           "vocoder_graphs": {"captured": vgraphs is not None, "why_not": vocoder.why_not_graphs,
+                                              "chunk_frames": vgraphs.lengths if vgraphs else [],
+                                              "batch_sizes": vgraphs.buckets if vgraphs else []}}
+    predictor, hidden, decoder = model.frame_predictor, model.hidden_size, vocoder.decoder
     for b in batches:
         bucket = graphs.bucket_for(b) if graphs is not None else None
         if bucket is not None:
@@ -251,10 +257,13 @@ def device_split(built: Any, batches: list[int], chunk: int) -> dict[str, Any]:
             run = accel.capture(run).replay
         out["predictor_ms"][b] = _median_ms(accel, run)
         q = decoder.config.num_quantizers
-        codes = torch.zeros(b, chunk, q, dtype=torch.int64, device=decoder.pre_conv.conv.weight.device)
+        codes = torch.zeros(b, chunk, q, dtype=torch.int64)  # from the host, as served
         states = [StreamState() for _ in range(b)]
         decoder.decode_streams(states, codes)  # the streams' first chunks: later ones continue them
         decode = lambda states=states, codes=codes: decoder.decode_streams(states, codes)  # noqa: E731
+        out["vocoder_eager_ms_per_frame"][b] = _median_ms(accel, decode, 5) / chunk
+        if vgraphs is not None and vgraphs.covers(chunk):
+            decode = lambda states=states, codes=codes: vgraphs.decode(states, codes)  # noqa: E731
         out["vocoder_ms_per_frame"][b] = _median_ms(accel, decode, 5) / chunk
     return out
 
@@ -350,12 +359,16 @@ def main(argv: list[str] | None = None) -> None:
     split, graphs = report["split"], report["split"]["graphs"]
     print(f"decode graphs: captured {graphs['captured']}, batch sizes {graphs['batch_sizes']}"
           + (f" (why not: {graphs['why_not']})" if graphs["why_not"] else ""))
+    vg = split["vocoder_graphs"]
+    print(f"vocoder graphs: captured {vg['captured']}, chunk frames {vg['chunk_frames']}, batch sizes "
+          f"{vg['batch_sizes']}" + (f" (why not: {vg['why_not']})" if vg["why_not"] else ""))
     for b, predictor_ms in split["predictor_ms"].items():
         step = split["step_ms"].get(b)
         step_text = f"{step:.2f}" if step is not None else "n/a (no graph)"
         print(f"device split at {b} request(s), ms per frame: decode step {step_text} (code predictor "
-              f"{predictor_ms:.2f} of it), vocoder {split['vocoder_ms_per_frame'][b]:.2f} (chunks of "
-              f"{report['chunk_frames'][1]} frames)")
+              f"{predictor_ms:.2f} of it), vocoder {split['vocoder_ms_per_frame'][b]:.2f} "
+              f"({'graphs' if vg['captured'] else 'eager'}; eager {split['vocoder_eager_ms_per_frame'][b]:.2f}) "
+              f"(chunks of {report['chunk_frames'][1]} frames)")
     if "side_by_side" in report:
         ref = report["reference"]
         print(f"reference (qwen_tts, same process, not streamed): one request latency {ref['one']['latency_s']:.3f} s, "

@@ -28,7 +28,7 @@ from anna_audio.qwen3_tts.codec_layers import (
 from anna_audio.qwen3_tts.codec_quantizer import SplitQuantizer
 from anna_audio.qwen3_tts.codec_transformer import CodecTransformer
 from anna_audio.qwen3_tts.config import CodecDecoderConfig
-from anna_audio.qwen3_tts.stream_state import StreamBatch, StreamState
+from anna_audio.qwen3_tts.stream_state import ChunkContext, StateLayout, StreamBatch, StreamState
 
 
 class CodecDecoder(nn.Module):
@@ -51,29 +51,46 @@ class CodecDecoder(nn.Module):
             SnakeBeta(dims[-1]),
             CausalConv1d(dims[-1], 1, 7),
         ])
+        self._layout: StateLayout | None = None
 
-    def forward(self, codes: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes: ``[B, T, Q]`` int64 in ``[0, codebook_size)`` -> waveform ``[B, T * samples_per_frame]`` in the
-        parameters' dtype, values in ``[-1, 1]``. With ``state`` (one stream per row), row ``b`` continues stream
-        ``b`` from wherever it is, and every stream advances by ``T`` frames."""
+        parameters' dtype, values in ``[-1, 1]`` (whole sequences, from their first frame).
+
+        Raises:
+            ValueError: bad codes (:func:`check_codes`, which reads their range on the host).
+        """
         check_codes(codes, self.config)
+        return self.decode_chunk(codes)
+
+    def decode_chunk(self, codes: torch.Tensor, context: ChunkContext | None = None) -> torch.Tensor:
+        """:meth:`forward` on codes already checked, reading nothing on the host (capturable in a device graph):
+        codes ``[B, T, Q]`` -> ``[B, T * samples_per_frame]``; with ``context``, each row continues from
+        ``context.past`` at ``context.starts`` and its context after the chunk is written into ``context.new``."""
         h = self.quantizer(codes.transpose(1, 2))  # [B, codebook_dim, T]
-        h = self.pre_conv(h, state).transpose(1, 2)  # [B, T, latent]
-        h = self.pre_transformer(h, state).transpose(1, 2)  # [B, latent, T]
+        h = self.pre_conv(h, context).transpose(1, 2)  # [B, T, latent]
+        h = self.pre_transformer(h, context).transpose(1, 2)  # [B, latent, T]
         for transposed, convnext in self.upsample:
-            h = convnext(transposed(h, state), state)
+            h = convnext(transposed(h, context), context)
         for layer in self.decoder:
-            h = layer(h, state)
-        if state is not None:
-            state.advance(codes.shape[1])
+            h = layer(h, context)
         return h.squeeze(1).clamp(-1.0, 1.0)
+
+    def state_layout(self) -> StateLayout:
+        """The layout of a stream's context for this decoder, on its parameters' device and dtype (built again
+        after the decoder moves: streams begun before then cannot continue)."""
+        weight = self.pre_conv.conv.weight
+        if self._layout is None or (self._layout.device, self._layout.dtype) != (weight.device, weight.dtype):
+            self._layout = StateLayout(list(self.modules()), weight.dtype, weight.device)
+        return self._layout
 
     def decode_streams(self, streams: list[StreamState], codes: torch.Tensor) -> torch.Tensor:
         """One chunk of several streams at once (e.g. requests of a serving step, each at its own frame).
 
         Args:
             streams: one state per row, in row order (fresh for a stream's first chunk).
-            codes: ``[B, T, Q]``, the next ``T`` frames of each stream.
+            codes: ``[B, T, Q]``, the next ``T`` frames of each stream: best on the host, where their check reads
+                nothing from the device (they are copied to the decoder's device after it).
 
         Returns:
             ``[B, T * samples_per_frame]``: row ``b`` equals what stream ``b`` decoded alone would give.
@@ -84,8 +101,13 @@ class CodecDecoder(nn.Module):
         if codes.dim() != 3 or codes.shape[0] != len(streams):
             raise ValueError(f"codes must be [{len(streams)}, frames, Q] for {len(streams)} streams, got "
                              f"{tuple(codes.shape)}")
+        check_codes(codes, self.config)
+        layout = self.state_layout()
         with torch.inference_mode():
-            return self(codes, StreamBatch(streams))
+            batch = StreamBatch(streams, layout)
+            wav = self.decode_chunk(codes.to(layout.device), batch.context)
+            batch.advance(codes.shape[1])
+        return wav
 
     def decode(self, codes: list[torch.Tensor]) -> list[torch.Tensor]:
         """Decode sequences of different lengths as one batch.

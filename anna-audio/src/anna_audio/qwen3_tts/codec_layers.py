@@ -1,4 +1,5 @@
-"""Causal convolution layers of the 12 Hz codec's decoder, each able to continue from a :class:`~anna_audio.qwen3_tts.stream_state.StreamBatch`.
+"""Causal convolution layers of the 12 Hz codec's decoder, each able to continue from a
+:class:`~anna_audio.qwen3_tts.stream_state.ChunkContext`.
 
 Math after the reference decoder (QwenLM/Qwen3-TTS ``qwen_tts/core/tokenizer_12hz/modeling_qwen3_tts_tokenizer_v2.py``:
 ``Qwen3TTSTokenizerV2CausalConvNet``, ``...CausalTransConvNet``, ``...ConvNeXtBlock``, ``SnakeBeta``,
@@ -16,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from anna_audio.qwen3_tts.stream_state import StreamBatch
+from anna_audio.qwen3_tts.stream_state import ChunkContext, ContextLayer
 
 
-class CausalConv1d(nn.Module):
+class CausalConv1d(ContextLayer):
     """Stride-1 convolution padded on the left by ``(kernel - 1) * dilation`` samples (zeros at the start of a
     stream, the previous chunk's last input samples after it).
 
@@ -33,20 +34,23 @@ class CausalConv1d(nn.Module):
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.context = (kernel_size - 1) * dilation
 
-    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+    @property
+    def context_shape(self) -> tuple[int, ...] | None:
+        """``(C_in, context)``: the last input samples (None for a pointwise convolution)."""
+        return (self.conv.in_channels, self.context) if self.context else None
+
+    def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         """x: ``[B, C_in, T]`` -> ``[B, C_out, T]``."""
         if self.context == 0:
             return self.conv(x)
-        past = state.get(self) if state is not None else None
-        if past is None:
-            past = x.new_zeros(x.shape[0], x.shape[1], self.context)
+        past = state.get(self) if state is not None else x.new_zeros(x.shape[0], x.shape[1], self.context)
         padded = torch.cat((past, x), dim=-1)
         if state is not None:
             state.put(self, padded[..., padded.shape[-1] - self.context:])
         return self.conv(padded)
 
 
-class CausalTransposedConv1d(nn.Module):
+class CausalTransposedConv1d(ContextLayer):
     """Transposed convolution (kernel ``k``, stride ``s``) keeping ``s`` outputs per input sample: the reference
     trims the last ``k - s`` samples of the whole output, so output ``n`` sums inputs ``m`` with
     ``m * s <= n < m * s + k``. A chunk therefore needs the ``ceil((k - s) / s)`` input samples before it, which
@@ -64,13 +68,16 @@ class CausalTransposedConv1d(nn.Module):
         self.stride = stride
         self.context = math.ceil((kernel_size - stride) / stride)
 
-    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+    @property
+    def context_shape(self) -> tuple[int, ...] | None:
+        """``(C_in, context)``: the last input frames (None when the kernel equals the stride)."""
+        return (self.conv.in_channels, self.context) if self.context else None
+
+    def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         """x: ``[B, C_in, T]`` -> ``[B, C_out, T * stride]``."""
         steps = x.shape[-1]
         if self.context:
-            past = state.get(self) if state is not None else None
-            if past is None:
-                past = x.new_zeros(x.shape[0], x.shape[1], self.context)
+            past = state.get(self) if state is not None else x.new_zeros(x.shape[0], x.shape[1], self.context)
             x = torch.cat((past, x), dim=-1)
             if state is not None:
                 state.put(self, x[..., x.shape[-1] - self.context:])
@@ -92,10 +99,11 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
+        """x: ``[B, C, T]`` -> ``[B, C, T]`` (the add and the division in one op)."""
         alpha = torch.exp(self.alpha)[None, :, None]
         beta = torch.exp(self.beta)[None, :, None]
-        return x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
+        return torch.addcdiv(x, torch.sin(x * alpha).pow(2), beta + 1e-9)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -115,10 +123,10 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         h = self.dwconv(x, state).transpose(1, 2)  # [B, T, C]
         h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
-        return x + (self.gamma * h).transpose(1, 2)
+        return torch.addcmul(x, self.gamma[:, None], h.transpose(1, 2))  # x + gamma * h in one op
 
 
 class ResidualUnit(nn.Module):
@@ -131,7 +139,7 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, 1)
 
-    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         h = self.conv1(self.act1(x), state)
         return x + self.conv2(self.act2(h), state)
 
@@ -145,7 +153,7 @@ class UpsampleBlock(nn.Module):
         self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate),
                                     *(ResidualUnit(out_dim, d) for d in (1, 3, 9))])
 
-    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         for layer in self.block:
             x = layer(x, state)
         return x

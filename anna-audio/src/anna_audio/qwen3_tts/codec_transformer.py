@@ -5,7 +5,8 @@ Math after the reference (QwenLM/Qwen3-TTS ``tokenizer_12hz/modeling_qwen3_tts_t
 ``h = x + s_attn * attn(rms(x))``, ``y = h + s_mlp * mlp(rms(h))`` with a SwiGLU MLP, rotary positions (NeoX
 halves, the absolute frame index) and no q/k norms; a query at frame ``i`` sees frames ``i - window + 1 .. i``
 (transformers' sliding-window mask). Streaming keeps each layer's rotated keys and values of the last
-``window - 1`` frames per stream; streams at different positions batch together. Parameter names follow the checkpoint's ``decoder.pre_transformer.*``.
+``window - 1`` frames per stream (zeros before the stream's first frame, masked by its position), so a chunk's
+shapes do not depend on where its streams are; streams at different positions batch together. Parameter names follow the checkpoint's ``decoder.pre_transformer.*``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from torch import nn
 
 from anna_audio.qwen3_tts.config import CodecDecoderConfig
 from anna_audio.qwen3_tts.layers import LayerScale, RMSNorm, SwiGLU
-from anna_audio.qwen3_tts.stream_state import StreamBatch
+from anna_audio.qwen3_tts.stream_state import ChunkContext, ContextLayer
 
 
-class WindowAttention(nn.Module):
+class WindowAttention(ContextLayer):
     """Multi-head causal attention over the last ``window`` frames (grouped key/value heads allowed)."""
 
     def __init__(self, config: CodecDecoderConfig, rotary: RotaryEmbedding) -> None:
@@ -34,7 +35,12 @@ class WindowAttention(nn.Module):
         self.o_proj = nn.Linear(s.num_heads * s.head_dim, s.hidden_size, bias=False)
         self.rotary = rotary
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, state: StreamBatch | None) -> torch.Tensor:
+    @property
+    def context_shape(self) -> tuple[int, ...]:
+        """``(2, H_kv, window - 1, Dh)``: the rotated keys and values of the frames before the chunk."""
+        return (2, self.kv_heads, self.window - 1, self.head_dim)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, state: ChunkContext | None) -> torch.Tensor:
         """x: ``[B, T, D]`` at frame ``positions`` ``[B, T]`` (each row continues its own stream) -> ``[B, T, D]``."""
         b, t, _ = x.shape
         cos_sin = self.rotary.cos_sin(positions.reshape(-1))  # one row per (stream, frame)
@@ -43,19 +49,19 @@ class WindowAttention(nn.Module):
         q = q.view(b, t, self.heads, -1).transpose(1, 2)  # [B, H, T, Dh]
         k = k.view(b, t, self.kv_heads, -1).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        past, lengths = state.get_window(self) if state is not None else (None, torch.zeros(b, dtype=torch.int64))
-        held = 0 if past is None else past.shape[3]
-        if past is not None:
-            k = torch.cat((past[0], k), dim=2)
-            v = torch.cat((past[1], v), dim=2)
-        if state is not None:
-            state.put_window(self, torch.stack((k, v)), lengths + t, self.window - 1)
-        # key j sits `rel[j]` frames from the chunk's first frame; a query at i sees rel in (i - window, i], and a
-        # row sees no further back than the keys it holds
+        # key j sits `rel[j]` frames from the chunk's first frame; a query at i sees rel in (i - window, i]
+        held = 0 if state is None else self.window - 1
         rel = torch.arange(-held, t, device=x.device)
         query = torch.arange(t, device=x.device)[:, None]
-        allowed = (rel[None, :] <= query) & (rel[None, :] > query - self.window)  # [T, K]
-        allowed = allowed[None] & (rel[None, None, :] >= -lengths.to(x.device)[:, None, None])  # [B, T, K]
+        allowed = ((rel[None, :] <= query) & (rel[None, :] > query - self.window))[None]  # [1, T, K]
+        if state is not None:
+            past = state.get(self)  # [B, 2, H_kv, window - 1, Dh]
+            k = torch.cat((past[:, 0], k), dim=2)
+            v = torch.cat((past[:, 1], v), dim=2)
+            state.put(self, torch.stack((k[:, :, t:], v[:, :, t:]), dim=1))
+            # and no further back than the stream's first frame (the held keys before it are zeros)
+            first = -positions[:, :1].clamp(max=held)  # [B, 1]: rel of the stream's first frame, or of the window
+            allowed = allowed & (rel[None, None, :] >= first[:, :, None])  # [B, T, K]
         groups = self.heads // self.kv_heads
         if groups > 1:
             k = k.repeat_interleave(groups, dim=1)
@@ -75,9 +81,9 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(s.hidden_size)
         self.mlp_layer_scale = LayerScale(s.hidden_size)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, state: StreamBatch | None) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), positions, state))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, state: ChunkContext | None) -> torch.Tensor:
+        x = self.self_attn_layer_scale.residual(x, self.self_attn(self.input_layernorm(x), positions, state))
+        return self.mlp_layer_scale.residual(x, self.mlp(self.post_attention_layernorm(x)))
 
 
 class CodecTransformer(nn.Module):
@@ -97,8 +103,8 @@ class CodecTransformer(nn.Module):
         self.input_proj = nn.Linear(config.latent_dim, s.hidden_size)
         self.output_proj = nn.Linear(s.hidden_size, config.latent_dim)
 
-    def forward(self, x: torch.Tensor, state: StreamBatch | None = None) -> torch.Tensor:
-        starts = state.starts(x.device) if state is not None else x.new_zeros(x.shape[0], dtype=torch.int64)
+    def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
+        starts = state.starts if state is not None else x.new_zeros(x.shape[0], dtype=torch.int64)
         positions = starts[:, None] + torch.arange(x.shape[1], device=x.device)[None, :]  # [B, T]
         h = self.input_proj(x)
         for layer in self.layers:

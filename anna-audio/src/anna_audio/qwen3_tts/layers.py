@@ -52,6 +52,10 @@ class LayerScale(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.scale * x
 
+    def residual(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        """``x + scale * branch`` in one op (one pass over the activations instead of two)."""
+        return torch.addcmul(x, self.scale, branch)
+
 
 class SwiGLU(nn.Module):
     """``down(silu(gate(x)) * up(x))``; parameters gate_proj / up_proj ``[I, D]``, down_proj ``[D, I]``."""

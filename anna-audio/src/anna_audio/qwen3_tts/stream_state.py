@@ -1,4 +1,11 @@
-"""What a streamed codec decode carries from one chunk to the next, per stream and for a batch of streams."""
+"""What a streamed codec decode carries from one chunk to the next: per stream, one flat vector holding the left
+context of every causal layer; per decoded chunk, the rows' contexts in and out as fixed-shape device tensors.
+
+The layout is fixed by the decoder (:class:`StateLayout`), so a chunk's decode has the same shapes whatever its
+streams' positions are and reads nothing on the host: it can be captured in a device graph
+(:class:`~anna_audio.speech.vocoder_graphs.VocoderGraphs`). A fresh stream's context is zeros, which is what a whole
+decode sees before the first sample (attention masks the keys before a stream's first frame by its position).
+"""
 
 from __future__ import annotations
 
@@ -6,77 +13,100 @@ import torch
 from torch import nn
 
 
-class StreamState:
-    """The left context of every causal layer of one stream (one request's waveform).
+class ContextLayer(nn.Module):
+    """A causal layer of the codec decoder that continues a stream from the context the previous chunk left:
+    :attr:`context_shape` is the per-stream shape of that context (None: the layer keeps none)."""
 
-    Each layer keeps what its next chunk needs from the past under its own key, as a one-row tensor: a
-    convolution its last ``(kernel - 1) * dilation`` input samples (``[1, C, context]``), a transposed convolution
-    its last input frames, an attention layer the rotated keys and values of the window behind the chunk
-    (``[2, 1, H_kv, L, Dh]``, ``L < window``). ``frames`` counts the code frames decoded so far (the position of
-    the next chunk's first frame). A fresh state is empty: zeros before the first sample, no keys before the first
-    frame, as a whole decode sees them.
+    @property
+    def context_shape(self) -> tuple[int, ...] | None:
+        raise NotImplementedError
+
+
+class StateLayout:
+    """Where each :class:`ContextLayer` of a decoder keeps its context inside a stream's flat context vector.
+
+    Args:
+        layers: the decoder's modules (every :class:`ContextLayer` among them with a context gets a span).
+        dtype, device: of the context (the decoder's parameters').
     """
+
+    def __init__(self, layers: list[nn.Module], dtype: torch.dtype, device: torch.device) -> None:
+        self.spans: dict[int, tuple[int, tuple[int, ...]]] = {}
+        size = 0
+        for layer in layers:
+            if isinstance(layer, ContextLayer) and layer.context_shape is not None:
+                shape = layer.context_shape
+                self.spans[id(layer)] = (size, shape)
+                size += int(torch.Size(shape).numel())
+        self.size = size
+        self.dtype = dtype
+        self.device = device
+        self.zeros = torch.zeros(size, dtype=dtype, device=device)  # a fresh stream's context
+
+
+class StreamState:
+    """One stream (one request's waveform): ``frames`` code frames decoded so far (the position of the next chunk's
+    first frame) and ``tail``, its context ``[StateLayout.size]`` on the decoder's device (None: fresh)."""
 
     def __init__(self) -> None:
         self.frames = 0
-        self.tails: dict[int, torch.Tensor] = {}
+        self.tail: torch.Tensor | None = None
+
+
+class ChunkContext:
+    """The device side of one chunk's decode over ``B`` streams: their positions and their contexts in and out.
+
+    Args:
+        layout: the decoder's :class:`StateLayout`.
+        starts: ``[B]`` int64, each stream's next frame position.
+        past: ``[B, layout.size]``, each stream's context before the chunk (read).
+        new: ``[B, layout.size]``, filled with each stream's context after the chunk (written).
+    """
+
+    def __init__(self, layout: StateLayout, starts: torch.Tensor, past: torch.Tensor, new: torch.Tensor) -> None:
+        self.layout = layout
+        self.starts = starts
+        self.past = past
+        self.new = new
+
+    def _span(self, buffer: torch.Tensor, layer: nn.Module) -> torch.Tensor:
+        offset, shape = self.layout.spans[id(layer)]
+        return buffer[:, offset:offset + int(torch.Size(shape).numel())].view(buffer.shape[0], *shape)
+
+    def get(self, layer: nn.Module) -> torch.Tensor:
+        """``[B, *layer.context_shape]``: the rows' context of ``layer`` before the chunk."""
+        return self._span(self.past, layer)
+
+    def put(self, layer: nn.Module, value: torch.Tensor) -> None:
+        """Store ``value`` ``[B, *layer.context_shape]`` as the rows' context of ``layer`` after the chunk."""
+        self._span(self.new, layer).copy_(value)
 
 
 class StreamBatch:
-    """Streams decoded together in one call, each advancing by the same number of frames from its own position.
+    """Streams decoded together in one eager call, each advancing by the same number of frames from its own
+    position: :attr:`context` stacks their contexts (zeros for fresh ones); :meth:`advance` hands each stream its
+    new context and position.
 
-    Layers read and write their context through it: :meth:`get` / :meth:`put` stack and split the rows' tails
-    (a fresh row reads zeros), :meth:`get_window` / :meth:`put_window` do the same for attention keys and values,
-    whose lengths differ per row (left-padded with zeros, with each row's length to mask the padding).
+    Raises:
+        ValueError: no streams.
     """
 
-    def __init__(self, states: list[StreamState]) -> None:
-        if not states:
+    def __init__(self, streams: list[StreamState], layout: StateLayout) -> None:
+        if not streams:
             raise ValueError("a stream batch needs at least one stream")
-        self.states = states
-
-    def starts(self, device: torch.device) -> torch.Tensor:
-        """``[B]`` int64: each stream's next frame position."""
-        return torch.tensor([s.frames for s in self.states], dtype=torch.int64, device=device)
-
-    def get(self, layer: nn.Module) -> torch.Tensor | None:
-        """The rows' stored tails of ``layer`` stacked (``[B, ...]``; zeros for fresh rows), or None when every row
-        is fresh."""
-        rows = [s.tails.get(id(layer)) for s in self.states]
-        present = next((r for r in rows if r is not None), None)
-        if present is None:
-            return None
-        return torch.cat([r if r is not None else torch.zeros_like(present) for r in rows])
-
-    def put(self, layer: nn.Module, value: torch.Tensor) -> None:
-        """Store ``value`` ``[B, ...]`` row by row as each stream's tail of ``layer``."""
-        for row, state in enumerate(self.states):
-            state.tails[id(layer)] = value[row:row + 1]
-
-    def get_window(self, layer: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """``(kv, lengths)``: the rows' stored keys and values ``[2, B, H_kv, L_max, Dh]`` left-padded with zeros
-        (None when no row holds any) and each row's count ``[B]`` int64 (on the CPU)."""
-        rows = [s.tails.get(id(layer)) for s in self.states]
-        lengths = torch.tensor([0 if r is None else r.shape[3] for r in rows], dtype=torch.int64)
-        longest = int(lengths.max())
-        if longest == 0:
-            return None, lengths
-        like = next(r for r in rows if r is not None)
-        padded = []
-        for r in rows:
-            held = 0 if r is None else r.shape[3]
-            pad = like.new_zeros(2, 1, like.shape[2], longest - held, like.shape[4])
-            padded.append(pad if r is None else torch.cat((pad, r), dim=3))
-        return torch.cat(padded, dim=1), lengths
-
-    def put_window(self, layer: nn.Module, kv: torch.Tensor, lengths: torch.Tensor, keep: int) -> None:
-        """Store each row's last ``min(length, keep)`` valid entries of ``kv`` ``[2, B, H_kv, K, Dh]`` (row ``b``'s
-        valid entries are its last ``lengths[b]``)."""
-        for row, state in enumerate(self.states):
-            count = min(int(lengths[row]), keep)
-            if count > 0:
-                state.tails[id(layer)] = kv[:, row:row + 1, :, kv.shape[3] - count:]
+        self.streams = streams
+        rows = [s.tail if s.tail is not None else layout.zeros for s in streams]
+        past = torch.stack(rows)
+        starts = torch.tensor([s.frames for s in streams], dtype=torch.int64, device=layout.device)
+        self.context = ChunkContext(layout, starts, past, torch.empty_like(past))
 
     def advance(self, frames: int) -> None:
-        for state in self.states:
-            state.frames += frames
+        advance(self.streams, self.context.new, frames)
+
+
+def advance(streams: list[StreamState], new: torch.Tensor, frames: int) -> None:
+    """Move each stream ``frames`` frames on, its context now row ``i`` of ``new`` ``[len(streams), size]`` (kept
+    by reference: ``new`` must not be overwritten afterwards)."""
+    for row, state in enumerate(streams):
+        state.tail = new[row]
+        state.frames += frames

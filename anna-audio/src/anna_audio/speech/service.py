@@ -38,6 +38,11 @@ class ChunkPolicy:
         if self.first < 1 or self.rest < 1:
             raise ValueError(f"chunk sizes must be at least one frame, got {self.first} and {self.rest}")
 
+    def lengths(self) -> list[int]:
+        """Every chunk length a request can decode: ``first``, ``rest``, and the shorter remainder a request ends
+        with (``1 .. max(first, rest)``)."""
+        return list(range(1, max(self.first, self.rest) + 1))
+
 
 class FrameChunker:
     """Frames in as they come, chunks ``[T, G]`` out in order (see :class:`ChunkPolicy`); :meth:`flush` gives the

@@ -86,6 +86,11 @@ class SpeechEngine:
         return encode(samples, self.sample_rate, response_format)
 
 
+VOCODER_GRAPH_BATCH = 16
+"""The most streams one captured codec decoder replay decodes (more take several replays): the graphs' activation
+memory grows with it."""
+
+
 def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None = None) -> SpeechEngine:
     """The engine of a loaded Qwen3-TTS checkpoint (warmed up with ``runner``), its planner and vocoder.
 
@@ -93,7 +98,6 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
         AnnaError: the model is not a Qwen3-TTS talker, or the cache does not fit.
     """
     import attrs as _attrs
-    from anna_core.device import accelerator
     from anna_core.errors import AnnaError
     from anna_core.tasks.generate import build as build_generate
 
@@ -109,7 +113,9 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
     loaded.model.reserve_slots(config.max_num_seqs)
     engine = build_generate(loaded, config, runner)
     planner = SpeechPlanner(parts, loaded.model.placeholder_id, max_trailing=loaded.model.max_trailing)
-    vocoder = Vocoder(parts.codec_decoder, accelerator(loaded.device))
+    vocoder = Vocoder(parts.codec_decoder, engine.runner.accel)  # the engine's device services
+    if runner is None or runner.cuda_graph:  # where the device captures graphs (a failure logs, stays eager)
+        vocoder.capture_graphs(planner.chunks.lengths(), min(config.max_num_seqs, VOCODER_GRAPH_BATCH))
     if runner is not None and runner.warmup:  # the chunk lengths a request decodes first, then mostly
         vocoder.warm_up(sorted({planner.chunks.first, planner.chunks.rest}))
     return SpeechEngine(engine, planner, vocoder)

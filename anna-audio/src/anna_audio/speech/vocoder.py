@@ -8,23 +8,30 @@ in one call (:meth:`~anna_audio.qwen3_tts.codec_decoder.CodecDecoder.decode_stre
 short first chunk, its first audio, does not wait behind longer ones), so concurrent requests share the decoder's
 launches instead of queueing behind each other. On an accelerator the worker enqueues its work on a
 stream of its own, so a chunk's decode runs beside the talker's steps instead of between them (the two share no
-tensors: codes come from the host, samples go back to it).
+tensors: codes come from the host, samples go back to it). With :class:`~anna_audio.speech.vocoder_graphs.VocoderGraphs`
+(:meth:`Vocoder.capture_graphs`, on devices that capture graphs), chunks of the captured lengths replay device graphs
+instead of launching the decoder's kernels one by one; other lengths (a request's last, shorter chunk, cloning's
+reference codes) decode eagerly. Either way the codes are checked on the host, and the only wait for the device is
+the copy of the samples back to it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
 
-import numpy as np
 import torch
 
-from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
+from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, check_codes
 from anna_audio.qwen3_tts.stream_state import StreamState
+from anna_audio.speech.vocoder_graphs import VocoderGraphs
+
+log = logging.getLogger("anna.speech")
 
 
 class Vocoder:
@@ -44,6 +51,29 @@ class Vocoder:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.calls = 0  # decoder calls so far (each decodes one group of chunks)
+        self.graphs: VocoderGraphs | None = None
+        self.why_not_graphs: str | None = "not captured"  # why chunks decode eagerly (None: graphs captured)
+
+    def capture_graphs(self, lengths: Iterable[int], max_batch: int) -> bool:
+        """Capture the decoder's chunks of ``lengths`` frames for up to ``max_batch`` streams per replay (before the
+        first :meth:`decode`). Where the accelerator cannot capture graphs, or a capture fails (logged), chunks keep
+        decoding eagerly: :attr:`why_not_graphs` says why.
+
+        Returns:
+            Whether graphs were captured.
+        """
+        if self.accel is None or not self.accel.graphs:
+            self.why_not_graphs = "the device does not capture graphs"
+            return False
+        graphs = VocoderGraphs(self.decoder, self.accel, lengths, max_batch)
+        try:
+            graphs.capture()
+        except Exception as exc:  # the eager decode still serves
+            self.why_not_graphs = f"capture failed: {type(exc).__name__}: {exc}"
+            log.warning("codec decoder graphs not captured (chunks decode eagerly): %s", self.why_not_graphs)
+            return False
+        self.graphs, self.why_not_graphs = graphs, None
+        return True
 
     def decode(self, state: StreamState, codes: torch.Tensor) -> Future:
         """Queue the next chunk of one stream: codes ``[T, Q]`` int64 (``T >= 1``) -> a future of its samples
@@ -120,17 +150,29 @@ class Vocoder:
                 return
 
     def _decode_group(self, items: list) -> None:
-        live = [it for it in items if it[2].set_running_or_notify_cancel()]
+        live = []
+        for item in items:
+            if not item[2].set_running_or_notify_cancel():
+                continue
+            try:
+                check_codes(item[1][None], self.decoder.config)  # on the host: no device read
+            except ValueError as exc:
+                item[2].set_exception(exc)
+                continue
+            live.append(item)
         if not live:
             return
         try:
-            device = self.decoder.pre_conv.conv.weight.device
-            codes = torch.stack([c for _, c, _ in live]).to(device)
-            wav = self.decoder.decode_streams([s for s, _, _ in live], codes).float().cpu().numpy()
+            streams, codes = [s for s, _, _ in live], torch.stack([c for _, c, _ in live])
+            if self.graphs is not None and self.graphs.covers(codes.shape[1]):
+                wav = self.graphs.decode(streams, codes)
+            else:
+                wav = self.decoder.decode_streams(streams, codes)
+            wav = wav.float().cpu().numpy()
             self.calls += 1
         except Exception as exc:  # the requests of this group fail; the worker keeps serving
             for _, _, future in live:
                 future.set_exception(exc)
             return
         for row, (_, _, future) in enumerate(live):
-            future.set_result(np.ascontiguousarray(wav[row]))
+            future.set_result(wav[row].copy())  # its own memory (a replay's buffer may back wav on the CPU)

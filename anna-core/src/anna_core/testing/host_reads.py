@@ -46,3 +46,36 @@ class NoHostReads(TorchDispatchMode):
         if func in DATA_DEPENDENT_SHAPES or _bool_mask_index(func, args):
             raise AssertionError(f"an output shape that depends on tensor values ({func}): the host waits for it")
         return func(*args, **(kwargs or {}))
+
+
+HOST_DATA = (torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default)
+"""The ATen ops through which a tensor is made from host (Python) data (``torch.tensor(...)``): on an accelerator,
+a host-to-device copy from pageable memory, which waits for the device."""
+
+_NO_KERNEL = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand", "slice", "select",
+              "unsqueeze", "squeeze", "as_strided", "alias", "detach", "detach_", "split", "split_with_sizes", "unbind",
+              "chunk", "narrow", "view_as", "unflatten", "flatten", "_reshape_alias", "empty", "empty_like",
+              "new_empty", "empty_strided", "new_empty_strided", "lift_fresh"}
+
+
+class OpCounts(TorchDispatchMode):
+    """A dispatch mode counting what a piece of eager code asks of the device: ``launches`` (ATen ops that run a
+    kernel: views, reshapes and uninitialised allocations excluded, a proxy for device kernel launches) and
+    ``syncs`` (host reads of :data:`HOST_READS` plus tensors made from host data, :data:`HOST_DATA`: the points
+    where the host waits for the device); ``ops`` maps each counted op name to its count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.launches = 0
+        self.syncs = 0
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = func.overloadpacket.__name__
+        if func in HOST_READS or func in HOST_DATA:
+            self.syncs += 1
+            self.ops[name] = self.ops.get(name, 0) + 1
+        elif name not in _NO_KERNEL:
+            self.launches += 1
+            self.ops[name] = self.ops.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))

@@ -15,6 +15,7 @@ NRUNS=1 T_RUN=${T_RUN:-100} RUNS="${RUNS_A:-E2B:1:2048:128:compare-hf:hf-output-
 echo "== tts $(date +%T)"
 T_TTS=${T_TTS:-230} bash tools/gpu_experiments/tts_bench.sh
 echo "== turboquant $(date +%T)"
+[ -n "${SKIP_TQ:-}" ] && { echo "skipped (SKIP_TQ)"; exit 0; }
 mkdir -p "$OUT/tq"
 timeout "${T_BENCH:-90}" python3 tools/gpu_experiments/turboquant_bench.py --shapes "${SHAPES:-Qwen3.5-9B}" \
   --budget-gib 8 --context 4096 --batch 32 --steps 32 > "$OUT/tq/turboquant.jsonl" 2> "$OUT/tq/turboquant.log"

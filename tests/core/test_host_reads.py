@@ -48,10 +48,12 @@ def test_data_dependent_shapes_fail(read, inference):
             SHAPE_READS[read](y)
 
 
-def test_integer_indexing_passes():
+def test_integer_indexing_and_sized_repeats_pass():
     with torch.inference_mode(), NoHostReads():
         y = (torch.arange(5.0) * 2)[torch.tensor([4, 0])]
-    assert y.tolist() == [8.0, 0.0]
+        r = torch.arange(3).repeat_interleave(torch.tensor([1, 2, 0]), output_size=3)
+        w = torch.arange(2).repeat_interleave(2)
+    assert y.tolist() == [8.0, 0.0] and r.tolist() == [0, 1, 1] and w.tolist() == [0, 0, 1, 1]
 
 
 @pytest.mark.parametrize("inference", [False, True])

@@ -8,7 +8,7 @@ What a dispatch mode sees of them depends on the mode: under ``torch.inference_m
 captures graphs) torch 2.13 dispatches ``.item()`` as ``aten.item`` and ``bool(tensor)`` as ``aten.is_nonzero``,
 outside it both as ``aten._local_scalar_dense``; :data:`HOST_READS` holds them all. Ops whose output shape
 depends on values (:data:`DATA_DEPENDENT_SHAPES`: ``nonzero``, boolean-mask indexing, ``masked_select``,
-``unique``, ``repeat_interleave`` with tensor repeats) read the device on CUDA too and are caught as well.
+``unique``, ``repeat_interleave`` with tensor repeats and no ``output_size``) read the device on CUDA too and are caught as well.
 ``.tolist()`` reaches no dispatch mode and is not caught.
 """
 
@@ -30,6 +30,14 @@ DATA_DEPENDENT_SHAPES = (torch.ops.aten.nonzero.default, torch.ops.aten.masked_s
 """ATen ops whose output shape depends on the input's values: on a GPU each waits for the device."""
 
 
+def _waits_for_shape(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``func`` needs the device's values to size its output: :data:`DATA_DEPENDENT_SHAPES` (but not
+    ``repeat_interleave`` given its ``output_size``) or boolean-mask indexing."""
+    if func in (torch.ops.aten.repeat_interleave.self_Tensor, torch.ops.aten.repeat_interleave.Tensor):
+        return kwargs.get("output_size") is None
+    return func in DATA_DEPENDENT_SHAPES or _bool_mask_index(func, args)
+
+
 def _bool_mask_index(func: Any, args: tuple) -> bool:
     """``x[mask]`` with a boolean mask (``aten.index.Tensor``): its output length is the mask's count."""
     return (func is torch.ops.aten.index.Tensor and len(args) > 1
@@ -43,7 +51,7 @@ class NoHostReads(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if func in HOST_READS:
             raise AssertionError(f"host read of a tensor value ({func}: .item() / bool(tensor) / torch.equal)")
-        if func in DATA_DEPENDENT_SHAPES or _bool_mask_index(func, args):
+        if _waits_for_shape(func, args, kwargs or {}):
             raise AssertionError(f"an output shape that depends on tensor values ({func}): the host waits for it")
         return func(*args, **(kwargs or {}))
 

@@ -64,7 +64,7 @@ def _chunk_layout(lens: list[int], device: torch.device) -> tuple[torch.Tensor, 
 
     lens_t = torch.tensor(lens, dtype=torch.long, device=device)
     starts = torch.cumsum(lens_t, 0) - lens_t
-    seq_id = torch.repeat_interleave(torch.arange(len(lens), device=device), lens_t)
+    seq_id = torch.repeat_interleave(torch.arange(len(lens), device=device), lens_t, output_size=sum(lens))  # no sync
     pos = torch.arange(seq_id.numel(), device=device) - starts[seq_id]
     chunk = pos // CHUNK_SIZE
     step_start_t = torch.tensor(step_start, dtype=torch.long, device=device)

@@ -40,10 +40,11 @@ def lm_head_family_options(lm_head_quant: str) -> dict[str, str]:
 def fused_topk_head_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--fused-topk-head/--no-fused-topk-head`` (``anna serve``, ``anna generate``, ``anna bench``): the runner's
     ``fused_topk_head``, ``"auto"`` or ``"off"`` (:func:`fused_topk_head_mode`)."""
-    return click.option("--fused-topk-head/--no-fused-topk-head", default=True, show_default=True,
-                        help="Steps whose every request needs at most the top 64 logits (greedy, top_k <= 64, "
-                             "logprobs) compute only those in the LM head (the lm_head_topk op) on accelerators; "
-                             "--no-fused-topk-head always computes the full logits.")(fn)
+    return click.option("--fused-topk-head/--no-fused-topk-head", default=False, show_default=True,
+                        help="Opt-in (slower than the full head on an H100 so far: BENCHMARKS.md): steps whose every "
+                             "request needs at most the top 64 logits (greedy, top_k <= 64, logprobs) compute only "
+                             "those in the LM head (the lm_head_topk op) on accelerators; --no-fused-topk-head (the "
+                             "default) always computes the full logits.")(fn)
 
 
 def fused_topk_head_mode(enabled: bool) -> str:

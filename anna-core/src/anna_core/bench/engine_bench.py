@@ -60,8 +60,9 @@ class BenchSettings:
     runs: int = 3
     cuda_graph: bool = True
     compile_mode: str = "none"
-    fused_topk_head: bool = True
-    """The fused top-k LM head where it applies (``RunnerConfig.fused_topk_head`` ``"auto"``); False: ``"off"``."""
+    fused_topk_head: bool = False
+    """The fused top-k LM head where it applies (``RunnerConfig.fused_topk_head`` ``"auto"``); False (the
+    default): ``"off"``."""
     async_scheduling: bool = True
     prefix_caching: bool = False
     serve_defaults: bool = False

@@ -25,8 +25,8 @@ FUSED_K = MAX_TOP_K
 
 TOPK_HEAD_MODES = ("auto", "on", "off")
 """``RunnerConfig.fused_topk_head``: ``"auto"`` on accelerators (where the op has a kernel), ``"on"`` on every
-device (the CPU computes the op's reference: full logits and a sort, for tests), ``"off"`` never
-(``--no-fused-topk-head``)."""
+device (the CPU computes the op's reference: full logits and a sort, for tests), ``"off"`` never (the default,
+``--no-fused-topk-head``: on an H100 the kernel measured slower than the full head, see BENCHMARKS.md)."""
 
 
 def topk_head_mode(value: str) -> str:

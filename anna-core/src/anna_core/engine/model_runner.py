@@ -137,7 +137,7 @@ class ModelRunner:
         self.num_split_steps = 0
         self.num_eager_steps = 0
         self.max_prefill_replays = 0  # set by setup() (graphs only exist after it)
-        self.fused_topk_head = "auto"  # RunnerConfig.fused_topk_head, set by setup()
+        self.fused_topk_head = "off"  # RunnerConfig.fused_topk_head (its default), set by setup()
         # sampling steps (or parts of split steps) by LM head: the fused top-k head, or the full logits
         self.num_topk_head_steps = 0
         self.num_full_head_steps = 0

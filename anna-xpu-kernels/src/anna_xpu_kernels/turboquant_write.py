@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import torch
 from anna_core.kernels.checks import (
-    check_turboquant_caches,
-    check_turboquant_tables,
+    check_turboquant_write,
     keys_have_qjl,
     require,
-    require_dims,
 )
 
 from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
@@ -151,13 +149,8 @@ def turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, rotation, qjl, 
         ValueError: the reference's checks.
     """
     op = "turboquant_cache_write"
-    require_dims(op, k=(k, 3), v=(v, 3), slot_mapping=(slot_mapping, 1))
-    require(k.shape == v.shape, op, f"k and v must match, got {tuple(k.shape)} and {tuple(v.shape)}")
-    t, h, d = k.shape
-    kbits, vbits = check_turboquant_tables(op, d, rotation, qjl, key_centroids, value_centroids)
-    check_turboquant_caches(op, k_cache, v_cache, d, kbits, vbits)
-    require(k_cache.shape[2] == h, op, f"cache has {k_cache.shape[2]} heads, k has {h}")
-    require(slot_mapping.shape[0] == t, op, f"slot_mapping has {slot_mapping.shape[0]} entries for {t} tokens")
+    t, h, d, kbits, vbits = check_turboquant_write(op, k, v, k_cache, v_cache, slot_mapping, rotation, qjl,
+                                                   key_centroids, value_centroids)
     require(k_cache.stride(1) % 4 == 0 and k_cache.stride(2) % 4 == 0 and v_cache.stride(1) % 4 == 0
             and v_cache.stride(2) % 4 == 0, op, "cache rows must be 4-byte aligned")
     if t == 0:

@@ -200,16 +200,20 @@ def mask_top_p(sorted_logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
     return sorted_logits.masked_fill(drop, _NEG_INF)
 
 
+def needs_logits_processors(r: Request) -> bool:
+    """Whether ``r``'s logits pass through the eager logits processors: penalties (they need the token history),
+    ``min_tokens`` still masking stop ids, a logit bias or a grammar."""
+    p = r.params
+    return (p.repetition_penalty != 1.0 or bool(p.presence_penalty) or bool(p.frequency_penalty)
+            or (len(r.output_token_ids) < p.min_tokens and bool(r.stop_token_ids))
+            or bool(p.logit_bias) or p.structured is not None)
+
+
 def graph_safe(requests: list[Request]) -> bool:
-    """Whether :func:`sample_no_sync` samples these rows exactly as :class:`Sampler` would: no
-    penalties (they need the token history) and no ``min_tokens`` still masking stop ids."""
+    """Whether :func:`sample_no_sync` samples these rows exactly as :class:`Sampler` would: none needs the logits
+    processors (:func:`needs_logits_processors`) or wants logprobs."""
     for r in requests:
-        p = r.params
-        if p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
-            return False
-        if len(r.output_token_ids) < p.min_tokens and r.stop_token_ids:
-            return False
-        if p.logit_bias or p.structured is not None or p.logprobs is not None:  # LogitsProcessors rows
+        if needs_logits_processors(r) or r.params.logprobs is not None:
             return False
     return True
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from anna_core.engine import logprobs as lp
-from anna_core.engine.sampler import host_tensor, param_rows, sample_topk_no_sync
+from anna_core.engine.sampler import host_tensor, needs_logits_processors, param_rows, sample_topk_no_sync
 from anna_core.errors import AnnaError
 from anna_core.kernels.reference.lm_head_topk import MAX_TOP_K
 
@@ -44,11 +44,7 @@ def fits_topk_head(requests: list[Any], k: int = FUSED_K) -> bool:
     """Whether every request of ``requests`` samples exactly from its ``k`` largest logits (module doc)."""
     for r in requests:
         p = r.params
-        if p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
-            return False
-        if len(r.output_token_ids) < p.min_tokens and r.stop_token_ids:
-            return False
-        if p.logit_bias or p.structured is not None:
+        if needs_logits_processors(r):
             return False
         if p.logprobs is not None and p.logprobs > k:
             return False

@@ -209,3 +209,26 @@ def check_turboquant_caches(op: str, k_cache: torch.Tensor, v_cache: torch.Tenso
             f"rows of {kb} (keys) and {vb} (values) bytes expected at head dim {head_dim}, got "
             f"{k_cache.shape[3]} and {v_cache.shape[3]}")
     require(k_cache.is_contiguous() and v_cache.is_contiguous(), op, "caches must be contiguous")
+
+
+def check_turboquant_write(op: str, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           slot_mapping: torch.Tensor, rotation: torch.Tensor, qjl: torch.Tensor,
+                           key_centroids: torch.Tensor, value_centroids: torch.Tensor) -> tuple[int, int, int, int, int]:
+    """The arguments of ``turboquant_cache_write`` (every implementation's): ``k`` / ``v`` ``[T, H_kv, D]`` alike,
+    the tables (:func:`check_turboquant_tables`), the caches (:func:`check_turboquant_caches`) with ``H_kv`` heads,
+    ``slot_mapping`` ``[T]``.
+
+    Returns:
+        ``(T, H_kv, D, key_bits, value_bits)``.
+
+    Raises:
+        ValueError: any of those checks.
+    """
+    require_dims(op, k=(k, 3), v=(v, 3), slot_mapping=(slot_mapping, 1))
+    require(k.shape == v.shape, op, f"k and v must match, got {tuple(k.shape)} and {tuple(v.shape)}")
+    t, h, d = k.shape
+    kbits, vbits = check_turboquant_tables(op, d, rotation, qjl, key_centroids, value_centroids)
+    check_turboquant_caches(op, k_cache, v_cache, d, kbits, vbits)
+    require(k_cache.shape[2] == h, op, f"cache has {k_cache.shape[2]} heads, k has {h}")
+    require(slot_mapping.shape[0] == t, op, f"slot_mapping has {slot_mapping.shape[0]} entries for {t} tokens")
+    return t, h, d, kbits, vbits

@@ -24,6 +24,7 @@ import torch
 from anna_core.kernels.checks import (
     check_turboquant_caches,
     check_turboquant_tables,
+    check_turboquant_write,
     keys_have_qjl,
     require,
     require_dims,
@@ -135,13 +136,8 @@ def turboquant_cache_write(
         ValueError: shapes, dtypes or row widths that disagree with the tables.
     """
     op = "turboquant_cache_write"
-    require_dims(op, k=(k, 3), v=(v, 3), slot_mapping=(slot_mapping, 1))
-    require(k.shape == v.shape, op, f"k and v must match, got {tuple(k.shape)} and {tuple(v.shape)}")
-    t, h, d = k.shape
-    kbits, vbits = check_turboquant_tables(op, d, rotation, qjl, key_centroids, value_centroids)
-    check_turboquant_caches(op, k_cache, v_cache, d, kbits, vbits)
-    require(k_cache.shape[2] == h, op, f"cache has {k_cache.shape[2]} heads, k has {h}")
-    require(slot_mapping.shape[0] == t, op, f"slot_mapping has {slot_mapping.shape[0]} entries for {t} tokens")
+    t, h, d, kbits, vbits = check_turboquant_write(op, k, v, k_cache, v_cache, slot_mapping, rotation, qjl,
+                                                   key_centroids, value_centroids)
     if keys_have_qjl(kbits, vbits):
         kq = quantize_keys(k.reshape(t * h, d), rotation, qjl, key_centroids, k_cache.shape[3]).view(t, h, -1)
     else:  # keys quantized as values (TurboQuant_mse at the full bits)

@@ -51,6 +51,7 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         gdn_prefill_prep,
         norms,
         paged_attention,
+        post_norms,
         qk_norm_rope,
     )
 
@@ -80,10 +81,10 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield norms._add_rms_norm_kernel, act, {"ZERO_CENTERED": True, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
         # Gemma 4 26B-A4B's layer tails (hidden 2816): the sandwich-norm tail and the MoE layer's fused ops
         post = {"ZERO_CENTERED": False, "HAS_SCALE": True, "HAS_NEXT": True, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}
-        yield norms._post_norm_residual_kernel, act, post, 8
-        yield norms._dual_post_norm_residual_kernel, act, post, 8
-        yield norms._rms_norm_pair_kernel, act, {"ZERO_CENTERED": False, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
-        yield norms._post_norm_residual_norm_pair_kernel, act, {"ZERO_CENTERED": False, "BLOCK_M": 1, "BLOCK_D": 4096,
+        yield post_norms._post_norm_residual_kernel, act, post, 8
+        yield post_norms._dual_post_norm_residual_kernel, act, post, 8
+        yield post_norms._rms_norm_pair_kernel, act, {"ZERO_CENTERED": False, "BLOCK_M": 1, "BLOCK_D": 4096, **pdl}, 8
+        yield post_norms._post_norm_residual_norm_pair_kernel, act, {"ZERO_CENTERED": False, "BLOCK_M": 1, "BLOCK_D": 4096,
                                                                   **pdl}, 8
         yield activations._silu_and_mul_kernel, act, {"BLOCK_M": 1, "BLOCK_N": 1024, **pdl}, 4
         yield activations._sigmoid_mul_kernel, act, {"BLOCK_M": 4, "BLOCK_N": 256, **no_pdl}, 4
@@ -352,7 +353,7 @@ _PRELOADS = {
     "_long_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight tile
     "_wq_decode_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first tile's codes and scales
     "_fused_gdn_decode_kernel": r"ld\.global\.b(32|64)\b",  # the slot (int64), the float32 state
-    # the norms' weights (anna_xpu_kernels.norms._weight: the only evict-last loads)
+    # the norms' weights (anna_xpu_kernels.norm_tiles.norm_weight: the only evict-last loads)
     **{name: r"ld\.global\.L1::evict_last" for name in (
         "_rms_norm_kernel", "_add_rms_norm_kernel", "_post_norm_residual_kernel", "_dual_post_norm_residual_kernel",
         "_rms_norm_pair_kernel", "_post_norm_residual_norm_pair_kernel")},

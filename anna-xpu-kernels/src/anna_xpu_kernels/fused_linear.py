@@ -44,7 +44,7 @@ from anna_core.kernels.reference.fused_linear import (
     check_post_norm_residual_linear,
 )
 
-from anna_xpu_kernels import activations, gemv, gemv_persistent, norms, pdl
+from anna_xpu_kernels import activations, gemv, gemv_persistent, norms, pdl, post_norms
 from anna_xpu_kernels._checks import as_rows, require_float, require_same_device
 from anna_xpu_kernels._env import gemv_persistent_requested, norm_prologue_requested, post_norm_prologue_requested
 from anna_xpu_kernels.gemv_epilogue import GATED_EPILOGUES, NO_EPILOGUE
@@ -320,7 +320,7 @@ def post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: t
                 and gemv_persistent_requested() and post_norm_prologue_requested() and weight.dtype == x.dtype
                 and (next_weight is None or next_weight.dtype == x.dtype))
     if not one_wave:
-        h, new_residual = norms.post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)
+        h, new_residual = post_norms.post_norm_residual(x, residual, weight, eps, zero_centered, scale, next_weight)
         h = new_residual if h is None else h
         y = gemv.linear(h, linear_weight, None) if activation is None else linear_act_mul(h, linear_weight, activation)
         return y, new_residual

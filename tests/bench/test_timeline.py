@@ -129,7 +129,7 @@ def test_served_timeline_requests_fit_the_benchmarks_length_limit(monkeypatch, i
     monkeypatch.setattr(timeline, "served_timeline", lambda step, n, names, sync: traced.append((n, names)) or ["row"])
     engine = _FakeEngine()
     s = engine_bench.BenchSettings(model_dir="x", batch_size=2, input_len=input_len, output_len=output_len)
-    assert engine_bench._served_timeline(engine, s, 100, ["k"]) == ["row"]
+    assert engine_bench.served_decode_timeline(engine, s, 100, ["k"]) == ["row"]
     assert [r[1:] for r in engine.requests] == [(prompt_len, max_tokens)] * 2
     assert prompt_len + max_tokens <= input_len + output_len
     assert traced == [(engine_bench.SERVED_TIMELINE_STEPS, ["k"])] and not engine.has_unfinished()
@@ -159,6 +159,6 @@ def test_served_timeline_traces_only_steps_that_decode_the_whole_batch(tmp_path,
         return ["row"]
 
     monkeypatch.setattr(timeline, "served_timeline", fake_served)
-    assert engine_bench._served_timeline(engine, s, 256, ["k"]) == ["row"]
+    assert engine_bench.served_decode_timeline(engine, s, 256, ["k"]) == ["row"]
     assert not engine.has_unfinished()
     assert traced == [2] * engine_bench.SERVED_TIMELINE_STEPS, traced

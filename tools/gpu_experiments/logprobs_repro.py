@@ -4,7 +4,7 @@ logprobs, each request's first 16 served tokens against Anna's eager greedy loop
 repository root on the GPU machine: ``python3 tools/gpu_experiments/logprobs_repro.py``."""
 from pathlib import Path
 
-from anna_core.bench.engine_bench import BenchSettings, _prompts, build_engine, timed_run
+from anna_core.bench.engine_bench import BenchSettings, build_engine, random_prompts, timed_run
 from anna_core.loading import load_model
 from anna_core.testing.runner import simple_greedy_batch
 
@@ -14,7 +14,7 @@ vocab = loaded.model.vocab_size
 for lp in (5, None, 5):
     engine = build_engine(loaded, BenchSettings(model_dir=cfg, batch_size=1, input_len=512, output_len=256, logprobs=lp))
     for r in range(3):
-        prompts = _prompts(vocab, 1, 512, r)
+        prompts = random_prompts(vocab, 1, 512, r)
         res = timed_run(engine, prompts, 256, f"run{r}", lp)
         eager = simple_greedy_batch(loaded.model, prompts, 16)[0]
         served = res["tokens"][0][:16]

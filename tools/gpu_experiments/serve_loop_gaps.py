@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import torch
-from anna_core.bench.engine_bench import BenchSettings, _prompts, build_engine, timed_run
+from anna_core.bench.engine_bench import BenchSettings, build_engine, random_prompts, timed_run
 from anna_core.loading import load_model
 from torch.profiler import ProfilerActivity, profile
 
@@ -25,7 +25,7 @@ def main(model_dir, batch, out_dir=None):
     s = BenchSettings(model_dir=Path(model_dir), batch_size=batch, input_len=512, output_len=64)
     engine = build_engine(loaded, s)
     vocab = loaded.model.vocab_size
-    timed_run(engine, _prompts(vocab, batch, 512, 1), 64, "w")
+    timed_run(engine, random_prompts(vocab, batch, 512, 1), 64, "w")
     graphs = engine.runner.graphs
     replay_ms = graphs.time_replay(graphs.bucket_for(batch))
     # host time of step() calls, no profiler
@@ -39,13 +39,13 @@ def main(model_dir, batch, out_dir=None):
         return r
 
     engine.step = timed_step
-    res = timed_run(engine, _prompts(vocab, batch, 512, 2), 64, "a")
+    res = timed_run(engine, random_prompts(vocab, batch, 512, 2), 64, "a")
     itl = statistics.median(res["itl_s"]) * 1e3
     print(f"batch {batch}: ITL median {itl:.3f} ms, replay alone {replay_ms:.3f} ms; step() wall median "
           f"{statistics.median(step_times) * 1e3:.3f} ms over {len(step_times)} calls")
     engine.step = orig
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        timed_run(engine, _prompts(vocab, batch, 512, 3), 40, "p")
+        timed_run(engine, random_prompts(vocab, batch, 512, 3), 40, "p")
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.json"

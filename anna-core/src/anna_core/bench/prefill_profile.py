@@ -32,8 +32,8 @@ from torch.autograd import DeviceType
 
 from anna_core.bench.engine_bench import (
     BenchSettings,
-    _prompts,
     build_engine,
+    random_prompts,
     timed_run,
 )
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     vocab = int(loaded.model.vocab_size)
     for i, n in enumerate(lengths):
         torch.cuda.synchronize()
-        res = timed_run(engine, _prompts(vocab, 1, n, 77 + i), 2, f"len{i}")
+        res = timed_run(engine, random_prompts(vocab, 1, n, 77 + i), 2, f"len{i}")
         print(f"prefill {n:5d} tokens: TTFT {res['ttft_s'] * 1e3:8.1f} ms  (eager steps so far "
               f"{engine.runner.num_eager_steps})", flush=True)
     from torch.profiler import ProfilerActivity, profile
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     n = max(lengths)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t = time.perf_counter()
-        res = timed_run(engine, _prompts(vocab, 1, n, 999), 2, "prof")
+        res = timed_run(engine, random_prompts(vocab, 1, n, 999), 2, "prof")
         torch.cuda.synchronize()
         wall = time.perf_counter() - t
     events = prof.key_averages()
@@ -104,7 +104,7 @@ def host_issue(engine, vocab: int, length: int, busy_ms: float = 400.0) -> None:
             torch.cuda.synchronize()
             if busy:
                 torch.cuda._sleep(int(busy_ms * 1.98e6))  # cycles at an H200's 1980 MHz (longer when clocked lower)
-            res = timed_run(engine, _prompts(vocab, 1, length, 777 + busy), 2, f"issue{int(busy)}")
+            res = timed_run(engine, random_prompts(vocab, 1, length, 777 + busy), 2, f"issue{int(busy)}")
             if len(spans) < 2:
                 print(f"a {length}-token prefill made no eager forward pass (it replayed a captured prefill graph): "
                       f"TTFT {res['ttft_s'] * 1e3:.1f} ms{' after the device sleep' if busy else ''}", flush=True)
@@ -132,7 +132,7 @@ def host_prefill_profile(engine, vocab: int, length: int, rows: int) -> None:
     prof = cProfile.Profile()
     torch.cuda.synchronize()
     prof.enable()
-    res = timed_run(engine, _prompts(vocab, 1, length, 4242), 2, "hostprefill")
+    res = timed_run(engine, random_prompts(vocab, 1, length, 4242), 2, "hostprefill")
     prof.disable()
     print(f"\nhost profile of one {length}-token prefill: TTFT {res['ttft_s'] * 1e3:.1f} ms (cProfile on)", flush=True)
     stats = pstats.Stats(prof)
@@ -150,7 +150,7 @@ def host_profile(loaded, model_dir: Path, batch: int, rows: int, steps: int = 48
     s = BenchSettings(model_dir=model_dir, batch_size=batch, input_len=128, output_len=steps + 8)
     engine = build_engine(loaded, s)
     params = SamplingParams(max_tokens=steps + 8, temperature=0.0, ignore_eos=True)
-    for i, p in enumerate(_prompts(int(loaded.model.vocab_size), batch, 128, 5)):
+    for i, p in enumerate(random_prompts(int(loaded.model.vocab_size), batch, 128, 5)):
         engine.add_request(f"host-{i}", p, params)
     for _ in range(4):
         engine.step()

@@ -143,9 +143,9 @@ def decode_beside_images(engine: Any, loaded: Any, s: VLBenchSettings) -> dict[s
     """
     import torch
 
-    from anna_core.bench.engine_bench import _pct
     from anna_core.bench.image_prompts import ImageSpec, image_requests
     from anna_core.bench.roofline import wall_clock
+    from anna_core.bench.timed_runs import percentile
     from anna_core.engine.sampling_params import SamplingParams
 
     gen = torch.Generator().manual_seed(s.seed * 1000 + 777)
@@ -215,11 +215,11 @@ def decode_beside_images(engine: Any, loaded: Any, s: VLBenchSettings) -> dict[s
         engine.step()
     mean_alone, mean_during = statistics.fmean(alone), statistics.fmean(during)
     return {"streams": s.streams, "image_requests": s.image_requests, "rounds": s.runs,
-            "itl_ms_alone_p50": _pct(alone, 0.5) * 1e3, "itl_ms_alone_mean": mean_alone * 1e3,
+            "itl_ms_alone_p50": percentile(alone, 0.5) * 1e3, "itl_ms_alone_mean": mean_alone * 1e3,
             "itl_ms_during_mean": mean_during * 1e3, "itl_ms_during_max": max(during) * 1e3,
             "steps_during": len(during),
             "stream_tokens_per_s_alone": s.streams / mean_alone, "stream_tokens_per_s_during": s.streams / mean_during,
-            "image_ttft_ms_p50": _pct(image_ttft, 0.5) * 1e3, "image_ttft_ms_max": max(image_ttft) * 1e3}
+            "image_ttft_ms_p50": percentile(image_ttft, 0.5) * 1e3, "image_ttft_ms_max": max(image_ttft) * 1e3}
 
 
 def hf_image_ttft(loaded: Any, requests: Any, s: VLBenchSettings, anna_last: dict[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,12 @@ class TestXpuKernelsConformanceOnCuda(KernelConformance):
 
 def _head_case(scheme, rows, vocab, width, seed):
     import torch
-    from anna_core.kernels.examples import _dyadic, _exact_head, _Gen
+    from anna_core.kernels.examples.linear import dyadic, exact_head
+    from anna_core.kernels.examples.sample_gen import SampleGen
 
-    r = _Gen(seed, "cuda", torch.bfloat16)
-    head = _exact_head(r, vocab, width, scheme)
-    return _dyadic(r, rows, width, scale=0.125).to(torch.bfloat16).cuda(), head
+    r = SampleGen(seed, "cuda", torch.bfloat16)
+    head = exact_head(r, vocab, width, scheme)
+    return dyadic(r, rows, width, scale=0.125).to(torch.bfloat16).cuda(), head
 
 
 def test_lm_head_topk_at_a_wide_vocabulary():

@@ -33,9 +33,9 @@ names = st.sampled_from(["add", "get_weather", "x", "a-b.c", "bad name", ""])
 
 _NUMBER = {"type": "number", "minimum": -5, "maximum": 5}
 _SCALAR_SCHEMAS: dict[str, dict[str, Any]] = {
-    **{name: _NUMBER for name in protocol._SAMPLING_NUMBERS},
-    **{name: {"type": "integer", "minimum": -5, "maximum": 600} for name in protocol._SAMPLING_INTS},
-    **{name: {"type": "boolean"} for name in protocol._SAMPLING_BOOLS},
+    **{name: _NUMBER for name in protocol.SAMPLING_NUMBERS},
+    **{name: {"type": "integer", "minimum": -5, "maximum": 600} for name in protocol.SAMPLING_INTS},
+    **{name: {"type": "boolean"} for name in protocol.SAMPLING_BOOLS},
     "max_tokens": {"type": "integer", "minimum": -1, "maximum": 40},
     "max_completion_tokens": {"type": "integer", "minimum": -1, "maximum": 40},
     "stream": {"type": "boolean"},

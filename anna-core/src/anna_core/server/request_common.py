@@ -1,0 +1,166 @@
+"""The fields every completion request shares (chat and text): model, token limit, streaming, ``n``, the
+sampling parameters, stops and logit bias, and the OpenAI / vLLM fields Anna accepts only at their neutral value.
+
+:func:`parse_common` reads them into the keyword arguments of :class:`CommonRequest`; a field nobody defines is
+collected in ``unknown_fields``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from anna_core.server.json_fields import (
+    bool_field,
+    dict_field,
+    field_error,
+    int_field,
+    int_list_field,
+    number_field,
+    type_name,
+)
+
+# Sampling fields passed straight into SamplingParams when the client sets them.
+SAMPLING_NUMBERS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
+SAMPLING_INTS = ("top_k", "seed", "min_tokens")
+SAMPLING_BOOLS = ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output")
+
+MAX_N = 16
+"""The most choices (``n``) a request may ask for per prompt."""
+
+COMMON_FIELDS = frozenset(
+    ("model", "max_tokens", "stream", "stream_options", "stop", "stop_token_ids", "user", "n", "logit_bias",
+     "service_tier")
+    + SAMPLING_NUMBERS + SAMPLING_INTS + SAMPLING_BOOLS
+)
+"""Body fields every completion request may carry."""
+
+# Known fields Anna does not implement: accepted only when the value is neutral.
+_NEUTRAL: dict[str, Callable[[Any], bool]] = {
+    "store": lambda v: v is None or v is False,
+    "functions": lambda v: not v,
+    "function_call": lambda v: v is None or v == "none",
+    "modalities": lambda v: v is None or v == ["text"],
+    "audio": lambda v: v is None,
+    "prediction": lambda v: v is None,
+    "web_search_options": lambda v: v is None,
+    "reasoning_effort": lambda v: v is None,
+    "service_tier": lambda v: v is None or v in ("auto", "default"),
+}
+_NEUTRAL_HINT = {
+    "functions": "use 'tools'", "function_call": "use 'tool_choice'",
+    "reasoning_effort": "use chat_template_kwargs.enable_thinking",
+}
+
+
+def _stop(body: dict[str, Any]) -> list[str]:
+    """``stop`` as a list of non-empty strings (a lone string is one stop)."""
+    value = body.get("stop")
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise field_error("'stop' must be a string or an array of strings", "stop")
+    if any(s == "" for s in items):
+        raise field_error("'stop' strings must not be empty", "stop")
+    return list(items)
+
+
+@attrs.frozen
+class CommonRequest:
+    """Fields shared by chat and text completions.
+
+    Attributes:
+        model: requested model name (None: the served model).
+        max_tokens: requested completion limit (None: the server decides).
+        stream: answer with server-sent events.
+        include_usage: ``stream_options.include_usage``: a final chunk carries usage.
+        sampling: SamplingParams fields the client set explicitly (vLLM names).
+        unknown_fields: body keys nobody defines (ignored).
+        n: independent choices per prompt.
+    """
+
+    model: str | None
+    max_tokens: int | None
+    stream: bool
+    include_usage: bool
+    sampling: dict[str, Any]
+    unknown_fields: tuple[str, ...]
+    n: int
+
+
+def parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str, ...]) -> dict[str, Any]:
+    """The :class:`CommonRequest` keyword arguments of a decoded body whose endpoint defines the fields ``known``;
+    the limit is the first of ``max_tokens_names`` the body sets.
+
+    Raises:
+        InvalidRequestError: the body is no object, or a shared field is mistyped, out of range or set to a value
+            Anna does not implement.
+    """
+    if not isinstance(body, dict):
+        raise field_error(f"the request body must be a JSON object, got {type_name(body)}", None)  # type: ignore[arg-type]
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise field_error(f"'model' must be a string, got {type_name(model)}", "model")
+    for name, neutral in _NEUTRAL.items():
+        if name in known and not neutral(body.get(name)):
+            hint = f" ({_NEUTRAL_HINT[name]})" if name in _NEUTRAL_HINT else ""
+            raise field_error(f"'{name}' = {body.get(name)!r} is not supported by this server{hint}", name)
+    max_tokens = None
+    for name in max_tokens_names:  # the first one set wins (max_completion_tokens over max_tokens)
+        max_tokens = int_field(body, name, minimum=1)
+        if max_tokens is not None:
+            break
+    stream = bool(bool_field(body, "stream"))
+    options = dict_field(body, "stream_options") or {}
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise field_error("'stream_options.include_usage' must be a boolean", "stream_options")
+    if options and not stream:
+        raise field_error("'stream_options' is only allowed when 'stream' is true", "stream_options")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise field_error("'user' must be a string", "user")
+    sampling: dict[str, Any] = {}
+    for name in SAMPLING_NUMBERS:
+        sampling[name] = number_field(body, name)
+    for name in SAMPLING_INTS:
+        sampling[name] = int_field(body, name)
+    for name in SAMPLING_BOOLS:
+        sampling[name] = bool_field(body, name)
+    sampling = {k: v for k, v in sampling.items() if v is not None}
+    stop = _stop(body)
+    if stop:
+        sampling["stop"] = stop
+    stop_ids = int_list_field(body, "stop_token_ids")
+    if any(t < 0 for t in stop_ids):
+        raise field_error(f"'stop_token_ids' entries must be token ids (>= 0), got {min(stop_ids)}", "stop_token_ids")
+    if stop_ids:
+        sampling["stop_token_ids"] = stop_ids
+    bias = _logit_bias(body)
+    if bias:
+        sampling["logit_bias"] = bias
+    n = int_field(body, "n", minimum=1)
+    if n is not None and n > MAX_N:
+        raise field_error(f"'n' must be at most {MAX_N}, got {n}", "n")
+    return {
+        "model": model, "max_tokens": max_tokens, "stream": stream, "include_usage": include_usage,
+        "sampling": sampling, "unknown_fields": tuple(sorted(k for k in body if k not in known)), "n": n or 1,
+    }
+
+
+def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
+    value = dict_field(body, "logit_bias")
+    if not value:
+        return {}
+    out = {}
+    for key, bias in value.items():
+        try:
+            tid = int(key)
+        except (TypeError, ValueError):
+            raise field_error(f"'logit_bias' keys must be token ids, got {key!r}", "logit_bias") from None
+        if tid < 0 or isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise field_error(f"'logit_bias[{key}]' must be a number in [-100, 100] for a token id >= 0", "logit_bias")
+        out[tid] = float(bias)
+    return out

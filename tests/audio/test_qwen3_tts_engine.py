@@ -26,24 +26,41 @@ from tests.audio.tts_golden import CHECKPOINTS, golden
 SAMPLING = SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.05, max_new_tokens=24)
 
 
-def _engine(name: str, max_num_seqs: int = 8):
+def _model(name: str, slots: int):
+    """``(config, talker, predictor, model)`` of the tiny ``name`` checkpoint on the CPU, ``slots`` reserved."""
     folder = CHECKPOINTS[name]
     config = load_config(folder)
     talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
     model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
                      predictor_sampling=GREEDY)
-    model.reserve_slots(max_num_seqs)
-    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=max_num_seqs, enable_prefix_caching=False,
-                                                  prompt_cache_size=0, num_blocks=64),
-                       eos_token_ids=[model.eos_token_id])
-    return config, talker, predictor, model, engine
+    model.reserve_slots(slots)
+    return config, talker, predictor, model
 
 
-def _run(engine: LLMEngine, model: TalkerLM, jobs: dict, groups: int) -> dict[str, torch.Tensor]:
-    """Submit ``{request id: TalkerPrompt}`` at once, step to the end; ``{request id: codes [F, G]}``."""
+def _new_engine(model: TalkerLM, max_num_seqs: int, **config) -> LLMEngine:
+    """An engine over ``model`` without prefix or prompt caches (64 KV blocks unless ``config`` says otherwise)."""
+    return LLMEngine(model, config=EngineConfig(max_num_seqs=max_num_seqs, enable_prefix_caching=False,
+                                                prompt_cache_size=0, **{"num_blocks": 64, **config}),
+                     eos_token_ids=[model.eos_token_id])
+
+
+def _engine(name: str, max_num_seqs: int = 8):
+    config, talker, predictor, model = _model(name, max_num_seqs)
+    return config, talker, predictor, model, _new_engine(model, max_num_seqs)
+
+
+def _prompts(config, talker, predictor, jobs) -> dict:
+    """``{"<case>/<row>": TalkerPrompt}`` of ``(case, row, request)`` jobs."""
+    with torch.inference_mode():
+        return {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+
+
+def _run(engine: LLMEngine, model: TalkerLM, jobs: dict, groups: int, params=None) -> dict[str, torch.Tensor]:
+    """Submit ``{request id: TalkerPrompt}`` at once (``params``: greedy :data:`SAMPLING` unless given), step to the
+    end; ``{request id: codes [F, G]}``."""
     frames = {}
     for rid, prompt in jobs.items():
-        request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
+        request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING) if params is None else params)
         engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
         frames[rid] = FrameAssembler()
     while engine.has_unfinished():
@@ -57,9 +74,7 @@ def _run(engine: LLMEngine, model: TalkerLM, jobs: dict, groups: int) -> dict[st
 def test_engine_codes_equal_reference_batched_and_alone(name):
     g, facts = golden(name)
     config, talker, predictor, model, engine = _engine(name)
-    with torch.inference_mode():
-        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request)
-                   for case, row, request in _requests(facts["cases"], g)}
+    prompts = _prompts(config, talker, predictor, _requests(facts["cases"], g))
     groups = config.talker.num_code_groups
     together = _run(engine, model, prompts, groups)
     for rid, codes in together.items():
@@ -97,8 +112,7 @@ def test_trailing_text_beyond_the_reserved_table_fails_the_request():
     g, facts = golden("custom_voice")
     config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=2)
     model.reserve_slots(2, max_trailing=3)  # before a new engine: the tables are the engine's from now on
-    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=2, enable_prefix_caching=False, prompt_cache_size=0,
-                                                  num_blocks=64), eos_token_ids=[model.eos_token_id])
+    engine = _new_engine(model, 2)
     case, row, request = next(r for r in _requests(facts["cases"], g) if r[0] == "streaming_text")
     with torch.inference_mode():
         prompt = build_prompt(config, talker, predictor, request)
@@ -115,18 +129,9 @@ def test_chunked_prefills_and_mixed_steps_equal_the_reference():
     """Prompts cut into 4-token chunks (the last chunk of one prompt may be a single row in a step of decodes) and
     requests arriving while others decode give the same codes."""
     g, facts = golden("voice_design")
-    folder = CHECKPOINTS["voice_design"]
-    config = load_config(folder)
-    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
-    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
-                     predictor_sampling=GREEDY)
-    model.reserve_slots(4)
-    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=4, enable_prefix_caching=False, prompt_cache_size=0,
-                                                  num_blocks=64, max_prefill_tokens=4),
-                       eos_token_ids=[model.eos_token_id])
-    jobs = _requests(facts["cases"], g)
-    with torch.inference_mode():
-        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+    config, talker, predictor, model = _model("voice_design", 4)
+    engine = _new_engine(model, 4, max_prefill_tokens=4)
+    prompts = _prompts(config, talker, predictor, _requests(facts["cases"], g))
     frames = {rid: FrameAssembler() for rid in prompts}
     pending = list(prompts.items())
     while pending or engine.has_unfinished():
@@ -154,9 +159,7 @@ def test_decode_steps_are_captured_with_the_code_predictor_and_equal_the_referen
                         max_num_seqs=3)
     report = engine.runner.graph_report()["decode"]
     assert report["captured"] and report["batch_sizes"] == [1, 2, 3], report
-    jobs = _requests(facts["cases"], g)[:3]
-    with torch.inference_mode():
-        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+    prompts = _prompts(config, talker, predictor, _requests(facts["cases"], g)[:3])
     got = _run(engine, model, prompts, config.talker.num_code_groups)
     assert accel.replays > 0 and engine.runner.num_graph_steps > 0
     for rid, codes in got.items():
@@ -171,15 +174,8 @@ def test_preempted_requests_are_recomputed_to_the_same_codes(name, num_blocks):
     and frames from the codes already handed out, and every request's codes still equal the reference's (the others
     in those steps unaffected); nothing is reported twice (each frame once, in order)."""
     g, facts = golden(name)
-    folder = CHECKPOINTS[name]
-    config = load_config(folder)
-    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
-    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
-                     predictor_sampling=GREEDY)
-    model.reserve_slots(8)
-    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=8, enable_prefix_caching=False, prompt_cache_size=0,
-                                                  block_size=4, num_blocks=num_blocks, max_prefill_tokens=16),
-                       eos_token_ids=[model.eos_token_id])
+    config, talker, predictor, model = _model(name, 8)
+    engine = _new_engine(model, 8, block_size=4, num_blocks=num_blocks, max_prefill_tokens=16)
     victims = []  # (request id, tokens generated) of every preemption
     preempt = engine.scheduler._preempt
 
@@ -189,8 +185,7 @@ def test_preempted_requests_are_recomputed_to_the_same_codes(name, num_blocks):
 
     engine.scheduler._preempt = recording
     jobs = sorted(_requests(facts["cases"], g), key=lambda job: job[0] == "streaming_text")
-    with torch.inference_mode():
-        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+    prompts = _prompts(config, talker, predictor, jobs)
     got = _run(engine, model, prompts, config.talker.num_code_groups)
     assert any(n >= 2 for _, n in victims), victims  # preempted with frames to recompute
     if name == "custom_voice":
@@ -244,9 +239,7 @@ def test_device_side_penalty_and_min_tokens_leave_the_codes_unchanged():
     engine.runner.accel = FakeGraphAccelerator()
     engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
                         max_num_seqs=3)
-    jobs = _requests(facts["cases"], g)[:3]
-    with torch.inference_mode():
-        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+    prompts = _prompts(config, talker, predictor, _requests(facts["cases"], g)[:3])
 
     def sampling(i, penalty=1.0, min_tokens=0):
         return SamplingParams(max_tokens=20, temperature=0.9, top_k=50, seed=7 + i, repetition_penalty=penalty,
@@ -314,30 +307,15 @@ def test_preempted_requests_keep_their_penalty_state():
     from anna_core.engine.sampling_params import SamplingParams
 
     g, facts = golden("custom_voice")
-    folder = CHECKPOINTS["custom_voice"]
-    config = load_config(folder)
-    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
-    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
-                     predictor_sampling=GREEDY)
-    model.reserve_slots(8)
+    config, talker, predictor, model = _model("custom_voice", 8)
     params = TalkerParams(SamplingParams(max_tokens=20, temperature=0.0), repetition_penalty=2.0, min_tokens=8)
     jobs = sorted(_requests(facts["cases"], g), key=lambda job: job[0] == "streaming_text")
-    with torch.inference_mode():
-        prompts = {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+    prompts = _prompts(config, talker, predictor, jobs)
 
     def run(num_blocks, subset):
-        engine = LLMEngine(model, config=EngineConfig(max_num_seqs=8, enable_prefix_caching=False,
-                                                      prompt_cache_size=0, block_size=4, num_blocks=num_blocks,
-                                                      max_prefill_tokens=16), eos_token_ids=[model.eos_token_id])
-        frames = {rid: FrameAssembler() for rid in subset}
-        for rid in subset:
-            r = engine_request(prompts[rid], model.placeholder_id, params)
-            engine.add_request(rid, r.prompt_ids, r.params, multimodal=r.multimodal)
-        while engine.has_unfinished():
-            for out in engine.step():
-                assert out.finish_reason != "error", out.error
-                frames[out.request_id].feed(out)
-        return {rid: f.codes(config.talker.num_code_groups) for rid, f in frames.items()}, engine
+        engine = _new_engine(model, 8, block_size=4, num_blocks=num_blocks, max_prefill_tokens=16)
+        jobs = {rid: prompts[rid] for rid in subset}
+        return _run(engine, model, jobs, config.talker.num_code_groups, params), engine
 
     together, engine = run(22, list(prompts))
     assert engine.scheduler.num_preemptions > 0

@@ -15,13 +15,39 @@ from tests.llama.test_llama_quant import PROMPT, quant_gguf  # noqa: F401 - the 
 BLOCK = 16
 
 
+def _caches(model, blocks: int, dtype: torch.dtype = torch.float32, spec=None):
+    """Zeroed caches of one sequence slot on the CPU: ``blocks`` blocks of :data:`BLOCK` tokens."""
+    return zeroed_caches(model.cache_spec if spec is None else spec, num_blocks=blocks, block_size=BLOCK, num_slots=1,
+                         device=torch.device("cpu"), dtype=dtype)
+
+
+def _batch(model, chunk: list[int], start: int, blocks: int):
+    """The one-sequence batch of ``chunk`` at position ``start`` over ``blocks`` blocks."""
+    return build_batch([(chunk, start)], block_size=BLOCK, blocks_per_seq=blocks, device=torch.device("cpu"),
+                       spec=model.cache_spec)
+
+
+def _greedy_steps(model, caches, blocks: int, prompt: list[int], n: int) -> torch.Tensor:
+    """The logits ``[n, V]`` of ``n`` greedy steps after ``prompt`` over ``caches``, with whatever decode path the
+    model has set."""
+    out = []
+    with torch.inference_mode():
+        chunk, start = prompt, 0
+        for _ in range(n):
+            batch = _batch(model, chunk, start, blocks)
+            logits = model.compute_logits(model(batch, caches)[batch.logits_indices])
+            out.append(logits[0])
+            start += len(chunk)
+            chunk = [int(logits[0].argmax())]
+    return torch.stack(out)
+
+
 def greedy_logits(model, prompt: list[int], n: int, *, compile_fn=None, poison: bool = False):
     """``n`` greedy decode steps after ``prompt`` (prefilled eagerly) on fresh caches: the logits of each step.
     With ``compile_fn`` the model's decode steps go through :class:`~anna_llama.compiled_decode.CompiledDecode`
     (the prefill stays eager); with ``poison`` every cache row starts as NaN."""
     blocks = -(-(len(prompt) + n) // BLOCK) + 1
-    caches = zeroed_caches(model.cache_spec, num_blocks=blocks, block_size=BLOCK, num_slots=1,
-                           device=torch.device("cpu"), dtype=torch.float32)
+    caches = _caches(model, blocks)
     if poison:
         group = caches.attention(0)
         for t in group.k + group.v:
@@ -29,18 +55,9 @@ def greedy_logits(model, prompt: list[int], n: int, *, compile_fn=None, poison: 
     model.compiled_decode = None
     if compile_fn is not None:
         assert model.compile_decode(caches, compile_fn)
-    out = []
-    with torch.inference_mode():
-        chunk, start = prompt, 0
-        for _ in range(n):
-            batch = build_batch([(chunk, start)], block_size=BLOCK, blocks_per_seq=blocks, device=torch.device("cpu"),
-                                spec=model.cache_spec)
-            logits = model.compute_logits(model(batch, caches)[batch.logits_indices])
-            out.append(logits[0])
-            start += len(chunk)
-            chunk = [int(logits[0].argmax())]
+    out = _greedy_steps(model, caches, blocks, prompt, n)
     model.compiled_decode = None
-    return torch.stack(out)
+    return out
 
 
 @pytest.mark.parametrize("prompt", [PROMPT[:5], PROMPT], ids=["one-block-context", "two-blocks"])
@@ -74,27 +91,16 @@ def test_a_failed_compile_falls_back_to_the_eager_forward(quant_gguf, caplog):  
             raise RuntimeError("no C++ compiler")
         return run
 
-    calls = []
     blocks = 4
-    caches = zeroed_caches(model.cache_spec, num_blocks=blocks, block_size=BLOCK, num_slots=1,
-                           device=torch.device("cpu"), dtype=torch.float32)
+    caches = _caches(model, blocks)
     assert model.compile_decode(caches, broken)
     step = model.compiled_decode
-    with torch.inference_mode():
-        chunk, start = PROMPT, 0
-        for _ in range(4):
-            batch = build_batch([(chunk, start)], block_size=BLOCK, blocks_per_seq=blocks, device=torch.device("cpu"),
-                                spec=model.cache_spec)
-            logits = model.compute_logits(model(batch, caches)[batch.logits_indices])
-            calls.append(logits[0])
-            start += len(chunk)
-            chunk = [int(logits[0].argmax())]
+    got = _greedy_steps(model, caches, blocks, PROMPT, 4)
     model.compiled_decode = None
     assert step.failed is not None and "no C++ compiler" in step.failed
-    assert not step.fits(build_batch([([1], 20)], block_size=BLOCK, blocks_per_seq=blocks, device=torch.device("cpu"),
-                                     spec=model.cache_spec))
+    assert not step.fits(_batch(model, [1], 20, blocks))
     assert "decoding eagerly" in caplog.text
-    torch.testing.assert_close(torch.stack(calls), eager, rtol=0, atol=0)
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)
 
 
 @pytest.mark.slow
@@ -112,12 +118,9 @@ def test_only_a_float32_model_over_unquantized_caches_compiles_its_decode_step(q
     from anna_core.kv_quant.layout import TurboQuantLayout
 
     model = load_anna(quant_gguf, weight_quant="auto").model
-    quantized = zeroed_caches(model.cache_spec.with_kv_quant(TurboQuantLayout(bits=4)),
-                              num_blocks=4, block_size=BLOCK, num_slots=1, device=torch.device("cpu"),
-                              dtype=torch.float32)
+    quantized = _caches(model, 4, spec=model.cache_spec.with_kv_quant(TurboQuantLayout(bits=4)))
     assert not model.compile_decode(quantized, lambda fn: fn) and model.compiled_decode is None
-    half = zeroed_caches(model.cache_spec, num_blocks=4, block_size=BLOCK, num_slots=1, device=torch.device("cpu"),
-                         dtype=torch.bfloat16)
+    half = _caches(model, 4, torch.bfloat16)
     assert not model.compile_decode(half, lambda fn: fn) and model.compiled_decode is None
 
 

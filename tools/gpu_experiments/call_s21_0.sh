@@ -3,12 +3,7 @@ set -u
 # issue 23's batch-1 targets at E2B / E4B with HF + fla in the same process; issue 27's speech benchmark at the
 # Qwen3-TTS 1.7B shape after the speed branch (Anna, then the reference in its own process when .whl_tts is
 # carried: same process); issue 30's TurboQuant bench at 9B with the head-dim-256 decode defaults. Through h200_run.sh.
-echo "== copy bandwidth $(date +%T)"
-timeout 60 python3 -c "
-from anna_core.device import accelerator
-from anna_core.bench.roofline import copy_bandwidth
-import torch; print(torch.cuda.get_device_name(), f'copy bandwidth {copy_bandwidth(accelerator(\"cuda\"))/1e9:.0f} GB/s')
-" 2>&1 | tail -2
+. tools/gpu_experiments/copy_bandwidth.sh
 echo "== gemma $(date +%T)"
 NRUNS=1 T_RUN=${T_RUN:-100} RUNS="${RUNS_A:-E2B:1:2048:128:compare-hf:hf-output-len=16 E4B:1:2048:128:compare-hf:hf-output-len=16}" \
   bash tools/gpu_experiments/gemma4_bench.sh 2>&1 | grep -v "^kernels" | cut -c1-700

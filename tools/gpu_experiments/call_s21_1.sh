@@ -2,12 +2,7 @@ set -u
 # Twenty-first session, GPU call 1 (BENCHMARKS.md): the copy bandwidth of this card; issue 27's speech benchmark at the
 # Qwen3-TTS 1.7B shape after the speed branch, with the reference implementation in its own process (REF=1, .whl_tts
 # carried); issue 30's TurboQuant bench (9B and E4B) with the head-dim-256 decode defaults. Through h200_run.sh.
-echo "== copy bandwidth $(date +%T)"
-timeout 60 python3 -c "
-from anna_core.device import accelerator
-from anna_core.bench.roofline import copy_bandwidth
-import torch; print(torch.cuda.get_device_name(), f'copy bandwidth {copy_bandwidth(accelerator(\"cuda\"))/1e9:.0f} GB/s')
-" 2>&1 | tail -2
+. tools/gpu_experiments/copy_bandwidth.sh
 echo "== tts $(date +%T)"
 T_TTS=${T_TTS:-170} T_REF=${T_REF:-120} bash tools/gpu_experiments/tts_bench.sh
 echo "== turboquant $(date +%T)"

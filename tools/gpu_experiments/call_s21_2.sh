@@ -1,12 +1,7 @@
 set -u
 # Twenty-first session, GPU call 2 (BENCHMARKS.md): issue 23's batch-1 targets at E2B / E4B with HF + fla in the same
 # process, the opt-in fused q-norm / qkv-norm attention kernels A/B'd at batch 1, then batch 32. Through h200_run.sh.
-echo "== copy bandwidth $(date +%T)"
-timeout 60 python3 -c "
-from anna_core.device import accelerator
-from anna_core.bench.roofline import copy_bandwidth
-import torch; print(torch.cuda.get_device_name(), f'copy bandwidth {copy_bandwidth(accelerator(\"cuda\"))/1e9:.0f} GB/s')
-" 2>&1 | tail -2
+. tools/gpu_experiments/copy_bandwidth.sh
 echo "== gemma defaults $(date +%T)"
 NRUNS=1 T_RUN=${T_RUN:-120} RUNS="${RUNS_A:-E2B:1:2048:128:compare-hf:hf-output-len=16 E4B:1:2048:128:compare-hf:hf-output-len=16}" \
   bash tools/gpu_experiments/gemma4_bench.sh 2>&1 | grep -v "^kernels" | cut -c1-700

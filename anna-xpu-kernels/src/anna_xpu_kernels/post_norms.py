@@ -119,9 +119,9 @@ def _rms_norm_pair_kernel(
     pdl.wait(USE_PDL)
     x = load_rows(x_ptr, stride_x, rows64, cols, mask)
     normed = x * tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)[:, None]
-    store_rows(y_ptr, stride_y, rows64, cols, mask, normed * w[None, :])
+    tl.store(y_ptr + rows64 * stride_y + cols[None, :], (normed * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
     s = (normed.to(ty).to(tl.float32) * sw[None, :]).to(ty).to(tl.float32)  # torch's norm(x) * scale_weight
-    store_rows(s_ptr, stride_s, rows64, cols, mask, s * factor)
+    tl.store(s_ptr + rows64 * stride_s + cols[None, :], (s * factor).to(ty), mask=mask)
 
 
 @autotune(NORM_WARPS, fixed=triton.Config({}, num_warps=4), key=["BLOCK_D", "BLOCK_M"])
@@ -146,10 +146,10 @@ def _post_norm_residual_norm_pair_kernel(
     store_rows(s_ptr, stride_s, rows64, cols, mask, s)
     s = s.to(tl.float32)
     hat = s * tl.rsqrt(tl.sum(s * s, axis=1) / dim + eps)[:, None]  # one reduction serves the three norms
-    store_rows(y_ptr, stride_y, rows64, cols, mask, hat * nw[None, :])
-    store_rows(y2_ptr, stride_y2, rows64, cols, mask, hat * pw[None, :])
+    tl.store(y_ptr + rows64 * stride_y + cols[None, :], (hat * nw[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y2_ptr + rows64 * stride_y2 + cols[None, :], (hat * pw[None, :]).to(y2_ptr.dtype.element_ty), mask=mask)
     o = (hat.to(ty).to(tl.float32) * sw[None, :]).to(ty).to(tl.float32)  # torch's norm(r) * scale_weight
-    store_rows(o_ptr, stride_o, rows64, cols, mask, o * factor)
+    tl.store(o_ptr + rows64 * stride_o + cols[None, :], (o * factor).to(ty), mask=mask)
 
 
 def post_norm_residual(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,

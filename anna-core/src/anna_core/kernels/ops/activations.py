@@ -1,8 +1,5 @@
-"""The element-wise activation ops of anna-core: gated products of an MLP and of the attention output.
-
-Each is one :class:`~anna_core.kernels.contracts.OpContract`; conventions shared by every op are in
-:mod:`anna_core.kernels.ops`.
-"""
+"""The element-wise activation ops of anna-core: gated products of an MLP and of the attention output. Conventions:
+:mod:`anna_core.kernels.ops`."""
 
 from __future__ import annotations
 

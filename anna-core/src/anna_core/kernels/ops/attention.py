@@ -1,8 +1,5 @@
 """The paged KV-cache ops of anna-core: cache writes and paged attention, plain and TurboQuant-quantized.
-
-Each is one :class:`~anna_core.kernels.contracts.OpContract`; conventions shared by every op are in
-:mod:`anna_core.kernels.ops`.
-"""
+Conventions: :mod:`anna_core.kernels.ops`."""
 
 from __future__ import annotations
 

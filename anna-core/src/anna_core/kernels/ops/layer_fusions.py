@@ -1,10 +1,6 @@
 """The fused layer ops of anna-core: an attention layer's or a gated DeltaNet layer's pre-processing (and its
 attention) as one op. Layers look them up with ``ops.accelerated(...)`` and compose the unfused ops where only
-the reference would serve them.
-
-Each is one :class:`~anna_core.kernels.contracts.OpContract`; conventions shared by every op are in
-:mod:`anna_core.kernels.ops`.
-"""
+the reference would serve them. Conventions: :mod:`anna_core.kernels.ops`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """The projection ops of anna-core: dense and quantized linear layers, the top-k LM head, and the norms and
-gated products fused into a projection.
-
-Each is one :class:`~anna_core.kernels.contracts.OpContract`; conventions shared by every op are in
-:mod:`anna_core.kernels.ops`.
-"""
+gated products fused into a projection. Conventions: :mod:`anna_core.kernels.ops`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The mixture-of-experts ops of anna-core: the router and the routed experts, dense and quantized.
-
-Each is one :class:`~anna_core.kernels.contracts.OpContract`; conventions shared by every op are in
-:mod:`anna_core.kernels.ops`.
-"""
+"""The mixture-of-experts ops of anna-core: the router and the routed experts, dense and quantized. Conventions:
+:mod:`anna_core.kernels.ops`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The normalisation ops of anna-core: RMSNorm and the residual adds and post norms fused with it.
-
-Each is one :class:`~anna_core.kernels.contracts.OpContract`; conventions shared by every op are in
-:mod:`anna_core.kernels.ops`.
-"""
+"""The normalisation ops of anna-core: RMSNorm and the residual adds and post norms fused with it. Conventions:
+:mod:`anna_core.kernels.ops`."""
 
 from __future__ import annotations
 

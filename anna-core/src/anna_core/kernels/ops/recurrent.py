@@ -1,8 +1,5 @@
-"""The recurrent-layer ops of anna-core: the gated DeltaNet's causal conv1d and gated delta rule.
-
-Each is one :class:`~anna_core.kernels.contracts.OpContract`; conventions shared by every op are in
-:mod:`anna_core.kernels.ops`.
-"""
+"""The recurrent-layer ops of anna-core: the gated DeltaNet's causal conv1d and gated delta rule. Conventions:
+:mod:`anna_core.kernels.ops`."""
 
 from __future__ import annotations
 

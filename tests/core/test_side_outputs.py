@@ -42,8 +42,8 @@ class SideLM(FakeLM):
             self.sums[int(batch.state_slots[i])] = int(batch.input_ids[cu[i]:cu[i + 1]].sum())
         return out
 
-    def side_output(self, state_slot: int) -> int:
-        return int(self.sums[state_slot])
+    def gather_side_outputs(self, state_slots: torch.Tensor) -> torch.Tensor:
+        return self.sums.index_select(0, state_slots)
 
 
 def test_each_output_carries_the_step_s_side_output():
@@ -73,7 +73,7 @@ def test_coalesce_joins_side_outputs():
 def test_declared_side_outputs_need_the_method():
     model = FakeLM(V)
     model.capabilities = ModelCapabilities(side_outputs=True)
-    with pytest.raises(AnnaError, match="side_output"):
+    with pytest.raises(AnnaError, match="gather_side_outputs"):
         check_model(model)
 
 

@@ -74,10 +74,14 @@ class ModelCaches:
     Attributes:
         block_size: tokens per KV block (every attention group).
         groups: per cache group of the spec, in its order: :class:`AttentionCache` or :class:`StateCache`.
+        num_slots: the state slots the caches were sized for (the engine's: ``max_num_seqs`` plus the scratch slot,
+            :func:`~anna_core.engine.cache_allocator.scratch_slot`), also where no group holds per-slot state (a
+            model may keep its own per-slot tables, and a padded graph row must not write a sequence's); 0: unknown.
     """
 
     block_size: int
     groups: list[AttentionCache | StateCache] = attrs.field(factory=list)
+    num_slots: int = 0
 
     def attention(self, group: int) -> AttentionCache:
         """Group ``group``'s tensors.

@@ -123,6 +123,7 @@ def test_overlapped_decoding_equals_the_synchronous_engine_and_the_reference_bat
         results[overlap] = together, alone
         assert engine.runner.num_graph_steps > 10
         assert (sum(device_inputs) > 10) == overlap, device_inputs  # the overlap path is taken, and only then
+        assert (engine.runner.num_launched_ahead > 10) == overlap
     (sync, sync_alone), (overlapped, overlapped_alone) = results[False], results[True]
     for rid, (tokens, codes) in overlapped.items():
         case, row = rid.split("/")

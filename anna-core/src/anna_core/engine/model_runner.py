@@ -136,6 +136,8 @@ class ModelRunner:
         self.num_prefill_graph_steps = 0
         self.num_split_steps = 0
         self.num_eager_steps = 0
+        # decode graph steps launched without waiting (asynchronous scheduling: read back by the engine's next call)
+        self.num_launched_ahead = 0
         self.max_prefill_replays = 0  # set by setup() (graphs only exist after it)
         self.fused_topk_head = "off"  # RunnerConfig.fused_topk_head (its default), set by setup()
         # sampling steps (or parts of split steps) by LM head: the fused top-k head, or the full logits
@@ -533,6 +535,7 @@ class ModelRunner:
         if path is StepPath.DECODE_GRAPH:
             ids = self._launch_decode(out, prev_rows)
             if not wait:
+                self.num_launched_ahead += 1
                 return ModelRunnerOutput(path, pending=ids)
             rids = [s.request_id for s in out.seqs]
             side = ids.side_outputs()

@@ -264,6 +264,8 @@ class DecodeGraphs:
                 self.accel.synchronize()
                 self._graphs[(b, mode)] = self.accel.capture(lambda b=b, mode=mode: self._step(b, mode), pool)
         self.accel.synchronize()
+        if self.side_out is not None:
+            self.readback.reserve_side(self.side_out)
         log.info("captured decode graphs for batch sizes %s, modes %s", self.buckets, list(self.modes))
 
     @property

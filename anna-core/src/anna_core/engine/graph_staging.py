@@ -164,10 +164,7 @@ class IdsReadback:
         host.copy_(device_ids, non_blocking=True)
         side_host = None
         if side is not None:
-            if self._side_hosts is None or self._side_hosts[0].shape[1:] != side.shape[1:] \
-                    or self._side_hosts[0].dtype != side.dtype:
-                self._side_hosts = [self._accel.pin(torch.zeros((self._rows, *side.shape[1:]), dtype=side.dtype))
-                                    for _ in range(2)]
+            self.reserve_side(side)
             side_host = self._side_hosts[self._cur][:n]
             side_host.copy_(side, non_blocking=True)
         event = self._accel.event()
@@ -175,3 +172,11 @@ class IdsReadback:
             event.record()
         self._events[self._cur] = event
         return PendingIds(device_ids, host, event, side_host)
+
+    def reserve_side(self, like: torch.Tensor) -> None:
+        """Allocate the side outputs' two page-locked buffers for rows shaped and typed as ``like`` ``[n, ...]`` (at
+        capture, so that no step pays for pinning memory), unless they are already."""
+        hosts = self._side_hosts
+        if hosts is None or hosts[0].shape[1:] != like.shape[1:] or hosts[0].dtype != like.dtype:
+            self._side_hosts = [self._accel.pin(torch.zeros((self._rows, *like.shape[1:]), dtype=like.dtype))
+                                for _ in range(2)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from anna_core.engine.graph_staging import PendingIds
-from anna_core.engine.request import PENDING, Request
+from anna_core.engine.request import PENDING, Request, RequestStatus
 from anna_core.engine.sched_output import SchedulerOutput
 
 
@@ -37,7 +37,8 @@ class Inflight:
         """The requests whose placeholder is still to be filled: not finished meanwhile, and not preempted by a
         model that holds its last token (``recompute_holds_last``: the preemption dropped the placeholder; the token
         is computed again after the recompute)."""
-        return [r for r in self.requests if not r.finished and r.output_token_ids and r.output_token_ids[-1] == PENDING]
+        return [r for r in self.requests if not r.finished
+                and not (r.status is RequestStatus.WAITING and r.output_token_ids[-1:] != [PENDING])]
 
     def fill(self, live: list[Request], ids: list[int], side_outputs: list[Any] | None = None) -> None:
         """Replace each ``live`` request's placeholder (its last token) by its sampled id, and append its row of

@@ -148,7 +148,7 @@ def test_chunked_prefills_and_mixed_steps_equal_the_reference():
 
 
 def test_decode_steps_are_captured_with_the_code_predictor_and_equal_the_reference():
-    """The speech talker declares graph capture and keeps side outputs (no asynchronous overlap): its decode steps,
+    """The speech talker declares graph capture and keeps side outputs (gathered inside the step): its decode steps,
     the code predictor's passes inside, capture (no host read) and their replays give the golden codes."""
     g, facts = golden("custom_voice")
     config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=3)

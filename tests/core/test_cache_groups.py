@@ -276,3 +276,16 @@ def test_random_workloads_match_the_reference_and_return_every_block(seed):
         else:
             assert got == want[:len(got)] and (len(got) == n or len(p) + len(got) >= eng.max_model_len), (i, got, want)
     assert eng.kv.num_used_blocks == 0 and eng.kv.slots.num_used_slots == 0
+
+
+def test_the_scratch_slot_is_the_last_one_also_without_recurrent_state():
+    """Padded rows of a captured step write the scratch slot: with attention groups only it is still the slot past
+    ``num_slots`` (a model's own per-slot tables, e.g. the speech talker's, hold it), never slot 0, a sequence's."""
+    from anna_core.engine.cache_allocator import allocate_caches, scratch_slot
+
+    attention = CacheSpec((FullAttentionSpec(layers=range(2), num_kv_heads=1, head_dim=4),))
+    recurrent = CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=4),
+                           RecurrentStateSpec(layers=[1], conv_shape=(4, 3), state_shape=(1, 2, 2))))
+    for spec in (attention, recurrent):
+        caches = allocate_caches(spec, num_blocks=3, block_size=4, num_slots=5, device="cpu", dtype=torch.float32)
+        assert caches.num_slots == 6 and scratch_slot(caches) == 5

@@ -3,7 +3,8 @@ reaches ``RequestOutput.side_outputs`` with the token it belongs to, survives co
 probed; ``ForwardBatch.media`` carries each sequence's media to the model. A model that declares
 ``recompute_holds_last`` gets its side outputs back in ``ForwardBatch.side_outputs`` and is never asked to recompute
 its last generated token in one pass with the token before it: a preempted request recomputes up to it, gets it
-back without a second output, and decodes it next."""
+back without a second output, and decodes it next. Under asynchronous scheduling the side outputs travel with a
+launched step's ids, and a request preempted with its newest token pending drops it and holds the one before."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ class SideLM(FakeLM):
             self.sums[int(batch.state_slots[i])] = int(batch.input_ids[cu[i]:cu[i + 1]].sum())
         return out
 
-    def side_output(self, state_slot: int) -> int:
-        return int(self.sums[state_slot])
+    def gather_side_outputs(self, state_slots: torch.Tensor) -> torch.Tensor:
+        return self.sums.index_select(0, state_slots)
 
 
 def test_each_output_carries_the_step_s_side_output():
@@ -73,7 +74,7 @@ def test_coalesce_joins_side_outputs():
 def test_declared_side_outputs_need_the_method():
     model = FakeLM(V)
     model.capabilities = ModelCapabilities(side_outputs=True)
-    with pytest.raises(AnnaError, match="side_output"):
+    with pytest.raises(AnnaError, match="gather_side_outputs"):
         check_model(model)
 
 
@@ -159,3 +160,46 @@ def test_a_held_token_is_put_back_when_the_recompute_reaches_it():
     assert grew == [] and request.held_token is None and request.output_token_ids == [7, 9, 11, 13]
     out = sched.schedule()  # the held token decodes next
     assert out.seqs[0].samples and out.seqs[0].token_ids == [13] and out.seqs[0].start == 5
+
+
+def test_a_request_preempted_with_a_pending_token_drops_it_and_holds_the_one_before():
+    """Asynchronous scheduling: the newest token of a request preempted while its step is in flight is still pending;
+    a model that holds its last token drops it (computed again after the recompute) and holds the one before, and the
+    step in flight's read-back skips the request."""
+    from anna_core.engine.inflight import Inflight
+    from anna_core.engine.request import PENDING
+
+    model = HoldLM(prompt_len=2)
+    eng = LLMEngine(model, config=EngineConfig(block_size=4, num_blocks=16, max_num_seqs=2))
+    sched = eng.scheduler
+    request = Request("r", [1, 2], SamplingParams(max_tokens=8, temperature=0.0))
+    other = Request("o", [3, 4], SamplingParams(max_tokens=8, temperature=0.0))
+    for r in (request, other):
+        sched.add(r)
+    sched.update(sched.schedule(), ModelRunnerOutput(StepPath.EAGER, sampled={"r": 7, "o": 5}))
+    request.output_token_ids.append(9)
+    for r in (request, other):
+        r.output_token_ids.append(PENDING)  # a launched step's placeholders
+    inflight = Inflight(None, [request, other], {"r": 0, "o": 1})
+    sched.preempt(request)
+    assert request.held_token == 9 and request.output_token_ids == [7]
+    assert inflight.live() == [other]
+    inflight.fill(inflight.live(), [11, 13], [torch.tensor(1), torch.tensor(2)])
+    assert other.output_token_ids == [5, 13] and other.side_outputs == [torch.tensor(2)] and request.side_outputs == []
+
+
+def test_pending_ids_carry_the_step_s_side_outputs_as_copies():
+    """The read-back buffers of a launched decode step: the ids and each row's side output, which stay as read when the
+    alternating host buffers are reused by later steps."""
+    from anna_core.device import Accelerator
+    from anna_core.engine.graph_staging import IdsReadback
+
+    readback = IdsReadback(Accelerator(torch.device("cpu")), rows=4)
+    first = readback.start(torch.tensor([3, 4]), torch.tensor([[1, 2], [3, 4]]))
+    second = readback.start(torch.tensor([5]), torch.tensor([[5, 6]]))
+    assert first.tolist() == [3, 4] and [r.tolist() for r in first.side_outputs()] == [[1, 2], [3, 4]]
+    rows = second.side_outputs()
+    third = readback.start(torch.tensor([7]), torch.tensor([[7, 8]]))
+    readback.start(torch.tensor([9]), torch.tensor([[9, 9]]))  # reuses second's buffers
+    assert [r.tolist() for r in rows] == [[5, 6]] and [r.tolist() for r in third.side_outputs()] == [[7, 8]]
+    assert readback.start(torch.tensor([1])).side_outputs() is None

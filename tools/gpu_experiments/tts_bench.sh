@@ -42,7 +42,7 @@ timeout "$limit" python3 -m anna_audio.tts_bench --shape "${SHAPE:-Qwen3-TTS-12H
   --frames "${FRAMES:-125}" --concurrency "${CONC:-16}" --out "$OUT/tts_bench.json" $chunks $reference \
   ${TTS_FLAGS:-} > "$OUT/tts_bench.log" 2>&1
 rc=$?
-grep -E "^(tts_bench|one request|[0-9]+ concurrent|decode graphs|vocoder graphs|device split|reference|side by side)" \
+grep -E "^(tts_bench|one request|[0-9]+ concurrent|engine steps|decode graphs|vocoder graphs|device split|reference|side by side)" \
   "$OUT/tts_bench.log" | cut -c1-1500
 echo "tts_bench exit $rc ($((SECONDS - start)) s)"
 if [ "$rc" -ne 0 ]; then

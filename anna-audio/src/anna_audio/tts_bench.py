@@ -169,8 +169,11 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str = "auto", dtype: str = "auto",
               frames: int = 125, text_tokens: int = 32, concurrency: int = 16, runs: int = 3,
-              cuda_graph: bool = True, chunk_frames: tuple[int, int] | None = None) -> dict[str, Any]:
-    """Load, serve in-process, and measure (see the module docstring); the report as a dict.
+              cuda_graph: bool = True, chunk_frames: tuple[int, int] | None = None,
+              async_scheduling: bool = True) -> dict[str, Any]:
+    """Load, serve in-process, and measure (see the module docstring); the report as a dict. ``async_scheduling``:
+    the engine's (decode steps launched ahead of the previous step's read-back); the report's ``"steps"`` counts the
+    served steps by path (``"decode_graph"``, ``"launched_ahead"``: decode graph steps not waited for, ``"eager"``).
 
     Raises:
         ValueError: a non-positive ``frames``, ``text_tokens``, ``concurrency`` or ``runs``.
@@ -186,7 +189,7 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
 
     loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format)
     runner = RunnerConfig(cuda_graph=cuda_graph, warmup=loaded.device.type != "cpu")
-    built = task.build(loaded, EngineConfig(max_num_seqs=max(concurrency, 1)), runner)
+    built = task.build(loaded, EngineConfig(max_num_seqs=max(concurrency, 1), async_scheduling=async_scheduling), runner)
     if chunk_frames is not None:
         built.planner.chunks = ChunkPolicy(*chunk_frames)
     built.planner = SyntheticPlanner(built.planner, text_tokens, frames)
@@ -210,6 +213,9 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
     }
     report["concurrent"]["latency_vs_one"] = report["concurrent"]["latency_s"]["mean"] / one["latency_s"]
     report["vocoder_calls"] = built.vocoder.calls
+    steps = built.engine.runner
+    report["steps"] = {"async_scheduling": async_scheduling, "decode_graph": steps.num_graph_steps,
+                       "launched_ahead": steps.num_launched_ahead, "eager": steps.num_eager_steps}
     report["split"] = device_split(built, sorted({1, concurrency}), built.planner.chunks.rest)
     return report
 
@@ -326,6 +332,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="single-request runs (the best is reported)")
     parser.add_argument("--chunk-frames", default=None, help="first,rest frames per decoded chunk (default 1,8)")
     parser.add_argument("--no-cuda-graph", action="store_true")
+    parser.add_argument("--no-async-scheduling", action="store_true",
+                        help="wait for every decode step before the next (the A/B baseline of the overlap)")
     parser.add_argument("--reference", action="store_true",
                         help="then the reference implementation (qwen_tts) in this process, side by side")
     parser.add_argument("--out", default=None, help="also write the report (JSON) here")
@@ -346,7 +354,8 @@ def main(argv: list[str] | None = None) -> None:
     chunks = tuple(int(x) for x in args.chunk_frames.split(",")) if args.chunk_frames else None
     report = run_bench(model_dir, load_format=args.load_format, device=args.device, dtype=args.dtype,
                        frames=args.frames, text_tokens=args.text_tokens, concurrency=args.concurrency, runs=args.runs,
-                       cuda_graph=not args.no_cuda_graph, chunk_frames=chunks)
+                       cuda_graph=not args.no_cuda_graph, chunk_frames=chunks,
+                       async_scheduling=not args.no_async_scheduling)
     if args.reference:
         report = with_reference(report, text_tokens=args.text_tokens, runs=args.runs)
     one, crowd = report["one"], report["concurrent"]
@@ -356,6 +365,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{crowd['requests']} concurrent: latency mean {crowd['latency_s']['mean']:.3f} s (x{crowd['latency_vs_one']:.2f}"
           f" of one), p50 {crowd['latency_s']['p50']:.3f} s, max {crowd['latency_s']['max']:.3f} s; first audio mean "
           f"{crowd['first_audio_s']['mean'] * 1000:.1f} ms")
+    st = report["steps"]
+    print(f"engine steps: async scheduling {'on' if st['async_scheduling'] else 'off'}, decode graph "
+          f"{st['decode_graph']} ({st['launched_ahead']} launched ahead), eager {st['eager']}")
     split, graphs = report["split"], report["split"]["graphs"]
     print(f"decode graphs: captured {graphs['captured']}, batch sizes {graphs['batch_sizes']}"
           + (f" (why not: {graphs['why_not']})" if graphs["why_not"] else ""))

@@ -74,10 +74,14 @@ class ModelCaches:
     Attributes:
         block_size: tokens per KV block (every attention group).
         groups: per cache group of the spec, in its order: :class:`AttentionCache` or :class:`StateCache`.
+        num_slots: the state slots the caches were sized for (the engine's: ``max_num_seqs`` plus the scratch slot,
+            :func:`~anna_core.engine.cache_allocator.scratch_slot`), also where no group holds per-slot state (a
+            model may keep its own per-slot tables, and a padded graph row must not write a sequence's); 0: unknown.
     """
 
     block_size: int
     groups: list[AttentionCache | StateCache] = attrs.field(factory=list)
+    num_slots: int = 0
 
     def attention(self, group: int) -> AttentionCache:
         """Group ``group``'s tensors.
@@ -138,17 +142,22 @@ class ModelCapabilities:
             :meth:`~anna_core.layers.attention.PagedAttention.quantized` is False), so the engine may quantize its
             attention groups (``--kv-cache-quantization``, :mod:`anna_core.kv_quant`).
         side_outputs: each step leaves, per sequence, a value besides its sampled token (e.g. a speech model's
-            other codebooks of a frame): the engine reads ``side_output(state_slot)`` (:class:`CausalLM`) of every
-            request that produced a token, right after the step, into ``RequestOutput.side_outputs``; its steps are
-            then never launched ahead of the previous step's read-back (no asynchronous overlap). The engine keeps
-            each request's side outputs (``Request.side_outputs``) and hands them to the model in every eager step
-            (``ForwardBatch.side_outputs``).
+            other codebooks of a frame): the runner gathers ``gather_side_outputs(state_slots)`` (:class:`CausalLM`)
+            of every sequence that sampled, right after the step on the device (inside a captured decode graph), and
+            copies it to the host with the sampled ids (``ModelRunnerOutput.side_outputs``, or the pending ids of a
+            step launched ahead: :class:`~anna_core.engine.graph_staging.PendingIds`); the engine hands each row out
+            with its token (``RequestOutput.side_outputs``), so such steps overlap like any other under asynchronous
+            scheduling. The engine keeps each request's side outputs (``Request.side_outputs``) and hands them to the
+            model in every eager step (``ForwardBatch.side_outputs``).
         recompute_holds_last: a generated token's next input depends on the step that consumes it, not on its id
             alone (a speech talker's frame: the code predictor fills its other codebooks from the hidden state that
             chose the token), so one pass cannot recompute the last generated token together with the one before
             it. A request preempted by recompute then recomputes up to the token before its last (its side outputs
             give the model those tokens' inputs) without sampling, and gets its last token back, not reported
-            again, to decode in its next step (:attr:`~anna_core.engine.request.Request.held_token`).
+            again, to decode in its next step (:attr:`~anna_core.engine.request.Request.held_token`). Under
+            asynchronous scheduling a step with a request holding its token is not launched ahead, and a request
+            preempted while its newest token is still pending drops that token (and its side output) and holds the
+            one before: it is computed again after the recompute.
         compiled_decode: it has ``compile_decode(caches, compile_fn) -> bool``, which makes its forward pass
             run a one-sequence, one-token decode step through one compiled function (True when it did; False
             when the model or caches do not allow it). The runner calls it at set-up on the CPU when
@@ -197,8 +206,9 @@ class CausalLM(Protocol):
     #       hidden ``[N, hidden]`` -> ``lm_head_topk``'s ``(values [N, k] float32, indices [N, k] int64,
     #       logsumexp [N] float32)`` of the logits ``compute_logits`` gives.
     # Models whose capabilities declare ``side_outputs`` also have:
-    #   def side_output(self, state_slot: int) -> Any:
-    #       what the step just run left for the sequence in ``state_slot`` (a copy: the next step may overwrite it).
+    #   def gather_side_outputs(self, state_slots: torch.Tensor) -> torch.Tensor:
+    #       state_slots ``[n]`` int64 on the device -> ``[n, ...]``: what the step just run left for the sequence in
+    #       each slot, row ``i`` for ``state_slots[i]``; device ops only (captured in decode graphs, no host read).
 
 
 @attrs.define
@@ -277,7 +287,7 @@ def check_model(model: object) -> None:
                                 and isinstance(getattr(model, "hidden_size", None), int)):
         raise AnnaError(f"{type(model).__name__} declares modalities {list(caps.modalities)} but lacks "
                         "encode(items) or an int hidden_size")
-    if caps.side_outputs and not callable(getattr(model, "side_output", None)):
-        raise AnnaError(f"{type(model).__name__} declares side_outputs but lacks side_output(state_slot)")
+    if caps.side_outputs and not callable(getattr(model, "gather_side_outputs", None)):
+        raise AnnaError(f"{type(model).__name__} declares side_outputs but lacks gather_side_outputs(state_slots)")
     if not isinstance(caps.position_rows, int) or caps.position_rows < 1:
         raise AnnaError(f"{type(model).__name__}.capabilities.position_rows must be a positive int")

@@ -13,10 +13,11 @@ predictor's, shared, not copied. How a request maps onto the engine:
 * A sampled token is a frame's codebook 0. When it comes back as the next step's input (generated token ``k``), the
   code predictor reads the talker's hidden state that chose it (kept per sequence, by state slot) and the token's
   codec embedding, fills codebooks ``1 .. G-1``, and the step's input is the frame's summed embedding plus
-  ``trailing[k]`` (``tts_pad`` past the end). The codes it
-  filled are that sequence's side output (:meth:`side_output`), which the engine hands back with the step's token:
-  output ``k >= 1`` of a request carries codebooks ``1 .. G-1`` of token ``k - 1``. The last token (EOS, or the one
-  that hit ``max_tokens``) never becomes a frame, as in the reference.
+  ``trailing[k]`` (``tts_pad`` past the end). The codes it filled are that sequence's side output
+  (:meth:`gather_side_outputs`), which the engine hands back with the step's token: output ``k >= 1`` of a request
+  carries codebooks ``1 .. G-1`` of token ``k - 1``. The last token (EOS, or the one that hit ``max_tokens``) never
+  becomes a frame, as in the reference. The side outputs travel with the sampled ids, so the engine launches each
+  decode step before reading the previous one back (asynchronous scheduling), as for a text model.
 * The talker's logits block the control ids ``[vocab - 1024, vocab)`` except the codec EOS; the model also applies
   the request's repetition penalty and ``min_tokens`` (the prompt medium's ``"repetition_penalty"`` and
   ``"min_tokens"``, :mod:`~anna_audio.qwen3_tts.engine_requests`) from per-slot device state, the math of the
@@ -364,8 +365,10 @@ class TalkerLM(nn.Module):
         held = (generated < self.min_tokens[slots])[:, None] & self.eos_mask[None, :]  # [N, vocab]
         return logits.masked_fill(held, float("-inf"))
 
-    def side_output(self, state_slot: int) -> torch.Tensor:
-        """Codebooks ``1 .. G-1`` ``[G-1]`` int64, on the host, that the last step filled for the token its sequence
-        sampled the step before (meaningless after a prefill step). Read on the engine's thread right after the step
-        was read back, so the copy waits for nothing, and the server's event loop never waits on the device."""
-        return self.frame_codes[state_slot].to("cpu", copy=True)  # a copy also on the CPU: the next step overwrites
+    def gather_side_outputs(self, state_slots: torch.Tensor) -> torch.Tensor:
+        """state_slots ``[n]`` int64 -> ``[n, G-1]`` int64 on the model's device: per slot, codebooks ``1 .. G-1``
+        that the last step filled for the token its sequence sampled the step before (meaningless after a prefill
+        step). One gather, no host read: the engine's runner runs it at the end of each step (inside captured decode
+        graphs) and copies the rows to the host with the sampled ids, so a step launched ahead (asynchronous
+        scheduling) never waits for it and the next step's overwrite of :attr:`frame_codes` cannot reach it."""
+        return self.frame_codes.index_select(0, state_slots)

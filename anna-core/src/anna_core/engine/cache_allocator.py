@@ -150,7 +150,7 @@ def zeroed_caches(spec: CacheSpec, *, num_blocks: int | Sequence[int], block_siz
         ``[num_slots, H_v, K, V]`` float32.
     """
     counts = _per_group(spec, num_blocks)
-    caches = ModelCaches(block_size=block_size)
+    caches = ModelCaches(block_size=block_size, num_slots=num_slots)
     for i, group in enumerate(spec.groups):
         if isinstance(group, FullAttentionSpec) and group.quant is not None:
             rows = (counts[i], block_size, group.num_kv_heads)
@@ -228,6 +228,10 @@ def scratch_block(caches: ModelCaches, group: int) -> int:
 
 
 def scratch_slot(caches: ModelCaches) -> int:
-    """Index of the state slot no sequence owns (the last one; 0 without a recurrent group)."""
+    """Index of the state slot no sequence owns: the last one (``ModelCaches.num_slots - 1``, also without a recurrent
+    group: a model's own per-slot tables, e.g. the speech talker's, and a residual ring have that slot too, and the
+    padding rows of a captured step write there, not into slot 0, a sequence's); 0 for caches of unknown slots."""
+    if caches.num_slots:
+        return caches.num_slots - 1
     states = caches.state_caches
     return states[0].conv[0].shape[0] - 1 if states else 0

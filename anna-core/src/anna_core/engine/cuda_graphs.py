@@ -15,7 +15,9 @@ warmed up and captured over static device buffers. A step of ``n`` sequences the
    :func:`~anna_core.engine.cache_allocator.scratch_block`),
 2. copies it to the device in one non-blocking copy,
 3. replays the graph of the smallest bucket ``>= n``,
-4. and enqueues the copy of the ``n`` sampled ids to page-locked host memory; the caller reads
+4. and enqueues the copy of the ``n`` sampled ids (with a model that declares ``side_outputs``, also of its side
+   outputs, which the captured step gathers into a static buffer after sampling) to page-locked host memory; the
+   caller reads
    them (the step's one host sync) when it needs them, possibly after staging and replaying the
    next step, whose rows may take their input token straight from this step's sampled ids on the
    device (``prev_rows``). In mode ``"logits"`` (:meth:`DecodeGraphs.run_logits`) the replay leaves
@@ -94,6 +96,10 @@ class DecodeGraphs:
             staged per row (``rope_positions`` of :meth:`run`) instead of taken from the index.
         topk: the candidates per row of the fused top-k head's modes (:data:`TOPK_MODES`, through the model's
             ``compute_topk``), or None when ``modes`` has none of them.
+        side_outputs: the model declares ``side_outputs``: every captured step ends by gathering
+            ``model.gather_side_outputs(state_slots)`` of its rows into :attr:`side_out` (``[rows, ...]``, allocated by
+            the first warm-up at the shape and dtype the model gives), and :meth:`run` copies the step's rows of it to
+            the host with its ids (:meth:`~anna_core.engine.graph_staging.PendingIds.side_outputs`).
 
     Raises:
         AnnaError: a non-positive size.
@@ -102,7 +108,7 @@ class DecodeGraphs:
     def __init__(self, model: Any, caches: ModelCaches, accel: Accelerator, *, max_batch: int,
                  max_blocks_per_seq: int, vocab_size: int, compile_fn: Callable | None = None,
                  modes: Sequence[str] = MODES, position_rows: int = 1, staged_positions: bool = False,
-                 topk: int | None = None):
+                 topk: int | None = None, side_outputs: bool = False):
         if max_blocks_per_seq < 1 or vocab_size < 1:
             raise AnnaError("max_blocks_per_seq and vocab_size must be positive")
         unknown = set(modes) - set(MODES + TOPK_MODES)
@@ -147,6 +153,9 @@ class DecodeGraphs:
         # the "logits" graphs' output [rows, logits width] float32, one for all buckets: allocated by the
         # first warm-up (eager, outside the graph pool) at the width the model's logits really have
         self.logits_out: torch.Tensor | None = None
+        self.side_outputs = side_outputs
+        # the side outputs of the last replay's rows [rows, ...] (side_outputs only; allocated by the first warm-up)
+        self.side_out: torch.Tensor | None = None
         self._fill_padding(0)
 
     # -- capture ------------------------------------------------------------------------------
@@ -203,10 +212,20 @@ class DecodeGraphs:
 
     def _step(self, b: int, mode: str) -> None:
         """The captured work of bucket ``b``: forward, logits, sampling, ids into ``self.out`` (with
-        ``"logits"``: the logits into ``self.logits_out[:b]``; the top-k modes: :meth:`_step_topk`)."""
+        ``"logits"``: the logits into ``self.logits_out[:b]``; the top-k modes: :meth:`_step_topk`), then the rows'
+        side outputs into ``self.side_out[:b]`` (``side_outputs``)."""
         if mode in TOPK_MODES:
             self._step_topk(b, mode)
-            return
+        else:
+            self._step_full(b, mode)
+        if self.side_outputs:
+            side = self.model.gather_side_outputs(self.staging.d["state_slots"][:b])  # [b, ...]
+            if self.side_out is None:
+                self.side_out = torch.empty((self.rows, *side.shape[1:]), dtype=side.dtype, device=side.device)
+            self.side_out[:b].copy_(side)
+
+    def _step_full(self, b: int, mode: str) -> None:
+        """:meth:`_step`'s forward, full LM head and sampling (or logits)."""
         logits = self._forward(self._batch(b))
         if mode == "logits":
             if self.logits_out is None:
@@ -245,6 +264,8 @@ class DecodeGraphs:
                 self.accel.synchronize()
                 self._graphs[(b, mode)] = self.accel.capture(lambda b=b, mode=mode: self._step(b, mode), pool)
         self.accel.synchronize()
+        if self.side_out is not None:
+            self.readback.reserve_side(self.side_out)
         log.info("captured decode graphs for batch sizes %s, modes %s", self.buckets, list(self.modes))
 
     @property
@@ -338,7 +359,8 @@ class DecodeGraphs:
                 stage positions (``staged_positions``); None: ``positions``.
 
         Returns:
-            The ``n`` sampled ids, being copied to the host (:meth:`PendingIds.tolist` waits).
+            The ``n`` sampled ids (and side outputs, ``side_outputs``), being copied to the host
+            (:meth:`PendingIds.tolist` waits).
 
         Raises:
             AnnaError: not captured, ``n`` above the largest bucket, a block table wider than ``W``, or
@@ -349,7 +371,7 @@ class DecodeGraphs:
                             f"'topk_sample'), got {mode!r}; logits: run_logits(); candidates: run_topk()")
         n = len(token_ids)
         self._replay(token_ids, positions, block_tables, state_slots, mode, floats, ints, prev_rows, rope_positions)
-        return self.readback.start(self.out[:n])
+        return self.readback.start(self.out[:n], self.side_out[:n] if self.side_outputs else None)
 
     def run_logits(self, token_ids: Sequence[int], positions: Sequence[int],
                    block_tables: Sequence[Sequence[Sequence[int]]], state_slots: Sequence[int],

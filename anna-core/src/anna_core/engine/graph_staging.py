@@ -104,41 +104,79 @@ class Staging:
 
 
 class PendingIds:
-    """The sampled ids of a launched step, on their way to page-locked host memory.
+    """The sampled ids of a launched step (and, for a model that declares ``side_outputs``, its side outputs), on
+    their way to page-locked host memory: the plain object a decode graph step hands from the runner to the engine.
 
-    :meth:`tolist` waits for that copy (the step's one host sync) and returns the ids.
+    :meth:`tolist` waits for the copies (the step's one host sync) and returns the ids; :meth:`side_outputs` then
+    gives each row's side output.
+
+    Args:
+        device_ids: ``[n]`` int64 sampled ids on the device.
+        host: ``[n]`` int64 their host copy (being written).
+        event: recorded after the copies were enqueued (None on the CPU, where they are done).
+        side_host: ``[n, ...]`` the host copy of the step's side outputs (``CausalLM.gather_side_outputs`` of its
+            rows' state slots, gathered inside the step), or None.
     """
 
-    def __init__(self, device_ids: torch.Tensor, host: torch.Tensor, event: object | None):
+    def __init__(self, device_ids: torch.Tensor, host: torch.Tensor, event: object | None,
+                 side_host: torch.Tensor | None = None):
         self.device_ids = device_ids
         self._host = host
         self._event = event
+        self._side_host = side_host
 
     def tolist(self) -> list[int]:
         if self._event is not None:
             self._event.synchronize()
         return self._host.tolist()
 
+    def side_outputs(self) -> list[torch.Tensor] | None:
+        """Per row, its side output (row ``i`` of the host copy, ``[...]``; a copy: the page-locked buffer is reused
+        two steps later), or None when the step gathered none. Waits for the copies like :meth:`tolist`."""
+        if self._side_host is None:
+            return None
+        if self._event is not None:
+            self._event.synchronize()
+        return list(self._side_host.clone().unbind(0))
+
 
 class IdsReadback:
-    """Two alternating page-locked host buffers receiving each step's sampled ids."""
+    """Two alternating page-locked host buffers receiving each step's sampled ids (and side outputs: two more,
+    allocated at the first step that has some, at the shape and dtype it has)."""
 
     def __init__(self, accel: Accelerator, rows: int):
         self._accel = accel
+        self._rows = rows
         self._hosts = [accel.pin(torch.zeros(rows, dtype=torch.int64)) for _ in range(2)]
+        self._side_hosts: list[torch.Tensor] | None = None
         self._events: list[object | None] = [None, None]
         self._cur = 0
 
-    def start(self, device_ids: torch.Tensor) -> PendingIds:
-        """Enqueue the copy of ``device_ids`` (``[n]`` int64) into the next host buffer."""
+    def start(self, device_ids: torch.Tensor, side: torch.Tensor | None = None) -> PendingIds:
+        """Enqueue the copy of ``device_ids`` (``[n]`` int64), and of ``side`` (``[n, ...]``, the step's side outputs)
+        when given, into the next host buffers."""
         self._cur ^= 1
         event = self._events[self._cur]
         if event is not None:  # its previous step was read long ago; never blocks in practice
             event.synchronize()
-        host = self._hosts[self._cur][:device_ids.shape[0]]
+        n = device_ids.shape[0]
+        host = self._hosts[self._cur][:n]
         host.copy_(device_ids, non_blocking=True)
+        side_host = None
+        if side is not None:
+            self.reserve_side(side)
+            side_host = self._side_hosts[self._cur][:n]
+            side_host.copy_(side, non_blocking=True)
         event = self._accel.event()
         if event is not None:
             event.record()
         self._events[self._cur] = event
-        return PendingIds(device_ids, host, event)
+        return PendingIds(device_ids, host, event, side_host)
+
+    def reserve_side(self, like: torch.Tensor) -> None:
+        """Allocate the side outputs' two page-locked buffers for rows shaped and typed as ``like`` ``[n, ...]`` (at
+        capture, so that no step pays for pinning memory), unless they are already."""
+        hosts = self._side_hosts
+        if hosts is None or hosts[0].shape[1:] != like.shape[1:] or hosts[0].dtype != like.dtype:
+            self._side_hosts = [self._accel.pin(torch.zeros((self._rows, *like.shape[1:]), dtype=like.dtype))
+                                for _ in range(2)]

@@ -3,13 +3,17 @@
 A graph decode step is launched without waiting; each of its requests gets a
 :data:`~anna_core.engine.request.PENDING` placeholder as its newest token. The next engine call
 launches the following step first (rows with a pending input token read it on the device), then
-reads this step's ids back and :meth:`Inflight.fill` puts them in place of the placeholders.
+reads this step's ids back and :meth:`Inflight.fill` puts them in place of the placeholders (and, for a
+model that declares ``side_outputs``, appends each request's side output of the step to
+:attr:`~anna_core.engine.request.Request.side_outputs`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from anna_core.engine.graph_staging import PendingIds
-from anna_core.engine.request import PENDING, Request
+from anna_core.engine.request import PENDING, Request, RequestStatus
 from anna_core.engine.sched_output import SchedulerOutput
 
 
@@ -29,8 +33,16 @@ class Inflight:
         self.requests = requests
         self.rows = rows
 
-    def fill(self, live: list[Request], ids: list[int]) -> None:
-        """Replace each ``live`` request's placeholder (its last token) by its sampled id.
+    def live(self) -> list[Request]:
+        """The requests whose placeholder is still to be filled: not finished meanwhile, and not preempted by a
+        model that holds its last token (``recompute_holds_last``: the preemption dropped the placeholder; the token
+        is computed again after the recompute)."""
+        return [r for r in self.requests if not r.finished
+                and not (r.status is RequestStatus.WAITING and r.output_token_ids[-1:] != [PENDING])]
+
+    def fill(self, live: list[Request], ids: list[int], side_outputs: list[Any] | None = None) -> None:
+        """Replace each ``live`` request's placeholder (its last token) by its sampled id, and append its row of
+        ``side_outputs`` (the step's, in row order; None for a model without them) to its side outputs.
 
         Raises:
             RuntimeError: a request has no placeholder to fill (an engine bug, never bad input).
@@ -38,7 +50,10 @@ class Inflight:
         for req in live:
             if req.output_token_ids[-1] != PENDING:
                 raise RuntimeError(f"request {req.request_id} has no pending token to fill")
-            req.output_token_ids[-1] = ids[self.rows[req.request_id]]
+            row = self.rows[req.request_id]
+            req.output_token_ids[-1] = ids[row]
+            if side_outputs is not None:
+                req.side_outputs.append(side_outputs[row])
 
 
 def resolve_pending(out: SchedulerOutput) -> None:

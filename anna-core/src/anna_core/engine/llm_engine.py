@@ -15,6 +15,10 @@ overlaps the device's step instead of idling it. Outputs come one call later; a 
 (EOS, stop string) has computed one extra token, which is discarded; a request that reaches
 ``max_tokens`` is not scheduled past it. Steps that are not plain graph decodes (prefill, mixed,
 logits processors, prompt-cache hits) first read back the step in flight and then run as before.
+A model's side outputs (``ModelCapabilities.side_outputs``, e.g. a speech talker's other codebooks) travel with
+the ids (:class:`~anna_core.engine.graph_staging.PendingIds`), so its steps overlap too; with
+``recompute_holds_last`` a step with a request holding its last token (a recompute after preemption) runs
+without overlap (:meth:`LLMEngine._can_overlap`).
 """
 
 from __future__ import annotations
@@ -496,6 +500,10 @@ class LLMEngine:
                 result = self.runner.execute(out) if out.seqs else ModelRunnerOutput(StepPath.EAGER)
                 if out.prompt_hits:
                     result.sampled.update(self._sample_prompt_hits(out))
+                    if self.model.capabilities.side_outputs:  # (what the hit's slot holds: no step computed it)
+                        hits = out.prompt_hits
+                        result.side_outputs.update(self.runner.side_outputs_of([h.request_id for h in hits],
+                                                                               [h.state_slot for h in hits]))
         except Exception as exc:  # the model failed: fail this step's requests, keep serving others
             log.exception("engine step failed")
             self.scheduler.abandon(out)
@@ -529,6 +537,9 @@ class LLMEngine:
             return results
         grown = self.scheduler.update(out, result)
         self._capture(out, result.prompt_logits)
+        if self.model.capabilities.side_outputs:
+            for req in grown:  # a recompute's inputs (ForwardBatch.side_outputs), and the output's (_process)
+                req.side_outputs.append(result.side_outputs[req.request_id])
         results += self._process_all(grown)
         if self.runner.encoder is not None:  # the step was read back: its encodes' device time, without a wait
             self.runner.encoder.settle()
@@ -537,11 +548,12 @@ class LLMEngine:
 
     def _can_overlap(self, out: SchedulerOutput) -> bool:
         """Whether ``out`` may be launched without waiting: asynchronous scheduling is on, the runner runs
-        it as a captured decode graph with the sampler inside, and no prompt-cache or snapshot work
-        surrounds it."""
-        caps = self.model.capabilities
-        if not self.config.async_scheduling or out.prompt_hits or not out.seqs or caps.side_outputs \
-                or caps.recompute_holds_last:  # a held token is never a pending one
+        it as a captured decode graph with the sampler inside, no prompt-cache or snapshot work
+        surrounds it, and no request of it holds its last token (``recompute_holds_last``: a held token is
+        never a pending one; such a step, a recompute's, samples nothing and never replays a decode graph)."""
+        if not self.config.async_scheduling or out.prompt_hits or not out.seqs:
+            return False
+        if any(s.request.held_token is not None for s in out.seqs):
             return False
         if any(s.capture_prompt or s.capture_snapshot or s.checkpoints or s.restore_snapshot is not None
                for s in out.seqs):
@@ -554,15 +566,16 @@ class LLMEngine:
         inflight, self._inflight = self._inflight, None
         if inflight is None:
             return []
-        live = [r for r in inflight.requests if not r.finished]
+        live = inflight.live()
         try:
             ids = inflight.ids.tolist()
+            side = inflight.ids.side_outputs()
         except Exception as exc:  # the device step failed
             log.exception("reading back a launched step failed")
             failed = [self.fail_request(r.request_id, _failure_message(exc), code=_failure_code(exc))
                       for r in live if r.request_id in self._requests]
             return failed + self._step_failed(exc, new_prompts=False)
-        inflight.fill(live, ids)
+        inflight.fill(live, ids, side)
         return self._process_all(live)
 
     def _process_all(self, requests: list[Request]) -> list[RequestOutput]:
@@ -677,10 +690,8 @@ class LLMEngine:
             self.metrics.on_token(req.request_id, now)
         reason: str | None = None
         stop_reason: str | int | None = None
-        side: list[Any] = []
-        if self.model.capabilities.side_outputs:  # read before a finish frees the request's slot
-            side.append(self.model.side_output(self.kv.slots.slot(req.request_id)))
-            req.side_outputs.append(side[-1])  # a recompute's inputs (ForwardBatch.side_outputs)
+        # the step's side output of this token (delivered into req.side_outputs with it: step, _read_back)
+        side: list[Any] = req.side_outputs[-1:] if self.model.capabilities.side_outputs else []
         if n_out > req.params.min_tokens:
             if token in req.eos_token_ids and not req.params.ignore_eos:
                 reason = "stop"

@@ -136,6 +136,8 @@ class ModelRunner:
         self.num_prefill_graph_steps = 0
         self.num_split_steps = 0
         self.num_eager_steps = 0
+        # decode graph steps launched without waiting (asynchronous scheduling: read back by the engine's next call)
+        self.num_launched_ahead = 0
         self.max_prefill_replays = 0  # set by setup() (graphs only exist after it)
         self.fused_topk_head = "off"  # RunnerConfig.fused_topk_head (its default), set by setup()
         # sampling steps (or parts of split steps) by LM head: the fused top-k head, or the full logits
@@ -220,7 +222,8 @@ class ModelRunner:
             with_topk = {"modes": MODES + TOPK_MODES, "topk": FUSED_K} if topk else {}
             graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,
                                   max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn,
-                                  position_rows=self.position_rows, staged_positions=self.own_positions, **with_topk)
+                                  position_rows=self.position_rows, staged_positions=self.own_positions,
+                                  side_outputs=self.model.capabilities.side_outputs, **with_topk)
             graphs.capture()
             return graphs
 
@@ -506,7 +509,8 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput, *, prev_rows: dict[str, int] | None = None, wait: bool = True,
                 path: StepPath | None = None) -> ModelRunnerOutput:
-        """Run the step along :meth:`plan`'s path.
+        """Run the step along :meth:`plan`'s path; with a model that declares ``side_outputs``, the result carries
+        each sampling sequence's side output (``ModelRunnerOutput.side_outputs``, or the ``pending`` ids').
 
         Args:
             out: the step.
@@ -531,21 +535,40 @@ class ModelRunner:
         if path is StepPath.DECODE_GRAPH:
             ids = self._launch_decode(out, prev_rows)
             if not wait:
+                self.num_launched_ahead += 1
                 return ModelRunnerOutput(path, pending=ids)
-            return ModelRunnerOutput(path, sampled=dict(zip([s.request_id for s in out.seqs], ids.tolist())))
+            rids = [s.request_id for s in out.seqs]
+            side = ids.side_outputs()
+            return ModelRunnerOutput(path, sampled=dict(zip(rids, ids.tolist())),
+                                     side_outputs=dict(zip(rids, side)) if side is not None else {})
         if path is StepPath.DECODE_LOGITS_GRAPH:
-            return self._run_logits_graph(out, path)
-        if path is StepPath.PREFILL_GRAPH:
+            result = self._run_logits_graph(out, path)
+        elif path is StepPath.PREFILL_GRAPH:
             seq = out.seqs[0]
             if has_state(self.caches):
                 zero_slots(self.caches, host_tensor([seq.state_slot], torch.int64, self.device))
             logits = self._replay_prefill(seq)
             self.num_prefill_graph_steps += 1
-            return self._sample(path, logits, out.seqs)
-        if path is StepPath.SPLIT:
-            return self._run_split(out)
-        self.num_eager_steps += 1
-        return self._run_eager(out, path)
+            result = self._sample(path, logits, out.seqs)
+        elif path is StepPath.SPLIT:
+            result = self._run_split(out)
+        else:
+            self.num_eager_steps += 1
+            result = self._run_eager(out, path)
+        if self.model.capabilities.side_outputs:
+            samplers = [s for s in out.seqs if s.samples]
+            result.side_outputs = self.side_outputs_of([s.request_id for s in samplers],
+                                                       [s.state_slot for s in samplers])
+        return result
+
+    def side_outputs_of(self, request_ids: list[str], state_slots: list[int]) -> dict[str, Any]:
+        """Request id -> the host copy of what the model's last step left in its state slot
+        (``model.gather_side_outputs``, one row per request; a model that declares ``side_outputs``): after a step
+        that waited (one more host sync, behind the sampling's), and for prompt-cache hits."""
+        if not request_ids:
+            return {}
+        rows = self.model.gather_side_outputs(host_tensor(state_slots, torch.int64, self.device))
+        return dict(zip(request_ids, rows.to("cpu", copy=True).unbind(0)))
 
     def _run_logits_graph(self, out: SchedulerOutput, path: StepPath) -> ModelRunnerOutput:
         """The decode step ``out`` through the captured logits graph (the candidates graph when the step takes the

@@ -59,7 +59,7 @@ class RequestOutput:
         metrics: timings in seconds (``arrival``, ``first_token``, ``finished``) from
             ``time.perf_counter``.
         side_outputs: with a model whose capabilities declare ``side_outputs``, what its step left for this
-            request besides each token of ``delta_token_ids`` (``CausalLM.side_output``, one per token); else
+            request besides each token of ``delta_token_ids`` (a row of ``CausalLM.gather_side_outputs``, one per token); else
             empty.
     """
 

@@ -196,7 +196,7 @@ def mask_top_p(sorted_logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
     best entry always stays."""
     probs = sorted_logits.softmax(dim=-1)
     drop = (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
-    drop[:, 0] = False
+    drop[:, 0].fill_(False)  # a fill, not a copy from a host scalar tensor
     return sorted_logits.masked_fill(drop, _NEG_INF)
 
 

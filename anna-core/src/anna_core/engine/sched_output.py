@@ -179,13 +179,18 @@ class ModelRunnerOutput:
         path: how the step ran.
         sampled: request id -> sampled token of every sequence that samples (empty while ``pending``).
         pending: a launched decode step's ids in ``out.seqs`` order, still being copied to the host
-            (``wait=False``; :class:`~anna_core.engine.graph_staging.PendingIds`), or None.
+            (``wait=False``; :class:`~anna_core.engine.graph_staging.PendingIds`, which also carries the step's
+            side outputs), or None.
         prompt_logits: request id -> ``[V]`` float32 tensor, the last-row logits of each sequence whose
             chunk completes its prompt, for the prompt cache (``capture_prompt``; raw logits only, so none
             for requests whose logits are processed).
+        side_outputs: with a model that declares ``side_outputs``, request id -> the host copy of what the step left
+            for each sequence that sampled (``CausalLM.gather_side_outputs``, one row each; empty while
+            ``pending``: the pending ids carry them).
     """
 
     path: StepPath
     sampled: dict[str, int] = attrs.field(factory=dict)
     pending: Any = None
     prompt_logits: dict[str, Any] = attrs.field(factory=dict)
+    side_outputs: dict[str, Any] = attrs.field(factory=dict)

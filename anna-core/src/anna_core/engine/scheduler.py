@@ -37,7 +37,9 @@ its prompt and generated tokens again (reusing cached blocks), so its output is 
 request is admitted in a step that preempted. With ``hold_last`` (a model that declares
 ``recompute_holds_last``) a preempted request's last generated token is held back
 (:attr:`~anna_core.engine.request.Request.held_token`): the recompute stops before it without sampling,
-and the step that reaches it puts the token back (no new output), to be decoded next.
+and the step that reaches it puts the token back (no new output), to be decoded next. A newest token still
+pending (asynchronous scheduling: its step is in flight) is dropped first and the one before it held: the
+pending one's step consumed its input with state the recompute rebuilds, so it is computed again.
 """
 
 from __future__ import annotations
@@ -480,8 +482,10 @@ class Scheduler:
         self._release(request)
         request.status = RequestStatus.WAITING
         request.num_computed_tokens = 0
-        if self.hold_last and request.held_token is None and request.output_token_ids:
-            request.held_token = request.output_token_ids.pop()
+        if self.hold_last and request.held_token is None:
+            request.drop_pending()  # its step in flight computed a token it holds no input for: computed again
+            if request.output_token_ids:
+                request.held_token = request.output_token_ids.pop()
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)

@@ -1,0 +1,252 @@
+"""The talker's decode steps under asynchronous scheduling (:mod:`anna_core.engine.llm_engine`): each captured decode
+step (over :class:`~anna_core.testing.fake_graphs.FakeGraphAccelerator`) is launched before the previous one is read
+back, its side outputs (the code predictor's codebooks) travelling with its sampled ids. Overlapped decoding gives
+exactly the tokens, codes and audio of the synchronous engine (``async_scheduling=False``) and of the reference,
+batched and alone, with seeded sampling, and with requests preempted by recompute while their step is in flight; the
+overlap is really taken (rows read their input token from the previous replay on the device). The decode step
+itself (talker and code predictor) reads nothing on the host, and its launches per frame are bounded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from anna_audio.qwen3_tts import build_prompt, load_code_predictor, load_config
+from anna_audio.qwen3_tts.engine_requests import FrameAssembler, TalkerParams, engine_request, talker_params
+from anna_audio.qwen3_tts.generate import GREEDY
+from anna_audio.qwen3_tts.sampling import SpeechSampling
+from anna_audio.qwen3_tts.talker_lm import TalkerLM
+from anna_audio.qwen3_tts.weights import load_talker
+from anna_core.engine.config import EngineConfig
+from anna_core.engine.llm_engine import LLMEngine
+from anna_core.engine.model_runner import RunnerConfig
+from anna_core.engine.request import PENDING
+from anna_core.engine.sampling_params import SamplingParams
+from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
+from anna_core.testing.host_reads import NoHostReads, OpCounts
+
+from tests.audio.test_qwen3_tts_talker import _requests
+from tests.audio.tts_golden import CHECKPOINTS, golden
+
+pytestmark = pytest.mark.slow  # captures the tiny talker's graphs for two engines per test (seconds each)
+
+SAMPLING = SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.05, max_new_tokens=24)
+
+# Launches (ATen ops that run a kernel, OpCounts) of one captured greedy decode step, i.e. one frame per row, of the
+# tiny CustomVoice checkpoint (talker of 2 layers; code predictor of 2 layers filling codebooks 1..3) over
+# the CPU op table, by batch: measured 482 at batch 1 and 616 at batch 4 (the CPU reference paged attention loops over
+# sequences; a GPU's Triton kernels do not, and a GPU replays the step as one graph launch), bounded with a little
+# headroom so a regression (e.g. per-codebook host work, the code predictor run per row) fails. Sampling codebook 0
+# in the graph adds the sampler's ops (~90).
+MAX_LAUNCHES_PER_FRAME = {1: 500, 4: 640}
+
+
+def _parts(name: str):
+    folder = CHECKPOINTS[name]
+    config = load_config(folder)
+    return config, load_talker(folder, config), load_code_predictor(folder, config)
+
+
+def _graph_engine(parts, *, async_scheduling: bool, max_num_seqs: int = 8, num_blocks: int = 64,
+                  block_size: int = 16, max_prefill_tokens: int | None = None):
+    """An engine over the talker whose decode steps replay captured graphs (the fake accelerator)."""
+    config, talker, predictor = parts
+    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
+                     predictor_sampling=GREEDY)
+    model.reserve_slots(max_num_seqs)
+    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=max_num_seqs, enable_prefix_caching=False,
+                                                  prompt_cache_size=0, num_blocks=num_blocks, block_size=block_size,
+                                                  max_prefill_tokens=max_prefill_tokens,
+                                                  async_scheduling=async_scheduling),
+                       eos_token_ids=[model.eos_token_id])
+    engine.runner.accel = FakeGraphAccelerator()
+    engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
+                        max_num_seqs=max_num_seqs)
+    assert engine.runner.graph_report()["decode"]["captured"]
+    return model, engine
+
+
+def _record_device_inputs(engine) -> list[int]:
+    """Per decode graph launch, the rows whose input token came from the previous replay (not yet read back)."""
+    counts: list[int] = []
+    run = engine.runner.graphs.run
+
+    def recording(*args, prev_rows=None, **kwargs):
+        counts.append(sum(r >= 0 for r in prev_rows) if prev_rows is not None else 0)
+        return run(*args, prev_rows=prev_rows, **kwargs)
+
+    engine.runner.graphs.run = recording
+    return counts
+
+
+def _run(engine: LLMEngine, model: TalkerLM, prompts: dict, params_of, groups: int):
+    """Submit ``{request id: TalkerPrompt}`` at once with ``params_of(i)`` each, step to the end:
+    ``{request id: (tokens, codes [F, G])}``; every output's side outputs pair with its tokens, none pending."""
+    frames, tokens = {}, {}
+    for i, (rid, prompt) in enumerate(prompts.items()):
+        request = engine_request(prompt, model.placeholder_id, params_of(i))
+        engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
+        frames[rid], tokens[rid] = FrameAssembler(), []
+    while engine.has_unfinished():
+        for out in engine.step():
+            assert out.finish_reason != "error", out.error
+            assert PENDING not in out.delta_token_ids and len(out.side_outputs) == len(out.delta_token_ids)
+            frames[out.request_id].feed(out)
+            tokens[out.request_id] += out.delta_token_ids
+    assert engine._inflight is None and engine.kv.num_used_blocks == 0
+    return {rid: (tokens[rid], frames[rid].codes(groups)) for rid in prompts}
+
+
+def _prompts(parts, cases, g, keep=None) -> dict:
+    config, talker, predictor = parts
+    jobs = _requests(cases, g)
+    if keep is not None:
+        jobs = keep(jobs)
+    with torch.inference_mode():
+        return {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+
+
+def test_overlapped_decoding_equals_the_synchronous_engine_and_the_reference_batched_and_alone():
+    g, facts = golden("custom_voice")
+    parts = _parts("custom_voice")
+    groups = parts[0].talker.num_code_groups
+    prompts = _prompts(parts, facts["cases"], g)
+    first = next(iter(prompts))
+    greedy = lambda i: talker_params(SAMPLING)  # noqa: E731
+    results = {}
+    for overlap in (False, True):
+        model, engine = _graph_engine(parts, async_scheduling=overlap)
+        device_inputs = _record_device_inputs(engine)
+        together = _run(engine, model, prompts, greedy, groups)
+        alone = _run(engine, model, {first: prompts[first]}, greedy, groups)
+        results[overlap] = together, alone
+        assert engine.runner.num_graph_steps > 10
+        assert (sum(device_inputs) > 10) == overlap, device_inputs  # the overlap path is taken, and only then
+        assert (engine.runner.num_launched_ahead > 10) == overlap
+    (sync, sync_alone), (overlapped, overlapped_alone) = results[False], results[True]
+    for rid, (tokens, codes) in overlapped.items():
+        case, row = rid.split("/")
+        assert tokens == sync[rid][0] and torch.equal(codes, sync[rid][1]), rid
+        assert torch.equal(codes, g[f"{case}/codes/{row}"]), rid
+    assert overlapped_alone[first][0] == sync_alone[first][0] == overlapped[first][0]
+    assert torch.equal(overlapped_alone[first][1], overlapped[first][1])
+
+
+def test_overlapped_seeded_sampling_equals_the_synchronous_engine():
+    """Codebook 0 sampled in the graphs (per-row seeds) with the device-side penalty and ``min_tokens``: the same
+    tokens and codes, step for step, with and without the overlap."""
+    g, facts = golden("custom_voice")
+    parts = _parts("custom_voice")
+    prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: jobs[:3])
+
+    def sampled(i):
+        return TalkerParams(SamplingParams(max_tokens=16, temperature=0.9, top_k=50, seed=11 + i),
+                            repetition_penalty=1.5, min_tokens=6)
+
+    runs = []
+    for overlap in (False, True):
+        model, engine = _graph_engine(parts, async_scheduling=overlap, max_num_seqs=4)
+        device_inputs = _record_device_inputs(engine)
+        runs.append(_run(engine, model, prompts, sampled, parts[0].talker.num_code_groups))
+        assert (sum(device_inputs) > 0) == overlap
+    for rid in prompts:
+        assert runs[0][rid][0] == runs[1][rid][0] and torch.equal(runs[0][rid][1], runs[1][rid][1]), rid
+        assert 6 < len(runs[1][rid][0]) <= 16
+
+
+@pytest.mark.parametrize(("name", "num_blocks"), [("custom_voice", 20), ("voice_design", 24)])
+def test_requests_preempted_while_their_step_is_in_flight_recompute_to_the_same_codes(name, num_blocks):
+    """A KV pool of 4-token blocks too small for every request: running requests are preempted while a step that
+    computes their next token is in flight (its pending token is dropped and computed again after the recompute);
+    every request's tokens and codes equal the synchronous engine's and the reference's, each frame reported once."""
+    g, facts = golden(name)
+    parts = _parts(name)
+    groups = parts[0].talker.num_code_groups
+    prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: sorted(jobs, key=lambda j: j[0] == "streaming_text"))
+    greedy = lambda i: talker_params(SAMPLING)  # noqa: E731
+    runs, victims = [], []
+    for overlap in (False, True):
+        model, engine = _graph_engine(parts, async_scheduling=overlap, num_blocks=num_blocks, block_size=4,
+                                      max_prefill_tokens=16)
+        preempt = engine.scheduler._preempt
+
+        def recording(request, preempt=preempt, overlap=overlap):
+            if overlap:
+                victims.append(request.output_token_ids[-1:] == [PENDING])
+            preempt(request)
+
+        engine.scheduler._preempt = recording
+        device_inputs = _record_device_inputs(engine)
+        runs.append(_run(engine, model, prompts, greedy, groups))
+        assert engine.scheduler.num_preemptions > 0
+        assert (sum(device_inputs) > 0) == overlap
+    assert any(victims), victims  # preempted with a token in flight
+    for rid, (tokens, codes) in runs[1].items():
+        case, row = rid.split("/")
+        assert tokens == runs[0][rid][0], rid
+        assert torch.equal(codes, runs[0][rid][1]) and torch.equal(codes, g[f"{case}/codes/{row}"]), rid
+
+
+def test_overlapped_audio_equals_the_synchronous_audio_and_the_reference():
+    """The vocoder's waveform of the overlapped engine's codes: equal to the synchronous engine's and within the
+    golden tolerance of the reference's."""
+    from anna_audio.qwen3_tts.stream_state import StreamState
+    from anna_audio.speech import task
+    from anna_core.loading import load_model
+
+    g, facts = golden("custom_voice")
+    loaded = load_model(CHECKPOINTS["custom_voice"], device="cpu", dtype="float32")
+    built = task.build(loaded, EngineConfig(max_num_seqs=4), None)
+    parts = _parts("custom_voice")
+    prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: jobs[:2])
+    greedy = lambda i: talker_params(SAMPLING)  # noqa: E731
+    waves = []
+    try:
+        for overlap in (False, True):
+            model, engine = _graph_engine(parts, async_scheduling=overlap, max_num_seqs=4)
+            got = _run(engine, model, prompts, greedy, parts[0].talker.num_code_groups)
+            waves.append({rid: built.vocoder.decode(StreamState(), codes).result() for rid, (_, codes) in got.items()})
+    finally:
+        built.vocoder.close()
+    for rid, wave in waves[1].items():
+        case, row = rid.split("/")
+        np.testing.assert_array_equal(wave, waves[0][rid])
+        np.testing.assert_allclose(wave, g[f"{case}/wav/{row}"].numpy(), atol=1e-4, rtol=0)
+
+
+def test_the_decode_step_reads_nothing_on_the_host_and_its_launches_are_bounded():
+    """The captured decode step (talker, code predictor's passes for the frame, sampling, the side outputs' gather)
+    under :class:`NoHostReads` at batch 1 and the largest bucket, greedy and sampling, no host data made at batch 1;
+    the greedy step's launches at most :data:`MAX_LAUNCHES_PER_FRAME`. An overlapped engine step of decodes then
+    makes no host read either (the previous step's ids and side outputs come from page-locked copies)."""
+    g, facts = golden("custom_voice")
+    parts = _parts("custom_voice")
+    model, engine = _graph_engine(parts, async_scheduling=True, max_num_seqs=4)
+    graphs = engine.runner.graphs
+    launches = {}
+    for batch in (1, 4):
+        for mode in ("greedy", "sample"):
+            replay = graphs.padded_replay(batch, mode)
+            with torch.inference_mode(), NoHostReads(), OpCounts() as counts:
+                replay()
+            if batch == 1:  # (at larger batches the CPU reference attention builds index tensors from host lists)
+                assert counts.syncs == 0, counts.ops
+            launches[batch, mode] = counts.launches
+    for batch, bound in MAX_LAUNCHES_PER_FRAME.items():
+        assert launches[batch, "greedy"] <= bound, launches
+    assert launches[1, "sample"] > launches[1, "greedy"]
+    prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: jobs[:2])
+    for rid, prompt in prompts.items():
+        request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING, max_frames=12, ignore_eos=True))
+        engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
+    while engine._inflight is None:  # prefills (eager), then the first decode launched ahead
+        engine.step()
+    for _ in range(3):
+        with torch.inference_mode(), NoHostReads():
+            outs = engine.step()
+        assert engine._inflight is not None and {o.request_id for o in outs} == set(prompts)
+        assert all(len(o.side_outputs) == 1 and o.side_outputs[0].shape == (parts[0].talker.num_code_groups - 1,)
+                   for o in outs)
+    while engine.has_unfinished():
+        engine.step()

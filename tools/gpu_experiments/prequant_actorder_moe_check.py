@@ -16,6 +16,7 @@ Triton ``wq_linear`` / ``moe_experts_wq`` kernels where their probes accept):
   gate/up) at widths where the norm prologue is fused (K <= 2048: Qwen3.5-2B's gate/up [12288, 2048] and q/k/v
   [4096, 2048], Gemma 4 E2B's gate/up [12288, 1536]): ``gather_gemv_us`` is the former act-order path (the
   ``add_rms_norm`` op, the ``index_select``, the GEMV, the SiLU product: four launches for one).
+  ``fused_vs_gather_rel`` (max difference over max value) checks the compiled kernels: expect below ~1e-2.
 
     timeout 300 python3 tools/gpu_experiments/prequant_actorder_moe_check.py   # $OUT/prequant_actorder_moe.json (~90-180 s)
     python3 tools/gpu_experiments/prequant_actorder_moe_check.py cpu            # a smoke run on the CPU (no timings)
@@ -69,8 +70,13 @@ def _row(name: str, runs) -> dict:
     from triton.testing import do_bench_cudagraph
 
     us = [do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3 for fn in runs]
+    fused, former = (fn() for fn in runs[1:])
+    fused, former = (y[0] if isinstance(y, tuple) else y for y in (fused, former))
     row = {"plain_us": round(us[0], 2), "perm_fused_us": round(us[1], 2), "gather_gemv_us": round(us[2], 2),
-           "fused_overhead": round(us[1] / us[0], 3), "gather_overhead": round(us[2] / us[0], 3)}
+           "fused_overhead": round(us[1] / us[0], 3), "gather_overhead": round(us[2] / us[0], 3),
+           # the two act-order paths compute the same product (bfloat16 outputs: a few ulps of summation order)
+           "fused_vs_gather_rel": round(((fused.float() - former.float()).abs().max()
+                                         / former.float().abs().max()).item(), 5)}
     print(name, row, flush=True)
     return row
 

@@ -134,14 +134,16 @@ def test_a_perm_of_the_wrong_shape_or_dtype_is_refused(perm, match):
 
 
 def _decode_step(model, token):
-    """``(launches by kernel / aten op, logits [1, V])`` of one single-token forward (a decode step: ``is_decode``)."""
+    """``(launches by kernel / aten op, aten ops of anna_core.testing's OpCounts, logits [1, V])`` of one
+    single-token forward (a decode step: ``is_decode``)."""
+    from anna_core.testing.host_reads import OpCounts
     from anna_core.testing.runner import prefill_logits
 
     from tests.xpu_kernels._launches import LaunchCounter
 
-    with LaunchCounter() as counter:
+    with OpCounts() as ops, LaunchCounter() as counter:
         logits = prefill_logits(model, [token])
-    return counter.launches, logits
+    return counter.launches, ops.ops, logits
 
 
 def test_act_order_qwen35_decode_step_keeps_the_fused_norm(tmp_path, monkeypatch):
@@ -174,11 +176,12 @@ def test_act_order_qwen35_decode_step_keeps_the_fused_norm(tmp_path, monkeypatch
     model = load(act_dir)
     permuted = {n.rpartition(".")[2] for n, m in model.named_modules() if isinstance(m, WQLinear) and m.perm is not None}
     assert permuted == {"qkv_proj", "in_proj_all", "gate_up_proj"}  # the layers reading 2+ groups (down_proj folded)
-    launches, got = _decode_step(model, prompt[0])
+    launches, aten_ops, got = _decode_step(model, prompt[0])
     assert _rel(got, want) <= 1e-5 and _rel(got, oracle) <= 1e-4
     assert model.ops.registry.chosen()["add_rms_norm_wq_linear"] == "triton"
     assert not {"aten:index_select", "aten:gather", "aten:index"} & set(launches)
-    plain_launches, _ = _decode_step(load(plain_dir), prompt[0])
+    assert not {"index_select", "gather", "index"} & set(aten_ops)  # not inside the Triton launches either
+    plain_launches, _, _ = _decode_step(load(plain_dir), prompt[0])
     wq = sum(isinstance(m, WQLinear) for m in model.modules())
     assert launches["triton:_wq_decode_kernel"] == wq
     kernels = {name: n for name, n in launches.items() if name.startswith("triton:")}

@@ -104,3 +104,35 @@ def test_act_order_down_proj_order_folds_into_gate_up_rows():
     assert torch.allclose(got, mlp(norm(x + res)), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="fp8 scales cover 128-row blocks"):
         _wq(128, 128, "fp8", 0).permute_outputs(torch.arange(128))
+
+
+def test_merge_linear_runs_keep_each_quantized_part_quantized():
+    """Parts that cannot all share one quantized weight merge in greedy runs of consecutive parts (FP8: a part whose
+    rows end inside a 128-row scale block closes its run; act-order parts of another column order start one; dense
+    parts merge with dense ones), the runs' outputs concatenated being the parts' outputs."""
+    from anna_core.layers.linear import merge_linear_runs
+    from anna_core.weights.gpu_quant import QuantizedWeight
+
+    fp8 = [_wq(256, 128, "fp8", 0), _wq(64, 128, "fp8", 1), _wq(4, 128, "fp8", 2), _wq(4, 128, "fp8", 3)]
+    runs = merge_linear_runs(fp8)
+    assert [(m.out_features, n) for m, n in runs] == [(320, 2), (4, 1), (4, 1)]
+    assert all(isinstance(m, WQLinear) and m.scheme == "fp8" for m, _ in runs)
+    assert runs[1][0] is fp8[2] and runs[2][0] is fp8[3]  # a run of one part is that part
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(5))
+    want = torch.cat([p(x) for p in fp8], dim=-1)
+    assert torch.allclose(torch.cat([m(x) for m, _ in runs], dim=-1), want, rtol=1e-5, atol=1e-5)
+
+    def act_order(seed, perm_seed):
+        w = quantize(torch.randn(64, 256, generator=torch.Generator().manual_seed(seed)), "int4", torch.float32)
+        perm = torch.randperm(256, generator=torch.Generator().manual_seed(perm_seed))
+        return WQLinear(QuantizedWeight(w.qweight, w.scale, w.zero, "int4", perm), None, OPS)
+
+    dense = [nn.Linear(256, 4, bias=False), nn.Linear(256, 4, bias=False)]
+    parts = [act_order(0, 10), act_order(1, 10), act_order(2, 11), *dense]  # two orders, then dense b / a
+    runs = merge_linear_runs(parts)
+    assert [n for _, n in runs] == [2, 1, 2]
+    assert isinstance(runs[0][0], WQLinear) and torch.equal(runs[0][0].perm, parts[0].perm)
+    assert runs[1][0] is parts[2] and type(runs[2][0]) is nn.Linear
+    x = torch.randn(2, 256, generator=torch.Generator().manual_seed(6))
+    want = torch.cat([p(x) for p in parts], dim=-1)
+    assert torch.allclose(torch.cat([m(x) for m, _ in runs], dim=-1), want, rtol=1e-5, atol=1e-5)

@@ -164,16 +164,51 @@ def test_act_order_gptq_logits_equal_dequantized_oracle(tiny256, prompt, tmp_pat
 
 
 def test_act_order_parts_of_different_orders_merge_dense(tiny256, prompt, tmp_path, caplog):
-    """q/k/v (or gate/up) with different column orders cannot share one quantized weight: they merge dense (a log
-    line says so) and still give the oracle's logits."""
+    """q/k/v (or gate/up) with different column orders cannot share one quantized weight: they merge dense (a
+    warning gives the parts and the memory) and still give the oracle's logits. The DeltaNet's input projections
+    merge in runs instead, each act-order part quantized with its own order."""
     quant_dir, dense_dir, _ = build_prequant(tiny256, tmp_path, ACT_ORDER, layout="gptq", act_order="each")
     with caplog.at_level("INFO", "anna"):
         model = _load(quant_dir).model
-    assert "quantized projections of different layouts: dequantized" in caplog.text
+    assert ("merging 3 quantized projections of different layouts ([256, 256] int4-gptq act-order, [64, 256] "
+            "int4-gptq act-order, [64, 256] int4-gptq act-order): dequantized to torch.float32, 0.38 MiB instead of "
+            "0.06 MiB") in caplog.text
     assert not any(isinstance(m, WQLinear) for n, m in model.named_modules() if n.endswith(("qkv_proj", "gate_up_proj")))
     assert any(isinstance(m, WQLinear) and m.perm is not None for m in model.modules())  # o_proj, down_proj, ...
+    for layer in (m for n, m in model.named_modules() if n.endswith("linear_attn")):
+        qkv, z, ba = layer.in_proj_all, *layer.in_proj_rest  # b / a (4 rows) stay dense in this checkpoint
+        assert all(isinstance(m, WQLinear) and m.perm is not None for m in (qkv, z)) and not torch.equal(qkv.perm, z.perm)
+        assert not isinstance(ba, WQLinear) and ba.out_features == 8
     ids = prompt[:8]
     assert rel_err(prefill_logits(model, ids), prefill_logits(_load(dense_dir).model, ids)) < 1e-4
+
+
+def _in_projections(model):
+    """Each DeltaNet layer's merged input projections: ``[in_proj_all, *in_proj_rest]``."""
+    return [[m.in_proj_all, *m.in_proj_rest] for n, m in model.named_modules() if n.endswith("linear_attn")]
+
+
+def test_fp8_quantized_in_proj_b_a_stay_quantized(tiny128, prompt, tmp_path):
+    """An FP8 checkpoint that quantizes the DeltaNet's narrow ``in_proj_b`` / ``in_proj_a`` (``H_v`` = 4 rows, one
+    partial 128-row scale block each): merging all four input projections would need them dequantized (the rows of
+    ``z`` and ``b`` end inside a scale block); they merge in runs instead, every part FP8: ``[qkv, z]``, ``[b]``,
+    ``[a]`` (hidden 128: ``qkv`` 128 rows, ``z`` 64), a third of the dense float32 bytes, with the logits of the
+    dequantized weights."""
+    quant_dir, dense_dir, prefixes = build_prequant(tiny128, tmp_path, CASES["fp8"][0], layout="fp8", narrow=True)
+    assert sum(p.endswith(("in_proj_b", "in_proj_a")) for p in prefixes) == 4  # 2 DeltaNet layers
+    model, oracle = _load(quant_dir).model, _load(dense_dir).model
+    runs = _in_projections(model)
+    assert len(runs) == 2
+    for parts in runs:
+        assert all(isinstance(m, WQLinear) and m.scheme == "fp8" and m.kind == "fp8-block" for m in parts)
+        assert [m.out_features for m in parts] == [128 + 64, 4, 4]
+        quantized = sum(b.numel() * b.element_size() for m in parts for b in m.buffers())
+        assert quantized < sum(m.in_features * m.out_features for m in parts) * 4 / 3  # fp8 codes + block scales
+    ids = prompt + list(range(3, 23))
+    want = prefill_logits(oracle, ids)
+    assert rel_err(prefill_logits(model, ids), want) < 1e-4
+    assert simple_greedy(model, prompt, 16) == simple_greedy(oracle, prompt, 16)
+    assert rel_err(prefill_logits(_load(tiny128).model, ids), want) > 1e-3
 
 
 def test_act_order_layout_cache_round_trip(tiny256, prompt, tmp_path, monkeypatch, caplog):

@@ -8,10 +8,17 @@ Triton ``wq_linear`` / ``moe_experts_wq`` kernels where their probes accept):
 * ``moe_gptq``: a tiny Qwen3.5-MoE (H = I = 128) with GPTQ int4 experts stacked into ``moe_experts_wq``: the same
   figures, ``weights`` as /healthz shows them;
 * ``gather_cost``: microseconds per call (CUDA graph replay) of an int4 WQLinear at the Qwen3.5-9B shapes
-  (gate/up [24576, 4096], down [4096, 12288], o_proj [4096, 4096]) for M = 1 and 32 rows, without and with an
-  act-order column order (the ``index_select`` before the GEMV): the overhead the gather adds.
+  (gate/up [24576, 4096], down [4096, 12288], o_proj [4096, 4096]) for M = 1 and 32 rows: without a column order
+  (``plain_us``), with an act-order one read inside the GEMV (``perm_fused_us``, what the layer runs) and with the
+  former ``index_select`` before the plain GEMV (``gather_gemv_us``); ``fused_overhead`` / ``gather_overhead``
+  are those over ``plain_us``;
+* ``norm_cost``: the same three for ``add_rms_norm_wq_linear`` (residual add + RMSNorm + GEMV, SiLU-gated for
+  gate/up) at widths where the norm prologue is fused (K <= 2048: Qwen3.5-2B's gate/up [12288, 2048] and q/k/v
+  [4096, 2048], Gemma 4 E2B's gate/up [12288, 1536]): ``gather_gemv_us`` is the former act-order path (the
+  ``add_rms_norm`` op, the ``index_select``, the GEMV, the SiLU product: four launches for one).
+  ``fused_vs_gather_rel`` (max difference over max value) checks the compiled kernels: expect below ~1e-2.
 
-    timeout 300 python3 tools/gpu_experiments/prequant_actorder_moe_check.py   # $OUT/prequant_actorder_moe.json (~60-120 s)
+    timeout 300 python3 tools/gpu_experiments/prequant_actorder_moe_check.py   # $OUT/prequant_actorder_moe.json (~90-180 s)
     python3 tools/gpu_experiments/prequant_actorder_moe_check.py cpu            # a smoke run on the CPU (no timings)
 """
 
@@ -48,26 +55,68 @@ def _compare(quant_dir: Path, dense_dir: Path, device: str, ids: list[int]) -> d
     }
 
 
-def _gather_cost() -> dict:
-    from anna_core.kernels.registry import KernelRegistry, bind_ops
+def _layers(ops, n: int, k: int):
+    """``(plain, act-order)`` int4 WQLinears of one random ``[n, k]`` weight, and the act-order one's ``perm``."""
     from anna_core.layers.wq_linear import WQLinear
     from anna_core.weights.gpu_quant import QuantizedWeight, quantize
+
+    w = quantize(torch.randn(n, k, device="cuda").mul_(k**-0.5), "int4", torch.bfloat16)
+    perm = torch.randperm(k, device="cuda")
+    return WQLinear(w, None, ops), WQLinear(QuantizedWeight(w.qweight, w.scale, w.zero, "int4", perm), None, ops), perm
+
+
+def _row(name: str, runs) -> dict:
+    """Median microseconds per CUDA graph replay of ``runs`` = (plain, act-order fused, former gather path)."""
     from triton.testing import do_bench_cudagraph
 
-    ops = bind_ops(KernelRegistry.from_plugins(), "cuda", torch.bfloat16)
+    us = [do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3 for fn in runs]
+    fused, former = (fn() for fn in runs[1:])
+    fused, former = (y[0] if isinstance(y, tuple) else y for y in (fused, former))
+    row = {"plain_us": round(us[0], 2), "perm_fused_us": round(us[1], 2), "gather_gemv_us": round(us[2], 2),
+           "fused_overhead": round(us[1] / us[0], 3), "gather_overhead": round(us[2] / us[0], 3),
+           # the two act-order paths compute the same product (bfloat16 outputs: a few ulps of summation order)
+           "fused_vs_gather_rel": round(((fused.float() - former.float()).abs().max()
+                                         / former.float().abs().max()).item(), 5)}
+    print(name, row, flush=True)
+    return row
+
+
+def _linear_runs(plain, permuted, perm, x) -> tuple:
+    return lambda: plain(x), lambda: permuted(x), lambda: plain(x.index_select(-1, perm))
+
+
+def _norm_runs(ops, plain, permuted, perm, x, res, nw, act) -> tuple:
+    def former():
+        h, new_residual = ops.add_rms_norm(x, res, nw, 1e-6, True)
+        y = plain(h.index_select(-1, perm))
+        return (y if act is None else ops.silu_and_mul(y)), new_residual
+
+    return (lambda: plain.add_norm(x, res, nw, 1e-6, True, act), lambda: permuted.add_norm(x, res, nw, 1e-6, True, act),
+            former)
+
+
+def _gather_cost(ops) -> dict:
     out = {}
     for name, (n, k) in {"gate_up": (24576, 4096), "down": (4096, 12288), "o_proj": (4096, 4096)}.items():
-        w = quantize(torch.randn(n, k, device="cuda").mul_(k**-0.5), "int4", torch.bfloat16)
-        perm = torch.randperm(k, device="cuda")
-        plain = WQLinear(w, None, ops)
-        gathering = WQLinear(QuantizedWeight(w.qweight, w.scale, w.zero, "int4", perm), None, ops)
+        plain, permuted, perm = _layers(ops, n, k)
         for m in (1, 32):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            us = [do_bench_cudagraph(lambda layer=layer, x=x: layer(x), rep=50, return_mode="median") * 1e3
-                  for layer in (plain, gathering)]
-            out[f"{name} M={m}"] = {"plain_us": round(us[0], 2), "perm_us": round(us[1], 2),
-                                    "overhead": round(us[1] / us[0], 3)}
-            print("gather_cost", name, m, out[f"{name} M={m}"], flush=True)
+            out[f"{name} M={m}"] = _row(f"gather_cost {name} M={m}", _linear_runs(plain, permuted, perm, x))
+    return out
+
+
+def _norm_cost(ops) -> dict:
+    """``add_rms_norm_wq_linear`` (the layer's ``add_norm``) at norm-prologue widths: plain, act-order fused, and the
+    former act-order path (``add_rms_norm``, ``index_select``, the GEMV, the gated product)."""
+    out = {}
+    shapes = {"2B gate_up": (12288, 2048, "silu"), "2B qkv": (4096, 2048, None), "E2B gate_up": (12288, 1536, "silu")}
+    for name, (n, k, act) in shapes.items():
+        plain, permuted, perm = _layers(ops, n, k)
+        nw = torch.randn(k, device="cuda", dtype=torch.bfloat16)
+        for m in (1, 8):
+            x, res = (torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            out[f"{name} M={m}"] = _row(f"norm_cost {name} M={m}", _norm_runs(ops, plain, permuted, perm, x, res, nw,
+                                                                              act))
     return out
 
 
@@ -101,10 +150,14 @@ def main() -> None:
         results[name] = row
         print(name, json.dumps(row), flush=True)
     if device == "cuda":
-        try:
-            results["gather_cost"] = _gather_cost()
-        except Exception as exc:
-            results["gather_cost"], failed = {"error": f"{type(exc).__name__}: {exc}"}, True
+        from anna_core.kernels.registry import KernelRegistry, bind_ops
+
+        ops = bind_ops(KernelRegistry.from_plugins(), "cuda", torch.bfloat16)
+        for key, bench in (("gather_cost", _gather_cost), ("norm_cost", _norm_cost)):
+            try:
+                results[key] = bench(ops)
+            except Exception as exc:
+                results[key], failed = {"error": f"{type(exc).__name__}: {exc}"}, True
     (out / "prequant_actorder_moe.json").write_text(json.dumps(results, indent=1))
     sys.exit(1 if failed else 0)
 

@@ -8,9 +8,10 @@ a gated RMSNorm (``rms_norm(o) * weight * silu(z)``) and ``out_proj`` finish.
 
 After loading, :meth:`GatedDeltaNet.merge_projections` concatenates the four input projections
 (they read the same input) into one ``in_proj_all`` matrix, so a decode step reads the layer's
-input once and launches one GEMM instead of four (a pre-quantized checkpoint that keeps the narrow
-``in_proj_b`` / ``in_proj_a`` dense merges those two apart, so ``in_proj_qkv`` / ``in_proj_z`` stay
-quantized).
+input once and launches one GEMM instead of four. Pre-quantized parts that cannot share one layout
+(dense ``in_proj_b`` / ``in_proj_a`` beside quantized ``in_proj_qkv`` / ``in_proj_z``; FP8 ``in_proj_b``
+whose ``H_v`` rows end inside a 128-row scale block; act-order parts of different column orders) merge
+in runs instead (:func:`~anna_core.layers.linear.merge_linear_runs`), each quantized part staying quantized.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from anna_core.engine.forward_batch import ForwardBatch
-from anna_core.layers.linear import merge_linears
+from anna_core.layers.linear import merge_linear_runs, merge_linears
 from anna_core.layers.padding import mask_rows, write_conv_state
 from anna_core.layers.state_checkpoints import run_prefill_rule, save_conv_checkpoints
 from anna_core.model import ModelCaches
@@ -95,25 +96,37 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = nn.Linear(self.value_dim, hidden, bias=False)
         self.scale = self.head_k_dim**-0.5
         self.in_proj_all: nn.Linear | None = None
-        self.in_proj_ba: nn.Linear | None = None  # b / a kept apart from a quantized in_proj_all
+        self.in_proj_rest = nn.ModuleList()  # the runs after in_proj_all when the parts merge in runs
+        self._run_sizes: list[list[int]] = []  # each run's parts' output widths (in_proj_all's first)
         self._neg_a: torch.Tensor | None = None
 
     def merge_projections(self) -> None:
         """Replace ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a`` by one ``in_proj_all``
         (rows in that order) and precompute ``-exp(A_log)``. Call once, after the weights are loaded.
 
-        Pre-quantized ``in_proj_qkv`` / ``in_proj_z`` (:class:`~anna_core.layers.wq_linear.WQLinear`) with dense
-        ``in_proj_b`` / ``in_proj_a`` (quantizers skip their ``H_v`` rows, too few to pack) would merge dense
-        (dequantized); they merge as two instead: ``in_proj_all`` (qkv, z; quantized) and ``in_proj_ba``."""
+        With pre-quantized parts (:class:`~anna_core.layers.wq_linear.WQLinear`) that cannot share one quantized
+        weight, merging all four would dequantize them; they merge in runs of consecutive parts instead
+        (:func:`~anna_core.layers.linear.merge_linear_runs`): ``in_proj_all`` holds the first run, ``in_proj_rest``
+        the others. E.g. dense ``in_proj_b`` / ``in_proj_a`` (quantizers skip their ``H_v`` rows, too few to pack):
+        ``[qkv, z]`` quantized, ``[b, a]`` dense; FP8 ``in_proj_b`` / ``in_proj_a`` (``H_v`` rows, inside one
+        128-row scale block): ``[qkv, z, b]`` and ``[a]``, both FP8 (``[qkv, z]``, ``[b]``, ``[a]`` where ``z``'s
+        rows do not end on a block either); act-order parts of four column orders: four quantized runs."""
         if self.in_proj_all is not None:
             return
         from anna_core.layers.wq_linear import WQLinear
 
-        big, narrow = [self.in_proj_qkv, self.in_proj_z], [self.in_proj_b, self.in_proj_a]
-        if all(isinstance(m, WQLinear) for m in big) and not any(isinstance(m, WQLinear) for m in narrow):
-            self.in_proj_all, self.in_proj_ba = merge_linears(big), merge_linears(narrow)
+        parts = [self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a]
+        sizes = [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]
+        if any(isinstance(m, WQLinear) for m in parts):
+            runs = merge_linear_runs(parts)
         else:
-            self.in_proj_all = merge_linears(big + narrow)
+            runs = [(merge_linears(parts), len(parts))]
+        self.in_proj_all = runs[0][0]
+        self.in_proj_rest = nn.ModuleList(run for run, _ in runs[1:])
+        self._run_sizes, first = [], 0
+        for _, count in runs:
+            self._run_sizes.append(sizes[first:first + count])
+            first += count
         del self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
         self._neg_a = -torch.exp(self.A_log.detach().float())
 
@@ -122,12 +135,13 @@ class GatedDeltaNet(nn.Module):
         (None without ``pre_norm``; see :meth:`forward`)."""
         residual = None
         sizes = [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]
-        if self.in_proj_ba is not None:  # quantized qkv / z, dense b / a: the norm runs once, then both
+        if len(self.in_proj_rest):  # the parts merged in runs: the norm runs once, then each run
             if pre_norm is not None:
                 norm, residual = pre_norm
                 x, residual = norm.add_and_norm(x, residual)
-            return (*torch.split(self.in_proj_all(x), sizes[:2], dim=-1),
-                    *torch.split(self.in_proj_ba(x), sizes[2:], dim=-1)), residual
+            runs = [self.in_proj_all, *self.in_proj_rest]
+            return tuple(part for run, run_sizes in zip(runs, self._run_sizes)
+                         for part in torch.split(run(x), run_sizes, dim=-1)), residual
         if pre_norm is not None:
             norm, residual = pre_norm
             if self.in_proj_all is not None:  # add + norm fused into the merged projection

@@ -20,6 +20,13 @@ writing the new residual; rows up to :data:`NORM_PROLOGUE_MAX_K`) and the gated 
 written directly). Tile width, ``BLOCK_N`` and warps are autotuned per (rows bucket, N, K, scheme, modes), timed
 with a cold L2 (weights from memory, as in a decode step). This kernel has no split-K (the decode kernel has).
 
+Act-order weights (a ``perm``: the input columns stored in a permuted order, :mod:`anna_core.kernels.reference.
+wq_linear`): both kernels read the activation tile's stored column ``k`` from x's column ``perm[k]`` (and, with
+a norm prologue, the residual's and the norm weight's), ``PERMUTED`` being a constexpr; the norm's ``1/rms`` is
+over the whole row in x's own order (a sum does not depend on the order), so the prologue stays fused and no
+gather runs before the GEMV. ``perm`` is read per tile (``BLOCK_K`` int32 or int64 indices from L2, the same for
+every program).
+
 Prefill (``M > 64``): the weight is dequantized to x's dtype with torch ops (:func:`anna_core.weights.gpu_quant.
 dequantize`) and multiplied by ``F.linear`` (cuBLAS), a temporary dense copy per call; the prologue and
 epilogue run as their Triton ops around it.
@@ -39,6 +46,7 @@ from anna_xpu_kernels.gemv import Prologue
 from anna_xpu_kernels.gemv_epilogue import GATED_EPILOGUES, NO_EPILOGUE, store_out
 from anna_xpu_kernels.gemv_prologue import ADD_RMS_NORM, RMS_NORM, act_tile, row_block, row_rstd
 from anna_xpu_kernels.gemv_tuning import autotune_bench
+from anna_xpu_kernels.wq_columns import permuted_columns
 
 MAX_ROWS = 64
 """Most rows the kernel takes; more go to dequantize + ``F.linear``."""
@@ -152,13 +160,15 @@ def _dequant(codes, scale, zero, SCHEME: tl.constexpr, BLOCK_N: tl.constexpr, BL
 
 
 @triton.jit
-def _x_tile(x_ptr, r_ptr, nw_ptr, m_rows, k0, M, K, rstd, stride_xm, stride_rm,
-            PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The activation columns ``k0 .. k0 + BLOCK_K`` of every row, computed by the prologue: ``[BLOCK_M, BLOCK_K]``
-    in x's dtype (zero past K and M), loaded contiguously."""
+def _x_tile(x_ptr, r_ptr, nw_ptr, perm_ptr, m_rows, k0, M, K, rstd, stride_xm, stride_rm,
+            PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, PERMUTED: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The activation columns ``k0 .. k0 + BLOCK_K`` of every row (in the weight's stored order: x's columns
+    ``perm[k]`` with ``PERMUTED``), computed by the prologue: ``[BLOCK_M, BLOCK_K]`` in x's dtype (zero past K and
+    M), loaded contiguously unless permuted."""
     kk = k0 + tl.arange(0, BLOCK_K)
     ok = (m_rows < M)[:, None] & (kk < K)[None, :]
-    return act_tile(x_ptr, r_ptr, nw_ptr, m_rows[:, None], kk[None, :], ok, rstd[:, None], K, stride_xm, stride_rm,
+    cols = permuted_columns(perm_ptr, kk, K, PERMUTED)
+    return act_tile(x_ptr, r_ptr, nw_ptr, m_rows[:, None], cols[None, :], ok, rstd[:, None], K, stride_xm, stride_rm,
                     PROLOGUE, ZERO_CENTERED)
 
 
@@ -176,17 +186,17 @@ def _mac(acc, w, x, x_ptr, USE_DOT: tl.constexpr, UPCAST_DOT: tl.constexpr):
     return acc
 
 
-@autotune(_configs(), fixed=FIXED, key=["BLOCK_M", "N", "K", "SCHEME", "PROLOGUE", "EPILOGUE"],
+@autotune(_configs(), fixed=FIXED, key=["BLOCK_M", "N", "K", "SCHEME", "PROLOGUE", "EPILOGUE", "PERMUTED"],
           prune_configs_by={"early_config_prune": prune}, do_bench=autotune_bench)  # timed with a cold L2
 @triton.heuristics({"ROW_BLOCK": lambda a: row_block(a["K"], a["BLOCK_M"], 128) if a["PROLOGUE"] in (1, 2) else 1})
 @triton.jit
 def _wq_gemv_kernel(
-    x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, r_ptr, nw_ptr, nr_ptr,
+    x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, r_ptr, nw_ptr, nr_ptr, perm_ptr,
     M, N, K, stride_xm, stride_qn, stride_sn, stride_sg, stride_ym, stride_rm, stride_nrm, eps,
     SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, USE_DOT: tl.constexpr,
     UPCAST_DOT: tl.constexpr, PROLOGUE: tl.constexpr, ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr,
-    USE_PDL: tl.constexpr, DECODE_FP8: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    ROW_BLOCK: tl.constexpr,
+    PERMUTED: tl.constexpr, USE_PDL: tl.constexpr, DECODE_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, ROW_BLOCK: tl.constexpr,
 ):
     pdl.launch_dependents(USE_PDL)
     pid = tl.program_id(0)
@@ -218,8 +228,8 @@ def _wq_gemv_kernel(
         nxt_codes, nxt_scale, nxt_zero = _load_tile(q_ptr, s_ptr, z_ptr, w_rows, k0 + BLOCK_K, K, stride_qn, stride_sn, stride_sg,
                                                     SCHEME, BLOCK_N, BLOCK_K)
         w_a, w_b = _dequant(codes, scale, zero, SCHEME, BLOCK_N, BLOCK_K, DECODE_FP8)
-        x = _x_tile(x_ptr, r_ptr, nw_ptr, m_rows, k0, M, K, rstd, stride_xm, stride_rm, PROLOGUE, ZERO_CENTERED,
-                    BLOCK_K)
+        x = _x_tile(x_ptr, r_ptr, nw_ptr, perm_ptr, m_rows, k0, M, K, rstd, stride_xm, stride_rm, PROLOGUE,
+                    ZERO_CENTERED, PERMUTED, BLOCK_K)
         if SCHEME == 0:  # the even and the odd columns pair with the low and the high codes
             x_even, x_odd = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_K // 2, 2)))
             acc = _mac(acc, w_a, x_even, x_ptr, USE_DOT, UPCAST_DOT)
@@ -239,14 +249,18 @@ def _wq_gemv_kernel(
 
 
 def _launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, scheme: str,
-            bias: torch.Tensor | None, n: int, k: int, prologue: Prologue, epilogue: int) -> torch.Tensor:
-    """Run a kernel on checked arguments: x ``[M <= 64, K]`` with unit stride along K; returns ``[M, N]``
-    (``[M, N/2]`` with a gated epilogue) in x's dtype. Up to 8 rows run the split-K decode kernel
-    (:mod:`anna_xpu_kernels.wq_gemv_decode`) where it takes the weight, the rest this module's kernel."""
+            bias: torch.Tensor | None, n: int, k: int, prologue: Prologue, epilogue: int,
+            perm: torch.Tensor | None = None) -> torch.Tensor:
+    """Run a kernel on checked arguments: x ``[M <= 64, K]`` with unit stride along K, ``perm`` ``[K]`` (contiguous)
+    or None; returns ``[M, N]`` (``[M, N/2]`` with a gated epilogue) in x's dtype. Up to 8 rows run the split-K
+    decode kernel (:mod:`anna_xpu_kernels.wq_gemv_decode`) where it takes the weight, the rest this module's
+    kernel."""
     if zero is not None and zero.stride() != scale.stride():  # the kernels index both with the scale's strides
         zero = torch.empty_strided(scale.shape, scale.stride(), dtype=zero.dtype, device=zero.device).copy_(zero)
+    if perm is not None:
+        perm = perm.contiguous()
     if wq_gemv_decode.takes(x, qweight, scheme):
-        return wq_gemv_decode.launch(x, qweight, scale, zero, scheme, bias, n, k, prologue, epilogue)
+        return wq_gemv_decode.launch(x, qweight, scale, zero, scheme, bias, n, k, prologue, epilogue, perm=perm)
     m = x.shape[0]
     y = torch.empty((m, n // 2 if epilogue != NO_EPILOGUE else n), dtype=x.dtype, device=x.device)
     r, nw, nr = prologue.tensors_or(x)
@@ -260,13 +274,13 @@ def _launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: t
         qweight = qweight.view(torch.uint8)
     _wq_gemv_kernel[grid](
         x, qweight, scale, zero if zero is not None else scale, bias if bias is not None else y, y, r, nw, nr,
-        m, n, k, x.stride(0), qweight.stride(0), scale.stride(0) if scale.dim() == 2 else 1,
+        perm if perm is not None else x, m, n, k, x.stride(0), qweight.stride(0), scale.stride(0) if scale.dim() == 2 else 1,
         scale.stride(1) if scale.dim() == 2 else 1, y.stride(0),
         r.stride(0), nr.stride(0), float(prologue.eps),
         SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, USE_DOT=dot,
         UPCAST_DOT=INTERPRETING or x.dtype == torch.float32, PROLOGUE=prologue.mode,
-        ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue, DECODE_FP8=INTERPRETING,
-        **pdl.launch_options(x))
+        ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue, PERMUTED=perm is not None,
+        DECODE_FP8=INTERPRETING, **pdl.launch_options(x))
     return y
 
 
@@ -275,32 +289,37 @@ def _takes(x: torch.Tensor, qweight: torch.Tensor) -> bool:
 
 
 def wq_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, scheme: str,
-              bias: torch.Tensor | None) -> torch.Tensor:
+              bias: torch.Tensor | None, perm: torch.Tensor | None = None) -> torch.Tensor:
     """The ``wq_linear`` op (contract: :func:`anna_core.kernels.reference.wq_linear.wq_linear`): the Triton GEMV
-    for 1..64 rows, dequantize + ``F.linear`` beyond.
+    for 1..64 rows (a ``perm`` read inside it), dequantize + ``F.linear`` beyond (``x[..., perm]`` gathered first).
 
     Raises:
         ValueError: shapes or dtypes disagree, or tensors on different devices.
     """
-    check_wq_linear(x, qweight, scale, zero, scheme, bias)
+    check_wq_linear(x, qweight, scale, zero, scheme, bias, perm)
     require_same_device("wq_linear", x=x, qweight=qweight, scale=scale, zero=zero, bias=bias)
     n, k = (qweight.shape[0], 2 * qweight.shape[1]) if scheme == "int4" else tuple(qweight.shape)
     rows = as_rows(x)
     if not _takes(rows, qweight):
-        return F.linear(x, dequantize(qweight, scale, zero, scheme, x.dtype), bias)
-    return _launch(rows, qweight, scale, zero, scheme, bias, n, k, Prologue(), NO_EPILOGUE).view(*x.shape[:-1], n)
+        return F.linear(x if perm is None else x.index_select(-1, perm), dequantize(qweight, scale, zero, scheme,
+                                                                                       x.dtype), bias)
+    return _launch(rows, qweight, scale, zero, scheme, bias, n, k, Prologue(), NO_EPILOGUE,
+                   perm).view(*x.shape[:-1], n)
 
 
 def add_rms_norm_wq_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                            zero_centered: bool, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None,
-                           scheme: str, activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``add_rms_norm_wq_linear`` op: one launch (norm prologue, gated epilogue) for 1..64 rows; beyond, the
-    Triton ``add_rms_norm``, then dequantize + ``F.linear`` and the gated product.
+                           scheme: str, activation: str | None = None,
+                           perm: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``add_rms_norm_wq_linear`` op: one launch (norm prologue, gated epilogue; a ``perm`` read inside it) for
+    1..64 rows; beyond, the Triton ``add_rms_norm``, then dequantize + ``F.linear`` (``perm``: the normalised
+    columns gathered first) and the gated product.
 
     Raises:
         ValueError: see :func:`anna_core.kernels.reference.wq_linear.check_add_rms_norm_wq_linear`.
     """
-    check_add_rms_norm_wq_linear(x, residual, norm_weight, eps, zero_centered, qweight, scale, zero, scheme, activation)
+    check_add_rms_norm_wq_linear(x, residual, norm_weight, eps, zero_centered, qweight, scale, zero, scheme, activation,
+                                 perm)
     require_same_device("add_rms_norm_wq_linear", x=x, residual=residual, qweight=qweight, scale=scale)
     n, k = (qweight.shape[0], 2 * qweight.shape[1]) if scheme == "int4" else tuple(qweight.shape)
     rows = as_rows(x)
@@ -308,18 +327,18 @@ def add_rms_norm_wq_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_
         from anna_xpu_kernels.fused_linear import act_and_mul
 
         h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
-        y = F.linear(h, dequantize(qweight, scale, zero, scheme, x.dtype))
+        y = F.linear(h if perm is None else h.index_select(-1, perm), dequantize(qweight, scale, zero, scheme, x.dtype))
         return (y if activation is None else act_and_mul(y, activation)), new_residual
     if k > NORM_PROLOGUE_MAX_K:  # the norm as its own launch, then the GEMV (the gated epilogue stays fused)
         h, new_residual = norms.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
         y = _launch(as_rows(h), qweight, scale, zero, scheme, None, n, k, Prologue(),
-                    NO_EPILOGUE if activation is None else GATED_EPILOGUES[activation])
+                    NO_EPILOGUE if activation is None else GATED_EPILOGUES[activation], perm)
         return y.view(*x.shape[:-1], y.shape[-1]), new_residual
     res = as_rows(residual) if residual is not None else None
     new_residual = torch.empty_like(rows) if res is not None else None
     prologue = Prologue(ADD_RMS_NORM if res is not None else RMS_NORM, res, norm_weight, new_residual, float(eps),
                         zero_centered)
     epilogue = NO_EPILOGUE if activation is None else GATED_EPILOGUES[activation]
-    y = _launch(rows, qweight, scale, zero, scheme, None, n, k, prologue, epilogue)
+    y = _launch(rows, qweight, scale, zero, scheme, None, n, k, prologue, epilogue, perm)
     out_n = n if activation is None else n // 2
     return y.view(*x.shape[:-1], out_n), (new_residual.view(x.shape) if res is not None else x)

@@ -35,8 +35,10 @@ Exactness: every code is decoded exactly (FP8 subnormals become float32 subnorma
 flush); the int4 / int8 unit sums carry the offset ``X`` (a few bits of cancellation), so results differ from the
 reference's (dequantize, then multiply) by summation order and those bits: within the tests' ``1e-5`` of the
 largest output. The decode fusions of the tiled kernel are kept: the norm prologues
-(:mod:`anna_xpu_kernels.gemv_prologue`, rows up to :data:`anna_xpu_kernels.wq_gemv.NORM_PROLOGUE_MAX_K`) and the
-gated epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`, merged gate/up rows interleaved per program).
+(:mod:`anna_xpu_kernels.gemv_prologue`, rows up to :data:`anna_xpu_kernels.wq_gemv.NORM_PROLOGUE_MAX_K`), the
+gated epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`, merged gate/up rows interleaved per program) and an
+act-order weight's column order (``PERMUTED``: the activation tile gathered through ``perm``, as in
+:mod:`anna_xpu_kernels.wq_gemv`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from anna_xpu_kernels.gemv import Prologue
 from anna_xpu_kernels.gemv_epilogue import NO_EPILOGUE, store_out
 from anna_xpu_kernels.gemv_prologue import act_tile, row_block, row_rstd
 from anna_xpu_kernels.gemv_tuning import autotune_bench
+from anna_xpu_kernels.wq_columns import permuted_columns
 
 MAX_ROWS = 8
 """Most rows this kernel takes (more: the tiled kernel's tensor-core path)."""
@@ -269,15 +272,16 @@ def _tile_sum(acc, units, scale, zero, x, code_mask, one_bits, SCHEME: tl.conste
     return acc
 
 
-@autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "SCHEME", "PROLOGUE", "EPILOGUE"],
+@autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "SCHEME", "PROLOGUE", "EPILOGUE",
+                                                     "PERMUTED"],
           prune_configs_by={"early_config_prune": prune}, do_bench=autotune_bench)  # timed with a cold L2
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
 @triton.jit(do_not_specialize=["code_mask", "one_bits"], do_not_specialize_on_alignment=["q_ptr"])  # one 8-code word per thread: the activations' layout
 def _wq_decode_kernel(
-    x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, nr_ptr,
+    x_ptr, q_ptr, s_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, count_ptr, r_ptr, nw_ptr, nr_ptr, perm_ptr,
     M, N, K, stride_xm, stride_qn, stride_sn, stride_sg, stride_ym, stride_rm, stride_nrm, eps, code_mask, one_bits,
     SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, PROLOGUE: tl.constexpr,
-    ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, USE_PDL: tl.constexpr,
+    ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, PERMUTED: tl.constexpr, USE_PDL: tl.constexpr,
     ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     EVEN_K: tl.constexpr,
 ):
@@ -315,7 +319,8 @@ def _wq_decode_kernel(
                                                     stride_qn, stride_sn, stride_sg, SCHEME, BLOCK_N, BLOCK_K, EVEN_K,
                                                     EPILOGUE == 0)
         ok = (m_rows < M)[None, :, None] & ((k0 + kk) < K)
-        x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[None, :, None], k0 + kk, ok, rstd[None, :, None], K, stride_xm,
+        x_cols = permuted_columns(perm_ptr, k0 + kk, K, PERMUTED)  # x's columns of the stored columns k0 + kk
+        x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[None, :, None], x_cols, ok, rstd[None, :, None], K, stride_xm,
                      stride_rm, PROLOGUE, ZERO_CENTERED).to(tl.float32)  # [G, BLOCK_M, 128]
         acc = _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME)
         codes, scale, zero = nxt_codes, nxt_scale, nxt_zero
@@ -357,12 +362,14 @@ def _max_split(n: int) -> int:
 
 def launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, scheme: str,
            bias: torch.Tensor | None, n: int, k: int, prologue: Prologue, epilogue: int,
-           config: WqConfig | None = None) -> torch.Tensor:
+           config: WqConfig | None = None, perm: torch.Tensor | None = None) -> torch.Tensor:
     """Run the kernel on checked arguments (:func:`takes` holds): x ``[M, K]`` with unit stride along K; returns
     ``[M, N]`` (``[M, N/2]`` with a gated epilogue) in x's dtype.
 
     Args:
         config: run this configuration instead of the autotuned one (tests force split-K on and off with it).
+        perm: None, or the weight's stored column order ``[K]`` int32 / int64, contiguous (the contract:
+            :func:`anna_core.kernels.reference.wq_linear.wq_linear`).
     """
     m = x.shape[0]
     y = torch.empty((m, n // 2 if epilogue != NO_EPILOGUE else n), dtype=x.dtype, device=x.device)
@@ -375,11 +382,11 @@ def launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: to
     narrowest = config.block_n if config is not None else min(t[0] for t in TILES)  # one counter per row block
     counters = launch.counters.get(x.device, triton.cdiv(n, narrowest) if splits > 1 else 0)
     args = (x, codes, scale, zero if zero is not None else scale, bias if bias is not None else y, y, ws, counters,
-            r, nw, nr, m, n, k, x.stride(0), codes.stride(0), scale.stride(0) if scale.dim() == 2 else 1,
+            r, nw, nr, perm if perm is not None else x, m, n, k, x.stride(0), codes.stride(0), scale.stride(0) if scale.dim() == 2 else 1,
             scale.stride(1) if scale.dim() == 2 else 1, y.stride(0),
             r.stride(0), nr.stride(0), float(prologue.eps), *CODE_BITS[scheme])
     common = dict(SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, PROLOGUE=prologue.mode,
-                  ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue,
+                  ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue, PERMUTED=perm is not None,
                   ROW_BLOCK=row_block(k, block_m, 128) if prologue.mode in (1, 2) else 1, **pdl.launch_options(x))
     if config is not None:
         grid = (triton.cdiv(n, config.block_n), config.split_k)

@@ -57,7 +57,8 @@ def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
     Quantized parts (:class:`~anna_core.layers.quant_linear.QuantizedLinear`, not yet packed) merge into
     one quantized layer; so do accelerator-quantized parts (:class:`~anna_core.layers.wq_linear.WQLinear`) of one
     layout (:meth:`~anna_core.layers.wq_linear.WQLinear.merged`); a mix of quantized and dense parts, or WQLinear
-    parts that cannot share a layout, merges dense (the quantized ones dequantized, with a log line).
+    parts that cannot share a layout (e.g. act-order parts with different column orders), merges dense (the
+    quantized ones dequantized, with a warning giving the parts and the memory it costs).
     """
     from anna_core.layers.quant_linear import QuantizedLinear
     from anna_core.layers.wq_linear import WQLinear
@@ -69,7 +70,12 @@ def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
         if merged is not None:
             return merged
         dtype = getattr(torch, linears[0].ops.dtype)  # the serving dtype the op table is bound to
-        log.info("merging %d quantized projections of different layouts: dequantized to %s", len(linears), dtype)
+        dense_bytes = sum(m.in_features * m.out_features for m in linears) * dtype.itemsize
+        quantized_bytes = sum(b.numel() * b.element_size() for m in linears for b in m.buffers())
+        log.warning("merging %d quantized projections of different layouts (%s): dequantized to %s, %.2f MiB "
+                    "instead of %.2f MiB", len(linears), ", ".join(
+                        f"[{m.out_features}, {m.in_features}] {m.kind}{' act-order' if m.perm is not None else ''}"
+                        for m in linears), dtype, dense_bytes / 2**20, quantized_bytes / 2**20)
         return merge_linears([m.dense(dtype) for m in linears])
     dense = [m for m in linears if not isinstance(m, (QuantizedLinear, WQLinear))]
     linears = [m.dense(dense[0].weight.dtype) if isinstance(m, (QuantizedLinear, WQLinear)) else m for m in linears]
@@ -81,6 +87,33 @@ def merge_linears(linears: list[nn.Linear]) -> nn.Linear:
     if has_bias:
         merged.bias = nn.Parameter(torch.cat([m.bias.detach() for m in linears]), requires_grad=False)
     return merged
+
+
+def merge_linear_runs(linears: list[nn.Linear]) -> list[tuple[nn.Linear, int]]:
+    """Merge consecutive ``linears`` (same input) in runs that keep every quantized part quantized, where
+    :func:`merge_linears` of them all would dequantize some: ``[(layer, parts it covers)]`` in order, the layers'
+    outputs concatenated being the parts' outputs.
+
+    A run grows greedily while its parts are all accelerator-quantized and can share one quantized weight
+    (:meth:`~anna_core.layers.wq_linear.WQLinear.mergeable`), all GGUF-quantized
+    (:class:`~anna_core.layers.quant_linear.QuantizedLinear`), or all dense; a run of one part is that part itself.
+    Each run is one launch instead of one for all: callers use it where memory matters more (pre-quantized parts of
+    different layouts: dense ``in_proj_b`` beside quantized ``in_proj_qkv``, FP8 parts whose rows end inside a
+    128-row scale block, act-order parts of different column orders).
+    """
+    from anna_core.layers.quant_linear import QuantizedLinear
+    from anna_core.layers.wq_linear import WQLinear
+
+    def kind(m: nn.Linear) -> str:
+        return "wq" if isinstance(m, WQLinear) else "gguf" if isinstance(m, QuantizedLinear) else "dense"
+
+    runs: list[list[nn.Linear]] = []
+    for m in linears:
+        if runs and kind(runs[-1][0]) == kind(m) and (kind(m) != "wq" or WQLinear.mergeable([*runs[-1], m])):
+            runs[-1].append(m)
+        else:
+            runs.append([m])
+    return [(run[0] if len(run) == 1 else merge_linears(run), len(run)) for run in runs]
 
 
 def linear_from(module: nn.Linear, ops: Any) -> Linear:

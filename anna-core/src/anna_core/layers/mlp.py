@@ -54,8 +54,8 @@ class SwiGLUMLP(nn.Module):
 
         An act-order ``down_proj`` (a :class:`~anna_core.layers.wq_linear.WQLinear` with an input column order
         ``perm``) with a quantized int4 / int8 ``gate_up_proj``: the gate and up rows are reordered by ``perm`` so
-        ``act(gate) * up`` comes out in ``down_proj``'s order, and ``down_proj`` drops its gather (the same
-        values, one ``index_select`` less per call).
+        ``act(gate) * up`` comes out in ``down_proj``'s order, and ``down_proj`` drops its column order (the same
+        values; its GEMV reads its input contiguously).
         """
         if self.gate_up_proj is not None:
             return

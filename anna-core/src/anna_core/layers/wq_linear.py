@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from anna_core.kernels.reference.activations import act_and_mul
 from anna_core.layers.moe import RoutedExpertsModule
 from anna_core.layers.wq_experts import WQExperts
 from anna_core.weights.gpu_quant import FP8_BLOCK, QuantizedWeight, dequantize, quantizable, quantize
@@ -36,8 +35,9 @@ class WQLinear(nn.Module):
 
     Buffers (not in ``state_dict``): ``qweight``, ``scale``, ``zero`` (int4 only) as the scheme lays them out, and
     ``perm`` (``[K]`` int64, or None): an act-order GPTQ weight's stored column order
-    (:attr:`~anna_core.weights.gpu_quant.QuantizedWeight.perm`); the layer gathers ``x[..., perm]`` (one
-    ``index_select``) before the GEMV.
+    (:attr:`~anna_core.weights.gpu_quant.QuantizedWeight.perm`), with ``perm_index`` its int32 copy that the ops
+    take: the kernels read ``x[..., perm]`` as they load their activation tiles (the norm prologue stays fused, no
+    gather launch); the torch references gather first.
     """
 
     def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None, ops: Any, kind: str | None = None):
@@ -49,6 +49,8 @@ class WQLinear(nn.Module):
         self.register_buffer("scale", weight.scale, persistent=False)
         self.register_buffer("zero", weight.zero, persistent=False)
         self.register_buffer("perm", weight.perm, persistent=False)
+        self.register_buffer("perm_index", None if weight.perm is None else weight.perm.to(torch.int32),
+                             persistent=False)
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.ops = ops
         self._bound: tuple[Any, Callable[..., Any], Callable[..., Any]] | None = None
@@ -81,23 +83,30 @@ class WQLinear(nn.Module):
         layer.bias = self.bias
         return layer
 
-    @classmethod
-    def merged(cls, parts: list[WQLinear]) -> WQLinear | None:
-        """One layer whose output is the concatenation of ``parts``' outputs (same input), or None when they
-        cannot share one quantized weight: different schemes, kinds or scale dtypes, biases on some parts only,
-        fp8 parts whose rows do not end on a 128-row scale block (all but the last), or act-order parts whose
-        column orders (``perm``) differ."""
+    @staticmethod
+    def mergeable(parts: list[WQLinear]) -> bool:
+        """Whether ``parts`` (same input) can share one quantized weight (:meth:`merged`): one scheme, kind, scale
+        dtype and input width, biases on all parts or none, fp8 parts whose rows end on a 128-row scale block (all
+        but the last), and one column order (``perm``: act-order parts quantized with one Hessian, as GPTQ writes
+        q/k/v and gate/up, share it; per-part orders do not merge)."""
         first = parts[0]
         if any(p.scheme != first.scheme or p.kind != first.kind or p.in_features != first.in_features
                or p.scale.dtype != first.scale.dtype for p in parts):
-            return None
+            return False
         if len({p.bias is None for p in parts}) > 1:
-            return None
+            return False
         if first.scheme == "fp8" and any(p.out_features % FP8_BLOCK for p in parts[:-1]):
+            return False
+        return not any((p.perm is None) != (first.perm is None)
+                       or (p.perm is not None and not torch.equal(p.perm, first.perm)) for p in parts[1:])
+
+    @classmethod
+    def merged(cls, parts: list[WQLinear]) -> WQLinear | None:
+        """One layer whose output is the concatenation of ``parts``' outputs (same input), or None when they
+        cannot share one quantized weight (:meth:`mergeable`)."""
+        if not cls.mergeable(parts):
             return None
-        if any((p.perm is None) != (first.perm is None) or (p.perm is not None and not torch.equal(p.perm, first.perm))
-               for p in parts[1:]):
-            return None
+        first = parts[0]
         zero = None if first.zero is None else torch.cat([p.zero for p in parts])
         weight = QuantizedWeight(torch.cat([p.qweight for p in parts]), torch.cat([p.scale for p in parts]), zero,
                                  first.scheme, first.perm)
@@ -125,7 +134,7 @@ class WQLinear(nn.Module):
     def take_input_perm(self) -> torch.Tensor | None:
         """Remove and return the layer's input column order (None if it has none): from now on the caller feeds
         it ``x[..., perm]`` itself, e.g. by an earlier layer's :meth:`permute_outputs` (the gather folded away)."""
-        perm, self.perm = self.perm, None
+        perm, self.perm, self.perm_index = self.perm, None, None
         return perm
 
     def _ops(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -136,32 +145,23 @@ class WQLinear(nn.Module):
         return bound[1], bound[2]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: ``[..., K]`` -> ``[..., N]`` in x's dtype."""
-        if self.perm is not None:
-            x = x.index_select(-1, self.perm)
-        return self._ops()[0](x, self.qweight, self.scale, self.zero, self.scheme, self.bias)
+        """x: ``[..., K]`` -> ``[..., N]`` in x's dtype (an act-order layer reads ``x[..., perm]`` inside the op)."""
+        return self._ops()[0](x, self.qweight, self.scale, self.zero, self.scheme, self.bias, self.perm_index)
 
     def add_norm(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                  zero_centered: bool, activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(act(self(rms_norm(x + residual))), x + residual)`` as one ``add_rms_norm_wq_linear`` op (a layer
         without bias; see the op's contract). x, residual: ``[T, K]``; returns ``([T, N] or [T, N/2], [T, K])``.
-
-        A layer with a ``perm`` runs the ``add_rms_norm`` op, gathers the normalised columns and runs
-        ``wq_linear`` (and the gated activation) instead: the gather sits between the norm and the GEMV.
+        An act-order layer passes its column order to the op, whose kernel reads the normalised row's columns in
+        that order inside its norm prologue (one launch at decode, as without act-order).
 
         Raises:
             ValueError: the layer has a bias (the caller runs the norm, then the layer).
         """
         if self.bias is not None:
             raise ValueError("add_norm: a WQLinear with a bias does not fuse the norm")
-        if self.perm is not None:
-            y, new_residual = self.ops.add_rms_norm(x, residual, norm_weight, eps, zero_centered)
-            y = self(y)
-            if activation is not None:
-                y = self.ops.silu_and_mul(y) if activation == "silu" else act_and_mul(y, activation)
-            return y, new_residual
         return self._ops()[1](x, residual, norm_weight, eps, zero_centered, self.qweight, self.scale, self.zero,
-                              self.scheme, activation)
+                              self.scheme, activation, self.perm_index)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, kind={self.kind}, "

@@ -114,10 +114,16 @@ def act_order_int4(w: torch.Tensor, perm: torch.Tensor, group: int, sym: bool, g
     return q, z, s, g_idx
 
 
-def quantizable(name: str, w: torch.Tensor, layout: str) -> bool:
-    """Whether :func:`build_prequant` quantizes the checkpoint tensor ``name``."""
-    if ".layers." not in name or not name.endswith("proj.weight") and not name.endswith(("in_proj_qkv.weight",
-                                                                                          "in_proj_z.weight")):
+NARROW = ("in_proj_b.weight", "in_proj_a.weight")
+"""Qwen3.5 DeltaNet's per-value-head projections (``H_v`` rows): left dense unless :func:`build_prequant` is asked
+to quantize them (as FP8 releases may)."""
+
+
+def quantizable(name: str, w: torch.Tensor, layout: str, narrow: bool = False) -> bool:
+    """Whether :func:`build_prequant` quantizes the checkpoint tensor ``name`` (``narrow``: :data:`NARROW` too)."""
+    wanted = name.endswith("proj.weight") or name.endswith(("in_proj_qkv.weight", "in_proj_z.weight")) or (
+        narrow and name.endswith(NARROW))
+    if ".layers." not in name or not wanted:
         return False
     if w.dim() != 2:
         return False
@@ -126,7 +132,7 @@ def quantizable(name: str, w: torch.Tensor, layout: str) -> bool:
 
 
 def build_prequant(src: Path, dst: Path, qc: dict, *, layout: str, group: int = 128, sym: bool = False,
-                   v1: bool = True, act_order: str | None = None) -> tuple[Path, Path, list[str]]:
+                   v1: bool = True, act_order: str | None = None, narrow: bool = False) -> tuple[Path, Path, list[str]]:
     """``(quantized checkpoint, dense oracle checkpoint, quantized tensor prefixes)`` written under ``dst`` from the
     single-file float checkpoint ``src`` with ``quantization_config`` ``qc``: the decoder projections (names with
     ``.layers.`` ending in ``proj.weight``) are quantized, those int4 cannot take (``K`` not a multiple of 128, ``N``
@@ -140,6 +146,8 @@ def build_prequant(src: Path, dst: Path, qc: dict, *, layout: str, group: int = 
         act_order: GPTQ act-order (:func:`act_order_int4`) with a random column order per layer: ``"shared"``
             one order for the projections that read the same input (:func:`input_key`, as GPTQ writes them),
             ``"each"`` one per projection; None: ``g_idx = k // group``.
+        narrow: also quantize the DeltaNet's ``in_proj_b`` / ``in_proj_a`` (:data:`NARROW`; int4 takes them only
+            where their rows are a multiple of 8).
     """
     from safetensors.torch import load_file, save_file
 
@@ -156,7 +164,7 @@ def build_prequant(src: Path, dst: Path, qc: dict, *, layout: str, group: int = 
     tensors = load_file(str(src / "model.safetensors"))
     quant, dense, prefixes = {}, {}, []
     for name, w in tensors.items():
-        if not quantizable(name, w, layout):
+        if not quantizable(name, w, layout, narrow):
             quant[name] = dense[name] = w
             continue
         prefix = name[: -len(".weight")]

@@ -30,8 +30,8 @@ Act-order GPTQ (``desc_act: true``; the GPTQ paper's quantization "in order of d
 et al. 2022, as AutoGPTQ / GPTQModel write it) quantizes the input columns in a permuted order, so a group's
 columns are scattered over ``K`` and ``g_idx`` is not ``k // group_size``. The repack sorts the input rows by
 their group once (``perm = argsort(g_idx)``, stable) so each group is contiguous again, and keeps ``perm`` with
-the weight (:attr:`~anna_core.weights.gpu_quant.QuantizedWeight.perm`): the layer gathers its activations'
-columns ``x[..., perm]`` before the GEMV. A ``g_idx`` whose groups do not hold exactly ``group_size`` rows each
+the weight (:attr:`~anna_core.weights.gpu_quant.QuantizedWeight.perm`): the layer's GEMV reads its activations'
+columns ``x[..., perm]`` (the ``wq_linear`` ops' ``perm``; kernels read them while loading their tiles). A ``g_idx`` whose groups do not hold exactly ``group_size`` rows each
 fails the load naming the tensor.
 
 Everything else (2/3/8-bit GPTQ, AWQ GEMV, bitsandbytes, per-tensor FP8, ...) fails the load naming the method.

@@ -43,7 +43,8 @@ def _wq(r: SampleGen, n: int, k: int, scheme: str) -> tuple:
 
 
 def wq_linear(device: Any, dtype: Any) -> list[OpExample]:
-    """Each scheme at one and three rows (a decode GEMV) and at 12 rows; a bias; FP8 with partial blocks."""
+    """Each scheme at one and three rows (a decode GEMV) and at 12 rows; a bias; FP8 with partial blocks; an int4
+    weight with its columns stored in a permuted order (act-order GPTQ: int64 and int32 ``perm``)."""
     r = SampleGen(32, device, as_dtype(dtype))
     out = []
     for scheme in ("int4", "int8", "fp8"):
@@ -52,6 +53,9 @@ def wq_linear(device: Any, dtype: Any) -> list[OpExample]:
         out.append(OpExample((r.randn(12, 128), *_wq(r, 16, 128, scheme), None), shape={"scheme": scheme}))
     out.append(OpExample((r.randn(2, 160), *_wq(r, 136, 160, "fp8"), None), shape={"scheme": "fp8"}))
     out.append(OpExample((r.randn(2, 96), *_wq(r, 20, 96, "int8"), None), shape={"scheme": "int8"}))
+    out.append(OpExample((r.randn(1, 256), *_wq(r, 24, 256, "int4"), None, r.perm(256)), shape={"scheme": "int4"}))
+    out.append(OpExample((r.randn(12, 256), *_wq(r, 16, 256, "int4"), r.randn(16), r.perm(256, torch.int32)),
+                         shape={"scheme": "int4"}))
     return out
 
 
@@ -106,7 +110,8 @@ def lm_head_topk(device: Any, dtype: Any) -> list[OpExample]:
 
 
 def add_rms_norm_wq_linear(device: Any, dtype: Any) -> list[OpExample]:
-    """Each scheme, with and without a residual, plain and with each gated product."""
+    """Each scheme, with and without a residual, plain and with each gated product; int4 with a permuted column
+    order (act-order GPTQ), with and without a residual."""
     r = SampleGen(33, device, as_dtype(dtype))
     out = []
     for scheme in ("int4", "int8", "fp8"):
@@ -116,6 +121,11 @@ def add_rms_norm_wq_linear(device: Any, dtype: Any) -> list[OpExample]:
                              shape={"scheme": scheme}))
         out.append(OpExample((r.randn(3, 128), r.randn(3, 128), r.randn(128), EPS, True, *_wq(r, 32, 128, scheme),
                               "gelu_tanh"), shape={"scheme": scheme}))
+    # act-order int4: the input columns stored in a permuted order
+    out.append(OpExample((r.randn(1, 256), r.randn(1, 256), r.randn(256), EPS, True, *_wq(r, 24, 256, "int4"), None,
+                          r.perm(256, torch.int32)), shape={"scheme": "int4"}))
+    out.append(OpExample((r.randn(2, 256), None, r.randn(256), EPS, False, *_wq(r, 48, 256, "int4"), "silu",
+                          r.perm(256)), shape={"scheme": "int4"}))
     return out
 
 

@@ -32,6 +32,10 @@ class SampleGen:
     def ints(self, values: list[int] | list[list[int]], dtype: torch.dtype = torch.int64) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
 
+    def perm(self, k: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        """A random permutation of ``range(k)``."""
+        return torch.randperm(k, generator=self.gen).to(dtype).to(self.device)
+
     def l2(self, *shape: int) -> torch.Tensor:
         x = torch.randn(*shape, generator=self.gen)
         return (x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + 1e-6)).to(self.dtype).to(self.device)

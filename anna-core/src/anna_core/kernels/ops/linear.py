@@ -33,7 +33,7 @@ float32; on the CPU the bfloat16 path is the fast one).
     ),
     core_op(
         "wq_linear", "wq_linear",
-        signature="wq_linear(x, qweight, scale, zero, scheme, bias) -> y",
+        signature="wq_linear(x, qweight, scale, zero, scheme, bias, perm=None) -> y",
         doc="""\
 A linear layer whose weight is quantized for accelerators (``--weight-quant int4|int8|fp8``; layouts in
 ``anna_core.weights.gpu_quant``). x: ``[M, K]`` (or ``[..., K]``) float; scheme ``"int4"``: qweight ``[N, K/2]``
@@ -41,9 +41,12 @@ uint8 (two codes in ``[0, 15]`` per byte, column ``2j`` in the low nibble), scal
 float dtype, ``w[n, k] = q * scale[n, k // 128] + zero[n, k // 128]``; ``"int8"``: qweight ``[N, K]`` int8,
 scale ``[N]`` float32, zero None, ``w = q * scale[n]``; ``"fp8"``: qweight ``[N, K]`` float8_e4m3fn, scale
 ``[ceil(N/128), ceil(K/128)]`` float32, zero None, ``w = q * scale[n // 128, k // 128]``. bias: ``[N]`` of x's
-dtype or None. ``y = x @ w^T + bias`` ``[..., N]`` in x's dtype, float32 dequantization and accumulation, one
-rounding (the reference: dequantize to float32, matmul in float32). Callers look it up with the shape fact
-``scheme`` (a kernel may serve only some schemes).
+dtype or None. perm: None, or ``[K]`` int32 / int64, a permutation of ``range(K)``: the weight's input columns
+are stored in that order (act-order GPTQ), so the product reads ``x[..., perm]`` (kernels gather the columns as
+they load them; callers check it is a permutation where they make it). ``y = x[..., perm] @ w^T + bias``
+``[..., N]`` in x's dtype, float32 dequantization and accumulation, one rounding (the reference: dequantize to
+float32, matmul in float32). Callers look it up with the shape fact ``scheme`` (a kernel may serve only some
+schemes).
 """,
         checked=True,
         shape_facts=("scheme",),
@@ -70,14 +73,16 @@ synchronise with the host (graph-capturable) and keep only per-tile candidates. 
     core_op(
         "add_rms_norm_wq_linear", "wq_linear",
         signature=("add_rms_norm_wq_linear(x, residual, norm_weight, eps, zero_centered, qweight, scale, zero, scheme, "
-                   "activation=None) -> (y, new_residual)"),
+                   "activation=None, perm=None) -> (y, new_residual)"),
         doc="""\
 ``add_rms_norm_linear`` (activation None) or ``add_rms_norm_linear_act_mul`` (activation ``"silu"`` /
 ``"gelu_tanh"``, weight ``[2I, K]`` gate rows then up rows) with the weight quantized as ``wq_linear`` takes
 it: ``(h, new_residual) = add_rms_norm(x, residual, norm_weight, eps, zero_centered)``, ``y = wq_linear(h,
-qweight, scale, zero, scheme, None)`` ``[M, N]``, then ``act_and_mul(y, activation)`` ``[M, I]``, every
-intermediate rounded to x's dtype as those ops round it (one launch at decode where a kernel fuses them).
-x, residual: ``[M, K]``, one dtype (residual may be None); norm_weight: ``[K]``. Looked up with ``scheme``.
+qweight, scale, zero, scheme, None, perm)`` ``[M, N]``, then ``act_and_mul(y, activation)`` ``[M, I]``, every
+intermediate rounded to x's dtype as those ops round it (one launch at decode where a kernel fuses them; with a
+``perm`` the kernel's norm prologue reads ``x[perm]``, ``residual[perm]`` and ``norm_weight[perm]``, the norm's
+statistic being over the whole row). x, residual: ``[M, K]``, one dtype (residual may be None); norm_weight:
+``[K]``. Looked up with ``scheme``.
 """,
         checked=True,
         shape_facts=("scheme",),

@@ -5,6 +5,12 @@ The references dequantize the weight to float32 and multiply in float32 (one rou
 dtype), on any device: the CPU and any backend without a kernel for a scheme fall back to them. Kernels
 (anna-xpu-kernels' Triton GEMV) dequantize in registers and accumulate in float32, so they agree with these
 to float32 summation order.
+
+Both ops take an optional ``perm`` ``[K]`` (int32 / int64): the weight's input columns are stored in that order
+(act-order GPTQ, :attr:`anna_core.weights.gpu_quant.QuantizedWeight.perm`), so the product reads ``x[..., perm]``;
+a kernel gathers the columns as it loads its activation tiles (no separate gather). ``perm`` must be a
+permutation of ``range(K)``: it is checked where it is made (at load, :func:`anna_core.weights.prequant.
+act_order_perm`, and when read from the layout cache), not per call (that would read it on the host).
 """
 
 from __future__ import annotations
@@ -57,34 +63,44 @@ def check_wq_weight(op: str, qweight: torch.Tensor, scale: torch.Tensor, zero: t
     return n, k
 
 
+PERM_DTYPES = (torch.int32, torch.int64)
+"""The dtypes of a ``perm`` (kernels read int32 ones with half the bytes)."""
+
+
 def check_wq_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None,
-                    scheme: str, bias: torch.Tensor | None) -> None:
+                    scheme: str, bias: torch.Tensor | None, perm: torch.Tensor | None = None) -> None:
     """Check :func:`wq_linear`'s arguments (shapes and dtypes only, no sync).
 
     Raises:
         ValueError: ``"wq_linear: ..."``: see :func:`check_wq_weight`; x not ``[..., K]`` of a float dtype; bias
-            not ``[N]`` of x's dtype or None.
+            not ``[N]`` of x's dtype or None; perm not ``[K]`` int32 / int64 on x's device or None.
     """
-    _check_x_and_weight("wq_linear", x, qweight, scale, zero, scheme, bias)
+    _check_x_and_weight("wq_linear", x, qweight, scale, zero, scheme, bias, perm)
 
 
 def _check_x_and_weight(op: str, x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
-                        zero: torch.Tensor | None, scheme: str, bias: torch.Tensor | None) -> None:
+                        zero: torch.Tensor | None, scheme: str, bias: torch.Tensor | None,
+                        perm: torch.Tensor | None) -> None:
     n, k = check_wq_weight(op, qweight, scale, zero, scheme)
     require(x.dim() >= 1 and x.shape[-1] == k and x.is_floating_point(), op,
             f"x must be a float [M, K={k}], got {tuple(x.shape)} {x.dtype}")
     require(bias is None or (tuple(bias.shape) == (n,) and bias.dtype == x.dtype), op,
             f"bias must be [N={n}] of x's dtype or None, got {None if bias is None else (tuple(bias.shape), bias.dtype)}")
+    if perm is not None and (tuple(perm.shape) != (k,) or perm.dtype not in PERM_DTYPES or perm.device != x.device):
+        raise ValueError(f"{op}: perm must be [K={k}] int32 or int64 on x's device {x.device} or None, got "
+                         f"{tuple(perm.shape)} {perm.dtype} on {perm.device}")
 
 
 def wq_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None, scheme: str,
-              bias: torch.Tensor | None) -> torch.Tensor:
-    """``x @ w^T + bias`` with ``w`` the dequantized weight (:func:`~anna_core.weights.gpu_quant.dequantize`).
+              bias: torch.Tensor | None, perm: torch.Tensor | None = None) -> torch.Tensor:
+    """``x[..., perm] @ w^T + bias`` with ``w`` the dequantized weight (:func:`~anna_core.weights.gpu_quant.dequantize`).
 
     Args:
         x: ``[M, K]`` (or ``[..., K]``) float activations.
         qweight, scale, zero, scheme: the quantized ``[N, K]`` weight (:mod:`anna_core.weights.gpu_quant`).
         bias: ``[N]`` of x's dtype, or None.
+        perm: None, or ``[K]`` int32 / int64, a permutation of ``range(K)``: the weight's stored column order
+            (the module docstring).
 
     Returns:
         ``[..., N]`` in x's dtype: the product and bias in float32, rounded once.
@@ -92,7 +108,9 @@ def wq_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero:
     Raises:
         ValueError: see :func:`check_wq_linear`.
     """
-    check_wq_linear(x, qweight, scale, zero, scheme, bias)
+    check_wq_linear(x, qweight, scale, zero, scheme, bias, perm)
+    if perm is not None:
+        x = x.index_select(-1, perm)
     w = dequantize(qweight, scale, zero, scheme, torch.float32)
     y = x.float() @ w.T
     if bias is not None:
@@ -102,7 +120,8 @@ def wq_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero:
 
 def check_add_rms_norm_wq_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                                  zero_centered: bool, qweight: torch.Tensor, scale: torch.Tensor,
-                                 zero: torch.Tensor | None, scheme: str, activation: str | None = None) -> None:
+                                 zero: torch.Tensor | None, scheme: str, activation: str | None = None,
+                                 perm: torch.Tensor | None = None) -> None:
     """Check :func:`add_rms_norm_wq_linear`'s arguments (shapes and dtypes only, no sync).
 
     Raises:
@@ -110,7 +129,7 @@ def check_add_rms_norm_wq_linear(x: torch.Tensor, residual: torch.Tensor | None,
             dtype (or None); norm_weight not ``[K]``; an unknown activation, or one with an odd ``N``.
     """
     op = "add_rms_norm_wq_linear"
-    _check_x_and_weight(op, x, qweight, scale, zero, scheme, None)
+    _check_x_and_weight(op, x, qweight, scale, zero, scheme, None, perm)
     n, k = weight_shape(qweight, scheme)
     require(norm_weight.dim() == 1 and norm_weight.shape[0] == k, op,
             f"norm_weight must be [K={k}], got {tuple(norm_weight.shape)}")
@@ -123,10 +142,12 @@ def check_add_rms_norm_wq_linear(x: torch.Tensor, residual: torch.Tensor | None,
 
 def add_rms_norm_wq_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                            zero_centered: bool, qweight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor | None,
-                           scheme: str, activation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                           scheme: str, activation: str | None = None,
+                           perm: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Residual add, RMSNorm, then a quantized bias-free projection (and, with an activation, the gated
     product of a merged gate/up projection): ``add_rms_norm_linear`` / ``add_rms_norm_linear_act_mul`` with a
-    quantized weight.
+    quantized weight (whose input columns may be stored in the order ``perm``: the normalised row is read as
+    ``h[..., perm]``; the norm's statistic is over the whole row, so the order does not change it).
 
     Args:
         x, residual: ``[M, K]``, one dtype (residual None: ``new_residual = x``); norm_weight ``[K]``; eps;
@@ -134,15 +155,17 @@ def add_rms_norm_wq_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_
         qweight, scale, zero, scheme: the quantized ``[N, K]`` weight (``[2I, K]``, gate rows then up rows,
             with an activation).
         activation: None, ``"silu"`` or ``"gelu_tanh"``.
+        perm: None, or ``[K]`` int32 / int64 as :func:`wq_linear` takes it.
 
     Returns:
-        ``(y, new_residual)``: ``(h, new_residual) = add_rms_norm(x, residual, ...)``, ``y = wq_linear(h, ...)``
+        ``(y, new_residual)``: ``(h, new_residual) = add_rms_norm(x, residual, ...)``, ``y = wq_linear(h, ..., perm)``
         ``[M, N]`` (then ``act_and_mul(y, activation)`` ``[M, I]``), rounded as those ops round.
 
     Raises:
         ValueError: see :func:`check_add_rms_norm_wq_linear`.
     """
-    check_add_rms_norm_wq_linear(x, residual, norm_weight, eps, zero_centered, qweight, scale, zero, scheme, activation)
+    check_add_rms_norm_wq_linear(x, residual, norm_weight, eps, zero_centered, qweight, scale, zero, scheme, activation,
+                                 perm)
     h, new_residual = add_rms_norm(x, residual, norm_weight, eps, zero_centered)
-    y = wq_linear(h, qweight, scale, zero, scheme, None)
+    y = wq_linear(h, qweight, scale, zero, scheme, None, perm)
     return (y if activation is None else act_and_mul(y, activation)), new_residual

@@ -25,7 +25,7 @@ from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, b
 from anna_core.engine.config import non_negative
 from anna_core.engine.cuda_graphs import MODES, TOPK_MODES, DecodeGraphs
 from anna_core.engine.encoder_outputs import EncoderOutputs
-from anna_core.engine.forward_batch import ForwardBatch, GroupTable
+from anna_core.engine.forward_batch import ForwardBatch, GroupTable, PromptStart
 from anna_core.engine.graph_staging import PendingIds
 from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
 from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets
@@ -464,11 +464,14 @@ class ModelRunner:
         return "sample"
 
     def _prefill_graph_fits(self, seq) -> bool:
-        """Whether ``seq``, a fresh prompt computed whole this step, replays a captured prefill graph."""
+        """Whether ``seq``, a fresh prompt computed whole this step, replays a captured prefill graph (prompt tokens
+        alone for a model that declares ``recompute_holds_last``: a generated token's input is not its id's)."""
         pg = self.prefill_graphs
         return (pg is not None and seq.is_fresh and seq.samples and pg.bucket_for(seq.num_new_tokens) is not None
                 and all(len(seq.block_tables[g]) <= pg.width for g in self.groups)
-                and (not seq.checkpoints or pg.checkpoints is not None) and (not seq.media or pg.media))
+                and (not seq.checkpoints or pg.checkpoints is not None) and (not seq.media or pg.media)
+                and (not self.model.capabilities.recompute_holds_last
+                     or seq.context_len <= seq.request.num_prompt_tokens))
 
     def split(self, out: SchedulerOutput) -> tuple[SchedulerOutput | None, SchedulerOutput, bool] | None:
         """How a step of decodes and prompt chunks (or of several prompts) runs without one eager pass over
@@ -523,7 +526,7 @@ class ModelRunner:
 
         Raises:
             AnnaError: a pending input token with no row in ``prev_rows``, or on a path other than the
-                decode graph.
+                decode graph; a prompt the model's ``start_prompts`` refuses (``prompt_state``).
         """
         path = self.plan(out) if path is None else path
         if self.encoder is not None:
@@ -532,6 +535,10 @@ class ModelRunner:
         pending_input = any(PENDING in s.token_ids for s in out.seqs)
         if pending_input and path is not StepPath.DECODE_GRAPH:
             raise AnnaError("a decode input token is still pending: read the step in flight back first")
+        if self.model.capabilities.prompt_state:  # before any path's forward pass (ModelCapabilities.prompt_state)
+            starts = [PromptStart(s.state_slot, s.request.multimodal) for s in out.seqs if s.is_fresh]
+            if starts:
+                self.model.start_prompts(starts)
         if path is StepPath.DECODE_GRAPH:
             ids = self._launch_decode(out, prev_rows)
             if not wait:

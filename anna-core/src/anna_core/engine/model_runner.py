@@ -77,6 +77,9 @@ class RunnerConfig:
         max_prefill_replays: the most fresh prompts of one step that each replay their own prefill graph
             (a step of decodes and prompts, or of several prompts; see :meth:`ModelRunner.plan`); a step with
             more prompts computes them in one eager pass, which reads the weights once for all of them.
+        prefill_graphs: with ``cuda_graph``, also capture prefill graphs (:mod:`anna_core.engine.prefill_graphs`) where
+            the model declares ``padded_prefill``; False leaves prefills eager and decode graphs as they are (an A/B
+            switch for benchmarks).
         fused_topk_head: the fused top-k LM head (:mod:`anna_core.engine.topk_head`) for steps whose every request
             needs at most the top 64 logits, on a model that declares ``topk_head``: ``"auto"`` on accelerators
             (``--fused-topk-head``), ``"on"`` on every device (the CPU runs the op's reference), ``"off"`` never
@@ -90,6 +93,7 @@ class RunnerConfig:
     compile_mode: str = attrs.field(default="none", converter=_compile_mode)
     warmup: bool = True
     max_prefill_replays: int = attrs.field(default=16, validator=non_negative)
+    prefill_graphs: bool = True
     fused_topk_head: str = attrs.field(default="off", converter=topk_head_mode)
 
 
@@ -193,9 +197,12 @@ class ModelRunner:
             self.startup["warmup_s"] = clock() - t0
         if config.cuda_graph and self.accel.graphs and self.model.capabilities.graph_capture:
             width = -(-max_model_len // self.caches.block_size)
-            t0 = clock()
-            self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len), width)
-            self.startup["prefill_graphs_s"] = clock() - t0
+            if config.prefill_graphs:
+                t0 = clock()
+                self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len), width)
+                self.startup["prefill_graphs_s"] = clock() - t0
+            else:
+                self._no_graphs["prefill"] = "off (RunnerConfig.prefill_graphs=False)"
             t0 = clock()
             self._capture_decode(config, max_num_seqs, width)
             self.startup["decode_graphs_s"] = clock() - t0

@@ -230,3 +230,32 @@ def test_the_prefill_step_reads_nothing_on_the_host_and_its_launches_shrink(smal
     assert host_launches <= MAX_HOST_LAUNCHES, (host_launches, total.ops, body.ops)
     assert host_data <= 1 < eager.syncs, (total.ops, eager.ops)
     assert eager.launches > 5 * host_launches, (eager.launches, host_launches)
+
+
+def test_preempted_requests_recompute_to_the_golden_codes_with_prefill_graphs(small_buckets):
+    """A KV pool of 4-token blocks too small for every CustomVoice case at once, steps launched ahead: the prompts
+    replay their prefill graphs, then requests are preempted and recompute eagerly (their generated tokens' inputs
+    from their codes), and every request still gets the golden codes."""
+    g, facts = golden("custom_voice")
+    parts = _parts("custom_voice")
+    config, talker, predictor = parts
+    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
+                     predictor_sampling=GREEDY)
+    model.reserve_slots(8)
+    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=8, enable_prefix_caching=False, prompt_cache_size=0,
+                                                  num_blocks=40, block_size=4, async_scheduling=True),
+                       eos_token_ids=[model.eos_token_id])
+    engine.runner.accel = FakeGraphAccelerator()
+    engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
+                        max_num_seqs=8)
+    assert engine.runner.graph_report()["prefill"]["prompt_lengths"] == list(BUCKETS)
+    prompts = _prompts(parts, facts["cases"], g)
+    got = _run(engine, model, prompts, config.talker.num_code_groups)
+    runner = engine.runner
+    assert engine.scheduler.num_preemptions > 0
+    assert runner.num_prefill_graph_steps >= len(prompts) and runner.num_eager_steps > 0, (
+        runner.num_prefill_graph_steps, runner.num_eager_steps)
+    for rid, codes in got.items():
+        case, row = rid.split("/")
+        assert torch.equal(codes, g[f"{case}/codes/{row}"]), rid
+    assert engine.kv.num_used_blocks == 0

@@ -259,3 +259,45 @@ def test_preempted_requests_recompute_to_the_golden_codes_with_prefill_graphs(sm
         case, row = rid.split("/")
         assert torch.equal(codes, g[f"{case}/codes/{row}"]), rid
     assert engine.kv.num_used_blocks == 0
+
+
+def test_served_voice_clones_on_prefill_graphs_equal_the_eager_prefill_and_the_reference(monkeypatch, small_buckets):
+    """The Base checkpoint's served path (``SpeechEngine.synthesize``: the planner, the checkpoint's cloner on an
+    uploaded recording, in-context and x-vector only, the engine, the streamed vocoder), every graph on the fake
+    accelerator, prefill graphs on and off: each request replays a prefill graph when on, and the waveforms equal
+    each other exactly and the reference's golden ones within the golden tolerance."""
+    import numpy as np
+    from anna_audio.qwen3_tts.voice import VoiceRequest
+    from anna_audio.speech import task
+    from anna_core.loading import load_model
+
+    from tests.audio.test_speech_cloning import _wav
+    from tests.audio.test_speech_server import greedy_planner
+
+    monkeypatch.setattr(model_runner, "accelerator", lambda device: FakeGraphAccelerator())
+    tensors, facts = golden("base")
+    recording = _wav(tensors["ref/audio"].numpy(), 24000)
+    batch, ref_text = facts["cases"]["batch"], facts["cases"]["ref_text"]
+    assert set(batch["mode"]) == {"icl", "x_vector_only"}, batch["mode"]
+    waves = {}
+    for on in (True, False):
+        loaded = load_model(CHECKPOINTS["base"], device="cpu", dtype="float32")
+        loaded.model.predictor_sampling = GREEDY  # before the decode graphs capture the code predictor's choice
+        built = task.build(loaded, EngineConfig(max_num_seqs=2, num_blocks=64),
+                           RunnerConfig(cuda_graph=True, warmup=False, prefill_graphs=on))
+        built.planner = greedy_planner(loaded)
+        try:
+            for row, mode in enumerate(batch["mode"]):
+                request = VoiceRequest(text=batch["text"][row], language=batch["language"][row], ref_audio=recording,
+                                       ref_text=ref_text if mode == "icl" else None)
+                waves[on, row] = built.synthesize(request, max_frames=23)
+        finally:
+            built.vocoder.close()
+        runner = built.engine.runner
+        assert runner.num_prefill_graph_steps == (len(batch["mode"]) if on else 0)
+        assert runner.num_graph_steps > 0 and runner.graph_report()["prefill"]["captured"] is on
+    for row in range(len(batch["mode"])):
+        np.testing.assert_array_equal(waves[True, row], waves[False, row])
+        ref = tensors[f"batch/wav/{row}"]
+        assert waves[True, row].shape == tuple(ref.shape)
+        torch.testing.assert_close(torch.from_numpy(waves[True, row]), ref, atol=WAVE_ATOL, rtol=0)

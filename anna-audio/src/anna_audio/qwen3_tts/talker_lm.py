@@ -219,8 +219,9 @@ class TalkerLM(nn.Module):
         """Bind each starting prompt's trailing text and sampling controls to its state slot's tables, and clear the
         codes its slot has seen (``ModelCapabilities.prompt_state``: the runner calls it before the forward pass of
         a step that computes prompts' first chunks, so a prefill graph's replay finds them bound). Device writes by
-        the host-known slot, queued ahead of the step: no host read, no tensor made from host data. A prompt
-        without media (e.g. a warm-up's) binds nothing.
+        the host-known slot, queued ahead of the step: one copy of the trailing rows (already on the device where the
+        planner built the prompt there) and a fill per control, no host read. A prompt without media (e.g. a
+        warm-up's) binds nothing.
 
         Raises:
             AnnaError: no slots reserved; a medium that is not a talker prompt; a trailing text longer than

@@ -240,7 +240,7 @@ def test_the_decode_step_reads_nothing_on_the_host_and_its_launches_are_bounded(
     for rid, prompt in prompts.items():
         request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING, max_frames=12, ignore_eos=True))
         engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
-    while engine._inflight is None:  # prefills (eager), then the first decode launched ahead
+    while engine._inflight is None:  # prefills (on prefill graphs), then the first decode launched ahead
         engine.step()
     for _ in range(3):
         with torch.inference_mode(), NoHostReads():

@@ -31,6 +31,8 @@ def test_bench_cpu_path():
     assert report["chunk_frames"] == [1, 4] and report["vocoder_calls"] >= 2
     steps = report["steps"]  # no graphs on the CPU: every step eager, none launched ahead
     assert steps["async_scheduling"] and steps["decode_graph"] == steps["launched_ahead"] == 0 and steps["eager"] > 0
+    assert steps["prefill_graph"] == 0 and not report["prefill_graphs"]["captured"]
+    assert report["prefill_graphs"]["model_supports"] and "cpu device" in report["prefill_graphs"]["why_not"]
     split = report["split"]  # on the CPU: no graphs, the predictor and vocoder timed eagerly
     assert not split["graphs"]["captured"] and "cpu device" in split["graphs"]["why_not"] and split["step_ms"] == {}
     assert set(split["predictor_ms"]) == set(split["vocoder_ms_per_frame"]) == {1, 2}

@@ -167,3 +167,18 @@ def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_z
         assert not torch.equal(a[blk], b[blk])
     for t in caches.state_caches[0].conv + caches.state_caches[0].recurrent:
         assert not t[[0, slot]].any()  # both slots zeroed again
+
+
+def test_the_prefill_graphs_switch_leaves_prefills_eager_and_decode_graphs_captured(tiny_dir, small_buckets):
+    from anna_core.engine.model_runner import RunnerConfig
+
+    engine, accel = _engine(tiny_dir, graphs=False)
+    runner = engine.runner
+    runner.setup(RunnerConfig(cuda_graph=True, prefill_graphs=False), max_model_len=engine.max_model_len,
+                 max_num_seqs=5)
+    report = runner.graph_report()
+    assert report["decode"]["captured"] and not report["prefill"]["captured"]
+    assert report["prefill"]["model_supports"] and "prefill_graphs=False" in report["prefill"]["why_not"]
+    prompt = torch.randint(0, 256, (9,), generator=torch.Generator().manual_seed(5)).tolist()
+    _generate(engine, [prompt], [SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)])
+    assert runner.num_prefill_graph_steps == 0 and runner.num_eager_steps == 1 and runner.num_graph_steps > 0

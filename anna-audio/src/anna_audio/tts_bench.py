@@ -12,7 +12,9 @@ seconds to the last byte / audio seconds; lower is better); at ``--concurrency``
 latency to its last byte and first byte (mean, p50, max) and its ratio to one request's. Then where a frame's time
 goes (:func:`device_split`): whether the decode steps replay captured graphs, the device milliseconds of one decode
 step (talker and code predictor) and of the code predictor alone per batch, and the vocoder's per frame. Targets of issue 27 on an
-H200 at the 1.7B shape in bf16: RTF <= 0.05, first audio <= 60 ms, 16 concurrent within 2x of one.
+H200 at the 1.7B shape in bf16: RTF <= 0.05, first audio <= 60 ms, 16 concurrent within 2x of one. A prompt replays
+a captured prefill graph (the served steps by path and the prefill graphs' report are printed);
+``--no-prefill-graphs`` prefills eagerly instead (their A/B, decode graphs kept).
 
 With ``--reference`` the reference implementation (:mod:`anna_audio.tts_reference`: ``qwen_tts``, random weights of
 the same configuration) runs after Anna's measurement in the same process, Anna's engine and its device memory
@@ -170,10 +172,14 @@ def _stats(values: list[float]) -> dict[str, float]:
 def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str = "auto", dtype: str = "auto",
               frames: int = 125, text_tokens: int = 32, concurrency: int = 16, runs: int = 3,
               cuda_graph: bool = True, chunk_frames: tuple[int, int] | None = None,
-              async_scheduling: bool = True) -> dict[str, Any]:
+              async_scheduling: bool = True, prefill_graphs: bool = True) -> dict[str, Any]:
     """Load, serve in-process, and measure (see the module docstring); the report as a dict. ``async_scheduling``:
-    the engine's (decode steps launched ahead of the previous step's read-back); the report's ``"steps"`` counts the
-    served steps by path (``"decode_graph"``, ``"launched_ahead"``: decode graph steps not waited for, ``"eager"``).
+    the engine's (decode steps launched ahead of the previous step's read-back); ``prefill_graphs``: with
+    ``cuda_graph``, prompts replay captured prefill graphs (``RunnerConfig.prefill_graphs``; False: eager prefills,
+    the A/B of the first audio). The report's ``"steps"`` counts the served steps by path (``"decode_graph"``,
+    ``"launched_ahead"``: decode graph steps not waited for, ``"prefill_graph"``: prompts replayed from a prefill
+    graph, ``"eager"``) and ``"prefill_graphs"`` is the runner's prefill graph report (captured, prompt lengths, why
+    not).
 
     Raises:
         ValueError: a non-positive ``frames``, ``text_tokens``, ``concurrency`` or ``runs``.
@@ -188,7 +194,7 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
     from anna_audio.speech.service import ChunkPolicy
 
     loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format)
-    runner = RunnerConfig(cuda_graph=cuda_graph, warmup=loaded.device.type != "cpu")
+    runner = RunnerConfig(cuda_graph=cuda_graph, warmup=loaded.device.type != "cpu", prefill_graphs=prefill_graphs)
     built = task.build(loaded, EngineConfig(max_num_seqs=max(concurrency, 1), async_scheduling=async_scheduling), runner)
     if chunk_frames is not None:
         built.planner.chunks = ChunkPolicy(*chunk_frames)
@@ -215,7 +221,9 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
     report["vocoder_calls"] = built.vocoder.calls
     steps = built.engine.runner
     report["steps"] = {"async_scheduling": async_scheduling, "decode_graph": steps.num_graph_steps,
-                       "launched_ahead": steps.num_launched_ahead, "eager": steps.num_eager_steps}
+                       "launched_ahead": steps.num_launched_ahead, "prefill_graph": steps.num_prefill_graph_steps,
+                       "eager": steps.num_eager_steps}
+    report["prefill_graphs"] = steps.graph_report()["prefill"]
     report["split"] = device_split(built, sorted({1, concurrency}), built.planner.chunks.rest)
     return report
 
@@ -332,6 +340,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="single-request runs (the best is reported)")
     parser.add_argument("--chunk-frames", default=None, help="first,rest frames per decoded chunk (default 1,8)")
     parser.add_argument("--no-cuda-graph", action="store_true")
+    parser.add_argument("--no-prefill-graphs", action="store_true",
+                        help="prefills eager, decode graphs kept (the A/B baseline of the prefill graphs)")
     parser.add_argument("--no-async-scheduling", action="store_true",
                         help="wait for every decode step before the next (the A/B baseline of the overlap)")
     parser.add_argument("--reference", action="store_true",
@@ -355,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
     report = run_bench(model_dir, load_format=args.load_format, device=args.device, dtype=args.dtype,
                        frames=args.frames, text_tokens=args.text_tokens, concurrency=args.concurrency, runs=args.runs,
                        cuda_graph=not args.no_cuda_graph, chunk_frames=chunks,
-                       async_scheduling=not args.no_async_scheduling)
+                       async_scheduling=not args.no_async_scheduling, prefill_graphs=not args.no_prefill_graphs)
     if args.reference:
         report = with_reference(report, text_tokens=args.text_tokens, runs=args.runs)
     one, crowd = report["one"], report["concurrent"]
@@ -367,7 +377,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{crowd['first_audio_s']['mean'] * 1000:.1f} ms")
     st = report["steps"]
     print(f"engine steps: async scheduling {'on' if st['async_scheduling'] else 'off'}, decode graph "
-          f"{st['decode_graph']} ({st['launched_ahead']} launched ahead), eager {st['eager']}")
+          f"{st['decode_graph']} ({st['launched_ahead']} launched ahead), prefill graph {st['prefill_graph']}, "
+          f"eager {st['eager']}")
+    pg = report["prefill_graphs"]
+    print(f"prefill graphs: captured {pg['captured']}, prompt lengths {pg['prompt_lengths']}"
+          + (f" (why not: {pg['why_not']})" if pg["why_not"] else ""))
     split, graphs = report["split"], report["split"]["graphs"]
     print(f"decode graphs: captured {graphs['captured']}, batch sizes {graphs['batch_sizes']}"
           + (f" (why not: {graphs['why_not']})" if graphs["why_not"] else ""))

@@ -158,6 +158,11 @@ class ModelCapabilities:
             asynchronous scheduling a step with a request holding its token is not launched ahead, and a request
             preempted while its newest token is still pending drops that token (and its side output) and holds the
             one before: it is computed again after the recompute.
+        prompt_state: it keeps per-sequence state of its own that a prompt's media set when its first chunk runs
+            (a speech talker's text fed with each generated token, its repetition penalty and ``min_tokens``, by state
+            slot) through ``start_prompts(prompts)`` (:class:`CausalLM`), which the runner calls before the forward
+            pass of every step that computes prompts' first chunks, whatever the step's path: so the forward pass
+            itself reads no host data for them and a prefill graph, whose capture never sees a request, replays it.
         compiled_decode: it has ``compile_decode(caches, compile_fn) -> bool``, which makes its forward pass
             run a one-sequence, one-token decode step through one compiled function (True when it did; False
             when the model or caches do not allow it). The runner calls it at set-up on the CPU when
@@ -176,6 +181,7 @@ class ModelCapabilities:
     quantized_kv: bool = False
     side_outputs: bool = False
     recompute_holds_last: bool = False
+    prompt_state: bool = False
     compiled_decode: bool = False
     topk_head: bool = False
 
@@ -209,6 +215,11 @@ class CausalLM(Protocol):
     #   def gather_side_outputs(self, state_slots: torch.Tensor) -> torch.Tensor:
     #       state_slots ``[n]`` int64 on the device -> ``[n, ...]``: what the step just run left for the sequence in
     #       each slot, row ``i`` for ``state_slots[i]``; device ops only (captured in decode graphs, no host read).
+    # Models whose capabilities declare ``prompt_state`` also have:
+    #   def start_prompts(self, prompts: list[PromptStart]) -> None:
+    #       bind each prompt's state (:class:`~anna_core.engine.forward_batch.PromptStart`: its state slot and media)
+    #       before the step's forward pass, by device copies queued ahead of it (no host read); raises AnnaError for
+    #       a prompt it cannot serve (the step's prompts fail, as for an error of the forward pass).
 
 
 @attrs.define
@@ -289,5 +300,7 @@ def check_model(model: object) -> None:
                         "encode(items) or an int hidden_size")
     if caps.side_outputs and not callable(getattr(model, "gather_side_outputs", None)):
         raise AnnaError(f"{type(model).__name__} declares side_outputs but lacks gather_side_outputs(state_slots)")
+    if caps.prompt_state and not callable(getattr(model, "start_prompts", None)):
+        raise AnnaError(f"{type(model).__name__} declares prompt_state but lacks start_prompts(prompts)")
     if not isinstance(caps.position_rows, int) or caps.position_rows < 1:
         raise AnnaError(f"{type(model).__name__}.capabilities.position_rows must be a positive int")

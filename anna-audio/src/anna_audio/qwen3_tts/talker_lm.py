@@ -8,8 +8,13 @@ predictor's, shared, not copied. How a request maps onto the engine:
 * The prompt is one ``"audio"`` medium covering every prompt position. Its ``data`` is ``{"prefill": [T, H],
   "trailing": [N, H]}`` (:class:`~anna_audio.qwen3_tts.prompt.TalkerPrompt`): the prefill embeddings are its
   "encoder output", spliced over placeholder ids (the codec ``pad`` id, which the talker never samples); the
-  trailing text embeddings are copied, when the prompt's first chunk runs (from ``ForwardBatch.media``), into a
-  per-slot device table that decode steps read by position.
+  trailing text embeddings are copied, before the step that runs the prompt's first chunk (:meth:`start_prompts`,
+  the runner's call for a model that declares ``prompt_state``), into a per-slot device table that decode steps read
+  by position.
+* The prompt's prefill is padding-safe (``padded_prefill``): a fresh prompt replays a captured prefill graph of its
+  length bucket (:mod:`anna_core.engine.prefill_graphs`), its embeddings staged into the graphs' device buffer; the
+  hidden state the first frame's code predictor reads is the last valid row's, and that first frame runs in the
+  next decode step (a captured decode graph, like every frame).
 * A sampled token is a frame's codebook 0. When it comes back as the next step's input (generated token ``k``), the
   code predictor reads the talker's hidden state that chose it (kept per sequence, by state slot) and the token's
   codec embedding, fills codebooks ``1 .. G-1``, and the step's input is the frame's summed embedding plus
@@ -42,7 +47,7 @@ from typing import Any
 
 import torch
 from anna_core.cache_spec import CacheSpec, FullAttentionSpec
-from anna_core.engine.forward_batch import ForwardBatch
+from anna_core.engine.forward_batch import ForwardBatch, PromptStart
 from anna_core.errors import AnnaError
 from anna_core.layers.attention import PagedAttention
 from anna_core.layers.media import splice_media
@@ -132,7 +137,8 @@ class TalkerLM(nn.Module):
         self.hidden_size = s.hidden_size
         self.cache_spec = CacheSpec((FullAttentionSpec(layers=range(s.num_layers), num_kv_heads=s.num_kv_heads,
                                                        head_dim=s.head_dim),))
-        self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True, recompute_holds_last=True)
+        self.capabilities = ModelCapabilities(modalities=("audio",), side_outputs=True, recompute_holds_last=True,
+                                              padded_prefill=True, prompt_state=True)
         weight = talker.codec_head.weight
         dev, dt = weight.device, weight.dtype
         inv_freq = inverse_frequencies(s.head_dim, {"rope_type": "default", "rope_theta": s.rope_theta})
@@ -209,41 +215,45 @@ class TalkerLM(nn.Module):
         weight = self.talker.codec_head.weight
         return value.to(device=weight.device, dtype=weight.dtype)
 
-    def _bind_prompts(self, batch: ForwardBatch) -> None:
-        """Copy the trailing text and the sampling controls of every prompt whose first chunk runs in ``batch`` into
-        its slot's tables, and clear the codes its slot has seen (a host loop over the step's new prompts; decode
-        steps have none).
+    def start_prompts(self, prompts: list[PromptStart]) -> None:
+        """Bind each starting prompt's trailing text and sampling controls to its state slot's tables, and clear the
+        codes its slot has seen (``ModelCapabilities.prompt_state``: the runner calls it before the forward pass of
+        a step that computes prompts' first chunks, so a prefill graph's replay finds them bound). Device writes by
+        the host-known slot, queued ahead of the step: one copy of the trailing rows (already on the device where the
+        planner built the prompt there) and a fill per control, no host read. A prompt without media (e.g. a
+        warm-up's) binds nothing.
 
         Raises:
-            AnnaError: a trailing text longer than :meth:`reserve_slots` made room for; sampling controls out of
-                range (a penalty not positive, a negative ``min_tokens``).
+            AnnaError: no slots reserved; a medium that is not a talker prompt; a trailing text longer than
+                :meth:`reserve_slots` made room for; sampling controls out of range (a penalty not positive, a
+                negative ``min_tokens``). Checked for every prompt before any is bound.
         """
-        for i, q in enumerate(batch.query_lens):
-            media = batch.media[i] if i < len(batch.media) else None
+        if self.last_hidden.shape[0] == 0:
+            raise AnnaError("TalkerLM.reserve_slots was not called before the engine ran it")
+        binds = []
+        for prompt in prompts:
+            media = prompt.media
             if media is None or not media.items:
                 continue
-            prompt_len = media.items[0].end
-            if batch.context_lens[i] != q:  # not the prompt's first chunk
-                continue
-            trailing = self._prompt_part(media.items[0], "trailing", None)
+            item = media.items[0]
+            trailing = self._prompt_part(item, "trailing", None)
             n = trailing.shape[0]
             if n > self.max_trailing:
                 raise AnnaError(f"the prompt's text runs {n} embeddings past the prompt; this server holds "
                                 f"{self.max_trailing}")
-            slot = batch.state_slots[i:i + 1]
-            rows = self.trailing.new_zeros(1, self.max_trailing, self.hidden_size)
-            rows[0, :n] = trailing
-            self.trailing.index_copy_(0, slot, rows)
-            self.trailing_len.index_copy_(0, slot, torch.tensor([n], device=slot.device))
-            self.prompt_len.index_copy_(0, slot, torch.tensor([prompt_len], device=slot.device))
-            data = media.items[0].data
-            penalty, min_tokens = float(data.get("repetition_penalty", 1.0)), int(data.get("min_tokens", 0))
+            penalty, min_tokens = float(item.data.get("repetition_penalty", 1.0)), int(item.data.get("min_tokens", 0))
             if not penalty > 0 or min_tokens < 0:
                 raise AnnaError(f"a talker prompt's repetition_penalty must be positive and its min_tokens "
                                 f"non-negative, got {penalty}, {min_tokens}")
-            self.penalty.index_copy_(0, slot, torch.tensor([penalty], device=slot.device))
-            self.min_tokens.index_copy_(0, slot, torch.tensor([min_tokens], device=slot.device))
-            self.seen.index_fill_(0, slot, False)
+            binds.append((prompt.state_slot, trailing, item.end, penalty, min_tokens))
+        for slot, trailing, prompt_len, penalty, min_tokens in binds:
+            n = trailing.shape[0]
+            self.trailing[slot, :n].copy_(trailing)  # rows past n are never read (_texts: k < trailing_len)
+            self.trailing_len[slot].fill_(n)  # fill_ of a Python number: one kernel, no host-to-device copy
+            self.prompt_len[slot].fill_(prompt_len)
+            self.penalty[slot].fill_(penalty)
+            self.min_tokens[slot].fill_(min_tokens)
+            self.seen[slot].fill_(False)
 
     @staticmethod
     def _generated_rows(batch: ForwardBatch) -> tuple[list[int], list[int], list[torch.Tensor]]:
@@ -291,28 +301,28 @@ class TalkerLM(nn.Module):
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
         """Final hidden states ``[T, H]`` of the step's rows (see the module docstring for the rows' inputs).
 
+        A padded one-sequence prefill (``batch.num_valid`` set: a prefill graph, :mod:`anna_core.engine.prefill_graphs`)
+        holds prompt rows only (the runner replays prefill graphs of a ``recompute_holds_last`` model for prompt
+        tokens alone), bound by :meth:`start_prompts` before it: its inputs are the spliced prompt embeddings, its
+        placeholders are not marked seen (blocked ids: their logits stay ``-inf`` either way), and the hidden state
+        kept for the first frame's code predictor is the last valid row's. Padding rows write only their own K/V
+        positions (the scratch block's) and no per-slot table; the pass reads nothing on the host.
+
         Raises:
-            AnnaError: no slots reserved; see :meth:`_bind_prompts`.
+            AnnaError: no slots reserved.
         """
         if self.last_hidden.shape[0] == 0:
             raise AnnaError("TalkerLM.reserve_slots was not called before the engine ran it")
-        if batch.media:
-            self._bind_prompts(batch)
         rows = torch.arange(batch.num_tokens, device=batch.input_ids.device)
         seq_of_row = torch.bucketize(rows, batch.cu_seqlens[1:].to(torch.int64), right=True)  # [T]
         slots = batch.state_slots[seq_of_row]  # [T]
         first = self.talker.codec(batch.input_ids)  # [T, H]
-        decode = batch.is_decode and batch.embeds is None
-        plan = self._generated_rows(batch) if not decode or any(batch.side_outputs) else None
-        if plan is not None and decode and not plan[1]:
-            plan = None  # a decode step without recomputed rows
-        if plan is None:  # every row a generated token consumed for the first time (decode steps: device ops only)
-            rest, frame = self.frame_predictor(self.last_hidden[slots], first)  # [T, G-1], [T, H]
-            x = frame + self._texts(slots, batch.positions)
-            self.frame_codes.index_copy_(0, slots, rest)
-        else:  # prompt rows, recomputed rows: the code predictor runs on the new generated rows only
-            x = self._eager_inputs(batch, first, slots, plan)
-        self.seen.index_put_((slots, batch.input_ids), torch.ones_like(batch.input_ids, dtype=torch.bool))
+        padded = batch.num_valid is not None
+        if padded:  # a prefill graph's prompt: every valid row a placeholder
+            x = splice_media(first, batch)
+        else:
+            x = self._inputs(batch, first, slots)
+            self.seen.index_put_((slots, batch.input_ids), torch.ones_like(batch.input_ids, dtype=torch.bool))
         logit_rows = batch.logits_indices
         self._logit_rows = (slots.index_select(0, logit_rows), batch.positions.index_select(0, logit_rows))
         residual = None
@@ -320,9 +330,24 @@ class TalkerLM(nn.Module):
             x, residual = layer(x, residual, batch.positions, self.inv_freq, batch, caches)
         norm = self.talker.model.norm
         hidden = self.ops.add_rms_norm(x, residual, norm.weight, norm.eps, False)[0]
-        last = batch.cu_seqlens[1:].to(torch.int64) - 1
+        last = (batch.num_valid if padded else batch.cu_seqlens[1:].to(torch.int64)) - 1  # each sequence's last row
         self.last_hidden.index_copy_(0, batch.state_slots, hidden.index_select(0, last))
         return hidden
+
+    def _inputs(self, batch: ForwardBatch, first: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """The input embeddings ``[T, H]`` of a step's rows (not a padded prefill's), given their codec embeddings
+        ``first`` ``[T, H]`` and state slots ``[T]``: a decode step's (device ops only) the code predictor's frames
+        plus their texts, filling :attr:`frame_codes`; any other step's :meth:`_eager_inputs`."""
+        decode = batch.is_decode and batch.embeds is None
+        plan = self._generated_rows(batch) if not decode or any(batch.side_outputs) else None
+        if plan is not None and decode and not plan[1]:
+            plan = None  # a decode step without recomputed rows
+        if plan is not None:  # prompt rows, recomputed rows: the code predictor runs on the new generated rows only
+            return self._eager_inputs(batch, first, slots, plan)
+        # every row a generated token consumed for the first time
+        rest, frame = self.frame_predictor(self.last_hidden[slots], first)  # [T, G-1], [T, H]
+        self.frame_codes.index_copy_(0, slots, rest)
+        return frame + self._texts(slots, batch.positions)
 
     def _eager_inputs(self, batch: ForwardBatch, first: torch.Tensor, slots: torch.Tensor,
                       plan: tuple[list[int], list[int], list[torch.Tensor]]) -> torch.Tensor:

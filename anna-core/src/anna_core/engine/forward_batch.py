@@ -1,4 +1,5 @@
-"""The one object that crosses the engine -> model boundary each step."""
+"""The objects that cross the engine -> model boundary each step: the batch of tokens (:class:`ForwardBatch`) and, for
+a model that keeps per-sequence state of its own, the prompts that start (:class:`PromptStart`)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,20 @@ class ForwardBatch:
     @property
     def num_seqs(self) -> int:
         return len(self.query_lens)
+
+
+@attrs.frozen
+class PromptStart:
+    """A prompt whose first chunk the step computes, handed to a model that declares ``prompt_state``
+    (:class:`~anna_core.model.ModelCapabilities`) before the step's forward pass, in every path (eager, a prefill
+    graph's replay, a split step): what the model binds to the sequence's state slot from the prompt's media, e.g. a
+    speech talker's text fed with its generated tokens and its sampling controls. Host data only.
+
+    Attributes:
+        state_slot: the sequence's state slot (its ``ForwardBatch.state_slots`` entry).
+        media: its request's :class:`~anna_core.multimodal.MultiModalInputs` (its ``ForwardBatch.media`` entry), or
+            None for a prompt without media (e.g. text ids alone).
+    """
+
+    state_slot: int
+    media: Any

@@ -25,7 +25,7 @@ from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, b
 from anna_core.engine.config import non_negative
 from anna_core.engine.cuda_graphs import MODES, TOPK_MODES, DecodeGraphs
 from anna_core.engine.encoder_outputs import EncoderOutputs
-from anna_core.engine.forward_batch import ForwardBatch, GroupTable
+from anna_core.engine.forward_batch import ForwardBatch, GroupTable, PromptStart
 from anna_core.engine.graph_staging import PendingIds
 from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
 from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets
@@ -77,6 +77,9 @@ class RunnerConfig:
         max_prefill_replays: the most fresh prompts of one step that each replay their own prefill graph
             (a step of decodes and prompts, or of several prompts; see :meth:`ModelRunner.plan`); a step with
             more prompts computes them in one eager pass, which reads the weights once for all of them.
+        prefill_graphs: with ``cuda_graph``, also capture prefill graphs (:mod:`anna_core.engine.prefill_graphs`) where
+            the model declares ``padded_prefill``; False leaves prefills eager and decode graphs as they are (an A/B
+            switch for benchmarks).
         fused_topk_head: the fused top-k LM head (:mod:`anna_core.engine.topk_head`) for steps whose every request
             needs at most the top 64 logits, on a model that declares ``topk_head``: ``"auto"`` on accelerators
             (``--fused-topk-head``), ``"on"`` on every device (the CPU runs the op's reference), ``"off"`` never
@@ -90,6 +93,7 @@ class RunnerConfig:
     compile_mode: str = attrs.field(default="none", converter=_compile_mode)
     warmup: bool = True
     max_prefill_replays: int = attrs.field(default=16, validator=non_negative)
+    prefill_graphs: bool = True
     fused_topk_head: str = attrs.field(default="off", converter=topk_head_mode)
 
 
@@ -193,9 +197,12 @@ class ModelRunner:
             self.startup["warmup_s"] = clock() - t0
         if config.cuda_graph and self.accel.graphs and self.model.capabilities.graph_capture:
             width = -(-max_model_len // self.caches.block_size)
-            t0 = clock()
-            self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len), width)
-            self.startup["prefill_graphs_s"] = clock() - t0
+            if config.prefill_graphs:
+                t0 = clock()
+                self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len), width)
+                self.startup["prefill_graphs_s"] = clock() - t0
+            else:
+                self._no_graphs["prefill"] = "off (RunnerConfig.prefill_graphs=False)"
             t0 = clock()
             self._capture_decode(config, max_num_seqs, width)
             self.startup["decode_graphs_s"] = clock() - t0
@@ -464,11 +471,14 @@ class ModelRunner:
         return "sample"
 
     def _prefill_graph_fits(self, seq) -> bool:
-        """Whether ``seq``, a fresh prompt computed whole this step, replays a captured prefill graph."""
+        """Whether ``seq``, a fresh prompt computed whole this step, replays a captured prefill graph (prompt tokens
+        alone for a model that declares ``recompute_holds_last``: a generated token's input is not its id's)."""
         pg = self.prefill_graphs
         return (pg is not None and seq.is_fresh and seq.samples and pg.bucket_for(seq.num_new_tokens) is not None
                 and all(len(seq.block_tables[g]) <= pg.width for g in self.groups)
-                and (not seq.checkpoints or pg.checkpoints is not None) and (not seq.media or pg.media))
+                and (not seq.checkpoints or pg.checkpoints is not None) and (not seq.media or pg.media)
+                and (not self.model.capabilities.recompute_holds_last
+                     or seq.context_len <= seq.request.num_prompt_tokens))
 
     def split(self, out: SchedulerOutput) -> tuple[SchedulerOutput | None, SchedulerOutput, bool] | None:
         """How a step of decodes and prompt chunks (or of several prompts) runs without one eager pass over
@@ -523,7 +533,7 @@ class ModelRunner:
 
         Raises:
             AnnaError: a pending input token with no row in ``prev_rows``, or on a path other than the
-                decode graph.
+                decode graph; a prompt the model's ``start_prompts`` refuses (``prompt_state``).
         """
         path = self.plan(out) if path is None else path
         if self.encoder is not None:
@@ -532,6 +542,10 @@ class ModelRunner:
         pending_input = any(PENDING in s.token_ids for s in out.seqs)
         if pending_input and path is not StepPath.DECODE_GRAPH:
             raise AnnaError("a decode input token is still pending: read the step in flight back first")
+        if self.model.capabilities.prompt_state:  # before any path's forward pass (ModelCapabilities.prompt_state)
+            starts = [PromptStart(s.state_slot, s.request.multimodal) for s in out.seqs if s.is_fresh]
+            if starts:
+                self.model.start_prompts(starts)
         if path is StepPath.DECODE_GRAPH:
             ids = self._launch_decode(out, prev_rows)
             if not wait:

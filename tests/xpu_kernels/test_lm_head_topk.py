@@ -132,7 +132,7 @@ def test_selection_over_several_chunk_passes(dtype, poison_outputs):
         logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(vocab + k)).to(dtype)
         logits[:, vocab - 1] = logits[:, 3]  # equal logits in the first and the last chunk
         logits[:, 200 % vocab] = logits[:, 3]
-        got = topk_select.topk_of_logits(logits, k, cap, chunk=64, final_keys=256)  # 16 chunks -> 1024 keys -> 256
+        got = topk_select.topk_of_logits(logits, k, cap, chunk=128, final_keys=256)  # 8 chunks: 512 keys -> 256
         _check(got, _top_of(logits, k, cap), k, rows)
 
 

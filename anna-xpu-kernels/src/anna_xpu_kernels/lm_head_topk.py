@@ -329,11 +329,12 @@ class ImplTuner:
     choices: dict[tuple, str] = attrs.field(factory=dict)
 
     def choose(self, key: tuple, on_cuda: bool, runners: dict[str, Callable[[], object]]) -> str:
-        """The implementation for ``key`` (``runners``: each implementation's call on the current arguments)."""
+        """The implementation for ``key`` (``on_cuda``: a compiled launch on a CUDA device; ``runners``: each
+        implementation's call on the current arguments)."""
         forced = lm_head_topk_impl()
         if forced != "auto":
             return forced
-        if not on_cuda or INTERPRETING:
+        if not on_cuda:
             return "one_pass"
         if key not in self.choices:
             if self.capturing():
@@ -357,7 +358,8 @@ def lm_head_topk(hidden: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor
     runners = {"one_pass": lambda: one_pass(hidden, weight, scale, zero, scheme, k, softcap, vocab),
                "gemv_select": lambda: gemv_select(hidden, weight, scale, zero, scheme, k, softcap)}
     key = (hidden.device, hidden.dtype, next_pow2(hidden.shape[0]), vocab, hidden.shape[1], scheme, softcap is None)
-    return runners[lm_head_topk.tuner.choose(key, hidden.device.type == "cuda", runners)]()
+    on_cuda = hidden.device.type == "cuda" and not INTERPRETING
+    return runners[lm_head_topk.tuner.choose(key, on_cuda, runners)]()
 
 
 lm_head_topk.tuner = ImplTuner()

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import torch
 
-from anna_xpu_kernels._triton import next_pow2, tl, triton
+from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
 
 TOPK = 64
 """Candidates kept per chunk (the op's largest ``k``: :data:`anna_core.kernels.reference.lm_head_topk.MAX_TOP_K`)."""
 
-CHUNK = 2048
-"""Values (logits or keys) one program of a chunk pass reduces to :data:`TOPK` keys."""
+CHUNK = 256 if INTERPRETING else 2048
+"""Values (logits or keys) one program of a chunk pass reduces to :data:`TOPK` keys (smaller under Triton's
+interpreter, whose sorts cost seconds per thousand values: the same code, more chunk passes)."""
 
-FINAL_KEYS = 4096
+FINAL_KEYS = 512 if INTERPRETING else 4096
 """Most candidates per row the final program takes in one ``tl.topk``; more are reduced by chunk passes first."""
 
 PARTIALS_BLOCK = 1024
@@ -116,19 +117,20 @@ def _final_kernel(keys_ptr, pmax_ptr, psum_ptr, values_ptr, ids_ptr, lse_ptr, L,
 
 
 def logits_partials(logits: torch.Tensor, cap: float | None,
-                    chunk: int = CHUNK) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per chunk of ``chunk`` logits of each row: its top :data:`TOPK` keys and partial ``(max, sum exp)``.
 
     Args:
         logits: ``[M, V]`` float32 / float16 / bfloat16 (unit stride along V), as ``compute_logits`` gives them
-            before the soft-cap; cap: the soft-cap, or None; chunk: a power of two, at least :data:`TOPK` (tests
-            take small ones).
+            before the soft-cap; cap: the soft-cap, or None; chunk: a power of two, at least :data:`TOPK` (None:
+            :data:`CHUNK`).
 
     Returns:
         ``(keys [M, chunks * TOPK] int64, pmax [M, chunks] float32, psum [M, chunks] float32)``; a chunk with
         fewer than :data:`TOPK` ids pads its keys with :data:`LOWEST`.
     """
     m, n = logits.shape
+    chunk = chunk or CHUNK
     chunks = triton.cdiv(n, chunk)
     dev = logits.device
     out = torch.empty((m, chunks * TOPK), dtype=torch.int64, device=dev)
@@ -140,21 +142,28 @@ def logits_partials(logits: torch.Tensor, cap: float | None,
     return out, pmax, psum
 
 
-def select(cand: torch.Tensor, pmax: torch.Tensor, psum: torch.Tensor, k: int, chunk: int = CHUNK,
-           final_keys: int = FINAL_KEYS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def select(cand: torch.Tensor, pmax: torch.Tensor, psum: torch.Tensor, k: int, chunk: int | None = None,
+           final_keys: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The top ``k`` of each row's candidate keys, decoded, and the row's ``logsumexp`` from its partials.
 
     Args:
         cand: ``[M, L]`` int64 keys (:func:`keys`; :data:`LOWEST` for padding), unit stride along L; each row's
             ``k`` largest are real keys. pmax, psum: ``[M, P]`` float32 partial maxima and sums of ``exp(l - max)``
             (each row's first partial covers at least one logit), unit stride along P. k: ``1..TOPK``. chunk,
-            final_keys: the chunk passes' width and the final program's most candidates (powers of two, at least
-            :data:`TOPK`; tests take small ones).
+            final_keys: the chunk passes' width (above :data:`TOPK`: each pass shrinks the candidates) and the
+            final program's most candidates (at least :data:`TOPK`), powers of two; None: :data:`CHUNK`,
+            :data:`FINAL_KEYS`.
+
+    Raises:
+        ValueError: ``chunk`` not above :data:`TOPK` or ``final_keys`` below it.
 
     Returns:
         ``(values [M, k] float32 descending, ids [M, k] int64, logsumexp [M] float32)``.
     """
     m = cand.shape[0]
+    chunk, final_keys = chunk or CHUNK, final_keys or FINAL_KEYS
+    if chunk <= TOPK or final_keys < TOPK:
+        raise ValueError(f"lm_head_topk: chunk must exceed {TOPK} and final_keys reach it, got {chunk}, {final_keys}")
     while cand.shape[1] > final_keys:
         chunks = triton.cdiv(cand.shape[1], chunk)
         out = torch.empty((m, chunks * TOPK), dtype=torch.int64, device=cand.device)
@@ -171,8 +180,8 @@ def select(cand: torch.Tensor, pmax: torch.Tensor, psum: torch.Tensor, k: int, c
     return values, ids, lse
 
 
-def topk_of_logits(logits: torch.Tensor, k: int, cap: float | None, chunk: int = CHUNK,
-                   final_keys: int = FINAL_KEYS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def topk_of_logits(logits: torch.Tensor, k: int, cap: float | None, chunk: int | None = None,
+                   final_keys: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``lm_head_topk``'s result from full logits ``[M, V]`` (any float dtype): the top ``k`` (``1..min(TOPK,
     V)``) of ``float32(logits)`` soft-capped by ``cap`` (or None), ties to the lower id, and the exact
     ``logsumexp``; :func:`logits_partials` then :func:`select`.

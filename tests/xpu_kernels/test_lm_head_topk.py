@@ -75,7 +75,7 @@ def test_every_candidate_configuration_matches_the_reference():
     """Each configuration of both tuning spaces (the autotuner may pick any), on a dense and an int4 head."""
     from anna_xpu_kernels import lm_head_topk as kernel
 
-    vocab, width = 260, 512
+    vocab, width = 130, 256  # a ragged third tile; K tiles of 512 masked past the row
     for scheme in ("none", "int4"):
         args = (*_head(vocab, width, scheme, torch.float32, seed=4), scheme)
         for rows, space in ((1, kernel.CUDA_CORE_SPACE), (5, kernel.DOT_SPACE)):

@@ -10,7 +10,8 @@ weight bytes over the time) of:
 * ``one_pass``: the one-pass kernel as its autotuner chose (``one_pass_config``; ``one_pass_tuning``: the
   autotuner's cold-L2 milliseconds per candidate, when it tuned in this process);
 * ``gemv_select``: the full head's GEMV, then the Triton selection;
-* ``op``: the op as the registry binds it, with the implementation its tuner chose (``op_impl``).
+* ``op``: the op as the registry binds it, with the implementation its tuner chose (``op_impl``);
+* ``select_<chunk>``: the Triton selection alone on the head's logits, per chunk width (``topk_select.CHUNK``).
 
 Run from the repository root with the Anna wheels installed (or PYTHONPATH set to the packages' src folders)::
 
@@ -85,6 +86,7 @@ def main() -> None:
     from anna_core.kernels.registry import KernelRegistry, bind_ops
     from anna_core.weights.gpu_quant import quantize
     from anna_xpu_kernels import lm_head_topk as kernel
+    from anna_xpu_kernels import topk_select as select
 
     device, dtype = torch.device("cuda"), torch.bfloat16
     registry = KernelRegistry.from_plugins()
@@ -140,6 +142,11 @@ def main() -> None:
                         line["one_pass_config"] = {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
                         line["one_pass_tuning"] = _tuning_of(kernel)
                 line["op_impl"] = {str(k[1:]): v for k, v in kernel.lm_head_topk.tuner.choices.items()}
+                head_logits = gemv(x, weight[0], None) if scheme == "none" else gemv(x, *weight, scheme, None)
+                for chunk in (1024, 2048, 4096):  # the selection alone, per chunk width (topk_select.CHUNK)
+                    us, _ = _time(lambda y=head_logits, c=chunk, cap=cap: select.topk_of_logits(y, K, cap, chunk=c),
+                                  args.iters)
+                    line[f"select_{chunk}_us"] = us
                 values, indices, lse = variants["op"]()
                 want = reference(x, *weight, scheme, K, cap)
                 line.update({

@@ -2,8 +2,8 @@
 implementations, both ending in the Triton selection of :mod:`anna_xpu_kernels.topk_select` (no torch sort, softmax
 or ``topk`` over the vocabulary, no host sync, graph-capture safe):
 
-* ``one_pass`` (:func:`one_pass`): one kernel computes the logits tile by tile and keeps per program only its top
-  64 keys and a partial ``(max, sum exp)``; the ``[T, V]`` logits never reach memory.
+* ``one_pass`` (:func:`one_pass`): one kernel computes the logits tile by tile and writes per program only its top
+  64 candidates and a partial ``(max, sum exp)`` (as many candidates as logits when a program covers 64 ids).
 * ``gemv_select`` (:func:`gemv_select`): the full head's own GEMV (the registry's ``linear`` / ``wq_linear``
   kernels: :mod:`anna_xpu_kernels.gemv`, :mod:`anna_xpu_kernels.wq_gemv`) writes the ``[T, V]`` logits in hidden's
   dtype (what ``compute_logits`` rounds them to), then the selection reads them once (soft-cap applied there). It

@@ -23,19 +23,22 @@ def _head_case(scheme, rows, vocab, width, seed):
 
 def test_lm_head_topk_at_a_wide_vocabulary():
     """The Triton ``lm_head_topk`` against its reference at a vocabulary of many programs (32,017 ids, several
-    tiles each, a ragged last one) and width 1024, every layout, rows on the CUDA cores and on ``tl.dot`` (1, 5,
-    32), k 64 and 1, with and without a soft-cap. Exact (dyadic) inputs: ids must match exactly, values and
-    logsumexp within 1e-5."""
+    tiles each, a ragged last one) and width 1024, every layout, rows on the CUDA cores and on ``tl.dot`` (1, 32),
+    k 64 and 1, with and without a soft-cap: the op as the tuner picks, the autotuned one-pass kernel and the GEMV +
+    selection (each one-pass configuration is checked at the real heads' shapes by topk_head_bench.py). Exact
+    (dyadic) inputs: ids must match exactly, values and logsumexp within 1e-5."""
     import torch
     from anna_core.kernels.reference.lm_head_topk import lm_head_topk as reference
-    from anna_xpu_kernels.lm_head_topk import lm_head_topk
+    from anna_xpu_kernels import lm_head_topk as kernel
 
     for scheme in ("none", "int4", "int8", "fp8"):
-        for rows, k, cap in ((1, 64, None), (5, 1, 30.0), (32, 64, 30.0)):
+        for rows, k, cap in ((1, 64, None), (32, 1, 30.0)):
             x, head = _head_case(scheme, rows, 32017, 1024, seed=rows)
-            got = lm_head_topk(x, *head, k, cap)
             want = reference(x, *head, k, cap)
-            where = f"{scheme} rows {rows} k {k} cap {cap}"
-            assert torch.equal(got[1], want[1]), where
-            assert (got[0] - want[0]).abs().max().item() <= 1e-5, where
-            assert (got[2] - want[2]).abs().max().item() <= 1e-5, where
+            for name, got in (("op", kernel.lm_head_topk(x, *head, k, cap)),
+                              ("one_pass", kernel.one_pass(x, *head, k, cap, 32017)),
+                              ("gemv_select", kernel.gemv_select(x, *head, k, cap))):
+                where = f"{name}: {scheme} rows {rows} k {k} cap {cap}"
+                assert torch.equal(got[1], want[1]), where
+                assert (got[0] - want[0]).abs().max().item() <= 1e-5, where
+                assert (got[2] - want[2]).abs().max().item() <= 1e-5, where

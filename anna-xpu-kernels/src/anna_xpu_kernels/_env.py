@@ -3,8 +3,9 @@
 (``ANNA_GEMV_NORM_PROLOGUE``), its weight prefetch (``ANNA_GEMV_PREFETCH``), the one-wave GEMV for one row
 (``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``), the value norm fused into
 the attention pre-processing (``ANNA_QKV_NORM_ROPE``), the query norm + rotary fused into the attention of a KV-shared
-layer (``ANNA_Q_NORM_ROPE_ATTENTION``) and Gemma 4's whole q/k/v pre-processing fused into its attention at decode
-(``ANNA_QKV_NORM_ROPE_ATTENTION``). Each exists to A/B a kernel choice in separate processes
+layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fused into its attention at decode
+(``ANNA_QKV_NORM_ROPE_ATTENTION``) and the implementation of ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``). Each exists
+to A/B a kernel choice in separate processes
 (``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 
 ``ANNA_TRITON_INTERPRET=1`` runs the Triton kernels under Triton's CPU interpreter: it sets Triton's
@@ -134,3 +135,15 @@ def qkv_norm_rope_attention_head_dims(default: int) -> int:
     :func:`q_norm_rope_attention_head_dims` (opt-in) but set by ``ANNA_QKV_NORM_ROPE_ATTENTION`` (unset or ``0``: a
     Gemma 4 layer with its own K/V runs ``qkv_norm_rope_cache`` and the attention as two launches)."""
     return _head_dim_limit(QKV_NORM_ROPE_ATTENTION_ENV, default)
+
+
+LM_HEAD_TOPK_ENV = "ANNA_LM_HEAD_TOPK"
+LM_HEAD_TOPK_IMPLS = ("auto", "one_pass", "gemv_select")
+
+
+def lm_head_topk_impl() -> str:
+    """``ANNA_LM_HEAD_TOPK``: which implementation of ``lm_head_topk`` runs (:mod:`anna_xpu_kernels.lm_head_topk`):
+    ``one_pass`` (the fused kernel), ``gemv_select`` (the full head's GEMV, then the Triton selection) or ``auto``
+    (unset or anything else: the faster of both, timed once per shape before graph capture)."""
+    value = os.environ.get(LM_HEAD_TOPK_ENV, "").strip().lower()
+    return value if value in LM_HEAD_TOPK_IMPLS else "auto"

@@ -56,7 +56,7 @@ schemes).
         signature="lm_head_topk(hidden, weight, scale, zero, scheme, k, softcap) -> (values, indices, logsumexp)",
         doc="""\
 The LM head's ``k`` largest logits per row, for a step whose every request needs at most the top ``k`` (greedy,
-top-k sampling, top logprobs), without materialising the ``[T, V]`` logits. hidden: ``[T, H]`` float; weight: a
+top-k sampling, top logprobs), without the caller keeping the ``[T, V]`` float32 logits. hidden: ``[T, H]`` float; weight: a
 dense ``[V, H]`` of hidden's dtype with scheme ``"none"`` (scale, zero None), or the codes of scheme ``"int4"`` /
 ``"int8"`` / ``"fp8"`` with their scale and zero as ``wq_linear`` takes them; k: ``1 <= k <= min(64, V)``;
 softcap: a positive float or None. The logits are those of ``compute_logits``: ``linear(hidden, weight)`` (or
@@ -64,8 +64,9 @@ softcap: a positive float or None. The logits are those of ``compute_logits``: `
 Returns values ``[T, k]`` float32 in descending order (equal logits: the lower id first, as ``argmax``), indices
 ``[T, k]`` int64, logsumexp ``[T]`` float32 over the whole vocabulary. Implementations may round a quantized
 weight to hidden's dtype for more than 4 rows (tensor cores; ``wq_linear``'s kernel does for more than 8), must not
-synchronise with the host (graph-capturable) and keep only per-tile candidates. Looked up with the shape fact
-``scheme``.
+synchronise with the host (graph-capturable); they either keep only per-tile candidates or write the logits in
+hidden's dtype to a temporary (the full head's own GEMV) and select from them in one read. Looked up with the shape
+fact ``scheme``.
 """,
         checked=True,
         shape_facts=("scheme",),

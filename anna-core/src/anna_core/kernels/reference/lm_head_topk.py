@@ -5,8 +5,9 @@ The reference computes the full ``[T, V]`` logits exactly as a model's ``compute
 ``linear`` or the quantized ``wq_linear`` reference, rounded to the hidden states' dtype, then float32 and the
 optional soft-cap ``cap * tanh(logits / cap)``: Gemma 2's final logit soft-capping), a stable descending sort
 (ties: the lowest id first, as ``argmax`` picks it) and ``logsumexp``. Kernels (anna-xpu-kernels' Triton
-``lm_head_topk``) never materialise the ``[T, V]`` logits: each program keeps its vocabulary tile's top ``k`` and
-a partial ``(max, sum exp)``, and a second stage merges them.
+``lm_head_topk``) sort nothing over the vocabulary: each program keeps its vocabulary tile's top ``k`` and a partial
+``(max, sum exp)`` (computing the tile's logits itself, or reading them from the full head's GEMV), and a second
+stage merges them.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ set -u
 # E2B / E4B batch-1 decode. Through h200_run.sh.
 . tools/gpu_experiments/copy_bandwidth.sh
 echo "== tts $(date +%T)"
-REF=0 T_TTS=${T_TTS:-130} bash tools/gpu_experiments/tts_bench.sh
+REF=0 T_TTS=${T_TTS:-150} bash tools/gpu_experiments/tts_bench.sh
 echo "== turboquant $(date +%T)"
 timeout "${T_BENCH:-80}" python3 tools/gpu_experiments/turboquant_bench.py --shapes "${SHAPES:-Qwen3.5-9B}" \
   --budget-gib 8 --context 4096 --batch 32 --steps 32 > "$OUT/tq.log" 2>&1

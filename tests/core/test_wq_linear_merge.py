@@ -8,7 +8,7 @@ import torch
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.layers.linear import merge_linears
 from anna_core.layers.wq_linear import WQLinear, dequantize_linears, weight_kinds
-from anna_core.weights.gpu_quant import dequantize, quantize
+from anna_core.weights.gpu_quant import QuantizedWeight, dequantize, quantize
 from torch import nn
 
 OPS = bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32)
@@ -136,3 +136,20 @@ def test_merge_linear_runs_keep_each_quantized_part_quantized():
     x = torch.randn(2, 256, generator=torch.Generator().manual_seed(6))
     want = torch.cat([p(x) for p in parts], dim=-1)
     assert torch.allclose(torch.cat([m(x) for m, _ in runs], dim=-1), want, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_topk_head_of_an_act_order_head_equals_its_full_logits():
+    """An act-order GPTQ LM head (columns stored in ``perm``'s order): ``head_topk`` gives the top logits and the
+    log-normaliser of the layer's own full logits (``x[..., perm] @ w^T``), not of the unpermuted input."""
+    from anna_core.layers.topk_head import head_topk
+
+    w = quantize(torch.randn(96, 256, generator=torch.Generator().manual_seed(5)), "int4", torch.float32)
+    perm = torch.randperm(256, generator=torch.Generator().manual_seed(6))
+    head = WQLinear(QuantizedWeight(w.qweight, w.scale, w.zero, "int4", perm), None, OPS)
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(7))
+    logits = head(x).float()
+    values, ids, lse = head_topk(OPS, x, head, 8)
+    want_values, want_ids = logits.topk(8, dim=-1)
+    torch.testing.assert_close(values, want_values)
+    assert torch.equal(ids, want_ids)
+    torch.testing.assert_close(lse, logits.logsumexp(-1))

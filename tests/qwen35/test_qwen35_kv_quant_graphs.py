@@ -43,13 +43,14 @@ class CheckedReplays(FakeGraphAccelerator):
         return StepGraph(replay)
 
 
-def _engine(loaded, *, graphs: bool, max_seqs: int = 4, residual: int = 16, num_blocks: int = 64, **config):
-    cfg = EngineConfig(block_size=16, num_blocks=num_blocks, max_num_seqs=max_seqs, max_model_len=MAX_LEN,
+def _engine(loaded, *, graphs: bool, max_seqs: int = 4, residual: int = 16, num_blocks: int = 64,
+            max_len: int = MAX_LEN, **config):
+    cfg = EngineConfig(block_size=16, num_blocks=num_blocks, max_num_seqs=max_seqs, max_model_len=max_len,
                        prompt_cache_size=0, kv_cache_quantization="turboquant", kv_cache_quant_bits=4,
                        kv_cache_residual_len=residual, **{"max_prefill_tokens": 128, **config})
     engine = LLMEngine.from_loaded(loaded, cfg)
     engine.runner.accel = CheckedReplays()
-    engine.runner.setup(RunnerConfig(cuda_graph=graphs, warmup=False, compile_mode="none"), max_model_len=MAX_LEN,
+    engine.runner.setup(RunnerConfig(cuda_graph=graphs, warmup=False, compile_mode="none"), max_model_len=max_len,
                         max_num_seqs=max_seqs)
     assert (engine.runner.graphs is not None) == graphs  # the captured step holds the TurboQuant ops
     return engine
@@ -120,6 +121,7 @@ def test_the_logits_of_padded_graph_steps_are_the_eager_and_the_lone_requests(lo
         assert tokens == [want[0][i]] and max(abs(a - b) for a, b in zip(logprobs[0], want[1][i])) < 1e-4
 
 
+@pytest.mark.slow  # 5-16 s on a loaded CPU
 def test_a_preemption_under_graphs_decodes_as_eager(loaded):
     # 7 blocks of 16 for 3 requests growing to 3 blocks each: the newest is preempted (recomputed later, taking a
     # fresh slot whose ring is emptied) while the others decode in padded graph steps
@@ -160,3 +162,15 @@ def test_a_prefix_hit_decodes_as_the_miss_over_chunked_prefills(loaded, monkeypa
     assert cached == [0, 16]
     assert len(calls) == 2 + 7  # prefill chunks 16..31 and 32..39, then 7 decode steps (replays)
     assert hit[0] == miss[0] and max(abs(a - b) for a, b in zip(hit[1][0], miss[1][0])) < 1e-5
+
+
+def test_a_ring_keeps_prefills_eager(loaded):
+    # A padded prefill graph runs the prompt at its bucket's length (128 here), and the attention kernels read the
+    # ring from seq_len - R on: positions 24..39 of a 40-token prompt were read quantized (other tokens than eager's,
+    # measured). With a ring the runner captures no prefill graph (decode graphs only); without one it does.
+    ringed = _engine(loaded, graphs=True, max_len=256, max_prefill_tokens=256)
+    report = ringed.runner.graph_report()
+    assert report["decode"]["captured"] and not report["prefill"]["captured"]
+    assert "--kv-cache-residual-len" in report["prefill"]["why_not"]
+    plain = _engine(loaded, graphs=True, residual=0, max_len=256, max_prefill_tokens=256)
+    assert plain.runner.graph_report()["prefill"]["prompt_lengths"] == [128, 192]

@@ -94,3 +94,25 @@ def test_padded_decode_graph_rows_leave_the_first_requests_ring_alone(gemma4_fac
         assert max(abs(a - b) for a, b in zip(g, w)) < 1e-5
     greedy = [SamplingParams(temperature=0.0, max_tokens=p.max_tokens, ignore_eos=True) for p in params]
     assert [run(engine, [q], [p])[0][0] for q, p in zip(prompts, greedy)] == want[0]
+
+
+def test_a_prefix_hit_with_rings_decodes_as_the_miss(gemma4_factory, prompt):
+    # 8-position rings in both groups, 16-token chunks: the re-run resumes at 48 (70 - 8 = 62, whole blocks), so
+    # the rings hold positions 62..69 computed by the request, as the miss's do (resuming at 64 read 62 and 63
+    # quantized; a 17-token prompt's re-run then gave other tokens than its miss)
+    greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=1)
+    llm = LLM(gemma4_factory(), device="cpu", dtype="fp32", num_blocks=64, block_size=16, max_prefill_tokens=32,
+              prefill_chunk_size=16, kv_cache_quantization="turboquant", kv_cache_quant_bits=3,
+              kv_cache_residual_len=8)
+    from anna_core.testing.engine_run import run_to_completion
+
+    def run():
+        lps = {}
+        outs = run_to_completion(llm.engine, [prompt, prompt[20:37]], greedy, on_output=lambda o: lps.setdefault(
+            o.request_id, []).extend(x.logprob for x in o.logprobs))
+        return [(o.num_cached_tokens, o.token_ids, lps[o.request_id]) for o in outs]
+
+    miss, hit = run(), run()
+    assert [m[0] for m in miss] == [0, 0] and [h[0] for h in hit] == [48, 0]
+    for m, h in zip(miss, hit):
+        assert h[1] == m[1] and len(h[2]) == 6 and max(abs(a - b) for a, b in zip(h[2], m[2])) < 1e-5

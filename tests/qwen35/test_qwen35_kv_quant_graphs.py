@@ -46,8 +46,8 @@ class CheckedReplays(FakeGraphAccelerator):
 def _engine(loaded, *, graphs: bool, max_seqs: int = 4, residual: int = 16, num_blocks: int = 64,
             max_len: int = MAX_LEN, **config):
     cfg = EngineConfig(block_size=16, num_blocks=num_blocks, max_num_seqs=max_seqs, max_model_len=max_len,
-                       prompt_cache_size=0, kv_cache_quantization="turboquant", kv_cache_quant_bits=4,
-                       kv_cache_residual_len=residual, **{"max_prefill_tokens": 128, **config})
+                       kv_cache_quantization="turboquant", kv_cache_quant_bits=4, kv_cache_residual_len=residual,
+                       **{"max_prefill_tokens": 128, "prompt_cache_size": 0, **config})
     engine = LLMEngine.from_loaded(loaded, cfg)
     engine.runner.accel = CheckedReplays()
     engine.runner.setup(RunnerConfig(cuda_graph=graphs, warmup=False, compile_mode="none"), max_model_len=max_len,
@@ -174,3 +174,18 @@ def test_a_ring_keeps_prefills_eager(loaded):
     assert "--kv-cache-residual-len" in report["prefill"]["why_not"]
     plain = _engine(loaded, graphs=True, residual=0, max_len=256, max_prefill_tokens=256)
     assert plain.runner.graph_report()["prefill"]["prompt_lengths"] == [128, 192]
+
+
+
+def test_rings_take_no_prompt_cache(loaded):
+    # an exact repeat served by the prompt cache computes nothing: its new slot's ring would stay empty and the
+    # prompt's newest positions be read quantized. With rings the repeat is a prefix hit instead (no entries kept).
+    prompt = _prompts(40, seed=4)[0]
+    greedy = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    engine = _engine(loaded, graphs=False, prompt_cache_size=8, enable_prefix_caching=True, snapshot_interval=16)
+    assert engine.scheduler.prompt_cache is None and engine.prompt_store.capacity == 0
+    cached = []
+    assert _run(engine, [prompt], [greedy], cached) == _run(engine, [prompt], [greedy], cached)
+    assert cached == [0, 16]
+    plain = _engine(loaded, graphs=False, residual=0, prompt_cache_size=8)
+    assert plain.scheduler.prompt_cache is not None and plain.prompt_store.capacity == 8

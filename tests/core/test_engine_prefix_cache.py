@@ -156,6 +156,44 @@ def test_attention_model_reuses_full_blocks_of_a_shared_prefix():
     assert blocks.table("c")[:5] == blocks.table("b")[:4] + [blocks.table("c")[4]]
 
 
+
+def test_a_hit_leaves_a_residual_rings_length_to_compute():
+    # --kv-cache-residual-len 6 over 4-token blocks: a 22-token prompt cached in 5 blocks resumes a re-run at 16
+    # (22 - 6 = 16), not at 20, so the ring holds positions 16..21 computed by the request, as a miss's
+    from anna_core.kv_quant.layout import TurboQuantLayout
+
+    config = EngineConfig(block_size=4, num_blocks=64, prefill_chunk_size=1000, prompt_cache_size=0,
+                          max_prefill_tokens=2048)
+    for residual, resume in ((6, 16), (0, 20), (3, 16), (40, 0)):
+        spec = CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=8),))
+        kv = CacheManager(spec.with_kv_quant(TurboQuantLayout(4, residual_len=residual)), 64, 4,
+                          config.max_num_seqs, enable_caching=True)
+        sched = Scheduler(config, kv)
+        sched.add(req("a", range(1, 23)))
+        run_to_end(sched)
+        sched.add(req("b", range(1, 23)))
+        assert [s.start for s in sched.schedule().seqs] == [resume], residual
+
+
+def test_rings_take_no_prompt_cache():
+    # an exact repeat would compute nothing and leave the new slot's ring empty (its newest positions then read
+    # quantized): with a residual ring the repeat is a prefix hit that computes the ring's length
+    from anna_core.kv_quant.layout import TurboQuantLayout
+
+    config = EngineConfig(block_size=4, num_blocks=64, prefill_chunk_size=1000, prompt_cache_size=2,
+                          max_prefill_tokens=2048)
+    spec = CacheSpec((FullAttentionSpec(layers=[0], num_kv_heads=1, head_dim=8),))
+    for residual, pinned in ((0, 3), (6, 0)):
+        kv = CacheManager(spec.with_kv_quant(TurboQuantLayout(4, residual_len=residual)), 64, 4, config.max_num_seqs,
+                          enable_caching=True)
+        sched = Scheduler(config, kv)
+        sched.add(req("a", range(1, 11)))
+        run_to_end(sched)
+        assert kv.groups[0].num_free_blocks == 64 - pinned
+        sched.add(req("b", range(1, 11)))
+        out = sched.schedule()
+        assert len(out.prompt_hits) == (residual == 0) and [s.start for s in out.seqs] == ([] if pinned else [4])
+
 def test_a_repeated_block_inside_one_prompt_is_computed_not_reused():
     sched, blocks = make()
     x = [3, 1, 4, 1]

@@ -261,3 +261,48 @@ def test_the_conformance_suite_compares_written_caches_as_decoded_rows():
         compare("v_cache", "v_cache", flipped, v_cache, args, 1e-4)
     with pytest.raises(AssertionError):
         compare("slot_mapping", "slot_mapping", slots + 1, slots, args, 1e-4)
+
+
+def _shared_block_batch():
+    """Two decodes over one quantized cache of 4-token blocks, block 1 shared (a prefix hit): sequence 0 (slot 0,
+    10 positions, blocks 0 1 2) computed positions 4..7 and its ring of 8 holds 2..9; sequence 1 (slot 1, 8
+    positions, blocks 3 1) took block 1 from the prefix cache and its ring holds only 7."""
+    d, bs, h_kv = 16, 4, 2
+    layout = TurboQuantLayout(4, residual_len=8)
+    t = TurboQuantTables.build(layout, d, "cpu")
+    g = torch.Generator().manual_seed(3)
+    kq = torch.zeros(5, bs, h_kv, layout.key_row_bytes(d), dtype=torch.uint8)
+    vq = torch.zeros(5, bs, h_kv, layout.value_row_bytes(d), dtype=torch.uint8)
+    k, v = torch.randn(20, h_kv, d, generator=g), torch.randn(20, h_kv, d, generator=g)
+    tq.turboquant_cache_write(k, v, kq, vq, torch.arange(20), *t.args)
+    rk, rv = torch.randn(3, 8, h_kv, d, generator=g), torch.randn(3, 8, h_kv, d, generator=g)
+    pos = torch.tensor([[8, 9, 2, 3, 4, 5, 6, 7], [-1, -1, -1, -1, -1, -1, -1, 7], [-1] * 8], dtype=torch.int32)
+    q = torch.randn(2, 4, d, generator=g)
+    return q, kq, vq, torch.tensor([10, 8], dtype=torch.int32), torch.tensor([[0, 1, 2], [3, 1, 0]], dtype=torch.int32), \
+        t.args, (rk, rv, pos)
+
+
+def test_a_shared_block_takes_the_ring_rows_of_its_own_reader_only():
+    # The ring holds rows of one sequence: sequence 1 reads positions 4..6 of the shared block 1 quantized (its ring
+    # never saw them) also when sequence 0, whose ring holds them, is in the same batch (the reference once
+    # reconstructed each block once per batch and laid every ring's rows over it)
+    q, kq, vq, lens, tables, args, ring = _shared_block_batch()
+    cu = torch.arange(3, dtype=torch.int32)
+    both = tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *args, *ring, torch.tensor([0, 1]))
+    for i in range(2):
+        alone = tq.paged_attention_turboquant(q[i:i + 1], kq, vq, cu[:2], lens[i:i + 1], tables[i:i + 1], 0.25, None,
+                                              *args, *ring, torch.tensor([i]))
+        torch.testing.assert_close(both[i:i + 1], alone, rtol=1e-6, atol=1e-6)
+    no_ring = tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *args)
+    assert not torch.allclose(both[0], no_ring[0], atol=1e-3)  # sequence 0 did read its ring
+
+
+def test_the_reference_attention_over_a_ring_reads_nothing_on_the_host_that_a_capture_sees():
+    # a captured decode step holds the op on the CPU (anna_core.testing.fake_graphs): no .item(), no value-dependent
+    # shapes (unique, nonzero, boolean masks)
+    from anna_core.testing.host_reads import NoHostReads
+
+    q, kq, vq, lens, tables, args, ring = _shared_block_batch()
+    cu = torch.arange(3, dtype=torch.int32)
+    with torch.inference_mode(), NoHostReads():
+        tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *args, *ring, torch.tensor([0, 1]))

@@ -47,3 +47,72 @@ def test_a_residual_covering_the_context_decodes_as_unquantized_kv(gemma4_factor
     ringed = LLM(path, kv_cache_quantization="turboquant", kv_cache_quant_bits=3, kv_cache_residual_len=128,
                  **common).generate([prompt, prompt[:20]], greedy)
     assert [o.token_ids for o in ringed] == [b.token_ids for b in base]
+
+
+def _graph_engine(path, *, graphs: bool, max_seqs: int = 4, residual: int = 8):
+    from anna_core.engine.config import EngineConfig
+    from anna_core.engine.llm_engine import LLMEngine
+    from anna_core.engine.model_runner import RunnerConfig
+    from anna_core.testing.fake_graphs import FakeGraphAccelerator
+
+    cfg = EngineConfig(block_size=16, num_blocks=64, max_num_seqs=max_seqs, max_model_len=128, max_prefill_tokens=128,
+                       prompt_cache_size=0, kv_cache_quantization="turboquant", kv_cache_quant_bits=4,
+                       kv_cache_residual_len=residual)
+    engine = LLMEngine.from_loaded(load_anna(path), cfg)
+    engine.runner.accel = FakeGraphAccelerator()
+    engine.runner.setup(RunnerConfig(cuda_graph=graphs, warmup=False, compile_mode="none"), max_model_len=128,
+                        max_num_seqs=max_seqs)
+    assert (engine.runner.graphs is not None) == graphs
+    return engine
+
+
+@pytest.mark.slow  # ~13 s
+def test_padded_decode_graph_rows_leave_the_first_requests_ring_alone(gemma4_factory, prompt):
+    # No recurrent group: the padding rows of a 3-request step in bucket 4 once wrote state slot 0, i.e. the first
+    # request's ring (scratch_slot), which it then read as its newest positions. Both groups carry rings (8
+    # positions, below every context), the requests finish at different steps (the batch shrinks); tokens and
+    # logits equal the eager engine's, and tokens each request's alone.
+    from anna_core.testing.engine_run import run_to_completion
+
+    path = gemma4_factory()
+    prompts = [prompt[:24], prompt[40:49], prompt[20:37]]
+    params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True, logprobs=1) for m in (7, 10, 4)]
+
+    def run(engine, prompts, params):
+        lps = {}
+        outs = run_to_completion(engine, prompts, params,
+                                 on_output=lambda o: lps.setdefault(o.request_id, []).extend(x.logprob for x in o.logprobs))
+        return [o.token_ids for o in outs], [lps[o.request_id] for o in outs]
+
+    want = run(_graph_engine(path, graphs=False), prompts, params)
+    engine = _graph_engine(path, graphs=True)
+    steps = engine.runner.num_graph_steps
+    got = run(engine, prompts, params)
+    assert engine.runner.num_graph_steps - steps == 9  # every decode step replayed a graph (3 rows, 2, then 1)
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1]):
+        assert max(abs(a - b) for a, b in zip(g, w)) < 1e-5
+    greedy = [SamplingParams(temperature=0.0, max_tokens=p.max_tokens, ignore_eos=True) for p in params]
+    assert [run(engine, [q], [p])[0][0] for q, p in zip(prompts, greedy)] == want[0]
+
+
+def test_a_prefix_hit_with_rings_decodes_as_the_miss(gemma4_factory, prompt):
+    # 8-position rings in both groups, 16-token chunks: the re-run resumes at 48 (70 - 8 = 62, whole blocks), so
+    # the rings hold positions 62..69 computed by the request, as the miss's do (resuming at 64 read 62 and 63
+    # quantized; a 17-token prompt's re-run then gave other tokens than its miss)
+    greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=1)
+    llm = LLM(gemma4_factory(), device="cpu", dtype="fp32", num_blocks=64, block_size=16, max_prefill_tokens=32,
+              prefill_chunk_size=16, kv_cache_quantization="turboquant", kv_cache_quant_bits=3,
+              kv_cache_residual_len=8)
+    from anna_core.testing.engine_run import run_to_completion
+
+    def run():
+        lps = {}
+        outs = run_to_completion(llm.engine, [prompt, prompt[20:37]], greedy, on_output=lambda o: lps.setdefault(
+            o.request_id, []).extend(x.logprob for x in o.logprobs))
+        return [(o.num_cached_tokens, o.token_ids, lps[o.request_id]) for o in outs]
+
+    miss, hit = run(), run()
+    assert [m[0] for m in miss] == [0, 0] and [h[0] for h in hit] == [48, 0]
+    for m, h in zip(miss, hit):
+        assert h[1] == m[1] and len(h[2]) == 6 and max(abs(a - b) for a, b in zip(h[2], m[2])) < 1e-5

@@ -15,6 +15,7 @@ from anna_xpu_kernels import turboquant as tq  # noqa: E402
 
 from tests.xpu_kernels._turboquant_data import batch as _batch  # noqa: E402
 from tests.xpu_kernels._turboquant_data import filled as _filled  # noqa: E402
+from tests.xpu_kernels._turboquant_data import shared_block_batch  # noqa: E402
 
 
 @pytest.mark.parametrize("bits,d,h_q,h_kv,window,splits,key_qjl,lookup", [
@@ -121,3 +122,47 @@ def test_a_ring_under_a_sliding_window_matches_the_reference(d_chunks):
         got = tq.paged_attention_turboquant(*args, num_splits=splits,
                                             tuning=tq.TurboQuantTuning(dot="ieee", d_chunks=d_chunks))
         torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_step_over_rings_reads_nothing_on_the_host():
+    """What a captured decode step and a prefill over a cached prefix run in a quantized group with a residual ring:
+    the write, the ring's write (:func:`anna_core.kv_quant.residual.write_residual`) and the attention, under
+    :class:`~anna_core.testing.host_reads.NoHostReads` (no ``.item()``, no value-dependent shapes), making no tensor
+    from host data; the attention equals the reference's."""
+    from anna_core.kv_quant.residual import ResidualRing, write_residual
+    from anna_core.testing.host_reads import NoHostReads, OpCounts
+    from anna_xpu_kernels import turboquant_write as tw
+
+    q, kc, vc, cu, lens, tables, scale, window, *quant = _batch(4, 64, 4, 2)
+    rk, rv, pos, slots = _batch(4, 64, 4, 2, ring=True)[12:]
+    ring = ResidualRing(k=[rk.clone()], v=[rv.clone()], pos=pos.clone(), length=4)
+    k, v = torch.randn(2, q.shape[0], 2, 64, generator=torch.Generator().manual_seed(9))
+    decode = (q[:3], kc, vc, torch.arange(4, dtype=torch.int32), lens, tables, scale, window)
+    prefill = (q, kc, vc, cu, lens, tables, scale, window)  # a decode, a fresh prompt, a chunk over a cached prefix
+    for args, n in ((decode, 3), (prefill, q.shape[0])):
+        mapping = (tables[:, 1].long() * 4)[:1].expand(n)  # any rows: the write's output is not compared here
+        want = ref.paged_attention_turboquant(*args, *quant, ring.k[0], ring.v[0], ring.pos, slots)
+        with torch.inference_mode(), NoHostReads(), OpCounts() as counts:
+            tw.turboquant_cache_write(k[:n], v[:n], kc.clone(), vc.clone(), mapping, *quant)
+            write_residual(k[:n], v[:n], ResidualRing(k=[rk.clone()], v=[rv.clone()], pos=pos.clone(), length=4), 0,
+                           quant[0], slots, args[3], lens)
+            got = tq.paged_attention_turboquant(*args, *quant, ring.k[0], ring.v[0], ring.pos, slots,
+                                                tuning=tq.TurboQuantTuning(dot="ieee"))
+        assert counts.syncs == 0, counts.ops
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_shared_block_takes_the_ring_rows_of_its_own_reader_only():
+    """Two decodes sharing block 1 (a prefix hit), the first one's ring holding positions in it: each output equals
+    the sequence's alone (the kernel reads a sequence's own ring slot), and the reference's."""
+    q, kq, vq, lens, tables, args, ring = shared_block_batch()
+    cu = torch.arange(3, dtype=torch.int32)
+    exact = tq.TurboQuantTuning(dot="ieee")
+    both = tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *args, *ring, torch.tensor([0, 1]),
+                                         tuning=exact)
+    torch.testing.assert_close(both, ref.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *args,
+                                                                    *ring, torch.tensor([0, 1])), rtol=2e-5, atol=2e-5)
+    for i in range(2):
+        alone = tq.paged_attention_turboquant(q[i:i + 1], kq, vq, cu[:2], lens[i:i + 1], tables[i:i + 1], 0.25, None,
+                                              *args, *ring, torch.tensor([i]), tuning=exact)
+        torch.testing.assert_close(both[i:i + 1], alone, rtol=2e-5, atol=2e-5)

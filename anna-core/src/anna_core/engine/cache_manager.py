@@ -18,7 +18,8 @@ What each kind contributes:
 * recurrent: a hit can resume at ``p`` only when a state snapshot at ``p`` exists (a multiple of
   ``snapshot_interval``).
 
-A prefix hit resumes at the largest point every group can serve (:meth:`CacheManager.prefix_hit`).
+A prefix hit resumes at the largest point every group can serve (:meth:`CacheManager.prefix_hit`), leaving
+at least a TurboQuant residual ring's length of the request to compute.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ class CacheManager:
             self.groups[g] = BlockManager(n, block_size, enable_caching=self.enable_caching)
         self.paged = [(g, spec.groups[g], self.groups[g]) for g in spec.attention_groups]
         self.slots = StatePool(num_slots)
+        # a hit leaves a TurboQuant group's residual ring (--kv-cache-residual-len) its newest positions to compute
+        self.residual_len = max((spec.groups[g].quant.residual_len for g in spec.attention_groups
+                                 if spec.groups[g].quant is not None), default=0)
         # the recurrent group's snapshots are taken (and chunks planned around them) only when hits can use them
         self.capture_snapshots = self.has_state and self.enable_caching
 
@@ -171,11 +175,13 @@ class CacheManager:
 
     def prefix_hit(self, request: Request) -> PrefixHit:
         """The largest point every group can resume ``request`` from (at least one token is left to
-        compute, for the logits); a hit marks the snapshot recently used."""
+        compute, for the logits; with a residual ring of ``R`` positions, :mod:`anna_core.kv_quant.residual`, at
+        least ``R``: the ring then holds the newest ``R`` positions as a miss's does, computed by this request,
+        instead of reading cached positions among them quantized); a hit marks the snapshot recently used."""
         if not self.enable_caching:
             return self.miss()
         bs = self.block_size
-        limit = (request.num_tokens - 1) // bs
+        limit = max(0, request.num_tokens - max(1, self.residual_len)) // bs
         hashes = request.hashes_upto(limit, bs)
         bound = limit
         full: dict[int, list[int]] = {}

@@ -11,8 +11,10 @@ values' centroids (``bits`` bits), ``v~ = n Pi^T c[idx]``; keys without the QJL 
 values) are quantized the same way. Row byte layout: :mod:`anna_core.kv_quant.layout`.
 
 Attention (``paged_attention_turboquant``) is ``paged_attention`` over the reconstructed keys and values of
-the blocks the batch reads: this reference reconstructs exactly those blocks in float32, then runs the
-unquantized reference on them.
+the blocks the batch reads: this reference reconstructs each sequence's blocks in float32 (a copy per sequence,
+so a block shared through the prefix cache takes the ring rows of its own reader only), then runs the unquantized
+reference on them. It makes no tensor whose shape depends on tensor values (a captured decode step holds it on the
+CPU, :mod:`anna_core.testing.fake_graphs`).
 """
 
 from __future__ import annotations
@@ -189,38 +191,43 @@ def paged_attention_turboquant(
     require(seq_lens.shape[0] == len(q_lens) and block_tables.shape[0] == len(q_lens), op,
             f"seq_lens and block_tables must have {len(q_lens)} rows")
     n_blocks, block_size, h_kv = k_cache.shape[:3]
-    need = [min(-(-n // block_size), block_tables.shape[1]) for n in seq_lens.tolist()]
+    width = block_tables.shape[1]
+    lens = seq_lens.to(device=q.device, dtype=torch.long)
+    need = torch.clamp((lens + block_size - 1) // block_size, max=width)  # [B] blocks each sequence reads
+    first = torch.cumsum(need, 0) - need  # [B] its first block in the reconstructed rows
+    # every sequence gets its own copies of the blocks it reads (a block shared through the prefix cache is
+    # reconstructed once per reader), so one sequence's ring rows overlay its copy only; then one spare block
     tables = block_tables.to(device=q.device, dtype=torch.long).clamp(0, n_blocks - 1)
-    used = torch.cat([tables[i, :n] for i, n in enumerate(need)] + [tables.new_zeros(1)]).unique()
-    compact = torch.searchsorted(used, tables)  # every entry of a table lies in `used` where a sequence reads it
-    rows_k = k_cache.index_select(0, used).view(-1, k_cache.shape[3])
-    rows_v = v_cache.index_select(0, used).view(-1, v_cache.shape[3])
-    shape = (used.numel(), block_size, h_kv, d)
+    picked = torch.cat([tables[i, :n] for i, n in enumerate(need.tolist())] + [tables.new_zeros(1)])
+    spare = picked.numel() - 1
+    compact = (first[:, None] + torch.arange(width, device=q.device)).clamp(max=spare)  # [B, W]
+    rows_k = k_cache.index_select(0, picked).view(-1, k_cache.shape[3])
+    rows_v = v_cache.index_select(0, picked).view(-1, v_cache.shape[3])
+    shape = (picked.numel(), block_size, h_kv, d)
     if keys_have_qjl(kbits, vbits):
         k = dequantize_keys(rows_k, rotation, qjl, key_centroids).view(shape)
     else:
         k = dequantize_values(rows_k, rotation, key_centroids).view(shape)
     v = dequantize_values(rows_v, rotation, value_centroids).view(shape)
     if residual_pos is not None:
-        _overlay_residual(k, v, compact, seq_lens, block_size, rotation, residual_k, residual_v, residual_pos, slots)
-    return paged_attention(q, k, v, cu_seqlens_q, seq_lens, compact.clamp(max=used.numel() - 1).to(torch.int32),
-                           scale, sliding_window)
+        _overlay_residual(k, v, first, lens, spare, rotation, residual_k, residual_v, residual_pos, slots)
+    return paged_attention(q, k, v, cu_seqlens_q, seq_lens, compact.to(torch.int32), scale, sliding_window)
 
 
-def _overlay_residual(k: torch.Tensor, v: torch.Tensor, compact: torch.Tensor, seq_lens: torch.Tensor,
-                      block_size: int, rotation: torch.Tensor, residual_k: torch.Tensor, residual_v: torch.Tensor,
+def _overlay_residual(k: torch.Tensor, v: torch.Tensor, first: torch.Tensor, seq_lens: torch.Tensor, spare: int,
+                      rotation: torch.Tensor, residual_k: torch.Tensor, residual_v: torch.Tensor,
                       residual_pos: torch.Tensor, slots: torch.Tensor) -> None:
-    """Overwrite the reconstructed rows ``k`` / ``v`` ``[U, block_size, H_kv, D]`` (blocks ``compact`` of each
-    sequence's table) with the ring's rows of the positions it holds among each sequence's newest ``R``."""
+    """Overwrite the reconstructed rows ``k`` / ``v`` ``[U, block_size, H_kv, D]`` (sequence ``i``'s blocks from
+    ``first[i]`` on, block ``spare`` read by none) with the ring's rows of the positions it holds among each
+    sequence's newest ``R``; ring entries it does not hold are written to block ``spare``. Shapes fixed by
+    the batch, no host read (a captured step may hold this call)."""
     r = residual_pos.shape[1]
+    block_size, h_kv, d = k.shape[1:]
     slot = slots.to(torch.long)
     pos = residual_pos.index_select(0, slot).to(torch.long)  # [B, R]
-    n = seq_lens.to(device=pos.device, dtype=torch.long)[:, None]
+    n = seq_lens[:, None]
     held = (pos >= 0) & (pos >= n - r) & (pos < n)
-    seq, ring = held.nonzero(as_tuple=True)
-    p = pos[seq, ring]
-    block = compact[seq, p // block_size]
-    rows_k = residual_k[slot[seq], ring].to(torch.float32) @ rotation  # [n, H_kv, D], back from the rotated basis
-    rows_v = residual_v[slot[seq], ring].to(torch.float32) @ rotation
-    k[block, p % block_size] = rows_k
-    v[block, p % block_size] = rows_v
+    row = torch.where(held, first[:, None] * block_size + pos.clamp(min=0), spare * block_size)  # [B, R]
+    for out, ring in ((k, residual_k), (v, residual_v)):
+        rows = ring.index_select(0, slot).to(torch.float32) @ rotation  # [B, R, H_kv, D], back from the rotated basis
+        out.view(-1, h_kv, d).index_copy_(0, row.view(-1), rows.view(-1, h_kv, d))

@@ -1,0 +1,191 @@
+"""A TurboQuant KV cache with a residual ring (``--kv-cache-residual-len``) on a tiny Qwen3.5 with captured decode
+graphs (the fake graph-capable accelerator of :mod:`anna_core.testing.fake_graphs`: capture runs the step under
+:class:`~anna_core.testing.host_reads.NoHostReads`): a batch below its graph bucket (3 requests in bucket 4, 5 in
+bucket 8; its padding rows write the scratch block and the scratch slot's ring), shrinking as requests finish and
+through a preemption, gives the eager engine's tokens and logits and each request's tokens alone; a prefix hit gives
+a miss's tokens and logits, with chunked prefill; the decode step and a prefill over a cached prefix read nothing on
+the host."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from anna_core import SamplingParams
+from anna_core.device import StepGraph
+from anna_core.engine.config import EngineConfig
+from anna_core.engine.llm_engine import LLMEngine
+from anna_core.engine.model_runner import RunnerConfig
+from anna_core.testing.engine_run import run_to_completion
+from anna_core.testing.fake_graphs import FakeGraphAccelerator
+from anna_core.testing.host_reads import NoHostReads
+
+from tests.qwen35.conftest import load_anna
+
+MAX_LEN = 128
+
+
+@pytest.fixture(scope="module")
+def loaded(anna_tiny_qwen35):
+    return load_anna(anna_tiny_qwen35)
+
+
+class CheckedReplays(FakeGraphAccelerator):
+    """The fake graph-capable CPU whose every replay also runs under :class:`NoHostReads` (its capture does), so
+    the served decode steps of these tests, real rows, padding rows and rings, read nothing on the host."""
+
+    def capture(self, fn, pool=None) -> StepGraph:
+        graph = super().capture(fn, pool)
+
+        def replay() -> None:
+            with torch.inference_mode(), NoHostReads():
+                graph.replay()
+
+        return StepGraph(replay)
+
+
+def _engine(loaded, *, graphs: bool, max_seqs: int = 4, residual: int = 16, num_blocks: int = 64,
+            max_len: int = MAX_LEN, **config):
+    cfg = EngineConfig(block_size=16, num_blocks=num_blocks, max_num_seqs=max_seqs, max_model_len=max_len,
+                       kv_cache_quantization="turboquant", kv_cache_quant_bits=4, kv_cache_residual_len=residual,
+                       **{"max_prefill_tokens": 128, "prompt_cache_size": 0, **config})
+    engine = LLMEngine.from_loaded(loaded, cfg)
+    engine.runner.accel = CheckedReplays()
+    engine.runner.setup(RunnerConfig(cuda_graph=graphs, warmup=False, compile_mode="none"), max_model_len=max_len,
+                        max_num_seqs=max_seqs)
+    assert (engine.runner.graphs is not None) == graphs  # the captured step holds the TurboQuant ops
+    return engine
+
+
+def _rows_per_replay(engine) -> list[tuple[int, int]]:
+    """Record ``(rows, bucket)`` of every decode-graph replay of ``engine`` from now on."""
+    graphs, seen = engine.runner.graphs, []
+    for name in ("run", "run_logits"):
+        real = getattr(graphs, name)
+
+        def spy(token_ids, *a, _real=real, **kw):
+            seen.append((len(token_ids), graphs.bucket_for(len(token_ids))))
+            return _real(token_ids, *a, **kw)
+
+        setattr(graphs, name, spy)
+    return seen
+
+
+def _run(engine, prompts, params, cached: list[int] | None = None):
+    """Per request: its tokens and the logprob of each (``logprobs`` requests; else empty lists); ``cached`` gets
+    each request's prompt tokens served from the prefix cache."""
+    logprobs: dict[str, list[float]] = {}
+    outs = run_to_completion(engine, prompts, params, on_output=lambda o: logprobs.setdefault(o.request_id, []).extend(
+        x.logprob for x in o.logprobs or []))
+    assert all(o.finish_reason == "length" for o in outs), [o.error for o in outs]
+    if cached is not None:
+        cached.extend(o.num_cached_tokens for o in outs)
+    return [o.token_ids for o in outs], [logprobs.get(o.request_id, []) for o in outs]
+
+
+def _prompts(*lengths: int, seed: int = 0) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 320, (n,), generator=gen).tolist() for n in lengths]
+
+
+@pytest.mark.parametrize("n,max_seqs", [(3, 4), pytest.param(5, 8, marks=pytest.mark.slow)])  # 8: ~10-20 s
+def test_a_batch_below_its_bucket_decodes_as_eager_and_alone(loaded, n, max_seqs):
+    # contexts of 9..53 positions over a 16-position ring: every request reads quantized rows and its ring; the
+    # requests finish at different steps, so the batch shrinks (n rows, then fewer, padded to their buckets)
+    prompts = _prompts(21, 9, 35, 14, 27)[:n]
+    params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in (12, 18, 6, 15, 9)][:n]
+    want, _ = _run(_engine(loaded, graphs=False, max_seqs=max_seqs), prompts, params)
+    engine = _engine(loaded, graphs=True, max_seqs=max_seqs)
+    replays = _rows_per_replay(engine)
+    got, _ = _run(engine, prompts, params)
+    assert got == want
+    assert any(rows < bucket for rows, bucket in replays) and (n, max_seqs if n > 4 else 4) in replays
+    for prompt, p, tokens in zip(prompts, params, want):
+        assert _run(engine, [prompt], [p])[0] == [tokens]  # alone: bucket 1, no padding row
+    assert engine.kv.num_used_blocks == 0 and engine.kv.slots.num_used_slots == 0
+
+
+@pytest.mark.slow  # ~12 s
+def test_the_logits_of_padded_graph_steps_are_the_eager_and_the_lone_requests(loaded):
+    # logprobs: the "logits" graphs, whose float32 logits the eager sampler reads
+    prompts = _prompts(21, 9, 35, seed=1)
+    params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True, logprobs=1) for m in (8, 11, 5)]
+    want = _run(_engine(loaded, graphs=False), prompts, params)
+    engine = _engine(loaded, graphs=True)
+    replays = _rows_per_replay(engine)
+    got = _run(engine, prompts, params)
+    assert got[0] == want[0] and (3, 4) in replays
+    for g, w in zip(got[1], want[1]):
+        assert len(g) == len(w) and max(abs(a - b) for a, b in zip(g, w)) < 1e-5
+    for i, (prompt, p) in enumerate(zip(prompts, params)):
+        tokens, logprobs = _run(engine, [prompt], [p])
+        assert tokens == [want[0][i]] and max(abs(a - b) for a, b in zip(logprobs[0], want[1][i])) < 1e-4
+
+
+@pytest.mark.slow  # 5-16 s on a loaded CPU
+def test_a_preemption_under_graphs_decodes_as_eager(loaded):
+    # 7 blocks of 16 for 3 requests growing to 3 blocks each: the newest is preempted (recomputed later, taking a
+    # fresh slot whose ring is emptied) while the others decode in padded graph steps
+    prompts = _prompts(20, 17, 25, seed=2)
+    params = [SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)] * 3
+    eager = _engine(loaded, graphs=False, num_blocks=7)
+    want, _ = _run(eager, prompts, params)
+    engine = _engine(loaded, graphs=True, num_blocks=7)
+    replays = _rows_per_replay(engine)
+    got, _ = _run(engine, prompts, params)
+    assert got == want
+    assert engine.scheduler.num_preemptions == eager.scheduler.num_preemptions > 0
+    assert any(rows < bucket for rows, bucket in replays)
+    assert engine.kv.num_used_blocks == 0 and engine.kv.slots.num_used_slots == 0
+
+
+def test_a_prefix_hit_decodes_as_the_miss_over_chunked_prefills(loaded, monkeypatch):
+    # 40 prompt tokens in 16-token chunks (and snapshots) with a 16-position ring: the hit resumes at 16, not at 32,
+    # so the ring holds positions 24..39 computed by this request, as the miss's does (resuming at 32 read 24..31
+    # quantized: other logits). The hit's prefill over the cached prefix, eager, reads nothing on the host.
+    prompt = _prompts(40, seed=3)[0]
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=1)
+    engine = _engine(loaded, graphs=True, enable_prefix_caching=True, snapshot_interval=16, max_prefill_tokens=32,
+                     prefill_chunk_size=16)
+    cached = []
+    miss = _run(engine, [prompt], [params], cached)
+    model, forward = engine.runner.model, engine.runner.model.forward
+    calls = []
+
+    def checked(*args, **kwargs):
+        calls.append(1)
+        with NoHostReads():
+            return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", checked)
+    hit = _run(engine, [prompt], [params], cached)
+    monkeypatch.undo()
+    assert cached == [0, 16]
+    assert len(calls) == 2 + 7  # prefill chunks 16..31 and 32..39, then 7 decode steps (replays)
+    assert hit[0] == miss[0] and max(abs(a - b) for a, b in zip(hit[1][0], miss[1][0])) < 1e-5
+
+
+def test_a_ring_keeps_prefills_eager(loaded):
+    # A padded prefill graph runs the prompt at its bucket's length (128 here), and the attention kernels read the
+    # ring from seq_len - R on: positions 24..39 of a 40-token prompt were read quantized (other tokens than eager's,
+    # measured). With a ring the runner captures no prefill graph (decode graphs only); without one it does.
+    ringed = _engine(loaded, graphs=True, max_len=256, max_prefill_tokens=256)
+    report = ringed.runner.graph_report()
+    assert report["decode"]["captured"] and not report["prefill"]["captured"]
+    assert "--kv-cache-residual-len" in report["prefill"]["why_not"]
+    plain = _engine(loaded, graphs=True, residual=0, max_len=256, max_prefill_tokens=256)
+    assert plain.runner.graph_report()["prefill"]["prompt_lengths"] == [128, 192]
+
+
+
+def test_rings_take_no_prompt_cache(loaded):
+    # an exact repeat served by the prompt cache computes nothing: its new slot's ring would stay empty and the
+    # prompt's newest positions be read quantized. With rings the repeat is a prefix hit instead (no entries kept).
+    prompt = _prompts(40, seed=4)[0]
+    greedy = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    engine = _engine(loaded, graphs=False, prompt_cache_size=8, enable_prefix_caching=True, snapshot_interval=16)
+    assert engine.scheduler.prompt_cache is None and engine.prompt_store.capacity == 0
+    cached = []
+    assert _run(engine, [prompt], [greedy], cached) == _run(engine, [prompt], [greedy], cached)
+    assert cached == [0, 16]
+    plain = _engine(loaded, graphs=False, residual=0, prompt_cache_size=8)
+    assert plain.scheduler.prompt_cache is not None and plain.prompt_store.capacity == 8

@@ -1,0 +1,114 @@
+"""Issue 30 on a GPU: TurboQuant residual rings (--kv-cache-residual-len) under captured decode graphs, with the
+Triton kernels and real CUDA graphs (the CPU tests use the torch reference and a fake graph device).
+
+For the tiny Qwen3.5 and Gemma 4 checkpoints (built here, random weights, float32), 4-bit TurboQuant with a 16-position
+ring, it prints per case the tokens' agreement and the largest logprob difference:
+
+  batch3/4, batch5/8   3 requests in decode bucket 4 and 5 in bucket 8 (padding rows), finishing at different steps:
+                       graphs against eager (cuda_graph off), and each request alone (graphs, bucket 1)
+  hit==miss            a 40-token prompt run twice with 16-token chunks (the second a prefix hit, resuming at 16)
+  prefill graphs       captured: none, with the ring's why_not (expected)
+
+Expected: every "tokens equal" True and logprob differences at float32 rounding (<= 1e-4). Exit status 1 when tokens
+differ. Run from the repository root with the Anna wheels installed:
+
+    timeout 280 python3 tools/gpu_experiments/tq_ring_graphs_check.py 2>&1 | tee $OUT/tq_ring_graphs.log
+
+(~60-120 s on a fresh machine: Triton compiles the TurboQuant kernels per shape). ``--device cpu`` runs the same
+on the CPU over the fake graph device (a local sanity check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from anna_core import SamplingParams
+from anna_core.engine.config import EngineConfig
+from anna_core.engine.llm_engine import LLMEngine
+from anna_core.engine.model_runner import RunnerConfig
+from anna_core.loading import load_model
+from anna_core.testing.checkpoints import build_tiny_qwen35
+from anna_core.testing.engine_run import run_to_completion
+from anna_gemma4.tiny import build_tiny_gemma4
+
+
+def engine(loaded, device: str, *, graphs: bool, max_seqs: int, **config) -> LLMEngine:
+    cfg = EngineConfig(block_size=16, num_blocks=64, max_num_seqs=max_seqs, max_model_len=256, prompt_cache_size=0,
+                       kv_cache_quantization="turboquant", kv_cache_quant_bits=4, kv_cache_residual_len=16,
+                       **{"max_prefill_tokens": 256, **config})
+    e = LLMEngine.from_loaded(loaded, cfg)
+    if device == "cpu":
+        from anna_core.testing.fake_graphs import FakeGraphAccelerator
+
+        e.runner.accel = FakeGraphAccelerator()
+    e.runner.setup(RunnerConfig(cuda_graph=graphs, warmup=False), max_model_len=256, max_num_seqs=max_seqs)
+    if graphs and e.runner.graphs is None:
+        print("  decode graphs NOT captured:", e.runner.graph_report()["decode"]["why_not"])
+    return e
+
+
+def run(e: LLMEngine, prompts, params):
+    lps: dict[str, list[float]] = {}
+    outs = run_to_completion(e, prompts, params, on_output=lambda o: lps.setdefault(o.request_id, []).extend(
+        x.logprob for x in o.logprobs))
+    return [o.token_ids for o in outs], [lps.get(o.request_id, []) for o in outs], [o.num_cached_tokens for o in outs]
+
+
+def diff(a: list[list[float]], b: list[list[float]]) -> float:
+    return max((abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v)), default=0.0)
+
+
+def check(name: str, loaded, device: str) -> bool:
+    ok = True
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 320, (n,), generator=gen).tolist() for n in (21, 9, 35, 14, 27)]
+    for n, max_seqs in ((3, 4), (5, 8)):
+        params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True, logprobs=1)
+                  for m in (12, 18, 6, 15, 9)][:n]
+        t0 = time.perf_counter()
+        want = run(engine(loaded, device, graphs=False, max_seqs=max_seqs), prompts[:n], params)
+        g = engine(loaded, device, graphs=True, max_seqs=max_seqs)
+        steps = g.runner.num_graph_steps
+        got = run(g, prompts[:n], params)
+        replays = g.runner.num_graph_steps - steps
+        alone = [run(g, [p], [q]) for p, q in zip(prompts[:n], params)]
+        same = got[0] == want[0]
+        same_alone = [a[0][0] for a in alone] == want[0]
+        ok &= same and same_alone
+        print(f"{name} batch{n}/{max_seqs}: graph replays {replays}, tokens equal to eager {same} (logprob diff "
+              f"{diff(got[1], want[1]):.2e}), alone {same_alone} (logprob diff "
+              f"{diff([a[1][0] for a in alone], want[1]):.2e})  [{time.perf_counter() - t0:.1f} s]")
+    prompt = prompts[2] + prompts[4][:5]  # 40 tokens
+    p = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=1)
+    e = engine(loaded, device, graphs=True, max_seqs=4, enable_prefix_caching=True, snapshot_interval=16,
+               max_prefill_tokens=32, prefill_chunk_size=16)
+    miss, hit = run(e, [prompt], [p]), run(e, [prompt], [p])
+    same = hit[0] == miss[0]
+    ok &= same
+    print(f"{name} hit==miss: cached {miss[2][0]} then {hit[2][0]} (expected 0 then 16), tokens equal {same}, "
+          f"logprob diff {diff(hit[1], miss[1]):.2e}")
+    report = e.runner.graph_report()
+    print(f"{name} prefill graphs captured {report['prefill']['captured']}: {report['prefill']['why_not']}")
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, build in (("qwen35", build_tiny_qwen35), ("gemma4", build_tiny_gemma4)):
+            path = build(Path(tmp) / name)
+            ok &= check(name, load_model(path, device=args.device, dtype="fp32"), args.device)
+    print("ALL OK" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -220,7 +220,7 @@ def test_the_ring_skips_the_padding_of_a_padded_prefill():
     k = torch.arange(8.0)[:, None, None].expand(8, 1, d).contiguous()  # row t holds t
     # a prompt of 5 real tokens padded to 8 rows: positions 1..4 kept, 5..7 are padding
     write_residual(k, k, ring, 0, rot, torch.tensor([0]), torch.tensor([0, 8], dtype=torch.int32),
-                   torch.tensor([8], dtype=torch.int32), num_valid=torch.tensor([5]))
+                   torch.tensor([8], dtype=torch.int32), valid_lens=torch.tensor([5], dtype=torch.int32))
     assert ring.pos[0].tolist() == [4, 1, 2, 3] and ring.k[0][0, :, 0, 0].tolist() == [4.0, 1.0, 2.0, 3.0]
 
 
@@ -306,3 +306,24 @@ def test_the_reference_attention_over_a_ring_reads_nothing_on_the_host_that_a_ca
     cu = torch.arange(3, dtype=torch.int32)
     with torch.inference_mode(), NoHostReads():
         tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *args, *ring, torch.tensor([0, 1]))
+
+
+def test_a_padded_prefills_real_rows_read_the_ring_as_the_unpadded_prompts():
+    # the ring's window ends at each sequence's real length (valid_lens), not at seq_lens: sequence 0, a prompt of 4
+    # real rows padded to 6 whose ring holds positions 0..3, attends as the 4-token prompt alone; read from seq_lens
+    # (6 - 4 = 2 on) its positions 0 and 1 came out quantized
+    from anna_core.kernels.examples import paged_attention_turboquant as examples
+
+    ex = [e for e in examples("cpu", torch.float32) if len(e.args) == 17][0]
+    q, kq, vq, cu, lens, tables, scale, window, *quant = ex.args[:12]
+    rk, rv, pos, slots, valid = ex.args[12:]
+    assert lens.tolist() == [6, 11, 9] and valid.tolist() == [4, 11, 9] and pos[slots[0]].tolist() == [0, 1, 2, 3]
+    got = tq.paged_attention_turboquant(*ex.args)
+    alone = tq.paged_attention_turboquant(q[:4], kq, vq, torch.tensor([0, 4], dtype=torch.int32), valid[:1],
+                                          tables[:1], scale, window, *quant, rk, rv, pos, slots[:1])
+    torch.testing.assert_close(got[:4], alone, rtol=1e-6, atol=1e-6)
+    by_seq_lens = tq.paged_attention_turboquant(*ex.args[:16])  # the other sequences' real lengths are their seq_lens
+    torch.testing.assert_close(got[6:], by_seq_lens[6:], rtol=0, atol=0)
+    assert (got[:4] - by_seq_lens[:4]).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="valid_lens"):
+        tq.paged_attention_turboquant(*ex.args[:16], valid[:2])

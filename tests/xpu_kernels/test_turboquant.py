@@ -44,12 +44,41 @@ def test_attention_matches_the_reference(bits, d, h_q, h_kv, window, splits, key
 
 @pytest.mark.parametrize("splits", [None, 2])
 def test_attention_reads_the_residual_ring_as_the_reference(splits):
+    """With a ring, and with a ring and a padded prefill's real length (``valid_lens``: the ring's window ends there,
+    not at ``seq_lens``)."""
     from anna_core.kernels.examples import paged_attention_turboquant as examples
 
-    ex = [e for e in examples("cpu", torch.float32) if len(e.args) == 16][0]  # with a ring
-    torch.testing.assert_close(tq.paged_attention_turboquant(*ex.args, num_splits=splits,
-                                                             tuning=tq.TurboQuantTuning(dot="ieee")),
-                               ref.paged_attention_turboquant(*ex.args), rtol=2e-5, atol=2e-5)
+    ringed = [e for e in examples("cpu", torch.float32) if len(e.args) >= 16]
+    assert [len(e.args) for e in ringed] == [16, 17]
+    for ex in ringed:
+        torch.testing.assert_close(tq.paged_attention_turboquant(*ex.args, num_splits=splits,
+                                                                 tuning=tq.TurboQuantTuning(dot="ieee")),
+                                   ref.paged_attention_turboquant(*ex.args), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("d_chunks,window", [(1, None), (2, None), (1, 5)])
+def test_padding_rows_stay_out_of_the_ring_window_as_in_the_reference(d_chunks, window):
+    """A padded one-sequence prefill (12 real rows of a 20-row bucket) beside a decode: the ring (8 positions) holds
+    the prompt's positions 4..11 and a stale 16 (a padding position, never read from the ring); its real rows equal
+    the unpadded 12-token prompt's, and everything the reference's (the ring's tiles start at valid_len - R)."""
+    q, kc, vc, _, _, tables, scale, _, *quant = _batch(4, 64, 4, 2, seed=3)
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(21, 4, 64, generator=g)
+    cu, lens, valid = (torch.tensor(x, dtype=torch.int32) for x in ([0, 1, 21], [13, 20], [13, 12]))
+    rk, rv = torch.randn(2, 3, 8, 2, 64, generator=g)
+    pos = torch.tensor([[8, 9, 10, 11, 12, 5, 6, 7], [16, 9, 10, 11, 4, 5, 6, 7], [-1] * 8], dtype=torch.int32)
+    slots = torch.tensor([0, 1])
+    args = (q, kc, vc, cu, lens, tables[:2], scale, window, *quant, rk, rv, pos, slots, valid)
+    exact = tq.TurboQuantTuning(dot="ieee", d_chunks=d_chunks)
+    want = ref.paged_attention_turboquant(*args)
+    for splits in (None, 3):
+        torch.testing.assert_close(tq.paged_attention_turboquant(*args, num_splits=splits, tuning=exact), want,
+                                   rtol=2e-5, atol=2e-5)
+    alone = tq.paged_attention_turboquant(q[1:13], kc, vc, torch.tensor([0, 12], dtype=torch.int32), valid[1:],
+                                          tables[1:2], scale, window, *quant, rk, rv, pos, slots[1:], tuning=exact)
+    torch.testing.assert_close(want[1:13], alone, rtol=2e-5, atol=2e-5)
+    overstated = tq.paged_attention_turboquant(*args[:-1], tuning=exact)  # the window from seq_lens: 12..19
+    assert (overstated[1:13] - want[1:13]).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("bits,d,key_qjl", [(4, 64, True), (3, 40, True), (3, 32, False)])
@@ -125,11 +154,13 @@ def test_a_ring_under_a_sliding_window_matches_the_reference(d_chunks):
 
 
 def test_a_step_over_rings_reads_nothing_on_the_host():
-    """What a captured decode step and a prefill over a cached prefix run in a quantized group with a residual ring:
-    the write, the ring's write (:func:`anna_core.kv_quant.residual.write_residual`) and the attention, under
+    """What a captured decode step, a prefill over a cached prefix and a captured padded prefill run in a quantized
+    group with a residual ring: the write, each sequence's real length (:func:`anna_core.layers.padding.valid_lens`),
+    the ring's write (:func:`anna_core.kv_quant.residual.write_residual`) and the attention, under
     :class:`~anna_core.testing.host_reads.NoHostReads` (no ``.item()``, no value-dependent shapes), making no tensor
     from host data; the attention equals the reference's."""
     from anna_core.kv_quant.residual import ResidualRing, write_residual
+    from anna_core.layers.padding import valid_lens
     from anna_core.testing.host_reads import NoHostReads, OpCounts
     from anna_xpu_kernels import turboquant_write as tw
 
@@ -139,14 +170,20 @@ def test_a_step_over_rings_reads_nothing_on_the_host():
     k, v = torch.randn(2, q.shape[0], 2, 64, generator=torch.Generator().manual_seed(9))
     decode = (q[:3], kc, vc, torch.arange(4, dtype=torch.int32), lens, tables, scale, window)
     prefill = (q, kc, vc, cu, lens, tables, scale, window)  # a decode, a fresh prompt, a chunk over a cached prefix
-    for args, n in ((decode, 3), (prefill, q.shape[0])):
+    # one prompt of 7 real rows padded to a bucket of 12 (ForwardBatch.num_valid)
+    padded = (q[:12], kc, vc, torch.tensor([0, 12], dtype=torch.int32),
+              torch.tensor([12], dtype=torch.int32), tables[1:2], scale, window)
+    for args, n, ring_slots, num_valid in ((decode, 3, slots, None), (prefill, q.shape[0], slots, None),
+                                           (padded, 12, slots[1:2], torch.tensor([7]))):
         mapping = (tables[:, 1].long() * 4)[:1].expand(n)  # any rows: the write's output is not compared here
-        want = ref.paged_attention_turboquant(*args, *quant, ring.k[0], ring.v[0], ring.pos, slots)
+        want = ref.paged_attention_turboquant(*args, *quant, ring.k[0], ring.v[0], ring.pos, ring_slots,
+                                              valid_lens(args[4], n, num_valid))
         with torch.inference_mode(), NoHostReads(), OpCounts() as counts:
             tw.turboquant_cache_write(k[:n], v[:n], kc.clone(), vc.clone(), mapping, *quant)
+            valid = valid_lens(args[4], n, num_valid)
             write_residual(k[:n], v[:n], ResidualRing(k=[rk.clone()], v=[rv.clone()], pos=pos.clone(), length=4), 0,
-                           quant[0], slots, args[3], lens)
-            got = tq.paged_attention_turboquant(*args, *quant, ring.k[0], ring.v[0], ring.pos, slots,
+                           quant[0], ring_slots, args[3], args[4], valid)
+            got = tq.paged_attention_turboquant(*args, *quant, ring.k[0], ring.v[0], ring.pos, ring_slots, valid,
                                                 tuning=tq.TurboQuantTuning(dot="ieee"))
         assert counts.syncs == 0, counts.ops
         torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)

@@ -23,7 +23,8 @@ _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr":
                "tables_ptr": "i32", "tile_seq_ptr": "i32", "tile_first_ptr": "i32",
                "count_ptr": "i32", "ids_ptr": "i64", "sorted_ptr": "i32", "block_expert_ptr": "i32",
                "num_padded_ptr": "i32", "cursor_ptr": "i32", "pos_ptr": "i64", "axis_ptr": "i64",
-               "kwords_ptr": "i32", "vwords_ptr": "i32", "rpos_ptr": "i32", "slots_ptr": "i32"}
+               "kwords_ptr": "i32", "vwords_ptr": "i32", "rpos_ptr": "i32", "slots_ptr": "i32",
+               "valid_ptr": "i32"}
 _FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr", "part_ptr",
               "inv_freq_ptr", "qr_ptr", "qs_ptr", "kf_ptr", "vf_ptr", "kc_ptr", "vc_ptr"}
 _FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor", "qjl_coef"}

@@ -19,8 +19,9 @@ tensor cores for a bf16 / fp16 query and float32 (``ieee``) ones for a float32 q
 (:class:`TurboQuantTuning` overrides it and the launch settings). Head dims up to 512, padded to a power of two;
 above 256 each key tile is decoded, dotted and accumulated in two column chunks of the head dim (``D_CHUNKS``), so
 no full-width decoded tile is live at once (the one-chunk kernel spilled registers at 512). With a residual ring only
-the key tiles from ``seq_len - R`` on look the ring up (a second loop, of at most 16 keys per tile), so the rest carry
-none of its registers.
+the key tiles from ``valid_len - R`` on (the sequence's real length: a padded prefill's padding rows are not its
+newest positions) look the ring up (a second loop, of at most 16 keys per tile), so the rest carry none of its
+registers.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def _store_chunk(acc, l_i, o_ptr, o_off, acc_ws_ptr, ws_row, row_ok, d, head_dim
 
 
 @triton.jit
-def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv, ctx, qpos, d, kwords_ptr, kf_ptr,
+def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv, ring_lo, qpos, d, kwords_ptr, kf_ptr,
                  vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len, head_dim,
                  block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt,
                  stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, KBITS: tl.constexpr, VBITS: tl.constexpr,
@@ -222,8 +223,8 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
                  HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
                  LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr):
     """One key tile ``[start, start + BLOCK_N)`` (keys below ``hi``) of the online softmax: scores from the
-    quantized rows (with ``HAS_RING``: the ring's exact rows where it holds the position), then the rescaled
-    accumulators. Returns ``(m_i, l_i, acc0, acc1)`` (``acc1``: passed through with one chunk)."""
+    quantized rows (with ``HAS_RING``: the ring's exact rows where it holds the position, one of the sequence's newest
+    ``ring_lo .. ring_lo + ring_len - 1``), then the rescaled accumulators. Returns ``(m_i, l_i, acc0, acc1)`` (``acc1``: passed through with one chunk)."""
     kpos = start + tl.arange(0, BLOCK_N)
     k_ok = kpos < hi
     blk = tl.load(tables_ptr + seq * stride_tb + kpos // block_size, mask=k_ok, other=0).to(tl.int64)
@@ -247,8 +248,8 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
     r_off = k_row
     if HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
         ring_i = kpos % ring_len
-        in_ring = tl.load(rpos_ptr + ring_slot * ring_len + ring_i, mask=k_ok & (kpos >= ctx - ring_len),
-                          other=-1) == kpos
+        newest = (kpos >= ring_lo) & (kpos < ring_lo + ring_len)
+        in_ring = tl.load(rpos_ptr + ring_slot * ring_len + ring_i, mask=k_ok & newest, other=-1) == kpos
         r_off = ring_slot * stride_rs + ring_i * stride_rr + h_kv * stride_rh
         s_ring = _dot(qr0, tl.trans(_rows_chunk(rk_ptr, r_off, in_ring, d, head_dim, 0, CHUNK_D).to(tl.float32)),
                       DOT)
@@ -283,7 +284,7 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
 @triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
 def _tq_attention_kernel(
     qr_ptr, qs_ptr, kwords_ptr, kf_ptr, vwords_ptr, vf_ptr, kc_ptr, vc_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr,
-    tile_seq_ptr, tile_first_ptr, o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, rk_ptr, rv_ptr, rpos_ptr, slots_ptr,
+    tile_seq_ptr, tile_first_ptr, o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, rk_ptr, rv_ptr, rpos_ptr, slots_ptr, valid_ptr,
     batch, n_tokens, head_dim, block_size, num_splits, qk_scale, qjl_coef, window, ring_len,
     stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_tb,
     stride_ot, stride_oh, stride_rs, stride_rr, stride_rh,
@@ -353,13 +354,15 @@ def _tq_attention_kernel(
         qr1 = qr0
         qs1 = qs0
     ring_slot = 0
+    ring_lo = 0
     mid = hi
-    if HAS_RING:  # the ring may hold positions from ctx - ring_len on: only those tiles look it up
+    if HAS_RING:  # the ring may hold the sequence's newest positions (of its real length): only those tiles look it up
         ring_slot = tl.load(slots_ptr + seq).to(tl.int64)
-        mid = tl.minimum(tl.maximum(ctx - ring_len, lo), hi)
+        ring_lo = tl.load(valid_ptr + seq) - ring_len
+        mid = tl.minimum(tl.maximum(ring_lo, lo), hi)
     for start in range(lo, mid, BLOCK_N):
         m_i, l_i, acc0, acc1 = _attend_tile(
-            m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, mid, seq, h_kv, ctx, qpos, d, kwords_ptr, kf_ptr,
+            m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, mid, seq, h_kv, ring_lo, qpos, d, kwords_ptr, kf_ptr,
             vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len, head_dim,
             block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W, CHUNK_D, K_FIRST,
@@ -367,7 +370,7 @@ def _tq_attention_kernel(
     if HAS_RING:
         for start in range(mid, hi, RING_N):
             m_i, l_i, acc0, acc1 = _attend_tile(
-                m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv, ctx, qpos, d, kwords_ptr, kf_ptr,
+                m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv, ring_lo, qpos, d, kwords_ptr, kf_ptr,
                 vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len,
                 head_dim, block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb,
                 stride_vt, stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W,
@@ -412,7 +415,7 @@ def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windo
 
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
                                rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None,
-                               residual_pos=None, slots=None, *, num_splits: int | None = None,
+                               residual_pos=None, slots=None, valid_lens=None, *, num_splits: int | None = None,
                                tuning: TurboQuantTuning | None = None):
     """``paged_attention_turboquant`` (signature and rule of the reference) in the rotated basis (module docstring);
     a residual ring's rows are read as stored (already rotated).
@@ -469,10 +472,13 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
                 and tuple(residual_pos.shape) == tuple(residual_k.shape[:2]) and residual_pos.is_contiguous()
                 and slots is not None and slots.shape[0] == batch, op,
                 "residual_k / residual_v [S, R, H_kv, D], residual_pos [S, R] and slots [B] must agree")
+        require(valid_lens is None or (valid_lens.dim() == 1 and valid_lens.shape[0] == batch), op,
+                f"valid_lens must be [B]={batch}")
         rk, rv, rpos, ring_slots = residual_k, residual_v, residual_pos, slots
+        valid = seq_lens if valid_lens is None else valid_lens.to(torch.int32)
         ring_len, ring_strides = residual_pos.shape[1], residual_k.stride()[:3]
     else:
-        rk = rv = rpos = ring_slots = o  # unused
+        rk = rv = rpos = ring_slots = valid = o  # unused
         ring_len, ring_strides = 1, (0, 0, 0)
     dot = tuning.dot or ("ieee" if q.dtype == torch.float32 else "bf16")
     # code planes read as 32-bit words where a plane is whole words (head dims that are multiples of 32), else bytes
@@ -484,7 +490,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     _tq_attention_kernel[(plan.n_tiles, h_kv, splits)](
         q_r, q_s, k_words, k_cache.view(torch.float32), v_words, v_cache.view(torch.float32), key_centroids,
         value_centroids, plan.cu, seq_lens, block_tables, plan.tile_seq, plan.tile_first, o, m_ws, l_ws, acc_ws,
-        rk, rv, rpos, ring_slots,
+        rk, rv, rpos, ring_slots, valid,
         batch, total, dim, block_size, splits, float(scale) * LOG2E, math.sqrt(math.pi / 2) / dim,
         int(sliding_window or 0), ring_len,
         q_r.stride(0), q_r.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),

@@ -5,9 +5,10 @@ window unquantized the same way).
 Per state slot (every running sequence has one, :class:`~anna_core.engine.state_pool.StatePool`) and owning layer,
 ``k`` / ``v`` ``[num_slots + 1, R, H_kv, D]`` hold the rows *rotated* (``Pi k``, ``Pi v``: the basis the attention
 kernels work in) at ring index ``position % R``, and ``pos`` ``[num_slots + 1, R]`` int32 the position each
-index holds (-1: none). Every token is written (positions a step overwrites within itself go to the scratch slot,
-the last), so a prefill chunk leaves its last ``R`` tokens. Attention over a context of ``L`` positions reads
-position ``p >= L - R`` from the ring where ``pos`` says the ring holds it, else its quantized row: a prefix hit's
+index holds (-1: none). Every token is written (positions a step overwrites within itself and padding rows go to
+the scratch slot, the last), so a prefill chunk leaves its last ``R`` tokens. Attention over a context of ``L`` real
+positions (a padded prefill's ``L`` leaves out its padding rows) reads position ``L - R <= p < L`` from the ring
+where ``pos`` says the ring holds it, else its quantized row: a prefix hit's
 positions, which the new slot never saw, stay quantized. The engine marks a slot empty when a sequence takes it
 (:func:`reset_slots`).
 """
@@ -54,15 +55,16 @@ def token_positions(cu_seqlens: torch.Tensor, seq_lens: torch.Tensor, n_tokens: 
 
 def write_residual(k: torch.Tensor, v: torch.Tensor, ring: ResidualRing, index: int, rotation: torch.Tensor,
                    slots: torch.Tensor, cu_seqlens: torch.Tensor, seq_lens: torch.Tensor,
-                   num_valid: torch.Tensor | None = None) -> None:
+                   valid_lens: torch.Tensor | None = None) -> None:
     """Write a step's k, v ``[T, H_kv, D]`` (rotated by ``rotation`` ``[D, D]`` float32) into layer ``index``'s
-    ring at the rows of ``slots`` ``[B]`` (the sequences' state slots); tokens earlier than their sequence's last
-    ``R`` of the step go to the scratch slot, and so do the padding rows of a padded one-sequence prefill
-    (``num_valid`` ``[1]``: its real rows, :mod:`anna_core.layers.padding`). Positions as :func:`token_positions`.
-    No host sync."""
+    ring at the rows of ``slots`` ``[B]`` (the sequences' state slots): each sequence's positions
+    ``valid_lens[i] - R .. valid_lens[i] - 1`` (``valid_lens`` ``[B]``: its real context length, which leaves out
+    the padding rows of a padded prefill, :func:`anna_core.layers.padding.valid_lens`; None: ``seq_lens``). Its
+    tokens before them and its padding rows go to the scratch slot, so padding never enters a ring nor pushes a
+    real position out of it. Positions as :func:`token_positions`. No host sync."""
     r = ring.length
     seq, pos = token_positions(cu_seqlens, seq_lens, k.shape[0])
-    end = seq_lens.to(torch.int64)[seq] if num_valid is None else num_valid.to(torch.int64)  # one past the last real
+    end = (seq_lens if valid_lens is None else valid_lens).to(torch.int64)[seq]  # one past the last real position
     keep = (pos >= end - r) & (pos < end)
     scratch = ring.pos.shape[0] - 1
     row = torch.where(keep, slots.to(torch.int64)[seq] * r + pos % r, scratch * r)

@@ -11,6 +11,7 @@ from anna_core.cache_spec import CacheSpec, FullAttentionSpec, SlidingWindowSpec
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.errors import AnnaError
 from anna_core.kv_quant.residual import write_residual
+from anna_core.layers.padding import valid_lens
 from anna_core.model import ModelCaches
 
 
@@ -74,7 +75,8 @@ class PagedAttention(nn.Module):
                 self.ops.turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, *group.quant.args)
                 if group.residual is not None:
                     write_residual(k, v, group.residual, self.kv_index, group.quant.rotation, batch.state_slots,
-                                   batch.cu_seqlens, batch.seq_lens, batch.num_valid)
+                                   batch.cu_seqlens, batch.seq_lens,
+                                   valid_lens(batch.seq_lens, batch.num_tokens, batch.num_valid))
         return self.attend(q, batch, caches)
 
     def quantized(self, caches: ModelCaches) -> bool:
@@ -98,8 +100,10 @@ class PagedAttention(nn.Module):
         if group.quant is not None:
             attend = self.ops.get("paged_attention_turboquant", head_dim=self.head_dim)
             ring = group.residual
+            # the ring holds each sequence's newest real positions: a padded prefill's padding rows are not among them
             residual = () if ring is None else (ring.k[self.kv_index], ring.v[self.kv_index], ring.pos,
-                                                batch.state_slots)
+                                                batch.state_slots,
+                                                valid_lens(batch.seq_lens, batch.num_tokens, batch.num_valid))
             return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables, self.scale,
                           self.sliding_window, *group.quant.args, *residual)
         attend = self._attend

@@ -32,6 +32,20 @@ def row_mask(num_rows: int, num_valid: torch.Tensor) -> torch.Tensor:
     return torch.arange(num_rows, device=num_valid.device) < num_valid
 
 
+def valid_lens(seq_lens: torch.Tensor, num_tokens: int, num_valid: torch.Tensor | None) -> torch.Tensor:
+    """``[B]`` int32: each sequence's real context length, ``seq_lens`` less the padding rows of a padded
+    one-sequence prefill (``seq_lens - (T - num_valid)``, a cached prefix included), e.g. where a TurboQuant
+    residual ring's newest positions end (:mod:`anna_core.kv_quant.residual`).
+
+    Args:
+        seq_lens: ``[B]`` int32 (``ForwardBatch.seq_lens``); num_tokens: ``T``; num_valid: ``[1]`` int64 or None
+            (no padding: ``seq_lens`` itself is returned).
+    """
+    if num_valid is None:
+        return seq_lens
+    return (seq_lens - (num_tokens - num_valid)).to(torch.int32)
+
+
 def mask_rows(x: torch.Tensor, num_valid: torch.Tensor, value: float) -> torch.Tensor:
     """``x`` ``[T, ...]`` with every padding row (``>= num_valid``) set to ``value`` (a new tensor)."""
     keep = row_mask(x.shape[0], num_valid).view(-1, *([1] * (x.dim() - 1)))

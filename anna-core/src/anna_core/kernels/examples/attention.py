@@ -93,4 +93,10 @@ def paged_attention_turboquant(device: Any, dtype: Any) -> list[OpExample]:
     pos = r.ints([[8, 9, 10, 3], [12, 13, 14, 15], [4, 5, 2, 3], [-1, -1, -1, -1]], torch.int32)
     ring = (r.randn(4, 4, 2, 16), r.randn(4, 4, 2, 16), pos, r.ints([2, 0, 1]))
     out.append(OpExample((q, k_cache, v_cache, cu, lens, tables, 16 ** -0.5, None, *tq, *ring), shape={"head_dim": 16}))
+    # sequence 0 a padded prefill of 4 real rows and 2 padding rows, its ring holding positions 0..3: its newest
+    # positions are 0..3 (valid_lens), all read from the ring (seq_lens would have read 0 and 1 quantized)
+    pos = r.ints([[8, 9, 10, 3], [12, 13, 14, 15], [0, 1, 2, 3], [-1, -1, -1, -1]], torch.int32)
+    padded = (*ring[:2], pos, ring[3], r.ints([4, 11, 9], torch.int32))
+    out.append(OpExample((q, k_cache, v_cache, cu, lens, tables, 16 ** -0.5, None, *tq, *padded),
+                         shape={"head_dim": 16}))
     return out

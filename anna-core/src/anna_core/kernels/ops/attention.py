@@ -49,7 +49,7 @@ conformance suite compares the rows as the values they decode to).
         "paged_attention_turboquant", "turboquant",
         signature="paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, "
                    "sliding_window, rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None, "
-                   "residual_pos=None, slots=None) -> o",
+                   "residual_pos=None, slots=None, valid_lens=None) -> o",
         doc="""\
 ``paged_attention`` over a TurboQuant cache (caches and tables as ``turboquant_cache_write``): every
 key is reconstructed as ``k~ = n Pi^T (c[idx] + sqrt(pi/2) / D * gamma * S^T z)`` (``z = +-1`` the
@@ -59,9 +59,10 @@ math; implementations may attend in the rotated basis (``q Pi^T`` against ``c[id
 against ``z``, the output rotated back), equal up to float32 rounding (for a bfloat16 / float16 q, up to
 bfloat16 rounding of the dots' operands, as ``paged_attention``'s tensor-core dots). With a residual ring
 (:mod:`anna_core.kv_quant.residual`): residual_k / residual_v ``[S, R, H_kv, D]`` (rows rotated, ``Pi k``, in
-the serving dtype), residual_pos ``[S, R]`` int32, slots ``[B]`` int64 (each sequence's ring): position
-``p >= seq_lens[i] - R`` with ``residual_pos[slots[i], p % R] == p`` is read as ``Pi^T`` of its ring rows
-instead of its quantized ones.
+the serving dtype), residual_pos ``[S, R]`` int32, slots ``[B]`` int64 (each sequence's ring), valid_lens
+``[B]`` int32 or None (each sequence's real context length: ``seq_lens`` less a padded prefill's padding rows;
+None: ``seq_lens``): position ``valid_lens[i] - R <= p < valid_lens[i]`` with ``residual_pos[slots[i], p % R] ==
+p`` is read as ``Pi^T`` of its ring rows instead of its quantized ones.
 """,
         shape_facts=("head_dim",),
     ),

@@ -166,6 +166,7 @@ def paged_attention_turboquant(
     residual_v: torch.Tensor | None = None,
     residual_pos: torch.Tensor | None = None,
     slots: torch.Tensor | None = None,
+    valid_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``paged_attention`` over a TurboQuant cache: the reconstructed keys and values of every block a
     sequence reads (module docstring), the attention rule unchanged.
@@ -175,6 +176,9 @@ def paged_attention_turboquant(
         k_cache, v_cache, rotation, qjl, key_centroids, value_centroids: as ``turboquant_cache_write``.
         residual_k, residual_v, residual_pos, slots: the residual ring (:mod:`anna_core.kv_quant.residual`) and each
             sequence's slot in it, or None: positions it holds among a sequence's newest ``R`` are read from it.
+        valid_lens: ``[B]`` int32, each sequence's real context length (``seq_lens`` less the padding rows of a
+            padded prefill, :mod:`anna_core.layers.padding`): its newest ``R`` are positions
+            ``valid_lens[i] - R .. valid_lens[i] - 1``. None: ``seq_lens`` (no padding).
 
     Returns:
         ``[T, H_q, D]`` in q's dtype.
@@ -190,6 +194,8 @@ def paged_attention_turboquant(
     q_lens = sequence_lengths(op, cu_seqlens_q, q.shape[0])
     require(seq_lens.shape[0] == len(q_lens) and block_tables.shape[0] == len(q_lens), op,
             f"seq_lens and block_tables must have {len(q_lens)} rows")
+    require(valid_lens is None or (valid_lens.dim() == 1 and valid_lens.shape[0] == len(q_lens)), op,
+            f"valid_lens must be [B]={len(q_lens)}")
     n_blocks, block_size, h_kv = k_cache.shape[:3]
     width = block_tables.shape[1]
     lens = seq_lens.to(device=q.device, dtype=torch.long)
@@ -210,22 +216,24 @@ def paged_attention_turboquant(
         k = dequantize_values(rows_k, rotation, key_centroids).view(shape)
     v = dequantize_values(rows_v, rotation, value_centroids).view(shape)
     if residual_pos is not None:
-        _overlay_residual(k, v, first, lens, spare, rotation, residual_k, residual_v, residual_pos, slots)
+        valid = lens if valid_lens is None else valid_lens.to(device=q.device, dtype=torch.long)
+        _overlay_residual(k, v, first, valid, spare, rotation, residual_k, residual_v, residual_pos, slots)
     return paged_attention(q, k, v, cu_seqlens_q, seq_lens, compact.to(torch.int32), scale, sliding_window)
 
 
-def _overlay_residual(k: torch.Tensor, v: torch.Tensor, first: torch.Tensor, seq_lens: torch.Tensor, spare: int,
+def _overlay_residual(k: torch.Tensor, v: torch.Tensor, first: torch.Tensor, valid_lens: torch.Tensor, spare: int,
                       rotation: torch.Tensor, residual_k: torch.Tensor, residual_v: torch.Tensor,
                       residual_pos: torch.Tensor, slots: torch.Tensor) -> None:
     """Overwrite the reconstructed rows ``k`` / ``v`` ``[U, block_size, H_kv, D]`` (sequence ``i``'s blocks from
     ``first[i]`` on, block ``spare`` read by none) with the ring's rows of the positions it holds among each
-    sequence's newest ``R``; ring entries it does not hold are written to block ``spare``. Shapes fixed by
+    sequence's newest ``R`` (``valid_lens[i] - R .. valid_lens[i] - 1``, int64 ``[B]``); ring entries it does not
+    hold are written to block ``spare``. Shapes fixed by
     the batch, no host read (a captured step may hold this call)."""
     r = residual_pos.shape[1]
     block_size, h_kv, d = k.shape[1:]
     slot = slots.to(torch.long)
     pos = residual_pos.index_select(0, slot).to(torch.long)  # [B, R]
-    n = seq_lens[:, None]
+    n = valid_lens[:, None]
     held = (pos >= 0) & (pos >= n - r) & (pos < n)
     row = torch.where(held, first[:, None] * block_size + pos.clamp(min=0), spare * block_size)  # [B, R]
     for out, ring in ((k, residual_k), (v, residual_v)):

@@ -1,10 +1,11 @@
 """A TurboQuant KV cache with a residual ring (``--kv-cache-residual-len``) on a tiny Qwen3.5 with captured decode
-graphs (the fake graph-capable accelerator of :mod:`anna_core.testing.fake_graphs`: capture runs the step under
-:class:`~anna_core.testing.host_reads.NoHostReads`): a batch below its graph bucket (3 requests in bucket 4, 5 in
-bucket 8; its padding rows write the scratch block and the scratch slot's ring), shrinking as requests finish and
-through a preemption, gives the eager engine's tokens and logits and each request's tokens alone; a prefix hit gives
-a miss's tokens and logits, with chunked prefill; the decode step and a prefill over a cached prefix read nothing on
-the host."""
+and prefill graphs (the fake graph-capable accelerator of :mod:`anna_core.testing.fake_graphs`: capture runs the step
+under :class:`~anna_core.testing.host_reads.NoHostReads`): a batch below its graph bucket (3 requests in bucket 4, 5
+in bucket 8; its padding rows write the scratch block and the scratch slot's ring), shrinking as requests finish and
+through a preemption, gives the eager engine's tokens and logits and each request's tokens alone; a prompt padded to
+its prefill graph's bucket gives the eager prefill's tokens (the ring ends at its real length), beside chunked
+prefills too; a prefix hit gives a miss's tokens and logits, with chunked prefill; the decode step and a prefill over
+a cached prefix read nothing on the host."""
 
 from __future__ import annotations
 
@@ -44,9 +45,9 @@ class CheckedReplays(FakeGraphAccelerator):
 
 
 def _engine(loaded, *, graphs: bool, max_seqs: int = 4, residual: int = 16, num_blocks: int = 64,
-            max_len: int = MAX_LEN, **config):
+            max_len: int = MAX_LEN, bits: int = 4, **config):
     cfg = EngineConfig(block_size=16, num_blocks=num_blocks, max_num_seqs=max_seqs, max_model_len=max_len,
-                       kv_cache_quantization="turboquant", kv_cache_quant_bits=4, kv_cache_residual_len=residual,
+                       kv_cache_quantization="turboquant", kv_cache_quant_bits=bits, kv_cache_residual_len=residual,
                        **{"max_prefill_tokens": 128, "prompt_cache_size": 0, **config})
     engine = LLMEngine.from_loaded(loaded, cfg)
     engine.runner.accel = CheckedReplays()
@@ -164,17 +165,40 @@ def test_a_prefix_hit_decodes_as_the_miss_over_chunked_prefills(loaded, monkeypa
     assert hit[0] == miss[0] and max(abs(a - b) for a, b in zip(hit[1][0], miss[1][0])) < 1e-5
 
 
-def test_a_ring_keeps_prefills_eager(loaded):
-    # A padded prefill graph runs the prompt at its bucket's length (128 here), and the attention kernels read the
-    # ring from seq_len - R on: positions 24..39 of a 40-token prompt were read quantized (other tokens than eager's,
-    # measured). With a ring the runner captures no prefill graph (decode graphs only); without one it does.
-    ringed = _engine(loaded, graphs=True, max_len=256, max_prefill_tokens=256)
-    report = ringed.runner.graph_report()
-    assert report["decode"]["captured"] and not report["prefill"]["captured"]
-    assert "--kv-cache-residual-len" in report["prefill"]["why_not"]
-    plain = _engine(loaded, graphs=True, residual=0, max_len=256, max_prefill_tokens=256)
-    assert plain.runner.graph_report()["prefill"]["prompt_lengths"] == [128, 192]
+@pytest.mark.parametrize("bits,residual", [(4, 16), (3, 16), (4, 128), (3, 128)])
+def test_a_padded_prefill_graph_over_a_ring_gives_the_eager_tokens(loaded, bits, residual):
+    # A 40-token prompt replays the 128 bucket's prefill graph (88 padding rows): the ring's window ends at the
+    # prompt's real length (valid_lens), so positions 24..39 are read from the ring as in the eager prefill (read
+    # from the bucket's length, 112 on, they came out quantized: other tokens than eager's). A ring as long as the
+    # bucket holds the whole prompt; its padding rows never enter it. The replay reads nothing on the host.
+    prompt = _prompts(40, seed=5)[0]
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=1)
+    eager = _engine(loaded, graphs=False, bits=bits, residual=residual, max_len=256)
+    want = _run(eager, [prompt], [params])
+    engine = _engine(loaded, graphs=True, bits=bits, residual=residual, max_len=256)
+    report = engine.runner.graph_report()["prefill"]
+    assert report["captured"] and 128 in report["prompt_lengths"] and report["why_not"] is None
+    got = _run(engine, [prompt], [params])
+    assert engine.runner.num_prefill_graph_steps == 1 and eager.runner.num_prefill_graph_steps == 0
+    assert got[0] == want[0] and max(abs(a - b) for a, b in zip(got[1][0], want[1][0])) < 1e-4
 
+
+def test_chunked_prefills_beside_prefill_graphs_over_rings_give_the_eager_tokens(loaded):
+    # A 70-token prompt in 32-token chunks (eager: no chunk is a whole fresh prompt) leaves its ring the newest 16
+    # positions of its last chunk; then a 20-token prompt replays its prefill graph. Both as the eager engine.
+    prompts = _prompts(70, 20, seed=6)
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=1)
+    config = dict(prefill_chunk_size=32, max_len=256)
+    want = [_run(_engine(loaded, graphs=False, **config), [p], [params]) for p in prompts]
+    engine = _engine(loaded, graphs=True, **config)
+    got = []
+    for p in prompts:
+        got.append(_run(engine, [p], [params]))
+        if not got[1:]:  # the chunked prompt: its chunks eager
+            assert engine.runner.num_prefill_graph_steps == 0
+    assert engine.runner.num_prefill_graph_steps == 1
+    for g, w in zip(got, want):
+        assert g[0] == w[0] and max(abs(a - b) for a, b in zip(g[1][0], w[1][0])) < 1e-4
 
 
 def test_rings_take_no_prompt_cache(loaded):

@@ -266,12 +266,6 @@ class ModelRunner:
         if not buckets:
             self._no_graphs["prefill"] = f"no prompt-length bucket fits one-step prompts of up to {max_tokens} tokens"
             return
-        if any(group.residual is not None for _, group in self.caches.attention_caches):
-            # the attention kernels read a ring's positions from seq_len - R on, and a padded prefill's seq_len is its
-            # bucket's, not the prompt's: the prompt's newest positions below it would be read quantized
-            self._no_graphs["prefill"] = ("a TurboQuant residual ring (--kv-cache-residual-len) is read from the "
-                                          "step's length on, which a padded prefill overstates")
-            return
         try:
             caps = self.model.capabilities
             graphs = PrefillGraphs(self.model, self.caches, self.accel, buckets=buckets, max_blocks_per_seq=width,

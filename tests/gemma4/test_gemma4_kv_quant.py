@@ -1,5 +1,6 @@
 """A TurboQuant KV cache on a tiny Gemma 4 (its sliding-window and global groups both quantized, KV-shared layers
-reading quantized K/V): logit KL against the unquantized cache and the engine's runs over it."""
+reading quantized K/V): logit KL against the unquantized cache and the engine's runs over it, with residual rings
+under decode and prefill graphs."""
 
 from __future__ import annotations
 
@@ -49,18 +50,18 @@ def test_a_residual_covering_the_context_decodes_as_unquantized_kv(gemma4_factor
     assert [o.token_ids for o in ringed] == [b.token_ids for b in base]
 
 
-def _graph_engine(path, *, graphs: bool, max_seqs: int = 4, residual: int = 8):
+def _graph_engine(path, *, graphs: bool, max_seqs: int = 4, residual: int = 8, bits: int = 4, max_len: int = 128):
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.llm_engine import LLMEngine
     from anna_core.engine.model_runner import RunnerConfig
     from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
-    cfg = EngineConfig(block_size=16, num_blocks=64, max_num_seqs=max_seqs, max_model_len=128, max_prefill_tokens=128,
-                       prompt_cache_size=0, kv_cache_quantization="turboquant", kv_cache_quant_bits=4,
-                       kv_cache_residual_len=residual)
+    cfg = EngineConfig(block_size=16, num_blocks=64, max_num_seqs=max_seqs, max_model_len=max_len,
+                       max_prefill_tokens=128, prompt_cache_size=0, kv_cache_quantization="turboquant",
+                       kv_cache_quant_bits=bits, kv_cache_residual_len=residual)
     engine = LLMEngine.from_loaded(load_anna(path), cfg)
     engine.runner.accel = FakeGraphAccelerator()
-    engine.runner.setup(RunnerConfig(cuda_graph=graphs, warmup=False, compile_mode="none"), max_model_len=128,
+    engine.runner.setup(RunnerConfig(cuda_graph=graphs, warmup=False, compile_mode="none"), max_model_len=max_len,
                         max_num_seqs=max_seqs)
     assert (engine.runner.graphs is not None) == graphs
     return engine
@@ -116,3 +117,28 @@ def test_a_prefix_hit_with_rings_decodes_as_the_miss(gemma4_factory, prompt):
     assert [m[0] for m in miss] == [0, 0] and [h[0] for h in hit] == [48, 0]
     for m, h in zip(miss, hit):
         assert h[1] == m[1] and len(h[2]) == 6 and max(abs(a - b) for a, b in zip(h[2], m[2])) < 1e-5
+
+
+@pytest.mark.parametrize("bits,residual", [(4, 16), (3, 16), (4, 128), (3, 128)])
+def test_a_padded_prefill_graph_over_rings_gives_the_eager_tokens(gemma4_factory, prompt, bits, residual):
+    # 40 prompt tokens replay the 128 bucket's prefill graph (88 padding rows): both groups' rings end at the
+    # prompt's real length, so its newest positions are read from them as in the eager prefill (KV-shared readers
+    # too); a ring as long as the bucket holds the whole prompt and none of the padding
+    from anna_core.testing.engine_run import run_to_completion
+
+    path = gemma4_factory()
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=1)
+
+    def run(engine):
+        lps = []
+        outs = run_to_completion(engine, [prompt[:40]], [params], on_output=lambda o: lps.extend(
+            x.logprob for x in o.logprobs))
+        return outs[0].token_ids, lps
+
+    want = run(_graph_engine(path, graphs=False, bits=bits, residual=residual, max_len=256))
+    engine = _graph_engine(path, graphs=True, bits=bits, residual=residual, max_len=256)
+    report = engine.runner.graph_report()["prefill"]
+    assert report["captured"] and 128 in report["prompt_lengths"] and report["why_not"] is None
+    got = run(engine)
+    assert engine.runner.num_prefill_graph_steps == 1
+    assert got[0] == want[0] and len(got[1]) == 6 and max(abs(a - b) for a, b in zip(got[1], want[1])) < 1e-4

@@ -1,4 +1,4 @@
-"""Issue 30 on a GPU: TurboQuant residual rings (--kv-cache-residual-len) under captured decode graphs, with the
+"""Issue 30 on a GPU: TurboQuant residual rings (--kv-cache-residual-len) under captured decode and prefill graphs, with the
 Triton kernels and real CUDA graphs (the CPU tests use the torch reference and a fake graph device).
 
 For the tiny Qwen3.5 and Gemma 4 checkpoints (built here, random weights, float32), 4-bit TurboQuant with a 16-position
@@ -7,14 +7,18 @@ ring, it prints per case the tokens' agreement and the largest logprob differenc
   batch3/4, batch5/8   3 requests in decode bucket 4 and 5 in bucket 8 (padding rows), finishing at different steps:
                        graphs against eager (cuda_graph off), and each request alone (graphs, bucket 1)
   hit==miss            a 40-token prompt run twice with 16-token chunks (the second a prefix hit, resuming at 16)
-  prefill graphs       captured: none, with the ring's why_not (expected)
+  prefill bB/R         prompts of 40 and 150 tokens replaying the 128 and 192 buckets' prefill graphs (padding rows;
+                       the ring window ends at the prompt's real length) at B = 3, 4 bits and R = 16, 128: tokens
+                       against eager, and the prefill-graph replays counted (expected 2)
 
-Expected: every "tokens equal" True and logprob differences at float32 rounding (<= 1e-4). Exit status 1 when tokens
-differ. Run from the repository root with the Anna wheels installed:
+Expected: every "tokens equal" True and logprob differences at float32 rounding (<= 1e-4; a padded prefill's rows may
+round a coordinate at a code boundary the other way: up to ~1e-3 measured on the CPU at 3 bits). Exit status 1 when
+tokens differ or a prefill case replays fewer than 2 prefill graphs. Run from the repository root with the Anna wheels installed:
 
     timeout 280 python3 tools/gpu_experiments/tq_ring_graphs_check.py 2>&1 | tee $OUT/tq_ring_graphs.log
 
-(~60-120 s on a fresh machine: Triton compiles the TurboQuant kernels per shape). ``--device cpu`` runs the same
+(~90-150 s on a fresh machine: Triton compiles the TurboQuant kernels per shape; ``--only-prefill`` runs the
+prefill-graph cases alone). ``--device cpu`` runs the same
 on the CPU over the fake graph device (a local sanity check).
 """
 
@@ -37,9 +41,10 @@ from anna_core.testing.engine_run import run_to_completion
 from anna_gemma4.tiny import build_tiny_gemma4
 
 
-def engine(loaded, device: str, *, graphs: bool, max_seqs: int, **config) -> LLMEngine:
+def engine(loaded, device: str, *, graphs: bool, max_seqs: int, bits: int = 4, residual: int = 16,
+           **config) -> LLMEngine:
     cfg = EngineConfig(block_size=16, num_blocks=64, max_num_seqs=max_seqs, max_model_len=256, prompt_cache_size=0,
-                       kv_cache_quantization="turboquant", kv_cache_quant_bits=4, kv_cache_residual_len=16,
+                       kv_cache_quantization="turboquant", kv_cache_quant_bits=bits, kv_cache_residual_len=residual,
                        **{"max_prefill_tokens": 256, **config})
     e = LLMEngine.from_loaded(loaded, cfg)
     if device == "cpu":
@@ -92,20 +97,48 @@ def check(name: str, loaded, device: str) -> bool:
     ok &= same
     print(f"{name} hit==miss: cached {miss[2][0]} then {hit[2][0]} (expected 0 then 16), tokens equal {same}, "
           f"logprob diff {diff(hit[1], miss[1]):.2e}")
-    report = e.runner.graph_report()
-    print(f"{name} prefill graphs captured {report['prefill']['captured']}: {report['prefill']['why_not']}")
+    return ok
+
+
+def check_prefill(name: str, loaded, device: str) -> bool:
+    ok = True
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 320, (n,), generator=gen).tolist() for n in (21, 9, 35, 14, 27)]
+    p = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=1)
+    cases = [prompts[2] + prompts[4][:5], (prompts[2] * 5)[:150]]  # 40 tokens (bucket 128), 150 (bucket 192)
+    for bits in (4, 3):
+        for residual in (16, 128):
+            t0 = time.perf_counter()
+            # no prefix caching: the 150-token prompt shares 35 tokens with the 40-token one, and a hit's cached blocks
+            # hold K/V computed while the other prompt's ring covered them (other values than a miss's, graphs or not)
+            kw = dict(max_seqs=4, bits=bits, residual=residual, enable_prefix_caching=False)
+            want = [run(engine(loaded, device, graphs=False, **kw), [c], [p]) for c in cases]
+            g = engine(loaded, device, graphs=True, **kw)
+            report = g.runner.graph_report()["prefill"]
+            got = [run(g, [c], [p]) for c in cases]
+            same = [a[0] == b[0] for a, b in zip(got, want)]
+            replays = g.runner.num_prefill_graph_steps
+            ok &= all(same) and replays == 2 and report["captured"]
+            print(f"{name} prefill b{bits}/R{residual}: captured {report['captured']} {report['prompt_lengths']} "
+                  f"({report['why_not']}), prefill-graph replays {replays} (expected 2), tokens equal to eager "
+                  f"{same} (logprob diff {max(diff(a[1], b[1]) for a, b in zip(got, want)):.2e})  "
+                  f"[{time.perf_counter() - t0:.1f} s]")
     return ok
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--only-prefill", action="store_true", help="the prefill-graph cases alone")
     args = ap.parse_args()
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for name, build in (("qwen35", build_tiny_qwen35), ("gemma4", build_tiny_gemma4)):
             path = build(Path(tmp) / name)
-            ok &= check(name, load_model(path, device=args.device, dtype="fp32"), args.device)
+            loaded = load_model(path, device=args.device, dtype="fp32")
+            if not args.only_prefill:
+                ok &= check(name, loaded, args.device)
+            ok &= check_prefill(name, loaded, args.device)
     print("ALL OK" if ok else "MISMATCH")
     return 0 if ok else 1
 

@@ -142,3 +142,16 @@ def test_a_padded_prefill_graph_over_rings_gives_the_eager_tokens(gemma4_factory
     got = run(engine)
     assert engine.runner.num_prefill_graph_steps == 1
     assert got[0] == want[0] and len(got[1]) == 6 and max(abs(a - b) for a, b in zip(got[1], want[1])) < 1e-4
+
+
+def test_a_prompt_cache_hit_restores_the_rings(gemma4_factory, prompt):
+    # No recurrent group: a prompt-cache entry keeps the tail block, the logits and both groups' 8-position rings; an
+    # exact repeat computes nothing and its slot's rings are the miss's (left empty, the prompt's positions 62..69
+    # were read quantized: other tokens)
+    greedy = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
+    llm = LLM(gemma4_factory(), device="cpu", dtype="fp32", num_blocks=64, block_size=16,
+              kv_cache_quantization="turboquant", kv_cache_quant_bits=3, kv_cache_residual_len=8)
+    assert len(llm.engine.prompt_store.rings) == 2
+    miss, hit = llm.generate([prompt], greedy)[0], llm.generate([prompt], greedy)[0]
+    assert (miss.num_cached_tokens, hit.num_cached_tokens) == (0, len(prompt))
+    assert hit.token_ids == miss.token_ids

@@ -131,8 +131,8 @@ class EngineConfig:
             ``turboquant`` default 0, ``auto`` its tier's.
         kv_cache_key_qjl: quantized keys carry the QJL sign of their residual (``bits - 1`` code bits; unbiased inner
             products, the paper's ``TurboQuant_prod``); False: keys quantized as values at ``bits`` code bits.
-        prompt_cache_size: keep the final state, tail KV block and last logits of this many most
-            recent exact prompts; an exact repeat then samples its first token without computing;
+        prompt_cache_size: keep the final state, tail KV block and last logits (and TurboQuant residual rings) of
+            this many most recent exact prompts; an exact repeat then samples its first token without computing;
             ``0`` disables the prompt cache.
 
     Memory admission (:mod:`anna_core.engine.memory_admission`: a request that cannot fit is refused before it

@@ -148,9 +148,9 @@ class LLMEngine:
         recurrent = spec.recurrent is not None
         snapshot_bytes = state_bytes(spec, 1, dtype)
         snapshot_budget = int(config.snapshot_memory_mib * _MIB) if recurrent and config.enable_prefix_caching else 0
-        # no prompt cache over residual rings (Scheduler: an exact repeat would leave its ring empty): no entries
-        prompt_entries = 0 if residual_bytes(spec, 1, dtype) else config.prompt_cache_size
-        prompt_budget = snapshot_bytes * prompt_entries
+        prompt_entries = config.prompt_cache_size
+        # a prompt-cache entry keeps its slot's residual rings too (an exact repeat computes nothing to fill them)
+        prompt_budget = (snapshot_bytes + residual_bytes(spec, 1, dtype)) * prompt_entries
         num_blocks = self._num_blocks(spec, want_len, snapshot_budget + prompt_budget)
         num_blocks = self.broadcaster.agree_num_blocks(num_blocks)  # block ids must be valid on every mirror
         full = [n for g, n in zip(spec.attention_groups, num_blocks) if not isinstance(spec.groups[g], SlidingWindowSpec)]
@@ -180,7 +180,7 @@ class LLMEngine:
                    and spec.recurrent.conv_shape[-1] <= config.snapshot_interval)
         # in-pass snapshots get one more entry: the scratch that captured prefills write unreserved ones to
         self.snapshot_store = StateStore(spec, num_snapshots + int(in_pass), self.device, dtype)
-        self.prompt_store = StateStore(spec, prompt_entries, self.device, dtype)
+        self.prompt_store = StateStore(spec, prompt_entries, self.device, dtype, residual=True)
         self.kv = CacheManager(spec, num_blocks, bs, config.max_num_seqs, enable_caching=config.enable_prefix_caching,
                                num_snapshots=num_snapshots, snapshot_interval=config.snapshot_interval)
         self.scheduler = Scheduler(config, self.kv, checkpoints_in_pass=in_pass, max_model_len=self.max_model_len,

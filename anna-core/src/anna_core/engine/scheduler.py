@@ -100,10 +100,9 @@ class Scheduler:
         self.num_steps = 0
         self.max_model_len = max_model_len
         self.hold_last = hold_last
-        # an exact repeat computes nothing, so a residual ring (--kv-cache-residual-len) would stay empty and the
-        # prompt's newest positions be read quantized: with rings, no prompt cache (prefix hits still serve)
-        self.prompt_cache = (PromptCache(config.prompt_cache_size) if config.prompt_cache_size and not kv.residual_len
-                             else None)
+        # an exact repeat computes nothing: its slot's residual rings (--kv-cache-residual-len) are restored with its
+        # state from the entry (StateStore)
+        self.prompt_cache = PromptCache(config.prompt_cache_size) if config.prompt_cache_size else None
         self.capture_snapshots = kv.capture_snapshots
         self.checkpoints_in_pass = self.capture_snapshots and checkpoints_in_pass
         self.encoder_cache = EncoderCacheManager(config.encoder_cache_tokens)

@@ -13,23 +13,30 @@ from collections.abc import Sequence
 import torch
 
 from anna_core.engine.sampler import host_tensor
+from anna_core.kv_quant.residual import ResidualRing
 from anna_core.model import CacheSpec, ModelCaches
 
 
 class StateStore:
-    """``capacity`` copies of one sequence's recurrent state (every layer of the recurrent group), plus logits.
+    """``capacity`` copies of one sequence's recurrent state (every layer of the recurrent group), plus logits, and
+    with ``residual`` its TurboQuant residual rings.
 
     Per recurrent layer: ``conv`` ``[capacity, C, W-1]`` in ``dtype`` and ``recurrent``
     ``[capacity, H_v, K, V]`` float32, like the slot pools of :class:`~anna_core.model.StateCache`.
-    ``logits[i]`` (``[V]`` float32) is kept for prompt-cache entries.
+    ``logits[i]`` (``[V]`` float32) is kept for prompt-cache entries. ``rings`` (``residual``): per attention group
+    with a residual ring (``--kv-cache-residual-len``), a :class:`~anna_core.kv_quant.residual.ResidualRing` of
+    ``capacity`` entries, copied with the states: a prompt-cache hit computes nothing, so its slot's ring is the one
+    its prompt left.
 
     Args:
-        spec: the model's cache spec (no tensors without a recurrent group).
+        spec: the model's cache spec (no tensors without a recurrent group or rings).
         capacity: entries.
-        device / dtype: where and in which dtype the conv states live.
+        device / dtype: where and in which dtype the conv states (and ring rows) live.
+        residual: also keep the rings.
     """
 
-    def __init__(self, spec: CacheSpec, capacity: int, device: torch.device, dtype: torch.dtype):
+    def __init__(self, spec: CacheSpec, capacity: int, device: torch.device, dtype: torch.dtype, *,
+                 residual: bool = False):
         self.capacity = capacity
         self.device = device
         self.conv: list[torch.Tensor] = []
@@ -40,27 +47,38 @@ class StateStore:
             self.recurrent = [torch.zeros((capacity, *rec.state_shape), dtype=torch.float32, device=device)
                               for _ in rec.layers]
         self.logits: dict[int, torch.Tensor] = {}
+        self.rings: dict[int, ResidualRing] = {}
+        for g in spec.attention_groups if residual and capacity > 0 else ():
+            group = spec.groups[g]
+            if group.quant is not None and group.quant.residual_len:
+                self.rings[g] = ResidualRing.empty(len(group.layers), capacity, group.quant.residual_len,
+                                                   group.num_kv_heads, group.head_dim, device, dtype)
 
-    @staticmethod
-    def _pools(caches: ModelCaches) -> list[torch.Tensor]:
-        return [t for group in caches.state_caches for t in group.conv + group.recurrent]
+    def _pairs(self, caches: ModelCaches) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(store tensor, the caches' slot pool)`` of every state and ring tensor kept."""
+        pools = [t for group in caches.state_caches for t in group.conv + group.recurrent]
+        pairs = list(zip(self.conv + self.recurrent, pools))
+        for g, ring in self.rings.items():
+            live = caches.attention(g).residual
+            pairs += zip([*ring.k, *ring.v, ring.pos], [*live.k, *live.v, live.pos])
+        return pairs
 
     def save(self, caches: ModelCaches, slots: Sequence[int], indices: Sequence[int]) -> None:
-        """Copy the states of ``slots`` (the caches' slot pools) into entries ``indices``."""
-        if not self.conv or not slots:
+        """Copy the states (and rings) of ``slots`` (the caches' slot pools) into entries ``indices``."""
+        if not (self.conv or self.rings) or not slots:
             return
         src = host_tensor(list(slots), torch.int64, self.device)
         dst = host_tensor(list(indices), torch.int64, self.device)
-        for store, pool in zip(self.conv + self.recurrent, self._pools(caches)):
+        for store, pool in self._pairs(caches):
             store.index_copy_(0, dst, pool.index_select(0, src))
 
     def load(self, caches: ModelCaches, indices: Sequence[int], slots: Sequence[int]) -> None:
-        """Copy entries ``indices`` into the caches' state slots ``slots``."""
-        if not self.conv or not slots:
+        """Copy entries ``indices`` into the caches' state slots ``slots`` (and their rings)."""
+        if not (self.conv or self.rings) or not slots:
             return
         src = host_tensor(list(indices), torch.int64, self.device)
         dst = host_tensor(list(slots), torch.int64, self.device)
-        for store, pool in zip(self.conv + self.recurrent, self._pools(caches)):
+        for store, pool in self._pairs(caches):
             pool.index_copy_(0, dst, store.index_select(0, src))
 
 

@@ -10,6 +10,7 @@ ring, it prints per case the tokens' agreement and the largest logprob differenc
   prefill bB/R         prompts of 40 and 150 tokens replaying the 128 and 192 buckets' prefill graphs (padding rows;
                        the ring window ends at the prompt's real length) at B = 3, 4 bits and R = 16, 128: tokens
                        against eager, and the prefill-graph replays counted (expected 2)
+  prompt cache         the 40-token prompt twice: the repeat a prompt-cache hit (its ring restored), the miss's tokens
 
 Expected: every "tokens equal" True and logprob differences at float32 rounding (<= 1e-4; a padded prefill's rows may
 round a coordinate at a code boundary the other way: up to ~1e-3 measured on the CPU at 3 bits). Exit status 1 when
@@ -43,9 +44,9 @@ from anna_gemma4.tiny import build_tiny_gemma4
 
 def engine(loaded, device: str, *, graphs: bool, max_seqs: int, bits: int = 4, residual: int = 16,
            **config) -> LLMEngine:
-    cfg = EngineConfig(block_size=16, num_blocks=64, max_num_seqs=max_seqs, max_model_len=256, prompt_cache_size=0,
+    cfg = EngineConfig(block_size=16, num_blocks=64, max_num_seqs=max_seqs, max_model_len=256,
                        kv_cache_quantization="turboquant", kv_cache_quant_bits=bits, kv_cache_residual_len=residual,
-                       **{"max_prefill_tokens": 256, **config})
+                       **{"max_prefill_tokens": 256, "prompt_cache_size": 0, **config})
     e = LLMEngine.from_loaded(loaded, cfg)
     if device == "cpu":
         from anna_core.testing.fake_graphs import FakeGraphAccelerator
@@ -123,6 +124,14 @@ def check_prefill(name: str, loaded, device: str) -> bool:
                   f"({report['why_not']}), prefill-graph replays {replays} (expected 2), tokens equal to eager "
                   f"{same} (logprob diff {max(diff(a[1], b[1]) for a, b in zip(got, want)):.2e})  "
                   f"[{time.perf_counter() - t0:.1f} s]")
+    # an exact repeat from the prompt cache computes nothing: its slot's ring is restored from the entry
+    greedy = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)  # (logprobs requests keep no entry)
+    e = engine(loaded, device, graphs=True, max_seqs=4, prompt_cache_size=8)
+    miss, hit = run(e, [cases[0]], [greedy]), run(e, [cases[0]], [greedy])
+    same = hit[0] == miss[0] and hit[2] == [len(cases[0])]
+    ok &= same
+    print(f"{name} prompt cache: cached {miss[2][0]} then {hit[2][0]} (expected 0 then {len(cases[0])}), tokens "
+          f"equal {hit[0] == miss[0]}")
     return ok
 
 

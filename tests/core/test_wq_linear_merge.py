@@ -153,3 +153,33 @@ def test_fused_topk_head_of_an_act_order_head_equals_its_full_logits():
     torch.testing.assert_close(values, want_values)
     assert torch.equal(ids, want_ids)
     torch.testing.assert_close(lse, logits.logsumexp(-1))
+
+
+def test_a_layer_without_act_order_calls_kernels_written_to_the_older_contract():
+    """``perm`` joined the ``wq_linear`` / ``add_rms_norm_wq_linear`` contracts as a trailing optional argument: a
+    layer without act-order calls the op without it, so a third-party kernel written to the older signatures (no
+    ``perm``) keeps serving every other quantized model."""
+    calls = []
+
+    class OldOps:
+        def get(self, name, **facts):
+            if name == "wq_linear":
+                def wq(x, qweight, scale, zero, scheme, bias):  # the pre-act-order signature
+                    calls.append(name)
+                    return OPS.get(name, **facts)(x, qweight, scale, zero, scheme, bias)
+                return wq
+
+            def fused(x, residual, norm_weight, eps, zero_centered, qweight, scale, zero, scheme, activation=None):
+                calls.append(name)
+                return OPS.get(name, **facts)(x, residual, norm_weight, eps, zero_centered, qweight, scale, zero,
+                                              scheme, activation)
+            return fused
+
+    w = quantize(torch.randn(32, 128, generator=torch.Generator().manual_seed(11)), "int4", torch.float32)
+    old, layer = WQLinear(w, None, OldOps()), WQLinear(w, None, OPS)
+    x = torch.randn(2, 128, generator=torch.Generator().manual_seed(12))
+    torch.testing.assert_close(old(x), layer(x))
+    got, _ = old.add_norm(x, None, torch.ones(128), 1e-6, False)
+    want, _ = layer.add_norm(x, None, torch.ones(128), 1e-6, False)
+    torch.testing.assert_close(got, want)
+    assert calls == ["wq_linear", "add_rms_norm_wq_linear"]

@@ -146,6 +146,8 @@ class WQLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: ``[..., K]`` -> ``[..., N]`` in x's dtype (an act-order layer reads ``x[..., perm]`` inside the op)."""
+        if self.perm_index is None:  # the pre-act-order call: kernels written to the older contract keep working
+            return self._ops()[0](x, self.qweight, self.scale, self.zero, self.scheme, self.bias)
         return self._ops()[0](x, self.qweight, self.scale, self.zero, self.scheme, self.bias, self.perm_index)
 
     def add_norm(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -160,8 +162,11 @@ class WQLinear(nn.Module):
         """
         if self.bias is not None:
             raise ValueError("add_norm: a WQLinear with a bias does not fuse the norm")
-        return self._ops()[1](x, residual, norm_weight, eps, zero_centered, self.qweight, self.scale, self.zero,
-                              self.scheme, activation, self.perm_index)
+        args = (x, residual, norm_weight, eps, zero_centered, self.qweight, self.scale, self.zero, self.scheme,
+                activation)
+        if self.perm_index is None:  # as forward: no perm argument for a layer without act-order
+            return self._ops()[1](*args)
+        return self._ops()[1](*args, self.perm_index)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, kind={self.kind}, "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from anna_audio.qwen3_tts import load_config
 from anna_audio.qwen3_tts.voice import (
+    MAX_INSTRUCTIONS_CHARS,
     MAX_REF_TEXT_CHARS,
     ClonePrompt,
     VoiceRequest,
@@ -72,6 +73,17 @@ def test_ref_text_is_bounded(checkpoints):
                                                   f"{MAX_REF_TEXT_CHARS}") as err:
         speech_request(config, tokenizer, request, cloner)
     assert err.value.param == "ref_text" and cloner.calls == []
+
+
+def test_instructions_are_bounded_before_tokenizing(checkpoints):
+    """Over-long instructions are refused naming ``instructions`` (not tokenized whole and then reported as an
+    over-long ``prompt``)."""
+    config, tokenizer = checkpoints["voice_design"]
+    request = VoiceRequest(text="Hello", instructions="calm " * (MAX_INSTRUCTIONS_CHARS // 5 + 1))
+    with pytest.raises(InvalidRequestError, match=f"the limit is {MAX_INSTRUCTIONS_CHARS}") as err:
+        speech_request(config, tokenizer, request)
+    assert err.value.param == "instructions"
+    speech_request(config, tokenizer, VoiceRequest(text="Hello", instructions="calm " * 10))  # within: accepted
 
 
 def test_plain_text_with_angle_brackets_is_tokenized_as_written(checkpoints):

@@ -24,6 +24,8 @@ from anna_audio.qwen3_tts.prompt import SpeechRequest, language_id
 
 MAX_INPUT_CHARS = 4096
 """The longest ``input`` accepted (OpenAI's limit for ``/v1/audio/speech``)."""
+MAX_INSTRUCTIONS_CHARS = 4096
+"""The longest ``instructions`` accepted (a style, or VoiceDesign's described voice: as long as ``input`` may be)."""
 MAX_REF_TEXT_CHARS = 2048
 """The longest ``ref_text`` accepted: the transcript of at most 60 s of reference audio
 (:class:`~anna_audio.qwen3_tts.voice_clone.VoiceCloneLimits`) is a few hundred words."""
@@ -122,7 +124,8 @@ def speech_request(config: Qwen3TTSConfig, tokenizer: Any, request: VoiceRequest
     ``cloner``: the checkpoint's :class:`VoiceCloner`, None where voice cloning is not available).
 
     Raises:
-        InvalidRequestError: empty or over-long text (``param`` ``input``); ``input``, ``instructions`` or
+        InvalidRequestError: empty or over-long text (``param`` ``input``); instructions over
+            :data:`MAX_INSTRUCTIONS_CHARS` (``instructions``); ``input``, ``instructions`` or
             ``ref_text`` holding a control token's text (:func:`check_plain_text`, ``param`` the field), a
             ``ref_text`` over :data:`MAX_REF_TEXT_CHARS` (``ref_text``); a voice the checkpoint does not have, a
             voice on a checkpoint without named voices, none on one that needs it (``voice``); instructions on a
@@ -135,6 +138,9 @@ def speech_request(config: Qwen3TTSConfig, tokenizer: Any, request: VoiceRequest
     if len(request.text) > MAX_INPUT_CHARS:
         raise InvalidRequestError(f"input is {len(request.text)} characters; the limit is {MAX_INPUT_CHARS}",
                                   param="input")
+    if request.instructions is not None and len(request.instructions) > MAX_INSTRUCTIONS_CHARS:
+        raise InvalidRequestError(f"instructions are {len(request.instructions)} characters; the limit is "
+                                  f"{MAX_INSTRUCTIONS_CHARS}", param="instructions")
     control = control_tokens(tokenizer)
     check_plain_text(request.text, "input", control)
     check_plain_text(request.instructions, "instructions", control)

@@ -250,3 +250,29 @@ def test_the_decode_step_reads_nothing_on_the_host_and_its_launches_are_bounded(
                    for o in outs)
     while engine.has_unfinished():
         engine.step()
+
+
+def test_a_sampled_code_never_leaves_the_codebook_at_the_noise_edge():
+    """Issue 27 (a code 2269 of a 2048-code book reached the vocoder at 16 concurrent requests on a GPU): the seeded
+    Gumbel noise of seed 2625 at output step 4 is the float32 value that rounded to 1.0 at id 584, a blocked control
+    id of the tiny talker (vocabulary 1088, codebook 64), where the masked logit turned NaN and won ``argmax``. Every
+    sampled token of the overlapped graph engine (EOS ignored) is a code, and the frames equal the synchronous
+    engine's."""
+    g, facts = golden("custom_voice")
+    parts = _parts("custom_voice")
+    config = parts[0].talker
+    codebook = config.vocab_size - 1024
+    prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: jobs[:1])
+
+    def seeded(i):
+        return TalkerParams(SamplingParams(max_tokens=8, temperature=0.9, top_k=50, seed=2625, ignore_eos=True),
+                            repetition_penalty=1.05, min_tokens=8)
+
+    runs = []
+    for overlap in (False, True):
+        model, engine = _graph_engine(parts, async_scheduling=overlap, max_num_seqs=2)
+        runs.append(_run(engine, model, prompts, seeded, config.num_code_groups))
+        assert engine.runner.num_graph_steps > 4
+    for rid, (tokens, codes) in runs[1].items():
+        assert len(tokens) == 8 and all(0 <= t < codebook for t in tokens), tokens
+        assert tokens == runs[0][rid][0] and torch.equal(codes, runs[0][rid][1])

@@ -156,3 +156,40 @@ def test_wrong_model_and_content_type(served):
     assert speak(client, 0, model="other").status_code == 404
     r = client.post("/v1/audio/speech", content=b"{}", headers={"content-type": "text/plain"})
     assert r.status_code == 415 and "error" in r.json()
+
+
+def test_a_code_outside_the_codebook_mid_stream_ends_the_response_cleanly(served, monkeypatch, caplog):
+    """Issue 27: the vocoder refuses a chunk whose codes leave the codebook (its last line of defence against a talker
+    bug) after the first audio went out: an SSE response ends with an OpenAI-shaped error event, a whole (compressed)
+    response is a 500 error, a streamed pcm body is cut short (how it ends after its 200 status is the transport's:
+    the in-process test client reports it as a 500), the failure logged; the server keeps serving the next
+    request."""
+    from anna_audio.speech.vocoder import Vocoder
+
+    client, _, refs = served
+    decode, calls = Vocoder.decode, {}
+
+    def corrupting(self, state, codes):  # every stream's second chunk gets a code past the codebook
+        calls[id(state)] = calls.get(id(state), 0) + 1
+        if calls[id(state)] == 2:
+            codes = codes.clone()
+            codes[-1, 0] = self.decoder.config.codebook_size + 5
+        return decode(self, state, codes)
+
+    monkeypatch.setattr(Vocoder, "decode", corrupting)
+    r = speak(client, 0, response_format="pcm", stream_format="sse")
+    assert r.status_code == 200
+    events = [json.loads(line[len("data: "):]) for line in r.text.splitlines() if line.startswith("data: ")]
+    assert [e.get("type") for e in events[:-1]] == ["speech.audio.delta"]  # the first chunk's audio, then the error
+    error = events[-1]["error"]
+    assert error["type"] == "server_error" and "codes must lie in" in error["message"], events[-1]
+    r = speak(client, 0, response_format="flac")
+    assert r.status_code == 500 and "codes must lie in" in r.json()["error"]["message"], r.text
+    caplog.clear()
+    r = speak(client, 0, response_format="pcm")
+    assert not (r.status_code == 200 and len(r.content) == FRAMES * 1920 * 2)
+    assert any("the vocoder failed a speech request's chunk" in m for m in caplog.messages), caplog.messages
+    monkeypatch.setattr(Vocoder, "decode", decode)
+    r = speak(client, 0, response_format="pcm")
+    assert r.status_code == 200
+    np.testing.assert_allclose(pcm_samples(r.content), refs[0], atol=PCM_ATOL, rtol=0)

@@ -140,3 +140,51 @@ def test_the_plain_captured_sampler_draws_what_the_filtering_one_draws():
     assert unfiltered([req(temperature=1.0), req(temperature=0.0), req(top_k=vocab)], vocab)
     assert not unfiltered([req(temperature=1.0), req(top_k=5)], vocab)
     assert not unfiltered([req(top_p=0.9)], vocab) and not unfiltered([req(min_p=0.1)], vocab)
+
+
+# (seed, step, id) whose hash has all top 24 bits set: (2**24 - 1 + 0.5) / 2**24 rounds to 1.0 in float32, where the
+# Gumbel term -log(-log(u)) is +inf (found by scanning steps of seed 0 over a 3072-id vocabulary)
+EDGE_SEED, EDGE_STEP, EDGE_ID, EDGE_VOCAB = 0, 3408, 2720, 3072
+
+
+def test_uniform_noise_stays_below_one_where_float32_rounding_reaches_it():
+    u = uniform_noise(torch.tensor([EDGE_SEED]), torch.tensor([EDGE_STEP]), EDGE_VOCAB)[0]
+    assert u[EDGE_ID].item() == 1.0 - 2.0**-24 and u.max().item() < 1.0 and u.min().item() > 0.0
+
+
+def _edge_logits() -> torch.Tensor:
+    """``[1, 3072]``: a speech talker's layout (codes below 2048, control ids above at -inf but EOS 2150), with the
+    edge id blocked."""
+    torch.manual_seed(0)
+    logits = torch.randn(1, EDGE_VOCAB) * 2
+    logits[:, 2048:] = float("-inf")
+    logits[:, 2150] = 0.5
+    return logits
+
+
+def test_a_masked_id_is_never_drawn_at_the_noise_edge_by_any_sampler():
+    """Issue 27: with u == 1 at a masked (-inf) id, -inf + inf = NaN won argmax, and the talker sampled a control id
+    (2269 on a GPU at 16 concurrent requests). Every sampler draws an unmasked id, the same one."""
+    from anna_core.engine.sampler import sample_no_sync, sample_plain_no_sync, sample_topk_no_sync
+
+    logits = _edge_logits()
+    allowed = set(torch.isfinite(logits[0]).nonzero()[:, 0].tolist())
+    temperature, seeds, steps = torch.tensor([0.9]), torch.tensor([EDGE_SEED]), torch.tensor([EDGE_STEP])
+    top_k, top_p, min_p = torch.tensor([EDGE_VOCAB]), torch.tensor([1.0]), torch.tensor([0.0])
+    full = sample_no_sync(logits, temperature, top_k, top_p, min_p, seeds, steps).item()
+    plain = sample_plain_no_sync(logits, temperature, seeds, steps).item()
+    req = r(seed=EDGE_SEED, output=[0] * EDGE_STEP, temperature=0.9)
+    eager = Sampler()(logits.clone(), [req]).item()
+    assert full in allowed and plain == full and eager == full, (full, plain, eager)
+    # a finite logit masked by top-k: the fused head's candidates (top 64, the edge id among them) and the full path
+    logits = torch.randn(1, EDGE_VOCAB)
+    logits[0, EDGE_ID] = logits.max() + 1.0  # the edge id ranks first ...
+    logits[0, :64] += 10.0  # ... behind 64 larger ones: outside top_k 50, inside the 65 candidates
+    values, indices = logits.topk(65, dim=-1)
+    assert EDGE_ID in indices[0].tolist()
+    top50 = set(indices[0, :50].tolist())
+    k50 = torch.tensor([50])
+    full = sample_no_sync(logits, temperature, k50, top_p, min_p, seeds, steps).item()
+    cand, _ = sample_topk_no_sync(values, indices, temperature, k50, top_p, min_p, seeds, steps)
+    eager = Sampler()(logits.clone(), [r(seed=EDGE_SEED, output=[0] * EDGE_STEP, temperature=0.9, top_k=50)]).item()
+    assert full in top50 and cand.item() == full and eager == full, (full, cand.item(), eager)

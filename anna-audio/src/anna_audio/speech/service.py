@@ -10,7 +10,9 @@ stream. :class:`SpeechService` is the server's client; :func:`synthesize` runs o
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import attrs
@@ -25,6 +27,8 @@ from anna_audio.qwen3_tts.sampling import SpeechSampling
 from anna_audio.qwen3_tts.stream_state import StreamState
 from anna_audio.qwen3_tts.voice import VoiceRequest, speech_request
 from anna_audio.speech.vocoder import Vocoder
+
+log = logging.getLogger("anna.speech")
 
 
 @attrs.frozen
@@ -150,6 +154,17 @@ def _failed(out: Any) -> None:
         raise AnnaError(f"speech synthesis failed: {out.error}")
 
 
+async def _samples(future: Future) -> np.ndarray:
+    """A vocoder chunk's samples; its failure (e.g. a code outside the codebook, the vocoder's last line of defence
+    against a talker bug) logged and raised as :class:`AnnaError`, which a route turns into an error response (an
+    SSE error event mid-stream) instead of an unhandled exception that drops the connection."""
+    try:
+        return await asyncio.wrap_future(future)
+    except Exception as exc:
+        log.error("the vocoder failed a speech request's chunk: %s: %s", type(exc).__name__, exc)
+        raise AnnaError(f"speech synthesis failed: the vocoder refused a chunk: {exc}") from exc
+
+
 def synthesize(engine: Any, planner: SpeechPlanner, vocoder: Vocoder, job: SpeechJob,
                request_id: str = "speech") -> Iterator[np.ndarray]:
     """Run one job on this thread over a synchronous engine (not running elsewhere), yielding its audio chunks
@@ -181,11 +196,11 @@ async def stream_audio(outputs: AsyncIterator[Any], first: Any, planner: SpeechP
     as the frames arrive (after ``context``, :attr:`SpeechJob.context`, whose samples are dropped).
 
     Raises:
-        AnnaError: the engine failed the request.
+        AnnaError: the engine failed the request, or the vocoder one of its chunks (logged).
     """
     frames, chunker, state = FrameAssembler(), FrameChunker(planner.chunks), StreamState()
     if context is not None:
-        await asyncio.wrap_future(vocoder.decode(state, context))
+        await _samples(vocoder.decode(state, context))
 
     async def every() -> AsyncIterator[Any]:
         if first is not None:
@@ -196,10 +211,10 @@ async def stream_audio(outputs: AsyncIterator[Any], first: Any, planner: SpeechP
     async for out in every():
         _failed(out)
         for chunk in chunker.push(frames.feed(out)):
-            yield await asyncio.wrap_future(vocoder.decode(state, chunk))
+            yield await _samples(vocoder.decode(state, chunk))
     rest = chunker.flush()
     if rest is not None:
-        yield await asyncio.wrap_future(vocoder.decode(state, rest))
+        yield await _samples(vocoder.decode(state, rest))
 
 
 class SpeechService:

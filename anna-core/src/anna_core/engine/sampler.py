@@ -30,6 +30,8 @@ from anna_core.engine.request import Request
 
 _M32 = 0xFFFFFFFF
 _NEG_INF = float("-inf")
+_U_MAX = 1.0 - 2.0**-24
+"""The largest float32 below 1: the top of :func:`uniform_noise`'s range."""
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -69,13 +71,16 @@ def uniform_noise_at(seeds: torch.Tensor, steps: torch.Tensor, ids: torch.Tensor
         ids: ``[N, C]`` (or ``[1, C]``, shared by every row) int64 vocabulary ids.
 
     Returns:
-        ``[N, C]`` float32 in ``(0, 1)``.
+        ``[N, C]`` float32 in ``(0, 1)``: ``(k + 0.5) / 2**24`` for the top 24 bits ``k`` of the hash, except that
+        ``k = 2**24 - 1``, whose ``k + 0.5`` rounds to ``2**24`` in float32, gives :data:`_U_MAX` instead of 1.0
+        (at ``u == 1`` the Gumbel term ``-log(-log(u))`` is ``+inf``: a masked ``-inf`` logit plus it is NaN, which
+        ``argmax`` picks, so a masked id, e.g. a speech talker's control id, was drawn about once per 2**24 entries).
     """
     lo = seeds & _M32
     hi = (seeds >> 32) & _M32
     key = _mix32(lo ^ _mix32(hi ^ _mix32(steps & _M32)))  # [N]
     bits = _mix32(_mix32(key[:, None] ^ ids) ^ key[:, None])  # [N, C]
-    return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return (((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))).clamp_(max=_U_MAX)
 
 
 def host_tensor(values: Sequence, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -15,6 +15,7 @@ from anna_core.kv_quant.codebook import lloyd_max_codebook, mse_per_vector
 from anna_core.kv_quant.layout import TurboQuantLayout
 from anna_core.kv_quant.settings import resolve_kv_quant
 from anna_core.kv_quant.tables import TurboQuantTables
+from anna_core.testing.turboquant_cases import shared_block_batch
 
 # The paper's D_mse (Theorem 1, its table of b = 1..4) and D_prod * d (Theorem 2) of unit vectors.
 PAPER_MSE = {1: 0.36, 2: 0.117, 3: 0.03, 4: 0.009}
@@ -263,30 +264,11 @@ def test_the_conformance_suite_compares_written_caches_as_decoded_rows():
         compare("slot_mapping", "slot_mapping", slots + 1, slots, args, 1e-4)
 
 
-def _shared_block_batch():
-    """Two decodes over one quantized cache of 4-token blocks, block 1 shared (a prefix hit): sequence 0 (slot 0,
-    10 positions, blocks 0 1 2) computed positions 4..7 and its ring of 8 holds 2..9; sequence 1 (slot 1, 8
-    positions, blocks 3 1) took block 1 from the prefix cache and its ring holds only 7."""
-    d, bs, h_kv = 16, 4, 2
-    layout = TurboQuantLayout(4, residual_len=8)
-    t = TurboQuantTables.build(layout, d, "cpu")
-    g = torch.Generator().manual_seed(3)
-    kq = torch.zeros(5, bs, h_kv, layout.key_row_bytes(d), dtype=torch.uint8)
-    vq = torch.zeros(5, bs, h_kv, layout.value_row_bytes(d), dtype=torch.uint8)
-    k, v = torch.randn(20, h_kv, d, generator=g), torch.randn(20, h_kv, d, generator=g)
-    tq.turboquant_cache_write(k, v, kq, vq, torch.arange(20), *t.args)
-    rk, rv = torch.randn(3, 8, h_kv, d, generator=g), torch.randn(3, 8, h_kv, d, generator=g)
-    pos = torch.tensor([[8, 9, 2, 3, 4, 5, 6, 7], [-1, -1, -1, -1, -1, -1, -1, 7], [-1] * 8], dtype=torch.int32)
-    q = torch.randn(2, 4, d, generator=g)
-    return q, kq, vq, torch.tensor([10, 8], dtype=torch.int32), torch.tensor([[0, 1, 2], [3, 1, 0]], dtype=torch.int32), \
-        t.args, (rk, rv, pos)
-
-
 def test_a_shared_block_takes_the_ring_rows_of_its_own_reader_only():
     # The ring holds rows of one sequence: sequence 1 reads positions 4..6 of the shared block 1 quantized (its ring
     # never saw them) also when sequence 0, whose ring holds them, is in the same batch (the reference once
     # reconstructed each block once per batch and laid every ring's rows over it)
-    q, kq, vq, lens, tables, args, ring = _shared_block_batch()
+    q, kq, vq, lens, tables, args, ring = shared_block_batch()
     cu = torch.arange(3, dtype=torch.int32)
     both = tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *args, *ring, torch.tensor([0, 1]))
     for i in range(2):
@@ -302,7 +284,7 @@ def test_the_reference_attention_over_a_ring_reads_nothing_on_the_host_that_a_ca
     # shapes (unique, nonzero, boolean masks)
     from anna_core.testing.host_reads import NoHostReads
 
-    q, kq, vq, lens, tables, args, ring = _shared_block_batch()
+    q, kq, vq, lens, tables, args, ring = shared_block_batch()
     cu = torch.arange(3, dtype=torch.int32)
     with torch.inference_mode(), NoHostReads():
         tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *args, *ring, torch.tensor([0, 1]))

@@ -6,6 +6,7 @@ tests/xpu_kernels/test_turboquant_write.py)."""
 import pytest
 import torch
 from anna_core.kernels.reference import turboquant as ref
+from anna_core.testing.turboquant_cases import shared_block_batch
 
 from tests.xpu_kernels._interp import require_triton_interpreter
 
@@ -15,7 +16,6 @@ from anna_xpu_kernels import turboquant as tq  # noqa: E402
 
 from tests.xpu_kernels._turboquant_data import batch as _batch  # noqa: E402
 from tests.xpu_kernels._turboquant_data import filled as _filled  # noqa: E402
-from tests.xpu_kernels._turboquant_data import shared_block_batch  # noqa: E402
 
 
 @pytest.mark.parametrize("bits,d,h_q,h_kv,window,splits,key_qjl,lookup", [

@@ -22,7 +22,7 @@ from tests.audio.tts_engine import (
     talker_model,
     talker_prompts,
 )
-from tests.audio.tts_golden import KINDS, golden, speech_requests, talker_parts
+from tests.audio.tts_golden import KINDS, golden, golden_codes, speech_requests, talker_parts
 
 
 @pytest.mark.parametrize("name", KINDS)
@@ -43,19 +43,13 @@ def test_engine_codes_equal_reference_batched_and_alone(name):
 def test_max_frames_and_ignore_eos():
     """``max_frames`` bounds the frames exactly (EOS ignored: a benchmark's fixed length)."""
     g, facts = golden("custom_voice")
-    config, talker, predictor = parts = talker_parts("custom_voice")
+    parts = talker_parts("custom_voice")
     model, engine = talker_engine(parts, max_num_seqs=2)
-    case, row, request = speech_requests(facts["cases"], g)[0]
-    with torch.inference_mode():
-        prompt = build_prompt(config, talker, predictor, request)
-    submit(engine, model, "r", prompt, talker_params(SAMPLING, max_frames=5, ignore_eos=True))
-    frames = FrameAssembler()
-    while engine.has_unfinished():
-        for out in engine.step():
-            frames.feed(out)
-    codes = frames.codes(config.talker.num_code_groups)
-    assert codes.shape == (5, config.talker.num_code_groups)
-    assert torch.equal(codes, g[f"{case}/codes/{row}"][:5])
+    prompts = talker_prompts(parts, speech_requests(facts["cases"], g)[:1])
+    [(rid, codes)] = generate_codes(engine, model, prompts,
+                                    lambda i: talker_params(SAMPLING, max_frames=5, ignore_eos=True)).items()
+    assert codes.shape == (5, parts.config.talker.num_code_groups)
+    assert torch.equal(codes, golden_codes(g, rid)[:5])
     with pytest.raises(ValueError, match="max_frames"):
         talker_params(SAMPLING, max_frames=0)
     with pytest.raises(ValueError, match="ignore_eos needs max_frames"):
@@ -204,11 +198,9 @@ def test_device_side_controls_are_the_engine_sampler_s_math():
     from anna_core.engine.sampling_params import SamplingParams
 
     g, facts = golden("custom_voice")
-    config, talker, predictor = parts = talker_parts("custom_voice")
+    parts = talker_parts("custom_voice")
     model, engine = talker_engine(parts, max_num_seqs=2)
-    case, row, request = speech_requests(facts["cases"], g)[0]
-    with torch.inference_mode():
-        prompt = build_prompt(config, talker, predictor, request)
+    [prompt] = talker_prompts(parts, speech_requests(facts["cases"], g)[:1]).values()
     penalty, min_tokens, eos = 2.0, 5, model.eos_token_id
     params = TalkerParams(SamplingParams(max_tokens=14, temperature=0.0), repetition_penalty=penalty,
                           min_tokens=min_tokens)
@@ -216,7 +208,7 @@ def test_device_side_controls_are_the_engine_sampler_s_math():
     compute_logits = model.compute_logits
 
     def recording(hidden):
-        plain = talker.codec_head(hidden).float().masked_fill(model.blocked, float("-inf"))
+        plain = parts.talker.codec_head(hidden).float().masked_fill(model.blocked, float("-inf"))
         out = compute_logits(hidden)
         steps.append((plain, out))
         return out

@@ -16,6 +16,7 @@ from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.request import PENDING
 from anna_core.engine.sampling_params import SamplingParams
+from anna_core.testing.fake_graphs import record_rows_launched_ahead
 from anna_core.testing.host_reads import NoHostReads, OpCounts
 
 from tests.audio.tts_engine import SAMPLING, generate, no_error, submit, talker_engine, talker_prompts
@@ -39,19 +40,6 @@ def _graph_engine(parts, *, async_scheduling: bool, max_num_seqs: int = 8, num_b
                                   max_prefill_tokens=max_prefill_tokens, async_scheduling=async_scheduling)
     assert engine.runner.graph_report()["decode"]["captured"]
     return model, engine
-
-
-def _record_device_inputs(engine) -> list[int]:
-    """Per decode graph launch, the rows whose input token came from the previous replay (not yet read back)."""
-    counts: list[int] = []
-    run = engine.runner.graphs.run
-
-    def recording(*args, prev_rows=None, **kwargs):
-        counts.append(sum(r >= 0 for r in prev_rows) if prev_rows is not None else 0)
-        return run(*args, prev_rows=prev_rows, **kwargs)
-
-    engine.runner.graphs.run = recording
-    return counts
 
 
 def _paired(out) -> None:
@@ -81,7 +69,7 @@ def test_overlapped_decoding_equals_the_synchronous_engine_and_the_reference_bat
     results = {}
     for overlap in (False, True):
         model, engine = _graph_engine(parts, async_scheduling=overlap)
-        device_inputs = _record_device_inputs(engine)
+        device_inputs = record_rows_launched_ahead(engine.runner.graphs)
         together = _run(engine, model, prompts)
         alone = _run(engine, model, {first: prompts[first]})
         results[overlap] = together, alone
@@ -111,7 +99,7 @@ def test_overlapped_seeded_sampling_equals_the_synchronous_engine():
     runs = []
     for overlap in (False, True):
         model, engine = _graph_engine(parts, async_scheduling=overlap, max_num_seqs=4)
-        device_inputs = _record_device_inputs(engine)
+        device_inputs = record_rows_launched_ahead(engine.runner.graphs)
         runs.append(_run(engine, model, prompts, sampled))
         assert (sum(device_inputs) > 0) == overlap
     for rid in prompts:
@@ -139,7 +127,7 @@ def test_requests_preempted_while_their_step_is_in_flight_recompute_to_the_same_
             preempt(request)
 
         engine.scheduler._preempt = recording
-        device_inputs = _record_device_inputs(engine)
+        device_inputs = record_rows_launched_ahead(engine.runner.graphs)
         runs.append(_run(engine, model, prompts))
         assert engine.scheduler.num_preemptions > 0
         assert (sum(device_inputs) > 0) == overlap

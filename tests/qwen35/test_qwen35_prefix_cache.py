@@ -3,35 +3,17 @@ hybrid Qwen3.5: cached runs give the logits and tokens of uncached ones."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 import torch
 from anna_core import LLM, SamplingParams
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
-from anna_core.testing.engine_run import run_to_completion
+from anna_core.testing.engine_run import LogitsRecorder, run_to_completion
 
 from .conftest import load_anna
 
 N = 4
 GREEDY = SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True)
-
-
-class Recorder:
-    """Wraps the runner's sampler and keeps every logits row it sees, per request."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.rows = defaultdict(list)
-
-    def __call__(self, logits, requests, *args, **kwargs):
-        for i, r in enumerate(requests):
-            self.rows[r.request_id].append(logits[i].detach().float().clone())
-        return self.inner(logits, requests, *args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +25,7 @@ def engine(loaded, **cfg):
     cfg = {"block_size": 16, "num_blocks": 160, "max_num_seqs": 16, "max_prefill_tokens": 256,
            "snapshot_interval": 32, **cfg}
     eng = LLMEngine.from_loaded(loaded, EngineConfig(**cfg))
-    eng.runner.sampler = Recorder(eng.runner.sampler)
+    eng.runner.sampler = LogitsRecorder(eng.runner.sampler)
     return eng
 
 

@@ -8,100 +8,48 @@ from __future__ import annotations
 
 import pytest
 import torch
-from anna_audio.qwen3_tts import build_prompt, load_code_predictor, load_config
-from anna_audio.qwen3_tts.engine_requests import FrameAssembler, engine_request, talker_params
-from anna_audio.qwen3_tts.generate import GREEDY
-from anna_audio.qwen3_tts.sampling import SpeechSampling
-from anna_audio.qwen3_tts.talker_lm import TalkerLM
-from anna_audio.qwen3_tts.weights import load_talker
-from anna_core.engine.config import EngineConfig
-from anna_core.engine.llm_engine import LLMEngine
-from anna_core.engine.model_runner import RunnerConfig
-from anna_core.kernels.registry import KernelRegistry, bind_ops
-from anna_core.testing.fake_graphs import FakeGraphAccelerator
+from anna_audio.qwen3_tts import build_prompt
+from anna_audio.qwen3_tts.engine_requests import FrameAssembler, talker_params
 
-from tests.audio.test_qwen3_tts_talker import KINDS, _requests
-from tests.audio.tts_golden import CHECKPOINTS, golden
-
-SAMPLING = SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.05, max_new_tokens=24)
-
-
-def _model(name: str, slots: int):
-    """``(config, talker, predictor, model)`` of the tiny ``name`` checkpoint on the CPU, ``slots`` reserved."""
-    folder = CHECKPOINTS[name]
-    config = load_config(folder)
-    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
-    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
-                     predictor_sampling=GREEDY)
-    model.reserve_slots(slots)
-    return config, talker, predictor, model
-
-
-def _new_engine(model: TalkerLM, max_num_seqs: int, **config) -> LLMEngine:
-    """An engine over ``model`` without prefix or prompt caches (64 KV blocks unless ``config`` says otherwise)."""
-    return LLMEngine(model, config=EngineConfig(max_num_seqs=max_num_seqs, enable_prefix_caching=False,
-                                                prompt_cache_size=0, **{"num_blocks": 64, **config}),
-                     eos_token_ids=[model.eos_token_id])
-
-
-def _engine(name: str, max_num_seqs: int = 8):
-    config, talker, predictor, model = _model(name, max_num_seqs)
-    return config, talker, predictor, model, _new_engine(model, max_num_seqs)
-
-
-def _prompts(config, talker, predictor, jobs) -> dict:
-    """``{"<case>/<row>": TalkerPrompt}`` of ``(case, row, request)`` jobs."""
-    with torch.inference_mode():
-        return {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
-
-
-def _run(engine: LLMEngine, model: TalkerLM, jobs: dict, groups: int, params=None) -> dict[str, torch.Tensor]:
-    """Submit ``{request id: TalkerPrompt}`` at once (``params``: greedy :data:`SAMPLING` unless given), step to the
-    end; ``{request id: codes [F, G]}``."""
-    frames = {}
-    for rid, prompt in jobs.items():
-        request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING) if params is None else params)
-        engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
-        frames[rid] = FrameAssembler()
-    while engine.has_unfinished():
-        for out in engine.step():
-            assert out.finish_reason != "error", out.error
-            frames[out.request_id].feed(out)
-    return {rid: f.codes(groups) for rid, f in frames.items()}
+from tests.audio.tts_engine import (
+    SAMPLING,
+    capture_graphs,
+    generate,
+    generate_codes,
+    new_engine,
+    submit,
+    talker_engine,
+    talker_model,
+    talker_prompts,
+)
+from tests.audio.tts_golden import KINDS, golden, golden_codes, speech_requests, talker_parts
 
 
 @pytest.mark.parametrize("name", KINDS)
 def test_engine_codes_equal_reference_batched_and_alone(name):
     g, facts = golden(name)
-    config, talker, predictor, model, engine = _engine(name)
-    prompts = _prompts(config, talker, predictor, _requests(facts["cases"], g))
-    groups = config.talker.num_code_groups
-    together = _run(engine, model, prompts, groups)
+    parts = talker_parts(name)
+    model, engine = talker_engine(parts)
+    prompts = talker_prompts(parts, speech_requests(facts["cases"], g))
+    together = generate_codes(engine, model, prompts)
     for rid, codes in together.items():
         case, row = rid.split("/")
         assert torch.equal(codes, g[f"{case}/codes/{row}"]), f"{name} {rid}"
     first = next(iter(prompts))
-    alone = _run(engine, model, {first: prompts[first]}, groups)
+    alone = generate_codes(engine, model, {first: prompts[first]})
     assert torch.equal(alone[first], together[first])
 
 
 def test_max_frames_and_ignore_eos():
     """``max_frames`` bounds the frames exactly (EOS ignored: a benchmark's fixed length)."""
     g, facts = golden("custom_voice")
-    config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=2)
-    case, row, request = _requests(facts["cases"], g)[0]
-    with torch.inference_mode():
-        prompt = build_prompt(config, talker, predictor, request)
-    params = talker_params(SAMPLING, max_frames=5, ignore_eos=True)
-    req = engine_request(prompt, model.placeholder_id, params)
-    engine.add_request("r", req.prompt_ids, req.params, multimodal=req.multimodal)
-    frames = FrameAssembler()
-    while engine.has_unfinished():
-        for out in engine.step():
-            frames.feed(out)
-    codes = frames.codes(config.talker.num_code_groups)
-    assert codes.shape == (5, config.talker.num_code_groups)
-    assert torch.equal(codes, g[f"{case}/codes/{row}"][:5])
+    parts = talker_parts("custom_voice")
+    model, engine = talker_engine(parts, max_num_seqs=2)
+    prompts = talker_prompts(parts, speech_requests(facts["cases"], g)[:1])
+    [(rid, codes)] = generate_codes(engine, model, prompts,
+                                    lambda i: talker_params(SAMPLING, max_frames=5, ignore_eos=True)).items()
+    assert codes.shape == (5, parts.config.talker.num_code_groups)
+    assert torch.equal(codes, golden_codes(g, rid)[:5])
     with pytest.raises(ValueError, match="max_frames"):
         talker_params(SAMPLING, max_frames=0)
     with pytest.raises(ValueError, match="ignore_eos needs max_frames"):
@@ -110,15 +58,15 @@ def test_max_frames_and_ignore_eos():
 
 def test_trailing_text_beyond_the_reserved_table_fails_the_request():
     g, facts = golden("custom_voice")
-    config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=2)
+    config, talker, predictor = parts = talker_parts("custom_voice")
+    model = talker_model(parts, 2)
     model.reserve_slots(2, max_trailing=3)  # before a new engine: the tables are the engine's from now on
-    engine = _new_engine(model, 2)
-    case, row, request = next(r for r in _requests(facts["cases"], g) if r[0] == "streaming_text")
+    engine = new_engine(model, 2)
+    case, row, request = next(r for r in speech_requests(facts["cases"], g) if r[0] == "streaming_text")
     with torch.inference_mode():
         prompt = build_prompt(config, talker, predictor, request)
     assert prompt.trailing.shape[0] > 3
-    req = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
-    engine.add_request("long", req.prompt_ids, req.params, multimodal=req.multimodal)
+    submit(engine, model, "long", prompt)
     outs = [out for _ in range(3) for out in engine.step()]
     assert outs[-1].finish_reason == "error" and "this server holds 3" in outs[-1].error
     with pytest.raises(ValueError, match="must be positive"):
@@ -129,38 +77,36 @@ def test_chunked_prefills_and_mixed_steps_equal_the_reference():
     """Prompts cut into 4-token chunks (the last chunk of one prompt may be a single row in a step of decodes) and
     requests arriving while others decode give the same codes."""
     g, facts = golden("voice_design")
-    config, talker, predictor, model = _model("voice_design", 4)
-    engine = _new_engine(model, 4, max_prefill_tokens=4)
-    prompts = _prompts(config, talker, predictor, _requests(facts["cases"], g))
+    parts = talker_parts("voice_design")
+    model = talker_model(parts, 4)
+    engine = new_engine(model, 4, max_prefill_tokens=4)
+    prompts = talker_prompts(parts, speech_requests(facts["cases"], g))
     frames = {rid: FrameAssembler() for rid in prompts}
     pending = list(prompts.items())
     while pending or engine.has_unfinished():
         if pending:  # one new request per step
             rid, prompt = pending.pop(0)
-            r = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
-            engine.add_request(rid, r.prompt_ids, r.params, multimodal=r.multimodal)
+            submit(engine, model, rid, prompt)
         for out in engine.step():
             assert out.finish_reason != "error", out.error
             frames[out.request_id].feed(out)
     for rid, f in frames.items():
         case, row = rid.split("/")
-        assert torch.equal(f.codes(config.talker.num_code_groups), g[f"{case}/codes/{row}"]), rid
+        assert torch.equal(f.codes(parts.config.talker.num_code_groups), g[f"{case}/codes/{row}"]), rid
 
 
 def test_decode_steps_are_captured_with_the_code_predictor_and_equal_the_reference():
     """The speech talker declares graph capture and keeps side outputs (gathered inside the step): its decode steps,
     the code predictor's passes inside, capture (no host read) and their replays give the golden codes."""
     g, facts = golden("custom_voice")
-    config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=3)
+    parts = talker_parts("custom_voice")
+    model, engine = talker_engine(parts, max_num_seqs=3)
     assert model.capabilities.graph_capture and model.capabilities.side_outputs
-    accel = FakeGraphAccelerator()
-    engine.runner.accel = accel
-    engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
-                        max_num_seqs=3)
+    accel = capture_graphs(engine, 3)
     report = engine.runner.graph_report()["decode"]
     assert report["captured"] and report["batch_sizes"] == [1, 2, 3], report
-    prompts = _prompts(config, talker, predictor, _requests(facts["cases"], g)[:3])
-    got = _run(engine, model, prompts, config.talker.num_code_groups)
+    prompts = talker_prompts(parts, speech_requests(facts["cases"], g)[:3])
+    got = generate_codes(engine, model, prompts)
     assert accel.replays > 0 and engine.runner.num_graph_steps > 0
     for rid, codes in got.items():
         case, row = rid.split("/")
@@ -174,8 +120,8 @@ def test_preempted_requests_are_recomputed_to_the_same_codes(name, num_blocks):
     and frames from the codes already handed out, and every request's codes still equal the reference's (the others
     in those steps unaffected); nothing is reported twice (each frame once, in order)."""
     g, facts = golden(name)
-    config, talker, predictor, model = _model(name, 8)
-    engine = _new_engine(model, 8, block_size=4, num_blocks=num_blocks, max_prefill_tokens=16)
+    parts = talker_parts(name)
+    model, engine = talker_engine(parts, 8, block_size=4, num_blocks=num_blocks, max_prefill_tokens=16)
     victims = []  # (request id, tokens generated) of every preemption
     preempt = engine.scheduler._preempt
 
@@ -184,9 +130,8 @@ def test_preempted_requests_are_recomputed_to_the_same_codes(name, num_blocks):
         preempt(request)
 
     engine.scheduler._preempt = recording
-    jobs = sorted(_requests(facts["cases"], g), key=lambda job: job[0] == "streaming_text")
-    prompts = _prompts(config, talker, predictor, jobs)
-    got = _run(engine, model, prompts, config.talker.num_code_groups)
+    jobs = sorted(speech_requests(facts["cases"], g), key=lambda job: job[0] == "streaming_text")
+    got = generate_codes(engine, model, talker_prompts(parts, jobs))
     assert any(n >= 2 for _, n in victims), victims  # preempted with frames to recompute
     if name == "custom_voice":
         assert any(rid == "streaming_text/0" and n >= 2 for rid, n in victims), victims
@@ -196,7 +141,7 @@ def test_preempted_requests_are_recomputed_to_the_same_codes(name, num_blocks):
     assert engine.kv.num_used_blocks == 0
 
 
-def _sampled_run(params_of, jobs, config, model, engine):
+def _sampled_run(params_of, jobs, model, engine):
     """Submit ``jobs`` (request id -> TalkerPrompt) with ``params_of(i)`` each, step to the end over captured decode
     graphs; ``({request id: (tokens, codes [F, G])}, {path: steps})``."""
     paths = {"sampler_in_graph": 0, "logits_graph": 0}
@@ -212,19 +157,9 @@ def _sampled_run(params_of, jobs, config, model, engine):
         return logits_graph(*args, **kwargs)
 
     runner._launch_decode, runner._run_logits_graph = counted_launch, counted_logits
-    frames, tokens = {}, {}
-    for i, (rid, prompt) in enumerate(jobs.items()):
-        request = engine_request(prompt, model.placeholder_id, params_of(i))
-        engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
-        frames[rid], tokens[rid] = FrameAssembler(), []
-    while engine.has_unfinished():
-        for out in engine.step():
-            assert out.finish_reason != "error", out.error
-            frames[out.request_id].feed(out)
-            tokens[out.request_id] += out.delta_token_ids
+    got = generate(engine, model, jobs, params_of)
     runner._launch_decode, runner._run_logits_graph = launch, logits_graph
-    groups = config.talker.num_code_groups
-    return {rid: (tokens[rid], frames[rid].codes(groups)) for rid in jobs}, paths
+    return got, paths
 
 
 def test_device_side_penalty_and_min_tokens_leave_the_codes_unchanged():
@@ -235,20 +170,18 @@ def test_device_side_penalty_and_min_tokens_leave_the_codes_unchanged():
     from anna_core.engine.sampling_params import SamplingParams
 
     g, facts = golden("custom_voice")
-    config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=3)
-    engine.runner.accel = FakeGraphAccelerator()
-    engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
-                        max_num_seqs=3)
-    prompts = _prompts(config, talker, predictor, _requests(facts["cases"], g)[:3])
+    parts = talker_parts("custom_voice")
+    model, engine = talker_engine(parts, max_num_seqs=3, graphs=True)
+    prompts = talker_prompts(parts, speech_requests(facts["cases"], g)[:3])
 
     def sampling(i, penalty=1.0, min_tokens=0):
         return SamplingParams(max_tokens=20, temperature=0.9, top_k=50, seed=7 + i, repetition_penalty=penalty,
                               min_tokens=min_tokens)
 
-    eager, eager_paths = _sampled_run(lambda i: TalkerParams(sampling(i, 2.0, 12)), prompts, config, model, engine)
+    eager, eager_paths = _sampled_run(lambda i: TalkerParams(sampling(i, 2.0, 12)), prompts, model, engine)
     device, device_paths = _sampled_run(lambda i: TalkerParams(sampling(i), repetition_penalty=2.0, min_tokens=12),
-                                        prompts, config, model, engine)
-    plain, _ = _sampled_run(lambda i: TalkerParams(sampling(i)), prompts, config, model, engine)
+                                        prompts, model, engine)
+    plain, _ = _sampled_run(lambda i: TalkerParams(sampling(i)), prompts, model, engine)
     for rid in prompts:
         assert device[rid][0] == eager[rid][0] and torch.equal(device[rid][1], eager[rid][1]), rid
     assert any(device[rid][0] != plain[rid][0] for rid in prompts)  # the penalty and min_tokens changed the codes
@@ -265,10 +198,9 @@ def test_device_side_controls_are_the_engine_sampler_s_math():
     from anna_core.engine.sampling_params import SamplingParams
 
     g, facts = golden("custom_voice")
-    config, talker, predictor, model, engine = _engine("custom_voice", max_num_seqs=2)
-    case, row, request = _requests(facts["cases"], g)[0]
-    with torch.inference_mode():
-        prompt = build_prompt(config, talker, predictor, request)
+    parts = talker_parts("custom_voice")
+    model, engine = talker_engine(parts, max_num_seqs=2)
+    [prompt] = talker_prompts(parts, speech_requests(facts["cases"], g)[:1]).values()
     penalty, min_tokens, eos = 2.0, 5, model.eos_token_id
     params = TalkerParams(SamplingParams(max_tokens=14, temperature=0.0), repetition_penalty=penalty,
                           min_tokens=min_tokens)
@@ -276,14 +208,13 @@ def test_device_side_controls_are_the_engine_sampler_s_math():
     compute_logits = model.compute_logits
 
     def recording(hidden):
-        plain = talker.codec_head(hidden).float().masked_fill(model.blocked, float("-inf"))
+        plain = parts.talker.codec_head(hidden).float().masked_fill(model.blocked, float("-inf"))
         out = compute_logits(hidden)
         steps.append((plain, out))
         return out
 
     model.compute_logits = recording
-    r = engine_request(prompt, model.placeholder_id, params)
-    engine.add_request("r", r.prompt_ids, r.params, multimodal=r.multimodal)
+    r = submit(engine, model, "r", prompt, params)
     tokens = []
     while engine.has_unfinished():
         for out in engine.step():
@@ -307,15 +238,16 @@ def test_preempted_requests_keep_their_penalty_state():
     from anna_core.engine.sampling_params import SamplingParams
 
     g, facts = golden("custom_voice")
-    config, talker, predictor, model = _model("custom_voice", 8)
+    parts = talker_parts("custom_voice")
+    model = talker_model(parts, 8)
     params = TalkerParams(SamplingParams(max_tokens=20, temperature=0.0), repetition_penalty=2.0, min_tokens=8)
-    jobs = sorted(_requests(facts["cases"], g), key=lambda job: job[0] == "streaming_text")
-    prompts = _prompts(config, talker, predictor, jobs)
+    jobs = sorted(speech_requests(facts["cases"], g), key=lambda job: job[0] == "streaming_text")
+    prompts = talker_prompts(parts, jobs)
 
     def run(num_blocks, subset):
-        engine = _new_engine(model, 8, block_size=4, num_blocks=num_blocks, max_prefill_tokens=16)
+        engine = new_engine(model, 8, block_size=4, num_blocks=num_blocks, max_prefill_tokens=16)
         jobs = {rid: prompts[rid] for rid in subset}
-        return _run(engine, model, jobs, config.talker.num_code_groups, params), engine
+        return generate_codes(engine, model, jobs, lambda i: params), engine
 
     together, engine = run(22, list(prompts))
     assert engine.scheduler.num_preemptions > 0

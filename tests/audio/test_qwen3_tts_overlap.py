@@ -11,27 +11,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from anna_audio.qwen3_tts import build_prompt, load_code_predictor, load_config
-from anna_audio.qwen3_tts.engine_requests import FrameAssembler, TalkerParams, engine_request, talker_params
-from anna_audio.qwen3_tts.generate import GREEDY
-from anna_audio.qwen3_tts.sampling import SpeechSampling
-from anna_audio.qwen3_tts.talker_lm import TalkerLM
-from anna_audio.qwen3_tts.weights import load_talker
+from anna_audio.qwen3_tts.engine_requests import TalkerParams, talker_params
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
-from anna_core.engine.model_runner import RunnerConfig
 from anna_core.engine.request import PENDING
 from anna_core.engine.sampling_params import SamplingParams
-from anna_core.kernels.registry import KernelRegistry, bind_ops
-from anna_core.testing.fake_graphs import FakeGraphAccelerator
+from anna_core.testing.fake_graphs import record_rows_launched_ahead
 from anna_core.testing.host_reads import NoHostReads, OpCounts
 
-from tests.audio.test_qwen3_tts_talker import _requests
-from tests.audio.tts_golden import CHECKPOINTS, golden
+from tests.audio.tts_engine import SAMPLING, generate, no_error, submit, talker_engine, talker_prompts
+from tests.audio.tts_golden import CHECKPOINTS, golden, speech_requests, talker_parts
 
 pytestmark = pytest.mark.slow  # captures the tiny talker's graphs for two engines per test (seconds each)
-
-SAMPLING = SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.05, max_new_tokens=24)
 
 # Launches (ATen ops that run a kernel, OpCounts) of one captured greedy decode step, i.e. one frame per row, of the
 # tiny CustomVoice checkpoint (talker of 2 layers; code predictor of 2 layers filling codebooks 1..3) over
@@ -42,84 +33,45 @@ SAMPLING = SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.
 MAX_LAUNCHES_PER_FRAME = {1: 500, 4: 640}
 
 
-def _parts(name: str):
-    folder = CHECKPOINTS[name]
-    config = load_config(folder)
-    return config, load_talker(folder, config), load_code_predictor(folder, config)
-
-
 def _graph_engine(parts, *, async_scheduling: bool, max_num_seqs: int = 8, num_blocks: int = 64,
                   block_size: int = 16, max_prefill_tokens: int | None = None):
     """An engine over the talker whose decode steps replay captured graphs (the fake accelerator)."""
-    config, talker, predictor = parts
-    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
-                     predictor_sampling=GREEDY)
-    model.reserve_slots(max_num_seqs)
-    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=max_num_seqs, enable_prefix_caching=False,
-                                                  prompt_cache_size=0, num_blocks=num_blocks, block_size=block_size,
-                                                  max_prefill_tokens=max_prefill_tokens,
-                                                  async_scheduling=async_scheduling),
-                       eos_token_ids=[model.eos_token_id])
-    engine.runner.accel = FakeGraphAccelerator()
-    engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
-                        max_num_seqs=max_num_seqs)
+    model, engine = talker_engine(parts, max_num_seqs, graphs=True, num_blocks=num_blocks, block_size=block_size,
+                                  max_prefill_tokens=max_prefill_tokens, async_scheduling=async_scheduling)
     assert engine.runner.graph_report()["decode"]["captured"]
     return model, engine
 
 
-def _record_device_inputs(engine) -> list[int]:
-    """Per decode graph launch, the rows whose input token came from the previous replay (not yet read back)."""
-    counts: list[int] = []
-    run = engine.runner.graphs.run
-
-    def recording(*args, prev_rows=None, **kwargs):
-        counts.append(sum(r >= 0 for r in prev_rows) if prev_rows is not None else 0)
-        return run(*args, prev_rows=prev_rows, **kwargs)
-
-    engine.runner.graphs.run = recording
-    return counts
+def _paired(out) -> None:
+    """Every output's side outputs pair with its tokens, none pending (and no error)."""
+    no_error(out)
+    assert PENDING not in out.delta_token_ids and len(out.side_outputs) == len(out.delta_token_ids)
 
 
-def _run(engine: LLMEngine, model: TalkerLM, prompts: dict, params_of, groups: int):
-    """Submit ``{request id: TalkerPrompt}`` at once with ``params_of(i)`` each, step to the end:
+def _run(engine: LLMEngine, model, prompts: dict, params_of=None):
+    """Submit ``{request id: TalkerPrompt}`` at once with ``params_of(i)`` each (greedy unless given), step to the end:
     ``{request id: (tokens, codes [F, G])}``; every output's side outputs pair with its tokens, none pending."""
-    frames, tokens = {}, {}
-    for i, (rid, prompt) in enumerate(prompts.items()):
-        request = engine_request(prompt, model.placeholder_id, params_of(i))
-        engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
-        frames[rid], tokens[rid] = FrameAssembler(), []
-    while engine.has_unfinished():
-        for out in engine.step():
-            assert out.finish_reason != "error", out.error
-            assert PENDING not in out.delta_token_ids and len(out.side_outputs) == len(out.delta_token_ids)
-            frames[out.request_id].feed(out)
-            tokens[out.request_id] += out.delta_token_ids
+    got = generate(engine, model, prompts, params_of, check=_paired)
     assert engine._inflight is None and engine.kv.num_used_blocks == 0
-    return {rid: (tokens[rid], frames[rid].codes(groups)) for rid in prompts}
+    return got
 
 
 def _prompts(parts, cases, g, keep=None) -> dict:
-    config, talker, predictor = parts
-    jobs = _requests(cases, g)
-    if keep is not None:
-        jobs = keep(jobs)
-    with torch.inference_mode():
-        return {f"{case}/{row}": build_prompt(config, talker, predictor, request) for case, row, request in jobs}
+    jobs = speech_requests(cases, g)
+    return talker_prompts(parts, jobs if keep is None else keep(jobs))
 
 
 def test_overlapped_decoding_equals_the_synchronous_engine_and_the_reference_batched_and_alone():
     g, facts = golden("custom_voice")
-    parts = _parts("custom_voice")
-    groups = parts[0].talker.num_code_groups
+    parts = talker_parts("custom_voice")
     prompts = _prompts(parts, facts["cases"], g)
     first = next(iter(prompts))
-    greedy = lambda i: talker_params(SAMPLING)  # noqa: E731
     results = {}
     for overlap in (False, True):
         model, engine = _graph_engine(parts, async_scheduling=overlap)
-        device_inputs = _record_device_inputs(engine)
-        together = _run(engine, model, prompts, greedy, groups)
-        alone = _run(engine, model, {first: prompts[first]}, greedy, groups)
+        device_inputs = record_rows_launched_ahead(engine.runner.graphs)
+        together = _run(engine, model, prompts)
+        alone = _run(engine, model, {first: prompts[first]})
         results[overlap] = together, alone
         assert engine.runner.num_graph_steps > 10
         assert (sum(device_inputs) > 10) == overlap, device_inputs  # the overlap path is taken, and only then
@@ -137,7 +89,7 @@ def test_overlapped_seeded_sampling_equals_the_synchronous_engine():
     """Codebook 0 sampled in the graphs (per-row seeds) with the device-side penalty and ``min_tokens``: the same
     tokens and codes, step for step, with and without the overlap."""
     g, facts = golden("custom_voice")
-    parts = _parts("custom_voice")
+    parts = talker_parts("custom_voice")
     prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: jobs[:3])
 
     def sampled(i):
@@ -147,8 +99,8 @@ def test_overlapped_seeded_sampling_equals_the_synchronous_engine():
     runs = []
     for overlap in (False, True):
         model, engine = _graph_engine(parts, async_scheduling=overlap, max_num_seqs=4)
-        device_inputs = _record_device_inputs(engine)
-        runs.append(_run(engine, model, prompts, sampled, parts[0].talker.num_code_groups))
+        device_inputs = record_rows_launched_ahead(engine.runner.graphs)
+        runs.append(_run(engine, model, prompts, sampled))
         assert (sum(device_inputs) > 0) == overlap
     for rid in prompts:
         assert runs[0][rid][0] == runs[1][rid][0] and torch.equal(runs[0][rid][1], runs[1][rid][1]), rid
@@ -161,10 +113,8 @@ def test_requests_preempted_while_their_step_is_in_flight_recompute_to_the_same_
     computes their next token is in flight (its pending token is dropped and computed again after the recompute);
     every request's tokens and codes equal the synchronous engine's and the reference's, each frame reported once."""
     g, facts = golden(name)
-    parts = _parts(name)
-    groups = parts[0].talker.num_code_groups
+    parts = talker_parts(name)
     prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: sorted(jobs, key=lambda j: j[0] == "streaming_text"))
-    greedy = lambda i: talker_params(SAMPLING)  # noqa: E731
     runs, victims = [], []
     for overlap in (False, True):
         model, engine = _graph_engine(parts, async_scheduling=overlap, num_blocks=num_blocks, block_size=4,
@@ -177,8 +127,8 @@ def test_requests_preempted_while_their_step_is_in_flight_recompute_to_the_same_
             preempt(request)
 
         engine.scheduler._preempt = recording
-        device_inputs = _record_device_inputs(engine)
-        runs.append(_run(engine, model, prompts, greedy, groups))
+        device_inputs = record_rows_launched_ahead(engine.runner.graphs)
+        runs.append(_run(engine, model, prompts))
         assert engine.scheduler.num_preemptions > 0
         assert (sum(device_inputs) > 0) == overlap
     assert any(victims), victims  # preempted with a token in flight
@@ -198,14 +148,13 @@ def test_overlapped_audio_equals_the_synchronous_audio_and_the_reference():
     g, facts = golden("custom_voice")
     loaded = load_model(CHECKPOINTS["custom_voice"], device="cpu", dtype="float32")
     built = task.build(loaded, EngineConfig(max_num_seqs=4), None)
-    parts = _parts("custom_voice")
+    parts = talker_parts("custom_voice")
     prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: jobs[:2])
-    greedy = lambda i: talker_params(SAMPLING)  # noqa: E731
     waves = []
     try:
         for overlap in (False, True):
             model, engine = _graph_engine(parts, async_scheduling=overlap, max_num_seqs=4)
-            got = _run(engine, model, prompts, greedy, parts[0].talker.num_code_groups)
+            got = _run(engine, model, prompts)
             waves.append({rid: built.vocoder.decode(StreamState(), codes).result() for rid, (_, codes) in got.items()})
     finally:
         built.vocoder.close()
@@ -221,7 +170,7 @@ def test_the_decode_step_reads_nothing_on_the_host_and_its_launches_are_bounded(
     the greedy step's launches at most :data:`MAX_LAUNCHES_PER_FRAME`. An overlapped engine step of decodes then
     makes no host read either (the previous step's ids and side outputs come from page-locked copies)."""
     g, facts = golden("custom_voice")
-    parts = _parts("custom_voice")
+    parts = talker_parts("custom_voice")
     model, engine = _graph_engine(parts, async_scheduling=True, max_num_seqs=4)
     graphs = engine.runner.graphs
     launches = {}
@@ -238,8 +187,7 @@ def test_the_decode_step_reads_nothing_on_the_host_and_its_launches_are_bounded(
     assert launches[1, "sample"] > launches[1, "greedy"]
     prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: jobs[:2])
     for rid, prompt in prompts.items():
-        request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING, max_frames=12, ignore_eos=True))
-        engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
+        submit(engine, model, rid, prompt, talker_params(SAMPLING, max_frames=12, ignore_eos=True))
     while engine._inflight is None:  # prefills (on prefill graphs), then the first decode launched ahead
         engine.step()
     for _ in range(3):
@@ -259,7 +207,7 @@ def test_a_sampled_code_never_leaves_the_codebook_at_the_noise_edge():
     sampled token of the overlapped graph engine (EOS ignored) is a code, and the frames equal the synchronous
     engine's."""
     g, facts = golden("custom_voice")
-    parts = _parts("custom_voice")
+    parts = talker_parts("custom_voice")
     config = parts[0].talker
     codebook = config.vocab_size - 1024
     prompts = _prompts(parts, facts["cases"], g, keep=lambda jobs: jobs[:1])
@@ -271,7 +219,7 @@ def test_a_sampled_code_never_leaves_the_codebook_at_the_noise_edge():
     runs = []
     for overlap in (False, True):
         model, engine = _graph_engine(parts, async_scheduling=overlap, max_num_seqs=2)
-        runs.append(_run(engine, model, prompts, seeded, config.num_code_groups))
+        runs.append(_run(engine, model, prompts, seeded))
         assert engine.runner.num_graph_steps > 4
     for rid, (tokens, codes) in runs[1].items():
         assert len(tokens) == 8 and all(0 <= t < codebook for t in tokens), tokens

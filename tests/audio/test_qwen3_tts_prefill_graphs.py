@@ -12,27 +12,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from anna_audio.qwen3_tts import build_prompt, load_code_predictor, load_codec_decoder, load_config
-from anna_audio.qwen3_tts.engine_requests import FrameAssembler, engine_request, talker_params
+from anna_audio.qwen3_tts import load_codec_decoder
 from anna_audio.qwen3_tts.generate import GREEDY
-from anna_audio.qwen3_tts.sampling import SpeechSampling
-from anna_audio.qwen3_tts.talker_lm import TalkerLM
-from anna_audio.qwen3_tts.weights import load_talker
 from anna_core.engine import model_runner
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.llm_engine import LLMEngine
 from anna_core.engine.model_runner import RunnerConfig
 from anna_core.engine.sched_output import StepPath
-from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.testing.fake_graphs import FakeGraphAccelerator
 from anna_core.testing.host_reads import NoHostReads, OpCounts
 
-from tests.audio.test_qwen3_tts_talker import KINDS, WAVE_ATOL, _requests
-from tests.audio.tts_golden import CHECKPOINTS, golden
+from tests.audio.tts_engine import generate_codes, submit, talker_engine, talker_prompts
+from tests.audio.tts_golden import CHECKPOINTS, KINDS, WAVE_ATOL, golden, speech_requests, talker_parts
 
 pytestmark = pytest.mark.slow  # captures the tiny talker's prefill and decode graphs (seconds per test)
 
-SAMPLING = SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.05, max_new_tokens=24)
 BUCKETS = (16, 32, 64)
 """Captured prompt lengths in these tests (the fixtures' prompts run 8 to 54 tokens: every one padded, by 2 to 8 rows;
 the engine's own ladder starts at 128)."""
@@ -45,31 +39,16 @@ the engine's own ladder starts at 128)."""
 MAX_HOST_LAUNCHES = 24
 
 
-def _parts(name: str):
-    folder = CHECKPOINTS[name]
-    config = load_config(folder)
-    return config, load_talker(folder, config), load_code_predictor(folder, config)
-
-
 @pytest.fixture
 def small_buckets(monkeypatch):
     monkeypatch.setattr(model_runner, "prefill_buckets", lambda n: [b for b in BUCKETS if b <= n])
 
 
-def _engine(parts, *, graphs: bool, max_num_seqs: int = 8, block_size: int = 16) -> tuple[TalkerLM, LLMEngine]:
-    """An engine over a talker of ``parts``: with ``graphs`` its prefill and decode steps captured (the fake
+def _engine(parts, *, graphs: bool, max_num_seqs: int = 8, block_size: int = 16):
+    """``(model, engine)`` over a talker of ``parts``: with ``graphs`` its prefill and decode steps captured (the fake
     accelerator), else every step eager."""
-    config, talker, predictor = parts
-    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
-                     predictor_sampling=GREEDY)
-    model.reserve_slots(max_num_seqs)
-    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=max_num_seqs, enable_prefix_caching=False,
-                                                  prompt_cache_size=0, num_blocks=64, block_size=block_size),
-                       eos_token_ids=[model.eos_token_id])
+    model, engine = talker_engine(parts, max_num_seqs, graphs=graphs, block_size=block_size)
     if graphs:
-        engine.runner.accel = FakeGraphAccelerator()
-        engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
-                            max_num_seqs=max_num_seqs)
         report = engine.runner.graph_report()
         assert report["prefill"]["captured"] and report["prefill"]["prompt_lengths"] == list(BUCKETS), report
         assert report["decode"]["captured"], report
@@ -77,10 +56,7 @@ def _engine(parts, *, graphs: bool, max_num_seqs: int = 8, block_size: int = 16)
 
 
 def _prompts(parts, cases, g) -> dict:
-    config, talker, predictor = parts
-    with torch.inference_mode():
-        return {f"{case}/{row}": build_prompt(config, talker, predictor, request)
-                for case, row, request in _requests(cases, g)}
+    return talker_prompts(parts, speech_requests(cases, g))
 
 
 def _first_frame_paths(engine: LLMEngine) -> list[StepPath]:
@@ -101,31 +77,16 @@ def _first_frame_paths(engine: LLMEngine) -> list[StepPath]:
     return paths
 
 
-def _run(engine: LLMEngine, model: TalkerLM, prompts: dict, groups: int) -> dict[str, torch.Tensor]:
-    """Submit ``{request id: TalkerPrompt}`` at once (greedy), step to the end: ``{request id: codes [F, G]}``."""
-    frames = {}
-    for rid, prompt in prompts.items():
-        request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
-        engine.add_request(rid, request.prompt_ids, request.params, multimodal=request.multimodal)
-        frames[rid] = FrameAssembler()
-    while engine.has_unfinished():
-        for out in engine.step():
-            assert out.finish_reason != "error", out.error
-            frames[out.request_id].feed(out)
-    return {rid: f.codes(groups) for rid, f in frames.items()}
-
-
 @pytest.mark.parametrize("name", KINDS)
 def test_prompts_replay_prefill_graphs_with_the_golden_codes_and_audio_batched_and_alone(name, small_buckets):
     g, facts = golden(name)
-    parts = _parts(name)
+    parts = talker_parts(name)
     config = parts[0]
-    groups = config.talker.num_code_groups
     prompts = _prompts(parts, facts["cases"], g)
     model, engine = _engine(parts, graphs=True)
     runner = engine.runner
     first_frames = _first_frame_paths(engine)
-    together = _run(engine, model, prompts, groups)
+    together = generate_codes(engine, model, prompts)
     assert runner.num_prefill_graph_steps == len(prompts) and runner.num_eager_steps == 0
     assert len(first_frames) >= 1 and set(first_frames) == {StepPath.DECODE_GRAPH}, first_frames
     for rid, codes in together.items():
@@ -133,17 +94,17 @@ def test_prompts_replay_prefill_graphs_with_the_golden_codes_and_audio_batched_a
         assert torch.equal(codes, g[f"{case}/codes/{row}"]), f"{name} {rid}"
     for rid in prompts:  # each request alone: one prefill graph, its first frame on a decode graph
         steps, frames = runner.num_prefill_graph_steps, len(first_frames)
-        alone = _run(engine, model, {rid: prompts[rid]}, groups)
+        alone = generate_codes(engine, model, {rid: prompts[rid]})
         assert runner.num_prefill_graph_steps == steps + 1 and runner.num_eager_steps == 0
         assert first_frames[frames:] == [StepPath.DECODE_GRAPH]
         assert torch.equal(alone[rid], together[rid]), f"{name} {rid}"
-    eager_model, eager = _engine(_parts(name), graphs=False)
-    eagerly = _run(eager, eager_model, prompts, groups)
+    eager_model, eager = _engine(talker_parts(name), graphs=False)
+    eagerly = generate_codes(eager, eager_model, prompts)
     assert eager.runner.num_prefill_graph_steps == 0 and eager.runner.num_eager_steps > 0
     for rid, codes in eagerly.items():
         assert torch.equal(codes, together[rid]), f"{name} {rid}"
     decoder = load_codec_decoder(CHECKPOINTS[name], config)
-    for case, row, request in _requests(facts["cases"], g):
+    for case, row, request in speech_requests(facts["cases"], g):
         if case != "batch" or request.ref_codes is not None:  # (in-context cloning decodes the reference's codes too)
             continue
         with torch.inference_mode():
@@ -165,19 +126,18 @@ def test_a_padded_prefill_writes_only_its_own_rows_and_keeps_the_last_valid_rows
     frame, its per-slot tables and its first token equal the eager prefill's (the codes it has seen: none; the eager
     pass marks its placeholder too)."""
     g, facts = golden("base")
-    prompts = _prompts(_parts("base"), facts["cases"], g)
+    prompts = _prompts(talker_parts("base"), facts["cases"], g)
     prompt = prompts["batch/1"]
     n = prompt.prefill.shape[0]
     assert n == 9
     state = {}
     for graphs in (True, False):
-        model, engine = _engine(_parts("base"), graphs=graphs, block_size=4)
+        model, engine = _engine(talker_parts("base"), graphs=graphs, block_size=4)
         caches = engine.runner.caches
         for k, v in caches.kv_pairs():
             k.fill_(3.0)
             v.fill_(3.0)
-        request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
-        engine.add_request("r", request.prompt_ids, request.params, multimodal=request.multimodal)
+        submit(engine, model, "r", prompt)
         out = engine.scheduler.schedule()
         seq = out.seqs[0]
         assert engine.runner.plan(out) is (StepPath.PREFILL_GRAPH if graphs else StepPath.EAGER)
@@ -211,12 +171,11 @@ def test_the_prefill_step_reads_nothing_on_the_host_and_its_launches_shrink(smal
     """One prompt's prefill step: eagerly, then on its prefill graph (the replay's body under :class:`NoHostReads`,
     counted apart: a GPU replays it as one launch); the work around the replay at most :data:`MAX_HOST_LAUNCHES`."""
     g, facts = golden("custom_voice")
-    prompt = _prompts(_parts("custom_voice"), facts["cases"], g)["single0/0"]
+    prompt = _prompts(talker_parts("custom_voice"), facts["cases"], g)["single0/0"]
     counts = {}
     for graphs in (False, True):
-        model, engine = _engine(_parts("custom_voice"), graphs=graphs, max_num_seqs=2)
-        request = engine_request(prompt, model.placeholder_id, talker_params(SAMPLING))
-        engine.add_request("r", request.prompt_ids, request.params, multimodal=request.multimodal)
+        model, engine = _engine(talker_parts("custom_voice"), graphs=graphs, max_num_seqs=2)
+        submit(engine, model, "r", prompt)
         out = engine.scheduler.schedule()
         with torch.inference_mode(), OpCounts() as step:
             engine.runner.execute(out)
@@ -237,20 +196,11 @@ def test_preempted_requests_recompute_to_the_golden_codes_with_prefill_graphs(sm
     replay their prefill graphs, then requests are preempted and recompute eagerly (their generated tokens' inputs
     from their codes), and every request still gets the golden codes."""
     g, facts = golden("custom_voice")
-    parts = _parts("custom_voice")
-    config, talker, predictor = parts
-    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
-                     predictor_sampling=GREEDY)
-    model.reserve_slots(8)
-    engine = LLMEngine(model, config=EngineConfig(max_num_seqs=8, enable_prefix_caching=False, prompt_cache_size=0,
-                                                  num_blocks=40, block_size=4, async_scheduling=True),
-                       eos_token_ids=[model.eos_token_id])
-    engine.runner.accel = FakeGraphAccelerator()
-    engine.runner.setup(RunnerConfig(cuda_graph=True, warmup=False), max_model_len=engine.max_model_len,
-                        max_num_seqs=8)
+    parts = talker_parts("custom_voice")
+    model, engine = talker_engine(parts, 8, graphs=True, num_blocks=40, block_size=4, async_scheduling=True)
     assert engine.runner.graph_report()["prefill"]["prompt_lengths"] == list(BUCKETS)
     prompts = _prompts(parts, facts["cases"], g)
-    got = _run(engine, model, prompts, config.talker.num_code_groups)
+    got = generate_codes(engine, model, prompts)
     runner = engine.runner
     assert engine.scheduler.num_preemptions > 0
     assert runner.num_prefill_graph_steps >= len(prompts) and runner.num_eager_steps > 0, (

@@ -7,51 +7,25 @@ from __future__ import annotations
 
 import pytest
 import torch
-from anna_audio.qwen3_tts import load_code_predictor, load_codec_decoder, load_config
+from anna_audio.qwen3_tts import load_codec_decoder
 from anna_audio.qwen3_tts.generate import generate_greedy
 from anna_audio.qwen3_tts.prompt import SpeechRequest, build_prompt
-from anna_audio.qwen3_tts.weights import load_talker
 
-from tests.audio.tts_golden import CHECKPOINTS, golden
+from tests.audio.tts_golden import CHECKPOINTS, KINDS, WAVE_ATOL, golden, speech_requests, talker_parts
 
-KINDS = ["base", "custom_voice", "voice_design"]
 LOGITS_ATOL = 1e-4
-WAVE_ATOL = 1e-4
 
 
 @pytest.fixture(scope="module", params=KINDS)
 def kind(request):
     name = request.param
     tensors, facts = golden(name)
-    folder = CHECKPOINTS[name]
-    config = load_config(folder)
-    return (name, config, load_talker(folder, config), load_code_predictor(folder, config), tensors,
-            facts["cases"])
-
-
-def _requests(cases: dict, tensors: dict) -> list[tuple[str, int, SpeechRequest]]:
-    """``(case, row, request)`` for every row of every case."""
-    out = []
-    for case, c in cases.items():
-        if not isinstance(c, dict) or "text" not in c:
-            continue
-        for row in range(len(c["text"])):
-            mode = c.get("mode", [None] * len(c["text"]))[row]
-            instruct = c.get("instruct_ids", [None] * len(c["text"]))[row]
-            out.append((case, row, SpeechRequest(
-                assistant_ids=torch.tensor(c["input_ids"][row]), language=c["language"][row],
-                speaker=c.get("speaker", [None] * len(c["text"]))[row],
-                instruct_ids=None if instruct is None else torch.tensor(instruct),
-                speaker_embedding=tensors["ref/speaker_embedding"] if mode else None,
-                ref_ids=torch.tensor(cases["ref_text_ids"]) if mode == "icl" else None,
-                ref_codes=tensors["ref/codes"] if mode == "icl" else None,
-                non_streaming_text=c["non_streaming_mode"])))
-    return out
+    return (name, *talker_parts(name), tensors, facts["cases"])
 
 
 def test_prompts_match_reference(kind):
     name, config, talker, predictor, g, cases = kind
-    for case, row, request in _requests(cases, g):
+    for case, row, request in speech_requests(cases, g):
         with torch.inference_mode():
             prompt = build_prompt(config, talker, predictor, request)
         mask = g[f"{case}/talker_attention_mask"][row].bool()  # batches are left-padded
@@ -61,7 +35,7 @@ def test_prompts_match_reference(kind):
 
 def test_codes_and_logits_match_reference(kind):
     name, config, talker, predictor, g, cases = kind
-    for case, row, request in _requests(cases, g):
+    for case, row, request in speech_requests(cases, g):
         with torch.inference_mode():
             prompt = build_prompt(config, talker, predictor, request)
         out = generate_greedy(config, talker, predictor, prompt, max_new_tokens=24, repetition_penalty=1.05)
@@ -77,7 +51,7 @@ def test_waveforms_end_to_end(kind):
     reference codes in front and cuts their share off, as the reference does)."""
     name, config, talker, predictor, g, cases = kind
     decoder = load_codec_decoder(CHECKPOINTS[name], config)
-    for case, row, request in _requests(cases, g):
+    for case, row, request in speech_requests(cases, g):
         if case != "batch":
             continue
         with torch.inference_mode():
@@ -94,9 +68,7 @@ def test_waveforms_end_to_end(kind):
 
 def test_request_errors():
     tensors, facts = golden("custom_voice")
-    folder = CHECKPOINTS["custom_voice"]
-    config = load_config(folder)
-    talker, predictor = load_talker(folder, config), load_code_predictor(folder, config)
+    config, talker, predictor = talker_parts("custom_voice")
     ids = torch.tensor(facts["cases"]["single0"]["input_ids"][0])
     with pytest.raises(ValueError, match="speaker 'nobody'"):
         build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, speaker="nobody"))

@@ -13,6 +13,7 @@ from anna_audio.speech.service import ChunkPolicy, FrameChunker
 from anna_audio.speech.vocoder import Vocoder
 
 from tests.audio.tts_golden import CHECKPOINTS
+from tests.audio.vocoder_streams import ChunkedStreams
 
 ATOL = 1e-5  # batched rows vs one row: float32 rounding only
 
@@ -31,28 +32,14 @@ def test_streamed_chunks_of_several_requests_equal_whole_decodes(decoder):
         whole = [w.numpy() for w in decoder.decode(codes)]
     vocoder = Vocoder(decoder)
     try:
-        chunkers = [FrameChunker(ChunkPolicy(first=2, rest=3)) for _ in codes]
-        states = [StreamState() for _ in codes]
-        pieces: list[list[np.ndarray]] = [[] for _ in codes]
-        submitted = 0
-        for t in range(max(c.shape[0] for c in codes)):  # frames arrive one at a time, as the engine makes them
-            futures = []
-            for i, c in enumerate(codes):
-                if t < c.shape[0]:
-                    futures += [(i, vocoder.decode(states[i], chunk)) for chunk in chunkers[i].push([c[t]])]
-            for i, f in futures:
-                pieces[i].append(f.result())
-            submitted += len(futures)
-        for i, chunker in enumerate(chunkers):
-            rest = chunker.flush()
-            if rest is not None:
-                pieces[i].append(vocoder.decode(states[i], rest).result())
-                submitted += 1
+        streams = ChunkedStreams(vocoder, codes, ChunkPolicy(first=2, rest=3))
+        streams.arrive()  # frames arrive one at a time, as the engine makes them
+        streams.flush()
         for i, ref in enumerate(whole):
-            got = np.concatenate(pieces[i])
+            got = np.concatenate(streams.pieces[i])
             assert got.shape == ref.shape == (codes[i].shape[0] * cfg.samples_per_frame,)
             np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
-        assert vocoder.calls < submitted  # chunks of different requests shared decoder calls
+        assert vocoder.calls < streams.submitted  # chunks of different requests shared decoder calls
     finally:
         vocoder.close()
 

@@ -12,13 +12,14 @@ import pytest
 import torch
 from anna_audio.qwen3_tts import load_codec_decoder, load_config
 from anna_audio.qwen3_tts.stream_state import ChunkContext, StreamBatch, StreamState
-from anna_audio.speech.service import ChunkPolicy, FrameChunker
+from anna_audio.speech.service import ChunkPolicy
 from anna_audio.speech.vocoder import Vocoder
 from anna_audio.speech.vocoder_graphs import VocoderGraphs
 from anna_core.testing.fake_graphs import FakeGraphAccelerator
 from anna_core.testing.host_reads import NoHostReads, OpCounts
 
 from tests.audio.tts_golden import CHECKPOINTS
+from tests.audio.vocoder_streams import ChunkedStreams
 
 ATOL = 1e-5  # batched rows and padded keys vs a whole decode: float32 rounding only
 
@@ -57,24 +58,13 @@ def test_captured_chunks_stream_like_whole_decodes(decoder):
     with torch.inference_mode():
         whole = [w.numpy() for w in decoder.decode(codes)]
     try:
-        chunkers = [FrameChunker(ChunkPolicy(first=2, rest=3)) for _ in codes]
-        states = [StreamState() for _ in codes]
-        pieces: list[list[np.ndarray]] = [[] for _ in codes]
-        for t in range(max(c.shape[0] for c in codes)):  # frames arrive one at a time; chunks wait together
-            futures = []
-            for i, c in enumerate(codes):
-                if t < c.shape[0]:
-                    futures += [(i, vocoder.decode(states[i], chunk)) for chunk in chunkers[i].push([c[t]])]
-            for i, f in futures:
-                pieces[i].append(f.result())
+        streams = ChunkedStreams(vocoder, codes, ChunkPolicy(first=2, rest=3))
+        streams.arrive()  # frames arrive one at a time; chunks wait together
         replays = accel.replays
-        for i, chunker in enumerate(chunkers):  # the last chunks (1, 2 and 2 frames): 1 is not captured
-            rest = chunker.flush()
-            if rest is not None:
-                pieces[i].append(vocoder.decode(states[i], rest).result())
+        streams.flush()  # the last chunks (1, 2 and 2 frames): 1 is not captured
         assert replays > 0 and accel.replays == replays + 2  # the two of 2 frames replay, 1 frame is eager
         for i, ref in enumerate(whole):
-            got = np.concatenate(pieces[i])
+            got = np.concatenate(streams.pieces[i])
             assert got.shape == ref.shape == (codes[i].shape[0] * decoder.config.samples_per_frame,)
             np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
     finally:

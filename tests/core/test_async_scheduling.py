@@ -13,6 +13,7 @@ import torch
 from anna_core.engine.request import PENDING
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.testing.engine_run import run_to_completion
+from anna_core.testing.fake_graphs import record_rows_launched_ahead
 
 from tests.core._graph_engine import graph_engine
 from tests.core._tiny_family import write_tiny_config
@@ -27,19 +28,6 @@ def _engine(model_dir, *, async_scheduling: bool, max_seqs: int = 4, num_blocks:
             max_len: int = 64):
     return graph_engine(model_dir, async_scheduling=async_scheduling, max_seqs=max_seqs, num_blocks=num_blocks,
                         max_len=max_len)
-
-
-def _record_pending_launches(engine) -> list[int]:
-    """Count, per graph launch, the rows whose input token came from the previous replay."""
-    counts: list[int] = []
-    run = engine.runner.graphs.run
-
-    def recording(*args, prev_rows=None, **kwargs):
-        counts.append(sum(r >= 0 for r in prev_rows) if prev_rows is not None else 0)
-        return run(*args, prev_rows=prev_rows, **kwargs)
-
-    engine.runner.graphs.run = recording
-    return counts
 
 
 def _run(engine, prompts, params):
@@ -68,7 +56,7 @@ def test_greedy_and_seeded_sampling_match_the_synchronous_engine(tiny_dir):
     sync = _engine(tiny_dir, async_scheduling=False)
     ref, ref_sampled = _run(sync, prompts, params), _run(sync, prompts, sampled)
     eng = _engine(tiny_dir, async_scheduling=True)
-    counts = _record_pending_launches(eng)
+    counts = record_rows_launched_ahead(eng.runner.graphs)
     assert _run(eng, prompts, params) == ref
     assert _run(eng, prompts, sampled) == ref_sampled
     assert sum(counts) > 10  # most decode rows took their token on the device

@@ -17,8 +17,8 @@ from anna_core.engine.sampler import Sampler, graph_safe, param_rows, sample_no_
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.errors import AnnaError
 from anna_core.testing.engine_run import run_to_completion
-from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
+from tests.core._graph_engine import fake_graph_engine, generate_tokens
 from tests.core._tiny_family import write_tiny_config
 
 
@@ -28,26 +28,6 @@ def test_bucket_sizes():
     assert bucket_sizes(64) == [1, 2, 4, 8, 16, 32, 64]
     with pytest.raises(AnnaError):
         bucket_sizes(0)
-
-
-def _engine(model_dir, *, graphs: bool, max_seqs: int = 5, prefix_caching: bool = False, compile_mode: str = "none"):
-    from anna_core.bench.engine_bench import engine_config
-    from anna_core.engine.llm_engine import LLMEngine
-    from anna_core.engine.model_runner import RunnerConfig
-
-    from tests.core._tiny_family import load_tiny
-
-    loaded = load_tiny(model_dir)
-    engine = LLMEngine.from_loaded(loaded, engine_config(max_seqs, 48, 64, block_size=4, prefix_caching=prefix_caching))
-    accel = FakeGraphAccelerator()
-    engine.runner.accel = accel
-    engine.runner.setup(RunnerConfig(cuda_graph=graphs, compile_mode=compile_mode), max_model_len=engine.max_model_len,
-                        max_num_seqs=max_seqs)
-    return engine, accel
-
-
-def _generate(engine, prompts, params):
-    return [out.token_ids for out in run_to_completion(engine, prompts, params)]
 
 
 @pytest.fixture(scope="module")
@@ -62,22 +42,22 @@ def test_graph_engine_matches_eager_engine(tiny_dir, prefix_caching):
     params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in (7, 4, 10)]
     sampled = [SamplingParams(max_tokens=6, temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, seed=s,
                               ignore_eos=True) for s in (1, 2, 3)]
-    eager, _ = _engine(tiny_dir, graphs=False, prefix_caching=prefix_caching)
-    ref = _generate(eager, prompts, params)
-    ref_sampled = _generate(eager, prompts, sampled)
-    graph, accel = _engine(tiny_dir, graphs=True, prefix_caching=prefix_caching)
+    eager, _ = fake_graph_engine(tiny_dir, graphs=False, prefix_caching=prefix_caching)
+    ref = generate_tokens(eager, prompts, params)
+    ref_sampled = generate_tokens(eager, prompts, sampled)
+    graph, accel = fake_graph_engine(tiny_dir, graphs=True, prefix_caching=prefix_caching)
     assert graph.runner.graphs is not None and graph.runner.graphs.buckets == [1, 2, 4, 5]
     assert accel.captures == 16  # 4 buckets x (greedy, sample, sample_plain, logits)
-    assert _generate(graph, prompts, params) == ref
+    assert generate_tokens(graph, prompts, params) == ref
     modes = []
     run = graph.runner.graphs.run
     graph.runner.graphs.run = lambda *a, **kw: modes.append(a[4]) or run(*a, **kw)
-    assert _generate(graph, prompts, sampled) == ref_sampled
+    assert generate_tokens(graph, prompts, sampled) == ref_sampled
     assert set(modes) == {"sample"}
     # OpenAI's defaults (temperature 1, no top-k / top-p / min-p): the captured sampler that sorts nothing
     plain = [SamplingParams(max_tokens=6, temperature=t, seed=s, ignore_eos=True) for s, t in ((1, 1.0), (2, 0.7), (3, 1.3))]
     modes.clear()
-    assert _generate(graph, prompts, plain) == _generate(eager, prompts, plain)
+    assert generate_tokens(graph, prompts, plain) == generate_tokens(eager, prompts, plain)
     assert set(modes) == {"sample_plain"}
     assert graph.runner.num_graph_steps > 0 and accel.replays == graph.runner.num_graph_steps
     assert all(len(t) == p.max_tokens for t, p in zip(ref, params))
@@ -99,12 +79,12 @@ def test_a_step_that_cannot_be_compiled_is_captured_uncompiled(tiny_dir, monkeyp
     monkeypatch.setattr(torch, "compile", failing_compile)
     prompts, params = [[5, 9, 3]], [SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)]
     with caplog.at_level("WARNING"):
-        engine, accel = _engine(tiny_dir, graphs=True, compile_mode="default")
+        engine, accel = fake_graph_engine(tiny_dir, graphs=True, compile_mode="default")
     assert compiled and compiled[0] == "default"
     assert "capturing the uncompiled step" in caplog.text and "running eagerly" not in caplog.text
     assert engine.runner.graphs is not None and accel.captures == 16
-    eager, _ = _engine(tiny_dir, graphs=False)
-    assert _generate(engine, prompts, params) == _generate(eager, prompts, params)
+    eager, _ = fake_graph_engine(tiny_dir, graphs=False)
+    assert generate_tokens(engine, prompts, params) == generate_tokens(eager, prompts, params)
     assert accel.replays > 0
 
 
@@ -121,14 +101,14 @@ def test_compile_failing_after_some_captures_leaves_only_uncompiled_graphs(tiny_
         return step
 
     monkeypatch.setattr(torch, "compile", compile_failing_at_two_rows)
-    engine, accel = _engine(tiny_dir, graphs=True, compile_mode="default")
+    engine, accel = fake_graph_engine(tiny_dir, graphs=True, compile_mode="default")
     graphs = engine.runner.graphs
     assert graphs is not None and graphs._forward == graphs._forward_logits  # the uncompiled step
     assert accel.captures == 8 + 16  # buckets 5 and 4 (x 4 modes) in the failed attempt, then all 16
     prompts = [[5, 9, 3], [1, 2]]
     params = [SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)] * 2
-    eager, _ = _engine(tiny_dir, graphs=False)
-    assert _generate(engine, prompts, params) == _generate(eager, prompts, params)
+    eager, _ = fake_graph_engine(tiny_dir, graphs=False)
+    assert generate_tokens(engine, prompts, params) == generate_tokens(eager, prompts, params)
 
 
 def _generate_with_logprobs(engine, prompts, params):
@@ -149,9 +129,9 @@ def test_requests_the_captured_sampler_cannot_serve_replay_the_logits_graph(tiny
               SamplingParams(max_tokens=5, temperature=0.7, seed=3, min_tokens=4, stop_token_ids=[5],
                              logit_bias={17: 5.0}, ignore_eos=True),
               SamplingParams(max_tokens=5, temperature=0.0, logprobs=2, ignore_eos=True)]
-    eager, _ = _engine(tiny_dir, graphs=False)
+    eager, _ = fake_graph_engine(tiny_dir, graphs=False)
     want_tokens, want_logprobs = _generate_with_logprobs(eager, prompts, params)
-    engine, accel = _engine(tiny_dir, graphs=True)
+    engine, accel = fake_graph_engine(tiny_dir, graphs=True)
     got_tokens, got_logprobs = _generate_with_logprobs(engine, prompts, params)
     assert got_tokens == want_tokens and all(len(t) == 5 for t in got_tokens)
     assert [len(lp) for lp in got_logprobs] == [0, 0, 5]
@@ -164,7 +144,7 @@ def test_requests_the_captured_sampler_cannot_serve_replay_the_logits_graph(tiny
 
 
 def test_padding_rows_touch_only_scratch_entries(tiny_dir):
-    engine, _ = _engine(tiny_dir, graphs=True, max_seqs=4)
+    engine, _ = fake_graph_engine(tiny_dir, graphs=True, max_seqs=4)
     caches = engine.caches
     before = [t.clone() for t in caches.state_caches[0].recurrent] + [k.clone() for k, _ in caches.kv_pairs()]
     graphs: DecodeGraphs = engine.runner.graphs
@@ -194,7 +174,7 @@ def test_sample_no_sync_matches_sampler():
 
 
 def test_time_replay_touches_only_scratch_entries(tiny_dir):
-    engine, accel = _engine(tiny_dir, graphs=True, max_seqs=4)
+    engine, accel = fake_graph_engine(tiny_dir, graphs=True, max_seqs=4)
     caches = engine.caches
     before = [t.clone() for t in caches.state_caches[0].recurrent] + [k.clone() for k, _ in caches.kv_pairs()]
     replays = accel.replays

@@ -15,8 +15,8 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.weights.safetensors_loader import materialize_dummy
 from torch import nn
 
+from tests.core._graph_engine import generate_tokens
 from tests.core._tiny_family import write_tiny_config
-from tests.core.test_cuda_graphs import _generate
 
 
 class _Tiny(nn.Module):
@@ -75,12 +75,12 @@ def check_prompt_cache_hit_matches_fresh_engine(d, pm=None):
     sampled = [SamplingParams(max_tokens=6, temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, seed=s,
                               ignore_eos=True) for s in (1, 2, 3)]
     warm = _engine(d, global_seed=1, pm=pm)
-    _generate(warm, prompts, greedy)
+    generate_tokens(warm, prompts, greedy)
     hits_before = warm._lookup_tokens[0]
-    got = _generate(warm, prompts, sampled)
+    got = generate_tokens(warm, prompts, sampled)
     assert warm._lookup_tokens[0] - hits_before == sum(len(p) for p in prompts)  # all three were hits
     fresh = _engine(d, global_seed=2, pm=pm)
-    want = _generate(fresh, prompts, sampled)
+    want = generate_tokens(fresh, prompts, sampled)
     assert got == want and all(len(t) == 6 for t in got)
     for p in prompts:
         key = tuple(p)

@@ -15,8 +15,8 @@ from anna_core.errors import AnnaError
 from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
 from tests.core._engine_fakes import FakeLM
+from tests.core._graph_engine import fake_graph_engine, generate_tokens
 from tests.core._tiny_family import write_tiny_config
-from tests.core.test_cuda_graphs import _engine, _generate
 
 SMALL = (8, 12, 16, 32)
 
@@ -38,7 +38,7 @@ def test_buckets_grow_by_at_most_half_and_stop_at_the_step_budget():
 
 
 def test_graph_prefill_gives_the_eager_logits(tiny_dir, small_buckets):
-    engine, accel = _engine(tiny_dir, graphs=True)
+    engine, accel = fake_graph_engine(tiny_dir, graphs=True)
     runner = engine.runner
     graphs = runner.prefill_graphs
     assert graphs is not None and graphs.buckets == list(SMALL) and accel.captures == 16 + len(SMALL)
@@ -93,7 +93,7 @@ def _sched(model, ids, table, slot):
 def test_a_replay_starts_from_a_zeroed_slot_and_reads_no_stale_cache(tiny_dir, small_buckets):
     """The runner zeroes a reused slot before the replay, and padding rows attend only to K/V this step
     wrote: a slot and blocks full of garbage (inf in the prompt's last block) leave the eager results."""
-    engine, _ = _engine(tiny_dir, graphs=True)
+    engine, _ = fake_graph_engine(tiny_dir, graphs=True)
     runner = engine.runner
     caches, model = runner.caches, runner.model
     bs = caches.block_size
@@ -123,21 +123,21 @@ def test_engine_with_prefill_graphs_generates_the_eager_tokens(tiny_dir, small_b
     prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lengths]
     params = [SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True) for _ in prompts]
     sampled = [SamplingParams(max_tokens=6, temperature=1.0, seed=s, ignore_eos=True) for s in range(len(prompts))]
-    eager, _ = _engine(tiny_dir, graphs=False)
-    graph, _ = _engine(tiny_dir, graphs=True)
+    eager, _ = fake_graph_engine(tiny_dir, graphs=False)
+    graph, _ = fake_graph_engine(tiny_dir, graphs=True)
     # one request at a time: each prompt is a step of its own (40 tokens exceed the largest bucket)
     for p_list in (params, sampled):
-        ref = [_generate(eager, [p], [q]) for p, q in zip(prompts, p_list)]
-        assert [_generate(graph, [p], [q]) for p, q in zip(prompts, p_list)] == ref
+        ref = [generate_tokens(eager, [p], [q]) for p, q in zip(prompts, p_list)]
+        assert [generate_tokens(graph, [p], [q]) for p, q in zip(prompts, p_list)] == ref
     assert graph.runner.num_prefill_graph_steps == 14
     before = graph.runner.num_prefill_graph_steps
     # two prompts in one step: a split step replaying both graphs (tests/core/test_split_steps.py)
-    assert _generate(graph, prompts[:2], params[:2]) == _generate(eager, prompts[:2], params[:2])
+    assert generate_tokens(graph, prompts[:2], params[:2]) == generate_tokens(eager, prompts[:2], params[:2])
     assert graph.runner.num_prefill_graph_steps == before + 2 and graph.runner.num_split_steps == 1
 
 
 def test_models_without_padded_prefill_are_not_captured(tiny_dir, small_buckets):
-    engine, _ = _engine(tiny_dir, graphs=True)
+    engine, _ = fake_graph_engine(tiny_dir, graphs=True)
     model = engine.runner.model
     with pytest.raises(AnnaError, match="padded_prefill"):
         PrefillGraphs(FakeLM(), engine.runner.caches, FakeGraphAccelerator(), buckets=[8], max_blocks_per_seq=4)
@@ -149,7 +149,7 @@ def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_z
     from anna_core.engine.cache_allocator import scratch_block, scratch_slot
     from anna_core.engine.warmup import forward_on_scratch
 
-    engine, _ = _engine(tiny_dir, graphs=False)
+    engine, _ = fake_graph_engine(tiny_dir, graphs=False)
     runner, caches = engine.runner, engine.runner.caches
     blk, slot = scratch_block(caches, 0), scratch_slot(caches)
     seen = []
@@ -172,7 +172,7 @@ def test_warmup_prefills_two_prompts_on_the_scratch_block_and_leaves_the_slots_z
 def test_the_prefill_graphs_switch_leaves_prefills_eager_and_decode_graphs_captured(tiny_dir, small_buckets):
     from anna_core.engine.model_runner import RunnerConfig
 
-    engine, accel = _engine(tiny_dir, graphs=False)
+    engine, accel = fake_graph_engine(tiny_dir, graphs=False)
     runner = engine.runner
     runner.setup(RunnerConfig(cuda_graph=True, prefill_graphs=False), max_model_len=engine.max_model_len,
                  max_num_seqs=5)
@@ -180,5 +180,5 @@ def test_the_prefill_graphs_switch_leaves_prefills_eager_and_decode_graphs_captu
     assert report["decode"]["captured"] and not report["prefill"]["captured"]
     assert report["prefill"]["model_supports"] and "prefill_graphs=False" in report["prefill"]["why_not"]
     prompt = torch.randint(0, 256, (9,), generator=torch.Generator().manual_seed(5)).tolist()
-    _generate(engine, [prompt], [SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)])
+    generate_tokens(engine, [prompt], [SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)])
     assert runner.num_prefill_graph_steps == 0 and runner.num_eager_steps == 1 and runner.num_graph_steps > 0

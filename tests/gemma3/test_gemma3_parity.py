@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from anna_core.testing.oracle import hf_model, hf_reference_logits
-from anna_core.testing.runner import prefill_logits, simple_greedy, simple_greedy_batch
+from anna_core.testing.oracle import hf_reference_logits
+from anna_core.testing.runner import prefill_logits
 
 from tests.gemma3.conftest import load_anna
 from tests.gemma3.tiny import IMAGE_TOKEN, LAYOUTS, VOCAB, WINDOW
-from tests.gemma4.conftest import hf_greedy, rel_err
-
-TOL = 1e-4
+from tests.gemma4.conftest import rel_err
+from tests.gemma4.parity_checks import (
+    TOL,
+    check_chunked_prefill_equals_one_pass,
+    check_greedy_32_tokens_match_hf_generate,
+    check_prefill_logits_match_hf,
+    check_two_sequences_together_equal_each_alone,
+)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -22,23 +27,13 @@ def test_prefill_logits_match_hf(gemma3_factory, prompt, layout):
     anna = load_anna(path)
     assert anna.family == "gemma3" and anna.model.config.layout == layout
     assert len(prompt) > 4 * WINDOW
-    ref = hf_reference_logits(path, prompt)
-    mine = prefill_logits(anna.model, prompt, block_size=8)
-    assert mine.shape == ref.shape == (len(prompt), VOCAB)
-    assert rel_err(mine, ref) <= TOL
-    assert (mine.argmax(-1) == ref.argmax(-1)).all()
+    check_prefill_logits_match_hf(path, anna, prompt, VOCAB)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_greedy_32_tokens_match_hf_generate(gemma3_factory, prompt, layout):
     path = gemma3_factory(layout=layout)
-    anna = load_anna(path)
-    ids = prompt[:40]  # the 32 new tokens run well past two windows
-    expected = hf_greedy(path, ids, 32, hf_model(path))
-    assert len(set(expected)) > 1  # not a degenerate repeat of one token
-    assert simple_greedy(anna.model, ids, 32, block_size=8) == expected
-    # chunked prefill (chunks cross the window and the blocks), blocks of 4 tokens
-    assert simple_greedy(anna.model, ids, 32, block_size=4, chunk_size=11) == expected
+    check_greedy_32_tokens_match_hf_generate(path, load_anna(path), prompt)
 
 
 def test_untied_head_and_softcapping_match_hf(gemma3_factory, prompt):
@@ -61,16 +56,12 @@ def test_image_token_in_a_text_prompt_matches_hf(gemma3_factory, prompt):
 
 def test_chunked_prefill_equals_one_pass(gemma3_factory, prompt):
     anna = load_anna(gemma3_factory(layout="causal"))
-    whole = prefill_logits(anna.model, prompt, block_size=8)
-    for chunk in (1, 7, WINDOW, 33):
-        assert rel_err(prefill_logits(anna.model, prompt, block_size=8, chunk_size=chunk), whole) <= TOL
+    check_chunked_prefill_equals_one_pass(anna, prompt, WINDOW)
 
 
 def test_two_sequences_together_equal_each_alone(gemma3_factory, prompt):
     anna = load_anna(gemma3_factory(layout="causal"))
-    a, b = prompt[:50], prompt[55:60]
-    together = simple_greedy_batch(anna.model, [a, b], 20, block_size=8, chunk_size=16)
-    assert together == [simple_greedy(anna.model, a, 20, block_size=8), simple_greedy(anna.model, b, 20, block_size=8)]
+    check_two_sequences_together_equal_each_alone(anna, prompt)
 
 
 def test_the_sliding_window_and_local_rope_base_matter(gemma3_factory, prompt):

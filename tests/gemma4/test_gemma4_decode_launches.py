@@ -14,6 +14,7 @@ import torch
 from anna_core.testing.runner import prefill_logits
 
 from tests.gemma4.conftest import load_anna
+from tests.gemma4.kernel_ops import KernelOpCalls
 
 OWN_KV = ["post_norm_residual_linear", "qkv_norm_rope_cache_attention", "linear", "post_norm_residual_linear",
           "linear", "post_norm_residual_linear", "gated_linear"]
@@ -24,26 +25,13 @@ SHARED_KV = ["post_norm_residual_linear", "q_norm_rope_attention", "linear", "po
 def _record_forwards(model, accelerate: bool) -> list[list[str]]:
     """Patch ``model`` so each forward pass records the ops it calls (outermost only); with ``accelerate`` every fused
     op counts as accelerated (its reference serves it), as a GPU's kernels would be chosen."""
-    registry, depth, per_call = model.ops.registry, [0], []
-    real_get = registry.get
+    per_call: list[list[str]] = []
 
-    def get(op, request):
-        fn = real_get(op, request)
+    def on_op(op: str) -> None:
+        if per_call:
+            per_call[-1].append(op)
 
-        def counted(*args, **kwargs):
-            if depth[0] == 0 and per_call:
-                per_call[-1].append(op)
-            depth[0] += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-
-        return counted
-
-    registry.get = get
-    if accelerate:
-        registry.get_accelerated = get
+    KernelOpCalls(model.ops.registry, on_op, accelerate=accelerate)
     forward = model.model.forward
 
     def recorded(*args, **kwargs):

@@ -11,20 +11,13 @@ import pytest
 import torch
 from anna_core.errors import ModelLoadError
 from anna_core.plugins import make_plugin_manager, model_families
+from anna_core.testing.checkpoints import copy_with_tensors
 from anna_core.testing.oracle import hf_model, hf_reference_logits
 from anna_core.testing.runner import prefill_logits
 from anna_core.weights.safetensors_loader import checkpoint_files
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from tests.gemma4.conftest import load_anna, rel_err
-
-
-def _copy_with_tensors(src: Path, dst: Path, edit) -> Path:
-    shutil.copytree(src, dst)
-    tensors = load_file(str(dst / "model.safetensors"))
-    edit(tensors)
-    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    return dst
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +40,7 @@ def test_towers_are_skipped_and_the_language_model_loads(conditional):
 
 def test_missing_tensor_is_named(conditional, tmp_path):
     name = "model.language_model.layers.2.self_attn.k_norm.weight"
-    bad = _copy_with_tensors(conditional, tmp_path / "m", lambda t: t.pop(name))
+    bad = copy_with_tensors(conditional, tmp_path / "m", lambda t: t.pop(name))
     with pytest.raises(ModelLoadError, match=r"missing tensors.*model\.layers\.2\.self_attn\.k_norm\.weight"):
         load_anna(bad)
 
@@ -58,7 +51,7 @@ def test_kv_projection_of_a_kv_shared_layer_is_unexpected(conditional, tmp_path)
     def add(t):
         t[name] = torch.zeros(32, 64)
 
-    bad = _copy_with_tensors(conditional, tmp_path / "u", add)
+    bad = copy_with_tensors(conditional, tmp_path / "u", add)
     with pytest.raises(ModelLoadError, match=r"unexpected tensors.*layers\.5\.self_attn\.k_proj\.weight"):
         load_anna(bad)
 
@@ -69,7 +62,7 @@ def test_shape_mismatch_is_named(conditional, tmp_path):
     def shrink(t):
         t[name] = t[name][:96].clone()
 
-    bad = _copy_with_tensors(conditional, tmp_path / "s", shrink)
+    bad = copy_with_tensors(conditional, tmp_path / "s", shrink)
     with pytest.raises(ModelLoadError, match=r"shape mismatches: model\.language_model\.layers\.4\.mlp\.up_proj\.weight: "
                                              r"checkpoint \[96, 64\] vs model \[192, 64\]"):
         load_anna(bad)
@@ -86,7 +79,7 @@ def test_untied_head_loads_and_matches_hf(gemma4_factory, prompt, layout):
 
 def test_untied_checkpoint_without_lm_head_fails(gemma4_factory, tmp_path):
     src = gemma4_factory(variant="dense", layout="causal", tie=False)
-    bad = _copy_with_tensors(src, tmp_path / "h", lambda t: t.pop("lm_head.weight"))
+    bad = copy_with_tensors(src, tmp_path / "h", lambda t: t.pop("lm_head.weight"))
     with pytest.raises(ModelLoadError, match=r"missing tensors.*lm_head\.weight"):
         load_anna(bad)
 

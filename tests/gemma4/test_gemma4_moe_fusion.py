@@ -11,6 +11,7 @@ from anna_core.testing.runner import prefill_logits
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.gemma4.conftest import load_anna
+from tests.gemma4.kernel_ops import KernelOpCalls
 
 MOE_TAIL = ["post_norm_residual", "rms_norm_pair", "linear_act_mul", "linear", "linear", "moe_route", "moe_experts",
             "dual_post_norm_residual"]
@@ -25,43 +26,32 @@ VIEWS = {"view", "reshape", "unsqueeze", "squeeze", "slice", "select", "expand",
 class _Recorder(TorchDispatchMode):
     """Records ``("op", name)`` for each kernel op call and ``("aten", name)`` for each torch op run outside one."""
 
-    def __init__(self, events: list[tuple[str, str]], depth: list[int]):
+    def __init__(self, events: list[tuple[str, str]], calls: KernelOpCalls):
         super().__init__()
-        self.events, self.depth = events, depth
+        self.events, self.calls = events, calls
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not self.depth[0]:
+        if not self.calls.depth:
             self.events.append(("aten", func.overloadpacket.__name__))
         return func(*args, **(kwargs or {}))
 
 
 def _record_moe_layers(model) -> list[list[tuple[str, str]]]:
     """Patch ``model`` so each MoE layer's forward records its events; returns the (growing) list of them."""
-    registry, depth, per_call, active = model.ops.registry, [0], [], [False]
-    real_get = registry.get
+    per_call, active = [], [False]
 
-    def get(op, request):
-        fn = real_get(op, request)
+    def on_op(op: str) -> None:
+        if active[0]:
+            per_call[-1].append(("op", op))
 
-        def counted(*args, **kwargs):
-            if active[0] and depth[0] == 0:
-                per_call[-1].append(("op", op))
-            depth[0] += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-
-        return counted
-
-    registry.get = get
+    calls = KernelOpCalls(model.ops.registry, on_op)
     for layer in model.modules():
         if getattr(layer, "has_moe", False):
             def forward(*args, _orig=layer.forward, **kwargs):
                 per_call.append([])
                 active[0] = True
                 try:
-                    with _Recorder(per_call[-1], depth):
+                    with _Recorder(per_call[-1], calls):
                         return _orig(*args, **kwargs)
                 finally:
                     active[0] = False

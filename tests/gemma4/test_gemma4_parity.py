@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from anna_core.testing.oracle import hf_model, hf_reference_logits
-from anna_core.testing.runner import prefill_logits, simple_greedy, simple_greedy_batch
+from anna_core.testing.oracle import hf_reference_logits
+from anna_core.testing.runner import prefill_logits
 
-from tests.gemma4.conftest import hf_greedy, load_anna, rel_err
+from tests.gemma4.conftest import load_anna, rel_err
+from tests.gemma4.parity_checks import (
+    TOL,
+    check_chunked_prefill_equals_one_pass,
+    check_greedy_32_tokens_match_hf_generate,
+    check_prefill_logits_match_hf,
+    check_two_sequences_together_equal_each_alone,
+)
 from tests.gemma4.tiny import LAYOUTS, PLACEHOLDERS, VARIANTS, VOCAB, WINDOW
 
-TOL = 1e-4
 CASES = [(v, layout) for v in VARIANTS for layout in LAYOUTS]
 
 
@@ -22,40 +28,26 @@ def test_prefill_logits_match_hf(gemma4_factory, prompt, variant, layout):
     path = gemma4_factory(variant=variant, layout=layout)
     anna = load_anna(path)
     assert len(prompt) > 4 * WINDOW
-    ref = hf_reference_logits(path, prompt)
-    mine = prefill_logits(anna.model, prompt, block_size=8)
-    assert mine.shape == ref.shape == (len(prompt), VOCAB)
-    assert rel_err(mine, ref) <= TOL
-    assert (mine.argmax(-1) == ref.argmax(-1)).all()
+    ref = check_prefill_logits_match_hf(path, anna, prompt, VOCAB)
     assert ref.abs().max() < 30.0  # soft-capped
 
 
 @pytest.mark.parametrize("variant, layout", CASES)
 def test_greedy_32_tokens_match_hf_generate(gemma4_factory, prompt, variant, layout):
     path = gemma4_factory(variant=variant, layout=layout)
-    anna = load_anna(path)
-    ids = prompt[:40]  # the 32 new tokens run well past two windows
-    expected = hf_greedy(path, ids, 32, hf_model(path))
-    assert len(set(expected)) > 1  # not a degenerate repeat of one token
-    assert simple_greedy(anna.model, ids, 32, block_size=8) == expected
-    # chunked prefill (chunks cross the window and the blocks), blocks of 4 tokens
-    assert simple_greedy(anna.model, ids, 32, block_size=4, chunk_size=11) == expected
+    check_greedy_32_tokens_match_hf_generate(path, load_anna(path), prompt)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_chunked_prefill_equals_one_pass(gemma4_factory, prompt, variant):
     anna = load_anna(gemma4_factory(variant=variant, layout="causal"))
-    whole = prefill_logits(anna.model, prompt, block_size=8)
-    for chunk in (1, 7, WINDOW, 33):
-        assert rel_err(prefill_logits(anna.model, prompt, block_size=8, chunk_size=chunk), whole) <= TOL
+    check_chunked_prefill_equals_one_pass(anna, prompt, WINDOW)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_two_sequences_together_equal_each_alone(gemma4_factory, prompt, variant):
     anna = load_anna(gemma4_factory(variant=variant, layout="causal"))
-    a, b = prompt[:50], prompt[55:60]
-    together = simple_greedy_batch(anna.model, [a, b], 20, block_size=8, chunk_size=16)
-    assert together == [simple_greedy(anna.model, a, 20, block_size=8), simple_greedy(anna.model, b, 20, block_size=8)]
+    check_two_sequences_together_equal_each_alone(anna, prompt)
 
 
 def test_media_placeholders_in_a_text_prompt_embed_as_padding_like_hf(gemma4_factory, prompt):

@@ -9,25 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 from anna_core.errors import ModelLoadError, UnsupportedModelError
+from anna_core.testing.checkpoints import copy_with_tensors
 from anna_core.testing.oracle import hf_model, hf_reference_logits
 from anna_core.testing.runner import prefill_logits
 from anna_core.weights.safetensors_loader import checkpoint_files
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
 
 from tests.qwen35.conftest import load_anna, rel_err
 
 REFERENCE_CONFIGS = Path(__file__).parent / "reference_configs"
 A_LOG = "model.layers.0.linear_attn.A_log"
-
-
-def _copy_with_tensors(src: Path, dst: Path, edit) -> Path:
-    """Copy a single-file checkpoint, letting ``edit(tensors)`` change its tensor dict."""
-    shutil.copytree(src, dst)
-    tensors = load_file(str(dst / "model.safetensors"))
-    edit(tensors)
-    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    return dst
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +41,7 @@ def test_mtp_and_visual_tensors_are_ignored(anna_tiny_qwen35_factory):
 
 
 def test_missing_tensor_is_named(text_ckpt, tmp_path):
-    bad = _copy_with_tensors(text_ckpt, tmp_path / "m", lambda t: t.pop(A_LOG))
+    bad = copy_with_tensors(text_ckpt, tmp_path / "m", lambda t: t.pop(A_LOG))
     with pytest.raises(ModelLoadError, match="missing tensors.*" + A_LOG.replace(".", r"\.")):
         load_anna(bad)
 
@@ -59,7 +50,7 @@ def test_unexpected_tensor_is_named(text_ckpt, tmp_path):
     def add(t):
         t["model.layers.0.linear_attn.extra_proj.weight"] = torch.zeros(2, 2)
 
-    bad = _copy_with_tensors(text_ckpt, tmp_path / "u", add)
+    bad = copy_with_tensors(text_ckpt, tmp_path / "u", add)
     with pytest.raises(ModelLoadError, match=r"unexpected tensors.*model\.layers\.0\.linear_attn\.extra_proj\.weight"):
         load_anna(bad)
 
@@ -68,14 +59,14 @@ def test_shape_mismatch_is_named(text_ckpt, tmp_path):
     def shrink(t):
         t["model.norm.weight"] = t["model.norm.weight"][:-1].clone()
 
-    bad = _copy_with_tensors(text_ckpt, tmp_path / "s", shrink)
+    bad = copy_with_tensors(text_ckpt, tmp_path / "s", shrink)
     with pytest.raises(ModelLoadError, match=r"shape mismatches: model\.norm\.weight: checkpoint \[63\] vs model \[64\]"):
         load_anna(bad)
 
 
 def test_untied_checkpoint_without_lm_head_fails(anna_tiny_qwen35_factory, tmp_path):
     src = anna_tiny_qwen35_factory(layout="text", tie=False)
-    bad = _copy_with_tensors(src, tmp_path / "h", lambda t: t.pop("lm_head.weight"))
+    bad = copy_with_tensors(src, tmp_path / "h", lambda t: t.pop("lm_head.weight"))
     with pytest.raises(ModelLoadError, match=r"missing tensors.*lm_head\.weight"):
         load_anna(bad)
 

@@ -24,7 +24,7 @@ from anna_core.model import ModelCapabilities
 from anna_core.testing.fake_graphs import FakeGraphAccelerator
 
 from tests.bench.tiny_config import write_tiny_qwen35_config
-from tests.core.test_cuda_graphs import _generate
+from tests.core._graph_engine import generate_tokens
 from tests.core.test_prefill_graphs import SMALL, _sched
 
 INTERVAL = 8
@@ -84,8 +84,8 @@ def test_one_pass_takes_the_snapshots_of_a_prompt_cut_at_every_boundary(tiny_dir
     cut = _engine(tiny_dir, graphs=False, in_pass=False)
     one = _engine(tiny_dir, graphs=False)
     assert not cut.scheduler.checkpoints_in_pass and one.scheduler.checkpoints_in_pass
-    want = _generate(cut, [prompt], [GREEDY])
-    assert _generate(one, [prompt], [GREEDY]) == want
+    want = generate_tokens(cut, [prompt], [GREEDY])
+    assert generate_tokens(one, [prompt], [GREEDY]) == want
     # the cut engine computed the prompt in 4 chunks, the other in one pass
     assert cut.runner.num_eager_steps - one.runner.num_eager_steps == 3
     snaps = _snapshots(one, prompt)
@@ -97,8 +97,8 @@ def test_two_prompts_in_one_pass_snapshot_as_each_alone_and_hits_resume_from_the
     a, b, tail = _prompts(2, 30, 19, 9)
     cut = _engine(tiny_dir, graphs=False, in_pass=False)
     one = _engine(tiny_dir, graphs=False)
-    want = _generate(cut, [a], [GREEDY]) + _generate(cut, [b], [GREEDY])
-    assert _generate(one, [a, b], [GREEDY, GREEDY]) == want  # both prompts in one step
+    want = generate_tokens(cut, [a], [GREEDY]) + generate_tokens(cut, [b], [GREEDY])
+    assert generate_tokens(one, [a, b], [GREEDY, GREEDY]) == want  # both prompts in one step
     _assert_same_snapshots(_snapshots(one, a), _snapshots(cut, a))
     _assert_same_snapshots(_snapshots(one, b), _snapshots(cut, b))
     # a prompt sharing a's first 26 tokens resumes at 24 and generates what a cold engine does
@@ -106,7 +106,7 @@ def test_two_prompts_in_one_pass_snapshot_as_each_alone_and_hits_resume_from_the
     cold = _engine(tiny_dir, graphs=False, caching=False)
     [out] = [o for o in _run(one, [shared])]
     assert out.num_cached_tokens == 24
-    assert out.token_ids == _generate(cold, [shared], [GREEDY])[0]
+    assert out.token_ids == generate_tokens(cold, [shared], [GREEDY])[0]
 
 
 def _run(engine, prompts):
@@ -121,13 +121,13 @@ def test_captured_prefill_takes_the_snapshots_and_hits_resume_from_them(tiny_dir
     graphs = graph.runner.prefill_graphs
     assert graphs is not None and graphs.checkpoints is not None and graphs.buckets == list(SMALL)
     cut = _engine(tiny_dir, graphs=False, in_pass=False)
-    assert _generate(graph, [prompt], [GREEDY]) == _generate(cut, [prompt], [GREEDY])
+    assert generate_tokens(graph, [prompt], [GREEDY]) == generate_tokens(cut, [prompt], [GREEDY])
     assert graph.runner.num_prefill_graph_steps == 1 and graph.runner.num_eager_steps == 0
     _assert_same_snapshots(_snapshots(graph, prompt), _snapshots(cut, prompt))
     shared = prompt[:17] + tail  # resumes at 16: an eager continuation over the snapshot
     cold = _engine(tiny_dir, graphs=False, caching=False)
     [out] = _run(graph, [shared])
-    assert out.num_cached_tokens == 16 and out.token_ids == _generate(cold, [shared], [GREEDY])[0]
+    assert out.num_cached_tokens == 16 and out.token_ids == generate_tokens(cold, [shared], [GREEDY])[0]
 
 
 def test_a_replay_writes_reserved_boundaries_only_and_the_rest_to_the_scratch_entry(tiny_dir, small_buckets):

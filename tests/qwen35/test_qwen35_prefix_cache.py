@@ -3,52 +3,17 @@ hybrid Qwen3.5: cached runs give the logits and tokens of uncached ones."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 import torch
 from anna_core import LLM, SamplingParams
-from anna_core.engine.config import EngineConfig
-from anna_core.engine.llm_engine import LLMEngine
-from anna_core.testing.engine_run import run_to_completion
 
 from .conftest import load_anna
-
-N = 4
-GREEDY = SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True)
-
-
-class Recorder:
-    """Wraps the runner's sampler and keeps every logits row it sees, per request."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.rows = defaultdict(list)
-
-    def __call__(self, logits, requests, *args, **kwargs):
-        for i, r in enumerate(requests):
-            self.rows[r.request_id].append(logits[i].detach().float().clone())
-        return self.inner(logits, requests, *args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+from .engine_checks import check_prefix_hit_gives_the_logits_of_a_miss, engine, run
 
 
 @pytest.fixture(scope="module")
 def loaded(anna_tiny_qwen35):
     return load_anna(anna_tiny_qwen35)
-
-
-def engine(loaded, **cfg):
-    cfg = {"block_size": 16, "num_blocks": 160, "max_num_seqs": 16, "max_prefill_tokens": 256,
-           "snapshot_interval": 32, **cfg}
-    eng = LLMEngine.from_loaded(loaded, EngineConfig(**cfg))
-    eng.runner.sampler = Recorder(eng.runner.sampler)
-    return eng
-
-
-def run(eng, prompts, params=GREEDY, prefix="r"):
-    return run_to_completion(eng, prompts, params, prefix=prefix)
 
 
 @pytest.fixture(scope="module")
@@ -72,18 +37,7 @@ def test_sixteen_mixed_requests_at_once_equal_each_alone(loaded, base):
 
 
 def test_prefix_hit_gives_the_logits_of_a_miss(loaded, base):
-    ref = engine(loaded, enable_prefix_caching=False, prompt_cache_size=0)
-    cached = engine(loaded, prompt_cache_size=0)
-    first, second = base[:100], base[:75] + base[200:230]  # share 75 tokens: snapshot at 64
-    run(cached, [first], prefix="warm")
-    [hit] = run(cached, [second], prefix="hit")
-    [miss] = run(ref, [second], prefix="miss")
-    assert hit.num_cached_tokens == 64 and miss.num_cached_tokens == 0
-    assert hit.token_ids == miss.token_ids
-    hit_rows, miss_rows = cached.runner.sampler.rows["hit0"], ref.runner.sampler.rows["miss0"]
-    assert len(hit_rows) == len(miss_rows) == N
-    for a, b in zip(hit_rows, miss_rows):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    check_prefix_hit_gives_the_logits_of_a_miss(loaded, base[:100], base[:75] + base[200:230])  # snapshot at 64
 
 
 def test_a_prompt_whose_later_block_repeats_an_earlier_one(loaded, base):

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from anna_core import SamplingParams
 
 from tests.qwen35.conftest import load_anna
-from tests.qwen35.test_qwen35_prefix_cache import engine, run
-
-N = 4
-GREEDY = SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True)
+from tests.qwen35.engine_checks import GREEDY, check_prefix_hit_gives_the_logits_of_a_miss, engine, run
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +33,4 @@ def test_batched_requests_equal_each_alone(loaded, base):
 
 
 def test_prefix_hit_gives_the_logits_of_a_miss(loaded, base):
-    ref = engine(loaded, enable_prefix_caching=False, prompt_cache_size=0)
-    cached = engine(loaded, prompt_cache_size=0)
-    first, second = base[:100], base[:75] + base[90:110]  # share 75 tokens: snapshot at 64
-    run(cached, [first], GREEDY, prefix="warm")
-    [hit] = run(cached, [second], GREEDY, prefix="hit")
-    [miss] = run(ref, [second], GREEDY, prefix="miss")
-    assert hit.num_cached_tokens == 64 and miss.num_cached_tokens == 0
-    assert hit.token_ids == miss.token_ids
-    hit_rows, miss_rows = cached.runner.sampler.rows["hit0"], ref.runner.sampler.rows["miss0"]
-    assert len(hit_rows) == len(miss_rows) == N
-    for a, b in zip(hit_rows, miss_rows):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    check_prefix_hit_gives_the_logits_of_a_miss(loaded, base[:100], base[:75] + base[90:110])  # snapshot at 64

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 from anna_core.errors import ModelLoadError, UnsupportedModelError
-from safetensors.torch import load_file, save_file
+from anna_core.testing.checkpoints import copy_with_tensors
+from safetensors.torch import load_file
 
 from tests.qwen35.conftest import load_anna
 
@@ -17,14 +18,6 @@ from .conftest import restack
 
 RELEASED = Path(__file__).parents[1] / "qwen35" / "reference_configs" / "Qwen3.5-35B-A3B" / "config.json"
 EXPERT = "model.layers.2.mlp.experts"
-
-
-def _edit(src: Path, dst: Path, edit) -> Path:
-    shutil.copytree(src, dst)
-    tensors = load_file(str(dst / "model.safetensors"))
-    edit(tensors)
-    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    return dst
 
 
 def test_transformers_saves_per_expert_keys_and_both_layouts_load_the_same(tiny_moe_factory, tmp_path):
@@ -48,14 +41,14 @@ def test_transformers_saves_per_expert_keys_and_both_layouts_load_the_same(tiny_
 
 
 def test_missing_expert_weight_is_named(tiny_moe_factory, tmp_path):
-    bad = _edit(tiny_moe_factory(num_experts=8, top_k=2), tmp_path / "m",
+    bad = copy_with_tensors(tiny_moe_factory(num_experts=8, top_k=2), tmp_path / "m",
                 lambda t: t.pop(f"{EXPERT}.5.up_proj.weight"))
     with pytest.raises(ModelLoadError, match=r"missing tensors.*model\.layers\.2\.mlp\.experts\.5\.up_proj\.weight"):
         load_anna(bad)
 
 
 def test_missing_fused_expert_tensor_is_named(tiny_moe_factory, tmp_path):
-    bad = _edit(tiny_moe_factory(num_experts=8, top_k=2, fused=True), tmp_path / "f",
+    bad = copy_with_tensors(tiny_moe_factory(num_experts=8, top_k=2, fused=True), tmp_path / "f",
                 lambda t: t.pop(f"{EXPERT}.down_proj"))
     with pytest.raises(ModelLoadError, match=r"missing tensors.*model\.layers\.2\.mlp\.experts\.down_proj"):
         load_anna(bad)
@@ -65,7 +58,7 @@ def test_expert_count_mismatch_is_named(tiny_moe_factory, tmp_path):
     def drop_expert(t):
         t[f"{EXPERT}.gate_up_proj"] = t[f"{EXPERT}.gate_up_proj"][:7].clone()
 
-    bad = _edit(tiny_moe_factory(num_experts=8, top_k=2, fused=True), tmp_path / "s", drop_expert)
+    bad = copy_with_tensors(tiny_moe_factory(num_experts=8, top_k=2, fused=True), tmp_path / "s", drop_expert)
     with pytest.raises(ModelLoadError, match=r"shape mismatches: .*experts\.gate_up_proj: checkpoint \[7, 64, 64\] "
                                              r"vs model \[8, 64, 64\]"):
         load_anna(bad)
@@ -75,7 +68,7 @@ def test_extra_expert_is_unexpected(tiny_moe_factory, tmp_path):
     def add(t):
         t[f"{EXPERT}.8.down_proj.weight"] = t[f"{EXPERT}.0.down_proj.weight"].clone()
 
-    bad = _edit(tiny_moe_factory(num_experts=8, top_k=2), tmp_path / "u", add)
+    bad = copy_with_tensors(tiny_moe_factory(num_experts=8, top_k=2), tmp_path / "u", add)
     with pytest.raises(ModelLoadError, match=r"unexpected tensors.*experts\.8\.down_proj\.weight"):
         load_anna(bad)
 
@@ -84,7 +77,7 @@ def test_mixed_expert_layouts_are_an_error(tiny_moe_factory, tmp_path):
     def add_fused(t):
         t["model.layers.0.mlp.experts.down_proj"] = torch.zeros(8, 64, 32)
 
-    bad = _edit(tiny_moe_factory(num_experts=8, top_k=2), tmp_path / "x", add_fused)
+    bad = copy_with_tensors(tiny_moe_factory(num_experts=8, top_k=2), tmp_path / "x", add_fused)
     with pytest.raises(ModelLoadError, match="mixes per-expert .* and fused"):
         load_anna(bad)
 

@@ -77,20 +77,6 @@ def hf_inputs(path: Path, text: str, images: list, **image_kwargs) -> dict[str, 
             "pixel_values": pixels["pixel_values"], "image_grid_thw": pixels["image_grid_thw"]}
 
 
-def hf_greedy_vl(model, inputs: dict[str, torch.Tensor], n: int) -> list[int]:
-    """``n`` greedy tokens of HF ``generate`` (EOS disabled)."""
-    from transformers import GenerationConfig
-
-    gen = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=n, eos_token_id=None, pad_token_id=0)
-    saved, model.generation_config.eos_token_id = model.generation_config.eos_token_id, None
-    try:
-        with torch.no_grad():
-            out = model.generate(**inputs, generation_config=gen)
-    finally:
-        model.generation_config.eos_token_id = saved
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
-
-
 def hf_logits_vl(model, inputs: dict[str, torch.Tensor], generated: list[int]) -> torch.Tensor:
     """HF's float32 logits ``[P + len(generated), vocab]`` over the prompt and ``generated`` (no cache): the image
     features at the prompt's placeholders only (a generated ``<|image_pad|>`` is a token, as in ``generate``), the

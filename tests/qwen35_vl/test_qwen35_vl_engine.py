@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from anna_core import LLM, SamplingParams
 from anna_core.errors import InvalidRequestError
+from anna_core.testing.oracle import hf_greedy_inputs
 
-from tests.qwen35_vl.conftest import hf_greedy_vl, hf_inputs, random_image, solid_image
+from tests.qwen35_vl.conftest import hf_inputs, random_image, solid_image
 
 N = 12
 GREEDY = SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True)
@@ -40,7 +41,7 @@ def hf_tokens(hf_vl, tiny_vl):
     def get(name):
         if name not in cache:
             inputs = hf_inputs(tiny_vl, TEXT_ONLY, []) if name is None else hf_inputs(tiny_vl, TEXT, image(name)["image"])
-            cache[name] = hf_greedy_vl(hf_vl, inputs, N)
+            cache[name] = hf_greedy_inputs(hf_vl, inputs, N)
         return cache[name]
 
     return get
@@ -110,7 +111,7 @@ def test_pixel_bounds_per_request(tiny_vl, hf_vl):
     assert small.prompt_token_ids.count(image_id) == 4  # 32x32 pixels: 4x4 patches of 8, merged 2x2
     inputs = hf_inputs(tiny_vl, TEXT, [noise], size={"shortest_edge": 256, "longest_edge": 32 * 32})
     assert small.prompt_token_ids == inputs["input_ids"][0].tolist()
-    assert small.token_ids == hf_greedy_vl(hf_vl, inputs, N)
+    assert small.token_ids == hf_greedy_inputs(hf_vl, inputs, N)
     [default] = engine.generate(TEXT, GREEDY, media={"image": [noise]})
     assert default.prompt_token_ids.count(image_id) == 16
     for bad, needle in [({"max_pixels": 0}, "positive"), ({"fps": "2"}, "positive number"), ({"seconds": 2}, "not supported"),

@@ -8,17 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 from anna_core import LLM, SamplingParams
+from anna_core.testing.oracle import hf_greedy_inputs
 from anna_core.testing.runner import build_batch
 
 from tests.qwen35.conftest import load_anna
-from tests.qwen35_vl.conftest import (
-    PROMPT_ONE,
-    PROMPT_TWO,
-    hf_greedy_vl,
-    hf_inputs,
-    hf_logits_vl,
-    random_image,
-)
+from tests.qwen35_vl.conftest import PROMPT_ONE, PROMPT_TWO, hf_inputs, hf_logits_vl, random_image
 
 N = 32
 GREEDY = SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True)
@@ -150,7 +144,7 @@ def hf_runs(hf, ckpt):
     out = {}
     for case, (text, shapes) in CASES.items():
         inputs = hf_inputs(ckpt, text, [random_image(*s) for s in shapes])
-        out[case] = (inputs, hf_greedy_vl(hf, inputs, N))
+        out[case] = (inputs, hf_greedy_inputs(hf, inputs, N))
     return out
 
 

@@ -8,8 +8,9 @@ import base64
 import io
 
 import pytest
+from anna_core.testing.oracle import hf_greedy_inputs
 
-from tests.qwen35_vl.conftest import hf_greedy_vl, hf_inputs, random_image, solid_image
+from tests.qwen35_vl.conftest import hf_inputs, random_image, solid_image
 
 MODEL = "tiny-qwen35-vl"
 N = 12
@@ -49,7 +50,7 @@ def hf_reply(tiny_vl, hf_vl, messages, images) -> str:
              if isinstance(m["content"], list) else m["content"] for m in messages]
     text = tokenizer.apply_chat_template([{**m, "content": c} for m, c in zip(messages, parts)], tokenize=False,
                                          add_generation_prompt=True, enable_thinking=False)
-    tokens = hf_greedy_vl(hf_vl, hf_inputs(tiny_vl, text, images), N)
+    tokens = hf_greedy_inputs(hf_vl, hf_inputs(tiny_vl, text, images), N)
     ends = [i for i, t in enumerate(tokens) if t in (2, 0)]
     return tokenizer.decode(tokens[:ends[0]] if ends else tokens, skip_special_tokens=True)
 
@@ -174,7 +175,7 @@ def hf_media_reply(tiny_vl, hf_vl, messages, images, videos) -> str:
     text = tokenizer.apply_chat_template([{**m, "content": c} for m, c in zip(messages, parts)], tokenize=False,
                                          add_generation_prompt=True, enable_thinking=False)
     inputs = hf_video_inputs(tiny_vl, text, [f for f, _ in videos], images, [meta for _, meta in videos])
-    tokens = hf_greedy_vl(hf_vl, inputs, N)
+    tokens = hf_greedy_inputs(hf_vl, inputs, N)
     ends = [i for i, t in enumerate(tokens) if t in (2, 0)]
     return tokenizer.decode(tokens[:ends[0]] if ends else tokens, skip_special_tokens=True)
 

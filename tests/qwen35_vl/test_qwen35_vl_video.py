@@ -11,10 +11,11 @@ import pytest
 import torch
 from anna_core import LLM, SamplingParams
 from anna_core.errors import InvalidRequestError
+from anna_core.testing.oracle import hf_greedy_inputs
 from anna_qwen35.video import VideoSettings, video_frame_size, video_patches
 
 from tests.qwen35.conftest import load_anna
-from tests.qwen35_vl.conftest import hf_greedy_vl, hf_logits_video, hf_video_inputs, random_image
+from tests.qwen35_vl.conftest import hf_logits_video, hf_video_inputs, random_image
 
 N = 32
 GREEDY = SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True)
@@ -183,7 +184,7 @@ def hf_runs(hf_vl, tiny_vl):
     for case in CASES:
         text, clips, images = case_media(case)
         inputs = hf_video_inputs(tiny_vl, text, clips, images)
-        out[case] = (inputs, hf_greedy_vl(hf_vl, inputs, N))
+        out[case] = (inputs, hf_greedy_inputs(hf_vl, inputs, N))
     return out
 
 
@@ -233,4 +234,4 @@ def test_the_moe_layout_matches_hf_generate_with_a_video_and_an_image(tiny_vl_mo
     [out] = llm.generate(text, GREEDY, media=media_dict(clips, images))
     assert out.error is None, out.error
     assert out.prompt_token_ids == inputs["input_ids"][0].tolist()
-    assert out.token_ids == hf_greedy_vl(hf_model(tiny_vl_moe), inputs, N)
+    assert out.token_ids == hf_greedy_inputs(hf_model(tiny_vl_moe), inputs, N)

@@ -62,20 +62,6 @@ def hf_request(processor, audio: np.ndarray, *, language: str | None = None, con
     return {k: out[k] for k in ("input_ids", "attention_mask", "input_features", "input_features_mask")}
 
 
-def hf_greedy(model, inputs: dict, n: int) -> list[int]:
-    """``n`` greedy tokens of HF ``generate`` (EOS disabled)."""
-    from transformers import GenerationConfig
-
-    gen = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=n, eos_token_id=None, pad_token_id=0)
-    saved, model.generation_config.eos_token_id = model.generation_config.eos_token_id, None
-    try:
-        with torch.no_grad():
-            out = model.generate(**inputs, generation_config=gen)
-    finally:
-        model.generation_config.eos_token_id = saved
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
-
-
 def hf_logits(model, inputs: dict, generated: list[int]) -> torch.Tensor:
     """HF's float32 logits ``[P + len(generated), vocab]`` over the prompt and ``generated`` (one pass, no cache)."""
     ids = torch.cat([inputs["input_ids"], torch.tensor([generated], dtype=torch.int64)], dim=1)

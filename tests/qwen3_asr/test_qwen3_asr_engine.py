@@ -9,8 +9,9 @@ import pytest
 from anna_audio.qwen3_asr.prompt import build_transcription_prompt
 from anna_core import LLM, SamplingParams
 from anna_core.errors import InvalidRequestError
+from anna_core.testing.oracle import hf_greedy_inputs
 
-from tests.qwen3_asr.conftest import clip, hf_greedy, hf_request
+from tests.qwen3_asr.conftest import clip, hf_request
 
 N = 12
 GREEDY = SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True)
@@ -31,8 +32,8 @@ def test_different_audios_behind_the_same_placeholders_share_no_audio_block(tiny
     assert a.prompt_token_ids == b.prompt_token_ids  # identical ids, different audio
     audio_start = a.prompt_token_ids.index(engine.loaded.processor.audio_token_id)
     assert 0 < b.num_cached_tokens <= audio_start // 4 * 4  # the context's blocks only
-    assert a.token_ids == hf_greedy(hf_asr, hf_request(hf_processor, low, context=CONTEXT), N)
-    assert b.token_ids == hf_greedy(hf_asr, hf_request(hf_processor, high, context=CONTEXT), N)
+    assert a.token_ids == hf_greedy_inputs(hf_asr, hf_request(hf_processor, low, context=CONTEXT), N)
+    assert b.token_ids == hf_greedy_inputs(hf_asr, hf_request(hf_processor, high, context=CONTEXT), N)
     assert a.token_ids != b.token_ids
     [again] = engine.generate(prompt, GREEDY, media={"audio": [low.copy()]})
     rows = a.prompt_token_ids.count(engine.loaded.processor.audio_token_id)
@@ -48,7 +49,7 @@ def test_audio_and_text_requests_batch_together(tiny_asr, hf_asr, hf_processor):
     text_only = engine.tokenizer.encode("<|im_start|>user\nHello, how are you today?<|im_end|>\n")
     tone = clip(700.0, 2.2, 5)
     outs = engine.generate([prompt, text_only, prompt], GREEDY, media=[{"audio": [tone]}, None, {"audio": [tone]}])
-    want = hf_greedy(hf_asr, hf_request(hf_processor, tone, language="English"), N)
+    want = hf_greedy_inputs(hf_asr, hf_request(hf_processor, tone, language="English"), N)
     assert outs[0].token_ids == outs[2].token_ids == want
     from anna_core.testing.oracle import hf_greedy as hf_text_greedy
 

@@ -16,6 +16,7 @@ from anna_audio.qwen3_asr.loader import build_model
 from anna_audio.qwen3_asr.weights import name_map
 from anna_core.errors import ModelLoadError, UnsupportedModelError
 from anna_core.kernels.registry import KernelRegistry, bind_ops
+from anna_core.testing.checkpoints import copy_with_tensors
 
 from tests.qwen3_asr.conftest import clip, load_anna
 
@@ -56,17 +57,6 @@ def test_the_original_config_converts_to_the_converted_one():
     assert len(original.support_languages) == 30 and converted.support_languages == ()
 
 
-def _rewrite(src: Path, dst: Path, edit) -> Path:
-    """A copy of checkpoint ``src`` whose tensors ``edit(dict)`` changed."""
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(src, dst)
-    tensors = load_file(str(dst / "model.safetensors"))
-    edit(tensors)
-    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    return dst
-
-
 @pytest.mark.parametrize("layout", ["hf", "original"])
 def test_missing_unexpected_and_misshaped_tensors_are_load_errors(tiny_asr, tiny_asr_original, tmp_path, layout):
     src = tiny_asr if layout == "hf" else tiny_asr_original
@@ -75,13 +65,13 @@ def test_missing_unexpected_and_misshaped_tensors_are_load_errors(tiny_asr, tiny
     layer = "model.language_model.layers.1.mlp.up_proj.weight" if layout == "hf" else \
         "thinker.model.layers.1.mlp.up_proj.weight"
 
-    missing = _rewrite(src, tmp_path / "missing", lambda t: t.pop(proj))
+    missing = copy_with_tensors(src, tmp_path / "missing", lambda t: t.pop(proj))
     with pytest.raises(ModelLoadError, match=r"missing tensors .*multi_modal_projector\.linear_1\.weight"):
         load_anna(missing)
-    extra = _rewrite(src, tmp_path / "extra", lambda t: t.update({conv.replace("conv2d2", "conv2d4"): t[conv].clone()}))
+    extra = copy_with_tensors(src, tmp_path / "extra", lambda t: t.update({conv.replace("conv2d2", "conv2d4"): t[conv].clone()}))
     with pytest.raises(ModelLoadError, match="unexpected tensors .*conv2d4"):
         load_anna(extra)
-    shaped = _rewrite(src, tmp_path / "shaped", lambda t: t.update({layer: t[layer][:, :-1].contiguous()}))
+    shaped = copy_with_tensors(src, tmp_path / "shaped", lambda t: t.update({layer: t[layer][:, :-1].contiguous()}))
     with pytest.raises(ModelLoadError, match=r"shape mismatches: .*up_proj"):
         load_anna(shaped)
 

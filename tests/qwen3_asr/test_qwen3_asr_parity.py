@@ -10,16 +10,9 @@ import torch
 from anna_audio.features import BATCH_TOLERANCE
 from anna_audio.qwen3_asr.prompt import build_transcription_prompt
 from anna_core import LLM, SamplingParams
+from anna_core.testing.oracle import hf_greedy_inputs
 
-from tests.qwen3_asr.conftest import (
-    anna_logits,
-    clip,
-    hf_greedy,
-    hf_logits,
-    hf_request,
-    load_anna,
-    rel_err,
-)
+from tests.qwen3_asr.conftest import anna_logits, clip, hf_logits, hf_request, load_anna, rel_err
 
 N = 24
 GREEDY = SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True)
@@ -63,7 +56,7 @@ def test_logits_match_hf_whole_and_chunked(anna, hf_asr, hf_processor, name):
     audio = CLIPS[name]()
     ids, mm = prepare(anna, audio, context="Hotwords: Anna.")
     inputs = hf_request(hf_processor, audio, context="Hotwords: Anna.")
-    generated = hf_greedy(hf_asr, inputs, 8)
+    generated = hf_greedy_inputs(hf_asr, inputs, 8)
     ref = hf_logits(hf_asr, inputs, generated)
     whole = anna_logits(anna.model, ids + generated, mm)
     assert whole.shape == ref.shape
@@ -90,7 +83,7 @@ def hf_tokens(hf_asr, hf_processor):
     def get(name, kind):
         if (name, kind) not in cache:
             language, context = REQUESTS[kind]
-            cache[name, kind] = hf_greedy(hf_asr, hf_request(hf_processor, CLIPS[name](), language=language,
+            cache[name, kind] = hf_greedy_inputs(hf_asr, hf_request(hf_processor, CLIPS[name](), language=language,
                                                              context=context), N)
         return cache[name, kind]
 

@@ -18,11 +18,9 @@ from anna_core.kernels.reference.moe_wq import moe_experts_wq as reference  # no
 from anna_core.testing.host_reads import NoHostReads  # noqa: E402
 from anna_core.weights.gpu_quant import quantize_stacked  # noqa: E402
 
+from tests.xpu_kernels._wq_cases import rel  # noqa: E402
+
 TOL = 1e-5
-
-
-def _rel(a, b):
-    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
 def _inputs(t, e, k, hidden, inter, scheme, dtype=torch.float32, seed=0):
@@ -54,7 +52,7 @@ def test_decode_path_matches_the_reference(poison_outputs, t, e, k, hidden, inte
     got = moe_wq.moe_experts_wq(*args, activation, scheme, path="decode")
     want = reference(*args, activation, scheme)
     assert got.shape == (t, hidden) and got.dtype == torch.float32
-    assert _rel(got, want) <= TOL
+    assert rel(got, want) <= TOL
 
 
 @pytest.mark.parametrize("scheme", ["int4", "int8", "fp8"])
@@ -65,7 +63,7 @@ def test_grouped_path_matches_the_reference(scheme):
     inter = 128 if scheme == "int4" else 48
     args = _inputs(12, 4, 2, 128, inter, scheme, seed=3)
     want = reference(*args, "silu", scheme)
-    assert _rel(moe_wq.moe_experts_wq(*args, "silu", scheme), want) <= TOL
+    assert rel(moe_wq.moe_experts_wq(*args, "silu", scheme), want) <= TOL
 
 
 def test_bfloat16_decode_within_rounding():
@@ -88,7 +86,7 @@ def test_no_host_reads_and_dispatch_through_the_registry(monkeypatch):
     with torch.inference_mode(), NoHostReads():
         got = op(*args, "silu", "int8")
     assert op.__module__ == "anna_xpu_kernels.moe_wq"
-    assert _rel(got, reference(*args, "silu", "int8")) <= TOL
+    assert rel(got, reference(*args, "silu", "int8")) <= TOL
 
 
 def test_qwen35_moe_with_int8_experts_through_the_triton_op(tmp_path, monkeypatch):

@@ -14,19 +14,14 @@ from tests.xpu_kernels._interp import require_triton_interpreter
 require_triton_interpreter()
 
 from anna_core.kernels.reference import wq_linear as ref  # noqa: E402
-from anna_core.weights.gpu_quant import quantize  # noqa: E402
+
+from tests.xpu_kernels._wq_cases import quantized_weight, rel  # noqa: E402
 
 TOL = 1e-5
 
 
-def _rel(a, b):
-    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
-
-
 def _weight(n, k, scheme, seed=0):
-    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.1
-    q = quantize(w, scheme, torch.float32)
-    return q.qweight, q.scale, q.zero, scheme
+    return (*quantized_weight(n, k, scheme, seed), scheme)
 
 
 @pytest.mark.parametrize("scheme", ["int4", "int8", "fp8"])
@@ -39,7 +34,7 @@ def test_wide_rows_run_the_norm_apart_and_keep_the_gated_epilogue(scheme, poison
     w = _weight(40, k, scheme)
     got = wq_gemv.add_rms_norm_wq_linear(x, res, nw, 1e-6, True, *w, "silu")
     want = ref.add_rms_norm_wq_linear(x, res, nw, 1e-6, True, *w, "silu")
-    assert got[0].shape == (1, 20) and _rel(got[0], want[0]) <= TOL and torch.equal(got[1], want[1])
+    assert got[0].shape == (1, 20) and rel(got[0], want[0]) <= TOL and torch.equal(got[1], want[1])
 
 
 @pytest.mark.parametrize("rows", [5, 12, 70])  # CUDA cores, tensor cores, dequantize + F.linear
@@ -51,7 +46,7 @@ def test_rows_of_each_path(rows, poison_outputs):
     for scheme in ("int4", "int8", "fp8"):
         w = _weight(36, 256, scheme, seed=rows)
         got = wq_gemv.wq_linear(x, *w, bias)
-        assert got.shape == (rows, 36) and _rel(got, ref.wq_linear(x, *w, bias)) <= TOL, scheme
+        assert got.shape == (rows, 36) and rel(got, ref.wq_linear(x, *w, bias)) <= TOL, scheme
 
 
 def test_tiny_qwen35_quantized_through_triton_equals_the_references(tmp_path, monkeypatch):
@@ -66,8 +61,8 @@ def test_tiny_qwen35_quantized_through_triton_equals_the_references(tmp_path, mo
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     loaded = load_model(path, device="cpu", dtype="fp32", weight_quant="int4")
     got = prefill_logits(loaded.model, prompt[:1])  # one row: the decode GEMV
-    assert _rel(got, want[:1]) <= TOL
+    assert rel(got, want[:1]) <= TOL
     got = prefill_logits(loaded.model, prompt)
-    assert _rel(got, want) <= TOL
+    assert rel(got, want) <= TOL
     chosen = loaded.model.ops.registry.chosen()
     assert chosen["wq_linear"] == chosen["add_rms_norm_wq_linear"] == "triton"

@@ -26,12 +26,10 @@ from anna_core.kernels.reference.activations import act_and_mul  # noqa: E402
 from anna_core.testing.prequant_checkpoints import act_order_int4, gptq_tensors  # noqa: E402
 from anna_core.weights.prequant import PrequantConfig, repack_gptq  # noqa: E402
 
+from tests.xpu_kernels._wq_cases import rel  # noqa: E402
+
 TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2, torch.float16: 2e-3}
 EPS = 1e-6
-
-
-def _rel(a, b):
-    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
 def _act_order_weight(n, k, dtype, seed):
@@ -63,10 +61,10 @@ def test_wq_linear_reads_the_columns_in_the_stored_order(rows, perm_dtype, poiso
     x, bias = torch.randn(rows, 384, generator=gen), torch.randn(40, generator=gen)
     qweight, scale, zero, scheme, _, perm = _tensors(weight, perm_dtype)
     got = wq_gemv.wq_linear(x, qweight, scale, zero, scheme, bias, perm)
-    assert got.shape == (rows, 40) and _rel(got, x @ dense.t() + bias) <= TOL[torch.float32]
-    assert _rel(got, ref.wq_linear(x, qweight, scale, zero, scheme, bias, perm)) <= TOL[torch.float32]
+    assert got.shape == (rows, 40) and rel(got, x @ dense.t() + bias) <= TOL[torch.float32]
+    assert rel(got, ref.wq_linear(x, qweight, scale, zero, scheme, bias, perm)) <= TOL[torch.float32]
     # the order matters: the stored weight read in x's own order is another product
-    assert _rel(wq_gemv.wq_linear(x, qweight, scale, zero, scheme, bias), x @ dense.t() + bias) > 0.1
+    assert rel(wq_gemv.wq_linear(x, qweight, scale, zero, scheme, bias), x @ dense.t() + bias) > 0.1
 
 
 @pytest.mark.parametrize("rows", [1, 3, 12, 70])
@@ -89,15 +87,15 @@ def test_norm_prologue_reads_the_permuted_columns(rows, dtype, variant, poison_o
     h, want_residual = ref_norms.add_rms_norm(x, res, nw, EPS, True)  # gather + norm + GEMV, one op each
     want = ref.wq_linear(h.index_select(-1, weight.perm), qweight, scale, zero, scheme, None)
     want = want if activation is None else act_and_mul(want, activation)
-    assert got.shape == want.shape and _rel(got, want) <= TOL[dtype]
-    assert _rel(new_residual, want_residual) <= TOL[dtype]
+    assert got.shape == want.shape and rel(got, want) <= TOL[dtype]
+    assert rel(new_residual, want_residual) <= TOL[dtype]
     # the same kernel on the columns gathered beforehand (what the layer launched before): the same result
     p = weight.perm
     pre, _ = wq_gemv.add_rms_norm_wq_linear(x[:, p].contiguous(), None if res is None else res[:, p].contiguous(),
                                             nw[p].contiguous(), EPS, True, qweight, scale, zero, scheme, activation)
-    assert _rel(got, pre) <= TOL[dtype] / 4
+    assert rel(got, pre) <= TOL[dtype] / 4
     # the op's torch reference agrees too
-    assert _rel(got, ref.add_rms_norm_wq_linear(x, res, nw, EPS, True, qweight, scale, zero, scheme, activation,
+    assert rel(got, ref.add_rms_norm_wq_linear(x, res, nw, EPS, True, qweight, scale, zero, scheme, activation,
                                                 perm)[0]) <= TOL[dtype]
 
 
@@ -113,7 +111,7 @@ def test_wide_rows_run_the_norm_apart_and_the_gemv_permuted(poison_outputs):
     qweight, scale, zero, scheme, _, perm = _tensors(weight)
     got = wq_gemv.add_rms_norm_wq_linear(x, res, nw, EPS, False, qweight, scale, zero, scheme, "silu", perm)
     want = ref.add_rms_norm_wq_linear(x, res, nw, EPS, False, qweight, scale, zero, scheme, "silu", perm)
-    assert got[0].shape == (1, 20) and _rel(got[0], want[0]) <= TOL[torch.float32] and torch.equal(got[1], want[1])
+    assert got[0].shape == (1, 20) and rel(got[0], want[0]) <= TOL[torch.float32] and torch.equal(got[1], want[1])
 
 
 @pytest.mark.parametrize(("perm", "match"), [
@@ -177,7 +175,7 @@ def test_act_order_qwen35_decode_step_keeps_the_fused_norm(tmp_path, monkeypatch
     permuted = {n.rpartition(".")[2] for n, m in model.named_modules() if isinstance(m, WQLinear) and m.perm is not None}
     assert permuted == {"qkv_proj", "in_proj_all", "gate_up_proj"}  # the layers reading 2+ groups (down_proj folded)
     launches, aten_ops, got = _decode_step(model, prompt[0])
-    assert _rel(got, want) <= 1e-5 and _rel(got, oracle) <= 1e-4
+    assert rel(got, want) <= 1e-5 and rel(got, oracle) <= 1e-4
     assert model.ops.registry.chosen()["add_rms_norm_wq_linear"] == "triton"
     assert not {"aten:index_select", "aten:gather", "aten:index"} & set(launches)
     assert not {"index_select", "gather", "index"} & set(aten_ops)  # not inside the Triton launches either

@@ -15,19 +15,10 @@ from tests.xpu_kernels._interp import require_triton_interpreter
 require_triton_interpreter()
 
 from anna_core.kernels.reference import wq_linear as ref  # noqa: E402
-from anna_core.weights.gpu_quant import quantize  # noqa: E402
+
+from tests.xpu_kernels._wq_cases import quantized_weight, rel  # noqa: E402
 
 TOL = 1e-5
-
-
-def _rel(a, b):
-    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
-
-
-def _weight(n, k, scheme, seed=0):
-    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.1
-    q = quantize(w, scheme, torch.float32)
-    return q.qweight, q.scale, q.zero
 
 
 # (rows, N, K, config): odd N (clamped rows, masked stores), K past one tile and not a multiple of the tile,
@@ -50,11 +41,11 @@ def test_matches_the_reference(scheme, case, poison_outputs):
     m, n, k, (bn, bk, splits) = case
     gen = torch.Generator().manual_seed(m * 100 + n)
     x, bias = torch.randn(m, k, generator=gen), torch.randn(n, generator=gen)
-    w = _weight(n, k, scheme, seed=n)
+    w = quantized_weight(n, k, scheme, seed=n)
     assert dec.takes(x, w[0], scheme)
     got = dec.launch(x, *w, scheme, bias, n, k, Prologue(), 0, dec.WqConfig(bn, bk, splits))
     want = ref.wq_linear(x, *w, scheme, bias)
-    assert got.shape == (m, n) and _rel(got, want) <= TOL
+    assert got.shape == (m, n) and rel(got, want) <= TOL
     assert not dec.launch.counters.get(x.device, 1).any()  # the arrival counters are left at zero
 
 
@@ -66,10 +57,10 @@ def test_norm_prologue_and_gated_epilogue(scheme, activation, poison_outputs):
     k, rows = 384, 3
     gen = torch.Generator().manual_seed(7)
     x, res, nw = torch.randn(rows, k, generator=gen), torch.randn(rows, k, generator=gen), torch.randn(k, generator=gen)
-    w = _weight(2 * 21, k, scheme, seed=3)  # 21 outputs: the last program's gate/up pairs are partly masked
+    w = quantized_weight(2 * 21, k, scheme, seed=3)  # 21 outputs: the last program's gate/up pairs are partly masked
     got = wq_gemv.add_rms_norm_wq_linear(x, res, nw, 1e-6, True, *w, scheme, activation)
     want = ref.add_rms_norm_wq_linear(x, res, nw, 1e-6, True, *w, scheme, activation)
-    assert got[0].shape == (rows, 21) and _rel(got[0], want[0]) <= TOL and torch.equal(got[1], want[1])
+    assert got[0].shape == (rows, 21) and rel(got[0], want[0]) <= TOL and torch.equal(got[1], want[1])
 
 
 @pytest.mark.parametrize("scheme", ["int8", "fp8"])
@@ -110,17 +101,17 @@ def test_int4_codes_of_every_value():
     scale, zero = torch.rand(n, 1, generator=gen) * 0.1, torch.randn(n, 1, generator=gen)
     x = torch.randn(1, k, generator=gen)
     got = dec.launch(x, qweight, scale, zero, "int4", None, n, k, Prologue(), 0, dec.WqConfig(4, 128, 1))
-    assert _rel(got, ref.wq_linear(x, qweight, scale, zero, "int4", None)) <= TOL
+    assert rel(got, ref.wq_linear(x, qweight, scale, zero, "int4", None)) <= TOL
 
 
 def test_shapes_it_leaves_to_the_tiled_kernel(poison_outputs):
     from anna_xpu_kernels import wq_gemv, wq_gemv_decode
 
     x = torch.randn(2, 12)
-    w = _weight(5, 12, "int8")  # K not a multiple of 8: no 8-code units
+    w = quantized_weight(5, 12, "int8")  # K not a multiple of 8: no 8-code units
     assert not wq_gemv_decode.takes(x, w[0], "int8")
-    assert _rel(wq_gemv.wq_linear(x, *w, "int8", None), ref.wq_linear(x, *w, "int8", None)) <= TOL
-    assert not wq_gemv_decode.takes(torch.randn(9, 128), _weight(5, 128, "int4")[0], "int4")  # 9 rows
+    assert rel(wq_gemv.wq_linear(x, *w, "int8", None), ref.wq_linear(x, *w, "int8", None)) <= TOL
+    assert not wq_gemv_decode.takes(torch.randn(9, 128), quantized_weight(5, 128, "int4")[0], "int4")  # 9 rows
 
 
 def test_int4_scales_in_either_layout(poison_outputs):
@@ -128,14 +119,14 @@ def test_int4_scales_in_either_layout(poison_outputs):
     scales give the same result through both kernels."""
     from anna_xpu_kernels import wq_gemv
 
-    qweight, scale, zero = _weight(24, 256, "int4", seed=5)
+    qweight, scale, zero = quantized_weight(24, 256, "int4", seed=5)
     scale_g, zero_g = scale.t().contiguous().t(), zero.t().contiguous().t()
     assert scale_g.stride() == (1, 24)
     for rows in (3, 12):  # the decode kernel, the tiled kernel
         x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
         want = ref.wq_linear(x, qweight, scale, zero, "int4", None)
         for s, z in ((scale, zero), (scale_g, zero_g), (scale_g, zero)):
-            assert _rel(wq_gemv.wq_linear(x, qweight, s, z, "int4", None), want) <= TOL
+            assert rel(wq_gemv.wq_linear(x, qweight, s, z, "int4", None), want) <= TOL
 
 
 def test_tuning_space_per_shape():

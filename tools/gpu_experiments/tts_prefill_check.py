@@ -14,67 +14,34 @@ the repo root with the Anna wheels installed (about 20-40 s; bound it)::
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # tests.audio's fixture helpers
-DEVICE = os.environ.get("DEVICE", "cuda")
+from tts_check_setup import DEVICE, golden_prompts, greedy_codes, speech_engine
 
 
 def _run(kind: str, prefill_graphs: bool, facts, g):
     """``({request id: codes}, runner)`` of every golden case of ``kind`` at once, then the first again alone."""
-    from anna_audio.qwen3_tts import build_prompt
-    from anna_audio.qwen3_tts.engine_requests import FrameAssembler, engine_request, talker_params
-    from anna_audio.qwen3_tts.generate import GREEDY
-    from anna_audio.qwen3_tts.sampling import SpeechSampling
-    from anna_audio.speech import task
     from anna_core.engine.config import EngineConfig
     from anna_core.engine.model_runner import RunnerConfig
-    from anna_core.loading import load_model
 
-    from tests.audio.test_qwen3_tts_talker import _requests
-    from tests.audio.tts_golden import CHECKPOINTS
+    from tests.audio.tts_golden import speech_requests
 
-    sampling = SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.05, max_new_tokens=24)
-    loaded = load_model(CHECKPOINTS[kind], device=DEVICE, dtype="float32")
-    loaded.model.predictor_sampling = GREEDY  # before the graphs capture the code predictor's choice
-    built = task.build(loaded, EngineConfig(max_num_seqs=8), RunnerConfig(cuda_graph=True, warmup=True,
-                                                                          prefill_graphs=prefill_graphs))
-    engine, model = built.engine, loaded.model
-    with torch.inference_mode():
-        prompts = {f"{case}/{row}": build_prompt(model.config, model.talker, model.predictor, request)
-                   for case, row, request in _requests(facts["cases"], g)}
-    groups = model.config.talker.num_code_groups
-    codes = {}
-    first = next(iter(prompts))
-    for batch in (prompts, {f"{first}/alone": prompts[first]}):
-        frames = {}
-        for rid, prompt in batch.items():
-            r = engine_request(prompt, model.placeholder_id, talker_params(sampling))
-            engine.add_request(rid, r.prompt_ids, r.params, multimodal=r.multimodal)
-            frames[rid] = FrameAssembler()
-        while engine.has_unfinished():
-            for out in engine.step():
-                if out.finish_reason == "error":
-                    print(f"{kind} prefill_graphs={prefill_graphs}: {out.request_id} failed: {out.error}")
-                frames[out.request_id].feed(out)
-        codes.update({rid: f.codes(groups) for rid, f in frames.items()})
-    runner = engine.runner
-    counts = (runner.num_prefill_graph_steps, runner.num_graph_steps, runner.num_eager_steps,
-              runner.graph_report()["prefill"])
-    built.vocoder.close()
-    del built, engine, model, loaded
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    with speech_engine(kind, EngineConfig(max_num_seqs=8),
+                       RunnerConfig(cuda_graph=True, warmup=True, prefill_graphs=prefill_graphs)) as (engine, model):
+        prompts = golden_prompts(model, speech_requests(facts["cases"], g))
+        codes = {}
+        first = next(iter(prompts))
+        for batch in (prompts, {f"{first}/alone": prompts[first]}):
+            codes.update(greedy_codes(engine, model, batch, f"{kind} prefill_graphs={prefill_graphs}")[0])
+        runner = engine.runner
+        counts = (runner.num_prefill_graph_steps, runner.num_graph_steps, runner.num_eager_steps,
+                  runner.graph_report()["prefill"])
     return codes, counts
 
 
 def main() -> int:
-    from tests.audio.tts_golden import golden
+    from tests.audio.tts_golden import golden, golden_codes
 
     failed = False
     for kind in ("base", "custom_voice", "voice_design"):
@@ -82,7 +49,7 @@ def main() -> int:
         runs = {}
         for on in (True, False):
             codes, (prefill, decode, eager, report) = _run(kind, on, facts, g)
-            want = {rid: g[f"{rid.split('/')[0]}/codes/{rid.split('/')[1]}"] for rid in codes}
+            want = {rid: golden_codes(g, rid) for rid in codes}
             golden_ok = sum(torch.equal(c, want[rid]) for rid, c in codes.items())
             print(f"{kind} prefill_graphs={on}: prefill graph replays {prefill}, decode graph steps {decode}, eager "
                   f"{eager}; golden codes equal {golden_ok}/{len(codes)}; prefill graphs captured "

@@ -7,6 +7,7 @@ Everything is seeded and takes well under a second or two on a CPU. The oracle-s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +334,19 @@ def write_vl_shape_folder(config_dir: str | Path, path: str | Path, *,
         "temporal_patch_size": temporal, "merge_size": merge, "fps": 2, "max_frames": 768,
         "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))
     return path
+
+
+def copy_with_tensors(src: str | Path, dst: str | Path, edit: Callable[[dict[str, torch.Tensor]], Any]) -> Path:
+    """Copy the single-file checkpoint folder ``src`` to ``dst`` (which must not exist), letting ``edit(tensors)``
+    change its ``model.safetensors`` tensor dict in place (drop, add, reshape a tensor: a load error's test case);
+    ``dst``."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    dst = Path(dst)
+    shutil.copytree(src, dst)
+    tensors = load_file(str(dst / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst

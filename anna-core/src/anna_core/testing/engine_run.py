@@ -1,9 +1,13 @@
-"""Driving an :class:`~anna_core.engine.llm_engine.LLMEngine` synchronously until its requests finish."""
+"""Driving an :class:`~anna_core.engine.llm_engine.LLMEngine` synchronously until its requests finish, and keeping the
+logits its sampler sees."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
 
 
 def run_to_completion(engine: Any, prompts: Sequence[list[int]], params: Any = None, *, prefix: str = "r",
@@ -36,3 +40,21 @@ def run_to_completion(engine: Any, prompts: Sequence[list[int]], params: Any = N
             if out.finished:
                 final[out.request_id] = out
     return [final[f"{prefix}{i}"] for i in range(len(prompts))]
+
+
+class LogitsRecorder:
+    """Wraps an engine's sampler (``engine.runner.sampler = LogitsRecorder(engine.runner.sampler)``) and keeps every
+    logits row it is called with: ``rows[request id]``, one ``[vocab]`` float32 copy per sampling step, in order. Every
+    other attribute is the wrapped sampler's."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.rows: defaultdict[str, list[torch.Tensor]] = defaultdict(list)
+
+    def __call__(self, logits: torch.Tensor, requests: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+        for i, r in enumerate(requests):
+            self.rows[r.request_id].append(logits[i].detach().float().clone())
+        return self.inner(logits, requests, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

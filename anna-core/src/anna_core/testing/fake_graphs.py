@@ -13,11 +13,15 @@ real graph does with its kernels.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from anna_core.device import Accelerator, StepGraph
 from anna_core.testing.host_reads import NoHostReads
+
+if TYPE_CHECKING:
+    from anna_core.engine.cuda_graphs import DecodeGraphs
 
 
 class FakeGraphAccelerator(Accelerator):
@@ -43,3 +47,18 @@ class FakeGraphAccelerator(Accelerator):
             fn()
 
         return StepGraph(replay)
+
+
+def record_rows_launched_ahead(graphs: DecodeGraphs) -> list[int]:
+    """Wrap ``graphs.run`` (a runner's captured decode graphs, from now on): the returned list gets, per decode graph
+    launch, how many of its rows read their input token from the previous replay (``prev_rows`` entries ``>= 0``:
+    the step was launched before the previous one was read back), 0 for a launch without ``prev_rows``."""
+    counts: list[int] = []
+    run = graphs.run
+
+    def recording(*args, prev_rows=None, **kwargs):
+        counts.append(sum(r >= 0 for r in prev_rows) if prev_rows is not None else 0)
+        return run(*args, prev_rows=prev_rows, **kwargs)
+
+    graphs.run = recording
+    return counts

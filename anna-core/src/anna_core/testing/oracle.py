@@ -48,6 +48,24 @@ def hf_greedy(path: str | Path, input_ids: list[int], max_new_tokens: int, model
 
     gen = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=0,
                            eos_token_id=None, pad_token_id=0)
+    out = _generate_without_eos(model, gen, torch.tensor([input_ids]),
+                                attention_mask=torch.ones(1, len(input_ids), dtype=torch.long))
+    return out[0, len(input_ids):].tolist()
+
+
+def hf_greedy_inputs(model: Any, inputs: dict[str, torch.Tensor], n: int) -> list[int]:
+    """``n`` greedy tokens from HF ``generate`` over one request's model inputs (``inputs``: what its processor
+    returns, ``input_ids`` ``[1, P]`` among them; EOS disabled, so exactly ``n``)."""
+    from transformers import GenerationConfig
+
+    gen = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=n, eos_token_id=None, pad_token_id=0)
+    out = _generate_without_eos(model, gen, **inputs)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def _generate_without_eos(model: Any, gen: Any, *args: Any, **inputs: Any) -> torch.Tensor:
+    """``model.generate(*args, **inputs, generation_config=gen)`` without gradients, the model's own EOS ids cleared
+    for the call."""
     # generate() fills fields left at their defaults (eos_token_id None) from the model's own generation
     # config, which may name EOS ids (a GGUF's tokenizer.ggml.eos_token_id): clear them for the call
     defaults = model.generation_config
@@ -55,8 +73,6 @@ def hf_greedy(path: str | Path, input_ids: list[int], max_new_tokens: int, model
     defaults.eos_token_id = None
     try:
         with torch.no_grad():
-            out = model.generate(torch.tensor([input_ids]),
-                                 attention_mask=torch.ones(1, len(input_ids), dtype=torch.long), generation_config=gen)
+            return model.generate(*args, **inputs, generation_config=gen)
     finally:
         defaults.eos_token_id = saved
-    return out[0, len(input_ids):].tolist()

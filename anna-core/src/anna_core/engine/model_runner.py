@@ -20,85 +20,35 @@ import attrs
 import torch
 
 from anna_core.device import Accelerator, accelerator
-from anna_core.engine.cache_allocator import has_state, scratch_block, zero_slots
-from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, build_checkpoints
-from anna_core.engine.config import non_negative
+from anna_core.engine.batch_builder import BatchBuilder
+from anna_core.engine.cache_allocator import has_state, zero_slots
+from anna_core.engine.checkpoint_plan import CheckpointTarget
 from anna_core.engine.cuda_graphs import MODES, TOPK_MODES, DecodeGraphs
 from anna_core.engine.encoder_outputs import EncoderOutputs
-from anna_core.engine.forward_batch import ForwardBatch, GroupTable, PromptStart
+from anna_core.engine.forward_batch import ForwardBatch, PromptStart
 from anna_core.engine.graph_staging import PendingIds
-from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
+from anna_core.engine.logits_processors import LogitsProcessors
 from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from anna_core.engine.request import PENDING
-from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows, unfiltered
+from anna_core.engine.runner_config import COMPILE_MODES, RunnerConfig, inductor_mode  # noqa: F401 - re-exported
+from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import SchedulerOutput
-from anna_core.engine.topk_head import FUSED_K, fits_topk_head, sample_candidates, topk_head_mode
+from anna_core.engine.step_sampling import decode_sample_mode, kept_logits, sample_rows, wants_logits
+from anna_core.engine.topk_head import FUSED_K, fits_topk_head, sample_candidates
 from anna_core.engine.warmup import warm_up
 from anna_core.errors import AnnaError
 from anna_core.layers.quant_linear import use_int8_heads
-from anna_core.layers.state_checkpoints import StateCheckpoints
 from anna_core.model import CausalLM, ModelCaches
 
 log = logging.getLogger("anna.engine")
 
-COMPILE_MODES = ("none", "default", "max-autotune")
 NOT_SET_UP = "not set up (ModelRunner.setup has not run)"
 """:meth:`ModelRunner.graph_report`'s ``why_not`` before :meth:`ModelRunner.setup`."""
 
 
 def _capture_failed(exc: Exception) -> str:
     return f"capture failed: {type(exc).__name__}: {str(exc)[:300]}"
-
-
-def _compile_mode(value: str) -> str:
-    if value not in COMPILE_MODES:
-        raise AnnaError(f"compile_mode must be one of {COMPILE_MODES}, got {value!r}")
-    return value
-
-
-@attrs.define
-class RunnerConfig:
-    """How the runner executes steps (independent of :class:`~anna_core.engine.config.EngineConfig`).
-
-    Attributes:
-        cuda_graph: capture decode steps as device graphs where the device supports them
-            (CUDA; XPU with ``torch.xpu.XPUGraph``); ignored on CPU. ``--no-cuda-graph`` sets False.
-        compile_mode: ``torch.compile`` the forward + LM head before capture: ``"none"``,
-            ``"default"`` or ``"max-autotune"`` (run without compile-side CUDA graphs, since the
-            runner captures its own). Also: a tied LM head kept as its GGUF's ``Q8_0`` codes on the CPU computes
-            from them in one compiled loop (:meth:`~anna_core.layers.quant_linear.QuantizedEmbedding.use_int8_head`:
-            float32 logits, a quarter of the bytes; compiled at set-up), and a model that declares
-            ``compiled_decode`` (:class:`~anna_core.model.ModelCapabilities`) runs its one-sequence decode steps
-            on the CPU through one function compiled by inductor with its C++ wrapper (compiled by a warm-up
-            decode at set-up, which then runs even with ``warmup`` off; a model whose compile fails decodes eagerly).
-        warmup: run one prefill + decode at start-up so the first request pays no compile or
-            autotune time.
-        max_prefill_replays: the most fresh prompts of one step that each replay their own prefill graph
-            (a step of decodes and prompts, or of several prompts; see :meth:`ModelRunner.plan`); a step with
-            more prompts computes them in one eager pass, which reads the weights once for all of them.
-        prefill_graphs: with ``cuda_graph``, also capture prefill graphs (:mod:`anna_core.engine.prefill_graphs`) where
-            the model declares ``padded_prefill``; False leaves prefills eager and decode graphs as they are (an A/B
-            switch for benchmarks).
-        fused_topk_head: the fused top-k LM head (:mod:`anna_core.engine.topk_head`) for steps whose every request
-            needs at most the top 64 logits, on a model that declares ``topk_head``: ``"auto"`` on accelerators
-            (``--fused-topk-head``), ``"on"`` on every device (the CPU runs the op's reference), ``"off"`` never
-            (the default: the untuned kernel measured slower than the full head and an argmax).
-
-    Raises:
-        AnnaError: unknown ``compile_mode``.
-    """
-
-    cuda_graph: bool = True
-    compile_mode: str = attrs.field(default="none", converter=_compile_mode)
-    warmup: bool = True
-    max_prefill_replays: int = attrs.field(default=16, validator=non_negative)
-    prefill_graphs: bool = True
-    fused_topk_head: str = attrs.field(default="off", converter=topk_head_mode)
-
-
-def _wants_logits(seq) -> bool:
-    return seq.capture_prompt and not needs_processing(seq.request.params)
 
 
 class ModelRunner:
@@ -131,6 +81,9 @@ class ModelRunner:
         # separately into the graphs
         self.own_positions = bool(caps.modalities) or caps.position_rows > 1
         self.encoder = EncoderOutputs(model, device, self.accel) if caps.modalities else None
+        self.batches = BatchBuilder(caches, device, position_rows=caps.position_rows, own_positions=self.own_positions,
+                                    encoder=self.encoder, side_outputs=caps.side_outputs,
+                                    checkpoint_target=checkpoint_target)
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
         self.profile_scopes = False
@@ -176,7 +129,7 @@ class ModelRunner:
                                             "offloaded experts read their ids on the host)")
         clock = time.perf_counter
         if config.compile_mode != "none":  # kept-quantized Q8_0 tied heads (CPU GGUF): from their int8 codes
-            mode = "max-autotune-no-cudagraphs" if config.compile_mode == "max-autotune" else "default"
+            mode = inductor_mode(config.compile_mode)
             t0 = clock()
             try:
                 if use_int8_heads(self.model, lambda fn: torch.compile(fn, mode=mode, dynamic=False)):
@@ -220,7 +173,7 @@ class ModelRunner:
         vocab = self.model.vocab_size
         compile_fn = None
         if config.compile_mode != "none":
-            mode = "max-autotune-no-cudagraphs" if config.compile_mode == "max-autotune" else "default"
+            mode = inductor_mode(config.compile_mode)
 
             def compile_fn(fn):
                 return torch.compile(fn, mode=mode, dynamic=False)
@@ -321,7 +274,7 @@ class ModelRunner:
         """Whether the sampling sequences ``seqs`` of a step take the fused top-k head: it is active, every
         request fits it (:func:`~anna_core.engine.topk_head.fits_topk_head`) and no row's logits are kept."""
         return (self.topk_head_active and fits_topk_head([s.request for s in seqs])
-                and not any(_wants_logits(s) for s in seqs))
+                and not any(wants_logits(s) for s in seqs))
 
     def warmup(self, max_model_len: int) -> None:
         """Prefills and one decode on the scratch block and slot before the first request
@@ -344,80 +297,9 @@ class ModelRunner:
             self.accel.synchronize()
 
     def build_batch(self, out: SchedulerOutput) -> ForwardBatch:
-        """Flatten the scheduled sequences into a :class:`ForwardBatch` on the device."""
-        bs = self.caches.block_size
-        input_ids: list[int] = []
-        cu_seqlens = [0]
-        seq_lens: list[int] = []
-        query_lens: list[int] = []
-        state_slots: list[int] = []
-        logits_indices: list[int] = []
-        num_rows = self.position_rows
-        position_rows: list[list[int]] = [[] for _ in range(num_rows)]
-        uniform = True  # every position row equal: no token of this step has media positions of its own
-        for seq in out.seqs:
-            n = seq.num_new_tokens
-            input_ids += seq.token_ids
-            mm = seq.request.multimodal if self.own_positions else None
-            if mm is not None:
-                uniform = uniform and (mm.positions is None or seq.start >= seq.request.num_prompt_tokens)
-                for r, p in zip(position_rows, mm.position_rows(seq.start, seq.context_len,
-                                                               seq.request.num_prompt_tokens, num_rows)):
-                    r += p
-            else:
-                for r in position_rows:
-                    r += range(seq.start, seq.start + n)
-            cu_seqlens.append(cu_seqlens[-1] + n)
-            seq_lens.append(seq.context_len)
-            query_lens.append(n)
-            state_slots.append(seq.state_slot)
-            if seq.samples:
-                logits_indices.append(cu_seqlens[-1] - 1)
-        dev = self.device
-        tables: list[GroupTable | None] = [None] * len(self.caches.groups)
-        for g in self.groups:
-            pad = scratch_block(self.caches, g)
-            slot_mapping: list[int] = []
-            for seq in out.seqs:
-                table = seq.block_tables[g]
-                slot_mapping += [table[p // bs] * bs + p % bs for p in range(seq.start, seq.context_len)]
-            width = max(len(s.block_tables[g]) for s in out.seqs)
-            rows = [s.block_tables[g] + [pad] * (width - len(s.block_tables[g])) for s in out.seqs]
-            tables[g] = GroupTable(block_tables=host_tensor(rows, torch.int32, dev),
-                                   slot_mapping=host_tensor(slot_mapping, torch.int64, dev))
-        positions = host_tensor(position_rows if num_rows > 1 else position_rows[0], torch.int64, dev)
-        embeds, embeds_mask = self.encoder.rows(out.seqs, cu_seqlens) if self.encoder is not None else (None, None)
-        return ForwardBatch(
-            checkpoints=self._checkpoints(out, cu_seqlens) if any(s.checkpoints for s in out.seqs) else None,
-            embeds=embeds, embeds_mask=embeds_mask,
-            input_ids=host_tensor(input_ids, torch.int64, dev),
-            positions=positions,
-            cu_seqlens=host_tensor(cu_seqlens, torch.int32, dev),
-            seq_lens=host_tensor(seq_lens, torch.int32, dev),
-            tables=tables,
-            state_slots=host_tensor(state_slots, torch.int64, dev),
-            logits_indices=host_tensor(logits_indices, torch.int64, dev),
-            query_lens=query_lens,
-            context_lens=seq_lens,
-            is_decode=out.is_decode,
-            uniform_positions=num_rows > 1 and uniform,
-            media=[s.request.multimodal for s in out.seqs],
-            side_outputs=[s.request.side_outputs for s in out.seqs] if self.model.capabilities.side_outputs else [],
-        )
-
-    def _checkpoints(self, out: SchedulerOutput, cu_seqlens: list[int]) -> StateCheckpoints:
-        """The in-pass snapshots of ``out``'s sequences (rows from ``cu_seqlens``).
-
-        Raises:
-            AnnaError: the scheduler planned them but the engine set no :attr:`checkpoint_target`.
-        """
-        target = self.checkpoint_target
-        if target is None:
-            raise AnnaError("a step carries in-pass state snapshots but the runner has no snapshot store")
-        seqs = [SeqCheckpoints(row=cu_seqlens[i], num_rows=s.num_new_tokens, slot=s.state_slot,
-                               points=[(p - s.start, idx) for p, idx, _ in s.checkpoints])
-                for i, s in enumerate(out.seqs)]
-        return build_checkpoints(seqs, target.conv_width, target.conv_store, target.recurrent_store, self.device)
+        """Flatten the scheduled sequences into a :class:`ForwardBatch` on the device
+        (:meth:`~anna_core.engine.batch_builder.BatchBuilder.build`)."""
+        return self.batches.build(out)
 
     # -- the step ----------------------------------------------------------------------------
 
@@ -451,7 +333,7 @@ class ModelRunner:
             return None
         requests = [s.request for s in out.seqs]
         mode = self._sample_mode(requests, out.seqs)
-        if graph_safe(requests) and mode in graphs.modes and not any(_wants_logits(s) for s in out.seqs):
+        if graph_safe(requests) and mode in graphs.modes and not any(wants_logits(s) for s in out.seqs):
             return StepPath.DECODE_GRAPH
         if "logits" in graphs.modes:
             return StepPath.DECODE_LOGITS_GRAPH
@@ -461,14 +343,8 @@ class ModelRunner:
         """The captured sampler of a decode step: with the fused top-k head (when captured and the step takes it)
         ``"topk_greedy"`` (every row greedy) or ``"topk_sample"``; else ``"greedy"``, ``"sample_plain"`` (no row
         filters its distribution, when captured) or ``"sample"``."""
-        greedy = all(r.params.temperature == 0.0 for r in requests)
-        if "topk_sample" in self.graphs.modes and self.takes_topk_head(seqs):
-            return "topk_greedy" if greedy else "topk_sample"
-        if greedy:
-            return "greedy"
-        if "sample_plain" in self.graphs.modes and unfiltered(requests, self.graphs.vocab_size):
-            return "sample_plain"
-        return "sample"
+        graphs = self.graphs
+        return decode_sample_mode(requests, graphs.modes, graphs.vocab_size, topk_head=self.takes_topk_head(seqs))
 
     def _prefill_graph_fits(self, seq) -> bool:
         """Whether ``seq``, a fresh prompt computed whole this step, replays a captured prefill graph (prompt tokens
@@ -590,12 +466,12 @@ class ModelRunner:
         self.num_graph_steps += 1
         if "topk" in self.graphs.modes and self.takes_topk_head(out.seqs):
             values, indices, lse = self.graphs.run_topk(
-                [s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs], self._tables_by_group(out),
-                [s.state_slot for s in out.seqs], rope_positions=self._decode_positions(out))
+                [s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs], self.batches.tables_by_group(out),
+                [s.state_slot for s in out.seqs], rope_positions=self.batches.decode_positions(out))
             return self._sample_topk(path, values, indices, lse, out.seqs)
         logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
-                                        self._tables_by_group(out), [s.state_slot for s in out.seqs],
-                                        rope_positions=self._decode_positions(out))
+                                        self.batches.tables_by_group(out), [s.state_slot for s in out.seqs],
+                                        rope_positions=self.batches.decode_positions(out))
         return self._sample(path, logits, out.seqs)
 
     def _run_eager(self, out: SchedulerOutput, path: StepPath) -> ModelRunnerOutput:
@@ -658,24 +534,11 @@ class ModelRunner:
                                        [(p, i) for p, i, _ in seq.checkpoints], positions=positions,
                                        media=self.encoder.spans([seq], [0]) if self.encoder is not None else ())
 
-    def _decode_positions(self, out: SchedulerOutput) -> list[int] | None:
-        """The position (every row) of each decode's token when the model has its own positions: its index
-        plus the request's ``position_delta``; None otherwise (the index)."""
-        if not self.own_positions:
-            return None
-        return [s.start + (s.request.multimodal.position_delta if s.request.multimodal is not None else 0)
-                for s in out.seqs]
-
-    def _tables_by_group(self, out: SchedulerOutput) -> list[list[list[int]]]:
-        """Per attention group (runner order), every sequence's block table."""
-        return [[s.block_tables[g] for s in out.seqs] for g in self.groups]
-
     def _sample(self, path: StepPath, logits: torch.Tensor, seqs: list) -> ModelRunnerOutput:
         """The eager sampler (with the logits processors where a request needs them) on ``logits``
         ``[N, vocab]`` float32, one row per sequence of ``seqs``; keeps the rows the prompt cache wants."""
         requests = [s.request for s in seqs]
-        kept = {s.request_id: logits[i].detach().to(torch.float32).clone()
-                for i, s in enumerate(seqs) if _wants_logits(s)}
+        kept = kept_logits(logits, seqs)
         with self._scope("sampling"):
             ids = self.sample_rows(logits, requests)
         self.num_full_head_steps += 1
@@ -695,9 +558,7 @@ class ModelRunner:
         """Sample ``logits`` ``[N, vocab]`` float32, one row per request of ``requests`` (a step's rows, or
         prompt-cache hits' stored logits), through the logits processors where a request needs them; the
         ``tolist`` is the step's one host sync."""
-        if self.logits_processors is not None and any(needs_processing(r.params) for r in requests):
-            return self.logits_processors.sample(logits, requests, self.sampler)
-        return self.sampler(logits, requests).tolist()
+        return sample_rows(logits, requests, self.sampler, self.logits_processors)
 
     def _launch_decode(self, out: SchedulerOutput, prev_rows: dict[str, int] | None) -> PendingIds:
         """Stage and replay the captured decode graph with its sampler inside, without waiting for it."""
@@ -712,9 +573,9 @@ class ModelRunner:
             rows = [prev_rows.get(s.request_id, -1) if t == PENDING else -1 for s, t in zip(out.seqs, tokens)]
             if any(t == PENDING and r < 0 for t, r in zip(tokens, rows)):
                 raise AnnaError("a decode input token is pending but no launched step produces it")
-        pending = graphs.run(tokens, [s.start for s in out.seqs], self._tables_by_group(out),
+        pending = graphs.run(tokens, [s.start for s in out.seqs], self.batches.tables_by_group(out),
                              [s.state_slot for s in out.seqs], mode, floats, ints, prev_rows=rows,
-                             rope_positions=self._decode_positions(out))
+                             rope_positions=self.batches.decode_positions(out))
         self.num_graph_steps += 1
         if mode.startswith("topk"):
             self.num_topk_head_steps += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from anna_core.engine.sched_output import SchedulerOutput
+from anna_core.engine.sched_output import Capture, SchedulerOutput
 from anna_core.engine.state_store import StateStore, copy_blocks
 from anna_core.engine.step_broadcast import StepBroadcaster
 from anna_core.model import ModelCaches
@@ -60,10 +60,7 @@ class CacheTransfers:
         done = [c for c in out.captures if c.kind == "snapshot" or c.request_id in prompt_logits]
         if done:
             self.broadcaster.before_capture(done)
-        snaps = [c for c in out.captures if c.kind == "snapshot"]
-        if snaps:
-            self.snapshot_store.save(self.caches, [c.state_slot for c in snaps], [c.index for c in snaps])
-        prompts, missing = [], []
+        missing = []
         for c in out.captures:
             if c.kind != "prompt":
                 continue
@@ -72,7 +69,15 @@ class CacheTransfers:
                 missing.append(c.request_id)
                 continue
             self.prompt_store.logits[c.index] = logits
-            prompts.append(c)
+        self.save(done)
+        return missing
+
+    def save(self, captures: list[Capture]) -> None:
+        """Copy the states of ``captures`` from their slots into their stores: snapshots, then prompt-cache entries
+        (their logits rows are :meth:`capture`'s; a tensor-parallel mirror keeps none)."""
+        snaps = [c for c in captures if c.kind == "snapshot"]
+        if snaps:
+            self.snapshot_store.save(self.caches, [c.state_slot for c in snaps], [c.index for c in snaps])
+        prompts = [c for c in captures if c.kind == "prompt"]
         if prompts:
             self.prompt_store.save(self.caches, [c.state_slot for c in prompts], [c.index for c in prompts])
-        return missing

@@ -1,4 +1,4 @@
-"""Runs one scheduled step: ForwardBatch on the device, forward, logits, sampling.
+"""Runs one scheduled step along the path :meth:`ModelRunner.plan` picks: forward, logits, sampling.
 
 The ``.tolist()`` of the sampled ids is the step's only host sync; every index tensor is built on
 the host and copied without blocking. After :meth:`ModelRunner.setup` with graphs enabled, a
@@ -6,14 +6,15 @@ decode-only step replays a captured graph (:mod:`anna_core.engine.cuda_graphs`):
 inside when every request's sampling fits it, else the forward and LM head only, sampled eagerly
 (penalties, ``min_tokens``, logit bias, grammars, logprobs); a fresh prompt replays a prefill graph of its
 length bucket, and a step mixing decodes and prompts runs its parts apart (:meth:`ModelRunner.split`).
-Everything else runs eagerly.
+Everything else runs eagerly. Its collaborators hold the other concepts: the settings
+(:mod:`anna_core.engine.runner_config`), the start-up and graph capture (:mod:`anna_core.engine.runner_setup`), the
+eager pass's inputs (:mod:`anna_core.engine.batch_builder`) and the sampling hand-off
+(:mod:`anna_core.engine.step_sampling`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import time
 from typing import Any
 
 import attrs
@@ -23,14 +24,15 @@ from anna_core.device import Accelerator, accelerator
 from anna_core.engine.batch_builder import BatchBuilder
 from anna_core.engine.cache_allocator import has_state, zero_slots
 from anna_core.engine.checkpoint_plan import CheckpointTarget
-from anna_core.engine.cuda_graphs import MODES, TOPK_MODES, DecodeGraphs
+from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.encoder_outputs import EncoderOutputs
 from anna_core.engine.forward_batch import ForwardBatch, PromptStart
 from anna_core.engine.graph_staging import PendingIds
 from anna_core.engine.logits_processors import LogitsProcessors
 from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from anna_core.engine.request import PENDING
-from anna_core.engine.runner_config import COMPILE_MODES, RunnerConfig, inductor_mode  # noqa: F401 - re-exported
+from anna_core.engine.runner_config import COMPILE_MODES, RunnerConfig  # noqa: F401 - re-exported
+from anna_core.engine.runner_setup import NOT_SET_UP, RunnerSetup
 from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import SchedulerOutput
@@ -38,17 +40,7 @@ from anna_core.engine.step_sampling import decode_sample_mode, kept_logits, samp
 from anna_core.engine.topk_head import FUSED_K, fits_topk_head, sample_candidates
 from anna_core.engine.warmup import warm_up
 from anna_core.errors import AnnaError
-from anna_core.layers.quant_linear import use_int8_heads
 from anna_core.model import CausalLM, ModelCaches
-
-log = logging.getLogger("anna.engine")
-
-NOT_SET_UP = "not set up (ModelRunner.setup has not run)"
-""":meth:`ModelRunner.graph_report`'s ``why_not`` before :meth:`ModelRunner.setup`."""
-
-
-def _capture_failed(exc: Exception) -> str:
-    return f"capture failed: {type(exc).__name__}: {str(exc)[:300]}"
 
 
 class ModelRunner:
@@ -108,7 +100,7 @@ class ModelRunner:
               max_prefill_tokens: int | None = None) -> None:
         """Warm up and capture the prefill graphs (:mod:`anna_core.engine.prefill_graphs`, for prompts of
         up to ``max_prefill_tokens``, default ``max_model_len``, where the model supports them) and the
-        decode graphs (where the device and ``config`` allow).
+        decode graphs (where the device and ``config`` allow): :class:`~anna_core.engine.runner_setup.RunnerSetup`.
 
         A failed capture (e.g. a kernel that synchronizes with the host) is logged and leaves those
         steps eager: serving continues, only slower. When ``torch.compile`` of the step is what fails
@@ -120,117 +112,14 @@ class ModelRunner:
         self.startup = {}
         self.max_prefill_replays = config.max_prefill_replays
         self.fused_topk_head = config.fused_topk_head
-        if not config.cuda_graph:
-            self._no_graphs = dict.fromkeys(self._no_graphs, "off (cuda_graph=False, --no-cuda-graph)")
-        elif not self.accel.graphs:
-            self._no_graphs = dict.fromkeys(self._no_graphs, f"the {self.device.type} device does not capture graphs")
-        elif not self.model.capabilities.graph_capture:
-            self._no_graphs = dict.fromkeys(self._no_graphs, "the model does not declare graph_capture (e.g. "
-                                            "offloaded experts read their ids on the host)")
-        clock = time.perf_counter
-        if config.compile_mode != "none":  # kept-quantized Q8_0 tied heads (CPU GGUF): from their int8 codes
-            mode = inductor_mode(config.compile_mode)
-            t0 = clock()
-            try:
-                if use_int8_heads(self.model, lambda fn: torch.compile(fn, mode=mode, dynamic=False)):
-                    self.startup["int8_head_compile_s"] = clock() - t0
-            except Exception as exc:  # noqa: BLE001 - e.g. no C++ compiler for inductor: the float32 head serves
-                log.warning("compiling the int8 LM head failed, keeping the float32 head: %s: %s",
-                            type(exc).__name__, str(exc)[:300])
-        compiled_decode = False
-        if config.compile_mode != "none" and self.device.type == "cpu" and self.model.capabilities.compiled_decode:
-            # the batch-1 decode step as one compiled function, compiled by the warm-up's decode (run for it even
-            # where warm-up is off, as on the CPU: the first request does not wait for the compiler); the C++
-            # wrapper calls its kernels without Python in between
-            options = {"cpp_wrapper": True, "max_autotune": config.compile_mode == "max-autotune"}
-            compiled_decode = self.model.compile_decode(self.caches, lambda fn: torch.compile(fn, options=options))
-        if config.warmup or compiled_decode:
-            t0 = clock()
-            self.warmup(max_model_len)
-            self.startup["warmup_s"] = clock() - t0
-        if config.cuda_graph and self.accel.graphs and self.model.capabilities.graph_capture:
-            width = -(-max_model_len // self.caches.block_size)
-            if config.prefill_graphs:
-                t0 = clock()
-                self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len), width)
-                self.startup["prefill_graphs_s"] = clock() - t0
-            else:
-                self._no_graphs["prefill"] = "off (RunnerConfig.prefill_graphs=False)"
-            t0 = clock()
-            self._capture_decode(config, max_num_seqs, width)
-            self.startup["decode_graphs_s"] = clock() - t0
-        if self.startup:
-            pg, dg = self.prefill_graphs, self.graphs
-            log.info("runner set-up: warm-up %.1f s (kernel compile and autotune), prefill graphs %.1f s (%s), decode "
-                     "graphs %.1f s (%s)", self.startup.get("warmup_s", 0.0), self.startup.get("prefill_graphs_s", 0.0),
-                     f"{len(pg.buckets)} prompt lengths" if pg is not None else "none",
-                     self.startup.get("decode_graphs_s", 0.0),
-                     f"{len(dg.buckets)} batch sizes x {len(dg.modes)} modes" if dg is not None else "none")
-
-    def _capture_decode(self, config: RunnerConfig, max_num_seqs: int, width: int) -> None:
-        """Capture the decode graphs (with ``torch.compile`` when ``config`` asks; uncompiled when that fails);
-        a failed capture is logged and leaves decode steps eager."""
-        vocab = self.model.vocab_size
-        compile_fn = None
-        if config.compile_mode != "none":
-            mode = inductor_mode(config.compile_mode)
-
-            def compile_fn(fn):
-                return torch.compile(fn, mode=mode, dynamic=False)
-
-        def capture(fn, topk: bool):
-            with_topk = {"modes": MODES + TOPK_MODES, "topk": FUSED_K} if topk else {}
-            graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,
-                                  max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn,
-                                  position_rows=self.position_rows, staged_positions=self.own_positions,
-                                  side_outputs=self.model.capabilities.side_outputs, **with_topk)
-            graphs.capture()
-            return graphs
-
-        # each attempt in turn: compiled (when asked) then uncompiled, with the fused top-k head's modes (when on)
-        # then without them (a failed top-k capture keeps the full head's graphs)
-        topk_options = (True, False) if self.topk_head_active else (False,)
-        attempts = [(fn, topk) for fn in ((compile_fn, None) if compile_fn is not None else (None,))
-                    for topk in topk_options]
-        for n, (fn, topk) in enumerate(attempts):
-            try:
-                self.graphs = capture(fn, topk)
-                self._no_graphs["decode"] = None
-                return
-            except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
-                if n == len(attempts) - 1:
-                    log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
-                    self._no_graphs["decode"] = _capture_failed(exc)
-                elif attempts[n + 1][0] is fn:  # the same step without the top-k modes
-                    log.warning("decode graph capture with the fused top-k head failed, capturing the full head's "
-                                "modes only: %s: %s", type(exc).__name__, str(exc))  # str: frees the attempt
-                else:  # e.g. dynamo cannot trace a kernel plugin's launcher: the graphs still pay without compile
-                    log.warning("decode graph capture with torch.compile (mode %s) failed, capturing the uncompiled "
-                                "step: %s: %s", config.compile_mode, type(exc).__name__, str(exc))
-
-    def _capture_prefill(self, max_tokens: int, width: int) -> None:
-        """Capture the prefill graphs of prompts up to ``max_tokens`` with block tables of up to ``width``
-        blocks (none when the model does not support padded prefills or no bucket fits); a failure is
-        logged and leaves prefills eager."""
-        buckets = prefill_buckets(max_tokens)
-        if not self.model.capabilities.padded_prefill:
-            self._no_graphs["prefill"] = "the model does not declare padded_prefill"
-            return
-        if not buckets:
-            self._no_graphs["prefill"] = f"no prompt-length bucket fits one-step prompts of up to {max_tokens} tokens"
-            return
-        try:
-            caps = self.model.capabilities
-            graphs = PrefillGraphs(self.model, self.caches, self.accel, buckets=buckets, max_blocks_per_seq=width,
-                                   checkpoints=self.checkpoint_target, position_rows=self.position_rows,
-                                   staged_positions=self.own_positions,
-                                   hidden_size=self.model.hidden_size if caps.modalities else None)
-            graphs.capture()
-            self.prefill_graphs = graphs
-            self._no_graphs["prefill"] = None
-        except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
-            log.warning("prefill graph capture failed, prefills run eagerly: %s: %s", type(exc).__name__, str(exc))
-            self._no_graphs["prefill"] = _capture_failed(exc)
+        # the graph factories are this module's names (tests patch them here)
+        setup = RunnerSetup(self.model, self.caches, self.accel, self.device, position_rows=self.position_rows,
+                            own_positions=self.own_positions, checkpoint_target=self.checkpoint_target,
+                            decode_graphs=DecodeGraphs, buckets=prefill_buckets)
+        done = setup.run(config, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                         max_prefill_tokens=max_prefill_tokens, topk_head=self.topk_head_active)
+        self.graphs, self.prefill_graphs = done.decode, done.prefill
+        self.startup, self._no_graphs = done.startup, done.why_not
 
     def graph_report(self) -> dict[str, dict[str, Any]]:
         """Which steps replay captured graphs (``/healthz``, ``engine.graphs``), family-neutral.

@@ -31,8 +31,8 @@ then the newest running request not yet scheduled this step is preempted by reco
 (:mod:`anna_core.engine.request_queues`: its blocks and slot are freed and it goes back to the front of
 the waiting queue, its output unchanged when resumed). With ``hold_last`` its last generated token is
 held back: the recompute stops before it without sampling, and the step that reaches it puts the token back
-(no new output), to be decoded next. No request is admitted in a step that preempted. The step's token budgets and each request's chunk are
-:mod:`anna_core.engine.step_budget`'s.
+(no new output), to be decoded next. No request is admitted in a step that preempted. The step's token
+budgets and each request's chunk are :mod:`anna_core.engine.step_budget`'s.
 """
 
 from __future__ import annotations

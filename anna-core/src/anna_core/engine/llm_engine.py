@@ -19,6 +19,12 @@ A model's side outputs (``ModelCapabilities.side_outputs``, e.g. a speech talker
 the ids (:class:`~anna_core.engine.graph_staging.PendingIds`), so its steps overlap too; with
 ``recompute_holds_last`` a step with a request holding its last token (a recompute after preemption) runs
 without overlap (:meth:`LLMEngine._can_overlap`).
+
+The engine holds the step loop and a request's life in it; its collaborators hold the other concepts: intake
+checks (:mod:`anna_core.engine.request_validation`), cache sizes (:mod:`anna_core.engine.cache_sizing`), the state
+restores and captures around a step (:mod:`anna_core.engine.cache_transfers`), a new token's stop rules and text
+(:mod:`anna_core.engine.token_outcome`), the step in flight (:mod:`anna_core.engine.inflight`), failed steps
+(:mod:`anna_core.engine.faults`) and memory admission (:mod:`anna_core.engine.memory_admission`).
 """
 
 from __future__ import annotations

@@ -117,15 +117,10 @@ class TensorParallelEngine(LLMEngine):
             reset_residual(self.caches, host_tensor(plan.residual_slots, torch.int64, self.device))
         out = plan.out
         if out is not None:
-            self._restore(out)
+            self.transfers.restore(out)
             if out.seqs:
                 self.runner.execute(out)
-        snaps = [c for c in plan.captures if c.kind == "snapshot"]
-        if snaps:
-            self.snapshot_store.save(self.caches, [c.state_slot for c in snaps], [c.index for c in snaps])
-        prompts = [c for c in plan.captures if c.kind == "prompt"]
-        if prompts:
-            self.prompt_store.save(self.caches, [c.state_slot for c in prompts], [c.index for c in prompts])
+        self.transfers.save(plan.captures)
 
 
 def serve_steps(engine: TensorParallelEngine) -> int:

@@ -69,6 +69,19 @@ def short_description(exc: BaseException, limit: int = 120) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def failure_message(exc: BaseException) -> str:
+    """The error a failed step's requests end with (an out-of-memory says so, for the client to retry)."""
+    if classify_failure(exc) == "oom":  # the allocator's own message (sizes, addresses) stays in the log
+        return "the device ran out of memory in this request's step; retry, or lower max_tokens"
+    return short_description(exc)
+
+
+def failure_code(exc: BaseException) -> str | None:
+    """The error code of a failed step's requests: ``"insufficient_memory"`` for a device out-of-memory,
+    ``"engine_degraded"`` for a lost device (it degrades the engine), else None (HTTP 500)."""
+    return {"oom": "insufficient_memory", "device": "engine_degraded"}.get(classify_failure(exc))
+
+
 class StepFailures:
     """Failed steps in a row and in all, and the degraded state.
 

@@ -1,4 +1,5 @@
-"""The decode step in flight under asynchronous scheduling (see :mod:`anna_core.engine.llm_engine`).
+"""The decode step in flight under asynchronous scheduling (see :mod:`anna_core.engine.llm_engine`), and which steps
+may be launched ahead (:func:`can_overlap`).
 
 A graph decode step is launched without waiting; each of its requests gets a
 :data:`~anna_core.engine.request.PENDING` placeholder as its newest token. The next engine call
@@ -10,11 +11,12 @@ model that declares ``side_outputs``, appends each request's side output of the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from anna_core.engine.graph_staging import PendingIds
 from anna_core.engine.request import PENDING, Request, RequestStatus
-from anna_core.engine.sched_output import SchedulerOutput
+from anna_core.engine.sched_output import SchedulerOutput, StepPath
 
 
 class Inflight:
@@ -54,6 +56,22 @@ class Inflight:
             req.output_token_ids[-1] = ids[row]
             if side_outputs is not None:
                 req.side_outputs.append(side_outputs[row])
+
+
+def can_overlap(out: SchedulerOutput, plan: Callable[[SchedulerOutput], StepPath]) -> bool:
+    """Whether ``out`` may be launched without waiting (with asynchronous scheduling on): the runner runs it as a
+    captured decode graph with the sampler inside (``plan``: :meth:`~anna_core.engine.model_runner.ModelRunner.plan`),
+    no prompt-cache or snapshot work surrounds it, and no request of it holds its last token
+    (``recompute_holds_last``: a held token is never a pending one; such a step, a recompute's, samples nothing and
+    never replays a decode graph)."""
+    if out.prompt_hits or not out.seqs:
+        return False
+    if any(s.request.held_token is not None for s in out.seqs):
+        return False
+    if any(s.capture_prompt or s.capture_snapshot or s.checkpoints or s.restore_snapshot is not None
+           for s in out.seqs):
+        return False
+    return plan(out) is StepPath.DECODE_GRAPH
 
 
 def resolve_pending(out: SchedulerOutput) -> None:

@@ -19,12 +19,17 @@ A model's side outputs (``ModelCapabilities.side_outputs``, e.g. a speech talker
 the ids (:class:`~anna_core.engine.graph_staging.PendingIds`), so its steps overlap too; with
 ``recompute_holds_last`` a step with a request holding its last token (a recompute after preemption) runs
 without overlap (:meth:`LLMEngine._can_overlap`).
+
+The engine holds the step loop and a request's life in it; its collaborators hold the other concepts: intake
+checks (:mod:`anna_core.engine.request_validation`), cache sizes (:mod:`anna_core.engine.cache_sizing`), the state
+restores and captures around a step (:mod:`anna_core.engine.cache_transfers`), a new token's stop rules and text
+(:mod:`anna_core.engine.token_outcome`), the step in flight (:mod:`anna_core.engine.inflight`), failed steps
+(:mod:`anna_core.engine.faults`) and memory admission (:mod:`anna_core.engine.memory_admission`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import math
 import secrets
@@ -36,25 +41,16 @@ from typing import Any
 import attrs
 import torch
 
-from anna_core.cache_spec import SlidingWindowSpec
 from anna_core.device import empty_cache
-from anna_core.engine.cache_allocator import (
-    allocate_caches,
-    capped_kv_budget_bytes,
-    default_kv_budget_bytes,
-    device_bytes_in_use,
-    group_block_caps,
-    plan_num_blocks,
-    reset_residual,
-    residual_bytes,
-    state_bytes,
-)
+from anna_core.engine.cache_allocator import allocate_caches, reset_residual, residual_bytes
 from anna_core.engine.cache_manager import CacheManager
+from anna_core.engine.cache_sizing import plan_cache_sizes
+from anna_core.engine.cache_transfers import CacheTransfers
 from anna_core.engine.checkpoint_plan import CheckpointTarget
 from anna_core.engine.config import EngineConfig, default_max_prefill_tokens
 from anna_core.engine.detokenizer import IncrementalDetokenizer
-from anna_core.engine.faults import FaultInjector, StepFailures, classify_failure, short_description
-from anna_core.engine.inflight import Inflight, resolve_pending
+from anna_core.engine.faults import FaultInjector, StepFailures, classify_failure, failure_code, failure_message
+from anna_core.engine.inflight import Inflight, can_overlap, resolve_pending
 from anna_core.engine.logits_processors import LogitsProcessors
 from anna_core.engine.memory_admission import (
     DeviceMemoryProbe,
@@ -64,17 +60,19 @@ from anna_core.engine.memory_admission import (
     MemoryPolicy,
     MemoryProbe,
 )
+from anna_core.engine.model_footprint import hidden_size, model_device_bytes, num_params
 from anna_core.engine.model_runner import ModelRunner, ModelRunnerOutput, StepPath
 from anna_core.engine.outputs import RequestOutput, request_output
 from anna_core.engine.request import PENDING, Request
+from anna_core.engine.request_validation import RequestValidator
 from anna_core.engine.sampler import host_tensor
 from anna_core.engine.sampling_params import SamplingParams
 from anna_core.engine.scheduler import Scheduler, SchedulerOutput
-from anna_core.engine.state_store import StateStore, copy_blocks
+from anna_core.engine.state_store import StateStore
 from anna_core.engine.step_broadcast import StepBroadcaster
 from anna_core.engine.stop_checker import StopStringChecker
+from anna_core.engine.token_outcome import token_outcome
 from anna_core.errors import (
-    AnnaError,
     EngineDegradedError,
     InvalidRequestError,
     MemoryUnavailableError,
@@ -84,9 +82,7 @@ from anna_core.kv_quant.settings import resolve_kv_quant
 from anna_core.layers.attention import check_attention_layers
 from anna_core.metrics import EngineMetrics
 from anna_core.model import CacheSpec, LoadedModel, check_model
-from anna_core.multimodal import MultiModalInputs, check_multimodal
-
-_MIB = 1 << 20
+from anna_core.multimodal import MultiModalInputs
 
 log = logging.getLogger("anna.engine")
 
@@ -137,41 +133,18 @@ class LLMEngine:
         self.eos_token_ids = tuple(eos_token_ids)
         check_model(model)
         self.kv_quant = resolve_kv_quant(config.kv_cache_quantization, config.kv_cache_quant_bits,
-                                         num_params=_num_params(model), supported=model.capabilities.quantized_kv,
+                                         num_params=num_params(model), supported=model.capabilities.quantized_kv,
                                          residual_len=config.kv_cache_residual_len, key_qjl=config.kv_cache_key_qjl)
         spec = model.cache_spec.with_kv_quant(self.kv_quant)  # the groups as allocated (TurboQuant layouts applied)
         self.cache_spec = spec
         if isinstance(model, torch.nn.Module):
             check_attention_layers(model, spec)
         bs = config.block_size
-        want_len = min(x for x in (config.max_model_len, model_max_len, 1 << 20) if x is not None)
-        recurrent = spec.recurrent is not None
-        snapshot_bytes = state_bytes(spec, 1, dtype)
-        snapshot_budget = int(config.snapshot_memory_mib * _MIB) if recurrent and config.enable_prefix_caching else 0
-        prompt_entries = config.prompt_cache_size
-        # a prompt-cache entry keeps its slot's residual rings too (an exact repeat computes nothing to fill them)
-        prompt_budget = (snapshot_bytes + residual_bytes(spec, 1, dtype)) * prompt_entries
-        num_blocks = self._num_blocks(spec, want_len, snapshot_budget + prompt_budget)
-        num_blocks = self.broadcaster.agree_num_blocks(num_blocks)  # block ids must be valid on every mirror
-        full = [n for g, n in zip(spec.attention_groups, num_blocks) if not isinstance(spec.groups[g], SlidingWindowSpec)]
-        self.max_model_len = min([want_len] + [n * bs for n in full])
-        if self.max_model_len < want_len:
-            log.warning("max_model_len capped at %d tokens: the KV cache holds %d blocks of %d",
-                        self.max_model_len, min(full), bs)
-        for g, n in zip(spec.attention_groups, num_blocks):
-            need = spec.groups[g].max_blocks_per_seq(self.max_model_len, bs)
-            if isinstance(spec.groups[g], SlidingWindowSpec) and n < need:
-                raise AnnaError(f"cache group {g} (sliding window of {spec.groups[g].window} tokens) has {n} blocks of "
-                                f"{bs} tokens; one sequence needs {need}: raise kv_cache_memory_gib or num_blocks")
-        num_snapshots = 0
-        if recurrent and config.enable_prefix_caching:
-            useful = self.max_model_len * config.max_num_seqs // config.snapshot_interval  # more have no KV behind them
-            if full:
-                useful = min(full) * bs // config.snapshot_interval
-            num_snapshots = (config.num_snapshots if config.num_snapshots is not None
-                             else min(useful, snapshot_budget // max(snapshot_bytes, 1)))
-            if num_snapshots == 0:
-                log.warning("prefix caching is off: the snapshot budget holds no recurrent-state snapshot")
+        sizes = plan_cache_sizes(spec, config, self.device, dtype, model_max_len=model_max_len,
+                                 model_device_bytes=self._model_device_bytes,
+                                 agree_num_blocks=self.broadcaster.agree_num_blocks)
+        num_blocks, num_snapshots = sizes.num_blocks, sizes.num_snapshots
+        self.max_model_len = sizes.max_model_len
         self.caches = allocate_caches(spec, num_blocks=num_blocks, block_size=bs, num_slots=config.max_num_seqs,
                                       device=self.device, dtype=dtype)
         self.has_residual = residual_bytes(spec, 1, dtype) > 0
@@ -180,7 +153,8 @@ class LLMEngine:
                    and spec.recurrent.conv_shape[-1] <= config.snapshot_interval)
         # in-pass snapshots get one more entry: the scratch that captured prefills write unreserved ones to
         self.snapshot_store = StateStore(spec, num_snapshots + int(in_pass), self.device, dtype)
-        self.prompt_store = StateStore(spec, prompt_entries, self.device, dtype, residual=True)
+        self.prompt_store = StateStore(spec, config.prompt_cache_size, self.device, dtype, residual=True)
+        self.transfers = CacheTransfers(self.caches, self.snapshot_store, self.prompt_store, self.broadcaster)
         self.kv = CacheManager(spec, num_blocks, bs, config.max_num_seqs, enable_caching=config.enable_prefix_caching,
                                num_snapshots=num_snapshots, snapshot_interval=config.snapshot_interval)
         self.scheduler = Scheduler(config, self.kv, checkpoints_in_pass=in_pass, max_model_len=self.max_model_len,
@@ -192,6 +166,10 @@ class LLMEngine:
             target = CheckpointTarget(store.conv, store.recurrent, num_snapshots, config.snapshot_interval)
         self.runner = ModelRunner(model, self.caches, self.device, checkpoint_target=target,
                                   logits_processors=LogitsProcessors(tokenizer, model.vocab_size, self.eos_token_ids))
+        self.validator = RequestValidator(vocab_size=model.vocab_size, max_model_len=self.max_model_len,
+                                          capabilities=model.capabilities,
+                                          max_item_tokens=min(config.max_encoder_tokens, config.encoder_cache_tokens),
+                                          tokenizer=tokenizer, logits_processors=self.runner.logits_processors)
         self.metrics = EngineMetrics()
         self.faults = faults
         self.failures = StepFailures(config.max_consecutive_step_failures)
@@ -213,55 +191,12 @@ class LLMEngine:
             self.broadcaster.residual_reset(slots)
             reset_residual(self.caches, host_tensor(slots, torch.int64, self.device))
 
-    def _num_blocks(self, spec: CacheSpec, want_len: int, other_bytes: int) -> list[int]:
-        """Blocks per attention group: ``num_blocks`` each, else the memory budget (explicit GiB, or free
-        memory minus ``reserve_memory_mib`` and the snapshot / prompt-cache budgets) shared out by
-        :func:`~anna_core.engine.cache_allocator.plan_num_blocks`, each group at most what ``max_num_seqs``
-        sequences of ``want_len`` tokens can use in it."""
-        config = self.config
-        capped = None
-        ring = residual_bytes(spec, config.max_num_seqs + 1, self.dtype)  # the residual rings are KV memory too
-        other_bytes += ring
-        if config.max_device_memory_gib is not None:  # weights, expert cache, state, KV: all under the cap
-            other = other_bytes + state_bytes(spec, config.max_num_seqs + 1, self.dtype) + int(config.reserve_memory_mib * _MIB)
-            in_use = device_bytes_in_use(self.device, self._model_device_bytes())
-            capped = capped_kv_budget_bytes(int(config.max_device_memory_gib * (1 << 30)), in_use, other)
-        if config.num_blocks is not None:
-            need = sum(spec.groups[g].bytes_per_block(config.block_size, self.dtype) * (config.num_blocks + 1)
-                       for g in spec.attention_groups)
-            if capped is not None and need > capped:
-                raise AnnaError(f"{config.num_blocks} KV blocks ({need / (1 << 30):.2f} GiB) do not fit under "
-                                f"max_device_memory_gib {config.max_device_memory_gib} (room for {capped / (1 << 30):.2f} GiB)")
-            return [config.num_blocks] * len(spec.attention_groups)
-        if not spec.attention_groups:
-            return []
-        caps = group_block_caps(spec, config.block_size, want_len, config.max_num_seqs, config.max_prefill_tokens)
-        if config.kv_cache_memory_gib is not None:
-            budget = int(config.kv_cache_memory_gib * (1 << 30)) - ring
-            if capped is not None:
-                budget = min(budget, capped)
-        else:
-            # a cap bounds the server's memory; it does not make memory the device has not got free
-            try:
-                budget = default_kv_budget_bytes(self.device) - int(config.reserve_memory_mib * _MIB) - other_bytes
-            except AnnaError:  # the device reports no free memory: the cap is all there is to go by
-                if capped is None:
-                    raise
-                budget = capped
-            if capped is not None:
-                budget = min(budget, capped)
-        if ring and budget < ring:  # the rings took most of it: say so rather than "no block fits"
-            raise AnnaError(f"the residual rings of --kv-cache-residual-len ({ring / (1 << 20):.1f} MiB for "
-                            f"{config.max_num_seqs} sequences) leave {max(budget, 0) / (1 << 20):.1f} MiB of the KV budget "
-                            "for blocks: lower the residual or max_num_seqs, or raise kv_cache_memory_gib")
-        return plan_num_blocks(spec, config.block_size, self.dtype, budget, caps)
-
     def _memory_admission(self, spec: CacheSpec, num_blocks: list[int], probe: MemoryProbe) -> MemoryAdmission:
         """The admission of :mod:`anna_core.engine.memory_admission` over this engine's pools and model."""
         cfg = self.config
         estimator = MemoryEstimator(spec, block_size=cfg.block_size, dtype=self.dtype, max_model_len=self.max_model_len,
                                     max_step_tokens=self.longest_one_step_prompt(), vocab_size=self.model.vocab_size,
-                                    hidden_size=_hidden_size(self.model),
+                                    hidden_size=hidden_size(self.model),
                                     safety_factor=cfg.generation_memory_safety_factor)
         blocks = dict(zip(spec.attention_groups, num_blocks))
         pools = tuple(group.bytes_per_slot(self.dtype) * cfg.max_num_seqs if g not in blocks
@@ -323,15 +258,7 @@ class LLMEngine:
         """Bytes of the model's tensors on the engine's device (parameters, buffers, the expert cache and scratch
         of offloaded experts): the KV sizing's count on devices where torch keeps none (the CPU), and the weights
         term of memory admission."""
-        seen: set[int] = set()
-        total = 0
-        if isinstance(self.model, torch.nn.Module):
-            for t in itertools.chain(self.model.parameters(), self.model.buffers()):
-                on_device = t.device.type == self.device.type and self.device.index in (None, t.device.index)
-                if on_device and t.data_ptr() not in seen:  # "cuda" holds the tensors on "cuda:0"
-                    seen.add(t.data_ptr())
-                    total += t.numel() * t.element_size()
-        return total + (self.expert_store.device_bytes() if self.expert_store is not None else 0)
+        return model_device_bytes(self.model, self.device, self.expert_store)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, config: EngineConfig | None = None) -> LLMEngine:
@@ -364,30 +291,7 @@ class LLMEngine:
                 tokenizer, media the model does not take or that do not fit the prompt or the encoder
                 budget (:func:`~anna_core.multimodal.check_multimodal`).
         """
-        if not prompt_token_ids:
-            raise InvalidRequestError("the prompt is empty", param="prompt")
-        if not all(isinstance(t, int) and t >= 0 for t in prompt_token_ids):
-            raise InvalidRequestError("prompt token ids must be non-negative integers", param="prompt")
-        vocab = self.model.vocab_size
-        if max(prompt_token_ids) >= vocab:
-            raise InvalidRequestError(f"prompt token id {max(prompt_token_ids)} is outside the vocabulary "
-                                      f"of {vocab} tokens", param="prompt")
-        if len(prompt_token_ids) >= self.max_model_len:
-            raise InvalidRequestError(
-                f"the prompt has {len(prompt_token_ids)} tokens; this model serves at most {self.max_model_len} "
-                "tokens including the output", param="prompt", code="context_length_exceeded")
-        if multimodal is not None:
-            caps = self.model.capabilities
-            check_multimodal(multimodal, len(prompt_token_ids), modalities=caps.modalities,
-                             position_rows=caps.position_rows,
-                             max_item_tokens=min(self.config.max_encoder_tokens, self.config.encoder_cache_tokens))
-        bad_stop = [t for t in params.stop_token_ids if not 0 <= t < vocab]
-        if bad_stop:
-            raise InvalidRequestError(f"stop_token_ids entry {bad_stop[0]} is outside the vocabulary "
-                                      f"(0 <= id < {vocab})", param="stop_token_ids")
-        if params.stop and self.tokenizer is None:
-            raise InvalidRequestError("stop strings need a tokenizer; this model was loaded without one", param="stop")
-        self.runner.logits_processors.validate(params)  # logit_bias ids, grammar compiles
+        self.validator.validate(prompt_token_ids, params, multimodal)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None,
                     *, arrival_time: float | None = None, enforce_queue_limit: bool = True,
@@ -492,7 +396,7 @@ class LLMEngine:
             if self.faults is not None:
                 self.faults.check(self.num_steps)
             self.broadcaster.before_step(out)
-            self._restore(out)
+            self.transfers.restore(out)
             if self._can_overlap(out):
                 result = self.runner.execute(out, prev_rows=self._inflight.rows if self._inflight else None,
                                              wait=False, path=StepPath.DECODE_GRAPH)
@@ -524,7 +428,7 @@ class LLMEngine:
                         self.scheduler.preempt(req)
                         self.metrics.on_preemption()
                 ids = [i for i in ids if i in prefill]
-            results += [self.fail_request(i, _failure_message(exc), code=_failure_code(exc)) for i in ids
+            results += [self.fail_request(i, failure_message(exc), code=failure_code(exc)) for i in ids
                         if i in self._requests]
             results += self._step_failed(exc, new_prompts=bool(prefill))
             self._set_gauges()
@@ -553,14 +457,7 @@ class LLMEngine:
         it as a captured decode graph with the sampler inside, no prompt-cache or snapshot work
         surrounds it, and no request of it holds its last token (``recompute_holds_last``: a held token is
         never a pending one; such a step, a recompute's, samples nothing and never replays a decode graph)."""
-        if not self.config.async_scheduling or out.prompt_hits or not out.seqs:
-            return False
-        if any(s.request.held_token is not None for s in out.seqs):
-            return False
-        if any(s.capture_prompt or s.capture_snapshot or s.checkpoints or s.restore_snapshot is not None
-               for s in out.seqs):
-            return False
-        return self.runner.plan(out) is StepPath.DECODE_GRAPH
+        return self.config.async_scheduling and can_overlap(out, self.runner.plan)
 
     def _read_back(self) -> list[RequestOutput]:
         """Wait for the step in flight (if any), put its ids in place of the placeholders and
@@ -574,7 +471,7 @@ class LLMEngine:
             side = inflight.ids.side_outputs()
         except Exception as exc:  # the device step failed
             log.exception("reading back a launched step failed")
-            failed = [self.fail_request(r.request_id, _failure_message(exc), code=_failure_code(exc))
+            failed = [self.fail_request(r.request_id, failure_message(exc), code=failure_code(exc))
                       for r in live if r.request_id in self._requests]
             return failed + self._step_failed(exc, new_prompts=False)
         inflight.fill(live, ids, side)
@@ -627,44 +524,17 @@ class LLMEngine:
         return [self.fail_request(rid, f"the request timed out after {timeout:g} s (request_timeout_s)")
                 for rid in expired]
 
-    def _restore(self, out: SchedulerOutput) -> None:
-        """Cache hits: snapshot states into slots; prompt-cache states and tail blocks."""
-        restores = [(s.restore_snapshot, s.state_slot) for s in out.seqs if s.restore_snapshot is not None]
-        if restores:
-            self.snapshot_store.load(self.caches, [i for i, _ in restores], [s for _, s in restores])
-        if out.prompt_hits:
-            hits = out.prompt_hits
-            self.prompt_store.load(self.caches, [h.entry.store_idx for h in hits], [h.state_slot for h in hits])
-            copy_blocks(self.caches, [c for h in hits for c in h.tail_copies])
-
     def _sample_prompt_hits(self, out: SchedulerOutput) -> dict[str, int]:
         """First tokens of prompt-cache hits, from the stored last-row logits (one host sync)."""
-        logits = torch.stack([self.prompt_store.logits[h.entry.store_idx] for h in out.prompt_hits])  # [N, V]
         requests = [h.request for h in out.prompt_hits]
-        ids = self.runner.sample_rows(logits, requests)
+        ids = self.runner.sample_rows(self.transfers.hit_logits(out), requests)
         return {r.request_id: t for r, t in zip(requests, ids)}
 
     def _capture(self, out: SchedulerOutput, prompt_logits: dict[str, torch.Tensor]) -> None:
-        """The state copies :meth:`Scheduler.update` asked for (snapshots, prompt-cache entries, with the
-        runner's last-row logits of each completed prompt)."""
-        done = [c for c in out.captures if c.kind == "snapshot" or c.request_id in prompt_logits]
-        if done:
-            self.broadcaster.before_capture(done)
-        snaps = [c for c in out.captures if c.kind == "snapshot"]
-        if snaps:
-            self.snapshot_store.save(self.caches, [c.state_slot for c in snaps], [c.index for c in snaps])
-        prompts = []
-        for c in out.captures:
-            if c.kind != "prompt":
-                continue
-            logits = prompt_logits.get(c.request_id)
-            if logits is None:  # the runner kept no logits row for it (processed logits): no entry
-                self.scheduler.forget_prompt(self._requests[c.request_id])
-                continue
-            self.prompt_store.logits[c.index] = logits
-            prompts.append(c)
-        if prompts:
-            self.prompt_store.save(self.caches, [c.state_slot for c in prompts], [c.index for c in prompts])
+        """The state copies :meth:`Scheduler.update` asked for (:meth:`CacheTransfers.capture`); a prompt whose
+        logits row the runner did not keep (processed logits) loses its prompt-cache entry."""
+        for request_id in self.transfers.capture(out, prompt_logits):
+            self.scheduler.forget_prompt(self._requests[request_id])
 
     def _set_gauges(self) -> None:
         self.metrics.set_gauges(len(self.scheduler.running), len(self.scheduler.waiting),
@@ -682,7 +552,6 @@ class LLMEngine:
     def _process(self, req: Request) -> RequestOutput:
         """Stop checks and text for the token just appended to ``req``."""
         token = req.output_token_ids[-1]
-        n_out = len(req.output_token_ids)
         self.num_generated_tokens += 1
         now = time.perf_counter()
         if req.first_token_time is None:
@@ -690,29 +559,10 @@ class LLMEngine:
             self.metrics.on_first_token(req.request_id, now)
         else:
             self.metrics.on_token(req.request_id, now)
-        reason: str | None = None
-        stop_reason: str | int | None = None
         # the step's side output of this token (delivered into req.side_outputs with it: step, _read_back)
         side: list[Any] = req.side_outputs[-1:] if self.model.capabilities.side_outputs else []
-        if n_out > req.params.min_tokens:
-            if token in req.eos_token_ids and not req.params.ignore_eos:
-                reason = "stop"
-            elif token in req.params.stop_token_ids:
-                reason, stop_reason = "stop", token
-        max_tokens = req.params.max_tokens
-        if reason is None and ((max_tokens is not None and n_out >= max_tokens) or req.num_tokens >= self.max_model_len):
-            reason = "length"
-        delta = ""
-        if req.detokenizer is not None:
-            if reason != "stop" or req.params.include_stop_str_in_output:
-                delta = req.detokenizer.push([token])
-            if reason is not None:
-                delta += req.detokenizer.flush()
-            delta, matched = req.stop_checker.feed(delta, n_out)
-            if matched is not None:
-                reason, stop_reason = "stop", matched
-            elif reason is not None:
-                delta += req.stop_checker.flush()
+        outcome = token_outcome(req, self.max_model_len)
+        reason, stop_reason, delta = outcome.finish_reason, outcome.stop_reason, outcome.delta
         if reason is not None:
             return self._finish(req, reason, stop_reason, delta, [token], side)
         return request_output(req, delta, [token], side)
@@ -775,36 +625,3 @@ class LLMEngine:
             "max_model_len": self.max_model_len,
             "uptime_s": time.perf_counter() - self.started,
         }
-
-
-def _failure_message(exc: BaseException) -> str:
-    """The error a failed step's requests end with (an out-of-memory says so, for the client to retry)."""
-    if classify_failure(exc) == "oom":  # the allocator's own message (sizes, addresses) stays in the log
-        return "the device ran out of memory in this request's step; retry, or lower max_tokens"
-    return short_description(exc)
-
-
-def _failure_code(exc: BaseException) -> str | None:
-    """The error code of a failed step's requests: ``"insufficient_memory"`` for a device out-of-memory,
-    ``"engine_degraded"`` for a lost device (it degrades the engine), else None (HTTP 500)."""
-    return {"oom": "insufficient_memory", "device": "engine_degraded"}.get(classify_failure(exc))
-
-
-def _hidden_size(model: Any) -> int:
-    """The model's hidden width: its (or its config's) ``hidden_size``, else its token embedding's width, else 0."""
-    for owner in (model, getattr(model, "config", None)):
-        size = getattr(owner, "hidden_size", None)
-        if isinstance(size, int) and not isinstance(size, bool):
-            return size
-    if isinstance(model, torch.nn.Module):
-        for module in model.modules():
-            if isinstance(module, torch.nn.Embedding):
-                return module.embedding_dim
-    return 0
-
-
-def _num_params(model: Any) -> int:
-    """Parameters of the model (``--kv-cache-quantization auto``'s size tier); 0 for a model that is no module."""
-    if not isinstance(model, torch.nn.Module):
-        return 0
-    return sum(p.numel() for p in model.parameters())

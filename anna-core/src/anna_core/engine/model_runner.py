@@ -1,4 +1,4 @@
-"""Runs one scheduled step: ForwardBatch on the device, forward, logits, sampling.
+"""Runs one scheduled step along the path :meth:`ModelRunner.plan` picks: forward, logits, sampling.
 
 The ``.tolist()`` of the sampled ids is the step's only host sync; every index tensor is built on
 the host and copied without blocking. After :meth:`ModelRunner.setup` with graphs enabled, a
@@ -6,99 +6,41 @@ decode-only step replays a captured graph (:mod:`anna_core.engine.cuda_graphs`):
 inside when every request's sampling fits it, else the forward and LM head only, sampled eagerly
 (penalties, ``min_tokens``, logit bias, grammars, logprobs); a fresh prompt replays a prefill graph of its
 length bucket, and a step mixing decodes and prompts runs its parts apart (:meth:`ModelRunner.split`).
-Everything else runs eagerly.
+Everything else runs eagerly. Its collaborators hold the other concepts: the settings
+(:mod:`anna_core.engine.runner_config`), the start-up and graph capture (:mod:`anna_core.engine.runner_setup`), the
+eager pass's inputs (:mod:`anna_core.engine.batch_builder`) and the sampling hand-off
+(:mod:`anna_core.engine.step_sampling`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import time
 from typing import Any
 
 import attrs
 import torch
 
 from anna_core.device import Accelerator, accelerator
-from anna_core.engine.cache_allocator import has_state, scratch_block, zero_slots
-from anna_core.engine.checkpoint_plan import CheckpointTarget, SeqCheckpoints, build_checkpoints
-from anna_core.engine.config import non_negative
-from anna_core.engine.cuda_graphs import MODES, TOPK_MODES, DecodeGraphs
+from anna_core.engine.batch_builder import BatchBuilder
+from anna_core.engine.cache_allocator import has_state, zero_slots
+from anna_core.engine.checkpoint_plan import CheckpointTarget
+from anna_core.engine.cuda_graphs import DecodeGraphs
 from anna_core.engine.encoder_outputs import EncoderOutputs
-from anna_core.engine.forward_batch import ForwardBatch, GroupTable, PromptStart
+from anna_core.engine.forward_batch import ForwardBatch, PromptStart
 from anna_core.engine.graph_staging import PendingIds
-from anna_core.engine.logits_processors import LogitsProcessors, needs_processing
+from anna_core.engine.logits_processors import LogitsProcessors
 from anna_core.engine.prefill_graphs import PrefillGraphs, prefill_buckets
 from anna_core.engine.request import PENDING
-from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows, unfiltered
+from anna_core.engine.runner_config import COMPILE_MODES, RunnerConfig  # noqa: F401 - re-exported
+from anna_core.engine.runner_setup import NOT_SET_UP, RunnerSetup
+from anna_core.engine.sampler import Sampler, graph_safe, host_tensor, param_rows
 from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import SchedulerOutput
-from anna_core.engine.topk_head import FUSED_K, fits_topk_head, sample_candidates, topk_head_mode
+from anna_core.engine.step_sampling import decode_sample_mode, kept_logits, sample_rows, wants_logits
+from anna_core.engine.topk_head import FUSED_K, fits_topk_head, sample_candidates
 from anna_core.engine.warmup import warm_up
 from anna_core.errors import AnnaError
-from anna_core.layers.quant_linear import use_int8_heads
-from anna_core.layers.state_checkpoints import StateCheckpoints
 from anna_core.model import CausalLM, ModelCaches
-
-log = logging.getLogger("anna.engine")
-
-COMPILE_MODES = ("none", "default", "max-autotune")
-NOT_SET_UP = "not set up (ModelRunner.setup has not run)"
-""":meth:`ModelRunner.graph_report`'s ``why_not`` before :meth:`ModelRunner.setup`."""
-
-
-def _capture_failed(exc: Exception) -> str:
-    return f"capture failed: {type(exc).__name__}: {str(exc)[:300]}"
-
-
-def _compile_mode(value: str) -> str:
-    if value not in COMPILE_MODES:
-        raise AnnaError(f"compile_mode must be one of {COMPILE_MODES}, got {value!r}")
-    return value
-
-
-@attrs.define
-class RunnerConfig:
-    """How the runner executes steps (independent of :class:`~anna_core.engine.config.EngineConfig`).
-
-    Attributes:
-        cuda_graph: capture decode steps as device graphs where the device supports them
-            (CUDA; XPU with ``torch.xpu.XPUGraph``); ignored on CPU. ``--no-cuda-graph`` sets False.
-        compile_mode: ``torch.compile`` the forward + LM head before capture: ``"none"``,
-            ``"default"`` or ``"max-autotune"`` (run without compile-side CUDA graphs, since the
-            runner captures its own). Also: a tied LM head kept as its GGUF's ``Q8_0`` codes on the CPU computes
-            from them in one compiled loop (:meth:`~anna_core.layers.quant_linear.QuantizedEmbedding.use_int8_head`:
-            float32 logits, a quarter of the bytes; compiled at set-up), and a model that declares
-            ``compiled_decode`` (:class:`~anna_core.model.ModelCapabilities`) runs its one-sequence decode steps
-            on the CPU through one function compiled by inductor with its C++ wrapper (compiled by a warm-up
-            decode at set-up, which then runs even with ``warmup`` off; a model whose compile fails decodes eagerly).
-        warmup: run one prefill + decode at start-up so the first request pays no compile or
-            autotune time.
-        max_prefill_replays: the most fresh prompts of one step that each replay their own prefill graph
-            (a step of decodes and prompts, or of several prompts; see :meth:`ModelRunner.plan`); a step with
-            more prompts computes them in one eager pass, which reads the weights once for all of them.
-        prefill_graphs: with ``cuda_graph``, also capture prefill graphs (:mod:`anna_core.engine.prefill_graphs`) where
-            the model declares ``padded_prefill``; False leaves prefills eager and decode graphs as they are (an A/B
-            switch for benchmarks).
-        fused_topk_head: the fused top-k LM head (:mod:`anna_core.engine.topk_head`) for steps whose every request
-            needs at most the top 64 logits, on a model that declares ``topk_head``: ``"auto"`` on accelerators
-            (``--fused-topk-head``), ``"on"`` on every device (the CPU runs the op's reference), ``"off"`` never
-            (the default: the untuned kernel measured slower than the full head and an argmax).
-
-    Raises:
-        AnnaError: unknown ``compile_mode``.
-    """
-
-    cuda_graph: bool = True
-    compile_mode: str = attrs.field(default="none", converter=_compile_mode)
-    warmup: bool = True
-    max_prefill_replays: int = attrs.field(default=16, validator=non_negative)
-    prefill_graphs: bool = True
-    fused_topk_head: str = attrs.field(default="off", converter=topk_head_mode)
-
-
-def _wants_logits(seq) -> bool:
-    return seq.capture_prompt and not needs_processing(seq.request.params)
 
 
 class ModelRunner:
@@ -131,6 +73,9 @@ class ModelRunner:
         # separately into the graphs
         self.own_positions = bool(caps.modalities) or caps.position_rows > 1
         self.encoder = EncoderOutputs(model, device, self.accel) if caps.modalities else None
+        self.batches = BatchBuilder(caches, device, position_rows=caps.position_rows, own_positions=self.own_positions,
+                                    encoder=self.encoder, side_outputs=caps.side_outputs,
+                                    checkpoint_target=checkpoint_target)
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
         self.profile_scopes = False
@@ -155,7 +100,7 @@ class ModelRunner:
               max_prefill_tokens: int | None = None) -> None:
         """Warm up and capture the prefill graphs (:mod:`anna_core.engine.prefill_graphs`, for prompts of
         up to ``max_prefill_tokens``, default ``max_model_len``, where the model supports them) and the
-        decode graphs (where the device and ``config`` allow).
+        decode graphs (where the device and ``config`` allow): :class:`~anna_core.engine.runner_setup.RunnerSetup`.
 
         A failed capture (e.g. a kernel that synchronizes with the host) is logged and leaves those
         steps eager: serving continues, only slower. When ``torch.compile`` of the step is what fails
@@ -167,117 +112,14 @@ class ModelRunner:
         self.startup = {}
         self.max_prefill_replays = config.max_prefill_replays
         self.fused_topk_head = config.fused_topk_head
-        if not config.cuda_graph:
-            self._no_graphs = dict.fromkeys(self._no_graphs, "off (cuda_graph=False, --no-cuda-graph)")
-        elif not self.accel.graphs:
-            self._no_graphs = dict.fromkeys(self._no_graphs, f"the {self.device.type} device does not capture graphs")
-        elif not self.model.capabilities.graph_capture:
-            self._no_graphs = dict.fromkeys(self._no_graphs, "the model does not declare graph_capture (e.g. "
-                                            "offloaded experts read their ids on the host)")
-        clock = time.perf_counter
-        if config.compile_mode != "none":  # kept-quantized Q8_0 tied heads (CPU GGUF): from their int8 codes
-            mode = "max-autotune-no-cudagraphs" if config.compile_mode == "max-autotune" else "default"
-            t0 = clock()
-            try:
-                if use_int8_heads(self.model, lambda fn: torch.compile(fn, mode=mode, dynamic=False)):
-                    self.startup["int8_head_compile_s"] = clock() - t0
-            except Exception as exc:  # noqa: BLE001 - e.g. no C++ compiler for inductor: the float32 head serves
-                log.warning("compiling the int8 LM head failed, keeping the float32 head: %s: %s",
-                            type(exc).__name__, str(exc)[:300])
-        compiled_decode = False
-        if config.compile_mode != "none" and self.device.type == "cpu" and self.model.capabilities.compiled_decode:
-            # the batch-1 decode step as one compiled function, compiled by the warm-up's decode (run for it even
-            # where warm-up is off, as on the CPU: the first request does not wait for the compiler); the C++
-            # wrapper calls its kernels without Python in between
-            options = {"cpp_wrapper": True, "max_autotune": config.compile_mode == "max-autotune"}
-            compiled_decode = self.model.compile_decode(self.caches, lambda fn: torch.compile(fn, options=options))
-        if config.warmup or compiled_decode:
-            t0 = clock()
-            self.warmup(max_model_len)
-            self.startup["warmup_s"] = clock() - t0
-        if config.cuda_graph and self.accel.graphs and self.model.capabilities.graph_capture:
-            width = -(-max_model_len // self.caches.block_size)
-            if config.prefill_graphs:
-                t0 = clock()
-                self._capture_prefill(min(max_model_len - 1, max_prefill_tokens or max_model_len), width)
-                self.startup["prefill_graphs_s"] = clock() - t0
-            else:
-                self._no_graphs["prefill"] = "off (RunnerConfig.prefill_graphs=False)"
-            t0 = clock()
-            self._capture_decode(config, max_num_seqs, width)
-            self.startup["decode_graphs_s"] = clock() - t0
-        if self.startup:
-            pg, dg = self.prefill_graphs, self.graphs
-            log.info("runner set-up: warm-up %.1f s (kernel compile and autotune), prefill graphs %.1f s (%s), decode "
-                     "graphs %.1f s (%s)", self.startup.get("warmup_s", 0.0), self.startup.get("prefill_graphs_s", 0.0),
-                     f"{len(pg.buckets)} prompt lengths" if pg is not None else "none",
-                     self.startup.get("decode_graphs_s", 0.0),
-                     f"{len(dg.buckets)} batch sizes x {len(dg.modes)} modes" if dg is not None else "none")
-
-    def _capture_decode(self, config: RunnerConfig, max_num_seqs: int, width: int) -> None:
-        """Capture the decode graphs (with ``torch.compile`` when ``config`` asks; uncompiled when that fails);
-        a failed capture is logged and leaves decode steps eager."""
-        vocab = self.model.vocab_size
-        compile_fn = None
-        if config.compile_mode != "none":
-            mode = "max-autotune-no-cudagraphs" if config.compile_mode == "max-autotune" else "default"
-
-            def compile_fn(fn):
-                return torch.compile(fn, mode=mode, dynamic=False)
-
-        def capture(fn, topk: bool):
-            with_topk = {"modes": MODES + TOPK_MODES, "topk": FUSED_K} if topk else {}
-            graphs = DecodeGraphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,
-                                  max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn,
-                                  position_rows=self.position_rows, staged_positions=self.own_positions,
-                                  side_outputs=self.model.capabilities.side_outputs, **with_topk)
-            graphs.capture()
-            return graphs
-
-        # each attempt in turn: compiled (when asked) then uncompiled, with the fused top-k head's modes (when on)
-        # then without them (a failed top-k capture keeps the full head's graphs)
-        topk_options = (True, False) if self.topk_head_active else (False,)
-        attempts = [(fn, topk) for fn in ((compile_fn, None) if compile_fn is not None else (None,))
-                    for topk in topk_options]
-        for n, (fn, topk) in enumerate(attempts):
-            try:
-                self.graphs = capture(fn, topk)
-                self._no_graphs["decode"] = None
-                return
-            except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
-                if n == len(attempts) - 1:
-                    log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
-                    self._no_graphs["decode"] = _capture_failed(exc)
-                elif attempts[n + 1][0] is fn:  # the same step without the top-k modes
-                    log.warning("decode graph capture with the fused top-k head failed, capturing the full head's "
-                                "modes only: %s: %s", type(exc).__name__, str(exc))  # str: frees the attempt
-                else:  # e.g. dynamo cannot trace a kernel plugin's launcher: the graphs still pay without compile
-                    log.warning("decode graph capture with torch.compile (mode %s) failed, capturing the uncompiled "
-                                "step: %s: %s", config.compile_mode, type(exc).__name__, str(exc))
-
-    def _capture_prefill(self, max_tokens: int, width: int) -> None:
-        """Capture the prefill graphs of prompts up to ``max_tokens`` with block tables of up to ``width``
-        blocks (none when the model does not support padded prefills or no bucket fits); a failure is
-        logged and leaves prefills eager."""
-        buckets = prefill_buckets(max_tokens)
-        if not self.model.capabilities.padded_prefill:
-            self._no_graphs["prefill"] = "the model does not declare padded_prefill"
-            return
-        if not buckets:
-            self._no_graphs["prefill"] = f"no prompt-length bucket fits one-step prompts of up to {max_tokens} tokens"
-            return
-        try:
-            caps = self.model.capabilities
-            graphs = PrefillGraphs(self.model, self.caches, self.accel, buckets=buckets, max_blocks_per_seq=width,
-                                   checkpoints=self.checkpoint_target, position_rows=self.position_rows,
-                                   staged_positions=self.own_positions,
-                                   hidden_size=self.model.hidden_size if caps.modalities else None)
-            graphs.capture()
-            self.prefill_graphs = graphs
-            self._no_graphs["prefill"] = None
-        except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
-            log.warning("prefill graph capture failed, prefills run eagerly: %s: %s", type(exc).__name__, str(exc))
-            self._no_graphs["prefill"] = _capture_failed(exc)
+        # the graph factories are this module's names (tests patch them here)
+        setup = RunnerSetup(self.model, self.caches, self.accel, self.device, position_rows=self.position_rows,
+                            own_positions=self.own_positions, checkpoint_target=self.checkpoint_target,
+                            decode_graphs=DecodeGraphs, buckets=prefill_buckets)
+        done = setup.run(config, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                         max_prefill_tokens=max_prefill_tokens, topk_head=self.topk_head_active)
+        self.graphs, self.prefill_graphs = done.decode, done.prefill
+        self.startup, self._no_graphs = done.startup, done.why_not
 
     def graph_report(self) -> dict[str, dict[str, Any]]:
         """Which steps replay captured graphs (``/healthz``, ``engine.graphs``), family-neutral.
@@ -321,7 +163,7 @@ class ModelRunner:
         """Whether the sampling sequences ``seqs`` of a step take the fused top-k head: it is active, every
         request fits it (:func:`~anna_core.engine.topk_head.fits_topk_head`) and no row's logits are kept."""
         return (self.topk_head_active and fits_topk_head([s.request for s in seqs])
-                and not any(_wants_logits(s) for s in seqs))
+                and not any(wants_logits(s) for s in seqs))
 
     def warmup(self, max_model_len: int) -> None:
         """Prefills and one decode on the scratch block and slot before the first request
@@ -344,80 +186,9 @@ class ModelRunner:
             self.accel.synchronize()
 
     def build_batch(self, out: SchedulerOutput) -> ForwardBatch:
-        """Flatten the scheduled sequences into a :class:`ForwardBatch` on the device."""
-        bs = self.caches.block_size
-        input_ids: list[int] = []
-        cu_seqlens = [0]
-        seq_lens: list[int] = []
-        query_lens: list[int] = []
-        state_slots: list[int] = []
-        logits_indices: list[int] = []
-        num_rows = self.position_rows
-        position_rows: list[list[int]] = [[] for _ in range(num_rows)]
-        uniform = True  # every position row equal: no token of this step has media positions of its own
-        for seq in out.seqs:
-            n = seq.num_new_tokens
-            input_ids += seq.token_ids
-            mm = seq.request.multimodal if self.own_positions else None
-            if mm is not None:
-                uniform = uniform and (mm.positions is None or seq.start >= seq.request.num_prompt_tokens)
-                for r, p in zip(position_rows, mm.position_rows(seq.start, seq.context_len,
-                                                               seq.request.num_prompt_tokens, num_rows)):
-                    r += p
-            else:
-                for r in position_rows:
-                    r += range(seq.start, seq.start + n)
-            cu_seqlens.append(cu_seqlens[-1] + n)
-            seq_lens.append(seq.context_len)
-            query_lens.append(n)
-            state_slots.append(seq.state_slot)
-            if seq.samples:
-                logits_indices.append(cu_seqlens[-1] - 1)
-        dev = self.device
-        tables: list[GroupTable | None] = [None] * len(self.caches.groups)
-        for g in self.groups:
-            pad = scratch_block(self.caches, g)
-            slot_mapping: list[int] = []
-            for seq in out.seqs:
-                table = seq.block_tables[g]
-                slot_mapping += [table[p // bs] * bs + p % bs for p in range(seq.start, seq.context_len)]
-            width = max(len(s.block_tables[g]) for s in out.seqs)
-            rows = [s.block_tables[g] + [pad] * (width - len(s.block_tables[g])) for s in out.seqs]
-            tables[g] = GroupTable(block_tables=host_tensor(rows, torch.int32, dev),
-                                   slot_mapping=host_tensor(slot_mapping, torch.int64, dev))
-        positions = host_tensor(position_rows if num_rows > 1 else position_rows[0], torch.int64, dev)
-        embeds, embeds_mask = self.encoder.rows(out.seqs, cu_seqlens) if self.encoder is not None else (None, None)
-        return ForwardBatch(
-            checkpoints=self._checkpoints(out, cu_seqlens) if any(s.checkpoints for s in out.seqs) else None,
-            embeds=embeds, embeds_mask=embeds_mask,
-            input_ids=host_tensor(input_ids, torch.int64, dev),
-            positions=positions,
-            cu_seqlens=host_tensor(cu_seqlens, torch.int32, dev),
-            seq_lens=host_tensor(seq_lens, torch.int32, dev),
-            tables=tables,
-            state_slots=host_tensor(state_slots, torch.int64, dev),
-            logits_indices=host_tensor(logits_indices, torch.int64, dev),
-            query_lens=query_lens,
-            context_lens=seq_lens,
-            is_decode=out.is_decode,
-            uniform_positions=num_rows > 1 and uniform,
-            media=[s.request.multimodal for s in out.seqs],
-            side_outputs=[s.request.side_outputs for s in out.seqs] if self.model.capabilities.side_outputs else [],
-        )
-
-    def _checkpoints(self, out: SchedulerOutput, cu_seqlens: list[int]) -> StateCheckpoints:
-        """The in-pass snapshots of ``out``'s sequences (rows from ``cu_seqlens``).
-
-        Raises:
-            AnnaError: the scheduler planned them but the engine set no :attr:`checkpoint_target`.
-        """
-        target = self.checkpoint_target
-        if target is None:
-            raise AnnaError("a step carries in-pass state snapshots but the runner has no snapshot store")
-        seqs = [SeqCheckpoints(row=cu_seqlens[i], num_rows=s.num_new_tokens, slot=s.state_slot,
-                               points=[(p - s.start, idx) for p, idx, _ in s.checkpoints])
-                for i, s in enumerate(out.seqs)]
-        return build_checkpoints(seqs, target.conv_width, target.conv_store, target.recurrent_store, self.device)
+        """Flatten the scheduled sequences into a :class:`ForwardBatch` on the device
+        (:meth:`~anna_core.engine.batch_builder.BatchBuilder.build`)."""
+        return self.batches.build(out)
 
     # -- the step ----------------------------------------------------------------------------
 
@@ -451,7 +222,7 @@ class ModelRunner:
             return None
         requests = [s.request for s in out.seqs]
         mode = self._sample_mode(requests, out.seqs)
-        if graph_safe(requests) and mode in graphs.modes and not any(_wants_logits(s) for s in out.seqs):
+        if graph_safe(requests) and mode in graphs.modes and not any(wants_logits(s) for s in out.seqs):
             return StepPath.DECODE_GRAPH
         if "logits" in graphs.modes:
             return StepPath.DECODE_LOGITS_GRAPH
@@ -461,14 +232,8 @@ class ModelRunner:
         """The captured sampler of a decode step: with the fused top-k head (when captured and the step takes it)
         ``"topk_greedy"`` (every row greedy) or ``"topk_sample"``; else ``"greedy"``, ``"sample_plain"`` (no row
         filters its distribution, when captured) or ``"sample"``."""
-        greedy = all(r.params.temperature == 0.0 for r in requests)
-        if "topk_sample" in self.graphs.modes and self.takes_topk_head(seqs):
-            return "topk_greedy" if greedy else "topk_sample"
-        if greedy:
-            return "greedy"
-        if "sample_plain" in self.graphs.modes and unfiltered(requests, self.graphs.vocab_size):
-            return "sample_plain"
-        return "sample"
+        graphs = self.graphs
+        return decode_sample_mode(requests, graphs.modes, graphs.vocab_size, topk_head=self.takes_topk_head(seqs))
 
     def _prefill_graph_fits(self, seq) -> bool:
         """Whether ``seq``, a fresh prompt computed whole this step, replays a captured prefill graph (prompt tokens
@@ -590,12 +355,12 @@ class ModelRunner:
         self.num_graph_steps += 1
         if "topk" in self.graphs.modes and self.takes_topk_head(out.seqs):
             values, indices, lse = self.graphs.run_topk(
-                [s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs], self._tables_by_group(out),
-                [s.state_slot for s in out.seqs], rope_positions=self._decode_positions(out))
+                [s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs], self.batches.tables_by_group(out),
+                [s.state_slot for s in out.seqs], rope_positions=self.batches.decode_positions(out))
             return self._sample_topk(path, values, indices, lse, out.seqs)
         logits = self.graphs.run_logits([s.token_ids[0] for s in out.seqs], [s.start for s in out.seqs],
-                                        self._tables_by_group(out), [s.state_slot for s in out.seqs],
-                                        rope_positions=self._decode_positions(out))
+                                        self.batches.tables_by_group(out), [s.state_slot for s in out.seqs],
+                                        rope_positions=self.batches.decode_positions(out))
         return self._sample(path, logits, out.seqs)
 
     def _run_eager(self, out: SchedulerOutput, path: StepPath) -> ModelRunnerOutput:
@@ -658,24 +423,11 @@ class ModelRunner:
                                        [(p, i) for p, i, _ in seq.checkpoints], positions=positions,
                                        media=self.encoder.spans([seq], [0]) if self.encoder is not None else ())
 
-    def _decode_positions(self, out: SchedulerOutput) -> list[int] | None:
-        """The position (every row) of each decode's token when the model has its own positions: its index
-        plus the request's ``position_delta``; None otherwise (the index)."""
-        if not self.own_positions:
-            return None
-        return [s.start + (s.request.multimodal.position_delta if s.request.multimodal is not None else 0)
-                for s in out.seqs]
-
-    def _tables_by_group(self, out: SchedulerOutput) -> list[list[list[int]]]:
-        """Per attention group (runner order), every sequence's block table."""
-        return [[s.block_tables[g] for s in out.seqs] for g in self.groups]
-
     def _sample(self, path: StepPath, logits: torch.Tensor, seqs: list) -> ModelRunnerOutput:
         """The eager sampler (with the logits processors where a request needs them) on ``logits``
         ``[N, vocab]`` float32, one row per sequence of ``seqs``; keeps the rows the prompt cache wants."""
         requests = [s.request for s in seqs]
-        kept = {s.request_id: logits[i].detach().to(torch.float32).clone()
-                for i, s in enumerate(seqs) if _wants_logits(s)}
+        kept = kept_logits(logits, seqs)
         with self._scope("sampling"):
             ids = self.sample_rows(logits, requests)
         self.num_full_head_steps += 1
@@ -695,9 +447,7 @@ class ModelRunner:
         """Sample ``logits`` ``[N, vocab]`` float32, one row per request of ``requests`` (a step's rows, or
         prompt-cache hits' stored logits), through the logits processors where a request needs them; the
         ``tolist`` is the step's one host sync."""
-        if self.logits_processors is not None and any(needs_processing(r.params) for r in requests):
-            return self.logits_processors.sample(logits, requests, self.sampler)
-        return self.sampler(logits, requests).tolist()
+        return sample_rows(logits, requests, self.sampler, self.logits_processors)
 
     def _launch_decode(self, out: SchedulerOutput, prev_rows: dict[str, int] | None) -> PendingIds:
         """Stage and replay the captured decode graph with its sampler inside, without waiting for it."""
@@ -712,9 +462,9 @@ class ModelRunner:
             rows = [prev_rows.get(s.request_id, -1) if t == PENDING else -1 for s, t in zip(out.seqs, tokens)]
             if any(t == PENDING and r < 0 for t, r in zip(tokens, rows)):
                 raise AnnaError("a decode input token is pending but no launched step produces it")
-        pending = graphs.run(tokens, [s.start for s in out.seqs], self._tables_by_group(out),
+        pending = graphs.run(tokens, [s.start for s in out.seqs], self.batches.tables_by_group(out),
                              [s.state_slot for s in out.seqs], mode, floats, ints, prev_rows=rows,
-                             rope_positions=self._decode_positions(out))
+                             rope_positions=self.batches.decode_positions(out))
         self.num_graph_steps += 1
         if mode.startswith("topk"):
             self.num_topk_head_steps += 1

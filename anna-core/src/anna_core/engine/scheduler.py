@@ -23,35 +23,29 @@ between boundaries) chunks end at the next boundary, and :meth:`update` asks the
 state there after the step.
 
 **Media** (:mod:`anna_core.multimodal`): a chunk covering placeholders of a medium whose encoder output
-is not cached gets it encoded in its step (``SchedulerOutput.encoder_inputs``), within the step's
-``max_encoder_tokens`` and the encoder cache's room (:mod:`anna_core.engine.encoder_cache`); a medium that
-does not fit cuts the chunk before its first placeholder (a chunk cut to nothing waits for the next step).
-The output stays cached while a request's chunks are inside the medium, so a later chunk reads it instead
-of encoding again (a medium the prompt repeats further on is encoded again there unless another request
-still holds it).
+is not cached gets it encoded in its step, within the step's encoder budget; a medium that does not fit cuts
+the chunk before it (:mod:`anna_core.engine.media_schedule`).
 
 When a running request needs a KV block and none is free, prompt-cache entries are dropped first,
-then the newest running request not yet scheduled this step is preempted by recompute: its blocks
-and slot are freed and it goes back to the front of the waiting queue; when resumed it computes
-its prompt and generated tokens again (reusing cached blocks), so its output is unchanged. No
-request is admitted in a step that preempted. With ``hold_last`` (a model that declares
-``recompute_holds_last``) a preempted request's last generated token is held back
-(:attr:`~anna_core.engine.request.Request.held_token`): the recompute stops before it without sampling,
-and the step that reaches it puts the token back (no new output), to be decoded next. A newest token still
-pending (asynchronous scheduling: its step is in flight) is dropped first and the one before it held: the
-pending one's step consumed its input with state the recompute rebuilds, so it is computed again.
+then the newest running request not yet scheduled this step is preempted by recompute
+(:mod:`anna_core.engine.request_queues`: its blocks and slot are freed and it goes back to the front of
+the waiting queue, its output unchanged when resumed). With ``hold_last`` its last generated token is
+held back: the recompute stops before it without sampling, and the step that reaches it puts the token back
+(no new output), to be decoded next. No request is admitted in a step that preempted. The step's token
+budgets and each request's chunk are :mod:`anna_core.engine.step_budget`'s.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 
 from anna_core.engine.cache_manager import CacheManager
 from anna_core.engine.config import EngineConfig
 from anna_core.engine.encoder_cache import EncoderCacheManager
+from anna_core.engine.media_schedule import MediaSchedule
 from anna_core.engine.request import Request, RequestStatus
+from anna_core.engine.request_queues import RequestQueues
 from anna_core.engine.sched_output import (
     Capture,
     ModelRunnerOutput,
@@ -61,6 +55,7 @@ from anna_core.engine.sched_output import (
     StepPath,
 )
 from anna_core.engine.state_snapshots import PromptCache
+from anna_core.engine.step_budget import StepBudget, remaining
 from anna_core.errors import AnnaError
 
 __all__ = ["Capture", "ModelRunnerOutput", "PromptHit", "ScheduledSeq", "Scheduler", "SchedulerOutput", "StepPath"]
@@ -94,25 +89,26 @@ class Scheduler:
         self.slots = kv.slots
         self.snapshots = kv.snapshots
         self.clock = clock
-        self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []
+        self.queues = RequestQueues(hold_last=hold_last)
+        self.waiting = self.queues.waiting  # the queues' own deque and list: admission order, running batch
+        self.running = self.queues.running
         self.num_preemptions = 0
         self.num_steps = 0
         self.max_model_len = max_model_len
-        self.hold_last = hold_last
         # an exact repeat computes nothing: its slot's residual rings (--kv-cache-residual-len) are restored with its
         # state from the entry (StateStore)
         self.prompt_cache = PromptCache(config.prompt_cache_size) if config.prompt_cache_size else None
         self.capture_snapshots = kv.capture_snapshots
         self.checkpoints_in_pass = self.capture_snapshots and checkpoints_in_pass
+        self.budget = StepBudget(config, kv, capture_snapshots=self.capture_snapshots,
+                                 checkpoints_in_pass=self.checkpoints_in_pass)
         self.encoder_cache = EncoderCacheManager(config.encoder_cache_tokens)
-        self._encoder_budget = 0  # encoder-output rows this step may still encode
+        self.media = MediaSchedule(self.encoder_cache)
 
     # -- queue --------------------------------------------------------------------------------
 
     def add(self, request: Request) -> None:
-        request.status = RequestStatus.WAITING
-        self.waiting.append(request)
+        self.queues.add(request)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -129,63 +125,16 @@ class Scheduler:
     # -- budgets ------------------------------------------------------------------------------
 
     def budgets(self) -> tuple[int, int]:
-        """This step's (prefill token budget, decode read budget; 0 = unlimited).
-
-        With ``dynamic_token_budget`` the prefill budget is scaled by ``min(1, 2 * free / total)``
-        KV blocks and, when ``max_decode_tokens`` is set, by ``max(0.25, 1 - read / max)`` where
-        ``read`` is what the running decodes read; it never drops below one block.
-        """
-        cfg = self.config
-        prefill, decode = cfg.max_prefill_tokens, cfg.max_decode_tokens
-        if cfg.dynamic_token_budget:
-            scale = min(1.0, 2.0 * self.kv.free_fraction())
-            if decode:
-                read = sum(r.num_computed_tokens + 1 for r in self.running if self._remaining(r) == 1)
-                scale *= max(0.25, 1.0 - read / decode)
-            prefill = max(self.kv.block_size, int(prefill * scale))
-        return prefill, decode
-
-    @staticmethod
-    def _remaining(request: Request) -> int:
-        return request.num_tokens - request.num_computed_tokens
+        """This step's (prefill token budget, decode read budget; 0 = unlimited):
+        :meth:`~anna_core.engine.step_budget.StepBudget.budgets` of the running requests."""
+        return self.budget.budgets(self.running)
 
     def _chunk(self, request: Request, budget: int, start: int | None = None) -> int:
-        """Tokens of ``request`` to compute this step from ``start`` (default: its cached count)."""
+        """Tokens of ``request`` to compute this step from ``start`` (default: its cached count), cut before a
+        medium whose encoder output does not fit the step."""
         start = request.num_computed_tokens if start is None else start
-        n = min(request.num_tokens - start, budget)
-        if self.config.prefill_chunk_size:
-            n = min(n, self.config.prefill_chunk_size)
-        else:  # auto: leave a free block for each running sequence (its next decode), at least one block
-            n = min(n, self.kv.chunk_room(len(self.running)))
-        if self.capture_snapshots:
-            interval, p = self.config.snapshot_interval, request.num_prompt_tokens
-            if self.checkpoints_in_pass and start % interval == 0:
-                # spans the boundaries; a budget cut inside the prompt ends at one (the next chunk starts there)
-                if start + n < min(p, request.num_tokens) and n >= interval:
-                    n -= n % interval
-            else:
-                boundary = (start // interval + 1) * interval
-                if boundary <= p and start + n > boundary:
-                    n = boundary - start
-        return self._encoder_limit(request, start, n)
-
-    def _encoder_limit(self, request: Request, start: int, n: int) -> int:
-        """``n`` cut before the first medium of tokens ``start .. start+n-1`` whose encoder output is not
-        cached and does not fit this step's encoder budget or the encoder cache (0: nothing fits)."""
-        mm = request.multimodal
-        if mm is None or not mm.items:
-            return n
-        budget, room, seen = self._encoder_budget, self.encoder_cache.num_free, set()
-        for item in mm.items_in(start, start + n):
-            h = item.key
-            if h in self.encoder_cache or h in seen:
-                continue
-            if item.length > budget or item.length > room:
-                return max(0, item.offset - start)
-            budget -= item.length
-            room -= item.length
-            seen.add(h)
-        return n
+        n = self.budget.chunk(request, budget, start, len(self.running))
+        return self.media.limit(request, start, n)
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -195,11 +144,11 @@ class Scheduler:
         self.num_steps += 1
         out = SchedulerOutput()
         prefill_budget, decode_budget = self.budgets()
-        self._encoder_budget = self.config.max_encoder_tokens
+        self.media.start_step(self.config.max_encoder_tokens)
         busy = bool(self.running)
         scheduled: set[str] = set()
 
-        decodes = sorted((r for r in self.running if self._remaining(r) == 1), key=lambda r: r.last_scheduled)
+        decodes = sorted((r for r in self.running if remaining(r) == 1), key=lambda r: r.last_scheduled)
         read = 0
         for request in decodes:
             if request.status is not RequestStatus.RUNNING:
@@ -209,7 +158,7 @@ class Scheduler:
             ctx = request.num_computed_tokens + 1
             if decode_budget and read and read + ctx > decode_budget:
                 continue
-            if not self._encoder_limit(request, ctx - 1, 1):
+            if not self.media.limit(request, ctx - 1, 1):
                 continue  # the last prompt token is a placeholder whose medium does not fit this step
             if not self._ensure_blocks(request, ctx, out, scheduled):
                 continue
@@ -221,7 +170,7 @@ class Scheduler:
             prefill_budget = self._admit(out, prefill_budget, scheduled, now,
                                          overdue=lambda r: (now - r.arrival_time) * 1000.0 >= max_wait)
 
-        for request in [r for r in self.running if self._remaining(r) > 1]:
+        for request in [r for r in self.running if remaining(r) > 1]:
             if prefill_budget <= 0:
                 break
             if request.status is not RequestStatus.RUNNING or request.request_id in scheduled:
@@ -279,29 +228,7 @@ class Scheduler:
             checkpoints=self._reserve_checkpoints(request, start, min(end - 1, p)) if self.checkpoints_in_pass else [],
         ))
         scheduled.add(rid)
-        self._acquire_media(out.seqs[-1], out)
-
-    def _acquire_media(self, seq: ScheduledSeq, out: SchedulerOutput) -> None:
-        """Hold the encoder outputs ``seq``'s chunk reads; media new to the cache are encoded this step."""
-        rid = seq.request_id
-        for item in seq.media:
-            if self.encoder_cache.holds(rid, item.key):
-                continue
-            if self.encoder_cache.acquire(rid, item.key, item.length):
-                out.encoder_inputs.append(item)
-                self._encoder_budget -= item.length
-
-    def _release_media(self, request: Request) -> None:
-        """Release the encoder outputs ``request`` holds but is not in the middle of: a medium it computed
-        past is released even when a later placeholder range repeats it (that one acquires it again), so
-        held outputs never block the request's own next medium."""
-        mm = request.multimodal
-        if mm is None:
-            return
-        done = request.num_computed_tokens
-        for h in self.encoder_cache.held_by(request.request_id):
-            if not any(m.offset < done < m.end for m in mm.items if m.key == h):
-                self.encoder_cache.release(request.request_id, h)
+        self.media.acquire(out.seqs[-1], out)
 
     def _reserve_checkpoints(self, request: Request, start: int, last: int) -> list[tuple[int, int, bytes]]:
         """Pending snapshot entries for the boundaries ``start < b <= last`` of ``request`` (those whose
@@ -367,10 +294,7 @@ class Scheduler:
         while not self.kv.fits(hit.shared, cached + n):
             if not self._drop_prompt_entry():
                 return None
-        self.waiting.popleft()
-        request.status = RequestStatus.RUNNING
-        request.admitted_once = True
-        self.running.append(request)
+        self.queues.start_running()
         self.kv.share(request.request_id, hit.shared)
         request.num_computed_tokens = cached
         if first:
@@ -389,10 +313,7 @@ class Scheduler:
         if not self.kv.prompt_hit_fits(p):
             return False
         rid = request.request_id
-        self.waiting.popleft()
-        request.status = RequestStatus.RUNNING
-        request.admitted_once = True
-        self.running.append(request)
+        self.queues.start_running()
         tables, copies = self.kv.share_prompt(rid, entry.blocks, p)
         request.num_computed_tokens = p
         if first:
@@ -448,12 +369,12 @@ class Scheduler:
                     out.captures.append(Capture("prompt", seq.state_slot, entry.store_idx, rid))
             self.kv.computed(rid, end)
             if seq.media:
-                self._release_media(request)
+                self.media.release_done(request)
             if seq.samples:
                 request.output_token_ids.append(sampled[rid])
                 grew.append(request)
             elif request.held_token is not None and end == request.num_tokens:
-                self._put_back(request)  # recomputed up to its held token: decoded next, reported already
+                self.queues.put_back(request)  # recomputed up to its held token: decoded next, reported already
         for hit in out.prompt_hits:
             request = hit.request
             if request.status is RequestStatus.RUNNING:
@@ -480,37 +401,18 @@ class Scheduler:
             self._preempt(request)
 
     def _preempt(self, request: Request) -> None:
-        self.running.remove(request)
         self._release(request)
-        request.status = RequestStatus.WAITING
-        request.num_computed_tokens = 0
-        if self.hold_last and request.held_token is None:
-            request.drop_pending()  # its step in flight computed a token it holds no input for: computed again
-            if request.output_token_ids:
-                request.held_token = request.output_token_ids.pop()
-        request.num_preemptions += 1
+        self.queues.requeue(request)
         self.num_preemptions += 1
-        self.waiting.appendleft(request)
-
-    @staticmethod
-    def _put_back(request: Request) -> None:
-        request.output_token_ids.append(request.held_token)
-        request.held_token = None
 
     def finish(self, request: Request, reason: str, stop_reason: str | int | None = None) -> None:
         """Retire ``request`` (running or waiting): its blocks and slot return to the pools now."""
         if request.status is RequestStatus.FINISHED:
             return
-        if request.status is RequestStatus.RUNNING:
-            self.running.remove(request)
-        else:
-            try:
-                self.waiting.remove(request)
-            except ValueError:
-                pass
+        self.queues.remove(request)
         self._release(request)
         if request.held_token is not None:
-            self._put_back(request)
+            self.queues.put_back(request)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
         request.stop_reason = stop_reason

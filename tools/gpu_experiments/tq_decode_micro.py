@@ -10,6 +10,11 @@ installed)::
 (``--cpu-smoke``: the same cases at batch 2 and 64 tokens through Triton's interpreter, wall-clock times, to check
 the script itself without a GPU.)
 
+``--candidates`` instead times the decode variants (issue 30's step target): per shape bf16, then the shipped default
+(the ``spread`` unpack) and the ``words`` unpack with the ``lane`` shuffle (anna_xpu_kernels.turboquant_codes) with its
+launch variations, 4-bit QJL keys (the 9B also at 3 bits), one line each (us, ratio to bf16, max|err| against the
+reference), the best per shape and each model's projected step with it.
+
 Shapes: Qwen3.5-9B full attention (16 q / 4 kv heads, head dim 256, 8 such layers), Gemma 4 E4B sliding layers
 (8 q / 2 kv, 256, window 512, 35 layers) and global layers (8 q / 2 kv, 512, 7 layers); block size 16, every
 sequence's 256 blocks a random permutation of the pool (the engine's tables are arbitrary block ids).
@@ -218,6 +223,70 @@ def _register_report() -> None:
                      f"shared {compiled.metadata.shared} B, {consts}")
 
 
+def _candidate_list(name: str, bits: int) -> list[tuple[str, object, int | None]]:
+    """``(label, TurboQuantTuning or None, splits)`` in priority order: the shipped default (``spread``) first, then
+    the ``words`` unpack (anna_xpu_kernels.turboquant_codes) with the ``lane`` shuffle and its launch variations."""
+    from anna_xpu_kernels import turboquant as tq
+
+    T, W = tq.TurboQuantTuning, {"unpack": "words", "lookup": "lane"}
+    out = [("spread (default)", None, None), ("words + lane", T(**W), None)]
+    if bits != 4:
+        return out
+    if name == "9B":
+        out += [("words + lane, 64 keys", T(**W, block_n=64), None), ("words + lane, splits 16", T(**W), 16),
+                ("words + lane, splits 4", T(**W), 4), ("words + lane, 8 warps", T(**W, num_warps=8), None),
+                ("words + lane, 3 stages", T(**W, num_stages=3), None),
+                ("words + gather-shuffle", T(unpack="words", lookup="shuffle"), None),
+                ("words + lane, 64 keys, 8 warps", T(**W, block_n=64, num_warps=8), None),
+                ("words + lane, 2 chunks", T(**W, d_chunks=2), None)]
+    elif name == "E4B-global":
+        out += [("words + lane, 32 keys", T(**W, block_n=32), None), ("words + lane, splits 16", T(**W), 16),
+                ("words + lane, splits 4", T(**W), 4), ("words + lane, 3 stages", T(**W, num_stages=3), None),
+                ("words + lane, 32 keys, 8 warps", T(**W, block_n=32, num_warps=8), None)]
+    else:
+        out += [("words + lane, 64 keys", T(**W, block_n=64), None), ("words + lane, splits 2", T(**W), 2)]
+    return out
+
+
+def _candidates(names: list[str], budget_s: float, t0: float) -> int:
+    """bf16 per shape, then :func:`_candidate_list` (4-bit QJL keys; the 9B also at 3 bits), one line each with the
+    ratio to bf16; variants stop starting after ``budget_s``; then each model's projected step with its best."""
+    base, best = {}, {}
+    cases = []
+    for name in names:
+        shape = Shape(name)
+        base[name] = _bf16_case(shape)
+        for bits in ((4, 3) if name == "9B" else (4,)):
+            cases.append((shape, bits))
+    for shape, bits in cases:
+        if time.time() - t0 > budget_s:
+            _say(f"-- budget reached ({time.time() - t0:.0f} s): {shape.name} {bits}-bit skipped")
+            continue
+        quant = shape.quantized(bits, True)
+        for label, tuning, splits in _candidate_list(shape.name, bits):
+            if time.time() - t0 > budget_s:
+                _say(f"-- budget reached ({time.time() - t0:.0f} s): remaining candidates skipped")
+                break
+            us = _tq_case(shape, quant, f"tq {bits}-bit {label}", base[shape.name], tuning=tuning, splits=splits)
+            if us == us and us < best.get((shape.name, bits), (float("inf"), ""))[0]:
+                best[(shape.name, bits)] = (us, label)
+        del quant
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
+    for (name, bits), (us, label) in best.items():
+        _say(f"best {name} {bits}-bit: {label}, {us:.1f} us = {us / base[name]:.2f}x bf16's {base[name]:.1f} us")
+    for tag, layers in (("9B", ("9B",)), ("E4B", ("E4B-sliding", "E4B-global"))):
+        for bits in (4, 3):
+            if all((n, bits) in best for n in layers):
+                step = BF16_STEP_MS[tag] + sum(SHAPES[n][4] * (best[(n, bits)][0] - base[n]) / 1e3 for n in layers)
+                _say(f"projected {tag} decode step at {bits} bits (best candidates): {step:.2f} ms = "
+                     f"{step / BF16_STEP_MS[tag]:.2f}x bf16's {BF16_STEP_MS[tag]} ms (target <= 1.25x)")
+    if DEVICE == "cuda":
+        _register_report()
+    _say(f"-- done in {time.time() - t0:.0f} s")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="the 9B shape at 4 bits only")
@@ -227,6 +296,9 @@ def main() -> int:
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU through the interpreter")
     parser.add_argument("--no-write", action="store_true", help="skip the cache-write timings")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated among " + ", ".join(SHAPES))
+    parser.add_argument("--candidates", action="store_true",
+                        help="time the decode variants of CANDIDATES per shape (4-bit QJL keys; the 9B also at 3 bits) "
+                             "instead of the defaults and the sweeps, then project each model's step with its best")
     a = parser.parse_args()
     if a.cpu_smoke:
         global BATCH, CTX, DEVICE
@@ -239,6 +311,8 @@ def main() -> int:
 
     t0 = time.time()
     _say(f"device {torch.cuda.get_device_name() if DEVICE == 'cuda' else 'cpu'}, batch {BATCH}, context {CTX}, block {BLOCK}")
+    if a.candidates:
+        return _candidates(a.shapes.split(","), a.budget_s, t0)
     base, best, quants = {}, {}, {}
     names = ["9B"] if a.quick else a.shapes.split(",")
     for name in names:

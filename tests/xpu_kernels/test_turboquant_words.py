@@ -87,3 +87,13 @@ def test_the_decode_switch_reads_its_environment_variable(monkeypatch):
     monkeypatch.setenv(TURBOQUANT_DECODE_ENV, "fast")
     with pytest.raises(ValueError, match=TURBOQUANT_DECODE_ENV):
         turboquant_decode_requested()
+
+
+def test_a_register_cap_is_checked_and_launches():
+    with pytest.raises(ValueError, match="max_registers"):
+        tq.TurboQuantTuning(max_registers=300)
+    args = _batch(4, 32, 4, 2, seed=11)
+    dec = (args[0][:3], *args[1:3], torch.arange(4, dtype=torch.int32), *args[4:])
+    capped = tq.TurboQuantTuning(dot="ieee", unpack="words", num_stages=1, max_registers=128)
+    torch.testing.assert_close(tq.paged_attention_turboquant(*dec, tuning=capped),
+                               ref.paged_attention_turboquant(*dec), rtol=2e-5, atol=2e-5)

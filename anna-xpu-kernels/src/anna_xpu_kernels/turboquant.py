@@ -80,6 +80,9 @@ class TurboQuantTuning:
             2, each key tile's codes are decoded, dotted and accumulated one half of the head dim at a time, so no
             ``[BLOCK_N, BLOCK_D]`` decoded tile is live whole (at a head dim of 512 the one-chunk kernel spills
             registers).
+        max_registers: a cap on the kernel's registers per thread (ptxas ``.maxnreg``; None: none): with the
+            ``words`` decode, one stage and 128 registers the 9B decode kernel compiles without spills in 49 KB of
+            shared memory, so four programs (16 warps) fit a multiprocessor where three did.
         unpack: how codes come out of their bit planes, one of :data:`UNPACKS`
             (:mod:`anna_xpu_kernels.turboquant_codes`); None: ``spread``, or ``words`` at a decode on CUDA when
             ``ANNA_TURBOQUANT_DECODE=words`` (then with the ``lane`` lookup at padded head dims of 256 and 512).
@@ -101,6 +104,7 @@ class TurboQuantTuning:
     num_stages: int | None = None
     d_chunks: int | None = None
     unpack: str | None = None
+    max_registers: int | None = None
 
     def __attrs_post_init__(self) -> None:
         op = "paged_attention_turboquant"
@@ -115,6 +119,8 @@ class TurboQuantTuning:
         require(self.d_chunks in (None, 1, 2), op, f"d_chunks must be 1 or 2, got {self.d_chunks}")
         require(self.unpack is None or self.unpack in UNPACKS, op,
                 f"unpack must be one of {UNPACKS}, got {self.unpack!r}")
+        require(self.max_registers is None or 24 <= self.max_registers <= 255, op,
+                f"max_registers must lie in [24, 255], got {self.max_registers}")
 
 
 @triton.jit
@@ -501,7 +507,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         BLOCK_N=launch.block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot),
         LOOKUP=LOOKUPS.index(lookup), D_CHUNKS=launch.d_chunks, RING_N=min(launch.block_n, 16),
         UNPACK=UNPACKS.index(launch.unpack), num_warps=launch.num_warps,
-        num_stages=launch.num_stages,
+        num_stages=launch.num_stages, **({"maxnreg": tuning.max_registers} if tuning.max_registers else {}),
     )
     workspace = (m_ws, l_ws, acc_ws) if splits > 1 else None
     return merge_and_rotate_back(o, workspace, splits, rotation, q.dtype)

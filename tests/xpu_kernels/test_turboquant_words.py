@@ -56,21 +56,25 @@ def test_words_bf16_operands_equal_the_spread_decodes(bits, key_qjl):
 
 
 def test_words_is_the_decode_default_when_asked_for():
-    """``ANNA_TURBOQUANT_DECODE=words`` (``words=True``): the words decode with the lane lookup at a decode with a
-    padded head dim of 256 or 512, the words decode alone at other decode widths; prefill keeps ``spread``; explicit
-    settings win."""
+    """``ANNA_TURBOQUANT_DECODE=words``: the words decode with the lane lookup at a decode with a padded head dim of
+    256 or 512, the words decode alone at other decode widths; ``words-capped`` adds one stage and 128 registers at
+    256 only; prefill keeps ``spread``; explicit settings win."""
     settings = tq._launch_settings
     default = tq.TurboQuantTuning()
+
+    def picked(launch):
+        return launch.unpack, launch.lookup, launch.num_stages, launch.max_registers
+
     for block_d in (256, 512):
-        launch = settings(default, True, block_d, False, words=True)
-        assert (launch.unpack, launch.lookup) == ("words", "lane")
-        assert (settings(default, True, block_d, False).unpack, settings(default, True, block_d, False).lookup) == (
-            "spread", "shuffle")
-    assert (settings(default, True, 128, False, words=True).unpack,
-            settings(default, True, 128, False, words=True).lookup) == ("words", "gather")
-    assert settings(default, False, 256, False, words=True).unpack == "spread"
-    assert settings(tq.TurboQuantTuning(unpack="spread", lookup="select"), True, 256, False, words=True).unpack == (
-        "spread")
+        assert picked(settings(default, True, block_d, False, "words"))[:2] == ("words", "lane")
+        assert picked(settings(default, True, block_d, False))[:2] == ("spread", "shuffle")
+    assert picked(settings(default, True, 256, False, "words")) == ("words", "lane", 2, None)
+    assert picked(settings(default, True, 256, False, "words-capped")) == ("words", "lane", 1, 128)
+    assert picked(settings(default, True, 512, False, "words-capped")) == ("words", "lane", 2, None)
+    assert picked(settings(default, True, 128, False, "words"))[:2] == ("words", "gather")
+    assert picked(settings(default, False, 256, False, "words-capped")) == ("spread", "gather", 2, None)
+    explicit = tq.TurboQuantTuning(unpack="spread", lookup="select", num_stages=2, max_registers=200)
+    assert picked(settings(explicit, True, 256, False, "words-capped")) == ("spread", "select", 2, 200)
     with pytest.raises(ValueError, match="unpack"):
         tq.TurboQuantTuning(unpack="bytes")
     with pytest.raises(ValueError, match="lookup"):
@@ -84,6 +88,8 @@ def test_the_decode_switch_reads_its_environment_variable(monkeypatch):
     assert turboquant_decode_requested() == "spread"
     monkeypatch.setenv(TURBOQUANT_DECODE_ENV, " Words ")
     assert turboquant_decode_requested() == "words"
+    monkeypatch.setenv(TURBOQUANT_DECODE_ENV, "words-capped")
+    assert turboquant_decode_requested() == "words-capped"
     monkeypatch.setenv(TURBOQUANT_DECODE_ENV, "fast")
     with pytest.raises(ValueError, match=TURBOQUANT_DECODE_ENV):
         turboquant_decode_requested()

@@ -151,12 +151,13 @@ def lm_head_topk_impl() -> str:
 
 
 TURBOQUANT_DECODE_ENV = "ANNA_TURBOQUANT_DECODE"
-TURBOQUANT_DECODES = ("spread", "words")
+TURBOQUANT_DECODES = ("spread", "words", "words-capped")
 
 
 def turboquant_decode_requested() -> str:
-    """``ANNA_TURBOQUANT_DECODE``: ``spread`` (default) or ``words``, the default code unpacking (and with it the
-    lookup) of the TurboQuant decode attention on CUDA (:mod:`anna_xpu_kernels.turboquant_codes`).
+    """``ANNA_TURBOQUANT_DECODE``: ``spread`` (default), ``words`` or ``words-capped``, the default code unpacking
+    (and with it the lookup, and for ``words-capped`` a register cap) of the TurboQuant decode attention on CUDA
+    (:mod:`anna_xpu_kernels.turboquant_codes`; :func:`anna_xpu_kernels.turboquant._launch_settings`).
 
     Raises:
         ValueError: another value.

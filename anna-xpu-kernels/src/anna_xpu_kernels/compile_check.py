@@ -183,24 +183,27 @@ def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
             "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, "RING_N": min(block_n, 16), "UNPACK": 0, **extra}
 
 
-def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, int, str]]:
-    """``(kernel, act, constexprs, num_warps, num_stages, name)`` of the TurboQuant decode attention as
+def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, int], str]]:
+    """``(kernel, act, constexprs, num_warps, compile options, name)`` of the TurboQuant decode attention as
     :func:`anna_xpu_kernels.turboquant.paged_attention_turboquant` launches it by default at batch-32 decode shapes:
     Qwen3.5-9B (16 / 4 heads, 256) and Gemma 4 E4B's global layers (8 / 2 heads, 512), with QJL keys at 4 and 3 bits;
     2 bits and a residual ring (``auto``'s) at one shape each; then the same cases with the ``words`` decode
-    (``ANNA_TURBOQUANT_DECODE=words``: names ending in ``words``)."""
+    (``ANNA_TURBOQUANT_DECODE=words``: names ending in ``words``) and the 9B ones with ``words-capped``."""
     from anna_xpu_kernels import turboquant
 
-    for words in (False, True):
+    for choice in ("spread", "words", "words-capped"):
         for name, d, bits, ring in (("9B 4-bit", 256, 4, False), ("9B 3-bit", 256, 3, False),
                                     ("E4B-global 4-bit", 512, 4, False), ("E4B-global 3-bit", 512, 3, False),
                                     ("9B 2-bit", 256, 2, False), ("E4B-global 4-bit ring", 512, 4, True)):
-            s = turboquant._launch_settings(turboquant.TurboQuantTuning(), True, d, False, words=words)
+            if choice == "words-capped" and d != 256:
+                continue
+            s = turboquant._launch_settings(turboquant.TurboQuantTuning(), True, d, False, choice)
             case = _tq_case(d, s.block_n, GROUP=4, KBITS=bits - 1, VBITS=bits, Z_FIRST=2 + (bits - 1) * d // 32,
                             HAS_RING=ring, LOOKUP=turboquant.LOOKUPS.index(s.lookup), D_CHUNKS=s.d_chunks,
                             UNPACK=turboquant.UNPACKS.index(s.unpack))
-            yield (turboquant._tq_attention_kernel, "bf16", case, s.num_warps, s.num_stages,
-                   f"{name} words" if words else name)
+            options = {"num_stages": s.num_stages, **({"maxnreg": s.max_registers} if s.max_registers else {})}
+            yield (turboquant._tq_attention_kernel, "bf16", case, s.num_warps, options,
+                   name if choice == "spread" else f"{name} {choice}")
 
 
 def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:
@@ -223,8 +226,8 @@ def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:
     from triton.backends.nvidia.compiler import get_ptxas
     from triton.compiler import ASTSource
 
-    cases = [(fn, act, c, warps, {"num_stages": stages}, {}, f"_tq_attention_kernel {name}")
-             for fn, act, c, warps, stages, name in turboquant_decode_cases()]
+    cases = [(fn, act, c, warps, options, {}, f"_tq_attention_kernel {name}")
+             for fn, act, c, warps, options, name in turboquant_decode_cases()]
     cases += [(fn, act, c, warps, {}, ptrs, f"{fn.__name__} {name}")
               for fn, act, c, warps, ptrs, name in turboquant_support_cases()]
     out = []
@@ -287,10 +290,9 @@ def loop_instructions(arch: int = 90) -> list[tuple[str, int, int, dict[str, int
 
     nvdisasm = os.path.join(os.path.dirname(get_ptxas(arch).path), "nvdisasm")
     out = []
-    for fn, act, constexprs, num_warps, stages, name in turboquant_decode_cases():
+    for fn, act, constexprs, num_warps, options, name in turboquant_decode_cases():
         src = ASTSource(fn, _signature(fn, act, constexprs), constexprs=constexprs)
-        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                                  options={"num_warps": num_warps, "num_stages": stages})
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, **options})
         with tempfile.TemporaryDirectory() as tmp:
             with open(f"{tmp}/k.cubin", "wb") as f:
                 f.write(compiled.asm["cubin"])

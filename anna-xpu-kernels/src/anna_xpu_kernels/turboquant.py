@@ -80,12 +80,14 @@ class TurboQuantTuning:
             2, each key tile's codes are decoded, dotted and accumulated one half of the head dim at a time, so no
             ``[BLOCK_N, BLOCK_D]`` decoded tile is live whole (at a head dim of 512 the one-chunk kernel spills
             registers).
-        max_registers: a cap on the kernel's registers per thread (ptxas ``.maxnreg``; None: none): with the
+        max_registers: a cap on the kernel's registers per thread (ptxas ``.maxnreg``; None: none, or 128 with
+            ``words-capped`` above): with the
             ``words`` decode, one stage and 128 registers the 9B decode kernel compiles without spills in 49 KB of
             shared memory, so four programs (16 warps) fit a multiprocessor where three did.
         unpack: how codes come out of their bit planes, one of :data:`UNPACKS`
             (:mod:`anna_xpu_kernels.turboquant_codes`); None: ``spread``, or ``words`` at a decode on CUDA when
-            ``ANNA_TURBOQUANT_DECODE=words`` (then with the ``lane`` lookup at padded head dims of 256 and 512).
+            ``ANNA_TURBOQUANT_DECODE`` is ``words`` or ``words-capped`` (then with the ``lane`` lookup at padded head
+            dims of 256 and 512; ``words-capped`` also takes one stage and 128 registers at 256).
 
     The decode defaults at a head dim of 256 (shuffle lookup, 4 warps, 8 splits without a sliding window) are the
     fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md); at 512 (two
@@ -158,7 +160,7 @@ def _key_chunk(qr, qs, kwords_ptr, kc_ptr, k_words, k_ok, C: tl.constexpr, KBITS
                & 0xF).to(tl.int32)
     else:
         idx = codes_spread(kwords_ptr, k_words, K_FIRST + C * CHUNK_W, n_words, k_ok, KBITS, PLANE_W, CHUNK_W, UNIT)
-    s = _dot(qr, tl.trans(centroids(kc_ptr, idx, 1 << KBITS, LOOKUP)), DOT)
+    s = _dot(qr, tl.trans(centroids(kc_ptr, idx, 1 << KBITS, LOOKUP, DOT == 0)), DOT)
     sz = s
     if QJL:
         if UNPACK == 1:
@@ -183,9 +185,9 @@ def _value_chunk(acc, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_of
     else:
         idx = codes_spread(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W,
                            CHUNK_W, UNIT)
-    v_c = centroids(vc_ptr, idx, 1 << VBITS, LOOKUP)
+    v_c = centroids(vc_ptr, idx, 1 << VBITS, LOOKUP, DOT == 0)
     if HAS_RING:
-        ring = _rows_chunk(rv_ptr, r_off, in_ring, d, head_dim, C, CHUNK_D).to(tl.float32)
+        ring = _rows_chunk(rv_ptr, r_off, in_ring, d, head_dim, C, CHUNK_D).to(v_c.dtype)
         v_c = tl.where(in_ring[:, None], ring, v_c)
     return acc * alpha[:, None] + _dot(pv, v_c, DOT)
 
@@ -389,25 +391,31 @@ class _Launch:
     d_chunks: int
     splits: int | None
     unpack: str
+    max_registers: int | None
 
 
 def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windowed: bool,
-                     words: bool = False) -> _Launch:
-    """``tuning`` with its unset fields chosen from the shape (:class:`TurboQuantTuning` tells which; ``words``: the
-    ``words`` decode is the default, ``ANNA_TURBOQUANT_DECODE=words`` on CUDA)."""
+                     choice: str = "spread") -> _Launch:
+    """``tuning`` with its unset fields chosen from the shape (:class:`TurboQuantTuning` tells which) and, at a
+    decode, ``choice`` (``ANNA_TURBOQUANT_DECODE`` on CUDA, :func:`anna_xpu_kernels._env.turboquant_decode_requested`):
+    ``spread``, ``words`` (the ``words`` unpack, with the ``lane`` lookup at padded head dims of 256 and 512) or
+    ``words-capped`` (``words``, and at a padded head dim of 256 one stage and at most 128 registers)."""
     wide = block_d * 2 > WIDE_HEAD_DIM
     d_chunks = tuning.d_chunks or (2 if block_d > WIDE_HEAD_DIM else 1)
     # decode: 8K coordinates per K / V tile (32 keys at a head dim of 256, 16 at 512)
     block_n = max(16, min(64, 8192 // block_d)) if decode else 16 if wide else 32
-    words = words and decode
+    words = decode and choice in ("words", "words-capped")
+    capped = words and choice == "words-capped" and block_d == WIDE_HEAD_DIM
     if decode and block_d >= WIDE_HEAD_DIM:  # measured at 256 (BENCHMARKS.md); at 512 the one setting without
         # register spills (tests/xpu_kernels/test_turboquant_registers.py; the shuffle fails to compile with 8 warps)
         lookup, warps, splits = "lane" if words else "shuffle", 4, 8 if block_d == WIDE_HEAD_DIM and not windowed else None
     else:
         lookup, warps, splits = "gather", 8 if wide else 4, None
     return _Launch(lookup=tuning.lookup or lookup, block_n=tuning.block_n or block_n,
-                   num_warps=tuning.num_warps or warps, num_stages=tuning.num_stages or (2 if wide else 3),
-                   d_chunks=d_chunks, splits=splits, unpack=tuning.unpack or ("words" if words else "spread"))
+                   num_warps=tuning.num_warps or warps,
+                   num_stages=tuning.num_stages or (1 if capped else 2 if wide else 3), d_chunks=d_chunks,
+                   splits=splits, unpack=tuning.unpack or ("words" if words else "spread"),
+                   max_registers=tuning.max_registers or (128 if capped else None))
 
 
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
@@ -457,7 +465,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     decode = total == batch
     on_cuda = q.device.type == "cuda" and not INTERPRETING
     launch = _launch_settings(tuning, decode, block_d, sliding_window is not None,
-                              words=on_cuda and turboquant_decode_requested() == "words")
+                              turboquant_decode_requested() if on_cuda else "spread")
     lookup = launch.lookup
     if lookup == "lane" and not on_cuda:  # inline PTX: the interpreter takes the same values from a gather
         require(INTERPRETING, op, f"the lane lookup is CUDA-only, got a {q.device.type} tensor")
@@ -507,7 +515,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         BLOCK_N=launch.block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot),
         LOOKUP=LOOKUPS.index(lookup), D_CHUNKS=launch.d_chunks, RING_N=min(launch.block_n, 16),
         UNPACK=UNPACKS.index(launch.unpack), num_warps=launch.num_warps,
-        num_stages=launch.num_stages, **({"maxnreg": tuning.max_registers} if tuning.max_registers else {}),
+        num_stages=launch.num_stages, **({"maxnreg": launch.max_registers} if launch.max_registers else {}),
     )
     workspace = (m_ws, l_ws, acc_ws) if splits > 1 else None
     return merge_and_rotate_back(o, workspace, splits, rotation, q.dtype)

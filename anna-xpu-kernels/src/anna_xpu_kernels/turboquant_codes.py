@@ -97,20 +97,32 @@ def word_order(col, UNIT: tl.constexpr):
 
 
 @triton.jit
-def centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr):
-    """``c[idx]`` float32 (``idx``'s shape) for a codebook of ``LEVELS`` entries (at most 32), by
-    ``LOOKUPS[LOOKUP]`` (the ``shuffle`` only for codebooks of 8 or more entries: Triton 3.6 fails to compile it for
-    2 or 4 at some tile shapes, where one or three selects do the lookup anyway)."""
+def centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr, BF16: tl.constexpr = False):
+    """``c[idx]`` (``idx``'s shape) for a codebook of ``LEVELS`` entries (at most 32), by ``LOOKUPS[LOOKUP]`` (the
+    ``shuffle`` only for codebooks of 8 or more entries: Triton 3.6 fails to compile it for 2 or 4 at some tile
+    shapes, where one or three selects do the lookup anyway): float32, or bf16 with ``lane`` and ``BF16`` (each lane
+    holds its centroid rounded to bf16 in both halves of a word, so no float32 to bf16 conversion follows the
+    shuffle: the pairs of a bf16 operand are put together by byte permutes)."""
     if LOOKUP == 3:
         # lane l holds c[l % LEVELS] (one load per thread, hoisted out of the loop: the same pure inputs), then each
         # coordinate takes lane idx's value by one warp shuffle, whatever the tile's layout
         zero = tl.zeros(idx.shape, tl.int32)
-        book = tl.inline_asm_elementwise(
-            "{ .reg .u32 l; .reg .u64 a; mov.u32 l, %laneid; and.b32 l, l, $2; "
-            "mul.wide.u32 a, l, 4; add.u64 a, a, $1; ld.global.nc.f32 $0, [a]; }",
-            "=r,l,r", [c_ptr + zero, zero + (LEVELS - 1)], dtype=tl.float32, is_pure=True, pack=1)
-        val = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r", [book, idx],
-                                        dtype=tl.float32, is_pure=True, pack=1)
+        if BF16:
+            book = tl.inline_asm_elementwise(
+                "{ .reg .u32 l; .reg .u64 a; .reg .f32 f; .reg .b16 h; mov.u32 l, %laneid; and.b32 l, l, $2; "
+                "mul.wide.u32 a, l, 4; add.u64 a, a, $1; ld.global.nc.f32 f, [a]; cvt.rn.bf16.f32 h, f; "
+                "mov.b32 $0, {h, h}; }",
+                "=r,l,r", [c_ptr + zero, zero + (LEVELS - 1)], dtype=tl.int32, is_pure=True, pack=1)
+            word = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r",
+                                             [book, idx], dtype=tl.int32, is_pure=True, pack=1)
+            val = word.to(tl.int16).to(tl.bfloat16, bitcast=True)
+        else:
+            book = tl.inline_asm_elementwise(
+                "{ .reg .u32 l; .reg .u64 a; mov.u32 l, %laneid; and.b32 l, l, $2; "
+                "mul.wide.u32 a, l, 4; add.u64 a, a, $1; ld.global.nc.f32 $0, [a]; }",
+                "=r,l,r", [c_ptr + zero, zero + (LEVELS - 1)], dtype=tl.float32, is_pure=True, pack=1)
+            val = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r",
+                                            [book, idx], dtype=tl.float32, is_pure=True, pack=1)
     elif LOOKUP == 0 and LEVELS >= 8:
         book = tl.load(c_ptr + tl.arange(0, LEVELS))
         val = tl.gather(tl.broadcast_to(book[None, :], (idx.shape[0], LEVELS)), idx, 1)

@@ -10,8 +10,10 @@ and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. A call is three laun
 (``q_r``, ``S q_r``; :func:`anna_xpu_kernels.turboquant_basis.rotate_queries`), the attention kernel, and the split
 merge with the output's rotation back and cast (:func:`~anna_xpu_kernels.turboquant_basis.merge_and_rotate_back`).
 The kernel reads each key row's two norms, ``bits - 1`` code planes and sign plane and each value row's norm and
-``bits`` planes (each plane once, as 32-bit words spread over their coordinates in registers), looks the codes up
-in the (tiny, cached) codebooks and runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA
+``bits`` planes (each plane once, as 32-bit words unpacked in registers: :mod:`anna_xpu_kernels.turboquant_codes`,
+``spread`` over the threads or, with ``ANNA_TURBOQUANT_DECODE=words``, whole words per thread with the decoded
+columns permuted within each word and the query and output columns permuted to match), looks the codes up in the
+(tiny, cached) codebooks and runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA
 packing (the query heads of one KV head are the rows of one tile), tiles numbered on the device
 (:mod:`anna_xpu_kernels.attention_plan`; no host sync, so decode and prefill calls can be graph-captured),
 flash-decoding splits. The values' norms scale the probabilities, not the centroids. Dots take bf16 operands on

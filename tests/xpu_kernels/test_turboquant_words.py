@@ -56,25 +56,28 @@ def test_words_bf16_operands_equal_the_spread_decodes(bits, key_qjl):
 
 
 def test_words_is_the_decode_default_when_asked_for():
-    """``ANNA_TURBOQUANT_DECODE=words``: the words decode with the lane lookup at a decode with a padded head dim of
-    256 or 512, the words decode alone at other decode widths; ``words-capped`` adds one stage and 128 registers at
-    256 only; prefill keeps ``spread``; explicit settings win."""
+    """``ANNA_TURBOQUANT_DECODE=words``: the words decode with the lane lookup and opaque operands at a decode with a
+    padded head dim of 256 (capped at 168 registers) or 512, the words decode alone at other decode widths;
+    ``words-capped`` takes 8-bit operand fragments, one stage and 128 registers at 256 instead; prefill keeps
+    ``spread``; explicit settings win."""
     settings = tq._launch_settings
     default = tq.TurboQuantTuning()
 
     def picked(launch):
-        return launch.unpack, launch.lookup, launch.num_stages, launch.max_registers
+        return launch.unpack, launch.lookup, launch.num_stages, launch.max_registers, launch.opaque
 
     for block_d in (256, 512):
         assert picked(settings(default, True, block_d, False, "words"))[:2] == ("words", "lane")
         assert picked(settings(default, True, block_d, False))[:2] == ("spread", "shuffle")
-    assert picked(settings(default, True, 256, False, "words")) == ("words", "lane", 2, None)
-    assert picked(settings(default, True, 256, False, "words-capped")) == ("words", "lane", 1, 128)
-    assert picked(settings(default, True, 512, False, "words-capped")) == ("words", "lane", 2, None)
-    assert picked(settings(default, True, 128, False, "words"))[:2] == ("words", "gather")
-    assert picked(settings(default, False, 256, False, "words-capped")) == ("spread", "gather", 2, None)
-    explicit = tq.TurboQuantTuning(unpack="spread", lookup="select", num_stages=2, max_registers=200)
-    assert picked(settings(explicit, True, 256, False, "words-capped")) == ("spread", "select", 2, 200)
+    assert picked(settings(default, True, 256, False, "words")) == ("words", "lane", 2, 168, True)
+    assert picked(settings(default, True, 512, False, "words")) == ("words", "lane", 2, None, True)
+    assert picked(settings(default, True, 256, False, "words-capped")) == ("words", "lane", 1, 128, False)
+    assert picked(settings(default, True, 512, False, "words-capped")) == ("words", "lane", 2, None, True)
+    assert picked(settings(default, True, 128, False, "words")) == ("words", "gather", 3, None, False)
+    assert picked(settings(default, False, 256, False, "words-capped")) == ("spread", "gather", 2, None, False)
+    explicit = tq.TurboQuantTuning(unpack="spread", lookup="select", num_stages=2, max_registers=200,
+                                   opaque_operands=False)
+    assert picked(settings(explicit, True, 256, False, "words")) == ("spread", "select", 2, 200, False)
     with pytest.raises(ValueError, match="unpack"):
         tq.TurboQuantTuning(unpack="bytes")
     with pytest.raises(ValueError, match="lookup"):

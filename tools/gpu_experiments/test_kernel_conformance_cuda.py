@@ -46,7 +46,8 @@ def test_lm_head_topk_at_a_wide_vocabulary():
 
 def test_turboquant_words_decode_matches_the_reference_on_cuda():
     """The ``words`` decode of the TurboQuant attention with the ``lane`` shuffle (inline PTX, which the CPU tests
-    cannot run) and with ``words-capped``'s one stage and 128 registers, against the torch reference on the GPU:
+    cannot run), as ``ANNA_TURBOQUANT_DECODE=words`` (opaque operands, 168 registers) and ``words-capped`` (8-bit
+    fragments, one stage, 128 registers) launch it, against the torch reference on the GPU:
     decodes of 3 sequences over a shuffled block table at head dims 256 and 512 (two chunks), 4 and 3 bits, a float32
     query within float32 rounding and a bf16 one within a fifth of the bf16 kernel's own distance bound (the spread
     decode's error, doubled)."""
@@ -73,8 +74,9 @@ def test_turboquant_words_decode_matches_the_reference_on_cuda():
             args = (q, kc, vc, cu, lens, block_tables, d ** -0.5, None, *tables)
             want = ref.paged_attention_turboquant(*args).float()
             spread = (tq.paged_attention_turboquant(*args).float() - want).abs().max().item()
-            for tuning in (tq.TurboQuantTuning(unpack="words", lookup="lane"),
-                           tq.TurboQuantTuning(unpack="words", lookup="lane", num_stages=1, max_registers=128)):
+            for tuning in (tq.TurboQuantTuning(unpack="words", lookup="lane", opaque_operands=True, max_registers=168),
+                           tq.TurboQuantTuning(unpack="words", lookup="lane", opaque_operands=False, num_stages=1,
+                                               max_registers=128)):
                 err = (tq.paged_attention_turboquant(*args, tuning=tuning).float() - want).abs().max().item()
                 bound = 2e-5 if dtype == torch.float32 else 2 * spread + 1e-6
                 assert err <= bound, (d, bits, dtype, tuning, err, spread)

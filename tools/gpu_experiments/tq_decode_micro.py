@@ -224,31 +224,37 @@ def _register_report() -> None:
 
 
 def _candidate_list(name: str, bits: int) -> list[tuple[str, object, int | None]]:
-    """``(label, TurboQuantTuning or None, splits)`` in priority order: the shipped default (``spread``) first, then
-    the ``words`` unpack (anna_xpu_kernels.turboquant_codes) with the ``lane`` shuffle and its launch variations."""
+    """``(label, TurboQuantTuning or None, splits)`` in priority order: the shipped default (``spread``) and what
+    ``ANNA_TURBOQUANT_DECODE=words`` launches (the ``words`` unpack, anna_xpu_kernels.turboquant_codes, with the
+    ``lane`` shuffle and opaque operands, at 256 capped at 168 registers) first, then variations."""
     from anna_xpu_kernels import turboquant as tq
 
     T, W = tq.TurboQuantTuning, {"unpack": "words", "lookup": "lane"}
-    out = [("spread (default)", None, None), ("words + lane", T(**W), None)]
+    wide = name == "E4B-global"
+    words = T(**W, opaque_operands=True, max_registers=None if wide else 168)
+    out = [("spread (default)", None, None), ("words (opaque, 168 regs at 256)", words, None)]
     if bits != 4:
         return out
+    capped = T(**W, opaque_operands=False, num_stages=1, max_registers=128)  # words-capped at 256
     if name == "9B":
-        out += [("words + lane, 1 stage, 128 registers", T(**W, num_stages=1, max_registers=128), None),
-                ("words + lane, 64 keys", T(**W, block_n=64), None), ("words + lane, splits 16", T(**W), 16),
-                ("words + lane, splits 4", T(**W), 4), ("words + lane, 8 warps", T(**W, num_warps=8), None),
-                ("words + lane, 3 stages", T(**W, num_stages=3), None),
-                ("words + gather-shuffle", T(unpack="words", lookup="shuffle"), None),
-                ("words + lane, 64 keys, 8 warps", T(**W, block_n=64, num_warps=8), None),
-                ("words + lane, 2 chunks", T(**W, d_chunks=2), None),
-                ("words + lane, 1 stage", T(**W, num_stages=1), None),
-                ("words + lane, 1 stage, 128 registers, splits 16", T(**W, num_stages=1, max_registers=128), 16)]
-    elif name == "E4B-global":
-        out += [("words + lane, 1 stage, 168 registers", T(**W, num_stages=1, max_registers=168), None),
-                ("words + lane, 32 keys", T(**W, block_n=32), None), ("words + lane, splits 16", T(**W), 16),
-                ("words + lane, splits 4", T(**W), 4), ("words + lane, 3 stages", T(**W, num_stages=3), None),
-                ("words + lane, 32 keys, 8 warps", T(**W, block_n=32, num_warps=8), None)]
+        out += [("words-capped (8-bit frags, 1 stage, 128 regs)", capped, None),
+                ("words, 8-bit frags, no cap", T(**W, opaque_operands=False), None),
+                ("words, opaque, no cap", T(**W, opaque_operands=True), None),
+                ("words, splits 16", T(**W, opaque_operands=True, max_registers=168), 16),
+                ("words-capped, splits 16", capped, 16),
+                ("words, 1 stage", T(**W, opaque_operands=True, max_registers=168, num_stages=1), None),
+                ("words, splits 4", T(**W, opaque_operands=True, max_registers=168), 4),
+                ("words, 64 keys", T(**W, opaque_operands=True, block_n=64), None),
+                ("words, 3 stages", T(**W, opaque_operands=True, max_registers=168, num_stages=3), None),
+                ("words, 2 chunks", T(**W, opaque_operands=True, max_registers=168, d_chunks=2), None),
+                ("words + gather-shuffle", T(unpack="words", lookup="shuffle"), None)]
+    elif wide:
+        out += [("words, 8-bit frags", T(**W, opaque_operands=False), None), ("words, splits 16", words, 16),
+                ("words, splits 4", words, 4), ("words, 32 keys", T(**W, opaque_operands=True, block_n=32), None),
+                ("words, 3 stages", T(**W, opaque_operands=True, num_stages=3), None)]
     else:
-        out += [("words + lane, 64 keys", T(**W, block_n=64), None), ("words + lane, splits 2", T(**W), 2)]
+        out += [("words-capped (8-bit frags, 1 stage, 128 regs)", capped, None),
+                ("words, 64 keys", T(**W, opaque_operands=True, block_n=64), None), ("words, splits 2", words, 2)]
     return out
 
 

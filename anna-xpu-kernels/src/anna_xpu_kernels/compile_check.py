@@ -182,7 +182,8 @@ def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
     return {"GROUP": 4, "BLOCK_Q": 1, "BLOCK_M": 16, "BLOCK_D": d, "KBITS": 3, "VBITS": 4, "UNIT": 32,
             "PLANE_W": d // 32, "BLOCK_W": d // 32, "K_FIRST": 2, "Z_FIRST": 2 + 3 * d // 32, "V_FIRST": 1,
             "HAS_WINDOW": False, "SPLIT": True, "DECODE": True, "HAS_RING": False, "QJL": True,
-            "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, "RING_N": min(block_n, 16), "UNPACK": 0, **extra}
+            "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, "RING_N": min(block_n, 16), "UNPACK": 0,
+            "OPAQUE": False, **extra}
 
 
 def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, int], str]]:
@@ -202,7 +203,7 @@ def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, d
             s = turboquant._launch_settings(turboquant.TurboQuantTuning(), True, d, False, choice)
             case = _tq_case(d, s.block_n, GROUP=4, KBITS=bits - 1, VBITS=bits, Z_FIRST=2 + (bits - 1) * d // 32,
                             HAS_RING=ring, LOOKUP=turboquant.LOOKUPS.index(s.lookup), D_CHUNKS=s.d_chunks,
-                            UNPACK=turboquant.UNPACKS.index(s.unpack))
+                            UNPACK=turboquant.UNPACKS.index(s.unpack), OPAQUE=s.opaque and s.lookup == "lane")
             options = {"num_stages": s.num_stages, **({"maxnreg": s.max_registers} if s.max_registers else {})}
             yield (turboquant._tq_attention_kernel, "bf16", case, s.num_warps, options,
                    name if choice == "spread" else f"{name} {choice}")

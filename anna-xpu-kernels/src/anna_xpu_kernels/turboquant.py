@@ -86,6 +86,10 @@ class TurboQuantTuning:
             ``words-capped`` above): with the
             ``words`` decode, one stage and 128 registers the 9B decode kernel compiles without spills in 49 KB of
             shared memory, so four programs (16 warps) fit a multiprocessor where three did.
+        opaque_operands: with the ``lane`` lookup, end the decoded dot operands in side-effecting PTX, so Triton
+            gives their dots 16-bit register fragments instead of 8-bit ones
+            (:data:`anna_xpu_kernels.turboquant_codes.OPAQUE_DOC`); None: on with ``ANNA_TURBOQUANT_DECODE=words``
+            (which then caps the registers at 168 at a padded head dim of 256) and at 512.
         unpack: how codes come out of their bit planes, one of :data:`UNPACKS`
             (:mod:`anna_xpu_kernels.turboquant_codes`); None: ``spread``, or ``words`` at a decode on CUDA when
             ``ANNA_TURBOQUANT_DECODE`` is ``words`` or ``words-capped`` (then with the ``lane`` lookup at padded head
@@ -109,6 +113,7 @@ class TurboQuantTuning:
     d_chunks: int | None = None
     unpack: str | None = None
     max_registers: int | None = None
+    opaque_operands: bool | None = None
 
     def __attrs_post_init__(self) -> None:
         op = "paged_attention_turboquant"
@@ -152,7 +157,8 @@ def _rows_chunk(ptr, off, ok, d, head_dim, C: tl.constexpr, CHUNK_D: tl.constexp
 @triton.jit
 def _key_chunk(qr, qs, kwords_ptr, kc_ptr, k_words, k_ok, C: tl.constexpr, KBITS: tl.constexpr, PLANE_W: tl.constexpr,
                CHUNK_W: tl.constexpr, UNIT: tl.constexpr, K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr,
-               QJL: tl.constexpr, DOT: tl.constexpr, LOOKUP: tl.constexpr, UNPACK: tl.constexpr):
+               QJL: tl.constexpr, DOT: tl.constexpr, LOOKUP: tl.constexpr, UNPACK: tl.constexpr,
+               OPAQUE: tl.constexpr):
     """Column chunk ``C``'s share ``[M, N]`` float32 of ``q_r . c[idx]`` and (with ``QJL``; else a copy of the first)
     of ``(S q_r) . z`` for the key rows at word offsets ``k_words`` ``[N]``: only ``CHUNK_W`` words of each plane are
     decoded at a time, so the decoded tile is ``[N, CHUNK_D]``, not ``[N, BLOCK_D]``."""
@@ -162,14 +168,14 @@ def _key_chunk(qr, qs, kwords_ptr, kc_ptr, k_words, k_ok, C: tl.constexpr, KBITS
                & 0xF).to(tl.int32)
     else:
         idx = codes_spread(kwords_ptr, k_words, K_FIRST + C * CHUNK_W, n_words, k_ok, KBITS, PLANE_W, CHUNK_W, UNIT)
-    s = _dot(qr, tl.trans(centroids(kc_ptr, idx, 1 << KBITS, LOOKUP, DOT == 0)), DOT)
+    s = _dot(qr, tl.trans(centroids(kc_ptr, idx, 1 << KBITS, LOOKUP, DOT == 0, OPAQUE)), DOT)
     sz = s
     if QJL:
         if UNPACK == 1:
             bits = codes_words(kwords_ptr, k_words, Z_FIRST + C * CHUNK_W, n_words, k_ok, 1, PLANE_W, CHUNK_W, UNIT)
         else:
             bits = codes_spread(kwords_ptr, k_words, Z_FIRST + C * CHUNK_W, n_words, k_ok, 1, PLANE_W, CHUNK_W, UNIT)
-        sz = _dot(qs, tl.trans(signs(bits, DOT == 0 and UNPACK == 1)), DOT)
+        sz = _dot(qs, tl.trans(signs(bits, DOT == 0 and UNPACK == 1, OPAQUE)), DOT)
     return s, sz
 
 
@@ -177,7 +183,7 @@ def _key_chunk(qr, qs, kwords_ptr, kc_ptr, k_words, k_ok, C: tl.constexpr, KBITS
 def _value_chunk(acc, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d, head_dim,
                  C: tl.constexpr, CHUNK_D: tl.constexpr, VBITS: tl.constexpr, PLANE_W: tl.constexpr,
                  CHUNK_W: tl.constexpr, UNIT: tl.constexpr, V_FIRST: tl.constexpr, HAS_RING: tl.constexpr,
-                 DOT: tl.constexpr, LOOKUP: tl.constexpr, UNPACK: tl.constexpr):
+                 DOT: tl.constexpr, LOOKUP: tl.constexpr, UNPACK: tl.constexpr, OPAQUE: tl.constexpr):
     """The accumulator of column chunk ``C`` ``[M, CHUNK_D]`` float32 rescaled by ``alpha`` ``[M]`` plus
     ``pv @ c_v[idx]`` over the value rows at word offsets ``v_words`` (``pv``: the probabilities times the values'
     norms, ``[M, N]``); ring rows (``in_ring``) read from ``rv_ptr`` instead."""
@@ -187,7 +193,7 @@ def _value_chunk(acc, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_of
     else:
         idx = codes_spread(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W,
                            CHUNK_W, UNIT)
-    v_c = centroids(vc_ptr, idx, 1 << VBITS, LOOKUP, DOT == 0)
+    v_c = centroids(vc_ptr, idx, 1 << VBITS, LOOKUP, DOT == 0, OPAQUE)
     if HAS_RING:
         ring = _rows_chunk(rv_ptr, r_off, in_ring, d, head_dim, C, CHUNK_D).to(v_c.dtype)
         v_c = tl.where(in_ring[:, None], ring, v_c)
@@ -215,7 +221,7 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
                  UNIT: tl.constexpr, PLANE_W: tl.constexpr, CHUNK_W: tl.constexpr, CHUNK_D: tl.constexpr,
                  K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
                  HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
-                 LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, UNPACK: tl.constexpr):
+                 LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, UNPACK: tl.constexpr, OPAQUE: tl.constexpr):
     """One key tile ``[start, start + BLOCK_N)`` (keys below ``hi``) of the online softmax: scores from the
     quantized rows (with ``HAS_RING``: the ring's exact rows where it holds the position, one of the sequence's newest
     ``ring_lo .. ring_lo + ring_len - 1``), then the rescaled accumulators. Returns ``(m_i, l_i, acc0, acc1)`` (``acc1``: passed through with one chunk)."""
@@ -228,10 +234,10 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
     k_norm = tl.load(kf_ptr + k_row // 4, mask=k_ok, other=0.0)
     k_words = k_row // (UNIT // 8)
     s, sz = _key_chunk(qr0, qs0, kwords_ptr, kc_ptr, k_words, k_ok, 0, KBITS, PLANE_W, CHUNK_W, UNIT, K_FIRST,
-                       Z_FIRST, QJL, DOT, LOOKUP, UNPACK)
+                       Z_FIRST, QJL, DOT, LOOKUP, UNPACK, OPAQUE)
     if D_CHUNKS == 2:
         s1, sz1 = _key_chunk(qr1, qs1, kwords_ptr, kc_ptr, k_words, k_ok, 1, KBITS, PLANE_W, CHUNK_W, UNIT,
-                             K_FIRST, Z_FIRST, QJL, DOT, LOOKUP, UNPACK)
+                             K_FIRST, Z_FIRST, QJL, DOT, LOOKUP, UNPACK, OPAQUE)
         s += s1
         sz += sz1
     if QJL:
@@ -267,11 +273,11 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
     pv = p * v_norm[None, :]
     v_words = v_row // (UNIT // 8)
     acc0 = _value_chunk(acc0, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d, head_dim,
-                        0, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP, UNPACK)
+                        0, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP, UNPACK, OPAQUE)
     if D_CHUNKS == 2:
         acc1 = _value_chunk(acc1, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d,
                             head_dim, 1, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP,
-                            UNPACK)
+                            UNPACK, OPAQUE)
     m_i = m_new
     return m_i, l_i, acc0, acc1
 
@@ -288,6 +294,7 @@ def _tq_attention_kernel(
     K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
     SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr,
     DOT: tl.constexpr, LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, RING_N: tl.constexpr, UNPACK: tl.constexpr = 0,
+    OPAQUE: tl.constexpr = False,
 ):
     CHUNK_D: tl.constexpr = BLOCK_D // D_CHUNKS
     CHUNK_W: tl.constexpr = BLOCK_W // D_CHUNKS
@@ -363,7 +370,7 @@ def _tq_attention_kernel(
             vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len, head_dim,
             block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W, CHUNK_D, K_FIRST,
-            Z_FIRST, V_FIRST, HAS_WINDOW, False, QJL, BLOCK_N, DOT, LOOKUP, D_CHUNKS, UNPACK)
+            Z_FIRST, V_FIRST, HAS_WINDOW, False, QJL, BLOCK_N, DOT, LOOKUP, D_CHUNKS, UNPACK, OPAQUE)
     if HAS_RING:
         for start in range(mid, hi, RING_N):
             m_i, l_i, acc0, acc1 = _attend_tile(
@@ -371,7 +378,8 @@ def _tq_attention_kernel(
                 vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len,
                 head_dim, block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb,
                 stride_vt, stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W,
-                CHUNK_D, K_FIRST, Z_FIRST, V_FIRST, HAS_WINDOW, True, QJL, RING_N, DOT, LOOKUP, D_CHUNKS, UNPACK)
+                CHUNK_D, K_FIRST, Z_FIRST, V_FIRST, HAS_WINDOW, True, QJL, RING_N, DOT, LOOKUP, D_CHUNKS, UNPACK,
+                OPAQUE)
 
     o_off = tok * stride_ot + head * stride_oh
     n_heads = tl.num_programs(1) * GROUP
@@ -394,20 +402,23 @@ class _Launch:
     splits: int | None
     unpack: str
     max_registers: int | None
+    opaque: bool
 
 
 def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windowed: bool,
                      choice: str = "spread") -> _Launch:
     """``tuning`` with its unset fields chosen from the shape (:class:`TurboQuantTuning` tells which) and, at a
     decode, ``choice`` (``ANNA_TURBOQUANT_DECODE`` on CUDA, :func:`anna_xpu_kernels._env.turboquant_decode_requested`):
-    ``spread``, ``words`` (the ``words`` unpack, with the ``lane`` lookup at padded head dims of 256 and 512) or
-    ``words-capped`` (``words``, and at a padded head dim of 256 one stage and at most 128 registers)."""
+    ``spread``, ``words`` (the ``words`` unpack, with the ``lane`` lookup and opaque operands at padded head dims of
+    256, capped at 168 registers, and 512) or ``words-capped`` (the same at 512; at 256 8-bit operand fragments, one
+    stage and at most 128 registers)."""
     wide = block_d * 2 > WIDE_HEAD_DIM
     d_chunks = tuning.d_chunks or (2 if block_d > WIDE_HEAD_DIM else 1)
     # decode: 8K coordinates per K / V tile (32 keys at a head dim of 256, 16 at 512)
     block_n = max(16, min(64, 8192 // block_d)) if decode else 16 if wide else 32
     words = decode and choice in ("words", "words-capped")
     capped = words and choice == "words-capped" and block_d == WIDE_HEAD_DIM
+    opaque = words and block_d >= WIDE_HEAD_DIM and not capped
     if decode and block_d >= WIDE_HEAD_DIM:  # measured at 256 (BENCHMARKS.md); at 512 the one setting without
         # register spills (tests/xpu_kernels/test_turboquant_registers.py; the shuffle fails to compile with 8 warps)
         lookup, warps, splits = "lane" if words else "shuffle", 4, 8 if block_d == WIDE_HEAD_DIM and not windowed else None
@@ -417,7 +428,9 @@ def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windo
                    num_warps=tuning.num_warps or warps,
                    num_stages=tuning.num_stages or (1 if capped else 2 if wide else 3), d_chunks=d_chunks,
                    splits=splits, unpack=tuning.unpack or ("words" if words else "spread"),
-                   max_registers=tuning.max_registers or (128 if capped else None))
+                   max_registers=tuning.max_registers or (
+                       128 if capped else 168 if opaque and block_d == WIDE_HEAD_DIM else None),
+                   opaque=opaque if tuning.opaque_operands is None else tuning.opaque_operands)
 
 
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
@@ -516,7 +529,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
         BLOCK_N=launch.block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot),
         LOOKUP=LOOKUPS.index(lookup), D_CHUNKS=launch.d_chunks, RING_N=min(launch.block_n, 16),
-        UNPACK=UNPACKS.index(launch.unpack), num_warps=launch.num_warps,
+        UNPACK=UNPACKS.index(launch.unpack), OPAQUE=launch.opaque and lookup == "lane", num_warps=launch.num_warps,
         num_stages=launch.num_stages, **({"maxnreg": launch.max_registers} if launch.max_registers else {}),
     )
     workspace = (m_ws, l_ws, acc_ws) if splits > 1 else None

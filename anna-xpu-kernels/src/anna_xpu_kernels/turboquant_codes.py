@@ -31,6 +31,14 @@ from __future__ import annotations
 
 from anna_xpu_kernels._triton import tl, triton
 
+OPAQUE_DOC = """Triton sizes the register fragments of a tensor-core operand (``kWidth``) from the narrowest load its
+value traces back to through pure elementwise operations, halved if a ``tl.join`` lies on the way: through the
+``words`` unpack's joins a bf16 tile counts as 8-bit, so its dots take 8-bit fragments (``kWidth`` 4), and the
+fragments are then rearranged by register moves (~250 ``IMAD.MOV`` per thread per 9B tile). Ending the decoded
+operand in a side-effecting PTX statement (the lane shuffle, the sign pattern) stops the trace: 16-bit fragments,
+28% fewer instructions at the 9B shape (1,430 against 1,535 per 32 keys; 15% at 512) but 194 registers at 256 (168
+with 8-bit fragments), so the ``words`` default there caps them at 168."""
+
 UNPACKS = ("spread", "words")
 """How a tile's codes come out of their bit planes (module docstring)."""
 
@@ -97,12 +105,26 @@ def word_order(col, UNIT: tl.constexpr):
 
 
 @triton.jit
-def centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr, BF16: tl.constexpr = False):
+def _lane_shuffle(book, idx, OPAQUE: tl.constexpr):
+    """Lane ``idx``'s ``book`` (int32, elementwise); ``OPAQUE``: as a side-effecting asm statement (module docstring:
+    it stops Triton's trace of the dot operand's width there)."""
+    if OPAQUE:
+        return tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r", [book, idx],
+                                         dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        return tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r", [book, idx],
+                                         dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr, BF16: tl.constexpr = False,
+              OPAQUE: tl.constexpr = False):
     """``c[idx]`` (``idx``'s shape) for a codebook of ``LEVELS`` entries (at most 32), by ``LOOKUPS[LOOKUP]`` (the
     ``shuffle`` only for codebooks of 8 or more entries: Triton 3.6 fails to compile it for 2 or 4 at some tile
     shapes, where one or three selects do the lookup anyway): float32, or bf16 with ``lane`` and ``BF16`` (each lane
     holds its centroid rounded to bf16 in both halves of a word, so no float32 to bf16 conversion follows the
-    shuffle: the pairs of a bf16 operand are put together by byte permutes)."""
+    shuffle: the pairs of a bf16 operand are put together by byte permutes). ``OPAQUE`` (``lane`` only): the shuffle
+    as a side-effecting statement (:data:`OPAQUE_DOC`)."""
     if LOOKUP == 3:
         # lane l holds c[l % LEVELS] (one load per thread, hoisted out of the loop: the same pure inputs), then each
         # coordinate takes lane idx's value by one warp shuffle, whatever the tile's layout
@@ -113,16 +135,13 @@ def centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr, BF16: tl.c
                 "mul.wide.u32 a, l, 4; add.u64 a, a, $1; ld.global.nc.f32 f, [a]; cvt.rn.bf16.f32 h, f; "
                 "mov.b32 $0, {h, h}; }",
                 "=r,l,r", [c_ptr + zero, zero + (LEVELS - 1)], dtype=tl.int32, is_pure=True, pack=1)
-            word = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r",
-                                             [book, idx], dtype=tl.int32, is_pure=True, pack=1)
-            val = word.to(tl.int16).to(tl.bfloat16, bitcast=True)
+            val = _lane_shuffle(book, idx, OPAQUE).to(tl.int16).to(tl.bfloat16, bitcast=True)
         else:
             book = tl.inline_asm_elementwise(
                 "{ .reg .u32 l; .reg .u64 a; mov.u32 l, %laneid; and.b32 l, l, $2; "
-                "mul.wide.u32 a, l, 4; add.u64 a, a, $1; ld.global.nc.f32 $0, [a]; }",
-                "=r,l,r", [c_ptr + zero, zero + (LEVELS - 1)], dtype=tl.float32, is_pure=True, pack=1)
-            val = tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r",
-                                            [book, idx], dtype=tl.float32, is_pure=True, pack=1)
+                "mul.wide.u32 a, l, 4; add.u64 a, a, $1; ld.global.nc.u32 $0, [a]; }",
+                "=r,l,r", [c_ptr + zero, zero + (LEVELS - 1)], dtype=tl.int32, is_pure=True, pack=1)
+            val = _lane_shuffle(book, idx, OPAQUE).to(tl.float32, bitcast=True)
     elif LOOKUP == 0 and LEVELS >= 8:
         book = tl.load(c_ptr + tl.arange(0, LEVELS))
         val = tl.gather(tl.broadcast_to(book[None, :], (idx.shape[0], LEVELS)), idx, 1)
@@ -136,10 +155,16 @@ def centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr, BF16: tl.c
 
 
 @triton.jit
-def signs(bits, BF16: tl.constexpr):
+def signs(bits, BF16: tl.constexpr, OPAQUE: tl.constexpr = False):
     """``+1`` where bit 0 of ``bits`` (integer, any shape) is set, else ``-1``: with ``BF16`` the bf16 bit pattern
-    made from the bit (a shift and a logic operation, no conversion), else float32."""
-    if BF16:
+    made from the bit (a shift and a logic operation, no conversion; with ``OPAQUE`` as a side-effecting PTX
+    statement, CUDA only: :data:`OPAQUE_DOC`), else float32."""
+    if BF16 and OPAQUE:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b32 t; shl.b32 t, $1, 15; and.b32 t, t, 0x8000; xor.b32 $0, t, 0xBF80; }", "=r,r",
+            [bits.to(tl.int32, bitcast=True)], dtype=tl.int32, is_pure=False, pack=1,
+        ).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    elif BF16:
         return (((bits << 15) & 0x8000) ^ 0xBF80).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     else:
         return tl.where((bits & 1) != 0, 1.0, -1.0)

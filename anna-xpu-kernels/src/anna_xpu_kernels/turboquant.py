@@ -98,8 +98,9 @@ class TurboQuantTuning:
     The decode defaults at a head dim of 256 (shuffle lookup, 4 warps, 8 splits without a sliding window) are the
     fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md); at 512 (two
     chunks, shuffle, 4 warps, 16 keys) the only combination that compiles without register spills (ptxas:
-    ``python -m anna_xpu_kernels.compile_check --registers``), not yet timed. ``words`` with ``lane`` cuts the
-    decode loop's instructions by 43% at 256 and 29% at 512 (``compile_check --sass``), not yet timed either.
+    ``python -m anna_xpu_kernels.compile_check --registers``), not yet timed. ``words`` with ``lane`` and opaque
+    operands cuts the decode loop's instructions by 46% at 256 and 40% at 512 (``compile_check --sass``), not yet
+    timed either.
 
     Raises:
         ValueError: a value outside the choices above.

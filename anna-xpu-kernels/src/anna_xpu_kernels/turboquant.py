@@ -99,7 +99,7 @@ class TurboQuantTuning:
     fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md); at 512 (two
     chunks, shuffle, 4 warps, 16 keys) the only combination that compiles without register spills (ptxas:
     ``python -m anna_xpu_kernels.compile_check --registers``), not yet timed. ``words`` with ``lane`` and opaque
-    operands cuts the decode loop's instructions by 46% at 256 and 40% at 512 (``compile_check --sass``), not yet
+    operands cuts the decode loop's instructions by 50% at 256 and 45% at 512 (``compile_check --sass``), not yet
     timed either.
 
     Raises:
@@ -164,9 +164,9 @@ def _key_chunk(qr, qs, kwords_ptr, kc_ptr, k_words, k_ok, C: tl.constexpr, KBITS
     of ``(S q_r) . z`` for the key rows at word offsets ``k_words`` ``[N]``: only ``CHUNK_W`` words of each plane are
     decoded at a time, so the decoded tile is ``[N, CHUNK_D]``, not ``[N, BLOCK_D]``."""
     n_words = PLANE_W - C * CHUNK_W
-    if UNPACK == 1:
-        idx = (codes_words(kwords_ptr, k_words, K_FIRST + C * CHUNK_W, n_words, k_ok, KBITS, PLANE_W, CHUNK_W, UNIT)
-               & 0xF).to(tl.int32)
+    if UNPACK == 1:  # the lane lookup reads the code's bits only: no mask
+        idx = codes_words(kwords_ptr, k_words, K_FIRST + C * CHUNK_W, n_words, k_ok, KBITS, PLANE_W, CHUNK_W, UNIT)
+        idx = (idx if LOOKUP == 3 else idx & 0xF).to(tl.int32, bitcast=True)
     else:
         idx = codes_spread(kwords_ptr, k_words, K_FIRST + C * CHUNK_W, n_words, k_ok, KBITS, PLANE_W, CHUNK_W, UNIT)
     s = _dot(qr, tl.trans(centroids(kc_ptr, idx, 1 << KBITS, LOOKUP, DOT == 0, OPAQUE)), DOT)
@@ -188,9 +188,10 @@ def _value_chunk(acc, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_of
     """The accumulator of column chunk ``C`` ``[M, CHUNK_D]`` float32 rescaled by ``alpha`` ``[M]`` plus
     ``pv @ c_v[idx]`` over the value rows at word offsets ``v_words`` (``pv``: the probabilities times the values'
     norms, ``[M, N]``); ring rows (``in_ring``) read from ``rv_ptr`` instead."""
-    if UNPACK == 1:
-        idx = (codes_words(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W,
-                           CHUNK_W, UNIT) & 0xF).to(tl.int32)
+    if UNPACK == 1:  # the lane lookup reads the code's bits only: no mask
+        idx = codes_words(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W,
+                          CHUNK_W, UNIT)
+        idx = (idx if LOOKUP == 3 else idx & 0xF).to(tl.int32, bitcast=True)
     else:
         idx = codes_spread(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W,
                            CHUNK_W, UNIT)

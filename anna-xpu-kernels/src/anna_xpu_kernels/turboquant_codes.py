@@ -24,7 +24,8 @@ And a lookup (:data:`LOOKUPS`): ``lane`` (:func:`centroids`) shuffles the centro
 code (lane ``l`` holds ``c[l % LEVELS]``), one ``shfl.sync`` per coordinate in whatever layout the tile has, where
 ``tl.gather`` (``shuffle``) made Triton move the ``words`` tile to another layout first (through shared memory).
 With ``words`` and ``lane`` the 9B loop is 1,535 instructions per thread; with opaque operands (:data:`OPAQUE_DOC`)
-1,459 (-46%; Gemma 4 E4B's 512-wide global layers: 2,422 -> 1,456 per 16 keys). ``lane`` is inline PTX: CUDA only
+1,459; and as the shuffle's segment mask reads only a code's own bits, no mask isolates them: 1,348 (-50%; Gemma 4
+E4B's 512-wide global layers: 2,422 -> 1,344 per 16 keys, -45%). ``lane`` is inline PTX: CUDA only
 (the interpreter runs ``gather`` in its place: the same values).
 """
 
@@ -37,8 +38,8 @@ value traces back to through pure elementwise operations, halved if a ``tl.join`
 ``words`` unpack's joins a bf16 tile counts as 8-bit, so its dots take 8-bit fragments (``kWidth`` 4), and the
 fragments are then rearranged by register moves (~250 ``IMAD.MOV`` per thread per 9B tile). Ending the decoded
 operand in a side-effecting PTX statement (the lane shuffle, the sign pattern) stops the trace: 16-bit fragments,
-28% fewer instructions at the 9B shape (1,430 against 1,535 per 32 keys; 15% at 512) but 194 registers at 256 (168
-with 8-bit fragments), so the ``words`` default there caps them at 168."""
+7% fewer instructions at the 9B shape (1,430 against 1,535 per 32 keys; 15% at 512) but 194 registers at 256 (168
+with 8-bit fragments), so the ``words`` default there caps them at 168 (1,459 instructions, no spills)."""
 
 UNPACKS = ("spread", "words")
 """How a tile's codes come out of their bit planes (module docstring)."""
@@ -106,14 +107,17 @@ def word_order(col, UNIT: tl.constexpr):
 
 
 @triton.jit
-def _lane_shuffle(book, idx, OPAQUE: tl.constexpr):
-    """Lane ``idx``'s ``book`` (int32, elementwise); ``OPAQUE``: as a side-effecting asm statement (module docstring:
-    it stops Triton's trace of the dot operand's width there)."""
+def _lane_shuffle(book, idx, LEVELS: tl.constexpr, OPAQUE: tl.constexpr):
+    """Lane ``idx % LEVELS``'s ``book`` within this lane's segment of ``LEVELS`` lanes (int32, elementwise; the
+    books repeat every ``LEVELS`` lanes): the shuffle's segment mask (bits 8-12 of its ``c`` operand) keeps this
+    lane's high lane bits, so only the code's low bits are read and the bits above it need no masking. ``OPAQUE``:
+    as a side-effecting asm statement (:data:`OPAQUE_DOC`)."""
+    c = tl.zeros(idx.shape, tl.int32) + (((31 & ~(LEVELS - 1)) << 8) | 31)
     if OPAQUE:
-        return tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r", [book, idx],
+        return tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, $3, 0xffffffff;", "=r,r,r,r", [book, idx, c],
                                          dtype=tl.int32, is_pure=False, pack=1)
     else:
-        return tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r", [book, idx],
+        return tl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, $3, 0xffffffff;", "=r,r,r,r", [book, idx, c],
                                          dtype=tl.int32, is_pure=True, pack=1)
 
 
@@ -124,8 +128,9 @@ def centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr, BF16: tl.c
     ``shuffle`` only for codebooks of 8 or more entries: Triton 3.6 fails to compile it for 2 or 4 at some tile
     shapes, where one or three selects do the lookup anyway): float32, or bf16 with ``lane`` and ``BF16`` (each lane
     holds its centroid rounded to bf16 in both halves of a word, so no float32 to bf16 conversion follows the
-    shuffle: the pairs of a bf16 operand are put together by byte permutes). ``OPAQUE`` (``lane`` only): the shuffle
-    as a side-effecting statement (:data:`OPAQUE_DOC`)."""
+    shuffle: the pairs of a bf16 operand are put together by byte permutes). ``lane`` reads only the low
+    ``log2(LEVELS)`` bits of ``idx`` (higher bits may hold anything); the other lookups need exact codes. ``OPAQUE``
+    (``lane`` only): the shuffle as a side-effecting statement (:data:`OPAQUE_DOC`)."""
     if LOOKUP == 3:
         # lane l holds c[l % LEVELS] (one load per thread, hoisted out of the loop: the same pure inputs), then each
         # coordinate takes lane idx's value by one warp shuffle, whatever the tile's layout
@@ -136,13 +141,13 @@ def centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr, BF16: tl.c
                 "mul.wide.u32 a, l, 4; add.u64 a, a, $1; ld.global.nc.f32 f, [a]; cvt.rn.bf16.f32 h, f; "
                 "mov.b32 $0, {h, h}; }",
                 "=r,l,r", [c_ptr + zero, zero + (LEVELS - 1)], dtype=tl.int32, is_pure=True, pack=1)
-            val = _lane_shuffle(book, idx, OPAQUE).to(tl.int16).to(tl.bfloat16, bitcast=True)
+            val = _lane_shuffle(book, idx, LEVELS, OPAQUE).to(tl.int16).to(tl.bfloat16, bitcast=True)
         else:
             book = tl.inline_asm_elementwise(
                 "{ .reg .u32 l; .reg .u64 a; mov.u32 l, %laneid; and.b32 l, l, $2; "
                 "mul.wide.u32 a, l, 4; add.u64 a, a, $1; ld.global.nc.u32 $0, [a]; }",
                 "=r,l,r", [c_ptr + zero, zero + (LEVELS - 1)], dtype=tl.int32, is_pure=True, pack=1)
-            val = _lane_shuffle(book, idx, OPAQUE).to(tl.float32, bitcast=True)
+            val = _lane_shuffle(book, idx, LEVELS, OPAQUE).to(tl.float32, bitcast=True)
     elif LOOKUP == 0 and LEVELS >= 8:
         book = tl.load(c_ptr + tl.arange(0, LEVELS))
         val = tl.gather(tl.broadcast_to(book[None, :], (idx.shape[0], LEVELS)), idx, 1)

@@ -451,7 +451,8 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
 
     Raises:
         ValueError: inconsistent shapes, tables or row widths (the reference's checks), a head dim above 512, a
-            ``tuning.d_chunks`` that leaves chunks narrower than 16.
+            ``tuning.d_chunks`` that leaves chunks narrower than 16, a ``lane`` lookup off NVIDIA CUDA, an unknown
+            ``ANNA_TURBOQUANT_DECODE`` (on CUDA).
     """
     op = "paged_attention_turboquant"
     tuning = tuning or TurboQuantTuning()
@@ -480,12 +481,12 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     wide = block_d * 2 > WIDE_HEAD_DIM
     rows = 64 if not wide else 32 if block_d <= WIDE_HEAD_DIM else 16
     decode = total == batch
-    on_cuda = q.device.type == "cuda" and not INTERPRETING
+    on_cuda = q.device.type == "cuda" and torch.version.hip is None and not INTERPRETING  # inline PTX runs there
     launch = _launch_settings(tuning, decode, block_d, sliding_window is not None,
                               turboquant_decode_requested() if on_cuda else "spread")
     lookup = launch.lookup
     if lookup == "lane" and not on_cuda:  # inline PTX: the interpreter takes the same values from a gather
-        require(INTERPRETING, op, f"the lane lookup is CUDA-only, got a {q.device.type} tensor")
+        require(INTERPRETING, op, f"the lane lookup is inline PTX (NVIDIA CUDA only), got a {q.device.type} tensor")
         lookup = "gather"
     require(block_d // launch.d_chunks >= 16, op, f"d_chunks={launch.d_chunks} needs a padded head dim of at least "
             f"{16 * launch.d_chunks}, got {block_d}")

@@ -249,7 +249,9 @@ def _candidate_list(name: str, bits: int) -> list[tuple[str, object, int | None]
                 ("words, 2 chunks", T(**W, opaque_operands=True, max_registers=168, d_chunks=2), None),
                 ("words + gather-shuffle", T(unpack="words", lookup="shuffle"), None)]
     elif wide:
-        out += [("words, 8-bit frags", T(**W, opaque_operands=False), None), ("words, splits 16", words, 16),
+        out += [("words, 168 regs (36 B spilled, 3 programs per SM)", T(**W, opaque_operands=True, max_registers=168),
+                 None),
+                ("words, 8-bit frags", T(**W, opaque_operands=False), None), ("words, splits 16", words, 16),
                 ("words, splits 4", words, 4), ("words, 32 keys", T(**W, opaque_operands=True, block_n=32), None),
                 ("words, 3 stages", T(**W, opaque_operands=True, num_stages=3), None)]
     else:

@@ -1,8 +1,8 @@
 """The TurboQuant decode attention compiles without register spills at its default launch settings (sm_90, the
 H100 / H200, compiled and assembled by Triton's own ptxas, no GPU needed): the Qwen3.5-9B shape and Gemma 4's
-512-wide global layers (whose one-chunk kernel spilled 96 bytes per thread), 4 and 3 bits; 2 bits and a residual
-ring compile (the ring's tail loop may spill); the query projections, the merge with the rotation back and the
-cache write at 512 do not spill either."""
+512-wide global layers (whose one-chunk kernel spilled 96 bytes per thread), 4 and 3 bits, with the ``spread`` and
+the ``words`` decode (and ``words-capped`` at 256: at most 128 registers); 2 bits and a residual ring compile (the ring's tail loop may spill); the query projections,
+the merge with the rotation back and the cache write at 512 do not spill either."""
 
 import os
 import subprocess
@@ -26,12 +26,15 @@ def test_decode_defaults_do_not_spill_registers(tmp_path):
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     usage = dict(line.split(": ") for line in out.stdout.splitlines())
-    attention = ["9B 4-bit", "9B 3-bit", "E4B-global 4-bit", "E4B-global 3-bit"]
+    main = ["9B 4-bit", "9B 3-bit", "E4B-global 4-bit", "E4B-global 3-bit"]
+    # and the words decode (ANNA_TURBOQUANT_DECODE=words), capped at 128 registers at 256 (words-capped)
+    attention = main + [f"{n} words" for n in main] + [f"{n} words-capped" for n in main[:2]]
     support = ["_tq_query_kernel query projections", "_tq_output_kernel merge and rotation back",
                "_tq_write_kernel cache write"]
     # all compile (the shuffle lookup failed at 2 bits); the ring's tail loop may spill
-    assert sorted(usage) == sorted([f"_tq_attention_kernel {n}" for n in (*attention, "9B 2-bit",
-                                                                           "E4B-global 4-bit ring")] + support)
+    others = [f"{n}{w}" for n in ("9B 2-bit", "E4B-global 4-bit ring") for w in ("", " words")] + [
+        "9B 2-bit words-capped"]
+    assert sorted(usage) == sorted([f"_tq_attention_kernel {n}" for n in (*attention, *others)] + support)
     for name in [f"_tq_attention_kernel {n}" for n in attention] + support:
         regs = int(usage[name].split()[0])
         assert 0 < regs <= 255 and usage[name].endswith(" 0 bytes spill stores"), (name, usage[name])

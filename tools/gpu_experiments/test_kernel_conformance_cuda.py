@@ -42,3 +42,41 @@ def test_lm_head_topk_at_a_wide_vocabulary():
                 assert torch.equal(got[1], want[1]), where
                 assert (got[0] - want[0]).abs().max().item() <= 1e-5, where
                 assert (got[2] - want[2]).abs().max().item() <= 1e-5, where
+
+
+def test_turboquant_words_decode_matches_the_reference_on_cuda():
+    """The ``words`` decode of the TurboQuant attention with the ``lane`` shuffle (inline PTX, which the CPU tests
+    cannot run), as ``ANNA_TURBOQUANT_DECODE=words`` (opaque operands, 168 registers) and ``words-capped`` (8-bit
+    fragments, one stage, 128 registers) launch it, against the torch reference on the GPU:
+    decodes of 3 sequences over a shuffled block table at head dims 256 and 512 (two chunks), 4 and 3 bits, a float32
+    query within float32 rounding and a bf16 one within a fifth of the bf16 kernel's own distance bound (the spread
+    decode's error, doubled)."""
+    import torch
+    from anna_core.kernels.reference import turboquant as ref
+    from anna_core.kv_quant.layout import TurboQuantLayout
+    from anna_core.kv_quant.tables import TurboQuantTables
+    from anna_xpu_kernels import turboquant as tq
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for d, h_q, h_kv, bits in ((256, 16, 4, 4), (256, 16, 4, 3), (512, 8, 2, 4)):
+        layout = TurboQuantLayout(bits)
+        tables = TurboQuantTables.build(layout, d, "cuda").args
+        n_blocks, bs = 40, 16
+        kc = torch.zeros(n_blocks, bs, h_kv, layout.key_row_bytes(d), dtype=torch.uint8, device="cuda")
+        vc = torch.zeros(n_blocks, bs, h_kv, layout.value_row_bytes(d), dtype=torch.uint8, device="cuda")
+        k, v = torch.randn(2, n_blocks * bs, h_kv, d, device="cuda", generator=g)
+        ref.turboquant_cache_write(k, v, kc, vc, torch.arange(n_blocks * bs, device="cuda"), *tables)
+        block_tables = torch.randperm(n_blocks, device="cuda", generator=g)[:36].view(3, 12).to(torch.int32)
+        lens = torch.tensor([190, 77, 161], dtype=torch.int32, device="cuda")
+        cu = torch.arange(4, dtype=torch.int32, device="cuda")
+        for dtype in (torch.float32, torch.bfloat16):
+            q = torch.randn(3, h_q, d, device="cuda", generator=g).to(dtype)
+            args = (q, kc, vc, cu, lens, block_tables, d ** -0.5, None, *tables)
+            want = ref.paged_attention_turboquant(*args).float()
+            spread = (tq.paged_attention_turboquant(*args).float() - want).abs().max().item()
+            for tuning in (tq.TurboQuantTuning(unpack="words", lookup="lane", opaque_operands=True, max_registers=168),
+                           tq.TurboQuantTuning(unpack="words", lookup="lane", opaque_operands=False, num_stages=1,
+                                               max_registers=128)):
+                err = (tq.paged_attention_turboquant(*args, tuning=tuning).float() - want).abs().max().item()
+                bound = 2e-5 if dtype == torch.float32 else 2 * spread + 1e-6
+                assert err <= bound, (d, bits, dtype, tuning, err, spread)

@@ -10,6 +10,11 @@ installed)::
 (``--cpu-smoke``: the same cases at batch 2 and 64 tokens through Triton's interpreter, wall-clock times, to check
 the script itself without a GPU.)
 
+``--candidates`` instead times the decode variants (issue 30's step target): per shape bf16, then the shipped default
+(the ``spread`` unpack) and the ``words`` unpack with the ``lane`` shuffle (anna_xpu_kernels.turboquant_codes) with its
+launch variations, 4-bit QJL keys (the 9B also at 3 bits), one line each (us, ratio to bf16, max|err| against the
+reference), the 9B 4-bit cache write, the best per shape and each model's projected step with it.
+
 Shapes: Qwen3.5-9B full attention (16 q / 4 kv heads, head dim 256, 8 such layers), Gemma 4 E4B sliding layers
 (8 q / 2 kv, 256, window 512, 35 layers) and global layers (8 q / 2 kv, 512, 7 layers); block size 16, every
 sequence's 256 blocks a random permutation of the pool (the engine's tables are arbitrary block ids).
@@ -218,6 +223,86 @@ def _register_report() -> None:
                      f"shared {compiled.metadata.shared} B, {consts}")
 
 
+def _candidate_list(name: str, bits: int) -> list[tuple[str, object, int | None]]:
+    """``(label, TurboQuantTuning or None, splits)`` in priority order: the shipped default (``spread``) and what
+    ``ANNA_TURBOQUANT_DECODE=words`` launches (the ``words`` unpack, anna_xpu_kernels.turboquant_codes, with the
+    ``lane`` shuffle and opaque operands, at 256 capped at 168 registers) first, then variations."""
+    from anna_xpu_kernels import turboquant as tq
+
+    T, W = tq.TurboQuantTuning, {"unpack": "words", "lookup": "lane"}
+    wide = name == "E4B-global"
+    words = T(**W, opaque_operands=True, max_registers=None if wide else 168)
+    out = [("spread (default)", None, None), ("words (opaque, 168 regs at 256)", words, None)]
+    if bits != 4:
+        return out
+    capped = T(**W, opaque_operands=False, num_stages=1, max_registers=128)  # words-capped at 256
+    if name == "9B":
+        out += [("words-capped (8-bit frags, 1 stage, 128 regs)", capped, None),
+                ("words, 8-bit frags, no cap", T(**W, opaque_operands=False), None),
+                ("words, opaque, no cap", T(**W, opaque_operands=True), None),
+                ("words, splits 16", T(**W, opaque_operands=True, max_registers=168), 16),
+                ("words-capped, splits 16", capped, 16),
+                ("words, 1 stage", T(**W, opaque_operands=True, max_registers=168, num_stages=1), None),
+                ("words, splits 4", T(**W, opaque_operands=True, max_registers=168), 4),
+                ("words, 64 keys", T(**W, opaque_operands=True, block_n=64), None),
+                ("words, 3 stages", T(**W, opaque_operands=True, max_registers=168, num_stages=3), None),
+                ("words, 2 chunks", T(**W, opaque_operands=True, max_registers=168, d_chunks=2), None),
+                ("words + gather-shuffle", T(unpack="words", lookup="shuffle"), None)]
+    elif wide:
+        out += [("words, 168 regs (36 B spilled, 3 programs per SM)", T(**W, opaque_operands=True, max_registers=168),
+                 None),
+                ("words, 8-bit frags", T(**W, opaque_operands=False), None), ("words, splits 16", words, 16),
+                ("words, splits 4", words, 4), ("words, 32 keys", T(**W, opaque_operands=True, block_n=32), None),
+                ("words, 3 stages", T(**W, opaque_operands=True, num_stages=3), None)]
+    else:
+        out += [("words-capped (8-bit frags, 1 stage, 128 regs)", capped, None),
+                ("words, 64 keys", T(**W, opaque_operands=True, block_n=64), None), ("words, splits 2", words, 2)]
+    return out
+
+
+def _candidates(names: list[str], budget_s: float, t0: float) -> int:
+    """bf16 per shape, then :func:`_candidate_list` (4-bit QJL keys; the 9B also at 3 bits), one line each with the
+    ratio to bf16; variants stop starting after ``budget_s``; then each model's projected step with its best."""
+    base, best = {}, {}
+    cases = []
+    for name in names:
+        shape = Shape(name)
+        base[name] = _bf16_case(shape)
+        for bits in ((4, 3) if name == "9B" else (4,)):
+            cases.append((shape, bits))
+    quants, skipped = {}, []
+    for phase in (0, 1):  # the shipped default and words + lane at every shape first, then the launch variations
+        for shape, bits in cases:
+            todo = _candidate_list(shape.name, bits)
+            todo = todo[:2] if phase == 0 else todo[2:]
+            for label, tuning, splits in todo:
+                if time.time() - t0 > budget_s:
+                    skipped.append(f"{shape.name} {bits}-bit {label}")
+                    continue
+                if (shape.name, bits) not in quants:
+                    quants[(shape.name, bits)] = shape.quantized(bits, True)
+                    if shape.name == "9B" and bits == 4:  # the step's other TurboQuant cost, once
+                        _write_case(shape, quants[(shape.name, bits)], bits)
+                us = _tq_case(shape, quants[(shape.name, bits)], f"tq {bits}-bit {label}", base[shape.name],
+                              tuning=tuning, splits=splits)
+                if us == us and us < best.get((shape.name, bits), (float("inf"), ""))[0]:
+                    best[(shape.name, bits)] = (us, label)
+    if skipped:
+        _say(f"-- budget reached: {len(skipped)} candidates skipped ({'; '.join(skipped)})")
+    for (name, bits), (us, label) in best.items():
+        _say(f"best {name} {bits}-bit: {label}, {us:.1f} us = {us / base[name]:.2f}x bf16's {base[name]:.1f} us")
+    for tag, layers in (("9B", ("9B",)), ("E4B", ("E4B-sliding", "E4B-global"))):
+        for bits in (4, 3):
+            if all((n, bits) in best for n in layers):
+                step = BF16_STEP_MS[tag] + sum(SHAPES[n][4] * (best[(n, bits)][0] - base[n]) / 1e3 for n in layers)
+                _say(f"projected {tag} decode step at {bits} bits (best candidates): {step:.2f} ms = "
+                     f"{step / BF16_STEP_MS[tag]:.2f}x bf16's {BF16_STEP_MS[tag]} ms (target <= 1.25x)")
+    if DEVICE == "cuda":
+        _register_report()
+    _say(f"-- done in {time.time() - t0:.0f} s")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="the 9B shape at 4 bits only")
@@ -227,6 +312,9 @@ def main() -> int:
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU through the interpreter")
     parser.add_argument("--no-write", action="store_true", help="skip the cache-write timings")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated among " + ", ".join(SHAPES))
+    parser.add_argument("--candidates", action="store_true",
+                        help="time the decode variants of CANDIDATES per shape (4-bit QJL keys; the 9B also at 3 bits) "
+                             "instead of the defaults and the sweeps, then project each model's step with its best")
     a = parser.parse_args()
     if a.cpu_smoke:
         global BATCH, CTX, DEVICE
@@ -239,6 +327,8 @@ def main() -> int:
 
     t0 = time.time()
     _say(f"device {torch.cuda.get_device_name() if DEVICE == 'cuda' else 'cpu'}, batch {BATCH}, context {CTX}, block {BLOCK}")
+    if a.candidates:
+        return _candidates(a.shapes.split(","), a.budget_s, t0)
     base, best, quants = {}, {}, {}
     names = ["9B"] if a.quick else a.shapes.split(",")
     for name in names:

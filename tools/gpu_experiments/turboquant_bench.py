@@ -6,7 +6,7 @@ Run from the repository root (PYTHONPATH set to the packages' src folders)::
 
     python3 tools/gpu_experiments/turboquant_bench.py [--shapes Qwen3.5-9B,gemma-4-31B-it] [--budget-gib 8]
         [--context 4096] [--batch 32] [--steps 32] [--run-streams] [--no-cuda-graph] [--no-quant-cuda-graph]
-        [--residual-len 0] [--device cuda]
+        [--residual-len 0] [--device cuda] [--bits 4,3] [--tq-decodes spread,words] [--no-capacity]
 
 Per shape and mode (``none``, ``turboquant`` 4 and 3 bits) it prints one JSON line:
 
@@ -34,6 +34,7 @@ import torch
 
 CONFIG_DIRS = {"Qwen": "tests/qwen35/reference_configs/{}", "gemma": "tests/gemma4/reference_configs/{}"}
 MODES = (("none", None), ("turboquant", 4), ("turboquant", 3))
+DECODE_ENV = "ANNA_TURBOQUANT_DECODE"  # anna_xpu_kernels._env: the TurboQuant decode attention's code unpacking
 # The Triton kernels (anna_xpu_kernels.turboquant) are graph-safe, so every mode captures graphs; with
 # --no-quant-cuda-graph the quantized modes run eagerly, bf16 then runs both ways, and vs_bf16 compares like with
 # like (vs_bf16_graphs: against bf16 with graphs).
@@ -146,6 +147,12 @@ def main() -> None:
     ap.add_argument("--residual-len", type=int, default=0, help="--kv-cache-residual-len of the quantized modes")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--load-format", default="dummy")
+    ap.add_argument("--bits", default="4,3", help="the quantized modes' bits, comma-separated")
+    ap.add_argument("--tq-decodes", default="",
+                    help="run each quantized mode once per ANNA_TURBOQUANT_DECODE value, comma-separated (spread, "
+                         "words; default: the environment's)")
+    ap.add_argument("--no-capacity", dest="capacity", action="store_false",
+                    help="skip the streams-under-the-budget engine (decode steps only)")
     args = ap.parse_args()
     from anna_core.kernels.registry import chosen_kernels
     from anna_core.loading import load_model
@@ -153,23 +160,31 @@ def main() -> None:
     for shape in args.shapes.split(","):
         loaded = load_model(_dir(shape), device=args.device, dtype="bf16", load_format=args.load_format)
         base_streams, base_ms = None, {}
-        modes = list(MODES)
+        wanted = {int(b) for b in args.bits.split(",") if b}
+        decodes = [d for d in args.tq_decodes.split(",") if d] or [os.environ.get(DECODE_ENV, "")]
+        modes = [(m, b, "") for m, b in MODES if b is None] + [
+            (m, b, d) for m, b in MODES if b in wanted for d in decodes]
         if args.cuda_graph and not args.quant_cuda_graph:
-            modes.insert(1, ("none", None))  # bf16 again, eager
-        for i, (mode, bits) in enumerate(modes):
+            modes.insert(1, ("none", None, ""))  # bf16 again, eager
+        for i, (mode, bits, decode) in enumerate(modes):
             graphs = args.cuda_graph and (args.quant_cuda_graph or (mode == "none" and i == 0))
             row = {"shape": shape, "mode": mode, "bits": bits, "budget_gib": args.budget_gib, "cuda_graph": graphs}
-            # capacity: eager (no graphs to capture for hundreds of batch sizes); the rings, if any, cost max_seqs slots
-            llm = _engine(loaded, mode, bits, args.budget_gib, args.max_seqs, args.context + 16, False,
-                          args.residual_len)
-            row["streams"] = _streams(llm.engine, args.context + 16)
-            base_streams = base_streams or row["streams"]
-            row["ratio"] = round(row["streams"] / base_streams, 2)
-            if args.run_streams and not (mode == "none" and i > 0):  # once per mode
-                row.update(_run_streams(llm, min(row["streams"], args.max_seqs), args.context))
-            del llm
-            gc.collect()
-            _empty_cache()
+            if decode:
+                os.environ[DECODE_ENV] = decode  # read at each call of the attention (so at the graphs' capture)
+                row["tq_decode"] = decode
+            if args.capacity:
+                # capacity: eager (no graphs to capture for hundreds of batch sizes); the rings, if any, cost max_seqs
+                # slots
+                llm = _engine(loaded, mode, bits, args.budget_gib, args.max_seqs, args.context + 16, False,
+                              args.residual_len)
+                row["streams"] = _streams(llm.engine, args.context + 16)
+                base_streams = base_streams or row["streams"]
+                row["ratio"] = round(row["streams"] / base_streams, 2)
+                if args.run_streams and not (mode == "none" and i > 0):  # once per mode
+                    row.update(_run_streams(llm, min(row["streams"], args.max_seqs), args.context))
+                del llm
+                gc.collect()
+                _empty_cache()
             max_len = args.context + args.steps + 32
             budget = args.decode_budget_gib or _decode_budget_gib(loaded, bits, args.residual_len, args.batch, max_len)
             row["decode_budget_gib"] = round(budget, 2)

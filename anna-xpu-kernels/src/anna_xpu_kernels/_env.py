@@ -4,7 +4,8 @@
 (``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``), the value norm fused into
 the attention pre-processing (``ANNA_QKV_NORM_ROPE``), the query norm + rotary fused into the attention of a KV-shared
 layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fused into its attention at decode
-(``ANNA_QKV_NORM_ROPE_ATTENTION``) and the implementation of ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``). Each exists
+(``ANNA_QKV_NORM_ROPE_ATTENTION``), the implementation of ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``) and the
+TurboQuant decode attention's code unpacking (``ANNA_TURBOQUANT_DECODE``). Each exists
 to A/B a kernel choice in separate processes
 (``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 
@@ -147,3 +148,21 @@ def lm_head_topk_impl() -> str:
     (unset or anything else: the faster of both, timed once per shape before graph capture)."""
     value = os.environ.get(LM_HEAD_TOPK_ENV, "").strip().lower()
     return value if value in LM_HEAD_TOPK_IMPLS else "auto"
+
+
+TURBOQUANT_DECODE_ENV = "ANNA_TURBOQUANT_DECODE"
+TURBOQUANT_DECODES = ("spread", "words", "words-capped")
+
+
+def turboquant_decode_requested() -> str:
+    """``ANNA_TURBOQUANT_DECODE``: ``spread`` (default), ``words`` or ``words-capped``, the default code unpacking
+    (and with it the lookup, and for ``words-capped`` a register cap) of the TurboQuant decode attention on CUDA
+    (:mod:`anna_xpu_kernels.turboquant_codes`; :func:`anna_xpu_kernels.turboquant._launch_settings`).
+
+    Raises:
+        ValueError: another value.
+    """
+    value = os.environ.get(TURBOQUANT_DECODE_ENV, "").strip().lower() or "spread"
+    if value not in TURBOQUANT_DECODES:
+        raise ValueError(f"{TURBOQUANT_DECODE_ENV} must be one of {TURBOQUANT_DECODES}, got {value!r}")
+    return value

@@ -145,11 +145,13 @@ def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str
 
 def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
     """TurboQuant attention at decode (QJL keys, bf16 dots) with its default launch settings
-    (:func:`turboquant_decode_cases`); a float32 prefill with a window and a residual ring; the query projections,
+    (:func:`turboquant_decode_cases`, the ``words`` decodes at the 9B 4-bit shape only); a float32 prefill with a window and a residual ring; the query projections,
     the merge with the rotation back and the cache write."""
     from anna_xpu_kernels import turboquant
 
-    yield from (case[:4] for case in turboquant_decode_cases())
+    # the words decodes at one shape here (--registers compiles them all)
+    yield from (case[:4] for case in turboquant_decode_cases()
+                if "words" not in case[5] or case[5].startswith("9B 4-bit"))
 
     yield turboquant._tq_attention_kernel, "fp32", _tq_case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
                                                             SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
@@ -180,23 +182,31 @@ def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
     return {"GROUP": 4, "BLOCK_Q": 1, "BLOCK_M": 16, "BLOCK_D": d, "KBITS": 3, "VBITS": 4, "UNIT": 32,
             "PLANE_W": d // 32, "BLOCK_W": d // 32, "K_FIRST": 2, "Z_FIRST": 2 + 3 * d // 32, "V_FIRST": 1,
             "HAS_WINDOW": False, "SPLIT": True, "DECODE": True, "HAS_RING": False, "QJL": True,
-            "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, "RING_N": min(block_n, 16), **extra}
+            "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, "RING_N": min(block_n, 16), "UNPACK": 0,
+            "OPAQUE": False, **extra}
 
 
-def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, int, str]]:
-    """``(kernel, act, constexprs, num_warps, num_stages, name)`` of the TurboQuant decode attention as
+def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, int], str]]:
+    """``(kernel, act, constexprs, num_warps, compile options, name)`` of the TurboQuant decode attention as
     :func:`anna_xpu_kernels.turboquant.paged_attention_turboquant` launches it by default at batch-32 decode shapes:
     Qwen3.5-9B (16 / 4 heads, 256) and Gemma 4 E4B's global layers (8 / 2 heads, 512), with QJL keys at 4 and 3 bits;
-    2 bits and a residual ring (``auto``'s) at one shape each."""
+    2 bits and a residual ring (``auto``'s) at one shape each; then the same cases with the ``words`` decode
+    (``ANNA_TURBOQUANT_DECODE=words``: names ending in ``words``) and the 9B ones with ``words-capped``."""
     from anna_xpu_kernels import turboquant
 
-    for name, d, bits, ring in (("9B 4-bit", 256, 4, False), ("9B 3-bit", 256, 3, False),
-                                ("E4B-global 4-bit", 512, 4, False), ("E4B-global 3-bit", 512, 3, False),
-                                ("9B 2-bit", 256, 2, False), ("E4B-global 4-bit ring", 512, 4, True)):
-        s = turboquant._launch_settings(turboquant.TurboQuantTuning(), True, d, False)
-        case = _tq_case(d, s.block_n, GROUP=4, KBITS=bits - 1, VBITS=bits, Z_FIRST=2 + (bits - 1) * d // 32,
-                        HAS_RING=ring, LOOKUP=turboquant.LOOKUPS.index(s.lookup), D_CHUNKS=s.d_chunks)
-        yield turboquant._tq_attention_kernel, "bf16", case, s.num_warps, s.num_stages, name
+    for choice in ("spread", "words", "words-capped"):
+        for name, d, bits, ring in (("9B 4-bit", 256, 4, False), ("9B 3-bit", 256, 3, False),
+                                    ("E4B-global 4-bit", 512, 4, False), ("E4B-global 3-bit", 512, 3, False),
+                                    ("9B 2-bit", 256, 2, False), ("E4B-global 4-bit ring", 512, 4, True)):
+            if choice == "words-capped" and d != 256:
+                continue
+            s = turboquant._launch_settings(turboquant.TurboQuantTuning(), True, d, False, choice)
+            case = _tq_case(d, s.block_n, GROUP=4, KBITS=bits - 1, VBITS=bits, Z_FIRST=2 + (bits - 1) * d // 32,
+                            HAS_RING=ring, LOOKUP=turboquant.LOOKUPS.index(s.lookup), D_CHUNKS=s.d_chunks,
+                            UNPACK=turboquant.UNPACKS.index(s.unpack), OPAQUE=s.opaque and s.lookup == "lane")
+            options = {"num_stages": s.num_stages, **({"maxnreg": s.max_registers} if s.max_registers else {})}
+            yield (turboquant._tq_attention_kernel, "bf16", case, s.num_warps, options,
+                   name if choice == "spread" else f"{name} {choice}")
 
 
 def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:
@@ -219,8 +229,8 @@ def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:
     from triton.backends.nvidia.compiler import get_ptxas
     from triton.compiler import ASTSource
 
-    cases = [(fn, act, c, warps, {"num_stages": stages}, {}, f"_tq_attention_kernel {name}")
-             for fn, act, c, warps, stages, name in turboquant_decode_cases()]
+    cases = [(fn, act, c, warps, options, {}, f"_tq_attention_kernel {name}")
+             for fn, act, c, warps, options, name in turboquant_decode_cases()]
     cases += [(fn, act, c, warps, {}, ptrs, f"{fn.__name__} {name}")
               for fn, act, c, warps, ptrs, name in turboquant_support_cases()]
     out = []
@@ -238,6 +248,62 @@ def register_usage(arch: int = 90) -> list[tuple[str, int, int]]:
         if regs is None or spills is None:
             raise RuntimeError(f"ptxas printed no register usage for {name}: {log[-500:]}")
         out.append((name, int(regs.group(1)), int(spills.group(1))))
+    return out
+
+
+def _largest_loop(sass: str) -> list[str]:
+    """The instructions of the longest loop (a label up to a branch back to it) of an ``nvdisasm -c`` listing."""
+    instrs, labels, best = [], {}, []
+    for line in sass.splitlines():
+        label = re.match(r"\s*(\.L_x_\d+):", line)
+        if label:
+            labels[label.group(1)] = len(instrs)
+            continue
+        ins = re.match(r"\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;", line)
+        if ins:
+            instrs.append(ins.group(1))
+            back = re.search(r"BRA\s.*?(\.L_x_\d+)", ins.group(1))
+            if back and labels.get(back.group(1), len(instrs)) < len(instrs):
+                body = instrs[labels[back.group(1)]:]
+                best = body if len(body) > len(best) else best
+    return best
+
+
+def loop_instructions(arch: int = 90) -> list[tuple[str, int, int, dict[str, int]]]:
+    """``(case name, SASS instructions of the key loop per thread, keys per iteration, the ten commonest opcodes)``
+    of :func:`turboquant_decode_cases`, compiled for ``sm_<arch>`` and disassembled by Triton's bundled
+    ``nvdisasm``: a static measure of the decode attention's work per key (no GPU needed; shuffles, shared-memory
+    and conversion instructions issue slower than integer ones, so it ranks variants, not times).
+
+    Raises:
+        RuntimeError: interpreted kernels.
+    """
+    import collections
+    import os
+    import subprocess
+    import tempfile
+
+    from anna_xpu_kernels._triton import INTERPRETING, triton
+
+    if INTERPRETING:
+        raise RuntimeError("loop_instructions needs a process without TRITON_INTERPRET / ANNA_TRITON_INTERPRET")
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    nvdisasm = os.path.join(os.path.dirname(get_ptxas(arch).path), "nvdisasm")
+    out = []
+    for fn, act, constexprs, num_warps, options, name in turboquant_decode_cases():
+        src = ASTSource(fn, _signature(fn, act, constexprs), constexprs=constexprs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, **options})
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(f"{tmp}/k.cubin", "wb") as f:
+                f.write(compiled.asm["cubin"])
+            sass = subprocess.run([nvdisasm, "-c", f"{tmp}/k.cubin"], capture_output=True, text=True,
+                                  check=True).stdout
+        body = _largest_loop(sass)
+        ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for i in body)
+        out.append((name, len(body), constexprs["BLOCK_N"], dict(ops.most_common(10))))
     return out
 
 
@@ -424,7 +490,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 90 (H100/H200), 80 (A100)")
     parser.add_argument("--registers", action="store_true",
                         help="print the TurboQuant kernels' registers and spill stores instead")
+    parser.add_argument("--sass", action="store_true",
+                        help="print the SASS instructions of the TurboQuant decode attention's key loop instead")
     args = parser.parse_args(argv)
+    if args.sass:
+        for name, n, keys, ops in loop_instructions(args.arch):
+            print(f"{name}: {n} instructions per thread per {keys} keys; {ops}")
+        return 0
     if args.registers:
         for name, regs, spills in register_usage(args.arch):
             print(f"{name}: {regs} registers, {spills} bytes spill stores")

@@ -10,8 +10,10 @@ and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. A call is three laun
 (``q_r``, ``S q_r``; :func:`anna_xpu_kernels.turboquant_basis.rotate_queries`), the attention kernel, and the split
 merge with the output's rotation back and cast (:func:`~anna_xpu_kernels.turboquant_basis.merge_and_rotate_back`).
 The kernel reads each key row's two norms, ``bits - 1`` code planes and sign plane and each value row's norm and
-``bits`` planes (each plane once, as 32-bit words spread over their coordinates in registers), looks the codes up
-in the (tiny, cached) codebooks and runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA
+``bits`` planes (each plane once, as 32-bit words unpacked in registers: :mod:`anna_xpu_kernels.turboquant_codes`,
+``spread`` over the threads or, with ``ANNA_TURBOQUANT_DECODE=words``, whole words per thread with the decoded
+columns permuted within each word and the query and output columns permuted to match), looks the codes up in the
+(tiny, cached) codebooks and runs the same online softmax as :mod:`anna_xpu_kernels.paged_attention`: GQA
 packing (the query heads of one KV head are the rows of one tile), tiles numbered on the device
 (:mod:`anna_xpu_kernels.attention_plan`; no host sync, so decode and prefill calls can be graph-captured),
 flash-decoding splits. The values' norms scale the probabilities, not the centroids. Dots take bf16 operands on
@@ -40,23 +42,26 @@ from anna_core.kernels.checks import (
 )
 
 from anna_xpu_kernels._checks import require_float, require_same_device
+from anna_xpu_kernels._env import turboquant_decode_requested
 from anna_xpu_kernels._triton import INTERPRETING, next_pow2, tl, triton
 from anna_xpu_kernels.attention_plan import plan_attention
 from anna_xpu_kernels.paged_attention import LOG2E, WIDE_HEAD_DIM
 from anna_xpu_kernels.turboquant_basis import merge_and_rotate_back, rotate_queries
+from anna_xpu_kernels.turboquant_codes import (
+    LOOKUPS,
+    UNPACKS,
+    centroids,
+    codes_spread,
+    codes_words,
+    signs,
+    word_order,
+)
 
 MAX_HEAD_DIM = 512
 
 
 DOTS = ("bf16", "tf32", "ieee")
 """Operand precisions of the attention kernel's dots (accumulation is float32 in all three)."""
-
-LOOKUPS = ("shuffle", "gather", "select")
-"""How a code becomes its centroid: ``tl.gather`` from the codebook held in registers (warp shuffles; Triton 3.6
-fails to compile it where the gather is not warp-local, e.g. a head dim of 512 with 16 keys and 8 warps, or a
-codebook of 2 or 4 entries: those take the selects), a load from the (L1-resident) codebook in global memory, or a
-chain of selects in registers."""
-
 
 @attrs.frozen
 class TurboQuantTuning:
@@ -77,11 +82,25 @@ class TurboQuantTuning:
             2, each key tile's codes are decoded, dotted and accumulated one half of the head dim at a time, so no
             ``[BLOCK_N, BLOCK_D]`` decoded tile is live whole (at a head dim of 512 the one-chunk kernel spills
             registers).
+        max_registers: a cap on the kernel's registers per thread (ptxas ``.maxnreg``; None: none, or 128 with
+            ``words-capped`` above): with the
+            ``words`` decode, one stage and 128 registers the 9B decode kernel compiles without spills in 49 KB of
+            shared memory, so four programs (16 warps) fit a multiprocessor where three did.
+        opaque_operands: with the ``lane`` lookup, end the decoded dot operands in side-effecting PTX, so Triton
+            gives their dots 16-bit register fragments instead of 8-bit ones
+            (:data:`anna_xpu_kernels.turboquant_codes.OPAQUE_DOC`); None: on with ``ANNA_TURBOQUANT_DECODE=words``
+            (which then caps the registers at 168 at a padded head dim of 256) and at 512.
+        unpack: how codes come out of their bit planes, one of :data:`UNPACKS`
+            (:mod:`anna_xpu_kernels.turboquant_codes`); None: ``spread``, or ``words`` at a decode on CUDA when
+            ``ANNA_TURBOQUANT_DECODE`` is ``words`` or ``words-capped`` (then with the ``lane`` lookup at padded head
+            dims of 256 and 512; ``words-capped`` also takes one stage and 128 registers at 256).
 
     The decode defaults at a head dim of 256 (shuffle lookup, 4 warps, 8 splits without a sliding window) are the
     fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md); at 512 (two
     chunks, shuffle, 4 warps, 16 keys) the only combination that compiles without register spills (ptxas:
-    ``python -m anna_xpu_kernels.compile_check --registers``), not yet timed.
+    ``python -m anna_xpu_kernels.compile_check --registers``), not yet timed. ``words`` with ``lane`` and opaque
+    operands cuts the decode loop's instructions by 50% at 256 and 45% at 512 (``compile_check --sass``), not yet
+    timed either.
 
     Raises:
         ValueError: a value outside the choices above.
@@ -93,6 +112,9 @@ class TurboQuantTuning:
     num_warps: int | None = None
     num_stages: int | None = None
     d_chunks: int | None = None
+    unpack: str | None = None
+    max_registers: int | None = None
+    opaque_operands: bool | None = None
 
     def __attrs_post_init__(self) -> None:
         op = "paged_attention_turboquant"
@@ -105,43 +127,10 @@ class TurboQuantTuning:
         require(self.num_stages is None or self.num_stages >= 1, op,
                 f"num_stages must be at least 1, got {self.num_stages}")
         require(self.d_chunks in (None, 1, 2), op, f"d_chunks must be 1 or 2, got {self.d_chunks}")
-
-
-@triton.jit
-def _codes(ptr, row, first, n_words, ok, BITS: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
-           UNIT: tl.constexpr):
-    """Centroid indices ``[N, BLOCK_W * UNIT]`` int32 of ``N`` rows starting at ``row`` ``[N]`` (in units of
-    ``UNIT`` bits, 8 or 32, little endian): plane ``p`` is the ``PLANE_W`` units from ``first + p * PLANE_W``,
-    coordinate ``j`` bit ``j % UNIT`` of unit ``j // UNIT``; ``first`` may point into a plane (a column chunk), whose
-    first ``n_words`` units are read. Each unit is loaded once per plane (``[N, BLOCK_W]``) and spread over its
-    ``UNIT`` coordinates by shifts in registers; rows not ``ok`` and padding read 0."""
-    w = tl.arange(0, BLOCK_W)
-    t = tl.arange(0, UNIT).to(tl.uint64)
-    mask = ok[:, None] & (w < n_words)[None, :]
-    idx = tl.zeros((row.shape[0], BLOCK_W, UNIT), tl.int32)
-    for p in tl.static_range(BITS):
-        unit = tl.load(ptr + row[:, None] + (first + p * PLANE_W) + w[None, :], mask=mask, other=0)
-        # bit t of the unit, moved to bit p: one 64-bit (funnel) shift and one masked or per coordinate
-        wide = unit.to(tl.uint32, bitcast=unit.dtype == tl.int32).to(tl.uint64) << p
-        idx |= ((wide[:, :, None] >> t[None, None, :]) & (1 << p)).to(tl.int32)
-    return tl.reshape(idx, (row.shape[0], BLOCK_W * UNIT))
-
-
-@triton.jit
-def _centroids(c_ptr, idx, LEVELS: tl.constexpr, LOOKUP: tl.constexpr):
-    """``c[idx]`` float32 ``[N, D]`` for a codebook of ``LEVELS`` entries, by ``LOOKUPS[LOOKUP]`` (the shuffle only
-    for codebooks of 8 or more entries: Triton 3.6 fails to compile it for 2 or 4 at some tile shapes, where one or
-    three selects do the lookup anyway)."""
-    if LOOKUP == 0 and LEVELS >= 8:
-        book = tl.load(c_ptr + tl.arange(0, LEVELS))
-        val = tl.gather(tl.broadcast_to(book[None, :], (idx.shape[0], LEVELS)), idx, 1)
-    elif LOOKUP == 1:
-        val = tl.load(c_ptr + idx)
-    else:
-        val = tl.zeros(idx.shape, tl.float32) + tl.load(c_ptr)
-        for level in tl.static_range(1, LEVELS):
-            val = tl.where(idx >= level, tl.load(c_ptr + level), val)
-    return val
+        require(self.unpack is None or self.unpack in UNPACKS, op,
+                f"unpack must be one of {UNPACKS}, got {self.unpack!r}")
+        require(self.max_registers is None or 24 <= self.max_registers <= 255, op,
+                f"max_registers must lie in [24, 255], got {self.max_registers}")
 
 
 @triton.jit
@@ -169,17 +158,25 @@ def _rows_chunk(ptr, off, ok, d, head_dim, C: tl.constexpr, CHUNK_D: tl.constexp
 @triton.jit
 def _key_chunk(qr, qs, kwords_ptr, kc_ptr, k_words, k_ok, C: tl.constexpr, KBITS: tl.constexpr, PLANE_W: tl.constexpr,
                CHUNK_W: tl.constexpr, UNIT: tl.constexpr, K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr,
-               QJL: tl.constexpr, DOT: tl.constexpr, LOOKUP: tl.constexpr):
+               QJL: tl.constexpr, DOT: tl.constexpr, LOOKUP: tl.constexpr, UNPACK: tl.constexpr,
+               OPAQUE: tl.constexpr):
     """Column chunk ``C``'s share ``[M, N]`` float32 of ``q_r . c[idx]`` and (with ``QJL``; else a copy of the first)
     of ``(S q_r) . z`` for the key rows at word offsets ``k_words`` ``[N]``: only ``CHUNK_W`` words of each plane are
     decoded at a time, so the decoded tile is ``[N, CHUNK_D]``, not ``[N, BLOCK_D]``."""
     n_words = PLANE_W - C * CHUNK_W
-    idx = _codes(kwords_ptr, k_words, K_FIRST + C * CHUNK_W, n_words, k_ok, KBITS, PLANE_W, CHUNK_W, UNIT)
-    s = _dot(qr, tl.trans(_centroids(kc_ptr, idx, 1 << KBITS, LOOKUP)), DOT)
+    if UNPACK == 1:  # the lane lookup reads the code's bits only: no mask
+        idx = codes_words(kwords_ptr, k_words, K_FIRST + C * CHUNK_W, n_words, k_ok, KBITS, PLANE_W, CHUNK_W, UNIT)
+        idx = (idx if LOOKUP == 3 else idx & 0xF).to(tl.int32, bitcast=True)
+    else:
+        idx = codes_spread(kwords_ptr, k_words, K_FIRST + C * CHUNK_W, n_words, k_ok, KBITS, PLANE_W, CHUNK_W, UNIT)
+    s = _dot(qr, tl.trans(centroids(kc_ptr, idx, 1 << KBITS, LOOKUP, DOT == 0, OPAQUE)), DOT)
     sz = s
     if QJL:
-        signs = _codes(kwords_ptr, k_words, Z_FIRST + C * CHUNK_W, n_words, k_ok, 1, PLANE_W, CHUNK_W, UNIT)
-        sz = _dot(qs, tl.trans(tl.where(signs != 0, 1.0, -1.0)), DOT)
+        if UNPACK == 1:
+            bits = codes_words(kwords_ptr, k_words, Z_FIRST + C * CHUNK_W, n_words, k_ok, 1, PLANE_W, CHUNK_W, UNIT)
+        else:
+            bits = codes_spread(kwords_ptr, k_words, Z_FIRST + C * CHUNK_W, n_words, k_ok, 1, PLANE_W, CHUNK_W, UNIT)
+        sz = _dot(qs, tl.trans(signs(bits, DOT == 0 and UNPACK == 1, OPAQUE)), DOT)
     return s, sz
 
 
@@ -187,15 +184,20 @@ def _key_chunk(qr, qs, kwords_ptr, kc_ptr, k_words, k_ok, C: tl.constexpr, KBITS
 def _value_chunk(acc, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d, head_dim,
                  C: tl.constexpr, CHUNK_D: tl.constexpr, VBITS: tl.constexpr, PLANE_W: tl.constexpr,
                  CHUNK_W: tl.constexpr, UNIT: tl.constexpr, V_FIRST: tl.constexpr, HAS_RING: tl.constexpr,
-                 DOT: tl.constexpr, LOOKUP: tl.constexpr):
+                 DOT: tl.constexpr, LOOKUP: tl.constexpr, UNPACK: tl.constexpr, OPAQUE: tl.constexpr):
     """The accumulator of column chunk ``C`` ``[M, CHUNK_D]`` float32 rescaled by ``alpha`` ``[M]`` plus
     ``pv @ c_v[idx]`` over the value rows at word offsets ``v_words`` (``pv``: the probabilities times the values'
     norms, ``[M, N]``); ring rows (``in_ring``) read from ``rv_ptr`` instead."""
-    idx = _codes(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W, CHUNK_W,
-                 UNIT)
-    v_c = _centroids(vc_ptr, idx, 1 << VBITS, LOOKUP)
+    if UNPACK == 1:  # the lane lookup reads the code's bits only: no mask
+        idx = codes_words(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W,
+                          CHUNK_W, UNIT)
+        idx = (idx if LOOKUP == 3 else idx & 0xF).to(tl.int32, bitcast=True)
+    else:
+        idx = codes_spread(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W,
+                           CHUNK_W, UNIT)
+    v_c = centroids(vc_ptr, idx, 1 << VBITS, LOOKUP, DOT == 0, OPAQUE)
     if HAS_RING:
-        ring = _rows_chunk(rv_ptr, r_off, in_ring, d, head_dim, C, CHUNK_D).to(tl.float32)
+        ring = _rows_chunk(rv_ptr, r_off, in_ring, d, head_dim, C, CHUNK_D).to(v_c.dtype)
         v_c = tl.where(in_ring[:, None], ring, v_c)
     return acc * alpha[:, None] + _dot(pv, v_c, DOT)
 
@@ -221,7 +223,7 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
                  UNIT: tl.constexpr, PLANE_W: tl.constexpr, CHUNK_W: tl.constexpr, CHUNK_D: tl.constexpr,
                  K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
                  HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
-                 LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr):
+                 LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, UNPACK: tl.constexpr, OPAQUE: tl.constexpr):
     """One key tile ``[start, start + BLOCK_N)`` (keys below ``hi``) of the online softmax: scores from the
     quantized rows (with ``HAS_RING``: the ring's exact rows where it holds the position, one of the sequence's newest
     ``ring_lo .. ring_lo + ring_len - 1``), then the rescaled accumulators. Returns ``(m_i, l_i, acc0, acc1)`` (``acc1``: passed through with one chunk)."""
@@ -234,10 +236,10 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
     k_norm = tl.load(kf_ptr + k_row // 4, mask=k_ok, other=0.0)
     k_words = k_row // (UNIT // 8)
     s, sz = _key_chunk(qr0, qs0, kwords_ptr, kc_ptr, k_words, k_ok, 0, KBITS, PLANE_W, CHUNK_W, UNIT, K_FIRST,
-                       Z_FIRST, QJL, DOT, LOOKUP)
+                       Z_FIRST, QJL, DOT, LOOKUP, UNPACK, OPAQUE)
     if D_CHUNKS == 2:
         s1, sz1 = _key_chunk(qr1, qs1, kwords_ptr, kc_ptr, k_words, k_ok, 1, KBITS, PLANE_W, CHUNK_W, UNIT,
-                             K_FIRST, Z_FIRST, QJL, DOT, LOOKUP)
+                             K_FIRST, Z_FIRST, QJL, DOT, LOOKUP, UNPACK, OPAQUE)
         s += s1
         sz += sz1
     if QJL:
@@ -273,10 +275,11 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
     pv = p * v_norm[None, :]
     v_words = v_row // (UNIT // 8)
     acc0 = _value_chunk(acc0, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d, head_dim,
-                        0, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP)
+                        0, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP, UNPACK, OPAQUE)
     if D_CHUNKS == 2:
         acc1 = _value_chunk(acc1, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d,
-                            head_dim, 1, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP)
+                            head_dim, 1, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP,
+                            UNPACK, OPAQUE)
     m_i = m_new
     return m_i, l_i, acc0, acc1
 
@@ -292,7 +295,8 @@ def _tq_attention_kernel(
     KBITS: tl.constexpr, VBITS: tl.constexpr, UNIT: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
     K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
     SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT: tl.constexpr, LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, RING_N: tl.constexpr,
+    DOT: tl.constexpr, LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, RING_N: tl.constexpr, UNPACK: tl.constexpr = 0,
+    OPAQUE: tl.constexpr = False,
 ):
     CHUNK_D: tl.constexpr = BLOCK_D // D_CHUNKS
     CHUNK_W: tl.constexpr = BLOCK_W // D_CHUNKS
@@ -320,6 +324,8 @@ def _tq_attention_kernel(
     tok = (q_start + qi).to(tl.int64)
     qpos = ctx - q_len + qi
     d = tl.arange(0, CHUNK_D)
+    if UNPACK == 1:  # the decoded tiles' column order (codes_words): no data moves, the query and output follow it
+        d = word_order(d, UNIT)
     q_off = tok * stride_qt + head * stride_qh
     # Pi q and S Pi q in D_CHUNKS column chunks, zero past head_dim: the padded coordinates' codes (0) then add
     # nothing to the scores
@@ -366,7 +372,7 @@ def _tq_attention_kernel(
             vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len, head_dim,
             block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
             stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W, CHUNK_D, K_FIRST,
-            Z_FIRST, V_FIRST, HAS_WINDOW, False, QJL, BLOCK_N, DOT, LOOKUP, D_CHUNKS)
+            Z_FIRST, V_FIRST, HAS_WINDOW, False, QJL, BLOCK_N, DOT, LOOKUP, D_CHUNKS, UNPACK, OPAQUE)
     if HAS_RING:
         for start in range(mid, hi, RING_N):
             m_i, l_i, acc0, acc1 = _attend_tile(
@@ -374,7 +380,8 @@ def _tq_attention_kernel(
                 vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len,
                 head_dim, block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb,
                 stride_vt, stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W,
-                CHUNK_D, K_FIRST, Z_FIRST, V_FIRST, HAS_WINDOW, True, QJL, RING_N, DOT, LOOKUP, D_CHUNKS)
+                CHUNK_D, K_FIRST, Z_FIRST, V_FIRST, HAS_WINDOW, True, QJL, RING_N, DOT, LOOKUP, D_CHUNKS, UNPACK,
+                OPAQUE)
 
     o_off = tok * stride_ot + head * stride_oh
     n_heads = tl.num_programs(1) * GROUP
@@ -395,22 +402,37 @@ class _Launch:
     num_stages: int
     d_chunks: int
     splits: int | None
+    unpack: str
+    max_registers: int | None
+    opaque: bool
 
 
-def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windowed: bool) -> _Launch:
-    """``tuning`` with its unset fields chosen from the shape (:class:`TurboQuantTuning` tells which)."""
+def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windowed: bool,
+                     choice: str = "spread") -> _Launch:
+    """``tuning`` with its unset fields chosen from the shape (:class:`TurboQuantTuning` tells which) and, at a
+    decode, ``choice`` (``ANNA_TURBOQUANT_DECODE`` on CUDA, :func:`anna_xpu_kernels._env.turboquant_decode_requested`):
+    ``spread``, ``words`` (the ``words`` unpack, with the ``lane`` lookup and opaque operands at padded head dims of
+    256, capped at 168 registers, and 512) or ``words-capped`` (the same at 512; at 256 8-bit operand fragments, one
+    stage and at most 128 registers)."""
     wide = block_d * 2 > WIDE_HEAD_DIM
     d_chunks = tuning.d_chunks or (2 if block_d > WIDE_HEAD_DIM else 1)
     # decode: 8K coordinates per K / V tile (32 keys at a head dim of 256, 16 at 512)
     block_n = max(16, min(64, 8192 // block_d)) if decode else 16 if wide else 32
+    words = decode and choice in ("words", "words-capped")
+    capped = words and choice == "words-capped" and block_d == WIDE_HEAD_DIM
+    opaque = words and block_d >= WIDE_HEAD_DIM and not capped
     if decode and block_d >= WIDE_HEAD_DIM:  # measured at 256 (BENCHMARKS.md); at 512 the one setting without
         # register spills (tests/xpu_kernels/test_turboquant_registers.py; the shuffle fails to compile with 8 warps)
-        lookup, warps, splits = "shuffle", 4, 8 if block_d == WIDE_HEAD_DIM and not windowed else None
+        lookup, warps, splits = "lane" if words else "shuffle", 4, 8 if block_d == WIDE_HEAD_DIM and not windowed else None
     else:
         lookup, warps, splits = "gather", 8 if wide else 4, None
     return _Launch(lookup=tuning.lookup or lookup, block_n=tuning.block_n or block_n,
-                   num_warps=tuning.num_warps or warps, num_stages=tuning.num_stages or (2 if wide else 3),
-                   d_chunks=d_chunks, splits=splits)
+                   num_warps=tuning.num_warps or warps,
+                   num_stages=tuning.num_stages or (1 if capped else 2 if wide else 3), d_chunks=d_chunks,
+                   splits=splits, unpack=tuning.unpack or ("words" if words else "spread"),
+                   max_registers=tuning.max_registers or (
+                       128 if capped else 168 if opaque and block_d == WIDE_HEAD_DIM else None),
+                   opaque=opaque if tuning.opaque_operands is None else tuning.opaque_operands)
 
 
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
@@ -429,7 +451,8 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
 
     Raises:
         ValueError: inconsistent shapes, tables or row widths (the reference's checks), a head dim above 512, a
-            ``tuning.d_chunks`` that leaves chunks narrower than 16.
+            ``tuning.d_chunks`` that leaves chunks narrower than 16, a ``lane`` lookup off NVIDIA CUDA, an unknown
+            ``ANNA_TURBOQUANT_DECODE`` (on CUDA).
     """
     op = "paged_attention_turboquant"
     tuning = tuning or TurboQuantTuning()
@@ -458,7 +481,13 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     wide = block_d * 2 > WIDE_HEAD_DIM
     rows = 64 if not wide else 32 if block_d <= WIDE_HEAD_DIM else 16
     decode = total == batch
-    launch = _launch_settings(tuning, decode, block_d, sliding_window is not None)
+    on_cuda = q.device.type == "cuda" and torch.version.hip is None and not INTERPRETING  # inline PTX runs there
+    launch = _launch_settings(tuning, decode, block_d, sliding_window is not None,
+                              turboquant_decode_requested() if on_cuda else "spread")
+    lookup = launch.lookup
+    if lookup == "lane" and not on_cuda:  # inline PTX: the interpreter takes the same values from a gather
+        require(INTERPRETING, op, f"the lane lookup is inline PTX (NVIDIA CUDA only), got a {q.device.type} tensor")
+        lookup = "gather"
     require(block_d // launch.d_chunks >= 16, op, f"d_chunks={launch.d_chunks} needs a padded head dim of at least "
             f"{16 * launch.d_chunks}, got {block_d}")
     plan = plan_attention(cu_seqlens_q, batch, total, h_q, h_kv, dim, block_tables.shape[1] * block_size, rows,
@@ -502,8 +531,9 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         Z_FIRST=(k_first + kbits * plane) // unit_bytes, V_FIRST=4 // unit_bytes,
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=decode, HAS_RING=ring, QJL=with_qjl,
         BLOCK_N=launch.block_n, DOT=3 if INTERPRETING and dot == "bf16" else DOTS.index(dot),
-        LOOKUP=LOOKUPS.index(launch.lookup), D_CHUNKS=launch.d_chunks, RING_N=min(launch.block_n, 16), num_warps=launch.num_warps,
-        num_stages=launch.num_stages,
+        LOOKUP=LOOKUPS.index(lookup), D_CHUNKS=launch.d_chunks, RING_N=min(launch.block_n, 16),
+        UNPACK=UNPACKS.index(launch.unpack), OPAQUE=launch.opaque and lookup == "lane", num_warps=launch.num_warps,
+        num_stages=launch.num_stages, **({"maxnreg": launch.max_registers} if launch.max_registers else {}),
     )
     workspace = (m_ws, l_ws, acc_ws) if splits > 1 else None
     return merge_and_rotate_back(o, workspace, splits, rotation, q.dtype)

@@ -4,7 +4,8 @@
 (``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``), the value norm fused into
 the attention pre-processing (``ANNA_QKV_NORM_ROPE``), the query norm + rotary fused into the attention of a KV-shared
 layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fused into its attention at decode
-(``ANNA_QKV_NORM_ROPE_ATTENTION``) and the implementation of ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``). Each exists
+(``ANNA_QKV_NORM_ROPE_ATTENTION``), the split merge inside the decode attention launch (``ANNA_ATTENTION_FUSED_MERGE``)
+and the implementation of ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``). Each exists
 to A/B a kernel choice in separate processes
 (``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 
@@ -135,6 +136,22 @@ def qkv_norm_rope_attention_head_dims(default: int) -> int:
     :func:`q_norm_rope_attention_head_dims` (opt-in) but set by ``ANNA_QKV_NORM_ROPE_ATTENTION`` (unset or ``0``: a
     Gemma 4 layer with its own K/V runs ``qkv_norm_rope_cache`` and the attention as two launches)."""
     return _head_dim_limit(QKV_NORM_ROPE_ATTENTION_ENV, default)
+
+
+ATTENTION_FUSED_MERGE_ENV = "ANNA_ATTENTION_FUSED_MERGE"
+FUSED_MERGE_SPLITS = 16
+"""Split cap of the fused merge when ``ANNA_ATTENTION_FUSED_MERGE`` is just switched on."""
+
+
+def attention_fused_merge_splits() -> int:
+    """``ANNA_ATTENTION_FUSED_MERGE``: whether a decode batch's paged attention merges its key splits inside its own
+    launch (the last split to arrive merges; no merge kernel) and with at most how many splits — 0 (unset, ``0``,
+    ``off``: the merge kernel; opt-in until measured on a GPU), :data:`FUSED_MERGE_SPLITS` for a true value (``1``,
+    ``on``), or the number given (e.g. ``32``; the kernel takes at most 64)."""
+    value = os.environ.get(ATTENTION_FUSED_MERGE_ENV, "").strip().lower()
+    if value in _TRUE:
+        return FUSED_MERGE_SPLITS
+    return min(int(value), 64) if value.isdigit() else 0
 
 
 LM_HEAD_TOPK_ENV = "ANNA_LM_HEAD_TOPK"

@@ -4,8 +4,8 @@
 (``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``), the value norm fused into
 the attention pre-processing (``ANNA_QKV_NORM_ROPE``), the query norm + rotary fused into the attention of a KV-shared
 layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fused into its attention at decode
-(``ANNA_QKV_NORM_ROPE_ATTENTION``), the split merge inside the decode attention launch (``ANNA_ATTENTION_FUSED_MERGE``)
-and the implementation of ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``). Each exists
+(``ANNA_QKV_NORM_ROPE_ATTENTION``), the split merge inside the decode attention launch (``ANNA_ATTENTION_FUSED_MERGE``),
+Gemma 4's per-layer-input block in one launch (``ANNA_POST_NORM_GATED_LINEAR``) and the implementation of ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``). Each exists
 to A/B a kernel choice in separate processes
 (``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 
@@ -152,6 +152,16 @@ def attention_fused_merge_splits() -> int:
     if value in _TRUE:
         return FUSED_MERGE_SPLITS
     return min(int(value), 64) if value.isdigit() else 0
+
+
+POST_NORM_GATED_LINEAR_ENV = "ANNA_POST_NORM_GATED_LINEAR"
+
+
+def post_norm_gated_linear_requested() -> bool:
+    """``ANNA_POST_NORM_GATED_LINEAR``: a true value lets the probe of ``post_norm_residual_gated_linear`` accept (one
+    launch for Gemma 4's per-layer-input gate and projection with the MLP's tail before them); off when unset, until
+    measured on a GPU."""
+    return _flag(POST_NORM_GATED_LINEAR_ENV)
 
 
 LM_HEAD_TOPK_ENV = "ANNA_LM_HEAD_TOPK"

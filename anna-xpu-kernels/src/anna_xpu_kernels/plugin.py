@@ -53,6 +53,7 @@ TRITON_KERNELS = {
     "gated_linear": ("fused_linear:gated_linear", "probes:linear_probe"),
     "add_rms_norm_linear_act_mul": ("fused_linear:add_rms_norm_linear_act_mul", "probes:linear_probe"),
     "post_norm_residual_linear": ("fused_linear:post_norm_residual_linear", "probes:linear_probe"),
+    "post_norm_residual_gated_linear": ("gated_block:post_norm_residual_gated_linear", "probes:gated_block_probe"),
     "wq_linear": ("wq_gemv:wq_linear", "probes:wq_linear_probe"),
     "add_rms_norm_wq_linear": ("wq_gemv:add_rms_norm_wq_linear", "probes:wq_linear_probe"),
     "qk_norm_rope_cache": ("qk_norm_rope:qk_norm_rope_cache", "probes:qk_norm_rope_probe"),

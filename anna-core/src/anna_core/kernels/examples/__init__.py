@@ -43,6 +43,7 @@ from anna_core.kernels.examples.linear import (
     linear,
     linear_act_mul,
     lm_head_topk,
+    post_norm_residual_gated_linear,
     post_norm_residual_linear,
     wq_linear,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "paged_attention",
     "paged_attention_turboquant",
     "post_norm_residual",
+    "post_norm_residual_gated_linear",
     "post_norm_residual_linear",
     "post_norm_residual_norm_pair",
     "q_norm_rope",

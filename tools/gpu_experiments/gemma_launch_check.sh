@@ -9,7 +9,7 @@ set -u
 # RUNS, "" skips it):
 #   C. E2B, batch 1, 2048-token prompt, 128 new tokens, every switch on (6 kernels per layer);
 #   B. the same with only the fused q/k/v pre-processing (8 kernels per layer: + the split merge, + a second
-#      per-layer-input GEMV); A. the defaults (10 per layer: + q_norm_rope / qkv_norm_rope_cache);
+#      per-layer-input GEMV); A. the defaults (9 per layer: + q_norm_rope / qkv_norm_rope_cache);
 #   E / D. E4B as C / B;
 #   then the kernel level: gated_block_bench.py (the per-layer-input block, one launch at several launch shapes vs
 #   the two GEMVs) and attention_splits_sweep.py (attention + merge kernel per split count vs the fused merge at

@@ -23,9 +23,10 @@ Layout of the work:
   fused merge switched on (:func:`anna_xpu_kernels._env.attention_fused_merge_splits`), inside the attention
   launch by the last split of each sequence and KV head to arrive (an acquire-release arrival counter, as
   :mod:`anna_xpu_kernels.gdn_decode_fused` and the split-K GEMV use; no second launch). That program reads every
-  split's ``(max, sum)`` at once, then adds the ``acc`` partials weighted by ``exp2(max_s - max)`` (one
-  independent load per split, no running rescale), so its serial tail is one pass over ``splits x GROUP x D``
-  float32 values from L2; the fused mode therefore caps the split count (the merge's cost grows with it). The
+  split's ``(max, sum)`` at once, then adds the ``acc`` partials weighted by ``exp2(max_s - max)`` several splits
+  per load (no running rescale; only the ``GROUP`` real rows, not the query tile's padding), so its serial tail is
+  one pass over ``splits x GROUP x D`` float32 values from L2 by one multiprocessor; the fused mode therefore caps
+  the split count (the merge's cost grows with it). The
   eighteenth session measured an earlier in-launch merge (a running rescale over 64 splits) at twice the merge
   kernel's time on an H100; this one is opt-in until measured.
 * Nothing that changes with the prompt length, the context or the block-table width is a compile-
@@ -136,7 +137,8 @@ def _paged_attention_kernel(
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr, DECODE: tl.constexpr, UPCAST_DOT: tl.constexpr,
     Q_NORM_ROPE: tl.constexpr, ZERO_CENTERED: tl.constexpr, KV_NEW: tl.constexpr, V_NORM: tl.constexpr,
-    FUSED_MERGE: tl.constexpr, MERGE_S: tl.constexpr, USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, MERGE_S: tl.constexpr, MERGE_M: tl.constexpr, MERGE_U: tl.constexpr,
+    USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pdl.enter(USE_PDL)
     tile = tl.program_id(0)
@@ -251,42 +253,52 @@ def _paged_attention_kernel(
         tl.store(m_ws_ptr + ws_row, m_i, mask=row_ok)
         tl.store(l_ws_ptr + ws_row, l_i, mask=row_ok)
         tl.store(acc_ws_ptr + ws_row[:, None] * BLOCK_D + d[None, :], acc, mask=row_ok[:, None])
-        if FUSED_MERGE:  # the last split of this sequence and KV head to arrive merges every split's partials
+        if FUSED_MERGE:  # (decode only) the last split of this sequence and KV head to arrive merges every split's
             tl.debug_barrier()  # every thread's partials are stored before this program counts itself in
             counter = count_ptr + tile * tl.num_programs(1) + h_kv
             arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
             if arrived == num_splits - 1:  # by the release / acquire pairing every other split's stores are visible
-                _merge_split_rows(m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, tok * n_heads + head, n_tokens * n_heads,
-                                  num_splits, row_ok, tok, head, d, d_ok, stride_ot, stride_oh, BLOCK_M, BLOCK_D, MERGE_S)
+                _merge_split_rows(m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, tile.to(tl.int64), h_kv * GROUP, n_heads,
+                                  n_tokens * n_heads, num_splits, d, d_ok, stride_ot, stride_oh, GROUP, MERGE_M,
+                                  BLOCK_D, MERGE_S, MERGE_U)
                 tl.store(counter, 0)  # zero for the next launch (graph replays)
 
 
 @triton.jit
-def _merge_split_rows(m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, ws_row, n_rows, num_splits, row_ok, tok, head, d, d_ok,
-                      stride_ot, stride_oh, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MERGE_S: tl.constexpr):
-    """Merge the ``num_splits`` (``<= MERGE_S``) partial ``(max, sum, acc)`` triples of ``[BLOCK_M]`` output rows
-    (workspace rows ``ws_row + split * n_rows``) and store the normalised rows ``(tok, head)`` of the output: the
-    merge kernel's math (``o = sum_s exp2(m_s - M) acc_s / sum_s exp2(m_s - M) l_s``, ``M = max_s m_s``), with
-    the ``(max, sum)`` of every split read in one load so that each split's ``acc`` load is independent of the
-    others (no running rescale). Loads bypass L1 (``.cg``): the other programs' stores are visible in L2."""
+def _merge_split_rows(m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, tok, head0, n_heads, n_rows, num_splits, d, d_ok,
+                      stride_ot, stride_oh, GROUP: tl.constexpr, MERGE_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                      MERGE_S: tl.constexpr, MERGE_U: tl.constexpr):
+    """Merge the ``num_splits`` (``<= MERGE_S``) partial ``(max, sum, acc)`` triples of one decode token's ``GROUP``
+    query heads ``head0 ...`` (workspace rows ``tok * n_heads + head + split * n_rows``; ``MERGE_M``: ``GROUP`` padded
+    to a power of two, so the tile holds no query-tile padding) and store its normalised output rows: the merge
+    kernel's math (``o = sum_s exp2(m_s - M) acc_s / sum_s exp2(m_s - M) l_s``, ``M = max_s m_s``). Every split's
+    ``(max, sum)`` is read in one load, then the ``acc`` partials ``MERGE_U`` splits per load (one
+    ``[MERGE_U, MERGE_M, BLOCK_D]`` tile: the loads of a step are in flight together, no running rescale). Loads
+    bypass L1 (``.cg``): the other programs' stores are visible in L2."""
+    r = tl.arange(0, MERGE_M)
+    r_ok = r < GROUP
+    head = head0 + r
+    ws_row = tok * n_heads + head  # [MERGE_M] rows of split 0
     s = tl.arange(0, MERGE_S)
-    s_rows = s[:, None] * n_rows + ws_row[None, :]  # [MERGE_S, BLOCK_M]
-    s_ok = (s < num_splits)[:, None] & row_ok[None, :]
+    s_rows = s[:, None] * n_rows + ws_row[None, :]  # [MERGE_S, MERGE_M]
+    s_ok = (s < num_splits)[:, None] & r_ok[None, :]
     m_s = tl.load(m_ws_ptr + s_rows, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
     l_s = tl.load(l_ws_ptr + s_rows, mask=s_ok, other=0.0, cache_modifier=".cg")
     m_all = tl.max(m_s, axis=0)
     m_ref = tl.where(m_all == float("-inf"), 0.0, m_all)  # rows that saw no key stay at zero
-    total = tl.sum(tl.exp2(m_s - m_ref[None, :]) * l_s, axis=0)  # [BLOCK_M]
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    for split in range(0, num_splits):
-        row = ws_row + split * n_rows
-        m_1 = tl.load(m_ws_ptr + row, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-        acc_1 = tl.load(acc_ws_ptr + row[:, None] * BLOCK_D + d[None, :], mask=row_ok[:, None], other=0.0,
+    total = tl.sum(tl.exp2(m_s - m_ref[None, :]) * l_s, axis=0)  # [MERGE_M]
+    acc = tl.zeros((MERGE_M, BLOCK_D), tl.float32)
+    u = tl.arange(0, MERGE_U)
+    for s0 in range(0, num_splits, MERGE_U):
+        rows = (s0 + u)[:, None] * n_rows + ws_row[None, :]  # [MERGE_U, MERGE_M]
+        ok = (s0 + u < num_splits)[:, None] & r_ok[None, :]
+        m_u = tl.load(m_ws_ptr + rows, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        acc_u = tl.load(acc_ws_ptr + rows[:, :, None] * BLOCK_D + d[None, None, :], mask=ok[:, :, None], other=0.0,
                         cache_modifier=".cg")
-        acc += tl.exp2(m_1 - m_ref)[:, None] * acc_1  # 0 for an empty split
+        acc += tl.sum(tl.exp2(m_u - m_ref[None, :])[:, :, None] * acc_u, axis=0)  # 0 for empty or absent splits
     out = acc / tl.where(total > 0, total, 1.0)[:, None]
-    tl.store(o_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(o_ptr + tok * stride_ot + head[:, None] * stride_oh + d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=r_ok[:, None] & d_ok[None, :])
 
 
 @triton.jit(do_not_specialize=['n_rows', 'num_splits'])
@@ -311,6 +323,17 @@ def _merge_splits_kernel(
     tok = row // n_heads
     head = row % n_heads
     tl.store(o_ptr + tok * stride_ot + head * stride_oh + d, out.to(o_ptr.dtype.element_ty), mask=d < head_dim)
+
+
+MERGE_TILE_VALUES = 8192
+"""Partial-output values one step of the fused merge loads (``MERGE_U x MERGE_M x BLOCK_D``: 64 float32 registers
+per thread at four warps)."""
+
+
+def _merge_unroll(merge_m: int, block_d: int) -> int:
+    """Splits per load of the fused merge: as many as :data:`MERGE_TILE_VALUES` allow (a power of two, 1 to 8) — e.g.
+    4 at E2B's sliding layers (8 query heads of 256), 2 at its global ones (512)."""
+    return max(1, min(8, MERGE_TILE_VALUES // (merge_m * block_d)))
 
 
 def _reference(*args):
@@ -508,7 +531,8 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
         GROUP=group, BLOCK_Q=plan.block_q, BLOCK_M=plan.block_m, BLOCK_D=block_d,
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=plan.decode, UPCAST_DOT=upcast,
         Q_NORM_ROPE=q_norm_rope is not None, ZERO_CENTERED=zero_centered, KV_NEW=kv_new is not None,
-        V_NORM=bool(v_norm), FUSED_MERGE=fused, MERGE_S=MAX_SPLITS, **pdl.launch_options(out),
+        V_NORM=bool(v_norm), FUSED_MERGE=fused, MERGE_S=MAX_SPLITS, MERGE_M=next_pow2(group),
+        MERGE_U=_merge_unroll(next_pow2(group), block_d), **pdl.launch_options(out),
     )
     if splits > 1 and not fused:
         merge_d = min(block_d, WIDE_HEAD_DIM)  # wide heads merge in head-dim chunks (registers)

@@ -83,7 +83,7 @@ def _gated_block_kernel(
     pw = tl.load(pw_ptr + kk, mask=k_ok, other=0.0, eviction_policy="evict_last")  # not written in the step
     scale = 1.0
     if HAS_SCALE:
-        scale = tl.load(scale_ptr).to(tl.float32)
+        scale = tl.load(scale_ptr, eviction_policy="evict_last").to(tl.float32)
     pdl.wait(USE_PDL)
     # the block's tail: s = round(residual + round(x * rstd(x) * w)) (* scale), as post_norm_residual rounds it
     a = tl.load(x_ptr + kk, mask=k_ok, other=0.0)

@@ -404,7 +404,7 @@ _PRELOADS = {
     "_long_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight tile
     "_wq_decode_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first tile's codes and scales
     "_fused_gdn_decode_kernel": r"ld\.global\.b(32|64)\b",  # the slot (int64), the float32 state
-    "_gated_block_kernel": r"ld\.global\.L1::evict_last",  # the post norm's weight and the layer scale
+    "_gated_block_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first gate tile; the post norm, layer scale
     # the norms' weights (anna_xpu_kernels.norm_tiles.norm_weight: the only evict-last loads)
     **{name: r"ld\.global\.L1::evict_last" for name in (
         "_rms_norm_kernel", "_add_rms_norm_kernel", "_post_norm_residual_kernel", "_dual_post_norm_residual_kernel",

@@ -11,7 +11,8 @@ Why. At batch-1 decode Gemma 4 E2B / E4B end every layer with two GEMVs of under
 computes both.
 
 Work split. The grid is ``(KB, NB)``: program ``(kb, nb)`` owns the ``BLOCK_G`` gate rows ``kb * BLOCK_G ...`` and
-the ``BLOCK_N`` output rows ``nb * BLOCK_N ...``. After the PDL wait every program computes the whole row ``s``
+the ``BLOCK_N`` output rows ``nb * BLOCK_N ...``. Before the PDL wait it loads its first gate-weight tile and the post
+norm's weight (weights: not written in the step). After the wait every program computes the whole row ``s``
 (one pass for ``rstd(x)``; the row is a few KiB, from L2; program ``(0, 0)`` stores it as the new residual), then, in
 steps of ``G_SUB`` gate rows (a ``[G_SUB, KP]`` weight tile each), its gate values, their gated products and the
 products' share of its output rows (a ``[BLOCK_N, G_SUB]`` tile of ``linear_weight``), accumulated in float32 and
@@ -80,7 +81,12 @@ def _gated_block_kernel(
     n_kb = tl.num_programs(0)
     kk = tl.arange(0, KP)
     k_ok = kk < K
-    pw = tl.load(pw_ptr + kk, mask=k_ok, other=0.0, eviction_policy="evict_last")  # not written in the step
+    gs = tl.arange(0, G_SUB)
+    g = kb * BLOCK_G + gs
+    # weights are not written in the step: the post norm's and the first gate tile load before the PDL wait
+    w_first = tl.load(wg_ptr + g[:, None].to(tl.int64) * K + kk[None, :], mask=(g < P)[:, None] & k_ok[None, :],
+                      other=0.0, eviction_policy="evict_first")
+    pw = tl.load(pw_ptr + kk, mask=k_ok, other=0.0, eviction_policy="evict_last")
     scale = 1.0
     if HAS_SCALE:
         scale = tl.load(scale_ptr, eviction_policy="evict_last").to(tl.float32)
@@ -97,12 +103,15 @@ def _gated_block_kernel(
 
     n = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = n < N
-    gs = tl.arange(0, G_SUB)
     part = tl.zeros((BLOCK_N,), tl.float32)
     for g0 in tl.static_range(0, BLOCK_G, G_SUB):
         g = kb * BLOCK_G + g0 + gs
         g_ok = g < P
-        w = tl.load(wg_ptr + g[:, None].to(tl.int64) * K + kk[None, :], mask=g_ok[:, None] & k_ok[None, :], other=0.0)
+        if g0 == 0:
+            w = w_first
+        else:
+            w = tl.load(wg_ptr + g[:, None].to(tl.int64) * K + kk[None, :], mask=g_ok[:, None] & k_ok[None, :],
+                        other=0.0, eviction_policy="evict_first")
         gate = tl.sum(w.to(tl.float32) * sf[None, :], axis=1).to(x_ptr.dtype.element_ty)  # the gate projection's rows
         act = act_mul(gate, tl.load(up_ptr + g, mask=g_ok, other=0.0), x_ptr, GELU).to(tl.float32)  # 0 past P
         wp = tl.load(wp_ptr + n[:, None].to(tl.int64) * P + g[None, :], mask=n_ok[:, None] & g_ok[None, :], other=0.0)

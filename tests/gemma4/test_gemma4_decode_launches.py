@@ -77,9 +77,10 @@ def test_e2b_decode_step_runs_six_ops_per_layer(gemma4_factory, declined):
     shared = [layer.self_attn.shares_kv for layer in layers]
     assert any(shared) and not all(shared)
     step = per_call[-1]
-    # per step: the per-layer-input projection and its norm, the first layer's input norm; then the layers (the first
-    # layer's q/k/v projection has no tail before it); the last layer's tail with the final norm; the LM head
-    expected = ["linear", "rms_norm", "rms_norm"]
+    # per step: the per-layer-input projection, then the per-layer inputs (the table rows, scales, norm and sum: one
+    # op), the first layer's input norm; then the layers (the first layer's q/k/v projection has no tail before it);
+    # the last layer's tail with the final norm; the LM head
+    expected = ["linear", "per_layer_inputs", "rms_norm"]
     for i, own in enumerate(not s for s in shared):
         ops = list(OWN_KV if own else SHARED_KV)
         if declined:
@@ -89,7 +90,7 @@ def test_e2b_decode_step_runs_six_ops_per_layer(gemma4_factory, declined):
         expected += ops
     expected += ["post_norm_residual", "linear"]
     assert step == expected
-    assert step.count("rms_norm") == 2 and step.count("post_norm_residual") == 1  # no value norm, one tail per step
+    assert step.count("rms_norm") == 1 and step.count("post_norm_residual") == 1  # no value norm, one tail per step
 
 
 def test_unaccelerated_tail_runs_unfused(gemma4_factory):

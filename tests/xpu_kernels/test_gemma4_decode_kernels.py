@@ -3,8 +3,10 @@ cannot silently regress): with the decode-path switches on (the fused q/k/v pre-
 attention launch, the per-layer-input block in one launch) a layer is six kernels — its q/k/v projection (with the
 previous layer's tail), the attention, ``o_proj``, the gate/up projection (with the attention's tail), ``down_proj``
 and the per-layer-input block (with the MLP's tail); with the last two switches off it is eight (the split merge and
-a second per-layer-input GEMV). The attention is made to split its keys as a GPU would at batch 1 (the CPU's
-heuristic would not split). Both paths give the reference model's logits."""
+a second per-layer-input GEMV). Outside the layers a step launches six (the token embedding's gather and scale, the
+per-layer-input projection and ``per_layer_inputs``, the first input norm, the final tail). The attention is made to
+split its keys as a GPU would at batch 1 (the CPU's heuristic would not split). Both paths give the reference model's
+logits."""
 
 import torch
 
@@ -20,10 +22,11 @@ from tests.xpu_kernels._launches import LaunchCounter  # noqa: E402
 
 PROMPT = list(range(3, 23))  # 19 tokens of prefill, then a decode step over 20 keys (two splits)
 PER_STEP = {  # the step's kernels outside the layers (model.forward: the LM head and sampler are not in it)
-    "triton:_persistent_gemv_kernel": 1,  # the per-layer-input projection of the embeddings
-    "triton:_rms_norm_kernel": 2,  # its norm, the first layer's input norm
+    "aten:embedding": 1, "aten:mul": 1,  # the scaled token embeddings
+    "triton:_persistent_gemv_kernel": 1,  # their per-layer-input projection
+    "triton:_per_layer_inputs_kernel": 1,  # the per-layer inputs: table rows, scales, norm and sum
+    "triton:_rms_norm_kernel": 1,  # the first layer's input norm
     "triton:_post_norm_residual_kernel": 1,  # the last layer's tail with the final norm
-    "aten:embedding": 2, "aten:mul": 4, "aten:add": 1,  # the scaled embeddings, the per-layer inputs' arithmetic
 }
 
 

@@ -77,7 +77,12 @@ def scaled_embedding(embedding: nn.Embedding, ids: torch.Tensor, scale: float) -
     """``embedding(ids) * scale`` ``[T, D]`` with the scale rounded to the weights' dtype first, as
     transformers does (``sqrt(3072)`` becomes 55.5 in bfloat16); a Python number, not a host tensor, so a
     captured graph has nothing to copy from the host."""
-    return embedding(ids) * _rounded(scale, embedding.weight.dtype)
+    return embedding(ids) * embedding_scale(scale, embedding.weight.dtype)
+
+
+def embedding_scale(scale: float, dtype: torch.dtype) -> float:
+    """``scale`` rounded to ``dtype``, as :func:`scaled_embedding` multiplies by it (a Python float)."""
+    return _rounded(scale, dtype)
 
 
 @functools.cache

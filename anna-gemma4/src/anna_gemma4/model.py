@@ -22,7 +22,7 @@ from anna_core.layers.rotary import RotaryEmbedding
 from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
-from anna_gemma4.common import GemmaCausalLM, RotaryTables, cache_spec, next_norms, scaled_embedding
+from anna_gemma4.common import GemmaCausalLM, RotaryTables, cache_spec, embedding_scale, next_norms, scaled_embedding
 from anna_gemma4.config import FULL, LAYER_TYPES, SLIDING, Gemma4Config
 from anna_gemma4.decoder import Gemma4DecoderLayer, PendingTail
 
@@ -34,6 +34,7 @@ class Gemma4TextModel(nn.Module):
     def __init__(self, cfg: Gemma4Config, spec: CacheSpec, ops: Any, parallel: ParallelState = SINGLE):
         super().__init__()
         self.config = cfg
+        self.ops = ops
         hidden, layers = cfg.hidden_size, cfg.num_hidden_layers
         self.embed_tokens = nn.Embedding(cfg.vocab_size, hidden)
         self.rotary = nn.ModuleDict({
@@ -63,8 +64,14 @@ class Gemma4TextModel(nn.Module):
 
     def per_layer_inputs(self, ids: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         """Per-layer embeddings ``[T, L, P]``: ``(norm(projection(embeds) / sqrt(hidden)) + table[ids] *
-        sqrt(P)) / sqrt(2)``, in the embeddings' dtype."""
+        sqrt(P)) / sqrt(2)``, in the embeddings' dtype: after the projection one ``per_layer_inputs`` launch where a
+        kernel serves that op, else the gather, the scales, the norm and the sum apart."""
         T, L, P = ids.shape[0], self.config.num_hidden_layers, self.per_layer
+        fused = self.ops.accelerated("per_layer_inputs")
+        if fused is not None:
+            table, norm = self.embed_tokens_per_layer.weight, self.per_layer_projection_norm
+            return fused(self.per_layer_model_projection(embeds), ids, table, embedding_scale(P**0.5, table.dtype),
+                         norm.weight, norm.eps, norm.zero_centered, self.config.hidden_size**-0.5, 2.0**-0.5)
         table = scaled_embedding(self.embed_tokens_per_layer, ids, P**0.5).view(T, L, P)
         projected = self.per_layer_model_projection(embeds) * self.config.hidden_size**-0.5
         projected = self.per_layer_projection_norm(projected.view(T, L, P))

@@ -112,6 +112,9 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
     yield from _fused_merge_cases(attn)
     yield from _gated_block_cases(pdl)
+    from anna_xpu_kernels import per_layer_inputs  # Gemma 4 E2B's per-layer inputs (256 per group)
+
+    yield per_layer_inputs._per_layer_inputs_kernel, "bf16", {"ZERO_CENTERED": False, "BLOCK_P": 256, **pdl}, 2
     yield from _turboquant_cases()
     yield from _gemv_cases()
     yield from _persistent_gemv_cases()
@@ -405,6 +408,7 @@ _PRELOADS = {
     "_wq_decode_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first tile's codes and scales
     "_fused_gdn_decode_kernel": r"ld\.global\.b(32|64)\b",  # the slot (int64), the float32 state
     "_gated_block_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first gate tile; the post norm, layer scale
+    "_per_layer_inputs_kernel": r"ld\.global\.L1::evict_last",  # the norm's weight
     # the norms' weights (anna_xpu_kernels.norm_tiles.norm_weight: the only evict-last loads)
     **{name: r"ld\.global\.L1::evict_last" for name in (
         "_rms_norm_kernel", "_add_rms_norm_kernel", "_post_norm_residual_kernel", "_dual_post_norm_residual_kernel",

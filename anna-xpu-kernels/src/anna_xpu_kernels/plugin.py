@@ -35,6 +35,7 @@ TRITON_KERNELS = {
     "dual_post_norm_residual": ("post_norms:dual_post_norm_residual", "probes:norm_probe"),
     "rms_norm_pair": ("post_norms:rms_norm_pair", "probes:norm_probe"),
     "post_norm_residual_norm_pair": ("post_norms:post_norm_residual_norm_pair", "probes:norm_probe"),
+    "per_layer_inputs": ("per_layer_inputs:per_layer_inputs", "probes:norm_probe"),
     "silu_and_mul": ("activations:silu_and_mul", "probes:norm_probe"),
     "sigmoid_mul": ("activations:sigmoid_mul", "probes:norm_probe"),
     "causal_conv1d_update": ("conv1d:causal_conv1d_update", "probes:conv1d_probe"),

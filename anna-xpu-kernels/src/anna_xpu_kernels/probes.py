@@ -147,7 +147,7 @@ def _triton_ok(request: Any) -> bool:
 
 def norm_probe(request: Any) -> bool:
     """rms_norm / gated_rms_norm / add_rms_norm / post_norm_residual / dual_post_norm_residual / rms_norm_pair /
-    post_norm_residual_norm_pair, and the elementwise silu_and_mul / sigmoid_mul: any Triton device, float dtypes, ``dim`` up to 16384 (the elementwise ops take any size)."""
+    post_norm_residual_norm_pair / per_layer_inputs, and the elementwise silu_and_mul / sigmoid_mul: any Triton device, float dtypes, ``dim`` up to 16384 (the elementwise ops take any size)."""
     return _shape_within(request.shape, {"dim": MAX_NORM_DIM, "hidden_size": MAX_NORM_DIM}) and _triton_ok(request)
 
 

@@ -369,6 +369,21 @@ def test_fused_merge_with_the_fused_qkv_pre_processing(poison_outputs, dtype):
     torch.testing.assert_close(k_cache, caches[0], equal_nan=True, **t)
 
 
+def test_fused_merge_only_where_its_splits_stay_short(poison_outputs):
+    """A cap of 2 splits over a 200-key table (no window) would leave 100 keys per split: the merge kernel runs; a
+    window of 96 keys (48 per split) fuses."""
+    from tests.xpu_kernels._launches import LaunchCounter
+
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(torch.float32, [1], [199], 4, 2, 32, seed=26)
+    assert tables.shape[1] * BLOCK_SIZE == 204
+    for window, want in ((None, 2), (96, 1)):
+        args = (q, k_cache, v_cache, cu, seq_lens, tables, 32 ** -0.5, window)
+        with LaunchCounter() as c:
+            got = pa.paged_attention_splits(*args, num_splits=2, fused_merge=2)
+        assert sum(_kernels(c).values()) == want, window
+        torch.testing.assert_close(got, ref.paged_attention(*args), **tol(torch.float32))
+
+
 def test_fused_merge_switch_and_split_cap(monkeypatch):
     from anna_xpu_kernels import _env, attention_plan
 

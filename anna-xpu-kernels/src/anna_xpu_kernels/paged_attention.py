@@ -26,7 +26,8 @@ Layout of the work:
   split's ``(max, sum)`` at once, then adds the ``acc`` partials weighted by ``exp2(max_s - max)`` several splits
   per load (no running rescale; only the ``GROUP`` real rows, not the query tile's padding), so its serial tail is
   one pass over ``splits x GROUP x D`` float32 values from L2 by one multiprocessor; the fused mode therefore caps
-  the split count (the merge's cost grows with it). The
+  the split count (the merge's cost grows with it) and takes only launches whose visible keys (the window, or the
+  block table's width) that cap splits into short runs (:func:`_fuses_merge`). The
   eighteenth session measured an earlier in-launch merge (a running rescale over 64 splits) at twice the merge
   kernel's time on an H100; this one is opt-in until measured.
 * Nothing that changes with the prompt length, the context or the block-table width is a compile-
@@ -325,6 +326,20 @@ def _merge_splits_kernel(
     tl.store(o_ptr + tok * stride_ot + head * stride_oh + d, out.to(o_ptr.dtype.element_ty), mask=d < head_dim)
 
 
+FUSED_MERGE_KEYS_PER_SPLIT = 64
+"""The fused merge takes a launch only where its split cap leaves at most this many visible keys per split (the
+window, or the block table's width): beyond it, fewer splits would lengthen each program's key loop by more than
+the merge launch it saves (a rule by shape, not yet tuned on a GPU)."""
+
+
+def _fuses_merge(cap: int, decode: bool, table_keys: int, window: int | None) -> bool:
+    """Whether a launch merges its splits inside (``cap`` > 0 the fused merge's split cap): decode batches only, and
+    at most :data:`FUSED_MERGE_KEYS_PER_SPLIT` visible keys per split — e.g. with a cap of 16, Gemma 4's sliding
+    layers (a 512-key window) fuse and its global layers over a 2k+ table do not (a cap of 64 fuses those too)."""
+    visible = table_keys if window is None else min(window, table_keys)
+    return cap > 0 and decode and triton.cdiv(visible, cap) <= FUSED_MERGE_KEYS_PER_SPLIT
+
+
 MERGE_TILE_VALUES = 8192
 """Partial-output values one step of the fused merge loads (``MERGE_U x MERGE_M x BLOCK_D``: 64 float32 registers
 per thread at four warps)."""
@@ -467,8 +482,9 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
 
     ``fused_merge``: for a decode batch, merge the split partials inside the attention launch (no merge kernel) —
     0: never (the merge kernel), ``n >= 1``: yes, with at most ``n`` splits where the split count is chosen for the
-    GPU (``num_splits=None``; a forced count is kept), None:
-    :func:`~anna_xpu_kernels._env.attention_fused_merge_splits` (``ANNA_ATTENTION_FUSED_MERGE``, off by default)."""
+    GPU (``num_splits=None``; a forced count is kept), where that leaves at most :data:`FUSED_MERGE_KEYS_PER_SPLIT`
+    visible keys per split (:func:`_fuses_merge`); None: :func:`~anna_xpu_kernels._env.attention_fused_merge_splits`
+    (``ANNA_ATTENTION_FUSED_MERGE``, off by default)."""
     op = "paged_attention" if q_norm_rope is None else "q_norm_rope_attention"
     require_dims(op, q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4), seq_lens=(seq_lens, 1),
                  block_tables=(block_tables, 2))
@@ -512,7 +528,8 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
     # and the q tile stay in registers). Depends on the head dim only, never on the batch's lengths.
     rows = 64 if next_pow2(dim) <= WIDE_HEAD_DIM else 32
     merge_cap = attention_fused_merge_splits() if fused_merge is None else min(max(int(fused_merge), 0), MAX_SPLITS)
-    merge_cap = merge_cap if total == batch else 0  # decode batches only (one query per sequence)
+    merge_cap = merge_cap if _fuses_merge(merge_cap, total == batch, block_tables.shape[1] * block_size,
+                                          sliding_window) else 0
     plan = plan_attention(cu_seqlens_q, batch, total, h_q, h_kv, dim, block_tables.shape[1] * block_size, rows,
                           num_splits, split_cap=merge_cap or None)
     group, block_d, splits = plan.group, plan.block_d, plan.splits

@@ -8,8 +8,9 @@ Run from the repository root (PYTHONPATH set to the packages' src folders)::
 
 Prints one line per shape: the heuristic's pick and its time, then ``splits:us`` for each tried count (the
 fastest marked ``*``). With ``--fused 8,16,32`` a second line per shape times the split merge inside the attention
-launch (``ANNA_ATTENTION_FUSED_MERGE``: no merge kernel) at those split counts (``f<splits>:us``), each checked
-against the reference like the others.
+launch (``ANNA_ATTENTION_FUSED_MERGE``: no merge kernel) at those split counts (``f<splits>:us``; the shape rule
+``FUSED_MERGE_KEYS_PER_SPLIT`` lifted, so long key runs are timed too), each checked against the reference like the
+others.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def main() -> None:
     split_counts = [int(n) for n in args.splits.split(",")]
     from anna_core.kernels.reference import paged_attention as rpa
     from anna_xpu_kernels import paged_attention as pa
+
+    pa.FUSED_MERGE_KEYS_PER_SPLIT = 1 << 30  # time the fused merge at every split count, long key runs included
 
     dev, dtype, block_size = "cuda", torch.bfloat16, 16
     for name, (b, h_q, h_kv, dim, ctx, window) in SHAPES.items():

@@ -54,13 +54,18 @@ class Gemma4TextModel(nn.Module):
         self._on_device: dict[torch.device, torch.Tensor] = {}
 
     def _text_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        """``ids`` with media placeholders replaced by the pad id (transformers does so without media)."""
+        """``ids`` with media placeholders replaced by the pad id (transformers does so without media): one gather
+        from a ``[vocab]`` int64 map (the identity but at the placeholders; built once per device, on the first,
+        eager step), a single launch where ``isin`` and ``where`` took three."""
         if not self.config.placeholder_token_ids:
             return ids
-        table = self._on_device.get(ids.device)
-        if table is None:
-            table = self._on_device[ids.device] = self._placeholders[0].to(ids.device)
-        return torch.where(torch.isin(ids, table), self.config.pad_token_id, ids)
+        remap = self._on_device.get(ids.device)
+        if remap is None:
+            remap = torch.arange(self.config.vocab_size, dtype=torch.int64)
+            placeholders = self._placeholders[0]  # (ids past the vocabulary, as a shrunk test config has, embed nothing)
+            remap[placeholders[placeholders < self.config.vocab_size]] = self.config.pad_token_id
+            remap = self._on_device[ids.device] = remap.to(ids.device)
+        return torch.index_select(remap, 0, ids)
 
     def per_layer_inputs(self, ids: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         """Per-layer embeddings ``[T, L, P]``: ``(norm(projection(embeds) / sqrt(hidden)) + table[ids] *

@@ -115,6 +115,9 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     from anna_xpu_kernels import per_layer_inputs  # Gemma 4 E2B's per-layer inputs (256 per group)
 
     yield per_layer_inputs._per_layer_inputs_kernel, "bf16", {"ZERO_CENTERED": False, "BLOCK_P": 256, **pdl}, 2
+    from anna_xpu_kernels import soft_cap  # an LM head's soft cap (bf16 logits in, float32 out)
+
+    yield soft_cap._soft_cap_kernel, "bf16", {"BLOCK": soft_cap.BLOCK, **pdl}, 4, {"out_ptr": "*fp32"}
     yield from _turboquant_cases()
     yield from _gemv_cases()
     yield from _persistent_gemv_cases()

@@ -174,3 +174,9 @@ def post_norm_residual_gated_linear(device: Any, dtype: Any) -> list[OpExample]:
                        r.randn(1, 24), r.randn(32, 24, scale=0.2), "gelu_tanh")),
             OpExample((r.randn(3, 32), r.randn(3, 32), r.randn(32), EPS, True, r.randn(1), r.randn(16, 32, scale=0.2),
                        up_wide[:, 16:32], r.randn(32, 16, scale=0.2), "silu"))]
+
+
+def linear_soft_cap(device: Any, dtype: Any) -> list[OpExample]:
+    r = SampleGen(34, device, as_dtype(dtype))
+    return [OpExample((r.randn(1, 64), r.randn(40, 64), 3.0)),  # logits well past the cap: tanh saturates
+            OpExample((r.randn(3, 32), r.randn(24, 32, scale=0.2), 30.0))]

@@ -79,7 +79,7 @@ def test_e2b_decode_step_runs_six_ops_per_layer(gemma4_factory, declined):
     step = per_call[-1]
     # per step: the per-layer-input projection, then the per-layer inputs (the table rows, scales, norm and sum: one
     # op), the first layer's input norm; then the layers (the first layer's q/k/v projection has no tail before it);
-    # the last layer's tail with the final norm; the LM head
+    # the last layer's tail with the final norm; the LM head with its soft cap (one op)
     expected = ["linear", "per_layer_inputs", "rms_norm"]
     for i, own in enumerate(not s for s in shared):
         ops = list(OWN_KV if own else SHARED_KV)
@@ -88,7 +88,7 @@ def test_e2b_decode_step_runs_six_ops_per_layer(gemma4_factory, declined):
         if i == 0:
             ops[0] = "linear"
         expected += ops
-    expected += ["post_norm_residual", "linear"]
+    expected += ["post_norm_residual", "linear_soft_cap"]
     assert step == expected
     assert step.count("rms_norm") == 1 and step.count("post_norm_residual") == 1  # no value norm, one tail per step
 

@@ -1,15 +1,19 @@
 """The ops one Gemma 4 E2B-style decode step issues, in order (so a fusion cannot silently regress): with every
-fused op served (here its torch reference, counted as one call), a layer is seven ops — the previous layer's last
+fused op served (here its torch reference, counted as one call), a layer is six ops — the previous layer's last
 residual add fused with this layer's input norm into its q/k/v projection (q when KV-shared;
 ``post_norm_residual_linear``), the q/k/v norms + rotary + cache write + attention (``qkv_norm_rope_cache_attention``;
 the query norm + rotary + attention, ``q_norm_rope_attention``, when KV-shared), ``o_proj``, the attention's tail
-fused into the gate/up projection, ``down_proj``, the MLP's tail fused into the per-layer-input gate, the
-per-layer-input projection with its gated product. Before these fusions a layer was ten ops (nine when KV-shared):
-the value norm (``rms_norm``), the layer's last residual add (``post_norm_residual``) and the q/k norm + rotary
-(+ cache write) op ran on their own. On CUDA each op is one launch at batch 1 (attention adds its split merge)."""
+fused into the gate/up projection, ``down_proj``, and the MLP's tail with the per-layer-input gate and projection
+(``post_norm_residual_gated_linear``). Where no kernel serves that last op (it is opt-in on GPUs) a layer is seven: the
+MLP's tail fused into the per-layer-input gate, then the per-layer-input projection with its gated product
+(``gated_linear``). Before these fusions a layer was ten ops (nine when KV-shared): the value norm (``rms_norm``), the
+layer's last residual add (``post_norm_residual``) and the q/k norm + rotary (+ cache write) op ran on their own. On
+CUDA each op is one launch at batch 1 (attention adds its split merge, unless ``ANNA_ATTENTION_FUSED_MERGE`` merges
+inside the attention launch: tests/xpu_kernels/test_gemma4_decode_kernels.py counts the kernels)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from anna_core.testing.runner import prefill_logits
 
@@ -17,21 +21,23 @@ from tests.gemma4.conftest import load_anna
 from tests.gemma4.kernel_ops import KernelOpCalls
 
 OWN_KV = ["post_norm_residual_linear", "qkv_norm_rope_cache_attention", "linear", "post_norm_residual_linear",
-          "linear", "post_norm_residual_linear", "gated_linear"]
+          "linear", "post_norm_residual_gated_linear"]
 SHARED_KV = ["post_norm_residual_linear", "q_norm_rope_attention", "linear", "post_norm_residual_linear", "linear",
-             "post_norm_residual_linear", "gated_linear"]
+             "post_norm_residual_gated_linear"]
+PER_LAYER_APART = ["post_norm_residual_linear", "gated_linear"]
+"""The last op of a layer, ``post_norm_residual_gated_linear``, where no kernel serves it."""
 
 
-def _record_forwards(model, accelerate: bool) -> list[list[str]]:
+def _record_forwards(model, accelerate: bool, declined: frozenset[str] = frozenset()) -> list[list[str]]:
     """Patch ``model`` so each forward pass records the ops it calls (outermost only); with ``accelerate`` every fused
-    op counts as accelerated (its reference serves it), as a GPU's kernels would be chosen."""
+    op but those ``declined`` counts as accelerated (its reference serves it), as a GPU's kernels would be chosen."""
     per_call: list[list[str]] = []
 
     def on_op(op: str) -> None:
         if per_call:
             per_call[-1].append(op)
 
-    KernelOpCalls(model.ops.registry, on_op, accelerate=accelerate)
+    KernelOpCalls(model.ops.registry, on_op, accelerate=accelerate, declined=declined)
     forward = model.model.forward
 
     def recorded(*args, **kwargs):
@@ -42,11 +48,13 @@ def _record_forwards(model, accelerate: bool) -> list[list[str]]:
     return per_call
 
 
-def test_e2b_decode_step_runs_seven_ops_per_layer(gemma4_factory):
+@pytest.mark.parametrize("declined", [frozenset(), frozenset({"post_norm_residual_gated_linear"})],
+                         ids=["six-ops", "seven-ops"])
+def test_e2b_decode_step_runs_six_ops_per_layer(gemma4_factory, declined):
     path = gemma4_factory(variant="e2b")
     want = prefill_logits(load_anna(path).model, [5, 17, 33, 101], chunk_size=3)
     model = load_anna(path).model
-    per_call = _record_forwards(model, accelerate=True)
+    per_call = _record_forwards(model, accelerate=True, declined=declined)
     with torch.no_grad():
         got = prefill_logits(model, [5, 17, 33, 101], chunk_size=3)  # a prefill chunk, then a decode-sized step
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # the fused ops' references = the unfused path
@@ -54,17 +62,20 @@ def test_e2b_decode_step_runs_seven_ops_per_layer(gemma4_factory):
     shared = [layer.self_attn.shares_kv for layer in layers]
     assert any(shared) and not all(shared)
     step = per_call[-1]
-    # per step: the per-layer-input projection and its norm, the first layer's input norm; then the layers (the first
-    # layer's q/k/v projection has no tail before it); the last layer's tail with the final norm; the LM head
-    expected = ["linear", "rms_norm", "rms_norm"]
+    # per step: the per-layer-input projection, then the per-layer inputs (the table rows, scales, norm and sum: one
+    # op), the first layer's input norm; then the layers (the first layer's q/k/v projection has no tail before it);
+    # the last layer's tail with the final norm; the LM head with its soft cap (one op)
+    expected = ["linear", "per_layer_inputs", "rms_norm"]
     for i, own in enumerate(not s for s in shared):
         ops = list(OWN_KV if own else SHARED_KV)
+        if declined:
+            ops[-1:] = PER_LAYER_APART
         if i == 0:
             ops[0] = "linear"
         expected += ops
-    expected += ["post_norm_residual", "linear"]
+    expected += ["post_norm_residual", "linear_soft_cap"]
     assert step == expected
-    assert step.count("rms_norm") == 2 and step.count("post_norm_residual") == 1  # no value norm, one tail per step
+    assert step.count("rms_norm") == 1 and step.count("post_norm_residual") == 1  # no value norm, one tail per step
 
 
 def test_unaccelerated_tail_runs_unfused(gemma4_factory):

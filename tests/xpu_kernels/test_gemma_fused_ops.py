@@ -23,10 +23,12 @@ from anna_xpu_kernels.qk_norm_rope import q_norm_rope
 
 @pytest.fixture(autouse=True)
 def _fused_attention_opted_in(monkeypatch):
-    """The fused Gemma 4 attention pre-processing (``q_norm_rope_attention``, ``qkv_norm_rope_cache_attention``) is
-    opt-in until measured on a GPU; these tests run the models with it."""
+    """The fused Gemma 4 attention pre-processing (``q_norm_rope_attention``, ``qkv_norm_rope_cache_attention``) and
+    per-layer-input block (``post_norm_residual_gated_linear``) are opt-in until measured on a GPU; these tests run
+    the models with them."""
     monkeypatch.setenv("ANNA_Q_NORM_ROPE_ATTENTION", "1")
     monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "1")
+    monkeypatch.setenv("ANNA_POST_NORM_GATED_LINEAR", "1")
 
 
 def _tol(dtype):
@@ -219,8 +221,10 @@ def test_gemma_through_triton_kernels_matches_reference(tmp_path, monkeypatch, f
         assert "qk_norm_rope_cache" not in chosen and "qkv_norm_rope_cache" not in chosen
     assert chosen.get("post_norm_residual") == (None if family == "gemma4-moe" else "triton")  # MoE: the fused tails
     if family == "gemma4-e2b":
-        # KV-shared layers (the query norm and rotary inside the attention), per-layer inputs
-        assert chosen["q_norm_rope_attention"] == chosen["gated_linear"] == "triton" and "q_norm_rope" not in chosen
+        # KV-shared layers (the query norm and rotary inside the attention), the per-layer-input block in one op
+        # (prompts: its two unfused kernels inside it, not chosen apart)
+        assert chosen["q_norm_rope_attention"] == chosen["post_norm_residual_gated_linear"] == "triton"
+        assert "q_norm_rope" not in chosen and "gated_linear" not in chosen
         assert chosen["post_norm_residual_linear"] == "triton"  # the tails inside the next projections
     if family == "gemma4-moe":  # the MoE layers' fused norms, router and experts
         fused = ("post_norm_residual_norm_pair", "dual_post_norm_residual", "moe_route", "moe_experts")

@@ -12,4 +12,5 @@ require_triton_interpreter()
 class TestXpuKernelsConformance(KernelConformance):
     plugin = "anna_xpu_kernels"
     device = "cpu"
-    environment = {"ANNA_TRITON_INTERPRET": "1"}  # the probes accept the CPU (tests/xpu_kernels/conftest.py interprets)
+    # the probes accept the CPU (tests/xpu_kernels/conftest.py interprets); the opt-in per-layer-input block is checked
+    environment = {"ANNA_TRITON_INTERPRET": "1", "ANNA_POST_NORM_GATED_LINEAR": "1"}

@@ -1,5 +1,7 @@
 """Triton paged_attention (decode, prefill over a cached prefix, windows, split keys) vs the reference."""
 
+import functools
+
 import pytest
 import torch
 from anna_core.kernels.reference import paged_attention as ref
@@ -276,3 +278,135 @@ def test_qkv_norm_rope_cache_attention_registered_and_switched_off_by_env(monkey
     assert registry.get_accelerated("qkv_norm_rope_cache_attention", request) is None
     narrow = ProbeRequest("cpu", "bfloat16", {"head_dim": 128})
     assert registry.get_accelerated("qkv_norm_rope_cache_attention", narrow) is pa.qkv_norm_rope_cache_attention
+
+
+# The fused split merge (ANNA_ATTENTION_FUSED_MERGE): a decode batch's last split to arrive merges the partials inside
+# the attention launch. Under the interpreter the programs run one after another, so the last program of each
+# sequence and KV head merges; these tests check its math, that it leaves its counters at zero (graph replays) and
+# that it launches one kernel, not two.
+
+
+def _kernels(counter) -> dict[str, int]:
+    """The Triton launches a :class:`LaunchCounter` saw (the poisoned allocations' fills and the counter pool's
+    first allocation left out)."""
+    return {name: n for name, n in counter.launches.items() if name.startswith("triton:")}
+
+
+def _fused_check(dtype, ctx_lens, *, h_q, h_kv, dim, splits, window=None, seed=0):
+    from tests.xpu_kernels._launches import LaunchCounter
+
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(dtype, [1] * len(ctx_lens), ctx_lens, h_q, h_kv, dim, seed)
+    args = (q, k_cache, v_cache, cu, seq_lens, tables, dim ** -0.5, window)
+    want = ref.paged_attention(*args)
+    with LaunchCounter() as fused:
+        got = pa.paged_attention_splits(*args, num_splits=splits, fused_merge=splits)
+    assert _kernels(fused) == {"triton:_paged_attention_kernel": 1}  # no merge kernel
+    torch.testing.assert_close(got, want, **tol(dtype))
+    assert not pa._COUNTERS.get(q.device, 1).any()  # every counter back at zero for the next launch
+    again = pa.paged_attention_splits(*args, num_splits=splits, fused_merge=splits)  # a replay starts from zero
+    torch.testing.assert_close(again, got, rtol=0, atol=0)
+    with LaunchCounter() as apart:
+        kernel = pa.paged_attention_splits(*args, num_splits=splits, fused_merge=0)
+    assert _kernels(apart) == {"triton:_paged_attention_kernel": 1, "triton:_merge_splits_kernel": 1}
+    torch.testing.assert_close(got, kernel, **tol(dtype))  # the merge kernel's result, up to summation order
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_fused_merge_decode_batch(poison_outputs, dtype):
+    _fused_check(dtype, [5, 17, 9], h_q=4, h_kv=2, dim=32, splits=3, seed=20)
+
+
+def test_fused_merge_with_many_empty_splits_and_a_window(poison_outputs):
+    # 16 splits over 3..40 keys, a window of 7: most splits of the short sequences see no key
+    _fused_check(torch.float32, [3, 40, 17], h_q=6, h_kv=2, dim=24, splits=16, window=7, seed=21)
+
+
+def test_fused_merge_wide_heads_at_the_e2b_group(poison_outputs):
+    # E2B's global layers: 8 query heads over one KV head of dim 512; 64 splits (the most the merge takes)
+    _fused_check(torch.bfloat16, [60, 9], h_q=8, h_kv=1, dim=512, splits=64, seed=22)
+
+
+def test_fused_merge_leaves_prefill_batches_to_the_merge_kernel(poison_outputs):
+    from tests.xpu_kernels._launches import LaunchCounter
+
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(torch.float32, [5, 1, 3], [5, 20, 10], 4, 2, 32, seed=23)
+    args = (q, k_cache, v_cache, cu, seq_lens, tables, 32 ** -0.5, None)
+    with LaunchCounter() as c:
+        got = pa.paged_attention_splits(*args, num_splits=3, fused_merge=16)
+    assert c.launches["triton:_merge_splits_kernel"] == 1
+    torch.testing.assert_close(got, ref.paged_attention(*args), **tol(torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_fused_merge_with_the_fused_qkv_pre_processing(poison_outputs, dtype):
+    """Gemma 4's own-K/V decode at batch 1 in one launch: q/k/v norms, rotary, cache write, attention and the merge."""
+    from anna_core.kernels.reference import qk_norm_rope as ref_qk
+    from anna_core.layers.rotary import RotaryEmbedding
+
+    from tests.xpu_kernels._launches import LaunchCounter
+
+    h_q, h_kv, dim, ctx = 8, 1, 64, 37
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(dtype, [1], [ctx], h_q, h_kv, dim, seed=24)
+    gen = torch.Generator().manual_seed(8)
+    k = (3 * torch.randn(1, h_kv, dim, generator=gen)).to(dtype)
+    v = (3 * torch.randn(1, h_kv, dim, generator=gen)).to(dtype)
+    qw, kw = (1 + 0.2 * torch.randn(2, dim, generator=gen)).to(dtype)
+    positions = torch.tensor([ctx - 1])
+    slots = tables[0, (ctx - 1) // BLOCK_SIZE].long().view(1) * BLOCK_SIZE + (ctx - 1) % BLOCK_SIZE
+    for cache in (k_cache, v_cache):
+        cache.view(-1, h_kv, dim)[slots] = float("nan")
+    inv_freq = RotaryEmbedding(dim, dim, {"rope_theta": 1e4})._inv_freq
+    caches = (k_cache.clone(), v_cache.clone())
+    want = ref_qk.qkv_norm_rope_cache_attention(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, *caches, slots, cu,
+                                                seq_lens, tables, dim ** -0.5, 16)
+    with LaunchCounter() as c:
+        got = pa.paged_attention_splits(q, k_cache, v_cache, cu, seq_lens, tables, dim ** -0.5, 16, num_splits=4,
+                                        q_norm_rope=(qw, 1e-6, False, positions, inv_freq),
+                                        kv_new=(k, v, kw, slots, True), fused_merge=4)
+    assert _kernels(c) == {"triton:_paged_attention_kernel": 1}
+    t = tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    torch.testing.assert_close(got, want, **t)
+    torch.testing.assert_close(k_cache, caches[0], equal_nan=True, **t)
+
+
+def test_fused_merge_only_where_its_splits_stay_short(poison_outputs):
+    """A cap of 2 splits over a 200-key table (no window) would leave 100 keys per split: the merge kernel runs; a
+    window of 96 keys (48 per split) fuses."""
+    from tests.xpu_kernels._launches import LaunchCounter
+
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(torch.float32, [1], [199], 4, 2, 32, seed=26)
+    assert tables.shape[1] * BLOCK_SIZE == 204
+    for window, want in ((None, 2), (96, 1)):
+        args = (q, k_cache, v_cache, cu, seq_lens, tables, 32 ** -0.5, window)
+        with LaunchCounter() as c:
+            got = pa.paged_attention_splits(*args, num_splits=2, fused_merge=2)
+        assert sum(_kernels(c).values()) == want, window
+        torch.testing.assert_close(got, ref.paged_attention(*args), **tol(torch.float32))
+
+
+def test_fused_merge_switch_and_split_cap(monkeypatch):
+    from anna_xpu_kernels import _env, attention_plan
+
+    for value, want in (("", 0), ("0", 0), ("off", 0), ("1", _env.FUSED_MERGE_SPLITS), ("on", 16), ("32", 32),
+                        ("500", 64), ("many", 0)):
+        monkeypatch.setenv("ANNA_ATTENTION_FUSED_MERGE", value)
+        assert _env.attention_fused_merge_splits() == want, value
+    # the cap bounds the GPU's choice (here 64 splits), never a forced count
+    monkeypatch.setattr(attention_plan, "default_num_splits", lambda device, programs, max_keys: 64)
+    cu = torch.arange(2, dtype=torch.int32)
+    plan = functools.partial(attention_plan.plan_attention, cu, 1, 1, 8, 1, 256, 4096, 64)
+    assert plan(None).splits == 64 and plan(None, split_cap=16).splits == 16 and plan(32, split_cap=16).splits == 32
+
+
+def test_fused_merge_follows_the_env_switch(poison_outputs, monkeypatch):
+    from tests.xpu_kernels._launches import LaunchCounter
+
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(torch.float32, [1, 1], [9, 23], 4, 2, 32, seed=25)
+    args = (q, k_cache, v_cache, cu, seq_lens, tables, 32 ** -0.5, None)
+    counts = {}
+    for value in ("0", "8"):
+        monkeypatch.setenv("ANNA_ATTENTION_FUSED_MERGE", value)
+        with LaunchCounter() as c:
+            pa.paged_attention_splits(*args, num_splits=3)
+        counts[value] = sum(_kernels(c).values())
+    assert counts == {"0": 2, "8": 1}

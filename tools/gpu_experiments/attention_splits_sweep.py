@@ -7,7 +7,10 @@ Run from the repository root (PYTHONPATH set to the packages' src folders)::
     python3 tools/gpu_experiments/attention_splits_sweep.py [--reps 20] [--only E4B,9B] [--splits 8,16,32,64]
 
 Prints one line per shape: the heuristic's pick and its time, then ``splits:us`` for each tried count (the
-fastest marked ``*``).
+fastest marked ``*``). With ``--fused 8,16,32`` a second line per shape times the split merge inside the attention
+launch (``ANNA_ATTENTION_FUSED_MERGE``: no merge kernel) at those split counts (``f<splits>:us``; the shape rule
+``FUSED_MERGE_KEYS_PER_SPLIT`` lifted, so long key runs are timed too), each checked against the reference like the
+others.
 """
 
 from __future__ import annotations
@@ -61,11 +64,15 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--only", default="", help="comma-separated substrings of the shape names to run")
     parser.add_argument("--splits", default="1,2,4,8,16,32,64", help="comma-separated split counts to time")
+    parser.add_argument("--fused", default="", help="split counts to time with the fused (in-launch) merge")
     args = parser.parse_args()
+    fused_counts = [int(n) for n in args.fused.split(",") if n]
     only = [o for o in args.only.split(",") if o]
     split_counts = [int(n) for n in args.splits.split(",")]
     from anna_core.kernels.reference import paged_attention as rpa
     from anna_xpu_kernels import paged_attention as pa
+
+    pa.FUSED_MERGE_KEYS_PER_SPLIT = 1 << 30  # time the fused merge at every split count, long key runs included
 
     dev, dtype, block_size = "cuda", torch.bfloat16, 16
     for name, (b, h_q, h_kv, dim, ctx, window) in SHAPES.items():
@@ -96,6 +103,18 @@ def main() -> None:
         cells = " ".join(f"{s}:{t:.2f}{'*' if s == best else ''}" if isinstance(t, float) else f"{s}:{t}"
                          for s, t in results.items())
         print(f"{name:24s} auto {auto:6.2f} us | {cells}", flush=True)
+        fused = []
+        for splits in fused_counts:
+            got = pa.paged_attention_splits(*call, num_splits=splits, fused_merge=splits).float()
+            err = (got - want).abs().max().item()
+            if err > 3e-2:
+                fused.append(f"f{splits}:ERR {err:.3g}")
+                continue
+            t = _graph_time(lambda s=splits, c=call: pa.paged_attention_splits(*c, num_splits=s, fused_merge=s),
+                            args.reps)
+            fused.append(f"f{splits}:{t:.2f}")
+        if fused:
+            print(f"{'':24s} fused merge     | {' '.join(fused)}", flush=True)
 
 
 if __name__ == "__main__":

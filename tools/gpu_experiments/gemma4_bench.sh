@@ -2,7 +2,8 @@
 # Gemma 4 benchmarks on the H200 (issue 23): `anna bench` on dummy weights at the released shapes, one run per
 # entry of RUNS ("shape:batch:input_len:output_len[:flag...]", flags given as --flag without the dashes, e.g.
 # "E2B:1:512:128:profile:compare-hf:hf-output-len=32"; a shape such as Qwen3.5-35B-A3B names a Qwen3.5 config); each run's JSON and log go into $OUT/gemma4_bench.tgz (the device tool
-# returns few files), with one summary line each on stdout.
+# returns few files), with one summary line each on stdout. EXTRA_FLAGS: more `anna bench` flags for every run (flags
+# whose value holds a colon, e.g. EXTRA_FLAGS="--disable-kernel per_layer_inputs:triton", cannot go in RUNS).
 set -u
 FINAL_OUT=$OUT; OUT=$(mktemp -d)
 RUNS=${RUNS:-"E2B:1:512:128:profile E4B:1:512:128:profile"}
@@ -17,7 +18,7 @@ for run in $RUNS; do
   if [[ $shape == Qwen* ]]; then dir="tests/qwen35/reference_configs/$shape"; else dir="tests/gemma4/reference_configs/gemma-4-$shape-it"; fi
   start=$SECONDS
   timeout "${T_RUN:-240}" anna bench --model-dir "$dir" --batch-size "$batch" \
-    --input-len "$inp" --output-len "$outp" --runs "${NRUNS:-2}" "${flags[@]}" --json > "$OUT/$name.json" 2> "$OUT/$name.log"
+    --input-len "$inp" --output-len "$outp" --runs "${NRUNS:-2}" "${flags[@]}" ${EXTRA_FLAGS:-} --json > "$OUT/$name.json" 2> "$OUT/$name.log"
   echo "== $name exit $? ($((SECONDS - start)) s)"
   python3 - "$OUT/$name.json" <<'PY'
 import json, sys

@@ -77,7 +77,12 @@ def scaled_embedding(embedding: nn.Embedding, ids: torch.Tensor, scale: float) -
     """``embedding(ids) * scale`` ``[T, D]`` with the scale rounded to the weights' dtype first, as
     transformers does (``sqrt(3072)`` becomes 55.5 in bfloat16); a Python number, not a host tensor, so a
     captured graph has nothing to copy from the host."""
-    return embedding(ids) * _rounded(scale, embedding.weight.dtype)
+    return embedding(ids) * embedding_scale(scale, embedding.weight.dtype)
+
+
+def embedding_scale(scale: float, dtype: torch.dtype) -> float:
+    """``scale`` rounded to ``dtype``, as :func:`scaled_embedding` multiplies by it (a Python float)."""
+    return _rounded(scale, dtype)
 
 
 @functools.cache
@@ -89,7 +94,10 @@ def _rounded(scale: float, dtype: torch.dtype) -> float:
 
 def gemma_logits(ops: Any, hidden: torch.Tensor, weight: torch.Tensor, softcap: float | None) -> torch.Tensor:
     """hidden ``[N, hidden]`` @ weight ``[vocab, hidden]``.T -> logits ``[N, vocab]`` float32, soft-capped
-    (``cap * tanh(logits / cap)``) when ``softcap`` is set."""
+    (``cap * tanh(logits / cap)``) when ``softcap`` is set: one ``linear_soft_cap`` op where a kernel serves it (on
+    GPUs the GEMV and one elementwise launch), else the projection and torch's four elementwise launches."""
+    if softcap is not None and (fused := ops.accelerated("linear_soft_cap")) is not None:
+        return fused(hidden, weight, softcap)
     logits = ops.linear(hidden, weight, None).float()
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap

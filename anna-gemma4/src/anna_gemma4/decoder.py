@@ -19,7 +19,9 @@ KV-shared layer) projection (``post_norm_residual_linear``: one launch each at d
 layer the model's final norm applies it. In an MoE layer the feed-forward tail (both post norms,
 their sum, ``post_ff_norm``, the residual add, ...) is one ``dual_post_norm_residual`` op, and the
 attention's tail also gives ``pre_ff_norm_2(h)`` and the router's input (one ``post_norm_residual_norm_pair``
-launch on GPUs; elsewhere ``post_norm_residual`` and ``rms_norm_pair``).
+launch on GPUs; elsewhere ``post_norm_residual`` and ``rms_norm_pair``). Where a kernel serves
+``post_norm_residual_gated_linear`` (opt-in on GPUs), a dense layer's MLP tail, per-layer-input gate and projection
+run as that one op (one launch at batch-1 decode instead of two).
 """
 
 from __future__ import annotations
@@ -130,6 +132,12 @@ class Gemma4DecoderLayer(nn.Module):
                                                                 self.post_feedforward_layernorm_2, h)
         elif not self.has_per_layer_input:  # the last residual add, left to the next layer's projection
             return h, PendingTail(m, self.post_feedforward_layernorm, self.layer_scalar)
+        block = None if self.has_moe else self._per_layer_block()
+        if block is not None:  # the MLP's tail, the per-layer-input gate and projection: one launch at decode
+            post = self.post_feedforward_layernorm
+            p, h = block(m, h, post.weight, post.eps, post.zero_centered, None, self.per_layer_input_gate.weight,
+                         per_layer_input, self.per_layer_projection.weight, "gelu_tanh")
+            return h, PendingTail(p, self.post_per_layer_input_norm, self.layer_scalar)
         if self.has_moe:
             gate = self.per_layer_input_gate(h)
         else:  # the MLP's tail fused into the per-layer-input gate's projection (post_norm_residual_linear)
@@ -137,6 +145,15 @@ class Gemma4DecoderLayer(nn.Module):
         # per_layer_projection(gelu_tanh(per_layer_input_gate(h)) * per_layer_input): one GEMV with the product
         p = self.ops.gated_linear(gate, per_layer_input, self.per_layer_projection.weight, "gelu_tanh")  # [T, hidden]
         return h, PendingTail(p, self.post_per_layer_input_norm, self.layer_scalar)  # the last add, left to the next
+
+    def _per_layer_block(self) -> Any:
+        """The ``post_norm_residual_gated_linear`` op (the MLP's tail, then ``per_layer_projection(gelu_tanh(
+        per_layer_input_gate(h')) * per_layer_input)``) where a kernel, not only its reference, serves it and both
+        projections are dense (a quantized one, ``WQLinear``, runs the unfused ops); else None."""
+        if not all(isinstance(m, nn.Linear) and m.bias is None
+                   for m in (self.per_layer_input_gate, self.per_layer_projection)):
+            return None
+        return self.ops.accelerated("post_norm_residual_gated_linear")
 
     def _attention_input(self, h: torch.Tensor, carry: torch.Tensor | PendingTail,
                          ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:

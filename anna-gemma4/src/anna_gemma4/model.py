@@ -22,7 +22,7 @@ from anna_core.layers.rotary import RotaryEmbedding
 from anna_core.model import CacheSpec, ModelCaches, ModelCapabilities
 from torch import nn
 
-from anna_gemma4.common import GemmaCausalLM, RotaryTables, cache_spec, next_norms, scaled_embedding
+from anna_gemma4.common import GemmaCausalLM, RotaryTables, cache_spec, embedding_scale, next_norms, scaled_embedding
 from anna_gemma4.config import FULL, LAYER_TYPES, SLIDING, Gemma4Config
 from anna_gemma4.decoder import Gemma4DecoderLayer, PendingTail
 
@@ -34,6 +34,7 @@ class Gemma4TextModel(nn.Module):
     def __init__(self, cfg: Gemma4Config, spec: CacheSpec, ops: Any, parallel: ParallelState = SINGLE):
         super().__init__()
         self.config = cfg
+        self.ops = ops
         hidden, layers = cfg.hidden_size, cfg.num_hidden_layers
         self.embed_tokens = nn.Embedding(cfg.vocab_size, hidden)
         self.rotary = nn.ModuleDict({
@@ -53,18 +54,29 @@ class Gemma4TextModel(nn.Module):
         self._on_device: dict[torch.device, torch.Tensor] = {}
 
     def _text_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        """``ids`` with media placeholders replaced by the pad id (transformers does so without media)."""
+        """``ids`` with media placeholders replaced by the pad id (transformers does so without media): one gather
+        from a ``[vocab]`` int64 map (the identity but at the placeholders; built once per device, on the first,
+        eager step), a single launch where ``isin`` and ``where`` took three."""
         if not self.config.placeholder_token_ids:
             return ids
-        table = self._on_device.get(ids.device)
-        if table is None:
-            table = self._on_device[ids.device] = self._placeholders[0].to(ids.device)
-        return torch.where(torch.isin(ids, table), self.config.pad_token_id, ids)
+        remap = self._on_device.get(ids.device)
+        if remap is None:
+            remap = torch.arange(self.config.vocab_size, dtype=torch.int64)
+            placeholders = self._placeholders[0]  # (ids past the vocabulary, as a shrunk test config has, embed nothing)
+            remap[placeholders[placeholders < self.config.vocab_size]] = self.config.pad_token_id
+            remap = self._on_device[ids.device] = remap.to(ids.device)
+        return torch.index_select(remap, 0, ids)
 
     def per_layer_inputs(self, ids: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         """Per-layer embeddings ``[T, L, P]``: ``(norm(projection(embeds) / sqrt(hidden)) + table[ids] *
-        sqrt(P)) / sqrt(2)``, in the embeddings' dtype."""
+        sqrt(P)) / sqrt(2)``, in the embeddings' dtype: after the projection one ``per_layer_inputs`` launch where a
+        kernel serves that op, else the gather, the scales, the norm and the sum apart."""
         T, L, P = ids.shape[0], self.config.num_hidden_layers, self.per_layer
+        fused = self.ops.accelerated("per_layer_inputs")
+        if fused is not None:
+            table, norm = self.embed_tokens_per_layer.weight, self.per_layer_projection_norm
+            return fused(self.per_layer_model_projection(embeds), ids, table, embedding_scale(P**0.5, table.dtype),
+                         norm.weight, norm.eps, norm.zero_centered, self.config.hidden_size**-0.5, 2.0**-0.5)
         table = scaled_embedding(self.embed_tokens_per_layer, ids, P**0.5).view(T, L, P)
         projected = self.per_layer_model_projection(embeds) * self.config.hidden_size**-0.5
         projected = self.per_layer_projection_norm(projected.view(T, L, P))

@@ -4,8 +4,10 @@
 (``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``), the value norm fused into
 the attention pre-processing (``ANNA_QKV_NORM_ROPE``), the query norm + rotary fused into the attention of a KV-shared
 layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fused into its attention at decode
-(``ANNA_QKV_NORM_ROPE_ATTENTION``), the implementation of ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``) and the
-TurboQuant decode attention's code unpacking (``ANNA_TURBOQUANT_DECODE``). Each exists
+(``ANNA_QKV_NORM_ROPE_ATTENTION``), the split merge inside the decode attention launch (``ANNA_ATTENTION_FUSED_MERGE``),
+Gemma 4's per-layer-input block in one launch (``ANNA_POST_NORM_GATED_LINEAR``), the implementation of
+``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``) and the TurboQuant decode attention's code unpacking
+(``ANNA_TURBOQUANT_DECODE``). Each exists
 to A/B a kernel choice in separate processes
 (``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 
@@ -136,6 +138,32 @@ def qkv_norm_rope_attention_head_dims(default: int) -> int:
     :func:`q_norm_rope_attention_head_dims` (opt-in) but set by ``ANNA_QKV_NORM_ROPE_ATTENTION`` (unset or ``0``: a
     Gemma 4 layer with its own K/V runs ``qkv_norm_rope_cache`` and the attention as two launches)."""
     return _head_dim_limit(QKV_NORM_ROPE_ATTENTION_ENV, default)
+
+
+ATTENTION_FUSED_MERGE_ENV = "ANNA_ATTENTION_FUSED_MERGE"
+FUSED_MERGE_SPLITS = 16
+"""Split cap of the fused merge when ``ANNA_ATTENTION_FUSED_MERGE`` is just switched on."""
+
+
+def attention_fused_merge_splits() -> int:
+    """``ANNA_ATTENTION_FUSED_MERGE``: whether a decode batch's paged attention merges its key splits inside its own
+    launch (the last split to arrive merges; no merge kernel) and with at most how many splits — 0 (unset, ``0``,
+    ``off``: the merge kernel; opt-in until measured on a GPU), :data:`FUSED_MERGE_SPLITS` for a true value (``1``,
+    ``on``), or the number given (e.g. ``32``; the kernel takes at most 64)."""
+    value = os.environ.get(ATTENTION_FUSED_MERGE_ENV, "").strip().lower()
+    if value in _TRUE:
+        return FUSED_MERGE_SPLITS
+    return min(int(value), 64) if value.isdigit() else 0
+
+
+POST_NORM_GATED_LINEAR_ENV = "ANNA_POST_NORM_GATED_LINEAR"
+
+
+def post_norm_gated_linear_requested() -> bool:
+    """``ANNA_POST_NORM_GATED_LINEAR``: a true value lets the probe of ``post_norm_residual_gated_linear`` accept (one
+    launch for Gemma 4's per-layer-input gate and projection with the MLP's tail before them); off when unset, until
+    measured on a GPU."""
+    return _flag(POST_NORM_GATED_LINEAR_ENV)
 
 
 LM_HEAD_TOPK_ENV = "ANNA_LM_HEAD_TOPK"

@@ -74,7 +74,7 @@ class AttentionPlan:
 
 
 def plan_attention(cu_seqlens_q: torch.Tensor, batch: int, total: int, h_q: int, h_kv: int, head_dim: int,
-                   max_keys: int, rows: int, num_splits: int | None) -> AttentionPlan:
+                   max_keys: int, rows: int, num_splits: int | None, split_cap: int | None = None) -> AttentionPlan:
     """Plan a launch over ``batch`` sequences of ``total`` query rows.
 
     Args:
@@ -83,6 +83,8 @@ def plan_attention(cu_seqlens_q: torch.Tensor, batch: int, total: int, h_q: int,
         rows: query rows per prefill tile (``block_q = rows / group``; a decode tile holds one query).
         num_splits: key partitions per tile, or None: :func:`default_num_splits` for the device; clamped to
             ``[1, min(max_keys / 16, MAX_SPLITS)]``.
+        split_cap: with ``num_splits`` None, at most this many (e.g. a merge inside the attention launch, whose
+            serial cost grows with the split count); None: no cap.
     """
     group = h_q // h_kv
     decode = total == batch
@@ -102,7 +104,7 @@ def plan_attention(cu_seqlens_q: torch.Tensor, batch: int, total: int, h_q: int,
         n_tiles = min(total, (total - min(batch, total)) // block_q + min(batch, total))
         tile_seq = torch.searchsorted(tile_end, torch.arange(n_tiles, device=cu.device, dtype=torch.int32),
                                       right=True).to(torch.int32)
-    splits = num_splits or default_num_splits(cu.device, n_tiles * h_kv, max_keys)
+    splits = num_splits or min(default_num_splits(cu.device, n_tiles * h_kv, max_keys), split_cap or MAX_SPLITS)
     splits = max(1, min(splits, triton.cdiv(max(max_keys, 1), MIN_KEYS_PER_SPLIT), MAX_SPLITS))
     return AttentionPlan(batch=batch, total=total, group=group, decode=decode, block_d=block_d, block_q=block_q,
                          block_m=block_m, n_tiles=n_tiles, cu=cu, tile_seq=tile_seq, tile_first=tile_first,

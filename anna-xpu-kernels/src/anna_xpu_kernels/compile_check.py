@@ -92,7 +92,8 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
         yield gdn_prefill_prep._gdn_prefill_prep_kernel, act, {"BLOCK_T": 16, "BLOCK_K": 128, "BLOCK_V": 128,
                                                                 "BLOCK_R": 2, **pdl}, 4
     attn = {"GROUP": 4, "BLOCK_D": 256, "HAS_WINDOW": False, "UPCAST_DOT": False, "BLOCK_N": 32, "Q_NORM_ROPE": False,
-            "ZERO_CENTERED": False, "KV_NEW": False, "V_NORM": False, **pdl}
+            "ZERO_CENTERED": False, "KV_NEW": False, "V_NORM": False, "FUSED_MERGE": False, "MERGE_S": 64, "MERGE_M": 4,
+            "MERGE_U": 1, **pdl}
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 4, "BLOCK_M": 16, "SPLIT": True,
                                                             "DECODE": True}, 4
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "BLOCK_Q": 16, "BLOCK_M": 64, "SPLIT": False,
@@ -109,12 +110,62 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                                             "HAS_WINDOW": True, "SPLIT": True, "DECODE": True,
                                                             "Q_NORM_ROPE": True, "KV_NEW": True, "V_NORM": True}, 4
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
+    yield from _fused_merge_cases(attn)
+    yield from _gated_block_cases(pdl)
+    from anna_xpu_kernels import per_layer_inputs  # Gemma 4 E2B's per-layer inputs (256 per group)
+
+    yield per_layer_inputs._per_layer_inputs_kernel, "bf16", {"ZERO_CENTERED": False, "BLOCK_P": 256, **pdl}, 2
+    from anna_xpu_kernels import soft_cap  # an LM head's soft cap (bf16 logits in, float32 out)
+
+    yield soft_cap._soft_cap_kernel, "bf16", {"BLOCK": soft_cap.BLOCK, **pdl}, 4, {"out_ptr": "*fp32"}
     yield from _turboquant_cases()
     yield from _gemv_cases()
     yield from _persistent_gemv_cases()
     yield from _wq_decode_cases()
     yield from _moe_cases()
     yield from _moe_route_cases()
+
+
+def fused_merge_cases(attn: dict[str, Any]) -> list[tuple[Any, str, dict[str, Any], int, str]]:
+    """``(kernel, act, constexprs, num_warps, name)``: Gemma 4's decode attention with the split merge inside the
+    launch (``ANNA_ATTENTION_FUSED_MERGE``): E2B's sliding layer with its own K/V (q/k/v pre-processing inside, 8
+    query heads of 256), its KV-shared global layer (512) and E4B's sliding layer (4 query heads per KV head)."""
+    from anna_xpu_kernels import paged_attention
+
+    decode = {**attn, "BLOCK_Q": 1, "BLOCK_M": 16, "SPLIT": True, "DECODE": True, "Q_NORM_ROPE": True,
+              "FUSED_MERGE": True}
+    kernel = paged_attention._paged_attention_kernel
+    return [(kernel, "bf16", {**decode, "GROUP": 8, "HAS_WINDOW": True, "KV_NEW": True, "V_NORM": True, "MERGE_M": 8,
+                              "MERGE_U": 4}, 4, "E2B sliding"),
+            (kernel, "bf16", {**decode, "GROUP": 8, "BLOCK_D": 512, "BLOCK_N": 16, "MERGE_M": 8, "MERGE_U": 2}, 8,
+             "E2B global, KV-shared"),
+            (kernel, "bf16", {**decode, "GROUP": 4, "HAS_WINDOW": True, "KV_NEW": True, "V_NORM": True, "MERGE_M": 4,
+                              "MERGE_U": 8}, 4, "E4B sliding")]
+
+
+def _fused_merge_cases(attn: dict[str, Any]) -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    for kernel, act, constexprs, warps, _ in fused_merge_cases(attn):
+        yield kernel, act, constexprs, warps
+
+
+def gated_block_cases(pdl: dict[str, Any]) -> list[tuple[Any, str, dict[str, Any], int, str]]:
+    """``(kernel, act, constexprs, num_warps, name)``: Gemma 4's per-layer-input block in one launch
+    (:mod:`anna_xpu_kernels.gated_block`) at E2B's and E4B's widths, in :func:`~anna_xpu_kernels.gated_block.launch_shape`'s
+    shapes (a layer scale in the E4B case, which Gemma does not pass, to compile that branch too)."""
+    from anna_xpu_kernels import gated_block
+
+    out = []
+    for name, k, scaled in (("E2B", 1536, False), ("E4B", 2560, True)):
+        g_sub, block_g, block_n = gated_block.launch_shape(k, 256, k)
+        out.append((gated_block._gated_block_kernel, "bf16",
+                    {"HAS_SCALE": scaled, "ZERO_CENTERED": False, "GELU": True, "KP": 1 << (k - 1).bit_length(),
+                     "G_SUB": g_sub, "BLOCK_G": block_g, "BLOCK_N": block_n, "KB_P": 256 // block_g, **pdl}, 4, name))
+    return out
+
+
+def _gated_block_cases(pdl: dict[str, Any]) -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    for kernel, act, constexprs, warps, _ in gated_block_cases(pdl):
+        yield kernel, act, constexprs, warps
 
 
 def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, str]]]:
@@ -425,6 +476,8 @@ _PRELOADS = {
     "_long_gemv_kernel": r"ld\.global\.L1::evict_first",  # the first weight tile
     "_wq_decode_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first tile's codes and scales
     "_fused_gdn_decode_kernel": r"ld\.global\.b(32|64)\b",  # the slot (int64), the float32 state
+    "_gated_block_kernel": r"ld\.global\.L1::evict_(first|last)",  # the first gate tile; the post norm, layer scale
+    "_per_layer_inputs_kernel": r"ld\.global\.L1::evict_last",  # the norm's weight
     # the norms' weights (anna_xpu_kernels.norm_tiles.norm_weight: the only evict-last loads)
     **{name: r"ld\.global\.L1::evict_last" for name in (
         "_rms_norm_kernel", "_add_rms_norm_kernel", "_post_norm_residual_kernel", "_dual_post_norm_residual_kernel",

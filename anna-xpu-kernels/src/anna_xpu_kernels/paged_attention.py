@@ -19,7 +19,17 @@ Layout of the work:
 * When tiles x KV heads cannot fill the GPU (decode at small batch), each tile's visible key range
   is split on the device into ``num_splits`` equal partitions (flash-decoding; the partition follows
   the sequence's actual context, not the block-table width, so short contexts still use every
-  split); partial ``(max, sum, acc)`` triples are merged by a second kernel.
+  split); partial ``(max, sum, acc)`` triples are merged by a second kernel, or, for a decode batch with the
+  fused merge switched on (:func:`anna_xpu_kernels._env.attention_fused_merge_splits`), inside the attention
+  launch by the last split of each sequence and KV head to arrive (an acquire-release arrival counter, as
+  :mod:`anna_xpu_kernels.gdn_decode_fused` and the split-K GEMV use; no second launch). That program reads every
+  split's ``(max, sum)`` at once, then adds the ``acc`` partials weighted by ``exp2(max_s - max)`` several splits
+  per load (no running rescale; only the ``GROUP`` real rows, not the query tile's padding), so its serial tail is
+  one pass over ``splits x GROUP x D`` float32 values from L2 by one multiprocessor; the fused mode therefore caps
+  the split count (the merge's cost grows with it) and takes only launches whose visible keys (the window, or the
+  block table's width) that cap splits into short runs (:func:`_fuses_merge`). The
+  eighteenth session measured an earlier in-launch merge (a running rescale over 64 splits) at twice the merge
+  kernel's time on an H100; this one is opt-in until measured.
 * Nothing that changes with the prompt length, the context or the block-table width is a compile-
   time constant or an autotuning key: ``num_splits`` is a run-time argument (only "split or not"
   is a constexpr), so serving never re-compiles or re-tunes as requests vary. Decode batches
@@ -50,8 +60,10 @@ from anna_core.kernels.checks import check_paged_attention, num_sequences, requi
 
 from anna_xpu_kernels import pdl
 from anna_xpu_kernels._checks import require_float, require_same_device
+from anna_xpu_kernels._env import attention_fused_merge_splits
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
-from anna_xpu_kernels.attention_plan import plan_attention
+from anna_xpu_kernels.attention_plan import MAX_SPLITS, plan_attention
+from anna_xpu_kernels.counters import CounterPool
 from anna_xpu_kernels.qk_norm_rope import _norm_rope_row
 
 MAX_HEAD_DIM = 512
@@ -109,18 +121,24 @@ def _load_q_norm_rope(q_ptr, rows, row_ok, d, d_ok, qw_ptr, pos, inv_freq_ptr, h
     return tl.where(in_rot[None, :], rot, xn).to(out_ty)
 
 
-@autotune(_CONFIGS, fixed=triton.Config({"BLOCK_N": 16}, num_warps=4), key=["BLOCK_M", "BLOCK_D", "GROUP", "SPLIT", "DECODE"],
+_COUNTERS = CounterPool()
+"""Arrival counters of the fused split merge (one per sequence and KV head of a launch), zero between launches."""
+
+
+@autotune(_CONFIGS, fixed=triton.Config({"BLOCK_N": 16}, num_warps=4),
+          key=["BLOCK_M", "BLOCK_D", "GROUP", "SPLIT", "DECODE", "FUSED_MERGE"],
           prune_configs_by={"early_config_prune": _prune})
 @triton.jit(do_not_specialize=['batch', 'n_tokens', 'num_splits', 'window', 'stride_tb'])
 def _paged_attention_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr, tile_seq_ptr, tile_first_ptr,
-    o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, qw_ptr, pos_ptr, inv_freq_ptr, k_ptr, v_ptr, kw_ptr, slot_ptr,
+    o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, count_ptr, qw_ptr, pos_ptr, inv_freq_ptr, k_ptr, v_ptr, kw_ptr, slot_ptr,
     batch, n_tokens, head_dim, block_size, num_splits, qk_scale, window, half, rotary_dim, eps,
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_tb, stride_ot, stride_oh,
     stride_kt, stride_kh, stride_vt, stride_vh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     HAS_WINDOW: tl.constexpr, SPLIT: tl.constexpr, DECODE: tl.constexpr, UPCAST_DOT: tl.constexpr,
     Q_NORM_ROPE: tl.constexpr, ZERO_CENTERED: tl.constexpr, KV_NEW: tl.constexpr, V_NORM: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, MERGE_S: tl.constexpr, MERGE_M: tl.constexpr, MERGE_U: tl.constexpr,
     USE_PDL: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pdl.enter(USE_PDL)
@@ -236,6 +254,52 @@ def _paged_attention_kernel(
         tl.store(m_ws_ptr + ws_row, m_i, mask=row_ok)
         tl.store(l_ws_ptr + ws_row, l_i, mask=row_ok)
         tl.store(acc_ws_ptr + ws_row[:, None] * BLOCK_D + d[None, :], acc, mask=row_ok[:, None])
+        if FUSED_MERGE:  # (decode only) the last split of this sequence and KV head to arrive merges every split's
+            tl.debug_barrier()  # every thread's partials are stored before this program counts itself in
+            counter = count_ptr + tile * tl.num_programs(1) + h_kv
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:  # by the release / acquire pairing every other split's stores are visible
+                _merge_split_rows(m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, tile.to(tl.int64), h_kv * GROUP, n_heads,
+                                  n_tokens * n_heads, num_splits, d, d_ok, stride_ot, stride_oh, GROUP, MERGE_M,
+                                  BLOCK_D, MERGE_S, MERGE_U)
+                tl.store(counter, 0)  # zero for the next launch (graph replays)
+
+
+@triton.jit
+def _merge_split_rows(m_ws_ptr, l_ws_ptr, acc_ws_ptr, o_ptr, tok, head0, n_heads, n_rows, num_splits, d, d_ok,
+                      stride_ot, stride_oh, GROUP: tl.constexpr, MERGE_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                      MERGE_S: tl.constexpr, MERGE_U: tl.constexpr):
+    """Merge the ``num_splits`` (``<= MERGE_S``) partial ``(max, sum, acc)`` triples of one decode token's ``GROUP``
+    query heads ``head0 ...`` (workspace rows ``tok * n_heads + head + split * n_rows``; ``MERGE_M``: ``GROUP`` padded
+    to a power of two, so the tile holds no query-tile padding) and store its normalised output rows: the merge
+    kernel's math (``o = sum_s exp2(m_s - M) acc_s / sum_s exp2(m_s - M) l_s``, ``M = max_s m_s``). Every split's
+    ``(max, sum)`` is read in one load, then the ``acc`` partials ``MERGE_U`` splits per load (one
+    ``[MERGE_U, MERGE_M, BLOCK_D]`` tile: the loads of a step are in flight together, no running rescale). Loads
+    bypass L1 (``.cg``): the other programs' stores are visible in L2."""
+    r = tl.arange(0, MERGE_M)
+    r_ok = r < GROUP
+    head = head0 + r
+    ws_row = tok * n_heads + head  # [MERGE_M] rows of split 0
+    s = tl.arange(0, MERGE_S)
+    s_rows = s[:, None] * n_rows + ws_row[None, :]  # [MERGE_S, MERGE_M]
+    s_ok = (s < num_splits)[:, None] & r_ok[None, :]
+    m_s = tl.load(m_ws_ptr + s_rows, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
+    l_s = tl.load(l_ws_ptr + s_rows, mask=s_ok, other=0.0, cache_modifier=".cg")
+    m_all = tl.max(m_s, axis=0)
+    m_ref = tl.where(m_all == float("-inf"), 0.0, m_all)  # rows that saw no key stay at zero
+    total = tl.sum(tl.exp2(m_s - m_ref[None, :]) * l_s, axis=0)  # [MERGE_M]
+    acc = tl.zeros((MERGE_M, BLOCK_D), tl.float32)
+    u = tl.arange(0, MERGE_U)
+    for s0 in range(0, num_splits, MERGE_U):
+        rows = (s0 + u)[:, None] * n_rows + ws_row[None, :]  # [MERGE_U, MERGE_M]
+        ok = (s0 + u < num_splits)[:, None] & r_ok[None, :]
+        m_u = tl.load(m_ws_ptr + rows, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        acc_u = tl.load(acc_ws_ptr + rows[:, :, None] * BLOCK_D + d[None, None, :], mask=ok[:, :, None], other=0.0,
+                        cache_modifier=".cg")
+        acc += tl.sum(tl.exp2(m_u - m_ref[None, :])[:, :, None] * acc_u, axis=0)  # 0 for empty or absent splits
+    out = acc / tl.where(total > 0, total, 1.0)[:, None]
+    tl.store(o_ptr + tok * stride_ot + head[:, None] * stride_oh + d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=r_ok[:, None] & d_ok[None, :])
 
 
 @triton.jit(do_not_specialize=['n_rows', 'num_splits'])
@@ -260,6 +324,31 @@ def _merge_splits_kernel(
     tok = row // n_heads
     head = row % n_heads
     tl.store(o_ptr + tok * stride_ot + head * stride_oh + d, out.to(o_ptr.dtype.element_ty), mask=d < head_dim)
+
+
+FUSED_MERGE_KEYS_PER_SPLIT = 64
+"""The fused merge takes a launch only where its split cap leaves at most this many visible keys per split (the
+window, or the block table's width): beyond it, fewer splits would lengthen each program's key loop by more than
+the merge launch it saves (a rule by shape, not yet tuned on a GPU)."""
+
+
+def _fuses_merge(cap: int, decode: bool, table_keys: int, window: int | None) -> bool:
+    """Whether a launch merges its splits inside (``cap`` > 0 the fused merge's split cap): decode batches only, and
+    at most :data:`FUSED_MERGE_KEYS_PER_SPLIT` visible keys per split — e.g. with a cap of 16, Gemma 4's sliding
+    layers (a 512-key window) fuse and its global layers over a 2k+ table do not (a cap of 64 fuses those too)."""
+    visible = table_keys if window is None else min(window, table_keys)
+    return cap > 0 and decode and triton.cdiv(visible, cap) <= FUSED_MERGE_KEYS_PER_SPLIT
+
+
+MERGE_TILE_VALUES = 8192
+"""Partial-output values one step of the fused merge loads (``MERGE_U x MERGE_M x BLOCK_D``: 64 float32 registers
+per thread at four warps)."""
+
+
+def _merge_unroll(merge_m: int, block_d: int) -> int:
+    """Splits per load of the fused merge: as many as :data:`MERGE_TILE_VALUES` allow (a power of two, 1 to 8) — e.g.
+    4 at E2B's sliding layers (8 query heads of 256), 2 at its global ones (512)."""
+    return max(1, min(8, MERGE_TILE_VALUES // (merge_m * block_d)))
 
 
 def _reference(*args):
@@ -384,12 +473,18 @@ def qkv_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
 
 def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
                            *, num_splits: int | None, q_norm_rope: tuple | None = None,
-                           kv_new: tuple | None = None) -> torch.Tensor:
+                           kv_new: tuple | None = None, fused_merge: int | None = None) -> torch.Tensor:
     """:func:`paged_attention` with the number of key partitions forced (``None``: chosen for the GPU); with
     ``q_norm_rope = (weight, eps, zero_centered, positions, inv_freq)`` the queries are raw and normalised and
     rotated on load (:func:`q_norm_rope_attention`); with it and ``kv_new = (k, v, k_weight, slot_mapping, v_norm)``
     (decode batches only) the new keys and values too, written by the kernel
-    (:func:`qkv_norm_rope_cache_attention`)."""
+    (:func:`qkv_norm_rope_cache_attention`).
+
+    ``fused_merge``: for a decode batch, merge the split partials inside the attention launch (no merge kernel) —
+    0: never (the merge kernel), ``n >= 1``: yes, with at most ``n`` splits where the split count is chosen for the
+    GPU (``num_splits=None``; a forced count is kept), where that leaves at most :data:`FUSED_MERGE_KEYS_PER_SPLIT`
+    visible keys per split (:func:`_fuses_merge`); None: :func:`~anna_xpu_kernels._env.attention_fused_merge_splits`
+    (``ANNA_ATTENTION_FUSED_MERGE``, off by default)."""
     op = "paged_attention" if q_norm_rope is None else "q_norm_rope_attention"
     require_dims(op, q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4), seq_lens=(seq_lens, 1),
                  block_tables=(block_tables, 2))
@@ -432,24 +527,31 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
     # Query rows per prefill tile: 64, or 32 for wide heads (a [BLOCK_M, BLOCK_D] float32 accumulator
     # and the q tile stay in registers). Depends on the head dim only, never on the batch's lengths.
     rows = 64 if next_pow2(dim) <= WIDE_HEAD_DIM else 32
+    merge_cap = attention_fused_merge_splits() if fused_merge is None else min(max(int(fused_merge), 0), MAX_SPLITS)
+    merge_cap = merge_cap if _fuses_merge(merge_cap, total == batch, block_tables.shape[1] * block_size,
+                                          sliding_window) else 0
     plan = plan_attention(cu_seqlens_q, batch, total, h_q, h_kv, dim, block_tables.shape[1] * block_size, rows,
-                          num_splits)
+                          num_splits, split_cap=merge_cap or None)
     group, block_d, splits = plan.group, plan.block_d, plan.splits
     m_ws, l_ws, acc_ws = plan.workspace(h_q, q.device) or (out, out, out)  # unused without splits
+    fused = merge_cap > 0 and splits > 1
+    counters = _COUNTERS.get(q.device, plan.n_tiles * h_kv) if fused else out  # (unused without the fused merge)
 
     upcast = INTERPRETING or q.dtype == torch.float32
     _paged_attention_kernel[(plan.n_tiles, h_kv, splits)](
         q, k_cache, v_cache, plan.cu, seq_lens, block_tables, plan.tile_seq, plan.tile_first,
-        out, m_ws, l_ws, acc_ws, qw, pos, inv_freq, k_new, v_new, kw, slots,
+        out, m_ws, l_ws, acc_ws, counters, qw, pos, inv_freq, k_new, v_new, kw, slots,
         batch, total, dim, block_size, splits, float(scale) * LOG2E,
         int(sliding_window or 0), rotary_dim // 2, rotary_dim, eps,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         GROUP=group, BLOCK_Q=plan.block_q, BLOCK_M=plan.block_m, BLOCK_D=block_d,
         HAS_WINDOW=sliding_window is not None, SPLIT=splits > 1, DECODE=plan.decode, UPCAST_DOT=upcast,
-        Q_NORM_ROPE=q_norm_rope is not None, ZERO_CENTERED=zero_centered, KV_NEW=kv_new is not None, V_NORM=bool(v_norm), **pdl.launch_options(out),
+        Q_NORM_ROPE=q_norm_rope is not None, ZERO_CENTERED=zero_centered, KV_NEW=kv_new is not None,
+        V_NORM=bool(v_norm), FUSED_MERGE=fused, MERGE_S=MAX_SPLITS, MERGE_M=next_pow2(group),
+        MERGE_U=_merge_unroll(next_pow2(group), block_d), **pdl.launch_options(out),
     )
-    if splits > 1:
+    if splits > 1 and not fused:
         merge_d = min(block_d, WIDE_HEAD_DIM)  # wide heads merge in head-dim chunks (registers)
         _merge_splits_kernel[(total * h_q, block_d // merge_d)](
             m_ws, l_ws, acc_ws, out, total * h_q, h_q, dim, splits, out.stride(0), out.stride(1),

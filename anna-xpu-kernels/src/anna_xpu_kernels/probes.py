@@ -30,6 +30,7 @@ from typing import Any
 
 from anna_xpu_kernels._env import (
     cpu_interpret_requested,
+    post_norm_gated_linear_requested,
     q_norm_rope_attention_head_dims,
     qkv_norm_rope_attention_head_dims,
     qkv_norm_rope_requested,
@@ -146,7 +147,7 @@ def _triton_ok(request: Any) -> bool:
 
 def norm_probe(request: Any) -> bool:
     """rms_norm / gated_rms_norm / add_rms_norm / post_norm_residual / dual_post_norm_residual / rms_norm_pair /
-    post_norm_residual_norm_pair, and the elementwise silu_and_mul / sigmoid_mul: any Triton device, float dtypes, ``dim`` up to 16384 (the elementwise ops take any size)."""
+    post_norm_residual_norm_pair / per_layer_inputs, and the elementwise silu_and_mul / sigmoid_mul: any Triton device, float dtypes, ``dim`` up to 16384 (the elementwise ops take any size)."""
     return _shape_within(request.shape, {"dim": MAX_NORM_DIM, "hidden_size": MAX_NORM_DIM}) and _triton_ok(request)
 
 
@@ -217,6 +218,13 @@ def turboquant_write_probe(request: Any) -> bool:
 def linear_probe(request: Any) -> bool:
     """linear: any Triton device, float dtypes (rows beyond the GEMV's 8 go to ``F.linear`` inside)."""
     return _triton_ok(request)
+
+
+def gated_block_probe(request: Any) -> bool:
+    """post_norm_residual_gated_linear: any Triton device, float dtypes, opt-in until measured on a GPU
+    (``ANNA_POST_NORM_GATED_LINEAR=1``; unset or ``0``: it declines, Gemma 4 runs ``post_norm_residual_linear`` and
+    ``gated_linear``)."""
+    return post_norm_gated_linear_requested() and _triton_ok(request)
 
 
 def wq_linear_probe(request: Any) -> bool:

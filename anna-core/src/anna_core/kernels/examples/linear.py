@@ -165,3 +165,18 @@ def post_norm_residual_linear(device: Any, dtype: Any) -> list[OpExample]:
             OpExample((x, res, r.randn(32), EPS, False, r.randn(1), None, r.randn(16, 32, scale=0.2))),
             OpExample((r.randn(3, 32), r.randn(3, 32), r.randn(32), EPS, True, r.randn(1), r.randn(32),
                        r.randn(48, 32, scale=0.2), "gelu_tanh"))]
+
+
+def post_norm_residual_gated_linear(device: Any, dtype: Any) -> list[OpExample]:
+    r = SampleGen(32, device, as_dtype(dtype))
+    up_wide = r.randn(3, 48)  # a strided view, as Gemma 4 slices one layer's per-layer input
+    return [OpExample((r.randn(1, 32), r.randn(1, 32), r.randn(32), EPS, False, None, r.randn(24, 32, scale=0.2),
+                       r.randn(1, 24), r.randn(32, 24, scale=0.2), "gelu_tanh")),
+            OpExample((r.randn(3, 32), r.randn(3, 32), r.randn(32), EPS, True, r.randn(1), r.randn(16, 32, scale=0.2),
+                       up_wide[:, 16:32], r.randn(32, 16, scale=0.2), "silu"))]
+
+
+def linear_soft_cap(device: Any, dtype: Any) -> list[OpExample]:
+    r = SampleGen(34, device, as_dtype(dtype))
+    return [OpExample((r.randn(1, 64), r.randn(40, 64), 3.0)),  # logits well past the cap: tanh saturates
+            OpExample((r.randn(3, 32), r.randn(24, 32, scale=0.2), 30.0))]

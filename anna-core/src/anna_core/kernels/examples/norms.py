@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from anna_core.kernels.contracts import OpExample
 from anna_core.kernels.examples.sample_gen import EPS, SampleGen, as_dtype
 
@@ -49,3 +51,11 @@ def post_norm_residual_norm_pair(device: Any, dtype: Any) -> list[OpExample]:
     r = SampleGen(7, device, as_dtype(dtype))
     return [OpExample((r.randn(3, 32), r.randn(3, 32), r.randn(32), EPS, zc, r.randn(32), r.randn(32), r.randn(32),
                        32 ** -0.5)) for zc in (False, True)]
+
+
+def per_layer_inputs(device: Any, dtype: Any) -> list[OpExample]:
+    r = SampleGen(33, device, as_dtype(dtype))
+    ids = torch.tensor([3, 0, 7], device=r.device)
+    return [OpExample((r.randn(1, 4 * 16), ids[:1], r.randn(8, 4 * 16), 4.0, r.randn(16), EPS, False, 0.125,
+                       2.0 ** -0.5)),
+            OpExample((r.randn(3, 3 * 24), ids, r.randn(8, 3 * 24), 1.5, r.randn(24), EPS, True, 0.3, 0.7))]

@@ -159,5 +159,30 @@ Inputs are not written.
 """,
         checked=True,
     ),
+    core_op(
+        "linear_soft_cap", "linear",
+        signature="linear_soft_cap(x, weight, cap) -> logits",
+        doc="""\
+x: ``[M, K]``; weight: ``[N, K]`` of x's dtype, no bias; cap: a positive Python float. ``logits = cap *
+tanh(float(linear(x, weight, None)) / cap)`` ``[M, N]`` float32: the projection rounded to x's dtype, then the
+soft cap in float32 (``x / cap``, tanh, ``* cap``), as Gemma's final-logit soft-capping computes it. One op, so an LM
+head's soft cap needs no launches of its own.
+""",
+        checked=True,
+    ),
+    core_op(
+        "post_norm_residual_gated_linear", "fused_linear",
+        signature=("post_norm_residual_gated_linear(x, residual, weight, eps, zero_centered, scale, gate_weight, up, "
+                   "linear_weight, activation) -> (y, new_residual)"),
+        doc="""x, residual: ``[M, K]``, one dtype; weight: ``[K]`` the block's post norm; scale: ``[1]`` of x's dtype or None;
+gate_weight: ``[P, K]``, up: ``[M, P]`` (unit stride along P, any row stride), linear_weight: ``[N, P]``, all of
+x's dtype, no biases; activation: ``"silu"`` or ``"gelu_tanh"``. ``(y', new_residual) =
+post_norm_residual_linear(x, residual, weight, eps, zero_centered, scale, None, gate_weight)``, then ``y =
+gated_linear(y', up, linear_weight, activation)`` ``[M, N]``, rounded as those ops round: a sandwich-normed
+block's tail and the small gated block after it (Gemma 4's per-layer-input gate and projection) as one op (one
+launch at decode instead of two). Inputs are not written.
+""",
+        checked=True,
+    ),
 )
-"""``linear``, ``int4_linear``, ``wq_linear``, ``lm_head_topk``, ``add_rms_norm_wq_linear``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``, ``linear_act_mul``, ``add_rms_norm_linear_act_mul``, ``post_norm_residual_linear``."""
+"""``linear``, ``int4_linear``, ``wq_linear``, ``lm_head_topk``, ``add_rms_norm_wq_linear``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``, ``linear_act_mul``, ``add_rms_norm_linear_act_mul``, ``post_norm_residual_linear``, ``linear_soft_cap``, ``post_norm_residual_gated_linear``."""

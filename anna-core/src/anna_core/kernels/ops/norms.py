@@ -85,5 +85,19 @@ residual, weight, eps, zero_centered, None, next_weight)``; ``(y2, s) = rms_norm
 pair_weight, eps, zero_centered, scale_weight, factor)``, rounded as those ops round. Fresh tensors.
 """,
     ),
+    core_op(
+        "per_layer_inputs", "norms",
+        signature=("per_layer_inputs(projected, ids, table, table_scale, weight, eps, zero_centered, projected_scale, "
+                   "out_scale) -> y"),
+        doc="""Gemma 4's per-layer inputs of a step's tokens from their embeddings' projection and the per-layer embedding table.
+projected: ``[T, L*P]`` (the projection of the scaled embeddings); ids: ``[T]`` integer token ids; table:
+``[V, L*P]`` of projected's dtype; weight: ``[P]`` the per-group norm's; table_scale, projected_scale, out_scale:
+Python floats. ``y = (rms_norm((projected * projected_scale).view(T, L, P), weight, eps, zero_centered) +
+(table[ids] * table_scale).view(T, L, P)) * out_scale`` ``[T, L, P]`` in projected's dtype, every product, the norm
+and the sum rounded to it as torch rounds that expression (float32 math, each scale a float32). One op, so a step
+gathers, scales, normalises and adds them in one launch.
+""",
+        checked=True,
+    ),
 )
-"""``rms_norm``, ``gated_rms_norm``, ``add_rms_norm``, ``post_norm_residual``, ``dual_post_norm_residual``, ``rms_norm_pair``, ``post_norm_residual_norm_pair``."""
+"""``rms_norm``, ``gated_rms_norm``, ``add_rms_norm``, ``post_norm_residual``, ``dual_post_norm_residual``, ``rms_norm_pair``, ``post_norm_residual_norm_pair``, ``per_layer_inputs``."""

@@ -273,3 +273,55 @@ def post_norm_residual_linear(x: torch.Tensor, residual: torch.Tensor, weight: t
     h = new_residual if h is None else h
     y = linear(h, linear_weight, None) if activation is None else linear_act_mul(h, linear_weight, activation)
     return y, new_residual
+
+
+def check_post_norm_residual_gated_linear(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                                          zero_centered: bool, scale: torch.Tensor | None, gate_weight: torch.Tensor,
+                                          up: torch.Tensor, linear_weight: torch.Tensor, activation: str) -> None:
+    """Check the arguments of :func:`post_norm_residual_gated_linear` (shapes and dtypes only, no sync).
+
+    Raises:
+        ValueError: ``"post_norm_residual_gated_linear: ..."`` unless the tail's arguments pass
+            :func:`check_post_norm_residual_linear` (gate_weight ``[P, K]`` as its linear weight, no next norm), and
+            up ``[..., P]`` with x's leading shape and linear_weight ``[N, P]`` pass :func:`check_gated_linear`.
+    """
+    op = "post_norm_residual_gated_linear"
+    require(gate_weight.dim() == 2 and linear_weight.dim() == 2, op,
+            f"gate_weight and linear_weight must be [P, K] and [N, P], got {tuple(gate_weight.shape)} and "
+            f"{tuple(linear_weight.shape)}")
+    require(up.shape[:-1] == x.shape[:-1], op, f"up must have x's rows {tuple(x.shape[:-1])}, got {tuple(up.shape)}")
+    try:
+        check_post_norm_residual_linear(x, residual, weight, eps, zero_centered, scale, None, gate_weight)
+        gate = torch.empty((*x.shape[:-1], gate_weight.shape[0]), dtype=x.dtype, device="meta")
+        check_gated_linear(gate, up, linear_weight, activation)  # (gate: a shape only)
+    except ValueError as e:
+        raise ValueError(f"{op}: {e}") from None
+
+
+def post_norm_residual_gated_linear(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                                    zero_centered: bool, scale: torch.Tensor | None, gate_weight: torch.Tensor,
+                                    up: torch.Tensor, linear_weight: torch.Tensor,
+                                    activation: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sandwich-normed block's tail, then the small gated block that reads its result (Gemma 4's per-layer-input
+    block: ``per_layer_projection(gelu_tanh(per_layer_input_gate(h')) * per_layer_input)`` after the MLP's tail
+    ``h' = h + post_feedforward_layernorm(mlp)``).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``) the block's output; residual: the stream, x's shape and dtype.
+        weight: ``[K]`` the block's post norm; eps, zero_centered: its; scale: ``[1]`` of x's dtype (a layer scalar)
+            or None.
+        gate_weight: ``[P, K]``; up: ``[..., P]`` (may be a strided view); linear_weight: ``[N, P]``; all of x's
+            dtype, no biases. activation: ``"silu"`` or ``"gelu_tanh"``.
+
+    Returns:
+        ``(y, new_residual)``: ``(g, new_residual) = post_norm_residual_linear(x, residual, weight, eps,
+        zero_centered, scale, None, gate_weight)``, then ``y = gated_linear(g, up, linear_weight, activation)``
+        ``[..., N]``, every intermediate rounded to x's dtype as those ops round it. The inputs are not written.
+
+    Raises:
+        ValueError: see :func:`check_post_norm_residual_gated_linear`.
+    """
+    check_post_norm_residual_gated_linear(x, residual, weight, eps, zero_centered, scale, gate_weight, up,
+                                          linear_weight, activation)
+    gate, new_residual = post_norm_residual_linear(x, residual, weight, eps, zero_centered, scale, None, gate_weight)
+    return gated_linear(gate, up, linear_weight, activation), new_residual

@@ -38,3 +38,29 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     """
     check_linear("linear", x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def check_linear_soft_cap(x: torch.Tensor, weight: torch.Tensor, cap: float) -> None:
+    """Check the arguments of :func:`linear_soft_cap` (no sync).
+
+    Raises:
+        ValueError: ``"linear_soft_cap: ..."`` as :func:`check_linear` (no bias), or ``cap`` not positive.
+    """
+    check_linear("linear_soft_cap", x, weight, None)
+    require(cap > 0, "linear_soft_cap", f"cap must be positive, got {cap}")
+
+
+def linear_soft_cap(x: torch.Tensor, weight: torch.Tensor, cap: float) -> torch.Tensor:
+    """An LM head with final-logit soft-capping (Gemma 2 / 3 / 4: ``final_logit_softcapping``).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``); weight: ``[N, K]`` of x's dtype; cap: the soft cap (a positive Python float).
+
+    Returns:
+        ``[..., N]`` float32: ``tanh(float(x @ weight^T) / cap) * cap``, the projection rounded to x's dtype first.
+
+    Raises:
+        ValueError: see :func:`check_linear_soft_cap`.
+    """
+    check_linear_soft_cap(x, weight, cap)
+    return torch.tanh(linear(x, weight, None).float() / cap) * cap

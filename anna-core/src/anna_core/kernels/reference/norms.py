@@ -209,3 +209,50 @@ def post_norm_residual_norm_pair(x: torch.Tensor, residual: torch.Tensor, weight
     y, r = post_norm_residual(x, residual, weight, eps, zero_centered, None, next_weight)
     y2, s = rms_norm_pair(r, pair_weight, eps, zero_centered, scale_weight, factor)
     return y, y2, s, r
+
+
+def check_per_layer_inputs(projected: torch.Tensor, ids: torch.Tensor, table: torch.Tensor, table_scale: float,
+                           weight: torch.Tensor, eps: float, zero_centered: bool, projected_scale: float,
+                           out_scale: float) -> None:
+    """Check the arguments of :func:`per_layer_inputs` (shapes and dtypes only, no sync).
+
+    Raises:
+        ValueError: ``"per_layer_inputs: ..."`` unless weight is ``[P]``, projected ``[T, L*P]`` (a multiple of P
+            wide), ids ``[T]`` of an integer dtype and table ``[V, L*P]`` of projected's dtype.
+    """
+    op = "per_layer_inputs"
+    require(weight.dim() == 1 and weight.shape[0] > 0, op, f"weight must be [P], got {tuple(weight.shape)}")
+    p = weight.shape[0]
+    require(projected.dim() == 2 and projected.shape[1] % p == 0, op,
+            f"projected must be [T, L*P] with P={p}, got {tuple(projected.shape)}")
+    require(ids.dim() == 1 and ids.shape[0] == projected.shape[0] and not ids.is_floating_point(), op,
+            f"ids must be [T={projected.shape[0]}] integers, got {tuple(ids.shape)} {ids.dtype}")
+    require(table.dim() == 2 and table.shape[1] == projected.shape[1] and table.dtype == projected.dtype, op,
+            f"table must be [V, {projected.shape[1]}] of projected's dtype {projected.dtype}, got "
+            f"{tuple(table.shape)} {table.dtype}")
+
+
+def per_layer_inputs(projected: torch.Tensor, ids: torch.Tensor, table: torch.Tensor, table_scale: float,
+                     weight: torch.Tensor, eps: float, zero_centered: bool, projected_scale: float,
+                     out_scale: float) -> torch.Tensor:
+    """Gemma 4's per-layer inputs (transformers' ``Gemma4TextModel.project_per_layer_inputs`` on the table rows of
+    ``get_per_layer_inputs``): ``(rms_norm(projected * projected_scale) + table[ids] * table_scale) * out_scale``
+    per group of ``P`` values.
+
+    Args:
+        projected: ``[T, L*P]``; ids: ``[T]`` integer token ids; table: ``[V, L*P]`` of projected's dtype;
+            table_scale: the table rows' scale (``sqrt(P)`` rounded to the table's dtype, as transformers rounds it);
+            weight: ``[P]``; eps, zero_centered: the norm's; projected_scale: ``hidden ** -0.5``;
+            out_scale: ``2 ** -0.5``.
+
+    Returns:
+        ``[T, L, P]`` in projected's dtype, each product, the norm and the sum rounded to it.
+
+    Raises:
+        ValueError: see :func:`check_per_layer_inputs`.
+    """
+    check_per_layer_inputs(projected, ids, table, table_scale, weight, eps, zero_centered, projected_scale, out_scale)
+    t, p = projected.shape[0], weight.shape[0]
+    rows = F.embedding(ids, table) * table_scale
+    normed = rms_norm((projected * projected_scale).view(t, -1, p), weight, eps, zero_centered)
+    return (normed + rows.view(t, -1, p)) * out_scale

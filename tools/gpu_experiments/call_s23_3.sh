@@ -7,11 +7,7 @@ set -u
 . tools/gpu_experiments/copy_bandwidth.sh
 echo "== tts $(date +%T)"
 T_TTS=${T_TTS:-240} bash tools/gpu_experiments/tts_bench.sh
-echo "== tq candidates $(date +%T)"
-timeout "${T_MICRO_TQ:-120}" python3 tools/gpu_experiments/tq_decode_micro.py --candidates --budget-s "${TQ_BUDGET_S:-75}" \
-  --shapes "${TQ_SHAPES:-9B,E4B-global,E4B-sliding}" > /dev/null 2> "$OUT/tq_micro_err.log"
-echo "tq candidates exit $? $(date +%T)"; cut -c1-240 "$OUT/tq_decode_micro.log" 2>/dev/null
-tail -5 "$OUT/tq_micro_err.log" | cut -c1-300
+T_MICRO_TQ=${T_MICRO_TQ:-120} TQ_BUDGET_S=${TQ_BUDGET_S:-1036} TQ_SHAPES=${TQ_SHAPES:-9B,E4B-global,E4B-sliding} . tools/gpu_experiments/tq_candidates.sh
 echo "== 9B step $(date +%T)"
 timeout "${T_STEP:-130}" python3 tools/gpu_experiments/turboquant_bench.py --shapes Qwen3.5-9B --budget-gib 8 --context 4096 \
   --batch 32 --steps 32 --bits 4 --tq-decodes "${TQ_DECODES:-words,spread}" --no-capacity > "$OUT/tq_step.log" 2>&1

@@ -5,9 +5,5 @@ set -u
 . tools/gpu_experiments/copy_bandwidth.sh
 echo "== tts $(date +%T)"
 T_TTS=${T_TTS:-230} bash tools/gpu_experiments/tts_bench.sh
-echo "== tq candidates $(date +%T)"
-timeout "${T_MICRO_TQ:-100}" python3 tools/gpu_experiments/tq_decode_micro.py --candidates --budget-s "${TQ_BUDGET_S:-55}" \
-  --shapes "${TQ_SHAPES:-9B,E4B-global}" > /dev/null 2> "$OUT/tq_micro_err.log"
-echo "tq candidates exit $? $(date +%T)"; cut -c1-240 "$OUT/tq_decode_micro.log" 2>/dev/null
-tail -5 "$OUT/tq_micro_err.log" | cut -c1-300
+T_MICRO_TQ=${T_MICRO_TQ:-100} TQ_BUDGET_S=${TQ_BUDGET_S:-866} TQ_SHAPES=${TQ_SHAPES:-9B,E4B-global} . tools/gpu_experiments/tq_candidates.sh
 echo "== done $(date +%T)"

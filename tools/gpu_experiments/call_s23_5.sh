@@ -5,11 +5,7 @@ set -u
 # max|err| per line), then issue 27's speech figures without the reference (tts_bench, 1 and 16 concurrent).
 # (gemma_launch_check.sh prints the card and its copy bandwidth first; its kernel benches get what is left of BUDGET)
 BUDGET=${BUDGET_G:-140} RUNS_E="" RUNS_D="" bash tools/gpu_experiments/gemma_launch_check.sh
-echo "== tq candidates $(date +%T)"
-timeout "${T_MICRO_TQ:-85}" python3 tools/gpu_experiments/tq_decode_micro.py --candidates --budget-s "${TQ_BUDGET_S:-45}" \
-  --shapes "${TQ_SHAPES:-9B}" > /dev/null 2> "$OUT/tq_micro_err.log"
-echo "tq candidates exit $? $(date +%T)"; cut -c1-240 "$OUT/tq_decode_micro.log" 2>/dev/null
-tail -5 "$OUT/tq_micro_err.log" | cut -c1-300
+T_MICRO_TQ=${T_MICRO_TQ:-85} TQ_BUDGET_S=${TQ_BUDGET_S:-1039} TQ_SHAPES=${TQ_SHAPES:-9B} . tools/gpu_experiments/tq_candidates.sh
 echo "== tts $(date +%T)"
 REF=0 T_TTS=${T_TTS:-140} bash tools/gpu_experiments/tts_bench.sh
 echo "== done $(date +%T)"

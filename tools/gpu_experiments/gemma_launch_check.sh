@@ -9,8 +9,10 @@ set -u
 # RUNS, "" skips it):
 #   C. E2B, batch 1, 2048-token prompt, 128 new tokens, every switch on (6 kernels per layer);
 #   B. the same with only the fused q/k/v pre-processing (8 kernels per layer: + the split merge, + a second
-#      per-layer-input GEMV); A. the code before this work (9 per layer: + q_norm_rope / qkv_norm_rope_cache; and
-#      per step the per-layer inputs as six launches: `--disable-kernel per_layer_inputs:triton`);
+#      per-layer-input GEMV); A. nearly the code before this work (9 per layer: + q_norm_rope / qkv_norm_rope_cache;
+#      per step the per-layer inputs as six launches and the LM head's soft cap as four torch launches:
+#      `--disable-kernel per_layer_inputs:triton --disable-kernel linear_soft_cap:triton`; the media placeholder
+#      gather, one launch per step in place of two, has no switch and stays on);
 #   E / D. E4B as C / B;
 #   then the kernel level: gated_block_bench.py (the per-layer-input block, one launch at several launch shapes vs
 #   the two GEMVs) and attention_splits_sweep.py (attention + merge kernel per split count vs the fused merge at
@@ -33,7 +35,7 @@ PRE=(ANNA_Q_NORM_ROPE_ATTENTION=1 ANNA_QKV_NORM_ROPE_ATTENTION=1)
 ALL=("${PRE[@]}" ANNA_ATTENTION_FUSED_MERGE=1 ANNA_POST_NORM_GATED_LINEAR=1)
 run C "${RUNS_C-E2B:1:2048:128:timeline}" "${ALL[@]}"
 run B "${RUNS_B-E2B:1:2048:128:timeline}" "${PRE[@]}"
-run A "${RUNS_A-E2B:1:2048:128:timeline}" EXTRA_FLAGS="--disable-kernel per_layer_inputs:triton"
+run A "${RUNS_A-E2B:1:2048:128:timeline}" EXTRA_FLAGS="--disable-kernel per_layer_inputs:triton --disable-kernel linear_soft_cap:triton"
 run E "${RUNS_E-E4B:1:2048:128:timeline}" "${ALL[@]}"
 run D "${RUNS_D-E4B:1:2048:128:timeline}" "${PRE[@]}"
 echo "== per-layer-input block $(date +%T), $((SECONDS - START)) s in"

@@ -94,9 +94,12 @@ def _rounded(scale: float, dtype: torch.dtype) -> float:
 
 def gemma_logits(ops: Any, hidden: torch.Tensor, weight: torch.Tensor, softcap: float | None) -> torch.Tensor:
     """hidden ``[N, hidden]`` @ weight ``[vocab, hidden]``.T -> logits ``[N, vocab]`` float32, soft-capped
-    (``cap * tanh(logits / cap)``) when ``softcap`` is set: one ``linear_soft_cap`` op where a kernel serves it (on
-    GPUs the GEMV and one elementwise launch), else the projection and torch's four elementwise launches."""
-    if softcap is not None and (fused := ops.accelerated("linear_soft_cap")) is not None:
+    (``cap * tanh(logits / cap)``) when ``softcap`` is set: one ``linear_soft_cap`` op where kernels serve both it and
+    ``linear`` (on GPUs the GEMV and one elementwise launch; its kernel runs the GEMV itself, so with ``linear``'s
+    kernel disabled, ``--disable-kernel linear:triton``, the head keeps to the unfused path), else the projection and
+    torch's four elementwise launches."""
+    if (softcap is not None and ops.accelerated("linear") is not None
+            and (fused := ops.accelerated("linear_soft_cap")) is not None):
         return fused(hidden, weight, softcap)
     logits = ops.linear(hidden, weight, None).float()
     if softcap is not None:

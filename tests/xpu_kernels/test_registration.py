@@ -169,3 +169,12 @@ def test_devices_are_declared_cuda_and_xpu_and_the_cpu_only_under_the_interprete
     specs = [s for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})) if s.name != "reference"]
     assert {s.devices for s in specs if s.name == "triton"} == {("cuda", "xpu", "cpu")}
     assert {s.devices for s in specs if s.name == "fla"} == {("cuda",)}
+
+
+def test_a_bad_turboquant_decode_switch_fails_at_registration_on_any_device(monkeypatch):
+    # read per call on CUDA only; a typo must not wait for a CUDA decode step nor pass silently elsewhere
+    monkeypatch.setenv("ANNA_TURBOQUANT_DECODE", "wrods")
+    with pytest.raises(ValueError, match="ANNA_TURBOQUANT_DECODE must be one of"):
+        kernel_specs(make_plugin_manager({"anna_xpu_kernels"}))
+    monkeypatch.setenv("ANNA_TURBOQUANT_DECODE", "words")
+    assert any(s.op == "paged_attention_turboquant" for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})))

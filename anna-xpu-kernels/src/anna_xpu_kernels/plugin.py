@@ -20,7 +20,7 @@ the kernels are registered), as their probes accept it only then.
 from anna_core.hookspecs import hookimpl
 from anna_core.kernels.registry import KernelSpec
 
-from anna_xpu_kernels._env import cpu_interpret_requested
+from anna_xpu_kernels._env import cpu_interpret_requested, turboquant_decode_requested
 
 TRITON_PRIORITY = 100
 FLA_PRIORITY = 90
@@ -79,6 +79,9 @@ FLA_DEVICES = ("cuda",)
 
 @hookimpl
 def register_kernels(register):
+    """Register every kernel; a bad ``ANNA_TURBOQUANT_DECODE`` (read per call on CUDA only) fails here, at start-up
+    on any device, with its ``ValueError``."""
+    turboquant_decode_requested()
     triton_devices = (*TRITON_DEVICES, "cpu") if cpu_interpret_requested() else TRITON_DEVICES
     for op, (impl, probe) in TRITON_KERNELS.items():
         register(KernelSpec(op=op, name="triton", impl=f"{_PKG}.{impl}", priority=TRITON_PRIORITY,

@@ -1,6 +1,7 @@
 """anna-xpu-kernels' plugin: lazy registration, priorities, probes (CPU interpreter opt-in, XPU, fla)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -178,3 +179,29 @@ def test_a_bad_turboquant_decode_switch_fails_at_registration_on_any_device(monk
         kernel_specs(make_plugin_manager({"anna_xpu_kernels"}))
     monkeypatch.setenv("ANNA_TURBOQUANT_DECODE", "words")
     assert any(s.op == "paged_attention_turboquant" for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})))
+
+
+_INTERPRET_ALONE = """
+import torch
+from anna_core.kernels import KernelRegistry, bind_ops
+from anna_core.plugins import make_plugin_manager
+registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_core_reference", "anna_xpu_kernels"}))
+import torch._dynamo  # imports triton, as a family's model modules do, before any kernel module
+ops = bind_ops(registry, "cpu", torch.float32)
+x, w = torch.randn(3, 64), torch.rand(64)
+got = ops.rms_norm(x, w, 1e-6, False)
+want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+print(ops.accelerated("rms_norm") is not None, float((got - want).abs().max()))
+"""
+
+
+def test_anna_triton_interpret_alone_runs_the_kernels_under_the_interpreter():
+    # ANNA_TRITON_INTERPRET=1 without Triton's own TRITON_INTERPRET: the plugin sets it when registering, before a
+    # model's import of torch._dynamo brings triton in (then compiled mode would stick and every kernel call fail)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["ANNA_TRITON_INTERPRET"] = "1"
+    out = subprocess.run([sys.executable, "-c", _INTERPRET_ALONE], check=False, capture_output=True, text=True,
+                         env=env, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    accelerated, err = out.stdout.split()
+    assert accelerated == "True" and float(err) <= 1e-5

@@ -437,10 +437,15 @@ def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windo
 
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
                                rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None,
-                               residual_pos=None, slots=None, valid_lens=None, *, num_splits: int | None = None,
-                               tuning: TurboQuantTuning | None = None):
+                               residual_pos=None, slots=None, valid_lens=None, new_k=None, new_v=None, *,
+                               num_splits: int | None = None, tuning: TurboQuantTuning | None = None):
     """``paged_attention_turboquant`` (signature and rule of the reference) in the rotated basis (module docstring);
     a residual ring's rows are read as stored (already rotated).
+
+    Not yet the contract's per-query window (``new_k`` / ``new_v``, issue 30): the kernel reads each sequence's
+    newest ``R`` positions from the ring as it stands and ignores the step's rows. A decode step gets the contract's
+    result (:class:`~anna_core.layers.attention.PagedAttention` writes a decode's position into the ring before the
+    attention, so the ring holds the whole window); a multi-query step does not.
 
     Args:
         num_splits: key partitions per tile (None: chosen for the GPU, as ``paged_attention``'s).

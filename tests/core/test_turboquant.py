@@ -15,7 +15,7 @@ from anna_core.kv_quant.codebook import lloyd_max_codebook, mse_per_vector
 from anna_core.kv_quant.layout import TurboQuantLayout
 from anna_core.kv_quant.settings import resolve_kv_quant
 from anna_core.kv_quant.tables import TurboQuantTables
-from anna_core.testing.turboquant_cases import shared_block_batch
+from anna_core.testing.turboquant_cases import ring_prefill, shared_block_batch
 
 # The paper's D_mse (Theorem 1, its table of b = 1..4) and D_prod * d (Theorem 2) of unit vectors.
 PAPER_MSE = {1: 0.36, 2: 0.117, 3: 0.03, 4: 0.009}
@@ -311,42 +311,13 @@ def test_a_padded_prefills_real_rows_read_the_ring_as_the_unpadded_prompts():
         tq.paged_attention_turboquant(*ex.args[:16], valid[:2])
 
 
-def _ring_prefill(chunk: int, n: int = 20, r: int = 6, d: int = 16, bs: int = 4, window: int | None = None,
-                  ring_len: int | None = None):
-    """Attention outputs ``[n, 4, d]`` of a prompt of ``n`` random tokens (4 query heads, 2 KV heads) over a 4-bit
-    TurboQuant cache with a residual ring of ``r``, prefilled in chunks of ``chunk`` as
-    :class:`~anna_core.layers.attention.PagedAttention` runs a ring: each chunk's first position written, the
-    attention with the chunk's own rows, the rest written. Also returns ``(q, k, v, tables)``."""
-    from anna_core.kv_quant.residual import ResidualRing, rotated_rows, write_residual
-
-    g = torch.Generator().manual_seed(5)
-    q, k, v = torch.randn(n, 4, d, generator=g), torch.randn(n, 2, d, generator=g), torch.randn(n, 2, d, generator=g)
-    layout = TurboQuantLayout(4, residual_len=r)
-    t = TurboQuantTables.build(layout, d, "cpu")
-    nb = -(-n // bs)
-    kq = torch.zeros(nb, bs, 2, layout.key_row_bytes(d), dtype=torch.uint8)
-    vq = torch.zeros(nb, bs, 2, layout.value_row_bytes(d), dtype=torch.uint8)
-    ring = ResidualRing.empty(1, 2, r, 2, d, "cpu", torch.float32)  # slot 0 and the scratch
-    table, slots, out = torch.arange(nb, dtype=torch.int32)[None], torch.tensor([0]), []
-    for s in range(0, n, chunk):
-        e = min(n, s + chunk)
-        tq.turboquant_cache_write(k[s:e], v[s:e], kq, vq, torch.arange(s, e), *t.args)
-        cu, lens = torch.tensor([0, e - s], dtype=torch.int32), torch.tensor([e], dtype=torch.int32)
-        new = rotated_rows(k[s:e], v[s:e], t.rotation, torch.float32)
-        args = (k[s:e], v[s:e], ring, 0, t.rotation, slots, cu, lens)
-        write_residual(*args, part="first", rotated=new)
-        out.append(tq.paged_attention_turboquant(q[s:e], kq, vq, cu, lens, table, d ** -0.5, window, *t.args,
-                                                 ring.k[0], ring.v[0], ring.pos, slots, None, *new))
-        write_residual(*args, part="rest", rotated=new)
-    return torch.cat(out), (q, k, v, kq, vq, table, t)
-
-
 @pytest.mark.parametrize("window", [None, 5])
 def test_the_ring_window_is_per_query_so_chunking_does_not_change_the_output(window):
     # chunks shorter (1: decode-like, 4) and longer (9) than the ring of 6, against the prompt prefilled whole
-    whole, (q, k, v, kq, vq, table, t) = _ring_prefill(20, window=window)
+    whole, (q, k, v, kq, vq, table, t) = ring_prefill(tq.paged_attention_turboquant, 20, window=window)
     for chunk in (1, 4, 9):
-        torch.testing.assert_close(_ring_prefill(chunk, window=window)[0], whole, rtol=0, atol=2e-6)
+        torch.testing.assert_close(ring_prefill(tq.paged_attention_turboquant, chunk, window=window)[0], whole,
+                                   rtol=0, atol=2e-6)
     # the rule itself: query p reads its newest 6 keys exactly and the rest quantized, checked on the last query
     # against attention over those keys built by hand (exact = float32 K/V; quantized = the reference's rows)
     n, r, d = 20, 6, 16

@@ -67,7 +67,9 @@ p`` is read as ``Pi^T`` of its ring rows instead of its quantized ones. With new
 output does not depend on how its prefill is chunked. Query at position ``q`` reads key ``p`` exactly iff
 ``q - R < p <= q``: from new_k / new_v (row ``cu_seqlens_q[i] + p - s``) when ``p >= s = seq_lens[i] - q_len``,
 else from the ring where ``residual_pos[slots[i], p % R] == p`` (the caller passes the ring before the step's
-rows evicted anything); every other key from its quantized row; valid_lens unused.
+rows evicted anything); every other key from its quantized row; valid_lens unused. Where the ring already holds a
+position ``p >= s`` its rows are new_k / new_v's (the caller writes each sequence's first new position before the
+attention, so a decode step's window is all in the ring): an implementation may read it from either.
 """,
         shape_facts=("head_dim",),
     ),

@@ -271,14 +271,14 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
         r_off = ring_slot * stride_rs + ring_i * stride_rr + h_kv * stride_rh
         n_off = (new_base + kpos) * stride_nt + h_kv * stride_nh
         use = (in_ring | from_new)[None, :] & (kpos[None, :] > qpos[:, None] - ring_len)
-        s_ring = _dot(qr0, tl.trans((_rows_chunk(rk_ptr, r_off, in_ring, d, head_dim, 0, CHUNK_D).to(tl.float32)
+        s_ring = _dot(qr0, tl.trans(_rows_chunk(rk_ptr, r_off, in_ring, d, head_dim, 0, CHUNK_D).to(tl.float32)
                                      + _rows_chunk(nk_ptr, n_off, from_new, d, head_dim, 0, CHUNK_D)
-                                     .to(tl.float32))), DOT)
+                                     .to(tl.float32)), DOT)
         if D_CHUNKS == 2:
-            s_ring += _dot(qr1, tl.trans((_rows_chunk(rk_ptr, r_off, in_ring, d, head_dim, 1, CHUNK_D)
+            s_ring += _dot(qr1, tl.trans(_rows_chunk(rk_ptr, r_off, in_ring, d, head_dim, 1, CHUNK_D)
                                           .to(tl.float32)
                                           + _rows_chunk(nk_ptr, n_off, from_new, d, head_dim, 1, CHUNK_D)
-                                          .to(tl.float32))), DOT)
+                                          .to(tl.float32)), DOT)
         s = tl.where(use, s_ring * qk_scale, s)
     elif HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
         ring_i = kpos % ring_len

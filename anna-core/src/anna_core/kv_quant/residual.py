@@ -6,10 +6,18 @@ Per state slot (every running sequence has one, :class:`~anna_core.engine.state_
 ``k`` / ``v`` ``[num_slots + 1, R, H_kv, D]`` hold the rows *rotated* (``Pi k``, ``Pi v``: the basis the attention
 kernels work in) at ring index ``position % R``, and ``pos`` ``[num_slots + 1, R]`` int32 the position each
 index holds (-1: none). Every token is written (positions a step overwrites within itself and padding rows go to
-the scratch slot, the last), so a prefill chunk leaves its last ``R`` tokens. Attention over a context of ``L`` real
-positions (a padded prefill's ``L`` leaves out its padding rows) reads position ``L - R <= p < L`` from the ring
-where ``pos`` says the ring holds it, else its quantized row: a prefix hit's
-positions, which the new slot never saw, stay quantized. The engine marks a slot empty when a sequence takes it
+the scratch slot, the last), so a prefill chunk leaves its last ``R`` tokens.
+
+The exact window is per query: the query at position ``q`` reads key ``p`` exactly iff ``q - R < p <= q``, else its
+quantized row, so a prompt's output does not depend on how its prefill is chunked (the keys a query reads exactly
+are the same whole or in chunks). A chunk ``[s, e)`` reads its own positions from the step's rows (``new_k`` /
+``new_v`` of ``paged_attention_turboquant``, :func:`rotated_rows`) and earlier ones from the ring as it stood before
+the step: :class:`~anna_core.layers.attention.PagedAttention` writes each sequence's first new position (it evicts
+``s - R``, in no query's window), attends, then writes the rest (:func:`write_residual`'s ``part``). A decode step
+is all written before its attention: its window is then all in the ring. A prefix hit's positions, which the new
+slot never saw, stay quantized. A layer that reads another layer's K/V (KV sharing) gets no step rows: it reads
+the ring after the owner's write, each sequence's newest ``R`` real positions (``valid_lens``: a padded prefill's
+padding rows left out) where the ring holds them. The engine marks a slot empty when a sequence takes it
 (:func:`reset_slots`).
 """
 

@@ -79,12 +79,13 @@ class PagedAttention(nn.Module):
             return self.attend(q, batch, caches)
         # the per-query exact window (anna_core.kv_quant.residual): the step's own rows come from `new`, earlier
         # positions from the ring as it stood before the step; each sequence's first new position evicts an entry
-        # no query reads, so it is written first (a decode step is then complete before its attention)
+        # no query reads, so it is written first (a decode step is then complete before its attention, which reads the
+        # ring alone: the contract's result, and the batched decode path of the reference)
         new = rotated_rows(k, v, group.quant.rotation, ring.k[self.kv_index].dtype)
         args = (k, v, ring, self.kv_index, group.quant.rotation, batch.state_slots, batch.cu_seqlens, batch.seq_lens,
                 valid_lens(batch.seq_lens, batch.num_tokens, batch.num_valid))
         write_residual(*args, part="all" if batch.is_decode else "first", rotated=new)
-        o = self.attend(q, batch, caches, new=new)
+        o = self.attend(q, batch, caches, new=None if batch.is_decode else new)
         if not batch.is_decode:
             write_residual(*args, part="rest", rotated=new)
         return o

@@ -228,7 +228,7 @@ def paged_attention_turboquant(
         k = dequantize_values(rows_k, rotation, key_centroids).view(shape)
     v = dequantize_values(rows_v, rotation, value_centroids).view(shape)
     if new_k is not None:
-        return _attend_window(q, k, v, first, cu_seqlens_q, lens, scale, sliding_window, rotation, residual_k,
+        return _attend_window(q, k, v, first, q_lens, lens, scale, sliding_window, rotation, residual_k,
                               residual_v, residual_pos, slots, new_k, new_v)
     if residual_pos is not None:
         valid = lens if valid_lens is None else valid_lens.to(device=q.device, dtype=torch.long)
@@ -256,37 +256,39 @@ def _overlay_residual(k: torch.Tensor, v: torch.Tensor, first: torch.Tensor, val
         out.view(-1, h_kv, d).index_copy_(0, row.view(-1), rows.view(-1, h_kv, d))
 
 
-def _attend_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first: torch.Tensor, cu_seqlens_q: torch.Tensor,
+def _attend_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first: torch.Tensor, q_lens: list[int],
                    lens: torch.Tensor, scale: float, sliding_window: int | None, rotation: torch.Tensor,
                    residual_k: torch.Tensor, residual_v: torch.Tensor, residual_pos: torch.Tensor,
                    slots: torch.Tensor, new_k: torch.Tensor, new_v: torch.Tensor) -> torch.Tensor:
     """Attention with a per-query exact window (``new_k`` of :func:`paged_attention_turboquant`): sequence ``i``'s
     reconstructed rows are ``k`` / ``v`` ``[U, block_size, H_kv, D]`` float32 from block ``first[i]`` on. One
     sequence at a time, float32, ``softmax(scale * s) V`` where a key's score and value come from its exact row
-    inside the query's window and from its quantized row outside. Returns ``[T, H_q, D]`` in q's dtype."""
+    inside the query's window and from its quantized row outside. Returns ``[T, H_q, D]`` in q's dtype. No
+    ``.item()`` nor value-dependent shapes (a captured padded prefill holds it on the CPU); the host reads
+    ``tolist()`` of the lengths, as :func:`paged_attention_turboquant` does."""
     r = residual_pos.shape[1]
     h_kv, d = k.shape[2:]
     group = q.shape[1] // h_kv
     flat_k, flat_v = k.view(-1, h_kv, d), v.view(-1, h_kv, d)
     block_size = k.shape[1]
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    cu = cu_seqlens_q.tolist()
-    for i, n in enumerate(lens.tolist()):
-        a, b = cu[i], cu[i + 1]
-        start = n - (b - a)  # the sequence's first new position
-        base = int(first[i]) * block_size
+    firsts, ring_slots = first.tolist(), slots.tolist()
+    b = 0
+    for i, (n, q_len) in enumerate(zip(lens.tolist(), q_lens)):
+        a, b = b, b + q_len
+        start = n - q_len  # the sequence's first new position
+        base = firsts[i] * block_size
         kq, vq = flat_k[base:base + n], flat_v[base:base + n]  # [n, H_kv, D] quantized
         ke, ve = torch.zeros_like(kq), torch.zeros_like(vq)
-        exact = torch.zeros(n, dtype=torch.bool, device=q.device)
-        pos = residual_pos[int(slots[i])].to(torch.long)  # [R]
+        pos = residual_pos[ring_slots[i]].to(torch.long)  # [R]
         held = (pos >= 0) & (pos < start) & (pos >= start - r)
         at = torch.where(held, pos, n)  # entries not held go to a dropped extra row
         for dst, ring in ((ke, residual_k), (ve, residual_v)):
-            rows = ring[int(slots[i])].to(torch.float32) @ rotation  # [R, H_kv, D], back from the rotated basis
+            rows = ring[ring_slots[i]].to(torch.float32) @ rotation  # [R, H_kv, D], back from the rotated basis
             padded = torch.cat([dst, dst.new_zeros(1, h_kv, d)])
             padded.index_copy_(0, at, rows)
             dst.copy_(padded[:n])
-        exact[at[held]] = True
+        exact = torch.zeros(n + 1, dtype=torch.bool, device=q.device).index_fill_(0, at, True)[:n]
         ke[start:] = new_k[a:b].to(torch.float32) @ rotation
         ve[start:] = new_v[a:b].to(torch.float32) @ rotation
         exact[start:] = True

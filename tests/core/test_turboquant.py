@@ -15,7 +15,7 @@ from anna_core.kv_quant.codebook import lloyd_max_codebook, mse_per_vector
 from anna_core.kv_quant.layout import TurboQuantLayout
 from anna_core.kv_quant.settings import resolve_kv_quant
 from anna_core.kv_quant.tables import TurboQuantTables
-from anna_core.testing.turboquant_cases import shared_block_batch
+from anna_core.testing.turboquant_cases import ring_prefill, shared_block_batch
 
 # The paper's D_mse (Theorem 1, its table of b = 1..4) and D_prod * d (Theorem 2) of unit vectors.
 PAPER_MSE = {1: 0.36, 2: 0.117, 3: 0.03, 4: 0.009}
@@ -309,3 +309,45 @@ def test_a_padded_prefills_real_rows_read_the_ring_as_the_unpadded_prompts():
     assert (got[:4] - by_seq_lens[:4]).abs().max() > 1e-3
     with pytest.raises(ValueError, match="valid_lens"):
         tq.paged_attention_turboquant(*ex.args[:16], valid[:2])
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_the_ring_window_is_per_query_so_chunking_does_not_change_the_output(window):
+    # chunks shorter (1: decode-like, 4) and longer (9) than the ring of 6, against the prompt prefilled whole
+    whole, (q, k, v, kq, vq, table, t) = ring_prefill(tq.paged_attention_turboquant, 20, window=window)
+    for chunk in (1, 4, 9):
+        torch.testing.assert_close(ring_prefill(tq.paged_attention_turboquant, chunk, window=window)[0], whole,
+                                   rtol=0, atol=2e-6)
+    # the rule itself: query p reads its newest 6 keys exactly and the rest quantized, checked on the last query
+    # against attention over those keys built by hand (exact = float32 K/V; quantized = the reference's rows)
+    n, r, d = 20, 6, 16
+    kd = tq.dequantize_keys(kq.view(-1, kq.shape[-1]), t.rotation, t.qjl, t.key_centroids).view(-1, 2, d)[:n]
+    vd = tq.dequantize_values(vq.view(-1, vq.shape[-1]), t.rotation, t.value_centroids).view(-1, 2, d)[:n]
+    kk, vv = kd.clone(), vd.clone()
+    kk[n - r:], vv[n - r:] = k[n - r:], v[n - r:]
+    first = 0 if window is None else n - window
+    s = torch.einsum("hd,khd->hk", q[-1].view(2, 2, d).reshape(4, d), kk.repeat_interleave(2, 1)[first:]) * d ** -0.5
+    want = torch.einsum("hk,khd->hd", s.softmax(-1), vv.repeat_interleave(2, 1)[first:])
+    torch.testing.assert_close(whole[-1], want, rtol=1e-5, atol=1e-5)
+    # an early query of the whole prompt: query 9 reads 4..9 exactly, 0..3 quantized (not the prompt's last 6)
+    kk, vv = kd.clone(), vd.clone()
+    kk[4:10], vv[4:10] = k[4:10], v[4:10]
+    first = 0 if window is None else 10 - window
+    s = torch.einsum("hd,khd->hk", q[9], kk[first:10].repeat_interleave(2, 1)) * d ** -0.5
+    want = torch.einsum("hk,khd->hd", s.softmax(-1), vv[first:10].repeat_interleave(2, 1))
+    torch.testing.assert_close(whole[9], want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_per_query_window_needs_both_new_rows_and_a_ring():
+    q, kq, vq, lens, tables, targs, (rk, rv, pos) = shared_block_batch()
+    cu = torch.tensor([0, 1, 2], dtype=torch.int32)
+    new = torch.zeros(2, 2, 16)
+    with pytest.raises(ValueError, match="together"):
+        tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *targs, rk, rv, pos,
+                                      torch.tensor([0, 1]), None, new, None)
+    with pytest.raises(ValueError, match="need a residual ring"):
+        tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *targs, None, None, None, None, None,
+                                      new, new)
+    with pytest.raises(ValueError, match=r"\[T, H_kv, D\]"):
+        tq.paged_attention_turboquant(q, kq, vq, cu, lens, tables, 0.25, None, *targs, rk, rv, pos,
+                                      torch.tensor([0, 1]), None, new[:1], new[:1])

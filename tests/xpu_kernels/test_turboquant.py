@@ -44,12 +44,12 @@ def test_attention_matches_the_reference(bits, d, h_q, h_kv, window, splits, key
 
 @pytest.mark.parametrize("splits", [None, 2])
 def test_attention_reads_the_residual_ring_as_the_reference(splits):
-    """With a ring, and with a ring and a padded prefill's real length (``valid_lens``: the ring's window ends there,
-    not at ``seq_lens``)."""
+    """With a ring, with a ring and a padded prefill's real length (``valid_lens``: the ring's window ends there,
+    not at ``seq_lens``), and with the step's own rows (``new_k`` / ``new_v``: the per-query window)."""
     from anna_core.kernels.examples import paged_attention_turboquant as examples
 
     ringed = [e for e in examples("cpu", torch.float32) if len(e.args) >= 16]
-    assert [len(e.args) for e in ringed] == [16, 17]
+    assert [len(e.args) for e in ringed] == [16, 17, 19, 19]  # 19: the per-query window (new_k, new_v)
     for ex in ringed:
         torch.testing.assert_close(tq.paged_attention_turboquant(*ex.args, num_splits=splits,
                                                                  tuning=tq.TurboQuantTuning(dot="ieee")),
@@ -203,3 +203,19 @@ def test_a_shared_block_takes_the_ring_rows_of_its_own_reader_only():
         alone = tq.paged_attention_turboquant(q[i:i + 1], kq, vq, cu[:2], lens[i:i + 1], tables[i:i + 1], 0.25, None,
                                               *args, *ring, torch.tensor([i]), tuning=exact)
         torch.testing.assert_close(both[i:i + 1], alone, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("d,d_chunks,window,splits", [(32, 1, None, None), (64, 2, 5, 2)])
+def test_a_prompt_prefilled_in_chunks_over_a_ring_matches_the_reference(d, d_chunks, window, splits):
+    """The per-query window on the kernel's multi-query path: a 20-token prompt over a ring of 6 prefilled whole and
+    in chunks shorter (4) and longer (9) than the ring, each chunk against the reference (the chunks that read the
+    ring as it stood before them, and their own rows); the outputs do not depend on the chunking."""
+    from anna_core.testing.turboquant_cases import ring_prefill
+
+    def attend(*args):
+        return tq.paged_attention_turboquant(*args, num_splits=splits,
+                                             tuning=tq.TurboQuantTuning(dot="ieee", d_chunks=d_chunks))
+
+    whole = ring_prefill(ref.paged_attention_turboquant, 20, window=window, d=d)[0]
+    for chunk in (20, 4, 9):
+        torch.testing.assert_close(ring_prefill(attend, chunk, window=window, d=d)[0], whole, rtol=2e-5, atol=2e-5)

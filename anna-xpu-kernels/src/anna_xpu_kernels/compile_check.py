@@ -206,6 +206,9 @@ def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
 
     yield turboquant._tq_attention_kernel, "fp32", _tq_case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
                                                             SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
+    # a prefill chunk over a ring with its own rows (the per-query window), bf16 dots
+    yield turboquant._tq_attention_kernel, "bf16", _tq_case(256, 16, BLOCK_Q=8, BLOCK_M=32, SPLIT=False, DECODE=False,
+                                                            HAS_RING=True, PER_QUERY=True), 8
     for fn, act, constexprs, num_warps, ptr_types, _ in turboquant_support_cases():
         yield fn, act, constexprs, num_warps, ptr_types
 
@@ -234,7 +237,7 @@ def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
             "PLANE_W": d // 32, "BLOCK_W": d // 32, "K_FIRST": 2, "Z_FIRST": 2 + 3 * d // 32, "V_FIRST": 1,
             "HAS_WINDOW": False, "SPLIT": True, "DECODE": True, "HAS_RING": False, "QJL": True,
             "BLOCK_N": block_n, "DOT": 0, "LOOKUP": 1, "D_CHUNKS": 1, "RING_N": min(block_n, 16), "UNPACK": 0,
-            "OPAQUE": False, **extra}
+            "OPAQUE": False, "PER_QUERY": False, **extra}
 
 
 def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, int], str]]:

@@ -182,12 +182,15 @@ def _key_chunk(qr, qs, kwords_ptr, kc_ptr, k_words, k_ok, C: tl.constexpr, KBITS
 
 @triton.jit
 def _value_chunk(acc, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d, head_dim,
-                 C: tl.constexpr, CHUNK_D: tl.constexpr, VBITS: tl.constexpr, PLANE_W: tl.constexpr,
-                 CHUNK_W: tl.constexpr, UNIT: tl.constexpr, V_FIRST: tl.constexpr, HAS_RING: tl.constexpr,
-                 DOT: tl.constexpr, LOOKUP: tl.constexpr, UNPACK: tl.constexpr, OPAQUE: tl.constexpr):
+                 nv_ptr, n_off, from_new, pe, C: tl.constexpr, CHUNK_D: tl.constexpr, VBITS: tl.constexpr,
+                 PLANE_W: tl.constexpr, CHUNK_W: tl.constexpr, UNIT: tl.constexpr, V_FIRST: tl.constexpr,
+                 HAS_RING: tl.constexpr, PER_QUERY: tl.constexpr, DOT: tl.constexpr, LOOKUP: tl.constexpr,
+                 UNPACK: tl.constexpr, OPAQUE: tl.constexpr):
     """The accumulator of column chunk ``C`` ``[M, CHUNK_D]`` float32 rescaled by ``alpha`` ``[M]`` plus
     ``pv @ c_v[idx]`` over the value rows at word offsets ``v_words`` (``pv``: the probabilities times the values'
-    norms, ``[M, N]``); ring rows (``in_ring``) read from ``rv_ptr`` instead."""
+    norms, ``[M, N]``); ring rows (``in_ring``) read from ``rv_ptr`` instead. ``PER_QUERY``: the exact rows
+    (the ring's where ``in_ring``, the step's own at ``nv_ptr`` where ``from_new``) are added as ``pe @ rows``
+    (``pe`` ``[M, N]``: the probabilities of the keys each query reads exactly; ``pv`` zero there) instead."""
     if UNPACK == 1:  # the lane lookup reads the code's bits only: no mask
         idx = codes_words(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W,
                           CHUNK_W, UNIT)
@@ -196,6 +199,10 @@ def _value_chunk(acc, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_of
         idx = codes_spread(vwords_ptr, v_words, V_FIRST + C * CHUNK_W, PLANE_W - C * CHUNK_W, k_ok, VBITS, PLANE_W,
                            CHUNK_W, UNIT)
     v_c = centroids(vc_ptr, idx, 1 << VBITS, LOOKUP, DOT == 0, OPAQUE)
+    if PER_QUERY:
+        exact = (_rows_chunk(rv_ptr, r_off, in_ring, d, head_dim, C, CHUNK_D).to(tl.float32)
+                 + _rows_chunk(nv_ptr, n_off, from_new, d, head_dim, C, CHUNK_D).to(tl.float32)).to(v_c.dtype)
+        return acc * alpha[:, None] + _dot(pv, v_c, DOT) + _dot(pe.to(pv.dtype), exact, DOT)
     if HAS_RING:
         ring = _rows_chunk(rv_ptr, r_off, in_ring, d, head_dim, C, CHUNK_D).to(v_c.dtype)
         v_c = tl.where(in_ring[:, None], ring, v_c)
@@ -219,14 +226,19 @@ def _store_chunk(acc, l_i, o_ptr, o_off, acc_ws_ptr, ws_row, row_ok, d, head_dim
 def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv, ring_lo, qpos, d, kwords_ptr, kf_ptr,
                  vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len, head_dim,
                  block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt,
-                 stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, KBITS: tl.constexpr, VBITS: tl.constexpr,
+                 stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, nk_ptr, nv_ptr, new_base, cstart, stride_nt,
+                 stride_nh, PER_QUERY: tl.constexpr, KBITS: tl.constexpr, VBITS: tl.constexpr,
                  UNIT: tl.constexpr, PLANE_W: tl.constexpr, CHUNK_W: tl.constexpr, CHUNK_D: tl.constexpr,
                  K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
                  HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
                  LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, UNPACK: tl.constexpr, OPAQUE: tl.constexpr):
     """One key tile ``[start, start + BLOCK_N)`` (keys below ``hi``) of the online softmax: scores from the
     quantized rows (with ``HAS_RING``: the ring's exact rows where it holds the position, one of the sequence's newest
-    ``ring_lo .. ring_lo + ring_len - 1``), then the rescaled accumulators. Returns ``(m_i, l_i, acc0, acc1)`` (``acc1``: passed through with one chunk)."""
+    ``ring_lo .. ring_lo + ring_len - 1``), then the rescaled accumulators. Returns ``(m_i, l_i, acc0, acc1)`` (``acc1``: passed through with one chunk).
+
+    ``PER_QUERY`` (with ``HAS_RING``; a multi-query step given the step's own rows): query ``qpos`` reads key
+    ``kpos`` exactly iff ``qpos - ring_len < kpos``: positions from ``cstart`` on (the sequence's first new one) from
+    ``nk_ptr`` / ``nv_ptr`` (row ``new_base + kpos``), earlier ones from the ring where it holds them."""
     kpos = start + tl.arange(0, BLOCK_N)
     k_ok = kpos < hi
     blk = tl.load(tables_ptr + seq * stride_tb + kpos // block_size, mask=k_ok, other=0).to(tl.int64)
@@ -248,7 +260,27 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
     s = s * (k_norm * qk_scale)[None, :]  # log2 units
     in_ring = kpos < 0  # no ring: nothing read from one
     r_off = k_row
-    if HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
+    from_new = in_ring
+    n_off = k_row
+    use = in_ring[None, :]
+    if PER_QUERY:  # each query's newest ring_len keys exactly: the step's own rows, else the ring's before the step
+        ring_i = kpos % ring_len
+        from_new = k_ok & (kpos >= cstart)
+        old = k_ok & (kpos < cstart) & (kpos >= cstart - ring_len)
+        in_ring = tl.load(rpos_ptr + ring_slot * ring_len + ring_i, mask=old, other=-1) == kpos
+        r_off = ring_slot * stride_rs + ring_i * stride_rr + h_kv * stride_rh
+        n_off = (new_base + kpos) * stride_nt + h_kv * stride_nh
+        use = (in_ring | from_new)[None, :] & (kpos[None, :] > qpos[:, None] - ring_len)
+        s_ring = _dot(qr0, tl.trans(_rows_chunk(rk_ptr, r_off, in_ring, d, head_dim, 0, CHUNK_D).to(tl.float32)
+                                     + _rows_chunk(nk_ptr, n_off, from_new, d, head_dim, 0, CHUNK_D)
+                                     .to(tl.float32)), DOT)
+        if D_CHUNKS == 2:
+            s_ring += _dot(qr1, tl.trans(_rows_chunk(rk_ptr, r_off, in_ring, d, head_dim, 1, CHUNK_D)
+                                          .to(tl.float32)
+                                          + _rows_chunk(nk_ptr, n_off, from_new, d, head_dim, 1, CHUNK_D)
+                                          .to(tl.float32)), DOT)
+        s = tl.where(use, s_ring * qk_scale, s)
+    elif HAS_RING:  # the newest positions the sequence's ring holds: their exact (rotated) rows instead
         ring_i = kpos % ring_len
         newest = (kpos >= ring_lo) & (kpos < ring_lo + ring_len)
         in_ring = tl.load(rpos_ptr + ring_slot * ring_len + ring_i, mask=k_ok & newest, other=-1) == kpos
@@ -270,16 +302,22 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
     l_i = l_i * alpha + tl.sum(p, axis=1)
     # sum_j p_j ||v_j|| c[idx_j]: the norms scale the probabilities ([M, N]), not the centroids ([N, D])
     v_norm = tl.load(vf_ptr + v_row // 4, mask=k_ok, other=0.0)
-    if HAS_RING:
-        v_norm = tl.where(in_ring, 1.0, v_norm)
-    pv = p * v_norm[None, :]
+    pe = p
+    if PER_QUERY:
+        pe = tl.where(use, p, 0.0)
+        pv = tl.where(use, 0.0, p * v_norm[None, :])
+    else:
+        if HAS_RING:
+            v_norm = tl.where(in_ring, 1.0, v_norm)
+        pv = p * v_norm[None, :]
     v_words = v_row // (UNIT // 8)
     acc0 = _value_chunk(acc0, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d, head_dim,
-                        0, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP, UNPACK, OPAQUE)
+                        nv_ptr, n_off, from_new, pe, 0, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING,
+                        PER_QUERY, DOT, LOOKUP, UNPACK, OPAQUE)
     if D_CHUNKS == 2:
         acc1 = _value_chunk(acc1, alpha, pv, vwords_ptr, vc_ptr, v_words, k_ok, rv_ptr, r_off, in_ring, d,
-                            head_dim, 1, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST, HAS_RING, DOT, LOOKUP,
-                            UNPACK, OPAQUE)
+                            head_dim, nv_ptr, n_off, from_new, pe, 1, CHUNK_D, VBITS, PLANE_W, CHUNK_W, UNIT, V_FIRST,
+                            HAS_RING, PER_QUERY, DOT, LOOKUP, UNPACK, OPAQUE)
     m_i = m_new
     return m_i, l_i, acc0, acc1
 
@@ -288,15 +326,16 @@ def _attend_tile(m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv,
 def _tq_attention_kernel(
     qr_ptr, qs_ptr, kwords_ptr, kf_ptr, vwords_ptr, vf_ptr, kc_ptr, vc_ptr, cu_q_ptr, seq_lens_ptr, tables_ptr,
     tile_seq_ptr, tile_first_ptr, o_ptr, m_ws_ptr, l_ws_ptr, acc_ws_ptr, rk_ptr, rv_ptr, rpos_ptr, slots_ptr, valid_ptr,
+    nk_ptr, nv_ptr,
     batch, n_tokens, head_dim, block_size, num_splits, qk_scale, qjl_coef, window, ring_len,
     stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_tb,
-    stride_ot, stride_oh, stride_rs, stride_rr, stride_rh,
+    stride_ot, stride_oh, stride_rs, stride_rr, stride_rh, stride_nt, stride_nh,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     KBITS: tl.constexpr, VBITS: tl.constexpr, UNIT: tl.constexpr, PLANE_W: tl.constexpr, BLOCK_W: tl.constexpr,
     K_FIRST: tl.constexpr, Z_FIRST: tl.constexpr, V_FIRST: tl.constexpr, HAS_WINDOW: tl.constexpr,
     SPLIT: tl.constexpr, DECODE: tl.constexpr, HAS_RING: tl.constexpr, QJL: tl.constexpr, BLOCK_N: tl.constexpr,
     DOT: tl.constexpr, LOOKUP: tl.constexpr, D_CHUNKS: tl.constexpr, RING_N: tl.constexpr, UNPACK: tl.constexpr = 0,
-    OPAQUE: tl.constexpr = False,
+    OPAQUE: tl.constexpr = False, PER_QUERY: tl.constexpr = False,
 ):
     CHUNK_D: tl.constexpr = BLOCK_D // D_CHUNKS
     CHUNK_W: tl.constexpr = BLOCK_W // D_CHUNKS
@@ -362,16 +401,21 @@ def _tq_attention_kernel(
     ring_slot = 0
     ring_lo = 0
     mid = hi
+    cstart = ctx - q_len  # the sequence's first new position
+    new_base = q_start.to(tl.int64) - cstart  # its new rows: position p at row new_base + p
     if HAS_RING:  # the ring may hold the sequence's newest positions (of its real length): only those tiles look it up
         ring_slot = tl.load(slots_ptr + seq).to(tl.int64)
         ring_lo = tl.load(valid_ptr + seq) - ring_len
+        if PER_QUERY:  # keys within ring_len of the tile's first query: the only ones any of its queries reads exactly
+            ring_lo = cstart + q0 - ring_len + 1
         mid = tl.minimum(tl.maximum(ring_lo, lo), hi)
     for start in range(lo, mid, BLOCK_N):
         m_i, l_i, acc0, acc1 = _attend_tile(
             m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, mid, seq, h_kv, ring_lo, qpos, d, kwords_ptr, kf_ptr,
             vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len, head_dim,
             block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-            stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W, CHUNK_D, K_FIRST,
+            stride_tb, stride_rs, stride_rr, stride_rh, nk_ptr, nv_ptr, new_base, cstart, stride_nt, stride_nh, False,
+            KBITS, VBITS, UNIT, PLANE_W, CHUNK_W, CHUNK_D, K_FIRST,
             Z_FIRST, V_FIRST, HAS_WINDOW, False, QJL, BLOCK_N, DOT, LOOKUP, D_CHUNKS, UNPACK, OPAQUE)
     if HAS_RING:
         for start in range(mid, hi, RING_N):
@@ -379,7 +423,8 @@ def _tq_attention_kernel(
                 m_i, l_i, acc0, acc1, qr0, qs0, qr1, qs1, start, hi, seq, h_kv, ring_lo, qpos, d, kwords_ptr, kf_ptr,
                 vwords_ptr, vf_ptr, kc_ptr, vc_ptr, tables_ptr, rk_ptr, rv_ptr, rpos_ptr, ring_slot, ring_len,
                 head_dim, block_size, qk_scale, qjl_coef, window, stride_kb, stride_kt, stride_kh, stride_vb,
-                stride_vt, stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W,
+                stride_vt, stride_vh, stride_tb, stride_rs, stride_rr, stride_rh, nk_ptr, nv_ptr, new_base, cstart,
+                stride_nt, stride_nh, PER_QUERY, KBITS, VBITS, UNIT, PLANE_W, CHUNK_W,
                 CHUNK_D, K_FIRST, Z_FIRST, V_FIRST, HAS_WINDOW, True, QJL, RING_N, DOT, LOOKUP, D_CHUNKS, UNPACK,
                 OPAQUE)
 
@@ -437,10 +482,14 @@ def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windo
 
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
                                rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None,
-                               residual_pos=None, slots=None, valid_lens=None, *, num_splits: int | None = None,
-                               tuning: TurboQuantTuning | None = None):
+                               residual_pos=None, slots=None, valid_lens=None, new_k=None, new_v=None, *,
+                               num_splits: int | None = None, tuning: TurboQuantTuning | None = None):
     """``paged_attention_turboquant`` (signature and rule of the reference) in the rotated basis (module docstring);
     a residual ring's rows are read as stored (already rotated).
+
+    With ``new_k`` / ``new_v`` (the per-query window) a multi-query step reads them and the ring on its
+    multi-query path (constexpr ``PER_QUERY``); a decode step (one query per sequence) reads the ring alone, as
+    without them: the caller has written each sequence's first new position there (the contract allows either).
 
     Args:
         num_splits: key partitions per tile (None: chosen for the GPU, as ``paged_attention``'s).
@@ -509,6 +558,15 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     else:
         rk = rv = rpos = ring_slots = valid = o  # unused
         ring_len, ring_strides = 1, (0, 0, 0)
+    require((new_k is None) == (new_v is None), op, "new_k and new_v must be given together")
+    require(new_k is None or ring, op, "new_k / new_v need a residual ring")
+    require(new_k is None or (tuple(new_k.shape) == tuple(new_v.shape) == (total, h_kv, dim)
+                              and new_k.stride() == new_v.stride() and new_k.stride(2) == 1), op,
+            f"new_k and new_v must be [T, H_kv, D]={(total, h_kv, dim)} with the same strides")
+    # a decode step reads the ring alone: the caller wrote each query's own position there first (the contract)
+    per_query = new_k is not None and not decode
+    nk, nv = (new_k, new_v) if per_query else (o, o)
+    new_strides = nk.stride()[:2]
     dot = tuning.dot or ("ieee" if q.dtype == torch.float32 else "bf16")
     # code planes read as 32-bit words where a plane is whole words (head dims that are multiples of 32), else bytes
     unit = 32 if dim % 32 == 0 else 8
@@ -519,12 +577,12 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     _tq_attention_kernel[(plan.n_tiles, h_kv, splits)](
         q_r, q_s, k_words, k_cache.view(torch.float32), v_words, v_cache.view(torch.float32), key_centroids,
         value_centroids, plan.cu, seq_lens, block_tables, plan.tile_seq, plan.tile_first, o, m_ws, l_ws, acc_ws,
-        rk, rv, rpos, ring_slots, valid,
+        rk, rv, rpos, ring_slots, valid, nk, nv,
         batch, total, dim, block_size, splits, float(scale) * LOG2E, math.sqrt(math.pi / 2) / dim,
         int(sliding_window or 0), ring_len,
         q_r.stride(0), q_r.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0), o.stride(0), o.stride(1),
-        *ring_strides,
+        *ring_strides, *new_strides,
         GROUP=plan.group, BLOCK_Q=plan.block_q, BLOCK_M=plan.block_m, BLOCK_D=block_d, KBITS=kbits, VBITS=vbits,
         UNIT=unit,
         PLANE_W=plane // unit_bytes, BLOCK_W=block_d // unit, K_FIRST=k_first // unit_bytes,
@@ -534,6 +592,7 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
         LOOKUP=LOOKUPS.index(lookup), D_CHUNKS=launch.d_chunks, RING_N=min(launch.block_n, 16),
         UNPACK=UNPACKS.index(launch.unpack), OPAQUE=launch.opaque and lookup == "lane", num_warps=launch.num_warps,
         num_stages=launch.num_stages, **({"maxnreg": launch.max_registers} if launch.max_registers else {}),
+        PER_QUERY=per_query,
     )
     workspace = (m_ws, l_ws, acc_ws) if splits > 1 else None
     return merge_and_rotate_back(o, workspace, splits, rotation, q.dtype)

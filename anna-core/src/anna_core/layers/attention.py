@@ -10,7 +10,7 @@ from torch import nn
 from anna_core.cache_spec import CacheSpec, FullAttentionSpec, SlidingWindowSpec
 from anna_core.engine.forward_batch import ForwardBatch
 from anna_core.errors import AnnaError
-from anna_core.kv_quant.residual import write_residual
+from anna_core.kv_quant.residual import rotated_rows, write_residual
 from anna_core.layers.padding import valid_lens
 from anna_core.model import ModelCaches
 
@@ -66,18 +66,29 @@ class PagedAttention(nn.Module):
         Side effect: k, v are written to the group's cache ``kv_index`` at the group's ``slot_mapping``
         (unless the layer reads another layer's K/V: then k and v may be None).
         """
-        if self.writes_kv:
-            k_cache, v_cache, slot_mapping = self.kv_cache(batch, caches)
-            group = caches.attention(self.group)
-            if group.quant is None:
-                self.ops.reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
-            else:
-                self.ops.turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, *group.quant.args)
-                if group.residual is not None:
-                    write_residual(k, v, group.residual, self.kv_index, group.quant.rotation, batch.state_slots,
-                                   batch.cu_seqlens, batch.seq_lens,
-                                   valid_lens(batch.seq_lens, batch.num_tokens, batch.num_valid))
-        return self.attend(q, batch, caches)
+        if not self.writes_kv:
+            return self.attend(q, batch, caches)
+        k_cache, v_cache, slot_mapping = self.kv_cache(batch, caches)
+        group = caches.attention(self.group)
+        if group.quant is None:
+            self.ops.reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
+            return self.attend(q, batch, caches)
+        self.ops.turboquant_cache_write(k, v, k_cache, v_cache, slot_mapping, *group.quant.args)
+        ring = group.residual
+        if ring is None:
+            return self.attend(q, batch, caches)
+        # the per-query exact window (anna_core.kv_quant.residual): the step's own rows come from `new`, earlier
+        # positions from the ring as it stood before the step; each sequence's first new position evicts an entry
+        # no query reads, so it is written first (a decode step is then complete before its attention, which reads the
+        # ring alone: the contract's result, and the batched decode path of the reference)
+        new = rotated_rows(k, v, group.quant.rotation, ring.k[self.kv_index].dtype)
+        args = (k, v, ring, self.kv_index, group.quant.rotation, batch.state_slots, batch.cu_seqlens, batch.seq_lens,
+                valid_lens(batch.seq_lens, batch.num_tokens, batch.num_valid))
+        write_residual(*args, part="all" if batch.is_decode else "first", rotated=new)
+        o = self.attend(q, batch, caches, new=None if batch.is_decode else new)
+        if not batch.is_decode:
+            write_residual(*args, part="rest", rotated=new)
+        return o
 
     def quantized(self, caches: ModelCaches) -> bool:
         """Whether this layer's cache group is quantized: its K/V go through :meth:`forward` (a fused op that
@@ -91,9 +102,13 @@ class PagedAttention(nn.Module):
         k_cache, v_cache = caches.attention(self.group).layer(self.kv_index)
         return k_cache, v_cache, batch.tables[self.group].slot_mapping
 
-    def attend(self, q: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, batch: ForwardBatch, caches: ModelCaches,
+               new: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Attention of q ``[T, H_q, D]`` (rotary applied) over the cache as it stands (this step's K/V
-        already written) -> ``[T, H_q, D]``."""
+        already written) -> ``[T, H_q, D]``. ``new``: in a group with a residual ring, the step's own K/V rows as
+        the ring stores them (:func:`~anna_core.kv_quant.residual.rotated_rows`, ``[T, H_kv, D]`` each), read
+        exactly inside each query's window (``new_k`` / ``new_v`` of ``paged_attention_turboquant``); None (a
+        layer reading another layer's K/V): the ring as it stands."""
         group = caches.attention(self.group)
         k_cache, v_cache = group.layer(self.kv_index)
         table = batch.tables[self.group]
@@ -103,7 +118,8 @@ class PagedAttention(nn.Module):
             # the ring holds each sequence's newest real positions: a padded prefill's padding rows are not among them
             residual = () if ring is None else (ring.k[self.kv_index], ring.v[self.kv_index], ring.pos,
                                                 batch.state_slots,
-                                                valid_lens(batch.seq_lens, batch.num_tokens, batch.num_valid))
+                                                valid_lens(batch.seq_lens, batch.num_tokens, batch.num_valid),
+                                                *(() if new is None else new))
             return attend(q, k_cache, v_cache, batch.cu_seqlens, batch.seq_lens, table.block_tables, self.scale,
                           self.sliding_window, *group.quant.args, *residual)
         attend = self._attend

@@ -75,8 +75,9 @@ def _caches_for(model: Any, num_seqs: int, max_tokens: int, block_size: int,
                 kv_quant: TurboQuantLayout | None = None) -> tuple[ModelCaches, int]:
     device, dtype = _device_dtype(model)
     blocks_per_seq = -(-max_tokens // block_size)
-    caches = allocate_caches(model.cache_spec.with_kv_quant(kv_quant), num_blocks=num_seqs * blocks_per_seq, block_size=block_size,
-                             num_slots=num_seqs, device=device, dtype=dtype)
+    # one slot more than the sequences: a residual ring's writes park the rows it does not keep in its last slot
+    caches = allocate_caches(model.cache_spec.with_kv_quant(kv_quant), num_blocks=num_seqs * blocks_per_seq,
+                             block_size=block_size, num_slots=num_seqs + 1, device=device, dtype=dtype)
     return caches, blocks_per_seq
 
 

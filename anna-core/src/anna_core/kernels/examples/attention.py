@@ -99,4 +99,15 @@ def paged_attention_turboquant(device: Any, dtype: Any) -> list[OpExample]:
     padded = (*ring[:2], pos, ring[3], r.ints([4, 11, 9], torch.int32))
     out.append(OpExample((q, k_cache, v_cache, cu, lens, tables, 16 ** -0.5, None, *tq, *padded),
                          shape={"head_dim": 16}))
+    # the per-query window (new_k / new_v: the step's own rows) over the ring before the step: sequence 0 (slot 2,
+    # a fresh prompt) holds only a stale position past its start; sequence 1 (slot 0, a decode at 10) holds 7..9
+    # and 6, outside its window; sequence 2 (slot 1, a chunk at 6..8) holds 4, 5 and 2, not 3
+    for bits, window in ((4, None), (3, 3)):
+        q, k, _, cu, lens, tables = paged_batch(r, [6, 1, 3], [6, 11, 9], 4, 2, 16)
+        k_cache, v_cache, tq = _turboquant_cache(r, bits, 16, k.shape[0], k.shape[1], 2)
+        pos = r.ints([[8, 9, 6, 7], [4, 5, 2, -1], [-1, -1, 8, -1], [-1, -1, -1, -1]], torch.int32)
+        ring = (r.randn(4, 4, 2, 16), r.randn(4, 4, 2, 16), pos, r.ints([2, 0, 1]), None)
+        new = (r.randn(10, 2, 16), r.randn(10, 2, 16))
+        out.append(OpExample((q, k_cache, v_cache, cu, lens, tables, 16 ** -0.5, window, *tq, *ring, *new),
+                             shape={"head_dim": 16}))
     return out

@@ -49,7 +49,7 @@ conformance suite compares the rows as the values they decode to).
         "paged_attention_turboquant", "turboquant",
         signature="paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, "
                    "sliding_window, rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None, "
-                   "residual_pos=None, slots=None, valid_lens=None) -> o",
+                   "residual_pos=None, slots=None, valid_lens=None, new_k=None, new_v=None) -> o",
         doc="""\
 ``paged_attention`` over a TurboQuant cache (caches and tables as ``turboquant_cache_write``): every
 key is reconstructed as ``k~ = n Pi^T (c[idx] + sqrt(pi/2) / D * gamma * S^T z)`` (``z = +-1`` the
@@ -62,7 +62,14 @@ bfloat16 rounding of the dots' operands, as ``paged_attention``'s tensor-core do
 the serving dtype), residual_pos ``[S, R]`` int32, slots ``[B]`` int64 (each sequence's ring), valid_lens
 ``[B]`` int32 or None (each sequence's real context length: ``seq_lens`` less a padded prefill's padding rows;
 None: ``seq_lens``): position ``valid_lens[i] - R <= p < valid_lens[i]`` with ``residual_pos[slots[i], p % R] ==
-p`` is read as ``Pi^T`` of its ring rows instead of its quantized ones.
+p`` is read as ``Pi^T`` of its ring rows instead of its quantized ones. With new_k / new_v ``[T, H_kv, D]`` too
+(the step's own K/V as the ring stores them: ``Pi k`` in the ring's dtype): a per-query window, so a prompt's
+output does not depend on how its prefill is chunked. Query at position ``q`` reads key ``p`` exactly iff
+``q - R < p <= q``: from new_k / new_v (row ``cu_seqlens_q[i] + p - s``) when ``p >= s = seq_lens[i] - q_len``,
+else from the ring where ``residual_pos[slots[i], p % R] == p`` (the caller passes the ring before the step's
+rows evicted anything); every other key from its quantized row; valid_lens unused. Where the ring already holds a
+position ``p >= s`` its rows are new_k / new_v's (the caller writes each sequence's first new position before the
+attention, so a decode step's window is all in the ring): an implementation may read it from either.
 """,
         shape_facts=("head_dim",),
     ),

@@ -167,6 +167,8 @@ def paged_attention_turboquant(
     residual_pos: torch.Tensor | None = None,
     slots: torch.Tensor | None = None,
     valid_lens: torch.Tensor | None = None,
+    new_k: torch.Tensor | None = None,
+    new_v: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``paged_attention`` over a TurboQuant cache: the reconstructed keys and values of every block a
     sequence reads (module docstring), the attention rule unchanged.
@@ -179,6 +181,12 @@ def paged_attention_turboquant(
         valid_lens: ``[B]`` int32, each sequence's real context length (``seq_lens`` less the padding rows of a
             padded prefill, :mod:`anna_core.layers.padding`): its newest ``R`` are positions
             ``valid_lens[i] - R .. valid_lens[i] - 1``. None: ``seq_lens`` (no padding).
+        new_k, new_v: ``[T, H_kv, D]`` the step's own keys / values as the ring stores them (rotated, its dtype,
+            :func:`anna_core.kv_quant.residual.rotated_rows`), with a ring only: a per-query window. Query at
+            position ``q`` reads key ``p`` exactly iff ``q - R < p <= q``: from these rows when ``p`` is one of
+            the step's (``p >= seq_lens[i] - q_len``), else from the ring where it holds ``p`` (the ring as it
+            stood before the step evicted anything); every other key from its quantized row. ``valid_lens`` is
+            then unused (a real query's window ends at itself, before any padding row).
 
     Returns:
         ``[T, H_q, D]`` in q's dtype.
@@ -196,6 +204,10 @@ def paged_attention_turboquant(
             f"seq_lens and block_tables must have {len(q_lens)} rows")
     require(valid_lens is None or (valid_lens.dim() == 1 and valid_lens.shape[0] == len(q_lens)), op,
             f"valid_lens must be [B]={len(q_lens)}")
+    require((new_k is None) == (new_v is None), op, "new_k and new_v must be given together")
+    require(new_k is None or residual_pos is not None, op, "new_k / new_v need a residual ring")
+    require(new_k is None or (tuple(new_k.shape) == tuple(new_v.shape) == (q.shape[0], k_cache.shape[2], d)), op,
+            f"new_k and new_v must be [T, H_kv, D]={(q.shape[0], k_cache.shape[2], d)}")
     n_blocks, block_size, h_kv = k_cache.shape[:3]
     width = block_tables.shape[1]
     lens = seq_lens.to(device=q.device, dtype=torch.long)
@@ -215,6 +227,9 @@ def paged_attention_turboquant(
     else:
         k = dequantize_values(rows_k, rotation, key_centroids).view(shape)
     v = dequantize_values(rows_v, rotation, value_centroids).view(shape)
+    if new_k is not None:
+        return _attend_window(q, k, v, first, q_lens, lens, scale, sliding_window, rotation, residual_k,
+                              residual_v, residual_pos, slots, new_k, new_v)
     if residual_pos is not None:
         valid = lens if valid_lens is None else valid_lens.to(device=q.device, dtype=torch.long)
         _overlay_residual(k, v, first, valid, spare, rotation, residual_k, residual_v, residual_pos, slots)
@@ -239,3 +254,55 @@ def _overlay_residual(k: torch.Tensor, v: torch.Tensor, first: torch.Tensor, val
     for out, ring in ((k, residual_k), (v, residual_v)):
         rows = ring.index_select(0, slot).to(torch.float32) @ rotation  # [B, R, H_kv, D], back from the rotated basis
         out.view(-1, h_kv, d).index_copy_(0, row.view(-1), rows.view(-1, h_kv, d))
+
+
+def _attend_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first: torch.Tensor, q_lens: list[int],
+                   lens: torch.Tensor, scale: float, sliding_window: int | None, rotation: torch.Tensor,
+                   residual_k: torch.Tensor, residual_v: torch.Tensor, residual_pos: torch.Tensor,
+                   slots: torch.Tensor, new_k: torch.Tensor, new_v: torch.Tensor) -> torch.Tensor:
+    """Attention with a per-query exact window (``new_k`` of :func:`paged_attention_turboquant`): sequence ``i``'s
+    reconstructed rows are ``k`` / ``v`` ``[U, block_size, H_kv, D]`` float32 from block ``first[i]`` on. One
+    sequence at a time, float32, ``softmax(scale * s) V`` where a key's score and value come from its exact row
+    inside the query's window and from its quantized row outside. Returns ``[T, H_q, D]`` in q's dtype. No
+    ``.item()`` nor value-dependent shapes (a captured padded prefill holds it on the CPU); the host reads
+    ``tolist()`` of the lengths, as :func:`paged_attention_turboquant` does."""
+    r = residual_pos.shape[1]
+    h_kv, d = k.shape[2:]
+    group = q.shape[1] // h_kv
+    flat_k, flat_v = k.view(-1, h_kv, d), v.view(-1, h_kv, d)
+    block_size = k.shape[1]
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    firsts, ring_slots = first.tolist(), slots.tolist()
+    b = 0
+    for i, (n, q_len) in enumerate(zip(lens.tolist(), q_lens)):
+        a, b = b, b + q_len
+        start = n - q_len  # the sequence's first new position
+        base = firsts[i] * block_size
+        kq, vq = flat_k[base:base + n], flat_v[base:base + n]  # [n, H_kv, D] quantized
+        ke, ve = torch.zeros_like(kq), torch.zeros_like(vq)
+        pos = residual_pos[ring_slots[i]].to(torch.long)  # [R]
+        held = (pos >= 0) & (pos < start) & (pos >= start - r)
+        at = torch.where(held, pos, n)  # entries not held go to a dropped extra row
+        for dst, ring in ((ke, residual_k), (ve, residual_v)):
+            rows = ring[ring_slots[i]].to(torch.float32) @ rotation  # [R, H_kv, D], back from the rotated basis
+            padded = torch.cat([dst, dst.new_zeros(1, h_kv, d)])
+            padded.index_copy_(0, at, rows)
+            dst.copy_(padded[:n])
+        exact = torch.zeros(n + 1, dtype=torch.bool, device=q.device).index_fill_(0, at, True)[:n]
+        ke[start:] = new_k[a:b].to(torch.float32) @ rotation
+        ve[start:] = new_v[a:b].to(torch.float32) @ rotation
+        exact[start:] = True
+        qpos = torch.arange(start, n, device=q.device)[:, None]  # [Lq, 1]
+        kpos = torch.arange(n, device=q.device)[None, :]  # [1, n]
+        seen = kpos <= qpos
+        if sliding_window is not None:
+            seen = seen & (kpos > qpos - sliding_window)
+        use = exact[None, :] & (kpos > qpos - r)  # [Lq, n] exact rows inside each query's window
+        qi = q[a:b].to(torch.float32).view(b - a, h_kv, group, d)
+        s_q = torch.einsum("qhgd,khd->hgqk", qi, kq)
+        s_e = torch.einsum("qhgd,khd->hgqk", qi, ke)
+        s = torch.where(use, s_e, s_q) * scale
+        p = torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1)
+        o = (torch.einsum("hgqk,khd->qhgd", p * use, ve) + torch.einsum("hgqk,khd->qhgd", p * ~use, vq))
+        out[a:b] = o.reshape(b - a, h_kv * group, d)
+    return out.to(q.dtype)

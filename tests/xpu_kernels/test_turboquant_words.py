@@ -75,6 +75,11 @@ def test_words_is_the_decode_default_when_asked_for():
     assert picked(settings(default, True, 512, False, "words-capped")) == ("words", "lane", 2, None, True)
     assert picked(settings(default, True, 128, False, "words")) == ("words", "gather", 3, None, False)
     assert picked(settings(default, False, 256, False, "words-capped")) == ("spread", "gather", 2, None, False)
+    # auto (the default on CUDA): words-capped at 256, spread elsewhere and at prefill
+    assert picked(settings(default, True, 256, False, "auto")) == ("words", "lane", 1, 128, False)
+    for block_d in (128, 512):
+        assert picked(settings(default, True, block_d, False, "auto")) == picked(settings(default, True, block_d, False))
+    assert picked(settings(default, False, 256, False, "auto")) == ("spread", "gather", 2, None, False)
     explicit = tq.TurboQuantTuning(unpack="spread", lookup="select", num_stages=2, max_registers=200,
                                    opaque_operands=False)
     assert picked(settings(explicit, True, 256, False, "words")) == ("spread", "select", 2, 200, False)
@@ -88,6 +93,8 @@ def test_the_decode_switch_reads_its_environment_variable(monkeypatch):
     from anna_xpu_kernels._env import TURBOQUANT_DECODE_ENV, turboquant_decode_requested
 
     monkeypatch.delenv(TURBOQUANT_DECODE_ENV, raising=False)
+    assert turboquant_decode_requested() == "auto"
+    monkeypatch.setenv(TURBOQUANT_DECODE_ENV, "spread")
     assert turboquant_decode_requested() == "spread"
     monkeypatch.setenv(TURBOQUANT_DECODE_ENV, " Words ")
     assert turboquant_decode_requested() == "words"

@@ -179,18 +179,19 @@ def lm_head_topk_impl() -> str:
 
 
 TURBOQUANT_DECODE_ENV = "ANNA_TURBOQUANT_DECODE"
-TURBOQUANT_DECODES = ("spread", "words", "words-capped")
+TURBOQUANT_DECODES = ("auto", "spread", "words", "words-capped")
 
 
 def turboquant_decode_requested() -> str:
-    """``ANNA_TURBOQUANT_DECODE``: ``spread`` (default), ``words`` or ``words-capped``, the default code unpacking
-    (and with it the lookup, and for ``words-capped`` a register cap) of the TurboQuant decode attention on CUDA
-    (:mod:`anna_xpu_kernels.turboquant_codes`; :func:`anna_xpu_kernels.turboquant._launch_settings`).
+    """``ANNA_TURBOQUANT_DECODE``: the code unpacking (and with it the lookup, and for ``words-capped`` a register cap)
+    of the TurboQuant decode attention on CUDA (:mod:`anna_xpu_kernels.turboquant_codes`;
+    :func:`anna_xpu_kernels.turboquant._launch_settings`): ``auto`` (unset: ``words-capped`` at a padded head dim of
+    256, the fastest measured there, else ``spread``), ``spread``, ``words`` or ``words-capped``.
 
     Raises:
         ValueError: another value.
     """
-    value = os.environ.get(TURBOQUANT_DECODE_ENV, "").strip().lower() or "spread"
+    value = os.environ.get(TURBOQUANT_DECODE_ENV, "").strip().lower() or "auto"
     if value not in TURBOQUANT_DECODES:
         raise ValueError(f"{TURBOQUANT_DECODE_ENV} must be one of {TURBOQUANT_DECODES}, got {value!r}")
     return value

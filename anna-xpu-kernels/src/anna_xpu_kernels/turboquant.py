@@ -457,8 +457,11 @@ def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windo
     """``tuning`` with its unset fields chosen from the shape (:class:`TurboQuantTuning` tells which) and, at a
     decode, ``choice`` (``ANNA_TURBOQUANT_DECODE`` on CUDA, :func:`anna_xpu_kernels._env.turboquant_decode_requested`):
     ``spread``, ``words`` (the ``words`` unpack, with the ``lane`` lookup and opaque operands at padded head dims of
-    256, capped at 168 registers, and 512) or ``words-capped`` (the same at 512; at 256 8-bit operand fragments, one
-    stage and at most 128 registers)."""
+    256, capped at 168 registers, and 512), ``words-capped`` (the same at 512; at 256 8-bit operand fragments, one
+    stage and at most 128 registers) or ``auto``: ``words-capped`` at 256 (at the Qwen3.5-9B shape the fastest of the
+    candidates timed, BENCHMARKS.md), ``spread`` at other widths (``words`` there not timed yet)."""
+    if choice == "auto":
+        choice = "words-capped" if block_d == WIDE_HEAD_DIM else "spread"
     wide = block_d * 2 > WIDE_HEAD_DIM
     d_chunks = tuning.d_chunks or (2 if block_d > WIDE_HEAD_DIM else 1)
     # decode: 8K coordinates per K / V tile (32 keys at a head dim of 256, 16 at 512)

@@ -38,7 +38,6 @@ from anna_core.engine.sched_output import ModelRunnerOutput, StepPath
 from anna_core.engine.scheduler import SchedulerOutput
 from anna_core.engine.step_sampling import decode_sample_mode, kept_logits, sample_rows, wants_logits
 from anna_core.engine.topk_head import FUSED_K, fits_topk_head, sample_candidates
-from anna_core.engine.warmup import warm_up
 from anna_core.errors import AnnaError
 from anna_core.model import CausalLM, ModelCaches
 
@@ -164,11 +163,6 @@ class ModelRunner:
         request fits it (:func:`~anna_core.engine.topk_head.fits_topk_head`) and no row's logits are kept."""
         return (self.topk_head_active and fits_topk_head([s.request for s in seqs])
                 and not any(wants_logits(s) for s in seqs))
-
-    def warmup(self, max_model_len: int) -> None:
-        """Prefills and one decode on the scratch block and slot before the first request
-        (:func:`anna_core.engine.warmup.warm_up`)."""
-        warm_up(self.model, self.caches, self.accel, max_model_len, self.position_rows)
 
     def _scope(self, name: str):
         """A profiler range around a step component (only while :attr:`profile_scopes` is set); on

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from graph_timing import chain_time_us
 
 # name: (batch, h_q, h_kv, head_dim, context, window)
 SHAPES = {
@@ -38,25 +39,9 @@ SHAPES = {
 
 
 def _graph_time(fn, reps: int) -> float:
-    """Microseconds per call of ``fn`` replayed ``reps`` times inside one CUDA graph (median of 5 replays)."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(reps):
-            fn()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    return sorted(times)[2]
+    """Microseconds per call of ``fn`` replayed ``reps`` times inside one CUDA graph
+    (:func:`graph_timing.chain_time_us`, the scripts' shared timer)."""
+    return chain_time_us([fn], reps=reps)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ under decode and prefill graphs."""
 from __future__ import annotations
 
 import pytest
+import torch
 from anna_core import LLM, SamplingParams
 from anna_core.kv_quant.layout import TurboQuantLayout
 from anna_core.testing.runner import prefill_logits
@@ -166,3 +167,26 @@ def test_a_prompt_cache_hit_restores_the_rings(gemma4_factory, prompt):
     miss, hit = llm.generate([prompt], greedy)[0], llm.generate([prompt], greedy)[0]
     assert (miss.num_cached_tokens, hit.num_cached_tokens) == (0, len(prompt))
     assert hit.token_ids == miss.token_ids
+
+
+@pytest.mark.parametrize("chunk_size", [5, 13])
+def test_kv_shared_layers_read_the_per_query_ring_window_however_the_prompt_is_chunked(gemma4_factory, prompt,
+                                                                                       chunk_size):
+    # The e2b variant's last two layers read their owners' K/V (layer 4 layer 3's, sliding; layer 5 layer 2's,
+    # global). With 8-position rings, a prompt prefilled in chunks shorter (5) or longer (13) than R gives the
+    # logits of the whole prompt at every position, and so do the decode steps after it: a KV-shared layer's query
+    # at q reads q - R < p <= q exactly as its owner's does (the owner's ring as before the step, plus its rows of
+    # the step). With the readers' window ending at each chunk's end instead, these differed by quantization noise.
+    from anna_gemma4.config import FULL, SLIDING
+
+    model = load_anna(gemma4_factory()).model
+    assert [(layer.kind, layer.kv_owner) for layer in model.config.layers[4:]] == [(SLIDING, 3), (FULL, 2)]
+    ids, forced = prompt[:45], prompt[45:50]
+    ring = TurboQuantLayout(3, residual_len=8)
+    whole = prefill_logits(model, ids, kv_quant=ring, decode_ids=forced)
+    chunked = prefill_logits(model, ids, kv_quant=ring, decode_ids=forced, chunk_size=chunk_size)
+    assert whole.shape == (50, model.vocab_size)
+    torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-4)
+    # the ring is in effect: without it the same prompt's logits differ (positions within R read quantized)
+    plain = prefill_logits(model, ids, kv_quant=TurboQuantLayout(3), decode_ids=forced)
+    assert (plain - whole).abs().max().item() > 1e-2

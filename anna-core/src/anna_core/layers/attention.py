@@ -83,13 +83,13 @@ class PagedAttention(nn.Module):
         # no query reads, so it is written first (a decode step is then complete before its attention, which reads the
         # ring alone: the contract's result, and the batched decode path of the reference)
         new = rotated_rows(k, v, group.quant.rotation, ring.k[self.kv_index].dtype)
-        write_residual(*self._ring_write_args(batch, caches, new), part="all" if batch.is_decode else "first",
-                       rotated=new)
+        args = self._ring_write_args(batch, caches, new)
+        write_residual(*args, part="all" if batch.is_decode else "first", rotated=new)
         o = self.attend(q, batch, caches, new=None if batch.is_decode else new)
         if ring.readers[self.kv_index]:  # KV sharing: the readers attend over this ring and rows; the last writes them
             ring.hold(self.kv_index, None if batch.is_decode else new)
         elif not batch.is_decode:
-            write_residual(*self._ring_write_args(batch, caches, new), part="rest", rotated=new)
+            write_residual(*args, part="rest", rotated=new)
         return o
 
     def _attend_shared(self, q: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:

@@ -201,6 +201,31 @@ def test_the_residual_ring_keeps_each_sequences_newest_positions_rotated():
     assert ring.pos[1].tolist() == [-1] * 4 and ring.pos[0].tolist() == [-1, 9, -1, -1]
 
 
+def test_an_owner_holds_its_prefill_rows_for_its_readers_until_the_last_has_attended():
+    # KV sharing over a ring: the group's last owning layer (layer 1, two readers) holds a prefill step's rows
+    # instead of writing them; the second reader to attend gets them back to write, the first nothing; a decode
+    # step (None) holds nothing, so its readers read the ring alone
+    spec = FullAttentionSpec(layers=[0, 1], num_kv_heads=1, head_dim=8, shared={2: 1, 3: 1})
+    caches = allocate_caches(CacheSpec((spec,)).with_kv_quant(TurboQuantLayout(4, residual_len=4)), num_blocks=2,
+                             block_size=4, num_slots=1, device="cpu", dtype=torch.float32)
+    ring = caches.attention(0).residual
+    assert ring.readers == [0, 2]
+    rows = torch.ones(3, 1, 8), torch.zeros(3, 1, 8)
+    ring.hold(1, rows)
+    assert ring.held[1].k is rows[0] and ring.release(1) is None
+    last = ring.release(1)
+    assert last is not None and last.v is rows[1] and not ring.held and ring.release(1) is None
+    ring.hold(1, rows)
+    ring.hold(1, None)
+    assert not ring.held
+    # the last owning layer's "rest" write updates the ring's positions, so only it may have readers
+    with pytest.raises(AnnaError, match="last owning layer"):
+        FullAttentionSpec(layers=[0, 1], num_kv_heads=1, head_dim=8, shared={2: 0},
+                          quant=TurboQuantLayout(4, residual_len=4))
+    assert FullAttentionSpec(layers=[0, 1], num_kv_heads=1, head_dim=8, shared={2: 0},
+                             quant=TurboQuantLayout(4)).quant == TurboQuantLayout(4)  # no ring: any owner
+
+
 def test_residual_resolution_and_its_bytes_come_out_of_the_budget():
     assert resolve_kv_quant("turboquant", 3, num_params=1, supported=True, residual_len=64) == TurboQuantLayout(3, 64)
     assert resolve_kv_quant("auto", None, num_params=9 * 10**9, supported=True) == TurboQuantLayout(4, 128)

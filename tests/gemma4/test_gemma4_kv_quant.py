@@ -5,6 +5,7 @@ under decode and prefill graphs."""
 from __future__ import annotations
 
 import pytest
+import torch
 from anna_core import LLM, SamplingParams
 from anna_core.kv_quant.layout import TurboQuantLayout
 from anna_core.testing.runner import prefill_logits
@@ -166,3 +167,49 @@ def test_a_prompt_cache_hit_restores_the_rings(gemma4_factory, prompt):
     miss, hit = llm.generate([prompt], greedy)[0], llm.generate([prompt], greedy)[0]
     assert (miss.num_cached_tokens, hit.num_cached_tokens) == (0, len(prompt))
     assert hit.token_ids == miss.token_ids
+
+
+_TWO_READERS = dict(num_hidden_layers=8, num_kv_shared_layers=4,
+                    layer_types=["sliding_attention", "sliding_attention", "full_attention"] * 2
+                    + ["sliding_attention", "full_attention"])
+"""The e2b variant with two readers per owner: layers 4 and 6 read layer 3's K/V (sliding), 5 and 7 layer 2's."""
+
+
+@pytest.mark.parametrize("chunk_size", [5, 13])
+@pytest.mark.parametrize("overrides,readers", [({}, {4: 3, 5: 2}), (_TWO_READERS, {4: 3, 5: 2, 6: 3, 7: 2})],
+                         ids=["one-reader", "two-readers"])
+def test_kv_shared_layers_read_the_per_query_ring_window_however_the_prompt_is_chunked(gemma4_factory, prompt,
+                                                                                       chunk_size, overrides, readers):
+    # KV-shared layers read their owners' K/V. With 8-position rings, a prompt prefilled in chunks shorter (5) or
+    # longer (13) than R gives the logits of the whole prompt at every position, and so do the decode steps after
+    # it: a reader's query at q reads q - R < p <= q exactly as its owner's does (the owner's ring as before the
+    # step, plus its rows of the step, written once after its last reader). With the readers' window ending at each
+    # chunk's end instead (before this), these differed by quantization noise (measured: max logit difference 0.50).
+    model = load_anna(gemma4_factory(**overrides)).model
+    assert {i: layer.kv_owner for i, layer in enumerate(model.config.layers) if layer.kv_owner is not None} == readers
+    ids, forced = prompt[:45], prompt[45:50]
+    ring = TurboQuantLayout(3, residual_len=8)
+    whole = prefill_logits(model, ids, kv_quant=ring, decode_ids=forced)
+    chunked = prefill_logits(model, ids, kv_quant=ring, decode_ids=forced, chunk_size=chunk_size)
+    assert whole.shape == (50, model.vocab_size)
+    torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-4)
+    # the ring is in effect: without it the same prompt's logits differ (positions within R read quantized)
+    plain = prefill_logits(model, ids, kv_quant=TurboQuantLayout(3), decode_ids=forced)
+    assert (plain - whole).abs().max().item() > 1e-2
+
+
+def test_kv_shared_layers_with_the_fused_query_op_keep_the_per_query_window(gemma4_factory, prompt):
+    # Where a kernel serves q_norm_rope (GPUs; here its reference, counted as accelerated) a KV-shared layer of a
+    # quantized group normalises and rotates q in it, then attends through its PagedAttention: still over the rows
+    # its owner holds, and its last reader still writes them (else the ring would miss them at decode)
+    from tests.gemma4.kernel_ops import KernelOpCalls
+
+    path = gemma4_factory(**_TWO_READERS)
+    ids, forced = prompt[:45], prompt[45:50]
+    ring = TurboQuantLayout(3, residual_len=8)
+    whole = prefill_logits(load_anna(path).model, ids, kv_quant=ring, decode_ids=forced)
+    model, called = load_anna(path).model, set()
+    KernelOpCalls(model.ops.registry, called.add, accelerate=True)
+    chunked = prefill_logits(model, ids, kv_quant=ring, decode_ids=forced, chunk_size=5)
+    assert "q_norm_rope" in called and "paged_attention_turboquant" in called
+    torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-4)

@@ -66,7 +66,9 @@ class FullAttentionSpec:
 
     Raises:
         AnnaError: no layer, a repeated layer, non-positive geometry, a reader listed twice, a reader
-            whose owner is not in ``layers``, or a quantized layout the head dim cannot take.
+            whose owner is not in ``layers``, a quantized layout the head dim cannot take, or one with a residual
+            ring where a layer other than the last of ``layers`` has readers (the rows it holds for them,
+            :mod:`anna_core.kv_quant.residual`, would reach the ring after the group's last write of positions).
     """
 
     layers: tuple[int, ...] = attrs.field(converter=_as_tuple)
@@ -92,6 +94,11 @@ class FullAttentionSpec:
                                 f"group ({list(self.layers)}) and the reader must not")
         if self.quant is not None:
             self.quant.check_head_dim(self.head_dim)
+            owners = {owner for _, owner in self.shared}
+            if self.quant.residual_len and owners - {self.layers[-1]}:
+                raise AnnaError(f"layers {sorted(owners - {self.layers[-1]})} have readers (KV sharing) but are not "
+                                f"the group's last owning layer ({self.layers[-1]}): a residual ring "
+                                f"(--kv-cache-residual-len) takes readers of the last one only")
 
     def cache_index(self, layer: int) -> int:
         """The index into the group's ``k`` / ``v`` lists of the tensors ``layer`` uses (its own, or

@@ -190,13 +190,13 @@ class GemmaAttention(nn.Module):
                 _, _, *attention = self.attn.attention_args(batch, caches)  # cu_seqlens ... window
                 o = fused(q, k, v, qn.weight, self.k_norm.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq,
                           k_cache, v_cache, slots, *attention)
+            elif what == "q":  # a KV-shared layer: its PagedAttention reads the owner's K/V (and ring rows it holds)
+                q = fused(q, qn.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq)
+                o = self.attn(q, None, None, batch, caches)
             else:
-                if what == "q":
-                    q = fused(q, qn.weight, qn.eps, qn.zero_centered, batch.positions, inv_freq)
-                else:
-                    k_cache, v_cache, slots = self.attn.kv_cache(batch, caches)
-                    q = fused(q, k, v, qn.weight, self.k_norm.weight, qn.eps, qn.zero_centered, batch.positions,
-                              inv_freq, k_cache, v_cache, slots)
+                k_cache, v_cache, slots = self.attn.kv_cache(batch, caches)
+                q = fused(q, k, v, qn.weight, self.k_norm.weight, qn.eps, qn.zero_centered, batch.positions,
+                          inv_freq, k_cache, v_cache, slots)
                 o = self.attn.attend(q, batch, caches)
         else:
             table = cos_sin()

@@ -161,7 +161,7 @@ def zeroed_caches(spec: CacheSpec, *, num_blocks: int | Sequence[int], block_siz
                 quant=TurboQuantTables.build(group.quant, group.head_dim, device),
                 residual=None if not group.quant.residual_len else ResidualRing.empty(
                     len(group.layers), num_slots, group.quant.residual_len, group.num_kv_heads, group.head_dim,
-                    device, dtype)))
+                    device, dtype, readers=[sum(o == layer for _, o in group.shared) for layer in group.layers])))
         elif isinstance(group, FullAttentionSpec):
             shape = (counts[i], block_size, group.num_kv_heads, group.head_dim)
             dt = group.dtype or dtype

@@ -15,10 +15,12 @@ are the same whole or in chunks). A chunk ``[s, e)`` reads its own positions fro
 the step: :class:`~anna_core.layers.attention.PagedAttention` writes each sequence's first new position (it evicts
 ``s - R``, in no query's window), attends, then writes the rest (:func:`write_residual`'s ``part``). A decode step
 is all written before its attention: its window is then all in the ring. A prefix hit's positions, which the new
-slot never saw, stay quantized. A layer that reads another layer's K/V (KV sharing) gets no step rows: it reads
-the ring after the owner's write, each sequence's newest ``R`` real positions (``valid_lens``: a padded prefill's
-padding rows left out) where the ring holds them. The engine marks a slot empty when a sequence takes it
-(:func:`reset_slots`).
+slot never saw, stay quantized. A layer that reads another layer's K/V (KV sharing) gets the same per-query window:
+in a prefill step its owner holds its step's rows for it (:meth:`ResidualRing.hold`) instead of writing the rest,
+each reader attends over the ring as the owner did plus those rows, and the last reader writes the rest
+(:meth:`ResidualRing.release`): one write per position, none of it at decode. Only a group's last owning layer
+may have readers (:class:`~anna_core.cache_spec.FullAttentionSpec`): its ``"rest"`` write, then the group's last,
+updates ``pos``. The engine marks a slot empty when a sequence takes it (:func:`reset_slots`).
 """
 
 from __future__ import annotations
@@ -35,20 +37,60 @@ class ResidualRing:
         k, v: per owning layer ``[num_slots + 1, R, H_kv, D]`` in the serving dtype (rotated rows).
         pos: ``[num_slots + 1, R]`` int32, the position at each ring index or -1.
         length: ``R``.
+        readers: per owning layer, how many layers read its K/V (KV sharing; default none).
+        held: per owning layer with readers, the rows of the current prefill step it holds for them (its
+            :func:`rotated_rows`) and how many readers have still to attend (:meth:`hold`, :meth:`release`).
     """
 
     k: list[torch.Tensor]
     v: list[torch.Tensor]
     pos: torch.Tensor
     length: int
+    readers: list[int] = attrs.field(default=attrs.Factory(lambda self: [0] * len(self.k), takes_self=True))
+    held: dict[int, HeldRows] = attrs.field(factory=dict)
 
     @classmethod
     def empty(cls, layers: int, num_slots: int, length: int, num_kv_heads: int, head_dim: int,
-              device: torch.device | str, dtype: torch.dtype) -> ResidualRing:
+              device: torch.device | str, dtype: torch.dtype, readers: list[int] | None = None) -> ResidualRing:
+        """Zeroed rings of ``layers`` owning layers (``readers``: how many layers read each one's K/V; None:
+        none), every position -1."""
         shape = (num_slots, length, num_kv_heads, head_dim)
         return cls(k=[torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)],
                    v=[torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)],
-                   pos=torch.full((num_slots, length), -1, dtype=torch.int32, device=device), length=length)
+                   pos=torch.full((num_slots, length), -1, dtype=torch.int32, device=device), length=length,
+                   readers=[0] * layers if readers is None else list(readers))
+
+    def hold(self, index: int, rows: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        """Owning layer ``index`` (with readers) holds ``rows`` (its step's :func:`rotated_rows`, ``[T, H_kv, D]``
+        each) for its readers instead of writing its ``"rest"`` part; None (a decode step, fully written): nothing
+        held. Every step's owner calls it before its readers run, so nothing of an earlier step is left."""
+        if rows is None:
+            self.held.pop(index, None)
+        else:
+            self.held[index] = HeldRows(*rows, left=self.readers[index])
+
+    def release(self, index: int) -> HeldRows | None:
+        """A reader of owning layer ``index`` has attended: the held rows if it was the last (its caller then
+        writes their ``"rest"`` part), else None."""
+        held = self.held.get(index)
+        if held is None:
+            return None
+        held.left -= 1
+        return self.held.pop(index) if held.left <= 0 else None
+
+
+@attrs.define
+class HeldRows:
+    """An owning layer's rows of a prefill step held for its readers (:meth:`ResidualRing.hold`).
+
+    Attributes:
+        k, v: ``[T, H_kv, D]`` the step's rows rotated (:func:`rotated_rows`), in the ring's dtype.
+        left: readers still to attend over them.
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    left: int
 
 
 def token_positions(cu_seqlens: torch.Tensor, seq_lens: torch.Tensor, n_tokens: int) -> tuple[torch.Tensor,

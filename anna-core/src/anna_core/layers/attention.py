@@ -64,10 +64,11 @@ class PagedAttention(nn.Module):
         """q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (rotary already applied) -> ``[T, H_q, D]``.
 
         Side effect: k, v are written to the group's cache ``kv_index`` at the group's ``slot_mapping``
-        (unless the layer reads another layer's K/V: then k and v may be None).
+        (unless the layer reads another layer's K/V: then k and v may be None, and in a group with a residual ring
+        the last reader of its owner writes the ring rows the owner held for its readers in a prefill step).
         """
         if not self.writes_kv:
-            return self.attend(q, batch, caches)
+            return self._attend_shared(q, batch, caches)
         k_cache, v_cache, slot_mapping = self.kv_cache(batch, caches)
         group = caches.attention(self.group)
         if group.quant is None:
@@ -82,13 +83,37 @@ class PagedAttention(nn.Module):
         # no query reads, so it is written first (a decode step is then complete before its attention, which reads the
         # ring alone: the contract's result, and the batched decode path of the reference)
         new = rotated_rows(k, v, group.quant.rotation, ring.k[self.kv_index].dtype)
-        args = (k, v, ring, self.kv_index, group.quant.rotation, batch.state_slots, batch.cu_seqlens, batch.seq_lens,
-                valid_lens(batch.seq_lens, batch.num_tokens, batch.num_valid))
+        args = self._ring_write_args(batch, caches, new)
         write_residual(*args, part="all" if batch.is_decode else "first", rotated=new)
         o = self.attend(q, batch, caches, new=None if batch.is_decode else new)
-        if not batch.is_decode:
+        if ring.readers[self.kv_index]:  # KV sharing: the readers attend over this ring and rows; the last writes them
+            ring.hold(self.kv_index, None if batch.is_decode else new)
+        elif not batch.is_decode:
             write_residual(*args, part="rest", rotated=new)
         return o
+
+    def _attend_shared(self, q: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
+        """A KV-sharing layer's attention over its owner's K/V with the owner's per-query window: in a prefill step
+        over a residual ring, the ring as the owner attended over it plus the step's rows the owner holds
+        (:meth:`~anna_core.kv_quant.residual.ResidualRing.hold`); the owner's last reader then writes their
+        ``"rest"`` part into the ring (once: nothing at decode, whose rows the owner wrote before attending)."""
+        ring = caches.attention(self.group).residual
+        held = None if ring is None else ring.held.get(self.kv_index)
+        if held is None:
+            return self.attend(q, batch, caches)
+        new = (held.k, held.v)
+        o = self.attend(q, batch, caches, new=new)
+        if ring.release(self.kv_index) is not None:
+            write_residual(*self._ring_write_args(batch, caches, new), part="rest", rotated=new)
+        return o
+
+    def _ring_write_args(self, batch: ForwardBatch, caches: ModelCaches,
+                         rows: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
+        """The positional arguments of :func:`~anna_core.kv_quant.residual.write_residual` writing this layer's
+        (or its owner's) ``rows`` (rotated, ``[T, H_kv, D]`` each) of ``batch`` into its group's ring."""
+        group = caches.attention(self.group)
+        return (*rows, group.residual, self.kv_index, group.quant.rotation, batch.state_slots, batch.cu_seqlens,
+                batch.seq_lens, valid_lens(batch.seq_lens, batch.num_tokens, batch.num_valid))
 
     def quantized(self, caches: ModelCaches) -> bool:
         """Whether this layer's cache group is quantized: its K/V go through :meth:`forward` (a fused op that
@@ -107,8 +132,8 @@ class PagedAttention(nn.Module):
         """Attention of q ``[T, H_q, D]`` (rotary applied) over the cache as it stands (this step's K/V
         already written) -> ``[T, H_q, D]``. ``new``: in a group with a residual ring, the step's own K/V rows as
         the ring stores them (:func:`~anna_core.kv_quant.residual.rotated_rows`, ``[T, H_kv, D]`` each), read
-        exactly inside each query's window (``new_k`` / ``new_v`` of ``paged_attention_turboquant``); None (a
-        layer reading another layer's K/V): the ring as it stands."""
+        exactly inside each query's window (``new_k`` / ``new_v`` of ``paged_attention_turboquant``; in a layer
+        reading another layer's K/V, the owner's); None (a decode step): the ring as it stands."""
         group = caches.attention(self.group)
         k_cache, v_cache = group.layer(self.kv_index)
         table = batch.tables[self.group]

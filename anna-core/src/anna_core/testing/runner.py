@@ -83,16 +83,20 @@ def _caches_for(model: Any, num_seqs: int, max_tokens: int, block_size: int,
 
 @torch.inference_mode()
 def prefill_logits(model: Any, prompt_ids: list[int], *, chunk_size: int | None = None,
-                   block_size: int = 16, kv_quant: TurboQuantLayout | None = None) -> torch.Tensor:
-    """Float32 logits ``[T, vocab]`` at every prompt position (optionally prefilled in chunks; with ``kv_quant``
-    over a TurboQuant cache, every position reading the quantized K/V of all positions up to its own)."""
+                   block_size: int = 16, kv_quant: TurboQuantLayout | None = None,
+                   decode_ids: list[int] | None = None) -> torch.Tensor:
+    """Float32 logits ``[T + N, vocab]`` at every prompt position (optionally prefilled in chunks; with ``kv_quant``
+    over a TurboQuant cache, every position reading the quantized K/V of all positions up to its own), then at each
+    of the ``N`` ``decode_ids`` fed one per decode step after the prompt (teacher-forced; None: none)."""
     device, _ = _device_dtype(model)
-    caches, bps = _caches_for(model, 1, len(prompt_ids), block_size, kv_quant)
-    step = chunk_size or len(prompt_ids)
+    decode_ids = decode_ids or []
+    n = len(prompt_ids)
+    caches, bps = _caches_for(model, 1, n + len(decode_ids), block_size, kv_quant)
+    step = chunk_size or n
+    chunks = [(prompt_ids[start:start + step], start) for start in range(0, n, step)]
     out = []
-    for start in range(0, len(prompt_ids), step):
-        batch = build_batch([(prompt_ids[start:start + step], start)], block_size=block_size,
-                            blocks_per_seq=bps, device=device, spec=model.cache_spec)
+    for chunk in chunks + [([t], n + i) for i, t in enumerate(decode_ids)]:
+        batch = build_batch([chunk], block_size=block_size, blocks_per_seq=bps, device=device, spec=model.cache_spec)
         out.append(model.compute_logits(model(batch, caches)))
     return torch.cat(out)
 

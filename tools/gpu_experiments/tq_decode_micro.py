@@ -251,7 +251,10 @@ def _candidate_list(name: str, bits: int) -> list[tuple[str, object, int | None]
                ("words-chunked-capped (128 regs, 36 B spill, 156)", C("words-chunked-capped", name), None)]
         if bits != 4:
             return out
+        # 8 splits: 1,024 programs; 3 per multiprocessor at 168 registers (396 on an H100's 132) is 2.6 waves, 6
+        # splits 1.9 (four at 128 registers: 528, 1.9 waves with 8)
         return out + [
+            ("words-chunked, splits 6 (1.9 waves at 168 regs)", C("words-chunked", name), 6),
             ("words-chunked, 1 stage (168 regs, 150 wi/key)", C("words-chunked", name, num_stages=1), None),
             ("words-chunked, splits 16", C("words-chunked", name), 16),
             ("words-chunked-capped, splits 16", C("words-chunked-capped", name), 16),
@@ -279,7 +282,10 @@ def _candidate_list(name: str, bits: int) -> list[tuple[str, object, int | None]
            ("words-chunked (168 regs, 159 wi/key)", C("words-chunked", name), None)]
     if bits != 4:
         return out
+    # 8 splits: 512 programs, one wave at 128 registers (4 per multiprocessor, 528 on an H100), 1.3 at 168 (396): 6
+    # splits (384) one wave there
     return out + [
+        ("words-chunked, splits 6 (one wave at 168 regs)", C("words-chunked", name), 6),
         ("words-chunked-capped, splits 4", C("words-chunked-capped", name), 4),
         ("words-capped, splits 4", C("words-capped", name), 4),
         ("words-chunked-capped, splits 16", C("words-chunked-capped", name), 16),

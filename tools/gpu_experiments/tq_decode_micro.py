@@ -305,9 +305,12 @@ def _candidates(names: list[str], budget_s: float, t0: float) -> int:
         for bits in (4, 3):
             cases.append((shape, bits))
     quants, skipped = {}, []
-    # spread and auto's choice at every shape first, then the other choices, then the launch variations
-    for lo, hi in ((0, 2), (2, 4), (4, None)):
+    # spread and auto's choice at every shape and bits first, then the other choices at 4 bits, then the launch
+    # variations (4 bits), then the other choices at 3 bits
+    for lo, hi, at in ((0, 2, (4, 3)), (2, 4, (4,)), (4, None, (4,)), (2, None, (3,))):
         for shape, bits in cases:
+            if bits not in at:
+                continue
             todo = _candidate_list(shape.name, bits)[lo:hi]
             for label, tuning, splits in todo:
                 if time.time() - t0 > budget_s:

@@ -14,6 +14,7 @@ from tests.xpu_kernels._interp import require_triton_interpreter
 require_triton_interpreter()
 
 from anna_xpu_kernels import turboquant as tq  # noqa: E402
+from anna_xpu_kernels.turboquant_launch import launch_settings  # noqa: E402
 
 from tests.xpu_kernels._turboquant_data import batch as _batch  # noqa: E402
 
@@ -60,7 +61,7 @@ def test_words_is_the_decode_default_when_asked_for():
     padded head dim of 256 (capped at 168 registers) or 512, the words decode alone at other decode widths;
     ``words-capped`` takes 8-bit operand fragments, one stage and 128 registers at 256 instead; prefill keeps
     ``spread``; explicit settings win."""
-    settings = tq._launch_settings
+    settings = launch_settings
     default = tq.TurboQuantTuning()
 
     def picked(launch):
@@ -75,11 +76,12 @@ def test_words_is_the_decode_default_when_asked_for():
     assert picked(settings(default, True, 512, False, "words-capped")) == ("words", "lane", 2, None, True)
     assert picked(settings(default, True, 128, False, "words")) == ("words", "gather", 3, None, False)
     assert picked(settings(default, False, 256, False, "words-capped")) == ("spread", "gather", 2, None, False)
-    # auto (the default on CUDA): words-capped at 256, spread elsewhere and at prefill
+    # auto (the default on CUDA): words-capped at 256, words-chunked at 512, spread elsewhere and at prefill
     assert picked(settings(default, True, 256, False, "auto")) == ("words", "lane", 1, 128, False)
-    for block_d in (128, 512):
-        assert picked(settings(default, True, block_d, False, "auto")) == picked(settings(default, True, block_d, False))
+    assert settings(default, True, 512, False, "auto") == settings(default, True, 512, False, "words-chunked")
+    assert picked(settings(default, True, 128, False, "auto")) == picked(settings(default, True, 128, False))
     assert picked(settings(default, False, 256, False, "auto")) == ("spread", "gather", 2, None, False)
+    assert picked(settings(default, False, 512, False, "auto")) == ("spread", "gather", 2, None, False)
     explicit = tq.TurboQuantTuning(unpack="spread", lookup="select", num_stages=2, max_registers=200,
                                    opaque_operands=False)
     assert picked(settings(explicit, True, 256, False, "words")) == ("spread", "select", 2, 200, False)
@@ -87,6 +89,59 @@ def test_words_is_the_decode_default_when_asked_for():
         tq.TurboQuantTuning(unpack="bytes")
     with pytest.raises(ValueError, match="lookup"):
         tq.TurboQuantTuning(lookup="prmt")
+
+
+def test_the_chunked_words_decodes_take_their_settings():
+    """``words-chunked``: two column chunks at 256 (the 9B setting measured fastest: 2 stages, 168 registers, opaque
+    operands, 32 keys, 8 splits without a window); at 512 (two chunks anyway) 32 keys per tile and one stage, no
+    cap; ``words-chunked-capped``: one stage and 128 registers at 256, ``words-chunked``'s at 512; other widths and
+    prefill as ``words`` / ``spread``."""
+    default = tq.TurboQuantTuning()
+
+    def picked(launch):
+        return (launch.unpack, launch.lookup, launch.d_chunks, launch.block_n, launch.num_warps, launch.num_stages,
+                launch.max_registers, launch.opaque, launch.splits)
+
+    assert picked(launch_settings(default, True, 256, False, "words-chunked")) == (
+        "words", "lane", 2, 32, 4, 2, 168, True, 8)
+    assert picked(launch_settings(default, True, 256, True, "words-chunked")) == (
+        "words", "lane", 2, 32, 4, 2, 168, True, None)
+    assert picked(launch_settings(default, True, 512, False, "words-chunked")) == (
+        "words", "lane", 2, 32, 4, 1, None, True, None)
+    assert picked(launch_settings(default, True, 256, True, "words-chunked-capped")) == (
+        "words", "lane", 2, 32, 4, 1, 128, True, None)
+    assert launch_settings(default, True, 512, False, "words-chunked-capped") == launch_settings(
+        default, True, 512, False, "words-chunked")
+    for choice in ("words-chunked", "words-chunked-capped"):
+        assert launch_settings(default, True, 128, False, choice) == launch_settings(default, True, 128, False, "words")
+        assert launch_settings(default, False, 256, False, choice) == launch_settings(default, False, 256, False)
+    # explicit settings still win
+    assert launch_settings(tq.TurboQuantTuning(d_chunks=1, block_n=16, num_stages=3), True, 512, False,
+                           "words-chunked").d_chunks == 1
+
+
+def _tuning(launch, dot="ieee"):
+    """The explicit :class:`TurboQuantTuning` of ``launch`` (the interpreter ignores stages and register caps, and
+    runs the ``lane`` lookup as a gather: d_chunks, block_n, the unpack and the splits still take the real paths)."""
+    return tq.TurboQuantTuning(dot=dot, lookup=launch.lookup, block_n=launch.block_n, num_warps=launch.num_warps,
+                               num_stages=launch.num_stages, d_chunks=launch.d_chunks, unpack=launch.unpack,
+                               max_registers=launch.max_registers, opaque_operands=launch.opaque)
+
+
+@pytest.mark.parametrize("choice,bits,d,window,ring,splits", [
+    ("words-chunked", 4, 512, None, False, 2), ("words-chunked", 3, 512, None, True, None),
+    ("words-chunked", 4, 256, 5, False, 3), ("words-chunked-capped", 4, 256, 7, True, 2),
+    ("words-chunked-capped", 3, 256, None, False, 8)])
+def test_chunked_words_decodes_match_the_reference(choice, bits, d, window, ring, splits):
+    """Each new decode choice's settings at Gemma 4 E4B's widths (global: 512; sliding: 256 with a window) and the
+    9B's, 8 query heads on 2 KV heads, against the torch reference: a decode-only batch (the DECODE path, 32-key
+    tiles over 13 / 6 / 21 keys), with a residual ring and splits in some."""
+    args = list(_batch(bits, d, 8, 2, ring=ring, seed=bits + d))
+    args[7] = window
+    dec = (args[0][:3], *args[1:3], torch.arange(4, dtype=torch.int32), *args[4:])
+    tuning = _tuning(launch_settings(tq.TurboQuantTuning(), True, d, window is not None, choice))
+    torch.testing.assert_close(tq.paged_attention_turboquant(*dec, num_splits=splits, tuning=tuning),
+                               ref.paged_attention_turboquant(*dec), rtol=2e-5, atol=2e-5)
 
 
 def test_the_decode_switch_reads_its_environment_variable(monkeypatch):
@@ -98,8 +153,9 @@ def test_the_decode_switch_reads_its_environment_variable(monkeypatch):
     assert turboquant_decode_requested() == "spread"
     monkeypatch.setenv(TURBOQUANT_DECODE_ENV, " Words ")
     assert turboquant_decode_requested() == "words"
-    monkeypatch.setenv(TURBOQUANT_DECODE_ENV, "words-capped")
-    assert turboquant_decode_requested() == "words-capped"
+    for choice in ("words-capped", "words-chunked", "words-chunked-capped"):
+        monkeypatch.setenv(TURBOQUANT_DECODE_ENV, choice)
+        assert turboquant_decode_requested() == choice
     monkeypatch.setenv(TURBOQUANT_DECODE_ENV, "fast")
     with pytest.raises(ValueError, match=TURBOQUANT_DECODE_ENV):
         turboquant_decode_requested()

@@ -46,8 +46,9 @@ def test_lm_head_topk_at_a_wide_vocabulary():
 
 def test_turboquant_words_decode_matches_the_reference_on_cuda():
     """The ``words`` decode of the TurboQuant attention with the ``lane`` shuffle (inline PTX, which the CPU tests
-    cannot run), as ``ANNA_TURBOQUANT_DECODE=words`` (opaque operands, 168 registers) and ``words-capped`` (8-bit
-    fragments, one stage, 128 registers) launch it, against the torch reference on the GPU:
+    cannot run), as ``ANNA_TURBOQUANT_DECODE=words`` (opaque operands, 168 registers), ``words-capped`` (8-bit
+    fragments, one stage, 128 registers), ``words-chunked`` and ``words-chunked-capped`` launch it
+    (:func:`anna_xpu_kernels.turboquant_launch.launch_settings`), against the torch reference on the GPU:
     decodes of 3 sequences over a shuffled block table at head dims 256 and 512 (two chunks), 4 and 3 bits, a float32
     query within float32 rounding and a bf16 one within a fifth of the bf16 kernel's own distance bound (the spread
     decode's error, doubled)."""
@@ -56,9 +57,16 @@ def test_turboquant_words_decode_matches_the_reference_on_cuda():
     from anna_core.kv_quant.layout import TurboQuantLayout
     from anna_core.kv_quant.tables import TurboQuantTables
     from anna_xpu_kernels import turboquant as tq
+    from anna_xpu_kernels.turboquant_launch import launch_settings
+
+    def settings(choice, d):  # the explicit tuning of a decode choice, whatever ANNA_TURBOQUANT_DECODE says
+        s = launch_settings(tq.TurboQuantTuning(), True, d, False, choice)
+        return tq.TurboQuantTuning(lookup=s.lookup, block_n=s.block_n, num_warps=s.num_warps, num_stages=s.num_stages,
+                                   d_chunks=s.d_chunks, unpack=s.unpack, max_registers=s.max_registers,
+                                   opaque_operands=s.opaque)
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    for d, h_q, h_kv, bits in ((256, 16, 4, 4), (256, 16, 4, 3), (512, 8, 2, 4)):
+    for d, h_q, h_kv, bits in ((256, 16, 4, 4), (256, 16, 4, 3), (512, 8, 2, 4), (512, 8, 2, 3)):
         layout = TurboQuantLayout(bits)
         tables = TurboQuantTables.build(layout, d, "cuda").args
         n_blocks, bs = 40, 16
@@ -73,10 +81,12 @@ def test_turboquant_words_decode_matches_the_reference_on_cuda():
             q = torch.randn(3, h_q, d, device="cuda", generator=g).to(dtype)
             args = (q, kc, vc, cu, lens, block_tables, d ** -0.5, None, *tables)
             want = ref.paged_attention_turboquant(*args).float()
-            spread = (tq.paged_attention_turboquant(*args).float() - want).abs().max().item()
+            spread = (tq.paged_attention_turboquant(*args, tuning=settings("spread", d)).float()
+                      - want).abs().max().item()
             for tuning in (tq.TurboQuantTuning(unpack="words", lookup="lane", opaque_operands=True, max_registers=168),
                            tq.TurboQuantTuning(unpack="words", lookup="lane", opaque_operands=False, num_stages=1,
-                                               max_registers=128)):
+                                               max_registers=128),
+                           settings("words-chunked", d), settings("words-chunked-capped", d)):
                 err = (tq.paged_attention_turboquant(*args, tuning=tuning).float() - want).abs().max().item()
                 bound = 2e-5 if dtype == torch.float32 else 2 * spread + 1e-6
                 assert err <= bound, (d, bits, dtype, tuning, err, spread)

@@ -10,9 +10,10 @@ installed)::
 (``--cpu-smoke``: the same cases at batch 2 and 64 tokens through Triton's interpreter, wall-clock times, to check
 the script itself without a GPU.)
 
-``--candidates`` instead times the decode variants (issue 30's step target): per shape bf16, then the shipped default
-(the ``spread`` unpack) and the ``words`` unpack with the ``lane`` shuffle (anna_xpu_kernels.turboquant_codes) with its
-launch variations, 4-bit QJL keys (the 9B also at 3 bits), one line each (us, ratio to bf16, max|err| against the
+``--candidates`` instead times the decode variants (issue 30's step target): per shape bf16, then each
+``ANNA_TURBOQUANT_DECODE`` choice's settings (``spread``, ``auto``'s, the ``words`` family: the ``words`` unpack with
+the ``lane`` shuffle, anna_xpu_kernels.turboquant_codes; explicit tunings, whatever the environment says) and launch
+variations, 4 and 3-bit QJL keys (3 bits: the choices only), one line each (us, ratio to bf16, max|err| against the
 reference), the 9B 4-bit cache write, the best per shape and each model's projected step with it.
 
 Shapes: Qwen3.5-9B full attention (16 q / 4 kv heads, head dim 256, 8 such layers), Gemma 4 E4B sliding layers
@@ -223,58 +224,94 @@ def _register_report() -> None:
                      f"shared {compiled.metadata.shared} B, {consts}")
 
 
-def _candidate_list(name: str, bits: int) -> list[tuple[str, object, int | None]]:
-    """``(label, TurboQuantTuning or None, splits)`` in priority order: the shipped default (``spread``) and what
-    ``ANNA_TURBOQUANT_DECODE=words`` launches (the ``words`` unpack, anna_xpu_kernels.turboquant_codes, with the
-    ``lane`` shuffle and opaque operands, at 256 capped at 168 registers) first, then variations."""
-    from anna_xpu_kernels import turboquant as tq
+def _choice(choice: str, name: str, **override):
+    """The explicit TurboQuantTuning of ``ANNA_TURBOQUANT_DECODE=choice`` at shape ``name``
+    (anna_xpu_kernels.turboquant_launch.launch_settings), with ``override``'s fields changed."""
+    from anna_xpu_kernels import turboquant_launch as tl
 
-    T, W = tq.TurboQuantTuning, {"unpack": "words", "lookup": "lane"}
-    wide = name == "E4B-global"
-    words = T(**W, opaque_operands=True, max_registers=None if wide else 168)
-    out = [("spread (default)", None, None), ("words (opaque, 168 regs at 256)", words, None)]
+    h_q, h_kv, dim, window, _ = SHAPES[name]
+    s = tl.launch_settings(tl.TurboQuantTuning(), True, dim, window is not None, choice)
+    fields = {"lookup": s.lookup, "block_n": s.block_n, "num_warps": s.num_warps, "num_stages": s.num_stages,
+              "d_chunks": s.d_chunks, "unpack": s.unpack, "max_registers": s.max_registers,
+              "opaque_operands": s.opaque, **override}
+    return tl.TurboQuantTuning(**fields)
+
+
+def _candidate_list(name: str, bits: int) -> list[tuple[str, object, int | None]]:
+    """``(label, TurboQuantTuning or None, splits)`` in priority order: per shape the ``spread`` decode and ``auto``'s
+    choice first (every shape gets those before any variation is timed), then the ``ANNA_TURBOQUANT_DECODE``
+    choices (anna_xpu_kernels.turboquant_launch.launch_settings; registers / spills / warp instructions per key from
+    ``python -m anna_xpu_kernels.compile_check --registers`` / ``--sass``, sm_90) and launch variations. At 3 bits
+    the choices only."""
+    C = _choice
+    if name == "9B":
+        out = [("spread", C("spread", name), None), ("auto = words-capped (128 regs, 173 wi/key)",
+                                                       C("words-capped", name), None),
+               ("words-chunked (2 chunks, 168 regs, 158 wi/key)", C("words-chunked", name), None),
+               ("words-chunked-capped (128 regs, 36 B spill, 156)", C("words-chunked-capped", name), None)]
+        if bits != 4:
+            return out
+        # 8 splits: 1,024 programs; 3 per multiprocessor at 168 registers (396 on an H100's 132) is 2.6 waves, 6
+        # splits 1.9 (four at 128 registers: 528, 1.9 waves with 8)
+        return out + [
+            ("words-chunked, splits 6 (1.9 waves at 168 regs)", C("words-chunked", name), 6),
+            ("words-chunked, 1 stage (168 regs, 150 wi/key)", C("words-chunked", name, num_stages=1), None),
+            ("words-chunked, splits 16", C("words-chunked", name), 16),
+            ("words-chunked-capped, splits 16", C("words-chunked-capped", name), 16),
+            ("words-chunked, no cap (209 regs)", C("words-chunked", name, max_registers=255), None),
+            ("words (168 regs, 168 wi/key)", C("words", name), None)]
+    if name == "E4B-global":
+        out = [("spread (605 wi/key)", C("spread", name), None),
+               ("auto = words-chunked (32 keys, 1 stage, 269 wi/key)", C("words-chunked", name), None),
+               ("words (16 keys, 2 stages, 336 wi/key)", C("words", name), None)]
+        if bits != 4:
+            return out
+        return out + [
+            ("words-chunked, splits 4", C("words-chunked", name), 4),
+            ("words-chunked, splits 16", C("words-chunked", name), 16),
+            ("words-chunked, 2 stages (278 wi/key)", C("words-chunked", name, num_stages=2), None),
+            ("words, 1 stage (16 keys, 330 wi/key)", C("words", name, num_stages=1), None),
+            ("words, 8 warps 64 keys 168 regs (273 wi/key)",
+             C("words-chunked", name, num_warps=8, block_n=64, max_registers=168), None),
+            ("words, 8 warps 32 keys 2 stages (187 regs, 322)",
+             C("words-chunked", name, num_warps=8, num_stages=2), None),
+            ("words-chunked, 168 regs (80 B spill)", C("words-chunked", name, max_registers=168), None)]
+    out = [("spread", C("spread", name), None), ("auto = words-capped (128 regs, 174 wi/key)",
+                                                   C("words-capped", name), None),
+           ("words-chunked-capped (128 regs, 157 wi/key)", C("words-chunked-capped", name), None),
+           ("words-chunked (168 regs, 159 wi/key)", C("words-chunked", name), None)]
     if bits != 4:
         return out
-    capped = T(**W, opaque_operands=False, num_stages=1, max_registers=128)  # words-capped at 256
-    if name == "9B":
-        out += [("words-capped (8-bit frags, 1 stage, 128 regs)", capped, None),
-                ("words, 8-bit frags, no cap", T(**W, opaque_operands=False), None),
-                ("words, opaque, no cap", T(**W, opaque_operands=True), None),
-                ("words, splits 16", T(**W, opaque_operands=True, max_registers=168), 16),
-                ("words-capped, splits 16", capped, 16),
-                ("words, 1 stage", T(**W, opaque_operands=True, max_registers=168, num_stages=1), None),
-                ("words, splits 4", T(**W, opaque_operands=True, max_registers=168), 4),
-                ("words, 64 keys", T(**W, opaque_operands=True, block_n=64), None),
-                ("words, 3 stages", T(**W, opaque_operands=True, max_registers=168, num_stages=3), None),
-                ("words, 2 chunks", T(**W, opaque_operands=True, max_registers=168, d_chunks=2), None),
-                ("words + gather-shuffle", T(unpack="words", lookup="shuffle"), None)]
-    elif wide:
-        out += [("words, 168 regs (36 B spilled, 3 programs per SM)", T(**W, opaque_operands=True, max_registers=168),
-                 None),
-                ("words, 8-bit frags", T(**W, opaque_operands=False), None), ("words, splits 16", words, 16),
-                ("words, splits 4", words, 4), ("words, 32 keys", T(**W, opaque_operands=True, block_n=32), None),
-                ("words, 3 stages", T(**W, opaque_operands=True, num_stages=3), None)]
-    else:
-        out += [("words-capped (8-bit frags, 1 stage, 128 regs)", capped, None),
-                ("words, 64 keys", T(**W, opaque_operands=True, block_n=64), None), ("words, splits 2", words, 2)]
-    return out
+    # 8 splits: 512 programs, one wave at 128 registers (4 per multiprocessor, 528 on an H100), 1.3 at 168 (396): 6
+    # splits (384) one wave there
+    return out + [
+        ("words-chunked, splits 6 (one wave at 168 regs)", C("words-chunked", name), 6),
+        ("words-chunked-capped, splits 4", C("words-chunked-capped", name), 4),
+        ("words-capped, splits 4", C("words-capped", name), 4),
+        ("words-chunked-capped, splits 16", C("words-chunked-capped", name), 16),
+        ("words-chunked-capped, 8 warps 64 keys (154)",
+         C("words-chunked-capped", name, num_warps=8, block_n=64), None),
+        ("words-chunked, 1 stage (168 regs, 152 wi/key)", C("words-chunked", name, num_stages=1), None)]
 
 
 def _candidates(names: list[str], budget_s: float, t0: float) -> int:
-    """bf16 per shape, then :func:`_candidate_list` (4-bit QJL keys; the 9B also at 3 bits), one line each with the
+    """bf16 per shape, then :func:`_candidate_list` (4 and 3-bit QJL keys), one line each with the
     ratio to bf16; variants stop starting after ``budget_s``; then each model's projected step with its best."""
     base, best = {}, {}
     cases = []
     for name in names:
         shape = Shape(name)
         base[name] = _bf16_case(shape)
-        for bits in ((4, 3) if name == "9B" else (4,)):
+        for bits in (4, 3):
             cases.append((shape, bits))
     quants, skipped = {}, []
-    for phase in (0, 1):  # the shipped default and words + lane at every shape first, then the launch variations
+    # spread and auto's choice at every shape and bits first, then the other choices at 4 bits, then the launch
+    # variations (4 bits), then the other choices at 3 bits
+    for lo, hi, at in ((0, 2, (4, 3)), (2, 4, (4,)), (4, None, (4,)), (2, None, (3,))):
         for shape, bits in cases:
-            todo = _candidate_list(shape.name, bits)
-            todo = todo[:2] if phase == 0 else todo[2:]
+            if bits not in at:
+                continue
+            todo = _candidate_list(shape.name, bits)[lo:hi]
             for label, tuning, splits in todo:
                 if time.time() - t0 > budget_s:
                     skipped.append(f"{shape.name} {bits}-bit {label}")

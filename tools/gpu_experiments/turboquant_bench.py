@@ -6,7 +6,7 @@ Run from the repository root (PYTHONPATH set to the packages' src folders)::
 
     python3 tools/gpu_experiments/turboquant_bench.py [--shapes Qwen3.5-9B,gemma-4-31B-it] [--budget-gib 8]
         [--context 4096] [--batch 32] [--steps 32] [--run-streams] [--no-cuda-graph] [--no-quant-cuda-graph]
-        [--residual-len 0] [--device cuda] [--bits 4,3] [--tq-decodes spread,words] [--no-capacity]
+        [--residual-len 0] [--device cuda] [--bits 4,3] [--tq-decodes auto,words-chunked] [--no-capacity]
 
 Per shape and mode (``none``, ``turboquant`` 4 and 3 bits) it prints one JSON line:
 
@@ -149,11 +149,16 @@ def main() -> None:
     ap.add_argument("--load-format", default="dummy")
     ap.add_argument("--bits", default="4,3", help="the quantized modes' bits, comma-separated")
     ap.add_argument("--tq-decodes", default="",
-                    help="run each quantized mode once per ANNA_TURBOQUANT_DECODE value, comma-separated (spread, "
-                         "words; default: the environment's)")
+                    help="run each quantized mode once per ANNA_TURBOQUANT_DECODE value, comma-separated (auto, spread, "
+                         "words, words-capped, words-chunked, words-chunked-capped; default: the environment's)")
     ap.add_argument("--no-capacity", dest="capacity", action="store_false",
                     help="skip the streams-under-the-budget engine (decode steps only)")
     args = ap.parse_args()
+    from anna_xpu_kernels._env import TURBOQUANT_DECODES
+
+    unknown = [d for d in args.tq_decodes.split(",") if d and d not in TURBOQUANT_DECODES]
+    if unknown:
+        ap.error(f"--tq-decodes: {unknown} not among {TURBOQUANT_DECODES}")
     from anna_core.kernels.registry import chosen_kernels
     from anna_core.loading import load_model
 

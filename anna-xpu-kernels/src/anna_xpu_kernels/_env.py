@@ -179,14 +179,17 @@ def lm_head_topk_impl() -> str:
 
 
 TURBOQUANT_DECODE_ENV = "ANNA_TURBOQUANT_DECODE"
-TURBOQUANT_DECODES = ("auto", "spread", "words", "words-capped")
+TURBOQUANT_DECODES = ("auto", "spread", "words", "words-capped", "words-chunked", "words-chunked-capped")
 
 
 def turboquant_decode_requested() -> str:
-    """``ANNA_TURBOQUANT_DECODE``: the code unpacking (and with it the lookup, and for ``words-capped`` a register cap)
-    of the TurboQuant decode attention on CUDA (:mod:`anna_xpu_kernels.turboquant_codes`;
-    :func:`anna_xpu_kernels.turboquant._launch_settings`): ``auto`` (unset: ``words-capped`` at a padded head dim of
-    256, the fastest measured there, else ``spread``), ``spread``, ``words`` or ``words-capped``.
+    """``ANNA_TURBOQUANT_DECODE``: the code unpacking (and with it the lookup, column chunks, keys per tile, stages and
+    register cap) of the TurboQuant decode attention on CUDA (:mod:`anna_xpu_kernels.turboquant_codes`;
+    :func:`anna_xpu_kernels.turboquant_launch.launch_settings` tells each choice's settings): ``auto`` (unset:
+    ``words-capped`` at a padded head dim of 256, the fastest measured through a decode step there,
+    ``words-chunked`` at 512, else ``spread``), ``spread``, ``words``, ``words-capped``, ``words-chunked`` (two
+    column chunks at 256; 32 keys per tile and one stage at 512) or ``words-chunked-capped`` (at 256 also one stage
+    and at most 128 registers).
 
     Raises:
         ValueError: another value.

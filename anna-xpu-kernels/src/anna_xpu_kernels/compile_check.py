@@ -196,13 +196,15 @@ def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str
 
 def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
     """TurboQuant attention at decode (QJL keys, bf16 dots) with its default launch settings
-    (:func:`turboquant_decode_cases`, the ``words`` decodes at the 9B 4-bit shape only); a float32 prefill with a window and a residual ring; the query projections,
-    the merge with the rotation back and the cache write."""
+    (:func:`turboquant_decode_cases`: ``spread`` at every shape, every ``words`` decode at the 9B 4-bit shape, and
+    ``auto``'s at E4B's); a float32 prefill with a window and a residual ring; the query projections, the merge with
+    the rotation back and the cache write."""
     from anna_xpu_kernels import turboquant
 
-    # the words decodes at one shape here (--registers compiles them all)
+    # the words decodes at one shape and auto's here (--registers compiles them all)
+    autos = ("E4B-global 4-bit words-chunked", "E4B-sliding 4-bit words-capped")
     yield from (case[:4] for case in turboquant_decode_cases()
-                if "words" not in case[5] or case[5].startswith("9B 4-bit"))
+                if "words" not in case[5] or case[5].startswith("9B 4-bit") or case[5] in autos)
 
     yield turboquant._tq_attention_kernel, "fp32", _tq_case(256, 16, BLOCK_Q=8, BLOCK_M=32, HAS_WINDOW=True,
                                                             SPLIT=False, DECODE=False, HAS_RING=True, DOT=2), 8
@@ -240,24 +242,36 @@ def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:
             "OPAQUE": False, "PER_QUERY": False, **extra}
 
 
+TQ_DECODE_SHAPES = (("9B 4-bit", 256, 4, False, False), ("9B 3-bit", 256, 3, False, False),
+                    ("E4B-global 4-bit", 512, 4, False, False), ("E4B-global 3-bit", 512, 3, False, False),
+                    ("E4B-sliding 4-bit", 256, 4, True, False), ("9B 2-bit", 256, 2, False, False),
+                    ("E4B-global 4-bit ring", 512, 4, False, True))
+"""``(name, padded head dim, bits, sliding window, residual ring)`` of :func:`turboquant_decode_cases`."""
+
+TQ_DECODE_CHOICES = ("spread", "words", "words-capped", "words-chunked", "words-chunked-capped")
+"""The ``ANNA_TURBOQUANT_DECODE`` choices compiled (``auto`` is one of them per width); the ``-capped`` ones at 256
+only (at 512 they equal ``words`` / ``words-chunked``)."""
+
+
 def turboquant_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, int], str]]:
     """``(kernel, act, constexprs, num_warps, compile options, name)`` of the TurboQuant decode attention as
-    :func:`anna_xpu_kernels.turboquant.paged_attention_turboquant` launches it by default at batch-32 decode shapes:
-    Qwen3.5-9B (16 / 4 heads, 256) and Gemma 4 E4B's global layers (8 / 2 heads, 512), with QJL keys at 4 and 3 bits;
-    2 bits and a residual ring (``auto``'s) at one shape each; then the same cases with the ``words`` decode
-    (``ANNA_TURBOQUANT_DECODE=words``: names ending in ``words``) and the 9B ones with ``words-capped``."""
+    :func:`anna_xpu_kernels.turboquant.paged_attention_turboquant` launches it at batch-32 decode shapes
+    (:data:`TQ_DECODE_SHAPES`): Qwen3.5-9B (16 / 4 heads, 256), Gemma 4 E4B's global layers (8 / 2 heads, 512) and
+    sliding layers (8 / 2, 256, a window), with QJL keys at 4 and 3 bits; 2 bits and a residual ring (``auto``'s) at
+    one shape each; per :data:`TQ_DECODE_CHOICES` (names: the shape's, then the choice unless ``spread``), with
+    :func:`anna_xpu_kernels.turboquant_launch.launch_settings`'s settings."""
     from anna_xpu_kernels import turboquant
+    from anna_xpu_kernels import turboquant_launch as launch
 
-    for choice in ("spread", "words", "words-capped"):
-        for name, d, bits, ring in (("9B 4-bit", 256, 4, False), ("9B 3-bit", 256, 3, False),
-                                    ("E4B-global 4-bit", 512, 4, False), ("E4B-global 3-bit", 512, 3, False),
-                                    ("9B 2-bit", 256, 2, False), ("E4B-global 4-bit ring", 512, 4, True)):
-            if choice == "words-capped" and d != 256:
+    for choice in TQ_DECODE_CHOICES:
+        for name, d, bits, window, ring in TQ_DECODE_SHAPES:
+            if choice.endswith("-capped") and d != 256:
                 continue
-            s = turboquant._launch_settings(turboquant.TurboQuantTuning(), True, d, False, choice)
+            s = launch.launch_settings(launch.TurboQuantTuning(), True, d, window, choice)
             case = _tq_case(d, s.block_n, GROUP=4, KBITS=bits - 1, VBITS=bits, Z_FIRST=2 + (bits - 1) * d // 32,
-                            HAS_RING=ring, LOOKUP=turboquant.LOOKUPS.index(s.lookup), D_CHUNKS=s.d_chunks,
-                            UNPACK=turboquant.UNPACKS.index(s.unpack), OPAQUE=s.opaque and s.lookup == "lane")
+                            HAS_RING=ring, HAS_WINDOW=window, LOOKUP=turboquant.LOOKUPS.index(s.lookup),
+                            D_CHUNKS=s.d_chunks, UNPACK=turboquant.UNPACKS.index(s.unpack),
+                            OPAQUE=s.opaque and s.lookup == "lane")
             options = {"num_stages": s.num_stages, **({"maxnreg": s.max_registers} if s.max_registers else {})}
             yield (turboquant._tq_attention_kernel, "bf16", case, s.num_warps, options,
                    name if choice == "spread" else f"{name} {choice}")
@@ -323,8 +337,9 @@ def _largest_loop(sass: str) -> list[str]:
     return best
 
 
-def loop_instructions(arch: int = 90) -> list[tuple[str, int, int, dict[str, int]]]:
-    """``(case name, SASS instructions of the key loop per thread, keys per iteration, the ten commonest opcodes)``
+def loop_instructions(arch: int = 90) -> list[tuple[str, int, int, int, dict[str, int]]]:
+    """``(case name, SASS instructions of the key loop per thread, keys per iteration, warps, the ten commonest
+    opcodes)``
     of :func:`turboquant_decode_cases`, compiled for ``sm_<arch>`` and disassembled by Triton's bundled
     ``nvdisasm``: a static measure of the decode attention's work per key (no GPU needed; shuffles, shared-memory
     and conversion instructions issue slower than integer ones, so it ranks variants, not times).
@@ -357,7 +372,7 @@ def loop_instructions(arch: int = 90) -> list[tuple[str, int, int, dict[str, int
                                   check=True).stdout
         body = _largest_loop(sass)
         ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for i in body)
-        out.append((name, len(body), constexprs["BLOCK_N"], dict(ops.most_common(10))))
+        out.append((name, len(body), constexprs["BLOCK_N"], num_warps, dict(ops.most_common(10))))
     return out
 
 
@@ -550,8 +565,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the SASS instructions of the TurboQuant decode attention's key loop instead")
     args = parser.parse_args(argv)
     if args.sass:
-        for name, n, keys, ops in loop_instructions(args.arch):
-            print(f"{name}: {n} instructions per thread per {keys} keys; {ops}")
+        for name, n, keys, warps, ops in loop_instructions(args.arch):  # warp instructions per key: comparable
+            # across warps and tile widths (a thread's count halves with twice the warps)
+            print(f"{name}: {n} instructions per thread per {keys} keys, {warps} warps: "
+                  f"{n * warps / keys:.0f} warp instructions per key; {ops}")
         return 0
     if args.registers:
         for name, regs, spills in register_usage(args.arch):

@@ -18,7 +18,8 @@ packing (the query heads of one KV head are the rows of one tile), tiles numbere
 (:mod:`anna_xpu_kernels.attention_plan`; no host sync, so decode and prefill calls can be graph-captured),
 flash-decoding splits. The values' norms scale the probabilities, not the centroids. Dots take bf16 operands on
 tensor cores for a bf16 / fp16 query and float32 (``ieee``) ones for a float32 query, accumulating in float32
-(:class:`TurboQuantTuning` overrides it and the launch settings). Head dims up to 512, padded to a power of two;
+(:class:`~anna_xpu_kernels.turboquant_launch.TurboQuantTuning` overrides it and the launch settings, chosen by
+:mod:`anna_xpu_kernels.turboquant_launch`). Head dims up to 512, padded to a power of two;
 above 256 each key tile is decoded, dotted and accumulated in two column chunks of the head dim (``D_CHUNKS``), so
 no full-width decoded tile is live at once (the one-chunk kernel spilled registers at 512). With a residual ring only
 the key tiles from ``valid_len - R`` on (the sequence's real length: a padded prefill's padding rows are not its
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import math
 
-import attrs
 import torch
 from anna_core.kernels.checks import (
     check_turboquant_caches,
@@ -56,81 +56,9 @@ from anna_xpu_kernels.turboquant_codes import (
     signs,
     word_order,
 )
+from anna_xpu_kernels.turboquant_launch import DOTS, TurboQuantTuning, launch_settings
 
 MAX_HEAD_DIM = 512
-
-
-DOTS = ("bf16", "tf32", "ieee")
-"""Operand precisions of the attention kernel's dots (accumulation is float32 in all three)."""
-
-@attrs.frozen
-class TurboQuantTuning:
-    """Launch settings of :func:`paged_attention_turboquant`'s kernel (None: chosen from the shape).
-
-    Attributes:
-        dot: operand precision of the score and value dots, one of :data:`DOTS`; None: ``ieee`` for a float32
-            query (float32 serving: the reference's rounding), else ``bf16``, on tensor cores, whose rounding (unit
-            roundoff 2^-8 on the rotated query, the centroids and the probabilities) stays far below the
-            quantization's own error (tests/xpu_kernels/test_turboquant.py bounds it).
-        lookup: one of :data:`LOOKUPS`; None: ``shuffle`` at a decode with a padded head dim of 256 or 512, else
-            ``gather`` (other widths are unmeasured; at 512 the gather's per-element addresses spill registers).
-        block_n: keys per loop step (a power of two, at least 16; None: 8K coordinates per tile at a decode, 32 keys
-            at 256, 16 at 512).
-        num_warps, num_stages: Triton launch settings (None: 4 warps at a decode with a padded head dim of 256 or
-            512: Triton 3.6 fails to compile the shuffle at 512 with 16 keys and 8 warps).
-        d_chunks: column chunks the head dim is processed in, 1 or 2 (None: 2 for padded head dims above 256): with
-            2, each key tile's codes are decoded, dotted and accumulated one half of the head dim at a time, so no
-            ``[BLOCK_N, BLOCK_D]`` decoded tile is live whole (at a head dim of 512 the one-chunk kernel spills
-            registers).
-        max_registers: a cap on the kernel's registers per thread (ptxas ``.maxnreg``; None: none, or 128 with
-            ``words-capped`` above): with the
-            ``words`` decode, one stage and 128 registers the 9B decode kernel compiles without spills in 49 KB of
-            shared memory, so four programs (16 warps) fit a multiprocessor where three did.
-        opaque_operands: with the ``lane`` lookup, end the decoded dot operands in side-effecting PTX, so Triton
-            gives their dots 16-bit register fragments instead of 8-bit ones
-            (:data:`anna_xpu_kernels.turboquant_codes.OPAQUE_DOC`); None: on with ``ANNA_TURBOQUANT_DECODE=words``
-            (which then caps the registers at 168 at a padded head dim of 256) and at 512.
-        unpack: how codes come out of their bit planes, one of :data:`UNPACKS`
-            (:mod:`anna_xpu_kernels.turboquant_codes`); None: ``spread``, or ``words`` at a decode on CUDA when
-            ``ANNA_TURBOQUANT_DECODE`` is ``words`` or ``words-capped`` (then with the ``lane`` lookup at padded head
-            dims of 256 and 512; ``words-capped`` also takes one stage and 128 registers at 256).
-
-    The decode defaults at a head dim of 256 (shuffle lookup, 4 warps, 8 splits without a sliding window) are the
-    fastest combination measured at Qwen3.5-9B's shape on an H100 (batch 32, 4k context; BENCHMARKS.md); at 512 (two
-    chunks, shuffle, 4 warps, 16 keys) the only combination that compiles without register spills (ptxas:
-    ``python -m anna_xpu_kernels.compile_check --registers``), not yet timed. ``words`` with ``lane`` and opaque
-    operands cuts the decode loop's instructions by 50% at 256 and 45% at 512 (``compile_check --sass``), not yet
-    timed either.
-
-    Raises:
-        ValueError: a value outside the choices above.
-    """
-
-    dot: str | None = None
-    lookup: str | None = None
-    block_n: int | None = None
-    num_warps: int | None = None
-    num_stages: int | None = None
-    d_chunks: int | None = None
-    unpack: str | None = None
-    max_registers: int | None = None
-    opaque_operands: bool | None = None
-
-    def __attrs_post_init__(self) -> None:
-        op = "paged_attention_turboquant"
-        require(self.dot is None or self.dot in DOTS, op, f"dot must be one of {DOTS}, got {self.dot!r}")
-        require(self.lookup is None or self.lookup in LOOKUPS, op, f"lookup must be one of {LOOKUPS}, got {self.lookup!r}")
-        require(self.block_n is None or (self.block_n >= 16 and self.block_n & (self.block_n - 1) == 0), op,
-                f"block_n must be a power of two >= 16, got {self.block_n}")
-        require(self.num_warps is None or self.num_warps in (1, 2, 4, 8, 16), op,
-                f"num_warps must be a power of two up to 16, got {self.num_warps}")
-        require(self.num_stages is None or self.num_stages >= 1, op,
-                f"num_stages must be at least 1, got {self.num_stages}")
-        require(self.d_chunks in (None, 1, 2), op, f"d_chunks must be 1 or 2, got {self.d_chunks}")
-        require(self.unpack is None or self.unpack in UNPACKS, op,
-                f"unpack must be one of {UNPACKS}, got {self.unpack!r}")
-        require(self.max_registers is None or 24 <= self.max_registers <= 255, op,
-                f"max_registers must lie in [24, 255], got {self.max_registers}")
 
 
 @triton.jit
@@ -439,50 +367,6 @@ def _tq_attention_kernel(
         _store_chunk(acc1, l_i, o_ptr, o_off, acc_ws_ptr, ws_row, row_ok, d, head_dim, 1, CHUNK_D, BLOCK_D, SPLIT)
 
 
-@attrs.frozen
-class _Launch:
-    lookup: str
-    block_n: int
-    num_warps: int
-    num_stages: int
-    d_chunks: int
-    splits: int | None
-    unpack: str
-    max_registers: int | None
-    opaque: bool
-
-
-def _launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, windowed: bool,
-                     choice: str = "spread") -> _Launch:
-    """``tuning`` with its unset fields chosen from the shape (:class:`TurboQuantTuning` tells which) and, at a
-    decode, ``choice`` (``ANNA_TURBOQUANT_DECODE`` on CUDA, :func:`anna_xpu_kernels._env.turboquant_decode_requested`):
-    ``spread``, ``words`` (the ``words`` unpack, with the ``lane`` lookup and opaque operands at padded head dims of
-    256, capped at 168 registers, and 512), ``words-capped`` (the same at 512; at 256 8-bit operand fragments, one
-    stage and at most 128 registers) or ``auto``: ``words-capped`` at 256 (at the Qwen3.5-9B shape the fastest of the
-    candidates timed, BENCHMARKS.md), ``spread`` at other widths (``words`` there not timed yet)."""
-    if choice == "auto":
-        choice = "words-capped" if block_d == WIDE_HEAD_DIM else "spread"
-    wide = block_d * 2 > WIDE_HEAD_DIM
-    d_chunks = tuning.d_chunks or (2 if block_d > WIDE_HEAD_DIM else 1)
-    # decode: 8K coordinates per K / V tile (32 keys at a head dim of 256, 16 at 512)
-    block_n = max(16, min(64, 8192 // block_d)) if decode else 16 if wide else 32
-    words = decode and choice in ("words", "words-capped")
-    capped = words and choice == "words-capped" and block_d == WIDE_HEAD_DIM
-    opaque = words and block_d >= WIDE_HEAD_DIM and not capped
-    if decode and block_d >= WIDE_HEAD_DIM:  # measured at 256 (BENCHMARKS.md); at 512 the one setting without
-        # register spills (tests/xpu_kernels/test_turboquant_registers.py; the shuffle fails to compile with 8 warps)
-        lookup, warps, splits = "lane" if words else "shuffle", 4, 8 if block_d == WIDE_HEAD_DIM and not windowed else None
-    else:
-        lookup, warps, splits = "gather", 8 if wide else 4, None
-    return _Launch(lookup=tuning.lookup or lookup, block_n=tuning.block_n or block_n,
-                   num_warps=tuning.num_warps or warps,
-                   num_stages=tuning.num_stages or (1 if capped else 2 if wide else 3), d_chunks=d_chunks,
-                   splits=splits, unpack=tuning.unpack or ("words" if words else "spread"),
-                   max_registers=tuning.max_registers or (
-                       128 if capped else 168 if opaque and block_d == WIDE_HEAD_DIM else None),
-                   opaque=opaque if tuning.opaque_operands is None else tuning.opaque_operands)
-
-
 def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
                                rotation, qjl, key_centroids, value_centroids, residual_k=None, residual_v=None,
                                residual_pos=None, slots=None, valid_lens=None, new_k=None, new_v=None, *,
@@ -534,8 +418,8 @@ def paged_attention_turboquant(q, k_cache, v_cache, cu_seqlens_q, seq_lens, bloc
     rows = 64 if not wide else 32 if block_d <= WIDE_HEAD_DIM else 16
     decode = total == batch
     on_cuda = q.device.type == "cuda" and torch.version.hip is None and not INTERPRETING  # inline PTX runs there
-    launch = _launch_settings(tuning, decode, block_d, sliding_window is not None,
-                              turboquant_decode_requested() if on_cuda else "spread")
+    launch = launch_settings(tuning, decode, block_d, sliding_window is not None,
+                             turboquant_decode_requested() if on_cuda else "spread")
     lookup = launch.lookup
     if lookup == "lane" and not on_cuda:  # inline PTX: the interpreter takes the same values from a gather
         require(INTERPRETING, op, f"the lane lookup is inline PTX (NVIDIA CUDA only), got a {q.device.type} tensor")

@@ -76,8 +76,12 @@ def test_words_is_the_decode_default_when_asked_for():
     assert picked(settings(default, True, 512, False, "words-capped")) == ("words", "lane", 2, None, True)
     assert picked(settings(default, True, 128, False, "words")) == ("words", "gather", 3, None, False)
     assert picked(settings(default, False, 256, False, "words-capped")) == ("spread", "gather", 2, None, False)
-    # auto (the default on CUDA): words-capped at 256, words-chunked at 512, spread elsewhere and at prefill
-    assert picked(settings(default, True, 256, False, "auto")) == ("words", "lane", 1, 128, False)
+    # auto (the default on CUDA): words-chunked at 256 (words-capped with a window) and 512, spread elsewhere and at
+    # prefill
+    assert settings(default, True, 256, False, "auto") == settings(default, True, 256, False, "words-chunked")
+    assert settings(default, True, 256, True, "auto") == settings(default, True, 256, True, "words-capped")
+    assert settings(default, True, 256, False, "auto").d_chunks == 2
+    assert picked(settings(default, True, 256, True, "auto")) == ("words", "lane", 1, 128, False)
     assert settings(default, True, 512, False, "auto") == settings(default, True, 512, False, "words-chunked")
     assert picked(settings(default, True, 128, False, "auto")) == picked(settings(default, True, 128, False))
     assert picked(settings(default, False, 256, False, "auto")) == ("spread", "gather", 2, None, False)

@@ -186,8 +186,8 @@ def turboquant_decode_requested() -> str:
     """``ANNA_TURBOQUANT_DECODE``: the code unpacking (and with it the lookup, column chunks, keys per tile, stages and
     register cap) of the TurboQuant decode attention on CUDA (:mod:`anna_xpu_kernels.turboquant_codes`;
     :func:`anna_xpu_kernels.turboquant_launch.launch_settings` tells each choice's settings): ``auto`` (unset:
-    ``words-capped`` at a padded head dim of 256, the fastest measured through a decode step there,
-    ``words-chunked`` at 512, else ``spread``), ``spread``, ``words``, ``words-capped``, ``words-chunked`` (two
+    at a padded head dim of 256 ``words-chunked``, or ``words-capped`` with a sliding window, ``words-chunked`` at
+    512, else ``spread``: the fastest measured through decode steps), ``spread``, ``words``, ``words-capped``, ``words-chunked`` (two
     column chunks at 256; 32 keys per tile and one stage at 512) or ``words-chunked-capped`` (at 256 also one stage
     and at most 128 registers).
 

@@ -56,10 +56,10 @@ class TurboQuantTuning:
             ``ANNA_TURBOQUANT_DECODE`` asks for a ``words`` decode (then with the ``lane`` lookup at padded head dims
             of 256 and 512).
 
-    The decode defaults at a head dim of 256 (``auto``: ``words-capped``, 4 warps, 8 splits without a sliding window)
-    are the fastest measured through the Qwen3.5-9B step on an H100 (batch 32, 4k context; BENCHMARKS.md); at 512
-    ``auto`` takes ``words-chunked`` (two chunks, 32 keys, one stage), chosen from ptxas, not yet timed: no spills at
-    the same 255 registers as ``spread`` and 55% fewer loop instructions per key
+    The decode defaults (``auto``: at 256 ``words-chunked`` with 4 warps and 8 splits without a sliding window,
+    ``words-capped`` with one; ``words-chunked`` at 512: two chunks, 32 keys, one stage) are the fastest measured
+    through the Qwen3.5-9B and Gemma 4 E4B steps on an H200 (batch 32, 4k context; BENCHMARKS.md); at 512 ptxas also
+    shows no spills at the same 255 registers as ``spread`` and 55% fewer loop instructions per key
     (``python -m anna_xpu_kernels.compile_check --registers`` / ``--sass``).
 
     Raises:
@@ -126,15 +126,17 @@ def launch_settings(tuning: TurboQuantTuning, decode: bool, block_d: int, window
     * ``words-chunked-capped``: ``words-chunked`` with one stage and at most 128 registers at 256 (ptxas: no spills,
       157 warp instructions per key against 159, 25 KB of shared memory: four programs per multiprocessor where
       ``words-chunked`` fits three; not yet timed), as ``words-chunked`` at 512.
-    * ``auto``: ``words-capped`` at 256 (the fastest measured through the 9B step), ``words-chunked`` at 512,
-      ``spread`` at other widths (``words`` there not measured).
+    * ``auto``: at 256 ``words-chunked`` without a sliding window (the 9B step on an H200: 1.29x bf16's against
+      ``words-capped``'s 1.35x) and ``words-capped`` with one (Gemma 4's sliding layers: the two equal alone, and the
+      E4B step was faster with it), ``words-chunked`` at 512 (the E4B global layers: 482 µs against ``spread``'s
+      646), ``spread`` at other widths (``words`` there not measured).
 
     Other widths take the ``words`` unpack alone with any ``words`` choice. Prefill (``decode`` False) always takes
     ``spread``. The ``spread`` / ``words`` / ``words-capped`` settings are those measured in BENCHMARKS.md.
     """
-    if choice == "auto":
-        choice = "words-capped" if block_d == WIDE_HEAD_DIM else "words-chunked" if block_d == 2 * WIDE_HEAD_DIM \
-            else "spread"
+    if choice == "auto":  # the fastest through a decode step: H200, BENCHMARKS.md (twenty-fourth session)
+        choice = ("words-capped" if windowed else "words-chunked") if block_d == WIDE_HEAD_DIM \
+            else "words-chunked" if block_d == 2 * WIDE_HEAD_DIM else "spread"
     wide = block_d * 2 > WIDE_HEAD_DIM
     words = decode and choice in ("words", "words-capped", *CHUNKED)
     capped = words and choice == "words-capped" and block_d == WIDE_HEAD_DIM

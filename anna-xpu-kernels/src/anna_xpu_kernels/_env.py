@@ -198,3 +198,22 @@ def turboquant_decode_requested() -> str:
     if value not in TURBOQUANT_DECODES:
         raise ValueError(f"{TURBOQUANT_DECODE_ENV} must be one of {TURBOQUANT_DECODES}, got {value!r}")
     return value
+
+
+TURBOQUANT_WRITE_ENV = "ANNA_TURBOQUANT_WRITE"
+TURBOQUANT_WRITES = ("auto", "chain", "columns")
+
+
+def turboquant_write_requested() -> str:
+    """``ANNA_TURBOQUANT_WRITE``: the launch of the TurboQuant cache write
+    (:func:`anna_xpu_kernels.turboquant_write.write_path`): ``chain`` (one program per 16 rows and keys / values, a
+    chain of ``[16, D] x [D, 64]`` products), ``columns`` (also one per 64-column chunk, the keys' QJL signs finished
+    by the last chunk to arrive) or ``auto`` (unset: ``chain`` until ``columns`` is measured on a GPU).
+
+    Raises:
+        ValueError: another value.
+    """
+    value = os.environ.get(TURBOQUANT_WRITE_ENV, "").strip().lower() or "auto"
+    if value not in TURBOQUANT_WRITES:
+        raise ValueError(f"{TURBOQUANT_WRITE_ENV} must be one of {TURBOQUANT_WRITES}, got {value!r}")
+    return value

@@ -17,6 +17,15 @@ The products are float32 to float32 rounding: ``ieee`` dots off CUDA (and under 
 rounding of the norms and of ``y`` / ``S r`` in their last bits: a coordinate whose ``y`` lies within that rounding of
 a decision boundary (or whose ``(S r)_j`` of zero) may take the other code (tests/xpu_kernels/test_turboquant_write.py
 bounds it). No host sync (graph-capturable).
+
+A second launch, ``columns`` (``ANNA_TURBOQUANT_WRITE``, :func:`write_path`), shortens that chain for a decode
+step's few rows: a program per 16 rows, ``BLOCK_O``-column chunk ``c`` and keys / values (a 9B step's 128 rows at a
+head dim of 256: 64 programs instead of 16) computes its rows' norms, its chunk of ``y`` and the chunk's codes (whole
+bytes of every plane); for QJL keys its residual chunk's share of the projection, ``r_c S[:, c]^T`` ``[16, D]``, and
+``||r_c||^2`` go to a float32 workspace, and the last chunk of the row block to arrive (an acquire-release counter,
+:class:`anna_xpu_kernels.counters.CounterPool`, left at zero) sums the shares in chunk order (deterministic) for the
+sign plane and ``gamma``. Its longest chain is two ``D / 64`` dots and the sum, against the chain's two ``(D / 64)^2``.
+Its products split ``S r``'s reduction by chunk, so its rows carry the same rounding exemptions.
 """
 
 from __future__ import annotations
@@ -235,8 +244,9 @@ WRITE_PATHS = ("chain", "columns")
 COLUMNS_MAX_ROWS = 0
 """``auto`` (``ANNA_TURBOQUANT_WRITE`` unset) takes ``columns`` for at most this many (token, KV head) rows: 0 (never)
 until a GPU measures it against ``chain`` (``tools/gpu_experiments/tq_decode_micro.py``)."""
-COLUMNS_BLOCK_O, COLUMNS_NUM_WARPS = 64, 4
-"""``columns``' chunk width (a multiple of 8: a chunk owns whole bytes of every plane) and warps."""
+COLUMNS_BLOCK_O, COLUMNS_NUM_WARPS = 64, 8
+"""``columns``' chunk width (a multiple of 8: a chunk owns whole bytes of every plane) and warps: 230 registers,
+no spills at head dims 256 and 512 (ptxas, sm_90; 4 warps took 255)."""
 
 
 def write_path(requested: str, rows: int) -> str:

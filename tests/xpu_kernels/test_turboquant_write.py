@@ -91,6 +91,35 @@ def test_the_columns_write_at_other_rows_and_chunks(n, h_kv, d, block_o):
     _check_write(4, d, True, n, h_kv, write)
 
 
+def test_the_columns_write_equals_the_chain_but_for_the_sign_sums():
+    """Both launches compute the norms and each 64-column chunk of ``y`` with the same products, so their norms and
+    codes are the same bits; ``S r`` and ``gamma`` sum the same products in another order (signs may flip only at a
+    projection of zero)."""
+    k, v, kc, vc, slots, tables = _filled(3, 128, 3, 4, 2, seed=5)
+    k, v = k[:9].bfloat16(), v[:9].bfloat16()
+    kc2, vc2 = kc.clone(), vc.clone()
+    tw.write_with("chain", k, v, kc, vc, slots[:9], *tables)
+    tw.write_with("columns", k, v, kc2, vc2, slots[:9], *tables)
+    assert torch.equal(vc, vc2)
+    rows, rows2 = kc.view(-1, kc.shape[-1]), kc2.view(-1, kc.shape[-1])
+    code_end = 8 + 2 * 128 // 8
+    assert torch.equal(rows[:, :4], rows2[:, :4]) and torch.equal(rows[:, 8:code_end], rows2[:, 8:code_end])
+    torch.testing.assert_close(rows[:, 4:8].contiguous().view(torch.float32),
+                               rows2[:, 4:8].contiguous().view(torch.float32), rtol=1e-6, atol=0)
+    assert (rows[:, code_end:] != rows2[:, code_end:]).float().mean() < 1e-2
+
+
+def test_the_columns_write_reads_nothing_on_the_host():
+    """Graph-capturable: no ``.item()``, no shape from tensor values (its workspace and counters come from the row
+    count)."""
+    from anna_core.testing.host_reads import NoHostReads
+
+    k, v, kc, vc, slots, tables = _filled(4, 64, 3, 4, 2, seed=2)
+    k, v = k[:5].bfloat16(), v[:5].bfloat16()
+    with torch.inference_mode(), NoHostReads():
+        tw.write_with("columns", k, v, kc, vc, slots[:5], *tables)
+
+
 def test_the_columns_write_leaves_its_counters_at_zero():
     k, v, kc, vc, slots, tables = _filled(3, 64, 3, 4, 4, seed=1)
     tw.write_with("columns", k[:9].bfloat16(), v[:9].bfloat16(), kc, vc, slots[:9], *tables)  # 36 rows: 3 blocks

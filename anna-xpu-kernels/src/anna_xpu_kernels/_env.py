@@ -7,7 +7,7 @@ layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fus
 (``ANNA_QKV_NORM_ROPE_ATTENTION``), the split merge inside the decode attention launch (``ANNA_ATTENTION_FUSED_MERGE``),
 Gemma 4's per-layer-input block in one launch (``ANNA_POST_NORM_GATED_LINEAR``), the implementation of
 ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``) and the TurboQuant decode attention's code unpacking
-(``ANNA_TURBOQUANT_DECODE``). Each exists
+(``ANNA_TURBOQUANT_DECODE``) and the launch of its cache write (``ANNA_TURBOQUANT_WRITE``). Each exists
 to A/B a kernel choice in separate processes
 (``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 

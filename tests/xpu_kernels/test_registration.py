@@ -181,6 +181,14 @@ def test_a_bad_turboquant_decode_switch_fails_at_registration_on_any_device(monk
     assert any(s.op == "paged_attention_turboquant" for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})))
 
 
+
+def test_a_bad_turboquant_write_switch_fails_at_registration(monkeypatch):
+    monkeypatch.setenv("ANNA_TURBOQUANT_WRITE", "column")
+    with pytest.raises(ValueError, match="ANNA_TURBOQUANT_WRITE must be one of"):
+        kernel_specs(make_plugin_manager({"anna_xpu_kernels"}))
+    monkeypatch.setenv("ANNA_TURBOQUANT_WRITE", "columns")
+    assert any(s.op == "turboquant_cache_write" for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})))
+
 _INTERPRET_ALONE = """
 import torch
 from anna_core.kernels import KernelRegistry, bind_ops

@@ -90,3 +90,41 @@ def test_turboquant_words_decode_matches_the_reference_on_cuda():
                 err = (tq.paged_attention_turboquant(*args, tuning=tuning).float() - want).abs().max().item()
                 bound = 2e-5 if dtype == torch.float32 else 2 * spread + 1e-6
                 assert err <= bound, (d, bits, dtype, tuning, err, spread)
+
+
+def test_turboquant_columns_write_matches_the_chain_on_cuda():
+    """``ANNA_TURBOQUANT_WRITE=columns`` (a program per 16 rows and 64-column chunk, the QJL signs summed by the last
+    chunk to arrive; acquire-release counters, which the CPU interpreter runs one program at a time) against ``chain``
+    on the GPU at decode shapes (32 tokens of 4 heads at 256, of 2 at 512), 4 / 3 / 2 bits with QJL keys and 4 without,
+    its default chunks and 32-wide ones: norms within float32 rounding, at most 0.1% of the code / sign bytes apart (a
+    coordinate at a decision boundary, a projection at zero), and the same bytes again on a second and third call (the
+    counters back at zero, the chunk-order sum deterministic)."""
+    import torch
+    from anna_core.kv_quant.layout import TurboQuantLayout
+    from anna_core.kv_quant.tables import TurboQuantTables
+    from anna_xpu_kernels import turboquant_write as tw
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for d, h_kv in ((256, 4), (512, 2)):
+        for bits, qjl in ((4, True), (3, True), (2, True), (4, False)):
+            layout = TurboQuantLayout(bits, key_qjl=qjl)
+            tables = TurboQuantTables.build(layout, d, "cuda").args
+            kc = torch.zeros(64, 16, h_kv, layout.key_row_bytes(d), dtype=torch.uint8, device="cuda")
+            vc = torch.zeros(64, 16, h_kv, layout.value_row_bytes(d), dtype=torch.uint8, device="cuda")
+            k, v = torch.randn(2, 32, h_kv, d, device="cuda", generator=g).bfloat16()
+            slots = torch.randperm(64 * 16, device="cuda", generator=g)[:32]
+            want_k, want_v = kc.clone(), vc.clone()
+            tw.write_with("chain", k, v, want_k, want_v, slots, *tables)
+            for block_o in (None, 32):
+                runs = []
+                for _ in range(3):
+                    got_k, got_v = kc.clone(), vc.clone()
+                    tw.write_with("columns", k, v, got_k, got_v, slots, *tables, block_o=block_o)
+                    runs.append((got_k, got_v))
+                assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0])), (d, bits, block_o)
+                for got, want, norms in ((runs[0][0], want_k, 8 if qjl else 4), (runs[0][1], want_v, 4)):
+                    got, want = got.view(-1, got.shape[-1])[slots], want.view(-1, want.shape[-1])[slots]
+                    torch.testing.assert_close(got[..., :norms].contiguous().view(torch.float32),
+                                               want[..., :norms].contiguous().view(torch.float32), rtol=1e-5, atol=0)
+                    differ = (got[..., norms:] != want[..., norms:]).float().mean().item()
+                    assert differ <= 1e-3, (d, bits, qjl, block_o, differ)

@@ -7,6 +7,8 @@ installed)::
     timeout 200 python3 tools/gpu_experiments/tq_decode_micro.py --budget-s 120 [--quick] [--no-sweep] [--no-write]
         [--shapes 9B,E4B-sliding,E4B-global]
 
+(``--write-only``: just the cache-write line per shape at 4 and 3 bits, ``chain`` against ``columns``.)
+
 (``--cpu-smoke``: the same cases at batch 2 and 64 tokens through Triton's interpreter, wall-clock times, to check
 the script itself without a GPU.)
 
@@ -23,7 +25,8 @@ sequence's 256 blocks a random permutation of the pool (the engine's tables are 
 Prints one line per case: the op's median us per call (CUDA-event timing of graph replays), its ratio to bf16's at
 that shape, and max |err| of the first two sequences' outputs against the torch reference (TurboQuant) or the
 bf16 reference; per shape and bits (QJL keys) one decode step's cache write: bf16 ``index_copy_``, the one-launch
-TurboQuant write (:mod:`anna_xpu_kernels.turboquant_write`) and the torch reference's composition; then the
+TurboQuant write (:mod:`anna_xpu_kernels.turboquant_write`: ``chain``, then ``columns`` at three settings) and the
+torch reference's composition; then the
 projected decode step per model from this morning's measured bf16 steps (H100: 9B 9.18 ms, E4B 7.33 ms) plus the
 per-layer differences, against the issue's target (at most 1.25x bf16); then ``n_regs`` / ``n_spills`` of every
 compiled TurboQuant and paged-attention kernel (lines ``regs ...``). After the defaults, a sweep of
@@ -176,7 +179,10 @@ def _tq_case(shape: Shape, quant: tuple, label: str, base_us: float, tuning=None
 
 def _write_case(shape: Shape, quant: tuple, bits: int) -> None:
     """One decode step's cache write at this shape (batch 32 new tokens at random slots): bf16 reshape_and_cache, the
-    one-launch TurboQuant write, and the torch reference's composition (what a launch-per-op write costs)."""
+    one-launch TurboQuant write (``chain``: the auto path, and the ``columns`` launch at its default, 32-column chunks
+    and 4 warps; ``ANNA_TURBOQUANT_WRITE``), and the torch reference's composition (what a launch-per-op write costs);
+    then the share of the step's row bytes on which ``columns`` (after its graph replays) and ``chain`` differ (0 but
+    for coordinates within float32 rounding of a decision boundary)."""
     from anna_core.kernels.reference import turboquant as ref
     from anna_xpu_kernels import turboquant_write as tw
 
@@ -191,11 +197,23 @@ def _write_case(shape: Shape, quant: tuple, bits: int) -> None:
         k_bf.view(-1, shape.h_kv, shape.dim).index_copy_(0, slots, k)
         v_bf.view(-1, shape.h_kv, shape.dim).index_copy_(0, slots, v)
 
+    def write(path, kc, vc, **settings):
+        return lambda: tw.write_with(path, k, v, kc, vc, slots, *tables, **settings)
+
     base = _graph_us(bf16)
-    fused = _graph_us(lambda: tw.turboquant_cache_write(k, v, kc, vc, slots, *tables))
+    fused = _graph_us(write("chain", kc, vc))
+    kc_col, vc_col = kc.clone(), vc.clone()
+    columns = {label: _graph_us(write("columns", kc_col, vc_col, **settings))
+               for label, settings in (("", {}), ("32-wide ", {"block_o": 32}), ("4 warps ", {"num_warps": 4}))}
     composed = _graph_us(lambda: ref.turboquant_cache_write(k, v, kc, vc, slots, *tables))
+    write("columns", kc_col, vc_col)()  # after the replays: its counters were left at zero
+    write("chain", kc, vc)()
+    differ = [(a.view(-1, shape.h_kv, a.shape[-1])[slots] != b.view(-1, shape.h_kv, b.shape[-1])[slots]).float().mean()
+              for a, b in ((kc, kc_col), (vc, vc_col))]
     _say(f"{shape.name:12s} write {bits}-bit: bf16 index_copy {base:7.1f} us, TurboQuant one launch {fused:7.1f} us, "
-         f"torch-composed reference {composed:7.1f} us")
+         + ", ".join(f"columns {label}{us:7.1f} us" for label, us in columns.items())
+         + f", torch-composed reference {composed:7.1f} us; columns vs chain bytes differing: keys "
+         f"{differ[0].item():.2e}, values {differ[1].item():.2e}")
 
 
 def _register_report() -> None:
@@ -203,7 +221,8 @@ def _register_report() -> None:
     from anna_xpu_kernels import paged_attention, turboquant, turboquant_basis, turboquant_write
 
     kernels = [turboquant._tq_attention_kernel, turboquant_basis._tq_query_kernel, turboquant_basis._tq_output_kernel,
-               turboquant_write._tq_write_kernel, paged_attention._paged_attention_kernel]
+               turboquant_write._tq_write_kernel, turboquant_write._tq_write_columns_kernel,
+               paged_attention._paged_attention_kernel]
     for kernel in kernels:
         fn = kernel
         while not hasattr(fn, "device_caches") and hasattr(fn, "fn"):  # unwrap @autotune
@@ -348,6 +367,8 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=100.0, help="start no sweep variant after this")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU through the interpreter")
     parser.add_argument("--no-write", action="store_true", help="skip the cache-write timings")
+    parser.add_argument("--write-only", action="store_true",
+                        help="only the cache-write line per shape (4 and 3-bit QJL keys) and the registers")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated among " + ", ".join(SHAPES))
     parser.add_argument("--candidates", action="store_true",
                         help="time the decode variants of CANDIDATES per shape (4-bit QJL keys; the 9B also at 3 bits) "
@@ -366,6 +387,14 @@ def main() -> int:
     _say(f"device {torch.cuda.get_device_name() if DEVICE == 'cuda' else 'cpu'}, batch {BATCH}, context {CTX}, block {BLOCK}")
     if a.candidates:
         return _candidates(a.shapes.split(","), a.budget_s, t0)
+    if a.write_only:
+        for name in a.shapes.split(","):
+            shape = Shape(name)
+            for bits in (4, 3):
+                _write_case(shape, shape.quantized(bits, True), bits)
+        if DEVICE == "cuda":
+            _register_report()
+        return 0
     base, best, quants = {}, {}, {}
     names = ["9B"] if a.quick else a.shapes.split(",")
     for name in names:

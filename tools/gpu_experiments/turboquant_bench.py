@@ -6,7 +6,8 @@ Run from the repository root (PYTHONPATH set to the packages' src folders)::
 
     python3 tools/gpu_experiments/turboquant_bench.py [--shapes Qwen3.5-9B,gemma-4-31B-it] [--budget-gib 8]
         [--context 4096] [--batch 32] [--steps 32] [--run-streams] [--no-cuda-graph] [--no-quant-cuda-graph]
-        [--residual-len 0] [--device cuda] [--bits 4,3] [--tq-decodes auto,words-chunked] [--no-capacity]
+        [--residual-len 0] [--device cuda] [--bits 4,3] [--tq-decodes auto,words-chunked] [--tq-writes chain,columns]
+        [--no-capacity]
 
 Per shape and mode (``none``, ``turboquant`` 4 and 3 bits) it prints one JSON line:
 
@@ -35,6 +36,7 @@ import torch
 CONFIG_DIRS = {"Qwen": "tests/qwen35/reference_configs/{}", "gemma": "tests/gemma4/reference_configs/{}"}
 MODES = (("none", None), ("turboquant", 4), ("turboquant", 3))
 DECODE_ENV = "ANNA_TURBOQUANT_DECODE"  # anna_xpu_kernels._env: the TurboQuant decode attention's code unpacking
+WRITE_ENV = "ANNA_TURBOQUANT_WRITE"  # anna_xpu_kernels._env: the TurboQuant cache write's launch (chain / columns)
 # The Triton kernels (anna_xpu_kernels.turboquant) are graph-safe, so every mode captures graphs; with
 # --no-quant-cuda-graph the quantized modes run eagerly, bf16 then runs both ways, and vs_bf16 compares like with
 # like (vs_bf16_graphs: against bf16 with graphs).
@@ -151,14 +153,20 @@ def main() -> None:
     ap.add_argument("--tq-decodes", default="",
                     help="run each quantized mode once per ANNA_TURBOQUANT_DECODE value, comma-separated (auto, spread, "
                          "words, words-capped, words-chunked, words-chunked-capped; default: the environment's)")
+    ap.add_argument("--tq-writes", default="",
+                    help="run each quantized mode (and decode) once per ANNA_TURBOQUANT_WRITE value, comma-separated "
+                         "(auto, chain, columns; default: the environment's)")
     ap.add_argument("--no-capacity", dest="capacity", action="store_false",
                     help="skip the streams-under-the-budget engine (decode steps only)")
     args = ap.parse_args()
-    from anna_xpu_kernels._env import TURBOQUANT_DECODES
+    from anna_xpu_kernels._env import TURBOQUANT_DECODES, TURBOQUANT_WRITES
 
     unknown = [d for d in args.tq_decodes.split(",") if d and d not in TURBOQUANT_DECODES]
     if unknown:
         ap.error(f"--tq-decodes: {unknown} not among {TURBOQUANT_DECODES}")
+    unknown = [w for w in args.tq_writes.split(",") if w and w not in TURBOQUANT_WRITES]
+    if unknown:
+        ap.error(f"--tq-writes: {unknown} not among {TURBOQUANT_WRITES}")
     from anna_core.kernels.registry import chosen_kernels
     from anna_core.loading import load_model
 
@@ -167,16 +175,20 @@ def main() -> None:
         base_streams, base_ms = None, {}
         wanted = {int(b) for b in args.bits.split(",") if b}
         decodes = [d for d in args.tq_decodes.split(",") if d] or [os.environ.get(DECODE_ENV, "")]
-        modes = [(m, b, "") for m, b in MODES if b is None] + [
-            (m, b, d) for m, b in MODES if b in wanted for d in decodes]
+        writes = [w for w in args.tq_writes.split(",") if w] or [os.environ.get(WRITE_ENV, "")]
+        modes = [(m, b, "", "") for m, b in MODES if b is None] + [
+            (m, b, d, w) for m, b in MODES if b in wanted for d in decodes for w in writes]
         if args.cuda_graph and not args.quant_cuda_graph:
-            modes.insert(1, ("none", None, ""))  # bf16 again, eager
-        for i, (mode, bits, decode) in enumerate(modes):
+            modes.insert(1, ("none", None, "", ""))  # bf16 again, eager
+        for i, (mode, bits, decode, write) in enumerate(modes):
             graphs = args.cuda_graph and (args.quant_cuda_graph or (mode == "none" and i == 0))
             row = {"shape": shape, "mode": mode, "bits": bits, "budget_gib": args.budget_gib, "cuda_graph": graphs}
             if decode:
                 os.environ[DECODE_ENV] = decode  # read at each call of the attention (so at the graphs' capture)
                 row["tq_decode"] = decode
+            if write:
+                os.environ[WRITE_ENV] = write  # read at each call of the write (so at the graphs' capture)
+                row["tq_write"] = write
             if args.capacity:
                 # capacity: eager (no graphs to capture for hundreds of batch sizes); the rings, if any, cost max_seqs
                 # slots

@@ -7,7 +7,7 @@ layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fus
 (``ANNA_QKV_NORM_ROPE_ATTENTION``), the split merge inside the decode attention launch (``ANNA_ATTENTION_FUSED_MERGE``),
 Gemma 4's per-layer-input block in one launch (``ANNA_POST_NORM_GATED_LINEAR``), the implementation of
 ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``) and the TurboQuant decode attention's code unpacking
-(``ANNA_TURBOQUANT_DECODE``). Each exists
+(``ANNA_TURBOQUANT_DECODE``) and the launch of its cache write (``ANNA_TURBOQUANT_WRITE``). Each exists
 to A/B a kernel choice in separate processes
 (``h200_run.sh MODE=abenv``) and to rule a kernel out while debugging.
 
@@ -197,4 +197,23 @@ def turboquant_decode_requested() -> str:
     value = os.environ.get(TURBOQUANT_DECODE_ENV, "").strip().lower() or "auto"
     if value not in TURBOQUANT_DECODES:
         raise ValueError(f"{TURBOQUANT_DECODE_ENV} must be one of {TURBOQUANT_DECODES}, got {value!r}")
+    return value
+
+
+TURBOQUANT_WRITE_ENV = "ANNA_TURBOQUANT_WRITE"
+TURBOQUANT_WRITES = ("auto", "chain", "columns")
+
+
+def turboquant_write_requested() -> str:
+    """``ANNA_TURBOQUANT_WRITE``: the launch of the TurboQuant cache write
+    (:func:`anna_xpu_kernels.turboquant_write.write_path`): ``chain`` (one program per 16 rows and keys / values, a
+    chain of ``[16, D] x [D, 64]`` products), ``columns`` (also one per 64-column chunk, the keys' QJL signs finished
+    by the last chunk to arrive) or ``auto`` (unset: ``chain`` until ``columns`` is measured on a GPU).
+
+    Raises:
+        ValueError: another value.
+    """
+    value = os.environ.get(TURBOQUANT_WRITE_ENV, "").strip().lower() or "auto"
+    if value not in TURBOQUANT_WRITES:
+        raise ValueError(f"{TURBOQUANT_WRITE_ENV} must be one of {TURBOQUANT_WRITES}, got {value!r}")
     return value

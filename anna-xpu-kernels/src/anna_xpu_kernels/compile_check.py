@@ -218,7 +218,7 @@ def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
 def turboquant_support_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, str], str]]:
     """``(kernel, act, constexprs, num_warps, pointer types, name)`` of the launches around the TurboQuant attention
     at a head dim of 512 with QJL keys (tf32 / tf32x3 products, Triton's default 3 stages): the query projections,
-    the merge of 8 splits with the rotation back, the cache write."""
+    the merge of 8 splits with the rotation back, the cache write (and its columns launch at 256 and 512)."""
     from anna_xpu_kernels import turboquant_basis as basis
     from anna_xpu_kernels import turboquant_write as write
 
@@ -232,6 +232,14 @@ def turboquant_support_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, 
            write.NUM_WARPS, {"kc_ptr": "*u8", "vc_ptr": "*u8", "kcf_ptr": "*fp32", "vcf_ptr": "*fp32",
                              "slot_ptr": "*i64", "rot_ptr": "*fp32", "qjl_ptr": "*fp32", "kcent_ptr": "*fp32",
                              "vcent_ptr": "*fp32", "res_ptr": "*fp32"}, "cache write")
+    columns = {"BLOCK_R": write.BLOCK_R, "BLOCK_O": write.COLUMNS_BLOCK_O, "BLOCK_K": write.BLOCK_K, "DOT": 0}
+    for d in (256, 512):  # the columns launch (ANNA_TURBOQUANT_WRITE=columns) at the 9B's and E4B's global width
+        yield (write._tq_write_columns_kernel, "bf16", {"KBITS": 3, "VBITS": 4, "QJL": True, "PLANE": d // 8,
+                                                        **columns},
+               write.COLUMNS_NUM_WARPS, {"kc_ptr": "*u8", "vc_ptr": "*u8", "kcf_ptr": "*fp32", "vcf_ptr": "*fp32",
+                                         "slot_ptr": "*i64", "rot_ptr": "*fp32", "qjl_ptr": "*fp32",
+                                         "kcent_ptr": "*fp32", "vcent_ptr": "*fp32", "ws_ptr": "*fp32",
+                                         "g2_ptr": "*fp32", "count_ptr": "*i32"}, f"cache write columns {d}")
 
 
 def _tq_case(d: int, block_n: int, **extra: Any) -> dict[str, Any]:

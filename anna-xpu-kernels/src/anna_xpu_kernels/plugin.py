@@ -20,7 +20,12 @@ the kernels are registered), as their probes accept it only then.
 from anna_core.hookspecs import hookimpl
 from anna_core.kernels.registry import KernelSpec
 
-from anna_xpu_kernels._env import cpu_interpret_requested, enable_interpreter_if_requested, turboquant_decode_requested
+from anna_xpu_kernels._env import (
+    cpu_interpret_requested,
+    enable_interpreter_if_requested,
+    turboquant_decode_requested,
+    turboquant_write_requested,
+)
 
 TRITON_PRIORITY = 100
 FLA_PRIORITY = 90
@@ -79,10 +84,12 @@ FLA_DEVICES = ("cuda",)
 
 @hookimpl
 def register_kernels(register):
-    """Register every kernel; a bad ``ANNA_TURBOQUANT_DECODE`` (read per call on CUDA only) fails here, at start-up
-    on any device, with its ``ValueError``. ``ANNA_TRITON_INTERPRET=1`` sets Triton's own switch here already, before
-    a model's modules import triton (through ``torch._dynamo``), which would fix the kernels to compiled mode."""
+    """Register every kernel; a bad ``ANNA_TURBOQUANT_DECODE`` (read per call on CUDA only) or
+    ``ANNA_TURBOQUANT_WRITE`` (read per call) fails here, at start-up on any device, with its ``ValueError``.
+    ``ANNA_TRITON_INTERPRET=1`` sets Triton's own switch here already, before a model's modules import triton
+    (through ``torch._dynamo``), which would fix the kernels to compiled mode."""
     turboquant_decode_requested()
+    turboquant_write_requested()
     enable_interpreter_if_requested()
     triton_devices = (*TRITON_DEVICES, "cpu") if cpu_interpret_requested() else TRITON_DEVICES
     for op, (impl, probe) in TRITON_KERNELS.items():

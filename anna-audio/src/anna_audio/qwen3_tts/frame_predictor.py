@@ -34,6 +34,7 @@ from torch import nn
 from anna_audio.qwen3_tts.code_predictor import Choose, CodePredictor
 from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
 from anna_audio.qwen3_tts.layers import merge_weights
+from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel, gumbel_noise
 
 
 class FramePredictor(nn.Module):
@@ -42,14 +43,17 @@ class FramePredictor(nn.Module):
     Args:
         predictor: the loaded code predictor (its parameters are used in place; q/k/v and gate/up weights become
             views of merged tensors).
-        ops: the kernel op table bound to the predictor's device and dtype (``linear``, ``add_rms_norm``,
-            ``linear_act_mul``, ``qk_norm_rope_cache``, ``paged_attention``).
-        choose: picks a code from a head's logits without a host sync (e.g. Gumbel-max).
+        ops: the kernel op table bound to the predictor's device and dtype (``linear``, ``add_rms_norm_linear``,
+            ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``paged_attention``).
+        choose: how a code is picked from a head's logits without a host sync: a :class:`CodeSampling` (greedy, or
+            :func:`~anna_audio.qwen3_tts.sampling.choose_gumbel` with the frame's Gumbel noise for all ``G - 1``
+            codebooks drawn in one go, :func:`~anna_audio.qwen3_tts.sampling.gumbel_noise`: five launches a frame
+            instead of five a codebook), or any :data:`Choose` (called once per codebook).
 
     :meth:`reserve` sizes the key/value buffer before the engine captures graphs.
     """
 
-    def __init__(self, predictor: CodePredictor, ops, choose: Choose) -> None:
+    def __init__(self, predictor: CodePredictor, ops, choose: CodeSampling | Choose) -> None:
         super().__init__()
         self.predictor = predictor
         self.ops = ops
@@ -132,16 +136,25 @@ class FramePredictor(nn.Module):
         x = torch.stack((talker_hidden, first_code_embed), dim=1).view(2 * b, -1)  # [2B, H_talker], row-major
         total = first_code_embed
         codes = []
+        sampled = isinstance(self.choose, CodeSampling) and self.choose.do_sample
+        noise = gumbel_noise((self.groups - 1, b, p.config.vocab_size), x.device) if sampled else None
         for g in range(self.groups - 1):
             t = 2 if g == 0 else 1
             start = 0 if g == 0 else g + 1
             logits = self._pass(x, b, t, start, kv, tables, p.lm_head[g].weight)  # [B, vocab] float32
-            code = self.choose(logits, g + 1)
+            code = self._pick(logits, g, noise)
             codes.append(code)
             embed = F.embedding(code, p.model.codec_embedding[g].weight)  # [B, H_talker]
             total = total + embed
             x = embed
         return torch.stack(codes, dim=1), total
+
+    def _pick(self, logits: torch.Tensor, g: int, noise: torch.Tensor | None) -> torch.Tensor:
+        """Codebook ``g + 1``'s codes ``[B]`` from its logits ``[B, vocab]`` (noise: the frame's ``[G-1, B, vocab]``
+        Gumbel noise when sampling through a :class:`CodeSampling`)."""
+        if isinstance(self.choose, CodeSampling):
+            return choose_gumbel(logits, self.choose, None if noise is None else noise[g])
+        return self.choose(logits, g + 1)
 
     def _pass(self, x: torch.Tensor, b: int, t: int, start: int, kv: torch.Tensor, tables: dict[str, torch.Tensor],
               head: torch.Tensor) -> torch.Tensor:

@@ -61,7 +61,7 @@ from anna_audio.qwen3_tts.config import CONTROL_ROWS, Qwen3TTSConfig
 from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
 from anna_audio.qwen3_tts.frame_predictor import FramePredictor
 from anna_audio.qwen3_tts.layers import merge_weights
-from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel
+from anna_audio.qwen3_tts.sampling import CodeSampling
 from anna_audio.qwen3_tts.talker import Talker
 
 
@@ -129,7 +129,7 @@ class TalkerLM(nn.Module):
         self.talker = talker
         self.predictor = predictor
         self.predictor_sampling = predictor_sampling
-        self.frame_predictor = FramePredictor(predictor, ops, self._pick)
+        self.frame_predictor = FramePredictor(predictor, ops, predictor_sampling)
         s = config.talker.shape
         self.ops = ops
         self.layers = nn.ModuleList(PagedTalkerLayer(layer, i, ops) for i, layer in enumerate(talker.model.layers))
@@ -367,9 +367,6 @@ class TalkerLM(nn.Module):
             frame = self.predictor.embed_frame(first[rows], torch.stack(codes).to(dev))
             x = x.index_copy(0, rows, frame + self._texts(slots[rows], batch.positions[rows]))
         return splice_media(x, batch)
-
-    def _pick(self, logits: torch.Tensor, codebook: int) -> torch.Tensor:
-        return choose_gumbel(logits, self.predictor_sampling)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden ``[N, H]`` (the logits rows, ``ForwardBatch.logits_indices``, of the step :meth:`forward` just ran)

@@ -128,7 +128,6 @@ class TalkerLM(nn.Module):
         self.config = config
         self.talker = talker
         self.predictor = predictor
-        self.predictor_sampling = predictor_sampling
         self.frame_predictor = FramePredictor(predictor, ops, predictor_sampling)
         s = config.talker.shape
         self.ops = ops
@@ -188,6 +187,16 @@ class TalkerLM(nn.Module):
         self.penalty = self.penalty.new_ones(slots)
         self.min_tokens = self.min_tokens.new_zeros(slots)
         self.frame_predictor.reserve(slots)
+
+    @property
+    def predictor_sampling(self) -> CodeSampling:
+        """How the code predictor picks codebooks ``1 .. G-1`` (its frame loop's; set it before the engine captures
+        decode graphs, which hold the choice)."""
+        return self.frame_predictor.choose
+
+    @predictor_sampling.setter
+    def predictor_sampling(self, sampling: CodeSampling) -> None:
+        self.frame_predictor.choose = sampling
 
     @property
     def placeholder_id(self) -> int:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 from anna_audio.qwen3_tts import load_code_predictor, load_config
-from anna_audio.qwen3_tts.code_predictor import greedy
+from anna_audio.qwen3_tts.code_predictor import CodePredictor, greedy
+from anna_audio.qwen3_tts.config import AttentionShape, CodePredictorConfig
 from anna_audio.qwen3_tts.frame_predictor import FramePredictor
+from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 from anna_core.testing.host_reads import HOST_READS
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -118,3 +120,63 @@ def test_a_frame_launches_far_fewer_kernels_and_never_syncs():
     n = frame_launches()
     assert n["fast_syncs"] == 0
     assert n["fast"] * 3 <= n["plain"], n
+
+
+SHAPE_1_7B = AttentionShape(hidden_size=64, num_layers=5, num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=96,
+                            rms_norm_eps=1e-6, rope_theta=1e6)
+"""The 1.7B checkpoints' code predictor (5 layers, 16 codebooks, grouped key/value heads, a projection from a wider
+talker) at small widths: the op counts depend on the layer and codebook counts only."""
+GREEDY = CodeSampling(False, 1.0, 0, 1.0)
+SAMPLED = CodeSampling(True, 0.9, 50, 1.0)  # the checkpoints' subtalker defaults
+STEP_LAUNCHES = {False: 36, True: 41}
+"""Upper bound on the kernels a predictor step launches (a frame's count over its ``G - 1`` passes), greedy and
+sampled. Measured at the 1.7B layer count: 35.1 greedy, 40.5 sampled (527 and 607 a frame, batch 1 and 16 alike);
+before the norm-into-projection fusion and the per-frame Gumbel noise 46.1 and 56.1 (692 and 842)."""
+
+
+def _random(rows: int, sampling: CodeSampling, counter: _Launches | None = None):
+    torch.manual_seed(0)
+    config = CodePredictorConfig(SHAPE_1_7B, vocab_size=64, num_code_groups=16)
+    predictor = CodePredictor(config, talker_hidden=96).eval().requires_grad_(False)
+    with torch.no_grad():
+        for name, param in predictor.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+                param.uniform_(0.5, 1.5)  # norms that are not the identity
+    ops = bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32)
+    fast = FramePredictor(predictor, _OneLaunchPerOp(ops, counter) if counter else ops, sampling)
+    fast.reserve(rows)
+    return predictor, fast, torch.randn(rows, 96), torch.randn(rows, 96)
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_random_weights_equal_the_plain_predictor(rows, sampled):
+    """At the 1.7B layer and codebook counts, random weights: the same codes as the plain module (the sampled ones
+    for one seed: on the CPU the frame's one noise draw equals the plain module's per-codebook draws), and the frame's
+    codec sum equals ``embed_frame``."""
+    sampling = SAMPLED if sampled else GREEDY
+    predictor, fast, hidden, first = _random(rows, sampling)
+    with torch.inference_mode():
+        torch.manual_seed(1)
+        plain = predictor(hidden, first, lambda logits, g: choose_gumbel(logits, sampling))
+        torch.manual_seed(1)
+        codes, frame = fast(hidden, first)
+        torch.manual_seed(2)
+        other, _ = fast(hidden, first)
+    assert codes.shape == (rows, 15)
+    assert torch.equal(codes, plain)
+    assert torch.equal(frame, predictor.embed_frame(first, codes))
+    assert torch.equal(other, codes) != sampled  # a sampled frame depends on the seed (15 x 64 codes per row)
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("rows", [1, 16])
+def test_launches_per_predictor_step_stay_bounded(rows, sampled):
+    counted = _Launches()
+    sampling = SAMPLED if sampled else GREEDY
+    _, fast, hidden, first = _random(rows, sampling, counted)
+    with torch.inference_mode(), counted:
+        counted.launches = 0
+        fast(hidden, first)
+    assert counted.syncs == 0
+    assert counted.launches <= STEP_LAUNCHES[sampled] * 15, counted.launches / 15

@@ -9,10 +9,13 @@ embedding, then one position per predicted codebook but the last; see the plain 
   (``[layers, 2, rows, G, H_kv, Dh]``; reset implicitly: each frame writes positions ``0 .. G-1`` in order before
   reading them): each pass is one ``qk_norm_rope_cache`` (the per-head q / k norms, the rotary and the cache write)
   and one ``paged_attention`` over the positions written so far, with static block tables, slots and lengths;
-* q, k and v come from one matmul over the layer's merged ``[q; k; v]`` weight, the gate and up projections from one
-  ``linear_act_mul`` over the merged ``[gate; up]`` weight (the plain module's parameters become views of the merged
-  tensors: shared, not copied);
-* residual adds fuse into the next norm (``add_rms_norm``), and the projections are the op table's ``linear``;
+* each residual add and the norm after it fuse into the projection that reads the norm: ``add_rms_norm_linear`` over
+  the layer's merged ``[q; k; v]`` weight, ``add_rms_norm_linear_act_mul`` over its merged ``[gate; up]`` weight
+  (the plain module's parameters become views of the merged tensors: shared, not copied), and the final norm into
+  the codebook's head (``add_rms_norm_linear``); ``o_proj`` and ``down_proj`` are the op table's ``linear``. A
+  layer is six op-table calls (one launch each where the device's kernels fuse the norm into the matrix product:
+  :mod:`anna_xpu_kernels.fused_linear` decides per shape; the CPU's references compose the unfused ops, the same
+  math);
 * the next talker input's codec sum (:meth:`CodePredictor.embed_frame`) reuses the embeddings the passes looked up.
 
 No pass allocates on the host nor reads a device value on the host, and every shape is fixed by the batch size, so
@@ -31,6 +34,7 @@ from torch import nn
 from anna_audio.qwen3_tts.code_predictor import Choose, CodePredictor
 from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
 from anna_audio.qwen3_tts.layers import merge_weights
+from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel, gumbel_noise
 
 
 class FramePredictor(nn.Module):
@@ -39,14 +43,17 @@ class FramePredictor(nn.Module):
     Args:
         predictor: the loaded code predictor (its parameters are used in place; q/k/v and gate/up weights become
             views of merged tensors).
-        ops: the kernel op table bound to the predictor's device and dtype (``linear``, ``add_rms_norm``,
-            ``linear_act_mul``, ``qk_norm_rope_cache``, ``paged_attention``).
-        choose: picks a code from a head's logits without a host sync (e.g. Gumbel-max).
+        ops: the kernel op table bound to the predictor's device and dtype (``linear``, ``add_rms_norm_linear``,
+            ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``paged_attention``).
+        choose: how a code is picked from a head's logits without a host sync: a :class:`CodeSampling` (greedy, or
+            :func:`~anna_audio.qwen3_tts.sampling.choose_gumbel` with the frame's Gumbel noise for all ``G - 1``
+            codebooks drawn in one go, :func:`~anna_audio.qwen3_tts.sampling.gumbel_noise`: five launches a frame
+            instead of five a codebook), or any :data:`Choose` (called once per codebook).
 
     :meth:`reserve` sizes the key/value buffer before the engine captures graphs.
     """
 
-    def __init__(self, predictor: CodePredictor, ops, choose: Choose) -> None:
+    def __init__(self, predictor: CodePredictor, ops, choose: CodeSampling | Choose) -> None:
         super().__init__()
         self.predictor = predictor
         self.ops = ops
@@ -129,22 +136,31 @@ class FramePredictor(nn.Module):
         x = torch.stack((talker_hidden, first_code_embed), dim=1).view(2 * b, -1)  # [2B, H_talker], row-major
         total = first_code_embed
         codes = []
+        sampled = isinstance(self.choose, CodeSampling) and self.choose.do_sample
+        noise = gumbel_noise((self.groups - 1, b, p.config.vocab_size), x.device) if sampled else None
         for g in range(self.groups - 1):
             t = 2 if g == 0 else 1
             start = 0 if g == 0 else g + 1
-            hidden = self._pass(x, b, t, start, kv, tables)  # [B, D]
-            logits = self.ops.linear(hidden, p.lm_head[g].weight, None).float()
-            code = self.choose(logits, g + 1)
+            logits = self._pass(x, b, t, start, kv, tables, p.lm_head[g].weight)  # [B, vocab] float32
+            code = self._pick(logits, g, noise)
             codes.append(code)
             embed = F.embedding(code, p.model.codec_embedding[g].weight)  # [B, H_talker]
             total = total + embed
             x = embed
         return torch.stack(codes, dim=1), total
 
-    def _pass(self, x: torch.Tensor, b: int, t: int, start: int, kv: torch.Tensor,
-              tables: dict[str, torch.Tensor]) -> torch.Tensor:
-        """x ``[B*t, H_talker]`` (row-major ``[B, t]``) at positions ``start .. start+t`` -> the last position's
-        normalised hidden ``[B, D]``; writes its keys and values into ``kv`` at those positions."""
+    def _pick(self, logits: torch.Tensor, g: int, noise: torch.Tensor | None) -> torch.Tensor:
+        """Codebook ``g + 1``'s codes ``[B]`` from its logits ``[B, vocab]`` (noise: the frame's ``[G-1, B, vocab]``
+        Gumbel noise when sampling through a :class:`CodeSampling`)."""
+        if isinstance(self.choose, CodeSampling):
+            return choose_gumbel(logits, self.choose, None if noise is None else noise[g])
+        return self.choose(logits, g + 1)
+
+    def _pass(self, x: torch.Tensor, b: int, t: int, start: int, kv: torch.Tensor, tables: dict[str, torch.Tensor],
+              head: torch.Tensor) -> torch.Tensor:
+        """x ``[B*t, H_talker]`` (row-major ``[B, t]``) at positions ``start .. start+t``, head ``[vocab, D]`` -> the
+        head's float32 logits ``[B, vocab]`` at each row's last position; writes the positions' keys and values into
+        ``kv``. Six op-table calls a layer (module docstring); the final norm is fused into the head."""
         p, ops, eps = self.predictor, self.ops, self.eps
         proj = p.small_to_mtp_projection
         h = ops.linear(x, proj.weight, proj.bias) if isinstance(proj, nn.Linear) else x  # [B*t, D]
@@ -155,8 +171,8 @@ class FramePredictor(nn.Module):
         residual, out = None, h
         for i, layer in enumerate(p.model.layers):
             a = layer.self_attn
-            y, residual = ops.add_rms_norm(out, residual, layer.input_layernorm.weight, eps, False)
-            qkv = ops.linear(y, self.get_buffer(f"qkv_{i}"), None)  # [B*t, (H + 2 H_kv) Dh]
+            qkv, residual = ops.add_rms_norm_linear(out, residual, layer.input_layernorm.weight, eps, False,
+                                                    self.get_buffer(f"qkv_{i}"))  # [B*t, (H + 2 H_kv) Dh]
             q = qkv[:, : nh * dh].view(b * t, nh, dh)
             k = qkv[:, nh * dh: (nh + nkv) * dh].view(b * t, nkv, dh)
             v = qkv[:, (nh + nkv) * dh:].view(b * t, nkv, dh)
@@ -164,8 +180,10 @@ class FramePredictor(nn.Module):
                                      kv[i, 0], kv[i, 1], slots)
             o = self.attend(q, kv[i, 0], kv[i, 1], cu, seq_lens, blocks, self.scale, None)  # [B*t, H, Dh]
             o = ops.linear(o.reshape(b * t, nh * dh), a.o_proj.weight, None)
-            y, residual = ops.add_rms_norm(o, residual, layer.post_attention_layernorm.weight, eps, False)
-            gated = ops.linear_act_mul(y, self.get_buffer(f"gate_up_{i}"), "silu")
+            gated, residual = ops.add_rms_norm_linear_act_mul(o, residual, layer.post_attention_layernorm.weight, eps,
+                                                              False, self.get_buffer(f"gate_up_{i}"), "silu")
             out = ops.linear(gated, layer.mlp.down_proj.weight, None)
-        last = out.view(b, t, -1)[:, -1], residual.view(b, t, -1)[:, -1]
-        return ops.add_rms_norm(last[0].contiguous(), last[1].contiguous(), p.model.norm.weight, eps, False)[0]
+        # every row through the final norm and the head (the first pass's earlier position too: one launch instead
+        # of gathering the last positions first), then the last position's logits of each row
+        logits = ops.add_rms_norm_linear(out, residual, p.model.norm.weight, eps, False, head)[0]  # [B*t, vocab]
+        return logits.view(b, t, -1)[:, -1].float()

@@ -110,15 +110,26 @@ def _filtered(logits: torch.Tensor, sampling: CodeSampling) -> torch.Tensor:
     return scores
 
 
-def choose_gumbel(logits: torch.Tensor, sampling: CodeSampling) -> torch.Tensor:
+def gumbel_noise(shape: tuple[int, ...], device: torch.device | str) -> torch.Tensor:
+    """``log(-log(u))``, ``u ~ U(0, 1)`` float32 of ``shape`` from the device's generator, ``u`` clamped to
+    ``[tiny, 1 - 1e-7]`` (so the noise is finite): what :func:`choose_gumbel` subtracts from the scores. Drawing a
+    frame's noise for all its codebooks at once (one draw instead of one per codebook) gives every code the same
+    distribution; on the CPU the values equal the per-codebook draws in order (its generator fills tensors
+    serially)."""
+    u = torch.rand(shape, dtype=torch.float32, device=device).clamp_(min=torch.finfo(torch.float32).tiny,
+                                                                     max=1.0 - 1e-7)
+    return torch.log(-torch.log(u))
+
+
+def choose_gumbel(logits: torch.Tensor, sampling: CodeSampling, noise: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`choose` without a host sync (for captured graphs): greedy, or the Gumbel-max draw
     ``argmax(scores - log(-log(u)))``, ``u ~ U(0, 1)`` from the device's generator, which picks each code with its
     probability in the filtered distribution, as a multinomial draw does (not the same draws for a seed).
 
-    logits ``[B, V]`` float32 -> codes ``[B]`` int64.
+    logits ``[B, V]`` float32, noise ``[B, V]`` float32 (:func:`gumbel_noise`; None: drawn here) -> codes ``[B]``
+    int64.
     """
     if not sampling.do_sample:
         return logits.argmax(dim=-1)
     scores = _filtered(logits, sampling)
-    u = torch.rand_like(scores).clamp_(min=torch.finfo(scores.dtype).tiny, max=1.0 - 1e-7)
-    return (scores - torch.log(-torch.log(u))).argmax(dim=-1)
+    return (scores - (gumbel_noise(scores.shape, scores.device) if noise is None else noise)).argmax(dim=-1)

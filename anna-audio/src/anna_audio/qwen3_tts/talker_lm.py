@@ -61,16 +61,19 @@ from anna_audio.qwen3_tts.config import CONTROL_ROWS, Qwen3TTSConfig
 from anna_audio.qwen3_tts.decoder_layer import Qwen3Layer
 from anna_audio.qwen3_tts.frame_predictor import FramePredictor
 from anna_audio.qwen3_tts.layers import merge_weights
-from anna_audio.qwen3_tts.sampling import CodeSampling, choose_gumbel
+from anna_audio.qwen3_tts.sampling import CodeSampling
 from anna_audio.qwen3_tts.talker import Talker
 
 
 class PagedTalkerLayer(nn.Module):
     """One plain :class:`~anna_audio.qwen3_tts.decoder_layer.Qwen3Layer` run over the paged cache (layer ``index``
-    of cache group 0) through the op table's fused kernels: one matmul over the merged ``[q; k; v]`` weight (the
-    plain projections' weights become views of it), ``qk_norm_rope_cache`` for the per-head q / k norms, the rotary
-    and the cache write, the residual adds fused into the next norm (``add_rms_norm``), ``linear_act_mul`` over the
-    merged ``[gate; up]`` weight. The talker does not declare ``quantized_kv``, so its cache is never quantized and
+    of cache group 0) through the op table's fused kernels, six calls: the residual add and input norm fused into one
+    matmul over the merged ``[q; k; v]`` weight (``add_rms_norm_linear``; the plain projections' weights become views
+    of it), ``qk_norm_rope_cache`` for the per-head q / k norms, the rotary and the cache write, the attention,
+    ``o_proj``, the residual add and post-attention norm fused into the merged ``[gate; up]`` weight's matmul and
+    its gated product (``add_rms_norm_linear_act_mul``), ``down_proj`` (the device's kernels fuse a norm into its
+    matmul where that pays, :mod:`anna_xpu_kernels.fused_linear`; the CPU's references compose the same math). The
+    talker does not declare ``quantized_kv``, so its cache is never quantized and
     the fused cache write always applies. Numerics: the fused norms multiply by their weight in float32 and round
     once, where the plain layer rounds and then multiplies in the model's dtype (equal to rounding in float32, where
     the golden codes are checked)."""
@@ -93,8 +96,7 @@ class PagedTalkerLayer(nn.Module):
         its residual stream), ``[T, H]`` each."""
         ops, lay, a, t = self.ops, self.layer, self.layer.self_attn, x.shape[0]
         eps = lay.input_layernorm.eps
-        h, residual = ops.add_rms_norm(x, residual, lay.input_layernorm.weight, eps, False)
-        qkv = ops.linear(h, self.qkv_weight, None)
+        qkv, residual = ops.add_rms_norm_linear(x, residual, lay.input_layernorm.weight, eps, False, self.qkv_weight)
         nq, nkv = a.heads * a.head_dim, a.kv_heads * a.head_dim
         q, k, v = (qkv[:, :nq].view(t, a.heads, a.head_dim), qkv[:, nq:nq + nkv].view(t, a.kv_heads, a.head_dim),
                    qkv[:, nq + nkv:].view(t, a.kv_heads, a.head_dim))
@@ -102,8 +104,8 @@ class PagedTalkerLayer(nn.Module):
         q = self.norm_rope_cache(q, k, v, a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, False, positions, inv_freq,
                                  k_cache, v_cache, slots)
         o = ops.linear(self.attn.attend(q, batch, caches).reshape(t, -1), a.o_proj.weight, None)
-        h, residual = ops.add_rms_norm(o, residual, lay.post_attention_layernorm.weight, eps, False)
-        gated = ops.linear_act_mul(h, self.gate_up_weight, "silu")
+        gated, residual = ops.add_rms_norm_linear_act_mul(o, residual, lay.post_attention_layernorm.weight, eps, False,
+                                                          self.gate_up_weight, "silu")
         return ops.linear(gated, lay.mlp.down_proj.weight, None), residual
 
 
@@ -128,8 +130,7 @@ class TalkerLM(nn.Module):
         self.config = config
         self.talker = talker
         self.predictor = predictor
-        self.predictor_sampling = predictor_sampling
-        self.frame_predictor = FramePredictor(predictor, ops, self._pick)
+        self.frame_predictor = FramePredictor(predictor, ops, predictor_sampling)
         s = config.talker.shape
         self.ops = ops
         self.layers = nn.ModuleList(PagedTalkerLayer(layer, i, ops) for i, layer in enumerate(talker.model.layers))
@@ -188,6 +189,16 @@ class TalkerLM(nn.Module):
         self.penalty = self.penalty.new_ones(slots)
         self.min_tokens = self.min_tokens.new_zeros(slots)
         self.frame_predictor.reserve(slots)
+
+    @property
+    def predictor_sampling(self) -> CodeSampling:
+        """How the code predictor picks codebooks ``1 .. G-1`` (its frame loop's; set it before the engine captures
+        decode graphs, which hold the choice)."""
+        return self.frame_predictor.choose
+
+    @predictor_sampling.setter
+    def predictor_sampling(self, sampling: CodeSampling) -> None:
+        self.frame_predictor.choose = sampling
 
     @property
     def placeholder_id(self) -> int:
@@ -367,9 +378,6 @@ class TalkerLM(nn.Module):
             frame = self.predictor.embed_frame(first[rows], torch.stack(codes).to(dev))
             x = x.index_copy(0, rows, frame + self._texts(slots[rows], batch.positions[rows]))
         return splice_media(x, batch)
-
-    def _pick(self, logits: torch.Tensor, codebook: int) -> torch.Tensor:
-        return choose_gumbel(logits, self.predictor_sampling)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden ``[N, H]`` (the logits rows, ``ForwardBatch.logits_indices``, of the step :meth:`forward` just ran)

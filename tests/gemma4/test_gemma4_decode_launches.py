@@ -16,7 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 from anna_core.testing.runner import prefill_logits
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from tests.core._graph_engine import fake_graph_engine
 from tests.gemma4.conftest import load_anna
 from tests.gemma4.kernel_ops import KernelOpCalls
 
@@ -92,3 +94,40 @@ def test_unaccelerated_tail_runs_unfused(gemma4_factory):
     assert not fused & set(step)
     # the per-layer-input norm, the first input norm, per own-KV layer the q/k/v norms, per KV-shared layer the q norm
     assert step.count("rms_norm") == 2 + 3 * own_kv + (len(model.model.layers) - own_kv)
+
+
+class _OpsOutsideModel(TorchDispatchMode):
+    """The aten ops (views left out: they launch nothing) run while active and while :attr:`inside` is False."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside = False
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.inside and not func.is_view:
+            self.ops.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_captured_greedy_step_adds_a_gather_and_the_argmax_to_the_model(gemma4_factory):
+    """Around the model's forward and LM head, a captured greedy decode step (batch 1) runs two ops: the gather of each
+    row's input token (staged, or the last replay's sampled id: both in the staging buffer) and the argmax into the
+    ids' output buffer. Before, a copy of the staged ids and one of the argmax's result ran too (two graph memcpys)."""
+    engine, _ = fake_graph_engine(gemma4_factory(variant="e2b"), graphs=True, max_seqs=1)
+    graphs = engine.runner.graphs
+    mode = _OpsOutsideModel()
+    forward = graphs._forward
+
+    def model_part(batch):
+        mode.inside = True
+        try:
+            return forward(batch)
+        finally:
+            mode.inside = False
+
+    graphs._forward = model_part
+    replay = graphs.padded_replay(1, "greedy")
+    with torch.inference_mode(), mode:
+        replay()
+    assert mode.ops == ["index_select", "argmax"]

@@ -110,24 +110,39 @@ class _OpsOutsideModel(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_captured_greedy_step_adds_a_gather_and_the_argmax_to_the_model(gemma4_factory):
-    """Around the model's forward and LM head, a captured greedy decode step (batch 1) runs two ops: the gather of each
-    row's input token (staged, or the last replay's sampled id: both in the staging buffer) and the argmax into the
-    ids' output buffer. Before, a copy of the staged ids and one of the argmax's result ran too (two graph memcpys)."""
+def test_captured_greedy_step_runs_the_gather_the_models_ids_and_one_copy(gemma4_factory):
+    """Around the model's forward and greedy head (``compute_greedy``: capability ``greedy_head``), a captured greedy
+    decode step (batch 1) runs two ops: the gather of each row's input token (staged, or the last replay's sampled id:
+    both in the staging buffer) and the copy of the ids into the step's output buffer. Before, the staged ids were
+    copied first, and the argmax ran over the float32 logits after the LM head (two graph memcpys, one reduction).
+    The greedy head's ops: with its kernels, the one ``linear_soft_cap_argmax`` op; on the CPU the head's references
+    and the argmax, the ids of the eager sampler."""
     engine, _ = fake_graph_engine(gemma4_factory(variant="e2b"), graphs=True, max_seqs=1)
     graphs = engine.runner.graphs
+    assert graphs.greedy_head
     mode = _OpsOutsideModel()
-    forward = graphs._forward
+    forward = graphs._forward_greedy
+    model = graphs.model
+    head_ops: list[str] = []
+    KernelOpCalls(model.ops.registry, head_ops.append, accelerate=True)
+    ids: list[torch.Tensor] = []
 
     def model_part(batch):
         mode.inside = True
         try:
-            return forward(batch)
+            ids.append(forward(batch))
+            return ids[-1]
         finally:
             mode.inside = False
 
-    graphs._forward = model_part
+    graphs._forward_greedy = model_part
+    hidden = []
+    model.compute_greedy = lambda h, greedy=model.compute_greedy: hidden.append(h) or greedy(h)
     replay = graphs.padded_replay(1, "greedy")
     with torch.inference_mode(), mode:
         replay()
-    assert mode.ops == ["index_select", "argmax"]
+    assert mode.ops == ["index_select", "copy_"]
+    assert head_ops[-1] == "linear_soft_cap_argmax" and "linear_soft_cap" not in head_ops
+    with torch.inference_mode():
+        assert torch.equal(graphs.out[:1], ids[-1])
+        assert torch.equal(ids[-1], torch.argmax(model.compute_logits(hidden[-1]), dim=-1))

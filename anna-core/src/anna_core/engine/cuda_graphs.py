@@ -102,6 +102,9 @@ class DecodeGraphs:
             ``model.gather_side_outputs(state_slots)`` of its rows into :attr:`side_out` (``[rows, ...]``, allocated by
             the first warm-up at the shape and dtype the model gives), and :meth:`run` copies the step's rows of it to
             the host with its ids (:meth:`~anna_core.engine.graph_staging.PendingIds.side_outputs`).
+        greedy_head: the model declares ``greedy_head``: the ``"greedy"`` mode takes its ``compute_greedy(hidden)``
+            (the ids without the logits, e.g. one op fusing the argmax into a soft-capped head) instead of
+            ``compute_logits`` and ``argmax``.
 
     Raises:
         AnnaError: a non-positive size.
@@ -110,7 +113,7 @@ class DecodeGraphs:
     def __init__(self, model: Any, caches: ModelCaches, accel: Accelerator, *, max_batch: int,
                  max_blocks_per_seq: int, vocab_size: int, compile_fn: Callable | None = None,
                  modes: Sequence[str] = MODES, position_rows: int = 1, staged_positions: bool = False,
-                 topk: int | None = None, side_outputs: bool = False):
+                 topk: int | None = None, side_outputs: bool = False, greedy_head: bool = False):
         if max_blocks_per_seq < 1 or vocab_size < 1:
             raise AnnaError("max_blocks_per_seq and vocab_size must be positive")
         unknown = set(modes) - set(MODES + TOPK_MODES)
@@ -128,6 +131,8 @@ class DecodeGraphs:
         self.modes = tuple(modes)
         self._forward = compile_fn(self._forward_logits) if compile_fn else self._forward_logits
         self._forward_topk = compile_fn(self._forward_candidates) if compile_fn else self._forward_candidates
+        self.greedy_head = greedy_head
+        self._forward_greedy = compile_fn(self._forward_ids) if compile_fn else self._forward_ids
         # the "topk" graphs' outputs: values [rows, topk] float32, indices [rows, topk] int64, logsumexp [rows]
         self.topk_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         rows = self.buckets[-1]
@@ -192,6 +197,10 @@ class DecodeGraphs:
         hidden = self.model(batch, self.caches)  # [b, hidden]: every row samples
         return self.model.compute_logits(hidden)  # [b, vocab] float32
 
+    def _forward_ids(self, batch: ForwardBatch) -> torch.Tensor:
+        hidden = self.model(batch, self.caches)  # [b, hidden]
+        return self.model.compute_greedy(hidden)  # [b] int64
+
     def _forward_candidates(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         hidden = self.model(batch, self.caches)  # [b, hidden]
         return self.model.compute_topk(hidden, self.topk)  # [b, topk] float32, [b, topk] int64, [b] float32
@@ -232,7 +241,11 @@ class DecodeGraphs:
             self.side_out[:b].copy_(side)
 
     def _step_full(self, b: int, mode: str) -> None:
-        """:meth:`_step`'s forward, full LM head and sampling (or logits)."""
+        """:meth:`_step`'s forward, full LM head and sampling (or logits); greedy with ``greedy_head``: the model's
+        ids."""
+        if mode == "greedy" and self.greedy_head:
+            self.out[:b].copy_(self._forward_greedy(self._batch(b)))
+            return
         logits = self._forward(self._batch(b))
         if mode == "logits":
             if self.logits_out is None:

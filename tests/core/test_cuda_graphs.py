@@ -199,3 +199,33 @@ def test_staging_uploads_the_first_rows_of_row_fields_and_every_other_field():
     assert st.d["tables"].tolist() == [[7] * 3, [7] * 3, [0] * 3, [0] * 3]  # rows 2.. not copied
     st.upload()
     assert st.d["tables"].tolist() == [[7] * 3] * 4
+
+
+def test_staging_merges_its_copies_where_few_rows_are_left_out_and_never_uploads_device_fields():
+    from anna_core.engine.graph_staging import MERGE_BYTES, Staging
+
+    fields = [("out", torch.int64, (4,)), ("ids", torch.int64, (4,)), ("a", torch.int32, (4, 3)),
+              ("b", torch.int32, (4, 3))]
+    st = Staging(Accelerator(torch.device("cpu")), fields, row_fields=["a", "b"], device_fields=["out"])
+    # layout: out [0, 32) | ids [32, 64) | a [64, 112) | b [112, 160)
+    assert st.upload_spans() == [(32, 160)]
+    assert st.upload_spans(rows=1) == [(32, 124)]  # one copy: a's three unused rows (36 bytes) go along
+    assert st.upload_spans(rows=4) == [(32, 160)]
+    st.d["out"][:] = torch.tensor([9, 8, 7, 6])  # what a replay wrote
+    st.h["ids"][:] = [1, 2, 3, 4]
+    st.h["a"][:] = 5
+    st.h["b"][:] = 6
+    st.upload(rows=1)
+    assert st.d["out"].tolist() == [9, 8, 7, 6]  # device fields are never overwritten by an upload
+    assert st.d["ids"].tolist() == [1, 2, 3, 4]
+    assert st.d["a"][0].tolist() == [5] * 3 and st.d["b"].tolist() == [[6] * 3] + [[0] * 3] * 3
+    # where the rows left out are many, each row field's first rows are a copy of their own
+    rows = MERGE_BYTES // 4 + 2
+    wide = Staging(Accelerator(torch.device("cpu")), [("ids", torch.int64, (rows,)), ("a", torch.int32, (rows, 1)),
+                                                      ("b", torch.int32, (rows, 1))], row_fields=["a", "b"])
+    a, b = 8 * rows, 8 * rows + -(-4 * rows // 8) * 8
+    assert wide.upload_spans(rows=1) == [(0, a), (a, a + 4), (b, b + 4)]
+    wide.h["a"][:] = 1
+    wide.h["b"][:] = 2
+    wide.upload(rows=1)
+    assert wide.d["a"][:2, 0].tolist() == [1, 0] and wide.d["b"][:2, 0].tolist() == [2, 0]

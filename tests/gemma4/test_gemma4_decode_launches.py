@@ -16,7 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 from anna_core.testing.runner import prefill_logits
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from tests.core._graph_engine import fake_graph_engine
 from tests.gemma4.conftest import load_anna
 from tests.gemma4.kernel_ops import KernelOpCalls
 
@@ -92,3 +94,55 @@ def test_unaccelerated_tail_runs_unfused(gemma4_factory):
     assert not fused & set(step)
     # the per-layer-input norm, the first input norm, per own-KV layer the q/k/v norms, per KV-shared layer the q norm
     assert step.count("rms_norm") == 2 + 3 * own_kv + (len(model.model.layers) - own_kv)
+
+
+class _OpsOutsideModel(TorchDispatchMode):
+    """The aten ops (views left out: they launch nothing) run while active and while :attr:`inside` is False."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside = False
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.inside and not func.is_view:
+            self.ops.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_captured_greedy_step_runs_the_gather_the_models_ids_and_one_copy(gemma4_factory):
+    """Around the model's forward and greedy head (``compute_greedy``: capability ``greedy_head``), a captured greedy
+    decode step (batch 1) runs two ops: the gather of each row's input token (staged, or the last replay's sampled id:
+    both in the staging buffer) and the copy of the ids into the step's output buffer. Before, the staged ids were
+    copied first, and the argmax ran over the float32 logits after the LM head (two graph memcpys, one reduction).
+    The greedy head's ops: with its kernels, the one ``linear_soft_cap_argmax`` op; on the CPU the head's references
+    and the argmax, the ids of the eager sampler."""
+    engine, _ = fake_graph_engine(gemma4_factory(variant="e2b"), graphs=True, max_seqs=1)
+    graphs = engine.runner.graphs
+    assert graphs.greedy_head
+    mode = _OpsOutsideModel()
+    forward = graphs._forward_greedy
+    model = graphs.model
+    head_ops: list[str] = []
+    KernelOpCalls(model.ops.registry, head_ops.append, accelerate=True)
+    ids: list[torch.Tensor] = []
+
+    def model_part(batch):
+        mode.inside = True
+        try:
+            ids.append(forward(batch))
+            return ids[-1]
+        finally:
+            mode.inside = False
+
+    graphs._forward_greedy = model_part
+    hidden = []
+    model.compute_greedy = lambda h, greedy=model.compute_greedy: hidden.append(h) or greedy(h)
+    replay = graphs.padded_replay(1, "greedy")
+    with torch.inference_mode(), mode:
+        replay()
+    assert mode.ops == ["index_select", "copy_"]
+    assert head_ops[-1] == "linear_soft_cap_argmax" and "linear_soft_cap" not in head_ops
+    with torch.inference_mode():
+        assert torch.equal(graphs.out[:1], ids[-1])
+        assert torch.equal(ids[-1], torch.argmax(model.compute_logits(hidden[-1]), dim=-1))

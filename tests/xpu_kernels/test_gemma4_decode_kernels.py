@@ -70,3 +70,23 @@ def test_decode_step_kernels_per_layer(tmp_path, monkeypatch):
     assert per_layer == {"fused": 6, "apart": 8}
     torch.testing.assert_close(got_fused, want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got_apart, want, rtol=1e-4, atol=1e-4)
+
+
+def test_greedy_head_launches_three_kernels_and_gives_the_argmax_of_the_logits(tmp_path, monkeypatch):
+    """The captured greedy step's head (``compute_greedy``, capability ``greedy_head``): the GEMV, the soft-capped
+    blocks' partials and their reduction (``linear_soft_cap_argmax``), where the full head's path is the GEMV, the
+    soft cap and torch's argmax over the float32 logits; the same ids."""
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    model = load_anna(build_tiny_gemma4(tmp_path / "g", variant="e2b")).model
+    assert model.capabilities.greedy_head and model.config.final_logit_softcapping
+    hidden = torch.randn(3, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with LaunchCounter() as fused:
+        ids = model.compute_greedy(hidden)
+    with LaunchCounter() as full:
+        want = torch.argmax(model.compute_logits(hidden), dim=-1)
+    launched = {k: v for k, v in fused.launches.items() if k not in ("aten:to", "aten:zeros")}  # (see above)
+    gemv = [k for k in launched if k.endswith("gemv_kernel")]
+    assert len(gemv) == 1 and launched == {gemv[0]: 1, "triton:_soft_cap_argmax_partials_kernel": 1,
+                                           "triton:_argmax_of_blocks_kernel": 1}
+    assert full.launches["triton:_soft_cap_kernel"] == 1 and full.launches["aten:argmax"] == 1
+    assert ids.tolist() == want.tolist()

@@ -171,6 +171,11 @@ class ModelCapabilities:
             logits per row through the ``lm_head_topk`` op (the logits ``compute_logits`` would give, without the
             ``[N, vocab]`` tensor), so the runner may take the fused top-k head for steps whose requests need no
             more (:mod:`anna_core.engine.topk_head`). False for a tensor-parallel rank (its head is a shard).
+        greedy_head: it has ``compute_greedy(hidden) -> ids``: per row the column of the largest logit
+            ``compute_logits`` would give (the first among equal ones, as ``torch.argmax``), possibly without the
+            ``[N, vocab]`` logits (e.g. a soft-capped head's ``linear_soft_cap_argmax`` op); the captured decode
+            step's greedy mode takes it (:class:`~anna_core.engine.cuda_graphs.DecodeGraphs`). False for a
+            tensor-parallel rank.
     """
 
     padded_prefill: bool = False
@@ -184,6 +189,7 @@ class ModelCapabilities:
     prompt_state: bool = False
     compiled_decode: bool = False
     topk_head: bool = False
+    greedy_head: bool = False
 
 
 class CausalLM(Protocol):
@@ -211,6 +217,10 @@ class CausalLM(Protocol):
     #   def compute_topk(self, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     #       hidden ``[N, hidden]`` -> ``lm_head_topk``'s ``(values [N, k] float32, indices [N, k] int64,
     #       logsumexp [N] float32)`` of the logits ``compute_logits`` gives.
+    # Models whose capabilities declare ``greedy_head`` also have:
+    #   def compute_greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+    #       hidden ``[N, hidden]`` -> ``[N]`` int64: ``argmax`` of each row of the logits ``compute_logits`` gives
+    #       (the first of equal largest values); device ops only (captured in decode graphs, no host read).
     # Models whose capabilities declare ``side_outputs`` also have:
     #   def gather_side_outputs(self, state_slots: torch.Tensor) -> torch.Tensor:
     #       state_slots ``[n]`` int64 on the device -> ``[n, ...]``: what the step just run left for the sequence in

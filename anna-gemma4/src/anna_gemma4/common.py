@@ -107,6 +107,17 @@ def gemma_logits(ops: Any, hidden: torch.Tensor, weight: torch.Tensor, softcap: 
     return logits
 
 
+def gemma_greedy(ops: Any, hidden: torch.Tensor, weight: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """hidden ``[N, hidden]``, weight ``[vocab, hidden]`` -> ``[N]`` int64: the argmax of each row of
+    :func:`gemma_logits` (the first of equal largest values): one ``linear_soft_cap_argmax`` op (on GPUs the GEMV
+    and two small launches, the float32 logits never written) where kernels serve both it and ``linear`` and
+    ``softcap`` is set, else ``argmax`` of :func:`gemma_logits`."""
+    if (softcap is not None and ops.accelerated("linear") is not None
+            and (fused := ops.accelerated("linear_soft_cap_argmax")) is not None):
+        return fused(hidden, weight, softcap)
+    return torch.argmax(gemma_logits(ops, hidden, weight, softcap), dim=-1)
+
+
 class GemmaCausalLM(nn.Module):
     """What the Gemma 3 and Gemma 4 causal models share (:class:`anna_core.model.CausalLM`): the text model,
     an LM head (none with tied embeddings: logits use ``embed_tokens.weight``), soft-capped float32 logits.
@@ -134,7 +145,7 @@ class GemmaCausalLM(nn.Module):
         self.model = text_model(cfg, self.cache_spec, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if parallel.is_parallel and self.capabilities.topk_head:  # a rank's head is a vocabulary shard
-            self.capabilities = attrs.evolve(self.capabilities, topk_head=False)
+            self.capabilities = attrs.evolve(self.capabilities, topk_head=False, greedy_head=False)
 
     @property
     def vocab_size(self) -> int:
@@ -154,6 +165,13 @@ class GemmaCausalLM(nn.Module):
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         logits = gemma_logits(self.ops, hidden, weight, self.config.final_logit_softcapping)
         return gather_vocab(logits, self.vocab_size, self.parallel)  # a tensor-parallel rank's vocabulary shard
+
+    def compute_greedy(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: ``[N, hidden]`` -> ``[N]`` int64, the argmax of each row of :meth:`compute_logits` (the first of
+        equal largest values; :func:`gemma_greedy`: without the logits where a kernel serves the soft-capped head's
+        argmax). One rank only: capability ``greedy_head``."""
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return gemma_greedy(self.ops, hidden, weight, self.config.final_logit_softcapping)
 
     def compute_topk(self, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """hidden ``[N, hidden]`` -> the ``lm_head_topk`` op's ``(values [N, k] float32, indices [N, k] int64,

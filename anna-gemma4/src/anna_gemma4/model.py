@@ -114,7 +114,7 @@ class Gemma4ForCausalLM(GemmaCausalLM):
     eagerly.
     """
 
-    capabilities = ModelCapabilities(padded_prefill=True, quantized_kv=True, topk_head=True)
+    capabilities = ModelCapabilities(padded_prefill=True, quantized_kv=True, topk_head=True, greedy_head=True)
 
     def __init__(self, cfg: Gemma4Config, ops: Any, parallel: ParallelState = SINGLE):
         super().__init__(cfg, ops, functools.partial(Gemma4TextModel, parallel=parallel), parallel)

@@ -54,6 +54,7 @@ TRITON_KERNELS = {
     "turboquant_cache_write": ("turboquant_write:turboquant_cache_write", "probes:turboquant_write_probe"),
     "linear": ("gemv:linear", "probes:linear_probe"),
     "linear_soft_cap": ("soft_cap:linear_soft_cap", "probes:linear_probe"),
+    "linear_soft_cap_argmax": ("soft_cap:linear_soft_cap_argmax", "probes:linear_probe"),
     "add_rms_norm_linear": ("fused_linear:add_rms_norm_linear", "probes:linear_probe"),
     "act_mul_linear": ("fused_linear:act_mul_linear", "probes:linear_probe"),
     "linear_act_mul": ("fused_linear:linear_act_mul", "probes:linear_probe"),

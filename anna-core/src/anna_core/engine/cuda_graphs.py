@@ -13,7 +13,9 @@ warmed up and captured over static device buffers. A step of ``n`` sequences the
 1. writes its inputs into one page-locked host staging buffer (rows ``n..b-1`` are padding that
    reads and writes only the scratch KV block and state slot, see
    :func:`~anna_core.engine.cache_allocator.scratch_block`),
-2. copies it to the device in one non-blocking copy,
+2. copies it to the device in one non-blocking copy (:meth:`~anna_core.engine.graph_staging.Staging.upload`; the
+   same device buffer holds the last replay's sampled ids right before the staged ids, so the step gathers each
+   row's input token from both without a copy),
 3. replays the graph of the smallest bucket ``>= n``,
 4. and enqueues the copy of the ``n`` sampled ids (with a model that declares ``side_outputs``, also of its side
    outputs, which the captured step gathers into a static buffer after sampling) to page-locked host memory; the
@@ -100,6 +102,9 @@ class DecodeGraphs:
             ``model.gather_side_outputs(state_slots)`` of its rows into :attr:`side_out` (``[rows, ...]``, allocated by
             the first warm-up at the shape and dtype the model gives), and :meth:`run` copies the step's rows of it to
             the host with its ids (:meth:`~anna_core.engine.graph_staging.PendingIds.side_outputs`).
+        greedy_head: the model declares ``greedy_head``: the ``"greedy"`` mode takes its ``compute_greedy(hidden)``
+            (the ids without the logits, e.g. one op fusing the argmax into a soft-capped head) instead of
+            ``compute_logits`` and ``argmax``.
 
     Raises:
         AnnaError: a non-positive size.
@@ -108,7 +113,7 @@ class DecodeGraphs:
     def __init__(self, model: Any, caches: ModelCaches, accel: Accelerator, *, max_batch: int,
                  max_blocks_per_seq: int, vocab_size: int, compile_fn: Callable | None = None,
                  modes: Sequence[str] = MODES, position_rows: int = 1, staged_positions: bool = False,
-                 topk: int | None = None, side_outputs: bool = False):
+                 topk: int | None = None, side_outputs: bool = False, greedy_head: bool = False):
         if max_blocks_per_seq < 1 or vocab_size < 1:
             raise AnnaError("max_blocks_per_seq and vocab_size must be positive")
         unknown = set(modes) - set(MODES + TOPK_MODES)
@@ -126,24 +131,32 @@ class DecodeGraphs:
         self.modes = tuple(modes)
         self._forward = compile_fn(self._forward_logits) if compile_fn else self._forward_logits
         self._forward_topk = compile_fn(self._forward_candidates) if compile_fn else self._forward_candidates
+        self.greedy_head = greedy_head
+        self._forward_greedy = compile_fn(self._forward_ids) if compile_fn else self._forward_ids
         # the "topk" graphs' outputs: values [rows, topk] float32, indices [rows, topk] int64, logsumexp [rows]
         self.topk_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         rows = self.buckets[-1]
         self.groups = [g for g, _ in caches.attention_caches]
         self.position_rows = position_rows
         self.staged_positions = staged_positions or position_rows > 1
-        fields = ([(n, torch.int64, (rows,)) for n in _I64] + [(n, torch.float32, (rows,)) for n in _F32]
-                  + [(n, torch.int32, (rows,)) for n in _I32])
+        # "sampled" (written by the device: the last sampling replay's ids) lies right before "input_ids" (this step's
+        # staged ids), so that one gather over both picks each row's input token
+        fields = ([("sampled", torch.int64, (rows,))] + [(n, torch.int64, (rows,)) for n in _I64]
+                  + [(n, torch.float32, (rows,)) for n in _F32] + [(n, torch.int32, (rows,)) for n in _I32])
         if self.staged_positions:
             fields.append(("rope_positions", torch.int64, (rows,)))
         for g in self.groups:
             fields += [(f"slot_mapping{g}", torch.int64, (rows,)), (f"block_tables{g}", torch.int32, (rows, self.width))]
         # a step uploads the block tables of its bucket's rows only (each row is max_model_len / block_size wide)
-        self.staging = Staging(accel, fields, row_fields=[f"block_tables{g}" for g in self.groups])
+        self.staging = Staging(accel, fields, row_fields=[f"block_tables{g}" for g in self.groups],
+                               device_fields=["sampled"])
         self.rows = rows
-        # tokens[:rows]: the ids sampled by the last sampling replay; tokens[rows:]: this step's staged ids
-        self.tokens = torch.zeros(2 * rows, dtype=torch.int64, device=accel.device)
-        self.out = self.tokens[:rows]
+        # tokens[:rows]: the ids sampled by the last sampling replay; tokens[rows:]: this step's staged ids (both
+        # views of the staging buffer: no copy of the staged ids inside the step)
+        self.tokens = self.staging.device[:2 * rows * 8].view(torch.int64)
+        if self.tokens[rows:].data_ptr() != self.staging.d["input_ids"].data_ptr():
+            raise RuntimeError("the staged input ids must follow the sampled ids in the staging buffer")
+        self.out = self.staging.d["sampled"]
         self.readback = IdsReadback(accel, rows)
         self._cu = torch.arange(rows + 1, dtype=torch.int32, device=accel.device)
         self._rows = torch.arange(rows, dtype=torch.int64, device=accel.device)
@@ -162,9 +175,8 @@ class DecodeGraphs:
 
     def _batch(self, b: int) -> ForwardBatch:
         d = self.staging.d
-        # each row's input token: staged from the host, or sampled by the previous replay (token_index
-        # < rows) when the engine scheduled this step before reading that one back
-        self.tokens[self.rows:self.rows + b].copy_(d["input_ids"][:b])
+        # each row's input token: staged from the host (token_index >= rows), or sampled by the previous replay
+        # (token_index < rows) when the engine scheduled this step before reading that one back
         input_ids = self.tokens.index_select(0, d["token_index"][:b])
         tables: list[GroupTable | None] = [None] * len(self.caches.groups)
         for g in self.groups:
@@ -184,6 +196,10 @@ class DecodeGraphs:
     def _forward_logits(self, batch: ForwardBatch) -> torch.Tensor:
         hidden = self.model(batch, self.caches)  # [b, hidden]: every row samples
         return self.model.compute_logits(hidden)  # [b, vocab] float32
+
+    def _forward_ids(self, batch: ForwardBatch) -> torch.Tensor:
+        hidden = self.model(batch, self.caches)  # [b, hidden]
+        return self.model.compute_greedy(hidden)  # [b] int64
 
     def _forward_candidates(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         hidden = self.model(batch, self.caches)  # [b, hidden]
@@ -225,7 +241,11 @@ class DecodeGraphs:
             self.side_out[:b].copy_(side)
 
     def _step_full(self, b: int, mode: str) -> None:
-        """:meth:`_step`'s forward, full LM head and sampling (or logits)."""
+        """:meth:`_step`'s forward, full LM head and sampling (or logits); greedy with ``greedy_head``: the model's
+        ids."""
+        if mode == "greedy" and self.greedy_head:
+            self.out[:b].copy_(self._forward_greedy(self._batch(b)))
+            return
         logits = self._forward(self._batch(b))
         if mode == "logits":
             if self.logits_out is None:
@@ -233,9 +253,10 @@ class DecodeGraphs:
             self.logits_out[:b].copy_(logits)
             return
         d = self.staging.d
-        if mode == "greedy":
-            ids = logits.argmax(dim=-1)
-        elif mode == "sample_plain":
+        if mode == "greedy":  # the argmax writes the ids in place (no copy after it)
+            torch.argmax(logits, dim=-1, out=self.out[:b])
+            return
+        if mode == "sample_plain":
             ids = sample_plain_no_sync(logits, d["temperature"][:b], d["seeds"][:b], d["steps"][:b])
         else:
             ids = sample_no_sync(logits, d["temperature"][:b], d["top_k"][:b], d["top_p"][:b], d["min_p"][:b],

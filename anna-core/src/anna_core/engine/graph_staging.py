@@ -18,6 +18,11 @@ import torch
 
 from anna_core.device import Accelerator
 
+MERGE_BYTES = 64 * 1024
+"""The most bytes of unused rows :meth:`Staging.upload` copies to save a copy: a host -> device copy of a few bytes
+costs the device a few microseconds (its launch and the copy engine's turn-around), 64 KiB about as much at the ~25
+GB/s of a page-locked copy."""
+
 _NP = {torch.int64: np.int64, torch.int32: np.int32, torch.float32: np.float32, torch.bool: np.bool_}
 
 
@@ -31,12 +36,18 @@ class Staging:
     Fields are 8-byte aligned slices viewed with their own dtypes, so one ``copy_`` moves them all.
     Row fields (e.g. block tables ``[rows, max_blocks]``, megabytes at long context lengths) are laid out
     last, and :meth:`upload` with ``rows`` copies only their first rows: a step of a few sequences does not
-    move every row's table.
+    move every row's table. Where the rows left out of the earlier row fields come to at most
+    :data:`MERGE_BYTES`, the upload is one copy of the buffer's start through the last row field's first rows
+    (:meth:`upload_spans`): each host -> device copy costs the step a few microseconds however small it is.
+    Device fields (e.g. the sampled ids a captured step writes for the next step to read) come first and are
+    never uploaded: they live in the same device buffer so that a graph can index them together with the field
+    laid out after them (one ``index_select`` over both, no copy between them).
 
     Args:
         accel: device services (pinning, events).
         fields: ``(name, dtype, shape)`` per field.
         row_fields: names of fields whose first dimension is the row (sequence) index, uploaded by rows.
+        device_fields: names of fields the device writes, laid out first (in ``fields``' order) and never uploaded.
 
     Attributes:
         h: numpy views of the current host buffer, by field name (write the step's inputs here).
@@ -44,20 +55,26 @@ class Staging:
     """
 
     def __init__(self, accel: Accelerator, fields: Sequence[tuple[str, torch.dtype, tuple[int, ...]]],
-                 row_fields: Sequence[str] = ()):
+                 row_fields: Sequence[str] = (), device_fields: Sequence[str] = ()):
         layout: dict[str, tuple[int, torch.dtype, tuple[int, ...]]] = {}
         offset = 0
-        ordered = [f for f in fields if f[0] not in row_fields] + [f for f in fields if f[0] in row_fields]
+        ordered = ([f for f in fields if f[0] in device_fields]
+                   + [f for f in fields if f[0] not in row_fields and f[0] not in device_fields]
+                   + [f for f in fields if f[0] in row_fields])
+        self._start = 0  # bytes of the device fields: never uploaded
         self._head: int | None = None  # bytes before the first row field: uploaded whole
         for name, dtype, shape in ordered:
             if name in row_fields and self._head is None:
                 self._head = offset
             layout[name] = (offset, dtype, shape)
             offset += -(-_nbytes(dtype, shape) // 8) * 8
+            if name in device_fields:
+                self._start = offset
         self.nbytes = offset
         if self._head is None:
             self._head = offset
         self._row_fields = [n for n, _, _ in ordered if n in row_fields]
+        self._layout = layout
         self._accel = accel
         self._hosts = [accel.pin(torch.zeros(offset, dtype=torch.uint8)) for _ in range(2)]
         self._events: list[object | None] = [None, None]
@@ -69,10 +86,6 @@ class Staging:
         self.device = torch.zeros(offset, dtype=torch.uint8, device=accel.device)
         self.d: dict[str, torch.Tensor] = {name: self.device[off:off + _nbytes(dtype, shape)].view(dtype).view(shape)
                                            for name, (off, dtype, shape) in layout.items()}
-        # torch views of each host buffer's row fields (their first rows are copied by upload(rows))
-        self._host_rows = [{name: host[off:off + _nbytes(dtype, shape)].view(dtype).view(shape)
-                            for name, (off, dtype, shape) in layout.items() if name in self._row_fields}
-                           for host in self._hosts]
         self._cur = 0
         self.h = self._views[0]
 
@@ -87,16 +100,29 @@ class Staging:
             event.synchronize()
         self.h = self._views[self._cur]
 
+    def upload_spans(self, rows: int | None = None) -> list[tuple[int, int]]:
+        """The byte ranges ``[(start, end)]`` of the buffer that :meth:`upload` copies, one copy each: with ``rows``
+        (and row fields) the fields other than the device and row fields, and the first ``rows`` rows of each row
+        field, merged into one range when the rows in between come to at most :data:`MERGE_BYTES`; without
+        ``rows``, every field but the device fields."""
+        if rows is None or not self._row_fields:
+            return [(self._start, self.nbytes)]
+        spans = [(self._start, self._head)]
+        for name in self._row_fields:
+            off, dtype, shape = self._layout[name]
+            spans.append((off, off + rows * _nbytes(dtype, shape[1:])))
+        left_out = sum(b[0] - a[1] for a, b in zip(spans, spans[1:]))
+        if left_out <= MERGE_BYTES:
+            return [(spans[0][0], spans[-1][1])]
+        return [(a, b) for a, b in spans if b > a]
+
     def upload(self, rows: int | None = None) -> None:
         """Copy the current host buffer to the device without blocking the host: every field, or with
-        ``rows`` the fields other than the row fields and the first ``rows`` rows of each row field."""
+        ``rows`` the fields other than the row fields and the first ``rows`` rows of each row field (the
+        device fields never; the copies of :meth:`upload_spans`)."""
         host = self._hosts[self._cur]
-        if rows is None or not self._row_fields:
-            self.device.copy_(host, non_blocking=True)
-        else:
-            self.device[:self._head].copy_(host[:self._head], non_blocking=True)
-            for name in self._row_fields:
-                self.d[name][:rows].copy_(self._host_rows[self._cur][name][:rows], non_blocking=True)
+        for start, end in self.upload_spans(rows):
+            self.device[start:end].copy_(host[start:end], non_blocking=True)
         event = self._accel.event()
         if event is not None:
             event.record()

@@ -160,7 +160,8 @@ class RunnerSetup:
             graphs = self.decode_graphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,
                                         max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn,
                                         position_rows=self.position_rows, staged_positions=self.own_positions,
-                                        side_outputs=self.model.capabilities.side_outputs, **with_topk)
+                                        side_outputs=self.model.capabilities.side_outputs,
+                                        greedy_head=self.model.capabilities.greedy_head, **with_topk)
             graphs.capture()
             return graphs
 

@@ -180,3 +180,14 @@ def linear_soft_cap(device: Any, dtype: Any) -> list[OpExample]:
     r = SampleGen(34, device, as_dtype(dtype))
     return [OpExample((r.randn(1, 64), r.randn(40, 64), 3.0)),  # logits well past the cap: tanh saturates
             OpExample((r.randn(3, 32), r.randn(24, 32, scale=0.2), 30.0))]
+
+
+def linear_soft_cap_argmax(device: Any, dtype: Any) -> list[OpExample]:
+    """Rows whose largest logit stands well clear of the rest (a planted row of the weight along x), so that every
+    implementation's rounding picks it, each planted twice (equal largest values: the first one counts)."""
+    r = SampleGen(35, device, as_dtype(dtype))
+    x, weight = r.randn(3, 32), r.randn(4100, 32, scale=0.05)
+    # one in the masked last block, one at a block's start; each copied to a later column of another block
+    for row, (col, copy) in enumerate(((7, 3000), (4000, 4099), (2048, 4097))):
+        weight[col] = weight[copy] = x[row] * 0.5
+    return [OpExample((x, weight, 30.0)), OpExample((x[:1], weight[:40], 30.0))]

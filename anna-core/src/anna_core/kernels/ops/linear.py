@@ -171,6 +171,17 @@ head's soft cap needs no launches of its own.
         checked=True,
     ),
     core_op(
+        "linear_soft_cap_argmax", "linear",
+        signature="linear_soft_cap_argmax(x, weight, cap) -> ids",
+        doc="""\
+x: ``[M, K]``; weight: ``[N, K]`` of x's dtype, no bias, ``N >= 1``; cap: a positive Python float. ``ids =
+argmax(linear_soft_cap(x, weight, cap), -1)`` ``[M]`` int64, the first column among equal largest values (as
+``torch.argmax``): greedy sampling's ids from a soft-capped LM head, which a kernel computes without writing the
+``[M, N]`` float32 logits.
+""",
+        checked=True,
+    ),
+    core_op(
         "post_norm_residual_gated_linear", "fused_linear",
         signature=("post_norm_residual_gated_linear(x, residual, weight, eps, zero_centered, scale, gate_weight, up, "
                    "linear_weight, activation) -> (y, new_residual)"),
@@ -185,4 +196,4 @@ launch at decode instead of two). Inputs are not written.
         checked=True,
     ),
 )
-"""``linear``, ``int4_linear``, ``wq_linear``, ``lm_head_topk``, ``add_rms_norm_wq_linear``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``, ``linear_act_mul``, ``add_rms_norm_linear_act_mul``, ``post_norm_residual_linear``, ``linear_soft_cap``, ``post_norm_residual_gated_linear``."""
+"""``linear``, ``int4_linear``, ``wq_linear``, ``lm_head_topk``, ``add_rms_norm_wq_linear``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``, ``linear_act_mul``, ``add_rms_norm_linear_act_mul``, ``post_norm_residual_linear``, ``linear_soft_cap``, ``linear_soft_cap_argmax``, ``post_norm_residual_gated_linear``."""

@@ -50,6 +50,17 @@ def check_linear_soft_cap(x: torch.Tensor, weight: torch.Tensor, cap: float) -> 
     require(cap > 0, "linear_soft_cap", f"cap must be positive, got {cap}")
 
 
+def check_linear_soft_cap_argmax(x: torch.Tensor, weight: torch.Tensor, cap: float) -> None:
+    """Check the arguments of :func:`linear_soft_cap_argmax` (no sync).
+
+    Raises:
+        ValueError: ``"linear_soft_cap_argmax: ..."`` as :func:`check_linear_soft_cap`, or a weight of no rows.
+    """
+    check_linear("linear_soft_cap_argmax", x, weight, None)
+    require(cap > 0, "linear_soft_cap_argmax", f"cap must be positive, got {cap}")
+    require(weight.shape[0] > 0, "linear_soft_cap_argmax", "weight must have at least one row (the vocabulary)")
+
+
 def linear_soft_cap(x: torch.Tensor, weight: torch.Tensor, cap: float) -> torch.Tensor:
     """An LM head with final-logit soft-capping (Gemma 2 / 3 / 4: ``final_logit_softcapping``).
 
@@ -64,3 +75,20 @@ def linear_soft_cap(x: torch.Tensor, weight: torch.Tensor, cap: float) -> torch.
     """
     check_linear_soft_cap(x, weight, cap)
     return torch.tanh(linear(x, weight, None).float() / cap) * cap
+
+
+def linear_soft_cap_argmax(x: torch.Tensor, weight: torch.Tensor, cap: float) -> torch.Tensor:
+    """Greedy sampling's ids from a soft-capped LM head: each row's first largest column of
+    :func:`linear_soft_cap`'s logits (``torch.argmax``'s choice among equal values).
+
+    Args:
+        x: ``[M, K]`` (or ``[..., K]``); weight: ``[N, K]`` of x's dtype, ``N >= 1``; cap: a positive Python float.
+
+    Returns:
+        ``[M]`` (or ``[...]``) int64.
+
+    Raises:
+        ValueError: see :func:`check_linear_soft_cap_argmax`.
+    """
+    check_linear_soft_cap_argmax(x, weight, cap)
+    return torch.argmax(linear_soft_cap(x, weight, cap), dim=-1)

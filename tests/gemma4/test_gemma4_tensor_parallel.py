@@ -26,5 +26,8 @@ class TestGemma4TensorParallel(TensorParallelSuite):
         ref, tp = tp_pair
         assert [g.num_kv_heads * 2 for g in tp.engine.cache_spec.groups] == [g.num_kv_heads
                                                                              for g in ref.engine.cache_spec.groups]
+        # a rank's LM head is a vocabulary shard: neither top-k candidates nor greedy ids come from it alone
+        assert ref.loaded.model.capabilities.greedy_head and ref.loaded.model.capabilities.topk_head
+        assert not tp.loaded.model.capabilities.greedy_head and not tp.loaded.model.capabilities.topk_head
         layer = tp.loaded.model.model.layers[0]
         assert layer.experts.down_proj.shape[2] * 2 == ref.loaded.model.model.layers[0].experts.down_proj.shape[2]

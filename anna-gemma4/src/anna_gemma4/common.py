@@ -144,7 +144,7 @@ class GemmaCausalLM(nn.Module):
         self.cache_spec = cache_spec(cfg)
         self.model = text_model(cfg, self.cache_spec, ops)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        if parallel.is_parallel and self.capabilities.topk_head:  # a rank's head is a vocabulary shard
+        if parallel.is_parallel:  # a rank's head is a vocabulary shard: no top-k or greedy ids from it alone
             self.capabilities = attrs.evolve(self.capabilities, topk_head=False, greedy_head=False)
 
     @property

@@ -176,8 +176,8 @@ head's soft cap needs no launches of its own.
         doc="""\
 x: ``[M, K]``; weight: ``[N, K]`` of x's dtype, no bias, ``N >= 1``; cap: a positive Python float. ``ids =
 argmax(linear_soft_cap(x, weight, cap), -1)`` ``[M]`` int64, the first column among equal largest values (as
-``torch.argmax``): greedy sampling's ids from a soft-capped LM head, which a kernel computes without writing the
-``[M, N]`` float32 logits.
+``torch.argmax``; a row whose logits hold a NaN may take any column on a kernel): greedy sampling's ids from a
+soft-capped LM head, which a kernel computes without writing the ``[M, N]`` float32 logits.
 """,
         checked=True,
     ),

@@ -146,3 +146,27 @@ def test_captured_greedy_step_runs_the_gather_the_models_ids_and_one_copy(gemma4
     with torch.inference_mode():
         assert torch.equal(graphs.out[:1], ids[-1])
         assert torch.equal(ids[-1], torch.argmax(model.compute_logits(hidden[-1]), dim=-1))
+
+
+def test_a_greedy_head_that_fails_capture_leaves_the_full_heads_graphs(gemma4_factory, monkeypatch, caplog):
+    """The fused greedy head (``greedy_head``) failing at capture must not leave decode eager: the runner captures the
+    full head's graphs (logits and argmax) instead, which give the eager engine's tokens."""
+    from anna_core.engine.sampling_params import SamplingParams
+    from anna_gemma4.model import Gemma4ForCausalLM
+
+    from tests.core._graph_engine import generate_tokens
+
+    def failing_greedy(self, hidden):
+        raise RuntimeError("the fused greedy head failed to capture")
+
+    model_dir = gemma4_factory(variant="e2b")
+    prompts, params = [[5, 9, 3], [7, 8]], [SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)] * 2
+    eager, _ = fake_graph_engine(model_dir, graphs=False, max_seqs=2)
+    expected = generate_tokens(eager, prompts, params)
+    monkeypatch.setattr(Gemma4ForCausalLM, "compute_greedy", failing_greedy)
+    with caplog.at_level("WARNING"):
+        engine, accel = fake_graph_engine(model_dir, graphs=True, max_seqs=2)
+    assert "capturing the full head's modes only" in caplog.text and "running eagerly" not in caplog.text
+    assert engine.runner.graphs is not None and not engine.runner.graphs.greedy_head
+    assert generate_tokens(engine, prompts, params) == expected
+    assert accel.replays > 0

@@ -155,33 +155,37 @@ class RunnerSetup:
             def compile_fn(fn):
                 return torch.compile(fn, mode=mode, dynamic=False)
 
-        def capture(fn, topk: bool):
-            with_topk: dict[str, Any] = {"modes": MODES + TOPK_MODES, "topk": FUSED_K} if topk else {}
+        greedy_head = self.model.capabilities.greedy_head
+
+        def capture(fn, fused: bool):
+            with_topk: dict[str, Any] = {"modes": MODES + TOPK_MODES, "topk": FUSED_K} if fused and topk_head else {}
             graphs = self.decode_graphs(self.model, self.caches, self.accel, max_batch=max_num_seqs,
                                         max_blocks_per_seq=width, vocab_size=vocab, compile_fn=fn,
                                         position_rows=self.position_rows, staged_positions=self.own_positions,
                                         side_outputs=self.model.capabilities.side_outputs,
-                                        greedy_head=self.model.capabilities.greedy_head, **with_topk)
+                                        greedy_head=fused and greedy_head, **with_topk)
             graphs.capture()
             return graphs
 
-        # each attempt in turn: compiled (when asked) then uncompiled, with the fused top-k head's modes (when on)
-        # then without them (a failed top-k capture keeps the full head's graphs)
-        topk_options = (True, False) if topk_head else (False,)
-        attempts = [(fn, topk) for fn in ((compile_fn, None) if compile_fn is not None else (None,))
-                    for topk in topk_options]
-        for n, (fn, topk) in enumerate(attempts):
+        # each attempt in turn: compiled (when asked) then uncompiled, with the fused heads (the top-k head's modes
+        # when on, the model's greedy head when declared) then without them (a failed fused-head capture keeps the
+        # full head's graphs)
+        fused_options = (True, False) if topk_head or greedy_head else (False,)
+        attempts = [(fn, fused) for fn in ((compile_fn, None) if compile_fn is not None else (None,))
+                    for fused in fused_options]
+        for n, (fn, fused) in enumerate(attempts):
             try:
-                result.decode = capture(fn, topk)
+                result.decode = capture(fn, fused)
                 result.why_not["decode"] = None
                 return
             except Exception as exc:  # noqa: BLE001 - keep serving rather than not at all
                 if n == len(attempts) - 1:
                     log.warning("decode graph capture failed, running eagerly: %s: %s", type(exc).__name__, str(exc))
                     result.why_not["decode"] = _capture_failed(exc)
-                elif attempts[n + 1][0] is fn:  # the same step without the top-k modes
-                    log.warning("decode graph capture with the fused top-k head failed, capturing the full head's "
-                                "modes only: %s: %s", type(exc).__name__, str(exc))  # str: frees the attempt
+                elif attempts[n + 1][0] is fn:  # the same step without the fused heads
+                    log.warning("decode graph capture with the fused LM head (top-k modes / greedy head) failed, "
+                                "capturing the full head's modes only: %s: %s", type(exc).__name__,
+                                str(exc))  # str: frees the attempt
                 else:  # e.g. dynamo cannot trace a kernel plugin's launcher: the graphs still pay without compile
                     log.warning("decode graph capture with torch.compile (mode %s) failed, capturing the uncompiled "
                                 "step: %s: %s", config.compile_mode, type(exc).__name__, str(exc))

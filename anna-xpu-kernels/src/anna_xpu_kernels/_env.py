@@ -178,6 +178,18 @@ def lm_head_topk_impl() -> str:
     return value if value in LM_HEAD_TOPK_IMPLS else "auto"
 
 
+def _choice(name: str, choices: tuple[str, ...]) -> str:
+    """The environment variable ``name`` (stripped, lower case; unset or empty: ``choices[0]``), one of ``choices``.
+
+    Raises:
+        ValueError: another value.
+    """
+    value = os.environ.get(name, "").strip().lower() or choices[0]
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
 TURBOQUANT_DECODE_ENV = "ANNA_TURBOQUANT_DECODE"
 TURBOQUANT_DECODES = ("auto", "spread", "words", "words-capped", "words-chunked", "words-chunked-capped")
 
@@ -194,10 +206,7 @@ def turboquant_decode_requested() -> str:
     Raises:
         ValueError: another value.
     """
-    value = os.environ.get(TURBOQUANT_DECODE_ENV, "").strip().lower() or "auto"
-    if value not in TURBOQUANT_DECODES:
-        raise ValueError(f"{TURBOQUANT_DECODE_ENV} must be one of {TURBOQUANT_DECODES}, got {value!r}")
-    return value
+    return _choice(TURBOQUANT_DECODE_ENV, TURBOQUANT_DECODES)
 
 
 TURBOQUANT_WRITE_ENV = "ANNA_TURBOQUANT_WRITE"
@@ -213,7 +222,4 @@ def turboquant_write_requested() -> str:
     Raises:
         ValueError: another value.
     """
-    value = os.environ.get(TURBOQUANT_WRITE_ENV, "").strip().lower() or "auto"
-    if value not in TURBOQUANT_WRITES:
-        raise ValueError(f"{TURBOQUANT_WRITE_ENV} must be one of {TURBOQUANT_WRITES}, got {value!r}")
-    return value
+    return _choice(TURBOQUANT_WRITE_ENV, TURBOQUANT_WRITES)

@@ -173,22 +173,18 @@ def test_devices_are_declared_cuda_and_xpu_and_the_cpu_only_under_the_interprete
     assert {s.devices for s in specs if s.name == "fla"} == {("cuda",)}
 
 
-def test_a_bad_turboquant_decode_switch_fails_at_registration_on_any_device(monkeypatch):
-    # read per call on CUDA only; a typo must not wait for a CUDA decode step nor pass silently elsewhere
-    monkeypatch.setenv("ANNA_TURBOQUANT_DECODE", "wrods")
-    with pytest.raises(ValueError, match="ANNA_TURBOQUANT_DECODE must be one of"):
+@pytest.mark.parametrize(("env", "typo", "valid", "op"), [
+    ("ANNA_TURBOQUANT_DECODE", "wrods", "words", "paged_attention_turboquant"),
+    ("ANNA_TURBOQUANT_WRITE", "column", "columns", "turboquant_cache_write"),
+])
+def test_a_bad_turboquant_switch_fails_at_registration_on_any_device(monkeypatch, env, typo, valid, op):
+    # read per call (the decode's on CUDA only); a typo must not wait for a CUDA step nor pass silently elsewhere
+    monkeypatch.setenv(env, typo)
+    with pytest.raises(ValueError, match=f"{env} must be one of"):
         kernel_specs(make_plugin_manager({"anna_xpu_kernels"}))
-    monkeypatch.setenv("ANNA_TURBOQUANT_DECODE", "words")
-    assert any(s.op == "paged_attention_turboquant" for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})))
+    monkeypatch.setenv(env, valid)
+    assert any(s.op == op for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})))
 
-
-
-def test_a_bad_turboquant_write_switch_fails_at_registration(monkeypatch):
-    monkeypatch.setenv("ANNA_TURBOQUANT_WRITE", "column")
-    with pytest.raises(ValueError, match="ANNA_TURBOQUANT_WRITE must be one of"):
-        kernel_specs(make_plugin_manager({"anna_xpu_kernels"}))
-    monkeypatch.setenv("ANNA_TURBOQUANT_WRITE", "columns")
-    assert any(s.op == "turboquant_cache_write" for s in kernel_specs(make_plugin_manager({"anna_xpu_kernels"})))
 
 _INTERPRET_ALONE = """
 import torch

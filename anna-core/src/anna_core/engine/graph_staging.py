@@ -75,6 +75,7 @@ class Staging:
             self._head = offset
         self._row_fields = [n for n, _, _ in ordered if n in row_fields]
         self._layout = layout
+        self._spans: dict[int | None, list[tuple[int, int]]] = {}  # upload_spans by rows (fixed by the layout)
         self._accel = accel
         self._hosts = [accel.pin(torch.zeros(offset, dtype=torch.uint8)) for _ in range(2)]
         self._events: list[object | None] = [None, None]
@@ -104,7 +105,14 @@ class Staging:
         """The byte ranges ``[(start, end)]`` of the buffer that :meth:`upload` copies, one copy each: with ``rows``
         (and row fields) the fields other than the device and row fields, and the first ``rows`` rows of each row
         field, merged into one range when the rows in between come to at most :data:`MERGE_BYTES`; without
-        ``rows``, every field but the device fields."""
+        ``rows``, every field but the device fields (computed once per ``rows``: a step's upload only looks them
+        up)."""
+        spans = self._spans.get(rows)
+        if spans is None:
+            spans = self._spans[rows] = self._compute_spans(rows)
+        return spans
+
+    def _compute_spans(self, rows: int | None) -> list[tuple[int, int]]:
         if rows is None or not self._row_fields:
             return [(self._start, self.nbytes)]
         spans = [(self._start, self._head)]

@@ -30,7 +30,8 @@ def test_registers_every_triton_op_and_fla_prefill_with_priorities_and_probes():
                   "causal_conv1d_update", "causal_conv1d_prefill", "gated_delta_rule_decode", "paged_attention",
                   "linear", "add_rms_norm_linear", "act_mul_linear", "linear_act_mul", "add_rms_norm_linear_act_mul",
                   "qk_norm_rope_cache", "qkv_norm_rope_cache", "fused_gdn_decode", "post_norm_residual", "q_norm_rope",
-                  "q_norm_rope_attention", "qkv_norm_rope_cache_attention", "gated_linear", "dual_post_norm_residual",
+                  "q_norm_rope_attention", "qk_norm_rope_cache_attention", "qkv_norm_rope_cache_attention",
+                  "gated_linear", "dual_post_norm_residual",
                   "rms_norm_pair", "post_norm_residual_norm_pair", "post_norm_residual_linear",
                   "moe_experts", "moe_route", "paged_attention_turboquant", "turboquant_cache_write",
                   "wq_linear", "add_rms_norm_wq_linear", "moe_experts_wq", "lm_head_topk",
@@ -48,7 +49,7 @@ def test_registration_imports_neither_torch_nor_triton_nor_fla():
             "specs = [s for s in kernel_specs(make_plugin_manager({'anna_xpu_kernels'})) if s.name != 'reference']; "
             "print(json.dumps([len(specs), [m for m in ('torch', 'triton', 'fla') if m in sys.modules]]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [40, []]
+    assert json.loads(out.stdout) == [41, []]
 
 
 def test_cpu_is_declined_unless_the_interpreter_is_requested(monkeypatch):

@@ -9,6 +9,8 @@ from anna_core.testing.conformance import KernelConformance
 class TestXpuKernelsConformanceOnCuda(KernelConformance):
     plugin = "anna_xpu_kernels"
     device = "cuda"
+    # opt-in kernels checked too (their probes decline while their switch is off)
+    environment = {"ANNA_QK_NORM_ROPE_ATTENTION": "1"}
 
 
 def _head_case(scheme, rows, vocab, width, seed):

@@ -4,7 +4,9 @@
 (``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``), the value norm fused into
 the attention pre-processing (``ANNA_QKV_NORM_ROPE``), the query norm + rotary fused into the attention of a KV-shared
 layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fused into its attention at decode
-(``ANNA_QKV_NORM_ROPE_ATTENTION``), the split merge inside the decode attention launch (``ANNA_ATTENTION_FUSED_MERGE``),
+(``ANNA_QKV_NORM_ROPE_ATTENTION``), the q/k pre-processing of a layer without a value norm fused into its attention
+at decode (``ANNA_QK_NORM_ROPE_ATTENTION``: Qwen3-TTS's code predictor), the split merge inside the decode
+attention launch (``ANNA_ATTENTION_FUSED_MERGE``),
 Gemma 4's per-layer-input block in one launch (``ANNA_POST_NORM_GATED_LINEAR``), the implementation of
 ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``) and the TurboQuant decode attention's code unpacking
 (``ANNA_TURBOQUANT_DECODE``) and the launch of its cache write (``ANNA_TURBOQUANT_WRITE``). Each exists
@@ -114,6 +116,7 @@ def qkv_norm_rope_requested() -> bool:
 
 Q_NORM_ROPE_ATTENTION_ENV = "ANNA_Q_NORM_ROPE_ATTENTION"
 QKV_NORM_ROPE_ATTENTION_ENV = "ANNA_QKV_NORM_ROPE_ATTENTION"
+QK_NORM_ROPE_ATTENTION_ENV = "ANNA_QK_NORM_ROPE_ATTENTION"
 
 
 def _head_dim_limit(name: str, default: int) -> int:
@@ -138,6 +141,14 @@ def qkv_norm_rope_attention_head_dims(default: int) -> int:
     :func:`q_norm_rope_attention_head_dims` (opt-in) but set by ``ANNA_QKV_NORM_ROPE_ATTENTION`` (unset or ``0``: a
     Gemma 4 layer with its own K/V runs ``qkv_norm_rope_cache`` and the attention as two launches)."""
     return _head_dim_limit(QKV_NORM_ROPE_ATTENTION_ENV, default)
+
+
+def qk_norm_rope_attention_head_dims(default: int) -> int:
+    """Largest head dim whose ``qk_norm_rope_cache_attention`` the probe accepts, as
+    :func:`q_norm_rope_attention_head_dims` (opt-in until a GPU measures it faster) but set by
+    ``ANNA_QK_NORM_ROPE_ATTENTION`` (unset or ``0``: a layer with q/k norms and no value norm, Qwen3-TTS's code
+    predictor, runs ``qk_norm_rope_cache`` and the attention as two launches)."""
+    return _head_dim_limit(QK_NORM_ROPE_ATTENTION_ENV, default)
 
 
 ATTENTION_FUSED_MERGE_ENV = "ANNA_ATTENTION_FUSED_MERGE"

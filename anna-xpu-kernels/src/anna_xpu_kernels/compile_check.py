@@ -109,6 +109,11 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     yield paged_attention._paged_attention_kernel, "bf16", {**attn, "GROUP": 4, "BLOCK_Q": 1, "BLOCK_M": 16,
                                                             "HAS_WINDOW": True, "SPLIT": True, "DECODE": True,
                                                             "Q_NORM_ROPE": True, "KV_NEW": True, "V_NORM": True}, 4
+    # Qwen3-TTS 1.7B's code predictor at decode (16 query heads over 8 KV heads of 128): q/k norms, rotary and the
+    # cache write inside, no value norm (qk_norm_rope_cache_attention)
+    yield paged_attention._paged_attention_kernel, "bf16", {**attn, "GROUP": 2, "BLOCK_D": 128, "BLOCK_Q": 8,
+                                                            "BLOCK_M": 16, "SPLIT": False, "DECODE": True,
+                                                            "Q_NORM_ROPE": True, "KV_NEW": True}, 4
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
     yield from _fused_merge_cases(attn)
     yield from _gated_block_cases(pdl)

@@ -39,7 +39,8 @@ Layout of the work:
   roundings, positions read per token), so the layer's query pre-processing needs no launch of its own. Every split
   program of a tile redoes this for its ``BLOCK_M`` rows (a few KiB, from L2).
 * ``qkv_norm_rope_cache_attention`` at decode (a Gemma 4 layer with its own K/V): the same, and each program also
-  computes its KV head's new key (normalised, rotated) and value (normalised without weight) from the raw projection
+  computes its KV head's new key (normalised, rotated) and value (normalised without weight; as is, without the
+  value norm, for ``qk_norm_rope_cache_attention``: Qwen3-TTS's code predictor) from the raw projection
   in registers and uses them in place of the cache row at position ``seq_len - 1`` (``KV_NEW``; that row is not
   written yet: no program waits for another), and split 0 stores them at ``slot_mapping``. So the layer's q/k/v
   pre-processing and cache write need no launch of their own.
@@ -420,6 +421,32 @@ def q_norm_rope_attention(q: torch.Tensor, weight: torch.Tensor, eps: float, zer
                                   num_splits=None, q_norm_rope=prologue)
 
 
+def qk_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                                 k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                                 inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                                 slot_mapping: torch.Tensor, cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                                 block_tables: torch.Tensor, scale: float, sliding_window: int | None) -> torch.Tensor:
+    """An attention layer's q/k norms, rotary and cache write fused into its attention (signature of the reference
+    ``qk_norm_rope_cache_attention``; no value norm: Qwen3-TTS's code predictor). For a decode batch (one query per
+    sequence) one launch plus the split merge, as :func:`qkv_norm_rope_cache_attention` without its value norm; other
+    batches run :func:`anna_xpu_kernels.qk_norm_rope.qk_norm_rope_cache` then :func:`paged_attention`.
+
+    Args:
+        q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (unit stride along D); q_weight, k_weight: ``[D]``; eps,
+            zero_centered: the norms'; positions: ``[T]`` int64 (the rotary positions); inv_freq: ``[R/2]`` float32;
+            k_cache, v_cache, slot_mapping as ``qk_norm_rope_cache``; the rest as :func:`paged_attention`.
+
+    Returns:
+        ``[T, H_q, D]`` in q's dtype; the new keys and values are written into the caches.
+
+    Raises:
+        ValueError: inconsistent shapes, unsupported dtype, non-positive window.
+    """
+    return _own_kv_attention("qk_norm_rope_cache_attention", False, q, k, v, q_weight, k_weight, eps, zero_centered,
+                             positions, inv_freq, k_cache, v_cache, slot_mapping, cu_seqlens_q, seq_lens, block_tables,
+                             scale, sliding_window)
+
+
 def qkv_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                                   k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
                                   inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -444,9 +471,19 @@ def qkv_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     Raises:
         ValueError: inconsistent shapes, unsupported dtype, non-positive window.
     """
+    return _own_kv_attention("qkv_norm_rope_cache_attention", True, q, k, v, q_weight, k_weight, eps, zero_centered,
+                             positions, inv_freq, k_cache, v_cache, slot_mapping, cu_seqlens_q, seq_lens, block_tables,
+                             scale, sliding_window)
+
+
+def _own_kv_attention(op: str, v_norm: bool, q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq,
+                      k_cache, v_cache, slot_mapping, cu_seqlens_q, seq_lens, block_tables, scale,
+                      sliding_window) -> torch.Tensor:
+    """The attention of a layer that writes its own K/V, its pre-processing fused in (``v_norm``: with the weightless
+    value norm, ``qkv_norm_rope_cache_attention``; without, ``qk_norm_rope_cache_attention``): one kernel for a
+    decode batch the kernel takes, else the pre-processing op's kernel then :func:`paged_attention`."""
     from anna_xpu_kernels import qk_norm_rope
 
-    op = "qkv_norm_rope_cache_attention"
     require(q.dim() == 3 and k.dim() == 3 and k.shape == v.shape, op,
             f"q must be [T, H_q, D] and k, v one [T, H_kv, D] shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
             f"{tuple(v.shape)}")
@@ -457,8 +494,8 @@ def qkv_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                and k.stride(2) == 1 and v.stride(2) == 1 and tuple(q_weight.shape) == (dim,)
                and tuple(k_weight.shape) == (dim,) and tuple(slot_mapping.shape) == (total,))
     if not fusable:  # prefill chunks (several queries per sequence) and shapes the kernel does not take
-        q = qk_norm_rope.qkv_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq,
-                                             k_cache, v_cache, slot_mapping)
+        pre = qk_norm_rope.qkv_norm_rope_cache if v_norm else qk_norm_rope.qk_norm_rope_cache
+        q = pre(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache, slot_mapping)
         return paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)
     require(inv_freq.dim() == 1 and 0 < 2 * inv_freq.shape[0] <= dim, op,
             f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
@@ -468,7 +505,7 @@ def qkv_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                         inv_freq=inv_freq, slot_mapping=slot_mapping)
     prologue = (q_weight, float(eps), bool(zero_centered), positions.contiguous(), inv_freq.to(torch.float32))
     return paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
-                                  num_splits=None, q_norm_rope=prologue, kv_new=(k, v, k_weight, slot_mapping, True))
+                                  num_splits=None, q_norm_rope=prologue, kv_new=(k, v, k_weight, slot_mapping, v_norm))
 
 
 def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,

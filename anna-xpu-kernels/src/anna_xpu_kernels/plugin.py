@@ -2,7 +2,7 @@
 
 Only lazy ``"module:attr"`` strings are handed over: registering imports neither torch, triton nor
 fla. Every op implemented here has its contract (and torch reference) in anna-core
-(:mod:`anna_core.kernels.ops`), the fused ones included: ``qk_norm_rope_cache`` (``qkv_norm_rope_cache`` with the value norm; with the attention, ``qkv_norm_rope_cache_attention`` / ``q_norm_rope_attention``), ``fused_gdn_decode``
+(:mod:`anna_core.kernels.ops`), the fused ones included: ``qk_norm_rope_cache`` (``qkv_norm_rope_cache`` with the value norm; with the attention, ``qk_norm_rope_cache_attention`` / ``qkv_norm_rope_cache_attention`` / ``q_norm_rope_attention``), ``fused_gdn_decode``
 (the gated DeltaNet decode step) and ``fused_gdn_prefill`` (its prefill after the conv); ``moe_experts``
 (a MoE block's routed experts) runs as grouped GEMMs without host syncs (:mod:`anna_xpu_kernels.moe`; a few
 tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`; with quantized experts, ``moe_experts_wq``,
@@ -48,6 +48,8 @@ TRITON_KERNELS = {
     "gated_delta_rule_decode": ("gated_delta_rule:gated_delta_rule_decode", "probes:gated_delta_rule_decode_probe"),
     "paged_attention": ("paged_attention:paged_attention", "probes:paged_attention_probe"),
     "q_norm_rope_attention": ("paged_attention:q_norm_rope_attention", "probes:q_norm_rope_attention_probe"),
+    "qk_norm_rope_cache_attention": ("paged_attention:qk_norm_rope_cache_attention",
+                                     "probes:qk_norm_rope_attention_probe"),
     "qkv_norm_rope_cache_attention": ("paged_attention:qkv_norm_rope_cache_attention",
                                       "probes:qkv_norm_rope_attention_probe"),
     "paged_attention_turboquant": ("turboquant:paged_attention_turboquant", "probes:paged_attention_probe"),

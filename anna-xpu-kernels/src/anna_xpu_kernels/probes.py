@@ -19,7 +19,8 @@ the torch reference themselves for shapes they cannot hold in registers):
     fact). The fused gated DeltaNet decode step (``fused_gdn_decode``) requires ``head_k_dim`` and
     ``head_v_dim`` (it fuses heads of at most 256 only, :func:`anna_xpu_kernels.gdn_decode_fused.fusable`),
     the fused attention pre-processing (``qk_norm_rope_cache``, ``qkv_norm_rope_cache``, ``q_norm_rope``,
-    ``q_norm_rope_attention``, ``qkv_norm_rope_cache_attention``) ``head_dim``: without them they decline.
+    ``q_norm_rope_attention``, ``qk_norm_rope_cache_attention``, ``qkv_norm_rope_cache_attention``) ``head_dim``:
+    without them they decline.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from anna_xpu_kernels._env import (
     cpu_interpret_requested,
     post_norm_gated_linear_requested,
     q_norm_rope_attention_head_dims,
+    qk_norm_rope_attention_head_dims,
     qkv_norm_rope_attention_head_dims,
     qkv_norm_rope_requested,
 )
@@ -200,6 +202,15 @@ def qkv_norm_rope_attention_probe(request: Any) -> bool:
     """qkv_norm_rope_cache_attention: as :func:`q_norm_rope_attention_probe`, its limit set by
     ``ANNA_QKV_NORM_ROPE_ATTENTION`` (``0``: it declines, ``qkv_norm_rope_cache`` and the attention run apart)."""
     limit = qkv_norm_rope_attention_head_dims(MAX_ATTENTION_HEAD_DIM)
+    return (_shape_given(request.shape, ("head_dim",)) and 0 < request.shape["head_dim"] <= limit
+            and _triton_ok(request))
+
+
+def qk_norm_rope_attention_probe(request: Any) -> bool:
+    """qk_norm_rope_cache_attention: as :func:`q_norm_rope_attention_probe`, its limit set by
+    ``ANNA_QK_NORM_ROPE_ATTENTION`` (unset or ``0``: it declines, ``qk_norm_rope_cache`` and the attention run
+    apart)."""
+    limit = qk_norm_rope_attention_head_dims(MAX_ATTENTION_HEAD_DIM)
     return (_shape_given(request.shape, ("head_dim",)) and 0 < request.shape["head_dim"] <= limit
             and _triton_ok(request))
 

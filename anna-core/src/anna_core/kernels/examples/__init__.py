@@ -30,6 +30,7 @@ from anna_core.kernels.examples.layer_fusions import (
     q_norm_rope,
     q_norm_rope_attention,
     qk_norm_rope_cache,
+    qk_norm_rope_cache_attention,
     qkv_norm_rope_cache,
     qkv_norm_rope_cache_attention,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "q_norm_rope",
     "q_norm_rope_attention",
     "qk_norm_rope_cache",
+    "qk_norm_rope_cache_attention",
     "qkv_norm_rope_cache",
     "qkv_norm_rope_cache_attention",
     "reshape_and_cache",

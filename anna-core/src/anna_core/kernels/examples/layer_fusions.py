@@ -69,6 +69,34 @@ def q_norm_rope_attention(device: Any, dtype: Any) -> list[OpExample]:
     return out
 
 
+def _new_slots(tables: torch.Tensor, q_lens: list[int], positions: torch.Tensor, block: int) -> torch.Tensor:
+    """int64 ``[sum(q_lens)]``: the cache slots of each sequence's new tokens (``positions``) through its block table
+    (blocks of ``block`` positions)."""
+    rows = tables.cpu()[torch.repeat_interleave(torch.arange(len(q_lens)), torch.tensor(q_lens))]
+    at = positions.cpu()
+    return (rows.gather(1, (at // block)[:, None])[:, 0].long() * block + at % block).to(tables.device)
+
+
+def qk_norm_rope_cache_attention(device: Any, dtype: Any) -> list[OpExample]:
+    r = SampleGen(30, device, as_dtype(dtype))
+    out = []
+    # (q_lens, ctx, h_q, h_kv, window, rotated dims, zero_centered, block): decodes with whole rotary (GQA 2:1); a
+    # prompt, a decode and a chunk with a window and partial rotary; the code predictor's pattern at GQA 4:1 and one
+    # block a sequence (its first pass: 2 queries at positions 0, 1; a later pass: 1 query at position p)
+    cases = [([1, 1], [7, 13], 4, 2, None, 32, False, 4),
+             ([6, 1, 3], [6, 11, 9], 4, 2, 4, 16, True, 4),
+             ([2, 2, 2], [2, 2, 2], 8, 2, None, 32, False, 16),
+             ([1, 1, 1], [5, 5, 5], 8, 2, None, 16, False, 16)]
+    for q_lens, ctx, h_q, h_kv, window, rotated, zc, block in cases:
+        q, k_cache, v_cache, cu, seq_lens, tables = paged_batch(r, q_lens, ctx, h_q, h_kv, 32, block)
+        positions = _new_positions(q_lens, ctx, r.device)
+        slots = _new_slots(tables, q_lens, positions, block)
+        out.append(OpExample((q, r.randn(q.shape[0], h_kv, 32), r.randn(q.shape[0], h_kv, 32), r.randn(32),
+                              r.randn(32), EPS, zc, positions, r.inv_freq(rotated), k_cache, v_cache, slots, cu,
+                              seq_lens, tables, 32 ** -0.5, window), shape={"head_dim": 32}))
+    return out
+
+
 def qkv_norm_rope_cache_attention(device: Any, dtype: Any) -> list[OpExample]:
     r = SampleGen(29, device, as_dtype(dtype))
     out = []
@@ -77,8 +105,7 @@ def qkv_norm_rope_cache_attention(device: Any, dtype: Any) -> list[OpExample]:
     for q_lens, ctx, window, rotated, zc, k_eq_v in cases:
         q, k_cache, v_cache, cu, seq_lens, tables = paged_batch(r, q_lens, ctx, 4, 2, 32)
         positions = _new_positions(q_lens, ctx, r.device)
-        rows = tables.cpu()[torch.repeat_interleave(torch.arange(len(q_lens)), torch.tensor(q_lens))]
-        slots = (rows.gather(1, (positions.cpu() // 4)[:, None])[:, 0].long() * 4 + positions.cpu() % 4).to(r.device)
+        slots = _new_slots(tables, q_lens, positions, 4)
         k = r.randn(q.shape[0], 2, 32)
         v = k if k_eq_v else r.randn(q.shape[0], 2, 32)
         out.append(OpExample((q, k, v, r.randn(32), r.randn(32), EPS, zc, positions, r.inv_freq(rotated), k_cache,

@@ -28,7 +28,8 @@ The fused ops (``post_norm_residual``, ``dual_post_norm_residual``, ``rms_norm_p
 ``post_norm_residual_norm_pair``, ``add_rms_norm_linear``, ``act_mul_linear``, ``gated_linear``,
 ``linear_act_mul``,
 ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``qkv_norm_rope_cache``, ``q_norm_rope``,
-``q_norm_rope_attention``, ``qkv_norm_rope_cache_attention``, ``fused_gdn_decode``,
+``q_norm_rope_attention``, ``qk_norm_rope_cache_attention``, ``qkv_norm_rope_cache_attention``,
+``fused_gdn_decode``,
 ``fused_gdn_prefill``)
 are compositions of the others; their references compose the unfused references, so a fused kernel is
 checked against exactly the numerics of the unfused path.

@@ -69,6 +69,21 @@ rounds them. Callers look it up with the shape fact ``head_dim``.
         shape_facts=("head_dim",),
     ),
     core_op(
+        "qk_norm_rope_cache_attention", "qk_norm_rope",
+        signature=("qk_norm_rope_cache_attention(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, "
+                   "k_cache, v_cache, slot_mapping, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window) -> o"),
+        doc="""\
+``qk_norm_rope_cache`` fused with the attention that reads its result (an attention layer with q and k
+norms and no value norm that writes its own K/V: Qwen3-TTS's code predictor): the first twelve arguments
+as ``qk_norm_rope_cache`` (1-D positions, no ``rope_axis``), the rest as ``paged_attention``. ``o =
+paged_attention(qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq,
+k_cache, v_cache, slot_mapping), k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale,
+sliding_window)`` ``[T, H_q, D]`` in q's dtype; the new keys and values are written into the caches as
+that op writes them, rounded as it rounds them. Callers look it up with the shape fact ``head_dim``.
+""",
+        shape_facts=("head_dim",),
+    ),
+    core_op(
         "qkv_norm_rope_cache_attention", "qk_norm_rope",
         signature=("qkv_norm_rope_cache_attention(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, "
                    "k_cache, v_cache, slot_mapping, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window) -> o"),
@@ -121,4 +136,5 @@ qkv's dtype; final states written to ``states[slots]``. Looked up with ``head_k_
         shape_facts=("head_k_dim", "head_v_dim"),
     ),
 )
-"""``qk_norm_rope_cache``, ``qkv_norm_rope_cache``, ``q_norm_rope``, ``q_norm_rope_attention``, ``qkv_norm_rope_cache_attention``, ``fused_gdn_decode``, ``fused_gdn_prefill``."""
+"""``qk_norm_rope_cache``, ``qkv_norm_rope_cache``, ``q_norm_rope``, ``q_norm_rope_attention``,
+``qk_norm_rope_cache_attention``, ``qkv_norm_rope_cache_attention``, ``fused_gdn_decode``, ``fused_gdn_prefill``."""

@@ -193,6 +193,30 @@ def q_norm_rope_attention(q: torch.Tensor, weight: torch.Tensor, eps: float, zer
                            cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)
 
 
+def qk_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                                 k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
+                                 inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                                 slot_mapping: torch.Tensor, cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                                 block_tables: torch.Tensor, scale: float, sliding_window: int | None) -> torch.Tensor:
+    """An attention layer with q and k norms (no value norm) from its projections to its attention output:
+    ``qk_norm_rope_cache(q, k, v, ...)`` (writes the new keys and values), then ``paged_attention`` of the new q.
+
+    Args:
+        q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache, slot_mapping: as
+            :func:`qk_norm_rope_cache` (positions ``[T]`` int64: one row); cu_seqlens_q, seq_lens, block_tables,
+            scale, sliding_window: as ``paged_attention``.
+
+    Returns:
+        ``[T, H_q, D]`` in q's dtype.
+
+    Raises:
+        ValueError: as :func:`qk_norm_rope_cache` (positions of more than one row too) and ``paged_attention``.
+    """
+    q = qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq, k_cache, v_cache,
+                           slot_mapping)
+    return paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window)
+
+
 def qkv_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                                   k_weight: torch.Tensor, eps: float, zero_centered: bool, positions: torch.Tensor,
                                   inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

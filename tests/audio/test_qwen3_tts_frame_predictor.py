@@ -85,6 +85,10 @@ class _OneLaunchPerOp:
     def get(self, op, **shape):
         return self._counted(self._ops.get(op, **shape))
 
+    def accelerated(self, op, **shape):
+        fn = self._ops.accelerated(op, **shape)
+        return None if fn is None else self._counted(fn)
+
     def __getattr__(self, name):
         return self._counted(getattr(self._ops, name))
 
@@ -134,7 +138,23 @@ sampled. Measured at the 1.7B layer count: 35.1 greedy, 40.5 sampled (527 and 60
 before the norm-into-projection fusion and the per-frame Gumbel noise 46.1 and 56.1 (692 and 842)."""
 
 
-def _random(rows: int, sampling: CodeSampling, counter: _Launches | None = None):
+class _FusedAttentionOffered:
+    """An op table that offers ``qk_norm_rope_cache_attention`` as accelerated (its reference: the composition of
+    ``qk_norm_rope_cache`` and ``paged_attention``), as a device whose kernels serve it does."""
+
+    def __init__(self, ops):
+        self._ops = ops
+
+    def accelerated(self, op, **shape):
+        if op == "qk_norm_rope_cache_attention":
+            return self._ops.get(op, **shape)
+        return self._ops.accelerated(op, **shape)
+
+    def __getattr__(self, name):
+        return getattr(self._ops, name)
+
+
+def _random(rows: int, sampling: CodeSampling, counter: _Launches | None = None, fused: bool = False):
     torch.manual_seed(0)
     config = CodePredictorConfig(SHAPE_1_7B, vocab_size=64, num_code_groups=16)
     predictor = CodePredictor(config, talker_hidden=96).eval().requires_grad_(False)
@@ -143,19 +163,23 @@ def _random(rows: int, sampling: CodeSampling, counter: _Launches | None = None)
             if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
                 param.uniform_(0.5, 1.5)  # norms that are not the identity
     ops = bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32)
+    ops = _FusedAttentionOffered(ops) if fused else ops
     fast = FramePredictor(predictor, _OneLaunchPerOp(ops, counter) if counter else ops, sampling)
     fast.reserve(rows)
     return predictor, fast, torch.randn(rows, 96), torch.randn(rows, 96)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["two-ops", "fused-attention"])
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("rows", [1, 5])
-def test_random_weights_equal_the_plain_predictor(rows, sampled):
+def test_random_weights_equal_the_plain_predictor(rows, sampled, fused):
     """At the 1.7B layer and codebook counts, random weights: the same codes as the plain module (the sampled ones
     for one seed: on the CPU the frame's one noise draw equals the plain module's per-codebook draws), and the frame's
-    codec sum equals ``embed_frame``."""
+    codec sum equals ``embed_frame`` — through ``qk_norm_rope_cache`` and ``paged_attention``, and through
+    ``qk_norm_rope_cache_attention`` where the op table offers it."""
     sampling = SAMPLED if sampled else GREEDY
-    predictor, fast, hidden, first = _random(rows, sampling)
+    predictor, fast, hidden, first = _random(rows, sampling, fused=fused)
+    assert (fast.norm_rope_cache_attend is not None) == fused
     with torch.inference_mode():
         torch.manual_seed(1)
         plain = predictor(hidden, first, lambda logits, g: choose_gumbel(logits, sampling))
@@ -180,3 +204,18 @@ def test_launches_per_predictor_step_stay_bounded(rows, sampled):
         fast(hidden, first)
     assert counted.syncs == 0
     assert counted.launches <= STEP_LAUNCHES[sampled] * 15, counted.launches / 15
+
+
+def test_the_fused_attention_saves_one_call_a_layer_and_pass():
+    """Where ``qk_norm_rope_cache_attention`` is offered, each layer of each pass makes one op-table call less (the
+    q/k norms, rotary, cache write and attention in one), and the frame still never syncs."""
+    counts = {}
+    for fused in (False, True):
+        counted = _Launches()
+        _, fast, hidden, first = _random(3, GREEDY, counted, fused=fused)
+        with torch.inference_mode(), counted:
+            counted.launches = 0
+            fast(hidden, first)
+        assert counted.syncs == 0
+        counts[fused] = counted.launches
+    assert counts[False] - counts[True] == SHAPE_1_7B.num_layers * 15, counts

@@ -208,13 +208,15 @@ def test_q_norm_rope_attention_registered_and_switched_off_by_env(monkeypatch):
     assert registry.get_accelerated("q_norm_rope_attention", request) is None
 
 
+@pytest.mark.parametrize("op", ["qkv_norm_rope_cache_attention", "qk_norm_rope_cache_attention"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", ["decode-splits", "decode-window-proportional-k-eq-v", "mixed"])
-def test_qkv_norm_rope_cache_attention_matches_the_op_reference(poison_outputs, dtype, case):
+def test_own_kv_norm_rope_cache_attention_matches_the_op_reference(poison_outputs, dtype, case, op):
     """``qkv_norm_rope_cache_attention`` (Gemma 4's own-K/V layer: q/k/v norms, rotary, cache write and attention)
-    against its reference (``qkv_norm_rope_cache`` then ``paged_attention``). Decodes run one kernel, which uses the
-    new key and value from registers at the last position (its cache row is NaN before the call: never read) and
-    writes them; the mixed batch (a prompt, a decode, a chunk) runs the two kernels."""
+    and ``qk_norm_rope_cache_attention`` (the same without the value norm: Qwen3-TTS's code predictor) against their
+    references (``qkv_norm_rope_cache`` / ``qk_norm_rope_cache``, then ``paged_attention``). Decodes run one kernel,
+    which uses the new key and value from registers at the last position (its cache row is NaN before the call: never
+    read) and writes them; the mixed batch (a prompt, a decode, a chunk) runs the two kernels."""
     from anna_core.kernels.reference import qk_norm_rope as ref_qk
     from anna_core.layers.rotary import RotaryEmbedding
 
@@ -242,21 +244,23 @@ def test_qkv_norm_rope_cache_attention_matches_the_op_reference(poison_outputs, 
         cache.view(-1, h_kv, dim)[slots] = float("nan")
     inv_freq = RotaryEmbedding(dim, dim, rope)._inv_freq
     caches = (k_cache.clone(), v_cache.clone())
-    want = ref_qk.qkv_norm_rope_cache_attention(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, *caches, slots, cu,
-                                                seq_lens, tables, dim ** -0.5, window)
+    want = getattr(ref_qk, op)(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, *caches, slots, cu, seq_lens,
+                               tables, dim ** -0.5, window)
     if splits is None:
-        got = pa.qkv_norm_rope_cache_attention(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, k_cache, v_cache,
-                                               slots, cu, seq_lens, tables, dim ** -0.5, window)
+        got = getattr(pa, op)(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, k_cache, v_cache, slots, cu,
+                              seq_lens, tables, dim ** -0.5, window)
     else:
         got = pa.paged_attention_splits(q, k_cache, v_cache, cu, seq_lens, tables, dim ** -0.5, window,
                                         num_splits=splits, q_norm_rope=(qw, 1e-6, False, positions, inv_freq),
-                                        kv_new=(k, v, kw, slots, True))
+                                        kv_new=(k, v, kw, slots, op.startswith("qkv")))
     t = tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
     assert got.dtype == dtype and got.shape == q.shape
     torch.testing.assert_close(got, want, **t)
     torch.testing.assert_close(k_cache, caches[0], equal_nan=True, **t)  # the new rows written, the rest unchanged
     torch.testing.assert_close(v_cache, caches[1], equal_nan=True, **t)
     assert not k_cache.view(-1, h_kv, dim)[slots].isnan().any()
+    if op == "qk_norm_rope_cache_attention":  # the values written as they came (no value norm)
+        torch.testing.assert_close(v_cache.view(-1, h_kv, dim)[slots], v, rtol=0, atol=0)
 
 
 def test_qkv_norm_rope_cache_attention_registered_and_switched_off_by_env(monkeypatch):
@@ -278,6 +282,27 @@ def test_qkv_norm_rope_cache_attention_registered_and_switched_off_by_env(monkey
     assert registry.get_accelerated("qkv_norm_rope_cache_attention", request) is None
     narrow = ProbeRequest("cpu", "bfloat16", {"head_dim": 128})
     assert registry.get_accelerated("qkv_norm_rope_cache_attention", narrow) is pa.qkv_norm_rope_cache_attention
+
+
+def test_qk_norm_rope_cache_attention_registered_and_switched_on_by_env(monkeypatch):
+    from anna_core.kernels import KernelRegistry, ProbeRequest
+    from anna_core.kernels.reference import qk_norm_rope as ref_qk
+    from anna_core.plugins import make_plugin_manager
+
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    request = ProbeRequest("cpu", "bfloat16", {"head_dim": 128})
+    for value, want in (("", None), ("0", None), ("1", pa.qk_norm_rope_cache_attention), ("64", None),
+                        ("128", pa.qk_norm_rope_cache_attention)):
+        monkeypatch.setenv("ANNA_QK_NORM_ROPE_ATTENTION", value)  # opt-in until measured; a number: a head-dim limit
+        registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+        assert registry.get_accelerated("qk_norm_rope_cache_attention", request) is want, value
+    # without the head dim the probe declines (the reference serves); Gemma 4's switch leaves this op alone
+    assert registry.get("qk_norm_rope_cache_attention", ProbeRequest("cpu", "bfloat16")) \
+        is ref_qk.qk_norm_rope_cache_attention
+    monkeypatch.setenv("ANNA_QK_NORM_ROPE_ATTENTION", "0")
+    monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "1")
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
+    assert registry.get_accelerated("qk_norm_rope_cache_attention", request) is None
 
 
 # The fused split merge (ANNA_ATTENTION_FUSED_MERGE): a decode batch's last split to arrive merges the partials inside

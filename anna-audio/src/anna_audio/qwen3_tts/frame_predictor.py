@@ -8,14 +8,18 @@ embedding, then one position per predicted codebook but the last; see the plain 
 * keys and values go into a static cache laid out as the engine's paged one, one block of ``G`` positions per row
   (``[layers, 2, rows, G, H_kv, Dh]``; reset implicitly: each frame writes positions ``0 .. G-1`` in order before
   reading them): each pass is one ``qk_norm_rope_cache`` (the per-head q / k norms, the rotary and the cache write)
-  and one ``paged_attention`` over the positions written so far, with static block tables, slots and lengths;
+  and one ``paged_attention`` over the positions written so far, with static block tables, slots and lengths — or,
+  where the op table offers a kernel for it (not only the torch reference: ``ops.accelerated``), one
+  ``qk_norm_rope_cache_attention`` doing both (the same math; on a GPU one launch for a pass of one query per row,
+  the kernel itself running the two ops for the first pass's two; anna-xpu-kernels' is opt-in,
+  ``ANNA_QK_NORM_ROPE_ATTENTION=1``, until a GPU measures it faster);
 * each residual add and the norm after it fuse into the projection that reads the norm: ``add_rms_norm_linear`` over
   the layer's merged ``[q; k; v]`` weight, ``add_rms_norm_linear_act_mul`` over its merged ``[gate; up]`` weight
   (the plain module's parameters become views of the merged tensors: shared, not copied), and the final norm into
   the codebook's head (``add_rms_norm_linear``); ``o_proj`` and ``down_proj`` are the op table's ``linear``. A
-  layer is six op-table calls (one launch each where the device's kernels fuse the norm into the matrix product:
-  :mod:`anna_xpu_kernels.fused_linear` decides per shape; the CPU's references compose the unfused ops, the same
-  math);
+  layer is six op-table calls, five with the fused attention (one launch each where the device's kernels fuse the
+  norm into the matrix product: :mod:`anna_xpu_kernels.fused_linear` decides per shape; the CPU's references
+  compose the unfused ops, the same math);
 * the next talker input's codec sum (:meth:`CodePredictor.embed_frame`) reuses the embeddings the passes looked up.
 
 No pass allocates on the host nor reads a device value on the host, and every shape is fixed by the batch size, so
@@ -44,7 +48,8 @@ class FramePredictor(nn.Module):
         predictor: the loaded code predictor (its parameters are used in place; q/k/v and gate/up weights become
             views of merged tensors).
         ops: the kernel op table bound to the predictor's device and dtype (``linear``, ``add_rms_norm_linear``,
-            ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``paged_attention``).
+            ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``paged_attention``; and
+            ``qk_norm_rope_cache_attention`` in place of the last two where ``ops.accelerated`` offers it).
         choose: how a code is picked from a head's logits without a host sync: a :class:`CodeSampling` (greedy, or
             :func:`~anna_audio.qwen3_tts.sampling.choose_gumbel` with the frame's Gumbel noise for all ``G - 1``
             codebooks drawn in one go, :func:`~anna_audio.qwen3_tts.sampling.gumbel_noise`: five launches a frame
@@ -71,6 +76,8 @@ class FramePredictor(nn.Module):
         self.register_buffer("inv_freq", inv_freq.to(weight.device), persistent=False)
         self.norm_rope_cache = ops.get("qk_norm_rope_cache", head_dim=s.head_dim)
         self.attend = ops.get("paged_attention", head_dim=s.head_dim)
+        # the pre-processing and the attention in one op where a kernel (not the reference's composition) serves it
+        self.norm_rope_cache_attend = ops.accelerated("qk_norm_rope_cache_attention", head_dim=s.head_dim)
         self.scale = s.head_dim ** -0.5
         self.register_buffer("kv", torch.zeros(0, dtype=weight.dtype, device=weight.device), persistent=False)
         self.rows = 0
@@ -160,7 +167,8 @@ class FramePredictor(nn.Module):
               head: torch.Tensor) -> torch.Tensor:
         """x ``[B*t, H_talker]`` (row-major ``[B, t]``) at positions ``start .. start+t``, head ``[vocab, D]`` -> the
         head's float32 logits ``[B, vocab]`` at each row's last position; writes the positions' keys and values into
-        ``kv``. Six op-table calls a layer (module docstring); the final norm is fused into the head."""
+        ``kv``. Six op-table calls a layer, five with ``qk_norm_rope_cache_attention`` (module docstring); the final
+        norm is fused into the head."""
         p, ops, eps = self.predictor, self.ops, self.eps
         proj = p.small_to_mtp_projection
         h = ops.linear(x, proj.weight, proj.bias) if isinstance(proj, nn.Linear) else x  # [B*t, D]
@@ -176,9 +184,12 @@ class FramePredictor(nn.Module):
             q = qkv[:, : nh * dh].view(b * t, nh, dh)
             k = qkv[:, nh * dh: (nh + nkv) * dh].view(b * t, nkv, dh)
             v = qkv[:, (nh + nkv) * dh:].view(b * t, nkv, dh)
-            q = self.norm_rope_cache(q, k, v, a.q_norm.weight, a.k_norm.weight, eps, False, positions, self.inv_freq,
-                                     kv[i, 0], kv[i, 1], slots)
-            o = self.attend(q, kv[i, 0], kv[i, 1], cu, seq_lens, blocks, self.scale, None)  # [B*t, H, Dh]
+            pre = (q, k, v, a.q_norm.weight, a.k_norm.weight, eps, False, positions, self.inv_freq, kv[i, 0], kv[i, 1],
+                   slots)
+            if self.norm_rope_cache_attend is not None:
+                o = self.norm_rope_cache_attend(*pre, cu, seq_lens, blocks, self.scale, None)  # [B*t, H, Dh]
+            else:
+                o = self.attend(self.norm_rope_cache(*pre), kv[i, 0], kv[i, 1], cu, seq_lens, blocks, self.scale, None)
             o = ops.linear(o.reshape(b * t, nh * dh), a.o_proj.weight, None)
             gated, residual = ops.add_rms_norm_linear_act_mul(o, residual, layer.post_attention_layernorm.weight, eps,
                                                               False, self.get_buffer(f"gate_up_{i}"), "silu")

@@ -46,7 +46,7 @@ TEST_FIXTURES: dict[str, tuple[str, ...]] = {
     "anna-gemma4": ("anna-qwen35",),
     "anna-cli": ("anna-qwen35", "anna-xpu-kernels"),  # `anna plugins` lists the Triton kernels' devices
     "anna-llama": ("anna-cli",),  # the --weight-quant flag
-    "anna-xpu-kernels": ("anna-qwen35", "anna-gemma4"),
+    "anna-xpu-kernels": ("anna-qwen35", "anna-gemma4", "anna-audio"),  # anna-audio: the TTS code predictor fused
     "anna-audio": ("anna-cli",),  # anna serve / anna transcribe of the transcribe task
 }
 

@@ -23,7 +23,8 @@ def _tables(d):
 
 def _rotation(d, seed):
     """A random orthogonal ``[D, D]`` float32 (the tables' own rotation takes seconds to build at 512)."""
-    return torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))[0].float()
+    g = torch.Generator().manual_seed(seed)
+    return torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0].float()
 
 
 @pytest.mark.parametrize("d,with_qjl", [(40, True), (64, False), (160, True)])
@@ -41,8 +42,9 @@ def test_query_projections_match_torch(d, with_qjl):
         assert q_s is q_r
 
 
-@pytest.mark.parametrize("d,tokens,heads,width,dtype", [(64, 3, 7, 16, torch.float32), (256, 5, 4, 32, torch.bfloat16),
-                                                        (512, 1, 8, 64, torch.float32), (512, 3, 6, 16, torch.bfloat16)])
+@pytest.mark.parametrize("d,tokens,heads,width,dtype", [
+    (64, 3, 7, 16, torch.float32), (256, 5, 4, 32, torch.bfloat16), (512, 1, 8, 64, torch.float32),
+    (512, 3, 6, 16, torch.bfloat16)])
 def test_query_projections_over_column_chunks(d, tokens, heads, width, dtype):
     """Row counts not a multiple of 16 (21, 20, 8, 18 rows) over several column chunks (every chunk width, the
     defaults' reduction slices), float32 and bf16 queries (the interpreter's products are exact: the tolerance is

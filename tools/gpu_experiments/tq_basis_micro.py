@@ -148,7 +148,8 @@ def run_case(name: str, batch: int, device: str) -> None:
             vs_old = max(_diff(r, old_r), _diff(s, old_s) if qjl_on else 0.0)
             err = max(_diff(r, want_r), _diff(s, want_s) if qjl_on else 0.0)
             n = 2 if qjl_on else 1
-            _say(f"{name:12s} b{batch:<3d} {op:12s} new{mark:1s} o{launch.block_o:<3d}w{launch.num_warps} {us:8.2f} us  "
+            form = f"new{mark:1s} o{launch.block_o:<3d}w{launch.num_warps}"
+            _say(f"{name:12s} b{batch:<3d} {op:12s} {form} {us:8.2f} us  "
                  f"{n} launch{'es' if n > 1 else '  '} max|old| {vs_old:.2e}  max|ref| {err:.2e}")
 
     old_out = old.merge_and_rotate_back(o.clone(), ws, splits, rot, torch.bfloat16)
@@ -160,7 +161,8 @@ def run_case(name: str, batch: int, device: str) -> None:
         got = new.merge_and_rotate_back(o, ws, splits, rot, torch.bfloat16, launch)
         us = _graph_us(lambda launch=launch: new.merge_and_rotate_back(o, ws, splits, rot, torch.bfloat16, launch),
                        device)
-        _say(f"{name:12s} b{batch:<3d} {'output':12s} new{mark:1s} o{launch.block_o:<3d}w{launch.num_warps} {us:8.2f} us  "
+        form = f"new{mark:1s} o{launch.block_o:<3d}w{launch.num_warps}"
+        _say(f"{name:12s} b{batch:<3d} {'output':12s} {form} {us:8.2f} us  "
              f"1 launch   max|old| {_diff(got, old_out):.2e}  max|ref| {_diff(got, want_o):.2e}")
 
 

@@ -12,13 +12,15 @@ kernel takes ``q_r = Pi q`` and ``q_s = S q_r`` and its result is rotated back, 
 Every launch has a 2-D grid: blocks of :data:`BLOCK_R` (token, head) rows by chunks of ``block_o`` output columns
 (:func:`basis_launch`: narrower chunks for fewer rows, so a decode step's few rows still fill the GPU), each program
 reading only its ``[D, block_o]`` slab of the ``[D, D]`` matrix. The merge is done per reduction slice inside the
-product loop (each column chunk's program weights and sums its rows' split slices itself), so no merged row is
-written and read back; its math is the paged-attention merge's: max-shifted ``exp2`` weights, empty splits (and
-rows no split saw) 0.
+product loop (each column chunk's program weights and sums its rows' split slices itself, so every chunk reads its
+rows' whole split workspace), and no merged row is written and read back; its math is the paged-attention merge's:
+max-shifted ``exp2`` weights, empty splits (and rows no split saw) 0. A step of that loop takes at most
+:data:`MERGE_SPLITS` splits; more splits (64 at a batch-1 E4B global layer) take more steps, each step's weighted
+partial sum multiplied by ``Pi`` on its own (the product is linear in the splits).
 
 The matrix products are float32: exact (``ieee``) for a float32 query, tf32 tensor-core products for a bf16 /
 float16 one (operands rounded to 10 mantissa bits, finer than the bf16 rounding of the attention kernel's own dot
-operands; the op contract's bound).
+operands; the op contract's bound; above :data:`MERGE_SPLITS` splits each step's partial sum is rounded so).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ H100 / H200, compiled and assembled by Triton's own ptxas, no GPU needed): the Q
 bits, with the ``spread``, ``words`` and ``words-chunked`` decodes (``auto`` takes ``words-chunked`` at 512); at 256
 ``words-capped`` (at most 128 registers), and ``words-chunked-capped`` at E4B's sliding shape (it spills a few bytes
 at the 9B's: a candidate for timing there, not a default); 2 bits and a residual ring compile (the ring's tail loop
-may spill); the query projections, the merge with the rotation back and the cache write at 512 (and its columns
-launch at 256 and 512) do not spill either."""
+may spill); the query projections and the merge (8 and 64 splits) with the rotation back at 512 at every column
+chunk width, and the cache write at 512 (and its columns launch at 256 and 512) do not spill either."""
 
 import os
 import subprocess
@@ -34,7 +34,8 @@ def test_decode_defaults_do_not_spill_registers(tmp_path):
     # and the words decodes (ANNA_TURBOQUANT_DECODE), capped at 128 registers at 256 (words-capped)
     attention = main + [f"{n} {c}" for n in main for c in ("words", "words-chunked")] + [
         f"{n} words-capped" for n in at_256] + ["E4B-sliding 4-bit words-chunked-capped"]
-    support = ["_tq_query_kernel query projections", "_tq_output_kernel merge and rotation back",
+    support = [f"_tq_query_kernel query projections {w}" for w in (64, 32, 16)] + [
+        f"_tq_output_kernel merge {s} splits and rotation back {w}" for w in (64, 32, 16) for s in (8, 64)] + [
                "_tq_write_kernel cache write", "_tq_write_columns_kernel cache write columns 256",
                "_tq_write_columns_kernel cache write columns 512"]
     # all compile (the shuffle lookup failed at 2 bits); the ring's tail loop and words-chunked-capped at the 9B

@@ -222,16 +222,22 @@ def _turboquant_cases() -> Iterator[tuple[Any, ...]]:
 
 def turboquant_support_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, str], str]]:
     """``(kernel, act, constexprs, num_warps, pointer types, name)`` of the launches around the TurboQuant attention
-    at a head dim of 512 with QJL keys (tf32 / tf32x3 products, Triton's default 3 stages): the query projections,
-    the merge of 8 splits with the rotation back, the cache write (and its columns launch at 256 and 512)."""
+    at a head dim of 512 with QJL keys (tf32 / tf32x3 products, Triton's default 3 stages): the query projections
+    and the merge of 8 and 64 splits with the rotation back at every column chunk width, the cache write (and its
+    columns launch at 256 and 512)."""
     from anna_xpu_kernels import turboquant_basis as basis
     from anna_xpu_kernels import turboquant_write as write
 
-    blocks = {"BLOCK_R": basis.BLOCK_R, "BLOCK_O": basis.BLOCK_O, "BLOCK_K": basis.BLOCK_K, "DOT": 0}
-    yield (basis._tq_query_kernel, "bf16", {"QJL": True, **blocks}, basis.NUM_WARPS,
-           {"rot_ptr": "*fp32", "qjl_ptr": "*fp32"}, "query projections")
-    yield (basis._tq_output_kernel, "bf16", {"SPLIT": True, "WS_D": 512, "BLOCK_S": 8, **blocks}, basis.NUM_WARPS,
-           {"o_ptr": "*fp32", "rot_ptr": "*fp32"}, "merge and rotation back")
+    for width, launch in basis.LAUNCHES.items():  # every column chunk width (basis_launch picks by row count)
+        blocks = {"BLOCK_R": basis.BLOCK_R, "BLOCK_O": launch.block_o, "DOT": 0}
+        yield (basis._tq_query_kernel, "bf16", {**blocks, "BLOCK_K": launch.block_k}, launch.num_warps,
+               {"m_ptr": "*fp32", "out_ptr": "*fp32"}, f"query projections {width}")
+        # 8 splits (the 9B's and batch-32 E4B's plans) and 64 (E4B's global layers at batch 1: 8 merge steps)
+        for splits in (8, 64):
+            block_s, merge_s, block_k = basis.merge_blocks(splits, launch)
+            yield (basis._tq_output_kernel, "bf16", {**blocks, "SPLIT": True, "WS_D": 512, "BLOCK_S": block_s,
+                                                     "MERGE_S": merge_s, "BLOCK_K": block_k}, launch.num_warps,
+                   {"o_ptr": "*fp32", "rot_ptr": "*fp32"}, f"merge {splits} splits and rotation back {width}")
     write_blocks = {"BLOCK_R": write.BLOCK_R, "BLOCK_O": write.BLOCK_O, "BLOCK_K": write.BLOCK_K, "DOT": 0}
     yield (write._tq_write_kernel, "bf16", {"KBITS": 3, "VBITS": 4, "QJL": True, "PLANE": 64, **write_blocks},
            write.NUM_WARPS, {"kc_ptr": "*u8", "vc_ptr": "*u8", "kcf_ptr": "*fp32", "vcf_ptr": "*fp32",

@@ -6,8 +6,8 @@ reconstruction ``c[idx] + sqrt(pi/2) / D * gamma * S^T z``,
 
     ``q . k~ = ||k|| (q_r . c[idx] + sqrt(pi/2) / D * gamma * (S q_r) . z)``,  ``q_r = Pi q``,
 
-and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. A call is three launches: the two query projections
-(``q_r``, ``S q_r``; :func:`anna_xpu_kernels.turboquant_basis.rotate_queries`), the attention kernel, and the split
+and ``sum_j p_j v~_j = Pi^T sum_j p_j ||v_j|| c_v[idx_j]``. A call is three or four launches: the query projections
+(``q_r``; QJL: ``S q_r``; :func:`anna_xpu_kernels.turboquant_basis.rotate_queries`), the attention kernel, and the split
 merge with the output's rotation back and cast (:func:`~anna_xpu_kernels.turboquant_basis.merge_and_rotate_back`).
 The kernel reads each key row's two norms, ``bits - 1`` code planes and sign plane and each value row's norm and
 ``bits`` planes (each plane once, as 32-bit words unpacked in registers: :mod:`anna_xpu_kernels.turboquant_codes`,

@@ -4,6 +4,7 @@ set -u
 #   MODE=script SCRIPT=tools/gpu_experiments/call_s25_1.sh bash anna-core/src/anna_core/bench/h200_run.sh
 # 1. the TurboQuant cache write alone, `chain` (41.8 us at 9B) against the new `columns` launch, and the GPU check
 #    that both write the same bytes (test_kernel_conformance_cuda.py -k columns_write);
+# 1b. the column-parallel query rotation / merge + rotation back (tq_basis.sh: old vs new launches);
 # 2. the 9B batch-32 4k step: bf16, then 4 bits with words-chunked / words-chunked-capped x chain / columns writes;
 # 3. Qwen3.5-9B int4 (head int4) batch 1 with the served step's kernel timeline (1.59x bf16 on the H200: where the
 #    step's time goes besides the quantized GEMVs).
@@ -14,6 +15,8 @@ timeout "${T_WRITE:-120}" python3 tools/gpu_experiments/tq_decode_micro.py --wri
 timeout "${T_CHECK:-90}" python3 -m pytest -q -p no:cacheprovider tools/gpu_experiments/test_kernel_conformance_cuda.py \
   -k columns_write > "$OUT/tq_write_check.log" 2>&1
 echo "columns write check exit $?"; tail -2 "$OUT/tq_write_check.log" | cut -c1-300
+echo "== basis micro $(date +%T)"
+OUT=$OUT T_TQ_BASIS=${T_TQ_BASIS:-100} bash tools/gpu_experiments/tq_basis.sh 2>&1 | tail -40 | cut -c1-300
 echo "== 9B step $(date +%T)"
 timeout "${T_STEP9:-170}" python3 tools/gpu_experiments/turboquant_bench.py --shapes Qwen3.5-9B --budget-gib 8 --context 4096 \
   --batch 32 --steps 32 --bits 4 --tq-decodes "${TQ_DECODES9:-words-chunked,words-chunked-capped}" \

@@ -1,7 +1,7 @@
 """The engine's talker layers (:class:`~anna_audio.qwen3_tts.talker_lm.PagedTalkerLayer`) where the op table offers
 ``qk_norm_rope_cache_attention`` (here the CPU's reference, the composition of ``qk_norm_rope_cache`` and
 ``paged_attention``, offered as a device's kernel would be): the golden codes through whole and chunked prefills,
-mixed steps and batched decodes, and one op-table call less per layer in every pass. The op's Triton kernel in the
+mixed steps, batched and captured decodes, and one op-table call less per layer in every pass. The op's Triton kernel in the
 talker: ``tests/xpu_kernels/test_tts_talker_fused.py``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from anna_core.kernels.registry import KernelRegistry, bind_ops
 
-from tests.audio.tts_engine import generate_codes, new_engine, talker_model, talker_prompts
+from tests.audio.tts_engine import capture_graphs, generate_codes, new_engine, talker_model, talker_prompts
 from tests.audio.tts_golden import golden, golden_codes, speech_requests, talker_parts
 from tests.audio.tts_ops import FusedAttentionOffered
 
@@ -30,6 +30,20 @@ def test_the_fused_attention_gives_the_golden_codes_through_chunked_prefills_and
     engine = new_engine(model, 4, max_prefill_tokens=4)
     got = generate_codes(engine, model, talker_prompts(parts, speech_requests(facts["cases"], g)))
     assert len(got) >= 3
+    for rid, codes in got.items():
+        assert torch.equal(codes, golden_codes(g, rid)), rid
+
+
+def test_captured_decode_steps_through_the_fused_attention_give_the_golden_codes():
+    """Three CustomVoice requests, decode steps captured (a fake graph accelerator: padding rows of a bucket write the
+    scratch block): the reference's codes through the offered op."""
+    g, facts = golden("custom_voice")
+    parts = talker_parts("custom_voice")
+    model = talker_model(parts, 3, _ops(True))
+    engine = new_engine(model, 3)
+    accel = capture_graphs(engine, 3)
+    got = generate_codes(engine, model, talker_prompts(parts, speech_requests(facts["cases"], g)[:3]))
+    assert accel.replays > 0 and engine.runner.num_graph_steps > 0
     for rid, codes in got.items():
         assert torch.equal(codes, golden_codes(g, rid)), rid
 

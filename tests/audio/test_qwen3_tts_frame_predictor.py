@@ -17,6 +17,7 @@ from anna_core.testing.host_reads import HOST_READS
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.audio.tts_golden import CHECKPOINTS, cases, golden
+from tests.audio.tts_ops import FusedAttentionOffered
 
 
 def _setup(kind: str, rows: int = 4, wrap=None):
@@ -138,22 +139,6 @@ sampled. Measured at the 1.7B layer count: 35.1 greedy, 40.5 sampled (527 and 60
 before the norm-into-projection fusion and the per-frame Gumbel noise 46.1 and 56.1 (692 and 842)."""
 
 
-class _FusedAttentionOffered:
-    """An op table that offers ``qk_norm_rope_cache_attention`` as accelerated (its reference: the composition of
-    ``qk_norm_rope_cache`` and ``paged_attention``), as a device whose kernels serve it does."""
-
-    def __init__(self, ops):
-        self._ops = ops
-
-    def accelerated(self, op, **shape):
-        if op == "qk_norm_rope_cache_attention":
-            return self._ops.get(op, **shape)
-        return self._ops.accelerated(op, **shape)
-
-    def __getattr__(self, name):
-        return getattr(self._ops, name)
-
-
 def _random(rows: int, sampling: CodeSampling, counter: _Launches | None = None, fused: bool = False):
     torch.manual_seed(0)
     config = CodePredictorConfig(SHAPE_1_7B, vocab_size=64, num_code_groups=16)
@@ -163,7 +148,7 @@ def _random(rows: int, sampling: CodeSampling, counter: _Launches | None = None,
             if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
                 param.uniform_(0.5, 1.5)  # norms that are not the identity
     ops = bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32)
-    ops = _FusedAttentionOffered(ops) if fused else ops
+    ops = FusedAttentionOffered(ops) if fused else ops
     fast = FramePredictor(predictor, _OneLaunchPerOp(ops, counter) if counter else ops, sampling)
     fast.reserve(rows)
     return predictor, fast, torch.randn(rows, 96), torch.randn(rows, 96)

@@ -34,12 +34,12 @@ SAMPLING = SpeechSampling(talker=GREEDY, predictor=GREEDY, repetition_penalty=1.
 """The reference's generation of the golden codes: greedy, repetition penalty 1.05, at most 24 frames."""
 
 
-def talker_model(parts: TalkerParts, slots: int) -> TalkerLM:
-    """The engine's talker over ``parts`` (float32 CPU ops; the code predictor greedy), ``slots`` state slots
-    reserved."""
+def talker_model(parts: TalkerParts, slots: int, ops: Any = None) -> TalkerLM:
+    """The engine's talker over ``parts`` (the code predictor greedy), ``slots`` state slots reserved; ``ops``: its op
+    table (None: the installed plugins' float32 CPU ops)."""
     config, talker, predictor = parts
-    model = TalkerLM(config, talker, predictor, bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32),
-                     predictor_sampling=GREEDY)
+    ops = bind_ops(KernelRegistry.from_plugins(), "cpu", torch.float32) if ops is None else ops
+    model = TalkerLM(config, talker, predictor, ops, predictor_sampling=GREEDY)
     model.reserve_slots(slots)
     return model
 

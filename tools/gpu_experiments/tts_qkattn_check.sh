@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Issue 27: the code predictor's q/k norms, rotary, cache write and attention as one op (qk_norm_rope_cache_attention:
-# one attention launch a layer for each pass of one query per row, against qk_norm_rope_cache + paged_attention),
-# opt-in through ANNA_QK_NORM_ROPE_ATTENTION until this measures it. Three parts, each bounded, under 240 s in all:
+# Issue 27: the talker's and the code predictor's q/k norms, rotary, cache write and attention as one op
+# (qk_norm_rope_cache_attention: one attention launch a layer for each talker decode step and each predictor pass of
+# one query per row, against qk_norm_rope_cache + paged_attention; the talker's prefills run the op's own two
+# kernels), opt-in through ANNA_QK_NORM_ROPE_ATTENTION until this measures it. The switch turns both on, so the A/B
+# below covers the talker too. Three parts, each bounded, under 240 s in all:
 #  1. the CUDA conformance of the new op (T_CONF, default 25 s): "qk_norm_rope_cache_attention:triton" against its
 #     reference on its examples, float32 and bfloat16 (the test file sets the switch), and which implementation the
-#     op table gives the predictor's head dim (128) with the switch off / on ("op off: None", "op on: ...triton...").
+#     op table gives the talker's and predictor's head dim (128) with the switch off / on ("op off: None", "op on:
+#     ...triton...").
 #  2. python -m anna_audio.tts_bench twice (no reference; the 1.7B shape, bf16, FRAMES frames a request, CONC
 #     concurrent, 2 single runs), ANNA_QK_NORM_ROPE_ATTENTION=0 then =1, each bounded by T_RUN (default 95 s). Per
 #     run look for "one request: ... RTF" (target <= 0.05; 0.0506 before on an H200), "16 concurrent: ... (xN of
 #     one)" (target <= 2x; 2.25x before) and "device split at 1 / 16 request(s)": the code predictor's ms a frame
-#     (2.43 / 4.18 before on an H200, of a decode step of 3.61 / 5.94). The op should be made the default for the
-#     predictor only where "on" gives the lower predictor ms at both batch sizes.
+#     (2.43 / 4.18 before on an H200, of a decode step of 3.61 / 5.94); the talker's share is the decode step's ms
+#     minus the predictor's (1.18 / 1.76 before). The op should be made the default only where "on" gives the lower
+#     predictor ms and the lower decode-step ms at both batch sizes (the talker and predictor share the switch).
 # Run from the repo root with the Anna wheels installed, e.g. through h200_run.sh:
 #   MODE=script SCRIPT=tools/gpu_experiments/tts_qkattn_check.sh bash anna-core/src/anna_core/bench/h200_run.sh
 # Logs: $OUT/tts_qkattn_conformance.log, $OUT/tts_qkattn_{off,on}.{log,json}. Exits non-zero when a part fails.

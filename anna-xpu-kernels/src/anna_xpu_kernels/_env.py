@@ -5,7 +5,7 @@
 the attention pre-processing (``ANNA_QKV_NORM_ROPE``), the query norm + rotary fused into the attention of a KV-shared
 layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fused into its attention at decode
 (``ANNA_QKV_NORM_ROPE_ATTENTION``), the q/k pre-processing of a layer without a value norm fused into its attention
-at decode (``ANNA_QK_NORM_ROPE_ATTENTION``: Qwen3-TTS's code predictor), the split merge inside the decode
+at decode (``ANNA_QK_NORM_ROPE_ATTENTION``: Qwen3-TTS's talker and code predictor), the split merge inside the decode
 attention launch (``ANNA_ATTENTION_FUSED_MERGE``),
 Gemma 4's per-layer-input block in one launch (``ANNA_POST_NORM_GATED_LINEAR``), the implementation of
 ``lm_head_topk`` (``ANNA_LM_HEAD_TOPK``) and the TurboQuant decode attention's code unpacking
@@ -146,8 +146,8 @@ def qkv_norm_rope_attention_head_dims(default: int) -> int:
 def qk_norm_rope_attention_head_dims(default: int) -> int:
     """Largest head dim whose ``qk_norm_rope_cache_attention`` the probe accepts, as
     :func:`q_norm_rope_attention_head_dims` (opt-in until a GPU measures it faster) but set by
-    ``ANNA_QK_NORM_ROPE_ATTENTION`` (unset or ``0``: a layer with q/k norms and no value norm, Qwen3-TTS's code
-    predictor, runs ``qk_norm_rope_cache`` and the attention as two launches)."""
+    ``ANNA_QK_NORM_ROPE_ATTENTION`` (unset or ``0``: a layer with q/k norms and no value norm, Qwen3-TTS's talker and
+    code predictor, runs ``qk_norm_rope_cache`` and the attention as two launches)."""
     return _head_dim_limit(QK_NORM_ROPE_ATTENTION_ENV, default)
 
 

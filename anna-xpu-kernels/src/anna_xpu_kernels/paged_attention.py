@@ -40,7 +40,7 @@ Layout of the work:
   program of a tile redoes this for its ``BLOCK_M`` rows (a few KiB, from L2).
 * ``qkv_norm_rope_cache_attention`` at decode (a Gemma 4 layer with its own K/V): the same, and each program also
   computes its KV head's new key (normalised, rotated) and value (normalised without weight; as is, without the
-  value norm, for ``qk_norm_rope_cache_attention``: Qwen3-TTS's code predictor) from the raw projection
+  value norm, for ``qk_norm_rope_cache_attention``: Qwen3-TTS's talker and code predictor) from the raw projection
   in registers and uses them in place of the cache row at position ``seq_len - 1`` (``KV_NEW``; that row is not
   written yet: no program waits for another), and split 0 stores them at ``slot_mapping``. So the layer's q/k/v
   pre-processing and cache write need no launch of their own.
@@ -427,9 +427,9 @@ def qk_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                                  slot_mapping: torch.Tensor, cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
                                  block_tables: torch.Tensor, scale: float, sliding_window: int | None) -> torch.Tensor:
     """An attention layer's q/k norms, rotary and cache write fused into its attention (signature of the reference
-    ``qk_norm_rope_cache_attention``; no value norm: Qwen3-TTS's code predictor). For a decode batch (one query per
-    sequence) one launch plus the split merge, as :func:`qkv_norm_rope_cache_attention` without its value norm; other
-    batches run :func:`anna_xpu_kernels.qk_norm_rope.qk_norm_rope_cache` then :func:`paged_attention`.
+    ``qk_norm_rope_cache_attention``; no value norm: Qwen3-TTS's talker and code predictor). For a decode batch (one
+    query per sequence) one launch plus the split merge, as :func:`qkv_norm_rope_cache_attention` without its value
+    norm; other batches run :func:`anna_xpu_kernels.qk_norm_rope.qk_norm_rope_cache` then :func:`paged_attention`.
 
     Args:
         q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (unit stride along D); q_weight, k_weight: ``[D]``; eps,

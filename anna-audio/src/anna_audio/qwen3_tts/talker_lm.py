@@ -72,11 +72,20 @@ class PagedTalkerLayer(nn.Module):
     of it), ``qk_norm_rope_cache`` for the per-head q / k norms, the rotary and the cache write, the attention,
     ``o_proj``, the residual add and post-attention norm fused into the merged ``[gate; up]`` weight's matmul and
     its gated product (``add_rms_norm_linear_act_mul``), ``down_proj`` (the device's kernels fuse a norm into its
-    matmul where that pays, :mod:`anna_xpu_kernels.fused_linear`; the CPU's references compose the same math). The
-    talker does not declare ``quantized_kv``, so its cache is never quantized and
-    the fused cache write always applies. Numerics: the fused norms multiply by their weight in float32 and round
-    once, where the plain layer rounds and then multiplies in the model's dtype (equal to rounding in float32, where
-    the golden codes are checked)."""
+    matmul where that pays, :mod:`anna_xpu_kernels.fused_linear`; the CPU's references compose the same math).
+
+    Five calls where the op table offers a kernel (not only the torch reference: ``ops.accelerated``, looked up once
+    here) for ``qk_norm_rope_cache_attention``: the norms, rotary, cache write and attention as one op, for every
+    step (the same math; anna-xpu-kernels' runs a decode batch, one query per sequence, as one attention launch and
+    any other batch, a prefill or a chunk of several queries, as its own two kernels; opt-in there,
+    ``ANNA_QK_NORM_ROPE_ATTENTION=1``). Its 1-D positions are the talker's: the checkpoints' interleaved M-RoPE
+    sections all turn by the same text position (:class:`TalkerLM` rotates with the default rotary), and the talker
+    has no sliding window.
+
+    The talker does not declare ``quantized_kv``, so its cache is never quantized and the fused cache write always
+    applies. Numerics: the fused norms multiply by their weight in float32 and round once, where the plain layer
+    rounds and then multiplies in the model's dtype (equal to rounding in float32, where the golden codes are
+    checked)."""
 
     def __init__(self, layer: Qwen3Layer, index: int, ops: Any) -> None:
         super().__init__()
@@ -85,6 +94,8 @@ class PagedTalkerLayer(nn.Module):
         a = layer.self_attn
         self.attn = PagedAttention(a.heads, a.kv_heads, a.head_dim, a.head_dim ** -0.5, 0, index, ops)
         self.norm_rope_cache = ops.get("qk_norm_rope_cache", head_dim=a.head_dim)
+        # the pre-processing and the attention in one op where a kernel (not the reference's composition) serves it
+        self.norm_rope_cache_attend = ops.accelerated("qk_norm_rope_cache_attention", head_dim=a.head_dim)
         self.register_buffer("qkv_weight", merge_weights([a.q_proj, a.k_proj, a.v_proj]), persistent=False)
         self.register_buffer("gate_up_weight", merge_weights([layer.mlp.gate_proj, layer.mlp.up_proj]),
                              persistent=False)
@@ -93,7 +104,8 @@ class PagedTalkerLayer(nn.Module):
                 inv_freq: torch.Tensor, batch: ForwardBatch, caches: ModelCaches) -> tuple[torch.Tensor, torch.Tensor]:
         """x: ``[T, H]`` the previous layer's output (or the input embeddings), residual ``[T, H]`` its residual stream
         (None before the first layer), positions ``[T]`` int64, inv_freq ``[Dh/2]`` float32 -> (this layer's output,
-        its residual stream), ``[T, H]`` each."""
+        its residual stream), ``[T, H]`` each. Six op-table calls, five with ``qk_norm_rope_cache_attention`` (class
+        docstring)."""
         ops, lay, a, t = self.ops, self.layer, self.layer.self_attn, x.shape[0]
         eps = lay.input_layernorm.eps
         qkv, residual = ops.add_rms_norm_linear(x, residual, lay.input_layernorm.weight, eps, False, self.qkv_weight)
@@ -101,9 +113,14 @@ class PagedTalkerLayer(nn.Module):
         q, k, v = (qkv[:, :nq].view(t, a.heads, a.head_dim), qkv[:, nq:nq + nkv].view(t, a.kv_heads, a.head_dim),
                    qkv[:, nq + nkv:].view(t, a.kv_heads, a.head_dim))
         k_cache, v_cache, slots = self.attn.kv_cache(batch, caches)
-        q = self.norm_rope_cache(q, k, v, a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, False, positions, inv_freq,
-                                 k_cache, v_cache, slots)
-        o = ops.linear(self.attn.attend(q, batch, caches).reshape(t, -1), a.o_proj.weight, None)
+        pre = (q, k, v, a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, False, positions, inv_freq, k_cache, v_cache,
+               slots)
+        if self.norm_rope_cache_attend is not None:
+            _, _, *attention = self.attn.attention_args(batch, caches)  # cu_seqlens_q, seq_lens, blocks, scale, window
+            o = self.norm_rope_cache_attend(*pre, *attention)  # [T, H_q, Dh]
+        else:
+            o = self.attn.attend(self.norm_rope_cache(*pre), batch, caches)
+        o = ops.linear(o.reshape(t, -1), a.o_proj.weight, None)
         gated, residual = ops.add_rms_norm_linear_act_mul(o, residual, lay.post_attention_layernorm.weight, eps, False,
                                                           self.gate_up_weight, "silu")
         return ops.linear(gated, lay.mlp.down_proj.weight, None), residual

@@ -263,6 +263,32 @@ def test_own_kv_norm_rope_cache_attention_matches_the_op_reference(poison_output
         torch.testing.assert_close(v_cache.view(-1, h_kv, dim)[slots], v, rtol=0, atol=0)
 
 
+def test_own_kv_attention_takes_a_strided_query_and_names_its_op_in_errors():
+    """A decode batch's query with a non-unit stride along D runs the fused kernel (made contiguous first, as
+    ``paged_attention`` makes it) to the contiguous query's result, and a bad argument's error names the op called."""
+    from anna_core.layers.rotary import RotaryEmbedding
+
+    h_q, h_kv, dim, dtype = 4, 2, 32, torch.float32
+    q, k_cache, v_cache, cu, seq_lens, tables = _batch(dtype, [1, 1], [9, 14], h_q, h_kv, dim, seed=3)
+    gen = torch.Generator().manual_seed(5)
+    k, v = torch.randn(2, 2, h_kv, dim, generator=gen)
+    qw, kw = 1 + 0.2 * torch.randn(2, dim, generator=gen)
+    positions = seq_lens.long() - 1
+    slots = tables.gather(1, (positions // BLOCK_SIZE)[:, None])[:, 0].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+    inv_freq = RotaryEmbedding(dim, dim, {"rope_theta": 1e4})._inv_freq
+    strided = torch.zeros(2, h_q, 2 * dim)[..., ::2]
+    strided.copy_(q)
+    runs = []
+    for query in (q, strided):
+        caches = (k_cache.clone(), v_cache.clone())
+        runs.append(pa.qk_norm_rope_cache_attention(query, k, v, qw, kw, 1e-6, False, positions, inv_freq, *caches,
+                                                    slots, cu, seq_lens, tables, dim ** -0.5, None))
+    torch.testing.assert_close(runs[1], runs[0], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="^qk_norm_rope_cache_attention: sliding_window"):
+        pa.qk_norm_rope_cache_attention(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, k_cache, v_cache, slots,
+                                        cu, seq_lens, tables, dim ** -0.5, 0)
+
+
 def test_qkv_norm_rope_cache_attention_registered_and_switched_off_by_env(monkeypatch):
     from anna_core.kernels import KernelRegistry, ProbeRequest
     from anna_core.plugins import make_plugin_manager

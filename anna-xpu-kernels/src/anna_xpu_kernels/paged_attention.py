@@ -500,17 +500,18 @@ def _own_kv_attention(op: str, v_norm: bool, q, k, v, q_weight, k_weight, eps, z
     require(inv_freq.dim() == 1 and 0 < 2 * inv_freq.shape[0] <= dim, op,
             f"inv_freq must be [rotary_dim/2 <= {dim // 2}]")
     require(positions.dim() == 1 and positions.shape[0] == total, op, f"positions must be [T={total}]")
-    require(q.stride(2) == 1, op, "q needs unit stride along D")
     require_same_device(op, q=q, k=k, v=v, q_weight=q_weight, k_weight=k_weight, positions=positions,
                         inv_freq=inv_freq, slot_mapping=slot_mapping)
     prologue = (q_weight, float(eps), bool(zero_centered), positions.contiguous(), inv_freq.to(torch.float32))
     return paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
-                                  num_splits=None, q_norm_rope=prologue, kv_new=(k, v, k_weight, slot_mapping, v_norm))
+                                  num_splits=None, q_norm_rope=prologue, kv_new=(k, v, k_weight, slot_mapping, v_norm),
+                                  op_name=op)
 
 
 def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window,
                            *, num_splits: int | None, q_norm_rope: tuple | None = None,
-                           kv_new: tuple | None = None, fused_merge: int | None = None) -> torch.Tensor:
+                           kv_new: tuple | None = None, fused_merge: int | None = None,
+                           op_name: str | None = None) -> torch.Tensor:
     """:func:`paged_attention` with the number of key partitions forced (``None``: chosen for the GPU); with
     ``q_norm_rope = (weight, eps, zero_centered, positions, inv_freq)`` the queries are raw and normalised and
     rotated on load (:func:`q_norm_rope_attention`); with it and ``kv_new = (k, v, k_weight, slot_mapping, v_norm)``
@@ -521,8 +522,9 @@ def paged_attention_splits(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_ta
     0: never (the merge kernel), ``n >= 1``: yes, with at most ``n`` splits where the split count is chosen for the
     GPU (``num_splits=None``; a forced count is kept), where that leaves at most :data:`FUSED_MERGE_KEYS_PER_SPLIT`
     visible keys per split (:func:`_fuses_merge`); None: :func:`~anna_xpu_kernels._env.attention_fused_merge_splits`
-    (``ANNA_ATTENTION_FUSED_MERGE``, off by default)."""
-    op = "paged_attention" if q_norm_rope is None else "q_norm_rope_attention"
+    (``ANNA_ATTENTION_FUSED_MERGE``, off by default). ``op_name``: the op its errors name (default: the one the
+    arguments make)."""
+    op = op_name or ("paged_attention" if q_norm_rope is None else "q_norm_rope_attention")
     require_dims(op, q=(q, 3), k_cache=(k_cache, 4), v_cache=(v_cache, 4), seq_lens=(seq_lens, 1),
                  block_tables=(block_tables, 2))
     batch = num_sequences(op, cu_seqlens_q, "cu_seqlens_q")

@@ -74,12 +74,13 @@ rounds them. Callers look it up with the shape fact ``head_dim``.
                    "k_cache, v_cache, slot_mapping, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window) -> o"),
         doc="""\
 ``qk_norm_rope_cache`` fused with the attention that reads its result (an attention layer with q and k
-norms and no value norm that writes its own K/V: Qwen3-TTS's code predictor): the first twelve arguments
+norms and no value norm that writes its own K/V: Qwen3-TTS's talker and code predictor): the first twelve arguments
 as ``qk_norm_rope_cache`` (1-D positions, no ``rope_axis``), the rest as ``paged_attention``. ``o =
 paged_attention(qk_norm_rope_cache(q, k, v, q_weight, k_weight, eps, zero_centered, positions, inv_freq,
 k_cache, v_cache, slot_mapping), k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale,
 sliding_window)`` ``[T, H_q, D]`` in q's dtype; the new keys and values are written into the caches as
-that op writes them, rounded as it rounds them. Callers look it up with the shape fact ``head_dim``.
+that op writes them, rounded as it rounds them. Callers look it up with the shape fact ``head_dim``. The
+precondition on ``slot_mapping`` of ``qkv_norm_rope_cache_attention`` holds.
 """,
         shape_facts=("head_dim",),
     ),
@@ -94,7 +95,10 @@ as ``paged_attention``. ``o = paged_attention(qkv_norm_rope_cache(q, k, v, q_wei
 zero_centered, positions, inv_freq, k_cache, v_cache, slot_mapping), k_cache, v_cache, cu_seqlens_q,
 seq_lens, block_tables, scale, sliding_window)`` ``[T, H_q, D]`` in q's dtype; the new keys and values are
 written into the caches as that op writes them, rounded as it rounds them. Callers look it up with the shape
-fact ``head_dim``.
+fact ``head_dim``. Precondition (as the engine's tables hold): each token's ``slot_mapping`` entry is its
+sequence's block-table slot of that token's cache position (a decode token's: ``seq_lens[i] - 1``), and a
+valid slot (no negative padding slots): an implementation may use the new row from registers instead of
+reading it back from the cache.
 """,
         shape_facts=("head_dim",),
     ),

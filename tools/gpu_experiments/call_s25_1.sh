@@ -1,13 +1,11 @@
 set -u
 # Twenty-fifth session, second GPU call (about 420 s with a warm cache): issue 30's remaining levers at the 9B shape on
-# an H200 (the step was 1.29x bf16 with words-chunked; target 1.25x) and issue 29's int4 step timeline.
+# an H200 (the step was 1.29x bf16 with words-chunked; target 1.25x) (issue 29's int4 timeline: call_s25_f.sh).
 #   MODE=script SCRIPT=tools/gpu_experiments/call_s25_1.sh bash anna-core/src/anna_core/bench/h200_run.sh
 # 1. the TurboQuant cache write alone, `chain` (41.8 us at 9B) against the new `columns` launch, and the GPU check
 #    that both write the same bytes (test_kernel_conformance_cuda.py -k columns_write);
 # 1b. the column-parallel query rotation / merge + rotation back (tq_basis.sh: old vs new launches);
 # 2. the 9B batch-32 4k step: bf16, then 4 bits with words-chunked / words-chunked-capped x chain / columns writes;
-# 3. Qwen3.5-9B int4 (head int4) batch 1 with the served step's kernel timeline (1.59x bf16 on the H200: where the
-#    step's time goes besides the quantized GEMVs).
 . tools/gpu_experiments/copy_bandwidth.sh
 echo "== write micro $(date +%T)"
 timeout "${T_WRITE:-120}" python3 tools/gpu_experiments/tq_decode_micro.py --write-only --shapes 9B,E4B-global 2>&1 \
@@ -22,7 +20,4 @@ timeout "${T_STEP9:-170}" python3 tools/gpu_experiments/turboquant_bench.py --sh
   --batch 32 --steps 32 --bits 4 --tq-decodes "${TQ_DECODES9:-words-chunked,words-chunked-capped}" \
   --tq-writes chain,columns --no-capacity > "$OUT/tq_step9.log" 2>&1
 echo "turboquant_bench exit $? $(date +%T)"; grep '^{' "$OUT/tq_step9.log"
-echo "== int4 timeline $(date +%T)"
-NRUNS=1 T_RUN=${T_INT4:-70} RUNS="Qwen3.5-9B:1:512:128:weight-quant=int4:lm-head-quant=int4:timeline" \
-  bash tools/gpu_experiments/gemma4_bench.sh 2>&1 | grep -v "^kernels" | cut -c1-400 | head -30
 echo "== done $(date +%T)"

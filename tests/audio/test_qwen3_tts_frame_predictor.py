@@ -17,7 +17,7 @@ from anna_core.testing.host_reads import HOST_READS
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.audio.tts_golden import CHECKPOINTS, cases, golden
-from tests.audio.tts_ops import FusedAttentionOffered
+from tests.audio.tts_ops import FusedAttentionOffered, HookedOps
 
 
 def _setup(kind: str, rows: int = 4, wrap=None):
@@ -77,32 +77,20 @@ class _Launches(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class _OneLaunchPerOp:
+class _OneLaunchPerOp(HookedOps):
     """An op table whose every call counts as one launch (each is one fused kernel on a GPU)."""
 
     def __init__(self, ops, counter: _Launches):
-        self._ops, self._counter = ops, counter
+        super().__init__(ops, self._count)
+        self._counter = counter
 
-    def get(self, op, **shape):
-        return self._counted(self._ops.get(op, **shape))
-
-    def accelerated(self, op, **shape):
-        fn = self._ops.accelerated(op, **shape)
-        return None if fn is None else self._counted(fn)
-
-    def __getattr__(self, name):
-        return self._counted(getattr(self._ops, name))
-
-    def _counted(self, fn):
-        def call(*args, **kwargs):
-            self._counter.launches += 1
-            self._counter.inside_op = True
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._counter.inside_op = False
-
-        return call
+    def _count(self, fn, *args, **kwargs):
+        self._counter.launches += 1
+        self._counter.inside_op = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._counter.inside_op = False
 
 
 def frame_launches(kind: str = "custom_voice", rows: int = 1) -> dict[str, int]:

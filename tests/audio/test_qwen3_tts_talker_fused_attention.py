@@ -11,7 +11,7 @@ from anna_core.kernels.registry import KernelRegistry, bind_ops
 
 from tests.audio.tts_engine import capture_graphs, generate_codes, new_engine, talker_model, talker_prompts
 from tests.audio.tts_golden import golden, golden_codes, speech_requests, talker_parts
-from tests.audio.tts_ops import FusedAttentionOffered
+from tests.audio.tts_ops import FusedAttentionOffered, HookedOps
 
 
 def _ops(fused: bool):
@@ -48,12 +48,12 @@ def test_captured_decode_steps_through_the_fused_attention_give_the_golden_codes
         assert torch.equal(codes, golden_codes(g, rid)), rid
 
 
-class _TalkerLayerCalls:
+class _TalkerLayerCalls(HookedOps):
     """An op table that counts the calls made inside the talker's layers in each forward pass of ``model``
     (:meth:`watch`): ``passes`` holds ``(decode step?, calls)`` per pass."""
 
     def __init__(self, ops) -> None:
-        self._ops = ops
+        super().__init__(ops, self._count)
         self.inside = False
         self.passes: list[tuple[bool, int]] = []
 
@@ -72,24 +72,11 @@ class _TalkerLayerCalls:
             layer.register_forward_pre_hook(enter)
             layer.register_forward_hook(leave)
 
-    def get(self, op, **shape):
-        return self._counted(self._ops.get(op, **shape))
-
-    def accelerated(self, op, **shape):
-        fn = self._ops.accelerated(op, **shape)
-        return None if fn is None else self._counted(fn)
-
-    def __getattr__(self, name):
-        return self._counted(getattr(self._ops, name))
-
-    def _counted(self, fn):
-        def call(*args, **kwargs):
-            if self.inside:
-                decode, n = self.passes[-1]
-                self.passes[-1] = (decode, n + 1)
-            return fn(*args, **kwargs)
-
-        return call
+    def _count(self, fn, *args, **kwargs):
+        if self.inside:
+            decode, n = self.passes[-1]
+            self.passes[-1] = (decode, n + 1)
+        return fn(*args, **kwargs)
 
 
 def test_the_fused_attention_saves_one_op_table_call_a_layer_in_every_pass():

@@ -11,6 +11,7 @@ from tests.xpu_kernels._interp import require_triton_interpreter, tol
 require_triton_interpreter()
 
 from anna_xpu_kernels import paged_attention as pa
+from anna_xpu_kernels import paged_attention_fused as paf
 
 BLOCK_SIZE = 4
 
@@ -183,11 +184,11 @@ def test_q_norm_rope_attention_matches_the_op_reference(poison_outputs, dtype, c
     t = tol(dtype) if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
     for got in (pa.paged_attention_splits(q, *args, num_splits=splits, q_norm_rope=(weight, 1e-6, zc, positions,
                                                                                     inv_freq)),
-                pa.q_norm_rope_attention(q, weight, 1e-6, zc, positions, inv_freq, *args)):
+                paf.q_norm_rope_attention(q, weight, 1e-6, zc, positions, inv_freq, *args)):
         assert got.dtype == dtype and got.shape == q.shape
         torch.testing.assert_close(got, want, **t)
     with pytest.raises(ValueError, match="weight must be"):
-        pa.q_norm_rope_attention(q, weight[:-1], 1e-6, zc, positions, inv_freq, *args)
+        paf.q_norm_rope_attention(q, weight[:-1], 1e-6, zc, positions, inv_freq, *args)
 
 
 def test_q_norm_rope_attention_registered_and_switched_off_by_env(monkeypatch):
@@ -201,7 +202,7 @@ def test_q_norm_rope_attention_registered_and_switched_off_by_env(monkeypatch):
     assert registry.get_accelerated("q_norm_rope_attention", request) is None  # opt-in until measured on a GPU
     monkeypatch.setenv("ANNA_Q_NORM_ROPE_ATTENTION", "1")
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
-    assert registry.get("q_norm_rope_attention", request) is pa.q_norm_rope_attention
+    assert registry.get("q_norm_rope_attention", request) is paf.q_norm_rope_attention
     assert registry.get("q_norm_rope_attention", ProbeRequest("cpu", "bfloat16")) is ref_qk.q_norm_rope_attention
     monkeypatch.setenv("ANNA_Q_NORM_ROPE_ATTENTION", "0")  # A/B switch: q_norm_rope and the attention run apart
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
@@ -247,7 +248,7 @@ def test_own_kv_norm_rope_cache_attention_matches_the_op_reference(poison_output
     want = getattr(ref_qk, op)(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, *caches, slots, cu, seq_lens,
                                tables, dim ** -0.5, window)
     if splits is None:
-        got = getattr(pa, op)(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, k_cache, v_cache, slots, cu,
+        got = getattr(paf, op)(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, k_cache, v_cache, slots, cu,
                               seq_lens, tables, dim ** -0.5, window)
     else:
         got = pa.paged_attention_splits(q, k_cache, v_cache, cu, seq_lens, tables, dim ** -0.5, window,
@@ -281,11 +282,11 @@ def test_own_kv_attention_takes_a_strided_query_and_names_its_op_in_errors():
     runs = []
     for query in (q, strided):
         caches = (k_cache.clone(), v_cache.clone())
-        runs.append(pa.qk_norm_rope_cache_attention(query, k, v, qw, kw, 1e-6, False, positions, inv_freq, *caches,
+        runs.append(paf.qk_norm_rope_cache_attention(query, k, v, qw, kw, 1e-6, False, positions, inv_freq, *caches,
                                                     slots, cu, seq_lens, tables, dim ** -0.5, None))
     torch.testing.assert_close(runs[1], runs[0], rtol=0, atol=0)
     with pytest.raises(ValueError, match="^qk_norm_rope_cache_attention: sliding_window"):
-        pa.qk_norm_rope_cache_attention(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, k_cache, v_cache, slots,
+        paf.qk_norm_rope_cache_attention(q, k, v, qw, kw, 1e-6, False, positions, inv_freq, k_cache, v_cache, slots,
                                         cu, seq_lens, tables, dim ** -0.5, 0)
 
 
@@ -299,7 +300,7 @@ def test_qkv_norm_rope_cache_attention_registered_and_switched_off_by_env(monkey
     assert registry.get_accelerated("qkv_norm_rope_cache_attention", request) is None  # opt-in until measured
     monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "1")
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
-    assert registry.get("qkv_norm_rope_cache_attention", request) is pa.qkv_norm_rope_cache_attention
+    assert registry.get("qkv_norm_rope_cache_attention", request) is paf.qkv_norm_rope_cache_attention
     monkeypatch.setenv("ANNA_QKV_NORM_ROPE_ATTENTION", "0")  # A/B switch: qkv_norm_rope_cache and the attention apart
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
     assert registry.get_accelerated("qkv_norm_rope_cache_attention", request) is None
@@ -307,7 +308,7 @@ def test_qkv_norm_rope_cache_attention_registered_and_switched_off_by_env(monkey
     registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
     assert registry.get_accelerated("qkv_norm_rope_cache_attention", request) is None
     narrow = ProbeRequest("cpu", "bfloat16", {"head_dim": 128})
-    assert registry.get_accelerated("qkv_norm_rope_cache_attention", narrow) is pa.qkv_norm_rope_cache_attention
+    assert registry.get_accelerated("qkv_norm_rope_cache_attention", narrow) is paf.qkv_norm_rope_cache_attention
 
 
 def test_qk_norm_rope_cache_attention_registered_and_switched_on_by_env(monkeypatch):
@@ -317,8 +318,8 @@ def test_qk_norm_rope_cache_attention_registered_and_switched_on_by_env(monkeypa
 
     monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
     request = ProbeRequest("cpu", "bfloat16", {"head_dim": 128})
-    for value, want in (("", None), ("0", None), ("1", pa.qk_norm_rope_cache_attention), ("64", None),
-                        ("128", pa.qk_norm_rope_cache_attention)):
+    for value, want in (("", None), ("0", None), ("1", paf.qk_norm_rope_cache_attention), ("64", None),
+                        ("128", paf.qk_norm_rope_cache_attention)):
         monkeypatch.setenv("ANNA_QK_NORM_ROPE_ATTENTION", value)  # opt-in until measured; a number: a head-dim limit
         registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_xpu_kernels"}))
         assert registry.get_accelerated("qk_norm_rope_cache_attention", request) is want, value

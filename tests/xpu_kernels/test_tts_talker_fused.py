@@ -64,7 +64,7 @@ def test_talker_steps_through_the_fused_attention_kernel_equal_the_references(mo
     from anna_core.kernels import KernelRegistry, bind_ops
     from anna_core.kernels.ops import CORE_OPS
     from anna_core.plugins import make_plugin_manager
-    from anna_xpu_kernels import paged_attention
+    from anna_xpu_kernels import paged_attention_fused
     from anna_xpu_kernels.plugin import TRITON_KERNELS
 
     from tests.audio.tts_golden import golden, golden_codes
@@ -86,7 +86,7 @@ def test_talker_steps_through_the_fused_attention_kernel_equal_the_references(mo
         def accelerated(self, op, **shape):
             fn = ops.accelerated(op, **shape)
             if op == "qk_norm_rope_cache_attention" and fn is not None:
-                assert fn is paged_attention.qk_norm_rope_cache_attention
+                assert fn is paged_attention_fused.qk_norm_rope_cache_attention
                 calls.append(_Calls(fn))
                 return calls[-1]
             return fn

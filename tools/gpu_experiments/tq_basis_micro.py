@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from graph_timing import chain_time_us  # noqa: E402
 
 CTX = 4096
 SHAPES = {"9B": (16, 4, 256, None), "E4B-global": (8, 2, 512, None), "E4B-sliding": (8, 2, 256, 512)}
@@ -56,35 +56,14 @@ def _say(line: str) -> None:
 
 
 def _graph_us(fn, device: str, calls: int = 20, samples: int = 15) -> float:
-    """Median us per call of ``fn``: ``calls`` calls captured in one CUDA graph, replayed ``samples`` times (on the
-    CPU one interpreted call, wall clock)."""
+    """Median us per call of ``fn``: ``calls`` calls captured in one CUDA graph, replayed ``samples`` times
+    (:func:`graph_timing.chain_time_us`, the scripts' shared timer); on the CPU one interpreted call, wall clock."""
     if device == "cpu":
         fn()
         t = time.perf_counter()
         fn()
         return (time.perf_counter() - t) * 1e6
-    fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
+    return chain_time_us([fn], reps=calls, replays=samples)
 
 
 def _planned_splits(batch: int, h_q: int, h_kv: int, dim: int, window: int | None, device: str) -> int:

@@ -109,7 +109,9 @@ def test_prompts_replay_prefill_graphs_with_the_golden_codes_and_audio_batched_a
             continue
         with torch.inference_mode():
             wav, eager_wav = decoder.decode([together[f"batch/{row}"], eagerly[f"batch/{row}"]])
-        assert torch.equal(wav, eager_wav)
+        # the same codes in two rows of one batch: equal up to the CPU's GEMM rounding, which may differ by row
+        # (1e-6 seen on an AVX-512 machine)
+        torch.testing.assert_close(wav, eager_wav, atol=1e-5, rtol=0)
         torch.testing.assert_close(wav, g[f"batch/wav/{row}"], atol=WAVE_ATOL, rtol=0)
 
 

@@ -14,7 +14,10 @@ from tests.audio.tts_golden import CHECKPOINTS, golden
 
 def test_mels_match_reference():
     g, _ = golden("base")
-    torch.testing.assert_close(speaker_mels(g["ref/audio"]), g["ref/mels"], atol=1e-5, rtol=0)
+    energies, reference = speaker_mels(g["ref/audio"]).exp(), g["ref/mels"].exp()
+    # compared as energies: float32 STFT rounding is absolute (about 1e-7 of the loudest bin), so the log of a
+    # near-silent bin differs by up to ~4e-3 between CPUs whose FFT rounds differently (seen on an AVX-512 machine)
+    torch.testing.assert_close(energies, reference, atol=1e-6 * float(reference.max()), rtol=1e-4)
 
 
 def test_speaker_embedding_matches_reference():

@@ -23,5 +23,8 @@ def test_offloaded_gemma4_equals_resident(moe_dir, cached):
     assert layers and all(m.activation == "gelu_tanh" for m in layers) and layers[0].moe_index == 1
     prompts = [[5, 6, 7, 8, 9, 10], [30, 31, 32]]
     assert simple_greedy_batch(off.model, prompts, 4) == simple_greedy_batch(res.model, prompts, 4)
-    assert torch.equal(prefill_logits(off.model, prompts[0]), prefill_logits(res.model, prompts[0]))
+    # the same math on row subsets: equal up to the CPU GEMM's rounding by row count (1.3e-6 seen on an AVX-512
+    # machine; bit for bit elsewhere)
+    torch.testing.assert_close(prefill_logits(off.model, prompts[0]), prefill_logits(res.model, prompts[0]),
+                               atol=1e-5, rtol=0)
     assert off.expert_store.stats.misses > 0 and off.model.capabilities.graph_capture is False

@@ -1,7 +1,7 @@
 """Environment switches of anna-xpu-kernels (no torch or triton import here): the interpreter
 (below), programmatic dependent launch (``ANNA_TRITON_PDL``), the GEMV's norm prologue
 (``ANNA_GEMV_NORM_PROLOGUE``), its weight prefetch (``ANNA_GEMV_PREFETCH``), the one-wave GEMV for one row
-(``ANNA_GEMV_PERSISTENT``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``), the value norm fused into
+(``ANNA_GEMV_PERSISTENT``), how many rows the GEMV takes (``ANNA_GEMV_MAX_ROWS``), its post-norm prologue (``ANNA_GEMV_POST_NORM_PROLOGUE``), the value norm fused into
 the attention pre-processing (``ANNA_QKV_NORM_ROPE``), the query norm + rotary fused into the attention of a KV-shared
 layer (``ANNA_Q_NORM_ROPE_ATTENTION``), Gemma 4's whole q/k/v pre-processing fused into its attention at decode
 (``ANNA_QKV_NORM_ROPE_ATTENTION``), the q/k pre-processing of a layer without a value norm fused into its attention
@@ -91,6 +91,28 @@ def gemv_persistent_requested() -> bool:
     """False when ``ANNA_GEMV_PERSISTENT`` is set to a false value (``0``): one-row GEMVs then run the
     tiled kernel instead of the one-wave kernel (:mod:`anna_xpu_kernels.gemv_persistent`); on by default."""
     return os.environ.get(GEMV_PERSISTENT_ENV, "").strip().lower() not in _FALSE
+
+
+GEMV_MAX_ROWS_ENV = "ANNA_GEMV_MAX_ROWS"
+GEMV_DEFAULT_MAX_ROWS = 8
+GEMV_ROW_LIMIT = 16
+
+
+def gemv_max_rows() -> int:
+    """Most activation rows the decode GEMV (:mod:`anna_xpu_kernels.gemv`) takes; more go to ``F.linear`` (a GEMM).
+    :data:`GEMV_DEFAULT_MAX_ROWS` unless ``ANNA_GEMV_MAX_ROWS`` sets another limit from 1 to :data:`GEMV_ROW_LIMIT`
+    (opt-in until measured: 16 lets a decode batch of 9-16 rows, e.g. Qwen3-TTS's code predictor at 16 requests,
+    keep the Triton GEMV and its fused prologues / epilogues instead of cuBLAS).
+
+    Raises:
+        ValueError: the variable is set to something other than an integer from 1 to :data:`GEMV_ROW_LIMIT`.
+    """
+    value = os.environ.get(GEMV_MAX_ROWS_ENV, "").strip()
+    if not value:
+        return GEMV_DEFAULT_MAX_ROWS
+    if not value.isdigit() or not 1 <= int(value) <= GEMV_ROW_LIMIT:
+        raise ValueError(f"{GEMV_MAX_ROWS_ENV} must be an integer from 1 to {GEMV_ROW_LIMIT}, got {value!r}")
+    return int(value)
 
 
 POST_NORM_PROLOGUE_ENV = "ANNA_GEMV_POST_NORM_PROLOGUE"

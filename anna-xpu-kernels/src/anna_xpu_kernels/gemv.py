@@ -1,4 +1,5 @@
-"""Skinny ``linear`` (decode GEMV) in Triton: ``y[M, N] = x[M, K] @ w[N, K]^T + b`` for ``M <= 8``.
+"""Skinny ``linear`` (decode GEMV) in Triton: ``y[M, N] = x[M, K] @ w[N, K]^T + b`` for ``M <= 8`` (up to 16 with
+``ANNA_GEMV_MAX_ROWS``).
 
 At decode a linear layer multiplies a few activation rows by a weight matrix read once: the time is
 the weight's bytes over the memory bandwidth, and cuBLAS' GEMM tiles leave much of that bandwidth
@@ -21,8 +22,10 @@ nothing outside PyTorch's allocator (CUDA-graph capture safe); the counters are 
 (:class:`anna_xpu_kernels.counters.CounterPool`) that each launch leaves at zero.
 
 The tile sizes, ``SPLIT_K``, ``USE_DOT`` and warps are autotuned per (row bucket ``BLOCK_M`` in
-1, 2, 4, 8; N; K; dtypes) among :func:`anna_xpu_kernels.gemv_tuning.tuning_space`.
-Under Triton's interpreter one fixed configuration runs. ``M > 8``, empty shapes, or a weight that
+1, 2, 4, 8 (16); N; K; dtypes) among :func:`anna_xpu_kernels.gemv_tuning.tuning_space`.
+Under Triton's interpreter one fixed configuration runs. More rows than
+:func:`anna_xpu_kernels._env.gemv_max_rows` (8; ``ANNA_GEMV_MAX_ROWS`` sets 1 to 16, opt-in until measured: the
+tensor-core tiles pad to 16 rows anyway, so 9-16 rows cost the same weight stream), empty shapes, or a weight that
 is not a contiguous row-major ``[N, K]`` of x's dtype go to ``F.linear``.
 
 A ``PROLOGUE`` constexpr (:mod:`anna_xpu_kernels.gemv_prologue`, keyed in the autotuner too) lets the
@@ -54,15 +57,17 @@ import torch.nn.functional as F
 
 from anna_xpu_kernels import gemv_persistent, gemv_persistent_long, gemv_tuning, pdl
 from anna_xpu_kernels._checks import as_rows, require, require_float, require_same_device
-from anna_xpu_kernels._env import gemv_persistent_requested, gemv_prefetch_requested
+from anna_xpu_kernels._env import GEMV_ROW_LIMIT, gemv_max_rows, gemv_persistent_requested, gemv_prefetch_requested
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.counters import CounterPool
 from anna_xpu_kernels.gemv_epilogue import NO_EPILOGUE, SILU_MUL_OUT, store_out  # noqa: F401 -- SILU_MUL_OUT re-exported
 from anna_xpu_kernels.gemv_prologue import PLAIN, act_tile, row_block, row_rstd
 from anna_xpu_kernels.gemv_tuning import FIXED, MAX_SPLIT_N, GemvConfig, autotune_bench, prune, tuning_space
 
-MAX_ROWS = 8
-"""Largest ``M`` run by the GEMV kernel; more rows go to ``F.linear`` (a GEMM)."""
+MAX_ROWS = GEMV_ROW_LIMIT
+"""Largest ``M`` the GEMV kernel can run (its tensor-core tiles hold 16 rows); how many it takes is
+:func:`anna_xpu_kernels._env.gemv_max_rows` (8 unless ``ANNA_GEMV_MAX_ROWS`` says otherwise); more rows go to
+``F.linear`` (a GEMM)."""
 
 PREFETCH_BYTES = 16384
 """Weight bytes (at 16 bits per value; float32 weights load twice as many) a CUDA-core program loads
@@ -262,10 +267,11 @@ def _gemv_kernel(
 
 
 def supports(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the GEMV kernel takes ``x`` ``[M, K]`` and ``weight``: ``1 <= M <= 8``, ``N, K >= 1``,
-    weight a contiguous row-major ``[N, K]`` of x's dtype (float32 / float16 / bfloat16)."""
+    """Whether the GEMV kernel takes ``x`` ``[M, K]`` and ``weight``: ``1 <= M <=`` :func:`gemv_max_rows` (8 unless
+    ``ANNA_GEMV_MAX_ROWS`` sets 1 to 16), ``N, K >= 1``, weight a contiguous row-major ``[N, K]`` of x's dtype
+    (float32 / float16 / bfloat16)."""
     m = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    return (1 <= m <= MAX_ROWS and weight.dim() == 2 and weight.shape[0] >= 1 and weight.is_contiguous()
+    return (1 <= m <= gemv_max_rows() and weight.dim() == 2 and weight.shape[0] >= 1 and weight.is_contiguous()
             and weight.dtype == x.dtype and x.dtype in (torch.float32, torch.float16, torch.bfloat16))
 
 
@@ -279,7 +285,8 @@ def _max_split(n: int) -> int:
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
          config: GemvConfig | None = None) -> torch.Tensor:
-    """The GEMV kernel on ``x`` ``[M, K]`` (``1 <= M <= 8``), ``weight`` ``[N, K]``, ``bias`` ``[N]`` or None.
+    """The GEMV kernel on ``x`` ``[M, K]`` (``1 <= M <=`` :func:`gemv_max_rows`), ``weight`` ``[N, K]``, ``bias``
+    ``[N]`` or None.
 
     Args:
         config: run this configuration instead of the autotuned one (tests force split-K on and
@@ -292,7 +299,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         ValueError: :func:`supports` does not hold, or the tensors are on different devices.
     """
     require(x.dim() == 2 and supports(x, weight), "linear",
-            f"the GEMV kernel takes x [M<={MAX_ROWS}, K] and a contiguous weight [N, K] of x's dtype, got "
+            f"the GEMV kernel takes x [M<={gemv_max_rows()}, K] and a contiguous weight [N, K] of x's dtype, got "
             f"x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} {weight.dtype}")
     require_same_device("linear", x=x, weight=weight, bias=bias)
     if x.stride(-1) != 1:
@@ -361,8 +368,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
             bias: ``[N]`` or None.
 
     Returns:
-        ``[..., N]`` in x's dtype: the Triton GEMV when there are 1..8 rows and the weight is a
-        contiguous row-major matrix, else ``F.linear``.
+        ``[..., N]`` in x's dtype: the Triton GEMV when there are 1 to :func:`gemv_max_rows` rows (8 unless
+        ``ANNA_GEMV_MAX_ROWS`` says otherwise) and the weight is a contiguous row-major matrix, else ``F.linear``.
 
     Raises:
         ValueError: shapes or dtypes disagree, or tensors on different devices.

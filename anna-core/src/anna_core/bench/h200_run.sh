@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU benchmark session recorded in BENCHMARKS.md (run from the repository root on the GPU machine,
 # with the wheels of anna-core / anna-qwen35 / anna-xpu-kernels / anna-cli in .annawhl, the third-party
-# wheels in .whl and a saved Triton cache in .tcache/tc.tgz.*). Writes logs and the new cache under $OUT.
+# wheels in .whl (tools/gpu_experiments/fetch_device_wheels.sh downloads them) and a saved Triton cache in .tcache/tc.tgz.*). Writes logs and the new cache under $OUT.
 #   MODE=targets (default): every issue-5 target, HF transformers + fla side by side at 9B, then the
 #   kernel microbenchmarks; the log holds the autotuner's picks, and TIMELINE=1 adds each target's
 #   served-step kernel timeline.

@@ -30,7 +30,7 @@ from anna_core.tokenizer import Tokenizer
 from tests.audio.tts_golden import CHECKPOINTS, golden
 
 EMBEDDING_ATOL = 1e-4
-"""The x-vector (and the prefill row it fills) against the reference's (float32 on the CPU; seen: about 1e-6, and 3e-5
+"""The x-vector (and the one prefill row it fills) against the reference's (float32 on the CPU; seen: about 1e-6, and 3e-5
 on an AVX-512 machine whose FFT rounds differently, of values up to 8)."""
 
 
@@ -103,8 +103,10 @@ def test_cloned_voice_end_to_end(base):
             non_streaming_text=c["non_streaming_mode"]))
         with torch.inference_mode():
             prompt = build_prompt(config, talker, predictor, request)
-        torch.testing.assert_close(prompt.prefill, g[f"{case}/talker_prefill_embeds"][0], atol=EMBEDDING_ATOL, rtol=0,
-                                   msg=case)
+        want = g[f"{case}/talker_prefill_embeds"][0]
+        torch.testing.assert_close(prompt.prefill, want, atol=EMBEDDING_ATOL, rtol=0, msg=case)
+        row_error = (prompt.prefill - want).abs().amax(dim=-1)
+        assert int((row_error > 1e-5).sum()) <= 1, (case, row_error)  # only the x-vector's row may differ more
         out = generate_greedy(config, talker, predictor, prompt, max_new_tokens=24)
         assert torch.equal(out.codes, g[f"{case}/codes/0"]), case
 

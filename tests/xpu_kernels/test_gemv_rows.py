@@ -106,3 +106,16 @@ def test_sixteen_rows_run_unfused_by_default(monkeypatch, poison_outputs):
     x, gate_up = torch.randn(16, K, generator=gen), torch.randn(2 * N, K, generator=gen) * K ** -0.5
     torch.testing.assert_close(fused_linear.linear_act_mul(x, gate_up), ref.linear_act_mul(x, gate_up),
                                **tol(torch.float32))
+
+
+@pytest.mark.parametrize("n", [16, 32])
+def test_the_autotuner_keeps_a_tensor_core_tile_for_sixteen_rows_of_a_narrow_matrix(n):
+    """Every tensor-core tile is wider than N <= 32, so pruning leaves nothing: above 8 rows the fallback is an
+    unsplit tensor-core tile, not a CUDA-core one (whose [16, BLOCK_N, BLOCK_K] float32 product would spill);
+    up to 8 rows the fallback is unchanged."""
+    from anna_xpu_kernels.gemv_tuning import prune, tuning_space
+
+    space = tuning_space()
+    for block_m, use_dot in ((16, True), (8, False)):
+        kept = prune(space, {"N": n, "K": 4096}, BLOCK_M=block_m)
+        assert len(kept) == 1 and kept[0].kwargs["SPLIT_K"] == 1 and kept[0].kwargs["USE_DOT"] is use_dot

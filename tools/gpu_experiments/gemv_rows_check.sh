@@ -10,7 +10,7 @@
 #  3. Qwen3.5-9B batch 16 decode, A then B.
 # Make it the default only where B (or C) is faster at 16 rows and no slower at 9B batch 16.
 set -u
-OUT=${OUT:-/tmp/anna_out}; mkdir -p "$OUT"
+export OUT=${OUT:-/tmp/anna_out}; mkdir -p "$OUT"
 echo "== linear microbench, 9 / 16 rows $(date +%T)"
 ANNA_GEMV_MAX_ROWS=16 timeout "${T_MICRO:-120}" python3 -m anna_xpu_kernels.microbench --only linear --linear-rows 9,16 \
   > "$OUT/gemv_rows_micro.log" 2>&1

@@ -5,7 +5,8 @@ of 3 or 5 requests runs in a bucket of 4 or 8: padding rows go through the fused
 on, as ``anna serve`` runs them. The CPU tests run the op's Triton kernel interpreted and without graph padding rows;
 this is the check the op needs before it can be the default. Prints, per checkpoint and switch, whether the talker's
 and the predictor's layers took the fused op, the graph steps, and how many requests gave the reference's codes
-exactly; exits 1 when a request fails or "on" matches fewer requests than "off" (on a GPU a rare near-tie may flip
+exactly; exits 1 when a request fails, "on" matches fewer requests than "off", or (on a GPU) "on" left a layer
+unfused or no decode step replayed a graph (on a GPU a rare near-tie may flip
 a code in float32 even with the op off, so "off" is the bar, not 100%). Run from the repo root with the Anna wheels
 installed (about 30-90 s; bound it)::
 
@@ -20,7 +21,7 @@ import os
 import sys
 
 import torch
-from tts_check_setup import golden_prompts, greedy_codes, speech_engine
+from tts_check_setup import DEVICE, golden_prompts, greedy_codes, speech_engine
 
 
 def main() -> int:
@@ -43,6 +44,12 @@ def main() -> int:
                 prompts = golden_prompts(model, speech_requests(facts["cases"], g))
                 codes, errors = greedy_codes(engine, model, prompts, label)
                 failed = failed or errors
+                if DEVICE != "cpu" and value == "1" and not (talker_fused == len(model.layers) and predictor_fused):
+                    print(f"{label}: the fused op did not serve every layer (the probe declined it)")
+                    failed = True
+                if DEVICE != "cpu" and engine.runner.num_graph_steps == 0:
+                    print(f"{label}: no decode step ran from a captured graph")
+                    failed = True
                 equal[value] = sum(torch.equal(c, golden_codes(g, rid)) for rid, c in codes.items())
                 runner = engine.runner
                 print(f"{label}: talker layers fused {talker_fused}/{len(model.layers)}, predictor fused "

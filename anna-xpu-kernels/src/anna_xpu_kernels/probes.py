@@ -227,7 +227,8 @@ def turboquant_write_probe(request: Any) -> bool:
 
 
 def linear_probe(request: Any) -> bool:
-    """linear: any Triton device, float dtypes (rows beyond the GEMV's 8 go to ``F.linear`` inside)."""
+    """linear: any Triton device, float dtypes (rows beyond the GEMV's 8, or ``ANNA_GEMV_MAX_ROWS``, go to
+    ``F.linear`` inside)."""
     return _triton_ok(request)
 
 

@@ -59,17 +59,7 @@ def qk_norm_rope_cache_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     ``qk_norm_rope_cache_attention``; no value norm: Qwen3-TTS's talker and code predictor). For a decode batch (one
     query per sequence) one launch plus the split merge, as :func:`qkv_norm_rope_cache_attention` without its value
     norm; other batches run :func:`anna_xpu_kernels.qk_norm_rope.qk_norm_rope_cache` then :func:`paged_attention`.
-
-    Args:
-        q: ``[T, H_q, D]``; k, v: ``[T, H_kv, D]`` (unit stride along D); q_weight, k_weight: ``[D]``; eps,
-            zero_centered: the norms'; positions: ``[T]`` int64 (the rotary positions); inv_freq: ``[R/2]`` float32;
-            k_cache, v_cache, slot_mapping as ``qk_norm_rope_cache``; the rest as :func:`paged_attention`.
-
-    Returns:
-        ``[T, H_q, D]`` in q's dtype; the new keys and values are written into the caches.
-
-    Raises:
-        ValueError: inconsistent shapes, unsupported dtype, non-positive window.
+    Arguments, result and errors as :func:`qkv_norm_rope_cache_attention`'s.
     """
     return _own_kv_attention("qk_norm_rope_cache_attention", False, q, k, v, q_weight, k_weight, eps, zero_centered,
                              positions, inv_freq, k_cache, v_cache, slot_mapping, cu_seqlens_q, seq_lens, block_tables,

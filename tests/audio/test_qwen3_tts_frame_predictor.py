@@ -121,10 +121,11 @@ SHAPE_1_7B = AttentionShape(hidden_size=64, num_layers=5, num_heads=4, num_kv_he
 talker) at small widths: the op counts depend on the layer and codebook counts only."""
 GREEDY = CodeSampling(False, 1.0, 0, 1.0)
 SAMPLED = CodeSampling(True, 0.9, 50, 1.0)  # the checkpoints' subtalker defaults
-STEP_LAUNCHES = {False: 36, True: 41}
+STEP_LAUNCHES = {False: 36, True: 36}
 """Upper bound on the kernels a predictor step launches (a frame's count over its ``G - 1`` passes), greedy and
-sampled. Measured at the 1.7B layer count: 35.1 greedy, 40.5 sampled (527 and 607 a frame, batch 1 and 16 alike);
-before the norm-into-projection fusion and the per-frame Gumbel noise 46.1 and 56.1 (692 and 842)."""
+sampled. Measured at the 1.7B layer count: 35.1 greedy, 35.5 sampled (527 and 532 a frame, batch 1 and 16 alike);
+before the one-launch draw (``top_k_gumbel_sample``) 40.5 sampled (607); before the norm-into-projection fusion and
+the per-frame Gumbel noise 46.1 and 56.1 (692 and 842)."""
 
 
 def _random(rows: int, sampling: CodeSampling, counter: _Launches | None = None, fused: bool = False):

@@ -13,6 +13,7 @@ import torch
 from anna_audio.qwen3_tts import load_config
 from anna_audio.tts_bench import FRAME_S, main, run_bench, write_shape_folder
 from anna_core.engine.llm_engine import LLMEngine
+from anna_core.errors import AnnaError
 
 from tests.audio.tts_golden import CHECKPOINTS
 
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.slow  # starts a server or loads models (seconds each)
 
 def test_bench_cpu_path():
     report = run_bench(CHECKPOINTS["custom_voice"], load_format="dummy", device="cpu", frames=6, concurrency=2,
-                       runs=1, chunk_frames=(1, 4))
+                       runs=1, chunk_frames=(1, 4), disable_kernels=("top_k_gumbel_sample:triton",))
+    assert report["disabled_kernels"] == ["top_k_gumbel_sample:triton"]
     one, crowd = report["one"], report["concurrent"]
     assert report["frames"] == 6 and report["audio_s"] == pytest.approx(6 * FRAME_S)
     assert one["runs"][0]["bytes"] == 6 * 1920 * 2 and one["rtf"] == pytest.approx(one["latency_s"] / (6 * FRAME_S))
@@ -42,6 +44,8 @@ def test_bench_cpu_path():
     assert all(v > 0 for v in [*split["predictor_ms"].values(), *split["vocoder_ms_per_frame"].values()])
     with pytest.raises(ValueError):
         run_bench(CHECKPOINTS["custom_voice"], device="cpu", frames=0)
+    with pytest.raises(AnnaError, match="unknown op 'no_such_op'"):
+        run_bench(CHECKPOINTS["custom_voice"], device="cpu", frames=1, disable_kernels=("no_such_op:triton",))
 
 
 def test_shape_folder_of_the_released_size(tmp_path):

@@ -78,3 +78,37 @@ def test_fused_attention_frames_equal_the_reference_frames(monkeypatch, rows):
     assert launches.launches["triton:_qk_norm_rope_cache_kernel"] == LAYERS
     assert launches.launches["triton:_paged_attention_kernel"] == LAYERS * (GROUPS - 1)
     assert launches.launches["triton:_merge_splits_kernel"] == 0
+
+
+def test_sampled_frames_draw_each_code_in_one_launch_as_the_reference_does(monkeypatch):
+    """The checkpoints' sampling (temperature 0.9, top-k 20 of 32 codes here, no top-p): each codebook's draw is
+    one ``top_k_gumbel_sample`` kernel, and a frame's codes for one seed equal the torch references' frame."""
+    from anna_audio.qwen3_tts.frame_predictor import FramePredictor
+    from anna_audio.qwen3_tts.sampling import CodeSampling
+    from anna_core.kernels import KernelRegistry, bind_ops
+    from anna_core.kernels.ops import CORE_OPS
+    from anna_core.plugins import make_plugin_manager
+
+    from tests.xpu_kernels._launches import LaunchCounter
+
+    sampling = CodeSampling(True, 0.9, 20, 1.0)
+    gen = torch.Generator().manual_seed(4)
+    inputs = (torch.randn(3, 40, generator=gen), torch.randn(3, 40, generator=gen))
+
+    def frame(ops):
+        fast = FramePredictor(_predictor(), ops, sampling)
+        fast.reserve(3)
+        with torch.inference_mode():
+            torch.manual_seed(5)
+            return fast(*inputs)
+
+    want_codes, want_frame = frame(bind_ops(KernelRegistry(CORE_OPS), "cpu", torch.float32))
+    monkeypatch.setenv("ANNA_TRITON_INTERPRET", "1")
+    registry = KernelRegistry.from_plugins(make_plugin_manager({"anna_core_reference", "anna_xpu_kernels"}),
+                                           disabled=tuple(f"{op}:triton" for op in GEMV))
+    with LaunchCounter() as launches:
+        codes, got_frame = frame(bind_ops(registry, "cpu", torch.float32))
+    assert registry.chosen()["top_k_gumbel_sample"] == "triton"
+    assert launches.launches["triton:_top_k_gumbel_kernel"] == GROUPS - 1
+    assert torch.equal(codes, want_codes)
+    torch.testing.assert_close(got_frame, want_frame, rtol=1e-5, atol=1e-5)

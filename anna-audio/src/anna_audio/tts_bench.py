@@ -172,8 +172,10 @@ def _stats(values: list[float]) -> dict[str, float]:
 def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str = "auto", dtype: str = "auto",
               frames: int = 125, text_tokens: int = 32, concurrency: int = 16, runs: int = 3,
               cuda_graph: bool = True, chunk_frames: tuple[int, int] | None = None,
-              async_scheduling: bool = True, prefill_graphs: bool = True) -> dict[str, Any]:
-    """Load, serve in-process, and measure (see the module docstring); the report as a dict. ``async_scheduling``:
+              async_scheduling: bool = True, prefill_graphs: bool = True,
+              disable_kernels: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Load, serve in-process, and measure (see the module docstring); the report as a dict. ``disable_kernels``:
+    kernel implementations not to use (``"op:name"``, as ``anna serve --disable-kernel``). ``async_scheduling``:
     the engine's (decode steps launched ahead of the previous step's read-back); ``prefill_graphs``: with
     ``cuda_graph``, prompts replay captured prefill graphs (``RunnerConfig.prefill_graphs``; False: eager prefills,
     the A/B of the first audio). The report's ``"steps"`` counts the served steps by path (``"decode_graph"``,
@@ -193,7 +195,7 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
     from anna_audio.speech import task
     from anna_audio.speech.service import ChunkPolicy
 
-    loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format)
+    loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format, disable_kernels=disable_kernels)
     runner = RunnerConfig(cuda_graph=cuda_graph, warmup=loaded.device.type != "cpu", prefill_graphs=prefill_graphs)
     built = task.build(loaded, EngineConfig(max_num_seqs=max(concurrency, 1), async_scheduling=async_scheduling), runner)
     if chunk_frames is not None:
@@ -212,6 +214,7 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
         "model_dir": str(model_dir), "device": str(loaded.device), "dtype": str(loaded.dtype).replace("torch.", ""),
         "frames": frames, "audio_s": audio_s, "text_tokens": text_tokens,
         "chunk_frames": [built.planner.chunks.first, built.planner.chunks.rest],
+        "disabled_kernels": list(disable_kernels),
         "one": {"first_audio_s": one["first_audio_s"], "latency_s": one["latency_s"],
                 "rtf": one["latency_s"] / audio_s, "runs": singles},
         "concurrent": {"requests": concurrency, "latency_s": _stats([r["latency_s"] for r in crowd]),
@@ -340,6 +343,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="single-request runs (the best is reported)")
     parser.add_argument("--chunk-frames", default=None, help="first,rest frames per decoded chunk (default 1,8)")
     parser.add_argument("--no-cuda-graph", action="store_true")
+    parser.add_argument("--disable-kernel", action="append", default=[], metavar="OP:NAME",
+                        help="a kernel implementation not to use (repeatable; the A/B of one kernel)")
     parser.add_argument("--no-prefill-graphs", action="store_true",
                         help="prefills eager, decode graphs kept (the A/B baseline of the prefill graphs)")
     parser.add_argument("--no-async-scheduling", action="store_true",
@@ -365,7 +370,8 @@ def main(argv: list[str] | None = None) -> None:
     report = run_bench(model_dir, load_format=args.load_format, device=args.device, dtype=args.dtype,
                        frames=args.frames, text_tokens=args.text_tokens, concurrency=args.concurrency, runs=args.runs,
                        cuda_graph=not args.no_cuda_graph, chunk_frames=chunks,
-                       async_scheduling=not args.no_async_scheduling, prefill_graphs=not args.no_prefill_graphs)
+                       async_scheduling=not args.no_async_scheduling, prefill_graphs=not args.no_prefill_graphs,
+                       disable_kernels=tuple(args.disable_kernel))
     if args.reference:
         report = with_reference(report, text_tokens=args.text_tokens, runs=args.runs)
     one, crowd = report["one"], report["concurrent"]

@@ -26,8 +26,8 @@ _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr":
                "kwords_ptr": "i32", "vwords_ptr": "i32", "rpos_ptr": "i32", "slots_ptr": "i32",
                "valid_ptr": "i32"}
 _FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr", "part_ptr",
-              "inv_freq_ptr", "qr_ptr", "qs_ptr", "kf_ptr", "vf_ptr", "kc_ptr", "vc_ptr"}
-_FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor", "qjl_coef"}
+              "inv_freq_ptr", "qr_ptr", "qs_ptr", "kf_ptr", "vf_ptr", "kc_ptr", "vc_ptr", "noise_ptr"}
+_FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor", "qjl_coef", "temperature"}
 
 
 def _signature(fn, act: str, constexprs: dict[str, Any]) -> dict[str, str]:
@@ -129,6 +129,7 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     yield from _wq_decode_cases()
     yield from _moe_cases()
     yield from _moe_route_cases()
+    yield from _sampling_cases()
 
 
 def fused_merge_cases(attn: dict[str, Any]) -> list[tuple[Any, str, dict[str, Any], int, str]]:
@@ -406,6 +407,17 @@ def _moe_route_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
     yield moe_route._moe_route_kernel, "bf16", {**base, "HAS_SCALE": True, "BLOCK_E": 128}, 1
     yield moe_route._moe_route_kernel, "bf16", {**base, "BLOCK_T": 8, "HAS_SCALE": True, "USE_PDL": False}, 8
     yield moe_route._moe_route_kernel, "fp32", {**base, "TOP_K": 2, "BLOCK_K": 2, "BLOCK_E": MAX_ROUTE_EXPERTS}, 4
+
+
+def _sampling_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
+    """The Gumbel-max draw: Qwen3-TTS's code predictor (2,048 codes, top-k 50) with PDL, no filter, and the widest
+    row with the widest filter in float32."""
+    from anna_xpu_kernels import gumbel_sample as gs
+
+    base = {"BLOCK": 2048, "K": 64, "FILTER": True, "USE_PDL": True}
+    yield gs._top_k_gumbel_kernel, "bf16", base, 4
+    yield gs._top_k_gumbel_kernel, "bf16", {**base, "BLOCK": 4096, "K": 1, "FILTER": False, "USE_PDL": False}, 8
+    yield gs._top_k_gumbel_kernel, "fp32", {**base, "BLOCK": gs.MAX_VOCAB, "K": gs.MAX_TOP_K}, 8
 
 
 def _moe_cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:

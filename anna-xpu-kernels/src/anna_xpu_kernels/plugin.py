@@ -8,7 +8,8 @@ fla. Every op implemented here has its contract (and torch reference) in anna-co
 tokens as per-pair GEMVs, :mod:`anna_xpu_kernels.moe_decode`; with quantized experts, ``moe_experts_wq``,
 :mod:`anna_xpu_kernels.moe_wq`), the LM head with a fused top-k ``lm_head_topk``
 (:mod:`anna_xpu_kernels.lm_head_topk`), its
-router ``moe_route`` as one launch (:mod:`anna_xpu_kernels.moe_route`); a TurboQuant KV cache is written and
+router ``moe_route`` as one launch (:mod:`anna_xpu_kernels.moe_route`), a Gumbel-max draw from top-k filtered
+logits ``top_k_gumbel_sample`` (:mod:`anna_xpu_kernels.gumbel_sample`); a TurboQuant KV cache is written and
 attended by :mod:`anna_xpu_kernels.turboquant_write` and :mod:`anna_xpu_kernels.turboquant`.
 Priorities: 100 for Anna's own Triton kernels, 90 for fla-core; the torch references sit at 0, so they
 serve whatever the probes (:mod:`anna_xpu_kernels.probes`) decline. Devices (``KernelSpec.devices``, what
@@ -74,6 +75,7 @@ TRITON_KERNELS = {
     "moe_experts_wq": ("moe_wq:moe_experts_wq", "probes:wq_linear_probe"),  # same schemes and devices
     "lm_head_topk": ("lm_head_topk:lm_head_topk", "probes:lm_head_topk_probe"),
     "moe_route": ("moe_route:moe_route", "probes:moe_route_probe"),
+    "top_k_gumbel_sample": ("gumbel_sample:top_k_gumbel_sample", "probes:sampling_probe"),
 }
 FLA_KERNELS = {
     "gated_delta_rule_prefill": ("fla_prefill:gated_delta_rule_prefill", "probes:fla_prefill_probe"),

@@ -269,6 +269,12 @@ def moe_route_probe(request: Any) -> bool:
     return _shape_within(request.shape, {"num_experts": MAX_ROUTE_EXPERTS}) and _triton_ok(request)
 
 
+def sampling_probe(request: Any) -> bool:
+    """top_k_gumbel_sample: any Triton device, float dtypes of the logits (a wide vocabulary or ``top_k`` runs the
+    torch reference inside the implementation: no shape facts)."""
+    return _triton_ok(request)
+
+
 def fla_prefill_probe(request: Any) -> bool:
     """gated_delta_rule_prefill and fused_gdn_prefill via fla: CUDA only, float16 / bfloat16, head dims up to 256, fla importable."""
     limits = {"head_dim": MAX_HEAD_DIM, "head_k_dim": MAX_HEAD_DIM, "head_v_dim": MAX_HEAD_DIM}

@@ -20,6 +20,9 @@ embedding, then one position per predicted codebook but the last; see the plain 
   layer is six op-table calls, five with the fused attention (one launch each where the device's kernels fuse the
   norm into the matrix product: :mod:`anna_xpu_kernels.fused_linear` decides per shape; the CPU's references
   compose the unfused ops, the same math);
+* each codebook's code is drawn from the head's logits by the op table's ``top_k_gumbel_sample`` (sampling without
+  top-p: temperature, top-k and the Gumbel-max draw in one launch where a kernel serves it, instead of seven) or
+  their argmax (greedy);
 * the next talker input's codec sum (:meth:`CodePredictor.embed_frame`) reuses the embeddings the passes looked up.
 
 No pass allocates on the host nor reads a device value on the host, and every shape is fixed by the batch size, so
@@ -48,12 +51,15 @@ class FramePredictor(nn.Module):
         predictor: the loaded code predictor (its parameters are used in place; q/k/v and gate/up weights become
             views of merged tensors).
         ops: the kernel op table bound to the predictor's device and dtype (``linear``, ``add_rms_norm_linear``,
-            ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``paged_attention``; and
-            ``qk_norm_rope_cache_attention`` in place of the last two where ``ops.accelerated`` offers it).
+            ``add_rms_norm_linear_act_mul``, ``qk_norm_rope_cache``, ``paged_attention``, ``top_k_gumbel_sample``;
+            and ``qk_norm_rope_cache_attention`` in place of ``qk_norm_rope_cache`` and ``paged_attention`` where
+            ``ops.accelerated`` offers it).
         choose: how a code is picked from a head's logits without a host sync: a :class:`CodeSampling` (greedy, or
-            :func:`~anna_audio.qwen3_tts.sampling.choose_gumbel` with the frame's Gumbel noise for all ``G - 1``
-            codebooks drawn in one go, :func:`~anna_audio.qwen3_tts.sampling.gumbel_noise`: five launches a frame
-            instead of five a codebook), or any :data:`Choose` (called once per codebook).
+            a Gumbel-max draw -- ``top_k_gumbel_sample`` without top-p,
+            :func:`~anna_audio.qwen3_tts.sampling.choose_gumbel` with it -- from the frame's Gumbel noise for all
+            ``G - 1`` codebooks drawn in one go, :func:`~anna_audio.qwen3_tts.sampling.gumbel_noise`: five launches
+            a frame instead of five a codebook), or any :data:`Choose` (called once per codebook with the float32
+            logits).
 
     :meth:`reserve` sizes the key/value buffer before the engine captures graphs.
     """
@@ -78,6 +84,7 @@ class FramePredictor(nn.Module):
         self.attend = ops.get("paged_attention", head_dim=s.head_dim)
         # the pre-processing and the attention in one op where a kernel (not the reference's composition) serves it
         self.norm_rope_cache_attend = ops.accelerated("qk_norm_rope_cache_attention", head_dim=s.head_dim)
+        self.sample = ops.get("top_k_gumbel_sample")
         self.scale = s.head_dim ** -0.5
         self.register_buffer("kv", torch.zeros(0, dtype=weight.dtype, device=weight.device), persistent=False)
         self.rows = 0
@@ -148,7 +155,7 @@ class FramePredictor(nn.Module):
         for g in range(self.groups - 1):
             t = 2 if g == 0 else 1
             start = 0 if g == 0 else g + 1
-            logits = self._pass(x, b, t, start, kv, tables, p.lm_head[g].weight)  # [B, vocab] float32
+            logits = self._pass(x, b, t, start, kv, tables, p.lm_head[g].weight)  # [B, vocab]
             code = self._pick(logits, g, noise)
             codes.append(code)
             embed = F.embedding(code, p.model.codec_embedding[g].weight)  # [B, H_talker]
@@ -157,16 +164,24 @@ class FramePredictor(nn.Module):
         return torch.stack(codes, dim=1), total
 
     def _pick(self, logits: torch.Tensor, g: int, noise: torch.Tensor | None) -> torch.Tensor:
-        """Codebook ``g + 1``'s codes ``[B]`` from its logits ``[B, vocab]`` (noise: the frame's ``[G-1, B, vocab]``
-        Gumbel noise when sampling through a :class:`CodeSampling`)."""
-        if isinstance(self.choose, CodeSampling):
-            return choose_gumbel(logits, self.choose, None if noise is None else noise[g])
-        return self.choose(logits, g + 1)
+        """Codebook ``g + 1``'s codes ``[B]`` from its head's logits ``[B, vocab]`` in the model's dtype (noise: the
+        frame's ``[G-1, B, vocab]`` Gumbel noise when sampling through a :class:`CodeSampling`). A
+        :class:`CodeSampling` without top-p is the op table's ``top_k_gumbel_sample`` (one launch where a kernel
+        serves it; the same draw as :func:`choose_gumbel` of the float32 logits), greedy the argmax (the same id
+        in any float dtype); otherwise the float32 logits go to :func:`choose_gumbel` or the ``choose`` callable."""
+        c = self.choose
+        if isinstance(c, CodeSampling):
+            if not c.do_sample:
+                return logits.argmax(dim=-1)
+            if c.top_p == 1.0:
+                return self.sample(logits, noise[g], c.temperature, c.top_k)
+            return choose_gumbel(logits.float(), c, noise[g])
+        return c(logits.float(), g + 1)
 
     def _pass(self, x: torch.Tensor, b: int, t: int, start: int, kv: torch.Tensor, tables: dict[str, torch.Tensor],
               head: torch.Tensor) -> torch.Tensor:
         """x ``[B*t, H_talker]`` (row-major ``[B, t]``) at positions ``start .. start+t``, head ``[vocab, D]`` -> the
-        head's float32 logits ``[B, vocab]`` at each row's last position; writes the positions' keys and values into
+        head's logits ``[B, vocab]`` (x's dtype, a strided view) at each row's last position; writes the positions' keys and values into
         ``kv``. Six op-table calls a layer, five with ``qk_norm_rope_cache_attention`` (module docstring); the final
         norm is fused into the head."""
         p, ops, eps = self.predictor, self.ops, self.eps
@@ -197,4 +212,4 @@ class FramePredictor(nn.Module):
         # every row through the final norm and the head (the first pass's earlier position too: one launch instead
         # of gathering the last positions first), then the last position's logits of each row
         logits = ops.add_rms_norm_linear(out, residual, p.model.norm.weight, eps, False, head)[0]  # [B*t, vocab]
-        return logits.view(b, t, -1)[:, -1].float()
+        return logits.view(b, t, -1)[:, -1]

@@ -8,7 +8,7 @@ state and log decays, int32 / int64 indices) keeps its own dtype. Shapes stay ti
 reference runs take milliseconds.
 
 One module per op family (``norms``, ``activations``, ``recurrent``, ``attention``, ``linear``, ``moe``,
-``layer_fusions``; seeded tensors from :mod:`~anna_core.kernels.examples.sample_gen`); every example function
+``layer_fusions``, ``sampling``; seeded tensors from :mod:`~anna_core.kernels.examples.sample_gen`); every example function
 is importable from here, where the contracts name them (``anna_core.kernels.examples:<op>``).
 """
 
@@ -72,6 +72,7 @@ from anna_core.kernels.examples.recurrent import (
     gated_delta_rule_prefill,
 )
 from anna_core.kernels.examples.sample_gen import EPS
+from anna_core.kernels.examples.sampling import top_k_gumbel_sample
 
 __all__ = [
     "EPS",
@@ -116,6 +117,7 @@ __all__ = [
     "rms_norm_pair",
     "sigmoid_mul",
     "silu_and_mul",
+    "top_k_gumbel_sample",
     "turboquant_cache_write",
     "wq_linear",
 ]

@@ -1,7 +1,7 @@
 """The op table of anna-core: every core op's :class:`~anna_core.kernels.contracts.OpContract`, in documentation order.
 
 The contracts are declared by family in this package's modules (``norms``, ``activations``, ``recurrent``,
-``attention``, ``linear``, ``moe``, ``layer_fusions``; :mod:`~anna_core.kernels.ops.declare` spells out
+``attention``, ``linear``, ``moe``, ``layer_fusions``, ``sampling``; :mod:`~anna_core.kernels.ops.declare` spells out
 their lazy targets); this module assembles them.
 
 The built-in plugin (:mod:`anna_core.builtin_plugin`) registers :data:`CORE_OPS` through the
@@ -45,9 +45,11 @@ from anna_core.kernels.ops.linear import LINEAR_OPS
 from anna_core.kernels.ops.moe import MOE_OPS
 from anna_core.kernels.ops.norms import NORM_OPS
 from anna_core.kernels.ops.recurrent import RECURRENT_OPS
+from anna_core.kernels.ops.sampling import SAMPLING_OPS
 
 CORE_OPS: tuple[OpContract, ...] = (
     *NORM_OPS, *ACTIVATION_OPS, *RECURRENT_OPS, *ATTENTION_OPS, *LINEAR_OPS, *MOE_OPS, *LAYER_FUSION_OPS,
+    *SAMPLING_OPS,
 )
 """Every op of anna-core, in documentation order."""
 

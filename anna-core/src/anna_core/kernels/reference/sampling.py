@@ -1,0 +1,58 @@
+"""``top_k_gumbel_sample``: a code drawn from temperature- and top-k-filtered logits by the Gumbel-max trick, with
+the noise given, so a captured graph samples without a host sync.
+
+The Gumbel-max trick (Gumbel 1954; e.g. Maddison, Tarlow & Minka 2014, "A* Sampling"): with ``u ~ U(0, 1)`` drawn
+per logit, ``argmax(scores - log(-log(u)))`` picks each id with probability ``softmax(scores)`` -- the draw a
+multinomial sample makes, from other random numbers. The filter is transformers' order (temperature, then top-k;
+ids below the ``k``-th largest score are dropped, ties with it kept).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anna_core.kernels.checks import require
+
+
+def check_top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: float, top_k: int) -> None:
+    """Check :func:`top_k_gumbel_sample`'s arguments (shapes and dtypes only, no sync).
+
+    Raises:
+        ValueError: ``"top_k_gumbel_sample: ..."``: logits not a float ``[M, V]`` with ``V >= 1`` and unit stride
+            along V; noise not float32 of logits' shape on its device with unit stride along V; temperature not
+            positive; top_k not an int ``>= 0``.
+    """
+    op = "top_k_gumbel_sample"
+    require(logits.dim() == 2 and logits.is_floating_point() and logits.shape[1] >= 1, op,
+            f"logits must be a float [M, V] with V >= 1, got {tuple(logits.shape)} {logits.dtype}")
+    require(logits.stride(1) == 1 or logits.shape[1] == 1, op, "logits must have unit stride along V")
+    require(noise.shape == logits.shape and noise.dtype == torch.float32 and noise.device == logits.device, op,
+            f"noise must be float32 {tuple(logits.shape)} on {logits.device}, got {tuple(noise.shape)} "
+            f"{noise.dtype} on {noise.device}")
+    require(noise.stride(1) == 1 or noise.shape[1] == 1, op, "noise must have unit stride along V")
+    require(temperature > 0, op, f"temperature must be positive, got {temperature!r}")
+    require(isinstance(top_k, int) and top_k >= 0, op, f"top_k must be an int >= 0, got {top_k!r}")
+
+
+def top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+    """One id per row drawn from ``softmax(top_k(logits / temperature))`` with the given Gumbel noise.
+
+    Args:
+        logits: ``[M, V]`` float32 / float16 / bfloat16 (unit stride along V, any row stride).
+        noise: ``[M, V]`` float32, the finite ``log(-log(u))``, ``u ~ U(0, 1)``, that is subtracted from the scores.
+        temperature: a positive Python float.
+        top_k: keep the ``top_k`` largest scores of a row (and any equal to the ``top_k``-th); 0 or ``>= V``: all.
+
+    Returns:
+        ``[M]`` int64: ``argmax(scores - noise)``, the first column among equal largest values, where ``scores =
+        float32(logits) / temperature`` with the filtered-out ids at ``-inf``.
+
+    Raises:
+        ValueError: see :func:`check_top_k_gumbel_sample`.
+    """
+    check_top_k_gumbel_sample(logits, noise, temperature, top_k)
+    scores = logits.float() / temperature
+    if 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    return (scores - noise).argmax(dim=-1)

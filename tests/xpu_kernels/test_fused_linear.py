@@ -130,17 +130,17 @@ def test_linear_act_mul_leading_dims_strided_rows_and_unfused_fallbacks(monkeypa
     torch.testing.assert_close(fused_linear.linear_act_mul(wide, w), ref.linear_act_mul(wide, w),
                                **tol(torch.float32))
     monkeypatch.setattr(gemv, "launch", lambda *a, **k: pytest.fail("the fused GEMV ran"))
-    x9 = torch.randn(9, K, generator=gen)  # more rows than the GEMV takes: GEMM + silu_and_mul kernel
-    torch.testing.assert_close(fused_linear.linear_act_mul(x9, w), ref.linear_act_mul(x9, w), **tol(torch.float32))
+    x17 = torch.randn(17, K, generator=gen)  # more rows than the GEMV takes: GEMM + silu_and_mul kernel
+    torch.testing.assert_close(fused_linear.linear_act_mul(x17, w), ref.linear_act_mul(x17, w), **tol(torch.float32))
     wt = w.t().contiguous().t()  # column-major weight: not the GEMV's layout
-    torch.testing.assert_close(fused_linear.linear_act_mul(x9[:1], wt), ref.linear_act_mul(x9[:1], w),
+    torch.testing.assert_close(fused_linear.linear_act_mul(x17[:1], wt), ref.linear_act_mul(x17[:1], w),
                                **tol(torch.float32))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_more_than_eight_rows_or_a_strided_weight_run_unfused(monkeypatch, poison_outputs, dtype):
+def test_more_than_sixteen_rows_or_a_strided_weight_run_unfused(monkeypatch, poison_outputs, dtype):
     monkeypatch.setattr(gemv, "launch", lambda *a, **k: pytest.fail("the fused GEMV ran"))
-    x, r, nw, w = _norm_inputs(9, K, dtype, True, seed=13)
+    x, r, nw, w = _norm_inputs(17, K, dtype, True, seed=13)
     y, new_r = fused_linear.add_rms_norm_linear(x, r, nw, 1e-6, True, w)
     want_y, want_r = ref.add_rms_norm_linear(x, r, nw, 1e-6, True, w)
     torch.testing.assert_close(y, want_y, **tol(dtype))
@@ -148,7 +148,7 @@ def test_more_than_eight_rows_or_a_strided_weight_run_unfused(monkeypatch, poiso
     y, new_r = fused_linear.add_rms_norm_linear(x, None, nw, 1e-6, False, w)
     torch.testing.assert_close(y, ref.add_rms_norm_linear(x, None, nw, 1e-6, False, w)[0], **tol(dtype))
     assert new_r is x
-    g = torch.randn(9, 2 * K).to(dtype)
+    g = torch.randn(17, 2 * K).to(dtype)
     torch.testing.assert_close(fused_linear.act_mul_linear(g, w), ref.act_mul_linear(g, w), **tol(dtype))
     wt = w.t().contiguous().t()  # [N, K] column-major: not the GEMV's layout
     torch.testing.assert_close(fused_linear.act_mul_linear(g[:2], wt), ref.act_mul_linear(g[:2], w), **tol(dtype))
@@ -255,8 +255,8 @@ def test_norm_prologue_over_a_row_wider_than_one_load(poison_outputs, fn):
 
 
 def test_add_rms_norm_linear_act_mul_unfused_paths(monkeypatch, poison_outputs):
-    """Declined fusion (fuse=False), more than eight rows, and a forced tile too narrow for the epilogue."""
-    x, r, nw, _ = _norm_inputs(9, K, torch.float32, True, seed=60)
+    """Declined fusion (fuse=False), more than sixteen rows, and a forced tile too narrow for the epilogue."""
+    x, r, nw, _ = _norm_inputs(17, K, torch.float32, True, seed=60)
     w = torch.randn(2 * N, K, generator=torch.Generator().manual_seed(61)) * K ** -0.5
     want_y, want_r = ref.add_rms_norm_linear_act_mul(x, r, nw, 1e-6, False, w)
     calls = []
@@ -268,7 +268,7 @@ def test_add_rms_norm_linear_act_mul_unfused_paths(monkeypatch, poison_outputs):
 
     spy.counters = real_launch.counters  # launch finds its counter pool through the module global
     monkeypatch.setattr(gemv, "launch", spy)
-    y, new_r = fused_linear.add_rms_norm_linear_act_mul(x, r, nw, 1e-6, False, w)  # 9 rows: norm kernel + GEMM
+    y, new_r = fused_linear.add_rms_norm_linear_act_mul(x, r, nw, 1e-6, False, w)  # 17 rows: norm kernel + GEMM
     torch.testing.assert_close(y, want_y, **tol(torch.float32))
     assert torch.equal(new_r, want_r) and calls == []
     y, new_r = fused_linear.add_rms_norm_linear_act_mul(x[:2], r[:2], nw, 1e-6, False, w, fuse=False)

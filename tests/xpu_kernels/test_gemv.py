@@ -86,11 +86,11 @@ def test_linear_op_keeps_leading_dims(poison_outputs):
     torch.testing.assert_close(got, ref_linear(x, w, b).view(2, 3, 24), **tol(torch.float32))
 
 
-def test_linear_falls_back_to_torch_beyond_eight_rows_and_for_strided_weights(monkeypatch, poison_outputs):
+def test_linear_falls_back_to_torch_beyond_sixteen_rows_and_for_strided_weights(monkeypatch, poison_outputs):
     calls = []
     monkeypatch.setattr(gemv, "gemv", lambda *a, **k: calls.append(a) or pytest.fail("GEMV kernel ran"))
-    x, w, b = _inputs(9, 20, 30, torch.bfloat16, True, seed=7)
-    torch.testing.assert_close(gemv.linear(x, w, b), F.linear(x, w, b))  # M = 9 > 8
+    x, w, b = _inputs(17, 20, 30, torch.bfloat16, True, seed=7)
+    torch.testing.assert_close(gemv.linear(x, w, b), F.linear(x, w, b))  # M = 17 > 16
     x4 = x[:4]
     wt = torch.randn(30, 20).to(torch.bfloat16).t()  # [20, 30] column-major
     torch.testing.assert_close(gemv.linear(x4, wt, b), F.linear(x4, wt, b))
@@ -103,7 +103,7 @@ def test_linear_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="must share one dtype"):
         gemv.linear(torch.randn(2, 4), torch.randn(3, 4).to(torch.bfloat16), None)
     with pytest.raises(ValueError, match="linear: the GEMV kernel takes"):
-        gemv.gemv(torch.randn(9, 4), torch.randn(3, 4), None)
+        gemv.gemv(torch.randn(17, 4), torch.randn(3, 4), None)
 
 
 def test_microbench_linear_smoke_on_cpu():

@@ -1,4 +1,4 @@
-"""``ANNA_GEMV_MAX_ROWS``: how many activation rows the decode GEMV takes (8 by default, up to 16 opt-in), and the
+"""``ANNA_GEMV_MAX_ROWS``: how many activation rows the decode GEMV takes (16 by default, 1 to 16 set), and the
 GEMV and its fused prologues / epilogues on 9-16 rows against the anna-core torch references, under the interpreter."""
 
 import pytest
@@ -26,11 +26,11 @@ def _kernel_must_not_run(monkeypatch):
     monkeypatch.setattr(gemv, "launch", lambda *a, **k: pytest.fail("the GEMV kernel ran"))
 
 
-def test_the_default_limit_is_eight_rows(monkeypatch, poison_outputs):
+def test_the_default_limit_is_sixteen_rows(monkeypatch, poison_outputs):
     monkeypatch.delenv(_env.GEMV_MAX_ROWS_ENV, raising=False)
-    assert _env.gemv_max_rows() == 8
-    x, w = _rows(9, K, torch.float32, seed=1)
-    assert gemv.supports(x[:8], w) and not gemv.supports(x, w)
+    assert _env.gemv_max_rows() == 16
+    x, w = _rows(17, K, torch.float32, seed=1)
+    assert gemv.supports(x[:16], w) and gemv.supports(x[:9], w) and not gemv.supports(x, w)
     _kernel_must_not_run(monkeypatch)
     torch.testing.assert_close(gemv.linear(x, w, None), F.linear(x, w))
 
@@ -99,11 +99,15 @@ def test_fused_prologues_and_epilogue_take_sixteen_rows(monkeypatch, poison_outp
     assert len(launches) == 3
 
 
-def test_sixteen_rows_run_unfused_by_default(monkeypatch, poison_outputs):
-    monkeypatch.delenv(_env.GEMV_MAX_ROWS_ENV, raising=False)
+@pytest.mark.parametrize("value, rows", [(None, 17), ("8", 9)], ids=["default-17-rows", "limit-8-9-rows"])
+def test_rows_past_the_limit_run_unfused(monkeypatch, poison_outputs, value, rows):
+    if value is None:
+        monkeypatch.delenv(_env.GEMV_MAX_ROWS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_env.GEMV_MAX_ROWS_ENV, value)
     _kernel_must_not_run(monkeypatch)
     gen = torch.Generator().manual_seed(4)
-    x, gate_up = torch.randn(16, K, generator=gen), torch.randn(2 * N, K, generator=gen) * K ** -0.5
+    x, gate_up = torch.randn(rows, K, generator=gen), torch.randn(2 * N, K, generator=gen) * K ** -0.5
     torch.testing.assert_close(fused_linear.linear_act_mul(x, gate_up), ref.linear_act_mul(x, gate_up),
                                **tol(torch.float32))
 

@@ -94,15 +94,16 @@ def gemv_persistent_requested() -> bool:
 
 
 GEMV_MAX_ROWS_ENV = "ANNA_GEMV_MAX_ROWS"
-GEMV_DEFAULT_MAX_ROWS = 8
+GEMV_DEFAULT_MAX_ROWS = 16
 GEMV_ROW_LIMIT = 16
 
 
 def gemv_max_rows() -> int:
     """Most activation rows the decode GEMV (:mod:`anna_xpu_kernels.gemv`) takes; more go to ``F.linear`` (a GEMM).
-    :data:`GEMV_DEFAULT_MAX_ROWS` unless ``ANNA_GEMV_MAX_ROWS`` sets another limit from 1 to :data:`GEMV_ROW_LIMIT`
-    (opt-in until measured: 16 lets a decode batch of 9-16 rows, e.g. Qwen3-TTS's code predictor at 16 requests,
-    keep the Triton GEMV and its fused prologues / epilogues instead of cuBLAS).
+    :data:`GEMV_DEFAULT_MAX_ROWS` (16: a decode batch of 9-16 rows, e.g. Qwen3-TTS's code predictor at 16 requests,
+    keeps the Triton GEMV and its fused prologues / epilogues instead of cuBLAS; measured faster than the earlier 8,
+    BENCHMARKS.md) unless ``ANNA_GEMV_MAX_ROWS`` sets another limit from 1 to :data:`GEMV_ROW_LIMIT` (``8``: the
+    earlier default).
 
     Raises:
         ValueError: the variable is set to something other than an integer from 1 to :data:`GEMV_ROW_LIMIT`.

@@ -22,8 +22,8 @@ launch.
 
 The norm prologue fuses where :func:`norm_prologue_pays` (measured on an H200; with programmatic
 dependent launch one row of at most 2048 values), the SiLU-mul prologue where :func:`prologue_pays`.
-Outside the GEMV's domain (more rows than :func:`anna_xpu_kernels._env.gemv_max_rows`, 8 unless
-``ANNA_GEMV_MAX_ROWS`` says up to 16; a weight that is not a contiguous ``[N, K]`` of x's
+Outside the GEMV's domain (more rows than :func:`anna_xpu_kernels._env.gemv_max_rows`, 16 unless
+``ANNA_GEMV_MAX_ROWS`` says fewer; a weight that is not a contiguous ``[N, K]`` of x's
 dtype) or where fusing does not pay, the ops run unfused: the Triton ``add_rms_norm`` /
 ``silu_and_mul`` kernel (the torch ``act_and_mul`` reference for ``"gelu_tanh"``), then
 :func:`anna_xpu_kernels.gemv.linear` (``F.linear`` beyond those rows) or :func:`linear_act_mul`.
@@ -196,7 +196,7 @@ def act_mul_linear(x: torch.Tensor, weight: torch.Tensor, activation: str = "sil
 def gated_linear(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, activation: str,
                  config: gemv.GemvConfig | None = None) -> torch.Tensor:
     """Gated product of two tensors + bias-free linear (signature of the reference ``gated_linear``): the
-    GEMV with the split gated prologue (up read through the residual pointer), one launch for 1..8 rows (16 with
+    GEMV with the split gated prologue (up read through the residual pointer), one launch for 1..16 rows (fewer with
     ``ANNA_GEMV_MAX_ROWS``);
     beyond the GEMV's domain the product (torch ``act_and_mul`` of the two) then :func:`gemv.linear`. The
     alternative to fusing is two elementwise launches, so it fuses wherever the GEMV takes the shapes.
@@ -235,7 +235,7 @@ def linear_act_mul(x: torch.Tensor, weight: torch.Tensor, activation: str = "sil
 
     Returns:
         ``[..., I]`` in x's dtype: ``act_and_mul(x @ weight^T, activation)``, the projection rounded to
-        x's dtype first. One GEMV launch with the gated epilogue for 1..8 rows (16 with ``ANNA_GEMV_MAX_ROWS``); beyond
+        x's dtype first. One GEMV launch with the gated epilogue for 1..16 rows (fewer with ``ANNA_GEMV_MAX_ROWS``); beyond
         the GEMV's
         domain, ``F.linear`` then :func:`act_and_mul`.
 

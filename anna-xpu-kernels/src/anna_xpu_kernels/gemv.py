@@ -1,4 +1,4 @@
-"""Skinny ``linear`` (decode GEMV) in Triton: ``y[M, N] = x[M, K] @ w[N, K]^T + b`` for ``M <= 8`` (up to 16 with
+"""Skinny ``linear`` (decode GEMV) in Triton: ``y[M, N] = x[M, K] @ w[N, K]^T + b`` for ``M <= 16`` (fewer with
 ``ANNA_GEMV_MAX_ROWS``).
 
 At decode a linear layer multiplies a few activation rows by a weight matrix read once: the time is
@@ -24,8 +24,8 @@ nothing outside PyTorch's allocator (CUDA-graph capture safe); the counters are 
 The tile sizes, ``SPLIT_K``, ``USE_DOT`` and warps are autotuned per (row bucket ``BLOCK_M`` in
 1, 2, 4, 8 (16); N; K; dtypes) among :func:`anna_xpu_kernels.gemv_tuning.tuning_space`.
 Under Triton's interpreter one fixed configuration runs. More rows than
-:func:`anna_xpu_kernels._env.gemv_max_rows` (8; ``ANNA_GEMV_MAX_ROWS`` sets 1 to 16, opt-in until measured: the
-tensor-core tiles pad to 16 rows anyway, so 9-16 rows cost the same weight stream), empty shapes, or a weight that
+:func:`anna_xpu_kernels._env.gemv_max_rows` (16; ``ANNA_GEMV_MAX_ROWS`` sets 1 to 16: the tensor-core tiles pad
+to 16 rows anyway, so 9-16 rows cost the same weight stream), empty shapes, or a weight that
 is not a contiguous row-major ``[N, K]`` of x's dtype go to ``F.linear``.
 
 A ``PROLOGUE`` constexpr (:mod:`anna_xpu_kernels.gemv_prologue`, keyed in the autotuner too) lets the
@@ -66,7 +66,7 @@ from anna_xpu_kernels.gemv_tuning import FIXED, MAX_SPLIT_N, GemvConfig, autotun
 
 MAX_ROWS = GEMV_ROW_LIMIT
 """Largest ``M`` the GEMV kernel can run (its tensor-core tiles hold 16 rows); how many it takes is
-:func:`anna_xpu_kernels._env.gemv_max_rows` (8 unless ``ANNA_GEMV_MAX_ROWS`` says otherwise); more rows go to
+:func:`anna_xpu_kernels._env.gemv_max_rows` (16 unless ``ANNA_GEMV_MAX_ROWS`` says fewer); more rows go to
 ``F.linear`` (a GEMM)."""
 
 PREFETCH_BYTES = 16384
@@ -267,7 +267,7 @@ def _gemv_kernel(
 
 
 def supports(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the GEMV kernel takes ``x`` ``[M, K]`` and ``weight``: ``1 <= M <=`` :func:`gemv_max_rows` (8 unless
+    """Whether the GEMV kernel takes ``x`` ``[M, K]`` and ``weight``: ``1 <= M <=`` :func:`gemv_max_rows` (16 unless
     ``ANNA_GEMV_MAX_ROWS`` sets 1 to 16), ``N, K >= 1``, weight a contiguous row-major ``[N, K]`` of x's dtype
     (float32 / float16 / bfloat16)."""
     m = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
@@ -368,8 +368,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
             bias: ``[N]`` or None.
 
     Returns:
-        ``[..., N]`` in x's dtype: the Triton GEMV when there are 1 to :func:`gemv_max_rows` rows (8 unless
-        ``ANNA_GEMV_MAX_ROWS`` says otherwise) and the weight is a contiguous row-major matrix, else ``F.linear``.
+        ``[..., N]`` in x's dtype: the Triton GEMV when there are 1 to :func:`gemv_max_rows` rows (16 unless
+        ``ANNA_GEMV_MAX_ROWS`` says fewer) and the weight is a contiguous row-major matrix, else ``F.linear``.
 
     Raises:
         ValueError: shapes or dtypes disagree, or tensors on different devices.

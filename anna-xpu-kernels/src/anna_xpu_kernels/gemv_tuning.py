@@ -156,7 +156,7 @@ FIXED = GemvConfig(block_n=16, block_k=32, split_k=1, use_dot=False, num_warps=4
 def prune(configs, named_args, **kwargs):
     """Drop configurations that cannot win: split-K for wide N or short K, the CUDA-core path for
     ``M > 2`` (its arithmetic grows with M), and tiles wider than the matrix. Where nothing is left, the first
-    unsplit configuration; above 8 rows (``ANNA_GEMV_MAX_ROWS``) the first unsplit tensor-core one (a CUDA-core
+    unsplit configuration; above 8 rows the first unsplit tensor-core one (a CUDA-core
     tile would hold a ``[16, BLOCK_N, BLOCK_K]`` float32 product in registers)."""
     n, k, block_m = named_args["N"], named_args["K"], kwargs["BLOCK_M"]
     keep = []

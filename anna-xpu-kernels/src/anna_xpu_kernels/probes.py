@@ -227,7 +227,7 @@ def turboquant_write_probe(request: Any) -> bool:
 
 
 def linear_probe(request: Any) -> bool:
-    """linear: any Triton device, float dtypes (rows beyond the GEMV's 8, or ``ANNA_GEMV_MAX_ROWS``, go to
+    """linear: any Triton device, float dtypes (rows beyond the GEMV's 16, or ``ANNA_GEMV_MAX_ROWS``, go to
     ``F.linear`` inside)."""
     return _triton_ok(request)
 

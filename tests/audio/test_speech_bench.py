@@ -145,6 +145,15 @@ def test_reference_runs_in_the_same_process_after_anna_is_released(tmp_path, mon
     assert side["latency_vs_one"]["reference"] == pytest.approx(ref["concurrent"]["latency_vs_one"])
 
 
+def test_an_unknown_kernel_to_disable_is_one_clear_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--model-dir", str(CHECKPOINTS["custom_voice"]), "--device", "cpu", "--frames", "1",
+              "--disable-kernel", "no_such_op:triton"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tts_bench: cannot disable kernel 'no_such_op:triton': unknown op") and "Traceback" not in err
+
+
 def test_reference_that_does_not_import_stops_the_bench_at_once(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "qwen_tts", None)  # an import of it raises ImportError
     with pytest.raises(SystemExit) as exit_info:

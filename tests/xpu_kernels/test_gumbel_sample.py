@@ -53,6 +53,22 @@ def test_the_filter_matters_and_ties_at_the_kth_score_are_kept():
         assert torch.equal(top_k_gumbel_sample(logits, noise, 1.0, k), reference(logits, noise, 1.0, k))
 
 
+def test_scores_are_tempered_by_the_float32_reciprocal_on_every_device():
+    """``logits * float32(1 / float32(t))``, not the IEEE quotient: rows of two adjacent float32 logits, where the
+    two temperings tie or order them differently for some rows, pick the same ids in the kernel and the reference,
+    and those are the product's (the quotient's differ on some of these rows)."""
+    from anna_core.kernels.reference.sampling import temperature_reciprocal
+
+    t = 0.7
+    a = torch.rand(512, generator=torch.Generator().manual_seed(9)) * 8 + 0.5
+    logits = torch.stack([a, torch.nextafter(a, torch.tensor(float("inf")))], dim=1)  # [512, 2]
+    noise = torch.zeros_like(logits)
+    got = top_k_gumbel_sample(logits, noise, t, 0)
+    product = (logits * temperature_reciprocal(t)).argmax(dim=-1)
+    assert torch.equal(got, reference(logits, noise, t, 0)) and torch.equal(got, product)
+    assert not torch.equal(product, (logits / t).argmax(dim=-1))
+
+
 def test_past_the_kernel_limits_the_reference_runs(monkeypatch):
     monkeypatch.setattr(gumbel_sample, "MAX_VOCAB", 64)
     gen = torch.Generator().manual_seed(3)
@@ -73,12 +89,17 @@ def test_past_the_kernel_limits_the_reference_runs(monkeypatch):
 def test_bad_arguments_are_clear_errors():
     logits, noise = torch.zeros(2, 8), torch.zeros(2, 8)
     for impl in (top_k_gumbel_sample, reference):
-        with pytest.raises(ValueError, match="top_k_gumbel_sample: temperature must be positive"):
-            impl(logits, noise, 0.0, 3)
+        for bad in (0.0, -1.0, float("nan"), "0.9", True):
+            with pytest.raises(ValueError, match="top_k_gumbel_sample: temperature must be a positive number"):
+                impl(logits, noise, bad, 3)
+        for extreme in (1e-39, float("inf"), 1e38):  # reciprocal infinite, zero, subnormal
+            with pytest.raises(ValueError, match="top_k_gumbel_sample: temperature must have a normal float32"):
+                impl(logits, noise, extreme, 3)
         with pytest.raises(ValueError, match="top_k_gumbel_sample: noise must be float32"):
             impl(logits, noise.half(), 1.0, 3)
-        with pytest.raises(ValueError, match="top_k_gumbel_sample: top_k must be an int"):
-            impl(logits, noise, 1.0, -1)
+        for bad in (-1, True, 2.0):
+            with pytest.raises(ValueError, match="top_k_gumbel_sample: top_k must be an int"):
+                impl(logits, noise, 1.0, bad)
         with pytest.raises(ValueError, match="top_k_gumbel_sample: logits must be a float"):
             impl(logits.long(), noise, 1.0, 3)
         with pytest.raises(ValueError, match="unit stride"):

@@ -367,11 +367,17 @@ def main(argv: list[str] | None = None) -> None:
 
         model_dir = write_shape_folder(args.shape, Path(tempfile.mkdtemp()) / args.shape)
     chunks = tuple(int(x) for x in args.chunk_frames.split(",")) if args.chunk_frames else None
-    report = run_bench(model_dir, load_format=args.load_format, device=args.device, dtype=args.dtype,
-                       frames=args.frames, text_tokens=args.text_tokens, concurrency=args.concurrency, runs=args.runs,
-                       cuda_graph=not args.no_cuda_graph, chunk_frames=chunks,
-                       async_scheduling=not args.no_async_scheduling, prefill_graphs=not args.no_prefill_graphs,
-                       disable_kernels=tuple(args.disable_kernel))
+    from anna_core.errors import AnnaError
+
+    try:
+        report = run_bench(model_dir, load_format=args.load_format, device=args.device, dtype=args.dtype,
+                           frames=args.frames, text_tokens=args.text_tokens, concurrency=args.concurrency,
+                           runs=args.runs, cuda_graph=not args.no_cuda_graph, chunk_frames=chunks,
+                           async_scheduling=not args.no_async_scheduling, prefill_graphs=not args.no_prefill_graphs,
+                           disable_kernels=tuple(args.disable_kernel))
+    except AnnaError as exc:  # a bad model folder, device, dtype or --disable-kernel entry: one line, not a traceback
+        print(f"tts_bench: {exc}", file=sys.stderr)
+        sys.exit(2)
     if args.reference:
         report = with_reference(report, text_tokens=args.text_tokens, runs=args.runs)
     one, crowd = report["one"], report["concurrent"]

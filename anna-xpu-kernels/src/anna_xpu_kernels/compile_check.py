@@ -27,7 +27,7 @@ _INDEX_PTRS = {"slot_ptr": "i64", "seq_ptr": "i64", "cu_ptr": "i32", "cu_q_ptr":
                "valid_ptr": "i32"}
 _FP32_PTRS = {"w_ptr", "b_ptr", "g_ptr", "state_ptr", "m_ws_ptr", "l_ws_ptr", "acc_ws_ptr", "ws_ptr", "rw_ptr", "part_ptr",
               "inv_freq_ptr", "qr_ptr", "qs_ptr", "kf_ptr", "vf_ptr", "kc_ptr", "vc_ptr", "noise_ptr"}
-_FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor", "qjl_coef", "temperature"}
+_FLOAT_SCALARS = {"eps", "scale", "qk_scale", "factor", "qjl_coef", "inv_temperature"}
 
 
 def _signature(fn, act: str, constexprs: dict[str, Any]) -> dict[str, str]:

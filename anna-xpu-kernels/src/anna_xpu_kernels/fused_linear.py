@@ -99,7 +99,8 @@ def norm_prologue_pays(x: torch.Tensor, k: int) -> bool:
     graph-replayed decode steps on an H200 fusing the 2B shape's pre-projection norms measured within the
     run-to-run spread and the 0.8B shape's a little faster (BENCHMARKS.md, fifth session); wider rows (the
     9B width, K = 4096) and more rows were not measured in the step and stay unfused. Without PDL:
-    ``k <= MAX_K``.
+    ``k <= MAX_K`` at any row count the GEMV takes (since its default became 16 rows, 9-16 rows fuse there too:
+    unmeasured, no such device was at hand).
 
     Those measurements ran the tiled GEMV. One row now takes the one-wave kernel
     (:mod:`anna_xpu_kernels.gemv_persistent`), which computes the normalised row once per program

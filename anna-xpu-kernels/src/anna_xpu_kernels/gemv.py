@@ -22,7 +22,7 @@ nothing outside PyTorch's allocator (CUDA-graph capture safe); the counters are 
 (:class:`anna_xpu_kernels.counters.CounterPool`) that each launch leaves at zero.
 
 The tile sizes, ``SPLIT_K``, ``USE_DOT`` and warps are autotuned per (row bucket ``BLOCK_M`` in
-1, 2, 4, 8 (16); N; K; dtypes) among :func:`anna_xpu_kernels.gemv_tuning.tuning_space`.
+1, 2, 4, 8, 16; N; K; dtypes) among :func:`anna_xpu_kernels.gemv_tuning.tuning_space`.
 Under Triton's interpreter one fixed configuration runs. More rows than
 :func:`anna_xpu_kernels._env.gemv_max_rows` (16; ``ANNA_GEMV_MAX_ROWS`` sets 1 to 16: the tensor-core tiles pad
 to 16 rows anyway, so 9-16 rows cost the same weight stream), empty shapes, or a weight that

@@ -1,8 +1,9 @@
 """``top_k_gumbel_sample`` in Triton: temperature, top-k filter and the Gumbel-max draw of a row in one launch.
 
 Math (the op's contract, :func:`anna_core.kernels.reference.sampling.top_k_gumbel_sample`): ``scores =
-float32(logits) / temperature`` (``div_rn``: the IEEE division torch computes, so a score equal to the ``k``-th
-stays equal), the ``k``-th largest score found by ``tl.topk`` (a bitonic partial sort of the row in registers) and
+float32(logits) * r`` with ``r`` the temperature's float32 reciprocal
+(:func:`~anna_core.kernels.reference.sampling.temperature_reciprocal`: one IEEE float32 product, as the reference's),
+the ``k``-th largest score found by ``tl.topk`` (a bitonic partial sort of the row in registers) and
 every score below it set to ``-inf``, then the first column of the largest ``scores - noise``. One program per row
 holds the whole row (``V`` up to :data:`MAX_VOCAB`); a wider vocabulary or a ``top_k`` above :data:`MAX_TOP_K`
 runs the torch reference. Where the composition launches seven kernels a row batch (the float conversion, division,
@@ -13,7 +14,7 @@ runs the torch reference. Where the composition launches seven kernels a row bat
 from __future__ import annotations
 
 import torch
-from anna_core.kernels.reference.sampling import check_top_k_gumbel_sample
+from anna_core.kernels.reference.sampling import check_top_k_gumbel_sample, temperature_reciprocal
 from anna_core.kernels.reference.sampling import top_k_gumbel_sample as reference
 
 from anna_xpu_kernels import pdl
@@ -28,14 +29,14 @@ MAX_TOP_K = 256
 
 
 @triton.jit
-def _top_k_gumbel_kernel(logits_ptr, noise_ptr, ids_ptr, V, stride_l, stride_n, temperature, top_k,
+def _top_k_gumbel_kernel(logits_ptr, noise_ptr, ids_ptr, V, stride_l, stride_n, inv_temperature, top_k,
                          BLOCK: tl.constexpr, K: tl.constexpr, FILTER: tl.constexpr, USE_PDL: tl.constexpr):
     pdl.enter(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < V
     x = tl.load(logits_ptr + row * stride_l + cols, mask=ok, other=0.0).to(tl.float32)
-    scores = tl.where(ok, tl.math.div_rn(x, temperature), float("-inf"))
+    scores = tl.where(ok, x * inv_temperature, float("-inf"))
     if FILTER:
         if K == 1:
             kth = tl.max(scores, axis=0)
@@ -69,10 +70,11 @@ def top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: 
     if v > MAX_VOCAB or (filtering and top_k > MAX_TOP_K):
         return reference(logits, noise, temperature, top_k)
     out = torch.empty((m,), dtype=torch.int64, device=logits.device)
-    if m:
+    if m:  # enable_fp_fusion=False: the product rounds before the subtraction (no FMA), as the reference's two ops
         block = next_pow2(v)
-        _top_k_gumbel_kernel[(m,)](logits, noise, out, v, logits.stride(0), noise.stride(0), float(temperature),
+        _top_k_gumbel_kernel[(m,)](logits, noise, out, v, logits.stride(0), noise.stride(0),
+                                   temperature_reciprocal(temperature),
                                    int(top_k), BLOCK=block, K=next_pow2(top_k) if filtering else 1,
-                                   FILTER=filtering, num_warps=8 if block > 2048 else 4,
+                                   FILTER=filtering, num_warps=8 if block > 2048 else 4, enable_fp_fusion=False,
                                    **pdl.launch_options(logits))
     return out

@@ -113,7 +113,7 @@ def tune_model(model_dir: Path, batch_size: int, iters: int, min_gain: float,
     working.update(autotuned_keys(1 << (batch_size - 1).bit_length()))
     if not working:
         print(f"{model_dir.name}: no tiled GEMV launch in the batch-{batch_size} step (one-row projections take "
-              "the one-wave kernel: use --batch-size 2..8, or ANNA_GEMV_PERSISTENT=0)", flush=True)
+              "the one-wave kernel: use --batch-size 2..16, or ANNA_GEMV_PERSISTENT=0)", flush=True)
         return {}
     found = dict(sweep(working, time_step, min_gain, log=lambda s: print(s, flush=True)))
     working.clear()

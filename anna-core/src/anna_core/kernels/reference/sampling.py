@@ -9,9 +9,29 @@ ids below the ``k``-th largest score are dropped, ties with it kept).
 
 from __future__ import annotations
 
+import math
+import struct
+
 import torch
 
 from anna_core.kernels.checks import require
+
+
+def _float32(x: float) -> float:
+    """``x`` rounded to float32 (to nearest even; overflow to infinity), as a Python float."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def temperature_reciprocal(temperature: float) -> float:
+    """``float32(1 / float32(temperature))`` as a Python float: the factor the scores are multiplied by (what
+    torch's CUDA kernels compute for a division by a Python float, and what :func:`top_k_gumbel_sample` and its
+    kernels compute on every device, so that they pick the same ids everywhere). Computed on the host without a
+    tensor (the quotient in float64 rounded to float32 is the float32 quotient: 53 >= 2 * 24 + 2 bits)."""
+    t = _float32(temperature)
+    return _float32(1.0 / t) if t != 0 else math.inf
 
 
 def check_top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: float, top_k: int) -> None:
@@ -19,8 +39,9 @@ def check_top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, tempera
 
     Raises:
         ValueError: ``"top_k_gumbel_sample: ..."``: logits not a float ``[M, V]`` with ``V >= 1`` and unit stride
-            along V; noise not float32 of logits' shape on its device with unit stride along V; temperature not
-            positive; top_k not an int ``>= 0``.
+            along V; noise not float32 of logits' shape on its device with unit stride along V; temperature not a
+            positive number whose float32 reciprocal is a normal float32 (about ``8.5e-39 < t < 8.5e37``); top_k not
+            an int ``>= 0``.
     """
     op = "top_k_gumbel_sample"
     require(logits.dim() == 2 and logits.is_floating_point() and logits.shape[1] >= 1, op,
@@ -30,8 +51,13 @@ def check_top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, tempera
             f"noise must be float32 {tuple(logits.shape)} on {logits.device}, got {tuple(noise.shape)} "
             f"{noise.dtype} on {noise.device}")
     require(noise.stride(1) == 1 or noise.shape[1] == 1, op, "noise must have unit stride along V")
-    require(temperature > 0, op, f"temperature must be positive, got {temperature!r}")
-    require(isinstance(top_k, int) and top_k >= 0, op, f"top_k must be an int >= 0, got {top_k!r}")
+    number = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+    require(number and temperature > 0, op, f"temperature must be a positive number, got {temperature!r}")
+    inverse = temperature_reciprocal(temperature)
+    require(math.isfinite(inverse) and inverse >= torch.finfo(torch.float32).tiny, op,
+            f"temperature must have a normal float32 reciprocal, got {temperature!r}")
+    require(isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 0, op,
+            f"top_k must be an int >= 0, got {top_k!r}")
 
 
 def top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
@@ -45,13 +71,14 @@ def top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: 
 
     Returns:
         ``[M]`` int64: ``argmax(scores - noise)``, the first column among equal largest values, where ``scores =
-        float32(logits) / temperature`` with the filtered-out ids at ``-inf``.
+        float32(logits) * float32(1 / float32(temperature))`` (:func:`temperature_reciprocal`) with the
+        filtered-out ids at ``-inf``.
 
     Raises:
         ValueError: see :func:`check_top_k_gumbel_sample`.
     """
     check_top_k_gumbel_sample(logits, noise, temperature, top_k)
-    scores = logits.float() / temperature
+    scores = logits.float() * temperature_reciprocal(temperature)
     if 0 < top_k < scores.shape[-1]:
         kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))

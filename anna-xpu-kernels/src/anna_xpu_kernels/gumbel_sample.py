@@ -6,7 +6,7 @@ float32(logits) * r`` with ``r`` the temperature's float32 reciprocal
 the ``k``-th largest score found by ``tl.topk`` (a bitonic partial sort of the row in registers) and
 every score below it set to ``-inf``, then the first column of the largest ``scores - noise``. One program per row
 holds the whole row (``V`` up to :data:`MAX_VOCAB`); a wider vocabulary or a ``top_k`` above :data:`MAX_TOP_K`
-runs the torch reference. Where the composition launches seven kernels a row batch (the float conversion, division,
+runs the torch reference. Where the composition launches seven kernels a row batch (the float conversion, tempering,
 ``topk``, comparison, fill, subtraction, argmax), this is one: a code predictor sampling 15 codebooks a frame
 (Qwen3-TTS) pays one launch a codebook.
 """

@@ -2,7 +2,8 @@
 
 Math (the op's contract, :func:`anna_core.kernels.reference.sampling.top_k_gumbel_sample`): ``scores =
 float32(logits) * r`` with ``r`` the temperature's float32 reciprocal
-(:func:`~anna_core.kernels.reference.sampling.temperature_reciprocal`: one IEEE float32 product, as the reference's),
+(:func:`~anna_core.kernels.reference.sampling.temperature_reciprocal`, which the argument check returns: one IEEE
+float32 product, as the reference's),
 the ``k``-th largest score found by ``tl.topk`` (a bitonic partial sort of the row in registers) and
 every score below it set to ``-inf``, then the first column of the largest ``scores - noise``. One program per row
 holds the whole row (``V`` up to :data:`MAX_VOCAB`); a wider vocabulary or a ``top_k`` above :data:`MAX_TOP_K`
@@ -14,7 +15,7 @@ runs the torch reference. Where the composition launches seven kernels a row bat
 from __future__ import annotations
 
 import torch
-from anna_core.kernels.reference.sampling import check_top_k_gumbel_sample, temperature_reciprocal
+from anna_core.kernels.reference.sampling import check_top_k_gumbel_sample
 from anna_core.kernels.reference.sampling import top_k_gumbel_sample as reference
 
 from anna_xpu_kernels import pdl
@@ -63,7 +64,7 @@ def top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: 
     Raises:
         ValueError: as the reference (``"top_k_gumbel_sample: ..."``), or tensors on different devices.
     """
-    check_top_k_gumbel_sample(logits, noise, temperature, top_k)
+    inverse = check_top_k_gumbel_sample(logits, noise, temperature, top_k)
     require_same_device("top_k_gumbel_sample", logits=logits, noise=noise)
     m, v = logits.shape
     filtering = 0 < top_k < v
@@ -72,9 +73,7 @@ def top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: 
     out = torch.empty((m,), dtype=torch.int64, device=logits.device)
     if m:  # enable_fp_fusion=False: the product rounds before the subtraction (no FMA), as the reference's two ops
         block = next_pow2(v)
-        _top_k_gumbel_kernel[(m,)](logits, noise, out, v, logits.stride(0), noise.stride(0),
-                                   temperature_reciprocal(temperature),
-                                   int(top_k), BLOCK=block, K=next_pow2(top_k) if filtering else 1,
+        _top_k_gumbel_kernel[(m,)](logits, noise, out, v, logits.stride(0), noise.stride(0), inverse, int(top_k), BLOCK=block, K=next_pow2(top_k) if filtering else 1,
                                    FILTER=filtering, num_warps=8 if block > 2048 else 4, enable_fp_fusion=False,
                                    **pdl.launch_options(logits))
     return out

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import torch
 from anna_core.errors import ModelLoadError
-from anna_core.kernels.reference.sampling import temperature_reciprocal
+from anna_core.kernels.reference.sampling import top_k_scores, usable_temperature
 
 DEFAULTS: dict[str, Any] = {"do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9,
                             "repetition_penalty": 1.05, "subtalker_dosample": True, "subtalker_top_k": 50,
@@ -34,9 +34,7 @@ class CodeSampling:
     top_p: float
 
     def __attrs_post_init__(self) -> None:
-        if self.do_sample and not (self.temperature > 0
-                                   and torch.finfo(torch.float32).tiny <= temperature_reciprocal(self.temperature)
-                                   < float("inf")):
+        if self.do_sample and not usable_temperature(self.temperature):
             raise ValueError(f"temperature must be positive (with a normal float32 reciprocal) when sampling, got "
                              f"{self.temperature}")
         if self.top_k < 0:
@@ -101,13 +99,10 @@ def choose(logits: torch.Tensor, sampling: CodeSampling, generator: torch.Genera
 
 
 def _filtered(logits: torch.Tensor, sampling: CodeSampling) -> torch.Tensor:
-    """Tempered scores with the codes outside top-k / top-p at ``-inf`` (the order of :func:`choose`); tempered as
-    ``logits * float32(1 / float32(temperature))`` on every device (what torch's CUDA division by a Python float
-    computes; the op table's ``top_k_gumbel_sample`` tempers so too, so the two draw the same codes)."""
-    scores = logits * temperature_reciprocal(sampling.temperature)
-    if 0 < sampling.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, sampling.top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
+    """Tempered scores with the codes outside top-k / top-p at ``-inf`` (the order of :func:`choose`): the op table's
+    tempering and top-k (:func:`~anna_core.kernels.reference.sampling.top_k_scores`, what ``top_k_gumbel_sample``
+    draws from, so the two draw the same codes), then top-p."""
+    scores = top_k_scores(logits, sampling.temperature, sampling.top_k)
     if sampling.top_p < 1.0:
         ordered, order = torch.sort(scores, dim=-1, descending=True)
         probs = ordered.softmax(dim=-1)

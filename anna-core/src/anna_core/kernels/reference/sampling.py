@@ -34,8 +34,29 @@ def temperature_reciprocal(temperature: float) -> float:
     return _float32(1.0 / t) if t != 0 else math.inf
 
 
-def check_top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: float, top_k: int) -> None:
-    """Check :func:`top_k_gumbel_sample`'s arguments (shapes and dtypes only, no sync).
+def usable_temperature(temperature: float) -> bool:
+    """Whether ``temperature`` is a positive number (not a bool) whose float32 reciprocal
+    (:func:`temperature_reciprocal`) is a normal float32: about ``8.5e-39 < t < 8.5e37``."""
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
+        return False
+    inverse = temperature_reciprocal(temperature)
+    return math.isfinite(inverse) and inverse >= torch.finfo(torch.float32).tiny
+
+
+def top_k_scores(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+    """The tempered float32 scores ``float32(logits) * temperature_reciprocal(temperature)`` ``[..., V]`` with the
+    ids below the ``top_k``-th largest at ``-inf`` (ties kept; 0 or ``>= V``: no filter): transformers' order, the
+    first two steps of :func:`top_k_gumbel_sample` (and of any sampler that filters further, e.g. by top-p)."""
+    scores = logits.float() * temperature_reciprocal(temperature)
+    if 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    return scores
+
+
+def check_top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: float, top_k: int) -> float:
+    """Check :func:`top_k_gumbel_sample`'s arguments (shapes and dtypes only, no sync); returns the temperature's
+    float32 reciprocal (:func:`temperature_reciprocal`), the factor implementations multiply the scores by.
 
     Raises:
         ValueError: ``"top_k_gumbel_sample: ..."``: logits not a float ``[M, V]`` with ``V >= 1`` and unit stride
@@ -53,11 +74,10 @@ def check_top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, tempera
     require(noise.stride(1) == 1 or noise.shape[1] == 1, op, "noise must have unit stride along V")
     number = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
     require(number and temperature > 0, op, f"temperature must be a positive number, got {temperature!r}")
-    inverse = temperature_reciprocal(temperature)
-    require(math.isfinite(inverse) and inverse >= torch.finfo(torch.float32).tiny, op,
-            f"temperature must have a normal float32 reciprocal, got {temperature!r}")
+    require(usable_temperature(temperature), op, f"temperature must have a normal float32 reciprocal, got {temperature!r}")
     require(isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 0, op,
             f"top_k must be an int >= 0, got {top_k!r}")
+    return temperature_reciprocal(temperature)
 
 
 def top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
@@ -78,8 +98,4 @@ def top_k_gumbel_sample(logits: torch.Tensor, noise: torch.Tensor, temperature: 
         ValueError: see :func:`check_top_k_gumbel_sample`.
     """
     check_top_k_gumbel_sample(logits, noise, temperature, top_k)
-    scores = logits.float() * temperature_reciprocal(temperature)
-    if 0 < top_k < scores.shape[-1]:
-        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    return (scores - noise).argmax(dim=-1)
+    return (top_k_scores(logits, temperature, top_k) - noise).argmax(dim=-1)

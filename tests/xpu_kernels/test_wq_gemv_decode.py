@@ -104,6 +104,40 @@ def test_int4_codes_of_every_value():
     assert rel(got, ref.wq_linear(x, qweight, scale, zero, "int4", None)) <= TOL
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows,config", [(1, (8, 256, 1)), (2, (16, 128, 2)), (1, (4, 128, 3)), (4, (8, 256, 1))])
+def test_int4_of_16_bit_rows_is_exact(dtype, rows, config, poison_outputs):
+    """One or two rows of 16-bit activations decode two int4 codes per shift (``PAIRED``: the odd code as ``1 + q /
+    16``, the even one as ``16 + q / 16``, the chain started at minus their offset); four rows one code per shift.
+    With small integer activations, power-of-two scales and integer zeros every float32 sum of either path is an
+    exact integer, so each output is the exact product rounded once to the output's dtype: equal, not close (bf16:
+    rounded to nearest on a GPU, toward zero by Triton's interpreter). Every code value sits in every position of a
+    word (a swapped or mis-shifted code changes the sum)."""
+    from anna_xpu_kernels import wq_gemv_decode as dec
+    from anna_xpu_kernels.gemv import Prologue
+
+    n, k = 20, 384
+    gen = torch.Generator().manual_seed(rows * 10 + config[2])
+    nibbles = (torch.arange(16).repeat(n, k // 16) + torch.arange(n)[:, None]) % 16  # each row shifted by one
+    nibbles[:, 128:] = torch.randint(0, 16, (n, k - 128), generator=gen)
+    qweight = (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).to(torch.uint8)
+    scale = 2.0 ** torch.randint(-3, 2, (n, k // 128), generator=gen).float()
+    zero = torch.randint(-8, 8, (n, k // 128), generator=gen).float()
+    x = torch.randint(-3, 4, (rows, k), generator=gen).to(dtype)
+    weight = nibbles.double() * scale.double().repeat_interleave(128, 1) + zero.double().repeat_interleave(128, 1)
+    exact = (x.double() @ weight.t()).float()  # integers below 2^24: exact in float32
+    assert exact.abs().max() < 2**14
+    want = exact.to(dtype)
+    got = dec.launch(x, qweight, scale.to(dtype), zero.to(dtype), "int4", None, n, k, Prologue(), 0,
+                     dec.WqConfig(*config))
+    if dtype == torch.bfloat16:  # the interpreter's conversion truncates the float32 sum's low 16 bits
+        toward_zero = (exact.view(torch.int32) & -65536).view(torch.float32).to(dtype)
+        assert torch.equal(got, want) or torch.equal(got, toward_zero)
+    else:
+        assert torch.equal(got, want)
+    assert not torch.equal(got, (x.double() @ weight.roll(1, 1).t()).to(dtype))  # the order of the codes matters
+
+
 def test_shapes_it_leaves_to_the_tiled_kernel(poison_outputs):
     from anna_xpu_kernels import wq_gemv, wq_gemv_decode
 

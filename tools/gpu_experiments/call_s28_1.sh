@@ -1,0 +1,31 @@
+set -u
+# Twenty-eighth session, first GPU call (about 500 s on a cold Triton cache): issue 29's int4 decode GEMV before and
+# after the two-codes-per-shift decoding (wheels of the previous commit in .annawhl_base, this one's in .annawhl):
+# the quantized-GEMV microbenchmark at the Qwen3.5-9B decode shapes (1 and 2 rows, int4), then `anna bench` at 9B
+# batch 1 with int4 weights and LM head for each build, then bf16 once (the ratio's denominator).
+#   MODE=script SCRIPT=tools/gpu_experiments/call_s28_1.sh bash anna-core/src/anna_core/bench/h200_run.sh
+. tools/gpu_experiments/copy_bandwidth.sh
+for v in base new; do
+  w=.annawhl; [ "$v" = base ] && w=.annawhl_base
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "/tmp/site_$v" \
+    .whl/*.whl "$w"/*.whl || exit 1
+done
+for v in base new; do
+  echo "== wq_gemv_bench $v $(date +%T)"
+  PYTHONPATH="/tmp/site_$v" TRITON_PRINT_AUTOTUNING=1 timeout "${T_MICRO:-150}" python3 tools/gpu_experiments/wq_gemv_bench.py \
+    --model Qwen3.5-9B --rows 1,2 --schemes int4 > "$OUT/wq_$v.log" 2>&1
+  echo "exit $?"; grep -vE "^(Triton autotuning|best config|  )" "$OUT/wq_$v.log" | cut -c1-220 | tail -30
+done
+for v in new base; do
+  echo "== 9B b1 int4 $v $(date +%T)"
+  PYTHONPATH="/tmp/site_$v" PATH="/tmp/site_$v/bin:$PATH" timeout "${T_RUN:-150}" anna bench \
+    --model-dir tests/qwen35/reference_configs/Qwen3.5-9B --batch-size 1 --input-len 512 --output-len 128 --runs 1 \
+    --weight-quant int4 --lm-head-quant int4 --json > "$OUT/b1_int4_$v.json" 2> "$OUT/b1_int4_$v.log"
+  echo "exit $?"; python3 tools/gpu_experiments/bench_summary.py "$OUT/b1_int4_$v.json"
+done
+echo "== 9B b1 bf16 $(date +%T)"
+PYTHONPATH="/tmp/site_new" PATH="/tmp/site_new/bin:$PATH" timeout "${T_RUN:-150}" anna bench \
+  --model-dir tests/qwen35/reference_configs/Qwen3.5-9B --batch-size 1 --input-len 512 --output-len 128 --runs 1 \
+  --json > "$OUT/b1_bf16.json" 2> "$OUT/b1_bf16.log"
+echo "exit $?"; python3 tools/gpu_experiments/bench_summary.py "$OUT/b1_bf16.json"
+echo "== done $(date +%T)"

@@ -138,6 +138,32 @@ def test_int4_of_16_bit_rows_is_exact(dtype, rows, config, poison_outputs):
     assert not torch.equal(got, (x.double() @ weight.roll(1, 1).t()).to(dtype))  # the order of the codes matters
 
 
+@pytest.mark.parametrize("rows", [1, 2])
+def test_int4_of_fp16_rows_on_random_data(rows, poison_outputs):
+    """The paired decode on random data with outlier channels (a few activations 40 times the rest): each fp16
+    output is the exact product (float64, of the dequantized weight) rounded to nearest, or within one unit in the
+    last place of it where the exact product lies within the float32 sums' error of a rounding boundary (at most
+    1 in 8 here), or within 1e-6 of the largest output (outputs near zero, after cancellation)."""
+    from anna_xpu_kernels import wq_gemv_decode as dec
+    from anna_xpu_kernels.gemv import Prologue
+
+    n, k = 48, 1024
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, k, generator=gen) * 3
+    x[:, torch.randperm(k, generator=gen)[:8]] *= 40
+    x = x.half()
+    qweight, scale, zero = quantized_weight(n, k, "int4", seed=rows + 20)
+    scale, zero = scale.half(), zero.half()  # the serving dtype's scales
+    codes = torch.stack([qweight & 15, qweight >> 4], -1).reshape(n, k).double()  # low nibble: the even column
+    weight = codes * scale.double().repeat_interleave(128, 1) + zero.double().repeat_interleave(128, 1)
+    exact = x.double() @ weight.t()
+    got = dec.launch(x, qweight, scale, zero, "int4", None, n, k, Prologue(), 0, dec.WqConfig(16, 256, 2))
+    want = exact.to(torch.float16)
+    bound = (want.double().abs() * 2.0**-10).clamp_min(1e-6 * exact.abs().max())  # one ulp, or 1e-6 of the largest
+    off = (got.double() - want.double()).abs()
+    assert (off <= bound * 1.001).all() and (off > 0).float().mean() <= 0.125
+
+
 def test_shapes_it_leaves_to_the_tiled_kernel(poison_outputs):
     from anna_xpu_kernels import wq_gemv, wq_gemv_decode
 

@@ -1,8 +1,8 @@
 set -u
 # Twenty-eighth session, first GPU call (about 500 s on a cold Triton cache): issue 29's int4 decode GEMV before and
 # after the two-codes-per-shift decoding (wheels of the previous commit in .annawhl_base, this one's in .annawhl):
-# the quantized-GEMV microbenchmark at the Qwen3.5-9B decode shapes (1 and 2 rows, int4), then `anna bench` at 9B
-# batch 1 with int4 weights and LM head for each build, then bf16 once (the ratio's denominator).
+# the quantized-GEMV microbenchmark at the Qwen3.5-9B decode shapes (one row, int4), then `anna bench` at 9B
+# batch 1: int4 weights and LM head (this build), bf16 (the ratio's denominator), int4 (the previous build).
 #   MODE=script SCRIPT=tools/gpu_experiments/call_s28_1.sh bash anna-core/src/anna_core/bench/h200_run.sh
 . tools/gpu_experiments/copy_bandwidth.sh
 for v in base new; do
@@ -13,19 +13,17 @@ done
 for v in base new; do
   echo "== wq_gemv_bench $v $(date +%T)"
   PYTHONPATH="/tmp/site_$v" TRITON_PRINT_AUTOTUNING=1 timeout "${T_MICRO:-150}" python3 tools/gpu_experiments/wq_gemv_bench.py \
-    --model Qwen3.5-9B --rows 1,2 --schemes int4 > "$OUT/wq_$v.log" 2>&1
+    --model Qwen3.5-9B --rows "${WQ_ROWS:-1}" --schemes int4 > "$OUT/wq_$v.log" 2>&1
   echo "exit $?"; grep -vE "^(Triton autotuning|best config|  )" "$OUT/wq_$v.log" | cut -c1-220 | tail -30
 done
-for v in new base; do
-  echo "== 9B b1 int4 $v $(date +%T)"
-  PYTHONPATH="/tmp/site_$v" PATH="/tmp/site_$v/bin:$PATH" timeout "${T_RUN:-150}" anna bench \
+bench() {  # bench NAME SITE [anna bench flags]: 9B batch 1, one run
+  echo "== 9B b1 $1 $(date +%T)"
+  PYTHONPATH="/tmp/site_$2" PATH="/tmp/site_$2/bin:$PATH" timeout "${T_RUN:-150}" anna bench \
     --model-dir tests/qwen35/reference_configs/Qwen3.5-9B --batch-size 1 --input-len 512 --output-len 128 --runs 1 \
-    --weight-quant int4 --lm-head-quant int4 --json > "$OUT/b1_int4_$v.json" 2> "$OUT/b1_int4_$v.log"
-  echo "exit $?"; python3 tools/gpu_experiments/bench_summary.py "$OUT/b1_int4_$v.json"
-done
-echo "== 9B b1 bf16 $(date +%T)"
-PYTHONPATH="/tmp/site_new" PATH="/tmp/site_new/bin:$PATH" timeout "${T_RUN:-150}" anna bench \
-  --model-dir tests/qwen35/reference_configs/Qwen3.5-9B --batch-size 1 --input-len 512 --output-len 128 --runs 1 \
-  --json > "$OUT/b1_bf16.json" 2> "$OUT/b1_bf16.log"
-echo "exit $?"; python3 tools/gpu_experiments/bench_summary.py "$OUT/b1_bf16.json"
+    "${@:3}" --json > "$OUT/b1_$1.json" 2> "$OUT/b1_$1.log"
+  echo "exit $?"; python3 tools/gpu_experiments/bench_summary.py "$OUT/b1_$1.json"
+}
+bench int4_new new --weight-quant int4 --lm-head-quant int4
+bench bf16 new
+bench int4_base base --weight-quant int4 --lm-head-quant int4
 echo "== done $(date +%T)"

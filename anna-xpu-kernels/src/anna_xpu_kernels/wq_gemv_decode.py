@@ -35,9 +35,10 @@ How:
   used (two tiles in flight per program).
 
 Exactness: every code is decoded exactly (FP8 subnormals become float32 subnormals, which these kernels do not
-flush); the int4 / int8 unit sums carry the offset ``X`` (a few bits of cancellation), so results differ from the
-reference's (dequantize, then multiply) by summation order and those bits: within the tests' ``1e-5`` of the
-largest output. The decode fusions of the tiled kernel are kept: the norm prologues
+flush); the int4 / int8 unit sums carry an offset (``X``; paired int4: ``16 sum_odd x' + 256 sum_even x'``, a few
+bits of cancellation), so results differ from the reference's (dequantize, then multiply) by summation order and
+those bits: within the tests' ``1e-5`` of the largest output (paired int4 with 16-bit rows: well within their
+output's rounding, tested exact on integer data and to one unit in the last place on random fp16 data). The decode fusions of the tiled kernel are kept: the norm prologues
 (:mod:`anna_xpu_kernels.gemv_prologue`, rows up to :data:`anna_xpu_kernels.wq_gemv.NORM_PROLOGUE_MAX_K`), the
 gated epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`, merged gate/up rows interleaved per program) and an
 act-order weight's column order (``PERMUTED``: the activation tile gathered through ``perm``, as in
@@ -209,13 +210,16 @@ def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr, PAIRED: tl.c
       instruction per code; int4: ``f = 1 + q / 16``);
     * int4 with ``PAIRED`` (1 or 2 rows, :data:`PAIRED_MAX_ROWS`): ``P = sum_j x_j q_j`` (the codes' own values):
       one shift moves two codes to bits 15..22 of a word (:func:`_int4_pair`: ``f = 1 + q / 16`` for the odd code,
-      ``16 + q / 16`` for the even one), so a unit costs 4 shifts, 8 logic instructions and 8 fused multiply-adds
-      per row. With ``x' = 16 x`` the products sum to
-      ``sum_j x_j q_j + sum_odd x'_j + 16 sum_even x'_j``: the chain starts at minus that offset (shared by the
-      rows). The even codes' offset is 256 times their activation against a product of at most 15 times it,
-      so the cancellation costs about 5 bits of the float32 sum: far below a 16-bit output's rounding, but float32
-      activations (24-bit products) measured errors up to 1.1e-5 of the largest output, so only 16-bit
-      activations pair (``PAIRED`` is false for float32 rows). (With more rows the scaled activations and offsets of every row cost more than the
+      ``16 + q / 16`` for the even one), so a unit costs 4 shifts and 8 logic instructions (shared by the
+      activation rows) and 8 fused multiply-adds per activation row. With ``x' = 16 x`` the products sum to
+      ``sum_j x_j q_j + sum_odd x'_j + 16 sum_even x'_j``: the chain starts at minus that offset (computed once
+      per activation row and unit, shared by the weight rows). The even codes' offset is 256 times their
+      activation against a product of at most 15 times it, so the cancellation costs about 4 bits of the float32
+      sum (a review measured errors 1-10 times the unpaired sums', at most 4e-6 of the largest output with
+      outlier activations): far below a 16-bit output's rounding (a half ulp is 2e-3 / 2.4e-4 of it in bf16 /
+      fp16), but float32 activations measured errors up to 1.1e-5 of the largest output, so only 16-bit
+      activations pair (``PAIRED`` is false for float32 rows). The offset also scales the activations by up to
+      about 1024 (16 unpaired): activations beyond about 1e34 overflow float32 here (not in the unpaired sums). (With more rows the scaled activations and offsets of every row cost more than the
       shifts saved: compiled for sm_90, 4 rows broke even and 8 rows took 9% more instructions.)"""
     e, o = _halves(x)  # j = 4a + 2b + c: the halves split c, then b, then a
     e0, e1 = _halves(e)
@@ -224,8 +228,8 @@ def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr, PAIRED: tl.c
     x2, x6 = _halves(e1)
     x1, x5 = _halves(o0)
     x3, x7 = _halves(o1)
-    xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
     if SCHEME == 0 and PAIRED:
+        xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))  # first: 96 registers in the 16-row tile, not 123
         y0, y1, y2, y3 = x0 * 16.0, x1 * 16.0, x2 * 16.0, x3 * 16.0
         y4, y5, y6, y7 = x4 * 16.0, x5 * 16.0, x6 * 16.0, x7 * 16.0
         start = -(((y1 + y3) + (y5 + y7)) + 16.0 * ((y0 + y2) + (y4 + y6)))  # minus the offset
@@ -258,6 +262,7 @@ def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr, PAIRED: tl.c
         p += _mac(x5, _code_f(hi, HI + 1, SCHEME, code_mask, one_bits))
         p += _mac(x6, _code_f(hi, HI + 2, SCHEME, code_mask, one_bits))
         p += _mac(x7, _code_f(hi, HI + 3, SCHEME, code_mask, one_bits))
+        xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))  # last, as before the pairing (fewer registers)
     return p, tl.reshape(xs, (xs.shape[0], xs.shape[1], 1, xs.shape[2]))
 
 

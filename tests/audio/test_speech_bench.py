@@ -25,8 +25,8 @@ def test_bench_cpu_path():
     # a kernel to disable where anna-xpu-kernels is installed (the distribution checks install anna-audio without it)
     disabled = ("top_k_gumbel_sample:triton",) if importlib.util.find_spec("anna_xpu_kernels") else ()
     report = run_bench(CHECKPOINTS["custom_voice"], load_format="dummy", device="cpu", frames=6, concurrency=2,
-                       runs=1, chunk_frames=(1, 4), disable_kernels=disabled)
-    assert report["disabled_kernels"] == list(disabled)
+                       runs=1, chunk_frames=(1, 4), disable_kernels=disabled, max_prefill_replays=1)
+    assert report["disabled_kernels"] == list(disabled) and report["max_prefill_replays"] == 1
     one, crowd = report["one"], report["concurrent"]
     assert report["frames"] == 6 and report["audio_s"] == pytest.approx(6 * FRAME_S)
     assert one["runs"][0]["bytes"] == 6 * 1920 * 2 and one["rtf"] == pytest.approx(one["latency_s"] / (6 * FRAME_S))
@@ -155,6 +155,12 @@ def test_an_unknown_kernel_to_disable_is_one_clear_line(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("tts_bench: cannot disable kernel 'no_such_op:triton': unknown op") and "Traceback" not in err
+
+
+def test_a_negative_prefill_replay_limit_is_one_clear_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--model-dir", str(CHECKPOINTS["custom_voice"]), "--device", "cpu", "--max-prefill-replays", "-1"])
+    assert stop.value.code == 2 and "--max-prefill-replays must be at least 0, got -1" in capsys.readouterr().err
 
 
 def test_reference_that_does_not_import_stops_the_bench_at_once(monkeypatch, capsys):

@@ -173,12 +173,14 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
               frames: int = 125, text_tokens: int = 32, concurrency: int = 16, runs: int = 3,
               cuda_graph: bool = True, chunk_frames: tuple[int, int] | None = None,
               async_scheduling: bool = True, prefill_graphs: bool = True,
-              disable_kernels: tuple[str, ...] = ()) -> dict[str, Any]:
+              disable_kernels: tuple[str, ...] = (), max_prefill_replays: int | None = None) -> dict[str, Any]:
     """Load, serve in-process, and measure (see the module docstring); the report as a dict. ``disable_kernels``:
     kernel implementations not to use (``"op:name"``, as ``anna serve --disable-kernel``). ``async_scheduling``:
     the engine's (decode steps launched ahead of the previous step's read-back); ``prefill_graphs``: with
     ``cuda_graph``, prompts replay captured prefill graphs (``RunnerConfig.prefill_graphs``; False: eager prefills,
-    the A/B of the first audio). The report's ``"steps"`` counts the served steps by path (``"decode_graph"``,
+    the A/B of the first audio); ``max_prefill_replays``: the most fresh prompts of one step that replay their own
+    prefill graph (``RunnerConfig.max_prefill_replays``; None: its default; more prompts share one eager pass: the
+    A/B of the concurrent requests' prefills). The report's ``"steps"`` counts the served steps by path (``"decode_graph"``,
     ``"launched_ahead"``: decode graph steps not waited for, ``"prefill_graph"``: prompts replayed from a prefill
     graph, ``"eager"``) and ``"prefill_graphs"`` is the runner's prefill graph report (captured, prompt lengths, why
     not).
@@ -196,7 +198,9 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
     from anna_audio.speech.service import ChunkPolicy
 
     loaded = load_model(model_dir, device=device, dtype=dtype, load_format=load_format, disable_kernels=disable_kernels)
-    runner = RunnerConfig(cuda_graph=cuda_graph, warmup=loaded.device.type != "cpu", prefill_graphs=prefill_graphs)
+    replays = {} if max_prefill_replays is None else {"max_prefill_replays": max_prefill_replays}
+    runner = RunnerConfig(cuda_graph=cuda_graph, warmup=loaded.device.type != "cpu", prefill_graphs=prefill_graphs,
+                          **replays)
     built = task.build(loaded, EngineConfig(max_num_seqs=max(concurrency, 1), async_scheduling=async_scheduling), runner)
     if chunk_frames is not None:
         built.planner.chunks = ChunkPolicy(*chunk_frames)
@@ -214,7 +218,7 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
         "model_dir": str(model_dir), "device": str(loaded.device), "dtype": str(loaded.dtype).replace("torch.", ""),
         "frames": frames, "audio_s": audio_s, "text_tokens": text_tokens,
         "chunk_frames": [built.planner.chunks.first, built.planner.chunks.rest],
-        "disabled_kernels": list(disable_kernels),
+        "disabled_kernels": list(disable_kernels), "max_prefill_replays": runner.max_prefill_replays,
         "one": {"first_audio_s": one["first_audio_s"], "latency_s": one["latency_s"],
                 "rtf": one["latency_s"] / audio_s, "runs": singles},
         "concurrent": {"requests": concurrency, "latency_s": _stats([r["latency_s"] for r in crowd]),
@@ -347,12 +351,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="a kernel implementation not to use (repeatable; the A/B of one kernel)")
     parser.add_argument("--no-prefill-graphs", action="store_true",
                         help="prefills eager, decode graphs kept (the A/B baseline of the prefill graphs)")
+    parser.add_argument("--max-prefill-replays", type=int, default=None, metavar="N",
+                        help="the most fresh prompts of a step that each replay a prefill graph (default: the "
+                             "runner's); more share one eager pass")
     parser.add_argument("--no-async-scheduling", action="store_true",
                         help="wait for every decode step before the next (the A/B baseline of the overlap)")
     parser.add_argument("--reference", action="store_true",
                         help="then the reference implementation (qwen_tts) in this process, side by side")
     parser.add_argument("--out", default=None, help="also write the report (JSON) here")
     args = parser.parse_args(argv)
+    if args.max_prefill_replays is not None and args.max_prefill_replays < 0:
+        parser.error(f"--max-prefill-replays must be at least 0, got {args.max_prefill_replays}")
     if args.reference:
         from anna_audio.tts_reference import ReferenceUnavailable, require_reference
 
@@ -374,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
                            frames=args.frames, text_tokens=args.text_tokens, concurrency=args.concurrency,
                            runs=args.runs, cuda_graph=not args.no_cuda_graph, chunk_frames=chunks,
                            async_scheduling=not args.no_async_scheduling, prefill_graphs=not args.no_prefill_graphs,
-                           disable_kernels=tuple(args.disable_kernel))
+                           disable_kernels=tuple(args.disable_kernel), max_prefill_replays=args.max_prefill_replays)
     except AnnaError as exc:  # a bad model folder, device, dtype or --disable-kernel entry: one line, not a traceback
         print(f"tts_bench: {exc}", file=sys.stderr)
         sys.exit(2)

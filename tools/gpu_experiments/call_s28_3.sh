@@ -10,7 +10,7 @@ for arm in defaults replays1; do
   flags=(); [ "$arm" = replays1 ] && flags=(--max-prefill-replays 1)
   echo "== TTS $arm $(date +%T)"
   timeout "$([ "$arm" = defaults ] && echo "${T_TTS:-230}" || echo "${T_TTS2:-120}")" python3 -m anna_audio.tts_bench \
-    --shape Qwen3-TTS-12Hz-1.7B-Base --dtype bf16 --frames 125 --concurrency 16 --runs 3 "${flags[@]}" \
+    --shape Qwen3-TTS-12Hz-1.7B-Base --dtype bf16 --frames 125 --concurrency 16 --runs "${TTS_RUNS:-3}" "${flags[@]}" \
     --out "$OUT/tts_$arm.json" > "$OUT/tts_$arm.log" 2>&1
   echo "exit $?"; grep -E "^(one request|[0-9]+ concurrent|device split|engine steps)" "$OUT/tts_$arm.log" | cut -c1-300
 done

@@ -3,6 +3,7 @@ set -u
 # after the two-codes-per-shift decoding (wheels of the previous commit in .annawhl_base, this one's in .annawhl):
 # the quantized-GEMV microbenchmark at the Qwen3.5-9B decode shapes (one row, int4), then `anna bench` at 9B
 # batch 1: int4 weights and LM head (this build), bf16 (the ratio's denominator), int4 (the previous build).
+# MICRO_ONLY=1 stops after the microbenchmarks.
 #   MODE=script SCRIPT=tools/gpu_experiments/call_s28_1.sh bash anna-core/src/anna_core/bench/h200_run.sh
 . tools/gpu_experiments/copy_bandwidth.sh
 for v in base new; do
@@ -23,6 +24,7 @@ bench() {  # bench NAME SITE [anna bench flags]: 9B batch 1, one run
     "${@:3}" --json > "$OUT/b1_$1.json" 2> "$OUT/b1_$1.log"
   echo "exit $?"; python3 tools/gpu_experiments/bench_summary.py "$OUT/b1_$1.json"
 }
+[ -n "${MICRO_ONLY:-}" ] && { echo "== done (MICRO_ONLY) $(date +%T)"; exit 0; }
 bench int4_new new --weight-quant int4 --lm-head-quant int4
 bench bf16 new
 bench int4_base base --weight-quant int4 --lm-head-quant int4

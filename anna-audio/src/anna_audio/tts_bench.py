@@ -178,12 +178,12 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
     kernel implementations not to use (``"op:name"``, as ``anna serve --disable-kernel``). ``async_scheduling``:
     the engine's (decode steps launched ahead of the previous step's read-back); ``prefill_graphs``: with
     ``cuda_graph``, prompts replay captured prefill graphs (``RunnerConfig.prefill_graphs``; False: eager prefills,
-    the A/B of the first audio); ``max_prefill_replays``: the most fresh prompts of one step that replay their own
-    prefill graph (``RunnerConfig.max_prefill_replays``; None: its default; more prompts share one eager pass: the
-    A/B of the concurrent requests' prefills). The report's ``"steps"`` counts the served steps by path (``"decode_graph"``,
-    ``"launched_ahead"``: decode graph steps not waited for, ``"prefill_graph"``: prompts replayed from a prefill
-    graph, ``"eager"``) and ``"prefill_graphs"`` is the runner's prefill graph report (captured, prompt lengths, why
-    not).
+    the A/B of the first audio); ``max_prefill_replays``: the most fresh prompts of one step that replay their
+    own prefill graph (``RunnerConfig.max_prefill_replays``; None: its default; more prompts share one eager pass:
+    the A/B of the concurrent requests' prefills). The report's ``"steps"`` counts the served steps by path
+    (``"decode_graph"``, ``"launched_ahead"``: decode graph steps not waited for, ``"prefill_graph"``: prompts
+    replayed from a prefill graph, ``"eager"``) and ``"prefill_graphs"`` is the runner's prefill graph report
+    (captured, prompt lengths, why not).
 
     Raises:
         ValueError: a non-positive ``frames``, ``text_tokens``, ``concurrency`` or ``runs``.

@@ -24,8 +24,9 @@ How:
   thread instead of 168 (compiled for sm_90).
 * Per unit ``P = sum_j x_j f_j`` (a fused multiply-add per code) and ``X = sum_j x_j`` (once per program, shared by
   its rows) give the dequantized product with the scale and zero applied once per unit: int4 ``sum_j x_j (q_j s +
-  z) = 16 s P + (z - 16 s) X`` (paired: ``s P + z X``, ``P`` the codes' own products); int8 ``sum_j x_j q_j = 256 (P - 1.5 X)`` (times the row's scale at the end); FP8
-  ``P 2^120 s`` (as ``(P 2^60)(s 2^60)``: no overflow for any finite scale).
+  z) = 16 s P + (z - 16 s) X`` (paired: ``s P + z X``, ``P`` the codes' own products); int8 ``sum_j x_j q_j =
+  256 (P - 1.5 X)`` (times the row's scale at the end); FP8 ``P 2^120 s`` (as ``(P 2^60)(s 2^60)``: no overflow
+  for any finite scale).
 * Each program owns ``BLOCK_N`` weight rows and a ``1 / SPLIT_K`` share of K (whole ``BLOCK_K`` tiles), so narrow
   projections still start enough programs to keep every multiprocessor's loads in flight. With ``SPLIT_K > 1``
   each program stores its float32 partial sums in a workspace ``[SPLIT_K, M, N]`` and counts itself in on its row
@@ -38,10 +39,10 @@ Exactness: every code is decoded exactly (FP8 subnormals become float32 subnorma
 flush); the int4 / int8 unit sums carry an offset (``X``; paired int4: ``16 sum_odd x' + 256 sum_even x'``, a few
 bits of cancellation), so results differ from the reference's (dequantize, then multiply) by summation order and
 those bits: within the tests' ``1e-5`` of the largest output (paired int4 with 16-bit rows: well within their
-output's rounding, tested exact on integer data and to one unit in the last place on random fp16 data). The decode fusions of the tiled kernel are kept: the norm prologues
-(:mod:`anna_xpu_kernels.gemv_prologue`, rows up to :data:`anna_xpu_kernels.wq_gemv.NORM_PROLOGUE_MAX_K`), the
-gated epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`, merged gate/up rows interleaved per program) and an
-act-order weight's column order (``PERMUTED``: the activation tile gathered through ``perm``, as in
+output's rounding, tested exact on integer data and to one unit in the last place on random fp16 data). The
+decode fusions of the tiled kernel are kept: the norm prologues (:mod:`anna_xpu_kernels.gemv_prologue`, rows up
+to :data:`anna_xpu_kernels.wq_gemv.NORM_PROLOGUE_MAX_K`), the gated epilogues (:mod:`anna_xpu_kernels.gemv_epilogue`,
+merged gate/up rows interleaved per program) and an act-order weight's column order (``PERMUTED``: the activation tile gathered through ``perm``, as in
 :mod:`anna_xpu_kernels.wq_gemv`).
 """
 
@@ -219,8 +220,9 @@ def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr, PAIRED: tl.c
       outlier activations): far below a 16-bit output's rounding (a half ulp is 2e-3 / 2.4e-4 of it in bf16 /
       fp16), but float32 activations measured errors up to 1.1e-5 of the largest output, so only 16-bit
       activations pair (``PAIRED`` is false for float32 rows). The offset also scales the activations by up to
-      about 1024 (16 unpaired): activations beyond about 1e34 overflow float32 here (not in the unpaired sums). (With more rows the scaled activations and offsets of every row cost more than the
-      shifts saved: compiled for sm_90, 4 rows broke even and 8 rows took 9% more instructions.)"""
+      about 1024 (16 unpaired): activations beyond about 1e34 overflow float32 here (not in the unpaired sums).
+      (With more rows the scaled activations and offsets of every row cost more than the shifts saved: compiled
+      for sm_90, 4 rows broke even and 8 rows took 9% more instructions.)"""
     e, o = _halves(x)  # j = 4a + 2b + c: the halves split c, then b, then a
     e0, e1 = _halves(e)
     o0, o1 = _halves(o)
@@ -312,9 +314,9 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, s_ok, k0, k_end, stride_qn, 
 @triton.jit
 def _tile_sum(acc, units, scale, zero, x, code_mask, one_bits, SCHEME: tl.constexpr, ACT_BITS: tl.constexpr):
     """``acc`` ``[G, BLOCK_M, BLOCK_N, 16]`` plus one tile's products (module docstring) of :func:`_load_tile`'s
-    raw tile and the float32 activation tile ``x`` ``[G, BLOCK_M, 128]`` (values of ``ACT_BITS``-bit activations: int4
-    tiles of 16-bit activations and at most :data:`PAIRED_MAX_ROWS` rows decode two codes per shift,
-    :func:`_unit_sums`)."""
+    raw tile and the float32 activation tile ``x`` ``[G, BLOCK_M, 128]`` (values of ``ACT_BITS``-bit
+    activations: int4 tiles of 16-bit activations and at most :data:`PAIRED_MAX_ROWS` rows decode two codes per
+    shift, :func:`_unit_sums`)."""
     PAIRED: tl.constexpr = x.shape[1] <= PAIRED_MAX_ROWS and ACT_BITS == 16
     p, xs = _unit_sums(units, tl.reshape(x, (x.shape[0], x.shape[1], 16, 8)), code_mask, one_bits, SCHEME, PAIRED)
     if SCHEME == 0 and PAIRED:  # s P + z X (P: the codes' own products)

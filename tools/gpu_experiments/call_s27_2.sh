@@ -12,9 +12,5 @@ for arm in A B; do
     2>&1 | grep -v "^kernels" | cut -c1-400
   mv "$OUT/gemma4_bench.tgz" "$OUT/rows_9b_$arm.tgz" 2>/dev/null
 done
-echo "== 9B TurboQuant step $(date +%T)"
-timeout "${T_STEP9:-200}" python3 tools/gpu_experiments/turboquant_bench.py --shapes Qwen3.5-9B --budget-gib 8 \
-  --context 4096 --batch 32 --steps 32 --bits 4 --tq-decodes "${TQ_DECODES9:-words-chunked}" \
-  --tq-writes chain,columns --no-capacity > "$OUT/tq_step9.log" 2>&1
-echo "turboquant_bench exit $? $(date +%T)"; grep '^{' "$OUT/tq_step9.log"; grep -v '^{' "$OUT/tq_step9.log" | tail -3 | cut -c1-300
+. tools/gpu_experiments/tq_step9.sh
 echo "== done $(date +%T)"

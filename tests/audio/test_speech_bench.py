@@ -33,6 +33,9 @@ def test_bench_cpu_path():
     assert 0 < one["first_audio_s"] < one["latency_s"]
     assert crowd["requests"] == 2 and crowd["latency_vs_one"] == pytest.approx(crowd["latency_s"]["mean"]
                                                                                / one["latency_s"])
+    for stats in (crowd["latency_s"], crowd["first_audio_s"]):
+        assert 0 < stats["min"] <= stats["p50"] <= stats["max"] and stats["min"] <= stats["mean"] <= stats["max"]
+    assert crowd["first_audio_s"]["max"] < crowd["latency_s"]["min"]
     assert report["chunk_frames"] == [1, 4] and report["vocoder_calls"] >= 2
     steps = report["steps"]  # no graphs on the CPU: every step eager, none launched ahead
     assert steps["async_scheduling"] and steps["decode_graph"] == steps["launched_ahead"] == 0 and steps["eager"] > 0

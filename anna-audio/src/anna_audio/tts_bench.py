@@ -9,7 +9,7 @@ process) and each request a streamed ``POST /v1/audio/speech`` (``pcm``) read wi
 
 Reported: at one request, the first audio (seconds to the response's first body byte) and the real-time factor (wall
 seconds to the last byte / audio seconds; lower is better); at ``--concurrency`` requests sent at once, each one's
-latency to its last byte and first byte (mean, p50, max) and its ratio to one request's. Then where a frame's time
+latency to its last byte and first byte (mean, min, p50, max) and its ratio to one request's. Then where a frame's time
 goes (:func:`device_split`): whether the decode steps replay captured graphs, the device milliseconds of one decode
 step (talker and code predictor) and of the code predictor alone per batch, and the vocoder's per frame. Targets of issue 27 on an
 H200 at the 1.7B shape in bf16: RTF <= 0.05, first audio <= 60 ms, 16 concurrent within 2x of one. A prompt replays
@@ -166,7 +166,7 @@ async def _round(url: str, n: int, offset: int) -> list[dict[str, float]]:
 
 
 def _stats(values: list[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values), "p50": statistics.median(values), "max": max(values)}
+    return {"mean": statistics.fmean(values), "min": min(values), "p50": statistics.median(values), "max": max(values)}
 
 
 def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str = "auto", dtype: str = "auto",
@@ -395,7 +395,8 @@ def main(argv: list[str] | None = None) -> None:
           f"RTF {one['rtf']:.4f}")
     print(f"{crowd['requests']} concurrent: latency mean {crowd['latency_s']['mean']:.3f} s (x{crowd['latency_vs_one']:.2f}"
           f" of one), p50 {crowd['latency_s']['p50']:.3f} s, max {crowd['latency_s']['max']:.3f} s; first audio mean "
-          f"{crowd['first_audio_s']['mean'] * 1000:.1f} ms")
+          f"{crowd['first_audio_s']['mean'] * 1000:.1f} ms (min {crowd['first_audio_s']['min'] * 1000:.1f}, max "
+          f"{crowd['first_audio_s']['max'] * 1000:.1f})")
     st = report["steps"]
     print(f"engine steps: async scheduling {'on' if st['async_scheduling'] else 'off'}, decode graph "
           f"{st['decode_graph']} ({st['launched_ahead']} launched ahead), prefill graph {st['prefill_graph']}, "

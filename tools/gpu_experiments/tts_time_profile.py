@@ -1,0 +1,110 @@
+"""Issue 27 on a GPU: where the device time of a frame goes at 16 requests, by kernel.
+
+At the 1.7B shape (random bf16 weights): the code predictor's frame (``FramePredictor``, sampled with the checkpoints'
+``subtalker_*`` defaults) at ``--rows`` rows, and the codec decoder continuing ``--rows`` streams by a chunk of
+``--chunk`` frames (as the vocoder decodes a served chunk, eagerly), each once under ``torch.profiler``: the device
+microseconds summed by kernel name, the twelve largest, their launch counts, and the total. These are the two parts
+that grow from one request to 16 (the step's predictor 2.0 -> 3.3 ms a frame, the vocoder 0.42 -> 1.65 ms, H100,
+2026-12-07); the table says which kernels grow.
+
+Run from the repository root with the Anna wheels installed (about 30 s; stdout)::
+
+    timeout 120 python3 tools/gpu_experiments/tts_time_profile.py [--rows 16] [--chunk 8]
+
+``--device cpu`` checks the script (no device times: the CPU profiler's operator times instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPE = ROOT / "tests/audio/reference_configs/Qwen3-TTS-12Hz-1.7B-Base.json"
+CODEC = ROOT / "tests/audio/reference_configs/Qwen3-TTS-Tokenizer-12Hz.json"
+
+
+def table(name: str, fn, device: torch.device) -> None:
+    """Run ``fn`` once under the profiler and print its device time by kernel (or CPU op time off CUDA)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with torch.inference_mode():
+        for _ in range(3):  # compile, tune, allocate first
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+            fn()
+            if cuda:
+                torch.cuda.synchronize()
+    total: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for e in prof.events():
+        if cuda and e.device_type.name != "CUDA":
+            continue
+        if not cuda and e.cpu_parent is not None:  # top-level operators only
+            continue
+        us = e.time_range.elapsed_us() if cuda else e.cpu_time  # a kernel event: its own span
+        total[e.name] += us
+        count[e.name] += 1
+    whole = sum(total.values())
+    print(f"{name}: {sum(count.values())} {'kernels' if cuda else 'ops'}, {whole:.0f} us "
+          f"({'device' if cuda else 'CPU'})", flush=True)
+    for k, us in sorted(total.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"  {us:8.1f} us {100 * us / max(whole, 1e-9):5.1f}%  x{count[k]:<4d} {k[:110]}", flush=True)
+
+
+def main() -> None:
+    from anna_audio.qwen3_tts.code_predictor import CodePredictor
+    from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
+    from anna_audio.qwen3_tts.config import parse_codec, parse_talker
+    from anna_audio.qwen3_tts.frame_predictor import FramePredictor
+    from anna_audio.qwen3_tts.sampling import CodeSampling
+    from anna_audio.qwen3_tts.stream_state import StreamState
+    from anna_core.kernels.registry import KernelRegistry, bind_ops
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--chunk", type=int, default=8)
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type != "cpu" else torch.float32
+    torch.manual_seed(0)
+    print(f"tts_time_profile on {torch.cuda.get_device_name(device) if device.type == 'cuda' else device}, "
+          f"{args.rows} rows, chunks of {args.chunk} frames", flush=True)
+
+    talker, config = parse_talker(json.loads(SHAPE.read_text())["talker_config"])
+    width = talker.shape.hidden_size
+    with torch.device(device):
+        predictor = CodePredictor(config, width).to(dtype).eval().requires_grad_(False)
+    ops = bind_ops(KernelRegistry.from_plugins(), device, dtype)
+    frame = FramePredictor(predictor, ops, CodeSampling(True, 0.9, 50, 1.0))
+    frame.reserve(args.rows + 1)
+    h = torch.randn(args.rows, width, device=device, dtype=dtype)
+    table(f"code predictor frame ({config.num_code_groups - 1} passes), sampled", lambda: frame(h, h), device)
+
+    decoder = CodecDecoder(parse_codec(json.loads(CODEC.read_text())).decoder).eval()
+    with torch.no_grad():
+        for name, p in decoder.named_parameters():
+            if name.endswith("embedding_sum"):
+                p.normal_()
+            elif name.endswith(("alpha", "beta")):
+                p.uniform_(-0.5, 0.5)
+    decoder = decoder.to(device, dtype)
+    q = decoder.config.num_quantizers
+    codes = torch.randint(0, 2048, (args.rows, args.chunk, q), dtype=torch.int64)
+    states = [StreamState() for _ in range(args.rows)]
+    with torch.inference_mode():
+        decoder.decode_streams(states, codes)  # the streams' first chunks: the profiled ones continue them
+    table(f"codec decoder, {args.rows} streams continued by {args.chunk} frames (eager)",
+          lambda: decoder.decode_streams(states, codes), device)
+
+
+if __name__ == "__main__":
+    main()

@@ -204,3 +204,23 @@ def test_tuning_space_per_shape():
     assert all(s == 1 for _, _, s, _ in kept(248320, 4096, 1))  # the LM head: rows enough
     assert kept(24576, 4096, 8) == {(4, 1024, 1, 4), (8, 1024, 1, 4), (8, 2048, 1, 8)}  # 8 rows
     assert kept(4096, 384, 1) == kept(64, 128, 8) == {(8, 256, 1, 4)}  # nothing fits: the interpreter's configuration
+
+
+def test_hardware_fp8_conversion_only_where_asked_and_compiled(monkeypatch, poison_outputs):
+    """``ANNA_WQ_FP8_CVT=1`` asks for the FP8 codes' hardware conversion (inline PTX, sm_89+): never on the CPU nor
+    under the interpreter (the shift-and-mask decode runs, the same values), never without the switch; a switch
+    that is set does not change the CPU's result."""
+    from anna_xpu_kernels import wq_gemv, wq_gemv_decode as dec
+    from anna_xpu_kernels._env import WQ_FP8_CVT_ENV, wq_fp8_cvt_requested
+
+    monkeypatch.delenv(WQ_FP8_CVT_ENV, raising=False)
+    assert not wq_fp8_cvt_requested() and not dec.native_fp8(torch.device("cpu"))
+    x = torch.randn(1, 256, generator=torch.Generator().manual_seed(3))
+    w = quantized_weight(16, 256, "fp8", seed=3)
+    off = wq_gemv.wq_linear(x, *w, "fp8", None)
+    for value, asked in (("1", True), ("true", True), ("0", False), ("", False)):
+        monkeypatch.setenv(WQ_FP8_CVT_ENV, value)
+        assert wq_fp8_cvt_requested() is asked and not dec.native_fp8(torch.device("cpu"))
+    monkeypatch.setenv(WQ_FP8_CVT_ENV, "1")
+    assert torch.equal(wq_gemv.wq_linear(x, *w, "fp8", None), off)
+    assert rel(off, ref.wq_linear(x, *w, "fp8", None)) <= TOL

@@ -74,6 +74,16 @@ def norm_prologue_requested() -> bool | None:
     return True if value in _TRUE else False if value in _FALSE else None
 
 
+WQ_FP8_CVT_ENV = "ANNA_WQ_FP8_CVT"
+
+
+def wq_fp8_cvt_requested() -> bool:
+    """``ANNA_WQ_FP8_CVT``: a true value (``1``) lets the quantized decode GEMV convert FP8 codes with the
+    hardware's ``e4m3x2`` conversion where the device has it (:func:`anna_xpu_kernels.wq_gemv_decode.native_fp8`);
+    off by default until a GPU measures it (an A/B switch)."""
+    return os.environ.get(WQ_FP8_CVT_ENV, "").strip().lower() in _TRUE
+
+
 GEMV_PREFETCH_ENV = "ANNA_GEMV_PREFETCH"
 
 

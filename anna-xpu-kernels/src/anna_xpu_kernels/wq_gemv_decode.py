@@ -52,6 +52,7 @@ import attrs
 import torch
 
 from anna_xpu_kernels import pdl
+from anna_xpu_kernels._env import wq_fp8_cvt_requested
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.counters import CounterPool
 from anna_xpu_kernels.gemv import Prologue
@@ -202,13 +203,29 @@ def _int4_pair(t, code_mask, one_bits):
 
 
 @triton.jit
-def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr, PAIRED: tl.constexpr):
+def _e4m3x4(half):
+    """The float32 values of the four FP8 e4m3 codes of each int32 word ``half`` (byte ``J`` is the ``J``-th
+    result), exact, by the hardware's conversion (PTX ``cvt.rn.f16x2.e4m3x2``, sm_89 and later: two codes to two
+    float16 in one instruction; every e4m3 value is a float16 one), then float16 to float32. Compiled CUDA code only
+    (inline PTX: the launcher sets ``NATIVE_FP8`` only there, :func:`native_fp8`)."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 l, h; .reg .b32 a, b; .reg .f16 a0, a1, b0, b1; mov.b32 {l, h}, $4; "
+        "cvt.rn.f16x2.e4m3x2 a, l; cvt.rn.f16x2.e4m3x2 b, h; mov.b32 {a0, a1}, a; mov.b32 {b0, b1}, b; "
+        "cvt.f32.f16 $0, a0; cvt.f32.f16 $1, a1; cvt.f32.f16 $2, b0; cvt.f32.f16 $3, b1; }",
+        "=r,=r,=r,=r,r", [half], dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr, PAIRED: tl.constexpr,
+               NATIVE_FP8: tl.constexpr):
     """``(P, X)``, float32, for the 8-code units ``[G, N, 16]`` (int4: int32 words; int8 / FP8: int64, codes 0..3
     in the low half) and the activations ``x`` ``[G, M, 16, 8]``: ``X[g, m, u] = sum_j x[g, m, u, j]``
     ``[G, M, 1, 16]``, and ``P`` ``[G, M, N, 16]``:
 
     * ``P[g, m, n, u] = sum_j x[g, m, u, j] f_j(units[g, n, u])`` (:func:`_code_f`, one shift and one logic
       instruction per code; int4: ``f = 1 + q / 16``);
+    * FP8 with ``NATIVE_FP8``: ``P = sum_j x_j w_j`` (the codes' own values, :func:`_e4m3x4`: half an instruction
+      to convert a code to float16 and one to float32, in place of two shifts and a logic instruction);
     * int4 with ``PAIRED`` (1 or 2 rows, :data:`PAIRED_MAX_ROWS`): ``P = sum_j x_j q_j`` (the codes' own values):
       one shift moves two codes to bits 15..22 of a word (:func:`_int4_pair`: ``f = 1 + q / 16`` for the odd code,
       ``16 + q / 16`` for the even one), so a unit costs 4 shifts and 8 logic instructions (shared by the
@@ -230,7 +247,19 @@ def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr, PAIRED: tl.c
     x2, x6 = _halves(e1)
     x1, x5 = _halves(o0)
     x3, x7 = _halves(o1)
-    if SCHEME == 0 and PAIRED:
+    if SCHEME == 2 and NATIVE_FP8:
+        a0, a1, a2, a3 = _e4m3x4(units.to(tl.int32))  # codes 0..3 (little-endian)
+        p = _mac(x0, a0)
+        p += _mac(x1, a1)
+        p += _mac(x2, a2)
+        p += _mac(x3, a3)
+        b0, b1, b2, b3 = _e4m3x4((units >> 32).to(tl.int32))  # codes 4..7
+        p += _mac(x4, b0)
+        p += _mac(x5, b1)
+        p += _mac(x6, b2)
+        p += _mac(x7, b3)
+        xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
+    elif SCHEME == 0 and PAIRED:
         xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))  # first: 96 registers in the 16-row tile, not 123
         y0, y1, y2, y3 = x0 * 16.0, x1 * 16.0, x2 * 16.0, x3 * 16.0
         y4, y5, y6, y7 = x4 * 16.0, x5 * 16.0, x6 * 16.0, x7 * 16.0
@@ -312,13 +341,15 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, s_ok, k0, k_end, stride_qn, 
 
 
 @triton.jit
-def _tile_sum(acc, units, scale, zero, x, code_mask, one_bits, SCHEME: tl.constexpr, ACT_BITS: tl.constexpr):
+def _tile_sum(acc, units, scale, zero, x, code_mask, one_bits, SCHEME: tl.constexpr, ACT_BITS: tl.constexpr,
+              NATIVE_FP8: tl.constexpr):
     """``acc`` ``[G, BLOCK_M, BLOCK_N, 16]`` plus one tile's products (module docstring) of :func:`_load_tile`'s
     raw tile and the float32 activation tile ``x`` ``[G, BLOCK_M, 128]`` (values of ``ACT_BITS``-bit
     activations: int4 tiles of 16-bit activations and at most :data:`PAIRED_MAX_ROWS` rows decode two codes per
-    shift, :func:`_unit_sums`)."""
+    shift, :func:`_unit_sums`; FP8 tiles with ``NATIVE_FP8`` convert their codes in hardware)."""
     PAIRED: tl.constexpr = x.shape[1] <= PAIRED_MAX_ROWS and ACT_BITS == 16
-    p, xs = _unit_sums(units, tl.reshape(x, (x.shape[0], x.shape[1], 16, 8)), code_mask, one_bits, SCHEME, PAIRED)
+    p, xs = _unit_sums(units, tl.reshape(x, (x.shape[0], x.shape[1], 16, 8)), code_mask, one_bits, SCHEME, PAIRED,
+                       NATIVE_FP8)
     if SCHEME == 0 and PAIRED:  # s P + z X (P: the codes' own products)
         acc += p * scale[:, None, :, None] + xs * zero[:, None, :, None]
     elif SCHEME == 0:  # 16 s P + (z - 16 s) X
@@ -326,13 +357,15 @@ def _tile_sum(acc, units, scale, zero, x, code_mask, one_bits, SCHEME: tl.conste
         acc += p * s16[:, None, :, None] + xs * (zero - s16)[:, None, :, None]
     elif SCHEME == 1:  # (P - 1.5 X): the codes' sum / 256
         acc += p - 1.5 * xs
+    elif NATIVE_FP8:  # s P (P: the codes' own products)
+        acc += p * scale[:, None, :, None]
     else:  # P is the sum times 2^-120: scaled back in two steps of 2^60 (no overflow for any finite scale)
         acc += (p * 1.152921504606846976e18) * (scale * 1.152921504606846976e18)[:, None, :, None]
     return acc
 
 
 @autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "SCHEME", "PROLOGUE", "EPILOGUE",
-                                                     "PERMUTED"],
+                                                     "PERMUTED", "NATIVE_FP8"],
           prune_configs_by={"early_config_prune": prune}, do_bench=autotune_bench)  # timed with a cold L2
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
 @triton.jit(do_not_specialize=["code_mask", "one_bits"], do_not_specialize_on_alignment=["q_ptr"])  # one 8-code word per thread: the activations' layout
@@ -342,7 +375,7 @@ def _wq_decode_kernel(
     SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, PROLOGUE: tl.constexpr,
     ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, PERMUTED: tl.constexpr, USE_PDL: tl.constexpr,
     ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
+    EVEN_K: tl.constexpr, NATIVE_FP8: tl.constexpr,
 ):
     pdl.launch_dependents(USE_PDL)
     pid_n = tl.program_id(0)
@@ -382,7 +415,7 @@ def _wq_decode_kernel(
         x_cols = permuted_columns(perm_ptr, k0 + kk, K, PERMUTED)  # x's columns of the stored columns k0 + kk
         x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[None, :, None], x_cols, ok, rstd[None, :, None], K, stride_xm,
                      stride_rm, PROLOGUE, ZERO_CENTERED).to(tl.float32)  # [G, BLOCK_M, 128]
-        acc = _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME, ACT_BITS)
+        acc = _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME, ACT_BITS, NATIVE_FP8)
         codes, scale, zero = nxt_codes, nxt_scale, nxt_zero
     out = tl.sum(tl.sum(acc, axis=3), axis=0)  # [BLOCK_M, BLOCK_N]
     if SCHEME == 1:  # int8: 256 x the row's scale
@@ -416,6 +449,16 @@ def takes(rows: torch.Tensor, qweight: torch.Tensor, scheme: str) -> bool:
     return scheme == "int4" or qweight.shape[1] % 8 == 0
 
 
+def native_fp8(device: torch.device) -> bool:
+    """Whether FP8 codes on ``device`` convert in hardware (:func:`_e4m3x4`): asked for (``ANNA_WQ_FP8_CVT=1``,
+    :func:`anna_xpu_kernels._env.wq_fp8_cvt_requested`; an A/B switch until a GPU measures it), compiled rather than
+    interpreted, on a CUDA device of compute capability 8.9 or more (the conversion's PTX needs sm_89; an XPU runs
+    the shift-and-mask decode of :func:`_code_f`). Both decodes give every code's exact value, so the outputs are the
+    same."""
+    return (wq_fp8_cvt_requested() and not INTERPRETING and device.type == "cuda"
+            and torch.cuda.get_device_capability(device) >= (8, 9))
+
+
 def _max_split(n: int) -> int:
     return 1 if INTERPRETING or n > MAX_SPLIT_N else max(SPLITS)
 
@@ -447,7 +490,8 @@ def launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: to
             r.stride(0), nr.stride(0), float(prologue.eps), *CODE_BITS[scheme])
     common = dict(SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, PROLOGUE=prologue.mode,
                   ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue, PERMUTED=perm is not None,
-                  ROW_BLOCK=row_block(k, block_m, 128) if prologue.mode in (1, 2) else 1, **pdl.launch_options(x))
+                  ROW_BLOCK=row_block(k, block_m, 128) if prologue.mode in (1, 2) else 1,
+                  NATIVE_FP8=scheme == "fp8" and native_fp8(x.device), **pdl.launch_options(x))
     if config is not None:
         grid = (triton.cdiv(n, config.block_n), config.split_k)
         _wq_decode_kernel.fn[grid](*args, **common, BLOCK_N=config.block_n, BLOCK_K=config.block_k,

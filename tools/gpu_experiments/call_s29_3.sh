@@ -1,0 +1,23 @@
+set -u
+# Twenty-ninth session, issue 29 end to end (at most ~540 s; runs while their bound is left of BUDGET, default
+# 520 s): `anna bench` at the Qwen3.5-9B shape, batch 1, 512-token prompt, 128 tokens, one run each: bf16 (the
+# ratios' denominator), int4 weights + LM head (this build: two codes per shift), FP8 weights + LM head with the
+# shift-and-mask decode (the default), and with the codes converted in hardware (ANNA_WQ_FP8_CVT=1).
+#   MODE=script SCRIPT=tools/gpu_experiments/call_s29_3.sh bash anna-core/src/anna_core/bench/h200_run.sh
+. tools/gpu_experiments/copy_bandwidth.sh
+budget=${BUDGET:-520}
+left() { echo $((budget - SECONDS)); }
+bench() {  # bench NAME BOUND [env ...] -- [anna bench flags]
+  local name=$1 bound=$2; shift 2
+  local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  if [ "$(left)" -lt "$bound" ]; then echo "== 9B b1 $name skipped ($(left) s left, needs $bound)"; return; fi
+  echo "== 9B b1 $name $(date +%T)"
+  env "${envs[@]}" timeout "$bound" anna bench --model-dir tests/qwen35/reference_configs/Qwen3.5-9B --batch-size 1 \
+    --input-len 512 --output-len 128 --runs 1 "$@" --json > "$OUT/b1_$name.json" 2> "$OUT/b1_$name.log"
+  echo "exit $?"; python3 tools/gpu_experiments/bench_summary.py "$OUT/b1_$name.json"
+}
+bench bf16 "${T_RUN:-120}" --
+bench int4 "${T_RUN:-120}" -- --weight-quant int4 --lm-head-quant int4
+bench fp8 "${T_RUN:-120}" -- --weight-quant fp8 --lm-head-quant fp8
+bench fp8_cvt "${T_RUN:-120}" ANNA_WQ_FP8_CVT=1 -- --weight-quant fp8 --lm-head-quant fp8
+echo "== done $(date +%T)"

@@ -5,7 +5,8 @@ At the 1.7B shape (random bf16 weights): the code predictor's frame (``FramePred
 ``--chunk`` frames (as the vocoder decodes a served chunk, eagerly), each once under ``torch.profiler``: the device
 microseconds summed by kernel name, the twelve largest, their launch counts, and the total. These are the two parts
 that grow from one request to 16 (the step's predictor 2.0 -> 3.3 ms a frame, the vocoder 0.42 -> 1.65 ms, H100,
-2026-12-07); the table says which kernels grow.
+2026-12-07); the table says which kernels grow. Then the decoder's chunk timed (median of 10, eager) with cuDNN's
+heuristics and with its algorithm search (``cudnn.benchmark``): the convolutions' share is the vocoder's largest.
 
 Run from the repository root with the Anna wheels installed (about 30 s; stdout)::
 
@@ -59,6 +60,20 @@ def table(name: str, fn, device: torch.device) -> None:
         print(f"  {us:8.1f} us {100 * us / max(whole, 1e-9):5.1f}%  x{count[k]:<4d} {k[:110]}", flush=True)
 
 
+def _median_ms(fn, iters: int = 10) -> float:
+    for _ in range(3):  # warm (and, with cudnn.benchmark, search)
+        fn()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
 def main() -> None:
     from anna_audio.qwen3_tts.code_predictor import CodePredictor
     from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
@@ -102,8 +117,14 @@ def main() -> None:
     states = [StreamState() for _ in range(args.rows)]
     with torch.inference_mode():
         decoder.decode_streams(states, codes)  # the streams' first chunks: the profiled ones continue them
-    table(f"codec decoder, {args.rows} streams continued by {args.chunk} frames (eager)",
-          lambda: decoder.decode_streams(states, codes), device)
+    decode = lambda: decoder.decode_streams(states, codes)  # noqa: E731
+    table(f"codec decoder, {args.rows} streams continued by {args.chunk} frames (eager)", decode, device)
+    if device.type == "cuda":  # cuDNN's own algorithm search for these fixed shapes, against its heuristics
+        for bench in (False, True):
+            with torch.backends.cudnn.flags(enabled=True, benchmark=bench), torch.inference_mode():
+                ms = _median_ms(decode)
+            print(f"codec decoder chunk, cudnn.benchmark={bench}: {ms:.3f} ms ({ms / args.chunk:.3f} ms a frame)",
+                  flush=True)
 
 
 if __name__ == "__main__":

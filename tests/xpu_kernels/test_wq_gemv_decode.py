@@ -104,18 +104,22 @@ def test_int4_codes_of_every_value():
     assert rel(got, ref.wq_linear(x, qweight, scale, zero, "int4", None)) <= TOL
 
 
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "unpaired"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows,config", [(1, (8, 256, 1)), (2, (16, 128, 2)), (1, (4, 128, 3)), (4, (8, 256, 1))])
-def test_int4_of_16_bit_rows_is_exact(dtype, rows, config, poison_outputs):
-    """One or two rows of 16-bit activations decode two int4 codes per shift (``PAIRED``: the odd code as ``1 + q /
-    16``, the even one as ``16 + q / 16``, the chain started at minus their offset); four rows one code per shift.
+def test_int4_of_16_bit_rows_is_exact(dtype, rows, config, paired, monkeypatch, poison_outputs):
+    """With ``ANNA_WQ_INT4_PAIRED=1`` one or two rows of 16-bit activations decode two int4 codes per shift
+    (``PAIRED``: the odd code as ``1 + q / 16``, the even one as ``16 + q / 16``, the chain started at minus their
+    offset); four rows, or the switch off (the default), one code per shift.
     With small integer activations, power-of-two scales and integer zeros every float32 sum of either path is an
     exact integer, so each output is the exact product rounded once to the output's dtype: equal, not close (bf16:
     rounded to nearest on a GPU, toward zero by Triton's interpreter). Every code value sits in every position of a
     word (a swapped or mis-shifted code changes the sum)."""
     from anna_xpu_kernels import wq_gemv_decode as dec
+    from anna_xpu_kernels._env import WQ_INT4_PAIRED_ENV
     from anna_xpu_kernels.gemv import Prologue
 
+    monkeypatch.setenv(WQ_INT4_PAIRED_ENV, "1" if paired else "0")
     n, k = 20, 384
     gen = torch.Generator().manual_seed(rows * 10 + config[2])
     nibbles = (torch.arange(16).repeat(n, k // 16) + torch.arange(n)[:, None]) % 16  # each row shifted by one
@@ -139,14 +143,16 @@ def test_int4_of_16_bit_rows_is_exact(dtype, rows, config, poison_outputs):
 
 
 @pytest.mark.parametrize("rows", [1, 2])
-def test_int4_of_fp16_rows_on_random_data(rows, poison_outputs):
-    """The paired decode on random data with outlier channels (a few activations 40 times the rest): each fp16
+def test_int4_of_fp16_rows_on_random_data(rows, monkeypatch, poison_outputs):
+    """The paired decode (``ANNA_WQ_INT4_PAIRED=1``) on random data with outlier channels (a few activations 40 times the rest): each fp16
     output is the exact product (float64, of the dequantized weight) rounded to nearest, or within one unit in the
     last place of it where the exact product lies within the float32 sums' error of a rounding boundary (at most
     1 in 8 here), or within 1e-6 of the largest output (outputs near zero, after cancellation)."""
     from anna_xpu_kernels import wq_gemv_decode as dec
+    from anna_xpu_kernels._env import WQ_INT4_PAIRED_ENV
     from anna_xpu_kernels.gemv import Prologue
 
+    monkeypatch.setenv(WQ_INT4_PAIRED_ENV, "1")
     n, k = 48, 1024
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, k, generator=gen) * 3
@@ -206,21 +212,30 @@ def test_tuning_space_per_shape():
     assert kept(4096, 384, 1) == kept(64, 128, 8) == {(8, 256, 1, 4)}  # nothing fits: the interpreter's configuration
 
 
-def test_hardware_fp8_conversion_only_where_asked_and_compiled(monkeypatch, poison_outputs):
-    """``ANNA_WQ_FP8_CVT=1`` asks for the FP8 codes' hardware conversion (inline PTX, sm_89+): never on the CPU nor
-    under the interpreter (the shift-and-mask decode runs, the same values), never without the switch; a switch
-    that is set does not change the CPU's result."""
-    from anna_xpu_kernels import wq_gemv, wq_gemv_decode as dec
-    from anna_xpu_kernels._env import WQ_FP8_CVT_ENV, wq_fp8_cvt_requested
+def test_hardware_fp8_conversion_and_int4_pairing_switches(monkeypatch, poison_outputs):
+    """The FP8 codes' hardware conversion (inline PTX, CUDA sm_89+) is on unless ``ANNA_WQ_FP8_CVT=0``, but never on
+    the CPU nor under the interpreter (the shift-and-mask decode runs: a set switch does not change the CPU's
+    result); the int4 pairing is off unless ``ANNA_WQ_INT4_PAIRED=1``."""
+    from anna_xpu_kernels import wq_gemv
+    from anna_xpu_kernels import wq_gemv_decode as dec
+    from anna_xpu_kernels._env import (
+        WQ_FP8_CVT_ENV,
+        WQ_INT4_PAIRED_ENV,
+        wq_fp8_cvt_requested,
+        wq_int4_paired_requested,
+    )
 
     monkeypatch.delenv(WQ_FP8_CVT_ENV, raising=False)
-    assert not wq_fp8_cvt_requested() and not dec.native_fp8(torch.device("cpu"))
+    monkeypatch.delenv(WQ_INT4_PAIRED_ENV, raising=False)
+    assert wq_fp8_cvt_requested() and not wq_int4_paired_requested() and not dec.native_fp8(torch.device("cpu"))
     x = torch.randn(1, 256, generator=torch.Generator().manual_seed(3))
     w = quantized_weight(16, 256, "fp8", seed=3)
-    off = wq_gemv.wq_linear(x, *w, "fp8", None)
-    for value, asked in (("1", True), ("true", True), ("0", False), ("", False)):
+    default = wq_gemv.wq_linear(x, *w, "fp8", None)
+    for value, on in (("1", True), ("true", True), ("0", False), ("off", False), ("", True)):
         monkeypatch.setenv(WQ_FP8_CVT_ENV, value)
-        assert wq_fp8_cvt_requested() is asked and not dec.native_fp8(torch.device("cpu"))
-    monkeypatch.setenv(WQ_FP8_CVT_ENV, "1")
-    assert torch.equal(wq_gemv.wq_linear(x, *w, "fp8", None), off)
-    assert rel(off, ref.wq_linear(x, *w, "fp8", None)) <= TOL
+        assert wq_fp8_cvt_requested() is on and not dec.native_fp8(torch.device("cpu"))
+        assert torch.equal(wq_gemv.wq_linear(x, *w, "fp8", None), default)
+    assert rel(default, ref.wq_linear(x, *w, "fp8", None)) <= TOL
+    for value, on in (("1", True), ("yes", True), ("0", False), ("", False)):
+        monkeypatch.setenv(WQ_INT4_PAIRED_ENV, value)
+        assert wq_int4_paired_requested() is on

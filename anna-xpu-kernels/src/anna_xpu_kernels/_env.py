@@ -78,10 +78,20 @@ WQ_FP8_CVT_ENV = "ANNA_WQ_FP8_CVT"
 
 
 def wq_fp8_cvt_requested() -> bool:
-    """``ANNA_WQ_FP8_CVT``: a true value (``1``) lets the quantized decode GEMV convert FP8 codes with the
-    hardware's ``e4m3x2`` conversion where the device has it (:func:`anna_xpu_kernels.wq_gemv_decode.native_fp8`);
-    off by default until a GPU measures it (an A/B switch)."""
-    return os.environ.get(WQ_FP8_CVT_ENV, "").strip().lower() in _TRUE
+    """False when ``ANNA_WQ_FP8_CVT`` is set to a false value (``0``): the quantized decode GEMV then decodes FP8
+    codes with shifts and masks instead of the hardware's ``e4m3x2`` conversion
+    (:func:`anna_xpu_kernels.wq_gemv_decode.native_fp8`; for A/B timing and debugging); on by default."""
+    return os.environ.get(WQ_FP8_CVT_ENV, "").strip().lower() not in _FALSE
+
+
+WQ_INT4_PAIRED_ENV = "ANNA_WQ_INT4_PAIRED"
+
+
+def wq_int4_paired_requested() -> bool:
+    """``ANNA_WQ_INT4_PAIRED``: a true value (``1``) makes the quantized decode GEMV decode two int4 codes per shift
+    for one or two rows of 16-bit activations (:func:`anna_xpu_kernels.wq_gemv_decode._unit_sums`); off by default
+    (an A/B switch: fewer instructions, but the served Qwen3.5-9B step measured slower, BENCHMARKS.md)."""
+    return os.environ.get(WQ_INT4_PAIRED_ENV, "").strip().lower() in _TRUE
 
 
 GEMV_PREFETCH_ENV = "ANNA_GEMV_PREFETCH"

@@ -176,20 +176,22 @@ def _gated_block_cases(pdl: dict[str, Any]) -> Iterator[tuple[Any, str, dict[str
 
 def _wq_decode_cases() -> Iterator[tuple[Any, str, dict[str, Any], int, dict[str, str]]]:
     """The quantized-weight decode GEMV (:mod:`anna_xpu_kernels.wq_gemv_decode`) per scheme at Qwen3.5-9B's tiles: one
-    row; two fp16 rows split (int4: two codes per shift); eight rows split with the add+RMSNorm prologue and the
-    SwiGLU epilogue; a split with bias; GeGLU; one FP8 row split, its codes converted in hardware; an act-order int4
-    weight (int32 ``perm``) plain and with the norm prologue. Its codes are 8-code units (int4: int32; int8 / FP8:
-    int64), its scales float32 (int4: the activations' dtype)."""
+    row; two fp16 rows split (int4: two codes per shift, the opt-in pairing); eight rows split with the add+RMSNorm
+    prologue and the SwiGLU epilogue; a split with bias; GeGLU; one FP8 row split, its codes converted in hardware;
+    an act-order int4 weight (int32 ``perm``) plain and with the norm prologue. Its codes are 8-code units (int4:
+    int32; int8 / FP8: int64), its scales float32 (int4: the activations' dtype)."""
     from anna_xpu_kernels import wq_gemv_decode
 
     base = {"HAS_BIAS": False, "PROLOGUE": 0, "ZERO_CENTERED": False, "EPILOGUE": 0, "USE_PDL": True, "ROW_BLOCK": 1,
-            "EVEN_K": True, "SPLIT_K": 1, "PERMUTED": False, "NATIVE_FP8": False}
+            "EVEN_K": True, "SPLIT_K": 1, "PERMUTED": False, "NATIVE_FP8": False,
+            "PAIR_INT4": False}
     ptrs = {0: {"q_ptr": "*i32", "ws_ptr": "*fp32", "count_ptr": "*i32"},
             1: {"q_ptr": "*i64", "s_ptr": "*fp32", "z_ptr": "*fp32", "ws_ptr": "*fp32", "count_ptr": "*i32"},
             2: {"q_ptr": "*i64", "s_ptr": "*fp32", "z_ptr": "*fp32", "ws_ptr": "*fp32", "count_ptr": "*i32"}}
     kernel = wq_gemv_decode._wq_decode_kernel
     yield kernel, "bf16", {**base, "SCHEME": 0, "BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 1024}, 4, ptrs[0]
-    yield kernel, "fp16", {**base, "SCHEME": 0, "BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_K": 1024, "SPLIT_K": 2}, 4, ptrs[0]
+    yield kernel, "fp16", {**base, "SCHEME": 0, "BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_K": 1024, "SPLIT_K": 2,
+                           "PAIR_INT4": True}, 4, ptrs[0]
     yield kernel, "bf16", {**base, "SCHEME": 0, "BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 1024, "SPLIT_K": 2,
                            "PROLOGUE": 2, "ZERO_CENTERED": True, "EPILOGUE": 1, "ROW_BLOCK": 4096}, 4, ptrs[0]
     yield kernel, "bf16", {**base, "SCHEME": 1, "BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 2048, "SPLIT_K": 2,

@@ -19,9 +19,13 @@ How:
   ``x_j`` pair with the 8 codes.
 * Each code becomes an exact float32 with one shift and one three-input logic instruction, no conversion
   (:func:`_code_f`): int4 ``f = 1 + q / 16``, int8 ``f = 1 + (q + 128) / 256``, FP8 its value times ``2^-120``.
-  int4 tiles of one or two rows of 16-bit activations take two codes per shift (:func:`_unit_sums`,
-  :func:`_int4_pair`): about 4.5 instructions per weight instead of 4.7 in the 16-row tile, and 96 registers a
-  thread instead of 168 (compiled for sm_90).
+  On CUDA devices of compute capability 8.9 and later FP8 codes instead go through the hardware's conversion of
+  two e4m3 codes to two float16 (:func:`_e4m3x4`, ``NATIVE_FP8``; ``ANNA_WQ_FP8_CVT=0`` turns it off): 4.2
+  instructions a weight instead of 5.5 in the 16-row tile (sm_90), the served Qwen3.5-9B FP8 step 4.5% faster on
+  an H100, the same outputs bit for bit. With ``ANNA_WQ_INT4_PAIRED=1`` int4 tiles of one or two rows of 16-bit
+  activations take two codes per shift (:func:`_unit_sums`, :func:`_int4_pair`, ``PAIR_INT4``): about 4.5
+  instructions per weight instead of 4.7 in the 16-row tile and 96 registers a thread instead of 168, 7% faster
+  in the GEMV microbenchmark, but the served 9B step measured 4% slower on an H100, so it is off by default.
 * Per unit ``P = sum_j x_j f_j`` (a fused multiply-add per code) and ``X = sum_j x_j`` (once per program, shared by
   its rows) give the dequantized product with the scale and zero applied once per unit: int4 ``sum_j x_j (q_j s +
   z) = 16 s P + (z - 16 s) X`` (paired: ``s P + z X``, ``P`` the codes' own products); int8 ``sum_j x_j q_j =
@@ -52,7 +56,7 @@ import attrs
 import torch
 
 from anna_xpu_kernels import pdl
-from anna_xpu_kernels._env import wq_fp8_cvt_requested
+from anna_xpu_kernels._env import wq_fp8_cvt_requested, wq_int4_paired_requested
 from anna_xpu_kernels._triton import INTERPRETING, autotune, next_pow2, tl, triton
 from anna_xpu_kernels.counters import CounterPool
 from anna_xpu_kernels.gemv import Prologue
@@ -226,7 +230,7 @@ def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr, PAIRED: tl.c
       instruction per code; int4: ``f = 1 + q / 16``);
     * FP8 with ``NATIVE_FP8``: ``P = sum_j x_j w_j`` (the codes' own values, :func:`_e4m3x4`: half an instruction
       to convert a code to float16 and one to float32, in place of two shifts and a logic instruction);
-    * int4 with ``PAIRED`` (1 or 2 rows, :data:`PAIRED_MAX_ROWS`): ``P = sum_j x_j q_j`` (the codes' own values):
+    * int4 with ``PAIRED`` (``ANNA_WQ_INT4_PAIRED=1``, 1 or 2 rows, :data:`PAIRED_MAX_ROWS`): ``P = sum_j x_j q_j`` (the codes' own values):
       one shift moves two codes to bits 15..22 of a word (:func:`_int4_pair`: ``f = 1 + q / 16`` for the odd code,
       ``16 + q / 16`` for the even one), so a unit costs 4 shifts and 8 logic instructions (shared by the
       activation rows) and 8 fused multiply-adds per activation row. With ``x' = 16 x`` the products sum to
@@ -342,12 +346,12 @@ def _load_tile(q_ptr, s_ptr, z_ptr, w_rows, s_rows, s_ok, k0, k_end, stride_qn, 
 
 @triton.jit
 def _tile_sum(acc, units, scale, zero, x, code_mask, one_bits, SCHEME: tl.constexpr, ACT_BITS: tl.constexpr,
-              NATIVE_FP8: tl.constexpr):
+              NATIVE_FP8: tl.constexpr, PAIR_INT4: tl.constexpr):
     """``acc`` ``[G, BLOCK_M, BLOCK_N, 16]`` plus one tile's products (module docstring) of :func:`_load_tile`'s
     raw tile and the float32 activation tile ``x`` ``[G, BLOCK_M, 128]`` (values of ``ACT_BITS``-bit
-    activations: int4 tiles of 16-bit activations and at most :data:`PAIRED_MAX_ROWS` rows decode two codes per
-    shift, :func:`_unit_sums`; FP8 tiles with ``NATIVE_FP8`` convert their codes in hardware)."""
-    PAIRED: tl.constexpr = x.shape[1] <= PAIRED_MAX_ROWS and ACT_BITS == 16
+    activations: with ``PAIR_INT4``, int4 tiles of 16-bit activations and at most :data:`PAIRED_MAX_ROWS` rows decode
+    two codes per shift, :func:`_unit_sums`; FP8 tiles with ``NATIVE_FP8`` convert their codes in hardware)."""
+    PAIRED: tl.constexpr = PAIR_INT4 and x.shape[1] <= PAIRED_MAX_ROWS and ACT_BITS == 16
     p, xs = _unit_sums(units, tl.reshape(x, (x.shape[0], x.shape[1], 16, 8)), code_mask, one_bits, SCHEME, PAIRED,
                        NATIVE_FP8)
     if SCHEME == 0 and PAIRED:  # s P + z X (P: the codes' own products)
@@ -365,7 +369,7 @@ def _tile_sum(acc, units, scale, zero, x, code_mask, one_bits, SCHEME: tl.conste
 
 
 @autotune(tuning_space(), fixed=FIXED.triton(), key=["BLOCK_M", "N", "K", "SCHEME", "PROLOGUE", "EPILOGUE",
-                                                     "PERMUTED", "NATIVE_FP8"],
+                                                     "PERMUTED", "NATIVE_FP8", "PAIR_INT4"],
           prune_configs_by={"early_config_prune": prune}, do_bench=autotune_bench)  # timed with a cold L2
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0})
 @triton.jit(do_not_specialize=["code_mask", "one_bits"], do_not_specialize_on_alignment=["q_ptr"])  # one 8-code word per thread: the activations' layout
@@ -375,7 +379,7 @@ def _wq_decode_kernel(
     SCHEME: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, PROLOGUE: tl.constexpr,
     ZERO_CENTERED: tl.constexpr, EPILOGUE: tl.constexpr, PERMUTED: tl.constexpr, USE_PDL: tl.constexpr,
     ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    EVEN_K: tl.constexpr, NATIVE_FP8: tl.constexpr,
+    EVEN_K: tl.constexpr, NATIVE_FP8: tl.constexpr, PAIR_INT4: tl.constexpr,
 ):
     pdl.launch_dependents(USE_PDL)
     pid_n = tl.program_id(0)
@@ -415,7 +419,7 @@ def _wq_decode_kernel(
         x_cols = permuted_columns(perm_ptr, k0 + kk, K, PERMUTED)  # x's columns of the stored columns k0 + kk
         x = act_tile(x_ptr, r_ptr, nw_ptr, m_rows[None, :, None], x_cols, ok, rstd[None, :, None], K, stride_xm,
                      stride_rm, PROLOGUE, ZERO_CENTERED).to(tl.float32)  # [G, BLOCK_M, 128]
-        acc = _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME, ACT_BITS, NATIVE_FP8)
+        acc = _tile_sum(acc, codes, scale, zero, x, code_mask, one_bits, SCHEME, ACT_BITS, NATIVE_FP8, PAIR_INT4)
         codes, scale, zero = nxt_codes, nxt_scale, nxt_zero
     out = tl.sum(tl.sum(acc, axis=3), axis=0)  # [BLOCK_M, BLOCK_N]
     if SCHEME == 1:  # int8: 256 x the row's scale
@@ -450,11 +454,11 @@ def takes(rows: torch.Tensor, qweight: torch.Tensor, scheme: str) -> bool:
 
 
 def native_fp8(device: torch.device) -> bool:
-    """Whether FP8 codes on ``device`` convert in hardware (:func:`_e4m3x4`): asked for (``ANNA_WQ_FP8_CVT=1``,
-    :func:`anna_xpu_kernels._env.wq_fp8_cvt_requested`; an A/B switch until a GPU measures it), compiled rather than
-    interpreted, on a CUDA device of compute capability 8.9 or more (the conversion's PTX needs sm_89; an XPU runs
-    the shift-and-mask decode of :func:`_code_f`). Both decodes give every code's exact value, so the outputs are the
-    same."""
+    """Whether FP8 codes on ``device`` convert in hardware (:func:`_e4m3x4`): not turned off (``ANNA_WQ_FP8_CVT=0``,
+    :func:`anna_xpu_kernels._env.wq_fp8_cvt_requested`), compiled rather than interpreted, on a CUDA device of
+    compute capability 8.9 or more (the conversion's PTX needs sm_89; an XPU runs the shift-and-mask decode of
+    :func:`_code_f`). Both decodes give every code's exact value, so the outputs are the same (measured equal bit
+    for bit on an H100 at the Qwen3.5-9B shapes)."""
     return (wq_fp8_cvt_requested() and not INTERPRETING and device.type == "cuda"
             and torch.cuda.get_device_capability(device) >= (8, 9))
 
@@ -491,7 +495,8 @@ def launch(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, zero: to
     common = dict(SCHEME=SCHEME_IDS[scheme], HAS_BIAS=bias is not None, BLOCK_M=block_m, PROLOGUE=prologue.mode,
                   ZERO_CENTERED=bool(prologue.zero_centered), EPILOGUE=epilogue, PERMUTED=perm is not None,
                   ROW_BLOCK=row_block(k, block_m, 128) if prologue.mode in (1, 2) else 1,
-                  NATIVE_FP8=scheme == "fp8" and native_fp8(x.device), **pdl.launch_options(x))
+                  NATIVE_FP8=scheme == "fp8" and native_fp8(x.device),
+                  PAIR_INT4=scheme == "int4" and wq_int4_paired_requested(), **pdl.launch_options(x))
     if config is not None:
         grid = (triton.cdiv(n, config.block_n), config.split_k)
         _wq_decode_kernel.fn[grid](*args, **common, BLOCK_N=config.block_n, BLOCK_K=config.block_k,

@@ -27,6 +27,7 @@ def test_bench_cpu_path():
     report = run_bench(CHECKPOINTS["custom_voice"], load_format="dummy", device="cpu", frames=6, concurrency=2,
                        runs=1, chunk_frames=(1, 4), disable_kernels=disabled, max_prefill_replays=1)
     assert report["disabled_kernels"] == list(disabled) and report["max_prefill_replays"] == 1
+    assert report["client"] == "own process"  # the HTTP client in a spawned process of its own
     one, crowd = report["one"], report["concurrent"]
     assert report["frames"] == 6 and report["audio_s"] == pytest.approx(6 * FRAME_S)
     assert one["runs"][0]["bytes"] == 6 * 1920 * 2 and one["rtf"] == pytest.approx(one["latency_s"] / (6 * FRAME_S))
@@ -36,6 +37,9 @@ def test_bench_cpu_path():
     for stats in (crowd["latency_s"], crowd["first_audio_s"]):
         assert 0 < stats["min"] <= stats["p50"] <= stats["max"] and stats["min"] <= stats["mean"] <= stats["max"]
     assert crowd["first_audio_s"]["max"] < crowd["latency_s"]["min"]
+    builds = crowd["prepare_s"]  # one prompt build per concurrent request, each before its first audio
+    assert 0 < builds["min"] <= builds["max"] < crowd["first_audio_s"]["max"]
+    assert builds["max"] <= builds["last_end"] < crowd["first_audio_s"]["max"]
     assert report["chunk_frames"] == [1, 4] and report["vocoder_calls"] >= 2
     steps = report["steps"]  # no graphs on the CPU: every step eager, none launched ahead
     assert steps["async_scheduling"] and steps["decode_graph"] == steps["launched_ahead"] == 0 and steps["eager"] > 0
@@ -48,6 +52,9 @@ def test_bench_cpu_path():
     assert set(split["vocoder_eager_ms_per_frame"]) == {1, 2}
     assert all(v > 0 for v in split["vocoder_eager_ms_per_frame"].values())
     assert all(v > 0 for v in [*split["predictor_ms"].values(), *split["vocoder_ms_per_frame"].values()])
+    inside = run_bench(CHECKPOINTS["custom_voice"], load_format="dummy", device="cpu", frames=2, concurrency=2, runs=1,
+                       chunk_frames=(1, 4), client_process=False)  # the client in the server's process, as before
+    assert inside["client"] == "server's process" and inside["one"]["runs"][0]["bytes"] == 2 * 1920 * 2
     with pytest.raises(ValueError):
         run_bench(CHECKPOINTS["custom_voice"], device="cpu", frames=0)
     with pytest.raises(AnnaError, match="unknown op 'no_such_op'"):
@@ -185,3 +192,16 @@ def test_reference_whose_native_library_fails_stops_the_bench_at_once(monkeypatc
         main(["--model-dir", str(CHECKPOINTS["custom_voice"]), "--device", "cpu", "--reference"])
     assert exit_info.value.code == 2
     assert "libsox.so" in capsys.readouterr().err
+
+
+def test_bench_client_process_reports_failures():
+    """The client process answers a round it cannot run with its error, raised in the benchmark; it serves the next
+    round after one failed, and ends with the benchmark."""
+    from anna_audio.tts_bench_client import BenchClient
+
+    with BenchClient() as client:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="the benchmark's client: ConnectError"):
+                client.round("http://127.0.0.1:9/v1/audio/speech", 1, 0)
+        proc = client._proc
+    assert proc.poll() == 0

@@ -5,11 +5,16 @@ The model folder holds ``config.json`` and ``speech_tokenizer/config.json`` (ran
 Every request is a synthetic prompt of ``--text-tokens`` text tokens (random ids: the weights are random too; a
 Base checkpoint gets a random x-vector as its voice) that produces exactly ``--frames`` frames (EOS ignored), so
 every run does the same work. The server is ``anna serve``'s app (uvicorn on a loopback port, on a thread of this
-process) and each request a streamed ``POST /v1/audio/speech`` (``pcm``) read with httpx.
+process) and each request a streamed ``POST /v1/audio/speech`` (``pcm``) read with httpx, from a client process of
+its own (:mod:`anna_audio.tts_bench_client`; ``--in-process-client`` sends them from this process, as the benchmark
+did before 2026-12-07: that client shares the server's interpreter lock, so its reading of 16 streams slowed the
+server it timed).
 
 Reported: at one request, the first audio (seconds to the response's first body byte) and the real-time factor (wall
 seconds to the last byte / audio seconds; lower is better); at ``--concurrency`` requests sent at once, each one's
-latency to its last byte and first byte (mean, min, p50, max) and its ratio to one request's. Then where a frame's time
+latency to its last byte and first byte (mean, min, p50, max) and its ratio to one request's, and how long their
+prompt builds took (the planner's ``prepare`` on the server's worker threads; the last one's end since the requests
+were sent). Then where a frame's time
 goes (:func:`device_split`): whether the decode steps replay captured graphs, the device milliseconds of one decode
 step (talker and code predictor) and of the code predictor alone per batch, and the vocoder's per frame. Targets of issue 27 on an
 H200 at the 1.7B shape in bf16: RTF <= 0.05, first audio <= 60 ms, 16 concurrent within 2x of one. A prompt replays
@@ -44,6 +49,8 @@ from typing import Any
 
 import torch
 
+from anna_audio.tts_bench_client import BenchClient
+
 REFERENCE_CONFIGS = Path("tests/audio/reference_configs")
 """The reference configs, relative to the repository root (where the benchmark runs)."""
 CODEC_CONFIG = "Qwen3-TTS-Tokenizer-12Hz.json"
@@ -63,19 +70,28 @@ def write_shape_folder(shape: str, folder: str | Path, configs: Path = REFERENCE
 class SyntheticPlanner:
     """Wraps a :class:`~anna_audio.speech.service.SpeechPlanner`: every request's text becomes ``text_tokens``
     random text ids (seeded by the text), a Base checkpoint's voice a random x-vector, and it always runs exactly
-    ``frames`` frames."""
+    ``frames`` frames. Each :meth:`prepare` call's ``(start, end)`` (``time.perf_counter`` seconds, on the server's
+    worker threads) is appended to :attr:`spans`: how long building the prompts takes when requests arrive together."""
 
     def __init__(self, planner: Any, text_tokens: int, frames: int):
         self.planner = planner
         self.text_tokens = text_tokens
         self.frames = frames
         self.chunks = planner.chunks
+        self.spans: list[tuple[float, float]] = []
 
     @property
     def sample_rate(self) -> int:
         return self.planner.sample_rate
 
     def prepare(self, request: Any, **_: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self._prepare(request)
+        finally:
+            self.spans.append((start, time.perf_counter()))
+
+    def _prepare(self, request: Any) -> Any:
         from anna_audio.qwen3_tts.prompt import SpeechRequest
 
         config = self.planner.parts.config
@@ -144,27 +160,6 @@ class InProcessServer:
         return f"http://127.0.0.1:{self.port}/v1/audio/speech"
 
 
-async def _one(client: Any, url: str, i: int) -> dict[str, float]:
-    start = time.perf_counter()
-    first = None
-    size = 0
-    async with client.stream("POST", url, json={"input": f"request {i}", "response_format": "pcm"}) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"request {i}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-        async for piece in r.aiter_raw():
-            if piece and first is None:
-                first = time.perf_counter() - start
-            size += len(piece)
-    return {"first_audio_s": first or float("nan"), "latency_s": time.perf_counter() - start, "bytes": size}
-
-
-async def _round(url: str, n: int, offset: int) -> list[dict[str, float]]:
-    import httpx
-
-    async with httpx.AsyncClient(timeout=600) as client:
-        return await asyncio.gather(*(_one(client, url, offset + i) for i in range(n)))
-
-
 def _stats(values: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(values), "min": min(values), "p50": statistics.median(values), "max": max(values)}
 
@@ -173,14 +168,17 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
               frames: int = 125, text_tokens: int = 32, concurrency: int = 16, runs: int = 3,
               cuda_graph: bool = True, chunk_frames: tuple[int, int] | None = None,
               async_scheduling: bool = True, prefill_graphs: bool = True,
-              disable_kernels: tuple[str, ...] = (), max_prefill_replays: int | None = None) -> dict[str, Any]:
+              disable_kernels: tuple[str, ...] = (), max_prefill_replays: int | None = None,
+              client_process: bool = True) -> dict[str, Any]:
     """Load, serve in-process, and measure (see the module docstring); the report as a dict. ``disable_kernels``:
     kernel implementations not to use (``"op:name"``, as ``anna serve --disable-kernel``). ``async_scheduling``:
     the engine's (decode steps launched ahead of the previous step's read-back); ``prefill_graphs``: with
     ``cuda_graph``, prompts replay captured prefill graphs (``RunnerConfig.prefill_graphs``; False: eager prefills,
     the A/B of the first audio); ``max_prefill_replays``: the most fresh prompts of one step that replay their
     own prefill graph (``RunnerConfig.max_prefill_replays``; None: its default; more prompts share one eager pass:
-    the A/B of the concurrent requests' prefills). The report's ``"steps"`` counts the served steps by path
+    the A/B of the concurrent requests' prefills); ``client_process``: the HTTP client runs in a process of its own
+    (:class:`~anna_audio.tts_bench_client.BenchClient`; False: in this one, sharing the server's interpreter lock, as
+    the benchmark did before 2026-12-07). The report's ``"steps"`` counts the served steps by path
     (``"decode_graph"``, ``"launched_ahead"``: decode graph steps not waited for, ``"prefill_graph"``: prompts
     replayed from a prefill graph, ``"eager"``) and ``"prefill_graphs"`` is the runner's prefill graph report
     (captured, prompt lengths, why not).
@@ -206,10 +204,12 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
         built.planner.chunks = ChunkPolicy(*chunk_frames)
     built.planner = SyntheticPlanner(built.planner, text_tokens, frames)
     audio_s = frames * FRAME_S
-    with InProcessServer(built) as server:
-        asyncio.run(_round(server.url, 1, 10_000))  # warm-up: first-call allocations, the vocoder's thread
-        singles = [asyncio.run(_round(server.url, 1, r))[0] for r in range(runs)]
-        crowd = asyncio.run(_round(server.url, concurrency, 1000))
+    with InProcessServer(built) as server, BenchClient(client_process) as client:
+        client.round(server.url, 1, 10_000)  # warm-up: first-call allocations, the vocoder's thread, the client
+        singles = [client.round(server.url, 1, r)[0] for r in range(runs)]
+        built.planner.spans.clear()
+        crowd_start = time.perf_counter()
+        crowd = client.round(server.url, concurrency, 1000)
     expected = frames * 1920 * 2
     if any(r["bytes"] != expected for r in singles + crowd):
         raise RuntimeError(f"a response did not hold {frames} frames ({expected} bytes of pcm)")
@@ -219,12 +219,16 @@ def run_bench(model_dir: str | Path, *, load_format: str = "dummy", device: str 
         "frames": frames, "audio_s": audio_s, "text_tokens": text_tokens,
         "chunk_frames": [built.planner.chunks.first, built.planner.chunks.rest],
         "disabled_kernels": list(disable_kernels), "max_prefill_replays": runner.max_prefill_replays,
+        "client": "own process" if client_process else "server's process",
         "one": {"first_audio_s": one["first_audio_s"], "latency_s": one["latency_s"],
                 "rtf": one["latency_s"] / audio_s, "runs": singles},
         "concurrent": {"requests": concurrency, "latency_s": _stats([r["latency_s"] for r in crowd]),
                        "first_audio_s": _stats([r["first_audio_s"] for r in crowd])},
     }
     report["concurrent"]["latency_vs_one"] = report["concurrent"]["latency_s"]["mean"] / one["latency_s"]
+    spans = built.planner.spans  # the concurrent round's prompt builds (one per request)
+    report["concurrent"]["prepare_s"] = {**_stats([end - start for start, end in spans]),
+                                         "last_end": max(end for _, end in spans) - crowd_start}
     report["vocoder_calls"] = built.vocoder.calls
     steps = built.engine.runner
     report["steps"] = {"async_scheduling": async_scheduling, "decode_graph": steps.num_graph_steps,
@@ -356,6 +360,9 @@ def main(argv: list[str] | None = None) -> None:
                              "runner's); more share one eager pass")
     parser.add_argument("--no-async-scheduling", action="store_true",
                         help="wait for every decode step before the next (the A/B baseline of the overlap)")
+    parser.add_argument("--in-process-client", action="store_true",
+                        help="send the requests from this process (sharing the server's interpreter lock), as before "
+                             "2026-12-07, instead of a client process")
     parser.add_argument("--reference", action="store_true",
                         help="then the reference implementation (qwen_tts) in this process, side by side")
     parser.add_argument("--out", default=None, help="also write the report (JSON) here")
@@ -383,7 +390,8 @@ def main(argv: list[str] | None = None) -> None:
                            frames=args.frames, text_tokens=args.text_tokens, concurrency=args.concurrency,
                            runs=args.runs, cuda_graph=not args.no_cuda_graph, chunk_frames=chunks,
                            async_scheduling=not args.no_async_scheduling, prefill_graphs=not args.no_prefill_graphs,
-                           disable_kernels=tuple(args.disable_kernel), max_prefill_replays=args.max_prefill_replays)
+                           disable_kernels=tuple(args.disable_kernel), max_prefill_replays=args.max_prefill_replays,
+                           client_process=not args.in_process_client)
     except AnnaError as exc:  # a bad model folder, device, dtype or --disable-kernel entry: one line, not a traceback
         print(f"tts_bench: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -396,7 +404,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{crowd['requests']} concurrent: latency mean {crowd['latency_s']['mean']:.3f} s (x{crowd['latency_vs_one']:.2f}"
           f" of one), p50 {crowd['latency_s']['p50']:.3f} s, max {crowd['latency_s']['max']:.3f} s; first audio mean "
           f"{crowd['first_audio_s']['mean'] * 1000:.1f} ms (min {crowd['first_audio_s']['min'] * 1000:.1f}, max "
-          f"{crowd['first_audio_s']['max'] * 1000:.1f})")
+          f"{crowd['first_audio_s']['max'] * 1000:.1f}); prompt builds mean {crowd['prepare_s']['mean'] * 1000:.1f} ms, "
+          f"max {crowd['prepare_s']['max'] * 1000:.1f}, the last done {crowd['prepare_s']['last_end'] * 1000:.1f} ms "
+          f"after the requests were sent")
     st = report["steps"]
     print(f"engine steps: async scheduling {'on' if st['async_scheduling'] else 'off'}, decode graph "
           f"{st['decode_graph']} ({st['launched_ahead']} launched ahead), prefill graph {st['prefill_graph']}, "

@@ -22,7 +22,7 @@ def test_kernels_compile_for_cuda_sm90(tmp_path):
                          check=False, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert len(lines) == 125 and all(": ok," in line for line in lines)
+    assert len(lines) == 126 and all(": ok," in line for line in lines)
     # the decode kernels' PDL variants wait for their predecessor before any global write and before
     # any global load other than their weights / own state (PTX order)
     assert sum("waits first" in line for line in lines) == 78
@@ -37,4 +37,4 @@ def test_kernels_compile_for_cuda_sm90(tmp_path):
                        "_post_norm_residual_kernel", "_dual_post_norm_residual_kernel", "_rms_norm_pair_kernel",
                        "_post_norm_residual_norm_pair_kernel", "_tq_attention_kernel", "_gated_block_kernel", "_per_layer_inputs_kernel", "_soft_cap_kernel",
                        "_tq_query_kernel", "_tq_output_kernel", "_tq_write_kernel", "_tq_write_columns_kernel",
-                       "_top_k_gumbel_kernel"}
+                       "_top_k_gumbel_kernel", "_snake_beta_kernel"}

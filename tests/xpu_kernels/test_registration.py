@@ -36,7 +36,7 @@ def test_registers_every_triton_op_and_fla_prefill_with_priorities_and_probes():
                   "moe_experts", "moe_route", "paged_attention_turboquant", "turboquant_cache_write",
                   "wq_linear", "add_rms_norm_wq_linear", "moe_experts_wq", "lm_head_topk",
                   "post_norm_residual_gated_linear", "per_layer_inputs", "linear_soft_cap",
-                  "linear_soft_cap_argmax", "top_k_gumbel_sample"}
+                  "linear_soft_cap_argmax", "top_k_gumbel_sample", "snake_beta"}
     assert {op for op, name in by_op if name == "triton"} == triton_ops
     assert {op for op, name in by_op if name == "fla"} == {"gated_delta_rule_prefill", "fused_gdn_prefill"}
     for spec in specs:
@@ -49,7 +49,7 @@ def test_registration_imports_neither_torch_nor_triton_nor_fla():
             "specs = [s for s in kernel_specs(make_plugin_manager({'anna_xpu_kernels'})) if s.name != 'reference']; "
             "print(json.dumps([len(specs), [m for m in ('torch', 'triton', 'fla') if m in sys.modules]]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [42, []]
+    assert json.loads(out.stdout) == [43, []]
 
 
 def test_cpu_is_declined_unless_the_interpreter_is_requested(monkeypatch):

@@ -159,6 +159,16 @@ def qkv_norm_rope_requested() -> bool:
 
 Q_NORM_ROPE_ATTENTION_ENV = "ANNA_Q_NORM_ROPE_ATTENTION"
 QKV_NORM_ROPE_ATTENTION_ENV = "ANNA_QKV_NORM_ROPE_ATTENTION"
+FUSED_SNAKE_ENV = "ANNA_FUSED_SNAKE"
+
+
+def fused_snake_requested() -> bool:
+    """``ANNA_FUSED_SNAKE``: a true value (``1``) lets the ``snake_beta`` kernel (:mod:`anna_xpu_kernels.snake`: one
+    launch for an audio decoder's SnakeBeta, seven in torch) serve; off by default until a GPU measures the Qwen3-TTS
+    vocoder faster with it (an A/B switch)."""
+    return os.environ.get(FUSED_SNAKE_ENV, "").strip().lower() in _TRUE
+
+
 QK_NORM_ROPE_ATTENTION_ENV = "ANNA_QK_NORM_ROPE_ATTENTION"
 
 

@@ -115,6 +115,9 @@ def _cases() -> Iterator[tuple[Any, str, dict[str, Any], int]]:
                                                             "BLOCK_M": 16, "SPLIT": False, "DECODE": True,
                                                             "Q_NORM_ROPE": True, "KV_NEW": True}, 4
     yield paged_attention._merge_splits_kernel, "bf16", {"BLOCK_S": 64, "BLOCK_D": 256, **pdl}, 8
+    from anna_xpu_kernels import snake  # an audio decoder's SnakeBeta (Qwen3-TTS's vocoder)
+
+    yield snake._snake_beta_kernel, "bf16", {"BLOCK": snake.MAX_BLOCK}, 4
     yield from _fused_merge_cases(attn)
     yield from _gated_block_cases(pdl)
     from anna_xpu_kernels import per_layer_inputs  # Gemma 4 E2B's per-layer inputs (256 per group)

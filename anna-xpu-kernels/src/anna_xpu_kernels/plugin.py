@@ -44,6 +44,7 @@ TRITON_KERNELS = {
     "per_layer_inputs": ("per_layer_inputs:per_layer_inputs", "probes:norm_probe"),
     "silu_and_mul": ("activations:silu_and_mul", "probes:norm_probe"),
     "sigmoid_mul": ("activations:sigmoid_mul", "probes:norm_probe"),
+    "snake_beta": ("snake:snake_beta", "probes:snake_beta_probe"),
     "causal_conv1d_update": ("conv1d:causal_conv1d_update", "probes:conv1d_probe"),
     "causal_conv1d_prefill": ("conv1d:causal_conv1d_prefill", "probes:conv1d_probe"),
     "gated_delta_rule_decode": ("gated_delta_rule:gated_delta_rule_decode", "probes:gated_delta_rule_decode_probe"),

@@ -31,6 +31,7 @@ from typing import Any
 
 from anna_xpu_kernels._env import (
     cpu_interpret_requested,
+    fused_snake_requested,
     post_norm_gated_linear_requested,
     q_norm_rope_attention_head_dims,
     qk_norm_rope_attention_head_dims,
@@ -151,6 +152,12 @@ def norm_probe(request: Any) -> bool:
     """rms_norm / gated_rms_norm / add_rms_norm / post_norm_residual / dual_post_norm_residual / rms_norm_pair /
     post_norm_residual_norm_pair / per_layer_inputs, and the elementwise silu_and_mul / sigmoid_mul: any Triton device, float dtypes, ``dim`` up to 16384 (the elementwise ops take any size)."""
     return _shape_within(request.shape, {"dim": MAX_NORM_DIM, "hidden_size": MAX_NORM_DIM}) and _triton_ok(request)
+
+
+def snake_beta_probe(request: Any) -> bool:
+    """snake_beta: any Triton device, float dtypes, when ``ANNA_FUSED_SNAKE=1`` asks for it
+    (:func:`anna_xpu_kernels._env.fused_snake_requested`; opt-in until a GPU measures it)."""
+    return fused_snake_requested() and _triton_ok(request)
 
 
 def conv1d_probe(request: Any) -> bool:

@@ -15,6 +15,8 @@ always decodes exactly (the state carries all the context every layer reads), so
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -33,11 +35,19 @@ from anna_audio.qwen3_tts.stream_state import ChunkContext, StateLayout, StreamB
 
 class CodecDecoder(nn.Module):
     """The decoder network; parameter names are the checkpoint's after ``decoder.`` (``quantizer.*``,
-    ``pre_conv.conv.*``, ``pre_transformer.*``, ``upsample.<i>.<0|1>.*``, ``decoder.<i>.*``)."""
+    ``pre_conv.conv.*``, ``pre_transformer.*``, ``upsample.<i>.<0|1>.*``, ``decoder.<i>.*``).
 
-    def __init__(self, config: CodecDecoderConfig) -> None:
+    Args:
+        config: the decoder's configuration.
+        ops: a kernel op table bound to the decoder's device and dtype; where it serves an accelerated ``snake_beta``
+            (anna-xpu-kernels' with ``ANNA_FUSED_SNAKE=1``) every SnakeBeta is that one launch. None, or no such
+            kernel: the torch expression.
+    """
+
+    def __init__(self, config: CodecDecoderConfig, ops: Any = None) -> None:
         super().__init__()
         self.config = config
+        snake = ops.accelerated("snake_beta") if ops is not None else None
         self.quantizer = SplitQuantizer(config.num_quantizers, config.codebook_size, config.codebook_dim)
         self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, 3)
         self.pre_transformer = CodecTransformer(config)
@@ -47,8 +57,8 @@ class CodecDecoder(nn.Module):
         dims = [config.decoder_dim // 2 ** i for i in range(len(config.upsample_rates) + 1)]
         self.decoder = nn.ModuleList([
             CausalConv1d(config.latent_dim, config.decoder_dim, 7),
-            *(UpsampleBlock(dims[i], dims[i + 1], rate) for i, rate in enumerate(config.upsample_rates)),
-            SnakeBeta(dims[-1]),
+            *(UpsampleBlock(dims[i], dims[i + 1], rate, snake) for i, rate in enumerate(config.upsample_rates)),
+            SnakeBeta(dims[-1], snake),
             CausalConv1d(dims[-1], 1, 7),
         ])
         self._layout: StateLayout | None = None

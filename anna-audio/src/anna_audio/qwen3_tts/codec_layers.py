@@ -12,6 +12,7 @@ All tensors are ``[B, C, T]`` (batch, channels, samples).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -90,17 +91,25 @@ class SnakeBeta(nn.Module):
     """``x + sin(x * e^alpha)^2 / (e^beta + 1e-9)`` per channel (Snake with a separate magnitude; Ziyin et al.
     2020, as the reference's ``SnakeBeta``).
 
+    Args:
+        channels: C.
+        snake: an accelerated ``snake_beta`` op (``(x, alpha, beta) -> y``, the op registry's kernel; one launch),
+            or None: the torch expression (the op's reference, seven launches).
+
     Parameters:
         alpha, beta: ``[C]`` log-scale frequency and magnitude.
     """
 
-    def __init__(self, channels: int) -> None:
+    def __init__(self, channels: int, snake: Callable[..., torch.Tensor] | None = None) -> None:
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
+        self.snake = snake
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         """x: ``[B, C, T]`` -> ``[B, C, T]`` (the add and the division in one op)."""
+        if self.snake is not None:
+            return self.snake(x, self.alpha, self.beta)
         alpha = torch.exp(self.alpha)[None, :, None]
         beta = torch.exp(self.beta)[None, :, None]
         return torch.addcdiv(x, torch.sin(x * alpha).pow(2), beta + 1e-9)
@@ -132,11 +141,11 @@ class ConvNeXtBlock(nn.Module):
 class ResidualUnit(nn.Module):
     """``x + conv2(snake(conv1(snake(x))))`` with a dilated kernel-7 ``conv1`` and a pointwise ``conv2``."""
 
-    def __init__(self, dim: int, dilation: int) -> None:
+    def __init__(self, dim: int, dilation: int, snake: Callable[..., torch.Tensor] | None = None) -> None:
         super().__init__()
-        self.act1 = SnakeBeta(dim)
+        self.act1 = SnakeBeta(dim, snake)
         self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation)
-        self.act2 = SnakeBeta(dim)
+        self.act2 = SnakeBeta(dim, snake)
         self.conv2 = CausalConv1d(dim, dim, 1)
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
@@ -148,10 +157,10 @@ class UpsampleBlock(nn.Module):
     """SnakeBeta, a transposed convolution (kernel ``2 r``, stride ``r``) halving the channels, then residual units
     of dilation 1, 3 and 9 (the checkpoint's ``decoder.decoder.<i>.block.<0..4>``)."""
 
-    def __init__(self, in_dim: int, out_dim: int, rate: int) -> None:
+    def __init__(self, in_dim: int, out_dim: int, rate: int, snake: Callable[..., torch.Tensor] | None = None) -> None:
         super().__init__()
-        self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate),
-                                    *(ResidualUnit(out_dim, d) for d in (1, 3, 9))])
+        self.block = nn.ModuleList([SnakeBeta(in_dim, snake), CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate),
+                                    *(ResidualUnit(out_dim, d, snake) for d in (1, 3, 9))])
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         for layer in self.block:

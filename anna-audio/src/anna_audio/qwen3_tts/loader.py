@@ -95,7 +95,7 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
         device, dtype: where and in which dtype to serve (talker, code predictor and codec decoder alike).
         load_format: ``"auto"`` / ``"safetensors"``, or ``"dummy"`` (random weights; the folder may hold only the
             two config files).
-        kernels: the registry the talker's paged-attention ops are bound from.
+        kernels: the registry the talker's, code predictor's and codec decoder's ops are bound from.
         chat_template: unused (speech prompts are the reference's fixed wrappings).
         weight_quant: ``"auto"`` or ``"none"`` (weights stay dense).
 
@@ -114,21 +114,22 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     device = torch.device(device)
     root = Path(source.root)
     config = load_config(root)
+    ops = bind_ops(kernels, device, dtype)
     if load_format == "dummy":
         talker = _dummy(lambda: Talker(config.talker), device, dtype)
         predictor = _dummy(lambda: CodePredictor(config.predictor, config.talker.shape.hidden_size), device, dtype)
-        decoder = _dummy(lambda: CodecDecoder(config.codec.decoder), device, dtype)
+        decoder = _dummy(lambda: CodecDecoder(config.codec.decoder, ops), device, dtype)
     else:
         talker = load_talker(root, config, device=device, dtype=dtype)
         predictor = load_code_predictor(root, config, device=device, dtype=dtype)
-        decoder = load_codec_decoder(root, config, device=device, dtype=dtype)
+        decoder = load_codec_decoder(root, config, device=device, dtype=dtype, ops=ops)
     sampling = load_sampling(root)
     tokenizer = Tokenizer.from_folder(root, required=load_format != "dummy")
     cloner = None
     if config.accepts_reference_audio and load_format != "dummy":  # Base: the speaker and codec encoders, float32
         cloner = RecordingCloner(load_voice_cloner(root, config, tokenizer.encode, control=control_tokens(tokenizer),
                                                    device=device))
-    model = TalkerLM(config, talker, predictor, bind_ops(kernels, device, dtype), predictor_sampling=sampling.predictor)
+    model = TalkerLM(config, talker, predictor, ops, predictor_sampling=sampling.predictor)
     s = config.talker.shape
     log.info("loaded Qwen3-TTS %s (%s; talker %d layers of width %d, %d codebooks) on %s/%s", config.kind,
              config.model_size, s.num_layers, s.hidden_size, config.talker.num_code_groups, device, dtype)

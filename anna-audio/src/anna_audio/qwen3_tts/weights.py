@@ -9,6 +9,7 @@ part is built on the meta device and filled through :func:`anna_core.weights.saf
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from anna_core.errors import ModelLoadError
@@ -41,15 +42,16 @@ def predictor_name(name: str) -> str | None:
 
 
 def load_codec_decoder(folder: str | Path, config: Qwen3TTSConfig, *, device: torch.device | str = "cpu",
-                       dtype: torch.dtype = torch.float32) -> CodecDecoder:
-    """The codec decoder of the checkpoint in ``folder``, in eval mode on ``device`` in ``dtype``.
+                       dtype: torch.dtype = torch.float32, ops: Any = None) -> CodecDecoder:
+    """The codec decoder of the checkpoint in ``folder``, in eval mode on ``device`` in ``dtype`` (``ops``: the
+    kernel op table :class:`CodecDecoder` takes).
 
     Raises:
         ModelLoadError: ``folder/speech_tokenizer`` holds no weights, or its ``decoder.*`` tensors do not match the
             configured decoder (missing, unexpected, or mis-shaped tensors, all named).
     """
     with torch.device("meta"):
-        decoder = CodecDecoder(config.codec.decoder).to(dtype)
+        decoder = CodecDecoder(config.codec.decoder, ops).to(dtype)
     load_safetensors(decoder, Path(folder) / "speech_tokenizer", codec_decoder_name, device=torch.device(device))
     return decoder.eval()
 

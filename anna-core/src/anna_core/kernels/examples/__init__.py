@@ -17,6 +17,7 @@ from __future__ import annotations
 from anna_core.kernels.examples.activations import (
     sigmoid_mul,
     silu_and_mul,
+    snake_beta,
 )
 from anna_core.kernels.examples.attention import (
     paged_attention,
@@ -117,6 +118,7 @@ __all__ = [
     "rms_norm_pair",
     "sigmoid_mul",
     "silu_and_mul",
+    "snake_beta",
     "top_k_gumbel_sample",
     "turboquant_cache_write",
     "wq_linear",

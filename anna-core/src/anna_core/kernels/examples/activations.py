@@ -17,3 +17,11 @@ def sigmoid_mul(device: Any, dtype: Any) -> list[OpExample]:
     r = SampleGen(9, device, as_dtype(dtype))
     wide = r.randn(4, 64)
     return [OpExample((r.randn(3, 32), r.randn(3, 32))), OpExample((r.randn(4, 32), wide[:, 32:]))]  # strided gate
+
+
+def snake_beta(device: Any, dtype: Any) -> list[OpExample]:
+    r = SampleGen(10, device, as_dtype(dtype))
+    wide = r.randn(2, 6, 80, scale=3.0)  # a causal convolution's output before its slice: a strided view
+    return [OpExample((r.randn(2, 5, 37, scale=3.0), r.randn(5, scale=0.5), r.randn(5, scale=0.5))),
+            OpExample((wide[:, :, 11:70], r.randn(6, scale=0.5), r.randn(6, scale=0.5))),
+            OpExample((r.randn(1, 3, 1), r.randn(3, scale=0.5), r.randn(3, scale=0.5)))]

@@ -1,5 +1,5 @@
-"""The element-wise activation ops of anna-core: gated products of an MLP and of the attention output. Conventions:
-:mod:`anna_core.kernels.ops`."""
+"""The element-wise activation ops of anna-core: gated products of an MLP and of the attention output, and the
+periodic activation of audio decoders. Conventions: :mod:`anna_core.kernels.ops`."""
 
 from __future__ import annotations
 
@@ -24,5 +24,16 @@ x, gate: ``[..., D]``, one dtype (gate may be a strided view with unit stride al
 ``y = x * sigmoid(gate)`` evaluated as torch does in x's dtype (the attention output gate).
 """,
     ),
+    core_op(
+        "snake_beta", "activations", checked=True,
+        signature="snake_beta(x, alpha, beta) -> y",
+        doc="""x: ``[B, C, T]`` (a view with unit stride along T, e.g. a slice of a causal convolution's output); alpha, beta:
+``[C]`` log-scale frequency and magnitude (as audio codec checkpoints store them); y: ``[B, C, T]`` contiguous in x's
+dtype, ``x + sin(x * exp(alpha))^2 / (exp(beta) + 1e-9)`` per channel (SnakeBeta: Ziyin et al. 2020, "Neural
+Networks Fail to Learn Periodic Functions and How to Fix It"; BigVGAN's parametrisation), alpha and beta of x's
+dtype, evaluated as torch does in x's dtype (each op in float32 rounded to x's dtype; ``addcdiv`` rounds once): in
+a 16-bit dtype the sine's argument is rounded first, so a kernel must round where the expression does.
+""",
+    ),
 )
-"""``silu_and_mul``, ``sigmoid_mul``."""
+"""``silu_and_mul``, ``sigmoid_mul``, ``snake_beta``."""

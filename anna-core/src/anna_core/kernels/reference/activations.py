@@ -1,4 +1,5 @@
-"""Gated activations: the gated MLP products (SwiGLU, GeGLU-tanh) and the attention output gate.
+"""Gated activations: the gated MLP products (SwiGLU, GeGLU-tanh) and the attention output gate; the periodic
+SnakeBeta activation of audio decoders (:func:`snake_beta`).
 
 Both evaluate the eager torch expressions the HF models use, so a kernel that matches these matches
 the oracle's rounding too: in a half-precision dtype the activation (SiLU or sigmoid, computed in
@@ -73,3 +74,40 @@ def sigmoid_mul(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     require(gate.shape == x.shape, "sigmoid_mul", f"gate must match x's shape {tuple(x.shape)}, got {tuple(gate.shape)}")
     require(gate.dtype == x.dtype, "sigmoid_mul", f"gate must have x's dtype {x.dtype}, got {gate.dtype}")
     return x * torch.sigmoid(gate)
+
+
+def check_snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> None:
+    """Check the arguments of :func:`snake_beta` (no sync).
+
+    Raises:
+        ValueError: ``"snake_beta: ..."``: x not a float ``[B, C, T]`` with unit stride along T, alpha or beta not
+            ``[C]`` of x's dtype, or on another device.
+    """
+    require(x.dim() == 3 and x.is_floating_point(), "snake_beta",
+            f"x must be a float [B, C, T] tensor, got {tuple(x.shape)} {x.dtype}")
+    require(x.shape[2] <= 1 or x.stride(2) == 1, "snake_beta", f"x must have unit stride along T, got {x.stride()}")
+    for name, p in (("alpha", alpha), ("beta", beta)):
+        require(p.shape == (x.shape[1],) and p.dtype == x.dtype, "snake_beta",
+                f"{name} must be a [C] = [{x.shape[1]}] tensor of x's dtype {x.dtype}, got {tuple(p.shape)} {p.dtype}")
+        require(p.device == x.device, "snake_beta", f"{name} is on {p.device}, x on {x.device}")
+
+
+def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """SnakeBeta per channel: ``x + sin(x * exp(alpha))^2 / (exp(beta) + 1e-9)`` (Ziyin et al. 2020; the
+    parametrisation of BigVGAN and of the Qwen3-TTS codec's decoder).
+
+    Args:
+        x: ``[B, C, T]``, unit stride along T.
+        alpha, beta: ``[C]`` of x's dtype, the log-scale frequency and magnitude.
+
+    Returns:
+        ``[B, C, T]`` in x's dtype: the eager torch expression (``addcdiv`` of x and the squared sine), each op
+        rounded to x's dtype.
+
+    Raises:
+        ValueError: see :func:`check_snake_beta`.
+    """
+    check_snake_beta(x, alpha, beta)
+    a = torch.exp(alpha)[None, :, None]
+    b = torch.exp(beta)[None, :, None]
+    return torch.addcdiv(x, torch.sin(x * a).pow(2), b + 1e-9)

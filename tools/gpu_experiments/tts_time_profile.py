@@ -104,7 +104,7 @@ def main() -> None:
     h = torch.randn(args.rows, width, device=device, dtype=dtype)
     table(f"code predictor frame ({config.num_code_groups - 1} passes), sampled", lambda: frame(h, h), device)
 
-    decoder = CodecDecoder(parse_codec(json.loads(CODEC.read_text())).decoder).eval()
+    decoder = CodecDecoder(parse_codec(json.loads(CODEC.read_text())).decoder, ops).eval()  # its snake_beta too
     with torch.no_grad():
         for name, p in decoder.named_parameters():
             if name.endswith("embedding_sum"):

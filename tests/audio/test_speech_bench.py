@@ -205,3 +205,8 @@ def test_bench_client_process_reports_failures():
                 client.round("http://127.0.0.1:9/v1/audio/speech", 1, 0)
         proc = client._proc
     assert proc.poll() == 0
+    with pytest.raises(RuntimeError, match="client process ended"):  # killed between rounds: a clean error, then exit
+        with BenchClient() as client:
+            client._proc.kill()
+            client._proc.wait()
+            client.round("http://127.0.0.1:9/v1/audio/speech", 1, 0)

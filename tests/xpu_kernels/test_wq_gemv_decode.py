@@ -63,12 +63,17 @@ def test_norm_prologue_and_gated_epilogue(scheme, activation, poison_outputs):
     assert got[0].shape == (rows, 21) and rel(got[0], want[0]) <= TOL and torch.equal(got[1], want[1])
 
 
-@pytest.mark.parametrize("scheme", ["int8", "fp8"])
-def test_every_code_is_decoded_exactly(scheme):
+@pytest.mark.parametrize("scheme,native", [("int8", False), ("fp8", False), ("fp8", True)],
+                         ids=["int8", "fp8-bits", "fp8-native"])
+def test_every_code_is_decoded_exactly(scheme, native, monkeypatch):
     """One-hot rows read single weights: the kernel's output is ``q * scale`` to the last bit for each of the
-    254 finite FP8 codes (subnormals and negative zero included) and each int8 code."""
+    254 finite FP8 codes (subnormals and negative zero included) and each int8 code; FP8 through the shift-and-mask
+    decode and through the hardware conversion's path (forced here: under the interpreter Triton's FP8 conversion
+    stands in for the PTX)."""
     from anna_xpu_kernels import wq_gemv_decode as dec
     from anna_xpu_kernels.gemv import Prologue
+
+    monkeypatch.setattr(dec, "native_fp8", lambda device: native)
 
     n, k = 256, 256
     codes = torch.arange(256, dtype=torch.int32).roll(1, 0)  # row r holds code r - 1 at column 8 + (r % 8)
@@ -239,3 +244,41 @@ def test_hardware_fp8_conversion_and_int4_pairing_switches(monkeypatch, poison_o
     for value, on in (("1", True), ("yes", True), ("0", False), ("", False)):
         monkeypatch.setenv(WQ_INT4_PAIRED_ENV, value)
         assert wq_int4_paired_requested() is on
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_fp8_native_path_equals_the_bit_decode(dtype, rows, monkeypatch, poison_outputs):
+    """The FP8 tile with ``NATIVE_FP8`` (its codes' own values, ``acc += s P``; forced under the interpreter, where
+    Triton's FP8 conversion stands in for the PTX) gives the shift-and-mask decode's outputs bit for bit on random
+    16-bit rows (both sums exact code values in the same order; the bit decode's ``2^-120`` scaling is exact for
+    such activations), split-K on, and the reference's within the tolerance."""
+    from anna_xpu_kernels import wq_gemv_decode as dec
+    from anna_xpu_kernels.gemv import Prologue
+
+    n, k = 24, 512
+    qweight, scale, zero = quantized_weight(n, k, "fp8", seed=rows)
+    x = (torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 2).to(dtype)
+    config = dec.WqConfig(8, 256, 2)
+    monkeypatch.setattr(dec, "native_fp8", lambda device: False)
+    bits = dec.launch(x, qweight, scale, zero, "fp8", None, n, k, Prologue(), 0, config)
+    monkeypatch.setattr(dec, "native_fp8", lambda device: True)
+    native = dec.launch(x, qweight, scale, zero, "fp8", None, n, k, Prologue(), 0, config)
+    assert torch.equal(native, bits)
+    assert rel(native, ref.wq_linear(x.float(), qweight, scale, zero, "fp8", None)) <= 1e-2
+
+
+def test_native_fp8_needs_an_nvidia_device_of_sm89(monkeypatch):
+    """The hardware conversion is asked of CUDA devices only, and there only of NVIDIA ones (ROCm reports ``cuda``
+    devices too) of compute capability 8.9 or more."""
+    from anna_xpu_kernels import wq_gemv_decode as dec
+
+    monkeypatch.setattr(dec, "INTERPRETING", False)
+    for hip, capability, want in ((None, (9, 0), True), (None, (8, 9), True), (None, (8, 6), False),
+                                  ("6.2", (9, 4), False)):
+        dec._has_fp8_cvt.cache_clear()
+        monkeypatch.setattr(torch.version, "hip", hip)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None, c=capability: c)
+        assert dec.native_fp8(torch.device("cuda", 0)) is want
+        assert not dec.native_fp8(torch.device("cpu")) and not dec.native_fp8(torch.device("xpu", 0))
+    dec._has_fp8_cvt.cache_clear()

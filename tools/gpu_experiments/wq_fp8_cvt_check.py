@@ -1,5 +1,6 @@
 """Issue 29 on a GPU: the FP8 decode GEMV with its codes converted in hardware (``ANNA_WQ_FP8_CVT=1``,
-:func:`anna_xpu_kernels.wq_gemv_decode.native_fp8`) against the shift-and-mask decode (the default).
+:func:`anna_xpu_kernels.wq_gemv_decode.native_fp8`, the default on sm_89+ since this check) against the
+shift-and-mask decode (``ANNA_WQ_FP8_CVT=0``).
 
 At the decode shapes of a Qwen3.5 model (random bf16 weights quantized to FP8 e4m3 with 128 x 128 block scales),
 for each row count: with the same launch configuration (a 16 x 1024 tile, no split and two splits) both decodes'

@@ -37,16 +37,18 @@ async def _one(client: Any, url: str, i: int) -> dict[str, float]:
     return {"first_audio_s": first or float("nan"), "latency_s": time.perf_counter() - start, "bytes": size}
 
 
-async def _round(url: str, n: int, offset: int) -> list[dict[str, float]]:
+async def _round(url: str, n: int, offset: int) -> tuple[float, list[dict[str, float]]]:
     import httpx
 
     async with httpx.AsyncClient(timeout=600) as client:
-        return await asyncio.gather(*(_one(client, url, offset + i) for i in range(n)))
+        sent = time.perf_counter()
+        return sent, await asyncio.gather(*(_one(client, url, offset + i) for i in range(n)))
 
 
-def run_round(url: str, n: int, offset: int) -> list[dict[str, float]]:
-    """``n`` requests sent at once (texts ``"request <offset + i>"``), in this process; one result per request, in
-    order (:func:`_one`)."""
+def run_round(url: str, n: int, offset: int) -> tuple[float, list[dict[str, float]]]:
+    """``n`` requests sent at once (texts ``"request <offset + i>"``), in this process: ``(sent, results)``, the
+    ``time.perf_counter()`` at which the requests started (the client made; one clock for every process of a Linux
+    machine) and one result per request, in order (:func:`_one`)."""
     return asyncio.run(_round(url, n, offset))
 
 
@@ -68,11 +70,20 @@ class BenchClient:
 
     def __exit__(self, *exc: Any) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None:
-            proc.stdin.close()
-            proc.wait(timeout=60)
+        if proc is None:
+            return
+        with proc:  # closes the pipes
+            try:
+                proc.stdin.close()
+            except OSError:  # the process is gone already
+                pass
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
-    def round(self, url: str, n: int, offset: int) -> list[dict[str, float]]:
+    def round(self, url: str, n: int, offset: int) -> tuple[float, list[dict[str, float]]]:
         """:func:`run_round` in the client process (or here).
 
         Raises:
@@ -80,24 +91,28 @@ class BenchClient:
         """
         if self._proc is None:
             return run_round(url, n, offset)
-        self._proc.stdin.write(json.dumps({"url": url, "n": n, "offset": offset}) + "\n")
-        self._proc.stdin.flush()
+        try:
+            self._proc.stdin.write(json.dumps({"url": url, "n": n, "offset": offset}) + "\n")
+            self._proc.stdin.flush()
+        except OSError as exc:
+            raise RuntimeError(f"the benchmark's client process ended (exit status {self._proc.wait()})") from exc
         line = self._proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the benchmark's client process ended (exit status {self._proc.wait()})")
         reply = json.loads(line)
         if "error" in reply:
             raise RuntimeError(f"the benchmark's client: {reply['error']}")
-        return reply["results"]
+        return reply["sent"], reply["results"]
 
 
 def main() -> None:
     """The client process: each line of stdin a round ``{"url", "n", "offset"}``, each answered by one line of stdout,
-    ``{"results": [...]}`` or ``{"error": "..."}``; ends at the end of stdin."""
+    ``{"sent": ..., "results": [...]}`` or ``{"error": "..."}``; ends at the end of stdin."""
     for line in sys.stdin:
         round_ = json.loads(line)
         try:
-            reply = {"results": run_round(round_["url"], round_["n"], round_["offset"])}
+            sent, results = run_round(round_["url"], round_["n"], round_["offset"])
+            reply = {"sent": sent, "results": results}
         except Exception as exc:  # noqa: BLE001 - reported to the benchmark, which raises it
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(reply), flush=True)

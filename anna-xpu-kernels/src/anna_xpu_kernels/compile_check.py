@@ -588,7 +588,8 @@ def compile_all(arch: int = 90) -> list[str]:
         src = ASTSource(fn, {**_signature(fn, act, constexprs), **(ptr_types[0] if ptr_types else {})},
                         constexprs=constexprs)
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
-        shown = {k: v for k, v in constexprs.items() if k.startswith("BLOCK") or k == "NUM_SPLITS"}
+        shown = {k: v for k, v in constexprs.items()
+                 if k.startswith("BLOCK") or k == "NUM_SPLITS" or (k in ("NATIVE_FP8", "PAIR_INT4") and v)}
         if constexprs.get("USE_PDL"):
             check_pdl_order(compiled.asm["ptx"], _PRELOADS.get(fn.__name__))
             shown["pdl"] = "waits first"

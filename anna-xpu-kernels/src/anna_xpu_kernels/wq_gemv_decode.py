@@ -22,7 +22,7 @@ How:
   On CUDA devices of compute capability 8.9 and later FP8 codes instead go through the hardware's conversion of
   two e4m3 codes to two float16 (:func:`_e4m3x4`, ``NATIVE_FP8``; ``ANNA_WQ_FP8_CVT=0`` turns it off): 4.2
   instructions a weight instead of 5.5 in the 16-row tile (sm_90), the served Qwen3.5-9B FP8 step 4.5% faster on
-  an H100, the same outputs bit for bit. With ``ANNA_WQ_INT4_PAIRED=1`` int4 tiles of one or two rows of 16-bit
+  an H100, the same outputs bit for bit there (16-bit activations). With ``ANNA_WQ_INT4_PAIRED=1`` int4 tiles of one or two rows of 16-bit
   activations take two codes per shift (:func:`_unit_sums`, :func:`_int4_pair`, ``PAIR_INT4``): about 4.5
   instructions per weight instead of 4.7 in the 16-row tile and 96 registers a thread instead of 168, 7% faster
   in the GEMV microbenchmark, but the served 9B step measured 4% slower on an H100, so it is off by default.
@@ -51,6 +51,8 @@ merged gate/up rows interleaved per program) and an act-order weight's column or
 """
 
 from __future__ import annotations
+
+import functools
 
 import attrs
 import torch
@@ -110,6 +112,9 @@ TILES = tuple(dict.fromkeys(ONE_ROW_TILES + ROWS_TILES))
 
 FIXED = WqConfig(block_n=8, block_k=256, split_k=1)
 """The configuration run under the interpreter (two int4 groups per tile; tests force others)."""
+
+INTERPRET: tl.constexpr = tl.constexpr(INTERPRETING)
+"""Whether kernels run under Triton's interpreter (:func:`_e4m3x4`'s stand-in for its inline PTX)."""
 
 PAIRED_MAX_ROWS: tl.constexpr = tl.constexpr(2)
 """Most rows for which an int4 tile decodes two codes per shift (:func:`_unit_sums`)."""
@@ -211,7 +216,14 @@ def _e4m3x4(half):
     """The float32 values of the four FP8 e4m3 codes of each int32 word ``half`` (byte ``J`` is the ``J``-th
     result), exact, by the hardware's conversion (PTX ``cvt.rn.f16x2.e4m3x2``, sm_89 and later: two codes to two
     float16 in one instruction; every e4m3 value is a float16 one), then float16 to float32. Compiled CUDA code only
-    (inline PTX: the launcher sets ``NATIVE_FP8`` only there, :func:`native_fp8`)."""
+    (inline PTX: the launcher sets ``NATIVE_FP8`` only there, :func:`native_fp8`). Under Triton's interpreter, which
+    runs no PTX, Triton's own FP8 conversion of each byte stands in (tests force ``NATIVE_FP8`` there)."""
+    if INTERPRET:
+        b0 = (half & 255).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        b1 = ((half >> 8) & 255).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        b2 = ((half >> 16) & 255).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        b3 = ((half >> 24) & 255).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        return b0, b1, b2, b3
     return tl.inline_asm_elementwise(
         "{ .reg .b16 l, h; .reg .b32 a, b; .reg .f16 a0, a1, b0, b1; mov.b32 {l, h}, $4; "
         "cvt.rn.f16x2.e4m3x2 a, l; cvt.rn.f16x2.e4m3x2 b, h; mov.b32 {a0, a1}, a; mov.b32 {b0, b1}, b; "
@@ -453,14 +465,24 @@ def takes(rows: torch.Tensor, qweight: torch.Tensor, scheme: str) -> bool:
     return scheme == "int4" or qweight.shape[1] % 8 == 0
 
 
+@functools.cache
+def _has_fp8_cvt(device_index: int) -> bool:
+    """An NVIDIA GPU of compute capability 8.9+ (``cvt.rn.f16x2.e4m3x2``; ROCm builds also report ``cuda`` devices,
+    without PTX)."""
+    return torch.version.hip is None and torch.cuda.get_device_capability(device_index) >= (8, 9)
+
+
 def native_fp8(device: torch.device) -> bool:
     """Whether FP8 codes on ``device`` convert in hardware (:func:`_e4m3x4`): not turned off (``ANNA_WQ_FP8_CVT=0``,
-    :func:`anna_xpu_kernels._env.wq_fp8_cvt_requested`), compiled rather than interpreted, on a CUDA device of
-    compute capability 8.9 or more (the conversion's PTX needs sm_89; an XPU runs the shift-and-mask decode of
-    :func:`_code_f`). Both decodes give every code's exact value, so the outputs are the same (measured equal bit
-    for bit on an H100 at the Qwen3.5-9B shapes)."""
-    return (wq_fp8_cvt_requested() and not INTERPRETING and device.type == "cuda"
-            and torch.cuda.get_device_capability(device) >= (8, 9))
+    :func:`anna_xpu_kernels._env.wq_fp8_cvt_requested`), compiled rather than interpreted, on an NVIDIA device of
+    compute capability 8.9 or more (the conversion's PTX needs sm_89; an XPU or a ROCm device runs the shift-and-mask
+    decode of :func:`_code_f`). Each decode gives every code's exact value; with 16-bit activations the outputs were
+    equal bit for bit at the Qwen3.5-9B shapes on an H100 (``tools/gpu_experiments/wq_fp8_cvt_check.py``), while with
+    float32 activations the bit decode's ``2^-120`` scaling can make tiny products subnormal (a few low bits of
+    difference)."""
+    if not wq_fp8_cvt_requested() or INTERPRETING or device.type != "cuda":
+        return False
+    return _has_fp8_cvt(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _max_split(n: int) -> int:

@@ -22,10 +22,11 @@ How:
   On CUDA devices of compute capability 8.9 and later FP8 codes instead go through the hardware's conversion of
   two e4m3 codes to two float16 (:func:`_e4m3x4`, ``NATIVE_FP8``; ``ANNA_WQ_FP8_CVT=0`` turns it off): 4.2
   instructions a weight instead of 5.5 in the 16-row tile (sm_90), the served Qwen3.5-9B FP8 step 4.5% faster on
-  an H100, the same outputs bit for bit there (16-bit activations). With ``ANNA_WQ_INT4_PAIRED=1`` int4 tiles of one or two rows of 16-bit
-  activations take two codes per shift (:func:`_unit_sums`, :func:`_int4_pair`, ``PAIR_INT4``): about 4.5
-  instructions per weight instead of 4.7 in the 16-row tile and 96 registers a thread instead of 168, 7% faster
-  in the GEMV microbenchmark, but the served 9B step measured 4% slower on an H100, so it is off by default.
+  an H100, the same outputs bit for bit there (16-bit activations). With ``ANNA_WQ_INT4_PAIRED=1`` int4 tiles of
+  one or two rows of 16-bit activations take two codes per shift (:func:`_unit_sums`, :func:`_int4_pair`,
+  ``PAIR_INT4``): about 4.5 instructions per weight instead of 4.7 in the 16-row tile and 96 registers a thread
+  instead of 168, 7% faster in the GEMV microbenchmark, but the served 9B step measured 4% slower on an H100, so
+  it is off by default.
 * Per unit ``P = sum_j x_j f_j`` (a fused multiply-add per code) and ``X = sum_j x_j`` (once per program, shared by
   its rows) give the dequantized product with the scale and zero applied once per unit: int4 ``sum_j x_j (q_j s +
   z) = 16 s P + (z - 16 s) X`` (paired: ``s P + z X``, ``P`` the codes' own products); int8 ``sum_j x_j q_j =
@@ -242,8 +243,8 @@ def _unit_sums(units, x, code_mask, one_bits, SCHEME: tl.constexpr, PAIRED: tl.c
       instruction per code; int4: ``f = 1 + q / 16``);
     * FP8 with ``NATIVE_FP8``: ``P = sum_j x_j w_j`` (the codes' own values, :func:`_e4m3x4`: half an instruction
       to convert a code to float16 and one to float32, in place of two shifts and a logic instruction);
-    * int4 with ``PAIRED`` (``ANNA_WQ_INT4_PAIRED=1``, 1 or 2 rows, :data:`PAIRED_MAX_ROWS`): ``P = sum_j x_j q_j`` (the codes' own values):
-      one shift moves two codes to bits 15..22 of a word (:func:`_int4_pair`: ``f = 1 + q / 16`` for the odd code,
+    * int4 with ``PAIRED`` (``ANNA_WQ_INT4_PAIRED=1``, 1 or 2 rows, :data:`PAIRED_MAX_ROWS`): ``P = sum_j x_j q_j``
+      (the codes' own values): one shift moves two codes to bits 15..22 of a word (:func:`_int4_pair`: ``f = 1 + q / 16`` for the odd code,
       ``16 + q / 16`` for the even one), so a unit costs 4 shifts and 8 logic instructions (shared by the
       activation rows) and 8 fused multiply-adds per activation row. With ``x' = 16 x`` the products sum to
       ``sum_j x_j q_j + sum_odd x'_j + 16 sum_even x'_j``: the chain starts at minus that offset (computed once

@@ -6,7 +6,8 @@ At the 1.7B shape (random bf16 weights): the code predictor's frame (``FramePred
 microseconds summed by kernel name, the twelve largest, their launch counts, and the total. These are the two parts
 that grow from one request to 16 (the step's predictor 2.0 -> 3.3 ms a frame, the vocoder 0.42 -> 1.65 ms, H100,
 2026-12-07); the table says which kernels grow. Then the decoder's chunk timed (median of 10, eager) with cuDNN's
-heuristics and with its algorithm search (``cudnn.benchmark``): the convolutions' share is the vocoder's largest.
+heuristics and with its algorithm search (``cudnn.benchmark``), and the chunk's convolutions by time with their
+shapes: the convolutions' share is the vocoder's largest.
 
 Run from the repository root with the Anna wheels installed (about 30 s; stdout)::
 
@@ -58,6 +59,29 @@ def table(name: str, fn, device: torch.device) -> None:
           f"({'device' if cuda else 'CPU'})", flush=True)
     for k, us in sorted(total.items(), key=lambda kv: -kv[1])[:12]:
         print(f"  {us:8.1f} us {100 * us / max(whole, 1e-9):5.1f}%  x{count[k]:<4d} {k[:110]}", flush=True)
+
+
+def convolutions(fn, device: torch.device, top: int = 10) -> None:
+    """Run ``fn`` once under the profiler (with shapes) and print its convolutions by device time (CPU time off
+    CUDA): each ``conv1d`` / ``conv_transpose1d`` call's input and weight shapes and the time of the kernels it
+    launched (which convolutions the slow cuDNN kernels serve)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch.inference_mode():
+        fn()
+        with profile(activities=activities, record_shapes=True) as prof:
+            fn()
+            if cuda:
+                torch.cuda.synchronize()
+    calls = []
+    for e in prof.events():
+        if e.name in ("aten::conv1d", "aten::conv_transpose1d"):
+            calls.append((e.device_time_total if cuda else e.cpu_time_total, e.name, e.input_shapes[:2]))
+    print(f"convolutions: {len(calls)}, {sum(c[0] for c in calls):.0f} us", flush=True)
+    for us, name, shapes in sorted(calls, key=lambda c: -c[0])[:top]:
+        print(f"  {us:8.1f} us  {name[6:]:16s} input {shapes[0]} weight {shapes[1]}", flush=True)
 
 
 def _median_ms(fn, iters: int = 10) -> float:
@@ -119,6 +143,7 @@ def main() -> None:
         decoder.decode_streams(states, codes)  # the streams' first chunks: the profiled ones continue them
     decode = lambda: decoder.decode_streams(states, codes)  # noqa: E731
     table(f"codec decoder, {args.rows} streams continued by {args.chunk} frames (eager)", decode, device)
+    convolutions(decode, device)
     if device.type == "cuda":  # cuDNN's own algorithm search for these fixed shapes, against its heuristics
         for bench in (False, True):
             with torch.backends.cudnn.flags(enabled=True, benchmark=bench), torch.inference_mode():

@@ -9,7 +9,7 @@ from anna_core.registry import resolve
 
 
 def test_every_op_resolves_to_a_reference_function_with_the_contract_signature():
-    assert len(OPS) == len(CORE_OPS) == 44
+    assert len(OPS) == len(CORE_OPS) == 45
     for contract in CORE_OPS:
         fn = resolve(contract.reference)
         assert callable(fn) and fn.__name__ == contract.name

@@ -84,20 +84,6 @@ def convolutions(fn, device: torch.device, top: int = 10) -> None:
         print(f"  {us:8.1f} us  {name[6:]:16s} input {shapes[0]} weight {shapes[1]}", flush=True)
 
 
-def _median_ms(fn, iters: int = 10) -> float:
-    for _ in range(3):  # warm (and, with cudnn.benchmark, search)
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
 def main() -> None:
     from anna_audio.qwen3_tts.code_predictor import CodePredictor
     from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
@@ -105,6 +91,8 @@ def main() -> None:
     from anna_audio.qwen3_tts.frame_predictor import FramePredictor
     from anna_audio.qwen3_tts.sampling import CodeSampling
     from anna_audio.qwen3_tts.stream_state import StreamState
+    from anna_audio.tts_bench import _median_ms
+    from anna_core.device import accelerator
     from anna_core.kernels.registry import KernelRegistry, bind_ops
 
     ap = argparse.ArgumentParser()
@@ -145,9 +133,11 @@ def main() -> None:
     table(f"codec decoder, {args.rows} streams continued by {args.chunk} frames (eager)", decode, device)
     convolutions(decode, device)
     if device.type == "cuda":  # cuDNN's own algorithm search for these fixed shapes, against its heuristics
+        accel = accelerator(device)
         for bench in (False, True):
             with torch.backends.cudnn.flags(enabled=True, benchmark=bench), torch.inference_mode():
-                ms = _median_ms(decode)
+                decode()  # (with cudnn.benchmark: its search)
+                ms = _median_ms(accel, decode)
             print(f"codec decoder chunk, cudnn.benchmark={bench}: {ms:.3f} ms ({ms / args.chunk:.3f} ms a frame)",
                   flush=True)
 

@@ -18,10 +18,10 @@ if [ "$(left)" -ge 90 ]; then
   ANNA_FUSED_SNAKE=1 timeout 90 python3 tools/gpu_experiments/tts_time_profile.py > "$OUT/tts_profile.log" 2>&1
   echo "exit $?"; grep -vE "^USDT|[Ww]arn" "$OUT/tts_profile.log" | cut -c1-170 | tail -42
 fi
-tts inproc "${T_TTS2:-110}" -- --runs 1 --in-process-client
 if [ "$(left)" -ge 60 ]; then
   echo "== conformance snake_beta $(date +%T)"
   ANNA_FUSED_SNAKE=1 timeout 60 python3 -m pytest -q -p no:cacheprovider tools/gpu_experiments/test_kernel_conformance_cuda.py \
     -k snake 2>&1 | tail -3
 fi
+tts inproc "${T_TTS2:-110}" -- --runs 1 --in-process-client
 echo "== done $(date +%T)"

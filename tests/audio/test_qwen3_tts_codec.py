@@ -1,6 +1,7 @@
 """The 12 Hz codec decoder (:mod:`anna_audio.qwen3_tts.codec_decoder`) against the reference's golden outputs:
 each stage and the waveform for given codes, batched rows against rows alone, streamed chunks against the whole
-decode, and the errors of bad codes and mismatched checkpoints."""
+decode -- in both layouts (``[B, C, T]``-contiguous, the CPU's, and time-major, CUDA's) -- and the errors of bad
+codes and mismatched checkpoints."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import shutil
 import pytest
 import torch
 from anna_audio.qwen3_tts import StreamingDecoder, load_codec_decoder, load_config
+from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
+from anna_audio.qwen3_tts.codec_layers import CausalConv1d, CausalTransposedConv1d
 from anna_audio.qwen3_tts.stream_state import StreamState
 from anna_core.errors import ModelLoadError
 
@@ -19,11 +22,43 @@ WAVE_ATOL = 1e-4
 STAGE_ATOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def codec():
+@pytest.fixture(scope="module", params=["contiguous", "time_major"])
+def codec(request):
     tensors, facts = golden("codec")
     config = load_config(CHECKPOINTS["base"])
-    return load_codec_decoder(CHECKPOINTS["base"], config), tensors, facts
+    decoder = load_codec_decoder(CHECKPOINTS["base"], config)  # on the CPU: [B, C, T]-contiguous
+    assert not decoder.time_major
+    if request.param == "time_major":  # the layout the loaders pick on CUDA, run on the CPU
+        loaded = decoder
+        decoder = CodecDecoder(config.codec.decoder, time_major=True)
+        decoder.load_state_dict(loaded.state_dict())
+        decoder.layout_weights().eval()
+    return decoder, tensors, facts
+
+
+def test_time_major_layout_holds_through_the_stack():
+    """A time-major decoder's convolutions read and write time-major activations (no layout conversion between
+    them: a layer falling back to [B, C, T] would pay one in and out of every later convolution), its weights are
+    stored time-major, and the values are the [B, C, T] decoder's."""
+    config = load_config(CHECKPOINTS["base"])
+    plain = load_codec_decoder(CHECKPOINTS["base"], config)
+    decoder = CodecDecoder(config.codec.decoder, time_major=True)
+    decoder.load_state_dict(plain.state_dict())
+    decoder.layout_weights().eval()
+    layouts = []
+    hooks = [m.register_forward_hook(lambda mod, inp, out: layouts.append((type(mod).__name__, out.shape,
+                                                                            out.transpose(1, 2).is_contiguous())))
+             for m in decoder.modules() if isinstance(m, (CausalConv1d, CausalTransposedConv1d))]
+    codes = torch.stack([golden("codec")[0]["codec/codes/0"][:6]] * 2)
+    with torch.inference_mode():
+        got, want = decoder(codes), plain(codes)
+    for h in hooks:
+        h.remove()
+    wide = [(name, shape, tm) for name, shape, tm in layouts if shape[1] > 1]
+    assert len(wide) >= 10 and all(tm for _, _, tm in wide), wide
+    convs = [m.conv.weight for m in decoder.modules() if isinstance(m, CausalConv1d) and m.conv.kernel_size[0] > 1]
+    assert convs and all(w.transpose(1, 2).is_contiguous() for w in convs)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
 def test_waveforms_match_reference(codec):

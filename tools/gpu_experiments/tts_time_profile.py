@@ -19,6 +19,7 @@ Run from the repository root with the Anna wheels installed (about 30 s; stdout)
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -77,104 +78,11 @@ def convolutions(fn, device: torch.device, top: int = 10) -> None:
                 torch.cuda.synchronize()
     calls = []
     for e in prof.events():
-        if e.name in ("aten::conv1d", "aten::conv_transpose1d"):
+        if e.name in ("aten::conv1d", "aten::conv_transpose1d", "aten::conv2d", "aten::linear"):
             calls.append((e.device_time_total if cuda else e.cpu_time_total, e.name, e.input_shapes[:2]))
     print(f"convolutions: {len(calls)}, {sum(c[0] for c in calls):.0f} us", flush=True)
     for us, name, shapes in sorted(calls, key=lambda c: -c[0])[:top]:
         print(f"  {us:8.1f} us  {name[6:]:16s} input {shapes[0]} weight {shapes[1]}", flush=True)
-
-
-def two_tap(conv: torch.nn.ConvTranspose1d, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-    """A causal transposed convolution of kernel ``2 s`` and stride ``s`` (``x``: ``[B, C_in, T + 1]``, one frame of
-    context first) as a stride-1 convolution of kernel 2 into ``C_out * s`` channels, then the channels' phases
-    interleaved into time: output ``m s + j`` of channel ``c`` is ``W[:, c, j] . x[m + 1] + W[:, c, j + s] . x[m]``.
-    Returns ``[B, C_out, T * s]``, what ``CausalTransposedConv1d`` keeps of ``conv(x)``."""
-    s = conv.stride[0]
-    c_in, c_out, _ = conv.weight.shape
-    if weight is None:
-        weight = two_tap_weight(conv)
-    z = torch.nn.functional.conv1d(x, weight, conv.bias.repeat_interleave(s))  # [B, C_out * s, T]
-    b, _, t = z.shape
-    return z.view(b, c_out, s, t).transpose(2, 3).reshape(b, c_out, t * s)
-
-
-def two_tap_weight(conv: torch.nn.ConvTranspose1d) -> torch.Tensor:
-    """``[C_out * s, C_in, 2]``: tap 0 (the earlier frame) holds ``W[:, :, s:]``, tap 1 ``W[:, :, :s]``."""
-    s = conv.stride[0]
-    w = conv.weight  # [C_in, C_out, 2 s]
-    c_in, c_out, _ = w.shape
-    taps = torch.stack((w[:, :, s:], w[:, :, :s]), dim=-1)  # [C_in, C_out, s, 2]
-    return taps.permute(1, 2, 0, 3).reshape(c_out * s, c_in, 2).contiguous()
-
-
-def transposed_forms(decoder, decode, accel) -> None:
-    """Each of the decoder's causal transposed convolutions of kernel twice the stride, on the input it receives in a
-    chunk (``decode`` run once): cuDNN's transposed convolution against :func:`two_tap` (a kernel-2 convolution and a
-    copy that interleaves the phases), timed (median of 10; ``accel`` None: not timed) and compared."""
-    from anna_audio.qwen3_tts.codec_layers import CausalTransposedConv1d
-    from anna_audio.tts_bench import _median_ms
-
-    seen = []
-    hooks = [m.conv.register_forward_hook(lambda mod, inp, out, m=m: seen.append((m, inp[0])))
-             for m in decoder.modules() if isinstance(m, CausalTransposedConv1d) and m.context == 1]
-    with torch.inference_mode():
-        decode()
-    for h in hooks:
-        h.remove()
-    print("transposed convolutions, two forms:", flush=True)
-    for m, x in seen:
-        conv, s = m.conv, m.stride
-        steps = x.shape[-1] - 1
-        w2 = two_tap_weight(conv)
-        with torch.inference_mode():
-            ref = conv(x)[..., s:s + steps * s]
-            alt = two_tap(conv, x, w2)
-            err = (alt.float() - ref.float()).abs().max().item() / max(ref.float().abs().max().item(), 1e-9)
-            cudnn = lambda conv=conv, x=x, s=s, steps=steps: conv(x)[..., s:s + steps * s].contiguous()  # noqa: E731
-            tap = lambda conv=conv, x=x, w2=w2: two_tap(conv, x, w2)  # noqa: E731
-            t_ref = _median_ms(accel, cudnn) if accel else 0.0
-            t_alt = _median_ms(accel, tap) if accel else 0.0
-        print(f"  transposed conv {tuple(conv.weight.shape)} s={s} input {tuple(x.shape)}: cuDNN {t_ref:.3f} ms, "
-              f"two-tap {t_alt:.3f} ms, max rel diff {err:.2e}", flush=True)
-
-
-def channels_last_forms(decoder, decode, accel) -> None:
-    """Each of the decoder's stride-1 convolutions on the input it receives in a chunk (``decode`` run once), as
-    served (``[B, C, T]`` contiguous: cuDNN converts to and from NHWC around its bf16 kernels) against the same
-    convolution as ``conv2d`` on ``[B, C, 1, T]`` in channels-last memory (input and weight already in that layout,
-    as a decoder that kept its activations channels-last would hold them): the chunk's summed milliseconds of each
-    form (median of 10 per convolution) and the largest difference (``accel`` None: compared, not timed)."""
-    from anna_audio.tts_bench import _median_ms
-
-    seen = []
-    hooks = [m.register_forward_hook(lambda mod, inp, out, m=m: seen.append((m, inp[0])))
-             for m in decoder.modules() if isinstance(m, torch.nn.Conv1d)]
-    with torch.inference_mode():
-        decode()
-    for h in hooks:
-        h.remove()
-    cl = torch.channels_last
-    total_ref = total_cl = 0.0
-    rows = []
-    for conv, x in seen:
-        with torch.inference_mode():
-            x4 = x.unsqueeze(2).contiguous(memory_format=cl)
-            w4 = conv.weight.unsqueeze(2).contiguous(memory_format=cl)
-            kw = dict(dilation=(1, conv.dilation[0]), groups=conv.groups)
-            ref = conv(x)
-            alt = torch.nn.functional.conv2d(x4, w4, conv.bias, **kw).squeeze(2)
-            err = (alt.float() - ref.float()).abs().max().item() / max(ref.float().abs().max().item(), 1e-9)
-            plain = lambda conv=conv, x=x: conv(x)  # noqa: E731
-            last = lambda x4=x4, w4=w4, b=conv.bias, kw=kw: torch.nn.functional.conv2d(x4, w4, b, **kw)  # noqa: E731
-            t_ref = _median_ms(accel, plain) if accel else 0.0
-            t_cl = _median_ms(accel, last) if accel else 0.0
-        total_ref += t_ref
-        total_cl += t_cl
-        rows.append((t_ref, t_cl, tuple(conv.weight.shape), conv.dilation[0], tuple(x.shape), err))
-    print(f"stride-1 convolutions ({len(rows)}), as served vs channels-last conv2d: {total_ref:.3f} vs "
-          f"{total_cl:.3f} ms a chunk; max rel diff {max((r[5] for r in rows), default=0.0):.2e}", flush=True)
-    for t_ref, t_cl, w, d, xs, _ in sorted(rows, key=lambda r: -r[0])[:8]:
-        print(f"  {t_ref:.3f} vs {t_cl:.3f} ms  weight {w} dilation {d} input {xs}", flush=True)
 
 
 def main() -> None:
@@ -209,13 +117,18 @@ def main() -> None:
     h = torch.randn(args.rows, width, device=device, dtype=dtype)
     table(f"code predictor frame ({config.num_code_groups - 1} passes), sampled", lambda: frame(h, h), device)
 
-    decoder = CodecDecoder(parse_codec(json.loads(CODEC.read_text())).decoder, ops).eval()  # its snake_beta too
+    layout = {"time_major": device.type == "cuda"}  # as the loaders build it (the A/B's base wheels predate it)
+    if "time_major" not in inspect.signature(CodecDecoder).parameters:
+        layout = {}
+    decoder = CodecDecoder(parse_codec(json.loads(CODEC.read_text())).decoder, ops, **layout).eval()  # its snake too
     with torch.no_grad():
         for name, p in decoder.named_parameters():
             if name.endswith("embedding_sum"):
                 p.normal_()
             elif name.endswith(("alpha", "beta")):
                 p.uniform_(-0.5, 0.5)
+    if layout:
+        decoder.layout_weights()
     decoder = decoder.to(device, dtype)
     q = decoder.config.num_quantizers
     codes = torch.randint(0, 2048, (args.rows, args.chunk, q), dtype=torch.int64)
@@ -225,8 +138,6 @@ def main() -> None:
     decode = lambda: decoder.decode_streams(states, codes)  # noqa: E731
     table(f"codec decoder, {args.rows} streams continued by {args.chunk} frames (eager)", decode, device)
     convolutions(decode, device)
-    transposed_forms(decoder, decode, accelerator(device) if device.type == "cuda" else None)
-    channels_last_forms(decoder, decode, accelerator(device) if device.type == "cuda" else None)
     if device.type == "cuda":  # cuDNN's own algorithm search for these fixed shapes, against its heuristics
         accel = accelerator(device)
         for bench in (False, True):

@@ -10,8 +10,9 @@ float32)::
     a = round(exp(alpha_c)), d = round(round(exp(beta_c)) + 1e-9)
     y = round(x + round(round(sin(round(x * a)))^2) / d)
 
-A program covers ``BLOCK`` values of one ``(b, c)`` row of x ``[B, C, T]`` (unit stride along T, any other strides:
-a causal convolution's sliced output is read in place).
+A program covers ``BLOCK`` consecutive values of x's memory, x ``[B, C, T]`` dense in either layout the codec
+decoder holds (``[B, C, T]``-contiguous, or time-major: channels-last, strides ``(T * C, 1, C)``); the output has
+x's layout. Any other layout is first copied contiguous.
 """
 
 from __future__ import annotations
@@ -26,31 +27,33 @@ MAX_BLOCK = 1024
 """Most values of one program."""
 
 
-@triton.jit(do_not_specialize=["n_rows"])
-def _snake_beta_kernel(x_ptr, a_ptr, b_ptr, y_ptr, n_rows, C, T, stride_xb, stride_xc, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < T
+@triton.jit(do_not_specialize=["n", "T"])
+def _snake_beta_kernel(x_ptr, a_ptr, b_ptr, y_ptr, n, C, T, TIME_MAJOR: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
     dt = y_ptr.dtype.element_ty
-    c = row % C
-    a = tl.exp(tl.load(a_ptr + c).to(tl.float32)).to(dt).to(tl.float32)
-    d = (tl.exp(tl.load(b_ptr + c).to(tl.float32)).to(dt).to(tl.float32) + 1e-9).to(dt).to(tl.float32)
-    src = x_ptr + (row // C).to(tl.int64) * stride_xb + c.to(tl.int64) * stride_xc
-    x = tl.load(src + cols, mask=mask, other=0.0).to(tl.float32)
+    if TIME_MAJOR:  # memory [B, T, C]
+        c = (offs % C).to(tl.int32)
+    else:  # memory [B, C, T]
+        c = ((offs // T) % C).to(tl.int32)
+    a = tl.exp(tl.load(a_ptr + c, mask=mask, other=0.0).to(tl.float32)).to(dt).to(tl.float32)
+    d = (tl.exp(tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)).to(dt).to(tl.float32) + 1e-9)
+    d = d.to(dt).to(tl.float32)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.sin((x * a).to(dt).to(tl.float32)).to(dt).to(tl.float32)
     y = x + (s * s).to(dt).to(tl.float32) / d
-    tl.store(y_ptr + row.to(tl.int64) * T + cols, y.to(dt), mask=mask)
+    tl.store(y_ptr + offs, y.to(dt), mask=mask)
 
 
 def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     """``x + sin(x * exp(alpha))^2 / (exp(beta) + 1e-9)`` per channel (module docstring).
 
     Args:
-        x: ``[B, C, T]`` float32 / float16 / bfloat16, unit stride along T.
+        x: ``[B, C, T]`` float32 / float16 / bfloat16, any layout (contiguous and time-major are read in place).
         alpha, beta: ``[C]`` of x's dtype.
 
     Returns:
-        ``[B, C, T]`` contiguous, in x's dtype (a fresh tensor).
+        ``[B, C, T]`` in x's dtype (a fresh tensor, time-major when x is, else contiguous).
 
     Raises:
         ValueError: see :func:`~anna_core.kernels.reference.activations.check_snake_beta`; an unsupported dtype.
@@ -58,10 +61,14 @@ def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torc
     check_snake_beta(x, alpha, beta)
     require_float("snake_beta", x=x)
     b, c, t = x.shape
-    y = torch.empty((b, c, t), dtype=x.dtype, device=x.device)
-    if b * c and t:
-        block = min(MAX_BLOCK, next_pow2(t))
-        _snake_beta_kernel[(b * c, triton.cdiv(t, block))](x, alpha.contiguous(), beta.contiguous(), y, b * c, c, t,
-                                                            x.stride(0), x.stride(1), BLOCK=block,
-                                                            num_warps=4 if block >= 512 else 1)
+    time_major = c > 1 and t > 1 and x.transpose(1, 2).is_contiguous()
+    if not time_major:
+        x = x.contiguous()
+    y = torch.empty_like(x)  # x's (dense) layout
+    n = x.numel()
+    if n:
+        block = min(MAX_BLOCK, next_pow2(n))
+        _snake_beta_kernel[(triton.cdiv(n, block),)](x, alpha.contiguous(), beta.contiguous(), y, n, c, t,
+                                                     TIME_MAJOR=time_major, BLOCK=block,
+                                                     num_warps=4 if block >= 512 else 1)
     return y

@@ -26,6 +26,7 @@ from anna_audio.qwen3_tts.codec_layers import (
     ConvNeXtBlock,
     SnakeBeta,
     UpsampleBlock,
+    time_major_,
 )
 from anna_audio.qwen3_tts.codec_quantizer import SplitQuantizer
 from anna_audio.qwen3_tts.codec_transformer import CodecTransformer
@@ -42,26 +43,43 @@ class CodecDecoder(nn.Module):
         ops: a kernel op table bound to the decoder's device and dtype; where it serves an accelerated ``snake_beta``
             (anna-xpu-kernels' with ``ANNA_FUSED_SNAKE=1``) every SnakeBeta is that one launch. None, or no such
             kernel: the torch expression.
+        time_major: hold the convolution stack's activations time-major (channels-last) and compute its
+            convolutions in that layout (:mod:`~anna_audio.qwen3_tts.codec_layers`; the loaders choose it on CUDA,
+            where cuDNN's 16-bit convolutions compute channels-last); False: ``[B, C, T]``-contiguous, torch's
+            ``conv1d`` (faster on the CPU). The same values either way.
     """
 
-    def __init__(self, config: CodecDecoderConfig, ops: Any = None) -> None:
+    def __init__(self, config: CodecDecoderConfig, ops: Any = None, *, time_major: bool = False) -> None:
         super().__init__()
         self.config = config
+        self.time_major = time_major
         snake = ops.accelerated("snake_beta") if ops is not None else None
+        tm = time_major
         self.quantizer = SplitQuantizer(config.num_quantizers, config.codebook_size, config.codebook_dim)
-        self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, 3)
+        self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, 3, time_major=tm)
         self.pre_transformer = CodecTransformer(config)
         self.upsample = nn.ModuleList([
-            nn.ModuleList([CausalTransposedConv1d(config.latent_dim, config.latent_dim, r, r),
-                           ConvNeXtBlock(config.latent_dim)]) for r in config.upsampling_ratios])
+            nn.ModuleList([CausalTransposedConv1d(config.latent_dim, config.latent_dim, r, r, tm),
+                           ConvNeXtBlock(config.latent_dim, tm)]) for r in config.upsampling_ratios])
         dims = [config.decoder_dim // 2 ** i for i in range(len(config.upsample_rates) + 1)]
         self.decoder = nn.ModuleList([
-            CausalConv1d(config.latent_dim, config.decoder_dim, 7),
-            *(UpsampleBlock(dims[i], dims[i + 1], rate, snake) for i, rate in enumerate(config.upsample_rates)),
+            CausalConv1d(config.latent_dim, config.decoder_dim, 7, time_major=tm),
+            *(UpsampleBlock(dims[i], dims[i + 1], rate, snake, tm) for i, rate in enumerate(config.upsample_rates)),
             SnakeBeta(dims[-1], snake),
-            CausalConv1d(dims[-1], 1, 7),
+            CausalConv1d(dims[-1], 1, 7, time_major=tm),
         ])
         self._layout: StateLayout | None = None
+
+    def layout_weights(self) -> CodecDecoder:
+        """Store the weights in the layout the decoder computes in: time-major (channels-last) for every
+        convolution with a kernel wider than 1 when the decoder is, so no call converts them (values unchanged;
+        nothing to do otherwise). Call after the weights are in place (loading assigns fresh tensors); ``.to()``
+        keeps the layout. Returns self."""
+        if self.time_major:
+            for module in self.modules():
+                if isinstance(module, nn.Conv1d) and module.kernel_size[0] > 1:
+                    time_major_(module)
+        return self
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes: ``[B, T, Q]`` int64 in ``[0, codebook_size)`` -> waveform ``[B, T * samples_per_frame]`` in the

@@ -6,7 +6,14 @@ Math after the reference decoder (QwenLM/Qwen3-TTS ``qwen_tts/core/tokenizer_12h
 ``...DecoderDecoderResidualUnit``, ``...DecoderDecoderBlock``). Every layer is causal: output sample ``t`` reads
 inputs up to ``t`` only, so a chunk that starts from the state the previous chunk left equals the same span of a
 whole decode. Module and parameter names follow the checkpoint's (``conv.weight``, ``block.1.conv.weight``, ...).
-All tensors are ``[B, C, T]`` (batch, channels, samples).
+
+All tensors are ``[B, C, T]`` (batch, channels, samples). A layer built with ``time_major=True`` holds them
+time-major in memory (channels-last: strides ``(T * C, 1, C)``, a transposed view of a contiguous ``[B, T, C]``):
+its convolutions run as ``conv2d`` over ``[B, C, 1, T]`` in channels-last memory, the layout cuDNN's 16-bit kernels
+compute in (a ``[B, C, T]``-contiguous input costs a conversion in and out of every convolution), pointwise
+convolutions and the transposed ones as matrix products over the time-major rows; elementwise layers keep the layout
+they are given. With ``time_major=False`` they are ``[B, C, T]``-contiguous and run torch's ``conv1d`` /
+``conv_transpose1d`` (faster on the CPU). Both layouts compute the same values.
 """
 
 from __future__ import annotations
@@ -21,19 +28,44 @@ from torch import nn
 from anna_audio.qwen3_tts.stream_state import ChunkContext, ContextLayer
 
 
+def cat_time(past: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``[B, C, t1]`` and ``[B, C, t2]`` (any layouts) -> ``[B, C, t1 + t2]``, time-major (one copy)."""
+    return torch.cat((past.transpose(1, 2), x.transpose(1, 2)), dim=1).transpose(1, 2)
+
+
+def time_major_(conv: nn.Conv1d | nn.ConvTranspose1d) -> None:
+    """Store ``conv``'s weight ``[A, B, k]`` time-major (strides ``(k * B, 1, B)``), the layout a channels-last
+    convolution reads without converting it on every call; values unchanged."""
+    w = conv.weight
+    conv.weight = nn.Parameter(w.detach().transpose(1, 2).contiguous().transpose(1, 2), requires_grad=w.requires_grad)
+
+
+def _conv(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """``conv`` (no padding) of ``x`` ``[B, C_in, T]`` as a channels-last ``conv2d`` -> ``[B, C_out, T']``."""
+    if conv.kernel_size[0] == 1 and conv.groups == 1:  # pointwise: one matrix product over the time-major rows
+        return F.linear(x.transpose(1, 2), conv.weight[:, :, 0], conv.bias).transpose(1, 2)
+    y = F.conv2d(x.unsqueeze(2), conv.weight.unsqueeze(2), conv.bias, dilation=(1, conv.dilation[0]),
+                 groups=conv.groups)
+    return y.squeeze(2)
+
+
 class CausalConv1d(ContextLayer):
     """Stride-1 convolution padded on the left by ``(kernel - 1) * dilation`` samples (zeros at the start of a
     stream, the previous chunk's last input samples after it).
+
+    Args:
+        time_major: hold activations time-major (module docstring).
 
     Parameters:
         conv.weight: ``[C_out, C_in / groups, kernel]``; conv.bias: ``[C_out]``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1,
-                 groups: int = 1) -> None:
+                 groups: int = 1, time_major: bool = False) -> None:
         super().__init__()
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.context = (kernel_size - 1) * dilation
+        self.time_major = time_major
 
     @property
     def context_shape(self) -> tuple[int, ...] | None:
@@ -41,14 +73,15 @@ class CausalConv1d(ContextLayer):
         return (self.conv.in_channels, self.context) if self.context else None
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
-        """x: ``[B, C_in, T]`` -> ``[B, C_out, T]``."""
+        """x: ``[B, C_in, T]`` -> ``[B, C_out, T]`` (time-major where the layer is)."""
+        conv = _conv if self.time_major else (lambda h, module: module(h))
         if self.context == 0:
-            return self.conv(x)
+            return conv(x, self.conv)
         past = state.get(self) if state is not None else x.new_zeros(x.shape[0], x.shape[1], self.context)
-        padded = torch.cat((past, x), dim=-1)
+        padded = cat_time(past, x) if self.time_major else torch.cat((past, x), dim=-1)
         if state is not None:
             state.put(self, padded[..., padded.shape[-1] - self.context:])
-        return self.conv(padded)
+        return conv(padded, self.conv)
 
 
 class CausalTransposedConv1d(ContextLayer):
@@ -57,17 +90,22 @@ class CausalTransposedConv1d(ContextLayer):
     ``m * s <= n < m * s + k``. A chunk therefore needs the ``ceil((k - s) / s)`` input samples before it, which
     the state carries (zeros at the start).
 
+    Args:
+        time_major: hold activations time-major (module docstring; :meth:`forward` says how it computes).
+
     Parameters:
         conv.weight: ``[C_in, C_out, k]``; conv.bias: ``[C_out]``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int) -> None:
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int,
+                 time_major: bool = False) -> None:
         super().__init__()
         if kernel_size < stride:
             raise ValueError(f"kernel {kernel_size} shorter than stride {stride}")
         self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
         self.stride = stride
         self.context = math.ceil((kernel_size - stride) / stride)
+        self.time_major = time_major
 
     @property
     def context_shape(self) -> tuple[int, ...] | None:
@@ -75,16 +113,32 @@ class CausalTransposedConv1d(ContextLayer):
         return (self.conv.in_channels, self.context) if self.context else None
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
-        """x: ``[B, C_in, T]`` -> ``[B, C_out, T * stride]``."""
-        steps = x.shape[-1]
+        """x: ``[B, C_in, T]`` -> ``[B, C_out, T * stride]``.
+
+        Time-major, with kernel ``k = s`` (no context) output ``m s + j`` is ``W[:, :, j] . x[m]``: one matrix
+        product into ``s * C_out`` columns ordered ``(j, c)``, whose time-major rows are the output's time-major memory as they
+        stand. With ``k = 2 s`` (one frame of context) it is ``W[:, :, j] . x[m] + W[:, :, j + s] . x[m - 1]``: a
+        kernel-2 convolution into the same ``s * C_out`` channels, read the same way. Otherwise (other kernels, or
+        ``[B, C, T]``-contiguous) ``conv_transpose1d``, its output trimmed.
+        """
+        steps, s = x.shape[-1], self.stride
+        w, bias = self.conv.weight, self.conv.bias  # [C_in, C_out, k], [C_out]
+        c_in, c_out, k = w.shape
         if self.context:
             past = state.get(self) if state is not None else x.new_zeros(x.shape[0], x.shape[1], self.context)
-            x = torch.cat((past, x), dim=-1)
+            x = cat_time(past, x) if self.time_major else torch.cat((past, x), dim=-1)
             if state is not None:
                 state.put(self, x[..., x.shape[-1] - self.context:])
-        y = self.conv(x)
-        start = self.context * self.stride
-        return y[..., start:start + steps * self.stride]
+        if self.time_major and k == s:
+            z = F.linear(x.transpose(1, 2), w.permute(2, 1, 0).reshape(s * c_out, c_in), bias.repeat(s))
+        elif self.time_major and k == 2 * s:
+            taps = torch.stack((w[:, :, s:], w[:, :, :s]), dim=-1)  # [C_in, C_out, s, 2]: x[m - 1]'s, then x[m]'s
+            taps = taps.permute(2, 1, 3, 0).reshape(s * c_out, 2, c_in).transpose(1, 2)  # [(j, c), C_in, 2]
+            z = F.conv2d(x.unsqueeze(2), taps.unsqueeze(2), bias.repeat(s)).squeeze(2).transpose(1, 2)
+        else:
+            start = self.context * s
+            return self.conv(x)[..., start:start + steps * s]
+        return z.reshape(x.shape[0], steps * s, c_out).transpose(1, 2)  # z: [B, T, s * C_out]
 
 
 class SnakeBeta(nn.Module):
@@ -124,16 +178,16 @@ class ConvNeXtBlock(nn.Module):
         pwconv2 ``[C, 4C]``; gamma ``[C]``.
     """
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, time_major: bool = False) -> None:
         super().__init__()
-        self.dwconv = CausalConv1d(dim, dim, 7, groups=dim)
+        self.dwconv = CausalConv1d(dim, dim, 7, groups=dim, time_major=time_major)
         self.norm = nn.LayerNorm(dim, eps=1e-6)
         self.pwconv1 = nn.Linear(dim, 4 * dim)
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
-        h = self.dwconv(x, state).transpose(1, 2)  # [B, T, C]
+        h = self.dwconv(x, state).transpose(1, 2)  # [B, T, C] (contiguous where the convolution is time-major)
         h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
         return torch.addcmul(x, self.gamma[:, None], h.transpose(1, 2))  # x + gamma * h in one op
 
@@ -141,12 +195,13 @@ class ConvNeXtBlock(nn.Module):
 class ResidualUnit(nn.Module):
     """``x + conv2(snake(conv1(snake(x))))`` with a dilated kernel-7 ``conv1`` and a pointwise ``conv2``."""
 
-    def __init__(self, dim: int, dilation: int, snake: Callable[..., torch.Tensor] | None = None) -> None:
+    def __init__(self, dim: int, dilation: int, snake: Callable[..., torch.Tensor] | None = None,
+                 time_major: bool = False) -> None:
         super().__init__()
         self.act1 = SnakeBeta(dim, snake)
-        self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation)
+        self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation, time_major=time_major)
         self.act2 = SnakeBeta(dim, snake)
-        self.conv2 = CausalConv1d(dim, dim, 1)
+        self.conv2 = CausalConv1d(dim, dim, 1, time_major=time_major)
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         h = self.conv1(self.act1(x), state)
@@ -157,10 +212,12 @@ class UpsampleBlock(nn.Module):
     """SnakeBeta, a transposed convolution (kernel ``2 r``, stride ``r``) halving the channels, then residual units
     of dilation 1, 3 and 9 (the checkpoint's ``decoder.decoder.<i>.block.<0..4>``)."""
 
-    def __init__(self, in_dim: int, out_dim: int, rate: int, snake: Callable[..., torch.Tensor] | None = None) -> None:
+    def __init__(self, in_dim: int, out_dim: int, rate: int, snake: Callable[..., torch.Tensor] | None = None,
+                 time_major: bool = False) -> None:
         super().__init__()
-        self.block = nn.ModuleList([SnakeBeta(in_dim, snake), CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate),
-                                    *(ResidualUnit(out_dim, d, snake) for d in (1, 3, 9))])
+        self.block = nn.ModuleList([SnakeBeta(in_dim, snake),
+                                    CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate, time_major),
+                                    *(ResidualUnit(out_dim, d, snake, time_major) for d in (1, 3, 9))])
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         for layer in self.block:

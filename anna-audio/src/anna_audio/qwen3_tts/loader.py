@@ -118,7 +118,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format == "dummy":
         talker = _dummy(lambda: Talker(config.talker), device, dtype)
         predictor = _dummy(lambda: CodePredictor(config.predictor, config.talker.shape.hidden_size), device, dtype)
-        decoder = _dummy(lambda: CodecDecoder(config.codec.decoder, ops), device, dtype)
+        decoder = _dummy(lambda: CodecDecoder(config.codec.decoder, ops, time_major=device.type == "cuda"), device,
+                         dtype).layout_weights()
     else:
         talker = load_talker(root, config, device=device, dtype=dtype)
         predictor = load_code_predictor(root, config, device=device, dtype=dtype)

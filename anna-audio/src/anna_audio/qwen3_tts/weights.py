@@ -44,16 +44,16 @@ def predictor_name(name: str) -> str | None:
 def load_codec_decoder(folder: str | Path, config: Qwen3TTSConfig, *, device: torch.device | str = "cpu",
                        dtype: torch.dtype = torch.float32, ops: Any = None) -> CodecDecoder:
     """The codec decoder of the checkpoint in ``folder``, in eval mode on ``device`` in ``dtype`` (``ops``: the
-    kernel op table :class:`CodecDecoder` takes).
+    kernel op table :class:`CodecDecoder` takes), time-major on CUDA (:class:`CodecDecoder`'s ``time_major``).
 
     Raises:
         ModelLoadError: ``folder/speech_tokenizer`` holds no weights, or its ``decoder.*`` tensors do not match the
             configured decoder (missing, unexpected, or mis-shaped tensors, all named).
     """
     with torch.device("meta"):
-        decoder = CodecDecoder(config.codec.decoder, ops).to(dtype)
+        decoder = CodecDecoder(config.codec.decoder, ops, time_major=torch.device(device).type == "cuda").to(dtype)
     load_safetensors(decoder, Path(folder) / "speech_tokenizer", codec_decoder_name, device=torch.device(device))
-    return decoder.eval()
+    return decoder.layout_weights().eval()
 
 
 def load_code_predictor(folder: str | Path, config: Qwen3TTSConfig, *, device: torch.device | str = "cpu",

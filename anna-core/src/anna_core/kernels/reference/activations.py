@@ -80,12 +80,11 @@ def check_snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -
     """Check the arguments of :func:`snake_beta` (no sync).
 
     Raises:
-        ValueError: ``"snake_beta: ..."``: x not a float ``[B, C, T]`` with unit stride along T, alpha or beta not
-            ``[C]`` of x's dtype, or on another device.
+        ValueError: ``"snake_beta: ..."``: x not a float ``[B, C, T]``, alpha or beta not ``[C]`` of x's dtype, or
+            on another device.
     """
     require(x.dim() == 3 and x.is_floating_point(), "snake_beta",
             f"x must be a float [B, C, T] tensor, got {tuple(x.shape)} {x.dtype}")
-    require(x.shape[2] <= 1 or x.stride(2) == 1, "snake_beta", f"x must have unit stride along T, got {x.stride()}")
     for name, p in (("alpha", alpha), ("beta", beta)):
         require(p.shape == (x.shape[1],) and p.dtype == x.dtype, "snake_beta",
                 f"{name} must be a [C] = [{x.shape[1]}] tensor of x's dtype {x.dtype}, got {tuple(p.shape)} {p.dtype}")
@@ -97,11 +96,11 @@ def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torc
     parametrisation of BigVGAN and of the Qwen3-TTS codec's decoder).
 
     Args:
-        x: ``[B, C, T]``, unit stride along T.
+        x: ``[B, C, T]``, any layout (the Qwen3-TTS decoder's are time-major: channels-last).
         alpha, beta: ``[C]`` of x's dtype, the log-scale frequency and magnitude.
 
     Returns:
-        ``[B, C, T]`` in x's dtype: the eager torch expression (``addcdiv`` of x and the squared sine), each op
+        ``[B, C, T]`` in x's dtype (and, where x is dense, its layout): the eager torch expression (``addcdiv`` of x and the squared sine), each op
         rounded to x's dtype.
 
     Raises:

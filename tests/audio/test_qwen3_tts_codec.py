@@ -172,3 +172,17 @@ def test_load_errors(tmp_path, edit, message):
     folder = _edited_checkpoint(tmp_path, edit)
     with pytest.raises(ModelLoadError, match=message):
         load_codec_decoder(folder, load_config(folder))
+
+
+def test_loaders_pick_time_major_on_cuda_only_when_asked(monkeypatch):
+    """``ANNA_CODEC_TIME_MAJOR=1`` makes the loaders build a time-major decoder on CUDA (opt-in until measured on a
+    GPU); the CPU, where it is slower, never gets one."""
+    from anna_audio.qwen3_tts.codec_decoder import TIME_MAJOR_ENV, time_major_for
+
+    monkeypatch.delenv(TIME_MAJOR_ENV, raising=False)
+    assert not time_major_for("cuda") and not time_major_for(torch.device("cpu"))
+    monkeypatch.setenv(TIME_MAJOR_ENV, "1")
+    assert time_major_for(torch.device("cuda", 0)) and time_major_for("cuda")
+    assert not time_major_for("cpu") and not time_major_for("xpu")
+    config = load_config(CHECKPOINTS["base"])
+    assert not load_codec_decoder(CHECKPOINTS["base"], config).time_major  # loaded on the CPU

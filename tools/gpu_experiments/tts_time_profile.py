@@ -11,7 +11,7 @@ shapes: the convolutions' share is the vocoder's largest.
 
 Run from the repository root with the Anna wheels installed (about 30 s; stdout)::
 
-    timeout 120 python3 tools/gpu_experiments/tts_time_profile.py [--rows 16] [--chunk 8]
+    timeout 120 python3 tools/gpu_experiments/tts_time_profile.py [--rows 16] [--chunk 8] [--layout time-major]
 
 ``--device cpu`` checks the script (no device times: the CPU profiler's operator times instead).
 """
@@ -19,7 +19,6 @@ Run from the repository root with the Anna wheels installed (about 30 s; stdout)
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -100,6 +99,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--chunk", type=int, default=8)
+    ap.add_argument("--layout", choices=("contiguous", "time-major"), default="contiguous",
+                    help="the codec decoder's activations: [B, C, T]-contiguous or time-major (channels-last)")
     args = ap.parse_args()
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type != "cpu" else torch.float32
@@ -117,19 +118,15 @@ def main() -> None:
     h = torch.randn(args.rows, width, device=device, dtype=dtype)
     table(f"code predictor frame ({config.num_code_groups - 1} passes), sampled", lambda: frame(h, h), device)
 
-    layout = {"time_major": device.type == "cuda"}  # as the loaders build it (the A/B's base wheels predate it)
-    if "time_major" not in inspect.signature(CodecDecoder).parameters:
-        layout = {}
-    decoder = CodecDecoder(parse_codec(json.loads(CODEC.read_text())).decoder, ops, **layout).eval()  # its snake too
+    decoder = CodecDecoder(parse_codec(json.loads(CODEC.read_text())).decoder, ops,
+                           time_major=args.layout == "time-major").eval()  # its snake_beta too
     with torch.no_grad():
         for name, p in decoder.named_parameters():
             if name.endswith("embedding_sum"):
                 p.normal_()
             elif name.endswith(("alpha", "beta")):
                 p.uniform_(-0.5, 0.5)
-    if layout:
-        decoder.layout_weights()
-    decoder = decoder.to(device, dtype)
+    decoder = decoder.layout_weights().to(device, dtype)
     q = decoder.config.num_quantizers
     codes = torch.randint(0, 2048, (args.rows, args.chunk, q), dtype=torch.int64)
     states = [StreamState() for _ in range(args.rows)]

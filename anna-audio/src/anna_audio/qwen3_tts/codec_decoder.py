@@ -15,6 +15,7 @@ always decodes exactly (the state carries all the context every layer reads), so
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -33,6 +34,17 @@ from anna_audio.qwen3_tts.codec_transformer import CodecTransformer
 from anna_audio.qwen3_tts.config import CodecDecoderConfig
 from anna_audio.qwen3_tts.stream_state import ChunkContext, StateLayout, StreamBatch, StreamState
 
+TIME_MAJOR_ENV = "ANNA_CODEC_TIME_MAJOR"
+
+
+def time_major_for(device: torch.device | str) -> bool:
+    """Whether the loaders build a time-major decoder (:class:`CodecDecoder`'s ``time_major``) for ``device``: on CUDA
+    when ``ANNA_CODEC_TIME_MAJOR=1`` asks for it (opt-in until a GPU measures it against the ``[B, C, T]`` layout:
+    ``tools/gpu_experiments/call_s30_2.sh``); never on other devices (on the CPU a chunk decodes ~45% slower
+    time-major: BENCHMARKS.md)."""
+    flag = os.environ.get(TIME_MAJOR_ENV, "").strip().lower() in ("1", "true", "on", "yes")
+    return flag and torch.device(device).type == "cuda"
+
 
 class CodecDecoder(nn.Module):
     """The decoder network; parameter names are the checkpoint's after ``decoder.`` (``quantizer.*``,
@@ -44,8 +56,8 @@ class CodecDecoder(nn.Module):
             (anna-xpu-kernels' with ``ANNA_FUSED_SNAKE=1``) every SnakeBeta is that one launch. None, or no such
             kernel: the torch expression.
         time_major: hold the convolution stack's activations time-major (channels-last) and compute its
-            convolutions in that layout (:mod:`~anna_audio.qwen3_tts.codec_layers`; the loaders choose it on CUDA,
-            where cuDNN's 16-bit convolutions compute channels-last); False: ``[B, C, T]``-contiguous, torch's
+            convolutions in that layout (:mod:`~anna_audio.qwen3_tts.codec_layers`: cuDNN's 16-bit convolutions
+            compute channels-last; the loaders ask :func:`time_major_for`); False: ``[B, C, T]``-contiguous, torch's
             ``conv1d`` (faster on the CPU). The same values either way.
     """
 

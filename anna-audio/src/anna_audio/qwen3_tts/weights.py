@@ -16,7 +16,7 @@ from anna_core.errors import ModelLoadError
 from anna_core.weights.safetensors_loader import load_safetensors
 
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
-from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
+from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, time_major_for
 from anna_audio.qwen3_tts.codec_encoder import CodecEncoder
 from anna_audio.qwen3_tts.codec_encoder_config import load_codec_encoder_config
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig
@@ -44,14 +44,14 @@ def predictor_name(name: str) -> str | None:
 def load_codec_decoder(folder: str | Path, config: Qwen3TTSConfig, *, device: torch.device | str = "cpu",
                        dtype: torch.dtype = torch.float32, ops: Any = None) -> CodecDecoder:
     """The codec decoder of the checkpoint in ``folder``, in eval mode on ``device`` in ``dtype`` (``ops``: the
-    kernel op table :class:`CodecDecoder` takes), time-major on CUDA (:class:`CodecDecoder`'s ``time_major``).
+    kernel op table :class:`CodecDecoder` takes), in the layout :func:`time_major_for` picks for ``device``.
 
     Raises:
         ModelLoadError: ``folder/speech_tokenizer`` holds no weights, or its ``decoder.*`` tensors do not match the
             configured decoder (missing, unexpected, or mis-shaped tensors, all named).
     """
     with torch.device("meta"):
-        decoder = CodecDecoder(config.codec.decoder, ops, time_major=torch.device(device).type == "cuda").to(dtype)
+        decoder = CodecDecoder(config.codec.decoder, ops, time_major=time_major_for(device)).to(dtype)
     load_safetensors(decoder, Path(folder) / "speech_tokenizer", codec_decoder_name, device=torch.device(device))
     return decoder.layout_weights().eval()
 

@@ -13,13 +13,15 @@ Run from the repository root with the Anna wheels installed (about 30 s; stdout)
 
     timeout 120 python3 tools/gpu_experiments/tts_time_profile.py [--rows 16] [--chunk 8] [--layout time-major]
 
-``--device cpu`` checks the script (no device times: the CPU profiler's operator times instead).
+``--device cpu`` checks the script (no device times: the CPU profiler's operator times instead), and times the
+decoder's chunk on the host (``--layout`` A/B of the decoder's layouts on the CPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -143,6 +145,14 @@ def main() -> None:
                 ms = _median_ms(accel, decode)
             print(f"codec decoder chunk, cudnn.benchmark={bench}: {ms:.3f} ms ({ms / args.chunk:.3f} ms a frame)",
                   flush=True)
+    else:  # the chunk's wall time on the host (median of 5)
+        times = []
+        with torch.inference_mode():
+            for _ in range(5):
+                start = time.perf_counter()
+                decode()
+                times.append(time.perf_counter() - start)
+        print(f"codec decoder chunk ({args.layout}, {device}): {1e3 * sorted(times)[2]:.1f} ms wall", flush=True)
 
 
 if __name__ == "__main__":

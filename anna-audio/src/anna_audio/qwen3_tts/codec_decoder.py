@@ -40,7 +40,7 @@ TIME_MAJOR_ENV = "ANNA_CODEC_TIME_MAJOR"
 def time_major_for(device: torch.device | str) -> bool:
     """Whether the loaders build a time-major decoder (:class:`CodecDecoder`'s ``time_major``) for ``device``: on CUDA
     when ``ANNA_CODEC_TIME_MAJOR=1`` asks for it (opt-in until a GPU measures it against the ``[B, C, T]`` layout:
-    ``tools/gpu_experiments/call_s30_2.sh``); never on other devices (on the CPU a chunk decodes ~45% slower
+    ``tools/gpu_experiments/call_s30_2.sh``); never on other devices (on the CPU a chunk decodes slower
     time-major: BENCHMARKS.md)."""
     flag = os.environ.get(TIME_MAJOR_ENV, "").strip().lower() in ("1", "true", "on", "yes")
     return flag and torch.device(device).type == "cuda"

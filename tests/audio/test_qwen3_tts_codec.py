@@ -186,3 +186,20 @@ def test_loaders_pick_time_major_on_cuda_only_when_asked(monkeypatch):
     assert not time_major_for("cpu") and not time_major_for("xpu")
     config = load_config(CHECKPOINTS["base"])
     assert not load_codec_decoder(CHECKPOINTS["base"], config).time_major  # loaded on the CPU
+
+
+def test_time_major_load_sequence(monkeypatch):
+    """The loader's own time-major sequence (built on the meta device, weights assigned, then laid out): the weights
+    end up time-major and the waveform is the [B, C, T] load's (the CPU stands in for CUDA)."""
+    from anna_audio.qwen3_tts import weights
+
+    config = load_config(CHECKPOINTS["base"])
+    plain = load_codec_decoder(CHECKPOINTS["base"], config)
+    monkeypatch.setattr(weights, "time_major_for", lambda device: True)
+    decoder = load_codec_decoder(CHECKPOINTS["base"], config)
+    assert decoder.time_major and not plain.time_major
+    convs = [m.conv.weight for m in decoder.modules() if isinstance(m, CausalConv1d) and m.conv.kernel_size[0] > 1]
+    assert convs and all(w.transpose(1, 2).is_contiguous() for w in convs)
+    codes = golden("codec")[0]["codec/codes/1"][None]
+    with torch.inference_mode():
+        torch.testing.assert_close(decoder(codes), plain(codes), atol=1e-5, rtol=0)

@@ -39,7 +39,8 @@ def test_matches_the_reference_in_float32(shape, layout):
     got, want = snake_beta(x, alpha, beta), ref.snake_beta(x, alpha, beta)
     assert got.shape == want.shape
     assert got.stride() == (x.stride() if layout == "time_major" else got.contiguous().stride())
-    torch.testing.assert_close(got, want, atol=5e-5, rtol=2e-5)  # two float32 sines at arguments up to ~100
+    wide = shape[1] > 1000  # arguments up to ~100: two float32 sines then differ by up to ~2e-5
+    torch.testing.assert_close(got, want, atol=5e-5 if wide else 2e-6, rtol=2e-5 if wide else 2e-6)
 
 
 def test_float16_rounds_where_torch_rounds():

@@ -15,7 +15,7 @@ prof() {  # prof NAME BOUND LAYOUT [VAR=value ...]
   if [ "$(left)" -lt "$bound" ]; then echo "== profile $name skipped ($(left) s left)"; return; fi
   echo "== profile $name $(date +%T)"
   env "$@" timeout "$bound" python3 tools/gpu_experiments/tts_time_profile.py --layout "$layout" > "$OUT/prof_$name.log" 2>&1
-  echo "exit $?"; grep -E "^(code predictor|codec decoder|convolutions:)|^ +[0-9.]+ us" "$OUT/prof_$name.log" | cut -c1-150 | head -34
+  echo "exit $?"; grep -E "^(code predictor|codec decoder|convolutions)|^ +[0-9.]+ us" "$OUT/prof_$name.log" | cut -c1-150 | head -34
 }
 prof contiguous "${T_PROF:-80}" contiguous
 prof time_major "${T_PROF:-80}" time-major

@@ -81,7 +81,8 @@ def convolutions(fn, device: torch.device, top: int = 10) -> None:
     for e in prof.events():
         if e.name in ("aten::conv1d", "aten::conv_transpose1d", "aten::conv2d", "aten::linear"):
             calls.append((e.device_time_total if cuda else e.cpu_time_total, e.name, e.input_shapes[:2]))
-    print(f"convolutions: {len(calls)}, {sum(c[0] for c in calls):.0f} us", flush=True)
+    print(f"convolutions and linear layers (the transformer's and ConvNeXt's too): {len(calls)}, "
+          f"{sum(c[0] for c in calls):.0f} us", flush=True)
     for us, name, shapes in sorted(calls, key=lambda c: -c[0])[:top]:
         print(f"  {us:8.1f} us  {name[6:]:16s} input {shapes[0]} weight {shapes[1]}", flush=True)
 

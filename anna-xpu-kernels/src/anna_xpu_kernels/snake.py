@@ -60,7 +60,7 @@ def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torc
     """
     check_snake_beta(x, alpha, beta)
     require_float("snake_beta", x=x)
-    b, c, t = x.shape
+    _, c, t = x.shape
     time_major = c > 1 and t > 1 and x.transpose(1, 2).is_contiguous()
     if not time_major:
         x = x.contiguous()

@@ -84,9 +84,10 @@ class CodecDecoder(nn.Module):
 
     def layout_weights(self) -> CodecDecoder:
         """Store the weights in the layout the decoder computes in: time-major (channels-last) for every
-        convolution with a kernel wider than 1 when the decoder is, so no call converts them (values unchanged;
-        nothing to do otherwise). Call after the weights are in place (loading assigns fresh tensors); ``.to()``
-        keeps the layout. Returns self."""
+        stride-1 convolution with a kernel wider than 1 when the decoder is, so no call converts them (values
+        unchanged; nothing to do otherwise; the transposed convolutions rearrange their weights on each call).
+        Call after the weights are in place (loading assigns fresh tensors); ``.to()`` keeps the layout. Returns
+        self."""
         if self.time_major:
             for module in self.modules():
                 if isinstance(module, nn.Conv1d) and module.kernel_size[0] > 1:

@@ -11,9 +11,10 @@ All tensors are ``[B, C, T]`` (batch, channels, samples). A layer built with ``t
 time-major in memory (channels-last: strides ``(T * C, 1, C)``, a transposed view of a contiguous ``[B, T, C]``):
 its convolutions run as ``conv2d`` over ``[B, C, 1, T]`` in channels-last memory, the layout cuDNN's 16-bit kernels
 compute in (a ``[B, C, T]``-contiguous input costs a conversion in and out of every convolution), pointwise
-convolutions and the transposed ones as matrix products over the time-major rows; elementwise layers keep the layout
-they are given. With ``time_major=False`` they are ``[B, C, T]``-contiguous and run torch's ``conv1d`` /
-``conv_transpose1d`` (faster on the CPU). Both layouts compute the same values.
+convolutions as matrix products over the time-major rows, transposed ones as a matrix product or a kernel-2
+convolution (:meth:`CausalTransposedConv1d.forward`); elementwise layers keep the layout they are given. With
+``time_major=False`` they are ``[B, C, T]``-contiguous and run torch's ``conv1d`` / ``conv_transpose1d`` (faster on
+the CPU). Both layouts compute the same values.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def _conv(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     return y.squeeze(2)
 
 
+def _module_conv(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """``conv(x)``: torch's ``conv1d`` in ``[B, C, T]`` layout."""
+    return conv(x)
+
+
 class CausalConv1d(ContextLayer):
     """Stride-1 convolution padded on the left by ``(kernel - 1) * dilation`` samples (zeros at the start of a
     stream, the previous chunk's last input samples after it).
@@ -74,7 +80,7 @@ class CausalConv1d(ContextLayer):
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         """x: ``[B, C_in, T]`` -> ``[B, C_out, T]`` (time-major where the layer is)."""
-        conv = _conv if self.time_major else (lambda h, module: module(h))
+        conv = _conv if self.time_major else _module_conv
         if self.context == 0:
             return conv(x, self.conv)
         past = state.get(self) if state is not None else x.new_zeros(x.shape[0], x.shape[1], self.context)
@@ -116,10 +122,12 @@ class CausalTransposedConv1d(ContextLayer):
         """x: ``[B, C_in, T]`` -> ``[B, C_out, T * stride]``.
 
         Time-major, with kernel ``k = s`` (no context) output ``m s + j`` is ``W[:, :, j] . x[m]``: one matrix
-        product into ``s * C_out`` columns ordered ``(j, c)``, whose time-major rows are the output's time-major memory as they
-        stand. With ``k = 2 s`` (one frame of context) it is ``W[:, :, j] . x[m] + W[:, :, j + s] . x[m - 1]``: a
-        kernel-2 convolution into the same ``s * C_out`` channels, read the same way. Otherwise (other kernels, or
-        ``[B, C, T]``-contiguous) ``conv_transpose1d``, its output trimmed.
+        product into ``s * C_out`` columns ordered ``(j, c)``, whose time-major rows are the output's time-major
+        memory as they stand. With ``k = 2 s`` (one frame of context) it is
+        ``W[:, :, j] . x[m] + W[:, :, j + s] . x[m - 1]``: a kernel-2 convolution into the same ``s * C_out``
+        channels, read the same way. Otherwise (other kernels, or ``[B, C, T]``-contiguous) ``conv_transpose1d``,
+        its output trimmed. The two rearranged weights are built
+        from ``conv.weight`` on every call (a copy of the weight each; not cached, so they never go stale).
         """
         steps, s = x.shape[-1], self.stride
         w, bias = self.conv.weight, self.conv.bias  # [C_in, C_out, k], [C_out]

@@ -27,12 +27,13 @@ x, gate: ``[..., D]``, one dtype (gate may be a strided view with unit stride al
     core_op(
         "snake_beta", "activations", checked=True,
         signature="snake_beta(x, alpha, beta) -> y",
-        doc="""x: ``[B, C, T]``, any layout (a codec decoder's are time-major: channels-last, strides ``(T * C, 1, C)``);
-alpha, beta: ``[C]`` log-scale frequency and magnitude (as audio codec checkpoints store them); y: ``[B, C, T]`` in
-x's dtype and, where x is contiguous or time-major, its layout, ``x + sin(x * exp(alpha))^2 / (exp(beta) + 1e-9)`` per channel (SnakeBeta: Ziyin et al. 2020, "Neural
-Networks Fail to Learn Periodic Functions and How to Fix It"; BigVGAN's parametrisation), alpha and beta of x's
-dtype, evaluated as torch does in x's dtype (each op in float32 rounded to x's dtype; ``addcdiv`` rounds once): in
-a 16-bit dtype the sine's argument is rounded first, so a kernel must round where the expression does.
+        doc="""x: ``[B, C, T]``, any layout (a codec decoder's may be time-major: channels-last, strides
+``(T * C, 1, C)``); alpha, beta: ``[C]`` log-scale frequency and magnitude (as audio codec checkpoints store them);
+y: ``[B, C, T]`` in x's dtype and, where x is contiguous or time-major, its layout,
+``x + sin(x * exp(alpha))^2 / (exp(beta) + 1e-9)`` per channel (SnakeBeta: Ziyin et al. 2020, "Neural Networks Fail
+to Learn Periodic Functions and How to Fix It"; BigVGAN's parametrisation), alpha and beta of x's dtype, evaluated
+as torch does in x's dtype (each op in float32 rounded to x's dtype; ``addcdiv`` rounds once): in a 16-bit dtype the
+sine's argument is rounded first, so a kernel must round where the expression does.
 """,
     ),
 )

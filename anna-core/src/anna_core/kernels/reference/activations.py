@@ -100,8 +100,8 @@ def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torc
         alpha, beta: ``[C]`` of x's dtype, the log-scale frequency and magnitude.
 
     Returns:
-        ``[B, C, T]`` in x's dtype (and, where x is dense, its layout): the eager torch expression (``addcdiv`` of x and the squared sine), each op
-        rounded to x's dtype.
+        ``[B, C, T]`` in x's dtype (and, where x is dense, its layout): the eager torch expression (``addcdiv`` of x
+        and the squared sine), each op rounded to x's dtype.
 
     Raises:
         ValueError: see :func:`check_snake_beta`.

@@ -29,30 +29,31 @@ from torch import nn
 from anna_audio.qwen3_tts.stream_state import ChunkContext, ContextLayer
 
 
-def cat_time(past: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``[B, C, t1]`` and ``[B, C, t2]`` (any layouts) -> ``[B, C, t1 + t2]``, time-major (one copy)."""
-    return torch.cat((past.transpose(1, 2), x.transpose(1, 2)), dim=1).transpose(1, 2)
+def cat_time(past: torch.Tensor, x: torch.Tensor, time_major: bool) -> torch.Tensor:
+    """``[B, C, t1]`` and ``[B, C, t2]`` (any layouts) -> ``[B, C, t1 + t2]`` (one copy), time-major or
+    ``[B, C, T]``-contiguous."""
+    if time_major:
+        return torch.cat((past.transpose(1, 2), x.transpose(1, 2)), dim=1).transpose(1, 2)
+    return torch.cat((past, x), dim=-1)
 
 
-def time_major_(conv: nn.Conv1d | nn.ConvTranspose1d) -> None:
+def time_major_(conv: nn.Conv1d) -> None:
     """Store ``conv``'s weight ``[A, B, k]`` time-major (strides ``(k * B, 1, B)``), the layout a channels-last
     convolution reads without converting it on every call; values unchanged."""
     w = conv.weight
     conv.weight = nn.Parameter(w.detach().transpose(1, 2).contiguous().transpose(1, 2), requires_grad=w.requires_grad)
 
 
-def _conv(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
-    """``conv`` (no padding) of ``x`` ``[B, C_in, T]`` as a channels-last ``conv2d`` -> ``[B, C_out, T']``."""
-    if conv.kernel_size[0] == 1 and conv.groups == 1:  # pointwise: one matrix product over the time-major rows
+def _conv(x: torch.Tensor, conv: nn.Conv1d, time_major: bool) -> torch.Tensor:
+    """``conv`` (no padding) of ``x`` ``[B, C_in, T]`` -> ``[B, C_out, T']``: time-major, a channels-last ``conv2d``
+    (a pointwise one as a matrix product over the time-major rows); else torch's ``conv1d``."""
+    if not time_major:
+        return conv(x)
+    if conv.kernel_size[0] == 1 and conv.groups == 1:
         return F.linear(x.transpose(1, 2), conv.weight[:, :, 0], conv.bias).transpose(1, 2)
     y = F.conv2d(x.unsqueeze(2), conv.weight.unsqueeze(2), conv.bias, dilation=(1, conv.dilation[0]),
                  groups=conv.groups)
     return y.squeeze(2)
-
-
-def _module_conv(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
-    """``conv(x)``: torch's ``conv1d`` in ``[B, C, T]`` layout."""
-    return conv(x)
 
 
 class CausalConv1d(ContextLayer):
@@ -80,14 +81,13 @@ class CausalConv1d(ContextLayer):
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         """x: ``[B, C_in, T]`` -> ``[B, C_out, T]`` (time-major where the layer is)."""
-        conv = _conv if self.time_major else _module_conv
         if self.context == 0:
-            return conv(x, self.conv)
+            return _conv(x, self.conv, self.time_major)
         past = state.get(self) if state is not None else x.new_zeros(x.shape[0], x.shape[1], self.context)
-        padded = cat_time(past, x) if self.time_major else torch.cat((past, x), dim=-1)
+        padded = cat_time(past, x, self.time_major)
         if state is not None:
             state.put(self, padded[..., padded.shape[-1] - self.context:])
-        return conv(padded, self.conv)
+        return _conv(padded, self.conv, self.time_major)
 
 
 class CausalTransposedConv1d(ContextLayer):
@@ -126,15 +126,15 @@ class CausalTransposedConv1d(ContextLayer):
         memory as they stand. With ``k = 2 s`` (one frame of context) it is
         ``W[:, :, j] . x[m] + W[:, :, j + s] . x[m - 1]``: a kernel-2 convolution into the same ``s * C_out``
         channels, read the same way. Otherwise (other kernels, or ``[B, C, T]``-contiguous) ``conv_transpose1d``,
-        its output trimmed. The two rearranged weights are built
-        from ``conv.weight`` on every call (a copy of the weight each; not cached, so they never go stale).
+        its output trimmed. The two rearranged weights are built from ``conv.weight`` on every call (a copy of the
+        weight each; not cached, so they never go stale).
         """
         steps, s = x.shape[-1], self.stride
         w, bias = self.conv.weight, self.conv.bias  # [C_in, C_out, k], [C_out]
         c_in, c_out, k = w.shape
         if self.context:
             past = state.get(self) if state is not None else x.new_zeros(x.shape[0], x.shape[1], self.context)
-            x = cat_time(past, x) if self.time_major else torch.cat((past, x), dim=-1)
+            x = cat_time(past, x, self.time_major)
             if state is not None:
                 state.put(self, x[..., x.shape[-1] - self.context:])
         if self.time_major and k == s:

@@ -61,6 +61,41 @@ def test_time_major_layout_holds_through_the_stack():
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("kernel,stride", [(3, 3), (6, 3)])
+def test_transposed_conv_keeps_its_rearranged_weights_until_they_change(kernel, stride):
+    """The time-major transposed convolution builds its rearranged weight once (a kernel-2 one channels-last), keeps
+    it across calls, and rebuilds it when the weights change in place, move dtype or are replaced: the output always
+    equals the [B, C, T] layer's on the current weights."""
+    torch.manual_seed(0)
+    plain = CausalTransposedConv1d(5, 4, kernel, stride)
+    tm = CausalTransposedConv1d(5, 4, kernel, stride, time_major=True)
+    tm.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 7, 5).transpose(1, 2)  # time-major [B, C, T]
+
+    def check(dtype=torch.float32):
+        got = tm(x.to(dtype))
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(got.float(), plain.to(dtype)(x.to(dtype)).float(), atol=tol, rtol=0)
+        assert got.transpose(1, 2).is_contiguous()
+
+    first = tm.rearranged()
+    check()
+    assert tm.rearranged()[0] is first[0]  # kept
+    if kernel == 2 * stride:
+        assert first[0].shape == (stride * 4, 5, 1, 2) and first[0].is_contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        plain.conv.weight.mul_(-2.0)
+    tm.load_state_dict(plain.state_dict())  # an in-place copy into the same parameters
+    assert tm.rearranged()[0] is not first[0]
+    check()
+    tm.conv.weight = torch.nn.Parameter(torch.randn_like(tm.conv.weight))  # a new parameter
+    plain.conv.weight = torch.nn.Parameter(tm.conv.weight.detach().clone())
+    check()
+    tm.to(torch.bfloat16)
+    assert tm.rearranged()[0].dtype == torch.bfloat16
+    check(torch.bfloat16)
+
+
 def test_waveforms_match_reference(codec):
     decoder, g, facts = codec
     codes = [g["codec/codes/0"], g["codec/codes/1"]]

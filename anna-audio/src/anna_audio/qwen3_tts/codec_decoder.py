@@ -83,15 +83,18 @@ class CodecDecoder(nn.Module):
         self._layout: StateLayout | None = None
 
     def layout_weights(self) -> CodecDecoder:
-        """Store the weights in the layout the decoder computes in: time-major (channels-last) for every
-        stride-1 convolution with a kernel wider than 1 when the decoder is, so no call converts them (values
-        unchanged; nothing to do otherwise; the transposed convolutions rearrange their weights on each call).
-        Call after the weights are in place (loading assigns fresh tensors); ``.to()`` keeps the layout. Returns
-        self."""
+        """Store the weights in the layout the decoder computes in when it is time-major: time-major
+        (channels-last) for every stride-1 convolution with a kernel wider than 1, so no call converts them, and the
+        transposed convolutions' rearranged weights built (:meth:`CausalTransposedConv1d.rearranged`); values
+        unchanged; nothing to do otherwise. Call after the weights are in place (loading assigns fresh tensors);
+        ``.to()`` keeps the layout. Returns self."""
         if self.time_major:
             for module in self.modules():
                 if isinstance(module, nn.Conv1d) and module.kernel_size[0] > 1:
                     time_major_(module)
+                elif isinstance(module, CausalTransposedConv1d) and module.conv.kernel_size[0] in (
+                        module.stride, 2 * module.stride):
+                    module.rearranged()
         return self
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:

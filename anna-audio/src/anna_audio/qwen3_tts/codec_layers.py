@@ -112,6 +112,7 @@ class CausalTransposedConv1d(ContextLayer):
         self.stride = stride
         self.context = math.ceil((kernel_size - stride) / stride)
         self.time_major = time_major
+        self._rearranged: tuple | None = None  # (weight, bias, storage and version key, rearranged pair)
 
     @property
     def context_shape(self) -> tuple[int, ...] | None:
@@ -126,27 +127,56 @@ class CausalTransposedConv1d(ContextLayer):
         memory as they stand. With ``k = 2 s`` (one frame of context) it is
         ``W[:, :, j] . x[m] + W[:, :, j + s] . x[m - 1]``: a kernel-2 convolution into the same ``s * C_out``
         channels, read the same way. Otherwise (other kernels, or ``[B, C, T]``-contiguous) ``conv_transpose1d``,
-        its output trimmed. The two rearranged weights are built from ``conv.weight`` on every call (a copy of the
-        weight each; not cached, so they never go stale).
+        its output trimmed. The rearranged weight and bias are built once and kept (:meth:`rearranged`).
         """
         steps, s = x.shape[-1], self.stride
-        w, bias = self.conv.weight, self.conv.bias  # [C_in, C_out, k], [C_out]
-        c_in, c_out, k = w.shape
+        c_out, k = self.conv.out_channels, self.conv.kernel_size[0]
         if self.context:
             past = state.get(self) if state is not None else x.new_zeros(x.shape[0], x.shape[1], self.context)
             x = cat_time(past, x, self.time_major)
             if state is not None:
                 state.put(self, x[..., x.shape[-1] - self.context:])
-        if self.time_major and k == s:
-            z = F.linear(x.transpose(1, 2), w.permute(2, 1, 0).reshape(s * c_out, c_in), bias.repeat(s))
-        elif self.time_major and k == 2 * s:
-            taps = torch.stack((w[:, :, s:], w[:, :, :s]), dim=-1)  # [C_in, C_out, s, 2]: x[m - 1]'s, then x[m]'s
-            taps = taps.permute(2, 1, 3, 0).reshape(s * c_out, 2, c_in).transpose(1, 2)  # [(j, c), C_in, 2]
-            z = F.conv2d(x.unsqueeze(2), taps.unsqueeze(2), bias.repeat(s)).squeeze(2).transpose(1, 2)
-        else:
+        if not self.time_major or k not in (s, 2 * s):
             start = self.context * s
             return self.conv(x)[..., start:start + steps * s]
+        w, bias = self.rearranged()
+        if k == s:
+            z = F.linear(x.transpose(1, 2), w, bias)
+        else:
+            z = F.conv2d(x.unsqueeze(2), w, bias).squeeze(2).transpose(1, 2)
         return z.reshape(x.shape[0], steps * s, c_out).transpose(1, 2)  # z: [B, T, s * C_out]
+
+    def rearranged(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The time-major forms of ``conv``'s weight and bias: for ``k = s`` a matrix ``[s * C_out, C_in]``, for
+        ``k = 2 s`` a channels-last kernel-2 ``conv2d`` weight ``[s * C_out, C_in, 1, 2]`` (taps on ``x[m - 1]``,
+        then ``x[m]``); rows ordered ``(j, c)``; bias ``[s * C_out]``. Built on the first call and kept while
+        ``conv.weight`` and ``conv.bias`` are the same parameters over the same storage at the same in-place version
+        (loading a state dict, ``.to()`` or assigning new parameters rebuilds them; an in-place write to an
+        inference-mode tensor is not seen). :meth:`CodecDecoder.layout_weights` builds them, so a device graph
+        captured later reads the kept tensors.
+
+        Raises:
+            ValueError: the kernel is neither the stride nor twice it.
+        """
+        w, bias = self.conv.weight, self.conv.bias  # [C_in, C_out, k], [C_out]
+        key = tuple((t.data_ptr(), -1 if t.is_inference() else t._version) for t in (w, bias))
+        kept = self._rearranged
+        if kept is not None and kept[0] is w and kept[1] is bias and kept[2] == key:
+            return kept[3]
+        c_in, c_out, k = w.shape
+        s = self.stride
+        with torch.no_grad():
+            if k == s:
+                w_t = w.permute(2, 1, 0).reshape(s * c_out, c_in).contiguous()
+            elif k == 2 * s:
+                taps = torch.stack((w[:, :, s:], w[:, :, :s]), dim=-1)  # [C_in, C_out, s, 2]
+                # one copy into [(j, c), 2, C_in]; viewed [(j, c), C_in, 1, 2], channels-last as the input
+                w_t = taps.permute(2, 1, 3, 0).reshape(s * c_out, 2, c_in).transpose(1, 2).unsqueeze(2)
+            else:
+                raise ValueError(f"no time-major form for kernel {k} at stride {s}")
+            b_t = bias.repeat(s)
+        self._rearranged = (w, bias, key, (w_t, b_t))
+        return w_t, b_t
 
 
 class SnakeBeta(nn.Module):

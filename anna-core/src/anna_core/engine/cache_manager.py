@@ -25,6 +25,7 @@ at least a TurboQuant residual ring's length of the request to compute.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -126,6 +127,15 @@ class CacheManager:
                                                                 "residual_len": spec.quant.residual_len,
                                                                 "key_qjl": spec.quant.key_qjl}})}
                 for g, spec, bm in self.paged]
+
+    def report(self) -> dict[str, Any]:
+        """For ``/healthz``: ``paged_kv`` (attention K/V live in paged blocks of ``block_size`` tokens; False for a
+        model with recurrent state only), ``block_size``, ``prefix_caching`` (on as served), KV blocks used / total
+        / cached (all attention groups), ``cache_groups`` (:meth:`group_stats`), state slots used / total."""
+        return {"paged_kv": bool(self.paged), "block_size": self.block_size, "prefix_caching": self.enable_caching,
+                "kv_blocks_used": self.num_used_blocks, "kv_blocks_total": self.num_blocks,
+                "cached_blocks": self.num_cached_blocks, "cache_groups": self.group_stats(),
+                "state_slots_used": self.slots.num_used_slots, "state_slots_total": self.slots.num_slots}
 
     # -- per sequence -------------------------------------------------------------------------
 

@@ -20,22 +20,18 @@ the ids (:class:`~anna_core.engine.graph_staging.PendingIds`), so its steps over
 ``recompute_holds_last`` a step with a request holding its last token (a recompute after preemption) runs
 without overlap (:meth:`LLMEngine._can_overlap`).
 
-The engine holds the step loop and a request's life in it; its collaborators hold the other concepts: intake
-checks (:mod:`anna_core.engine.request_validation`), cache sizes (:mod:`anna_core.engine.cache_sizing`), the state
-restores and captures around a step (:mod:`anna_core.engine.cache_transfers`), a new token's stop rules and text
-(:mod:`anna_core.engine.token_outcome`), the step in flight (:mod:`anna_core.engine.inflight`), failed steps
-(:mod:`anna_core.engine.faults`) and memory admission (:mod:`anna_core.engine.memory_admission`).
+The engine holds the step loop and a request's life in it; its collaborators hold the other concepts: a request's
+checks before it queues (:mod:`anna_core.engine.intake`: validation, memory admission, the queue limit, Retry-After),
+cache sizes (:mod:`anna_core.engine.cache_sizing`), the state restores and captures around a step
+(:mod:`anna_core.engine.cache_transfers`), a new token's stop rules and text (:mod:`anna_core.engine.token_outcome`),
+the step in flight (:mod:`anna_core.engine.inflight`) and failed steps (:mod:`anna_core.engine.faults`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import secrets
 import time
-from collections import deque
-from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -51,15 +47,9 @@ from anna_core.engine.config import EngineConfig, default_max_prefill_tokens
 from anna_core.engine.detokenizer import IncrementalDetokenizer
 from anna_core.engine.faults import FaultInjector, StepFailures, classify_failure, failure_code, failure_message
 from anna_core.engine.inflight import Inflight, can_overlap, resolve_pending
+from anna_core.engine.intake import RequestIntake, memory_admission_for
 from anna_core.engine.logits_processors import LogitsProcessors
-from anna_core.engine.memory_admission import (
-    DeviceMemoryProbe,
-    MemoryAdmission,
-    MemoryEstimate,
-    MemoryEstimator,
-    MemoryPolicy,
-    MemoryProbe,
-)
+from anna_core.engine.memory_admission import DeviceMemoryProbe, MemoryEstimate, MemoryProbe
 from anna_core.engine.model_footprint import hidden_size, model_device_bytes, num_params
 from anna_core.engine.model_runner import ModelRunner, ModelRunnerOutput, StepPath
 from anna_core.engine.outputs import RequestOutput, request_output
@@ -73,15 +63,12 @@ from anna_core.engine.step_broadcast import StepBroadcaster
 from anna_core.engine.stop_checker import StopStringChecker
 from anna_core.engine.token_outcome import token_outcome
 from anna_core.errors import (
-    EngineDegradedError,
     InvalidRequestError,
-    MemoryUnavailableError,
-    QueueFullError,
 )
 from anna_core.kv_quant.settings import resolve_kv_quant
 from anna_core.layers.attention import check_attention_layers
 from anna_core.metrics import EngineMetrics
-from anna_core.model import CacheSpec, LoadedModel, check_model
+from anna_core.model import LoadedModel, check_model
 from anna_core.multimodal import MultiModalInputs
 
 log = logging.getLogger("anna.engine")
@@ -174,10 +161,14 @@ class LLMEngine:
         self.faults = faults
         self.failures = StepFailures(config.max_consecutive_step_failures)
         self._failure_counted = -1  # the engine step whose failure was counted last
-        self.admission = self._memory_admission(spec, num_blocks, memory_probe or DeviceMemoryProbe(self.device))
+        self.admission = memory_admission_for(
+            spec, config, memory_probe or DeviceMemoryProbe(self.device), dtype=dtype, num_blocks=num_blocks,
+            max_model_len=self.max_model_len, max_step_tokens=self.longest_one_step_prompt(),
+            vocab_size=model.vocab_size, hidden_size=hidden_size(model), weights_bytes=self._model_device_bytes())
         self.admission.check_startup()  # a configuration that could admit nothing fails here, not with 503s forever
+        self.intake = RequestIntake(self.validator, self.admission, self.metrics, self.failures, self.scheduler,
+                                    max_waiting_requests=config.max_waiting_requests)
         self._requests: dict[str, Request] = {}
-        self._finish_times: deque[float] = deque(maxlen=64)
         self._lookup_tokens = [0, 0]  # prompt tokens found in a cache, prompt tokens looked up
         self.num_generated_tokens = 0
         self.num_steps = 0
@@ -191,28 +182,9 @@ class LLMEngine:
             self.broadcaster.residual_reset(slots)
             reset_residual(self.caches, host_tensor(slots, torch.int64, self.device))
 
-    def _memory_admission(self, spec: CacheSpec, num_blocks: list[int], probe: MemoryProbe) -> MemoryAdmission:
-        """The admission of :mod:`anna_core.engine.memory_admission` over this engine's pools and model."""
-        cfg = self.config
-        estimator = MemoryEstimator(spec, block_size=cfg.block_size, dtype=self.dtype, max_model_len=self.max_model_len,
-                                    max_step_tokens=self.longest_one_step_prompt(), vocab_size=self.model.vocab_size,
-                                    hidden_size=hidden_size(self.model),
-                                    safety_factor=cfg.generation_memory_safety_factor)
-        blocks = dict(zip(spec.attention_groups, num_blocks))
-        pools = tuple(group.bytes_per_slot(self.dtype) * cfg.max_num_seqs if g not in blocks
-                      else group.bytes_per_block(cfg.block_size, self.dtype) * blocks[g]
-                      for g, group in enumerate(spec.groups))
-        policy = MemoryPolicy(cfg.min_free_memory_mib, cfg.reserve_memory_mib, cfg.max_estimated_usage_ratio,
-                              cfg.generation_memory_safety_factor)
-        cap = None if cfg.max_device_memory_gib is None else int(cfg.max_device_memory_gib * (1 << 30))
-        step = estimator.step_activation_bytes(cfg.max_prefill_tokens + cfg.max_num_seqs, rows=cfg.max_num_seqs)
-        return MemoryAdmission(policy, estimator, probe, weights_bytes=self._model_device_bytes(), pool_bytes=pools,
-                               max_step_activation_bytes=step, total_bytes=cap)
-
     def estimate_memory(self, prompt_token_ids: list[int], params: SamplingParams) -> MemoryEstimate:
         """The device memory a request needs (:class:`~anna_core.engine.memory_admission.MemoryEstimate`)."""
-        return self.admission.estimator.estimate(len(prompt_token_ids), params.max_tokens,
-                                                 grammar=params.structured is not None, logprobs=params.logprobs is not None)
+        return self.intake.estimate(prompt_token_ids, params)
 
     def admit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, *,
               busy_check: bool = True) -> None:
@@ -224,30 +196,12 @@ class LLMEngine:
             InvalidRequestError: it can never fit (HTTP 400, code ``insufficient_memory``).
             MemoryUnavailableError: it fits once running requests finish (HTTP 503); only with ``busy_check``.
         """
-        with self._admitting():
-            self.admission.admit(request_id, self.estimate_memory(prompt_token_ids, params), busy_check=busy_check)
+        self.intake.admit(request_id, prompt_token_ids, params, busy_check=busy_check)
 
     def admit_group(self, jobs: list[tuple[str, list[int], SamplingParams]]) -> None:
         """:meth:`admit` for the requests of one fan-out together (``(request_id, prompt ids, params)``; all or
         none: :meth:`~anna_core.engine.memory_admission.MemoryAdmission.admit_group`)."""
-        with self._admitting():
-            self.admission.admit_group([(rid, self.estimate_memory(ids, params)) for rid, ids, params in jobs])
-
-    @contextlib.contextmanager
-    def _admitting(self) -> Iterator[None]:
-        """Around an admission: refuse while degraded; count memory refusals (a 503 gets its Retry-After)."""
-        if self.degraded is not None:
-            raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
-        try:
-            yield
-        except MemoryUnavailableError as exc:
-            self.metrics.on_refused_memory(503)
-            exc.retry_after_s = self.retry_after_s(len(self.scheduler.running))
-            raise
-        except InvalidRequestError as exc:
-            if exc.code == "insufficient_memory":
-                self.metrics.on_refused_memory(400)
-            raise
+        self.intake.admit_group(jobs)
 
     @property
     def degraded(self) -> str | None:
@@ -291,7 +245,7 @@ class LLMEngine:
                 tokenizer, media the model does not take or that do not fit the prompt or the encoder
                 budget (:func:`~anna_core.multimodal.check_multimodal`).
         """
-        self.validator.validate(prompt_token_ids, params, multimodal)
+        self.intake.validate(prompt_token_ids, params, multimodal)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None,
                     *, arrival_time: float | None = None, enforce_queue_limit: bool = True,
@@ -321,13 +275,9 @@ class LLMEngine:
             self.validate_request(prompt_token_ids, params, multimodal)
         if request_id in self._requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
-        if self.degraded is not None:  # also a request admitted just before the engine degraded
-            raise EngineDegradedError(f"the engine is degraded and takes no requests: {self.degraded}")
-        limit = self.config.max_waiting_requests
-        if enforce_queue_limit and limit and len(self.scheduler.waiting) >= limit:
-            self.metrics.on_rejected_429()
-            raise QueueFullError(f"the engine's waiting queue is full ({limit} requests); retry later",
-                                 retry_after_s=self.retry_after_s())
+        self.intake.check_open()  # also a request admitted just before the engine degraded
+        if enforce_queue_limit:
+            self.intake.check_queue()
         if not admitted:
             self.admit(request_id, prompt_token_ids, params, busy_check=False)
         seed = params.seed if params.seed is not None else secrets.randbits(63)
@@ -344,12 +294,8 @@ class LLMEngine:
     def retry_after_s(self, num_waiting: int | None = None) -> int:
         """Seconds until ``num_waiting`` queued requests (default: those waiting now) are likely
         admitted, from the recent finish rate; 1 to 60."""
-        waiting = len(self.scheduler.waiting) if num_waiting is None else num_waiting
-        times = self._finish_times
-        if len(times) < 2 or times[-1] <= times[0]:
-            return 1
-        rate = (len(times) - 1) / (times[-1] - times[0])  # requests finished per second
-        return max(1, min(60, math.ceil(waiting / rate)))
+        return self.intake.retry_after_s(num_waiting)
+
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """End a request now (finish reason ``"abort"``); None if it is unknown or already done."""
         req = self._requests.get(request_id)
@@ -575,17 +521,15 @@ class LLMEngine:
             self.runner.encoder.drop(self.scheduler.encoder_cache.take_freed())
         req.finished_time = time.perf_counter()
         del self._requests[req.request_id]
-        self.admission.release(req.request_id)
-        self._finish_times.append(req.finished_time)
+        self.intake.finished(req.request_id, req.finished_time)
         self.metrics.on_request_finished(req.request_id, req.finished_time, req.num_prompt_tokens,
                                          len(req.output_token_ids), req.num_cached_tokens, reason)
         return request_output(req, delta, delta_ids, side_outputs)
 
     def stats(self) -> dict[str, Any]:
         """Counters for ``/healthz`` (read them on the engine thread), and how steps run, the same for
-        every family: ``paged_kv`` (the model's attention K/V live in paged blocks of ``block_size``
-        tokens; False for a model with recurrent state only), ``prefix_caching`` (on as served: asked for,
-        and a recurrent model has snapshot room), ``graphs`` (:meth:`ModelRunner.graph_report`), ``lm_head_path``
+        every family: the caches' (:meth:`CacheManager.report`: ``paged_kv``, ``prefix_caching`` on as served
+        (asked for, and a recurrent model has snapshot room), blocks and slots), ``graphs`` (:meth:`ModelRunner.graph_report`), ``lm_head_path``
         (:meth:`ModelRunner.head_report`: whether steps take the fused top-k LM head, and how many did); with offloaded
         experts also ``expert_cache`` (:meth:`~anna_core.layers.expert_offload.ExpertStore.report`: hit rate, hits,
         misses, bytes copied, cached experts per layer, ...); for a model that takes media also ``encoder``
@@ -596,24 +540,15 @@ class LLMEngine:
             cache = self.scheduler.encoder_cache
             extra["encoder"] = self.runner.encoder.report() | {"cache_tokens_used": cache.num_used,
                                                                 "cache_tokens_total": cache.capacity}
-        return extra | {
-            "paged_kv": bool(self.kv.paged),
-            "block_size": self.kv.block_size,
-            "prefix_caching": self.kv.enable_caching,
+        return extra | self.kv.report() | {
             "graphs": self.runner.graph_report(),
             "lm_head_path": self.runner.head_report(),
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
-            "kv_blocks_used": self.kv.num_used_blocks,
-            "kv_blocks_total": self.kv.num_blocks,
-            "cache_groups": self.kv.group_stats(),
-            "state_slots_used": self.kv.slots.num_used_slots,
-            "state_slots_total": self.kv.slots.num_slots,
             "tokens_generated": self.num_generated_tokens,
             "preemptions": self.scheduler.num_preemptions,
             "prefix_cache_hit_rate": (self._lookup_tokens[0] / self._lookup_tokens[1]
                                       if self._lookup_tokens[1] else None),
-            "cached_blocks": self.kv.num_cached_blocks,
             "snapshots_used": len(self.scheduler.snapshots),
             "snapshots_total": self.scheduler.snapshots.capacity,
             "prompt_cache_entries": len(self.scheduler.prompt_cache or ()),

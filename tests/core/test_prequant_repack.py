@@ -154,6 +154,36 @@ def test_fp8_scales_of_the_wrong_dtype_are_load_errors():
         repack("p", {"weight": w.bfloat16(), "weight_scale_inv": torch.ones(2, 1)}, cfg, torch.float32)
 
 
+@pytest.mark.parametrize("layout", ["gptq", "awq", "fp8"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_scales_are_load_errors(layout, bad):
+    """A NaN or infinite scale would dequantize a whole group into garbage: the load names the tensor."""
+    if layout == "fp8":
+        t = {"weight": torch.randn(256, 128).to(torch.float8_e4m3fn), "weight_scale_inv": torch.ones(2, 1)}
+        cfg, name = PrequantConfig(method="fp8", layout="fp8", group_size=128), "weight_scale_inv"
+    else:
+        q, z, s, _ = _codes(16, 256, 128, 1)
+        t = gptq_tensors(q, z, s, 128, True) if layout == "gptq" else awq_tensors(q, z, s)
+        cfg, name = PrequantConfig(method=layout, layout=layout, zero_offset=1 if layout == "gptq" else 0), "scales"
+    repack("p", t, cfg, torch.float32)  # finite scales load
+    broken = t[name].clone()
+    broken.view(-1)[-1] = bad
+    with pytest.raises(ModelLoadError, match=rf"p.{name}: 1 of {broken.numel()} values are NaN or infinite"):
+        repack("p", {**t, name: broken}, cfg, torch.float32)
+
+
+@pytest.mark.parametrize("code", [0x7F, 0xFF])
+def test_fp8_nan_codes_are_load_errors(code):
+    """e4m3fn's only non-finite codes (the largest finite magnitude, 0x7E / 0xFE = +-448, loads)."""
+    cfg = PrequantConfig(method="fp8", layout="fp8", group_size=128)
+    w = torch.randn(256, 128).to(torch.float8_e4m3fn)
+    w.view(torch.uint8)[3, :2] = torch.tensor([0x7E, 0xFE], dtype=torch.uint8)
+    repack("p", {"weight": w, "weight_scale_inv": torch.ones(2, 1)}, cfg, torch.float32)
+    w.view(torch.uint8)[7, 5] = code
+    with pytest.raises(ModelLoadError, match=r"p.weight: 1 of 32768 float8_e4m3fn codes are NaN"):
+        repack("p", {"weight": w, "weight_scale_inv": torch.ones(2, 1)}, cfg, torch.float32)
+
+
 def _act_order(n, k, group, seed=0):
     from anna_core.testing.prequant_checkpoints import act_order_int4
 

@@ -309,6 +309,21 @@ def _check_dtype(name: str, tensor: torch.Tensor, dtypes: tuple[torch.dtype, ...
         raise ModelLoadError(f"{name}: dtype {str(tensor.dtype).replace('torch.', '')}, expected {want}")
 
 
+def _check_finite(name: str, tensor: torch.Tensor) -> None:
+    """A load error when a floating-point tensor (scales) holds NaN or infinity: its weights would be garbage."""
+    if not bool(torch.isfinite(tensor).all()):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise ModelLoadError(f"{name}: {bad} of {tensor.numel()} values are NaN or infinite")
+
+
+def _check_fp8_codes(name: str, weight: torch.Tensor) -> None:
+    """A load error when a float8_e4m3fn weight holds NaN codes (``0x7F`` / ``0xFF``, the format's only non-finite
+    values; a quantizer clamps to +-448): the reference would compute NaN and a kernel another value."""
+    nan = (weight.view(torch.uint8) | 0x80) == 0xFF
+    if bool(nan.any()):
+        raise ModelLoadError(f"{name}: {int(nan.sum())} of {weight.numel()} float8_e4m3fn codes are NaN")
+
+
 def _check_shape(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:
     if tuple(tensor.shape) != shape:
         raise ModelLoadError(f"{name}: shape {list(tensor.shape)}, expected {list(shape)}")
@@ -363,6 +378,7 @@ def repack_gptq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales
     _check_shape(f"{prefix}.qzeros", qzeros, (g, n // 8))
     _check_shape(f"{prefix}.scales", scales, (g, n))
     _check_dtype(f"{prefix}.scales", scales, SCALE_DTYPES)
+    _check_finite(f"{prefix}.scales", scales)
     perm = None
     if g_idx is not None:
         _check_shape(f"{prefix}.g_idx", g_idx, (k,))
@@ -392,6 +408,7 @@ def repack_awq(prefix: str, qweight: torch.Tensor, qzeros: torch.Tensor, scales:
     _check_shape(f"{prefix}.qzeros", qzeros, (g, n // 8))
     _check_shape(f"{prefix}.scales", scales, (g, n))
     _check_dtype(f"{prefix}.scales", scales, SCALE_DTYPES)
+    _check_finite(f"{prefix}.scales", scales)
     codes = _unpack_cols(qweight, AWQ_PACK_ORDER)
     zeros = _unpack_cols(qzeros, AWQ_PACK_ORDER).to(torch.int32)
     return _to_int4(prefix, codes, zeros, scales, cfg.group_size, dtype)
@@ -401,8 +418,8 @@ def repack_fp8(prefix: str, weight: torch.Tensor, weight_scale_inv: torch.Tensor
     """One FP8 block-scaled linear in Anna's fp8 layout (the same tensors; the scales made float32).
 
     Raises:
-        ModelLoadError: a weight that is not float8_e4m3fn ``[N, K]``, or scales not float16 / bfloat16 / float32
-            ``[ceil(N/128), ceil(K/128)]``.
+        ModelLoadError: a weight that is not float8_e4m3fn ``[N, K]`` or holds NaN codes, or scales not float16 /
+            bfloat16 / float32 ``[ceil(N/128), ceil(K/128)]`` or not finite.
     """
     if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
         raise ModelLoadError(f"{prefix}.weight: expected a 2-D float8_e4m3fn tensor, got {weight.dtype} "
@@ -410,6 +427,8 @@ def repack_fp8(prefix: str, weight: torch.Tensor, weight_scale_inv: torch.Tensor
     n, k = weight.shape
     _check_shape(f"{prefix}.weight_scale_inv", weight_scale_inv, (math.ceil(n / FP8_BLOCK), math.ceil(k / FP8_BLOCK)))
     _check_dtype(f"{prefix}.weight_scale_inv", weight_scale_inv, SCALE_DTYPES)
+    _check_finite(f"{prefix}.weight_scale_inv", weight_scale_inv)
+    _check_fp8_codes(f"{prefix}.weight", weight)
     return QuantizedWeight(weight.contiguous(), weight_scale_inv.float().contiguous(), None, "fp8")
 
 

@@ -100,6 +100,23 @@ def test_same_seed_same_tokens_alone_and_inside_a_batch():
     assert torch.equal(uniform_noise(torch.tensor([1234]), torch.tensor([3]), 64)[0], noise[0])
 
 
+def test_seeds_span_the_int64_range_without_colliding():
+    """Seeds are the int64 range (vLLM's): seeds equal modulo 2**63 (0 and -2**63, 5 and 5 - 2**63, -1 and
+    2**63 - 1) draw different noise, the same seed the same; seeds outside the range are refused."""
+    from anna_core.errors import InvalidRequestError
+
+    pairs = [(0, -(1 << 63)), (5, 5 - (1 << 63)), (-1, (1 << 63) - 1)]
+    for a, b in pairs:
+        u = uniform_noise(torch.tensor([a, b, a]), torch.tensor([0, 0, 0]), 256)
+        assert not torch.equal(u[0], u[1]) and torch.equal(u[0], u[2])
+    for seed in (-(1 << 63), (1 << 63) - 1, -7):
+        assert SamplingParams(seed=seed).seed == seed
+    for seed in (1 << 63, -(1 << 63) - 1, 1 << 80):
+        with pytest.raises(InvalidRequestError, match="64-bit signed integer") as e:
+            SamplingParams(seed=seed)
+        assert e.value.param == "seed"
+
+
 def test_sampling_frequencies_follow_the_tempered_distribution():
     probs = torch.tensor([0.5, 0.3, 0.2])
     n = 3000

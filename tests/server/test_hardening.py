@@ -256,3 +256,28 @@ def test_20000_unknown_fields_write_a_bounded_number_of_log_lines(client, caplog
     lines = [r for r in caplog.records if r.name == "anna.server" and "unknown request field" in r.getMessage()]
     assert len(lines) == MAX_WARNED_FIELDS + 1
     assert "further ones are ignored" in lines[-1].getMessage()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/tokenize"])
+def test_an_integer_literal_past_the_digit_limit_is_a_400_not_json(client, path):
+    """json.loads raises ValueError (not JSONDecodeError) for an integer of more than 4,300 digits."""
+    body = '{"model": "%s", "prompt": "hi", "messages": [], "x": %s}' % (MODEL, "1" * 5000)
+    r = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "not valid JSON" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                                   "repetition_penalty"])
+def test_an_integer_beyond_float_range_in_a_number_field_is_a_400_naming_it(client, field):
+    body = json.dumps(chat()).replace('"max_tokens"', f'"{field}": 1{"0" * 400}, "max_tokens"')
+    r = client.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field and "out of range" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("seed", [1 << 63, -(1 << 63) - 1, 1 << 80])
+def test_a_seed_outside_int64_is_a_400(client, seed):
+    r = client.post("/v1/chat/completions", json=chat(seed=seed))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed", r.text
+

@@ -106,6 +106,18 @@ def test_n_choices_with_a_seed_are_reproducible_and_distinct(scripted):
     assert streamed == texts
 
 
+def test_seeds_equal_modulo_2_63_give_different_samples(scripted):
+    """Seeds were reduced modulo 2**63 (0 and -2**63 sampled alike); now every int64 seed is its own, and choice
+    seeds derived from one near the range's end stay in it."""
+    marker, _ = _uniform(scripted, "uni_seed", 8)
+    texts = {s: _chat(scripted, marker, seed=s).choices[0].message.content for s in (5, 5 - (1 << 63), -1,
+                                                                                   (1 << 63) - 1)}
+    assert texts[5] != texts[5 - (1 << 63)] and texts[-1] != texts[(1 << 63) - 1]
+    edge = _chat(scripted, marker, n=3, seed=(1 << 63) - 1)
+    assert edge.choices[0].message.content == texts[(1 << 63) - 1] and len({c.message.content for c in
+                                                                              edge.choices}) == 3
+
+
 def test_logit_bias_forces_and_bans_tokens(scripted):
     marker, words = _uniform(scripted, "uni_bias", 5)
     r = _chat(scripted, marker, seed=3, logit_bias={str(words[2]): 100})

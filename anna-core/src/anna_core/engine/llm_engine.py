@@ -282,7 +282,7 @@ class LLMEngine:
             self.admit(request_id, prompt_token_ids, params, busy_check=False)
         seed = params.seed if params.seed is not None else secrets.randbits(63)
         req = Request(request_id, prompt_token_ids, params, eos_token_ids=self.eos_token_ids,
-                      seed=seed % (1 << 63), arrival_time=arrival_time, multimodal=multimodal)
+                      seed=seed, arrival_time=arrival_time, multimodal=multimodal)
         if self.tokenizer is not None:
             req.detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
             req.stop_checker = StopStringChecker(params)

@@ -51,7 +51,7 @@ def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> 
     """Counter-based uniforms in ``(0, 1)``.
 
     Args:
-        seeds: ``[N]`` int64 non-negative seeds (< 2**63).
+        seeds: ``[N]`` int64 seeds (any int64: the hash reads both 32-bit halves).
         steps: ``[N]`` int64 index of the token being generated (0 for the first output token).
         vocab_size: ``V``.
 

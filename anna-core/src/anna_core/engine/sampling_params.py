@@ -92,6 +92,8 @@ class SamplingParams:
         _check(0.0 <= self.temperature <= 100.0, "temperature must be in [0, 100]", "temperature")
         _check(0.0 < self.top_p <= 1.0, "top_p must be in (0, 1]", "top_p")
         _check(self.top_k == -1 or self.top_k >= 0, "top_k must be -1 (disabled) or >= 0", "top_k")
+        _check(self.seed is None or -(1 << 63) <= self.seed < (1 << 63),
+               "seed must be a 64-bit signed integer (in [-2**63, 2**63 - 1])", "seed")
         _check(0.0 <= self.min_p <= 1.0, "min_p must be in [0, 1]", "min_p")
         _check(-2.0 <= self.presence_penalty <= 2.0, "presence_penalty must be in [-2, 2]", "presence_penalty")
         _check(-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty must be in [-2, 2]", "frequency_penalty")

@@ -49,9 +49,15 @@ def int_field(body: dict[str, Any], name: str, minimum: int | None = None) -> in
 
 
 def number_field(body: dict[str, Any], name: str) -> float | None:
-    """A number field as a float (booleans rejected). Raises InvalidRequestError: not a number."""
+    """A number field as a float (booleans rejected). Raises InvalidRequestError: not a number, or an integer
+    beyond float range."""
     value = _typed(body, name, lambda v: _is_int(v) or isinstance(v, float), "a number")
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        raise field_error(f"'{name}' is out of range", name) from None
 
 
 def bool_field(body: dict[str, Any], name: str) -> bool | None:

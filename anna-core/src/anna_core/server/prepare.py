@@ -26,7 +26,7 @@ from anna_core.server.protocol import ChatCompletionRequest
 from anna_core.server.state import SAMPLING_DEFAULT_FIELDS, ServerState
 
 _SEED_STEP = 0x9E3779B97F4A7C15  # golden-ratio increment: choice seeds far apart
-_SEED_MASK = (1 << 63) - 1
+_INT64 = 1 << 64  # choice seeds wrap within the int64 range a seed may take
 
 
 def check_servable(server: ServerState, requested_model: str | None) -> None:
@@ -237,7 +237,8 @@ def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
         return [params]
     if params.seed is None:
         return [attrs.evolve(params) for _ in range(n)]
-    return [attrs.evolve(params, seed=(params.seed + i * _SEED_STEP) & _SEED_MASK) for i in range(n)]
+    half = _INT64 // 2
+    return [attrs.evolve(params, seed=(params.seed + i * _SEED_STEP + half) % _INT64 - half) for i in range(n)]
 
 
 def new_reasoning_parser(server: ServerState, prompt_ids: list[int], interrupt_tags: tuple[str, ...]) -> Any:

@@ -46,6 +46,8 @@ def _decode(raw: bytes) -> Any:
         raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise InvalidRequestError("the request body is nested too deeply") from exc
+    except ValueError as exc:  # an integer literal past Python's digit limit (sys.get_int_max_str_digits)
+        raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from exc
     check_text(body)
     return body
 

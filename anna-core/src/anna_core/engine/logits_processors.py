@@ -145,6 +145,8 @@ class LogitsProcessors:
                 compiled = compiler.compile_json_schema(spec.spec, any_whitespace=False)
             elif spec.kind == "structural_tag":
                 compiled = compiler.compile_structural_tag(spec.spec)
+            elif spec.kind == "regex":
+                compiled = compiler.compile_regex(spec.spec)
             else:
                 compiled = compiler.compile_grammar(spec.spec)
         except Exception as exc:  # xgrammar raises RuntimeError / ValueError with a useful message

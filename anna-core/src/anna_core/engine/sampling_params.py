@@ -8,7 +8,7 @@ import attrs
 
 from anna_core.errors import InvalidRequestError
 
-STRUCTURED_KINDS = ("json_object", "json_schema", "grammar", "structural_tag")
+STRUCTURED_KINDS = ("json_object", "json_schema", "grammar", "regex", "structural_tag")
 MAX_LOGPROBS = 20
 
 
@@ -23,14 +23,15 @@ class StructuredOutput:
 
     Attributes:
         kind: ``"json_object"`` (any JSON object), ``"json_schema"`` (``spec`` is the schema as
-            JSON text), ``"grammar"`` (``spec`` is an xgrammar EBNF grammar with a ``root`` rule) or
+            JSON text), ``"grammar"`` (``spec`` is an xgrammar EBNF grammar with a ``root`` rule), ``"regex"``
+            (``spec`` is a regular expression the whole output matches) or
             ``"structural_tag"`` (``spec`` is an xgrammar structural tag as JSON text, such as
             ``xgrammar.get_model_structural_tag`` builds for a model's tool-call format).
         spec: see ``kind``.
         after_token_id: constrain only the tokens generated after this token (e.g. ``</think>``,
             so that a reasoning model thinks freely first); None: from the first token.
         param: the request field the grammar comes from, named by a compile error (``"response_format"``,
-            or ``"tools"`` for a forced tool choice).
+            ``"structured_outputs"``, ``"guided_regex"`` ..., or ``"tools"`` for a forced tool choice).
     """
 
     kind: str

@@ -35,7 +35,8 @@ from anna_core.server.request_common import (
     CommonRequest,
     parse_common,
 )
-from anna_core.server.tools import ToolSetup, parse_response_format, parse_tools
+from anna_core.server.structured_fields import STRUCTURED_FIELDS, parse_structured
+from anna_core.server.tools import ToolSetup, parse_tools
 
 __all__ = [
     "CHAT_FIELDS", "COMMON_FIELDS", "COMPLETION_FIELDS", "MAX_N", "MEDIA_PARTS", "SAMPLING_BOOLS", "SAMPLING_INTS",
@@ -47,8 +48,8 @@ CHAT_FIELDS = COMMON_FIELDS | {
     "continue_final_message", "tools", "tool_choice", "parallel_tool_calls", "response_format",
     "logprobs", "top_logprobs", "store", "metadata", "functions", "function_call", "modalities", "audio",
     "prediction", "web_search_options", "reasoning_effort", "include_reasoning", "mm_processor_kwargs",
-}
-COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "logprobs", "return_token_ids"}
+} | STRUCTURED_FIELDS
+COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo", "suffix", "best_of", "logprobs", "return_token_ids"} | STRUCTURED_FIELDS
 
 # chat_template_kwargs may not override what the server itself passes to the template.
 _RESERVED_TEMPLATE_KWARGS = frozenset(
@@ -72,7 +73,9 @@ class ChatCompletionRequest(CommonRequest):
         continue_final_message: continue the last (assistant) message instead of starting one
             (default: True when the last message is the assistant's).
         tools: tools, ``tool_choice`` and ``parallel_tool_calls``.
-        response_format: the grammar for ``json_object`` / ``json_schema`` (None: free text).
+        response_format: the grammar the output follows: ``response_format``'s ``json_object`` / ``json_schema``,
+            or vLLM's ``structured_outputs`` / ``guided_*`` (:mod:`anna_core.server.structured_fields`; None: free
+            text).
         include_reasoning: return the reasoning (vLLM's ``include_reasoning``, default True).
         image_urls: the URLs of the messages' ``image_url`` parts, in order (earlier turns included).
         video_urls: the URLs of the messages' ``video_url`` parts, in order (earlier turns included).
@@ -122,9 +125,10 @@ class ChatCompletionRequest(CommonRequest):
         if logprobs:
             common["sampling"]["logprobs"] = top or 0
         tools = parse_tools(body)
-        response_format = parse_response_format(body)
+        response_format = parse_structured(body)
         if response_format is not None and tools.forced:
-            raise field_error("'response_format' cannot be combined with a forced 'tool_choice'", "response_format")
+            raise field_error(f"'{response_format.param}' cannot be combined with a forced 'tool_choice'",
+                              response_format.param)
         include_reasoning = bool_field(body, "include_reasoning")
         return cls(
             **common,
@@ -160,11 +164,14 @@ class CompletionRequest(CommonRequest):
         echo: prepend the prompt to each choice's text.
         return_token_ids: each choice (and each streamed chunk) also carries the generated
             ``token_ids`` (vLLM's extra); always on for a model served without a tokenizer.
+        structured: the grammar the output follows (``response_format``, ``structured_outputs``, ``guided_*``:
+            :mod:`anna_core.server.structured_fields`), or None.
     """
 
     prompts: list[str | list[int]] = attrs.field(factory=list)
     echo: bool = False
     return_token_ids: bool = False
+    structured: StructuredOutput | None = None
 
     @property
     def prompt(self) -> str | list[int]:
@@ -205,4 +212,5 @@ class CompletionRequest(CommonRequest):
         echo = bool(bool_field(body, "echo"))
         if echo and logprobs is not None:
             raise field_error("'echo' with 'logprobs' is not supported (prompt logprobs are not computed)", "echo")
-        return cls(**common, prompts=prompts, echo=echo, return_token_ids=bool(bool_field(body, "return_token_ids")))
+        return cls(**common, prompts=prompts, echo=echo, return_token_ids=bool(bool_field(body, "return_token_ids")),
+                   structured=parse_structured(body))

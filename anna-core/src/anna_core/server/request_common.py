@@ -32,7 +32,7 @@ MAX_N = 16
 
 COMMON_FIELDS = frozenset(
     ("model", "max_tokens", "stream", "stream_options", "stop", "stop_token_ids", "user", "n", "logit_bias",
-     "service_tier")
+     "service_tier", "allowed_token_ids", "bad_words", "prompt_logprobs", "truncate_prompt_tokens", "use_beam_search")
     + SAMPLING_NUMBERS + SAMPLING_INTS + SAMPLING_BOOLS
 )
 """Body fields every completion request may carry."""
@@ -48,6 +48,12 @@ _NEUTRAL: dict[str, Callable[[Any], bool]] = {
     "web_search_options": lambda v: v is None,
     "reasoning_effort": lambda v: v is None,
     "service_tier": lambda v: v is None or v in ("auto", "default"),
+    # vLLM's extras that change what may be generated or returned
+    "allowed_token_ids": lambda v: v is None,
+    "bad_words": lambda v: not v,
+    "prompt_logprobs": lambda v: v is None,
+    "truncate_prompt_tokens": lambda v: v is None,
+    "use_beam_search": lambda v: v is None or v is False,
 }
 _NEUTRAL_HINT = {
     "functions": "use 'tools'", "function_call": "use 'tool_choice'",

@@ -265,6 +265,8 @@ def _plan_completions(server: ServerState, body: Any) -> tuple[protocol.Completi
         ids = prepare.completion_prompt_ids(server, prompt)
         max_tokens = prepare.resolve_max_tokens(server, req.max_tokens, len(ids), "prompt")
         params = prepare.sampling_params(server, req.sampling, max_tokens)
+        if req.structured is not None:
+            params = attrs.evolve(params, structured=req.structured)
         prefix = ""
         if req.echo:
             prefix = prompt if isinstance(prompt, str) else prepare.need_tokenizer(server, "echo").decode(

@@ -1,7 +1,8 @@
 """vLLM's constraint fields (``structured_outputs``, ``guided_json`` / ``guided_regex`` / ``guided_choice`` /
 ``guided_grammar``) on both completion routes, through the ``openai`` client against the scripted-model server: the
-output follows the grammar even where the script disagrees; conflicting or unsupported fields, and vLLM's other
-output-changing extras Anna does not implement, are 400s naming the field (they were dropped silently before)."""
+output follows the grammar even where the script disagrees; ``allowed_token_ids`` and ``truncate_prompt_tokens``
+work as vLLM's; conflicting or unsupported fields, and vLLM's other output-changing extras Anna does not implement,
+are 400s naming the field (they were dropped silently before)."""
 
 from __future__ import annotations
 
@@ -80,10 +81,14 @@ def test_structured_outputs_json_object(scripted):
     ({"guided_grammar": "root ::= undefined_rule"}, "guided_grammar", "cannot compile the grammar"),
     ({"guided_decoding_backend": "outlines", "guided_regex": "a"}, "guided_decoding_backend", "xgrammar"),
     ({"guided_whitespace_pattern": " ", "guided_regex": "a"}, "guided_whitespace_pattern", "not supported"),
-    ({"allowed_token_ids": [1, 2]}, "allowed_token_ids", "not supported"),
+    ({"allowed_token_ids": []}, "allowed_token_ids", "non-empty array"),
+    ({"allowed_token_ids": [1, -2]}, "allowed_token_ids", "non-empty array"),
+    ({"allowed_token_ids": [1, 10**7]}, "allowed_token_ids", "outside the vocabulary"),
+    ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens", "-1 (the context length) or a positive count"),
+    ({"truncate_prompt_tokens": -2}, "truncate_prompt_tokens", "must be at least -1"),
+    ({"truncate_prompt_tokens": 4096}, "truncate_prompt_tokens", "larger than the model's context length (2048)"),
     ({"bad_words": ["Red"]}, "bad_words", "not supported"),
     ({"prompt_logprobs": 1}, "prompt_logprobs", "not supported"),
-    ({"truncate_prompt_tokens": 8}, "truncate_prompt_tokens", "not supported"),
     ({"use_beam_search": True}, "use_beam_search", "not supported"),
 ])
 @pytest.mark.parametrize("route", [_chat, _completion])
@@ -104,3 +109,44 @@ def test_a_constraint_with_a_forced_tool_choice_is_a_400(scripted):
     with pytest.raises(openai.BadRequestError) as err:
         _chat(scripted, tools=[tool], tool_choice="required", guided_choice=["a"])
     assert err.value.body["param"] == "guided_choice"
+
+
+@pytest.mark.parametrize("route", [_chat, _completion])
+def test_allowed_token_ids_restrict_every_sampled_token(scripted, route):
+    """vLLM's ``allowed_token_ids``: every other token's logit is -inf, EOS included (so the output runs to
+    max_tokens), greedy and sampled alike."""
+    words = (" red", " blue", " green")
+    allowed = [scripted.tokenizer.encode(w)[0] for w in words]
+    assert all(len(scripted.tokenizer.encode(w)) == 1 for w in words)
+    for temperature in (0, 1):
+        text = route(scripted, allowed_token_ids=allowed, temperature=temperature, seed=7)
+        assert re.fullmatch("( red| blue| green){60}", text), text
+    assert route(scripted).startswith("The color is")  # unconstrained without it
+
+
+def test_truncate_prompt_tokens_keeps_the_last_tokens(scripted):
+    marker = scripted.script("truncated", "Done.")
+    prompt = " filler" * 300 + " " + marker
+    whole = len(scripted.tokenizer.encode(prompt))
+    client = scripted.client()
+    full = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0)
+    assert full.usage.prompt_tokens == whole and full.choices[0].text == "Done."
+    cut = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0, echo=True,
+                                    extra_body={"truncate_prompt_tokens": 40})
+    assert cut.usage.prompt_tokens == 40  # the marker is at the end: the script still answers
+    kept = scripted.tokenizer.decode(scripted.tokenizer.encode(prompt)[-40:])
+    assert cut.choices[0].text == kept + "Done."  # echo shows what was kept
+    same = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0,
+                                     extra_body={"truncate_prompt_tokens": -1})  # the context length: nothing cut
+    assert same.usage.prompt_tokens == whole
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=8,
+                                          temperature=0, extra_body={**NO_THINK, "truncate_prompt_tokens": 50})
+    assert chat.usage.prompt_tokens == 50
+    too_long = " filler" * 2100
+    with pytest.raises(openai.BadRequestError) as err:  # without truncation: over the context
+        client.completions.create(model=MODEL, prompt=too_long, max_tokens=8)
+    assert err.value.body["code"] == "context_length_exceeded"
+    ok = client.completions.create(model=MODEL, prompt=too_long, max_tokens=8,
+                                   extra_body={"truncate_prompt_tokens": 1000})
+    assert ok.usage.prompt_tokens == 1000
+

@@ -6,7 +6,8 @@ graph, never inside a graph's own sampler):
 
 1. the raw log-probabilities of the rows that asked for logprobs are taken first
    (:mod:`anna_core.engine.logprobs`);
-2. ``logit_bias`` is added in place, batched as one ``index_put_``;
+2. ``logit_bias`` is added in place, batched as one ``index_put_``; tokens outside ``allowed_token_ids``
+   (vLLM's) get ``-inf``;
 3. grammar rows are masked in place with xgrammar's token bitmask (``[N, ceil(V/32)]`` int32, one
    bit per vocabulary entry; forbidden tokens get ``-inf``), filled per row by the request's
    ``GrammarMatcher``;
@@ -92,7 +93,8 @@ class GrammarState:
 def needs_processing(params: SamplingParams) -> bool:
     """Whether a request needs :class:`LogitsProcessors` (so its steps cannot use a decode graph's own
     sampler: they sample eagerly, at decode on the "logits" graph's output)."""
-    return bool(params.logit_bias) or params.structured is not None or params.logprobs is not None
+    return (bool(params.logit_bias) or params.structured is not None or params.logprobs is not None
+            or params.allowed_token_ids is not None)
 
 
 class LogitsProcessors:
@@ -162,13 +164,19 @@ class LogitsProcessors:
         """Check bias ids and compile the grammar now, so that bad input is a 400 at submission.
 
         Raises:
-            InvalidRequestError: a ``logit_bias`` id outside the vocabulary, or a bad grammar.
+            InvalidRequestError: a ``logit_bias`` or ``allowed_token_ids`` id outside the vocabulary, or a bad
+                grammar.
         """
         if params.logit_bias and self.vocab_size is not None:
             bad = [t for t in params.logit_bias if t >= self.vocab_size]
             if bad:
                 raise InvalidRequestError(f"logit_bias token id {bad[0]} is outside the vocabulary of "
                                           f"{self.vocab_size} tokens", param="logit_bias")
+        if params.allowed_token_ids is not None and self.vocab_size is not None:
+            bad = [t for t in params.allowed_token_ids if t >= self.vocab_size]
+            if bad:
+                raise InvalidRequestError(f"allowed_token_ids id {bad[0]} is outside the vocabulary of "
+                                          f"{self.vocab_size} tokens", param="allowed_token_ids")
         if params.structured is not None:
             self.compile(params.structured)
 
@@ -184,9 +192,18 @@ class LogitsProcessors:
     # -- the step --------------------------------------------------------------------------
 
     def apply(self, logits: torch.Tensor, requests: list[Any]) -> None:
-        """Add ``logit_bias`` and mask grammar rows of ``[N, V]`` float32 ``logits`` in place."""
+        """Add ``logit_bias``, mask tokens outside ``allowed_token_ids`` and mask grammar rows of ``[N, V]`` float32
+        ``logits`` in place."""
         dev = logits.device
         n, vocab = logits.shape
+        allowed = [(i, r.params.allowed_token_ids) for i, r in enumerate(requests)
+                   if r.params.allowed_token_ids is not None]
+        if allowed:
+            keep = torch.zeros(len(allowed), vocab, dtype=torch.bool)
+            for j, (_, ids) in enumerate(allowed):
+                keep[j, [t for t in ids if t < vocab]] = True
+            rows_index = torch.tensor([i for i, _ in allowed], device=dev)
+            logits[rows_index] = logits[rows_index].masked_fill(~keep.to(dev), float("-inf"))
         rows, cols, vals = [], [], []
         for i, r in enumerate(requests):
             for tok, value in r.params.logit_bias.items():

@@ -58,7 +58,8 @@ class SamplingParams:
     (``logit -= presence * (count > 0) + frequency * count``); the repetition penalty
     (Keskar et al., CTRL, 2019) divides positive and multiplies negative logits of tokens seen in
     the prompt or output. ``logit_bias`` (token id -> value in [-100, 100]) is added to the logits
-    before everything else; ``structured`` masks tokens the grammar forbids; ``logprobs`` asks for
+    before everything else; ``allowed_token_ids`` (vLLM's) sets every other token's logit to ``-inf``;
+    ``structured`` masks tokens the grammar forbids; ``logprobs`` asks for
     the chosen token's log-probability plus that many top alternatives (0..20) under the model's
     unprocessed distribution (see :mod:`anna_core.engine.logprobs`).
 
@@ -84,6 +85,8 @@ class SamplingParams:
     logprobs: int | None = None
     logit_bias: dict[int, float] = attrs.field(factory=dict, converter=_bias)
     structured: StructuredOutput | None = None
+    allowed_token_ids: tuple[int, ...] | None = attrs.field(default=None,
+                                                            converter=lambda v: None if v is None else tuple(v))
 
     def __attrs_post_init__(self) -> None:
         _check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens must be at least 1", "max_tokens")
@@ -105,6 +108,9 @@ class SamplingParams:
         _check(all(-100.0 <= v <= 100.0 for v in self.logit_bias.values()),
                "logit_bias values must be in [-100, 100]", "logit_bias")
         _check(all(k >= 0 for k in self.logit_bias), "logit_bias keys must be token ids >= 0", "logit_bias")
+        _check(self.allowed_token_ids is None or (len(self.allowed_token_ids) > 0
+                                                  and all(t >= 0 for t in self.allowed_token_ids)),
+               "allowed_token_ids must be a non-empty list of token ids >= 0", "allowed_token_ids")
 
     @property
     def greedy(self) -> bool:

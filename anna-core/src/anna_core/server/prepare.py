@@ -192,6 +192,28 @@ def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[
     return ids
 
 
+def truncate_prompt(server: ServerState, ids: list[int], keep: int | None, *, has_media: bool = False) -> list[int]:
+    """vLLM's ``truncate_prompt_tokens``: the last ``keep`` ids of a prompt (-1: ``max_model_len``; None: all).
+
+    Raises:
+        InvalidRequestError: ``keep`` above ``max_model_len``, or a prompt with media that it would cut (its
+            placeholders would no longer match the media).
+    """
+    if keep is None:
+        return ids
+    limit = server.max_model_len
+    if keep > limit:
+        raise InvalidRequestError(f"'truncate_prompt_tokens' ({keep}) is larger than the model's context length "
+                                  f"({limit})", param="truncate_prompt_tokens")
+    keep = limit if keep == -1 else keep
+    if len(ids) <= keep:
+        return ids
+    if has_media:
+        raise InvalidRequestError("'truncate_prompt_tokens' would cut a prompt with images or videos",
+                                  param="truncate_prompt_tokens")
+    return ids[len(ids) - keep:]
+
+
 def resolve_max_tokens(server: ServerState, requested: int | None, prompt_len: int, prompt_param: str) -> int:
     """The completion token limit for a prompt of ``prompt_len`` tokens.
 

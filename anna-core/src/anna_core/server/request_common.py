@@ -49,10 +49,8 @@ _NEUTRAL: dict[str, Callable[[Any], bool]] = {
     "reasoning_effort": lambda v: v is None,
     "service_tier": lambda v: v is None or v in ("auto", "default"),
     # vLLM's extras that change what may be generated or returned
-    "allowed_token_ids": lambda v: v is None,
     "bad_words": lambda v: not v,
     "prompt_logprobs": lambda v: v is None,
-    "truncate_prompt_tokens": lambda v: v is None,
     "use_beam_search": lambda v: v is None or v is False,
 }
 _NEUTRAL_HINT = {
@@ -86,6 +84,8 @@ class CommonRequest:
         sampling: SamplingParams fields the client set explicitly (vLLM names).
         unknown_fields: body keys nobody defines (ignored).
         n: independent choices per prompt.
+        truncate_prompt_tokens: vLLM's: keep only the last that many prompt tokens (-1: ``max_model_len``); None:
+            the whole prompt (a prompt too long for the context is a 400).
     """
 
     model: str | None
@@ -95,6 +95,7 @@ class CommonRequest:
     sampling: dict[str, Any]
     unknown_fields: tuple[str, ...]
     n: int
+    truncate_prompt_tokens: int | None
 
 
 def parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str, ...]) -> dict[str, Any]:
@@ -144,15 +145,26 @@ def parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str, 
         raise field_error(f"'stop_token_ids' entries must be token ids (>= 0), got {min(stop_ids)}", "stop_token_ids")
     if stop_ids:
         sampling["stop_token_ids"] = stop_ids
+    allowed = body.get("allowed_token_ids")
+    if allowed is not None:
+        ids = int_list_field(body, "allowed_token_ids")
+        if not ids or min(ids) < 0:
+            raise field_error("'allowed_token_ids' must be a non-empty array of token ids (>= 0)", "allowed_token_ids")
+        sampling["allowed_token_ids"] = ids
     bias = _logit_bias(body)
     if bias:
         sampling["logit_bias"] = bias
     n = int_field(body, "n", minimum=1)
     if n is not None and n > MAX_N:
         raise field_error(f"'n' must be at most {MAX_N}, got {n}", "n")
+    truncate = int_field(body, "truncate_prompt_tokens", minimum=-1)
+    if truncate == 0:
+        raise field_error("'truncate_prompt_tokens' must be -1 (the context length) or a positive count",
+                          "truncate_prompt_tokens")
     return {
         "model": model, "max_tokens": max_tokens, "stream": stream, "include_usage": include_usage,
         "sampling": sampling, "unknown_fields": tuple(sorted(k for k in body if k not in known)), "n": n or 1,
+        "truncate_prompt_tokens": truncate,
     }
 
 

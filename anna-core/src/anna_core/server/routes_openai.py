@@ -208,6 +208,7 @@ def _plan_chat(server: ServerState, body: Any) -> tuple[protocol.ChatCompletionR
     prepare.check_queue_room(server, req.n, req.n)
     prepare.check_media(server, req)
     prompt_ids, multimodal = prepare.chat_media(server, req, prepare.chat_prompt_ids(server, req))
+    prompt_ids = prepare.truncate_prompt(server, prompt_ids, req.truncate_prompt_tokens, has_media=multimodal is not None)
     max_tokens = prepare.resolve_max_tokens(server, req.max_tokens, len(prompt_ids), "messages")
     params = prepare.sampling_params(server, req.sampling, max_tokens)
     choices, params = _chat_choices(server, req, prompt_ids, params)
@@ -262,15 +263,16 @@ def _plan_completions(server: ServerState, body: Any) -> tuple[protocol.Completi
     prepare.check_queue_room(server, len(req.prompts) * req.n, req.n)
     jobs, choices = [], []
     for prompt in req.prompts:
-        ids = prepare.completion_prompt_ids(server, prompt)
+        whole = prepare.completion_prompt_ids(server, prompt)
+        ids = prepare.truncate_prompt(server, whole, req.truncate_prompt_tokens)
         max_tokens = prepare.resolve_max_tokens(server, req.max_tokens, len(ids), "prompt")
         params = prepare.sampling_params(server, req.sampling, max_tokens)
         if req.structured is not None:
             params = attrs.evolve(params, structured=req.structured)
         prefix = ""
         if req.echo:
-            prefix = prompt if isinstance(prompt, str) else prepare.need_tokenizer(server, "echo").decode(
-                ids, skip_special_tokens=False)
+            prefix = prompt if isinstance(prompt, str) and ids is whole else prepare.need_tokenizer(
+                server, "echo").decode(ids, skip_special_tokens=False)  # (a truncated prompt echoes what was kept)
         token_text = responses.TokenText(server.tokenizer) if params.logprobs is not None else None
         return_ids = req.return_token_ids or server.tokenizer is None  # no tokenizer: ids are the output
         for p in prepare.choice_params(params, req.n):

@@ -87,7 +87,8 @@ def test_structured_outputs_json_object(scripted):
     ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens", "-1 (the context length) or a positive count"),
     ({"truncate_prompt_tokens": -2}, "truncate_prompt_tokens", "must be at least -1"),
     ({"truncate_prompt_tokens": 4096}, "truncate_prompt_tokens", "larger than the model's context length (2048)"),
-    ({"bad_words": ["Red"]}, "bad_words", "not supported"),
+    ({"bad_words": ["Red", " "]}, "bad_words", "non-blank strings"),
+    ({"bad_words": "Red"}, "bad_words", "must be an array"),
     ({"prompt_logprobs": 1}, "prompt_logprobs", "not supported"),
     ({"use_beam_search": True}, "use_beam_search", "not supported"),
 ])
@@ -149,4 +150,26 @@ def test_truncate_prompt_tokens_keeps_the_last_tokens(scripted):
     ok = client.completions.create(model=MODEL, prompt=too_long, max_tokens=8,
                                    extra_body={"truncate_prompt_tokens": 1000})
     assert ok.usage.prompt_tokens == 1000
+
+
+@pytest.mark.parametrize("route", [_chat, _completion])
+def test_bad_words_are_never_completed(scripted, route):
+    """vLLM's ``bad_words``: the token that would complete a word (bare, or as a word of its own after a space) is
+    banned; a one-token word anywhere, a two-token word only after its first token."""
+    free = route(scripted)
+    assert "Red" in free and "color is" in free
+    text = route(scripted, bad_words=["Red", "color is"])
+    assert "Red" not in text and "color is" not in text and text.startswith("The color")
+
+
+def test_bad_word_ids_read_words_as_vllm_does(scripted):
+    from anna_core.engine.logits_processors import LogitsProcessors
+    from anna_core.engine.sampling_params import SamplingParams
+
+    tok = scripted.tokenizer
+    procs = LogitsProcessors(tok, None, ())
+    ids = procs.bad_word_ids(SamplingParams(bad_words=["Red", "  color is"]))
+    assert ids == (tuple(tok.encode("Red")), tuple(tok.encode(" Red")), tuple(tok.encode("color is")),
+                   tuple(tok.encode(" color is")))
+    assert procs.bad_word_ids(SamplingParams()) == ()
 

@@ -287,6 +287,7 @@ class LLMEngine:
             req.detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
             req.stop_checker = StopStringChecker(params)
         req.grammar = self.runner.logits_processors.new_state(params)
+        req.bad_word_ids = self.runner.logits_processors.bad_word_ids(params)
         self._requests[request_id] = req
         self.scheduler.add(req)
         self.metrics.on_request_arrived(request_id, req.arrival_time)

@@ -6,8 +6,8 @@ graph, never inside a graph's own sampler):
 
 1. the raw log-probabilities of the rows that asked for logprobs are taken first
    (:mod:`anna_core.engine.logprobs`);
-2. ``logit_bias`` is added in place, batched as one ``index_put_``; tokens outside ``allowed_token_ids``
-   (vLLM's) get ``-inf``;
+2. ``logit_bias`` is added in place, batched as one ``index_put_`` with ``bad_words``' bans (``-inf`` on the
+   token that would complete a word); tokens outside ``allowed_token_ids`` (vLLM's) get ``-inf``;
 3. grammar rows are masked in place with xgrammar's token bitmask (``[N, ceil(V/32)]`` int32, one
    bit per vocabulary entry; forbidden tokens get ``-inf``), filled per row by the request's
    ``GrammarMatcher``;
@@ -94,7 +94,7 @@ def needs_processing(params: SamplingParams) -> bool:
     """Whether a request needs :class:`LogitsProcessors` (so its steps cannot use a decode graph's own
     sampler: they sample eagerly, at decode on the "logits" graph's output)."""
     return (bool(params.logit_bias) or params.structured is not None or params.logprobs is not None
-            or params.allowed_token_ids is not None)
+            or params.allowed_token_ids is not None or bool(params.bad_words))
 
 
 class LogitsProcessors:
@@ -177,8 +177,33 @@ class LogitsProcessors:
             if bad:
                 raise InvalidRequestError(f"allowed_token_ids id {bad[0]} is outside the vocabulary of "
                                           f"{self.vocab_size} tokens", param="allowed_token_ids")
+        if params.bad_words and self.tokenizer is None:
+            raise InvalidRequestError("bad_words needs a tokenizer; this model was loaded without one",
+                                      param="bad_words")
         if params.structured is not None:
             self.compile(params.structured)
+
+    def bad_word_ids(self, params: SamplingParams) -> tuple[tuple[int, ...], ...]:
+        """The token sequences ``params.bad_words`` stand for, as vLLM's ``bad_words`` reads them: each word
+        (leading blanks stripped) tokenized as it is and with one leading space, the spaced form kept only when it
+        is as many tokens as the bare one and starts with another token (a word-initial token of its own). A step
+        bans a sequence's last token when the request's output ends with the rest of it (a one-token word: always).
+
+        Raises:
+            InvalidRequestError: bad words without a tokenizer.
+        """
+        if not params.bad_words:
+            return ()
+        if self.tokenizer is None:
+            raise InvalidRequestError("bad_words needs a tokenizer; this model was loaded without one",
+                                      param="bad_words")
+        out: list[tuple[int, ...]] = []
+        for word in params.bad_words:
+            bare = tuple(self.tokenizer.encode(word.lstrip(), add_special_tokens=False))
+            spaced = tuple(self.tokenizer.encode(" " + word.lstrip(), add_special_tokens=False))
+            forms = [bare] + ([spaced] if spaced and bare and len(spaced) == len(bare) and spaced[0] != bare[0] else [])
+            out += [f for f in forms if f and f not in out]
+        return tuple(out)
 
     def new_state(self, params: SamplingParams) -> GrammarState | None:
         """A fresh :class:`GrammarState` for a request (None when it has no grammar)."""
@@ -192,8 +217,8 @@ class LogitsProcessors:
     # -- the step --------------------------------------------------------------------------
 
     def apply(self, logits: torch.Tensor, requests: list[Any]) -> None:
-        """Add ``logit_bias``, mask tokens outside ``allowed_token_ids`` and mask grammar rows of ``[N, V]`` float32
-        ``logits`` in place."""
+        """Add ``logit_bias``, ban bad words' completing tokens, mask tokens outside ``allowed_token_ids`` and mask
+        grammar rows of ``[N, V]`` float32 ``logits`` in place."""
         dev = logits.device
         n, vocab = logits.shape
         allowed = [(i, r.params.allowed_token_ids) for i, r in enumerate(requests)
@@ -211,6 +236,14 @@ class LogitsProcessors:
                     rows.append(i)
                     cols.append(tok)
                     vals.append(value)
+        for i, r in enumerate(requests):  # bad words: ban the token that would complete one
+            out = r.output_token_ids
+            for seq in r.bad_word_ids:
+                head = len(seq) - 1
+                if seq[-1] < vocab and (head == 0 or (len(out) >= head and tuple(out[len(out) - head:]) == seq[:-1])):
+                    rows.append(i)
+                    cols.append(seq[-1])
+                    vals.append(float("-inf"))
         if rows:
             index = (torch.tensor(rows, device=dev), torch.tensor(cols, device=dev))
             logits.index_put_(index, torch.tensor(vals, dtype=logits.dtype, device=dev), accumulate=True)

@@ -79,6 +79,7 @@ class Request:
         self.finished_time: float | None = None
         self.num_preemptions = 0
         self.grammar: Any = None  # logits_processors.GrammarState (structured output)
+        self.bad_word_ids: tuple[tuple[int, ...], ...] = ()  # logits_processors.LogitsProcessors.bad_word_ids
         self.logprobs: list[Any] = []  # outputs.TokenLogprob per generated token (when asked)
         self.num_cached_tokens = 0
         self.block_hashes: list[bytes] = []

@@ -207,11 +207,12 @@ def mask_top_p(sorted_logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
 
 def needs_logits_processors(r: Request) -> bool:
     """Whether ``r``'s logits pass through the eager logits processors: penalties (they need the token history),
-    ``min_tokens`` still masking stop ids, a logit bias, allowed token ids or a grammar."""
+    ``min_tokens`` still masking stop ids, a logit bias, allowed token ids, bad words or a grammar."""
     p = r.params
     return (p.repetition_penalty != 1.0 or bool(p.presence_penalty) or bool(p.frequency_penalty)
             or (len(r.output_token_ids) < p.min_tokens and bool(r.stop_token_ids))
-            or bool(p.logit_bias) or p.structured is not None or p.allowed_token_ids is not None)
+            or bool(p.logit_bias) or p.structured is not None or p.allowed_token_ids is not None
+            or bool(p.bad_words))
 
 
 def graph_safe(requests: list[Request]) -> bool:

@@ -59,6 +59,8 @@ class SamplingParams:
     (Keskar et al., CTRL, 2019) divides positive and multiplies negative logits of tokens seen in
     the prompt or output. ``logit_bias`` (token id -> value in [-100, 100]) is added to the logits
     before everything else; ``allowed_token_ids`` (vLLM's) sets every other token's logit to ``-inf``;
+    ``bad_words`` (vLLM's) bans the token that would complete one of the words
+    (:meth:`~anna_core.engine.logits_processors.LogitsProcessors.bad_word_ids`);
     ``structured`` masks tokens the grammar forbids; ``logprobs`` asks for
     the chosen token's log-probability plus that many top alternatives (0..20) under the model's
     unprocessed distribution (see :mod:`anna_core.engine.logprobs`).
@@ -87,6 +89,7 @@ class SamplingParams:
     structured: StructuredOutput | None = None
     allowed_token_ids: tuple[int, ...] | None = attrs.field(default=None,
                                                             converter=lambda v: None if v is None else tuple(v))
+    bad_words: list[str] = attrs.field(factory=list, converter=lambda v: list(v or []))
 
     def __attrs_post_init__(self) -> None:
         _check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens must be at least 1", "max_tokens")
@@ -111,6 +114,8 @@ class SamplingParams:
         _check(self.allowed_token_ids is None or (len(self.allowed_token_ids) > 0
                                                   and all(t >= 0 for t in self.allowed_token_ids)),
                "allowed_token_ids must be a non-empty list of token ids >= 0", "allowed_token_ids")
+        _check(all(isinstance(w, str) and w.strip() for w in self.bad_words), "bad_words must be non-blank strings",
+               "bad_words")
 
     @property
     def greedy(self) -> bool:

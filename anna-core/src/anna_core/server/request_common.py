@@ -37,6 +37,9 @@ COMMON_FIELDS = frozenset(
 )
 """Body fields every completion request may carry."""
 
+MAX_BAD_WORDS = 256
+"""Most strings in one ``bad_words``."""
+
 # Known fields Anna does not implement: accepted only when the value is neutral.
 _NEUTRAL: dict[str, Callable[[Any], bool]] = {
     "store": lambda v: v is None or v is False,
@@ -49,7 +52,6 @@ _NEUTRAL: dict[str, Callable[[Any], bool]] = {
     "reasoning_effort": lambda v: v is None,
     "service_tier": lambda v: v is None or v in ("auto", "default"),
     # vLLM's extras that change what may be generated or returned
-    "bad_words": lambda v: not v,
     "prompt_logprobs": lambda v: v is None,
     "use_beam_search": lambda v: v is None or v is False,
 }
@@ -151,6 +153,14 @@ def parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str, 
         if not ids or min(ids) < 0:
             raise field_error("'allowed_token_ids' must be a non-empty array of token ids (>= 0)", "allowed_token_ids")
         sampling["allowed_token_ids"] = ids
+    bad = body.get("bad_words")
+    if bad is not None:
+        if (not isinstance(bad, list) or len(bad) > MAX_BAD_WORDS
+                or not all(isinstance(w, str) and w.strip() and len(w) <= 256 for w in bad)):
+            raise field_error(f"'bad_words' must be an array of at most {MAX_BAD_WORDS} non-blank strings of at most "
+                              "256 characters", "bad_words")
+        if bad:
+            sampling["bad_words"] = list(bad)
     bias = _logit_bias(body)
     if bias:
         sampling["logit_bias"] = bias

@@ -142,6 +142,11 @@ messages = st.lists(st.fixed_dictionaries(
 token_ids = st.lists(st.integers(-1, 400) | st.integers(0, 2**40), min_size=0, max_size=12)
 prompts = st.one_of(texts, token_ids, st.lists(texts, max_size=3), st.lists(token_ids, max_size=3))
 
+_regexes = st.sampled_from([r"\d{3}", "(yes|no)", "[a-z]{1,8}", "(", "a{5000}", "", "x*"]) | st.text(max_size=6)
+_choices = st.lists(st.sampled_from(["yes", "no", 'say "hi"', "a\\b", "🙂", ""]) | st.text(max_size=5), max_size=3)
+_grammars = st.sampled_from(['root ::= "yes" | "no"', "root ::= undefined_rule", 'root ::= [a-z]+', ""]) | st.text(
+    max_size=8)
+
 # Objects: hand-made (hypothesis-jsonschema's object strategy breaks on current hypothesis releases).
 _maybe_object = st.none() | st.dictionaries(st.text(max_size=4), json_scalars, max_size=2)
 _SPECIAL_STRATEGIES = {
@@ -156,6 +161,19 @@ _SPECIAL_STRATEGIES = {
     "audio": _maybe_object, "prediction": _maybe_object, "web_search_options": _maybe_object,
     "mm_processor_kwargs": _maybe_object | st.fixed_dictionaries({}, optional={
         "max_pixels": st.integers(-1, 10**6) | json_scalars, "min_pixels": st.integers(-1, 10**4)}),
+    # vLLM's constraint fields and extras
+    "structured_outputs": st.fixed_dictionaries({}, optional={
+        "json": json_schemas(3) | st.text(max_size=8), "regex": _regexes, "choice": _choices,
+        "grammar": _grammars, "json_object": st.booleans() | json_scalars, "structural_tag": st.text(max_size=8),
+        "backend": st.sampled_from(["auto", "xgrammar", "outlines"]), "disable_any_whitespace": st.booleans(),
+        "whitespace_pattern": st.none() | st.text(max_size=2), "foo": json_scalars}),
+    "guided_json": json_schemas(3) | st.text(max_size=8), "guided_regex": _regexes, "guided_choice": _choices,
+    "guided_grammar": _grammars, "guided_decoding_backend": st.sampled_from(["auto", "xgrammar", "outlines"]),
+    "guided_whitespace_pattern": st.none() | st.text(max_size=2),
+    "allowed_token_ids": st.lists(st.integers(-1, 400) | st.integers(0, 2**40), max_size=4),
+    "bad_words": st.lists(st.text(max_size=6), max_size=3),
+    "truncate_prompt_tokens": st.integers(-3, 5000), "prompt_logprobs": st.none() | st.integers(-1, 3),
+    "use_beam_search": st.booleans() | st.none(),
 }
 
 
@@ -196,6 +214,9 @@ _IN_RANGE: dict[str, st.SearchStrategy] = {
     "stop": st.lists(st.sampled_from(["a", "the", "\n", "</think>", "<tool_call>", "}"]), max_size=2),
     "stop_token_ids": st.lists(st.integers(0, 383), max_size=2),
     "logit_bias": st.dictionaries(st.integers(0, 383).map(str), st.floats(-100, 100), max_size=3),
+    "allowed_token_ids": st.lists(st.integers(0, 383), min_size=1, max_size=6),
+    "bad_words": st.lists(st.sampled_from(["a", "the", "Hi", "color is", "}"]), max_size=2),
+    "truncate_prompt_tokens": st.sampled_from([-1, 1, 4, 16, 64]),
 }
 _IN_RANGE_CHAT = {
     "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user"]), "content": texts}),
@@ -209,6 +230,9 @@ _IN_RANGE_CHAT = {
     "response_format": st.one_of(st.just({"type": "json_object"}), st.builds(
         lambda s: {"type": "json_schema", "json_schema": {"name": "out", "schema": s}}, object_schemas)),
     "logprobs": st.just(True), "top_logprobs": st.integers(0, 5), "include_reasoning": st.booleans(),
+    "guided_choice": st.lists(st.sampled_from(["yes", "no", 'say "hi"', "🙂"]), min_size=1, max_size=3),
+    "structured_outputs": st.sampled_from([{"regex": r"\d{3}"}, {"choice": ["a", "b"]}, {"json_object": True},
+                                           {"grammar": 'root ::= "yes" | "no"'}]),
 }
 _IN_RANGE_COMPLETION = {
     "prompt": st.one_of(nonempty_texts, st.lists(st.integers(0, 383), min_size=1, max_size=12),
@@ -219,7 +243,8 @@ _IN_RANGE_COMPLETION = {
 
 def served_bodies(endpoint: str, model: str) -> st.SearchStrategy[dict[str, Any]]:
     """Bodies for ``endpoint`` with every field in range (a few combinations still make a 400: ``echo`` with
-    ``logprobs``, ``response_format`` with a forced ``tool_choice``, a schema xgrammar cannot use)."""
+    ``logprobs``, ``response_format`` with a forced ``tool_choice`` or with a ``guided_choice`` /
+    ``structured_outputs``, a schema xgrammar cannot use, ``truncate_prompt_tokens`` through media)."""
     extra = _IN_RANGE_CHAT if endpoint == "chat" else _IN_RANGE_COMPLETION
     required = "messages" if endpoint == "chat" else "prompt"
     optional = {k: v for k, v in {**_IN_RANGE, **extra}.items() if k != required}

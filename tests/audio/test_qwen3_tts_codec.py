@@ -94,6 +94,12 @@ def test_transposed_conv_keeps_its_rearranged_weights_until_they_change(kernel, 
     tm.to(torch.bfloat16)
     assert tm.rearranged()[0].dtype == torch.bfloat16
     check(torch.bfloat16)
+    tm.to(torch.float32)
+    plain.to(torch.float32)
+    with torch.no_grad():  # a write through .data bumps no version: layout_weights' rebuild picks it up
+        tm.conv.weight.data.copy_(plain.conv.weight.data.mul_(0.5))
+    tm.drop_rearranged()
+    check()
 
 
 def test_waveforms_match_reference(codec):

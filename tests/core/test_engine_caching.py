@@ -116,6 +116,9 @@ def test_queue_full_raises_with_retry_after():
     assert eng.metrics.snapshot()["requests"]["rejected_429"] == 1
     eng.step()  # a and b start running: room again
     eng.add_request("c", [4])
+    eng.config.max_waiting_requests = 1  # a change to the limit applies at once (the servers' tests rely on it)
+    with pytest.raises(QueueFullError):
+        eng.add_request("d", [5])
 
 
 def test_request_timeout_ends_with_a_clear_error_and_frees_everything():

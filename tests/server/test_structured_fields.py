@@ -23,6 +23,13 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 SCRIPT = 'The color is: Red. {"name": "Ann", "ok": "yes"} Call 555-1234 now.'
 
 
+def _deep_items(depth):
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
 def _chat(scripted, **extra):
     marker = scripted.script("structured", SCRIPT)
     r = scripted.client().chat.completions.create(
@@ -76,6 +83,21 @@ def test_structured_outputs_json_object(scripted):
     ({"guided_choice": []}, "guided_choice", "array of 1 to"),
     ({"guided_choice": ["a", 3]}, "guided_choice", "array of 1 to"),
     ({"guided_json": "{not json"}, "guided_json", "not valid JSON"),
+    ({"guided_json": "[" * 100_000 + "]" * 100_000}, "guided_json", "nested too deeply"),
+    ({"guided_json": '{"properties":' * 500 + "{}" + "}" * 500}, "guided_json", "nest 501 objects"),
+    ({"guided_json": '{"type": "string", "enum": ["\\ud800"]}'}, "guided_json", "not valid Unicode"),
+    ({"structured_outputs": {"json": '{"\\udc00": 1}'}}, "structured_outputs.json", "not valid Unicode"),
+    ({"guided_regex": "a{" + "9" * 5000 + "}"}, "guided_regex", "unrolls to more than"),
+    ({"structured_outputs": {"structural_tag": json.dumps({"type": "structural_tag", "format": {
+        "type": "json_schema", "json_schema": _deep_items(300)}})}}, "structured_outputs.structural_tag",
+     "objects / arrays deep"),
+    ({"structured_outputs": {"structural_tag": json.dumps({"type": "structural_tag", "structures": [{"begin": "<f>"}],
+                                                           "triggers": ["<f>"]})}},
+     "structured_outputs.structural_tag", "{begin, schema, end}"),
+    ({"structured_outputs": {"structural_tag": "[1]"}}, "structured_outputs.structural_tag", "a JSON object"),
+    ({"structured_outputs": {"json_object": False, "choice": ["a"]}}, "structured_outputs", "exactly one of"),
+    ({"structured_outputs": {"json_object": False}}, "structured_outputs.json_object", "must be true"),
+    ({"structured_outputs": {"regex": 0}}, "structured_outputs.regex", "non-empty string"),
     ({"guided_regex": "(ab"}, "guided_regex", "cannot compile the regex"),
     ({"guided_regex": "a{5000}"}, "guided_regex", "unrolls to more than"),
     ({"guided_grammar": "root ::= undefined_rule"}, "guided_grammar", "cannot compile the grammar"),
@@ -172,4 +194,24 @@ def test_bad_word_ids_read_words_as_vllm_does(scripted):
     assert ids == (tuple(tok.encode("Red")), tuple(tok.encode(" Red")), tuple(tok.encode("color is")),
                    tuple(tok.encode(" color is")))
     assert procs.bad_word_ids(SamplingParams()) == ()
+
+
+def test_a_lark_grammar_and_vllms_older_structural_tag_are_read_as_vllm_reads_them(scripted):
+    assert _chat(scripted, guided_grammar='start: "yes" | "no"') in ("yes", "no")  # no "::=": Lark
+    tag = {"type": "structural_tag", "structures": [{"begin": "<f>", "schema": {"type": "object"}, "end": "</f>"}],
+           "triggers": ["<f>"]}
+    assert isinstance(_chat(scripted, structured_outputs={"structural_tag": json.dumps(tag)}), str)
+
+
+def test_a_huge_fps_is_a_400_not_a_500():
+    """``math.isfinite(10**400)`` raised OverflowError inside the video options check."""
+    import types
+
+    from anna_core.errors import InvalidRequestError
+    from anna_core.server import prepare
+
+    server = types.SimpleNamespace(processor=types.SimpleNamespace(video_sampling=(2.0, 32)))
+    for fps in (10**400, float("inf"), 0, -1, True):
+        with pytest.raises(InvalidRequestError, match="mm_processor_kwargs.fps must be a positive number"):
+            prepare._decode_video(b"", server, {"fps": fps})
 

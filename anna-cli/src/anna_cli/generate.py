@@ -104,7 +104,8 @@ def _with_media(loaded: Any, prompt_ids: list[int], images: tuple[Path, ...],
               help="Chat template's enable_thinking (default: the template's own).")
 @click.option("--max-new-tokens", type=int, default=128, show_default=True)
 @sampling_options
-@click.option("--seed", type=int, default=None)
+@click.option("--seed", type=click.IntRange(-(1 << 63), (1 << 63) - 1), default=None,
+              help="Sampling seed, a 64-bit signed integer (default: a random one).")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @click.option("--chat-template", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A Jinja file overriding the checkpoint's chat template.")

@@ -94,6 +94,7 @@ class CodecDecoder(nn.Module):
                     time_major_(module)
                 elif isinstance(module, CausalTransposedConv1d) and module.conv.kernel_size[0] in (
                         module.stride, 2 * module.stride):
+                    module.drop_rearranged()
                     module.rearranged()
         return self
 

@@ -146,20 +146,25 @@ class CausalTransposedConv1d(ContextLayer):
             z = F.conv2d(x.unsqueeze(2), w, bias).squeeze(2).transpose(1, 2)
         return z.reshape(x.shape[0], steps * s, c_out).transpose(1, 2)  # z: [B, T, s * C_out]
 
+    def drop_rearranged(self) -> None:
+        """Forget the kept rearranged weights (the next :meth:`rearranged` builds them from the weights as they are)."""
+        self._rearranged = None
+
     def rearranged(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The time-major forms of ``conv``'s weight and bias: for ``k = s`` a matrix ``[s * C_out, C_in]``, for
         ``k = 2 s`` a channels-last kernel-2 ``conv2d`` weight ``[s * C_out, C_in, 1, 2]`` (taps on ``x[m - 1]``,
         then ``x[m]``); rows ordered ``(j, c)``; bias ``[s * C_out]``. Built on the first call and kept while
-        ``conv.weight`` and ``conv.bias`` are the same parameters over the same storage at the same in-place version
-        (loading a state dict, ``.to()`` or assigning new parameters rebuilds them; an in-place write to an
-        inference-mode tensor is not seen). :meth:`CodecDecoder.layout_weights` builds them, so a device graph
-        captured later reads the kept tensors.
+        ``conv.weight`` and ``conv.bias`` are the same parameters over the same storage, dtype and device at the same
+        in-place version (loading a state dict, ``.to()`` or assigning new parameters rebuilds them; a write through
+        ``.data`` or into an inference-mode tensor bumps no version and is not seen: call
+        :meth:`CodecDecoder.layout_weights` after one). :meth:`CodecDecoder.layout_weights` builds them afresh, so a
+        device graph captured later reads the kept tensors.
 
         Raises:
             ValueError: the kernel is neither the stride nor twice it.
         """
         w, bias = self.conv.weight, self.conv.bias  # [C_in, C_out, k], [C_out]
-        key = tuple((t.data_ptr(), -1 if t.is_inference() else t._version) for t in (w, bias))
+        key = tuple((t.data_ptr(), t.dtype, t.device, -1 if t.is_inference() else t._version) for t in (w, bias))
         kept = self._rearranged
         if kept is not None and kept[0] is w and kept[1] is bias and kept[2] == key:
             return kept[3]

@@ -65,17 +65,18 @@ class RequestIntake:
         metrics: counts the refusals (429s, memory 400s / 503s).
         failures: the engine's step failures (:attr:`StepFailures.degraded`: no request is taken while degraded).
         scheduler: its waiting and running queues (the queue limit, the Retry-After estimate).
-        max_waiting_requests: the waiting queue's limit (0: none).
+        config: the engine's settings; ``max_waiting_requests`` (the waiting queue's limit, 0: none) is read at each
+            check, so a change to it applies at once.
     """
 
     def __init__(self, validator: RequestValidator, admission: MemoryAdmission, metrics: EngineMetrics,
-                 failures: StepFailures, scheduler: Scheduler, *, max_waiting_requests: int) -> None:
+                 failures: StepFailures, scheduler: Scheduler, config: EngineConfig) -> None:
         self.validator = validator
         self.admission = admission
         self.metrics = metrics
         self.failures = failures
         self.scheduler = scheduler
-        self.max_waiting_requests = max_waiting_requests
+        self.config = config
         self._finish_times: deque[float] = deque(maxlen=64)  # perf_counter seconds of the last requests' ends
 
     def validate(self, prompt_token_ids: list[int], params: SamplingParams,
@@ -122,7 +123,7 @@ class RequestIntake:
 
     def check_queue(self) -> None:
         """Raises QueueFullError (HTTP 429, with Retry-After) when ``max_waiting_requests`` wait already."""
-        limit = self.max_waiting_requests
+        limit = self.config.max_waiting_requests
         if limit and len(self.scheduler.waiting) >= limit:
             self.metrics.on_rejected_429()
             raise QueueFullError(f"the engine's waiting queue is full ({limit} requests); retry later",

@@ -167,7 +167,7 @@ class LLMEngine:
             vocab_size=model.vocab_size, hidden_size=hidden_size(model), weights_bytes=self._model_device_bytes())
         self.admission.check_startup()  # a configuration that could admit nothing fails here, not with 503s forever
         self.intake = RequestIntake(self.validator, self.admission, self.metrics, self.failures, self.scheduler,
-                                    max_waiting_requests=config.max_waiting_requests)
+                                    config)
         self._requests: dict[str, Request] = {}
         self._lookup_tokens = [0, 0]  # prompt tokens found in a cache, prompt tokens looked up
         self.num_generated_tokens = 0

@@ -21,6 +21,7 @@ structured request only.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -97,6 +98,19 @@ def needs_processing(params: SamplingParams) -> bool:
             or params.allowed_token_ids is not None or bool(params.bad_words))
 
 
+def _compile_structural_tag(compiler: Any, text: str) -> Any:
+    """xgrammar's structural tag (JSON text with a ``format``), or vLLM's older form (``structures`` of ``{begin,
+    schema, end}`` and ``triggers``) through xgrammar's tags-and-triggers call."""
+    import xgrammar
+
+    tag = json.loads(text)
+    if not (isinstance(tag, dict) and "structures" in tag):
+        return compiler.compile_structural_tag(text)
+    items = [xgrammar.StructuralTagItem(begin=s["begin"], schema=json.dumps(s["schema"]), end=s["end"])
+             for s in tag["structures"]]
+    return compiler.compile_structural_tag(items, tag["triggers"])
+
+
 class LogitsProcessors:
     """Bias, grammar masks and logprobs for one engine.
 
@@ -146,9 +160,11 @@ class LogitsProcessors:
             elif spec.kind == "json_schema":
                 compiled = compiler.compile_json_schema(spec.spec, any_whitespace=False)
             elif spec.kind == "structural_tag":
-                compiled = compiler.compile_structural_tag(spec.spec)
+                compiled = _compile_structural_tag(compiler, spec.spec)
             elif spec.kind == "regex":
                 compiled = compiler.compile_regex(spec.spec)
+            elif "::=" not in spec.spec:  # no EBNF rule: Lark, as vLLM reads such a grammar
+                compiled = compiler.compile_lark(spec.spec)
             else:
                 compiled = compiler.compile_grammar(spec.spec)
         except Exception as exc:  # xgrammar raises RuntimeError / ValueError with a useful message

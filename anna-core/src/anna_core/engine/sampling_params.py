@@ -23,7 +23,8 @@ class StructuredOutput:
 
     Attributes:
         kind: ``"json_object"`` (any JSON object), ``"json_schema"`` (``spec`` is the schema as
-            JSON text), ``"grammar"`` (``spec`` is an xgrammar EBNF grammar with a ``root`` rule), ``"regex"``
+            JSON text), ``"grammar"`` (``spec`` is an xgrammar EBNF grammar with a ``root`` rule, or a Lark grammar
+            when it holds no ``::=``), ``"regex"``
             (``spec`` is a regular expression the whole output matches) or
             ``"structural_tag"`` (``spec`` is an xgrammar structural tag as JSON text, such as
             ``xgrammar.get_model_structural_tag`` builds for a model's tool-call format).

@@ -129,8 +129,8 @@ def pattern_expansion(pattern: str) -> int:
             continue
         m = _QUANT.match(pattern, i) if c == "{" else None
         if m is not None:
-            low, high = int(m.group(1)), m.group(2)
-            count = low + 1 if high == "" else int(high) if high is not None else low
+            low, high = _count(m.group(1)), m.group(2)
+            count = low + 1 if high == "" else _count(high) if high is not None else low
             stack[-1][1] += last * (count - 1)
             last *= count
             i = m.end()
@@ -143,6 +143,12 @@ def pattern_expansion(pattern: str) -> int:
         best, cur = stack.pop()
         stack[-1][1] += max(best, cur)
     return max(stack[0])
+
+
+def _count(digits: str) -> int:
+    """A repetition count, capped far above :data:`MAX_PATTERN_EXPANSION` (a count of more than nine digits, or
+    one past Python's digit limit for ``int()``, counts as 10**9)."""
+    return int(digits) if len(digits) <= 9 else 10**9
 
 
 def _check_patterns(schema: Any, param: str, what: str) -> None:

@@ -158,8 +158,10 @@ def _decode_video(data: bytes, server: ServerState, options: dict[str, Any]) -> 
     sampling = server.processor.video_sampling
     fps, max_frames = options.get("fps", sampling[0]), options.get("max_frames", sampling[1])
     for key, value, kinds in (("fps", fps, (int, float)), ("max_frames", max_frames, (int,))):
-        if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
-            raise InvalidRequestError(f"mm_processor_kwargs.{key} must be a positive number, got {value!r}",
+        if (isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value <= 10**6
+                or (isinstance(value, float) and not math.isfinite(value))):  # (math.isfinite(10**400) raises)
+            raise InvalidRequestError(f"mm_processor_kwargs.{key} must be a positive number (at most 10**6), got "
+                                      f"{str(value)[:40]!r}",
                                       param="mm_processor_kwargs")
     if max_frames > sampling[1]:
         raise InvalidRequestError(f"mm_processor_kwargs.max_frames {max_frames} exceeds the model's limit "

@@ -5,15 +5,17 @@ Three spellings are read, at most one per request (two set is a 400 naming both)
 - OpenAI's ``response_format`` (``json_object`` / ``json_schema``; :func:`anna_core.server.tools.parse_response_format`);
 - vLLM's ``structured_outputs`` object (vLLM 0.10.2 on): exactly one of ``json`` (a schema, as an object or JSON
   text), ``regex``, ``choice`` (a list of strings), ``grammar`` (xgrammar's EBNF, the GBNF dialect with a ``root``
-  rule), ``json_object: true`` or ``structural_tag`` (JSON text); its other keys are vLLM's backend switches,
-  accepted at their neutral values only;
+  rule; a grammar without ``::=`` is read as Lark, as vLLM does), ``json_object: true`` or ``structural_tag`` (JSON
+  text: xgrammar's form with a ``format``, or vLLM's older ``{"type": "structural_tag", "structures": [{"begin",
+  "schema", "end"}], "triggers": [...]}``); a key set to anything but null counts; its other keys are vLLM's backend
+  switches, accepted at their neutral values only;
 - vLLM's older top-level ``guided_json``, ``guided_regex``, ``guided_choice``, ``guided_grammar`` (one of them), with
   ``guided_decoding_backend`` / ``guided_whitespace_pattern`` accepted only when unset (``guided_decoding_backend``
   may also name ``xgrammar`` or ``auto``, what Anna runs).
 
-A choice becomes a grammar whose root is one of the strings, exactly. Schemas and regular expressions pass the
-bounds of :mod:`anna_core.server.limits` before anything compiles; the grammar itself compiles when the engine
-validates the request (a compile error is a 400 naming the field).
+A choice becomes a grammar whose root is one of the strings, exactly. Schemas (a structural tag as a whole too) and
+regular expressions pass the bounds of :mod:`anna_core.server.limits` before anything compiles; the grammar itself
+compiles when the engine validates the request (a compile error is a 400 naming the field).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import json
 from typing import Any
 
 from anna_core.engine.sampling_params import StructuredOutput
+from anna_core.errors import InvalidRequestError
 from anna_core.server.json_fields import field_error
 from anna_core.server.limits import MAX_PATTERN_EXPANSION, MAX_SCHEMA_BYTES, check_schema, pattern_expansion
+from anna_core.server.request_body import check_text
 from anna_core.server.tools import parse_response_format
 
 GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
@@ -83,7 +87,7 @@ def _structured_outputs(value: Any) -> StructuredOutput:
         if value.get(key) not in neutral:
             raise field_error(f"'structured_outputs.{key}' = {value[key]!r} is not supported by this server",
                               "structured_outputs")
-    kinds = [k for k in _KINDS if value.get(k) not in (None, False)]
+    kinds = [k for k in _KINDS if value.get(k) is not None]
     if len(kinds) != 1:
         raise field_error(f"'structured_outputs' must set exactly one of {list(_KINDS)}, got {kinds or 'none'}",
                           "structured_outputs")
@@ -94,9 +98,42 @@ def _structured_outputs(value: Any) -> StructuredOutput:
             raise field_error(f"'{param}' must be true", param)
         return StructuredOutput("json_object", param="structured_outputs")
     if kind == "structural_tag":
-        text = _text(value[kind], param)
-        return StructuredOutput("structural_tag", text, param="structured_outputs")
+        tag = _json_text(_text(value[kind], param), param)
+        if not isinstance(tag, dict):
+            raise field_error(f"'{param}' must be a JSON object", param)
+        check_schema(tag, param, f"the {param}")  # the schemas inside it: depth, size, patterns
+        if "structures" in tag:
+            _check_legacy_tag(tag, param)
+        return StructuredOutput("structural_tag", json.dumps(tag), param="structured_outputs")
     return _grammar(kind, value[kind], param)
+
+
+def _check_legacy_tag(tag: dict[str, Any], param: str) -> None:
+    """vLLM's older structural tag: ``structures`` (``{"begin", "schema", "end"}`` each) and ``triggers``."""
+    structures, triggers = tag.get("structures"), tag.get("triggers")
+    ok = (isinstance(structures, list) and structures and isinstance(triggers, list) and triggers
+          and all(isinstance(t, str) and t for t in triggers)
+          and all(isinstance(s, dict) and isinstance(s.get("begin"), str) and isinstance(s.get("end"), str)
+                  and isinstance(s.get("schema"), dict) for s in structures))
+    if not ok:
+        raise field_error(f"'{param}' with 'structures' needs a non-empty list of {{begin, schema, end}} objects and "
+                          "a non-empty list of 'triggers' strings", param)
+
+
+def _json_text(text: str, param: str) -> Any:
+    """JSON text inside a field, decoded; its strings valid Unicode."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise field_error(f"'{param}' is nested too deeply", param) from None
+    except ValueError:
+        raise field_error(f"'{param}' is not valid JSON", param) from None
+    try:
+        check_text(value)
+    except InvalidRequestError:
+        raise field_error(f"'{param}' holds a string that is not valid Unicode (a lone surrogate escape)",
+                          param) from None
+    return value
 
 
 def _text(value: Any, param: str) -> str:
@@ -112,12 +149,7 @@ def _grammar(kind: str, value: Any, param: str) -> StructuredOutput:
     and for the compile error's ``param``)."""
     field = param.split(".")[0]
     if kind == "json":
-        schema = value
-        if isinstance(value, str):
-            try:
-                schema = json.loads(value)
-            except ValueError:
-                raise field_error(f"'{param}' is not valid JSON", param) from None
+        schema = _json_text(value, param) if isinstance(value, str) else value
         if not isinstance(schema, dict):
             raise field_error(f"'{param}' must be a JSON schema object", param)
         check_schema(schema, param, f"the {param} schema")

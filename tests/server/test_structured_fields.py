@@ -111,7 +111,7 @@ def test_structured_outputs_json_object(scripted):
     ({"truncate_prompt_tokens": 4096}, "truncate_prompt_tokens", "larger than the model's context length (2048)"),
     ({"bad_words": ["Red", " "]}, "bad_words", "non-blank strings"),
     ({"bad_words": "Red"}, "bad_words", "must be an array"),
-    ({"prompt_logprobs": 1}, "prompt_logprobs", "not supported"),
+    ({"prompt_logprobs": 21}, "prompt_logprobs", "at most 20"),
     ({"use_beam_search": True}, "use_beam_search", "not supported"),
 ])
 @pytest.mark.parametrize("route", [_chat, _completion])
@@ -215,3 +215,50 @@ def test_a_huge_fps_is_a_400_not_a_500():
         with pytest.raises(InvalidRequestError, match="mm_processor_kwargs.fps must be a positive number"):
             prepare._decode_video(b"", server, {"fps": fps})
 
+
+
+def test_echo_with_logprobs_returns_the_prompts_logprobs_as_lm_eval_reads_them(scripted):
+    """lm-evaluation-harness's ``local-completions`` loglikelihood request: token-id prompt, ``echo``, ``logprobs``
+    1, ``max_tokens`` 1: one logprobs entry per prompt token (the first null) and one for the generated token; the
+    values agree with vLLM's ``prompt_logprobs`` of the same request, streamed or not."""
+    marker = scripted.script("echo_lp", "Done.")
+    prompt = scripted.tokenizer.encode("The sky is blue " + marker)
+    client = scripted.client()
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0, echo=True, logprobs=1,
+                                  extra_body={"prompt_logprobs": 2})
+    lp, choice = r.choices[0].logprobs, r.choices[0]
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(prompt) + 1
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(isinstance(x, float) and x <= 0 for x in lp.token_logprobs[1:])
+    assert all(len(t) == 1 for t in lp.top_logprobs[1:])
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+    assert "".join(lp.tokens[:len(prompt)]) == scripted.tokenizer.decode(prompt)
+    vllm = choice.model_extra["prompt_logprobs"]
+    assert vllm[0] is None and len(vllm) == len(prompt)
+    for pos in range(1, len(prompt)):
+        row = vllm[pos]
+        mine = row[str(prompt[pos])]
+        assert mine["logprob"] == pytest.approx(lp.token_logprobs[pos]) and mine["rank"] >= 1
+        assert len(row) in (2, 3)  # the token and its two best alternatives (it may be one of them)
+        ranks = sorted(v["rank"] for k, v in row.items() if k != str(prompt[pos]))
+        assert ranks == [1, 2]
+    chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0, echo=True,
+                                            logprobs=1, stream=True))
+    streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.token_logprobs]
+    assert streamed == lp.token_logprobs
+    plain = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0, logprobs=1)
+    assert len(plain.choices[0].logprobs.tokens) == 1 and "prompt_logprobs" not in (plain.choices[0].model_extra or {})
+
+
+def test_chat_prompt_logprobs(scripted):
+    marker = scripted.script("chat_plp", "Done.")
+    client = scripted.client()
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": marker}], max_tokens=2,
+                                       temperature=0, extra_body={**NO_THINK, "prompt_logprobs": 0})
+    plp = r.model_extra["prompt_logprobs"]
+    assert plp[0] is None and len(plp) == r.usage.prompt_tokens
+    assert all(len(row) == 1 and next(iter(row.values()))["logprob"] <= 0 for row in plp[1:])
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": marker}], max_tokens=2,
+                                       stream=True, extra_body={"prompt_logprobs": 0})
+    assert err.value.body["param"] == "prompt_logprobs"

@@ -21,6 +21,7 @@ import attrs
 import torch
 
 from anna_core.device import Accelerator, accelerator
+from anna_core.engine import prompt_logprobs
 from anna_core.engine.batch_builder import BatchBuilder
 from anna_core.engine.cache_allocator import has_state, zero_slots
 from anna_core.engine.checkpoint_plan import CheckpointTarget
@@ -237,7 +238,8 @@ class ModelRunner:
                 and all(len(seq.block_tables[g]) <= pg.width for g in self.groups)
                 and (not seq.checkpoints or pg.checkpoints is not None) and (not seq.media or pg.media)
                 and (not self.model.capabilities.recompute_holds_last
-                     or seq.context_len <= seq.request.num_prompt_tokens))
+                     or seq.context_len <= seq.request.num_prompt_tokens)
+                and not prompt_logprobs.rows_wanted(seq))  # (a prefill graph returns the last row's logits only)
 
     def split(self, out: SchedulerOutput) -> tuple[SchedulerOutput | None, SchedulerOutput, bool] | None:
         """How a step of decodes and prompt chunks (or of several prompts) runs without one eager pass over
@@ -265,7 +267,9 @@ class ModelRunner:
 
     def _prompt_decodes(self, out: SchedulerOutput) -> bool:
         """Whether a one-token step computes a prompt token of a request with media or its own positions
-        (its rows may differ, or be a placeholder): such a step runs eagerly."""
+        (its rows may differ, or be a placeholder): such a step runs eagerly. (A prompt row whose logprobs must be
+        recorded never rides a decode graph either: it samples nothing, and a decode graph takes sampling rows
+        only, :meth:`_fits_decode`.)"""
         return self.own_positions and any(s.request.multimodal is not None and s.start < s.request.num_prompt_tokens
                                           for s in out.seqs)
 
@@ -364,6 +368,9 @@ class ModelRunner:
             zero_slots(self.caches, host_tensor(fresh, torch.int64, self.device))
         batch = self.build_batch(out)
         hidden = self.model(batch, self.caches)  # [T, hidden]
+        if any(prompt_logprobs.rows_wanted(s) for s in out.seqs):
+            with self._scope("prompt_logprobs"):
+                prompt_logprobs.record(self.model.compute_logits, hidden, out.seqs)
         samplers = [s for s in out.seqs if s.samples]
         if not samplers:
             return ModelRunnerOutput(path)

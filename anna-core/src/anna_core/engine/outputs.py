@@ -19,17 +19,20 @@ class Usage:
 
 @attrs.define
 class TokenLogprob:
-    """The log-probability of one generated token (natural log, model distribution).
+    """The log-probability of one generated (or prompt) token (natural log, model distribution).
 
     Attributes:
-        token_id: the generated token.
+        token_id: the token.
         logprob: its log-probability.
         top: the most likely tokens at that position, ``(token_id, logprob)``, best first.
+        rank: its rank in the distribution (1: the most likely); set for prompt tokens
+            (:mod:`anna_core.engine.prompt_logprobs`), else None.
     """
 
     token_id: int
     logprob: float
     top: list[tuple[int, float]] = attrs.field(factory=list)
+    rank: int | None = None
 
 
 @attrs.define
@@ -61,6 +64,9 @@ class RequestOutput:
         side_outputs: with a model whose capabilities declare ``side_outputs``, what its step left for this
             request besides each token of ``delta_token_ids`` (a row of ``CausalLM.gather_side_outputs``, one per token); else
             empty.
+        prompt_logprobs: when the request asked (``SamplingParams.prompt_logprobs``), None for the first prompt token
+            then a :class:`TokenLogprob` (with ``rank``) per later prompt token, complete in every output that
+            carries a generated token; else None.
     """
 
     request_id: str
@@ -79,6 +85,7 @@ class RequestOutput:
     metrics: dict[str, float] = attrs.field(factory=dict)
     logprobs: list[TokenLogprob] = attrs.field(factory=list)
     side_outputs: list[Any] = attrs.field(factory=list)
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 def request_output(req: Any, delta: str, delta_ids: list[int], side_outputs: list[Any] | None = None) -> RequestOutput:
@@ -108,6 +115,7 @@ def request_output(req: Any, delta: str, delta_ids: list[int], side_outputs: lis
         metrics=metrics,
         logprobs=req.logprobs[len(req.logprobs) - len(delta_ids):] if req.logprobs and delta_ids else [],
         side_outputs=side_outputs or [],
+        prompt_logprobs=req.prompt_logprobs if req.params.prompt_logprobs is not None else None,  # (not copied)
     )
 
 

@@ -80,6 +80,8 @@ class Request:
         self.num_preemptions = 0
         self.grammar: Any = None  # logits_processors.GrammarState (structured output)
         self.bad_word_ids: tuple[tuple[int, ...], ...] = ()  # logits_processors.LogitsProcessors.bad_word_ids
+        # engine.prompt_logprobs: None for the first prompt token, then one TokenLogprob per prompt token (when asked)
+        self.prompt_logprobs: list[Any] = [None] if params.prompt_logprobs is not None else []
         self.logprobs: list[Any] = []  # outputs.TokenLogprob per generated token (when asked)
         self.num_cached_tokens = 0
         self.block_hashes: list[bytes] = []
@@ -91,6 +93,12 @@ class Request:
         # the prompt-cache key: the prompt's ids, and its media when it has some
         ids = tuple(self.prompt_token_ids)
         self.prompt_key: tuple = ids if self.multimodal is None else (ids, self.multimodal.key)
+
+    @property
+    def recording_prompt_logprobs(self) -> bool:
+        """It asked for prompt logprobs (:mod:`anna_core.engine.prompt_logprobs`) and does not hold them all yet: it
+        takes no prefix-cache or prompt-cache hit."""
+        return self.params.prompt_logprobs is not None and len(self.prompt_logprobs) < self.num_prompt_tokens
 
     @property
     def num_prompt_tokens(self) -> int:

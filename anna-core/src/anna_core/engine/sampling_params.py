@@ -64,7 +64,8 @@ class SamplingParams:
     (:meth:`~anna_core.engine.logits_processors.LogitsProcessors.bad_word_ids`);
     ``structured`` masks tokens the grammar forbids; ``logprobs`` asks for
     the chosen token's log-probability plus that many top alternatives (0..20) under the model's
-    unprocessed distribution (see :mod:`anna_core.engine.logprobs`).
+    unprocessed distribution (see :mod:`anna_core.engine.logprobs`); ``prompt_logprobs`` asks the same for every
+    prompt token after the first (:mod:`anna_core.engine.prompt_logprobs`; the request computes its whole prompt).
 
     Raises:
         InvalidRequestError: a field is out of range (``param`` names it).
@@ -91,6 +92,7 @@ class SamplingParams:
     allowed_token_ids: tuple[int, ...] | None = attrs.field(default=None,
                                                             converter=lambda v: None if v is None else tuple(v))
     bad_words: list[str] = attrs.field(factory=list, converter=lambda v: list(v or []))
+    prompt_logprobs: int | None = None
 
     def __attrs_post_init__(self) -> None:
         _check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens must be at least 1", "max_tokens")
@@ -117,6 +119,8 @@ class SamplingParams:
                "allowed_token_ids must be a non-empty list of token ids >= 0", "allowed_token_ids")
         _check(all(isinstance(w, str) and w.strip() for w in self.bad_words), "bad_words must be non-blank strings",
                "bad_words")
+        _check(self.prompt_logprobs is None or 0 <= self.prompt_logprobs <= MAX_LOGPROBS,
+               f"prompt_logprobs must be in [0, {MAX_LOGPROBS}]", "prompt_logprobs")
 
     @property
     def greedy(self) -> bool:

@@ -286,7 +286,8 @@ class Scheduler:
             return 0
         if budget <= 0:
             return None
-        hit = self.kv.prefix_hit(request)
+        # a request still recording its prompt logprobs computes its whole prompt (engine.prompt_logprobs)
+        hit = self.kv.miss() if request.recording_prompt_logprobs else self.kv.prefix_hit(request)
         cached = hit.num_tokens
         n = self._chunk(request, budget, start=cached)
         if n == 0:
@@ -304,7 +305,8 @@ class Scheduler:
         return n
 
     def _try_prompt_hit(self, request: Request, out: SchedulerOutput, scheduled: set[str], first: bool) -> bool:
-        if self.prompt_cache is None or request.output_token_ids or request.held_token is not None:
+        if (self.prompt_cache is None or request.output_token_ids or request.held_token is not None
+                or request.recording_prompt_logprobs):
             return False
         entry = self.prompt_cache.get(request.prompt_key)
         if entry is None:

@@ -123,32 +123,61 @@ class ChatChoice:
 
 
 class CompletionChoice:
-    """State of one text-completion choice (``echo`` prepends ``prefix``)."""
+    """State of one text-completion choice (``echo`` prepends ``prefix``).
+
+    Args:
+        echo_logprobs: with ``echo`` and ``logprobs``, the ``logprobs`` count: the logprobs object starts with the
+            prompt's tokens (:func:`~anna_core.server.responses.echo_logprobs`); else None.
+        prompt_logprobs: vLLM's ``prompt_logprobs`` count: the choice carries ``prompt_logprobs``
+            (:func:`~anna_core.server.responses.vllm_prompt_logprobs`); else None.
+    """
 
     def __init__(self, index: int, prefix: str = "", token_text: responses.TokenText | None = None,
-                 return_token_ids: bool = False):
+                 return_token_ids: bool = False, *, echo_logprobs: int | None = None,
+                 prompt_logprobs: int | None = None):
         self.index = index
         self.prefix = prefix
         self.token_text = token_text
         self.return_token_ids = return_token_ids
+        self.echo_logprobs = echo_logprobs
+        self.prompt_logprobs = prompt_logprobs
         self.text = ""
         self.logprobs: list[TokenLogprob] = []
         self._offset = 0
+        self._prompt_sent = False
+
+    def _prompt_parts(self, out: RequestOutput) -> tuple[dict[str, Any] | None, list[Any] | None]:
+        """The echoed prompt's logprobs object and vLLM's ``prompt_logprobs`` of ``out`` (each None if not asked)."""
+        entries, text = out.prompt_logprobs, self.token_text
+        if entries is None or text is None:
+            return None, None
+        echo = (responses.echo_logprobs(out.prompt_token_ids, entries, text, self.echo_logprobs)
+                if self.echo_logprobs is not None else None)
+        vllm = (responses.vllm_prompt_logprobs(entries, text, self.prompt_logprobs)
+                if self.prompt_logprobs is not None else None)
+        return echo, vllm
 
     def push(self, out: RequestOutput) -> dict[str, Any] | None:
         text = out.delta_text
         if self.prefix and not self.text:
             text = self.prefix + text
         self.text += text
-        lp = None
+        lp, prompt_lp = None, None
+        if not self._prompt_sent and out.prompt_logprobs is not None:  # the first output after the prompt
+            self._prompt_sent = True
+            lp, prompt_lp = self._prompt_parts(out)
+            if lp is not None and lp["tokens"]:
+                self._offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
         if self.token_text is not None and out.logprobs:
-            lp = responses.completion_logprobs(out.logprobs, self.token_text, self._offset)
-            self._offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
+            gen = responses.completion_logprobs(out.logprobs, self.token_text, self._offset)
+            self._offset = gen["text_offset"][-1] + len(gen["tokens"][-1])
             self.logprobs += out.logprobs
+            lp = gen if lp is None else {k: lp[k] + gen[k] for k in lp}
         token_ids = out.delta_token_ids if self.return_token_ids else None
-        if not text and lp is None and not token_ids:
+        if not text and lp is None and not token_ids and prompt_lp is None:
             return None
-        return responses.completion_choice(self.index, text, None, lp, token_ids=token_ids)
+        return responses.completion_choice(self.index, text, None, lp, token_ids=token_ids,
+                                           prompt_logprobs=prompt_lp)
 
     def collect(self, out: RequestOutput) -> None:
         """Non-streaming: keep the logprobs of an output."""
@@ -157,5 +186,9 @@ class CompletionChoice:
     def final_choice(self, final: RequestOutput) -> dict[str, Any]:
         self.text = self.prefix + final.text
         lp = responses.completion_logprobs(self.logprobs, self.token_text, 0) if self.token_text else None
+        echo, prompt_lp = self._prompt_parts(final)
+        if echo is not None:
+            lp = responses.join_logprobs(echo, lp)
         token_ids = final.token_ids if self.return_token_ids else None
-        return responses.completion_choice(self.index, self.text, final.finish_reason, lp, token_ids=token_ids)
+        return responses.completion_choice(self.index, self.text, final.finish_reason, lp, token_ids=token_ids,
+                                           prompt_logprobs=prompt_lp)

@@ -166,12 +166,15 @@ class CompletionRequest(CommonRequest):
             ``token_ids`` (vLLM's extra); always on for a model served without a tokenizer.
         structured: the grammar the output follows (``response_format``, ``structured_outputs``, ``guided_*``:
             :mod:`anna_core.server.structured_fields`), or None.
+        echo_logprobs: with ``echo``, the ``logprobs`` count: the logprobs object starts with the prompt's tokens
+            (their logprobs computed: ``prompt_logprobs`` asked of the engine); else None.
     """
 
     prompts: list[str | list[int]] = attrs.field(factory=list)
     echo: bool = False
     return_token_ids: bool = False
     structured: StructuredOutput | None = None
+    echo_logprobs: int | None = None
 
     @property
     def prompt(self) -> str | list[int]:
@@ -210,7 +213,8 @@ class CompletionRequest(CommonRequest):
                 raise field_error(f"'logprobs' must be at most {MAX_LOGPROBS}, got {logprobs}", "logprobs")
             common["sampling"]["logprobs"] = logprobs
         echo = bool(bool_field(body, "echo"))
-        if echo and logprobs is not None:
-            raise field_error("'echo' with 'logprobs' is not supported (prompt logprobs are not computed)", "echo")
+        echo_logprobs = logprobs if echo else None
+        if echo_logprobs is not None:  # the prompt's tokens and logprobs lead the logprobs object
+            common["sampling"]["prompt_logprobs"] = max(echo_logprobs, common["sampling"].get("prompt_logprobs", 0))
         return cls(**common, prompts=prompts, echo=echo, return_token_ids=bool(bool_field(body, "return_token_ids")),
-                   structured=parse_structured(body))
+                   structured=parse_structured(body), echo_logprobs=echo_logprobs)

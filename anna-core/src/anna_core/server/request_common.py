@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from anna_core.engine.sampling_params import MAX_LOGPROBS
 from anna_core.server.json_fields import (
     bool_field,
     dict_field,
@@ -52,7 +53,6 @@ _NEUTRAL: dict[str, Callable[[Any], bool]] = {
     "reasoning_effort": lambda v: v is None,
     "service_tier": lambda v: v is None or v in ("auto", "default"),
     # vLLM's extras that change what may be generated or returned
-    "prompt_logprobs": lambda v: v is None,
     "use_beam_search": lambda v: v is None or v is False,
 }
 _NEUTRAL_HINT = {
@@ -88,6 +88,8 @@ class CommonRequest:
         n: independent choices per prompt.
         truncate_prompt_tokens: vLLM's: keep only the last that many prompt tokens (-1: ``max_model_len``); None:
             the whole prompt (a prompt too long for the context is a 400).
+        prompt_logprobs: vLLM's: the response carries the prompt tokens' logprobs with that many alternatives
+            (``sampling["prompt_logprobs"]`` asks the engine); None: not asked.
     """
 
     model: str | None
@@ -98,6 +100,7 @@ class CommonRequest:
     unknown_fields: tuple[str, ...]
     n: int
     truncate_prompt_tokens: int | None
+    prompt_logprobs: int | None
 
 
 def parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str, ...]) -> dict[str, Any]:
@@ -167,6 +170,11 @@ def parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str, 
     n = int_field(body, "n", minimum=1)
     if n is not None and n > MAX_N:
         raise field_error(f"'n' must be at most {MAX_N}, got {n}", "n")
+    prompt_lp = int_field(body, "prompt_logprobs", minimum=0)
+    if prompt_lp is not None:
+        if prompt_lp > MAX_LOGPROBS:
+            raise field_error(f"'prompt_logprobs' must be at most {MAX_LOGPROBS}, got {prompt_lp}", "prompt_logprobs")
+        sampling["prompt_logprobs"] = prompt_lp
     truncate = int_field(body, "truncate_prompt_tokens", minimum=-1)
     if truncate == 0:
         raise field_error("'truncate_prompt_tokens' must be -1 (the context length) or a positive count",
@@ -174,7 +182,7 @@ def parse_common(body: Any, known: frozenset[str], max_tokens_names: tuple[str, 
     return {
         "model": model, "max_tokens": max_tokens, "stream": stream, "include_usage": include_usage,
         "sampling": sampling, "unknown_fields": tuple(sorted(k for k in body if k not in known)), "n": n or 1,
-        "truncate_prompt_tokens": truncate,
+        "truncate_prompt_tokens": truncate, "prompt_logprobs": prompt_lp,
     }
 
 

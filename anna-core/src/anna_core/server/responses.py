@@ -15,12 +15,12 @@ from anna_core.engine.outputs import TokenLogprob
 CHAT_RESPONSE_FIELDS = (
     "id", "object", "created", "model", "choices[].index", "choices[].message.role", "choices[].message.content",
     "choices[].message.reasoning_content", "choices[].message.reasoning", "choices[].message.tool_calls",
-    "choices[].delta", "choices[].logprobs", "choices[].finish_reason", "usage",
+    "choices[].delta", "choices[].logprobs", "choices[].finish_reason", "usage", "prompt_logprobs",
 )
 """Fields the chat bodies below produce (the compatibility table documents each)."""
 COMPLETION_RESPONSE_FIELDS = (
     "id", "object", "created", "model", "choices[].index", "choices[].text", "choices[].logprobs",
-    "choices[].finish_reason", "usage",
+    "choices[].finish_reason", "usage", "choices[].prompt_logprobs",
 )
 
 
@@ -91,10 +91,58 @@ def completion_logprobs(entries: list[TokenLogprob], text: TokenText, offset: in
     }
 
 
+def echo_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], text: TokenText,
+                  k: int) -> dict[str, Any]:
+    """The legacy ``logprobs`` object of an echoed prompt (``echo`` with ``logprobs``): one token per prompt id, the
+    first with a null logprob and null alternatives (nothing predicts it), then each token's logprob and its ``k``
+    most likely alternatives; offsets count the token strings from 0."""
+    tokens = [text.token(t) for t in prompt_ids]
+    offsets, at = [], 0
+    for t in tokens:
+        offsets.append(at)
+        at += len(t)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [None if e is None else e.logprob for e in entries],
+        "top_logprobs": [None if e is None else {text.token(t): lp for t, lp in e.top[:k]} for e in entries],
+        "text_offset": offsets,
+    }
+
+
+def join_logprobs(first: dict[str, Any], then: dict[str, Any] | None) -> dict[str, Any]:
+    """Two legacy ``logprobs`` objects as one (``then``'s offsets continue ``first``'s text)."""
+    if then is None:
+        return first
+    end = first["text_offset"][-1] + len(first["tokens"][-1]) if first["tokens"] else 0
+    return {"tokens": first["tokens"] + then["tokens"],
+            "token_logprobs": first["token_logprobs"] + then["token_logprobs"],
+            "top_logprobs": first["top_logprobs"] + then["top_logprobs"],
+            "text_offset": first["text_offset"] + [end + o - (then["text_offset"][0] if then["text_offset"] else 0)
+                                                   for o in then["text_offset"]]}
+
+
+def vllm_prompt_logprobs(entries: list[TokenLogprob | None], text: TokenText, k: int) -> list[Any]:
+    """vLLM's ``prompt_logprobs``: null for the first prompt token, then per token ``{token id: {logprob, rank,
+    decoded_token}}`` for the token itself and its ``k`` most likely alternatives (rank 1 = the most likely)."""
+    out: list[Any] = []
+    for e in entries:
+        if e is None:
+            out.append(None)
+            continue
+        row = {str(t): {"logprob": lp, "rank": r, "decoded_token": text.token(t)}
+               for r, (t, lp) in enumerate(e.top[:k], start=1)}
+        row[str(e.token_id)] = {"logprob": e.logprob, "rank": e.rank, "decoded_token": text.token(e.token_id)}
+        out.append(row)
+    return out
+
+
 def chat_completion_body(request_id: str, created: int, model: str, choices: list[dict[str, Any]],
-                         usage: dict[str, Any]) -> dict[str, Any]:
-    return {"id": request_id, "object": "chat.completion", "created": created, "model": model,
+                         usage: dict[str, Any], prompt_logprobs: list[Any] | None = None) -> dict[str, Any]:
+    body = {"id": request_id, "object": "chat.completion", "created": created, "model": model,
             "choices": choices, "usage": usage}
+    if prompt_logprobs is not None:  # vLLM's extra, when asked
+        body["prompt_logprobs"] = prompt_logprobs
+    return body
 
 
 def chat_chunk(request_id: str, created: int, model: str, choices: list[dict[str, Any]], *,
@@ -119,8 +167,11 @@ def completion_body(request_id: str, created: int, model: str, choices: list[dic
 
 
 def completion_choice(index: int, text: str, finish_reason: str | None,
-                      logprobs: dict[str, Any] | None = None, *, token_ids: list[int] | None = None) -> dict[str, Any]:
+                      logprobs: dict[str, Any] | None = None, *, token_ids: list[int] | None = None,
+                      prompt_logprobs: list[Any] | None = None) -> dict[str, Any]:
     choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+    if prompt_logprobs is not None:  # vLLM's extra, when asked
+        choice["prompt_logprobs"] = prompt_logprobs
     if token_ids is not None:  # vLLM's return_token_ids extra
         choice["token_ids"] = list(token_ids)
     return choice

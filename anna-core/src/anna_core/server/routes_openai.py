@@ -204,6 +204,9 @@ def _plan_chat(server: ServerState, body: Any) -> tuple[protocol.ChatCompletionR
     """
     req = protocol.ChatCompletionRequest.from_json(body)
     server.warn_unknown_fields(list(req.unknown_fields), "/v1/chat/completions")
+    if req.stream and req.prompt_logprobs is not None:
+        raise InvalidRequestError("'prompt_logprobs' is not supported with 'stream' on chat completions (use a "
+                                  "non-streamed request, or /v1/completions)", param="prompt_logprobs")
     prepare.check_servable(server, req.model)
     prepare.check_queue_room(server, req.n, req.n)
     prepare.check_media(server, req)
@@ -245,7 +248,11 @@ async def chat_completions(request: Request, server: ServerState) -> Response:
         return sse_response(_stream(run, head, on_output, frame, usage_frame))
     await _collect(run, request, lambda i, out: choices[i].collect(out))
     body = [c.message_choice(run.final[c.index]) for c in choices]
-    return Response(responses.chat_completion_body(request_id, created, model, body, run.usage()))
+    prompt_lp = None
+    if req.prompt_logprobs is not None and run.final[0].prompt_logprobs is not None:
+        prompt_lp = responses.vllm_prompt_logprobs(run.final[0].prompt_logprobs, responses.TokenText(server.tokenizer),
+                                                   req.prompt_logprobs)
+    return Response(responses.chat_completion_body(request_id, created, model, body, run.usage(), prompt_lp))
 
 
 def _plan_completions(server: ServerState, body: Any) -> tuple[protocol.CompletionRequest,
@@ -273,10 +280,12 @@ def _plan_completions(server: ServerState, body: Any) -> tuple[protocol.Completi
         if req.echo:
             prefix = prompt if isinstance(prompt, str) and ids is whole else prepare.need_tokenizer(
                 server, "echo").decode(ids, skip_special_tokens=False)  # (a truncated prompt echoes what was kept)
-        token_text = responses.TokenText(server.tokenizer) if params.logprobs is not None else None
+        wants_text = params.logprobs is not None or params.prompt_logprobs is not None
+        token_text = responses.TokenText(server.tokenizer) if wants_text else None
         return_ids = req.return_token_ids or server.tokenizer is None  # no tokenizer: ids are the output
         for p in prepare.choice_params(params, req.n):
-            choices.append(CompletionChoice(len(jobs), prefix, token_text, return_ids))
+            choices.append(CompletionChoice(len(jobs), prefix, token_text, return_ids, echo_logprobs=req.echo_logprobs,
+                                            prompt_logprobs=req.prompt_logprobs))
             jobs.append((ids, p))
     return req, jobs, choices
 

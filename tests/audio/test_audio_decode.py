@@ -171,3 +171,16 @@ def test_a_silent_header_with_no_samples_is_a_400():
 def test_limits_must_be_positive(bad):
     with pytest.raises(ValueError, match=f"AudioLimits.{next(iter(bad))} must be a positive finite number"):
         AudioLimits(**bad)
+
+
+def test_a_flac_of_unknown_length_decodes():
+    """A FLAC written to a pipe leaves STREAMINFO's total-samples field 0 ("unknown"); libsndfile then reports
+    2**63 - 1 frames, which was read as a declared length of 576 trillion seconds and refused."""
+    source = tone(TARGET_RATE, 1.0, 440.0)
+    data = bytearray(encode("flac", source, TARGET_RATE))
+    assert data[:4] == b"fLaC"
+    data[21] &= 0xF0  # STREAMINFO's 36-bit total samples: the low 4 bits of byte 21 and bytes 22-25
+    data[22:26] = bytes(4)
+    decoded = decode_audio(bytes(data))
+    assert decoded.samples.shape == source.shape
+    np.testing.assert_allclose(decoded.samples, source, atol=2 ** -15)

@@ -56,6 +56,8 @@ def served():
     state = ServerState(model_name=MODEL)
     state.set_ready(task.start(built), loaded.tokenizer, max_model_len=built.max_model_len)
     app = create_app(state, pm=make_plugin_manager(load_entry_points=False), task=SPEECH_TASK)
+    app.state.anna_llm = built.engine  # the LLMEngine (fault injection)
+    app.state.anna_planner = built.planner
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client, app, [tensors[f"batch/wav/{i}"].numpy() for i in range(len(REQUESTS))]
 
@@ -193,3 +195,85 @@ def test_a_code_outside_the_codebook_mid_stream_ends_the_response_cleanly(served
     r = speak(client, 0, response_format="pcm")
     assert r.status_code == 200
     np.testing.assert_allclose(pcm_samples(r.content), refs[0], atol=PCM_ATOL, rtol=0)
+
+
+def test_a_retryable_engine_failure_of_a_whole_response_is_a_503(served):
+    """A compressed response waits for the whole audio, so an engine failure is its status: an out-of-memory in the
+    request's step is a 503 with Retry-After (the engine's error code kept), not a 500."""
+    from anna_core.engine.faults import FaultInjector
+
+    client, app, _ = served
+    llm = app.state.anna_llm
+    llm.faults = FaultInjector()
+    try:
+        llm.faults.arm_next(1)
+        r = speak(client, 0, response_format="flac")
+        assert r.status_code == 503 and r.headers.get("retry-after"), r.text
+        assert r.json()["error"]["code"] == "insufficient_memory"
+    finally:
+        llm.faults = None
+    assert speak(client, 0, response_format="flac").status_code == 200
+
+
+def test_a_whole_response_aborts_when_its_client_leaves_and_passes_503s_through():
+    """:func:`anna_audio.speech.routes._whole`: a client that disconnects while the audio is being made aborts the
+    engine request (it ran to its end before); a stopping server's 503 and a failure's code pass through unwrapped."""
+    import types
+
+    from anna_audio.speech import routes
+    from anna_core.server.errors import ClientDisconnected, GenerationFailed
+    from anna_core.server.shutdown import ServerStopping
+
+    aborted = []
+    server = types.SimpleNamespace(engine=types.SimpleNamespace(abort=aborted.append))
+
+    class Gone:
+        async def receive(self):
+            return {"type": "http.disconnect"}
+
+    class Stays:
+        async def receive(self):
+            await asyncio.sleep(3600)
+
+    async def forever():
+        while True:
+            await asyncio.sleep(0.01)
+            yield b"x"
+
+    async def failing(exc):
+        yield b"x"
+        raise exc
+
+    async def main():
+        with pytest.raises(ClientDisconnected):
+            await routes._whole(Gone(), server, forever(), "speech-1")
+        with pytest.raises(ServerStopping):
+            await routes._whole(Stays(), server, failing(ServerStopping("the server is stopping")), "speech-2")
+        with pytest.raises(GenerationFailed) as err:
+            await routes._whole(Stays(), server, failing(GenerationFailed("x", code="engine_degraded")), "speech-3")
+        assert err.value.code == "engine_degraded"
+
+    asyncio.run(main())
+    assert aborted == ["speech-1", "speech-2", "speech-3"]
+
+
+def test_a_prompt_over_the_engines_budget_is_a_400_naming_the_input(served):
+    """A long input (or instructions) used to reach the engine's media check and come back as a 400 about
+    "encoder tokens" naming ``messages``, a field the speech request does not have."""
+    client, app, _ = served
+    planner = app.state.anna_planner
+    planner.max_prompt_tokens = 40
+    try:
+        r = speak(client, 0, input="word " * 60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input", r.text
+        assert "this server takes at most 40" in r.json()["error"]["message"]
+        assert speak(client, 0).status_code == 200  # the short one fits
+    finally:
+        planner.max_prompt_tokens = None
+
+
+def test_the_task_bounds_prompts_by_the_engines_budget():
+    loaded = load_model(CHECKPOINTS["custom_voice"], device="cpu", dtype="float32")
+    built = task.build(loaded, EngineConfig(max_num_seqs=2, num_blocks=64, max_encoder_tokens=300), None)
+    assert built.planner.max_prompt_tokens == min(300, built.engine.max_model_len - 1)
+

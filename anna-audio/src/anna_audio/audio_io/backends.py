@@ -36,6 +36,10 @@ class StreamHeader:
     declared_s: float | None
 
 
+_UNKNOWN_FRAMES = (1 << 63) - 1
+"""What libsndfile reports as the frame count of a stream of unknown length (``SF_COUNT_MAX``)."""
+
+
 @contextlib.contextmanager
 def soundfile_stream(data: bytes, fmt: str) -> Iterator[tuple[StreamHeader, Iterator[np.ndarray]]]:
     """Open ``data`` (a :data:`~anna_audio.audio_io.containers.FORMATS` key decoded by libsndfile) for reading.
@@ -52,6 +56,13 @@ def soundfile_stream(data: bytes, fmt: str) -> Iterator[tuple[StreamHeader, Iter
         handle = soundfile.SoundFile(io.BytesIO(data))
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as exc:
         raise refuse(f"cannot decode the {fmt} upload: corrupt or unsupported data ({_said(exc)})") from None
+    if handle.frames >= _UNKNOWN_FRAMES:
+        # libsndfile says SF_COUNT_MAX (2**63 - 1) for a stream whose header leaves its length unknown (a FLAC
+        # written to a pipe: STREAMINFO's total samples 0), and then fails its reads' seeks: FFmpeg decodes it
+        handle.close()
+        with pyav_stream(data, fmt) as opened:
+            yield opened
+        return
     with handle:
         rate = int(handle.samplerate)
         declared = handle.frames / rate if handle.frames > 0 and rate > 0 else None

@@ -6,7 +6,10 @@ starts. ``stream_format: "audio"``: ``pcm`` and ``wav`` stream as the chunks are
 carries the largest sizes), the compressed formats are encoded whole and sent once the audio is complete, so an
 engine failure is still an error status for them. ``stream_format: "sse"``: ``speech.audio.delta`` events (each
 chunk's bytes in the response format, base64) and one ``speech.audio.done`` with the usage. Every response carries
-the sample rate in ``X-Sample-Rate``. A client that disconnects aborts the engine request.
+the sample rate in ``X-Sample-Rate``. A client that disconnects aborts the engine request (a compressed format's
+too, while its audio is still being made). A raw ``pcm`` / ``wav`` stream that fails mid-way (the request timed
+out, the server is stopping) ends early with a warning in the log; a compressed one answers an error status (503
+``server_shutdown`` while stopping, 503 with ``Retry-After`` for a retryable engine failure).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from anna_core.errors import AnnaError, InvalidRequestError
-from anna_core.server.errors import GenerationFailed, error_body
+from anna_core.server.errors import ClientDisconnected, GenerationFailed, ServiceUnavailableError, error_body
 from anna_core.server.fanout import merged, open_all
 from anna_core.server.prepare import check_servable
 from anna_core.server.request_body import json_body
@@ -58,6 +61,52 @@ async def _audio_bytes(server: ServerState, opened: Any, encoder: ChunkEncoder, 
         client.abort(rid)
 
 
+async def _streamed_bytes(server: ServerState, opened: Any, encoder: ChunkEncoder, usage: dict[str, int],
+                          rid: str, context: Any) -> AsyncIterator[bytes]:
+    """:func:`_audio_bytes` for a raw ``pcm`` / ``wav`` stream, whose status went out with its first bytes: a failure
+    mid-stream (the engine failed the request, the request timed out, the server is stopping) is logged and ends the
+    stream early, not an exception in the server's response loop."""
+    try:
+        async for piece in _audio_bytes(server, opened, encoder, usage, rid, context):
+            yield piece
+    except AnnaError as exc:
+        logger.warning("speech stream %s ended early: %s", rid, exc)
+
+
+async def _whole(request: Request, server: ServerState, pieces: AsyncIterator[bytes], rid: str) -> bytes:
+    """A compressed format's bytes, joined once the audio is complete; the engine request is aborted if the client
+    disconnects first.
+
+    Raises:
+        ClientDisconnected: the client went away.
+        GenerationFailed: the engine failed the request (503 for a retryable code), or the vocoder a chunk.
+        ServiceUnavailableError: the server is stopping (503 ``server_shutdown``).
+    """
+
+    async def join() -> bytes:
+        return b"".join([piece async for piece in pieces])
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    work, gone = asyncio.ensure_future(join()), asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            raise ClientDisconnected(rid)
+        return work.result()
+    except (GenerationFailed, ServiceUnavailableError, InvalidRequestError):
+        raise
+    except AnnaError as exc:
+        raise GenerationFailed(str(exc)) from exc
+    finally:
+        gone.cancel()
+        server.engine.abort(rid)
+
+
 async def _sse_events(server: ServerState, opened: Any, encoder: ChunkEncoder, usage: dict[str, int],
                       rid: str, context: Any) -> AsyncIterator[bytes]:
     try:
@@ -94,12 +143,9 @@ async def speech(request: Request, server: ServerState) -> Response | Stream:
         return response
     media_type = MEDIA_TYPES[body.response_format]
     if body.response_format in CHUNKED:
-        return Stream(_audio_bytes(server, opened, encoder, usage, rid, job.context), media_type=media_type,
+        return Stream(_streamed_bytes(server, opened, encoder, usage, rid, job.context), media_type=media_type,
                       headers=headers)
-    try:
-        data = b"".join([piece async for piece in _audio_bytes(server, opened, encoder, usage, rid, job.context)])
-    except AnnaError as exc:
-        raise GenerationFailed(str(exc)) from exc
+    data = await _whole(request, server, _audio_bytes(server, opened, encoder, usage, rid, job.context), rid)
     return Response(data, media_type=media_type, headers=headers)
 
 

@@ -19,6 +19,7 @@ import attrs
 import numpy as np
 import torch
 from anna_core.errors import AnnaError, InvalidRequestError
+from anna_core.server.errors import GenerationFailed
 
 from anna_audio.qwen3_tts.engine_requests import EngineSpeechRequest, FrameAssembler, engine_request, talker_params
 from anna_audio.qwen3_tts.loader import SpeechParts
@@ -97,13 +98,18 @@ class SpeechPlanner:
         chunks: how frames are cut into decoded chunks.
         max_trailing: the most trailing text embeddings a prompt may carry (``TalkerLM.max_trailing``; None: no
             limit).
+        max_prompt_tokens: the most embeddings a talker prompt may hold (the engine's per-item encoder budget and
+            its context less one frame; None: no limit), checked here so that a long ``input`` / ``instructions`` is
+            refused naming them.
     """
 
     def __init__(self, parts: SpeechParts, placeholder_id: int, *, sampling: SpeechSampling | None = None,
-                 chunks: ChunkPolicy | None = None, max_trailing: int | None = None):
+                 chunks: ChunkPolicy | None = None, max_trailing: int | None = None,
+                 max_prompt_tokens: int | None = None):
         self.parts = parts
         self.placeholder_id = placeholder_id
         self.max_trailing = max_trailing
+        self.max_prompt_tokens = max_prompt_tokens
         self.sampling = sampling or parts.sampling
         self.chunks = chunks or ChunkPolicy()
 
@@ -137,7 +143,8 @@ class SpeechPlanner:
         """:meth:`prepare` from a tokenized :class:`~anna_audio.qwen3_tts.prompt.SpeechRequest` (no text checks).
 
         Raises:
-            InvalidRequestError: a streamed text longer than ``max_trailing`` embeddings.
+            InvalidRequestError: a streamed text longer than ``max_trailing`` embeddings, or a prompt longer than
+                ``max_prompt_tokens``.
         """
         parts = self.parts
         with torch.inference_mode():
@@ -146,12 +153,18 @@ class SpeechPlanner:
             raise InvalidRequestError(f"the text is {prompt.trailing.shape[0] - 1} tokens; this model streams at most "
                                       f"{self.max_trailing - 1} text tokens beside the audio", param="input")
         params = talker_params(self.sampling, max_frames=max_frames, ignore_eos=ignore_eos, seed=seed)
-        return SpeechJob(engine_request(prompt, self.placeholder_id, params), max_frames, words.ref_codes)
+        request = engine_request(prompt, self.placeholder_id, params)
+        if self.max_prompt_tokens is not None and len(request.prompt_ids) > self.max_prompt_tokens:
+            raise InvalidRequestError(f"the input and instructions make a prompt of {len(request.prompt_ids)} tokens; "
+                                      f"this server takes at most {self.max_prompt_tokens}", param="input")
+        return SpeechJob(request, max_frames, words.ref_codes)
 
 
 def _failed(out: Any) -> None:
+    """Raise GenerationFailed (its ``code``: the output's ``error_code``, so a retryable failure is a 503) when the
+    engine failed the request."""
     if out.finish_reason == "error":
-        raise AnnaError(f"speech synthesis failed: {out.error}")
+        raise GenerationFailed(f"speech synthesis failed: {out.error}", code=out.error_code)
 
 
 async def _samples(future: Future) -> np.ndarray:

@@ -112,7 +112,11 @@ def build(loaded: LoadedModel, config: EngineConfig, runner: RunnerConfig | None
     config = _attrs.evolve(config, enable_prefix_caching=False, prompt_cache_size=0)
     loaded.model.reserve_slots(config.max_num_seqs)
     engine = build_generate(loaded, config, runner)
-    planner = SpeechPlanner(parts, loaded.model.placeholder_id, max_trailing=loaded.model.max_trailing)
+    # a prompt is one media item of the engine: at most what one step's encoder budget takes, and it must leave room
+    # in the context for at least one frame
+    limit = min(engine.config.max_encoder_tokens, engine.config.encoder_cache_tokens, engine.max_model_len - 1)
+    planner = SpeechPlanner(parts, loaded.model.placeholder_id, max_trailing=loaded.model.max_trailing,
+                            max_prompt_tokens=limit)
     vocoder = Vocoder(parts.codec_decoder, engine.runner.accel)  # the engine's device services
     if runner is None or runner.cuda_graph:  # where the device captures graphs (a failure logs, stays eager)
         vocoder.capture_graphs(planner.chunks.lengths(), min(config.max_num_seqs, VOCODER_GRAPH_BATCH))

@@ -39,6 +39,9 @@ def _light(req: Request) -> Request:
     light = copy.copy(req)
     light.detokenizer = light.stop_checker = light.grammar = None
     light.logprobs = []
+    # the prompt-logprob rows a step records follow the entries' count (engine.prompt_logprobs.rows_wanted): a worker
+    # runs the same LM-head calls (vocabulary-parallel: collectives) with placeholders of the same length
+    light.prompt_logprobs = [None] * len(req.prompt_logprobs)
     light.block_hashes = []
     return light
 

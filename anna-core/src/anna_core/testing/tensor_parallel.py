@@ -144,6 +144,28 @@ class TensorParallelSuite:
         assert len({tuple(t) for t in tokens}) == len(self.batch_prompts)  # the continuations differ
         assert_same_generation(ref, tp, [self.single_prompt], self.greedy())
 
+    def test_prompt_logprobs_equal_one_rank(self, tp_pair: tuple[Any, Any]):
+        """Prompt logprobs under tensor parallelism: every rank runs the prompt rows' LM-head calls (a vocabulary-
+        parallel head gathers across ranks), rank 0's entries equal one rank's; then a plain request still runs."""
+        from anna_core import SamplingParams
+
+        ref, tp = tp_pair
+        params = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True, prompt_logprobs=2)
+        got = []
+        for llm in (ref, tp):
+            engine, rid, final = llm.engine, f"plp-{uuid.uuid4().hex[:8]}", None
+            engine.add_request(rid, list(self.batch_prompts[0]), params)
+            while engine.has_unfinished():
+                for out in engine.step():
+                    final = out if out.request_id == rid else final
+            got.append(final.prompt_logprobs)
+        want, mine = got
+        assert want[0] is None and mine[0] is None and len(want) == len(mine) == len(self.batch_prompts[0])
+        for a, b in zip(want[1:], mine[1:]):
+            assert a.token_id == b.token_id and math.isclose(a.logprob, b.logprob, abs_tol=LOGPROB_ATOL)
+            assert [t for t, _ in a.top] == [t for t, _ in b.top]
+        assert_same_generation(ref, tp, [self.single_prompt], self.greedy())
+
     def test_prefix_cache_equals_one_rank(self, tp_pair: tuple[Any, Any]):
         """Every tail after the first resumes from the cached prefix (a recurrent model's from a restored state
         snapshot, every rank restoring its own)."""

@@ -172,6 +172,20 @@ def test_truncate_prompt_tokens_keeps_the_last_tokens(scripted):
     ok = client.completions.create(model=MODEL, prompt=too_long, max_tokens=8,
                                    extra_body={"truncate_prompt_tokens": 1000})
     assert ok.usage.prompt_tokens == 1000
+    huge = " filler" * 6000 + " " + marker  # 42k characters: past the 16-per-context-token refusal (32,768)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=MODEL, prompt=huge, max_tokens=8)
+    assert err.value.body["code"] == "context_length_exceeded"
+    for route in ("completions", "chat"):  # with truncation its tail is tokenized: the last 50 tokens kept
+        if route == "completions":
+            cut = client.completions.create(model=MODEL, prompt=huge, max_tokens=8, temperature=0,
+                                            extra_body={"truncate_prompt_tokens": 50})
+            assert cut.choices[0].text == "Done."
+        else:
+            cut = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": huge}],
+                                                 max_tokens=8, temperature=0,
+                                                 extra_body={**NO_THINK, "truncate_prompt_tokens": 50})
+        assert cut.usage.prompt_tokens == 50
 
 
 @pytest.mark.parametrize("route", [_chat, _completion])
@@ -262,3 +276,34 @@ def test_chat_prompt_logprobs(scripted):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": marker}], max_tokens=2,
                                        stream=True, extra_body={"prompt_logprobs": 0})
     assert err.value.body["param"] == "prompt_logprobs"
+
+
+def test_a_row_whose_allowed_tokens_are_all_bad_words_still_samples_among_them(scripted):
+    """Bad words are banned with a finite lowest logit (as vLLM), so allowed_token_ids still wins: the banned but
+    only allowed token, never an id outside the set (an all -inf row fell to token 0, "!")."""
+    red = scripted.tokenizer.encode(" red")[0]
+    text = _chat(scripted, allowed_token_ids=[red], bad_words=["red"])
+    assert re.fullmatch("( red){60}", text), text
+
+
+def test_echo_with_max_tokens_zero_scores_the_prompt_alone(scripted):
+    """OpenAI's (and vLLM's) way to score a prompt: ``echo`` with ``max_tokens`` 0 answers the prompt's text and
+    logprobs and nothing generated (usage counts no completion tokens); without ``echo`` 0 stays a 400."""
+    marker = scripted.script("echo0", "Done.")
+    prompt_text = "The sky is blue " + marker
+    prompt = scripted.tokenizer.encode(prompt_text)
+    client = scripted.client()
+    for given in (prompt, prompt_text):
+        r = client.completions.create(model=MODEL, prompt=given, max_tokens=0, echo=True, logprobs=1, temperature=0)
+        c = r.choices[0]
+        assert c.text == prompt_text and c.finish_reason == "length"
+        assert len(c.logprobs.tokens) == len(prompt) and c.logprobs.token_logprobs[0] is None
+        assert r.usage.completion_tokens == 0 and r.usage.prompt_tokens == len(prompt)
+    chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True, logprobs=1,
+                                            temperature=0, stream=True))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == prompt_text
+    streamed = [t for ch in chunks if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.tokens]
+    assert len(streamed) == len(prompt)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=MODEL, prompt=prompt, max_tokens=0)
+    assert err.value.body["param"] == "max_tokens"

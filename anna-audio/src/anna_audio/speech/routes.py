@@ -104,6 +104,8 @@ async def _whole(request: Request, server: ServerState, pieces: AsyncIterator[by
         raise GenerationFailed(str(exc)) from exc
     finally:
         gone.cancel()
+        if not work.done():  # the handler itself was cancelled (e.g. a shutdown's drain ran out)
+            work.cancel()
         server.engine.abort(rid)
 
 

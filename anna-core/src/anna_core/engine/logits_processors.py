@@ -6,8 +6,9 @@ graph, never inside a graph's own sampler):
 
 1. the raw log-probabilities of the rows that asked for logprobs are taken first
    (:mod:`anna_core.engine.logprobs`);
-2. ``logit_bias`` is added in place, batched as one ``index_put_`` with ``bad_words``' bans (``-inf`` on the
-   token that would complete a word); tokens outside ``allowed_token_ids`` (vLLM's) get ``-inf``;
+2. ``logit_bias`` is added in place, batched as one ``index_put_`` with ``bad_words``' bans (float32's lowest
+   finite value added to the token that would complete a word, as vLLM bans it); tokens outside
+   ``allowed_token_ids`` (vLLM's) get ``-inf``;
 3. grammar rows are masked in place with xgrammar's token bitmask (``[N, ceil(V/32)]`` int32, one
    bit per vocabulary entry; forbidden tokens get ``-inf``), filled per row by the request's
    ``GrammarMatcher``;
@@ -252,14 +253,15 @@ class LogitsProcessors:
                     rows.append(i)
                     cols.append(tok)
                     vals.append(value)
-        for i, r in enumerate(requests):  # bad words: ban the token that would complete one
+        lowest = torch.finfo(torch.float32).min  # finite, as vLLM's: a row whose allowed tokens are all banned
+        for i, r in enumerate(requests):         # still samples among them, never an id outside allowed_token_ids
             out = r.output_token_ids
             for seq in r.bad_word_ids:
                 head = len(seq) - 1
                 if seq[-1] < vocab and (head == 0 or (len(out) >= head and tuple(out[len(out) - head:]) == seq[:-1])):
                     rows.append(i)
                     cols.append(seq[-1])
-                    vals.append(float("-inf"))
+                    vals.append(lowest)
         if rows:
             index = (torch.tensor(rows, device=dev), torch.tensor(cols, device=dev))
             logits.index_put_(index, torch.tensor(vals, dtype=logits.dtype, device=dev), accumulate=True)

@@ -66,7 +66,8 @@ class RequestOutput:
             empty.
         prompt_logprobs: when the request asked (``SamplingParams.prompt_logprobs``), None for the first prompt token
             then a :class:`TokenLogprob` (with ``rank``) per later prompt token, complete in every output that
-            carries a generated token; else None.
+            carries a generated token (an output ending the request before its prompt ran, e.g. an abort, holds
+            fewer); else None.
     """
 
     request_id: str

@@ -20,9 +20,11 @@ from typing import Any
 import torch
 
 from anna_core.engine import logprobs as lp
+from anna_core.engine.outputs import TokenLogprob
 
-ROWS_PER_HEAD_CALL = 256
-"""Prompt rows sent through the LM head at once (``[256, vocab]`` float32 logits at a time, not a whole chunk's)."""
+ROWS_PER_HEAD_CALL = 64
+"""Prompt rows sent through the LM head at once: ``[64, vocab]`` float32 logits and their log-softmax at a time (about
+130 MB at a 248k vocabulary), not a whole chunk's (memory admission does not count them)."""
 
 
 def rows_wanted(seq: Any) -> range:
@@ -58,13 +60,14 @@ def record(compute_logits: Any, hidden: torch.Tensor, seqs: list[Any]) -> None:
                 rows = torch.arange(offset + lo - seq.start, offset + hi - seq.start, device=hidden.device)
                 logprobs = lp.raw_logprobs(compute_logits(hidden.index_select(0, rows)))  # [R, V]
                 targets = torch.tensor(prompt[lo + 1:hi + 1], dtype=torch.int64, device=hidden.device)
-                chosen = logprobs.gather(1, targets[:, None])
-                ranks = (logprobs > chosen).sum(dim=1) + 1  # [R]: 1 = the most likely token
-                every = torch.arange(hi - lo, device=hidden.device)
-                packed = torch.cat([lp.pack(targets, logprobs, every, k), ranks.to(torch.float64)])
-                values = packed.tolist()
-                _, entries = lp.unpack(values[:-len(every)], len(every), list(range(len(every))), [k] * len(every), k)
-                for entry, rank in zip(entries, values[-len(every):]):
-                    entry.rank = int(rank)
-                req.prompt_logprobs += entries
+                chosen = logprobs.gather(1, targets[:, None])  # [R, 1]
+                ranks = (logprobs >= chosen).sum(dim=1, keepdim=True)  # [R, 1]: as vLLM counts (ties rank below)
+                table = [chosen.to(torch.float64), ranks.to(torch.float64)]
+                if k:  # topk, not a sort of the vocabulary: ties at the k-th place may list either id
+                    top_lp, top_ids = logprobs.topk(k, dim=-1)  # [R, k], best first
+                    table += [top_ids.to(torch.float64), top_lp.to(torch.float64)]
+                values = torch.cat(table, dim=1).tolist()  # one host sync per call
+                for row, target in zip(values, prompt[lo + 1:hi + 1]):
+                    top = [(int(row[2 + j]), row[2 + k + j]) for j in range(k)]
+                    req.prompt_logprobs.append(TokenLogprob(token_id=target, logprob=row[0], top=top, rank=int(row[1])))
         offset += seq.num_new_tokens

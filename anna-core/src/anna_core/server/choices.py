@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from anna_core.engine.outputs import RequestOutput, TokenLogprob
 from anna_core.parsers.base import (
     ParsedDelta,
@@ -130,17 +132,20 @@ class CompletionChoice:
             prompt's tokens (:func:`~anna_core.server.responses.echo_logprobs`); else None.
         prompt_logprobs: vLLM's ``prompt_logprobs`` count: the choice carries ``prompt_logprobs``
             (:func:`~anna_core.server.responses.vllm_prompt_logprobs`); else None.
+        echo_only: ``echo`` with ``max_tokens`` 0: the generated token is dropped (text, logprobs, ids), the finish
+            reason is ``length``.
     """
 
     def __init__(self, index: int, prefix: str = "", token_text: responses.TokenText | None = None,
                  return_token_ids: bool = False, *, echo_logprobs: int | None = None,
-                 prompt_logprobs: int | None = None):
+                 prompt_logprobs: int | None = None, echo_only: bool = False):
         self.index = index
         self.prefix = prefix
         self.token_text = token_text
         self.return_token_ids = return_token_ids
         self.echo_logprobs = echo_logprobs
         self.prompt_logprobs = prompt_logprobs
+        self.echo_only = echo_only
         self.text = ""
         self.logprobs: list[TokenLogprob] = []
         self._offset = 0
@@ -158,6 +163,8 @@ class CompletionChoice:
         return echo, vllm
 
     def push(self, out: RequestOutput) -> dict[str, Any] | None:
+        if self.echo_only:  # the prompt alone: the generated token is dropped
+            out = attrs.evolve(out, delta_text="", delta_token_ids=[], logprobs=[])
         text = out.delta_text
         if self.prefix and not self.text:
             text = self.prefix + text
@@ -181,9 +188,12 @@ class CompletionChoice:
 
     def collect(self, out: RequestOutput) -> None:
         """Non-streaming: keep the logprobs of an output."""
-        self.logprobs += out.logprobs
+        if not self.echo_only:
+            self.logprobs += out.logprobs
 
     def final_choice(self, final: RequestOutput) -> dict[str, Any]:
+        if self.echo_only:
+            final = attrs.evolve(final, text="", token_ids=[], finish_reason="length")
         self.text = self.prefix + final.text
         lp = responses.completion_logprobs(self.logprobs, self.token_text, 0) if self.token_text else None
         echo, prompt_lp = self._prompt_parts(final)

@@ -21,7 +21,7 @@ from anna_core.errors import AnnaError, InvalidRequestError, QueueFullError
 from anna_core.multimodal import MultiModalInputs
 from anna_core.parsers.json_calls import JsonToolCallParser
 from anna_core.server.errors import LOADING_RETRY_AFTER_S, ModelNotFoundError, ServiceUnavailableError
-from anna_core.server.limits import check_prompt_chars
+from anna_core.server.limits import MAX_CHARS_PER_TOKEN, check_prompt_chars, max_prompt_chars
 from anna_core.server.protocol import ChatCompletionRequest
 from anna_core.server.state import SAMPLING_DEFAULT_FIELDS, ServerState
 
@@ -93,8 +93,25 @@ def chat_prompt_ids(server: ServerState, req: ChatCompletionRequest) -> list[int
         tools=req.tools.tools if req.tools.choice != "none" and req.tools.tools else None,
         **template_kwargs,
     )
-    check_prompt_chars(len(text), server.max_model_len, "messages")
-    return tokenizer.encode(text, add_special_tokens=False)
+    return _encode(server, tokenizer, text, req.truncate_prompt_tokens, "messages", add_special_tokens=False)
+
+
+def _encode(server: ServerState, tokenizer: Any, text: str, keep: int | None, param: str, *,
+            add_special_tokens: bool) -> list[int]:
+    """``text``'s token ids. Text longer than the context could hold is refused before tokenizing
+    (:func:`~anna_core.server.limits.check_prompt_chars`), unless only its last ``keep`` tokens are kept
+    (``truncate_prompt_tokens``; -1: the context length): then its tail of ``2 * 16 * keep`` characters is tokenized
+    (more than ``keep`` tokens on any ordinary text; the whole text when the tail holds fewer) and
+    :func:`truncate_prompt` keeps the last ``keep`` of them."""
+    limit = max_prompt_chars(server.max_model_len)
+    if keep is None or len(text) <= limit or server.max_model_len <= 0:
+        check_prompt_chars(len(text), server.max_model_len, param)
+        return tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    want = server.max_model_len if keep == -1 else min(keep, server.max_model_len)
+    ids = tokenizer.encode(text[len(text) - 2 * MAX_CHARS_PER_TOKEN * want:], add_special_tokens=False)
+    if len(ids) <= want:  # (a tail denser than 32 characters a token)
+        ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    return ids
 
 
 def check_media(server: ServerState, req: ChatCompletionRequest) -> None:
@@ -169,9 +186,10 @@ def _decode_video(data: bytes, server: ServerState, options: dict[str, Any]) -> 
     return decode_video_for(data, sampling, server.media_fetcher.policy, fps=fps, max_frames=max_frames)
 
 
-def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[int]:
+def completion_prompt_ids(server: ServerState, prompt: str | list[int], keep: int | None = None) -> list[int]:
     """One prompt as token ids (a text prompt is tokenized as the checkpoint's tokenizer does; CPU
-    work: call it off the event loop).
+    work: call it off the event loop); ``keep``: the request's ``truncate_prompt_tokens`` (a long text's tail is
+    tokenized, :func:`_encode`).
 
     Raises:
         InvalidRequestError: a text prompt without a tokenizer, an empty prompt, a text prompt with
@@ -187,8 +205,7 @@ def completion_prompt_ids(server: ServerState, prompt: str | list[int]) -> list[
                                       param="prompt")
         return ids
     tokenizer = need_tokenizer(server, "a text prompt")
-    check_prompt_chars(len(prompt), server.max_model_len, "prompt")
-    ids = tokenizer.encode(prompt, add_special_tokens=True)
+    ids = _encode(server, tokenizer, prompt, keep, "prompt", add_special_tokens=True)
     if not ids:
         raise InvalidRequestError("the prompt is empty", param="prompt")
     return ids

@@ -168,6 +168,8 @@ class CompletionRequest(CommonRequest):
             :mod:`anna_core.server.structured_fields`), or None.
         echo_logprobs: with ``echo``, the ``logprobs`` count: the logprobs object starts with the prompt's tokens
             (their logprobs computed: ``prompt_logprobs`` asked of the engine); else None.
+        echo_only: ``echo`` with ``max_tokens`` 0 (OpenAI's form for scoring a prompt): the choices hold the prompt
+            alone (one token is computed, as vLLM does, and dropped); ``max_tokens`` is then 1.
     """
 
     prompts: list[str | list[int]] = attrs.field(factory=list)
@@ -175,6 +177,7 @@ class CompletionRequest(CommonRequest):
     return_token_ids: bool = False
     structured: StructuredOutput | None = None
     echo_logprobs: int | None = None
+    echo_only: bool = False
 
     @property
     def prompt(self) -> str | list[int]:
@@ -188,6 +191,11 @@ class CompletionRequest(CommonRequest):
         Raises:
             InvalidRequestError: a field is missing, mistyped, out of range or unsupported.
         """
+        # OpenAI's echo with max_tokens 0 scores the prompt and generates nothing (vLLM computes one token and drops it)
+        echo_only = (isinstance(body, dict) and body.get("echo") is True and body.get("max_tokens") == 0
+                     and not isinstance(body.get("max_tokens"), bool))
+        if echo_only:
+            body = {**body, "max_tokens": 1}
         common = parse_common(body, COMPLETION_FIELDS, ("max_tokens",))
         raw = body.get("prompt")
         single = _prompt_item(raw)
@@ -217,4 +225,4 @@ class CompletionRequest(CommonRequest):
         if echo_logprobs is not None:  # the prompt's tokens and logprobs lead the logprobs object
             common["sampling"]["prompt_logprobs"] = max(echo_logprobs, common["sampling"].get("prompt_logprobs", 0))
         return cls(**common, prompts=prompts, echo=echo, return_token_ids=bool(bool_field(body, "return_token_ids")),
-                   structured=parse_structured(body), echo_logprobs=echo_logprobs)
+                   structured=parse_structured(body), echo_logprobs=echo_logprobs, echo_only=echo_only)

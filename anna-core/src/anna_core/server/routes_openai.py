@@ -81,9 +81,10 @@ class _Run:
     """The engine requests of one HTTP request: ids, which finished, and their final outputs."""
 
     def __init__(self, server: ServerState, base_id: str, jobs: list[tuple[list[int], SamplingParams]], n: int,
-                 multimodal: MultiModalInputs | None = None):
+                 multimodal: MultiModalInputs | None = None, *, echo_only: bool = False):
         self.server = server
         self.n = n
+        self.echo_only = echo_only  # a completions echo with max_tokens 0: the one token computed is not counted
         self.multimodal = multimodal  # the media of the prompt (a chat request's images), shared by its choices
         self.ids = [base_id if len(jobs) == 1 else f"{base_id}-{i}" for i in range(len(jobs))]
         self.jobs = [(rid, ids, params) for rid, (ids, params) in zip(self.ids, jobs)]
@@ -108,7 +109,8 @@ class _Run:
         """Token counts: each prompt once, every choice's completion."""
         firsts = range(0, len(self.jobs), self.n)
         prompt = sum(len(self.jobs[i][1]) for i in firsts)
-        completion = sum(f.usage.completion_tokens or len(f.token_ids) for f in self.final if f is not None)
+        completion = 0 if self.echo_only else sum(f.usage.completion_tokens or len(f.token_ids)
+                                                  for f in self.final if f is not None)
         cached = sum(self.final[i].num_cached_tokens for i in firsts if self.final[i] is not None)
         return responses.usage_body(prompt, completion, cached)
 
@@ -270,7 +272,7 @@ def _plan_completions(server: ServerState, body: Any) -> tuple[protocol.Completi
     prepare.check_queue_room(server, len(req.prompts) * req.n, req.n)
     jobs, choices = [], []
     for prompt in req.prompts:
-        whole = prepare.completion_prompt_ids(server, prompt)
+        whole = prepare.completion_prompt_ids(server, prompt, req.truncate_prompt_tokens)
         ids = prepare.truncate_prompt(server, whole, req.truncate_prompt_tokens)
         max_tokens = prepare.resolve_max_tokens(server, req.max_tokens, len(ids), "prompt")
         params = prepare.sampling_params(server, req.sampling, max_tokens)
@@ -285,7 +287,7 @@ def _plan_completions(server: ServerState, body: Any) -> tuple[protocol.Completi
         return_ids = req.return_token_ids or server.tokenizer is None  # no tokenizer: ids are the output
         for p in prepare.choice_params(params, req.n):
             choices.append(CompletionChoice(len(jobs), prefix, token_text, return_ids, echo_logprobs=req.echo_logprobs,
-                                            prompt_logprobs=req.prompt_logprobs))
+                                            prompt_logprobs=req.prompt_logprobs, echo_only=req.echo_only))
             jobs.append((ids, p))
     return req, jobs, choices
 
@@ -296,7 +298,7 @@ async def completions(request: Request, server: ServerState) -> Response:
     ``len(prompts) * n`` choices (choice ``i * n + j``)."""
     req, jobs, choices = await asyncio.to_thread(_plan_completions, server, await json_body(request))
     request_id, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), server.model_name
-    run = _Run(server, request_id, jobs, req.n)
+    run = _Run(server, request_id, jobs, req.n, echo_only=req.echo_only)
     await run.open()
 
     if req.stream:

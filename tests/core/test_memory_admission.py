@@ -52,6 +52,10 @@ def test_estimate_counts_each_cache_group_activations_grammar_and_logprobs():
     assert est.grammar_bytes == 0 and est.logprobs_bytes == 0
     extra = _estimator().estimate(10, 10, grammar=True, logprobs=True)
     assert extra.grammar_bytes == 4 * 4 and extra.logprobs_bytes == 400
+    from anna_core.engine.prompt_logprobs import ROWS_PER_HEAD_CALL
+
+    scored = _estimator().estimate(10, 10, logprobs=True, prompt_logprobs=True)  # the prompt rows' logits and logprobs
+    assert scored.logprobs_bytes == 400 + ROWS_PER_HEAD_CALL * 100 * 4 * 2
     assert extra.total_bytes == est.total_bytes + 416
 
 

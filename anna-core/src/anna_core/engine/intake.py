@@ -87,7 +87,8 @@ class RequestIntake:
     def estimate(self, prompt_token_ids: list[int], params: SamplingParams) -> MemoryEstimate:
         """The device memory a request needs (:class:`~anna_core.engine.memory_admission.MemoryEstimate`)."""
         return self.admission.estimator.estimate(len(prompt_token_ids), params.max_tokens,
-                                                 grammar=params.structured is not None, logprobs=params.logprobs is not None)
+                                                 grammar=params.structured is not None, logprobs=params.logprobs is not None,
+                                                 prompt_logprobs=params.prompt_logprobs is not None)
 
     def admit(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, *,
               busy_check: bool = True) -> None:

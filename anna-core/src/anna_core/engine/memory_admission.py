@@ -31,6 +31,7 @@ import attrs
 import torch
 
 from anna_core.cache_spec import CacheSpec, RecurrentStateSpec
+from anna_core.engine.prompt_logprobs import ROWS_PER_HEAD_CALL
 from anna_core.errors import AnnaError, InvalidRequestError, MemoryUnavailableError
 
 _MIB = 1 << 20
@@ -141,8 +142,11 @@ class MemoryEstimator:
         self._elem = torch.empty((), dtype=dtype).element_size()
 
     def estimate(self, num_prompt_tokens: int, max_tokens: int | None, *, grammar: bool = False,
-                 logprobs: bool = False) -> MemoryEstimate:
-        """The estimate of a request with this prompt length and ``max_tokens`` (None: up to ``max_model_len``)."""
+                 logprobs: bool = False, prompt_logprobs: bool = False) -> MemoryEstimate:
+        """The estimate of a request with this prompt length and ``max_tokens`` (None: up to ``max_model_len``);
+        ``prompt_logprobs``: it records them (:mod:`~anna_core.engine.prompt_logprobs`: float32 logits and their
+        log-softmax for :data:`~anna_core.engine.prompt_logprobs.ROWS_PER_HEAD_CALL` rows at a time, counted with
+        its logprobs)."""
         want = self.max_model_len if max_tokens is None else num_prompt_tokens + max_tokens
         tokens = min(want, self.max_model_len)
         cache = []
@@ -155,7 +159,8 @@ class MemoryEstimator:
             cache_bytes=tuple(cache),
             activation_bytes=self.step_activation_bytes(min(num_prompt_tokens, self.max_step_tokens), rows=1),
             grammar_bytes=-(-self.vocab_size // 32) * 4 if grammar else 0,
-            logprobs_bytes=self.vocab_size * 4 if logprobs else 0,
+            logprobs_bytes=(self.vocab_size * 4 if logprobs else 0)
+            + (ROWS_PER_HEAD_CALL * self.vocab_size * 4 * 2 if prompt_logprobs else 0),
             safety_factor=self.safety_factor)
 
     def step_activation_bytes(self, num_tokens: int, rows: int) -> int:

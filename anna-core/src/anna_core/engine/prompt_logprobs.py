@@ -24,7 +24,8 @@ from anna_core.engine.outputs import TokenLogprob
 
 ROWS_PER_HEAD_CALL = 64
 """Prompt rows sent through the LM head at once: ``[64, vocab]`` float32 logits and their log-softmax at a time (about
-130 MB at a 248k vocabulary), not a whole chunk's (memory admission does not count them)."""
+130 MB at a 248k vocabulary), not a whole chunk's; memory admission counts them
+(:meth:`~anna_core.engine.memory_admission.MemoryEstimator.estimate`)."""
 
 
 def rows_wanted(seq: Any) -> range:

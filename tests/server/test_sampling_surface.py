@@ -85,7 +85,9 @@ def test_completion_logprobs_legacy_shape(scripted):
     lp = r.choices[0].logprobs
     assert "".join(lp.tokens) == r.choices[0].text
     assert lp.token_logprobs == pytest.approx([-math.log(8)] * 6, abs=1e-5)
-    assert all(len(t) == 2 for t in lp.top_logprobs)
+    # the token itself and its two most likely alternatives (OpenAI: up to logprobs + 1 entries)
+    assert all(2 <= len(t) <= 3 and t[tok] == lp_ for t, tok, lp_ in zip(lp.top_logprobs, lp.tokens,
+                                                                            lp.token_logprobs))
     assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(6)]
 
 

@@ -76,6 +76,12 @@ def chat_logprobs(entries: list[TokenLogprob], text: TokenText) -> dict[str, Any
     return {"content": content, "refusal": None}
 
 
+def _top(e: TokenLogprob, text: TokenText, k: int | None = None) -> dict[str, float]:
+    """A legacy ``top_logprobs`` entry: the token itself, then its ``k`` (default: all kept) most likely
+    alternatives, so up to ``k + 1`` entries (OpenAI's rule, as vLLM answers it)."""
+    return {text.token(e.token_id): e.logprob} | {text.token(t): lp for t, lp in e.top[:k]}
+
+
 def completion_logprobs(entries: list[TokenLogprob], text: TokenText, offset: int) -> dict[str, Any]:
     """The legacy completions ``logprobs`` object; ``offset``: characters before the first token."""
     tokens, offsets = [], []
@@ -86,7 +92,7 @@ def completion_logprobs(entries: list[TokenLogprob], text: TokenText, offset: in
     return {
         "tokens": tokens,
         "token_logprobs": [e.logprob for e in entries],
-        "top_logprobs": [{text.token(t): lp for t, lp in e.top} for e in entries],
+        "top_logprobs": [_top(e, text) for e in entries],
         "text_offset": offsets,
     }
 
@@ -94,8 +100,8 @@ def completion_logprobs(entries: list[TokenLogprob], text: TokenText, offset: in
 def echo_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], text: TokenText,
                   k: int) -> dict[str, Any]:
     """The legacy ``logprobs`` object of an echoed prompt (``echo`` with ``logprobs``): one token per prompt id, the
-    first with a null logprob and null alternatives (nothing predicts it), then each token's logprob and its ``k``
-    most likely alternatives; offsets count the token strings from 0."""
+    first with a null logprob and null alternatives (nothing predicts it), then each token's logprob and, in
+    ``top_logprobs``, the token and its ``k`` most likely alternatives; offsets count the token strings from 0."""
     tokens = [text.token(t) for t in prompt_ids]
     offsets, at = [], 0
     for t in tokens:
@@ -104,7 +110,7 @@ def echo_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], tex
     return {
         "tokens": tokens,
         "token_logprobs": [None if e is None else e.logprob for e in entries],
-        "top_logprobs": [None if e is None else {text.token(t): lp for t, lp in e.top[:k]} for e in entries],
+        "top_logprobs": [None if e is None else _top(e, text, k) for e in entries],
         "text_offset": offsets,
     }
 

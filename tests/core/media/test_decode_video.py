@@ -137,3 +137,24 @@ def test_max_frame_pixels_downscales_each_kept_frame_keeping_aspect():
     assert decode_video(data, fps=10.0, max_frames=1, max_frame_pixels=10**6).frames[0].size == (320, 240)
     with pytest.raises(ValueError, match="max_frame_pixels"):
         decode_video(data, fps=10.0, max_frames=1, max_frame_pixels=0)
+
+
+def test_a_concat_playlist_or_sdp_as_a_video_is_refused_before_ffmpeg_opens_anything(tmp_path, monkeypatch):
+    """FFmpeg picks its demuxer from the bytes; a concat playlist (``ffconcat``) read files relative to the working
+    directory (past the fetcher's local-file refusal) and an SDP description opened UDP sockets (and blocked past
+    the decode timeout). Only video demuxers run now."""
+    import time
+
+    from PIL import Image
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "uploads").mkdir()
+    Image.new("RGB", (64, 48), (0, 1, 3)).save(tmp_path / "uploads" / "secret.jpg")
+    sdp = b"v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=x\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=video 6502 RTP/AVP 96\r\n" \
+          b"a=rtpmap:96 H264/90000\r\n"
+    for data in (b"ffconcat version 1.0\nfile uploads/secret.jpg\n", sdp):
+        start = time.monotonic()
+        with pytest.raises(InvalidRequestError, match="cannot decode video"):
+            decode_video(data, fps=1.0, max_frames=4, timeout_s=2.0)
+        assert time.monotonic() - start < 2.0
+    assert len(decode_video(_video(6, 10), fps=10.0, max_frames=8).frames) == 6  # an MP4 still decodes

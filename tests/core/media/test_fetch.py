@@ -214,3 +214,18 @@ def test_local_files(tmp_path):
     refused(lambda: f.fetch(f"{root}/../secret"), "outside")
     refused(lambda: f.fetch(f"file://{root}/link"), "outside")
     refused(lambda: f.fetch(str(root)), "regular file")
+
+
+@pytest.mark.parametrize("url", ["http://[::1/x.png", "http://[/", "file://[x/a"])
+def test_malformed_urls_are_refusals_not_crashes(url):
+    """urlsplit's ValueError (an unclosed IPv6 bracket) and http.client's UnicodeEncodeError (a non-ASCII request
+    line) came out as 500s."""
+    refused(lambda: MediaFetcher(MediaPolicy()).fetch(url), "malformed media URL")
+
+
+def test_a_non_ascii_path_is_a_refusal(server):
+    """A public host whose path (or a redirect's Location) holds raw non-ASCII text: http.client cannot write the
+    request line."""
+    server.body("/a.png", png())
+    refused(lambda: make(server).fetch("http://public.test/caf\u00e9.png"), "malformed media URL")
+

@@ -36,6 +36,11 @@ class StreamHeader:
     declared_s: float | None
 
 
+AUDIO_DEMUXERS = "mov,mp4,matroska,webm,aac,flac"
+"""The FFmpeg demuxers an audio upload may be read by (MP4 / M4A, Matroska / WebM, ADTS AAC, FLAC), as FFmpeg's
+``format_whitelist``: a demuxer that opens other inputs itself (a concat playlist reads local files, SDP opens
+sockets) never runs on an upload."""
+
 _UNKNOWN_FRAMES = (1 << 63) - 1
 """What libsndfile reports as the frame count of a stream of unknown length (``SF_COUNT_MAX``)."""
 
@@ -96,7 +101,7 @@ def pyav_stream(data: bytes, fmt: str) -> Iterator[tuple[StreamHeader, Iterator[
     import av
 
     try:
-        container = av.open(io.BytesIO(data), mode="r")
+        container = av.open(io.BytesIO(data), mode="r", container_options={"format_whitelist": AUDIO_DEMUXERS})
     except (av.FFmpegError, ValueError) as exc:
         raise refuse(f"cannot decode the {fmt} upload: corrupt or unsupported data ({_said(exc)})") from None
     with container:

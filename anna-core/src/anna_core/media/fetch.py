@@ -80,13 +80,16 @@ class MediaFetcher:
             cap = min(cap, budget.remaining_bytes)
         if not isinstance(url, str) or not url:
             raise refuse("empty media URL")
-        scheme = urllib.parse.urlsplit(url).scheme.lower()
-        if scheme == "data":
-            data = decode_data_uri(url, cap)
-        elif scheme in ("", "file"):
-            data = read_local_file(local_path_of(url), self.policy.allowed_local_media_path, cap)
-        else:
-            data = self._fetch_http(url, cap, deadline)
+        try:
+            scheme = urllib.parse.urlsplit(url).scheme.lower()
+            if scheme == "data":
+                data = decode_data_uri(url, cap)
+            elif scheme in ("", "file"):
+                data = read_local_file(local_path_of(url), self.policy.allowed_local_media_path, cap)
+            else:
+                data = self._fetch_http(url, cap, deadline)
+        except (ValueError, UnicodeError) as e:  # a malformed URL ("http://[::1/x"), a non-ASCII request line
+            raise refuse(f"malformed media URL ({type(e).__name__})") from None
         if budget is not None:
             budget.charge(len(data))
         return data

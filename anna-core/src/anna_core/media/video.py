@@ -17,6 +17,13 @@ from PIL import Image
 from anna_core.media.errors import refuse
 from anna_core.media.policy import VIDEO_DECODE_TIMEOUT_S, VIDEO_DECODED_FRAMES, VIDEO_FRAME_PIXELS, MediaPolicy
 
+VIDEO_DEMUXERS = "mov,mp4,matroska,webm,avi,mpegts,mpeg,ogg,flv,asf,gif,mjpeg,h264,hevc,m4v"
+"""The FFmpeg demuxers a video may be read by (MP4 / MOV, Matroska / WebM, AVI, MPEG-TS / -PS, Ogg, FLV, ASF, GIF,
+and the raw MJPEG, H.264, HEVC and MPEG-4 streams: each reads only the bytes it is given), as FFmpeg's
+``format_whitelist``: FFmpeg picks a demuxer from the bytes, and some open other inputs themselves — a concat playlist
+(``ffconcat``) reads files relative to the server's working directory, an SDP description opens UDP sockets, HLS /
+DASH fetch URLs — past the media fetcher's guards; outside the list a video is refused before anything opens."""
+
 
 @attrs.frozen
 class DecodedVideo:
@@ -92,7 +99,7 @@ def decode_video(data: bytes, *, fps: float, max_frames: int, max_pixels: int = 
     frames: list[Image.Image] = []
     times: list[float] = []
     try:
-        with av.open(io.BytesIO(data), mode="r") as container:
+        with av.open(io.BytesIO(data), mode="r", container_options={"format_whitelist": VIDEO_DEMUXERS}) as container:
             if not container.streams.video:
                 raise refuse("cannot decode video: no video stream")
             stream = container.streams.video[0]

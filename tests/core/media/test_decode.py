@@ -84,3 +84,20 @@ def test_format_without_signature_refused():
     # TGA has no magic bytes: Pillow would identify it by trying its parser, which decode_image never runs
     with pytest.raises(InvalidRequestError, match="is not allowed|unrecognized"):
         decode_image(_encoded("TGA"), 100)
+
+
+def test_a_requests_images_share_a_pixel_budget():
+    """Each image is held decoded until the processor takes it: a few tiny PNGs of 8000x8000 zeros were ~4 GB in
+    one request; ``max_request_image_pixels`` bounds their pixels together."""
+    from anna_core.media import MediaPolicy
+
+    buf = io.BytesIO()
+    Image.new("RGB", (100, 50)).save(buf, "PNG")
+    data = buf.getvalue()
+    policy = MediaPolicy(max_request_image_pixels=12_000)
+    left = policy.max_request_image_pixels
+    left -= decode_image(data, policy.max_image_pixels, left).width * 50
+    left -= decode_image(data, policy.max_image_pixels, left).width * 50  # 10,000 of 12,000 used
+    with pytest.raises(InvalidRequestError, match="exceed max_request_image_pixels together"):
+        decode_image(data, policy.max_image_pixels, left)
+    assert MediaPolicy().max_request_image_pixels == 128_000_000

@@ -19,7 +19,7 @@ ALLOWED_IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 _SIGNATURE_BYTES = 16
 
 
-def decode_image(data: bytes, max_pixels: int) -> Image.Image:
+def decode_image(data: bytes, max_pixels: int, request_pixels_left: int | None = None) -> Image.Image:
     """An RGB image from encoded PNG, JPEG, WebP, GIF (first frame) or BMP bytes.
 
     The declared size is checked against ``max_pixels`` after reading the header and before decoding pixels;
@@ -28,10 +28,12 @@ def decode_image(data: bytes, max_pixels: int) -> Image.Image:
     Args:
         data: the encoded image.
         max_pixels: pixels, cap on width * height.
+        request_pixels_left: pixels the request's other images left of ``max_request_image_pixels`` (None: no
+            such cap).
 
     Raises:
         InvalidRequestError: another image format (named when recognised), not an image, corrupt or truncated
-            data, or more than ``max_pixels`` pixels (a decompression bomb).
+            data, more than ``max_pixels`` pixels (a decompression bomb), or more than ``request_pixels_left``.
     """
     try:
         img = Image.open(io.BytesIO(data), formats=ALLOWED_IMAGE_FORMATS)
@@ -39,6 +41,9 @@ def decode_image(data: bytes, max_pixels: int) -> Image.Image:
         if width * height > max_pixels:
             raise refuse(f"image of {width}x{height} pixels exceeds max_image_pixels ({max_pixels}); "
                          "possible decompression bomb")
+        if request_pixels_left is not None and width * height > request_pixels_left:
+            raise refuse(f"the request's images exceed max_request_image_pixels together (this {width}x{height} "
+                         f"image, {request_pixels_left} pixels left)")
         img.load()
         return img.convert("RGB")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:

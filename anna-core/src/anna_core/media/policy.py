@@ -50,6 +50,8 @@ class MediaPolicy:
             headers and body of every redirect hop; every wait is cut short when it runs out.
         max_redirects: redirects followed per medium.
         max_image_pixels: width * height above which an image is refused as a decompression bomb.
+        max_request_image_pixels: width * height of all images of one request together (each is held decoded, as
+            RGB, until the model's processor takes them: 64M pixels of a tiny PNG is about 190 MB).
         max_video_frame_pixels: width * height above which a video frame (any frame, not just the first) is
             refused.
         max_video_decoded_frames: frames, cap on how many frames decoding a video may go through, sampled or
@@ -73,6 +75,7 @@ class MediaPolicy:
     total_timeout_s: float = attrs.field(default=30.0, validator=_positive)
     max_redirects: int = attrs.field(default=3, validator=_non_negative)
     max_image_pixels: int = attrs.field(default=64_000_000, validator=_positive)
+    max_request_image_pixels: int = attrs.field(default=128_000_000, validator=_positive)
     max_video_frame_pixels: int = attrs.field(default=VIDEO_FRAME_PIXELS, validator=_positive)
     max_video_decoded_frames: int = attrs.field(default=VIDEO_DECODED_FRAMES, validator=_positive)
     video_decode_timeout_s: float = attrs.field(default=VIDEO_DECODE_TIMEOUT_S, validator=_positive)

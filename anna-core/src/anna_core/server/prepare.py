@@ -158,9 +158,12 @@ def chat_media(server: ServerState, req: ChatCompletionRequest, prompt_ids: list
         session = fetcher.session()
         options = {**server.mm_processor_kwargs, **req.mm_processor_kwargs}
         media: dict[str, list[Any]] = {}
-        if req.image_urls:
-            media["image"] = [decode_image(session.fetch(url), fetcher.policy.max_image_pixels)
-                              for url in req.image_urls]
+        if req.image_urls:  # held decoded until the processor takes them: their pixels together are bounded
+            media["image"], left = [], fetcher.policy.max_request_image_pixels
+            for url in req.image_urls:
+                image = decode_image(session.fetch(url), fetcher.policy.max_image_pixels, left)
+                left -= image.width * image.height
+                media["image"].append(image)
         if req.video_urls:
             media["video"] = [_decode_video(session.fetch(url), server, options) for url in req.video_urls]
         return server.processor.process(prompt_ids, media, options)

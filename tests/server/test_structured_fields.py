@@ -303,6 +303,13 @@ def test_echo_with_max_tokens_zero_scores_the_prompt_alone(scripted):
     chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True, logprobs=1,
                                             temperature=0, stream=True))
     assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == prompt_text
+    unscripted = scripted.tokenizer.encode("no marker here")  # the scripted model answers EOS at once: "stop"...
+    for stream in (False, True):  # ...but a prompt scored alone ends as OpenAI says: "length"
+        got = client.completions.create(model=MODEL, prompt=unscripted, max_tokens=0, echo=True, logprobs=1,
+                                        stream=stream)
+        reasons = [c.choices[0].finish_reason for c in (got if stream else [got]) if c.choices
+                   and c.choices[0].finish_reason]
+        assert reasons == ["length"], reasons
     streamed = [t for ch in chunks if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.tokens]
     assert len(streamed) == len(prompt)
     with pytest.raises(openai.BadRequestError) as err:

@@ -313,7 +313,7 @@ async def completions(request: Request, server: ServerState) -> Response:
             if piece is not None:
                 frames.append([piece])
             if out.finished:
-                frames.append([responses.completion_choice(i, "", out.finish_reason)])
+                frames.append([responses.completion_choice(i, "", "length" if req.echo_only else out.finish_reason)])
             return frames
 
         usage_frame = (lambda usage: sse_event(responses.completion_chunk(

@@ -22,7 +22,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from anna_core.errors import AnnaError, InvalidRequestError
-from anna_core.server.errors import ClientDisconnected, GenerationFailed, ServiceUnavailableError, error_body
+from anna_core.server.errors import (
+    ClientDisconnected,
+    GenerationFailed,
+    ServiceUnavailableError,
+    error_body,
+    wait_for_disconnect,
+)
 from anna_core.server.fanout import merged, open_all
 from anna_core.server.prepare import check_servable
 from anna_core.server.request_body import json_body
@@ -86,11 +92,7 @@ async def _whole(request: Request, server: ServerState, pieces: AsyncIterator[by
     async def join() -> bytes:
         return b"".join([piece async for piece in pieces])
 
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    work, gone = asyncio.ensure_future(join()), asyncio.ensure_future(disconnected())
+    work, gone = asyncio.ensure_future(join()), asyncio.ensure_future(wait_for_disconnect(request))
     try:
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from anna_core.errors import AnnaError, InvalidRequestError, QueueFullError
-from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body
+from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body, wait_for_disconnect
 from anna_core.server.fanout import merged, open_all
 from anna_core.server.prepare import check_servable
 from anna_core.server.sse import sse_event, sse_response
@@ -104,13 +104,6 @@ def _failed_message(out: Any) -> str | None:
     return None
 
 
-async def _wait_for_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 async def _abort_all(client: Any, ids: list[str]) -> None:
     for rid in ids:
         try:
@@ -135,7 +128,7 @@ async def _collect(server: ServerState, request: Request, opened: Any, ids: list
                 finals[i] = out
 
     work = asyncio.ensure_future(consume())
-    disconnect = asyncio.ensure_future(_wait_for_disconnect(request))
+    disconnect = asyncio.ensure_future(wait_for_disconnect(request))
     try:
         await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():

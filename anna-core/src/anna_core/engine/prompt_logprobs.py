@@ -34,9 +34,9 @@ def rows_wanted(seq: Any) -> range:
     req = seq.request
     if req.params.prompt_logprobs is None:
         return range(0)
-    first = max(seq.start, len(req.prompt_logprobs) - 1)
-    if first > len(req.prompt_logprobs) - 1:  # rows before this step were never computed (cannot happen: such a
-        return range(0)                          # request takes no cache hit); never record out of place
+    first = len(req.prompt_logprobs) - 1  # the row predicting the first token not recorded yet
+    if seq.start > first:  # rows before this step were never computed (cannot happen: such a request takes no cache
+        return range(0)    # hit); never record out of place
     last = min(seq.start + seq.num_new_tokens, req.num_prompt_tokens - 1)  # exclusive: the last prompt row predicts
     return range(first, max(first, last))                                 # a generated token
 

@@ -179,7 +179,7 @@ class CompletionChoice:
             gen = responses.completion_logprobs(out.logprobs, self.token_text, self._offset)
             self._offset = gen["text_offset"][-1] + len(gen["tokens"][-1])
             self.logprobs += out.logprobs
-            lp = gen if lp is None else {k: lp[k] + gen[k] for k in lp}
+            lp = gen if lp is None else responses.join_logprobs(lp, gen)
         token_ids = out.delta_token_ids if self.return_token_ids else None
         if not text and lp is None and not token_ids and prompt_lp is None:
             return None

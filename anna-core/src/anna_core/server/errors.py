@@ -87,6 +87,13 @@ class ClientDisconnected(Exception):
     """The client went away before its (non-streamed) answer was ready; nobody reads the reply."""
 
 
+async def wait_for_disconnect(request: Request) -> None:
+    """Return once the client of ``request`` disconnects (a non-streamed route races its work against this, then
+    aborts the work and raises :class:`ClientDisconnected`)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _encodable(text: str | None) -> str | None:
     """``text`` with anything UTF-8 cannot encode (lone surrogates) written as ``\\udXXX`` escapes."""
     if text is None:

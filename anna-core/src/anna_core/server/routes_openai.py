@@ -35,7 +35,7 @@ from anna_core.errors import AnnaError, InvalidRequestError
 from anna_core.multimodal import MultiModalInputs
 from anna_core.server import prepare, protocol, responses
 from anna_core.server.choices import ChatChoice, CompletionChoice
-from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body
+from anna_core.server.errors import ClientDisconnected, GenerationFailed, error_body, wait_for_disconnect
 from anna_core.server.fanout import Opened, merged, open_all
 from anna_core.server.request_body import json_body
 from anna_core.server.shutdown import ServerStopping
@@ -52,13 +52,6 @@ async def _abort(server: ServerState, request_id: str) -> None:
             await result
     except Exception:  # aborting a finished request must never mask the real outcome
         logger.debug("abort of %s failed", request_id, exc_info=True)
-
-
-async def _wait_for_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 def _retry_after_s(server: ServerState) -> int:
@@ -128,7 +121,7 @@ async def _collect(run: _Run, request: Request, on_output: Callable[[int, Reques
             on_output(i, out)
 
     work = asyncio.ensure_future(consume())
-    disconnect = asyncio.ensure_future(_wait_for_disconnect(request))
+    disconnect = asyncio.ensure_future(wait_for_disconnect(request))
     try:
         await asyncio.wait({work, disconnect}, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():

@@ -9,7 +9,7 @@ import pytest
 import torch
 from anna_audio.qwen3_tts import load_codec_decoder
 from anna_audio.qwen3_tts.generate import generate_greedy
-from anna_audio.qwen3_tts.prompt import SpeechRequest, build_prompt
+from anna_audio.qwen3_tts.prompt import SpeechRequest, build_prompt, language_id
 
 from tests.audio.tts_golden import CHECKPOINTS, KINDS, WAVE_ATOL, golden, speech_requests, talker_parts
 
@@ -66,6 +66,15 @@ def test_waveforms_end_to_end(kind):
         torch.testing.assert_close(wav, g[f"batch/wav/{row}"], atol=WAVE_ATOL, rtol=0, msg=f"{name} row {row}")
 
 
+def test_language_iso_codes_name_the_same_language():
+    """OpenAI clients send ISO 639-1 codes (as transcription does): ``en`` is English, in any case."""
+    config, talker, predictor = talker_parts("custom_voice")
+    assert "english" in config.talker.languages
+    assert language_id(config, "en", None) == language_id(config, " EN ", None) == config.talker.languages["english"]
+    assert language_id(config, "English", None) == config.talker.languages["english"]
+    assert language_id(config, "auto", None) is None
+
+
 def test_request_errors():
     tensors, facts = golden("custom_voice")
     config, talker, predictor = talker_parts("custom_voice")
@@ -74,6 +83,8 @@ def test_request_errors():
         build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, speaker="nobody"))
     with pytest.raises(ValueError, match="language 'klingon'"):
         build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, language="klingon"))
+    with pytest.raises(ValueError, match="language 'xx'"):
+        build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, language="xx"))
     with pytest.raises(ValueError, match="takes no reference audio"):
         build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, speaker_embedding=torch.zeros(32)))
     with pytest.raises(ValueError, match="max_new_tokens"):

@@ -183,6 +183,7 @@ def test_a_code_outside_the_codebook_mid_stream_ends_the_response_cleanly(served
     assert r.status_code == 200
     events = [json.loads(line[len("data: "):]) for line in r.text.splitlines() if line.startswith("data: ")]
     assert [e.get("type") for e in events[:-1]] == ["speech.audio.delta"]  # the first chunk's audio, then the error
+    assert events[-1]["type"] == "error"
     error = events[-1]["error"]
     assert error["type"] == "server_error" and "codes must lie in" in error["message"], events[-1]
     r = speak(client, 0, response_format="flac")

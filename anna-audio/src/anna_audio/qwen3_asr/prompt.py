@@ -27,6 +27,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from anna_audio.languages import english_name
+
 ASR_TEXT_TAG = "<asr_text>"
 LANGUAGE_PREFIX = "language "
 AUDIO_PLACEHOLDER = "<|audio_pad|>"
@@ -40,16 +42,6 @@ MAX_PREFIX_CHARS = 48
 """An answer is taken to have a ``language X<asr_text>`` prefix only if the tag ends within this many characters
 (language names are single words): a stream holds back at most this much."""
 
-LANGUAGE_CODES = {
-    "ar": "Arabic", "yue": "Cantonese", "zh": "Chinese", "cs": "Czech", "da": "Danish", "nl": "Dutch",
-    "en": "English", "fil": "Filipino", "tl": "Filipino", "fi": "Finnish", "fr": "French", "de": "German",
-    "el": "Greek", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese",
-    "ko": "Korean", "mk": "Macedonian", "ms": "Malay", "fa": "Persian", "pl": "Polish", "pt": "Portuguese",
-    "ro": "Romanian", "ru": "Russian", "es": "Spanish", "sv": "Swedish", "th": "Thai", "tr": "Turkish",
-    "vi": "Vietnamese",
-}
-"""ISO 639-1 (``yue``, ``fil``: 639-3) codes of the languages Qwen3-ASR names, as OpenAI's ``language`` field
-sends them."""
 DEFAULT_LANGUAGES = ("Chinese", "English", "Cantonese", "Arabic", "German", "French", "Spanish", "Portuguese",
                      "Indonesian", "Italian", "Korean", "Russian", "Thai", "Vietnamese", "Japanese", "Turkish",
                      "Hindi", "Malay", "Dutch", "Swedish", "Danish", "Finnish", "Polish", "Czech", "Filipino",
@@ -331,9 +323,8 @@ def normalize_language(name: str, supported: Sequence[str]) -> str:
     Raises:
         ValueError: ``name`` names no language in ``supported``; the message lists them.
     """
-    key = str(name).strip()
     by_lower = {s.lower(): s for s in supported}
-    canonical = by_lower.get(key.lower()) or by_lower.get(LANGUAGE_CODES.get(key.lower(), "").lower())
+    canonical = by_lower.get(str(name).strip().lower()) or by_lower.get(english_name(name))
     if canonical is None:
         raise ValueError(f"unsupported language {name!r}; this model transcribes {', '.join(supported)} "
                          "(names or ISO 639-1 codes)")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import attrs
 import torch
 
+from anna_audio.languages import english_name
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig
 from anna_audio.qwen3_tts.talker import Talker
@@ -64,13 +65,16 @@ class TalkerPrompt:
 
 
 def language_id(config: Qwen3TTSConfig, language: str, speaker: str | None) -> int | None:
-    """The codec language id (None for ``auto``); a dialect speaker's dialect replaces Chinese and ``auto``.
+    """The codec language id (None for ``auto``) of ``language``, a name in any case or an ISO code (``"en"``,
+    :func:`anna_audio.languages.english_name`); a dialect speaker's dialect replaces Chinese and ``auto``.
 
     Raises:
         ValueError: an unknown language or speaker.
     """
     talker = config.talker
-    lang = language.lower()
+    lang = language.strip().lower()
+    if lang not in talker.languages:
+        lang = english_name(lang)
     chosen = None
     if lang != "auto":
         if lang not in talker.languages:

@@ -5,7 +5,8 @@ submitted to the engine (:func:`anna_core.server.fanout.open_all`), so a refusal
 starts. ``stream_format: "audio"``: ``pcm`` and ``wav`` stream as the chunks are decoded (a streamed WAV's header
 carries the largest sizes), the compressed formats are encoded whole and sent once the audio is complete, so an
 engine failure is still an error status for them. ``stream_format: "sse"``: ``speech.audio.delta`` events (each
-chunk's bytes in the response format, base64) and one ``speech.audio.done`` with the usage. Every response carries
+chunk's bytes in the response format, base64) and one ``speech.audio.done`` with the usage, or, when the engine fails
+mid-way, an ``error`` event (``{"type": "error", "error": {...}}``) last. Every response carries
 the sample rate in ``X-Sample-Rate``. A client that disconnects aborts the engine request (a compressed format's
 too, while its audio is still being made). A raw ``pcm`` / ``wav`` stream that fails mid-way (the request timed
 out, the server is stopping) ends early with a warning in the log; a compressed one answers an error status (503
@@ -120,7 +121,8 @@ async def _sse_events(server: ServerState, opened: Any, encoder: ChunkEncoder, u
         yield sse_event({"type": "speech.audio.done", "usage": dict(usage)})
     except AnnaError as exc:
         kind = "invalid_request_error" if isinstance(exc, InvalidRequestError) else "server_error"
-        yield sse_event(error_body(str(exc), kind, None, getattr(exc, "code", None)))
+        # typed like the other events (OpenAI's streamed error events: ``type`` "error" beside the error object)
+        yield sse_event({"type": "error", **error_body(str(exc), kind, None, getattr(exc, "code", None))})
 
 
 @post("/v1/audio/speech", status_code=200)

@@ -101,6 +101,18 @@ def test_media_it_cannot_take_are_400s_and_it_keeps_serving(client, url, needle)
     assert after.usage.completion_tokens == 3  # still serving
 
 
+def test_too_many_media_are_refused_before_any_is_fetched(client):
+    """17 parts (the default max_media_per_request is 16) are one 400 before the template renders them or the first
+    is fetched: the undecodable first image would otherwise be the error."""
+    import openai
+
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,bm90IGFuIGltYWdl"}}
+    with pytest.raises(openai.BadRequestError, match=r"carries 17 images and videos; this server takes at most 16"):
+        ask(client, [{"role": "user", "content": [part] * 17}])
+    with pytest.raises(openai.BadRequestError, match="cannot decode image"):
+        ask(client, [{"role": "user", "content": [part] * 16}])
+
+
 def test_pixel_bounds_per_request_through_mm_processor_kwargs(client):
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_uri(random_image(4, 56, 56))}}]}]
     usage = [client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1, extra_body={

@@ -115,17 +115,23 @@ def _encode(server: ServerState, tokenizer: Any, text: str, keep: int | None, pa
 
 
 def check_media(server: ServerState, req: ChatCompletionRequest) -> None:
-    """Refuse media a model does not take (before the chat template renders them).
+    """Refuse media a model does not take, and more media than one request may fetch (before the chat template
+    renders them).
 
     Raises:
-        InvalidRequestError: the request has images or videos and the model's processor takes none (param
-            ``messages``).
+        InvalidRequestError: the request has images or videos and the model's processor takes none, or more of them
+            together than the media policy's ``max_media_per_request`` (param ``messages``).
     """
     taken = () if server.processor is None else server.processor.modalities
     for kind, urls in (("image", req.image_urls), ("video", req.video_urls)):
         if urls and kind not in taken:
             what = "text only" if not taken else " and ".join(f"{m}s" for m in taken) + " only"
             raise InvalidRequestError(f"this model takes {what}; the request carries {kind}s", param="messages")
+    limit = server.media_fetcher.policy.max_media_per_request
+    count = len(req.image_urls) + len(req.video_urls)
+    if count > limit:
+        raise InvalidRequestError(f"the request carries {count} images and videos; this server takes at most "
+                                  f"{limit} (max_media_per_request)", param="messages")
 
 
 def chat_media(server: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]

@@ -1,6 +1,7 @@
 """The 12 Hz codec decoder (:mod:`anna_audio.qwen3_tts.codec_decoder`) against the reference's golden outputs:
 each stage and the waveform for given codes, batched rows against rows alone, streamed chunks against the whole
-decode -- in both layouts (``[B, C, T]``-contiguous, the CPU's, and time-major, CUDA's) -- and the errors of bad
+decode -- in both layouts (``[B, C, T]``-contiguous, the CPU's, and time-major, opt-in on CUDA) and with the dilated
+convolutions computed over their phases (CUDA's) -- and the errors of bad
 codes and mismatched checkpoints."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 import torch
 from anna_audio.qwen3_tts import StreamingDecoder, load_codec_decoder, load_config
 from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
-from anna_audio.qwen3_tts.codec_layers import CausalConv1d, CausalTransposedConv1d
+from anna_audio.qwen3_tts.codec_layers import CausalConv1d, CausalTransposedConv1d, phased_conv1d
 from anna_audio.qwen3_tts.stream_state import StreamState
 from anna_core.errors import ModelLoadError
 
@@ -22,18 +23,49 @@ WAVE_ATOL = 1e-4
 STAGE_ATOL = 1e-5
 
 
-@pytest.fixture(scope="module", params=["contiguous", "time_major"])
+@pytest.fixture(scope="module", params=["contiguous", "time_major", "phased"])
 def codec(request):
     tensors, facts = golden("codec")
     config = load_config(CHECKPOINTS["base"])
     decoder = load_codec_decoder(CHECKPOINTS["base"], config)  # on the CPU: [B, C, T]-contiguous
     assert not decoder.time_major
-    if request.param == "time_major":  # the layout the loaders pick on CUDA, run on the CPU
+    if request.param in ("time_major", "phased"):  # time-major: opt-in on CUDA; phased: CUDA's, run on the CPU
         loaded = decoder
-        decoder = CodecDecoder(config.codec.decoder, time_major=True)
+        decoder = CodecDecoder(config.codec.decoder, time_major=request.param == "time_major",
+                               phased_min_channels=0 if request.param == "phased" else None)
         decoder.load_state_dict(loaded.state_dict())
         decoder.layout_weights().eval()
+        phased = [m for m in decoder.modules() if isinstance(m, CausalConv1d) and m.phased]
+        assert len(phased) == (2 * len(config.codec.decoder.upsample_rates) if request.param == "phased" else 0)
     return decoder, tensors, facts
+
+
+@pytest.mark.parametrize(("batch", "channels", "length", "dilation"), [
+    (2, 5, 40, 3), (1, 4, 41, 9), (3, 3, 20, 2), (2, 4, 55, 9), (1, 2, 7, 1)])
+def test_phased_convolution_is_the_dilated_one(batch, channels, length, dilation):
+    """Any length (padded up to a multiple of the dilation inside, the extra outputs dropped), bias included."""
+    torch.manual_seed(length)
+    conv = torch.nn.Conv1d(channels, channels + 1, 7, dilation=dilation).double()
+    x = torch.randn(batch, channels, length + 6 * dilation, dtype=torch.float64)
+    got = phased_conv1d(x, conv)
+    torch.testing.assert_close(got, conv(x), atol=1e-12, rtol=0)
+
+
+def test_loaders_phase_the_wide_dilated_convolutions_off_the_cpu_only(monkeypatch):
+    from anna_audio.qwen3_tts.codec_decoder import PHASED_MIN_CHANNELS, PHASED_MIN_CHANNELS_ENV, phased_min_channels_for
+
+    monkeypatch.delenv(PHASED_MIN_CHANNELS_ENV, raising=False)
+    assert phased_min_channels_for("cpu") is None
+    assert phased_min_channels_for("cuda") == phased_min_channels_for(torch.device("xpu")) == PHASED_MIN_CHANNELS
+    monkeypatch.setenv(PHASED_MIN_CHANNELS_ENV, "0")
+    assert phased_min_channels_for("cuda") == 0 and phased_min_channels_for("cpu") is None
+    monkeypatch.setenv(PHASED_MIN_CHANNELS_ENV, "wide")
+    with pytest.raises(ValueError, match="ANNA_CODEC_PHASED_MIN_CHANNELS must be a non-negative integer"):
+        phased_min_channels_for("cuda")
+    config = load_config(CHECKPOINTS["base"])
+    monkeypatch.delenv(PHASED_MIN_CHANNELS_ENV)
+    assert not any(m.phased for m in load_codec_decoder(CHECKPOINTS["base"], config).modules()
+                   if isinstance(m, CausalConv1d))
 
 
 def test_time_major_layout_holds_through_the_stack():

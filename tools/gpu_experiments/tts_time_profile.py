@@ -89,7 +89,7 @@ def convolutions(fn, device: torch.device, top: int = 10) -> None:
 
 def main() -> None:
     from anna_audio.qwen3_tts.code_predictor import CodePredictor
-    from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
+    from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, phased_min_channels_for
     from anna_audio.qwen3_tts.config import parse_codec, parse_talker
     from anna_audio.qwen3_tts.frame_predictor import FramePredictor
     from anna_audio.qwen3_tts.sampling import CodeSampling
@@ -122,7 +122,8 @@ def main() -> None:
     table(f"code predictor frame ({config.num_code_groups - 1} passes), sampled", lambda: frame(h, h), device)
 
     decoder = CodecDecoder(parse_codec(json.loads(CODEC.read_text())).decoder, ops,
-                           time_major=args.layout == "time-major").eval()  # its snake_beta too
+                           time_major=args.layout == "time-major",
+                           phased_min_channels=phased_min_channels_for(device)).eval()  # its snake_beta too
     with torch.no_grad():
         for name, p in decoder.named_parameters():
             if name.endswith("embedding_sum"):

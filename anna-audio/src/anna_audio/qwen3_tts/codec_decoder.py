@@ -35,6 +35,13 @@ from anna_audio.qwen3_tts.config import CodecDecoderConfig
 from anna_audio.qwen3_tts.stream_state import ChunkContext, StateLayout, StreamBatch, StreamState
 
 TIME_MAJOR_ENV = "ANNA_CODEC_TIME_MAJOR"
+PHASED_MIN_CHANNELS_ENV = "ANNA_CODEC_PHASED_MIN_CHANNELS"
+PHASED_MIN_CHANNELS = 256
+"""Residual units this wide or wider run their dilated convolutions as undilated ones over the phases
+(:func:`~anna_audio.qwen3_tts.codec_layers.phased_conv1d`) on CUDA and XPU: on an H100 cuDNN gave the 768-channel
+dilated convolutions of the 1.7B codec its generic ``implicit_convolve_sgemm`` kernel (1.2 ms each for 16 streams'
+8-frame chunk) while the 192- and 96-channel ones ran at the speed of the undilated ones (BENCHMARKS.md,
+2026-12-08)."""
 
 
 def time_major_for(device: torch.device | str) -> bool:
@@ -44,6 +51,25 @@ def time_major_for(device: torch.device | str) -> bool:
     time-major: BENCHMARKS.md)."""
     flag = os.environ.get(TIME_MAJOR_ENV, "").strip().lower() in ("1", "true", "on", "yes")
     return flag and torch.device(device).type == "cuda"
+
+
+def phased_min_channels_for(device: torch.device | str) -> int | None:
+    """The narrowest residual unit whose dilated convolutions run phased (:class:`CodecDecoder`'s
+    ``phased_min_channels``) on ``device``: :data:`PHASED_MIN_CHANNELS` on CUDA and XPU (``ANNA_CODEC_PHASED_MIN_CHANNELS``
+    overrides it for measurements: 0 phases every one, a large value none); None on the CPU (oneDNN's dilated
+    convolutions are faster there than the phases' copies and undilated convolutions).
+
+    Raises:
+        ValueError: the variable is set to something other than a non-negative integer.
+    """
+    if torch.device(device).type == "cpu":
+        return None
+    raw = os.environ.get(PHASED_MIN_CHANNELS_ENV, "").strip()
+    if not raw:
+        return PHASED_MIN_CHANNELS
+    if not raw.isdigit():
+        raise ValueError(f"{PHASED_MIN_CHANNELS_ENV} must be a non-negative integer, got {raw!r}")
+    return int(raw)
 
 
 class CodecDecoder(nn.Module):
@@ -59,9 +85,13 @@ class CodecDecoder(nn.Module):
             convolutions in that layout (:mod:`~anna_audio.qwen3_tts.codec_layers`: cuDNN's 16-bit convolutions
             compute channels-last; the loaders ask :func:`time_major_for`); False: ``[B, C, T]``-contiguous, torch's
             ``conv1d`` (faster on the CPU). The same values either way.
+        phased_min_channels: residual units at least this wide compute their dilated convolutions over the input's
+            phases (:func:`~anna_audio.qwen3_tts.codec_layers.phased_conv1d`; the loaders pass
+            :func:`phased_min_channels_for` the device); None: none. The same values either way.
     """
 
-    def __init__(self, config: CodecDecoderConfig, ops: Any = None, *, time_major: bool = False) -> None:
+    def __init__(self, config: CodecDecoderConfig, ops: Any = None, *, time_major: bool = False,
+                 phased_min_channels: int | None = None) -> None:
         super().__init__()
         self.config = config
         self.time_major = time_major
@@ -76,7 +106,9 @@ class CodecDecoder(nn.Module):
         dims = [config.decoder_dim // 2 ** i for i in range(len(config.upsample_rates) + 1)]
         self.decoder = nn.ModuleList([
             CausalConv1d(config.latent_dim, config.decoder_dim, 7, time_major=tm),
-            *(UpsampleBlock(dims[i], dims[i + 1], rate, snake, tm) for i, rate in enumerate(config.upsample_rates)),
+            *(UpsampleBlock(dims[i], dims[i + 1], rate, snake, tm,
+                            phased_min_channels is not None and dims[i + 1] >= phased_min_channels)
+              for i, rate in enumerate(config.upsample_rates)),
             SnakeBeta(dims[-1], snake),
             CausalConv1d(dims[-1], 1, 7, time_major=tm),
         ])

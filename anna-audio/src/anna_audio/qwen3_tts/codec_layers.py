@@ -44,11 +44,30 @@ def time_major_(conv: nn.Conv1d) -> None:
     conv.weight = nn.Parameter(w.detach().transpose(1, 2).contiguous().transpose(1, 2), requires_grad=w.requires_grad)
 
 
-def _conv(x: torch.Tensor, conv: nn.Conv1d, time_major: bool) -> torch.Tensor:
+def phased_conv1d(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """``conv`` (no padding, dilation ``d``, one group) of ``x`` ``[B, C_in, T]`` -> ``[B, C_out, T - (k - 1) d]`` as
+    ``d`` undilated convolutions, one per phase: output ``d a + p`` reads inputs ``d (a + j) + p`` (``j < k``), so
+    phase ``p`` of the output is the undilated convolution of phase ``p`` of the input. The phases go into the batch
+    (one copy in, one out; ``T`` zero-padded up to a multiple of ``d``, the extra outputs dropped). The same sums as
+    the dilated convolution; on CUDA cuDNN runs the undilated ones with its fast kernels where it gives a wide dilated
+    convolution its slow generic one (BENCHMARKS.md)."""
+    d, k = conv.dilation[0], conv.kernel_size[0]
+    b, c, t = x.shape
+    padded = -(-t // d) * d
+    if padded != t:
+        x = F.pad(x, (0, padded - t))
+    phases = x.unflatten(-1, (padded // d, d)).permute(0, 3, 1, 2).reshape(b * d, c, padded // d)
+    y = F.conv1d(phases, conv.weight, conv.bias)  # [B d, C_out, padded / d - k + 1]
+    y = y.unflatten(0, (b, d)).permute(0, 2, 3, 1).reshape(b, y.shape[1], y.shape[-1] * d)
+    return y[..., :t - (k - 1) * d]
+
+
+def _conv(x: torch.Tensor, conv: nn.Conv1d, time_major: bool, phased: bool = False) -> torch.Tensor:
     """``conv`` (no padding) of ``x`` ``[B, C_in, T]`` -> ``[B, C_out, T']``: time-major, a channels-last ``conv2d``
-    (a pointwise one as a matrix product over the time-major rows); else torch's ``conv1d``."""
+    (a pointwise one as a matrix product over the time-major rows); else torch's ``conv1d``, or with ``phased``
+    (a dilated convolution) :func:`phased_conv1d`."""
     if not time_major:
-        return conv(x)
+        return phased_conv1d(x, conv) if phased else conv(x)
     if conv.kernel_size[0] == 1 and conv.groups == 1:
         return F.linear(x.transpose(1, 2), conv.weight[:, :, 0], conv.bias).transpose(1, 2)
     y = F.conv2d(x.unsqueeze(2), conv.weight.unsqueeze(2), conv.bias, dilation=(1, conv.dilation[0]),
@@ -62,17 +81,20 @@ class CausalConv1d(ContextLayer):
 
     Args:
         time_major: hold activations time-major (module docstring).
+        phased: a dilated convolution of one group runs as undilated ones over the input's phases
+            (:func:`phased_conv1d`; ``[B, C, T]``-contiguous layers only; slower on the CPU).
 
     Parameters:
         conv.weight: ``[C_out, C_in / groups, kernel]``; conv.bias: ``[C_out]``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1,
-                 groups: int = 1, time_major: bool = False) -> None:
+                 groups: int = 1, time_major: bool = False, phased: bool = False) -> None:
         super().__init__()
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.context = (kernel_size - 1) * dilation
         self.time_major = time_major
+        self.phased = phased and dilation > 1 and groups == 1
 
     @property
     def context_shape(self) -> tuple[int, ...] | None:
@@ -87,7 +109,7 @@ class CausalConv1d(ContextLayer):
         padded = cat_time(past, x, self.time_major)
         if state is not None:
             state.put(self, padded[..., padded.shape[-1] - self.context:])
-        return _conv(padded, self.conv, self.time_major)
+        return _conv(padded, self.conv, self.time_major, self.phased)
 
 
 class CausalTransposedConv1d(ContextLayer):
@@ -236,13 +258,14 @@ class ConvNeXtBlock(nn.Module):
 
 
 class ResidualUnit(nn.Module):
-    """``x + conv2(snake(conv1(snake(x))))`` with a dilated kernel-7 ``conv1`` and a pointwise ``conv2``."""
+    """``x + conv2(snake(conv1(snake(x))))`` with a dilated kernel-7 ``conv1`` (``phased``: see
+    :class:`CausalConv1d`) and a pointwise ``conv2``."""
 
     def __init__(self, dim: int, dilation: int, snake: Callable[..., torch.Tensor] | None = None,
-                 time_major: bool = False) -> None:
+                 time_major: bool = False, phased: bool = False) -> None:
         super().__init__()
         self.act1 = SnakeBeta(dim, snake)
-        self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation, time_major=time_major)
+        self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation, time_major=time_major, phased=phased)
         self.act2 = SnakeBeta(dim, snake)
         self.conv2 = CausalConv1d(dim, dim, 1, time_major=time_major)
 
@@ -253,14 +276,15 @@ class ResidualUnit(nn.Module):
 
 class UpsampleBlock(nn.Module):
     """SnakeBeta, a transposed convolution (kernel ``2 r``, stride ``r``) halving the channels, then residual units
-    of dilation 1, 3 and 9 (the checkpoint's ``decoder.decoder.<i>.block.<0..4>``)."""
+    of dilation 1, 3 and 9 (the checkpoint's ``decoder.decoder.<i>.block.<0..4>``; ``phased``: their dilated
+    convolutions as :func:`phased_conv1d`)."""
 
     def __init__(self, in_dim: int, out_dim: int, rate: int, snake: Callable[..., torch.Tensor] | None = None,
-                 time_major: bool = False) -> None:
+                 time_major: bool = False, phased: bool = False) -> None:
         super().__init__()
         self.block = nn.ModuleList([SnakeBeta(in_dim, snake),
                                     CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate, time_major),
-                                    *(ResidualUnit(out_dim, d, snake, time_major) for d in (1, 3, 9))])
+                                    *(ResidualUnit(out_dim, d, snake, time_major, phased) for d in (1, 3, 9))])
 
     def forward(self, x: torch.Tensor, state: ChunkContext | None = None) -> torch.Tensor:
         for layer in self.block:

@@ -18,7 +18,7 @@ from anna_core.tokenizer import Tokenizer
 from anna_core.weights.safetensors_loader import materialize_dummy
 
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
-from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, time_major_for
+from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, phased_min_channels_for, time_major_for
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig, load_config
 from anna_audio.qwen3_tts.sampling import SpeechSampling, load_sampling
 from anna_audio.qwen3_tts.talker import Talker
@@ -118,7 +118,8 @@ def load(source: ModelSource, *, device: torch.device, dtype: torch.dtype, load_
     if load_format == "dummy":
         talker = _dummy(lambda: Talker(config.talker), device, dtype)
         predictor = _dummy(lambda: CodePredictor(config.predictor, config.talker.shape.hidden_size), device, dtype)
-        decoder = _dummy(lambda: CodecDecoder(config.codec.decoder, ops, time_major=time_major_for(device)), device,
+        decoder = _dummy(lambda: CodecDecoder(config.codec.decoder, ops, time_major=time_major_for(device),
+                                              phased_min_channels=phased_min_channels_for(device)), device,
                          dtype).layout_weights()
     else:
         talker = load_talker(root, config, device=device, dtype=dtype)

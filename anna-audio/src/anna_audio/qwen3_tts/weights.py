@@ -16,7 +16,7 @@ from anna_core.errors import ModelLoadError
 from anna_core.weights.safetensors_loader import load_safetensors
 
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
-from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, time_major_for
+from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, phased_min_channels_for, time_major_for
 from anna_audio.qwen3_tts.codec_encoder import CodecEncoder
 from anna_audio.qwen3_tts.codec_encoder_config import load_codec_encoder_config
 from anna_audio.qwen3_tts.config import Qwen3TTSConfig
@@ -51,7 +51,8 @@ def load_codec_decoder(folder: str | Path, config: Qwen3TTSConfig, *, device: to
             configured decoder (missing, unexpected, or mis-shaped tensors, all named).
     """
     with torch.device("meta"):
-        decoder = CodecDecoder(config.codec.decoder, ops, time_major=time_major_for(device)).to(dtype)
+        decoder = CodecDecoder(config.codec.decoder, ops, time_major=time_major_for(device),
+                               phased_min_channels=phased_min_channels_for(device)).to(dtype)
     load_safetensors(decoder, Path(folder) / "speech_tokenizer", codec_decoder_name, device=torch.device(device))
     return decoder.layout_weights().eval()
 

@@ -243,7 +243,7 @@ def test_echo_with_logprobs_returns_the_prompts_logprobs_as_lm_eval_reads_them(s
     lp, choice = r.choices[0].logprobs, r.choices[0]
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(prompt) + 1
     assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
-    assert all(isinstance(x, float) and x <= 0 for x in lp.token_logprobs[1:])
+    assert all(isinstance(x, float) and x <= 0 for x in lp.token_logprobs[1:]), lp.token_logprobs
     assert all(1 <= len(t) <= 2 and t[tok] == x for t, tok, x in zip(lp.top_logprobs[1:], lp.tokens[1:],
                                                                         lp.token_logprobs[1:]))  # itself + the best
     assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0

@@ -82,18 +82,23 @@ def _top(e: TokenLogprob, text: TokenText, k: int | None = None) -> dict[str, fl
     return {text.token(e.token_id): e.logprob} | {text.token(t): lp for t, lp in e.top[:k]}
 
 
+def _text_offsets(tokens: list[str], start: int) -> list[int]:
+    """Each token string's character offset, the first at ``start``."""
+    offsets = []
+    for t in tokens:
+        offsets.append(start)
+        start += len(t)
+    return offsets
+
+
 def completion_logprobs(entries: list[TokenLogprob], text: TokenText, offset: int) -> dict[str, Any]:
     """The legacy completions ``logprobs`` object; ``offset``: characters before the first token."""
-    tokens, offsets = [], []
-    for e in entries:
-        tokens.append(text.token(e.token_id))
-        offsets.append(offset)
-        offset += len(tokens[-1])
+    tokens = [text.token(e.token_id) for e in entries]
     return {
         "tokens": tokens,
         "token_logprobs": [e.logprob for e in entries],
         "top_logprobs": [_top(e, text) for e in entries],
-        "text_offset": offsets,
+        "text_offset": _text_offsets(tokens, offset),
     }
 
 
@@ -103,15 +108,11 @@ def echo_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], tex
     first with a null logprob and null alternatives (nothing predicts it), then each token's logprob and, in
     ``top_logprobs``, the token and its ``k`` most likely alternatives; offsets count the token strings from 0."""
     tokens = [text.token(t) for t in prompt_ids]
-    offsets, at = [], 0
-    for t in tokens:
-        offsets.append(at)
-        at += len(t)
     return {
         "tokens": tokens,
         "token_logprobs": [None if e is None else e.logprob for e in entries],
         "top_logprobs": [None if e is None else _top(e, text, k) for e in entries],
-        "text_offset": offsets,
+        "text_offset": _text_offsets(tokens, 0),
     }
 
 

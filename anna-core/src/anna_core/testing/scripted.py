@@ -81,13 +81,15 @@ class ScriptedLM(torch.nn.Module):
         return self._names.index(m.group(1)) if m and m.group(1) in self._names else -1
 
     def forward(self, batch: ForwardBatch, caches: ModelCaches) -> torch.Tensor:
-        """Hidden ``[T, 2]`` float32: for a row that samples, ``(script index, output position)``."""
+        """Hidden ``[T, 2]`` float32: for a row that samples, ``(script index, output position)``; other rows
+        (prompt rows, which only prompt logprobs read) ``(-1, 0)``: no script, EOS logits."""
         ids = batch.input_ids.tolist()
         positions = batch.positions.tolist()
         cu = batch.cu_seqlens.tolist()
         slots = batch.state_slots.tolist()
         sampling_rows = set(batch.logits_indices.tolist())
         hidden = torch.zeros(len(ids), 2)
+        hidden[:, 0] = -1  # (0 would be the first registered script's first output position)
         for i, slot in enumerate(slots):
             lo, hi = cu[i], cu[i + 1]
             if positions[lo] == 0:

@@ -23,32 +23,35 @@ WAVE_ATOL = 1e-4
 STAGE_ATOL = 1e-5
 
 
-@pytest.fixture(scope="module", params=["contiguous", "time_major", "phased"])
+@pytest.fixture(scope="module", params=["contiguous", "time_major", "phased", "time_major_phased"])
 def codec(request):
     tensors, facts = golden("codec")
     config = load_config(CHECKPOINTS["base"])
     decoder = load_codec_decoder(CHECKPOINTS["base"], config)  # on the CPU: [B, C, T]-contiguous
     assert not decoder.time_major
-    if request.param in ("time_major", "phased"):  # time-major: opt-in on CUDA; phased: CUDA's, run on the CPU
+    if request.param != "contiguous":  # time-major: opt-in on CUDA; phased: CUDA's, run on the CPU
         loaded = decoder
-        decoder = CodecDecoder(config.codec.decoder, time_major=request.param == "time_major",
-                               phased_min_channels=0 if request.param == "phased" else None)
+        decoder = CodecDecoder(config.codec.decoder, time_major=request.param.startswith("time_major"),
+                               phased_min_channels=0 if request.param.endswith("phased") else None)
         decoder.load_state_dict(loaded.state_dict())
         decoder.layout_weights().eval()
         phased = [m for m in decoder.modules() if isinstance(m, CausalConv1d) and m.phased]
-        assert len(phased) == (2 * len(config.codec.decoder.upsample_rates) if request.param == "phased" else 0)
+        assert len(phased) == (2 * len(config.codec.decoder.upsample_rates) if request.param.endswith("phased") else 0)
     return decoder, tensors, facts
 
 
 @pytest.mark.parametrize(("batch", "channels", "length", "dilation"), [
     (2, 5, 40, 3), (1, 4, 41, 9), (3, 3, 20, 2), (2, 4, 55, 9), (1, 2, 7, 1)])
 def test_phased_convolution_is_the_dilated_one(batch, channels, length, dilation):
-    """Any length (padded up to a multiple of the dilation inside, the extra outputs dropped), bias included."""
+    """Any length (padded up to a multiple of the dilation inside, the extra outputs dropped), bias included; a
+    time-major input gives a time-major output."""
     torch.manual_seed(length)
     conv = torch.nn.Conv1d(channels, channels + 1, 7, dilation=dilation).double()
     x = torch.randn(batch, channels, length + 6 * dilation, dtype=torch.float64)
-    got = phased_conv1d(x, conv)
-    torch.testing.assert_close(got, conv(x), atol=1e-12, rtol=0)
+    torch.testing.assert_close(phased_conv1d(x, conv), conv(x), atol=1e-12, rtol=0)
+    tm = phased_conv1d(x.transpose(1, 2).contiguous().transpose(1, 2), conv, time_major=True)
+    assert tm.transpose(1, 2).is_contiguous()
+    torch.testing.assert_close(tm, conv(x), atol=1e-12, rtol=0)
 
 
 def test_loaders_phase_the_wide_dilated_convolutions_off_the_cpu_only(monkeypatch):
@@ -68,13 +71,14 @@ def test_loaders_phase_the_wide_dilated_convolutions_off_the_cpu_only(monkeypatc
                    if isinstance(m, CausalConv1d))
 
 
-def test_time_major_layout_holds_through_the_stack():
+@pytest.mark.parametrize("phased_min_channels", [None, 0])
+def test_time_major_layout_holds_through_the_stack(phased_min_channels):
     """A time-major decoder's convolutions read and write time-major activations (no layout conversion between
     them: a layer falling back to [B, C, T] would pay one in and out of every later convolution), its weights are
     stored time-major, and the values are the [B, C, T] decoder's."""
     config = load_config(CHECKPOINTS["base"])
     plain = load_codec_decoder(CHECKPOINTS["base"], config)
-    decoder = CodecDecoder(config.codec.decoder, time_major=True)
+    decoder = CodecDecoder(config.codec.decoder, time_major=True, phased_min_channels=phased_min_channels)
     decoder.load_state_dict(plain.state_dict())
     decoder.layout_weights().eval()
     layouts = []

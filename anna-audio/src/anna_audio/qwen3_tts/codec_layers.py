@@ -44,30 +44,39 @@ def time_major_(conv: nn.Conv1d) -> None:
     conv.weight = nn.Parameter(w.detach().transpose(1, 2).contiguous().transpose(1, 2), requires_grad=w.requires_grad)
 
 
-def phased_conv1d(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+def phased_conv1d(x: torch.Tensor, conv: nn.Conv1d, time_major: bool = False) -> torch.Tensor:
     """``conv`` (no padding, dilation ``d``, one group) of ``x`` ``[B, C_in, T]`` -> ``[B, C_out, T - (k - 1) d]`` as
     ``d`` undilated convolutions, one per phase: output ``d a + p`` reads inputs ``d (a + j) + p`` (``j < k``), so
     phase ``p`` of the output is the undilated convolution of phase ``p`` of the input. The phases go into the batch
-    (one copy in, one out; ``T`` zero-padded up to a multiple of ``d``, the extra outputs dropped). The same sums as
-    the dilated convolution; on CUDA cuDNN runs the undilated ones with its fast kernels where it gives a wide dilated
+    (one copy in, one out; ``T`` zero-padded up to a multiple of ``d``, the extra outputs dropped), time-major in and
+    out where ``time_major`` (the undilated convolution then channels-last, as :func:`_conv`). The same sums as the
+    dilated convolution; on CUDA cuDNN runs the undilated ones with its fast kernels where it gives a wide dilated
     convolution its slow generic one (BENCHMARKS.md)."""
     d, k = conv.dilation[0], conv.kernel_size[0]
     b, c, t = x.shape
     padded = -(-t // d) * d
+    rows = x.transpose(1, 2) if time_major else x  # [B, T, C] (contiguous) or [B, C, T]
     if padded != t:
-        x = F.pad(x, (0, padded - t))
-    phases = x.unflatten(-1, (padded // d, d)).permute(0, 3, 1, 2).reshape(b * d, c, padded // d)
+        rows = F.pad(rows, (0, 0, 0, padded - t) if time_major else (0, padded - t))
+    if time_major:  # [B, T/d, d, C] -> [B d, T/d, C], then viewed [B d, C, T/d] time-major
+        phases = rows.unflatten(1, (padded // d, d)).transpose(1, 2).reshape(b * d, padded // d, c).transpose(1, 2)
+        y = F.conv2d(phases.unsqueeze(2), conv.weight.unsqueeze(2), conv.bias).squeeze(2)  # [B d, C_out, A]
+        out = y.transpose(1, 2).unflatten(0, (b, d)).transpose(1, 2).reshape(b, y.shape[-1] * d, y.shape[1])
+        return (out[:, :t - (k - 1) * d].contiguous() if padded != t else out).transpose(1, 2)
+    phases = rows.unflatten(-1, (padded // d, d)).permute(0, 3, 1, 2).reshape(b * d, c, padded // d)
     y = F.conv1d(phases, conv.weight, conv.bias)  # [B d, C_out, padded / d - k + 1]
     y = y.unflatten(0, (b, d)).permute(0, 2, 3, 1).reshape(b, y.shape[1], y.shape[-1] * d)
     return y[..., :t - (k - 1) * d]
 
 
 def _conv(x: torch.Tensor, conv: nn.Conv1d, time_major: bool, phased: bool = False) -> torch.Tensor:
-    """``conv`` (no padding) of ``x`` ``[B, C_in, T]`` -> ``[B, C_out, T']``: time-major, a channels-last ``conv2d``
-    (a pointwise one as a matrix product over the time-major rows); else torch's ``conv1d``, or with ``phased``
-    (a dilated convolution) :func:`phased_conv1d`."""
+    """``conv`` (no padding) of ``x`` ``[B, C_in, T]`` -> ``[B, C_out, T']``: with ``phased`` (a dilated
+    convolution) :func:`phased_conv1d`; time-major, a channels-last ``conv2d`` (a pointwise one as a matrix product
+    over the time-major rows); else torch's ``conv1d``."""
+    if phased:
+        return phased_conv1d(x, conv, time_major)
     if not time_major:
-        return phased_conv1d(x, conv) if phased else conv(x)
+        return conv(x)
     if conv.kernel_size[0] == 1 and conv.groups == 1:
         return F.linear(x.transpose(1, 2), conv.weight[:, :, 0], conv.bias).transpose(1, 2)
     y = F.conv2d(x.unsqueeze(2), conv.weight.unsqueeze(2), conv.bias, dilation=(1, conv.dilation[0]),
@@ -82,7 +91,7 @@ class CausalConv1d(ContextLayer):
     Args:
         time_major: hold activations time-major (module docstring).
         phased: a dilated convolution of one group runs as undilated ones over the input's phases
-            (:func:`phased_conv1d`; ``[B, C, T]``-contiguous layers only; slower on the CPU).
+            (:func:`phased_conv1d`; slower on the CPU).
 
     Parameters:
         conv.weight: ``[C_out, C_in / groups, kernel]``; conv.bias: ``[C_out]``.

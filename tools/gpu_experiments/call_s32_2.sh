@@ -24,5 +24,7 @@ bench() {  # bench NAME BOUND [env ...] -- [anna bench flags]
 bench bf16 "${T_RUN:-100}" --
 bench int4 "${T_RUN:-100}" -- --weight-quant int4 --lm-head-quant int4
 bench fp8 "${T_RUN:-100}" -- --weight-quant fp8 --lm-head-quant fp8
-(cd "$OUT" && tar czf logs.tgz prof_*.log tts_*.log tts_*.json b1_*.log 2>/dev/null && rm -f prof_*.log tts_*.log tts_*.json b1_*.log)
+. tools/gpu_experiments/copy_bandwidth.sh | tee "$OUT/bandwidth_end.txt"  # (the first lines may fall out of the tail)
+(cd "$OUT" && tar czf logs.tgz prof_*.log tts_*.log tts_*.json b1_*.log bandwidth_end.txt 2>/dev/null \
+  && rm -f prof_*.log tts_*.log tts_*.json b1_*.log bandwidth_end.txt)
 echo "== done $(date +%T)"

@@ -54,21 +54,23 @@ def test_phased_convolution_is_the_dilated_one(batch, channels, length, dilation
     torch.testing.assert_close(tm, conv(x), atol=1e-12, rtol=0)
 
 
-def test_loaders_phase_the_wide_dilated_convolutions_off_the_cpu_only(monkeypatch):
-    from anna_audio.qwen3_tts.codec_decoder import PHASED_MIN_CHANNELS, PHASED_MIN_CHANNELS_ENV, phased_min_channels_for
+def test_loaders_phase_dilated_convolutions_on_cuda_only_when_asked(monkeypatch):
+    from anna_audio.qwen3_tts.codec_decoder import PHASED_MIN_CHANNELS_ENV, phased_min_channels_for
 
     monkeypatch.delenv(PHASED_MIN_CHANNELS_ENV, raising=False)
-    assert phased_min_channels_for("cpu") is None
-    assert phased_min_channels_for("cuda") == phased_min_channels_for(torch.device("xpu")) == PHASED_MIN_CHANNELS
+    assert phased_min_channels_for("cpu") is phased_min_channels_for("cuda") is None  # opt-in
+    monkeypatch.setenv(PHASED_MIN_CHANNELS_ENV, "256")
+    assert phased_min_channels_for(torch.device("cuda", 0)) == 256
+    assert phased_min_channels_for("cpu") is phased_min_channels_for("xpu") is phased_min_channels_for("meta") is None
     monkeypatch.setenv(PHASED_MIN_CHANNELS_ENV, "0")
-    assert phased_min_channels_for("cuda") == 0 and phased_min_channels_for("cpu") is None
+    assert phased_min_channels_for("cuda") == 0
     monkeypatch.setenv(PHASED_MIN_CHANNELS_ENV, "wide")
     with pytest.raises(ValueError, match="ANNA_CODEC_PHASED_MIN_CHANNELS must be a non-negative integer"):
         phased_min_channels_for("cuda")
+    monkeypatch.setenv(PHASED_MIN_CHANNELS_ENV, "0")
     config = load_config(CHECKPOINTS["base"])
-    monkeypatch.delenv(PHASED_MIN_CHANNELS_ENV)
     assert not any(m.phased for m in load_codec_decoder(CHECKPOINTS["base"], config).modules()
-                   if isinstance(m, CausalConv1d))
+                   if isinstance(m, CausalConv1d))  # loaded on the CPU
 
 
 @pytest.mark.parametrize("phased_min_channels", [None, 0])

@@ -29,7 +29,7 @@ import torch
 
 
 def main() -> None:
-    from anna_audio.qwen3_tts.codec_decoder import CodecDecoder
+    from anna_audio.qwen3_tts.codec_decoder import CodecDecoder, phased_min_channels_for
     from anna_audio.qwen3_tts.config import parse_codec
     from anna_audio.qwen3_tts.stream_state import StreamState
     from anna_audio.speech.vocoder import Vocoder
@@ -45,7 +45,7 @@ def main() -> None:
     with open(args.config) as f:
         cfg = parse_codec(json.load(f)).decoder
     torch.manual_seed(0)
-    decoder = CodecDecoder(cfg).eval()
+    decoder = CodecDecoder(cfg, phased_min_channels=phased_min_channels_for(dev)).eval()
     with torch.no_grad():
         for name, p in decoder.named_parameters():
             if name.endswith("embedding_sum"):

@@ -36,37 +36,34 @@ from anna_audio.qwen3_tts.stream_state import ChunkContext, StateLayout, StreamB
 
 TIME_MAJOR_ENV = "ANNA_CODEC_TIME_MAJOR"
 PHASED_MIN_CHANNELS_ENV = "ANNA_CODEC_PHASED_MIN_CHANNELS"
-PHASED_MIN_CHANNELS = 256
-"""Residual units this wide or wider run their dilated convolutions as undilated ones over the phases
-(:func:`~anna_audio.qwen3_tts.codec_layers.phased_conv1d`) on CUDA and XPU: on an H100 cuDNN gave the 768-channel
-dilated convolutions of the 1.7B codec its generic ``implicit_convolve_sgemm`` kernel (1.2 ms each for 16 streams'
-8-frame chunk) while the 192- and 96-channel ones ran at the speed of the undilated ones (BENCHMARKS.md,
-2026-12-08)."""
+"""Opt-in (until a GPU measures it: ``tools/gpu_experiments/call_s32_3.sh``): residual units at least this many
+channels wide run their dilated convolutions as undilated ones over the input's phases
+(:func:`~anna_audio.qwen3_tts.codec_layers.phased_conv1d`) on CUDA. On an H100 cuDNN gave the 1.7B codec's
+768-channel dilated convolutions its generic ``implicit_convolve_sgemm`` kernel (1.2 ms each for 16 streams' 8-frame
+chunk) while the 192- and 96-channel ones ran at the speed of the undilated ones (BENCHMARKS.md, 2026-12-08)."""
 
 
 def time_major_for(device: torch.device | str) -> bool:
     """Whether the loaders build a time-major decoder (:class:`CodecDecoder`'s ``time_major``) for ``device``: on CUDA
-    when ``ANNA_CODEC_TIME_MAJOR=1`` asks for it (opt-in until a GPU measures it against the ``[B, C, T]`` layout:
-    ``tools/gpu_experiments/call_s30_2.sh``); never on other devices (on the CPU a chunk decodes slower
-    time-major: BENCHMARKS.md)."""
+    when ``ANNA_CODEC_TIME_MAJOR=1`` asks for it (opt-in: on an H100 a chunk of 16 streams decoded 7 times slower
+    time-major, cuDNN running the wide dilated convolutions channels-last with a direct kernel, BENCHMARKS.md
+    2026-12-08); never on other devices (on the CPU a chunk decodes slower time-major)."""
     flag = os.environ.get(TIME_MAJOR_ENV, "").strip().lower() in ("1", "true", "on", "yes")
     return flag and torch.device(device).type == "cuda"
 
 
 def phased_min_channels_for(device: torch.device | str) -> int | None:
     """The narrowest residual unit whose dilated convolutions run phased (:class:`CodecDecoder`'s
-    ``phased_min_channels``) on ``device``: :data:`PHASED_MIN_CHANNELS` on CUDA and XPU (``ANNA_CODEC_PHASED_MIN_CHANNELS``
-    overrides it for measurements: 0 phases every one, a large value none); None on the CPU (oneDNN's dilated
-    convolutions are faster there than the phases' copies and undilated convolutions).
+    ``phased_min_channels``) on ``device``: on CUDA the value of ``ANNA_CODEC_PHASED_MIN_CHANNELS`` when set (0: every
+    one; opt-in, :data:`PHASED_MIN_CHANNELS_ENV`); None otherwise and on other devices (the CPU's oneDNN dilated
+    convolutions are faster than the phases' copies and undilated convolutions; XPU unmeasured).
 
     Raises:
         ValueError: the variable is set to something other than a non-negative integer.
     """
-    if torch.device(device).type == "cpu":
-        return None
     raw = os.environ.get(PHASED_MIN_CHANNELS_ENV, "").strip()
-    if not raw:
-        return PHASED_MIN_CHANNELS
+    if torch.device(device).type != "cuda" or not raw:
+        return None
     if not raw.isdigit():
         raise ValueError(f"{PHASED_MIN_CHANNELS_ENV} must be a non-negative integer, got {raw!r}")
     return int(raw)

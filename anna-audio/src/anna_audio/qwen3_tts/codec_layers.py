@@ -48,10 +48,11 @@ def phased_conv1d(x: torch.Tensor, conv: nn.Conv1d, time_major: bool = False) ->
     """``conv`` (no padding, dilation ``d``, one group) of ``x`` ``[B, C_in, T]`` -> ``[B, C_out, T - (k - 1) d]`` as
     ``d`` undilated convolutions, one per phase: output ``d a + p`` reads inputs ``d (a + j) + p`` (``j < k``), so
     phase ``p`` of the output is the undilated convolution of phase ``p`` of the input. The phases go into the batch
-    (one copy in, one out; ``T`` zero-padded up to a multiple of ``d``, the extra outputs dropped), time-major in and
-    out where ``time_major`` (the undilated convolution then channels-last, as :func:`_conv`). The same sums as the
-    dilated convolution; on CUDA cuDNN runs the undilated ones with its fast kernels where it gives a wide dilated
-    convolution its slow generic one (BENCHMARKS.md)."""
+    (``T`` zero-padded up to a multiple of ``d``, the extra outputs dropped: a pad, a copy into the phases and one out
+    of them, a few microseconds at the codec's sizes), time-major in and out where ``time_major`` (the undilated
+    convolution then channels-last, as :func:`_conv`). The same sums as the dilated convolution; on CUDA cuDNN may run
+    the undilated ones with its fast kernels where it gives a wide dilated convolution its slow generic one
+    (BENCHMARKS.md)."""
     d, k = conv.dilation[0], conv.kernel_size[0]
     b, c, t = x.shape
     padded = -(-t // d) * d

@@ -116,6 +116,41 @@ def test_slow_resolver_is_cut_at_total_timeout(server):
     assert time.monotonic() - start < 1.5
 
 
+def test_abandoned_lookups_are_bounded_and_their_slots_come_back():
+    """A lookup the fetch gave up on keeps its thread until the resolver returns: with every slot held by one, a
+    fetch is a 429 at once (no new thread); once the resolvers return, lookups run again."""
+    from anna_core.errors import QueueFullError
+
+    release = threading.Event()
+    calls = []
+
+    def resolver(host, port):
+        calls.append(host)
+        if host == "slow.test":
+            release.wait(10.0)
+        return []
+
+    f = MediaFetcher(MediaPolicy(connect_timeout_s=0.2), resolver=resolver,
+                     pending_lookups=threading.BoundedSemaphore(2))
+    try:
+        for _ in range(2):
+            refused(lambda: f.fetch("http://slow.test/a"), "resolving host 'slow.test' timed out")
+        with pytest.raises(QueueFullError, match="too many host lookups are still running"):
+            f.fetch("http://other.test/a")
+        assert calls == ["slow.test", "slow.test"]
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the two threads return and give their slots back
+        try:
+            refused(lambda: f.fetch("http://other.test/a"), "resolves to no address")
+            break
+        except QueueFullError:
+            time.sleep(0.01)
+    assert calls[-1] == "other.test"
+    assert MediaFetcher(MediaPolicy()).pending_lookups is not MediaFetcher(MediaPolicy()).pending_lookups
+
+
 def test_resolver_failure_is_a_400():
     def resolver(host, port):
         raise socket.gaierror(-2, "Name or service not known")

@@ -8,6 +8,7 @@ A :class:`MediaSession` (one request) also caps its fetches' number and gives th
 
 import http.client
 import ssl
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from anna_core.media.deadline import Deadline
 from anna_core.media.errors import refuse
 from anna_core.media.local import local_path_of, read_local_file
 from anna_core.media.policy import MediaPolicy
-from anna_core.media.resolve import resolve_within
+from anna_core.media.resolve import MAX_PENDING_LOOKUPS, resolve_within
 from anna_core.media.url import http_target, redirect_target, request_target
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -44,6 +45,8 @@ class MediaFetcher:
         policy: the limits.
         resolver: ``(host, port) -> [ip, ...]``; default ``socket.getaddrinfo``. It runs in a daemon thread and
             is waited for at most ``min(connect_timeout_s, time left)`` seconds (:mod:`.resolve`).
+        pending_lookups: the resolver threads running at once, abandoned ones included (default
+            :data:`~anna_core.media.resolve.MAX_PENDING_LOOKUPS`); a fetch finding none free is a 429.
         connector: ``(ip, port, timeout_s) -> socket``; default ``socket.create_connection``. It is given
             ``min(connect_timeout_s, time left)`` and must honour it.
         ssl_context: wraps HTTPS sockets; default ``ssl.create_default_context()`` (verifies certificates).
@@ -53,6 +56,7 @@ class MediaFetcher:
 
     policy: MediaPolicy
     resolver: Resolver = default_resolver
+    pending_lookups: threading.Semaphore = attrs.field(factory=lambda: threading.BoundedSemaphore(MAX_PENDING_LOOKUPS))
     connector: Connector = default_connector
     ssl_context: ssl.SSLContext = attrs.field(factory=ssl.create_default_context)
     clock: Callable[[], float] = time.monotonic
@@ -137,7 +141,8 @@ class MediaFetcher:
 
     def _checked_address(self, host: str, port: int, deadline: Deadline) -> str:
         """The address to connect to, after checking every address ``host`` resolves to."""
-        ips = resolve_within(self.resolver, host, port, deadline.bound(self.policy.connect_timeout_s))
+        ips = resolve_within(self.resolver, host, port, deadline.bound(self.policy.connect_timeout_s),
+                             self.pending_lookups)
         private_ok = self.policy.host_is_listed(host)
         if not self.policy.allow_private_media:
             for ip in ips:

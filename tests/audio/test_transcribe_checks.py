@@ -174,6 +174,18 @@ def test_every_field_refusal_names_its_field(client, fields, param, message):
     assert message in error_of(post(test_client, wav(clip(1.0, 6)), **fields), 400, param)
 
 
+def test_a_form_past_the_parsers_part_limit_or_malformed_says_so(client):
+    test_client, _ = client
+    audio = wav(clip(1.0, 10))
+    parts = [("file", ("a.wav", audio, "audio/wav"))] + [(f"x{i}", (None, "1")) for i in range(1000)]
+    r = test_client.post("/v1/audio/transcriptions", files=parts)
+    assert "the multipart/form-data body is refused: it has more parts than the server reads (1000)" in \
+        error_of(r, 400, None)
+    r = test_client.post("/v1/audio/transcriptions", content=b"--b\r\nContent-Disposition: form-data; name=\"a\"",
+                         headers={"Content-Type": "multipart/form-data; boundary=b"})
+    assert error_of(r, 400, None).startswith("the multipart/form-data body is refused: it cannot be parsed")
+
+
 def test_an_upload_without_a_filename_and_a_file_as_a_granularity(client):
     """The two messages the review found misleading: an upload whose filename is empty (read as a text field, not
     UTF-8) and a ``timestamp_granularities[]`` sent as a file part."""

@@ -26,6 +26,7 @@ from anna_core.server.sse import sse_event, sse_response
 from anna_core.server.state import ServerState
 from litestar import Request, Response, post
 from litestar.datastructures import UploadFile
+from litestar.exceptions import ClientException
 
 from anna_audio.audio_io import AudioLimits
 from anna_audio.transcribe import formats
@@ -56,6 +57,12 @@ async def _read_form(request: Request) -> tuple[dict[str, list[Any]], bytes | No
                                   param=None)
     try:
         form = await request.form()
+    except ClientException as exc:  # litestar's parser: its part limit, or a malformed body
+        if exc.status_code != 400:  # (a body over the size limit stays a 413)
+            raise
+        reason = ("it has more parts than the server reads (1000)" if "Too Large" in str(exc.detail)
+                  else f"it cannot be parsed ({exc.detail})")
+        raise InvalidRequestError(f"the multipart/form-data body is refused: {reason}", param=None) from None
     except UnicodeDecodeError:  # a part without a filename (or with an empty one) is read as text
         raise InvalidRequestError("a form part without a filename is not UTF-8 text: send the audio as a file part "
                                   "named 'file' with a non-empty filename (a part whose filename is empty is read as "

@@ -179,7 +179,7 @@ def test_a_form_past_the_parsers_part_limit_or_malformed_says_so(client):
     audio = wav(clip(1.0, 10))
     parts = [("file", ("a.wav", audio, "audio/wav"))] + [(f"x{i}", (None, "1")) for i in range(1000)]
     r = test_client.post("/v1/audio/transcriptions", files=parts)
-    assert "the multipart/form-data body is refused: it has more parts than the server reads (1000)" in \
+    assert "the multipart/form-data body is refused: it has more parts than the server reads (1000), or" in \
         error_of(r, 400, None)
     r = test_client.post("/v1/audio/transcriptions", content=b"--b\r\nContent-Disposition: form-data; name=\"a\"",
                          headers={"Content-Type": "multipart/form-data; boundary=b"})

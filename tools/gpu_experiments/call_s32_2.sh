@@ -1,17 +1,18 @@
 set -u
-# Thirty-second session, second GPU call (at most ~560 s): issue 27 at 16 concurrent requests with the wide dilated
-# convolutions computed over their phases (the new default on CUDA: ANNA_CODEC_PHASED_MIN_CHANNELS=256), against
-# none phased (the old path), then with the fused snake on top (ANNA_FUSED_SNAKE=1), then time-major (phased too) with
+# Thirty-second session, second GPU call (never run; call_s32_3.sh replaced it; at most ~560 s): issue 27 at 16
+# concurrent requests with the wide dilated convolutions computed over their phases (opt-in:
+# ANNA_CODEC_PHASED_MIN_CHANNELS=256), against none phased (the default), then with the fused snake on top (ANNA_FUSED_SNAKE=1), then time-major (phased too) with
 # the fused snake; one profile of the codec chunk with the default; then issue 29's 9B batch-1 ratios (bf16, int4 + int4 head, FP8 + FP8 head).
 #   MODE=script SCRIPT=tools/gpu_experiments/call_s32_2.sh BUDGET=540 bash anna-core/src/anna_core/bench/h200_run.sh
 . tools/gpu_experiments/tts_arms.sh  # copy bandwidth, budget, left, tts
 echo "== profile phased $(date +%T)"
-timeout 60 python3 tools/gpu_experiments/tts_time_profile.py --layout contiguous > "$OUT/prof_phased.log" 2>&1
+ANNA_CODEC_PHASED_MIN_CHANNELS=256 timeout 60 python3 tools/gpu_experiments/tts_time_profile.py --layout contiguous \
+  > "$OUT/prof_phased.log" 2>&1
 echo "exit $?"; grep -E "^(codec decoder|convolutions)|^ +[0-9.]+ us" "$OUT/prof_phased.log" | tail -25 | cut -c1-150
-tts phased "${T_TTS:-75}" -- --runs 1
-tts unphased "${T_TTS:-75}" ANNA_CODEC_PHASED_MIN_CHANNELS=100000 -- --runs 1
-tts phased_snake "${T_TTS:-75}" ANNA_FUSED_SNAKE=1 -- --runs 1
-tts tm_phased_snake "${T_TTS:-75}" ANNA_CODEC_TIME_MAJOR=1 ANNA_FUSED_SNAKE=1 -- --runs 1
+tts phased "${T_TTS:-75}" ANNA_CODEC_PHASED_MIN_CHANNELS=256 -- --runs 1
+tts unphased "${T_TTS:-75}" -- --runs 1
+tts phased_snake "${T_TTS:-75}" ANNA_CODEC_PHASED_MIN_CHANNELS=256 ANNA_FUSED_SNAKE=1 -- --runs 1
+tts tm_phased_snake "${T_TTS:-75}" ANNA_CODEC_TIME_MAJOR=1 ANNA_CODEC_PHASED_MIN_CHANNELS=256 ANNA_FUSED_SNAKE=1 -- --runs 1
 bench() {  # bench NAME BOUND [env ...] -- [anna bench flags]
   local name=$1 bound=$2; shift 2
   local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift

@@ -151,6 +151,26 @@ def test_abandoned_lookups_are_bounded_and_their_slots_come_back():
     assert MediaFetcher(MediaPolicy()).pending_lookups is not MediaFetcher(MediaPolicy()).pending_lookups
 
 
+def test_a_finished_lookup_gives_its_slot_back_before_its_answer():
+    """One caller after another never finds the slot of its own previous (finished) lookup still held, also with
+    the threads switching as often as they can."""
+    import sys
+
+    from anna_core.media.resolve import resolve_within
+
+    slots = threading.BoundedSemaphore(1)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for i in range(300):
+            assert resolve_within(lambda host, port: ["93.184.216.34"], "a.test", 80, 5.0, slots) == ["93.184.216.34"]
+            if i % 3 == 0:
+                with pytest.raises(Exception, match="cannot resolve"):
+                    resolve_within(lambda host, port: (_ for _ in ()).throw(OSError("no")), "a.test", 80, 5.0, slots)
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def test_resolver_failure_is_a_400():
     def resolver(host, port):
         raise socket.gaierror(-2, "Name or service not known")

@@ -60,7 +60,8 @@ async def _read_form(request: Request) -> tuple[dict[str, list[Any]], bytes | No
     except ClientException as exc:  # litestar's parser: its part limit, or a malformed body
         if exc.status_code != 400:  # (a body over the size limit stays a 413)
             raise
-        reason = ("it has more parts than the server reads (1000)" if "Too Large" in str(exc.detail)
+        reason = ("it has more parts than the server reads (1000), or a part's headers exceed the parser's limits "
+                  "(8 headers, 4 KiB a line)" if "Too Large" in str(exc.detail)
                   else f"it cannot be parsed ({exc.detail})")
         raise InvalidRequestError(f"the multipart/form-data body is refused: {reason}", param=None) from None
     except UnicodeDecodeError:  # a part without a filename (or with an empty one) is read as text

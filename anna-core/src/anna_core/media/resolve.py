@@ -39,21 +39,26 @@ def resolve_within(resolver: Resolver, host: str, port: int, timeout_s: float,
     if pending is not None and not pending.acquire(blocking=False):
         raise QueueFullError("too many host lookups are still running (slow DNS); retry shortly", retry_after_s=5)
     answer: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+    released = threading.Lock()  # held by whoever gives the slot back: exactly once
+
+    def give_back() -> None:
+        if pending is not None and released.acquire(blocking=False):
+            pending.release()
 
     def run() -> None:
         try:
-            answer.set_result(list(resolver(host, port)))
+            result = list(resolver(host, port))
         except BaseException as e:  # handed to the waiting thread, which raises it
+            give_back()  # before the waiter wakes: its next lookup finds the slot free
             answer.set_exception(e)
-        finally:
-            if pending is not None:
-                pending.release()
+        else:
+            give_back()
+            answer.set_result(result)
 
     try:
         threading.Thread(target=run, name="anna-media-resolve", daemon=True).start()
-    except BaseException:  # (no thread: its slot would never come back)
-        if pending is not None:
-            pending.release()
+    except BaseException:  # no thread (its slot would never come back), or one already running: once either way
+        give_back()
         raise
     try:
         ips = answer.result(timeout_s)

@@ -254,3 +254,30 @@ def test_preempted_requests_keep_their_penalty_state():
     for rid in prompts:
         alone, _ = run(64, [rid])
         assert torch.equal(together[rid], alone[rid]), rid
+
+
+def test_request_key_names_every_input_of_the_prompt():
+    """The prompt's cache identity comes from the request (no read of its device embeddings): equal requests share
+    it, and any input that changes the prompt changes it."""
+    from anna_audio.qwen3_tts.engine_requests import request_key
+    from anna_audio.qwen3_tts.prompt import SpeechRequest
+
+    ids = torch.tensor([1, 2, 3])
+    base = SpeechRequest(assistant_ids=ids)
+    assert request_key(base) == request_key(SpeechRequest(assistant_ids=ids.clone()))
+    assert request_key(SpeechRequest(assistant_ids=ids, language=" English ")) == \
+        request_key(SpeechRequest(assistant_ids=ids, language="english"))
+    variants = [
+        SpeechRequest(assistant_ids=torch.tensor([1, 2, 4])),
+        SpeechRequest(assistant_ids=ids, language="english"),
+        SpeechRequest(assistant_ids=ids, speaker="serena"),
+        SpeechRequest(assistant_ids=ids, instruct_ids=torch.tensor([5])),
+        SpeechRequest(assistant_ids=ids, speaker_embedding=torch.zeros(4)),
+        SpeechRequest(assistant_ids=ids, speaker_embedding=torch.ones(4)),
+        SpeechRequest(assistant_ids=ids, ref_ids=torch.tensor([5])),
+        SpeechRequest(assistant_ids=ids, ref_ids=torch.tensor([5]), ref_codes=torch.zeros(2, 3, dtype=torch.int64)),
+        SpeechRequest(assistant_ids=ids, instruct_ids=torch.tensor([5]), ref_ids=torch.tensor([5])),
+        SpeechRequest(assistant_ids=ids, non_streaming_text=False),
+    ]
+    keys = [request_key(v) for v in [base, *variants]]
+    assert len(set(keys)) == len(keys)

@@ -16,7 +16,7 @@ from anna_core.engine.sampling_params import SamplingParams
 from anna_core.multimodal import MediaItem, MultiModalInputs, media_hash
 
 from anna_audio.qwen3_tts.generate import MIN_FRAMES
-from anna_audio.qwen3_tts.prompt import TalkerPrompt
+from anna_audio.qwen3_tts.prompt import SpeechRequest, TalkerPrompt
 from anna_audio.qwen3_tts.sampling import SpeechSampling
 
 
@@ -67,12 +67,30 @@ def talker_params(sampling: SpeechSampling, *, max_frames: int | None = None, ig
                         min_tokens=max_tokens if ignore_eos else MIN_FRAMES)  # min_tokens: EOS masked until then
 
 
-def engine_request(prompt: TalkerPrompt, placeholder_id: int, params: TalkerParams) -> EngineSpeechRequest:
-    """``prompt`` as an engine request (see :class:`EngineSpeechRequest`)."""
+def request_key(words: SpeechRequest) -> bytes:
+    """The identity of the talker prompt ``words`` builds (:func:`~anna_audio.qwen3_tts.prompt.build_prompt` is a
+    function of it and the fixed weights), hashed from the request itself: the token ids, the language and speaker
+    as written, the instruction and reference ids, the reference codes and x-vector, the streaming mode. Host data
+    only, except a voice clone's codes / x-vector where they live on the device (one small read): hashing the built
+    prompt instead reads its embeddings back, a wait on every device step queued before it."""
+    parts: list[object] = [b"qwen3-tts-request", words.assistant_ids, words.language.strip().lower(),
+                           "speaker:" + (words.speaker.lower() if words.speaker else ""), int(words.non_streaming_text)]
+    for name, value in (("instruct_ids", words.instruct_ids), ("speaker_embedding", words.speaker_embedding),
+                        ("ref_ids", words.ref_ids), ("ref_codes", words.ref_codes)):
+        parts += [name, "none"] if value is None else [name, value]
+    return media_hash(*parts)
+
+
+def engine_request(prompt: TalkerPrompt, placeholder_id: int, params: TalkerParams,
+                   key: bytes | None = None) -> EngineSpeechRequest:
+    """``prompt`` as an engine request (see :class:`EngineSpeechRequest`); ``key``: the prompt's identity
+    (:func:`request_key` of the request that built it; None: hashed from the prompt's embeddings, a device read),
+    with the sampling controls it carries added."""
     prefill, trailing = prompt.prefill.detach(), prompt.trailing.detach()
     length = prefill.shape[0]
     controls = {"repetition_penalty": params.repetition_penalty, "min_tokens": params.min_tokens}
-    key = media_hash(b"qwen3-tts-prompt", prefill, trailing, params.repetition_penalty, params.min_tokens)
+    identity = (key,) if key is not None else (prefill, trailing)
+    key = media_hash(b"qwen3-tts-prompt", *identity, params.repetition_penalty, params.min_tokens)
     item = MediaItem("audio", 0, length, key, data={"prefill": prefill, "trailing": trailing, **controls})
     return EngineSpeechRequest([placeholder_id] * length, MultiModalInputs(items=(item,)), params.engine)
 

@@ -21,7 +21,13 @@ import torch
 from anna_core.errors import AnnaError, InvalidRequestError
 from anna_core.server.errors import GenerationFailed
 
-from anna_audio.qwen3_tts.engine_requests import EngineSpeechRequest, FrameAssembler, engine_request, talker_params
+from anna_audio.qwen3_tts.engine_requests import (
+    EngineSpeechRequest,
+    FrameAssembler,
+    engine_request,
+    request_key,
+    talker_params,
+)
 from anna_audio.qwen3_tts.loader import SpeechParts
 from anna_audio.qwen3_tts.prompt import build_prompt
 from anna_audio.qwen3_tts.sampling import SpeechSampling
@@ -153,7 +159,7 @@ class SpeechPlanner:
             raise InvalidRequestError(f"the text is {prompt.trailing.shape[0] - 1} tokens; this model streams at most "
                                       f"{self.max_trailing - 1} text tokens beside the audio", param="input")
         params = talker_params(self.sampling, max_frames=max_frames, ignore_eos=ignore_eos, seed=seed)
-        request = engine_request(prompt, self.placeholder_id, params)
+        request = engine_request(prompt, self.placeholder_id, params, request_key(words))
         if self.max_prompt_tokens is not None and len(request.prompt_ids) > self.max_prompt_tokens:
             raise InvalidRequestError(f"the input and instructions make a prompt of {len(request.prompt_ids)} tokens; "
                                       f"this server takes at most {self.max_prompt_tokens}", param="input")

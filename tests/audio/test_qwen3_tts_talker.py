@@ -90,3 +90,12 @@ def test_request_errors():
     with pytest.raises(ValueError, match="max_new_tokens"):
         prompt = build_prompt(config, talker, predictor, SpeechRequest(assistant_ids=ids, speaker="serena"))
         generate_greedy(config, talker, predictor, prompt, max_new_tokens=0)
+
+
+def test_to_device_keeps_values_and_ids_become_int64():
+    from anna_audio.qwen3_tts.prompt import to_device
+
+    got = to_device([3, 1, 2], torch.device("cpu"))
+    assert got.dtype == torch.int64 and got.tolist() == [3, 1, 2]
+    t = torch.randn(4)
+    assert torch.equal(to_device(t, torch.device("cpu")), t)

@@ -88,6 +88,18 @@ def language_id(config: Qwen3TTSConfig, language: str, speaker: str | None) -> i
     return chosen
 
 
+def to_device(t: torch.Tensor | list[int], device: torch.device) -> torch.Tensor:
+    """``t`` (a tensor, or ids) on ``device`` without waiting for the work already queued there: on CUDA a pinned
+    host copy sent non-blocking, ordered on the stream after that work (a blocking copy would make the host wait for
+    every queued engine step, once per copy of every prompt build on the server's worker threads); elsewhere
+    ``.to(device)``."""
+    if not isinstance(t, torch.Tensor):
+        t = torch.tensor(t, dtype=torch.int64)
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def build_prompt(config: Qwen3TTSConfig, talker: Talker, predictor: CodePredictor,
                  request: SpeechRequest) -> TalkerPrompt:
     """The talker prompt of ``request`` (see the module docstring).
@@ -101,17 +113,17 @@ def build_prompt(config: Qwen3TTSConfig, talker: Talker, predictor: CodePredicto
     device = talker.codec_head.weight.device
 
     def codec(*values: int) -> torch.Tensor:
-        return talker.codec(torch.tensor(values, device=device))
+        return talker.codec(to_device(list(values), device))
 
-    text = request.assistant_ids.to(device)
+    text = to_device(request.assistant_ids, device)
     if text.dim() != 1 or text.shape[0] < 9:
         raise ValueError("assistant_ids must be the wrapped text: [T] with T >= 9")
     if (request.ref_ids is None) != (request.ref_codes is None):
         raise ValueError("in-context cloning needs both ref_ids and ref_codes")
     if (request.speaker_embedding is not None or request.ref_ids is not None) and not config.accepts_reference_audio:
         raise ValueError(f"a {config.kind} checkpoint takes no reference audio")
-    special = talker.text(torch.tensor([config.text_ids["tts_bos"], config.text_ids["tts_eos"],
-                                        config.text_ids["tts_pad"]], device=device))
+    special = talker.text(to_device([config.text_ids["tts_bos"], config.text_ids["tts_eos"],
+                                     config.text_ids["tts_pad"]], device))
     tts_bos, tts_eos, tts_pad = special[0:1], special[1:2], special[2:3]
 
     speaker_embed = None
@@ -122,7 +134,7 @@ def build_prompt(config: Qwen3TTSConfig, talker: Talker, predictor: CodePredicto
                              f"{sorted(config.talker.speakers)}")
         speaker_embed = codec(config.talker.speakers[name])
     elif request.speaker_embedding is not None:
-        speaker_embed = request.speaker_embedding.to(device=device, dtype=tts_pad.dtype).view(1, -1)
+        speaker_embed = to_device(request.speaker_embedding, device).to(tts_pad.dtype).view(1, -1)
     lang = language_id(config, request.language, request.speaker)
     tags = [ids.nothink, ids.think_bos, ids.think_eos] if lang is None else [ids.think, ids.think_bos, lang,
                                                                              ids.think_eos]
@@ -132,12 +144,12 @@ def build_prompt(config: Qwen3TTSConfig, talker: Talker, predictor: CodePredicto
     text_side = torch.cat([tts_pad.expand(codec_side.shape[0] - 2, -1), tts_bos])
     parts = [role, text_side + codec_side[:-1]]
     if request.instruct_ids is not None:
-        parts.insert(0, talker.text(request.instruct_ids.to(device)))
+        parts.insert(0, talker.text(to_device(request.instruct_ids, device)))
 
     if request.ref_ids is not None:
-        words = talker.text(torch.cat([request.ref_ids.to(device)[3:-2], text[3:-5]]))
+        words = talker.text(torch.cat([to_device(request.ref_ids, device)[3:-2], text[3:-5]]))
         words = torch.cat([words, tts_eos])
-        codes = request.ref_codes.to(device)
+        codes = to_device(request.ref_codes, device)
         frames = torch.cat([codec(ids.bos), predictor.embed_frame(talker.codec(codes[:, 0]), codes[:, 1:])])
         if request.non_streaming_text:
             parts += [words + codec(*([ids.pad] * words.shape[0])), frames + tts_pad]

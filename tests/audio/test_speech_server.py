@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 import soundfile
+import torch
 from anna_audio.plugin import SPEECH_TASK
 from anna_audio.qwen3_tts.generate import GREEDY
 from anna_audio.qwen3_tts.sampling import SpeechSampling
@@ -278,3 +279,23 @@ def test_the_task_bounds_prompts_by_the_engines_budget():
     built = task.build(loaded, EngineConfig(max_num_seqs=2, num_blocks=64, max_encoder_tokens=300), None)
     assert built.planner.max_prompt_tokens == min(300, built.engine.max_model_len - 1)
 
+
+
+def test_the_planner_keys_the_prompt_from_the_request_and_equal_requests_share_it(served):
+    """The prompt medium's key comes from :func:`request_key` (no read of the built embeddings); equal requests build
+    equal prompts under equal keys."""
+    from anna_audio.qwen3_tts.engine_requests import request_key
+    from anna_audio.qwen3_tts.prompt import SpeechRequest
+    from anna_core.multimodal import media_hash
+
+    _, app, _ = served
+    planner = app.state.anna_planner
+    words = SpeechRequest(assistant_ids=torch.arange(20, 40), speaker="serena", language="en")
+    a, b = planner.prepare_tokens(words), planner.prepare_tokens(SpeechRequest(
+        assistant_ids=torch.arange(20, 40), speaker="Serena", language="English"))
+    item_a, item_b = a.request.multimodal.items[0], b.request.multimodal.items[0]
+    controls = (item_a.data["repetition_penalty"], item_a.data["min_tokens"])
+    assert item_a.content_hash == media_hash(b"qwen3-tts-prompt", request_key(words), *controls)
+    assert torch.equal(item_a.data["prefill"], item_b.data["prefill"])  # ("en" / "English": a miss, never wrong)
+    again = planner.prepare_tokens(SpeechRequest(assistant_ids=torch.arange(20, 40), speaker="serena", language="en"))
+    assert again.request.multimodal.items[0].key == item_a.key

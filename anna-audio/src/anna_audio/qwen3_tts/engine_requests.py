@@ -70,9 +70,10 @@ def talker_params(sampling: SpeechSampling, *, max_frames: int | None = None, ig
 def request_key(words: SpeechRequest) -> bytes:
     """The identity of the talker prompt ``words`` builds (:func:`~anna_audio.qwen3_tts.prompt.build_prompt` is a
     function of it and the fixed weights), hashed from the request itself: the token ids, the language and speaker
-    as written, the instruction and reference ids, the reference codes and x-vector, the streaming mode. Host data
-    only, except a voice clone's codes / x-vector where they live on the device (one small read): hashing the built
-    prompt instead reads its embeddings back, a wait on every device step queued before it."""
+    as written, the instruction and reference ids, the reference codes and x-vector, the streaming mode. Hashing the
+    built prompt instead reads its embeddings back: a wait on every device step queued before it. Host data only for
+    CustomVoice and VoiceDesign requests; a voice clone's (Base) codes and x-vector come from the encoders on the
+    device and are read back here, as the cloning's own copies already wait (not removed)."""
     parts: list[object] = [b"qwen3-tts-request", words.assistant_ids, words.language.strip().lower(),
                            "speaker:" + (words.speaker.lower() if words.speaker else ""), int(words.non_streaming_text)]
     for name, value in (("instruct_ids", words.instruct_ids), ("speaker_embedding", words.speaker_embedding),

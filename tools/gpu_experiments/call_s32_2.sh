@@ -13,15 +13,7 @@ tts phased "${T_TTS:-75}" ANNA_CODEC_PHASED_MIN_CHANNELS=256 -- --runs 1
 tts unphased "${T_TTS:-75}" -- --runs 1
 tts phased_snake "${T_TTS:-75}" ANNA_CODEC_PHASED_MIN_CHANNELS=256 ANNA_FUSED_SNAKE=1 -- --runs 1
 tts tm_phased_snake "${T_TTS:-75}" ANNA_CODEC_TIME_MAJOR=1 ANNA_CODEC_PHASED_MIN_CHANNELS=256 ANNA_FUSED_SNAKE=1 -- --runs 1
-bench() {  # bench NAME BOUND [env ...] -- [anna bench flags]
-  local name=$1 bound=$2; shift 2
-  local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
-  if [ "$(left)" -lt "$bound" ]; then echo "== 9B b1 $name skipped ($(left) s left, needs $bound)"; return; fi
-  echo "== 9B b1 $name $(date +%T)"
-  env "${envs[@]}" timeout "$bound" anna bench --model-dir tests/qwen35/reference_configs/Qwen3.5-9B --batch-size 1 \
-    --input-len 512 --output-len 128 --runs 1 "$@" --json > "$OUT/b1_$name.json" 2> "$OUT/b1_$name.log"
-  echo "exit $? $(date +%T)"; python3 tools/gpu_experiments/bench_summary.py "$OUT/b1_$name.json"
-}
+. tools/gpu_experiments/bench_9b.sh  # bench NAME BOUND [VAR=value ...] -- [anna bench flags]
 bench bf16 "${T_RUN:-100}" --
 bench int4 "${T_RUN:-100}" -- --weight-quant int4 --lm-head-quant int4
 bench fp8 "${T_RUN:-100}" -- --weight-quant fp8 --lm-head-quant fp8

@@ -20,6 +20,7 @@ from anna_audio.qwen3_tts.config import parse_codec
 from anna_audio.qwen3_tts.stream_state import StreamState
 from anna_audio.speech.vocoder_graphs import VocoderGraphs
 from anna_core.device import accelerator
+from codec_weights import randomize_codebooks
 from torch import nn
 
 DEVICE = torch.device("cuda")
@@ -67,12 +68,7 @@ def decoders() -> None:
         cfg = parse_codec(json.load(f)).decoder
     torch.manual_seed(0)
     base = CodecDecoder(cfg)
-    with torch.no_grad():
-        for name, p in base.named_parameters():
-            if name.endswith("embedding_sum"):
-                p.normal_()
-            elif name.endswith(("alpha", "beta")):
-                p.uniform_(-0.5, 0.5)
+    randomize_codebooks(base)
     weights = base.state_dict()
     rows = 16
     codes = torch.randint(0, cfg.codebook_size, (rows, 24, cfg.num_quantizers))

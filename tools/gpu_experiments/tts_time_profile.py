@@ -97,6 +97,7 @@ def main() -> None:
     from anna_audio.tts_bench import _median_ms
     from anna_core.device import accelerator
     from anna_core.kernels.registry import KernelRegistry, bind_ops
+    from codec_weights import randomize_codebooks
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
@@ -124,12 +125,7 @@ def main() -> None:
     decoder = CodecDecoder(parse_codec(json.loads(CODEC.read_text())).decoder, ops,
                            time_major=args.layout == "time-major",
                            phased_min_channels=phased_min_channels_for(device)).eval()  # its snake_beta too
-    with torch.no_grad():
-        for name, p in decoder.named_parameters():
-            if name.endswith("embedding_sum"):
-                p.normal_()
-            elif name.endswith(("alpha", "beta")):
-                p.uniform_(-0.5, 0.5)
+    randomize_codebooks(decoder)
     decoder = decoder.layout_weights().to(device, dtype)
     q = decoder.config.num_quantizers
     codes = torch.randint(0, 2048, (args.rows, args.chunk, q), dtype=torch.int64)

@@ -35,6 +35,7 @@ def main() -> None:
     from anna_audio.speech.vocoder import Vocoder
     from anna_core.device import accelerator, memory_stats
     from anna_core.testing.host_reads import OpCounts
+    from codec_weights import randomize_codebooks
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
@@ -46,12 +47,7 @@ def main() -> None:
         cfg = parse_codec(json.load(f)).decoder
     torch.manual_seed(0)
     decoder = CodecDecoder(cfg, phased_min_channels=phased_min_channels_for(dev)).eval()
-    with torch.no_grad():
-        for name, p in decoder.named_parameters():
-            if name.endswith("embedding_sum"):
-                p.normal_()
-            elif name.endswith(("alpha", "beta")):
-                p.uniform_(-0.5, 0.5)
+    randomize_codebooks(decoder)
     decoder = decoder.to(dev, torch.bfloat16 if dev.type != "cpu" else torch.float32)
     accel = accelerator(dev)
     summary: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else str(dev)}

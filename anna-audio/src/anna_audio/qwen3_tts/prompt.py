@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import attrs
 import torch
+from anna_core.device import accelerator
 
 from anna_audio.languages import english_name
 from anna_audio.qwen3_tts.code_predictor import CodePredictor
@@ -89,15 +90,15 @@ def language_id(config: Qwen3TTSConfig, language: str, speaker: str | None) -> i
 
 
 def to_device(t: torch.Tensor | list[int], device: torch.device) -> torch.Tensor:
-    """``t`` (a tensor, or ids) on ``device`` without waiting for the work already queued there: on CUDA a pinned
-    host copy sent non-blocking, ordered on the stream after that work (a blocking copy would make the host wait for
-    every queued engine step, once per copy of every prompt build on the server's worker threads); elsewhere
-    ``.to(device)``."""
+    """``t`` (a tensor, or ids) on ``device`` without waiting for the work already queued there: a host tensor is
+    page-locked where that speeds the copy (:meth:`anna_core.device.Accelerator.pin`: CUDA) and sent non-blocking,
+    ordered on the stream after that work (a blocking copy would make the host wait for every queued engine step,
+    once per copy of every prompt build on the server's worker threads)."""
     if not isinstance(t, torch.Tensor):
         t = torch.tensor(t, dtype=torch.int64)
-    if device.type != "cuda" or t.device.type != "cpu":
+    if t.device.type != "cpu":
         return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
+    return accelerator(device).pin(t).to(device, non_blocking=True)
 
 
 def build_prompt(config: Qwen3TTSConfig, talker: Talker, predictor: CodePredictor,
